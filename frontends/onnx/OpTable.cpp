@@ -1,0 +1,92 @@
+#include "frontends/onnx/OpTable.h"
+
+namespace dsc::onnx_frontend {
+
+static constexpr OpSpec kOps[] = {
+    // Elementwise.
+    {"", "Add", "Add", 13, 2, 1},
+    {"", "Sub", "Sub", 13, 2, 1},
+    {"", "Mul", "Mul", 13, 2, 1},
+    {"", "Div", "Div", 13, 2, 1},
+    {"", "Pow", "Pow", 13, 2, 1},
+    {"", "Mod", "Mod", 13, 2, 1},
+    {"", "Max", "Max", 13, kVariadic, 1},
+    {"", "Min", "Min", 13, kVariadic, 1},
+    {"", "Equal", "Equal", 13, 2, 1},
+    {"", "Less", "Less", 13, 2, 1},
+    {"", "Greater", "Greater", 13, 2, 1},
+    {"", "LessOrEqual", "LessOrEqual", 13, 2, 1},
+    {"", "GreaterOrEqual", "GreaterOrEqual", 13, 2, 1},
+    {"", "And", "And", 13, 2, 1},
+    {"", "Or", "Or", 13, 2, 1},
+    {"", "Not", "Not", 13, 1, 1},
+    {"", "Where", "Where", 13, 3, 1},
+    {"", "Sqrt", "Sqrt", 13, 1, 1},
+    {"", "Reciprocal", "Reciprocal", 13, 1, 1},
+    {"", "Neg", "Neg", 13, 1, 1},
+    {"", "Abs", "Abs", 13, 1, 1},
+    {"", "Exp", "Exp", 13, 1, 1},
+    {"", "Log", "Log", 13, 1, 1},
+    {"", "Erf", "Erf", 13, 1, 1},
+    {"", "Tanh", "Tanh", 13, 1, 1},
+    {"", "Sigmoid", "Sigmoid", 13, 1, 1},
+    {"", "Relu", "Relu", 13, 1, 1},
+    {"", "Cos", "Cos", 13, 1, 1},
+    {"", "Sin", "Sin", 13, 1, 1},
+    {"", "Floor", "Floor", 13, 1, 1},
+    {"", "IsNaN", "IsNaN", 13, 1, 1},
+    {"", "Identity", "Identity", 13, 1, 1},
+    {"", "Gelu", "Gelu", 20, 1, 1},
+    {"", "Clip", "Clip", 13, 3, 1},
+    {"", "Cast", "Cast", 13, 1, 1},
+    {"", "CastLike", "CastLike", 15, 2, 1},
+    // Linear algebra, normalisation, reductions.
+    {"", "MatMul", "MatMul", 13, 2, 1},
+    {"", "Gemm", "Gemm", 13, 3, 1},
+    {"", "Softmax", "Softmax", 13, 1, 1},
+    {"", "LogSoftmax", "LogSoftmax", 13, 1, 1},
+    {"", "LayerNormalization", "LayerNormalization", 17, 3, 3},
+    {"", "ReduceMean", "ReduceMean", 13, 2, 1},
+    {"", "ReduceSum", "ReduceSum", 13, 2, 1},
+    {"", "ReduceMax", "ReduceMax", 13, 2, 1},
+    {"", "CumSum", "CumSum", 13, 2, 1},
+    {"", "Trilu", "Trilu", 14, 2, 1},
+    {"", "Dropout", "Dropout", 13, 3, 2},
+    // Shapes and data movement.
+    {"", "Constant", "Constant", 13, 0, 1},
+    {"", "ConstantOfShape", "ConstantOfShape", 13, 1, 1},
+    {"", "Shape", "Shape", 13, 1, 1},
+    {"", "Size", "Size", 13, 1, 1},
+    {"", "Reshape", "Reshape", 13, 2, 1},
+    {"", "Flatten", "Flatten", 13, 1, 1},
+    {"", "Transpose", "Transpose", 13, 1, 1},
+    {"", "Squeeze", "Squeeze", 13, 2, 1},
+    {"", "Unsqueeze", "Unsqueeze", 13, 2, 1},
+    {"", "Expand", "Expand", 13, 2, 1},
+    {"", "Tile", "Tile", 13, 2, 1},
+    {"", "Concat", "Concat", 13, kVariadic, 1},
+    {"", "Split", "Split", 13, 2, kVariadic},
+    {"", "Slice", "Slice", 13, 5, 1},
+    {"", "Gather", "Gather", 13, 2, 1},
+    {"", "GatherElements", "GatherElements", 13, 2, 1},
+    {"", "ScatterND", "ScatterND", 13, 3, 1},
+    {"", "Range", "Range", 13, 3, 1},
+    // Control flow.
+    {"", "If", "If", 13, 1, kVariadic},
+    // ONNX Runtime's contrib ops that exporters emit for GELU before opset 20.
+    {"com.microsoft", "Gelu", "Gelu", 1, 1, 1},
+    {"com.microsoft", "FastGelu", "Gelu", 1, 2, 1},
+};
+
+const OpSpec *lookupOp(llvm::StringRef domain, llvm::StringRef opType, int64_t opsetVersion) {
+  if (domain == "ai.onnx")
+    domain = "";
+  for (const OpSpec &spec : kOps)
+    if (spec.domain == domain && spec.opType == opType)
+      return opsetVersion >= spec.sinceVersion ? &spec : nullptr;
+  return nullptr;
+}
+
+llvm::ArrayRef<OpSpec> supportedOps() { return kOps; }
+
+} // namespace dsc::onnx_frontend

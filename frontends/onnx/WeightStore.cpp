@@ -1,0 +1,273 @@
+#include "frontends/onnx/WeightStore.h"
+
+#include "onnx/onnx_pb.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <cstring>
+
+namespace dsc::onnx_frontend {
+
+using ::onnx::TensorProto;
+
+size_t onnxElementSize(int32_t onnxType) {
+  switch (onnxType) {
+  case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 4;
+  case TensorProto::UINT8: case TensorProto::INT8: case TensorProto::BOOL: return 1;
+  case TensorProto::UINT16: case TensorProto::INT16: case TensorProto::FLOAT16:
+  case TensorProto::BFLOAT16: return 2;
+  case TensorProto::INT64: case TensorProto::UINT64: case TensorProto::DOUBLE: return 8;
+  default: return 0;
+  }
+}
+
+int64_t checkedElementCount(llvm::ArrayRef<int64_t> dims) {
+  constexpr int64_t kLimit = int64_t(1) << 48;
+  int64_t count = 1;
+  for (int64_t dim : dims) {
+    if (dim < 0)
+      return -1;
+    if (dim != 0 && count > kLimit / dim)
+      return -1;
+    count *= dim;
+  }
+  return count;
+}
+
+WeightStore::WeightStore(std::string modelDirectory)
+    : modelDirectory_(std::move(modelDirectory)) {}
+WeightStore::~WeightStore() = default;
+
+void WeightStore::adoptModel(std::unique_ptr<::onnx::ModelProto> model) {
+  model_ = std::move(model);
+}
+
+const WeightRecord *WeightStore::lookup(llvm::StringRef name) const {
+  auto it = records_.find(name);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+// Copies ONNX's typed-field storage into the raw little-endian layout.
+template <typename Field>
+static void appendTyped(const Field &values, size_t elementSize, std::vector<uint8_t> &out) {
+  for (auto value : values) {
+    uint8_t bytes[8] = {};
+    if (elementSize == sizeof(value)) {
+      std::memcpy(bytes, &value, elementSize);
+    } else {
+      // int32_data carries 8- and 16-bit types (and f16/bf16 bit patterns) in its low bits.
+      uint64_t bits = static_cast<uint64_t>(value);
+      std::memcpy(bytes, &bits, elementSize);
+    }
+    out.insert(out.end(), bytes, bytes + elementSize);
+  }
+}
+
+static size_t typedFieldCount(const TensorProto &tensor, std::vector<uint8_t> &out,
+                              size_t elementSize) {
+  switch (tensor.data_type()) {
+  case TensorProto::FLOAT:
+    appendTyped(tensor.float_data(), elementSize, out);
+    return tensor.float_data_size();
+  case TensorProto::INT64:
+    appendTyped(tensor.int64_data(), elementSize, out);
+    return tensor.int64_data_size();
+  case TensorProto::DOUBLE:
+    appendTyped(tensor.double_data(), elementSize, out);
+    return tensor.double_data_size();
+  case TensorProto::UINT32: case TensorProto::UINT64:
+    appendTyped(tensor.uint64_data(), elementSize, out);
+    return tensor.uint64_data_size();
+  default:
+    appendTyped(tensor.int32_data(), elementSize, out);
+    return tensor.int32_data_size();
+  }
+}
+
+bool decodeInlineTensor(const TensorProto &tensor, std::vector<uint8_t> &out,
+                        std::string &error) {
+  size_t elementSize = onnxElementSize(tensor.data_type());
+  if (elementSize == 0) {
+    error = "has data type " + std::to_string(tensor.data_type()) + ", which is not supported";
+    return false;
+  }
+  if (tensor.data_location() == TensorProto::EXTERNAL) {
+    error = "is stored externally, which only initializers may be";
+    return false;
+  }
+  llvm::SmallVector<int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+  int64_t count = checkedElementCount(dims);
+  if (count < 0) {
+    error = "has an invalid shape";
+    return false;
+  }
+  uint64_t expected = static_cast<uint64_t>(count) * elementSize;
+  out.clear();
+  if (tensor.has_raw_data()) {
+    if (tensor.raw_data().size() != expected) {
+      error = "holds " + std::to_string(tensor.raw_data().size()) +
+              " bytes of raw data, but its shape and type need " + std::to_string(expected);
+      return false;
+    }
+    out.assign(tensor.raw_data().begin(), tensor.raw_data().end());
+    return true;
+  }
+  size_t values = typedFieldCount(tensor, out, elementSize);
+  if (values != static_cast<uint64_t>(count)) {
+    error = "holds " + std::to_string(values) + " values, but its shape needs " +
+            std::to_string(count);
+    return false;
+  }
+  return true;
+}
+
+bool WeightStore::add(const TensorProto &tensor, const std::string &name, std::string &error) {
+  if (name.empty()) {
+    error = "a tensor has no name";
+    return false;
+  }
+  if (records_.count(name)) {
+    error = "tensor '" + name + "' is defined twice";
+    return false;
+  }
+  WeightRecord record;
+  record.name = name;
+  record.onnxType = tensor.data_type();
+  record.dims.assign(tensor.dims().begin(), tensor.dims().end());
+  size_t elementSize = onnxElementSize(record.onnxType);
+  if (elementSize == 0) {
+    error = "tensor '" + name + "' has data type " + std::to_string(record.onnxType) +
+            ", which is not supported";
+    return false;
+  }
+  int64_t count = checkedElementCount(record.dims);
+  if (count < 0) {
+    error = "tensor '" + name + "' has an invalid shape";
+    return false;
+  }
+  uint64_t expected = static_cast<uint64_t>(count) * elementSize;
+
+  if (tensor.data_location() == TensorProto::EXTERNAL) {
+    if (!mapExternal(tensor, record, expected, error))
+      return false;
+  } else if (tensor.has_raw_data()) {
+    if (tensor.raw_data().size() != expected) {
+      error = "tensor '" + name + "' holds " + std::to_string(tensor.raw_data().size()) +
+              " bytes of raw data, but its shape and type need " + std::to_string(expected);
+      return false;
+    }
+    record.bytes = {reinterpret_cast<const uint8_t *>(tensor.raw_data().data()),
+                    tensor.raw_data().size()};
+  } else {
+    auto owned = std::make_unique<std::vector<uint8_t>>();
+    std::string decodeError;
+    if (!decodeInlineTensor(tensor, *owned, decodeError)) {
+      error = "tensor '" + name + "' " + decodeError;
+      return false;
+    }
+    record.bytes = *owned;
+    ownedBytes_.push_back(std::move(owned));
+  }
+  records_[name] = std::move(record);
+  return true;
+}
+
+static bool escapesDirectory(llvm::StringRef location) {
+  if (location.empty() || llvm::sys::path::is_absolute(location) ||
+      llvm::sys::path::is_absolute(location, llvm::sys::path::Style::windows))
+    return true;
+  for (auto it = llvm::sys::path::begin(location), end = llvm::sys::path::end(location);
+       it != end; ++it)
+    if (*it == "..")
+      return true;
+  return false;
+}
+
+llvm::MemoryBuffer *WeightStore::openExternalFile(const std::string &location,
+                                                  std::string &error) {
+  auto cached = externalFiles_.find(location);
+  if (cached != externalFiles_.end())
+    return cached->second.get();
+  if (escapesDirectory(location) || location.find('\0') != std::string::npos) {
+    error = "external data location '" + location + "' escapes the model's folder";
+    return nullptr;
+  }
+  llvm::SmallString<256> path(modelDirectory_);
+  llvm::sys::path::append(path, location);
+  // A symbolic link inside the folder may still point outside it.
+  llvm::SmallString<256> realDirectory, realPath;
+  if (llvm::sys::fs::real_path(modelDirectory_, realDirectory) ||
+      llvm::sys::fs::real_path(path, realPath)) {
+    error = "external data file '" + location + "' cannot be opened: " +
+            std::string(path.str()) + " does not exist";
+    return nullptr;
+  }
+  if (!llvm::StringRef(realPath).starts_with((realDirectory + "/").str())) {
+    error = "external data location '" + location + "' escapes the model's folder";
+    return nullptr;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(realPath, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    error = "external data file '" + location + "' cannot be opened: " +
+            buffer.getError().message();
+    return nullptr;
+  }
+  auto *raw = buffer->get();
+  externalFiles_[location] = std::move(*buffer);
+  return raw;
+}
+
+bool WeightStore::mapExternal(const TensorProto &tensor, WeightRecord &record,
+                              uint64_t expected, std::string &error) {
+  const std::string &name = record.name;
+  std::string location;
+  uint64_t offset = 0, length = expected;
+  bool hasLength = false;
+  for (const auto &entry : tensor.external_data()) {
+    if (entry.key() == "location") {
+      location = entry.value();
+    } else if (entry.key() == "offset" || entry.key() == "length") {
+      uint64_t value;
+      if (!llvm::to_integer(entry.value(), value, 10)) {
+        error = "tensor '" + name + "': external data " + entry.key() + " '" + entry.value() +
+                "' is not a number";
+        return false;
+      }
+      (entry.key() == "offset" ? offset : length) = value;
+      hasLength |= entry.key() == "length";
+    }
+  }
+  if (location.empty()) {
+    error = "tensor '" + name + "' is stored externally but names no location";
+    return false;
+  }
+  if (hasLength && length != expected) {
+    error = "tensor '" + name + "': external data length " + std::to_string(length) +
+            " differs from the " + std::to_string(expected) + " bytes its shape and type need";
+    return false;
+  }
+  std::string openError;
+  llvm::MemoryBuffer *file = openExternalFile(location, openError);
+  if (!file) {
+    error = "tensor '" + name + "': " + openError;
+    return false;
+  }
+  uint64_t fileSize = file->getBufferSize();
+  if (offset > fileSize || expected > fileSize - offset) {
+    error = "tensor '" + name + "': external data '" + location + "' is truncated: bytes " +
+            std::to_string(offset) + " to " + std::to_string(offset + expected) +
+            " are needed but the file has " + std::to_string(fileSize);
+    return false;
+  }
+  record.bytes = {reinterpret_cast<const uint8_t *>(file->getBufferStart()) + offset,
+                  static_cast<size_t>(expected)};
+  record.externalFile = location;
+  record.externalOffset = offset;
+  return true;
+}
+
+} // namespace dsc::onnx_frontend

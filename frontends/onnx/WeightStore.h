@@ -1,0 +1,79 @@
+// Where the bytes of a model's initializers live after import: the parsed model (inline
+// raw_data), mmapped external-data files, or a small owned copy for tensors stored in
+// ONNX's typed fields. The IR refers to weights by name only.
+#ifndef DSC_FRONTENDS_ONNX_WEIGHTSTORE_H
+#define DSC_FRONTENDS_ONNX_WEIGHTSTORE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace onnx {
+class ModelProto;
+class TensorProto;
+} // namespace onnx
+
+namespace dsc::onnx_frontend {
+
+struct WeightRecord {
+  std::string name;
+  int32_t onnxType = 0;            // onnx::TensorProto::DataType
+  std::vector<int64_t> dims;
+  llvm::ArrayRef<uint8_t> bytes;   // little-endian, one byte per bool
+  std::string externalFile;        // empty when the bytes are inside the model file
+  uint64_t externalOffset = 0;
+};
+
+class WeightStore {
+public:
+  explicit WeightStore(std::string modelDirectory);
+  ~WeightStore();
+  WeightStore(const WeightStore &) = delete;
+  WeightStore &operator=(const WeightStore &) = delete;
+
+  // Takes ownership of the parsed model so that inline raw_data stays valid.
+  void adoptModel(std::unique_ptr<::onnx::ModelProto> model);
+  const ::onnx::ModelProto &model() const { return *model_; }
+
+  // Validates `tensor` (data type, dimensions, data size, external-data location and
+  // bounds) and records where its bytes are. On failure returns false and sets `error`.
+  bool add(const ::onnx::TensorProto &tensor, const std::string &name, std::string &error);
+
+  const WeightRecord *lookup(llvm::StringRef name) const;
+  size_t size() const { return records_.size(); }
+
+private:
+  bool mapExternal(const ::onnx::TensorProto &tensor, WeightRecord &record, uint64_t expected,
+                   std::string &error);
+  llvm::MemoryBuffer *openExternalFile(const std::string &location, std::string &error);
+
+  std::string modelDirectory_;
+  std::unique_ptr<::onnx::ModelProto> model_;
+  llvm::StringMap<std::unique_ptr<llvm::MemoryBuffer>> externalFiles_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> ownedBytes_;
+  llvm::StringMap<WeightRecord> records_;
+};
+
+// Bytes per element of an ONNX data type we accept, or 0 for types we do not
+// (strings, complex, sub-byte and 8-bit float formats).
+size_t onnxElementSize(int32_t onnxType);
+
+// Copies a tensor stored inside the model (raw_data or ONNX's typed fields) into `out` in
+// the raw little-endian layout. Returns false with `error` set when the data does not match
+// the tensor's type and shape, or when the tensor is stored externally.
+bool decodeInlineTensor(const ::onnx::TensorProto &tensor, std::vector<uint8_t> &out,
+                        std::string &error);
+
+// The element count of `dims`, or -1 when a dimension is negative or the count
+// exceeds 2^48 (no real tensor is that large; it guards the size arithmetic).
+int64_t checkedElementCount(llvm::ArrayRef<int64_t> dims);
+
+} // namespace dsc::onnx_frontend
+
+#endif

@@ -1,0 +1,3 @@
+#include "compiler/Driver.h"
+
+int main(int argc, char **argv) { return dsc::runCompilerDriver(argc, argv); }
