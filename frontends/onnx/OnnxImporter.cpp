@@ -306,6 +306,8 @@ LogicalResult GraphImporter::normalizeNode(const NodeProto &node, const OpSpec &
   }
   if (spec.domain == "com.microsoft") {
     if (spec.opType == "FastGelu") {
+      if (operands.size() > 2)
+        return emitError(loc) << "FastGelu takes at most 2 inputs (X and bias)";
       attributes.set("approximate", builder_.getStringAttr("tanh"));
       if (operands.size() == 2 && !isa<NoneType>(operands[1].getType())) {
         auto sum = builder_.create<onnx::AddOp>(loc, operands[0].getType(), operands[0],

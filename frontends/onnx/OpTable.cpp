@@ -75,7 +75,7 @@ static constexpr OpSpec kOps[] = {
     {"", "If", "If", 13, 1, kVariadic},
     // ONNX Runtime's contrib ops that exporters emit for GELU before opset 20.
     {"com.microsoft", "Gelu", "Gelu", 1, 1, 1},
-    {"com.microsoft", "FastGelu", "Gelu", 1, 2, 1},
+    {"com.microsoft", "FastGelu", "Gelu", 1, 1, 1},  // its bias becomes an Add
 };
 
 const OpSpec *lookupOp(llvm::StringRef domain, llvm::StringRef opType, int64_t opsetVersion) {

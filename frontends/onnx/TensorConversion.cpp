@@ -8,6 +8,12 @@ namespace dsc::onnx_frontend {
 
 using ::onnx::TensorProto;
 
+std::string onnxTypeName(int32_t onnxType) {
+  if (TensorProto::DataType_IsValid(onnxType))
+    return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(onnxType));
+  return std::to_string(onnxType);
+}
+
 mlir::Type convertElementType(mlir::MLIRContext &context, int32_t onnxType) {
   mlir::Builder b(&context);
   switch (onnxType) {
@@ -42,7 +48,7 @@ bool convertType(mlir::MLIRContext &context, const ::onnx::TypeProto &proto, Con
     return true;
   mlir::Type element = convertElementType(context, tensor.elem_type());
   if (!element) {
-    error = "has element type " + std::to_string(tensor.elem_type()) + ", which is not supported";
+    error = "has element type " + onnxTypeName(tensor.elem_type()) + ", which is not supported";
     return false;
   }
   if (!tensor.has_shape()) {

@@ -13,6 +13,9 @@ class TypeProto;
 
 namespace dsc::onnx_frontend {
 
+// "FLOAT16", "STRING", ... (the number when ONNX does not define it), for messages.
+std::string onnxTypeName(int32_t onnxType);
+
 // The MLIR element type of an ONNX data type, or null when it is not supported.
 mlir::Type convertElementType(mlir::MLIRContext &context, int32_t onnxType);
 

@@ -1,5 +1,7 @@
 #include "frontends/onnx/WeightStore.h"
 
+#include "frontends/onnx/TensorConversion.h"
+
 #include "onnx/onnx_pb.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -91,7 +93,7 @@ bool decodeInlineTensor(const TensorProto &tensor, std::vector<uint8_t> &out,
                         std::string &error) {
   size_t elementSize = onnxElementSize(tensor.data_type());
   if (elementSize == 0) {
-    error = "has data type " + std::to_string(tensor.data_type()) + ", which is not supported";
+    error = "has data type " + onnxTypeName(tensor.data_type()) + ", which is not supported";
     return false;
   }
   if (tensor.data_location() == TensorProto::EXTERNAL) {
@@ -139,7 +141,7 @@ bool WeightStore::add(const TensorProto &tensor, const std::string &name, std::s
   record.dims.assign(tensor.dims().begin(), tensor.dims().end());
   size_t elementSize = onnxElementSize(record.onnxType);
   if (elementSize == 0) {
-    error = "tensor '" + name + "' has data type " + std::to_string(record.onnxType) +
+    error = "tensor '" + name + "' has data type " + onnxTypeName(record.onnxType) +
             ", which is not supported";
     return false;
   }

@@ -309,7 +309,8 @@ LogicalResult IfOp::verify() {
       return emitOpError() << "a branch yields " << yield.getOutputs().size()
                            << " values for " << getNumResults() << " results";
     for (auto [value, result] : llvm::zip(yield.getOutputs(), getResults()))
-      if (getElementTypeOrSelf(value.getType()) != getElementTypeOrSelf(result.getType()))
+      if (getElementTypeOrSelf(value.getType()) != getElementTypeOrSelf(result.getType()) ||
+          failed(verifyCompatibleShape(value.getType(), result.getType())))
         return emitOpError() << "a branch yields " << value.getType() << " for a result of type "
                              << result.getType();
   }
