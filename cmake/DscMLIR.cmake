@@ -47,8 +47,9 @@ function(dsc_mlir_static_library name)
     endif()
     list(APPEND seen ${lib})
     if(lib STREQUAL "LLVM")
-      # libLLVM.so in Debian's export; MLIR's IR and passes need only Support and Demangle.
-      list(APPEND pending LLVMSupport LLVMDemangle)
+      # libLLVM.so in Debian's export. MLIR's IR, passes and mlir-opt's driver need only
+      # these components of it (remarks for --remarks-*); their own deps follow.
+      list(APPEND pending LLVMSupport LLVMDemangle LLVMRemarks LLVMBitstreamReader)
       continue()
     endif()
     if(NOT TARGET ${lib})

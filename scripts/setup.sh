@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Shared by build.sh and test.sh: installs the Debian packages the build needs (only when
+# one is missing), then configures build/ with ninja (only once; ninja re-runs CMake itself).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${DSC_BUILD_DIR:-$ROOT/build}"
+
+PACKAGES=(
+  cmake ninja-build g++ python3
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libonnx-dev libprotobuf-dev libgtest-dev
+  zlib1g-dev libzstd-dev libtinfo-dev
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit ${DSC_CMAKE_ARGS:-}
+fi
