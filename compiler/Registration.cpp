@@ -1,10 +1,8 @@
 #include "compiler/Registration.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
-#ifdef DSC_TMP_TFM_PLAN
 #include "dialects/plan/IR/PlanDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
-#endif
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -13,10 +11,8 @@
 namespace dsc {
 
 void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<onnx::OnnxDialect, mlir::func::FuncDialect>();
-#ifdef DSC_TMP_TFM_PLAN
-  registry.insert<tfm::TfmDialect, plan::PlanDialect>();
-#endif
+  registry.insert<onnx::OnnxDialect, tfm::TfmDialect, plan::PlanDialect,
+                  mlir::func::FuncDialect>();
 }
 
 void registerAllPasses() {

@@ -1,0 +1,110 @@
+#ifndef DSC_DIALECTS_TFM_ATTRS_TD
+#define DSC_DIALECTS_TFM_ATTRS_TD
+
+include "dialects/tfm/IR/TfmBase.td"
+include "mlir/IR/EnumAttr.td"
+
+//===----------------------------------------------------------------------===//
+// Enums.
+//===----------------------------------------------------------------------===//
+
+def Tfm_ParallelismEnum : I32EnumAttr<"Parallelism",
+    "how a linear layer is split across tensor-parallel ranks", [
+      I32EnumAttrCase<"replicated", 0>,
+      // The weight holds a slice of the output features; the result is a shard.
+      I32EnumAttrCase<"column", 1>,
+      // The weight holds a slice of the input features; the result is a partial sum
+      // that a tfm.all_reduce completes.
+      I32EnumAttrCase<"row", 2>]> {
+  let cppNamespace = "::dsc::tfm";
+  let genSpecializedAttr = 0;
+}
+def Tfm_ParallelismAttr : EnumAttr<Tfm_Dialect, Tfm_ParallelismEnum, "parallel">;
+
+def Tfm_ActivationKindEnum : I32EnumAttr<"ActivationKind", "an activation function", [
+      I32EnumAttrCase<"gelu_erf", 0>,   // x * Phi(x), the exact GELU
+      I32EnumAttrCase<"gelu_tanh", 1>,  // GELU, tanh approximation (GPT-2 "gelu_new")
+      I32EnumAttrCase<"gelu_quick", 2>, // x * sigmoid(1.702 x)
+      I32EnumAttrCase<"silu", 3>,       // x * sigmoid(x)
+      I32EnumAttrCase<"relu", 4>]> {
+  let cppNamespace = "::dsc::tfm";
+  let genSpecializedAttr = 0;
+}
+def Tfm_ActivationKindAttr : EnumAttr<Tfm_Dialect, Tfm_ActivationKindEnum, "activation">;
+
+def Tfm_RotaryLayoutEnum : I32EnumAttr<"RotaryLayout",
+    "which elements of a head a rotary embedding pairs", [
+      // (x[i], x[i + dim/2]): GPT-NeoX, LLaMA ("rotate_half").
+      I32EnumAttrCase<"half_split", 0>,
+      // (x[2i], x[2i + 1]): GPT-J, CodeGen.
+      I32EnumAttrCase<"interleaved", 1>]> {
+  let cppNamespace = "::dsc::tfm";
+  let genSpecializedAttr = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Weight transforms, applied in order by the plan writer while it streams a weight.
+//===----------------------------------------------------------------------===//
+
+def Tfm_TransposeAttr : Tfm_Attr<"Transpose", "transpose"> {
+  let summary = "permute dimensions: result dimension i is source dimension perm[i]";
+  let parameters = (ins ArrayRefParameter<"int64_t">:$perm);
+  let assemblyFormat = "`<` `[` $perm `]` `>`";
+}
+
+def Tfm_SliceAttr : Tfm_Attr<"Slice", "slice"> {
+  let summary = "keep indices [offset, offset + size) of one dimension (a TP shard)";
+  let parameters = (ins "int64_t":$axis, "int64_t":$offset, "int64_t":$size);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tfm_ConvertAttr : Tfm_Attr<"Convert", "convert"> {
+  let summary = "convert the elements to another floating-point type";
+  let parameters = (ins "::mlir::Type":$dtype);
+  let assemblyFormat = "`<` $dtype `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tfm_QuantizeInt8Attr : Tfm_Attr<"QuantizeInt8", "quantize_int8"> {
+  let summary = "symmetric int8 quantization of a 2-D [out, in] weight";
+  let description = [{
+    Each output row is split into groups of `group_size` input elements (0: one group per
+    row, i.e. per output channel) and divided by max|x| / 127 of its group. The scales are
+    another weight: the same source with `#tfm.quant_scales` as the last transform.
+  }];
+  let parameters = (ins "int64_t":$group_size);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tfm_QuantScalesAttr : Tfm_Attr<"QuantScales", "quant_scales"> {
+  let summary = "the scales of #tfm.quantize_int8: [out, in / group_size] (or [out, 1])";
+  let parameters = (ins "int64_t":$group_size, "::mlir::Type":$dtype);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention.
+//===----------------------------------------------------------------------===//
+
+def Tfm_F64Parameter : AttrOrTypeParameter<"::llvm::APFloat", "a 64-bit float"> {
+  let comparator = "$_lhs.bitwiseIsEqual($_rhs)";
+  let parser = "::dsc::tfm::parseF64Parameter($_parser)";
+  let printer = "::dsc::tfm::printF64Parameter($_printer, $_self)";
+}
+
+def Tfm_RotaryAttr : Tfm_Attr<"Rotary", "rotary"> {
+  let summary = "rotary position embedding of the first `dim` elements of each head";
+  let description = [{
+    The inverse frequencies are base^(-2i/dim) for i < dim/2. A `dim` below the head size is
+    a partial rotary (GPT-J, GPT-NeoX, Phi); the remaining elements pass through.
+  }];
+  let parameters = (ins "int64_t":$dim, Tfm_F64Parameter:$base,
+                    EnumParameter<Tfm_RotaryLayoutEnum>:$layout);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif

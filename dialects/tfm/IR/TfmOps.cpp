@@ -1,0 +1,375 @@
+// Verifiers of the tfm ops. They check what the types say statically (ranks, hidden sizes,
+// head counts, element types, attribute ranges); dynamic dimensions are left alone.
+#include "dialects/tfm/IR/TfmDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace dsc::tfm {
+
+static bool isDyn(int64_t dim) { return ShapedType::isDynamic(dim); }
+
+// True when two dimensions may be equal (one is dynamic or both agree).
+static bool compatible(int64_t a, int64_t b) { return isDyn(a) || isDyn(b) || a == b; }
+
+static std::string dimString(int64_t dim) {
+  return isDyn(dim) ? std::string("?") : std::to_string(dim);
+}
+
+// Checks that dimension `index` of `type` may be `expected`.
+static LogicalResult expectDim(Operation *op, RankedTensorType type, int64_t index,
+                               int64_t expected, StringRef what) {
+  int64_t dim = type.getDimSize(index);
+  if (!compatible(dim, expected))
+    return op->emitOpError() << what << " is " << dim << ", expected " << expected;
+  return success();
+}
+
+static RankedTensorType ranked(Value value) {
+  return value ? dyn_cast<RankedTensorType>(value.getType()) : RankedTensorType();
+}
+
+//===----------------------------------------------------------------------===//
+// tfm.weight
+//===----------------------------------------------------------------------===//
+
+void WeightOp::build(OpBuilder &builder, OperationState &state, StringRef name,
+                     RankedTensorType source, ArrayRef<Attribute> transforms) {
+  FailureOr<RankedTensorType> type = inferWeightType(source, transforms, nullptr);
+  build(builder, state, succeeded(type) ? *type : source, builder.getStringAttr(name),
+        TypeAttr::get(source),
+        transforms.empty() ? ArrayAttr() : builder.getArrayAttr(transforms));
+}
+
+LogicalResult WeightOp::verify() {
+  if (getName().empty())
+    return emitOpError("needs the name of an initializer");
+  auto source = cast<RankedTensorType>(getSourceType());
+  ArrayRef<Attribute> transforms;
+  if (auto attr = getTransformsAttr())
+    transforms = attr.getValue();
+  FailureOr<RankedTensorType> inferred =
+      inferWeightType(source, transforms, [&] { return emitOpError(); });
+  if (failed(inferred))
+    return failure();
+  if (*inferred != getOutput().getType())
+    return emitOpError() << "transforms make " << *inferred << " of the source, but the result is "
+                         << getOutput().getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding, norms, linear
+//===----------------------------------------------------------------------===//
+
+// A vocabulary shard [offset, offset + rows) of a vocabulary of `size` tokens.
+static LogicalResult verifyVocabShard(Operation *op, int64_t offset,
+                                      std::optional<uint64_t> size, int64_t rows) {
+  if (!size) {
+    if (offset != 0)
+      return op->emitOpError("vocab_offset needs vocab_size (the full vocabulary)");
+    return success();
+  }
+  if (!isDyn(rows) && offset + rows > static_cast<int64_t>(*size))
+    return op->emitOpError() << "the shard [" << offset << ", " << offset + rows
+                             << ") exceeds the vocabulary of " << *size << " tokens";
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  auto ids = getIds().getType(), table = getTable().getType(), out = getOutput().getType();
+  if (ids.getRank() != 2)
+    return emitOpError() << "ids must be 2-D [batch, seq], not rank " << ids.getRank();
+  if (table.getRank() != 2)
+    return emitOpError() << "table must be 2-D [vocab, hidden], not rank " << table.getRank();
+  if (out.getRank() != 3)
+    return emitOpError() << "result must be 3-D [batch, seq, hidden], not rank "
+                         << out.getRank();
+  if (out.getElementType() != table.getElementType())
+    return emitOpError("result must have the element type of the table");
+  for (int64_t i = 0; i < 2; ++i)
+    if (failed(expectDim(*this, out, i, ids.getDimSize(i), "result dimension " +
+                                                             std::to_string(i))))
+      return failure();
+  if (failed(expectDim(*this, out, 2, table.getDimSize(1), "result hidden size")))
+    return failure();
+  return verifyVocabShard(*this, getVocabOffset(), getVocabSize(), table.getDimSize(0));
+}
+
+// Checks a 1-D parameter [n] of the normalised (last) dimension of `input`.
+static LogicalResult verifyNormParam(Operation *op, RankedTensorType input, Value param,
+                                     StringRef what) {
+  auto type = ranked(param);
+  if (!type)
+    return success();
+  if (type.getElementType() != input.getElementType())
+    return op->emitOpError() << what << " must have the element type of the input";
+  if (type.getRank() != 1)
+    return op->emitOpError() << what << " must be 1-D, not rank " << type.getRank();
+  int64_t hidden = input.getDimSize(input.getRank() - 1);
+  if (!compatible(type.getDimSize(0), hidden))
+    return op->emitOpError() << what << " has " << type.getDimSize(0)
+                             << " elements but the normalised dimension is " << hidden;
+  return success();
+}
+
+static LogicalResult verifyNorm(Operation *op, RankedTensorType input, Value scale, Value bias,
+                                APFloat epsilon) {
+  if (input.getRank() < 1)
+    return op->emitOpError("input must have rank 1 or more");
+  if (epsilon.isNegative() || !epsilon.isFinite())
+    return op->emitOpError("epsilon must be finite and not negative");
+  if (failed(verifyNormParam(op, input, scale, "scale")))
+    return failure();
+  return verifyNormParam(op, input, bias, "bias");
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyNorm(*this, getInput().getType(), getScale(), getBias(), getEpsilon());
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyNorm(*this, getInput().getType(), getScale(), Value(), getEpsilon());
+}
+
+LogicalResult LinearOp::verify() {
+  auto x = getInput().getType(), w = getWeight().getType(), out = getOutput().getType();
+  if (x.getRank() < 1)
+    return emitOpError("input must have rank 1 or more");
+  if (w.getRank() != 2)
+    return emitOpError() << "weight must be 2-D [out, in], not rank " << w.getRank();
+  if (out.getRank() != x.getRank())
+    return emitOpError() << "result has rank " << out.getRank() << ", expected " << x.getRank();
+  if (out.getElementType() != x.getElementType())
+    return emitOpError("result must have the element type of the input");
+  int64_t in = w.getDimSize(1), outFeatures = w.getDimSize(0), rank = x.getRank();
+  if (!compatible(x.getDimSize(rank - 1), in))
+    return emitOpError() << "input has " << x.getDimSize(rank - 1)
+                         << " features but the weight [out, in] takes " << in;
+  for (int64_t i = 0; i + 1 < rank; ++i)
+    if (!compatible(x.getDimSize(i), out.getDimSize(i)))
+      return emitOpError() << "result dimension " << i << " is " << out.getDimSize(i)
+                           << ", expected " << x.getDimSize(i);
+  if (failed(expectDim(*this, out, rank - 1, outFeatures, "result feature count")))
+    return failure();
+
+  bool quantized = w.getElementType().isInteger(8);
+  if (!quantized && w.getElementType() != x.getElementType())
+    return emitOpError() << "weight element type " << w.getElementType()
+                         << " differs from the input's " << x.getElementType();
+  if (auto scales = ranked(getScales())) {
+    if (!quantized)
+      return emitOpError("scales go with an int8 weight only");
+    if (scales.getElementType() != x.getElementType())
+      return emitOpError("scales must have the element type of the input");
+    if (scales.getRank() != 2)
+      return emitOpError("scales must be 2-D [out, groups]");
+    if (failed(expectDim(*this, scales, 0, outFeatures, "scales dimension 0")))
+      return failure();
+    int64_t groups = scales.getDimSize(1);
+    if (!isDyn(groups) && !isDyn(in) && (groups <= 0 || in % groups != 0))
+      return emitOpError() << groups << " scale groups do not divide the " << in
+                           << " input features";
+  } else if (quantized) {
+    return emitOpError("an int8 weight needs scales");
+  }
+  if (auto bias = ranked(getBias())) {
+    if (getParallel() == Parallelism::row)
+      return emitOpError("a row-parallel linear takes no bias: it is added once, after the "
+                         "all-reduce");
+    if (bias.getElementType() != x.getElementType())
+      return emitOpError("bias must have the element type of the input");
+    if (bias.getRank() != 1)
+      return emitOpError("bias must be 1-D [out]");
+    if (failed(expectDim(*this, bias, 0, outFeatures, "bias size")))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// tfm.attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
+  if (heads % kvHeads != 0)
+    return emitOpError() << "num_heads " << heads << " is not a multiple of num_kv_heads "
+                         << kvHeads;
+  float scale = getScale().convertToFloat();
+  if (!(scale > 0) || !std::isfinite(scale))
+    return emitOpError("scale must be positive and finite");
+
+  auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();
+  auto out = getOutput().getType();
+  for (auto [type, what] : {std::pair(q, "query"), std::pair(k, "key"), std::pair(v, "value"),
+                            std::pair(out, "result")})
+    if (type.getRank() != 3)
+      return emitOpError() << what << " must be 3-D [batch, seq, heads * head_dim], not rank "
+                           << type.getRank();
+  Type element = q.getElementType();
+  if (k.getElementType() != element || v.getElementType() != element ||
+      out.getElementType() != element)
+    return emitOpError("query, key, value and result must have the same element type");
+  if (k != v)
+    return emitOpError() << "key " << k << " and value " << v << " must have the same type";
+  if (failed(expectDim(*this, q, 2, heads * headDim, "query dimension 2 (heads * head_dim)")) ||
+      failed(expectDim(*this, k, 2, kvHeads * headDim,
+                       "key/value dimension 2 (kv_heads * head_dim)")))
+    return failure();
+  int64_t batch = q.getDimSize(0), seq = q.getDimSize(1), kvSeq = k.getDimSize(1);
+  if (!compatible(k.getDimSize(0), batch))
+    return emitOpError() << "key batch " << k.getDimSize(0) << " differs from query batch "
+                         << batch;
+  if (!compatible(out.getDimSize(0), batch) || !compatible(out.getDimSize(1), seq) ||
+      !compatible(out.getDimSize(2), heads * headDim))
+    return emitOpError() << "result " << out << " must be [" << dimString(batch) << ", "
+                         << dimString(seq) << ", " << heads * headDim << "]";
+
+  // The cache: past(key, value) operands and present(key, value) results.
+  auto checkCache = [&](TypeRange types, StringRef what, int64_t past) -> FailureOr<int64_t> {
+    if (types.empty())
+      return past;
+    if (types.size() != 2)
+      return emitOpError() << what << " must be a (key, value) pair, not " << types.size()
+                           << " tensors";
+    if (types[0] != types[1])
+      return emitOpError() << what << " key and value must have the same type";
+    auto type = cast<RankedTensorType>(types[0]);
+    if (type.getRank() != 4 || type.getElementType() != element)
+      return emitOpError() << what << " must be 4-D [batch, kv_heads, len, head_dim] of "
+                           << element;
+    if (!compatible(type.getDimSize(0), batch) || !compatible(type.getDimSize(1), kvHeads) ||
+        !compatible(type.getDimSize(3), headDim))
+      return emitOpError() << what << " " << type << " must be [" << dimString(batch) << ", "
+                           << kvHeads << ", len, " << headDim << "]";
+    return type.getDimSize(2);
+  };
+  FailureOr<int64_t> past = checkCache(getPast().getTypes(), "past", 0);
+  if (failed(past))
+    return failure();
+  int64_t total = (isDyn(*past) || isDyn(kvSeq)) ? ShapedType::kDynamic : *past + kvSeq;
+  if (!getPresent().empty()) {
+    FailureOr<int64_t> present = checkCache(getPresent().getTypes(), "present", 0);
+    if (failed(present))
+      return failure();
+    if (!compatible(*present, total))
+      return emitOpError() << "present length " << *present << " must be past + new = "
+                           << total;
+  }
+
+  if (auto mask = ranked(getMask())) {
+    Type maskElement = mask.getElementType();
+    if (isa<FloatType>(maskElement)) {
+      if (mask.getRank() != 4)
+        return emitOpError("an additive mask must be 4-D [batch, heads, seq, total]");
+      int64_t expected[] = {batch, heads, seq, total};
+      for (int64_t i = 0; i < 4; ++i) {
+        int64_t dim = mask.getDimSize(i);
+        bool broadcast = i < 2 && dim == 1;
+        if (!broadcast && !compatible(dim, expected[i]))
+          return emitOpError() << "mask dimension " << i << " is " << dim << ", expected "
+                               << dimString(expected[i]) << (i < 2 ? " or 1" : "");
+      }
+    } else if (isa<IntegerType>(maskElement)) {
+      if (mask.getRank() != 2)
+        return emitOpError("a padding mask must be 2-D [batch, total]");
+      if (!compatible(mask.getDimSize(0), batch) || !compatible(mask.getDimSize(1), total))
+        return emitOpError() << "padding mask " << mask << " must be [" << dimString(batch)
+                             << ", " << dimString(total) << "]";
+    } else {
+      return emitOpError() << "mask must be an integer padding mask or a float additive mask, "
+                              "not "
+                           << mask;
+    }
+  }
+
+  if (auto rotary = getRotaryAttr()) {
+    if (rotary.getDim() > headDim)
+      return emitOpError() << "rotary dim " << rotary.getDim() << " exceeds head_dim "
+                           << headDim;
+    if (getAlibi())
+      return emitOpError("rotary embeddings and ALiBi exclude each other");
+    if (!getPositions())
+      return emitOpError("rotary embeddings need the positions operand");
+  }
+  if (auto positions = ranked(getPositions())) {
+    if (positions.getRank() != 2 || !compatible(positions.getDimSize(0), batch) ||
+        !compatible(positions.getDimSize(1), seq))
+      return emitOpError() << "positions " << positions << " must be [" << dimString(batch)
+                           << ", " << dimString(seq) << "]";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives, LM head
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllGatherOp::verify() {
+  auto in = getInput().getType(), out = getOutput().getType();
+  int64_t rank = in.getRank(), axis = getAxis(), ranks = getRanks();
+  if (out.getRank() != rank)
+    return emitOpError() << "result has rank " << out.getRank() << ", expected " << rank;
+  if (axis < 0 || axis >= rank)
+    return emitOpError() << "axis " << axis << " is out of range for rank " << rank;
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis && !compatible(in.getDimSize(i), out.getDimSize(i)))
+      return emitOpError() << "result dimension " << i << " is " << out.getDimSize(i)
+                           << ", expected " << in.getDimSize(i);
+  int64_t local = in.getDimSize(axis), gathered = out.getDimSize(axis);
+  if (auto sizes = getSizes()) {
+    if (static_cast<int64_t>(sizes->size()) != ranks)
+      return emitOpError() << "sizes has " << sizes->size() << " entries for " << ranks
+                           << " ranks";
+    int64_t sum = 0;
+    for (int64_t size : *sizes) {
+      if (size <= 0)
+        return emitOpError("sizes must be positive");
+      sum += size;
+    }
+    if (!isDyn(local) && !llvm::is_contained(*sizes, local))
+      return emitOpError() << "the operand's extent " << local << " along axis " << axis
+                           << " is none of the ranks' sizes";
+    if (!compatible(gathered, sum))
+      return emitOpError() << "result extent " << gathered << " along axis " << axis
+                           << " must be the sum of sizes, " << sum;
+    return success();
+  }
+  if (!isDyn(local) && !compatible(gathered, local * ranks))
+    return emitOpError() << "result extent " << gathered << " along axis " << axis
+                         << " must be ranks * " << local << " = " << local * ranks;
+  return success();
+}
+
+LogicalResult LmHeadOp::verify() {
+  auto h = getHidden().getType(), w = getWeight().getType(), out = getLogits().getType();
+  if (h.getRank() < 1)
+    return emitOpError("hidden must have rank 1 or more");
+  if (w.getRank() != 2)
+    return emitOpError() << "weight must be 2-D [vocab, hidden], not rank " << w.getRank();
+  if (w.getElementType() != h.getElementType() || out.getElementType() != h.getElementType())
+    return emitOpError("hidden, weight and logits must have the same element type");
+  int64_t rank = h.getRank();
+  if (out.getRank() != rank)
+    return emitOpError() << "logits have rank " << out.getRank() << ", expected " << rank;
+  if (!compatible(h.getDimSize(rank - 1), w.getDimSize(1)))
+    return emitOpError() << "hidden size " << h.getDimSize(rank - 1)
+                         << " differs from the weight's " << w.getDimSize(1);
+  for (int64_t i = 0; i + 1 < rank; ++i)
+    if (!compatible(h.getDimSize(i), out.getDimSize(i)))
+      return emitOpError() << "logits dimension " << i << " is " << out.getDimSize(i)
+                           << ", expected " << h.getDimSize(i);
+  if (failed(expectDim(*this, out, rank - 1, w.getDimSize(0), "logits vocabulary size")))
+    return failure();
+  return verifyVocabShard(*this, getVocabOffset(), getVocabSize(), w.getDimSize(0));
+}
+
+} // namespace dsc::tfm
+
+#define GET_OP_CLASSES
+#include "dialects/tfm/IR/TfmOps.cpp.inc"

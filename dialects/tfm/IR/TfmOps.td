@@ -1,0 +1,222 @@
+#ifndef DSC_DIALECTS_TFM_OPS_TD
+#define DSC_DIALECTS_TFM_OPS_TD
+
+include "dialects/tfm/IR/TfmBase.td"
+include "dialects/tfm/IR/TfmAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Weights.
+//===----------------------------------------------------------------------===//
+
+def Tfm_WeightOp : Tfm_Op<"weight", [Pure]> {
+  let summary = "a model tensor, named, with the transforms the plan writer applies";
+  let description = [{
+    Names an initializer of the model (`name`), gives its shape and element type in the
+    model (`source_type`), and lists transforms applied in order when the plan writer
+    streams its bytes: `#tfm.transpose`, `#tfm.slice` (TP shards), `#tfm.convert`,
+    `#tfm.quantize_int8` and `#tfm.quant_scales`. The result type is what the transforms
+    make of the source type.
+
+    ```mlir
+    %w = tfm.weight "h.0.mlp.c_fc.weight" : tensor<768x3072xf32>
+           [#tfm.transpose<[1, 0]>, #tfm.slice<axis = 0, offset = 0, size = 1536>,
+            #tfm.convert<f16>] -> tensor<1536x768xf16>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, TypeAttrOf<AnyStaticShapeTensor>:$source_type,
+                   OptionalAttr<ArrayAttr>:$transforms);
+  let results = (outs AnyStaticShapeTensor:$output);
+  let assemblyFormat = "$name `:` $source_type ($transforms^)? attr-dict `->` type($output)";
+  let hasVerifier = 1;
+  let builders = [
+    // The result type is what the transforms make of `source` (the source type when they do
+    // not apply; the verifier then says why).
+    OpBuilder<(ins "::llvm::StringRef":$name, "::mlir::RankedTensorType":$source,
+                   CArg<"::llvm::ArrayRef<::mlir::Attribute>", "{}">:$transforms)>
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding, normalisation, linear layers, activations.
+//===----------------------------------------------------------------------===//
+
+def Tfm_EmbeddingOp : Tfm_Op<"embedding", [Pure]> {
+  let summary = "token embedding lookup: [b, s] ids x [vocab, hidden] -> [b, s, hidden]";
+  let description = [{
+    With `vocab_size`, the table is a vocabulary-parallel shard: it holds the rows of token
+    ids [vocab_offset, vocab_offset + rows) of a vocabulary of `vocab_size` tokens. Ids
+    outside that range give zero rows; a tfm.all_reduce sums the shards.
+  }];
+  let arguments = (ins Tfm_IdsTensor:$ids, Tfm_FloatTensor:$table,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = [{
+    $ids `,` $table attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tfm_LayerNormOp : Tfm_Op<"layer_norm", [Pure, AllTypesMatch<["input", "output"]>]> {
+  let summary = "layer normalisation of the last dimension, scale and optional bias";
+  let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$scale,
+                   Optional<Tfm_FloatTensor>:$bias,
+                   DefaultValuedAttr<F32Attr, "1e-05">:$epsilon);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? `eps` $epsilon attr-dict `:` type($input) `,` type($scale)
+    (`,` type($bias)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>]> {
+  let summary = "RMS normalisation of the last dimension: x / sqrt(mean(x^2) + eps) * scale";
+  let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$scale,
+                   DefaultValuedAttr<F32Attr, "1e-06">:$epsilon);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $scale `eps` $epsilon attr-dict `:` type($input) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
+  let summary = "x [..., in] times weight^T ([out, in], torch layout) plus optional bias [out]";
+  let description = [{
+    An int8 weight (after quantization) comes with `scales` [out, groups] in the compute
+    type; groups divides `in`. `parallel` is set by the TP pass: a column-parallel layer
+    produces a shard of the output features, a row-parallel one a partial sum that a
+    tfm.all_reduce completes. A row-parallel layer has no bias: the bias is added once,
+    after the reduction.
+  }];
+  let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8]>:$weight,
+                   Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
+                   DefaultValuedAttr<Tfm_ParallelismAttr,
+                                     "::dsc::tfm::Parallelism::replicated">:$parallel);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tfm_ActivationOp : Tfm_Op<"activation", [Pure, SameOperandsAndResultType]> {
+  let summary = "an elementwise activation function";
+  let arguments = (ins Tfm_ActivationKindAttr:$kind, Tfm_FloatTensor:$input);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = "$kind $input attr-dict `:` type($input)";
+}
+
+def Tfm_GatedActOp : Tfm_Op<"gated_act", [Pure, SameOperandsAndResultType]> {
+  let summary = "gated MLP activation: act(gate) * up (SwiGLU, GeGLU, ReGLU)";
+  let arguments = (ins Tfm_ActivationKindAttr:$kind, Tfm_FloatTensor:$gate,
+                   Tfm_FloatTensor:$up);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = "$kind $gate `,` $up attr-dict `:` type($gate)";
+}
+
+def Tfm_ResidualAddOp : Tfm_Op<"residual_add", [Pure, Commutative, SameOperandsAndResultType]> {
+  let summary = "a + b, the residual connection of a block";
+  let arguments = (ins Tfm_FloatTensor:$lhs, Tfm_FloatTensor:$rhs);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+//===----------------------------------------------------------------------===//
+// Attention.
+//===----------------------------------------------------------------------===//
+
+def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
+  let summary = "multi-head (grouped-, multi-query) scaled dot-product attention";
+  let description = [{
+    `query` is [b, s, num_heads * head_dim]; `key` and `value` are the new keys and values,
+    [b, s_kv, num_kv_heads * head_dim]. Query heads are split into num_kv_heads groups that
+    share a key/value head (num_heads % num_kv_heads == 0).
+
+    Optional operands:
+    * `mask`: a padding mask [b, total] (integer or i1, nonzero = attend), or an additive
+      float mask [b or 1, num_heads or 1, s, total], where total = past + s_kv.
+    * `past(key, value)`: the cache of earlier steps, [b, num_kv_heads, past, head_dim] each.
+    * `positions`: [b, s] integer positions of the query tokens, needed by rotary embeddings
+      (explicit per sequence, so left-padded batches stay correct).
+
+    Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
+    value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
+    them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
+
+    Scores are scale * q.k (+ ALiBi bias, + mask), restricted to the causal triangle and to
+    the last `window` positions when set, softmax over the keys.
+  }];
+  let arguments = (ins Tfm_FloatTensor:$query, Tfm_FloatTensor:$key, Tfm_FloatTensor:$value,
+                   Optional<AnyRankedTensor>:$mask, Variadic<Tfm_FloatTensor>:$past,
+                   Optional<Tfm_IdsTensor>:$positions,
+                   ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                   ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                   ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
+                   F32Attr:$scale,
+                   UnitAttr:$causal,
+                   UnitAttr:$alibi,
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
+                   OptionalAttr<Tfm_RotaryAttr>:$rotary,
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer);
+  let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
+    (`positions` $positions^)?
+    `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
+    (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
+    (`cache_layer` $cache_layer^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives and the LM head.
+//===----------------------------------------------------------------------===//
+
+def Tfm_AllReduceOp : Tfm_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "sum of the operand over `ranks` tensor-parallel ranks";
+  let arguments = (ins Tfm_FloatTensor:$input, ConfinedAttr<I64Attr, [IntPositive]>:$ranks);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = "$input `ranks` $ranks attr-dict `:` type($input)";
+}
+
+def Tfm_AllGatherOp : Tfm_Op<"all_gather", [AllElementTypesMatch<["input", "output"]>]> {
+  let summary = "concatenation of the ranks' operands along `axis`";
+  let description = [{
+    Without `sizes`, every rank contributes the same extent along `axis`. With `sizes` (one
+    entry per rank, for uneven splits such as a vocabulary that does not divide the rank
+    count), rank r contributes sizes[r] and the result has their sum.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis,
+                   ConfinedAttr<I64Attr, [IntPositive]>:$ranks,
+                   OptionalAttr<DenseI64ArrayAttr>:$sizes);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat = [{
+    $input `axis` $axis `ranks` $ranks (`sizes` $sizes^)? attr-dict `:` type($input) `->`
+    type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
+  let summary = "logits: hidden [..., hidden] times weight^T ([vocab, hidden])";
+  let description = [{
+    With `vocab_size`, the weight holds the rows [vocab_offset, vocab_offset + rows) of a
+    vocabulary of `vocab_size` tokens (a TP shard), and so do the logits.
+  }];
+  let arguments = (ins Tfm_FloatTensor:$hidden, Tfm_FloatTensor:$weight,
+                   DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size);
+  let results = (outs Tfm_FloatTensor:$logits);
+  let assemblyFormat = [{
+    $hidden `,` $weight attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif

@@ -1,0 +1,407 @@
+// Graphs, scopes and nodes: the structure of the import. Attribute conversion, opset
+// normalisation and result types are in NodeNormalization.cpp.
+#include "frontends/onnx/GraphImporter.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+#include "frontends/onnx/TensorConversion.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/IR/Verifier.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+
+namespace dsc::onnx_frontend {
+
+static std::string describeNode(const NodeProto &node, int index) {
+  return node.name().empty() ? node.op_type() + " #" + std::to_string(index) : node.name();
+}
+
+LogicalResult GraphImporter::readOpsets(const ModelProto &model) {
+  for (const auto &opset : model.opset_import())
+    opsets_[isDefaultDomain(opset.domain()) ? "" : opset.domain()] = opset.version();
+  auto it = opsets_.find("");
+  if (it == opsets_.end())
+    return emitError(fileLoc_) << "the model imports no opset of the default ONNX domain";
+  if (it->second < kMinOpset || it->second > kMaxOpset)
+    return emitError(fileLoc_) << "opset " << it->second
+                               << " of the default ONNX domain is not supported (dsc accepts "
+                               << kMinOpset << " to " << kMaxOpset << ")";
+  return success();
+}
+
+int64_t GraphImporter::opsetOf(llvm::StringRef domain) const {
+  auto it = opsets_.find(isDefaultDomain(domain) ? "" : domain);
+  return it == opsets_.end() ? 0 : it->second;
+}
+
+void GraphImporter::collectUnsupported(const GraphProto &graph, int depth,
+                                       std::vector<Unsupported> &found,
+                                       llvm::StringMap<size_t> &index, bool &tooDeep) {
+  if (depth > kMaxGraphDepth) {
+    tooDeep = true;
+    return;
+  }
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const NodeProto &node = graph.node(i);
+    int64_t version = opsetOf(node.domain());
+    if (!lookupOp(node.domain(), node.op_type(), version)) {
+      std::string key = isDefaultDomain(node.domain()) ? node.op_type()
+                                                       : node.domain() + "." + node.op_type();
+      key += " (opset " + std::to_string(version) + ")";
+      auto [it, inserted] = index.try_emplace(key, found.size());
+      if (inserted)
+        found.push_back({key, describeNode(node, i)});
+      ++found[it->second].count;
+    }
+    for (const auto &attr : node.attribute()) {
+      if (attr.has_g())
+        collectUnsupported(attr.g(), depth + 1, found, index, tooDeep);
+      for (const auto &g : attr.graphs())
+        collectUnsupported(g, depth + 1, found, index, tooDeep);
+    }
+  }
+}
+
+LogicalResult GraphImporter::checkSupported(const GraphProto &graph) {
+  std::vector<Unsupported> found;
+  llvm::StringMap<size_t> index;
+  bool tooDeep = false;
+  collectUnsupported(graph, 0, found, index, tooDeep);
+  if (tooDeep)
+    return emitError(fileLoc_) << "subgraphs are nested more than " << kMaxGraphDepth
+                               << " deep";
+  if (found.empty())
+    return success();
+  auto diag = emitError(fileLoc_);
+  diag << found.size() << " unsupported ONNX operator type" << (found.size() > 1 ? "s" : "")
+       << ":";
+  for (const Unsupported &entry : found)
+    diag << "\n  " << entry.key << ": " << entry.count << " node" << (entry.count > 1 ? "s" : "")
+         << ", first '" << entry.firstNode << "'";
+  return failure();
+}
+
+Value GraphImporter::lookup(llvm::StringRef name) const {
+  for (auto scope = values_.rbegin(); scope != values_.rend(); ++scope)
+    if (auto it = scope->find(name); it != scope->end())
+      return it->second;
+  return nullptr;
+}
+
+TensorType GraphImporter::declaredType(llvm::StringRef name) const {
+  for (auto scope = types_.rbegin(); scope != types_.rend(); ++scope)
+    if (auto it = scope->find(name); it != scope->end())
+      return it->second;
+  return nullptr;
+}
+
+LogicalResult GraphImporter::bind(const std::string &name, Value value, Location loc) {
+  if (name.empty())
+    return success();
+  if (!values_.back().try_emplace(name, value).second)
+    return emitError(loc) << "value '" << name << "' is defined more than once";
+  return success();
+}
+
+LogicalResult GraphImporter::recordTypes(const GraphProto &graph) {
+  auto record = [&](const ::onnx::ValueInfoProto &info) -> LogicalResult {
+    ConvertedType converted;
+    std::string error;
+    if (!convertType(context_, info.type(), converted, error))
+      return emitError(fileLoc_) << "value '" << info.name() << "' " << error;
+    if (converted.type)
+      types_.back()[info.name()] = converted.type;
+    return success();
+  };
+  for (const auto &info : graph.value_info())
+    if (failed(record(info)))
+      return failure();
+  for (const auto &info : graph.output())
+    if (failed(record(info)))
+      return failure();
+  return success();
+}
+
+Value GraphImporter::noValue(Location loc) {
+  return onnx::NoValueOp::create(builder_, loc, builder_.getNoneType()).getResult();
+}
+
+Value GraphImporter::constantI64(ArrayRef<int64_t> values, Location loc) {
+  auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
+                                    builder_.getI64Type());
+  return onnx::ConstantOp::create(builder_, loc, type, DenseIntElementsAttr::get(type, values));
+}
+
+LogicalResult GraphImporter::importInitializer(const TensorProto &tensor) {
+  std::string error;
+  if (!store_.add(tensor, tensor.name(), error))
+    return emitError(fileLoc_) << "initializer: " << error;
+  const WeightRecord *record = store_.lookup(tensor.name());
+  Type element = convertElementType(context_, record->onnxType);
+  auto type = RankedTensorType::get(record->dims, element);
+  int64_t count = type.getNumElements();
+  Location loc = NameLoc::get(builder_.getStringAttr(tensor.name()), fileLoc_);
+  Value value;
+  bool shapeData = element.isInteger() && count <= kInlineIntegerInitializerElements;
+  if (shapeData || count <= 1)
+    value = onnx::ConstantOp::create(builder_, loc, type, denseFromBytes(type, record->bytes));
+  else
+    value = onnx::WeightOp::create(builder_, loc, type, tensor.name());
+  return bind(tensor.name(), value, loc);
+}
+
+// The type both branches agree on: equal types stay, otherwise the differing dimensions
+// (or the whole shape) become dynamic.
+static Type joinBranchTypes(Type a, Type b) {
+  if (a == b)
+    return a;
+  auto ta = cast<TensorType>(a), tb = cast<TensorType>(b);
+  if (ta.hasRank() && tb.hasRank() && ta.getRank() == tb.getRank()) {
+    SmallVector<int64_t> shape;
+    for (auto [x, y] : llvm::zip(ta.getShape(), tb.getShape()))
+      shape.push_back(x == y ? x : ShapedType::kDynamic);
+    return RankedTensorType::get(shape, ta.getElementType());
+  }
+  return UnrankedTensorType::get(ta.getElementType());
+}
+
+LogicalResult GraphImporter::importIf(const NodeProto &node, Location loc,
+                                      ArrayRef<Value> inputs, int depth) {
+  const GraphProto *branches[2] = {nullptr, nullptr};
+  for (const auto &attr : node.attribute()) {
+    if (attr.name() == "then_branch" && attr.has_g())
+      branches[0] = &attr.g();
+    else if (attr.name() == "else_branch" && attr.has_g())
+      branches[1] = &attr.g();
+    else
+      return emitError(loc) << "If has an unexpected attribute '" << attr.name() << "'";
+  }
+  if (!branches[0] || !branches[1])
+    return emitError(loc) << "If needs both then_branch and else_branch graphs";
+  if (inputs.size() != 1)
+    return emitError(loc) << "If takes exactly one input (the condition)";
+
+  SmallVector<std::unique_ptr<Region>, 2> regions;
+  SmallVector<SmallVector<Value>, 2> yielded;
+  for (const GraphProto *branch : branches) {
+    OpBuilder::InsertionGuard guard(builder_);
+    if (branch->output_size() != node.output_size())
+      return emitError(loc) << "a branch of If has " << branch->output_size()
+                            << " outputs for the node's " << node.output_size();
+    auto region = std::make_unique<Region>();
+    builder_.setInsertionPointToStart(&region->emplaceBlock());
+    SmallVector<Value> outputs;
+    if (failed(importGraph(*branch, depth + 1, outputs)))
+      return failure();
+    onnx::YieldOp::create(builder_, loc, outputs);
+    yielded.push_back(outputs);
+    regions.push_back(std::move(region));
+  }
+
+  SmallVector<Type> resultTypes;
+  for (int i = 0; i < node.output_size(); ++i) {
+    TensorType declared = declaredType(node.output(i));
+    resultTypes.push_back(declared ? Type(declared)
+                                   : joinBranchTypes(yielded[0][i].getType(),
+                                                     yielded[1][i].getType()));
+  }
+  OperationState state(loc, onnx::IfOp::getOperationName());
+  state.addOperands(inputs);
+  state.addTypes(resultTypes);
+  for (auto &region : regions)
+    state.addRegion(std::move(region));
+  Operation *op = builder_.create(state);
+  for (int i = 0; i < node.output_size(); ++i)
+    if (failed(bind(node.output(i), op->getResult(i), loc)))
+      return failure();
+  return success();
+}
+
+LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int depth) {
+  Location loc = NameLoc::get(builder_.getStringAttr(describeNode(node, index)), fileLoc_);
+  const OpSpec *spec = lookupOp(node.domain(), node.op_type(), opsetOf(node.domain()));
+  assert(spec && "checkSupported rejects unsupported nodes first");
+
+  SmallVector<Value> operands;
+  for (const std::string &name : node.input()) {
+    if (name.empty()) {
+      operands.push_back(noValue(loc));
+      continue;
+    }
+    Value value = lookup(name);
+    if (!value)
+      return emitError(loc) << node.op_type() << " input '" << name
+                            << "' is not defined by an earlier node, a graph input or an "
+                               "initializer";
+    operands.push_back(value);
+  }
+  if (spec->opType == "Constant")
+    return importConstant(node, loc);
+  if (spec->opType == "If")
+    return importIf(node, loc, operands, depth);
+
+  NamedAttrList attributes;
+  if (failed(normalizeNode(node, *spec, loc, operands, attributes)))
+    return failure();
+  if (spec->numOperands != kVariadic) {
+    if (static_cast<int>(operands.size()) > spec->numOperands)
+      return emitError(loc) << node.op_type() << " has " << operands.size()
+                            << " inputs but takes at most " << spec->numOperands;
+    while (static_cast<int>(operands.size()) < spec->numOperands)
+      operands.push_back(noValue(loc));
+  }
+  int numResults = spec->numResults == kVariadic ? node.output_size() : spec->numResults;
+  if (node.output_size() > numResults)
+    return emitError(loc) << node.op_type() << " has " << node.output_size()
+                          << " outputs but produces at most " << numResults;
+
+  OperationState state(loc, ("onnx." + spec->dialectOp).str());
+  auto registered = state.name.getRegisteredInfo();
+  assert(registered && "every op of the table is in the dialect");
+  for (const NamedAttribute &attr : attributes)
+    if (!llvm::is_contained(registered->getAttributeNames(), attr.getName()))
+      return emitError(loc) << node.op_type() << " has attribute '" << attr.getName().str()
+                            << "', which dsc does not support";
+  for (int i = 0; i < numResults; ++i) {
+    // A declared type wins unless it says less than what the operands already tell.
+    TensorType declared = i < node.output_size() ? declaredType(node.output(i)) : nullptr;
+    Type inferred = inferResultType(spec->dialectOp, operands, attributes, i);
+    bool preferInferred = declared && !declared.hasRank() && cast<TensorType>(inferred).hasRank() &&
+                          declared.getElementType() == cast<TensorType>(inferred).getElementType();
+    state.addTypes(declared && !preferInferred ? Type(declared) : inferred);
+  }
+  state.addOperands(operands);
+  state.addAttributes(attributes);
+  Operation *op = builder_.create(state);
+  for (const NamedAttribute &attr : attributes)
+    if (op->getInherentAttr(attr.getName()) != attr.getValue())
+      return emitError(loc) << node.op_type() << " attribute '" << attr.getName().str()
+                            << "' has the wrong type";
+  for (int i = 0; i < node.output_size(); ++i)
+    if (failed(bind(node.output(i), op->getResult(i), loc)))
+      return failure();
+  return success();
+}
+
+LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
+                                         SmallVectorImpl<Value> &outputs) {
+  values_.emplace_back();
+  types_.emplace_back();
+  auto popScopes = llvm::make_scope_exit([&] {
+    values_.pop_back();
+    types_.pop_back();
+  });
+  if (graph.sparse_initializer_size() > 0)
+    return emitError(fileLoc_) << "sparse initializers are not supported";
+  if (failed(recordTypes(graph)))
+    return failure();
+  for (const auto &tensor : graph.initializer())
+    if (failed(importInitializer(tensor)))
+      return failure();
+  if (depth == 0) {
+    // The entry block's arguments are the graph inputs; bind them in this scope.
+    Block *entry = builder_.getInsertionBlock();
+    unsigned argument = 0;
+    for (const auto &input : graph.input()) {
+      if (store_.lookup(input.name()))
+        continue;
+      if (failed(bind(input.name(), entry->getArgument(argument++), fileLoc_)))
+        return failure();
+    }
+  }
+  for (int i = 0; i < graph.node_size(); ++i)
+    if (failed(importNode(graph.node(i), i, depth)))
+      return failure();
+  for (const auto &output : graph.output()) {
+    Value value = lookup(output.name());
+    if (!value)
+      return emitError(fileLoc_) << "graph output '" << output.name()
+                                 << "' is not produced by any node, input or initializer";
+    outputs.push_back(value);
+  }
+  return success();
+}
+
+LogicalResult GraphImporter::importModel(const ModelProto &model, ModuleOp module) {
+  if (failed(readOpsets(model)) || failed(checkSupported(model.graph())))
+    return failure();
+  const GraphProto &graph = model.graph();
+
+  // Graph inputs that are also initializers (IR version < 4) are weights, not arguments.
+  llvm::StringSet<> initializers;
+  for (const auto &tensor : graph.initializer())
+    initializers.insert(tensor.name());
+  SmallVector<Type> argumentTypes;
+  SmallVector<DictionaryAttr> argumentAttrs;
+  auto describe = [&](const ::onnx::ValueInfoProto &info,
+                      const ConvertedType &converted) -> DictionaryAttr {
+    NamedAttrList attrs;
+    attrs.append("onnx.name", builder_.getStringAttr(info.name()));
+    if (converted.hasSymbolicDims) {
+      SmallVector<Attribute> names;
+      for (const std::string &dim : converted.dimNames)
+        names.push_back(builder_.getStringAttr(dim));
+      attrs.append("onnx.dims", builder_.getArrayAttr(names));
+    }
+    return attrs.getDictionary(&context_);
+  };
+  for (const auto &input : graph.input()) {
+    if (initializers.contains(input.name()))
+      continue;
+    ConvertedType converted;
+    std::string error;
+    if (!convertType(context_, input.type(), converted, error))
+      return emitError(fileLoc_) << "graph input '" << input.name() << "' " << error;
+    if (!converted.type)
+      return emitError(fileLoc_) << "graph input '" << input.name() << "' has no tensor type";
+    argumentTypes.push_back(converted.type);
+    argumentAttrs.push_back(describe(input, converted));
+  }
+
+  builder_.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(builder_, fileLoc_, "main",
+                                            builder_.getFunctionType(argumentTypes, {}));
+  Block *entry = func.addEntryBlock();
+  builder_.setInsertionPointToStart(entry);
+  SmallVector<Value> outputs;
+  if (failed(importGraph(graph, 0, outputs)))
+    return failure();
+  func::ReturnOp::create(builder_, fileLoc_, outputs);
+
+  SmallVector<Type> resultTypes;
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (auto [output, value] : llvm::zip(graph.output(), outputs)) {
+    ConvertedType converted;
+    std::string error;
+    if (!convertType(context_, output.type(), converted, error))
+      return emitError(fileLoc_) << "graph output '" << output.name() << "' " << error;
+    if (converted.type && (converted.type.getElementType() !=
+                               cast<TensorType>(value.getType()).getElementType() ||
+                           failed(verifyCompatibleShape(converted.type, value.getType()))))
+      return emitError(fileLoc_) << "graph output '" << output.name() << "' is declared as "
+                                 << converted.type << " but its value has type "
+                                 << value.getType();
+    resultTypes.push_back(value.getType());
+    resultAttrs.push_back(describe(output, converted));
+  }
+  func.setFunctionType(builder_.getFunctionType(argumentTypes, resultTypes));
+  func.setAllArgAttrs(argumentAttrs);
+  func.setAllResultAttrs(resultAttrs);
+
+  NamedAttrList opsetAttrs;
+  for (auto &entry : opsets_)
+    opsetAttrs.append(entry.getKey().empty() ? "ai.onnx" : entry.getKey(),
+                      builder_.getI64IntegerAttr(entry.getValue()));
+  module->setAttr("onnx.opset_import", opsetAttrs.getDictionary(&context_));
+  module->setAttr("onnx.ir_version", builder_.getI64IntegerAttr(model.ir_version()));
+  if (!model.producer_name().empty())
+    module->setAttr("onnx.producer",
+                    builder_.getStringAttr(model.producer_name() + " " + model.producer_version()));
+  return verify(module);
+}
+
+} // namespace dsc::onnx_frontend

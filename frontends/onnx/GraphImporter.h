@@ -1,0 +1,103 @@
+// Internal to frontends/onnx: walks an ONNX graph and builds the onnx dialect. Split over
+// GraphImporter.cpp (graphs, values, nodes) and NodeNormalization.cpp (attributes, opset
+// normalisation, result types).
+#ifndef DSC_FRONTENDS_ONNX_GRAPHIMPORTER_H
+#define DSC_FRONTENDS_ONNX_GRAPHIMPORTER_H
+
+#include "frontends/onnx/OpTable.h"
+#include "frontends/onnx/WeightStore.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "onnx/onnx_pb.h"
+
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <vector>
+
+namespace dsc::onnx_frontend {
+
+// The importer of one model; see OnnxImporter.h for the entry points.
+// If branches nest; deeper nesting than this is malformed input, not a real model.
+constexpr int kMaxGraphDepth = 16;
+// Constant nodes up to this many elements are kept inline; larger ones become handles.
+constexpr int64_t kInlineConstantElements = 1024;
+// Integer initializers up to this size are shape data that folding needs inline.
+constexpr int64_t kInlineIntegerInitializerElements = 64;
+
+inline bool isDefaultDomain(llvm::StringRef domain) {
+  return domain.empty() || domain == "ai.onnx";
+}
+
+using mlir::ArrayRef;
+using mlir::Attribute;
+using mlir::FailureOr;
+using mlir::FileLineColLoc;
+using mlir::Location;
+using mlir::LogicalResult;
+using mlir::ModuleOp;
+using mlir::MLIRContext;
+using mlir::NamedAttrList;
+using mlir::OpBuilder;
+using mlir::SmallVectorImpl;
+using mlir::TensorType;
+using mlir::Type;
+using mlir::Value;
+using ::onnx::AttributeProto;
+using ::onnx::GraphProto;
+using ::onnx::ModelProto;
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+
+class GraphImporter {
+public:
+  GraphImporter(MLIRContext &context, llvm::StringRef modelPath, WeightStore &store)
+      : context_(context), builder_(&context), store_(store),
+        fileLoc_(FileLineColLoc::get(&context, modelPath, 0, 0)) {}
+
+  LogicalResult importModel(const ModelProto &model, ModuleOp module);
+
+private:
+  LogicalResult readOpsets(const ModelProto &model);
+  int64_t opsetOf(llvm::StringRef domain) const;
+  LogicalResult checkSupported(const GraphProto &graph);
+  struct Unsupported {
+    std::string key, firstNode;
+    int count = 0;
+  };
+  void collectUnsupported(const GraphProto &graph, int depth, std::vector<Unsupported> &found,
+                          llvm::StringMap<size_t> &index, bool &tooDeep);
+
+  LogicalResult importGraph(const GraphProto &graph, int depth, SmallVectorImpl<Value> &outputs);
+  LogicalResult importInitializer(const TensorProto &tensor);
+  LogicalResult importNode(const NodeProto &node, int index, int depth);
+  LogicalResult importIf(const NodeProto &node, Location loc, ArrayRef<Value> inputs, int depth);
+  LogicalResult importConstant(const NodeProto &node, Location loc);
+  FailureOr<Attribute> convertAttribute(const AttributeProto &attr, Location loc);
+  LogicalResult normalizeNode(const NodeProto &node, const OpSpec &spec, Location loc,
+                              SmallVectorImpl<Value> &operands, NamedAttrList &attributes);
+
+  Value constantI64(ArrayRef<int64_t> values, Location loc);
+  Value noValue(Location loc);
+  Value lookup(llvm::StringRef name) const;
+  LogicalResult bind(const std::string &name, Value value, Location loc);
+  TensorType declaredType(llvm::StringRef name) const;
+  LogicalResult recordTypes(const GraphProto &graph);
+  Type inferResultType(llvm::StringRef op, ArrayRef<Value> operands,
+                       const NamedAttrList &attributes, unsigned index) const;
+
+  mlir::MLIRContext &context_;
+  OpBuilder builder_;
+  WeightStore &store_;
+  Location fileLoc_;
+  llvm::StringMap<int64_t> opsets_;
+  // One entry per graph being imported (the main graph, then If branches).
+  std::vector<llvm::StringMap<Value>> values_;
+  std::vector<llvm::StringMap<TensorType>> types_;
+};
+
+} // namespace dsc::onnx_frontend
+
+#endif
