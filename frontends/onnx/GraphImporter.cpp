@@ -291,7 +291,7 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
                                          SmallVectorImpl<Value> &outputs) {
   values_.emplace_back();
   types_.emplace_back();
-  auto popScopes = llvm::make_scope_exit([&] {
+  llvm::scope_exit popScopes([&] {
     values_.pop_back();
     types_.pop_back();
   });
