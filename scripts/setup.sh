@@ -9,7 +9,8 @@ BUILD_DIR="${DSC_BUILD_DIR:-$ROOT/build}"
 PACKAGES=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  libonnx-dev libprotobuf-dev libgtest-dev
+  libonnx-dev libprotobuf-dev libgtest-dev libonnx-testdata
+  flatbuffers-compiler libflatbuffers-dev libxxhash-dev
   zlib1g-dev libzstd-dev libtinfo-dev
 )
 
