@@ -45,8 +45,11 @@ def Plan_ProgramOp : Plan_Op<"program", [Symbol, IsolatedFromAbove, SingleBlock,
 }
 
 def Plan_ReturnOp : Plan_Op<"return", [Pure, Terminator, ReturnLike, HasParent<"ProgramOp">]> {
-  let summary = "the end of a program";
-  let assemblyFormat = "attr-dict";
+  let summary = "the end of a program, with the tensors the caller reads (the generic path)";
+  let arguments = (ins Variadic<AnyTensor>:$outputs, OptionalAttr<StrArrayAttr>:$names);
+  let builders = [OpBuilder<(ins), [{ /* no outputs */ }]>];
+  let assemblyFormat = "attr-dict ($outputs^ `:` type($outputs))?";
+  let hasVerifier = 1;
 }
 
 def Plan_ArenaOp : Plan_Op<"arena", [Symbol, HasParent<"::mlir::ModuleOp">]> {
@@ -263,5 +266,7 @@ def Plan_AllGatherOp : Plan_Op<"all_gather", [HasParent<"ProgramOp">]> {
                    "::mlir::OpFoldResult":$count, "int64_t":$ranks)>
   ];
 }
+
+include "dialects/plan/IR/PlanTensorOps.td"
 
 #endif

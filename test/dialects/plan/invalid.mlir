@@ -543,3 +543,54 @@ plan.program @decode {
   plan.all_gather f32 %src -> %src count 4 ranks 0
   plan.return
 }
+
+// -----
+
+plan.program @forward {
+  // expected-error @+1 {{names 1 dimensions of a rank-2 tensor}}
+  %ids = plan.input 0 "ids" {dims = ["batch"]} : tensor<?x?xi64>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  %w = plan.weight_tensor "w" : tensor<4x8xf32>
+  // expected-error @+1 {{max_shapes[0] dimension 1 is 9 but the type says 8}}
+  %e = plan.exec "Relu"(%w) {max_shapes = [array<i64: 4, 9>]} : (tensor<4x8xf32>) -> tensor<?x8xf32>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  %w = plan.weight_tensor "w" : tensor<4x8xf32>
+  // expected-error @+1 {{arena offset 8 is not a non-negative multiple of 64}}
+  %e = plan.exec "Relu"(%w) {max_shapes = [array<i64: 4, 8>], arena_offsets = array<i64: 8>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  %w = plan.weight_tensor "w" : tensor<4x8xf32>
+  // expected-error @+1 {{has arena_offsets but no max_shapes to size the slots}}
+  %e = plan.exec "Relu"(%w) {arena_offsets = array<i64: 0>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  %w = plan.weight_tensor "w" : tensor<4x8xf32>
+  // expected-error @+1 {{has 2 names for 1 outputs}}
+  plan.return {names = ["a", "b"]} %w : tensor<4x8xf32>
+}
+
+// -----
+
+plan.program @forward {
+  // expected-error @+1 {{value has type 'tensor<2xi64>' but the result is 'tensor<3xi64>'}}
+  %c = plan.constant {value = dense<[1, 2]> : tensor<2xi64>} : tensor<3xi64>
+  plan.return
+}

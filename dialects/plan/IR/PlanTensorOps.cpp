@@ -1,0 +1,115 @@
+// Verifiers of the generic path's tensor ops (PlanTensorOps.td).
+#include "dialects/plan/IR/PlanDialect.h"
+
+#include "mlir/IR/TypeUtilities.h"
+
+using namespace mlir;
+
+namespace dsc::plan {
+
+// Arena slots are aligned to this many bytes; the plan file's arena has the same alignment.
+constexpr int64_t kSlotAlignment = 64;
+
+static LogicalResult verifyBound(Operation *op, Type type, ArrayRef<int64_t> bound,
+                                 unsigned index) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked)
+    return op->emitOpError() << "result " << index << " needs a ranked type to have a bound";
+  if (static_cast<int64_t>(bound.size()) != ranked.getRank())
+    return op->emitOpError() << "max_shapes[" << index << "] has " << bound.size()
+                             << " dimensions for a result of rank " << ranked.getRank();
+  for (auto [i, dim] : llvm::enumerate(ranked.getShape())) {
+    if (bound[i] < 0)
+      return op->emitOpError() << "max_shapes[" << index << "] is negative";
+    if (!ShapedType::isDynamic(dim) && bound[i] != dim)
+      return op->emitOpError() << "max_shapes[" << index << "] dimension " << i << " is "
+                               << bound[i] << " but the type says " << dim;
+  }
+  return success();
+}
+
+// The per-result bounds and arena offsets of plan.exec and plan.if.
+static LogicalResult verifySlots(Operation *op, std::optional<ArrayAttr> maxShapes,
+                                 std::optional<ArrayRef<int64_t>> offsets) {
+  if (maxShapes) {
+    if (maxShapes->size() != op->getNumResults())
+      return op->emitOpError() << "has " << maxShapes->size() << " max_shapes for "
+                               << op->getNumResults() << " results";
+    for (auto [index, bound] : llvm::enumerate(maxShapes->getAsRange<DenseI64ArrayAttr>()))
+      if (failed(verifyBound(op, op->getResult(index).getType(), bound.asArrayRef(), index)))
+        return failure();
+  }
+  if (offsets) {
+    if (offsets->size() != op->getNumResults())
+      return op->emitOpError() << "has " << offsets->size() << " arena_offsets for "
+                               << op->getNumResults() << " results";
+    if (!maxShapes)
+      return op->emitOpError("has arena_offsets but no max_shapes to size the slots");
+    for (int64_t offset : *offsets)
+      if (offset < 0 || offset % kSlotAlignment != 0)
+        return op->emitOpError() << "arena offset " << offset << " is not a non-negative "
+                                 << "multiple of " << kSlotAlignment;
+  }
+  return success();
+}
+
+LogicalResult ReturnOp::verify() {
+  if (auto names = getNames(); names && names->size() != getOutputs().size())
+    return emitOpError() << "has " << names->size() << " names for " << getOutputs().size()
+                         << " outputs";
+  return success();
+}
+
+LogicalResult InputOp::verify() {
+  auto type = cast<RankedTensorType>(getValue().getType());
+  if (auto dims = getDims(); dims && static_cast<int64_t>(dims->size()) != type.getRank())
+    return emitOpError() << "names " << dims->size() << " dimensions of a rank-"
+                         << type.getRank() << " tensor";
+  if (auto bound = getMaxShape())
+    return verifyBound(*this, type, *bound, 0);
+  return success();
+}
+
+LogicalResult ConstantOp::verify() {
+  if (getValue().getType() != getOutput().getType())
+    return emitOpError() << "value has type " << getValue().getType() << " but the result is "
+                         << getOutput().getType();
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult WeightTensorOp::verify() {
+  if (getName().empty())
+    return emitOpError("needs the name of a weight");
+  return success();
+}
+
+LogicalResult ExecOp::verify() {
+  if (getOp().empty())
+    return emitOpError("needs the name of an op");
+  for (Type type : getInputs().getTypes())
+    if (!isa<TensorType, NoneType>(type))
+      return emitOpError() << "input of type " << type << " is neither a tensor nor none";
+  return verifySlots(*this, getMaxShapes(), getArenaOffsets());
+}
+
+LogicalResult IfOp::verify() {
+  if (auto cond = dyn_cast<RankedTensorType>(getCond().getType());
+      cond && cond.hasStaticShape() && cond.getNumElements() != 1)
+    return emitOpError("cond must hold a single element");
+  for (Region *region : {&getThenBranch(), &getElseBranch()}) {
+    auto yield = cast<YieldOp>(region->front().getTerminator());
+    if (yield.getOutputs().size() != getNumResults())
+      return emitOpError() << "a branch yields " << yield.getOutputs().size() << " values for "
+                           << getNumResults() << " results";
+    for (auto [value, result] : llvm::zip(yield.getOutputs(), getResults()))
+      if (getElementTypeOrSelf(value.getType()) != getElementTypeOrSelf(result.getType()) ||
+          failed(verifyCompatibleShape(value.getType(), result.getType())))
+        return emitOpError() << "a branch yields " << value.getType()
+                             << " for a result of type " << result.getType();
+  }
+  return verifySlots(*this, getMaxShapes(), getArenaOffsets());
+}
+
+} // namespace dsc::plan
