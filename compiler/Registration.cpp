@@ -1,5 +1,6 @@
 #include "compiler/Registration.h"
 
+#include "compiler/lowering/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
@@ -18,6 +19,7 @@ void registerAllDialects(mlir::DialectRegistry &registry) {
 void registerAllPasses() {
   // Upstream clean-ups that dsc's pipelines use (canonicalize, cse, symbol-dce, ...).
   mlir::registerTransformsPasses();
+  registerPlanMemory();
 }
 
 } // namespace dsc

@@ -1,0 +1,51 @@
+#ifndef DSC_COMPILER_LOWERING_PASSES_TD
+#define DSC_COMPILER_LOWERING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def FoldConstants : Pass<"dsc-fold-constants", "mlir::ModuleOp"> {
+  let summary = "Evaluate onnx ops whose inputs are all constants (shape arithmetic)";
+  let description = [{
+    Exporters compute shapes with Shape/Gather/Unsqueeze/Concat/Range chains. Where every
+    input is a constant (or a Shape of a static shape), the op is evaluated with the
+    runtime's reference kernels and replaced by an onnx.Constant, up to a size limit.
+  }];
+  let options = [
+    Option<"maxElements", "max-elements", "int64_t", "1024",
+           "Largest result (in elements) that is folded into an inline constant">,
+  ];
+  let dependentDialects = ["dsc::onnx::OnnxDialect"];
+}
+
+def LowerOnnxToPlan : Pass<"dsc-lower-onnx-to-plan", "mlir::ModuleOp"> {
+  let summary = "Lower the onnx dialect's @main to a plan program of generic steps";
+  let description = [{
+    Every onnx op becomes a plan.exec of the same name (the runtime's op set), onnx.If a
+    plan.if, weights plan.weight_tensor, constants plan.constant, graph inputs plan.input.
+    Each tensor gets an upper-bound shape under the limits: symbolic dimensions named like
+    a batch are bounded by max-batch, every other symbolic dimension by max-seq-len, and the
+    bounds of all other tensors follow by evaluating the shapes of the graph at those bounds.
+  }];
+  let options = [
+    Option<"maxBatch", "max-batch", "int64_t", "1", "Largest batch the plan accepts">,
+    Option<"maxSeqLen", "max-seq-len", "int64_t", "128",
+           "Largest sequence (and total, past + new) length the plan accepts">,
+    Option<"programName", "program", "std::string", "\"forward\"",
+           "The name of the program (forward, prefill, decode)">,
+  ];
+  let dependentDialects = ["dsc::plan::PlanDialect"];
+}
+
+def PlanMemory : Pass<"dsc-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Static memory plan: liveness-based arena offsets for every step result";
+  let description = [{
+    Each result of plan.exec and plan.if needs a slot of its upper-bound size (aligned to
+    64 bytes) from its definition to its last use (uses inside plan.if branches extend a
+    value's life to the end of the plan.if; program outputs live to the end). Slots are
+    placed first-fit among those whose lives overlap, and the module gets one plan.arena
+    @arena of the resulting size.
+  }];
+  let dependentDialects = ["dsc::plan::PlanDialect"];
+}
+
+#endif
