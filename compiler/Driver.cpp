@@ -1,16 +1,20 @@
 #include "compiler/Driver.h"
 
 #include "compiler/Registration.h"
+#include "compiler/lowering/ExportPlan.h"
+#include "compiler/lowering/Passes.h"
 #include "frontends/onnx/OnnxImporter.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,6 +42,14 @@ llvm::cl::opt<Stage> emit(
 llvm::cl::opt<std::string> output("o", llvm::cl::desc("Output file ('-' for stdout)"),
                                   llvm::cl::value_desc("file"), llvm::cl::init("-"),
                                   llvm::cl::cat(category));
+llvm::cl::opt<std::string> weightDtype(
+    "dtype", llvm::cl::desc("How float weights are stored in the plan: fp32, fp16 or bf16"),
+    llvm::cl::init("fp32"), llvm::cl::cat(category));
+llvm::cl::opt<int64_t> maxBatch("max-batch", llvm::cl::desc("Largest batch the plan accepts"),
+                                llvm::cl::init(1), llvm::cl::cat(category));
+llvm::cl::opt<int64_t> maxSeqLen(
+    "max-seq-len", llvm::cl::desc("Largest sequence (and total past + new) length the plan accepts"),
+    llvm::cl::init(128), llvm::cl::cat(category));
 llvm::cl::opt<onnx_frontend::ModelSyntax> syntax(
     "input-syntax", llvm::cl::desc("How the model file is written"),
     llvm::cl::init(onnx_frontend::ModelSyntax::Detect),
@@ -89,7 +101,8 @@ int runCompilerDriver(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "dsc: ahead-of-time compiler for transformer inference\n\n"
-      "  dsc [compile] model.onnx --emit=onnx [-o out.mlir]\n");
+      "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
+      "  dsc model.onnx --emit=onnx|plan [-o out.mlir]\n");
 
   std::vector<std::string> args(positional.begin(), positional.end());
   if (!args.empty() && args.front() == "compile")
@@ -98,9 +111,18 @@ int runCompilerDriver(int argc, char **argv) {
     llvm::errs() << "dsc: error: expected exactly one model file (see --help)\n";
     return EXIT_FAILURE;
   }
-  if (emit != Stage::Onnx) {
-    llvm::errs() << "dsc: error: this build stops after import; only --emit=onnx is "
-                    "available (recognition, plans and kernels are not implemented yet)\n";
+  if (emit == Stage::Tfm || emit == Stage::Ptx || emit == Stage::Cuda) {
+    llvm::errs() << "dsc: error: --emit=tfm, ptx and cuda are not implemented yet "
+                    "(transformer recognition and the CUDA backend come later)\n";
+    return EXIT_FAILURE;
+  }
+  if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16") {
+    llvm::errs() << "dsc: error: --dtype must be fp32, fp16 or bf16, not '" << weightDtype
+                 << "'\n";
+    return EXIT_FAILURE;
+  }
+  if (emit == Stage::PlanFile && output == "-") {
+    llvm::errs() << "dsc: error: writing a plan needs an output file: -o model.dsp\n";
     return EXIT_FAILURE;
   }
 
@@ -116,6 +138,32 @@ int runCompilerDriver(int argc, char **argv) {
   auto imported = onnx_frontend::importModelFile(context, args.front(), syntax);
   if (failed(imported))
     return EXIT_FAILURE;
+
+  if (emit != Stage::Onnx) {
+    PassManager pm(&context);
+    pm.enableVerifier(true);
+    pm.addPass(createFoldConstants());
+    LowerOnnxToPlanOptions lowering;
+    lowering.maxBatch = maxBatch;
+    lowering.maxSeqLen = maxSeqLen;
+    pm.addPass(createLowerOnnxToPlan(lowering));
+    pm.addPass(createPlanMemory());
+    if (failed(pm.run(*imported->module)))
+      return EXIT_FAILURE;
+  }
+  if (emit == Stage::PlanFile) {
+    ExportOptions options;
+    options.weightDtype = weightDtype;
+    options.maxBatch = maxBatch;
+    options.maxSeqLen = maxSeqLen;
+    options.modelName = llvm::sys::path::stem(args.front()).str();
+    options.producer = "dsc " DSC_VERSION;
+    for (int i = 0; i < argc; ++i)
+      options.commandLine += (i ? " " : "") + std::string(argv[i]);
+    return failed(exportPlan(*imported->module, *imported->weights, options, output))
+               ? EXIT_FAILURE
+               : EXIT_SUCCESS;
+  }
 
   std::string error;
   auto out = openOutputFile(output, &error);

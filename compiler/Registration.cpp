@@ -19,7 +19,7 @@ void registerAllDialects(mlir::DialectRegistry &registry) {
 void registerAllPasses() {
   // Upstream clean-ups that dsc's pipelines use (canonicalize, cse, symbol-dce, ...).
   mlir::registerTransformsPasses();
-  registerPlanMemory();
+  registerDscPasses();
 }
 
 } // namespace dsc

@@ -1,0 +1,367 @@
+#include "compiler/lowering/ExportPlan.h"
+
+#include "codegen/PlanWriter.h"
+#include "dialects/plan/IR/PlanDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <cstring>
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+constexpr uint64_t kSlotAlignment = 64;
+
+dsp::DType planDType(Type type) {
+  type = getElementTypeOrSelf(type);
+  if (type.isF32()) return dsp::DType::f32;
+  if (type.isF16()) return dsp::DType::f16;
+  if (type.isBF16()) return dsp::DType::bf16;
+  if (type.isF64()) return dsp::DType::f64;
+  if (auto integer = dyn_cast<IntegerType>(type)) {
+    bool isUnsigned = integer.isUnsigned();
+    switch (integer.getWidth()) {
+    case 1: return dsp::DType::bool_;
+    case 8: return isUnsigned ? dsp::DType::u8 : dsp::DType::i8;
+    case 16: return isUnsigned ? dsp::DType::u16 : dsp::DType::i16;
+    case 32: return isUnsigned ? dsp::DType::u32 : dsp::DType::i32;
+    case 64: return isUnsigned ? dsp::DType::u64 : dsp::DType::i64;
+    }
+  }
+  return dsp::DType::undefined;
+}
+
+// Bytes of a dense attribute in the plan's layout: little-endian, one byte per bool.
+std::vector<uint8_t> denseBytes(DenseElementsAttr value) {
+  Type element = value.getElementType();
+  size_t width = std::max<size_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
+  std::vector<uint8_t> bytes;
+  bytes.reserve(value.getNumElements() * width);
+  auto append = [&](const APInt &bits) {
+    for (size_t i = 0; i < width; ++i)
+      bytes.push_back(static_cast<uint8_t>(bits.extractBitsAsZExtValue(8, 8 * i)));
+  };
+  if (isa<FloatType>(element))
+    for (APFloat v : value.getValues<APFloat>())
+      append(v.bitcastToAPInt());
+  else
+    for (APInt v : value.getValues<APInt>())
+      append(v.getBitWidth() == 1 ? APInt(8, v.getZExtValue()) : v);
+  return bytes;
+}
+
+class Exporter {
+public:
+  Exporter(ModuleOp module, const onnx_frontend::WeightStore &weights,
+           const ExportOptions &options, PlanWriter &writer)
+      : module_(module), weights_(weights), options_(options), writer_(writer),
+        plan_(writer.plan()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult exportProgram(Block &body, dsp::ProgramT &program);
+  FailureOr<int> tensorFor(Value value);
+  int addTensor(std::unique_ptr<dsp::TensorT> tensor) {
+    plan_.tensors.push_back(std::move(tensor));
+    return static_cast<int>(plan_.tensors.size()) - 1;
+  }
+  std::unique_ptr<dsp::TensorT> describe(Value value, StringRef name);
+  LogicalResult addSlots(Operation *op, std::optional<ArrayAttr> bounds,
+                         std::optional<ArrayRef<int64_t>> offsets, std::vector<int> &outputs);
+  FailureOr<std::unique_ptr<dsp::AttrT>> convertAttr(Operation *op, NamedAttribute attr);
+  FailureOr<int> weightTensor(plan::WeightTensorOp op);
+
+  ModuleOp module_;
+  const onnx_frontend::WeightStore &weights_;
+  const ExportOptions &options_;
+  PlanWriter &writer_;
+  dsp::PlanT &plan_;
+  DenseMap<Value, int> tensors_;
+  llvm::StringMap<int32_t> weightIndex_;
+};
+
+std::unique_ptr<dsp::TensorT> Exporter::describe(Value value, StringRef name) {
+  auto tensor = std::make_unique<dsp::TensorT>();
+  tensor->name = name.str();
+  tensor->dtype = planDType(value.getType());
+  if (auto ranked = dyn_cast<RankedTensorType>(value.getType()))
+    for (int64_t dim : ranked.getShape()) {
+      auto d = std::make_unique<dsp::DimT>();
+      d->size = ShapedType::isDynamic(dim) ? -1 : dim;
+      tensor->shape.push_back(std::move(d));
+    }
+  return tensor;
+}
+
+FailureOr<int> Exporter::tensorFor(Value value) {
+  if (isa<NoneType>(value.getType()))
+    return -1;
+  auto it = tensors_.find(value);
+  if (it == tensors_.end())
+    return emitError(value.getLoc(), "a step reads a value that the plan does not define");
+  return it->second;
+}
+
+FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  const onnx_frontend::WeightRecord *record = weights_.lookup(op.getName());
+  if (!record)
+    return op.emitOpError() << "names weight '" << op.getName()
+                            << "', which the model does not have";
+  dsrt::DType source = static_cast<dsrt::DType>(planDType(type));
+  dsrt::DType stored = source;
+  if (source == dsrt::DType::F32 && options_.weightDtype == "fp16")
+    stored = dsrt::DType::F16;
+  else if (source == dsrt::DType::F32 && options_.weightDtype == "bf16")
+    stored = dsrt::DType::BF16;
+  uint64_t expected = static_cast<uint64_t>(type.getNumElements()) * dsrt::dtypeSize(source);
+  if (record->bytes.size() != expected)
+    return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
+                            << " bytes, but its type needs " << expected;
+
+  auto [it, inserted] = weightIndex_.try_emplace(op.getName(), -1);
+  if (inserted) {
+    llvm::ArrayRef<uint8_t> bytes = record->bytes;
+    dsc::WeightShard shard;
+    shard.dtype = stored;
+    shard.shape.assign(type.getShape().begin(), type.getShape().end());
+    // Streams from the mmapped model (or its external data) straight into the plan file.
+    shard.fill = [bytes, source, stored](uint8_t *destination) {
+      if (source == stored) {
+        std::memcpy(destination, bytes.data(), bytes.size());
+        return dsrt::Status::ok();
+      }
+      size_t count = bytes.size() / 4;
+      for (size_t i = 0; i < count; ++i) {
+        float v;
+        std::memcpy(&v, bytes.data() + 4 * i, 4);
+        uint16_t half = stored == dsrt::DType::F16 ? dsrt::floatToHalf(v) : dsrt::floatToBfloat16(v);
+        std::memcpy(destination + 2 * i, &half, 2);
+      }
+      return dsrt::Status::ok();
+    };
+    std::vector<dsc::WeightShard> shards(writer_.ranks(), shard);
+    dsrt::Status status = writer_.addWeight(op.getName().str(), std::move(shards), it->second);
+    if (!status.isOk())
+      return op.emitOpError() << status.message();
+  }
+  auto tensor = describe(op.getResult(), op.getName());
+  tensor->kind = dsp::TensorKind::weight;
+  tensor->weight_index = it->second;
+  return addTensor(std::move(tensor));
+}
+
+FailureOr<std::unique_ptr<dsp::AttrT>> Exporter::convertAttr(Operation *op, NamedAttribute attr) {
+  auto out = std::make_unique<dsp::AttrT>();
+  out->name = attr.getName().str();
+  Attribute value = attr.getValue();
+  if (auto integer = dyn_cast<IntegerAttr>(value)) {
+    out->kind = dsp::AttrKind::int_;
+    out->i = integer.getValue().getSExtValue();
+  } else if (auto real = dyn_cast<FloatAttr>(value)) {
+    out->kind = dsp::AttrKind::float_;
+    out->f = static_cast<float>(real.getValueAsDouble());
+  } else if (auto text = dyn_cast<StringAttr>(value)) {
+    out->kind = dsp::AttrKind::string_;
+    out->s = text.str();
+  } else if (auto type = dyn_cast<TypeAttr>(value)) {
+    out->kind = dsp::AttrKind::type;
+    out->type = planDType(type.getValue());
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    out->kind = dsp::AttrKind::tensor;
+    out->tensor_dtype = planDType(dense.getType());
+    out->tensor_shape.assign(dense.getType().getShape().begin(), dense.getType().getShape().end());
+    out->tensor_data = denseBytes(dense);
+  } else if (auto array = dyn_cast<ArrayAttr>(value)) {
+    bool floats = !array.empty() && isa<FloatAttr>(array[0]);
+    out->kind = floats ? dsp::AttrKind::floats : dsp::AttrKind::ints;
+    for (Attribute element : array) {
+      if (auto integer = dyn_cast<IntegerAttr>(element); integer && !floats)
+        out->ints.push_back(integer.getValue().getSExtValue());
+      else if (auto real = dyn_cast<FloatAttr>(element); real && floats)
+        out->floats.push_back(static_cast<float>(real.getValueAsDouble()));
+      else
+        return op->emitOpError() << "attribute '" << attr.getName().str()
+                                 << "' mixes kinds and cannot be stored in a plan";
+    }
+  } else {
+    return op->emitOpError() << "attribute '" << attr.getName().str()
+                             << "' cannot be stored in a plan";
+  }
+  return out;
+}
+
+LogicalResult Exporter::addSlots(Operation *op, std::optional<ArrayAttr> bounds,
+                                 std::optional<ArrayRef<int64_t>> offsets,
+                                 std::vector<int> &outputs) {
+  if (!bounds || !offsets)
+    return op->emitOpError("has no memory plan; run dsc-plan-memory first");
+  for (auto [index, result] : llvm::enumerate(op->getResults())) {
+    auto bound = cast<DenseI64ArrayAttr>((*bounds)[index]).asArrayRef();
+    std::string name;
+    if (auto source = op->getAttrOfType<StringAttr>("source"); source && !source.empty())
+      name = source.str() + (op->getNumResults() > 1 ? ":" + std::to_string(index) : "");
+    auto tensor = describe(result, name);
+    tensor->kind = dsp::TensorKind::activation;
+    tensor->max_shape.assign(bound.begin(), bound.end());
+    uint64_t elements = 1;
+    for (int64_t dim : bound)
+      elements *= static_cast<uint64_t>(dim);
+    uint64_t bytes = elements * dsrt::dtypeSize(static_cast<dsrt::DType>(tensor->dtype));
+    tensor->arena_offset = static_cast<uint64_t>((*offsets)[index]);
+    tensor->arena_bytes = std::max<uint64_t>(kSlotAlignment,
+                                             (bytes + kSlotAlignment - 1) / kSlotAlignment *
+                                                 kSlotAlignment);
+    int id = addTensor(std::move(tensor));
+    tensors_[result] = id;
+    outputs.push_back(id);
+  }
+  return success();
+}
+
+LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
+  for (Operation &op : body) {
+    if (auto input = dyn_cast<plan::InputOp>(op)) {
+      auto tensor = describe(input.getValue(), input.getName());
+      tensor->kind = dsp::TensorKind::input;
+      if (auto dims = input.getDims())
+        for (auto [d, symbol] : llvm::enumerate(dims->getAsValueRange<StringAttr>()))
+          if (!symbol.empty())
+            tensor->shape[d]->symbol = symbol.str();
+      if (auto bound = input.getMaxShape())
+        tensor->max_shape.assign(bound->begin(), bound->end());
+      int id = addTensor(std::move(tensor));
+      tensors_[input.getValue()] = id;
+      program.inputs.push_back(id);
+    } else if (auto constant = dyn_cast<plan::ConstantOp>(op)) {
+      auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+      if (!dense)
+        return constant.emitOpError("holds a constant that is not dense");
+      auto tensor = describe(constant.getOutput(), "");
+      tensor->kind = dsp::TensorKind::constant;
+      tensor->constant_data = denseBytes(dense);
+      tensors_[constant.getOutput()] = addTensor(std::move(tensor));
+    } else if (auto weight = dyn_cast<plan::WeightTensorOp>(op)) {
+      FailureOr<int> id = weightTensor(weight);
+      if (failed(id))
+        return failure();
+      tensors_[weight.getOutput()] = *id;
+    } else if (isa<plan::NoneOp>(op)) {
+      continue;
+    } else if (auto exec = dyn_cast<plan::ExecOp>(op)) {
+      auto step = std::make_unique<dsp::StepT>();
+      step->op = exec.getOp().str();
+      if (exec.getSource())
+        step->location = exec.getSource()->str();
+      for (Value input : exec.getInputs()) {
+        FailureOr<int> id = tensorFor(input);
+        if (failed(id))
+          return failure();
+        step->inputs.push_back(*id);
+      }
+      for (NamedAttribute attr : exec.getAttrs()) {
+        auto converted = convertAttr(exec, attr);
+        if (failed(converted))
+          return failure();
+        step->attrs.push_back(std::move(*converted));
+      }
+      if (failed(addSlots(exec, exec.getMaxShapes(), exec.getArenaOffsets(), step->outputs)))
+        return failure();
+      program.steps.push_back(std::move(step));
+    } else if (auto branch = dyn_cast<plan::IfOp>(op)) {
+      auto step = std::make_unique<dsp::StepT>();
+      step->op = "If";
+      FailureOr<int> cond = tensorFor(branch.getCond());
+      if (failed(cond))
+        return failure();
+      step->inputs.push_back(*cond);
+      if (failed(addSlots(branch, branch.getMaxShapes(), branch.getArenaOffsets(), step->outputs)))
+        return failure();
+      for (Region *region : {&branch.getThenBranch(), &branch.getElseBranch()}) {
+        auto sub = std::make_unique<dsp::ProgramT>();
+        dsp::ProgramT *subProgram = sub.get();
+        step->branches.push_back(static_cast<int>(plan_.programs.size()));
+        plan_.programs.push_back(std::move(sub));
+        if (failed(exportProgram(region->front(), *subProgram)))
+          return failure();
+      }
+      program.steps.push_back(std::move(step));
+    } else if (auto yield = dyn_cast<plan::YieldOp>(op)) {
+      for (Value value : yield.getOutputs()) {
+        FailureOr<int> id = tensorFor(value);
+        if (failed(id))
+          return failure();
+        program.branch_outputs.push_back(*id);
+      }
+    } else if (auto ret = dyn_cast<plan::ReturnOp>(op)) {
+      for (auto [index, value] : llvm::enumerate(ret.getOutputs())) {
+        FailureOr<int> id = tensorFor(value);
+        if (failed(id))
+          return failure();
+        program.outputs.push_back(*id);
+        // Outputs carry the model's names; other tensors keep theirs.
+        dsp::TensorT &tensor = *plan_.tensors[*id];
+        if (ret.getNames() && tensor.kind == dsp::TensorKind::activation)
+          tensor.name = cast<StringAttr>((*ret.getNames())[index]).str();
+      }
+    } else {
+      return op.emitOpError("cannot be stored in a plan");
+    }
+  }
+  return success();
+}
+
+LogicalResult Exporter::run() {
+  plan_.producer = options_.producer;
+  plan_.model_name = options_.modelName;
+  plan_.options = std::make_unique<dsp::CompileOptionsT>();
+  plan_.options->dtype = options_.weightDtype;
+  plan_.options->tp = writer_.ranks();
+  plan_.options->command_line = options_.commandLine;
+  plan_.limits = std::make_unique<dsp::LimitsT>();
+  plan_.limits->max_batch = options_.maxBatch;
+  plan_.limits->max_seq_len = options_.maxSeqLen;
+  plan_.arena_alignment = kSlotAlignment;
+  for (auto arena : module_.getOps<plan::ArenaOp>())
+    if (arena.getSymName() == "arena")
+      plan_.arena_bytes = arena.getSize();
+
+  // Top-level programs first, so that their indices do not depend on If branches.
+  SmallVector<std::pair<plan::ProgramOp, dsp::ProgramT *>> programs;
+  for (auto program : module_.getOps<plan::ProgramOp>()) {
+    auto lowered = std::make_unique<dsp::ProgramT>();
+    lowered->name = program.getSymName().str();
+    programs.push_back({program, lowered.get()});
+    plan_.programs.push_back(std::move(lowered));
+  }
+  if (programs.empty())
+    return module_.emitError("has no plan.program to store");
+  for (auto [program, lowered] : programs)
+    if (failed(exportProgram(program.getRegion().front(), *lowered)))
+      return failure();
+  return success();
+}
+
+} // namespace
+
+LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weights,
+                         const ExportOptions &options, const std::string &path) {
+  PlanWriter writer(/*ranks=*/1);
+  Exporter exporter(module, weights, options, writer);
+  if (failed(exporter.run()))
+    return failure();
+  dsrt::Status status = writer.write(path);
+  if (!status.isOk())
+    return module.emitError() << status.message();
+  return success();
+}
+
+} // namespace dsc

@@ -1,0 +1,137 @@
+// dsc-fold-constants: see Passes.td.
+#include "compiler/lowering/Passes.h"
+
+#include "compiler/lowering/ShapeBounds.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/IR/Iterators.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_FOLDCONSTANTS
+#include "compiler/lowering/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+Type mlirElementType(MLIRContext *context, dsrt::DType dtype) {
+  Builder b(context);
+  switch (dtype) {
+  case dsrt::DType::F32: return b.getF32Type();
+  case dsrt::DType::F16: return b.getF16Type();
+  case dsrt::DType::BF16: return b.getBF16Type();
+  case dsrt::DType::F64: return b.getF64Type();
+  case dsrt::DType::I64: return b.getI64Type();
+  case dsrt::DType::I32: return b.getI32Type();
+  case dsrt::DType::I16: return b.getI16Type();
+  case dsrt::DType::I8: return b.getI8Type();
+  case dsrt::DType::Bool: return b.getI1Type();
+  case dsrt::DType::U8: return b.getIntegerType(8, false);
+  case dsrt::DType::U16: return b.getIntegerType(16, false);
+  case dsrt::DType::U32: return b.getIntegerType(32, false);
+  case dsrt::DType::U64: return b.getIntegerType(64, false);
+  default: return nullptr;
+  }
+}
+
+DenseElementsAttr attrFromTensor(MLIRContext *context, const dsrt::OwnedTensor &tensor) {
+  auto type = RankedTensorType::get(tensor.shape, mlirElementType(context, tensor.dtype));
+  if (tensor.dtype == dsrt::DType::Bool) {
+    SmallVector<bool> values(tensor.storage.begin(), tensor.storage.end());
+    return DenseElementsAttr::get(type, ArrayRef<bool>(values));
+  }
+  return DenseElementsAttr::getFromRawBuffer(
+      type, ArrayRef<char>(reinterpret_cast<const char *>(tensor.storage.data()),
+                           tensor.storage.size()));
+}
+
+struct FoldConstantsPass : impl::FoldConstantsBase<FoldConstantsPass> {
+  using FoldConstantsBase::FoldConstantsBase;
+
+  void runOnOperation() override {
+    SmallVector<Operation *> candidates;
+    getOperation().walk([&](Operation *op) {
+      if (op->getDialect() && op->getDialect()->getNamespace() == "onnx" &&
+          !isa<onnx::WeightOp, onnx::ConstantOp, onnx::NoValueOp, onnx::IfOp, onnx::YieldOp>(op))
+        candidates.push_back(op);
+    });
+    // Program order: a fold makes the constants that the next candidates need.
+    for (Operation *op : candidates)
+      fold(op);
+    // Folding leaves the constants it consumed (and shape ops of static shapes) unused.
+    getOperation().walk<WalkOrder::PostOrder, mlir::ReverseIterator>([&](Operation *op) {
+      if (op->getDialect() && op->getDialect()->getNamespace() == "onnx" &&
+          isOpTriviallyDead(op))
+        op->erase();
+    });
+  }
+
+  void fold(Operation *op) {
+    llvm::StringRef name = op->getName().stripDialect();
+    bool readsOnlyShapes = name == "Shape" || name == "Size";
+    std::vector<dsrt::OwnedTensor> values(op->getNumOperands());
+    std::vector<dsrt::TensorRef> refs(op->getNumOperands());
+    dsrt::ops::Inputs inputs;
+    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+      if (isa<NoneType>(operand.getType())) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      auto constant = operand.getDefiningOp<onnx::ConstantOp>();
+      auto dense = constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+      auto type = dyn_cast<RankedTensorType>(operand.getType());
+      if (dense) {
+        values[i] = tensorFromAttr(dense);
+        refs[i] = values[i].ref();
+      } else if (readsOnlyShapes && type && type.hasStaticShape()) {
+        refs[i] = {runtimeDType(type), dsrt::Shape(type.getShape().begin(), type.getShape().end()),
+                   nullptr};
+      } else {
+        return;
+      }
+      inputs.push_back(&refs[i]);
+    }
+    FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
+    if (failed(attrs))
+      return;
+    std::vector<dsrt::ops::OutputSpec> specs;
+    if (!dsrt::ops::inferShapes(name.str(), *attrs, inputs, op->getNumResults(), specs).isOk() ||
+        specs.size() != op->getNumResults())
+      return;  // the verifier or the runtime reports real errors; folding only declines
+    std::vector<dsrt::OwnedTensor> results;
+    std::vector<dsrt::TensorRef> resultRefs(specs.size());
+    dsrt::ops::Outputs outputs;
+    for (const auto &spec : specs) {
+      if (dsrt::elementCount(spec.shape) > maxElements)
+        return;
+      results.emplace_back(spec.dtype, spec.shape);
+    }
+    for (size_t o = 0; o < results.size(); ++o) {
+      resultRefs[o] = results[o].ref();
+      outputs.push_back(&resultRefs[o]);
+    }
+    if (!dsrt::ops::compute(name.str(), *attrs, inputs, outputs).isOk())
+      return;
+    OpBuilder builder(op);
+    for (auto [result, tensor] : llvm::zip(op->getResults(), results)) {
+      DenseElementsAttr value = attrFromTensor(op->getContext(), tensor);
+      if (getElementTypeOrSelf(result.getType()) != value.getElementType())
+        return;  // the kernel disagrees with the op's type; leave it to the verifier
+    }
+    for (auto [result, tensor] : llvm::zip(op->getResults(), results)) {
+      DenseElementsAttr value = attrFromTensor(op->getContext(), tensor);
+      auto constant = onnx::ConstantOp::create(builder, op->getLoc(), value.getType(), value);
+      // Uses that need the old (less precise) type keep working: the constant's type is the
+      // fully static refinement of it.
+      result.replaceAllUsesWith(constant.getResult());
+    }
+    op->erase();
+  }
+};
+
+} // namespace
+} // namespace dsc

@@ -1,0 +1,300 @@
+// dsc-lower-onnx-to-plan: see Passes.td.
+#include "compiler/lowering/Passes.h"
+
+#include "compiler/lowering/ShapeBounds.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/IRMapping.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_LOWERONNXTOPLAN
+#include "compiler/lowering/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+// What a symbolic dimension counts. Exporters name them (batch, sequence, past_sequence,
+// "past_sequence + sequence", Optimum's attention_mask_sequence_length); sums are evaluated
+// term by term.
+enum class DimRole { Batch, Past, New, Total };
+
+DimRole roleOf(llvm::StringRef symbol) {
+  std::string name = symbol.lower();
+  if (name.find("batch") != std::string::npos)
+    return DimRole::Batch;
+  if (name.find("total") != std::string::npos || name.find("attention_mask") != std::string::npos)
+    return DimRole::Total;
+  if (name.find("past") != std::string::npos)
+    return DimRole::Past;
+  return DimRole::New;
+}
+
+// A split of the sequence limit between tokens in the cache and new tokens.
+struct Probe {
+  int64_t batch, past, fresh;
+};
+
+int64_t valueOf(llvm::StringRef symbol, const Probe &probe) {
+  if (symbol.contains('+')) {
+    int64_t sum = 0;
+    llvm::SmallVector<llvm::StringRef> terms;
+    symbol.split(terms, '+');
+    for (llvm::StringRef term : terms) {
+      term = term.trim();
+      int64_t number;
+      sum += term.getAsInteger(10, number) ? valueOf(term, probe) : number;
+    }
+    return sum;
+  }
+  switch (roleOf(symbol)) {
+  case DimRole::Batch: return probe.batch;
+  case DimRole::Past: return probe.past;
+  case DimRole::New: return probe.fresh;
+  case DimRole::Total: return probe.past + probe.fresh;
+  }
+  return probe.fresh;
+}
+
+// The inherent attributes of an onnx op (attributes that only carry defaults are absent).
+DictionaryAttr inherentAttributes(Operation *op) {
+  NamedAttrList attrs;
+  for (StringAttr name : op->getName().getRegisteredInfo()->getAttributeNames())
+    if (std::optional<Attribute> value = op->getInherentAttr(name); value && *value)
+      attrs.append(name, *value);
+  return attrs.getDictionary(op->getContext());
+}
+
+std::string sourceOf(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  return "";
+}
+
+class Lowering {
+public:
+  Lowering(OpBuilder &builder, const ShapeBounds &bounds) : builder_(builder), bounds_(bounds) {}
+
+  LogicalResult lowerBlock(Block &block);
+  IRMapping mapping;
+
+private:
+  LogicalResult lowerOp(Operation *op);
+  FailureOr<Type> rankedType(Value value, ArrayRef<int64_t> bound);
+  FailureOr<ArrayAttr> resultBounds(Operation *op, SmallVectorImpl<Type> &types);
+
+  OpBuilder &builder_;
+  const ShapeBounds &bounds_;
+};
+
+// A ranked type for a value whose import left it unranked: the bound gives the rank.
+FailureOr<Type> Lowering::rankedType(Value value, ArrayRef<int64_t> bound) {
+  auto type = cast<TensorType>(value.getType());
+  if (type.hasRank())
+    return Type(type);
+  SmallVector<int64_t> shape(bound.size(), ShapedType::kDynamic);
+  return Type(RankedTensorType::get(shape, type.getElementType()));
+}
+
+FailureOr<ArrayAttr> Lowering::resultBounds(Operation *op, SmallVectorImpl<Type> &types) {
+  SmallVector<Attribute> attrs;
+  for (Value result : op->getResults()) {
+    const ShapeBounds::Entry *entry = bounds_.lookup(result);
+    if (!entry)
+      return op->emitOpError("has a result whose shape could not be bounded under the "
+                             "plan's limits");
+    FailureOr<Type> type = rankedType(result, entry->shape);
+    if (failed(type))
+      return failure();
+    types.push_back(*type);
+    attrs.push_back(DenseI64ArrayAttr::get(op->getContext(), entry->shape));
+  }
+  return ArrayAttr::get(op->getContext(), attrs);
+}
+
+LogicalResult Lowering::lowerBlock(Block &block) {
+  for (Operation &op : block)
+    if (failed(lowerOp(&op)))
+      return failure();
+  return success();
+}
+
+LogicalResult Lowering::lowerOp(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto weight = dyn_cast<onnx::WeightOp>(op)) {
+    mapping.map(weight.getOutput(), plan::WeightTensorOp::create(builder_, loc,
+                                                                 weight.getType(),
+                                                                 weight.getName()));
+    return success();
+  }
+  if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
+    mapping.map(constant.getOutput(),
+                plan::ConstantOp::create(builder_, loc, constant.getType(), constant.getValue()));
+    return success();
+  }
+  if (auto none = dyn_cast<onnx::NoValueOp>(op)) {
+    mapping.map(none.getResult(), plan::NoneOp::create(builder_, loc, builder_.getNoneType()));
+    return success();
+  }
+  if (auto yield = dyn_cast<onnx::YieldOp>(op)) {
+    SmallVector<Value> outputs;
+    for (Value value : yield.getOutputs())
+      outputs.push_back(mapping.lookup(value));
+    plan::YieldOp::create(builder_, loc, outputs);
+    return success();
+  }
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    SmallVector<Value> outputs;
+    for (Value value : ret.getOperands())
+      outputs.push_back(mapping.lookup(value));
+    auto func = ret->getParentOfType<func::FuncOp>();
+    SmallVector<Attribute> names;
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, "onnx.name");
+      names.push_back(name ? name : builder_.getStringAttr("output_" + std::to_string(i)));
+    }
+    plan::ReturnOp::create(builder_, loc, outputs, builder_.getArrayAttr(names));
+    return success();
+  }
+
+  SmallVector<Type> types;
+  FailureOr<ArrayAttr> maxShapes = resultBounds(op, types);
+  if (failed(maxShapes))
+    return failure();
+  if (auto branch = dyn_cast<onnx::IfOp>(op)) {
+    auto lowered = plan::IfOp::create(builder_, loc, types, mapping.lookup(branch.getCond()),
+                                      *maxShapes, DenseI64ArrayAttr());
+    for (auto [from, to] : {std::pair{&branch.getThenBranch(), &lowered.getThenBranch()},
+                            std::pair{&branch.getElseBranch(), &lowered.getElseBranch()}}) {
+      OpBuilder::InsertionGuard guard(builder_);
+      builder_.setInsertionPointToStart(&to->emplaceBlock());
+      if (failed(lowerBlock(from->front())))
+        return failure();
+    }
+    for (auto [from, to] : llvm::zip(branch.getResults(), lowered.getResults()))
+      mapping.map(from, to);
+    return success();
+  }
+  if (op->getDialect()->getNamespace() != "onnx" || op->getNumRegions() != 0)
+    return op->emitOpError("cannot be lowered to a plan step");
+
+  SmallVector<Value> inputs;
+  for (Value operand : op->getOperands())
+    inputs.push_back(mapping.lookup(operand));
+  auto exec = plan::ExecOp::create(builder_, loc, types, op->getName().stripDialect(), inputs,
+                                   inherentAttributes(op), *maxShapes, DenseI64ArrayAttr(),
+                                   builder_.getStringAttr(sourceOf(loc)));
+  for (auto [from, to] : llvm::zip(op->getResults(), exec.getResults()))
+    mapping.map(from, to);
+  return success();
+}
+
+struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
+  using LowerOnnxToPlanBase::LowerOnnxToPlanBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>("main");
+    if (!func) {
+      module.emitError("has no func.func @main to lower (import a model first)");
+      return signalPassFailure();
+    }
+    if (maxBatch < 1 || maxSeqLen < 1) {
+      module.emitError("max-batch and max-seq-len must be at least 1");
+      return signalPassFailure();
+    }
+
+    // Sizes grow with the batch and with the tokens, but the limit is on past + new
+    // tokens, so the largest tensors of a decoder appear at different splits: all new
+    // tokens (prefill), one new token after a full cache (decode), and half of each
+    // (products of both). Shapes are evaluated at each split and bounded by the largest.
+    SmallVector<Probe> probes = {{maxBatch, 0, maxSeqLen},
+                                 {maxBatch, maxSeqLen - 1, 1},
+                                 {maxBatch, maxSeqLen / 2, maxSeqLen - maxSeqLen / 2}};
+    std::optional<ShapeBounds> merged;
+    SmallVector<Diagnostic> probeErrors;
+    SmallVector<SmallVector<int64_t>> inputBounds;
+    for (const Probe &probe : probes) {
+      SmallVector<SmallVector<int64_t>> inputShapes;
+      for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
+        auto type = cast<TensorType>(argument.getType());
+        if (!type.hasRank()) {
+          func.emitError() << "graph input " << index << " has no rank; it cannot be bounded";
+          return signalPassFailure();
+        }
+        auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
+        SmallVector<int64_t> shape;
+        for (auto [d, size] : llvm::enumerate(type.getShape())) {
+          llvm::StringRef symbol = dims ? cast<StringAttr>(dims[d]).getValue() : "";
+          shape.push_back(ShapedType::isDynamic(size) ? valueOf(symbol, probe) : size);
+        }
+        inputShapes.push_back(shape);
+      }
+      // A split the model cannot run (a graph traced for one new token) bounds nothing;
+      // its errors matter only when no split runs.
+      FailureOr<ShapeBounds> bounds;
+      {
+        ScopedDiagnosticHandler capture(&getContext(), [&](Diagnostic &diagnostic) {
+          probeErrors.push_back(std::move(diagnostic));
+          return success();
+        });
+        bounds = evaluateShapeBounds(func, inputShapes);
+      }
+      if (failed(bounds))
+        continue;
+      if (!merged) {
+        merged = std::move(*bounds);
+        inputBounds = inputShapes;
+        continue;
+      }
+      for (auto &[value, other] : bounds->entries) {
+        auto [it, inserted] = merged->entries.try_emplace(value, other);
+        if (inserted)
+          continue;
+        if (other.shape.size() != it->second.shape.size()) {
+          emitError(value.getLoc()) << "a tensor changes rank with the number of tokens; "
+                                       "its size cannot be bounded";
+          return signalPassFailure();
+        }
+        for (auto [a, b] : llvm::zip(it->second.shape, other.shape))
+          a = std::max(a, b);
+      }
+      for (auto [bound, shape] : llvm::zip(inputBounds, inputShapes))
+        for (auto [a, b] : llvm::zip(bound, shape))
+          a = std::max(a, b);
+    }
+    if (!merged) {
+      for (Diagnostic &diagnostic : probeErrors)
+        getContext().getDiagEngine().emit(std::move(diagnostic));
+      return signalPassFailure();
+    }
+    ShapeBounds *bounds = &*merged;
+
+    OpBuilder builder(module.getBodyRegion());
+    builder.setInsertionPointToEnd(module.getBody());
+    auto program = plan::ProgramOp::create(builder, func.getLoc(), programName);
+    builder.setInsertionPointToStart(&program.getRegion().front());
+    Lowering lowering(builder, *bounds);
+    for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
+      auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
+      auto input = plan::InputOp::create(
+          builder, func.getLoc(), argument.getType(), index,
+          name ? name.getValue() : "input_" + std::to_string(index),
+          func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims"),
+          builder.getDenseI64ArrayAttr(inputBounds[index]));
+      lowering.mapping.map(argument, input.getResult());
+    }
+    if (failed(lowering.lowerBlock(func.getBody().front())))
+      return signalPassFailure();
+    func.erase();
+  }
+};
+
+} // namespace
+} // namespace dsc

@@ -1,0 +1,247 @@
+#include "compiler/lowering/ShapeBounds.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include <cstring>
+
+using namespace mlir;
+
+namespace dsc {
+
+// Integer tensors up to this size keep their values during shape evaluation: they are the
+// shapes, indices and axes that later ops' shapes depend on.
+constexpr int64_t kTrackedValueElements = 64;
+
+dsrt::DType runtimeDType(Type type) {
+  type = getElementTypeOrSelf(type);
+  if (type.isF32()) return dsrt::DType::F32;
+  if (type.isF16()) return dsrt::DType::F16;
+  if (type.isBF16()) return dsrt::DType::BF16;
+  if (type.isF64()) return dsrt::DType::F64;
+  if (auto integer = dyn_cast<IntegerType>(type)) {
+    bool isUnsigned = integer.isUnsigned();
+    switch (integer.getWidth()) {
+    case 1: return dsrt::DType::Bool;
+    case 8: return isUnsigned ? dsrt::DType::U8 : dsrt::DType::I8;
+    case 16: return isUnsigned ? dsrt::DType::U16 : dsrt::DType::I16;
+    case 32: return isUnsigned ? dsrt::DType::U32 : dsrt::DType::I32;
+    case 64: return isUnsigned ? dsrt::DType::U64 : dsrt::DType::I64;
+    }
+  }
+  return dsrt::DType::Undefined;
+}
+
+dsrt::OwnedTensor tensorFromAttr(DenseElementsAttr value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  dsrt::OwnedTensor tensor(runtimeDType(type), dsrt::Shape(type.getShape().begin(),
+                                                           type.getShape().end()));
+  size_t width = dsrt::dtypeSize(tensor.dtype);
+  uint8_t *out = tensor.storage.data();
+  auto put = [&](const APInt &bits) {
+    for (size_t i = 0; i < width; ++i)
+      *out++ = static_cast<uint8_t>(bits.getBitWidth() == 1 ? (i == 0 ? bits.getZExtValue() : 0)
+                                                            : bits.extractBitsAsZExtValue(8, 8 * i));
+  };
+  if (isa<FloatType>(value.getElementType()))
+    for (APFloat v : value.getValues<APFloat>())
+      put(v.bitcastToAPInt());
+  else
+    for (APInt v : value.getValues<APInt>())
+      put(v);
+  return tensor;
+}
+
+FailureOr<dsrt::ops::AttrMap> kernelAttributes(Operation *op) {
+  dsrt::ops::AttrMap attrs;
+  for (StringAttr name : op->getName().getRegisteredInfo()->getAttributeNames()) {
+    std::optional<Attribute> inherent = op->getInherentAttr(name);
+    if (!inherent || !*inherent)
+      continue;
+    Attribute value = *inherent;
+    dsrt::ops::Attr attr;
+    if (auto integer = dyn_cast<IntegerAttr>(value)) {
+      attr = dsrt::ops::Attr::ofInt(integer.getValue().getSExtValue());
+    } else if (auto real = dyn_cast<FloatAttr>(value)) {
+      attr = dsrt::ops::Attr::ofFloat(static_cast<float>(real.getValueAsDouble()));
+    } else if (auto text = dyn_cast<StringAttr>(value)) {
+      attr = dsrt::ops::Attr::ofString(text.str());
+    } else if (auto type = dyn_cast<TypeAttr>(value)) {
+      attr = dsrt::ops::Attr::ofType(runtimeDType(type.getValue()));
+    } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+      attr = dsrt::ops::Attr::ofTensor(tensorFromAttr(dense));
+    } else if (auto array = dyn_cast<ArrayAttr>(value)) {
+      if (!array.empty() && isa<FloatAttr>(array[0])) {
+        std::vector<float> floats;
+        for (Attribute element : array)
+          floats.push_back(static_cast<float>(cast<FloatAttr>(element).getValueAsDouble()));
+        attr = dsrt::ops::Attr::ofFloats(std::move(floats));
+      } else {
+        std::vector<int64_t> ints;
+        for (Attribute element : array)
+          ints.push_back(cast<IntegerAttr>(element).getValue().getSExtValue());
+        attr = dsrt::ops::Attr::ofInts(std::move(ints));
+      }
+    } else {
+      return op->emitOpError() << "attribute '" << name.str() << "' has no kernel form";
+    }
+    attrs[name.str()] = std::move(attr);
+  }
+  return attrs;
+}
+
+namespace {
+
+class BoundEvaluator {
+public:
+  explicit BoundEvaluator(ShapeBounds &bounds) : bounds_(bounds) {}
+  LogicalResult evaluateBlock(Block &block);
+
+private:
+  LogicalResult evaluateOp(Operation *op);
+  LogicalResult evaluateIf(onnx::IfOp op);
+  void set(Value value, dsrt::DType dtype, const dsrt::Shape &shape,
+           std::shared_ptr<dsrt::OwnedTensor> data = nullptr) {
+    bounds_.entries[value] = {dtype, SmallVector<int64_t>(shape.begin(), shape.end()),
+                              std::move(data)};
+  }
+  ShapeBounds &bounds_;
+};
+
+LogicalResult BoundEvaluator::evaluateBlock(Block &block) {
+  for (Operation &op : block)
+    if (failed(evaluateOp(&op)))
+      return failure();
+  return success();
+}
+
+// Both branches run in the bound evaluation (the condition is data); the If's bound is the
+// larger of the two in every dimension. A branch may fail at this split of the tokens
+// (Optimum's cache branch takes one new token only): the other branch then bounds the If,
+// and the failing branch's values get bounds from the splits where it runs.
+LogicalResult BoundEvaluator::evaluateIf(onnx::IfOp op) {
+  SmallVector<onnx::YieldOp> yields;
+  SmallVector<Diagnostic> swallowed;
+  for (Region *region : {&op.getThenBranch(), &op.getElseBranch()}) {
+    LogicalResult result = success();
+    {
+      ScopedDiagnosticHandler capture(op.getContext(), [&](Diagnostic &diagnostic) {
+        swallowed.push_back(std::move(diagnostic));
+        return success();
+      });
+      result = evaluateBlock(region->front());
+    }
+    if (succeeded(result))
+      yields.push_back(cast<onnx::YieldOp>(region->front().getTerminator()));
+  }
+  if (yields.empty()) {
+    for (Diagnostic &diagnostic : swallowed)
+      op.getContext()->getDiagEngine().emit(std::move(diagnostic));
+    return failure();
+  }
+  for (auto [index, result] : llvm::enumerate(op.getResults())) {
+    const ShapeBounds::Entry *first = bounds_.lookup(yields.front().getOutputs()[index]);
+    dsrt::Shape shape(first->shape.begin(), first->shape.end());
+    for (onnx::YieldOp yield : yields) {
+      const ShapeBounds::Entry *entry = bounds_.lookup(yield.getOutputs()[index]);
+      if (entry->shape.size() != shape.size())
+        return op.emitOpError("branches give results of different ranks, which a plan cannot "
+                              "bound");
+      for (auto [a, b] : llvm::zip(shape, entry->shape))
+        a = std::max(a, b);
+    }
+    set(result, first->dtype, shape);
+  }
+  return success();
+}
+
+LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
+  if (isa<onnx::YieldOp, func::ReturnOp, onnx::NoValueOp>(op))
+    return success();
+  if (auto weight = dyn_cast<onnx::WeightOp>(op)) {
+    auto type = weight.getType();
+    set(weight, runtimeDType(type), dsrt::Shape(type.getShape().begin(), type.getShape().end()));
+    return success();
+  }
+  if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
+    auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+    if (!dense)
+      return constant.emitOpError("holds a constant that is not dense");
+    auto value = std::make_shared<dsrt::OwnedTensor>(tensorFromAttr(dense));
+    set(constant, value->dtype, value->shape, value);
+    return success();
+  }
+  if (auto branch = dyn_cast<onnx::IfOp>(op))
+    return evaluateIf(branch);
+
+  FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
+  if (failed(attrs))
+    return failure();
+  std::vector<dsrt::TensorRef> refs(op->getNumOperands());
+  dsrt::ops::Inputs inputs;
+  bool allValues = true;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    if (isa<NoneType>(operand.getType())) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    const ShapeBounds::Entry *entry = bounds_.lookup(operand);
+    if (!entry)
+      return op->emitOpError() << "operand " << i << " has no bound";
+    refs[i] = {entry->dtype, dsrt::Shape(entry->shape.begin(), entry->shape.end()),
+               entry->value ? entry->value->storage.data() : nullptr};
+    allValues &= entry->value != nullptr;
+    inputs.push_back(&refs[i]);
+  }
+  llvm::StringRef name = op->getName().stripDialect();
+  std::vector<dsrt::ops::OutputSpec> specs;
+  dsrt::Status status =
+      dsrt::ops::inferShapes(name.str(), *attrs, inputs, op->getNumResults(), specs);
+  if (!status.isOk())
+    return op->emitOpError() << "cannot be bounded under the plan's limits: "
+                             << status.message();
+
+  // Shape and Size read only shapes; other integer results are computed when every input
+  // value is known, so that later Reshape/Expand/Slice shapes resolve.
+  bool tracked = true;
+  for (const auto &spec : specs)
+    tracked &= !dsrt::isFloat(spec.dtype) &&
+               dsrt::elementCount(spec.shape) <= kTrackedValueElements;
+  bool readsOnlyShapes = name == "Shape" || name == "Size";
+  std::vector<std::shared_ptr<dsrt::OwnedTensor>> values(specs.size());
+  if (tracked && (allValues || readsOnlyShapes)) {
+    std::vector<dsrt::TensorRef> outRefs(specs.size());
+    dsrt::ops::Outputs outputs;
+    for (size_t o = 0; o < specs.size(); ++o) {
+      values[o] = std::make_shared<dsrt::OwnedTensor>(specs[o].dtype, specs[o].shape);
+      outRefs[o] = values[o]->ref();
+      outputs.push_back(&outRefs[o]);
+    }
+    if (!dsrt::ops::compute(name.str(), *attrs, inputs, outputs).isOk())
+      values.assign(specs.size(), nullptr);
+  }
+  for (auto [o, result] : llvm::enumerate(op->getResults())) {
+    if (o >= specs.size())
+      return op->emitOpError("the kernel gives fewer results than the op has");
+    set(result, specs[o].dtype, specs[o].shape, values[o]);
+  }
+  return success();
+}
+
+} // namespace
+
+FailureOr<ShapeBounds> evaluateShapeBounds(func::FuncOp func,
+                                           ArrayRef<SmallVector<int64_t>> inputShapes) {
+  ShapeBounds bounds;
+  for (auto [argument, shape] : llvm::zip(func.getArguments(), inputShapes))
+    bounds.entries[argument] = {runtimeDType(argument.getType()), shape, nullptr};
+  BoundEvaluator evaluator(bounds);
+  if (failed(evaluator.evaluateBlock(func.getBody().front())))
+    return failure();
+  return bounds;
+}
+
+} // namespace dsc

@@ -1,0 +1,49 @@
+// Upper bounds of every tensor's shape in an onnx-dialect function, found by evaluating the
+// graph's shapes with each input at its bound, using the runtime's own shape functions and
+// kernels (integer shape arithmetic is computed, float data never is).
+#ifndef DSC_COMPILER_LOWERING_SHAPEBOUNDS_H
+#define DSC_COMPILER_LOWERING_SHAPEBOUNDS_H
+
+#include "ops/Ops.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Value.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <memory>
+
+namespace dsc {
+
+struct ShapeBounds {
+  struct Entry {
+    dsrt::DType dtype = dsrt::DType::Undefined;
+    llvm::SmallVector<int64_t> shape;
+    // The values of small integer tensors that shape arithmetic computes, else null.
+    std::shared_ptr<dsrt::OwnedTensor> value;
+  };
+  const Entry *lookup(mlir::Value value) const {
+    auto it = entries.find(value);
+    return it == entries.end() ? nullptr : &it->second;
+  }
+  llvm::DenseMap<mlir::Value, Entry> entries;
+};
+
+// `inputShapes` holds one bound shape per argument of `func`. Errors are emitted at the op
+// whose shape cannot be bounded.
+mlir::FailureOr<ShapeBounds>
+evaluateShapeBounds(mlir::func::FuncOp func,
+                    llvm::ArrayRef<llvm::SmallVector<int64_t>> inputShapes);
+
+// The inherent attributes of an onnx op as kernel attributes.
+mlir::FailureOr<dsrt::ops::AttrMap> kernelAttributes(mlir::Operation *op);
+
+// MLIR element type <-> runtime dtype (Undefined / null when there is none).
+dsrt::DType runtimeDType(mlir::Type type);
+
+// A constant's value as a runtime tensor.
+dsrt::OwnedTensor tensorFromAttr(mlir::DenseElementsAttr value);
+
+} // namespace dsc
+
+#endif

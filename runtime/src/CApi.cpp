@@ -1,0 +1,167 @@
+// The C API over PlanFile and Session (include/dsrt/dsrt.h).
+#include "dsrt/dsrt.h"
+
+#include "Status.h"
+#include "cpu/Session.h"
+
+#include <memory>
+#include <new>
+
+struct dsrt_plan {
+  std::shared_ptr<dsrt::PlanFile> file;
+  std::vector<std::vector<int64_t>> shapes;  // per tensor: sizes, -1 where dynamic
+};
+
+struct dsrt_session {
+  std::unique_ptr<dsrt::Session> session;
+  std::vector<int64_t> outputShape;  // backs dsrt_tensor::shape of the last get_output
+};
+
+namespace {
+
+dsrt_status fromStatus(const dsrt::Status &status, dsrt_status code) {
+  return status.isOk() ? DSRT_OK : dsrt::fail(code, status.message());
+}
+
+dsrt_status nullArgument(const char *what) {
+  return dsrt::fail(DSRT_INVALID_ARGUMENT, std::string(what) + " is null");
+}
+
+const dsp::Program *findProgram(const dsp::Plan &plan, const char *name) {
+  if (!plan.programs() || !name)
+    return nullptr;
+  for (const dsp::Program *program : *plan.programs())
+    if (program->name() && program->name()->str() == name)
+      return program;
+  return nullptr;
+}
+
+} // namespace
+
+extern "C" {
+
+dsrt_status dsrt_plan_open(const char *path, dsrt_plan **out) {
+  if (!path || !out)
+    return nullArgument(!path ? "path" : "out");
+  std::unique_ptr<dsrt::PlanFile> file;
+  dsrt::Status status = dsrt::PlanFile::open(path, file);
+  if (!status.isOk())
+    return dsrt::fail(DSRT_CORRUPT_PLAN, status.message());
+  auto plan = std::make_unique<dsrt_plan>();
+  plan->file = std::move(file);
+  if (const auto *tensors = plan->file->plan().tensors()) {
+    for (const dsp::Tensor *tensor : *tensors) {
+      std::vector<int64_t> shape;
+      if (tensor->shape())
+        for (const dsp::Dim *dim : *tensor->shape())
+          shape.push_back(dim->size());
+      plan->shapes.push_back(std::move(shape));
+    }
+  }
+  *out = plan.release();
+  return DSRT_OK;
+}
+
+void dsrt_plan_close(dsrt_plan *plan) { delete plan; }
+
+int dsrt_plan_rank_count(const dsrt_plan *plan) { return plan ? plan->file->rankCount() : 0; }
+
+dsrt_status dsrt_plan_io_count(const dsrt_plan *plan, const char *program, int is_output,
+                               size_t *count) {
+  if (!plan || !count)
+    return nullArgument(!plan ? "plan" : "count");
+  const dsp::Program *found = findProgram(plan->file->plan(), program);
+  if (!found)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT,
+                      std::string("the plan has no program '") + (program ? program : "") + "'");
+  auto *list = is_output ? found->outputs() : found->inputs();
+  *count = list ? list->size() : 0;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_plan_io_info(const dsrt_plan *plan, const char *program, int is_output,
+                              size_t index, dsrt_tensor *info) {
+  size_t count;
+  if (dsrt_status status = dsrt_plan_io_count(plan, program, is_output, &count))
+    return status;
+  if (!info)
+    return nullArgument("info");
+  if (index >= count)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "index " + std::to_string(index) +
+                                                 " is out of range (" + std::to_string(count) +
+                                                 ")");
+  const dsp::Plan &header = plan->file->plan();
+  const dsp::Program *found = findProgram(header, program);
+  int tensorIndex = (is_output ? found->outputs() : found->inputs())->Get(index);
+  const dsp::Tensor *tensor = header.tensors()->Get(tensorIndex);
+  info->name = tensor->name() ? tensor->name()->c_str() : "";
+  info->dtype = static_cast<dsrt_dtype>(tensor->dtype());
+  info->rank = tensor->shape() ? tensor->shape()->size() : 0;
+  info->shape = plan->shapes[tensorIndex].data();
+  info->data = nullptr;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
+                                dsrt_session **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  if (device != DSRT_DEVICE_CPU)
+    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  std::unique_ptr<dsrt::Session> session;
+  dsrt::Status status = dsrt::Session::create(plan->file, rank, session);
+  if (!status.isOk())
+    return dsrt::fail(status.message().find("rank") != std::string::npos &&
+                              status.message().find("does not exist") != std::string::npos
+                          ? DSRT_INVALID_ARGUMENT
+                          : DSRT_CORRUPT_PLAN,
+                      status.message());
+  *out = new (std::nothrow) dsrt_session{std::move(session), {}};
+  return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+}
+
+void dsrt_session_destroy(dsrt_session *session) { delete session; }
+
+dsrt_status dsrt_session_set_input(dsrt_session *session, const char *program, size_t index,
+                                   dsrt_dtype dtype, const int64_t *shape, size_t rank,
+                                   const void *data) {
+  if (!session || !program)
+    return nullArgument(!session ? "session" : "program");
+  if ((rank && !shape))
+    return nullArgument("shape");
+  dsrt::TensorRef value{static_cast<dsrt::DType>(dtype), dsrt::Shape(shape, shape + rank),
+                        const_cast<void *>(data)};
+  if (value.elements() < 0)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "the shape has a negative dimension");
+  if (value.elements() > 0 && !data)
+    return nullArgument("data");
+  return fromStatus(session->session->setInput(program, index, value), DSRT_INVALID_ARGUMENT);
+}
+
+dsrt_status dsrt_session_run(dsrt_session *session, const char *program) {
+  if (!session || !program)
+    return nullArgument(!session ? "session" : "program");
+  return fromStatus(session->session->run(program), DSRT_INVALID_ARGUMENT);
+}
+
+dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program, size_t index,
+                                    dsrt_tensor *out) {
+  if (!session || !program || !out)
+    return nullArgument(!session ? "session" : !program ? "program" : "out");
+  dsrt::TensorRef tensor;
+  if (dsrt_status status = fromStatus(session->session->output(program, index, tensor),
+                                      DSRT_INVALID_ARGUMENT))
+    return status;
+  session->outputShape = tensor.shape;
+  const dsp::Program *found = session->session->program(program);
+  const dsp::Tensor *desc =
+      session->session->plan().plan().tensors()->Get(found->outputs()->Get(index));
+  out->name = desc->name() ? desc->name()->c_str() : "";
+  out->dtype = static_cast<dsrt_dtype>(tensor.dtype);
+  out->rank = tensor.shape.size();
+  out->shape = session->outputShape.data();
+  out->data = tensor.data;
+  return DSRT_OK;
+}
+
+} // extern "C"

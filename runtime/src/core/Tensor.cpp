@@ -1,0 +1,142 @@
+#include "core/Tensor.h"
+
+#include <cstring>
+#include <limits>
+
+namespace dsrt {
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::F64: case DType::I64: case DType::U64: return 8;
+  case DType::F32: case DType::I32: case DType::U32: return 4;
+  case DType::F16: case DType::BF16: case DType::I16: case DType::U16: return 2;
+  case DType::I8: case DType::U8: case DType::Bool: return 1;
+  case DType::Undefined: return 0;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32: return "f32";
+  case DType::F16: return "f16";
+  case DType::BF16: return "bf16";
+  case DType::F64: return "f64";
+  case DType::I64: return "i64";
+  case DType::I32: return "i32";
+  case DType::I16: return "i16";
+  case DType::I8: return "i8";
+  case DType::U8: return "u8";
+  case DType::Bool: return "bool";
+  case DType::U16: return "u16";
+  case DType::U32: return "u32";
+  case DType::U64: return "u64";
+  case DType::Undefined: return "undefined";
+  }
+  return "undefined";
+}
+
+bool isFloat(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 ||
+         dtype == DType::F64;
+}
+
+bool isInteger(DType dtype) {
+  switch (dtype) {
+  case DType::I64: case DType::I32: case DType::I16: case DType::I8:
+  case DType::U64: case DType::U32: case DType::U16: case DType::U8:
+    return true;
+  default:
+    return false;
+  }
+}
+
+int64_t elementCount(const Shape &shape) {
+  // A zero dimension makes the product 0 however large the others are.
+  bool hasZero = false;
+  for (int64_t dim : shape) {
+    if (dim < 0)
+      return -1;
+    hasZero |= dim == 0;
+  }
+  if (hasZero)
+    return 0;
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (count > std::numeric_limits<int64_t>::max() / dim)
+      return -1;
+    count *= dim;
+  }
+  return count;
+}
+
+std::string shapeString(const Shape &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+OwnedTensor::OwnedTensor(DType dtype, Shape shape) : dtype(dtype), shape(std::move(shape)) {
+  int64_t count = elementCount(this->shape);
+  storage.assign(count > 0 ? static_cast<size_t>(count) * dtypeSize(dtype) : 0, 0);
+}
+
+static uint32_t floatBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+static float bitsToFloat(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+float halfToFloat(uint16_t bits) {
+  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24 is exact in float.
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 0x1f)
+    return bitsToFloat(sign | 0x7f800000u | (mantissa << 13));
+  return bitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+// Round to nearest even, overflow to infinity, NaN stays NaN (quiet). The subnormal path
+// lets the FPU do the rounding: adding 0.5 places the half's subnormal mantissa at the
+// bottom of the float's, rounded by the (default, nearest-even) rounding mode.
+uint16_t floatToHalf(float value) {
+  uint32_t bits = floatBits(value);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  bits &= 0x7fffffffu;
+  if (bits >= 0x47800000u)  // 65536 and above, infinities and NaNs
+    return sign | (bits > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  if (bits < 0x38800000u) {  // below 2^-14: subnormal half or zero
+    float shifted = bitsToFloat(bits) + 0.5f;
+    return sign | static_cast<uint16_t>(floatBits(shifted) - 0x3f000000u);
+  }
+  uint32_t mantissaOdd = (bits >> 13) & 1u;
+  bits += 0xc8000fffu + mantissaOdd;  // rebias the exponent (-112 << 23) and round
+  return sign | static_cast<uint16_t>(bits >> 13);
+}
+
+float bfloat16ToFloat(uint16_t bits) { return bitsToFloat(static_cast<uint32_t>(bits) << 16); }
+
+uint16_t floatToBfloat16(float value) {
+  uint32_t bits = floatBits(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // keep NaN a (quiet) NaN
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+} // namespace dsrt

@@ -1,0 +1,357 @@
+#include "cpu/Session.h"
+
+#include <cstring>
+
+namespace dsrt {
+namespace {
+
+constexpr size_t kArenaAlignment = 64;
+
+Shape toShape(const flatbuffers::Vector<int64_t> *dims) {
+  return dims ? Shape(dims->begin(), dims->end()) : Shape();
+}
+
+std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+// Converts `count` floats between storage dtypes (weights stored in fp16/bf16 for a program
+// computing in fp32, or the reverse).
+Status convertFloats(DType from, const uint8_t *src, DType to, uint8_t *dst, int64_t count) {
+  auto load = [&](int64_t i) -> float {
+    switch (from) {
+    case DType::F32: { float v; std::memcpy(&v, src + 4 * i, 4); return v; }
+    case DType::F16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return halfToFloat(b); }
+    case DType::BF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return bfloat16ToFloat(b); }
+    default: return 0;
+    }
+  };
+  if (!isFloat(from) || !isFloat(to) || from == DType::F64 || to == DType::F64)
+    return Status::error(std::string("cannot convert weights from ") + dtypeName(from) +
+                         " to " + dtypeName(to));
+  for (int64_t i = 0; i < count; ++i) {
+    float v = load(i);
+    if (to == DType::F32) {
+      std::memcpy(dst + 4 * i, &v, 4);
+    } else {
+      uint16_t b = to == DType::F16 ? floatToHalf(v) : floatToBfloat16(v);
+      std::memcpy(dst + 2 * i, &b, 2);
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
+  switch (attr.kind()) {
+  case dsp::AttrKind::int_: out = ops::Attr::ofInt(attr.i()); break;
+  case dsp::AttrKind::float_: out = ops::Attr::ofFloat(attr.f()); break;
+  case dsp::AttrKind::string_: out = ops::Attr::ofString(str(attr.s())); break;
+  case dsp::AttrKind::ints:
+    out = ops::Attr::ofInts(attr.ints() ? std::vector<int64_t>(attr.ints()->begin(),
+                                                               attr.ints()->end())
+                                        : std::vector<int64_t>());
+    break;
+  case dsp::AttrKind::floats:
+    out = ops::Attr::ofFloats(attr.floats() ? std::vector<float>(attr.floats()->begin(),
+                                                                 attr.floats()->end())
+                                            : std::vector<float>());
+    break;
+  case dsp::AttrKind::tensor: {
+    // The plan verifier checked that the bytes match dtype and shape.
+    OwnedTensor tensor(planDType(attr.tensor_dtype()), toShape(attr.tensor_shape()));
+    if (attr.tensor_data() && attr.tensor_data()->size())
+      std::memcpy(tensor.storage.data(), attr.tensor_data()->data(), attr.tensor_data()->size());
+    out = ops::Attr::ofTensor(std::move(tensor));
+    break;
+  }
+  case dsp::AttrKind::type: out = ops::Attr::ofType(planDType(attr.type())); break;
+  default: return Status::error("attribute '" + str(attr.name()) + "' has an unknown kind");
+  }
+  return Status::ok();
+}
+
+Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out) {
+  if (rank < 0 || rank >= plan->rankCount())
+    return Status::error(plan->path() + ": rank " + std::to_string(rank) +
+                         " does not exist; the plan has " + std::to_string(plan->rankCount()) +
+                         " rank(s)");
+  std::unique_ptr<Session> session(new Session());
+  session->plan_ = plan;
+  DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
+  const dsp::Plan &header = plan->plan();
+
+  uint64_t arenaBytes = header.arena_bytes();
+  session->arenaStorage_.reset(new (std::nothrow) uint8_t[arenaBytes + kArenaAlignment]);
+  if (!session->arenaStorage_)
+    return Status::error(plan->path() + ": cannot allocate the " + std::to_string(arenaBytes) +
+                         "-byte activation arena");
+  auto base = reinterpret_cast<uintptr_t>(session->arenaStorage_.get());
+  session->arena_ = session->arenaStorage_.get() + (kArenaAlignment - base % kArenaAlignment) %
+                                                       kArenaAlignment;
+
+  size_t count = header.tensors() ? header.tensors()->size() : 0;
+  session->slots_.resize(count);
+  session->inputStorage_.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    const dsp::Tensor &tensor = *header.tensors()->Get(i);
+    Slot &slot = session->slots_[i];
+    slot.dtype = planDType(tensor.dtype());
+    switch (tensor.kind()) {
+    case dsp::TensorKind::activation:
+      slot.data = session->arena_ + tensor.arena_offset();
+      slot.capacity = tensor.arena_bytes();
+      break;
+    case dsp::TensorKind::constant:
+      slot.data = const_cast<uint8_t *>(tensor.constant_data() ? tensor.constant_data()->data()
+                                                               : nullptr);
+      slot.capacity = tensor.constant_data() ? tensor.constant_data()->size() : 0;
+      if (tensor.shape())  // null for a scalar
+        for (const dsp::Dim *dim : *tensor.shape())
+          slot.shape.push_back(dim->size());
+      slot.known = true;
+      break;
+    case dsp::TensorKind::weight: {
+      TensorRef stored = session->section_->weight(tensor.weight_index());
+      slot.shape = stored.shape;
+      slot.known = true;
+      if (stored.dtype == slot.dtype) {
+        // Read-only mapped bytes: kernels never write their inputs.
+        slot.data = static_cast<uint8_t *>(stored.data);
+        slot.capacity = stored.bytes();
+        break;
+      }
+      size_t bytes = static_cast<size_t>(stored.elements()) * dtypeSize(slot.dtype);
+      session->converted_.emplace_back(new uint8_t[std::max<size_t>(bytes, 1)]);
+      slot.data = session->converted_.back().get();
+      slot.capacity = bytes;
+      Status converted = convertFloats(stored.dtype, static_cast<uint8_t *>(stored.data),
+                                       slot.dtype, slot.data, stored.elements());
+      if (!converted.isOk())
+        return Status::error(plan->path() + ": weight '" + str(tensor.name()) + "': " +
+                             converted.message());
+      break;
+    }
+    case dsp::TensorKind::input:
+      break;
+    }
+  }
+
+  // Decode every step's attributes once.
+  if (header.programs()) {
+    for (const dsp::Program *program : *header.programs()) {
+      std::vector<CompiledStep> steps;
+      if (program->steps()) {
+        for (const dsp::Step *step : *program->steps()) {
+          CompiledStep compiled{str(step->op()), {}};
+          if (compiled.op != "If" && !ops::isSupported(compiled.op))
+            return Status::error(plan->path() + ": step op '" + compiled.op +
+                                 "' is not one this runtime implements");
+          if (step->attrs()) {
+            for (const dsp::Attr *attr : *step->attrs()) {
+              ops::Attr decoded;
+              DSRT_RETURN_IF_ERROR(decodeAttr(*attr, decoded));
+              compiled.attrs[str(attr->name())] = std::move(decoded);
+            }
+          }
+          steps.push_back(std::move(compiled));
+        }
+      }
+      session->compiled_.push_back(std::move(steps));
+    }
+  }
+  out = std::move(session);
+  return Status::ok();
+}
+
+Status Session::findProgram(std::string_view name, const dsp::Program *&out) const {
+  out = program(name);
+  if (!out)
+    return Status::error(plan_->path() + ": the plan has no program '" + std::string(name) +
+                         "'");
+  return Status::ok();
+}
+
+const dsp::Program *Session::program(std::string_view name) const {
+  const auto *programs = plan_->plan().programs();
+  if (!programs || name.empty())
+    return nullptr;
+  for (const dsp::Program *program : *programs)
+    if (program->name() && program->name()->string_view() == name)
+      return program;
+  return nullptr;
+}
+
+Status Session::setInput(std::string_view programName, size_t index, const TensorRef &value) {
+  const dsp::Program *program;
+  DSRT_RETURN_IF_ERROR(findProgram(programName, program));
+  size_t inputs = program->inputs() ? program->inputs()->size() : 0;
+  if (index >= inputs)
+    return Status::error("program '" + std::string(programName) + "' has " +
+                         std::to_string(inputs) + " inputs; there is no input " +
+                         std::to_string(index));
+  int tensorIndex = program->inputs()->Get(index);
+  const dsp::Tensor &tensor = *plan_->plan().tensors()->Get(tensorIndex);
+  std::string name = "input '" + str(tensor.name()) + "'";
+  Slot &slot = slots_[tensorIndex];
+  if (value.dtype != slot.dtype)
+    return Status::error(name + " must be " + dtypeName(slot.dtype) + ", not " +
+                         dtypeName(value.dtype));
+  size_t rank = tensor.shape() ? tensor.shape()->size() : 0;
+  if (value.shape.size() != rank)
+    return Status::error(name + " must have rank " + std::to_string(rank) + ", not " +
+                         std::to_string(value.shape.size()) + " (shape " +
+                         shapeString(value.shape) + ")");
+  for (size_t d = 0; d < rank; ++d) {
+    const dsp::Dim *dim = tensor.shape()->Get(d);
+    int64_t size = value.shape[d];
+    if (dim->size() >= 0 && size != dim->size())
+      return Status::error(name + " dimension " + std::to_string(d) + " must be " +
+                           std::to_string(dim->size()) + ", not " + std::to_string(size));
+    int64_t max = tensor.max_shape() ? tensor.max_shape()->Get(d) : size;
+    if (size < 0 || size > max)
+      return Status::error(name + " dimension " + std::to_string(d) +
+                           (dim->symbol() ? " (" + dim->symbol()->str() + ")" : "") + " is " +
+                           std::to_string(size) + ", more than the plan's limit of " +
+                           std::to_string(max) + "; compile with larger --max-batch or "
+                                                 "--max-seq-len");
+  }
+  std::vector<uint8_t> &storage = inputStorage_[tensorIndex];
+  storage.assign(static_cast<const uint8_t *>(value.data),
+                 static_cast<const uint8_t *>(value.data) + value.bytes());
+  slot.shape = value.shape;
+  slot.data = storage.data();
+  slot.capacity = storage.size();
+  slot.known = true;
+  return Status::ok();
+}
+
+std::string Session::describe(const dsp::Step &step, size_t index) const {
+  std::string where = "step " + std::to_string(index) + " (" + str(step.op());
+  if (step.location() && step.location()->size())
+    where += " '" + step.location()->str() + "'";
+  return where + ")";
+}
+
+Status Session::run(std::string_view programName) {
+  const dsp::Program *program;
+  DSRT_RETURN_IF_ERROR(findProgram(programName, program));
+  if (program->inputs())
+    for (int tensorIndex : *program->inputs())
+      if (!slots_[tensorIndex].known)
+        return Status::error("input '" +
+                             str(plan_->plan().tensors()->Get(tensorIndex)->name()) +
+                             "' of program '" + std::string(programName) + "' is not set");
+  // Activations of an earlier run are stale.
+  const auto *tensors = plan_->plan().tensors();
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (tensors->Get(i)->kind() == dsp::TensorKind::activation)
+      slots_[i].known = false;
+  Status status = runProgram(*program);
+  return status.isOk() ? status
+                       : Status::error(plan_->path() + ": program '" +
+                                       std::string(programName) + "': " + status.message());
+}
+
+Status Session::runProgram(const dsp::Program &program) {
+  const auto &programs = *plan_->plan().programs();
+  size_t programIndex = 0;
+  while (programs.Get(programIndex) != &program)
+    ++programIndex;
+  const std::vector<CompiledStep> &compiled = compiled_[programIndex];
+  if (!program.steps())
+    return Status::ok();
+  for (size_t i = 0; i < program.steps()->size(); ++i) {
+    const dsp::Step &step = *program.steps()->Get(i);
+    Status status = compiled[i].op == "If" ? runIf(step) : runStep(step, compiled[i], i);
+    if (!status.isOk())
+      return Status::error(describe(step, i) + ": " + status.message());
+  }
+  return Status::ok();
+}
+
+Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index) {
+  std::vector<TensorRef> inputRefs(step.inputs() ? step.inputs()->size() : 0);
+  ops::Inputs inputs;
+  for (size_t i = 0; i < inputRefs.size(); ++i) {
+    int tensorIndex = step.inputs()->Get(i);
+    if (tensorIndex < 0) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    const Slot &slot = slots_[tensorIndex];
+    if (!slot.known)
+      return Status::error("input " + std::to_string(i) + " has no value yet");
+    inputRefs[i] = {slot.dtype, slot.shape, slot.data};
+    inputs.push_back(&inputRefs[i]);
+  }
+  size_t numOutputs = step.outputs() ? step.outputs()->size() : 0;
+  std::vector<ops::OutputSpec> specs;
+  DSRT_RETURN_IF_ERROR(ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs));
+  if (specs.size() != numOutputs)
+    return Status::error("the kernel gives " + std::to_string(specs.size()) + " outputs for " +
+                         std::to_string(numOutputs));
+  std::vector<TensorRef> outputRefs(numOutputs);
+  ops::Outputs outputs;
+  for (size_t o = 0; o < numOutputs; ++o) {
+    Slot &slot = slots_[step.outputs()->Get(o)];
+    const ops::OutputSpec &spec = specs[o];
+    uint64_t bytes = static_cast<uint64_t>(elementCount(spec.shape)) * dtypeSize(spec.dtype);
+    if (spec.dtype != slot.dtype)
+      return Status::error("output " + std::to_string(o) + " is " + dtypeName(spec.dtype) +
+                           " but the plan expects " + dtypeName(slot.dtype));
+    if (elementCount(spec.shape) < 0 || bytes > slot.capacity)
+      return Status::error("output " + std::to_string(o) + " of shape " +
+                           shapeString(spec.shape) + " needs " + std::to_string(bytes) +
+                           " bytes, more than the " + std::to_string(slot.capacity) +
+                           " its arena slot has under the plan's limits");
+    slot.shape = spec.shape;
+    slot.known = true;
+    outputRefs[o] = {slot.dtype, slot.shape, slot.data};
+    outputs.push_back(&outputRefs[o]);
+  }
+  (void)index;
+  return ops::compute(compiled.op, compiled.attrs, inputs, outputs);
+}
+
+Status Session::runIf(const dsp::Step &step) {
+  if (!step.inputs() || step.inputs()->size() != 1 || !step.branches() ||
+      step.branches()->size() != 2)
+    return Status::error("If needs one condition input and two branches");
+  const Slot &cond = slots_[step.inputs()->Get(0)];
+  if (!cond.known || cond.dtype != DType::Bool || elementCount(cond.shape) != 1)
+    return Status::error("the condition must be a single bool");
+  const dsp::Program &branch =
+      *plan_->plan().programs()->Get(step.branches()->Get(cond.data[0] ? 0 : 1));
+  DSRT_RETURN_IF_ERROR(runProgram(branch));
+  size_t outputs = step.outputs() ? step.outputs()->size() : 0;
+  if (!branch.branch_outputs() || branch.branch_outputs()->size() != outputs)
+    return Status::error("the branch yields a different number of values than If has outputs");
+  for (size_t o = 0; o < outputs; ++o) {
+    const Slot &from = slots_[branch.branch_outputs()->Get(o)];
+    Slot &to = slots_[step.outputs()->Get(o)];
+    uint64_t bytes = static_cast<uint64_t>(elementCount(from.shape)) * dtypeSize(from.dtype);
+    if (!from.known || from.dtype != to.dtype || bytes > to.capacity)
+      return Status::error("branch output " + std::to_string(o) + " does not fit the If's slot");
+    std::memmove(to.data, from.data, bytes);
+    to.shape = from.shape;
+    to.known = true;
+  }
+  return Status::ok();
+}
+
+Status Session::output(std::string_view programName, size_t index, TensorRef &out) const {
+  const dsp::Program *program;
+  DSRT_RETURN_IF_ERROR(findProgram(programName, program));
+  size_t outputs = program->outputs() ? program->outputs()->size() : 0;
+  if (index >= outputs)
+    return Status::error("program '" + std::string(programName) + "' has " +
+                         std::to_string(outputs) + " outputs; there is no output " +
+                         std::to_string(index));
+  const Slot &slot = slots_[program->outputs()->Get(index)];
+  if (!slot.known)
+    return Status::error("output " + std::to_string(index) + " has no value: run the program");
+  out = {slot.dtype, slot.shape, slot.data};
+  return Status::ok();
+}
+
+} // namespace dsrt

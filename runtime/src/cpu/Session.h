@@ -1,0 +1,73 @@
+// A plan on the CPU for one rank: its weight section mapped, one activation arena, and an
+// executor that runs a program's steps with the reference kernels (runtime/src/ops).
+#ifndef DSRT_CPU_SESSION_H
+#define DSRT_CPU_SESSION_H
+
+#include "core/Status.h"
+#include "core/Tensor.h"
+#include "ops/Ops.h"
+#include "plan/PlanFile.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsrt {
+
+class Session {
+public:
+  // Maps `rank`'s section (verifying its checksum), converts weights whose stored dtype
+  // differs from the dtype the program computes in, and allocates the arena.
+  static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out);
+
+  const PlanFile &plan() const { return *plan_; }
+  // The program named `name`, or null.
+  const dsp::Program *program(std::string_view name) const;
+
+  // Copies `value` in as input `index` of `program`. The dtype must match, the rank too,
+  // static dimensions exactly, dynamic ones within the plan's limits.
+  Status setInput(std::string_view program, size_t index, const TensorRef &value);
+  // Runs every step of `program`; all its inputs must have been set.
+  Status run(std::string_view program);
+  // Output `index` of the last run of `program`; valid until the next run.
+  Status output(std::string_view program, size_t index, TensorRef &out) const;
+
+private:
+  // What the executor knows of one tensor of the plan while it runs.
+  struct Slot {
+    DType dtype = DType::Undefined;
+    Shape shape;
+    uint8_t *data = nullptr;   // arena, owned storage, or read-only mapped bytes
+    uint64_t capacity = 0;     // bytes available at `data`
+    bool known = false;        // shape and data are set
+  };
+  struct CompiledStep {
+    std::string op;
+    ops::AttrMap attrs;
+  };
+
+  Session() = default;
+  Status findProgram(std::string_view name, const dsp::Program *&out) const;
+  Status runProgram(const dsp::Program &program);
+  Status runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index);
+  Status runIf(const dsp::Step &step);
+  std::string describe(const dsp::Step &step, size_t index) const;
+
+  std::shared_ptr<PlanFile> plan_;
+  const PlanSection *section_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<uint8_t[]>> converted_;  // weights stored in another dtype
+  std::vector<std::vector<uint8_t>> inputStorage_;     // per tensor; reused across runs
+  std::unique_ptr<uint8_t[]> arenaStorage_;
+  uint8_t *arena_ = nullptr;
+  // Per step of every program, in plan order: kernel name and decoded attributes.
+  std::vector<std::vector<CompiledStep>> compiled_;
+};
+
+// A plan Attr as a kernel attribute.
+Status decodeAttr(const dsp::Attr &attr, ops::Attr &out);
+
+} // namespace dsrt
+
+#endif

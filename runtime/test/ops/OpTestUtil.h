@@ -1,0 +1,97 @@
+// Helpers of the dsrt_ops unit tests: tensors from literals, running an op end to end.
+#ifndef DSRT_TEST_OPS_OPTESTUTIL_H
+#define DSRT_TEST_OPS_OPTESTUTIL_H
+
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace dsrt::test {
+
+template <typename T> OwnedTensor tensor(DType dtype, Shape shape, std::vector<T> values) {
+  OwnedTensor t(dtype, std::move(shape));
+  EXPECT_EQ(values.size() * sizeof(T), t.storage.size()) << "literal does not fit the shape";
+  if (values.size() * sizeof(T) == t.storage.size() && !values.empty())
+    std::memcpy(t.storage.data(), values.data(), t.storage.size());
+  return t;
+}
+inline OwnedTensor f32(Shape shape, std::vector<float> v) { return tensor(DType::F32, shape, v); }
+inline OwnedTensor i64(Shape shape, std::vector<int64_t> v) {
+  return tensor(DType::I64, shape, v);
+}
+inline OwnedTensor i32(Shape shape, std::vector<int32_t> v) {
+  return tensor(DType::I32, shape, v);
+}
+inline OwnedTensor boolean(Shape shape, std::vector<uint8_t> v) {
+  return tensor(DType::Bool, shape, v);
+}
+inline OwnedTensor f16(Shape shape, std::vector<float> v) {
+  std::vector<uint16_t> bits;
+  for (float x : v)
+    bits.push_back(floatToHalf(x));
+  return tensor(DType::F16, shape, bits);
+}
+
+template <typename T> std::vector<T> values(const OwnedTensor &t) {
+  std::vector<T> out(t.storage.size() / sizeof(T));
+  if (!out.empty())
+    std::memcpy(out.data(), t.storage.data(), t.storage.size());
+  return out;
+}
+inline std::vector<float> halfValues(const OwnedTensor &t) {
+  std::vector<float> out;
+  for (uint16_t bits : values<uint16_t>(t))
+    out.push_back(halfToFloat(bits));
+  return out;
+}
+
+// Runs `op` (inferShapes, then compute into fresh tensors). An absent optional input is a
+// null pointer in `inputs`.
+inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
+                  std::vector<OwnedTensor> &outputs, const ops::AttrMap &attrs = {},
+                  size_t numOutputs = 1) {
+  std::vector<TensorRef> refs;
+  refs.reserve(inputs.size());
+  ops::Inputs pointers;
+  for (const OwnedTensor *input : inputs) {
+    refs.push_back(input ? input->ref() : TensorRef{});
+    pointers.push_back(input ? &refs.back() : nullptr);
+  }
+  std::vector<ops::OutputSpec> specs;
+  DSRT_RETURN_IF_ERROR(ops::inferShapes(op, attrs, pointers, numOutputs, specs));
+  outputs.clear();
+  for (const ops::OutputSpec &spec : specs)
+    outputs.emplace_back(spec.dtype, spec.shape);
+  std::vector<TensorRef> outRefs;
+  ops::Outputs outPointers;
+  outRefs.reserve(outputs.size());
+  for (OwnedTensor &output : outputs) {
+    outRefs.push_back(output.ref());
+    outPointers.push_back(&outRefs.back());
+  }
+  return ops::compute(op, attrs, pointers, outPointers);
+}
+
+// One output; fails the test on error.
+inline OwnedTensor run1(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
+                        const ops::AttrMap &attrs = {}) {
+  std::vector<OwnedTensor> outputs;
+  Status status = run(op, inputs, outputs, attrs);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return outputs.empty() ? OwnedTensor() : std::move(outputs[0]);
+}
+
+// The error message of running `op`, or "" when it succeeds.
+inline std::string errorOf(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
+                           const ops::AttrMap &attrs = {}, size_t numOutputs = 1) {
+  std::vector<OwnedTensor> outputs;
+  Status status = run(op, inputs, outputs, attrs, numOutputs);
+  return status.isOk() ? "" : status.message();
+}
+
+} // namespace dsrt::test
+
+#endif

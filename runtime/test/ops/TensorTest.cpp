@@ -1,0 +1,85 @@
+// dsrt_core: element counts, shape strings, and the half/bfloat16 conversions.
+#include "core/Tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace dsrt {
+namespace {
+
+TEST(Tensor, ElementCount) {
+  EXPECT_EQ(elementCount({}), 1);
+  EXPECT_EQ(elementCount({2, 3, 4}), 24);
+  EXPECT_EQ(elementCount({2, -1}), -1);
+  EXPECT_EQ(elementCount({int64_t(1) << 40, int64_t(1) << 40}), -1);  // overflows
+  // A zero dimension makes the product 0 even when the others would overflow.
+  EXPECT_EQ(elementCount({int64_t(1) << 40, int64_t(1) << 40, 0}), 0);
+  EXPECT_EQ(shapeString({2, 3}), "[2, 3]");
+  EXPECT_EQ(shapeString({}), "[]");
+}
+
+TEST(Tensor, DTypes) {
+  EXPECT_EQ(dtypeSize(DType::BF16), 2u);
+  EXPECT_EQ(dtypeSize(DType::Bool), 1u);
+  EXPECT_EQ(dtypeSize(DType::Undefined), 0u);
+  EXPECT_STREQ(dtypeName(DType::U64), "u64");
+  EXPECT_TRUE(isFloat(DType::BF16));
+  EXPECT_FALSE(isFloat(DType::I8));
+  EXPECT_TRUE(isInteger(DType::U16));
+  EXPECT_FALSE(isInteger(DType::Bool));
+  OwnedTensor t(DType::F16, {2, 3});
+  EXPECT_EQ(t.storage.size(), 12u);
+}
+
+TEST(Half, RoundTripsEveryFiniteValue) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    uint16_t h = static_cast<uint16_t>(bits);
+    float f = halfToFloat(h);
+    if (std::isnan(f))
+      EXPECT_TRUE(std::isnan(halfToFloat(floatToHalf(f))));
+    else
+      EXPECT_EQ(floatToHalf(f), h) << bits;
+  }
+}
+
+TEST(Half, RoundsToNearestEven) {
+  EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
+  // 1 + 2^-11 is halfway between 1 and the next half (1 + 2^-10): ties go to even (1).
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  // 1 + 3 * 2^-11 is halfway between odd 1+2^-10 and even 1+2^-9: rounds up.
+  EXPECT_EQ(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3c01);
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(floatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);  // rounds to infinity
+  EXPECT_EQ(floatToHalf(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie to even (zero)
+  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // tie to even (2)
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  uint16_t nan = floatToHalf(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+  EXPECT_EQ(halfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(halfToFloat(0xc000), -2.0f);
+}
+
+TEST(BFloat16, RoundsToNearestEven) {
+  EXPECT_EQ(floatToBfloat16(1.0f), 0x3f80);
+  float tie;  // 1 + 2^-8: halfway between 1 and 1 + 2^-7
+  uint32_t bits = 0x3f808000;
+  std::memcpy(&tie, &bits, 4);
+  EXPECT_EQ(floatToBfloat16(tie), 0x3f80);
+  bits = 0x3f818000;  // halfway between odd 0x3f81 and even 0x3f82
+  std::memcpy(&tie, &bits, 4);
+  EXPECT_EQ(floatToBfloat16(tie), 0x3f82);
+  EXPECT_EQ(bfloat16ToFloat(0x4040), 3.0f);
+  EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBfloat16(std::nanf("")))));
+  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7f80);  // to infinity
+}
+
+} // namespace
+} // namespace dsrt

@@ -1,0 +1,237 @@
+// dsp-dump: prints what a plan file (.dsp) holds. A thin main over dsrt_plan: the file is
+// opened and verified exactly as the runtime does, so what is printed is what the runtime
+// would run; --verify-sections also checksums every rank's weights.
+#include "plan/PlanFile.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace {
+
+using dsrt::PlanFile;
+
+const char *str(const flatbuffers::String *s) { return s ? s->c_str() : ""; }
+
+template <typename T> uint32_t length(const flatbuffers::Vector<T> *v) { return v ? v->size() : 0; }
+
+const char *dtype(dsp::DType d) { return dsrt::dtypeName(dsrt::planDType(d)); }
+
+std::string longs(const flatbuffers::Vector<int64_t> *v) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < length(v); ++i)
+    s += (i ? ", " : "") + std::to_string(v->Get(i));
+  return s + "]";
+}
+
+std::string shape(const dsp::Tensor &t) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < length(t.shape()); ++i) {
+    const dsp::Dim *d = t.shape()->Get(i);
+    s += i ? ", " : "";
+    if (d->size() >= 0)
+      s += std::to_string(d->size());
+    else
+      s += d->symbol() && d->symbol()->size() ? d->symbol()->str() : std::string("?");
+  }
+  return s + "]";
+}
+
+std::string tensorName(const dsp::Plan &plan, int32_t index) {
+  if (index < 0)
+    return "<none>";
+  const char *name = str(plan.tensors()->Get(index)->name());
+  return *name ? name : "%" + std::to_string(index);
+}
+
+std::string tensorList(const dsp::Plan &plan, const flatbuffers::Vector<int32_t> *v) {
+  std::string s;
+  for (uint32_t i = 0; i < length(v); ++i)
+    s += (i ? ", " : "") + tensorName(plan, v->Get(i));
+  return s;
+}
+
+std::string floatString(float f) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", static_cast<double>(f));
+  return buffer;
+}
+
+std::string attrString(const dsp::Attr &a) {
+  std::string s = str(a.name()) + std::string(" = ");
+  switch (a.kind()) {
+  case dsp::AttrKind::int_: return s + std::to_string(a.i());
+  case dsp::AttrKind::float_: return s + floatString(a.f());
+  case dsp::AttrKind::string_: return s + "\"" + str(a.s()) + "\"";
+  case dsp::AttrKind::ints: return s + longs(a.ints());
+  case dsp::AttrKind::floats: {
+    s += "[";
+    for (uint32_t i = 0; i < length(a.floats()); ++i)
+      s += (i ? ", " : "") + floatString(a.floats()->Get(i));
+    return s + "]";
+  }
+  case dsp::AttrKind::tensor:
+    return s + "tensor " + dtype(a.tensor_dtype()) + longs(a.tensor_shape()) + " (" +
+           std::to_string(length(a.tensor_data())) + " bytes)";
+  case dsp::AttrKind::type: return s + dtype(a.type());
+  }
+  return s + "?";
+}
+
+void printHeader(const PlanFile &file) {
+  const dsp::Plan &plan = file.plan();
+  std::printf("%s: %" PRIu64 " bytes, plan format version %u\n", file.path().c_str(),
+              file.fileSize(), file.prelude().formatVersion);
+  std::printf("header: at %" PRIu64 ", %" PRIu64 " bytes, checksum %016" PRIx64 "\n",
+              file.prelude().headerOffset, file.headerSize(), file.prelude().headerChecksum);
+  std::printf("producer: %s\nmodel: %s\n", str(plan.producer()), str(plan.model_name()));
+  if (auto *o = plan.options())
+    std::printf("options: dtype %s, tp %d, command line \"%s\"\n", str(o->dtype()), o->tp(),
+                str(o->command_line()));
+  if (auto *l = plan.limits())
+    std::printf("limits: max_batch %" PRId64 ", max_seq_len %" PRId64 "\n", l->max_batch(),
+                l->max_seq_len());
+  std::printf("symbols:");
+  for (uint32_t i = 0; i < length(plan.symbols()); ++i)
+    std::printf("%s %s <= %" PRId64, i ? "," : "", str(plan.symbols()->Get(i)->symbol()),
+                plan.symbols()->Get(i)->max());
+  std::printf("\narena: %" PRIu64 " bytes, alignment %u\n", plan.arena_bytes(),
+              plan.arena_alignment());
+  std::printf("tokenizer: %u bytes of JSON\n", length(plan.tokenizer_json()));
+}
+
+void printTensors(const dsp::Plan &plan) {
+  std::printf("\ntensors (%u):\n", length(plan.tensors()));
+  for (uint32_t i = 0; i < length(plan.tensors()); ++i) {
+    const dsp::Tensor &t = *plan.tensors()->Get(i);
+    std::printf("  %%%u %s: %s %s%s", i, str(t.name()), dsp::EnumNameTensorKind(t.kind()),
+                dtype(t.dtype()), shape(t).c_str());
+    if (length(t.max_shape()))
+      std::printf(" max %s", longs(t.max_shape()).c_str());
+    switch (t.kind()) {
+    case dsp::TensorKind::activation:
+      std::printf(" arena [%" PRIu64 ", +%" PRIu64 ")", t.arena_offset(), t.arena_bytes());
+      break;
+    case dsp::TensorKind::weight: std::printf(" weight %d", t.weight_index()); break;
+    case dsp::TensorKind::constant:
+      std::printf(" (%u bytes inline)", length(t.constant_data()));
+      break;
+    case dsp::TensorKind::input: break;
+    }
+    std::printf("\n");
+  }
+}
+
+void printPrograms(const dsp::Plan &plan) {
+  std::printf("\nprograms (%u):\n", length(plan.programs()));
+  for (uint32_t p = 0; p < length(plan.programs()); ++p) {
+    const dsp::Program &program = *plan.programs()->Get(p);
+    std::printf("  program %u \"%s\": inputs (%s), outputs (%s)", p, str(program.name()),
+                tensorList(plan, program.inputs()).c_str(),
+                tensorList(plan, program.outputs()).c_str());
+    if (length(program.branch_outputs()))
+      std::printf(", branch outputs (%s)", tensorList(plan, program.branch_outputs()).c_str());
+    std::printf("\n");
+    for (uint32_t s = 0; s < length(program.steps()); ++s) {
+      const dsp::Step &step = *program.steps()->Get(s);
+      std::printf("    %u: %s(%s) -> (%s)", s, str(step.op()),
+                  tensorList(plan, step.inputs()).c_str(),
+                  tensorList(plan, step.outputs()).c_str());
+      for (uint32_t a = 0; a < length(step.attrs()); ++a)
+        std::printf("%s%s", a ? ", " : " {", attrString(*step.attrs()->Get(a)).c_str());
+      if (length(step.attrs()))
+        std::printf("}");
+      if (length(step.branches())) {
+        std::printf(" branches");
+        for (uint32_t b = 0; b < length(step.branches()); ++b)
+          std::printf(" %d", step.branches()->Get(b));
+      }
+      if (step.location() && step.location()->size())
+        std::printf("  # %s", str(step.location()));
+      std::printf("\n");
+    }
+  }
+}
+
+void printKernels(const dsp::Plan &plan) {
+  std::printf("\nkernels (%u):\n", length(plan.kernels()));
+  for (uint32_t k = 0; k < length(plan.kernels()); ++k) {
+    const dsp::Kernel &kernel = *plan.kernels()->Get(k);
+    std::printf("  %s: entry %s, ptx %u bytes, cubin %u bytes (", str(kernel.name()),
+                str(kernel.entry()), length(kernel.ptx()), length(kernel.cubin()));
+    for (uint32_t a = 0; a < length(kernel.cubin_arch()); ++a)
+      std::printf("%s%s", a ? ", " : "", kernel.cubin_arch()->Get(a)->c_str());
+    std::printf(")\n");
+  }
+}
+
+// Returns false when a section fails verification.
+bool printSections(PlanFile &file, bool verify) {
+  const dsp::Plan &plan = file.plan();
+  bool ok = true;
+  std::printf("\nsections (%u):\n", length(plan.sections()));
+  for (uint32_t r = 0; r < length(plan.sections()); ++r) {
+    const dsp::WeightSection &section = *plan.sections()->Get(r);
+    std::printf("  rank %d: offset %" PRIu64 ", %" PRIu64 " bytes, checksum %016" PRIx64
+                ", %u weights",
+                section.rank(), section.file_offset(), section.size(), section.checksum(),
+                length(section.weights()));
+    if (verify) {
+      const dsrt::PlanSection *view = nullptr;
+      dsrt::Status status = file.section(static_cast<int>(r), view);
+      std::printf(", %s", status.isOk() ? "verified" : "CORRUPT");
+      if (!status.isOk()) {
+        std::fprintf(stderr, "%s\n", status.message().c_str());
+        ok = false;
+      }
+    }
+    std::printf("\n");
+    for (uint32_t w = 0; w < length(section.weights()); ++w) {
+      const dsp::WeightEntry &e = *section.weights()->Get(w);
+      std::printf("    %u %s: %s%s at +%" PRIu64 ", %" PRIu64 " bytes\n", w, str(e.name()),
+                  dtype(e.dtype()), longs(e.shape()).c_str(), e.offset(), e.bytes());
+    }
+  }
+  return ok;
+}
+
+int usage(FILE *out) {
+  std::fprintf(out, "usage: dsp-dump [--verify-sections] plan.dsp\n"
+                    "Prints a plan file's header, programs, kernels, tensors and weight\n"
+                    "sections; --verify-sections also checks every section's checksum.\n");
+  return out == stdout ? 0 : 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool verify = false;
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--verify-sections"))
+      verify = true;
+    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
+      return usage(stdout);
+    else if (argv[i][0] == '-' || !path.empty())
+      return usage(stderr);
+    else
+      path = argv[i];
+  }
+  if (path.empty())
+    return usage(stderr);
+
+  std::unique_ptr<PlanFile> file;
+  dsrt::Status status = PlanFile::open(path, file);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "dsp-dump: %s\n", status.message().c_str());
+    return 1;
+  }
+  printHeader(*file);
+  printTensors(file->plan());
+  printPrograms(file->plan());
+  printKernels(file->plan());
+  bool ok = printSections(*file, verify);
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
