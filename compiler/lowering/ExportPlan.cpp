@@ -8,6 +8,7 @@
 #include "mlir/IR/TypeUtilities.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <cstring>
@@ -130,11 +131,13 @@ FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
   auto [it, inserted] = weightIndex_.try_emplace(op.getName(), -1);
   if (inserted) {
     llvm::ArrayRef<uint8_t> bytes = record->bytes;
+    const onnx_frontend::WeightStore *store = &weights_;
     dsc::WeightShard shard;
     shard.dtype = stored;
     shard.shape.assign(type.getShape().begin(), type.getShape().end());
     // Streams from the mmapped model (or its external data) straight into the plan file.
-    shard.fill = [bytes, source, stored](uint8_t *destination) {
+    shard.fill = [bytes, source, stored, store, record](uint8_t *destination) {
+      llvm::scope_exit release([&] { store->releasePages(*record); });
       if (source == stored) {
         std::memcpy(destination, bytes.data(), bytes.size());
         return dsrt::Status::ok();
@@ -210,6 +213,13 @@ LogicalResult Exporter::addSlots(Operation *op, std::optional<ArrayAttr> bounds,
     if (auto source = op->getAttrOfType<StringAttr>("source"); source && !source.empty())
       name = source.str() + (op->getNumResults() > 1 ? ":" + std::to_string(index) : "");
     auto tensor = describe(result, name);
+    if (!isa<RankedTensorType>(result.getType())) {
+      tensor->kind = dsp::TensorKind::dynamic;
+      int id = addTensor(std::move(tensor));
+      tensors_[result] = id;
+      outputs.push_back(id);
+      continue;
+    }
     tensor->kind = dsp::TensorKind::activation;
     tensor->max_shape.assign(bound.begin(), bound.end());
     uint64_t elements = 1;
@@ -309,7 +319,8 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
         program.outputs.push_back(*id);
         // Outputs carry the model's names; other tensors keep theirs.
         dsp::TensorT &tensor = *plan_.tensors[*id];
-        if (ret.getNames() && tensor.kind == dsp::TensorKind::activation)
+        if (ret.getNames() && (tensor.kind == dsp::TensorKind::activation ||
+                               tensor.kind == dsp::TensorKind::dynamic))
           tensor.name = cast<StringAttr>((*ret.getNames())[index]).str();
       }
     } else {

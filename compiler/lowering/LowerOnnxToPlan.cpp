@@ -7,6 +7,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/TypeUtilities.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -109,6 +110,12 @@ FailureOr<ArrayAttr> Lowering::resultBounds(Operation *op, SmallVectorImpl<Type>
     if (!entry)
       return op->emitOpError("has a result whose shape could not be bounded under the "
                              "plan's limits");
+    if (!entry->bounded) {
+      // Allocated when it runs: unranked, with an empty bound.
+      types.push_back(UnrankedTensorType::get(getElementTypeOrSelf(result.getType())));
+      attrs.push_back(DenseI64ArrayAttr::get(op->getContext(), {}));
+      continue;
+    }
     FailureOr<Type> type = rankedType(result, entry->shape);
     if (failed(type))
       return failure();
@@ -257,6 +264,11 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
         auto [it, inserted] = merged->entries.try_emplace(value, other);
         if (inserted)
           continue;
+        if (!other.bounded || !it->second.bounded) {
+          it->second.bounded = false;
+          it->second.shape.clear();
+          continue;
+        }
         if (other.shape.size() != it->second.shape.size()) {
           emitError(value.getLoc()) << "a tensor changes rank with the number of tokens; "
                                        "its size cannot be bounded";

@@ -81,6 +81,8 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
         return;
       }
       for (auto [index, result] : llvm::enumerate(op->getResults())) {
+        if (!isa<RankedTensorType>(result.getType()))
+          continue;  // dynamic: allocated when its step runs
         auto bound = cast<DenseI64ArrayAttr>((*bounds)[index]).asArrayRef();
         FailureOr<int64_t> bytes = slotBytes(op, result.getType(), bound);
         if (failed(bytes)) {
@@ -119,11 +121,12 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
     }
 
     DenseMap<Operation *, SmallVector<int64_t>> offsets;
-    for (const Slot &slot : slots) {
-      auto &list = offsets[slot.owner];
-      list.resize(slot.owner->getNumResults(), 0);
-      list[slot.result] = slot.offset;
-    }
+    program.walk([&](Operation *op) {
+      if (isa<plan::ExecOp, plan::IfOp>(op))
+        offsets[op].assign(op->getNumResults(), -1);
+    });
+    for (const Slot &slot : slots)
+      offsets[slot.owner][slot.result] = slot.offset;
     for (auto &[op, list] : offsets)
       op->setAttr("arena_offsets", DenseI64ArrayAttr::get(op->getContext(), list));
     return arenaBytes;

@@ -103,6 +103,11 @@ public:
 private:
   LogicalResult evaluateOp(Operation *op);
   LogicalResult evaluateIf(onnx::IfOp op);
+  LogicalResult setUnbounded(Operation *op) {
+    for (Value result : op->getResults())
+      bounds_.entries[result] = {runtimeDType(result.getType()), {}, nullptr, false};
+    return success();
+  }
   void set(Value value, dsrt::DType dtype, const dsrt::Shape &shape,
            std::shared_ptr<dsrt::OwnedTensor> data = nullptr) {
     bounds_.entries[value] = {dtype, SmallVector<int64_t>(shape.begin(), shape.end()),
@@ -144,6 +149,13 @@ LogicalResult BoundEvaluator::evaluateIf(onnx::IfOp op) {
   }
   for (auto [index, result] : llvm::enumerate(op.getResults())) {
     const ShapeBounds::Entry *first = bounds_.lookup(yields.front().getOutputs()[index]);
+    bool bounded = llvm::all_of(yields, [&](onnx::YieldOp yield) {
+      return bounds_.lookup(yield.getOutputs()[index])->bounded;
+    });
+    if (!bounded) {
+      bounds_.entries[result] = {first->dtype, {}, nullptr, false};
+      continue;
+    }
     dsrt::Shape shape(first->shape.begin(), first->shape.end());
     for (onnx::YieldOp yield : yields) {
       const ShapeBounds::Entry *entry = bounds_.lookup(yield.getOutputs()[index]);
@@ -191,6 +203,8 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
     const ShapeBounds::Entry *entry = bounds_.lookup(operand);
     if (!entry)
       return op->emitOpError() << "operand " << i << " has no bound";
+    if (!entry->bounded)
+      return setUnbounded(op);
     refs[i] = {entry->dtype, dsrt::Shape(entry->shape.begin(), entry->shape.end()),
                entry->value ? entry->value->storage.data() : nullptr};
     allValues &= entry->value != nullptr;
@@ -200,9 +214,14 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
   std::vector<dsrt::ops::OutputSpec> specs;
   dsrt::Status status =
       dsrt::ops::inferShapes(name.str(), *attrs, inputs, op->getNumResults(), specs);
-  if (!status.isOk())
+  if (!status.isOk()) {
+    // Shapes that follow from values nobody knows before the program runs make the results
+    // dynamic; any other failure is an error in the model.
+    if (status.message().find(dsrt::ops::kUnknownValue) != std::string::npos)
+      return setUnbounded(op);
     return op->emitOpError() << "cannot be bounded under the plan's limits: "
                              << status.message();
+  }
 
   // Shape and Size read only shapes; other integer results are computed when every input
   // value is known, so that later Reshape/Expand/Slice shapes resolve.

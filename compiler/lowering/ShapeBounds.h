@@ -21,6 +21,9 @@ struct ShapeBounds {
     llvm::SmallVector<int64_t> shape;
     // The values of small integer tensors that shape arithmetic computes, else null.
     std::shared_ptr<dsrt::OwnedTensor> value;
+    // False when the shape depends on the values of program inputs (a Reshape to a shape
+    // the caller passes): such a tensor gets no arena slot and is allocated when it runs.
+    bool bounded = true;
   };
   const Entry *lookup(mlir::Value value) const {
     auto it = entries.find(value);

@@ -11,6 +11,9 @@
 
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace dsc::onnx_frontend {
 
 using ::onnx::TensorProto;
@@ -45,6 +48,22 @@ WeightStore::~WeightStore() = default;
 
 void WeightStore::adoptModel(std::unique_ptr<::onnx::ModelProto> model) {
   model_ = std::move(model);
+}
+
+void WeightStore::releasePages(const WeightRecord &record) const {
+  const char *begin = reinterpret_cast<const char *>(record.bytes.data());
+  const char *end = begin + record.bytes.size();
+  for (auto [mapBegin, mapEnd] : mappedRanges_) {
+    if (begin < mapBegin || end > mapEnd)
+      continue;
+    // Only whole pages inside the record: its neighbours may still be needed.
+    uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+    uintptr_t last = reinterpret_cast<uintptr_t>(end) / page * page;
+    if (last > first)
+      madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+    return;
+  }
 }
 
 const WeightRecord *WeightStore::lookup(llvm::StringRef name) const {
@@ -219,6 +238,8 @@ llvm::MemoryBuffer *WeightStore::openExternalFile(const std::string &location,
     return nullptr;
   }
   auto *raw = buffer->get();
+  if (raw->getBufferKind() == llvm::MemoryBuffer::MemoryBuffer_MMap)
+    mappedRanges_.emplace_back(raw->getBufferStart(), raw->getBufferEnd());
   externalFiles_[location] = std::move(*buffer);
   return raw;
 }

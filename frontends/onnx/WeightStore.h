@@ -46,6 +46,12 @@ public:
   bool add(const ::onnx::TensorProto &tensor, const std::string &name, std::string &error);
 
   const WeightRecord *lookup(llvm::StringRef name) const;
+
+  // Tells the kernel that the record's bytes will not be read again soon: the pages of an
+  // mmapped external-data file are dropped from this process's resident set (they stay in
+  // the page cache). Streaming a plan calls it after each weight, so compiling a model never
+  // holds all of its weights in memory.
+  void releasePages(const WeightRecord &record) const;
   size_t size() const { return records_.size(); }
 
 private:
@@ -56,6 +62,7 @@ private:
   std::string modelDirectory_;
   std::unique_ptr<::onnx::ModelProto> model_;
   llvm::StringMap<std::unique_ptr<llvm::MemoryBuffer>> externalFiles_;
+  std::vector<std::pair<const char *, const char *>> mappedRanges_;  // mmapped files
   std::vector<std::unique_ptr<std::vector<uint8_t>>> ownedBytes_;
   llvm::StringMap<WeightRecord> records_;
 };

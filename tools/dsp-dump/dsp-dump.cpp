@@ -118,6 +118,7 @@ void printTensors(const dsp::Plan &plan) {
       std::printf(" (%u bytes inline)", length(t.constant_data()));
       break;
     case dsp::TensorKind::input: break;
+    case dsp::TensorKind::dynamic: std::printf(" (allocated when it runs)"); break;
     }
     std::printf("\n");
   }

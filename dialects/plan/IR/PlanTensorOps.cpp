@@ -13,6 +13,9 @@ constexpr int64_t kSlotAlignment = 64;
 static LogicalResult verifyBound(Operation *op, Type type, ArrayRef<int64_t> bound,
                                  unsigned index) {
   auto ranked = dyn_cast<RankedTensorType>(type);
+  // An unranked result with an empty bound is dynamic: allocated when its step runs.
+  if (!ranked && bound.empty())
+    return success();
   if (!ranked)
     return op->emitOpError() << "result " << index << " needs a ranked type to have a bound";
   if (static_cast<int64_t>(bound.size()) != ranked.getRank())
@@ -45,10 +48,13 @@ static LogicalResult verifySlots(Operation *op, std::optional<ArrayAttr> maxShap
                                << op->getNumResults() << " results";
     if (!maxShapes)
       return op->emitOpError("has arena_offsets but no max_shapes to size the slots");
-    for (int64_t offset : *offsets)
-      if (offset < 0 || offset % kSlotAlignment != 0)
-        return op->emitOpError() << "arena offset " << offset << " is not a non-negative "
-                                 << "multiple of " << kSlotAlignment;
+    for (auto [index, offset] : llvm::enumerate(*offsets)) {
+      bool dynamic = !isa<RankedTensorType>(op->getResult(index).getType());
+      if (dynamic ? offset != -1 : (offset < 0 || offset % kSlotAlignment != 0))
+        return op->emitOpError() << "arena offset " << offset << " is not "
+                                 << (dynamic ? "-1 for a dynamic result"
+                                             : "a non-negative multiple of 64");
+    }
   }
   return success();
 }

@@ -132,6 +132,7 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
       break;
     }
     case dsp::TensorKind::input:
+    case dsp::TensorKind::dynamic:
       break;
     }
   }
@@ -244,7 +245,8 @@ Status Session::run(std::string_view programName) {
   // Activations of an earlier run are stale.
   const auto *tensors = plan_->plan().tensors();
   for (size_t i = 0; i < slots_.size(); ++i)
-    if (tensors->Get(i)->kind() == dsp::TensorKind::activation)
+    if (tensors->Get(i)->kind() == dsp::TensorKind::activation ||
+        tensors->Get(i)->kind() == dsp::TensorKind::dynamic)
       slots_[i].known = false;
   Status status = runProgram(*program);
   return status.isOk() ? status
@@ -299,6 +301,15 @@ Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, siz
     if (spec.dtype != slot.dtype)
       return Status::error("output " + std::to_string(o) + " is " + dtypeName(spec.dtype) +
                            " but the plan expects " + dtypeName(slot.dtype));
+    if (elementCount(spec.shape) >= 0 &&
+        plan_->plan().tensors()->Get(step.outputs()->Get(o))->kind() == dsp::TensorKind::dynamic) {
+      // Not bounded at compile time: sized now, kept for the next run.
+      std::vector<uint8_t> &storage = inputStorage_[step.outputs()->Get(o)];
+      if (storage.size() < bytes)
+        storage.resize(bytes);
+      slot.data = storage.data();
+      slot.capacity = storage.size();
+    }
     if (elementCount(spec.shape) < 0 || bytes > slot.capacity)
       return Status::error("output " + std::to_string(o) + " of shape " +
                            shapeString(spec.shape) + " needs " + std::to_string(bytes) +
@@ -330,6 +341,14 @@ Status Session::runIf(const dsp::Step &step) {
     const Slot &from = slots_[branch.branch_outputs()->Get(o)];
     Slot &to = slots_[step.outputs()->Get(o)];
     uint64_t bytes = static_cast<uint64_t>(elementCount(from.shape)) * dtypeSize(from.dtype);
+    int toIndex = step.outputs()->Get(o);
+    if (plan_->plan().tensors()->Get(toIndex)->kind() == dsp::TensorKind::dynamic) {
+      std::vector<uint8_t> &storage = inputStorage_[toIndex];
+      if (storage.size() < bytes)
+        storage.resize(bytes);
+      to.data = storage.data();
+      to.capacity = storage.size();
+    }
     if (!from.known || from.dtype != to.dtype || bytes > to.capacity)
       return Status::error("branch output " + std::to_string(o) + " does not fit the If's slot");
     std::memmove(to.data, from.data, bytes);

@@ -58,7 +58,8 @@ private:
   const PlanSection *section_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<uint8_t[]>> converted_;  // weights stored in another dtype
-  std::vector<std::vector<uint8_t>> inputStorage_;     // per tensor; reused across runs
+  std::vector<std::vector<uint8_t>> inputStorage_;     // per tensor (inputs, dynamic
+                                                       // activations); reused across runs
   std::unique_ptr<uint8_t[]> arenaStorage_;
   uint8_t *arena_ = nullptr;
   // Per step of every program, in plan order: kernel name and decoded attributes.

@@ -57,12 +57,15 @@ struct OutputSpec {
 using Inputs = std::vector<const TensorRef *>;   // null: an absent optional input
 using Outputs = std::vector<TensorRef *>;
 
+inline constexpr const char *kUnknownValue = "is unknown";
+
 bool isSupported(std::string_view op);
 std::vector<std::string> supportedOps();
 
 // Output dtypes and shapes from the inputs' dtypes and shapes, and from the values of the
 // inputs that determine shapes (Reshape's shape, Slice's starts, ...). When such a value is
-// unknown (data == null) the result is an error that names the input. `numOutputs` is the
+// unknown (data == null) the result is an error that names the input and contains
+// kUnknownValue (the compiler then allocates the outputs when the step runs). `numOutputs` is the
 // number of outputs the step has (Split, Dropout, LayerNormalization).
 Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
                    size_t numOutputs, std::vector<OutputSpec> &outputs);

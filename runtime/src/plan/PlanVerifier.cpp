@@ -282,6 +282,10 @@ private:
     }
     case dsp::TensorKind::input:
       return Status::ok();
+    case dsp::TensorKind::dynamic:
+      if (hasMax || tensor.arena_bytes() != 0)
+        return fail(cat(where, ": a dynamic tensor has no max_shape and no arena slot"));
+      return Status::ok();
     }
     return Status::ok();
   }
