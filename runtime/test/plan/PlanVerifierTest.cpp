@@ -146,8 +146,11 @@ TEST_F(PlanVerifier, Tensors) {
             "tensor 0 ('input_ids'): invalid dtype 14");
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[0]->dtype = dsp::DType::undefined; }),
             "tensor 0 ('input_ids'): invalid dtype 0");
-  EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[0]->kind = static_cast<dsp::TensorKind>(4); }),
-            "tensor 0 ('input_ids'): invalid kind 4");
+  EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[0]->kind = static_cast<dsp::TensorKind>(5); }),
+            "tensor 0 ('input_ids'): invalid kind 5");
+  // A dynamic tensor is sized when it runs, so a bound or an arena slot contradicts it.
+  EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[0]->kind = dsp::TensorKind::dynamic; }),
+            "tensor 0 ('input_ids'): a dynamic tensor has no max_shape and no arena slot");
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.arena_alignment = 48; }),
             "arena_alignment 48 is not a power of two");
 }
