@@ -1,6 +1,7 @@
 #include "compiler/lowering/ExportPlan.h"
 
 #include "codegen/PlanWriter.h"
+#include "compiler/lowering/ShapeBounds.h"
 #include "dialects/plan/IR/PlanDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -20,42 +21,12 @@ namespace {
 
 constexpr uint64_t kSlotAlignment = 64;
 
-dsp::DType planDType(Type type) {
-  type = getElementTypeOrSelf(type);
-  if (type.isF32()) return dsp::DType::f32;
-  if (type.isF16()) return dsp::DType::f16;
-  if (type.isBF16()) return dsp::DType::bf16;
-  if (type.isF64()) return dsp::DType::f64;
-  if (auto integer = dyn_cast<IntegerType>(type)) {
-    bool isUnsigned = integer.isUnsigned();
-    switch (integer.getWidth()) {
-    case 1: return dsp::DType::bool_;
-    case 8: return isUnsigned ? dsp::DType::u8 : dsp::DType::i8;
-    case 16: return isUnsigned ? dsp::DType::u16 : dsp::DType::i16;
-    case 32: return isUnsigned ? dsp::DType::u32 : dsp::DType::i32;
-    case 64: return isUnsigned ? dsp::DType::u64 : dsp::DType::i64;
-    }
-  }
-  return dsp::DType::undefined;
-}
+// The plan's dtype numbering is the runtime's (schemas/plan.fbs).
+dsp::DType planDType(Type type) { return static_cast<dsp::DType>(runtimeDType(type)); }
 
 // Bytes of a dense attribute in the plan's layout: little-endian, one byte per bool.
 std::vector<uint8_t> denseBytes(DenseElementsAttr value) {
-  Type element = value.getElementType();
-  size_t width = std::max<size_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
-  std::vector<uint8_t> bytes;
-  bytes.reserve(value.getNumElements() * width);
-  auto append = [&](const APInt &bits) {
-    for (size_t i = 0; i < width; ++i)
-      bytes.push_back(static_cast<uint8_t>(bits.extractBitsAsZExtValue(8, 8 * i)));
-  };
-  if (isa<FloatType>(element))
-    for (APFloat v : value.getValues<APFloat>())
-      append(v.bitcastToAPInt());
-  else
-    for (APInt v : value.getValues<APInt>())
-      append(v.getBitWidth() == 1 ? APInt(8, v.getZExtValue()) : v);
-  return bytes;
+  return tensorFromAttr(value).storage;
 }
 
 class Exporter {

@@ -18,37 +18,6 @@ using namespace mlir;
 namespace dsc {
 namespace {
 
-Type mlirElementType(MLIRContext *context, dsrt::DType dtype) {
-  Builder b(context);
-  switch (dtype) {
-  case dsrt::DType::F32: return b.getF32Type();
-  case dsrt::DType::F16: return b.getF16Type();
-  case dsrt::DType::BF16: return b.getBF16Type();
-  case dsrt::DType::F64: return b.getF64Type();
-  case dsrt::DType::I64: return b.getI64Type();
-  case dsrt::DType::I32: return b.getI32Type();
-  case dsrt::DType::I16: return b.getI16Type();
-  case dsrt::DType::I8: return b.getI8Type();
-  case dsrt::DType::Bool: return b.getI1Type();
-  case dsrt::DType::U8: return b.getIntegerType(8, false);
-  case dsrt::DType::U16: return b.getIntegerType(16, false);
-  case dsrt::DType::U32: return b.getIntegerType(32, false);
-  case dsrt::DType::U64: return b.getIntegerType(64, false);
-  default: return nullptr;
-  }
-}
-
-DenseElementsAttr attrFromTensor(MLIRContext *context, const dsrt::OwnedTensor &tensor) {
-  auto type = RankedTensorType::get(tensor.shape, mlirElementType(context, tensor.dtype));
-  if (tensor.dtype == dsrt::DType::Bool) {
-    SmallVector<bool> values(tensor.storage.begin(), tensor.storage.end());
-    return DenseElementsAttr::get(type, ArrayRef<bool>(values));
-  }
-  return DenseElementsAttr::getFromRawBuffer(
-      type, ArrayRef<char>(reinterpret_cast<const char *>(tensor.storage.data()),
-                           tensor.storage.size()));
-}
-
 struct FoldConstantsPass : impl::FoldConstantsBase<FoldConstantsPass> {
   using FoldConstantsBase::FoldConstantsBase;
 

@@ -4,6 +4,7 @@
 #ifndef DSC_COMPILER_LOWERING_SHAPEBOUNDS_H
 #define DSC_COMPILER_LOWERING_SHAPEBOUNDS_H
 
+#include "compiler/lowering/RuntimeTypes.h"
 #include "ops/Ops.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -37,15 +38,6 @@ struct ShapeBounds {
 mlir::FailureOr<ShapeBounds>
 evaluateShapeBounds(mlir::func::FuncOp func,
                     llvm::ArrayRef<llvm::SmallVector<int64_t>> inputShapes);
-
-// The inherent attributes of an onnx op as kernel attributes.
-mlir::FailureOr<dsrt::ops::AttrMap> kernelAttributes(mlir::Operation *op);
-
-// MLIR element type <-> runtime dtype (Undefined / null when there is none).
-dsrt::DType runtimeDType(mlir::Type type);
-
-// A constant's value as a runtime tensor.
-dsrt::OwnedTensor tensorFromAttr(mlir::DenseElementsAttr value);
 
 } // namespace dsc
 
