@@ -156,7 +156,13 @@ int runCompilerDriver(int argc, char **argv) {
     options.weightDtype = weightDtype;
     options.maxBatch = maxBatch;
     options.maxSeqLen = maxSeqLen;
+    // HuggingFace exports are all called model.onnx; their folder names the model.
     options.modelName = llvm::sys::path::stem(args.front()).str();
+    if (options.modelName == "model") {
+      llvm::StringRef folder = llvm::sys::path::parent_path(args.front());
+      if (!folder.empty())
+        options.modelName = llvm::sys::path::filename(folder).str();
+    }
     options.producer = "dsc " DSC_VERSION;
     for (int i = 0; i < argc; ++i)
       options.commandLine += (i ? " " : "") + std::string(argv[i]);
