@@ -1,6 +1,7 @@
 #include "compiler/lowering/ExportPlan.h"
 
 #include "codegen/PlanWriter.h"
+#include "codegen/WeightTransforms.h"
 #include "compiler/lowering/ShapeBounds.h"
 #include "dialects/plan/IR/PlanDialect.h"
 
@@ -13,6 +14,8 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <cstring>
+
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
@@ -82,48 +85,86 @@ FailureOr<int> Exporter::tensorFor(Value value) {
   return it->second;
 }
 
+// The op's transforms, plus the conversion to the stored dtype that --dtype asks for.
+FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op,
+                                                     dsrt::DType resultDtype,
+                                                     const std::string &weightDtype) {
+  std::vector<WeightTransform> transforms;
+  if (auto list = op.getTransforms()) {
+    for (auto transform : list->getAsRange<DictionaryAttr>()) {
+      llvm::StringRef kind = transform.getAs<StringAttr>("kind").getValue();
+      if (kind == "transpose") {
+        std::vector<int64_t> perm;
+        for (Attribute p : transform.getAs<ArrayAttr>("perm"))
+          perm.push_back(cast<IntegerAttr>(p).getInt());
+        transforms.push_back(WeightTransform::transpose(std::move(perm)));
+      } else if (kind == "slice") {
+        transforms.push_back(WeightTransform::slice(transform.getAs<IntegerAttr>("axis").getInt(),
+                                                    transform.getAs<IntegerAttr>("offset").getInt(),
+                                                    transform.getAs<IntegerAttr>("size").getInt()));
+      } else {
+        transforms.push_back(
+            WeightTransform::convert(runtimeDType(transform.getAs<TypeAttr>("to").getValue())));
+      }
+    }
+  }
+  if (resultDtype == dsrt::DType::F32 && weightDtype == "fp16")
+    transforms.push_back(WeightTransform::convert(dsrt::DType::F16));
+  else if (resultDtype == dsrt::DType::F32 && weightDtype == "bf16")
+    transforms.push_back(WeightTransform::convert(dsrt::DType::BF16));
+  return transforms;
+}
+
 FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   const onnx_frontend::WeightRecord *record = weights_.lookup(op.getName());
   if (!record)
     return op.emitOpError() << "names weight '" << op.getName()
                             << "', which the model does not have";
-  dsrt::DType source = static_cast<dsrt::DType>(planDType(type));
-  dsrt::DType stored = source;
-  if (source == dsrt::DType::F32 && options_.weightDtype == "fp16")
-    stored = dsrt::DType::F16;
-  else if (source == dsrt::DType::F32 && options_.weightDtype == "bf16")
-    stored = dsrt::DType::BF16;
-  uint64_t expected = static_cast<uint64_t>(type.getNumElements()) * dsrt::dtypeSize(source);
+  auto sourceType = op.getSourceType() ? cast<RankedTensorType>(*op.getSourceType()) : type;
+  dsrt::DType sourceDtype = runtimeDType(sourceType);
+  dsrt::Shape sourceShape(sourceType.getShape().begin(), sourceType.getShape().end());
+  uint64_t expected = static_cast<uint64_t>(sourceType.getNumElements()) *
+                      dsrt::dtypeSize(sourceDtype);
   if (record->bytes.size() != expected)
     return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
                             << " bytes, but its type needs " << expected;
+  FailureOr<std::vector<WeightTransform>> transforms =
+      transformsOf(op, runtimeDType(type), options_.weightDtype);
+  dsrt::DType stored;
+  dsrt::Shape storedShape;
+  dsrt::Status status =
+      transformedType(sourceDtype, sourceShape, *transforms, stored, storedShape);
+  if (!status.isOk())
+    return op.emitOpError() << "weight '" << op.getName() << "': " << status.message();
+  if (storedShape != dsrt::Shape(type.getShape().begin(), type.getShape().end()))
+    return op.emitOpError() << "weight '" << op.getName() << "': its transforms give "
+                            << dsrt::shapeString(storedShape) << ", not the result's shape";
 
-  auto [it, inserted] = weightIndex_.try_emplace(op.getName(), -1);
+  // A weight used with different transforms (a shard per use, say) is stored once per use.
+  std::string key = op.getName().str();
+  if (auto list = op.getTransforms()) {
+    std::string printed;
+    llvm::raw_string_ostream os(printed);
+    list->print(os);
+    key += " " + printed;
+  }
+  auto [it, inserted] = weightIndex_.try_emplace(key, -1);
   if (inserted) {
     llvm::ArrayRef<uint8_t> bytes = record->bytes;
     const onnx_frontend::WeightStore *store = &weights_;
     dsc::WeightShard shard;
     shard.dtype = stored;
-    shard.shape.assign(type.getShape().begin(), type.getShape().end());
+    shard.shape = storedShape;
     // Streams from the mmapped model (or its external data) straight into the plan file.
-    shard.fill = [bytes, source, stored, store, record](uint8_t *destination) {
+    shard.fill = [bytes, sourceDtype, sourceShape, transforms = *transforms, store,
+                  record](uint8_t *destination) {
       llvm::scope_exit release([&] { store->releasePages(*record); });
-      if (source == stored) {
-        std::memcpy(destination, bytes.data(), bytes.size());
-        return dsrt::Status::ok();
-      }
-      size_t count = bytes.size() / 4;
-      for (size_t i = 0; i < count; ++i) {
-        float v;
-        std::memcpy(&v, bytes.data() + 4 * i, 4);
-        uint16_t half = stored == dsrt::DType::F16 ? dsrt::floatToHalf(v) : dsrt::floatToBfloat16(v);
-        std::memcpy(destination + 2 * i, &half, 2);
-      }
-      return dsrt::Status::ok();
+      return applyWeightTransforms(bytes.data(), sourceDtype, sourceShape, transforms,
+                                   destination);
     };
     std::vector<dsc::WeightShard> shards(writer_.ranks(), shard);
-    dsrt::Status status = writer_.addWeight(op.getName().str(), std::move(shards), it->second);
+    status = writer_.addWeight(key, std::move(shards), it->second);
     if (!status.isOk())
       return op.emitOpError() << status.message();
   }

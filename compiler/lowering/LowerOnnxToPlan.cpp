@@ -135,9 +135,9 @@ LogicalResult Lowering::lowerBlock(Block &block) {
 LogicalResult Lowering::lowerOp(Operation *op) {
   Location loc = op->getLoc();
   if (auto weight = dyn_cast<onnx::WeightOp>(op)) {
-    mapping.map(weight.getOutput(), plan::WeightTensorOp::create(builder_, loc,
-                                                                 weight.getType(),
-                                                                 weight.getName()));
+    mapping.map(weight.getOutput(),
+                plan::WeightTensorOp::create(builder_, loc, weight.getType(), weight.getName(),
+                                             /*source_type=*/nullptr, /*transforms=*/nullptr));
     return success();
   }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {

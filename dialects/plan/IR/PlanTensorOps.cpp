@@ -88,6 +88,23 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 LogicalResult WeightTensorOp::verify() {
   if (getName().empty())
     return emitOpError("needs the name of a weight");
+  auto transforms = getTransforms();
+  if (!transforms)
+    return success();
+  if (!getSourceType())
+    return emitOpError("has transforms but no source_type to apply them to");
+  for (auto [index, transform] : llvm::enumerate(transforms->getAsRange<DictionaryAttr>())) {
+    auto kind = transform.getAs<StringAttr>("kind");
+    bool ok = kind && ((kind == "transpose" && transform.getAs<ArrayAttr>("perm")) ||
+                       (kind == "slice" && transform.getAs<IntegerAttr>("axis") &&
+                        transform.getAs<IntegerAttr>("offset") &&
+                        transform.getAs<IntegerAttr>("size")) ||
+                       (kind == "convert" && transform.getAs<TypeAttr>("to")));
+    if (!ok)
+      return emitOpError() << "transform " << index
+                           << " must be a transpose (perm), a slice (axis, offset, size) or a "
+                              "convert (to)";
+  }
   return success();
 }
 

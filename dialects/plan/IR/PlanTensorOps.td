@@ -35,7 +35,14 @@ def Plan_ConstantOp : Plan_Op<"constant", [Pure, ConstantLike, Plan_TensorParent
 
 def Plan_WeightTensorOp : Plan_Op<"weight_tensor", [Pure, Plan_TensorParents]> {
   let summary = "a tensor of the rank's weight section, as a tensor value";
-  let arguments = (ins StrAttr:$name);
+  let description = [{
+    `name` is the model's initializer. With `transforms` (applied in order while the plan
+    streams the weight: `{kind = "transpose", perm = [1, 0]}`, `{kind = "slice", axis = 0,
+    offset = 0, size = 64}`, `{kind = "convert", to = f16}`), `source_type` gives the
+    initializer's type and the result type is what the transforms make of it.
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<TypeAttrOf<AnyStaticShapeTensor>>:$source_type,
+                   OptionalAttr<TypedArrayAttrBase<DictionaryAttr, "weight transforms">>:$transforms);
   let results = (outs AnyStaticShapeTensor:$output);
   let assemblyFormat = "$name attr-dict `:` type($output)";
   let hasVerifier = 1;

@@ -594,3 +594,19 @@ plan.program @forward {
   %c = plan.constant {value = dense<[1, 2]> : tensor<2xi64>} : tensor<3xi64>
   plan.return
 }
+
+// -----
+
+plan.program @forward {
+  // expected-error @+1 {{has transforms but no source_type to apply them to}}
+  %w = plan.weight_tensor "w" {transforms = [{kind = "transpose", perm = [1, 0]}]} : tensor<3x2xf32>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  // expected-error @+1 {{transform 0 must be a transpose (perm), a slice (axis, offset, size) or a convert (to)}}
+  %w = plan.weight_tensor "w" {source_type = tensor<2x3xf32>, transforms = [{kind = "slice", axis = 0 : i64}]} : tensor<3x2xf32>
+  plan.return
+}
