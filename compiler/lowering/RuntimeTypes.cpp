@@ -56,7 +56,10 @@ FailureOr<dsrt::ops::AttrMap> kernelAttributes(Operation *op) {
     Attribute value = *inherent;
     dsrt::ops::Attr attr;
     if (auto integer = dyn_cast<IntegerAttr>(value)) {
-      attr = dsrt::ops::Attr::ofInt(integer.getValue().getSExtValue());
+      // A 1-bit attribute is a bool (0 or 1), not a signed -1.
+      const APInt &bits = integer.getValue();
+      attr = dsrt::ops::Attr::ofInt(bits.getBitWidth() == 1 ? bits.getZExtValue()
+                                                            : bits.getSExtValue());
     } else if (auto real = dyn_cast<FloatAttr>(value)) {
       attr = dsrt::ops::Attr::ofFloat(static_cast<float>(real.getValueAsDouble()));
     } else if (auto text = dyn_cast<StringAttr>(value)) {

@@ -12,8 +12,8 @@ using namespace mlir;
 
 namespace dsc {
 
-// Integer tensors up to this size keep their values during shape evaluation: they are the
-// shapes, indices and axes that later ops' shapes depend on.
+// Tensors up to this size keep their values during shape evaluation when they are computed
+// from known values: the shapes, indices and axes that later ops' shapes depend on.
 constexpr int64_t kTrackedValueElements = 64;
 
 namespace {
@@ -146,12 +146,13 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
                              << status.message();
   }
 
-  // Shape and Size read only shapes; other integer results are computed when every input
-  // value is known, so that later Reshape/Expand/Slice shapes resolve.
+  // Shape and Size read only shapes; other small results are computed when every input
+  // value is known, so that later Reshape/Expand/Slice shapes resolve. Floats count too:
+  // exporters compute sizes as Cast -> Div -> Floor -> Cast. Weights are never known, so
+  // no real float data is evaluated.
   bool tracked = true;
   for (const auto &spec : specs)
-    tracked &= !dsrt::isFloat(spec.dtype) &&
-               dsrt::elementCount(spec.shape) <= kTrackedValueElements;
+    tracked &= dsrt::elementCount(spec.shape) <= kTrackedValueElements;
   bool readsOnlyShapes = name == "Shape" || name == "Size";
   std::vector<std::shared_ptr<dsrt::OwnedTensor>> values(specs.size());
   if (tracked && (allValues || readsOnlyShapes)) {

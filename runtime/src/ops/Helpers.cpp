@@ -56,8 +56,8 @@ Status readIndexValues(const KernelContext &ctx, size_t index, const char *name,
     return ctx.error("input '", name, "' must be i32 or i64, not ", dtypeName(tensor->dtype));
   int64_t count = tensor->elements();
   if (count > 0 && !tensor->data)
-    return ctx.error("the value of input '", name,
-                     "' is unknown, but the output shape depends on it");
+    return ctx.error("the value of input '", name, "' ", kUnknownValue,
+                     ", but the output shape depends on it");
   out.resize(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i)
     out[i] = tensor->dtype == DType::I64 ? tensor->as<int64_t>()[i] : tensor->as<int32_t>()[i];
@@ -83,7 +83,7 @@ Status readScalarAsDouble(const KernelContext &ctx, size_t index, const char *na
     return ctx.error("input '", name, "' must hold one element, but has shape ",
                      shapeString(tensor->shape));
   if (!tensor->data)
-    return ctx.error("the value of input '", name, "' is unknown");
+    return ctx.error("the value of input '", name, "' ", kUnknownValue);
   return visitDType(tensor->dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     out = static_cast<double>(load(*tensor->as<T>()));

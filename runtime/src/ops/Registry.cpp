@@ -115,7 +115,7 @@ Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
   if (readsInputValues(op))
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i] && inputs[i]->elements() > 0 && !inputs[i]->data)
-        return ctx.error("the value of input ", i, " is unknown");
+        return ctx.error("the value of input ", i, " ", kUnknownValue);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorRef *output = outputs[i];
     if (!output)

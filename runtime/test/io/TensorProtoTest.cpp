@@ -71,8 +71,9 @@ TEST(TensorProtoTest, AgreesWithOnnxOnNodeTestData) {
         << entry.path();
     std::string expected = onnxBytes(proto, ours.tensor.dtype);
     ASSERT_EQ(expected.size(), ours.tensor.storage.size()) << entry.path();
-    EXPECT_EQ(0, std::memcmp(expected.data(), ours.tensor.storage.data(), expected.size()))
-        << entry.path();
+    if (!expected.empty())  // memcmp of empty (possibly null) buffers is undefined
+      EXPECT_EQ(0, std::memcmp(expected.data(), ours.tensor.storage.data(), expected.size()))
+          << entry.path();
     ++compared;
   }
   EXPECT_GT(compared, 1000);

@@ -162,6 +162,24 @@ TEST(Reduce, HalfAccumulatesInFloat) {
   EXPECT_EQ(halfValues(run1("ReduceSum", {&ones, nullptr}))[0], 4096.0f);
 }
 
+TEST(HalfPrecision, MatMulSoftmaxAndNormAccumulateInFloat) {
+  // Sums of 4096 ones: an f16 accumulator would stop growing at 2048.
+  OwnedTensor ones = f16({4096}, std::vector<float>(4096, 1.0f));
+  EXPECT_EQ(halfValues(run1("MatMul", {&ones, &ones}))[0], 4096.0f);
+  EXPECT_EQ(halfValues(run1("Softmax", {&ones}))[0], 1.0f / 4096);
+  OwnedTensor row = f16({1, 4096}, std::vector<float>(4096, 1.0f));
+  OwnedTensor scale = f16({4096}, std::vector<float>(4096, 1.0f));
+  std::vector<OwnedTensor> outputs;
+  ASSERT_TRUE(run("LayerNormalization", {&row, &scale, nullptr}, outputs, {}, 2).isOk());
+  EXPECT_EQ(halfValues(outputs[0])[0], 0.0f);
+  EXPECT_EQ(outputs[1].dtype, DType::F32);  // stash_type 1
+  EXPECT_EQ(values<float>(outputs[1])[0], 1.0f);
+  OwnedTensor bf = tensor<uint16_t>(DType::BF16, {2}, {floatToBfloat16(1.5f),
+                                                        floatToBfloat16(-2.0f)});
+  OwnedTensor bfSum = run1("Add", {&bf, &bf});
+  EXPECT_EQ(bfloat16ToFloat(values<uint16_t>(bfSum)[1]), -4.0f);
+}
+
 TEST(Reduce, CumSumExclusiveReverse) {
   OwnedTensor x = f32({4}, {1, 2, 3, 4});
   OwnedTensor axis = i32({}, {0});

@@ -57,6 +57,32 @@ TEST(Shape, ReshapeZeroMinusOneAndAllowzero) {
   EXPECT_NE(status.message().find("'shape' is unknown"), std::string::npos) << status.message();
 }
 
+// Every op whose output shape depends on an input's values says so with kUnknownValue when
+// that value is missing (the compiler then sizes the output when the step runs).
+TEST(Shape, UnknownShapeValuesAreReportedAsSuch) {
+  TensorRef data{DType::F32, {2, 3}, nullptr};
+  TensorRef ints{DType::I64, {2}, nullptr}, scalar{DType::I64, {}, nullptr};
+  TensorRef one{DType::I64, {1}, nullptr};
+  struct Case {
+    const char *op;
+    ops::Inputs inputs;
+    size_t outputs;
+  };
+  std::vector<Case> cases = {
+      {"Reshape", {&data, &ints}, 1},      {"Expand", {&data, &ints}, 1},
+      {"Tile", {&data, &ints}, 1},         {"ConstantOfShape", {&ints}, 1},
+      {"Range", {&scalar, &scalar, &scalar}, 1},
+      {"Squeeze", {&data, &one}, 1},       {"Unsqueeze", {&data, &one}, 1},
+      {"Split", {&data, &ints}, 2},        {"ReduceSum", {&data, &one}, 1},
+      {"Slice", {&data, &one, &one, nullptr, nullptr}, 1}};
+  for (const Case &c : cases) {
+    std::vector<ops::OutputSpec> specs;
+    Status status = ops::inferShapes(c.op, {}, c.inputs, c.outputs, specs);
+    EXPECT_NE(status.message().find(ops::kUnknownValue), std::string::npos)
+        << c.op << ": " << status.message();
+  }
+}
+
 TEST(Shape, FlattenSqueezeUnsqueeze) {
   OwnedTensor x = iota({2, 3, 4});
   EXPECT_EQ(run1("Flatten", {&x}, {{"axis", Attr::ofInt(-1)}}).shape, (Shape{6, 4}));
