@@ -77,24 +77,6 @@ Status step(DType dtype, const Shape &shape, const WeightTransform &t, size_t in
   return Status::error(where + "unknown kind");
 }
 
-float load(DType dtype, const uint8_t *p) {
-  uint16_t bits;
-  switch (dtype) {
-  case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-  case DType::F16: std::memcpy(&bits, p, 2); return dsrt::halfToFloat(bits);
-  default: std::memcpy(&bits, p, 2); return dsrt::bfloat16ToFloat(bits);
-  }
-}
-
-void store(DType dtype, float v, uint8_t *p) {
-  if (dtype == DType::F32) {
-    std::memcpy(p, &v, 4);
-    return;
-  }
-  uint16_t bits = dtype == DType::F16 ? dsrt::floatToHalf(v) : dsrt::floatToBfloat16(v);
-  std::memcpy(p, &bits, 2);
-}
-
 // Row-major strides in elements.
 std::vector<int64_t> stridesOf(const Shape &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
@@ -108,9 +90,7 @@ void applyOne(const uint8_t *in, DType dtype, const Shape &shape, const WeightTr
   size_t width = dsrt::dtypeSize(dtype);
   int64_t count = dsrt::elementCount(outShape);
   if (t.kind == WeightTransform::Kind::Convert) {
-    size_t outWidth = dsrt::dtypeSize(outDtype);
-    for (int64_t i = 0; i < count; ++i)
-      store(outDtype, load(dtype, in + i * width), out + i * outWidth);
+    dsrt::convertFloats(dtype, in, outDtype, out, count);  // step() checked the dtypes
     return;
   }
   // Transpose and slice: walk the output in order and gather from the input.

@@ -139,4 +139,30 @@ uint16_t floatToBfloat16(float value) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
+bool convertFloats(DType from, const void *source, DType to, void *destination, int64_t count) {
+  auto narrowOrSingle = [](DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; };
+  if (!narrowOrSingle(from) || !narrowOrSingle(to))
+    return false;
+  const uint8_t *in = static_cast<const uint8_t *>(source);
+  uint8_t *out = static_cast<uint8_t *>(destination);
+  size_t inWidth = dtypeSize(from), outWidth = dtypeSize(to);
+  for (int64_t i = 0; i < count; ++i) {
+    float value;
+    uint16_t bits;
+    if (from == DType::F32) {
+      std::memcpy(&value, in + i * inWidth, 4);
+    } else {
+      std::memcpy(&bits, in + i * inWidth, 2);
+      value = from == DType::F16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+    }
+    if (to == DType::F32) {
+      std::memcpy(out + i * outWidth, &value, 4);
+    } else {
+      bits = to == DType::F16 ? floatToHalf(value) : floatToBfloat16(value);
+      std::memcpy(out + i * outWidth, &bits, 2);
+    }
+  }
+  return true;
+}
+
 } // namespace dsrt

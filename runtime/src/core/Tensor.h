@@ -71,6 +71,10 @@ uint16_t floatToHalf(float value);
 float bfloat16ToFloat(uint16_t bits);
 uint16_t floatToBfloat16(float value);
 
+// Converts `count` elements between F32, F16 and BF16 (weights stored narrower than the
+// program computes in). Returns false, converting nothing, for any other dtype.
+bool convertFloats(DType from, const void *source, DType to, void *destination, int64_t count);
+
 } // namespace dsrt
 
 #endif

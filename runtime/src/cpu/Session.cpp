@@ -13,32 +13,6 @@ Shape toShape(const flatbuffers::Vector<int64_t> *dims) {
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
 
-// Converts `count` floats between storage dtypes (weights stored in fp16/bf16 for a program
-// computing in fp32, or the reverse).
-Status convertFloats(DType from, const uint8_t *src, DType to, uint8_t *dst, int64_t count) {
-  auto load = [&](int64_t i) -> float {
-    switch (from) {
-    case DType::F32: { float v; std::memcpy(&v, src + 4 * i, 4); return v; }
-    case DType::F16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return halfToFloat(b); }
-    case DType::BF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return bfloat16ToFloat(b); }
-    default: return 0;
-    }
-  };
-  if (!isFloat(from) || !isFloat(to) || from == DType::F64 || to == DType::F64)
-    return Status::error(std::string("cannot convert weights from ") + dtypeName(from) +
-                         " to " + dtypeName(to));
-  for (int64_t i = 0; i < count; ++i) {
-    float v = load(i);
-    if (to == DType::F32) {
-      std::memcpy(dst + 4 * i, &v, 4);
-    } else {
-      uint16_t b = to == DType::F16 ? floatToHalf(v) : floatToBfloat16(v);
-      std::memcpy(dst + 2 * i, &b, 2);
-    }
-  }
-  return Status::ok();
-}
-
 } // namespace
 
 Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
@@ -124,11 +98,10 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
       session->converted_.emplace_back(new uint8_t[std::max<size_t>(bytes, 1)]);
       slot.data = session->converted_.back().get();
       slot.capacity = bytes;
-      Status converted = convertFloats(stored.dtype, static_cast<uint8_t *>(stored.data),
-                                       slot.dtype, slot.data, stored.elements());
-      if (!converted.isOk())
-        return Status::error(plan->path() + ": weight '" + str(tensor.name()) + "': " +
-                             converted.message());
+      if (!convertFloats(stored.dtype, stored.data, slot.dtype, slot.data, stored.elements()))
+        return Status::error(plan->path() + ": weight '" + str(tensor.name()) +
+                             "': cannot convert it from " + dtypeName(stored.dtype) + " to " +
+                             dtypeName(slot.dtype));
       break;
     }
     case dsp::TensorKind::input:
