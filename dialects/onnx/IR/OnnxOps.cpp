@@ -2,6 +2,8 @@
 // dimensions, attribute ranges); dimensions that are dynamic are left to shape inference.
 #include "dialects/onnx/IR/OnnxDialect.h"
 
+#include "dialects/common/BranchVerification.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -299,23 +301,7 @@ LogicalResult RangeOp::verify() {
   return success();
 }
 
-LogicalResult IfOp::verify() {
-  if (auto cond = rankedOrNull(getCond().getType());
-      cond && cond.hasStaticShape() && cond.getNumElements() != 1)
-    return emitOpError("cond must hold a single element");
-  for (Region *region : {&getThenBranch(), &getElseBranch()}) {
-    auto yield = cast<YieldOp>(region->front().getTerminator());
-    if (yield.getOutputs().size() != getNumResults())
-      return emitOpError() << "a branch yields " << yield.getOutputs().size()
-                           << " values for " << getNumResults() << " results";
-    for (auto [value, result] : llvm::zip(yield.getOutputs(), getResults()))
-      if (getElementTypeOrSelf(value.getType()) != getElementTypeOrSelf(result.getType()) ||
-          failed(verifyCompatibleShape(value.getType(), result.getType())))
-        return emitOpError() << "a branch yields " << value.getType() << " for a result of type "
-                             << result.getType();
-  }
-  return success();
-}
+LogicalResult IfOp::verify() { return verifyTwoWayBranch(*this, getCond()); }
 
 } // namespace dsc::onnx
 

@@ -1,6 +1,8 @@
 // Verifiers of the generic path's tensor ops (PlanTensorOps.td).
 #include "dialects/plan/IR/PlanDialect.h"
 
+#include "dialects/common/BranchVerification.h"
+
 #include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
@@ -118,20 +120,8 @@ LogicalResult ExecOp::verify() {
 }
 
 LogicalResult IfOp::verify() {
-  if (auto cond = dyn_cast<RankedTensorType>(getCond().getType());
-      cond && cond.hasStaticShape() && cond.getNumElements() != 1)
-    return emitOpError("cond must hold a single element");
-  for (Region *region : {&getThenBranch(), &getElseBranch()}) {
-    auto yield = cast<YieldOp>(region->front().getTerminator());
-    if (yield.getOutputs().size() != getNumResults())
-      return emitOpError() << "a branch yields " << yield.getOutputs().size() << " values for "
-                           << getNumResults() << " results";
-    for (auto [value, result] : llvm::zip(yield.getOutputs(), getResults()))
-      if (getElementTypeOrSelf(value.getType()) != getElementTypeOrSelf(result.getType()) ||
-          failed(verifyCompatibleShape(value.getType(), result.getType())))
-        return emitOpError() << "a branch yields " << value.getType()
-                             << " for a result of type " << result.getType();
-  }
+  if (failed(verifyTwoWayBranch(*this, getCond())))
+    return failure();
   return verifySlots(*this, getMaxShapes(), getArenaOffsets());
 }
 
