@@ -1,6 +1,7 @@
 #include "compiler/Registration.h"
 
 #include "compiler/lowering/Passes.h"
+#include "compiler/recognize/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
@@ -20,6 +21,7 @@ void registerAllPasses() {
   // Upstream clean-ups that dsc's pipelines use (canonicalize, cse, symbol-dce, ...).
   mlir::registerTransformsPasses();
   registerDscPasses();
+  registerDscRecognizePasses();
 }
 
 } // namespace dsc

@@ -11,7 +11,7 @@ PACKAGES=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libonnx-dev libprotobuf-dev libgtest-dev libonnx-testdata
   flatbuffers-compiler libflatbuffers-dev libxxhash-dev
-  zlib1g-dev libzstd-dev libtinfo-dev
+  zlib1g-dev libzstd-dev libtinfo-dev nlohmann-json3-dev
 )
 
 missing=()

@@ -91,6 +91,69 @@ DSRT_API dsrt_status dsrt_session_run(dsrt_session *session, const char *program
 DSRT_API dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program,
                                              size_t index, dsrt_tensor *out);
 
+/* Memory the library allocated for the caller (token ids, text). */
+DSRT_API void dsrt_free(void *pointer);
+
+/* ---- Tokenizer (HuggingFace tokenizer.json: byte-level BPE, SentencePiece-style BPE with
+ * byte fallback). ---- */
+typedef struct dsrt_tokenizer dsrt_tokenizer;
+
+/* The tokenizer embedded in the plan; DSRT_INVALID_ARGUMENT when the plan has none. */
+DSRT_API dsrt_status dsrt_tokenizer_from_plan(const dsrt_plan *plan, dsrt_tokenizer **out);
+DSRT_API dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out);
+DSRT_API void dsrt_tokenizer_free(dsrt_tokenizer *tokenizer);
+/* Encodes `length` bytes of UTF-8 text; `*ids` (`*count` of them) is freed with dsrt_free.
+ * `add_special` adds the tokens the tokenizer's post-processor adds (BOS for Llama). */
+DSRT_API dsrt_status dsrt_tokenizer_encode(const dsrt_tokenizer *tokenizer, const char *text,
+                                           size_t length, int add_special, int64_t **ids,
+                                           size_t *count);
+/* Decodes ids to a NUL-terminated UTF-8 string freed with dsrt_free. */
+DSRT_API dsrt_status dsrt_tokenizer_decode(const dsrt_tokenizer *tokenizer, const int64_t *ids,
+                                           size_t count, int skip_special, char **text);
+
+/* ---- Generation (docs/transformer-ops.md). ---- */
+
+/* Called for every new token of every sequence, in order. Return nonzero to stop that
+ * sequence after this token. */
+typedef int (*dsrt_token_callback)(void *user_data, size_t sequence, int64_t token);
+
+typedef struct dsrt_generate_options {
+  size_t struct_size;            /* sizeof(dsrt_generate_options); set by _init */
+  int32_t max_new_tokens;        /* default 32 */
+  float temperature;             /* 0: greedy (default) */
+  int32_t top_k;                 /* 0: no limit */
+  float top_p;                   /* 1: no limit */
+  uint64_t seed;
+  const int64_t *stop_tokens;    /* in addition to the plan's EOS tokens */
+  size_t stop_token_count;
+  int ignore_eos;                /* nonzero: the plan's EOS tokens do not stop */
+  dsrt_token_callback on_token;  /* may be NULL */
+  void *user_data;
+} dsrt_generate_options;
+
+typedef enum dsrt_finish_reason {
+  DSRT_FINISH_LENGTH = 0,   /* max_new_tokens reached */
+  DSRT_FINISH_STOP = 1,     /* a stop or EOS token was generated (it is included) */
+  DSRT_FINISH_CALLBACK = 2  /* the callback asked to stop */
+} dsrt_finish_reason;
+
+typedef struct dsrt_generation dsrt_generation;
+
+DSRT_API void dsrt_generate_options_init(dsrt_generate_options *options);
+/* Generates for `count` prompts (prompt i: lengths[i] token ids at prompts[i]) as one batch.
+ * Checks every limit (batch, prompt + max_new_tokens against the plan's max_seq_len, token
+ * ids against the vocabulary) before running anything. */
+DSRT_API dsrt_status dsrt_generate(dsrt_session *session, size_t count,
+                                   const int64_t *const *prompts, const size_t *lengths,
+                                   const dsrt_generate_options *options,
+                                   dsrt_generation **out);
+DSRT_API size_t dsrt_generation_count(const dsrt_generation *generation);
+/* The new tokens of sequence `index` (the prompt not included). */
+DSRT_API dsrt_status dsrt_generation_tokens(const dsrt_generation *generation, size_t index,
+                                            const int64_t **tokens, size_t *count,
+                                            dsrt_finish_reason *reason);
+DSRT_API void dsrt_generation_free(dsrt_generation *generation);
+
 #ifdef __cplusplus
 }
 #endif
