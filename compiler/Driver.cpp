@@ -3,6 +3,9 @@
 #include "compiler/Registration.h"
 #include "compiler/lowering/ExportPlan.h"
 #include "compiler/lowering/Passes.h"
+#include "compiler/recognize/Passes.h"
+#include "compiler/recognize/RecognitionReport.h"
+#include "compiler/recognize/RecognizeAttention.h"
 #include "frontends/onnx/OnnxImporter.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -60,6 +63,17 @@ llvm::cl::opt<onnx_frontend::ModelSyntax> syntax(
         clEnumValN(onnx_frontend::ModelSyntax::Text, "text", "the ONNX text syntax")),
     llvm::cl::cat(category));
 
+llvm::cl::opt<bool> noRecognize(
+    "no-recognize",
+    llvm::cl::desc("Skip transformer recognition: every onnx op becomes a generic step"),
+    llvm::cl::init(false), llvm::cl::cat(category));
+
+llvm::cl::opt<bool> attentionRemarks(
+    "attention-remarks",
+    llvm::cl::desc("Say why each softmax was not recognised as attention, and why no "
+                   "prefill/decode programs were derived"),
+    llvm::cl::init(false), llvm::cl::cat(category));
+
 // "model.onnx: node 'Add_3': error: ..." rather than MLIR's line:column form, which means
 // nothing for a protobuf file.
 void printDiagnostic(Diagnostic &diagnostic, llvm::raw_ostream &os, bool isNote = false) {
@@ -102,7 +116,7 @@ int runCompilerDriver(int argc, char **argv) {
       argc, argv,
       "dsc: ahead-of-time compiler for transformer inference\n\n"
       "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
-      "  dsc model.onnx --emit=onnx|plan [-o out.mlir]\n");
+      "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n");
 
   std::vector<std::string> args(positional.begin(), positional.end());
   if (!args.empty() && args.front() == "compile")
@@ -111,9 +125,9 @@ int runCompilerDriver(int argc, char **argv) {
     llvm::errs() << "dsc: error: expected exactly one model file (see --help)\n";
     return EXIT_FAILURE;
   }
-  if (emit == Stage::Tfm || emit == Stage::Ptx || emit == Stage::Cuda) {
-    llvm::errs() << "dsc: error: --emit=tfm, ptx and cuda are not implemented yet "
-                    "(transformer recognition and the CUDA backend come later)\n";
+  if (emit == Stage::Ptx || emit == Stage::Cuda) {
+    llvm::errs() << "dsc: error: --emit=ptx and cuda are not implemented yet "
+                    "(the CUDA backend comes later)\n";
     return EXIT_FAILURE;
   }
   if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16") {
@@ -143,13 +157,35 @@ int runCompilerDriver(int argc, char **argv) {
     PassManager pm(&context);
     pm.enableVerifier(true);
     pm.addPass(createFoldConstants());
-    LowerOnnxToPlanOptions lowering;
-    lowering.maxBatch = maxBatch;
-    lowering.maxSeqLen = maxSeqLen;
-    pm.addPass(createLowerOnnxToPlan(lowering));
-    pm.addPass(createPlanMemory());
+    // Attention (proven on a probe that may read the model's weights), then the other
+    // layers (after attention, whose matcher reads the onnx projections), then the prefill
+    // and decode programs of a decoder whose every attention was recognised. The report is
+    // read before lowering turns the tfm ops into steps.
+    RecognitionDeclines declines;
+    if (!noRecognize)
+      pm.addPass(createRecognizeAttentionWithWeights(imported->weights.get(), attentionRemarks));
+    if (!noRecognize)
+      pm.addPass(createRecognizeLayersWithReport(&declines));
+    if (!noRecognize) {
+      DeriveCacheProgramsOptions derive;
+      derive.report = attentionRemarks;
+      pm.addPass(createDeriveCachePrograms(derive));
+    }
     if (failed(pm.run(*imported->module)))
       return EXIT_FAILURE;
+    if (!noRecognize)
+      printRecognitionReport(*imported->module, declines, llvm::errs());
+    if (emit != Stage::Tfm) {
+      PassManager lower(&context);
+      lower.enableVerifier(true);
+      LowerOnnxToPlanOptions lowering;
+      lowering.maxBatch = maxBatch;
+      lowering.maxSeqLen = maxSeqLen;
+      lower.addPass(createLowerOnnxToPlan(lowering));
+      lower.addPass(createPlanMemory());
+      if (failed(lower.run(*imported->module)))
+        return EXIT_FAILURE;
+    }
   }
   if (emit == Stage::PlanFile) {
     ExportOptions options;
@@ -163,6 +199,9 @@ int runCompilerDriver(int argc, char **argv) {
       if (!folder.empty())
         options.modelName = llvm::sys::path::filename(folder).str();
     }
+    options.modelDirectory = llvm::sys::path::parent_path(args.front()).str();
+    if (options.modelDirectory.empty())
+      options.modelDirectory = ".";
     options.producer = "dsc " DSC_VERSION;
     for (int i = 0; i < argc; ++i)
       options.commandLine += (i ? " " : "") + std::string(argv[i]);

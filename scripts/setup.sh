@@ -12,6 +12,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev libgtest-dev libonnx-testdata
   flatbuffers-compiler libflatbuffers-dev libxxhash-dev
   zlib1g-dev libzstd-dev libtinfo-dev nlohmann-json3-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

@@ -1,5 +1,6 @@
 # lit configuration of dsc's regression tests (test/dialects, test/frontends, test/models).
 import os
+import sys
 
 import lit.formats
 
@@ -8,8 +9,11 @@ config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".onnxtxt", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.dsc_obj_root, "test")
-config.excludes = ["Inputs", "unit", "tools", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "unit", "tools", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
+                   "check_generation.py"]
 
 config.environment["PATH"] = os.pathsep.join(
     [config.dsc_tools_dir, config.llvm_tools_dir, os.environ.get("PATH", "")])
+# Test scripts use the standard library only.
+config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.dsc_src_root, "test", "models")))

@@ -2,6 +2,7 @@
 
 #include "codegen/PlanWriter.h"
 #include "codegen/WeightTransforms.h"
+#include "compiler/lowering/ModelInfo.h"
 #include "compiler/lowering/ShapeBounds.h"
 #include "dialects/plan/IR/PlanDialect.h"
 
@@ -370,7 +371,7 @@ LogicalResult Exporter::run() {
   for (auto [program, lowered] : programs)
     if (failed(exportProgram(program.getRegion().front(), *lowered)))
       return failure();
-  return success();
+  return describeModel(plan_, options_.modelDirectory, module_.getLoc());
 }
 
 } // namespace

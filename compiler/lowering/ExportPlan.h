@@ -18,6 +18,8 @@ struct ExportOptions {
   int64_t maxBatch = 1;
   int64_t maxSeqLen = 128;
   std::string modelName;
+  // Where config.json, generation_config.json and tokenizer.json are looked for ("": none).
+  std::string modelDirectory;
   std::string commandLine;
   std::string producer;
 };

@@ -2,6 +2,7 @@
 #include "compiler/lowering/Passes.h"
 
 #include "compiler/lowering/ShapeBounds.h"
+#include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -63,13 +64,24 @@ int64_t valueOf(llvm::StringRef symbol, const Probe &probe) {
   return probe.fresh;
 }
 
-// The inherent attributes of an onnx op (attributes that only carry defaults are absent).
-DictionaryAttr inherentAttributes(Operation *op) {
-  NamedAttrList attrs;
-  for (StringAttr name : op->getName().getRegisteredInfo()->getAttributeNames())
-    if (std::optional<Attribute> value = op->getInherentAttr(name); value && *value)
-      attrs.append(name, *value);
-  return attrs.getDictionary(op->getContext());
+// A tfm.weight transform as the plan's dictionary form ({kind = "transpose", perm = [..]},
+// {kind = "slice", ...}, {kind = "convert", to = f16}), which the plan writer applies.
+FailureOr<Attribute> planTransform(Operation *op, Attribute transform) {
+  Builder b(op->getContext());
+  if (auto transpose = dyn_cast<tfm::TransposeAttr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("transpose")),
+         b.getNamedAttr("perm", b.getI64ArrayAttr(transpose.getPerm()))}));
+  if (auto slice = dyn_cast<tfm::SliceAttr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("slice")),
+         b.getNamedAttr("axis", b.getI64IntegerAttr(slice.getAxis())),
+         b.getNamedAttr("offset", b.getI64IntegerAttr(slice.getOffset())),
+         b.getNamedAttr("size", b.getI64IntegerAttr(slice.getSize()))}));
+  if (auto convert = dyn_cast<tfm::ConvertAttr>(transform))
+    return Attribute(b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("convert")),
+                                          b.getNamedAttr("to", TypeAttr::get(convert.getDtype()))}));
+  return op->emitOpError() << "has a transform the plan writer cannot apply: " << transform;
 }
 
 std::string sourceOf(Location loc) {
@@ -140,6 +152,22 @@ LogicalResult Lowering::lowerOp(Operation *op) {
                                              /*source_type=*/nullptr, /*transforms=*/nullptr));
     return success();
   }
+  if (auto weight = dyn_cast<tfm::WeightOp>(op)) {
+    SmallVector<Attribute> transforms;
+    if (ArrayAttr list = weight.getTransformsAttr())
+      for (Attribute transform : list) {
+        FailureOr<Attribute> converted = planTransform(op, transform);
+        if (failed(converted))
+          return failure();
+        transforms.push_back(*converted);
+      }
+    mapping.map(weight.getOutput(),
+                plan::WeightTensorOp::create(
+                    builder_, loc, weight.getType(), weight.getName(),
+                    TypeAttr::get(weight.getSourceType()),
+                    transforms.empty() ? ArrayAttr() : builder_.getArrayAttr(transforms)));
+    return success();
+  }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
     mapping.map(constant.getOutput(),
                 plan::ConstantOp::create(builder_, loc, constant.getType(), constant.getValue()));
@@ -188,14 +216,20 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       mapping.map(from, to);
     return success();
   }
-  if (op->getDialect()->getNamespace() != "onnx" || op->getNumRegions() != 0)
+  llvm::StringRef dialect = op->getDialect()->getNamespace();
+  if ((dialect != "onnx" && dialect != "tfm") || op->getNumRegions() != 0)
     return op->emitOpError("cannot be lowered to a plan step");
 
+  // An absent optional operand of a tfm op is an absent input (docs/transformer-ops.md).
   SmallVector<Value> inputs;
-  for (Value operand : op->getOperands())
-    inputs.push_back(mapping.lookup(operand));
-  auto exec = plan::ExecOp::create(builder_, loc, types, op->getName().stripDialect(), inputs,
-                                   inherentAttributes(op), *maxShapes, DenseI64ArrayAttr(),
+  for (Value operand : stepInputs(op))
+    inputs.push_back(operand ? mapping.lookup(operand)
+                             : plan::NoneOp::create(builder_, loc, builder_.getNoneType()));
+  FailureOr<DictionaryAttr> attrs = stepAttributes(op);
+  if (failed(attrs))
+    return failure();
+  auto exec = plan::ExecOp::create(builder_, loc, types, stepName(op), inputs, *attrs,
+                                   *maxShapes, DenseI64ArrayAttr(),
                                    builder_.getStringAttr(sourceOf(loc)));
   for (auto [from, to] : llvm::zip(op->getResults(), exec.getResults()))
     mapping.map(from, to);
@@ -207,8 +241,8 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>("main");
-    if (!func) {
+    auto main = module.lookupSymbol<func::FuncOp>("main");
+    if (!main) {
       module.emitError("has no func.func @main to lower (import a model first)");
       return signalPassFailure();
     }
@@ -216,14 +250,28 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
       module.emitError("max-batch and max-seq-len must be at least 1");
       return signalPassFailure();
     }
+    // @main is the export's interface (`program`, forward by default); recognition may add
+    // @prefill and @decode (docs/transformer-ops.md, "Programs"), each its own program.
+    SmallVector<std::pair<func::FuncOp, std::string>> programs = {{main, programName}};
+    for (llvm::StringRef name : {"prefill", "decode"})
+      if (auto func = module.lookupSymbol<func::FuncOp>(name))
+        programs.push_back({func, name.str()});
+    for (auto &[func, name] : programs)
+      if (failed(lowerFunction(module, func, name)))
+        return signalPassFailure();
+  }
 
+  LogicalResult lowerFunction(ModuleOp module, func::FuncOp func, llvm::StringRef name) {
     // Sizes grow with the batch and with the tokens, but the limit is on past + new
     // tokens, so the largest tensors of a decoder appear at different splits: all new
     // tokens (prefill), one new token after a full cache (decode), and half of each
     // (products of both). Shapes are evaluated at each split and bounded by the largest.
+    // A decode program takes exactly one new token, after up to max-seq-len - 1 cached ones.
     SmallVector<Probe> probes = {{maxBatch, 0, maxSeqLen},
                                  {maxBatch, maxSeqLen - 1, 1},
                                  {maxBatch, maxSeqLen / 2, maxSeqLen - maxSeqLen / 2}};
+    if (name == "decode")
+      probes = {{maxBatch, maxSeqLen - 1, 1}};
     std::optional<ShapeBounds> merged;
     SmallVector<Diagnostic> probeErrors;
     SmallVector<SmallVector<int64_t>> inputBounds;
@@ -233,12 +281,21 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
         auto type = cast<TensorType>(argument.getType());
         if (!type.hasRank()) {
           func.emitError() << "graph input " << index << " has no rank; it cannot be bounded";
-          return signalPassFailure();
+          return failure();
         }
         auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
         SmallVector<int64_t> shape;
+        // The padding mask covers the cached and the new tokens, whatever its width is
+        // called (Optimum writes "past_sequence_length + 1" for any number of new tokens).
+        auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
+        bool paddingMask = name && name.getValue() == "attention_mask";
         for (auto [d, size] : llvm::enumerate(type.getShape())) {
           llvm::StringRef symbol = dims ? cast<StringAttr>(dims[d]).getValue() : "";
+          if (ShapedType::isDynamic(size) && paddingMask && d == 1 &&
+              symbol.lower().find("past") != std::string::npos) {
+            shape.push_back(probe.past + probe.fresh);
+            continue;
+          }
           shape.push_back(ShapedType::isDynamic(size) ? valueOf(symbol, probe) : size);
         }
         inputShapes.push_back(shape);
@@ -272,7 +329,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
         if (other.shape.size() != it->second.shape.size()) {
           emitError(value.getLoc()) << "a tensor changes rank with the number of tokens; "
                                        "its size cannot be bounded";
-          return signalPassFailure();
+          return failure();
         }
         for (auto [a, b] : llvm::zip(it->second.shape, other.shape))
           a = std::max(a, b);
@@ -284,13 +341,13 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     if (!merged) {
       for (Diagnostic &diagnostic : probeErrors)
         getContext().getDiagEngine().emit(std::move(diagnostic));
-      return signalPassFailure();
+      return failure();
     }
     ShapeBounds *bounds = &*merged;
 
     OpBuilder builder(module.getBodyRegion());
     builder.setInsertionPointToEnd(module.getBody());
-    auto program = plan::ProgramOp::create(builder, func.getLoc(), programName);
+    auto program = plan::ProgramOp::create(builder, func.getLoc(), name);
     builder.setInsertionPointToStart(&program.getRegion().front());
     Lowering lowering(builder, *bounds);
     for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
@@ -303,8 +360,9 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
       lowering.mapping.map(argument, input.getResult());
     }
     if (failed(lowering.lowerBlock(func.getBody().front())))
-      return signalPassFailure();
+      return failure();
     func.erase();
+    return success();
   }
 };
 

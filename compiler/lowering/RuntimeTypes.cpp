@@ -1,5 +1,7 @@
 #include "compiler/lowering/RuntimeTypes.h"
 
+#include "dialects/tfm/IR/TfmDialect.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/TypeUtilities.h"
@@ -47,13 +49,108 @@ dsrt::OwnedTensor tensorFromAttr(DenseElementsAttr value) {
   return tensor;
 }
 
+std::string stepName(Operation *op) {
+  if (op->getDialect() && op->getDialect()->getNamespace() == "tfm")
+    return op->getName().getStringRef().str();
+  return op->getName().stripDialect().str();
+}
+
+SmallVector<Value> stepInputs(Operation *op) {
+  SmallVector<Value> inputs;
+  if (auto linear = dyn_cast<tfm::LinearOp>(op)) {
+    inputs.assign({linear.getInput(), linear.getWeight(), linear.getBias(), linear.getScales()});
+    return inputs;
+  }
+  if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
+    inputs.assign({norm.getInput(), norm.getScale(), norm.getBias()});
+    return inputs;
+  }
+  if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
+    inputs.assign({attention.getQuery(), attention.getKey(), attention.getValue(),
+                   attention.getMask()});
+    // Past key and value come both or neither.
+    OperandRange past = attention.getPast();
+    inputs.push_back(past.empty() ? Value() : past[0]);
+    inputs.push_back(past.empty() ? Value() : past[1]);
+    inputs.push_back(attention.getPositions());
+    return inputs;
+  }
+  llvm::append_range(inputs, op->getOperands());
+  return inputs;
+}
+
+namespace {
+
+// The attributes of a tfm op as the contract names them.
+FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
+  Builder b(op->getContext());
+  NamedAttrList attrs;
+  auto vocab = [&](IntegerAttr offset, std::optional<uint64_t> size) {
+    attrs.append("vocab_offset", b.getI64IntegerAttr(offset ? offset.getInt() : 0));
+    attrs.append("vocab_size", b.getI64IntegerAttr(size ? static_cast<int64_t>(*size) : 0));
+  };
+  if (auto embedding = dyn_cast<tfm::EmbeddingOp>(op)) {
+    vocab(embedding.getVocabOffsetAttr(), embedding.getVocabSize());
+  } else if (auto head = dyn_cast<tfm::LmHeadOp>(op)) {
+    vocab(head.getVocabOffsetAttr(), head.getVocabSize());
+  } else if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
+    attrs.append("epsilon", b.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
+  } else if (auto norm = dyn_cast<tfm::RmsNormOp>(op)) {
+    attrs.append("epsilon", b.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
+  } else if (auto linear = dyn_cast<tfm::LinearOp>(op)) {
+    attrs.append("parallel", b.getStringAttr(tfm::stringifyParallelism(linear.getParallel())));
+  } else if (auto activation = dyn_cast<tfm::ActivationOp>(op)) {
+    attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
+  } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {
+    attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(gated.getKind())));
+  } else if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
+    attrs.append("num_heads", b.getI64IntegerAttr(attention.getNumHeads()));
+    attrs.append("num_kv_heads", b.getI64IntegerAttr(attention.getNumKvHeads()));
+    attrs.append("head_dim", b.getI64IntegerAttr(attention.getHeadDim()));
+    attrs.append("scale", b.getF32FloatAttr(attention.getScale().convertToFloat()));
+    attrs.append("causal", b.getI64IntegerAttr(attention.getCausal() ? 1 : 0));
+    attrs.append("alibi", b.getI64IntegerAttr(attention.getAlibi() ? 1 : 0));
+    attrs.append("window", b.getI64IntegerAttr(attention.getWindow() ? *attention.getWindow() : 0));
+    tfm::RotaryAttr rotary = attention.getRotaryAttr();
+    attrs.append("rotary_dim", b.getI64IntegerAttr(rotary ? rotary.getDim() : 0));
+    attrs.append("rotary_base",
+                 b.getF32FloatAttr(rotary ? static_cast<float>(rotary.getBase().convertToDouble())
+                                          : 10000.0f));
+    attrs.append("rotary_interleaved",
+                 b.getI64IntegerAttr(rotary && rotary.getLayout() == tfm::RotaryLayout::interleaved));
+    attrs.append("cache_layer", b.getI64IntegerAttr(
+                                    attention.getCacheLayer() ? *attention.getCacheLayer() : -1));
+    // Set by recognition where the export averages a padding query's values over the
+    // causally visible keys only (docs/transformer-ops.md).
+    if (auto unattended = attention->getAttrOfType<StringAttr>("tfm.unattended"))
+      attrs.append("unattended", unattended);
+  } else if (!isa<tfm::ResidualAddOp>(op)) {
+    return op->emitOpError("has no runtime step");
+  }
+  return attrs.getDictionary(op->getContext());
+}
+
+} // namespace
+
+FailureOr<DictionaryAttr> stepAttributes(Operation *op) {
+  if (op->getDialect() && op->getDialect()->getNamespace() == "tfm")
+    return tfmStepAttributes(op);
+  // The inherent attributes of an onnx op (attributes that only carry defaults are absent).
+  NamedAttrList attrs;
+  for (StringAttr name : op->getName().getRegisteredInfo()->getAttributeNames())
+    if (std::optional<Attribute> value = op->getInherentAttr(name); value && *value)
+      attrs.append(name, *value);
+  return attrs.getDictionary(op->getContext());
+}
+
 FailureOr<dsrt::ops::AttrMap> kernelAttributes(Operation *op) {
+  FailureOr<DictionaryAttr> step = stepAttributes(op);
+  if (failed(step))
+    return failure();
   dsrt::ops::AttrMap attrs;
-  for (StringAttr name : op->getName().getRegisteredInfo()->getAttributeNames()) {
-    std::optional<Attribute> inherent = op->getInherentAttr(name);
-    if (!inherent || !*inherent)
-      continue;
-    Attribute value = *inherent;
+  for (NamedAttribute named : *step) {
+    StringAttr name = named.getName();
+    Attribute value = named.getValue();
     dsrt::ops::Attr attr;
     if (auto integer = dyn_cast<IntegerAttr>(value)) {
       // A 1-bit attribute is a bool (0 or 1), not a signed -1.

@@ -21,7 +21,18 @@ dsrt::OwnedTensor tensorFromAttr(mlir::DenseElementsAttr value);
 mlir::DenseElementsAttr attrFromTensor(mlir::MLIRContext *context,
                                        const dsrt::OwnedTensor &tensor);
 
-// The inherent attributes of an onnx op as kernel attributes.
+// An op as a runtime step (docs/transformer-ops.md, "Steps"): its kernel name (the onnx
+// op's name without the dialect, the tfm op's full name), its inputs in order with a null
+// Value for an absent optional operand, and its attributes as plain integers, floats,
+// strings, types, tensors and arrays (tfm enums become strings, unit attributes 0/1, the
+// rotary attribute rotary_dim/rotary_base/rotary_interleaved, absent optional ones their
+// contract default). Plan lowering and shape evaluation both use these, so a step runs
+// with the attributes its shapes were evaluated with.
+std::string stepName(mlir::Operation *op);
+llvm::SmallVector<mlir::Value> stepInputs(mlir::Operation *op);
+mlir::FailureOr<mlir::DictionaryAttr> stepAttributes(mlir::Operation *op);
+
+// stepAttributes as kernel attributes.
 mlir::FailureOr<dsrt::ops::AttrMap> kernelAttributes(mlir::Operation *op);
 
 } // namespace dsc

@@ -1,6 +1,7 @@
 #include "compiler/lowering/ShapeBounds.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
+#include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -96,9 +97,10 @@ LogicalResult BoundEvaluator::evaluateIf(onnx::IfOp op) {
 LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
   if (isa<onnx::YieldOp, func::ReturnOp, onnx::NoValueOp>(op))
     return success();
-  if (auto weight = dyn_cast<onnx::WeightOp>(op)) {
-    auto type = weight.getType();
-    set(weight, runtimeDType(type), dsrt::Shape(type.getShape().begin(), type.getShape().end()));
+  if (isa<onnx::WeightOp, tfm::WeightOp>(op)) {
+    auto type = cast<RankedTensorType>(op->getResult(0).getType());
+    set(op->getResult(0), runtimeDType(type),
+        dsrt::Shape(type.getShape().begin(), type.getShape().end()));
     return success();
   }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
@@ -115,11 +117,12 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
   FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
   if (failed(attrs))
     return failure();
-  std::vector<dsrt::TensorRef> refs(op->getNumOperands());
+  SmallVector<Value> operands = stepInputs(op);
+  std::vector<dsrt::TensorRef> refs(operands.size());
   dsrt::ops::Inputs inputs;
   bool allValues = true;
-  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-    if (isa<NoneType>(operand.getType())) {
+  for (auto [i, operand] : llvm::enumerate(operands)) {
+    if (!operand || isa<NoneType>(operand.getType())) {
       inputs.push_back(nullptr);
       continue;
     }
@@ -133,10 +136,10 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
     allValues &= entry->value != nullptr;
     inputs.push_back(&refs[i]);
   }
-  llvm::StringRef name = op->getName().stripDialect();
+  std::string name = stepName(op);
   std::vector<dsrt::ops::OutputSpec> specs;
   dsrt::Status status =
-      dsrt::ops::inferShapes(name.str(), *attrs, inputs, op->getNumResults(), specs);
+      dsrt::ops::inferShapes(name, *attrs, inputs, op->getNumResults(), specs);
   if (!status.isOk()) {
     // Shapes that follow from values nobody knows before the program runs make the results
     // dynamic; any other failure is an error in the model.
@@ -163,7 +166,7 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
       outRefs[o] = values[o]->ref();
       outputs.push_back(&outRefs[o]);
     }
-    if (!dsrt::ops::compute(name.str(), *attrs, inputs, outputs).isOk())
+    if (!dsrt::ops::compute(name, *attrs, inputs, outputs).isOk())
       values.assign(specs.size(), nullptr);
   }
   for (auto [o, result] : llvm::enumerate(op->getResults())) {

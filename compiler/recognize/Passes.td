@@ -9,12 +9,70 @@ include "mlir/Pass/PassBase.td"
 def RecognizeLayers : Pass<"dsc-recognize-layers", "mlir::ModuleOp"> {
   let summary = "Recognise embeddings, norms, linear layers, activations, residual adds and "
                 "the LM head";
+  let description = [{
+    First refines the importer's unranked types from the graph's shapes at six probes
+    (batch, cached and new tokens), evaluated with the runtime's kernels. Then, greedily:
+    Gather on a 2-D weight -> tfm.embedding; LayerNormalization and the decomposed layer
+    and RMS norms (with fp16 Cast round trips) -> tfm.layer_norm / tfm.rms_norm; MatMul on a
+    weight (+ bias Add), Gemm and GPT-2's Reshape-Gemm-Reshape -> tfm.linear with the weight
+    transposed to [out, in] by a #tfm.transpose transform, and tfm.lm_head where the result
+    is the graph's output; the elementwise subgraph around Erf, Tanh or Sigmoid, checked
+    numerically against each activation, Relu and Gelu -> tfm.activation; act(linear) *
+    linear -> tfm.gated_act; the Add of a block's output and an equal-typed value ->
+    tfm.residual_add. Everything else stays onnx.
+  }];
+  let options = [
+    Option<"reportDeclines", "report-declines", "bool", "false",
+           "Emit a remark with the reason for every anchor op that stays generic">,
+  ];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
 }
 
 def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
   let summary = "Recognise attention (masks, ALiBi, windows, rotary, GQA, past/present KV)";
+  let description = [{
+    Anchors on each Softmax whose input is MatMul(Q, K^T) under scalar scales, additive
+    masks and Where-masks, and whose output feeds MatMul(P, V). The Q, K and V paths are
+    followed back to the projections ([b, s, heads * d]) and the past inputs; the output
+    path forward to [b, s, hidden]. Everything the structure suggests is then proven on a
+    probe (batch 2, 5 cached and 7 new tokens, a left-padded row): the graph's own ops are
+    run with the runtime's kernels from random Q/K/V/past seeds and compared with what
+    tfm.attention computes, which gives the scale, the rotary embedding (layout, dim, base),
+    GQA grouping, present outputs, and classifies the additive bias as padding mask
+    (attention_mask), causal triangle, window and ALiBi. A causal match is probed again
+    with many more tokens (up to 2048 keys, or the longest the graph runs) so that a
+    window longer than the first probe cannot pass for none. Rows with no key to attend
+    (left padding) are classified too: where the export averages only the causally
+    visible values (GPT-Neo), the op gets `tfm.unattended = "causal"` (the kernel's
+    `unattended` step attribute). A candidate that does not match exactly, or whose
+    intermediate values are used elsewhere, is left generic. Masks, rotary tables and
+    weights of up to 2^20 elements are read from the importer's weights when the pass is
+    created with them (createRecognizeAttentionWithWeights); without (dsc-opt), what
+    depends on them is declined.
+  }];
+  let options = [
+    Option<"reportDeclines", "report-declines", "bool", "false",
+           "Emit a remark with the reason for every Softmax that is not recognised">,
+  ];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
+}
+
+def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
+  let summary = "Derive the prefill and decode programs of a recognised decoder";
+  let description = [{
+    When every attention of @main is a causal tfm.attention with the attention_mask input
+    as its padding mask (a decoder whose attention was recognised in every layer), @main is
+    cloned into @prefill and @decode: there every tfm.attention loses its past operands and
+    present results and keeps its cache_layer (the session's KV cache, in place), the past
+    inputs and present outputs leave the interface, and only the logits stay as output.
+    @main keeps the export's interface (past/present in I/O mode) and loses cache_layer
+    where it has no past. See docs/transformer-ops.md, "Programs".
+  }];
+  let options = [
+    Option<"report", "report", "bool", "false",
+           "Emit a remark saying why no prefill/decode programs were derived">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect", "mlir::func::FuncDialect"];
 }
 
 #endif

@@ -3,19 +3,15 @@
 
 #include "Status.h"
 #include "cpu/Session.h"
+#include "generate/Generator.h"
 
+#include <cstdlib>
 #include <memory>
 #include <new>
 
-struct dsrt_plan {
-  std::shared_ptr<dsrt::PlanFile> file;
-  std::vector<std::vector<int64_t>> shapes;  // per tensor: sizes, -1 where dynamic
-};
+#include "PlanHandle.h"     // struct dsrt_plan
+#include "SessionHandle.h"  // struct dsrt_session, dsrt_generation
 
-struct dsrt_session {
-  std::unique_ptr<dsrt::Session> session;
-  std::vector<int64_t> outputShape;  // backs dsrt_tensor::shape of the last get_output
-};
 
 namespace {
 
@@ -37,6 +33,49 @@ const dsp::Program *findProgram(const dsp::Plan &plan, const char *name) {
 }
 
 } // namespace
+
+namespace dsrt {
+
+dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOptions &out) {
+  if (!options)
+    return nullArgument("options");
+  if (options->struct_size != sizeof(dsrt_generate_options))
+    return fail(DSRT_INVALID_ARGUMENT,
+                "options.struct_size does not match this library's dsrt_generate_options; "
+                "call dsrt_generate_options_init first");
+  if (options->stop_token_count && !options->stop_tokens)
+    return nullArgument("options.stop_tokens");
+  out.maxNewTokens = options->max_new_tokens;
+  out.temperature = options->temperature;
+  out.topK = options->top_k;
+  out.topP = options->top_p;
+  out.seed = options->seed;
+  out.stopTokens.assign(options->stop_tokens, options->stop_tokens + options->stop_token_count);
+  out.ignoreEos = options->ignore_eos != 0;
+  if (options->on_token) {
+    dsrt_token_callback callback = options->on_token;
+    void *user = options->user_data;
+    out.onToken = [callback, user](size_t sequence, int64_t token) {
+      return callback(user, sequence, token) != 0;
+    };
+  }
+  return DSRT_OK;
+}
+
+dsrt_status toPrompts(size_t count, const int64_t *const *prompts, const size_t *lengths,
+                      std::vector<std::vector<int64_t>> &out) {
+  if (count && (!prompts || !lengths))
+    return nullArgument(!prompts ? "prompts" : "lengths");
+  out.assign(count, {});
+  for (size_t i = 0; i < count; ++i) {
+    if (lengths[i] && !prompts[i])
+      return nullArgument("a prompt");
+    out[i].assign(prompts[i], prompts[i] + lengths[i]);
+  }
+  return DSRT_OK;
+}
+
+} // namespace dsrt
 
 extern "C" {
 
@@ -116,7 +155,7 @@ dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
                           ? DSRT_INVALID_ARGUMENT
                           : DSRT_CORRUPT_PLAN,
                       status.message());
-  *out = new (std::nothrow) dsrt_session{std::move(session), {}};
+  *out = new (std::nothrow) dsrt_session{nullptr, std::move(session), {}};
   return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
 }
 
@@ -163,5 +202,59 @@ dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program, 
   out->data = tensor.data;
   return DSRT_OK;
 }
+
+void dsrt_free(void *pointer) { std::free(pointer); }
+
+void dsrt_generate_options_init(dsrt_generate_options *options) {
+  if (!options)
+    return;
+  *options = dsrt_generate_options{};
+  options->struct_size = sizeof(dsrt_generate_options);
+  options->max_new_tokens = 32;
+  options->top_p = 1.0f;
+}
+
+dsrt_status dsrt_generate(dsrt_session *session, size_t count, const int64_t *const *prompts,
+                          const size_t *lengths, const dsrt_generate_options *options,
+                          dsrt_generation **out) {
+  if (!session || !out)
+    return nullArgument(!session ? "session" : "out");
+  std::vector<std::vector<int64_t>> batch;
+  dsrt::GenerateOptions cpp;
+  if (dsrt_status status = dsrt::toPrompts(count, prompts, lengths, batch))
+    return status;
+  if (dsrt_status status = dsrt::toGenerateOptions(options, cpp))
+    return status;
+  auto generation = std::make_unique<dsrt_generation>();
+  if (dsrt_status status = fromStatus(
+          dsrt::generate(*session->session, batch, cpp, generation->sequences),
+          DSRT_INVALID_ARGUMENT))
+    return status;
+  *out = generation.release();
+  return DSRT_OK;
+}
+
+size_t dsrt_generation_count(const dsrt_generation *generation) {
+  return generation ? generation->sequences.size() : 0;
+}
+
+dsrt_status dsrt_generation_tokens(const dsrt_generation *generation, size_t index,
+                                   const int64_t **tokens, size_t *count,
+                                   dsrt_finish_reason *reason) {
+  if (!generation || !tokens || !count)
+    return nullArgument(!generation ? "generation" : !tokens ? "tokens" : "count");
+  if (index >= generation->sequences.size())
+    return dsrt::fail(DSRT_INVALID_ARGUMENT,
+                      "sequence " + std::to_string(index) + " does not exist; there are " +
+                          std::to_string(generation->sequences.size()));
+  const dsrt::GeneratedSequence &sequence = generation->sequences[index];
+  *tokens = sequence.tokens.data();
+  *count = sequence.tokens.size();
+  if (reason)
+    *reason = static_cast<dsrt_finish_reason>(sequence.reason);
+  return DSRT_OK;
+}
+
+void dsrt_generation_free(dsrt_generation *generation) { delete generation; }
 
 } // extern "C"

@@ -47,8 +47,8 @@ static void withPlan(const char *path) {
   size_t inputs = 0, outputs = 0;
   EXPECT(dsrt_plan_io_count(plan, "forward", 0, &inputs) == DSRT_OK && inputs == 3);
   EXPECT(dsrt_plan_io_count(plan, "forward", 1, &outputs) == DSRT_OK && outputs == 1);
-  EXPECT_ERROR(dsrt_plan_io_count(plan, "decode", 0, &inputs), DSRT_INVALID_ARGUMENT,
-               "no program 'decode'");
+  EXPECT_ERROR(dsrt_plan_io_count(plan, "backward", 0, &inputs), DSRT_INVALID_ARGUMENT,
+               "no program 'backward'");
   dsrt_tensor info;
   EXPECT(dsrt_plan_io_info(plan, "forward", 0, 0, &info) == DSRT_OK);
   EXPECT(strcmp(info.name, "input_ids") == 0 && info.dtype == DSRT_I64 && info.rank == 2 &&

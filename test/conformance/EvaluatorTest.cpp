@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 
 namespace dsc::evaluate {
@@ -101,7 +103,12 @@ TEST_F(EvaluatorTest, EveryDialectOpHasAKernel) {
     ++ops;
     EXPECT_TRUE(dsrt::ops::isSupported(op.str())) << op.str();
   }
-  EXPECT_EQ(static_cast<size_t>(ops), dsrt::ops::supportedOps().size());
+  // The rest are the recognised tfm ops, which the evaluator never meets.
+  std::vector<std::string> all = dsrt::ops::supportedOps();
+  EXPECT_EQ(static_cast<size_t>(ops),
+            std::count_if(all.begin(), all.end(), [](const std::string &op) {
+              return op.rfind("tfm.", 0) != 0;
+            }));
 }
 
 TEST_F(EvaluatorTest, ConvertsAttributes) {

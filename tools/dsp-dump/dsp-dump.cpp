@@ -99,6 +99,16 @@ void printHeader(const PlanFile &file) {
   std::printf("\narena: %" PRIu64 " bytes, alignment %u\n", plan.arena_bytes(),
               plan.arena_alignment());
   std::printf("tokenizer: %u bytes of JSON\n", length(plan.tokenizer_json()));
+  if (const dsp::ModelInfo *m = plan.model()) {
+    std::printf("model info: %s, vocab %" PRId64 ", inputs '%s' '%s' '%s', logits '%s', bos %" PRId64
+                ", eos",
+                str(m->kind()), m->vocab_size(), str(m->input_ids()), str(m->attention_mask()),
+                str(m->position_ids()), str(m->logits()), m->bos_token_id());
+    for (uint32_t i = 0; i < length(m->eos_token_ids()); ++i)
+      std::printf(" %" PRId64, m->eos_token_ids()->Get(i));
+    std::printf(", pad %" PRId64 ", %u past/present pairs\n", m->pad_token_id(),
+                length(m->kv_pairs()));
+  }
 }
 
 void printTensors(const dsp::Plan &plan) {

@@ -23,21 +23,37 @@ struct Options {
   std::vector<std::string> inputFiles;
   std::vector<int64_t> tokens;
   int rank = 0;
+  std::string ranks;  // "", "inprocess" or "mpi"
   double rtol = 1e-4, atol = 1e-5;
   bool quiet = false;
+  // Generation (any of these selects it).
+  std::vector<std::string> prompts;                 // text, through the plan's tokenizer
+  std::vector<std::vector<int64_t>> promptIds;
+  bool generate = false;
+  dsrt_generate_options sampling{};
+  std::vector<int64_t> stops;
 };
 
 const char *kUsage =
-    "usage: dsrun plan.dsp [--program NAME] [--rank R]\n"
+    "usage: dsrun plan.dsp [--program NAME] [--rank R | --ranks inprocess|mpi]\n"
     "             [--input FILE.pb]... [--input-dir DIR] [--tokens 1,2,3]\n"
     "             [--output-dir DIR] [--expect-dir DIR [--rtol X] [--atol Y]] [--quiet]\n"
+    "  --ranks       all tensor-parallel ranks of the plan: threads of this process\n"
+    "                (inprocess), or MPI processes (mpi; the default under mpirun)\n"
     "  --input       a TensorProto; bound by its name, else in order\n"
     "  --input-dir   input_0.pb, input_1.pb, ... (the ONNX node-test layout)\n"
     "  --tokens      a batch of one: input_ids = the ids; attention_mask = ones and\n"
     "                position_ids = 0..n-1 when the program has them\n"
     "  --output-dir  writes output_0.pb, output_1.pb, ...\n"
     "  --expect-dir  compares each output with output_N.pb there: |a - e| <= atol + rtol*|e|\n"
-    "                (exact for integers and bools); exits 1 on a mismatch\n";
+    "                (exact for integers and bools); exits 1 on a mismatch\n"
+    "\n"
+    "generation (a batch of prompts, left-padded; see docs/transformer-ops.md):\n"
+    "       dsrun plan.dsp --prompt TEXT... | --prompt-ids 1,2,3...\n"
+    "             [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "             [--stop ID]... [--ignore-eos]\n"
+    "  --prompt      text, encoded by the tokenizer embedded in the plan; prints text\n"
+    "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n";
 
 [[noreturn]] void die(const std::string &message, int code = 2) {
   std::cerr << "dsrun: error: " << message << "\n";
@@ -49,8 +65,23 @@ void check(dsrt_status status, const std::string &what) {
     die(what + ": " + dsrt_last_error());
 }
 
+std::vector<int64_t> parseIds(const std::string &text) {
+  std::vector<int64_t> ids;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    char *end = nullptr;
+    long long id = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0')
+      die("'" + text + "' is not a comma-separated list of token ids");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 Options parse(int argc, char **argv) {
   Options options;
+  dsrt_generate_options_init(&options.sampling);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -63,6 +94,11 @@ Options parse(int argc, char **argv) {
       std::exit(0);
     } else if (arg == "--program") options.program = value();
     else if (arg == "--rank") options.rank = std::atoi(value().c_str());
+    else if (arg == "--ranks") {
+      options.ranks = value();
+      if (options.ranks != "inprocess" && options.ranks != "mpi")
+        die("--ranks is 'inprocess' or 'mpi', not '" + options.ranks + "'");
+    }
     else if (arg == "--input") options.inputFiles.push_back(value());
     else if (arg == "--input-dir") options.inputDir = value();
     else if (arg == "--output-dir") options.outputDir = value();
@@ -70,17 +106,28 @@ Options parse(int argc, char **argv) {
     else if (arg == "--rtol") options.rtol = std::atof(value().c_str());
     else if (arg == "--atol") options.atol = std::atof(value().c_str());
     else if (arg == "--quiet") options.quiet = true;
-    else if (arg == "--tokens") {
-      std::stringstream list(value());
-      std::string item;
-      while (std::getline(list, item, ','))
-        options.tokens.push_back(std::atoll(item.c_str()));
-    } else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
+    else if (arg == "--prompt") options.prompts.push_back(value());
+    else if (arg == "--prompt-ids") options.promptIds.push_back(parseIds(value()));
+    else if (arg == "--max-new-tokens") options.sampling.max_new_tokens = std::atoi(value().c_str());
+    else if (arg == "--temperature") options.sampling.temperature = std::atof(value().c_str());
+    else if (arg == "--top-k") options.sampling.top_k = std::atoi(value().c_str());
+    else if (arg == "--top-p") options.sampling.top_p = std::atof(value().c_str());
+    else if (arg == "--seed") options.sampling.seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (arg == "--stop") options.stops.push_back(std::atoll(value().c_str()));
+    else if (arg == "--ignore-eos") options.sampling.ignore_eos = 1;
+    else if (arg == "--tokens") options.tokens = parseIds(value());
+    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
     else if (options.plan.empty()) options.plan = arg;
     else die("more than one plan given");
   }
   if (options.plan.empty())
     die(std::string("no plan given\n") + kUsage);
+  options.generate = !options.prompts.empty() || !options.promptIds.empty();
+  if (!options.prompts.empty() && !options.promptIds.empty())
+    die("give prompts as text (--prompt) or as ids (--prompt-ids), not both");
+  // Under mpirun every process is a rank.
+  if (options.ranks.empty() && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")))
+    options.ranks = "mpi";
   return options;
 }
 
@@ -175,13 +222,158 @@ bool compare(const std::string &name, const dsrt::TensorRef &actual,
 
 } // namespace
 
+// Streams the text of sequence 0 as it grows (a token may end inside a UTF-8 character,
+// so the whole text is decoded again and only what is new is printed).
+struct Stream {
+  const dsrt_tokenizer *tokenizer = nullptr;
+  std::vector<int64_t> tokens;
+  size_t printed = 0;
+};
+
+int streamToken(void *user, size_t sequence, int64_t token) {
+  auto *stream = static_cast<Stream *>(user);
+  if (sequence != 0 || !stream->tokenizer)
+    return 0;
+  stream->tokens.push_back(token);
+  char *text = nullptr;
+  if (dsrt_tokenizer_decode(stream->tokenizer, stream->tokens.data(), stream->tokens.size(), 1,
+                            &text) != DSRT_OK)
+    return 0;
+  std::string whole(text);
+  dsrt_free(text);
+  // Hold back a trailing U+FFFD: it may be a character whose bytes are still coming.
+  size_t stable = whole.size();
+  if (whole.size() >= 3 && whole.compare(whole.size() - 3, 3, "\xEF\xBF\xBD") == 0)
+    stable -= 3;
+  if (stable > stream->printed) {
+    std::cout << whole.substr(stream->printed, stable - stream->printed) << std::flush;
+    stream->printed = stable;
+  }
+  return 0;
+}
+
+// One rank's session, or an in-process group of every rank, behind one interface.
+struct Runner {
+  dsrt_session *session = nullptr;
+  dsrt_group *group = nullptr;
+  bool printer = true;  // rank 0 prints; other MPI ranks stay quiet
+
+  dsrt_status setInput(const char *program, size_t index, dsrt_dtype dtype,
+                       const int64_t *shape, size_t rank, const void *data) {
+    return group ? dsrt_group_set_input(group, program, index, dtype, shape, rank, data)
+                 : dsrt_session_set_input(session, program, index, dtype, shape, rank, data);
+  }
+  dsrt_status run(const char *program) {
+    return group ? dsrt_group_run(group, program) : dsrt_session_run(session, program);
+  }
+  dsrt_status output(const char *program, size_t index, dsrt_tensor *out) {
+    return group ? dsrt_group_get_output(group, program, index, out)
+                 : dsrt_session_get_output(session, program, index, out);
+  }
+  dsrt_status generate(size_t count, const int64_t *const *prompts, const size_t *lengths,
+                       const dsrt_generate_options *options, dsrt_generation **out) {
+    return group ? dsrt_group_generate(group, count, prompts, lengths, options, out)
+                 : dsrt_generate(session, count, prompts, lengths, options, out);
+  }
+  Runner() = default;
+  Runner(const Runner &) = delete;
+  Runner &operator=(const Runner &) = delete;
+  ~Runner() {
+    dsrt_group_destroy(group);
+    dsrt_session_destroy(session);
+  }
+};
+
+int runGeneration(Options &options, dsrt_plan *plan, Runner &runner) {
+  dsrt_tokenizer *tokenizer = nullptr;
+  std::vector<std::vector<int64_t>> prompts = options.promptIds;
+  if (!options.prompts.empty()) {
+    check(dsrt_tokenizer_from_plan(plan, &tokenizer), "--prompt needs a tokenizer");
+    for (const std::string &text : options.prompts) {
+      int64_t *ids = nullptr;
+      size_t count = 0;
+      check(dsrt_tokenizer_encode(tokenizer, text.data(), text.size(), 1, &ids, &count),
+            "cannot encode the prompt");
+      prompts.emplace_back(ids, ids + count);
+      dsrt_free(ids);
+    }
+  }
+  std::vector<const int64_t *> pointers;
+  std::vector<size_t> lengths;
+  for (const auto &prompt : prompts) {
+    pointers.push_back(prompt.data());
+    lengths.push_back(prompt.size());
+  }
+  Stream stream;
+  if (tokenizer && prompts.size() == 1) {
+    stream.tokenizer = tokenizer;
+    options.sampling.on_token = streamToken;
+    options.sampling.user_data = &stream;
+    std::cout << options.prompts[0] << std::flush;
+  }
+  options.sampling.stop_tokens = options.stops.data();
+  options.sampling.stop_token_count = options.stops.size();
+  dsrt_generation *generation = nullptr;
+  if (!runner.printer)
+    options.sampling.on_token = nullptr;
+  check(runner.generate(prompts.size(), pointers.data(), lengths.data(),
+                      &options.sampling, &generation),
+        "generation failed");
+  const char *reasons[] = {"length", "stop", "callback"};
+  for (size_t i = 0; runner.printer && i < dsrt_generation_count(generation); ++i) {
+    const int64_t *tokens = nullptr;
+    size_t count = 0;
+    dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
+    check(dsrt_generation_tokens(generation, i, &tokens, &count, &reason), "result");
+    if (stream.tokenizer) {
+      std::cout << "\n";
+      continue;
+    }
+    if (tokenizer) {
+      char *text = nullptr;
+      check(dsrt_tokenizer_decode(tokenizer, tokens, count, 1, &text), "cannot decode");
+      std::cout << "sequence " << i << ": " << options.prompts[i] << text << "\n";
+      dsrt_free(text);
+      continue;
+    }
+    std::cout << "sequence " << i << ":";
+    for (size_t t = 0; t < count; ++t)
+      std::cout << " " << tokens[t];
+    std::cout << " (" << reasons[reason] << ")\n";
+  }
+  dsrt_generation_free(generation);
+  dsrt_tokenizer_free(tokenizer);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   Options options = parse(argc, argv);
   dsrt_plan *plan = nullptr;
   check(dsrt_plan_open(options.plan.c_str(), &plan), "cannot open the plan");
-  dsrt_session *session = nullptr;
-  check(dsrt_session_create(plan, options.rank, DSRT_DEVICE_CPU, &session),
-        "cannot create a session");
+  Runner runner;
+  int planRanks = dsrt_plan_rank_count(plan);
+  if (options.ranks == "inprocess") {
+    check(dsrt_group_create(plan, DSRT_DEVICE_CPU, &runner.group), "cannot create the ranks");
+  } else if (options.ranks == "mpi") {
+    check(dsrt_session_create_mpi(plan, DSRT_DEVICE_CPU, &runner.session),
+          "cannot create this MPI rank's session");
+    const char *worldRank = std::getenv("OMPI_COMM_WORLD_RANK");
+    runner.printer = !worldRank || std::string(worldRank) == "0";
+  } else {
+    if (planRanks > 1)
+      die("the plan has " + std::to_string(planRanks) + " tensor-parallel ranks: run them "
+          "together with --ranks inprocess, or mpirun -np " + std::to_string(planRanks) +
+          " dsrun ...");
+    check(dsrt_session_create(plan, options.rank, DSRT_DEVICE_CPU, &runner.session),
+          "cannot create a session");
+  }
+  if (!runner.printer)
+    options.quiet = true;
+  if (options.generate) {
+    int code = runGeneration(options, plan, runner);
+    dsrt_plan_close(plan);
+    return code;
+  }
   const char *program = options.program.c_str();
   size_t inputCount = 0, outputCount = 0;
   check(dsrt_plan_io_count(plan, program, 0, &inputCount), "program");
@@ -221,7 +413,7 @@ int main(int argc, char **argv) {
     if (index < 0)
       die("the program '" + options.program + "' has no input named '" + inputs[k].name + "'");
     const dsrt::OwnedTensor &t = inputs[k].tensor;
-    check(dsrt_session_set_input(session, program, index, static_cast<dsrt_dtype>(t.dtype),
+    check(runner.setInput(program, index, static_cast<dsrt_dtype>(t.dtype),
                                  t.shape.data(), t.shape.size(), t.storage.data()),
           "input '" + inputNames[index] + "'");
     bound[index] = true;
@@ -230,12 +422,12 @@ int main(int argc, char **argv) {
     if (!bound[i])
       die("no value for input '" + inputNames[i] + "'");
 
-  check(dsrt_session_run(session, program), "run failed");
+  check(runner.run(program), "run failed");
 
   bool allMatch = true;
   for (size_t o = 0; o < outputCount; ++o) {
     dsrt_tensor out;
-    check(dsrt_session_get_output(session, program, o, &out), "output");
+    check(runner.output(program, o, &out), "output");
     dsrt::TensorRef ref{static_cast<dsrt::DType>(out.dtype),
                         dsrt::Shape(out.shape, out.shape + out.rank), const_cast<void *>(out.data)};
     if (!options.quiet && options.expectDir.empty())
@@ -255,7 +447,6 @@ int main(int argc, char **argv) {
       allMatch &= compare(out.name, ref, expected.tensor.ref(), options);
     }
   }
-  dsrt_session_destroy(session);
-  dsrt_plan_close(plan);
+  dsrt_plan_close(plan);  // the runner's sessions keep what they use of it
   return allMatch ? 0 : 1;
 }

@@ -91,6 +91,26 @@ DSRT_API dsrt_status dsrt_session_run(dsrt_session *session, const char *program
 DSRT_API dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program,
                                              size_t index, dsrt_tensor *out);
 
+/* ---- Tensor-parallel ranks (plans compiled with --tp N). ---- */
+
+/* A session for this MPI process's rank of the plan (MPI_COMM_WORLD; MPI is initialised if
+ * the caller has not). The process count must equal the plan's rank count. */
+DSRT_API dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device,
+                                             dsrt_session **out);
+
+/* All ranks of a plan in this process, one thread each, joined by an in-process
+ * communicator: TP plans on one CPU or one GPU. Inputs are given once (every rank gets
+ * them); outputs and generated tokens are rank 0's (every rank has the same). */
+typedef struct dsrt_group dsrt_group;
+DSRT_API dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **out);
+DSRT_API void dsrt_group_destroy(dsrt_group *group);
+DSRT_API dsrt_status dsrt_group_set_input(dsrt_group *group, const char *program, size_t index,
+                                          dsrt_dtype dtype, const int64_t *shape, size_t rank,
+                                          const void *data);
+DSRT_API dsrt_status dsrt_group_run(dsrt_group *group, const char *program);
+DSRT_API dsrt_status dsrt_group_get_output(dsrt_group *group, const char *program,
+                                           size_t index, dsrt_tensor *out);
+
 /* Memory the library allocated for the caller (token ids, text). */
 DSRT_API void dsrt_free(void *pointer);
 
@@ -147,6 +167,11 @@ DSRT_API dsrt_status dsrt_generate(dsrt_session *session, size_t count,
                                    const int64_t *const *prompts, const size_t *lengths,
                                    const dsrt_generate_options *options,
                                    dsrt_generation **out);
+/* As dsrt_generate, on every rank of an in-process group (the callback sees rank 0's). */
+DSRT_API dsrt_status dsrt_group_generate(dsrt_group *group, size_t count,
+                                         const int64_t *const *prompts, const size_t *lengths,
+                                         const dsrt_generate_options *options,
+                                         dsrt_generation **out);
 DSRT_API size_t dsrt_generation_count(const dsrt_generation *generation);
 /* The new tokens of sequence `index` (the prompt not included). */
 DSRT_API dsrt_status dsrt_generation_tokens(const dsrt_generation *generation, size_t index,

@@ -44,13 +44,22 @@ Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
   return Status::ok();
 }
 
-Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out) {
+Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out,
+                       ops::Collectives *collectives) {
   if (rank < 0 || rank >= plan->rankCount())
     return Status::error(plan->path() + ": rank " + std::to_string(rank) +
                          " does not exist; the plan has " + std::to_string(plan->rankCount()) +
                          " rank(s)");
+  if (collectives && (collectives->size() != plan->rankCount() || collectives->rank() != rank))
+    return Status::error(plan->path() + ": the plan was compiled for " +
+                         std::to_string(plan->rankCount()) + " tensor-parallel rank(s), but " +
+                         std::to_string(collectives->size()) + " process(es) or thread(s) run "
+                         "it; run it with --tp " + std::to_string(plan->rankCount()) +
+                         " ranks or recompile with --tp " +
+                         std::to_string(collectives->size()));
   std::unique_ptr<Session> session(new Session());
   session->plan_ = plan;
+  session->collectives_ = collectives;
   DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
   const dsp::Plan &header = plan->plan();
 
@@ -133,7 +142,59 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
       session->compiled_.push_back(std::move(steps));
     }
   }
+  DSRT_RETURN_IF_ERROR(session->allocateKvCache());
   out = std::move(session);
+  return Status::ok();
+}
+
+// One cache layer per tfm.attention step in session mode (cache_layer set, no past inputs),
+// sized for the plan's limits; programs that share a layer index share its storage.
+Status Session::allocateKvCache() {
+  const dsp::Plan &header = plan_->plan();
+  if (!header.programs())
+    return Status::ok();
+  int64_t batch = header.limits() ? header.limits()->max_batch() : 0;
+  int64_t capacity = header.limits() ? header.limits()->max_seq_len() : 0;
+  for (size_t p = 0; p < compiled_.size(); ++p) {
+    const dsp::Program &program = *header.programs()->Get(p);
+    for (size_t i = 0; i < compiled_[p].size(); ++i) {
+      const CompiledStep &compiled = compiled_[p][i];
+      const dsp::Step &step = *program.steps()->Get(i);
+      bool hasPast = step.inputs() && step.inputs()->size() > 4 && step.inputs()->Get(4) >= 0;
+      if (compiled.op != "tfm.attention" || hasPast)
+        continue;
+      int64_t layer = -1, kvHeads = 0, headDim = 0;
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "cache_layer", -1, layer));
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "num_kv_heads", 0, kvHeads));
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "head_dim", 0, headDim));
+      if (layer < 0)
+        continue;
+      if (layer > 4096 || kvHeads <= 0 || headDim <= 0 || batch <= 0 || capacity <= 0)
+        return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
+                             " has an invalid KV cache layout");
+      if (static_cast<size_t>(layer) >= kvCache_.layers.size())
+        kvCache_.layers.resize(layer + 1);
+      ops::KvCacheLayer &entry = kvCache_.layers[layer];
+      if (entry.key) {
+        if (entry.kvHeads != kvHeads || entry.headDim != headDim)
+          return Status::error(plan_->path() + ": programs disagree on KV cache layer " +
+                               std::to_string(layer));
+        continue;
+      }
+      size_t elements = static_cast<size_t>(batch * kvHeads * capacity * headDim);
+      kvStorage_.emplace_back(new (std::nothrow) float[elements]());
+      kvStorage_.emplace_back(new (std::nothrow) float[elements]());
+      if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
+        return Status::error(plan_->path() + ": cannot allocate the KV cache (" +
+                             std::to_string(2 * elements * sizeof(float)) + " bytes per layer)");
+      entry = {DType::F32, batch, kvHeads, capacity, headDim,
+               kvStorage_[kvStorage_.size() - 2].get(), kvStorage_.back().get()};
+    }
+  }
+  for (size_t layer = 0; layer < kvCache_.layers.size(); ++layer)
+    if (!kvCache_.layers[layer].key)
+      return Status::error(plan_->path() + ": KV cache layer " + std::to_string(layer) +
+                           " is used by no attention step");
   return Status::ok();
 }
 
@@ -294,7 +355,10 @@ Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, siz
     outputs.push_back(&outputRefs[o]);
   }
   (void)index;
-  return ops::compute(compiled.op, compiled.attrs, inputs, outputs);
+  ops::SessionState state;
+  state.cache = &kvCache_;
+  state.collectives = collectives_;
+  return ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
 }
 
 Status Session::runIf(const dsp::Step &step) {

@@ -19,7 +19,10 @@ class Session {
 public:
   // Maps `rank`'s section (verifying its checksum), converts weights whose stored dtype
   // differs from the dtype the program computes in, and allocates the arena.
-  static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out);
+  // `collectives` (kept, not owned) joins the session to the plan's other ranks; it must have
+  // the plan's rank count and `rank`. Without it, a step that needs the other ranks fails.
+  static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out,
+                       ops::Collectives *collectives = nullptr);
 
   const PlanFile &plan() const { return *plan_; }
   // The program named `name`, or null.
@@ -32,6 +35,9 @@ public:
   Status run(std::string_view program);
   // Output `index` of the last run of `program`; valid until the next run.
   Status output(std::string_view program, size_t index, TensorRef &out) const;
+  // Whether the plan's attention keeps its keys and values in this session (the prefill and
+  // decode programs), rather than taking them as program inputs.
+  bool hasKvCache() const { return !kvCache_.layers.empty(); }
 
 private:
   // What the executor knows of one tensor of the plan while it runs.
@@ -52,6 +58,7 @@ private:
   Status runProgram(const dsp::Program &program);
   Status runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index);
   Status runIf(const dsp::Step &step);
+  Status allocateKvCache();
   std::string describe(const dsp::Step &step, size_t index) const;
 
   std::shared_ptr<PlanFile> plan_;
@@ -64,6 +71,9 @@ private:
   uint8_t *arena_ = nullptr;
   // Per step of every program, in plan order: kernel name and decoded attributes.
   std::vector<std::vector<CompiledStep>> compiled_;
+  ops::KvCache kvCache_;
+  ops::Collectives *collectives_ = nullptr;  // the rank's group; null for one rank
+  std::vector<std::unique_ptr<float[]>> kvStorage_;
 };
 
 // A plan Attr as a kernel attribute.

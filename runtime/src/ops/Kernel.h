@@ -27,6 +27,8 @@ struct KernelContext {
   const AttrMap &attrs;
   const Inputs &inputs;
   size_t numOutputs;
+  KvCache *cache = nullptr;
+  Collectives *collectives = nullptr;
 
   const TensorRef *input(size_t index) const {
     return index < inputs.size() ? inputs[index] : nullptr;
@@ -63,6 +65,7 @@ void addReduceKernels(std::vector<KernelInfo> &kernels);
 void addShapeKernels(std::vector<KernelInfo> &kernels);
 void addMovementKernels(std::vector<KernelInfo> &kernels);
 void addGatherKernels(std::vector<KernelInfo> &kernels);
+void addTransformerKernels(std::vector<KernelInfo> &kernels);
 
 // Dtype sets for validation.
 using DTypeMask = uint32_t;

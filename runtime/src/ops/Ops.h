@@ -54,6 +54,39 @@ struct OutputSpec {
   Shape shape;
 };
 
+// The session state tfm.attention reads and writes in place (docs/transformer-ops.md):
+// per layer, keys and values of [batch, kvHeads, capacity, headDim] elements.
+struct KvCacheLayer {
+  DType dtype = DType::Undefined;
+  int64_t batch = 0, kvHeads = 0, capacity = 0, headDim = 0;
+  void *key = nullptr;
+  void *value = nullptr;
+};
+struct KvCache {
+  std::vector<KvCacheLayer> layers;
+};
+
+// The tensor-parallel group a session belongs to (tfm.all_reduce, tfm.all_gather): an
+// in-process group of threads, MPI processes, or NCCL. Every rank calls each collective in
+// the same order.
+class Collectives {
+public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sums `count` floats over the ranks, in place.
+  virtual Status allReduceSum(float *data, int64_t count) = 0;
+  // Concatenates each rank's `bytes[rank]` bytes, in rank order, into `out`.
+  virtual Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) = 0;
+};
+
+// What a step may use of the session running it; null members where there is none (the
+// compiler's evaluation, a single-rank plan).
+struct SessionState {
+  KvCache *cache = nullptr;
+  Collectives *collectives = nullptr;
+};
+
 using Inputs = std::vector<const TensorRef *>;   // null: an absent optional input
 using Outputs = std::vector<TensorRef *>;
 
@@ -72,8 +105,10 @@ Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inpu
 
 // Computes the outputs, whose dtypes, shapes and storage the caller prepared from
 // inferShapes. Inputs and outputs do not alias.
+// `state` is the running session's (null where there is no session: the compiler's
+// evaluation).
 Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
-               const Outputs &outputs);
+               const Outputs &outputs, const SessionState *state = nullptr);
 
 // Threads the kernels may use (default: the hardware's); 1 makes everything sequential.
 void setThreadCount(int threads);

@@ -20,6 +20,7 @@ const std::vector<KernelInfo> &kernels() {
     addShapeKernels(all);
     addMovementKernels(all);
     addGatherKernels(all);
+    addTransformerKernels(all);
     std::sort(all.begin(), all.end(), [](const KernelInfo &a, const KernelInfo &b) {
       return std::string_view(a.name) < std::string_view(b.name);
     });
@@ -103,11 +104,12 @@ Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inpu
 }
 
 Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
-               const Outputs &outputs) {
+               const Outputs &outputs, const SessionState *state) {
   const KernelInfo *kernel = findKernel(op);
   if (!kernel)
     return Status::error(concat(op, ": no kernel for this op"));
-  KernelContext ctx{op, attrs, inputs, outputs.size()};
+  KernelContext ctx{op, attrs, inputs, outputs.size(), state ? state->cache : nullptr,
+                    state ? state->collectives : nullptr};
   // Re-deriving the shapes costs little next to the kernel and makes a caller's mistake an
   // error instead of an out-of-bounds write.
   std::vector<OutputSpec> expected;

@@ -52,7 +52,7 @@ inline std::vector<float> halfValues(const OwnedTensor &t) {
 // null pointer in `inputs`.
 inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
                   std::vector<OwnedTensor> &outputs, const ops::AttrMap &attrs = {},
-                  size_t numOutputs = 1) {
+                  size_t numOutputs = 1, ops::KvCache *cache = nullptr) {
   std::vector<TensorRef> refs;
   refs.reserve(inputs.size());
   ops::Inputs pointers;
@@ -72,7 +72,9 @@ inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &i
     outRefs.push_back(output.ref());
     outPointers.push_back(&outRefs.back());
   }
-  return ops::compute(op, attrs, pointers, outPointers);
+  ops::SessionState state;
+  state.cache = cache;
+  return ops::compute(op, attrs, pointers, outPointers, &state);
 }
 
 // One output; fails the test on error.

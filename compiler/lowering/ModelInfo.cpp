@@ -1,0 +1,142 @@
+#include "compiler/lowering/ModelInfo.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+const dsp::ProgramT *findProgram(const dsp::PlanT &plan, llvm::StringRef name) {
+  for (const auto &program : plan.programs)
+    if (program->name == name)
+      return program.get();
+  return nullptr;
+}
+
+// The name of the first tensor in `indices` whose name is one of `candidates`.
+std::string findTensor(const dsp::PlanT &plan, const std::vector<int32_t> &indices,
+                       std::initializer_list<llvm::StringRef> candidates) {
+  for (llvm::StringRef candidate : candidates)
+    for (int32_t index : indices)
+      if (plan.tensors[index]->name == candidate)
+        return candidate.str();
+  return "";
+}
+
+// "past_key_values.3.key" -> "present.3.key", as the HuggingFace and Optimum exports name
+// them.
+std::string presentNameOf(llvm::StringRef past) {
+  if (!past.consume_front("past_key_values."))
+    return "";
+  return "present." + past.str();
+}
+
+// The file's JSON, or null when it does not exist; malformed JSON is an error.
+FailureOr<std::optional<llvm::json::Value>> readJson(const std::string &path, Location loc) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer)
+    return std::optional<llvm::json::Value>();
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse((*buffer)->getBuffer());
+  if (!value) {
+    std::string message = llvm::toString(value.takeError());
+    return emitError(loc) << path << ": not valid JSON: " << message;
+  }
+  return std::optional<llvm::json::Value>(std::move(*value));
+}
+
+// Reads bos/eos/pad token ids; eos_token_id may be one id or a list.
+LogicalResult readSpecialTokens(const llvm::json::Value &json, const std::string &path,
+                                Location loc, dsp::ModelInfoT &info) {
+  const llvm::json::Object *object = json.getAsObject();
+  if (!object)
+    return emitError(loc) << path << ": expected a JSON object";
+  if (std::optional<int64_t> bos = object->getInteger("bos_token_id"))
+    info.bos_token_id = *bos;
+  if (std::optional<int64_t> pad = object->getInteger("pad_token_id"))
+    info.pad_token_id = *pad;
+  if (const llvm::json::Value *eos = object->get("eos_token_id")) {
+    if (std::optional<int64_t> id = eos->getAsInteger()) {
+      info.eos_token_ids = {*id};
+    } else if (const llvm::json::Array *ids = eos->getAsArray()) {
+      info.eos_token_ids.clear();
+      for (const llvm::json::Value &id : *ids) {
+        if (!id.getAsInteger())
+          return emitError(loc) << path << ": eos_token_id must hold integers";
+        info.eos_token_ids.push_back(*id.getAsInteger());
+      }
+    } else if (eos->kind() != llvm::json::Value::Null) {
+      return emitError(loc) << path << ": eos_token_id must be an integer or a list";
+    }
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory, Location loc) {
+  auto info = std::make_unique<dsp::ModelInfoT>();
+  const dsp::ProgramT *program = findProgram(plan, "forward");
+  if (!program)
+    program = findProgram(plan, "prefill");
+  if (program) {
+    info->input_ids = findTensor(plan, program->inputs, {"input_ids"});
+    info->attention_mask = findTensor(plan, program->inputs, {"attention_mask"});
+    info->position_ids = findTensor(plan, program->inputs, {"position_ids"});
+    info->logits = findTensor(plan, program->outputs, {"logits"});
+    if (!info->logits.empty()) {
+      for (int32_t index : program->outputs)
+        if (plan.tensors[index]->name == info->logits && !plan.tensors[index]->shape.empty())
+          info->vocab_size = plan.tensors[index]->shape.back()->size;
+    }
+    info->kind = !info->input_ids.empty() && !info->logits.empty() && info->vocab_size > 0
+                     ? "decoder"
+                 : !info->input_ids.empty() ? "encoder"
+                                            : "";
+    if (findProgram(plan, "forward") == program) {
+      for (int32_t input : program->inputs) {
+        std::string present = presentNameOf(plan.tensors[input]->name);
+        if (present.empty())
+          continue;
+        if (findTensor(plan, program->outputs, {present}).empty())
+          return emitError(loc) << "past input '" << plan.tensors[input]->name
+                                << "' has no present output '" << present << "'";
+        auto pair = std::make_unique<dsp::KvPairT>();
+        pair->past = plan.tensors[input]->name;
+        pair->present = present;
+        info->kv_pairs.push_back(std::move(pair));
+      }
+    }
+  }
+
+  if (!modelDirectory.empty()) {
+    // generation_config.json's tokens override config.json's, as in transformers.
+    for (const char *name : {"config.json", "generation_config.json"}) {
+      llvm::SmallString<256> path(modelDirectory);
+      llvm::sys::path::append(path, name);
+      FailureOr<std::optional<llvm::json::Value>> json = readJson(path.str().str(), loc);
+      if (failed(json))
+        return failure();
+      if (*json && failed(readSpecialTokens(**json, path.str().str(), loc, *info)))
+        return failure();
+    }
+    llvm::SmallString<256> path(modelDirectory);
+    llvm::sys::path::append(path, "tokenizer.json");
+    FailureOr<std::optional<llvm::json::Value>> tokenizer = readJson(path.str().str(), loc);
+    if (failed(tokenizer))
+      return failure();
+    if (*tokenizer) {
+      auto buffer = llvm::MemoryBuffer::getFile(path);
+      llvm::StringRef bytes = (*buffer)->getBuffer();
+      plan.tokenizer_json.assign(bytes.bytes_begin(), bytes.bytes_end());
+    }
+  }
+  plan.model = std::move(info);
+  return success();
+}
+
+} // namespace dsc

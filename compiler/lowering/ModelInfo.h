@@ -1,0 +1,24 @@
+// What `dsc` tells the runtime's generator about a model: the roles of the program inputs
+// and outputs, the special tokens, the forward program's past/present pairs, and the
+// tokenizer found beside the model (docs/transformer-ops.md).
+#ifndef DSC_COMPILER_LOWERING_MODELINFO_H
+#define DSC_COMPILER_LOWERING_MODELINFO_H
+
+#include "plan_generated.h"
+
+#include "mlir/IR/Location.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <string>
+
+namespace dsc {
+
+// Fills plan.model from the programs already in `plan`, and plan.tokenizer_json from
+// `modelDirectory`/tokenizer.json. `modelDirectory`'s config.json and generation_config.json
+// give the special tokens; a file that is present but malformed is an error at `loc`.
+mlir::LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
+                                  mlir::Location loc);
+
+} // namespace dsc
+
+#endif

@@ -1,0 +1,300 @@
+// dsc-derive-cache-programs: see Passes.td.
+#include "compiler/recognize/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include "llvm/ADT/BitVector.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_DERIVECACHEPROGRAMS
+#include "compiler/recognize/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+llvm::StringRef argName(func::FuncOp func, unsigned index) {
+  auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
+  return name ? name.getValue() : "";
+}
+
+llvm::StringRef resultName(func::FuncOp func, unsigned index) {
+  auto name = func.getResultAttrOfType<StringAttr>(index, "onnx.name");
+  return name ? name.getValue() : "";
+}
+
+// The same attention without past operands and present results: the step reads and
+// writes the session's cache layer in place.
+tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
+  OpBuilder builder(op);
+  auto session = tfm::AttentionOp::create(
+      builder, op.getLoc(), op.getOutput().getType(), TypeRange(), op.getQuery(), op.getKey(),
+      op.getValue(), op.getMask(), ValueRange(), op.getPositions(), op.getNumHeadsAttr(),
+      op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
+      op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr());
+  session->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  op.getOutput().replaceAllUsesWith(session.getOutput());
+  op.erase();
+  return session;
+}
+
+void eraseDeadOps(Operation *root) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    SmallVector<Operation *> dead;
+    root->walk<WalkOrder::PostOrder>([&](Operation *op) {
+      if (op != root && !op->hasTrait<OpTrait::IsTerminator>() && isOpTriviallyDead(op))
+        dead.push_back(op);
+    });
+    for (Operation *op : llvm::reverse(dead))
+      if (isOpTriviallyDead(op)) {
+        op->erase();
+        changed = true;
+      }
+  }
+}
+
+// Empty when @main is a decoder whose every attention can use the session cache.
+std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
+  int64_t attentions = 0;
+  std::string why;
+  main.walk([&](Operation *op) {
+    if (!why.empty())
+      return;
+    if (op->getName().getStringRef() == "onnx.Softmax") {
+      why = "a softmax was not recognised as attention";
+      return;
+    }
+    if (op != main && op->getNumRegions() != 0) {
+      why = "the graph has control flow ('" + op->getName().getStringRef().str() + "')";
+      return;
+    }
+    auto attention = dyn_cast<tfm::AttentionOp>(op);
+    if (!attention)
+      return;
+    ++attentions;
+    auto mask = dyn_cast_or_null<BlockArgument>(attention.getMask());
+    if (!attention.getCausal())
+      why = "an attention is not causal";
+    else if (!mask || argName(main, mask.getArgNumber()) != "attention_mask")
+      why = "an attention has no attention_mask padding mask (the session cache needs it "
+            "to know how many tokens it holds)";
+    else if (!attention.getCacheLayer())
+      why = "an attention has no cache layer";
+  });
+  if (!why.empty())
+    return why;
+  if (attentions == 0)
+    return "no attention was recognised";
+  // Without past inputs, whatever else reads the mask (OPT computes positions from its
+  // cumulative sum) was traced for no cached tokens. With them, the export computes right
+  // for any past length, which the session programs give it through the past's shape.
+  bool hasPast = false;
+  main.walk([&](tfm::AttentionOp op) { hasPast |= !op.getPast().empty(); });
+  for (BlockArgument argument : main.getArguments()) {
+    if (hasPast)
+      break;
+    if (argName(main, argument.getArgNumber()) != "attention_mask")
+      continue;
+    for (Operation *user : argument.getUsers())
+      if (!isa<tfm::AttentionOp>(user))
+        return "attention_mask is also read outside the attention ('" +
+               user->getName().getStringRef().str() + "'), for a past length the session "
+               "cache would not give";
+  }
+  logitsIndex = -1;
+  for (unsigned i = 0; i < main.getNumResults(); ++i)
+    if (resultName(main, i) == "logits")
+      logitsIndex = i;
+  if (logitsIndex < 0)
+    return "the graph has no logits output";
+  return "";
+}
+
+BlockArgument namedArgument(func::FuncOp func, llvm::StringRef name) {
+  for (BlockArgument argument : func.getArguments())
+    if (argName(func, argument.getArgNumber()) == name)
+      return argument;
+  return {};
+}
+
+// Outside the attention, an export may read only the past's shape (OPT: the past length
+// that its positions start from). In a session program the cache holds
+// mask width - new tokens of them: each Shape(past) becomes
+// [batch, kv_heads, width(attention_mask) - width(input_ids), head_dim].
+LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &pastInputs,
+                                std::string &why) {
+  SmallVector<Operation *> shapes;
+  for (Value past : pastInputs)
+    for (Operation *user : past.getUsers()) {
+      auto shape = dyn_cast<onnx::ShapeOp>(user);
+      if (!shape || shape.getStart() || shape.getEnd())
+        continue;
+      shapes.push_back(user);
+    }
+  if (shapes.empty())
+    return success();
+  BlockArgument mask = namedArgument(func, "attention_mask");
+  BlockArgument ids = namedArgument(func, "input_ids");
+  if (!mask || !ids) {
+    why = "the past's shape is read, and there is no attention_mask and input_ids to give it";
+    return failure();
+  }
+  OpBuilder builder(func.getContext());
+  builder.setInsertionPointToStart(&func.getBody().front());
+  Location loc = func.getLoc();
+  auto i64 = builder.getI64Type();
+  auto vector = [&](int64_t n) { return RankedTensorType::get({n}, i64); };
+  auto constant = [&](int64_t value) -> Value {
+    return onnx::ConstantOp::create(builder, loc, vector(1),
+                                    DenseElementsAttr::get(vector(1), ArrayRef<int64_t>{value}));
+  };
+  auto dim = [&](Value shape, int64_t index) -> Value {
+    return onnx::GatherOp::create(builder, loc, vector(1), shape, constant(index),
+                                  builder.getI64IntegerAttr(0));
+  };
+  Value maskShape = onnx::ShapeOp::create(builder, loc, vector(2), mask, IntegerAttr(),
+                                          IntegerAttr());
+  Value idsShape = onnx::ShapeOp::create(builder, loc, vector(2), ids, IntegerAttr(),
+                                         IntegerAttr());
+  Value batch = dim(maskShape, 0);
+  Value cached = onnx::SubOp::create(builder, loc, vector(1), dim(maskShape, 1), dim(idsShape, 1));
+  for (Operation *shape : shapes) {
+    auto type = dyn_cast<RankedTensorType>(shape->getOperand(0).getType());
+    if (!type || type.getRank() != 4 || type.isDynamicDim(1) || type.isDynamicDim(3)) {
+      why = "the past's shape is read, and its kv_heads and head_dim are not static";
+      return failure();
+    }
+    Value replacement = onnx::ConcatOp::create(
+        builder, loc, vector(4),
+        ValueRange{batch, constant(type.getDimSize(1)), cached, constant(type.getDimSize(3))},
+        builder.getI64IntegerAttr(0));
+    shape->getResult(0).replaceAllUsesWith(replacement);
+  }
+  return success();
+}
+
+// @main cloned as `name` with the session cache: past inputs and present outputs gone,
+// only the logits returned.
+FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef name,
+                                             int64_t logitsIndex, std::string &why) {
+  auto derived = cast<func::FuncOp>(main->clone());
+  derived.setSymName(name);
+  auto ret = cast<func::ReturnOp>(derived.getBody().front().getTerminator());
+  llvm::DenseSet<Value> pastInputs;
+  SmallVector<tfm::AttentionOp> attentions;
+  derived.walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
+  for (tfm::AttentionOp op : attentions)
+    for (Value past : op.getPast())
+      pastInputs.insert(past);
+  {
+    OpBuilder builder(ret);
+    func::ReturnOp::create(builder, ret.getLoc(), ValueRange{ret.getOperand(logitsIndex)});
+    ret.erase();
+  }
+  for (tfm::AttentionOp op : attentions) {
+    if (llvm::any_of(op.getPresent(), [](Value v) { return !v.use_empty(); })) {
+      why = "a present key/value is used inside the graph";
+      derived.erase();
+      return failure();
+    }
+    toSessionMode(op);
+  }
+  eraseDeadOps(derived);
+  if (failed(replacePastShapes(derived, pastInputs, why))) {
+    derived.erase();
+    return failure();
+  }
+  eraseDeadOps(derived);
+  llvm::BitVector dropResults(derived.getNumResults(), true);
+  dropResults.reset(logitsIndex);
+  if (failed(derived.eraseResults(dropResults))) {
+    why = "the outputs cannot be removed";
+    derived.erase();
+    return failure();
+  }
+  llvm::BitVector dropArgs(derived.getNumArguments());
+  for (BlockArgument argument : derived.getArguments()) {
+    bool isPast = llvm::any_of(pastInputs, [&](Value past) {
+      auto pastArg = dyn_cast<BlockArgument>(past);
+      return pastArg && pastArg.getArgNumber() == argument.getArgNumber();
+    });
+    if (!isPast)
+      continue;
+    if (!argument.use_empty()) {
+      why = "the past input '" + argName(derived, argument.getArgNumber()).str() +
+            "' is still read outside the attention";
+      derived.erase();
+      return failure();
+    }
+    dropArgs.set(argument.getArgNumber());
+  }
+  if (failed(derived.eraseArguments(dropArgs))) {
+    why = "the past inputs cannot be removed";
+    derived.erase();
+    return failure();
+  }
+  // With the session cache the padding mask covers the cached and the new tokens, even
+  // where the export (without a cache) named its width like the new tokens'.
+  for (BlockArgument argument : derived.getArguments()) {
+    if (argName(derived, argument.getArgNumber()) != "attention_mask")
+      continue;
+    auto dims = derived.getArgAttrOfType<ArrayAttr>(argument.getArgNumber(), "onnx.dims");
+    if (!dims || dims.size() != 2)
+      continue;
+    Builder builder(derived.getContext());
+    derived.setArgAttr(argument.getArgNumber(), "onnx.dims",
+                       builder.getStrArrayAttr(
+                           {cast<StringAttr>(dims[0]).getValue(), "past_sequence + sequence"}));
+  }
+  return derived;
+}
+
+struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgramsPass> {
+  using DeriveCacheProgramsBase::DeriveCacheProgramsBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto main = module.lookupSymbol<func::FuncOp>("main");
+    if (!main || module.lookupSymbol("prefill") || module.lookupSymbol("decode"))
+      return;
+    int64_t logitsIndex = -1;
+    std::string why = whyNotDecoder(main, logitsIndex);
+    if (why.empty()) {
+      SmallVector<func::FuncOp> derived;
+      for (llvm::StringRef name : {"prefill", "decode"}) {
+        FailureOr<func::FuncOp> program = deriveSessionProgram(main, name, logitsIndex, why);
+        if (failed(program))
+          break;
+        derived.push_back(*program);
+      }
+      if (derived.size() == 2) {
+        // After @main, in program order.
+        OpBuilder builder(module.getContext());
+        builder.setInsertionPointAfter(main);
+        for (func::FuncOp program : derived)
+          builder.insert(program);
+      } else {
+        for (func::FuncOp program : derived)
+          program.erase();
+      }
+    }
+    if (!why.empty() && report)
+      main.emitRemark() << "no prefill/decode programs: " << why;
+    // The export's own interface keeps the cache in I/O mode: an attention there without
+    // past inputs attends only to the tokens it is given and must not touch the session's
+    // cache.
+    main.walk([](tfm::AttentionOp op) {
+      if (op.getPast().empty())
+        op.removeCacheLayerAttr();
+    });
+  }
+};
+
+} // namespace
+} // namespace dsc

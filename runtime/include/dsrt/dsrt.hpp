@@ -1,0 +1,279 @@
+// libdsrt: a header-only C++ wrapper over the C API in dsrt.h (C++11 or later).
+//
+// Objects own their C handles (move-only, released in destructors), and every failed call
+// throws dsrt::Error with the status and dsrt_last_error(). Nothing here adds behaviour: it
+// is the C API with RAII and standard containers, so the two never disagree.
+//
+//   dsrt::Plan plan("model.dsp");
+//   dsrt::Session session(plan);                  // the plan must outlive its sessions
+//   dsrt::GenerateOptions options;                // defaults from dsrt_generate_options_init
+//   options.maxNewTokens = 16;
+//   options.onToken = [](size_t sequence, int64_t token) { ...; return false; };
+//   std::vector<std::vector<int64_t>> out = session.generate({{1, 2, 3}}, options);
+#ifndef DSRT_DSRT_HPP
+#define DSRT_DSRT_HPP
+
+#include "dsrt/dsrt.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dsrt {
+
+class Error : public std::runtime_error {
+public:
+  Error(dsrt_status status, const std::string &message)
+      : std::runtime_error(std::string(dsrt_status_name(status)) + ": " + message),
+        status_(status), message_(message) {}
+  dsrt_status status() const noexcept { return status_; }
+  // dsrt_last_error() at the time of the failure, without the status name.
+  const std::string &message() const noexcept { return message_; }
+
+private:
+  dsrt_status status_;
+  std::string message_;
+};
+
+namespace detail {
+inline void check(dsrt_status status) {
+  if (status != DSRT_OK)
+    throw Error(status, dsrt_last_error());
+}
+struct PlanDeleter {
+  void operator()(dsrt_plan *p) const noexcept { dsrt_plan_close(p); }
+};
+struct SessionDeleter {
+  void operator()(dsrt_session *s) const noexcept { dsrt_session_destroy(s); }
+};
+struct TokenizerDeleter {
+  void operator()(dsrt_tokenizer *t) const noexcept { dsrt_tokenizer_free(t); }
+};
+struct GenerationDeleter {
+  void operator()(dsrt_generation *g) const noexcept { dsrt_generation_free(g); }
+};
+struct FreeDeleter {
+  void operator()(void *p) const noexcept { dsrt_free(p); }
+};
+} // namespace detail
+
+inline std::string version() { return dsrt_version(); }
+
+class Plan {
+public:
+  explicit Plan(const std::string &path) {
+    dsrt_plan *plan = nullptr;
+    detail::check(dsrt_plan_open(path.c_str(), &plan));
+    plan_.reset(plan);
+  }
+  int rankCount() const { return dsrt_plan_rank_count(plan_.get()); }
+  // Name, dtype and shape (-1: dynamic) of each input or output of `program`; the shape
+  // pointers stay valid as long as the plan.
+  std::vector<dsrt_tensor> inputs(const std::string &program) const { return io(program, 0); }
+  std::vector<dsrt_tensor> outputs(const std::string &program) const { return io(program, 1); }
+  dsrt_plan *get() const noexcept { return plan_.get(); }
+
+private:
+  std::vector<dsrt_tensor> io(const std::string &program, int isOutput) const {
+    size_t count = 0;
+    detail::check(dsrt_plan_io_count(plan_.get(), program.c_str(), isOutput, &count));
+    std::vector<dsrt_tensor> infos(count);
+    for (size_t i = 0; i < count; ++i)
+      detail::check(dsrt_plan_io_info(plan_.get(), program.c_str(), isOutput, i, &infos[i]));
+    return infos;
+  }
+  std::unique_ptr<dsrt_plan, detail::PlanDeleter> plan_;
+};
+
+class Tokenizer {
+public:
+  // The tokenizer embedded in the plan; throws (DSRT_INVALID_ARGUMENT) when it has none.
+  static Tokenizer fromPlan(const Plan &plan) {
+    dsrt_tokenizer *t = nullptr;
+    detail::check(dsrt_tokenizer_from_plan(plan.get(), &t));
+    return Tokenizer(t);
+  }
+  // A HuggingFace tokenizer.json.
+  static Tokenizer fromFile(const std::string &path) {
+    dsrt_tokenizer *t = nullptr;
+    detail::check(dsrt_tokenizer_from_file(path.c_str(), &t));
+    return Tokenizer(t);
+  }
+  std::vector<int64_t> encode(const std::string &text, bool addSpecial = false) const {
+    int64_t *ids = nullptr;
+    size_t count = 0;
+    detail::check(dsrt_tokenizer_encode(tokenizer_.get(), text.data(), text.size(),
+                                        addSpecial ? 1 : 0, &ids, &count));
+    std::unique_ptr<int64_t, detail::FreeDeleter> owned(ids);
+    return std::vector<int64_t>(ids, ids + count);
+  }
+  std::string decode(const int64_t *ids, size_t count, bool skipSpecial = false) const {
+    char *text = nullptr;
+    detail::check(dsrt_tokenizer_decode(tokenizer_.get(), ids, count, skipSpecial ? 1 : 0,
+                                        &text));
+    std::unique_ptr<char, detail::FreeDeleter> owned(text);
+    return std::string(text);
+  }
+  std::string decode(const std::vector<int64_t> &ids, bool skipSpecial = false) const {
+    return decode(ids.data(), ids.size(), skipSpecial);
+  }
+  dsrt_tokenizer *get() const noexcept { return tokenizer_.get(); }
+
+private:
+  explicit Tokenizer(dsrt_tokenizer *t) : tokenizer_(t) {}
+  std::unique_ptr<dsrt_tokenizer, detail::TokenizerDeleter> tokenizer_;
+};
+
+// dsrt_generate_options with standard containers. The defaults are the C API's.
+struct GenerateOptions {
+  GenerateOptions() {
+    dsrt_generate_options c;
+    dsrt_generate_options_init(&c);
+    maxNewTokens = c.max_new_tokens;
+    temperature = c.temperature;
+    topK = c.top_k;
+    topP = c.top_p;
+    seed = c.seed;
+    ignoreEos = c.ignore_eos != 0;
+  }
+  int32_t maxNewTokens;
+  float temperature; // 0: greedy
+  int32_t topK;      // 0: no limit
+  float topP;        // 1: no limit
+  uint64_t seed;
+  std::vector<int64_t> stopTokens; // in addition to the plan's EOS tokens
+  bool ignoreEos;                  // the plan's EOS tokens do not stop
+  // Called for every new token of every sequence, in order, as it is generated. Returns
+  // true to stop that sequence after this token (as the C callback's nonzero). An exception
+  // it throws stops generation and is rethrown from Session::generate.
+  std::function<bool(size_t sequence, int64_t token)> onToken;
+};
+
+// The result of one dsrt_generate: the new tokens (prompt not included) of each sequence.
+class Generation {
+public:
+  size_t count() const { return dsrt_generation_count(generation_.get()); }
+  std::vector<int64_t> tokens(size_t index) const {
+    const int64_t *tokens = nullptr;
+    size_t n = 0;
+    dsrt_finish_reason reason;
+    detail::check(dsrt_generation_tokens(generation_.get(), index, &tokens, &n, &reason));
+    return std::vector<int64_t>(tokens, tokens + n);
+  }
+  dsrt_finish_reason finishReason(size_t index) const {
+    const int64_t *tokens = nullptr;
+    size_t n = 0;
+    dsrt_finish_reason reason;
+    detail::check(dsrt_generation_tokens(generation_.get(), index, &tokens, &n, &reason));
+    return reason;
+  }
+  std::vector<std::vector<int64_t>> sequences() const {
+    std::vector<std::vector<int64_t>> all;
+    for (size_t i = 0, n = count(); i < n; ++i)
+      all.push_back(tokens(i));
+    return all;
+  }
+  dsrt_generation *get() const noexcept { return generation_.get(); }
+
+private:
+  friend class Session;
+  explicit Generation(dsrt_generation *g) : generation_(g) {}
+  std::unique_ptr<dsrt_generation, detail::GenerationDeleter> generation_;
+};
+
+class Session {
+public:
+  // The plan must outlive the session.
+  explicit Session(const Plan &plan, int rank = 0, dsrt_device device = DSRT_DEVICE_CPU) {
+    dsrt_session *s = nullptr;
+    detail::check(dsrt_session_create(plan.get(), rank, device, &s));
+    session_.reset(s);
+  }
+
+  void setInput(const std::string &program, size_t index, dsrt_dtype dtype,
+                const std::vector<int64_t> &shape, const void *data) {
+    detail::check(dsrt_session_set_input(session_.get(), program.c_str(), index, dtype,
+                                         shape.data(), shape.size(), data));
+  }
+  void run(const std::string &program) {
+    detail::check(dsrt_session_run(session_.get(), program.c_str()));
+  }
+  // Owned by the session; valid until its next run.
+  dsrt_tensor output(const std::string &program, size_t index) {
+    dsrt_tensor t;
+    detail::check(dsrt_session_get_output(session_.get(), program.c_str(), index, &t));
+    return t;
+  }
+
+  // Generates for the prompts as one batch; the new tokens of each, in prompt order.
+  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>> &prompts,
+                                             const GenerateOptions &options = GenerateOptions()) {
+    return generateDetailed(prompts, options).sequences();
+  }
+
+  // As generate, with the finish reason of each sequence.
+  Generation generateDetailed(const std::vector<std::vector<int64_t>> &prompts,
+                              const GenerateOptions &options = GenerateOptions()) {
+    std::vector<const int64_t *> starts;
+    std::vector<size_t> lengths;
+    for (const std::vector<int64_t> &p : prompts) {
+      starts.push_back(p.data());
+      lengths.push_back(p.size());
+    }
+    dsrt_generate_options c;
+    dsrt_generate_options_init(&c);
+    c.max_new_tokens = options.maxNewTokens;
+    c.temperature = options.temperature;
+    c.top_k = options.topK;
+    c.top_p = options.topP;
+    c.seed = options.seed;
+    c.stop_tokens = options.stopTokens.empty() ? nullptr : options.stopTokens.data();
+    c.stop_token_count = options.stopTokens.size();
+    c.ignore_eos = options.ignoreEos ? 1 : 0;
+    Streaming streaming{&options.onToken, nullptr};
+    if (options.onToken) {
+      c.on_token = &Streaming::trampoline;
+      c.user_data = &streaming;
+    }
+    dsrt_generation *g = nullptr;
+    dsrt_status status = dsrt_generate(session_.get(), prompts.size(), starts.data(),
+                                       lengths.data(), &c, &g);
+    Generation result(g);
+    // Exceptions must not unwind through the library's C frames: the trampoline keeps the
+    // callback's and it is thrown here, after dsrt_generate has returned.
+    if (streaming.error)
+      std::rethrow_exception(streaming.error);
+    detail::check(status);
+    return result;
+  }
+
+  dsrt_session *get() const noexcept { return session_.get(); }
+
+private:
+  struct Streaming {
+    const std::function<bool(size_t, int64_t)> *onToken;
+    std::exception_ptr error;
+    static int trampoline(void *userData, size_t sequence, int64_t token) {
+      Streaming *self = static_cast<Streaming *>(userData);
+      if (self->error)
+        return 1;
+      try {
+        return (*self->onToken)(sequence, token) ? 1 : 0;
+      } catch (...) {
+        self->error = std::current_exception();
+        return 1;
+      }
+    }
+  };
+  std::unique_ptr<dsrt_session, detail::SessionDeleter> session_;
+};
+
+} // namespace dsrt
+
+#endif

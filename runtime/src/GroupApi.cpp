@@ -1,0 +1,187 @@
+// The C API of tensor-parallel ranks: MPI sessions, and in-process groups that run every
+// rank of a plan on threads of this process.
+#include "dsrt/dsrt.h"
+
+#include "PlanHandle.h"
+#include "SessionHandle.h"
+#include "Status.h"
+#include "comm/InProcessGroup.h"
+#include "comm/MpiCollectives.h"
+
+#include <functional>
+#include <thread>
+
+struct dsrt_group {
+  std::unique_ptr<dsrt::InProcessGroup> group;
+  std::vector<std::unique_ptr<dsrt::Session>> sessions;
+  std::vector<int64_t> outputShape;
+};
+
+namespace {
+
+dsrt_status nullArgument(const char *what) {
+  return dsrt::fail(DSRT_INVALID_ARGUMENT, std::string(what) + " is null");
+}
+
+// Runs `work` for every rank, rank 0 on this thread; a rank that fails wakes the others out
+// of their collectives. The first failure (in rank order) is the result.
+dsrt::Status runRanks(dsrt_group &group, const std::function<dsrt::Status(int)> &work) {
+  int ranks = group.group->size();
+  std::vector<dsrt::Status> results(ranks, dsrt::Status::ok());
+  auto runOne = [&](int rank) {
+    results[rank] = work(rank);
+    if (!results[rank].isOk())
+      group.group->abort();
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < ranks; ++rank)
+    threads.emplace_back(runOne, rank);
+  runOne(0);
+  for (std::thread &thread : threads)
+    thread.join();
+  group.group->reset();
+  // A rank woken by another's failure reports "another rank failed"; the cause comes first.
+  for (int rank = 0; rank < ranks; ++rank)
+    if (!results[rank].isOk() &&
+        results[rank].message().find("another rank failed") == std::string::npos)
+      return dsrt::Status::error("rank " + std::to_string(rank) + ": " +
+                                 results[rank].message());
+  for (const dsrt::Status &result : results)
+    if (!result.isOk())
+      return result;
+  return dsrt::Status::ok();
+}
+
+dsrt_status fromStatus(const dsrt::Status &status, dsrt_status code) {
+  return status.isOk() ? DSRT_OK : dsrt::fail(code, status.message());
+}
+
+} // namespace
+
+extern "C" {
+
+dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_session **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  if (device != DSRT_DEVICE_CPU)
+    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  std::unique_ptr<dsrt::ops::Collectives> collectives;
+  if (dsrt_status status =
+          fromStatus(dsrt::createMpiCollectives(collectives), DSRT_UNSUPPORTED))
+    return status;
+  std::unique_ptr<dsrt::Session> session;
+  if (dsrt_status status = fromStatus(
+          dsrt::Session::create(plan->file, collectives->rank(), session, collectives.get()),
+          DSRT_INVALID_ARGUMENT))
+    return status;
+  *out = new (std::nothrow) dsrt_session{std::move(collectives), std::move(session), {}};
+  return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+}
+
+dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  if (device != DSRT_DEVICE_CPU)
+    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  auto group = std::make_unique<dsrt_group>();
+  int ranks = plan->file->rankCount();
+  group->group = std::make_unique<dsrt::InProcessGroup>(ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::unique_ptr<dsrt::Session> session;
+    if (dsrt_status status = fromStatus(
+            dsrt::Session::create(plan->file, rank, session, &group->group->member(rank)),
+            DSRT_CORRUPT_PLAN))
+      return status;
+    group->sessions.push_back(std::move(session));
+  }
+  *out = group.release();
+  return DSRT_OK;
+}
+
+void dsrt_group_destroy(dsrt_group *group) { delete group; }
+
+dsrt_status dsrt_group_set_input(dsrt_group *group, const char *program, size_t index,
+                                 dsrt_dtype dtype, const int64_t *shape, size_t rank,
+                                 const void *data) {
+  if (!group || !program)
+    return nullArgument(!group ? "group" : "program");
+  for (const auto &session : group->sessions) {
+    dsrt_session handle{nullptr, nullptr, {}};
+    handle.session.reset(session.get());
+    dsrt_status status = dsrt_session_set_input(&handle, program, index, dtype, shape, rank, data);
+    handle.session.release();
+    if (status != DSRT_OK)
+      return status;
+  }
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_group_run(dsrt_group *group, const char *program) {
+  if (!group || !program)
+    return nullArgument(!group ? "group" : "program");
+  std::string name = program;
+  return fromStatus(
+      runRanks(*group, [&](int rank) { return group->sessions[rank]->run(name); }),
+      DSRT_INVALID_ARGUMENT);
+}
+
+dsrt_status dsrt_group_get_output(dsrt_group *group, const char *program, size_t index,
+                                  dsrt_tensor *out) {
+  if (!group)
+    return nullArgument("group");
+  dsrt_session handle{nullptr, nullptr, {}};
+  handle.session.reset(group->sessions[0].get());
+  dsrt_status status = dsrt_session_get_output(&handle, program, index, out);
+  handle.session.release();
+  if (status == DSRT_OK) {
+    group->outputShape = handle.outputShape;
+    out->shape = group->outputShape.data();
+  }
+  return status;
+}
+
+dsrt_status dsrt_group_generate(dsrt_group *group, size_t count, const int64_t *const *prompts,
+                                const size_t *lengths, const dsrt_generate_options *options,
+                                dsrt_generation **out) {
+  if (!group || !out)
+    return nullArgument(!group ? "group" : "out");
+  std::vector<std::vector<int64_t>> batch;
+  dsrt::GenerateOptions rank0;
+  if (dsrt_status status = dsrt::toPrompts(count, prompts, lengths, batch))
+    return status;
+  if (dsrt_status status = dsrt::toGenerateOptions(options, rank0))
+    return status;
+  // Every rank draws the same tokens from the same gathered logits and seed; only rank 0
+  // reports them. Whether the callback stops a sequence must reach every rank in the same
+  // call, or the ranks would run different numbers of steps and wait on each other.
+  dsrt::GenerateOptions others = rank0;
+  bool stop = false;
+  if (rank0.onToken) {
+    auto user = rank0.onToken;
+    dsrt::InProcessGroup &shared = *group->group;
+    rank0.onToken = [&stop, &shared, user](size_t sequence, int64_t token) {
+      stop = user(sequence, token);
+      bool published = shared.synchronize();
+      bool decision = stop;
+      return (shared.synchronize() && published) ? decision : true;
+    };
+    others.onToken = [&stop, &shared](size_t, int64_t) {
+      bool published = shared.synchronize();
+      bool decision = stop;
+      return (shared.synchronize() && published) ? decision : true;
+    };
+  }
+  std::vector<std::vector<dsrt::GeneratedSequence>> results(group->sessions.size());
+  dsrt::Status status = runRanks(*group, [&](int rank) {
+    return dsrt::generate(*group->sessions[rank], batch, rank == 0 ? rank0 : others,
+                          results[rank]);
+  });
+  if (dsrt_status code = fromStatus(status, DSRT_INVALID_ARGUMENT))
+    return code;
+  auto generation = std::make_unique<dsrt_generation>();
+  generation->sequences = std::move(results[0]);
+  *out = generation.release();
+  return DSRT_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,32 @@
+// Internal: what the C API's session, generation and group handles hold, shared by its
+// source files (CApi.cpp, GroupApi.cpp).
+#ifndef DSRT_SRC_SESSIONHANDLE_H
+#define DSRT_SRC_SESSIONHANDLE_H
+
+#include "dsrt/dsrt.h"
+#include "cpu/Session.h"
+#include "generate/Generator.h"
+
+#include <memory>
+#include <vector>
+
+struct dsrt_session {
+  // MPI ranks: the session keeps a pointer to it, so it is declared (and outlives it) first.
+  std::unique_ptr<dsrt::ops::Collectives> collectives;
+  std::unique_ptr<dsrt::Session> session;
+  std::vector<int64_t> outputShape;  // backs dsrt_tensor::shape of the last get_output
+};
+
+struct dsrt_generation {
+  std::vector<dsrt::GeneratedSequence> sequences;
+};
+
+namespace dsrt {
+// The C options as the generator's; an error status names a bad field.
+dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOptions &out);
+// The prompts as vectors.
+dsrt_status toPrompts(size_t count, const int64_t *const *prompts, const size_t *lengths,
+                      std::vector<std::vector<int64_t>> &out);
+} // namespace dsrt
+
+#endif

@@ -1,0 +1,108 @@
+// The tokenizer part of the C API (include/dsrt/dsrt.h) over dsrt::Tokenizer.
+#include "dsrt/dsrt.h"
+
+#include "PlanHandle.h"
+#include "Status.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct dsrt_tokenizer {
+  std::unique_ptr<dsrt::Tokenizer> tokenizer;
+};
+
+namespace {
+
+dsrt_status nullArgument(const char *what) {
+  return dsrt::fail(DSRT_INVALID_ARGUMENT, std::string(what) + " is null");
+}
+
+// Unsupported components are DSRT_UNSUPPORTED; anything else wrong with the JSON (or the
+// file) is the caller's input, DSRT_INVALID_ARGUMENT.
+dsrt_status loadFailure(const dsrt::Status &status) {
+  bool unsupported = status.message().find("not supported") != std::string::npos;
+  return dsrt::fail(unsupported ? DSRT_UNSUPPORTED : DSRT_INVALID_ARGUMENT, status.message());
+}
+
+dsrt_status wrap(std::unique_ptr<dsrt::Tokenizer> tokenizer, dsrt_tokenizer **out) {
+  *out = new (std::nothrow) dsrt_tokenizer{std::move(tokenizer)};
+  return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+}
+
+} // namespace
+
+extern "C" {
+
+dsrt_status dsrt_tokenizer_from_plan(const dsrt_plan *plan, dsrt_tokenizer **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  const auto *json = plan->file->plan().tokenizer_json();
+  if (!json || json->size() == 0)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, plan->file->path() + ": the plan has no tokenizer");
+  std::unique_ptr<dsrt::Tokenizer> tokenizer;
+  dsrt::Status status = dsrt::Tokenizer::fromJson(
+      std::string_view(reinterpret_cast<const char *>(json->data()), json->size()), tokenizer);
+  if (!status.isOk())
+    return loadFailure(dsrt::Status::error(plan->file->path() + ": " + status.message()));
+  return wrap(std::move(tokenizer), out);
+}
+
+dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out) {
+  if (!path || !out)
+    return nullArgument(!path ? "path" : "out");
+  std::unique_ptr<dsrt::Tokenizer> tokenizer;
+  dsrt::Status status = dsrt::Tokenizer::fromFile(path, tokenizer);
+  if (!status.isOk())
+    return loadFailure(status);
+  return wrap(std::move(tokenizer), out);
+}
+
+void dsrt_tokenizer_free(dsrt_tokenizer *tokenizer) { delete tokenizer; }
+
+dsrt_status dsrt_tokenizer_encode(const dsrt_tokenizer *tokenizer, const char *text,
+                                  size_t length, int add_special, int64_t **ids, size_t *count) {
+  if (!tokenizer || !ids || !count)
+    return nullArgument(!tokenizer ? "tokenizer" : !ids ? "ids" : "count");
+  if (!text && length)
+    return nullArgument("text");
+  std::vector<int64_t> encoded;
+  dsrt::Status status = tokenizer->tokenizer->encode(
+      std::string_view(text ? text : "", length), add_special != 0, encoded);
+  if (!status.isOk())
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, status.message());
+  // malloc(0) may return null; one element keeps a successful result non-null.
+  auto *buffer = static_cast<int64_t *>(std::malloc(sizeof(int64_t) * (encoded.size() + 1)));
+  if (!buffer)
+    return dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+  if (!encoded.empty())
+    std::memcpy(buffer, encoded.data(), sizeof(int64_t) * encoded.size());
+  *ids = buffer;
+  *count = encoded.size();
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_tokenizer_decode(const dsrt_tokenizer *tokenizer, const int64_t *ids,
+                                  size_t count, int skip_special, char **text) {
+  if (!tokenizer || !text)
+    return nullArgument(!tokenizer ? "tokenizer" : "text");
+  if (!ids && count)
+    return nullArgument("ids");
+  std::string decoded;
+  dsrt::Status status = tokenizer->tokenizer->decode(ids, count, skip_special != 0, decoded);
+  if (!status.isOk())
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, status.message());
+  auto *buffer = static_cast<char *>(std::malloc(decoded.size() + 1));
+  if (!buffer)
+    return dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+  std::memcpy(buffer, decoded.c_str(), decoded.size() + 1);
+  *text = buffer;
+  return DSRT_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,404 @@
+#include "generate/Generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+namespace dsrt {
+namespace {
+
+std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+// splitmix64: a portable generator, so that a seed gives the same tokens everywhere.
+uint64_t nextRandom(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double uniform(uint64_t &state) { return (nextRandom(state) >> 11) * 0x1.0p-53; }
+
+enum class Mode { SessionCache, ForwardWithPairs, Recompute };
+
+// One named input or output of the program being driven.
+struct Binding {
+  enum class Role { InputIds, AttentionMask, PositionIds, Past, UseCacheBranch, Unknown } role = Role::Unknown;
+  size_t index = 0;
+  DType dtype = DType::Undefined;
+  Shape staticShape;   // -1 for dynamic dimensions
+  int presentOutput = -1;  // Past: the output that becomes its next value
+};
+
+Shape shapeOf(const dsp::Tensor &tensor) {
+  Shape shape;
+  if (tensor.shape())
+    for (const dsp::Dim *dim : *tensor.shape())
+      shape.push_back(dim->size());
+  return shape;
+}
+
+// Integer tensors of the mask/position/id inputs in whatever integer dtype the plan wants.
+std::vector<uint8_t> encodeIntegers(const std::vector<int64_t> &values, DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * dtypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+    case DType::I32: reinterpret_cast<int32_t *>(bytes.data())[i] = int32_t(values[i]); break;
+    case DType::Bool:
+    case DType::U8: bytes[i] = uint8_t(values[i] != 0); break;
+    case DType::F32: reinterpret_cast<float *>(bytes.data())[i] = float(values[i]); break;
+    default: reinterpret_cast<int64_t *>(bytes.data())[i] = values[i]; break;
+    }
+  }
+  return bytes;
+}
+
+class Run {
+public:
+  Run(Session &session, const std::vector<std::vector<int64_t>> &prompts,
+      const GenerateOptions &options)
+      : session_(session), plan_(session.plan().plan()), prompts_(prompts), options_(options) {}
+
+  Status execute(std::vector<GeneratedSequence> &out);
+
+private:
+  Status chooseMode();
+  Status bindProgram(const char *name, std::vector<Binding> &bindings, int &logitsOutput);
+  Status checkLimits();
+  Status runStep(const char *program, const std::vector<Binding> &bindings, int logitsOutput,
+                 const std::vector<int64_t> &ids, int64_t fresh,
+                 std::vector<std::vector<float>> &lastLogits);
+
+  Session &session_;
+  const dsp::Plan &plan_;
+  const std::vector<std::vector<int64_t>> &prompts_;
+  const GenerateOptions &options_;
+  const dsp::ModelInfo *model_ = nullptr;
+  Mode mode_ = Mode::Recompute;
+  int64_t batch_ = 0, longest_ = 0, vocab_ = 0;
+  // Per row of the batch: attention mask and positions of every token so far.
+  std::vector<std::vector<int64_t>> mask_, positions_, tokens_;
+  // ForwardWithPairs: each past input's value for the next step.
+  std::vector<std::vector<uint8_t>> pastValues_;
+  std::vector<Shape> pastShapes_;
+};
+
+Status Run::chooseMode() {
+  model_ = plan_.model();
+  if (!model_ || str(model_->kind()) != "decoder")
+    return Status::error("the plan has no decoder to generate with (its model kind is '" +
+                         (model_ ? str(model_->kind()) : std::string()) +
+                         "'; generation needs input_ids in and logits out)");
+  vocab_ = model_->vocab_size();
+  if (session_.program("prefill") && session_.program("decode") && session_.hasKvCache())
+    mode_ = Mode::SessionCache;
+  else if (model_->kv_pairs() && model_->kv_pairs()->size() > 0)
+    mode_ = Mode::ForwardWithPairs;
+  else
+    mode_ = Mode::Recompute;
+  return Status::ok();
+}
+
+Status Run::bindProgram(const char *name, std::vector<Binding> &bindings, int &logitsOutput) {
+  const dsp::Program *program = session_.program(name);
+  if (!program)
+    return Status::error(std::string("the plan has no program '") + name + "'");
+  const auto &tensors = *plan_.tensors();
+  bindings.clear();
+  size_t inputs = program->inputs() ? program->inputs()->size() : 0;
+  for (size_t i = 0; i < inputs; ++i) {
+    const dsp::Tensor &tensor = *tensors.Get(program->inputs()->Get(i));
+    Binding binding;
+    binding.index = i;
+    binding.dtype = planDType(tensor.dtype());
+    binding.staticShape = shapeOf(tensor);
+    std::string tensorName = str(tensor.name());
+    if (tensorName == str(model_->input_ids()))
+      binding.role = Binding::Role::InputIds;
+    else if (tensorName == str(model_->attention_mask()))
+      binding.role = Binding::Role::AttentionMask;
+    else if (tensorName == str(model_->position_ids()))
+      binding.role = Binding::Role::PositionIds;
+    else if (tensorName == "use_cache_branch")  // Optimum's merged decoders
+      binding.role = Binding::Role::UseCacheBranch;
+    else if (model_->kv_pairs()) {
+      for (const dsp::KvPair *pair : *model_->kv_pairs()) {
+        if (str(pair->past()) != tensorName)
+          continue;
+        binding.role = Binding::Role::Past;
+        size_t outputs = program->outputs() ? program->outputs()->size() : 0;
+        for (size_t o = 0; o < outputs; ++o)
+          if (str(tensors.Get(program->outputs()->Get(o))->name()) == str(pair->present()))
+            binding.presentOutput = static_cast<int>(o);
+      }
+    }
+    if (binding.role == Binding::Role::Unknown)
+      return Status::error("program '" + std::string(name) + "' input '" + tensorName +
+                           "' has no role the generator knows (input ids, attention mask, "
+                           "position ids or a past key/value)");
+    if (binding.role == Binding::Role::Past &&
+        (binding.presentOutput < 0 || binding.staticShape.size() != 4))
+      return Status::error("past input '" + tensorName +
+                           "' is not [batch, heads, past, head_dim] with a present output");
+    bindings.push_back(binding);
+  }
+  logitsOutput = -1;
+  size_t outputs = program->outputs() ? program->outputs()->size() : 0;
+  for (size_t o = 0; o < outputs; ++o)
+    if (str(tensors.Get(program->outputs()->Get(o))->name()) == str(model_->logits()))
+      logitsOutput = static_cast<int>(o);
+  if (logitsOutput < 0)
+    return Status::error("program '" + std::string(name) + "' has no logits output");
+  return Status::ok();
+}
+
+Status Run::checkLimits() {
+  batch_ = static_cast<int64_t>(prompts_.size());
+  if (batch_ == 0)
+    return Status::error("no prompts to generate for");
+  if (options_.maxNewTokens < 0)
+    return Status::error("max_new_tokens must not be negative");
+  if (options_.temperature < 0 || !(options_.topP > 0 && options_.topP <= 1) ||
+      options_.topK < 0)
+    return Status::error("sampling needs temperature >= 0, 0 < top_p <= 1 and top_k >= 0");
+  const dsp::Limits *limits = plan_.limits();
+  int64_t maxBatch = limits ? limits->max_batch() : 0;
+  int64_t maxSeq = limits ? limits->max_seq_len() : 0;
+  if (batch_ > maxBatch)
+    return Status::error("a batch of " + std::to_string(batch_) +
+                         " prompts is more than the plan's max_batch of " +
+                         std::to_string(maxBatch) + "; compile with a larger --max-batch");
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const std::vector<int64_t> &prompt = prompts_[p];
+    if (prompt.empty())
+      return Status::error("prompt " + std::to_string(p) + " is empty");
+    for (int64_t id : prompt)
+      if (id < 0 || id >= vocab_)
+        return Status::error("prompt " + std::to_string(p) + " has token id " +
+                             std::to_string(id) + ", outside the vocabulary [0, " +
+                             std::to_string(vocab_) + ")");
+    longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(prompt.size()));
+  }
+  // Left padding puts every prompt at the longest one's length.
+  if (longest_ + options_.maxNewTokens > maxSeq)
+    return Status::error("prompt length " + std::to_string(longest_) + " + max_new_tokens " +
+                         std::to_string(options_.maxNewTokens) + " = " +
+                         std::to_string(longest_ + options_.maxNewTokens) +
+                         " tokens is more than the plan's max_seq_len of " +
+                         std::to_string(maxSeq) + "; compile with a larger --max-seq-len");
+  return Status::ok();
+}
+
+// Runs `program` on `fresh` new tokens per row (`ids`, [batch, fresh]) and returns each
+// row's logits at its last position.
+Status Run::runStep(const char *programName, const std::vector<Binding> &bindings,
+                    int logitsOutput, const std::vector<int64_t> &ids, int64_t fresh,
+                    std::vector<std::vector<float>> &lastLogits) {
+  int64_t total = static_cast<int64_t>(mask_[0].size());
+  for (const Binding &binding : bindings) {
+    std::vector<int64_t> values;
+    Shape shape;
+    switch (binding.role) {
+    case Binding::Role::InputIds:
+      values = ids;
+      shape = {batch_, fresh};
+      break;
+    case Binding::Role::AttentionMask:
+      for (const auto &row : mask_)
+        values.insert(values.end(), row.begin(), row.end());
+      shape = {batch_, total};
+      break;
+    case Binding::Role::PositionIds:
+      for (const auto &row : positions_)
+        values.insert(values.end(), row.end() - fresh, row.end());
+      shape = {batch_, fresh};
+      break;
+    case Binding::Role::UseCacheBranch:
+      // The cached branch once there is a past to attend to.
+      values = {total > fresh ? 1 : 0};
+      shape = binding.staticShape;
+      for (int64_t &dim : shape)
+        dim = 1;
+      break;
+    case Binding::Role::Past: {
+      size_t slot = &binding - bindings.data();
+      TensorRef past{binding.dtype, pastShapes_[slot], pastValues_[slot].data()};
+      DSRT_RETURN_IF_ERROR(session_.setInput(programName, binding.index, past));
+      continue;
+    }
+    case Binding::Role::Unknown: break;
+    }
+    std::vector<uint8_t> bytes = encodeIntegers(values, binding.dtype);
+    DSRT_RETURN_IF_ERROR(
+        session_.setInput(programName, binding.index, TensorRef{binding.dtype, shape, bytes.data()}));
+  }
+  DSRT_RETURN_IF_ERROR(session_.run(programName));
+  TensorRef logits;
+  DSRT_RETURN_IF_ERROR(session_.output(programName, logitsOutput, logits));
+  if (logits.shape.empty() || logits.shape[0] != batch_ || logits.shape.back() != vocab_ ||
+      !isFloat(logits.dtype))
+    return Status::error("logits are " + shapeString(logits.shape) + ", not [" +
+                         std::to_string(batch_) + ", ..., " + std::to_string(vocab_) + "]");
+  int64_t perRow = logits.elements() / batch_;
+  lastLogits.assign(batch_, std::vector<float>(vocab_));
+  for (int64_t b = 0; b < batch_; ++b) {
+    const uint8_t *row = static_cast<const uint8_t *>(logits.data) +
+                         (b * perRow + perRow - vocab_) * dtypeSize(logits.dtype);
+    convertFloats(logits.dtype, row, DType::F32, lastLogits[b].data(), vocab_);
+  }
+  // The present keys and values become the next step's past.
+  for (size_t slot = 0; slot < bindings.size(); ++slot) {
+    if (bindings[slot].role != Binding::Role::Past)
+      continue;
+    TensorRef present;
+    DSRT_RETURN_IF_ERROR(session_.output(programName, bindings[slot].presentOutput, present));
+    const auto *bytes = static_cast<const uint8_t *>(present.data);
+    pastValues_[slot].assign(bytes, bytes + present.bytes());
+    pastShapes_[slot] = present.shape;
+  }
+  return Status::ok();
+}
+
+Status Run::execute(std::vector<GeneratedSequence> &out) {
+  DSRT_RETURN_IF_ERROR(chooseMode());
+  DSRT_RETURN_IF_ERROR(checkLimits());
+  const char *first = mode_ == Mode::SessionCache ? "prefill" : "forward";
+  const char *next = mode_ == Mode::SessionCache ? "decode" : "forward";
+  std::vector<Binding> firstBindings, nextBindings;
+  int firstLogits = -1, nextLogits = -1;
+  DSRT_RETURN_IF_ERROR(bindProgram(first, firstBindings, firstLogits));
+  DSRT_RETURN_IF_ERROR(bindProgram(next, nextBindings, nextLogits));
+
+  std::vector<int64_t> stops = options_.stopTokens;
+  if (!options_.ignoreEos && model_->eos_token_ids())
+    stops.insert(stops.end(), model_->eos_token_ids()->begin(), model_->eos_token_ids()->end());
+  int64_t padToken = model_->pad_token_id() >= 0 && model_->pad_token_id() < vocab_
+                         ? model_->pad_token_id()
+                         : 0;
+
+  // Left padding, as transformers' generate: padding is masked out and does not count as a
+  // position, so each row sees what it would see alone.
+  mask_.assign(batch_, {});
+  positions_.assign(batch_, {});
+  tokens_.assign(batch_, {});
+  std::vector<int64_t> ids;
+  for (int64_t b = 0; b < batch_; ++b) {
+    int64_t padding = longest_ - static_cast<int64_t>(prompts_[b].size());
+    for (int64_t t = 0; t < longest_; ++t) {
+      bool real = t >= padding;
+      mask_[b].push_back(real ? 1 : 0);
+      positions_[b].push_back(real ? t - padding : 1);
+      tokens_[b].push_back(real ? prompts_[b][t - padding] : padToken);
+    }
+    ids.insert(ids.end(), tokens_[b].begin(), tokens_[b].end());
+  }
+  if (mode_ == Mode::ForwardWithPairs) {
+    pastValues_.assign(firstBindings.size(), {});
+    pastShapes_.assign(firstBindings.size(), {});
+    for (size_t slot = 0; slot < firstBindings.size(); ++slot) {
+      const Binding &binding = firstBindings[slot];
+      if (binding.role == Binding::Role::Past)
+        pastShapes_[slot] = {batch_, binding.staticShape[1], 0, binding.staticShape[3]};
+    }
+  }
+
+  out.assign(batch_, {});
+  std::vector<bool> done(batch_, options_.maxNewTokens == 0);
+  std::vector<uint64_t> rng(batch_);
+  for (int64_t b = 0; b < batch_; ++b)
+    rng[b] = options_.seed + static_cast<uint64_t>(b);
+  std::vector<std::vector<float>> logits;
+  DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, longest_, logits));
+  for (int64_t step = 0; step < options_.maxNewTokens; ++step) {
+    std::vector<int64_t> chosen(batch_, padToken);
+    bool anyRunning = false;
+    for (int64_t b = 0; b < batch_; ++b) {
+      if (done[b])
+        continue;
+      int64_t token = sampleToken(logits[b], options_, rng[b]);
+      chosen[b] = token;
+      out[b].tokens.push_back(token);
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        done[b] = true;
+        out[b].reason = FinishReason::Stop;
+      }
+      if (options_.onToken && options_.onToken(static_cast<size_t>(b), token) && !done[b]) {
+        done[b] = true;
+        out[b].reason = FinishReason::Callback;
+      }
+      if (static_cast<int64_t>(out[b].tokens.size()) == options_.maxNewTokens)
+        done[b] = true;
+      anyRunning |= !done[b];
+    }
+    if (!anyRunning)
+      break;
+    // Finished rows keep running (the batch moves together) on padding they never read.
+    for (int64_t b = 0; b < batch_; ++b) {
+      mask_[b].push_back(1);
+      positions_[b].push_back(positions_[b].back() + 1);
+      tokens_[b].push_back(chosen[b]);
+    }
+    if (mode_ == Mode::Recompute) {
+      ids.clear();
+      for (const auto &row : tokens_)
+        ids.insert(ids.end(), row.begin(), row.end());
+      DSRT_RETURN_IF_ERROR(runStep(next, nextBindings, nextLogits, ids,
+                                   static_cast<int64_t>(tokens_[0].size()), logits));
+    } else {
+      DSRT_RETURN_IF_ERROR(runStep(next, nextBindings, nextLogits, chosen, 1, logits));
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,
+                    uint64_t &rngState) {
+  if (options.temperature == 0)
+    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  // transformers' order: temperature, then top-k, then top-p, then a draw.
+  std::vector<int64_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  size_t keep = order.size();
+  if (options.topK > 0)
+    keep = std::min<size_t>(keep, static_cast<size_t>(options.topK));
+  std::vector<double> probabilities(keep);
+  double maximum = logits[order[0]] / options.temperature, sum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    probabilities[i] = std::exp(logits[order[i]] / options.temperature - maximum);
+    sum += probabilities[i];
+  }
+  if (options.topP < 1) {
+    // The smallest prefix whose probability reaches top_p (at least one token).
+    double cumulative = 0;
+    size_t prefix = 0;
+    while (prefix < keep && (prefix == 0 || cumulative < options.topP * sum))
+      cumulative += probabilities[prefix++];
+    keep = prefix;
+    sum = cumulative;
+  }
+  double draw = uniform(rngState) * sum;
+  for (size_t i = 0; i < keep; ++i) {
+    draw -= probabilities[i];
+    if (draw < 0)
+      return order[i];
+  }
+  return order[keep - 1];
+}
+
+Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,
+                const GenerateOptions &options, std::vector<GeneratedSequence> &out) {
+  Run run(session, prompts, options);
+  std::vector<GeneratedSequence> result;
+  Status status = run.execute(result);
+  if (!status.isOk())
+    return Status::error("generate: " + status.message());
+  out = std::move(result);
+  return Status::ok();
+}
+
+} // namespace dsrt

@@ -1,0 +1,178 @@
+// The generation C API on a real plan (the GPT-2 fixture with past/present, compiled by the
+// dsc built here, path in argv[1]): limits are checked before anything runs and leave the
+// session usable, stop tokens and the callback end a sequence, sampling is reproducible.
+// Token-for-token agreement with transformers is test/models/generate-greedy.test.
+#include "dsrt/dsrt.h"
+
+#include "generate/Generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string planPath;
+
+class GenerateTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_FALSE(planPath.empty()) << "usage: dsrt-generate-tests plan.dsp";
+    ASSERT_EQ(dsrt_plan_open(planPath.c_str(), &plan), DSRT_OK) << dsrt_last_error();
+    ASSERT_EQ(dsrt_session_create(plan, 0, DSRT_DEVICE_CPU, &session), DSRT_OK)
+        << dsrt_last_error();
+    dsrt_generate_options_init(&options);
+    options.max_new_tokens = 6;
+    options.ignore_eos = 1;
+  }
+  void TearDown() override {
+    dsrt_session_destroy(session);
+    dsrt_plan_close(plan);
+  }
+  // Generates for the prompts; the status, and the tokens of each sequence on success.
+  dsrt_status generate(const std::vector<std::vector<int64_t>> &prompts,
+                       std::vector<std::vector<int64_t>> &tokens,
+                       std::vector<dsrt_finish_reason> *reasons = nullptr) {
+    std::vector<const int64_t *> pointers;
+    std::vector<size_t> lengths;
+    for (const auto &prompt : prompts) {
+      pointers.push_back(prompt.data());
+      lengths.push_back(prompt.size());
+    }
+    dsrt_generation *generation = nullptr;
+    dsrt_status status = dsrt_generate(session, prompts.size(), pointers.data(),
+                                       lengths.data(), &options, &generation);
+    tokens.clear();
+    if (status != DSRT_OK)
+      return status;
+    for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
+      const int64_t *ids = nullptr;
+      size_t count = 0;
+      dsrt_finish_reason reason;
+      EXPECT_EQ(dsrt_generation_tokens(generation, i, &ids, &count, &reason), DSRT_OK);
+      tokens.emplace_back(ids, ids + count);
+      if (reasons)
+        reasons->push_back(reason);
+    }
+    dsrt_generation_free(generation);
+    return status;
+  }
+
+  dsrt_plan *plan = nullptr;
+  dsrt_session *session = nullptr;
+  dsrt_generate_options options;
+};
+
+TEST_F(GenerateTest, LimitsAreCheckedBeforeRunningAndTheSessionStaysUsable) {
+  std::vector<std::vector<int64_t>> tokens, reference;
+  ASSERT_EQ(generate({{5, 6, 7}}, reference), DSRT_OK) << dsrt_last_error();
+  ASSERT_EQ(reference.size(), 1u);
+  EXPECT_EQ(reference[0].size(), 6u);
+
+  options.max_new_tokens = 30;  // 3 + 30 > the plan's 24
+  EXPECT_EQ(generate({{5, 6, 7}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("max_seq_len of 24"), std::string::npos)
+      << dsrt_last_error();
+  options.max_new_tokens = 6;
+  EXPECT_EQ(generate({{1}, {2}, {3}}, tokens), DSRT_INVALID_ARGUMENT);  // max_batch 2
+  EXPECT_NE(std::string(dsrt_last_error()).find("max_batch of 2"), std::string::npos);
+  EXPECT_EQ(generate({{5, 300}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("outside the vocabulary [0, 300)"),
+            std::string::npos);
+  EXPECT_EQ(generate({{}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("empty"), std::string::npos);
+  options.top_p = 0;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
+  options.top_p = 1;
+
+  ASSERT_EQ(generate({{5, 6, 7}}, tokens), DSRT_OK) << dsrt_last_error();
+  EXPECT_EQ(tokens, reference);
+}
+
+TEST_F(GenerateTest, StopTokensAndTheCallbackEndASequence) {
+  std::vector<std::vector<int64_t>> reference, tokens;
+  ASSERT_EQ(generate({{5, 6, 7}, {9}}, reference), DSRT_OK) << dsrt_last_error();
+  // Stop at sequence 0's third token: it ends there, the other runs on unless it meets it.
+  int64_t stop = reference[0][2];
+  options.stop_tokens = &stop;
+  options.stop_token_count = 1;
+  std::vector<dsrt_finish_reason> reasons;
+  ASSERT_EQ(generate({{5, 6, 7}, {9}}, tokens, &reasons), DSRT_OK);
+  size_t firstStop = 0;
+  while (reference[0][firstStop] != stop)
+    ++firstStop;
+  EXPECT_EQ(tokens[0], std::vector<int64_t>(reference[0].begin(),
+                                            reference[0].begin() + firstStop + 1));
+  EXPECT_EQ(reasons[0], DSRT_FINISH_STOP);
+
+  options.stop_token_count = 0;
+  struct Seen {
+    std::vector<std::pair<size_t, int64_t>> calls;
+  } seen;
+  options.user_data = &seen;
+  options.on_token = [](void *user, size_t sequence, int64_t token) {
+    auto *s = static_cast<Seen *>(user);
+    s->calls.push_back({sequence, token});
+    return sequence == 1 ? 1 : 0;  // stop sequence 1 after its first token
+  };
+  reasons.clear();
+  ASSERT_EQ(generate({{5, 6, 7}, {9}}, tokens, &reasons), DSRT_OK);
+  EXPECT_EQ(tokens[0], reference[0]);
+  EXPECT_EQ(tokens[1], std::vector<int64_t>{reference[1][0]});
+  EXPECT_EQ(reasons[1], DSRT_FINISH_CALLBACK);
+  EXPECT_EQ(seen.calls.size(), reference[0].size() + 1);
+}
+
+TEST_F(GenerateTest, SamplingIsReproducibleFromTheSeed) {
+  options.temperature = 1.5f;
+  options.top_k = 50;
+  options.top_p = 0.95f;
+  options.seed = 1234;
+  std::vector<std::vector<int64_t>> first, second, other, greedy;
+  ASSERT_EQ(generate({{5, 6, 7}}, first), DSRT_OK);
+  ASSERT_EQ(generate({{5, 6, 7}}, second), DSRT_OK);
+  EXPECT_EQ(first, second);
+  options.seed = 99;
+  options.max_new_tokens = 12;
+  ASSERT_EQ(generate({{5, 6, 7}}, other), DSRT_OK);
+  options.temperature = 0;
+  ASSERT_EQ(generate({{5, 6, 7}}, greedy), DSRT_OK);
+  EXPECT_NE(other, greedy) << "12 tokens at temperature 1.5 all equal to greedy";
+}
+
+TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
+  std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+  dsrt::GenerateOptions options;
+  uint64_t state = 7;
+  EXPECT_EQ(dsrt::sampleToken(logits, options, state), 3);  // greedy
+  options.temperature = 1;
+  options.topK = 1;
+  EXPECT_EQ(dsrt::sampleToken(logits, options, state), 3);
+  // top-k 2 keeps ids 3 and 2 with probabilities 4/7 and 3/7.
+  options.topK = 2;
+  int counts[4] = {};
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i)
+    ++counts[dsrt::sampleToken(logits, options, state)];
+  EXPECT_EQ(counts[0] + counts[1], 0);
+  EXPECT_NEAR(counts[3] / double(draws), 4.0 / 7.0, 0.02);
+  // top-p 0.5 keeps the smallest prefix reaching half the mass: {3} (0.4) then {3, 2} (0.7).
+  options.topK = 0;
+  options.topP = 0.5f;
+  int kept[4] = {};
+  for (int i = 0; i < draws; ++i)
+    ++kept[dsrt::sampleToken(logits, options, state)];
+  EXPECT_EQ(kept[0] + kept[1], 0);
+  EXPECT_NEAR(kept[3] / double(draws), 4.0 / 7.0, 0.02);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc > 1)
+    planPath = argv[1];
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Checks a plan's generation against the transformers reference in generation.json.
+
+* Each prompt alone: greedy tokens equal `model.generate`'s (exact ids).
+* The prompts as one left-padded batch: each row's tokens equal the prompt alone's.
+* With --prefill: the `prefill` program's last-position logits of each prompt alone match
+  transformers' within |ours - ref| <= atol + rtol * |ref| (defaults 1e-4, 1e-4: fp32 with a
+  different summation order).
+
+Standard library only (lit already needs python3); the .pb reader handles the float
+TensorProtos dsrun writes.
+"""
+import argparse
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def run(command):
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(command)}\n{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def generate(args, prompts, max_new):
+    command = [args.dsrun, args.plan, "--max-new-tokens", str(max_new), "--ignore-eos"]
+    for prompt in prompts:
+        command += ["--prompt-ids", ",".join(map(str, prompt))]
+    rows = {}
+    for line in run(command).splitlines():
+        match = re.match(r"sequence (\d+):((?: \d+)*) \((\w+)\)", line)
+        if match:
+            rows[int(match.group(1))] = [int(t) for t in match.group(2).split()]
+    return [rows.get(i) for i in range(len(prompts))]
+
+
+def varint(data, pos):
+    value, shift = 0, 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def read_float_tensor(path):
+    data = open(path, "rb").read()
+    dims, raw, floats, dtype, pos = [], b"", [], None, 0
+    while pos < len(data):
+        key, pos = varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = varint(data, pos)
+            if field == 1:
+                dims.append(value)
+            elif field == 2:
+                dtype = value
+        elif wire == 2:
+            length, pos = varint(data, pos)
+            chunk = data[pos:pos + length]
+            pos += length
+            if field == 1:  # packed dims
+                p = 0
+                while p < len(chunk):
+                    value, p = varint(chunk, p)
+                    dims.append(value)
+            elif field == 9:
+                raw = chunk
+            elif field == 4:
+                floats = list(struct.unpack(f"<{len(chunk) // 4}f", chunk))
+        elif wire == 5:
+            floats.append(struct.unpack("<f", data[pos:pos + 4])[0])
+            pos += 4
+        elif wire == 1:
+            pos += 8
+        else:
+            sys.exit(f"FAIL: {path}: unexpected protobuf wire type {wire}")
+    if dtype != 1:
+        sys.exit(f"FAIL: {path}: expected float logits, got TensorProto type {dtype}")
+    if raw:
+        floats = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+    return dims, floats
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsrun", required=True)
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--reference", required=True, help="generation.json")
+    parser.add_argument("--prefill", action="store_true",
+                        help="also check the prefill program's logits")
+    parser.add_argument("--alone-only", action="store_true",
+                        help="skip the batch (an export that cannot take position_ids)")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--atol", type=float, default=1e-4)
+    args = parser.parse_args()
+    reference = json.load(open(args.reference))
+    prompts = [p["ids"] for p in reference["prompts"]]
+    expected = [p["generated"] for p in reference["prompts"]]
+    max_new = reference["max_new_tokens"]
+    failures = []
+
+    for i, prompt in enumerate(prompts):
+        alone = generate(args, [prompt], max_new)[0]
+        if alone != expected[i]:
+            failures.append(f"prompt {i} alone: {alone} != transformers {expected[i]}")
+    batched = [] if args.alone_only else generate(args, prompts, max_new)
+    for i, row in enumerate(batched):
+        if row != expected[i]:
+            failures.append(f"prompt {i} in the batch: {row} != alone {expected[i]}")
+
+    if args.prefill:
+        for i, prompt in enumerate(reference["prompts"]):
+            with tempfile.TemporaryDirectory() as out:
+                run([args.dsrun, args.plan, "--program", "prefill", "--quiet",
+                     "--tokens", ",".join(map(str, prompt["ids"])), "--output-dir", out])
+                dims, values = read_float_tensor(os.path.join(out, "output_0.pb"))
+            vocab = dims[-1]
+            last = values[-vocab:]
+            ref = prompt["prefill_last_logits"]
+            worst = max(abs(a - e) - (args.atol + args.rtol * abs(e)) for a, e in zip(last, ref))
+            if len(last) != len(ref) or worst > 0:
+                failures.append(f"prompt {i} prefill logits differ beyond tolerance "
+                                f"(excess {worst:.3g})")
+
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print(f"OK: {len(prompts)} prompts x {max_new} greedy tokens alone"
+          + ("" if args.alone_only else " and batched")
+          + (", prefill logits" if args.prefill else ""))
+
+
+if __name__ == "__main__":
+    main()
