@@ -2,6 +2,7 @@
 #include "compiler/lowering/Passes.h"
 
 #include "compiler/lowering/ShapeBounds.h"
+#include "compiler/lowering/SymbolicDims.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -22,47 +23,7 @@ using namespace mlir;
 namespace dsc {
 namespace {
 
-// What a symbolic dimension counts. Exporters name them (batch, sequence, past_sequence,
-// "past_sequence + sequence", Optimum's attention_mask_sequence_length); sums are evaluated
-// term by term.
-enum class DimRole { Batch, Past, New, Total };
-
-DimRole roleOf(llvm::StringRef symbol) {
-  std::string name = symbol.lower();
-  if (name.find("batch") != std::string::npos)
-    return DimRole::Batch;
-  if (name.find("total") != std::string::npos || name.find("attention_mask") != std::string::npos)
-    return DimRole::Total;
-  if (name.find("past") != std::string::npos)
-    return DimRole::Past;
-  return DimRole::New;
-}
-
-// A split of the sequence limit between tokens in the cache and new tokens.
-struct Probe {
-  int64_t batch, past, fresh;
-};
-
-int64_t valueOf(llvm::StringRef symbol, const Probe &probe) {
-  if (symbol.contains('+')) {
-    int64_t sum = 0;
-    llvm::SmallVector<llvm::StringRef> terms;
-    symbol.split(terms, '+');
-    for (llvm::StringRef term : terms) {
-      term = term.trim();
-      int64_t number;
-      sum += term.getAsInteger(10, number) ? valueOf(term, probe) : number;
-    }
-    return sum;
-  }
-  switch (roleOf(symbol)) {
-  case DimRole::Batch: return probe.batch;
-  case DimRole::Past: return probe.past;
-  case DimRole::New: return probe.fresh;
-  case DimRole::Total: return probe.past + probe.fresh;
-  }
-  return probe.fresh;
-}
+using Probe = TokenSplit;
 
 // A tfm.weight transform as the plan's dictionary form ({kind = "transpose", perm = [..]},
 // {kind = "slice", ...}, {kind = "convert", to = f16}), which the plan writer applies.
@@ -285,18 +246,9 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
         }
         auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
         SmallVector<int64_t> shape;
-        // The padding mask covers the cached and the new tokens, whatever its width is
-        // called (Optimum writes "past_sequence_length + 1" for any number of new tokens).
-        auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
-        bool paddingMask = name && name.getValue() == "attention_mask";
         for (auto [d, size] : llvm::enumerate(type.getShape())) {
           llvm::StringRef symbol = dims ? cast<StringAttr>(dims[d]).getValue() : "";
-          if (ShapedType::isDynamic(size) && paddingMask && d == 1 &&
-              symbol.lower().find("past") != std::string::npos) {
-            shape.push_back(probe.past + probe.fresh);
-            continue;
-          }
-          shape.push_back(ShapedType::isDynamic(size) ? valueOf(symbol, probe) : size);
+          shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, probe) : size);
         }
         inputShapes.push_back(shape);
       }

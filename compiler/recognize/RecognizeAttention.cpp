@@ -10,6 +10,7 @@
 
 #include "compiler/evaluate/Evaluator.h"
 #include "compiler/lowering/RuntimeTypes.h"
+#include "compiler/lowering/SymbolicDims.h"
 #include "frontends/onnx/WeightStore.h"
 #include "ops/OpTraits.h"
 
@@ -1263,39 +1264,6 @@ std::optional<bool> checkLongWindow(const ProbeEvaluator &probe, Candidate &c) {
 // The probe inputs and the rewrite.
 //===----------------------------------------------------------------------===//
 
-enum class DimRole { Batch, Past, New, Total };
-
-DimRole roleOf(llvm::StringRef symbol) {
-  std::string name = symbol.lower();
-  if (name.find("batch") != std::string::npos)
-    return DimRole::Batch;
-  if (name.find("total") != std::string::npos || name.find("attention_mask") != std::string::npos)
-    return DimRole::Total;
-  if (name.find("past") != std::string::npos)
-    return DimRole::Past;
-  return DimRole::New;
-}
-
-int64_t probeSize(llvm::StringRef symbol, int64_t past, int64_t fresh) {
-  if (symbol.contains('+')) {
-    int64_t sum = 0;
-    SmallVector<llvm::StringRef> terms;
-    symbol.split(terms, '+');
-    for (llvm::StringRef term : terms) {
-      term = term.trim();
-      int64_t number;
-      sum += term.getAsInteger(10, number) ? probeSize(term, past, fresh) : number;
-    }
-    return sum;
-  }
-  switch (roleOf(symbol)) {
-  case DimRole::Batch: return kProbeBatch;
-  case DimRole::Past: return past;
-  case DimRole::New: return fresh;
-  case DimRole::Total: return past + fresh;
-  }
-  return fresh;
-}
 
 llvm::StringRef argName(func::FuncOp func, unsigned index) {
   auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
@@ -1341,7 +1309,7 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
     for (auto [d, size] : llvm::enumerate(type.getShape())) {
       llvm::StringRef symbol =
           dims && d < dims.size() ? cast<StringAttr>(dims[d]).getValue() : "";
-      info.shape.push_back(ShapedType::isDynamic(size) ? probeSize(symbol, past, fresh) : size);
+      info.shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, {kProbeBatch, past, fresh}) : size);
     }
     llvm::StringRef name = argName(func, index);
     if (name == "attention_mask" && info.shape.size() == 2 && type.isDynamicDim(1))

@@ -11,6 +11,7 @@
 #include "compiler/recognize/RecognitionReport.h"
 
 #include "compiler/lowering/ShapeBounds.h"
+#include "compiler/lowering/SymbolicDims.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -48,36 +49,8 @@ namespace {
 // at every probe does not depend on them. Optimum's merged decoder runs its cache branch
 // only with one new token and its other branch only without cached tokens, so two probes
 // have each.
-struct Probe {
-  int64_t batch, past, fresh;
-};
+using Probe = TokenSplit;
 constexpr Probe kProbes[] = {{2, 3, 5}, {3, 4, 7}, {2, 6, 1}, {3, 5, 1}, {2, 0, 5}, {3, 0, 7}};
-
-int64_t probeDim(llvm::StringRef symbol, const Probe &probe) {
-  // Optimum names the mask's width "past_sequence_length + 1" after the one new token of
-  // its trace; it is cached plus new tokens.
-  if (symbol.contains('+') && symbol.lower().find("past") != std::string::npos)
-    return probe.past + probe.fresh;
-  if (symbol.contains('+')) {
-    int64_t sum = 0;
-    llvm::SmallVector<llvm::StringRef> terms;
-    symbol.split(terms, '+');
-    for (llvm::StringRef term : terms) {
-      term = term.trim();
-      int64_t number;
-      sum += term.getAsInteger(10, number) ? probeDim(term, probe) : number;
-    }
-    return sum;
-  }
-  std::string name = symbol.lower();
-  if (name.find("batch") != std::string::npos)
-    return probe.batch;
-  if (name.find("total") != std::string::npos || name.find("attention_mask") != std::string::npos)
-    return probe.past + probe.fresh;
-  if (name.find("past") != std::string::npos)
-    return probe.past;
-  return probe.fresh;
-}
 
 using ProbeShapes = llvm::DenseMap<Value, SmallVector<SmallVector<int64_t>, 6>>;
 // Values seen at a probe with more than one new token, and at one with cached tokens: for
@@ -102,7 +75,7 @@ ProbeShapes probeShapes(func::FuncOp func, ProbeCoverage &coverage) {
       for (auto [d, size] : llvm::enumerate(type.getShape())) {
         llvm::StringRef symbol =
             dims && d < dims.size() ? cast<StringAttr>(dims[d]).getValue() : "";
-        shape.push_back(ShapedType::isDynamic(size) ? probeDim(symbol, probe) : size);
+        shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, probe) : size);
       }
       inputs.push_back(shape);
     }
