@@ -8,6 +8,9 @@
 
 #include "llvm/ADT/BitVector.h"
 
+#include <limits>
+#include <optional>
+
 namespace dsc {
 #define GEN_PASS_DEF_DERIVECACHEPROGRAMS
 #include "compiler/recognize/Passes.h.inc"
@@ -60,6 +63,96 @@ void eraseDeadOps(Operation *root) {
   }
 }
 
+BlockArgument namedArgument(func::FuncOp func, llvm::StringRef name) {
+  for (BlockArgument argument : func.getArguments())
+    if (argName(func, argument.getArgNumber()) == name)
+      return argument;
+  return {};
+}
+
+// The embedding lookups (tfm.embedding ids, or the indices of an onnx.Gather along axis 0
+// before layer recognition) computed from the padding mask outside the attention (OPT:
+// positions = cumsum(mask) * mask - 1 + 2, over every column of the mask); none when the mask
+// is read by nothing but attention; null when it reaches anything else.
+std::optional<SmallVector<OpOperand *>> maskPositionEmbeddings(func::FuncOp func) {
+  SmallVector<OpOperand *> embeddings;
+  BlockArgument mask = namedArgument(func, "attention_mask");
+  if (!mask)
+    return embeddings;
+  llvm::DenseSet<Operation *> seen;
+  SmallVector<Value> work = {mask};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<tfm::AttentionOp>(user) && use.getOperandNumber() == 3)
+        continue;
+      if (!seen.insert(user).second)
+        continue;
+      auto gather = dyn_cast<onnx::GatherOp>(user);
+      if (isa<tfm::EmbeddingOp>(user) || (gather && gather.getAxis() == 0)) {
+        if (use.getOperandNumber() != (gather ? 1u : 0u))
+          return std::nullopt;
+        embeddings.push_back(&use);
+        continue;
+      }
+      // Per-column integer arithmetic on [batch, width] tensors, as OPT's positions.
+      auto type = user->getNumResults() == 1
+                      ? dyn_cast<RankedTensorType>(user->getResult(0).getType())
+                      : RankedTensorType();
+      if (user->getDialect()->getNamespace() != "onnx" || user->getNumRegions() != 0 ||
+          !type || type.getRank() != 2 || !type.getElementType().isInteger())
+        return std::nullopt;
+      work.push_back(user->getResult(0));
+    }
+  }
+  return embeddings;
+}
+
+// A session program's mask also covers the cached tokens, so an export traced without a
+// cache computes positions for every token so far: the new tokens' are the last
+// width(input_ids) columns.
+LogicalResult keepNewTokenPositions(func::FuncOp func, std::string &why) {
+  std::optional<SmallVector<OpOperand *>> embeddings = maskPositionEmbeddings(func);
+  if (!embeddings) {
+    why = "attention_mask is read outside the attention for more than positions";
+    return failure();
+  }
+  if (embeddings->empty())
+    return success();
+  BlockArgument ids = namedArgument(func, "input_ids");
+  if (!ids) {
+    why = "positions come from the mask, and there is no input_ids to count new tokens by";
+    return failure();
+  }
+  OpBuilder builder(func.getContext());
+  builder.setInsertionPointToStart(&func.getBody().front());
+  Location loc = func.getLoc();
+  auto vector = RankedTensorType::get({1}, builder.getI64Type());
+  auto constant = [&](int64_t value) -> Value {
+    return onnx::ConstantOp::create(builder, loc, vector,
+                                    DenseElementsAttr::get(vector, ArrayRef<int64_t>{value}));
+  };
+  Value idsShape = onnx::ShapeOp::create(builder, loc, RankedTensorType::get({2}, builder.getI64Type()),
+                                         ids, IntegerAttr(), IntegerAttr());
+  Value fresh = onnx::GatherOp::create(builder, loc, vector, idsShape, constant(1),
+                                       builder.getI64IntegerAttr(0));
+  Value start = onnx::NegOp::create(builder, loc, vector, fresh);
+  Value end = constant(std::numeric_limits<int64_t>::max());
+  Value axis = constant(1);
+  Value none = onnx::NoValueOp::create(builder, loc, builder.getNoneType());
+  for (OpOperand *positions : *embeddings) {
+    builder.setInsertionPoint(positions->getOwner());
+    auto type = cast<RankedTensorType>(positions->get().getType());
+    auto sliced = onnx::SliceOp::create(
+        builder, loc, RankedTensorType::get({type.getDimSize(0), ShapedType::kDynamic},
+                                            type.getElementType()),
+        positions->get(), start, end, axis, none);
+    positions->set(sliced);
+  }
+  return success();
+}
+
 // Empty when @main is a decoder whose every attention can use the session cache.
 std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
   int64_t attentions = 0;
@@ -92,22 +185,15 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
     return why;
   if (attentions == 0)
     return "no attention was recognised";
-  // Without past inputs, whatever else reads the mask (OPT computes positions from its
-  // cumulative sum) was traced for no cached tokens. With them, the export computes right
-  // for any past length, which the session programs give it through the past's shape.
+  // Without past inputs, whatever else reads the mask was traced for no cached tokens; only
+  // positions computed from it (OPT) can be mended (keepNewTokenPositions). With them, the
+  // export computes right for any past length, which the session programs give it through
+  // the past's shape.
   bool hasPast = false;
   main.walk([&](tfm::AttentionOp op) { hasPast |= !op.getPast().empty(); });
-  for (BlockArgument argument : main.getArguments()) {
-    if (hasPast)
-      break;
-    if (argName(main, argument.getArgNumber()) != "attention_mask")
-      continue;
-    for (Operation *user : argument.getUsers())
-      if (!isa<tfm::AttentionOp>(user))
-        return "attention_mask is also read outside the attention ('" +
-               user->getName().getStringRef().str() + "'), for a past length the session "
-               "cache would not give";
-  }
+  if (!hasPast && !maskPositionEmbeddings(main))
+    return "attention_mask is also read outside the attention, for more than positions "
+           "(which would need a past length the session cache does not give)";
   logitsIndex = -1;
   for (unsigned i = 0; i < main.getNumResults(); ++i)
     if (resultName(main, i) == "logits")
@@ -117,12 +203,6 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
   return "";
 }
 
-BlockArgument namedArgument(func::FuncOp func, llvm::StringRef name) {
-  for (BlockArgument argument : func.getArguments())
-    if (argName(func, argument.getArgNumber()) == name)
-      return argument;
-  return {};
-}
 
 // Outside the attention, an export may read only the past's shape (OPT: the past length
 // that its positions start from). In a session program the cache holds
@@ -208,6 +288,10 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   }
   eraseDeadOps(derived);
   if (failed(replacePastShapes(derived, pastInputs, why))) {
+    derived.erase();
+    return failure();
+  }
+  if (pastInputs.empty() && failed(keepNewTokenPositions(derived, why))) {
     derived.erase();
     return failure();
   }

@@ -190,9 +190,8 @@ TEST_P(AttentionRecognitionTest, PrefillAndDecodeMatchForward) {
   auto main = compiled.module->lookupSymbol<mlir::func::FuncOp>("main");
   auto prefill = compiled.module->lookupSymbol<mlir::func::FuncOp>("prefill");
   auto decode = compiled.module->lookupSymbol<mlir::func::FuncOp>("decode");
-  if (model.rfind("bert", 0) == 0 || model == "opt-op14" || model == "gpt2-merged") {
-    // An encoder has no cache; OPT's positions come from the mask's cumulative sum, traced
-    // for no cached tokens without past inputs; the merged decoder's layers sit in an If.
+  if (model.rfind("bert", 0) == 0 || model == "gpt2-merged") {
+    // An encoder has no cache; the merged decoder's layers sit in an If.
     EXPECT_FALSE(prefill) << "no cache programs for " << model;
     return;
   }

@@ -76,15 +76,44 @@ func.func @main(%q: tensor<?x?x8xf32> {onnx.name = "q"}, %mask: tensor<?x?xi64> 
 
 // -----
 
-// A mask read outside the attention (OPT's positions): no cache programs.
+// A mask read outside the attention for something other than positions: no cache programs.
 // CHECK-LABEL: func.func @main(
 // CHECK-NOT: func.func @prefill
-// expected-remark @below {{no prefill/decode programs: attention_mask is also read outside the attention ('onnx.Cast')}}
+// expected-remark @below {{no prefill/decode programs: attention_mask is also read outside the attention, for more than positions (which would need a past length the session cache does not give)}}
 func.func @main(%q: tensor<?x?x8xf32> {onnx.name = "q"}, %mask: tensor<?x?xi64> {onnx.name = "attention_mask"})
     -> (tensor<?x?x8xf32> {onnx.name = "logits"}, tensor<?x?xf32> {onnx.name = "m"}) {
   %out = tfm.attention %q, %q, %q mask %mask heads 2 kv_heads 2 head_dim 4 scale 0.5 causal cache_layer 0 : (tensor<?x?x8xf32>, tensor<?x?x8xf32>, tensor<?x?x8xf32>, tensor<?x?xi64>) -> tensor<?x?x8xf32>
   %m = onnx.Cast %mask {to = f32} : (tensor<?x?xi64>) -> tensor<?x?xf32>
   return %out, %m : tensor<?x?x8xf32>, tensor<?x?xf32>
+}
+
+// -----
+
+// Without past inputs, OPT computes its positions from the mask (cumsum(mask) * mask - 1
+// + 2) over every column. In the session programs the mask also covers the cached tokens,
+// so the position embedding takes the last width(input_ids) columns; @main is unchanged.
+// CHECK-LABEL: func.func @main(
+// CHECK-NOT: onnx.Slice
+// CHECK-LABEL: func.func @prefill(
+// CHECK-SAME: %[[IDS:[^:]*]]: tensor<?x?xi64> {onnx.name = "input_ids"}
+// CHECK: %[[IDSSHAPE:.*]] = onnx.Shape %[[IDS]]
+// CHECK: %[[FRESH:.*]] = onnx.Gather %[[IDSSHAPE]]
+// CHECK: %[[START:.*]] = onnx.Neg %[[FRESH]]
+// CHECK: %[[POSITIONS:.*]] = onnx.Add
+// CHECK: %[[LAST:.*]] = onnx.Slice %[[POSITIONS]], %[[START]]
+// CHECK: tfm.embedding %[[LAST]]
+// CHECK-LABEL: func.func @decode(
+// CHECK: onnx.Slice
+func.func @main(%ids: tensor<?x?xi64> {onnx.name = "input_ids"}, %mask: tensor<?x?xi64> {onnx.name = "attention_mask"})
+    -> (tensor<?x?x8xf32> {onnx.name = "logits"}) {
+  %table = tfm.weight "positions" : tensor<16x8xf32> -> tensor<16x8xf32>
+  %axis = onnx.Constant {value = dense<1> : tensor<i64>} : tensor<i64>
+  %sum = onnx.CumSum %mask, %axis : (tensor<?x?xi64>, tensor<i64>) -> tensor<?x?xi64>
+  %two = onnx.Constant {value = dense<2> : tensor<i64>} : tensor<i64>
+  %positions = onnx.Add %sum, %two : (tensor<?x?xi64>, tensor<i64>) -> tensor<?x?xi64>
+  %q = tfm.embedding %positions, %table : (tensor<?x?xi64>, tensor<16x8xf32>) -> tensor<?x?x8xf32>
+  %out = tfm.attention %q, %q, %q mask %mask heads 2 kv_heads 2 head_dim 4 scale 0.5 causal cache_layer 0 : (tensor<?x?x8xf32>, tensor<?x?x8xf32>, tensor<?x?x8xf32>, tensor<?x?xi64>) -> tensor<?x?x8xf32>
+  return %out : tensor<?x?x8xf32>
 }
 
 // -----
