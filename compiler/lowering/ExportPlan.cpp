@@ -371,7 +371,7 @@ LogicalResult Exporter::run() {
   for (auto [program, lowered] : programs)
     if (failed(exportProgram(program.getRegion().front(), *lowered)))
       return failure();
-  return describeModel(plan_, options_.modelDirectory, module_.getLoc());
+  return describeModel(plan_, options_.modelDirectory, options_.maxSeqLen, module_.getLoc());
 }
 
 } // namespace

@@ -76,9 +76,33 @@ LogicalResult readSpecialTokens(const llvm::json::Value &json, const std::string
   return success();
 }
 
+// The positions a model was built for; more tokens index past a learned position table.
+LogicalResult checkPositions(const llvm::json::Value &json, const std::string &path,
+                             int64_t maxSeqLen, Location loc) {
+  const llvm::json::Object *object = json.getAsObject();
+  if (!object)
+    return success();
+  std::optional<int64_t> positions = object->getInteger("max_position_embeddings");
+  if (!positions)
+    positions = object->getInteger("n_positions");
+  if (!positions || maxSeqLen <= *positions)
+    return success();
+  std::string type = object->getString("model_type").value_or("").str();
+  bool learned = type == "gpt2" || type == "opt" || type == "gpt_neo" || type == "bert" ||
+                 type == "roberta";
+  InFlightDiagnostic diagnostic = learned ? emitError(loc) : emitWarning(loc);
+  diagnostic << "--max-seq-len " << maxSeqLen << " is more than the " << *positions
+             << " positions of this model (" << path << ")";
+  if (learned)
+    return diagnostic << "; its position table has no more rows";
+  diagnostic << "; it was not trained for longer sequences";
+  return success();
+}
+
 } // namespace
 
-LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory, Location loc) {
+LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
+                            int64_t maxSeqLen, Location loc) {
   auto info = std::make_unique<dsp::ModelInfoT>();
   const dsp::ProgramT *program = findProgram(plan, "forward");
   if (!program)
@@ -122,6 +146,9 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
       if (failed(json))
         return failure();
       if (*json && failed(readSpecialTokens(**json, path.str().str(), loc, *info)))
+        return failure();
+      if (*json && llvm::StringRef(name) == "config.json" &&
+          failed(checkPositions(**json, path.str().str(), maxSeqLen, loc)))
         return failure();
     }
     llvm::SmallString<256> path(modelDirectory);

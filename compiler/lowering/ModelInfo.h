@@ -16,8 +16,10 @@ namespace dsc {
 // Fills plan.model from the programs already in `plan`, and plan.tokenizer_json from
 // `modelDirectory`/tokenizer.json. `modelDirectory`'s config.json and generation_config.json
 // give the special tokens; a file that is present but malformed is an error at `loc`.
+// A plan limit of more tokens than config.json's position count is an error for models with
+// a learned position table (the lookup would fail at run time), a warning for the others.
 mlir::LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
-                                  mlir::Location loc);
+                                  int64_t maxSeqLen, mlir::Location loc);
 
 } // namespace dsc
 
