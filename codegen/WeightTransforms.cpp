@@ -16,8 +16,10 @@ WeightTransform WeightTransform::transpose(std::vector<int64_t> perm) {
   return t;
 }
 
-WeightTransform WeightTransform::slice(int64_t axis, int64_t offset, int64_t size) {
+WeightTransform WeightTransform::slice(int64_t axis, int64_t offset, int64_t size,
+                                       int64_t groups) {
   WeightTransform t;
+  t.groups = groups;
   t.kind = Kind::Slice;
   t.axis = axis;
   t.offset = offset;
@@ -60,12 +62,16 @@ Status step(DType dtype, const Shape &shape, const WeightTransform &t, size_t in
     return Status::ok();
   }
   case WeightTransform::Kind::Slice:
-    if (t.axis < 0 || t.axis >= rank || t.offset < 0 || t.size < 0 ||
-        t.offset + t.size > shape[t.axis])
+    if (t.axis < 0 || t.axis >= rank || t.offset < 0 || t.size < 0 || t.groups < 1 ||
+        shape[t.axis] % t.groups != 0 || t.offset + t.size > shape[t.axis] / t.groups)
       return Status::error(where + "slice [" + std::to_string(t.offset) + ", +" +
-                           std::to_string(t.size) + ") along axis " + std::to_string(t.axis) +
-                           " does not fit " + dsrt::shapeString(shape));
-    outShape[t.axis] = t.size;
+                           std::to_string(t.size) + ")" +
+                           (t.groups == 1 ? std::string()
+                                          : " of each of " + std::to_string(t.groups) +
+                                                " blocks") +
+                           " along axis " + std::to_string(t.axis) + " does not fit " +
+                           dsrt::shapeString(shape));
+    outShape[t.axis] = t.size * t.groups;
     return Status::ok();
   case WeightTransform::Kind::Convert:
     if (!convertible(dtype) || !convertible(t.to))
@@ -101,8 +107,11 @@ void applyOne(const uint8_t *in, DType dtype, const Shape &shape, const WeightTr
     for (size_t d = 0; d < outShape.size(); ++d) {
       if (t.kind == WeightTransform::Kind::Transpose)
         source += index[d] * inStrides[t.perm[d]];
+      else if (static_cast<int64_t>(d) == t.axis)
+        source += ((index[d] / t.size) * (shape[d] / t.groups) + t.offset + index[d] % t.size) *
+                  inStrides[d];
       else
-        source += (index[d] + (static_cast<int64_t>(d) == t.axis ? t.offset : 0)) * inStrides[d];
+        source += index[d] * inStrides[d];
     }
     std::memcpy(out + i * width, in + source * width, width);
     for (int64_t d = static_cast<int64_t>(outShape.size()) - 1; d >= 0; --d) {

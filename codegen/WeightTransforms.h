@@ -21,10 +21,14 @@ struct WeightTransform {
   int64_t axis = 0;           // Slice: [offset, offset + size) along axis
   int64_t offset = 0;
   int64_t size = 0;
+  // Slice: the axis is `groups` equal blocks and [offset, offset + size) is kept from each,
+  // concatenated (a TP shard of fused [q|k|v] columns; BLOOM's per-head Q, K or V rows).
+  int64_t groups = 1;
   dsrt::DType to = dsrt::DType::Undefined;  // Convert: between f32, f16 and bf16
 
   static WeightTransform transpose(std::vector<int64_t> perm);
-  static WeightTransform slice(int64_t axis, int64_t offset, int64_t size);
+  static WeightTransform slice(int64_t axis, int64_t offset, int64_t size,
+                               int64_t groups = 1);
   static WeightTransform convert(dsrt::DType to);
 };
 

@@ -3,6 +3,7 @@
 #include "compiler/Registration.h"
 #include "compiler/lowering/ExportPlan.h"
 #include "compiler/lowering/Passes.h"
+#include "compiler/parallel/Passes.h"
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/RecognitionReport.h"
 #include "compiler/recognize/RecognizeAttention.h"
@@ -68,6 +69,12 @@ llvm::cl::opt<bool> noRecognize(
     llvm::cl::desc("Skip transformer recognition: every onnx op becomes a generic step"),
     llvm::cl::init(false), llvm::cl::cat(category));
 
+llvm::cl::opt<int64_t> tensorParallel(
+    "tp",
+    llvm::cl::desc("Tensor-parallel degree: shard the recognised layers over N ranks (one "
+                   "weight section per rank)"),
+    llvm::cl::init(1), llvm::cl::cat(category));
+
 llvm::cl::opt<bool> attentionRemarks(
     "attention-remarks",
     llvm::cl::desc("Say why each softmax was not recognised as attention, and why no "
@@ -116,6 +123,7 @@ int runCompilerDriver(int argc, char **argv) {
       argc, argv,
       "dsc: ahead-of-time compiler for transformer inference\n\n"
       "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
+      "                                    [--tp N]\n"
       "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n");
 
   std::vector<std::string> args(positional.begin(), positional.end());
@@ -133,6 +141,15 @@ int runCompilerDriver(int argc, char **argv) {
   if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16") {
     llvm::errs() << "dsc: error: --dtype must be fp32, fp16 or bf16, not '" << weightDtype
                  << "'\n";
+    return EXIT_FAILURE;
+  }
+  if (tensorParallel < 1) {
+    llvm::errs() << "dsc: error: --tp must be at least 1, not " << tensorParallel << "\n";
+    return EXIT_FAILURE;
+  }
+  if (tensorParallel > 1 && noRecognize) {
+    llvm::errs() << "dsc: error: --tp shards recognised layers; it cannot be combined with "
+                    "--no-recognize\n";
     return EXIT_FAILURE;
   }
   if (emit == Stage::PlanFile && output == "-") {
@@ -171,10 +188,22 @@ int runCompilerDriver(int argc, char **argv) {
       derive.report = attentionRemarks;
       pm.addPass(createDeriveCachePrograms(derive));
     }
+
     if (failed(pm.run(*imported->module)))
       return EXIT_FAILURE;
     if (!noRecognize)
       printRecognitionReport(*imported->module, declines, llvm::errs());
+    // After the prefill/decode derivation, so that every program is sharded the same way,
+    // and after the report, which describes recognition.
+    if (tensorParallel > 1) {
+      PassManager shard(&context);
+      shard.enableVerifier(true);
+      TpShardOptions shardOptions;
+      shardOptions.ranks = tensorParallel;
+      shard.addPass(createTpShard(shardOptions));
+      if (failed(shard.run(*imported->module)))
+        return EXIT_FAILURE;
+    }
     if (emit != Stage::Tfm) {
       PassManager lower(&context);
       lower.enableVerifier(true);

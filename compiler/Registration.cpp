@@ -1,6 +1,7 @@
 #include "compiler/Registration.h"
 
 #include "compiler/lowering/Passes.h"
+#include "compiler/parallel/Passes.h"
 #include "compiler/recognize/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
@@ -22,6 +23,7 @@ void registerAllPasses() {
   mlir::registerTransformsPasses();
   registerDscPasses();
   registerDscRecognizePasses();
+  registerDscParallelPasses();
 }
 
 } // namespace dsc

@@ -1,5 +1,6 @@
 # lit configuration of dsc's regression tests (test/dialects, test/frontends, test/models).
 import os
+import shutil
 import sys
 
 import lit.formats
@@ -14,6 +15,9 @@ config.excludes = ["Inputs", "unit", "tools", "CMakeLists.txt", "lit.cfg.py", "l
 
 config.environment["PATH"] = os.pathsep.join(
     [config.dsc_tools_dir, config.llvm_tools_dir, os.environ.get("PATH", "")])
+# Tensor-parallel model tests also run their ranks as MPI processes where mpirun exists.
+if shutil.which("mpirun"):
+    config.available_features.add("mpirun")
 # Test scripts use the standard library only.
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.dsc_src_root, "test", "models")))

@@ -86,8 +86,9 @@ FailureOr<int> Exporter::tensorFor(Value value) {
   return it->second;
 }
 
-// The op's transforms, plus the conversion to the stored dtype that --dtype asks for.
-FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op,
+// The op's transforms for `rank` (a shard keeps that rank's part), plus the conversion to
+// the stored dtype that --dtype asks for.
+FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, int rank,
                                                      dsrt::DType resultDtype,
                                                      const std::string &weightDtype) {
   std::vector<WeightTransform> transforms;
@@ -100,9 +101,20 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op,
           perm.push_back(cast<IntegerAttr>(p).getInt());
         transforms.push_back(WeightTransform::transpose(std::move(perm)));
       } else if (kind == "slice") {
+        auto groups = transform.getAs<IntegerAttr>("groups");
         transforms.push_back(WeightTransform::slice(transform.getAs<IntegerAttr>("axis").getInt(),
                                                     transform.getAs<IntegerAttr>("offset").getInt(),
-                                                    transform.getAs<IntegerAttr>("size").getInt()));
+                                                    transform.getAs<IntegerAttr>("size").getInt(),
+                                                    groups ? groups.getInt() : 1));
+      } else if (kind == "shard") {
+        auto sizes = transform.getAs<ArrayAttr>("sizes");
+        if (rank >= static_cast<int>(sizes.size()))
+          return op.emitOpError() << "has a shard of " << sizes.size() << " ranks for rank "
+                                  << rank;
+        auto offsets = transform.getAs<ArrayAttr>("offsets");
+        transforms.push_back(WeightTransform::slice(
+            transform.getAs<IntegerAttr>("axis").getInt(), cast<IntegerAttr>(offsets[rank]).getInt(),
+            cast<IntegerAttr>(sizes[rank]).getInt(), transform.getAs<IntegerAttr>("groups").getInt()));
       } else {
         transforms.push_back(
             WeightTransform::convert(runtimeDType(transform.getAs<TypeAttr>("to").getValue())));
@@ -131,7 +143,9 @@ FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
     return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
                             << " bytes, but its type needs " << expected;
   FailureOr<std::vector<WeightTransform>> transforms =
-      transformsOf(op, runtimeDType(type), options_.weightDtype);
+      transformsOf(op, /*rank=*/0, runtimeDType(type), options_.weightDtype);
+  if (failed(transforms))
+    return failure();
   dsrt::DType stored;
   dsrt::Shape storedShape;
   dsrt::Status status =
@@ -154,17 +168,28 @@ FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
   if (inserted) {
     llvm::ArrayRef<uint8_t> bytes = record->bytes;
     const onnx_frontend::WeightStore *store = &weights_;
-    dsc::WeightShard shard;
-    shard.dtype = stored;
-    shard.shape = storedShape;
-    // Streams from the mmapped model (or its external data) straight into the plan file.
-    shard.fill = [bytes, sourceDtype, sourceShape, transforms = *transforms, store,
-                  record](uint8_t *destination) {
-      llvm::scope_exit release([&] { store->releasePages(*record); });
-      return applyWeightTransforms(bytes.data(), sourceDtype, sourceShape, transforms,
-                                   destination);
-    };
-    std::vector<dsc::WeightShard> shards(writer_.ranks(), shard);
+    // Every rank gets its own part of a sharded weight and the whole of any other.
+    std::vector<dsc::WeightShard> shards;
+    for (int rank = 0; rank < writer_.ranks(); ++rank) {
+      FailureOr<std::vector<WeightTransform>> rankTransforms =
+          transformsOf(op, rank, runtimeDType(type), options_.weightDtype);
+      if (failed(rankTransforms))
+        return failure();
+      dsc::WeightShard shard;
+      status = transformedType(sourceDtype, sourceShape, *rankTransforms, shard.dtype,
+                               shard.shape);
+      if (!status.isOk())
+        return op.emitOpError() << "weight '" << op.getName() << "' (rank " << rank
+                                << "): " << status.message();
+      // Streams from the mmapped model (or its external data) straight into the plan file.
+      shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store,
+                    record](uint8_t *destination) {
+        llvm::scope_exit release([&] { store->releasePages(*record); });
+        return applyWeightTransforms(bytes.data(), sourceDtype, sourceShape, transforms,
+                                     destination);
+      };
+      shards.push_back(std::move(shard));
+    }
     status = writer_.addWeight(key, std::move(shards), it->second);
     if (!status.isOk())
       return op.emitOpError() << status.message();
@@ -378,7 +403,11 @@ LogicalResult Exporter::run() {
 
 LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weights,
                          const ExportOptions &options, const std::string &path) {
-  PlanWriter writer(/*ranks=*/1);
+  // The tensor-parallel degree the tp-shard pass recorded (one rank without it).
+  int ranks = 1;
+  if (auto tp = module->getAttrOfType<IntegerAttr>(kTensorParallelRanksAttr))
+    ranks = static_cast<int>(tp.getInt());
+  PlanWriter writer(ranks);
   Exporter exporter(module, weights, options, writer);
   if (failed(exporter.run()))
     return failure();

@@ -11,6 +11,10 @@
 
 namespace dsc {
 
+// The module attribute (an integer) in which the tp-shard pass records the
+// tensor-parallel degree: the plan gets one weight section per rank.
+inline constexpr const char kTensorParallelRanksAttr[] = "dsc.tp_ranks";
+
 struct ExportOptions {
   // How float weights are stored: "fp32", "fp16" or "bf16". The programs compute in the
   // dtypes of the model; the runtime converts stored weights when it maps them.

@@ -39,6 +39,21 @@ FailureOr<Attribute> planTransform(Operation *op, Attribute transform) {
          b.getNamedAttr("axis", b.getI64IntegerAttr(slice.getAxis())),
          b.getNamedAttr("offset", b.getI64IntegerAttr(slice.getOffset())),
          b.getNamedAttr("size", b.getI64IntegerAttr(slice.getSize()))}));
+  if (auto blocks = dyn_cast<tfm::BlocksAttr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("slice")),
+         b.getNamedAttr("axis", b.getI64IntegerAttr(blocks.getAxis())),
+         b.getNamedAttr("groups", b.getI64IntegerAttr(blocks.getGroups())),
+         b.getNamedAttr("offset", b.getI64IntegerAttr(blocks.getOffset())),
+         b.getNamedAttr("size", b.getI64IntegerAttr(blocks.getSize()))}));
+  // Each rank's part is chosen when the plan writer fills that rank's section.
+  if (auto shard = dyn_cast<tfm::ShardAttr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("shard")),
+         b.getNamedAttr("axis", b.getI64IntegerAttr(shard.getAxis())),
+         b.getNamedAttr("offsets", b.getI64ArrayAttr(shard.getOffsets())),
+         b.getNamedAttr("sizes", b.getI64ArrayAttr(shard.getSizes())),
+         b.getNamedAttr("groups", b.getI64IntegerAttr(shard.getGroups()))}));
   if (auto convert = dyn_cast<tfm::ConvertAttr>(transform))
     return Attribute(b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("convert")),
                                           b.getNamedAttr("to", TypeAttr::get(convert.getDtype()))}));

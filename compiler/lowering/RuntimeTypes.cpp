@@ -104,8 +104,18 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(gated.getKind())));
   } else if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
-    attrs.append("num_heads", b.getI64IntegerAttr(attention.getNumHeads()));
-    attrs.append("num_kv_heads", b.getI64IntegerAttr(attention.getNumKvHeads()));
+    // Under tensor parallelism the op's head counts are rank 0's; the step gets the model's
+    // and each rank's heads (set by the tp-shard pass).
+    auto global = [&](StringRef name, int64_t local) {
+      auto value = attention->getAttrOfType<IntegerAttr>(name);
+      return b.getI64IntegerAttr(value ? value.getInt() : local);
+    };
+    attrs.append("num_heads", global("tfm.global_heads", attention.getNumHeads()));
+    attrs.append("num_kv_heads", global("tfm.global_kv_heads", attention.getNumKvHeads()));
+    for (StringRef name : {"rank_heads", "rank_head_offsets", "rank_kv_heads",
+                           "rank_kv_head_offsets"})
+      if (auto list = attention->getAttrOfType<ArrayAttr>(("tfm." + name).str()))
+        attrs.append(name, list);
     attrs.append("head_dim", b.getI64IntegerAttr(attention.getHeadDim()));
     attrs.append("scale", b.getF32FloatAttr(attention.getScale().convertToFloat()));
     attrs.append("causal", b.getI64IntegerAttr(attention.getCausal() ? 1 : 0));
@@ -124,6 +134,13 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // causally visible keys only (docs/transformer-ops.md).
     if (auto unattended = attention->getAttrOfType<StringAttr>("tfm.unattended"))
       attrs.append("unattended", unattended);
+  } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
+    attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
+  } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {
+    attrs.append("axis", b.getI64IntegerAttr(gather.getAxis()));
+    attrs.append("ranks", b.getI64IntegerAttr(gather.getRanks()));
+    if (auto sizes = gather.getSizes())
+      attrs.append("sizes", b.getI64ArrayAttr(*sizes));
   } else if (!isa<tfm::ResidualAddOp>(op)) {
     return op->emitOpError("has no runtime step");
   }

@@ -27,8 +27,13 @@ def run(command):
     return result.stdout
 
 
+def dsrun(args):
+    """dsrun on the plan, under the launcher (mpirun ...) and with the extra arguments."""
+    return args.launcher.split() + [args.dsrun, args.plan] + args.dsrun_arg
+
+
 def generate(args, prompts, max_new):
-    command = [args.dsrun, args.plan, "--max-new-tokens", str(max_new), "--ignore-eos"]
+    command = dsrun(args) + ["--max-new-tokens", str(max_new), "--ignore-eos"]
     for prompt in prompts:
         command += ["--prompt-ids", ",".join(map(str, prompt))]
     rows = {}
@@ -98,6 +103,11 @@ def main():
                         help="also check the prefill program's logits")
     parser.add_argument("--alone-only", action="store_true",
                         help="skip the batch (an export that cannot take position_ids)")
+    parser.add_argument("--dsrun-arg", action="append", default=[],
+                        help="an extra dsrun argument (repeat: --dsrun-arg=--ranks "
+                             "--dsrun-arg=inprocess)")
+    parser.add_argument("--launcher", default="",
+                        help="a command that runs dsrun, e.g. 'mpirun -np 2'")
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
@@ -116,16 +126,18 @@ def main():
         if row != expected[i]:
             failures.append(f"prompt {i} in the batch: {row} != alone {expected[i]}")
 
+    largest = 0.0  # the largest |ours - transformers| of the prefill logits
     if args.prefill:
         for i, prompt in enumerate(reference["prompts"]):
             with tempfile.TemporaryDirectory() as out:
-                run([args.dsrun, args.plan, "--program", "prefill", "--quiet",
+                run(dsrun(args) + ["--program", "prefill", "--quiet",
                      "--tokens", ",".join(map(str, prompt["ids"])), "--output-dir", out])
                 dims, values = read_float_tensor(os.path.join(out, "output_0.pb"))
             vocab = dims[-1]
             last = values[-vocab:]
             ref = prompt["prefill_last_logits"]
             worst = max(abs(a - e) - (args.atol + args.rtol * abs(e)) for a, e in zip(last, ref))
+            largest = max(largest, max(abs(a - e) for a, e in zip(last, ref)))
             if len(last) != len(ref) or worst > 0:
                 failures.append(f"prompt {i} prefill logits differ beyond tolerance "
                                 f"(excess {worst:.3g})")
@@ -135,7 +147,7 @@ def main():
         sys.exit(1)
     print(f"OK: {len(prompts)} prompts x {max_new} greedy tokens alone"
           + ("" if args.alone_only else " and batched")
-          + (", prefill logits" if args.prefill else ""))
+          + (f", prefill logits (max abs diff {largest:.3g})" if args.prefill else ""))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,26 @@ TEST(WeightTransformsTest, SliceOfAnInnerAxis) {
   EXPECT_EQ(out, (std::vector<float>{1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22}));
 }
 
+TEST(WeightTransformsTest, GroupedSliceTakesThePartOfEveryBlock) {
+  // Rows 0..11 of a [12, 1] weight as 3 blocks of 4 ([q | k | v] with 2 heads of 2): rank 1
+  // of 2 keeps rows [2, 4) of each block, i.e. head 1 of q, k and v.
+  std::vector<float> weight(12);
+  for (size_t i = 0; i < weight.size(); ++i)
+    weight[i] = static_cast<float>(i);
+  dsrt::Shape shape;
+  auto out = apply(weight, {12, 1}, {WeightTransform::slice(0, 2, 2, /*groups=*/3)}, shape);
+  EXPECT_EQ(shape, (dsrt::Shape{6, 1}));
+  EXPECT_EQ(out, (std::vector<float>{2, 3, 6, 7, 10, 11}));
+  // BLOOM's per-head [heads = 2, (q, k, v) = 3, d = 2] rows: the keys are offset d of each
+  // head's block of 3d.
+  auto keys = apply(weight, {12, 1}, {WeightTransform::slice(0, 2, 2, /*groups=*/2)}, shape);
+  EXPECT_EQ(keys, (std::vector<float>{2, 3, 8, 9}));
+  DType dtype;
+  EXPECT_FALSE(dsc::transformedType(DType::F32, {12, 1}, {WeightTransform::slice(0, 3, 2, 3)},
+                                    dtype, shape)
+                   .isOk());
+}
+
 TEST(WeightTransformsTest, ConvertRoundsToHalf) {
   std::vector<float> weight = {1.0f, 0.1f, -65504.0f};
   std::vector<uint16_t> out(3);

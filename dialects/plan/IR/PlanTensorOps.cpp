@@ -101,11 +101,15 @@ LogicalResult WeightTensorOp::verify() {
                        (kind == "slice" && transform.getAs<IntegerAttr>("axis") &&
                         transform.getAs<IntegerAttr>("offset") &&
                         transform.getAs<IntegerAttr>("size")) ||
+                       (kind == "shard" && transform.getAs<IntegerAttr>("axis") &&
+                        transform.getAs<ArrayAttr>("offsets") &&
+                        transform.getAs<ArrayAttr>("sizes") &&
+                        transform.getAs<IntegerAttr>("groups")) ||
                        (kind == "convert" && transform.getAs<TypeAttr>("to")));
     if (!ok)
       return emitOpError() << "transform " << index
-                           << " must be a transpose (perm), a slice (axis, offset, size) or a "
-                              "convert (to)";
+                           << " must be a transpose (perm), a slice (axis, offset, size, "
+                              "groups?), a shard (axis, offsets, sizes, groups) or a convert (to)";
   }
   return success();
 }

@@ -38,7 +38,9 @@ def Plan_WeightTensorOp : Plan_Op<"weight_tensor", [Pure, Plan_TensorParents]> {
   let description = [{
     `name` is the model's initializer. With `transforms` (applied in order while the plan
     streams the weight: `{kind = "transpose", perm = [1, 0]}`, `{kind = "slice", axis = 0,
-    offset = 0, size = 64}`, `{kind = "convert", to = f16}`), `source_type` gives the
+    offset = 0, size = 64}` (with `groups = g`: that part of each of g equal blocks),
+    `{kind = "shard", axis = 0, offsets = [0, 64], sizes = [64, 32], groups = 1}` (rank r keeps its part;
+    the result type is rank 0's), `{kind = "convert", to = f16}`), `source_type` gives the
     initializer's type and the result type is what the transforms make of it.
   }];
   let arguments = (ins StrAttr:$name, OptionalAttr<TypeAttrOf<AnyStaticShapeTensor>>:$source_type,

@@ -32,6 +32,27 @@ LogicalResult SliceAttr::verify(function_ref<InFlightDiagnostic()> emitError, in
   return success();
 }
 
+LogicalResult BlocksAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t axis,
+                                 int64_t groups, int64_t offset, int64_t size) {
+  if (axis < 0 || groups < 1 || offset < 0 || size <= 0)
+    return emitError() << "blocks needs axis >= 0, groups >= 1, offset >= 0 and size > 0";
+  return success();
+}
+
+LogicalResult ShardAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t axis,
+                                ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
+                                int64_t groups) {
+  if (axis < 0 || groups < 1 || sizes.empty() || offsets.size() != sizes.size())
+    return emitError() << "shard needs axis >= 0, groups >= 1 and one offset and size per rank";
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] <= 0 || offsets[r] < 0)
+      return emitError() << "shard sizes must be positive and offsets not negative";
+    if (sizes[r] > sizes[0])
+      return emitError() << "shard sizes must not exceed rank 0's, whose type the IR carries";
+  }
+  return success();
+}
+
 LogicalResult ConvertAttr::verify(function_ref<InFlightDiagnostic()> emitError, Type dtype) {
   if (!isa<FloatType>(dtype))
     return emitError() << "convert needs a floating-point type, not " << dtype;
@@ -118,6 +139,33 @@ static LogicalResult applyTransform(Attribute transform, SmallVectorImpl<int64_t
       return failure();
     }
     shape[slice.getAxis()] = slice.getSize();
+    return success();
+  }
+  if (auto blocks = dyn_cast<BlocksAttr>(transform)) {
+    int64_t axis = blocks.getAxis();
+    if (axis >= rank || shape[axis] % blocks.getGroups() != 0 ||
+        blocks.getOffset() + blocks.getSize() > shape[axis] / blocks.getGroups()) {
+      error << "blocks [" << blocks.getOffset() << ", +" << blocks.getSize() << ") of "
+            << blocks.getGroups() << " do not fit dimension " << axis;
+      return failure();
+    }
+    shape[axis] = blocks.getGroups() * blocks.getSize();
+    return success();
+  }
+  if (auto shard = dyn_cast<ShardAttr>(transform)) {
+    int64_t axis = shard.getAxis();
+    if (axis >= rank || shape[axis] % shard.getGroups() != 0) {
+      error << "shard of " << shard.getGroups() << " group(s) does not fit dimension " << axis;
+      return failure();
+    }
+    int64_t block = shape[axis] / shard.getGroups();
+    for (auto [offset, size] : llvm::zip(shard.getOffsets(), shard.getSizes()))
+      if (offset + size > block) {
+        error << "shard part [" << offset << ", +" << size << ") exceeds the block of "
+              << block << " along dimension " << axis;
+        return failure();
+      }
+    shape[axis] = shard.getGroups() * shard.getSizes()[0];
     return success();
   }
   if (auto convert = dyn_cast<ConvertAttr>(transform)) {

@@ -59,6 +59,37 @@ def Tfm_SliceAttr : Tfm_Attr<"Slice", "slice"> {
   let genVerifyDecl = 1;
 }
 
+def Tfm_BlocksAttr : Tfm_Attr<"Blocks", "blocks"> {
+  let summary = "keep [offset, offset + size) of each of `groups` equal blocks of one dimension";
+  let description = [{
+    Selects one part of a fused projection: GPT-2's [q|k|v] columns are 3 blocks, BLOOM's
+    per-head [heads, 3, head_dim] rows are `heads` blocks of 3 * head_dim. The result's
+    dimension is groups * size.
+  }];
+  let parameters = (ins "int64_t":$axis, "int64_t":$groups, "int64_t":$offset, "int64_t":$size);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tfm_ShardAttr : Tfm_Attr<"Shard", "shard"> {
+  let summary = "a tensor-parallel shard: rank r keeps [offsets[r], +sizes[r]) of each block";
+  let description = [{
+    The dimension `axis` is `groups` equal blocks; rank r keeps the elements
+    [offsets[r], offsets[r] + sizes[r]) of every block, concatenated. Parts usually
+    partition the block (uneven splits give the remainder to the lowest ranks); they
+    overlap where KV heads are replicated because there are fewer than ranks. The IR's
+    type is rank 0's shard, the largest; the plan writer writes rank r's part into the
+    weight section of rank r.
+  }];
+  let parameters = (ins "int64_t":$axis, ArrayRefParameter<"int64_t">:$offsets,
+                    ArrayRefParameter<"int64_t">:$sizes, "int64_t":$groups);
+  let assemblyFormat = [{
+    `<` `axis` `=` $axis `,` `offsets` `=` `[` $offsets `]` `,` `sizes` `=` `[` $sizes `]`
+    `,` `groups` `=` $groups `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Tfm_ConvertAttr : Tfm_Attr<"Convert", "convert"> {
   let summary = "convert the elements to another floating-point type";
   let parameters = (ins "::mlir::Type":$dtype);

@@ -243,7 +243,13 @@ LogicalResult AttentionOp::verify() {
     if (type.getRank() != 4 || type.getElementType() != element)
       return emitOpError() << what << " must be 4-D [batch, kv_heads, len, head_dim] of "
                            << element;
-    if (!compatible(type.getDimSize(0), batch) || !compatible(type.getDimSize(1), kvHeads) ||
+    // Under tensor parallelism the past holds every KV head (`tfm.global_kv_heads`), of
+    // which a rank reads its own.
+    auto globalKv = (*this)->getAttrOfType<IntegerAttr>("tfm.global_kv_heads");
+    bool allHeads = what == "past" && globalKv &&
+                    compatible(type.getDimSize(1), globalKv.getInt());
+    if (!compatible(type.getDimSize(0), batch) ||
+        (!compatible(type.getDimSize(1), kvHeads) && !allHeads) ||
         !compatible(type.getDimSize(3), headDim))
       return emitOpError() << what << " " << type << " must be [" << dimString(batch) << ", "
                            << kvHeads << ", len, " << headDim << "]";

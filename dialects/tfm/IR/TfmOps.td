@@ -15,9 +15,10 @@ def Tfm_WeightOp : Tfm_Op<"weight", [Pure]> {
   let description = [{
     Names an initializer of the model (`name`), gives its shape and element type in the
     model (`source_type`), and lists transforms applied in order when the plan writer
-    streams its bytes: `#tfm.transpose`, `#tfm.slice` (TP shards), `#tfm.convert`,
-    `#tfm.quantize_int8` and `#tfm.quant_scales`. The result type is what the transforms
-    make of the source type.
+    streams its bytes: `#tfm.transpose`, `#tfm.slice`, `#tfm.blocks` (a part of a fused
+    projection), `#tfm.shard` (a tensor-parallel shard: the result type is rank 0's),
+    `#tfm.convert`, `#tfm.quantize_int8` and `#tfm.quant_scales`. The result type is what
+    the transforms make of the source type.
 
     ```mlir
     %w = tfm.weight "h.0.mlp.c_fc.weight" : tensor<768x3072xf32>

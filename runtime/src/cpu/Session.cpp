@@ -167,6 +167,17 @@ Status Session::allocateKvCache() {
       DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "cache_layer", -1, layer));
       DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "num_kv_heads", 0, kvHeads));
       DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "head_dim", 0, headDim));
+      // A tensor-parallel rank caches only its own KV heads.
+      std::vector<int64_t> rankKvHeads;
+      bool sharded = false;
+      DSRT_RETURN_IF_ERROR(ops::getInts(compiled.attrs, "rank_kv_heads", rankKvHeads, sharded));
+      if (sharded) {
+        size_t rank = collectives_ ? static_cast<size_t>(collectives_->rank()) : 0;
+        if (rank >= rankKvHeads.size())
+          return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
+                               " lists no KV heads for rank " + std::to_string(rank));
+        kvHeads = rankKvHeads[rank];
+      }
       if (layer < 0)
         continue;
       if (layer > 4096 || kvHeads <= 0 || headDim <= 0 || batch <= 0 || capacity <= 0)
@@ -322,7 +333,11 @@ Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, siz
   }
   size_t numOutputs = step.outputs() ? step.outputs()->size() : 0;
   std::vector<ops::OutputSpec> specs;
-  DSRT_RETURN_IF_ERROR(ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs));
+  ops::SessionState state;
+  state.cache = &kvCache_;
+  state.collectives = collectives_;
+  DSRT_RETURN_IF_ERROR(
+      ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs, &state));
   if (specs.size() != numOutputs)
     return Status::error("the kernel gives " + std::to_string(specs.size()) + " outputs for " +
                          std::to_string(numOutputs));
@@ -355,9 +370,6 @@ Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, siz
     outputs.push_back(&outputRefs[o]);
   }
   (void)index;
-  ops::SessionState state;
-  state.cache = &kvCache_;
-  state.collectives = collectives_;
   return ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
 }
 

@@ -100,8 +100,11 @@ std::vector<std::string> supportedOps();
 // unknown (data == null) the result is an error that names the input and contains
 // kUnknownValue (the compiler then allocates the outputs when the step runs). `numOutputs` is the
 // number of outputs the step has (Split, Dropout, LayerNormalization).
+// `state` (optional) gives the tensor-parallel group, whose rank selects per-rank
+// attributes (tfm.attention's rank_heads ...); without it, rank 0's shapes come out.
 Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
-                   size_t numOutputs, std::vector<OutputSpec> &outputs);
+                   size_t numOutputs, std::vector<OutputSpec> &outputs,
+                   const SessionState *state = nullptr);
 
 // Computes the outputs, whose dtypes, shapes and storage the caller prepared from
 // inferShapes. Inputs and outputs do not alias.

@@ -95,11 +95,13 @@ std::vector<std::string> supportedOps() {
 }
 
 Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
-                   size_t numOutputs, std::vector<OutputSpec> &outputs) {
+                   size_t numOutputs, std::vector<OutputSpec> &outputs,
+                   const SessionState *state) {
   const KernelInfo *kernel = findKernel(op);
   if (!kernel)
     return Status::error(concat(op, ": no kernel for this op"));
-  KernelContext ctx{op, attrs, inputs, numOutputs};
+  KernelContext ctx{op, attrs, inputs, numOutputs, state ? state->cache : nullptr,
+                    state ? state->collectives : nullptr};
   return inferChecked(*kernel, ctx, outputs);
 }
 

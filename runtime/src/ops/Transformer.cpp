@@ -287,7 +287,11 @@ Status computeElementwise(const KernelContext &ctx, const Outputs &outputs) {
 enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
 
 struct AttentionConfig {
+  // This rank's query and KV heads (all of them without tensor parallelism).
   int64_t heads = 0, kvHeads = 0, headDim = 0;
+  // The model's heads, and the global index of this rank's first query and KV head: they
+  // map a local query head to its KV head (GQA groups) and to its ALiBi slope.
+  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
   float scale = 1;
   bool causal = false, alibi = false;
   int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
@@ -297,13 +301,40 @@ struct AttentionConfig {
   // Shapes of this call.
   int64_t batch = 0, fresh = 0, past = 0, total = 0;
   bool sessionCache = false;
+  int64_t pastHeads = 0, pastHeadOffset = 0;
 };
+
+// Under tensor parallelism, rank_heads/rank_head_offsets and rank_kv_heads/
+// rank_kv_head_offsets list each rank's heads; num_heads and num_kv_heads are the model's.
+Status readRankHeads(const KernelContext &ctx, AttentionConfig &c) {
+  int rank = ctx.collectives ? ctx.collectives->rank() : 0;
+  struct Entry {
+    const char *name;
+    int64_t *out;
+  };
+  for (Entry entry : {Entry{"rank_heads", &c.heads}, Entry{"rank_head_offsets", &c.headOffset},
+                      Entry{"rank_kv_heads", &c.kvHeads},
+                      Entry{"rank_kv_head_offsets", &c.kvHeadOffset}}) {
+    std::vector<int64_t> values;
+    bool present = false;
+    DSRT_RETURN_IF_ERROR(getInts(ctx.attrs, entry.name, values, present));
+    if (!present)
+      continue;
+    if (rank < 0 || static_cast<size_t>(rank) >= values.size())
+      return ctx.error(entry.name, " has ", values.size(), " entries, none for rank ", rank);
+    *entry.out = values[rank];
+  }
+  return Status::ok();
+}
 
 Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   int64_t flag;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_heads", 0, c.heads));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_kv_heads", c.heads, c.kvHeads));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "head_dim", 0, c.headDim));
+  c.globalHeads = c.heads;
+  c.globalKvHeads = c.kvHeads;
+  DSRT_RETURN_IF_ERROR(readRankHeads(ctx, c));
   DSRT_RETURN_IF_ERROR(floatAttr(ctx, "scale", 1.0f, c.scale));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "causal", 0, flag));
   c.causal = flag != 0;
@@ -322,9 +353,23 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   if (unattended != "all" && unattended != "causal")
     return ctx.error("unattended must be 'all' or 'causal', not '", unattended, "'");
   c.unattendedCausal = unattended == "causal";
-  if (c.heads <= 0 || c.kvHeads <= 0 || c.headDim <= 0 || c.heads % c.kvHeads != 0)
+  if (c.globalHeads <= 0 || c.globalKvHeads <= 0 || c.headDim <= 0 ||
+      c.globalHeads % c.globalKvHeads != 0)
     return ctx.error("needs num_heads a positive multiple of num_kv_heads and head_dim > 0 "
-                     "(got ", c.heads, ", ", c.kvHeads, ", ", c.headDim, ")");
+                     "(got ", c.globalHeads, ", ", c.globalKvHeads, ", ", c.headDim, ")");
+  {
+    // Every local query head's KV head must be one of this rank's.
+    int64_t group = c.globalHeads / c.globalKvHeads;
+    bool fits = c.heads > 0 && c.kvHeads > 0 && c.headOffset >= 0 && c.kvHeadOffset >= 0 &&
+                c.headOffset + c.heads <= c.globalHeads &&
+                c.kvHeadOffset + c.kvHeads <= c.globalKvHeads &&
+                c.headOffset / group >= c.kvHeadOffset &&
+                (c.headOffset + c.heads - 1) / group < c.kvHeadOffset + c.kvHeads;
+    if (!fits)
+      return ctx.error("query heads [", c.headOffset, ", +", c.heads, ") and KV heads [",
+                       c.kvHeadOffset, ", +", c.kvHeads, ") of ", c.globalHeads, " and ",
+                       c.globalKvHeads, " do not form whole groups");
+  }
   if (c.window < 0 || c.rotaryDim < 0 || c.rotaryDim > c.headDim || c.rotaryDim % 2 != 0)
     return ctx.error("window must be >= 0 and rotary_dim even and at most head_dim");
 
@@ -342,13 +387,18 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");
   if (pastKey) {
+    // A tensor-parallel rank reads its KV heads out of a past that holds all of them.
+    bool sharded = pastKey->shape.size() == 4 && pastKey->shape[1] == c.globalKvHeads &&
+                   c.globalKvHeads != c.kvHeads;
     if (pastKey->shape.size() != 4 || pastKey->shape[0] != c.batch ||
-        pastKey->shape[1] != c.kvHeads || pastKey->shape[3] != c.headDim ||
+        (pastKey->shape[1] != c.kvHeads && !sharded) || pastKey->shape[3] != c.headDim ||
         pastValue->shape != pastKey->shape)
       return ctx.error("past key/value must be [", c.batch, ", ", c.kvHeads, ", past, ",
                        c.headDim, "], not ", shapeString(pastKey->shape), " and ",
                        shapeString(pastValue->shape));
     c.past = pastKey->shape[2];
+    c.pastHeads = pastKey->shape[1];
+    c.pastHeadOffset = sharded ? c.kvHeadOffset : 0;
   }
   c.sessionCache = !pastKey && c.cacheLayer >= 0 && ctx.numOutputs == 1;
   const TensorRef *mask = ctx.input(kMask);
@@ -367,7 +417,8 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
     if (isFloat(mask->dtype)) {
       const Shape &m = mask->shape;
       bool fits = m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
-                  (m[1] == 1 || m[1] == c.heads) && m[2] == c.fresh && m[3] == c.total;
+                  (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) &&
+                  m[2] == c.fresh && m[3] == c.total;
       if (!fits)
         return ctx.error("an additive mask must broadcast to [", c.batch, ", ", c.heads, ", ",
                          c.fresh, ", ", c.total, "], not ", shapeString(m));
@@ -455,7 +506,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   AttentionConfig c;
   DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
   const int64_t B = c.batch, S = c.fresh, P = c.past, T = c.total, H = c.heads,
-                KH = c.kvHeads, D = c.headDim, group = H / KH;
+                KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
   std::vector<float> q, kNew, vNew;
   {
     FloatView query(*ctx.input(kQuery)), k(*ctx.input(kKey)), v(*ctx.input(kValue));
@@ -507,12 +558,13 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     vAllStorage.resize(B * KH * T * D);
     if (P > 0) {
       FloatView pk(*ctx.input(kPastKey)), pv(*ctx.input(kPastValue));
-      for (int64_t bh = 0; bh < B * KH; ++bh) {
-        std::copy(pk.data() + bh * P * D, pk.data() + (bh + 1) * P * D,
-                  kAllStorage.data() + bh * T * D);
-        std::copy(pv.data() + bh * P * D, pv.data() + (bh + 1) * P * D,
-                  vAllStorage.data() + bh * T * D);
-      }
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < KH; ++h) {
+          int64_t from = (b * c.pastHeads + c.pastHeadOffset + h) * P * D;
+          int64_t to = (b * KH + h) * T * D;
+          std::copy(pk.data() + from, pk.data() + from + P * D, kAllStorage.data() + to);
+          std::copy(pv.data() + from, pv.data() + from + P * D, vAllStorage.data() + to);
+        }
     }
     placeNew(kAllStorage.data(), vAllStorage.data(), batchStride, headStride);
     kAll = kAllStorage.data();
@@ -534,7 +586,11 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   } else if (mask) {
     additive.emplace(*mask);
   }
-  std::vector<float> slopes = c.alibi ? alibiSlopes(H) : std::vector<float>();
+  std::vector<float> slopes;
+  if (c.alibi) {
+    std::vector<float> all = alibiSlopes(c.globalHeads);
+    slopes.assign(all.begin() + c.headOffset, all.begin() + c.headOffset + H);
+  }
   // ALiBi's key position counts the attended tokens before it (cumsum of the mask - 1).
   std::vector<float> keyPosition;
   if (c.alibi) {
@@ -555,7 +611,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     std::vector<float> scores(T);
     std::vector<char> allowed(T), visible(T);
     for (int64_t bh = begin; bh < end; ++bh) {
-      int64_t b = bh / H, h = bh % H, kh = h / group;
+      int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
       const float *keys = kAll + b * batchStride + kh * headStride;
       const float *values = vAll + b * batchStride + kh * headStride;
       for (int64_t s = 0; s < S; ++s) {
@@ -576,7 +632,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
           if (c.alibi)
             score += slopes[h] * keyPosition[b * T + t];
           if (additive) {
-            int64_t mb = mask->shape[0] == 1 ? 0 : b, mh = mask->shape[1] == 1 ? 0 : h;
+            int64_t mb = mask->shape[0] == 1 ? 0 : b;
+            int64_t mh = mask->shape[1] == 1 ? 0 : mask->shape[1] == H ? h : c.headOffset + h;
             score += (*additive)[((mb * mask->shape[1] + mh) * S + s) * T + t];
           }
           scores[t] = score;

@@ -52,7 +52,8 @@ inline std::vector<float> halfValues(const OwnedTensor &t) {
 // null pointer in `inputs`.
 inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
                   std::vector<OwnedTensor> &outputs, const ops::AttrMap &attrs = {},
-                  size_t numOutputs = 1, ops::KvCache *cache = nullptr) {
+                  size_t numOutputs = 1, ops::KvCache *cache = nullptr,
+                  ops::Collectives *collectives = nullptr) {
   std::vector<TensorRef> refs;
   refs.reserve(inputs.size());
   ops::Inputs pointers;
@@ -61,7 +62,10 @@ inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &i
     pointers.push_back(input ? &refs.back() : nullptr);
   }
   std::vector<ops::OutputSpec> specs;
-  DSRT_RETURN_IF_ERROR(ops::inferShapes(op, attrs, pointers, numOutputs, specs));
+  ops::SessionState state;
+  state.cache = cache;
+  state.collectives = collectives;
+  DSRT_RETURN_IF_ERROR(ops::inferShapes(op, attrs, pointers, numOutputs, specs, &state));
   outputs.clear();
   for (const ops::OutputSpec &spec : specs)
     outputs.emplace_back(spec.dtype, spec.shape);
@@ -72,8 +76,6 @@ inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &i
     outRefs.push_back(output.ref());
     outPointers.push_back(&outRefs.back());
   }
-  ops::SessionState state;
-  state.cache = cache;
   return ops::compute(op, attrs, pointers, outPointers, &state);
 }
 

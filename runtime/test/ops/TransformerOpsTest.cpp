@@ -111,6 +111,85 @@ TEST_P(AttentionCacheTest, SessionCacheStepsEqualOnePass) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, AttentionCacheTest, ::testing::Range(0, 5));
 
+// A rank of a tensor-parallel group, for kernels that only read which rank they are.
+class RankOnly : public ops::Collectives {
+public:
+  RankOnly(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status allReduceSum(float *, int64_t) override { return Status::error("not a real group"); }
+  Status allGather(const void *, const std::vector<int64_t> &, void *) override {
+    return Status::error("not a real group");
+  }
+
+private:
+  int rank_, size_;
+};
+
+// Features [begin, end) of the last axis of a [b, s, f] tensor.
+OwnedTensor features(const OwnedTensor &t, int64_t begin, int64_t end) {
+  int64_t rows = t.shape[0] * t.shape[1], f = t.shape[2];
+  OwnedTensor out(t.dtype, {t.shape[0], t.shape[1], end - begin});
+  auto *src = reinterpret_cast<const float *>(t.storage.data());
+  auto *dst = reinterpret_cast<float *>(out.storage.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = begin; j < end; ++j)
+      dst[i * (end - begin) + j - begin] = src[i * f + j];
+  return out;
+}
+
+// Each tensor-parallel rank computes its query heads from its Q and K/V head columns, with
+// the per-rank head lists: 4 query heads and 2 KV heads over 3 ranks (heads 2, 1, 1; ranks
+// 1 and 2 both read KV head 1), with ALiBi (slopes of the global heads) and with rotary.
+// Its output must be the all-heads computation's columns of those heads.
+TEST(AttentionTest, RanksComputeTheirHeadsOfTheWhole) {
+  const int64_t B = 2, S = 5, H = 4, KH = 2, D = 8;
+  const std::vector<int64_t> heads = {2, 1, 1}, headOffsets = {0, 2, 3}, kvHeads = {1, 1, 1},
+                             kvOffsets = {0, 1, 1};
+  for (bool alibi : {true, false}) {
+    ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(H)},
+                          {"num_kv_heads", ops::Attr::ofInt(KH)},
+                          {"head_dim", ops::Attr::ofInt(D)},
+                          {"scale", ops::Attr::ofFloat(0.25f)},
+                          {"causal", ops::Attr::ofInt(1)}};
+    if (alibi) {
+      attrs["alibi"] = ops::Attr::ofInt(1);
+    } else {
+      attrs["rotary_dim"] = ops::Attr::ofInt(D);
+      attrs["rotary_base"] = ops::Attr::ofFloat(10000.0f);
+    }
+    std::mt19937 rng(alibi ? 7 : 8);
+    OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
+                v = randomF32({B, S, KH * D}, rng);
+    OwnedTensor mask = i64({B, S}, {1, 1, 1, 1, 1, 0, 1, 1, 1, 1});
+    OwnedTensor positions = i64({B, S}, {0, 1, 2, 3, 4, 1, 0, 1, 2, 3});
+    std::vector<OwnedTensor> whole;
+    ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &positions}, whole,
+                    attrs)
+                    .isOk());
+    ops::AttrMap sharded = attrs;
+    sharded["rank_heads"] = ops::Attr::ofInts(heads);
+    sharded["rank_head_offsets"] = ops::Attr::ofInts(headOffsets);
+    sharded["rank_kv_heads"] = ops::Attr::ofInts(kvHeads);
+    sharded["rank_kv_head_offsets"] = ops::Attr::ofInts(kvOffsets);
+    for (int rank = 0; rank < 3; ++rank) {
+      RankOnly group(rank, 3);
+      int64_t q0 = headOffsets[rank] * D, q1 = q0 + heads[rank] * D;
+      int64_t k0 = kvOffsets[rank] * D, k1 = k0 + kvHeads[rank] * D;
+      OwnedTensor qr = features(q, q0, q1), kr = features(k, k0, k1), vr = features(v, k0, k1);
+      std::vector<OwnedTensor> mine;
+      Status status = run("tfm.attention", {&qr, &kr, &vr, &mask, nullptr, nullptr, &positions},
+                          mine, sharded, 1, nullptr, &group);
+      ASSERT_TRUE(status.isOk()) << status.message();
+      std::vector<float> got = values<float>(mine[0]);
+      std::vector<float> expected = values<float>(features(whole[0], q0, q1));
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], expected[i], 1e-5) << "rank " << rank << " element " << i;
+    }
+  }
+}
+
 TEST(AttentionTest, PresentOutputsHoldPastAndNew) {
   ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(1)}, {"head_dim", ops::Attr::ofInt(2)},
                         {"causal", ops::Attr::ofInt(1)}};

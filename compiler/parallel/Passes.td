@@ -1,0 +1,35 @@
+#ifndef DSC_COMPILER_PARALLEL_PASSES_TD
+#define DSC_COMPILER_PARALLEL_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def TpShard : Pass<"dsc-tp-shard", "mlir::ModuleOp"> {
+  let summary = "Shard recognised transformer layers across tensor-parallel ranks";
+  let description = [{
+    DESIGN.md §3.4, one program for every rank whose types are rank 0's shard (the
+    largest: uneven splits give the remainder to the lowest ranks). In each function:
+
+    * Attention: query heads are split in whole KV-head groups (when there are at least as
+      many KV heads as ranks), else query heads are split and each rank keeps, replicated,
+      the KV heads its query heads read. Q, K and V projections become column-parallel
+      (a fused projection, GPT-2's [q|k|v] columns or BLOOM's per-head [q, k, v] rows, is
+      unpacked into three); the attention gets each rank's heads (`tfm.rank_heads`,
+      `tfm.rank_head_offsets`, `tfm.rank_kv_heads`, `tfm.rank_kv_head_offsets`) and the
+      model's (`tfm.global_heads`, `tfm.global_kv_heads`); the output projection becomes
+      row-parallel, then a tfm.all_reduce, then its bias (onnx.Add). Present key/values of
+      the I/O cache are all-gathered along the head axis (only without replicated KV heads).
+    * MLP: linear -> activation -> linear and the gated form: the first projections
+      column-parallel, the last row-parallel with a tfm.all_reduce and its bias after.
+    * LM head: split by vocabulary, logits all-gathered along the last axis.
+    * Embeddings, norms, residuals and everything on the generic path stay replicated.
+
+    A function whose attention cannot be sharded stays replicated, with a warning saying
+    why. The module gets `dsc.tp_ranks`, which gives the plan one weight section per rank.
+  }];
+  let options = [
+    Option<"ranks", "ranks", "int64_t", "1", "The tensor-parallel degree">,
+  ];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
+}
+
+#endif
