@@ -1,5 +1,6 @@
 // dsc-derive-cache-programs: see Passes.td.
 #include "compiler/recognize/Passes.h"
+#include "compiler/recognize/DeadOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -46,22 +47,6 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
   return session;
 }
 
-void eraseDeadOps(Operation *root) {
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    SmallVector<Operation *> dead;
-    root->walk<WalkOrder::PostOrder>([&](Operation *op) {
-      if (op != root && !op->hasTrait<OpTrait::IsTerminator>() && isOpTriviallyDead(op))
-        dead.push_back(op);
-    });
-    for (Operation *op : llvm::reverse(dead))
-      if (isOpTriviallyDead(op)) {
-        op->erase();
-        changed = true;
-      }
-  }
-}
 
 BlockArgument namedArgument(func::FuncOp func, llvm::StringRef name) {
   for (BlockArgument argument : func.getArguments())

@@ -6,6 +6,7 @@
 // operands, so every exporter variant of masks, scales, rotary and head plumbing is
 // covered by one matcher, and anything that does not compute the same numbers is declined.
 #include "compiler/recognize/Passes.h"
+#include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/RecognizeAttention.h"
 
 #include "compiler/evaluate/Evaluator.h"
@@ -1501,24 +1502,6 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
   return "";
 }
 
-// Erases ops without uses and effects, children first, until nothing changes.
-void eraseDeadOps(Operation *root) {
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    SmallVector<Operation *> dead;
-    root->walk<WalkOrder::PostOrder>([&](Operation *op) {
-      if (op != root && !op->hasTrait<OpTrait::IsTerminator>() && isOpTriviallyDead(op))
-        dead.push_back(op);
-    });
-    for (Operation *op : llvm::reverse(dead)) {
-      if (isOpTriviallyDead(op)) {
-        op->erase();
-        changed = true;
-      }
-    }
-  }
-}
 
 void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *weights,
                          bool reportDeclines) {
