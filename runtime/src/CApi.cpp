@@ -2,7 +2,7 @@
 #include "dsrt/dsrt.h"
 
 #include "Status.h"
-#include "cpu/Session.h"
+#include "session/Session.h"
 #include "generate/Generator.h"
 
 #include <cstdlib>
@@ -145,10 +145,10 @@ dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
                                 dsrt_session **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU)
-    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   std::unique_ptr<dsrt::Session> session;
-  dsrt::Status status = dsrt::Session::create(plan->file, rank, session);
+  dsrt::Status status = dsrt::createSession(plan->file, rank, dsrt::deviceKind(device), nullptr, session);
   if (!status.isOk())
     return dsrt::fail(status.message().find("rank") != std::string::npos &&
                               status.message().find("does not exist") != std::string::npos

@@ -63,15 +63,15 @@ extern "C" {
 dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_session **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU)
-    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   std::unique_ptr<dsrt::ops::Collectives> collectives;
   if (dsrt_status status =
           fromStatus(dsrt::createMpiCollectives(collectives), DSRT_UNSUPPORTED))
     return status;
   std::unique_ptr<dsrt::Session> session;
   if (dsrt_status status = fromStatus(
-          dsrt::Session::create(plan->file, collectives->rank(), session, collectives.get()),
+          dsrt::createSession(plan->file, collectives->rank(), dsrt::deviceKind(device), collectives.get(), session),
           DSRT_INVALID_ARGUMENT))
     return status;
   *out = new (std::nothrow) dsrt_session{std::move(collectives), std::move(session), {}};
@@ -81,15 +81,15 @@ dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_se
 dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU)
-    return dsrt::fail(DSRT_UNSUPPORTED, "only the CPU backend is available in this build");
+  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   auto group = std::make_unique<dsrt_group>();
   int ranks = plan->file->rankCount();
   group->group = std::make_unique<dsrt::InProcessGroup>(ranks);
   for (int rank = 0; rank < ranks; ++rank) {
     std::unique_ptr<dsrt::Session> session;
     if (dsrt_status status = fromStatus(
-            dsrt::Session::create(plan->file, rank, session, &group->group->member(rank)),
+            dsrt::createSession(plan->file, rank, dsrt::deviceKind(device), &group->group->member(rank), session),
             DSRT_CORRUPT_PLAN))
       return status;
     group->sessions.push_back(std::move(session));

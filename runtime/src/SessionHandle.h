@@ -4,7 +4,8 @@
 #define DSRT_SRC_SESSIONHANDLE_H
 
 #include "dsrt/dsrt.h"
-#include "cpu/Session.h"
+#include "session/Session.h"
+#include "ops/Ops.h"
 #include "generate/Generator.h"
 
 #include <memory>
@@ -25,6 +26,10 @@ namespace dsrt {
 // The C options as the generator's; an error status names a bad field.
 dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOptions &out);
 // The prompts as vectors.
+inline DeviceKind deviceKind(dsrt_device device) {
+  return device == DSRT_DEVICE_CUDA ? DeviceKind::Cuda : DeviceKind::Cpu;
+}
+// The C options as the generator's; an error status names a bad field.
 dsrt_status toPrompts(size_t count, const int64_t *const *prompts, const size_t *lengths,
                       std::vector<std::vector<int64_t>> &out);
 } // namespace dsrt

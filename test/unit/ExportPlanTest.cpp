@@ -63,8 +63,8 @@ TEST(ExportPlanTest, WeightTransformsReachTheSection) {
   EXPECT_EQ(dsrt::halfToFloat(halves[1]), 6.0f);
 
   // The program computes in f32: the session widens the stored halves.
-  std::unique_ptr<dsrt::Session> session;
-  ASSERT_TRUE(dsrt::Session::create(std::shared_ptr<dsrt::PlanFile>(std::move(file)), 0, session)
+  std::unique_ptr<dsrt::CpuSession> session;
+  ASSERT_TRUE(dsrt::CpuSession::create(std::shared_ptr<dsrt::PlanFile>(std::move(file)), 0, session)
                   .isOk());
   ASSERT_TRUE(session->run("forward").isOk());
   dsrt::TensorRef out;

@@ -158,6 +158,11 @@ void printPrograms(const dsp::Plan &plan) {
         for (uint32_t b = 0; b < length(step.branches()); ++b)
           std::printf(" %d", step.branches()->Get(b));
       }
+      if (length(step.kernels())) {
+        std::printf(" kernels");
+        for (uint32_t k = 0; k < length(step.kernels()); ++k)
+          std::printf(" %d", step.kernels()->Get(k));
+      }
       if (step.location() && step.location()->size())
         std::printf("  # %s", str(step.location()));
       std::printf("\n");
@@ -169,11 +174,14 @@ void printKernels(const dsp::Plan &plan) {
   std::printf("\nkernels (%u):\n", length(plan.kernels()));
   for (uint32_t k = 0; k < length(plan.kernels()); ++k) {
     const dsp::Kernel &kernel = *plan.kernels()->Get(k);
-    std::printf("  %s: entry %s, ptx %u bytes, cubin %u bytes (", str(kernel.name()),
-                str(kernel.entry()), length(kernel.ptx()), length(kernel.cubin()));
-    for (uint32_t a = 0; a < length(kernel.cubin_arch()); ++a)
-      std::printf("%s%s", a ? ", " : "", kernel.cubin_arch()->Get(a)->c_str());
-    std::printf(")\n");
+    std::printf("  %u %s: kind %s, entry %s, ptx %u bytes (%s)", k, str(kernel.name()),
+                str(kernel.kind()), str(kernel.entry()), length(kernel.ptx()),
+                str(kernel.ptx_arch()));
+    for (uint32_t b = 0; b < length(kernel.binaries()); ++b) {
+      const dsp::KernelBinary &binary = *kernel.binaries()->Get(b);
+      std::printf(", cubin %s %u bytes", str(binary.arch()), length(binary.cubin()));
+    }
+    std::printf("\n");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "cpu/Session.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace dsrt {
@@ -44,7 +46,7 @@ Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
   return Status::ok();
 }
 
-Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out,
+Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
                        ops::Collectives *collectives) {
   if (rank < 0 || rank >= plan->rankCount())
     return Status::error(plan->path() + ": rank " + std::to_string(rank) +
@@ -57,7 +59,7 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
                          "it; run it with --tp " + std::to_string(plan->rankCount()) +
                          " ranks or recompile with --tp " +
                          std::to_string(collectives->size()));
-  std::unique_ptr<Session> session(new Session());
+  std::unique_ptr<CpuSession> session(new CpuSession());
   session->plan_ = plan;
   session->collectives_ = collectives;
   DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
@@ -68,6 +70,8 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
   if (!session->arenaStorage_)
     return Status::error(plan->path() + ": cannot allocate the " + std::to_string(arenaBytes) +
                          "-byte activation arena");
+  session->memory_.arena = arenaBytes;
+  session->memory_.weights = session->section_->size();
   auto base = reinterpret_cast<uintptr_t>(session->arenaStorage_.get());
   session->arena_ = session->arenaStorage_.get() + (kArenaAlignment - base % kArenaAlignment) %
                                                        kArenaAlignment;
@@ -107,6 +111,7 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
       session->converted_.emplace_back(new uint8_t[std::max<size_t>(bytes, 1)]);
       slot.data = session->converted_.back().get();
       slot.capacity = bytes;
+      session->memory_.other += bytes;
       if (!convertFloats(stored.dtype, stored.data, slot.dtype, slot.data, stored.elements()))
         return Status::error(plan->path() + ": weight '" + str(tensor.name()) +
                              "': cannot convert it from " + dtypeName(stored.dtype) + " to " +
@@ -149,7 +154,7 @@ Status Session::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr
 
 // One cache layer per tfm.attention step in session mode (cache_layer set, no past inputs),
 // sized for the plan's limits; programs that share a layer index share its storage.
-Status Session::allocateKvCache() {
+Status CpuSession::allocateKvCache() {
   const dsp::Plan &header = plan_->plan();
   if (!header.programs())
     return Status::ok();
@@ -200,6 +205,7 @@ Status Session::allocateKvCache() {
                              std::to_string(2 * elements * sizeof(float)) + " bytes per layer)");
       entry = {DType::F32, batch, kvHeads, capacity, headDim,
                kvStorage_[kvStorage_.size() - 2].get(), kvStorage_.back().get()};
+      memory_.kvCache += 2 * elements * sizeof(float);
     }
   }
   for (size_t layer = 0; layer < kvCache_.layers.size(); ++layer)
@@ -209,7 +215,7 @@ Status Session::allocateKvCache() {
   return Status::ok();
 }
 
-Status Session::findProgram(std::string_view name, const dsp::Program *&out) const {
+Status CpuSession::findProgram(std::string_view name, const dsp::Program *&out) const {
   out = program(name);
   if (!out)
     return Status::error(plan_->path() + ": the plan has no program '" + std::string(name) +
@@ -217,7 +223,28 @@ Status Session::findProgram(std::string_view name, const dsp::Program *&out) con
   return Status::ok();
 }
 
-const dsp::Program *Session::program(std::string_view name) const {
+SessionMemory CpuSession::memory() const { return memory_; }
+
+Status CpuSession::measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) {
+  std::vector<uint8_t> source(bytes, 1), destination(bytes);
+  std::memcpy(destination.data(), source.data(), bytes);  // first touch outside the timing
+  constexpr int kRepeats = 5;
+  double best = 0;
+  for (int i = 0; i < kRepeats; ++i) {
+    source[i % bytes] = static_cast<uint8_t>(i);
+    auto start = std::chrono::steady_clock::now();
+    std::memcpy(destination.data(), source.data(), bytes);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds > 0)
+      best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
+  }
+  if (bytes == 0 || destination[bytes / 2] != source[bytes / 2])
+    return Status::error("the copy measuring memory bandwidth did not copy");
+  bytesPerSecond = best;
+  return Status::ok();
+}
+
+const dsp::Program *CpuSession::program(std::string_view name) const {
   const auto *programs = plan_->plan().programs();
   if (!programs || name.empty())
     return nullptr;
@@ -227,7 +254,7 @@ const dsp::Program *Session::program(std::string_view name) const {
   return nullptr;
 }
 
-Status Session::setInput(std::string_view programName, size_t index, const TensorRef &value) {
+Status CpuSession::setInput(std::string_view programName, size_t index, const TensorRef &value) {
   const dsp::Program *program;
   DSRT_RETURN_IF_ERROR(findProgram(programName, program));
   size_t inputs = program->inputs() ? program->inputs()->size() : 0;
@@ -271,14 +298,14 @@ Status Session::setInput(std::string_view programName, size_t index, const Tenso
   return Status::ok();
 }
 
-std::string Session::describe(const dsp::Step &step, size_t index) const {
+std::string CpuSession::describe(const dsp::Step &step, size_t index) const {
   std::string where = "step " + std::to_string(index) + " (" + str(step.op());
   if (step.location() && step.location()->size())
     where += " '" + step.location()->str() + "'";
   return where + ")";
 }
 
-Status Session::run(std::string_view programName) {
+Status CpuSession::run(std::string_view programName) {
   const dsp::Program *program;
   DSRT_RETURN_IF_ERROR(findProgram(programName, program));
   if (program->inputs())
@@ -299,7 +326,7 @@ Status Session::run(std::string_view programName) {
                                        std::string(programName) + "': " + status.message());
 }
 
-Status Session::runProgram(const dsp::Program &program) {
+Status CpuSession::runProgram(const dsp::Program &program) {
   const auto &programs = *plan_->plan().programs();
   size_t programIndex = 0;
   while (programs.Get(programIndex) != &program)
@@ -316,7 +343,7 @@ Status Session::runProgram(const dsp::Program &program) {
   return Status::ok();
 }
 
-Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index) {
+Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index) {
   std::vector<TensorRef> inputRefs(step.inputs() ? step.inputs()->size() : 0);
   ops::Inputs inputs;
   for (size_t i = 0; i < inputRefs.size(); ++i) {
@@ -373,7 +400,7 @@ Status Session::runStep(const dsp::Step &step, const CompiledStep &compiled, siz
   return ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
 }
 
-Status Session::runIf(const dsp::Step &step) {
+Status CpuSession::runIf(const dsp::Step &step) {
   if (!step.inputs() || step.inputs()->size() != 1 || !step.branches() ||
       step.branches()->size() != 2)
     return Status::error("If needs one condition input and two branches");
@@ -407,7 +434,7 @@ Status Session::runIf(const dsp::Step &step) {
   return Status::ok();
 }
 
-Status Session::output(std::string_view programName, size_t index, TensorRef &out) const {
+Status CpuSession::output(std::string_view programName, size_t index, TensorRef &out) {
   const dsp::Program *program;
   DSRT_RETURN_IF_ERROR(findProgram(programName, program));
   size_t outputs = program->outputs() ? program->outputs()->size() : 0;

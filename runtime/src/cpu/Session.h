@@ -7,6 +7,7 @@
 #include "core/Tensor.h"
 #include "ops/Ops.h"
 #include "plan/PlanFile.h"
+#include "session/Session.h"
 
 #include <memory>
 #include <string>
@@ -15,29 +16,33 @@
 
 namespace dsrt {
 
-class Session {
+class CpuSession final : public Session {
 public:
   // Maps `rank`'s section (verifying its checksum), converts weights whose stored dtype
   // differs from the dtype the program computes in, and allocates the arena.
   // `collectives` (kept, not owned) joins the session to the plan's other ranks; it must have
   // the plan's rank count and `rank`. Without it, a step that needs the other ranks fails.
-  static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<Session> &out,
+  static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
                        ops::Collectives *collectives = nullptr);
 
-  const PlanFile &plan() const { return *plan_; }
+  const PlanFile &plan() const override { return *plan_; }
   // The program named `name`, or null.
-  const dsp::Program *program(std::string_view name) const;
+  const dsp::Program *program(std::string_view name) const override;
+  std::string deviceName() const override { return "cpu"; }
+  DeviceKind device() const override { return DeviceKind::Cpu; }
+  SessionMemory memory() const override;
+  Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
 
   // Copies `value` in as input `index` of `program`. The dtype must match, the rank too,
   // static dimensions exactly, dynamic ones within the plan's limits.
-  Status setInput(std::string_view program, size_t index, const TensorRef &value);
+  Status setInput(std::string_view program, size_t index, const TensorRef &value) override;
   // Runs every step of `program`; all its inputs must have been set.
-  Status run(std::string_view program);
+  Status run(std::string_view program) override;
   // Output `index` of the last run of `program`; valid until the next run.
-  Status output(std::string_view program, size_t index, TensorRef &out) const;
+  Status output(std::string_view program, size_t index, TensorRef &out) override;
   // Whether the plan's attention keeps its keys and values in this session (the prefill and
   // decode programs), rather than taking them as program inputs.
-  bool hasKvCache() const { return !kvCache_.layers.empty(); }
+  bool hasKvCache() const override { return !kvCache_.layers.empty(); }
 
 private:
   // What the executor knows of one tensor of the plan while it runs.
@@ -53,7 +58,7 @@ private:
     ops::AttrMap attrs;
   };
 
-  Session() = default;
+  CpuSession() = default;
   Status findProgram(std::string_view name, const dsp::Program *&out) const;
   Status runProgram(const dsp::Program &program);
   Status runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index);
@@ -74,6 +79,7 @@ private:
   ops::KvCache kvCache_;
   ops::Collectives *collectives_ = nullptr;  // the rank's group; null for one rank
   std::vector<std::unique_ptr<float[]>> kvStorage_;
+  SessionMemory memory_;  // `other`: weights converted from their stored dtype
 };
 
 // A plan Attr as a kernel attribute.

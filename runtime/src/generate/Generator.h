@@ -7,7 +7,7 @@
 #define DSRT_GENERATE_GENERATOR_H
 
 #include "core/Status.h"
-#include "cpu/Session.h"
+#include "session/Session.h"
 
 #include <cstdint>
 #include <functional>

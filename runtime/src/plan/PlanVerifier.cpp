@@ -357,6 +357,14 @@ private:
             return fail(cat(at, ": branch ", b, " is program ", target,
                             ", out of range (the plan has ", count, " programs)"));
         }
+        auto *kernels = step->kernels();
+        uint64_t kernelCount = length(plan_.kernels());
+        for (uint64_t k = 0; k < length(kernels); ++k) {
+          int32_t kernel = kernels->Get(k);
+          if (kernel < 0 || static_cast<uint64_t>(kernel) >= kernelCount)
+            return fail(cat(at, ": kernel ", k, " is ", kernel, ", out of range (the plan has ",
+                            kernelCount, " kernels)"));
+        }
         if (step->op()->str() == "If")
           DSRT_RETURN_IF_ERROR(checkIf(at, *step));
       }

@@ -121,9 +121,10 @@ TEST(PlanRoundTrip, EveryFieldReadsBack) {
   EXPECT_EQ(str(kernel.name()), "fused_gemm_bias");
   EXPECT_EQ(str(kernel.entry()), "fused_gemm_bias_kernel");
   EXPECT_EQ(vec(kernel.ptx()), expected.kernels[0]->ptx);
-  EXPECT_EQ(vec(kernel.cubin()), expected.kernels[0]->cubin);
-  ASSERT_EQ(kernel.cubin_arch()->size(), 2u);
-  EXPECT_EQ(kernel.cubin_arch()->Get(1)->str(), "sm_90");
+  EXPECT_EQ(str(kernel.kind()), "fused_gemm_bias");
+  ASSERT_EQ(kernel.binaries()->size(), 2u);
+  EXPECT_EQ(str(kernel.binaries()->Get(1)->arch()), "sm_90");
+  EXPECT_EQ(vec(kernel.binaries()->Get(1)->cubin()), expected.kernels[0]->binaries[1]->cubin);
 
   // Sections: one per rank, page aligned, after the header, in order; weights 64-aligned
   // and identical to what the callbacks produced, in the mapping and in the file itself.

@@ -155,10 +155,10 @@ dsrt::Status openAndWalk(const std::string &path) {
   if (plan.kernels())
     for (const dsp::Kernel *kernel : *plan.kernels()) {
       sum += touch(kernel->name()) + touch(kernel->entry()) + touch(kernel->ptx()) +
-             touch(kernel->cubin());
-      if (kernel->cubin_arch())
-        for (const flatbuffers::String *arch : *kernel->cubin_arch())
-          sum += touch(arch);
+             touch(kernel->kind()) + touch(kernel->ptx_arch());
+      if (kernel->binaries())
+        for (const dsp::KernelBinary *binary : *kernel->binaries())
+          sum += touch(binary->arch()) + touch(binary->cubin());
     }
   uint32_t tensors = plan.tensors() ? plan.tensors()->size() : 0;
   auto useTensor = [&](int32_t index) {

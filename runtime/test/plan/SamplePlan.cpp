@@ -151,8 +151,14 @@ void fillHeader(dsp::PlanT &plan) {
   kernel->entry = "fused_gemm_bias_kernel";
   std::string ptx = ".version 9.0\n.target sm_80\n";
   kernel->ptx.assign(ptx.begin(), ptx.end());
-  kernel->cubin_arch = {"sm_80", "sm_90"};
-  kernel->cubin.assign(100, 0xcb);
+  kernel->kind = "fused_gemm_bias";
+  kernel->ptx_arch = "compute_80";
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    auto binary = std::make_unique<dsp::KernelBinaryT>();
+    binary->arch = arch;
+    binary->cubin.assign(100, 0xcb);
+    kernel->binaries.push_back(std::move(binary));
+  }
   plan.kernels.push_back(std::move(kernel));
   std::string tokenizer = "{\"model\":{}}";
   plan.tokenizer_json.assign(tokenizer.begin(), tokenizer.end());

@@ -1,0 +1,156 @@
+// The CUDA backend's op launchers and what they may use of the session running them: the
+// runtime side of the contract whose compiler side is codegen/kernels/KernelRules.h.
+//
+// The session infers every step's output shapes with the reference kernels' shape
+// functions (ops::inferShapes), places the outputs (the plan's arena offsets, in device
+// memory), and then calls the op's launcher, which enqueues work on the session's stream
+// and returns without synchronising. Steps whose inputs are all known on the host (shape
+// arithmetic) run on the host with the reference kernels; an op without a launcher, or a
+// step whose rule declined at compile time, runs on the host with copies (the fallback).
+// No LLVM, no CUDA headers: the driver is reached through dlopen (CudaDriver.h).
+#ifndef DSRT_CUDA_GPUOPS_H
+#define DSRT_CUDA_GPUOPS_H
+
+#include "core/Status.h"
+#include "core/Tensor.h"
+#include "ops/Ops.h"
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsrt::cuda {
+
+using DevicePtr = uint64_t;  // CUdeviceptr
+using StreamHandle = void *; // CUstream
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct DeviceTensor {
+  DType dtype = DType::Undefined;
+  Shape shape;
+  DevicePtr data = 0;
+
+  int64_t elements() const { return elementCount(shape); }
+  size_t bytes() const { return static_cast<size_t>(elements()) * dtypeSize(dtype); }
+};
+
+// One layer of the session's KV cache on the device: keys and values of
+// [batch, kvHeads, capacity, headDim] elements of `dtype` (f32, as on the CPU).
+struct DeviceKvLayer {
+  DType dtype = DType::Undefined;
+  int64_t batch = 0, kvHeads = 0, capacity = 0, headDim = 0;
+  DevicePtr key = 0, value = 0;
+};
+
+// The lengths of the running session-cache program (prefill, decode), as three int32 in
+// device memory: {past, total, maskWidth}. `past` tokens are already in the cache, `total`
+// = past + new tokens, and the attention mask has `maskWidth` >= total columns whose last
+// `total` are the keys (a captured decode graph pads the mask on the left with zeros to its
+// bucket's width, which neither the attention nor a cumulative sum over the mask sees).
+// They live in device memory so that each replay of a captured graph reads that replay's
+// values; launchers pass the pointer, never the values, where a graph may be captured.
+enum SequenceLength : int { kPast = 0, kTotal = 1, kMaskWidth = 2 };
+
+// C[m, n] = A[m, k] · B[n, k]ᵀ (+ C when accumulate), B in torch layout [out, in]; A and C
+// f32 row-major with leading dimensions k and n; B in its stored dtype (f32, f16, bf16).
+// f32 weights compute in f32 (no TF32: the fp32 plans' tolerance is 1e-4); f16/bf16 weights
+// on the tensor cores with f32 accumulation.
+struct GemmDesc {
+  int64_t m = 0, n = 0, k = 0;
+  DevicePtr a = 0;
+  DevicePtr b = 0;
+  DType bType = DType::F32;
+  DevicePtr c = 0;
+  bool accumulate = false;
+};
+
+// The tensor-parallel group on the device: NCCL between GPUs, or the in-process group of
+// threads sharing one GPU (staged through host memory). Enqueued on `stream`.
+class DeviceCollectives {
+public:
+  virtual ~DeviceCollectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Status allReduceSum(DevicePtr data, int64_t count, StreamHandle stream) = 0;
+  // Concatenates each rank's `bytes[rank]` bytes, in rank order, into `out`.
+  virtual Status allGather(DevicePtr mine, const std::vector<int64_t> &bytes, DevicePtr out,
+                           StreamHandle stream) = 0;
+  // Whether a collective may be captured into a CUDA graph (NCCL: yes; host staging: no).
+  virtual bool capturable() const = 0;
+};
+
+class StepContext {
+public:
+  virtual ~StepContext() = default;
+
+  virtual std::string_view op() const = 0;
+  virtual const ops::AttrMap &attrs() const = 0;
+  virtual size_t inputCount() const = 0;
+  // Input `index` on the device, or null when absent. Weights keep their stored dtype.
+  virtual const DeviceTensor *input(size_t index) const = 0;
+  // The input's values on the host when the session knows them there (constants and the
+  // results of host steps), or null.
+  virtual const TensorRef *hostInput(size_t index) const = 0;
+  virtual size_t outputCount() const = 0;
+  // Already placed, with the shape the reference kernels' shape function gave.
+  virtual const DeviceTensor &output(size_t index) const = 0;
+
+  // Launches the step's generated kernel `slot` (its Step.kernels[slot]) on the stream.
+  // `args` as cuLaunchKernel takes them: one pointer to each parameter's value.
+  virtual Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                        void **args) = 0;
+  virtual size_t kernelCount() const = 0;
+  // The specialisation constant `name` of kernel `slot` (Kernel.constants), or `fallback`.
+  virtual int64_t kernelConstant(size_t slot, std::string_view name,
+                                 int64_t fallback) const = 0;
+  virtual Status gemm(const GemmDesc &gemm) = 0;
+  // Device memory for this step only (freed, or reused, after it).
+  virtual Status scratch(size_t bytes, DevicePtr &out) = 0;
+  // Layer `layer` of the session's KV cache, or null without one.
+  virtual const DeviceKvLayer *kvLayer(int64_t layer) const = 0;
+  // SequenceLength's three int32 for this run; 0 outside a session-cache program.
+  virtual DevicePtr sequenceLengths() const = 0;
+  // The same values on the host (valid outside capture; in capture they are the values of
+  // the capturing run and must not be baked into kernel parameters).
+  virtual const int32_t *hostSequenceLengths() const = 0;
+  virtual DeviceCollectives *collectives() = 0;  // null for a single rank
+  virtual int rank() const = 0;                  // in the tensor-parallel group
+  virtual StreamHandle stream() const = 0;
+  virtual int multiprocessorCount() const = 0;
+  virtual int computeCapability() const = 0;     // 80, 90, ...
+  // While a CUDA graph is being captured: no host synchronisation, no reads of device data.
+  virtual bool capturing() const = 0;
+
+  template <typename... Parts> Status error(const Parts &...parts) const {
+    std::ostringstream message;
+    message << op() << " (cuda): ";
+    (message << ... << parts);
+    return Status::error(message.str());
+  }
+};
+
+using GpuOpFn = Status (*)(StepContext &context);
+
+struct GpuOpInfo {
+  const char *op;  // the plan step's op
+  GpuOpFn run;
+};
+
+// Each family's file contributes its launchers.
+void addTransformerGpuOps(std::vector<GpuOpInfo> &ops);  // embedding, norms, elementwise tfm
+void addGenericGpuOps(std::vector<GpuOpInfo> &ops);      // onnx-path ops
+void addLinearGpuOps(std::vector<GpuOpInfo> &ops);       // tfm.linear, tfm.lm_head
+void addAttentionGpuOps(std::vector<GpuOpInfo> &ops);    // tfm.attention
+void addCollectiveGpuOps(std::vector<GpuOpInfo> &ops);   // tfm.all_reduce, tfm.all_gather
+
+// The launcher of `op`, or null.
+GpuOpFn findGpuOp(std::string_view op);
+
+} // namespace dsrt::cuda
+
+#endif

@@ -1,0 +1,68 @@
+// A plan on one device for one rank (DESIGN.md §5): what the generator, the C API and the
+// tools drive, whichever backend runs it. The CPU backend (cpu/Session.h) is the reference;
+// the CUDA backend (cuda/) runs the same plans.
+#ifndef DSRT_SESSION_SESSION_H
+#define DSRT_SESSION_SESSION_H
+
+#include "core/Status.h"
+#include "core/Tensor.h"
+#include "plan/PlanFile.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace dsrt {
+
+namespace ops {
+class Collectives;
+}
+
+enum class DeviceKind { Cpu, Cuda };
+
+// Bytes a session holds, for dsbench and dsp-dump's per-rank tables.
+struct SessionMemory {
+  uint64_t weights = 0;
+  uint64_t arena = 0;
+  uint64_t kvCache = 0;
+  uint64_t other = 0;  // kernels, workspaces, staging
+};
+
+class Session {
+public:
+  virtual ~Session() = default;
+
+  virtual const PlanFile &plan() const = 0;
+  // The program named `name`, or null.
+  virtual const dsp::Program *program(std::string_view name) const = 0;
+  // "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3)".
+  virtual std::string deviceName() const = 0;
+  virtual DeviceKind device() const = 0;
+  virtual SessionMemory memory() const = 0;
+
+  // Copies `value` (host memory) in as input `index` of `program`. The dtype must match,
+  // the rank too, static dimensions exactly, dynamic ones within the plan's limits.
+  virtual Status setInput(std::string_view program, size_t index, const TensorRef &value) = 0;
+  // Runs every step of `program`; all its inputs must have been set. Returns when the
+  // outputs can be read.
+  virtual Status run(std::string_view program) = 0;
+  // Output `index` of the last run of `program`, in host memory; valid until the next run.
+  virtual Status output(std::string_view program, size_t index, TensorRef &out) = 0;
+  // Whether the plan's attention keeps its keys and values in this session (the prefill and
+  // decode programs), rather than taking them as program inputs.
+  virtual bool hasKvCache() const = 0;
+
+  // The device's memory bandwidth as a large copy on it measures it (bytes read plus bytes
+  // written per second), the roofline dsbench reports achieved bandwidth against.
+  virtual Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) = 0;
+};
+
+// A session for `rank` of `plan` on `device`. `collectives` (kept, not owned) joins it to
+// the plan's other ranks; it must have the plan's rank count and `rank`. Cuda without a
+// usable GPU or driver falls back to the CPU backend and says so once on stderr.
+Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
+                     ops::Collectives *collectives, std::unique_ptr<Session> &out);
+
+} // namespace dsrt
+
+#endif
