@@ -57,12 +57,14 @@ struct DeviceKvLayer {
 enum SequenceLength : int { kPast = 0, kTotal = 1, kMaskWidth = 2 };
 
 // C[m, n] = A[m, k] · B[n, k]ᵀ (+ C when accumulate), B in torch layout [out, in]; A and C
-// f32 row-major with leading dimensions k and n; B in its stored dtype (f32, f16, bf16).
-// f32 weights compute in f32 (no TF32: the fp32 plans' tolerance is 1e-4); f16/bf16 weights
-// on the tensor cores with f32 accumulation.
+// row-major with leading dimensions k and n, C f32; B in its stored dtype (f32, f16, bf16),
+// A in f32 or, for f16/bf16 weights, in B's dtype (the launcher converts the activations
+// first: cuBLASLt multiplies equal types). f32 weights compute in f32 (no TF32: the fp32
+// plans' tolerance is 1e-4); f16/bf16 on the tensor cores with f32 accumulation.
 struct GemmDesc {
   int64_t m = 0, n = 0, k = 0;
   DevicePtr a = 0;
+  DType aType = DType::F32;
   DevicePtr b = 0;
   DType bType = DType::F32;
   DevicePtr c = 0;

@@ -17,6 +17,9 @@ namespace dsrt {
 namespace ops {
 class Collectives;
 }
+namespace cuda {
+class DeviceCollectives;
+}
 
 enum class DeviceKind { Cpu, Cuda };
 
@@ -58,10 +61,13 @@ public:
 };
 
 // A session for `rank` of `plan` on `device`. `collectives` (kept, not owned) joins it to
-// the plan's other ranks; it must have the plan's rank count and `rank`. Cuda without a
-// usable GPU or driver falls back to the CPU backend and says so once on stderr.
+// the plan's other ranks; it must have the plan's rank count and `rank`. On the GPU,
+// `deviceCollectives` (kept, not owned; NCCL) carries the collectives when given; otherwise
+// they are staged through host memory over `collectives`. Cuda without a usable GPU or
+// driver falls back to the CPU backend and says so once on stderr.
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
-                     ops::Collectives *collectives, std::unique_ptr<Session> &out);
+                     ops::Collectives *collectives, std::unique_ptr<Session> &out,
+                     cuda::DeviceCollectives *deviceCollectives = nullptr);
 
 } // namespace dsrt
 

@@ -5,7 +5,8 @@
 namespace dsrt {
 
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
-                     ops::Collectives *collectives, std::unique_ptr<Session> &out) {
+                     ops::Collectives *collectives, std::unique_ptr<Session> &out,
+                     cuda::DeviceCollectives *deviceCollectives) {
   if (device == DeviceKind::Cuda)
     return Status::error("the CUDA backend is not part of this build");
   std::unique_ptr<CpuSession> session;
