@@ -1,8 +1,10 @@
 #include "compiler/Driver.h"
 
+#include "codegen/AttachKernels.h"
 #include "compiler/Registration.h"
 #include "compiler/lowering/ExportPlan.h"
 #include "compiler/lowering/Passes.h"
+#include "compiler/fuse/Passes.h"
 #include "compiler/parallel/Passes.h"
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/RecognitionReport.h"
@@ -49,6 +51,11 @@ llvm::cl::opt<std::string> output("o", llvm::cl::desc("Output file ('-' for stdo
 llvm::cl::opt<std::string> weightDtype(
     "dtype", llvm::cl::desc("How float weights are stored in the plan: fp32, fp16 or bf16"),
     llvm::cl::init("fp32"), llvm::cl::cat(category));
+llvm::cl::opt<std::string> arch(
+    "arch",
+    llvm::cl::desc("GPU architectures to generate kernels for (comma list), or none for a "
+                   "CPU-only plan"),
+    llvm::cl::init("sm_80,sm_90"), llvm::cl::cat(category));
 llvm::cl::opt<int64_t> maxBatch("max-batch", llvm::cl::desc("Largest batch the plan accepts"),
                                 llvm::cl::init(1), llvm::cl::cat(category));
 llvm::cl::opt<int64_t> maxSeqLen(
@@ -74,6 +81,15 @@ llvm::cl::opt<int64_t> tensorParallel(
     llvm::cl::desc("Tensor-parallel degree: shard the recognised layers over N ranks (one "
                    "weight section per rank)"),
     llvm::cl::init(1), llvm::cl::cat(category));
+
+llvm::cl::opt<bool> noFuse(
+    "no-fuse",
+    llvm::cl::desc("Skip fusion: every activation, residual add and norm stays its own step"),
+    llvm::cl::init(false), llvm::cl::cat(category));
+
+llvm::cl::opt<bool> fuseRemarks(
+    "fuse-remarks", llvm::cl::desc("Say why each fusion candidate was not fused"),
+    llvm::cl::init(false), llvm::cl::cat(category));
 
 llvm::cl::opt<bool> attentionRemarks(
     "attention-remarks",
@@ -124,7 +140,8 @@ int runCompilerDriver(int argc, char **argv) {
       "dsc: ahead-of-time compiler for transformer inference\n\n"
       "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
       "                                    [--tp N]\n"
-      "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n");
+      "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n"
+      "  dsc model.onnx --emit=cuda|ptx [--arch sm_80,sm_90] [-o kernels.cu]\n");
 
   std::vector<std::string> args(positional.begin(), positional.end());
   if (!args.empty() && args.front() == "compile")
@@ -133,9 +150,14 @@ int runCompilerDriver(int argc, char **argv) {
     llvm::errs() << "dsc: error: expected exactly one model file (see --help)\n";
     return EXIT_FAILURE;
   }
-  if (emit == Stage::Ptx || emit == Stage::Cuda) {
-    llvm::errs() << "dsc: error: --emit=ptx and cuda are not implemented yet "
-                    "(the CUDA backend comes later)\n";
+  std::vector<std::string> archs;
+  if (dsrt::Status status = codegen::parseArchList(arch, archs); !status.isOk()) {
+    llvm::errs() << "dsc: error: " << status.message() << "\n";
+    return EXIT_FAILURE;
+  }
+  if ((emit == Stage::Ptx || emit == Stage::Cuda) && archs.empty()) {
+    llvm::errs() << "dsc: error: --emit=" << (emit == Stage::Ptx ? "ptx" : "cuda")
+                 << " needs GPU architectures, not --arch none\n";
     return EXIT_FAILURE;
   }
   if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16") {
@@ -210,14 +232,23 @@ int runCompilerDriver(int argc, char **argv) {
       LowerOnnxToPlanOptions lowering;
       lowering.maxBatch = maxBatch;
       lowering.maxSeqLen = maxSeqLen;
+      // After tp-shard (no fusion across its collectives); --emit=tfm shows the IR before.
+      if (!noFuse)
+        addFusePasses(lower, fuseRemarks);
       lower.addPass(createLowerOnnxToPlan(lowering));
       lower.addPass(createPlanMemory());
       if (failed(lower.run(*imported->module)))
         return EXIT_FAILURE;
     }
   }
-  if (emit == Stage::PlanFile) {
+  // --emit=cuda|ptx runs the whole compilation and prints the plan's kernels.
+  if (emit == Stage::PlanFile || emit == Stage::Cuda || emit == Stage::Ptx) {
     ExportOptions options;
+    options.arch = arch;
+    if (emit == Stage::Cuda)
+      options.emitKernels = "cuda";
+    else if (emit == Stage::Ptx)
+      options.emitKernels = "ptx";
     options.weightDtype = weightDtype;
     options.maxBatch = maxBatch;
     options.maxSeqLen = maxSeqLen;

@@ -1,5 +1,6 @@
 #include "compiler/Registration.h"
 
+#include "compiler/fuse/Passes.h"
 #include "compiler/lowering/Passes.h"
 #include "compiler/parallel/Passes.h"
 #include "compiler/recognize/Passes.h"
@@ -24,6 +25,8 @@ void registerAllPasses() {
   registerDscPasses();
   registerDscRecognizePasses();
   registerDscParallelPasses();
+  registerDscFusePasses();
+  registerFusePipeline();
 }
 
 } // namespace dsc

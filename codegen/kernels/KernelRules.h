@@ -44,8 +44,9 @@ public:
   const dsp::TensorT *input(size_t index) const;
   const dsp::TensorT *output(size_t index) const;
   // The dtype the CUDA backend holds the tensor in: a weight's stored dtype (the section
-  // entry's: fp16 weights of a plan that computes in f32 stay fp16 on the device), the
-  // tensor's own dtype otherwise.
+  // entry's: fp16 weights of a plan that computes in f32 stay fp16 on the device) when the
+  // step is a recognised tfm.* op, the tensor's own dtype otherwise (other ops get their
+  // weights converted on upload).
   dsrt::DType deviceDType(const dsp::TensorT &tensor) const;
   // The static size of dimension `axis` (negative counts from the end), or -1 when it is
   // symbolic or out of range.
@@ -78,6 +79,11 @@ void addTransformerKernelRules(std::vector<KernelRuleEntry> &rules);  // norms, 
 void addGenericKernelRules(std::vector<KernelRuleEntry> &rules);      // onnx-path ops
 void addLinearKernelRules(std::vector<KernelRuleEntry> &rules);       // tfm.linear, lm_head
 void addAttentionKernelRules(std::vector<KernelRuleEntry> &rules);    // tfm.attention
+
+// The DSC_ACT_* code of dsc_common.cuh for an activation kind (tfm.activation's `kind`,
+// tfm.linear's `activation`): 0 gelu_erf, 1 gelu_tanh, 2 gelu_quick, 3 silu, 4 relu; -1 for
+// "" or "none"; -2 for anything else (the rule declines).
+int activationCode(const std::string &kind);
 
 // The source of template `kind` (embedded in the binary at build time), or null.
 const char *kernelTemplateSource(const std::string &kind);

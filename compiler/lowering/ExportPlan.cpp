@@ -1,5 +1,6 @@
 #include "compiler/lowering/ExportPlan.h"
 
+#include "codegen/AttachKernels.h"
 #include "codegen/PlanWriter.h"
 #include "codegen/WeightTransforms.h"
 #include "compiler/lowering/ModelInfo.h"
@@ -9,6 +10,9 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/TypeUtilities.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/Support/ToolOutputFile.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -396,7 +400,58 @@ LogicalResult Exporter::run() {
   for (auto [program, lowered] : programs)
     if (failed(exportProgram(program.getRegion().front(), *lowered)))
       return failure();
-  return describeModel(plan_, options_.modelDirectory, options_.maxSeqLen, module_.getLoc());
+  if (failed(describeModel(plan_, options_.modelDirectory, options_.maxSeqLen,
+                           module_.getLoc())))
+    return failure();
+  if (auto vocabSizes = module_->getAttrOfType<DenseI64ArrayAttr>(kVocabShardSizesAttr))
+    describeVocabularyShards(plan_, vocabSizes.asArrayRef());
+  return success();
+}
+
+// Generates the plan's GPU kernels (--arch), or prints them (--emit=cuda|ptx).
+LogicalResult attachPlanKernels(ModuleOp module, const ExportOptions &options,
+                                dsp::PlanT &plan, bool &printed, const std::string &path) {
+  printed = false;
+  std::vector<std::string> archs;
+  dsrt::Status status = codegen::parseArchList(options.arch, archs);
+  if (!status.isOk())
+    return module.emitError() << status.message();
+  if (!options.emitKernels.empty() && archs.empty())
+    return module.emitError() << "--emit=" << options.emitKernels
+                              << " needs GPU architectures, not --arch none";
+  codegen::AttachKernelsOptions attach;
+  attach.archs = archs;
+  attach.compile = options.emitKernels != "cuda";
+  codegen::AttachKernelsReport report;
+  status = codegen::attachKernels(plan, attach, report);
+  if (!status.isOk())
+    return module.emitError() << status.message();
+  for (const std::string &warning : report.warnings)
+    llvm::errs() << "dsc: warning: " << warning << "\n";
+  if (options.emitKernels.empty())
+    return success();
+
+  std::string error;
+  auto out = openOutputFile(path, &error);
+  if (!out)
+    return module.emitError() << error;
+  llvm::raw_ostream &os = out->os();
+  os << "// " << report.kernels << " kernels for " << report.stepsWithKernels << " of "
+     << report.steps << " steps with a kernel rule (" << report.declined << " declined)\n";
+  for (const std::string &decline : report.declines)
+    os << "// declined: " << decline << "\n";
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const dsp::KernelT &kernel = *plan.kernels[i];
+    os << "\n// ---- kernel " << kernel.name << " (entry " << kernel.entry << ")\n";
+    if (options.emitKernels == "cuda")
+      os << report.sources[i];
+    else
+      os << llvm::StringRef(reinterpret_cast<const char *>(kernel.ptx.data()),
+                            kernel.ptx.size());
+  }
+  out->keep();
+  printed = true;
+  return success();
 }
 
 } // namespace
@@ -411,6 +466,11 @@ LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weig
   Exporter exporter(module, weights, options, writer);
   if (failed(exporter.run()))
     return failure();
+  bool printed = false;
+  if (failed(attachPlanKernels(module, options, writer.plan(), printed, path)))
+    return failure();
+  if (printed)
+    return success();
   dsrt::Status status = writer.write(path);
   if (!status.isOk())
     return module.emitError() << status.message();

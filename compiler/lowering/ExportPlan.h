@@ -14,6 +14,9 @@ namespace dsc {
 // The module attribute (an integer) in which the tp-shard pass records the
 // tensor-parallel degree: the plan gets one weight section per rank.
 inline constexpr const char kTensorParallelRanksAttr[] = "dsc.tp_ranks";
+// The module attribute (i64 array) in which the tp-shard pass records each rank's shard of a
+// vocabulary-parallel LM head when it added the prefill_greedy/decode_greedy programs.
+inline constexpr const char kVocabShardSizesAttr[] = "dsc.tp_vocab_sizes";
 
 struct ExportOptions {
   // How float weights are stored: "fp32", "fp16" or "bf16". The programs compute in the
@@ -26,6 +29,12 @@ struct ExportOptions {
   std::string modelDirectory;
   std::string commandLine;
   std::string producer;
+  // GPU architectures to generate kernels for ("sm_80,sm_90"), or "none": a CPU-only plan
+  // (codegen/AttachKernels.h).
+  std::string arch = "none";
+  // "" writes the plan to `path`; "cuda" or "ptx" writes each generated kernel's
+  // specialised source or PTX there instead ('-': stdout).
+  std::string emitKernels;
 };
 
 // Errors are emitted as diagnostics on the module.

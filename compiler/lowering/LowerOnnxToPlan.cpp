@@ -229,7 +229,9 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     // @main is the export's interface (`program`, forward by default); recognition may add
     // @prefill and @decode (docs/transformer-ops.md, "Programs"), each its own program.
     SmallVector<std::pair<func::FuncOp, std::string>> programs = {{main, programName}};
-    for (llvm::StringRef name : {"prefill", "decode"})
+    // With --tp, @prefill_greedy and @decode_greedy (the rank's logits shard, for the
+    // distributed argmax) too.
+    for (llvm::StringRef name : {"prefill", "decode", "prefill_greedy", "decode_greedy"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         programs.push_back({func, name.str()});
     for (auto &[func, name] : programs)
@@ -246,7 +248,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     SmallVector<Probe> probes = {{maxBatch, 0, maxSeqLen},
                                  {maxBatch, maxSeqLen - 1, 1},
                                  {maxBatch, maxSeqLen / 2, maxSeqLen - maxSeqLen / 2}};
-    if (name == "decode")
+    if (name == "decode" || name == "decode_greedy")
       probes = {{maxBatch, maxSeqLen - 1, 1}};
     std::optional<ShapeBounds> merged;
     SmallVector<Diagnostic> probeErrors;

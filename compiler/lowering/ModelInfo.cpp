@@ -166,4 +166,21 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
   return success();
 }
 
+void describeVocabularyShards(dsp::PlanT &plan, llvm::ArrayRef<int64_t> vocabSizes) {
+  if (!plan.model)
+    return;
+  for (const char *name : {"prefill_greedy", "decode_greedy"}) {
+    const dsp::ProgramT *program = findProgram(plan, name);
+    if (!program || findTensor(plan, program->outputs, {"local_logits"}).empty())
+      return;
+  }
+  plan.model->local_logits = "local_logits";
+  int64_t offset = 0;
+  for (int64_t size : vocabSizes) {
+    plan.model->rank_vocab_offsets.push_back(offset);
+    plan.model->rank_vocab_sizes.push_back(size);
+    offset += size;
+  }
+}
+
 } // namespace dsc

@@ -8,6 +8,7 @@
 
 #include "mlir/IR/Location.h"
 #include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/ArrayRef.h"
 
 #include <string>
 
@@ -20,6 +21,11 @@ namespace dsc {
 // a learned position table (the lookup would fail at run time), a warning for the others.
 mlir::LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
                                   int64_t maxSeqLen, mlir::Location loc);
+
+// Records the greedy programs' local logits and each rank's shard of the vocabulary
+// (`vocabSizes`, the tp-shard pass's split) in plan.model, when the plan has prefill_greedy
+// and decode_greedy programs with a `local_logits` output.
+void describeVocabularyShards(dsp::PlanT &plan, llvm::ArrayRef<int64_t> vocabSizes);
 
 } // namespace dsc
 

@@ -59,10 +59,15 @@ SmallVector<Value> stepInputs(Operation *op) {
   SmallVector<Value> inputs;
   if (auto linear = dyn_cast<tfm::LinearOp>(op)) {
     inputs.assign({linear.getInput(), linear.getWeight(), linear.getBias(), linear.getScales()});
+    // The fused residual is input 4; an unfused layer keeps its four inputs.
+    if (Value residual = linear.getResidual())
+      inputs.push_back(residual);
     return inputs;
   }
   if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
     inputs.assign({norm.getInput(), norm.getScale(), norm.getBias()});
+    if (Value residual = norm.getResidual())
+      inputs.push_back(residual);
     return inputs;
   }
   if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
@@ -99,6 +104,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     attrs.append("epsilon", b.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
   } else if (auto linear = dyn_cast<tfm::LinearOp>(op)) {
     attrs.append("parallel", b.getStringAttr(tfm::stringifyParallelism(linear.getParallel())));
+    if (std::optional<tfm::ActivationKind> activation = linear.getActivation())
+      attrs.append("activation", b.getStringAttr(tfm::stringifyActivationKind(*activation)));
   } else if (auto activation = dyn_cast<tfm::ActivationOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {

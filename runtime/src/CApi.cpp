@@ -3,11 +3,15 @@
 
 #include "Status.h"
 #include "session/Session.h"
+#include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
 
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <set>
+#include <string>
 
 #include "PlanHandle.h"     // struct dsrt_plan
 #include "SessionHandle.h"  // struct dsrt_session, dsrt_generation
@@ -30,6 +34,17 @@ const dsp::Program *findProgram(const dsp::Plan &plan, const char *name) {
     if (program->name() && program->name()->str() == name)
       return program;
   return nullptr;
+}
+
+// The number of CUDA devices; with none, the reason becomes this thread's last error.
+int cudaDeviceCount() {
+  std::string whyNot;
+  int count = dsrt::cuda::availableDeviceCount(&whyNot);
+  if (count <= 0) {
+    dsrt::fail(DSRT_UNSUPPORTED, whyNot.empty() ? "no CUDA device" : whyNot);
+    return 0;
+  }
+  return count;
 }
 
 } // namespace
@@ -203,6 +218,40 @@ dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program, 
   return DSRT_OK;
 }
 
+int dsrt_cuda_device_count(void) { return cudaDeviceCount(); }
+
+dsrt_status dsrt_session_memory(const dsrt_session *session, dsrt_memory *out) {
+  if (!session || !out)
+    return nullArgument(!session ? "session" : "out");
+  dsrt::SessionMemory memory = session->session->memory();
+  out->weights = memory.weights;
+  out->arena = memory.arena;
+  out->kv_cache = memory.kvCache;
+  out->other = memory.other;
+  return DSRT_OK;
+}
+
+const char *dsrt_session_device_name(const dsrt_session *session) {
+  if (!session)
+    return nullptr;
+  // Interned: a process sees a handful of device names, and an interned one outlives every
+  // session that returned it, without a field in the session handle.
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(session->session->deviceName()).first->c_str();
+}
+
+dsrt_status dsrt_session_copy_bandwidth(dsrt_session *session, uint64_t bytes,
+                                        double *bytes_per_second) {
+  if (!session || !bytes_per_second)
+    return nullArgument(!session ? "session" : "bytes_per_second");
+  if (bytes == 0)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "the copy measuring bandwidth needs bytes > 0");
+  return fromStatus(session->session->measureCopyBandwidth(bytes, *bytes_per_second),
+                    DSRT_DEVICE_ERROR);
+}
+
 void dsrt_free(void *pointer) { std::free(pointer); }
 
 void dsrt_generate_options_init(dsrt_generate_options *options) {
@@ -225,6 +274,7 @@ dsrt_status dsrt_generate(dsrt_session *session, size_t count, const int64_t *co
     return status;
   if (dsrt_status status = dsrt::toGenerateOptions(options, cpp))
     return status;
+  cpp.group = session->collectives.get();  // an MPI rank's group: the distributed argmax
   auto generation = std::make_unique<dsrt_generation>();
   if (dsrt_status status = fromStatus(
           dsrt::generate(*session->session, batch, cpp, generation->sequences),

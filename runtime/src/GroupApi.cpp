@@ -7,6 +7,9 @@
 #include "Status.h"
 #include "comm/InProcessGroup.h"
 #include "comm/MpiCollectives.h"
+#include "comm/Nccl.h"
+
+#include <cstdio>
 
 #include <functional>
 #include <thread>
@@ -56,6 +59,33 @@ dsrt_status fromStatus(const dsrt::Status &status, dsrt_status code) {
   return status.isOk() ? DSRT_OK : dsrt::fail(code, status.message());
 }
 
+// An MPI rank on a GPU: the host collectives over MPI (the generator's, and host steps')
+// and NCCL between the GPUs, owned together so that the session's handle keeps both alive
+// as long as the session that points to them (and destroys them after it).
+class MpiGpuGroup final : public dsrt::ops::Collectives {
+public:
+  MpiGpuGroup(std::unique_ptr<dsrt::ops::Collectives> host,
+              std::unique_ptr<dsrt::NcclCollectives> device)
+      : host_(std::move(host)), device_(std::move(device)) {}
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  dsrt::Status allReduceSum(float *data, int64_t count) override {
+    return host_->allReduceSum(data, count);
+  }
+  dsrt::Status allGather(const void *mine, const std::vector<int64_t> &bytes,
+                         void *out) override {
+    return host_->allGather(mine, bytes, out);
+  }
+  dsrt::Status allReduceMax(uint64_t *data, int64_t count) override {
+    return host_->allReduceMax(data, count);
+  }
+  dsrt::NcclCollectives *device() { return device_.get(); }
+
+private:
+  std::unique_ptr<dsrt::ops::Collectives> host_;
+  std::unique_ptr<dsrt::NcclCollectives> device_;
+};
+
 } // namespace
 
 extern "C" {
@@ -69,13 +99,36 @@ dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_se
   if (dsrt_status status =
           fromStatus(dsrt::createMpiCollectives(collectives), DSRT_UNSUPPORTED))
     return status;
+  // On GPUs the collectives run on NCCL; without it (no libnccl, no GPU, ranks sharing a
+  // GPU) the CUDA session stages them through host memory over MPI. Every rank reaches the
+  // same outcome (NcclCollectives::create agrees across ranks), so rank 0 alone says so.
+  dsrt::cuda::DeviceCollectives *deviceCollectives = nullptr;
+  if (device == DSRT_DEVICE_CUDA && collectives->size() > 1) {
+    std::unique_ptr<dsrt::NcclCollectives> nccl;
+    dsrt::Status status = dsrt::NcclCollectives::create(*collectives, nccl);
+    if (status.isOk()) {
+      auto group = std::make_unique<MpiGpuGroup>(std::move(collectives), std::move(nccl));
+      deviceCollectives = group->device();
+      collectives = std::move(group);
+    } else if (collectives->rank() == 0) {
+      std::fprintf(stderr,
+                   "dsrt: no NCCL for the tensor-parallel ranks (%s); their collectives are "
+                   "staged through host memory over MPI\n",
+                   status.message().c_str());
+    }
+  }
   std::unique_ptr<dsrt::Session> session;
   if (dsrt_status status = fromStatus(
-          dsrt::createSession(plan->file, collectives->rank(), dsrt::deviceKind(device), collectives.get(), session),
+          dsrt::createSession(plan->file, collectives->rank(), dsrt::deviceKind(device),
+                              collectives.get(), session, deviceCollectives),
           DSRT_INVALID_ARGUMENT))
     return status;
-  *out = new (std::nothrow) dsrt_session{std::move(collectives), std::move(session), {}};
-  return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+  *out = new (std::nothrow) dsrt_session{};
+  if (!*out)
+    return dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
+  (*out)->collectives = std::move(collectives);
+  (*out)->session = std::move(session);
+  return DSRT_OK;
 }
 
 dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **out) {
@@ -106,7 +159,7 @@ dsrt_status dsrt_group_set_input(dsrt_group *group, const char *program, size_t 
   if (!group || !program)
     return nullArgument(!group ? "group" : "program");
   for (const auto &session : group->sessions) {
-    dsrt_session handle{nullptr, nullptr, {}};
+    dsrt_session handle{};
     handle.session.reset(session.get());
     dsrt_status status = dsrt_session_set_input(&handle, program, index, dtype, shape, rank, data);
     handle.session.release();
@@ -129,7 +182,7 @@ dsrt_status dsrt_group_get_output(dsrt_group *group, const char *program, size_t
                                   dsrt_tensor *out) {
   if (!group)
     return nullArgument("group");
-  dsrt_session handle{nullptr, nullptr, {}};
+  dsrt_session handle{};
   handle.session.reset(group->sessions[0].get());
   dsrt_status status = dsrt_session_get_output(&handle, program, index, out);
   handle.session.release();
@@ -151,8 +204,8 @@ dsrt_status dsrt_group_generate(dsrt_group *group, size_t count, const int64_t *
     return status;
   if (dsrt_status status = dsrt::toGenerateOptions(options, rank0))
     return status;
-  // Every rank draws the same tokens from the same gathered logits and seed; only rank 0
-  // reports them. Whether the callback stops a sequence must reach every rank in the same
+  // Every rank draws the same tokens from the same gathered logits and seed (greedy with a
+  // vocabulary-parallel LM head: from one distributed argmax); only rank 0 reports them. Whether the callback stops a sequence must reach every rank in the same
   // call, or the ranks would run different numbers of steps and wait on each other.
   dsrt::GenerateOptions others = rank0;
   bool stop = false;
@@ -173,8 +226,9 @@ dsrt_status dsrt_group_generate(dsrt_group *group, size_t count, const int64_t *
   }
   std::vector<std::vector<dsrt::GeneratedSequence>> results(group->sessions.size());
   dsrt::Status status = runRanks(*group, [&](int rank) {
-    return dsrt::generate(*group->sessions[rank], batch, rank == 0 ? rank0 : others,
-                          results[rank]);
+    dsrt::GenerateOptions options = rank == 0 ? rank0 : others;
+    options.group = &group->group->member(rank);
+    return dsrt::generate(*group->sessions[rank], batch, options, results[rank]);
   });
   if (dsrt_status code = fromStatus(status, DSRT_INVALID_ARGUMENT))
     return code;

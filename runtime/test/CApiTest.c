@@ -36,6 +36,17 @@ static void withoutPlan(void) {
                "/nonexistent/model.dsp");
   EXPECT(plan == NULL);
   EXPECT_ERROR(dsrt_plan_open(NULL, &plan), DSRT_INVALID_ARGUMENT, "path is null");
+  /* No GPU is not an error: the count is 0 and CUDA sessions fall back to the CPU. */
+  if (dsrt_cuda_device_count() == 0)
+    EXPECT(strlen(dsrt_last_error()) > 0); /* the reason there is none */
+  else
+    EXPECT(dsrt_cuda_device_count() > 0);
+  dsrt_memory memory;
+  double bandwidth = 0;
+  EXPECT_ERROR(dsrt_session_memory(NULL, &memory), DSRT_INVALID_ARGUMENT, "session is null");
+  EXPECT_ERROR(dsrt_session_copy_bandwidth(NULL, 1024, &bandwidth), DSRT_INVALID_ARGUMENT,
+               "session is null");
+  EXPECT(dsrt_session_device_name(NULL) == NULL);
 }
 
 static void withPlan(const char *path) {
@@ -61,6 +72,29 @@ static void withPlan(const char *path) {
   if (!session) {
     dsrt_plan_close(plan);
     return;
+  }
+  /* A CPU session holds the rank's weight section and an arena; the copy bandwidth of any
+   * machine this runs on is far above 1 MB/s and below 10 TB/s. */
+  EXPECT(strcmp(dsrt_session_device_name(session), "cpu") == 0);
+  dsrt_memory memory;
+  EXPECT(dsrt_session_memory(session, &memory) == DSRT_OK);
+  EXPECT(memory.weights > 0 && memory.arena > 0);
+  EXPECT_ERROR(dsrt_session_memory(session, NULL), DSRT_INVALID_ARGUMENT, "out is null");
+  double bandwidth = 0;
+  EXPECT(dsrt_session_copy_bandwidth(session, 1 << 20, &bandwidth) == DSRT_OK);
+  EXPECT(bandwidth > 1e6 && bandwidth < 1e13);
+  EXPECT_ERROR(dsrt_session_copy_bandwidth(session, 0, &bandwidth), DSRT_INVALID_ARGUMENT,
+               "bytes > 0");
+  EXPECT_ERROR(dsrt_session_copy_bandwidth(session, 1024, NULL), DSRT_INVALID_ARGUMENT,
+               "bytes_per_second is null");
+  /* A CUDA session is on the GPU where there is one, else on the CPU fallback. */
+  dsrt_session *cuda = NULL;
+  EXPECT(dsrt_session_create(plan, 0, DSRT_DEVICE_CUDA, &cuda) == DSRT_OK);
+  if (cuda) {
+    const char *name = dsrt_session_device_name(cuda);
+    EXPECT(dsrt_cuda_device_count() == 0 ? strcmp(name, "cpu") == 0
+                                         : strncmp(name, "cuda:", 5) == 0);
+    dsrt_session_destroy(cuda);
   }
   int64_t ids[4] = {5, 17, 42, 7}, mask[4] = {1, 1, 1, 1}, positions[4] = {0, 1, 2, 3};
   int64_t shape[2] = {1, 4};

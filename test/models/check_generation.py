@@ -3,6 +3,9 @@
 
 * Each prompt alone: greedy tokens equal `model.generate`'s (exact ids).
 * The prompts as one left-padded batch: each row's tokens equal the prompt alone's.
+* With --distributed-argmax N: every greedy run took the tensor-parallel greedy path (the
+  prefill_greedy/decode_greedy programs and one all-reduce of packed argmax keys instead of
+  gathered logits), as each of the N ranks says on stderr under DSRT_TRACE_GENERATE=1.
 * With --prefill: the `prefill` program's last-position logits of each prompt alone match
   transformers' within |ours - ref| <= atol + rtol * |ref| (defaults 1e-4, 1e-4: fp32 with a
   different summation order).
@@ -20,10 +23,12 @@ import sys
 import tempfile
 
 
-def run(command):
-    result = subprocess.run(command, capture_output=True, text=True)
+def run(command, env=None, stderr_out=None):
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         sys.exit(f"FAIL: {' '.join(command)}\n{result.stdout}{result.stderr}")
+    if stderr_out is not None:
+        stderr_out.append(result.stderr)
     return result.stdout
 
 
@@ -36,8 +41,19 @@ def generate(args, prompts, max_new):
     command = dsrun(args) + ["--max-new-tokens", str(max_new), "--ignore-eos"]
     for prompt in prompts:
         command += ["--prompt-ids", ",".join(map(str, prompt))]
+    env = None
+    stderr = []
+    if args.distributed_argmax:
+        env = dict(os.environ, DSRT_TRACE_GENERATE="1")
+    stdout = run(command, env, stderr)
+    if args.distributed_argmax:
+        for rank in range(args.distributed_argmax):
+            note = (f"rank {rank}: greedy by distributed argmax over "
+                    f"{args.distributed_argmax} vocabulary shards")
+            if note not in stderr[0]:
+                sys.exit(f"FAIL: {' '.join(command)}: no '{note}' on stderr:\n{stderr[0]}")
     rows = {}
-    for line in run(command).splitlines():
+    for line in stdout.splitlines():
         match = re.match(r"sequence (\d+):((?: \d+)*) \((\w+)\)", line)
         if match:
             rows[int(match.group(1))] = [int(t) for t in match.group(2).split()]
@@ -108,6 +124,9 @@ def main():
                              "--dsrun-arg=inprocess)")
     parser.add_argument("--launcher", default="",
                         help="a command that runs dsrun, e.g. 'mpirun -np 2'")
+    parser.add_argument("--distributed-argmax", type=int, default=0, metavar="N",
+                        help="require every greedy run of the N ranks to take the "
+                             "distributed argmax")
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
@@ -147,6 +166,8 @@ def main():
         sys.exit(1)
     print(f"OK: {len(prompts)} prompts x {max_new} greedy tokens alone"
           + ("" if args.alone_only else " and batched")
+          + (f" (distributed argmax over {args.distributed_argmax} ranks)"
+             if args.distributed_argmax else "")
           + (f", prefill logits (max abs diff {largest:.3g})" if args.prefill else ""))
 
 

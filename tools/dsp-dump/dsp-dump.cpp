@@ -108,6 +108,14 @@ void printHeader(const PlanFile &file) {
       std::printf(" %" PRId64, m->eos_token_ids()->Get(i));
     std::printf(", pad %" PRId64 ", %u past/present pairs\n", m->pad_token_id(),
                 length(m->kv_pairs()));
+    if (m->local_logits() && m->local_logits()->size()) {
+      std::printf("distributed greedy: local logits '%s', vocabulary per rank",
+                  str(m->local_logits()));
+      for (uint32_t r = 0; r < length(m->rank_vocab_offsets()); ++r)
+        std::printf(" [%" PRId64 ", +%" PRId64 ")", m->rank_vocab_offsets()->Get(r),
+                    r < length(m->rank_vocab_sizes()) ? m->rank_vocab_sizes()->Get(r) : -1);
+      std::printf("\n");
+    }
   }
 }
 
@@ -215,10 +223,40 @@ bool printSections(PlanFile &file, bool verify) {
   return ok;
 }
 
+// Writes each kernel's PTX to `directory`/<name>.ptx and its cubins to <name>.<arch>.cubin
+// (for ptxas and cuobjdump); false when a file cannot be written.
+bool extractKernels(const dsp::Plan &plan, const std::string &directory) {
+  auto save = [&](const std::string &file, const flatbuffers::Vector<uint8_t> *bytes) {
+    std::string path = directory + "/" + file;
+    FILE *out = std::fopen(path.c_str(), "wb");
+    bool ok = out && (!length(bytes) ||
+                      std::fwrite(bytes->data(), 1, bytes->size(), out) == bytes->size());
+    if (out)
+      ok = std::fclose(out) == 0 && ok;
+    if (!ok)
+      std::fprintf(stderr, "dsp-dump: cannot write %s\n", path.c_str());
+    return ok;
+  };
+  for (uint32_t k = 0; k < length(plan.kernels()); ++k) {
+    const dsp::Kernel &kernel = *plan.kernels()->Get(k);
+    if (length(kernel.ptx()) && !save(std::string(str(kernel.name())) + ".ptx", kernel.ptx()))
+      return false;
+    for (uint32_t b = 0; b < length(kernel.binaries()); ++b) {
+      const dsp::KernelBinary &binary = *kernel.binaries()->Get(b);
+      if (!save(std::string(str(kernel.name())) + "." + str(binary.arch()) + ".cubin",
+                binary.cubin()))
+        return false;
+    }
+  }
+  std::printf("extracted %u kernels to %s\n", length(plan.kernels()), directory.c_str());
+  return true;
+}
+
 int usage(FILE *out) {
-  std::fprintf(out, "usage: dsp-dump [--verify-sections] plan.dsp\n"
+  std::fprintf(out, "usage: dsp-dump [--verify-sections] [--extract-kernels DIR] plan.dsp\n"
                     "Prints a plan file's header, programs, kernels, tensors and weight\n"
-                    "sections; --verify-sections also checks every section's checksum.\n");
+                    "sections; --verify-sections also checks every section's checksum;\n"
+                    "--extract-kernels writes each kernel's PTX and cubins to DIR instead.\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -226,10 +264,12 @@ int usage(FILE *out) {
 
 int main(int argc, char **argv) {
   bool verify = false;
-  std::string path;
+  std::string path, extractDirectory;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--verify-sections"))
       verify = true;
+    else if (!std::strcmp(argv[i], "--extract-kernels") && i + 1 < argc)
+      extractDirectory = argv[++i];
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
       return usage(stdout);
     else if (argv[i][0] == '-' || !path.empty())
@@ -246,6 +286,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "dsp-dump: %s\n", status.message().c_str());
     return 1;
   }
+  if (!extractDirectory.empty())
+    return extractKernels(file->plan(), extractDirectory) ? 0 : 1;
   printHeader(*file);
   printTensors(file->plan());
   printPrograms(file->plan());

@@ -1,6 +1,6 @@
-// dsrun: runs a plan on the CPU through libdsrt's C API. Inputs come from TensorProto .pb
-// files (the ONNX node-test layout) or from token ids on the command line; outputs are
-// printed, written as .pb, or compared with expected .pb files.
+// dsrun: runs a plan on the CPU or a GPU through libdsrt's C API. Inputs come from
+// TensorProto .pb files (the ONNX node-test layout) or from token ids on the command line;
+// outputs are printed, written as .pb, or compared with expected .pb files.
 #include "dsrt/dsrt.h"
 #include "io/TensorProto.h"
 
@@ -24,6 +24,7 @@ struct Options {
   std::vector<int64_t> tokens;
   int rank = 0;
   std::string ranks;  // "", "inprocess" or "mpi"
+  dsrt_device device = DSRT_DEVICE_CPU;
   double rtol = 1e-4, atol = 1e-5;
   bool quiet = false;
   // Generation (any of these selects it).
@@ -35,9 +36,12 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: dsrun plan.dsp [--program NAME] [--rank R | --ranks inprocess|mpi]\n"
+    "usage: dsrun plan.dsp [--device cpu|cuda] [--program NAME]\n"
+    "             [--rank R | --ranks inprocess|mpi]\n"
     "             [--input FILE.pb]... [--input-dir DIR] [--tokens 1,2,3]\n"
     "             [--output-dir DIR] [--expect-dir DIR [--rtol X] [--atol Y]] [--quiet]\n"
+    "  --device      where the plan runs (default cpu); cuda without a usable GPU falls\n"
+    "                back to the CPU and says so once on stderr\n"
     "  --ranks       all tensor-parallel ranks of the plan: threads of this process\n"
     "                (inprocess), or MPI processes (mpi; the default under mpirun)\n"
     "  --input       a TensorProto; bound by its name, else in order\n"
@@ -53,7 +57,9 @@ const char *kUsage =
     "             [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "             [--stop ID]... [--ignore-eos]\n"
     "  --prompt      text, encoded by the tokenizer embedded in the plan; prints text\n"
-    "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n";
+    "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n"
+    "\n"
+    "       dsrun --list-devices   prints 'cuda devices: N', with the reason when N is 0\n";
 
 [[noreturn]] void die(const std::string &message, int code = 2) {
   std::cerr << "dsrun: error: " << message << "\n";
@@ -92,6 +98,21 @@ Options parse(int argc, char **argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       std::exit(0);
+    } else if (arg == "--list-devices") {
+      int count = dsrt_cuda_device_count();
+      std::cout << "cuda devices: " << count;
+      if (count == 0)
+        std::cout << " (" << dsrt_last_error() << ")";
+      std::cout << "\n";
+      std::exit(0);
+    } else if (arg == "--device") {
+      std::string device = value();
+      if (device == "cpu")
+        options.device = DSRT_DEVICE_CPU;
+      else if (device == "cuda")
+        options.device = DSRT_DEVICE_CUDA;
+      else
+        die("--device is 'cpu' or 'cuda', not '" + device + "'");
     } else if (arg == "--program") options.program = value();
     else if (arg == "--rank") options.rank = std::atoi(value().c_str());
     else if (arg == "--ranks") {
@@ -353,9 +374,9 @@ int main(int argc, char **argv) {
   Runner runner;
   int planRanks = dsrt_plan_rank_count(plan);
   if (options.ranks == "inprocess") {
-    check(dsrt_group_create(plan, DSRT_DEVICE_CPU, &runner.group), "cannot create the ranks");
+    check(dsrt_group_create(plan, options.device, &runner.group), "cannot create the ranks");
   } else if (options.ranks == "mpi") {
-    check(dsrt_session_create_mpi(plan, DSRT_DEVICE_CPU, &runner.session),
+    check(dsrt_session_create_mpi(plan, options.device, &runner.session),
           "cannot create this MPI rank's session");
     const char *worldRank = std::getenv("OMPI_COMM_WORLD_RANK");
     runner.printer = !worldRank || std::string(worldRank) == "0";
@@ -364,7 +385,7 @@ int main(int argc, char **argv) {
       die("the plan has " + std::to_string(planRanks) + " tensor-parallel ranks: run them "
           "together with --ranks inprocess, or mpirun -np " + std::to_string(planRanks) +
           " dsrun ...");
-    check(dsrt_session_create(plan, options.rank, DSRT_DEVICE_CPU, &runner.session),
+    check(dsrt_session_create(plan, options.rank, options.device, &runner.session),
           "cannot create a session");
   }
   if (!runner.printer)

@@ -187,9 +187,12 @@ static void printIndexValue(OpAsmPrinter &printer, Operation *, Value dynamic,
 //===----------------------------------------------------------------------===//
 
 LogicalResult ProgramOp::verify() {
-  if (!llvm::is_contained({"prefill", "decode", "forward"}, getSymName()))
+  // prefill_greedy/decode_greedy: tensor parallelism's greedy programs (tp-shard).
+  if (!llvm::is_contained({"prefill", "decode", "forward", "prefill_greedy", "decode_greedy"},
+                          getSymName()))
     return emitOpError() << "@" << getSymName()
-                         << " is not a program the runtime runs (@prefill, @decode, @forward)";
+                         << " is not a program the runtime runs (@prefill, @decode, @forward)"
+                            "; with tensor parallelism also @prefill_greedy, @decode_greedy";
   Block &body = getRegion().front();
   if (body.getNumArguments() != 0)
     return emitOpError("body takes no arguments");

@@ -128,11 +128,35 @@ static LogicalResult verifyNorm(Operation *op, RankedTensorType input, Value sca
   return verifyNormParam(op, input, bias, "bias");
 }
 
+// The fused residual form: `residual` is added to the input before normalising, and the
+// sum is the second result; neither comes without the other.
+static LogicalResult verifyNormResidual(Operation *op, Value input, Value residual, Value sum) {
+  if (!residual && !sum)
+    return success();
+  if (!residual || !sum)
+    return op->emitOpError("a residual operand and the sum result come together");
+  if (residual.getType() != input.getType())
+    return op->emitOpError() << "residual " << residual.getType()
+                             << " must have the input's type " << input.getType();
+  if (sum.getType() != input.getType())
+    return op->emitOpError() << "sum " << sum.getType() << " must have the input's type "
+                             << input.getType();
+  return success();
+}
+
+// Numbered results, as before the fused form gave the norms a second one.
+void LayerNormOp::getAsmResultNames(OpAsmSetValueNameFn) {}
+void RmsNormOp::getAsmResultNames(OpAsmSetValueNameFn) {}
+
 LogicalResult LayerNormOp::verify() {
+  if (failed(verifyNormResidual(*this, getInput(), getResidual(), getSum())))
+    return failure();
   return verifyNorm(*this, getInput().getType(), getScale(), getBias(), getEpsilon());
 }
 
 LogicalResult RmsNormOp::verify() {
+  if (failed(verifyNormResidual(*this, getInput(), getResidual(), getSum())))
+    return failure();
   return verifyNorm(*this, getInput().getType(), getScale(), Value(), getEpsilon());
 }
 
@@ -188,6 +212,17 @@ LogicalResult LinearOp::verify() {
     if (failed(expectDim(*this, bias, 0, outFeatures, "bias size")))
       return failure();
   }
+  if (Value residual = getResidual()) {
+    if (getParallel() == Parallelism::row)
+      return emitOpError("a row-parallel linear takes no residual: its result is a partial "
+                         "sum until the all-reduce");
+    if (residual.getType() != out)
+      return emitOpError() << "residual " << residual.getType() << " must have the result's type "
+                           << out;
+  }
+  if (getActivation() && getParallel() == Parallelism::row)
+    return emitOpError("a row-parallel linear takes no activation: its result is a partial "
+                       "sum until the all-reduce");
   return success();
 }
 

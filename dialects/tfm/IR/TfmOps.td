@@ -5,6 +5,7 @@ include "dialects/tfm/IR/TfmBase.td"
 include "dialects/tfm/IR/TfmAttrs.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/OpAsmInterface.td"
 
 //===----------------------------------------------------------------------===//
 // Weights.
@@ -60,28 +61,61 @@ def Tfm_EmbeddingOp : Tfm_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Tfm_LayerNormOp : Tfm_Op<"layer_norm", [Pure, AllTypesMatch<["input", "output"]>]> {
+// The norms keep numbered results (ODS would name them after their results, `%output`,
+// which the attention's result already takes in printed IR and tests).
+def Tfm_LayerNormOp : Tfm_Op<"layer_norm", [Pure, AttrSizedOperandSegments,
+    AllTypesMatch<["input", "output"]>,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "layer normalisation of the last dimension, scale and optional bias";
+  let description = [{
+    With `residual` (the fuse pass's residual add + norm): the normalised value is
+    input + residual, and the second result `sum` is input + residual itself, the block's
+    residual stream for the layers after it.
+  }];
   let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$scale,
-                   Optional<Tfm_FloatTensor>:$bias,
+                   Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$residual,
                    DefaultValuedAttr<F32Attr, "1e-05">:$epsilon);
-  let results = (outs Tfm_FloatTensor:$output);
+  let results = (outs Tfm_FloatTensor:$output, Optional<Tfm_FloatTensor>:$sum);
   let assemblyFormat = [{
-    $input `,` $scale (`,` $bias^)? `eps` $epsilon attr-dict `:` type($input) `,` type($scale)
-    (`,` type($bias)^)?
+    $input `,` $scale (`,` $bias^)? (`residual` $residual^)? `eps` $epsilon attr-dict `:`
+    type($input) `,` type($scale) (`,` type($bias)^)? (`residual` type($residual)^ `->`
+    type($sum))?
   }];
   let hasVerifier = 1;
+  let builders = [
+    // The unfused norm: no residual, one result.
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$scale,
+                   "::mlir::Value":$bias, "::mlir::FloatAttr":$epsilon), [{
+      build($_builder, $_state, output, ::mlir::Type(), input, scale, bias, ::mlir::Value(),
+            epsilon);
+    }]>
+  ];
 }
 
-def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>]> {
+def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "RMS normalisation of the last dimension: x / sqrt(mean(x^2) + eps) * scale";
+  let description = [{
+    With `residual`, as tfm.layer_norm: the norm of input + residual, and `sum` =
+    input + residual.
+  }];
   let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$scale,
+                   Optional<Tfm_FloatTensor>:$residual,
                    DefaultValuedAttr<F32Attr, "1e-06">:$epsilon);
-  let results = (outs Tfm_FloatTensor:$output);
+  let results = (outs Tfm_FloatTensor:$output, Optional<Tfm_FloatTensor>:$sum);
   let assemblyFormat = [{
-    $input `,` $scale `eps` $epsilon attr-dict `:` type($input) `,` type($scale)
+    $input `,` $scale (`residual` $residual^)? `eps` $epsilon attr-dict `:` type($input) `,`
+    type($scale) (`residual` type($residual)^ `->` type($sum))?
   }];
   let hasVerifier = 1;
+  let builders = [
+    // The unfused norm: no residual, one result.
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$scale,
+                   "::mlir::FloatAttr":$epsilon), [{
+      build($_builder, $_state, output, ::mlir::Type(), input, scale, ::mlir::Value(),
+            epsilon);
+    }]>
+  ];
 }
 
 def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
@@ -92,17 +126,40 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     produces a shard of the output features, a row-parallel one a partial sum that a
     tfm.all_reduce completes. A row-parallel layer has no bias: the bias is added once,
     after the reduction.
+
+    The fuse pass moves what follows the product into its epilogue: `activation` (a
+    tfm.activation kind) and then `residual` (a tensor of the result's type). The result
+    is act(x . weight^T + bias) + residual.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8]>:$weight,
                    Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
+                   Optional<Tfm_FloatTensor>:$residual,
                    DefaultValuedAttr<Tfm_ParallelismAttr,
-                                     "::dsc::tfm::Parallelism::replicated">:$parallel);
+                                     "::dsc::tfm::Parallelism::replicated">:$parallel,
+                   OptionalAttr<Tfm_ActivationKindAttr>:$activation);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
-    $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)? attr-dict
+    $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)?
+    (`activation` $activation^)? (`residual` $residual^)? attr-dict
     `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let builders = [
+    // The unfused layer: no activation, no residual.
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
+                   "::mlir::Value":$bias, "::mlir::Value":$scales,
+                   "::dsc::tfm::ParallelismAttr":$parallel), [{
+      build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(), parallel,
+            ::dsc::tfm::ActivationKindAttr());
+    }]>,
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
+                   "::mlir::Value":$bias, "::mlir::Value":$scales,
+                   "::dsc::tfm::Parallelism":$parallel), [{
+      build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(),
+            ::dsc::tfm::ParallelismAttr::get($_builder.getContext(), parallel),
+            ::dsc::tfm::ActivationKindAttr());
+    }]>
+  ];
 }
 
 def Tfm_ActivationOp : Tfm_Op<"activation", [Pure, SameOperandsAndResultType]> {

@@ -91,10 +91,38 @@ DSRT_API dsrt_status dsrt_session_run(dsrt_session *session, const char *program
 DSRT_API dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program,
                                              size_t index, dsrt_tensor *out);
 
+/* ---- Devices, memory and bandwidth (dsbench; docs/cuda-backend.md). ---- */
+
+/* CUDA GPUs this process can use: 0 without a driver or a GPU, and then dsrt_last_error()
+ * says why (the CPU is then the only device; a DSRT_DEVICE_CUDA session falls back to it). */
+DSRT_API int dsrt_cuda_device_count(void);
+
+/* Bytes a session holds on its device. */
+typedef struct dsrt_memory {
+  uint64_t weights;   /* this rank's weights as the device holds them */
+  uint64_t arena;     /* activations */
+  uint64_t kv_cache;  /* keys and values of the prefill/decode programs */
+  uint64_t other;     /* kernels, workspaces, staging, widened weight copies */
+} dsrt_memory;
+
+DSRT_API dsrt_status dsrt_session_memory(const dsrt_session *session, dsrt_memory *out);
+/* "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3)"; owned by the library, valid at least as long
+ * as the session. A DSRT_DEVICE_CUDA session that fell back to the CPU says "cpu". NULL for a
+ * null session. */
+DSRT_API const char *dsrt_session_device_name(const dsrt_session *session);
+/* The session device's memory bandwidth, measured by copying `bytes` within its memory:
+ * bytes read plus bytes written per second (the roofline for weight-bound decode). */
+DSRT_API dsrt_status dsrt_session_copy_bandwidth(dsrt_session *session, uint64_t bytes,
+                                                 double *bytes_per_second);
+
 /* ---- Tensor-parallel ranks (plans compiled with --tp N). ---- */
 
 /* A session for this MPI process's rank of the plan (MPI_COMM_WORLD; MPI is initialised if
- * the caller has not). The process count must equal the plan's rank count. */
+ * the caller has not). The process count must equal the plan's rank count. With
+ * DSRT_DEVICE_CUDA the device collectives run on NCCL (libnccl opened at run time, DSRT_NCCL
+ * overrides its path); without NCCL or a GPU of its own for every rank they are staged
+ * through host memory over MPI, and rank 0 says so once on stderr. Collective: every rank
+ * calls it. */
 DSRT_API dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device,
                                              dsrt_session **out);
 

@@ -28,6 +28,20 @@ public:
     return Status::ok();
   }
 
+  Status allReduceMax(uint64_t *data, int64_t count) override {
+    group_.published_[rank_] = data;
+    DSRT_RETURN_IF_ERROR(group_.barrier());
+    std::vector<uint64_t> maximum(data, data + count);
+    for (int r = 0; r < size(); ++r) {
+      const uint64_t *other = static_cast<const uint64_t *>(group_.published_[r]);
+      for (int64_t i = 0; i < count; ++i)
+        maximum[i] = std::max(maximum[i], other[i]);
+    }
+    DSRT_RETURN_IF_ERROR(group_.barrier());
+    std::copy(maximum.begin(), maximum.end(), data);
+    return Status::ok();
+  }
+
   Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) override {
     if (static_cast<int>(bytes.size()) != size())
       return Status::error("all-gather: " + std::to_string(bytes.size()) + " sizes for " +

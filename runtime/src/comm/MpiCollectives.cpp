@@ -33,6 +33,14 @@ public:
     return code == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allreduce", code);
   }
 
+  Status allReduceMax(uint64_t *data, int64_t count) override {
+    if (count > INT_MAX)
+      return Status::error("MPI: all-reduce of more than 2^31 elements");
+    int code = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_UINT64_T, MPI_MAX,
+                             MPI_COMM_WORLD);
+    return code == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allreduce", code);
+  }
+
   Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) override {
     std::vector<int> counts, displacements;
     int64_t offset = 0;

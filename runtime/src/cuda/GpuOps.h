@@ -127,6 +127,14 @@ public:
   virtual int computeCapability() const = 0;     // 80, 90, ...
   // While a CUDA graph is being captured: no host synchronisation, no reads of device data.
   virtual bool capturing() const = 0;
+  // Enqueues a device-to-device copy of `height` rows of `widthBytes` bytes whose starts are
+  // `srcPitch` and `dstPitch` bytes apart (height 1: a plain copy). Capturable. (Added with
+  // the collectives' launchers, which copy and interleave without a generated kernel.)
+  virtual Status copy(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,
+                      size_t widthBytes, size_t height) {
+    (void)dst, (void)dstPitch, (void)src, (void)srcPitch, (void)widthBytes, (void)height;
+    return error("this session cannot copy on the device");
+  }
 
   template <typename... Parts> Status error(const Parts &...parts) const {
     std::ostringstream message;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -64,7 +67,9 @@ public:
 
 private:
   Status chooseMode();
-  Status bindProgram(const char *name, std::vector<Binding> &bindings, int &logitsOutput);
+  Status bindProgram(const char *name, const std::string &logitsName,
+                     std::vector<Binding> &bindings, int &logitsOutput);
+  Status chooseGreedyShard();
   Status checkLimits();
   Status runStep(const char *program, const std::vector<Binding> &bindings, int logitsOutput,
                  const std::vector<int64_t> &ids, int64_t fresh,
@@ -77,6 +82,11 @@ private:
   const dsp::ModelInfo *model_ = nullptr;
   Mode mode_ = Mode::Recompute;
   int64_t batch_ = 0, longest_ = 0, vocab_ = 0;
+  // Greedy with a vocabulary-parallel LM head: the programs end at this rank's shard of the
+  // logits (`logitsWidth_` wide, from global index `vocabOffset_`) and the tokens come from a
+  // distributed argmax. Otherwise the logits are the whole vocabulary.
+  bool greedyShard_ = false;
+  int64_t logitsWidth_ = 0, vocabOffset_ = 0;
   // Per row of the batch: attention mask and positions of every token so far.
   std::vector<std::vector<int64_t>> mask_, positions_, tokens_;
   // ForwardWithPairs: each past input's value for the next step.
@@ -97,10 +107,44 @@ Status Run::chooseMode() {
     mode_ = Mode::ForwardWithPairs;
   else
     mode_ = Mode::Recompute;
+  logitsWidth_ = vocab_;
+  return chooseGreedyShard();
+}
+
+Status Run::chooseGreedyShard() {
+  ops::Collectives *group = options_.group;
+  if (!group || group->size() < 2 || options_.temperature != 0 || mode_ != Mode::SessionCache ||
+      !session_.program("prefill_greedy") || !session_.program("decode_greedy") ||
+      !model_->local_logits() || !model_->rank_vocab_offsets() || !model_->rank_vocab_sizes())
+    return Status::ok();
+  const auto &offsets = *model_->rank_vocab_offsets();
+  const auto &sizes = *model_->rank_vocab_sizes();
+  int rank = group->rank();
+  if (offsets.size() != static_cast<size_t>(group->size()) || sizes.size() != offsets.size())
+    return Status::error("the plan's vocabulary shards are for " +
+                         std::to_string(offsets.size()) + " ranks, not the group's " +
+                         std::to_string(group->size()));
+  int64_t offset = offsets.Get(rank), size = sizes.Get(rank);
+  // The packed key holds the global index in 32 bits.
+  if (offset < 0 || size < 1 || offset + size > vocab_ || vocab_ > 0xFFFFFFFFll)
+    return Status::error("rank " + std::to_string(rank) + "'s vocabulary shard [" +
+                         std::to_string(offset) + ", +" + std::to_string(size) +
+                         ") is not within the vocabulary of " + std::to_string(vocab_));
+  greedyShard_ = true;
+  vocabOffset_ = offset;
+  logitsWidth_ = size;
+  // Tests and curious users can see which path ran.
+  if (const char *trace = std::getenv("DSRT_TRACE_GENERATE"); trace && *trace && *trace != '0')
+    std::fprintf(stderr,
+                 "dsrt: generate: rank %d: greedy by distributed argmax over %d vocabulary "
+                 "shards (prefill_greedy, decode_greedy; shard [%lld, +%lld))\n",
+                 rank, group->size(), static_cast<long long>(offset),
+                 static_cast<long long>(size));
   return Status::ok();
 }
 
-Status Run::bindProgram(const char *name, std::vector<Binding> &bindings, int &logitsOutput) {
+Status Run::bindProgram(const char *name, const std::string &logitsName,
+                        std::vector<Binding> &bindings, int &logitsOutput) {
   const dsp::Program *program = session_.program(name);
   if (!program)
     return Status::error(std::string("the plan has no program '") + name + "'");
@@ -146,10 +190,11 @@ Status Run::bindProgram(const char *name, std::vector<Binding> &bindings, int &l
   logitsOutput = -1;
   size_t outputs = program->outputs() ? program->outputs()->size() : 0;
   for (size_t o = 0; o < outputs; ++o)
-    if (str(tensors.Get(program->outputs()->Get(o))->name()) == str(model_->logits()))
+    if (str(tensors.Get(program->outputs()->Get(o))->name()) == logitsName)
       logitsOutput = static_cast<int>(o);
   if (logitsOutput < 0)
-    return Status::error("program '" + std::string(name) + "' has no logits output");
+    return Status::error("program '" + std::string(name) + "' has no output '" + logitsName +
+                         "'");
   return Status::ok();
 }
 
@@ -236,16 +281,17 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
   DSRT_RETURN_IF_ERROR(session_.run(programName));
   TensorRef logits;
   DSRT_RETURN_IF_ERROR(session_.output(programName, logitsOutput, logits));
-  if (logits.shape.empty() || logits.shape[0] != batch_ || logits.shape.back() != vocab_ ||
-      !isFloat(logits.dtype))
+  if (logits.shape.empty() || logits.shape[0] != batch_ ||
+      logits.shape.back() != logitsWidth_ || !isFloat(logits.dtype))
     return Status::error("logits are " + shapeString(logits.shape) + ", not [" +
-                         std::to_string(batch_) + ", ..., " + std::to_string(vocab_) + "]");
+                         std::to_string(batch_) + ", ..., " + std::to_string(logitsWidth_) +
+                         "]");
   int64_t perRow = logits.elements() / batch_;
-  lastLogits.assign(batch_, std::vector<float>(vocab_));
+  lastLogits.assign(batch_, std::vector<float>(logitsWidth_));
   for (int64_t b = 0; b < batch_; ++b) {
     const uint8_t *row = static_cast<const uint8_t *>(logits.data) +
-                         (b * perRow + perRow - vocab_) * dtypeSize(logits.dtype);
-    convertFloats(logits.dtype, row, DType::F32, lastLogits[b].data(), vocab_);
+                         (b * perRow + perRow - logitsWidth_) * dtypeSize(logits.dtype);
+    convertFloats(logits.dtype, row, DType::F32, lastLogits[b].data(), logitsWidth_);
   }
   // The present keys and values become the next step's past.
   for (size_t slot = 0; slot < bindings.size(); ++slot) {
@@ -263,12 +309,17 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
 Status Run::execute(std::vector<GeneratedSequence> &out) {
   DSRT_RETURN_IF_ERROR(chooseMode());
   DSRT_RETURN_IF_ERROR(checkLimits());
-  const char *first = mode_ == Mode::SessionCache ? "prefill" : "forward";
-  const char *next = mode_ == Mode::SessionCache ? "decode" : "forward";
+  const char *first = greedyShard_                  ? "prefill_greedy"
+                      : mode_ == Mode::SessionCache ? "prefill"
+                                                    : "forward";
+  const char *next = greedyShard_                  ? "decode_greedy"
+                     : mode_ == Mode::SessionCache ? "decode"
+                                                   : "forward";
+  std::string logitsName = greedyShard_ ? str(model_->local_logits()) : str(model_->logits());
   std::vector<Binding> firstBindings, nextBindings;
   int firstLogits = -1, nextLogits = -1;
-  DSRT_RETURN_IF_ERROR(bindProgram(first, firstBindings, firstLogits));
-  DSRT_RETURN_IF_ERROR(bindProgram(next, nextBindings, nextLogits));
+  DSRT_RETURN_IF_ERROR(bindProgram(first, logitsName, firstBindings, firstLogits));
+  DSRT_RETURN_IF_ERROR(bindProgram(next, logitsName, nextBindings, nextLogits));
 
   std::vector<int64_t> stops = options_.stopTokens;
   if (!options_.ignoreEos && model_->eos_token_ids())
@@ -312,11 +363,16 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
   DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, longest_, logits));
   for (int64_t step = 0; step < options_.maxNewTokens; ++step) {
     std::vector<int64_t> chosen(batch_, padToken);
+    // Every rank takes part in the all-reduce for every row, finished or not, so that the
+    // ranks' calls match.
+    std::vector<int64_t> greedy;
+    if (greedyShard_)
+      DSRT_RETURN_IF_ERROR(distributedArgmax(*options_.group, logits, vocabOffset_, greedy));
     bool anyRunning = false;
     for (int64_t b = 0; b < batch_; ++b) {
       if (done[b])
         continue;
-      int64_t token = sampleToken(logits[b], options_, rng[b]);
+      int64_t token = greedyShard_ ? greedy[b] : sampleToken(logits[b], options_, rng[b]);
       chosen[b] = token;
       out[b].tokens.push_back(token);
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
@@ -353,6 +409,48 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
 }
 
 } // namespace
+
+uint64_t packArgmaxKey(float logit, int64_t globalIndex) {
+  uint32_t bits = 0;
+  if (std::isnan(logit)) {
+    bits = 0xFFFFFFFFu;
+  } else {
+    if (logit == 0.0f)
+      logit = 0.0f;  // -0 as +0: they compare equal
+    std::memcpy(&bits, &logit, sizeof bits);
+    // Negative floats order backwards as integers: flip all their bits; set the sign bit of
+    // the others so that they come above every negative one.
+    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    // Keep 0xFFFFFFFF for NaN (+inf maps to 0xFF800000, so nothing else reaches it).
+  }
+  uint32_t index = 0xFFFFFFFFu - static_cast<uint32_t>(globalIndex);
+  return (static_cast<uint64_t>(bits) << 32) | index;
+}
+
+int64_t argmaxKeyIndex(uint64_t key) {
+  return static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu));
+}
+
+uint64_t localArgmaxKey(const float *logits, int64_t count, int64_t offset) {
+  // Keys of equal logits differ only in the index part, lower index higher: the maximum key
+  // is the first maximum.
+  uint64_t best = 0;
+  for (int64_t i = 0; i < count; ++i)
+    best = std::max(best, packArgmaxKey(logits[i], offset + i));
+  return best;
+}
+
+Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<float>> &rows,
+                         int64_t offset, std::vector<int64_t> &tokens) {
+  std::vector<uint64_t> keys(rows.size());
+  for (size_t b = 0; b < rows.size(); ++b)
+    keys[b] = localArgmaxKey(rows[b].data(), static_cast<int64_t>(rows[b].size()), offset);
+  DSRT_RETURN_IF_ERROR(group.allReduceMax(keys.data(), static_cast<int64_t>(keys.size())));
+  tokens.resize(rows.size());
+  for (size_t b = 0; b < rows.size(); ++b)
+    tokens[b] = argmaxKeyIndex(keys[b]);
+  return Status::ok();
+}
 
 int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,
                     uint64_t &rngState) {

@@ -7,6 +7,7 @@
 #define DSRT_GENERATE_GENERATOR_H
 
 #include "core/Status.h"
+#include "ops/Ops.h"
 #include "session/Session.h"
 
 #include <cstdint>
@@ -25,6 +26,10 @@ struct GenerateOptions {
   bool ignoreEos = false;
   // Called for each new token of each sequence; returning true stops that sequence.
   std::function<bool(size_t sequence, int64_t token)> onToken;
+  // The session's tensor-parallel group (kept, not owned; null for one rank). With it, greedy
+  // decoding of a plan with a vocabulary-parallel LM head runs the prefill_greedy and
+  // decode_greedy programs and a distributed argmax instead of gathering the logits.
+  ops::Collectives *group = nullptr;
 };
 
 enum class FinishReason { Length = 0, Stop = 1, Callback = 2 };
@@ -37,6 +42,21 @@ struct GeneratedSequence {
 // Every limit is checked before anything runs; a failure leaves the session usable.
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,
                 const GenerateOptions &options, std::vector<GeneratedSequence> &out);
+
+// The distributed argmax of greedy decoding (docs/transformer-ops.md, "Tensor
+// parallelism"): each rank packs its shard's first maximum into a key that orders like
+// (logit, -global index), and one all-reduce MAX of the keys leaves the global first maximum,
+// torch.argmax's choice, on every rank. The high 32 bits are the logit's bits mapped to an
+// unsigned order (-0 as +0, every NaN above +inf as torch.argmax takes NaN for the
+// maximum), the low 32 bits 0xFFFFFFFF - index, so that of equal logits the lowest index wins.
+uint64_t packArgmaxKey(float logit, int64_t globalIndex);
+int64_t argmaxKeyIndex(uint64_t key);
+// The key of the first maximum of `count` logits whose first is global index `offset`.
+uint64_t localArgmaxKey(const float *logits, int64_t count, int64_t offset);
+// Each row's global argmax from every rank's shard of it: `rows[b]` is this rank's logits
+// of row b, whose first is global index `offset`. One all-reduce for all rows.
+Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<float>> &rows,
+                         int64_t offset, std::vector<int64_t> &tokens);
 
 // The index of a token drawn from `logits` (vocabulary-sized) under the options' sampling
 // settings; greedy takes the first maximum. Exposed for tests.

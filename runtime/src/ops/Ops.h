@@ -11,6 +11,7 @@
 #include "core/Status.h"
 #include "core/Tensor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -78,6 +79,23 @@ public:
   virtual Status allReduceSum(float *data, int64_t count) = 0;
   // Concatenates each rank's `bytes[rank]` bytes, in rank order, into `out`.
   virtual Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) = 0;
+  // The element-wise maximum of `count` uint64 over the ranks, in place (the distributed
+  // argmax of greedy decoding combines packed (logit, index) keys with it). The default
+  // gathers every rank's values; communicators with a native max override it.
+  virtual Status allReduceMax(uint64_t *data, int64_t count) {
+    if (count <= 0)
+      return Status::ok();
+    int64_t bytes = count * static_cast<int64_t>(sizeof(uint64_t));
+    std::vector<uint64_t> all(static_cast<size_t>(count) * static_cast<size_t>(size()));
+    Status status = allGather(data, std::vector<int64_t>(static_cast<size_t>(size()), bytes),
+                              all.data());
+    if (!status.isOk())
+      return status;
+    for (int r = 0; r < size(); ++r)
+      for (int64_t i = 0; i < count; ++i)
+        data[i] = std::max(data[i], all[static_cast<size_t>(r * count + i)]);
+    return Status::ok();
+  }
 };
 
 // What a step may use of the session running it; null members where there is none (the

@@ -115,11 +115,17 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
 
 // ---- tfm.layer_norm, tfm.rms_norm ----------------------------------------------------
 
+// Inputs: layer_norm (input, scale, bias?, residual?), rms_norm (input, scale, residual?).
+// With a residual the norm is of input + residual, and output 1 is that sum.
+size_t normResidualIndex(const KernelContext &ctx) { return ctx.op == "tfm.rms_norm" ? 2 : 3; }
+
 Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
-  int64_t n = lastDim(*ctx.input(0));
-  for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+  const TensorRef &x = *ctx.input(0);
+  int64_t n = lastDim(x);
+  size_t residualIndex = normResidualIndex(ctx);
+  for (size_t i = 1; i < residualIndex; ++i) {
     if (!ctx.input(i))
       continue;
     DSRT_RETURN_IF_ERROR(checkDType(ctx, i, i == 1 ? "scale" : "bias", kFloatTypes));
@@ -127,7 +133,21 @@ Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
       return ctx.error(i == 1 ? "scale" : "bias", " must be [", n, "], not ",
                        shapeString(ctx.input(i)->shape));
   }
-  outputs.push_back({ctx.input(0)->dtype, ctx.input(0)->shape});
+  const TensorRef *residual = ctx.input(residualIndex);
+  if (residual) {
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, residualIndex, "residual", kFloatTypes));
+    if (residual->shape != x.shape)
+      return ctx.error("residual must have the input's shape ", shapeString(x.shape), ", not ",
+                       shapeString(residual->shape));
+  }
+  size_t expected = residual ? 2 : 1;
+  if (ctx.numOutputs != expected)
+    return ctx.error(residual ? "with a residual the step has 2 outputs (norm, sum), not "
+                              : "without a residual the step has 1 output, not ",
+                     ctx.numOutputs);
+  outputs.push_back({x.dtype, x.shape});
+  if (residual)
+    outputs.push_back({x.dtype, x.shape});
   return Status::ok();
 }
 
@@ -137,14 +157,30 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
   DSRT_RETURN_IF_ERROR(floatAttr(ctx, "epsilon", rms ? 1e-6f : 1e-5f, epsilon));
   const TensorRef &x = *ctx.input(0);
   int64_t n = lastDim(x), rows = n == 0 ? 0 : x.elements() / n;
-  FloatView in(x), scale(*ctx.input(1));
+  FloatView scale(*ctx.input(1));
   std::optional<FloatView> bias;
-  if (ctx.input(2))
+  if (!rms && ctx.input(2))
     bias.emplace(*ctx.input(2));
+  // The fused form normalises input + residual as stored in output 1 (rounded to its dtype,
+  // as the unfused residual add stores it), so both forms compute the same norm.
+  std::optional<FloatView> summed;
+  if (const TensorRef *residual = ctx.input(normResidualIndex(ctx))) {
+    FloatView a(x), b(*residual);
+    FloatOutput sum(*outputs[1]);
+    float *s = sum.data();
+    for (int64_t i = 0, total = x.elements(); i < total; ++i)
+      s[i] = a[i] + b[i];
+    sum.finish();
+    summed.emplace(*outputs[1]);
+  }
+  std::optional<FloatView> plain;
+  if (!summed)
+    plain.emplace(x);
+  const float *source = summed ? summed->data() : plain->data();
   FloatOutput out(*outputs[0]);
   float *y = out.data();
   for (int64_t r = 0; r < rows; ++r) {
-    const float *row = in.data() + r * n;
+    const float *row = source + r * n;
     double mean = 0;
     if (!rms) {
       for (int64_t i = 0; i < n; ++i)
@@ -165,6 +201,53 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
+// ---- activations (tfm.activation, tfm.gated_act and the linear epilogue) -------------
+
+enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
+
+Status parseActivation(const KernelContext &ctx, const std::string &kind, Activation &out) {
+  if (kind == "gelu_erf") out = Activation::GeluErf;
+  else if (kind == "gelu_tanh") out = Activation::GeluTanh;
+  else if (kind == "gelu_quick") out = Activation::GeluQuick;
+  else if (kind == "silu") out = Activation::Silu;
+  else if (kind == "relu") out = Activation::Relu;
+  else return ctx.error("unknown activation kind '", kind, "'");
+  return Status::ok();
+}
+
+// The `kind` of tfm.activation and tfm.gated_act.
+Status activationKind(const KernelContext &ctx, Activation &out) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "kind", "", kind));
+  return parseActivation(ctx, kind, out);
+}
+
+// A fused linear's epilogue activation: the `activation` attribute, absent or "none" for
+// none.
+Status epilogueActivation(const KernelContext &ctx, std::optional<Activation> &out) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "none", kind));
+  out.reset();
+  if (kind == "none")
+    return Status::ok();
+  Activation parsed;
+  DSRT_RETURN_IF_ERROR(parseActivation(ctx, kind, parsed));
+  out = parsed;
+  return Status::ok();
+}
+
+float activate(Activation kind, float x) {
+  switch (kind) {
+  case Activation::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+  case Activation::GeluTanh:
+    return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  case Activation::GeluQuick: return x / (1.0f + std::exp(-1.702f * x));
+  case Activation::Silu: return x / (1.0f + std::exp(-x));
+  case Activation::Relu: return x > 0 ? x : 0.0f;
+  }
+  return x;
+}
+
 // ---- tfm.linear, tfm.lm_head ---------------------------------------------------------
 
 Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
@@ -183,6 +266,15 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
     return ctx.error("int8 weights with scales are not supported by this runtime yet");
   Shape shape = x.shape;
   shape.back() = w.shape[0];
+  // The fused epilogue: act(x . w^T + bias) + residual, the residual of the result's shape.
+  if (ctx.inputs.size() > 4 && ctx.input(4)) {
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, 4, "residual", kFloatTypes));
+    if (ctx.input(4)->shape != shape)
+      return ctx.error("residual must have the result's shape ", shapeString(shape), ", not ",
+                       shapeString(ctx.input(4)->shape));
+  }
+  std::optional<Activation> activation;
+  DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
   outputs.push_back({x.dtype, shape});
   return Status::ok();
 }
@@ -192,9 +284,13 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   int64_t in = w.shape[1], out = w.shape[0];
   int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
   FloatView a(x), weight(w);
-  std::optional<FloatView> bias;
+  std::optional<FloatView> bias, residual;
   if (ctx.inputs.size() > 2 && ctx.input(2))
     bias.emplace(*ctx.input(2));
+  if (ctx.inputs.size() > 4 && ctx.input(4))
+    residual.emplace(*ctx.input(4));
+  std::optional<Activation> activation;
+  DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
   FloatOutput result(*outputs[0]);
   float *y = result.data();
   // Each output element is a dot product of two contiguous rows; the work splits over
@@ -208,7 +304,10 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
       float sum = 0;
       for (int64_t k = 0; k < in; ++k)
         sum += xr[k] * wr[k];
-      y[index] = bias ? sum + (*bias)[o] : sum;
+      float value = bias ? sum + (*bias)[o] : sum;
+      if (activation)
+        value = activate(*activation, value);
+      y[index] = residual ? value + (*residual)[index] : value;
     }
   });
   result.finish();
@@ -216,32 +315,6 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
 }
 
 // ---- tfm.activation, tfm.gated_act, tfm.residual_add ---------------------------------
-
-enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
-
-Status activationKind(const KernelContext &ctx, Activation &out) {
-  std::string kind;
-  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "kind", "", kind));
-  if (kind == "gelu_erf") out = Activation::GeluErf;
-  else if (kind == "gelu_tanh") out = Activation::GeluTanh;
-  else if (kind == "gelu_quick") out = Activation::GeluQuick;
-  else if (kind == "silu") out = Activation::Silu;
-  else if (kind == "relu") out = Activation::Relu;
-  else return ctx.error("unknown activation kind '", kind, "'");
-  return Status::ok();
-}
-
-float activate(Activation kind, float x) {
-  switch (kind) {
-  case Activation::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-  case Activation::GeluTanh:
-    return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-  case Activation::GeluQuick: return x / (1.0f + std::exp(-1.702f * x));
-  case Activation::Silu: return x / (1.0f + std::exp(-x));
-  case Activation::Relu: return x > 0 ? x : 0.0f;
-  }
-  return x;
-}
 
 Status inferSameAsFirst(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
@@ -805,9 +878,9 @@ Status inferLmHead(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
 
 void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.embedding", 2, 2, 2, 1, 1, inferEmbedding, computeEmbedding});
-  kernels.push_back({"tfm.layer_norm", 2, 3, 2, 1, 1, inferNorm, computeNorm});
-  kernels.push_back({"tfm.rms_norm", 2, 2, 2, 1, 1, inferNorm, computeNorm});
-  kernels.push_back({"tfm.linear", 2, 4, 2, 1, 1, inferLinear, computeLinear});
+  kernels.push_back({"tfm.layer_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
+  kernels.push_back({"tfm.rms_norm", 2, 3, 2, 1, 2, inferNorm, computeNorm});
+  kernels.push_back({"tfm.linear", 2, 5, 2, 1, 1, inferLinear, computeLinear});
   kernels.push_back({"tfm.lm_head", 2, 2, 2, 1, 1, inferLmHead, computeLinear});
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.gated_act", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});

@@ -1,14 +1,33 @@
 #include "session/Session.h"
 
 #include "cpu/Session.h"
+#include "cuda/CudaDriver.h"
+#include "cuda/CudaSession.h"
+
+#include <iostream>
+#include <mutex>
 
 namespace dsrt {
 
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                      ops::Collectives *collectives, std::unique_ptr<Session> &out,
                      cuda::DeviceCollectives *deviceCollectives) {
-  if (device == DeviceKind::Cuda)
-    return Status::error("the CUDA backend is not part of this build");
+  if (device == DeviceKind::Cuda) {
+    std::string whyNot;
+    if (cuda::availableDeviceCount(&whyNot) > 0) {
+      cuda::CudaSessionOptions options;
+      options.collectives = collectives;
+      options.deviceCollectives = deviceCollectives;  // null: staged over `collectives`
+      std::unique_ptr<cuda::CudaSession> session;
+      DSRT_RETURN_IF_ERROR(cuda::CudaSession::create(std::move(plan), rank, options, session));
+      out = std::move(session);
+      return Status::ok();
+    }
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::cerr << "dsrt: no usable CUDA device (" << whyNot << "); running on the CPU\n";
+    });
+  }
   std::unique_ptr<CpuSession> session;
   DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives));
   out = std::move(session);

@@ -18,6 +18,17 @@ std::string checkCollectives(ops::Collectives &c) {
     if (data[i] != float((i + 1) * size * (size + 1) / 2))
       return "all-reduce: element " + std::to_string(i) + " is " + std::to_string(data[i]);
 
+  // Max of uint64 (the distributed argmax's keys): element i's largest value is on rank
+  // i % size, with the top bit set so that a signed comparison would pick another rank's.
+  std::vector<uint64_t> keys(37);
+  for (size_t i = 0; i < keys.size(); ++i)
+    keys[i] = int(i % size) == rank ? 0xF000000000000000ull + i : 0x7000000000000000ull + i + rank;
+  if (Status s = c.allReduceMax(keys.data(), int64_t(keys.size())); !s.isOk())
+    return s.message();
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] != 0xF000000000000000ull + i)
+      return "all-reduce max: element " + std::to_string(i) + " is " + std::to_string(keys[i]);
+
   // Uneven gather: rank r sends r + 1 bytes of value r.
   std::vector<int64_t> bytes;
   for (int r = 0; r < size; ++r)

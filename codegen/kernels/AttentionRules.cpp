@@ -1,0 +1,201 @@
+// The rule of tfm.attention (docs/transformer-ops.md): which of the attention templates a
+// step launches, specialised on what shapes their code. Slots, in the order of the launcher
+// (runtime/src/cuda/ops/AttentionOps.cpp):
+//   0 attention_rotary   rotary on the new queries and keys, keys and values placed where
+//                        the attention reads them (the session's cache or the presents)
+//   1 attention_prefill  flash-style attention for any number of new tokens
+//   2 attention_decode   session cache only: split-KV attention for one new token
+//   3 attention_combine  session cache only: merges the decode kernel's splits
+// Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
+// of one plan) are kernel parameters, not constants.
+#include "codegen/kernels/KernelRules.h"
+
+namespace dsc::codegen {
+namespace {
+
+using dsrt::DType;
+
+// Warps per block of the prefill and decode kernels.
+constexpr int64_t kAttentionWarps = 4;
+// Keys per split of the decode kernel: one chunk of 32 per warp, so that a short cache
+// still spreads over many blocks.
+constexpr int64_t kDecodeSplitKeys = 128;
+// The largest head the kernels keep in registers and shared memory without spilling.
+constexpr int64_t kMaxHeadDim = 256;
+// Static shared memory of one block may not exceed 48 KiB.
+constexpr int64_t kMaxSharedBytes = 48 * 1024;
+
+struct PrefillTiles {
+  int64_t queries, keys;
+};
+
+// Query rows and keys per prefill tile: as many keys as keep the Q, K and V tiles in
+// shared memory under 48 KiB, and at most 16 f32 accumulators per thread.
+PrefillTiles prefillTiles(int64_t headDim) {
+  if (headDim <= 64)
+    return {16, 64};
+  if (headDim <= 128)
+    return {16, 32};
+  return {8, 16};
+}
+
+int64_t prefillSharedBytes(int64_t headDim, PrefillTiles tiles) {
+  // attention_prefill.cuh: q [Q_TILE][D], k [K_TILE][D + 1], v [K_TILE][D], f32.
+  return 4 * (tiles.queries * headDim + tiles.keys * (headDim + 1) + tiles.keys * headDim);
+}
+
+bool isF32(const dsp::TensorT *tensor) {
+  return tensor && static_cast<DType>(tensor->dtype) == DType::F32;
+}
+
+std::string dtypeOf(const dsp::TensorT *tensor) {
+  return tensor ? dsrt::dtypeName(static_cast<DType>(tensor->dtype)) : "absent";
+}
+
+bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *query = in.input(0), *key = in.input(1), *value = in.input(2);
+  const dsp::TensorT *mask = in.input(3), *pastKey = in.input(4), *pastValue = in.input(5);
+  const dsp::TensorT *positions = in.input(6);
+  if (!query || !key || !value) {
+    reason = "needs query, key and value";
+    return false;
+  }
+  if (!isF32(query) || !isF32(key) || !isF32(value)) {
+    reason = "query, key and value are " + dtypeOf(query) + ", " + dtypeOf(key) + " and " +
+             dtypeOf(value) + "; the kernels take f32 activations";
+    return false;
+  }
+  if (!pastKey != !pastValue) {
+    reason = "has only one of the past key and value";
+    return false;
+  }
+  if (pastKey && (!isF32(pastKey) || !isF32(pastValue))) {
+    reason = "the past key and value are not f32";
+    return false;
+  }
+  for (size_t output = 0; output < in.outputCount(); ++output)
+    if (!isF32(in.output(output))) {
+      reason = "output " + std::to_string(output) + " is " + dtypeOf(in.output(output)) +
+               ", not f32";
+      return false;
+    }
+
+  const int64_t heads = in.intAttr("num_heads", 0);
+  const int64_t kvHeads = in.intAttr("num_kv_heads", heads);
+  const int64_t headDim = in.intAttr("head_dim", 0);
+  if (heads <= 0 || kvHeads <= 0 || heads % kvHeads != 0) {
+    reason = "needs num_heads a positive multiple of num_kv_heads";
+    return false;
+  }
+  if (headDim <= 0 || headDim > kMaxHeadDim) {
+    reason = "head_dim " + std::to_string(headDim) + " is outside the kernels' [1, " +
+             std::to_string(kMaxHeadDim) + "]";
+    return false;
+  }
+  const int64_t rotaryDim = in.intAttr("rotary_dim", 0);
+  if (rotaryDim < 0 || rotaryDim > headDim || rotaryDim % 2 != 0) {
+    reason = "rotary_dim must be even and at most head_dim";
+    return false;
+  }
+  const int64_t window = in.intAttr("window", 0);
+  if (window < 0 || window > INT32_MAX) {
+    reason = "window must be in [0, 2^31)";
+    return false;
+  }
+  const bool causal = in.intAttr("causal", 0) != 0;
+  const bool alibi = in.intAttr("alibi", 0) != 0;
+  const bool interleaved = in.intAttr("rotary_interleaved", 0) != 0;
+  const std::string unattended = in.stringAttr("unattended", "all");
+  if (unattended != "all" && unattended != "causal") {
+    reason = "unattended must be 'all' or 'causal', not '" + unattended + "'";
+    return false;
+  }
+
+  int64_t maskType = 0;
+  if (mask) {
+    auto type = static_cast<DType>(mask->dtype);
+    if (dsrt::isFloat(type)) {
+      reason = "additive float masks are not implemented by the GPU kernels";
+      return false;
+    }
+    if (type != DType::I64 && type != DType::I32 && type != DType::U8 && type != DType::Bool) {
+      reason = std::string("the padding mask is ") + dsrt::dtypeName(type) +
+               ", not i64, i32, u8 or bool";
+      return false;
+    }
+    maskType = static_cast<int64_t>(type);
+  }
+  if (alibi && !mask) {
+    reason = "ALiBi needs the padding mask (key positions count attended tokens)";
+    return false;
+  }
+  int64_t positionType = 0;
+  if (rotaryDim > 0) {
+    auto type = positions ? static_cast<DType>(positions->dtype) : DType::Undefined;
+    if (type != DType::I64 && type != DType::I32) {
+      reason = "rotary embeddings need i64 or i32 positions, not " + dtypeOf(positions);
+      return false;
+    }
+    positionType = static_cast<int64_t>(type);
+  }
+
+  // As the CPU kernel decides it: no past inputs, a cache layer and one output.
+  const bool sessionCache = !pastKey && in.intAttr("cache_layer", -1) >= 0 &&
+                            in.outputCount() == 1;
+  if (sessionCache && !mask) {
+    reason = "the session's KV cache needs the padding mask";
+    return false;
+  }
+  if (!sessionCache && in.outputCount() != 1 && in.outputCount() != 3) {
+    reason = "has 1 output, or 3 with the present key and value";
+    return false;
+  }
+
+  const PrefillTiles tiles = prefillTiles(headDim);
+  if (prefillSharedBytes(headDim, tiles) > kMaxSharedBytes) {
+    reason = "the prefill tiles of head_dim " + std::to_string(headDim) +
+             " do not fit 48 KiB of shared memory";
+    return false;
+  }
+
+  kernels.push_back({"attention_rotary",
+                     {{"HEAD_DIM", headDim},
+                      {"ROTARY_DIM", rotaryDim},
+                      {"ROTARY_INTERLEAVED", rotaryDim > 0 && interleaved ? 1 : 0},
+                      {"POS_DTYPE", positionType}}});
+  const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
+  kernels.push_back({"attention_prefill",
+                     {{"HEAD_DIM", headDim},
+                      {"WARPS", kAttentionWarps},
+                      {"Q_TILE", tiles.queries},
+                      {"K_TILE", tiles.keys},
+                      {"CAUSAL", causal ? 1 : 0},
+                      {"WINDOW", window},
+                      {"ALIBI", alibi ? 1 : 0},
+                      {"MASK_DTYPE", maskType},
+                      {"UNATTENDED_CAUSAL", unattendedCausal}}});
+  if (sessionCache) {
+    kernels.push_back({"attention_decode",
+                       {{"HEAD_DIM", headDim},
+                        {"WARPS", kAttentionWarps},
+                        {"SPLIT_KEYS", kDecodeSplitKeys},
+                        {"CAUSAL", causal ? 1 : 0},
+                        {"WINDOW", window},
+                        {"ALIBI", alibi ? 1 : 0},
+                        {"MASK_DTYPE", maskType}}});
+    kernels.push_back({"attention_combine",
+                       {{"HEAD_DIM", headDim},
+                        {"SPLIT_KEYS", kDecodeSplitKeys},
+                        {"CAUSAL", causal ? 1 : 0},
+                        {"UNATTENDED_CAUSAL", unattendedCausal}}});
+  }
+  return true;
+}
+
+} // namespace
+
+void addAttentionKernelRules(std::vector<KernelRuleEntry> &rules) {
+  rules.push_back({"tfm.attention", attentionRule});
+}
+
+} // namespace dsc::codegen

@@ -1,0 +1,189 @@
+// Rules of the transformer ops whose kernels are simple enough to share one file:
+// tfm.embedding, tfm.layer_norm, tfm.rms_norm (with their fused residual forms),
+// tfm.activation, tfm.gated_act, tfm.residual_add. Their launchers are in
+// runtime/src/cuda/ops/TransformerOps.cpp; the slot order here is theirs.
+#include "codegen/kernels/KernelRules.h"
+
+#include <algorithm>
+
+namespace dsc::codegen {
+namespace {
+
+using dsrt::DType;
+
+bool isStoredFloat(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
+}
+
+// Activations are f32 on the device (docs/cuda-backend.md); a plan computing in another
+// dtype keeps these steps on the fallback.
+bool requireF32(const RuleInput &in, const dsp::TensorT *tensor, const char *what,
+                std::string &reason) {
+  if (!tensor) {
+    reason = std::string("has no ") + what;
+    return false;
+  }
+  if (static_cast<DType>(tensor->dtype) != DType::F32) {
+    reason = std::string(what) + " is " + dsrt::dtypeName(static_cast<DType>(tensor->dtype)) +
+             ", the kernels take f32 activations";
+    return false;
+  }
+  (void)in;
+  return true;
+}
+
+// Threads per row of a norm: enough that each thread keeps at most eight values in
+// registers, a multiple of 32, at most 1024.
+int64_t normBlock(int64_t hidden) {
+  int64_t block = (hidden / 8 + 31) / 32 * 32;
+  return std::clamp<int64_t>(block, 32, 1024);
+}
+
+// Rows kept in registers by one block; beyond it the per-thread arrays would spill.
+constexpr int64_t kMaxNormHidden = 65536;
+
+bool embeddingRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *ids = in.input(0), *table = in.input(1);
+  if (!ids || !table) {
+    reason = "needs ids and a table";
+    return false;
+  }
+  DType idType = static_cast<DType>(ids->dtype);
+  if (idType != DType::I64 && idType != DType::I32) {
+    reason = std::string("ids are ") + dsrt::dtypeName(idType) + ", not i64 or i32";
+    return false;
+  }
+  DType tableType = in.deviceDType(*table);
+  if (!isStoredFloat(tableType)) {
+    reason = std::string("the table is stored as ") + dsrt::dtypeName(tableType);
+    return false;
+  }
+  if (!requireF32(in, in.output(0), "the output", reason))
+    return false;
+  if (table->shape.size() != 2) {
+    reason = "the table is not [rows, hidden]";
+    return false;
+  }
+  int64_t hidden = in.staticDim(*table, 1);
+  if (hidden <= 0) {
+    reason = "the hidden size is dynamic";
+    return false;
+  }
+  int64_t block = std::clamp<int64_t>((hidden + 31) / 32 * 32, 32, 256);
+  kernels.push_back({"embedding",
+                     {{"HIDDEN", hidden},
+                      {"TABLE_DT", static_cast<int64_t>(tableType)},
+                      {"ID_DT", static_cast<int64_t>(idType)},
+                      {"BLOCK", block}}});
+  return true;
+}
+
+// tfm.layer_norm (input, scale, bias?, residual?) and tfm.rms_norm (input, scale,
+// residual?): with a residual, output 1 is input + residual.
+bool normRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason,
+              bool rms) {
+  const dsp::TensorT *input = in.input(0), *scale = in.input(1);
+  if (!requireF32(in, input, "the input", reason))
+    return false;
+  if (!requireF32(in, in.output(0), "the output", reason))
+    return false;
+  if (!scale) {
+    reason = "has no scale";
+    return false;
+  }
+  int64_t hidden = in.staticDim(*input, -1);
+  if (hidden <= 0) {
+    reason = "the hidden size is dynamic";
+    return false;
+  }
+  if (hidden > kMaxNormHidden) {
+    reason = "the hidden size " + std::to_string(hidden) + " is above " +
+             std::to_string(kMaxNormHidden);
+    return false;
+  }
+  DType scaleType = in.deviceDType(*scale);
+  if (!isStoredFloat(scaleType)) {
+    reason = std::string("the scale is stored as ") + dsrt::dtypeName(scaleType);
+    return false;
+  }
+  size_t residualIndex = rms ? 2 : 3;
+  const dsp::TensorT *residual = in.input(residualIndex);
+  if (residual && !requireF32(in, residual, "the residual", reason))
+    return false;
+  if (residual && in.output(1) && !requireF32(in, in.output(1), "the residual sum", reason))
+    return false;
+  KernelSpec spec{rms ? "rms_norm" : "layer_norm", {{"HIDDEN", hidden}, {"SCALE_DT", static_cast<int64_t>(scaleType)}}};
+  if (!rms) {
+    const dsp::TensorT *bias = in.input(2);
+    DType biasType = bias ? in.deviceDType(*bias) : DType::Undefined;
+    if (bias && !isStoredFloat(biasType)) {
+      reason = std::string("the bias is stored as ") + dsrt::dtypeName(biasType);
+      return false;
+    }
+    spec.constants.push_back({"BIAS_DT", bias ? static_cast<int64_t>(biasType) : 0});
+  }
+  spec.constants.push_back({"RESIDUAL", residual ? 1 : 0});
+  spec.constants.push_back({"BLOCK", normBlock(hidden)});
+  kernels.push_back(std::move(spec));
+  return true;
+}
+
+bool layerNormRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  return normRule(in, kernels, reason, /*rms=*/false);
+}
+
+bool rmsNormRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  return normRule(in, kernels, reason, /*rms=*/true);
+}
+
+bool elementwiseInputs(const RuleInput &in, size_t count, std::string &reason) {
+  for (size_t i = 0; i < count; ++i)
+    if (!requireF32(in, in.input(i), i == 0 ? "the first input" : "the second input", reason))
+      return false;
+  return requireF32(in, in.output(0), "the output", reason);
+}
+
+bool activationRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason,
+                    bool gated) {
+  if (!elementwiseInputs(in, gated ? 2 : 1, reason))
+    return false;
+  std::string kind = in.stringAttr("kind", "");
+  int code = activationCode(kind);
+  if (code < 0) {
+    reason = "unknown activation kind '" + kind + "'";
+    return false;
+  }
+  kernels.push_back({"activation", {{"ACT", code}, {"GATED", gated ? 1 : 0}}});
+  return true;
+}
+
+bool plainActivationRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
+                         std::string &reason) {
+  return activationRule(in, kernels, reason, /*gated=*/false);
+}
+
+bool gatedActivationRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
+                         std::string &reason) {
+  return activationRule(in, kernels, reason, /*gated=*/true);
+}
+
+bool residualAddRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
+                     std::string &reason) {
+  if (!elementwiseInputs(in, 2, reason))
+    return false;
+  kernels.push_back({"residual_add", {}});
+  return true;
+}
+
+} // namespace
+
+void addTransformerKernelRules(std::vector<KernelRuleEntry> &rules) {
+  rules.push_back({"tfm.embedding", embeddingRule});
+  rules.push_back({"tfm.layer_norm", layerNormRule});
+  rules.push_back({"tfm.rms_norm", rmsNormRule});
+  rules.push_back({"tfm.activation", plainActivationRule});
+  rules.push_back({"tfm.gated_act", gatedActivationRule});
+  rules.push_back({"tfm.residual_add", residualAddRule});
+}
+
+} // namespace dsc::codegen

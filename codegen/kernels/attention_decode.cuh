@@ -1,0 +1,196 @@
+// tfm.attention for one new token per sequence over the session's KV cache, split-KV: one
+// block per (key split, head, sequence). Each split reduces its SPLIT_KEYS keys to a partial
+// maximum, sum and unnormalised output (f32); attention_combine merges the splits. The grid
+// is sized for the cache's capacity (a captured decode graph replays with growing lengths,
+// read from the device), and splits at or beyond `total` return at once.
+//
+// Constants: HEAD_DIM, WARPS (block = WARPS * 32 threads), SPLIT_KEYS (a multiple of
+// WARPS * 32: warp w takes the w-th contiguous SPLIT_KEYS / WARPS keys of its split, lane j
+// its j-th key of each 32), CAUSAL, WINDOW (0 = none), ALIBI, MASK_DTYPE (0 none, 5 i64,
+// 6 i32, 9 u8, 10 bool). `query` is the step's output buffer, holding the rotated query.
+#include "dsc_common.cuh"
+
+#if SPLIT_KEYS % (WARPS * 32) != 0
+#error "SPLIT_KEYS must be a multiple of WARPS * 32"
+#endif
+
+#define ATTENTION_DECODE_WARP_KEYS (SPLIT_KEYS / WARPS)
+#define ATTENTION_DECODE_FEATURES ((HEAD_DIM + 31) / 32)
+
+static __device__ __forceinline__ float attention_decode_negative_infinity() {
+  return __int_as_float(0xff800000);
+}
+
+static __device__ __forceinline__ bool attention_decode_mask_on(const void *mask,
+                                                                long long index) {
+#if MASK_DTYPE == 0
+  return true;
+#elif MASK_DTYPE == 5 || MASK_DTYPE == 6
+  return dsc_load_index<MASK_DTYPE>(mask, index) != 0;
+#elif MASK_DTYPE == 9 || MASK_DTYPE == 10
+  return static_cast<const unsigned char *>(mask)[index] != 0;
+#else
+#error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
+#endif
+}
+
+#if ALIBI
+// BLOOM's slope of global head `head` of `heads`: see attention_prefill.cuh.
+static __device__ float attention_decode_alibi_slope(int head, int heads) {
+  int closest = 1, closest_log2 = 0;
+  while (closest * 2 <= heads) {
+    closest *= 2;
+    ++closest_log2;
+  }
+  if (head < closest) {
+    const float base = static_cast<float>(pow(2.0, -pow(2.0, -(closest_log2 - 3.0))));
+    return static_cast<float>(pow(static_cast<double>(base), static_cast<double>(head + 1)));
+  }
+  const float extra = static_cast<float>(pow(2.0, -pow(2.0, -(closest_log2 + 1 - 3.0))));
+  return static_cast<float>(
+      pow(static_cast<double>(extra), static_cast<double>(1 + 2 * (head - closest))));
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+    attention_decode(const float *query, const float *keys, const float *values,
+                     long long kv_batch_stride, long long kv_head_stride, int kv_rows,
+                     const void *mask, const int *lengths, float *partial_out,
+                     float *partial_max, float *partial_sum, int max_splits, int heads,
+                     int head_offset, int kv_head_offset, int group, int global_heads,
+                     float scale) {
+  __shared__ float query_row[HEAD_DIM];
+  __shared__ float warp_max[WARPS], warp_sum[WARPS];
+  __shared__ float warp_out[WARPS][HEAD_DIM];
+  if (blockDim.x != WARPS * 32 || static_cast<int>(blockIdx.x) >= max_splits)
+    return;
+
+  const float negative_infinity = attention_decode_negative_infinity();
+  const int split = blockIdx.x, head = blockIdx.y, sequence = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int past = lengths[0], mask_width = lengths[2];
+  const int total = min(lengths[1], kv_rows);
+  const int split_begin = split * SPLIT_KEYS;
+  if (split_begin >= total)
+    return;  // the whole block: combine reads only the splits below total
+  const int split_end = min(total, split_begin + SPLIT_KEYS);
+  const int position = past;  // the one new token
+  const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
+  const int kv_head = (head_offset + head) / group - kv_head_offset;
+  const float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  const float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+
+  for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+    query_row[feature] = query[(static_cast<long long>(sequence) * heads + head) * HEAD_DIM + feature];
+  __syncthreads();
+
+  const int warp_begin = split_begin + warp * ATTENTION_DECODE_WARP_KEYS;
+  const int warp_end = min(split_end, warp_begin + ATTENTION_DECODE_WARP_KEYS);
+
+  float slope = 0.0f;
+#if ALIBI
+  int attended_before = 0;  // attended keys before the current chunk
+  slope = attention_decode_alibi_slope(head_offset + head, global_heads);
+  for (int chunk = 0; chunk < warp_begin; chunk += 32) {
+    const int key = chunk + lane;
+    const bool on = key < warp_begin && attention_decode_mask_on(mask, mask_row + key);
+    attended_before += __popc(__ballot_sync(0xffffffffu, on));
+  }
+#endif
+
+  float running_max = negative_infinity, running_sum = 0.0f;
+  float running_out[ATTENTION_DECODE_FEATURES];
+#pragma unroll
+  for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
+    running_out[i] = 0.0f;
+
+  for (int chunk = warp_begin; chunk < warp_end; chunk += 32) {
+    const int key = chunk + lane;
+    const bool on = key < warp_end && attention_decode_mask_on(mask, mask_row + key);
+    float key_position = 0.0f;
+#if ALIBI
+    const unsigned on_bits = __ballot_sync(0xffffffffu, on);
+    if (on)
+      key_position = static_cast<float>(attended_before + __popc(on_bits & ((1u << lane) - 1u)));
+    attended_before += __popc(on_bits);
+#endif
+    const bool allowed =
+        on && (!CAUSAL || key <= position) && (WINDOW == 0 || key > position - WINDOW);
+    float score = negative_infinity;
+    if (allowed) {
+      const float *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
+      float dot = 0.0f;
+#pragma unroll 8
+      for (int feature = 0; feature < HEAD_DIM; ++feature)
+        dot += query_row[feature] * key_row[feature];
+      score = dot * scale + slope * key_position;
+    }
+    const float chunk_max = dsc_warp_max(score);
+    if (chunk_max == negative_infinity)
+      continue;  // warp-uniform after the reduction
+    const float new_max = fmaxf(running_max, chunk_max);
+    const float correction = expf(running_max - new_max);  // 0 while running_max is −inf
+    const float probability = expf(score - new_max);       // 0 for keys not attended
+    running_sum = running_sum * correction + dsc_warp_sum(probability);
+#pragma unroll
+    for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
+      running_out[i] *= correction;
+    for (int slot = 0; slot < 32; ++slot) {
+      const float weight = __shfl_sync(0xffffffffu, probability, slot);
+      if (weight == 0.0f)
+        continue;  // warp-uniform: a key not attended (its value need not be read)
+      const float *value_row = value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
+#pragma unroll
+      for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
+        const int feature = lane + 32 * i;
+        if (feature < HEAD_DIM)
+          running_out[i] += weight * value_row[feature];
+      }
+    }
+    running_max = new_max;
+  }
+
+  if (lane == 0) {
+    warp_max[warp] = running_max;
+    warp_sum[warp] = running_sum;
+  }
+#pragma unroll
+  for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
+    const int feature = lane + 32 * i;
+    if (feature < HEAD_DIM)
+      warp_out[warp][feature] = running_out[i];
+  }
+  __syncthreads();
+
+  float split_max = negative_infinity;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w)
+    split_max = fmaxf(split_max, warp_max[w]);
+  const long long slot_index =
+      (static_cast<long long>(sequence) * heads + head) * max_splits + split;
+  if (split_max == negative_infinity) {
+    // Nothing attended in this split: it adds nothing to the combined sum.
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+      partial_out[slot_index * HEAD_DIM + feature] = 0.0f;
+    if (threadIdx.x == 0) {
+      partial_max[slot_index] = negative_infinity;
+      partial_sum[slot_index] = 0.0f;
+    }
+    return;
+  }
+  for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w)
+      sum += expf(warp_max[w] - split_max) * warp_out[w][feature];
+    partial_out[slot_index * HEAD_DIM + feature] = sum;
+  }
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w)
+      sum += expf(warp_max[w] - split_max) * warp_sum[w];
+    partial_max[slot_index] = split_max;
+    partial_sum[slot_index] = sum;
+  }
+}

@@ -1,0 +1,247 @@
+// tfm.attention over any number of new tokens, flash style: one block per (query tile, head,
+// sequence); key and value tiles pass through shared memory and each query row keeps an
+// online softmax (running maximum, sum and unnormalised output, all f32), so the score
+// matrix never exists. Semantics are the CPU reference's (runtime/src/ops/Transformer.cpp,
+// computeAttention), including its rule for rows with no key to attend.
+//
+// Constants: HEAD_DIM, WARPS (block = WARPS * 32 threads), Q_TILE (query rows per block, a
+// multiple of WARPS: each warp owns Q_TILE / WARPS rows), K_TILE (keys per shared-memory
+// tile), CAUSAL, WINDOW (0 = none), ALIBI, MASK_DTYPE (0 none, 5 i64, 6 i32, 9 u8, 10 bool:
+// a padding mask whose last `total` columns are the keys), UNATTENDED_CAUSAL.
+//
+// `out` holds the rotated queries on entry (attention_rotary wrote them there) and the
+// attention output on exit: a block reads exactly the rows it later writes, and reads them
+// all into shared memory before the first write.
+#include "dsc_common.cuh"
+
+#if Q_TILE % WARPS != 0
+#error "Q_TILE must be a multiple of WARPS"
+#endif
+
+#define ATTENTION_PREFILL_ROWS (Q_TILE / WARPS)
+#define ATTENTION_PREFILL_CHUNKS ((K_TILE + 31) / 32)
+#define ATTENTION_PREFILL_FEATURES ((HEAD_DIM + 31) / 32)
+// One float of padding per key row: lane j reads row j, and the padded stride puts the 32
+// rows' elements of one feature in 32 different banks.
+#define ATTENTION_PREFILL_K_STRIDE (HEAD_DIM + 1)
+
+static __device__ __forceinline__ float attention_prefill_negative_infinity() {
+  return __int_as_float(0xff800000);
+}
+
+static __device__ __forceinline__ bool attention_prefill_mask_on(const void *mask,
+                                                                 long long index) {
+#if MASK_DTYPE == 0
+  return true;
+#elif MASK_DTYPE == 5 || MASK_DTYPE == 6
+  return dsc_load_index<MASK_DTYPE>(mask, index) != 0;
+#elif MASK_DTYPE == 9 || MASK_DTYPE == 10
+  return static_cast<const unsigned char *>(mask)[index] != 0;
+#else
+#error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
+#endif
+}
+
+#if ALIBI
+// BLOOM's slope of global head `head` of `heads` (transformers' get_slopes), as the CPU
+// kernel computes it in float: each power is taken in double and rounded once, which is
+// the correctly rounded float power whatever math flags the kernel was compiled with.
+static __device__ float attention_prefill_alibi_slope(int head, int heads) {
+  int closest = 1, closest_log2 = 0;
+  while (closest * 2 <= heads) {
+    closest *= 2;
+    ++closest_log2;
+  }
+  if (head < closest) {
+    const float base = static_cast<float>(pow(2.0, -pow(2.0, -(closest_log2 - 3.0))));
+    return static_cast<float>(pow(static_cast<double>(base), static_cast<double>(head + 1)));
+  }
+  const float extra = static_cast<float>(pow(2.0, -pow(2.0, -(closest_log2 + 1 - 3.0))));
+  return static_cast<float>(
+      pow(static_cast<double>(extra), static_cast<double>(1 + 2 * (head - closest))));
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+    attention_prefill(float *out, const float *keys, const float *values,
+                      long long kv_batch_stride, long long kv_head_stride, int kv_rows,
+                      const void *mask, const int *lengths, int io_past, int fresh, int heads,
+                      int head_offset, int kv_head_offset, int group, int global_heads,
+                      float scale) {
+  __shared__ float q_tile[Q_TILE][HEAD_DIM];
+  __shared__ float k_tile[K_TILE][ATTENTION_PREFILL_K_STRIDE];
+  __shared__ float v_tile[K_TILE][HEAD_DIM];
+  if (blockDim.x != WARPS * 32)
+    return;
+
+  const float negative_infinity = attention_prefill_negative_infinity();
+  const int sequence = blockIdx.z, head = blockIdx.y, q_begin = blockIdx.x * Q_TILE;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Session cache: the lengths of this run from the device. I/O mode: the presents hold
+  // exactly past + fresh rows and the mask (if any) is [batch, past + fresh].
+  const int past = lengths ? lengths[0] : io_past;
+  int total = lengths ? lengths[1] : io_past + fresh;
+  const int mask_width = lengths ? lengths[2] : io_past + fresh;
+  if (total > kv_rows)
+    total = kv_rows;
+  const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
+  const int kv_head = (head_offset + head) / group - kv_head_offset;
+  const float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  const float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+
+  for (int index = threadIdx.x; index < Q_TILE * HEAD_DIM; index += blockDim.x) {
+    const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
+    const int token = q_begin + row;
+    q_tile[row][feature] =
+        token < fresh
+            ? out[((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM +
+                  feature]
+            : 0.0f;
+  }
+  __syncthreads();
+
+  // Keys past the last query's position are never attended under the causal mask, and keys
+  // at or before the first query's position − WINDOW never under the window. ALiBi counts
+  // attended keys from the first one, so it always starts at key 0.
+  const int q_end = min(fresh, q_begin + Q_TILE);
+  int key_end = total;
+  if (CAUSAL)
+    key_end = min(total, past + q_end);
+  int key_begin = 0;
+  if (WINDOW > 0 && !ALIBI) {
+    key_begin = max(0, past + q_begin - WINDOW + 1);
+    key_begin -= key_begin % K_TILE;
+  }
+
+  float slope = 0.0f;
+#if ALIBI
+  slope = attention_prefill_alibi_slope(head_offset + head, global_heads);
+#endif
+
+  float row_max[ATTENTION_PREFILL_ROWS], row_sum[ATTENTION_PREFILL_ROWS];
+  float row_out[ATTENTION_PREFILL_ROWS][ATTENTION_PREFILL_FEATURES];
+#pragma unroll
+  for (int r = 0; r < ATTENTION_PREFILL_ROWS; ++r) {
+    row_max[r] = negative_infinity;
+    row_sum[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i)
+      row_out[r][i] = 0.0f;
+  }
+#if ALIBI
+  int attended_before = 0;  // attended keys before the current tile
+#endif
+
+  for (int tile = key_begin; tile < key_end; tile += K_TILE) {
+    __syncthreads();  // every warp is done with the previous tile
+    for (int index = threadIdx.x; index < K_TILE * HEAD_DIM; index += blockDim.x) {
+      const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
+      const int key = tile + row;
+      const bool present = key < key_end;
+      k_tile[row][feature] = present ? key_base[static_cast<long long>(key) * HEAD_DIM + feature] : 0.0f;
+      v_tile[row][feature] =
+          present ? value_base[static_cast<long long>(key) * HEAD_DIM + feature] : 0.0f;
+    }
+    __syncthreads();
+
+    bool key_on[ATTENTION_PREFILL_CHUNKS];
+    float key_position[ATTENTION_PREFILL_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
+      const int slot = c * 32 + lane, key = tile + slot;
+      key_on[c] = slot < K_TILE && key < key_end && attention_prefill_mask_on(mask, mask_row + key);
+      key_position[c] = 0.0f;
+#if ALIBI
+      // transformers' cumsum(mask) − 1 over the attended keys.
+      const unsigned on_bits = __ballot_sync(0xffffffffu, key_on[c]);
+      if (key_on[c])
+        key_position[c] = static_cast<float>(attended_before + __popc(on_bits & ((1u << lane) - 1u)));
+      attended_before += __popc(on_bits);
+#endif
+    }
+
+#pragma unroll
+    for (int r = 0; r < ATTENTION_PREFILL_ROWS; ++r) {
+      const int local_row = warp * ATTENTION_PREFILL_ROWS + r;
+      const int token = q_begin + local_row;
+      if (token >= fresh)
+        continue;  // the same for the whole warp
+      const int position = past + token;
+      float score[ATTENTION_PREFILL_CHUNKS];
+      float tile_max = negative_infinity;
+#pragma unroll
+      for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
+        const int slot = c * 32 + lane, key = tile + slot;
+        const bool allowed = key_on[c] && (!CAUSAL || key <= position) &&
+                             (WINDOW == 0 || key > position - WINDOW);
+        score[c] = negative_infinity;
+        if (allowed) {
+          float dot = 0.0f;
+#pragma unroll 8
+          for (int feature = 0; feature < HEAD_DIM; ++feature)
+            dot += q_tile[local_row][feature] * k_tile[slot][feature];
+          score[c] = dot * scale + slope * key_position[c];
+        }
+        tile_max = fmaxf(tile_max, score[c]);
+      }
+      tile_max = dsc_warp_max(tile_max);
+      if (tile_max == negative_infinity)
+        continue;  // nothing attended in this tile (warp-uniform after the reduction)
+      const float new_max = fmaxf(row_max[r], tile_max);
+      const float correction = expf(row_max[r] - new_max);  // 0 while row_max is −inf
+      float probability_sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
+        score[c] = expf(score[c] - new_max);  // 0 for keys not attended
+        probability_sum += score[c];
+      }
+      row_sum[r] = row_sum[r] * correction + dsc_warp_sum(probability_sum);
+#pragma unroll
+      for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i)
+        row_out[r][i] *= correction;
+#pragma unroll 4
+      for (int slot = 0; slot < K_TILE; ++slot) {
+        const float probability = __shfl_sync(0xffffffffu, score[slot / 32], slot % 32);
+#pragma unroll
+        for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i) {
+          const int feature = lane + 32 * i;
+          if (feature < HEAD_DIM)
+            row_out[r][i] += probability * v_tile[slot][feature];
+        }
+      }
+      row_max[r] = new_max;
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < ATTENTION_PREFILL_ROWS; ++r) {
+    const int token = q_begin + warp * ATTENTION_PREFILL_ROWS + r;
+    if (token >= fresh)
+      continue;
+    const int position = past + token;
+    float *out_row =
+        out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
+    if (row_max[r] == negative_infinity) {
+      // No key to attend (a padding query): the exports' finfo.min masks make every masked
+      // score equal, so the row averages the values of every key, or (GPT-Neo's doubled
+      // mask) of the causally visible ones.
+      for (int feature = lane; feature < HEAD_DIM; feature += 32) {
+        float sum = 0.0f;
+        int count = 0;
+        for (int key = 0; key < total; ++key)
+          if (!UNATTENDED_CAUSAL || !CAUSAL || key <= position) {
+            sum += value_base[static_cast<long long>(key) * HEAD_DIM + feature];
+            ++count;
+          }
+        out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
+      }
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i) {
+      const int feature = lane + 32 * i;
+      if (feature < HEAD_DIM)
+        out_row[feature] = row_out[r][i] / row_sum[r];
+    }
+  }
+}

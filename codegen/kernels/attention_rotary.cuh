@@ -1,0 +1,122 @@
+// tfm.attention, first kernel: the rotary embedding of the new tokens' queries and keys, and
+// the keys and values of every attended position placed where the attention kernels read
+// them (docs/transformer-ops.md; the CPU reference is runtime/src/ops/Transformer.cpp).
+//
+// Constants: HEAD_DIM, ROTARY_DIM (0 = no rotary), ROTARY_INTERLEAVED (GPT-J's pairs, else
+// the half-split rotate_half form), POS_DTYPE (5 i64, 6 i32; 0 without rotary).
+//
+// One block per (sequence, row). Session cache (lengths != 0): the rows are the `fresh` new
+// tokens, written at cache positions past + row, past read from the device (a captured
+// decode graph replays with new lengths). I/O mode (lengths == 0): the rows are the
+// past + fresh positions of the presents; a row below `io_past` copies the rank's KV heads
+// of the past inputs, a row at or above it is new token row − io_past. The rotated queries
+// go to `q_out` (the step's output buffer, which the attention kernels read and then
+// overwrite row by row). Rotation is out of place, so no element is read after it is written.
+#include "dsc_common.cuh"
+
+#if ROTARY_DIM % 2 != 0 || ROTARY_DIM > HEAD_DIM
+#error "ROTARY_DIM must be even and at most HEAD_DIM"
+#endif
+
+// Feature `feature` of `head` after rotation at `position`, with transformers' fp32 angles:
+// the inverse frequency is computed in double and rounded (as the CPU kernel does), and the
+// cosine and sine of the float angle are taken in double and rounded, which gives the
+// correctly rounded float values whatever math flags the kernel was compiled with.
+static __device__ __forceinline__ float attention_rotary_feature(const float *head, int feature,
+                                                                 float position,
+                                                                 float rotary_base) {
+#if ROTARY_DIM > 0
+  if (feature < ROTARY_DIM) {
+    int pair, first_index, second_index;
+    bool is_first;
+#if ROTARY_INTERLEAVED
+    pair = feature / 2;
+    first_index = 2 * pair;
+    second_index = 2 * pair + 1;
+    is_first = (feature % 2) == 0;
+#else
+    const int half = ROTARY_DIM / 2;
+    pair = feature < half ? feature : feature - half;
+    first_index = pair;
+    second_index = pair + half;
+    is_first = feature < half;
+#endif
+    const float inverse_frequency = static_cast<float>(
+        1.0 / pow(static_cast<double>(rotary_base),
+                  static_cast<double>(2 * pair) / static_cast<double>(ROTARY_DIM)));
+    const float angle = position * inverse_frequency;
+    const float cosine = static_cast<float>(cos(static_cast<double>(angle)));
+    const float sine = static_cast<float>(sin(static_cast<double>(angle)));
+    const float first = head[first_index], second = head[second_index];
+    return is_first ? first * cosine - second * sine : second * cosine + first * sine;
+  }
+#endif
+  return head[feature];
+}
+
+extern "C" __global__ void attention_rotary(
+    const float *query, const float *key, const float *value, const void *positions,
+    float *q_out, float *key_dst, float *value_dst, const float *past_key,
+    const float *past_value, const int *lengths, int io_past, int fresh, int rows_per_sequence,
+    long long dst_batch_stride, long long dst_head_stride, int dst_capacity, int heads,
+    int kv_heads, int past_heads, int past_head_offset, float rotary_base) {
+  const int sequence = blockIdx.x / rows_per_sequence;
+  const int row = blockIdx.x % rows_per_sequence;
+  const bool session = lengths != 0;
+  const int past = session ? lengths[0] : io_past;
+
+  int token;         // the new token's index in [0, fresh), or -1 for a copied past row
+  int cache_row;     // where its key and value go
+  if (session) {
+    token = row;
+    cache_row = past + row;
+  } else {
+    token = row < past ? -1 : row - past;
+    cache_row = row;
+  }
+  if (token >= fresh || cache_row < 0 || cache_row >= dst_capacity)
+    return;
+
+  float *key_row = key_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+  float *value_row = value_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+
+  if (token < 0) {
+    // I/O mode, a past position: the rank's heads out of a past that may hold every head.
+    const long long past_rows = past;
+    for (int index = threadIdx.x; index < kv_heads * HEAD_DIM; index += blockDim.x) {
+      const int head = index / HEAD_DIM, feature = index % HEAD_DIM;
+      const long long from =
+          ((static_cast<long long>(sequence) * past_heads + past_head_offset + head) *
+               past_rows +
+           cache_row) *
+              HEAD_DIM +
+          feature;
+      key_row[head * dst_head_stride + feature] = past_key[from];
+      value_row[head * dst_head_stride + feature] = past_value[from];
+    }
+    return;
+  }
+
+  const long long token_index = static_cast<long long>(sequence) * fresh + token;
+  float position = 0.0f;
+#if ROTARY_DIM > 0
+  position = static_cast<float>(dsc_load_index<POS_DTYPE>(positions, token_index));
+#endif
+
+  const float *query_token = query + token_index * heads * HEAD_DIM;
+  float *q_out_token = q_out + token_index * heads * HEAD_DIM;
+  for (int index = threadIdx.x; index < heads * HEAD_DIM; index += blockDim.x) {
+    const int head = index / HEAD_DIM, feature = index % HEAD_DIM;
+    q_out_token[index] =
+        attention_rotary_feature(query_token + head * HEAD_DIM, feature, position, rotary_base);
+  }
+
+  const float *key_token = key + token_index * kv_heads * HEAD_DIM;
+  const float *value_token = value + token_index * kv_heads * HEAD_DIM;
+  for (int index = threadIdx.x; index < kv_heads * HEAD_DIM; index += blockDim.x) {
+    const int head = index / HEAD_DIM, feature = index % HEAD_DIM;
+    key_row[head * dst_head_stride + feature] =
+        attention_rotary_feature(key_token + head * HEAD_DIM, feature, position, rotary_base);
+    value_row[head * dst_head_stride + feature] = value_token[index];
+  }
+}

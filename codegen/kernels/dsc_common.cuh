@@ -1,0 +1,168 @@
+// Helpers shared by every kernel template (docs/cuda-backend.md). Templates are compiled by
+// NVRTC with no include path, so this header includes no CUDA toolkit header: f16 and bf16
+// values are their `unsigned short` bits, converted here. NVRTC declares the device math
+// functions (erff, tanhf, expf, sqrtf, ...) and the warp intrinsics itself.
+//
+// Dtype constants are schemas/plan.fbs's numbering, as the specialisation's #defines give
+// them: 1 f32, 2 f16, 3 bf16, 5 i64, 6 i32.
+#ifndef DSC_KERNELS_DSC_COMMON_CUH
+#define DSC_KERNELS_DSC_COMMON_CUH
+
+#define DSC_DT_F32 1
+#define DSC_DT_F16 2
+#define DSC_DT_BF16 3
+#define DSC_DT_I64 5
+#define DSC_DT_I32 6
+
+// Activation codes (KernelRules.h activationCode): the same formulas as the CPU kernels
+// of runtime/src/ops/Transformer.cpp, so that both backends agree.
+#define DSC_ACT_NONE (-1)
+#define DSC_ACT_GELU_ERF 0
+#define DSC_ACT_GELU_TANH 1
+#define DSC_ACT_GELU_QUICK 2
+#define DSC_ACT_SILU 3
+#define DSC_ACT_RELU 4
+
+// ---- f16 and bf16 as bits ---------------------------------------------------------------
+
+// PTX's own conversions: exact for f16 -> f32, round-to-nearest-even for f32 -> f16
+// (subnormals, infinities and NaN included).
+static __device__ __forceinline__ float dsc_f16_to_f32(unsigned short bits) {
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+  return value;
+}
+
+static __device__ __forceinline__ unsigned short dsc_f32_to_f16(float value) {
+  unsigned short bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+  return bits;
+}
+
+// bf16 is the high half of an f32: widening is a shift.
+static __device__ __forceinline__ float dsc_bf16_to_f32(unsigned short bits) {
+  return __uint_as_float(static_cast<unsigned int>(bits) << 16);
+}
+
+// Round to nearest even on the dropped 16 bits; NaN stays a (quiet) NaN rather than being
+// rounded into an infinity.
+static __device__ __forceinline__ unsigned short dsc_f32_to_bf16(float value) {
+  unsigned int bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<unsigned short>((bits >> 16) | 0x0040u);
+  unsigned int rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<unsigned short>((bits + rounding) >> 16);
+}
+
+// ---- loads and stores by dtype constant -------------------------------------------------
+
+// Element `index` of a float array of dtype DT (1 f32, 2 f16, 3 bf16), as f32. `if
+// constexpr` keeps the other dtypes' conversions (inline PTX) out of the instantiation, so
+// that tests can build the templates for the host.
+template <int DT>
+static __device__ __forceinline__ float dsc_load_float(const void *data, long long index) {
+  static_assert(DT == DSC_DT_F32 || DT == DSC_DT_F16 || DT == DSC_DT_BF16,
+                "dsc_load_float: DT must be 1 (f32), 2 (f16) or 3 (bf16)");
+  if constexpr (DT == DSC_DT_F32) {
+    return static_cast<const float *>(data)[index];
+  } else if constexpr (DT == DSC_DT_F16) {
+    return dsc_f16_to_f32(static_cast<const unsigned short *>(data)[index]);
+  } else {
+    return dsc_bf16_to_f32(static_cast<const unsigned short *>(data)[index]);
+  }
+}
+
+template <int DT>
+static __device__ __forceinline__ void dsc_store_float(void *data, long long index, float value) {
+  static_assert(DT == DSC_DT_F32 || DT == DSC_DT_F16 || DT == DSC_DT_BF16,
+                "dsc_store_float: DT must be 1 (f32), 2 (f16) or 3 (bf16)");
+  if constexpr (DT == DSC_DT_F32)
+    static_cast<float *>(data)[index] = value;
+  else if constexpr (DT == DSC_DT_F16)
+    static_cast<unsigned short *>(data)[index] = dsc_f32_to_f16(value);
+  else
+    static_cast<unsigned short *>(data)[index] = dsc_f32_to_bf16(value);
+}
+
+// Element `index` of an integer array of dtype DT (5 i64, 6 i32), widened.
+template <int DT>
+static __device__ __forceinline__ long long dsc_load_index(const void *data, long long index) {
+  static_assert(DT == DSC_DT_I64 || DT == DSC_DT_I32,
+                "dsc_load_index: DT must be 5 (i64) or 6 (i32)");
+  if constexpr (DT == DSC_DT_I64)
+    return static_cast<const long long *>(data)[index];
+  else
+    return static_cast<const int *>(data)[index];
+}
+
+// Whether every pointer is aligned for 16-byte vector access.
+static __device__ __forceinline__ bool dsc_aligned16(const void *a, const void *b = 0,
+                                                     const void *c = 0) {
+  unsigned long long bits = reinterpret_cast<unsigned long long>(a) |
+                            reinterpret_cast<unsigned long long>(b) |
+                            reinterpret_cast<unsigned long long>(c);
+  return (bits & 15ull) == 0;
+}
+
+// ---- reductions -----------------------------------------------------------------------
+
+static __device__ __forceinline__ float dsc_warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+static __device__ __forceinline__ float dsc_warp_max(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// The sum of `value` over the block, returned to every thread. blockDim.x must be a
+// multiple of 32 (at most 1024) and every thread of the block must call it; `scratch`
+// holds 32 floats of shared memory, reusable as soon as this returns.
+static __device__ __forceinline__ float dsc_block_sum(float value, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  value = dsc_warp_sum(value);
+  if (lane == 0)
+    scratch[warp] = value;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = dsc_warp_sum(total);
+  // Nobody may overwrite `scratch` (a next reduction) before every warp has read it.
+  __syncthreads();
+  return total;
+}
+
+// ---- activations ------------------------------------------------------------------------
+
+static __device__ __forceinline__ float dsc_gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+static __device__ __forceinline__ float dsc_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+
+static __device__ __forceinline__ float dsc_gelu_quick(float x) {
+  return x / (1.0f + expf(-1.702f * x));
+}
+
+static __device__ __forceinline__ float dsc_silu(float x) { return x / (1.0f + expf(-x)); }
+
+static __device__ __forceinline__ float dsc_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+// `kind` is a DSC_ACT_* code; with a constant code the switch folds away.
+static __device__ __forceinline__ float dsc_activate(int kind, float x) {
+  switch (kind) {
+  case DSC_ACT_GELU_ERF: return dsc_gelu_erf(x);
+  case DSC_ACT_GELU_TANH: return dsc_gelu_tanh(x);
+  case DSC_ACT_GELU_QUICK: return dsc_gelu_quick(x);
+  case DSC_ACT_SILU: return dsc_silu(x);
+  case DSC_ACT_RELU: return dsc_relu(x);
+  default: return x;
+  }
+}
+
+#endif

@@ -1,0 +1,25 @@
+// The epilogue of tfm.linear on the cuBLASLt path: out[i] = act(in[i] + bias[i % n]) +
+// residual[i] over the [rows, n] f32 product `in`. `out` may be `in` (in place); residual
+// may be null (the launcher then has the GEMM accumulate onto it instead) and may be `out`.
+// Each element is read and written by the same thread, so every aliasing of in, out and
+// residual elementwise is safe.
+//
+// Constants: ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
+// HAS_RESIDUAL (0/1).
+#include "dsc_common.cuh"
+
+extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
+                                           const float *residual, float *out, long long count,
+                                           long long n) {
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = first; i < count; i += stride) {
+    float value = in[i];
+    if (HAS_BIAS)
+      value += dsc_load_float<BIAS_DT>(bias, i % n);
+    value = dsc_activate(ACT, value);
+    if (HAS_RESIDUAL && residual)
+      value += residual[i];
+    out[i] = value;
+  }
+}

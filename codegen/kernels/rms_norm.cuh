@@ -1,0 +1,43 @@
+// tfm.rms_norm over the last axis: y = v / sqrt(mean(v²) + epsilon) * scale, where
+// v = input (+ residual in the fused form, which also stores v as its second output).
+// One block per row, the row in registers (HIDDEN is a constant), f32 accumulation.
+//
+// Constants: HIDDEN, SCALE_DT (the scale's stored dtype: 1 f32, 2 f16, 3 bf16),
+// RESIDUAL (0/1), BLOCK (a multiple of 32, at most 1024). Activations are f32.
+#include "dsc_common.cuh"
+
+#define RMS_PER_THREAD ((HIDDEN + BLOCK - 1) / BLOCK)
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+rms_norm(const float *input, const void *scale, const float *residual, float *out,
+         float *sum_out, long long rows, float epsilon) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long base = row * HIDDEN;
+    float values[RMS_PER_THREAD];
+    float squares = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RMS_PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * BLOCK;
+      values[j] = 0.0f;
+      if (i < HIDDEN) {
+        float v = input[base + i];
+        if (RESIDUAL) {
+          v += residual[base + i];
+          if (sum_out)
+            sum_out[base + i] = v;
+        }
+        values[j] = v;
+        squares += v * v;
+      }
+    }
+    const float meanSquare = dsc_block_sum(squares, scratch) / HIDDEN;
+    const float inverse = 1.0f / sqrtf(meanSquare + epsilon);
+#pragma unroll
+    for (int j = 0; j < RMS_PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * BLOCK;
+      if (i < HIDDEN)
+        out[base + i] = values[j] * inverse * dsc_load_float<SCALE_DT>(scale, i);
+    }
+  }
+}

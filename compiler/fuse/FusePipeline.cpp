@@ -1,0 +1,22 @@
+#include "compiler/fuse/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+namespace dsc {
+
+void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
+  FuseLinearEpilogueOptions epilogue;
+  epilogue.remarks = remarks;
+  pm.addPass(createFuseLinearEpilogue(epilogue));
+  FuseResidualNormOptions norm;
+  norm.remarks = remarks;
+  pm.addPass(createFuseResidualNorm(norm));
+}
+
+void registerFusePipeline() {
+  mlir::PassPipelineRegistration<>(
+      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, then residual + norm)",
+      [](mlir::OpPassManager &pm) { addFusePasses(pm); });
+}
+
+} // namespace dsc

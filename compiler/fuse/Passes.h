@@ -1,0 +1,28 @@
+// Fusion of the recognised tfm ops before lowering (DESIGN.md §3.6).
+#ifndef DSC_COMPILER_FUSE_PASSES_H
+#define DSC_COMPILER_FUSE_PASSES_H
+
+#include "dialects/tfm/IR/TfmDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace dsc {
+
+#define GEN_PASS_DECL
+#include "compiler/fuse/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "compiler/fuse/Passes.h.inc"
+
+// The fusion passes in their order: linear epilogues first (they claim the residual adds
+// of a linear's result), then residual add + norm for the adds that remain.
+void addFusePasses(mlir::OpPassManager &pm, bool remarks = false);
+
+// Registers the `dsc-fuse` pipeline (addFusePasses) for dsc-opt.
+void registerFusePipeline();
+
+} // namespace dsc
+
+#endif

@@ -1,0 +1,48 @@
+#ifndef DSC_COMPILER_FUSE_PASSES_TD
+#define DSC_COMPILER_FUSE_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+// Fusion (DESIGN.md §3.6): ops that follow a tfm op elementwise move into it, so that one
+// plan step (one kernel on the GPU) does the work of several. The fused forms are in
+// docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
+
+def FuseLinearEpilogue : Pass<"dsc-fuse-linear-epilogue", "mlir::ModuleOp"> {
+  let summary = "Move a linear layer's activation and residual add into its epilogue";
+  let description = [{
+    `tfm.activation` of a `tfm.linear`'s result becomes the linear's `activation`; then a
+    `tfm.residual_add` of a linear's result (either operand) and another value becomes the
+    linear's `residual` operand: act(x . W^T + b) + residual in one step. Declined, with
+    the reason (as remarks with `remarks`): when the linear's result has another user (it
+    would then need the value without the epilogue), for an int8 linear (`scales`), for a
+    row-parallel linear (its result is a partial sum; bias and residual come after the
+    tfm.all_reduce, and nothing is fused across a collective), when the linear already has
+    an activation or a residual that would have to come first, and when the residual does
+    not have the result's shape (an `onnx.Add` that broadcasts).
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
+def FuseResidualNorm : Pass<"dsc-fuse-residual-norm", "mlir::ModuleOp"> {
+  let summary = "Fold a residual add into the layer or RMS norm that reads it";
+  let description = [{
+    `tfm.layer_norm` / `tfm.rms_norm` of a `tfm.residual_add`'s result becomes the norm's
+    residual form: the norm of lhs + rhs, with lhs + rhs as its second result, which also
+    replaces every other use of the add (the block's residual stream). Runs after
+    dsc-fuse-linear-epilogue, which claims the adds of a linear's result first. Declined,
+    with the reason (as remarks with `remarks`), when the add and the norm are in different
+    blocks, or when a user of the sum precedes the norm and the norm's parameters are
+    defined after the add.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
+#endif

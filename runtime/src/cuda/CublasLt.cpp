@@ -1,0 +1,321 @@
+#include "cuda/CublasLt.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace dsrt::cuda {
+
+// cuBLASLt's types and values, from cublasLt.h, cublas_api.h and library_types.h (CUDA 12
+// and 13 agree on all of them), declared here so that the runtime builds without CUDA.
+namespace lt {
+using Status = int;  // cublasStatus_t
+constexpr Status kSuccess = 0;
+using Handle = void *;
+using MatmulDesc = void *;
+using MatrixLayout = void *;
+using MatmulPreference = void *;
+struct MatmulAlgo {
+  uint64_t data[8];
+};
+struct HeuristicResult {
+  MatmulAlgo algo;
+  size_t workspaceSize;
+  Status state;
+  float wavesCount;
+  int reserved[4];
+};
+// cudaDataType_t
+constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;
+// cublasComputeType_t
+constexpr int kCompute32F = 68;
+// cublasOperation_t
+constexpr int32_t kOpN = 0, kOpT = 1;
+// cublasLtMatmulDescAttributes_t
+constexpr int kDescTransA = 3, kDescTransB = 4;
+// cublasLtMatmulPreferenceAttributes_t
+constexpr int kPrefMaxWorkspaceBytes = 1, kPrefMinAlignmentA = 5, kPrefMinAlignmentB = 6,
+              kPrefMinAlignmentC = 7, kPrefMinAlignmentD = 8;
+} // namespace lt
+
+static_assert(sizeof(lt::MatmulAlgo) == 64, "cublasLtMatmulAlgo_t is 8 uint64");
+
+struct CublasLt::Api {
+  lt::Status (*create)(lt::Handle *);
+  lt::Status (*destroy)(lt::Handle);
+  const char *(*statusString)(lt::Status);
+  lt::Status (*descCreate)(lt::MatmulDesc *, int computeType, int scaleType);
+  lt::Status (*descDestroy)(lt::MatmulDesc);
+  lt::Status (*descSetAttribute)(lt::MatmulDesc, int attr, const void *buf, size_t bytes);
+  lt::Status (*layoutCreate)(lt::MatrixLayout *, int type, uint64_t rows, uint64_t cols,
+                             int64_t ld);
+  lt::Status (*layoutDestroy)(lt::MatrixLayout);
+  lt::Status (*preferenceCreate)(lt::MatmulPreference *);
+  lt::Status (*preferenceDestroy)(lt::MatmulPreference);
+  lt::Status (*preferenceSetAttribute)(lt::MatmulPreference, int attr, const void *buf,
+                                       size_t bytes);
+  lt::Status (*heuristic)(lt::Handle, lt::MatmulDesc, lt::MatrixLayout, lt::MatrixLayout,
+                          lt::MatrixLayout, lt::MatrixLayout, lt::MatmulPreference,
+                          int requested, lt::HeuristicResult *results, int *returned);
+  lt::Status (*matmul)(lt::Handle, lt::MatmulDesc, const void *alpha, const void *a,
+                       lt::MatrixLayout aDesc, const void *b, lt::MatrixLayout bDesc,
+                       const void *beta, const void *c, lt::MatrixLayout cDesc, void *d,
+                       lt::MatrixLayout dDesc, const lt::MatmulAlgo *algo, void *workspace,
+                       size_t workspaceBytes, void *stream);
+};
+
+namespace {
+
+template <typename Fn> bool resolve(void *library, const char *name, Fn &out) {
+  out = reinterpret_cast<Fn>(dlsym(library, name));
+  return out != nullptr;
+}
+
+// Opens the library and resolves every entry point; on failure closes what it opened.
+Status loadLibrary(void *&library, CublasLt::Api &api, std::string &path) {
+  std::vector<std::string> candidates;
+  if (const char *fromEnvironment = std::getenv("DSRT_CUBLASLT"); fromEnvironment &&
+                                                                  *fromEnvironment)
+    candidates.push_back(fromEnvironment);
+  else
+    candidates = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                  "/usr/local/cuda/lib64/libcublasLt.so"};
+  std::string tried;
+  library = nullptr;
+  for (const std::string &candidate : candidates) {
+    library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library) {
+      path = candidate;
+      break;
+    }
+    const char *why = dlerror();
+    tried += "\n  " + candidate + ": " + (why ? why : "not found");
+  }
+  if (!library)
+    return Status::error("cannot load cuBLASLt (libcublasLt; DSRT_CUBLASLT names it):" + tried);
+
+  struct Entry {
+    const char *name;
+    bool found;
+  };
+  const Entry entries[] = {
+      {"cublasLtCreate", resolve(library, "cublasLtCreate", api.create)},
+      {"cublasLtDestroy", resolve(library, "cublasLtDestroy", api.destroy)},
+      {"cublasLtGetStatusString", resolve(library, "cublasLtGetStatusString", api.statusString)},
+      {"cublasLtMatmulDescCreate", resolve(library, "cublasLtMatmulDescCreate", api.descCreate)},
+      {"cublasLtMatmulDescDestroy",
+       resolve(library, "cublasLtMatmulDescDestroy", api.descDestroy)},
+      {"cublasLtMatmulDescSetAttribute",
+       resolve(library, "cublasLtMatmulDescSetAttribute", api.descSetAttribute)},
+      {"cublasLtMatrixLayoutCreate",
+       resolve(library, "cublasLtMatrixLayoutCreate", api.layoutCreate)},
+      {"cublasLtMatrixLayoutDestroy",
+       resolve(library, "cublasLtMatrixLayoutDestroy", api.layoutDestroy)},
+      {"cublasLtMatmulPreferenceCreate",
+       resolve(library, "cublasLtMatmulPreferenceCreate", api.preferenceCreate)},
+      {"cublasLtMatmulPreferenceDestroy",
+       resolve(library, "cublasLtMatmulPreferenceDestroy", api.preferenceDestroy)},
+      {"cublasLtMatmulPreferenceSetAttribute",
+       resolve(library, "cublasLtMatmulPreferenceSetAttribute", api.preferenceSetAttribute)},
+      {"cublasLtMatmulAlgoGetHeuristic",
+       resolve(library, "cublasLtMatmulAlgoGetHeuristic", api.heuristic)},
+      {"cublasLtMatmul", resolve(library, "cublasLtMatmul", api.matmul)},
+  };
+  std::string missing;
+  for (const Entry &entry : entries)
+    if (!entry.found)
+      missing += std::string(missing.empty() ? "" : ", ") + entry.name;
+  if (!missing.empty()) {
+    dlclose(library);
+    library = nullptr;
+    return Status::error("cuBLASLt library " + path + " lacks " + missing);
+  }
+  return Status::ok();
+}
+
+std::string statusName(const CublasLt::Api &api, lt::Status status) {
+  const char *name = api.statusString ? api.statusString(status) : nullptr;
+  return name ? std::string(name) : "cuBLAS status " + std::to_string(status);
+}
+
+bool dataType(DType dtype, int &out) {
+  switch (dtype) {
+  case DType::F32: out = lt::kR32F; return true;
+  case DType::F16: out = lt::kR16F; return true;
+  case DType::BF16: out = lt::kR16BF; return true;
+  default: return false;
+  }
+}
+
+// The largest power of two (up to cuBLASLt's default assumption, 256) dividing `pointer`.
+uint32_t alignmentOf(DevicePtr pointer) {
+  uint32_t alignment = 256;
+  while (alignment > 1 && pointer % alignment != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+// Destroys the descriptors of one matmul whichever way it returns.
+struct Descriptors {
+  const CublasLt::Api &api;
+  lt::MatmulDesc desc = nullptr;
+  lt::MatrixLayout a = nullptr, b = nullptr, c = nullptr;
+  lt::MatmulPreference preference = nullptr;
+  explicit Descriptors(const CublasLt::Api &api) : api(api) {}
+  ~Descriptors() {
+    if (preference)
+      api.preferenceDestroy(preference);
+    if (c)
+      api.layoutDestroy(c);
+    if (b)
+      api.layoutDestroy(b);
+    if (a)
+      api.layoutDestroy(a);
+    if (desc)
+      api.descDestroy(desc);
+  }
+};
+
+} // namespace
+
+Status CublasLt::probeLibrary(std::string &path) {
+  void *library = nullptr;
+  Api api{};
+  DSRT_RETURN_IF_ERROR(loadLibrary(library, api, path));
+  dlclose(library);
+  return Status::ok();
+}
+
+Status CublasLt::open(std::unique_ptr<CublasLt> &out) {
+  std::unique_ptr<CublasLt> blas(new CublasLt());
+  blas->api_ = std::make_unique<Api>();
+  std::string path;
+  DSRT_RETURN_IF_ERROR(loadLibrary(blas->library_, *blas->api_, path));
+  lt::Handle handle = nullptr;
+  lt::Status status = blas->api_->create(&handle);
+  if (status != lt::kSuccess)
+    return Status::error("cublasLtCreate (" + path + ") failed: " +
+                         statusName(*blas->api_, status));
+  blas->handle_ = handle;
+  out = std::move(blas);
+  return Status::ok();
+}
+
+CublasLt::~CublasLt() {
+  if (handle_ && api_)
+    api_->destroy(handle_);
+  if (library_)
+    dlclose(library_);
+}
+
+Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t workspaceBytes,
+                        StreamHandle stream) {
+  const Api &api = *api_;
+  auto check = [&](lt::Status status, const char *what) -> Status {
+    if (status == lt::kSuccess)
+      return Status::ok();
+    return Status::error(std::string("cuBLASLt ") + what + " failed for gemm m=" +
+                         std::to_string(gemm.m) + " n=" + std::to_string(gemm.n) + " k=" +
+                         std::to_string(gemm.k) + ": " + statusName(api, status));
+  };
+  if (gemm.m < 0 || gemm.n < 0 || gemm.k < 0)
+    return Status::error("cuBLASLt gemm with a negative size");
+  if (gemm.m == 0 || gemm.n == 0)
+    return Status::ok();
+  int aType = 0, bType = 0;
+  if (!dataType(gemm.aType, aType) || !dataType(gemm.bType, bType))
+    return Status::error(std::string("cuBLASLt gemm of ") + dtypeName(gemm.aType) + " by " +
+                         dtypeName(gemm.bType) + " is not supported");
+  if (aType != bType)
+    return Status::error(std::string("cuBLASLt multiplies equal types, not ") +
+                         dtypeName(gemm.aType) + " by " + dtypeName(gemm.bType));
+  if (gemm.k == 0) {
+    if (gemm.accumulate)
+      return Status::ok();  // C += nothing
+    return Status::error("cuBLASLt gemm with k = 0 (C would be zeros) is not supported");
+  }
+
+  // Row-major C[m, n] = A[m, k]·B[n, k]ᵀ is column-major Cᵀ[n, m] = (B[n, k])·(A[m, k])ᵀ,
+  // where the column-major view of row-major B with leading dimension k is Bᵀ [k, n], and
+  // of A is Aᵀ [k, m]. So cuBLASLt's first operand is B's memory, [k, n] ld k, transposed;
+  // its second is A's memory, [k, m] ld k, as is; the result is [n, m] ld n.
+  Descriptors d(api);
+  DSRT_RETURN_IF_ERROR(check(api.descCreate(&d.desc, lt::kCompute32F, lt::kR32F),
+                             "cublasLtMatmulDescCreate"));
+  const int32_t transposed = lt::kOpT, asIs = lt::kOpN;
+  DSRT_RETURN_IF_ERROR(check(api.descSetAttribute(d.desc, lt::kDescTransA, &transposed,
+                                                  sizeof transposed),
+                             "setting TRANSA"));
+  DSRT_RETURN_IF_ERROR(
+      check(api.descSetAttribute(d.desc, lt::kDescTransB, &asIs, sizeof asIs), "setting TRANSB"));
+  uint64_t m = static_cast<uint64_t>(gemm.m), n = static_cast<uint64_t>(gemm.n),
+           k = static_cast<uint64_t>(gemm.k);
+  DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.a, bType, k, n, gemm.k), "layout of B"));
+  DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.b, aType, k, m, gemm.k), "layout of A"));
+  DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.c, lt::kR32F, n, m, gemm.n), "layout of C"));
+
+  if (workspace == 0)
+    workspaceBytes = 0;
+  AlgoKey key{gemm.m,
+              gemm.n,
+              gemm.k,
+              aType,
+              bType,
+              gemm.accumulate,
+              workspaceBytes,
+              alignmentOf(gemm.b),  // cuBLASLt's A
+              alignmentOf(gemm.a),  // cuBLASLt's B
+              alignmentOf(gemm.c)};
+  Algo algo{};
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(algosMutex_);
+    auto found = algos_.find(key);
+    if (found != algos_.end()) {
+      algo = found->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    DSRT_RETURN_IF_ERROR(check(api.preferenceCreate(&d.preference), "preference create"));
+    const uint64_t maxWorkspace = workspaceBytes;
+    DSRT_RETURN_IF_ERROR(check(api.preferenceSetAttribute(d.preference,
+                                                          lt::kPrefMaxWorkspaceBytes,
+                                                          &maxWorkspace, sizeof maxWorkspace),
+                               "setting the workspace size"));
+    const uint32_t alignments[4] = {key.alignA, key.alignB, key.alignC, key.alignC};
+    const int alignmentAttrs[4] = {lt::kPrefMinAlignmentA, lt::kPrefMinAlignmentB,
+                                   lt::kPrefMinAlignmentC, lt::kPrefMinAlignmentD};
+    for (int i = 0; i < 4; ++i)
+      DSRT_RETURN_IF_ERROR(check(api.preferenceSetAttribute(d.preference, alignmentAttrs[i],
+                                                            &alignments[i],
+                                                            sizeof alignments[i]),
+                                 "setting an alignment"));
+    lt::HeuristicResult result{};
+    int returned = 0;
+    DSRT_RETURN_IF_ERROR(check(api.heuristic(handle_, d.desc, d.a, d.b, d.c, d.c, d.preference,
+                                             1, &result, &returned),
+                               "cublasLtMatmulAlgoGetHeuristic"));
+    if (returned < 1 || result.state != lt::kSuccess)
+      return Status::error("cuBLASLt has no algorithm for gemm m=" + std::to_string(gemm.m) +
+                           " n=" + std::to_string(gemm.n) + " k=" + std::to_string(gemm.k) +
+                           " of " + dtypeName(gemm.bType));
+    std::memcpy(algo.data, result.algo.data, sizeof algo.data);
+    std::lock_guard<std::mutex> lock(algosMutex_);
+    algos_.emplace(key, algo);
+  }
+
+  const float alpha = 1.0f, beta = gemm.accumulate ? 1.0f : 0.0f;
+  lt::MatmulAlgo chosen;
+  std::memcpy(chosen.data, algo.data, sizeof chosen.data);
+  void *c = reinterpret_cast<void *>(static_cast<uintptr_t>(gemm.c));
+  return check(api.matmul(handle_, d.desc, &alpha, reinterpret_cast<const void *>(gemm.b), d.a,
+                          reinterpret_cast<const void *>(gemm.a), d.b, &beta, c, d.c, c, d.c,
+                          &chosen, reinterpret_cast<void *>(static_cast<uintptr_t>(workspace)),
+                          workspaceBytes, stream),
+               "cublasLtMatmul");
+}
+
+} // namespace dsrt::cuda

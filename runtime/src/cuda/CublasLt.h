@@ -1,0 +1,71 @@
+// cuBLASLt for the CUDA backend's larger GEMMs (GpuOps.h's GemmDesc), reached through
+// dlopen so that the runtime builds and loads without the CUDA toolkit.
+#ifndef DSRT_CUDA_CUBLASLT_H
+#define DSRT_CUDA_CUBLASLT_H
+
+#include "cuda/GpuOps.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+namespace dsrt::cuda {
+
+// cuBLASLt opened with dlopen (DSRT_CUBLASLT, then libcublasLt.so.13, .so.12,
+// libcublasLt.so, /usr/local/cuda/lib64/libcublasLt.so); a CUDA context must be current.
+class CublasLt {
+public:
+  static Status open(std::unique_ptr<CublasLt> &out);
+  ~CublasLt();
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  // Enqueues gemm (GpuOps.h's GemmDesc) on `stream`.
+  Status matmul(const GemmDesc &gemm, DevicePtr workspace, size_t workspaceBytes,
+                StreamHandle stream);
+
+  // Loads the library and resolves every symbol matmul needs, without creating a handle
+  // (so it needs no GPU); `path` receives the library that was loaded.
+  static Status probeLibrary(std::string &path);
+
+  struct Api;  // the resolved entry points (CublasLt.cpp)
+
+  CublasLt(const CublasLt &) = delete;
+  CublasLt &operator=(const CublasLt &) = delete;
+
+private:
+  CublasLt() = default;
+
+  // The heuristic's choice is the same for every call with the same problem, so it is
+  // queried once per shape and type combination (cublasLtMatmulAlgo_t is 8 uint64).
+  struct AlgoKey {
+    int64_t m, n, k;
+    int aType, bType;
+    bool accumulate;
+    size_t workspaceBytes;
+    // The pointers' alignments: an algorithm chosen for aligned buffers may not run on
+    // less aligned ones.
+    uint32_t alignA, alignB, alignC;
+    bool operator<(const AlgoKey &other) const {
+      return std::tie(m, n, k, aType, bType, accumulate, workspaceBytes, alignA, alignB,
+                      alignC) < std::tie(other.m, other.n, other.k, other.aType, other.bType,
+                                         other.accumulate, other.workspaceBytes, other.alignA,
+                                         other.alignB, other.alignC);
+    }
+  };
+  struct Algo {
+    uint64_t data[8];
+  };
+
+  void *library_ = nullptr;
+  std::unique_ptr<Api> api_;
+  void *handle_ = nullptr;  // cublasLtHandle_t
+  std::mutex algosMutex_;  // sessions of one process may share the handle
+  std::map<AlgoKey, Algo> algos_;
+};
+
+} // namespace dsrt::cuda
+
+#endif

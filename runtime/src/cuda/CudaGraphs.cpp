@@ -1,0 +1,242 @@
+// Program inputs and the decode program's CUDA graphs (docs/cuda-backend.md): one graph
+// per batch bucket and mask-width bucket, captured at the first use of the bucket (after an
+// eager run of the same padded shapes, which sizes the scratch pool and uploads the host
+// values the graph reads) and replayed after copying the inputs and sequence lengths in.
+#include "cuda/CudaSession.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+namespace dsrt::cuda {
+namespace {
+
+constexpr int64_t kMaskWidthStep = 64;
+
+std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+bool graphsAllowedByEnvironment() {
+  const char *value = std::getenv("DSRT_CUDA_GRAPHS");
+  return !(value && std::string(value) == "0");
+}
+
+} // namespace
+
+int64_t batchBucket(int64_t batch, int64_t maxBatch) {
+  int64_t bucket = 1;
+  while (bucket < batch)
+    bucket *= 2;
+  return std::max(batch, std::min(bucket, maxBatch));
+}
+
+int64_t maskWidthBucket(int64_t width, int64_t maxWidth) {
+  int64_t bucket = std::max<int64_t>((width + kMaskWidthStep - 1) / kMaskWidthStep, 1) *
+                   kMaskWidthStep;
+  return std::max(width, std::min(bucket, maxWidth));
+}
+
+bool CudaSession::graphCandidate(const ProgramState &state, const dsp::Program &program) const {
+  return options_.graphs && graphsAllowedByEnvironment() && state.usesCache &&
+         state.idsInput >= 0 && state.maskInput >= 0 &&
+         (str(program.name()) == "decode" || str(program.name()) == "decode_greedy");
+}
+
+// After the first eager run of a candidate: a graph only when every step ran on the host
+// or the device, and the inputs can be padded.
+void CudaSession::decideGraphs(const dsp::Program &program, ProgramState &state) {
+  std::string why;
+  const auto *tensors = plan_->plan().tensors();
+  for (size_t i = 0; i < state.placements.size() && why.empty(); ++i) {
+    const dsp::Step &step = *program.steps()->Get(i);
+    const std::string &op = compiled_[programIndex(program)][i].op;
+    if (state.placements[i] == StepPlacement::Fallback)
+      why = "step " + std::to_string(i) + " (" + op + ") runs through the host fallback";
+    else if (state.placements[i] == StepPlacement::If)
+      why = "step " + std::to_string(i) + " is an If, whose condition is read on the host";
+    else if (state.placements[i] != StepPlacement::Host &&
+             state.placements[i] != StepPlacement::Device)
+      why = "step " + std::to_string(i) + " did not run";
+    else if ((op == "tfm.all_reduce" || op == "tfm.all_gather") && deviceCollectives_ &&
+             !deviceCollectives_->capturable())
+      why = "its collectives are staged through host memory";
+    (void)step;
+  }
+  for (size_t i = 0; program.inputs() && i < program.inputs()->size() && why.empty(); ++i) {
+    const dsp::Tensor &tensor = *tensors->Get(program.inputs()->Get(i));
+    bool batched = tensor.shape() && tensor.shape()->size() >= 1 &&
+                   tensor.shape()->Get(0)->size() < 0 && tensor.max_shape();
+    if (!batched || (static_cast<int>(i) == state.maskInput &&
+                     (tensor.shape()->size() != 2 || tensor.shape()->Get(1)->size() >= 0)))
+      why = "input '" + str(tensor.name()) + "' cannot be padded to a bucket";
+  }
+  for (size_t i = 0; program.outputs() && i < program.outputs()->size() && why.empty(); ++i)
+    if (slots_[program.outputs()->Get(i)].shape.empty())
+      why = "an output has no batch dimension";
+  state.eligible = why.empty() ? 1 : 0;
+  if (!why.empty() && !state.saidEager) {
+    state.saidEager = true;
+    std::cerr << "dsrt: " << deviceLabel_ << ": program '" << str(program.name())
+              << "' runs without CUDA graphs: " << why << "\n";
+  }
+}
+
+Status CudaSession::uploadInputs(const dsp::Program &program, ProgramState &state,
+                                 int64_t padBatch, int64_t padWidth) {
+  size_t count = program.inputs() ? program.inputs()->size() : 0;
+  for (size_t i = 0; i < count; ++i) {
+    Slot &slot = slots_[program.inputs()->Get(i)];
+    const uint8_t *data = slot.inputValue.data();
+    Shape shape = slot.inputShape;
+    std::vector<uint8_t> padded;
+    if (padBatch > 0 && !shape.empty()) {
+      // Extra rows repeat row 0: valid ids and positions, and a mask row that attends to
+      // real keys, so no kernel meets an out-of-range value. They write only cache rows
+      // no real sequence reads (rows past the caller's batch) and are dropped by output().
+      size_t element = dtypeSize(slot.dtype);
+      int64_t rows = shape[0];
+      if (rows <= 0 || rows > padBatch)
+        return Status::error("cannot pad a batch of " + std::to_string(rows) + " to " +
+                             std::to_string(padBatch));
+      int64_t width = elementCount(shape) / rows, paddedWidth = width;
+      Shape paddedShape = shape;
+      paddedShape[0] = padBatch;
+      if (static_cast<int>(i) == state.maskInput && padWidth > 0) {
+        // Zeros on the left: neither the attention (which aligns the mask's last `total`
+        // columns with the keys) nor a cumulative sum over the mask sees them.
+        if (shape.size() != 2 || padWidth < width)
+          return Status::error("cannot pad the attention mask " + shapeString(shape) +
+                               " to width " + std::to_string(padWidth));
+        paddedShape[1] = padWidth;
+        paddedWidth = padWidth;
+      }
+      padded.assign(static_cast<size_t>(padBatch * paddedWidth) * element, 0);
+      for (int64_t r = 0; r < padBatch; ++r) {
+        int64_t source = r < rows ? r : 0;
+        std::memcpy(padded.data() + static_cast<size_t>(r * paddedWidth + paddedWidth - width) *
+                                        element,
+                    data + static_cast<size_t>(source * width) * element,
+                    static_cast<size_t>(width) * element);
+      }
+      data = padded.data();
+      shape = paddedShape;
+    }
+    uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(elementCount(shape), 0)) *
+                     dtypeSize(slot.dtype);
+    if (bytes > slot.deviceCapacity || !slot.device) {
+      // An input without a bound in the plan: the old buffer stays (a graph may read it).
+      DSRT_RETURN_IF_ERROR(allocate(bytes, slot.device, "a program input"));
+      slot.deviceCapacity = bytes;
+      memory_.other += bytes;
+    }
+    if (bytes)
+      DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyHtoDAsync(slot.device, data, bytes, stream_),
+                                 "cuMemcpyHtoDAsync"));
+    slot.shape = shape;
+    slot.known = slot.deviceValid = true;
+    slot.hostKnown = false;
+    slot.host = nullptr;
+  }
+  if (padBatch < 0 && state.usesCache && state.idsInput >= 0 && state.maskInput >= 0) {
+    const Shape &ids = slots_[program.inputs()->Get(state.idsInput)].inputShape;
+    const Shape &mask = slots_[program.inputs()->Get(state.maskInput)].inputShape;
+    if (ids.size() != 2 || mask.empty())
+      return Status::error("input_ids must be [batch, tokens] and the mask [batch, width]");
+    int64_t total = mask.back();
+    DSRT_RETURN_IF_ERROR(writeSequenceLengths(static_cast<int32_t>(total - ids[1]),
+                                              static_cast<int32_t>(total),
+                                              static_cast<int32_t>(total)));
+  }
+  return Status::ok();
+}
+
+Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &state) {
+  const auto *tensors = plan_->plan().tensors();
+  int index = programIndex(program);
+  int maskTensor = program.inputs()->Get(state.maskInput);
+  const Shape &ids = slots_[program.inputs()->Get(state.idsInput)].inputShape;
+  const Shape &mask = slots_[maskTensor].inputShape;
+  if (ids.size() != 2 || mask.size() != 2 || ids[0] != mask[0])
+    return Status::error("input_ids must be [batch, tokens] and the mask [batch, width]");
+  int64_t maxBatch = plan_->plan().limits() ? plan_->plan().limits()->max_batch() : ids[0];
+  for (int tensor : *program.inputs())
+    maxBatch = std::min(maxBatch, tensors->Get(tensor)->max_shape()->Get(0));
+  int64_t batch = batchBucket(ids[0], maxBatch);
+  int64_t width = maskWidthBucket(mask[1], tensors->Get(maskTensor)->max_shape()->Get(1));
+  std::unique_ptr<Graph> &graph = graphs_[{index, batch, width}];
+  if (!graph)
+    graph = std::make_unique<Graph>();
+  state.realBatch = ids[0];
+  DSRT_RETURN_IF_ERROR(uploadInputs(program, state, batch, width));
+  DSRT_RETURN_IF_ERROR(writeSequenceLengths(static_cast<int32_t>(mask[1] - ids[1]),
+                                            static_cast<int32_t>(mask[1]),
+                                            static_cast<int32_t>(width)));
+  if (graph->exec) {
+    DSRT_RETURN_IF_ERROR(check(driver_->cuGraphLaunch(graph->exec, stream_), "cuGraphLaunch"));
+    ++graphReplays_;
+    for (size_t o = 0; o < program.outputs()->size(); ++o) {
+      Slot &slot = slots_[program.outputs()->Get(o)];
+      slot.shape = graph->outputShapes[o];
+      slot.known = slot.deviceValid = true;
+      slot.hostKnown = false;
+      slot.host = nullptr;
+    }
+    return Status::ok();
+  }
+  // First use of the bucket: this run's results come from an eager run of the padded
+  // shapes, which also prepares everything the capture must not do itself.
+  DSRT_RETURN_IF_ERROR(runProgram(program));
+  if (graph->failed)
+    return Status::ok();
+  Status captured = capture(program, state, *graph);
+  if (!captured.isOk()) {
+    graph->failed = true;
+    std::cerr << "dsrt: " << deviceLabel_ << ": program '" << str(program.name())
+              << "' runs eagerly for batch " << batch << " and mask width " << width
+              << ": its CUDA graph could not be captured: " << captured.message() << "\n";
+  }
+  return Status::ok();
+}
+
+Status CudaSession::capture(const dsp::Program &program, ProgramState &state, Graph &graph) {
+  (void)state;
+  captureProblem_.clear();
+  DSRT_RETURN_IF_ERROR(check(driver_->cuStreamBeginCapture(stream_, kStreamCaptureModeThreadLocal),
+                             "cuStreamBeginCapture"));
+  capturing_ = true;
+  Status status = runProgram(program);
+  capturing_ = false;
+  CUgraph captured = nullptr;
+  CUresult ended = driver_->cuStreamEndCapture(stream_, &captured);
+  if (status.isOk() && ended != kCudaSuccess)
+    status = check(ended, "cuStreamEndCapture");
+  CUgraphExec exec = nullptr;
+  if (status.isOk())
+    status = check(driver_->cuGraphInstantiateWithFlags(&exec, captured, 0),
+                   "cuGraphInstantiateWithFlags");
+  if (!status.isOk()) {
+    if (captured)
+      driver_->cuGraphDestroy(captured);
+    return status;
+  }
+  graph.graph = captured;
+  graph.exec = exec;
+  // Another bucket's host values (shapes differ) must not overwrite what this graph reads.
+  for (Slot &slot : slots_)
+    if (slot.hostCopy)
+      slot.hostCopyCaptured = true;
+  graph.outputShapes.clear();
+  for (int tensor : *program.outputs())
+    graph.outputShapes.push_back(slots_[tensor].shape);
+  return Status::ok();
+}
+
+bool CudaSession::hasGraph(std::string_view name, int64_t batch, int64_t maskWidth) const {
+  const dsp::Program *found = program(name);
+  if (!found)
+    return false;
+  auto it = graphs_.find({programIndex(*found), batch, maskWidth});
+  return it != graphs_.end() && it->second->exec;
+}
+
+} // namespace dsrt::cuda

@@ -1,0 +1,273 @@
+// What the CUDA session puts on the device once: the weights, the kernels' modules and the
+// KV cache.
+#include "cuda/CudaSession.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace dsrt::cuda {
+namespace {
+
+constexpr uint64_t kDeviceAlignment = 256;  // cudaMalloc's
+
+uint64_t alignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+// One piece of the weight image: `bytes` bytes from `source` at `offset` in the device
+// allocation.
+struct UploadItem {
+  const uint8_t *source = nullptr;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+
+} // namespace
+
+// Weights keep their stored dtype on the device; those a generic-path op reads get a copy
+// in the plan's dtype, converted on the host (as the CPU backend converts them). Everything
+// goes up as one image through two pinned staging buffers: while chunk i transfers, chunk
+// i + 1 is filled.
+Status CudaSession::uploadWeights() {
+  const dsp::Plan &header = plan_->plan();
+  size_t count = slots_.size();
+  std::vector<bool> needsConverted(count, false);
+  if (header.programs())
+    for (size_t p = 0; p < compiled_.size(); ++p) {
+      const dsp::Program &program = *header.programs()->Get(p);
+      for (size_t i = 0; i < compiled_[p].size(); ++i) {
+        const dsp::Step &step = *program.steps()->Get(i);
+        if (compiled_[p][i].readsStoredWeights || !step.inputs())
+          continue;
+        for (int input : *step.inputs())
+          if (input >= 0 && slots_[input].kind == dsp::TensorKind::weight &&
+              slots_[input].deviceDType != slots_[input].dtype)
+            needsConverted[input] = true;
+      }
+    }
+
+  std::vector<UploadItem> items;
+  std::vector<int> itemTensor;  // -1: a stored weight shared by tensors
+  std::map<int, uint64_t> storedOffset;  // weight_index -> offset in the image
+  std::vector<std::vector<uint8_t>> converted;
+  uint64_t imageBytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const dsp::Tensor &tensor = *header.tensors()->Get(i);
+    if (tensor.kind() != dsp::TensorKind::weight)
+      continue;
+    TensorRef stored = section_->weight(tensor.weight_index());
+    if (!storedOffset.count(tensor.weight_index())) {
+      storedOffset[tensor.weight_index()] = imageBytes;
+      items.push_back({static_cast<const uint8_t *>(stored.data), stored.bytes(), imageBytes});
+      imageBytes = alignUp(imageBytes + stored.bytes(), kDeviceAlignment);
+    }
+    if (needsConverted[i]) {
+      Slot &slot = slots_[i];
+      std::vector<uint8_t> bytes(static_cast<size_t>(stored.elements()) *
+                                 dtypeSize(slot.dtype));
+      if (!convertFloats(stored.dtype, stored.data, slot.dtype, bytes.data(),
+                         stored.elements()))
+        return Status::error(plan_->path() + ": weight '" + str(tensor.name()) +
+                             "': cannot convert it from " + dtypeName(stored.dtype) + " to " +
+                             dtypeName(slot.dtype));
+      converted.push_back(std::move(bytes));
+      items.push_back({converted.back().data(), converted.back().size(), imageBytes});
+      slot.converted = imageBytes;  // rebased below
+      imageBytes = alignUp(imageBytes + converted.back().size(), kDeviceAlignment);
+    }
+  }
+  if (items.empty())
+    return Status::ok();
+  DSRT_RETURN_IF_ERROR(allocate(imageBytes, weightBase_, "the weights"));
+  memory_.weights = imageBytes;
+  for (size_t i = 0; i < count; ++i) {
+    const dsp::Tensor &tensor = *header.tensors()->Get(i);
+    if (tensor.kind() != dsp::TensorKind::weight)
+      continue;
+    Slot &slot = slots_[i];
+    slot.device = weightBase_ + storedOffset[tensor.weight_index()];
+    slot.deviceCapacity = section_->weight(tensor.weight_index()).bytes();
+    slot.deviceValid = true;
+    if (needsConverted[i])
+      slot.converted += weightBase_;
+  }
+
+  size_t chunk = std::max<size_t>(std::min<uint64_t>(options_.uploadChunkBytes, imageBytes), 1);
+  void *staging[2] = {nullptr, nullptr};
+  CUevent copied[2] = {nullptr, nullptr};
+  bool pending[2] = {false, false};
+  Status status = Status::ok();
+  for (int b = 0; b < 2 && status.isOk(); ++b) {
+    status = check(driver_->cuMemHostAlloc(&staging[b], chunk, kMemHostAllocPortable),
+                   "cuMemHostAlloc");
+    if (status.isOk())
+      status = check(driver_->cuEventCreate(&copied[b], kEventDisableTiming), "cuEventCreate");
+  }
+  size_t next = 0;  // the first item not yet wholly copied
+  uint64_t chunkIndex = 0;
+  for (uint64_t start = 0; status.isOk() && start < imageBytes; start += chunk, ++chunkIndex) {
+    int b = static_cast<int>(chunkIndex % 2);
+    uint64_t length = std::min<uint64_t>(chunk, imageBytes - start);
+    if (pending[b]) {  // its previous copy must have left the buffer
+      status = check(driver_->cuEventSynchronize(copied[b]), "cuEventSynchronize");
+      if (!status.isOk())
+        break;
+    }
+    auto *buffer = static_cast<uint8_t *>(staging[b]);
+    std::memset(buffer, 0, length);  // the alignment gaps
+    uint64_t end = start + length;
+    for (size_t k = next; k < items.size() && items[k].offset < end; ++k) {
+      uint64_t from = std::max(start, items[k].offset);
+      uint64_t to = std::min(end, items[k].offset + items[k].bytes);
+      if (from < to)
+        std::memcpy(buffer + (from - start), items[k].source + (from - items[k].offset),
+                    to - from);
+      if (items[k].offset + items[k].bytes <= end && k == next)
+        ++next;
+    }
+    status = check(driver_->cuMemcpyHtoDAsync(weightBase_ + start, buffer, length, stream_),
+                   "cuMemcpyHtoDAsync");
+    if (status.isOk())
+      status = check(driver_->cuEventRecord(copied[b], stream_), "cuEventRecord");
+    pending[b] = status.isOk();
+  }
+  // The staging buffers are freed only after every copy from them has finished.
+  Status synced = sync();
+  for (int b = 0; b < 2; ++b) {
+    if (copied[b])
+      driver_->cuEventDestroy(copied[b]);
+    if (staging[b])
+      driver_->cuMemFreeHost(staging[b]);
+  }
+  if (!status.isOk())
+    return Status::error(plan_->path() + ": uploading the weights: " + status.message());
+  return synced;
+}
+
+DevicePtr CudaSession::weightDevicePointer(int tensorIndex) const {
+  if (tensorIndex < 0 || static_cast<size_t>(tensorIndex) >= slots_.size() ||
+      slots_[tensorIndex].kind != dsp::TensorKind::weight)
+    return 0;
+  return slots_[tensorIndex].device;
+}
+
+// One module per plan kernel: the cubin for this device's architecture when the plan has
+// it, else the PTX, which the driver compiles for the device.
+Status CudaSession::loadKernels() {
+  const auto *kernels = plan_->plan().kernels();
+  if (!kernels)
+    return Status::ok();
+  std::string arch = "sm_" + std::to_string(computeCapability_);
+  for (const dsp::Kernel *kernel : *kernels) {
+    std::string name = str(kernel->name());
+    const void *image = nullptr;
+    std::string ptx;
+    // An ELF image read in place: copied to 8-byte aligned memory first (a FlatBuffers
+    // byte vector is only 4-byte aligned).
+    std::vector<uint64_t> cubin;
+    if (kernel->binaries())
+      for (const dsp::KernelBinary *binary : *kernel->binaries())
+        if (str(binary->arch()) == arch && binary->cubin() && binary->cubin()->size()) {
+          cubin.assign((binary->cubin()->size() + 7) / 8, 0);
+          std::memcpy(cubin.data(), binary->cubin()->data(), binary->cubin()->size());
+          image = cubin.data();
+        }
+    if (!image) {
+      if (!kernel->ptx() || !kernel->ptx()->size())
+        return Status::error(plan_->path() + ": kernel '" + name + "' has no cubin for " +
+                             arch + " and no PTX");
+      // cuModuleLoadData reads PTX as a NUL-terminated string.
+      ptx.assign(reinterpret_cast<const char *>(kernel->ptx()->data()), kernel->ptx()->size());
+      image = ptx.c_str();
+    }
+    CUmodule module = nullptr;
+    CUresult result = driver_->cuModuleLoadData(&module, image);
+    if (result != kCudaSuccess)
+      return Status::error(plan_->path() + ": kernel '" + name + "' (" +
+                           (ptx.empty() ? arch + " cubin" : str(kernel->ptx_arch()) + " PTX") +
+                           "): " + driverErrorText(*driver_, result, "cuModuleLoadData"));
+    modules_.push_back(module);
+    CUfunction function = nullptr;
+    std::string entry = str(kernel->entry()).empty() ? str(kernel->kind()) : str(kernel->entry());
+    result = driver_->cuModuleGetFunction(&function, module, entry.c_str());
+    if (result != kCudaSuccess)
+      return Status::error(plan_->path() + ": kernel '" + name + "' has no entry '" + entry +
+                           "': " + driverErrorText(*driver_, result, "cuModuleGetFunction"));
+    functions_.push_back(function);
+    functionSharedBytes_.push_back(48 << 10);
+  }
+  return Status::ok();
+}
+
+// As CpuSession::allocateKvCache: one layer per session-mode attention's cache_layer,
+// [max_batch, kv_heads, max_seq_len, head_dim] f32, zeroed.
+Status CudaSession::allocateKvCache() {
+  const dsp::Plan &header = plan_->plan();
+  if (!header.programs())
+    return Status::ok();
+  int64_t batch = header.limits() ? header.limits()->max_batch() : 0;
+  int64_t capacity = header.limits() ? header.limits()->max_seq_len() : 0;
+  for (size_t p = 0; p < compiled_.size(); ++p) {
+    const dsp::Program &program = *header.programs()->Get(p);
+    for (size_t i = 0; i < compiled_[p].size(); ++i) {
+      const CompiledStep &compiled = compiled_[p][i];
+      const dsp::Step &step = *program.steps()->Get(i);
+      bool hasPast = step.inputs() && step.inputs()->size() > 4 && step.inputs()->Get(4) >= 0;
+      if (compiled.op != "tfm.attention" || hasPast)
+        continue;
+      int64_t layer = -1, kvHeads = 0, headDim = 0;
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "cache_layer", -1, layer));
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "num_kv_heads", 0, kvHeads));
+      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "head_dim", 0, headDim));
+      std::vector<int64_t> rankKvHeads;
+      bool sharded = false;
+      DSRT_RETURN_IF_ERROR(ops::getInts(compiled.attrs, "rank_kv_heads", rankKvHeads, sharded));
+      if (sharded) {
+        if (static_cast<size_t>(rank_) >= rankKvHeads.size())
+          return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
+                               " lists no KV heads for rank " + std::to_string(rank_));
+        kvHeads = rankKvHeads[rank_];
+      }
+      if (layer < 0)
+        continue;
+      if (layer > 4096 || kvHeads <= 0 || headDim <= 0 || batch <= 0 || capacity <= 0)
+        return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
+                             " has an invalid KV cache layout");
+      if (static_cast<size_t>(layer) >= kvLayers_.size())
+        kvLayers_.resize(layer + 1);
+      DeviceKvLayer &entry = kvLayers_[layer];
+      if (entry.key) {
+        if (entry.kvHeads != kvHeads || entry.headDim != headDim)
+          return Status::error(plan_->path() + ": programs disagree on KV cache layer " +
+                               std::to_string(layer));
+        continue;
+      }
+      size_t bytes = static_cast<size_t>(batch * kvHeads * capacity * headDim) * sizeof(float);
+      entry = {DType::F32, batch, kvHeads, capacity, headDim, 0, 0};
+      DSRT_RETURN_IF_ERROR(allocate(bytes, entry.key, "the KV cache"));
+      DSRT_RETURN_IF_ERROR(allocate(bytes, entry.value, "the KV cache"));
+      DSRT_RETURN_IF_ERROR(
+          check(driver_->cuMemsetD8Async(entry.key, 0, bytes, stream_), "cuMemsetD8Async"));
+      DSRT_RETURN_IF_ERROR(
+          check(driver_->cuMemsetD8Async(entry.value, 0, bytes, stream_), "cuMemsetD8Async"));
+      memory_.kvCache += 2 * bytes;
+    }
+  }
+  hostKvMirror_.layers.resize(kvLayers_.size());
+  hostKvStorage_.resize(2 * kvLayers_.size());
+  for (size_t layer = 0; layer < kvLayers_.size(); ++layer) {
+    const DeviceKvLayer &entry = kvLayers_[layer];
+    if (!entry.key)
+      return Status::error(plan_->path() + ": KV cache layer " + std::to_string(layer) +
+                           " is used by no attention step");
+    // The host mirror gets its storage when a fallback attention first needs it.
+    hostKvMirror_.layers[layer] = {DType::F32, entry.batch, entry.kvHeads, entry.capacity,
+                                   entry.headDim, nullptr, nullptr};
+  }
+  return Status::ok();
+}
+
+} // namespace dsrt::cuda

@@ -1,0 +1,231 @@
+// A plan on one GPU for one rank (docs/cuda-backend.md): the weights uploaded in their
+// stored dtype, one arena allocation laid out by the plan's offsets, the KV cache on the
+// device, and an executor that runs each step on the host (shape arithmetic), on the device
+// (GpuOps.h launchers) or through the fallback (reference kernels with copies). The decode
+// program is captured into CUDA graphs per batch and mask-width bucket and replayed.
+#ifndef DSRT_CUDA_CUDASESSION_H
+#define DSRT_CUDA_CUDASESSION_H
+
+#include "core/Status.h"
+#include "core/Tensor.h"
+#include "cuda/CudaDriver.h"
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+#include "plan/PlanFile.h"
+#include "session/Session.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace dsrt::cuda {
+
+class CublasLt;
+
+struct CudaSessionOptions {
+  const DriverApi *driver = nullptr;             // null: processDriver()
+  GpuOpFn (*findOp)(std::string_view) = nullptr;  // null: findGpuOp (tests inject launchers)
+  // Ops whose launchers need no generated kernel (null: the collectives). A step of any
+  // other op whose Step.kernels is empty (a CPU-only plan, a rule that declined) runs
+  // through the fallback.
+  bool (*launchesWithoutKernels)(std::string_view op) = nullptr;
+  size_t uploadChunkBytes = size_t(64) << 20;    // per pinned staging buffer
+  bool graphs = true;                            // DSRT_CUDA_GRAPHS=0 also turns them off
+  ops::Collectives *collectives = nullptr;       // the rank's host group (kept, not owned)
+  // NCCL (kept, not owned); without it a multi-rank session stages `collectives` through
+  // host memory.
+  DeviceCollectives *deviceCollectives = nullptr;
+};
+
+// Where the last run of a program ran each step.
+enum class StepPlacement : uint8_t { NotRun, Host, Device, Fallback, If };
+
+// The buckets a captured decode graph is specialised for: powers of two up to max_batch,
+// multiples of 64 up to max_seq_len (the largest bucket is the limit itself).
+int64_t batchBucket(int64_t batch, int64_t maxBatch);
+int64_t maskWidthBucket(int64_t width, int64_t maxWidth);
+
+class CudaSession final : public Session {
+public:
+  static Status create(std::shared_ptr<PlanFile> plan, int rank,
+                       const CudaSessionOptions &options, std::unique_ptr<CudaSession> &out);
+  ~CudaSession() override;
+  CudaSession(const CudaSession &) = delete;
+  CudaSession &operator=(const CudaSession &) = delete;
+
+  const PlanFile &plan() const override { return *plan_; }
+  const dsp::Program *program(std::string_view name) const override;
+  std::string deviceName() const override;
+  DeviceKind device() const override { return DeviceKind::Cuda; }
+  SessionMemory memory() const override { return memory_; }
+  Status setInput(std::string_view program, size_t index, const TensorRef &value) override;
+  Status run(std::string_view program) override;
+  Status output(std::string_view program, size_t index, TensorRef &out) override;
+  bool hasKvCache() const override { return !kvLayers_.empty(); }
+  Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
+
+  // For tests and diagnostics.
+  const std::vector<StepPlacement> &lastPlacements(std::string_view program) const;
+  size_t graphCount() const { return graphs_.size(); }
+  bool hasGraph(std::string_view program, int64_t batch, int64_t maskWidth) const;
+  size_t graphReplays() const { return graphReplays_; }
+  // The device range the weights were uploaded to, and each weight's place in it.
+  DevicePtr weightBase() const { return weightBase_; }
+  DevicePtr weightDevicePointer(int tensorIndex) const;
+
+private:
+  friend class CudaStepContext;
+
+  struct Slot {
+    dsp::TensorKind kind = dsp::TensorKind::activation;
+    DType dtype = DType::Undefined;  // the plan's
+    Shape shape;
+    bool known = false;  // has a value in this run
+    // The device value: arena slot, input or dynamic buffer, or weight.
+    DevicePtr device = 0;
+    uint64_t deviceCapacity = 0;
+    DType deviceDType = DType::Undefined;  // a weight's stored dtype; `dtype` otherwise
+    bool deviceValid = false;
+    // Known on the host from constants and shapes alone (constants, host-step results).
+    bool hostKnown = false;
+    const uint8_t *host = nullptr;
+    std::vector<uint8_t> hostStorage;
+    // Where host values are uploaded: never reused by other tensors and never freed while
+    // the session lives, so a captured graph may read it on every replay.
+    DevicePtr hostCopy = 0;
+    uint64_t hostCopyCapacity = 0;
+    std::vector<uint8_t> hostCopyBytes;  // what hostCopy holds
+    // A captured graph reads hostCopy: other values go to a new buffer, never over it.
+    bool hostCopyCaptured = false;
+    // Weights read by generic-path ops: a copy converted to `dtype`.
+    DevicePtr converted = 0;
+    std::vector<uint8_t> hostConverted;  // for the fallback, converted on first use
+    // Program inputs as the caller gave them (uploaded when the program runs).
+    std::vector<uint8_t> inputValue;
+    Shape inputShape;
+    bool inputSet = false;
+  };
+  struct CompiledStep {
+    std::string op;
+    ops::AttrMap attrs;
+    GpuOpFn launcher = nullptr;
+    bool readsStoredWeights = false;  // a tfm op: its kernels take weights as stored
+    bool fallbackOnly = false;        // its launcher found no kernel in the plan
+  };
+  // A captured decode program for one bucket.
+  struct Graph {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    std::vector<Shape> outputShapes;  // padded, as the capture placed them
+    bool failed = false;              // could not be captured: the bucket runs eagerly
+  };
+  struct ProgramState {
+    std::vector<StepPlacement> placements;
+    bool usesCache = false;  // a session-cache program (prefill, decode)
+    int idsInput = -1, maskInput = -1;  // positions among the program's inputs
+    int eligible = -1;  // graphs: -1 not yet known, 0 no, 1 yes
+    bool saidEager = false;
+    int64_t realBatch = -1;  // rows the caller gave when padded, else -1
+  };
+
+  CudaSession() = default;
+  Status initDevice(int rank);
+  Status prepareTensors();
+  Status uploadWeights();
+  Status loadKernels();
+  Status allocateKvCache();
+  Status compilePrograms();
+  Status allocate(size_t bytes, DevicePtr &out, const char *what);
+  Status check(CUresult result, const char *call) const;
+  Status sync();
+  int programIndex(const dsp::Program &program) const;
+
+  // Executor (CudaExecutor.cpp).
+  Status runProgram(const dsp::Program &program);
+  Status runStep(const dsp::Step &step, CompiledStep &compiled, StepPlacement &placement);
+  Status runIf(const dsp::Step &step, StepPlacement &placement);
+  Status runFallback(const dsp::Step &step, CompiledStep &compiled, ops::Inputs &inputs,
+                     std::vector<TensorRef> &inputRefs, std::vector<ops::OutputSpec> &specs);
+  Status placeDeviceOutput(int tensor, const ops::OutputSpec &spec);
+  Status hostView(int tensor, TensorRef &out, std::vector<uint8_t> &download);
+  Status deviceView(int tensor, bool storedWeights, DeviceTensor &out);
+  Status uploadHostValue(Slot &slot);
+  Status downloadKvLayer(int64_t layer);
+  Status uploadKvLayer(int64_t layer);
+  Status writeSequenceLengths(int32_t past, int32_t total, int32_t maskWidth);
+  Status scratch(size_t bytes, DevicePtr &out);
+  Status gemm(const GemmDesc &gemm);
+  Status copy2D(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,
+                size_t widthBytes, size_t height);
+  std::string describe(const dsp::Step &step, size_t index) const;
+
+  // Inputs and graphs (CudaGraphs.cpp).
+  Status uploadInputs(const dsp::Program &program, ProgramState &state, int64_t padBatch,
+                      int64_t padWidth);
+  Status runWithGraphs(const dsp::Program &program, ProgramState &state);
+  Status capture(const dsp::Program &program, ProgramState &state, Graph &graph);
+  bool graphCandidate(const ProgramState &state, const dsp::Program &program) const;
+  void decideGraphs(const dsp::Program &program, ProgramState &state);
+
+  std::shared_ptr<PlanFile> plan_;
+  const PlanSection *section_ = nullptr;
+  CudaSessionOptions options_;
+  const DriverApi *driver_ = nullptr;
+  int rank_ = 0;
+  CUdevice device_ = 0;
+  int ordinal_ = 0;
+  bool contextRetained_ = false;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string deviceLabel_;
+  int multiprocessors_ = 0;
+  int computeCapability_ = 0;
+
+  std::vector<Slot> slots_;
+  std::vector<std::vector<CompiledStep>> compiled_;
+  std::vector<ProgramState> programs_;
+  std::vector<DevicePtr> allocations_;  // freed with the session
+  DevicePtr arena_ = 0;
+  DevicePtr weightBase_ = 0;
+  DevicePtr sequenceLengths_ = 0;
+  int32_t hostSequenceLengths_[3] = {0, 0, 0};
+  bool sequenceLengthsSet_ = false;
+  bool currentUsesCache_ = false;  // the running program is a session-cache program
+
+  std::vector<CUmodule> modules_;
+  std::vector<CUfunction> functions_;  // per plan kernel
+  std::vector<int> functionSharedBytes_;  // the dynamic shared memory each allows
+
+  std::vector<DeviceKvLayer> kvLayers_;
+  ops::KvCache hostKvMirror_;  // the fallback's view of the cache
+  std::vector<std::vector<float>> hostKvStorage_;
+
+  struct ScratchBlock {
+    DevicePtr base = 0;
+    size_t size = 0, used = 0;
+  };
+  std::vector<ScratchBlock> scratch_;
+
+  std::unique_ptr<CublasLt> cublas_;
+  DevicePtr cublasWorkspace_ = 0;
+
+  std::unique_ptr<DeviceCollectives> stagedCollectives_;
+  DeviceCollectives *deviceCollectives_ = nullptr;
+
+  bool capturing_ = false;
+  bool syncEachStep_ = false;  // DSRT_CUDA_SYNC_STEPS=1: find the step a kernel fault is in
+  std::string captureProblem_;  // why the capture under way cannot complete
+  std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<Graph>> graphs_;
+  size_t graphReplays_ = 0;
+
+  std::vector<uint8_t> outputStorage_;
+  std::vector<std::vector<uint8_t>> outputs_;
+  SessionMemory memory_;
+};
+
+} // namespace dsrt::cuda
+
+#endif

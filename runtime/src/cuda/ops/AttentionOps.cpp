@@ -1,0 +1,364 @@
+// The launcher of tfm.attention (docs/transformer-ops.md) on the kernels that
+// codegen/kernels/AttentionRules.cpp lists, in its slot order:
+//   0 attention_rotary, 1 attention_prefill, and with the session's cache
+//   2 attention_decode, 3 attention_combine.
+// attention_rotary writes the rotated queries into the output buffer, which the attention
+// kernels read and then overwrite, and places the keys and values: in the session's cache
+// at [past, past + s), or in the presents (I/O mode, after a copy of the past), or in
+// scratch memory when the step has neither. One new token over the session's cache takes
+// the split-KV decode kernels, anything else the flash-style prefill kernel.
+//
+// With the session's cache the kernels read {past, total, maskWidth} from the device
+// (StepContext::sequenceLengths), and the decode grid is sized for the cache's capacity, so
+// a captured decode graph stays right when it is replayed with longer sequences. Nothing
+// here reads device data on the host.
+#include "cuda/GpuOps.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace dsrt::cuda {
+namespace {
+
+enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
+enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
+
+// Threads per block of attention_rotary (it loops over a token's features).
+constexpr unsigned kRotaryBlock = 128;
+constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
+
+// The step's heads as the CPU kernel reads them (runtime/src/ops/Transformer.cpp,
+// readAttentionConfig): the model's, and this rank's share under tensor parallelism.
+struct Heads {
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
+};
+
+Status readHeads(StepContext &context, Heads &h) {
+  const ops::AttrMap &attrs = context.attrs();
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "num_heads", 0, h.heads));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "num_kv_heads", h.heads, h.kvHeads));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "head_dim", 0, h.headDim));
+  h.globalHeads = h.heads;
+  h.globalKvHeads = h.kvHeads;
+  const int rank = context.rank();
+  struct Entry {
+    const char *name;
+    int64_t *out;
+  };
+  for (Entry entry : {Entry{"rank_heads", &h.heads}, Entry{"rank_head_offsets", &h.headOffset},
+                      Entry{"rank_kv_heads", &h.kvHeads},
+                      Entry{"rank_kv_head_offsets", &h.kvHeadOffset}}) {
+    std::vector<int64_t> values;
+    bool present = false;
+    DSRT_RETURN_IF_ERROR(ops::getInts(attrs, entry.name, values, present));
+    if (!present)
+      continue;
+    if (rank < 0 || static_cast<size_t>(rank) >= values.size())
+      return context.error(entry.name, " has ", values.size(), " entries, none for rank ",
+                           rank);
+    *entry.out = values[rank];
+  }
+  if (h.globalHeads <= 0 || h.globalKvHeads <= 0 || h.headDim <= 0 ||
+      h.globalHeads % h.globalKvHeads != 0)
+    return context.error("needs num_heads a positive multiple of num_kv_heads and "
+                         "head_dim > 0");
+  const int64_t group = h.globalHeads / h.globalKvHeads;
+  bool fits = h.heads > 0 && h.kvHeads > 0 && h.headOffset >= 0 && h.kvHeadOffset >= 0 &&
+              h.headOffset + h.heads <= h.globalHeads &&
+              h.kvHeadOffset + h.kvHeads <= h.globalKvHeads &&
+              h.headOffset / group >= h.kvHeadOffset &&
+              (h.headOffset + h.heads - 1) / group < h.kvHeadOffset + h.kvHeads;
+  if (!fits)
+    return context.error("query heads [", h.headOffset, ", +", h.heads, ") and KV heads [",
+                         h.kvHeadOffset, ", +", h.kvHeads, ") do not form whole groups");
+  if (h.heads > kMaxGridYZ)
+    return context.error(h.heads, " heads exceed the grid's limit of ", kMaxGridYZ);
+  return Status::ok();
+}
+
+// The kernels were shaped for the step's attributes and dtypes; a plan whose kernels say
+// otherwise was not made by this rule.
+Status checkConstant(StepContext &context, size_t slot, const char *name, int64_t expected) {
+  int64_t compiled = context.kernelConstant(slot, name, -1);
+  if (compiled != expected)
+    return context.error("kernel ", slot, " was generated with ", name, " ", compiled,
+                         ", the step needs ", expected);
+  return Status::ok();
+}
+
+Status positiveConstant(StepContext &context, size_t slot, const char *name, int64_t limit,
+                        int64_t &out) {
+  out = context.kernelConstant(slot, name, -1);
+  if (out <= 0 || out > limit)
+    return context.error("kernel ", slot, "'s ", name, " constant is ", out,
+                         ", not in [1, ", limit, "]");
+  return Status::ok();
+}
+
+bool isIndexType(DType dtype) { return dtype == DType::I64 || dtype == DType::I32; }
+
+bool isPaddingMaskType(DType dtype) {
+  return dtype == DType::I64 || dtype == DType::I32 || dtype == DType::U8 ||
+         dtype == DType::Bool;
+}
+
+Status runAttention(StepContext &context) {
+  if (context.kernelCount() < 2)
+    return context.error("the plan has ", context.kernelCount(),
+                         " kernels for this step, the launcher needs 2 or 4");
+  Heads h;
+  DSRT_RETURN_IF_ERROR(readHeads(context, h));
+  const ops::AttrMap &attrs = context.attrs();
+  int64_t causal = 0, alibi = 0, window = 0, rotaryDim = 0, interleaved = 0, cacheLayer = -1;
+  float scale = 1.0f, rotaryBase = 10000.0f;
+  std::string unattended;
+  DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "scale", 1.0f, scale));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "causal", 0, causal));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "alibi", 0, alibi));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "window", 0, window));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_dim", 0, rotaryDim));
+  DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "rotary_base", 10000.0f, rotaryBase));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
+  DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
+  const int64_t D = h.headDim, H = h.heads, KH = h.kvHeads;
+
+  const DeviceTensor *query = context.input(kQuery), *key = context.input(kKey),
+                     *value = context.input(kValue);
+  if (!query || !key || !value)
+    return context.error("needs query, key and value");
+  if (query->dtype != DType::F32 || key->dtype != DType::F32 || value->dtype != DType::F32)
+    return context.error("the kernels take f32 query, key and value");
+  if (query->shape.size() != 3 || query->shape[2] != H * D)
+    return context.error("query must be [batch, sequence, ", H * D, "]");
+  const int64_t B = query->shape[0], S = query->shape[1];
+  const Shape kvShape{B, S, KH * D};
+  if (key->shape != kvShape || value->shape != kvShape)
+    return context.error("key and value must be [", B, ", ", S, ", ", KH * D, "]");
+  const DeviceTensor &out = context.output(0);
+  if (out.dtype != DType::F32 || out.shape != query->shape)
+    return context.error("the output must be f32 and shaped like the query");
+  if (B > kMaxGridYZ)
+    return context.error("a batch of ", B, " exceeds the grid's limit of ", kMaxGridYZ);
+
+  const DeviceTensor *mask = context.inputCount() > kMask ? context.input(kMask) : nullptr;
+  const DeviceTensor *pastKey =
+      context.inputCount() > kPastKey ? context.input(kPastKey) : nullptr;
+  const DeviceTensor *pastValue =
+      context.inputCount() > kPastValue ? context.input(kPastValue) : nullptr;
+  const DeviceTensor *positions =
+      context.inputCount() > kPositions ? context.input(kPositions) : nullptr;
+  if (!pastKey != !pastValue)
+    return context.error("past key and past value must be given together");
+  if (mask && !isPaddingMaskType(mask->dtype))
+    return context.error("the kernels take a padding mask of i64, i32, u8 or bool, not ",
+                         dtypeName(mask->dtype));
+  if (mask && (mask->shape.size() != 2 || mask->shape[0] != B))
+    return context.error("the padding mask must be [", B, ", keys]");
+  if (rotaryDim > 0 && (!positions || !isIndexType(positions->dtype) ||
+                        positions->shape != Shape{B, S}))
+    return context.error("rotary embeddings need i64 or i32 positions [", B, ", ", S, "]");
+
+  // The kernels' code was shaped by these.
+  const bool rotary = rotaryDim > 0;
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "HEAD_DIM", D));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "ROTARY_DIM", rotaryDim));
+  DSRT_RETURN_IF_ERROR(
+      checkConstant(context, kRotarySlot, "ROTARY_INTERLEAVED", rotary && interleaved ? 1 : 0));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "POS_DTYPE",
+                                     rotary ? static_cast<int64_t>(positions->dtype) : 0));
+  const int64_t maskType = mask ? static_cast<int64_t>(mask->dtype) : 0;
+  const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "HEAD_DIM", D));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "CAUSAL", causal ? 1 : 0));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "WINDOW", window));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "ALIBI", alibi ? 1 : 0));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "MASK_DTYPE", maskType));
+  DSRT_RETURN_IF_ERROR(
+      checkConstant(context, kPrefillSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+  int64_t warps = 0, queryTile = 0;
+  DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "WARPS", 32, warps));
+  DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "Q_TILE", 1024, queryTile));
+
+  // Where the keys and values of every attended position live, [batch, KH, rows, D].
+  DevicePtr keys = 0, values = 0, lengths = 0, pastKeyData = 0, pastValueData = 0;
+  int64_t kvBatchStride = 0, kvHeadStride = 0, kvRows = 0, rowsPerSequence = 0;
+  int64_t ioPast = 0, pastHeads = KH, pastHeadOffset = 0;
+  const bool sessionCache = !pastKey && cacheLayer >= 0 && context.outputCount() == 1;
+  if (sessionCache) {
+    const DeviceKvLayer *layer = context.kvLayer(cacheLayer);
+    if (!layer)
+      return context.error("needs the session's KV cache layer ", cacheLayer);
+    if (layer->dtype != DType::F32 || layer->kvHeads != KH || layer->headDim != D ||
+        layer->capacity <= 0 || layer->capacity > INT32_MAX)
+      return context.error("KV cache layer ", cacheLayer, " does not match the attention");
+    if (B > layer->batch)
+      return context.error("batch ", B, " does not fit the KV cache's ", layer->batch);
+    if (!mask)
+      return context.error("with the session's KV cache needs the padding mask");
+    lengths = context.sequenceLengths();
+    if (lengths == 0)
+      return context.error("the session gave no sequence lengths for its KV cache");
+    if (!context.capturing()) {
+      // The device holds the same values; checking them here gives a message, not a
+      // kernel reading out of bounds.
+      const int32_t *host = context.hostSequenceLengths();
+      if (host && (host[kTotal] != host[kPast] + S || host[kTotal] > layer->capacity ||
+                   host[kMaskWidth] < host[kTotal] || host[kMaskWidth] != mask->shape[1]))
+        return context.error("sequence lengths {past ", host[kPast], ", total ", host[kTotal],
+                             ", mask width ", host[kMaskWidth], "} do not fit ", S,
+                             " new tokens, a mask of width ", mask->shape[1],
+                             " and a cache of ", layer->capacity);
+    }
+    keys = layer->key;
+    values = layer->value;
+    kvRows = layer->capacity;
+    kvHeadStride = kvRows * D;
+    kvBatchStride = KH * kvHeadStride;
+    rowsPerSequence = S;
+  } else {
+    const int64_t outputs = static_cast<int64_t>(context.outputCount());
+    if (outputs != 1 && outputs != 3)
+      return context.error("has 1 output, or 3 with the present key and value");
+    if (pastKey) {
+      const Shape &p = pastKey->shape;
+      bool sharded = p.size() == 4 && p[1] == h.globalKvHeads && h.globalKvHeads != KH;
+      if (pastKey->dtype != DType::F32 || pastValue->dtype != DType::F32 || p.size() != 4 ||
+          p[0] != B || (p[1] != KH && !sharded) || p[3] != D || pastValue->shape != p)
+        return context.error("past key/value must be f32 [", B, ", ", KH, ", past, ", D, "]");
+      ioPast = p[2];
+      pastHeads = p[1];
+      pastHeadOffset = sharded ? h.kvHeadOffset : 0;
+      pastKeyData = pastKey->data;
+      pastValueData = pastValue->data;
+    }
+    const int64_t T = ioPast + S;
+    if (T > INT32_MAX)
+      return context.error(T, " keys exceed the kernels' int range");
+    if (mask && mask->shape[1] != T)
+      return context.error("the padding mask must be [", B, ", ", T, "]");
+    kvRows = T;
+    kvHeadStride = T * D;
+    kvBatchStride = KH * kvHeadStride;
+    rowsPerSequence = T;
+    if (outputs == 3) {
+      const DeviceTensor &presentKey = context.output(1), &presentValue = context.output(2);
+      const Shape presentShape{B, KH, T, D};
+      if (presentKey.dtype != DType::F32 || presentValue.dtype != DType::F32 ||
+          presentKey.shape != presentShape || presentValue.shape != presentShape)
+        return context.error("the presents must be f32 [", B, ", ", KH, ", ", T, ", ", D, "]");
+      keys = presentKey.data;
+      values = presentValue.data;
+    } else {
+      // No presents to keep: the keys and values of this call live for this step only.
+      size_t bytes = static_cast<size_t>(B * KH * T * D) * sizeof(float);
+      DevicePtr storage = 0;
+      if (bytes > 0) {
+        DSRT_RETURN_IF_ERROR(context.scratch(2 * bytes, storage));
+      }
+      keys = storage;
+      values = storage + bytes;
+    }
+  }
+  if (B == 0 || S == 0)
+    return Status::ok();
+  if (B * rowsPerSequence > kMaxGridX)
+    return context.error(B * rowsPerSequence, " rows exceed the grid's limit");
+
+  // Kernel parameters, typed as the templates declare them.
+  DevicePtr queryData = query->data, keyData = key->data, valueData = value->data;
+  DevicePtr positionData = rotary ? positions->data : 0, maskData = mask ? mask->data : 0;
+  DevicePtr outData = out.data;
+  int ioPastArg = static_cast<int>(ioPast), fresh = static_cast<int>(S);
+  int rowsArg = static_cast<int>(rowsPerSequence), capacity = static_cast<int>(kvRows);
+  long long batchStride = kvBatchStride, headStride = kvHeadStride;
+  int headsArg = static_cast<int>(H), kvHeadsArg = static_cast<int>(KH);
+  int pastHeadsArg = static_cast<int>(pastHeads), pastOffsetArg = static_cast<int>(pastHeadOffset);
+  int headOffset = static_cast<int>(h.headOffset), kvHeadOffset = static_cast<int>(h.kvHeadOffset);
+  int group = static_cast<int>(h.globalHeads / h.globalKvHeads);
+  int globalHeads = static_cast<int>(h.globalHeads);
+  float baseArg = rotaryBase, scaleArg = scale;
+
+  {
+    void *args[] = {&queryData,  &keyData,     &valueData,     &positionData, &outData,
+                    &keys,       &values,      &pastKeyData,   &pastValueData, &lengths,
+                    &ioPastArg,  &fresh,       &rowsArg,       &batchStride,  &headStride,
+                    &capacity,   &headsArg,    &kvHeadsArg,    &pastHeadsArg, &pastOffsetArg,
+                    &baseArg};
+    Dim3 grid, block;
+    grid.x = static_cast<unsigned>(B * rowsPerSequence);
+    block.x = kRotaryBlock;
+    DSRT_RETURN_IF_ERROR(context.launch(kRotarySlot, grid, block, 0, args));
+  }
+
+  const unsigned attentionBlock = static_cast<unsigned>(warps * 32);
+  if (sessionCache && S == 1 && context.kernelCount() >= 4) {
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "HEAD_DIM", D));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "WARPS", warps));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "CAUSAL", causal ? 1 : 0));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "WINDOW", window));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ALIBI", alibi ? 1 : 0));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "HEAD_DIM", D));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "CAUSAL", causal ? 1 : 0));
+    DSRT_RETURN_IF_ERROR(
+        checkConstant(context, kCombineSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+    int64_t splitKeys = 0;
+    DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "SPLIT_KEYS", 1 << 20, splitKeys));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "SPLIT_KEYS", splitKeys));
+    // Sized for the capacity, not this run's length: a captured graph replays this grid.
+    const int64_t maxSplits = (kvRows + splitKeys - 1) / splitKeys;
+    const int64_t slots = B * H * maxSplits;
+    DevicePtr partial = 0;
+    DSRT_RETURN_IF_ERROR(
+        context.scratch(static_cast<size_t>(slots * (D + 2)) * sizeof(float), partial));
+    DevicePtr partialOut = partial;
+    DevicePtr partialMax = partialOut + static_cast<DevicePtr>(slots * D) * sizeof(float);
+    DevicePtr partialSum = partialMax + static_cast<DevicePtr>(slots) * sizeof(float);
+    int maxSplitsArg = static_cast<int>(maxSplits);
+    {
+      void *args[] = {&outData,     &keys,          &values,      &batchStride, &headStride,
+                      &capacity,    &maskData,      &lengths,     &partialOut,  &partialMax,
+                      &partialSum,  &maxSplitsArg,  &headsArg,    &headOffset,  &kvHeadOffset,
+                      &group,       &globalHeads,   &scaleArg};
+      Dim3 grid, block;
+      grid.x = static_cast<unsigned>(maxSplits);
+      grid.y = static_cast<unsigned>(H);
+      grid.z = static_cast<unsigned>(B);
+      block.x = attentionBlock;
+      DSRT_RETURN_IF_ERROR(context.launch(kDecodeSlot, grid, block, 0, args));
+    }
+    {
+      void *args[] = {&outData,   &partialOut,  &partialMax, &partialSum,
+                      &maxSplitsArg, &values,   &batchStride, &headStride,
+                      &capacity,  &lengths,     &headsArg,   &headOffset,
+                      &kvHeadOffset, &group};
+      Dim3 grid, block;
+      grid.x = static_cast<unsigned>(H);
+      grid.y = static_cast<unsigned>(B);
+      block.x = static_cast<unsigned>(std::clamp<int64_t>((D + 31) / 32 * 32, 32, 256));
+      DSRT_RETURN_IF_ERROR(context.launch(kCombineSlot, grid, block, 0, args));
+    }
+    return Status::ok();
+  }
+
+  void *args[] = {&outData,  &keys,     &values,     &batchStride,  &headStride,  &capacity,
+                  &maskData, &lengths,  &ioPastArg,  &fresh,        &headsArg,    &headOffset,
+                  &kvHeadOffset, &group, &globalHeads, &scaleArg};
+  Dim3 grid, block;
+  grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile);
+  grid.y = static_cast<unsigned>(H);
+  grid.z = static_cast<unsigned>(B);
+  block.x = attentionBlock;
+  return context.launch(kPrefillSlot, grid, block, 0, args);
+}
+
+} // namespace
+
+void addAttentionGpuOps(std::vector<GpuOpInfo> &ops) {
+  ops.push_back({"tfm.attention", runAttention});
+}
+
+} // namespace dsrt::cuda

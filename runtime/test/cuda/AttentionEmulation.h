@@ -1,0 +1,166 @@
+// Just enough of CUDA's execution model on the host to run the attention kernel templates
+// (codegen/kernels/attention_*.cuh) without a GPU: every thread of a block is a host
+// thread, blocks run one after another (so `__shared__` may be a function-local static),
+// __syncthreads is a barrier over the block and the warp intrinsics exchange values
+// through a per-warp slot array between two barriers over the warp. A thread that returns
+// drops out of its barriers, as an exited GPU thread no longer counts for __syncthreads.
+// Slow and only as faithful as that; it checks the kernels' indexing and arithmetic, not
+// their performance or memory ordering on a real device.
+#ifndef DSRT_TEST_CUDA_ATTENTIONEMULATION_H
+#define DSRT_TEST_CUDA_ATTENTIONEMULATION_H
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace attention_emulation {
+
+struct Dim {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// A reusable barrier whose party count shrinks when a thread leaves for good.
+class Barrier {
+public:
+  explicit Barrier(int parties) : parties_(parties) {}
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    uint64_t generation = generation_;
+    if (++waiting_ >= parties_) {
+      release();
+      return;
+    }
+    released_.wait(lock, [&] { return generation != generation_; });
+  }
+  void leave() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    --parties_;
+    if (parties_ > 0 && waiting_ >= parties_)
+      release();
+  }
+
+private:
+  void release() {
+    waiting_ = 0;
+    ++generation_;
+    released_.notify_all();
+  }
+  std::mutex mutex_;
+  std::condition_variable released_;
+  int parties_, waiting_ = 0;
+  uint64_t generation_ = 0;
+};
+
+struct Warp {
+  Barrier barrier{32};
+  uint32_t slots[32] = {};
+};
+
+struct Block {
+  explicit Block(int threads) : barrier(threads), warps(static_cast<size_t>(threads / 32)) {}
+  Barrier barrier;
+  std::vector<Warp> warps;
+};
+
+inline thread_local Dim threadIdx, blockIdx;
+inline Dim blockDim, gridDim;
+inline thread_local Block *currentBlock = nullptr;
+
+inline Warp &myWarp() { return currentBlock->warps[threadIdx.x / 32]; }
+
+inline uint32_t exchange(uint32_t mine, int sourceLane) {
+  Warp &warp = myWarp();
+  warp.slots[threadIdx.x % 32] = mine;
+  warp.barrier.arriveAndWait();
+  uint32_t theirs = warp.slots[sourceLane & 31];
+  warp.barrier.arriveAndWait();  // nobody overwrites a slot before every lane read
+  return theirs;
+}
+
+inline uint32_t bitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+}
+inline float floatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+// Runs `kernel` over the grid; the block size must be a multiple of 32.
+inline void launch(Dim grid, Dim block, const std::function<void()> &kernel) {
+  gridDim = grid;
+  blockDim = block;
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        Block state(threads);
+        std::vector<std::thread> pool;
+        pool.reserve(static_cast<size_t>(threads));
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            threadIdx = Dim{static_cast<unsigned>(t), 0, 0};
+            blockIdx = Dim{x, y, z};
+            currentBlock = &state;
+            kernel();
+            state.warps[static_cast<size_t>(t / 32)].barrier.leave();
+            state.barrier.leave();
+          });
+        for (std::thread &thread : pool)
+          thread.join();
+      }
+}
+
+} // namespace attention_emulation
+
+// ---- the CUDA spellings the templates and dsc_common.cuh use ---------------------------
+
+using attention_emulation::blockDim;
+using attention_emulation::blockIdx;
+using attention_emulation::gridDim;
+using attention_emulation::threadIdx;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(threads)
+#define __shared__ static
+
+inline void __syncthreads() { attention_emulation::currentBlock->barrier.arriveAndWait(); }
+inline float __shfl_sync(unsigned, float value, int lane) {
+  return attention_emulation::floatOf(
+      attention_emulation::exchange(attention_emulation::bitsOf(value), lane));
+}
+inline float __shfl_xor_sync(unsigned, float value, int mask) {
+  int lane = static_cast<int>(threadIdx.x % 32) ^ mask;
+  return __shfl_sync(0xffffffffu, value, lane);
+}
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  unsigned bits = 0;
+  const unsigned me = threadIdx.x % 32;
+  attention_emulation::Warp &warp = attention_emulation::myWarp();
+  warp.slots[me] = predicate ? 1u : 0u;
+  warp.barrier.arriveAndWait();
+  for (unsigned lane = 0; lane < 32; ++lane)
+    bits |= warp.slots[lane] << lane;
+  warp.barrier.arriveAndWait();
+  return bits;
+}
+inline int __popc(unsigned value) { return __builtin_popcount(value); }
+inline float __int_as_float(int bits) {
+  return attention_emulation::floatOf(static_cast<uint32_t>(bits));
+}
+inline float __uint_as_float(unsigned bits) { return attention_emulation::floatOf(bits); }
+inline unsigned __float_as_uint(float value) { return attention_emulation::bitsOf(value); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+#endif

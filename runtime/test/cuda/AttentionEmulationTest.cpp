@@ -1,0 +1,650 @@
+// tfm.attention's CUDA launcher (runtime/src/cuda/ops/AttentionOps.cpp) and its kernel
+// templates (codegen/kernels/attention_*.cuh) run on the host through a small emulation of
+// CUDA's execution model (AttentionEmulation.h), against the CPU reference kernel
+// (ops::compute, runtime/src/ops/Transformer.cpp) on random inputs. No GPU is needed: this
+// checks the launcher's parameters against the templates' signatures, the kernels' indexing,
+// masks, rotary forms, ALiBi, windows, GQA, heads of 16, 128 and 256 (the rule's three
+// tile shapes), tensor-parallel head offsets, the rows with no
+// key to attend, both cache modes, the split-KV decode over a left-padded (bucketed) mask
+// and the flash tiles' online softmax. Tolerance: |gpu − cpu| <= 1e-5 + 1e-4·|cpu| per
+// element (the kernels sum in another order and take cos/sin in double).
+#include "AttentionEmulation.h"
+
+// Once, at global scope: each family's templates (AttentionEmulationFamily.inc) include it
+// again inside their namespace, where its include guard makes that a no-op.
+#include "dsc_common.cuh"
+
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::Shape;
+using dsrt::Status;
+using dsrt::TensorRef;
+using dsrt::cuda::DevicePtr;
+using dsrt::cuda::DeviceTensor;
+
+struct KernelSet {
+  std::function<void(void **)> slots[4];
+  std::map<std::string, int64_t> constants[4];
+};
+
+// Calls `kernel` with the parameters cuLaunchKernel would pass: args[i] points to the
+// value of parameter i (a DevicePtr for a pointer, which on the host is the address).
+template <typename... Params, size_t... I>
+void invokeWith(void (*kernel)(Params...), void **args, std::index_sequence<I...>) {
+  std::tuple<std::decay_t<Params>...> values;
+  (std::memcpy(&std::get<I>(values), args[I], sizeof(std::get<I>(values))), ...);
+  kernel(std::get<I>(values)...);
+}
+template <typename... Params> void invokeKernel(void (*kernel)(Params...), void **args) {
+  invokeWith(kernel, args, std::index_sequence_for<Params...>{});
+}
+
+} // namespace
+
+// Each family's kernels under their own names (the templates' extern "C" entries would
+// otherwise collide) and in their own namespace (their static helpers likewise).
+#define EMU_CAT2(family, kind) family##_##kind
+#define EMU_CAT(family, kind) EMU_CAT2(family, kind)
+#define attention_rotary EMU_CAT(EMU_FAMILY, attention_rotary)
+#define attention_prefill EMU_CAT(EMU_FAMILY, attention_prefill)
+#define attention_decode EMU_CAT(EMU_FAMILY, attention_decode)
+#define attention_combine EMU_CAT(EMU_FAMILY, attention_combine)
+
+// The constants the rule gives a head of 16 (the fixtures'): 4 warps, 16 query rows and 64
+// keys per prefill tile, 128 keys per decode split.
+#define EMU_FAMILY gpt2
+#define HEAD_DIM 16
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY llama
+#define HEAD_DIM 16
+#define ROTARY_DIM 16
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY bloom
+#define HEAD_DIM 16
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 1
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY gptj
+#define HEAD_DIM 16
+#define ROTARY_DIM 8
+#define ROTARY_INTERLEAVED 1
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY gptneo
+#define HEAD_DIM 16
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 4
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 1
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY bert
+#define HEAD_DIM 16
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 0
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 10
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+// Wider heads take the tiles the rule gives them: several features per lane, a key tile
+// of 32 (one chunk) and, for 256, of 16 (half a chunk) with two query rows per warp.
+#define EMU_FAMILY wide128
+#define HEAD_DIM 128
+#define ROTARY_DIM 64
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 32
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 6
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#define EMU_FAMILY wide256
+#define HEAD_DIM 256
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 8
+#define K_TILE 16
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 1
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#include "AttentionEmulationFamily.inc"
+
+#undef attention_rotary
+#undef attention_prefill
+#undef attention_decode
+#undef attention_combine
+
+namespace dsrt::cuda {
+namespace {
+
+struct Family {
+  const char *name;
+  KernelSet (*kernels)();
+  int64_t headDim;
+  int64_t heads, kvHeads, causal, alibi, window, rotaryDim, interleaved;
+  const char *unattended;
+  DType maskType;
+};
+
+const Family kGpt2{"gpt2", gpt2::kernels, 16, 4, 4, 1, 0, 0, 0, 0, "all", DType::I64};
+const Family kLlama{"llama", llama::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DType::I64};
+const Family kBloom{"bloom", bloom::kernels, 16, 4, 4, 1, 1, 0, 0, 0, "all", DType::I64};
+const Family kGptj{"gptj", gptj::kernels, 16, 4, 4, 1, 0, 0, 8, 1, "all", DType::I64};
+const Family kGptNeo{"gptneo", gptneo::kernels, 16, 4, 4, 1, 0, 4, 0, 0, "causal", DType::I64};
+const Family kBert{"bert", bert::kernels, 16, 4, 4, 0, 0, 0, 0, 0, "all", DType::Bool};
+const Family kWide128{"wide128", wide128::kernels, 128, 4, 2, 1, 0, 0, 64, 0, "all", DType::I32};
+const Family kWide256{"wide256", wide256::kernels, 256, 2, 2, 1, 1, 0, 0, 0, "all", DType::I64};
+
+struct Scenario {
+  int64_t batch = 2, past = 0, fresh = 5;
+  // Left padding of each row, in tokens of the past + fresh (>= that: the whole row).
+  std::vector<int64_t> padding;
+  bool session = false;
+  bool pastInputs = true;      // I/O mode: past inputs and present outputs
+  int64_t capacity = 0;        // session: the cache's rows
+  int64_t maskPadding = 0;     // session: zero columns left of the mask (a graph bucket)
+  bool capturing = false;
+  int rank = 0, ranks = 1;     // tensor parallelism: each rank takes heads / ranks heads
+};
+
+ops::Attr ints(std::vector<int64_t> values) { return ops::Attr::ofInts(std::move(values)); }
+
+ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
+  ops::AttrMap attrs;
+  attrs["num_heads"] = ops::Attr::ofInt(f.heads);
+  attrs["num_kv_heads"] = ops::Attr::ofInt(f.kvHeads);
+  attrs["head_dim"] = ops::Attr::ofInt(f.headDim);
+  attrs["scale"] = ops::Attr::ofFloat(0.25f);
+  attrs["causal"] = ops::Attr::ofInt(f.causal);
+  attrs["alibi"] = ops::Attr::ofInt(f.alibi);
+  attrs["window"] = ops::Attr::ofInt(f.window);
+  attrs["rotary_dim"] = ops::Attr::ofInt(f.rotaryDim);
+  attrs["rotary_base"] = ops::Attr::ofFloat(10000.0f);
+  attrs["rotary_interleaved"] = ops::Attr::ofInt(f.interleaved);
+  attrs["cache_layer"] = ops::Attr::ofInt(s.session ? 0 : -1);
+  attrs["unattended"] = ops::Attr::ofString(f.unattended);
+  if (s.ranks > 1) {
+    std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
+    for (int r = 0; r < s.ranks; ++r) {
+      heads.push_back(f.heads / s.ranks);
+      offsets.push_back(r * f.heads / s.ranks);
+      kvHeads.push_back(f.kvHeads / s.ranks);
+      kvOffsets.push_back(r * f.kvHeads / s.ranks);
+    }
+    attrs["rank_heads"] = ints(heads);
+    attrs["rank_head_offsets"] = ints(offsets);
+    attrs["rank_kv_heads"] = ints(kvHeads);
+    attrs["rank_kv_head_offsets"] = ints(kvOffsets);
+  }
+  return attrs;
+}
+
+// A group that only says which rank the reference kernel runs as.
+class RankOnly : public ops::Collectives {
+public:
+  RankOnly(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status allReduceSum(float *, int64_t) override { return Status::error("not here"); }
+  Status allGather(const void *, const std::vector<int64_t> &, void *) override {
+    return Status::error("not here");
+  }
+
+private:
+  int rank_, size_;
+};
+
+DevicePtr addressOf(const void *data) {
+  return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(data));
+}
+
+class EmulatedStep : public StepContext {
+public:
+  EmulatedStep(const KernelSet &kernels, size_t kernelCount, ops::AttrMap attrs)
+      : kernels_(kernels), kernelCount_(kernelCount), attrs_(std::move(attrs)) {}
+
+  std::string_view op() const override { return "tfm.attention"; }
+  const ops::AttrMap &attrs() const override { return attrs_; }
+  size_t inputCount() const override { return inputs.size(); }
+  const DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+  Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= kernelCount_)
+      return error("slot ", slot, " of ", kernelCount_);
+    if (sharedBytes != 0 || block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1)
+      return error("unexpected launch shape");
+    attention_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+                                [&] { kernels_.slots[slot](args); });
+    ++launches[slot];
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernelCount_; }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= kernelCount_)
+      return fallback;
+    auto found = kernels_.constants[slot].find(std::string(name));
+    return found == kernels_.constants[slot].end() ? fallback : found->second;
+  }
+  Status gemm(const GemmDesc &) override { return error("no gemm here"); }
+  Status scratch(size_t bytes, DevicePtr &out) override {
+    // NaN-filled: a kernel that reads scratch it did not write shows in the output.
+    scratch_.emplace_back(bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+    out = addressOf(scratch_.back().data());
+    return Status::ok();
+  }
+  const DeviceKvLayer *kvLayer(int64_t layer) const override {
+    return layer == 0 && cache ? &*cache : nullptr;
+  }
+  DevicePtr sequenceLengths() const override { return cache ? addressOf(lengths) : 0; }
+  const int32_t *hostSequenceLengths() const override { return cache ? lengths : nullptr; }
+  DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return rank_; }
+  StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 1; }
+  int computeCapability() const override { return 80; }
+  bool capturing() const override { return capturing_; }
+
+  std::vector<std::optional<DeviceTensor>> inputs;
+  std::vector<DeviceTensor> outputs;
+  std::optional<DeviceKvLayer> cache;
+  int32_t lengths[3] = {0, 0, 0};
+  int launches[4] = {0, 0, 0, 0};
+  int rank_ = 0;
+  bool capturing_ = false;
+
+private:
+  const KernelSet &kernels_;
+  size_t kernelCount_;
+  ops::AttrMap attrs_;
+  std::vector<std::vector<float>> scratch_;
+};
+
+std::vector<float> randomFloats(std::mt19937 &generator, size_t count) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = uniform(generator);
+  return values;
+}
+
+// Compares with the file's tolerance; returns the largest error for the report.
+float expectClose(const float *actual, const float *expected, size_t count,
+                  const std::string &what) {
+  float worst = 0;
+  size_t failures = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float error = std::fabs(actual[i] - expected[i]);
+    if (!(error <= 1e-5f + 1e-4f * std::fabs(expected[i]))) {
+      if (++failures <= 5)
+        ADD_FAILURE() << what << " [" << i << "]: " << actual[i] << " vs " << expected[i];
+    }
+    if (error > worst || std::isnan(error))
+      worst = std::isnan(error) ? std::numeric_limits<float>::infinity() : error;
+  }
+  EXPECT_EQ(failures, 0u) << what;
+  return worst;
+}
+
+// Runs the scenario through the CPU reference and through the emulated launcher and
+// kernels, and compares the output and every key and value written.
+void check(const Family &f, const Scenario &s) {
+  SCOPED_TRACE(std::string(f.name) + (s.session ? " session" : " I/O") + " past " +
+               std::to_string(s.past) + " fresh " + std::to_string(s.fresh));
+  const KernelSet kernels = f.kernels();
+  const int64_t B = s.batch, P = s.past, S = s.fresh, T = P + S, D = f.headDim;
+  const int64_t H = f.heads / s.ranks, KH = f.kvHeads / s.ranks;
+  std::mt19937 generator(1234 + static_cast<unsigned>(P * 31 + S));
+
+  std::vector<float> q = randomFloats(generator, B * S * H * D);
+  std::vector<float> k = randomFloats(generator, B * S * KH * D);
+  std::vector<float> v = randomFloats(generator, B * S * KH * D);
+  // The padding mask over the keys, positions as transformers' generate makes them.
+  std::vector<int64_t> mask(B * T), positions(B * S);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t pad = b < static_cast<int64_t>(s.padding.size()) ? s.padding[b] : 0, count = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      bool on = t >= pad;
+      mask[b * T + t] = on;
+      count += on;
+      if (t >= P)
+        positions[b * S + t - P] = on ? count - 1 : 1;
+    }
+  }
+  std::vector<uint8_t> maskBytes(mask.begin(), mask.end());
+  std::vector<int32_t> maskInts(mask.begin(), mask.end());
+  auto maskIn = [&](const std::vector<int64_t> &wide, const std::vector<int32_t> &narrow,
+                    const std::vector<uint8_t> &bytes) -> const void * {
+    if (f.maskType == DType::Bool)
+      return bytes.data();
+    return f.maskType == DType::I32 ? static_cast<const void *>(narrow.data())
+                                    : static_cast<const void *>(wide.data());
+  };
+  const void *maskData = maskIn(mask, maskInts, maskBytes);
+
+  const ops::AttrMap attrs = attributesOf(f, s);
+  // The reference.
+  TensorRef qRef{DType::F32, {B, S, H * D}, q.data()};
+  TensorRef kRef{DType::F32, {B, S, KH * D}, k.data()};
+  TensorRef vRef{DType::F32, {B, S, KH * D}, v.data()};
+  TensorRef maskRef{f.maskType, {B, T}, const_cast<void *>(maskData)};
+  TensorRef positionRef{DType::I64, {B, S}, positions.data()};
+  const int64_t pastHeads = f.kvHeads;  // I/O pasts hold every KV head under TP
+  std::vector<float> pastKey = randomFloats(generator, B * pastHeads * P * D);
+  std::vector<float> pastValue = randomFloats(generator, B * pastHeads * P * D);
+  TensorRef pastKeyRef{DType::F32, {B, pastHeads, P, D}, pastKey.data()};
+  TensorRef pastValueRef{DType::F32, {B, pastHeads, P, D}, pastValue.data()};
+  const bool io = !s.session && s.pastInputs;
+  ops::Inputs inputs{&qRef, &kRef, &vRef, &maskRef, io ? &pastKeyRef : nullptr,
+                     io ? &pastValueRef : nullptr, &positionRef};
+
+  std::vector<float> expected(B * S * H * D), expectedKey(B * KH * T * D),
+      expectedValue(B * KH * T * D);
+  TensorRef outRef{DType::F32, {B, S, H * D}, expected.data()};
+  TensorRef presentKeyRef{DType::F32, {B, KH, T, D}, expectedKey.data()};
+  TensorRef presentValueRef{DType::F32, {B, KH, T, D}, expectedValue.data()};
+  ops::Outputs outputs{&outRef};
+  if (io) {
+    outputs.push_back(&presentKeyRef);
+    outputs.push_back(&presentValueRef);
+  }
+  const int64_t cacheBatch = B + 1, capacity = s.capacity;
+  std::vector<float> cacheInit = randomFloats(generator, cacheBatch * KH * capacity * D);
+  std::vector<float> cpuKeys = cacheInit, cpuValues = cacheInit;
+  std::reverse(cpuValues.begin(), cpuValues.end());
+  std::vector<float> gpuKeys = cpuKeys, gpuValues = cpuValues;
+  ops::KvCache cpuCache;
+  cpuCache.layers.push_back({DType::F32, cacheBatch, KH, capacity, D, cpuKeys.data(),
+                             cpuValues.data()});
+  RankOnly group(s.rank, s.ranks);
+  ops::SessionState state;
+  state.cache = s.session ? &cpuCache : nullptr;
+  state.collectives = s.ranks > 1 ? &group : nullptr;
+  Status reference = ops::compute("tfm.attention", attrs, inputs, outputs, &state);
+  ASSERT_TRUE(reference.isOk()) << reference.message();
+
+  // The emulated GPU: a mask padded on the left as a captured graph's bucket pads it.
+  const int64_t W = s.session ? T + s.maskPadding : T;
+  std::vector<int64_t> wideMask(B * W, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      wideMask[b * W + (W - T) + t] = mask[b * T + t];
+  std::vector<uint8_t> wideMaskBytes(wideMask.begin(), wideMask.end());
+  std::vector<int32_t> wideMaskInts(wideMask.begin(), wideMask.end());
+  const void *wideMaskData = maskIn(wideMask, wideMaskInts, wideMaskBytes);
+  EmulatedStep step(kernels, s.session ? 4 : 2, attrs);
+  step.rank_ = s.rank;
+  step.capturing_ = s.capturing;
+  step.inputs = {DeviceTensor{DType::F32, {B, S, H * D}, addressOf(q.data())},
+                 DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(k.data())},
+                 DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(v.data())},
+                 DeviceTensor{f.maskType, {B, W}, addressOf(wideMaskData)},
+                 std::nullopt,
+                 std::nullopt,
+                 DeviceTensor{DType::I64, {B, S}, addressOf(positions.data())}};
+  if (io) {
+    step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};
+    step.inputs[5] =
+        DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastValue.data())};
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> actual(B * S * H * D, nan), actualKey(B * KH * T * D, nan),
+      actualValue(B * KH * T * D, nan);
+  step.outputs.push_back(DeviceTensor{DType::F32, {B, S, H * D}, addressOf(actual.data())});
+  if (io) {
+    step.outputs.push_back(DeviceTensor{DType::F32, {B, KH, T, D}, addressOf(actualKey.data())});
+    step.outputs.push_back(
+        DeviceTensor{DType::F32, {B, KH, T, D}, addressOf(actualValue.data())});
+  }
+  if (s.session) {
+    step.cache = DeviceKvLayer{DType::F32,          cacheBatch, KH, capacity, D,
+                               addressOf(gpuKeys.data()), addressOf(gpuValues.data())};
+    step.lengths[kPast] = static_cast<int32_t>(P);
+    step.lengths[kTotal] = static_cast<int32_t>(T);
+    step.lengths[kMaskWidth] = static_cast<int32_t>(W);
+  }
+  std::vector<GpuOpInfo> launchers;
+  addAttentionGpuOps(launchers);
+  ASSERT_EQ(launchers.size(), 1u);
+  Status run = launchers[0].run(step);
+  ASSERT_TRUE(run.isOk()) << run.message();
+
+  const bool decode = s.session && S == 1;
+  EXPECT_EQ(step.launches[0], 1);
+  EXPECT_EQ(step.launches[1], decode ? 0 : 1);
+  EXPECT_EQ(step.launches[2], decode ? 1 : 0);
+  EXPECT_EQ(step.launches[3], decode ? 1 : 0);
+  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");
+  if (io) {
+    worst = std::max(worst, expectClose(actualKey.data(), expectedKey.data(), actualKey.size(),
+                                        "present key"));
+    worst = std::max(worst, expectClose(actualValue.data(), expectedValue.data(),
+                                        actualValue.size(), "present value"));
+  }
+  if (s.session) {
+    // Every cache row, written or not, must match: the kernels write [past, total) only.
+    worst = std::max(worst, expectClose(gpuKeys.data(), cpuKeys.data(), gpuKeys.size(),
+                                        "cached keys"));
+    worst = std::max(worst, expectClose(gpuValues.data(), cpuValues.data(), gpuValues.size(),
+                                        "cached values"));
+  }
+  ::testing::Test::RecordProperty("max_abs_error", std::to_string(worst));
+  std::printf("%s %s past %lld fresh %lld: max abs error %.3g\n", f.name,
+              s.session ? "session" : "I/O", static_cast<long long>(P),
+              static_cast<long long>(S), worst);
+}
+
+const Family *const kDecoders[] = {&kGpt2, &kLlama, &kBloom, &kGptj, &kGptNeo};
+
+TEST(AttentionEmulation, IoModePromptWithPaddedRows) {
+  for (const Family *f : kDecoders) {
+    Scenario s;
+    s.batch = 3;
+    s.fresh = 9;
+    s.padding = {0, 3, 9};  // the last row attends nothing at all
+    check(*f, s);
+  }
+}
+
+TEST(AttentionEmulation, IoModeWithPast) {
+  for (const Family *f : kDecoders) {
+    Scenario s;
+    s.past = 6;
+    s.fresh = 3;
+    s.padding = {0, 4};
+    check(*f, s);
+  }
+}
+
+TEST(AttentionEmulation, EncoderWithoutCacheOrPresents) {
+  Scenario s;
+  s.batch = 2;
+  s.fresh = 7;
+  s.padding = {0, 2};
+  s.pastInputs = false;
+  check(kBert, s);
+}
+
+TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
+  // 70 tokens: five query tiles of 16 and two key tiles of 64.
+  for (const Family *f : {&kBloom, &kGptNeo, &kLlama}) {
+    Scenario s;
+    s.session = true;
+    s.fresh = 70;
+    s.padding = {0, 5};
+    s.capacity = 96;
+    check(*f, s);
+  }
+}
+
+TEST(AttentionEmulation, SessionChunkAfterCachedPast) {
+  for (const Family *f : kDecoders) {
+    Scenario s;
+    s.session = true;
+    s.past = 20;
+    s.fresh = 4;
+    s.padding = {0, 3};
+    s.capacity = 40;
+    check(*f, s);
+  }
+}
+
+TEST(AttentionEmulation, CapturedDecodeOverSplitsAndABucketedMask) {
+  // 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
+  // padded on the left to 192 columns, and a dummy row that attends nothing.
+  for (const Family *f : kDecoders) {
+    Scenario s;
+    s.session = true;
+    s.batch = 3;
+    s.past = 140;
+    s.fresh = 1;
+    s.padding = {0, 7, 141};
+    s.capacity = 300;
+    s.maskPadding = 51;
+    s.capturing = true;
+    check(*f, s);
+  }
+}
+
+TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {
+  // Rank 1 of 2: query heads [2, 4), KV heads [1, 2) of llama's 4/2 (GQA), and heads [2, 4)
+  // of BLOOM's ALiBi slopes; the I/O past holds every KV head.
+  for (const Family *f : {&kLlama, &kBloom}) {
+    Scenario io;
+    io.past = 5;
+    io.fresh = 3;
+    io.padding = {0, 2};
+    io.rank = 1;
+    io.ranks = 2;
+    check(*f, io);
+    Scenario decode;
+    decode.session = true;
+    decode.past = 9;
+    decode.fresh = 1;
+    decode.padding = {0, 2};
+    decode.capacity = 16;
+    decode.rank = 1;
+    decode.ranks = 2;
+    check(*f, decode);
+  }
+}
+
+TEST(AttentionEmulation, WideHeadsInEveryMode) {
+  for (const Family *f : {&kWide128, &kWide256}) {
+    Scenario prompt;
+    prompt.batch = 2;
+    prompt.past = 3;
+    prompt.fresh = 37;  // three key tiles of 16, two query tiles of 16 or five of 8
+    prompt.padding = {0, 6};
+    check(*f, prompt);
+    Scenario decode;
+    decode.session = true;
+    decode.batch = 2;
+    decode.past = 130;
+    decode.fresh = 1;
+    decode.padding = {0, 9};
+    decode.capacity = 260;
+    decode.maskPadding = 61;
+    decode.capturing = true;
+    check(*f, decode);
+  }
+}
+
+} // namespace
+} // namespace dsrt::cuda
+

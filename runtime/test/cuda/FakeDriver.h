@@ -1,0 +1,53 @@
+// A CUDA driver in host memory for the session's tests: device pointers are host addresses,
+// copies and memsets happen at once (as if every stream were synchronous), kernel launches
+// are recorded instead of run, and a stream capture records what a real capture would and
+// flags what a real driver would refuse in one (synchronising, allocating, copying from
+// pageable host memory).
+#ifndef DSRT_TEST_CUDA_FAKEDRIVER_H
+#define DSRT_TEST_CUDA_FAKEDRIVER_H
+
+#include "cuda/CudaDriver.h"
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dsrt::cuda::fake {
+
+struct HostToDevice {
+  CUdeviceptr destination = 0;
+  const void *source = nullptr;
+  size_t bytes = 0;
+  std::vector<uint8_t> data;  // what was copied
+};
+
+struct Launch {
+  const void *function = nullptr;
+  unsigned grid[3] = {}, block[3] = {};
+  unsigned sharedBytes = 0;
+  bool captured = false;
+};
+
+struct State {
+  int deviceCount = 1;
+  std::vector<HostToDevice> hostToDevice;
+  std::vector<Launch> launches;
+  std::set<void *> pinned;
+  size_t liveAllocations = 0;
+  int captures = 0, instantiations = 0, graphLaunches = 0;
+  bool capturing = false;
+  std::vector<std::string> captureViolations;  // what a real capture would have refused
+  std::vector<std::string> moduleImages;      // the first bytes of each loaded image
+  std::vector<std::string> functionNames;     // each cuModuleGetFunction's name
+  std::vector<int> sharedMemoryLimits;        // each MAX_DYNAMIC_SHARED_SIZE_BYTES set
+};
+
+State &state();
+void reset();
+// The fake's entry points.
+const DriverApi &driver();
+
+} // namespace dsrt::cuda::fake
+
+#endif

@@ -1,0 +1,369 @@
+// tfm.linear's CUDA launcher (runtime/src/cuda/ops/LinearOps.cpp) and its kernel templates
+// (codegen/kernels/gemv.cuh, linear_epilogue.cuh, convert_activations.cuh) run on the host
+// through the attention test's emulation of CUDA's threads, barriers and warp shuffles
+// (AttentionEmulation.h), against a double-precision reference computed here from the same
+// stored (f32 or bf16) weights. cuBLASLt is replaced by a host GEMM over the operands the
+// launcher hands it, so the prefill path checks the conversion and epilogue kernels and the
+// launcher's wiring, not cuBLASLt. f16 is left out: its conversions are PTX (inline asm).
+// Tolerance: |gpu − ref| <= 1e-5 + 1e-5·Σ|x·w| per element (f32 sums in another order;
+// bf16-converted activations on the GEMM path: 1e-2 relative, bf16's 8-bit mantissa).
+#include "AttentionEmulation.h"
+
+#include "dsc_common.cuh"
+
+#include "cuda/GpuOps.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <tuple>
+#include <utility>
+
+namespace {
+
+template <typename... Params, size_t... I>
+void invokeWith(void (*kernel)(Params...), void **args, std::index_sequence<I...>) {
+  std::tuple<std::decay_t<Params>...> values;
+  (std::memcpy(&std::get<I>(values), args[I], sizeof(std::get<I>(values))), ...);
+  kernel(std::get<I>(values)...);
+}
+template <typename... Params> void invokeKernel(void (*kernel)(Params...), void **args) {
+  invokeWith(kernel, args, std::index_sequence_for<Params...>{});
+}
+
+struct LinearKernels {
+  std::function<void(void **)> slots[3];
+  std::map<std::string, int64_t> constants[3];
+  size_t count = 2;
+  // The dynamic shared memory gemv's blocks share (blocks run one after another).
+  float *sharedX = nullptr;
+};
+
+} // namespace
+
+// gemv.cuh declares its dynamic shared memory `extern __shared__`; here that is a
+// namespace-scope array per family, defined after the template.
+#undef __shared__
+#define __shared__
+
+#define gemv EMU_LINEAR_CAT(EMU_FAMILY, gemv)
+#define linear_epilogue EMU_LINEAR_CAT(EMU_FAMILY, linear_epilogue)
+#define convert_activations EMU_LINEAR_CAT(EMU_FAMILY, convert_activations)
+// Declared inside an extern "C" function, it has C linkage: one name per family.
+#define gemv_shared EMU_LINEAR_CAT(EMU_FAMILY, gemv_shared)
+#define EMU_LINEAR_CAT2(family, kind) family##_##kind
+#define EMU_LINEAR_CAT(family, kind) EMU_LINEAR_CAT2(family, kind)
+
+// f32 weights, gelu_tanh, f32 bias, residual: the vector path (64 % 4 == 0).
+namespace f32_gelu {
+#define EMU_FAMILY f32_gelu
+#define K 64
+#define WT 1
+#define ACT 1
+#define HAS_BIAS 1
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+GemvFloat4 gemv_shared[8 * 64 / 4];
+LinearKernels kernels() {
+  LinearKernels set;
+  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
+  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
+  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
+                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
+                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  return set;
+}
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace f32_gelu
+
+// bf16 weights and bias, silu, no residual, K = 70: not a multiple of 8 (the scalar path).
+namespace bf16_silu {
+#define EMU_FAMILY bf16_silu
+#define K 70
+#define WT 3
+#define ACT 3
+#define HAS_BIAS 1
+#define BIAS_DT 3
+#define HAS_RESIDUAL 0
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "convert_activations.cuh"
+GemvFloat4 gemv_shared[(8 * 70 + 3) / 4];
+LinearKernels kernels() {
+  LinearKernels set;
+  set.count = 3;
+  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
+  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
+  set.slots[2] = [](void **args) { invokeKernel(&convert_activations, args); };
+  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
+                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
+                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[2] = {{"WT", WT}};
+  return set;
+}
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace bf16_silu
+
+// bf16 weights, nothing fused (tfm.lm_head's form), K = 128: the 16-byte vector path.
+namespace bf16_plain {
+#define EMU_FAMILY bf16_plain
+#define K 128
+#define WT 3
+#define ACT (-1)
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "convert_activations.cuh"
+GemvFloat4 gemv_shared[8 * 128 / 4];
+LinearKernels kernels() {
+  LinearKernels set;
+  set.count = 3;
+  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
+  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
+  set.slots[2] = [](void **args) { invokeKernel(&convert_activations, args); };
+  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
+                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
+                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[2] = {{"WT", WT}};
+  return set;
+}
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace bf16_plain
+
+#undef gemv
+#undef linear_epilogue
+#undef convert_activations
+#undef gemv_shared
+
+namespace dsrt::test {
+namespace {
+
+using namespace dsrt::cuda;
+
+DevicePtr address(const void *pointer) { return reinterpret_cast<DevicePtr>(pointer); }
+
+class EmulatedLinear : public StepContext {
+public:
+  EmulatedLinear(LinearKernels kernels, std::string op) : kernels_(std::move(kernels)),
+                                                          op_(std::move(op)) {}
+
+  std::vector<std::optional<DeviceTensor>> inputs;
+  std::vector<DeviceTensor> outputs;
+  int gemvLaunches = 0, gemms = 0;
+
+  std::string_view op() const override { return op_; }
+  const ops::AttrMap &attrs() const override { return attrs_; }
+  size_t inputCount() const override { return inputs.size(); }
+  const DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+  Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= kernels_.count)
+      return error("no kernel in slot ", slot);
+    if (block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1 || grid.x == 0)
+      return error("unexpected launch shape");
+    if (slot != 0 && sharedBytes != 0)
+      return error("shared memory for a kernel that declares none");
+    // More grid than needed is fine on a GPU but slow here: the kernels stride over their
+    // work, so the emulation may run fewer blocks than asked (still at least two, so that
+    // the striding is exercised).
+    unsigned blocks = std::min(grid.x, 3u);
+    attention_emulation::launch({blocks, 1, 1}, {block.x, 1, 1},
+                                [&] { kernels_.slots[slot](args); });
+    gemvLaunches += slot == 0;
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernels_.count; }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= kernels_.count)
+      return fallback;
+    auto found = kernels_.constants[slot].find(std::string(name));
+    return found == kernels_.constants[slot].end() ? fallback : found->second;
+  }
+  // cuBLASLt's contract (GpuOps.h) on the host: C (+)= A·Bᵀ in the operands' stored types.
+  Status gemm(const GemmDesc &desc) override {
+    ++gemms;
+    std::vector<float> a(desc.m * desc.k), b(desc.n * desc.k);
+    if (!convertFloats(desc.aType, reinterpret_cast<const void *>(desc.a), DType::F32, a.data(),
+                       desc.m * desc.k) ||
+        !convertFloats(desc.bType, reinterpret_cast<const void *>(desc.b), DType::F32, b.data(),
+                       desc.n * desc.k))
+      return error("gemm types");
+    float *c = reinterpret_cast<float *>(desc.c);
+    for (int64_t i = 0; i < desc.m; ++i)
+      for (int64_t j = 0; j < desc.n; ++j) {
+        double sum = desc.accumulate ? c[i * desc.n + j] : 0.0;
+        for (int64_t p = 0; p < desc.k; ++p)
+          sum += double(a[i * desc.k + p]) * b[j * desc.k + p];
+        c[i * desc.n + j] = static_cast<float>(sum);
+      }
+    return Status::ok();
+  }
+  Status scratch(size_t bytes, DevicePtr &out) override {
+    scratch_.emplace_back((bytes + 15) / 16);
+    out = address(scratch_.back().data());
+    return Status::ok();
+  }
+  const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return 0; }
+  StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 2; }
+  int computeCapability() const override { return 90; }
+  bool capturing() const override { return false; }
+
+private:
+  LinearKernels kernels_;
+  std::string op_;
+  ops::AttrMap attrs_;
+  struct alignas(16) Chunk {
+    float values[4];
+  };
+  std::vector<std::vector<Chunk>> scratch_;
+};
+
+double activate(int64_t kind, double x) {
+  switch (kind) {
+  case 0: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  case 1: return 0.5 * x * (1.0 + std::tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+  case 2: return x / (1.0 + std::exp(-1.702 * x));
+  case 3: return x / (1.0 + std::exp(-x));
+  case 4: return x > 0 ? x : 0.0;
+  default: return x;
+  }
+}
+
+// Runs tfm.linear over `rows` random rows with the family's kernels and compares with the
+// reference; `tolerance` is relative to Σ|x·w| of each element.
+void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance) {
+  const int64_t k = kernels.constants[0]["K"];
+  const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
+  const int64_t act = kernels.constants[0]["ACT"];
+  const bool hasBias = kernels.constants[0]["HAS_BIAS"] != 0;
+  const bool hasResidual = kernels.constants[0]["HAS_RESIDUAL"] != 0;
+  const DType biasType = static_cast<DType>(kernels.constants[0]["BIAS_DT"]);
+
+  std::mt19937 random(static_cast<unsigned>(rows * 1000 + n + k));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto randoms = [&](int64_t count) {
+    std::vector<float> values(count);
+    for (float &value : values)
+      value = uniform(random);
+    return values;
+  };
+  std::vector<float> x = randoms(rows * k), w = randoms(n * k), bias = randoms(n),
+                     residual = randoms(rows * n), y(rows * n, -7.0f);
+  // Stored in the kernels' dtypes; the reference reads the stored values back.
+  std::vector<uint8_t> wStored(w.size() * dtypeSize(weightType)),
+      biasStored(bias.size() * dtypeSize(biasType));
+  ASSERT_TRUE(convertFloats(DType::F32, w.data(), weightType, wStored.data(), n * k));
+  ASSERT_TRUE(convertFloats(weightType, wStored.data(), DType::F32, w.data(), n * k));
+  ASSERT_TRUE(convertFloats(DType::F32, bias.data(), biasType, biasStored.data(), n));
+  ASSERT_TRUE(convertFloats(biasType, biasStored.data(), DType::F32, bias.data(), n));
+
+  EmulatedLinear step(kernels, "tfm.linear");
+  step.inputs.push_back(DeviceTensor{DType::F32, {rows, k}, address(x.data())});
+  step.inputs.push_back(DeviceTensor{weightType, {n, k}, address(wStored.data())});
+  if (hasBias)
+    step.inputs.push_back(DeviceTensor{biasType, {n}, address(biasStored.data())});
+  else
+    step.inputs.push_back(std::nullopt);
+  step.inputs.push_back(std::nullopt);
+  if (hasResidual)
+    step.inputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(residual.data())});
+  step.outputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(y.data())});
+
+  std::vector<GpuOpInfo> ops;
+  addLinearGpuOps(ops);
+  ASSERT_FALSE(ops.empty());
+  Status status = ops[0].run(step);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(step.gemvLaunches, rows <= 8 ? 1 : 0);
+  EXPECT_EQ(step.gemms, rows <= 8 ? 0 : 1);
+
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < n; ++o) {
+      double sum = 0, magnitude = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        sum += double(x[r * k + p]) * w[o * k + p];
+        magnitude += std::fabs(double(x[r * k + p]) * w[o * k + p]);
+      }
+      double expected = activate(act, sum + (hasBias ? bias[o] : 0.0));
+      if (hasResidual)
+        expected += residual[r * n + o];
+      double got = y[r * n + o];
+      if (!(std::fabs(got - expected) <= 1e-5 + tolerance * (magnitude + 1)) && bad++ < 5)
+        ADD_FAILURE() << "rows " << rows << " y[" << r << ", " << o << "] = " << got
+                      << ", expected " << expected;
+    }
+}
+
+TEST(LinearEmulationTest, F32GemvWithGeluBiasAndResidual) {
+  for (int64_t rows : {1, 3, 8})
+    checkLinear(f32_gelu::kernels(), rows, 40, 1e-5);
+}
+
+TEST(LinearEmulationTest, F32GemmPathEpilogue) {
+  checkLinear(f32_gelu::kernels(), 11, 24, 1e-5);
+}
+
+TEST(LinearEmulationTest, Bf16ScalarGemvWithSiluAndBf16Bias) {
+  for (int64_t rows : {1, 5})
+    checkLinear(bf16_silu::kernels(), rows, 24, 1e-5);
+}
+
+TEST(LinearEmulationTest, Bf16GemmPathConvertsTheActivations) {
+  // The activations are rounded to bf16 for the GEMM: 2^-8 relative each.
+  checkLinear(bf16_silu::kernels(), 9, 16, 1e-2);
+  checkLinear(bf16_plain::kernels(), 12, 16, 1e-2);
+}
+
+TEST(LinearEmulationTest, Bf16VectorGemvPlain) {
+  for (int64_t rows : {1, 2, 8})
+    checkLinear(bf16_plain::kernels(), rows, 20, 1e-5);
+}
+
+} // namespace
+} // namespace dsrt::test

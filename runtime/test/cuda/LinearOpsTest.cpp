@@ -1,0 +1,276 @@
+// The tfm.linear / tfm.lm_head launchers (runtime/src/cuda/ops/LinearOps.cpp) without a
+// GPU, against a StepContext that records what would be enqueued: which kernel slot runs
+// with which parameters (in gemv.cuh / linear_epilogue.cuh / convert_activations.cuh
+// order), the GEMM handed to cuBLASLt, and the errors for plans whose kernels do not match
+// the step. The kernels' arithmetic itself needs a GPU.
+#include "cuda/GpuOps.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+
+namespace dsrt::test {
+namespace {
+
+using namespace dsrt::cuda;
+
+struct Launch {
+  size_t slot;
+  Dim3 grid, block;
+  uint32_t sharedBytes;
+  std::vector<uint64_t> args;  // each parameter's bytes, zero-extended
+};
+
+class RecordingContext : public StepContext {
+public:
+  std::string opName = "tfm.linear";
+  ops::AttrMap attributes;
+  std::vector<std::optional<DeviceTensor>> inputs;
+  std::vector<DeviceTensor> outputs;
+  // Each kernel slot's constants.
+  std::vector<std::map<std::string, int64_t>> kernels;
+  // Parameter sizes per slot, as the templates declare them.
+  std::vector<std::vector<size_t>> paramSizes;
+
+  std::vector<Launch> launches;
+  std::vector<GemmDesc> gemms;
+  std::vector<size_t> scratchRequests;
+  DevicePtr nextScratch = 9ull << 32;
+
+  std::string_view op() const override { return opName; }
+  const ops::AttrMap &attrs() const override { return attributes; }
+  size_t inputCount() const override { return inputs.size(); }
+  const DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+  Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= kernels.size())
+      return Status::error("no kernel in slot " + std::to_string(slot));
+    Launch launch{slot, grid, block, sharedBytes, {}};
+    for (size_t i = 0; i < paramSizes.at(slot).size(); ++i) {
+      uint64_t value = 0;
+      std::memcpy(&value, args[i], paramSizes[slot][i]);
+      launch.args.push_back(value);
+    }
+    launches.push_back(launch);
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernels.size(); }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= kernels.size())
+      return fallback;
+    auto found = kernels[slot].find(std::string(name));
+    return found == kernels[slot].end() ? fallback : found->second;
+  }
+  Status gemm(const GemmDesc &desc) override {
+    gemms.push_back(desc);
+    return Status::ok();
+  }
+  Status scratch(size_t bytes, DevicePtr &out) override {
+    scratchRequests.push_back(bytes);
+    out = nextScratch;
+    nextScratch += (bytes + 255) / 256 * 256;
+    return Status::ok();
+  }
+  const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return 0; }
+  StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 132; }
+  int computeCapability() const override { return 90; }
+  bool capturing() const override { return false; }
+};
+
+constexpr size_t kPtr = 8, kInt = 4, kLong = 8;
+// Far enough apart that no test's tensors overlap (the launcher refuses overlaps).
+constexpr DevicePtr kX = 1ull << 32, kW = 2ull << 32, kBias = 3ull << 32, kResidual = 4ull << 32,
+                    kY = 5ull << 32;
+
+DeviceTensor tensor(DType dtype, Shape shape, DevicePtr data) {
+  DeviceTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = data;
+  return t;
+}
+
+// A fused linear of `rows` x [k] by [n, k] weights of `weightType`, as LinearRules.cpp
+// would specialise it.
+RecordingContext linearStep(int64_t rows, int64_t n, int64_t k, DType weightType, bool bias,
+                            bool residual, int64_t activation) {
+  RecordingContext context;
+  context.inputs.push_back(tensor(DType::F32, {rows, k}, kX));
+  context.inputs.push_back(tensor(weightType, {n, k}, kW));
+  context.inputs.push_back(bias ? std::optional(tensor(weightType, {n}, kBias)) : std::nullopt);
+  context.inputs.push_back(std::nullopt);
+  context.inputs.push_back(residual ? std::optional(tensor(DType::F32, {rows, n}, kResidual))
+                                    : std::nullopt);
+  context.outputs.push_back(tensor(DType::F32, {rows, n}, kY));
+  const int64_t biasType = bias ? static_cast<int64_t>(weightType) : 1;
+  context.kernels.push_back({{"K", k},
+                             {"WT", static_cast<int64_t>(weightType)},
+                             {"ACT", activation},
+                             {"HAS_BIAS", bias},
+                             {"BIAS_DT", biasType},
+                             {"HAS_RESIDUAL", residual}});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt});
+  context.kernels.push_back(
+      {{"ACT", activation}, {"HAS_BIAS", bias}, {"BIAS_DT", biasType}, {"HAS_RESIDUAL", residual}});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kLong, kLong});
+  if (weightType != DType::F32) {
+    context.kernels.push_back({{"WT", static_cast<int64_t>(weightType)}});
+    context.paramSizes.push_back({kPtr, kPtr, kLong});
+  }
+  return context;
+}
+
+Status run(RecordingContext &context) {
+  GpuOpFn launcher = findGpuOp(context.opName);
+  if (!launcher)
+    return Status::error("no launcher for " + context.opName);
+  return launcher(context);
+}
+
+TEST(LinearOpsTest, DecodeRowsAreOneGemvLaunch) {
+  RecordingContext context = linearStep(3, 3072, 768, DType::F16, true, true, 1);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 1u);
+  EXPECT_TRUE(context.gemms.empty());
+  const Launch &gemv = context.launches[0];
+  EXPECT_EQ(gemv.slot, 0u);
+  EXPECT_EQ(gemv.args, (std::vector<uint64_t>{kX, kW, kBias, kResidual, kY, 3, 3072, 768, 1}));
+  // x staged as f32 in shared memory; one warp per feature, so 8 features per block.
+  EXPECT_EQ(gemv.sharedBytes, 3u * 768 * 4);
+  EXPECT_EQ(gemv.block.x % 32, 0u);
+  EXPECT_GE(uint64_t(gemv.grid.x) * (gemv.block.x / 32), std::min<uint64_t>(3072, 132 * 4 * 8));
+}
+
+TEST(LinearOpsTest, LargeActivationsAreReadFromGlobalMemory) {
+  RecordingContext context = linearStep(8, 64, 2050, DType::F32, false, false, -1);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 1u);
+  // 8 x 2050 f32 is more than 48 KiB: not staged, no dynamic shared memory.
+  EXPECT_EQ(context.launches[0].args.back(), 0u);
+  EXPECT_EQ(context.launches[0].sharedBytes, 0u);
+}
+
+TEST(LinearOpsTest, PrefillWithHalfWeightsConvertsThenGemmThenEpilogue) {
+  RecordingContext context = linearStep(40, 256, 64, DType::BF16, true, false, 3);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 2u);
+  ASSERT_EQ(context.gemms.size(), 1u);
+  ASSERT_EQ(context.scratchRequests, std::vector<size_t>{40 * 64 * 2});
+  const Launch &convert = context.launches[0];
+  EXPECT_EQ(convert.slot, 2u);
+  const DevicePtr converted = convert.args[1];
+  EXPECT_EQ(convert.args, (std::vector<uint64_t>{kX, converted, 40 * 64}));
+  const GemmDesc &gemm = context.gemms[0];
+  EXPECT_EQ(gemm.m, 40);
+  EXPECT_EQ(gemm.n, 256);
+  EXPECT_EQ(gemm.k, 64);
+  EXPECT_EQ(gemm.a, converted);
+  EXPECT_EQ(gemm.aType, DType::BF16);
+  EXPECT_EQ(gemm.b, kW);
+  EXPECT_EQ(gemm.bType, DType::BF16);
+  EXPECT_EQ(gemm.c, kY);
+  EXPECT_FALSE(gemm.accumulate);
+  const Launch &epilogue = context.launches[1];
+  EXPECT_EQ(epilogue.slot, 1u);
+  EXPECT_EQ(epilogue.args, (std::vector<uint64_t>{kY, kBias, 0, kY, 40 * 256, 256}));
+}
+
+TEST(LinearOpsTest, PlainF32PrefillIsTheGemmAlone) {
+  RecordingContext context = linearStep(16, 300, 64, DType::F32, false, false, -1);
+  context.opName = "tfm.lm_head";
+  context.inputs.resize(2);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_TRUE(context.launches.empty());
+  ASSERT_EQ(context.gemms.size(), 1u);
+  EXPECT_EQ(context.gemms[0].a, kX);
+  EXPECT_EQ(context.gemms[0].aType, DType::F32);
+  EXPECT_TRUE(context.scratchRequests.empty());
+}
+
+TEST(LinearOpsTest, ResidualThatIsTheOutputIsAccumulatedOnto) {
+  // Without an activation: C already holds the residual, the GEMM adds to it.
+  RecordingContext plain = linearStep(20, 64, 64, DType::F32, true, true, -1);
+  plain.inputs[4]->data = kY;
+  Status status = run(plain);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(plain.gemms.size(), 1u);
+  EXPECT_TRUE(plain.gemms[0].accumulate);
+  EXPECT_EQ(plain.gemms[0].c, kY);
+  ASSERT_EQ(plain.launches.size(), 1u);
+  EXPECT_EQ(plain.launches[0].args, (std::vector<uint64_t>{kY, kBias, 0, kY, 20 * 64, 64}));
+
+  // With one: the product goes to scratch, the epilogue reads the residual from the output.
+  RecordingContext activated = linearStep(20, 64, 64, DType::F32, true, true, 0);
+  activated.inputs[4]->data = kY;
+  status = run(activated);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(activated.gemms.size(), 1u);
+  EXPECT_FALSE(activated.gemms[0].accumulate);
+  const DevicePtr product = activated.gemms[0].c;
+  EXPECT_NE(product, kY);
+  ASSERT_EQ(activated.scratchRequests, std::vector<size_t>{20 * 64 * 4});
+  ASSERT_EQ(activated.launches.size(), 1u);
+  EXPECT_EQ(activated.launches[0].args,
+            (std::vector<uint64_t>{product, kBias, kY, kY, 20 * 64, 64}));
+}
+
+TEST(LinearOpsTest, UnevenTensorParallelShardRunsThePlansKernel) {
+  // The plan's kernel was specialised for rank 0's 86 in-features; this rank has 85.
+  RecordingContext context = linearStep(1, 64, 85, DType::F16, false, false, -1);
+  context.kernels[0]["K"] = 86;
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 1u);
+  EXPECT_EQ(context.launches[0].args[7], 85u);
+}
+
+TEST(LinearOpsTest, MismatchedSpecialisationsAreErrors) {
+  RecordingContext wrongType = linearStep(1, 64, 64, DType::F16, false, false, -1);
+  wrongType.kernels[0]["WT"] = 3;
+  Status status = run(wrongType);
+  EXPECT_NE(status.message().find("weight dtype"), std::string::npos) << status.message();
+
+  RecordingContext noBiasKernel = linearStep(1, 64, 64, DType::F32, true, false, -1);
+  noBiasKernel.kernels[0]["HAS_BIAS"] = 0;
+  status = run(noBiasKernel);
+  EXPECT_NE(status.message().find("bias/residual"), std::string::npos) << status.message();
+
+  RecordingContext missingConversion = linearStep(1, 64, 64, DType::BF16, false, false, -1);
+  missingConversion.kernels.pop_back();
+  status = run(missingConversion);
+  EXPECT_NE(status.message().find("kernels for this step"), std::string::npos)
+      << status.message();
+
+  RecordingContext overlapping = linearStep(2, 64, 64, DType::F32, false, false, -1);
+  overlapping.outputs[0].data = kX + 64;
+  status = run(overlapping);
+  EXPECT_NE(status.message().find("overlaps"), std::string::npos) << status.message();
+  EXPECT_TRUE(overlapping.launches.empty());
+}
+
+TEST(LinearOpsTest, EmptyBatchLaunchesNothing) {
+  RecordingContext context = linearStep(0, 64, 64, DType::F32, false, false, -1);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_TRUE(context.launches.empty());
+  EXPECT_TRUE(context.gemms.empty());
+}
+
+} // namespace
+} // namespace dsrt::test

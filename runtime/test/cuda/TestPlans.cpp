@@ -1,0 +1,103 @@
+#include "TestPlans.h"
+
+#include "io/TensorProto.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
+namespace dsrt::cuda::test {
+
+bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly) {
+  const char *path = std::getenv(cpuOnly ? "DSRT_TEST_GPT2_CPU_PLAN" : "DSRT_TEST_GPT2_PLAN");
+  if (!path || !*path)
+    path = cpuOnly ? DSRT_TEST_GPT2_CPU_PLAN_DEFAULT : DSRT_TEST_GPT2_PLAN_DEFAULT;
+  std::unique_ptr<PlanFile> plan;
+  Status status = PlanFile::open(path, plan);
+  if (!status.isOk()) {
+    ADD_FAILURE() << status.message();
+    return false;
+  }
+  out = std::move(plan);
+  return true;
+}
+
+bool runForward(Session &session, std::vector<float> &logits, std::vector<float> &reference) {
+  std::string data = std::string(DSRT_SOURCE_DIR) + "/test/models/gpt2-op14/test_data_set_0/";
+  const dsp::Program *forward = session.program("forward");
+  if (!forward || !forward->inputs()) {
+    ADD_FAILURE() << "the plan has no forward program";
+    return false;
+  }
+  const auto *tensors = session.plan().plan().tensors();
+  std::vector<io::NamedTensor> inputs(forward->inputs()->size());
+  int64_t rows = INT64_MAX;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Status status = io::readTensorProto(data + "input_" + std::to_string(i) + ".pb", inputs[i]);
+    if (!status.isOk()) {
+      ADD_FAILURE() << status.message();
+      return false;
+    }
+    size_t index = 0;
+    while (index < inputs.size() &&
+           tensors->Get(forward->inputs()->Get(index))->name()->str() != inputs[i].name)
+      ++index;
+    if (index == inputs.size()) {
+      ADD_FAILURE() << "forward has no input '" << inputs[i].name << "'";
+      return false;
+    }
+    // The fixture plan may allow fewer rows than the test data has: each row is computed
+    // independently, so the leading rows and their reference logits are a valid test.
+    TensorRef value = inputs[i].tensor.ref();
+    const dsp::Tensor &tensor = *tensors->Get(forward->inputs()->Get(index));
+    if (tensor.max_shape() && !value.shape.empty() && value.shape[0] > tensor.max_shape()->Get(0))
+      rows = std::min<int64_t>(rows, tensor.max_shape()->Get(0));
+    if (rows < value.shape[0])
+      value.shape[0] = rows;
+    status = session.setInput("forward", index, value);
+    if (!status.isOk()) {
+      ADD_FAILURE() << status.message();
+      return false;
+    }
+  }
+  Status status = session.run("forward");
+  if (!status.isOk()) {
+    ADD_FAILURE() << status.message();
+    return false;
+  }
+  TensorRef out;
+  status = session.output("forward", 0, out);
+  if (!status.isOk() || out.dtype != DType::F32) {
+    ADD_FAILURE() << status.message();
+    return false;
+  }
+  logits.assign(out.as<float>(), out.as<float>() + out.elements());
+  io::NamedTensor expected;
+  status = io::readTensorProto(data + "output_0.pb", expected);
+  if (!status.isOk()) {
+    ADD_FAILURE() << status.message();
+    return false;
+  }
+  const float *values = reinterpret_cast<const float *>(expected.tensor.storage.data());
+  int64_t count = elementCount(expected.tensor.shape);
+  if (!expected.tensor.shape.empty() && expected.tensor.shape[0] > rows)
+    count = count / expected.tensor.shape[0] * rows;
+  reference.assign(values, values + count);
+  return true;
+}
+
+void expectClose(const std::vector<float> &actual, const std::vector<float> &expected,
+                 float tolerance) {
+  ASSERT_EQ(actual.size(), expected.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < actual.size(); ++i)
+    if (!(std::fabs(actual[i] - expected[i]) <= tolerance * std::max(1.0f, std::fabs(expected[i]))))
+      if (++bad <= 5)
+        ADD_FAILURE() << "element " << i << ": " << actual[i] << " vs " << expected[i];
+  EXPECT_EQ(bad, 0u);
+}
+
+} // namespace dsrt::cuda::test

@@ -1,0 +1,26 @@
+// The GPT-2 fixture plan (ctest fixture gpt2_plan) and its test data, for the CUDA tests.
+#ifndef DSRT_TEST_CUDA_TESTPLANS_H
+#define DSRT_TEST_CUDA_TESTPLANS_H
+
+#include "plan/PlanFile.h"
+#include "session/Session.h"
+
+#include <memory>
+#include <vector>
+
+namespace dsrt::cuda::test {
+
+// Opens $DSRT_TEST_GPT2_PLAN, else the ctest fixture's plan; adds a gtest failure and
+// returns false when it cannot. `cpuOnly`: the same model compiled with `--arch none`
+// ($DSRT_TEST_GPT2_CPU_PLAN), whose steps list no kernels.
+bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly = false);
+// Binds test_data_set_0's inputs to `forward` by name, runs it, and returns the logits and
+// the PyTorch reference logits.
+bool runForward(Session &session, std::vector<float> &logits, std::vector<float> &reference);
+// |a - b| <= tolerance * max(1, |b|) elementwise.
+void expectClose(const std::vector<float> &actual, const std::vector<float> &expected,
+                 float tolerance);
+
+} // namespace dsrt::cuda::test
+
+#endif

@@ -1,0 +1,99 @@
+#!/bin/sh
+# Gathers what the GPU machine needs beside the working tree into one ignored folder
+# (default build-gpu-bundle/, under the repository root; /build*/ is in .gitignore), so that
+# `bench/gpu/run.sh` and the GPU test suite can run there without LLVM, flatc or network:
+#
+#   bin/dsc                  this build's compiler (MLIR is linked in statically), its
+#                            RUNPATH set to $ORIGIN/../lib with patchelf
+#   lib/                     the shared libraries dsc needs that are not part of glibc:
+#                            libonnx, libonnx_proto, libprotobuf (and libz)
+#   generated/plan_generated.h   flatc's output for schemas/plan.fbs (no flatc there)
+#   include/                 header-only dependencies of libdsrt and dsbench: flatbuffers/
+#                            (the version whose flatc generated the header), nlohmann/,
+#                            xxhash.h
+#   lit/, bin/lit            LLVM's lit (pure Python) for the GPU test suite (test/gpu)
+#   MANIFEST                 what is here, with sizes and where it came from
+#
+# The runtime itself (libdsrt, dsrun, dsbench, dsp-dump) is built on the GPU machine from
+# the working tree: cmake -DDSC_RUNTIME_ONLY=ON -DDSC_PLAN_GENERATED_DIR=<bundle>/generated
+# -DDSC_BUNDLED_INCLUDE_DIR=<bundle>/include -DDSC_EXTRA_TOOLS_DIR=<bundle>/bin
+# -DLLVM_EXTERNAL_LIT=<bundle>/bin/lit (bench/gpu/run.sh does it; `ctest -L gpu` then runs
+# the GPU suite).
+#
+# usage: scripts/gpu-bundle.sh [BUNDLE_DIR]     (DSC_BUILD_DIR: the build with dsc; default
+#        build/; it is brought up to date with ninja -j1 dsc)
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DSC_BUILD_DIR:-$root/build}
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+bundle=${1:-$root/build-gpu-bundle}
+limit_mib=60
+
+[ -f "$build/build.ninja" ] || { echo "gpu-bundle: $build is not a configured build (build.sh)" >&2; exit 2; }
+ninja_log=$(mktemp)
+ninja -C "$build" -j1 dsc dsp_schema_generate >"$ninja_log" 2>&1 ||
+  { tail -40 "$ninja_log" >&2; rm -f "$ninja_log"; echo "gpu-bundle: building dsc failed" >&2; exit 1; }
+rm -f "$ninja_log"
+
+if ! command -v patchelf >/dev/null 2>&1; then
+  echo "gpu-bundle: installing patchelf" >&2
+  apt-get install -y -q patchelf >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q patchelf >/dev/null; }
+fi
+
+rm -rf "$bundle.tmp"
+mkdir -p "$bundle.tmp/bin" "$bundle.tmp/lib" "$bundle.tmp/generated" "$bundle.tmp/include"
+
+cp "$build/bin/dsc" "$bundle.tmp/bin/dsc"
+strip --strip-unneeded "$bundle.tmp/bin/dsc"
+# Every library dsc loads except glibc's own and the C++ runtime (the GPU machine's are
+# newer than this Debian's, and a second libstdc++ next to theirs would be older).
+ldd "$build/bin/dsc" | awk '/=> \// { print $3 }' | while read -r library; do
+  case "$(basename "$library")" in
+    libc.so*|libm.so*|libgcc_s.so*|libstdc++.so*|ld-linux*|libdl.so*|libpthread.so*|librt.so*) ;;
+    *) cp -L "$library" "$bundle.tmp/lib/" ;;
+  esac
+done
+for library in "$bundle.tmp"/lib/*; do
+  strip --strip-unneeded "$library"
+  patchelf --set-rpath '$ORIGIN' "$library"
+done
+patchelf --set-rpath '$ORIGIN/../lib' "$bundle.tmp/bin/dsc"
+
+cp "$build/schemas/plan_generated.h" "$bundle.tmp/generated/"
+cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/xxhash.h "$bundle.tmp/include/"
+
+lit_root=$(sed -n 's/^sys.path.insert(1, *"\(.*\)")$/\1/p' "$(command -v lit || echo /usr/lib/llvm-22/bin/lit)" | head -1)
+[ -d "$lit_root/lit" ] || lit_root=/usr/lib/llvm-22/utils/lit
+mkdir -p "$bundle.tmp/lit"
+cp -r "$lit_root/lit" "$bundle.tmp/lit/"
+find "$bundle.tmp/lit" -name __pycache__ -prune -exec rm -rf {} +
+cat > "$bundle.tmp/bin/lit" <<'LIT'
+#!/usr/bin/env python3
+import os, sys
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "lit"))
+from lit.main import main
+if __name__ == "__main__":
+    main()
+LIT
+chmod +x "$bundle.tmp/bin/lit"
+
+# The bundled dsc must run without the system's copies of its libraries.
+LD_LIBRARY_PATH= "$bundle.tmp/bin/dsc" --version >/dev/null 2>&1 ||
+  LD_LIBRARY_PATH= "$bundle.tmp/bin/dsc" --help >/dev/null
+
+{
+  echo "gpu bundle for $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') (working tree may differ), made $(date -u +%FT%TZ)"
+  echo "dsc from $build/bin/dsc; flatc $(flatc --version 2>/dev/null | awk '{print $3}');"
+  echo "headers from /usr/include (flatbuffers, nlohmann, xxhash.h); lit from $lit_root"
+  (cd "$bundle.tmp" && find . -type f -printf '%s\t%p\n' | sort -k2)
+} > "$bundle.tmp/MANIFEST"
+
+size_kib=$(du -sk "$bundle.tmp" | awk '{print $1}')
+if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
+  echo "gpu-bundle: $((size_kib / 1024)) MiB is over the ${limit_mib} MiB budget" >&2
+  exit 1
+fi
+rm -rf "$bundle"
+mv "$bundle.tmp" "$bundle"
+echo "gpu-bundle: $bundle, $((size_kib / 1024)) MiB ($size_kib KiB)"

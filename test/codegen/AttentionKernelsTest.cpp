@@ -1,0 +1,370 @@
+// The kernels of tfm.attention without a GPU: the rule (codegen/kernels/AttentionRules.cpp)
+// on hand-built plan steps carrying each fixture family's attribute set, in both cache
+// modes, and what it must decline; then NVRTC compiling the four attention templates in
+// a spread of specialisations (head sizes 16 to 256, every mask dtype, rotary forms, ALiBi,
+// windows) to PTX and to sm_80 and sm_90 cubins, which runs ptxas on them. NVRTC tests skip
+// where it cannot be loaded.
+#include "codegen/AttachKernels.h"
+#include "codegen/Nvrtc.h"
+#include "codegen/kernels/KernelRules.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace dsc::codegen {
+namespace {
+
+// The attribute set of one fixture family's attention (hidden 64, 4 heads of 16), as the
+// recogniser writes it (docs/transformer-ops.md).
+struct Family {
+  const char *name;
+  int64_t heads, kvHeads, headDim;
+  int64_t causal, alibi, window, rotaryDim, interleaved;
+  const char *unattended;
+};
+
+const Family kFamilies[] = {
+    {"gpt2", 4, 4, 16, 1, 0, 0, 0, 0, "all"},
+    {"opt", 4, 4, 16, 1, 0, 0, 0, 0, "all"},
+    {"llama", 4, 2, 16, 1, 0, 0, 16, 0, "all"},      // GQA 4/2, rotate_half
+    {"bloom", 4, 4, 16, 1, 1, 0, 0, 0, "all"},       // ALiBi
+    {"gptj", 4, 4, 16, 1, 0, 0, 8, 1, "all"},        // interleaved partial rotary
+    {"gptneo", 4, 4, 16, 1, 0, 4, 0, 0, "causal"},   // a local layer
+    {"gptneo-global", 4, 4, 16, 1, 0, 0, 0, 0, "causal"},
+    {"bert", 4, 4, 16, 0, 0, 0, 0, 0, "all"},
+};
+
+class AttentionPlan {
+public:
+  AttentionPlan() {
+    plan.options = std::make_unique<dsp::CompileOptionsT>();
+    plan.options->dtype = "fp32";
+    plan.programs.push_back(std::make_unique<dsp::ProgramT>());
+  }
+
+  int tensor(dsp::DType dtype, std::vector<int64_t> dims) {
+    auto t = std::make_unique<dsp::TensorT>();
+    t->dtype = dtype;
+    t->kind = dsp::TensorKind::activation;
+    for (int64_t d : dims) {
+      auto dim = std::make_unique<dsp::DimT>();
+      dim->size = d;
+      if (d < 0)
+        dim->symbol = "sequence";
+      t->shape.push_back(std::move(dim));
+    }
+    plan.tensors.push_back(std::move(t));
+    return static_cast<int>(plan.tensors.size()) - 1;
+  }
+
+  static void intAttr(dsp::StepT &step, const std::string &name, int64_t value) {
+    auto a = std::make_unique<dsp::AttrT>();
+    a->name = name;
+    a->kind = dsp::AttrKind::int_;
+    a->i = value;
+    step.attrs.push_back(std::move(a));
+  }
+  static void floatAttr(dsp::StepT &step, const std::string &name, float value) {
+    auto a = std::make_unique<dsp::AttrT>();
+    a->name = name;
+    a->kind = dsp::AttrKind::float_;
+    a->f = value;
+    step.attrs.push_back(std::move(a));
+  }
+  static void stringAttr(dsp::StepT &step, const std::string &name, const std::string &value) {
+    auto a = std::make_unique<dsp::AttrT>();
+    a->name = name;
+    a->kind = dsp::AttrKind::string_;
+    a->s = value;
+    step.attrs.push_back(std::move(a));
+  }
+
+  struct Options {
+    bool session = false;  // the session's cache (cache_layer 0) instead of I/O mode
+    bool pastInputs = true;  // I/O mode: past key/value inputs and present outputs
+    dsp::DType activations = dsp::DType::f32;
+    dsp::DType maskType = dsp::DType::i64;
+    bool mask = true;
+    bool additiveMask = false;
+    bool positions = true;
+  };
+
+  // A tfm.attention step of `family` with symbolic batch and sequence.
+  dsp::StepT &attention(const Family &f, const Options &o) {
+    const int64_t batch = -1, sequence = -1, past = -1;
+    int q = tensor(o.activations, {batch, sequence, f.heads * f.headDim});
+    int k = tensor(o.activations, {batch, sequence, f.kvHeads * f.headDim});
+    int v = tensor(o.activations, {batch, sequence, f.kvHeads * f.headDim});
+    int mask = -1;
+    if (o.additiveMask)
+      mask = tensor(dsp::DType::f32, {batch, 1, sequence, -1});
+    else if (o.mask)
+      mask = tensor(o.maskType, {batch, -1});
+    int pastKey = -1, pastValue = -1;
+    const bool io = !o.session && o.pastInputs;
+    if (io) {
+      pastKey = tensor(o.activations, {batch, f.kvHeads, past, f.headDim});
+      pastValue = tensor(o.activations, {batch, f.kvHeads, past, f.headDim});
+    }
+    int positions = o.positions ? tensor(dsp::DType::i64, {batch, sequence}) : -1;
+    std::vector<int32_t> outputs{tensor(o.activations, {batch, sequence, f.heads * f.headDim})};
+    if (io) {
+      outputs.push_back(tensor(o.activations, {batch, f.kvHeads, -1, f.headDim}));
+      outputs.push_back(tensor(o.activations, {batch, f.kvHeads, -1, f.headDim}));
+    }
+    auto s = std::make_unique<dsp::StepT>();
+    s->op = "tfm.attention";
+    s->inputs = {q, k, v, mask, pastKey, pastValue, positions};
+    s->outputs = outputs;
+    intAttr(*s, "num_heads", f.heads);
+    intAttr(*s, "num_kv_heads", f.kvHeads);
+    intAttr(*s, "head_dim", f.headDim);
+    floatAttr(*s, "scale", 0.25f);
+    intAttr(*s, "causal", f.causal);
+    intAttr(*s, "alibi", f.alibi);
+    intAttr(*s, "window", f.window);
+    intAttr(*s, "rotary_dim", f.rotaryDim);
+    floatAttr(*s, "rotary_base", 10000.0f);
+    intAttr(*s, "rotary_interleaved", f.interleaved);
+    intAttr(*s, "cache_layer", o.session ? 0 : -1);
+    stringAttr(*s, "unattended", f.unattended);
+    plan.programs[0]->steps.push_back(std::move(s));
+    return *plan.programs[0]->steps.back();
+  }
+
+  bool run(const dsp::StepT &step, std::vector<KernelSpec> &specs, std::string &reason) {
+    KernelRule rule = findKernelRule(step.op);
+    EXPECT_NE(rule, nullptr) << step.op;
+    return rule && rule(RuleInput(plan, step), specs, reason);
+  }
+
+  dsp::PlanT plan;
+};
+
+std::map<std::string, int64_t> constantsOf(const KernelSpec &spec) {
+  return {spec.constants.begin(), spec.constants.end()};
+}
+
+TEST(AttentionRule, EveryFixtureFamilyInIoModeGetsRotaryAndPrefill) {
+  for (const Family &f : kFamilies) {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.pastInputs = f.causal != 0;  // the encoder has no past
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
+    ASSERT_EQ(specs.size(), 2u) << f.name;
+    EXPECT_EQ(specs[0].kind, "attention_rotary") << f.name;
+    EXPECT_EQ(specs[1].kind, "attention_prefill") << f.name;
+    auto rotary = constantsOf(specs[0]), prefill = constantsOf(specs[1]);
+    EXPECT_EQ(rotary["HEAD_DIM"], 16) << f.name;
+    EXPECT_EQ(rotary["ROTARY_DIM"], f.rotaryDim) << f.name;
+    EXPECT_EQ(rotary["ROTARY_INTERLEAVED"], f.interleaved) << f.name;
+    EXPECT_EQ(rotary["POS_DTYPE"], f.rotaryDim > 0 ? 5 : 0) << f.name;
+    EXPECT_EQ(prefill["CAUSAL"], f.causal) << f.name;
+    EXPECT_EQ(prefill["ALIBI"], f.alibi) << f.name;
+    EXPECT_EQ(prefill["WINDOW"], f.window) << f.name;
+    EXPECT_EQ(prefill["MASK_DTYPE"], 5) << f.name;
+    EXPECT_EQ(prefill["UNATTENDED_CAUSAL"], std::string(f.unattended) == "causal" ? 1 : 0)
+        << f.name;
+    for (const KernelSpec &spec : specs)
+      EXPECT_NE(kernelTemplateSource(spec.kind), nullptr) << spec.kind;
+  }
+}
+
+TEST(AttentionRule, EveryDecoderFamilyWithTheSessionCacheAlsoGetsSplitKvDecode) {
+  for (const Family &f : kFamilies) {
+    if (!f.causal)
+      continue;
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = true;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
+    ASSERT_EQ(specs.size(), 4u) << f.name;
+    EXPECT_EQ(specs[2].kind, "attention_decode") << f.name;
+    EXPECT_EQ(specs[3].kind, "attention_combine") << f.name;
+    auto decode = constantsOf(specs[2]), combine = constantsOf(specs[3]);
+    EXPECT_EQ(decode["WINDOW"], f.window) << f.name;
+    EXPECT_EQ(decode["ALIBI"], f.alibi) << f.name;
+    EXPECT_EQ(decode["SPLIT_KEYS"], combine["SPLIT_KEYS"]) << f.name;
+    EXPECT_EQ(decode["SPLIT_KEYS"] % (decode["WARPS"] * 32), 0) << f.name;
+    EXPECT_EQ(combine["UNATTENDED_CAUSAL"], std::string(f.unattended) == "causal" ? 1 : 0);
+  }
+}
+
+TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
+  for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256}) {
+    Family f{"wide", 8, 8, headDim, 1, 0, 0, 0, 0, "all"};
+    AttentionPlan b;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, {}), specs, reason)) << headDim << ": " << reason;
+    auto prefill = constantsOf(specs.at(1));
+    int64_t bytes = 4 * (prefill["Q_TILE"] * headDim + prefill["K_TILE"] * (headDim + 1) +
+                         prefill["K_TILE"] * headDim);
+    EXPECT_LE(bytes, 48 * 1024) << headDim;
+    EXPECT_EQ(prefill["Q_TILE"] % prefill["WARPS"], 0) << headDim;
+  }
+}
+
+TEST(AttentionRule, EqualAttributesGiveEqualSpecs) {
+  // Two layers of one model share their kernels (the plan deduplicates by name).
+  AttentionPlan b;
+  std::vector<KernelSpec> first, second;
+  std::string reason;
+  AttentionPlan::Options o;
+  o.session = true;
+  ASSERT_TRUE(b.run(b.attention(kFamilies[2], o), first, reason)) << reason;
+  ASSERT_TRUE(b.run(b.attention(kFamilies[2], o), second, reason)) << reason;
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i)
+    EXPECT_EQ(first[i].name(), second[i].name());
+  // GPT-Neo's local and global layers differ only in the window.
+  std::vector<KernelSpec> local, global;
+  ASSERT_TRUE(b.run(b.attention(kFamilies[5], o), local, reason)) << reason;
+  ASSERT_TRUE(b.run(b.attention(kFamilies[6], o), global, reason)) << reason;
+  EXPECT_EQ(local[0].name(), global[0].name());
+  EXPECT_NE(local[1].name(), global[1].name());
+}
+
+TEST(AttentionRule, DeclinesWhatTheKernelsDoNotCover) {
+  const Family &gpt2 = kFamilies[0];
+  auto declines = [](AttentionPlan &b, const dsp::StepT &step, const std::string &needle) {
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    EXPECT_FALSE(b.run(step, specs, reason)) << needle;
+    EXPECT_NE(reason.find(needle), std::string::npos) << reason;
+    EXPECT_TRUE(specs.empty()) << needle;
+  };
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.additiveMask = true;
+    declines(b, b.attention(gpt2, o), "additive");
+  }
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.activations = dsp::DType::f16;
+    declines(b, b.attention(gpt2, o), "f16");
+  }
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.maskType = dsp::DType::i8;
+    declines(b, b.attention(gpt2, o), "i8");
+  }
+  {
+    AttentionPlan b;
+    Family huge = gpt2;
+    huge.headDim = 512;
+    declines(b, b.attention(huge, {}), "head_dim 512");
+  }
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.mask = false;
+    declines(b, b.attention(kFamilies[3], o), "ALiBi");  // bloom without a mask
+  }
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.positions = false;
+    declines(b, b.attention(kFamilies[2], o), "positions");  // llama without positions
+  }
+  {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = true;
+    o.mask = false;
+    declines(b, b.attention(gpt2, o), "padding mask");
+  }
+  {
+    AttentionPlan b;
+    Family odd = gpt2;
+    odd.unattended = "none";
+    declines(b, b.attention(odd, {}), "unattended");
+  }
+  {
+    AttentionPlan b;
+    Family odd = gpt2;
+    odd.rotaryDim = 7;
+    declines(b, b.attention(odd, {}), "rotary_dim");
+  }
+  {
+    AttentionPlan b;
+    dsp::StepT &step = b.attention(gpt2, {});
+    step.inputs[5] = -1;  // a past key without its value
+    declines(b, step, "past");
+  }
+}
+
+// ---- NVRTC ------------------------------------------------------------------------------
+
+class AttentionNvrtcTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string error;
+    nvrtc = Nvrtc::instance(error);
+    if (!nvrtc)
+      GTEST_SKIP() << error;
+  }
+
+  void compiles(const KernelSpec &spec) {
+    std::string source, error;
+    ASSERT_TRUE(specialiseKernel(spec, source).isOk()) << spec.name();
+    CompiledKernel compiled;
+    ASSERT_TRUE(compileKernelCached(*nvrtc, source, spec.name(), kKernelPtxArch,
+                                    {"sm_80", "sm_90"}, compiled, error))
+        << spec.name() << ": " << error;
+    EXPECT_NE(compiled.ptx.find(".entry " + spec.kind), std::string::npos) << spec.name();
+    ASSERT_EQ(compiled.binaries.size(), 2u) << spec.name();
+    for (const auto &[arch, cubin] : compiled.binaries)
+      EXPECT_EQ(cubin.compare(0, 4, "\x7f" "ELF"), 0) << spec.name() << " " << arch;
+  }
+
+  // Every kernel the rule lists for `f`, in both cache modes.
+  void compilesFamily(const Family &f, dsp::DType maskType) {
+    for (bool session : {false, true}) {
+      if (session && !f.causal)
+        continue;
+      AttentionPlan b;
+      AttentionPlan::Options o;
+      o.session = session;
+      o.maskType = maskType;
+      std::vector<KernelSpec> specs;
+      std::string reason;
+      ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
+      for (const KernelSpec &spec : specs)
+        compiles(spec);
+    }
+  }
+
+  const Nvrtc *nvrtc = nullptr;
+};
+
+TEST_F(AttentionNvrtcTest, EveryFixtureFamilysKernelsCompile) {
+  for (const Family &f : kFamilies)
+    compilesFamily(f, dsp::DType::i64);
+}
+
+TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {
+  const dsp::DType masks[] = {dsp::DType::i32, dsp::DType::bool_, dsp::DType::u8,
+                              dsp::DType::i64};
+  int variant = 0;
+  for (int64_t headDim : {40, 64, 80, 128, 256}) {
+    // Rotary forms, ALiBi and windows spread over the sizes.
+    Family f{"sized", 8, variant % 2 ? 2 : 8, headDim, 1, variant % 3 == 1 ? 1 : 0,
+             variant % 3 == 2 ? 16 : 0, variant % 3 == 0 ? headDim / 2 : 0, variant % 2,
+             variant % 2 ? "causal" : "all"};
+    compilesFamily(f, masks[variant % 4]);
+    ++variant;
+  }
+}
+
+} // namespace
+} // namespace dsc::codegen

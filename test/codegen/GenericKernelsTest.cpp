@@ -1,0 +1,1310 @@
+// The generic path's kernels without a GPU (codegen/kernels/GenericRules.cpp, the
+// generic_*.cuh templates, runtime/src/cuda/ops/GenericOps.cpp):
+// * round trips: a one-step plan goes through its rule, the spec's template compiled for
+//   the host (GenericHostKernels.inc) runs with the launcher's own grid and arguments on a
+//   fake StepContext whose "device" memory is host memory, and the result must equal the
+//   host reference (ops::compute) bit for bit, or within a stated tolerance;
+// * the rules' declines and their reasons on hand-built plans;
+// * NVRTC compiling the templates in a spread of specialisations to PTX and to sm_80 and
+//   sm_90 cubins (ptxas), skipped where NVRTC cannot be loaded.
+#include "codegen/AttachKernels.h"
+#include "codegen/Nvrtc.h"
+#include "codegen/kernels/KernelRules.h"
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+// ---- the host build of the templates --------------------------------------------------------
+
+namespace dsc::codegen {
+namespace {
+
+struct HostDim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+// The CUDA built-in variables, set by FakeStepContext::launch for each emulated thread
+// (threadIdx per host thread: a cooperative kernel runs its block's threads as threads).
+thread_local HostDim3 threadIdx;
+HostDim3 blockIdx, blockDim, gridDim;
+
+// __syncthreads and __shfl_xor_sync for a block whose threads run as host threads: a
+// reusable barrier, and shuffles through one slot per thread between two barriers (every
+// thread of the block shuffles at the same points, as generic_softmax's do).
+class HostBarrier {
+public:
+  explicit HostBarrier(unsigned count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    unsigned generation = generation_;
+    if (++waiting_ == count_) {
+      waiting_ = 0;
+      ++generation_;
+      released_.notify_all();
+      return;
+    }
+    released_.wait(lock, [&] { return generation != generation_; });
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  unsigned count_, waiting_ = 0, generation_ = 0;
+};
+HostBarrier *blockBarrier = nullptr;
+float shuffleSlots[1024];
+
+inline void __syncthreads() { blockBarrier->wait(); }
+inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
+  unsigned lane = threadIdx.x & 31u;
+  shuffleSlots[threadIdx.x] = value;
+  __syncthreads();
+  float other = shuffleSlots[(threadIdx.x - lane) | (lane ^ static_cast<unsigned>(laneMask))];
+  __syncthreads();
+  return other;
+}
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+inline unsigned __float_as_uint(float value) {
+  unsigned bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+inline float __uint_as_float(unsigned bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+inline float __int_as_float(int bits) { return __uint_as_float(static_cast<unsigned>(bits)); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __double2float_rn(double value) { return static_cast<float>(value); }
+inline float __ll2float_rn(long long value) { return static_cast<float>(value); }
+inline double __ll2double_rn(long long value) { return static_cast<double>(value); }
+
+// A kernel argument as cuLaunchKernel receives it: a pointer to the value.
+template <typename T> T arg(void **args, int index) {
+  T value;
+  std::memcpy(&value, args[index], sizeof value);
+  return value;
+}
+
+struct HostKernel {
+  void (*run)(void **args);
+  bool cooperative;  // its block's threads must run concurrently
+};
+std::map<std::string, HostKernel> &hostKernels() {
+  static std::map<std::string, HostKernel> kernels;
+  return kernels;
+}
+bool registerHostKernel(const std::string &name, void (*run)(void **), bool cooperative) {
+  hostKernels()[name] = {run, cooperative};
+  return true;
+}
+
+#define HOST_KIND_COPY 1
+#define HOST_KIND_BINARY 2
+#define HOST_KIND_WHERE 3
+#define HOST_KIND_GATHER 4
+#define HOST_KIND_UNARY 5
+#define HOST_KIND_CAST 6
+#define HOST_KIND_CUMSUM 7
+#define HOST_KIND_REDUCE 8
+#define HOST_KIND_SOFTMAX 9
+
+// The specialisations the round trips below use (a missing one fails its test by name).
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_1_1
+#define ES 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_4_1
+#define ES 4
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_8_1
+#define ES 8
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_4_2
+#define ES 4
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_4_3
+#define ES 4
+#define RANK 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_8_2
+#define ES 8
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_8_3
+#define ES 8
+#define RANK 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_COPY
+#define HOST_SPEC copy_2_4
+#define ES 2
+#define RANK 4
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC add_f32_3
+#define OP 1
+#define DT 1
+#define DT_B 1
+#define RANK 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC sub_i64_2
+#define OP 2
+#define DT 5
+#define DT_B 5
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC mul_i32_1
+#define OP 3
+#define DT 6
+#define DT_B 6
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC div_f32_2
+#define OP 4
+#define DT 1
+#define DT_B 1
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC mod_f32_1
+#define OP 6
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#define FMOD 0
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC fmod_f32_1
+#define OP 6
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#define FMOD 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC pow_f32_f32_1
+#define OP 5
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC pow_i64_i64_1
+#define OP 5
+#define DT 5
+#define DT_B 5
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC pow_i32_f32_1
+#define OP 5
+#define DT 6
+#define DT_B 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC max_f32_2
+#define OP 7
+#define DT 1
+#define DT_B 1
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC min_i64_1
+#define OP 8
+#define DT 5
+#define DT_B 5
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC equal_i64_2
+#define OP 9
+#define DT 5
+#define DT_B 5
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC less_f32_1
+#define OP 10
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC less_equal_f32_1
+#define OP 11
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC greater_f32_1
+#define OP 12
+#define DT 1
+#define DT_B 1
+#define RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC greater_equal_i32_2
+#define OP 13
+#define DT 6
+#define DT_B 6
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC and_bool_2
+#define OP 14
+#define DT 10
+#define DT_B 10
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC or_bool_2
+#define OP 15
+#define DT 10
+#define DT_B 10
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_BINARY
+#define HOST_SPEC equal_bool_1
+#define OP 9
+#define DT 10
+#define DT_B 10
+#define RANK 1
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_WHERE
+#define HOST_SPEC where_4_2
+#define ES 4
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_WHERE
+#define HOST_SPEC where_8_3
+#define ES 8
+#define RANK 3
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_GATHER
+#define HOST_SPEC gather_4_i64
+#define ES 4
+#define IDX 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_GATHER
+#define HOST_SPEC gather_8_i32
+#define ES 8
+#define IDX 6
+#include "GenericHostKernels.inc"
+
+// Unary: every f32 op, the integer ones, Not.
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC neg_f32
+#define OP 1
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC abs_f32
+#define OP 2
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC exp_f32
+#define OP 3
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC log_f32
+#define OP 4
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC sqrt_f32
+#define OP 5
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC reciprocal_f32
+#define OP 6
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC tanh_f32
+#define OP 7
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC erf_f32
+#define OP 8
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC sigmoid_f32
+#define OP 9
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC relu_f32
+#define OP 10
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC sin_f32
+#define OP 11
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC cos_f32
+#define OP 12
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC floor_f32
+#define OP 13
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC isnan_f32
+#define OP 15
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC gelu_erf_f32
+#define OP 16
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC gelu_tanh_f32
+#define OP 17
+#define DT 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC neg_i64
+#define OP 1
+#define DT 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC abs_i32
+#define OP 2
+#define DT 6
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC relu_i64
+#define OP 10
+#define DT 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_UNARY
+#define HOST_SPEC not_bool
+#define OP 14
+#define DT 10
+#include "GenericHostKernels.inc"
+
+// Cast: f32 and i64 to everything, and the narrow and small types back.
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_f16
+#define FROM 1
+#define TO 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_bf16
+#define FROM 1
+#define TO 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_i64
+#define FROM 1
+#define TO 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_i32
+#define FROM 1
+#define TO 6
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_u8
+#define FROM 1
+#define TO 9
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f32_bool
+#define FROM 1
+#define TO 10
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_f32
+#define FROM 5
+#define TO 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_f16
+#define FROM 5
+#define TO 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_bf16
+#define FROM 5
+#define TO 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_i32
+#define FROM 5
+#define TO 6
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_u8
+#define FROM 5
+#define TO 9
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i64_bool
+#define FROM 5
+#define TO 10
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f16_f32
+#define FROM 2
+#define TO 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_f16_bf16
+#define FROM 2
+#define TO 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_bf16_i64
+#define FROM 3
+#define TO 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_bool_f32
+#define FROM 10
+#define TO 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_bool_i64
+#define FROM 10
+#define TO 5
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_u8_f32
+#define FROM 9
+#define TO 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CAST
+#define HOST_SPEC cast_i32_i64
+#define FROM 6
+#define TO 5
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_CUMSUM
+#define HOST_SPEC cumsum_f32_0_0
+#define DT 1
+#define EXCLUSIVE 0
+#define REVERSE 0
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CUMSUM
+#define HOST_SPEC cumsum_f32_1_1
+#define DT 1
+#define EXCLUSIVE 1
+#define REVERSE 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CUMSUM
+#define HOST_SPEC cumsum_i64_0_0
+#define DT 5
+#define EXCLUSIVE 0
+#define REVERSE 0
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_CUMSUM
+#define HOST_SPEC cumsum_i32_1_0
+#define DT 6
+#define EXCLUSIVE 1
+#define REVERSE 0
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_REDUCE
+#define HOST_SPEC reduce_sum_f32_3
+#define OP 1
+#define DT 1
+#define RANK 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_REDUCE
+#define HOST_SPEC reduce_mean_i64_3
+#define OP 2
+#define DT 5
+#define RANK 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_REDUCE
+#define HOST_SPEC reduce_mean_f32_2
+#define OP 2
+#define DT 1
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_REDUCE
+#define HOST_SPEC reduce_max_f32_2
+#define OP 3
+#define DT 1
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_REDUCE
+#define HOST_SPEC reduce_max_i32_2
+#define OP 3
+#define DT 6
+#define RANK 2
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_SOFTMAX
+#define HOST_SPEC softmax_256
+#define LOG 0
+#define BLOCK 256
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_SOFTMAX
+#define HOST_SPEC log_softmax_256
+#define LOG 1
+#define BLOCK 256
+#include "GenericHostKernels.inc"
+
+#undef __global__
+#undef __device__
+#undef __shared__
+#undef __forceinline__
+#undef __launch_bounds__
+
+// ---- a StepContext over host memory ----------------------------------------------------------
+
+using dsrt::DType;
+using dsrt::OwnedTensor;
+using dsrt::Shape;
+using dsrt::Status;
+using dsrt::TensorRef;
+namespace cuda = dsrt::cuda;
+
+class FakeStepContext : public cuda::StepContext {
+public:
+  std::string opName;
+  dsrt::ops::AttrMap attributes;
+  std::vector<std::optional<cuda::DeviceTensor>> inputs;
+  std::vector<const TensorRef *> hostInputs;  // null: known on the device only
+  std::vector<cuda::DeviceTensor> outputs;
+  std::vector<KernelSpec> specs;
+  int launches = 0;
+  bool missingKernel = false;  // a launch of a slot the step does not have (the fallback)
+
+  std::string_view op() const override { return opName; }
+  const dsrt::ops::AttrMap &attrs() const override { return attributes; }
+  size_t inputCount() const override { return inputs.size(); }
+  const cuda::DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t index) const override {
+    return index < hostInputs.size() ? hostInputs[index] : nullptr;
+  }
+  size_t outputCount() const override { return outputs.size(); }
+  const cuda::DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+
+  // Runs the host build of kernel `slot` over the whole grid, block after block: one
+  // emulated thread at a time, or (a cooperative kernel) the block's threads as host threads.
+  Status launch(size_t slot, cuda::Dim3 grid, cuda::Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= specs.size()) {
+      missingKernel = true;
+      return error("no kernel in slot ", slot);
+    }
+    auto kernel = hostKernels().find(specs[slot].name());
+    if (kernel == hostKernels().end())
+      return error("no host build of ", specs[slot].name());
+    if (grid.x == 0 || grid.y != 1 || grid.z != 1 || block.x == 0 || block.x > 1024 ||
+        block.y != 1 || block.z != 1 || sharedBytes != 0)
+      return error("unexpected launch configuration");
+    ++launches;
+    gridDim = {grid.x, 1, 1};
+    blockDim = {block.x, 1, 1};
+    for (unsigned b = 0; b < grid.x; ++b) {
+      blockIdx = {b, 0, 0};
+      if (!kernel->second.cooperative) {
+        for (unsigned t = 0; t < block.x; ++t) {
+          threadIdx = {t, 0, 0};
+          kernel->second.run(args);
+        }
+        continue;
+      }
+      HostBarrier barrier(block.x);
+      blockBarrier = &barrier;
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < block.x; ++t)
+        threads.emplace_back([&, t] {
+          threadIdx = {t, 0, 0};
+          kernel->second.run(args);
+        });
+      for (std::thread &thread : threads)
+        thread.join();
+      blockBarrier = nullptr;
+    }
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return specs.size(); }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= specs.size())
+      return fallback;
+    for (const auto &[constant, value] : specs[slot].constants)
+      if (constant == name)
+        return value;
+    return fallback;
+  }
+  Status gemm(const cuda::GemmDesc &) override { return error("no gemm here"); }
+  Status scratch(size_t, cuda::DevicePtr &) override { return error("no scratch here"); }
+  const cuda::DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  cuda::DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  cuda::DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return 0; }
+  cuda::StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 2; }
+  int computeCapability() const override { return 80; }
+  bool capturing() const override { return false; }
+};
+
+cuda::GpuOpFn genericLauncher(std::string_view op) {
+  static const std::vector<cuda::GpuOpInfo> table = [] {
+    std::vector<cuda::GpuOpInfo> ops;
+    cuda::addGenericGpuOps(ops);
+    return ops;
+  }();
+  for (const cuda::GpuOpInfo &info : table)
+    if (op == info.op)
+      return info.run;
+  return nullptr;
+}
+
+// ---- test tensors and attributes --------------------------------------------------------------
+
+template <typename T> OwnedTensor make(DType dtype, Shape shape, std::vector<T> values) {
+  OwnedTensor tensor(dtype, std::move(shape));
+  EXPECT_EQ(tensor.storage.size(), values.size() * sizeof(T));
+  if (!values.empty())
+    std::memcpy(tensor.storage.data(), values.data(), tensor.storage.size());
+  return tensor;
+}
+OwnedTensor f32(Shape shape, std::vector<float> values) {
+  return make(DType::F32, std::move(shape), std::move(values));
+}
+OwnedTensor i64(Shape shape, std::vector<int64_t> values) {
+  return make(DType::I64, std::move(shape), std::move(values));
+}
+OwnedTensor i32(Shape shape, std::vector<int32_t> values) {
+  return make(DType::I32, std::move(shape), std::move(values));
+}
+OwnedTensor boolean(Shape shape, std::vector<uint8_t> values) {
+  return make(DType::Bool, std::move(shape), std::move(values));
+}
+// Deterministic values in [-range, range) with a fractional part.
+OwnedTensor ramp(Shape shape, float range = 4.0f) {
+  OwnedTensor tensor(DType::F32, std::move(shape));
+  float *p = reinterpret_cast<float *>(tensor.storage.data());
+  int64_t n = dsrt::elementCount(tensor.shape);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = -range + 2 * range * static_cast<float>((i * 37) % 101) / 101.0f + 0.125f;
+  return tensor;
+}
+
+struct Attribute {
+  std::string name;
+  dsrt::ops::Attr value;
+};
+Attribute intAttr(const std::string &name, int64_t v) {
+  return {name, dsrt::ops::Attr::ofInt(v)};
+}
+Attribute intsAttr(const std::string &name, std::vector<int64_t> v) {
+  return {name, dsrt::ops::Attr::ofInts(std::move(v))};
+}
+Attribute stringAttr(const std::string &name, std::string v) {
+  return {name, dsrt::ops::Attr::ofString(std::move(v))};
+}
+Attribute typeAttr(const std::string &name, DType v) {
+  return {name, dsrt::ops::Attr::ofType(v)};
+}
+
+std::unique_ptr<dsp::AttrT> toPlanAttr(const Attribute &attribute) {
+  auto a = std::make_unique<dsp::AttrT>();
+  a->name = attribute.name;
+  const dsrt::ops::Attr &v = attribute.value;
+  switch (v.kind) {
+  case dsrt::ops::Attr::Kind::Int: a->kind = dsp::AttrKind::int_; a->i = v.i; break;
+  case dsrt::ops::Attr::Kind::Float: a->kind = dsp::AttrKind::float_; a->f = v.f; break;
+  case dsrt::ops::Attr::Kind::String: a->kind = dsp::AttrKind::string_; a->s = v.s; break;
+  case dsrt::ops::Attr::Kind::Ints: a->kind = dsp::AttrKind::ints; a->ints = v.ints; break;
+  case dsrt::ops::Attr::Kind::Type:
+    a->kind = dsp::AttrKind::type;
+    a->type = static_cast<dsp::DType>(v.type);
+    break;
+  default: ADD_FAILURE() << "attribute kind not handled"; break;
+  }
+  return a;
+}
+
+// How an input reaches the step: computed on the device (a program input or an activation)
+// or a constant the session knows on the host.
+enum class Where { Device, Host };
+struct Input {
+  OwnedTensor tensor;
+  Where where = Where::Device;
+};
+Input host(OwnedTensor tensor) { return {std::move(tensor), Where::Host}; }
+Input device(OwnedTensor tensor) { return {std::move(tensor), Where::Device}; }
+
+// Bitwise equality, or within `tolerance` (relative to max(1, |reference|)) for f32.
+void expectMatches(const OwnedTensor &got, const OwnedTensor &want, double tolerance,
+                   const std::string &what) {
+  ASSERT_EQ(got.dtype, want.dtype) << what;
+  ASSERT_EQ(got.shape, want.shape) << what;
+  ASSERT_EQ(got.storage.size(), want.storage.size()) << what;
+  if (tolerance > 0 && got.dtype == DType::F32) {
+    const float *g = reinterpret_cast<const float *>(got.storage.data());
+    const float *w = reinterpret_cast<const float *>(want.storage.data());
+    for (size_t i = 0; i < got.storage.size() / 4; ++i) {
+      if (std::isnan(w[i])) {
+        EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
+        continue;
+      }
+      EXPECT_LE(std::fabs(double(g[i]) - w[i]), tolerance * std::max(1.0, std::fabs(double(w[i]))))
+          << what << " element " << i << ": " << g[i] << " vs " << w[i];
+    }
+    return;
+  }
+  size_t size = dsrt::dtypeSize(got.dtype);
+  for (size_t i = 0; i < got.storage.size(); i += size)
+    if (std::memcmp(got.storage.data() + i, want.storage.data() + i, size) != 0) {
+      ADD_FAILURE() << what << ": element " << i / size << " differs from the reference";
+      return;
+    }
+}
+
+// The round trip: rule, launcher, host build of the kernel; the outputs against
+// ops::compute. Returns the rule's specs.
+std::vector<KernelSpec> roundTrip(const std::string &op, std::vector<Input> inputs,
+                                  std::vector<Attribute> attributes, size_t numOutputs = 1,
+                                  double tolerance = 0) {
+  std::string what = op;
+  dsrt::ops::AttrMap attrs;
+  for (const Attribute &a : attributes)
+    attrs[a.name] = a.value;
+  std::vector<TensorRef> refs;
+  for (Input &in : inputs)
+    refs.push_back(in.tensor.ref());
+  dsrt::ops::Inputs inputRefs;
+  for (TensorRef &ref : refs)
+    inputRefs.push_back(&ref);
+  std::vector<dsrt::ops::OutputSpec> outputSpecs;
+  Status inferred = dsrt::ops::inferShapes(op, attrs, inputRefs, numOutputs, outputSpecs);
+  EXPECT_TRUE(inferred.isOk()) << what << ": " << inferred.message();
+  if (!inferred.isOk())
+    return {};
+  std::vector<OwnedTensor> expected, actual;
+  dsrt::ops::Outputs expectedRefs;
+  std::vector<TensorRef> expectedViews;
+  for (const auto &spec : outputSpecs) {
+    expected.emplace_back(spec.dtype, spec.shape);
+    // Garbage where the kernel must write, so that a skipped element cannot pass.
+    OwnedTensor garbage(spec.dtype, spec.shape);
+    std::fill(garbage.storage.begin(), garbage.storage.end(), uint8_t(0xA5));
+    actual.push_back(std::move(garbage));
+  }
+  for (OwnedTensor &t : expected)
+    expectedViews.push_back(t.ref());
+  for (TensorRef &view : expectedViews)
+    expectedRefs.push_back(&view);
+  Status computed = dsrt::ops::compute(op, attrs, inputRefs, expectedRefs);
+  EXPECT_TRUE(computed.isOk()) << what << ": " << computed.message();
+
+  // The plan: inputs as program inputs or constants, outputs as activations.
+  dsp::PlanT plan;
+  plan.options = std::make_unique<dsp::CompileOptionsT>();
+  plan.options->dtype = "fp32";
+  plan.programs.push_back(std::make_unique<dsp::ProgramT>());
+  auto addTensor = [&](const OwnedTensor &t, dsp::TensorKind kind) {
+    auto tensor = std::make_unique<dsp::TensorT>();
+    tensor->dtype = static_cast<dsp::DType>(t.dtype);
+    tensor->kind = kind;
+    for (int64_t d : t.shape) {
+      auto dim = std::make_unique<dsp::DimT>();
+      dim->size = d;
+      tensor->shape.push_back(std::move(dim));
+    }
+    if (kind == dsp::TensorKind::constant)
+      tensor->constant_data = t.storage;
+    plan.tensors.push_back(std::move(tensor));
+    return static_cast<int32_t>(plan.tensors.size() - 1);
+  };
+  auto step = std::make_unique<dsp::StepT>();
+  step->op = op;
+  for (const Input &in : inputs)
+    step->inputs.push_back(addTensor(in.tensor, in.where == Where::Host
+                                                    ? dsp::TensorKind::constant
+                                                    : dsp::TensorKind::input));
+  for (const OwnedTensor &out : expected)
+    step->outputs.push_back(addTensor(out, dsp::TensorKind::activation));
+  for (const Attribute &a : attributes)
+    step->attrs.push_back(toPlanAttr(a));
+  const dsp::StepT &planStep = *step;
+  plan.programs[0]->steps.push_back(std::move(step));
+
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  KernelRule rule = findKernelRule(op);
+  EXPECT_NE(rule, nullptr) << what;
+  if (!rule)
+    return {};
+  bool accepted = rule(RuleInput(plan, planStep), specs, reason);
+  EXPECT_TRUE(accepted) << what << " declined: " << reason;
+  if (!accepted)
+    return specs;
+
+  FakeStepContext context;
+  context.opName = op;
+  context.attributes = attrs;
+  context.specs = specs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    context.inputs.push_back(cuda::DeviceTensor{
+        refs[i].dtype, refs[i].shape, reinterpret_cast<cuda::DevicePtr>(refs[i].data)});
+    context.hostInputs.push_back(inputs[i].where == Where::Host ? &refs[i] : nullptr);
+  }
+  for (OwnedTensor &out : actual)
+    context.outputs.push_back(cuda::DeviceTensor{
+        out.dtype, out.shape, reinterpret_cast<cuda::DevicePtr>(out.storage.data())});
+  cuda::GpuOpFn launcher = genericLauncher(op);
+  EXPECT_NE(launcher, nullptr) << what;
+  if (!launcher)
+    return specs;
+  Status launched = launcher(context);
+  EXPECT_TRUE(launched.isOk()) << what << ": " << launched.message();
+  bool anyOutput = false;
+  for (const OwnedTensor &out : actual)
+    anyOutput = anyOutput || !out.storage.empty();
+  if (anyOutput) {
+    EXPECT_GT(context.launches, 0) << what << " launched nothing";
+  }
+  for (size_t k = 0; k < actual.size(); ++k)
+    expectMatches(actual[k], expected[k], tolerance, what + " output " + std::to_string(k));
+  return specs;
+}
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+// ---- round trips ----------------------------------------------------------------------------
+
+TEST(GenericRoundTrip, BinaryArithmeticBroadcasts) {
+  auto specs = roundTrip("Add", {device(ramp({2, 3, 4})), device(ramp({3, 1}))}, {});
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_binary_OP1_DT1_DT_B1_RANK3");
+  roundTrip("Sub", {device(i64({2, 3}, {1, 2, 3, 4, 5, INT64_MIN})), device(i64({}, {7}))}, {});
+  roundTrip("Mul",
+            {device(i32({4}, {INT32_MAX, -3, 65536, 7})), device(i32({4}, {2, 5, 65536, -1}))},
+            {});
+  roundTrip("Div", {device(ramp({3, 4})), device(f32({4}, {2.0f, -0.5f, 0.0f, 3.0f}))}, {});
+  roundTrip("Max", {device(f32({2, 3}, {1, kNaN, -2, 4, 5, 6})), device(f32({3}, {0, 1, kNaN}))},
+            {});
+  roundTrip("Min", {device(i64({3}, {5, -5, 0})), device(i64({3}, {4, -6, 0}))}, {});
+}
+
+TEST(GenericRoundTrip, ModPowAndComparisons) {
+  OwnedTensor a = f32({6}, {5.5f, -5.5f, 5.5f, -5.5f, 4.0f, -4.0f});
+  OwnedTensor b = f32({6}, {2.0f, 2.0f, -2.0f, -2.0f, 2.0f, 2.0f});
+  roundTrip("Mod", {device(a), device(b)}, {});
+  roundTrip("Mod", {device(a), device(b)}, {intAttr("fmod", 1)});
+  roundTrip("Pow",
+            {device(f32({4}, {2.0f, -2.0f, 0.5f, 9.0f})),
+             device(f32({4}, {3.0f, 2.0f, -1.5f, 0.5f}))},
+            {});
+  roundTrip("Pow", {device(i64({5}, {2, -3, 7, 1, -1})), device(i64({5}, {10, 3, -1, -5, -3}))},
+            {});
+  roundTrip("Pow", {device(i32({3}, {2, 10, -3})), device(f32({3}, {40.0f, 0.5f, kNaN}))}, {});
+  roundTrip("Equal", {device(i64({2, 2}, {1, 2, 3, 4})), device(i64({2}, {1, 4}))}, {});
+  for (const char *op : {"Less", "LessOrEqual", "Greater"})
+    roundTrip(op, {device(f32({3}, {1, kNaN, -1})), device(f32({3}, {2, 0, -1}))}, {});
+  roundTrip("GreaterOrEqual", {device(i32({2, 2}, {1, 2, 3, 4})), device(i32({1, 2}, {2, 3}))}, {});
+  roundTrip("And", {device(boolean({2, 2}, {0, 1, 1, 1})), device(boolean({2}, {1, 0}))}, {});
+  roundTrip("Or", {device(boolean({2, 2}, {0, 1, 0, 0})), device(boolean({2}, {1, 0}))}, {});
+  roundTrip("Equal", {device(boolean({3}, {0, 1, 1})), device(boolean({3}, {0, 0, 1}))}, {});
+}
+
+TEST(GenericRoundTrip, WhereBroadcastsThreeOperands) {
+  roundTrip("Where",
+            {device(boolean({1, 4}, {1, 0, 0, 1})), device(ramp({3, 4})), device(f32({}, {-9.0f}))},
+            {});
+  roundTrip("Where",
+            {device(boolean({2, 1, 1}, {1, 0})), device(i64({3, 1}, {1, 2, 3})),
+             device(i64({1, 2}, {-1, -2}))},
+            {});
+}
+
+TEST(GenericRoundTrip, UnaryOps) {
+  OwnedTensor x = f32({10}, {-2.5f, -1.0f, -0.0f, 0.0f, 0.3f, 1.0f, 2.75f, 30.0f, kNaN, -kInf});
+  for (const char *op : {"Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf",
+                         "Sigmoid", "Relu", "Sin", "Cos", "Floor", "IsNaN", "Gelu"})
+    roundTrip(op, {device(x)}, {});
+  roundTrip("Gelu", {device(x)}, {stringAttr("approximate", "tanh")});
+  roundTrip("Neg", {device(i64({3}, {INT64_MIN, -4, 9}))}, {});
+  roundTrip("Abs", {device(i32({3}, {INT32_MIN, -4, 9}))}, {});
+  roundTrip("Relu", {device(i64({3}, {-1, 0, 9}))}, {});
+  roundTrip("Not", {device(boolean({3}, {0, 1, 2}))}, {});
+}
+
+TEST(GenericRoundTrip, CastFollowsTheHostsRoundingAndSaturation) {
+  // Halfway cases, overflow, subnormals, NaN, out-of-range integers.
+  OwnedTensor x = f32({14}, {1.0f, -3.7f, 65504.0f, 65520.0f, 1e10f, -1e10f, 6e-8f, 3e-8f, kNaN,
+                             kInf, -kInf, 300.5f, 255.9f, -0.75f});
+  for (DType to : {DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool})
+    roundTrip("Cast", {device(x)}, {typeAttr("to", to)});
+  OwnedTensor big = i64({8}, {0, 2049, 2051, -65521, (int64_t(1) << 53) + 1, 16777217, INT64_MIN,
+                              INT64_MAX});
+  for (DType to : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8, DType::Bool})
+    roundTrip("Cast", {device(big)}, {typeAttr("to", to)});
+  OwnedTensor half = make<uint16_t>(DType::F16, {5}, {0x3c00, 0x7e00, 0x0001, 0xfbff, 0x7c00});
+  roundTrip("Cast", {device(half)}, {typeAttr("to", DType::F32)});
+  roundTrip("Cast", {device(half)}, {typeAttr("to", DType::BF16)});
+  OwnedTensor bf = make<uint16_t>(DType::BF16, {4}, {0x3fc0, 0xc2f7, 0x7f80, 0xdf00});
+  roundTrip("Cast", {device(bf)}, {typeAttr("to", DType::I64)});
+  roundTrip("Cast", {device(boolean({3}, {0, 1, 7}))}, {typeAttr("to", DType::F32)});
+  roundTrip("Cast", {device(boolean({3}, {0, 1, 7}))}, {typeAttr("to", DType::I64)});
+  roundTrip("Cast", {device(make<uint8_t>(DType::U8, {3}, {0, 128, 255}))},
+            {typeAttr("to", DType::F32)});
+  roundTrip("Cast", {device(i32({3}, {-1, 0, INT32_MAX}))}, {typeAttr("to", DType::I64)});
+  // The same dtype is a copy.
+  auto specs = roundTrip("Cast", {device(x)}, {typeAttr("to", DType::F32)});
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].kind, "generic_copy");
+}
+
+TEST(GenericRoundTrip, ReshapeAndItsKinAreContiguousCopies) {
+  auto specs = roundTrip("Reshape", {device(ramp({2, 3, 4})), host(i64({2}, {6, -1}))}, {});
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_copy_ES4_RANK1");
+  // The shape input may live on the device too: the output's shape says all.
+  roundTrip("Reshape", {device(i64({2, 3}, {1, 2, 3, 4, 5, 6})), device(i64({1}, {6}))}, {});
+  roundTrip("Unsqueeze", {device(ramp({2, 3})), host(i64({1}, {1}))}, {});
+  roundTrip("Squeeze", {device(boolean({1, 3}, {1, 0, 1})), host(i64({1}, {0}))}, {});
+  roundTrip("Flatten", {device(ramp({2, 3, 4}))}, {intAttr("axis", 2)});
+  roundTrip("Identity", {device(i64({2}, {7, 8}))}, {});
+}
+
+TEST(GenericRoundTrip, TransposeAndExpand) {
+  roundTrip("Transpose", {device(ramp({2, 3, 4}))}, {intsAttr("perm", {2, 0, 1})});
+  roundTrip("Transpose", {device(i64({2, 3}, {1, 2, 3, 4, 5, 6}))}, {});
+  roundTrip("Expand", {device(ramp({3, 1})), host(i64({3}, {2, 3, 4}))}, {});
+  roundTrip("Expand", {device(i64({3}, {1, 2, 3})), device(i64({2}, {2, 1}))}, {});
+}
+
+TEST(GenericRoundTrip, SliceWithStepsClampingAndNegativeIndices) {
+  OwnedTensor x = ramp({4, 5, 6});
+  roundTrip("Slice", {device(x), host(i64({2}, {1, -1})), host(i64({2}, {100, -6})),
+                      host(i64({2}, {0, 2})), host(i64({2}, {2, -2}))},
+            {});
+  roundTrip("Slice", {device(x), host(i32({1}, {-3})), host(i32({1}, {INT32_MAX}))}, {});
+  // gpt2's position slice: the last `total` columns of an i64 mask.
+  roundTrip("Slice", {device(i64({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10})), host(i64({1}, {-3})),
+                      host(i64({1}, {INT64_MAX})), host(i64({1}, {1}))},
+            {});
+}
+
+TEST(GenericRoundTrip, ConcatAndSplitLaunchOncePerPart) {
+  roundTrip("Concat", {device(ramp({2, 1, 3})), device(ramp({2, 4, 3})), device(ramp({2, 2, 3}))},
+            {intAttr("axis", 1)});
+  roundTrip("Concat", {device(i64({1, 2}, {1, 2})), device(i64({1, 1}, {3}))},
+            {intAttr("axis", -1)});
+  roundTrip("Split", {device(ramp({2, 6, 3})), host(i64({3}, {1, 3, 2}))}, {intAttr("axis", 1)},
+            3);
+  roundTrip("Split", {device(make<uint16_t>(DType::F16, {2, 2, 7, 1},
+                                            std::vector<uint16_t>(28, 0x1234)))},
+            {intAttr("axis", 2)}, 3);
+}
+
+TEST(GenericRoundTrip, GatherWrapsNegativeIndices) {
+  roundTrip("Gather", {device(ramp({5, 3})), device(i64({2, 2}, {0, -1, 4, -5}))}, {});
+  roundTrip("Gather",
+            {device(i64({2, 4}, {10, 11, 12, 13, 20, 21, 22, 23})), device(i32({3}, {-4, 3, 1}))},
+            {intAttr("axis", 1)});
+  roundTrip("Gather", {device(ramp({5, 3})), device(i64({}, {-2}))}, {});
+}
+
+TEST(GenericRoundTrip, CumSumOverTheAxisWithItsAttributes) {
+  OwnedTensor mask = f32({2, 5}, {0, 0, 1, 1, 1, 1, 1, 1, 0, 1});
+  roundTrip("CumSum", {device(mask), host(i64({}, {1}))}, {});
+  roundTrip("CumSum", {device(mask), host(i32({}, {0}))},
+            {intAttr("exclusive", 1), intAttr("reverse", 1)});
+  roundTrip("CumSum", {device(i64({2, 3}, {1, INT64_MAX, 1, 4, 5, 6})), host(i64({}, {-1}))}, {});
+  roundTrip("CumSum", {device(i32({3, 2}, {1, 2, 3, 4, INT32_MAX, 6})), host(i64({}, {0}))},
+            {intAttr("exclusive", 1)});
+}
+
+TEST(GenericRoundTrip, ReductionsKeepTheHostsOrder) {
+  OwnedTensor x = ramp({3, 4, 5}, 1000.0f);
+  roundTrip("ReduceSum", {device(x), host(i64({1}, {1}))}, {intAttr("keepdims", 0)});
+  roundTrip("ReduceSum", {device(x), host(i64({2}, {0, -1}))}, {});
+  // Axes on the device: the launcher reads them off the shapes (keepdims).
+  roundTrip("ReduceMean", {device(i64({2, 2, 3}, {1, 2, 3, 4, 5, 6, -7, 8, 9, 10, 11, 12})),
+                           device(i64({2}, {0, 2}))},
+            {});
+  roundTrip("ReduceMean", {device(ramp({4, 6}))}, {});
+  roundTrip("ReduceMax", {device(f32({2, 3}, {1, kNaN, 3, -1, -2, -kInf}))},
+            {intAttr("keepdims", 0)});
+  roundTrip("ReduceMax", {device(i32({2, 3}, {1, -9, 3, -1, -2, -3})), host(i64({1}, {1}))}, {});
+  roundTrip("ReduceSum", {device(x)}, {intAttr("noop_with_empty_axes", 1)});
+}
+
+TEST(GenericRoundTrip, AStepWithoutKernelsAsksForTheFallback) {
+  // A declined rule or a CPU-only plan leaves the step without kernels: the launcher must
+  // launch the absent slot (the session then runs the host reference), not fail otherwise.
+  OwnedTensor a = i64({2}, {6, 7}), b = i64({2}, {2, 0}), out(DType::I64, {2});
+  for (const char *op : {"Div", "Reshape", "Gather", "CumSum", "ReduceSum", "Cast"}) {
+    FakeStepContext context;
+    context.opName = op;
+    context.inputs = {cuda::DeviceTensor{a.dtype, a.shape, 0},
+                      cuda::DeviceTensor{b.dtype, b.shape, 0}};
+    context.outputs = {cuda::DeviceTensor{out.dtype, out.shape, 0}};
+    cuda::GpuOpFn launcher = genericLauncher(op);
+    ASSERT_NE(launcher, nullptr) << op;
+    EXPECT_FALSE(launcher(context).isOk()) << op;
+    EXPECT_TRUE(context.missingKernel) << op;
+    EXPECT_EQ(context.launches, 0) << op;
+  }
+}
+
+TEST(GenericRoundTrip, SoftmaxOverTheLastAxis) {
+  // The block's sums run in another order than the host's: within float rounding.
+  constexpr double kTolerance = 1e-6;
+  roundTrip("Softmax", {device(ramp({3, 37}))}, {}, 1, kTolerance);
+  roundTrip("LogSoftmax", {device(ramp({2, 700}, 30.0f))}, {}, 1, kTolerance);
+  // A -inf logit gets 0; a NaN makes its row NaN, as on the host.
+  roundTrip("Softmax", {device(f32({2, 3}, {1, -kInf, 2, kNaN, 1, 0}))}, {intAttr("axis", 1)}, 1,
+            kTolerance);
+}
+
+// ---- rules: specs and declines ---------------------------------------------------------------
+
+class RulePlan {
+public:
+  RulePlan() {
+    plan.options = std::make_unique<dsp::CompileOptionsT>();
+    plan.options->dtype = "fp16";
+    plan.programs.push_back(std::make_unique<dsp::ProgramT>());
+  }
+  int tensor(dsp::DType dtype, std::vector<int64_t> dims,
+             dsp::TensorKind kind = dsp::TensorKind::activation) {
+    auto t = std::make_unique<dsp::TensorT>();
+    t->dtype = dtype;
+    t->kind = kind;
+    for (int64_t d : dims) {
+      auto dim = std::make_unique<dsp::DimT>();
+      dim->size = d;
+      t->shape.push_back(std::move(dim));
+    }
+    if (kind == dsp::TensorKind::weight)
+      t->weight_index = 0;
+    plan.tensors.push_back(std::move(t));
+    return static_cast<int>(plan.tensors.size()) - 1;
+  }
+  dsp::StepT &step(const std::string &op, std::vector<int32_t> inputs,
+                   std::vector<int32_t> outputs) {
+    auto s = std::make_unique<dsp::StepT>();
+    s->op = op;
+    s->inputs = std::move(inputs);
+    s->outputs = std::move(outputs);
+    plan.programs[0]->steps.push_back(std::move(s));
+    return *plan.programs[0]->steps.back();
+  }
+  bool run(const dsp::StepT &step, std::vector<KernelSpec> &specs, std::string &reason) {
+    KernelRule rule = findKernelRule(step.op);
+    EXPECT_NE(rule, nullptr) << step.op;
+    return rule && rule(RuleInput(plan, step), specs, reason);
+  }
+  dsp::PlanT plan;
+};
+
+TEST(GenericRules, SliceNeedsItsStartsOnTheHost) {
+  RulePlan p;
+  int x = p.tensor(dsp::DType::i64, {2, 9});
+  int mask = p.tensor(dsp::DType::i64, {2, 9}, dsp::TensorKind::input);
+  // ends from Shape -> Gather over constants: host-known; starts from a program input: not.
+  int shape = p.tensor(dsp::DType::i64, {2});
+  int index = p.tensor(dsp::DType::i64, {1}, dsp::TensorKind::constant);
+  int ends = p.tensor(dsp::DType::i64, {1});
+  int axes = p.tensor(dsp::DType::i64, {1}, dsp::TensorKind::constant);
+  int y = p.tensor(dsp::DType::i64, {2, 3});
+  p.step("Shape", {mask}, {shape});
+  p.step("Gather", {shape, index}, {ends});
+  int starts = p.tensor(dsp::DType::i64, {1});
+  p.step("ReduceMax", {mask}, {starts});  // computed from device data
+  dsp::StepT &good = p.step("Slice", {x, axes, ends, axes}, {y});
+  dsp::StepT &bad = p.step("Slice", {x, starts, ends, axes}, {y});
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(p.run(good, specs, reason)) << reason;
+  EXPECT_EQ(specs.at(0).name(), "generic_copy_ES8_RANK2");
+  specs.clear();
+  EXPECT_FALSE(p.run(bad, specs, reason));
+  EXPECT_EQ(reason, "input 1 (starts, ends, axes or steps) is not known on the host");
+}
+
+TEST(GenericRules, DeclinesWhatTheKernelsDoNotDoExactly) {
+  RulePlan p;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  int a = p.tensor(dsp::DType::i64, {4}), b = p.tensor(dsp::DType::i64, {4});
+  int c = p.tensor(dsp::DType::i64, {4});
+  EXPECT_FALSE(p.run(p.step("Div", {a, b}, {c}), specs, reason));
+  EXPECT_NE(reason.find("division by zero"), std::string::npos) << reason;
+
+  // fp16-stored weights reach generic steps converted to their f32 tensor dtype.
+  int table = p.tensor(dsp::DType::f32, {300, 64}, dsp::TensorKind::weight);
+  int rows = p.tensor(dsp::DType::f32, {4, 64});
+  ASSERT_TRUE(p.run(p.step("Gather", {table, a}, {rows}), specs, reason)) << reason;
+  EXPECT_EQ(specs.back().name(), "generic_gather_ES4_IDX5");
+  int halfRows = p.tensor(dsp::DType::f16, {4, 64});
+  EXPECT_FALSE(p.run(p.step("Gather", {table, a}, {halfRows}), specs, reason));
+  EXPECT_EQ(reason, "the input is held as f32 on the device, the output is f16");
+
+  int x = p.tensor(dsp::DType::f32, {4, 8}), y = p.tensor(dsp::DType::f32, {4, 8});
+  dsp::StepT &softmax = p.step("Softmax", {x}, {y});
+  auto axis = std::make_unique<dsp::AttrT>();
+  axis->name = "axis";
+  axis->i = 0;
+  softmax.attrs.push_back(std::move(axis));
+  EXPECT_FALSE(p.run(softmax, specs, reason));
+  EXPECT_NE(reason.find("last axis"), std::string::npos) << reason;
+  EXPECT_TRUE(p.run(p.step("LogSoftmax", {x}, {y}), specs, reason)) << reason;
+  EXPECT_EQ(specs.back().name(), "generic_softmax_LOG1_BLOCK256");
+
+  int big = p.tensor(dsp::DType::f32, {1, 2, 1, 2, 1, 2, 2});
+  EXPECT_FALSE(p.run(p.step("Add", {big, big}, {big}), specs, reason));
+  EXPECT_NE(reason.find("rank 7"), std::string::npos) << reason;
+
+  int d = p.tensor(dsp::DType::f64, {4});
+  EXPECT_FALSE(p.run(p.step("Cast", {d}, {x}), specs, reason));
+  EXPECT_EQ(reason, "no kernel casting f64 to f32");
+
+  int dyn = p.tensor(dsp::DType::f32, {}, dsp::TensorKind::dynamic);
+  EXPECT_FALSE(p.run(p.step("Transpose", {dyn}, {dyn}), specs, reason));
+  EXPECT_NE(reason.find("dynamic"), std::string::npos) << reason;
+
+  int flags = p.tensor(dsp::DType::bool_, {4});
+  EXPECT_FALSE(p.run(p.step("Add", {flags, flags}, {flags}), specs, reason));
+  EXPECT_EQ(reason, "no bool kernel for Add");
+
+  // Reduction axes on the device are fine with keepdims, not without.
+  int axes = p.tensor(dsp::DType::i64, {1}, dsp::TensorKind::input);
+  int reduced = p.tensor(dsp::DType::f32, {4});
+  dsp::StepT &dropDims = p.step("ReduceSum", {x, axes}, {reduced});
+  auto keepdims = std::make_unique<dsp::AttrT>();
+  keepdims->name = "keepdims";
+  keepdims->i = 0;
+  dropDims.attrs.push_back(std::move(keepdims));
+  EXPECT_FALSE(p.run(dropDims, specs, reason));
+  EXPECT_EQ(reason, "the axes are not known on the host and keepdims is 0");
+}
+
+// ---- NVRTC ----------------------------------------------------------------------------------
+
+class GenericNvrtcTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string error;
+    nvrtc = Nvrtc::instance(error);
+    if (!nvrtc)
+      GTEST_SKIP() << error;
+  }
+  const Nvrtc *nvrtc = nullptr;
+};
+
+TEST_F(GenericNvrtcTest, EveryTemplateCompilesForSm80AndSm90) {
+  std::vector<KernelSpec> specs;
+  for (int64_t op = 1; op <= 17; ++op)
+    if (op != 14)
+      specs.push_back({"generic_unary", {{"OP", op}, {"DT", 1}}});
+  specs.push_back({"generic_unary", {{"OP", 14}, {"DT", 10}}});
+  specs.push_back({"generic_unary", {{"OP", 1}, {"DT", 5}}});
+  specs.push_back({"generic_unary", {{"OP", 2}, {"DT", 6}}});
+  for (int64_t op : {1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13})
+    specs.push_back({"generic_binary", {{"OP", op}, {"DT", 1}, {"DT_B", 1}, {"RANK", 4}}});
+  for (int64_t op : {1, 2, 3, 7, 8, 9, 10, 11, 12, 13})
+    specs.push_back({"generic_binary", {{"OP", op}, {"DT", 5}, {"DT_B", 5}, {"RANK", 2}}});
+  for (int64_t a : {1, 5, 6})
+    for (int64_t b : {1, 5, 6})
+      specs.push_back({"generic_binary", {{"OP", 5}, {"DT", a}, {"DT_B", b}, {"RANK", 1}}});
+  specs.push_back(
+      {"generic_binary", {{"OP", 6}, {"DT", 1}, {"DT_B", 1}, {"RANK", 0}, {"FMOD", 1}}});
+  for (int64_t op : {9, 14, 15})
+    specs.push_back({"generic_binary", {{"OP", op}, {"DT", 10}, {"DT_B", 10}, {"RANK", 6}}});
+  for (int64_t es : {1, 2, 4, 8}) {
+    specs.push_back({"generic_copy", {{"ES", es}, {"RANK", 6}}});
+    specs.push_back({"generic_where", {{"ES", es}, {"RANK", 3}}});
+    specs.push_back({"generic_gather", {{"ES", es}, {"IDX", es == 4 ? 6 : 5}}});
+  }
+  specs.push_back({"generic_copy", {{"ES", 4}, {"RANK", 1}}});
+  for (int64_t from : {1, 2, 3, 5, 6, 9, 10})
+    for (int64_t to : {1, 2, 3, 5, 6, 9, 10})
+      if (from != to)
+        specs.push_back({"generic_cast", {{"FROM", from}, {"TO", to}}});
+  for (int64_t dt : {1, 5, 6})
+    for (int64_t flags : {0, 1, 2, 3})
+      specs.push_back({"generic_cumsum",
+                       {{"DT", dt}, {"EXCLUSIVE", flags & 1}, {"REVERSE", flags >> 1}}});
+  for (int64_t log : {0, 1})
+    specs.push_back({"generic_softmax", {{"LOG", log}, {"BLOCK", 256}}});
+  for (int64_t op : {1, 2, 3})
+    for (int64_t dt : {1, 5, 6})
+      specs.push_back({"generic_reduce", {{"OP", op}, {"DT", dt}, {"RANK", 3}}});
+
+  std::set<std::string> kinds;
+  for (const KernelSpec &spec : specs) {
+    std::string source, error;
+    ASSERT_TRUE(specialiseKernel(spec, source).isOk()) << spec.kind;
+    CompiledKernel compiled;
+    ASSERT_TRUE(compileKernelCached(*nvrtc, source, spec.name(), "compute_80",
+                                    {"sm_80", "sm_90"}, compiled, error))
+        << spec.name() << ":\n" << error;
+    EXPECT_NE(compiled.ptx.find(".entry " + spec.kind), std::string::npos) << spec.name();
+    ASSERT_EQ(compiled.binaries.size(), 2u) << spec.name();
+    EXPECT_FALSE(compiled.binaries[0].second.empty()) << spec.name();
+    EXPECT_FALSE(compiled.binaries[1].second.empty()) << spec.name();
+    kinds.insert(spec.kind);
+  }
+  // Every generic_* template is covered.
+  for (const std::string &kind : kernelTemplateKinds()) {
+    if (kind.rfind("generic_", 0) == 0) {
+      EXPECT_TRUE(kinds.count(kind)) << kind << " has no specialisation here";
+    }
+  }
+}
+
+} // namespace
+} // namespace dsc::codegen

@@ -1,0 +1,483 @@
+// The transformer kernel templates (embedding, layer_norm, rms_norm, activation,
+// residual_add) built for the host and run through their launchers
+// (runtime/src/cuda/ops/TransformerOps.cpp) with an emulated StepContext, against
+// straightforward double-precision references written here. This checks the templates'
+// arithmetic, bounds and the launchers' argument order without a GPU; the f16 conversions
+// (inline PTX) are covered by NVRTC and ptxas instead (KernelGenTest, codegen-ptxas).
+#include "codegen/kernels/KernelRules.h"
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace dsc::codegen {
+namespace {
+
+// ---- the CUDA built-ins the templates use, for one block run as host threads -----------
+
+struct HostDim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+thread_local HostDim3 threadIdx;
+HostDim3 blockIdx, blockDim, gridDim;
+
+class HostBarrier {
+public:
+  explicit HostBarrier(unsigned count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    unsigned generation = generation_;
+    if (++waiting_ == count_) {
+      waiting_ = 0;
+      ++generation_;
+      released_.notify_all();
+      return;
+    }
+    released_.wait(lock, [&] { return generation != generation_; });
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  unsigned count_, waiting_ = 0, generation_ = 0;
+};
+HostBarrier *blockBarrier = nullptr;
+float shuffleSlots[1024];
+
+inline void __syncthreads() { blockBarrier->wait(); }
+// Every thread of the block shuffles at the same points (the norms' block reductions).
+inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
+  unsigned lane = threadIdx.x & 31u;
+  shuffleSlots[threadIdx.x] = value;
+  __syncthreads();
+  float other = shuffleSlots[(threadIdx.x - lane) | (lane ^ static_cast<unsigned>(laneMask))];
+  __syncthreads();
+  return other;
+}
+inline unsigned __float_as_uint(float value) {
+  unsigned bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+inline float __uint_as_float(unsigned bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+
+#include "codegen/kernels/dsc_common.cuh"
+
+template <typename T> T arg(void **args, int index) {
+  T value;
+  std::memcpy(&value, args[index], sizeof value);
+  return value;
+}
+using Ptr = unsigned long long;
+
+// One host build per specialisation: a namespace, the template's entry renamed, and an
+// adapter from cuLaunchKernel-style arguments (the template's parameter order).
+namespace embedding_bf16 {
+#define HIDDEN 8
+#define TABLE_DT 3
+#define ID_DT 5
+#define BLOCK 32
+#define embedding embedding_bf16_host
+#include "codegen/kernels/embedding.cuh"
+void run(void **a) {
+  embedding(reinterpret_cast<const void *>(arg<Ptr>(a, 0)),
+            reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
+            reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3),
+            arg<long long>(a, 4), arg<long long>(a, 5), arg<long long>(a, 6));
+}
+#undef embedding
+#undef HIDDEN
+#undef TABLE_DT
+#undef ID_DT
+#undef BLOCK
+} // namespace embedding_bf16
+
+namespace layer_norm_residual {
+#define HIDDEN 100
+#define SCALE_DT 3
+#define BIAS_DT 1
+#define RESIDUAL 1
+#define BLOCK 32
+#define layer_norm layer_norm_residual_host
+#include "codegen/kernels/layer_norm.cuh"
+void run(void **a) {
+  layer_norm(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
+             reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
+             reinterpret_cast<const void *>(arg<Ptr>(a, 2)),
+             reinterpret_cast<const float *>(arg<Ptr>(a, 3)),
+             reinterpret_cast<float *>(arg<Ptr>(a, 4)), reinterpret_cast<float *>(arg<Ptr>(a, 5)),
+             arg<long long>(a, 6), arg<float>(a, 7));
+}
+#undef layer_norm
+#undef HIDDEN
+#undef SCALE_DT
+#undef BIAS_DT
+#undef RESIDUAL
+#undef BLOCK
+} // namespace layer_norm_residual
+
+namespace rms_norm_plain {
+#define HIDDEN 70
+#define SCALE_DT 1
+#define RESIDUAL 0
+#define BLOCK 64
+#define rms_norm rms_norm_plain_host
+#include "codegen/kernels/rms_norm.cuh"
+void run(void **a) {
+  rms_norm(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
+           reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
+           reinterpret_cast<const float *>(arg<Ptr>(a, 2)),
+           reinterpret_cast<float *>(arg<Ptr>(a, 3)), reinterpret_cast<float *>(arg<Ptr>(a, 4)),
+           arg<long long>(a, 5), arg<float>(a, 6));
+}
+#undef rms_norm
+#undef HIDDEN
+#undef SCALE_DT
+#undef RESIDUAL
+#undef BLOCK
+} // namespace rms_norm_plain
+
+namespace gated_gelu {
+#define ACT 0
+#define GATED 1
+#define activation gated_gelu_host
+#include "codegen/kernels/activation.cuh"
+void run(void **a) {
+  activation(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
+             reinterpret_cast<const float *>(arg<Ptr>(a, 1)),
+             reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3));
+}
+#undef activation
+#undef ACT
+#undef GATED
+} // namespace gated_gelu
+
+namespace residual {
+#define residual_add residual_add_host
+#include "codegen/kernels/residual_add.cuh"
+void run(void **a) {
+  residual_add(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
+               reinterpret_cast<const float *>(arg<Ptr>(a, 1)),
+               reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3));
+}
+#undef residual_add
+} // namespace residual
+
+// ---- a StepContext over host memory -----------------------------------------------------
+
+using dsrt::DType;
+using dsrt::Status;
+namespace cuda = dsrt::cuda;
+
+Ptr address(const void *data) { return reinterpret_cast<Ptr>(data); }
+
+class HostStepContext : public cuda::StepContext {
+public:
+  std::string opName;
+  dsrt::ops::AttrMap attributes;
+  std::vector<std::optional<cuda::DeviceTensor>> inputs;
+  std::vector<cuda::DeviceTensor> outputs;
+  KernelSpec spec;
+  void (*kernel)(void **) = nullptr;
+  int launches = 0;
+
+  std::string_view op() const override { return opName; }
+  const dsrt::ops::AttrMap &attrs() const override { return attributes; }
+  size_t inputCount() const override { return inputs.size(); }
+  const cuda::DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const dsrt::TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const cuda::DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+
+  // Block after block, each block's threads as host threads (the norms synchronise).
+  Status launch(size_t slot, cuda::Dim3 grid, cuda::Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot != 0 || !kernel)
+      return error("no kernel in slot ", slot);
+    if (grid.x == 0 || grid.y != 1 || grid.z != 1 || block.x == 0 || block.x > 1024 ||
+        block.x % 32 != 0 || block.y != 1 || block.z != 1 || sharedBytes != 0)
+      return error("unexpected launch configuration");
+    ++launches;
+    gridDim = {grid.x, 1, 1};
+    blockDim = {block.x, 1, 1};
+    for (unsigned b = 0; b < grid.x; ++b) {
+      blockIdx = {b, 0, 0};
+      HostBarrier barrier(block.x);
+      blockBarrier = &barrier;
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < block.x; ++t)
+        threads.emplace_back([&, t] {
+          threadIdx = {t, 0, 0};
+          kernel(args);
+        });
+      for (std::thread &thread : threads)
+        thread.join();
+      blockBarrier = nullptr;
+    }
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernel ? 1 : 0; }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot != 0)
+      return fallback;
+    for (const auto &[constant, value] : spec.constants)
+      if (constant == name)
+        return value;
+    return fallback;
+  }
+  Status gemm(const cuda::GemmDesc &) override { return error("no gemm here"); }
+  Status scratch(size_t, cuda::DevicePtr &) override { return error("no scratch here"); }
+  const cuda::DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  cuda::DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  cuda::DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return 0; }
+  cuda::StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 2; }
+  int computeCapability() const override { return 80; }
+  bool capturing() const override { return false; }
+};
+
+} // namespace
+} // namespace dsc::codegen
+
+namespace dsrt::cuda {
+void addTransformerGpuOps(std::vector<GpuOpInfo> &ops);
+}
+
+namespace dsc::codegen {
+namespace {
+
+cuda::GpuOpFn launcher(const std::string &op) {
+  std::vector<cuda::GpuOpInfo> ops;
+  dsrt::cuda::addTransformerGpuOps(ops);
+  for (const auto &entry : ops)
+    if (op == entry.op)
+      return entry.run;
+  return nullptr;
+}
+
+cuda::DeviceTensor tensor(DType dtype, dsrt::Shape shape, const void *data) {
+  cuda::DeviceTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = address(data);
+  return t;
+}
+
+// bf16 bits of `value` truncated (exactly representable values are used, so any rounding
+// mode gives the same bits), and back.
+uint16_t bf16Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+float bf16Value(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+// Deterministic values in [-2, 2) that are exact in bf16 (8 significant bits).
+float sample(int i, int salt) {
+  int v = (i * 37 + salt * 101) % 256;
+  return static_cast<float>(v - 128) / 64.0f;
+}
+
+TEST(TransformerKernels, EmbeddingGathersBf16RowsAndZeroesOtherRanksIds) {
+  const int rows = 5, hidden = 8;
+  std::vector<uint16_t> table(rows * hidden);
+  for (int i = 0; i < rows * hidden; ++i)
+    table[i] = bf16Bits(sample(i, 1));
+  // This rank holds ids [10, 15) of a 20-token vocabulary; the rest are other ranks' or
+  // outside the vocabulary.
+  std::vector<int64_t> ids = {10, 14, 3, 12, 15, -1, 25};
+  std::vector<float> out(ids.size() * hidden, 99.0f);
+  HostStepContext context;
+  context.opName = "tfm.embedding";
+  context.attributes["vocab_offset"] = dsrt::ops::Attr::ofInt(10);
+  context.attributes["vocab_size"] = dsrt::ops::Attr::ofInt(20);
+  context.inputs = {tensor(DType::I64, {1, static_cast<int64_t>(ids.size())}, ids.data()),
+                    tensor(DType::BF16, {rows, hidden}, table.data())};
+  context.outputs = {tensor(DType::F32, {1, static_cast<int64_t>(ids.size()), hidden}, out.data())};
+  context.spec = {"embedding", {{"HIDDEN", 8}, {"TABLE_DT", 3}, {"ID_DT", 5}, {"BLOCK", 32}}};
+  context.kernel = embedding_bf16::run;
+  Status status = launcher("tfm.embedding")(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(context.launches, 1);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    int64_t local = ids[t] - 10;
+    bool mine = ids[t] >= 0 && ids[t] < 20 && local >= 0 && local < rows;
+    for (int h = 0; h < hidden; ++h) {
+      float expected = mine ? bf16Value(table[local * hidden + h]) : 0.0f;
+      EXPECT_EQ(out[t * hidden + h], expected) << "token " << t << " feature " << h;
+    }
+  }
+}
+
+// Tolerance of the norms: f32 accumulation over at most 100 values of magnitude <= 4,
+// against a double reference; 1e-5 relative plus 1e-5 absolute.
+void expectClose(float actual, double expected, const std::string &where) {
+  EXPECT_NEAR(actual, expected, 1e-5 + 1e-5 * std::fabs(expected)) << where;
+}
+
+TEST(TransformerKernels, LayerNormWithResidualBf16ScaleAndF32Bias) {
+  const int rows = 3, hidden = 100;
+  std::vector<float> x(rows * hidden), r(rows * hidden), bias(hidden);
+  std::vector<uint16_t> scale(hidden);
+  for (int i = 0; i < rows * hidden; ++i) {
+    x[i] = sample(i, 2) + (i / hidden) * 0.5f;  // rows with different means
+    r[i] = sample(i, 3);
+  }
+  for (int i = 0; i < hidden; ++i) {
+    scale[i] = bf16Bits(sample(i, 4));
+    bias[i] = sample(i, 5) / 8.0f;
+  }
+  std::vector<float> y(rows * hidden, 99.0f), sum(rows * hidden, 99.0f);
+  HostStepContext context;
+  context.opName = "tfm.layer_norm";
+  context.attributes["epsilon"] = dsrt::ops::Attr::ofFloat(1e-5f);
+  context.inputs = {tensor(DType::F32, {rows, hidden}, x.data()),
+                    tensor(DType::BF16, {hidden}, scale.data()),
+                    tensor(DType::F32, {hidden}, bias.data()),
+                    tensor(DType::F32, {rows, hidden}, r.data())};
+  context.outputs = {tensor(DType::F32, {rows, hidden}, y.data()),
+                     tensor(DType::F32, {rows, hidden}, sum.data())};
+  context.spec = {"layer_norm",
+                  {{"HIDDEN", 100}, {"SCALE_DT", 3}, {"BIAS_DT", 1}, {"RESIDUAL", 1}, {"BLOCK", 32}}};
+  context.kernel = layer_norm_residual::run;
+  Status status = launcher("tfm.layer_norm")(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  for (int row = 0; row < rows; ++row) {
+    double mean = 0, variance = 0;
+    for (int i = 0; i < hidden; ++i)
+      mean += double(x[row * hidden + i]) + r[row * hidden + i];
+    mean /= hidden;
+    for (int i = 0; i < hidden; ++i) {
+      double d = double(x[row * hidden + i]) + r[row * hidden + i] - mean;
+      variance += d * d;
+    }
+    variance /= hidden;
+    for (int i = 0; i < hidden; ++i) {
+      int at = row * hidden + i;
+      double v = double(x[at]) + r[at];
+      EXPECT_EQ(sum[at], x[at] + r[at]) << "sum " << at;
+      double expected = (v - mean) / std::sqrt(variance + 1e-5) * bf16Value(scale[i]) + bias[i];
+      expectClose(y[at], expected, "row " + std::to_string(row) + " feature " + std::to_string(i));
+    }
+  }
+}
+
+TEST(TransformerKernels, RmsNormWithoutResidual) {
+  const int rows = 4, hidden = 70;
+  std::vector<float> x(rows * hidden), scale(hidden), y(rows * hidden, 99.0f);
+  for (int i = 0; i < rows * hidden; ++i)
+    x[i] = sample(i, 6) * (1 + i / hidden);
+  for (int i = 0; i < hidden; ++i)
+    scale[i] = 1.0f + sample(i, 7) / 4.0f;
+  HostStepContext context;
+  context.opName = "tfm.rms_norm";  // epsilon absent: the default 1e-6, as on the CPU
+  context.inputs = {tensor(DType::F32, {2, 2, hidden}, x.data()),
+                    tensor(DType::F32, {hidden}, scale.data())};
+  context.outputs = {tensor(DType::F32, {2, 2, hidden}, y.data())};
+  context.spec = {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}};
+  context.kernel = rms_norm_plain::run;
+  Status status = launcher("tfm.rms_norm")(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(context.launches, 1);
+  for (int row = 0; row < rows; ++row) {
+    double squares = 0;
+    for (int i = 0; i < hidden; ++i)
+      squares += double(x[row * hidden + i]) * x[row * hidden + i];
+    double inverse = 1.0 / std::sqrt(squares / hidden + 1e-6);
+    for (int i = 0; i < hidden; ++i)
+      expectClose(y[row * hidden + i], x[row * hidden + i] * inverse * scale[i],
+                  "row " + std::to_string(row) + " feature " + std::to_string(i));
+  }
+}
+
+TEST(TransformerKernels, LaunchersRefuseAKernelOfAnotherHiddenSize) {
+  std::vector<float> x(2 * 64), scale(64), y(2 * 64);
+  HostStepContext context;
+  context.opName = "tfm.rms_norm";
+  context.inputs = {tensor(DType::F32, {2, 64}, x.data()), tensor(DType::F32, {64}, scale.data())};
+  context.outputs = {tensor(DType::F32, {2, 64}, y.data())};
+  context.spec = {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}};
+  context.kernel = rms_norm_plain::run;
+  Status status = launcher("tfm.rms_norm")(context);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("hidden size 70, not 64"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(context.launches, 0);
+}
+
+// Tolerance of the activations: f32 math against double, 1e-6 relative plus 1e-6 absolute.
+double geluErf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+TEST(TransformerKernels, GatedGeluOnTheVectorAndScalarPaths) {
+  // 16 values take the four-at-a-time path; 13 the scalar one.
+  for (int count : {16, 13}) {
+    std::vector<float> a(count), b(count), y(count, 99.0f);
+    for (int i = 0; i < count; ++i) {
+      a[i] = sample(i, 8) * 2;
+      b[i] = sample(i, 9);
+    }
+    HostStepContext context;
+    context.opName = "tfm.gated_act";
+    context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
+    context.inputs = {tensor(DType::F32, {count}, a.data()), tensor(DType::F32, {count}, b.data())};
+    context.outputs = {tensor(DType::F32, {count}, y.data())};
+    context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
+    context.kernel = gated_gelu::run;
+    Status status = launcher("tfm.gated_act")(context);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    for (int i = 0; i < count; ++i) {
+      double expected = geluErf(a[i]) * b[i];
+      EXPECT_NEAR(y[i], expected, 1e-6 + 1e-6 * std::fabs(expected)) << count << ": " << i;
+    }
+  }
+}
+
+TEST(TransformerKernels, ResidualAddIsExact) {
+  for (int count : {1024 + 4, 1027}) {  // more than one block's worth, both paths
+    std::vector<float> a(count), b(count), y(count, 99.0f);
+    for (int i = 0; i < count; ++i) {
+      a[i] = sample(i, 10);
+      b[i] = sample(i, 11) / 3.0f;
+    }
+    HostStepContext context;
+    context.opName = "tfm.residual_add";
+    context.inputs = {tensor(DType::F32, {count}, a.data()), tensor(DType::F32, {count}, b.data())};
+    context.outputs = {tensor(DType::F32, {count}, y.data())};
+    context.spec = {"residual_add", {}};
+    context.kernel = residual::run;
+    Status status = launcher("tfm.residual_add")(context);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    for (int i = 0; i < count; ++i)
+      ASSERT_EQ(y[i], a[i] + b[i]) << count << ": " << i;
+  }
+}
+
+} // namespace
+} // namespace dsc::codegen

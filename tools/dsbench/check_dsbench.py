@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Smoke test of dsbench on a compiled fixture (CPU): the JSON report has every field, the
+values are sane (positive, percentiles ordered, the bandwidth fraction in (0, inf)), the
+table prints, and a run past the plan's sequence limit fails with a message. Time values
+are never compared with any bound beyond positivity: the machine's load varies.
+
+usage: check_dsbench.py DSBENCH PLAN [DSBENCH OPTIONS...]
+  PLAN compiled with --max-batch 2 --max-seq-len 16. The options (--device cuda, --ranks
+  inprocess) are passed on; with --device cuda the session must be on a GPU, not the CPU
+  fallback (test/gpu/dsbench.test).
+"""
+import json
+import math
+import subprocess
+import sys
+
+dsbench, plan, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+cuda = "cuda" in extra
+in_process = "inprocess" in extra
+failures = []
+
+
+def expect(condition, what):
+    if not condition:
+        failures.append(what)
+
+
+def positive(value):
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+batch, prompt, new, warmup, iterations = 2, 4, 5, 1, 3
+command = [dsbench, plan, "--batch", str(batch), "--prompt-len", str(prompt), "--new-tokens",
+           str(new), "--warmup", str(warmup), "--iterations", str(iterations),
+           "--copy-bytes", str(16 << 20)] + extra + ["--json"]
+result = subprocess.run(command, capture_output=True, text=True)
+if result.returncode != 0:
+    sys.exit(f"FAIL: {' '.join(command)} exited {result.returncode}\n{result.stderr}")
+report = json.loads(result.stdout)
+
+if cuda:
+    expect(report["device"] == "cuda" and report["device_name"].startswith("cuda:"),
+           f"runs on a GPU, not the CPU fallback: {report['device_name']}")
+else:
+    expect(report["device"] == "cpu" and report["device_name"] == "cpu", "device is the CPU")
+expect(report["ranks"] == 2 if in_process else report["ranks"] == 1,
+       f"rank count {report['ranks']} (the in-process tests use TP=2 plans)")
+expect([report[k] for k in ("batch", "prompt_len", "new_tokens", "warmup", "iterations")] ==
+       [batch, prompt, new, warmup, iterations], "the options are echoed")
+for key in ("load_ms", "tokens_per_second", "weight_bytes_per_rank",
+            "weight_bandwidth_bytes_per_s", "copy_bandwidth_bytes_per_s", "bandwidth_fraction"):
+    expect(positive(report[key]), f"{key} = {report[key]} is positive")
+expect(positive(report["prefill_ms"]["avg"]) and positive(report["prefill_ms"]["p50"]),
+       "prefill times are positive")
+decode = report["decode_ms"]
+expect(decode["samples"] == new * iterations, f"{new * iterations} decode steps were timed")
+percentiles = [decode[k] for k in ("p50", "p90", "p95", "p99", "p999")]
+expect(all(positive(p) for p in percentiles) and positive(decode["avg"]),
+       "decode times are positive")
+expect(percentiles == sorted(percentiles), f"decode percentiles are ordered: {percentiles}")
+# tokens/s and the bandwidth follow from the average step; recompute them independently.
+step_seconds = decode["avg"] / 1e3
+expect(abs(report["tokens_per_second"] - batch / step_seconds) <= 1e-6 * batch / step_seconds,
+       "tokens/s = batch / average step")
+expect(abs(report["weight_bandwidth_bytes_per_s"] * step_seconds -
+           report["weight_bytes_per_rank"]) <= 1e-6 * report["weight_bytes_per_rank"],
+       "weight bandwidth = weight bytes / average step")
+memory = report["memory_per_rank"]
+expect(len(memory) == report["ranks"] and all(m is not None for m in memory),
+       "memory of every rank")
+if memory and memory[0]:
+    expect(memory[0]["weights"] == report["weight_bytes_per_rank"], "weights match")
+    expect(memory[0]["arena"] > 0 and memory[0]["kv_cache"] > 0, "arena and KV cache held")
+    expect(memory[0]["total"] == sum(memory[0][k] for k in
+                                     ("weights", "arena", "kv_cache", "other")), "total")
+
+table = subprocess.run(command[:-1], capture_output=True, text=True)
+expect(table.returncode == 0 and "decode step P99 / P99.9" in table.stdout and
+       "achieved weight bandwidth" in table.stdout, "the table prints")
+
+# 8 prompt tokens + 16 new ones exceed --max-seq-len 16: an error, not a crash or a number.
+over = subprocess.run([dsbench, plan, "--prompt-len", "8", "--new-tokens", "16", "--warmup",
+                       "0", "--iterations", "1"] + extra + ["--json"], capture_output=True, text=True)
+expect(over.returncode == 2 and "dsbench: error:" in over.stderr and not over.stdout,
+       f"past the sequence limit: exit {over.returncode}, {over.stderr.strip()}")
+
+if failures:
+    print(json.dumps(report, indent=2))
+    sys.exit("FAIL:\n  " + "\n  ".join(failures))
+print(f"ok: decode avg {decode['avg']:.3f} ms, P50 {decode['p50']:.3f} ms, "
+      f"{report['tokens_per_second']:.0f} tokens/s, "
+      f"{100 * report['bandwidth_fraction']:.1f}% of copy bandwidth")

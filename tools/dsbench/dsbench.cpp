@@ -1,0 +1,414 @@
+// dsbench: latency and bandwidth of a plan's prefill and decode programs through libdsrt's
+// C API, on the CPU or a GPU. Decode is bound by reading the weights once per step, so the
+// headline is the achieved weight bandwidth next to the copy bandwidth the same session
+// measures on its device: how close to the roofline a step gets.
+#include "dsrt/dsrt.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::string plan;
+  dsrt_device device = DSRT_DEVICE_CPU;
+  bool inProcessRanks = false;
+  int batch = 1, promptLength = 32, newTokens = 32, warmup = 2, iterations = 5;
+  uint64_t copyBytes = 0;  // 0: 1 GiB on a GPU, 256 MiB on the CPU
+  bool json = false;
+};
+
+const char *kUsage =
+    "usage: dsbench plan.dsp [--device cpu|cuda] [--batch B] [--prompt-len P]\n"
+    "               [--new-tokens N] [--warmup W] [--iterations I] [--ranks inprocess]\n"
+    "               [--copy-bytes BYTES] [--json]\n"
+    "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
+    "  seed) and then N steps of `decode`, each timed alone; the first W are discarded.\n"
+    "  Weight bandwidth = this rank's weight bytes / average decode step; its fraction is of\n"
+    "  the copy bandwidth (bytes read + written per second) measured in this process.\n"
+    "  --ranks inprocess  every tensor-parallel rank as a thread of this process\n"
+    "  --json             one JSON object on stdout instead of the table\n";
+
+[[noreturn]] void die(const std::string &message) {
+  std::cerr << "dsbench: error: " << message << "\n";
+  std::exit(2);
+}
+
+void check(dsrt_status status, const std::string &what) {
+  if (status != DSRT_OK)
+    die(what + ": " + dsrt_last_error());
+}
+
+int positiveInt(const std::string &option, const std::string &text, int minimum) {
+  char *end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < minimum || value > 1000000)
+    die(option + " needs an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
+  return static_cast<int>(value);
+}
+
+Options parse(int argc, char **argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die("missing value after " + arg);
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (arg == "--device") {
+      std::string device = value();
+      if (device == "cpu")
+        options.device = DSRT_DEVICE_CPU;
+      else if (device == "cuda")
+        options.device = DSRT_DEVICE_CUDA;
+      else
+        die("--device is 'cpu' or 'cuda', not '" + device + "'");
+    } else if (arg == "--ranks") {
+      std::string ranks = value();
+      if (ranks != "inprocess")
+        die("--ranks is 'inprocess', not '" + ranks + "'");
+      options.inProcessRanks = true;
+    } else if (arg == "--batch") options.batch = positiveInt(arg, value(), 1);
+    else if (arg == "--prompt-len") options.promptLength = positiveInt(arg, value(), 1);
+    else if (arg == "--new-tokens") options.newTokens = positiveInt(arg, value(), 1);
+    else if (arg == "--warmup") options.warmup = positiveInt(arg, value(), 0);
+    else if (arg == "--iterations") options.iterations = positiveInt(arg, value(), 1);
+    else if (arg == "--copy-bytes") {
+      std::string text = value();
+      char *end = nullptr;
+      options.copyBytes = std::strtoull(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || options.copyBytes == 0)
+        die("--copy-bytes needs a positive byte count, not '" + text + "'");
+    } else if (arg == "--json") options.json = true;
+    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
+    else if (options.plan.empty()) options.plan = arg;
+    else die("more than one plan given");
+  }
+  if (options.plan.empty())
+    die(std::string("no plan given\n") + kUsage);
+  return options;
+}
+
+// One rank's session, or an in-process group of every rank, behind one interface.
+struct Runner {
+  dsrt_session *session = nullptr;
+  dsrt_group *group = nullptr;
+
+  dsrt_status setInput(const char *program, size_t index, const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &data) {
+    return group ? dsrt_group_set_input(group, program, index, DSRT_I64, shape.data(),
+                                        shape.size(), data.data())
+                 : dsrt_session_set_input(session, program, index, DSRT_I64, shape.data(),
+                                          shape.size(), data.data());
+  }
+  dsrt_status run(const char *program) {
+    return group ? dsrt_group_run(group, program) : dsrt_session_run(session, program);
+  }
+  Runner() = default;
+  Runner(const Runner &) = delete;
+  Runner &operator=(const Runner &) = delete;
+  ~Runner() {
+    dsrt_group_destroy(group);
+    dsrt_session_destroy(session);
+  }
+};
+
+// Where `prefill`/`decode` take each role; -1 when the program lacks the input.
+struct Inputs {
+  long ids = -1, mask = -1, positions = -1;
+  size_t count = 0;
+};
+
+Inputs findInputs(dsrt_plan *plan, const char *program) {
+  Inputs inputs;
+  check(dsrt_plan_io_count(plan, program, 0, &inputs.count),
+        std::string("dsbench needs the '") + program +
+            "' program of a decoder whose attention dsc recognised");
+  for (size_t i = 0; i < inputs.count; ++i) {
+    dsrt_tensor info;
+    check(dsrt_plan_io_info(plan, program, 0, i, &info), "input");
+    std::string name = info.name;
+    if (name == "input_ids") inputs.ids = static_cast<long>(i);
+    else if (name == "attention_mask") inputs.mask = static_cast<long>(i);
+    else if (name == "position_ids") inputs.positions = static_cast<long>(i);
+    else die(std::string("the '") + program + "' program has an input dsbench cannot fill: '" +
+             name + "'");
+  }
+  if (inputs.ids < 0 || inputs.mask < 0)
+    die(std::string("the '") + program + "' program has no input_ids or attention_mask");
+  return inputs;
+}
+
+int64_t vocabularySize(dsrt_plan *plan) {
+  dsrt_tensor logits;
+  check(dsrt_plan_io_info(plan, "prefill", 1, 0, &logits), "the prefill program's logits");
+  if (logits.rank == 0 || logits.shape[logits.rank - 1] <= 0)
+    die("the prefill program's logits have no static vocabulary dimension");
+  return logits.shape[logits.rank - 1];
+}
+
+// Sets one program's inputs for `batch` rows of `newTokens` tokens after `past` cached ones.
+void setInputs(Runner &runner, const char *program, const Inputs &inputs, int batch,
+               int past, int newTokens, std::mt19937_64 &random, int64_t vocabulary) {
+  std::uniform_int_distribution<int64_t> token(0, vocabulary - 1);
+  std::vector<int64_t> ids(static_cast<size_t>(batch) * newTokens);
+  for (int64_t &id : ids)
+    id = token(random);
+  check(runner.setInput(program, inputs.ids, {batch, newTokens}, ids), "input_ids");
+  std::vector<int64_t> mask(static_cast<size_t>(batch) * (past + newTokens), 1);
+  check(runner.setInput(program, inputs.mask, {batch, past + newTokens}, mask),
+        "attention_mask");
+  if (inputs.positions >= 0) {
+    std::vector<int64_t> positions(ids.size());
+    for (size_t i = 0; i < positions.size(); ++i)
+      positions[i] = past + static_cast<int64_t>(i % newTokens);
+    check(runner.setInput(program, inputs.positions, {batch, newTokens}, positions),
+          "position_ids");
+  }
+}
+
+double millisecondsOf(std::chrono::steady_clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+// The nearest-rank percentile of sorted samples.
+double percentile(const std::vector<double> &sorted, double fraction) {
+  size_t rank = static_cast<size_t>(std::ceil(fraction * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+double average(const std::vector<double> &samples) {
+  double sum = 0;
+  for (double sample : samples)
+    sum += sample;
+  return sum / static_cast<double>(samples.size());
+}
+
+// Memory of every rank. A group keeps its sessions to itself, so each rank gets a session
+// of its own, one at a time, after the group is gone; null entries where that fails.
+nlohmann::json rankMemory(dsrt_plan *plan, dsrt_device device, Runner &runner,
+                          uint64_t &weightBytes) {
+  nlohmann::json ranks = nlohmann::json::array();
+  auto describe = [](const dsrt_memory &memory) {
+    return nlohmann::json{{"weights", memory.weights},
+                          {"arena", memory.arena},
+                          {"kv_cache", memory.kv_cache},
+                          {"other", memory.other},
+                          {"total", memory.weights + memory.arena + memory.kv_cache +
+                                        memory.other}};
+  };
+  if (runner.session) {
+    dsrt_memory memory;
+    check(dsrt_session_memory(runner.session, &memory), "session memory");
+    weightBytes = memory.weights;
+    ranks.push_back(describe(memory));
+    return ranks;
+  }
+  weightBytes = 0;
+  for (int rank = 0; rank < dsrt_plan_rank_count(plan); ++rank) {
+    dsrt_session *session = nullptr;
+    dsrt_memory memory;
+    if (dsrt_session_create(plan, rank, device, &session) == DSRT_OK &&
+        dsrt_session_memory(session, &memory) == DSRT_OK) {
+      weightBytes = std::max(weightBytes, memory.weights);
+      ranks.push_back(describe(memory));
+    } else {
+      ranks.push_back(nullptr);
+    }
+    dsrt_session_destroy(session);
+  }
+  return ranks;
+}
+
+std::string human(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit ? "%.2f %s" : "%.0f %s", bytes, units[unit]);
+  return text;
+}
+
+void printTable(const nlohmann::json &result) {
+  auto line = [](const std::string &name, const std::string &value) {
+    std::printf("  %-34s %s\n", name.c_str(), value.c_str());
+  };
+  auto ms = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f ms", value);
+    return std::string(text);
+  };
+  const nlohmann::json &decode = result["decode_ms"];
+  std::printf("dsbench %s on %s (%d rank%s)\n", result["plan"].get<std::string>().c_str(),
+              result["device_name"].get<std::string>().c_str(), result["ranks"].get<int>(),
+              result["ranks"].get<int>() == 1 ? "" : "s");
+  std::printf("  batch %d, prompt %d tokens, %d new tokens, %d warmup + %d iterations\n",
+              result["batch"].get<int>(), result["prompt_len"].get<int>(),
+              result["new_tokens"].get<int>(), result["warmup"].get<int>(),
+              result["iterations"].get<int>());
+  line("load (open + session, weights up)", ms(result["load_ms"].get<double>()));
+  line("prefill avg / P50", ms(result["prefill_ms"]["avg"].get<double>()) + " / " +
+                                ms(result["prefill_ms"]["p50"].get<double>()));
+  line("decode step avg", ms(decode["avg"].get<double>()));
+  line("decode step P50 / P90 / P95",
+       ms(decode["p50"].get<double>()) + " / " + ms(decode["p90"].get<double>()) + " / " +
+           ms(decode["p95"].get<double>()));
+  line("decode step P99 / P99.9",
+       ms(decode["p99"].get<double>()) + " / " + ms(decode["p999"].get<double>()));
+  char text[96];
+  std::snprintf(text, sizeof text, "%.1f", result["tokens_per_second"].get<double>());
+  line("tokens/s (batch / avg step)", text);
+  line("weight bytes per rank", human(result["weight_bytes_per_rank"].get<double>()));
+  std::snprintf(text, sizeof text, "%.2f GB/s, %.1f%% of copy %.2f GB/s",
+                result["weight_bandwidth_bytes_per_s"].get<double>() / 1e9,
+                100 * result["bandwidth_fraction"].get<double>(),
+                result["copy_bandwidth_bytes_per_s"].get<double>() / 1e9);
+  line("achieved weight bandwidth", text);
+  const nlohmann::json &memory = result["memory_per_rank"];
+  for (size_t rank = 0; rank < memory.size(); ++rank) {
+    std::string name = "memory rank " + std::to_string(rank);
+    if (memory[rank].is_null()) {
+      line(name, "(unavailable)");
+      continue;
+    }
+    line(name, human(memory[rank]["total"].get<double>()) + " (weights " +
+                   human(memory[rank]["weights"].get<double>()) + ", arena " +
+                   human(memory[rank]["arena"].get<double>()) + ", kv " +
+                   human(memory[rank]["kv_cache"].get<double>()) + ", other " +
+                   human(memory[rank]["other"].get<double>()) + ")");
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options = parse(argc, argv);
+  using Clock = std::chrono::steady_clock;
+
+  Runner runner;
+  dsrt_plan *plan = nullptr;
+  Clock::time_point loadStart = Clock::now();
+  check(dsrt_plan_open(options.plan.c_str(), &plan), "cannot open the plan");
+  int planRanks = dsrt_plan_rank_count(plan);
+  if (options.inProcessRanks) {
+    check(dsrt_group_create(plan, options.device, &runner.group), "cannot create the ranks");
+  } else {
+    if (planRanks > 1)
+      die("the plan has " + std::to_string(planRanks) +
+          " tensor-parallel ranks: bench them with --ranks inprocess");
+    check(dsrt_session_create(plan, 0, options.device, &runner.session),
+          "cannot create a session");
+  }
+  double loadMs = millisecondsOf(Clock::now() - loadStart);
+
+  Inputs prefill = findInputs(plan, "prefill"), decode = findInputs(plan, "decode");
+  int64_t vocabulary = vocabularySize(plan);
+  std::mt19937_64 random(20240601);
+
+  std::vector<double> prefillMs, decodeMs;
+  for (int iteration = 0; iteration < options.warmup + options.iterations; ++iteration) {
+    bool measured = iteration >= options.warmup;
+    setInputs(runner, "prefill", prefill, options.batch, 0, options.promptLength, random,
+              vocabulary);
+    Clock::time_point start = Clock::now();
+    check(runner.run("prefill"), "prefill failed");
+    if (measured)
+      prefillMs.push_back(millisecondsOf(Clock::now() - start));
+    for (int step = 0; step < options.newTokens; ++step) {
+      setInputs(runner, "decode", decode, options.batch, options.promptLength + step, 1, random,
+                vocabulary);
+      start = Clock::now();
+      check(runner.run("decode"), "decode step " + std::to_string(step) + " failed");
+      if (measured)
+        decodeMs.push_back(millisecondsOf(Clock::now() - start));
+    }
+  }
+
+  // The bandwidth roofline, measured by a session on the same device in this process; the
+  // default size is for the device the session is on (a CUDA session may have fallen back).
+  auto copyBytesFor = [&](const std::string &deviceName) {
+    if (options.copyBytes)
+      return options.copyBytes;
+    return deviceName.rfind("cuda", 0) == 0 ? uint64_t(1) << 30 : uint64_t(256) << 20;
+  };
+  uint64_t copyBytes = 0;
+  std::string deviceName;
+  double copyBandwidth = 0;
+  uint64_t weightBytes = 0;
+  nlohmann::json memory;
+  if (runner.session) {
+    deviceName = dsrt_session_device_name(runner.session);
+    copyBytes = copyBytesFor(deviceName);
+    check(dsrt_session_copy_bandwidth(runner.session, copyBytes, &copyBandwidth),
+          "measuring the copy bandwidth");
+    memory = rankMemory(plan, options.device, runner, weightBytes);
+  } else {
+    dsrt_group_destroy(runner.group);
+    runner.group = nullptr;
+    memory = rankMemory(plan, options.device, runner, weightBytes);
+    dsrt_session *probe = nullptr;
+    check(dsrt_session_create(plan, 0, options.device, &probe),
+          "a session measuring the copy bandwidth");
+    deviceName = dsrt_session_device_name(probe);
+    copyBytes = copyBytesFor(deviceName);
+    dsrt_status status = dsrt_session_copy_bandwidth(probe, copyBytes, &copyBandwidth);
+    dsrt_session_destroy(probe);
+    check(status, "measuring the copy bandwidth");
+  }
+  dsrt_plan_close(plan);
+
+  std::vector<double> sortedPrefill = prefillMs, sortedDecode = decodeMs;
+  std::sort(sortedPrefill.begin(), sortedPrefill.end());
+  std::sort(sortedDecode.begin(), sortedDecode.end());
+  double stepMs = average(decodeMs);
+  double weightBandwidth = stepMs > 0 ? static_cast<double>(weightBytes) / (stepMs / 1e3) : 0;
+  nlohmann::json result = {
+      {"plan", options.plan},
+      {"device", options.device == DSRT_DEVICE_CUDA ? "cuda" : "cpu"},  // as asked for
+      {"device_name", deviceName},
+      {"ranks", options.inProcessRanks ? planRanks : 1},
+      {"batch", options.batch},
+      {"prompt_len", options.promptLength},
+      {"new_tokens", options.newTokens},
+      {"warmup", options.warmup},
+      {"iterations", options.iterations},
+      {"load_ms", loadMs},
+      {"prefill_ms", {{"avg", average(prefillMs)}, {"p50", percentile(sortedPrefill, 0.5)}}},
+      {"decode_ms",
+       {{"samples", decodeMs.size()},
+        {"avg", stepMs},
+        {"p50", percentile(sortedDecode, 0.50)},
+        {"p90", percentile(sortedDecode, 0.90)},
+        {"p95", percentile(sortedDecode, 0.95)},
+        {"p99", percentile(sortedDecode, 0.99)},
+        {"p999", percentile(sortedDecode, 0.999)}}},
+      {"tokens_per_second", stepMs > 0 ? options.batch / (stepMs / 1e3) : 0.0},
+      {"weight_bytes_per_rank", weightBytes},
+      {"weight_bandwidth_bytes_per_s", weightBandwidth},
+      {"copy_bytes", copyBytes},
+      {"copy_bandwidth_bytes_per_s", copyBandwidth},
+      {"bandwidth_fraction", copyBandwidth > 0 ? weightBandwidth / copyBandwidth : 0.0},
+      {"memory_per_rank", memory}};
+  if (options.json)
+    std::cout << result.dump(2) << "\n";
+  else
+    printTable(result);
+  return 0;
+}
