@@ -1,5 +1,7 @@
 #include "cpu/Session.h"
 
+#include "session/PlanChecks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -152,66 +154,25 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   return Status::ok();
 }
 
-// One cache layer per tfm.attention step in session mode (cache_layer set, no past inputs),
-// sized for the plan's limits; programs that share a layer index share its storage.
+// The cache layers kvCacheLayout finds, zeroed.
 Status CpuSession::allocateKvCache() {
-  const dsp::Plan &header = plan_->plan();
-  if (!header.programs())
-    return Status::ok();
-  int64_t batch = header.limits() ? header.limits()->max_batch() : 0;
-  int64_t capacity = header.limits() ? header.limits()->max_seq_len() : 0;
-  for (size_t p = 0; p < compiled_.size(); ++p) {
-    const dsp::Program &program = *header.programs()->Get(p);
-    for (size_t i = 0; i < compiled_[p].size(); ++i) {
-      const CompiledStep &compiled = compiled_[p][i];
-      const dsp::Step &step = *program.steps()->Get(i);
-      bool hasPast = step.inputs() && step.inputs()->size() > 4 && step.inputs()->Get(4) >= 0;
-      if (compiled.op != "tfm.attention" || hasPast)
-        continue;
-      int64_t layer = -1, kvHeads = 0, headDim = 0;
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "cache_layer", -1, layer));
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "num_kv_heads", 0, kvHeads));
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "head_dim", 0, headDim));
-      // A tensor-parallel rank caches only its own KV heads.
-      std::vector<int64_t> rankKvHeads;
-      bool sharded = false;
-      DSRT_RETURN_IF_ERROR(ops::getInts(compiled.attrs, "rank_kv_heads", rankKvHeads, sharded));
-      if (sharded) {
-        size_t rank = collectives_ ? static_cast<size_t>(collectives_->rank()) : 0;
-        if (rank >= rankKvHeads.size())
-          return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
-                               " lists no KV heads for rank " + std::to_string(rank));
-        kvHeads = rankKvHeads[rank];
-      }
-      if (layer < 0)
-        continue;
-      if (layer > 4096 || kvHeads <= 0 || headDim <= 0 || batch <= 0 || capacity <= 0)
-        return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
-                             " has an invalid KV cache layout");
-      if (static_cast<size_t>(layer) >= kvCache_.layers.size())
-        kvCache_.layers.resize(layer + 1);
-      ops::KvCacheLayer &entry = kvCache_.layers[layer];
-      if (entry.key) {
-        if (entry.kvHeads != kvHeads || entry.headDim != headDim)
-          return Status::error(plan_->path() + ": programs disagree on KV cache layer " +
-                               std::to_string(layer));
-        continue;
-      }
-      size_t elements = static_cast<size_t>(batch * kvHeads * capacity * headDim);
-      kvStorage_.emplace_back(new (std::nothrow) float[elements]());
-      kvStorage_.emplace_back(new (std::nothrow) float[elements]());
-      if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
-        return Status::error(plan_->path() + ": cannot allocate the KV cache (" +
-                             std::to_string(2 * elements * sizeof(float)) + " bytes per layer)");
-      entry = {DType::F32, batch, kvHeads, capacity, headDim,
-               kvStorage_[kvStorage_.size() - 2].get(), kvStorage_.back().get()};
-      memory_.kvCache += 2 * elements * sizeof(float);
-    }
+  std::vector<KvLayerShape> layers;
+  DSRT_RETURN_IF_ERROR(
+      kvCacheLayout(*plan_, collectives_ ? collectives_->rank() : 0, layers));
+  kvCache_.layers.resize(layers.size());
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    const KvLayerShape &shape = layers[layer];
+    size_t elements = shape.bytes() / sizeof(float);
+    kvStorage_.emplace_back(new (std::nothrow) float[elements]());
+    kvStorage_.emplace_back(new (std::nothrow) float[elements]());
+    if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
+      return Status::error(plan_->path() + ": cannot allocate the KV cache (" +
+                           std::to_string(2 * shape.bytes()) + " bytes per layer)");
+    kvCache_.layers[layer] = {DType::F32, shape.batch, shape.kvHeads, shape.capacity,
+                              shape.headDim, kvStorage_[kvStorage_.size() - 2].get(),
+                              kvStorage_.back().get()};
+    memory_.kvCache += 2 * shape.bytes();
   }
-  for (size_t layer = 0; layer < kvCache_.layers.size(); ++layer)
-    if (!kvCache_.layers[layer].key)
-      return Status::error(plan_->path() + ": KV cache layer " + std::to_string(layer) +
-                           " is used by no attention step");
   return Status::ok();
 }
 
@@ -257,37 +218,10 @@ const dsp::Program *CpuSession::program(std::string_view name) const {
 Status CpuSession::setInput(std::string_view programName, size_t index, const TensorRef &value) {
   const dsp::Program *program;
   DSRT_RETURN_IF_ERROR(findProgram(programName, program));
-  size_t inputs = program->inputs() ? program->inputs()->size() : 0;
-  if (index >= inputs)
-    return Status::error("program '" + std::string(programName) + "' has " +
-                         std::to_string(inputs) + " inputs; there is no input " +
-                         std::to_string(index));
-  int tensorIndex = program->inputs()->Get(index);
-  const dsp::Tensor &tensor = *plan_->plan().tensors()->Get(tensorIndex);
-  std::string name = "input '" + str(tensor.name()) + "'";
+  int tensorIndex = -1;
+  DSRT_RETURN_IF_ERROR(
+      checkProgramInput(*plan_, *program, programName, index, value, tensorIndex));
   Slot &slot = slots_[tensorIndex];
-  if (value.dtype != slot.dtype)
-    return Status::error(name + " must be " + dtypeName(slot.dtype) + ", not " +
-                         dtypeName(value.dtype));
-  size_t rank = tensor.shape() ? tensor.shape()->size() : 0;
-  if (value.shape.size() != rank)
-    return Status::error(name + " must have rank " + std::to_string(rank) + ", not " +
-                         std::to_string(value.shape.size()) + " (shape " +
-                         shapeString(value.shape) + ")");
-  for (size_t d = 0; d < rank; ++d) {
-    const dsp::Dim *dim = tensor.shape()->Get(d);
-    int64_t size = value.shape[d];
-    if (dim->size() >= 0 && size != dim->size())
-      return Status::error(name + " dimension " + std::to_string(d) + " must be " +
-                           std::to_string(dim->size()) + ", not " + std::to_string(size));
-    int64_t max = tensor.max_shape() ? tensor.max_shape()->Get(d) : size;
-    if (size < 0 || size > max)
-      return Status::error(name + " dimension " + std::to_string(d) +
-                           (dim->symbol() ? " (" + dim->symbol()->str() + ")" : "") + " is " +
-                           std::to_string(size) + ", more than the plan's limit of " +
-                           std::to_string(max) + "; compile with larger --max-batch or "
-                                                 "--max-seq-len");
-  }
   std::vector<uint8_t> &storage = inputStorage_[tensorIndex];
   storage.assign(static_cast<const uint8_t *>(value.data),
                  static_cast<const uint8_t *>(value.data) + value.bytes());

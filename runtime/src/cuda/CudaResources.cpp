@@ -2,6 +2,8 @@
 // KV cache.
 #include "cuda/CudaSession.h"
 
+#include "session/PlanChecks.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -202,67 +204,28 @@ Status CudaSession::loadKernels() {
   return Status::ok();
 }
 
-// As CpuSession::allocateKvCache: one layer per session-mode attention's cache_layer,
-// [max_batch, kv_heads, max_seq_len, head_dim] f32, zeroed.
+// The cache layers kvCacheLayout finds, as on the CPU, zeroed on the device.
 Status CudaSession::allocateKvCache() {
-  const dsp::Plan &header = plan_->plan();
-  if (!header.programs())
-    return Status::ok();
-  int64_t batch = header.limits() ? header.limits()->max_batch() : 0;
-  int64_t capacity = header.limits() ? header.limits()->max_seq_len() : 0;
-  for (size_t p = 0; p < compiled_.size(); ++p) {
-    const dsp::Program &program = *header.programs()->Get(p);
-    for (size_t i = 0; i < compiled_[p].size(); ++i) {
-      const CompiledStep &compiled = compiled_[p][i];
-      const dsp::Step &step = *program.steps()->Get(i);
-      bool hasPast = step.inputs() && step.inputs()->size() > 4 && step.inputs()->Get(4) >= 0;
-      if (compiled.op != "tfm.attention" || hasPast)
-        continue;
-      int64_t layer = -1, kvHeads = 0, headDim = 0;
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "cache_layer", -1, layer));
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "num_kv_heads", 0, kvHeads));
-      DSRT_RETURN_IF_ERROR(ops::getInt(compiled.attrs, "head_dim", 0, headDim));
-      std::vector<int64_t> rankKvHeads;
-      bool sharded = false;
-      DSRT_RETURN_IF_ERROR(ops::getInts(compiled.attrs, "rank_kv_heads", rankKvHeads, sharded));
-      if (sharded) {
-        if (static_cast<size_t>(rank_) >= rankKvHeads.size())
-          return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
-                               " lists no KV heads for rank " + std::to_string(rank_));
-        kvHeads = rankKvHeads[rank_];
-      }
-      if (layer < 0)
-        continue;
-      if (layer > 4096 || kvHeads <= 0 || headDim <= 0 || batch <= 0 || capacity <= 0)
-        return Status::error(plan_->path() + ": attention step " + std::to_string(i) +
-                             " has an invalid KV cache layout");
-      if (static_cast<size_t>(layer) >= kvLayers_.size())
-        kvLayers_.resize(layer + 1);
-      DeviceKvLayer &entry = kvLayers_[layer];
-      if (entry.key) {
-        if (entry.kvHeads != kvHeads || entry.headDim != headDim)
-          return Status::error(plan_->path() + ": programs disagree on KV cache layer " +
-                               std::to_string(layer));
-        continue;
-      }
-      size_t bytes = static_cast<size_t>(batch * kvHeads * capacity * headDim) * sizeof(float);
-      entry = {DType::F32, batch, kvHeads, capacity, headDim, 0, 0};
-      DSRT_RETURN_IF_ERROR(allocate(bytes, entry.key, "the KV cache"));
-      DSRT_RETURN_IF_ERROR(allocate(bytes, entry.value, "the KV cache"));
-      DSRT_RETURN_IF_ERROR(
-          check(driver_->cuMemsetD8Async(entry.key, 0, bytes, stream_), "cuMemsetD8Async"));
-      DSRT_RETURN_IF_ERROR(
-          check(driver_->cuMemsetD8Async(entry.value, 0, bytes, stream_), "cuMemsetD8Async"));
-      memory_.kvCache += 2 * bytes;
-    }
+  std::vector<KvLayerShape> layers;
+  DSRT_RETURN_IF_ERROR(kvCacheLayout(*plan_, rank_, layers));
+  kvLayers_.resize(layers.size());
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    const KvLayerShape &shape = layers[layer];
+    size_t bytes = shape.bytes();
+    DeviceKvLayer &entry = kvLayers_[layer];
+    entry = {DType::F32, shape.batch, shape.kvHeads, shape.capacity, shape.headDim, 0, 0};
+    DSRT_RETURN_IF_ERROR(allocate(bytes, entry.key, "the KV cache"));
+    DSRT_RETURN_IF_ERROR(allocate(bytes, entry.value, "the KV cache"));
+    DSRT_RETURN_IF_ERROR(
+        check(driver_->cuMemsetD8Async(entry.key, 0, bytes, stream_), "cuMemsetD8Async"));
+    DSRT_RETURN_IF_ERROR(
+        check(driver_->cuMemsetD8Async(entry.value, 0, bytes, stream_), "cuMemsetD8Async"));
+    memory_.kvCache += 2 * bytes;
   }
   hostKvMirror_.layers.resize(kvLayers_.size());
   hostKvStorage_.resize(2 * kvLayers_.size());
   for (size_t layer = 0; layer < kvLayers_.size(); ++layer) {
     const DeviceKvLayer &entry = kvLayers_[layer];
-    if (!entry.key)
-      return Status::error(plan_->path() + ": KV cache layer " + std::to_string(layer) +
-                           " is used by no attention step");
     // The host mirror gets its storage when a fallback attention first needs it.
     hostKvMirror_.layers[layer] = {DType::F32, entry.batch, entry.kvHeads, entry.capacity,
                                    entry.headDim, nullptr, nullptr};

@@ -7,6 +7,7 @@
 #include "cpu/Session.h"
 #include "cuda/CublasLt.h"
 #include "cuda/StagedCollectives.h"
+#include "session/PlanChecks.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -295,37 +296,10 @@ Status CudaSession::setInput(std::string_view programName, size_t index,
   if (!found)
     return Status::error(plan_->path() + ": the plan has no program '" +
                          std::string(programName) + "'");
-  size_t inputs = found->inputs() ? found->inputs()->size() : 0;
-  if (index >= inputs)
-    return Status::error("program '" + std::string(programName) + "' has " +
-                         std::to_string(inputs) + " inputs; there is no input " +
-                         std::to_string(index));
-  int tensorIndex = found->inputs()->Get(index);
-  const dsp::Tensor &tensor = *plan_->plan().tensors()->Get(tensorIndex);
-  std::string name = "input '" + str(tensor.name()) + "'";
+  int tensorIndex = -1;
+  DSRT_RETURN_IF_ERROR(
+      checkProgramInput(*plan_, *found, programName, index, value, tensorIndex));
   Slot &slot = slots_[tensorIndex];
-  if (value.dtype != slot.dtype)
-    return Status::error(name + " must be " + dtypeName(slot.dtype) + ", not " +
-                         dtypeName(value.dtype));
-  size_t rank = tensor.shape() ? tensor.shape()->size() : 0;
-  if (value.shape.size() != rank)
-    return Status::error(name + " must have rank " + std::to_string(rank) + ", not " +
-                         std::to_string(value.shape.size()) + " (shape " +
-                         shapeString(value.shape) + ")");
-  for (size_t d = 0; d < rank; ++d) {
-    const dsp::Dim *dim = tensor.shape()->Get(d);
-    int64_t size = value.shape[d];
-    if (dim->size() >= 0 && size != dim->size())
-      return Status::error(name + " dimension " + std::to_string(d) + " must be " +
-                           std::to_string(dim->size()) + ", not " + std::to_string(size));
-    int64_t max = tensor.max_shape() ? tensor.max_shape()->Get(d) : size;
-    if (size < 0 || size > max)
-      return Status::error(name + " dimension " + std::to_string(d) +
-                           (dim->symbol() ? " (" + dim->symbol()->str() + ")" : "") + " is " +
-                           std::to_string(size) + ", more than the plan's limit of " +
-                           std::to_string(max) + "; compile with larger --max-batch or "
-                                                 "--max-seq-len");
-  }
   // Copied now, uploaded when the program runs: a decode graph pads it first.
   slot.inputValue.assign(static_cast<const uint8_t *>(value.data),
                          static_cast<const uint8_t *>(value.data) + value.bytes());
