@@ -8,6 +8,10 @@
 
 namespace dsc::codegen {
 
+// Threads per block of the sampling kernel: a vocabulary of 50k is ~50 elements a thread
+// per round.
+constexpr int64_t kSampleTopkBlock = 1024;
+
 dsrt::Status parseArchList(const std::string &list, std::vector<std::string> &archs) {
   archs.clear();
   if (list == "none")
@@ -54,6 +58,8 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
   for (auto &program : plan.programs)
     for (auto &step : program->steps)
       step->kernels.clear();
+  if (plan.model)
+    plan.model->sampling_kernel = -1;
   if (options.archs.empty())
     return dsrt::Status::ok();
 
@@ -69,6 +75,49 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
 
   std::map<std::string, int32_t> kernelIndex;  // by KernelSpec::name
   std::set<std::string> declines;
+  // The plan's kernel for `spec`, specialised and compiled on first use; `user` names what
+  // needs it in errors.
+  auto kernelFor = [&](const KernelSpec &spec, const std::string &user,
+                       int32_t &index) -> dsrt::Status {
+    std::string name = spec.name();
+    auto [it, inserted] = kernelIndex.try_emplace(name, -1);
+    if (inserted) {
+      std::string source;
+      DSRT_RETURN_IF_ERROR(specialiseKernel(spec, source));
+      auto kernel = std::make_unique<dsp::KernelT>();
+      kernel->name = name;
+      kernel->entry = spec.kind;
+      kernel->kind = spec.kind;
+      for (const auto &[constantName, value] : spec.constants) {
+        auto constant = std::make_unique<dsp::AttrT>();
+        constant->name = constantName;
+        constant->kind = dsp::AttrKind::int_;
+        constant->i = value;
+        kernel->constants.push_back(std::move(constant));
+      }
+      if (nvrtc) {
+        CompiledKernel compiled;
+        std::string error;
+        if (!compileKernelCached(*nvrtc, source, name, kKernelPtxArch, options.archs,
+                                 compiled, error))
+          return dsrt::Status::error("cannot compile kernel " + name + " of " + user + ": " +
+                                     error);
+        kernel->ptx.assign(compiled.ptx.begin(), compiled.ptx.end());
+        kernel->ptx_arch = kKernelPtxArch;
+        for (auto &[arch, cubin] : compiled.binaries) {
+          auto binary = std::make_unique<dsp::KernelBinaryT>();
+          binary->arch = arch;
+          binary->cubin.assign(cubin.begin(), cubin.end());
+          kernel->binaries.push_back(std::move(binary));
+        }
+      }
+      it->second = static_cast<int32_t>(plan.kernels.size());
+      plan.kernels.push_back(std::move(kernel));
+      report.sources.push_back(std::move(source));
+    }
+    index = it->second;
+    return dsrt::Status::ok();
+  };
   for (auto &program : plan.programs) {
     for (auto &step : program->steps) {
       KernelRule rule = findKernelRule(step->op);
@@ -86,48 +135,19 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
       }
       std::vector<int32_t> indices;
       for (const KernelSpec &spec : specs) {
-        std::string name = spec.name();
-        auto [it, inserted] = kernelIndex.try_emplace(name, -1);
-        if (inserted) {
-          std::string source;
-          DSRT_RETURN_IF_ERROR(specialiseKernel(spec, source));
-          auto kernel = std::make_unique<dsp::KernelT>();
-          kernel->name = name;
-          kernel->entry = spec.kind;
-          kernel->kind = spec.kind;
-          for (const auto &[constantName, value] : spec.constants) {
-            auto constant = std::make_unique<dsp::AttrT>();
-            constant->name = constantName;
-            constant->kind = dsp::AttrKind::int_;
-            constant->i = value;
-            kernel->constants.push_back(std::move(constant));
-          }
-          if (nvrtc) {
-            CompiledKernel compiled;
-            std::string error;
-            if (!compileKernelCached(*nvrtc, source, name, kKernelPtxArch, options.archs,
-                                     compiled, error))
-              return dsrt::Status::error("cannot compile kernel " + name + " of " +
-                                         step->op + ": " + error);
-            kernel->ptx.assign(compiled.ptx.begin(), compiled.ptx.end());
-            kernel->ptx_arch = kKernelPtxArch;
-            for (auto &[arch, cubin] : compiled.binaries) {
-              auto binary = std::make_unique<dsp::KernelBinaryT>();
-              binary->arch = arch;
-              binary->cubin.assign(cubin.begin(), cubin.end());
-              kernel->binaries.push_back(std::move(binary));
-            }
-          }
-          it->second = static_cast<int32_t>(plan.kernels.size());
-          plan.kernels.push_back(std::move(kernel));
-          report.sources.push_back(std::move(source));
-        }
-        indices.push_back(it->second);
+        int32_t index = -1;
+        DSRT_RETURN_IF_ERROR(kernelFor(spec, step->op, index));
+        indices.push_back(index);
       }
       if (!indices.empty())
         ++report.stepsWithKernels;
       step->kernels = std::move(indices);
     }
+  }
+  // Sampling selects the largest logits where the logits are (Session::topLogits).
+  if (plan.model && plan.model->kind == "decoder" && !plan.model->logits.empty()) {
+    KernelSpec sampling{"sample_topk", {{"BLOCK", kSampleTopkBlock}}};
+    DSRT_RETURN_IF_ERROR(kernelFor(sampling, "sampling", plan.model->sampling_kernel));
   }
   report.kernels = static_cast<int>(plan.kernels.size());
   return dsrt::Status::ok();

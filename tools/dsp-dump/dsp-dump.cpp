@@ -108,6 +108,8 @@ void printHeader(const PlanFile &file) {
       std::printf(" %" PRId64, m->eos_token_ids()->Get(i));
     std::printf(", pad %" PRId64 ", %u past/present pairs\n", m->pad_token_id(),
                 length(m->kv_pairs()));
+    if (m->sampling_kernel() >= 0)
+      std::printf("sampling kernel: %d\n", m->sampling_kernel());
     if (m->local_logits() && m->local_logits()->size()) {
       std::printf("distributed greedy: local logits '%s', vocabulary per rank",
                   str(m->local_logits()));

@@ -348,6 +348,73 @@ Status CudaSession::output(std::string_view programName, size_t index, TensorRef
   return Status::ok();
 }
 
+Status CudaSession::topLogits(std::string_view programName, size_t index, int64_t count,
+                              std::vector<std::vector<float>> &values,
+                              std::vector<std::vector<int64_t>> &ids) {
+  const dsp::ModelInfo *model = plan_->plan().model();
+  int32_t kernel = model ? model->sampling_kernel() : -1;
+  const dsp::Program *found = program(programName);
+  if (kernel < 0 || static_cast<size_t>(kernel) >= functions_.size() || !functions_[kernel] ||
+      !found || !found->outputs() || index >= found->outputs()->size() || count < 1 ||
+      count > kMaxDeviceTopLogits)
+    return Session::topLogits(programName, index, count, values, ids);
+  int tensorIndex = found->outputs()->Get(index);
+  const Slot &slot = slots_[tensorIndex];
+  // A value the host holds (a fallback step's, a constant) is selected where it is.
+  if (!slot.known || (slot.hostKnown && slot.host) || !slot.deviceValid ||
+      slot.dtype != DType::F32 || slot.shape.size() < 2)
+    return Session::topLogits(programName, index, count, values, ids);
+  int64_t vocab = slot.shape.back(), paddedRows = slot.shape[0];
+  int64_t rows = paddedRows;
+  const ProgramState &state = programs_[programIndex(*found)];
+  if (state.realBatch >= 0 && rows > state.realBatch)
+    rows = state.realBatch;
+  if (vocab < count || vocab >= 0xFFFFFFFFll || rows <= 0)
+    return Session::topLogits(programName, index, count, values, ids);
+  int64_t rowStride = elementCount(slot.shape) / paddedRows;
+  int64_t offset = rowStride - vocab;  // the last position of the row
+  size_t pairs = static_cast<size_t>(rows * count);
+  size_t valueBytes = (pairs * sizeof(float) + 7) / 8 * 8;
+  size_t bytes = valueBytes + pairs * sizeof(int64_t);
+  DSRT_RETURN_IF_ERROR(check(driver_->cuCtxSetCurrent(context_), "cuCtxSetCurrent"));
+  if (bytes > topLogitsCapacity_) {
+    // The old buffer stays with allocations_ until the session ends; it grows rarely.
+    DSRT_RETURN_IF_ERROR(allocate(bytes, topLogitsBuffer_, "the sampling candidates"));
+    topLogitsCapacity_ = bytes;
+  }
+  CUdeviceptr logits = slot.device, valuesOut = topLogitsBuffer_,
+              idsOut = topLogitsBuffer_ + valueBytes;
+  long long stride = rowStride, first = offset, width = vocab;
+  int picks = static_cast<int>(count);
+  void *args[] = {&logits, &stride, &first, &width, &picks, &valuesOut, &idsOut};
+  int64_t block = 1024;
+  if (const auto *constants = plan_->plan().kernels()->Get(kernel)->constants())
+    for (const dsp::Attr *constant : *constants)
+      if (str(constant->name()) == "BLOCK")
+        block = constant->i();
+  DSRT_RETURN_IF_ERROR(check(driver_->cuLaunchKernel(functions_[kernel],
+                                                     static_cast<unsigned>(rows), 1, 1,
+                                                     static_cast<unsigned>(block), 1, 1, 0,
+                                                     stream_, args, nullptr),
+                             "cuLaunchKernel (sample_topk)"));
+  std::vector<float> hostValues(pairs);
+  std::vector<int64_t> hostIds(pairs);
+  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(hostValues.data(), valuesOut,
+                                                        pairs * sizeof(float), stream_),
+                             "cuMemcpyDtoHAsync"));
+  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(hostIds.data(), idsOut,
+                                                        pairs * sizeof(int64_t), stream_),
+                             "cuMemcpyDtoHAsync"));
+  DSRT_RETURN_IF_ERROR(sync());
+  values.assign(static_cast<size_t>(rows), {});
+  ids.assign(static_cast<size_t>(rows), {});
+  for (int64_t r = 0; r < rows; ++r) {
+    values[r].assign(hostValues.begin() + r * count, hostValues.begin() + (r + 1) * count);
+    ids[r].assign(hostIds.begin() + r * count, hostIds.begin() + (r + 1) * count);
+  }
+  return Status::ok();
+}
+
 Status CudaSession::measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) {
   if (bytes == 0)
     return Status::error("the copy measuring memory bandwidth needs a size");

@@ -64,6 +64,12 @@ public:
   Status setInput(std::string_view program, size_t index, const TensorRef &value) override;
   Status run(std::string_view program) override;
   Status output(std::string_view program, size_t index, TensorRef &out) override;
+  // On the device with the plan's sampling kernel (ModelInfo.sampling_kernel) when the
+  // logits are f32 there and count is at most kMaxDeviceTopLogits; Session's otherwise.
+  Status topLogits(std::string_view program, size_t index, int64_t count,
+                   std::vector<std::vector<float>> &values,
+                   std::vector<std::vector<int64_t>> &ids) override;
+  static constexpr int64_t kMaxDeviceTopLogits = 1024;
   bool hasKvCache() const override { return !kvLayers_.empty(); }
   Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
 
@@ -222,6 +228,9 @@ private:
   size_t graphReplays_ = 0;
 
   std::vector<uint8_t> outputStorage_;
+  // topLogits's device results: values [rows, count] f32, then ids [rows, count] int64.
+  DevicePtr topLogitsBuffer_ = 0;
+  size_t topLogitsCapacity_ = 0;
   std::vector<std::vector<uint8_t>> outputs_;
   SessionMemory memory_;
 };

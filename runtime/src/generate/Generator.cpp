@@ -57,6 +57,14 @@ std::vector<uint8_t> encodeIntegers(const std::vector<int64_t> &values, DType dt
   return bytes;
 }
 
+// What a step leaves to sample from, per row: the whole last-position logits, or (when
+// Run::candidates_ > 0) only the largest few, sorted as sampleFromCandidates takes them.
+struct StepLogits {
+  std::vector<std::vector<float>> full;
+  std::vector<std::vector<float>> values;
+  std::vector<std::vector<int64_t>> ids;
+};
+
 class Run {
 public:
   Run(Session &session, const std::vector<std::vector<int64_t>> &prompts,
@@ -72,8 +80,7 @@ private:
   Status chooseGreedyShard();
   Status checkLimits();
   Status runStep(const char *program, const std::vector<Binding> &bindings, int logitsOutput,
-                 const std::vector<int64_t> &ids, int64_t fresh,
-                 std::vector<std::vector<float>> &lastLogits);
+                 const std::vector<int64_t> &ids, int64_t fresh, StepLogits &lastLogits);
 
   Session &session_;
   const dsp::Plan &plan_;
@@ -87,6 +94,9 @@ private:
   // distributed argmax. Otherwise the logits are the whole vocabulary.
   bool greedyShard_ = false;
   int64_t logitsWidth_ = 0, vocabOffset_ = 0;
+  // Greedy and top-k need only the largest logits of each row, which the session may select
+  // where the logits are (Session::topLogits); 0: the whole row comes to the host.
+  int64_t candidates_ = 0;
   // Per row of the batch: attention mask and positions of every token so far.
   std::vector<std::vector<int64_t>> mask_, positions_, tokens_;
   // ForwardWithPairs: each past input's value for the next step.
@@ -108,7 +118,12 @@ Status Run::chooseMode() {
   else
     mode_ = Mode::Recompute;
   logitsWidth_ = vocab_;
-  return chooseGreedyShard();
+  DSRT_RETURN_IF_ERROR(chooseGreedyShard());
+  if (!greedyShard_ && options_.temperature == 0)
+    candidates_ = 1;
+  else if (!greedyShard_ && options_.topK > 0)
+    candidates_ = std::min(options_.topK, logitsWidth_);
+  return Status::ok();
 }
 
 Status Run::chooseGreedyShard() {
@@ -239,7 +254,7 @@ Status Run::checkLimits() {
 // row's logits at its last position.
 Status Run::runStep(const char *programName, const std::vector<Binding> &bindings,
                     int logitsOutput, const std::vector<int64_t> &ids, int64_t fresh,
-                    std::vector<std::vector<float>> &lastLogits) {
+                    StepLogits &lastLogits) {
   int64_t total = static_cast<int64_t>(mask_[0].size());
   for (const Binding &binding : bindings) {
     std::vector<int64_t> values;
@@ -279,19 +294,36 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
         session_.setInput(programName, binding.index, TensorRef{binding.dtype, shape, bytes.data()}));
   }
   DSRT_RETURN_IF_ERROR(session_.run(programName));
-  TensorRef logits;
-  DSRT_RETURN_IF_ERROR(session_.output(programName, logitsOutput, logits));
-  if (logits.shape.empty() || logits.shape[0] != batch_ ||
-      logits.shape.back() != logitsWidth_ || !isFloat(logits.dtype))
-    return Status::error("logits are " + shapeString(logits.shape) + ", not [" +
-                         std::to_string(batch_) + ", ..., " + std::to_string(logitsWidth_) +
-                         "]");
-  int64_t perRow = logits.elements() / batch_;
-  lastLogits.assign(batch_, std::vector<float>(logitsWidth_));
-  for (int64_t b = 0; b < batch_; ++b) {
-    const uint8_t *row = static_cast<const uint8_t *>(logits.data) +
-                         (b * perRow + perRow - logitsWidth_) * dtypeSize(logits.dtype);
-    convertFloats(logits.dtype, row, DType::F32, lastLogits[b].data(), logitsWidth_);
+  if (candidates_ > 0) {
+    DSRT_RETURN_IF_ERROR(session_.topLogits(programName, static_cast<size_t>(logitsOutput),
+                                            candidates_, lastLogits.values, lastLogits.ids));
+    bool shaped = lastLogits.values.size() == static_cast<size_t>(batch_) &&
+                  lastLogits.ids.size() == static_cast<size_t>(batch_);
+    for (int64_t b = 0; shaped && b < batch_; ++b) {
+      shaped = lastLogits.values[b].size() == static_cast<size_t>(candidates_) &&
+               lastLogits.ids[b].size() == static_cast<size_t>(candidates_);
+      for (int64_t id : lastLogits.ids[b])
+        shaped = shaped && id >= 0 && id < logitsWidth_;
+    }
+    if (!shaped)
+      return Status::error("the largest " + std::to_string(candidates_) + " logits of " +
+                           programName + " are not " + std::to_string(batch_) +
+                           " rows of indices within " + std::to_string(logitsWidth_));
+  } else {
+    TensorRef logits;
+    DSRT_RETURN_IF_ERROR(session_.output(programName, logitsOutput, logits));
+    if (logits.shape.empty() || logits.shape[0] != batch_ ||
+        logits.shape.back() != logitsWidth_ || !isFloat(logits.dtype))
+      return Status::error("logits are " + shapeString(logits.shape) + ", not [" +
+                           std::to_string(batch_) + ", ..., " + std::to_string(logitsWidth_) +
+                           "]");
+    int64_t perRow = logits.elements() / batch_;
+    lastLogits.full.assign(batch_, std::vector<float>(logitsWidth_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      const uint8_t *row = static_cast<const uint8_t *>(logits.data) +
+                           (b * perRow + perRow - logitsWidth_) * dtypeSize(logits.dtype);
+      convertFloats(logits.dtype, row, DType::F32, lastLogits.full[b].data(), logitsWidth_);
+    }
   }
   // The present keys and values become the next step's past.
   for (size_t slot = 0; slot < bindings.size(); ++slot) {
@@ -359,7 +391,7 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
   std::vector<uint64_t> rng(batch_);
   for (int64_t b = 0; b < batch_; ++b)
     rng[b] = options_.seed + static_cast<uint64_t>(b);
-  std::vector<std::vector<float>> logits;
+  StepLogits logits;
   DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, longest_, logits));
   for (int64_t step = 0; step < options_.maxNewTokens; ++step) {
     std::vector<int64_t> chosen(batch_, padToken);
@@ -367,12 +399,18 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     // ranks' calls match.
     std::vector<int64_t> greedy;
     if (greedyShard_)
-      DSRT_RETURN_IF_ERROR(distributedArgmax(*options_.group, logits, vocabOffset_, greedy));
+      DSRT_RETURN_IF_ERROR(
+          distributedArgmax(*options_.group, logits.full, vocabOffset_, greedy));
     bool anyRunning = false;
     for (int64_t b = 0; b < batch_; ++b) {
       if (done[b])
         continue;
-      int64_t token = greedyShard_ ? greedy[b] : sampleToken(logits[b], options_, rng[b]);
+      int64_t token =
+          greedyShard_ ? greedy[b]
+          : candidates_ > 0
+              ? sampleFromCandidates(logits.values[b].data(), logits.ids[b].data(),
+                                     logits.values[b].size(), options_, rng[b])
+              : sampleToken(logits.full[b], options_, rng[b]);
       chosen[b] = token;
       out[b].tokens.push_back(token);
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
@@ -456,18 +494,28 @@ int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &opt
                     uint64_t &rngState) {
   if (options.temperature == 0)
     return std::max_element(logits.begin(), logits.end()) - logits.begin();
-  // transformers' order: temperature, then top-k, then top-p, then a draw.
   std::vector<int64_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  size_t keep = order.size();
+  std::vector<float> sorted(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    sorted[i] = logits[order[i]];
+  return sampleFromCandidates(sorted.data(), order.data(), order.size(), options, rngState);
+}
+
+int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t count,
+                             const GenerateOptions &options, uint64_t &rngState) {
+  if (options.temperature == 0)
+    return ids[0];
+  // transformers' order: temperature, then top-k, then top-p, then a draw.
+  size_t keep = count;
   if (options.topK > 0)
     keep = std::min<size_t>(keep, static_cast<size_t>(options.topK));
   std::vector<double> probabilities(keep);
-  double maximum = logits[order[0]] / options.temperature, sum = 0;
+  double maximum = values[0] / options.temperature, sum = 0;
   for (size_t i = 0; i < keep; ++i) {
-    probabilities[i] = std::exp(logits[order[i]] / options.temperature - maximum);
+    probabilities[i] = std::exp(values[i] / options.temperature - maximum);
     sum += probabilities[i];
   }
   if (options.topP < 1) {
@@ -483,9 +531,9 @@ int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &opt
   for (size_t i = 0; i < keep; ++i) {
     draw -= probabilities[i];
     if (draw < 0)
-      return order[i];
+      return ids[i];
   }
-  return order[keep - 1];
+  return ids[keep - 1];
 }
 
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,

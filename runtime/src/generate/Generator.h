@@ -62,6 +62,11 @@ Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<
 // settings; greedy takes the first maximum. Exposed for tests.
 int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,
                     uint64_t &rngState);
+// The same draw from a row's `count` largest logits, `values` descending with equal logits
+// by lower index and `ids` their vocabulary indices (Session::topLogits's candidates): with
+// count >= topK (or the whole row) it picks what sampleToken picks from the whole row.
+int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t count,
+                             const GenerateOptions &options, uint64_t &rngState);
 
 } // namespace dsrt
 

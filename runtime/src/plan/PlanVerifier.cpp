@@ -117,6 +117,13 @@ private:
         return fail(cat("symbol ", i, " ('", str(symbol->symbol()), "'): max ",
                         symbol->max(), " is negative"));
     }
+    if (const dsp::ModelInfo *model = plan_.model()) {
+      int32_t sampling = model->sampling_kernel();
+      if (sampling < -1 || (sampling >= 0 && static_cast<uint64_t>(sampling) >=
+                                                 length(plan_.kernels())))
+        return fail(cat("model.sampling_kernel is ", sampling, ", out of range (the plan has ",
+                        length(plan_.kernels()), " kernels)"));
+    }
     return Status::ok();
   }
 

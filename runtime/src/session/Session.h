@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dsrt {
 
@@ -54,6 +55,15 @@ public:
   // Whether the plan's attention keeps its keys and values in this session (the prefill and
   // decode programs), rather than taking them as program inputs.
   virtual bool hasKvCache() const = 0;
+  // For each batch row of output `index` of the last run of `program` (logits
+  // [batch, ..., vocab], any float dtype), the `count` largest logits of the last position,
+  // descending, equal logits by lower index (std::stable_sort's order, what the generator's
+  // sampling takes), as f32 values and vocabulary indices. The default reads output() and
+  // selects on the host; a device backend may select where the logits are and copy back
+  // only the candidates.
+  virtual Status topLogits(std::string_view program, size_t index, int64_t count,
+                           std::vector<std::vector<float>> &values,
+                           std::vector<std::vector<int64_t>> &ids);
 
   // The device's memory bandwidth as a large copy on it measures it (bytes read plus bytes
   // written per second), the roofline dsbench reports achieved bandwidth against.
@@ -65,6 +75,12 @@ public:
 // `deviceCollectives` (kept, not owned; NCCL) carries the collectives when given; otherwise
 // they are staged through host memory over `collectives`. Cuda without a usable GPU or
 // driver falls back to the CPU backend and says so once on stderr.
+// Session::topLogits's selection over host logits, for backends that override it and fall
+// back to it.
+Status hostTopLogits(const TensorRef &logits, int64_t count,
+                     std::vector<std::vector<float>> &values,
+                     std::vector<std::vector<int64_t>> &ids);
+
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                      ops::Collectives *collectives, std::unique_ptr<Session> &out,
                      cuda::DeviceCollectives *deviceCollectives = nullptr);

@@ -5,6 +5,7 @@
 #include "dsrt/dsrt.h"
 
 #include "generate/Generator.h"
+#include "session/Session.h"
 
 #include <gtest/gtest.h>
 
@@ -166,6 +167,47 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
     ++kept[dsrt::sampleToken(logits, options, state)];
   EXPECT_EQ(kept[0] + kept[1], 0);
   EXPECT_NEAR(kept[3] / double(draws), 4.0 / 7.0, 0.02);
+}
+
+// Greedy and top-k draw from Session::topLogits's candidates (hostTopLogits here) instead of
+// the whole row: the token and the generator's state must be exactly sampleToken's.
+TEST(SampleTokenTest, CandidatesDrawWhatTheWholeRowDraws) {
+  const int64_t positions = 2, vocab = 300;
+  std::vector<float> logits(positions * vocab);
+  uint64_t fill = 12345;
+  for (float &value : logits) {
+    fill = fill * 6364136223846793005ull + 1442695040888963407ull;
+    value = static_cast<float>(static_cast<int>((fill >> 33) % 61) - 30) * 0.125f;  // ties
+  }
+  std::vector<float> last(logits.end() - vocab, logits.end());
+  dsrt::TensorRef ref{dsrt::DType::F32, {1, positions, vocab}, logits.data()};
+  struct Case {
+    float temperature;
+    int64_t topK;
+    float topP;
+  };
+  for (Case c : {Case{0, 0, 1}, Case{1, 1, 1}, Case{0.7f, 5, 1}, Case{1.3f, 50, 0.9f},
+                 Case{1, vocab, 0.5f}}) {
+    dsrt::GenerateOptions options;
+    options.temperature = c.temperature;
+    options.topK = c.topK;
+    options.topP = c.topP;
+    std::vector<std::vector<float>> values;
+    std::vector<std::vector<int64_t>> ids;
+    int64_t count = c.topK > 0 ? c.topK : 1;
+    ASSERT_TRUE(dsrt::hostTopLogits(ref, count, values, ids).isOk());
+    ASSERT_EQ(ids.size(), 1u);
+    ASSERT_EQ(ids[0].size(), static_cast<size_t>(count));
+    uint64_t whole = 99, candidates = 99;
+    for (int draw = 0; draw < 500; ++draw) {
+      int64_t expected = dsrt::sampleToken(last, options, whole);
+      int64_t got = dsrt::sampleFromCandidates(values[0].data(), ids[0].data(),
+                                               values[0].size(), options, candidates);
+      ASSERT_EQ(got, expected) << "temperature " << c.temperature << " top-k " << c.topK
+                               << " draw " << draw;
+      ASSERT_EQ(candidates, whole);
+    }
+  }
 }
 
 } // namespace

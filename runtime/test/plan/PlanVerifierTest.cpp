@@ -57,6 +57,27 @@ TEST_F(PlanVerifier, AnUnchangedRewriteOpens) {
   EXPECT_TRUE(plantest::openAndWalk(path_).isOk());
 }
 
+// The generator's sampling kernel is an index into Plan.kernels, or -1 for none.
+TEST_F(PlanVerifier, SamplingKernelIndex) {
+  size_t kernels = original()->kernels.size();
+  auto withSamplingKernel = [](int32_t index) {
+    return [index](dsp::PlanT &p) {
+      if (!p.model)
+        p.model = std::make_unique<dsp::ModelInfoT>();
+      p.model->sampling_kernel = index;
+    };
+  };
+  EXPECT_EQ(openError(withSamplingKernel(-1)), "");
+  EXPECT_EQ(openError(withSamplingKernel(static_cast<int32_t>(kernels))),
+            "model.sampling_kernel is " + std::to_string(kernels) +
+                ", out of range (the plan has " + std::to_string(kernels) + " kernels)");
+  EXPECT_EQ(openError(withSamplingKernel(-2)),
+            "model.sampling_kernel is -2, out of range (the plan has " +
+                std::to_string(kernels) + " kernels)");
+  if (kernels > 0)
+    EXPECT_EQ(openError(withSamplingKernel(0)), "");
+}
+
 TEST_F(PlanVerifier, TensorIndices) {
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.programs[0]->steps[1]->inputs[1] = 12; }),
             "program 0 ('forward'), step 1 (Gemm): input 1 is tensor 12, out of range (the "
