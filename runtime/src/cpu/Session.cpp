@@ -91,9 +91,13 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
       slot.capacity = tensor.arena_bytes();
       break;
     case dsp::TensorKind::constant:
-      slot.data = const_cast<uint8_t *>(tensor.constant_data() ? tensor.constant_data()->data()
-                                                               : nullptr);
+      // Copied: a FlatBuffers byte vector is only 4-byte aligned, and kernels read i64 and
+      // f64 constants in place.
       slot.capacity = tensor.constant_data() ? tensor.constant_data()->size() : 0;
+      session->converted_.emplace_back(new uint8_t[std::max<size_t>(slot.capacity, 1)]);
+      slot.data = session->converted_.back().get();
+      if (slot.capacity)
+        std::memcpy(slot.data, tensor.constant_data()->data(), slot.capacity);
       if (tensor.shape())  // null for a scalar
         for (const dsp::Dim *dim : *tensor.shape())
           slot.shape.push_back(dim->size());

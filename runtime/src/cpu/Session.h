@@ -69,7 +69,8 @@ private:
   std::shared_ptr<PlanFile> plan_;
   const PlanSection *section_ = nullptr;
   std::vector<Slot> slots_;
-  std::vector<std::unique_ptr<uint8_t[]>> converted_;  // weights stored in another dtype
+  // Weights stored in another dtype, and constants copied out of the header.
+  std::vector<std::unique_ptr<uint8_t[]>> converted_;
   std::vector<std::vector<uint8_t>> inputStorage_;     // per tensor (inputs, dynamic
                                                        // activations); reused across runs
   std::unique_ptr<uint8_t[]> arenaStorage_;

@@ -259,7 +259,16 @@ Status CudaSession::prepareTensors() {
       slot.deviceCapacity = tensor.arena_bytes();
       break;
     case dsp::TensorKind::constant:
-      slot.host = tensor.constant_data() ? tensor.constant_data()->data() : nullptr;
+      // Copied: a FlatBuffers byte vector is only 4-byte aligned, and the host kernels read
+      // i64 and f64 constants in place.
+      if (tensor.constant_data() && tensor.constant_data()->size()) {
+        constantStorage_.emplace_back(new uint8_t[tensor.constant_data()->size()]);
+        std::memcpy(constantStorage_.back().get(), tensor.constant_data()->data(),
+                    tensor.constant_data()->size());
+        slot.host = constantStorage_.back().get();
+      } else {
+        slot.host = nullptr;
+      }
       if (tensor.shape())
         for (const dsp::Dim *dim : *tensor.shape())
           slot.shape.push_back(dim->size());

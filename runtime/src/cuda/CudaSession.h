@@ -232,6 +232,7 @@ private:
   DevicePtr topLogitsBuffer_ = 0;
   size_t topLogitsCapacity_ = 0;
   std::vector<std::vector<uint8_t>> outputs_;
+  std::vector<std::unique_ptr<uint8_t[]>> constantStorage_;  // aligned copies of constants
   SessionMemory memory_;
 };
 
