@@ -238,6 +238,35 @@ Status computeSplit(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
+} // namespace
+
+void sliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t &first,
+               int64_t &count) {
+  if (start < 0)
+    start += dim;
+  if (end < 0)
+    end += dim;
+  uint64_t read = 0;
+  if (dim == 0) {
+    read = 0;
+  } else if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    uint64_t span = end > start ? uint64_t(end - start) : 0;
+    read = (span + uint64_t(step) - 1) / uint64_t(step);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    uint64_t span = start > end ? uint64_t(start - end) : 0;
+    uint64_t magnitude = uint64_t(0) - uint64_t(step);
+    read = (span + magnitude - 1) / magnitude;
+  }
+  first = read > 0 ? start : 0;
+  count = static_cast<int64_t>(read);
+}
+
+namespace {
+
 // Per dimension of the data: the first index read and the step (0 and 1 when not sliced).
 struct SlicePlan {
   std::vector<int64_t> starts, steps;
@@ -273,27 +302,9 @@ Status planSlice(const KernelContext &ctx, SlicePlan &plan) {
     int64_t axis = normalized[i], dim = in[axis], step = steps[i];
     if (step == 0)
       return ctx.error("step of axis ", axis, " is zero");
-    int64_t start = starts[i], end = ends[i];
-    if (start < 0)
-      start += dim;
-    if (end < 0)
-      end += dim;
-    uint64_t count = 0;
-    if (dim == 0) {
-      count = 0;
-    } else if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      uint64_t span = end > start ? uint64_t(end - start) : 0;
-      count = (span + uint64_t(step) - 1) / uint64_t(step);
-    } else {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      uint64_t span = start > end ? uint64_t(start - end) : 0;
-      uint64_t magnitude = uint64_t(0) - uint64_t(step);
-      count = (span + magnitude - 1) / magnitude;
-    }
-    plan.starts[axis] = count > 0 ? start : 0;
+    int64_t start = 0, count = 0;
+    sliceAxis(dim, starts[i], ends[i], step, start, count);
+    plan.starts[axis] = start;
     plan.steps[axis] = step;
     plan.shape[axis] = static_cast<int64_t>(count);
   }

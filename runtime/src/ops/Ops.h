@@ -110,6 +110,12 @@ using Outputs = std::vector<TensorRef *>;
 
 inline constexpr const char *kUnknownValue = "is unknown";
 
+// ONNX Slice along one axis of size `dim` (step != 0): negative start and end count from
+// the end, then clamp. Gives the first index read (0 when none is) and how many are read.
+// Shared by the reference kernel and the CUDA launcher, so both slice alike.
+void sliceAxis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t &first,
+               int64_t &count);
+
 bool isSupported(std::string_view op);
 std::vector<std::string> supportedOps();
 

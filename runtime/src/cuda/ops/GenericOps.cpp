@@ -335,27 +335,9 @@ Status runSlice(StepContext &context) {
     int64_t dim = shape[axis], step = steps[i];
     if (step == 0)
       return context.error("step of axis ", axis, " is zero");
-    int64_t start = starts[i], end = ends[i];
-    if (start < 0)
-      start += dim;
-    if (end < 0)
-      end += dim;
-    uint64_t count = 0;
-    if (dim == 0) {
-      count = 0;
-    } else if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      uint64_t span = end > start ? uint64_t(end - start) : 0;
-      count = (span + uint64_t(step) - 1) / uint64_t(step);
-    } else {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      uint64_t span = start > end ? uint64_t(start - end) : 0;
-      uint64_t magnitude = uint64_t(0) - uint64_t(step);
-      count = (span + magnitude - 1) / magnitude;
-    }
-    first[axis] = count > 0 ? start : 0;
+    int64_t start = 0, count = 0;
+    ops::sliceAxis(dim, starts[i], ends[i], step, start, count);
+    first[axis] = start;
     stride[axis] = step;
     sliced[axis] = static_cast<int64_t>(count);
   }
