@@ -1,5 +1,7 @@
 #include "codegen/WeightTransforms.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -31,6 +33,21 @@ WeightTransform WeightTransform::convert(DType to) {
   WeightTransform t;
   t.kind = Kind::Convert;
   t.to = to;
+  return t;
+}
+
+WeightTransform WeightTransform::quantizeInt8(int64_t groupSize, DType scaleDtype) {
+  WeightTransform t;
+  t.kind = Kind::QuantizeInt8;
+  t.groupSize = groupSize;
+  t.scaleDtype = scaleDtype;
+  return t;
+}
+
+WeightTransform WeightTransform::quantScales(int64_t groupSize) {
+  WeightTransform t;
+  t.kind = Kind::QuantScales;
+  t.groupSize = groupSize;
   return t;
 }
 
@@ -79,6 +96,27 @@ Status step(DType dtype, const Shape &shape, const WeightTransform &t, size_t in
                            dsrt::dtypeName(t.to) + " (f32, f16 and bf16 convert)");
     outDtype = t.to;
     return Status::ok();
+  case WeightTransform::Kind::QuantizeInt8:
+  case WeightTransform::Kind::QuantScales: {
+    const char *what = t.kind == WeightTransform::Kind::QuantizeInt8 ? "int8 quantization"
+                                                                      : "int8 scales";
+    if (rank != 2 || !convertible(dtype))
+      return Status::error(where + what + " needs a float [out, in] weight, not " +
+                           dsrt::dtypeName(dtype) + " " + dsrt::shapeString(shape));
+    if (t.groupSize < 0 || (t.groupSize > 0 && shape[1] % t.groupSize != 0))
+      return Status::error(where + what + ": group size " + std::to_string(t.groupSize) +
+                           " does not divide the " + std::to_string(shape[1]) +
+                           " input features");
+    if (t.kind == WeightTransform::Kind::QuantizeInt8) {
+      if (!convertible(t.scaleDtype))
+        return Status::error(where + "int8 scales must be f32, f16 or bf16");
+      outDtype = DType::I8;
+    } else {
+      outDtype = DType::F32;
+      outShape[1] = t.groupSize == 0 ? 1 : shape[1] / t.groupSize;
+    }
+    return Status::ok();
+  }
   }
   return Status::error(where + "unknown kind");
 }
@@ -91,14 +129,85 @@ std::vector<int64_t> stridesOf(const Shape &shape) {
   return strides;
 }
 
-void applyOne(const uint8_t *in, DType dtype, const Shape &shape, const WeightTransform &t,
-              DType outDtype, const Shape &outShape, uint8_t *out) {
+// f32 `value` as `dtype` stores it, back in f32.
+float roundedTo(DType dtype, float value) {
+  if (dtype == DType::F32)
+    return value;
+  uint8_t stored[4];
+  float back = 0;
+  dsrt::convertFloats(DType::F32, &value, dtype, stored, 1);
+  dsrt::convertFloats(dtype, stored, DType::F32, &back, 1);
+  return back;
+}
+
+// Symmetric int8 of a float [out, in] weight: each group of `groupSize` inputs of a row is
+// divided by scale = max|w| / 127 (as `scaleDtype` stores it) and rounded to nearest even,
+// clamped to [-127, 127]. Writes the int8 values to `q` and/or the f32 scales to `scales`.
+Status quantizeRows(const uint8_t *in, DType dtype, const Shape &shape, int64_t groupSize,
+                    DType scaleDtype, int8_t *q, float *scales, QuantizationError *error) {
+  const int64_t rows = shape[0], cols = shape[1];
+  const int64_t group = groupSize == 0 ? cols : groupSize;
+  const int64_t groupsPerRow = group == 0 ? 0 : cols / group;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  dsrt::convertFloats(dtype, in, DType::F32, w.data(), rows * cols);
+  double maxRelative = 0, sumError = 0, sumMagnitude = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groupsPerRow; ++g) {
+      const float *values = w.data() + r * cols + g * group;
+      float absMax = 0;
+      for (int64_t k = 0; k < group; ++k) {
+        if (!std::isfinite(values[k]))
+          return Status::error("int8 quantization: row " + std::to_string(r) +
+                               " has a value that is not finite");
+        absMax = std::max(absMax, std::fabs(values[k]));
+      }
+      const float scale = roundedTo(scaleDtype, absMax / 127.0f);
+      if (!std::isfinite(scale))
+        return Status::error("int8 quantization: the scale of row " + std::to_string(r) +
+                             " (max |w| " + std::to_string(absMax) + ") overflows " +
+                             dsrt::dtypeName(scaleDtype) +
+                             "; store scales in f32 or bf16 (--compute-dtype)");
+      if (scales)
+        scales[r * groupsPerRow + g] = scale;
+      for (int64_t k = 0; k < group; ++k) {
+        // A scale that underflowed to zero leaves only zeros to represent.
+        const float quotient = scale > 0 ? values[k] / scale : 0.0f;
+        const auto level =
+            static_cast<int8_t>(std::clamp(std::nearbyint(quotient), -127.0f, 127.0f));
+        if (q)
+          q[r * cols + g * group + k] = level;
+        const double lost = std::fabs(static_cast<double>(values[k]) -
+                                      static_cast<double>(level) * static_cast<double>(scale));
+        if (absMax > 0)
+          maxRelative = std::max(maxRelative, lost / absMax);
+        sumError += lost;
+        sumMagnitude += std::fabs(values[k]);
+      }
+    }
+  if (error) {
+    error->measured = true;
+    error->maxRelative = maxRelative;
+    error->meanRelative = sumMagnitude > 0 ? sumError / sumMagnitude : 0;
+    error->groups = rows * groupsPerRow;
+  }
+  return Status::ok();
+}
+
+Status applyOne(const uint8_t *in, DType dtype, const Shape &shape, const WeightTransform &t,
+                DType outDtype, const Shape &outShape, uint8_t *out,
+                QuantizationError *error) {
   size_t width = dsrt::dtypeSize(dtype);
   int64_t count = dsrt::elementCount(outShape);
   if (t.kind == WeightTransform::Kind::Convert) {
     dsrt::convertFloats(dtype, in, outDtype, out, count);  // step() checked the dtypes
-    return;
+    return Status::ok();
   }
+  if (t.kind == WeightTransform::Kind::QuantizeInt8)
+    return quantizeRows(in, dtype, shape, t.groupSize, t.scaleDtype,
+                        reinterpret_cast<int8_t *>(out), nullptr, error);
+  if (t.kind == WeightTransform::Kind::QuantScales)
+    return quantizeRows(in, dtype, shape, t.groupSize, DType::F32, nullptr,
+                        reinterpret_cast<float *>(out), nullptr);
   // Transpose and slice: walk the output in order and gather from the input.
   std::vector<int64_t> inStrides = stridesOf(shape);
   std::vector<int64_t> index(outShape.size(), 0);
@@ -120,6 +229,7 @@ void applyOne(const uint8_t *in, DType dtype, const Shape &shape, const WeightTr
       index[d] = 0;
     }
   }
+  return Status::ok();
 }
 
 } // namespace
@@ -141,7 +251,7 @@ Status transformedType(DType dtype, const Shape &shape,
 
 Status applyWeightTransforms(const uint8_t *source, DType dtype, const Shape &shape,
                              const std::vector<WeightTransform> &transforms,
-                             uint8_t *destination) {
+                             uint8_t *destination, QuantizationError *error) {
   DType finalDtype;
   Shape finalShape;
   DSRT_RETURN_IF_ERROR(transformedType(dtype, shape, transforms, finalDtype, finalShape));
@@ -163,7 +273,8 @@ Status applyWeightTransforms(const uint8_t *source, DType dtype, const Shape &sh
       next.resize(static_cast<size_t>(dsrt::elementCount(outShape)) * dsrt::dtypeSize(outDtype));
       out = next.data();
     }
-    applyOne(in, inDtype, inShape, transforms[i], outDtype, outShape, out);
+    DSRT_RETURN_IF_ERROR(
+        applyOne(in, inDtype, inShape, transforms[i], outDtype, outShape, out, error));
     current.swap(next);
     in = current.data();
     inDtype = outDtype;

@@ -1,8 +1,8 @@
 // What the plan writer does to a weight on its way from the model to a rank's section
 // (DESIGN.md §3.1: the IR refers to weights by handle with "the transforms to apply"):
-// transpose, slice (a tensor-parallel shard) and convert (the stored dtype). They run one
-// weight at a time while the plan streams, so no weight is transformed in the IR or held
-// longer than its own write. Plain C++17.
+// transpose, slice (a tensor-parallel shard), convert (the stored dtype) and int8
+// quantization. They run one weight at a time while the plan streams, so no weight is
+// transformed in the IR or held longer than its own write. Plain C++17.
 #ifndef DSC_CODEGEN_WEIGHTTRANSFORMS_H
 #define DSC_CODEGEN_WEIGHTTRANSFORMS_H
 
@@ -15,7 +15,11 @@
 namespace dsc {
 
 struct WeightTransform {
-  enum class Kind { Transpose, Slice, Convert };
+  // QuantizeInt8 and QuantScales (docs/int8.md) take a 2-D float [out, in] weight and give
+  // its symmetric int8 values and their f32 scales [out, in / groupSize] (groupSize 0: one
+  // group per row). The int8 values are computed with the scales as `scaleDtype` will store
+  // them, so that q * stored scale is what the quantization chose.
+  enum class Kind { Transpose, Slice, Convert, QuantizeInt8, QuantScales };
   Kind kind = Kind::Convert;
   std::vector<int64_t> perm;  // Transpose: output dim i is input dim perm[i]
   int64_t axis = 0;           // Slice: [offset, offset + size) along axis
@@ -25,11 +29,24 @@ struct WeightTransform {
   // concatenated (a TP shard of fused [q|k|v] columns; BLOOM's per-head Q, K or V rows).
   int64_t groups = 1;
   dsrt::DType to = dsrt::DType::Undefined;  // Convert: between f32, f16 and bf16
+  int64_t groupSize = 0;                      // QuantizeInt8, QuantScales
+  dsrt::DType scaleDtype = dsrt::DType::F32;  // QuantizeInt8
 
   static WeightTransform transpose(std::vector<int64_t> perm);
   static WeightTransform slice(int64_t axis, int64_t offset, int64_t size,
                                int64_t groups = 1);
   static WeightTransform convert(dsrt::DType to);
+  static WeightTransform quantizeInt8(int64_t groupSize, dsrt::DType scaleDtype);
+  static WeightTransform quantScales(int64_t groupSize);
+};
+
+// What QuantizeInt8 lost: per element, |w - q * scale| relative to the largest |w| of its
+// group (at most 1/254 plus the scale's rounding), and the mean: sum |w - q * scale| / sum |w|.
+struct QuantizationError {
+  double maxRelative = 0;
+  double meanRelative = 0;
+  int64_t groups = 0;  // groups of the weight (rows * groups per row)
+  bool measured = false;
 };
 
 // The dtype and shape that `transforms` make of a weight of `dtype` and `shape`, or an error
@@ -40,10 +57,11 @@ dsrt::Status transformedType(dsrt::DType dtype, const dsrt::Shape &shape,
 
 // Applies `transforms` in order to the dense row-major `source` and writes the result to
 // `destination` (sized by transformedType). Uses one scratch buffer per transform.
+// With `error`, a QuantizeInt8 transform reports what it lost there.
 dsrt::Status applyWeightTransforms(const uint8_t *source, dsrt::DType dtype,
                                    const dsrt::Shape &shape,
                                    const std::vector<WeightTransform> &transforms,
-                                   uint8_t *destination);
+                                   uint8_t *destination, QuantizationError *error = nullptr);
 
 } // namespace dsc
 

@@ -6,6 +6,7 @@
 #include "compiler/lowering/Passes.h"
 #include "compiler/fuse/Passes.h"
 #include "compiler/parallel/Passes.h"
+#include "compiler/quantize/Passes.h"
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/RecognitionReport.h"
 #include "compiler/recognize/RecognizeAttention.h"
@@ -49,8 +50,27 @@ llvm::cl::opt<std::string> output("o", llvm::cl::desc("Output file ('-' for stdo
                                   llvm::cl::value_desc("file"), llvm::cl::init("-"),
                                   llvm::cl::cat(category));
 llvm::cl::opt<std::string> weightDtype(
-    "dtype", llvm::cl::desc("How float weights are stored in the plan: fp32, fp16 or bf16"),
+    "dtype",
+    llvm::cl::desc("How weights are stored in the plan: fp32, fp16, bf16, or int8 (the linear "
+                   "layers' weights quantized, the rest in --compute-dtype)"),
     llvm::cl::init("fp32"), llvm::cl::cat(category));
+llvm::cl::opt<std::string> computeDtype(
+    "compute-dtype",
+    llvm::cl::desc("With --dtype int8: how embeddings, norms, biases, scales and the LM head "
+                   "are stored: fp16 (default), bf16 or fp32"),
+    llvm::cl::init(""), llvm::cl::cat(category));
+llvm::cl::opt<int64_t> int8GroupSize(
+    "int8-group-size",
+    llvm::cl::desc("With --dtype int8: inputs per scale group along the input dimension (0, "
+                   "the default: one scale per output channel)"),
+    llvm::cl::init(0), llvm::cl::cat(category));
+llvm::cl::opt<bool> int8MlpExtraGrouping(
+    "int8-mlp-extra-grouping",
+    llvm::cl::desc("With --dtype int8: halve the group size of the MLP's linear layers"),
+    llvm::cl::init(false), llvm::cl::cat(category));
+llvm::cl::opt<bool> verbose(
+    "verbose", llvm::cl::desc("Say more: with --dtype int8, the quantization error per weight"),
+    llvm::cl::init(false), llvm::cl::cat(category));
 llvm::cl::opt<std::string> arch(
     "arch",
     llvm::cl::desc("GPU architectures to generate kernels for (comma list), or none for a "
@@ -140,6 +160,8 @@ int runCompilerDriver(int argc, char **argv) {
       "dsc: ahead-of-time compiler for transformer inference\n\n"
       "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
       "                                    [--tp N]\n"
+      "  dsc compile model.onnx -o model.dsp --dtype int8 [--int8-group-size G]\n"
+      "                 [--int8-mlp-extra-grouping] [--compute-dtype fp16|bf16] [--verbose]\n"
       "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n"
       "  dsc model.onnx --emit=cuda|ptx [--arch sm_80,sm_90] [-o kernels.cu]\n");
 
@@ -160,9 +182,36 @@ int runCompilerDriver(int argc, char **argv) {
                  << " needs GPU architectures, not --arch none\n";
     return EXIT_FAILURE;
   }
-  if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16") {
-    llvm::errs() << "dsc: error: --dtype must be fp32, fp16 or bf16, not '" << weightDtype
+  if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16" &&
+      weightDtype != "int8") {
+    llvm::errs() << "dsc: error: --dtype must be fp32, fp16, bf16 or int8, not '" << weightDtype
                  << "'\n";
+    return EXIT_FAILURE;
+  }
+  const bool int8 = weightDtype == "int8";
+  if (!int8 && (!computeDtype.empty() || int8GroupSize != 0 || int8MlpExtraGrouping)) {
+    llvm::errs() << "dsc: error: --compute-dtype, --int8-group-size and "
+                    "--int8-mlp-extra-grouping go with --dtype int8 (--dtype "
+                 << weightDtype << " stores every weight as " << weightDtype << ")\n";
+    return EXIT_FAILURE;
+  }
+  // Every float weight that is not quantized is stored in the compute dtype.
+  std::string storedFloatDtype = int8 ? (computeDtype.empty() ? "fp16" : computeDtype.getValue())
+                                      : weightDtype.getValue();
+  if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
+    llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
+                 << storedFloatDtype << "'\n";
+    return EXIT_FAILURE;
+  }
+  if (int8GroupSize < 0) {
+    llvm::errs() << "dsc: error: --int8-group-size must be positive, or 0 for one group per "
+                    "output channel, not "
+                 << int8GroupSize << "\n";
+    return EXIT_FAILURE;
+  }
+  if (int8 && noRecognize) {
+    llvm::errs() << "dsc: error: --dtype int8 quantizes recognised linear layers; it cannot be "
+                    "combined with --no-recognize\n";
     return EXIT_FAILURE;
   }
   if (tensorParallel < 1) {
@@ -226,6 +275,19 @@ int runCompilerDriver(int argc, char **argv) {
       if (failed(shard.run(*imported->module)))
         return EXIT_FAILURE;
     }
+    // After sharding: the plan writer quantizes each rank's part, so no group straddles
+    // two ranks.
+    if (int8) {
+      PassManager quantize(&context);
+      quantize.enableVerifier(true);
+      QuantizeWeightsOptions quantizeOptions;
+      quantizeOptions.groupSize = int8GroupSize;
+      quantizeOptions.mlpExtraGrouping = int8MlpExtraGrouping;
+      quantizeOptions.remarks = verbose;
+      quantize.addPass(createQuantizeWeights(quantizeOptions));
+      if (failed(quantize.run(*imported->module)))
+        return EXIT_FAILURE;
+    }
     if (emit != Stage::Tfm) {
       PassManager lower(&context);
       lower.enableVerifier(true);
@@ -249,7 +311,11 @@ int runCompilerDriver(int argc, char **argv) {
       options.emitKernels = "cuda";
     else if (emit == Stage::Ptx)
       options.emitKernels = "ptx";
-    options.weightDtype = weightDtype;
+    options.weightDtype = storedFloatDtype;
+    options.int8 = int8;
+    options.int8GroupSize = int8GroupSize;
+    options.int8MlpExtraGrouping = int8MlpExtraGrouping;
+    options.verbose = verbose;
     options.maxBatch = maxBatch;
     options.maxSeqLen = maxSeqLen;
     // HuggingFace exports are all called model.onnx; their folder names the model.

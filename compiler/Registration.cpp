@@ -3,6 +3,7 @@
 #include "compiler/fuse/Passes.h"
 #include "compiler/lowering/Passes.h"
 #include "compiler/parallel/Passes.h"
+#include "compiler/quantize/Passes.h"
 #include "compiler/recognize/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
@@ -25,6 +26,7 @@ void registerAllPasses() {
   registerDscPasses();
   registerDscRecognizePasses();
   registerDscParallelPasses();
+  registerDscQuantizePasses();
   registerDscFusePasses();
   registerFusePipeline();
 }

@@ -24,10 +24,6 @@ namespace {
 // What keeps any epilogue out of `linear`, or "" when nothing does. `what` names the
 // fused op for the reason.
 std::string epilogueBlocker(tfm::LinearOp linear, StringRef what) {
-  if (linear.getScales())
-    return ("the linear has an int8 weight (scales): int8 epilogues do not take the " + what +
-            " yet")
-        .str();
   if (linear.getParallel() == tfm::Parallelism::row)
     return ("the linear is row-parallel: its result is a partial sum until the "
             "tfm.all_reduce, and the " +

@@ -14,8 +14,7 @@ def FuseLinearEpilogue : Pass<"dsc-fuse-linear-epilogue", "mlir::ModuleOp"> {
     `tfm.residual_add` of a linear's result (either operand) and another value becomes the
     linear's `residual` operand: act(x . W^T + b) + residual in one step. Declined, with
     the reason (as remarks with `remarks`): when the linear's result has another user (it
-    would then need the value without the epilogue), for an int8 linear (`scales`), for a
-    row-parallel linear (its result is a partial sum; bias and residual come after the
+    would then need the value without the epilogue), for a row-parallel linear (its result is a partial sum; bias and residual come after the
     tfm.all_reduce, and nothing is fused across a collective), when the linear already has
     an activation or a residual that would have to come first, and when the residual does
     not have the result's shape (an `onnx.Add` that broadcasts).

@@ -12,6 +12,7 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "mlir/Support/FileUtilities.h"
 
+#include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -37,6 +38,33 @@ std::vector<uint8_t> denseBytes(DenseElementsAttr value) {
   return tensorFromAttr(value).storage;
 }
 
+// What int8 quantization lost over the plan (options.verbose prints each weight).
+struct QuantizationSummary {
+  int64_t weights = 0;
+  double maxRelative = 0;
+  double sumMeanRelative = 0;
+};
+
+// The weight's name and the part of it a slice transform keeps (the Q, K or V rows of a
+// fused projection), so that each quantized weight has its own line.
+std::string quantizedWeightLabel(plan::WeightTensorOp op, int rank, int ranks) {
+  std::string label;
+  // The quantize pass gives the handle its layer's location: the ONNX node.
+  if (auto layer = dyn_cast<NameLoc>(op.getLoc()); layer && layer.getName() != op.getName())
+    label = layer.getName().str() + " ";
+  label += op.getName().str();
+  if (auto list = op.getTransforms())
+    for (auto transform : list->getAsRange<DictionaryAttr>())
+      if (transform.getAs<StringAttr>("kind").getValue() == "slice") {
+        int64_t offset = transform.getAs<IntegerAttr>("offset").getInt();
+        int64_t size = transform.getAs<IntegerAttr>("size").getInt();
+        label += "[" + std::to_string(offset) + ":" + std::to_string(offset + size) + "]";
+      }
+  if (ranks > 1)
+    label += " rank " + std::to_string(rank);
+  return label;
+}
+
 class Exporter {
 public:
   Exporter(ModuleOp module, const onnx_frontend::WeightStore &weights,
@@ -45,6 +73,7 @@ public:
         plan_(writer.plan()) {}
 
   LogicalResult run();
+  const QuantizationSummary &quantization() const { return quantization_; }
 
 private:
   LogicalResult exportProgram(Block &body, dsp::ProgramT &program);
@@ -66,6 +95,7 @@ private:
   dsp::PlanT &plan_;
   DenseMap<Value, int> tensors_;
   llvm::StringMap<int32_t> weightIndex_;
+  QuantizationSummary quantization_;
 };
 
 std::unique_ptr<dsp::TensorT> Exporter::describe(Value value, StringRef name) {
@@ -92,6 +122,14 @@ FailureOr<int> Exporter::tensorFor(Value value) {
 
 // The op's transforms for `rank` (a shard keeps that rank's part), plus the conversion to
 // the stored dtype that --dtype asks for.
+dsrt::DType storedFloatDtype(const std::string &weightDtype) {
+  if (weightDtype == "fp16")
+    return dsrt::DType::F16;
+  if (weightDtype == "bf16")
+    return dsrt::DType::BF16;
+  return dsrt::DType::F32;
+}
+
 FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, int rank,
                                                      dsrt::DType resultDtype,
                                                      const std::string &weightDtype) {
@@ -119,16 +157,22 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
         transforms.push_back(WeightTransform::slice(
             transform.getAs<IntegerAttr>("axis").getInt(), cast<IntegerAttr>(offsets[rank]).getInt(),
             cast<IntegerAttr>(sizes[rank]).getInt(), transform.getAs<IntegerAttr>("groups").getInt()));
+      } else if (kind == "quantize_int8") {
+        // Scales are stored like every other float weight of the plan; the int8 values are
+        // chosen for the scales as stored.
+        transforms.push_back(WeightTransform::quantizeInt8(
+            transform.getAs<IntegerAttr>("group_size").getInt(), storedFloatDtype(weightDtype)));
+      } else if (kind == "quant_scales") {
+        transforms.push_back(
+            WeightTransform::quantScales(transform.getAs<IntegerAttr>("group_size").getInt()));
       } else {
         transforms.push_back(
             WeightTransform::convert(runtimeDType(transform.getAs<TypeAttr>("to").getValue())));
       }
     }
   }
-  if (resultDtype == dsrt::DType::F32 && weightDtype == "fp16")
-    transforms.push_back(WeightTransform::convert(dsrt::DType::F16));
-  else if (resultDtype == dsrt::DType::F32 && weightDtype == "bf16")
-    transforms.push_back(WeightTransform::convert(dsrt::DType::BF16));
+  if (resultDtype == dsrt::DType::F32 && storedFloatDtype(weightDtype) != dsrt::DType::F32)
+    transforms.push_back(WeightTransform::convert(storedFloatDtype(weightDtype)));
   return transforms;
 }
 
@@ -186,11 +230,27 @@ FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
         return op.emitOpError() << "weight '" << op.getName() << "' (rank " << rank
                                 << "): " << status.message();
       // Streams from the mmapped model (or its external data) straight into the plan file.
+      std::string label = quantizedWeightLabel(op, rank, writer_.ranks());
       shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store,
-                    record](uint8_t *destination) {
+                    record, label, shape = shard.shape, verbose = options_.verbose,
+                    summary = &quantization_](uint8_t *destination) {
         llvm::scope_exit release([&] { store->releasePages(*record); });
-        return applyWeightTransforms(bytes.data(), sourceDtype, sourceShape, transforms,
-                                     destination);
+        QuantizationError error;
+        dsrt::Status status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape,
+                                                    transforms, destination, &error);
+        if (status.isOk() && error.measured) {
+          ++summary->weights;
+          summary->maxRelative = std::max(summary->maxRelative, error.maxRelative);
+          summary->sumMeanRelative += error.meanRelative;
+          if (verbose)
+            llvm::errs() << llvm::format(
+                "dsc: int8 %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
+                "mean %.3f%% of |w|\n",
+                label.c_str(), dsrt::shapeString(shape).c_str(),
+                static_cast<long long>(error.groups), 100 * error.maxRelative,
+                100 * error.meanRelative);
+        }
+        return status;
       };
       shards.push_back(std::move(shard));
     }
@@ -376,7 +436,12 @@ LogicalResult Exporter::run() {
   plan_.producer = options_.producer;
   plan_.model_name = options_.modelName;
   plan_.options = std::make_unique<dsp::CompileOptionsT>();
-  plan_.options->dtype = options_.weightDtype;
+  plan_.options->dtype = options_.int8 ? "int8" : options_.weightDtype;
+  if (options_.int8) {
+    plan_.options->compute_dtype = options_.weightDtype;
+    plan_.options->int8_group_size = static_cast<int32_t>(options_.int8GroupSize);
+    plan_.options->int8_mlp_extra_grouping = options_.int8MlpExtraGrouping;
+  }
   plan_.options->tp = writer_.ranks();
   plan_.options->command_line = options_.commandLine;
   plan_.limits = std::make_unique<dsp::LimitsT>();
@@ -474,6 +539,13 @@ LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weig
   dsrt::Status status = writer.write(path);
   if (!status.isOk())
     return module.emitError() << status.message();
+  const QuantizationSummary &quantization = exporter.quantization();
+  if (quantization.weights > 0)
+    llvm::errs() << llvm::format(
+        "dsc: int8: %lld weights quantized; max error %.3f%% of a group's max |w|, mean "
+        "%.3f%% of |w| (--verbose: per weight)\n",
+        static_cast<long long>(quantization.weights), 100 * quantization.maxRelative,
+        100 * quantization.sumMeanRelative / quantization.weights);
   return success();
 }
 

@@ -22,6 +22,15 @@ struct ExportOptions {
   // How float weights are stored: "fp32", "fp16" or "bf16". The programs compute in the
   // dtypes of the model; the runtime converts stored weights when it maps them.
   std::string weightDtype = "fp32";
+  // --dtype int8 (docs/int8.md): the linear weights the quantize pass marked are int8 and
+  // every other float weight is stored as `weightDtype` (the compute dtype). Recorded in
+  // the plan's options.
+  bool int8 = false;
+  int64_t int8GroupSize = 0;
+  bool int8MlpExtraGrouping = false;
+  // Print what quantization lost, weight by weight (dsc --verbose); a summary is printed
+  // for any int8 plan.
+  bool verbose = false;
   int64_t maxBatch = 1;
   int64_t maxSeqLen = 128;
   std::string modelName;

@@ -57,6 +57,20 @@ FailureOr<Attribute> planTransform(Operation *op, Attribute transform) {
   if (auto convert = dyn_cast<tfm::ConvertAttr>(transform))
     return Attribute(b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("convert")),
                                           b.getNamedAttr("to", TypeAttr::get(convert.getDtype()))}));
+  if (auto quantize = dyn_cast<tfm::QuantizeInt8Attr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("quantize_int8")),
+         b.getNamedAttr("group_size", b.getI64IntegerAttr(quantize.getGroupSize()))}));
+  // The plan writer computes scales in f32; the weight's type converts them further.
+  if (auto scales = dyn_cast<tfm::QuantScalesAttr>(transform)) {
+    if (!scales.getDtype().isF32())
+      return op->emitOpError() << "has int8 scales of type " << scales.getDtype()
+                                << "; the plan writer computes f32 scales (the stored dtype "
+                                   "is --compute-dtype)";
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("quant_scales")),
+         b.getNamedAttr("group_size", b.getI64IntegerAttr(scales.getGroupSize()))}));
+  }
   return op->emitOpError() << "has a transform the plan writer cannot apply: " << transform;
 }
 

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 
 namespace {
 
@@ -90,6 +92,124 @@ TEST(WeightTransformsTest, TransformsThatDoNotApplyAreErrors) {
   EXPECT_EQ(dsc::transformedType(DType::I64, {2}, {WeightTransform::convert(DType::F16)}, dtype,
                                  shape).message(),
             "weight transform 0: cannot convert i64 to f16 (f32, f16 and bf16 convert)");
+}
+
+// int8 values and scales of a float [rows, cols] weight, and what was lost.
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  dsrt::Shape scaleShape;
+  dsc::QuantizationError error;
+};
+
+Quantized quantize(const std::vector<float> &w, const dsrt::Shape &shape, int64_t groupSize,
+                   DType scaleDtype = DType::F32) {
+  Quantized out;
+  out.q.resize(w.size());
+  const auto *source = reinterpret_cast<const uint8_t *>(w.data());
+  dsrt::Status status = dsc::applyWeightTransforms(
+      source, DType::F32, shape, {WeightTransform::quantizeInt8(groupSize, scaleDtype)},
+      reinterpret_cast<uint8_t *>(out.q.data()), &out.error);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  DType scaleType;
+  EXPECT_TRUE(dsc::transformedType(DType::F32, shape, {WeightTransform::quantScales(groupSize)},
+                                   scaleType, out.scaleShape)
+                  .isOk());
+  EXPECT_EQ(scaleType, DType::F32);
+  out.scales.resize(dsrt::elementCount(out.scaleShape));
+  status = dsc::applyWeightTransforms(source, DType::F32, shape,
+                                      {WeightTransform::quantScales(groupSize)},
+                                      reinterpret_cast<uint8_t *>(out.scales.data()));
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return out;
+}
+
+TEST(WeightTransformsTest, Int8PerChannelRoundsHalfToEven) {
+  // Row 0's largest |w| is 127/128, so its scale is exactly 1/128 and the others are -63.5,
+  // 31.5 and 0.5 steps: ties, which go to the even neighbour.
+  Quantized r = quantize({0.9921875f, -0.49609375f, 0.24609375f, 0.00390625f, 0, 0, 0, 0},
+                         {2, 4}, 0);
+  EXPECT_EQ(r.scaleShape, (dsrt::Shape{2, 1}));
+  EXPECT_EQ(r.scales[0], 1.0f / 128.0f);
+  EXPECT_EQ(r.scales[1], 0.0f);  // an all-zero row
+  EXPECT_EQ(r.q, (std::vector<int8_t>{127, -64, 32, 0, 0, 0, 0, 0}));
+}
+
+TEST(WeightTransformsTest, Int8GroupsHaveTheirOwnScales) {
+  // Scales 1/64 and 1/256 (largest |w| 127/64 and 127/256); -63.5 and 62.5 steps round to
+  // even.
+  Quantized r = quantize({1.984375f, -0.9921875f, 0.49609375f, 0.244140625f}, {1, 4}, 2);
+  EXPECT_EQ(r.scaleShape, (dsrt::Shape{1, 2}));
+  EXPECT_EQ(r.scales[0], 1.0f / 64.0f);
+  EXPECT_EQ(r.scales[1], 1.0f / 256.0f);
+  EXPECT_EQ(r.q, (std::vector<int8_t>{127, -64, 127, 62}));
+}
+
+// Against a direct reading of the definition: every element within half a step of its
+// dequantized value (the step as stored in f16), the group's largest at +-127, and the
+// reported errors recomputed here.
+TEST(WeightTransformsTest, Int8ErrorIsHalfAStepOfTheStoredScale) {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t rows = 6, cols = 96, group = 32, groups = cols / group;
+  std::vector<float> w(rows * cols);
+  for (float &x : w)
+    x = normal(random);
+  Quantized r = quantize(w, {rows, cols}, group, DType::F16);
+  double maxRelative = 0, lost = 0, magnitude = 0;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t g = 0; g < groups; ++g) {
+      float absMax = 0;
+      int largest = 0;
+      for (int64_t k = g * group; k < (g + 1) * group; ++k)
+        absMax = std::max(absMax, std::fabs(w[row * cols + k]));
+      // The scale as f16 stores it: an f32 scale of more precision would not be honest.
+      uint16_t half;
+      float scale = r.scales[row * groups + g], stored;
+      dsrt::convertFloats(DType::F32, &scale, DType::F16, &half, 1);
+      dsrt::convertFloats(DType::F16, &half, DType::F32, &stored, 1);
+      for (int64_t k = g * group; k < (g + 1) * group; ++k) {
+        const int q = r.q[row * cols + k];
+        ASSERT_LE(std::abs(q), 127);
+        largest = std::max(largest, std::abs(q));
+        const double error = std::fabs(w[row * cols + k] - q * static_cast<double>(stored));
+        EXPECT_LE(error, 0.5 * stored * (1 + 1e-6) + (std::abs(q) == 127 ? absMax * 1e-3 : 0))
+            << "row " << row << " k " << k;
+        maxRelative = std::max(maxRelative, error / absMax);
+        lost += error;
+        magnitude += std::fabs(w[row * cols + k]);
+      }
+      EXPECT_EQ(largest, 127);
+    }
+  ASSERT_TRUE(r.error.measured);
+  EXPECT_EQ(r.error.groups, rows * groups);
+  EXPECT_NEAR(r.error.maxRelative, maxRelative, 1e-9);
+  EXPECT_NEAR(r.error.meanRelative, lost / magnitude, 1e-9);
+  EXPECT_LE(r.error.maxRelative, 1.0 / 254 + 1e-3);
+}
+
+TEST(WeightTransformsTest, Int8RefusesWhatItCannotQuantize) {
+  DType dtype;
+  dsrt::Shape shape;
+  EXPECT_EQ(dsc::transformedType(DType::F32, {2, 6}, {WeightTransform::quantizeInt8(4, DType::F16)},
+                                 dtype, shape)
+                .message(),
+            "weight transform 0: int8 quantization: group size 4 does not divide the 6 input "
+            "features");
+  EXPECT_EQ(dsc::transformedType(DType::F32, {6}, {WeightTransform::quantScales(0)}, dtype, shape)
+                .message(),
+            "weight transform 0: int8 scales needs a float [out, in] weight, not f32 [6]");
+  std::vector<float> huge = {1e7f, 1.0f};
+  std::vector<int8_t> q(2);
+  dsrt::Status status = dsc::applyWeightTransforms(
+      reinterpret_cast<const uint8_t *>(huge.data()), DType::F32, {1, 2},
+      {WeightTransform::quantizeInt8(0, DType::F16)}, reinterpret_cast<uint8_t *>(q.data()));
+  EXPECT_NE(status.message().find("overflows f16"), std::string::npos) << status.message();
+  std::vector<float> notFinite = {NAN, 1.0f};
+  status = dsc::applyWeightTransforms(
+      reinterpret_cast<const uint8_t *>(notFinite.data()), DType::F32, {1, 2},
+      {WeightTransform::quantizeInt8(0, DType::F32)}, reinterpret_cast<uint8_t *>(q.data()));
+  EXPECT_NE(status.message().find("not finite"), std::string::npos) << status.message();
 }
 
 } // namespace

@@ -105,11 +105,14 @@ LogicalResult WeightTensorOp::verify() {
                         transform.getAs<ArrayAttr>("offsets") &&
                         transform.getAs<ArrayAttr>("sizes") &&
                         transform.getAs<IntegerAttr>("groups")) ||
-                       (kind == "convert" && transform.getAs<TypeAttr>("to")));
+                       (kind == "convert" && transform.getAs<TypeAttr>("to")) ||
+                       ((kind == "quantize_int8" || kind == "quant_scales") &&
+                        transform.getAs<IntegerAttr>("group_size")));
     if (!ok)
       return emitOpError() << "transform " << index
                            << " must be a transpose (perm), a slice (axis, offset, size, "
-                              "groups?), a shard (axis, offsets, sizes, groups) or a convert (to)";
+                              "groups?), a shard (axis, offsets, sizes, groups), a convert "
+                              "(to), a quantize_int8 or a quant_scales (group_size)";
   }
   return success();
 }

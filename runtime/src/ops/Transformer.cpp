@@ -252,18 +252,28 @@ float activate(Activation kind, float x) {
 
 Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "weight", kFloatTypes));
+  const bool hasScales = ctx.inputs.size() > 3 && ctx.input(3);
+  DSRT_RETURN_IF_ERROR(
+      checkDType(ctx, 1, "weight", hasScales ? maskOf({DType::I8}) : kFloatTypes));
   DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
   const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
   if (w.shape.size() != 2 || w.shape[1] != lastDim(x))
     return ctx.error("weight must be [out, ", lastDim(x), "], not ", shapeString(w.shape));
+  // int8 weights (docs/int8.md): scales [out, groups], each group a run of in / groups
+  // input features.
+  if (hasScales) {
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "scales", kFloatTypes));
+    const Shape &scales = ctx.input(3)->shape;
+    if (scales.size() != 2 || scales[0] != w.shape[0] || scales[1] <= 0 ||
+        w.shape[1] % scales[1] != 0)
+      return ctx.error("scales must be [", w.shape[0], ", groups] with groups dividing ",
+                       w.shape[1], ", not ", shapeString(scales));
+  }
   if (ctx.inputs.size() > 2 && ctx.input(2)) {
     DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "bias", kFloatTypes));
     if (ctx.input(2)->shape != Shape{w.shape[0]})
       return ctx.error("bias must be [", w.shape[0], "], not ", shapeString(ctx.input(2)->shape));
   }
-  if (ctx.inputs.size() > 3 && ctx.input(3))
-    return ctx.error("int8 weights with scales are not supported by this runtime yet");
   Shape shape = x.shape;
   shape.back() = w.shape[0];
   // The fused epilogue: act(x . w^T + bias) + residual, the residual of the result's shape.
@@ -279,11 +289,30 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   return Status::ok();
 }
 
+// An int8 weight as f32: q[o, k] * scales[o, k / (in / groups)] (docs/int8.md).
+std::vector<float> dequantizeInt8(const TensorRef &w, const TensorRef &scales) {
+  const int64_t out = w.shape[0], in = w.shape[1], groups = scales.shape[1];
+  const int64_t groupSize = in / groups;
+  FloatView scale(scales);
+  const int8_t *q = w.as<int8_t>();
+  std::vector<float> values(static_cast<size_t>(out * in));
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k)
+      values[o * in + k] = static_cast<float>(q[o * in + k]) * scale[o * groups + k / groupSize];
+  return values;
+}
+
 Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
   int64_t in = w.shape[1], out = w.shape[0];
   int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
-  FloatView a(x), weight(w);
+  std::vector<float> dequantized;
+  TensorRef floatWeight = w;
+  if (ctx.inputs.size() > 3 && ctx.input(3)) {
+    dequantized = dequantizeInt8(w, *ctx.input(3));
+    floatWeight = {DType::F32, w.shape, dequantized.data()};
+  }
+  FloatView a(x), weight(floatWeight);
   std::optional<FloatView> bias, residual;
   if (ctx.inputs.size() > 2 && ctx.input(2))
     bias.emplace(*ctx.input(2));

@@ -60,22 +60,6 @@ func.func @row_parallel_activation(%s: tensor<3x4xf32>) -> tensor<3x8xf32> {
 
 // -----
 
-// An int8 linear (weight + scales): its epilogue is not fused yet.
-// CHECK-LABEL: func.func @int8
-// CHECK: tfm.activation silu
-// CHECK: tfm.residual_add
-func.func @int8(%x: tensor<3x8xf32>, %w: tensor<8x8xi8>, %scales: tensor<8x1xf32>) -> (tensor<3x8xf32>, tensor<3x8xf32>) {
-  %h = tfm.linear %x, %w scales %scales : (tensor<3x8xf32>, tensor<8x8xi8>, tensor<8x1xf32>) -> tensor<3x8xf32>
-  // expected-remark @below {{not fused into the linear's epilogue: the linear has an int8 weight (scales): int8 epilogues do not take the activation yet}}
-  %a = tfm.activation silu %h : tensor<3x8xf32>
-  %g = tfm.linear %x, %w scales %scales : (tensor<3x8xf32>, tensor<8x8xi8>, tensor<8x1xf32>) -> tensor<3x8xf32>
-  // expected-remark @below {{not fused into the linear's epilogue: lhs: the linear has an int8 weight (scales): int8 epilogues do not take the residual yet}}
-  %y = tfm.residual_add %g, %x : tensor<3x8xf32>
-  return %a, %y : tensor<3x8xf32>, tensor<3x8xf32>
-}
-
-// -----
-
 // A broadcasting add of a linear's result stays a generic onnx.Add: the epilogue's residual
 // has the result's shape.
 // CHECK-LABEL: func.func @broadcast

@@ -98,3 +98,19 @@ func.func @flattened(%x: tensor<6x8xf32>, %shape: tensor<3xi64>) -> tensor<2x3x1
   %a = tfm.activation gelu_tanh %r : tensor<2x3x16xf32>
   return %a : tensor<2x3x16xf32>
 }
+
+// -----
+
+// An int8 linear (weight + scales) takes the activation, then the residual, like a float
+// one: its kernels dequantize before the epilogue.
+// CHECK-LABEL: func.func @int8
+// CHECK: %[[Y:.*]] = tfm.linear %{{.*}}, %{{.*}} scales %{{.*}} activation silu residual %{{.*}} :
+// CHECK-NOT: tfm.activation
+// CHECK-NOT: tfm.residual_add
+// CHECK: return %[[Y]]
+func.func @int8(%x: tensor<3x8xf32>, %w: tensor<8x8xi8>, %scales: tensor<8x1xf32>) -> tensor<3x8xf32> {
+  %h = tfm.linear %x, %w scales %scales : (tensor<3x8xf32>, tensor<8x8xi8>, tensor<8x1xf32>) -> tensor<3x8xf32>
+  %a = tfm.activation silu %h : tensor<3x8xf32>
+  %y = tfm.residual_add %a, %x : tensor<3x8xf32>
+  return %y : tensor<3x8xf32>
+}

@@ -1,0 +1,156 @@
+// dsc-quantize-weights: int8 weight handles and their scales for the linear layers
+// (docs/int8.md). The bytes are quantized by the plan writer (codegen/WeightTransforms),
+// after each rank's shard is cut, so only the handles change here.
+#include "compiler/quantize/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+#include <string>
+
+namespace dsc {
+#define GEN_PASS_DEF_QUANTIZEWEIGHTS
+#include "compiler/quantize/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+bool isActivation(Operation *op) { return op && isa<tfm::ActivationOp, tfm::GatedActOp>(op); }
+
+// DeepSpeed's mlp_extra_grouping applies to the MLP's projections: the ones that feed the
+// activation (fc_in, gate, up) and the one that reads it (fc_out, down).
+bool isMlpLinear(tfm::LinearOp linear) {
+  if (isActivation(linear.getInput().getDefiningOp()))
+    return true;
+  for (Operation *user : linear.getOutput().getUsers())
+    if (isActivation(user))
+      return true;
+  return false;
+}
+
+// Each rank's count of input features: a row-parallel shard (along axis 1 of the [out, in]
+// result) gives each rank its own; otherwise every rank has the result's.
+SmallVector<int64_t> inputFeaturesPerRank(tfm::WeightOp weight) {
+  int64_t in = cast<RankedTensorType>(weight.getType()).getDimSize(1);
+  if (auto transforms = weight.getTransforms())
+    for (Attribute transform : *transforms)
+      if (auto shard = dyn_cast<tfm::ShardAttr>(transform); shard && shard.getAxis() == 1) {
+        SmallVector<int64_t> sizes;
+        for (int64_t size : shard.getSizes())
+          sizes.push_back(size * shard.getGroups());
+        return sizes;
+      }
+  return {in};
+}
+
+struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
+  using QuantizeWeightsBase::QuantizeWeightsBase;
+
+  void runOnOperation() override {
+    if (groupSize < 0) {
+      getOperation().emitError() << "the int8 group size must be positive, or 0 for one group "
+                                    "per output channel, not "
+                                 << groupSize;
+      return signalPassFailure();
+    }
+    SmallVector<tfm::LinearOp> linears;
+    getOperation().walk([&](tfm::LinearOp linear) { linears.push_back(linear); });
+    for (tfm::LinearOp linear : linears)
+      if (failed(quantize(linear)))
+        return signalPassFailure();
+  }
+
+  void decline(tfm::LinearOp linear, const Twine &reason) {
+    if (remarks)
+      linear.emitRemark() << "not quantized: " << reason;
+  }
+
+  // The layer's group size: 0 (one group per row) when the requested size covers every
+  // rank's inputs. Fails, naming the layer, when it does not divide some rank's share.
+  FailureOr<int64_t> layerGroupSize(tfm::LinearOp linear, ArrayRef<int64_t> inputsPerRank) {
+    const bool finer = mlpExtraGrouping && isMlpLinear(linear);
+    int64_t size = groupSize;
+    int64_t largest = *llvm::max_element(inputsPerRank);
+    if (size == 0 || size >= largest) {
+      if (!finer)
+        return int64_t(0);
+      // Two groups per row: half of each rank's inputs, which must then be one size.
+      size = largest;
+    }
+    if (finer)
+      size /= 2;
+    for (auto [rank, in] : llvm::enumerate(inputsPerRank)) {
+      if (size > 0 && in % size == 0)
+        continue;
+      InFlightDiagnostic error = linear.emitError()
+                                 << "int8 group size " << size
+                                 << (finer ? " (halved for the MLP by --int8-mlp-extra-grouping)"
+                                           : "")
+                                 << " does not divide the " << in << " input features of this "
+                                 << "linear layer";
+      if (inputsPerRank.size() > 1)
+        error << " on rank " << rank << " of " << inputsPerRank.size();
+      error << "; choose a group size that divides it, or 0 for one group per output channel";
+      return failure();
+    }
+    return size;
+  }
+
+  LogicalResult quantize(tfm::LinearOp linear) {
+    if (linear.getScales()) {
+      decline(linear, "it is already int8");
+      return success();
+    }
+    auto weight = linear.getWeight().getDefiningOp<tfm::WeightOp>();
+    if (!weight) {
+      decline(linear, "its weight is computed, not a model weight");
+      return success();
+    }
+    auto type = cast<RankedTensorType>(weight.getType());
+    auto inputType = cast<RankedTensorType>(linear.getInput().getType());
+    if (!isa<FloatType>(type.getElementType()) || type.getRank() != 2) {
+      decline(linear, "its weight is not a float [out, in] matrix");
+      return success();
+    }
+    // Scales have the type of the activations (tfm.linear's verifier).
+    Type scaleElement = inputType.getElementType();
+    if (!isa<FloatType>(scaleElement)) {
+      decline(linear, "its input is not float");
+      return success();
+    }
+    FailureOr<int64_t> size = layerGroupSize(linear, inputFeaturesPerRank(weight));
+    if (failed(size))
+      return failure();
+
+    SmallVector<Attribute> transforms;
+    if (auto existing = weight.getTransforms())
+      transforms.append(existing->begin(), existing->end());
+    OpBuilder builder(weight);
+    auto withLast = [&](Attribute last) {
+      SmallVector<Attribute> list(transforms);
+      list.push_back(last);
+      return list;
+    };
+    auto sourceType = cast<RankedTensorType>(weight.getSourceType());
+    // The layer's location, so that what quantization lost is reported per layer (an
+    // exporter's weight names, onnx::MatMul_846, often say nothing).
+    Location layer = linear.getLoc();
+    auto quantized = builder.create<tfm::WeightOp>(
+        layer, weight.getName(), sourceType,
+        withLast(tfm::QuantizeInt8Attr::get(builder.getContext(), *size)));
+    auto scales = builder.create<tfm::WeightOp>(
+        layer, weight.getName(), sourceType,
+        withLast(tfm::QuantScalesAttr::get(builder.getContext(), *size, scaleElement)));
+    linear.getWeightMutable().assign(quantized);
+    linear.getScalesMutable().assign(scales);
+    if (weight->use_empty())
+      weight->erase();
+    return success();
+  }
+};
+
+} // namespace
+} // namespace dsc
