@@ -68,6 +68,10 @@ llvm::cl::opt<bool> int8MlpExtraGrouping(
     "int8-mlp-extra-grouping",
     llvm::cl::desc("With --dtype int8: halve the group size of the MLP's linear layers"),
     llvm::cl::init(false), llvm::cl::cat(category));
+llvm::cl::opt<bool> int8SkipLmHead(
+    "int8-skip-lm-head",
+    llvm::cl::desc("With --dtype int8: keep the LM head in --compute-dtype"),
+    llvm::cl::init(false), llvm::cl::cat(category));
 llvm::cl::opt<bool> verbose(
     "verbose", llvm::cl::desc("Say more: with --dtype int8, the quantization error per weight"),
     llvm::cl::init(false), llvm::cl::cat(category));
@@ -161,7 +165,8 @@ int runCompilerDriver(int argc, char **argv) {
       "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
       "                                    [--tp N]\n"
       "  dsc compile model.onnx -o model.dsp --dtype int8 [--int8-group-size G]\n"
-      "                 [--int8-mlp-extra-grouping] [--compute-dtype fp16|bf16] [--verbose]\n"
+      "                 [--int8-mlp-extra-grouping] [--int8-skip-lm-head]\n"
+      "                 [--compute-dtype fp16|bf16] [--verbose]\n"
       "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n"
       "  dsc model.onnx --emit=cuda|ptx [--arch sm_80,sm_90] [-o kernels.cu]\n");
 
@@ -189,9 +194,10 @@ int runCompilerDriver(int argc, char **argv) {
     return EXIT_FAILURE;
   }
   const bool int8 = weightDtype == "int8";
-  if (!int8 && (!computeDtype.empty() || int8GroupSize != 0 || int8MlpExtraGrouping)) {
-    llvm::errs() << "dsc: error: --compute-dtype, --int8-group-size and "
-                    "--int8-mlp-extra-grouping go with --dtype int8 (--dtype "
+  if (!int8 &&
+      (!computeDtype.empty() || int8GroupSize != 0 || int8MlpExtraGrouping || int8SkipLmHead)) {
+    llvm::errs() << "dsc: error: --compute-dtype and the --int8-* options go with --dtype int8 "
+                    "(--dtype "
                  << weightDtype << " stores every weight as " << weightDtype << ")\n";
     return EXIT_FAILURE;
   }
@@ -283,6 +289,7 @@ int runCompilerDriver(int argc, char **argv) {
       QuantizeWeightsOptions quantizeOptions;
       quantizeOptions.groupSize = int8GroupSize;
       quantizeOptions.mlpExtraGrouping = int8MlpExtraGrouping;
+      quantizeOptions.lmHead = !int8SkipLmHead;
       quantizeOptions.remarks = verbose;
       quantize.addPass(createQuantizeWeights(quantizeOptions));
       if (failed(quantize.run(*imported->module)))

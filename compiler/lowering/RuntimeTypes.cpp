@@ -64,6 +64,14 @@ SmallVector<Value> stepInputs(Operation *op) {
       inputs.push_back(residual);
     return inputs;
   }
+  // An int8 head's scales take tfm.linear's position 3 (there is no bias at 2), so one
+  // kernel reads both ops.
+  if (auto head = dyn_cast<tfm::LmHeadOp>(op)) {
+    inputs.assign({head.getHidden(), head.getWeight()});
+    if (Value scales = head.getScales())
+      inputs.append({Value(), scales});
+    return inputs;
+  }
   if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
     inputs.assign({norm.getInput(), norm.getScale(), norm.getBias()});
     if (Value residual = norm.getResidual())

@@ -56,22 +56,26 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
                                  << groupSize;
       return signalPassFailure();
     }
-    SmallVector<tfm::LinearOp> linears;
-    getOperation().walk([&](tfm::LinearOp linear) { linears.push_back(linear); });
-    for (tfm::LinearOp linear : linears)
-      if (failed(quantize(linear)))
+    SmallVector<Operation *> layers;
+    getOperation().walk([&](Operation *op) {
+      if (isa<tfm::LinearOp>(op) || (lmHead && isa<tfm::LmHeadOp>(op)))
+        layers.push_back(op);
+    });
+    for (Operation *layer : layers)
+      if (failed(quantize(layer)))
         return signalPassFailure();
   }
 
-  void decline(tfm::LinearOp linear, const Twine &reason) {
+  void decline(Operation *layer, const Twine &reason) {
     if (remarks)
-      linear.emitRemark() << "not quantized: " << reason;
+      layer->emitRemark() << "not quantized: " << reason;
   }
 
   // The layer's group size: 0 (one group per row) when the requested size covers every
   // rank's inputs. Fails, naming the layer, when it does not divide some rank's share.
-  FailureOr<int64_t> layerGroupSize(tfm::LinearOp linear, ArrayRef<int64_t> inputsPerRank) {
-    const bool finer = mlpExtraGrouping && isMlpLinear(linear);
+  FailureOr<int64_t> layerGroupSize(Operation *layer, ArrayRef<int64_t> inputsPerRank) {
+    auto linear = dyn_cast<tfm::LinearOp>(layer);
+    const bool finer = mlpExtraGrouping && linear && isMlpLinear(linear);
     int64_t size = groupSize;
     int64_t largest = *llvm::max_element(inputsPerRank);
     if (size == 0 || size >= largest) {
@@ -85,12 +89,12 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     for (auto [rank, in] : llvm::enumerate(inputsPerRank)) {
       if (size > 0 && in % size == 0)
         continue;
-      InFlightDiagnostic error = linear.emitError()
+      InFlightDiagnostic error = layer->emitError()
                                  << "int8 group size " << size
                                  << (finer ? " (halved for the MLP by --int8-mlp-extra-grouping)"
                                            : "")
                                  << " does not divide the " << in << " input features of this "
-                                 << "linear layer";
+                                 << (linear ? "linear layer" : "LM head");
       if (inputsPerRank.size() > 1)
         error << " on rank " << rank << " of " << inputsPerRank.size();
       error << "; choose a group size that divides it, or 0 for one group per output channel";
@@ -99,29 +103,33 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     return size;
   }
 
-  LogicalResult quantize(tfm::LinearOp linear) {
-    if (linear.getScales()) {
-      decline(linear, "it is already int8");
+  LogicalResult quantize(Operation *layer) {
+    auto linear = dyn_cast<tfm::LinearOp>(layer);
+    auto head = dyn_cast<tfm::LmHeadOp>(layer);
+    if (linear ? bool(linear.getScales()) : bool(head.getScales())) {
+      decline(layer, "it is already int8");
       return success();
     }
-    auto weight = linear.getWeight().getDefiningOp<tfm::WeightOp>();
+    Value weightValue = linear ? linear.getWeight() : head.getWeight();
+    auto weight = weightValue.getDefiningOp<tfm::WeightOp>();
     if (!weight) {
-      decline(linear, "its weight is computed, not a model weight");
+      decline(layer, "its weight is computed, not a model weight");
       return success();
     }
     auto type = cast<RankedTensorType>(weight.getType());
-    auto inputType = cast<RankedTensorType>(linear.getInput().getType());
+    auto inputType =
+        cast<RankedTensorType>((linear ? linear.getInput() : head.getHidden()).getType());
     if (!isa<FloatType>(type.getElementType()) || type.getRank() != 2) {
-      decline(linear, "its weight is not a float [out, in] matrix");
+      decline(layer, "its weight is not a float [out, in] matrix");
       return success();
     }
-    // Scales have the type of the activations (tfm.linear's verifier).
+    // Scales have the type of the activations (the ops' verifiers).
     Type scaleElement = inputType.getElementType();
     if (!isa<FloatType>(scaleElement)) {
-      decline(linear, "its input is not float");
+      decline(layer, "its input is not float");
       return success();
     }
-    FailureOr<int64_t> size = layerGroupSize(linear, inputFeaturesPerRank(weight));
+    FailureOr<int64_t> size = layerGroupSize(layer, inputFeaturesPerRank(weight));
     if (failed(size))
       return failure();
 
@@ -137,15 +145,20 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     auto sourceType = cast<RankedTensorType>(weight.getSourceType());
     // The layer's location, so that what quantization lost is reported per layer (an
     // exporter's weight names, onnx::MatMul_846, often say nothing).
-    Location layer = linear.getLoc();
+    Location where = layer->getLoc();
     auto quantized = builder.create<tfm::WeightOp>(
-        layer, weight.getName(), sourceType,
+        where, weight.getName(), sourceType,
         withLast(tfm::QuantizeInt8Attr::get(builder.getContext(), *size)));
     auto scales = builder.create<tfm::WeightOp>(
-        layer, weight.getName(), sourceType,
+        where, weight.getName(), sourceType,
         withLast(tfm::QuantScalesAttr::get(builder.getContext(), *size, scaleElement)));
-    linear.getWeightMutable().assign(quantized);
-    linear.getScalesMutable().assign(scales);
+    if (linear) {
+      linear.getWeightMutable().assign(quantized);
+      linear.getScalesMutable().assign(scales);
+    } else {
+      head.getWeightMutable().assign(quantized);
+      head.getScalesMutable().assign(scales);
+    }
     if (weight->use_empty())
       weight->erase();
     return success();

@@ -639,8 +639,8 @@ struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
     if (isHead) {
       // The bias (GPT-J's untied head) stays an onnx.Add after the head.
       auto head = tfm::LmHeadOp::create(rewriter, matmul.getLoc(), type, matmul.getA(),
-                                        weightValue, rewriter.getI64IntegerAttr(0),
-                                        IntegerAttr());
+                                        weightValue, /*scales=*/Value(),
+                                        rewriter.getI64IntegerAttr(0), IntegerAttr());
       recognised(matmul);
       rewriter.replaceAllUsesWith(result, head.getLogits());
       rewriter.eraseOp(matmul);

@@ -160,6 +160,29 @@ LogicalResult RmsNormOp::verify() {
   return verifyNorm(*this, getInput().getType(), getScale(), Value(), getEpsilon());
 }
 
+// The scales of an int8 weight [out, in] (tfm.linear, tfm.lm_head): [out, groups] in the
+// activations' element type, groups dividing in; an int8 weight needs them, a float one
+// takes none.
+static LogicalResult verifyInt8Scales(Operation *op, bool quantized, Value scalesValue,
+                                      Type element, int64_t outFeatures, int64_t in) {
+  auto scales = ranked(scalesValue);
+  if (!scales)
+    return quantized ? op->emitOpError("an int8 weight needs scales") : success();
+  if (!quantized)
+    return op->emitOpError("scales go with an int8 weight only");
+  if (scales.getElementType() != element)
+    return op->emitOpError("scales must have the element type of the input");
+  if (scales.getRank() != 2)
+    return op->emitOpError("scales must be 2-D [out, groups]");
+  if (failed(expectDim(op, scales, 0, outFeatures, "scales dimension 0")))
+    return failure();
+  int64_t groups = scales.getDimSize(1);
+  if (!isDyn(groups) && !isDyn(in) && (groups <= 0 || in % groups != 0))
+    return op->emitOpError() << groups << " scale groups do not divide the " << in
+                             << " input features";
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   auto x = getInput().getType(), w = getWeight().getType(), out = getOutput().getType();
   if (x.getRank() < 1)
@@ -185,22 +208,9 @@ LogicalResult LinearOp::verify() {
   if (!quantized && w.getElementType() != x.getElementType())
     return emitOpError() << "weight element type " << w.getElementType()
                          << " differs from the input's " << x.getElementType();
-  if (auto scales = ranked(getScales())) {
-    if (!quantized)
-      return emitOpError("scales go with an int8 weight only");
-    if (scales.getElementType() != x.getElementType())
-      return emitOpError("scales must have the element type of the input");
-    if (scales.getRank() != 2)
-      return emitOpError("scales must be 2-D [out, groups]");
-    if (failed(expectDim(*this, scales, 0, outFeatures, "scales dimension 0")))
-      return failure();
-    int64_t groups = scales.getDimSize(1);
-    if (!isDyn(groups) && !isDyn(in) && (groups <= 0 || in % groups != 0))
-      return emitOpError() << groups << " scale groups do not divide the " << in
-                           << " input features";
-  } else if (quantized) {
-    return emitOpError("an int8 weight needs scales");
-  }
+  if (failed(verifyInt8Scales(*this, quantized, getScales(), x.getElementType(), outFeatures,
+                              in)))
+    return failure();
   if (auto bias = ranked(getBias())) {
     if (getParallel() == Parallelism::row)
       return emitOpError("a row-parallel linear takes no bias: it is added once, after the "
@@ -393,8 +403,13 @@ LogicalResult LmHeadOp::verify() {
     return emitOpError("hidden must have rank 1 or more");
   if (w.getRank() != 2)
     return emitOpError() << "weight must be 2-D [vocab, hidden], not rank " << w.getRank();
-  if (w.getElementType() != h.getElementType() || out.getElementType() != h.getElementType())
+  bool quantized = w.getElementType().isInteger(8);
+  if ((!quantized && w.getElementType() != h.getElementType()) ||
+      out.getElementType() != h.getElementType())
     return emitOpError("hidden, weight and logits must have the same element type");
+  if (failed(verifyInt8Scales(*this, quantized, getScales(), h.getElementType(),
+                              w.getDimSize(0), w.getDimSize(1))))
+    return failure();
   int64_t rank = h.getRank();
   if (out.getRank() != rank)
     return emitOpError() << "logits have rank " << out.getRank() << ", expected " << rank;

@@ -265,14 +265,16 @@ def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
   let summary = "logits: hidden [..., hidden] times weight^T ([vocab, hidden])";
   let description = [{
     With `vocab_size`, the weight holds the rows [vocab_offset, vocab_offset + rows) of a
-    vocabulary of `vocab_size` tokens (a TP shard), and so do the logits.
+    vocabulary of `vocab_size` tokens (a TP shard), and so do the logits. An int8 weight
+    comes with `scales` [vocab rows, groups], as tfm.linear's.
   }];
-  let arguments = (ins Tfm_FloatTensor:$hidden, Tfm_FloatTensor:$weight,
+  let arguments = (ins Tfm_FloatTensor:$hidden, RankedTensorOf<[AnyFloat, I8]>:$weight,
+                   Optional<Tfm_FloatTensor>:$scales,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size);
   let results = (outs Tfm_FloatTensor:$logits);
   let assemblyFormat = [{
-    $hidden `,` $weight attr-dict `:` functional-type(operands, results)
+    $hidden `,` $weight (`scales` $scales^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -910,7 +910,8 @@ void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.layer_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
   kernels.push_back({"tfm.rms_norm", 2, 3, 2, 1, 2, inferNorm, computeNorm});
   kernels.push_back({"tfm.linear", 2, 5, 2, 1, 1, inferLinear, computeLinear});
-  kernels.push_back({"tfm.lm_head", 2, 2, 2, 1, 1, inferLmHead, computeLinear});
+  // An int8 head has tfm.linear's positions: (hidden, weight, none, scales).
+  kernels.push_back({"tfm.lm_head", 2, 4, 2, 1, 1, inferLmHead, computeLinear});
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.gated_act", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.residual_add", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});

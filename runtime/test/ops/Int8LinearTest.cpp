@@ -72,6 +72,27 @@ TEST_P(Int8LinearTest, DequantizesEachGroupWithItsScale) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, Int8LinearTest, ::testing::Values(1, 2, 4, 64));
 
+// An int8 LM head's step has tfm.linear's positions (hidden, weight, none, scales) and the
+// same arithmetic, without bias or epilogue.
+TEST(Int8LinearTest, LmHeadTakesTheLinearPositions) {
+  std::mt19937 rng(5);
+  const int64_t rows = 3, in = 32, vocab = 20, groups = 2;
+  OwnedTensor q = randomInt8({vocab, in}, rng);
+  std::vector<float> xv = randomValues(rows * in, rng, -1, 1);
+  std::vector<float> scaleValues = randomValues(vocab * groups, rng, 1e-3f, 2e-2f);
+  OwnedTensor x = f32({rows, in}, xv), scales = f32({vocab, groups}, scaleValues);
+  OwnedTensor logits = run1("tfm.lm_head", {&x, &q, nullptr, &scales});
+  std::vector<float> actual = values<float>(logits);
+  const auto *levels = reinterpret_cast<const int8_t *>(q.storage.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v) {
+      double sum = 0;
+      for (int64_t k = 0; k < in; ++k)
+        sum += double(xv[r * in + k]) * levels[v * in + k] * scaleValues[v * groups + k / (in / groups)];
+      ASSERT_NEAR(actual[r * vocab + v], sum, 1e-5 * (1 + std::abs(sum))) << r << ", " << v;
+    }
+}
+
 TEST(Int8LinearErrorsTest, WeightAndScalesMustAgree) {
   OwnedTensor x = f32({1, 4}, {1, 2, 3, 4});
   OwnedTensor q(DType::I8, {2, 4}), floatWeight = f32({2, 4}, {0, 0, 0, 0, 0, 0, 0, 0});

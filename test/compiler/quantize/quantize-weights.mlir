@@ -5,6 +5,7 @@
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="group-size=8 mlp-extra-grouping" | FileCheck %s --check-prefix=EXTRA
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="mlp-extra-grouping" | FileCheck %s --check-prefix=EXTRA-CHANNEL
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=group-size=64 | FileCheck %s --check-prefix=CHANNEL
+// RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=lm-head=false | FileCheck %s --check-prefix=KEEP-HEAD
 
 // An MLP (linear -> activation -> linear) after a transposed (Conv1D) weight.
 // CHANNEL-LABEL: func.func @mlp
@@ -60,4 +61,20 @@ func.func @row_parallel(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   %w = tfm.weight "o.weight" : tensor<16x32xf32> [#tfm.shard<axis = 1, offsets = [0, 16], sizes = [16, 16], groups = 1>] -> tensor<16x16xf32>
   %y = tfm.linear %x, %w parallel row : (tensor<2x16xf32>, tensor<16x16xf32>) -> tensor<2x16xf32>
   return %y : tensor<2x16xf32>
+}
+
+// -----
+
+// The LM head's vocabulary rows are its output channels, a vocabulary shard's too; with
+// lm-head=false it keeps its float weight.
+// CHANNEL-LABEL: func.func @lm_head
+// CHANNEL: %[[Q:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quantize_int8<group_size = 0>] -> tensor<50x16xi8>
+// CHANNEL: %[[S:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<50x1xf32>
+// CHANNEL: tfm.lm_head %{{.*}}, %[[Q]] scales %[[S]] {vocab_size = 100 : i64}
+// KEEP-HEAD-LABEL: func.func @lm_head
+// KEEP-HEAD: tfm.lm_head %{{.*}}, %{{.*}} {vocab_size = 100 : i64} : (tensor<2x16xf32>, tensor<50x16xf32>) -> tensor<2x50xf32>
+func.func @lm_head(%x: tensor<2x16xf32>) -> tensor<2x50xf32> {
+  %w = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>] -> tensor<50x16xf32>
+  %y = tfm.lm_head %x, %w {vocab_size = 100 : i64} : (tensor<2x16xf32>, tensor<50x16xf32>) -> tensor<2x50xf32>
+  return %y : tensor<2x50xf32>
 }

@@ -281,6 +281,22 @@ func.func @linear_scale_groups(%x: tensor<?x?x768xf16>, %w: tensor<3072x768xi8>,
 
 // -----
 
+func.func @lm_head_int8_without_scales(%x: tensor<?x768xf16>, %w: tensor<500x768xi8>) {
+  // expected-error @+1 {{an int8 weight needs scales}}
+  %0 = tfm.lm_head %x, %w : (tensor<?x768xf16>, tensor<500x768xi8>) -> tensor<?x500xf16>
+  return
+}
+
+// -----
+
+func.func @lm_head_scale_rows(%x: tensor<?x768xf16>, %w: tensor<500x768xi8>, %s: tensor<499x1xf16>) {
+  // expected-error @+1 {{scales dimension 0 is 499, expected 500}}
+  %0 = tfm.lm_head %x, %w scales %s : (tensor<?x768xf16>, tensor<500x768xi8>, tensor<499x1xf16>) -> tensor<?x500xf16>
+  return
+}
+
+// -----
+
 func.func @activation_int(%x: tensor<4xi32>) {
   // expected-error @+1 {{operand #0 must be ranked tensor of floating-point values}}
   %0 = tfm.activation relu %x : tensor<4xi32>

@@ -94,6 +94,13 @@ func.func @attention(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x256xf16>,
   return
 }
 
+// CHECK-LABEL: func.func @int8_lm_head
+// CHECK: tfm.lm_head %{{.*}}, %{{.*}} scales %{{.*}} : (tensor<?x768xf16>, tensor<500x768xi8>, tensor<500x6xf16>) -> tensor<?x500xf16>
+func.func @int8_lm_head(%x: tensor<?x768xf16>, %w: tensor<500x768xi8>, %s: tensor<500x6xf16>) -> tensor<?x500xf16> {
+  %0 = tfm.lm_head %x, %w scales %s : (tensor<?x768xf16>, tensor<500x768xi8>, tensor<500x6xf16>) -> tensor<?x500xf16>
+  return %0 : tensor<?x500xf16>
+}
+
 // CHECK-LABEL: func.func @collectives_and_lm_head
 func.func @collectives_and_lm_head(%x: tensor<?x?x768xf16>, %w: tensor<12565x768xf16>,
                                    %l: tensor<?x?x12565xf16>, %l2: tensor<?x?x12564xf16>) {
