@@ -120,6 +120,18 @@ void dsrt_plan_close(dsrt_plan *plan) { delete plan; }
 
 int dsrt_plan_rank_count(const dsrt_plan *plan) { return plan ? plan->file->rankCount() : 0; }
 
+dsrt_status dsrt_plan_program_weight_bytes(const dsrt_plan *plan, int rank, const char *program,
+                                           uint64_t *bytes) {
+  if (!plan || !program || !bytes)
+    return nullArgument(!plan ? "plan" : !program ? "program" : "bytes");
+  uint64_t total = 0;
+  dsrt::Status status = dsrt::programWeightBytes(plan->file->plan(), rank, program, total);
+  if (!status.isOk())
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, status.message());
+  *bytes = total;
+  return DSRT_OK;
+}
+
 dsrt_status dsrt_plan_io_count(const dsrt_plan *plan, const char *program, int is_output,
                                size_t *count) {
   if (!plan || !count)

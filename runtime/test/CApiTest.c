@@ -60,6 +60,16 @@ static void withPlan(const char *path) {
   EXPECT(dsrt_plan_io_count(plan, "forward", 1, &outputs) == DSRT_OK && outputs == 1);
   EXPECT_ERROR(dsrt_plan_io_count(plan, "backward", 0, &inputs), DSRT_INVALID_ARGUMENT,
                "no program 'backward'");
+  /* The exact count is checked against dsp-dump by tools/dsbench/check_dsbench.py. */
+  uint64_t weightBytes = 0;
+  EXPECT(dsrt_plan_program_weight_bytes(plan, 0, "forward", &weightBytes) == DSRT_OK &&
+         weightBytes > 0);
+  EXPECT_ERROR(dsrt_plan_program_weight_bytes(plan, 0, "backward", &weightBytes),
+               DSRT_INVALID_ARGUMENT, "no program 'backward'");
+  EXPECT_ERROR(dsrt_plan_program_weight_bytes(plan, 3, "forward", &weightBytes),
+               DSRT_INVALID_ARGUMENT, "no weight section for rank 3");
+  EXPECT_ERROR(dsrt_plan_program_weight_bytes(plan, 0, "forward", NULL), DSRT_INVALID_ARGUMENT,
+               "bytes is null");
   dsrt_tensor info;
   EXPECT(dsrt_plan_io_info(plan, "forward", 0, 0, &info) == DSRT_OK);
   EXPECT(strcmp(info.name, "input_ids") == 0 && info.dtype == DSRT_I64 && info.rank == 2 &&

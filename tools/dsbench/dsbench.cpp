@@ -34,8 +34,10 @@ const char *kUsage =
     "               [--copy-bytes BYTES] [--json]\n"
     "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
     "  seed) and then N steps of `decode`, each timed alone; the first W are discarded.\n"
-    "  Weight bandwidth = this rank's weight bytes / average decode step; its fraction is of\n"
-    "  the copy bandwidth (bytes read + written per second) measured in this process.\n"
+    "  Weight bandwidth = the weight bytes one decode step reads (the largest rank's; not\n"
+    "  the embedding tables, of which a step reads a row per token) / the average decode\n"
+    "  step; its fraction is of the copy bandwidth (bytes read + written per second)\n"
+    "  measured in this process.\n"
     "  --ranks inprocess  every tensor-parallel rank as a thread of this process\n"
     "  --json             one JSON object on stdout instead of the table\n";
 
@@ -276,6 +278,7 @@ void printTable(const nlohmann::json &result) {
   std::snprintf(text, sizeof text, "%.1f", result["tokens_per_second"].get<double>());
   line("tokens/s (batch / avg step)", text);
   line("weight bytes per rank", human(result["weight_bytes_per_rank"].get<double>()));
+  line("weight bytes a decode step reads", human(result["decode_weight_bytes"].get<double>()));
   std::snprintf(text, sizeof text, "%.2f GB/s, %.1f%% of copy %.2f GB/s",
                 result["weight_bandwidth_bytes_per_s"].get<double>() / 1e9,
                 100 * result["bandwidth_fraction"].get<double>(),
@@ -372,13 +375,23 @@ int main(int argc, char **argv) {
     dsrt_session_destroy(probe);
     check(status, "measuring the copy bandwidth");
   }
+  // What a decode step must read: the roofline's numerator. The whole section would count
+  // the embedding tables, which a step reads a row of per token.
+  uint64_t decodeWeightBytes = 0;
+  for (int rank = 0; rank < planRanks; ++rank) {
+    uint64_t bytes = 0;
+    check(dsrt_plan_program_weight_bytes(plan, rank, "decode", &bytes),
+          "the decode program's weight bytes");
+    decodeWeightBytes = std::max(decodeWeightBytes, bytes);
+  }
   dsrt_plan_close(plan);
 
   std::vector<double> sortedPrefill = prefillMs, sortedDecode = decodeMs;
   std::sort(sortedPrefill.begin(), sortedPrefill.end());
   std::sort(sortedDecode.begin(), sortedDecode.end());
   double stepMs = average(decodeMs);
-  double weightBandwidth = stepMs > 0 ? static_cast<double>(weightBytes) / (stepMs / 1e3) : 0;
+  double weightBandwidth =
+      stepMs > 0 ? static_cast<double>(decodeWeightBytes) / (stepMs / 1e3) : 0;
   nlohmann::json result = {
       {"plan", options.plan},
       {"device", options.device == DSRT_DEVICE_CUDA ? "cuda" : "cpu"},  // as asked for
@@ -401,6 +414,7 @@ int main(int argc, char **argv) {
         {"p999", percentile(sortedDecode, 0.999)}}},
       {"tokens_per_second", stepMs > 0 ? options.batch / (stepMs / 1e3) : 0.0},
       {"weight_bytes_per_rank", weightBytes},
+      {"decode_weight_bytes", decodeWeightBytes},
       {"weight_bandwidth_bytes_per_s", weightBandwidth},
       {"copy_bytes", copyBytes},
       {"copy_bandwidth_bytes_per_s", copyBandwidth},

@@ -97,6 +97,12 @@ DSRT_API dsrt_status dsrt_session_get_output(dsrt_session *session, const char *
  * says why (the CPU is then the only device; a DSRT_DEVICE_CUDA session falls back to it). */
 DSRT_API int dsrt_cuda_device_count(void);
 
+/* Bytes of `rank`'s weights one run of `program` reads whole: each weight its steps take,
+ * once; embedding tables count for nothing (a step reads only its ids' rows). Over the
+ * memory bandwidth, the least time a weight-bound step (batch-1 decode) can take. */
+DSRT_API dsrt_status dsrt_plan_program_weight_bytes(const dsrt_plan *plan, int rank,
+                                                    const char *program, uint64_t *bytes);
+
 /* Bytes a session holds on its device. */
 typedef struct dsrt_memory {
   uint64_t weights;   /* this rank's weights as the device holds them */

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>
@@ -226,6 +227,63 @@ Status PlanFile::verifyAllSections() {
     const PlanSection *unused;
     DSRT_RETURN_IF_ERROR(section(rank, unused));
   }
+  return Status::ok();
+}
+
+namespace {
+
+void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
+                       const dsp::WeightSection &section, std::set<int> &counted,
+                       std::set<int> &visitedPrograms, uint64_t &bytes) {
+  if (!program.steps())
+    return;
+  for (const dsp::Step *step : *program.steps()) {
+    const bool embedding = step->op() && step->op()->str() == "tfm.embedding";
+    if (step->inputs())
+      for (size_t position = 0; position < step->inputs()->size(); ++position) {
+        int32_t id = step->inputs()->Get(static_cast<flatbuffers::uoffset_t>(position));
+        if (id < 0 || !plan.tensors() || id >= static_cast<int32_t>(plan.tensors()->size()))
+          continue;
+        const dsp::Tensor *tensor = plan.tensors()->Get(id);
+        if (tensor->kind() != dsp::TensorKind::weight || (embedding && position == 1))
+          continue;
+        int index = tensor->weight_index();
+        if (!section.weights() || index < 0 ||
+            index >= static_cast<int>(section.weights()->size()) || !counted.insert(index).second)
+          continue;
+        bytes += section.weights()->Get(index)->bytes();
+      }
+    if (step->branches())
+      for (int32_t branch : *step->branches())
+        if (plan.programs() && branch >= 0 &&
+            branch < static_cast<int32_t>(plan.programs()->size()) &&
+            visitedPrograms.insert(branch).second)
+          addProgramWeights(plan, *plan.programs()->Get(branch), section, counted,
+                            visitedPrograms, bytes);
+  }
+}
+
+} // namespace
+
+Status programWeightBytes(const dsp::Plan &plan, int rank, const std::string &program,
+                          uint64_t &out) {
+  out = 0;
+  const dsp::WeightSection *section = nullptr;
+  if (plan.sections())
+    for (const dsp::WeightSection *candidate : *plan.sections())
+      if (candidate->rank() == rank)
+        section = candidate;
+  if (!section)
+    return Status::error("the plan has no weight section for rank " + std::to_string(rank));
+  const dsp::Program *found = nullptr;
+  if (plan.programs())
+    for (const dsp::Program *candidate : *plan.programs())
+      if (candidate->name() && candidate->name()->str() == program)
+        found = candidate;
+  if (!found)
+    return Status::error("the plan has no program '" + program + "'");
+  std::set<int> counted, visitedPrograms;
+  addProgramWeights(plan, *found, *section, counted, visitedPrograms, out);
   return Status::ok();
 }
 

@@ -110,6 +110,13 @@ Status verifyPlanHeader(const std::string &name, const uint8_t *header, uint64_t
 // The dtype of the plan file as the runtime's DType; Undefined for values outside the enum.
 DType planDType(dsp::DType dtype);
 
+// Bytes of `rank`'s weights that one run of `program` reads whole: every weight its steps
+// (and their branches) take, counted once. Embedding tables (tfm.embedding's input 1) count
+// for nothing: a step reads only its ids' rows. This over the memory bandwidth is the
+// least time a weight-bound step (batch-1 decode) can take.
+Status programWeightBytes(const dsp::Plan &plan, int rank, const std::string &program,
+                          uint64_t &out);
+
 } // namespace dsrt
 
 #endif
