@@ -66,6 +66,8 @@ void addShapeKernels(std::vector<KernelInfo> &kernels);
 void addMovementKernels(std::vector<KernelInfo> &kernels);
 void addGatherKernels(std::vector<KernelInfo> &kernels);
 void addTransformerKernels(std::vector<KernelInfo> &kernels);
+void addAttentionKernels(std::vector<KernelInfo> &kernels);   // TransformerAttention.cpp
+void addCollectiveKernels(std::vector<KernelInfo> &kernels);  // TransformerCollectives.cpp
 
 // Dtype sets for validation.
 using DTypeMask = uint32_t;

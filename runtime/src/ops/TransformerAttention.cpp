@@ -1,0 +1,432 @@
+// tfm.attention's CPU kernel (docs/transformer-ops.md): grouped-query heads, causal,
+// padding, window and ALiBi masks, rotary embeddings, and its two KV-cache modes (the
+// export's past/present pairs, or the session's cache written in place).
+#include "ops/FloatAccess.h"
+#include "ops/Kernel.h"
+#include "ops/ThreadPool.h"
+#include "ops/TypeDispatch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+namespace dsrt::ops {
+namespace {
+
+// ---- tfm.attention -------------------------------------------------------------------
+
+enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
+
+struct AttentionConfig {
+  // This rank's query and KV heads (all of them without tensor parallelism).
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  // The model's heads, and the global index of this rank's first query and KV head: they
+  // map a local query head to its KV head (GQA groups) and to its ALiBi slope.
+  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
+  float scale = 1;
+  bool causal = false, alibi = false;
+  int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
+  double rotaryBase = 10000;
+  bool interleaved = false;
+  bool unattendedCausal = false;
+  // Shapes of this call.
+  int64_t batch = 0, fresh = 0, past = 0, total = 0;
+  bool sessionCache = false;
+  int64_t pastHeads = 0, pastHeadOffset = 0;
+};
+
+// Under tensor parallelism, rank_heads/rank_head_offsets and rank_kv_heads/
+// rank_kv_head_offsets list each rank's heads; num_heads and num_kv_heads are the model's.
+Status readRankHeads(const KernelContext &ctx, AttentionConfig &c) {
+  int rank = ctx.collectives ? ctx.collectives->rank() : 0;
+  struct Entry {
+    const char *name;
+    int64_t *out;
+  };
+  for (Entry entry : {Entry{"rank_heads", &c.heads}, Entry{"rank_head_offsets", &c.headOffset},
+                      Entry{"rank_kv_heads", &c.kvHeads},
+                      Entry{"rank_kv_head_offsets", &c.kvHeadOffset}}) {
+    std::vector<int64_t> values;
+    bool present = false;
+    DSRT_RETURN_IF_ERROR(getInts(ctx.attrs, entry.name, values, present));
+    if (!present)
+      continue;
+    if (rank < 0 || static_cast<size_t>(rank) >= values.size())
+      return ctx.error(entry.name, " has ", values.size(), " entries, none for rank ", rank);
+    *entry.out = values[rank];
+  }
+  return Status::ok();
+}
+
+Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
+  int64_t flag;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_heads", 0, c.heads));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_kv_heads", c.heads, c.kvHeads));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "head_dim", 0, c.headDim));
+  c.globalHeads = c.heads;
+  c.globalKvHeads = c.kvHeads;
+  DSRT_RETURN_IF_ERROR(readRankHeads(ctx, c));
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "scale", 1.0f, c.scale));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "causal", 0, flag));
+  c.causal = flag != 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "alibi", 0, flag));
+  c.alibi = flag != 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "window", 0, c.window));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_dim", 0, c.rotaryDim));
+  float base;
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "rotary_base", 10000.0f, base));
+  c.rotaryBase = base;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_interleaved", 0, flag));
+  c.interleaved = flag != 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "cache_layer", -1, c.cacheLayer));
+  std::string unattended;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "unattended", "all", unattended));
+  if (unattended != "all" && unattended != "causal")
+    return ctx.error("unattended must be 'all' or 'causal', not '", unattended, "'");
+  c.unattendedCausal = unattended == "causal";
+  if (c.globalHeads <= 0 || c.globalKvHeads <= 0 || c.headDim <= 0 ||
+      c.globalHeads % c.globalKvHeads != 0)
+    return ctx.error("needs num_heads a positive multiple of num_kv_heads and head_dim > 0 "
+                     "(got ", c.globalHeads, ", ", c.globalKvHeads, ", ", c.headDim, ")");
+  {
+    // Every local query head's KV head must be one of this rank's.
+    int64_t group = c.globalHeads / c.globalKvHeads;
+    bool fits = c.heads > 0 && c.kvHeads > 0 && c.headOffset >= 0 && c.kvHeadOffset >= 0 &&
+                c.headOffset + c.heads <= c.globalHeads &&
+                c.kvHeadOffset + c.kvHeads <= c.globalKvHeads &&
+                c.headOffset / group >= c.kvHeadOffset &&
+                (c.headOffset + c.heads - 1) / group < c.kvHeadOffset + c.kvHeads;
+    if (!fits)
+      return ctx.error("query heads [", c.headOffset, ", +", c.heads, ") and KV heads [",
+                       c.kvHeadOffset, ", +", c.kvHeads, ") of ", c.globalHeads, " and ",
+                       c.globalKvHeads, " do not form whole groups");
+  }
+  if (c.window < 0 || c.rotaryDim < 0 || c.rotaryDim > c.headDim || c.rotaryDim % 2 != 0)
+    return ctx.error("window must be >= 0 and rotary_dim even and at most head_dim");
+
+  const TensorRef &q = *ctx.input(kQuery), &k = *ctx.input(kKey), &v = *ctx.input(kValue);
+  if (q.shape.size() != 3 || q.shape[2] != c.heads * c.headDim)
+    return ctx.error("query must be [batch, sequence, ", c.heads * c.headDim, "], not ",
+                     shapeString(q.shape));
+  c.batch = q.shape[0];
+  c.fresh = q.shape[1];
+  Shape kvShape{c.batch, c.fresh, c.kvHeads * c.headDim};
+  if (k.shape != kvShape || v.shape != kvShape)
+    return ctx.error("key and value must be ", shapeString(kvShape), ", not ",
+                     shapeString(k.shape), " and ", shapeString(v.shape));
+  const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
+  if (!pastKey != !pastValue)
+    return ctx.error("past key and past value must be given together");
+  if (pastKey) {
+    // A tensor-parallel rank reads its KV heads out of a past that holds all of them.
+    bool sharded = pastKey->shape.size() == 4 && pastKey->shape[1] == c.globalKvHeads &&
+                   c.globalKvHeads != c.kvHeads;
+    if (pastKey->shape.size() != 4 || pastKey->shape[0] != c.batch ||
+        (pastKey->shape[1] != c.kvHeads && !sharded) || pastKey->shape[3] != c.headDim ||
+        pastValue->shape != pastKey->shape)
+      return ctx.error("past key/value must be [", c.batch, ", ", c.kvHeads, ", past, ",
+                       c.headDim, "], not ", shapeString(pastKey->shape), " and ",
+                       shapeString(pastValue->shape));
+    c.past = pastKey->shape[2];
+    c.pastHeads = pastKey->shape[1];
+    c.pastHeadOffset = sharded ? c.kvHeadOffset : 0;
+  }
+  c.sessionCache = !pastKey && c.cacheLayer >= 0 && ctx.numOutputs == 1;
+  const TensorRef *mask = ctx.input(kMask);
+  if (c.sessionCache) {
+    // The padding mask is the only thing that says how many tokens the cache holds.
+    if (!mask || mask->shape.size() != 2 || isFloat(mask->dtype))
+      return ctx.error("with the session's KV cache (cache_layer ", c.cacheLayer,
+                       ") needs a padding mask [batch, past + sequence]");
+    c.past = mask->shape[1] - c.fresh;
+    if (c.past < 0)
+      return ctx.error("padding mask width ", mask->shape[1], " is shorter than the ",
+                       c.fresh, " new tokens");
+  }
+  c.total = c.past + c.fresh;
+  if (mask) {
+    if (isFloat(mask->dtype)) {
+      const Shape &m = mask->shape;
+      bool fits = m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
+                  (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) &&
+                  m[2] == c.fresh && m[3] == c.total;
+      if (!fits)
+        return ctx.error("an additive mask must broadcast to [", c.batch, ", ", c.heads, ", ",
+                         c.fresh, ", ", c.total, "], not ", shapeString(m));
+    } else if (mask->shape != Shape{c.batch, c.total}) {
+      return ctx.error("the padding mask must be [", c.batch, ", ", c.total, "], not ",
+                       shapeString(mask->shape));
+    }
+  }
+  if (c.rotaryDim > 0 || c.alibi) {
+    const TensorRef *positions = ctx.input(kPositions);
+    if (c.rotaryDim > 0 && !positions)
+      return ctx.error("rotary embeddings need the positions input");
+    if (c.alibi && (!mask || isFloat(mask->dtype)))
+      return ctx.error("ALiBi needs the padding mask (key positions count attended tokens)");
+    if (positions && positions->shape != Shape{c.batch, c.fresh})
+      return ctx.error("positions must be [", c.batch, ", ", c.fresh, "], not ",
+                       shapeString(positions->shape));
+  }
+  if (!c.sessionCache && ctx.numOutputs != 1 && ctx.numOutputs != 3)
+    return ctx.error("has 1 output, or 3 with the present key and value, not ",
+                     ctx.numOutputs);
+  return Status::ok();
+}
+
+Status inferAttention(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  for (int i : {kQuery, kKey, kValue})
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, i, "query/key/value", kFloatTypes));
+  if (ctx.input(kPositions))
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, kPositions, "positions", kIndexTypes));
+  AttentionConfig c;
+  DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
+  DType dtype = ctx.input(kQuery)->dtype;
+  outputs.push_back({dtype, ctx.input(kQuery)->shape});
+  if (ctx.numOutputs == 3) {
+    outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});
+    outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});
+  }
+  return Status::ok();
+}
+
+// transformers' get_slopes (BLOOM's build_alibi_tensor): a geometric sequence per power of
+// two of heads, interleaved with the next power's for the rest.
+std::vector<float> alibiSlopes(int64_t heads) {
+  int64_t closest = 1;
+  while (closest * 2 <= heads)
+    closest *= 2;
+  std::vector<float> slopes;
+  float base = std::pow(2.0f, -std::pow(2.0f, -(std::log2(float(closest)) - 3)));
+  for (int64_t i = 1; i <= closest; ++i)
+    slopes.push_back(std::pow(base, float(i)));
+  if (closest != heads) {
+    float extra = std::pow(2.0f, -std::pow(2.0f, -(std::log2(float(2 * closest)) - 3)));
+    for (int64_t i = 0; i < heads - closest; ++i)
+      slopes.push_back(std::pow(extra, float(1 + 2 * i)));
+  }
+  return slopes;
+}
+
+// Rotates the first rotaryDim features of each head of `x` ([tokens, heads * d]) in place,
+// at `positions[token]`. The angles are computed in fp32 as transformers does.
+void applyRotary(float *x, int64_t tokens, int64_t heads, const AttentionConfig &c,
+                 const std::vector<int64_t> &positions) {
+  int64_t half = c.rotaryDim / 2;
+  std::vector<float> inverseFrequency(half);
+  for (int64_t i = 0; i < half; ++i)
+    inverseFrequency[i] = static_cast<float>(
+        1.0 / std::pow(c.rotaryBase, double(2 * i) / double(c.rotaryDim)));
+  for (int64_t t = 0; t < tokens; ++t) {
+    float position = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      float angle = position * inverseFrequency[i];
+      float cosine = std::cos(angle), sine = std::sin(angle);
+      for (int64_t h = 0; h < heads; ++h) {
+        float *head = x + (t * heads + h) * c.headDim;
+        int64_t a = c.interleaved ? 2 * i : i, b = c.interleaved ? 2 * i + 1 : i + half;
+        float first = head[a], second = head[b];
+        head[a] = first * cosine - second * sine;
+        head[b] = second * cosine + first * sine;
+      }
+    }
+  }
+}
+
+Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
+  AttentionConfig c;
+  DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
+  const int64_t B = c.batch, S = c.fresh, P = c.past, T = c.total, H = c.heads,
+                KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
+  std::vector<float> q, kNew, vNew;
+  {
+    FloatView query(*ctx.input(kQuery)), k(*ctx.input(kKey)), v(*ctx.input(kValue));
+    q.assign(query.data(), query.data() + B * S * H * D);
+    kNew.assign(k.data(), k.data() + B * S * KH * D);
+    vNew.assign(v.data(), v.data() + B * S * KH * D);
+  }
+  std::vector<int64_t> positions;
+  if (ctx.input(kPositions))
+    DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
+  if (c.rotaryDim > 0) {
+    applyRotary(q.data(), B * S, H, c, positions);
+    applyRotary(kNew.data(), B * S, KH, c, positions);
+  }
+
+  // Keys and values of every attended position, [B, KH, T, D]: in the session's cache, or
+  // assembled from the past inputs and the new tokens.
+  std::vector<float> kAllStorage, vAllStorage;
+  const float *kAll = nullptr, *vAll = nullptr;
+  int64_t batchStride = KH * T * D, headStride = T * D;
+  auto placeNew = [&](float *keys, float *values, int64_t bStride, int64_t hStride) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < KH; ++h) {
+          const float *ks = &kNew[((b * S + s) * KH + h) * D];
+          const float *vs = &vNew[((b * S + s) * KH + h) * D];
+          std::copy(ks, ks + D, keys + b * bStride + h * hStride + (P + s) * D);
+          std::copy(vs, vs + D, values + b * bStride + h * hStride + (P + s) * D);
+        }
+  };
+  if (c.sessionCache) {
+    if (!ctx.cache || c.cacheLayer >= static_cast<int64_t>(ctx.cache->layers.size()))
+      return ctx.error("needs the session's KV cache layer ", c.cacheLayer,
+                       ", which this caller does not provide");
+    const KvCacheLayer &layer = ctx.cache->layers[c.cacheLayer];
+    if (layer.dtype != DType::F32 || layer.kvHeads != KH || layer.headDim != D)
+      return ctx.error("KV cache layer ", c.cacheLayer, " does not match the attention");
+    if (B > layer.batch || T > layer.capacity)
+      return ctx.error("batch ", B, " with ", T, " tokens does not fit the KV cache (batch ",
+                       layer.batch, ", ", layer.capacity, " tokens)");
+    batchStride = KH * layer.capacity * D;
+    headStride = layer.capacity * D;
+    auto *keys = static_cast<float *>(layer.key), *values = static_cast<float *>(layer.value);
+    placeNew(keys, values, batchStride, headStride);
+    kAll = keys;
+    vAll = values;
+  } else {
+    kAllStorage.resize(B * KH * T * D);
+    vAllStorage.resize(B * KH * T * D);
+    if (P > 0) {
+      FloatView pk(*ctx.input(kPastKey)), pv(*ctx.input(kPastValue));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < KH; ++h) {
+          int64_t from = (b * c.pastHeads + c.pastHeadOffset + h) * P * D;
+          int64_t to = (b * KH + h) * T * D;
+          std::copy(pk.data() + from, pk.data() + from + P * D, kAllStorage.data() + to);
+          std::copy(pv.data() + from, pv.data() + from + P * D, vAllStorage.data() + to);
+        }
+    }
+    placeNew(kAllStorage.data(), vAllStorage.data(), batchStride, headStride);
+    kAll = kAllStorage.data();
+    vAll = vAllStorage.data();
+  }
+
+  // Which keys each row may attend, and the additive terms.
+  const TensorRef *mask = ctx.input(kMask);
+  std::vector<int64_t> padding;
+  std::optional<FloatView> additive;
+  if (mask && !isFloat(mask->dtype)) {
+    if (mask->dtype == DType::Bool) {
+      padding.resize(B * T);
+      for (int64_t i = 0; i < B * T; ++i)
+        padding[i] = static_cast<const uint8_t *>(mask->data)[i] != 0;
+    } else {
+      DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kMask, "mask", padding));
+    }
+  } else if (mask) {
+    additive.emplace(*mask);
+  }
+  std::vector<float> slopes;
+  if (c.alibi) {
+    std::vector<float> all = alibiSlopes(c.globalHeads);
+    slopes.assign(all.begin() + c.headOffset, all.begin() + c.headOffset + H);
+  }
+  // ALiBi's key position counts the attended tokens before it (cumsum of the mask - 1).
+  std::vector<float> keyPosition;
+  if (c.alibi) {
+    keyPosition.resize(B * T);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t count = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        bool on = padding[b * T + t] != 0;
+        count += on;
+        keyPosition[b * T + t] = on ? float(count - 1) : 0.0f;
+      }
+    }
+  }
+
+  FloatOutput out(*outputs[0]);
+  float *y = out.data();
+  parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(T);
+    std::vector<char> allowed(T), visible(T);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
+      const float *keys = kAll + b * batchStride + kh * headStride;
+      const float *values = vAll + b * batchStride + kh * headStride;
+      for (int64_t s = 0; s < S; ++s) {
+        const float *query = &q[((b * S + s) * H + h) * D];
+        int64_t position = P + s;
+        float maximum = -std::numeric_limits<float>::infinity();
+        bool any = false;
+        for (int64_t t = 0; t < T; ++t) {
+          bool causalOk = !c.causal || t <= position;
+          bool windowOk = c.window == 0 || t > position - c.window;
+          bool paddingOk = padding.empty() || padding[b * T + t] != 0;
+          visible[t] = causalOk;
+          allowed[t] = causalOk && windowOk && paddingOk;
+          float dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += query[d] * keys[t * D + d];
+          float score = dot * c.scale;
+          if (c.alibi)
+            score += slopes[h] * keyPosition[b * T + t];
+          if (additive) {
+            int64_t mb = mask->shape[0] == 1 ? 0 : b;
+            int64_t mh = mask->shape[1] == 1 ? 0 : mask->shape[1] == H ? h : c.headOffset + h;
+            score += (*additive)[((mb * mask->shape[1] + mh) * S + s) * T + t];
+          }
+          scores[t] = score;
+          if (allowed[t]) {
+            any = true;
+            maximum = std::max(maximum, score);
+          }
+        }
+        float *row = y + ((b * S + s) * H + h) * D;
+        std::fill(row, row + D, 0.0f);
+        if (!any) {
+          // No key to attend (a padding query): transformers' finfo.min masks leave every
+          // masked score equal, so the row averages the values; GPT-Neo's doubled mask
+          // leaves only the causally visible ones equal.
+          int64_t count = 0;
+          for (int64_t t = 0; t < T; ++t)
+            if (!c.unattendedCausal || visible[t]) {
+              ++count;
+              for (int64_t d = 0; d < D; ++d)
+                row[d] += values[t * D + d];
+            }
+          for (int64_t d = 0; d < D && count > 0; ++d)
+            row[d] /= float(count);
+          continue;
+        }
+        float sum = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          scores[t] = allowed[t] ? std::exp(scores[t] - maximum) : 0.0f;
+          sum += scores[t];
+        }
+        for (int64_t t = 0; t < T; ++t) {
+          if (scores[t] == 0.0f)
+            continue;
+          float weight = scores[t] / sum;
+          for (int64_t d = 0; d < D; ++d)
+            row[d] += weight * values[t * D + d];
+        }
+      }
+    }
+  });
+  out.finish();
+  if (outputs.size() == 3) {
+    for (int which = 0; which < 2; ++which) {
+      const float *all = which == 0 ? kAll : vAll;
+      std::vector<float> present(B * KH * T * D);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < KH; ++h)
+          std::copy(all + b * batchStride + h * headStride,
+                    all + b * batchStride + h * headStride + T * D,
+                    present.data() + (b * KH + h) * T * D);
+      storeFloats(present, *outputs[1 + which]);
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+void addAttentionKernels(std::vector<KernelInfo> &kernels) {
+  kernels.push_back({"tfm.attention", 3, 7, 3, 1, 3, inferAttention, computeAttention});
+}
+
+} // namespace dsrt::ops
