@@ -51,6 +51,7 @@ add_subdirectory(runtime)
 add_subdirectory(tools/dsrun)
 add_subdirectory(tools/dsbench)
 add_subdirectory(tools/dsp-dump)
+add_subdirectory(tools/dseval)
 
 # The GPU suite, with dsc from DSC_EXTRA_TOOLS_DIR (put on the tests' PATH where lit puts
 # LLVM's tools) and everything else from this build.

@@ -18,6 +18,9 @@ config.environment["PATH"] = os.pathsep.join(
 # Tensor-parallel model tests also run their ranks as MPI processes where mpirun exists.
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
+# mpirun with a session directory of its own (test/models/mpirun.sh says why).
+config.substitutions.append(
+    ("%mpirun", "sh " + os.path.join(config.dsc_src_root, "test", "models", "mpirun.sh")))
 # Test scripts use the standard library only.
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.dsc_src_root, "test", "models")))

@@ -4,14 +4,17 @@
 #
 #   bench/gpu/run.sh [--models gpt2-124m,gpt2-355m,...] [--prompt-len 128] [--new-tokens 128]
 #                    [--iterations 5] [--warmup 2] [--work DIR] [--no-hf] [--no-compile]
-#                    [--tests] [--no-bench]
+#                    [--tests] [--no-bench] [--no-int8] [--int8-group-size G]
 #
-# 1. builds libdsrt, dsrun and dsbench there (cmake -DDSC_RUNTIME_ONLY=ON, with the bundle's
+# 1. builds libdsrt, dsrun, dsbench and dseval there (cmake -DDSC_RUNTIME_ONLY=ON, with the bundle's
 #    generated plan header and header-only dependencies) into build-gpu-rt/;
 # 2. per model: builds the HF model with random weights from its config and exports it to
 #    ONNX (bench.py export, tools/fixtures' export code), `dsc compile --dtype fp16`, and
 #    `dsbench --device cuda --json` at batch 1; then times transformers in fp16 on the same
 #    GPU (bench.py hf: eager and torch.compile, the same prompt and step count);
+#    Each model is also compiled with `--dtype int8` (weight-only, per output channel, or
+#    --int8-group-size G; docs/int8.md) and timed the same way: its row gives the speedup over
+#    the fp16 row and the weight bandwidth it achieves (--no-int8 leaves it out);
 # 3. prints one table and writes it as markdown and JSON under $OUT when it is set.
 # --tests runs the GPU test suite (test/gpu, `ctest -L gpu`) after the build; --no-bench
 # skips the benchmark.
@@ -24,6 +27,7 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 models=gpt2-124m,gpt2-355m,gpt2-774m,gpt2-1.5b,opt-1.3b,llama-1b
 prompt=128 new=128 iterations=5 warmup=2 work=/tmp/dsc-gpu-bench hf=1 compile=1 tests=0 bench=1
+int8=1 group=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift ;;
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
     --no-compile) compile=0 ;;
     --tests) tests=1 ;;
     --no-bench) bench=0 ;;
+    --no-int8) int8=0 ;;
+    --int8-group-size) group=$2; shift ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -49,13 +55,14 @@ mkdir -p "$work"
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 # 1. The runtime, built here (no LLVM on this machine).
-if [ ! -x "$build/bin/dsbench" ] || [ ! -x "$build/bin/dsrun" ]; then
-  log "building libdsrt, dsrun, dsbench (runtime-only) in $build"
+# dseval: the GPU suite's int8 tests (test/gpu/int8*.test) compare plans with it.
+if [ ! -x "$build/bin/dsbench" ] || [ ! -x "$build/bin/dsrun" ] || [ ! -x "$build/bin/dseval" ]; then
+  log "building libdsrt, dsrun, dsbench, dseval (runtime-only) in $build"
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDSC_RUNTIME_ONLY=ON \
         -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
         -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
         -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" >"$work/cmake.log" 2>&1 &&
-    ninja -C "$build" dsrt dsrun dsbench dsp-dump >"$work/ninja.log" 2>&1 ||
+    ninja -C "$build" dsrt dsrun dsbench dsp-dump dseval >"$work/ninja.log" 2>&1 ||
     { tail -30 "$work/cmake.log" "$work/ninja.log"; echo "run.sh: the runtime build failed" >&2; exit 1; }
 fi
 export PATH="$bundle/bin:$build/bin:$PATH"
@@ -98,6 +105,25 @@ for name in $names; do
   dsbench "$plan" --device cuda --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
       --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench.json" 2>"$dir/dsbench.log" ||
     { rm -f "$dir/dsbench.json"; tail -20 "$dir/dsbench.log" > "$dir/error.txt"; log "$name: dsbench failed"; cat "$dir/error.txt"; }
+  if [ "$int8" = 1 ]; then
+    # The fp16 plan's limits and dsbench's settings, so that only the weights differ.
+    rm -f "$dir/error-int8.txt" "$dir/dsbench-int8.json"
+    plan8=$dir/int8-g$group-$seq_len.dsp
+    grouping=""
+    [ "$group" = 0 ] || grouping="--int8-group-size $group"
+    if [ ! -f "$plan8" ]; then
+      log "$name: dsc compile --dtype int8 $grouping"
+      dsc compile "$dir/model.onnx" -o "$plan8" --dtype int8 $grouping \
+          --max-batch 1 --max-seq-len "$seq_len" >"$dir/dsc-int8.log" 2>&1 ||
+        { rm -f "$plan8"; tail -20 "$dir/dsc-int8.log" > "$dir/error-int8.txt"; log "$name: dsc --dtype int8 failed"; cat "$dir/error-int8.txt"; }
+    fi
+    if [ -f "$plan8" ]; then
+      log "$name: dsbench --device cuda (int8)"
+      dsbench "$plan8" --device cuda --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
+          --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench-int8.json" 2>"$dir/dsbench-int8.log" ||
+        { rm -f "$dir/dsbench-int8.json"; tail -20 "$dir/dsbench-int8.log" > "$dir/error-int8.txt"; log "$name: dsbench (int8) failed"; cat "$dir/error-int8.txt"; }
+    fi
+  fi
   if [ "$hf" = 1 ]; then
     log "$name: transformers fp16"
     flags=""

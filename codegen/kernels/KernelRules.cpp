@@ -62,11 +62,14 @@ dsrt::DType RuleInput::deviceDType(const dsp::TensorT &tensor) const {
     return static_cast<dsrt::DType>(
         plan_.sections.front()->weights[tensor.weight_index]->dtype);
   // Before the writer lays out the sections (dsc attaches kernels first), the export's
-  // rule applies: f32 weights are stored in --dtype's type (compiler/lowering/ExportPlan).
+  // rule applies: f32 weights are stored in --dtype's type (compiler/lowering/ExportPlan),
+  // or with --dtype int8 in the compute dtype (docs/int8.md: scales, biases, norms, ...).
   if (own == dsrt::DType::F32 && plan_.options) {
-    if (plan_.options->dtype == "fp16")
+    const std::string &stored =
+        plan_.options->dtype == "int8" ? plan_.options->compute_dtype : plan_.options->dtype;
+    if (stored == "fp16")
       return dsrt::DType::F16;
-    if (plan_.options->dtype == "bf16")
+    if (stored == "bf16")
       return dsrt::DType::BF16;
   }
   return own;

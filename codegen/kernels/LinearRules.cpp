@@ -1,9 +1,15 @@
 // Rules of tfm.linear (with the fuse pass's epilogue: activation, residual) and
 // tfm.lm_head. Their launcher is runtime/src/cuda/ops/LinearOps.cpp; the slot order here
-// is its:
+// is its. Float weights (f32, f16, bf16):
 //   0 gemv                 rows <= 8: act(x·Wᵀ + b) + residual in one launch
 //   1 linear_epilogue      after cuBLASLt: bias, activation and residual over [rows, out]
 //   2 convert_activations  f32 activations to the weight dtype (f16/bf16 weights only)
+// int8 weights with scales (tfm.linear, and tfm.lm_head, whose scales take tfm.linear's
+// position 3; docs/cuda-backend.md, "int8 linears"):
+//   0 gemv                 as above, dequantizing inside (WT 8, SDT, GS)
+//   1 linear_epilogue      as above
+//   2 dequantize_int8      rows > 8: w^ = q * scale into scratch, in the scales' dtype
+//   3 convert_activations  f32 activations to the scales' dtype (f16/bf16 scales only)
 #include "codegen/kernels/KernelRules.h"
 
 namespace dsc::codegen {
@@ -49,11 +55,15 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
     return false;
   }
   const DType weightType = in.deviceDType(*weight);
-  if (weightType == DType::I8 || (isLinear && in.input(kScales))) {
-    reason = "int8 weights with scales have no GPU kernel yet";
+  const dsp::TensorT *scales = in.input(kScales);
+  const bool int8 = weightType == DType::I8;
+  if (int8 != (scales != nullptr)) {
+    reason = int8 ? "the int8 weight has no scales"
+                  : std::string("has scales beside a ") + dsrt::dtypeName(weightType) +
+                        " weight (scales belong to int8 weights)";
     return false;
   }
-  if (!isStoredFloat(weightType)) {
+  if (!int8 && !isStoredFloat(weightType)) {
     reason = std::string("the weight is stored as ") + dsrt::dtypeName(weightType);
     return false;
   }
@@ -61,6 +71,26 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   if (k <= 0 || in.staticDim(*in.input(kInput), -1) != k) {
     reason = "the in-feature count is dynamic (or disagrees between input and weight)";
     return false;
+  }
+  // int8: the scales' stored dtype (that of the GEMM path's dequantized weight) and the
+  // group size, which is the same on every tensor-parallel rank; one group per row is GS 0,
+  // since an uneven rank's rows are shorter than rank 0's.
+  DType scaleType = DType::F32;
+  int64_t groupSize = 0;
+  if (int8) {
+    scaleType = in.deviceDType(*scales);
+    if (!isStoredFloat(scaleType)) {
+      reason = std::string("the int8 scales are stored as ") + dsrt::dtypeName(scaleType) +
+               ", not a float dtype";
+      return false;
+    }
+    const int64_t groups = scales->shape.size() == 2 ? in.staticDim(*scales, 1) : -1;
+    if (groups <= 0 || k % groups != 0 || in.staticDim(*scales, 0) != in.staticDim(*weight, 0)) {
+      reason = "the int8 scales are not a static [out, groups] with groups dividing " +
+               std::to_string(k);
+      return false;
+    }
+    groupSize = groups == 1 ? 0 : k / groups;
   }
   // gemv indexes rows of x with int: rows (<= 8) * K must fit.
   if (k > (int64_t(1) << 27)) {
@@ -93,20 +123,29 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   }
 
   const int64_t wt = static_cast<int64_t>(weightType);
-  kernels.push_back({"gemv",
-                     {{"K", k},
-                      {"WT", wt},
-                      {"ACT", activation},
-                      {"HAS_BIAS", hasBias},
-                      {"BIAS_DT", biasType},
-                      {"HAS_RESIDUAL", hasResidual}}});
+  KernelSpec gemv{"gemv", {{"K", k}, {"WT", wt}}};
+  if (int8) {
+    gemv.constants.push_back({"SDT", static_cast<int64_t>(scaleType)});
+    gemv.constants.push_back({"GS", groupSize});
+  }
+  gemv.constants.insert(gemv.constants.end(), {{"ACT", activation},
+                                               {"HAS_BIAS", hasBias},
+                                               {"BIAS_DT", biasType},
+                                               {"HAS_RESIDUAL", hasResidual}});
+  kernels.push_back(std::move(gemv));
   kernels.push_back({"linear_epilogue",
                      {{"ACT", activation},
                       {"HAS_BIAS", hasBias},
                       {"BIAS_DT", biasType},
                       {"HAS_RESIDUAL", hasResidual}}});
-  if (weightType != DType::F32)
-    kernels.push_back({"convert_activations", {{"WT", wt}}});
+  // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the
+  // scales' (the dequantized weight's).
+  const DType gemmType = int8 ? scaleType : weightType;
+  if (int8)
+    kernels.push_back({"dequantize_int8",
+                       {{"SDT", static_cast<int64_t>(scaleType)}, {"GS", groupSize}}});
+  if (gemmType != DType::F32)
+    kernels.push_back({"convert_activations", {{"WT", static_cast<int64_t>(gemmType)}}});
   return true;
 }
 

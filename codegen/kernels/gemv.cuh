@@ -3,22 +3,49 @@
 //
 // Decode is bound by reading the weight once, so the kernel is organised around that read:
 // one warp per output feature (warps stride over the features, so any grid size covers N),
-// each lane reading 16 bytes of the weight row at a time (4 f32 or 8 f16/bf16) and
+// each lane reading 16 bytes of the weight row at a time (4 f32, 8 f16/bf16 or 16 int8) and
 // multiplying them with every row of x; f32 accumulation, a warp-shuffle reduction, then
 // the fused epilogue. The x rows are staged in shared memory as f32 when the launcher gives
 // rows*k*4 bytes of it (`staged`), and read from global memory (through the caches)
 // otherwise. The vector path needs every weight row 16-byte aligned (k a multiple of the
 // vector width and an aligned base); otherwise every load is scalar.
 //
-// Constants: K (the plan's in-feature count), WT (weight dtype: 1 f32, 2 f16, 3 bf16),
-// ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
-// HAS_RESIDUAL (0/1).
+// int8 weights (WT 8; docs/cuda-backend.md, "int8 linears"): w^[n, k] = q[n, k] *
+// scales[n, k / group], scales [n, groups] of dtype SDT. The 16 weights of one load share
+// one scale when GS is a multiple of 16, so a lane reads one scale per 16-byte chunk, sums
+// q·x over the chunk and scales the sum; with one group per row (GS 0) the scale is applied
+// once, after the warp's reduction. Any other GS takes the scalar path (one scale per
+// element). Either way int8 reads half the weight bytes of f16.
+//
+// Constants: K (the plan's in-feature count), WT (weight dtype: 1 f32, 2 f16, 3 bf16, 8
+// int8), ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
+// HAS_RESIDUAL (0/1); int8 weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and
+// GS (the group size along k, the same on every tensor-parallel rank; 0: one group per row,
+// whatever the run's k).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
 // of 32.
 #include "dsc_common.cuh"
 
+#ifndef DSC_DT_I8
+#define DSC_DT_I8 8
+#endif
+
+#ifndef SDT
+#define SDT DSC_DT_F32  // float weights have no scales
+#endif
+#ifndef GS
+#define GS 0
+#endif
+
+#if WT == DSC_DT_I8 && !(SDT == DSC_DT_F32 || SDT == DSC_DT_F16 || SDT == DSC_DT_BF16)
+#error "gemv: int8 weights need SDT 1 (f32), 2 (f16) or 3 (bf16) scales"
+#endif
+#if GS < 0
+#error "gemv: GS must be 0 (one group per row) or the group size"
+#endif
+
 #define GEMV_MAX_ROWS 8
-#define GEMV_VEC (16 / (WT == DSC_DT_F32 ? 4 : 2))
+#define GEMV_VEC (WT == DSC_DT_I8 ? 16 : 16 / (WT == DSC_DT_F32 ? 4 : 2))
 
 struct alignas(16) GemvWords {
   unsigned int a, b, c, d;
@@ -28,13 +55,25 @@ struct alignas(16) GemvFloat4 {
   float x, y, z, w;
 };
 
-// The GEMV_VEC weights of one 16-byte load, as f32.
+// The GEMV_VEC weights of one 16-byte load, as f32 (int8: the integers, unscaled).
 static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *out) {
   const unsigned int words[4] = {v.a, v.b, v.c, v.d};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (WT == DSC_DT_F32) {
       out[i] = __uint_as_float(words[i]);
+    } else if (WT == DSC_DT_I8) {
+      // Little endian: element 4i + b is byte b of word i, two's complement. Widened
+      // without the integer-to-float conversion, which runs at a quarter of the FP32 rate
+      // and would bound the kernel below the memory's 16 weights per load: flipping each
+      // byte's sign bit gives q + 128 in [0, 255]; as the low mantissa bits of 2^23
+      // (0x4B000000, whose ulp is 1) that is the float 2^23 + q + 128, exactly, and
+      // subtracting 2^23 + 128 leaves q, exactly.
+      const unsigned int biased = words[i] ^ 0x80808080u;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        out[4 * i + b] =
+            __uint_as_float(0x4B000000u | ((biased >> (8 * b)) & 0xffu)) - 8388736.0f;
     } else {
       // Little endian: element 2i is the low half of word i.
       const unsigned short low = static_cast<unsigned short>(words[i] & 0xffffu);
@@ -50,13 +89,29 @@ static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *ou
   }
 }
 
+// Weight k of row `row_start / k` as f32, scale included (the scalar path).
+static __device__ __forceinline__ float gemv_weight(const void *w, const void *scales,
+                                                    long long row_start, long long scale_row,
+                                                    int k) {
+  if constexpr (WT == DSC_DT_I8) {
+    const float q = static_cast<float>(static_cast<const signed char *>(w)[row_start + k]);
+    // One group per row: the scale is applied after the reduction.
+    if (GS == 0)
+      return q;
+    return q * dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
+  } else {
+    return dsc_load_float<WT>(w, row_start + k);
+  }
+}
+
 // One block's share of the features, for in-feature count KK when it is a compile-time
 // constant (the plan's K) or k (KK == 0): a tensor-parallel rank of an uneven split runs the
 // plan's kernel with fewer in-features than rank 0, for which the plan was specialised.
 template <int KK>
 static __device__ __forceinline__ void gemv_features(const float *xs, const void *w,
-                                                     const void *bias, const float *residual,
-                                                     float *y, int rows, int n_out, int k_run) {
+                                                     const void *scales, const void *bias,
+                                                     const float *residual, float *y, int rows,
+                                                     int n_out, int k_run) {
   const int k_in = KK > 0 ? KK : k_run;
   const int lane = threadIdx.x & 31;
   const int warps_per_block = blockDim.x >> 5;
@@ -66,13 +121,18 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
   // x rows start at multiples of k_in floats: 16-byte reads need k_in % 4 == 0 and an
   // aligned base (shared memory is aligned by its declaration).
   const bool x_vector = (k_in % 4 == 0) && dsc_aligned16(xs);
-  const bool w_vector = (k_in % GEMV_VEC == 0) && dsc_aligned16(w);
+  // int8 groups must not split a 16-weight load (one scale per load).
+  const bool groups_whole = WT != DSC_DT_I8 || GS == 0 || GS % GEMV_VEC == 0;
+  const bool w_vector = (k_in % GEMV_VEC == 0) && dsc_aligned16(w) && groups_whole;
+  // int8: scales are [n_out, groups]; the launcher checked that GS divides k_in.
+  const int groups = (WT == DSC_DT_I8 && GS > 0) ? k_in / (GS > 0 ? GS : 1) : 1;
 
   for (long long n = first; n < n_out; n += stride) {
     float acc[GEMV_MAX_ROWS];
 #pragma unroll
     for (int r = 0; r < GEMV_MAX_ROWS; ++r)
       acc[r] = 0.0f;
+    const long long scale_row = n * groups;
 
     if (w_vector) {
       const GemvWords *wrow = reinterpret_cast<const GemvWords *>(
@@ -83,28 +143,38 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
         float wv[GEMV_VEC];
         gemv_unpack(wrow[chunk], wv);
         const int k = chunk * GEMV_VEC;
+        // The chunk's scale (int8 with groups; 1 otherwise: the weights are the values).
+        float chunk_scale = 1.0f;
+        if (WT == DSC_DT_I8 && GS > 0)
+          chunk_scale = dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
 #pragma unroll
         for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
           if (r < rows) {
             const float *xr = xs + r * k_in + k;
+            // int8 groups: the chunk's own sum, scaled; otherwise straight into acc[r].
+            float dot = (WT == DSC_DT_I8 && GS > 0) ? 0.0f : acc[r];
             if (x_vector) {
 #pragma unroll
               for (int j = 0; j < GEMV_VEC; j += 4) {
                 const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
-                acc[r] += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+                dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
               }
             } else {
 #pragma unroll
               for (int j = 0; j < GEMV_VEC; ++j)
-                acc[r] += wv[j] * xr[j];
+                dot += wv[j] * xr[j];
             }
+            if (WT == DSC_DT_I8 && GS > 0)
+              acc[r] += chunk_scale * dot;
+            else
+              acc[r] = dot;
           }
         }
       }
     } else {
       const long long row_start = n * static_cast<long long>(k_in);
       for (int k = lane; k < k_in; k += 32) {
-        const float wk = dsc_load_float<WT>(w, row_start + k);
+        const float wk = gemv_weight(w, scales, row_start, scale_row, k);
 #pragma unroll
         for (int r = 0; r < GEMV_MAX_ROWS; ++r)
           if (r < rows)
@@ -116,6 +186,11 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
     for (int r = 0; r < GEMV_MAX_ROWS; ++r)
       acc[r] = dsc_warp_sum(acc[r]);
 
+    // int8 with one group per row: q·x, scaled once.
+    float row_scale = 1.0f;
+    if (WT == DSC_DT_I8 && GS == 0)
+      row_scale = dsc_load_float<SDT>(scales, n);
+
     // Lane r writes row r: the epilogue's loads spread over the warp.
     float bias_n = 0.0f;
     if (HAS_BIAS)
@@ -124,7 +199,7 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
     for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
       if (r < rows && lane == r) {
         const long long index = static_cast<long long>(r) * n_out + n;
-        float value = dsc_activate(ACT, acc[r] + bias_n);
+        float value = dsc_activate(ACT, acc[r] * row_scale + bias_n);
         if (HAS_RESIDUAL)
           value += residual[index];
         y[index] = value;
@@ -134,10 +209,11 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
 }
 
 // k: the in-feature count of this run (K, except on a rank of an uneven tensor-parallel
-// split). staged: whether the launcher gave rows * k * 4 bytes of dynamic shared memory.
-extern "C" __global__ void gemv(const float *x, const void *w, const void *bias,
-                                const float *residual, float *y, int rows, int n_out, int k,
-                                int staged) {
+// split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
+// whether the launcher gave rows * k * 4 bytes of dynamic shared memory.
+extern "C" __global__ void gemv(const float *x, const void *w, const void *scales,
+                                const void *bias, const float *residual, float *y, int rows,
+                                int n_out, int k, int staged) {
   extern __shared__ GemvFloat4 gemv_shared[];
   float *shared_x = reinterpret_cast<float *>(gemv_shared);
 
@@ -150,7 +226,7 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *bias,
   }
   const float *xs = staged ? shared_x : x;
   if (k == K)
-    gemv_features<K>(xs, w, bias, residual, y, rows, n_out, k);
+    gemv_features<K>(xs, w, scales, bias, residual, y, rows, n_out, k);
   else
-    gemv_features<0>(xs, w, bias, residual, y, rows, n_out, k);
+    gemv_features<0>(xs, w, scales, bias, residual, y, rows, n_out, k);
 }

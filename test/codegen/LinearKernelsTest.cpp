@@ -1,15 +1,18 @@
 // The kernels of tfm.linear and tfm.lm_head without a GPU: the rule's slots, constants and
 // declines on hand-built plans (codegen/kernels/LinearRules.cpp), and NVRTC compiling the
-// templates (gemv, linear_epilogue, convert_activations) in a spread of specialisations to
-// PTX and to sm_80 and sm_90 cubins (which runs ptxas on them): K that is and is not a
-// multiple of the 16-byte vector width, every weight dtype, every activation, with and
-// without bias and residual. NVRTC tests skip where it cannot be loaded.
+// templates (gemv, linear_epilogue, convert_activations, dequantize_int8) in a spread of
+// specialisations to PTX and to sm_80 and sm_90 cubins (which runs ptxas on them): K that
+// is and is not a multiple of the 16-byte vector width, every weight dtype (int8 with every
+// scales dtype, per channel and in groups that do and do not split a 16-byte load), every
+// activation, with and without bias and residual. NVRTC tests skip where it cannot be
+// loaded.
 #include "codegen/AttachKernels.h"
 #include "codegen/Nvrtc.h"
 #include "codegen/kernels/KernelRules.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 namespace dsc::codegen {
@@ -62,6 +65,21 @@ public:
     a->kind = dsp::AttrKind::string_;
     a->s = value;
     step.attrs.push_back(std::move(a));
+  }
+
+  // Rank 0's section as the writer lays it out: every weight stored in its own dtype except
+  // those of `storedAs` (a --dtype int8 plan stores f32 scales and biases in the compute
+  // dtype).
+  void section(const std::map<int, dsp::DType> &storedAs) {
+    auto made = std::make_unique<dsp::WeightSectionT>();
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      auto entry = std::make_unique<dsp::WeightEntryT>();
+      auto found = storedAs.find(static_cast<int>(i));
+      entry->dtype = found != storedAs.end() ? found->second : plan.tensors[i]->dtype;
+      made->weights.push_back(std::move(entry));
+    }
+    plan.sections.clear();
+    plan.sections.push_back(std::move(made));
   }
 
   bool run(const dsp::StepT &step, std::vector<KernelSpec> &specs, std::string &reason) {
@@ -156,6 +174,118 @@ TEST(LinearRules, DeclinesWithAReason) {
   EXPECT_TRUE(specs.empty());
 }
 
+// ---- int8 linears ----------------------------------------------------------------------
+
+TEST(LinearRules, Int8PerChannelLinearGetsTheDequantizationAndConversionSlots) {
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "fp16";
+  int x = b.tensor(dsp::DType::f32, {2, -1, 768});
+  int w = b.weight({3072, 768}, dsp::DType::i8), bias = b.weight({3072});
+  int scales = b.weight({3072, 1});
+  int residual = b.tensor(dsp::DType::f32, {2, -1, 3072});
+  int y = b.tensor(dsp::DType::f32, {2, -1, 3072});
+  b.section({{bias, dsp::DType::f16}, {scales, dsp::DType::f16}});
+  dsp::StepT &step = b.step("tfm.linear", {x, w, bias, scales, residual}, {y});
+  PlanBuilder::stringAttr(step, "activation", "gelu_tanh");
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(step, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].name(), "gemv_K768_WT8_SDT2_GS0_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
+  EXPECT_EQ(specs[1].name(), "linear_epilogue_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
+  EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS0");
+  EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
+}
+
+TEST(LinearRules, Int8GroupsGiveTheGroupSize) {
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "bf16";
+  int x = b.tensor(dsp::DType::f32, {-1, 4096});
+  int w = b.weight({11008, 4096}, dsp::DType::i8), scales = b.weight({11008, 32});
+  int y = b.tensor(dsp::DType::f32, {-1, 11008});
+  b.section({{scales, dsp::DType::bf16}});
+  dsp::StepT &step = b.step("tfm.linear", {x, w, -1, scales}, {y});
+  PlanBuilder::stringAttr(step, "activation", "silu");
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(step, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].name(), "gemv_K4096_WT8_SDT3_GS128_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS128");
+  EXPECT_EQ(specs[3].name(), "convert_activations_WT3");
+}
+
+TEST(LinearRules, Int8PlanBeforeTheWriterStoresFloatsInTheComputeDtype) {
+  // dsc attaches kernels before the writer lays out the sections: f32 scales and biases of
+  // a --dtype int8 plan are then known to be stored in CompileOptions.compute_dtype.
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "bf16";
+  int x = b.tensor(dsp::DType::f32, {-1, 64});
+  int w = b.weight({128, 64}, dsp::DType::i8), bias = b.weight({128});
+  int scales = b.weight({128, 2});
+  int y = b.tensor(dsp::DType::f32, {-1, 128});
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, bias, scales}, {y}), specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT3_GS32_ACTm1_HAS_BIAS1_BIAS_DT3_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS32");
+}
+
+TEST(LinearRules, Int8WithF32ScalesIsAnF32GemmWithoutConversion) {
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "fp32";
+  int x = b.tensor(dsp::DType::f32, {-1, 96});
+  int w = b.weight({64, 96}, dsp::DType::i8), scales = b.weight({64, 4});
+  int y = b.tensor(dsp::DType::f32, {-1, 64});
+  b.section({});
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, -1, scales}, {y}), specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].name(), "gemv_K96_WT8_SDT1_GS24_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT1_GS24");
+}
+
+TEST(LinearRules, Int8LmHeadHasItsScalesAtTheLinearsPosition) {
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "fp16";
+  int x = b.tensor(dsp::DType::f32, {4, 1, 64}), w = b.weight({300, 64}, dsp::DType::i8);
+  int scales = b.weight({300, 2});
+  int y = b.tensor(dsp::DType::f32, {4, 1, 300});
+  b.section({{scales, dsp::DType::f16}});
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.step("tfm.lm_head", {x, w, -1, scales}, {y}), specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT2_GS32_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS32");
+  EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
+}
+
+TEST(LinearRules, Int8DeclinesWithAReason) {
+  PlanBuilder b("int8");
+  b.plan.options->compute_dtype = "fp16";
+  int x = b.tensor(dsp::DType::f32, {-1, 64}), y = b.tensor(dsp::DType::f32, {-1, 64});
+  int w8 = b.weight({64, 64}, dsp::DType::i8), wHalf = b.weight({64, 64}, dsp::DType::f16);
+  int scales = b.weight({64, 2}, dsp::DType::f16), intScales = b.weight({64, 2}, dsp::DType::i32);
+  int oddScales = b.weight({64, 3}, dsp::DType::f16), flatScales = b.weight({64}, dsp::DType::f16);
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  auto declines = [&](const char *op, std::vector<int32_t> inputs, const char *expected) {
+    reason.clear();
+    EXPECT_FALSE(b.run(b.step(op, std::move(inputs), {y}), specs, reason)) << expected;
+    EXPECT_NE(reason.find(expected), std::string::npos) << reason;
+  };
+  declines("tfm.linear", {x, w8}, "int8 weight has no scales");
+  declines("tfm.linear", {x, wHalf, -1, scales}, "scales beside a f16 weight");
+  declines("tfm.linear", {x, w8, -1, intScales}, "scales are stored as i32");
+  declines("tfm.linear", {x, w8, -1, oddScales}, "groups dividing 64");
+  declines("tfm.linear", {x, w8, -1, flatScales}, "groups dividing 64");
+  declines("tfm.lm_head", {x, w8}, "int8 weight has no scales");
+  EXPECT_TRUE(specs.empty());
+}
+
 // ---- NVRTC ------------------------------------------------------------------------------
 
 class LinearNvrtcTest : public ::testing::Test {
@@ -202,6 +332,49 @@ TEST_F(LinearNvrtcTest, GemvSpecialisationsCompile) {
                  {"HAS_RESIDUAL", hasResidual}}});
       ++variant;
     }
+}
+
+TEST_F(LinearNvrtcTest, Int8GemvAndDequantizationSpecialisationsCompile) {
+  // {K, GS}: per channel, groups of 16 and 128 (the vector path), 24 (splits a 16-byte load:
+  // the scalar path), and K = 4100, not a multiple of 16 (scalar). Every scales dtype.
+  const std::pair<int64_t, int64_t> shapes[] = {{64, 0}, {4096, 128}, {768, 16}, {96, 24},
+                                                {4100, 0}, {4100, 20}};
+  int variant = 0;
+  for (auto [k, gs] : shapes)
+    for (int64_t sdt : {1, 2, 3}) {
+      int64_t act = variant % 6 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
+      compiles({"gemv",
+                {{"K", k},
+                 {"WT", 8},
+                 {"SDT", sdt},
+                 {"GS", gs},
+                 {"ACT", act},
+                 {"HAS_BIAS", hasBias},
+                 {"BIAS_DT", hasBias ? sdt : 1},
+                 {"HAS_RESIDUAL", hasResidual}}});
+      compiles({"dequantize_int8", {{"SDT", sdt}, {"GS", gs}}});
+      ++variant;
+    }
+}
+
+TEST_F(LinearNvrtcTest, Int8KernelsRefuseNonFloatScales) {
+  std::string source, ptx, error;
+  ASSERT_TRUE(specialiseKernel({"dequantize_int8", {{"SDT", 6}, {"GS", 0}}}, source).isOk());
+  EXPECT_FALSE(nvrtc->compile(source, "dequantize_int8_SDT6_GS0", kKernelPtxArch, ptx, error));
+  EXPECT_NE(error.find("SDT must be"), std::string::npos) << error;
+  ASSERT_TRUE(specialiseKernel({"gemv",
+                                {{"K", 64},
+                                 {"WT", 8},
+                                 {"SDT", 8},
+                                 {"GS", 0},
+                                 {"ACT", -1},
+                                 {"HAS_BIAS", 0},
+                                 {"BIAS_DT", 1},
+                                 {"HAS_RESIDUAL", 0}}},
+                               source)
+                  .isOk());
+  EXPECT_FALSE(nvrtc->compile(source, "gemv_SDT8", kKernelPtxArch, ptx, error));
+  EXPECT_NE(error.find("int8 weights need SDT"), std::string::npos) << error;
 }
 
 TEST_F(LinearNvrtcTest, EpilogueAndConversionSpecialisationsCompile) {

@@ -1,7 +1,10 @@
 #!/bin/bash
 # Compiles the fixture models with dsc (their kernels through NVRTC), extracts every
 # kernel's PTX with dsp-dump --extract-kernels and assembles it with ptxas for sm_80 and
-# sm_90: generated code that ptxas rejects fails here, without a GPU.
+# sm_90: generated code that ptxas rejects fails here, without a GPU. int8 plans (per
+# channel, groups of 32, bf16 scales) must have their int8 kernels (gemv with WT 8 and
+# dequantize_int8: a rule that declined would leave them out); `ptxas -v` prints the int8
+# gemv's registers and spills.
 #   check_ptxas.sh DSC DSP_DUMP MODELS_DIR WORK_DIR
 # Exits 77 (ctest's skip) when ptxas or NVRTC is not installed.
 set -u
@@ -50,10 +53,23 @@ for model in "$models"/*-op17/model.onnx; do
 done
 compile gpt2-op17-fp16 "$models/gpt2-op17/model.onnx" --dtype fp16
 compile gpt2-op17-bf16 "$models/gpt2-op17/model.onnx" --dtype bf16
-plans=$((plans + 2))
+compile gpt2-op17-int8 "$models/gpt2-op17/model.onnx" --dtype int8
+compile gpt2-op17-int8-g32 "$models/gpt2-op17/model.onnx" --dtype int8 --int8-group-size 32
+compile llama-op17-int8-bf16 "$models/llama-op17/model.onnx" --dtype int8 --compute-dtype bf16
+plans=$((plans + 5))
+
+for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
+  for kind in "gemv_*_WT8_*" "dequantize_int8_*"; do
+    found=$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)
+    if [ -z "$found" ]; then
+      echo "FAIL: the int8 plan $name has no $kind kernel"
+      failures=$((failures + 1))
+    fi
+  done
+done
 
 checked=0
-declare -A seen
+declare -A seen reported
 for ptx in "$work"/*/*.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
@@ -68,6 +84,19 @@ for ptx in "$work"/*/*.ptx; do
     fi
   done
   checked=$((checked + 1))
+done
+
+# Registers and spills of the int8 decode kernels, for the record (docs/cuda-backend.md).
+for ptx in "$work"/*/gemv_*_WT8_*.ptx; do
+  [ -e "$ptx" ] || continue
+  kernel=$(basename "$ptx" .ptx)
+  [ -n "${reported[$kernel]:-}" ] && continue
+  reported[$kernel]=1
+  for arch in sm_80 sm_90; do
+    usage=$("$ptxas" -v -arch=$arch "$ptx" -o "$work/ptxas.cubin" 2>&1 |
+            grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
+    echo "int8 gemv $kernel $arch: $usage"
+  done
 done
 
 echo "ptxas (sm_80, sm_90) checked $checked distinct kernels from $plans plans"

@@ -1,11 +1,14 @@
 // dsp-dump: prints what a plan file (.dsp) holds. A thin main over dsrt_plan: the file is
 // opened and verified exactly as the runtime does, so what is printed is what the runtime
-// would run; --verify-sections also checksums every rank's weights.
+// would run; --verify-sections also checksums every rank's weights. Each section's
+// "weight bytes" line sums its weights by stored dtype (docs/int8.md compares plans by it).
 #include "plan/PlanFile.h"
 
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 
 namespace {
@@ -86,9 +89,22 @@ void printHeader(const PlanFile &file) {
   std::printf("header: at %" PRIu64 ", %" PRIu64 " bytes, checksum %016" PRIx64 "\n",
               file.prelude().headerOffset, file.headerSize(), file.prelude().headerChecksum);
   std::printf("producer: %s\nmodel: %s\n", str(plan.producer()), str(plan.model_name()));
-  if (auto *o = plan.options())
+  if (auto *o = plan.options()) {
     std::printf("options: dtype %s, tp %d, command line \"%s\"\n", str(o->dtype()), o->tp(),
                 str(o->command_line()));
+    // Only int8 plans record a compute dtype; the others store every float weight as `dtype`.
+    const char *compute = o->compute_dtype() && o->compute_dtype()->size()
+                              ? str(o->compute_dtype())
+                              : "(not recorded)";
+    if (std::strcmp(str(o->dtype()), "int8") == 0)
+      std::printf("quantization: int8, compute dtype %s, int8 group size %d%s, int8 mlp extra "
+                  "grouping %s\n",
+                  compute, o->int8_group_size(),
+                  o->int8_group_size() == 0 ? " (per output channel)" : "",
+                  o->int8_mlp_extra_grouping() ? "on" : "off");
+    else
+      std::printf("quantization: none, compute dtype %s\n", compute);
+  }
   if (auto *l = plan.limits())
     std::printf("limits: max_batch %" PRId64 ", max_seq_len %" PRId64 "\n", l->max_batch(),
                 l->max_seq_len());
@@ -195,9 +211,64 @@ void printKernels(const dsp::Plan &plan) {
   }
 }
 
+// The weights that `op` steps (tfm.linear, tfm.lm_head) read as their weight (input 1) or
+// int8 scales (input 3): what --dtype int8 quantizes, so the size summary can set them apart.
+std::set<int32_t> layerWeights(const dsp::Plan &plan, const char *op) {
+  std::set<int32_t> weights;
+  for (uint32_t p = 0; p < length(plan.programs()); ++p) {
+    const dsp::Program &program = *plan.programs()->Get(p);
+    for (uint32_t s = 0; s < length(program.steps()); ++s) {
+      const dsp::Step &step = *program.steps()->Get(s);
+      if (std::strcmp(str(step.op()), op) != 0)
+        continue;
+      for (uint32_t input : {1u, 3u}) {
+        if (input >= length(step.inputs()) || step.inputs()->Get(input) < 0)
+          continue;
+        const dsp::Tensor &t = *plan.tensors()->Get(step.inputs()->Get(input));
+        if (t.kind() == dsp::TensorKind::weight)
+          weights.insert(t.weight_index());
+      }
+    }
+  }
+  return weights;
+}
+
+// One line per section: the bytes of its weights as stored (padding between them not
+// counted), in total, by stored dtype, those of the linear layers and the LM head, and
+// those one decode step reads (all but the embedding tables: the roofline of decode).
+void printWeightSummary(const dsp::Plan &plan, const dsp::WeightSection &section,
+                        const std::set<int32_t> &linear, const std::set<int32_t> &lmHead) {
+  uint64_t total = 0, linearBytes = 0, lmHeadBytes = 0;
+  std::map<std::string, uint64_t> byDtype;
+  for (uint32_t w = 0; w < length(section.weights()); ++w) {
+    const dsp::WeightEntry &e = *section.weights()->Get(w);
+    total += e.bytes();
+    byDtype[dtype(e.dtype())] += e.bytes();
+    if (linear.count(static_cast<int32_t>(w)))
+      linearBytes += e.bytes();
+    if (lmHead.count(static_cast<int32_t>(w)))
+      lmHeadBytes += e.bytes();
+  }
+  std::printf("    weight bytes: %" PRIu64 " total (", total);
+  const char *separator = "";
+  for (const auto &[name, bytes] : byDtype) {
+    std::printf("%s%s %" PRIu64, separator, name.c_str(), bytes);
+    separator = ", ";
+  }
+  std::printf("); tfm.linear weights and scales %" PRIu64
+              "; tfm.lm_head weights and scales %" PRIu64,
+              linearBytes, lmHeadBytes);
+  uint64_t decodeBytes = 0;
+  if (dsrt::programWeightBytes(plan, section.rank(), "decode", decodeBytes).isOk())
+    std::printf("; a decode step reads %" PRIu64, decodeBytes);
+  std::printf("\n");
+}
+
 // Returns false when a section fails verification.
 bool printSections(PlanFile &file, bool verify) {
   const dsp::Plan &plan = file.plan();
+  const std::set<int32_t> linear = layerWeights(plan, "tfm.linear");
+  const std::set<int32_t> lmHead = layerWeights(plan, "tfm.lm_head");
   bool ok = true;
   std::printf("\nsections (%u):\n", length(plan.sections()));
   for (uint32_t r = 0; r < length(plan.sections()); ++r) {
@@ -216,6 +287,7 @@ bool printSections(PlanFile &file, bool verify) {
       }
     }
     std::printf("\n");
+    printWeightSummary(plan, section, linear, lmHead);
     for (uint32_t w = 0; w < length(section.weights()); ++w) {
       const dsp::WeightEntry &e = *section.weights()->Get(w);
       std::printf("    %u %s: %s%s at +%" PRIu64 ", %" PRIu64 " bytes\n", w, str(e.name()),

@@ -1,15 +1,38 @@
 // tfm.linear's CUDA launcher (runtime/src/cuda/ops/LinearOps.cpp) and its kernel templates
-// (codegen/kernels/gemv.cuh, linear_epilogue.cuh, convert_activations.cuh) run on the host
-// through the attention test's emulation of CUDA's threads, barriers and warp shuffles
-// (AttentionEmulation.h), against a double-precision reference computed here from the same
-// stored (f32 or bf16) weights. cuBLASLt is replaced by a host GEMM over the operands the
-// launcher hands it, so the prefill path checks the conversion and epilogue kernels and the
-// launcher's wiring, not cuBLASLt. f16 is left out: its conversions are PTX (inline asm).
+// (codegen/kernels/gemv.cuh, linear_epilogue.cuh, convert_activations.cuh,
+// dequantize_int8.cuh) run on the host through the attention test's emulation of CUDA's
+// threads, barriers and warp shuffles (AttentionEmulation.h), against a double-precision
+// reference computed here from the same stored (f32 or bf16, or int8 with scales) weights.
+// cuBLASLt is replaced by a host GEMM over the operands the launcher hands it, so the prefill
+// path checks the dequantization, conversion and epilogue kernels and the launcher's wiring,
+// not cuBLASLt. f16 weights are left out: gemv unpacks them with PTX (inline asm). f16
+// scales (and f16 dequantized weights and activations on the int8 GEMM path) are in: the
+// kernels read and write them through dsc_load_float / dsc_store_float, whose f16
+// instances are replaced here by the runtime's conversions (both exact f16 -> f32 and
+// round-to-nearest-even f32 -> f16, as PTX's cvt).
 // Tolerance: |gpu − ref| <= 1e-5 + 1e-5·Σ|x·w| per element (f32 sums in another order;
-// bf16-converted activations on the GEMM path: 1e-2 relative, bf16's 8-bit mantissa).
+// scales are read exactly, so int8's gemv has the same bound). On the GEMM path the
+// operands are rounded to the GEMM dtype: bf16-converted activations (and bf16 dequantized
+// int8 weights) 1e-2 relative, 2 x bf16's unit roundoff 2^-8 ≈ 7.8e-3; f16 2e-3, 2 x 2^-11
+// ≈ 1e-3; f32 scales 1e-5 (w^ = q·s rounded once in f32).
 #include "AttentionEmulation.h"
 
 #include "dsc_common.cuh"
+
+#include "core/Tensor.h"
+
+// dsc_common.cuh converts f16 with PTX; on the host, with the runtime's conversions.
+template <> inline float dsc_load_float<DSC_DT_F16>(const void *data, long long index) {
+  float value = 0;
+  dsrt::convertFloats(dsrt::DType::F16, static_cast<const uint16_t *>(data) + index,
+                      dsrt::DType::F32, &value, 1);
+  return value;
+}
+template <>
+inline void dsc_store_float<DSC_DT_F16>(void *data, long long index, float value) {
+  dsrt::convertFloats(dsrt::DType::F32, &value, dsrt::DType::F16,
+                      static_cast<uint16_t *>(data) + index, 1);
+}
 
 #include "cuda/GpuOps.h"
 
@@ -36,8 +59,8 @@ template <typename... Params> void invokeKernel(void (*kernel)(Params...), void 
 }
 
 struct LinearKernels {
-  std::function<void(void **)> slots[3];
-  std::map<std::string, int64_t> constants[3];
+  std::function<void(void **)> slots[4];
+  std::map<std::string, int64_t> constants[4];
   size_t count = 2;
   // The dynamic shared memory gemv's blocks share (blocks run one after another).
   float *sharedX = nullptr;
@@ -53,6 +76,7 @@ struct LinearKernels {
 #define gemv EMU_LINEAR_CAT(EMU_FAMILY, gemv)
 #define linear_epilogue EMU_LINEAR_CAT(EMU_FAMILY, linear_epilogue)
 #define convert_activations EMU_LINEAR_CAT(EMU_FAMILY, convert_activations)
+#define dequantize_int8 EMU_LINEAR_CAT(EMU_FAMILY, dequantize_int8)
 // Declared inside an extern "C" function, it has C linkage: one name per family.
 #define gemv_shared EMU_LINEAR_CAT(EMU_FAMILY, gemv_shared)
 #define EMU_LINEAR_CAT2(family, kind) family##_##kind
@@ -89,6 +113,8 @@ LinearKernels kernels() {
 #undef HAS_RESIDUAL
 #undef GEMV_MAX_ROWS
 #undef GEMV_VEC
+#undef SDT
+#undef GS
 } // namespace f32_gelu
 
 // bf16 weights and bias, silu, no residual, K = 70: not a multiple of 8 (the scalar path).
@@ -126,6 +152,8 @@ LinearKernels kernels() {
 #undef HAS_RESIDUAL
 #undef GEMV_MAX_ROWS
 #undef GEMV_VEC
+#undef SDT
+#undef GS
 } // namespace bf16_silu
 
 // bf16 weights, nothing fused (tfm.lm_head's form), K = 128: the 16-byte vector path.
@@ -163,11 +191,279 @@ LinearKernels kernels() {
 #undef HAS_RESIDUAL
 #undef GEMV_MAX_ROWS
 #undef GEMV_VEC
+#undef SDT
+#undef GS
 } // namespace bf16_plain
+
+// int8 weights (WT 8): gemv dequantizes as it reads; prefill dequantizes into scratch in the
+// scales' dtype (slot 2) and converts the activations to it (slot 3, f16/bf16 scales).
+// The kernel set of an int8 family: SDT and GS are defined, WT is 8 for gemv and the
+// scales' dtype for convert_activations.
+#define EMU_INT8_KERNELS(ROWS_K)                                                              \
+  LinearKernels kernels() {                                                                   \
+    LinearKernels set;                                                                        \
+    set.count = SDT == DSC_DT_F32 ? 3 : 4;                                                    \
+    set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };                            \
+    set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };                 \
+    set.slots[2] = [](void **args) { invokeKernel(&dequantize_int8, args); };                 \
+    set.constants[0] = {{"K", K},       {"WT", 8},     {"SDT", SDT},   {"GS", GS},            \
+                        {"ACT", ACT},   {"HAS_BIAS", HAS_BIAS},       {"BIAS_DT", BIAS_DT},   \
+                        {"HAS_RESIDUAL", HAS_RESIDUAL}};                                      \
+    set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},           \
+                        {"HAS_RESIDUAL", HAS_RESIDUAL}};                                      \
+    set.constants[2] = {{"SDT", SDT}, {"GS", GS}};                                            \
+    set.slots[3] = convertActivations();                                                      \
+    set.constants[3] = {{"WT", SDT}};                                                         \
+    return set;                                                                               \
+  }
+
+// Per output channel (GS 0), f16 scales and bias, gelu_erf, residual; K = 64: the vector
+// path with the scale applied after the reduction.
+namespace i8_channel_f16 {
+#define EMU_FAMILY i8_channel_f16
+#define K 64
+#define WT 8
+#define SDT 2
+#define GS 0
+#define ACT 0
+#define HAS_BIAS 1
+#define BIAS_DT 2
+#define HAS_RESIDUAL 1
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+#undef WT
+#define WT SDT
+#include "convert_activations.cuh"
+std::function<void(void **)> convertActivations() {
+  return [](void **args) { invokeKernel(&convert_activations, args); };
+}
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_channel_f16
+
+// Groups of 16 (one per 16-byte load), bf16 scales, silu, nothing else fused; K = 64.
+namespace i8_group16_bf16 {
+#define EMU_FAMILY i8_group16_bf16
+#define K 64
+#define WT 8
+#define SDT 3
+#define GS 16
+#define ACT 3
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+#undef WT
+#define WT SDT
+#include "convert_activations.cuh"
+std::function<void(void **)> convertActivations() {
+  return [](void **args) { invokeKernel(&convert_activations, args); };
+}
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_group16_bf16
+
+// Groups of 64 over K = 128 (two per row), f32 scales and bias, relu, residual: the f32
+// GEMM path (no conversion kernel).
+namespace i8_group64_f32 {
+#define EMU_FAMILY i8_group64_f32
+#define K 128
+#define WT 8
+#define SDT 1
+#define GS 64
+#define ACT 4
+#define HAS_BIAS 1
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+std::function<void(void **)> convertActivations() { return nullptr; }
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_group64_f32
+
+// Groups of 24 over K = 96: a group splits a 16-byte load, so gemv takes the scalar path.
+// f16 scales and bias, gelu_tanh, residual.
+namespace i8_group24_f16 {
+#define EMU_FAMILY i8_group24_f16
+#define K 96
+#define WT 8
+#define SDT 2
+#define GS 24
+#define ACT 1
+#define HAS_BIAS 1
+#define BIAS_DT 2
+#define HAS_RESIDUAL 1
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+#undef WT
+#define WT SDT
+#include "convert_activations.cuh"
+std::function<void(void **)> convertActivations() {
+  return [](void **args) { invokeKernel(&convert_activations, args); };
+}
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_group24_f16
+
+// Long rows: K = 1104 is 69 16-byte int8 loads (276 for f32), so every lane of the warp
+// loops over several loads and sums them. Groups of 48 (f16 scales), per channel (bf16),
+// and f32 weights for the float path's accumulation.
+namespace i8_long_group48_f16 {
+#define EMU_FAMILY i8_long_group48_f16
+#define K 1104
+#define WT 8
+#define SDT 2
+#define GS 48
+#define ACT (-1)
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+#undef WT
+#define WT SDT
+#include "convert_activations.cuh"
+std::function<void(void **)> convertActivations() {
+  return [](void **args) { invokeKernel(&convert_activations, args); };
+}
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_long_group48_f16
+
+namespace i8_long_channel_bf16 {
+#define EMU_FAMILY i8_long_channel_bf16
+#define K 1104
+#define WT 8
+#define SDT 3
+#define GS 0
+#define ACT 3
+#define HAS_BIAS 1
+#define BIAS_DT 3
+#define HAS_RESIDUAL 0
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+#include "dequantize_int8.cuh"
+#undef WT
+#define WT SDT
+#include "convert_activations.cuh"
+std::function<void(void **)> convertActivations() {
+  return [](void **args) { invokeKernel(&convert_activations, args); };
+}
+GemvFloat4 gemv_shared[8 * K / 4];
+EMU_INT8_KERNELS()
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef SDT
+#undef GS
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+} // namespace i8_long_channel_bf16
+
+namespace f32_long {
+#define EMU_FAMILY f32_long
+#define K 1104
+#define WT 1
+#define ACT (-1)
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#include "gemv.cuh"
+#include "linear_epilogue.cuh"
+GemvFloat4 gemv_shared[8 * K / 4];
+LinearKernels kernels() {
+  LinearKernels set;
+  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
+  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
+  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
+                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
+                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
+  return set;
+}
+#undef EMU_FAMILY
+#undef K
+#undef WT
+#undef ACT
+#undef HAS_BIAS
+#undef BIAS_DT
+#undef HAS_RESIDUAL
+#undef GEMV_MAX_ROWS
+#undef GEMV_VEC
+#undef SDT
+#undef GS
+} // namespace f32_long
 
 #undef gemv
 #undef linear_epilogue
 #undef convert_activations
+#undef dequantize_int8
 #undef gemv_shared
 
 namespace dsrt::test {
@@ -185,6 +481,7 @@ public:
   std::vector<std::optional<DeviceTensor>> inputs;
   std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
+  int launchesPerSlot[4] = {};
 
   std::string_view op() const override { return op_; }
   const ops::AttrMap &attrs() const override { return attrs_; }
@@ -210,6 +507,7 @@ public:
     attention_emulation::launch({blocks, 1, 1}, {block.x, 1, 1},
                                 [&] { kernels_.slots[slot](args); });
     gemvLaunches += slot == 0;
+    ++launchesPerSlot[slot];
     return Status::ok();
   }
   size_t kernelCount() const override { return kernels_.count; }
@@ -275,14 +573,24 @@ double activate(int64_t kind, double x) {
 }
 
 // Runs tfm.linear over `rows` random rows with the family's kernels and compares with the
-// reference; `tolerance` is relative to Σ|x·w| of each element.
-void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance) {
-  const int64_t k = kernels.constants[0]["K"];
+// reference; `tolerance` is relative to Σ|x·w| of each element. int8 families (WT 8) get
+// random q in [-127, 127] and positive scales [n, k / GS] (GS 0: [n, 1]), and the reference
+// multiplies x with w^ = q · scale (the stored scale) in double. `kRun` (0: K) is the
+// in-feature count of a rank of an uneven tensor-parallel split, which runs the plan's
+// kernels specialised for rank 0's K.
+void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance,
+                 int64_t kRun = 0) {
+  const int64_t k = kRun > 0 ? kRun : kernels.constants[0]["K"];
   const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
   const int64_t act = kernels.constants[0]["ACT"];
   const bool hasBias = kernels.constants[0]["HAS_BIAS"] != 0;
   const bool hasResidual = kernels.constants[0]["HAS_RESIDUAL"] != 0;
   const DType biasType = static_cast<DType>(kernels.constants[0]["BIAS_DT"]);
+  const bool int8 = weightType == DType::I8;
+  const DType scaleType = int8 ? static_cast<DType>(kernels.constants[0]["SDT"]) : DType::F32;
+  const int64_t groupSize = int8 && kernels.constants[0]["GS"] > 0 ? kernels.constants[0]["GS"]
+                                                                   : k;
+  const int64_t groups = k / groupSize;
 
   std::mt19937 random(static_cast<unsigned>(rows * 1000 + n + k));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -295,10 +603,30 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   std::vector<float> x = randoms(rows * k), w = randoms(n * k), bias = randoms(n),
                      residual = randoms(rows * n), y(rows * n, -7.0f);
   // Stored in the kernels' dtypes; the reference reads the stored values back.
-  std::vector<uint8_t> wStored(w.size() * dtypeSize(weightType)),
-      biasStored(bias.size() * dtypeSize(biasType));
-  ASSERT_TRUE(convertFloats(DType::F32, w.data(), weightType, wStored.data(), n * k));
-  ASSERT_TRUE(convertFloats(weightType, wStored.data(), DType::F32, w.data(), n * k));
+  std::vector<uint8_t> wStored, biasStored(bias.size() * dtypeSize(biasType)), scalesStored;
+  if (int8) {
+    std::uniform_int_distribution<int> quantized(-127, 127);
+    std::uniform_real_distribution<float> scale(1e-3f, 2e-2f);
+    std::vector<float> scales(n * groups);
+    for (float &value : scales)
+      value = scale(random);
+    scalesStored.resize(scales.size() * dtypeSize(scaleType));
+    ASSERT_TRUE(convertFloats(DType::F32, scales.data(), scaleType, scalesStored.data(),
+                              n * groups));
+    ASSERT_TRUE(convertFloats(scaleType, scalesStored.data(), DType::F32, scales.data(),
+                              n * groups));
+    wStored.resize(n * k);
+    for (int64_t o = 0; o < n; ++o)
+      for (int64_t p = 0; p < k; ++p) {
+        const int q = quantized(random);
+        wStored[o * k + p] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        w[o * k + p] = static_cast<float>(double(q) * scales[o * groups + p / groupSize]);
+      }
+  } else {
+    wStored.resize(w.size() * dtypeSize(weightType));
+    ASSERT_TRUE(convertFloats(DType::F32, w.data(), weightType, wStored.data(), n * k));
+    ASSERT_TRUE(convertFloats(weightType, wStored.data(), DType::F32, w.data(), n * k));
+  }
   ASSERT_TRUE(convertFloats(DType::F32, bias.data(), biasType, biasStored.data(), n));
   ASSERT_TRUE(convertFloats(biasType, biasStored.data(), DType::F32, bias.data(), n));
 
@@ -309,7 +637,10 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     step.inputs.push_back(DeviceTensor{biasType, {n}, address(biasStored.data())});
   else
     step.inputs.push_back(std::nullopt);
-  step.inputs.push_back(std::nullopt);
+  if (int8)
+    step.inputs.push_back(DeviceTensor{scaleType, {n, groups}, address(scalesStored.data())});
+  else
+    step.inputs.push_back(std::nullopt);
   if (hasResidual)
     step.inputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(residual.data())});
   step.outputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(y.data())});
@@ -321,6 +652,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_EQ(step.gemvLaunches, rows <= 8 ? 1 : 0);
   EXPECT_EQ(step.gemms, rows <= 8 ? 0 : 1);
+  if (int8)
+    EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : 1) << "dequantize_int8 launches";
 
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r)
@@ -363,6 +696,53 @@ TEST(LinearEmulationTest, Bf16GemmPathConvertsTheActivations) {
 TEST(LinearEmulationTest, Bf16VectorGemvPlain) {
   for (int64_t rows : {1, 2, 8})
     checkLinear(bf16_plain::kernels(), rows, 20, 1e-5);
+}
+
+// int8 gemv: scales are read exactly, so the bound is the f32 sums' order alone.
+TEST(LinearEmulationTest, Int8GemvPerChannelF16Scales) {
+  for (int64_t rows : {1, 2, 5, 8})
+    checkLinear(i8_channel_f16::kernels(), rows, 24, 1e-5);
+}
+
+TEST(LinearEmulationTest, Int8GemvGroup16Bf16Scales) {
+  for (int64_t rows : {1, 3, 8})
+    checkLinear(i8_group16_bf16::kernels(), rows, 20, 1e-5);
+}
+
+TEST(LinearEmulationTest, Int8GemvGroup64F32Scales) {
+  for (int64_t rows : {1, 4, 8})
+    checkLinear(i8_group64_f32::kernels(), rows, 18, 1e-5);
+}
+
+TEST(LinearEmulationTest, Int8GemvGroup24TakesTheScalarPath) {
+  for (int64_t rows : {1, 6, 8})
+    checkLinear(i8_group24_f16::kernels(), rows, 18, 1e-5);
+}
+
+// Rows of 1104 in-features: each lane sums several 16-byte loads.
+TEST(LinearEmulationTest, LongRowsLoopOverSeveralLoadsPerLane) {
+  for (int64_t rows : {1, 8}) {
+    checkLinear(i8_long_group48_f16::kernels(), rows, 6, 1e-5);
+    checkLinear(i8_long_channel_bf16::kernels(), rows, 6, 1e-5);
+    checkLinear(f32_long::kernels(), rows, 6, 1e-5);
+  }
+  checkLinear(i8_long_group48_f16::kernels(), 9, 6, 2e-3);  // the GEMM path
+}
+
+// A rank of an uneven split: fewer in-features than the kernels' K, the same group size
+// (per channel: one group of the rank's row; 40 is not a multiple of 16, the scalar path).
+TEST(LinearEmulationTest, Int8GemvOnAnUnevenShard) {
+  checkLinear(i8_group16_bf16::kernels(), 2, 12, 1e-5, 48);
+  checkLinear(i8_channel_f16::kernels(), 3, 12, 1e-5, 40);
+  checkLinear(i8_group16_bf16::kernels(), 10, 12, 1e-2, 48);  // the GEMM path
+}
+
+// The GEMM path: w^ = q·scale in the scales' dtype, the activations converted to it.
+TEST(LinearEmulationTest, Int8GemmPathDequantizesInTheScalesDtype) {
+  checkLinear(i8_group64_f32::kernels(), 11, 20, 1e-5);   // f32: w^ rounded once in f32
+  checkLinear(i8_channel_f16::kernels(), 9, 16, 2e-3);    // f16: 2 x 2^-11
+  checkLinear(i8_group24_f16::kernels(), 10, 12, 2e-3);
+  checkLinear(i8_group16_bf16::kernels(), 12, 16, 1e-2);  // bf16: 2 x 2^-8
 }
 
 } // namespace

@@ -1,8 +1,9 @@
 // The tfm.linear / tfm.lm_head launchers (runtime/src/cuda/ops/LinearOps.cpp) without a
 // GPU, against a StepContext that records what would be enqueued: which kernel slot runs
-// with which parameters (in gemv.cuh / linear_epilogue.cuh / convert_activations.cuh
-// order), the GEMM handed to cuBLASLt, and the errors for plans whose kernels do not match
-// the step. The kernels' arithmetic itself needs a GPU.
+// with which parameters (in gemv.cuh / linear_epilogue.cuh / convert_activations.cuh /
+// dequantize_int8.cuh order), the GEMM handed to cuBLASLt, and the errors for plans whose
+// kernels do not match the step. The kernels' arithmetic is checked by
+// LinearEmulationTest.cpp.
 #include "cuda/GpuOps.h"
 
 #include <gtest/gtest.h>
@@ -92,7 +93,7 @@ public:
 constexpr size_t kPtr = 8, kInt = 4, kLong = 8;
 // Far enough apart that no test's tensors overlap (the launcher refuses overlaps).
 constexpr DevicePtr kX = 1ull << 32, kW = 2ull << 32, kBias = 3ull << 32, kResidual = 4ull << 32,
-                    kY = 5ull << 32;
+                    kY = 5ull << 32, kScales = 6ull << 32;
 
 DeviceTensor tensor(DType dtype, Shape shape, DevicePtr data) {
   DeviceTensor t;
@@ -121,12 +122,48 @@ RecordingContext linearStep(int64_t rows, int64_t n, int64_t k, DType weightType
                              {"HAS_BIAS", bias},
                              {"BIAS_DT", biasType},
                              {"HAS_RESIDUAL", residual}});
-  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt});
   context.kernels.push_back(
       {{"ACT", activation}, {"HAS_BIAS", bias}, {"BIAS_DT", biasType}, {"HAS_RESIDUAL", residual}});
   context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kLong, kLong});
   if (weightType != DType::F32) {
     context.kernels.push_back({{"WT", static_cast<int64_t>(weightType)}});
+    context.paramSizes.push_back({kPtr, kPtr, kLong});
+  }
+  return context;
+}
+
+// An int8 linear: [n, k] int8 weights with [n, groups] scales of `scaleType` (the bias in
+// the scales' dtype, as dsc stores it), specialised as LinearRules.cpp would: gemv,
+// linear_epilogue, dequantize_int8, then convert_activations for f16/bf16 scales.
+RecordingContext int8Step(int64_t rows, int64_t n, int64_t k, int64_t groups, DType scaleType,
+                          bool bias, bool residual, int64_t activation) {
+  RecordingContext context;
+  context.inputs.push_back(tensor(DType::F32, {rows, k}, kX));
+  context.inputs.push_back(tensor(DType::I8, {n, k}, kW));
+  context.inputs.push_back(bias ? std::optional(tensor(scaleType, {n}, kBias)) : std::nullopt);
+  context.inputs.push_back(tensor(scaleType, {n, groups}, kScales));
+  context.inputs.push_back(residual ? std::optional(tensor(DType::F32, {rows, n}, kResidual))
+                                    : std::nullopt);
+  context.outputs.push_back(tensor(DType::F32, {rows, n}, kY));
+  const int64_t biasType = bias ? static_cast<int64_t>(scaleType) : 1;
+  const int64_t sdt = static_cast<int64_t>(scaleType), gs = groups == 1 ? 0 : k / groups;
+  context.kernels.push_back({{"K", k},
+                             {"WT", 8},
+                             {"SDT", sdt},
+                             {"GS", gs},
+                             {"ACT", activation},
+                             {"HAS_BIAS", bias},
+                             {"BIAS_DT", biasType},
+                             {"HAS_RESIDUAL", residual}});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt});
+  context.kernels.push_back(
+      {{"ACT", activation}, {"HAS_BIAS", bias}, {"BIAS_DT", biasType}, {"HAS_RESIDUAL", residual}});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kLong, kLong});
+  context.kernels.push_back({{"SDT", sdt}, {"GS", gs}});
+  context.paramSizes.push_back({kPtr, kPtr, kPtr, kLong, kLong});
+  if (scaleType != DType::F32) {
+    context.kernels.push_back({{"WT", sdt}});
     context.paramSizes.push_back({kPtr, kPtr, kLong});
   }
   return context;
@@ -147,7 +184,9 @@ TEST(LinearOpsTest, DecodeRowsAreOneGemvLaunch) {
   EXPECT_TRUE(context.gemms.empty());
   const Launch &gemv = context.launches[0];
   EXPECT_EQ(gemv.slot, 0u);
-  EXPECT_EQ(gemv.args, (std::vector<uint64_t>{kX, kW, kBias, kResidual, kY, 3, 3072, 768, 1}));
+  // No scales: float weights.
+  EXPECT_EQ(gemv.args,
+            (std::vector<uint64_t>{kX, kW, 0, kBias, kResidual, kY, 3, 3072, 768, 1}));
   // x staged as f32 in shared memory; one warp per feature, so 8 features per block.
   EXPECT_EQ(gemv.sharedBytes, 3u * 768 * 4);
   EXPECT_EQ(gemv.block.x % 32, 0u);
@@ -237,7 +276,7 @@ TEST(LinearOpsTest, UnevenTensorParallelShardRunsThePlansKernel) {
   Status status = run(context);
   ASSERT_TRUE(status.isOk()) << status.message();
   ASSERT_EQ(context.launches.size(), 1u);
-  EXPECT_EQ(context.launches[0].args[7], 85u);
+  EXPECT_EQ(context.launches[0].args[8], 85u);
 }
 
 TEST(LinearOpsTest, MismatchedSpecialisationsAreErrors) {
@@ -262,6 +301,164 @@ TEST(LinearOpsTest, MismatchedSpecialisationsAreErrors) {
   status = run(overlapping);
   EXPECT_NE(status.message().find("overlaps"), std::string::npos) << status.message();
   EXPECT_TRUE(overlapping.launches.empty());
+}
+
+TEST(LinearOpsTest, Int8DecodeIsOneGemvLaunchWithTheScales) {
+  RecordingContext context = int8Step(2, 4096, 4096, 32, DType::F16, true, true, 3);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 1u);
+  EXPECT_TRUE(context.gemms.empty());
+  EXPECT_TRUE(context.scratchRequests.empty());
+  EXPECT_EQ(context.launches[0].slot, 0u);
+  EXPECT_EQ(context.launches[0].args,
+            (std::vector<uint64_t>{kX, kW, kScales, kBias, kResidual, kY, 2, 4096, 4096, 1}));
+  EXPECT_EQ(context.launches[0].sharedBytes, 2u * 4096 * 4);
+}
+
+TEST(LinearOpsTest, Int8PrefillDequantizesThenConvertsThenGemmThenEpilogue) {
+  RecordingContext context = int8Step(40, 256, 128, 2, DType::BF16, true, false, 0);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 3u);
+  ASSERT_EQ(context.gemms.size(), 1u);
+  // w^ [256, 128] and the activations [40, 128], both bf16.
+  ASSERT_EQ(context.scratchRequests, (std::vector<size_t>{256 * 128 * 2, 40 * 128 * 2}));
+  const Launch &dequantize = context.launches[0];
+  EXPECT_EQ(dequantize.slot, 2u);
+  const DevicePtr dequantized = dequantize.args[2];
+  EXPECT_EQ(dequantize.args, (std::vector<uint64_t>{kW, kScales, dequantized, 256, 128}));
+  const Launch &convert = context.launches[1];
+  EXPECT_EQ(convert.slot, 3u);
+  const DevicePtr converted = convert.args[1];
+  EXPECT_NE(converted, dequantized);
+  EXPECT_EQ(convert.args, (std::vector<uint64_t>{kX, converted, 40 * 128}));
+  const GemmDesc &gemm = context.gemms[0];
+  EXPECT_EQ(gemm.m, 40);
+  EXPECT_EQ(gemm.n, 256);
+  EXPECT_EQ(gemm.k, 128);
+  EXPECT_EQ(gemm.a, converted);
+  EXPECT_EQ(gemm.aType, DType::BF16);
+  EXPECT_EQ(gemm.b, dequantized);
+  EXPECT_EQ(gemm.bType, DType::BF16);
+  EXPECT_EQ(gemm.c, kY);
+  EXPECT_EQ(context.launches[2].slot, 1u);
+  EXPECT_EQ(context.launches[2].args, (std::vector<uint64_t>{kY, kBias, 0, kY, 40 * 256, 256}));
+}
+
+TEST(LinearOpsTest, Int8PrefillWithF32ScalesIsAnF32Gemm) {
+  RecordingContext context = int8Step(16, 64, 64, 1, DType::F32, false, false, -1);
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.launches.size(), 1u);  // the dequantization; nothing to convert
+  EXPECT_EQ(context.launches[0].slot, 2u);
+  ASSERT_EQ(context.scratchRequests, std::vector<size_t>{64 * 64 * 4});
+  ASSERT_EQ(context.gemms.size(), 1u);
+  EXPECT_EQ(context.gemms[0].a, kX);
+  EXPECT_EQ(context.gemms[0].aType, DType::F32);
+  EXPECT_EQ(context.gemms[0].b, context.launches[0].args[2]);
+  EXPECT_EQ(context.gemms[0].bType, DType::F32);
+}
+
+TEST(LinearOpsTest, Int8UnevenShardKeepsTheGroupSize) {
+  // Rank 0 has 96 in-features in 3 groups of 32; this rank 64 in 2 groups of 32.
+  RecordingContext grouped = int8Step(1, 64, 64, 2, DType::F16, false, false, -1);
+  grouped.kernels[0]["K"] = 96;
+  Status status = run(grouped);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(grouped.launches.at(0).args[8], 64u);
+
+  // One group per row (GS 0) is one group of whatever the rank's row length is.
+  RecordingContext perChannel = int8Step(1, 64, 60, 1, DType::F16, false, false, -1);
+  perChannel.kernels[0]["K"] = 64;
+  status = run(perChannel);
+  ASSERT_TRUE(status.isOk()) << status.message();
+
+  // A rank whose groups are not the plan's size is an error, not a misread scale.
+  RecordingContext otherGroups = int8Step(1, 64, 64, 4, DType::F16, false, false, -1);
+  otherGroups.kernels[0]["GS"] = 32;
+  otherGroups.kernels[2]["GS"] = 32;
+  status = run(otherGroups);
+  EXPECT_NE(status.message().find("group size 32"), std::string::npos) << status.message();
+  EXPECT_TRUE(otherGroups.launches.empty());
+}
+
+TEST(LinearOpsTest, Int8MismatchesAreErrors) {
+  auto message = [](RecordingContext context) {
+    Status status = run(context);
+    EXPECT_TRUE(context.launches.empty() && context.gemms.empty());
+    return status.isOk() ? std::string("ok") : status.message();
+  };
+  RecordingContext noScales = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  noScales.inputs[3].reset();
+  EXPECT_NE(message(noScales).find("no scales"), std::string::npos);
+
+  RecordingContext floatWithScales = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  floatWithScales.inputs[1]->dtype = DType::F16;
+  EXPECT_NE(message(floatWithScales).find("scales beside a f16 weight"), std::string::npos)
+      << message(floatWithScales);
+
+  RecordingContext intScales = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  intScales.inputs[3]->dtype = DType::I32;
+  EXPECT_NE(message(intScales).find("scales must be f32, f16 or bf16"), std::string::npos);
+
+  RecordingContext badGroups = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  badGroups.inputs[3]->shape = {64, 3};  // 3 does not divide 64
+  EXPECT_NE(message(badGroups).find("groups dividing 64"), std::string::npos);
+  badGroups.inputs[3]->shape = {32, 1};  // not one row of scales per output feature
+  EXPECT_NE(message(badGroups).find("groups dividing 64"), std::string::npos);
+
+  RecordingContext wrongScaleType = int8Step(1, 64, 64, 2, DType::F16, false, false, -1);
+  wrongScaleType.kernels[0]["SDT"] = 3;
+  EXPECT_NE(message(wrongScaleType).find("other scales than f16"), std::string::npos)
+      << message(wrongScaleType);
+
+  RecordingContext wrongDequantize = int8Step(20, 64, 64, 2, DType::BF16, false, false, -1);
+  wrongDequantize.kernels[2]["GS"] = 0;
+  EXPECT_NE(message(wrongDequantize).find("group size 0"), std::string::npos)
+      << message(wrongDequantize);
+
+  RecordingContext missingConversion = int8Step(20, 64, 64, 2, DType::BF16, false, false, -1);
+  missingConversion.kernels.pop_back();
+  EXPECT_NE(message(missingConversion).find("kernels for this step"), std::string::npos);
+
+  RecordingContext wrongConversion = int8Step(20, 64, 64, 2, DType::BF16, false, false, -1);
+  wrongConversion.kernels[3]["WT"] = 2;
+  EXPECT_NE(message(wrongConversion).find("conversion kernel"), std::string::npos);
+
+  RecordingContext floatKernels = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  floatKernels.kernels[0]["WT"] = 2;
+  EXPECT_NE(message(floatKernels).find("weight dtype"), std::string::npos);
+
+  RecordingContext overScales = int8Step(2, 64, 64, 1, DType::F16, false, false, -1);
+  overScales.outputs[0].data = kScales + 64;
+  EXPECT_NE(message(overScales).find("overlaps"), std::string::npos);
+
+  // An int8 head's scales are input 3, as a linear's; without them it is refused too.
+  RecordingContext head = int8Step(1, 64, 64, 1, DType::F16, false, false, -1);
+  head.opName = "tfm.lm_head";
+  head.inputs.resize(3);
+  EXPECT_NE(message(head).find("no scales"), std::string::npos) << message(head);
+}
+
+TEST(LinearOpsTest, Int8LmHeadReadsItsScalesAtPositionThree) {
+  RecordingContext head = int8Step(1, 300, 64, 2, DType::F16, false, false, -1);
+  head.opName = "tfm.lm_head";
+  head.inputs.resize(4);  // hidden, weight, none, scales
+  Status status = run(head);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(head.launches.size(), 1u);
+  EXPECT_EQ(head.launches[0].args,
+            (std::vector<uint64_t>{kX, kW, kScales, 0, 0, kY, 1, 300, 64, 1}));
+
+  RecordingContext prefill = int8Step(12, 300, 64, 2, DType::F16, false, false, -1);
+  prefill.opName = "tfm.lm_head";
+  prefill.inputs.resize(4);
+  status = run(prefill);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(prefill.gemms.size(), 1u);
+  EXPECT_EQ(prefill.gemms[0].bType, DType::F16);
+  EXPECT_EQ(prefill.launches.front().slot, 2u);  // dequantize_int8
 }
 
 TEST(LinearOpsTest, EmptyBatchLaunchesNothing) {

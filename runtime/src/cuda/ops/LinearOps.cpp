@@ -1,8 +1,13 @@
 // Launchers of tfm.linear (with the fuse pass's epilogue) and tfm.lm_head: the kernels of
 // codegen/kernels/LinearRules.cpp, whose slot order is
-//   0 gemv, 1 linear_epilogue, 2 convert_activations (f16/bf16 weights only).
-// Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual;
-// more rows go to cuBLASLt (StepContext::gemm) and then the epilogue kernel. The math is
+//   float weights: 0 gemv, 1 linear_epilogue, 2 convert_activations (f16/bf16 weights only);
+//   int8 weights:  0 gemv, 1 linear_epilogue, 2 dequantize_int8,
+//                  3 convert_activations (f16/bf16 scales only); the scales are input 3 of
+//                  both ops (an int8 tfm.lm_head has no input 2).
+// Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual
+// (int8: dequantizing as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
+// the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype
+// (docs/cuda-backend.md, "int8 linears": prefill is compute bound). The math is
 // the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
@@ -23,7 +28,9 @@ constexpr int64_t kGemvMaxStagedBytes = 48 * 1024;
 constexpr unsigned kElementwiseBlock = 256;
 // Input positions of the fused tfm.linear (docs/transformer-ops.md).
 constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4;
-constexpr size_t kGemvSlot = 0, kEpilogueSlot = 1, kConvertSlot = 2;
+constexpr size_t kGemvSlot = 0, kEpilogueSlot = 1;
+// The conversion is the last slot: 2 after float weights, 3 after int8's dequantization.
+constexpr size_t kFloatConvertSlot = 2, kDequantizeSlot = 2, kInt8ConvertSlot = 3;
 
 bool isStoredFloat(DType dtype) {
   return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
@@ -46,6 +53,13 @@ unsigned gridFor(int64_t work, int64_t perBlock, int64_t cap) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, std::max<int64_t>(cap, 1)));
 }
 
+// An int8 weight's scales as the kernels read them: [n, groups] of `dtype`, each group
+// `groupSize` consecutive in-features (0: one group per row).
+struct Int8Weight {
+  DType scaleType = DType::Undefined;
+  int64_t groups = 0, groupSize = 0;
+};
+
 // What the step's kernels were generated for; checked against what it runs with, since
 // the code's shape depends on every one of them.
 struct Fused {
@@ -53,10 +67,16 @@ struct Fused {
   bool bias = false, residual = false;
 };
 
-Status checkSpecialisation(StepContext &context, DType weightType,
+// The dtype cuBLASLt multiplies in: the stored weight's, or an int8 weight's scales'.
+DType gemmType(DType weightType, const Int8Weight *int8) {
+  return int8 ? int8->scaleType : weightType;
+}
+
+Status checkSpecialisation(StepContext &context, DType weightType, const Int8Weight *int8,
                            const DeviceTensor *bias, const DeviceTensor *residual,
                            Fused &fused) {
-  const size_t needed = weightType == DType::F32 ? 2 : 3;
+  const bool converts = gemmType(weightType, int8) != DType::F32;
+  const size_t needed = 2 + (int8 ? 1 : 0) + (converts ? 1 : 0);
   if (context.kernelCount() < needed)
     return context.error("the plan has ", context.kernelCount(), " kernels for this step, not ",
                          needed);
@@ -67,6 +87,20 @@ Status checkSpecialisation(StepContext &context, DType weightType,
   if (context.kernelConstant(kGemvSlot, "WT", -1) != static_cast<int64_t>(weightType))
     return context.error("the kernel was generated for another weight dtype than ",
                          dtypeName(weightType));
+  if (int8) {
+    // GS is the group size on every rank (0: one group per row of whatever length), so
+    // the run's [n, groups] must have groups * GS == k.
+    for (size_t slot : {kGemvSlot, kDequantizeSlot}) {
+      if (context.kernelConstant(slot, "SDT", -1) != static_cast<int64_t>(int8->scaleType))
+        return context.error("the int8 kernels were generated for other scales than ",
+                             dtypeName(int8->scaleType));
+      const int64_t gs = context.kernelConstant(slot, "GS", -1);
+      if (gs != int8->groupSize && !(gs == 0 && int8->groups == 1))
+        return context.error("the int8 kernels were generated for group size ", gs,
+                             " (0: one per row), the weight has ", int8->groups,
+                             " groups of ", int8->groupSize);
+    }
+  }
   fused.activation = context.kernelConstant(kGemvSlot, "ACT", -1);
   fused.bias = context.kernelConstant(kGemvSlot, "HAS_BIAS", 0) != 0;
   fused.residual = context.kernelConstant(kGemvSlot, "HAS_RESIDUAL", 0) != 0;
@@ -79,9 +113,27 @@ Status checkSpecialisation(StepContext &context, DType weightType,
       (context.kernelConstant(kEpilogueSlot, "HAS_BIAS", 0) != 0) != fused.bias ||
       (context.kernelConstant(kEpilogueSlot, "HAS_RESIDUAL", 0) != 0) != fused.residual)
     return context.error("the epilogue kernel does not match the gemv kernel");
-  if (weightType != DType::F32 &&
-      context.kernelConstant(kConvertSlot, "WT", -1) != static_cast<int64_t>(weightType))
+  const size_t convertSlot = int8 ? kInt8ConvertSlot : kFloatConvertSlot;
+  if (converts && context.kernelConstant(convertSlot, "WT", -1) !=
+                      static_cast<int64_t>(gemmType(weightType, int8)))
     return context.error("the conversion kernel was generated for another weight dtype");
+  return Status::ok();
+}
+
+// An int8 weight [n, k] needs scales [n, groups] of a float dtype with groups dividing k.
+Status checkInt8(StepContext &context, const DeviceTensor &w, const DeviceTensor &scales,
+                 Int8Weight &int8) {
+  if (!isStoredFloat(scales.dtype))
+    return context.error("the int8 scales must be f32, f16 or bf16, not ",
+                         dtypeName(scales.dtype));
+  const int64_t n = w.shape[0], k = w.shape[1];
+  if (scales.shape.size() != 2 || scales.shape[0] != n || scales.shape[1] <= 0 ||
+      k % scales.shape[1] != 0)
+    return context.error("the int8 scales must be [", n, ", groups] with groups dividing ", k,
+                         ", not ", shapeString(scales.shape));
+  int8.scaleType = scales.dtype;
+  int8.groups = scales.shape[1];
+  int8.groupSize = k / int8.groups;
   return Status::ok();
 }
 
@@ -92,8 +144,8 @@ Status runLinear(StepContext &context) {
     return context.error("needs an input and a weight");
   const DeviceTensor *bias = isLinear ? optionalInput(context, kBias) : nullptr;
   const DeviceTensor *residual = isLinear ? optionalInput(context, kResidual) : nullptr;
-  if (isLinear && optionalInput(context, kScales))
-    return context.error("int8 weights with scales have no GPU kernel yet");
+  // An int8 head's scales take tfm.linear's position 3 (docs/transformer-ops.md).
+  const DeviceTensor *scales = optionalInput(context, kScales);
   if (context.outputCount() < 1)
     return context.error("has no output");
   const DeviceTensor &y = context.output(0);
@@ -101,9 +153,21 @@ Status runLinear(StepContext &context) {
   if (x->dtype != DType::F32 || y.dtype != DType::F32)
     return context.error("the input and output must be f32, not ", dtypeName(x->dtype), " and ",
                          dtypeName(y.dtype));
-  if (!isStoredFloat(w->dtype) || w->shape.size() != 2)
-    return context.error("the weight must be a float [out, in]");
+  if (w->shape.size() != 2)
+    return context.error("the weight must be [out, in], not ", shapeString(w->shape));
+  if (w->dtype == DType::I8 && !scales)
+    return context.error("the int8 weight has no scales");
+  if (scales && w->dtype != DType::I8)
+    return context.error("has scales beside a ", dtypeName(w->dtype),
+                         " weight (scales belong to int8 weights)");
+  if (!scales && !isStoredFloat(w->dtype))
+    return context.error("the weight must be f32, f16 or bf16 (or int8 with scales), not ",
+                         dtypeName(w->dtype));
   const int64_t n = w->shape[0], k = w->shape[1];
+  Int8Weight int8;
+  if (scales)
+    DSRT_RETURN_IF_ERROR(checkInt8(context, *w, *scales, int8));
+  const Int8Weight *quantized = scales ? &int8 : nullptr;
   if (x->shape.empty() || x->shape.back() != k)
     return context.error("the input's last dimension must be ", k);
   if (y.shape.empty() || y.shape.back() != n)
@@ -119,20 +183,23 @@ Status runLinear(StepContext &context) {
     return context.error("[", n, ", ", k, "] is more than the kernels index");
 
   Fused fused;
-  DSRT_RETURN_IF_ERROR(checkSpecialisation(context, w->dtype, bias, residual, fused));
+  DSRT_RETURN_IF_ERROR(
+      checkSpecialisation(context, w->dtype, quantized, bias, residual, fused));
   if (rows == 0 || n == 0)
     return Status::ok();
   // Every output element is written while other inputs are still being read: an output
   // sharing memory with them would be the memory plan's error. The residual alone may be
   // the output itself (each element is read, then written, by the same thread).
-  if (overlaps(y, *x) || overlaps(y, *w) || (bias && overlaps(y, *bias)))
+  if (overlaps(y, *x) || overlaps(y, *w) || (bias && overlaps(y, *bias)) ||
+      (scales && overlaps(y, *scales)))
     return context.error("the output overlaps an input");
   const bool residualInPlace = residual && residual->data == y.data;
   if (residual && !residualInPlace && overlaps(y, *residual))
     return context.error("the output partly overlaps the residual");
 
-  DevicePtr xPtr = x->data, wPtr = w->data, biasPtr = bias ? bias->data : 0,
-            residualPtr = residual ? residual->data : 0, yPtr = y.data;
+  DevicePtr xPtr = x->data, wPtr = w->data, scalesPtr = scales ? scales->data : 0,
+            biasPtr = bias ? bias->data : 0, residualPtr = residual ? residual->data : 0,
+            yPtr = y.data;
   const int64_t sms = std::max(1, context.multiprocessorCount());
 
   if (rows <= kGemvMaxRows) {
@@ -144,13 +211,18 @@ Status runLinear(StepContext &context) {
     // in flight while each block stages x only once.
     const int64_t warpsPerBlock = kGemvBlock / 32;
     Dim3 grid{gridFor(n, warpsPerBlock, sms * 4)}, block{kGemvBlock};
-    void *args[] = {&xPtr,      &wPtr,     &biasPtr, &residualPtr, &yPtr,
-                    &rowCount, &outCount, &inCount, &staged};
+    void *args[] = {&xPtr,     &wPtr,      &scalesPtr, &biasPtr, &residualPtr,
+                    &yPtr,     &rowCount,  &outCount,  &inCount, &staged};
     return context.launch(kGemvSlot, grid, block,
                           staged ? static_cast<uint32_t>(stagedBytes) : 0u, args);
   }
 
   // cuBLASLt multiplies equal types: f16/bf16 weights take the activations converted.
+  // An int8 weight is dequantized first, into the scales' dtype (f16/bf16: the tensor
+  // cores; f32: an f32 GEMM), once per GEMM: long prefills are compute bound, so cuBLASLt's
+  // GEMM is worth 3*n*k more bytes than an f16 weight's (docs/cuda-backend.md, "int8
+  // linears", has the cost for shorter ones).
+  const DType operandType = gemmType(w->dtype, quantized);
   GemmDesc gemm;
   gemm.m = rows;
   gemm.n = n;
@@ -159,15 +231,28 @@ Status runLinear(StepContext &context) {
   gemm.bType = w->dtype;
   gemm.a = xPtr;
   gemm.aType = DType::F32;
-  if (w->dtype != DType::F32) {
+  if (quantized) {
+    long long outCount = n, inCount = k;
+    DevicePtr dequantized = 0;
+    DSRT_RETURN_IF_ERROR(context.scratch(
+        static_cast<size_t>(n * k) * dtypeSize(operandType), dequantized));
+    // Blocks stride over the rows; a few per multiprocessor keep the reads in flight.
+    Dim3 grid{gridFor(n, 1, sms * 8)}, block{kElementwiseBlock};
+    void *args[] = {&wPtr, &scalesPtr, &dequantized, &outCount, &inCount};
+    DSRT_RETURN_IF_ERROR(context.launch(kDequantizeSlot, grid, block, 0, args));
+    gemm.b = dequantized;
+    gemm.bType = operandType;
+  }
+  if (operandType != DType::F32) {
     long long count = rows * k;
     DevicePtr converted = 0;
     DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(count) * 2, converted));
     Dim3 grid{gridFor(count, kElementwiseBlock, sms * 8)}, block{kElementwiseBlock};
     void *args[] = {&xPtr, &converted, &count};
-    DSRT_RETURN_IF_ERROR(context.launch(kConvertSlot, grid, block, 0, args));
+    DSRT_RETURN_IF_ERROR(context.launch(quantized ? kInt8ConvertSlot : kFloatConvertSlot, grid,
+                                        block, 0, args));
     gemm.a = converted;
-    gemm.aType = w->dtype;
+    gemm.aType = operandType;
   }
 
   // Without an activation the residual can be the GEMM's C (C = residual; C += x·Wᵀ) when
