@@ -231,6 +231,10 @@ Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t worksp
   if (aType != bType)
     return Status::error(std::string("cuBLASLt multiplies equal types, not ") +
                          dtypeName(gemm.aType) + " by " + dtypeName(gemm.bType));
+  const int64_t ldc = gemm.ldc ? gemm.ldc : gemm.n;
+  if (ldc < gemm.n)
+    return Status::error("cuBLASLt gemm: C's row stride " + std::to_string(ldc) +
+                         " is less than its " + std::to_string(gemm.n) + " columns");
   if (gemm.k == 0) {
     if (gemm.accumulate)
       return Status::ok();  // C += nothing
@@ -254,13 +258,14 @@ Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t worksp
            k = static_cast<uint64_t>(gemm.k);
   DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.a, bType, k, n, gemm.k), "layout of B"));
   DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.b, aType, k, m, gemm.k), "layout of A"));
-  DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.c, lt::kR32F, n, m, gemm.n), "layout of C"));
+  DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.c, lt::kR32F, n, m, ldc), "layout of C"));
 
   if (workspace == 0)
     workspaceBytes = 0;
   AlgoKey key{gemm.m,
               gemm.n,
               gemm.k,
+              ldc,
               aType,
               bType,
               gemm.accumulate,

@@ -41,7 +41,7 @@ private:
   // The heuristic's choice is the same for every call with the same problem, so it is
   // queried once per shape and type combination (cublasLtMatmulAlgo_t is 8 uint64).
   struct AlgoKey {
-    int64_t m, n, k;
+    int64_t m, n, k, ldc;
     int aType, bType;
     bool accumulate;
     size_t workspaceBytes;
@@ -49,10 +49,10 @@ private:
     // less aligned ones.
     uint32_t alignA, alignB, alignC;
     bool operator<(const AlgoKey &other) const {
-      return std::tie(m, n, k, aType, bType, accumulate, workspaceBytes, alignA, alignB,
-                      alignC) < std::tie(other.m, other.n, other.k, other.aType, other.bType,
-                                         other.accumulate, other.workspaceBytes, other.alignA,
-                                         other.alignB, other.alignC);
+      return std::tie(m, n, k, ldc, aType, bType, accumulate, workspaceBytes, alignA, alignB,
+                      alignC) < std::tie(other.m, other.n, other.k, other.ldc, other.aType,
+                                         other.bType, other.accumulate, other.workspaceBytes,
+                                         other.alignA, other.alignB, other.alignC);
     }
   };
   struct Algo {

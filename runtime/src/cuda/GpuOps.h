@@ -68,6 +68,7 @@ struct GemmDesc {
   DevicePtr b = 0;
   DType bType = DType::F32;
   DevicePtr c = 0;
+  int64_t ldc = 0;  // elements between C's rows (0: n); a part of a wider C has the whole's
   bool accumulate = false;
 };
 
@@ -135,6 +136,10 @@ public:
     (void)dst, (void)dstPitch, (void)src, (void)srcPitch, (void)widthBytes, (void)height;
     return error("this session cannot copy on the device");
   }
+  // The most scratch a launcher should take for one piece of work it can split (an int8
+  // weight dequantized for a GEMM goes in parts of at most this many bytes): scratch blocks
+  // live as long as the session, so one large layer would otherwise hold its size forever.
+  virtual size_t scratchPartBytes() const { return size_t(64) << 20; }
 
   template <typename... Parts> Status error(const Parts &...parts) const {
     std::ostringstream message;

@@ -127,12 +127,14 @@ protected:
   }
 
   // C[m, n] (+)= A[m, k]·B[n, k]ᵀ with A and B stored as `type`, against a double
-  // reference over the values as rounded to `type`.
+  // reference over the values as rounded to `type`. With `ldc` > n, C's rows are ldc apart
+  // (the columns of a wider output) and the columns past n must stay as they were.
   void checkGemm(int64_t m, int64_t n, int64_t k, DType type, bool accumulate,
-                 double tolerance) {
+                 double tolerance, int64_t ldc = 0) {
+    const int64_t stride = ldc ? ldc : n;
     std::mt19937 random(static_cast<unsigned>(m * 131 + n * 7 + k));
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> a(m * k), b(n * k), c(m * n);
+    std::vector<float> a(m * k), b(n * k), c(m * stride);
     for (float &value : a)
       value = uniform(random);
     for (float &value : b)
@@ -156,11 +158,12 @@ protected:
     gemm.b = upload(bStored.data(), bStored.size());
     gemm.bType = type;
     gemm.c = upload(c.data(), c.size() * sizeof(float));
+    gemm.ldc = ldc;
     gemm.accumulate = accumulate;
     ASSERT_TRUE(gemm.a && gemm.b && gemm.c);
     Status status = blas_->matmul(gemm, workspace_, CublasLt::kWorkspaceBytes, stream_);
     ASSERT_TRUE(status.isOk()) << status.message();
-    std::vector<float> result(m * n);
+    std::vector<float> result(m * stride);
     ASSERT_TRUE(check(driver_->cuMemcpyDtoHAsync(result.data(), gemm.c,
                                                  result.size() * sizeof(float), stream_),
                       "cuMemcpyDtoHAsync"));
@@ -169,22 +172,26 @@ protected:
     int bad = 0;
     for (int64_t i = 0; i < m && bad < 5; ++i)
       for (int64_t j = 0; j < n && bad < 5; ++j) {
-        double expected = accumulate ? c[i * n + j] : 0.0, magnitude = 0;
+        double expected = accumulate ? c[i * stride + j] : 0.0, magnitude = 0;
         for (int64_t p = 0; p < k; ++p) {
           expected += double(a[i * k + p]) * b[j * k + p];
           magnitude += std::fabs(double(a[i * k + p]) * b[j * k + p]);
         }
         // Relative to the sum of magnitudes: cancellation must not make a correct
         // accumulation order look wrong.
-        double allowed = tolerance * (magnitude + (accumulate ? std::fabs(c[i * n + j]) : 0)) +
-                         1e-6;
-        if (std::fabs(result[i * n + j] - expected) > allowed) {
+        double allowed =
+            tolerance * (magnitude + (accumulate ? std::fabs(c[i * stride + j]) : 0)) + 1e-6;
+        if (std::fabs(result[i * stride + j] - expected) > allowed) {
           ++bad;
           ADD_FAILURE() << dtypeName(type) << " m=" << m << " n=" << n << " k=" << k << " C["
-                        << i << "," << j << "] = " << result[i * n + j] << ", expected "
+                        << i << "," << j << "] = " << result[i * stride + j] << ", expected "
                         << expected;
         }
       }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = n; j < stride; ++j)
+        ASSERT_EQ(result[i * stride + j], c[i * stride + j])
+            << "C[" << i << "," << j << "] is past the GEMM's columns";
   }
 
   const cuda::DriverApi *driver_ = nullptr;
@@ -211,6 +218,20 @@ TEST_F(CublasLtGpuTest, HalfTypesAccumulateInF32) {
 TEST_F(CublasLtGpuTest, AccumulateAddsToC) {
   checkGemm(12, 40, 64, DType::F32, true, 1e-5);
   checkGemm(12, 40, 64, DType::F16, true, 1e-4);
+}
+
+// The int8 launcher's parts of a weight write their columns of a wider output.
+TEST_F(CublasLtGpuTest, ColumnsOfAWiderOutput) {
+  checkGemm(20, 64, 128, DType::F16, false, 1e-4, 200);
+  checkGemm(20, 72, 128, DType::BF16, true, 1e-4, 200);
+  cuda::GemmDesc gemm;
+  gemm.m = gemm.n = gemm.k = 8;
+  gemm.a = gemm.b = gemm.c = workspace_;  // never dereferenced: refused before any launch
+  gemm.ldc = 4;
+  Status status = blas_->matmul(gemm, workspace_, CublasLt::kWorkspaceBytes, stream_);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("row stride 4 is less than its 8 columns"), std::string::npos)
+      << status.message();
 }
 
 TEST_F(CublasLtGpuTest, MixedOperandTypesAreRefused) {

@@ -482,6 +482,7 @@ public:
   std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
   int launchesPerSlot[4] = {};
+  size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
   std::string_view op() const override { return op_; }
   const ops::AttrMap &attrs() const override { return attrs_; }
@@ -517,9 +518,14 @@ public:
     auto found = kernels_.constants[slot].find(std::string(name));
     return found == kernels_.constants[slot].end() ? fallback : found->second;
   }
-  // cuBLASLt's contract (GpuOps.h) on the host: C (+)= A·Bᵀ in the operands' stored types.
+  size_t scratchPartBytes() const override { return partBytes; }
+  // cuBLASLt's contract (GpuOps.h) on the host: C (+)= A·Bᵀ in the operands' stored types,
+  // C's rows ldc elements apart.
   Status gemm(const GemmDesc &desc) override {
     ++gemms;
+    const int64_t ldc = desc.ldc ? desc.ldc : desc.n;
+    if (ldc < desc.n)
+      return error("gemm ldc below n");
     std::vector<float> a(desc.m * desc.k), b(desc.n * desc.k);
     if (!convertFloats(desc.aType, reinterpret_cast<const void *>(desc.a), DType::F32, a.data(),
                        desc.m * desc.k) ||
@@ -529,10 +535,10 @@ public:
     float *c = reinterpret_cast<float *>(desc.c);
     for (int64_t i = 0; i < desc.m; ++i)
       for (int64_t j = 0; j < desc.n; ++j) {
-        double sum = desc.accumulate ? c[i * desc.n + j] : 0.0;
+        double sum = desc.accumulate ? c[i * ldc + j] : 0.0;
         for (int64_t p = 0; p < desc.k; ++p)
           sum += double(a[i * desc.k + p]) * b[j * desc.k + p];
-        c[i * desc.n + j] = static_cast<float>(sum);
+        c[i * ldc + j] = static_cast<float>(sum);
       }
     return Status::ok();
   }
@@ -578,8 +584,10 @@ double activate(int64_t kind, double x) {
 // multiplies x with w^ = q · scale (the stored scale) in double. `kRun` (0: K) is the
 // in-feature count of a rank of an uneven tensor-parallel split, which runs the plan's
 // kernels specialised for rank 0's K.
+// `partBytes` (0: the session's default) is the scratch a dequantized part of an int8
+// weight may take, so that a small test runs its GEMM in several parts.
 void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance,
-                 int64_t kRun = 0) {
+                 int64_t kRun = 0, size_t partBytes = 0) {
   const int64_t k = kRun > 0 ? kRun : kernels.constants[0]["K"];
   const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
   const int64_t act = kernels.constants[0]["ACT"];
@@ -631,6 +639,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   ASSERT_TRUE(convertFloats(biasType, biasStored.data(), DType::F32, bias.data(), n));
 
   EmulatedLinear step(kernels, "tfm.linear");
+  if (partBytes)
+    step.partBytes = partBytes;
   step.inputs.push_back(DeviceTensor{DType::F32, {rows, k}, address(x.data())});
   step.inputs.push_back(DeviceTensor{weightType, {n, k}, address(wStored.data())});
   if (hasBias)
@@ -650,10 +660,19 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   ASSERT_FALSE(ops.empty());
   Status status = ops[0].run(step);
   ASSERT_TRUE(status.isOk()) << status.message();
+  // The weight's rows in parts of whole 64-row blocks when a part is smaller than the weight.
+  int64_t parts = 1;
+  if (int8 && partBytes) {
+    int64_t partRows = static_cast<int64_t>(partBytes) / (k * int64_t(dtypeSize(scaleType)));
+    partRows = std::max<int64_t>(1, partRows);
+    if (partRows < n && partRows >= 64)
+      partRows -= partRows % 64;
+    parts = (n + partRows - 1) / partRows;
+  }
   EXPECT_EQ(step.gemvLaunches, rows <= 8 ? 1 : 0);
-  EXPECT_EQ(step.gemms, rows <= 8 ? 0 : 1);
+  EXPECT_EQ(step.gemms, rows <= 8 ? 0 : parts);
   if (int8)
-    EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : 1) << "dequantize_int8 launches";
+    EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : parts) << "dequantize_int8 launches";
 
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r)
@@ -743,6 +762,14 @@ TEST(LinearEmulationTest, Int8GemmPathDequantizesInTheScalesDtype) {
   checkLinear(i8_channel_f16::kernels(), 9, 16, 2e-3);    // f16: 2 x 2^-11
   checkLinear(i8_group24_f16::kernels(), 10, 12, 2e-3);
   checkLinear(i8_group16_bf16::kernels(), 12, 16, 1e-2);  // bf16: 2 x 2^-8
+}
+
+// A weight larger than a part of scratch is dequantized and multiplied in parts, each
+// GEMM writing its columns of the output (ldc = n): 3 and 5 rows per part (no 64-row
+// block fits), the last part shorter.
+TEST(LinearEmulationTest, Int8GemmPathInParts) {
+  checkLinear(i8_group64_f32::kernels(), 11, 20, 1e-5, 0, 3 * 128 * 4);  // 7 parts
+  checkLinear(i8_channel_f16::kernels(), 9, 16, 2e-3, 0, 5 * 64 * 2);    // 4 parts
 }
 
 } // namespace

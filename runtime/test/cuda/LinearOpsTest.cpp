@@ -39,6 +39,7 @@ public:
   std::vector<GemmDesc> gemms;
   std::vector<size_t> scratchRequests;
   DevicePtr nextScratch = 9ull << 32;
+  size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
   std::string_view op() const override { return opName; }
   const ops::AttrMap &attrs() const override { return attributes; }
@@ -73,6 +74,7 @@ public:
     gemms.push_back(desc);
     return Status::ok();
   }
+  size_t scratchPartBytes() const override { return partBytes; }
   Status scratch(size_t bytes, DevicePtr &out) override {
     scratchRequests.push_back(bytes);
     out = nextScratch;
@@ -322,17 +324,17 @@ TEST(LinearOpsTest, Int8PrefillDequantizesThenConvertsThenGemmThenEpilogue) {
   ASSERT_TRUE(status.isOk()) << status.message();
   ASSERT_EQ(context.launches.size(), 3u);
   ASSERT_EQ(context.gemms.size(), 1u);
-  // w^ [256, 128] and the activations [40, 128], both bf16.
-  ASSERT_EQ(context.scratchRequests, (std::vector<size_t>{256 * 128 * 2, 40 * 128 * 2}));
-  const Launch &dequantize = context.launches[0];
-  EXPECT_EQ(dequantize.slot, 2u);
-  const DevicePtr dequantized = dequantize.args[2];
-  EXPECT_EQ(dequantize.args, (std::vector<uint64_t>{kW, kScales, dequantized, 256, 128}));
-  const Launch &convert = context.launches[1];
+  // The activations [40, 128] and w^ [256, 128], both bf16.
+  ASSERT_EQ(context.scratchRequests, (std::vector<size_t>{40 * 128 * 2, 256 * 128 * 2}));
+  const Launch &convert = context.launches[0];
   EXPECT_EQ(convert.slot, 3u);
   const DevicePtr converted = convert.args[1];
-  EXPECT_NE(converted, dequantized);
   EXPECT_EQ(convert.args, (std::vector<uint64_t>{kX, converted, 40 * 128}));
+  const Launch &dequantize = context.launches[1];
+  EXPECT_EQ(dequantize.slot, 2u);
+  const DevicePtr dequantized = dequantize.args[2];
+  EXPECT_NE(converted, dequantized);
+  EXPECT_EQ(dequantize.args, (std::vector<uint64_t>{kW, kScales, dequantized, 256, 128}));
   const GemmDesc &gemm = context.gemms[0];
   EXPECT_EQ(gemm.m, 40);
   EXPECT_EQ(gemm.n, 256);
@@ -342,8 +344,41 @@ TEST(LinearOpsTest, Int8PrefillDequantizesThenConvertsThenGemmThenEpilogue) {
   EXPECT_EQ(gemm.b, dequantized);
   EXPECT_EQ(gemm.bType, DType::BF16);
   EXPECT_EQ(gemm.c, kY);
+  EXPECT_EQ(gemm.ldc, 256);  // one part: all of C
   EXPECT_EQ(context.launches[2].slot, 1u);
   EXPECT_EQ(context.launches[2].args, (std::vector<uint64_t>{kY, kBias, 0, kY, 40 * 256, 256}));
+}
+
+// A weight whose dequantized form exceeds scratchPartBytes() goes in parts of whole 64-row
+// blocks: each part's rows of q and of the scales dequantized into one scratch buffer, then
+// its GEMM writes those columns of C (ldc = n), accumulating onto the residual in place.
+TEST(LinearOpsTest, Int8PrefillInPartsWritesColumnsOfTheOutput) {
+  RecordingContext context = int8Step(16, 200, 64, 2, DType::BF16, false, true, -1);
+  context.inputs[4]->data = kY;  // the residual is the output: C += x·w^ᵀ
+  context.partBytes = 150 * 64 * 2;  // 150 rows, rounded down to 128
+  Status status = run(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(context.scratchRequests, (std::vector<size_t>{16 * 64 * 2, 128 * 64 * 2}));
+  ASSERT_EQ(context.launches.size(), 3u);  // convert, then two parts' dequantization
+  ASSERT_EQ(context.gemms.size(), 2u);
+  const DevicePtr dequantized = context.launches[1].args[2];
+  const int64_t firsts[] = {0, 128}, counts[] = {128, 72};
+  for (int part = 0; part < 2; ++part) {
+    const Launch &dequantize = context.launches[1 + part];
+    EXPECT_EQ(dequantize.slot, 2u);
+    EXPECT_EQ(dequantize.args,
+              (std::vector<uint64_t>{kW + firsts[part] * 64, kScales + firsts[part] * 2 * 2,
+                                     dequantized, static_cast<uint64_t>(counts[part]), 64}));
+    const GemmDesc &gemm = context.gemms[part];
+    EXPECT_EQ(gemm.m, 16);
+    EXPECT_EQ(gemm.n, counts[part]);
+    EXPECT_EQ(gemm.k, 64);
+    EXPECT_EQ(gemm.b, dequantized);
+    EXPECT_EQ(gemm.bType, DType::BF16);
+    EXPECT_EQ(gemm.c, kY + firsts[part] * 4);
+    EXPECT_EQ(gemm.ldc, 200);
+    EXPECT_TRUE(gemm.accumulate);
+  }
 }
 
 TEST(LinearOpsTest, Int8PrefillWithF32ScalesIsAnF32Gemm) {
@@ -458,7 +493,10 @@ TEST(LinearOpsTest, Int8LmHeadReadsItsScalesAtPositionThree) {
   ASSERT_TRUE(status.isOk()) << status.message();
   ASSERT_EQ(prefill.gemms.size(), 1u);
   EXPECT_EQ(prefill.gemms[0].bType, DType::F16);
-  EXPECT_EQ(prefill.launches.front().slot, 2u);  // dequantize_int8
+  ASSERT_EQ(prefill.launches.size(), 2u);  // the activations converted, then dequantize_int8
+  EXPECT_EQ(prefill.launches[1].slot, 2u);
+  EXPECT_EQ(prefill.launches[1].args[0], kW);
+  EXPECT_EQ(prefill.launches[1].args[1], kScales);
 }
 
 TEST(LinearOpsTest, EmptyBatchLaunchesNothing) {

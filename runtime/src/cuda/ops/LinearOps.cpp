@@ -6,8 +6,9 @@
 //                  both ops (an int8 tfm.lm_head has no input 2).
 // Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual
 // (int8: dequantizing as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
-// the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype
-// (docs/cuda-backend.md, "int8 linears": prefill is compute bound). The math is
+// the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
+// in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
+// linears": prefill is compute bound). The math is
 // the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
@@ -231,18 +232,6 @@ Status runLinear(StepContext &context) {
   gemm.bType = w->dtype;
   gemm.a = xPtr;
   gemm.aType = DType::F32;
-  if (quantized) {
-    long long outCount = n, inCount = k;
-    DevicePtr dequantized = 0;
-    DSRT_RETURN_IF_ERROR(context.scratch(
-        static_cast<size_t>(n * k) * dtypeSize(operandType), dequantized));
-    // Blocks stride over the rows; a few per multiprocessor keep the reads in flight.
-    Dim3 grid{gridFor(n, 1, sms * 8)}, block{kElementwiseBlock};
-    void *args[] = {&wPtr, &scalesPtr, &dequantized, &outCount, &inCount};
-    DSRT_RETURN_IF_ERROR(context.launch(kDequantizeSlot, grid, block, 0, args));
-    gemm.b = dequantized;
-    gemm.bType = operandType;
-  }
   if (operandType != DType::F32) {
     long long count = rows * k;
     DevicePtr converted = 0;
@@ -269,7 +258,39 @@ Status runLinear(StepContext &context) {
     }
   }
   gemm.c = product;
-  DSRT_RETURN_IF_ERROR(context.gemm(gemm));
+  if (!quantized) {
+    DSRT_RETURN_IF_ERROR(context.gemm(gemm));
+  } else {
+    // The weight's rows in parts of at most scratchPartBytes() dequantized, each part's
+    // GEMM writing its columns of C (ldc = n): an LM head of 128k rows would otherwise hold
+    // a 0.5 GB scratch block for the session's life. Parts of whole 64-row blocks keep C's
+    // columns 256-byte aligned.
+    const int64_t rowBytes = k * static_cast<int64_t>(dtypeSize(operandType));
+    int64_t partRows = std::max<int64_t>(
+        1, static_cast<int64_t>(context.scratchPartBytes()) / std::max<int64_t>(rowBytes, 1));
+    if (partRows < n && partRows >= 64)
+      partRows -= partRows % 64;
+    partRows = std::min(partRows, n);
+    DevicePtr dequantized = 0;
+    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(partRows * rowBytes), dequantized));
+    const int64_t scaleRowBytes = int8.groups * static_cast<int64_t>(dtypeSize(int8.scaleType));
+    for (int64_t first = 0; first < n; first += partRows) {
+      long long partCount = std::min(partRows, n - first), inCount = k;
+      DevicePtr partWeight = wPtr + static_cast<DevicePtr>(first * k);
+      DevicePtr partScales = scalesPtr + static_cast<DevicePtr>(first * scaleRowBytes);
+      // Blocks stride over the rows; a few per multiprocessor keep the reads in flight.
+      Dim3 grid{gridFor(partCount, 1, sms * 8)}, block{kElementwiseBlock};
+      void *args[] = {&partWeight, &partScales, &dequantized, &partCount, &inCount};
+      DSRT_RETURN_IF_ERROR(context.launch(kDequantizeSlot, grid, block, 0, args));
+      GemmDesc part = gemm;
+      part.n = partCount;
+      part.b = dequantized;
+      part.bType = operandType;
+      part.c = product + static_cast<DevicePtr>(first * 4);
+      part.ldc = n;
+      DSRT_RETURN_IF_ERROR(context.gemm(part));
+    }
+  }
 
   const bool epilogueNeeded =
       fused.bias || fused.activation != -1 || epilogueResidual != 0 || product != yPtr;
