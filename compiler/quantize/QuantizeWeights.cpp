@@ -146,11 +146,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     // The layer's location, so that what quantization lost is reported per layer (an
     // exporter's weight names, onnx::MatMul_846, often say nothing).
     Location where = layer->getLoc();
-    auto quantized = builder.create<tfm::WeightOp>(
-        where, weight.getName(), sourceType,
-        withLast(tfm::QuantizeInt8Attr::get(builder.getContext(), *size)));
-    auto scales = builder.create<tfm::WeightOp>(
-        where, weight.getName(), sourceType,
+    auto quantized =
+        tfm::WeightOp::create(builder, where, weight.getName(), sourceType,
+                              withLast(tfm::QuantizeInt8Attr::get(builder.getContext(), *size)));
+    auto scales = tfm::WeightOp::create(
+        builder, where, weight.getName(), sourceType,
         withLast(tfm::QuantScalesAttr::get(builder.getContext(), *size, scaleElement)));
     if (linear) {
       linear.getWeightMutable().assign(quantized);
