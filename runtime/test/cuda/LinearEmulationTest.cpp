@@ -91,30 +91,7 @@ namespace f32_gelu {
 #define HAS_BIAS 1
 #define BIAS_DT 1
 #define HAS_RESIDUAL 1
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-GemvFloat4 gemv_shared[8 * 64 / 4];
-LinearKernels kernels() {
-  LinearKernels set;
-  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
-  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
-  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
-                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
-                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  return set;
-}
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
-#undef SDT
-#undef GS
+#include "LinearEmulationFamily.inc"
 } // namespace f32_gelu
 
 // bf16 weights and bias, silu, no residual, K = 70: not a multiple of 8 (the scalar path).
@@ -126,34 +103,7 @@ namespace bf16_silu {
 #define HAS_BIAS 1
 #define BIAS_DT 3
 #define HAS_RESIDUAL 0
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "convert_activations.cuh"
-GemvFloat4 gemv_shared[(8 * 70 + 3) / 4];
-LinearKernels kernels() {
-  LinearKernels set;
-  set.count = 3;
-  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
-  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
-  set.slots[2] = [](void **args) { invokeKernel(&convert_activations, args); };
-  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
-                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
-                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[2] = {{"WT", WT}};
-  return set;
-}
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
-#undef SDT
-#undef GS
+#include "LinearEmulationFamily.inc"
 } // namespace bf16_silu
 
 // bf16 weights, nothing fused (tfm.lm_head's form), K = 128: the 16-byte vector path.
@@ -165,58 +115,11 @@ namespace bf16_plain {
 #define HAS_BIAS 0
 #define BIAS_DT 1
 #define HAS_RESIDUAL 0
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "convert_activations.cuh"
-GemvFloat4 gemv_shared[8 * 128 / 4];
-LinearKernels kernels() {
-  LinearKernels set;
-  set.count = 3;
-  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
-  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
-  set.slots[2] = [](void **args) { invokeKernel(&convert_activations, args); };
-  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
-                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
-                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[2] = {{"WT", WT}};
-  return set;
-}
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
-#undef SDT
-#undef GS
+#include "LinearEmulationFamily.inc"
 } // namespace bf16_plain
 
 // int8 weights (WT 8): gemv dequantizes as it reads; prefill dequantizes into scratch in the
 // scales' dtype (slot 2) and converts the activations to it (slot 3, f16/bf16 scales).
-// The kernel set of an int8 family: SDT and GS are defined, WT is 8 for gemv and the
-// scales' dtype for convert_activations.
-#define EMU_INT8_KERNELS(ROWS_K)                                                              \
-  LinearKernels kernels() {                                                                   \
-    LinearKernels set;                                                                        \
-    set.count = SDT == DSC_DT_F32 ? 3 : 4;                                                    \
-    set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };                            \
-    set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };                 \
-    set.slots[2] = [](void **args) { invokeKernel(&dequantize_int8, args); };                 \
-    set.constants[0] = {{"K", K},       {"WT", 8},     {"SDT", SDT},   {"GS", GS},            \
-                        {"ACT", ACT},   {"HAS_BIAS", HAS_BIAS},       {"BIAS_DT", BIAS_DT},   \
-                        {"HAS_RESIDUAL", HAS_RESIDUAL}};                                      \
-    set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},           \
-                        {"HAS_RESIDUAL", HAS_RESIDUAL}};                                      \
-    set.constants[2] = {{"SDT", SDT}, {"GS", GS}};                                            \
-    set.slots[3] = convertActivations();                                                      \
-    set.constants[3] = {{"WT", SDT}};                                                         \
-    return set;                                                                               \
-  }
-
 // Per output channel (GS 0), f16 scales and bias, gelu_erf, residual; K = 64: the vector
 // path with the scale applied after the reduction.
 namespace i8_channel_f16 {
@@ -229,28 +132,7 @@ namespace i8_channel_f16 {
 #define HAS_BIAS 1
 #define BIAS_DT 2
 #define HAS_RESIDUAL 1
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-#undef WT
-#define WT SDT
-#include "convert_activations.cuh"
-std::function<void(void **)> convertActivations() {
-  return [](void **args) { invokeKernel(&convert_activations, args); };
-}
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_channel_f16
 
 // Groups of 16 (one per 16-byte load), bf16 scales, silu, nothing else fused; K = 64.
@@ -264,28 +146,7 @@ namespace i8_group16_bf16 {
 #define HAS_BIAS 0
 #define BIAS_DT 1
 #define HAS_RESIDUAL 0
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-#undef WT
-#define WT SDT
-#include "convert_activations.cuh"
-std::function<void(void **)> convertActivations() {
-  return [](void **args) { invokeKernel(&convert_activations, args); };
-}
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_group16_bf16
 
 // Groups of 64 over K = 128 (two per row), f32 scales and bias, relu, residual: the f32
@@ -300,23 +161,7 @@ namespace i8_group64_f32 {
 #define HAS_BIAS 1
 #define BIAS_DT 1
 #define HAS_RESIDUAL 1
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-std::function<void(void **)> convertActivations() { return nullptr; }
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_group64_f32
 
 // Groups of 24 over K = 96: a group splits a 16-byte load, so gemv takes the scalar path.
@@ -331,28 +176,7 @@ namespace i8_group24_f16 {
 #define HAS_BIAS 1
 #define BIAS_DT 2
 #define HAS_RESIDUAL 1
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-#undef WT
-#define WT SDT
-#include "convert_activations.cuh"
-std::function<void(void **)> convertActivations() {
-  return [](void **args) { invokeKernel(&convert_activations, args); };
-}
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_group24_f16
 
 // Long rows: K = 1104 is 69 16-byte int8 loads (276 for f32), so every lane of the warp
@@ -368,28 +192,7 @@ namespace i8_long_group48_f16 {
 #define HAS_BIAS 0
 #define BIAS_DT 1
 #define HAS_RESIDUAL 1
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-#undef WT
-#define WT SDT
-#include "convert_activations.cuh"
-std::function<void(void **)> convertActivations() {
-  return [](void **args) { invokeKernel(&convert_activations, args); };
-}
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_long_group48_f16
 
 namespace i8_long_channel_bf16 {
@@ -402,28 +205,7 @@ namespace i8_long_channel_bf16 {
 #define HAS_BIAS 1
 #define BIAS_DT 3
 #define HAS_RESIDUAL 0
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-#include "dequantize_int8.cuh"
-#undef WT
-#define WT SDT
-#include "convert_activations.cuh"
-std::function<void(void **)> convertActivations() {
-  return [](void **args) { invokeKernel(&convert_activations, args); };
-}
-GemvFloat4 gemv_shared[8 * K / 4];
-EMU_INT8_KERNELS()
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef SDT
-#undef GS
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
+#include "LinearEmulationFamily.inc"
 } // namespace i8_long_channel_bf16
 
 namespace f32_long {
@@ -434,30 +216,7 @@ namespace f32_long {
 #define HAS_BIAS 0
 #define BIAS_DT 1
 #define HAS_RESIDUAL 0
-#include "gemv.cuh"
-#include "linear_epilogue.cuh"
-GemvFloat4 gemv_shared[8 * K / 4];
-LinearKernels kernels() {
-  LinearKernels set;
-  set.slots[0] = [](void **args) { invokeKernel(&gemv, args); };
-  set.slots[1] = [](void **args) { invokeKernel(&linear_epilogue, args); };
-  set.constants[0] = {{"K", K}, {"WT", WT}, {"ACT", ACT}, {"HAS_BIAS", HAS_BIAS},
-                      {"BIAS_DT", BIAS_DT}, {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  set.constants[1] = {{"ACT", ACT}, {"HAS_BIAS", HAS_BIAS}, {"BIAS_DT", BIAS_DT},
-                      {"HAS_RESIDUAL", HAS_RESIDUAL}};
-  return set;
-}
-#undef EMU_FAMILY
-#undef K
-#undef WT
-#undef ACT
-#undef HAS_BIAS
-#undef BIAS_DT
-#undef HAS_RESIDUAL
-#undef GEMV_MAX_ROWS
-#undef GEMV_VEC
-#undef SDT
-#undef GS
+#include "LinearEmulationFamily.inc"
 } // namespace f32_long
 
 #undef gemv
