@@ -3,6 +3,7 @@
 #include "codegen/AttachKernels.h"
 #include "compiler/Registration.h"
 #include "compiler/lowering/ExportPlan.h"
+#include "compiler/lowering/ModelInfo.h"
 #include "compiler/lowering/Passes.h"
 #include "compiler/fuse/Passes.h"
 #include "compiler/parallel/Passes.h"
@@ -80,11 +81,19 @@ llvm::cl::opt<std::string> arch(
     llvm::cl::desc("GPU architectures to generate kernels for (comma list), or none for a "
                    "CPU-only plan"),
     llvm::cl::init("sm_80,sm_90"), llvm::cl::cat(category));
-llvm::cl::opt<int64_t> maxBatch("max-batch", llvm::cl::desc("Largest batch the plan accepts"),
-                                llvm::cl::init(1), llvm::cl::cat(category));
+// Defaults follow the model: a few sequences at once, and as many tokens as its
+// config.json gives positions, up to kDefaultMaxSeqLen (the KV cache and the arena grow with
+// both; a 128k-position model gets 2048 unless asked for more).
+constexpr int64_t kDefaultMaxBatch = 4;
+constexpr int64_t kDefaultMaxSeqLen = 2048;
+llvm::cl::opt<int64_t> maxBatch("max-batch",
+                                llvm::cl::desc("Largest batch the plan accepts (default 4)"),
+                                llvm::cl::init(kDefaultMaxBatch), llvm::cl::cat(category));
 llvm::cl::opt<int64_t> maxSeqLen(
-    "max-seq-len", llvm::cl::desc("Largest sequence (and total past + new) length the plan accepts"),
-    llvm::cl::init(128), llvm::cl::cat(category));
+    "max-seq-len",
+    llvm::cl::desc("Largest sequence (and total past + new) length the plan accepts (default: "
+                   "the model's positions from config.json, at most 2048)"),
+    llvm::cl::init(kDefaultMaxSeqLen), llvm::cl::cat(category));
 llvm::cl::opt<onnx_frontend::ModelSyntax> syntax(
     "input-syntax", llvm::cl::desc("How the model file is written"),
     llvm::cl::init(onnx_frontend::ModelSyntax::Detect),
@@ -243,6 +252,13 @@ int runCompilerDriver(int argc, char **argv) {
     return success();
   });
 
+  std::string modelDirectory = llvm::sys::path::parent_path(args.front()).str();
+  if (modelDirectory.empty())
+    modelDirectory = ".";
+  if (maxSeqLen.getNumOccurrences() == 0)
+    if (std::optional<int64_t> positions = configuredPositions(modelDirectory))
+      maxSeqLen = std::min(*positions, kDefaultMaxSeqLen);
+
   auto imported = onnx_frontend::importModelFile(context, args.front(), syntax);
   if (failed(imported))
     return EXIT_FAILURE;
@@ -332,9 +348,7 @@ int runCompilerDriver(int argc, char **argv) {
       if (!folder.empty())
         options.modelName = llvm::sys::path::filename(folder).str();
     }
-    options.modelDirectory = llvm::sys::path::parent_path(args.front()).str();
-    if (options.modelDirectory.empty())
-      options.modelDirectory = ".";
+    options.modelDirectory = modelDirectory;
     options.producer = "dsc " DSC_VERSION;
     for (int i = 0; i < argc; ++i)
       options.commandLine += (i ? " " : "") + std::string(argv[i]);

@@ -22,6 +22,7 @@ struct FoldConstantsPass : impl::FoldConstantsBase<FoldConstantsPass> {
   using FoldConstantsBase::FoldConstantsBase;
 
   void runOnOperation() override {
+    removeNoOps();
     SmallVector<Operation *> candidates;
     getOperation().walk([&](Operation *op) {
       if (op->getDialect() && op->getDialect()->getNamespace() == "onnx" &&
@@ -36,6 +37,21 @@ struct FoldConstantsPass : impl::FoldConstantsBase<FoldConstantsPass> {
       if (op->getDialect() && op->getDialect()->getNamespace() == "onnx" &&
           isOpTriviallyDead(op))
         op->erase();
+    });
+  }
+
+  // Uses by a terminator keep the no-op: a function's or branch's result type must match.
+  void removeNoOps() {
+    getOperation().walk([&](Operation *op) {
+      bool noOp = isa<onnx::IdentityOp>(op);
+      if (auto cast = dyn_cast<onnx::CastOp>(op))
+        noOp = getElementTypeOrSelf(cast.getInput().getType()) == cast.getTo();
+      if (!noOp)
+        return;
+      Value input = op->getOperand(0);
+      op->getResult(0).replaceUsesWithIf(input, [](OpOperand &use) {
+        return !use.getOwner()->hasTrait<OpTrait::IsTerminator>();
+      });
     });
   }
 

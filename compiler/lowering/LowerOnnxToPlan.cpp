@@ -267,22 +267,16 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     std::optional<ShapeBounds> merged;
     SmallVector<Diagnostic> probeErrors;
     SmallVector<SmallVector<int64_t>> inputBounds;
+    for (auto [index, argument] : llvm::enumerate(func.getArguments()))
+      if (!cast<TensorType>(argument.getType()).hasRank()) {
+        func.emitError() << "graph input " << index << " has no rank; it cannot be bounded";
+        return failure();
+      }
+    InputDims inputDims = InputDims::of(func);
     for (const Probe &probe : probes) {
       SmallVector<SmallVector<int64_t>> inputShapes;
-      for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
-        auto type = cast<TensorType>(argument.getType());
-        if (!type.hasRank()) {
-          func.emitError() << "graph input " << index << " has no rank; it cannot be bounded";
-          return failure();
-        }
-        auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
-        SmallVector<int64_t> shape;
-        for (auto [d, size] : llvm::enumerate(type.getShape())) {
-          llvm::StringRef symbol = dims ? cast<StringAttr>(dims[d]).getValue() : "";
-          shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, probe) : size);
-        }
-        inputShapes.push_back(shape);
-      }
+      for (unsigned index = 0; index < func.getNumArguments(); ++index)
+        inputShapes.push_back(inputDims.shapeAt(index, probe));
       // A split the model cannot run (a graph traced for one new token) bounds nothing;
       // its errors matter only when no split runs.
       FailureOr<ShapeBounds> bounds;

@@ -166,6 +166,28 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
   return success();
 }
 
+std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
+  llvm::SmallString<256> path(modelDirectory);
+  llvm::sys::path::append(path, "config.json");
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return std::nullopt;
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse((*buffer)->getBuffer());
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    return std::nullopt;
+  }
+  const llvm::json::Object *object = json->getAsObject();
+  if (!object)
+    return std::nullopt;
+  std::optional<int64_t> positions = object->getInteger("max_position_embeddings");
+  if (!positions)
+    positions = object->getInteger("n_positions");
+  if (positions && *positions <= 0)
+    return std::nullopt;
+  return positions;
+}
+
 void describeVocabularyShards(dsp::PlanT &plan, llvm::ArrayRef<int64_t> vocabSizes) {
   if (!plan.model)
     return;

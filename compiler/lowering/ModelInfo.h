@@ -10,6 +10,8 @@
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/ArrayRef.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dsc {
@@ -21,6 +23,11 @@ namespace dsc {
 // a learned position table (the lookup would fail at run time), a warning for the others.
 mlir::LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
                                   int64_t maxSeqLen, mlir::Location loc);
+
+// The positions config.json beside the model gives (max_position_embeddings, or GPT-2's
+// n_positions); none when there is no such file or number (a malformed file is reported by
+// describeModel).
+std::optional<int64_t> configuredPositions(const std::string &modelDirectory);
 
 // Records the greedy programs' local logits and each rank's shard of the vocabulary
 // (`vocabSizes`, the tp-shard pass's split) in plan.model, when the plan has prefill_greedy

@@ -9,6 +9,9 @@ def FoldConstants : Pass<"dsc-fold-constants", "mlir::ModuleOp"> {
     Exporters compute shapes with Shape/Gather/Unsqueeze/Concat/Range chains. Where every
     input is a constant (or a Shape of a static shape), the op is evaluated with the
     runtime's reference kernels and replaced by an onnx.Constant, up to a size limit.
+    No-ops go first: an Identity, or a Cast to the type its input already has, is replaced
+    by its input (TorchScript shares equal initializers through Identity nodes, and casts
+    f32 to f32 around norms), so that a recogniser sees the weight or value itself.
   }];
   let options = [
     Option<"maxElements", "max-elements", "int64_t", "1024",

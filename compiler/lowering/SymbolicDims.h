@@ -1,13 +1,23 @@
-// The symbolic dimensions exporters name (batch, sequence, past_sequence,
-// "past_sequence + sequence", Optimum's attention_mask_sequence_length and
-// "past_sequence_length + 1"), and their sizes when a number of tokens sits in the cache and
-// another number is new. Shape bounds and the recognisers' probes size graph inputs by them.
+// The dynamic dimensions of a graph's inputs and their sizes when a number of tokens sits in
+// the cache and another number is new. Shape bounds and the recognisers' probes size graph
+// inputs by them.
+//
+// A dimension's role is read from what the input is, never from the dimension's name: the
+// token ids and positions are [batch, new], each cached key or value [batch, heads, past,
+// head_dim], the padding mask [batch, past + new]. Exporters name these dimensions as they
+// like ("batch"/"sequence", "b"/"s", dynamo's "s0", or nothing), so a name only decides a
+// dimension that no input explains.
 #ifndef DSC_COMPILER_LOWERING_SYMBOLICDIMS_H
 #define DSC_COMPILER_LOWERING_SYMBOLICDIMS_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace dsc {
 
@@ -17,12 +27,37 @@ struct TokenSplit {
 
 enum class DimRole { Batch, Past, New, Total };
 
-DimRole roleOf(llvm::StringRef symbol);
+// The role a dimension's name suggests: the fallback for a dimension no input explains.
+DimRole roleOfName(llvm::StringRef symbol);
 
-// A sum is evaluated term by term, except that a sum naming the past is the cached plus the
-// new tokens: Optimum names the mask's width "past_sequence_length + 1" after the one new
-// token of its trace, whatever the number of new tokens.
-int64_t dimensionAt(llvm::StringRef symbol, const TokenSplit &split);
+// What a graph input is to a transformer, from its name in the HuggingFace interface and
+// its type.
+enum class InputKind { TokenIds, Positions, TokenTypes, Mask, PastKV, Other };
+
+class InputDims {
+public:
+  static InputDims of(mlir::func::FuncOp func);
+
+  // Input `index`'s shape at `split`; static dimensions keep their size.
+  llvm::SmallVector<int64_t> shapeAt(unsigned index, const TokenSplit &split) const;
+  InputKind kindOf(unsigned index) const { return inputs_[index].kind; }
+  // Whether some input holds cached tokens (a decoder exported with its KV cache).
+  bool hasPast() const { return hasPast_; }
+
+private:
+  struct Dim {
+    int64_t size;  // static size, or dynamic
+    std::optional<DimRole> role;
+    llvm::SmallVector<DimRole, 2> terms;  // a sum of dimensions ("p + s") of known roles
+    int64_t constant = 0;                 // and a number ("past_sequence_length + 1")
+  };
+  struct Input {
+    InputKind kind;
+    std::vector<Dim> dims;
+  };
+  std::vector<Input> inputs_;
+  bool hasPast_ = false;
+};
 
 } // namespace dsc
 

@@ -1,6 +1,7 @@
 // dsc-derive-cache-programs: see Passes.td.
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/DeadOps.h"
+#include "compiler/recognize/ImpliedPositions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -136,6 +137,33 @@ LogicalResult keepNewTokenPositions(func::FuncOp func, std::string &why) {
     positions->set(sliced);
   }
   return success();
+}
+
+// A session program takes the positions the generator computes from the mask, as
+// transformers' generate does, where the export computed past + t itself (no position_ids
+// input): the two agree for rows without padding, and only the input is right for
+// left-padded ones.
+void takePositionsAsInput(func::FuncOp func) {
+  SmallVector<Operation *> implied;
+  func.walk([&](Operation *op) {
+    if (op->hasAttr(kImpliedPositionsAttr))
+      implied.push_back(op);
+  });
+  if (implied.empty() || namedArgument(func, "position_ids"))
+    return;
+  BlockArgument ids = namedArgument(func, "input_ids");
+  Builder builder(func.getContext());
+  SmallVector<NamedAttribute> attrs = {
+      builder.getNamedAttr("onnx.name", builder.getStringAttr("position_ids"))};
+  if (ids)
+    if (auto dims = func.getArgAttrOfType<ArrayAttr>(ids.getArgNumber(), "onnx.dims"))
+      attrs.push_back(builder.getNamedAttr("onnx.dims", dims));
+  auto type = RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                                    builder.getI64Type());
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(index, type, builder.getDictionaryAttr(attrs), func.getLoc());
+  for (Operation *op : implied)
+    op->getResult(0).replaceAllUsesWith(func.getArgument(index));
 }
 
 // Empty when @main is a decoder whose every attention can use the session cache.
@@ -280,6 +308,7 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     derived.erase();
     return failure();
   }
+  takePositionsAsInput(derived);
   eraseDeadOps(derived);
   llvm::BitVector dropResults(derived.getNumResults(), true);
   dropResults.reset(logitsIndex);

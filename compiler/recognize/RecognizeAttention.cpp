@@ -7,6 +7,7 @@
 // covered by one matcher, and anything that does not compute the same numbers is declined.
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/DeadOps.h"
+#include "compiler/recognize/ImpliedPositions.h"
 #include "compiler/recognize/ProbeEvaluator.h"
 #include "compiler/recognize/RecognizeAttention.h"
 
@@ -174,6 +175,8 @@ struct Candidate {
   // of every key ("all") or of the causally visible ones ("causal"), as the export does.
   std::string unattended = "all";
   std::optional<Rotary> rotary;
+  // Rotated at past + t, computed inside the graph (no position_ids input).
+  bool impliedPositions = false;
   llvm::SetVector<Operation *> region;
 };
 
@@ -203,13 +206,16 @@ private:
 
   const ProbeEvaluator &probe_;
   Value attentionMask_, positionIds_;
+  std::vector<int64_t> impliedPositions_;  // past + t, while the query is tried at them
   const llvm::DenseSet<Value> &tainted_;
   int64_t batch_ = kProbeBatch, fresh_ = kProbeNew, total_ = 0, past_ = 0;
   int64_t heads_ = 0, headDim_ = 0;
 };
 
 std::vector<int64_t> Matcher::positions() const {
-  const Info *info = positionIds_ ? probe_.lookup(positionIds_) : nullptr;
+  if (!positionIds_)
+    return impliedPositions_;
+  const Info *info = probe_.lookup(positionIds_);
   if (!info || !info->value)
     return {};
   return integers(*info->value);
@@ -342,10 +348,20 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   };
   if (matches(nullptr, nullptr))
     return "";
+  // Without position_ids, transformers rotates the new tokens at past + t.
+  if (!positionIds_) {
+    if (!attentionMask_)
+      return "query: the query is rotated, and there is neither a position_ids input nor "
+             "an attention_mask to count the cached tokens by";
+    impliedPositions_.clear();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < S; ++t)
+        impliedPositions_.push_back(past_ + t);
+    c.impliedPositions = true;
+  }
   std::vector<int64_t> pos = positions();
   if (int64_t(pos.size()) != B * S)
-    return "query: the query is rotated, but there is no position_ids input the rotation "
-           "follows";
+    return "query: the query is rotated, but the probe has no positions for it";
   if (pos[1] == pos[0])
     return "query: the probe's positions do not advance";
   for (bool interleaved : {false, true}) {
@@ -383,8 +399,11 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
       }
     }
   }
-  return "query: the query is transformed in a way that is neither a scale nor a half-split "
-         "or interleaved rotary embedding at position_ids";
+  return positionIds_ ? "query: the query is transformed in a way that is neither a scale nor "
+                        "a half-split or interleaved rotary embedding at position_ids"
+                      : "query: the query is transformed in a way that is neither a scale nor "
+                        "a half-split or interleaved rotary embedding at past + t (there is "
+                        "no position_ids input)";
 }
 
 std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
@@ -737,6 +756,26 @@ bool readsOnlyShapes(Operation *op, int depth = 0) {
   return true;
 }
 
+// sdpa's guard for rows with nothing to attend, Where(IsNaN(P), 0, P), reads P twice; the
+// Where, or null when `probs` has other users. The probe proves the guard leaves the
+// probabilities unchanged.
+Operation *nanGuardOf(Value probs) {
+  Operation *isNaN = nullptr, *where = nullptr;
+  for (Operation *user : probs.getUsers()) {
+    if (isOp(user, "onnx.IsNaN") && !isNaN)
+      isNaN = user;
+    else if (isOp(user, "onnx.Where") && !where && user->getOperand(2) == probs &&
+             user->getOperand(1) != probs)
+      where = user;
+    else
+      return nullptr;
+  }
+  if (!isNaN || !where || !isNaN->getResult(0).hasOneUse() ||
+      where->getOperand(0) != isNaN->getResult(0))
+    return nullptr;
+  return where;
+}
+
 std::string Matcher::match(Operation *softmax, Candidate &c) {
   c.softmax = softmax;
   c.region.insert(softmax);
@@ -777,9 +816,9 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   // Forward from the softmax to MatMul(P, V).
   Value probs = softmax->getResult(0);
   while (true) {
-    if (!probs.hasOneUse())
+    Operation *user = probs.hasOneUse() ? *probs.getUsers().begin() : nanGuardOf(probs);
+    if (!user)
       return "the attention probabilities are used more than once";
-    Operation *user = *probs.getUsers().begin();
     if (isOp(user, "onnx.MatMul") && user->getOperand(0) == probs) {
       c.context = user;
       break;
@@ -941,13 +980,8 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
   int64_t maskWidth = 0;
   // The padding mask covers the cached and the new tokens whatever its dimension is called
   // (Optimum names it "past_sequence_length + 1").
-  bool hasPast = false;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (auto dims = func.getArgAttrOfType<ArrayAttr>(i, "onnx.dims"))
-      for (Attribute dim : dims)
-        hasPast |= cast<StringAttr>(dim).getValue() != "" &&
-                   !cast<StringAttr>(dim).getValue().contains('+') &&
-                   roleOf(cast<StringAttr>(dim).getValue()) == DimRole::Past;
+  InputDims inputDims = InputDims::of(func);
+  bool hasPast = inputDims.hasPast();
   // A long probe of a graph without a cache makes the new tokens many instead.
   int64_t fresh = kProbeNew;
   if (lengthen && !hasPast) {
@@ -964,14 +998,10 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
       why = "graph input " + std::to_string(index) + " has no rank";
       return failure();
     }
-    auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
     Info info;
     info.dtype = evaluate::toDType(type.getElementType());
-    for (auto [d, size] : llvm::enumerate(type.getShape())) {
-      llvm::StringRef symbol =
-          dims && d < dims.size() ? cast<StringAttr>(dims[d]).getValue() : "";
-      info.shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, {kProbeBatch, past, fresh}) : size);
-    }
+    for (int64_t size : inputDims.shapeAt(index, {kProbeBatch, past, fresh}))
+      info.shape.push_back(size);
     llvm::StringRef name = argName(func, index);
     if (name == "attention_mask" && info.shape.size() == 2 && type.isDynamicDim(1))
       info.shape[1] = (hasPast ? past : 0) + fresh;
@@ -1134,9 +1164,15 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     rotary = tfm::RotaryAttr::get(context, c.rotary->dim, llvm::APFloat(c.rotary->base),
                                   c.rotary->interleaved ? tfm::RotaryLayout::interleaved
                                                         : tfm::RotaryLayout::half_split);
+  Value positions = positionIds;
+  if (c.rotary && c.impliedPositions) {
+    if (!attentionMask)
+      return "the positions are computed in the graph, and there is no attention_mask";
+    positions = buildImpliedPositions(builder, loc, attentionMask, query);
+  }
   auto attention = tfm::AttentionOp::create(
       builder, loc, rootType, presentTypes, query, key, value,
-      c.padding ? attentionMask : Value(), past, c.rotary ? positionIds : Value(),
+      c.padding ? attentionMask : Value(), past, c.rotary ? positions : Value(),
       builder.getI64IntegerAttr(c.heads), builder.getI64IntegerAttr(c.kvHeads),
       builder.getI64IntegerAttr(c.headDim), builder.getF32FloatAttr(float(c.scale)),
       c.causal ? builder.getUnitAttr() : UnitAttr(),

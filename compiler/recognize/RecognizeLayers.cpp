@@ -64,21 +64,14 @@ struct ProbeCoverage {
 // value whose shape depends on input values, contributes nothing).
 ProbeShapes probeShapes(func::FuncOp func, ProbeCoverage &coverage) {
   ProbeShapes shapes;
+  for (BlockArgument argument : func.getArguments())
+    if (!isa<RankedTensorType>(argument.getType()))
+      return shapes;
+  InputDims inputDims = InputDims::of(func);
   for (const Probe &probe : kProbes) {
     SmallVector<SmallVector<int64_t>> inputs;
-    for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
-      auto type = dyn_cast<RankedTensorType>(argument.getType());
-      if (!type)
-        return shapes;
-      auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
-      SmallVector<int64_t> shape;
-      for (auto [d, size] : llvm::enumerate(type.getShape())) {
-        llvm::StringRef symbol =
-            dims && d < dims.size() ? cast<StringAttr>(dims[d]).getValue() : "";
-        shape.push_back(ShapedType::isDynamic(size) ? dimensionAt(symbol, probe) : size);
-      }
-      inputs.push_back(shape);
-    }
+    for (unsigned index = 0; index < func.getNumArguments(); ++index)
+      inputs.push_back(inputDims.shapeAt(index, probe));
     FailureOr<ShapeBounds> bounds;
     {
       ScopedDiagnosticHandler silence(func.getContext(), [](Diagnostic &) { return success(); });

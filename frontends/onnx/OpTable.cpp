@@ -69,6 +69,7 @@ static constexpr OpSpec kOps[] = {
     {"", "Slice", "Slice", 13, 5, 1},
     {"", "Gather", "Gather", 13, 2, 1},
     {"", "GatherElements", "GatherElements", 13, 2, 1},
+    {"", "GatherND", "GatherND", 13, 2, 1},
     {"", "ScatterND", "ScatterND", 13, 3, 1},
     {"", "Range", "Range", 13, 3, 1},
     // Control flow.

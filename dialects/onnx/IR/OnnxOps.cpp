@@ -288,6 +288,26 @@ LogicalResult GatherElementsOp::verify() {
   return verifyAxis(*this, getData().getType(), getAxis(), "axis");
 }
 
+LogicalResult GatherNDOp::verify() {
+  int64_t batchDims = getBatchDims();
+  if (batchDims < 0)
+    return emitOpError() << "batch_dims " << batchDims << " is negative";
+  auto data = rankedOrNull(getData().getType());
+  auto indices = rankedOrNull(getIndices().getType());
+  if (data && batchDims >= data.getRank())
+    return emitOpError() << "batch_dims " << batchDims << " must be less than the rank of data";
+  if (indices && batchDims >= indices.getRank())
+    return emitOpError() << "batch_dims " << batchDims
+                         << " must be less than the rank of indices";
+  if (data && indices && !indices.isDynamicDim(indices.getRank() - 1)) {
+    int64_t k = indices.getDimSize(indices.getRank() - 1);
+    if (k < 1 || k > data.getRank() - batchDims)
+      return emitOpError() << "index tuples of length " << k << " do not fit data of rank "
+                           << data.getRank() << " after " << batchDims << " batch dimensions";
+  }
+  return success();
+}
+
 LogicalResult ScatterNDOp::verify() {
   if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, getReduction()))
     return emitOpError() << "unknown reduction \"" << getReduction() << "\"";

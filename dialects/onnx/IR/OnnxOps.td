@@ -373,6 +373,15 @@ def Onnx_GatherElementsOp : Onnx_Op<"GatherElements", [Pure, AllElementTypesMatc
   let hasVerifier = 1;
 }
 
+def Onnx_GatherNDOp : Onnx_Op<"GatherND", [Pure, AllElementTypesMatch<["data", "output"]>]> {
+  let summary = "take slices of data at index tuples (the last dimension of indices)";
+  let arguments = (ins AnyTensor:$data, Onnx_I64Tensor:$indices,
+                   DefaultValuedAttr<I64Attr, "0">:$batch_dims);
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = Onnx_GenericFormat;
+  let hasVerifier = 1;
+}
+
 def Onnx_ScatterNDOp : Onnx_Op<"ScatterND", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "copy of data with updates written at indices";
   let arguments = (ins AnyTensor:$data, Onnx_I64Tensor:$indices, AnyTensor:$updates,

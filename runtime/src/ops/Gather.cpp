@@ -1,4 +1,4 @@
-// Indexed reads and writes: Gather, GatherElements, ScatterND. Every index is checked
+// Indexed reads and writes: Gather, GatherElements, GatherND, ScatterND. Every index is checked
 // before it is used; negative indices count from the end as in numpy.
 #include "ops/Kernel.h"
 #include "ops/Strided.h"
@@ -102,6 +102,70 @@ Status computeGatherElements(const KernelContext &ctx, const Outputs &outputs) {
   return status;
 }
 
+// GatherND's shapes: data [batch..., rest...], indices [batch..., tuples..., k]; each tuple
+// picks a slice data[batch..., i_1, ..., i_k, :...].
+struct GatherNDShapes {
+  int64_t batchDims, k;
+};
+
+Status gatherNDShapes(const KernelContext &ctx, GatherNDShapes &out) {
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "indices", maskOf({DType::I64})));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "batch_dims", 0, out.batchDims));
+  const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape;
+  int64_t b = out.batchDims;
+  if (b < 0 || b >= static_cast<int64_t>(data.size()) ||
+      b >= static_cast<int64_t>(indices.size()))
+    return ctx.error("batch_dims ", b, " must be less than the ranks of data ",
+                     shapeString(data), " and indices ", shapeString(indices));
+  for (int64_t d = 0; d < b; ++d)
+    if (data[d] != indices[d])
+      return ctx.error("batch dimension ", d, " of indices ", shapeString(indices),
+                       " differs from data ", shapeString(data));
+  out.k = indices.back();
+  if (out.k < 1 || out.k > static_cast<int64_t>(data.size()) - b)
+    return ctx.error("index tuples of length ", out.k, " do not fit data ", shapeString(data),
+                     " after ", b, " batch dimensions");
+  return Status::ok();
+}
+
+Status inferGatherND(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  GatherNDShapes g;
+  DSRT_RETURN_IF_ERROR(gatherNDShapes(ctx, g));
+  const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape;
+  Shape out(indices.begin(), indices.end() - 1);
+  out.insert(out.end(), data.begin() + g.batchDims + g.k, data.end());
+  outputs.push_back({ctx.input(0)->dtype, out});
+  return Status::ok();
+}
+
+Status computeGatherND(const KernelContext &ctx, const Outputs &outputs) {
+  GatherNDShapes g;
+  DSRT_RETURN_IF_ERROR(gatherNDShapes(ctx, g));
+  const TensorRef &data = *ctx.input(0), &indices = *ctx.input(1);
+  size_t first = static_cast<size_t>(g.batchDims), k = static_cast<size_t>(g.k);
+  int64_t batches = product(data.shape, 0, first);
+  int64_t tuples = product(indices.shape, first, indices.shape.size() - 1);
+  int64_t slice = product(data.shape, first + k, data.shape.size());
+  int64_t batchStride = product(data.shape, first, data.shape.size());
+  size_t sliceBytes = static_cast<size_t>(slice) * dtypeSize(data.dtype);
+  const int64_t *tuple = indices.as<int64_t>();
+  const uint8_t *src = data.as<uint8_t>();
+  uint8_t *dst = outputs[0]->as<uint8_t>();
+  for (int64_t batch = 0; batch < batches; ++batch)
+    for (int64_t t = 0; t < tuples; ++t, tuple += k, dst += sliceBytes) {
+      int64_t offset = 0;  // in slices, within the batch
+      for (size_t j = 0; j < k; ++j) {
+        int64_t index = 0;
+        DSRT_RETURN_IF_ERROR(checkedIndex(ctx, tuple[j], data.shape[first + j], index));
+        offset = offset * data.shape[first + j] + index;
+      }
+      if (sliceBytes > 0)
+        std::memcpy(dst, src + (batch * batchStride + offset * slice) * dtypeSize(data.dtype),
+                    sliceBytes);
+    }
+  return Status::ok();
+}
+
 Status inferScatterND(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "indices", maskOf({DType::I64})));
   DSRT_RETURN_IF_ERROR(checkSameDType(ctx, 0, 2));
@@ -201,6 +265,7 @@ void addGatherKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"Gather", 2, 2, 2, 1, 1, inferGather, computeGather});
   kernels.push_back(
       {"GatherElements", 2, 2, 2, 1, 1, inferGatherElements, computeGatherElements});
+  kernels.push_back({"GatherND", 2, 2, 2, 1, 1, inferGatherND, computeGatherND});
   kernels.push_back({"ScatterND", 3, 3, 3, 1, 1, inferScatterND, computeScatterND});
 }
 

@@ -213,6 +213,28 @@ TEST(Indexing, GatherNegativeAndOutOfRange) {
   EXPECT_NE(errorOf("Gather", {&data, &before}).find("out of range"), std::string::npos);
 }
 
+// The ONNX node tests check GatherND's values (gathernd_example_*); these check the
+// index-tuple form the dynamo exporter uses on a padding mask, and the refusals.
+TEST(Indexing, GatherNDTuplesAndBatchDims) {
+  OwnedTensor mask = iota({2, 3});
+  OwnedTensor pairs = i64({2, 2, 2}, {0, 2, 1, -1, 1, 0, 0, 0});
+  OwnedTensor picked = run1("GatherND", {&mask, &pairs});
+  EXPECT_EQ(picked.shape, (Shape{2, 2}));
+  EXPECT_EQ(values<float>(picked), (std::vector<float>{2, 5, 3, 0}));
+  OwnedTensor rows = i64({1}, {1});
+  OwnedTensor row = run1("GatherND", {&mask, &rows});
+  EXPECT_EQ(row.shape, (Shape{3}));
+  EXPECT_EQ(values<float>(row), (std::vector<float>{3, 4, 5}));
+  OwnedTensor perBatch = i64({2, 1}, {2, 0});
+  OwnedTensor byBatch = run1("GatherND", {&mask, &perBatch}, {{"batch_dims", Attr::ofInt(1)}});
+  EXPECT_EQ(byBatch.shape, (Shape{2}));
+  EXPECT_EQ(values<float>(byBatch), (std::vector<float>{2, 3}));
+  OwnedTensor outside = i64({1, 2}, {2, 0});
+  EXPECT_NE(errorOf("GatherND", {&mask, &outside}).find("out of range"), std::string::npos);
+  OwnedTensor tooLong = i64({1, 3}, {0, 0, 0});
+  EXPECT_NE(errorOf("GatherND", {&mask, &tooLong}).find("do not fit"), std::string::npos);
+}
+
 TEST(Indexing, GatherElementsAndScatterND) {
   OwnedTensor data = iota({2, 2});
   OwnedTensor indices = i64({2, 2}, {1, 0, -1, 1});

@@ -173,6 +173,14 @@ func.func @gather_indices(%a: tensor<10x4xf32>, %i: tensor<3xf32>) {
 
 // -----
 
+func.func @gathernd_tuple_too_long(%a: tensor<2x3xf32>, %i: tensor<1x3xi64>) {
+  // expected-error @+1 {{index tuples of length 3 do not fit data of rank 2 after 0 batch dimensions}}
+  %0 = onnx.GatherND %a, %i : (tensor<2x3xf32>, tensor<1x3xi64>) -> tensor<1xf32>
+  return
+}
+
+// -----
+
 func.func @scatter_reduction(%a: tensor<4xf32>, %i: tensor<1x1xi64>, %u: tensor<1xf32>) {
   // expected-error @+1 {{unknown reduction "sum"}}
   %0 = onnx.ScatterND %a, %i, %u {reduction = "sum"} : (tensor<4xf32>, tensor<1x1xi64>, tensor<1xf32>) -> tensor<4xf32>

@@ -1,0 +1,52 @@
+#include "compiler/recognize/ImpliedPositions.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+
+namespace dsc {
+
+Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value query) {
+  auto i64 = builder.getI64Type();
+  auto vector = [&](int64_t n) { return RankedTensorType::get({n}, i64); };
+  auto constant = [&](int64_t value) -> Value {
+    return onnx::ConstantOp::create(builder, loc, vector(1),
+                                    DenseElementsAttr::get(vector(1), ArrayRef<int64_t>{value}));
+  };
+  auto scalarConstant = [&](int64_t value) -> Value {
+    auto scalar = RankedTensorType::get({}, i64);
+    return onnx::ConstantOp::create(builder, loc, scalar,
+                                    DenseElementsAttr::get(scalar, ArrayRef<int64_t>{value}));
+  };
+  auto scalarDim = [&](Value shape, int64_t index) -> Value {
+    return onnx::GatherOp::create(builder, loc, RankedTensorType::get({}, i64), shape,
+                                  scalarConstant(index), builder.getI64IntegerAttr(0));
+  };
+  Value maskShape =
+      onnx::ShapeOp::create(builder, loc, vector(2), mask, IntegerAttr(), IntegerAttr());
+  Value queryShape =
+      onnx::ShapeOp::create(builder, loc, vector(3), query, IntegerAttr(), IntegerAttr());
+  Value total = scalarDim(maskShape, 1);
+  Value fresh = scalarDim(queryShape, 1);
+  Value batch = scalarDim(queryShape, 0);
+  Value start = onnx::SubOp::create(builder, loc, RankedTensorType::get({}, i64), total, fresh);
+  Value range = onnx::RangeOp::create(builder, loc, RankedTensorType::get({ShapedType::kDynamic}, i64),
+                                      start, total, scalarConstant(1));
+  Value row = onnx::UnsqueezeOp::create(
+      builder, loc, RankedTensorType::get({1, ShapedType::kDynamic}, i64), range, constant(0));
+  Value zero = constant(0);
+  Value shape = onnx::ConcatOp::create(
+      builder, loc, vector(2),
+      ValueRange{onnx::UnsqueezeOp::create(builder, loc, vector(1), batch, zero),
+                 onnx::UnsqueezeOp::create(builder, loc, vector(1), fresh, zero)},
+      builder.getI64IntegerAttr(0));
+  auto positions = onnx::ExpandOp::create(
+      builder, loc, RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic}, i64),
+      row, shape);
+  positions->setAttr(kImpliedPositionsAttr, builder.getUnitAttr());
+  return positions;
+}
+
+} // namespace dsc
