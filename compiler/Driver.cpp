@@ -273,9 +273,9 @@ int runCompilerDriver(int argc, char **argv) {
     // read before lowering turns the tfm ops into steps.
     RecognitionDeclines declines;
     if (!noRecognize)
-      pm.addPass(createRecognizeAttentionWithWeights(imported->weights.get(), attentionRemarks));
-    if (!noRecognize)
       pm.addPass(createRecognizeLayersWithReport(&declines));
+    if (!noRecognize)
+      pm.addPass(createRecognizeAttentionWithWeights(imported->weights.get(), attentionRemarks));
     if (!noRecognize) {
       DeriveCacheProgramsOptions derive;
       derive.report = attentionRemarks;

@@ -111,6 +111,10 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
     info->input_ids = findTensor(plan, program->inputs, {"input_ids"});
     info->attention_mask = findTensor(plan, program->inputs, {"attention_mask"});
     info->position_ids = findTensor(plan, program->inputs, {"position_ids"});
+    // An export that computes its positions takes none; its session programs do.
+    if (const dsp::ProgramT *prefill = findProgram(plan, "prefill");
+        info->position_ids.empty() && prefill)
+      info->position_ids = findTensor(plan, prefill->inputs, {"position_ids"});
     info->logits = findTensor(plan, program->outputs, {"logits"});
     if (!info->logits.empty()) {
       for (int32_t index : program->outputs)

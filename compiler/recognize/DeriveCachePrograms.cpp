@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/BitVector.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -226,10 +227,8 @@ LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &
   SmallVector<Operation *> shapes;
   for (Value past : pastInputs)
     for (Operation *user : past.getUsers()) {
-      auto shape = dyn_cast<onnx::ShapeOp>(user);
-      if (!shape || shape.getStart() || shape.getEnd())
-        continue;
-      shapes.push_back(user);
+      if (isa<onnx::ShapeOp>(user))
+        shapes.push_back(user);
     }
   if (shapes.empty())
     return success();
@@ -268,6 +267,19 @@ LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &
         builder, loc, vector(4),
         ValueRange{batch, constant(type.getDimSize(1)), cached, constant(type.getDimSize(3))},
         builder.getI64IntegerAttr(0));
+    // Shape's start and end (opset 15; the dynamo exporter reads one dimension so) select
+    // dimensions as a Slice does.
+    auto shapeOp = cast<onnx::ShapeOp>(shape);
+    if (shapeOp.getStart() || shapeOp.getEnd()) {
+      int64_t start = shapeOp.getStart() ? *shapeOp.getStart() : 0;
+      int64_t end = shapeOp.getEnd() ? *shapeOp.getEnd() : 4;
+      start = std::clamp<int64_t>(start < 0 ? start + 4 : start, 0, 4);
+      end = std::clamp<int64_t>(end < 0 ? end + 4 : end, 0, 4);
+      replacement = onnx::SliceOp::create(
+          builder, loc, vector(std::max<int64_t>(end - start, 0)), replacement,
+          constant(start), constant(end), constant(0),
+          onnx::NoValueOp::create(builder, loc, builder.getNoneType()));
+    }
     shape->getResult(0).replaceAllUsesWith(replacement);
   }
   return success();

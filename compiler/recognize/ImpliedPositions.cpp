@@ -8,7 +8,7 @@ using namespace mlir;
 
 namespace dsc {
 
-Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value query) {
+Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value tokens) {
   auto i64 = builder.getI64Type();
   auto vector = [&](int64_t n) { return RankedTensorType::get({n}, i64); };
   auto constant = [&](int64_t value) -> Value {
@@ -26,11 +26,12 @@ Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value 
   };
   Value maskShape =
       onnx::ShapeOp::create(builder, loc, vector(2), mask, IntegerAttr(), IntegerAttr());
-  Value queryShape =
-      onnx::ShapeOp::create(builder, loc, vector(3), query, IntegerAttr(), IntegerAttr());
+  // [batch, new] or [batch, new, features]: only the first two dimensions are read.
+  Value tokensShape = onnx::ShapeOp::create(builder, loc, vector(2), tokens, IntegerAttr(),
+                                            builder.getI64IntegerAttr(2));
   Value total = scalarDim(maskShape, 1);
-  Value fresh = scalarDim(queryShape, 1);
-  Value batch = scalarDim(queryShape, 0);
+  Value fresh = scalarDim(tokensShape, 1);
+  Value batch = scalarDim(tokensShape, 0);
   Value start = onnx::SubOp::create(builder, loc, RankedTensorType::get({}, i64), total, fresh);
   Value range = onnx::RangeOp::create(builder, loc, RankedTensorType::get({ShapedType::kDynamic}, i64),
                                       start, total, scalarConstant(1));

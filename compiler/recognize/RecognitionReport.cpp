@@ -212,7 +212,8 @@ void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines
   if (softmaxes)
     count("Softmax", "attention not recognised", softmaxes);
   for (const RecognitionDeclines::Entry &entry : declines.generic)
-    count(entry.op, entry.reason, 1);
+    if (entry.reason != kProductOfActivations)
+      count(entry.op, entry.reason, 1);
   if (reasons.empty())
     return;
   os << "dsc: left generic:";

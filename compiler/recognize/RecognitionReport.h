@@ -17,6 +17,11 @@ namespace dsc {
 
 // Filled by dsc-recognize-layers: the ops a pattern declined that are still onnx ops after
 // recognition, with the pattern's reason.
+// The reason a batched MatMul of two activations (attention's scores and context) is no
+// linear layer; the report leaves these to the attention, which runs after the layers.
+inline constexpr const char *kProductOfActivations =
+    "a product of two activations, not of a weight";
+
 struct RecognitionDeclines {
   struct Entry {
     std::string op;      // "MatMul"

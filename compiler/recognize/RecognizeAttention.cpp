@@ -159,9 +159,13 @@ struct Candidate {
   Operation *softmax = nullptr;
   Operation *scores = nullptr;   // MatMul(Q, K^T)
   Operation *context = nullptr;  // MatMul(P, V)
-  Value root;                    // [b, s, heads * d]
+  Value root;                    // [b, s, heads * d], or [b * s, heads * d] when flatRoot
+  bool flatRoot = false;         // merged straight into rows (GPT-2's Conv1D under dynamo)
   Value querySource, keySource, valueSource;  // [b, s, n * d] or [b, s, n, d]
   int64_t queryRank = 3, keyRank = 3, valueRank = 3;  // of the sources, on the probe
+  // A source [b, n, s, d]: heads split off a fused projection after the heads were moved
+  // first (GPT-NeoX's query_key_value under transformers 5).
+  bool queryHeadsFirst = false, keyHeadsFirst = false, valueHeadsFirst = false;
   Value pastKey, pastValue;
   Value presentKey, presentValue;
   Value attentionMask, positionIds;  // the graph inputs, when the function has them
@@ -197,7 +201,7 @@ private:
   }
   bool isTainted(Value v) const { return tainted_.contains(v); }
   std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
-                          Value &source, Value &past, int64_t &sourceHeads);
+                          Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst);
   std::string proveQuery(Candidate &c, double &qscale);
   std::string proveKeyValue(Candidate &c, bool isKey, double &kscale);
   std::string proveScores(Candidate &c, double &chainScale);
@@ -227,7 +231,8 @@ std::vector<int64_t> Matcher::positions() const {
 // matter for correctness: the probe proves what they compute.
 std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHeads,
                                  bool allowPast, Value &source, Value &past,
-                                 int64_t &sourceHeads) {
+                                 int64_t &sourceHeads, bool &headsFirst) {
+  headsFirst = false;
   static const llvm::StringSet<> plumbing = {
       "onnx.Reshape",   "onnx.Transpose", "onnx.Mul",    "onnx.Div",    "onnx.Add",
       "onnx.Sub",       "onnx.Neg",       "onnx.Slice",  "onnx.Gather", "onnx.Concat",
@@ -237,6 +242,7 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
   llvm::SmallPtrSet<Operation *, 32> visited;
   SmallVector<Value> worklist = {from};
   SmallVector<Value> headViews;  // [b, s, n, d] values met on the way
+  SmallVector<Value> headsFirstViews;  // and [b, n, s, d] ones
   while (!worklist.empty()) {
     Value value = worklist.pop_back_val();
     const dsrt::Shape *shape = shapeOf(value);
@@ -251,10 +257,20 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       stops.insert(value);
       continue;
     }
-    if (shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
-        (*shape)[3] == headDim_)
+    bool headView = shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
+                    (*shape)[3] == headDim_;
+    if (headView)
       headViews.push_back(value);
+    else if (shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[2] == fresh_ &&
+             (*shape)[3] == headDim_)
+      headsFirstViews.push_back(value);
     Operation *def = value.getDefiningOp();
+    // A norm over each head (Qwen3's, OLMo's and Gemma-3's q/k norm) is where the heads
+    // enter: the attention takes the normalised heads.
+    if (headView && isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
+      stops.insert(value);
+      continue;
+    }
     if (!plumbing.contains(def->getName().getStringRef()))
       return "'" + evaluate::describeLocation(def->getLoc()) + "' (" +
              def->getName().getStringRef().str() + ") on the Q/K/V path is not head plumbing";
@@ -269,6 +285,8 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     const dsrt::Shape *shape = shapeOf(stop);
     if (shape->size() == 3 && (*shape)[0] == batch_ && (*shape)[1] == fresh_)
       fresh.push_back(stop);
+    else if (shape->size() == 4 && !isa<BlockArgument>(stop))
+      fresh.push_back(stop);  // normalised heads
     else if (shape->size() == 4 && isa<BlockArgument>(stop))
       pasts.push_back(stop);
     else
@@ -281,6 +299,13 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     return "the Q/K/V path reads more than one past input";
   source = fresh.front();
   past = pasts.empty() ? Value() : pasts.front();
+  if (shapeOf(source)->size() == 4) {
+    int64_t n = (*shapeOf(source))[2];
+    if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
+      return "the normalised heads are not a whole number of the attention's heads";
+    sourceHeads = n;
+    return "";
+  }
   int64_t features = (*shapeOf(source))[2];
   if (features % headDim_ == 0) {
     int64_t n = features / headDim_;
@@ -298,12 +323,41 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
       view = v;
   }
+  if (!view) {
+    for (Value v : headsFirstViews) {
+      int64_t n = (*shapeOf(v))[1];
+      if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
+        continue;
+      if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
+        view = v;
+    }
+    if (view) {
+      source = view;
+      sourceHeads = (*shapeOf(view))[1];
+      headsFirst = true;
+      return "";
+    }
+  }
   if (!view)
     return "the projection [batch, seq, " + std::to_string(features) +
            "] is not a whole number of heads and has no per-head view";
   source = view;
   sourceHeads = (*shapeOf(view))[2];
   return "";
+}
+
+// A source's values in [b, s, n, d] order, the order the proofs index; a heads-first
+// source holds them as [b, n, s, d].
+std::vector<float> headsLast(std::vector<float> x, bool headsFirst, int64_t B, int64_t N,
+                             int64_t S, int64_t D) {
+  if (!headsFirst || int64_t(x.size()) != B * N * S * D)
+    return x;
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = 0; t < S; ++t)
+        std::copy_n(&x[((b * N + n) * S + t) * D], D, &out[((b * S + t) * N + n) * D]);
+  return out;
 }
 
 std::string Matcher::proveQuery(Candidate &c, double &qscale) {
@@ -314,7 +368,8 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   if (!out)
     return "query: " + why;
   const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim;
-  std::vector<float> x = floats(*seed), y = floats(*out);
+  std::vector<float> x = headsLast(floats(*seed), c.queryHeadsFirst, B, H, S, D),
+                     y = floats(*out);
   if (int64_t(y.size()) != B * H * S * D)
     return "query: the scores' first operand is not [batch, heads, seq, head_dim]";
   // y[b][n][t][e] against x[b][t][n][e].
@@ -429,7 +484,9 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
     return std::string(what) + ": the past input does not hold the cached tokens";
   if (!past && P != 0)
     return std::string(what) + ": keys cover more tokens than the new ones and the past input";
-  std::vector<float> x = floats(*seed), p = pastSeed ? floats(*pastSeed) : std::vector<float>();
+  std::vector<float> x = headsLast(floats(*seed), isKey ? c.keyHeadsFirst : c.valueHeadsFirst,
+                                   B, G, S, D),
+                     p = pastSeed ? floats(*pastSeed) : std::vector<float>();
   std::vector<int64_t> pos = positions();
   // full[b][g][j][e]: the past, then the new keys (rotated) or values.
   std::vector<float> full(B * G * T * D);
@@ -859,6 +916,12 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
       c.root = out;
       break;
     }
+    if (shape && shape->size() == 2 && (*shape)[0] == batch_ * fresh_ &&
+        (*shape)[1] == heads_ * headDim_) {
+      c.root = out;
+      c.flatRoot = true;
+      break;
+    }
     SmallVector<Operation *> dataUsers;
     for (Operation *user : out.getUsers())
       if (!isOp(user, "onnx.Shape") && !isOp(user, "onnx.Size"))
@@ -878,14 +941,16 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   Value unused;
   int64_t n = 0;
   std::string why = findSources(c.scores->getOperand(0), heads_, heads_, false, c.querySource,
-                                unused, n);
+                                unused, n, c.queryHeadsFirst);
   if (!why.empty())
     return "query: " + why;
-  why = findSources(c.scores->getOperand(1), 0, heads_, true, c.keySource, c.pastKey, n);
+  why = findSources(c.scores->getOperand(1), 0, heads_, true, c.keySource, c.pastKey, n,
+                    c.keyHeadsFirst);
   if (!why.empty())
     return "key: " + why;
   c.kvHeads = n;
-  why = findSources(c.context->getOperand(1), 0, heads_, true, c.valueSource, c.pastValue, n);
+  why = findSources(c.context->getOperand(1), 0, heads_, true, c.valueSource, c.pastValue, n,
+                    c.valueHeadsFirst);
   if (!why.empty())
     return "value: " + why;
   if (n != c.kvHeads)
@@ -1130,6 +1195,19 @@ Value asProjection(OpBuilder &builder, Value source, int64_t probeRank, int64_t 
                                  shape, builder.getI64IntegerAttr(0));
 }
 
+// A heads-first source [b, n, s, d] as [b, s, n, d].
+Value headsSecond(OpBuilder &builder, Value source, bool headsFirst) {
+  if (!headsFirst)
+    return source;
+  auto type = dyn_cast<RankedTensorType>(source.getType());
+  Type element = cast<TensorType>(source.getType()).getElementType();
+  SmallVector<int64_t> dims(4, ShapedType::kDynamic);
+  if (type && type.getRank() == 4)
+    dims = {type.getDimSize(0), type.getDimSize(2), type.getDimSize(1), type.getDimSize(3)};
+  return onnx::TransposeOp::create(builder, source.getLoc(), RankedTensorType::get(dims, element),
+                                   source, builder.getI64ArrayAttr({0, 2, 1, 3}));
+}
+
 std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value positionIds) {
   Operation *rootOp = c.root.getDefiningOp();
   OpBuilder builder(rootOp);
@@ -1137,7 +1215,7 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
   MLIRContext *context = builder.getContext();
   int64_t qFeatures = c.heads * c.headDim, kvFeatures = c.kvHeads * c.headDim;
   auto rootType = dyn_cast<RankedTensorType>(c.root.getType());
-  if (!rootType)
+  if (!rootType || c.flatRoot)
     rootType = RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic, qFeatures},
                                      cast<TensorType>(c.root.getType()).getElementType());
   if (rootType.getRank() != 3 || rootType.getDimSize(2) != qFeatures)
@@ -1154,9 +1232,12 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
       return "the past key and value have different types";
     past = {c.pastKey, c.pastValue};
   }
-  Value query = asProjection(builder, c.querySource, c.queryRank, qFeatures);
-  Value key = asProjection(builder, c.keySource, c.keyRank, kvFeatures);
-  Value value = asProjection(builder, c.valueSource, c.valueRank, kvFeatures);
+  Value query = asProjection(builder, headsSecond(builder, c.querySource, c.queryHeadsFirst),
+                             c.queryRank, qFeatures);
+  Value key = asProjection(builder, headsSecond(builder, c.keySource, c.keyHeadsFirst),
+                           c.keyRank, kvFeatures);
+  Value value = asProjection(builder, headsSecond(builder, c.valueSource, c.valueHeadsFirst),
+                             c.valueRank, kvFeatures);
   if (key.getType() != value.getType())
     return "the key and value projections have different types";
   tfm::RotaryAttr rotary;
@@ -1185,7 +1266,18 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     attention->erase();
     return "the recognised tfm.attention does not verify";
   }
-  c.root.replaceAllUsesWith(attention.getOutput());
+  Value output = attention.getOutput();
+  if (c.flatRoot) {
+    auto shapeType = RankedTensorType::get({2}, builder.getI64Type());
+    Value shape = onnx::ConstantOp::create(
+        builder, loc, shapeType, DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{-1, qFeatures}));
+    auto flatType = dyn_cast<RankedTensorType>(c.root.getType());
+    if (!flatType)
+      flatType = RankedTensorType::get({ShapedType::kDynamic, qFeatures}, rootType.getElementType());
+    output = onnx::ReshapeOp::create(builder, loc, flatType, output, shape,
+                                     builder.getI64IntegerAttr(0));
+  }
+  c.root.replaceAllUsesWith(output);
   if (c.presentKey) {
     Operation *terminator = c.softmax->getBlock()->getTerminator();
     for (OpOperand &operand : terminator->getOpOperands()) {
@@ -1198,6 +1290,53 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
   return "";
 }
 
+
+// Learned position tables (GPT-2's wpe) that the graph indexes by positions it computes:
+// on the probe, every row's indices are past + t.
+SmallVector<tfm::EmbeddingOp> tablesAtImpliedPositions(func::FuncOp func,
+                                                       const ProbeEvaluator &probe,
+                                                       int64_t past) {
+  SmallVector<tfm::EmbeddingOp> tables;
+  func.walk([&](tfm::EmbeddingOp embedding) {
+    Value ids = embedding.getIds();
+    if (isa<BlockArgument>(ids))
+      return;
+    const Info *info = probe.lookup(ids);
+    if (!info || !info->value || info->shape.size() != 2 || info->shape[1] != kProbeNew ||
+        (info->shape[0] != 1 && info->shape[0] != kProbeBatch))
+      return;
+    std::vector<int64_t> values = integers(*info->value);
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] != past + int64_t(i) % kProbeNew)
+        return;
+    // The lookup's users must take [batch, new, hidden] where they took [1, new, hidden].
+    for (Operation *user : embedding->getUsers())
+      if (!isOnnx(user))
+        return;
+    tables.push_back(embedding);
+  });
+  return tables;
+}
+
+// The tables' indices become the implied positions, which the session programs take as
+// their position_ids input (takePositionsAsInput).
+void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<tfm::EmbeddingOp> tables,
+                          Value mask) {
+  Value ids;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (argName(func, i) == "input_ids")
+      ids = func.getArgument(i);
+  if (!ids || !mask)
+    return;
+  for (tfm::EmbeddingOp embedding : tables) {
+    OpBuilder builder(embedding);
+    Value positions = buildImpliedPositions(builder, embedding.getLoc(), mask, ids);
+    embedding.getIdsMutable().assign(positions);
+    auto type = cast<RankedTensorType>(embedding.getOutput().getType());
+    embedding.getOutput().setType(RankedTensorType::get(
+        {ShapedType::kDynamic, ShapedType::kDynamic, type.getDimSize(2)}, type.getElementType()));
+  }
+}
 
 void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *weights,
                          bool reportDeclines) {
@@ -1220,6 +1359,8 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   // cache runs only without cached tokens) gets a second probe with none.
   std::vector<std::pair<Candidate, int64_t>> matched;
   llvm::DenseMap<Operation *, std::string> reasons;
+  SmallVector<tfm::EmbeddingOp> impliedTables;
+  Value maskArgument;
   SmallVector<Operation *> pending = softmaxes;
   for (int64_t past : {kProbePast, int64_t(0)}) {
     ProbeEvaluator probe(weights);
@@ -1230,7 +1371,10 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
       return;
     }
     probe.runBlock(func.getBody().front());
+    if (past == kProbePast && !positionIds && attentionMask)
+      impliedTables = tablesAtImpliedPositions(func, probe, past);
     SmallVector<Operation *> unreached;
+    maskArgument = attentionMask;
     for (Operation *softmax : pending) {
       Candidate candidate;
       Matcher matcher(probe, attentionMask, positionIds, tainted);
@@ -1298,7 +1442,8 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     if (!reason.empty() && reportDeclines)
       candidate.softmax->emitRemark() << "attention not recognised: " << reason;
   }
-  if (!matched.empty())
+  takeImpliedPositions(func, impliedTables, maskArgument);
+  if (!matched.empty() || !impliedTables.empty())
     eraseDeadOps(func);
 }
 

@@ -609,6 +609,9 @@ struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
   using RecognitionPattern::RecognitionPattern;
   LogicalResult matchAndRewrite(onnx::MatMulOp matmul, PatternRewriter &rewriter) const override {
     std::optional<LinearWeight> weight = linearWeight(matmul.getB());
+    auto rightType = dyn_cast<RankedTensorType>(matmul.getB().getType());
+    if (!weight && rightType && rightType.getRank() >= 3)
+      return decline(rewriter, matmul, kProductOfActivations);
     if (!weight)
       return decline(rewriter, matmul, "the right operand is not a 2-D weight");
     RankedTensorType inputType = rankedFloat(matmul.getA());

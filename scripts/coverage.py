@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Recognition coverage over the committed fixtures: one row per fixture (family x export
+form) with what dsc recognised and whether each path agrees with its reference.
+
+    scripts/coverage.py [--build-dir build] [--only NAME,...] [--json FILE]
+
+Columns:
+* blocks: dsc's "recognised N/M blocks" with default options (no --max-batch or
+  --max-seq-len: the defaults must give a plan that works);
+* session: whether the plan has prefill/decode programs (KV cache in the session);
+* forward: every test data set through dsrun against the PyTorch outputs,
+  |ours - torch| <= 1e-4 + 1e-4 * |torch| (the largest difference);
+* greedy: test/models/check_generation.py --prefill against transformers' generate
+  (24 tokens, three prompts alone and as one left-padded batch);
+* tp2: the --tp 2 plan, its ranks in-process: forward against PyTorch and greedy through
+  the distributed argmax;
+* int8: top-1 agreement of the --dtype int8 plan's next-token logits with the fp32 plan's
+  over test/quant/prompts.txt (dseval), and the largest logit difference.
+
+A reporting tool, not a test: it prints what it finds and exits 0 unless it cannot run.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "test", "models")
+
+
+def run(command):
+    result = subprocess.run(command, capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
+
+
+def forward(dsrun, plan, model_dir, extra=()):
+    sets = sorted(d for d in os.listdir(model_dir) if d.startswith("test_data_set_"))
+    worst = 0.0
+    for data_set in sets:
+        path = os.path.join(model_dir, data_set)
+        code, out = run([dsrun, plan, "--input-dir", path, "--expect-dir", path,
+                         "--rtol", "1e-4", "--atol", "1e-4", *extra])
+        for diff in re.findall(r"max abs diff ([0-9.e+-]+)", out):
+            worst = max(worst, float(diff))
+        if code != 0:
+            return "FAIL ({})".format(out.strip().splitlines()[-1][:80] if out.strip() else code)
+    return "ok ({:.1e})".format(worst) if sets else "n/a"
+
+
+def greedy(dsrun, plan, model_dir, extra=()):
+    reference = os.path.join(model_dir, "generation.json")
+    if not os.path.exists(reference):
+        return "n/a"
+    code, out = run([sys.executable, os.path.join(MODELS, "check_generation.py"),
+                     "--dsrun", dsrun, "--plan", plan, "--reference", reference, "--prefill",
+                     *extra])
+    return "ok" if code == 0 else "FAIL"
+
+
+def row(name, build, scratch):
+    model_dir = os.path.join(MODELS, name)
+    meta = json.load(open(os.path.join(model_dir, "meta.json")))
+    dsc = os.path.join(build, "bin", "dsc")
+    dsrun = os.path.join(build, "bin", "dsrun")
+    dseval = os.path.join(build, "bin", "dseval")
+    dump = os.path.join(build, "bin", "dsp-dump")
+    model = os.path.join(model_dir, "model.onnx")
+    result = {"fixture": name, "family": meta.get("family", "?"),
+              "form": meta.get("form") or meta.get("kind", "?"),
+              "versions": "torch {} / transformers {}".format(
+                  meta.get("versions", {}).get("torch", "?").split("+")[0],
+                  meta.get("versions", {}).get("transformers", "?"))}
+    fp32 = os.path.join(scratch, name + ".dsp")
+    code, out = run([dsc, "compile", model, "-o", fp32, "--arch", "none"])
+    found = re.search(r"recognised (\d+/\d+) blocks", out)
+    result["blocks"] = found.group(1) if found else ("none" if code == 0 else "compile FAIL")
+    if code != 0:
+        result["error"] = out.strip().splitlines()[-1] if out.strip() else str(code)
+        return result
+    code, out = run([dump, fp32])
+    result["session"] = "yes" if '"decode"' in out else "no"
+    result["forward"] = forward(dsrun, fp32, model_dir)
+    decoder = os.path.exists(os.path.join(model_dir, "generation.json"))
+    result["greedy"] = greedy(dsrun, fp32, model_dir) if decoder else "n/a"
+    tp2 = os.path.join(scratch, name + "-tp2.dsp")
+    code, out = run([dsc, "compile", model, "-o", tp2, "--arch", "none", "--tp", "2"])
+    if code != 0:
+        result["tp2"] = "compile FAIL"
+    else:
+        inprocess = ("--ranks", "inprocess")
+        fwd = forward(dsrun, tp2, model_dir, inprocess)
+        gen = greedy(dsrun, tp2, model_dir,
+                     ("--distributed-argmax", "2", "--dsrun-arg=--ranks",
+                      "--dsrun-arg=inprocess")) if decoder else "n/a"
+        result["tp2"] = "forward {}, greedy {}".format(fwd.split(" ")[0], gen)
+    int8 = os.path.join(scratch, name + "-int8.dsp")
+    code, out = run([dsc, "compile", model, "-o", int8, "--arch", "none", "--dtype", "int8"])
+    if code != 0:
+        result["int8"] = "compile FAIL"
+    elif decoder:
+        code, out = run([dseval, int8, "--reference", fp32, "--prompts",
+                         os.path.join(ROOT, "test", "quant", "prompts.txt"), "--json"])
+        try:
+            summary = json.loads(out.strip().splitlines()[-1])
+            result["int8"] = "top-1 {}/{}, max {:.3f}".format(
+                summary["top1_agree"], summary["rows"], summary["max_abs_error"])
+        except (ValueError, KeyError, IndexError):
+            result["int8"] = "FAIL ({})".format(out.strip()[-80:])
+    else:
+        result["int8"] = "n/a"
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--only", default="")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    names = sorted(d for d in os.listdir(MODELS)
+                   if os.path.exists(os.path.join(MODELS, d, "meta.json")))
+    if args.only:
+        wanted = set(args.only.split(","))
+        names = [n for n in names if n in wanted]
+    rows = []
+    columns = ["fixture", "versions", "blocks", "session", "forward", "greedy", "tp2", "int8"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            result = row(name, os.path.abspath(args.build_dir), scratch)
+            rows.append(result)
+            print("| " + " | ".join(str(result.get(c, "")) for c in columns) + " |", flush=True)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(rows, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
