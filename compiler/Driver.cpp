@@ -267,10 +267,12 @@ int runCompilerDriver(int argc, char **argv) {
     PassManager pm(&context);
     pm.enableVerifier(true);
     pm.addPass(createFoldConstants());
-    // Attention (proven on a probe that may read the model's weights), then the other
-    // layers (after attention, whose matcher reads the onnx projections), then the prefill
-    // and decode programs of a decoder whose every attention was recognised. The report is
-    // read before lowering turns the tfm ops into steps.
+    // The layers first (embeddings, norms, linears, activations), then attention, proven
+    // on a probe that may read the model's weights: its Q/K/V path then stops at the
+    // recognised projections and at norms over each head (Qwen3's q/k norm), and it finds
+    // learned position tables as tfm.embedding. Then the prefill and decode programs of a
+    // decoder whose every attention was recognised. The report is read before lowering
+    // turns the tfm ops into steps.
     RecognitionDeclines declines;
     if (!noRecognize)
       pm.addPass(createRecognizeLayersWithReport(&declines));
@@ -317,6 +319,7 @@ int runCompilerDriver(int argc, char **argv) {
       LowerOnnxToPlanOptions lowering;
       lowering.maxBatch = maxBatch;
       lowering.maxSeqLen = maxSeqLen;
+      lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
       // After tp-shard (no fusion across its collectives); --emit=tfm shows the IR before.
       if (!noFuse)
         addFusePasses(lower, fuseRemarks);
@@ -324,6 +327,8 @@ int runCompilerDriver(int argc, char **argv) {
       lower.addPass(createPlanMemory());
       if (failed(lower.run(*imported->module)))
         return EXIT_FAILURE;
+      if (auto fitted = (*imported->module)->getAttrOfType<IntegerAttr>("dsc.max_seq_len"))
+        maxSeqLen = fitted.getInt();
     }
   }
   // --emit=cuda|ptx runs the whole compilation and prints the plan's kernels.

@@ -248,9 +248,57 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     for (llvm::StringRef name : {"prefill", "decode", "prefill_greedy", "decode_greedy"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         programs.push_back({func, name.str()});
+    if (failed(checkNewTokenLimit(main)))
+      return signalPassFailure();
     for (auto &[func, name] : programs)
       if (failed(lowerFunction(module, func, name)))
         return signalPassFailure();
+    // What the plan's limits are, for the plan writer.
+    module->setAttr("dsc.max_seq_len", IntegerAttr::get(IntegerType::get(&getContext(), 64),
+                                                          int64_t(maxSeqLen)));
+  }
+
+  bool runsAt(func::FuncOp func, const InputDims &dims, const Probe &probe) {
+    SmallVector<SmallVector<int64_t>> shapes;
+    for (unsigned index = 0; index < func.getNumArguments(); ++index)
+      shapes.push_back(dims.shapeAt(index, probe));
+    ScopedDiagnosticHandler silence(&getContext(), [](Diagnostic &) { return success(); });
+    return succeeded(evaluateShapeBounds(func, shapes));
+  }
+
+  // A graph without a cache that cannot take max-seq-len new tokens at once (BERT's or
+  // GPT-2's learned position table is shorter) would otherwise be bounded by the splits it
+  // does run, as few as one token. Asked for, that limit is an error naming the largest
+  // that runs; by default the limit becomes that largest, with a warning.
+  LogicalResult checkNewTokenLimit(func::FuncOp func) {
+    for (BlockArgument argument : func.getArguments())
+      if (!cast<TensorType>(argument.getType()).hasRank())
+        return success();  // lowerFunction says so
+    InputDims dims = InputDims::of(func);
+    if (dims.hasPast() || runsAt(func, dims, {maxBatch, 0, maxSeqLen}))
+      return success();
+    int64_t low = 0, high = maxSeqLen;  // runs at low (0: none found), not at high
+    for (int64_t n = 1; n < high; n *= 2) {
+      if (!runsAt(func, dims, {maxBatch, 0, n})) {
+        high = n;
+        break;
+      }
+      low = n;
+    }
+    while (high - low > 1) {
+      int64_t middle = low + (high - low) / 2;
+      (runsAt(func, dims, {maxBatch, 0, middle}) ? low : high) = middle;
+    }
+    if (low == 0)
+      return success();  // it runs at no length: lowerFunction reports why
+    if (!fitSeqLen)
+      return func.emitError() << "the graph has no cache and runs with at most " << low
+                              << " tokens at once, not --max-seq-len " << int64_t(maxSeqLen)
+                              << "; compile with --max-seq-len " << low;
+    func.emitWarning() << "the graph has no cache and runs with at most " << low
+                       << " tokens at once; the plan's --max-seq-len is " << low;
+    maxSeqLen = low;
+    return success();
   }
 
   LogicalResult lowerFunction(ModuleOp module, func::FuncOp func, llvm::StringRef name) {

@@ -35,6 +35,9 @@ def LowerOnnxToPlan : Pass<"dsc-lower-onnx-to-plan", "mlir::ModuleOp"> {
            "Largest sequence (and total, past + new) length the plan accepts">,
     Option<"programName", "program", "std::string", "\"forward\"",
            "The name of the program (forward, prefill, decode)">,
+    Option<"fitSeqLen", "fit-seq-len", "bool", "false",
+           "max-seq-len was not asked for: lower it to what a graph without a cache runs "
+           "(a learned position table), with a warning, instead of refusing">,
   ];
   let dependentDialects = ["dsc::plan::PlanDialect"];
 }

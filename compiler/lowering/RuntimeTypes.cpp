@@ -149,6 +149,10 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // causally visible keys only (docs/transformer-ops.md).
     if (auto unattended = attention->getAttrOfType<StringAttr>("tfm.unattended"))
       attrs.append("unattended", unattended);
+    // Gemma-2's logit soft-capping; absent (as 0) when off, so plans without it keep
+    // their steps' attributes.
+    if (FloatAttr softcap = attention.getSoftcapAttr())
+      attrs.append("softcap", b.getF32FloatAttr(softcap.getValue().convertToFloat()));
   } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
     attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
   } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {

@@ -126,7 +126,28 @@ struct Projection {
   // An unfused projection reached through scalar arithmetic (OPT scales its query):
   // those ops stay, with the shard's type.
   SmallVector<Operation *> scalarOps;
+  // An unfused projection reached through reshapes and a per-head norm (Qwen3's q/k
+  // norm): those ops stay, retyped for the rank's heads.
+  SmallVector<Operation *> headOps;
 };
+
+// `type` with the rank's heads where it had `heads` heads: [.., heads * d] or a per-head
+// view [.., heads, d] / [b, heads, s, d]. Other types are kept.
+Type withLocalHeads(Type type, int64_t heads, int64_t local, int64_t headDim) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || ranked.getRank() == 0)
+    return type;
+  SmallVector<int64_t> shape(ranked.getShape());
+  if (shape.back() == heads * headDim && heads * headDim != headDim) {
+    shape.back() = local * headDim;
+  } else if (shape.size() == 4 && shape[3] == headDim) {
+    if (shape[2] == heads)
+      shape[2] = local;
+    else if (shape[1] == heads)
+      shape[1] = local;
+  }
+  return RankedTensorType::get(shape, ranked.getElementType());
+}
 
 // The [.., in] value a flattened projection (GPT-2's Reshape-Gemm-Reshape) reads.
 Value unflattenedInput(tfm::LinearOp linear) {
@@ -245,10 +266,22 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
     }
     if (matchPattern(value, m_Constant()))
       continue;
+    // A norm over each head (Qwen3's q/k norm) works on whichever heads a rank holds.
+    if (isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
+      auto type = dyn_cast<RankedTensorType>(def->getOperand(1).getType());
+      if (!type || type.getRank() != 1 || type.getDimSize(0) != headDim)
+        return "a Q/K/V operand is normalised over more than one head";
+      if (!visited.insert(def).second)
+        continue;
+      out.headOps.push_back(def);
+      worklist.push_back(def->getOperand(0));
+      continue;
+    }
     if (!plumbing.contains(def->getName().getStringRef()))
       return "a Q/K/V operand is computed by '" + def->getName().getStringRef().str() + "'";
     if (!visited.insert(def).second)
       continue;
+    out.headOps.push_back(def);
     // The parts are taken in the attention's order (q, k, v); a split that hands them out
     // in another order is not understood.
     if (def->getName().getStringRef() == "onnx.Split" && def->getNumResults() == 3 &&
@@ -273,6 +306,17 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
   if (!found)
     return "a Q/K/V operand reads no projection";
   int64_t features = cast<RankedTensorType>(found.getWeight().getType()).getDimSize(0);
+  // A projection of this part alone, seen through reshapes and a per-head norm.
+  if (features == (part == 0 ? heads : kvHeads) * headDim) {
+    if (!found->hasOneUse())
+      return "a Q/K/V projection has other users";
+    for (Operation *op : out.headOps)
+      if (!op->hasOneUse())
+        return "a value between a Q/K/V projection and the attention has other users";
+    out.linear = found;
+    return "";
+  }
+  out.headOps.clear();
   if (features != (heads + 2 * kvHeads) * headDim)
     return "a fused projection of " + std::to_string(features) +
            " features is not the attention's Q, K and V";
@@ -402,6 +446,10 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     for (Operation *op : llvm::reverse(p.scalarOps))
       op->getResult(0).setType(withDim(op->getResult(0).getType(), -1,
                                        counts[0] * headDim));
+    int64_t partHeads = part == 0 ? globalHeads : globalKv;
+    for (Operation *op : p.headOps)
+      op->getResult(0).setType(
+          withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
   }
   if (failed(rowParallel(plan.output, scaled(split.headOffsets, headDim),
                          scaled(split.heads, headDim))))

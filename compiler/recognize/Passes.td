@@ -33,8 +33,14 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
   let description = [{
     Anchors on each Softmax whose input is MatMul(Q, K^T) under scalar scales, additive
     masks and Where-masks, and whose output feeds MatMul(P, V). The Q, K and V paths are
-    followed back to the projections ([b, s, heads * d]) and the past inputs; the output
-    path forward to [b, s, hidden]. Everything the structure suggests is then proven on a
+    followed back to the projections ([b, s, heads * d], a per-head view [b, s, n, d] or
+    [b, n, s, d] of a fused one, or a norm over each head) and the past inputs; the output
+    path forward to [b, s, hidden] (or [b * s, hidden] rows). It runs after
+    dsc-recognize-layers. sdpa's Where(IsNaN(P), 0, P) guard after the softmax is part of
+    the attention. Without a position_ids input, a rotation at past + t (transformers'
+    positions when none are given) is recognised with positions computed from the mask's
+    width, marked `dsc.implied_positions`, and so are the indices of a learned position
+    table (tfm.embedding) that are past + t on the probe. Everything the structure suggests is then proven on a
     probe (batch 2, 5 cached and 7 new tokens, a left-padded row): the graph's own ops are
     run with the runtime's kernels from random Q/K/V/past seeds and compared with what
     tfm.attention computes, which gives the scale, the rotary embedding (layout, dim, base),

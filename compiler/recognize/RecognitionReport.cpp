@@ -1,5 +1,7 @@
 #include "compiler/recognize/RecognitionReport.h"
 
+#include "llvm/ADT/DenseSet.h"
+
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
@@ -211,8 +213,11 @@ void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines
     softmaxes += isa<onnx::SoftmaxOp>(op);
   if (softmaxes)
     count("Softmax", "attention not recognised", softmaxes);
+  llvm::DenseSet<const void *> live;
+  main.walk([&](Operation *op) { live.insert(op); });
   for (const RecognitionDeclines::Entry &entry : declines.generic)
-    if (entry.reason != kProductOfActivations)
+    if (entry.reason != kProductOfActivations && entry.reason != kLogitCap &&
+        (!entry.where || live.contains(entry.where)))
       count(entry.op, entry.reason, 1);
   if (reasons.empty())
     return;

@@ -18,14 +18,20 @@ namespace dsc {
 // Filled by dsc-recognize-layers: the ops a pattern declined that are still onnx ops after
 // recognition, with the pattern's reason.
 // The reason a batched MatMul of two activations (attention's scores and context) is no
-// linear layer; the report leaves these to the attention, which runs after the layers.
+// linear layer; the report leaves these to the attention's line.
 inline constexpr const char *kProductOfActivations =
     "a product of two activations, not of a weight";
+
+// The Tanh of cap * tanh(logits / cap) after the LM head: part of the head, not generic.
+inline constexpr const char *kLogitCap = "the cap of the LM head's logits";
 
 struct RecognitionDeclines {
   struct Entry {
     std::string op;      // "MatMul"
     std::string reason;  // "the right operand is not a weight"
+    // The op itself, compared (never dereferenced) with the ops left after recognition:
+    // the attention, which runs after the layers, absorbs ops they declined.
+    const void *where = nullptr;
   };
   std::vector<Entry> generic;
 };

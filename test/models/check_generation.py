@@ -17,10 +17,12 @@ import argparse
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tensorproto import read_float_tensor  # noqa: E402
 
 
 def run(command, env=None, stderr_out=None):
@@ -58,56 +60,6 @@ def generate(args, prompts, max_new):
         if match:
             rows[int(match.group(1))] = [int(t) for t in match.group(2).split()]
     return [rows.get(i) for i in range(len(prompts))]
-
-
-def varint(data, pos):
-    value, shift = 0, 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
-def read_float_tensor(path):
-    data = open(path, "rb").read()
-    dims, raw, floats, dtype, pos = [], b"", [], None, 0
-    while pos < len(data):
-        key, pos = varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = varint(data, pos)
-            if field == 1:
-                dims.append(value)
-            elif field == 2:
-                dtype = value
-        elif wire == 2:
-            length, pos = varint(data, pos)
-            chunk = data[pos:pos + length]
-            pos += length
-            if field == 1:  # packed dims
-                p = 0
-                while p < len(chunk):
-                    value, p = varint(chunk, p)
-                    dims.append(value)
-            elif field == 9:
-                raw = chunk
-            elif field == 4:
-                floats = list(struct.unpack(f"<{len(chunk) // 4}f", chunk))
-        elif wire == 5:
-            floats.append(struct.unpack("<f", data[pos:pos + 4])[0])
-            pos += 4
-        elif wire == 1:
-            pos += 8
-        else:
-            sys.exit(f"FAIL: {path}: unexpected protobuf wire type {wire}")
-    if dtype != 1:
-        sys.exit(f"FAIL: {path}: expected float logits, got TensorProto type {dtype}")
-    if raw:
-        floats = list(struct.unpack(f"<{len(raw) // 4}f", raw))
-    return dims, floats
 
 
 def main():

@@ -1,0 +1,243 @@
+// dsc-recognize-layers: activations and gated activations.
+#include "compiler/recognize/LayerMatching.h"
+
+#include "compiler/recognize/RecognitionReport.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+
+using namespace mlir;
+
+namespace dsc::layers {
+
+//===----------------------------------------------------------------------===//
+// Activations: the elementwise subgraph around an Erf, Tanh or Sigmoid, checked
+// numerically against each activation (which covers every order the exporters emit).
+//===----------------------------------------------------------------------===//
+
+
+double referenceActivation(tfm::ActivationKind kind, double x) {
+  switch (kind) {
+  case tfm::ActivationKind::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  case tfm::ActivationKind::gelu_tanh:
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  case tfm::ActivationKind::gelu_quick: return x / (1 + std::exp(-1.702 * x));
+  case tfm::ActivationKind::silu: return x / (1 + std::exp(-x));
+  case tfm::ActivationKind::relu: return x > 0 ? x : 0;
+  }
+  return 0;
+}
+
+struct ActivationRegion {
+  Value input, output;
+  llvm::SetVector<Operation *> ops;
+};
+
+// Evaluates the region at `points` (values of the input); nullopt when an op is not
+// interpretable.
+std::optional<std::vector<double>> evaluateRegion(const ActivationRegion &region,
+                                                  const std::vector<double> &points) {
+  llvm::DenseMap<Value, std::vector<double>> values;
+  values[region.input] = points;
+  auto operand = [&](Value v) -> std::optional<std::vector<double>> {
+    if (auto it = values.find(v); it != values.end())
+      return it->second;
+    if (std::optional<double> c = scalarConstant(v))
+      return std::vector<double>(points.size(), *c);
+    return std::nullopt;
+  };
+  SmallVector<Operation *> ordered(region.ops.begin(), region.ops.end());
+  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  for (Operation *op : ordered) {
+    std::vector<std::vector<double>> in;
+    for (Value v : op->getOperands()) {
+      auto value = operand(v);
+      if (!value)
+        return std::nullopt;
+      in.push_back(std::move(*value));
+    }
+    std::vector<double> out(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      double a = in[0][i], b = in.size() > 1 ? in[1][i] : 0;
+      if (isa<onnx::AddOp>(op)) out[i] = a + b;
+      else if (isa<onnx::SubOp>(op)) out[i] = a - b;
+      else if (isa<onnx::MulOp>(op)) out[i] = a * b;
+      else if (isa<onnx::DivOp>(op)) out[i] = a / b;
+      else if (isa<onnx::PowOp>(op)) out[i] = std::pow(a, b);
+      else if (isa<onnx::NegOp>(op)) out[i] = -a;
+      else if (isa<onnx::SqrtOp>(op)) out[i] = std::sqrt(a);
+      else if (isa<onnx::ErfOp>(op)) out[i] = std::erf(a);
+      else if (isa<onnx::TanhOp>(op)) out[i] = std::tanh(a);
+      else if (isa<onnx::SigmoidOp>(op)) out[i] = 1 / (1 + std::exp(-a));
+      else if (isa<onnx::CastOp>(op)) out[i] = a;
+      else return std::nullopt;
+    }
+    values[op->getResult(0)] = std::move(out);
+  }
+  return operand(region.output);
+}
+
+template <typename AnchorOp> struct ActivationPattern : RecognitionPattern<AnchorOp> {
+  using RecognitionPattern<AnchorOp>::RecognitionPattern;
+  using RecognitionPattern<AnchorOp>::decline;
+  using RecognitionPattern<AnchorOp>::recognised;
+
+  LogicalResult matchAndRewrite(AnchorOp anchor, PatternRewriter &rewriter) const override {
+    ActivationRegion region;
+    region.ops.insert(anchor);
+    // The logits' cap (Gemma-2's final_logit_softcapping) is part of the LM head.
+    if (auto divide = anchor->getOperand(0).template getDefiningOp<onnx::DivOp>())
+      if (isa<onnx::TanhOp>(anchor.getOperation()) &&
+          divide.getA().template getDefiningOp<tfm::LmHeadOp>())
+        return decline(rewriter, anchor, kLogitCap);
+    // Backwards: elementwise ops on one tensor and scalar constants, down to the input.
+    RankedTensorType type = rankedFloat(anchor->getResult(0));
+    if (!type)
+      return decline(rewriter, anchor, "the activation's type is not known");
+    SmallVector<Value> worklist = {anchor->getOperand(0)};
+    llvm::SmallSetVector<Value, 2> leaves;
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      if (scalarConstant(v))
+        continue;
+      Operation *def = v.getDefiningOp();
+      bool inner = def && isElementwise(def) && def->getBlock() == anchor->getBlock() &&
+                   v.getType() == type &&
+                   llvm::all_of(def->getOperands(), [&](Value o) {
+                     return scalarConstant(o) || o.getType() == type;
+                   });
+      if (!inner) {
+        leaves.insert(v);
+        continue;
+      }
+      if (region.ops.insert(def))
+        llvm::append_range(worklist, def->getOperands());
+    }
+    if (leaves.size() != 1)
+      return decline(rewriter, anchor, "the elementwise subgraph has more than one input");
+    region.input = leaves.front();
+    // Forwards: every elementwise user of the input or the region whose operands are all
+    // in it (0.5 * x, the final x * ...).
+    bool grown = true;
+    auto inRegion = [&](Value v) {
+      return v == region.input || scalarConstant(v) ||
+             (v.getDefiningOp() && region.ops.contains(v.getDefiningOp()));
+    };
+    while (grown) {
+      grown = false;
+      SmallVector<Value> frontier = {region.input};
+      for (Operation *op : region.ops)
+        frontier.push_back(op->getResult(0));
+      for (Value v : frontier)
+        for (Operation *user : v.getUsers())
+          if (!region.ops.contains(user) && isElementwise(user) &&
+              user->getBlock() == anchor->getBlock() && user->getResult(0).getType() == type &&
+              llvm::all_of(user->getOperands(), inRegion))
+            grown |= region.ops.insert(user);
+    }
+    SmallVector<Value> outputs;
+    for (Operation *op : region.ops)
+      if (!usedOnlyBy(op->getResult(0), llvm::SmallPtrSet<Operation *, 16>(region.ops.begin(),
+                                                                          region.ops.end())))
+        outputs.push_back(op->getResult(0));
+    if (outputs.size() != 1)
+      return decline(rewriter, anchor, "an intermediate value of the activation is used elsewhere");
+    region.output = outputs.front();
+
+    std::vector<double> points;
+    for (double x = -10; x <= 10; x += 0.125)
+      points.push_back(x);
+    std::optional<std::vector<double>> values = evaluateRegion(region, points);
+    if (!values)
+      return decline(rewriter, anchor, "the subgraph cannot be evaluated");
+    std::optional<tfm::ActivationKind> kind;
+    for (tfm::ActivationKind candidate :
+         {tfm::ActivationKind::gelu_erf, tfm::ActivationKind::gelu_tanh,
+          tfm::ActivationKind::gelu_quick, tfm::ActivationKind::silu}) {
+      bool same = true;
+      for (size_t i = 0; i < points.size() && same; ++i) {
+        double expected = referenceActivation(candidate, points[i]);
+        same = std::fabs((*values)[i] - expected) <= 1e-6 + 1e-5 * std::fabs(expected);
+      }
+      if (same) {
+        kind = candidate;
+        break;
+      }
+    }
+    if (!kind)
+      return decline(rewriter, anchor, "the subgraph computes no known activation");
+    Operation *last = region.output.getDefiningOp();
+    rewriter.setInsertionPoint(last);
+    auto activation = tfm::ActivationOp::create(rewriter, anchor->getLoc(), type, *kind,
+                                                region.input);
+    recognised(anchor);
+    rewriter.replaceAllUsesWith(region.output, activation.getOutput());
+    return success();
+  }
+};
+
+// The activation ops that need no subgraph: Relu, and Gelu (opset 20 or com.microsoft).
+struct ReluPattern : RecognitionPattern<onnx::ReluOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::ReluOp relu, PatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedFloat(relu.getX());
+    if (!type)
+      return decline(rewriter, relu, "the input is not a float tensor of known rank");
+    recognised(relu);
+    rewriter.replaceOpWithNewOp<tfm::ActivationOp>(relu, type, tfm::ActivationKind::relu,
+                                                   relu.getX());
+    return success();
+  }
+};
+
+struct GeluPattern : RecognitionPattern<onnx::GeluOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::GeluOp gelu, PatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedFloat(gelu.getX());
+    if (!type)
+      return decline(rewriter, gelu, "the input has no known rank");
+    tfm::ActivationKind kind = gelu.getApproximate() == "tanh" ? tfm::ActivationKind::gelu_tanh
+                                                               : tfm::ActivationKind::gelu_erf;
+    recognised(gelu);
+    rewriter.replaceOpWithNewOp<tfm::ActivationOp>(gelu, type, kind, gelu.getX());
+    return success();
+  }
+};
+
+// act(gate) * up, the gated MLP (SwiGLU and friends).
+struct GatedActPattern : OpRewritePattern<onnx::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(onnx::MulOp mul, PatternRewriter &rewriter) const override {
+    for (auto [actValue, up] : {std::pair{mul.getA(), mul.getB()}, std::pair{mul.getB(), mul.getA()}}) {
+      auto activation = defining<tfm::ActivationOp>(actValue);
+      if (!activation || !actValue.hasOneUse() || up.getType() != actValue.getType() ||
+          mul.getC().getType() != actValue.getType() || !defining<tfm::LinearOp>(up))
+        continue;
+      rewriter.setInsertionPoint(mul);
+      auto gated = tfm::GatedActOp::create(rewriter, mul.getLoc(), actValue.getType(),
+                                           activation.getKind(), activation.getInput(), up);
+      rewriter.replaceOp(mul, gated.getOutput());
+      rewriter.eraseOp(activation);
+      return success();
+    }
+    return rewriter.notifyMatchFailure(mul, "not act(linear) * linear");
+  }
+};
+
+
+void populateActivationPatterns(RewritePatternSet &patterns, DeclineLog &log) {
+  patterns.add<ReluPattern, GeluPattern, ActivationPattern<onnx::ErfOp>,
+               ActivationPattern<onnx::TanhOp>, ActivationPattern<onnx::SigmoidOp>>(
+      patterns.getContext(), log);
+  patterns.add<GatedActPattern>(patterns.getContext());
+}
+
+} // namespace dsc::layers

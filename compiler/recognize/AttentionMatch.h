@@ -1,0 +1,210 @@
+// Shared by the files of dsc-recognize-attention: the probe's sizes, the candidate a
+// softmax proposes, the matcher that proves it (AttentionStructure.cpp follows the graph,
+// AttentionProofs.cpp and AttentionMaskProofs.cpp prove on the probe), the probe's inputs
+// (AttentionProbe.cpp) and the rewrite into tfm.attention (AttentionRewrite.cpp).
+//
+// Structure only proposes: which values are Q, K, V, the past inputs, the presents and the
+// output. Semantics are proven by running the graph's own ops on a probe with the
+// runtime's kernels and comparing with what tfm.attention would compute from the proposed
+// operands, so every exporter variant of masks, scales, rotary and head plumbing is
+// covered by one matcher, and anything that does not compute the same numbers is declined.
+#ifndef DSC_COMPILER_RECOGNIZE_ATTENTIONMATCH_H
+#define DSC_COMPILER_RECOGNIZE_ATTENTIONMATCH_H
+
+#include "compiler/recognize/ProbeEvaluator.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+#include "dialects/tfm/IR/TfmDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsc::attention {
+
+using namespace mlir;
+using namespace probe;
+
+// The probe: large enough that a left-padded row, the causal triangle, a local window of
+// up to 11 tokens and the rotary frequencies are all visible, small enough to be free.
+constexpr int64_t kProbeBatch = 2;
+constexpr int64_t kProbePast = 5;
+constexpr int64_t kProbeNew = 7;
+constexpr int64_t kProbePadding = 2;  // leading masked tokens of every row but the first
+// Additive bias at or below this is a masked position (exp underflows to 0 in fp32).
+constexpr float kMaskedBelow = -1e4f;
+constexpr double kTolerance = 1e-4;
+
+using namespace probe;
+
+//===----------------------------------------------------------------------===//
+// Numbers (AttentionProbe.cpp).
+//===----------------------------------------------------------------------===//
+
+std::vector<float> floats(const dsrt::OwnedTensor &tensor);
+std::vector<int64_t> integers(const dsrt::OwnedTensor &tensor);
+std::shared_ptr<dsrt::OwnedTensor> randomTensor(dsrt::Shape shape, uint64_t seed);
+std::shared_ptr<dsrt::OwnedTensor> filledTensor(dsrt::Shape shape, float value);
+bool close(double actual, double expected);
+// BLOOM's build_alibi_tensor slopes.
+std::vector<double> alibiSlopes(int64_t heads);
+
+struct Rotary {
+  int64_t dim = 0;
+  double base = 10000;
+  bool interleaved = false;
+  std::vector<float> invFreq;  // as transformers computes them, in fp32
+
+  void setBase(double newBase) {
+    base = newBase;
+    invFreq.clear();
+    for (int64_t i = 0; i < dim / 2; ++i)
+      invFreq.push_back(1.0f / std::pow(float(base), float(2 * i) / float(dim)));
+  }
+  std::pair<int64_t, int64_t> pair(int64_t i) const {
+    return interleaved ? std::pair{2 * i, 2 * i + 1} : std::pair{i, i + dim / 2};
+  }
+  // Rotates one head vector in place at `position`.
+  void apply(float *x, int64_t position) const {
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      auto [a, b] = pair(i);
+      float angle = float(position) * invFreq[i];
+      float c = std::cos(angle), s = std::sin(angle);
+      float xa = x[a], xb = x[b];
+      x[a] = xa * c - xb * s;
+      x[b] = xb * c + xa * s;
+    }
+  }
+};
+
+
+//===----------------------------------------------------------------------===//
+// The matcher.
+//===----------------------------------------------------------------------===//
+
+struct Candidate {
+  // Structure.
+  Operation *softmax = nullptr;
+  Operation *scores = nullptr;   // MatMul(Q, K^T)
+  Operation *context = nullptr;  // MatMul(P, V)
+  Value root;                    // [b, s, heads * d], or [b * s, heads * d] when flatRoot
+  bool flatRoot = false;         // merged straight into rows (GPT-2's Conv1D under dynamo)
+  Value restoredProjection;      // and then: Reshape(linear(rows)) back to [b, s, out]
+  Value querySource, keySource, valueSource;  // [b, s, n * d] or [b, s, n, d]
+  int64_t queryRank = 3, keyRank = 3, valueRank = 3;  // of the sources, on the probe
+  // A source [b, n, s, d]: heads split off a fused projection after the heads were moved
+  // first (GPT-NeoX's query_key_value under transformers 5).
+  bool queryHeadsFirst = false, keyHeadsFirst = false, valueHeadsFirst = false;
+  Value pastKey, pastValue;
+  Value presentKey, presentValue;
+  Value attentionMask, positionIds;  // the graph inputs, when the function has them
+  std::string declined;              // set when a later check refutes the match
+  // Proven semantics.
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  double scale = 1;
+  bool causal = false, alibi = false, padding = false;
+  int64_t window = 0;
+  // Queries with no key to attend (left padding under a causal mask) average the values
+  // of every key ("all") or of the causally visible ones ("causal"), as the export does.
+  std::string unattended = "all";
+  bool nanGuard = false;  // sdpa's Where(IsNaN(P), 0, P) after the softmax
+  bool chainHasTanh = false;  // the score chain may cap the scores (Gemma-2)
+  double softcap = 0;         // scores become softcap * tanh(scores / softcap); 0: none
+  std::optional<Rotary> rotary;
+  // Rotated at past + t, computed inside the graph (no position_ids input).
+  bool impliedPositions = false;
+  llvm::SetVector<Operation *> region;
+};
+
+class Matcher {
+public:
+  Matcher(const ProbeEvaluator &probe, Value attentionMask, Value positionIds,
+          const llvm::DenseSet<Value> &tainted)
+      : probe_(probe), attentionMask_(attentionMask), positionIds_(positionIds),
+        tainted_(tainted) {}
+
+  // Empty on success, else the reason.
+  std::string match(Operation *softmax, Candidate &c);
+
+private:
+  const dsrt::Shape *shapeOf(Value v) const {
+    const Info *info = probe_.lookup(v);
+    return info && !info->isNone ? &info->shape : nullptr;
+  }
+  bool isTainted(Value v) const { return tainted_.contains(v); }
+  std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
+                          Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst);
+  std::string proveQuery(Candidate &c, double &qscale);
+  std::string proveKeyValue(Candidate &c, bool isKey, double &kscale);
+  std::string proveScores(Candidate &c, double &chainScale);
+  std::string proveSoftcap(Candidate &c, const std::vector<char> &attended,
+                           const std::vector<float> &bias, double &chainScale);
+  std::string proveOutput(Candidate &c);
+  std::vector<int64_t> positions() const;
+
+  const ProbeEvaluator &probe_;
+  Value attentionMask_, positionIds_;
+  std::vector<int64_t> impliedPositions_;  // past + t, while the query is tried at them
+  const llvm::DenseSet<Value> &tainted_;
+  int64_t batch_ = kProbeBatch, fresh_ = kProbeNew, total_ = 0, past_ = 0;
+  int64_t heads_ = 0, headDim_ = 0;
+};
+
+// A source's values in [b, s, n, d] order, the order the proofs index; a heads-first
+// source holds them as [b, n, s, d].
+std::vector<float> headsLast(std::vector<float> x, bool headsFirst, int64_t B, int64_t N,
+                             int64_t S, int64_t D);
+// What the export computes at rows with nothing to attend; none when the probe has no
+// such row (AttentionMaskProofs.cpp).
+std::optional<std::string> unattendedRule(const Candidate &c, const std::vector<float> &bias,
+                                          const std::vector<int64_t> &padding, int64_t B,
+                                          int64_t S, int64_t T, int64_t P);
+// On a probe with nothing cached: the rule at rows with nothing to attend.
+void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candidate &c);
+// On a probe with many cached tokens: whether the unpadded first row's last query attends
+// exactly the keys the candidate's window (or its absence) says; nullopt when this probe
+// cannot tell.
+std::optional<bool> checkLongWindow(const ProbeEvaluator &probe, Candidate &c);
+
+//===----------------------------------------------------------------------===//
+// The probe's inputs (AttentionProbe.cpp).
+//===----------------------------------------------------------------------===//
+
+llvm::StringRef argName(func::FuncOp func, unsigned index);
+// Fills the probe's graph inputs: shapes from the symbolic dimensions, values for the
+// integer inputs (a left-padded attention mask, positions as transformers' generate
+// computes them, token ids), none for float inputs (the past).
+LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
+                         Value &attentionMask, Value &positionIds, std::string &why,
+                         bool lengthen = false);
+// Activations: what the token ids and the float inputs flow into, through data (not
+// through Shape/Size, which read only shapes). Masks and rotary tables are not tainted.
+llvm::DenseSet<Value> activations(func::FuncOp func);
+
+//===----------------------------------------------------------------------===//
+// The rewrite (AttentionRewrite.cpp).
+//===----------------------------------------------------------------------===//
+
+// Replaces a proven candidate with tfm.attention; empty on success, else why not.
+std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value positionIds);
+// Learned position tables (GPT-2's wpe) that the graph indexes by positions it computes:
+// on the probe, every row's indices are past + t.
+SmallVector<tfm::EmbeddingOp> tablesAtImpliedPositions(func::FuncOp func,
+                                                       const ProbeEvaluator &probe,
+                                                       int64_t past);
+// The tables' indices become the implied positions, which the session programs take as
+// their position_ids input.
+void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<tfm::EmbeddingOp> tables,
+                          Value mask);
+
+} // namespace dsc::attention
+
+#endif

@@ -1,0 +1,304 @@
+// dsc-recognize-attention: proofs of the query, keys, values and output on the probe.
+#include "compiler/recognize/AttentionMatch.h"
+
+#include "compiler/evaluate/Evaluator.h"
+#include "compiler/lowering/RuntimeTypes.h"
+#include "compiler/lowering/SymbolicDims.h"
+#include "ops/OpTraits.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace dsc::attention {
+
+// A source's values in [b, s, n, d] order, the order the proofs index; a heads-first
+// source holds them as [b, n, s, d].
+std::vector<float> headsLast(std::vector<float> x, bool headsFirst, int64_t B, int64_t N,
+                             int64_t S, int64_t D) {
+  if (!headsFirst || int64_t(x.size()) != B * N * S * D)
+    return x;
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = 0; t < S; ++t)
+        std::copy_n(&x[((b * N + n) * S + t) * D], D, &out[((b * S + t) * N + n) * D]);
+  return out;
+}
+
+std::string Matcher::proveQuery(Candidate &c, double &qscale) {
+  std::string why;
+  auto seed = randomTensor(*shapeOf(c.querySource), 1);
+  auto out = evaluateSeeded(probe_, {{c.querySource, seed}}, c.scores->getOperand(0),
+                            c.region, why);
+  if (!out)
+    return "query: " + why;
+  const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim;
+  std::vector<float> x = headsLast(floats(*seed), c.queryHeadsFirst, B, H, S, D),
+                     y = floats(*out);
+  if (int64_t(y.size()) != B * H * S * D)
+    return "query: the scores' first operand is not [batch, heads, seq, head_dim]";
+  // y[b][n][t][e] against x[b][t][n][e].
+  auto xi = [&](int64_t b, int64_t t, int64_t n, int64_t e) { return ((b * S + t) * H + n) * D + e; };
+  auto yi = [&](int64_t b, int64_t n, int64_t t, int64_t e) { return ((b * H + n) * S + t) * D + e; };
+  double sx = 0, sy = 0;
+  for (float v : x) sx += double(v) * v;
+  for (float v : y) sy += double(v) * v;
+  qscale = std::sqrt(sy / sx);
+  if (!(qscale > 0) || !std::isfinite(qscale))
+    return "query: the query is not a positive multiple of the projection";
+  std::vector<float> z(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t n = 0; n < H; ++n)
+        for (int64_t e = 0; e < D; ++e)
+          z[xi(b, t, n, e)] = float(y[yi(b, n, t, e)] / qscale);
+  auto matches = [&](const Rotary *rotary, std::vector<int64_t> *pos) {
+    std::vector<float> head(D);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < S; ++t)
+        for (int64_t n = 0; n < H; ++n) {
+          std::copy_n(&x[xi(b, t, n, 0)], D, head.begin());
+          if (rotary)
+            rotary->apply(head.data(), (*pos)[b * S + t]);
+          for (int64_t e = 0; e < D; ++e)
+            if (!close(z[xi(b, t, n, e)], head[e]))
+              return false;
+        }
+    return true;
+  };
+  if (matches(nullptr, nullptr))
+    return "";
+  // Without position_ids, transformers rotates the new tokens at past + t.
+  if (!positionIds_) {
+    if (!attentionMask_)
+      return "query: the query is rotated, and there is neither a position_ids input nor "
+             "an attention_mask to count the cached tokens by";
+    impliedPositions_.clear();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < S; ++t)
+        impliedPositions_.push_back(past_ + t);
+    c.impliedPositions = true;
+  }
+  std::vector<int64_t> pos = positions();
+  if (int64_t(pos.size()) != B * S)
+    return "query: the query is rotated, but the probe has no positions for it";
+  if (pos[1] == pos[0])
+    return "query: the probe's positions do not advance";
+  for (bool interleaved : {false, true}) {
+    for (int64_t dim = D - D % 2; dim >= 2; dim -= 2) {
+      Rotary rotary;
+      rotary.dim = dim;
+      rotary.interleaved = interleaved;
+      bool passes = true;  // the features past `dim` are not rotated
+      for (int64_t e = dim; e < D && passes; ++e)
+        passes = close(z[xi(0, 0, 0, e)], x[xi(0, 0, 0, e)]);
+      if (!passes)
+        continue;
+      // Each pair turns by position * inv_freq: the turn between two consecutive positions
+      // of the first row gives inv_freq, and inv_freq[1] = base^(-2/dim) gives the base.
+      auto angle = [&](int64_t t, int64_t i) {
+        auto [a, b2] = rotary.pair(i);
+        double xa = x[xi(0, t, 0, a)], xb = x[xi(0, t, 0, b2)];
+        double za = z[xi(0, t, 0, a)], zb = z[xi(0, t, 0, b2)];
+        return std::atan2(xa * zb - xb * za, xa * za + xb * zb);
+      };
+      double base = 10000;
+      if (dim >= 4) {
+        double turn = angle(1, 1) - angle(0, 1);
+        turn = std::remainder(turn, 2 * M_PI) / double(pos[1] - pos[0]);
+        if (!(turn > 0))
+          continue;
+        base = std::pow(turn, -double(dim) / 2);
+        if (std::abs(base - std::round(base)) < 1e-3 * base)
+          base = std::round(base);
+      }
+      rotary.setBase(base);
+      if (matches(&rotary, &pos)) {
+        c.rotary = rotary;
+        return "";
+      }
+    }
+  }
+  return positionIds_ ? "query: the query is transformed in a way that is neither a scale nor "
+                        "a half-split or interleaved rotary embedding at position_ids"
+                      : "query: the query is transformed in a way that is neither a scale nor "
+                        "a half-split or interleaved rotary embedding at past + t (there is "
+                        "no position_ids input)";
+}
+
+std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
+  std::string why;
+  const char *what = isKey ? "key" : "value";
+  Value source = isKey ? c.keySource : c.valueSource;
+  Value past = isKey ? c.pastKey : c.pastValue;
+  Value target = isKey ? c.scores->getOperand(1) : c.context->getOperand(1);
+  auto seed = randomTensor(*shapeOf(source), isKey ? 2 : 3);
+  Seeds seeds = {{source, seed}};
+  std::shared_ptr<dsrt::OwnedTensor> pastSeed;
+  if (past) {
+    pastSeed = randomTensor(*shapeOf(past), isKey ? 4 : 5);
+    seeds.push_back({past, pastSeed});
+  }
+  llvm::SetVector<Operation *> region;
+  auto out = evaluateSeeded(probe_, seeds, target, region, why);
+  if (!out)
+    return std::string(what) + ": " + why;
+  const int64_t B = batch_, S = fresh_, H = c.heads, G = c.kvHeads, D = c.headDim;
+  const int64_t T = total_, P = past_;
+  if (past && (*shapeOf(past))[2] != P)
+    return std::string(what) + ": the past input does not hold the cached tokens";
+  if (!past && P != 0)
+    return std::string(what) + ": keys cover more tokens than the new ones and the past input";
+  std::vector<float> x = headsLast(floats(*seed), isKey ? c.keyHeadsFirst : c.valueHeadsFirst,
+                                   B, G, S, D),
+                     p = pastSeed ? floats(*pastSeed) : std::vector<float>();
+  std::vector<int64_t> pos = positions();
+  // full[b][g][j][e]: the past, then the new keys (rotated) or values.
+  std::vector<float> full(B * G * T * D);
+  std::vector<float> head(D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < T; ++j) {
+        float *dst = &full[((b * G + g) * T + j) * D];
+        if (j < P) {
+          std::copy_n(&p[((b * G + g) * P + j) * D], D, dst);
+          continue;
+        }
+        int64_t t = j - P;
+        std::copy_n(&x[((b * S + t) * G + g) * D], D, head.begin());
+        if (isKey && c.rotary)
+          c.rotary->apply(head.data(), pos[b * S + t]);
+        std::copy_n(head.begin(), D, dst);
+      }
+  std::vector<float> y = floats(*out);
+  if (int64_t(y.size()) != B * H * T * D)
+    return std::string(what) + ": the attention operand is not [batch, heads, total, head_dim]";
+  int64_t group = H / G;
+  auto expected = [&](int64_t b, int64_t n, int64_t j, int64_t e) {
+    return full[((b * G + n / group) * T + j) * D + e];
+  };
+  // Keys are transposed: [b][n][e][j]; values are [b][n][j][e].
+  auto yi = [&](int64_t b, int64_t n, int64_t j, int64_t e) {
+    return isKey ? ((b * H + n) * D + e) * T + j : ((b * H + n) * T + j) * D + e;
+  };
+  double num = 0, den = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < H; ++n)
+      for (int64_t j = 0; j < T; ++j)
+        for (int64_t e = 0; e < D; ++e) {
+          num += double(y[yi(b, n, j, e)]) * expected(b, n, j, e);
+          den += double(expected(b, n, j, e)) * expected(b, n, j, e);
+        }
+  scale = num / den;
+  if (!(scale > 0))
+    return std::string(what) + ": not a positive multiple of the projection";
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < H; ++n)
+      for (int64_t j = 0; j < T; ++j)
+        for (int64_t e = 0; e < D; ++e)
+          if (!close(y[yi(b, n, j, e)], scale * expected(b, n, j, e)))
+            return std::string(what) + (isKey && !c.rotary && positionIds_
+                                             ? ": the keys differ from the projection (a "
+                                               "rotary embedding the query does not have?)"
+                                             : ": the operand differs from the projected, "
+                                               "cached and grouped heads");
+  if (!isKey && std::abs(scale - 1) > kTolerance)
+    return "value: the values are scaled";
+  // The present output: a result of the block that the seeds reach through head plumbing
+  // only (on the way to the product, or beside it).
+  Operation *terminator = c.softmax->getBlock()->getTerminator();
+  llvm::SmallPtrSet<Operation *, 32> plumbed;
+  {
+    static const llvm::StringSet<> plumbing = {
+        "onnx.Reshape", "onnx.Transpose", "onnx.Concat", "onnx.Cast", "onnx.Identity",
+        "onnx.Mul",     "onnx.Add",       "onnx.Neg",    "onnx.Slice", "onnx.Unsqueeze",
+        "onnx.Squeeze", "onnx.Gather",    "onnx.Sub"};
+    SmallVector<std::pair<Value, int>> worklist;
+    for (auto &[value, data] : seeds)
+      worklist.push_back({value, 0});
+    while (!worklist.empty()) {
+      auto [value, depth] = worklist.pop_back_val();
+      if (depth > 12)
+        continue;
+      for (Operation *user : value.getUsers())
+        if (plumbing.contains(user->getName().getStringRef()) && plumbed.insert(user).second)
+          for (Value result : user->getResults())
+            worklist.push_back({result, depth + 1});
+    }
+  }
+  Value present;
+  for (Value result : terminator->getOperands()) {
+    Operation *def = result.getDefiningOp();
+    if (!def || !(region.contains(def) || plumbed.contains(def)))
+      continue;
+    if (present && present != result)
+      return std::string(what) + ": more than one graph output is computed from the " + what +
+             "s";
+    present = result;
+  }
+  if (present) {
+    llvm::SetVector<Operation *> presentRegion;
+    auto value = evaluateSeeded(probe_, seeds, present, presentRegion, why);
+    if (!value)
+      return std::string(what) + " present: " + why;
+    std::vector<float> v = floats(*value);
+    if (v.size() != full.size())
+      return std::string(what) + ": the present output is not [batch, kv_heads, total, d]";
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!close(v[i], full[i]))
+        return std::string(what) + ": the present output is not the past and the new " +
+               what + "s";
+    region.insert(presentRegion.begin(), presentRegion.end());
+  }
+  (isKey ? c.presentKey : c.presentValue) = present;
+  c.region.insert(region.begin(), region.end());
+  return "";
+}
+
+std::string Matcher::proveOutput(Candidate &c) {
+  std::string why;
+  const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim;
+  // Softmax -> [NaN guard, casts] -> the probabilities operand: unchanged values.
+  {
+    Value probs = c.softmax->getResult(0);
+    auto seed = randomTensor(*shapeOf(probs), 6);
+    llvm::SetVector<Operation *> region;
+    auto out = evaluateSeeded(probe_, {{probs, seed}}, c.context->getOperand(0), region, why);
+    if (!out)
+      return "probabilities: " + why;
+    std::vector<float> a = floats(*seed), b = floats(*out);
+    if (a.size() != b.size())
+      return "probabilities: reshaped between softmax and the product with V";
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i])
+        return "probabilities: changed between softmax and the product with V";
+    c.region.insert(region.begin(), region.end());
+  }
+  Value context = c.context->getResult(0);
+  auto seed = randomTensor(*shapeOf(context), 7);
+  llvm::SetVector<Operation *> region;
+  auto out = evaluateSeeded(probe_, {{context, seed}}, c.root, region, why);
+  if (!out)
+    return "output: " + why;
+  std::vector<float> x = floats(*seed), y = floats(*out);
+  if (int64_t(y.size()) != B * S * H * D || int64_t(x.size()) != B * S * H * D)
+    return "output: not [batch, seq, heads * head_dim]";
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < H; ++n)
+      for (int64_t t = 0; t < S; ++t)
+        for (int64_t e = 0; e < D; ++e)
+          if (x[((b * H + n) * S + t) * D + e] != y[((b * S + t) * H + n) * D + e])
+            return "output: the heads are not merged back into [batch, seq, heads * head_dim]";
+  c.region.insert(region.begin(), region.end());
+  return "";
+}
+
+
+} // namespace dsc::attention

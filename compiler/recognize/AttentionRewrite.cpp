@@ -1,0 +1,221 @@
+// dsc-recognize-attention: the rewrite into tfm.attention and the implied positions.
+#include "compiler/recognize/AttentionMatch.h"
+
+#include "compiler/evaluate/Evaluator.h"
+#include "compiler/lowering/RuntimeTypes.h"
+#include "compiler/lowering/SymbolicDims.h"
+#include "ops/OpTraits.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+#include "compiler/recognize/ImpliedPositions.h"
+
+#include "mlir/IR/Verifier.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace dsc::attention {
+
+// An operand of [b, s, n * d] with a ranked type, reshaping a per-head view or a value of
+// unknown type.
+Value asProjection(OpBuilder &builder, Value source, int64_t probeRank, int64_t features) {
+  Type element = cast<TensorType>(source.getType()).getElementType();
+  auto type = dyn_cast<RankedTensorType>(source.getType());
+  if (type && type.getRank() == 3 && type.getDimSize(2) == features)
+    return source;
+  // The importer leaves many intermediate types unranked; the probe proved this one is
+  // [b, s, features], so its type is refined in place rather than reshaped.
+  if (!type && probeRank == 3 && isa<OpResult>(source) && isOnnx(source.getDefiningOp())) {
+    source.setType(RankedTensorType::get(
+        {ShapedType::kDynamic, ShapedType::kDynamic, features}, element));
+    return source;
+  }
+  // onnx.Reshape with 0 copying batch and sequence, -1 the features.
+  if (probeRank == 4) {
+    if (auto reshape = source.getDefiningOp(); isOp(reshape, "onnx.Reshape")) {
+      auto inner = dyn_cast<RankedTensorType>(reshape->getOperand(0).getType());
+      if (inner && inner.getRank() == 3 && inner.getDimSize(2) == features)
+        return reshape->getOperand(0);
+    }
+  }
+  Location loc = source.getLoc();
+  auto shapeType = RankedTensorType::get({3}, builder.getI64Type());
+  Value shape = onnx::ConstantOp::create(
+      builder, loc, shapeType,
+      DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{0, 0, -1}));
+  SmallVector<int64_t> dims = {ShapedType::kDynamic, ShapedType::kDynamic, features};
+  if (type && type.getRank() >= 2) {
+    dims[0] = type.getDimSize(0);
+    dims[1] = type.getDimSize(1);
+  }
+  return onnx::ReshapeOp::create(builder, loc, RankedTensorType::get(dims, element), source,
+                                 shape, builder.getI64IntegerAttr(0));
+}
+
+// A heads-first source [b, n, s, d] as [b, s, n, d].
+Value headsSecond(OpBuilder &builder, Value source, bool headsFirst) {
+  if (!headsFirst)
+    return source;
+  auto type = dyn_cast<RankedTensorType>(source.getType());
+  Type element = cast<TensorType>(source.getType()).getElementType();
+  SmallVector<int64_t> dims(4, ShapedType::kDynamic);
+  if (type && type.getRank() == 4)
+    dims = {type.getDimSize(0), type.getDimSize(2), type.getDimSize(1), type.getDimSize(3)};
+  return onnx::TransposeOp::create(builder, source.getLoc(), RankedTensorType::get(dims, element),
+                                   source, builder.getI64ArrayAttr({0, 2, 1, 3}));
+}
+
+std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value positionIds) {
+  Operation *rootOp = c.root.getDefiningOp();
+  OpBuilder builder(rootOp);
+  Location loc = c.softmax->getLoc();
+  MLIRContext *context = builder.getContext();
+  int64_t qFeatures = c.heads * c.headDim, kvFeatures = c.kvHeads * c.headDim;
+  auto rootType = dyn_cast<RankedTensorType>(c.root.getType());
+  if (!rootType || c.flatRoot)
+    rootType = RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic, qFeatures},
+                                     cast<TensorType>(c.root.getType()).getElementType());
+  if (rootType.getRank() != 3 || rootType.getDimSize(2) != qFeatures)
+    return "the attention output has no [batch, seq, heads * head_dim] type";
+  SmallVector<Type> presentTypes;
+  if (c.presentKey) {
+    if (c.presentKey.getType() != c.presentValue.getType())
+      return "the present key and value have different types";
+    presentTypes = {c.presentKey.getType(), c.presentValue.getType()};
+  }
+  SmallVector<Value> past;
+  if (c.pastKey) {
+    if (c.pastKey.getType() != c.pastValue.getType())
+      return "the past key and value have different types";
+    past = {c.pastKey, c.pastValue};
+  }
+  Value query = asProjection(builder, headsSecond(builder, c.querySource, c.queryHeadsFirst),
+                             c.queryRank, qFeatures);
+  Value key = asProjection(builder, headsSecond(builder, c.keySource, c.keyHeadsFirst),
+                           c.keyRank, kvFeatures);
+  Value value = asProjection(builder, headsSecond(builder, c.valueSource, c.valueHeadsFirst),
+                             c.valueRank, kvFeatures);
+  if (key.getType() != value.getType())
+    return "the key and value projections have different types";
+  tfm::RotaryAttr rotary;
+  if (c.rotary)
+    rotary = tfm::RotaryAttr::get(context, c.rotary->dim, llvm::APFloat(c.rotary->base),
+                                  c.rotary->interleaved ? tfm::RotaryLayout::interleaved
+                                                        : tfm::RotaryLayout::half_split);
+  Value positions = positionIds;
+  if (c.rotary && c.impliedPositions) {
+    if (!attentionMask)
+      return "the positions are computed in the graph, and there is no attention_mask";
+    positions = buildImpliedPositions(builder, loc, attentionMask, query);
+  }
+  auto attention = tfm::AttentionOp::create(
+      builder, loc, rootType, presentTypes, query, key, value,
+      c.padding ? attentionMask : Value(), past, c.rotary ? positions : Value(),
+      builder.getI64IntegerAttr(c.heads), builder.getI64IntegerAttr(c.kvHeads),
+      builder.getI64IntegerAttr(c.headDim), builder.getF32FloatAttr(float(c.scale)),
+      c.causal ? builder.getUnitAttr() : UnitAttr(),
+      c.alibi ? builder.getUnitAttr() : UnitAttr(),
+      c.window ? builder.getI64IntegerAttr(c.window) : IntegerAttr(), rotary,
+      builder.getI64IntegerAttr(layer));
+  if (c.unattended != "all")
+    attention->setAttr("tfm.unattended", builder.getStringAttr(c.unattended));
+  if (c.softcap > 0)
+    attention->setAttr("softcap", builder.getF32FloatAttr(float(c.softcap)));
+  if (failed(verify(attention))) {
+    attention->erase();
+    return "the recognised tfm.attention does not verify";
+  }
+  Value output = attention.getOutput();
+  if (c.flatRoot && c.restoredProjection) {
+    // The projection takes [b, s, heads * d] as any other linear does (tp-shard then sees
+    // the attention feed its output projection).
+    Operation *linear = *c.root.getUsers().begin();
+    Operation *restore = c.restoredProjection.getDefiningOp();
+    OpBuilder after(restore);
+    Operation *projection = after.clone(*linear);
+    projection->setOperand(0, output);
+    auto rowsType = cast<RankedTensorType>(linear->getResult(0).getType());
+    projection->getResult(0).setType(RankedTensorType::get(
+        {ShapedType::kDynamic, ShapedType::kDynamic, rowsType.getDimSize(1)},
+        rowsType.getElementType()));
+    c.restoredProjection.replaceAllUsesWith(projection->getResult(0));
+    restore->erase();
+    linear->erase();
+  } else if (c.flatRoot) {
+    auto shapeType = RankedTensorType::get({2}, builder.getI64Type());
+    Value shape = onnx::ConstantOp::create(
+        builder, loc, shapeType, DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{-1, qFeatures}));
+    auto flatType = dyn_cast<RankedTensorType>(c.root.getType());
+    if (!flatType)
+      flatType = RankedTensorType::get({ShapedType::kDynamic, qFeatures}, rootType.getElementType());
+    output = onnx::ReshapeOp::create(builder, loc, flatType, output, shape,
+                                     builder.getI64IntegerAttr(0));
+  }
+  c.root.replaceAllUsesWith(output);
+  if (c.presentKey) {
+    Operation *terminator = c.softmax->getBlock()->getTerminator();
+    for (OpOperand &operand : terminator->getOpOperands()) {
+      if (operand.get() == c.presentKey)
+        operand.set(attention.getPresent()[0]);
+      else if (operand.get() == c.presentValue)
+        operand.set(attention.getPresent()[1]);
+    }
+  }
+  return "";
+}
+
+
+// Learned position tables (GPT-2's wpe) that the graph indexes by positions it computes:
+// on the probe, every row's indices are past + t.
+SmallVector<tfm::EmbeddingOp> tablesAtImpliedPositions(func::FuncOp func,
+                                                       const ProbeEvaluator &probe,
+                                                       int64_t past) {
+  SmallVector<tfm::EmbeddingOp> tables;
+  func.walk([&](tfm::EmbeddingOp embedding) {
+    Value ids = embedding.getIds();
+    if (isa<BlockArgument>(ids))
+      return;
+    const Info *info = probe.lookup(ids);
+    if (!info || !info->value || info->shape.size() != 2 || info->shape[1] != kProbeNew ||
+        (info->shape[0] != 1 && info->shape[0] != kProbeBatch))
+      return;
+    std::vector<int64_t> values = integers(*info->value);
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] != past + int64_t(i) % kProbeNew)
+        return;
+    // The lookup's users must take [batch, new, hidden] where they took [1, new, hidden].
+    for (Operation *user : embedding->getUsers())
+      if (!isOnnx(user))
+        return;
+    tables.push_back(embedding);
+  });
+  return tables;
+}
+
+// The tables' indices become the implied positions, which the session programs take as
+// their position_ids input (takePositionsAsInput).
+void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<tfm::EmbeddingOp> tables,
+                          Value mask) {
+  Value ids;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (argName(func, i) == "input_ids")
+      ids = func.getArgument(i);
+  if (!ids || !mask)
+    return;
+  for (tfm::EmbeddingOp embedding : tables) {
+    OpBuilder builder(embedding);
+    Value positions = buildImpliedPositions(builder, embedding.getLoc(), mask, ids);
+    embedding.getIdsMutable().assign(positions);
+    auto type = cast<RankedTensorType>(embedding.getOutput().getType());
+    embedding.getOutput().setType(RankedTensorType::get(
+        {ShapedType::kDynamic, ShapedType::kDynamic, type.getDimSize(2)}, type.getElementType()));
+  }
+}
+
+
+} // namespace dsc::attention

@@ -1,0 +1,365 @@
+// dsc-recognize-attention: the structure a softmax proposes (Q, K, V, past, present, output).
+#include "compiler/recognize/AttentionMatch.h"
+
+#include "compiler/evaluate/Evaluator.h"
+#include "compiler/lowering/RuntimeTypes.h"
+#include "compiler/lowering/SymbolicDims.h"
+#include "ops/OpTraits.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace dsc::attention {
+
+std::vector<int64_t> Matcher::positions() const {
+  if (!positionIds_)
+    return impliedPositions_;
+  const Info *info = probe_.lookup(positionIds_);
+  if (!info || !info->value)
+    return {};
+  return integers(*info->value);
+}
+
+// Follows a Q/K/V operand of the attention back through the head plumbing (reshapes,
+// transposes, rotary, repeat_kv, scales, casts, the past concat) to where it enters:
+// a [b, s, n * d] projection, or a graph input (the past). Which ops these are does not
+// matter for correctness: the probe proves what they compute.
+std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHeads,
+                                 bool allowPast, Value &source, Value &past,
+                                 int64_t &sourceHeads, bool &headsFirst) {
+  headsFirst = false;
+  static const llvm::StringSet<> plumbing = {
+      "onnx.Reshape",   "onnx.Transpose", "onnx.Mul",    "onnx.Div",    "onnx.Add",
+      "onnx.Sub",       "onnx.Neg",       "onnx.Slice",  "onnx.Gather", "onnx.Concat",
+      "onnx.Unsqueeze", "onnx.Squeeze",   "onnx.Expand", "onnx.Cast",   "onnx.Split",
+      "onnx.Identity",  "onnx.Tile",      "onnx.Where",  "onnx.Flatten"};
+  llvm::SetVector<Value> stops;
+  llvm::SmallPtrSet<Operation *, 32> visited;
+  SmallVector<Value> worklist = {from};
+  SmallVector<Value> headViews;  // [b, s, n, d] values met on the way
+  SmallVector<Value> headsFirstViews;  // and [b, n, s, d] ones
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    const dsrt::Shape *shape = shapeOf(value);
+    if (!shape)
+      return "a value on the Q/K/V path has no shape on the probe";
+    if (isa<BlockArgument>(value)) {
+      stops.insert(value);
+      continue;
+    }
+    if (value != from && shape->size() == 3 && (*shape)[0] == batch_ &&
+        (*shape)[1] == fresh_) {
+      stops.insert(value);
+      continue;
+    }
+    bool headView = shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
+                    (*shape)[3] == headDim_;
+    if (headView)
+      headViews.push_back(value);
+    else if (shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[2] == fresh_ &&
+             (*shape)[3] == headDim_)
+      headsFirstViews.push_back(value);
+    Operation *def = value.getDefiningOp();
+    // A norm over each head (Qwen3's, OLMo's and Gemma-3's q/k norm) is where the heads
+    // enter: the attention takes the normalised heads.
+    if (headView && isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
+      stops.insert(value);
+      continue;
+    }
+    if (!plumbing.contains(def->getName().getStringRef()))
+      return "'" + evaluate::describeLocation(def->getLoc()) + "' (" +
+             def->getName().getStringRef().str() + ") on the Q/K/V path is not head plumbing";
+    if (!visited.insert(def).second)
+      continue;
+    for (Value operand : def->getOperands())
+      if (isTainted(operand))
+        worklist.push_back(operand);
+  }
+  SmallVector<Value> fresh, pasts;
+  for (Value stop : stops) {
+    const dsrt::Shape *shape = shapeOf(stop);
+    if (shape->size() == 3 && (*shape)[0] == batch_ && (*shape)[1] == fresh_)
+      fresh.push_back(stop);
+    else if (shape->size() == 4 && !isa<BlockArgument>(stop))
+      fresh.push_back(stop);  // normalised heads
+    else if (shape->size() == 4 && isa<BlockArgument>(stop))
+      pasts.push_back(stop);
+    else
+      return "the Q/K/V path starts at a graph input that is neither the hidden state nor a "
+             "past key/value";
+  }
+  if (fresh.size() != 1)
+    return "the Q/K/V path does not start at exactly one [batch, seq, features] value";
+  if (pasts.size() > 1 || (!pasts.empty() && !allowPast))
+    return "the Q/K/V path reads more than one past input";
+  source = fresh.front();
+  past = pasts.empty() ? Value() : pasts.front();
+  if (shapeOf(source)->size() == 4) {
+    int64_t n = (*shapeOf(source))[2];
+    if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
+      return "the normalised heads are not a whole number of the attention's heads";
+    sourceHeads = n;
+    return "";
+  }
+  int64_t features = (*shapeOf(source))[2];
+  if (features % headDim_ == 0) {
+    int64_t n = features / headDim_;
+    if (exactHeads ? n == exactHeads : (n <= maxHeads && maxHeads % n == 0)) {
+      sourceHeads = n;
+      return "";
+    }
+  }
+  // A fused projection (BLOOM's query_key_value): the earliest per-head view of this part.
+  Value view;
+  for (Value v : headViews) {
+    int64_t n = (*shapeOf(v))[2];
+    if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
+      continue;
+    if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
+      view = v;
+  }
+  if (!view) {
+    for (Value v : headsFirstViews) {
+      int64_t n = (*shapeOf(v))[1];
+      if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
+        continue;
+      if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
+        view = v;
+    }
+    if (view) {
+      source = view;
+      sourceHeads = (*shapeOf(view))[1];
+      headsFirst = true;
+      return "";
+    }
+  }
+  if (!view)
+    return "the projection [batch, seq, " + std::to_string(features) +
+           "] is not a whole number of heads and has no per-head view";
+  source = view;
+  sourceHeads = (*shapeOf(view))[2];
+  return "";
+}
+
+// Whether `op` only contributes shapes (Shape/Size, or ops whose results only reach
+// Shape/Size), so that it dies with the masks and reshapes it sizes.
+bool readsOnlyShapes(Operation *op, int depth = 0) {
+  if (isOp(op, "onnx.Shape") || isOp(op, "onnx.Size"))
+    return true;
+  if (depth > 4 || !isOnnx(op) || op->getNumRegions() != 0 || op->getNumResults() == 0 ||
+      !isMemoryEffectFree(op))
+    return false;
+  for (Value result : op->getResults())
+    for (Operation *user : result.getUsers())
+      if (!readsOnlyShapes(user, depth + 1))
+        return false;
+  return true;
+}
+
+// sdpa's guard for rows with nothing to attend, Where(IsNaN(P), 0, P), reads P twice; the
+// Where, or null when `probs` has other users. The probe proves the guard leaves the
+// probabilities unchanged.
+Operation *nanGuardOf(Value probs) {
+  Operation *isNaN = nullptr, *where = nullptr;
+  for (Operation *user : probs.getUsers()) {
+    if (isOp(user, "onnx.IsNaN") && !isNaN)
+      isNaN = user;
+    else if (isOp(user, "onnx.Where") && !where && user->getOperand(2) == probs &&
+             user->getOperand(1) != probs)
+      where = user;
+    else
+      return nullptr;
+  }
+  if (!isNaN || !where || !isNaN->getResult(0).hasOneUse() ||
+      where->getOperand(0) != isNaN->getResult(0))
+    return nullptr;
+  return where;
+}
+
+std::string Matcher::match(Operation *softmax, Candidate &c) {
+  c.softmax = softmax;
+  c.region.insert(softmax);
+  const dsrt::Shape *probsShape = shapeOf(softmax->getResult(0));
+  if (!probsShape || probsShape->size() < 3)
+    return "the softmax has no [.., seq, total] shape on the probe" +
+           (probe_.firstFailure.empty() ? std::string()
+                                        : " (the probe stopped at " + probe_.firstFailure + ")");
+  auto axis = softmax->getAttrOfType<IntegerAttr>("axis");
+  if (axis && axis.getInt() != -1 && axis.getInt() != int64_t(probsShape->size()) - 1)
+    return "the softmax is not over the last axis";
+  // Back from the softmax through the score chain (scales, additive and Where masks) to
+  // MatMul(Q, K^T); the chain's effect is proven on the probe.
+  static const llvm::StringSet<> chainOps = {"onnx.Add",   "onnx.Sub",  "onnx.Mul",
+                                             "onnx.Div",   "onnx.Where", "onnx.Cast",
+                                             "onnx.Reshape", "onnx.Tanh"};
+  Value value = softmax->getOperand(0);
+  while (true) {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return "the scores are a graph input";
+    if (isOp(def, "onnx.MatMul")) {
+      c.scores = def;
+      break;
+    }
+    c.chainHasTanh |= isOp(def, "onnx.Tanh");
+    if (!chainOps.contains(def->getName().getStringRef()))
+      return "the scores come from '" + evaluate::describeLocation(def->getLoc()) + "' (" +
+             def->getName().getStringRef().str() + "), not MatMul(Q, K^T) under masks and "
+             "scales";
+    SmallVector<Value> next;
+    for (Value operand : def->getOperands())
+      if (isTainted(operand))
+        next.push_back(operand);
+    if (next.size() != 1)
+      return "the score chain at '" + evaluate::describeLocation(def->getLoc()) +
+             "' combines two activations";
+    value = next.front();
+  }
+  // Forward from the softmax to MatMul(P, V).
+  Value probs = softmax->getResult(0);
+  while (true) {
+    Operation *user = probs.hasOneUse() ? *probs.getUsers().begin() : nanGuardOf(probs);
+    if (!user)
+      return "the attention probabilities are used more than once";
+    c.nanGuard |= !probs.hasOneUse();
+    if (isOp(user, "onnx.MatMul") && user->getOperand(0) == probs) {
+      c.context = user;
+      break;
+    }
+    bool nanGuard = isOp(user, "onnx.Where") && user->getOperand(2) == probs;
+    if (!nanGuard && !isOp(user, "onnx.Cast") && !isOp(user, "onnx.Dropout") &&
+        !isOp(user, "onnx.Identity") && !isOp(user, "onnx.Reshape"))
+      return "the probabilities go to '" + evaluate::describeLocation(user->getLoc()) +
+             "', not to MatMul(P, V)";
+    probs = user->getResult(0);
+  }
+  // Dimensions.
+  const dsrt::Shape *q = shapeOf(c.scores->getOperand(0));
+  const dsrt::Shape *k = shapeOf(c.scores->getOperand(1));
+  const dsrt::Shape *v = shapeOf(c.context->getOperand(1));
+  if (!q || !k || !v || q->size() < 3 || k->size() != q->size() || v->size() != q->size())
+    return "Q, K and V have no consistent shapes on the probe";
+  headDim_ = q->back();
+  int64_t leading = 1;
+  for (size_t i = 0; i + 2 < q->size(); ++i)
+    leading *= (*q)[i];
+  if ((*q)[q->size() - 2] != fresh_ || leading % batch_ != 0)
+    return "the query is not [batch, heads, seq, head_dim]";
+  heads_ = leading / batch_;
+  total_ = k->back();
+  past_ = total_ - fresh_;
+  if ((*k)[k->size() - 2] != headDim_ || (*v)[v->size() - 1] != headDim_ ||
+      (*v)[v->size() - 2] != total_ || past_ < 0)
+    return "K^T is not [.., head_dim, total] or V not [.., total, head_dim]";
+  c.heads = heads_;
+  c.headDim = headDim_;
+  // The output: forward through the head merge to [b, s, heads * d].
+  Value out = c.context->getResult(0);
+  for (int steps = 0; steps < 4; ++steps) {
+    const dsrt::Shape *shape = shapeOf(out);
+    if (shape && shape->size() == 3 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
+        (*shape)[2] == heads_ * headDim_) {
+      c.root = out;
+      break;
+    }
+    if (shape && shape->size() == 2 && (*shape)[0] == batch_ * fresh_ &&
+        (*shape)[1] == heads_ * headDim_) {
+      c.root = out;
+      c.flatRoot = true;
+      // The output projection on the rows, reshaped back to [b, s, out] on the probe.
+      if (out.hasOneUse() && isa<tfm::LinearOp>(*out.getUsers().begin())) {
+        Value projected = out.getUsers().begin()->getResult(0);
+        if (projected.hasOneUse() && isOp(*projected.getUsers().begin(), "onnx.Reshape")) {
+          Value restored = projected.getUsers().begin()->getResult(0);
+          const dsrt::Shape *rows = shapeOf(projected), *back = shapeOf(restored);
+          if (rows && back && rows->size() == 2 && back->size() == 3 &&
+              (*back)[0] == batch_ && (*back)[1] == fresh_ && (*back)[2] == (*rows)[1])
+            c.restoredProjection = restored;
+        }
+      }
+      break;
+    }
+    SmallVector<Operation *> dataUsers;
+    for (Operation *user : out.getUsers())
+      if (!isOp(user, "onnx.Shape") && !isOp(user, "onnx.Size"))
+        dataUsers.push_back(user);
+    if (dataUsers.size() != 1)
+      break;
+    Operation *user = dataUsers.front();
+    if (!isOp(user, "onnx.Transpose") && !isOp(user, "onnx.Reshape") &&
+        !isOp(user, "onnx.Cast"))
+      break;
+    out = user->getResult(0);
+  }
+  if (!c.root)
+    return "the attention output is not merged back into [batch, seq, heads * head_dim]";
+
+  // Sources.
+  Value unused;
+  int64_t n = 0;
+  std::string why = findSources(c.scores->getOperand(0), heads_, heads_, false, c.querySource,
+                                unused, n, c.queryHeadsFirst);
+  if (!why.empty())
+    return "query: " + why;
+  why = findSources(c.scores->getOperand(1), 0, heads_, true, c.keySource, c.pastKey, n,
+                    c.keyHeadsFirst);
+  if (!why.empty())
+    return "key: " + why;
+  c.kvHeads = n;
+  why = findSources(c.context->getOperand(1), 0, heads_, true, c.valueSource, c.pastValue, n,
+                    c.valueHeadsFirst);
+  if (!why.empty())
+    return "value: " + why;
+  if (n != c.kvHeads)
+    return "keys and values have different head counts";
+  c.queryRank = shapeOf(c.querySource)->size();
+  c.keyRank = shapeOf(c.keySource)->size();
+  c.valueRank = shapeOf(c.valueSource)->size();
+  if (bool(c.pastKey) != bool(c.pastValue))
+    return "only one of the keys and values has a past input";
+
+  c.region.insert(c.scores);
+  c.region.insert(c.context);
+  double qscale = 1, kscale = 1, vscale = 1, chainScale = 1;
+  if (!(why = proveQuery(c, qscale)).empty() || !(why = proveKeyValue(c, true, kscale)).empty() ||
+      !(why = proveKeyValue(c, false, vscale)).empty() ||
+      !(why = proveScores(c, chainScale)).empty() || !(why = proveOutput(c)).empty())
+    return why;
+  c.scale = qscale * kscale * chainScale;
+  // Exporters split or fold the scale into rounded constants: within float rounding of
+  // 1/sqrt(head_dim) or 1 it is that value.
+  for (double exact : {1.0 / std::sqrt(double(c.headDim)), 1.0})
+    if (std::abs(c.scale - exact) <= 1e-6 * exact)
+      c.scale = exact;
+  if (bool(c.presentKey) != bool(c.presentValue))
+    return "only one of the keys and values is a graph output";
+
+  // Nothing computed inside may be used outside but the output, the presents, and shape
+  // reads (which die with the masks they size).
+  Operation *terminator = softmax->getBlock()->getTerminator();
+  for (Operation *op : c.region)
+    for (Value result : op->getResults())
+      for (OpOperand &use : result.getUses()) {
+        Operation *user = use.getOwner();
+        if (c.region.contains(user) || result == c.root)
+          continue;
+        if (user == terminator && (result == c.presentKey || result == c.presentValue))
+          continue;
+        if (readsOnlyShapes(user))
+          continue;
+        return "'" + evaluate::describeLocation(op->getLoc()) + "' (" +
+               op->getName().getStringRef().str() + ") inside the attention is also used by '" +
+               evaluate::describeLocation(user->getLoc()) + "'";
+      }
+  return "";
+}
+
+
+} // namespace dsc::attention

@@ -1,0 +1,231 @@
+// dsc-recognize-layers: embeddings, linear layers and the LM head.
+#include "compiler/recognize/LayerMatching.h"
+
+#include "compiler/recognize/RecognitionReport.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+
+using namespace mlir;
+
+namespace dsc::layers {
+
+//===----------------------------------------------------------------------===//
+// Embedding: Gather(table [rows, hidden], ids) on axis 0.
+//===----------------------------------------------------------------------===//
+
+struct EmbeddingPattern : RecognitionPattern<onnx::GatherOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::GatherOp gather, PatternRewriter &rewriter) const override {
+    auto table = defining<onnx::WeightOp>(gather.getData());
+    if (!table)
+      return failure(); // shape arithmetic, not a lookup
+    auto tableType = cast<RankedTensorType>(table.getType());
+    if (tableType.getRank() != 2 || !isa<FloatType>(tableType.getElementType()))
+      return decline(rewriter, gather, "the table is not a 2-D float weight");
+    if (gather.getAxis() != 0)
+      return decline(rewriter, gather, "the lookup is not along the table's rows (axis 0)");
+    auto ids = dyn_cast<RankedTensorType>(gather.getIndices().getType());
+    if (!ids || ids.getRank() < 1)
+      return decline(rewriter, gather, "the ids have no known rank of at least 1");
+    SmallVector<int64_t> shape(ids.getShape());
+    shape.push_back(tableType.getDimSize(1));
+    auto type = RankedTensorType::get(shape, tableType.getElementType());
+    Value weight = tfmWeight(rewriter, table, /*transpose=*/false);
+    auto embedding = tfm::EmbeddingOp::create(rewriter, gather.getLoc(), type, gather.getIndices(),
+                                              weight, rewriter.getI64IntegerAttr(0),
+                                              IntegerAttr());
+    recognised(gather);
+    rewriter.replaceOp(gather, embedding.getOutput());
+    return success();
+  }
+};
+
+
+//===----------------------------------------------------------------------===//
+// Linear layers and the LM head.
+//===----------------------------------------------------------------------===//
+
+// A weight as [out, in]: an onnx.Weight [in, out] (transposed when the plan is written), or
+// a Transpose of a weight already [out, in] (a tied embedding table).
+struct LinearWeight {
+  onnx::WeightOp weight;
+  bool transpose = false;
+  int64_t in = 0, out = 0;
+};
+std::optional<LinearWeight> linearWeight(Value value) {
+  LinearWeight result;
+  if (auto weight = defining<onnx::WeightOp>(value)) {
+    result.weight = weight;
+    result.transpose = true;
+  } else if (auto transpose = defining<onnx::TransposeOp>(value)) {
+    result.weight = defining<onnx::WeightOp>(transpose.getData());
+    auto perm = transpose.getPerm();
+    if (!result.weight ||
+        (perm && (perm->size() != 2 || cast<IntegerAttr>((*perm)[0]).getInt() != 1)))
+      return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  auto type = cast<RankedTensorType>(result.weight.getType());
+  if (type.getRank() != 2 || !isa<FloatType>(type.getElementType()))
+    return std::nullopt;
+  result.in = type.getDimSize(result.transpose ? 0 : 1);
+  result.out = type.getDimSize(result.transpose ? 1 : 0);
+  return result;
+}
+
+RankedTensorType withLastDim(RankedTensorType type, int64_t last) {
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = last;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+// MatMul(x, W) (+ Add(bias)): tfm.linear, or tfm.lm_head when the result is the output.
+struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::MatMulOp matmul, PatternRewriter &rewriter) const override {
+    std::optional<LinearWeight> weight = linearWeight(matmul.getB());
+    auto rightType = dyn_cast<RankedTensorType>(matmul.getB().getType());
+    if (!weight && rightType && rightType.getRank() >= 3)
+      return decline(rewriter, matmul, kProductOfActivations);
+    if (!weight)
+      return decline(rewriter, matmul, "the right operand is not a 2-D weight");
+    RankedTensorType inputType = rankedFloat(matmul.getA());
+    if (!inputType || inputType.getRank() < 2)
+      return decline(rewriter, matmul, "the input has no known rank of at least 2");
+    int64_t in = inputType.getDimSize(inputType.getRank() - 1);
+    if (!ShapedType::isDynamic(in) && in != weight->in)
+      return decline(rewriter, matmul, "the input features do not match the weight");
+    auto type = withLastDim(inputType, weight->out);
+    Value result = matmul.getY();
+    Value weightValue = tfmWeight(rewriter, weight->weight, weight->transpose);
+
+    bool isHead = returnsValue(result);
+    Operation *biasAdd = singleUser(result);
+    onnx::WeightOp bias;
+    if (biasAdd && isa<onnx::AddOp>(biasAdd))
+      bias = vectorWeight(otherOperand(biasAdd, result), weight->out);
+    if (bias && returnsValue(biasAdd->getResult(0)))
+      isHead = true;
+    rewriter.setInsertionPoint(matmul);
+    if (isHead) {
+      // The bias (GPT-J's untied head) stays an onnx.Add after the head.
+      auto head = tfm::LmHeadOp::create(rewriter, matmul.getLoc(), type, matmul.getA(),
+                                        weightValue, /*scales=*/Value(),
+                                        rewriter.getI64IntegerAttr(0), IntegerAttr());
+      recognised(matmul);
+      rewriter.replaceAllUsesWith(result, head.getLogits());
+      rewriter.eraseOp(matmul);
+      return success();
+    }
+    auto linear = tfm::LinearOp::create(rewriter, matmul.getLoc(), type, matmul.getA(),
+                                        weightValue,
+                                        bias ? tfmWeight(rewriter, bias, false) : Value(),
+                                        Value(), tfm::Parallelism::replicated);
+    recognised(matmul);
+    if (bias) {
+      rewriter.replaceAllUsesWith(biasAdd->getResult(0), linear.getOutput());
+      rewriter.eraseOp(biasAdd);
+    } else {
+      rewriter.replaceAllUsesWith(result, linear.getOutput());
+    }
+    rewriter.eraseOp(matmul);
+    return success();
+  }
+};
+
+// Gemm(A, B, C) with alpha = beta = 1: tfm.linear; GPT-2's Conv1D
+// Reshape(x, [-1, in]) -> Gemm -> Reshape(back to x's leading dimensions) becomes one
+// tfm.linear on x when every probe shows the reshapes restore x's shape.
+struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
+  GemmPattern(MLIRContext *context, DeclineLog &log, const ProbeShapes &shapes)
+      : RecognitionPattern(context, log), shapes(shapes) {}
+
+  LogicalResult matchAndRewrite(onnx::GemmOp gemm, PatternRewriter &rewriter) const override {
+    if (gemm.getTransA() != 0)
+      return decline(rewriter, gemm, "the input is transposed (transA)");
+    if (gemm.getAlpha().convertToDouble() != 1.0 ||
+        (!isa<NoneType>(gemm.getC().getType()) && gemm.getBeta().convertToDouble() != 1.0))
+      return decline(rewriter, gemm, "alpha or beta is not 1");
+    auto weight = defining<onnx::WeightOp>(gemm.getB());
+    auto weightType = weight ? cast<RankedTensorType>(weight.getType()) : RankedTensorType();
+    if (!weightType || weightType.getRank() != 2)
+      return decline(rewriter, gemm, "the right operand is not a 2-D weight");
+    bool transpose = gemm.getTransB() == 0;
+    int64_t in = weightType.getDimSize(transpose ? 0 : 1);
+    int64_t out = weightType.getDimSize(transpose ? 1 : 0);
+    onnx::WeightOp bias;
+    if (!isa<NoneType>(gemm.getC().getType()) && !(bias = vectorWeight(gemm.getC(), out)))
+      return decline(rewriter, gemm, "the bias is not a 1-D weight of the output size");
+    RankedTensorType inputType = rankedFloat(gemm.getA());
+    if (!inputType || inputType.getRank() != 2)
+      return decline(rewriter, gemm, "the input is not known to be 2-D");
+    if (!ShapedType::isDynamic(inputType.getDimSize(1)) && inputType.getDimSize(1) != in)
+      return decline(rewriter, gemm, "the input features do not match the weight");
+
+    Value input = gemm.getA();
+    Value replaced = gemm.getY();
+    RankedTensorType type = withLastDim(inputType, out);
+    // Conv1D: look through the reshapes around the Gemm.
+    auto flatten = defining<onnx::ReshapeOp>(gemm.getA());
+    auto restore = dyn_cast_or_null<onnx::ReshapeOp>(singleUser(gemm.getY()));
+    if (flatten && restore) {
+      Value x = flatten.getData();
+      RankedTensorType xType = rankedFloat(x);
+      RankedTensorType restoredType = rankedFloat(restore.getReshaped());
+      if (xType && restoredType && xType.getRank() == restoredType.getRank() &&
+          restoredType.getDimSize(restoredType.getRank() - 1) == out && restoresLeading(x, restore.getReshaped())) {
+        input = x;
+        replaced = restore.getReshaped();
+        type = withLastDim(xType, out);
+      }
+    }
+    rewriter.setInsertionPoint(replaced.getDefiningOp());
+    auto linear = tfm::LinearOp::create(rewriter, gemm.getLoc(), type, input,
+                                        tfmWeight(rewriter, weight, transpose),
+                                        bias ? tfmWeight(rewriter, bias, false) : Value(),
+                                        Value(), tfm::Parallelism::replicated);
+    recognised(gemm);
+    rewriter.replaceAllUsesWith(replaced, linear.getOutput());
+    if (replaced != gemm.getY())
+      rewriter.eraseOp(replaced.getDefiningOp());
+    rewriter.eraseOp(gemm);
+    return success();
+  }
+
+  // At every probe that saw both, `restored` has the leading dimensions of `x`.
+  bool restoresLeading(Value x, Value restored) const {
+    auto a = shapes.find(x), b = shapes.find(restored);
+    if (a == shapes.end() || b == shapes.end() || a->second.size() != b->second.size() ||
+        a->second.size() < 2)
+      return false;
+    for (auto [sx, sr] : llvm::zip(a->second, b->second)) {
+      if (sx.size() != sr.size())
+        return false;
+      for (size_t d = 0; d + 1 < sx.size(); ++d)
+        if (sx[d] != sr[d])
+          return false;
+    }
+    return true;
+  }
+
+  const ProbeShapes &shapes;
+};
+
+
+void populateLinearPatterns(RewritePatternSet &patterns, DeclineLog &log,
+                            const ProbeShapes &shapes) {
+  patterns.add<EmbeddingPattern, MatMulPattern>(patterns.getContext(), log);
+  patterns.add<GemmPattern>(patterns.getContext(), log, shapes);
+}
+
+} // namespace dsc::layers

@@ -1,0 +1,259 @@
+// dsc-recognize-layers: layer and RMS norms, as one op or decomposed.
+#include "compiler/recognize/LayerMatching.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+
+using namespace mlir;
+
+namespace dsc::layers {
+
+//===----------------------------------------------------------------------===//
+// Norms.
+//===----------------------------------------------------------------------===//
+
+// onnx.LayerNormalization (opset 17) over the last axis.
+struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::LayerNormalizationOp norm,
+                                PatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedFloat(norm.getX());
+    if (!type)
+      return decline(rewriter, norm, "the input has no known rank");
+    int64_t axis = static_cast<int64_t>(norm.getAxis());
+    if (axis < 0)
+      axis += type.getRank();
+    if (axis != type.getRank() - 1)
+      return decline(rewriter, norm, "it normalises more than the last axis");
+    if (!norm.getMean().use_empty() || !norm.getInvStdDev().use_empty())
+      return decline(rewriter, norm, "its mean or inverse deviation is used");
+    int64_t hidden = type.getDimSize(axis);
+    onnx::WeightOp scale = vectorWeight(norm.getScale(), hidden);
+    if (!scale)
+      return decline(rewriter, norm, "the scale is not a weight of the hidden size");
+    onnx::WeightOp bias;
+    if (!isa<NoneType>(norm.getB().getType()) && !(bias = vectorWeight(norm.getB(), hidden)))
+      return decline(rewriter, norm, "the bias is not a weight of the hidden size");
+    auto layerNorm = tfm::LayerNormOp::create(
+        rewriter, norm.getLoc(), type, norm.getX(), tfmWeight(rewriter, scale, false),
+        bias ? tfmWeight(rewriter, bias, false) : Value(),
+        rewriter.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
+    recognised(norm);
+    rewriter.replaceAllUsesWith(norm.getY(), layerNorm.getOutput());
+    rewriter.eraseOp(norm);
+    return success();
+  }
+};
+
+// The decomposed norms, anchored on the variance ReduceMean(Pow(d, 2)) (or Mul(d, d)):
+//   LayerNorm: d = Sub(x, ReduceMean(x)); Div(d, Sqrt(Add(var, eps))) -> Mul scale -> Add bias
+//   RMSNorm:   d = x; Mul(x, Div(1, Sqrt(Add(var, eps)))) (or Reciprocal, or Div(x, Sqrt))
+//              -> Mul weight
+// with float Casts (fp16 exports) allowed around d and before the scale.
+struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
+  using RecognitionPattern::RecognitionPattern;
+
+  LogicalResult matchAndRewrite(onnx::ReduceMeanOp variance,
+                                PatternRewriter &rewriter) const override {
+    Operation *square = variance.getData().getDefiningOp();
+    Value deviation;
+    if (auto pow = dyn_cast_or_null<onnx::PowOp>(square)) {
+      if (!near(scalarConstant(pow.getY()), 2.0))
+        return failure();
+      deviation = pow.getX();
+    } else if (auto mul = dyn_cast_or_null<onnx::MulOp>(square)) {
+      if (mul.getA() != mul.getB())
+        return failure();
+      deviation = mul.getA();
+    } else {
+      return failure(); // a mean, not a variance
+    }
+    llvm::SmallPtrSet<Operation *, 16> group;
+    group.insert(square);
+    group.insert(variance);
+    if (!isLastAxisMean(variance))
+      return decline(rewriter, variance, "the variance is not over the last axis alone");
+
+    // eps and the square root.
+    Operation *addEps = singleUser(variance.getReduced());
+    std::optional<double> eps =
+        addEps && isa<onnx::AddOp>(addEps)
+            ? scalarConstant(otherOperand(addEps, variance.getReduced()))
+            : std::nullopt;
+    if (!eps)
+      return decline(rewriter, variance, "the variance is not followed by Add(eps)");
+    auto sqrt = dyn_cast_or_null<onnx::SqrtOp>(singleUser(addEps->getResult(0)));
+    if (!sqrt)
+      return decline(rewriter, variance, "Add(eps) is not followed by Sqrt");
+    group.insert(addEps);
+    group.insert(sqrt);
+
+    // LayerNorm when the deviation is x - mean(x).
+    Value centred = throughCast(deviation);
+    if (auto sub = defining<onnx::SubOp>(centred)) {
+      auto mean = defining<onnx::ReduceMeanOp>(sub.getB());
+      if (mean && mean.getData() == sub.getA())
+        return rewriteLayerNorm(rewriter, variance, group, sub, mean, deviation, sqrt, *eps);
+    }
+    return rewriteRmsNorm(rewriter, variance, group, deviation, sqrt, *eps);
+  }
+
+  // Mul(y, scale) [+ Add(bias)] after the normalised value (possibly through a Cast).
+  struct Affine {
+    Operation *mul = nullptr, *add = nullptr;
+    onnx::WeightOp scale, bias;
+    Value output;
+  };
+  Affine matchAffine(Value normalised, int64_t hidden, bool withBias,
+                     llvm::SmallPtrSetImpl<Operation *> &group) const {
+    Affine affine;
+    Value y = normalised;
+    if (Operation *user = singleUser(y); user && isa<onnx::CastOp>(user)) {
+      group.insert(user);
+      y = user->getResult(0);
+    }
+    Operation *mul = singleUser(y);
+    if (!mul || !isa<onnx::MulOp>(mul))
+      return affine;
+    affine.scale = vectorWeight(otherOperand(mul, y), hidden);
+    if (!affine.scale)
+      return affine;
+    affine.mul = mul;
+    affine.output = mul->getResult(0);
+    if (!withBias)
+      return affine;
+    if (Operation *add = singleUser(affine.output); add && isa<onnx::AddOp>(add))
+      if (onnx::WeightOp bias = vectorWeight(otherOperand(add, affine.output), hidden)) {
+        affine.add = add;
+        affine.bias = bias;
+        affine.output = add->getResult(0);
+      }
+    return affine;
+  }
+
+  // The norm's input: x, or what a float Cast converted into x when the norm's output has
+  // that type again (the fp16 round trip).
+  static Value normInput(Value x, Value output) {
+    Value inner = throughCast(x);
+    if (inner != x && getElementTypeOrSelf(inner.getType()) == getElementTypeOrSelf(output.getType()))
+      return inner;
+    return x;
+  }
+
+  LogicalResult rewriteLayerNorm(PatternRewriter &rewriter, onnx::ReduceMeanOp variance,
+                                 llvm::SmallPtrSetImpl<Operation *> &group, onnx::SubOp sub,
+                                 onnx::ReduceMeanOp mean, Value deviation,
+                                 onnx::SqrtOp sqrt, double eps) const {
+    if (!isLastAxisMean(mean))
+      return decline(rewriter, variance, "the mean is not over the last axis alone");
+    auto div = dyn_cast_or_null<onnx::DivOp>(singleUser(sqrt.getY()));
+    if (!div || throughCast(div.getA()) != sub.getResult())
+      return decline(rewriter, variance, "the deviation is not divided by the square root");
+    group.insert(sub);
+    group.insert(mean);
+    group.insert(div);
+    if (deviation != sub.getResult())
+      group.insert(deviation.getDefiningOp());
+    if (div.getA() != sub.getResult() && div.getA() != deviation)
+      group.insert(div.getA().getDefiningOp());
+    Value x = sub.getA();
+    RankedTensorType inputType = rankedFloat(x);
+    if (!inputType)
+      return decline(rewriter, variance, "the input has no known rank");
+    int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
+    Affine affine = matchAffine(div.getC(), hidden, /*withBias=*/true, group);
+    if (!affine.mul)
+      return decline(rewriter, variance, "the normalised value is not scaled by a weight");
+    group.insert(affine.mul);
+    if (affine.add)
+      group.insert(affine.add);
+    for (Operation *op : group)
+      if (op != affine.output.getDefiningOp())
+        for (Value result : op->getResults())
+          if (!usedOnlyBy(result, group))
+            return decline(rewriter, variance,
+                           "an intermediate value is used outside the layer norm");
+    Value input = normInput(x, affine.output);
+    RankedTensorType type = rankedFloat(input);
+    if (getElementTypeOrSelf(affine.output.getType()) != type.getElementType())
+      return decline(rewriter, variance, "the output type differs from the input type");
+    Operation *anchor = affine.output.getDefiningOp();
+    rewriter.setInsertionPoint(anchor);
+    auto norm = tfm::LayerNormOp::create(
+        rewriter, anchor->getLoc(), type, input, tfmWeight(rewriter, affine.scale, false),
+        affine.bias ? tfmWeight(rewriter, affine.bias, false) : Value(),
+        rewriter.getF32FloatAttr(static_cast<float>(eps)));
+    recognised(variance);
+    rewriter.replaceAllUsesWith(affine.output, norm.getOutput());
+    return success();
+  }
+
+  LogicalResult rewriteRmsNorm(PatternRewriter &rewriter, onnx::ReduceMeanOp variance,
+                               llvm::SmallPtrSetImpl<Operation *> &group, Value deviation,
+                               onnx::SqrtOp sqrt, double eps) const {
+    Value x = deviation;
+    Operation *user = singleUser(sqrt.getY());
+    Value normalised;
+    if (auto div = dyn_cast_or_null<onnx::DivOp>(user)) {
+      group.insert(div);
+      if (div.getA() == x) {
+        normalised = div.getC(); // x / sqrt(...)
+      } else if (near(scalarConstant(div.getA()), 1.0)) {
+        Operation *mul = singleUser(div.getC());
+        if (mul && isa<onnx::MulOp>(mul) && otherOperand(mul, div.getC()) == x) {
+          group.insert(mul);
+          normalised = mul->getResult(0);
+        }
+      }
+    } else if (auto reciprocal = dyn_cast_or_null<onnx::ReciprocalOp>(user)) {
+      group.insert(reciprocal);
+      Operation *mul = singleUser(reciprocal.getY());
+      if (mul && isa<onnx::MulOp>(mul) && otherOperand(mul, reciprocal.getY()) == x) {
+        group.insert(mul);
+        normalised = mul->getResult(0);
+      }
+    }
+    if (!normalised)
+      return decline(rewriter, variance,
+                     "the input is not multiplied by the reciprocal square root");
+    RankedTensorType inputType = rankedFloat(x);
+    if (!inputType)
+      return decline(rewriter, variance, "the input has no known rank");
+    int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
+    Affine affine = matchAffine(normalised, hidden, /*withBias=*/false, group);
+    if (!affine.mul)
+      return decline(rewriter, variance, "the normalised value is not scaled by a weight");
+    group.insert(affine.mul);
+    for (Operation *op : group)
+      if (op != affine.mul)
+        for (Value result : op->getResults())
+          if (!usedOnlyBy(result, group))
+            return decline(rewriter, variance, "an intermediate value is used outside the RMS norm");
+    Value input = normInput(x, affine.output);
+    RankedTensorType type = rankedFloat(input);
+    if (getElementTypeOrSelf(affine.output.getType()) != type.getElementType())
+      return decline(rewriter, variance, "the output type differs from the input type");
+    rewriter.setInsertionPoint(affine.mul);
+    auto norm = tfm::RmsNormOp::create(rewriter, affine.mul->getLoc(), type, input,
+                                       tfmWeight(rewriter, affine.scale, false),
+                                       rewriter.getF32FloatAttr(static_cast<float>(eps)));
+    recognised(variance);
+    rewriter.replaceAllUsesWith(affine.output, norm.getOutput());
+    return success();
+  }
+};
+
+
+void populateNormPatterns(RewritePatternSet &patterns, DeclineLog &log) {
+  patterns.add<LayerNormOpPattern, DecomposedNormPattern>(patterns.getContext(), log);
+}
+
+} // namespace dsc::layers
