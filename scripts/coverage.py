@@ -50,7 +50,7 @@ def forward(dsrun, plan, model_dir, extra=()):
     return "ok ({:.1e})".format(worst) if sets else "n/a"
 
 
-def greedy(dsrun, plan, model_dir, extra=()):
+def greedy(dsrun, dump, plan, model_dir, extra=()):
     reference = os.path.join(model_dir, "generation.json")
     if not os.path.exists(reference):
         return "n/a"
@@ -59,8 +59,11 @@ def greedy(dsrun, plan, model_dir, extra=()):
     meta = json.load(open(os.path.join(model_dir, "meta.json")))
     if meta.get("kind") == "merged":
         extra = (*extra, "--alone-only")
+    # --prefill compares the prefill program's logits: only plans with session programs.
+    code, out = run([dump, plan])
+    prefill = ["--prefill"] if '"prefill"' in out else []
     code, out = run([sys.executable, os.path.join(MODELS, "check_generation.py"),
-                     "--dsrun", dsrun, "--plan", plan, "--reference", reference, "--prefill",
+                     "--dsrun", dsrun, "--plan", plan, "--reference", reference, *prefill,
                      *extra])
     if code != 0:
         return "FAIL"
@@ -91,18 +94,23 @@ def row(name, build, scratch):
     result["session"] = "yes" if '"decode"' in out else "no"
     result["forward"] = forward(dsrun, fp32, model_dir)
     decoder = os.path.exists(os.path.join(model_dir, "generation.json"))
-    result["greedy"] = greedy(dsrun, fp32, model_dir) if decoder else "n/a"
+    result["greedy"] = greedy(dsrun, dump, fp32, model_dir) if decoder else "n/a"
     tp2 = os.path.join(scratch, name + "-tp2.dsp")
     code, out = run([dsc, "compile", model, "-o", tp2, "--arch", "none", "--tp", "2"])
+    declined = re.search(r"stays replicated: (.*)", out)
     if code != 0:
         result["tp2"] = "compile FAIL"
+    elif "nothing was sharded" in out:
+        result["tp2"] = "declined: " + (declined.group(1) if declined else "see dsc's warnings")
     else:
         inprocess = ("--ranks", "inprocess")
         fwd = forward(dsrun, tp2, model_dir, inprocess)
-        gen = greedy(dsrun, tp2, model_dir,
+        gen = greedy(dsrun, dump, tp2, model_dir,
                      ("--distributed-argmax", "2", "--dsrun-arg=--ranks",
                       "--dsrun-arg=inprocess")) if decoder else "n/a"
         result["tp2"] = "forward {}, greedy {}".format(fwd.split(" ")[0], gen)
+        if declined:
+            result["tp2"] += " (partly replicated: {})".format(declined.group(1))
     int8 = os.path.join(scratch, name + "-int8.dsp")
     code, out = run([dsc, "compile", model, "-o", int8, "--arch", "none", "--dtype", "int8"])
     if code != 0:

@@ -7,8 +7,15 @@
 //   2 attention_decode   session cache only: split-KV attention for one new token
 //   3 attention_combine  session cache only: merges the decode kernel's splits
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
-// of one plan) are kernel parameters, not constants.
+// of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
+// constant of the prefill and decode kernels, SOFTCAP_BITS (the cap's f32 bits), present
+// only when the step sets `softcap`: the kernels of every other step keep the names,
+// constants, parameters and code they had before it existed, so plans written before it
+// still run (the launcher expects no SOFTCAP_BITS where the step has no `softcap`).
 #include "codegen/kernels/KernelRules.h"
+
+#include <cmath>
+#include <cstring>
 
 namespace dsc::codegen {
 namespace {
@@ -102,12 +109,17 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "window must be in [0, 2^31)";
     return false;
   }
+  const float softcap = in.floatAttr("softcap", 0.0f);
+  if (!(softcap >= 0) || !std::isfinite(softcap)) {
+    reason = "softcap must be finite and >= 0 (0 = off), not " + std::to_string(softcap);
+    return false;
+  }
   const bool causal = in.intAttr("causal", 0) != 0;
   const bool alibi = in.intAttr("alibi", 0) != 0;
   const bool interleaved = in.intAttr("rotary_interleaved", 0) != 0;
   const std::string unattended = in.stringAttr("unattended", "all");
-  if (unattended != "all" && unattended != "causal") {
-    reason = "unattended must be 'all' or 'causal', not '" + unattended + "'";
+  if (unattended != "all" && unattended != "causal" && unattended != "zero") {
+    reason = "unattended must be 'all', 'causal' or 'zero', not '" + unattended + "'";
     return false;
   }
 
@@ -174,6 +186,19 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                       {"ALIBI", alibi ? 1 : 0},
                       {"MASK_DTYPE", maskType},
                       {"UNATTENDED_CAUSAL", unattendedCausal}}});
+  // The cap's bits (a positive finite float's: in (0, 0x7f800000)), last, and only when set.
+  int64_t softcapBits = 0;
+  if (softcap > 0) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &softcap, sizeof bits);
+    softcapBits = bits;
+    kernels.back().constants.push_back({"SOFTCAP_BITS", softcapBits});
+  }
+  // Zeros at rows with no key (sdpa's NaN guard), last, and only when asked for, so that
+  // every other kernel keeps its constants and name.
+  const bool unattendedZero = unattended == "zero";
+  if (unattendedZero)
+    kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
   if (sessionCache) {
     kernels.push_back({"attention_decode",
                        {{"HEAD_DIM", headDim},
@@ -183,11 +208,15 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                         {"WINDOW", window},
                         {"ALIBI", alibi ? 1 : 0},
                         {"MASK_DTYPE", maskType}}});
+    if (softcapBits != 0)
+      kernels.back().constants.push_back({"SOFTCAP_BITS", softcapBits});
     kernels.push_back({"attention_combine",
                        {{"HEAD_DIM", headDim},
                         {"SPLIT_KEYS", kDecodeSplitKeys},
                         {"CAUSAL", causal ? 1 : 0},
                         {"UNATTENDED_CAUSAL", unattendedCausal}}});
+    if (unattendedZero)
+      kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
   }
   return true;
 }

@@ -4,7 +4,9 @@
 // values (runtime/src/ops/Transformer.cpp). One block per (head, sequence); the number of
 // splits in use follows `total`, read from the device like the decode kernel does.
 //
-// Constants: HEAD_DIM, SPLIT_KEYS (attention_decode's), CAUSAL, UNATTENDED_CAUSAL.
+// Constants: HEAD_DIM, SPLIT_KEYS (attention_decode's), CAUSAL, UNATTENDED_CAUSAL, and,
+// only where the step asks for zeros at rows with no key (sdpa's NaN guard),
+// UNATTENDED_ZERO (defined = on; undefined keeps the code before it existed).
 #include "dsc_common.cuh"
 
 extern "C" __global__ void attention_combine(float *out, const float *partial_out,
@@ -27,6 +29,12 @@ extern "C" __global__ void attention_combine(float *out, const float *partial_ou
     overall_max = fmaxf(overall_max, partial_max[first_slot + split]);
 
   if (overall_max == negative_infinity) {
+#ifdef UNATTENDED_ZERO
+    // sdpa's guard: the NaN softmax of a row with no key becomes zeros.
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+      out_row[feature] = 0.0f;
+    return;
+#endif
     // No key to attend (a padding query): average the values of every key, or (GPT-Neo's
     // doubled mask) of the causally visible ones, which for the one new token are all.
     const int kv_head = (head_offset + head) / group - kv_head_offset;

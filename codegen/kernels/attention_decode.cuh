@@ -7,7 +7,8 @@
 // Constants: HEAD_DIM, WARPS (block = WARPS * 32 threads), SPLIT_KEYS (a multiple of
 // WARPS * 32: warp w takes the w-th contiguous SPLIT_KEYS / WARPS keys of its split, lane j
 // its j-th key of each 32), CAUSAL, WINDOW (0 = none), ALIBI, MASK_DTYPE (0 none, 5 i64,
-// 6 i32, 9 u8, 10 bool). `query` is the step's output buffer, holding the rotated query.
+// 6 i32, 9 u8, 10 bool), and SOFTCAP_BITS only with soft-capping (attention_prefill.cuh).
+// `query` is the step's output buffer, holding the rotated query.
 #include "dsc_common.cuh"
 
 #if SPLIT_KEYS % (WARPS * 32) != 0
@@ -33,6 +34,14 @@ static __device__ __forceinline__ bool attention_decode_mask_on(const void *mask
 #error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
 #endif
 }
+
+#ifdef SOFTCAP_BITS
+// Gemma-2's attn_logit_softcapping: cap * tanh(score / cap), as the CPU kernel computes it.
+static __device__ __forceinline__ float attention_decode_softcap(float score) {
+  const float cap = __int_as_float(SOFTCAP_BITS);
+  return cap * tanhf(score / cap);
+}
+#endif
 
 #if ALIBI
 // BLOOM's slope of global head `head` of `heads`: see attention_prefill.cuh.
@@ -123,7 +132,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll 8
       for (int feature = 0; feature < HEAD_DIM; ++feature)
         dot += query_row[feature] * key_row[feature];
+#ifdef SOFTCAP_BITS
+      score = attention_decode_softcap(dot * scale) + slope * key_position;
+#else
       score = dot * scale + slope * key_position;
+#endif
     }
     const float chunk_max = dsc_warp_max(score);
     if (chunk_max == negative_infinity)

@@ -7,7 +7,12 @@
 // Constants: HEAD_DIM, WARPS (block = WARPS * 32 threads), Q_TILE (query rows per block, a
 // multiple of WARPS: each warp owns Q_TILE / WARPS rows), K_TILE (keys per shared-memory
 // tile), CAUSAL, WINDOW (0 = none), ALIBI, MASK_DTYPE (0 none, 5 i64, 6 i32, 9 u8, 10 bool:
-// a padding mask whose last `total` columns are the keys), UNATTENDED_CAUSAL.
+// a padding mask whose last `total` columns are the keys), UNATTENDED_CAUSAL,
+// UNATTENDED_ZERO (only where the step asks for zeros at rows with no key: sdpa's NaN
+// guard; undefined keeps the code before it existed), and, only
+// where the step has Gemma-2's logit soft-capping, SOFTCAP_BITS (the cap's f32 bits: scores
+// become cap * tanh(scores / cap) before the ALiBi bias; undefined = off, and the code
+// without it is the code before soft-capping existed).
 //
 // `out` holds the rotated queries on entry (attention_rotary wrote them there) and the
 // attention output on exit: a block reads exactly the rows it later writes, and reads them
@@ -41,6 +46,14 @@ static __device__ __forceinline__ bool attention_prefill_mask_on(const void *mas
 #error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
 #endif
 }
+
+#ifdef SOFTCAP_BITS
+// Gemma-2's attn_logit_softcapping: cap * tanh(score / cap), as the CPU kernel computes it.
+static __device__ __forceinline__ float attention_prefill_softcap(float score) {
+  const float cap = __int_as_float(SOFTCAP_BITS);
+  return cap * tanhf(score / cap);
+}
+#endif
 
 #if ALIBI
 // BLOOM's slope of global head `head` of `heads` (transformers' get_slopes), as the CPU
@@ -180,7 +193,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll 8
           for (int feature = 0; feature < HEAD_DIM; ++feature)
             dot += q_tile[local_row][feature] * k_tile[slot][feature];
+#ifdef SOFTCAP_BITS
+          score[c] = attention_prefill_softcap(dot * scale) + slope * key_position[c];
+#else
           score[c] = dot * scale + slope * key_position[c];
+#endif
         }
         tile_max = fmaxf(tile_max, score[c]);
       }
@@ -222,6 +239,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float *out_row =
         out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
     if (row_max[r] == negative_infinity) {
+#ifdef UNATTENDED_ZERO
+      // sdpa's guard: the NaN softmax of a row with no key becomes zeros.
+      for (int feature = lane; feature < HEAD_DIM; feature += 32)
+        out_row[feature] = 0.0f;
+      continue;
+#endif
       // No key to attend (a padding query): the exports' finfo.min masks make every masked
       // score equal, so the row averages the values of every key, or (GPT-Neo's doubled
       // mask) of the causally visible ones.

@@ -266,20 +266,28 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     return succeeded(evaluateShapeBounds(func, shapes));
   }
 
-  // A graph without a cache that cannot take max-seq-len new tokens at once (BERT's or
-  // GPT-2's learned position table is shorter) would otherwise be bounded by the splits it
-  // does run, as few as one token. Asked for, that limit is an error naming the largest
+  // Whether the graph runs with `tokens` in all: all new, and (with a cache) one new token
+  // after the rest.
+  bool runsWith(func::FuncOp func, const InputDims &dims, int64_t tokens) {
+    if (!runsAt(func, dims, {maxBatch, 0, tokens}))
+      return false;
+    return !dims.hasPast() || runsAt(func, dims, {maxBatch, tokens - 1, 1});
+  }
+
+  // A graph that cannot take max-seq-len tokens (a learned position table or an ALiBi
+  // table of fewer rows: BERT, GPT-2, MPT) would otherwise be bounded by the splits it does
+  // run, or fail on the generic path. Asked for, that limit is an error naming the largest
   // that runs; by default the limit becomes that largest, with a warning.
   LogicalResult checkNewTokenLimit(func::FuncOp func) {
     for (BlockArgument argument : func.getArguments())
       if (!cast<TensorType>(argument.getType()).hasRank())
         return success();  // lowerFunction says so
     InputDims dims = InputDims::of(func);
-    if (dims.hasPast() || runsAt(func, dims, {maxBatch, 0, maxSeqLen}))
+    if (runsWith(func, dims, maxSeqLen))
       return success();
-    int64_t low = 0, high = maxSeqLen;  // runs at low (0: none found), not at high
+    int64_t low = 0, high = maxSeqLen;  // runs with low (0: none found), not with high
     for (int64_t n = 1; n < high; n *= 2) {
-      if (!runsAt(func, dims, {maxBatch, 0, n})) {
+      if (!runsWith(func, dims, n)) {
         high = n;
         break;
       }
@@ -287,16 +295,16 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     }
     while (high - low > 1) {
       int64_t middle = low + (high - low) / 2;
-      (runsAt(func, dims, {maxBatch, 0, middle}) ? low : high) = middle;
+      (runsWith(func, dims, middle) ? low : high) = middle;
     }
     if (low == 0)
       return success();  // it runs at no length: lowerFunction reports why
     if (!fitSeqLen)
-      return func.emitError() << "the graph has no cache and runs with at most " << low
-                              << " tokens at once, not --max-seq-len " << int64_t(maxSeqLen)
+      return func.emitError() << "the graph runs with at most " << low
+                              << " tokens, not --max-seq-len " << int64_t(maxSeqLen)
                               << "; compile with --max-seq-len " << low;
-    func.emitWarning() << "the graph has no cache and runs with at most " << low
-                       << " tokens at once; the plan's --max-seq-len is " << low;
+    func.emitWarning() << "the graph runs with at most " << low
+                       << " tokens; the plan's --max-seq-len is " << low;
     maxSeqLen = low;
     return success();
   }

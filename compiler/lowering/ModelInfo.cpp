@@ -184,12 +184,12 @@ std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
   const llvm::json::Object *object = json->getAsObject();
   if (!object)
     return std::nullopt;
-  std::optional<int64_t> positions = object->getInteger("max_position_embeddings");
-  if (!positions)
-    positions = object->getInteger("n_positions");
-  if (positions && *positions <= 0)
-    return std::nullopt;
-  return positions;
+  // The names families give their length: most, GPT-2 (and n_ctx), MPT, ChatGLM/Qwen-1.
+  for (const char *key : {"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
+                          "seq_length", "max_sequence_length"})
+    if (std::optional<int64_t> positions = object->getInteger(key))
+      return *positions > 0 ? positions : std::nullopt;
+  return std::nullopt;
 }
 
 void describeVocabularyShards(dsp::PlanT &plan, llvm::ArrayRef<int64_t> vocabSizes) {

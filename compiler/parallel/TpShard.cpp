@@ -649,7 +649,8 @@ LogicalResult Sharder::run() {
 constexpr const char kLocalLogitsName[] = "local_logits";
 
 // The gathered logits `func` returns: the all_gather of a vocabulary-parallel LM head, then
-// ops that act on each logit alone (GPT-J's lm_head bias Add, a Cast to the compute type),
+// ops that act on each logit alone (GPT-J's lm_head bias Add, a Cast to the compute type,
+// Gemma-2's cap * tanh(logits / cap)),
 // each reading the logits and at most a [vocab] vector or a scalar.
 struct LogitsTail {
   tfm::AllGatherOp gather;
@@ -690,7 +691,9 @@ std::optional<LogitsTail> findLogitsTail(func::FuncOp func) {
       if (def->getNumResults() != 1 || !resultType || resultType.getRank() < 1)
         break;
       int64_t vocab = resultType.getShape().back();
-      if (name == "onnx.Cast" && isa<FloatType>(resultType.getElementType())) {
+      // A Cast to a float type, or the Tanh of Gemma-2's logit cap: each logit alone.
+      if ((name == "onnx.Cast" && isa<FloatType>(resultType.getElementType())) ||
+          name == "onnx.Tanh") {
         epilogue.push_back(def);
         value = def->getOperand(0);
         continue;
@@ -809,7 +812,7 @@ struct TpShardPass : public impl::TpShardBase<TpShardPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (ranks < 1) {
-      module.emitError() << "--tp must be at least 1, not " << ranks;
+      module.emitError() << "--tp must be at least 1, not " << int64_t(ranks);
       return signalPassFailure();
     }
     if (ranks == 1)
@@ -823,7 +826,7 @@ struct TpShardPass : public impl::TpShardBase<TpShardPass> {
     }
     // Still a plan of `ranks` ranks: each computes the whole (replicated) model.
     if (!any)
-      module.emitWarning() << "--tp " << ranks << ": nothing was sharded; every rank "
+      module.emitWarning() << "--tp " << int64_t(ranks) << ": nothing was sharded; every rank "
                               "computes the whole model (see the warnings above)";
     module->setAttr(kTensorParallelRanksAttr,
                     IntegerAttr::get(IntegerType::get(&getContext(), 64), ranks));

@@ -53,7 +53,7 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     if (groupSize < 0) {
       getOperation().emitError() << "the int8 group size must be positive, or 0 for one group "
                                     "per output channel, not "
-                                 << groupSize;
+                                 << int64_t(groupSize);
       return signalPassFailure();
     }
     SmallVector<Operation *> layers;

@@ -178,7 +178,10 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
         std::copy_n(head.begin(), D, dst);
       }
   std::vector<float> y = floats(*out);
-  if (int64_t(y.size()) != B * H * T * D)
+  // One KV head that the MatMul broadcasts over the query heads (Falcon's multi-query
+  // attention under sdpa) is an operand of one head.
+  const int64_t operandHeads = int64_t(y.size()) == B * T * D && G == 1 ? 1 : H;
+  if (int64_t(y.size()) != B * operandHeads * T * D)
     return std::string(what) + ": the attention operand is not [batch, heads, total, head_dim]";
   int64_t group = H / G;
   auto expected = [&](int64_t b, int64_t n, int64_t j, int64_t e) {
@@ -186,7 +189,9 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
   };
   // Keys are transposed: [b][n][e][j]; values are [b][n][j][e].
   auto yi = [&](int64_t b, int64_t n, int64_t j, int64_t e) {
-    return isKey ? ((b * H + n) * D + e) * T + j : ((b * H + n) * T + j) * D + e;
+    n %= operandHeads;
+    return isKey ? ((b * operandHeads + n) * D + e) * T + j
+                 : ((b * operandHeads + n) * T + j) * D + e;
   };
   double num = 0, den = 0;
   for (int64_t b = 0; b < B; ++b)

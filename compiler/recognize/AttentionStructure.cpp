@@ -39,7 +39,7 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       "onnx.Reshape",   "onnx.Transpose", "onnx.Mul",    "onnx.Div",    "onnx.Add",
       "onnx.Sub",       "onnx.Neg",       "onnx.Slice",  "onnx.Gather", "onnx.Concat",
       "onnx.Unsqueeze", "onnx.Squeeze",   "onnx.Expand", "onnx.Cast",   "onnx.Split",
-      "onnx.Identity",  "onnx.Tile",      "onnx.Where",  "onnx.Flatten"};
+      "onnx.Identity",  "onnx.Tile",      "onnx.Where",  "onnx.Flatten", "onnx.GatherND"};
   llvm::SetVector<Value> stops;
   llvm::SmallPtrSet<Operation *, 32> visited;
   SmallVector<Value> worklist = {from};
@@ -63,13 +63,14 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
                     (*shape)[3] == headDim_;
     if (headView)
       headViews.push_back(value);
-    else if (shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[2] == fresh_ &&
-             (*shape)[3] == headDim_)
+    bool headsFirstView = !headView && shape->size() == 4 && (*shape)[0] == batch_ &&
+                          (*shape)[2] == fresh_ && (*shape)[3] == headDim_;
+    if (headsFirstView)
       headsFirstViews.push_back(value);
     Operation *def = value.getDefiningOp();
-    // A norm over each head (Qwen3's, OLMo's and Gemma-3's q/k norm) is where the heads
-    // enter: the attention takes the normalised heads.
-    if (headView && isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
+    // A norm over each head (Qwen3's q/k norm on [b, s, n, d], Gemma-3's on [b, n, s, d])
+    // is where the heads enter: the attention takes the normalised heads.
+    if ((headView || headsFirstView) && isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
       stops.insert(value);
       continue;
     }
@@ -102,7 +103,9 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
   source = fresh.front();
   past = pasts.empty() ? Value() : pasts.front();
   if (shapeOf(source)->size() == 4) {
-    int64_t n = (*shapeOf(source))[2];
+    const dsrt::Shape &heads = *shapeOf(source);
+    headsFirst = !(heads[1] == fresh_ && heads[3] == headDim_);
+    int64_t n = headsFirst ? heads[1] : heads[2];
     if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
       return "the normalised heads are not a whole number of the attention's heads";
     sourceHeads = n;
@@ -116,23 +119,22 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       return "";
     }
   }
-  // A fused projection (BLOOM's query_key_value): the earliest per-head view of this part.
-  Value view;
-  for (Value v : headViews) {
-    int64_t n = (*shapeOf(v))[2];
-    if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
-      continue;
-    if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
-      view = v;
-  }
-  if (!view) {
-    for (Value v : headsFirstViews) {
-      int64_t n = (*shapeOf(v))[1];
+  // A fused projection (BLOOM's query_key_value): the earliest per-head view of this part,
+  // [b, s, n, d] (heads at 2), else [b, n, s, d] (GPT-NeoX under transformers 5: heads at 1).
+  auto earliest = [&](ArrayRef<Value> views, size_t headAxis) {
+    Value view;
+    for (Value v : views) {
+      int64_t n = (*shapeOf(v))[headAxis];
       if (exactHeads ? n != exactHeads : (n > maxHeads || maxHeads % n != 0))
         continue;
       if (!view || v.getDefiningOp()->isBeforeInBlock(view.getDefiningOp()))
         view = v;
     }
+    return view;
+  };
+  Value view = earliest(headViews, 2);
+  if (!view) {
+    view = earliest(headsFirstViews, 1);
     if (view) {
       source = view;
       sourceHeads = (*shapeOf(view))[1];

@@ -42,7 +42,8 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
       builder, op.getLoc(), op.getOutput().getType(), TypeRange(), op.getQuery(), op.getKey(),
       op.getValue(), op.getMask(), ValueRange(), op.getPositions(), op.getNumHeadsAttr(),
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
-      op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr());
+      op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
+      op.getSoftcapAttr());
   session->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getOutput().replaceAllUsesWith(session.getOutput());
   op.erase();

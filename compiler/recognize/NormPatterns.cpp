@@ -40,7 +40,14 @@ struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
     if (!scale)
       return decline(rewriter, norm, "the scale is not a weight of the hidden size");
     onnx::WeightOp bias;
-    if (!isa<NoneType>(norm.getB().getType()) && !(bias = vectorWeight(norm.getB(), hidden)))
+    // A bias of zeros (nn.LayerNorm(bias=False) exported with a constant B) is none.
+    bool zeroBias = false;
+    if (auto constant = defining<onnx::ConstantOp>(norm.getB()))
+      if (auto dense = dyn_cast<DenseFPElementsAttr>(constant.getValue()))
+        zeroBias = llvm::all_of(dense.getValues<APFloat>(),
+                                [](const APFloat &v) { return v.isZero(); });
+    if (!isa<NoneType>(norm.getB().getType()) && !zeroBias &&
+        !(bias = vectorWeight(norm.getB(), hidden)))
       return decline(rewriter, norm, "the bias is not a weight of the hidden size");
     auto layerNorm = tfm::LayerNormOp::create(
         rewriter, norm.getLoc(), type, norm.getX(), tfmWeight(rewriter, scale, false),

@@ -2,14 +2,15 @@
 // on hand-built plan steps carrying each fixture family's attribute set, in both cache
 // modes, and what it must decline; then NVRTC compiling the four attention templates in
 // a spread of specialisations (head sizes 16 to 256, every mask dtype, rotary forms, ALiBi,
-// windows) to PTX and to sm_80 and sm_90 cubins, which runs ptxas on them. NVRTC tests skip
-// where it cannot be loaded.
+// windows, Gemma-2's logit soft-capping) to PTX and to sm_80 and sm_90 cubins, which runs
+// ptxas on them. NVRTC tests skip where it cannot be loaded.
 #include "codegen/AttachKernels.h"
 #include "codegen/Nvrtc.h"
 #include "codegen/kernels/KernelRules.h"
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <string>
 
@@ -23,6 +24,7 @@ struct Family {
   int64_t heads, kvHeads, headDim;
   int64_t causal, alibi, window, rotaryDim, interleaved;
   const char *unattended;
+  float softcap = 0;  // Gemma-2's attn_logit_softcapping; 0: no `softcap` attribute
 };
 
 const Family kFamilies[] = {
@@ -35,6 +37,15 @@ const Family kFamilies[] = {
     {"gptneo-global", 4, 4, 16, 1, 0, 0, 0, 0, "causal"},
     {"bert", 4, 4, 16, 0, 0, 0, 0, 0, "all"},
 };
+
+// Gemma-2 (not a fixture family yet): local layers (window) and global ones, GQA, rotary,
+// and a cap of 50 on the attention logits.
+const Family kGemma2[] = {
+    {"gemma2-local", 4, 2, 16, 1, 0, 4, 16, 0, "all", 50.0f},
+    {"gemma2-global", 4, 2, 16, 1, 0, 0, 16, 0, "all", 50.0f},
+};
+// 50.0f's f32 bits.
+constexpr int64_t kSoftcap50Bits = 0x42480000;
 
 class AttentionPlan {
 public:
@@ -130,6 +141,8 @@ public:
     intAttr(*s, "rotary_interleaved", f.interleaved);
     intAttr(*s, "cache_layer", o.session ? 0 : -1);
     stringAttr(*s, "unattended", f.unattended);
+    if (f.softcap != 0)
+      floatAttr(*s, "softcap", f.softcap);
     plan.programs[0]->steps.push_back(std::move(s));
     return *plan.programs[0]->steps.back();
   }
@@ -193,6 +206,63 @@ TEST(AttentionRule, EveryDecoderFamilyWithTheSessionCacheAlsoGetsSplitKvDecode) 
     EXPECT_EQ(decode["SPLIT_KEYS"], combine["SPLIT_KEYS"]) << f.name;
     EXPECT_EQ(decode["SPLIT_KEYS"] % (decode["WARPS"] * 32), 0) << f.name;
     EXPECT_EQ(combine["UNATTENDED_CAUSAL"], std::string(f.unattended) == "causal" ? 1 : 0);
+  }
+}
+
+TEST(AttentionRule, SoftcapIsAConstantOfThePrefillAndDecodeKernelsOnly) {
+  for (const Family &f : kGemma2) {
+    for (bool session : {false, true}) {
+      AttentionPlan b;
+      AttentionPlan::Options o;
+      o.session = session;
+      std::vector<KernelSpec> specs;
+      std::string reason;
+      ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
+      ASSERT_EQ(specs.size(), session ? 4u : 2u) << f.name;
+      EXPECT_EQ(constantsOf(specs[0]).count("SOFTCAP_BITS"), 0u) << f.name;  // rotary
+      EXPECT_EQ(constantsOf(specs[1])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
+      EXPECT_EQ(constantsOf(specs[1])["WINDOW"], f.window) << f.name;
+      if (session) {
+        EXPECT_EQ(constantsOf(specs[2])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
+        EXPECT_EQ(constantsOf(specs[3]).count("SOFTCAP_BITS"), 0u) << f.name;  // combine
+      }
+    }
+  }
+  // The same layer without the cap shares the rotary and combine kernels, not the others.
+  AttentionPlan b;
+  AttentionPlan::Options o;
+  o.session = true;
+  Family plain = kGemma2[1];
+  plain.softcap = 0;
+  std::vector<KernelSpec> capped, uncapped;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.attention(kGemma2[1], o), capped, reason)) << reason;
+  ASSERT_TRUE(b.run(b.attention(plain, o), uncapped, reason)) << reason;
+  EXPECT_EQ(capped[0].name(), uncapped[0].name());
+  EXPECT_NE(capped[1].name(), uncapped[1].name());
+  EXPECT_NE(capped[2].name(), uncapped[2].name());
+  EXPECT_EQ(capped[3].name(), uncapped[3].name());
+}
+
+TEST(AttentionRule, StepsWithoutSoftcapKeepTheirKernelNames) {
+  // The names (and so the specialised sources' #defines) of kernels compiled before
+  // soft-capping existed: plans and cached kernels made then stay valid.
+  AttentionPlan b;
+  AttentionPlan::Options o;
+  o.session = true;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.attention(kFamilies[0], o), specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[1].name(), "attention_prefill_HEAD_DIM16_WARPS4_Q_TILE16_K_TILE64_CAUSAL1_"
+                             "WINDOW0_ALIBI0_MASK_DTYPE5_UNATTENDED_CAUSAL0");
+  EXPECT_EQ(specs[2].name(), "attention_decode_HEAD_DIM16_WARPS4_SPLIT_KEYS128_CAUSAL1_"
+                             "WINDOW0_ALIBI0_MASK_DTYPE5");
+  for (const Family &f : kFamilies) {
+    std::vector<KernelSpec> familySpecs;
+    ASSERT_TRUE(b.run(b.attention(f, o), familySpecs, reason)) << f.name << ": " << reason;
+    for (const KernelSpec &spec : familySpecs)
+      EXPECT_EQ(constantsOf(spec).count("SOFTCAP_BITS"), 0u) << f.name << " " << spec.name();
   }
 }
 
@@ -301,6 +371,13 @@ TEST(AttentionRule, DeclinesWhatTheKernelsDoNotCover) {
     step.inputs[5] = -1;  // a past key without its value
     declines(b, step, "past");
   }
+  for (float bad : {-50.0f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    AttentionPlan b;
+    Family capped = kGemma2[0];
+    capped.softcap = bad;
+    declines(b, b.attention(capped, {}), "softcap");
+  }
 }
 
 // ---- NVRTC ------------------------------------------------------------------------------
@@ -350,6 +427,14 @@ protected:
 TEST_F(AttentionNvrtcTest, EveryFixtureFamilysKernelsCompile) {
   for (const Family &f : kFamilies)
     compilesFamily(f, dsp::DType::i64);
+}
+
+TEST_F(AttentionNvrtcTest, SoftcappedKernelsCompile) {
+  // Gemma-2's layers (head 16 here), and its real head size, 256, with a cap of 30.
+  for (const Family &f : kGemma2)
+    compilesFamily(f, dsp::DType::i64);
+  compilesFamily({"gemma2-256", 8, 4, 256, 1, 0, 4096, 256, 0, "all", 30.0f}, dsp::DType::i64);
+  compilesFamily({"softcap-alibi", 8, 8, 64, 1, 1, 0, 0, 0, "causal", 5.0f}, dsp::DType::bool_);
 }
 
 TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {

@@ -57,6 +57,12 @@ compile gpt2-op17-int8 "$models/gpt2-op17/model.onnx" --dtype int8
 compile gpt2-op17-int8-g32 "$models/gpt2-op17/model.onnx" --dtype int8 --int8-group-size 32
 compile llama-op17-int8-bf16 "$models/llama-op17/model.onnx" --dtype int8 --compute-dtype bf16
 plans=$((plans + 5))
+# Today's exports: zeros at rows with no key (sdpa's guard), Gemma-2's capped scores with a
+# window, Gemma-3's head_dim 32 with per-head norms.
+for name in llama-ts-sdpa gemma2-dynamo-eager gemma3-dynamo; do
+  compile "$name" "$models/$name/model.onnx"
+  plans=$((plans + 1))
+done
 
 for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
   for kind in "gemv_*_WT8_*" "dequantize_int8_*"; do

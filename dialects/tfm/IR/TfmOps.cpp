@@ -248,6 +248,12 @@ LogicalResult AttentionOp::verify() {
   float scale = getScale().convertToFloat();
   if (!(scale > 0) || !std::isfinite(scale))
     return emitOpError("scale must be positive and finite");
+  if (FloatAttr softcapAttr = getSoftcapAttr()) {
+    float softcap = softcapAttr.getValue().convertToFloat();
+    if (!(softcap > 0) || !std::isfinite(softcap))
+      return emitOpError() << "softcap must be positive and finite (absent = off), not "
+                           << softcap;
+  }
 
   auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();
   auto out = getOutput().getType();

@@ -206,8 +206,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
 
-    Scores are scale * q.k (+ ALiBi bias, + mask), restricted to the causal triangle and to
-    the last `window` positions when set, softmax over the keys.
+    Scores are scale * q.k, soft-capped to softcap * tanh(scores / softcap) when `softcap`
+    is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + mask), restricted to
+    the causal triangle and to the last `window` positions when set, softmax over the keys.
   }];
   let arguments = (ins Tfm_FloatTensor:$query, Tfm_FloatTensor:$key, Tfm_FloatTensor:$value,
                    Optional<AnyRankedTensor>:$mask, Variadic<Tfm_FloatTensor>:$past,
@@ -220,16 +221,34 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    UnitAttr:$alibi,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
                    OptionalAttr<Tfm_RotaryAttr>:$rotary,
-                   OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer);
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer,
+                   OptionalAttr<F32Attr>:$softcap);
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
     (`positions` $positions^)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
-    (`cache_layer` $cache_layer^)? attr-dict `:` functional-type(operands, results)
+    (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let builders = [
+    // Without soft-capping (the form before `softcap` existed). A pass that rebuilds an
+    // attention must carry `softcap` over itself (getSoftcapAttr()).
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::TypeRange":$present, "::mlir::Value":$query,
+                   "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
+                   "::mlir::ValueRange":$past, "::mlir::Value":$positions,
+                   "::mlir::IntegerAttr":$num_heads, "::mlir::IntegerAttr":$num_kv_heads,
+                   "::mlir::IntegerAttr":$head_dim, "::mlir::FloatAttr":$scale,
+                   "::mlir::UnitAttr":$causal, "::mlir::UnitAttr":$alibi,
+                   "::mlir::IntegerAttr":$window, "::dsc::tfm::RotaryAttr":$rotary,
+                   "::mlir::IntegerAttr":$cache_layer), [{
+      build($_builder, $_state, output, present, query, key, value, mask, past, positions,
+            num_heads, num_kv_heads, head_dim, scale, causal, alibi, window, rotary,
+            cache_layer, ::mlir::FloatAttr());
+    }]>
+  ];
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,6 +1,7 @@
 // tfm.attention's CPU kernel (docs/transformer-ops.md): grouped-query heads, causal,
-// padding, window and ALiBi masks, rotary embeddings, and its two KV-cache modes (the
-// export's past/present pairs, or the session's cache written in place).
+// padding, window and ALiBi masks, rotary embeddings, Gemma-2's logit soft-capping, and its
+// two KV-cache modes (the export's past/present pairs, or the session's cache written in
+// place).
 #include "ops/FloatAccess.h"
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
@@ -26,11 +27,15 @@ struct AttentionConfig {
   // map a local query head to its KV head (GQA groups) and to its ALiBi slope.
   int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
   float scale = 1;
+  // Gemma-2's attn_logit_softcapping: scores become softcap * tanh(scores / softcap) before
+  // the bias and the mask; 0 = off.
+  float softcap = 0;
   bool causal = false, alibi = false;
   int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
   double rotaryBase = 10000;
   bool interleaved = false;
   bool unattendedCausal = false;
+  bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
   // Shapes of this call.
   int64_t batch = 0, fresh = 0, past = 0, total = 0;
   bool sessionCache = false;
@@ -69,6 +74,9 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   c.globalKvHeads = c.kvHeads;
   DSRT_RETURN_IF_ERROR(readRankHeads(ctx, c));
   DSRT_RETURN_IF_ERROR(floatAttr(ctx, "scale", 1.0f, c.scale));
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "softcap", 0.0f, c.softcap));
+  if (!(c.softcap >= 0) || !std::isfinite(c.softcap))
+    return ctx.error("softcap must be finite and >= 0 (0 = off), not ", c.softcap);
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "causal", 0, flag));
   c.causal = flag != 0;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "alibi", 0, flag));
@@ -83,9 +91,10 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "cache_layer", -1, c.cacheLayer));
   std::string unattended;
   DSRT_RETURN_IF_ERROR(stringAttr(ctx, "unattended", "all", unattended));
-  if (unattended != "all" && unattended != "causal")
-    return ctx.error("unattended must be 'all' or 'causal', not '", unattended, "'");
+  if (unattended != "all" && unattended != "causal" && unattended != "zero")
+    return ctx.error("unattended must be 'all', 'causal' or 'zero', not '", unattended, "'");
   c.unattendedCausal = unattended == "causal";
+  c.unattendedZero = unattended == "zero";
   if (c.globalHeads <= 0 || c.globalKvHeads <= 0 || c.headDim <= 0 ||
       c.globalHeads % c.globalKvHeads != 0)
     return ctx.error("needs num_heads a positive multiple of num_kv_heads and head_dim > 0 "
@@ -362,6 +371,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
           for (int64_t d = 0; d < D; ++d)
             dot += query[d] * keys[t * D + d];
           float score = dot * c.scale;
+          if (c.softcap > 0)
+            score = c.softcap * std::tanh(score / c.softcap);
           if (c.alibi)
             score += slopes[h] * keyPosition[b * T + t];
           if (additive) {
@@ -377,6 +388,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         }
         float *row = y + ((b * S + s) * H + h) * D;
         std::fill(row, row + D, 0.0f);
+        if (!any && c.unattendedZero)
+          continue;  // the row stays zero, as sdpa's NaN guard leaves it
         if (!any) {
           // No key to attend (a padding query): transformers' finfo.min masks leave every
           // masked score equal, so the row averages the values; GPT-Neo's doubled mask

@@ -3,11 +3,13 @@
 // CUDA's execution model (AttentionEmulation.h), against the CPU reference kernel
 // (ops::compute, runtime/src/ops/Transformer.cpp) on random inputs. No GPU is needed: this
 // checks the launcher's parameters against the templates' signatures, the kernels' indexing,
-// masks, rotary forms, ALiBi, windows, GQA, heads of 16, 128 and 256 (the rule's three
-// tile shapes), tensor-parallel head offsets, the rows with no
+// masks, rotary forms, ALiBi, windows, GQA, Gemma-2's logit soft-capping, heads of 16, 128
+// and 256 (the rule's three tile shapes), tensor-parallel head offsets, the rows with no
 // key to attend, both cache modes, the split-KV decode over a left-padded (bucketed) mask
 // and the flash tiles' online softmax. Tolerance: |gpu − cpu| <= 1e-5 + 1e-4·|cpu| per
-// element (the kernels sum in another order and take cos/sin in double).
+// element (the kernels sum in another order and take cos/sin in double). For the
+// soft-capped families the check also requires the CPU's output without the cap to differ
+// from the capped one by more than 1e-2 somewhere, so kernels that ignored the cap fail.
 #include "AttentionEmulation.h"
 
 // Once, at global scope: each family's templates (AttentionEmulationFamily.inc) include it
@@ -200,6 +202,63 @@ template <typename... Params> void invokeKernel(void (*kernel)(Params...), void 
 #define UNATTENDED_CAUSAL 0
 #include "AttentionEmulationFamily.inc"
 
+// Gemma-2: GQA, rotary, a local window, and logit soft-capping (SOFTCAP_BITS is 0.25f's
+// bits: the test's scores, scale 0.25 over features in [-1, 1], are mostly within ±1, so a
+// small cap bends them visibly; Gemma-2's own cap is 50 over larger scores).
+#define EMU_FAMILY gemma2
+#define HEAD_DIM 16
+#define ROTARY_DIM 16
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 4
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#define SOFTCAP_BITS 1048576000
+#include "AttentionEmulationFamily.inc"
+
+// Gemma-2's head size, 256, global (no window), with a cap of 1.0f (bits 0x3f800000).
+#define EMU_FAMILY gemma2wide
+#define HEAD_DIM 256
+#define ROTARY_DIM 256
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 8
+#define K_TILE 16
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#define SOFTCAP_BITS 1065353216
+#include "AttentionEmulationFamily.inc"
+
+// Today's TorchScript sdpa exports: llama's shapes, and zeros at rows with no key to
+// attend (their NaN guard).
+#define EMU_FAMILY sdpa
+#define HEAD_DIM 16
+#define ROTARY_DIM 16
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#define UNATTENDED_ZERO 1
+#include "AttentionEmulationFamily.inc"
+
 #undef attention_rotary
 #undef attention_prefill
 #undef attention_decode
@@ -215,6 +274,7 @@ struct Family {
   int64_t heads, kvHeads, causal, alibi, window, rotaryDim, interleaved;
   const char *unattended;
   DType maskType;
+  float softcap = 0;  // 0: no `softcap` attribute
 };
 
 const Family kGpt2{"gpt2", gpt2::kernels, 16, 4, 4, 1, 0, 0, 0, 0, "all", DType::I64};
@@ -225,6 +285,11 @@ const Family kGptNeo{"gptneo", gptneo::kernels, 16, 4, 4, 1, 0, 4, 0, 0, "causal
 const Family kBert{"bert", bert::kernels, 16, 4, 4, 0, 0, 0, 0, 0, "all", DType::Bool};
 const Family kWide128{"wide128", wide128::kernels, 128, 4, 2, 1, 0, 0, 64, 0, "all", DType::I32};
 const Family kWide256{"wide256", wide256::kernels, 256, 2, 2, 1, 1, 0, 0, 0, "all", DType::I64};
+const Family kGemma2{"gemma2",  gemma2::kernels, 16, 4, 2, 1, 0, 4, 16, 0, "all", DType::I64,
+                     0.25f};
+const Family kSdpa{"sdpa", sdpa::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "zero", DType::I64};
+const Family kGemma2Wide{"gemma2wide", gemma2wide::kernels, 256, 2, 1, 1, 0, 0, 256, 0, "all",
+                         DType::I64, 1.0f};
 
 struct Scenario {
   int64_t batch = 2, past = 0, fresh = 5;
@@ -254,6 +319,8 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   attrs["rotary_interleaved"] = ops::Attr::ofInt(f.interleaved);
   attrs["cache_layer"] = ops::Attr::ofInt(s.session ? 0 : -1);
   attrs["unattended"] = ops::Attr::ofString(f.unattended);
+  if (f.softcap > 0)
+    attrs["softcap"] = ops::Attr::ofFloat(f.softcap);
   if (s.ranks > 1) {
     std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
     for (int r = 0; r < s.ranks; ++r) {
@@ -455,8 +522,37 @@ void check(const Family &f, const Scenario &s) {
   ops::SessionState state;
   state.cache = s.session ? &cpuCache : nullptr;
   state.collectives = s.ranks > 1 ? &group : nullptr;
+  std::vector<float> uncappedOut;
+  if (f.softcap > 0) {
+    // The same step without the cap, on copies of everything it writes.
+    ops::AttrMap uncapped = attrs;
+    uncapped.erase("softcap");
+    std::vector<float> out(expected.size()), presentKey(expectedKey.size()),
+        presentValue(expectedValue.size()), keys = cpuKeys, values = cpuValues;
+    TensorRef outU{DType::F32, {B, S, H * D}, out.data()};
+    TensorRef keyU{DType::F32, {B, KH, T, D}, presentKey.data()};
+    TensorRef valueU{DType::F32, {B, KH, T, D}, presentValue.data()};
+    ops::Outputs outputsU{&outU};
+    if (io) {
+      outputsU.push_back(&keyU);
+      outputsU.push_back(&valueU);
+    }
+    ops::KvCache cacheU;
+    cacheU.layers.push_back({DType::F32, cacheBatch, KH, capacity, D, keys.data(),
+                             values.data()});
+    ops::SessionState stateU = state;
+    stateU.cache = s.session ? &cacheU : nullptr;
+    Status plain = ops::compute("tfm.attention", uncapped, inputs, outputsU, &stateU);
+    ASSERT_TRUE(plain.isOk()) << plain.message();
+    uncappedOut = std::move(out);
+  }
   Status reference = ops::compute("tfm.attention", attrs, inputs, outputs, &state);
   ASSERT_TRUE(reference.isOk()) << reference.message();
+  float softcapGap = 0;
+  for (size_t i = 0; i < uncappedOut.size(); ++i)
+    softcapGap = std::max(softcapGap, std::fabs(uncappedOut[i] - expected[i]));
+  if (f.softcap > 0)
+    EXPECT_GT(softcapGap, 1e-2f) << "the cap changes too little here to be tested";
 
   // The emulated GPU: a mask padded on the left as a captured graph's bucket pads it.
   const int64_t W = s.session ? T + s.maskPadding : T;
@@ -524,12 +620,16 @@ void check(const Family &f, const Scenario &s) {
                                         "cached values"));
   }
   ::testing::Test::RecordProperty("max_abs_error", std::to_string(worst));
-  std::printf("%s %s past %lld fresh %lld: max abs error %.3g\n", f.name,
+  std::printf("%s %s past %lld fresh %lld: max abs error %.3g", f.name,
               s.session ? "session" : "I/O", static_cast<long long>(P),
               static_cast<long long>(S), worst);
+  if (f.softcap > 0)
+    std::printf(" (without the cap the output moves by %.3g)", softcapGap);
+  std::printf("\n");
 }
 
-const Family *const kDecoders[] = {&kGpt2, &kLlama, &kBloom, &kGptj, &kGptNeo};
+const Family *const kDecoders[] = {&kGpt2,   &kLlama,  &kBloom, &kGptj,
+                                   &kGptNeo, &kGemma2, &kSdpa};
 
 TEST(AttentionEmulation, IoModePromptWithPaddedRows) {
   for (const Family *f : kDecoders) {
@@ -562,7 +662,7 @@ TEST(AttentionEmulation, EncoderWithoutCacheOrPresents) {
 
 TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
   // 70 tokens: five query tiles of 16 and two key tiles of 64.
-  for (const Family *f : {&kBloom, &kGptNeo, &kLlama}) {
+  for (const Family *f : {&kBloom, &kGptNeo, &kLlama, &kGemma2}) {
     Scenario s;
     s.session = true;
     s.fresh = 70;
@@ -604,7 +704,7 @@ TEST(AttentionEmulation, CapturedDecodeOverSplitsAndABucketedMask) {
 TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {
   // Rank 1 of 2: query heads [2, 4), KV heads [1, 2) of llama's 4/2 (GQA), and heads [2, 4)
   // of BLOOM's ALiBi slopes; the I/O past holds every KV head.
-  for (const Family *f : {&kLlama, &kBloom}) {
+  for (const Family *f : {&kLlama, &kBloom, &kGemma2}) {
     Scenario io;
     io.past = 5;
     io.fresh = 3;
@@ -624,8 +724,44 @@ TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {
   }
 }
 
+// The cap is compiled into the kernels: a step whose `softcap` differs from the kernels'
+// SOFTCAP_BITS (a plan not made by the rule) is refused, not run with the kernels' cap.
+TEST(AttentionEmulation, SoftcapMustMatchTheKernels) {
+  struct Case {
+    Family family;        // the step's attributes
+    const Family &kernels;  // the kernels it is given
+  };
+  Family capped = kLlama, uncapped = kGemma2, otherCap = kGemma2;
+  capped.softcap = 0.25f;   // llama's kernels have no SOFTCAP_BITS
+  uncapped.softcap = 0;     // gemma2's have 0.25f's
+  otherCap.softcap = 0.5f;
+  for (const Case &c : {Case{capped, kLlama}, Case{uncapped, kGemma2}, Case{otherCap, kGemma2}}) {
+    const Family &f = c.family;
+    const int64_t B = 1, S = 2, H = f.heads, KH = f.kvHeads, D = f.headDim;
+    std::vector<float> q(B * S * H * D), kv(B * S * KH * D), out(B * S * H * D);
+    std::vector<int64_t> mask(B * S, 1), positions(B * S, 0);
+    const KernelSet kernels = c.kernels.kernels();
+    Scenario scenario;
+    EmulatedStep step(kernels, 2, attributesOf(f, scenario));
+    step.inputs = {DeviceTensor{DType::F32, {B, S, H * D}, addressOf(q.data())},
+                   DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(kv.data())},
+                   DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(kv.data())},
+                   DeviceTensor{DType::I64, {B, S}, addressOf(mask.data())},
+                   std::nullopt,
+                   std::nullopt,
+                   DeviceTensor{DType::I64, {B, S}, addressOf(positions.data())}};
+    step.outputs.push_back(DeviceTensor{DType::F32, {B, S, H * D}, addressOf(out.data())});
+    std::vector<GpuOpInfo> launchers;
+    addAttentionGpuOps(launchers);
+    Status run = launchers.at(0).run(step);
+    EXPECT_FALSE(run.isOk()) << f.name << " softcap " << f.softcap;
+    EXPECT_NE(run.message().find("SOFTCAP_BITS"), std::string::npos) << run.message();
+    EXPECT_EQ(step.launches[0] + step.launches[1], 0) << f.name;
+  }
+}
+
 TEST(AttentionEmulation, WideHeadsInEveryMode) {
-  for (const Family *f : {&kWide128, &kWide256}) {
+  for (const Family *f : {&kWide128, &kWide256, &kGemma2Wide}) {
     Scenario prompt;
     prompt.batch = 2;
     prompt.past = 3;

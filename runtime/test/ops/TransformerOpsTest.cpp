@@ -4,7 +4,11 @@
 #include "OpTestUtil.h"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
+#include <ostream>
 #include <random>
+#include <utility>
 
 namespace dsrt::test {
 namespace {
@@ -202,6 +206,247 @@ TEST(AttentionTest, PresentOutputsHoldPastAndNew) {
   // Scores 1 and 5 (scale 1): softmax weights e^1, e^5 over values (3,4) and (7,8).
   double w = std::exp(1.0) / (std::exp(1.0) + std::exp(5.0));
   EXPECT_NEAR(values<float>(out[0])[0], w * 3 + (1 - w) * 7, 1e-5);
+}
+
+// A query whose every key is masked (left padding, nothing cached): `unattended = all`
+// averages every value (transformers' finfo.min masks), `zero` gives zeros (sdpa's NaN
+// guard); the other rows are the same either way. One head, head_dim 2, by hand: row 1's
+// first query has no key, its second attends keys 1..1.
+TEST(AttentionTest, UnattendedRowsAverageOrGiveZeros) {
+  OwnedTensor q = f32({2, 2, 2}, {1, 0, 0, 1, 1, 1, 0, 1});
+  OwnedTensor k = f32({2, 2, 2}, {1, 0, 0, 1, 2, 0, 0, 2});
+  OwnedTensor v = f32({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  OwnedTensor mask = i64({2, 2}, {1, 1, 0, 1});
+  std::vector<float> rows[2];
+  for (int zero = 0; zero < 2; ++zero) {
+    ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(1)},
+                          {"head_dim", ops::Attr::ofInt(2)},
+                          {"causal", ops::Attr::ofInt(1)},
+                          {"unattended", ops::Attr::ofString(zero ? "zero" : "all")}};
+    std::vector<OwnedTensor> out;
+    ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask}, out, attrs, 1).isOk());
+    rows[zero] = values<float>(out[0]);
+  }
+  // Row 1, query 0: the average of row 1's values, (5 + 7) / 2 and (6 + 8) / 2, or zeros.
+  EXPECT_FLOAT_EQ(rows[0][4], 6.0f);
+  EXPECT_FLOAT_EQ(rows[0][5], 7.0f);
+  EXPECT_EQ(rows[1][4], 0.0f);
+  EXPECT_EQ(rows[1][5], 0.0f);
+  // Row 1, query 1 attends key 1 alone: its value, whatever the rule.
+  EXPECT_FLOAT_EQ(rows[1][6], 7.0f);
+  EXPECT_FLOAT_EQ(rows[1][7], 8.0f);
+  for (int i : {0, 1, 2, 3, 6, 7})
+    EXPECT_EQ(rows[0][i], rows[1][i]) << i;
+  ops::AttrMap bad = {{"num_heads", ops::Attr::ofInt(1)},
+                      {"head_dim", ops::Attr::ofInt(2)},
+                      {"unattended", ops::Attr::ofString("nan")}};
+  std::vector<OwnedTensor> out;
+  Status status = run("tfm.attention", {&q, &k, &v, &mask}, out, bad, 1);
+  EXPECT_NE(status.message().find("'all', 'causal' or 'zero'"), std::string::npos);
+}
+
+// Gemma-2's logit soft-capping (`softcap`): scores = cap · tanh(scale · q·k / cap), then the
+// ALiBi bias and the mask, softmax. The reference below is written out here in double
+// precision from that formula (not from the kernel): GQA 4/2 heads, causal, a left-padded
+// row, and three variants for where the cap sits: a padding mask alone, with ALiBi (the
+// bias is added after the cap), and an additive float mask instead of the padding mask
+// (added after the cap). Each
+// runs in I/O mode (past inputs, presents) and, with the padding mask, through the
+// session's cache (prefill of the past, then the new tokens). Inputs are scaled so that
+// scores reach several times the cap; then the capped and uncapped outputs differ by
+// orders of magnitude more than the tolerance, and the test checks that they do, so a
+// kernel that ignored `softcap` fails it.
+// Tolerance per element: 1e-5 + 1e-5·|expected| (f32 dot products of 8 terms, tanh and
+// exp in f32 against double; the largest error seen is 3e-7).
+struct SoftcapVariant {
+  const char *name;
+  bool alibi, additive;
+};
+void PrintTo(const SoftcapVariant &variant, std::ostream *os) { *os << variant.name; }
+
+class AttentionSoftcapTest : public ::testing::TestWithParam<SoftcapVariant> {};
+
+TEST_P(AttentionSoftcapTest, MatchesADoubleReferenceInBothCacheModes) {
+  const SoftcapVariant variant = GetParam();
+  const int64_t B = 2, P = 3, S = 4, T = P + S, H = 4, KH = 2, D = 8, group = H / KH;
+  const float scale = 1.0f / std::sqrt(float(D)), cap = 2.5f;
+  std::mt19937 rng(variant.alibi * 2 + variant.additive + 11);
+  // Every token's query, key and value, [B, T, heads * D]; queries of the past tokens are
+  // used by the session's prefill step only.
+  OwnedTensor q = randomF32({B, T, H * D}, rng), k = randomF32({B, T, KH * D}, rng),
+              v = randomF32({B, T, KH * D}, rng);
+  auto scaleBy = [](OwnedTensor &t, float factor) {
+    auto *data = reinterpret_cast<float *>(t.storage.data());
+    for (int64_t i = 0; i < t.ref().elements(); ++i)
+      data[i] *= factor;
+  };
+  scaleBy(q, 2.0f);
+  scaleBy(k, 2.0f);  // |scale · q·k| up to ~15, against a cap of 2.5
+  const std::vector<std::vector<int64_t>> mask = {{1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1}};
+  std::vector<float> additive(B * H * S * T);
+  for (size_t i = 0; i < additive.size(); ++i)
+    additive[i] = variant.additive ? -0.75f * float(i % 5) : 0.0f;  // finite, uneven
+
+  auto at = [](const OwnedTensor &t, int64_t b, int64_t token, int64_t feature) {
+    const int64_t tokens = t.shape[1], features = t.shape[2];
+    return double(reinterpret_cast<const float *>(t.storage.data())[(b * tokens + token) *
+                                                                     features + feature]);
+  };
+  // BLOOM's slopes for 4 heads: 2^-2, 2^-4, 2^-6, 2^-8.
+  const double slopes[] = {0.25, 0.0625, 0.015625, 0.00390625};
+  // The output of query token `token` (>= 0), [H * D]; empty for a padding query.
+  auto reference = [&](bool capped, int64_t b, int64_t token, int64_t firstQuery) {
+    // With the additive mask as input 3, the kernel knows of no padding.
+    auto on = [&](int64_t t) { return variant.additive || mask[b][t] != 0; };
+    std::vector<double> row(H * D, 0.0);
+    if (!on(token))
+      return std::vector<double>();
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / group;
+      std::vector<double> score(T, -INFINITY);
+      double maximum = -INFINITY;
+      int64_t attended = 0;
+      for (int64_t t = 0; t <= token; ++t) {
+        if (!on(t))
+          continue;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d)
+          dot += at(q, b, token, h * D + d) * at(k, b, t, kh * D + d);
+        double x = double(scale) * dot;
+        if (capped)
+          x = double(cap) * std::tanh(x / double(cap));
+        if (variant.alibi)
+          x += slopes[h] * double(attended);  // key position: attended keys before it
+        if (variant.additive)
+          x += additive[((b * H + h) * S + (token - firstQuery)) * T + t];
+        ++attended;
+        score[t] = x;
+        maximum = std::max(maximum, x);
+      }
+      double sum = 0;
+      for (int64_t t = 0; t < T; ++t)
+        sum += score[t] == -INFINITY ? 0.0 : std::exp(score[t] - maximum);
+      for (int64_t t = 0; t < T; ++t) {
+        if (score[t] == -INFINITY)
+          continue;
+        double weight = std::exp(score[t] - maximum) / sum;
+        for (int64_t d = 0; d < D; ++d)
+          row[h * D + d] += weight * at(v, b, t, kh * D + d);
+      }
+    }
+    return row;
+  };
+
+  ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(H)},
+                        {"num_kv_heads", ops::Attr::ofInt(KH)},
+                        {"head_dim", ops::Attr::ofInt(D)},
+                        {"scale", ops::Attr::ofFloat(scale)},
+                        {"causal", ops::Attr::ofInt(1)},
+                        {"softcap", ops::Attr::ofFloat(cap)}};
+  if (variant.alibi)
+    attrs["alibi"] = ops::Attr::ofInt(1);
+  ops::AttrMap uncapped = attrs;
+  uncapped.erase("softcap");
+
+  // Compares `got` ([B, end - begin, H * D], query tokens [begin, end)) with the reference;
+  // returns the largest difference from the capped reference.
+  double worst = 0, uncappedGap = 0;
+  auto compare = [&](const OwnedTensor &got, int64_t begin, int64_t end, bool capped,
+                     const char *what) {
+    std::vector<float> out = values<float>(got);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t token = begin; token < end; ++token) {
+        std::vector<double> expected = reference(true, b, token, begin);
+        for (size_t f = 0; f < expected.size(); ++f) {
+          double value = out[(b * (end - begin) + token - begin) * H * D + f];
+          double error = std::fabs(value - expected[f]);
+          if (!capped) {
+            uncappedGap = std::max(uncappedGap, error);
+            continue;
+          }
+          worst = std::max(worst, error);
+          EXPECT_LE(error, 1e-5 + 1e-5 * std::fabs(expected[f]))
+              << what << " row " << b << " token " << token << " feature " << f << ": "
+              << value << " vs " << expected[f];
+        }
+      }
+  };
+  // The uncapped kernel against the uncapped reference: the reference itself is right.
+  auto compareUncappedReference = [&](const OwnedTensor &got, int64_t begin, int64_t end) {
+    std::vector<float> out = values<float>(got);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t token = begin; token < end; ++token) {
+        std::vector<double> expected = reference(false, b, token, begin);
+        for (size_t f = 0; f < expected.size(); ++f)
+          EXPECT_NEAR(out[(b * (end - begin) + token - begin) * H * D + f], expected[f],
+                      1e-5 + 1e-5 * std::fabs(expected[f]))
+              << "uncapped row " << b << " token " << token << " feature " << f;
+      }
+  };
+
+  // I/O mode: the first P tokens' keys and values as past inputs [B, KH, P, D].
+  OwnedTensor pastKey(DType::F32, {B, KH, P, D}), pastValue(DType::F32, {B, KH, P, D});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < KH; ++h)
+      for (int64_t t = 0; t < P; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          int64_t index = ((b * KH + h) * P + t) * D + d;
+          reinterpret_cast<float *>(pastKey.storage.data())[index] = float(at(k, b, t, h * D + d));
+          reinterpret_cast<float *>(pastValue.storage.data())[index] =
+              float(at(v, b, t, h * D + d));
+        }
+  OwnedTensor qNew = tokens(q, P, T), kNew = tokens(k, P, T), vNew = tokens(v, P, T);
+  OwnedTensor padding = columns(mask, 0, T);
+  OwnedTensor additiveMask = f32({B, H, S, T}, additive);
+  const OwnedTensor *maskInput = variant.additive ? &additiveMask : &padding;
+  for (bool capped : {true, false}) {
+    std::vector<OwnedTensor> io;
+    Status status = run("tfm.attention", {&qNew, &kNew, &vNew, maskInput, &pastKey, &pastValue},
+                        io, capped ? attrs : uncapped, 3);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    compare(io[0], P, T, capped, "I/O");
+    if (!capped)
+      compareUncappedReference(io[0], P, T);
+  }
+
+  // The session's cache: prefill of tokens [0, P), then [P, T).
+  if (!variant.additive) {
+    ops::AttrMap cached = attrs;
+    cached["cache_layer"] = ops::Attr::ofInt(0);
+    std::vector<float> keys(B * KH * 16 * D), vals(B * KH * 16 * D);
+    ops::KvCache cache;
+    cache.layers.push_back({DType::F32, B, KH, 16, D, keys.data(), vals.data()});
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, P}, {P, T}}) {
+      OwnedTensor qs = tokens(q, begin, end), ks = tokens(k, begin, end),
+                  vs = tokens(v, begin, end), m = columns(mask, 0, end);
+      std::vector<OwnedTensor> step;
+      Status status =
+          run("tfm.attention", {&qs, &ks, &vs, &m}, step, cached, 1, &cache);
+      ASSERT_TRUE(status.isOk()) << status.message();
+      compare(step[0], begin, end, true, "session");
+    }
+  }
+  std::printf("softcap %s: max error %.3g, uncapped output differs by up to %.3g\n",
+              variant.name, worst, uncappedGap);
+  // Ignoring the cap must fail the comparison by far.
+  EXPECT_GT(uncappedGap, 1e-2) << "softcap changes too little here to be tested";
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, AttentionSoftcapTest,
+                         ::testing::Values(SoftcapVariant{"padding", false, false},
+                                           SoftcapVariant{"alibi", true, false},
+                                           SoftcapVariant{"additive", false, true}),
+                         [](const auto &info) { return std::string(info.param.name); });
+
+TEST(AttentionTest, NegativeOrNonFiniteSoftcapIsAnError) {
+  OwnedTensor q = f32({1, 1, 2}, {1, 0});
+  for (float bad : {-1.0f, std::numeric_limits<float>::infinity()}) {
+    ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(1)},
+                          {"head_dim", ops::Attr::ofInt(2)},
+                          {"softcap", ops::Attr::ofFloat(bad)}};
+    EXPECT_NE(errorOf("tfm.attention", {&q, &q, &q}, attrs).find("softcap"), std::string::npos)
+        << bad;
+  }
 }
 
 TEST(AttentionTest, SessionModeWithoutCacheOrMaskIsAnError) {

@@ -428,6 +428,35 @@ func.func @attention_scale(%q: tensor<?x?x768xf16>) {
 
 // -----
 
+func.func @attention_softcap_zero(%q: tensor<?x?x768xf16>) {
+  // expected-error @+1 {{softcap must be positive and finite (absent = off), not 0.000000e+00}}
+  %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 softcap 0.0
+         : (tensor<?x?x768xf16>, tensor<?x?x768xf16>, tensor<?x?x768xf16>) -> tensor<?x?x768xf16>
+  return
+}
+
+// -----
+
+func.func @attention_softcap_negative(%q: tensor<?x?x768xf16>) {
+  // expected-error @+1 {{softcap must be positive and finite (absent = off), not -5.000000e+01}}
+  %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 causal
+         softcap -50.0
+         : (tensor<?x?x768xf16>, tensor<?x?x768xf16>, tensor<?x?x768xf16>) -> tensor<?x?x768xf16>
+  return
+}
+
+// -----
+
+func.func @attention_softcap_infinite(%q: tensor<?x?x768xf16>) {
+  // expected-error @+1 {{softcap must be positive and finite (absent = off), not INF}}
+  %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125
+         softcap 0x7F800000
+         : (tensor<?x?x768xf16>, tensor<?x?x768xf16>, tensor<?x?x768xf16>) -> tensor<?x?x768xf16>
+  return
+}
+
+// -----
+
 func.func @attention_window(%q: tensor<?x?x768xf16>) {
   // expected-error @+1 {{attribute 'window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 window 0

@@ -91,6 +91,16 @@ func.func @attention(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x256xf16>,
          causal rotary <dim = 64, base = 10000.0, layout = interleaved>
          : (tensor<?x?x768xf16>, tensor<?x?x256xf16>, tensor<?x?x256xf16>, tensor<?x?xi64>)
          -> tensor<?x?x768xf16>
+  // Gemma-2's logit soft-capping, after every other attribute.
+  // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} positions %{{.*}} heads 12 kv_heads 4 head_dim 64 scale 1.250000e-01 causal window 4096 rotary <dim = 64, base = 1.000000e+04, layout = half_split> cache_layer 1 softcap 5.000000e+01 : (tensor<?x?x768xf16>, tensor<?x?x256xf16>, tensor<?x?x256xf16>, tensor<?x?xi64>, tensor<?x?xi64>) -> tensor<?x?x768xf16>
+  %4 = tfm.attention %q, %kv, %kv mask %pad positions %pos heads 12 kv_heads 4 head_dim 64
+         scale 0.125 causal window 4096 rotary <dim = 64, base = 10000.0, layout = half_split>
+         cache_layer 1 softcap 50.0
+         : (tensor<?x?x768xf16>, tensor<?x?x256xf16>, tensor<?x?x256xf16>, tensor<?x?xi64>,
+            tensor<?x?xi64>) -> tensor<?x?x768xf16>
+  // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} heads 12 kv_heads 12 head_dim 64 scale 1.250000e-01 softcap 3.000000e+01 : (tensor<1x7x768xf32>
+  %5 = tfm.attention %q2, %kv2, %kv2 heads 12 kv_heads 12 head_dim 64 scale 0.125 softcap 30.0
+         : (tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<1x7x768xf32>) -> tensor<1x7x768xf32>
   return
 }
 

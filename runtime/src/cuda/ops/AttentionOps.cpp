@@ -15,7 +15,9 @@
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace dsrt::cuda {
@@ -112,9 +114,12 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(readHeads(context, h));
   const ops::AttrMap &attrs = context.attrs();
   int64_t causal = 0, alibi = 0, window = 0, rotaryDim = 0, interleaved = 0, cacheLayer = -1;
-  float scale = 1.0f, rotaryBase = 10000.0f;
+  float scale = 1.0f, rotaryBase = 10000.0f, softcap = 0.0f;
   std::string unattended;
   DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "scale", 1.0f, scale));
+  DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "softcap", 0.0f, softcap));
+  if (!(softcap >= 0) || !std::isfinite(softcap))
+    return context.error("softcap must be finite and >= 0 (0 = off), not ", softcap);
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "causal", 0, causal));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "alibi", 0, alibi));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "window", 0, window));
@@ -178,6 +183,19 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "MASK_DTYPE", maskType));
   DSRT_RETURN_IF_ERROR(
       checkConstant(context, kPrefillSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+  // Gemma-2's soft-capping is compiled in: the cap's f32 bits, and no constant (-1 here)
+  // in the kernels of a step without it.
+  int64_t softcapBits = -1;
+  if (softcap > 0) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &softcap, sizeof bits);
+    softcapBits = bits;
+  }
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "SOFTCAP_BITS", softcapBits));
+  // Zeros at rows with no key: a constant only kernels that give them have (-1: absent).
+  const int64_t unattendedZero = unattended == "zero" ? 1 : -1;
+  DSRT_RETURN_IF_ERROR(
+      checkConstant(context, kPrefillSlot, "UNATTENDED_ZERO", unattendedZero));
   int64_t warps = 0, queryTile = 0;
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "WARPS", 32, warps));
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "Q_TILE", 1024, queryTile));
@@ -301,10 +319,13 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "WINDOW", window));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ALIBI", alibi ? 1 : 0));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "HEAD_DIM", D));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "CAUSAL", causal ? 1 : 0));
     DSRT_RETURN_IF_ERROR(
         checkConstant(context, kCombineSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+    DSRT_RETURN_IF_ERROR(
+        checkConstant(context, kCombineSlot, "UNATTENDED_ZERO", unattendedZero));
     int64_t splitKeys = 0;
     DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "SPLIT_KEYS", 1 << 20, splitKeys));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "SPLIT_KEYS", splitKeys));
