@@ -1,6 +1,7 @@
 #include "codegen/Nvrtc.h"
 
 #include "codegen/kernels/KernelRules.h"
+#include "core/LibraryLoader.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -63,21 +64,13 @@ Nvrtc *Nvrtc::instance(std::string &error) {
   };
   static const Loaded loaded = [] {
     Loaded result;
-    std::vector<std::string> candidates;
-    if (const char *path = std::getenv("DSC_NVRTC"); path && *path)
-      candidates.push_back(path);
-    for (const char *name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                             "/usr/local/cuda/lib64/libnvrtc.so"})
-      candidates.push_back(name);
-    std::string tried;
-    for (const std::string &candidate : candidates) {
-      void *library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!library) {
-        const char *reason = dlerror();
-        tried += "\n  " + candidate + ": " + (reason ? reason : "not found");
-        continue;
-      }
-      auto api = std::make_unique<Api>();
+    // The shared search (runtime/src/core/LibraryLoader.h): DSC_NVRTC, the CUDA toolkit,
+    // the loader path, PyTorch's wheels; a library without every entry point is passed over.
+    auto api = std::make_unique<Api>();
+    std::string version;
+    const dsrt::LibrarySpec spec = dsrt::nvrtcLibrary();
+    dsrt::LoadedLibrary found = dsrt::findLibrary(spec, [&](void *library) -> std::string {
+      *api = Api{};
       std::string missing;
       bool complete = bind(library, "nvrtcGetErrorString", api->getErrorString, missing) &&
                       bind(library, "nvrtcVersion", api->version, missing) &&
@@ -90,18 +83,19 @@ Nvrtc *Nvrtc::instance(std::string &error) {
                       bind(library, "nvrtcGetCUBIN", api->getCUBIN, missing) &&
                       bind(library, "nvrtcGetProgramLogSize", api->getProgramLogSize, missing) &&
                       bind(library, "nvrtcGetProgramLog", api->getProgramLog, missing);
+      if (!complete)
+        return "lacks " + missing;
       int major = 0, minor = 0;
-      if (!complete || api->version(&major, &minor) != 0) {
-        tried += "\n  " + candidate + ": " +
-                 (complete ? std::string("nvrtcVersion failed") : "lacks " + missing);
-        dlclose(library);
-        continue;
-      }
-      result.nvrtc.reset(new Nvrtc(library, std::move(api),
-                                   std::to_string(major) + "." + std::to_string(minor)));
+      if (api->version(&major, &minor) != 0)
+        return "nvrtcVersion failed";
+      version = std::to_string(major) + "." + std::to_string(minor);
+      return "";
+    });
+    if (!found.handle) {
+      result.error = found.failure(spec);
       return result;
     }
-    result.error = "cannot load NVRTC; tried:" + tried;
+    result.nvrtc.reset(new Nvrtc(found.handle, std::move(api), version));
     return result;
   }();
   if (!loaded.nvrtc)

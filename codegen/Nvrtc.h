@@ -19,9 +19,9 @@ namespace dsc::codegen {
 
 class Nvrtc {
 public:
-  // The process's NVRTC, loaded on first use (DSC_NVRTC, then libnvrtc.so.13, .so.12,
-  // libnvrtc.so, /usr/local/cuda/lib64/libnvrtc.so); null, with `error` saying what was
-  // tried, when none can be loaded.
+  // The process's NVRTC, loaded on first use (DSC_NVRTC alone when set, else the CUDA
+  // toolkit, the loader path and PyTorch's wheels: runtime/src/core/LibraryLoader.h); null,
+  // with `error` saying what was tried, when none can be loaded.
   static Nvrtc *instance(std::string &error);
 
   ~Nvrtc();

@@ -105,9 +105,13 @@ def row(name, build, scratch):
     else:
         inprocess = ("--ranks", "inprocess")
         fwd = forward(dsrun, tp2, model_dir, inprocess)
+        # Greedy through the distributed argmax where the plan has its programs (session
+        # programs: not Optimum's merged decoder, which gathers the logits instead).
+        code, listing = run([dump, tp2])
+        argmax = ("--distributed-argmax", "2") if '"prefill_greedy"' in listing else ()
         gen = greedy(dsrun, dump, tp2, model_dir,
-                     ("--distributed-argmax", "2", "--dsrun-arg=--ranks",
-                      "--dsrun-arg=inprocess")) if decoder else "n/a"
+                     (*argmax, "--dsrun-arg=--ranks", "--dsrun-arg=inprocess")) \
+            if decoder else "n/a"
         result["tp2"] = "forward {}, greedy {}".format(fwd.split(" ")[0], gen)
         if declined:
             result["tp2"] += " (partly replicated: {})".format(declined.group(1))

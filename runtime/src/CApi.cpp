@@ -3,6 +3,7 @@
 
 #include "Status.h"
 #include "session/Session.h"
+#include "core/LibraryLoader.h"
 #include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
 
@@ -182,7 +183,7 @@ dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
                           ? DSRT_INVALID_ARGUMENT
                           : DSRT_CORRUPT_PLAN,
                       status.message());
-  *out = new (std::nothrow) dsrt_session{nullptr, std::move(session), {}};
+  *out = new (std::nothrow) dsrt_session{nullptr, std::move(session), {}, device};
   return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
 }
 
@@ -232,6 +233,36 @@ dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program, 
 
 int dsrt_cuda_device_count(void) { return cudaDeviceCount(); }
 
+const char *dsrt_gpu_library(const char *name) {
+  if (!name) {
+    nullArgument("name");
+    return nullptr;
+  }
+  std::string which = name;
+  dsrt::LibrarySpec spec;
+  if (which == "libcuda")
+    spec = dsrt::cudaDriverLibrary();
+  else if (which == "cublasLt")
+    spec = dsrt::cublasLtLibrary();
+  else if (which == "nccl")
+    spec = dsrt::ncclLibrary();
+  else {
+    dsrt::fail(DSRT_INVALID_ARGUMENT,
+               "'" + which + "' is not a GPU library: libcuda, cublasLt or nccl");
+    return nullptr;
+  }
+  // The same search the backend makes; an opened library stays open (as the backend's do).
+  dsrt::LoadedLibrary found = dsrt::findLibrary(spec);
+  if (!found.handle) {
+    dsrt::fail(DSRT_UNSUPPORTED, found.notFound());
+    return nullptr;
+  }
+  static std::mutex mutex;
+  static std::set<std::string> paths;
+  std::lock_guard<std::mutex> lock(mutex);
+  return paths.insert(found.describe()).first->c_str();
+}
+
 dsrt_status dsrt_session_memory(const dsrt_session *session, dsrt_memory *out) {
   if (!session || !out)
     return nullArgument(!session ? "session" : "out");
@@ -240,6 +271,30 @@ dsrt_status dsrt_session_memory(const dsrt_session *session, dsrt_memory *out) {
   out->arena = memory.arena;
   out->kv_cache = memory.kvCache;
   out->other = memory.other;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_session_set_strict(dsrt_session *session, int strict) {
+  if (!session)
+    return nullArgument("session");
+  if (strict && session->requested == DSRT_DEVICE_CUDA &&
+      session->session->device() != dsrt::DeviceKind::Cuda)
+    return dsrt::fail(DSRT_UNSUPPORTED, "strict device mode: the session asked for CUDA "
+                                        "runs on the CPU (no usable CUDA device)");
+  session->session->setStrict(strict != 0);
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_session_stats(const dsrt_session *session, dsrt_stats *out) {
+  if (!session || !out)
+    return nullArgument(!session ? "session" : "out");
+  dsrt::SessionStats stats = session->session->stats();
+  out->kernel_launches = stats.kernelLaunches;
+  out->fallback_steps = stats.fallbackSteps;
+  out->graph_captures = stats.graphCaptures;
+  out->graph_replays = stats.graphReplays;
+  out->bytes_uploaded = stats.bytesUploaded;
+  out->bytes_downloaded = stats.bytesDownloaded;
   return DSRT_OK;
 }
 

@@ -18,6 +18,7 @@ struct dsrt_group {
   std::unique_ptr<dsrt::InProcessGroup> group;
   std::vector<std::unique_ptr<dsrt::Session>> sessions;
   std::vector<int64_t> outputShape;
+  dsrt_device requested = DSRT_DEVICE_CPU;
 };
 
 namespace {
@@ -128,6 +129,7 @@ dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_se
     return dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
   (*out)->collectives = std::move(collectives);
   (*out)->session = std::move(session);
+  (*out)->requested = device;
   return DSRT_OK;
 }
 
@@ -147,11 +149,41 @@ dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **
       return status;
     group->sessions.push_back(std::move(session));
   }
+  group->requested = device;
   *out = group.release();
   return DSRT_OK;
 }
 
 void dsrt_group_destroy(dsrt_group *group) { delete group; }
+
+dsrt_status dsrt_group_set_strict(dsrt_group *group, int strict) {
+  if (!group)
+    return nullArgument("group");
+  for (const std::unique_ptr<dsrt::Session> &session : group->sessions)
+    if (strict && group->requested == DSRT_DEVICE_CUDA &&
+        session->device() != dsrt::DeviceKind::Cuda)
+      return dsrt::fail(DSRT_UNSUPPORTED, "strict device mode: the ranks asked for CUDA run "
+                                          "on the CPU (no usable CUDA device)");
+  for (const std::unique_ptr<dsrt::Session> &session : group->sessions)
+    session->setStrict(strict != 0);
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_group_stats(const dsrt_group *group, dsrt_stats *out) {
+  if (!group || !out)
+    return nullArgument(!group ? "group" : "out");
+  *out = dsrt_stats{};
+  for (const std::unique_ptr<dsrt::Session> &session : group->sessions) {
+    dsrt::SessionStats stats = session->stats();
+    out->kernel_launches += stats.kernelLaunches;
+    out->fallback_steps += stats.fallbackSteps;
+    out->graph_captures += stats.graphCaptures;
+    out->graph_replays += stats.graphReplays;
+    out->bytes_uploaded += stats.bytesUploaded;
+    out->bytes_downloaded += stats.bytesDownloaded;
+  }
+  return DSRT_OK;
+}
 
 dsrt_status dsrt_group_set_input(dsrt_group *group, const char *program, size_t index,
                                  dsrt_dtype dtype, const int64_t *shape, size_t rank,

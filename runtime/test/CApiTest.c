@@ -90,6 +90,17 @@ static void withPlan(const char *path) {
   EXPECT(dsrt_session_memory(session, &memory) == DSRT_OK);
   EXPECT(memory.weights > 0 && memory.arena > 0);
   EXPECT_ERROR(dsrt_session_memory(session, NULL), DSRT_INVALID_ARGUMENT, "out is null");
+  /* The CPU has no device work to count and nothing to fall back from: zeros, and strict
+   * mode is accepted and changes nothing (the run below is strict). */
+  dsrt_stats stats;
+  memset(&stats, 0xff, sizeof stats);
+  EXPECT(dsrt_session_stats(session, &stats) == DSRT_OK);
+  EXPECT(stats.kernel_launches == 0 && stats.fallback_steps == 0 && stats.graph_captures == 0 &&
+         stats.graph_replays == 0 && stats.bytes_uploaded == 0 && stats.bytes_downloaded == 0);
+  EXPECT_ERROR(dsrt_session_stats(session, NULL), DSRT_INVALID_ARGUMENT, "out is null");
+  EXPECT_ERROR(dsrt_session_stats(NULL, &stats), DSRT_INVALID_ARGUMENT, "session is null");
+  EXPECT_ERROR(dsrt_session_set_strict(NULL, 1), DSRT_INVALID_ARGUMENT, "session is null");
+  EXPECT(dsrt_session_set_strict(session, 1) == DSRT_OK);
   double bandwidth = 0;
   EXPECT(dsrt_session_copy_bandwidth(session, 1 << 20, &bandwidth) == DSRT_OK);
   EXPECT(bandwidth > 1e6 && bandwidth < 1e13);
@@ -104,6 +115,12 @@ static void withPlan(const char *path) {
     const char *name = dsrt_session_device_name(cuda);
     EXPECT(dsrt_cuda_device_count() == 0 ? strcmp(name, "cpu") == 0
                                          : strncmp(name, "cuda:", 5) == 0);
+    /* Strict mode refuses a CUDA session that fell back to the CPU. */
+    if (dsrt_cuda_device_count() == 0)
+      EXPECT_ERROR(dsrt_session_set_strict(cuda, 1), DSRT_UNSUPPORTED, "runs on the CPU");
+    else
+      EXPECT(dsrt_session_set_strict(cuda, 1) == DSRT_OK);
+    EXPECT(dsrt_session_set_strict(cuda, 0) == DSRT_OK);
     dsrt_session_destroy(cuda);
   }
   int64_t ids[4] = {5, 17, 42, 7}, mask[4] = {1, 1, 1, 1}, positions[4] = {0, 1, 2, 3};
@@ -132,6 +149,8 @@ static void withPlan(const char *path) {
   /* A failed call leaves the session usable: run again after a refused input. */
   EXPECT(dsrt_session_set_input(session, "forward", 0, DSRT_F32, shape, 2, wrong) != DSRT_OK);
   EXPECT(dsrt_session_run(session, "forward") == DSRT_OK);
+  EXPECT(dsrt_session_stats(session, &stats) == DSRT_OK && stats.fallback_steps == 0 &&
+         stats.bytes_uploaded == 0);
   dsrt_session_destroy(session);
   dsrt_plan_close(plan);
 }

@@ -7,9 +7,11 @@ listing=$("$dsrun" --list-devices 2>&1) || {
   echo "FAIL: dsrun --list-devices: $listing"
   exit 1
 }
-case "$listing" in
+# The first line is the device count; the lines after it say where the libraries were found.
+count_line=$(printf '%s\n' "$listing" | head -n 1)
+case "$count_line" in
   "cuda devices: 0"*)
-    reason=${listing#cuda devices: 0 (}
+    reason=${count_line#cuda devices: 0 (}
     echo "skipped: no CUDA GPU (${reason%)})"
     exit 77 ;;
   "cuda devices: "*) echo "$listing" ;;

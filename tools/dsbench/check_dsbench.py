@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Smoke test of dsbench on a compiled fixture (CPU): the JSON report has every field, the
 values are sane (positive, percentiles ordered, the bandwidth fraction in (0, inf)), the
-table prints, and a run past the plan's sequence limit fails with a message. Time values
+counters are there (zeros on the CPU; on a GPU no fallback step, and with one rank decode
+graphs captured and replayed), the table prints, --strict --stats runs and prints them, and a run past the plan's sequence limit fails with a message. Time values
 are never compared with any bound beyond positivity: the machine's load varies.
 
 usage: check_dsbench.py DSBENCH PLAN [DSBENCH OPTIONS...]
@@ -94,9 +95,28 @@ if memory and memory[0]:
     expect(memory[0]["total"] == sum(memory[0][k] for k in
                                      ("weights", "arena", "kv_cache", "other")), "total")
 
+stats = report["stats"]
+expect(sorted(stats) == sorted(["kernel_launches", "fallback_steps", "graph_captures",
+                                "graph_replays", "bytes_uploaded", "bytes_downloaded"]) and
+       all(isinstance(v, int) and v >= 0 for v in stats.values()), f"stats: {stats}")
+if cuda:
+    # Every step on the GPU; a decode graph per bucket, replayed (not with in-process ranks,
+    # whose collectives are staged through host memory and never captured).
+    expect(stats["fallback_steps"] == 0 and stats["kernel_launches"] > 0 and
+           stats["bytes_uploaded"] > 0, f"GPU stats: {stats}")
+    if not in_process:
+        expect(stats["graph_captures"] >= 1 and stats["graph_replays"] > 0,
+               f"decode is captured and replayed: {stats}")
+else:
+    expect(all(v == 0 for v in stats.values()), f"the CPU counts nothing: {stats}")
+
 table = subprocess.run(command[:-1], capture_output=True, text=True)
 expect(table.returncode == 0 and "decode step P99 / P99.9" in table.stdout and
        "achieved weight bandwidth" in table.stdout, "the table prints")
+strict = subprocess.run(command[:-1] + ["--strict", "--stats"], capture_output=True, text=True)
+expect(strict.returncode == 0 and "fallback steps 0" in strict.stdout and
+       "graph replays" in strict.stdout,
+       f"--strict --stats: exit {strict.returncode}, {strict.stderr.strip()}")
 
 # 8 prompt tokens + 16 new ones exceed --max-seq-len 16: an error, not a crash or a number.
 over = subprocess.run([dsbench, plan, "--prompt-len", "8", "--new-tokens", "16", "--warmup",

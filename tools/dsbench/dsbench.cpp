@@ -26,12 +26,14 @@ struct Options {
   int batch = 1, promptLength = 32, newTokens = 32, warmup = 2, iterations = 5;
   uint64_t copyBytes = 0;  // 0: 1 GiB on a GPU, 256 MiB on the CPU
   bool json = false;
+  bool strict = false;  // --strict: dsrt_session_set_strict
+  bool stats = false;   // --stats: the counters in the table (always in --json)
 };
 
 const char *kUsage =
     "usage: dsbench plan.dsp [--device cpu|cuda] [--batch B] [--prompt-len P]\n"
     "               [--new-tokens N] [--warmup W] [--iterations I] [--ranks inprocess]\n"
-    "               [--copy-bytes BYTES] [--json]\n"
+    "               [--copy-bytes BYTES] [--strict] [--stats] [--json]\n"
     "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
     "  seed) and then N steps of `decode`, each timed alone; the first W are discarded.\n"
     "  Weight bandwidth = the weight bytes one decode step reads (the largest rank's; not\n"
@@ -39,6 +41,11 @@ const char *kUsage =
     "  step; its fraction is of the copy bandwidth (bytes read + written per second)\n"
     "  measured in this process.\n"
     "  --ranks inprocess  every tensor-parallel rank as a thread of this process\n"
+    "  --strict           strict device mode: a step through the host fallback or a decode\n"
+    "                     without its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)\n"
+    "  --stats            the session's counters after the benchmark (kernel launches,\n"
+    "                     fallback steps, graph captures and replays, bytes up and down;\n"
+    "                     summed over the ranks); --json always has them under \"stats\"\n"
     "  --json             one JSON object on stdout instead of the table\n";
 
 [[noreturn]] void die(const std::string &message) {
@@ -96,6 +103,8 @@ Options parse(int argc, char **argv) {
       if (text.empty() || *end != '\0' || options.copyBytes == 0)
         die("--copy-bytes needs a positive byte count, not '" + text + "'");
     } else if (arg == "--json") options.json = true;
+    else if (arg == "--strict") options.strict = true;
+    else if (arg == "--stats") options.stats = true;
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
     else if (options.plan.empty()) options.plan = arg;
     else die("more than one plan given");
@@ -320,6 +329,10 @@ int main(int argc, char **argv) {
           "cannot create a session");
   }
   double loadMs = millisecondsOf(Clock::now() - loadStart);
+  if (options.strict)
+    check(runner.group ? dsrt_group_set_strict(runner.group, 1)
+                       : dsrt_session_set_strict(runner.session, 1),
+          "--strict");
 
   Inputs prefill = findInputs(plan, "prefill"), decode = findInputs(plan, "decode");
   int64_t vocabulary = vocabularySize(plan);
@@ -343,6 +356,18 @@ int main(int argc, char **argv) {
         decodeMs.push_back(millisecondsOf(Clock::now() - start));
     }
   }
+
+  // The counters of the benchmark's runs (the bandwidth measurement below not included).
+  dsrt_stats stats;
+  check(runner.group ? dsrt_group_stats(runner.group, &stats)
+                     : dsrt_session_stats(runner.session, &stats),
+        "session stats");
+  nlohmann::json statsJson = {{"kernel_launches", stats.kernel_launches},
+                              {"fallback_steps", stats.fallback_steps},
+                              {"graph_captures", stats.graph_captures},
+                              {"graph_replays", stats.graph_replays},
+                              {"bytes_uploaded", stats.bytes_uploaded},
+                              {"bytes_downloaded", stats.bytes_downloaded}};
 
   // The bandwidth roofline, measured by a session on the same device in this process; the
   // default size is for the device the session is on (a CUDA session may have fallen back).
@@ -419,10 +444,22 @@ int main(int argc, char **argv) {
       {"copy_bytes", copyBytes},
       {"copy_bandwidth_bytes_per_s", copyBandwidth},
       {"bandwidth_fraction", copyBandwidth > 0 ? weightBandwidth / copyBandwidth : 0.0},
-      {"memory_per_rank", memory}};
-  if (options.json)
+      {"memory_per_rank", memory},
+      {"stats", statsJson}};
+  if (options.json) {
     std::cout << result.dump(2) << "\n";
-  else
+  } else {
     printTable(result);
+    if (options.stats)
+      std::printf("stats:\n  kernel launches %llu\n  fallback steps %llu\n"
+                  "  graph captures %llu\n  graph replays %llu\n  bytes uploaded %llu\n"
+                  "  bytes downloaded %llu\n",
+                  static_cast<unsigned long long>(stats.kernel_launches),
+                  static_cast<unsigned long long>(stats.fallback_steps),
+                  static_cast<unsigned long long>(stats.graph_captures),
+                  static_cast<unsigned long long>(stats.graph_replays),
+                  static_cast<unsigned long long>(stats.bytes_uploaded),
+                  static_cast<unsigned long long>(stats.bytes_downloaded));
+  }
   return 0;
 }

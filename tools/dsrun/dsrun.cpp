@@ -27,6 +27,8 @@ struct Options {
   dsrt_device device = DSRT_DEVICE_CPU;
   double rtol = 1e-4, atol = 1e-5;
   bool quiet = false;
+  bool strict = false;  // --strict: dsrt_session_set_strict
+  bool stats = false;   // --stats: dsrt_session_stats after the run
   // Generation (any of these selects it).
   std::vector<std::string> prompts;                 // text, through the plan's tokenizer
   std::vector<std::vector<int64_t>> promptIds;
@@ -40,6 +42,7 @@ const char *kUsage =
     "             [--rank R | --ranks inprocess|mpi]\n"
     "             [--input FILE.pb]... [--input-dir DIR] [--tokens 1,2,3]\n"
     "             [--output-dir DIR] [--expect-dir DIR [--rtol X] [--atol Y]] [--quiet]\n"
+    "             [--strict] [--stats]\n"
     "  --device      where the plan runs (default cpu); cuda without a usable GPU falls\n"
     "                back to the CPU and says so once on stderr\n"
     "  --ranks       all tensor-parallel ranks of the plan: threads of this process\n"
@@ -51,6 +54,10 @@ const char *kUsage =
     "  --output-dir  writes output_0.pb, output_1.pb, ...\n"
     "  --expect-dir  compares each output with output_N.pb there: |a - e| <= atol + rtol*|e|\n"
     "                (exact for integers and bools); exits 1 on a mismatch\n"
+    "  --strict      strict device mode: a step through the host fallback or a decode\n"
+    "                without its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)\n"
+    "  --stats       prints the session's counters after the run (kernel launches,\n"
+    "                fallback steps, graph captures and replays, bytes up and down)\n"
     "\n"
     "generation (a batch of prompts, left-padded; see docs/transformer-ops.md):\n"
     "       dsrun plan.dsp --prompt TEXT... | --prompt-ids 1,2,3...\n"
@@ -59,7 +66,9 @@ const char *kUsage =
     "  --prompt      text, encoded by the tokenizer embedded in the plan; prints text\n"
     "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n"
     "\n"
-    "       dsrun --list-devices   prints 'cuda devices: N', with the reason when N is 0\n";
+    "       dsrun --list-devices   prints 'cuda devices: N', with the reason when N is 0,\n"
+    "                              then the path of libcuda, cublasLt and nccl, or\n"
+    "                              'not found (tried: ...)'\n";
 
 [[noreturn]] void die(const std::string &message, int code = 2) {
   std::cerr << "dsrun: error: " << message << "\n";
@@ -104,6 +113,11 @@ Options parse(int argc, char **argv) {
       if (count == 0)
         std::cout << " (" << dsrt_last_error() << ")";
       std::cout << "\n";
+      // Where each GPU library was found, or every place it was looked for.
+      for (const char *library : {"libcuda", "cublasLt", "nccl"}) {
+        const char *path = dsrt_gpu_library(library);
+        std::cout << library << ": " << (path ? path : dsrt_last_error()) << "\n";
+      }
       std::exit(0);
     } else if (arg == "--device") {
       std::string device = value();
@@ -127,6 +141,8 @@ Options parse(int argc, char **argv) {
     else if (arg == "--rtol") options.rtol = std::atof(value().c_str());
     else if (arg == "--atol") options.atol = std::atof(value().c_str());
     else if (arg == "--quiet") options.quiet = true;
+    else if (arg == "--strict") options.strict = true;
+    else if (arg == "--stats") options.stats = true;
     else if (arg == "--prompt") options.prompts.push_back(value());
     else if (arg == "--prompt-ids") options.promptIds.push_back(parseIds(value()));
     else if (arg == "--max-new-tokens") options.sampling.max_new_tokens = std::atoi(value().c_str());
@@ -296,6 +312,25 @@ struct Runner {
     return group ? dsrt_group_generate(group, count, prompts, lengths, options, out)
                  : dsrt_generate(session, count, prompts, lengths, options, out);
   }
+  dsrt_status setStrict() {
+    return group ? dsrt_group_set_strict(group, 1) : dsrt_session_set_strict(session, 1);
+  }
+  // The counters, summed over the ranks of an in-process group.
+  void printStats() {
+    dsrt_stats stats;
+    dsrt_status status = group ? dsrt_group_stats(group, &stats) : dsrt_session_stats(session, &stats);
+    if (status != DSRT_OK) {
+      std::cerr << "dsrun: error: stats: " << dsrt_last_error() << "\n";
+      return;
+    }
+    std::cout << "stats:\n"
+              << "  kernel launches " << stats.kernel_launches << "\n"
+              << "  fallback steps " << stats.fallback_steps << "\n"
+              << "  graph captures " << stats.graph_captures << "\n"
+              << "  graph replays " << stats.graph_replays << "\n"
+              << "  bytes uploaded " << stats.bytes_uploaded << "\n"
+              << "  bytes downloaded " << stats.bytes_downloaded << "\n";
+  }
   Runner() = default;
   Runner(const Runner &) = delete;
   Runner &operator=(const Runner &) = delete;
@@ -390,8 +425,12 @@ int main(int argc, char **argv) {
   }
   if (!runner.printer)
     options.quiet = true;
+  if (options.strict)
+    check(runner.setStrict(), "--strict");
   if (options.generate) {
     int code = runGeneration(options, plan, runner);
+    if (options.stats && runner.printer)
+      runner.printStats();
     dsrt_plan_close(plan);
     return code;
   }
@@ -468,6 +507,8 @@ int main(int argc, char **argv) {
       allMatch &= compare(out.name, ref, expected.tensor.ref(), options);
     }
   }
+  if (options.stats && runner.printer)
+    runner.printStats();
   dsrt_plan_close(plan);  // the runner's sessions keep what they use of it
   return allMatch ? 0 : 1;
 }

@@ -97,6 +97,13 @@ DSRT_API dsrt_status dsrt_session_get_output(dsrt_session *session, const char *
  * says why (the CPU is then the only device; a DSRT_DEVICE_CUDA session falls back to it). */
 DSRT_API int dsrt_cuda_device_count(void);
 
+/* Where this process finds a GPU library that libdsrt opens with dlopen: `name` is "libcuda",
+ * "cublasLt" or "nccl". Returns the library loaded (the soname or path that was opened, and
+ * the file it resolved to), or NULL with dsrt_last_error() = "not found (tried: ...)", every
+ * place in the search order (docs/cuda-backend.md, "Finding the libraries"). The string
+ * lives as long as the process. */
+DSRT_API const char *dsrt_gpu_library(const char *name);
+
 /* Bytes of `rank`'s weights one run of `program` reads whole: each weight its steps take,
  * once; embedding tables count for nothing (a step reads only its ids' rows). Over the
  * memory bandwidth, the least time a weight-bound step (batch-1 decode) can take. */
@@ -121,6 +128,26 @@ DSRT_API const char *dsrt_session_device_name(const dsrt_session *session);
 DSRT_API dsrt_status dsrt_session_copy_bandwidth(dsrt_session *session, uint64_t bytes,
                                                  double *bytes_per_second);
 
+/* Strict device mode (docs/cuda-backend.md): nonzero makes every later run of a CUDA
+ * session fail, with a message naming the step (its index, op and source location), where
+ * a step would run through the host fallback, a decode program's CUDA graph cannot be
+ * captured, or decode would run eagerly where a graph was expected. DSRT_STRICT_DEVICE=1
+ * turns it on for every session the process creates. A DSRT_DEVICE_CPU session ignores it;
+ * a DSRT_DEVICE_CUDA session that fell back to the CPU returns DSRT_UNSUPPORTED. */
+DSRT_API dsrt_status dsrt_session_set_strict(dsrt_session *session, int strict);
+
+/* What a session has done on its device since it was created. All zeros on the CPU. */
+typedef struct dsrt_stats {
+  uint64_t kernel_launches;   /* kernels and GEMMs launched eagerly (not inside a graph) */
+  uint64_t fallback_steps;    /* step runs through the host fallback */
+  uint64_t graph_captures;    /* CUDA graphs captured */
+  uint64_t graph_replays;     /* CUDA graphs launched */
+  uint64_t bytes_uploaded;    /* host to device, the weights' upload included */
+  uint64_t bytes_downloaded;  /* device to host */
+} dsrt_stats;
+
+DSRT_API dsrt_status dsrt_session_stats(const dsrt_session *session, dsrt_stats *out);
+
 /* ---- Tensor-parallel ranks (plans compiled with --tp N). ---- */
 
 /* A session for this MPI process's rank of the plan (MPI_COMM_WORLD; MPI is initialised if
@@ -144,6 +171,10 @@ DSRT_API dsrt_status dsrt_group_set_input(dsrt_group *group, const char *program
 DSRT_API dsrt_status dsrt_group_run(dsrt_group *group, const char *program);
 DSRT_API dsrt_status dsrt_group_get_output(dsrt_group *group, const char *program,
                                            size_t index, dsrt_tensor *out);
+/* dsrt_session_set_strict for every rank. */
+DSRT_API dsrt_status dsrt_group_set_strict(dsrt_group *group, int strict);
+/* The ranks' dsrt_session_stats, summed. */
+DSRT_API dsrt_status dsrt_group_stats(const dsrt_group *group, dsrt_stats *out);
 
 /* Memory the library allocated for the caller (token ids, text). */
 DSRT_API void dsrt_free(void *pointer);

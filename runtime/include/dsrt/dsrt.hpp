@@ -253,6 +253,17 @@ public:
     return result;
   }
 
+  // Strict device mode (dsrt_session_set_strict).
+  void setStrict(bool strict = true) {
+    detail::check(dsrt_session_set_strict(session_.get(), strict ? 1 : 0));
+  }
+  // Counters of device work since the session was created (dsrt_session_stats).
+  dsrt_stats stats() const {
+    dsrt_stats s;
+    detail::check(dsrt_session_stats(session_.get(), &s));
+    return s;
+  }
+
   dsrt_session *get() const noexcept { return session_.get(); }
 
 private:

@@ -1,5 +1,7 @@
 #include "comm/Nccl.h"
 
+#include "core/LibraryLoader.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -48,15 +50,9 @@ template <typename Fn> bool resolve(void *library, const char *name, Fn &out) {
   return out != nullptr;
 }
 
-// Opens `path` and resolves every function; on success the library stays open for the
-// life of the process (NCCL's proxy threads may outlive a communicator).
-Status openApi(const std::string &path, Api &api) {
-  dlerror();
-  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    const char *why = dlerror();
-    return Status::error("NCCL: cannot open '" + path + "': " + (why ? why : "unknown error"));
-  }
+// Resolves every function of the library at `library` into `api`; "" or what it lacks.
+std::string resolveApi(void *library, Api &api) {
+  api = Api{};
   api.library = library;
   const char *missing = nullptr;
   if (!resolve(library, "ncclGetVersion", api.getVersion))
@@ -80,9 +76,24 @@ Status openApi(const std::string &path, Api &api) {
   else if (!resolve(library, "ncclGroupEnd", api.groupEnd))
     missing = "ncclGroupEnd";
   if (missing) {
-    dlclose(library);
     api = Api{};
-    return Status::error("NCCL: '" + path + "' has no " + missing);
+    return std::string("has no ") + missing;
+  }
+  return "";
+}
+
+// Opens `path` and resolves every function; on success the library stays open for the
+// life of the process (NCCL's proxy threads may outlive a communicator).
+Status openApi(const std::string &path, Api &api) {
+  dlerror();
+  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *why = dlerror();
+    return Status::error("NCCL: cannot open '" + path + "': " + (why ? why : "unknown error"));
+  }
+  if (std::string missing = resolveApi(library, api); !missing.empty()) {
+    dlclose(library);
+    return Status::error("NCCL: '" + path + "' " + missing);
   }
   return Status::ok();
 }
@@ -94,19 +105,14 @@ Status loadApi(const Api *&out) {
   static bool loaded = false;
   std::lock_guard<std::mutex> lock(mutex);
   if (!loaded) {
-    std::string failures;
-    for (const std::string &candidate : ncclLibraryCandidates()) {
-      Status status = openApi(candidate, api);
-      if (status.isOk()) {
-        loaded = true;
-        break;
-      }
-      failures += (failures.empty() ? "" : "; ") + status.message();
-    }
-    if (!loaded)
-      return Status::error(failures + (std::getenv("DSRT_NCCL")
-                                           ? " (from DSRT_NCCL)"
-                                           : " (set DSRT_NCCL to libnccl.so.2's path)"));
+    // The shared search (core/LibraryLoader.h): DSRT_NCCL, the toolkit, the loader path,
+    // PyTorch's wheels; the first library with every function is kept open.
+    const LibrarySpec spec = ncclLibrary();
+    LoadedLibrary found =
+        findLibrary(spec, [](void *library) { return resolveApi(library, api); });
+    if (!found.handle)
+      return Status::error("NCCL: " + found.failure(spec));
+    loaded = true;
   }
   out = &api;
   return Status::ok();
@@ -136,11 +142,11 @@ Status loadDriver(const CudaDriver *&out) {
   if (!loaded) {
     // The library the CUDA session opens (cuda/CudaDriver.cpp), so that both see one
     // driver and one primary context.
-    const char *override = std::getenv("DSRT_LIBCUDA");
-    std::string path = override && *override ? override : "libcuda.so.1";
-    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library)
-      return Status::error("no CUDA driver (" + path + " cannot be opened)");
+    const LibrarySpec spec = cudaDriverLibrary();
+    LoadedLibrary found = findLibrary(spec);
+    if (!found.handle)
+      return Status::error("no CUDA driver: " + found.failure(spec));
+    void *library = found.handle;
     bool ok = resolve(library, "cuInit", driver.init) &&
               resolve(library, "cuDeviceGetCount", driver.deviceGetCount) &&
               resolve(library, "cuDeviceGet", driver.deviceGet) &&
@@ -209,9 +215,11 @@ Status agree(ops::Collectives &bootstrap, const Status &mine, const char *stage)
 } // namespace
 
 std::vector<std::string> ncclLibraryCandidates() {
-  if (const char *path = std::getenv("DSRT_NCCL"); path && *path)
-    return {path};
-  return {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2"};
+  std::vector<std::string> paths;
+  for (const LibraryCandidate &candidate :
+       libraryCandidates(ncclLibrary(), SearchRoots::fromEnvironment()))
+    paths.push_back(candidate.path);
+  return paths;
 }
 
 Status probeNcclLibrary(const std::string &path, int &version) {

@@ -15,8 +15,9 @@
 
 namespace dsrt {
 
-// Where libnccl is looked for: $DSRT_NCCL alone when set (a wrong path is an error, not a
-// silent fallback), else libnccl.so.2, libnccl.so, /usr/local/cuda/lib64/libnccl.so.2.
+// Where libnccl is looked for, in order: $DSRT_NCCL alone when set (a wrong path is an
+// error, not a silent fallback), else the CUDA toolkit's libnccl.so.2 / libnccl.so, the
+// same on the loader path, then PyTorch's wheels (core/LibraryLoader.h).
 std::vector<std::string> ncclLibraryCandidates();
 
 // Opens the library at `path` and resolves every NCCL function the communicator uses;

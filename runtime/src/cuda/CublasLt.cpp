@@ -1,5 +1,7 @@
 #include "cuda/CublasLt.h"
 
+#include "core/LibraryLoader.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -75,26 +77,14 @@ template <typename Fn> bool resolve(void *library, const char *name, Fn &out) {
 
 // Opens the library and resolves every entry point; on failure closes what it opened.
 Status loadLibrary(void *&library, CublasLt::Api &api, std::string &path) {
-  std::vector<std::string> candidates;
-  if (const char *fromEnvironment = std::getenv("DSRT_CUBLASLT"); fromEnvironment &&
-                                                                  *fromEnvironment)
-    candidates.push_back(fromEnvironment);
-  else
-    candidates = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
-                  "/usr/local/cuda/lib64/libcublasLt.so"};
-  std::string tried;
-  library = nullptr;
-  for (const std::string &candidate : candidates) {
-    library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library) {
-      path = candidate;
-      break;
-    }
-    const char *why = dlerror();
-    tried += "\n  " + candidate + ": " + (why ? why : "not found");
-  }
+  // The shared search (core/LibraryLoader.h): DSRT_CUBLASLT, the toolkit, the loader path,
+  // PyTorch's wheels.
+  const LibrarySpec spec = cublasLtLibrary();
+  LoadedLibrary found = findLibrary(spec);
+  library = found.handle;
   if (!library)
-    return Status::error("cannot load cuBLASLt (libcublasLt; DSRT_CUBLASLT names it):" + tried);
+    return Status::error(found.failure(spec));
+  path = found.path;
 
   struct Entry {
     const char *name;

@@ -15,8 +15,8 @@
 
 namespace dsrt::cuda {
 
-// cuBLASLt opened with dlopen (DSRT_CUBLASLT, then libcublasLt.so.13, .so.12,
-// libcublasLt.so, /usr/local/cuda/lib64/libcublasLt.so); a CUDA context must be current.
+// cuBLASLt opened with dlopen (DSRT_CUBLASLT, else the CUDA toolkit, the loader path and
+// PyTorch's wheels: core/LibraryLoader.h); a CUDA context must be current.
 class CublasLt {
 public:
   static Status open(std::unique_ptr<CublasLt> &out);

@@ -1,5 +1,7 @@
 #include "cuda/CudaDriver.h"
 
+#include "core/LibraryLoader.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -25,16 +27,16 @@ bool resolve(void *library, Fn &slot, std::initializer_list<const char *> names,
 } // namespace
 
 Status openDriver(DriverApi &out, std::string &library) {
-  const char *override = std::getenv("DSRT_LIBCUDA");
-  library = override && *override ? override : "libcuda.so.1";
   // Never closed: the driver keeps threads and state that outlive any one session.
-  void *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    const char *reason = dlerror();
-    return Status::error("cannot load the CUDA driver library '" + library + "'" +
-                         (reason ? std::string(": ") + reason : std::string()) +
-                         (override ? " (set by DSRT_LIBCUDA)" : ""));
+  // The search (core/LibraryLoader.h) never takes the toolkit's stub for the driver.
+  const LibrarySpec spec = cudaDriverLibrary();
+  LoadedLibrary found = findLibrary(spec);
+  if (!found.handle) {
+    library.clear();
+    return Status::error(found.failure(spec));
   }
+  library = found.describe();
+  void *handle = found.handle;
   DriverApi api;
   std::string missing;
   bool ok = resolve(handle, api.cuInit, {"cuInit"}, missing) &&

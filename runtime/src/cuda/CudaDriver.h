@@ -117,7 +117,9 @@ struct DriverApi {
   CUresult (*cuGraphDestroy)(CUgraph graph) = nullptr;
 };
 
-// Opens the driver library (DSRT_LIBCUDA when set, else libcuda.so.1) and resolves every
+// Opens the driver library (DSRT_LIBCUDA when set, else libcuda.so.1 / libcuda.so on the
+// loader path, never the toolkit's stub: core/LibraryLoader.h);
+// `library` says which (with the file it resolved to). Resolves every
 // entry point, without calling any of them. A new handle on every call (tests); the
 // session uses processDriver().
 Status openDriver(DriverApi &out, std::string &library);

@@ -61,7 +61,11 @@ Status CudaSession::run(std::string_view programName) {
   currentUsesCache_ = state.usesCache;
   if (status.isOk()) {
     bool candidate = graphCandidate(state, *found);
-    if (candidate && state.eligible == 1) {
+    if (candidate && state.eligible == 0 && strict_ && state.graphExpected) {
+      // Decided before strict mode was turned on.
+      status = Status::error("strict device mode: program '" + std::string(programName) +
+                             "' would run without CUDA graphs: " + state.noGraphWhy);
+    } else if (candidate && state.eligible == 1) {
       status = runWithGraphs(*found, state);
     } else {
       status = uploadInputs(*found, state, -1, -1);
@@ -69,7 +73,7 @@ Status CudaSession::run(std::string_view programName) {
         status = runProgram(*found);
       // The first run says whether the program can be captured at all.
       if (status.isOk() && candidate && state.eligible < 0)
-        decideGraphs(*found, state);
+        status = decideGraphs(*found, state);
     }
   }
   // Returns when the outputs can be read; an error leaves nothing in flight either.
@@ -226,7 +230,15 @@ Status CudaSession::runStep(const dsp::Step &step, CompiledStep &compiled,
     captureProblem_ = "a step runs through the host fallback";
     return Status::error(captureProblem_);
   }
+  if (strict_)
+    return Status::error(
+        std::string("strict device mode: the step would run through the host fallback (") +
+        (!compiled.launcher       ? "no GPU launcher implements the op"
+         : compiled.fallbackOnly ? "the plan has no GPU kernel for it"
+                                 : "its output shapes depend on values on the device") +
+        ")");
   DSRT_RETURN_IF_ERROR(runFallback(step, compiled, inputs, inputRefs, specs));
+  ++stats_.fallbackSteps;
   placement = StepPlacement::Fallback;
   return Status::ok();
 }
@@ -274,9 +286,7 @@ Status CudaSession::runFallback(const dsp::Step &step, CompiledStep &compiled,
     Slot &slot = slots_[step.outputs()->Get(o)];
     size_t bytes = bytesOf(slot.dtype, slot.shape);
     if (bytes)
-      DSRT_RETURN_IF_ERROR(check(
-          driver_->cuMemcpyHtoDAsync(slot.device, results[o].data(), bytes, stream_),
-          "cuMemcpyHtoDAsync"));
+      DSRT_RETURN_IF_ERROR(copyToDevice(slot.device, results[o].data(), bytes));
     slot.deviceValid = true;
   }
   // The results' host buffers die here: the pageable copies above have already staged
@@ -352,9 +362,7 @@ Status CudaSession::uploadHostValue(Slot &slot) {
     memory_.other += slot.hostCopyCapacity;
   }
   if (bytes)
-    DSRT_RETURN_IF_ERROR(check(
-        driver_->cuMemcpyHtoDAsync(slot.hostCopy, slot.host, bytes, stream_),
-        "cuMemcpyHtoDAsync"));
+    DSRT_RETURN_IF_ERROR(copyToDevice(slot.hostCopy, slot.host, bytes));
   slot.hostCopyBytes.assign(slot.host, slot.host + bytes);
   return Status::ok();
 }
@@ -387,9 +395,7 @@ Status CudaSession::hostView(int tensor, TensorRef &out, std::vector<uint8_t> &d
   size_t bytes = bytesOf(slot.dtype, slot.shape);
   download.assign(std::max<size_t>(bytes, 1), 0);
   if (bytes)
-    DSRT_RETURN_IF_ERROR(check(
-        driver_->cuMemcpyDtoHAsync(download.data(), slot.device, bytes, stream_),
-        "cuMemcpyDtoHAsync"));
+    DSRT_RETURN_IF_ERROR(copyToHost(download.data(), slot.device, bytes));
   out = {slot.dtype, slot.shape, download.data()};
   return Status::ok();
 }
@@ -406,12 +412,8 @@ Status CudaSession::downloadKvLayer(int64_t layer) {
   values.resize(elements);
   host.key = keys.data();
   host.value = values.data();
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(keys.data(), device.key,
-                                                        elements * sizeof(float), stream_),
-                             "cuMemcpyDtoHAsync"));
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(values.data(), device.value,
-                                                        elements * sizeof(float), stream_),
-                             "cuMemcpyDtoHAsync"));
+  DSRT_RETURN_IF_ERROR(copyToHost(keys.data(), device.key, elements * sizeof(float)));
+  DSRT_RETURN_IF_ERROR(copyToHost(values.data(), device.value, elements * sizeof(float)));
   return sync();
 }
 
@@ -419,12 +421,8 @@ Status CudaSession::uploadKvLayer(int64_t layer) {
   const DeviceKvLayer &device = kvLayers_[layer];
   const std::vector<float> &keys = hostKvStorage_[2 * layer];
   const std::vector<float> &values = hostKvStorage_[2 * layer + 1];
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyHtoDAsync(device.key, keys.data(),
-                                                        keys.size() * sizeof(float), stream_),
-                             "cuMemcpyHtoDAsync"));
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyHtoDAsync(device.value, values.data(),
-                                                        values.size() * sizeof(float), stream_),
-                             "cuMemcpyHtoDAsync"));
+  DSRT_RETURN_IF_ERROR(copyToDevice(device.key, keys.data(), keys.size() * sizeof(float)));
+  DSRT_RETURN_IF_ERROR(copyToDevice(device.value, values.data(), values.size() * sizeof(float)));
   return sync();
 }
 
@@ -437,9 +435,8 @@ Status CudaSession::writeSequenceLengths(int32_t past, int32_t total, int32_t ma
   hostSequenceLengths_[kTotal] = total;
   hostSequenceLengths_[kMaskWidth] = maskWidth;
   // Staged from pageable memory: the source may change as soon as the call returns.
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyHtoDAsync(sequenceLengths_, hostSequenceLengths_,
-                                                        sizeof hostSequenceLengths_, stream_),
-                             "cuMemcpyHtoDAsync"));
+  DSRT_RETURN_IF_ERROR(
+      copyToDevice(sequenceLengths_, hostSequenceLengths_, sizeof hostSequenceLengths_));
   sequenceLengthsSet_ = true;
   return Status::ok();
 }

@@ -44,8 +44,9 @@ bool CudaSession::graphCandidate(const ProgramState &state, const dsp::Program &
 
 // After the first eager run of a candidate: a graph only when every step ran on the host
 // or the device, and the inputs can be padded.
-void CudaSession::decideGraphs(const dsp::Program &program, ProgramState &state) {
+Status CudaSession::decideGraphs(const dsp::Program &program, ProgramState &state) {
   std::string why;
+  bool expected = true;  // staged collectives are never captured: no graph is expected
   const auto *tensors = plan_->plan().tensors();
   for (size_t i = 0; i < state.placements.size() && why.empty(); ++i) {
     const dsp::Step &step = *program.steps()->Get(i);
@@ -58,8 +59,10 @@ void CudaSession::decideGraphs(const dsp::Program &program, ProgramState &state)
              state.placements[i] != StepPlacement::Device)
       why = "step " + std::to_string(i) + " did not run";
     else if ((op == "tfm.all_reduce" || op == "tfm.all_gather") && deviceCollectives_ &&
-             !deviceCollectives_->capturable())
+             !deviceCollectives_->capturable()) {
       why = "its collectives are staged through host memory";
+      expected = false;
+    }
     (void)step;
   }
   for (size_t i = 0; program.inputs() && i < program.inputs()->size() && why.empty(); ++i) {
@@ -73,12 +76,18 @@ void CudaSession::decideGraphs(const dsp::Program &program, ProgramState &state)
   for (size_t i = 0; program.outputs() && i < program.outputs()->size() && why.empty(); ++i)
     if (slots_[program.outputs()->Get(i)].shape.empty())
       why = "an output has no batch dimension";
+  if (!why.empty() && expected && strict_)  // undecided: every run says so
+    return Status::error("strict device mode: program '" + str(program.name()) +
+                         "' would run without CUDA graphs: " + why);
   state.eligible = why.empty() ? 1 : 0;
+  state.noGraphWhy = why;
+  state.graphExpected = expected;
   if (!why.empty() && !state.saidEager) {
     state.saidEager = true;
     std::cerr << "dsrt: " << deviceLabel_ << ": program '" << str(program.name())
               << "' runs without CUDA graphs: " << why << "\n";
   }
+  return Status::ok();
 }
 
 Status CudaSession::uploadInputs(const dsp::Program &program, ProgramState &state,
@@ -130,8 +139,7 @@ Status CudaSession::uploadInputs(const dsp::Program &program, ProgramState &stat
       memory_.other += bytes;
     }
     if (bytes)
-      DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyHtoDAsync(slot.device, data, bytes, stream_),
-                                 "cuMemcpyHtoDAsync"));
+      DSRT_RETURN_IF_ERROR(copyToDevice(slot.device, data, bytes));
     slot.shape = shape;
     slot.known = slot.deviceValid = true;
     slot.hostKnown = false;
@@ -174,6 +182,7 @@ Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &sta
   if (graph->exec) {
     DSRT_RETURN_IF_ERROR(check(driver_->cuGraphLaunch(graph->exec, stream_), "cuGraphLaunch"));
     ++graphReplays_;
+    ++stats_.graphReplays;
     for (size_t o = 0; o < program.outputs()->size(); ++o) {
       Slot &slot = slots_[program.outputs()->Get(o)];
       slot.shape = graph->outputShapes[o];
@@ -186,11 +195,19 @@ Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &sta
   // First use of the bucket: this run's results come from an eager run of the padded
   // shapes, which also prepares everything the capture must not do itself.
   DSRT_RETURN_IF_ERROR(runProgram(program));
+  std::string bucket = "batch " + std::to_string(batch) + " and mask width " + std::to_string(width);
   if (graph->failed)
-    return Status::ok();
+    return strict_ ? Status::error("strict device mode: program '" + str(program.name()) +
+                                   "' would run eagerly for " + bucket +
+                                   ": its CUDA graph could not be captured")
+                   : Status::ok();
   Status captured = capture(program, state, *graph);
   if (!captured.isOk()) {
     graph->failed = true;
+    if (strict_)
+      return Status::error("strict device mode: the CUDA graph of program '" +
+                           str(program.name()) + "' for " + bucket +
+                           " could not be captured: " + captured.message());
     std::cerr << "dsrt: " << deviceLabel_ << ": program '" << str(program.name())
               << "' runs eagerly for batch " << batch << " and mask width " << width
               << ": its CUDA graph could not be captured: " << captured.message() << "\n";
@@ -221,6 +238,7 @@ Status CudaSession::capture(const dsp::Program &program, ProgramState &state, Gr
   }
   graph.graph = captured;
   graph.exec = exec;
+  ++stats_.graphCaptures;
   // Another bucket's host values (shapes differ) must not overwrite what this graph reads.
   for (Slot &slot : slots_)
     if (slot.hostCopy)

@@ -130,8 +130,7 @@ Status CudaSession::uploadWeights() {
       if (items[k].offset + items[k].bytes <= end && k == next)
         ++next;
     }
-    status = check(driver_->cuMemcpyHtoDAsync(weightBase_ + start, buffer, length, stream_),
-                   "cuMemcpyHtoDAsync");
+    status = copyToDevice(weightBase_ + start, buffer, length);
     if (status.isOk())
       status = check(driver_->cuEventRecord(copied[b], stream_), "cuEventRecord");
     pending[b] = status.isOk();

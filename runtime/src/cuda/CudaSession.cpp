@@ -27,6 +27,11 @@ bool isCollective(std::string_view op) {
 
 } // namespace
 
+bool strictDeviceFromEnvironment() {
+  const char *value = std::getenv("DSRT_STRICT_DEVICE");
+  return value && std::string(value) == "1";
+}
+
 Status CudaSession::check(CUresult result, const char *call) const {
   if (result == kCudaSuccess)
     return Status::ok();
@@ -45,6 +50,20 @@ Status CudaSession::allocate(size_t bytes, DevicePtr &out, const char *what) {
                          driverErrorText(*driver_, result, "cuMemAlloc"));
   allocations_.push_back(pointer);
   out = pointer;
+  return Status::ok();
+}
+
+Status CudaSession::copyToDevice(DevicePtr dst, const void *src, size_t bytes) {
+  DSRT_RETURN_IF_ERROR(
+      check(driver_->cuMemcpyHtoDAsync(dst, src, bytes, stream_), "cuMemcpyHtoDAsync"));
+  stats_.bytesUploaded += bytes;
+  return Status::ok();
+}
+
+Status CudaSession::copyToHost(void *dst, DevicePtr src, size_t bytes) {
+  DSRT_RETURN_IF_ERROR(
+      check(driver_->cuMemcpyDtoHAsync(dst, src, bytes, stream_), "cuMemcpyDtoHAsync"));
+  stats_.bytesDownloaded += bytes;
   return Status::ok();
 }
 
@@ -67,6 +86,7 @@ Status CudaSession::create(std::shared_ptr<PlanFile> plan, int rank,
   session->rank_ = rank;
   if (const char *sync = std::getenv("DSRT_CUDA_SYNC_STEPS"))
     session->syncEachStep_ = std::string(sync) == "1";
+  session->strict_ = options.strict || strictDeviceFromEnvironment();
   session->driver_ = options.driver;
   if (!session->driver_) {
     std::string whyNot;
@@ -348,9 +368,7 @@ Status CudaSession::output(std::string_view programName, size_t index, TensorRef
     if (!slot.deviceValid)
       return Status::error("output " + std::to_string(index) + " is not on the device");
     DSRT_RETURN_IF_ERROR(check(driver_->cuCtxSetCurrent(context_), "cuCtxSetCurrent"));
-    DSRT_RETURN_IF_ERROR(check(
-        driver_->cuMemcpyDtoHAsync(storage.data(), slot.device, bytes, stream_),
-        "cuMemcpyDtoHAsync"));
+    DSRT_RETURN_IF_ERROR(copyToHost(storage.data(), slot.device, bytes));
     DSRT_RETURN_IF_ERROR(sync());
   }
   out = {slot.dtype, shape, storage.data()};
@@ -401,6 +419,7 @@ Status CudaSession::topLogits(std::string_view programName, size_t index, int64_
     for (const dsp::Attr *constant : *constants)
       if (str(constant->name()) == "BLOCK")
         block = constant->i();
+  ++stats_.kernelLaunches;
   DSRT_RETURN_IF_ERROR(check(driver_->cuLaunchKernel(functions_[kernel],
                                                      static_cast<unsigned>(rows), 1, 1,
                                                      static_cast<unsigned>(block), 1, 1, 0,
@@ -408,12 +427,8 @@ Status CudaSession::topLogits(std::string_view programName, size_t index, int64_
                              "cuLaunchKernel (sample_topk)"));
   std::vector<float> hostValues(pairs);
   std::vector<int64_t> hostIds(pairs);
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(hostValues.data(), valuesOut,
-                                                        pairs * sizeof(float), stream_),
-                             "cuMemcpyDtoHAsync"));
-  DSRT_RETURN_IF_ERROR(check(driver_->cuMemcpyDtoHAsync(hostIds.data(), idsOut,
-                                                        pairs * sizeof(int64_t), stream_),
-                             "cuMemcpyDtoHAsync"));
+  DSRT_RETURN_IF_ERROR(copyToHost(hostValues.data(), valuesOut, pairs * sizeof(float)));
+  DSRT_RETURN_IF_ERROR(copyToHost(hostIds.data(), idsOut, pairs * sizeof(int64_t)));
   DSRT_RETURN_IF_ERROR(sync());
   values.assign(static_cast<size_t>(rows), {});
   ids.assign(static_cast<size_t>(rows), {});
@@ -462,8 +477,7 @@ Status CudaSession::measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond)
   }
   uint8_t probe = 0;
   if (status.isOk())
-    status = check(driver_->cuMemcpyDtoHAsync(&probe, destination + bytes / 2, 1, stream_),
-                   "cuMemcpyDtoHAsync");
+    status = copyToHost(&probe, destination + bytes / 2, 1);
   if (status.isOk())
     status = sync();
   if (status.isOk() && probe != 1)

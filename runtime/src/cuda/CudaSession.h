@@ -34,11 +34,17 @@ struct CudaSessionOptions {
   bool (*launchesWithoutKernels)(std::string_view op) = nullptr;
   size_t uploadChunkBytes = size_t(64) << 20;    // per pinned staging buffer
   bool graphs = true;                            // DSRT_CUDA_GRAPHS=0 also turns them off
+  // Strict device mode (Session::setStrict); DSRT_STRICT_DEVICE=1 also turns it on.
+  bool strict = false;
   ops::Collectives *collectives = nullptr;       // the rank's host group (kept, not owned)
   // NCCL (kept, not owned); without it a multi-rank session stages `collectives` through
   // host memory.
   DeviceCollectives *deviceCollectives = nullptr;
 };
+
+// DSRT_STRICT_DEVICE=1: every CUDA session is strict (CudaSessionOptions::strict), and a
+// DSRT_DEVICE_CUDA session without a usable GPU is an error instead of the CPU.
+bool strictDeviceFromEnvironment();
 
 // Where the last run of a program ran each step.
 enum class StepPlacement : uint8_t { NotRun, Host, Device, Fallback, If };
@@ -61,6 +67,9 @@ public:
   std::string deviceName() const override;
   DeviceKind device() const override { return DeviceKind::Cuda; }
   SessionMemory memory() const override { return memory_; }
+  SessionStats stats() const override { return stats_; }
+  void setStrict(bool strict) override { strict_ = strict; }
+  bool strict() const { return strict_; }
   Status setInput(std::string_view program, size_t index, const TensorRef &value) override;
   Status run(std::string_view program) override;
   Status output(std::string_view program, size_t index, TensorRef &out) override;
@@ -134,6 +143,8 @@ private:
     int idsInput = -1, maskInput = -1;  // positions among the program's inputs
     int eligible = -1;  // graphs: -1 not yet known, 0 no, 1 yes
     bool saidEager = false;
+    std::string noGraphWhy;      // eligible 0: why
+    bool graphExpected = true;   // eligible 0: false when no graph is ever expected
     int64_t realBatch = -1;  // rows the caller gave when padded, else -1
   };
 
@@ -147,6 +158,9 @@ private:
   Status allocate(size_t bytes, DevicePtr &out, const char *what);
   Status check(CUresult result, const char *call) const;
   Status sync();
+  // Asynchronous copies on the session's stream, counted in stats_.
+  Status copyToDevice(DevicePtr dst, const void *src, size_t bytes);
+  Status copyToHost(void *dst, DevicePtr src, size_t bytes);
   int programIndex(const dsp::Program &program) const;
 
   // Executor (CudaExecutor.cpp).
@@ -174,7 +188,8 @@ private:
   Status runWithGraphs(const dsp::Program &program, ProgramState &state);
   Status capture(const dsp::Program &program, ProgramState &state, Graph &graph);
   bool graphCandidate(const ProgramState &state, const dsp::Program &program) const;
-  void decideGraphs(const dsp::Program &program, ProgramState &state);
+  // An error only in strict mode, when a graph was expected and cannot be had.
+  Status decideGraphs(const dsp::Program &program, ProgramState &state);
 
   std::shared_ptr<PlanFile> plan_;
   const PlanSection *section_ = nullptr;
@@ -226,6 +241,8 @@ private:
   std::string captureProblem_;  // why the capture under way cannot complete
   std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<Graph>> graphs_;
   size_t graphReplays_ = 0;
+  bool strict_ = false;
+  SessionStats stats_;
 
   std::vector<uint8_t> outputStorage_;
   // topLogits's device results: values [rows, count] f32, then ids [rows, count] int64.

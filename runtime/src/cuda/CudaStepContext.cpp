@@ -47,6 +47,8 @@ Status CudaStepContext::launch(size_t slot, Dim3 grid, Dim3 block, uint32_t shar
   if (result != kCudaSuccess)
     return error("kernel '", kernelName(kernel), "': ",
                  driverErrorText(driver, result, "cuLaunchKernel"));
+  if (!session_.capturing_)  // a captured kernel runs with its graph's replays
+    ++session_.stats_.kernelLaunches;
   return Status::ok();
 }
 
@@ -108,7 +110,11 @@ Status CudaSession::gemm(const GemmDesc &gemm) {
                                   "the cuBLASLt workspace"));
     memory_.other += CublasLt::kWorkspaceBytes;
   }
-  return cublas_->matmul(gemm, cublasWorkspace_, CublasLt::kWorkspaceBytes, stream_);
+  DSRT_RETURN_IF_ERROR(
+      cublas_->matmul(gemm, cublasWorkspace_, CublasLt::kWorkspaceBytes, stream_));
+  if (!capturing_)
+    ++stats_.kernelLaunches;
+  return Status::ok();
 }
 
 Status CudaSession::copy2D(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,

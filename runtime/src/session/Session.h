@@ -32,6 +32,16 @@ struct SessionMemory {
   uint64_t other = 0;  // kernels, workspaces, staging
 };
 
+// What a session has done on its device since it was created (dsrt_session_stats).
+struct SessionStats {
+  uint64_t kernelLaunches = 0;  // kernels and GEMMs issued eagerly (not inside a graph)
+  uint64_t fallbackSteps = 0;   // step runs through the host fallback
+  uint64_t graphCaptures = 0;   // CUDA graphs captured
+  uint64_t graphReplays = 0;    // CUDA graphs launched
+  uint64_t bytesUploaded = 0;   // host to device
+  uint64_t bytesDownloaded = 0; // device to host
+};
+
 class Session {
 public:
   virtual ~Session() = default;
@@ -43,6 +53,12 @@ public:
   virtual std::string deviceName() const = 0;
   virtual DeviceKind device() const = 0;
   virtual SessionMemory memory() const = 0;
+  // Counters of device work; zeros where the backend has no device (the CPU).
+  virtual SessionStats stats() const { return {}; }
+  // Strict device mode (docs/cuda-backend.md): a step through the host fallback, a failed
+  // graph capture or a decode run eagerly where a graph was expected is an error. The CPU
+  // backend has nothing to fall back from and ignores it.
+  virtual void setStrict(bool strict) { (void)strict; }
 
   // Copies `value` (host memory) in as input `index` of `program`. The dtype must match,
   // the rank too, static dimensions exactly, dynamic ones within the plan's limits.

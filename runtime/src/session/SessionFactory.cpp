@@ -23,6 +23,9 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
       out = std::move(session);
       return Status::ok();
     }
+    if (cuda::strictDeviceFromEnvironment())
+      return Status::error("strict device mode (DSRT_STRICT_DEVICE=1): no usable CUDA device (" +
+                           whyNot + ")");
     static std::once_flag said;
     std::call_once(said, [&] {
       std::cerr << "dsrt: no usable CUDA device (" << whyNot << "); running on the CPU\n";

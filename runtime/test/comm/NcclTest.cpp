@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -28,12 +29,18 @@ TEST(NcclTest, LoaderResolvesEveryFunction) {
   EXPECT_GE(version, 20900);
 }
 
-TEST(NcclTest, CandidatesEndAtTheToolkit) {
+// The shared search order (core/LibraryLoader.h): the toolkit, then the loader path.
+TEST(NcclTest, CandidatesFollowTheSearchOrder) {
   unsetenv("DSRT_NCCL");
+  unsetenv("CUDA_HOME");
+  unsetenv("CUDA_PATH");
   std::vector<std::string> candidates = ncclLibraryCandidates();
   ASSERT_FALSE(candidates.empty());
-  EXPECT_EQ(candidates.front(), "libnccl.so.2");
-  EXPECT_EQ(candidates.back(), kToolkitNccl);
+  EXPECT_EQ(candidates.front(), kToolkitNccl);
+  auto toolkit = std::find(candidates.begin(), candidates.end(), kToolkitNccl);
+  auto loader = std::find(candidates.begin(), candidates.end(), "libnccl.so.2");
+  ASSERT_NE(loader, candidates.end());
+  EXPECT_LT(toolkit, loader);
 }
 
 TEST(NcclTest, WrongLibraryIsAClearError) {

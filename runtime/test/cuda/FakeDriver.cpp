@@ -11,6 +11,7 @@ namespace {
 
 constexpr CUresult kInvalidValue = 1;
 constexpr CUresult kCaptureUnsupported = 900;
+constexpr CUresult kCaptureInvalidated = 901;
 
 State &global() {
   static State instance;
@@ -263,6 +264,11 @@ CUresult endCapture(CUstream, CUgraph *graph) {
   if (!global().capturing)
     return kInvalidValue;
   global().capturing = false;
+  if (global().failCaptures > 0) {
+    --global().failCaptures;
+    *graph = nullptr;
+    return kCaptureInvalidated;
+  }
   *graph = newHandle<CUgraph>();
   return kCudaSuccess;
 }

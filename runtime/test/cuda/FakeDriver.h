@@ -37,6 +37,9 @@ struct State {
   size_t liveAllocations = 0;
   int captures = 0, instantiations = 0, graphLaunches = 0;
   bool capturing = false;
+  // cuStreamEndCapture fails (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), as when something in
+  // the capture was not capturable, while this is positive; each failure counts it down.
+  int failCaptures = 0;
   std::vector<std::string> captureViolations;  // what a real capture would have refused
   std::vector<std::string> moduleImages;      // the first bytes of each loaded image
   std::vector<std::string> functionNames;     // each cuModuleGetFunction's name

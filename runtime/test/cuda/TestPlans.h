@@ -14,6 +14,9 @@ namespace dsrt::cuda::test {
 // returns false when it cannot. `cpuOnly`: the same model compiled with `--arch none`
 // ($DSRT_TEST_GPT2_CPU_PLAN), whose steps list no kernels.
 bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly = false);
+// Binds test_data_set_0's inputs to `forward` by name (adds a gtest failure and returns
+// false when it cannot).
+bool bindForward(Session &session);
 // Binds test_data_set_0's inputs to `forward` by name, runs it, and returns the logits and
 // the PyTorch reference logits.
 bool runForward(Session &session, std::vector<float> &logits, std::vector<float> &reference);
