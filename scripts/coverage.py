@@ -70,8 +70,8 @@ def greedy(dsrun, dump, plan, model_dir, extra=()):
     return "ok (alone)" if "--alone-only" in extra else "ok"
 
 
-def row(name, build, scratch):
-    model_dir = os.path.join(MODELS, name)
+def row(name, build, scratch, models=MODELS):
+    model_dir = os.path.join(models, name)
     meta = json.load(open(os.path.join(model_dir, "meta.json")))
     dsc = os.path.join(build, "bin", "dsc")
     dsrun = os.path.join(build, "bin", "dsrun")
@@ -138,10 +138,14 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     parser.add_argument("--only", default="")
+    parser.add_argument("--models-dir", default=MODELS,
+                        help="fixtures in the layout of test/models (tools/fixtures/heldout.py "
+                             "writes such a folder)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    names = sorted(d for d in os.listdir(MODELS)
-                   if os.path.exists(os.path.join(MODELS, d, "meta.json")))
+    models = os.path.abspath(args.models_dir)
+    names = sorted(d for d in os.listdir(models)
+                   if os.path.exists(os.path.join(models, d, "meta.json")))
     if args.only:
         wanted = set(args.only.split(","))
         names = [n for n in names if n in wanted]
@@ -151,7 +155,7 @@ def main():
     print("|" + "---|" * len(columns))
     with tempfile.TemporaryDirectory() as scratch:
         for name in names:
-            result = row(name, os.path.abspath(args.build_dir), scratch)
+            result = row(name, os.path.abspath(args.build_dir), scratch, models)
             rows.append(result)
             print("| " + " | ".join(str(result.get(c, "")) for c in columns) + " |", flush=True)
     if args.json:

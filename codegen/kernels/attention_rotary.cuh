@@ -18,13 +18,20 @@
 #error "ROTARY_DIM must be even and at most HEAD_DIM"
 #endif
 
+// The inverse frequencies, a kernel parameter passed by value: the launcher computes them
+// as the CPU kernel does (ops::rotaryInverseFrequencies: the plan's table of a scaled RoPE,
+// or base^(-2i/dim) rounded to fp32), so no pow runs here, nothing is uploaded, and a
+// captured graph keeps them.
+struct dsc_rotary_frequencies {
+  float inverse[ROTARY_DIM > 0 ? ROTARY_DIM / 2 : 1];
+};
+
 // Feature `feature` of `head` after rotation at `position`, with transformers' fp32 angles:
-// the inverse frequency is computed in double and rounded (as the CPU kernel does), and the
-// cosine and sine of the float angle are taken in double and rounded, which gives the
+// the cosine and sine of the float angle are taken in double and rounded, which gives the
 // correctly rounded float values whatever math flags the kernel was compiled with.
-static __device__ __forceinline__ float attention_rotary_feature(const float *head, int feature,
-                                                                 float position,
-                                                                 float rotary_base) {
+static __device__ __forceinline__ float
+attention_rotary_feature(const float *head, int feature, float position,
+                         const dsc_rotary_frequencies &frequencies) {
 #if ROTARY_DIM > 0
   if (feature < ROTARY_DIM) {
     int pair, first_index, second_index;
@@ -41,10 +48,7 @@ static __device__ __forceinline__ float attention_rotary_feature(const float *he
     second_index = pair + half;
     is_first = feature < half;
 #endif
-    const float inverse_frequency = static_cast<float>(
-        1.0 / pow(static_cast<double>(rotary_base),
-                  static_cast<double>(2 * pair) / static_cast<double>(ROTARY_DIM)));
-    const float angle = position * inverse_frequency;
+    const float angle = position * frequencies.inverse[pair];
     const float cosine = static_cast<float>(cos(static_cast<double>(angle)));
     const float sine = static_cast<float>(sin(static_cast<double>(angle)));
     const float first = head[first_index], second = head[second_index];
@@ -59,7 +63,7 @@ extern "C" __global__ void attention_rotary(
     float *q_out, float *key_dst, float *value_dst, const float *past_key,
     const float *past_value, const int *lengths, int io_past, int fresh, int rows_per_sequence,
     long long dst_batch_stride, long long dst_head_stride, int dst_capacity, int heads,
-    int kv_heads, int past_heads, int past_head_offset, float rotary_base) {
+    int kv_heads, int past_heads, int past_head_offset, dsc_rotary_frequencies frequencies) {
   const int sequence = blockIdx.x / rows_per_sequence;
   const int row = blockIdx.x % rows_per_sequence;
   const bool session = lengths != 0;
@@ -108,7 +112,7 @@ extern "C" __global__ void attention_rotary(
   for (int index = threadIdx.x; index < heads * HEAD_DIM; index += blockDim.x) {
     const int head = index / HEAD_DIM, feature = index % HEAD_DIM;
     q_out_token[index] =
-        attention_rotary_feature(query_token + head * HEAD_DIM, feature, position, rotary_base);
+        attention_rotary_feature(query_token + head * HEAD_DIM, feature, position, frequencies);
   }
 
   const float *key_token = key + token_index * kv_heads * HEAD_DIM;
@@ -116,7 +120,7 @@ extern "C" __global__ void attention_rotary(
   for (int index = threadIdx.x; index < kv_heads * HEAD_DIM; index += blockDim.x) {
     const int head = index / HEAD_DIM, feature = index % HEAD_DIM;
     key_row[head * dst_head_stride + feature] =
-        attention_rotary_feature(key_token + head * HEAD_DIM, feature, position, rotary_base);
+        attention_rotary_feature(key_token + head * HEAD_DIM, feature, position, frequencies);
     value_row[head * dst_head_stride + feature] = value_token[index];
   }
 }

@@ -143,6 +143,14 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
                                           : 10000.0f));
     attrs.append("rotary_interleaved",
                  b.getI64IntegerAttr(rotary && rotary.getLayout() == tfm::RotaryLayout::interleaved));
+    // Scaled RoPE (llama3, linear, yarn): the frequencies themselves; absent otherwise, so
+    // plans of default RoPE keep their steps' attributes.
+    if (rotary && rotary.getInvFreq()) {
+      SmallVector<Attribute> frequencies;
+      for (float frequency : rotary.getInvFreq().asArrayRef())
+        frequencies.push_back(b.getF32FloatAttr(frequency));
+      attrs.append("rotary_inv_freq", b.getArrayAttr(frequencies));
+    }
     attrs.append("cache_layer", b.getI64IntegerAttr(
                                     attention.getCacheLayer() ? *attention.getCacheLayer() : -1));
     // Set by recognition where the export averages a padding query's values over the

@@ -62,9 +62,12 @@ struct Rotary {
   double base = 10000;
   bool interleaved = false;
   std::vector<float> invFreq;  // as transformers computes them, in fp32
+  // invFreq was measured and no base reproduces it (llama3, linear, yarn scaling).
+  bool explicitTable = false;
 
   void setBase(double newBase) {
     base = newBase;
+    explicitTable = false;
     invFreq.clear();
     for (int64_t i = 0; i < dim / 2; ++i)
       invFreq.push_back(1.0f / std::pow(float(base), float(2 * i) / float(dim)));
@@ -143,6 +146,11 @@ private:
   std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
                           Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst);
   std::string proveQuery(Candidate &c, double &qscale);
+  // The rotation's inverse frequencies, read off the graph for a layout and dim; none when
+  // the query does not turn as `shape`'s pairs would.
+  std::optional<std::vector<double>> measureFrequencies(const Candidate &c, const Rotary &shape,
+                                                        double qscale,
+                                                        const std::vector<int64_t> &pos);
   std::string proveKeyValue(Candidate &c, bool isKey, double &kscale);
   std::string proveScores(Candidate &c, double &chainScale);
   std::string proveSoftcap(Candidate &c, const std::vector<char> &attended,

@@ -101,25 +101,27 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
         passes = close(z[xi(0, 0, 0, e)], x[xi(0, 0, 0, e)]);
       if (!passes)
         continue;
-      // Each pair turns by position * inv_freq: the turn between two consecutive positions
-      // of the first row gives inv_freq, and inv_freq[1] = base^(-2/dim) gives the base.
-      auto angle = [&](int64_t t, int64_t i) {
-        auto [a, b2] = rotary.pair(i);
-        double xa = x[xi(0, t, 0, a)], xb = x[xi(0, t, 0, b2)];
-        double za = z[xi(0, t, 0, a)], zb = z[xi(0, t, 0, b2)];
-        return std::atan2(xa * zb - xb * za, xa * za + xb * zb);
-      };
+      std::optional<std::vector<double>> frequencies = measureFrequencies(c, rotary, qscale, pos);
+      if (!frequencies)
+        continue;
+      // inv_freq[1] = base^(-2/dim) gives the base; where the base formula reproduces every
+      // measured frequency the rotation is the default RoPE, else the measured table is it.
       double base = 10000;
       if (dim >= 4) {
-        double turn = angle(1, 1) - angle(0, 1);
-        turn = std::remainder(turn, 2 * M_PI) / double(pos[1] - pos[0]);
-        if (!(turn > 0))
-          continue;
-        base = std::pow(turn, -double(dim) / 2);
-        if (std::abs(base - std::round(base)) < 1e-3 * base)
+        base = std::pow((*frequencies)[1], -double(dim) / 2);
+        if (!(base > 1) || !std::isfinite(base))
+          base = 10000;
+        else if (std::abs(base - std::round(base)) < 1e-4 * base)
           base = std::round(base);
       }
       rotary.setBase(base);
+      bool formula = true;
+      for (int64_t i = 0; i < dim / 2 && formula; ++i)
+        formula = std::abs(rotary.invFreq[i] - (*frequencies)[i]) <= 1e-5 * rotary.invFreq[i];
+      if (!formula) {
+        rotary.invFreq.assign(frequencies->begin(), frequencies->end());
+        rotary.explicitTable = true;
+      }
       if (matches(&rotary, &pos)) {
         c.rotary = rotary;
         return "";
@@ -131,6 +133,66 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
                       : "query: the query is transformed in a way that is neither a scale nor "
                         "a half-split or interleaved rotary embedding at past + t (there is "
                         "no position_ids input)";
+}
+
+// A query of ones at the first element of every pair turns, at position p, into
+// qscale * (cos p·f, sin p·f) on each pair: the graph's own cosine and sine, read back with
+// the relative precision of fp32 even for the slowest pairs (sin p·f ~ p·f). Consecutive
+// positions of the unpadded first row give each f to about 1e-7; the last position, with
+// the whole turns it has made, refines it to what the graph's fp32 arithmetic holds.
+std::optional<std::vector<double>>
+Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qscale,
+                            const std::vector<int64_t> &pos) {
+  const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim, half = shape.dim / 2;
+  if (S < 2 || int64_t(pos.size()) < S)
+    return std::nullopt;
+  for (int64_t t = 1; t < S; ++t)
+    if (pos[t] != pos[t - 1] + 1)
+      return std::nullopt;
+  // Ones in [b, s, n, d] order, laid out as the source holds them.
+  auto seed = filledTensor(*shapeOf(c.querySource), 0.0f);
+  float *data = reinterpret_cast<float *>(seed->storage.data());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t n = 0; n < H; ++n)
+        for (int64_t i = 0; i < half; ++i) {
+          int64_t e = shape.pair(i).first;
+          data[c.queryHeadsFirst ? ((b * H + n) * S + t) * D + e : ((b * S + t) * H + n) * D + e] =
+              1.0f;
+        }
+  std::string why;
+  llvm::SetVector<Operation *> region;
+  auto out = evaluateSeeded(probe_, {{c.querySource, seed}}, c.scores->getOperand(0), region, why);
+  if (!out)
+    return std::nullopt;
+  std::vector<float> y = floats(*out);  // [b, n, s, d]
+  if (int64_t(y.size()) != B * H * S * D)
+    return std::nullopt;
+  std::vector<double> frequencies(half);
+  for (int64_t i = 0; i < half; ++i) {
+    auto [a, b] = shape.pair(i);
+    std::vector<double> turn(S);
+    for (int64_t t = 0; t < S; ++t) {
+      double za = y[t * D + a] / qscale, zb = y[t * D + b] / qscale;
+      if (std::abs(za * za + zb * zb - 1) > 1e-3)
+        return std::nullopt;  // not a rotation of this pair
+      turn[t] = std::atan2(zb, za);
+    }
+    double coarse = 0;
+    for (int64_t t = 1; t < S; ++t)
+      coarse += std::remainder(turn[t] - turn[t - 1], 2 * M_PI);
+    coarse /= double(S - 1);
+    double last = double(pos[S - 1]);
+    double frequency = coarse;
+    if (last > 0) {
+      double whole = std::round((last * coarse - turn[S - 1]) / (2 * M_PI));
+      frequency = (turn[S - 1] + 2 * M_PI * whole) / last;
+    }
+    if (!(frequency > 0) || !std::isfinite(frequency))
+      return std::nullopt;
+    frequencies[i] = frequency;
+  }
+  return frequencies;
 }
 
 std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {

@@ -104,9 +104,11 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     return "the key and value projections have different types";
   tfm::RotaryAttr rotary;
   if (c.rotary)
-    rotary = tfm::RotaryAttr::get(context, c.rotary->dim, llvm::APFloat(c.rotary->base),
-                                  c.rotary->interleaved ? tfm::RotaryLayout::interleaved
-                                                        : tfm::RotaryLayout::half_split);
+    rotary = tfm::RotaryAttr::get(
+        context, c.rotary->dim, llvm::APFloat(c.rotary->base),
+        c.rotary->interleaved ? tfm::RotaryLayout::interleaved : tfm::RotaryLayout::half_split,
+        c.rotary->explicitTable ? DenseF32ArrayAttr::get(context, c.rotary->invFreq)
+                                : DenseF32ArrayAttr());
   Value positions = positionIds;
   if (c.rotary && c.impliedPositions) {
     if (!attentionMask)

@@ -6,6 +6,8 @@
 #include "llvm/ADT/SmallBitVector.h"
 #include "llvm/ADT/TypeSwitch.h" // for the generated attribute parser and printer
 
+#include <cmath>
+
 using namespace mlir;
 
 #include "dialects/tfm/IR/TfmEnums.cpp.inc"
@@ -76,11 +78,19 @@ LogicalResult QuantScalesAttr::verify(function_ref<InFlightDiagnostic()> emitErr
 }
 
 LogicalResult RotaryAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dim,
-                                 APFloat base, RotaryLayout layout) {
+                                 APFloat base, RotaryLayout layout, DenseF32ArrayAttr invFreq) {
   if (dim <= 0 || dim % 2 != 0)
     return emitError() << "rotary dim must be positive and even, not " << dim;
   if (!base.isFiniteNonZero() || !(base.convertToDouble() > 1.0))
     return emitError() << "rotary base must be greater than 1";
+  if (invFreq) {
+    if (int64_t(invFreq.size()) != dim / 2)
+      return emitError() << "rotary inv_freq must list dim / 2 = " << dim / 2
+                         << " frequencies, not " << invFreq.size();
+    for (float frequency : invFreq.asArrayRef())
+      if (!(frequency > 0) || !std::isfinite(frequency))
+        return emitError() << "rotary inv_freq must be finite and positive, not " << frequency;
+  }
   return success();
 }
 

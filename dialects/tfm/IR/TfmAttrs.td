@@ -129,11 +129,22 @@ def Tfm_F64Parameter : AttrOrTypeParameter<"::llvm::APFloat", "a 64-bit float"> 
 def Tfm_RotaryAttr : Tfm_Attr<"Rotary", "rotary"> {
   let summary = "rotary position embedding of the first `dim` elements of each head";
   let description = [{
-    The inverse frequencies are base^(-2i/dim) for i < dim/2. A `dim` below the head size is
-    a partial rotary (GPT-J, GPT-NeoX, Phi); the remaining elements pass through.
+    The inverse frequencies are base^(-2i/dim) for i < dim/2, or, when `inv_freq` lists
+    them, those dim/2 values: the scaled RoPE of real checkpoints (Llama-3.x's "llama3",
+    Gemma-3's "linear", "yarn", "longrope"), which no single base gives. Recognition
+    measures them on the graph and lists them only where the base formula does not
+    reproduce them; `base` is then the one the second frequency implies, for reading only.
+    A `dim` below the head size is a partial rotary (GPT-J, GPT-NeoX, Phi); the remaining
+    elements pass through.
   }];
   let parameters = (ins "int64_t":$dim, Tfm_F64Parameter:$base,
-                    EnumParameter<Tfm_RotaryLayoutEnum>:$layout);
+                    EnumParameter<Tfm_RotaryLayoutEnum>:$layout,
+                    OptionalParameter<"::mlir::DenseF32ArrayAttr">:$inv_freq);
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dim, "::llvm::APFloat":$base, "RotaryLayout":$layout), [{
+      return $_get($_ctxt, dim, base, layout, ::mlir::DenseF32ArrayAttr());
+    }]>
+  ];
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

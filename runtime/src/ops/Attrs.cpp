@@ -1,6 +1,8 @@
 // Attribute values and their typed access.
 #include "ops/Kernel.h"
 
+#include <cmath>
+
 namespace dsrt::ops {
 
 Attr Attr::ofInt(int64_t v) {
@@ -90,6 +92,36 @@ Status getFloat(const AttrMap &attrs, std::string_view name, float fallback, flo
   const Attr *attr;
   DSRT_RETURN_IF_ERROR(find(attrs, name, Attr::Kind::Float, attr));
   out = attr ? attr->f : fallback;
+  return Status::ok();
+}
+
+Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out) {
+  out.clear();
+  int64_t dim = 0;
+  float base = 10000.0f;
+  DSRT_RETURN_IF_ERROR(getInt(attrs, "rotary_dim", 0, dim));
+  DSRT_RETURN_IF_ERROR(getFloat(attrs, "rotary_base", 10000.0f, base));
+  if (dim == 0)
+    return Status::ok();
+  if (dim < 0 || dim % 2 != 0)
+    return Status::error(concat("rotary_dim must be even and positive, not ", dim));
+  const Attr *table;
+  DSRT_RETURN_IF_ERROR(find(attrs, "rotary_inv_freq", Attr::Kind::Floats, table));
+  if (table) {
+    if (int64_t(table->floats.size()) != dim / 2)
+      return Status::error(concat("rotary_inv_freq has ", table->floats.size(),
+                                  " frequencies, rotary_dim ", dim, " needs ", dim / 2));
+    for (float frequency : table->floats)
+      if (!(frequency > 0) || !std::isfinite(frequency))
+        return Status::error(concat("rotary_inv_freq holds ", frequency,
+                                    ": frequencies must be finite and positive"));
+    out = table->floats;
+    return Status::ok();
+  }
+  if (!(base > 1) || !std::isfinite(base))
+    return Status::error(concat("rotary_base must be finite and greater than 1, not ", base));
+  for (int64_t i = 0; i < dim / 2; ++i)
+    out.push_back(static_cast<float>(1.0 / std::pow(double(base), double(2 * i) / double(dim))));
   return Status::ok();
 }
 

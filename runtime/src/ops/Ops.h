@@ -50,6 +50,12 @@ Status getString(const AttrMap &attrs, std::string_view name, std::string fallba
 Status getInts(const AttrMap &attrs, std::string_view name, std::vector<int64_t> &out,
                bool &present);
 
+// The inverse frequencies of a tfm.attention step's rotary embedding, rotary_dim / 2 of
+// them: rotary_inv_freq where the plan lists them (scaled RoPE: llama3, linear, yarn), else
+// rotary_base^(-2i/rotary_dim) computed in double and rounded to fp32. Both backends rotate
+// with these; empty without a rotary embedding.
+Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out);
+
 struct OutputSpec {
   DType dtype = DType::Undefined;
   Shape shape;

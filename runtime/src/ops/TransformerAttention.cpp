@@ -32,7 +32,7 @@ struct AttentionConfig {
   float softcap = 0;
   bool causal = false, alibi = false;
   int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
-  double rotaryBase = 10000;
+  std::vector<float> inverseFrequency;  // rotaryDim / 2
   bool interleaved = false;
   bool unattendedCausal = false;
   bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
@@ -83,9 +83,8 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   c.alibi = flag != 0;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "window", 0, c.window));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_dim", 0, c.rotaryDim));
-  float base;
-  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "rotary_base", 10000.0f, base));
-  c.rotaryBase = base;
+  if (Status status = rotaryInverseFrequencies(ctx.attrs, c.inverseFrequency); !status)
+    return ctx.error(status.message());
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_interleaved", 0, flag));
   c.interleaved = flag != 0;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "cache_layer", -1, c.cacheLayer));
@@ -224,10 +223,7 @@ std::vector<float> alibiSlopes(int64_t heads) {
 void applyRotary(float *x, int64_t tokens, int64_t heads, const AttentionConfig &c,
                  const std::vector<int64_t> &positions) {
   int64_t half = c.rotaryDim / 2;
-  std::vector<float> inverseFrequency(half);
-  for (int64_t i = 0; i < half; ++i)
-    inverseFrequency[i] = static_cast<float>(
-        1.0 / std::pow(c.rotaryBase, double(2 * i) / double(c.rotaryDim)));
+  const std::vector<float> &inverseFrequency = c.inverseFrequency;
   for (int64_t t = 0; t < tokens; ++t) {
     float position = static_cast<float>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {

@@ -275,6 +275,8 @@ struct Family {
   const char *unattended;
   DType maskType;
   float softcap = 0;  // 0: no `softcap` attribute
+  // A rotary_inv_freq table no base gives (as llama3 scaling): slower pairs divided by 8.
+  bool scaledRotary = false;
 };
 
 const Family kGpt2{"gpt2", gpt2::kernels, 16, 4, 4, 1, 0, 0, 0, 0, "all", DType::I64};
@@ -321,6 +323,13 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   attrs["unattended"] = ops::Attr::ofString(f.unattended);
   if (f.softcap > 0)
     attrs["softcap"] = ops::Attr::ofFloat(f.softcap);
+  if (f.scaledRotary) {
+    std::vector<float> frequencies;
+    EXPECT_TRUE(ops::rotaryInverseFrequencies(attrs, frequencies).isOk());
+    for (size_t i = frequencies.size() / 2; i < frequencies.size(); ++i)
+      frequencies[i] /= 8;
+    attrs["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
+  }
   if (s.ranks > 1) {
     std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
     for (int r = 0; r < s.ranks; ++r) {
@@ -758,6 +767,25 @@ TEST(AttentionEmulation, SoftcapMustMatchTheKernels) {
     EXPECT_NE(run.message().find("SOFTCAP_BITS"), std::string::npos) << run.message();
     EXPECT_EQ(step.launches[0] + step.launches[1], 0) << f.name;
   }
+}
+
+// The launcher passes the plan's rotary table to the kernel (a by-value parameter), as the
+// CPU kernel reads it; with the base's frequencies instead the rotated keys would differ.
+TEST(AttentionEmulation, ScaledRotaryTable) {
+  Family scaled = kLlama;
+  scaled.scaledRotary = true;
+  Scenario io;
+  io.past = 6;
+  io.fresh = 3;
+  io.padding = {0, 4};
+  check(scaled, io);
+  Scenario decode;
+  decode.session = true;
+  decode.past = 40;
+  decode.fresh = 1;
+  decode.padding = {0, 3};
+  decode.capacity = 64;
+  check(scaled, decode);
 }
 
 TEST(AttentionEmulation, WideHeadsInEveryMode) {

@@ -114,7 +114,7 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(readHeads(context, h));
   const ops::AttrMap &attrs = context.attrs();
   int64_t causal = 0, alibi = 0, window = 0, rotaryDim = 0, interleaved = 0, cacheLayer = -1;
-  float scale = 1.0f, rotaryBase = 10000.0f, softcap = 0.0f;
+  float scale = 1.0f, softcap = 0.0f;
   std::string unattended;
   DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "scale", 1.0f, scale));
   DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "softcap", 0.0f, softcap));
@@ -124,7 +124,11 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "alibi", 0, alibi));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "window", 0, window));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_dim", 0, rotaryDim));
-  DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "rotary_base", 10000.0f, rotaryBase));
+  // The kernel's dsc_rotary_frequencies parameter: ROTARY_DIM / 2 floats (one when off).
+  std::vector<float> frequencies;
+  if (Status status = ops::rotaryInverseFrequencies(attrs, frequencies); !status)
+    return context.error(status.message());
+  frequencies.resize(std::max<size_t>(frequencies.size(), 1), 0.0f);
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
   DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
@@ -297,14 +301,14 @@ Status runAttention(StepContext &context) {
   int headOffset = static_cast<int>(h.headOffset), kvHeadOffset = static_cast<int>(h.kvHeadOffset);
   int group = static_cast<int>(h.globalHeads / h.globalKvHeads);
   int globalHeads = static_cast<int>(h.globalHeads);
-  float baseArg = rotaryBase, scaleArg = scale;
+  float scaleArg = scale;
 
   {
     void *args[] = {&queryData,  &keyData,     &valueData,     &positionData, &outData,
                     &keys,       &values,      &pastKeyData,   &pastValueData, &lengths,
                     &ioPastArg,  &fresh,       &rowsArg,       &batchStride,  &headStride,
                     &capacity,   &headsArg,    &kvHeadsArg,    &pastHeadsArg, &pastOffsetArg,
-                    &baseArg};
+                    frequencies.data()};
     Dim3 grid, block;
     grid.x = static_cast<unsigned>(B * rowsPerSequence);
     block.x = kRotaryBlock;

@@ -1,0 +1,86 @@
+// tfm.attention's rotary table (rotary_inv_freq): the scaled RoPE of Llama-3.x, Gemma-3 and
+// yarn exports, whose frequencies no base gives. Linear scaling by 4 is position
+// interpolation: frequencies f/4 at position 4p turn each pair exactly as f at p (a power
+// of two scales a float exactly), so the table at positions 4p must give what the base
+// gives at p. An independent identity, not a second copy of the kernel's arithmetic.
+#include "OpTestUtil.h"
+
+#include <cmath>
+#include <random>
+
+namespace dsrt::test {
+namespace {
+
+OwnedTensor normalF32(Shape shape, std::mt19937 &rng) {
+  OwnedTensor t(DType::F32, shape);
+  std::normal_distribution<float> normal;
+  auto *data = reinterpret_cast<float *>(t.storage.data());
+  for (int64_t i = 0; i < t.ref().elements(); ++i)
+    data[i] = normal(rng);
+  return t;
+}
+
+ops::AttrMap rotaryAttention(int64_t heads, int64_t headDim) {
+  return {{"num_heads", ops::Attr::ofInt(heads)},  {"num_kv_heads", ops::Attr::ofInt(1)},
+          {"head_dim", ops::Attr::ofInt(headDim)}, {"scale", ops::Attr::ofFloat(0.3f)},
+          {"causal", ops::Attr::ofInt(1)},         {"rotary_dim", ops::Attr::ofInt(headDim)},
+          {"rotary_base", ops::Attr::ofFloat(500000.0f)}};
+}
+
+TEST(RotaryTableTest, LinearScalingIsPositionInterpolation) {
+  const int64_t B = 2, S = 6, H = 2, D = 16;
+  std::mt19937 rng(3);
+  OwnedTensor q = normalF32({B, S, H * D}, rng), k = normalF32({B, S, D}, rng),
+              v = normalF32({B, S, D}, rng);
+  OwnedTensor mask = i64({B, S}, {1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1});
+  std::vector<int64_t> positions = {0, 1, 2, 3, 4, 5, 1, 0, 1, 2, 3, 4}, scaled;
+  for (int64_t p : positions)
+    scaled.push_back(4 * p);
+  OwnedTensor atP = i64({B, S}, positions), at4P = i64({B, S}, scaled);
+
+  ops::AttrMap base = rotaryAttention(H, D), table = base;
+  std::vector<float> frequencies;
+  ASSERT_TRUE(ops::rotaryInverseFrequencies(base, frequencies).isOk());
+  ASSERT_EQ(frequencies.size(), size_t(D / 2));
+  for (float &f : frequencies)
+    f /= 4;
+  table["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
+
+  std::vector<OwnedTensor> expected, got, unscaled;
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &atP}, expected, base)
+                  .isOk());
+  Status status = run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &at4P}, got, table);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &at4P}, unscaled, base)
+                  .isOk());
+  std::vector<float> e = values<float>(expected[0]), g = values<float>(got[0]),
+                     u = values<float>(unscaled[0]);
+  double differsUnscaled = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_NEAR(g[i], e[i], 1e-6) << i;
+    differsUnscaled = std::max(differsUnscaled, double(std::abs(u[i] - e[i])));
+  }
+  // The table matters: the base alone at 4p gives other numbers.
+  EXPECT_GT(differsUnscaled, 1e-2);
+}
+
+TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
+  const int64_t B = 1, S = 2, D = 8;
+  std::mt19937 rng(4);
+  OwnedTensor q = normalF32({B, S, D}, rng), k = normalF32({B, S, D}, rng),
+              v = normalF32({B, S, D}, rng), positions = i64({B, S}, {0, 1});
+  ops::AttrMap attrs = rotaryAttention(1, D);
+  std::vector<OwnedTensor> out;
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.01f});
+  Status status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out,
+                      attrs);
+  EXPECT_NE(status.message().find("rotary_inv_freq has 3 frequencies, rotary_dim 8 needs 4"),
+            std::string::npos)
+      << status.message();
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, -0.01f, 0.001f});
+  status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
+  EXPECT_NE(status.message().find("finite and positive"), std::string::npos) << status.message();
+}
+
+} // namespace
+} // namespace dsrt::test
