@@ -23,6 +23,7 @@
 // or base^(-2i/dim) rounded to fp32), so no pow runs here, nothing is uploaded, and a
 // captured graph keeps them.
 struct dsc_rotary_frequencies {
+  float attention_factor;  // scales the cosines and sines (yarn, longrope); else 1
   float inverse[ROTARY_DIM > 0 ? ROTARY_DIM / 2 : 1];
 };
 
@@ -49,8 +50,10 @@ attention_rotary_feature(const float *head, int feature, float position,
     is_first = feature < half;
 #endif
     const float angle = position * frequencies.inverse[pair];
-    const float cosine = static_cast<float>(cos(static_cast<double>(angle)));
-    const float sine = static_cast<float>(sin(static_cast<double>(angle)));
+    const float cosine =
+        static_cast<float>(cos(static_cast<double>(angle))) * frequencies.attention_factor;
+    const float sine =
+        static_cast<float>(sin(static_cast<double>(angle))) * frequencies.attention_factor;
     const float first = head[first_index], second = head[second_index];
     return is_first ? first * cosine - second * sine : second * cosine + first * sine;
   }

@@ -151,6 +151,9 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
         frequencies.push_back(b.getF32FloatAttr(frequency));
       attrs.append("rotary_inv_freq", b.getArrayAttr(frequencies));
     }
+    if (rotary && rotary.getAttentionFactor())
+      attrs.append("rotary_attention_factor",
+                   b.getF32FloatAttr(rotary.getAttentionFactor().getValueAsDouble()));
     attrs.append("cache_layer", b.getI64IntegerAttr(
                                     attention.getCacheLayer() ? *attention.getCacheLayer() : -1));
     // Set by recognition where the export averages a padding query's values over the

@@ -64,6 +64,9 @@ struct Rotary {
   std::vector<float> invFreq;  // as transformers computes them, in fp32
   // invFreq was measured and no base reproduces it (llama3, linear, yarn scaling).
   bool explicitTable = false;
+  // yarn's and longrope's attention factor: cos and sin, so the rotated features, are
+  // scaled by it (the pass-through features of a partial rotary are not).
+  float attentionFactor = 1;
 
   void setBase(double newBase) {
     base = newBase;
@@ -80,7 +83,7 @@ struct Rotary {
     for (int64_t i = 0; i < dim / 2; ++i) {
       auto [a, b] = pair(i);
       float angle = float(position) * invFreq[i];
-      float c = std::cos(angle), s = std::sin(angle);
+      float c = std::cos(angle) * attentionFactor, s = std::sin(angle) * attentionFactor;
       float xa = x[a], xb = x[b];
       x[a] = xa * c - xb * s;
       x[b] = xb * c + xa * s;
@@ -122,6 +125,9 @@ struct Candidate {
   bool chainHasTanh = false;  // the score chain may cap the scores (Gemma-2)
   double softcap = 0;         // scores become softcap * tanh(scores / softcap); 0: none
   std::optional<Rotary> rotary;
+  // An attention factor that the query's scale absorbed (a whole head rotated): the keys'
+  // new rows against their cached ones reveal it (AttentionProofs.cpp).
+  double absorbedFactor = 1;
   // Rotated at past + t, computed inside the graph (no position_ids input).
   bool impliedPositions = false;
   llvm::SetVector<Operation *> region;
@@ -148,9 +154,12 @@ private:
   std::string proveQuery(Candidate &c, double &qscale);
   // The rotation's inverse frequencies, read off the graph for a layout and dim; none when
   // the query does not turn as `shape`'s pairs would.
-  std::optional<std::vector<double>> measureFrequencies(const Candidate &c, const Rotary &shape,
-                                                        double qscale,
-                                                        const std::vector<int64_t> &pos);
+  struct Frequencies {
+    std::vector<double> inverse;
+    double attentionFactor = 1;  // the rotated features' amplitude against qscale's
+  };
+  std::optional<Frequencies> measureFrequencies(const Candidate &c, const Rotary &shape,
+                                                double qscale, const std::vector<int64_t> &pos);
   std::string proveKeyValue(Candidate &c, bool isKey, double &kscale);
   std::string proveScores(Candidate &c, double &chainScale);
   std::string proveSoftcap(Candidate &c, const std::vector<char> &attended,

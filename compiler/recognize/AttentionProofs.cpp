@@ -91,19 +91,45 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
     return "query: the query is rotated, but the probe has no positions for it";
   if (pos[1] == pos[0])
     return "query: the probe's positions do not advance";
+  const double wholeScale = qscale;
   for (bool interleaved : {false, true}) {
     for (int64_t dim = D - D % 2; dim >= 2; dim -= 2) {
       Rotary rotary;
       rotary.dim = dim;
       rotary.interleaved = interleaved;
+      // The query's scale is the pass-through features' where there are some: an attention
+      // factor (yarn, longrope) scales the rotated ones only.
+      double scale = wholeScale;
+      if (dim < D) {
+        double px = 0, py = 0;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < S; ++t)
+            for (int64_t n = 0; n < H; ++n)
+              for (int64_t e = dim; e < D; ++e) {
+                px += double(x[xi(b, t, n, e)]) * x[xi(b, t, n, e)];
+                py += double(y[yi(b, n, t, e)]) * y[yi(b, n, t, e)];
+              }
+        scale = std::sqrt(py / px);
+        if (!(scale > 0) || !std::isfinite(scale))
+          continue;
+      }
+      if (scale != qscale) {
+        qscale = scale;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < S; ++t)
+            for (int64_t n = 0; n < H; ++n)
+              for (int64_t e = 0; e < D; ++e)
+                z[xi(b, t, n, e)] = float(y[yi(b, n, t, e)] / qscale);
+      }
       bool passes = true;  // the features past `dim` are not rotated
       for (int64_t e = dim; e < D && passes; ++e)
         passes = close(z[xi(0, 0, 0, e)], x[xi(0, 0, 0, e)]);
       if (!passes)
         continue;
-      std::optional<std::vector<double>> frequencies = measureFrequencies(c, rotary, qscale, pos);
-      if (!frequencies)
+      std::optional<Frequencies> measured = measureFrequencies(c, rotary, qscale, pos);
+      if (!measured)
         continue;
+      const std::vector<double> *frequencies = &measured->inverse;
       // inv_freq[1] = base^(-2/dim) gives the base; where the base formula reproduces every
       // measured frequency the rotation is the default RoPE, else the measured table is it.
       double base = 10000;
@@ -122,6 +148,8 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
         rotary.invFreq.assign(frequencies->begin(), frequencies->end());
         rotary.explicitTable = true;
       }
+      if (std::abs(measured->attentionFactor - 1) > 1e-6)
+        rotary.attentionFactor = float(measured->attentionFactor);
       if (matches(&rotary, &pos)) {
         c.rotary = rotary;
         return "";
@@ -140,7 +168,7 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
 // the relative precision of fp32 even for the slowest pairs (sin p·f ~ p·f). Consecutive
 // positions of the unpadded first row give each f to about 1e-7; the last position, with
 // the whole turns it has made, refines it to what the graph's fp32 arithmetic holds.
-std::optional<std::vector<double>>
+std::optional<Matcher::Frequencies>
 Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qscale,
                             const std::vector<int64_t> &pos) {
   const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim, half = shape.dim / 2;
@@ -168,14 +196,21 @@ Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qsca
   std::vector<float> y = floats(*out);  // [b, n, s, d]
   if (int64_t(y.size()) != B * H * S * D)
     return std::nullopt;
-  std::vector<double> frequencies(half);
+  Frequencies measured;
+  std::vector<double> &frequencies = measured.inverse;
+  frequencies.resize(half);
+  {
+    auto [a, b] = shape.pair(0);
+    measured.attentionFactor = std::hypot(y[a], y[b]) / qscale;
+  }
   for (int64_t i = 0; i < half; ++i) {
     auto [a, b] = shape.pair(i);
     std::vector<double> turn(S);
     for (int64_t t = 0; t < S; ++t) {
       double za = y[t * D + a] / qscale, zb = y[t * D + b] / qscale;
-      if (std::abs(za * za + zb * zb - 1) > 1e-3)
-        return std::nullopt;  // not a rotation of this pair
+      if (std::abs(std::hypot(za, zb) - measured.attentionFactor) >
+          1e-3 * measured.attentionFactor)
+        return std::nullopt;  // not a rotation of this pair (every pair has one amplitude)
       turn[t] = std::atan2(zb, za);
     }
     double coarse = 0;
@@ -192,7 +227,9 @@ Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qsca
       return std::nullopt;
     frequencies[i] = frequency;
   }
-  return frequencies;
+  if (!(measured.attentionFactor > 0) || !std::isfinite(measured.attentionFactor))
+    return std::nullopt;
+  return measured;
 }
 
 std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
@@ -224,21 +261,24 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
   std::vector<int64_t> pos = positions();
   // full[b][g][j][e]: the past, then the new keys (rotated) or values.
   std::vector<float> full(B * G * T * D);
-  std::vector<float> head(D);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t j = 0; j < T; ++j) {
-        float *dst = &full[((b * G + g) * T + j) * D];
-        if (j < P) {
-          std::copy_n(&p[((b * G + g) * P + j) * D], D, dst);
-          continue;
+  auto fill = [&] {
+    std::vector<float> head(D);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t j = 0; j < T; ++j) {
+          float *dst = &full[((b * G + g) * T + j) * D];
+          if (j < P) {
+            std::copy_n(&p[((b * G + g) * P + j) * D], D, dst);
+            continue;
+          }
+          int64_t t = j - P;
+          std::copy_n(&x[((b * S + t) * G + g) * D], D, head.begin());
+          if (isKey && c.rotary)
+            c.rotary->apply(head.data(), pos[b * S + t]);
+          std::copy_n(head.begin(), D, dst);
         }
-        int64_t t = j - P;
-        std::copy_n(&x[((b * S + t) * G + g) * D], D, head.begin());
-        if (isKey && c.rotary)
-          c.rotary->apply(head.data(), pos[b * S + t]);
-        std::copy_n(head.begin(), D, dst);
-      }
+  };
+  fill();
   std::vector<float> y = floats(*out);
   // One KV head that the MatMul broadcasts over the query heads (Falcon's multi-query
   // attention under sdpa) is an operand of one head.
@@ -255,15 +295,30 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
     return isKey ? ((b * operandHeads + n) * D + e) * T + j
                  : ((b * operandHeads + n) * T + j) * D + e;
   };
-  double num = 0, den = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t n = 0; n < H; ++n)
-      for (int64_t j = 0; j < T; ++j)
-        for (int64_t e = 0; e < D; ++e) {
-          num += double(y[yi(b, n, j, e)]) * expected(b, n, j, e);
-          den += double(expected(b, n, j, e)) * expected(b, n, j, e);
-        }
-  scale = num / den;
+  // The fitted scale over the cached rows [0, P) and over the new ones [P, T).
+  auto fit = [&](int64_t first, int64_t last) {
+    double num = 0, den = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t n = 0; n < H; ++n)
+        for (int64_t j = first; j < last; ++j)
+          for (int64_t e = 0; e < D; ++e) {
+            num += double(y[yi(b, n, j, e)]) * expected(b, n, j, e);
+            den += double(expected(b, n, j, e)) * expected(b, n, j, e);
+          }
+    return num / den;
+  };
+  scale = fit(0, T);
+  if (isKey && c.rotary && c.rotary->dim == D && P > 0) {
+    // A whole head rotated with an attention factor: the query's scale absorbed it, but
+    // the new keys carry it and the cached ones (the past input, as given) do not.
+    double cached = fit(0, P), fresh = fit(P, T), factor = fresh / cached;
+    if (cached > 0 && factor > 0 && std::isfinite(factor) && std::abs(factor - 1) > 1e-5) {
+      c.rotary->attentionFactor *= float(factor);
+      c.absorbedFactor = factor;
+      fill();
+      scale = cached;
+    }
+  }
   if (!(scale > 0))
     return std::string(what) + ": not a positive multiple of the projection";
   for (int64_t b = 0; b < B; ++b)

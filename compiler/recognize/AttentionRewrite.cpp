@@ -108,7 +108,10 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
         context, c.rotary->dim, llvm::APFloat(c.rotary->base),
         c.rotary->interleaved ? tfm::RotaryLayout::interleaved : tfm::RotaryLayout::half_split,
         c.rotary->explicitTable ? DenseF32ArrayAttr::get(context, c.rotary->invFreq)
-                                : DenseF32ArrayAttr());
+                                : DenseF32ArrayAttr(),
+        c.rotary->attentionFactor != 1
+            ? FloatAttr::get(Float32Type::get(context), c.rotary->attentionFactor)
+            : FloatAttr());
   Value positions = positionIds;
   if (c.rotary && c.impliedPositions) {
     if (!attentionMask)

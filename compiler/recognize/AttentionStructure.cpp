@@ -334,7 +334,8 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
       !(why = proveKeyValue(c, false, vscale)).empty() ||
       !(why = proveScores(c, chainScale)).empty() || !(why = proveOutput(c)).empty())
     return why;
-  c.scale = qscale * kscale * chainScale;
+  // The kernel scales the rotated query by the attention factor the query's scale absorbed.
+  c.scale = qscale * kscale * chainScale / c.absorbedFactor;
   // Exporters split or fold the scale into rounded constants: within float rounding of
   // 1/sqrt(head_dim) or 1 it is that value.
   for (double exact : {1.0 / std::sqrt(double(c.headDim)), 1.0})

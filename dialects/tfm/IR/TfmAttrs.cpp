@@ -78,7 +78,8 @@ LogicalResult QuantScalesAttr::verify(function_ref<InFlightDiagnostic()> emitErr
 }
 
 LogicalResult RotaryAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dim,
-                                 APFloat base, RotaryLayout layout, DenseF32ArrayAttr invFreq) {
+                                 APFloat base, RotaryLayout layout, DenseF32ArrayAttr invFreq,
+                                 FloatAttr attentionFactor) {
   if (dim <= 0 || dim % 2 != 0)
     return emitError() << "rotary dim must be positive and even, not " << dim;
   if (!base.isFiniteNonZero() || !(base.convertToDouble() > 1.0))
@@ -90,6 +91,12 @@ LogicalResult RotaryAttr::verify(function_ref<InFlightDiagnostic()> emitError, i
     for (float frequency : invFreq.asArrayRef())
       if (!(frequency > 0) || !std::isfinite(frequency))
         return emitError() << "rotary inv_freq must be finite and positive, not " << frequency;
+  }
+  if (attentionFactor) {
+    double factor = attentionFactor.getValueAsDouble();
+    if (!(factor > 0) || !std::isfinite(factor))
+      return emitError() << "rotary attention_factor must be finite and positive, not "
+                         << factor;
   }
   return success();
 }

@@ -134,15 +134,17 @@ def Tfm_RotaryAttr : Tfm_Attr<"Rotary", "rotary"> {
     Gemma-3's "linear", "yarn", "longrope"), which no single base gives. Recognition
     measures them on the graph and lists them only where the base formula does not
     reproduce them; `base` is then the one the second frequency implies, for reading only.
-    A `dim` below the head size is a partial rotary (GPT-J, GPT-NeoX, Phi); the remaining
-    elements pass through.
+    `attention_factor` (yarn's and longrope's) scales the cosines and sines, so the rotated
+    elements of queries and keys (and the cached keys); absent, 1. A `dim` below the head
+    size is a partial rotary (GPT-J, GPT-NeoX, Phi); the remaining elements pass through.
   }];
   let parameters = (ins "int64_t":$dim, Tfm_F64Parameter:$base,
                     EnumParameter<Tfm_RotaryLayoutEnum>:$layout,
-                    OptionalParameter<"::mlir::DenseF32ArrayAttr">:$inv_freq);
+                    OptionalParameter<"::mlir::DenseF32ArrayAttr">:$inv_freq,
+                    OptionalParameter<"::mlir::FloatAttr">:$attention_factor);
   let builders = [
     AttrBuilder<(ins "int64_t":$dim, "::llvm::APFloat":$base, "RotaryLayout":$layout), [{
-      return $_get($_ctxt, dim, base, layout, ::mlir::DenseF32ArrayAttr());
+      return $_get($_ctxt, dim, base, layout, ::mlir::DenseF32ArrayAttr(), ::mlir::FloatAttr());
     }]>
   ];
   let assemblyFormat = "`<` struct(params) `>`";

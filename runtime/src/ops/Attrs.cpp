@@ -125,6 +125,14 @@ Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out) {
   return Status::ok();
 }
 
+Status rotaryAttentionFactor(const AttrMap &attrs, float &out) {
+  DSRT_RETURN_IF_ERROR(getFloat(attrs, "rotary_attention_factor", 1.0f, out));
+  if (!(out > 0) || !std::isfinite(out))
+    return Status::error(
+        concat("rotary_attention_factor must be finite and positive, not ", out));
+  return Status::ok();
+}
+
 Status getString(const AttrMap &attrs, std::string_view name, std::string fallback,
                  std::string &out) {
   const Attr *attr;

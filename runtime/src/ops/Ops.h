@@ -55,6 +55,9 @@ Status getInts(const AttrMap &attrs, std::string_view name, std::vector<int64_t>
 // rotary_base^(-2i/rotary_dim) computed in double and rounded to fp32. Both backends rotate
 // with these; empty without a rotary embedding.
 Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out);
+// yarn's and longrope's rotary_attention_factor (1 when absent): the cosines and sines are
+// scaled by it.
+Status rotaryAttentionFactor(const AttrMap &attrs, float &out);
 
 struct OutputSpec {
   DType dtype = DType::Undefined;

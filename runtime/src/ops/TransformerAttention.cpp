@@ -33,6 +33,7 @@ struct AttentionConfig {
   bool causal = false, alibi = false;
   int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
   std::vector<float> inverseFrequency;  // rotaryDim / 2
+  float attentionFactor = 1;            // scales the cosines and sines (yarn, longrope)
   bool interleaved = false;
   bool unattendedCausal = false;
   bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
@@ -84,6 +85,8 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "window", 0, c.window));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_dim", 0, c.rotaryDim));
   if (Status status = rotaryInverseFrequencies(ctx.attrs, c.inverseFrequency); !status)
+    return ctx.error(status.message());
+  if (Status status = rotaryAttentionFactor(ctx.attrs, c.attentionFactor); !status)
     return ctx.error(status.message());
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_interleaved", 0, flag));
   c.interleaved = flag != 0;
@@ -228,7 +231,8 @@ void applyRotary(float *x, int64_t tokens, int64_t heads, const AttentionConfig 
     float position = static_cast<float>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       float angle = position * inverseFrequency[i];
-      float cosine = std::cos(angle), sine = std::sin(angle);
+      float cosine = std::cos(angle) * c.attentionFactor,
+            sine = std::sin(angle) * c.attentionFactor;
       for (int64_t h = 0; h < heads; ++h) {
         float *head = x + (t * heads + h) * c.headDim;
         int64_t a = c.interleaved ? 2 * i : i, b = c.interleaved ? 2 * i + 1 : i + half;

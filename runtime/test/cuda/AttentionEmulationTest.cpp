@@ -275,7 +275,8 @@ struct Family {
   const char *unattended;
   DType maskType;
   float softcap = 0;  // 0: no `softcap` attribute
-  // A rotary_inv_freq table no base gives (as llama3 scaling): slower pairs divided by 8.
+  // A rotary_inv_freq table no base gives (as llama3 scaling: slower pairs divided by 8)
+  // and yarn's rotary_attention_factor.
   bool scaledRotary = false;
 };
 
@@ -329,6 +330,7 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
     for (size_t i = frequencies.size() / 2; i < frequencies.size(); ++i)
       frequencies[i] /= 8;
     attrs["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
+    attrs["rotary_attention_factor"] = ops::Attr::ofFloat(1.2f);
   }
   if (s.ranks > 1) {
     std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
@@ -769,8 +771,9 @@ TEST(AttentionEmulation, SoftcapMustMatchTheKernels) {
   }
 }
 
-// The launcher passes the plan's rotary table to the kernel (a by-value parameter), as the
-// CPU kernel reads it; with the base's frequencies instead the rotated keys would differ.
+// The launcher passes the plan's rotary table and attention factor to the kernel (a
+// by-value parameter), as the CPU kernel reads them; with the base's frequencies or no
+// factor the rotated keys would differ.
 TEST(AttentionEmulation, ScaledRotaryTable) {
   Family scaled = kLlama;
   scaled.scaledRotary = true;

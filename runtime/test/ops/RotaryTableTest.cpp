@@ -1,5 +1,6 @@
-// tfm.attention's rotary table (rotary_inv_freq): the scaled RoPE of Llama-3.x, Gemma-3 and
-// yarn exports, whose frequencies no base gives. Linear scaling by 4 is position
+// tfm.attention's rotary table (rotary_inv_freq) and attention factor
+// (rotary_attention_factor): the scaled RoPE of Llama-3.x, Gemma-3, yarn and longrope
+// exports, whose frequencies no base gives. Linear scaling by 4 is position
 // interpolation: frequencies f/4 at position 4p turn each pair exactly as f at p (a power
 // of two scales a float exactly), so the table at positions 4p must give what the base
 // gives at p. An independent identity, not a second copy of the kernel's arithmetic.
@@ -64,6 +65,42 @@ TEST(RotaryTableTest, LinearScalingIsPositionInterpolation) {
   EXPECT_GT(differsUnscaled, 1e-2);
 }
 
+// yarn's attention factor a scales cos and sin, so a whole-head rotation scales queries
+// and keys by a: the scores by a², which scale / a² undoes, and the present keys by a.
+TEST(RotaryTableTest, AttentionFactorScalesTheRotatedQueriesAndKeys) {
+  const int64_t B = 2, S = 5, H = 2, D = 8;
+  const float factor = 1.25f;
+  std::mt19937 rng(5);
+  OwnedTensor q = normalF32({B, S, H * D}, rng), k = normalF32({B, S, D}, rng),
+              v = normalF32({B, S, D}, rng);
+  OwnedTensor pastKey = normalF32({B, 1, 2, D}, rng), pastValue = normalF32({B, 1, 2, D}, rng);
+  // Row 1 is left-padded by one cached token.
+  OwnedTensor mask = i64({B, 2 + S}, {1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1});
+  OwnedTensor positions = i64({B, S}, {2, 3, 4, 5, 6, 1, 2, 3, 4, 5});
+  ops::AttrMap plain = rotaryAttention(H, D), scaled = plain;
+  scaled["rotary_attention_factor"] = ops::Attr::ofFloat(factor);
+  // The past keys carry the factor already (they were rotated with it).
+  OwnedTensor scaledPast = pastKey;
+  auto *data = reinterpret_cast<float *>(scaledPast.storage.data());
+  for (int64_t i = 0; i < scaledPast.ref().elements(); ++i)
+    data[i] *= factor;
+  scaled["scale"] = ops::Attr::ofFloat(0.3f / (factor * factor));
+  std::vector<OwnedTensor> expected, got;
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask, &pastKey, &pastValue, &positions},
+                  expected, plain, 3)
+                  .isOk());
+  Status status = run("tfm.attention", {&q, &k, &v, &mask, &scaledPast, &pastValue, &positions},
+                      got, scaled, 3);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  std::vector<float> e = values<float>(expected[0]), g = values<float>(got[0]);
+  for (size_t i = 0; i < e.size(); ++i)
+    EXPECT_NEAR(g[i], e[i], 1e-5) << "output " << i;
+  std::vector<float> ek = values<float>(expected[1]), gk = values<float>(got[1]);
+  for (size_t i = 0; i < ek.size(); ++i)
+    EXPECT_NEAR(gk[i], factor * ek[i], 1e-5) << "present key " << i;
+  EXPECT_EQ(values<float>(expected[2]), values<float>(got[2]));
+}
+
 TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
   const int64_t B = 1, S = 2, D = 8;
   std::mt19937 rng(4);
@@ -80,6 +117,12 @@ TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
   attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, -0.01f, 0.001f});
   status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
   EXPECT_NE(status.message().find("finite and positive"), std::string::npos) << status.message();
+  attrs.erase("rotary_inv_freq");
+  attrs["rotary_attention_factor"] = ops::Attr::ofFloat(-1.0f);
+  status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
+  EXPECT_NE(status.message().find("rotary_attention_factor must be finite and positive"),
+            std::string::npos)
+      << status.message();
 }
 
 } // namespace

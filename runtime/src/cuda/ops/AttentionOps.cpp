@@ -124,11 +124,16 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "alibi", 0, alibi));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "window", 0, window));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_dim", 0, rotaryDim));
-  // The kernel's dsc_rotary_frequencies parameter: ROTARY_DIM / 2 floats (one when off).
+  // The kernel's dsc_rotary_frequencies parameter: the attention factor, then
+  // ROTARY_DIM / 2 inverse frequencies (one when off).
   std::vector<float> frequencies;
+  float attentionFactor = 1.0f;
   if (Status status = ops::rotaryInverseFrequencies(attrs, frequencies); !status)
     return context.error(status.message());
+  if (Status status = ops::rotaryAttentionFactor(attrs, attentionFactor); !status)
+    return context.error(status.message());
   frequencies.resize(std::max<size_t>(frequencies.size(), 1), 0.0f);
+  frequencies.insert(frequencies.begin(), attentionFactor);
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
   DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
