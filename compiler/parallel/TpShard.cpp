@@ -177,6 +177,35 @@ bool isScalarConstant(Value value) {
   return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
 }
 
+// Whether `user` reads only dimensions of `value` that sharding its heads keeps: an
+// onnx.Shape that stops before them (the implied positions read [batch, seq] of the query).
+bool readsKeptDims(Operation *user, Value value, int64_t heads, int64_t headDim) {
+  auto shape = dyn_cast<onnx::ShapeOp>(user);
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!shape || !type)
+    return false;
+  int64_t rank = type.getRank(), start = shape.getStart().value_or(0),
+          end = shape.getEnd().value_or(rank);
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
+  auto local = cast<RankedTensorType>(withLocalHeads(type, heads, 1, headDim));
+  for (int64_t dim = std::max<int64_t>(start, 0); dim < std::min(end, rank); ++dim)
+    if (local.getDimSize(dim) != type.getDimSize(dim))
+      return false;
+  return true;
+}
+
+// One use that computes with `value`, and any number that read only the dimensions its
+// sharding keeps (they follow it to the rank's shard).
+bool hasOneDataUse(Value value, int64_t heads, int64_t headDim) {
+  int64_t data = 0;
+  for (Operation *user : value.getUsers())
+    data += !readsKeptDims(user, value, heads, headDim);
+  return data == 1;
+}
+
 class Sharder {
 public:
   Sharder(func::FuncOp func, int64_t ranks) : func_(func), ranks_(ranks), b_(func.getContext()) {}
@@ -219,8 +248,10 @@ private:
 // tfm.linear it reads, and says which rows of its [out, in] weight this part is.
 std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, int part,
                                      Projection &out) {
+  const int64_t partHeads = part == 0 ? attention.getNumHeads() : attention.getNumKvHeads();
+  const int64_t dim = attention.getHeadDim();
   if (auto linear = operand.getDefiningOp<tfm::LinearOp>()) {
-    if (!linear->hasOneUse())
+    if (!hasOneDataUse(linear.getOutput(), partHeads, dim))
       return "a Q/K/V projection has other users";
     out.linear = linear;
     return "";
@@ -308,10 +339,10 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
   int64_t features = cast<RankedTensorType>(found.getWeight().getType()).getDimSize(0);
   // A projection of this part alone, seen through reshapes and a per-head norm.
   if (features == (part == 0 ? heads : kvHeads) * headDim) {
-    if (!found->hasOneUse())
+    if (!hasOneDataUse(found.getOutput(), partHeads, dim))
       return "a Q/K/V projection has other users";
     for (Operation *op : out.headOps)
-      if (!op->hasOneUse())
+      if (!hasOneDataUse(op->getResult(0), partHeads, dim))
         return "a value between a Q/K/V projection and the attention has other users";
     out.linear = found;
     return "";
