@@ -63,8 +63,10 @@ struct HeadSplit {
   bool kvReplicated = false;
 };
 
-// Whole KV-head groups when there are at least as many KV heads as ranks; otherwise the
-// query heads are split and each rank keeps the KV heads they read (replicated).
+// Whole KV-head groups when there are at least as many KV heads as ranks; otherwise each
+// KV head's group of query heads is split over ranks of its own, so every rank reads one KV
+// head (replicated on the ranks of its group). The groups with the fewest ranks come
+// first: rank 0 then holds the most heads, whose types the program carries.
 std::string splitHeads(int64_t heads, int64_t kvHeads, int64_t ranks, HeadSplit &split) {
   int64_t group = heads / kvHeads;
   if (kvHeads >= ranks) {
@@ -75,17 +77,23 @@ std::string splitHeads(int64_t heads, int64_t kvHeads, int64_t ranks, HeadSplit 
     return "";
   }
   split.kvReplicated = true;
-  split.heads = evenSizes(heads, ranks);
-  split.headOffsets = offsetsOf(split.heads);
-  for (int64_t r = 0; r < ranks; ++r) {
-    int64_t first = split.headOffsets[r] / group;
-    int64_t last = (split.headOffsets[r] + split.heads[r] - 1) / group;
-    split.kvOffsets.push_back(first);
-    split.kvHeads.push_back(last - first + 1);
-    if (split.kvHeads[r] > split.kvHeads[0])
-      return "rank " + std::to_string(r) + " would need more KV heads than rank 0, whose "
-             "types the program carries";
+  SmallVector<int64_t> ranksPerGroup = evenSizes(ranks, kvHeads);
+  std::reverse(ranksPerGroup.begin(), ranksPerGroup.end());
+  for (int64_t g = 0; g < kvHeads; ++g) {
+    SmallVector<int64_t> shares = evenSizes(group, ranksPerGroup[g]);
+    int64_t offset = g * group;
+    for (int64_t share : shares) {
+      split.heads.push_back(share);
+      split.headOffsets.push_back(offset);
+      split.kvHeads.push_back(1);
+      split.kvOffsets.push_back(g);
+      offset += share;
+    }
   }
+  for (int64_t r = 0; r < ranks; ++r)
+    if (split.heads[r] > split.heads[0] || split.heads[r] == 0)
+      return "rank " + std::to_string(r) + " would hold " + std::to_string(split.heads[r]) +
+             " query heads against rank 0's " + std::to_string(split.heads[0]);
   return "";
 }
 
@@ -371,9 +379,6 @@ std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &pl
   int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads();
   if (std::string why = splitHeads(heads, kvHeads, ranks_, plan.split); !why.empty())
     return why;
-  if (!attention.getPresent().empty() && plan.split.kvReplicated)
-    return "its present key/value outputs would gather replicated KV heads (" +
-           std::to_string(kvHeads) + " KV heads for " + std::to_string(ranks_) + " ranks)";
   if (Value mask = attention.getMask()) {
     auto type = dyn_cast<RankedTensorType>(mask.getType());
     if (!type || (type.getRank() == 4 && type.getDimSize(1) != 1))
@@ -496,17 +501,43 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
   attention.setNumKvHeads(split.kvHeads[0]);
   attention.getOutput().setType(
       withDim(attention.getOutput().getType(), -1, split.heads[0] * headDim));
-  // The I/O cache's presents: each rank's KV heads, gathered along the head axis.
+  // The I/O cache's presents: each rank's KV heads, gathered along the head axis. With
+  // fewer KV heads than ranks, ranks that read the same KV head hold the same copy: the
+  // gathered heads are then taken once each, in order (a Gather of constant indices, the
+  // same on every rank).
   OpBuilder builder(attention);
   builder.setInsertionPointAfter(attention);
+  SmallVector<int64_t> firstCopies;
+  int64_t gathered = 0;
+  for (int64_t r = 0, next = 0; r < ranks_; ++r) {
+    for (int64_t h = 0; h < split.kvHeads[r]; ++h)
+      if (split.kvOffsets[r] + h == next) {
+        firstCopies.push_back(gathered + h);
+        ++next;
+      }
+    gathered += split.kvHeads[r];
+  }
+  if (static_cast<int64_t>(firstCopies.size()) != globalKv)
+    return attention.emitOpError("tp-shard: the ranks' KV heads do not cover the model's ")
+           << globalKv;
   for (Value present : attention.getPresent()) {
     Type full = present.getType();
     present.setType(withDim(full, 1, split.kvHeads[0]));
-    auto gather = tfm::AllGatherOp::create(builder, attention.getLoc(), full, present,
+    Type all = gathered == globalKv ? full : withDim(full, 1, gathered);
+    auto gather = tfm::AllGatherOp::create(builder, attention.getLoc(), all, present,
                                            builder.getI64IntegerAttr(1),
                                            builder.getI64IntegerAttr(ranks_),
                                            builder.getDenseI64ArrayAttr(split.kvHeads));
-    present.replaceAllUsesExcept(gather.getOutput(), gather);
+    Value result = gather.getOutput();
+    if (gathered != globalKv) {
+      auto indicesType = RankedTensorType::get({globalKv}, builder.getI64Type());
+      Value indices = onnx::ConstantOp::create(
+          builder, attention.getLoc(), indicesType,
+          DenseElementsAttr::get(indicesType, ArrayRef<int64_t>(firstCopies)));
+      result = onnx::GatherOp::create(builder, attention.getLoc(), full, result, indices,
+                                      builder.getI64IntegerAttr(1));
+    }
+    present.replaceAllUsesExcept(result, gather);
   }
   return success();
 }
