@@ -4,6 +4,8 @@
 #include "compiler/recognize/RecognitionReport.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/TypeUtilities.h"
 
@@ -212,18 +214,152 @@ struct GeluPattern : RecognitionPattern<onnx::GeluOp> {
   }
 };
 
-// act(gate) * up, the gated MLP (SwiGLU and friends).
+// One part of a fused projection's output (Phi-3's gate_up_proj, chunked into gate and
+// up): a result of an onnx.Split or an onnx.Slice of a tfm.linear along the last axis,
+// with static bounds, used once.
+struct FusedPart {
+  tfm::LinearOp linear;
+  Operation *op = nullptr;
+  int64_t offset = 0, size = 0;
+};
+
+std::optional<int64_t> singleConstant(Value value) {
+  std::optional<SmallVector<int64_t>> values = value ? staticIntegers(value) : std::nullopt;
+  if (!values || values->size() != 1)
+    return std::nullopt;
+  return values->front();
+}
+
+// One user once the ops that an earlier rewrite left dead are gone (the greedy driver
+// erases them later).
+bool hasOneLiveUse(Value value) {
+  int64_t live = 0;
+  for (Operation *user : value.getUsers())
+    live += !isOpTriviallyDead(user);
+  return live == 1;
+}
+
+std::optional<FusedPart> fusedPart(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  Operation *op = value.getDefiningOp();
+  if (!op || !hasOneLiveUse(value) || !type || type.getRank() < 1 ||
+      type.isDynamicDim(type.getRank() - 1))
+    return std::nullopt;
+  const int64_t rank = type.getRank();
+  auto lastAxis = [&](int64_t axis) { return axis == rank - 1 || axis == -1; };
+  FusedPart part;
+  part.op = op;
+  part.size = type.getShape().back();
+  if (auto split = dyn_cast<onnx::SplitOp>(op)) {
+    if (!lastAxis(split.getAxis()))
+      return std::nullopt;
+    for (Value before : split.getOutputs()) {
+      if (before == value)
+        break;
+      auto beforeType = dyn_cast<RankedTensorType>(before.getType());
+      if (!beforeType || beforeType.isDynamicDim(rank - 1))
+        return std::nullopt;
+      part.offset += beforeType.getShape().back();
+    }
+    part.linear = split.getInput().getDefiningOp<tfm::LinearOp>();
+  } else if (auto slice = dyn_cast<onnx::SliceOp>(op)) {
+    std::optional<int64_t> start = singleConstant(slice.getStarts());
+    auto given = [](Value operand) { return operand && !isa<NoneType>(operand.getType()); };
+    std::optional<int64_t> axis = given(slice.getAxes()) ? singleConstant(slice.getAxes()) : 0;
+    std::optional<int64_t> step = given(slice.getSteps()) ? singleConstant(slice.getSteps()) : 1;
+    if (!start || *start < 0 || !axis || !lastAxis(*axis) || step != 1)
+      return std::nullopt;
+    part.offset = *start;
+    part.linear = slice.getData().getDefiningOp<tfm::LinearOp>();
+  }
+  if (!part.linear || part.linear.getScales())
+    return std::nullopt;
+  auto features = cast<RankedTensorType>(part.linear.getWeight().getType()).getDimSize(0);
+  if (part.offset + part.size > features)
+    return std::nullopt;
+  return part;
+}
+
+// The rows [offset, +size) of a fused projection, as a projection of their own.
+Value projectionPart(PatternRewriter &rewriter, const FusedPart &part) {
+  tfm::LinearOp linear = part.linear;
+  auto select = [&](Value weight) -> Value {
+    auto op = weight.getDefiningOp<tfm::WeightOp>();
+    if (!op)
+      return Value();
+    SmallVector<Attribute> transforms;
+    if (auto list = op.getTransforms())
+      llvm::append_range(transforms, list->getValue());
+    transforms.push_back(
+        tfm::SliceAttr::get(rewriter.getContext(), 0, part.offset, part.size));
+    auto type = cast<RankedTensorType>(weight.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] = part.size;
+    ArrayAttr list = rewriter.getArrayAttr(transforms);
+    // One handle per weight and transforms: the other part of another layer's copy of the
+    // same tensor (tied MLPs) may have made it already.
+    for (auto existing : op->getBlock()->getOps<tfm::WeightOp>())
+      if (existing.getName() == op.getName() && existing.getTransformsAttr() == list &&
+          existing.getSourceType() == op.getSourceType())
+        return existing.getOutput();
+    return tfm::WeightOp::create(rewriter, op.getLoc(),
+                                 RankedTensorType::get(shape, type.getElementType()),
+                                 op.getName(), op.getSourceType(), list);
+  };
+  Value weight = select(linear.getWeight());
+  Value bias = linear.getBias() ? select(linear.getBias()) : Value();
+  if (!weight || (linear.getBias() && !bias))
+    return Value();
+  auto type = cast<RankedTensorType>(linear.getOutput().getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = part.size;
+  return tfm::LinearOp::create(rewriter, linear.getLoc(),
+                               RankedTensorType::get(shape, type.getElementType()),
+                               linear.getInput(), weight, bias, Value(),
+                               linear.getParallelAttr())
+      .getOutput();
+}
+
+// act(gate) * up, the gated MLP (SwiGLU and friends). Where gate and up are two parts of
+// one fused projection (Phi-3's gate_up_proj), each becomes a projection of its own rows,
+// so the MLP is the same tfm.gated_act whatever the checkpoint fused.
 struct GatedActPattern : OpRewritePattern<onnx::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(onnx::MulOp mul, PatternRewriter &rewriter) const override {
-    for (auto [actValue, up] : {std::pair{mul.getA(), mul.getB()}, std::pair{mul.getB(), mul.getA()}}) {
+    for (auto [actValue, upOperand] :
+         {std::pair{mul.getA(), mul.getB()}, std::pair{mul.getB(), mul.getA()}}) {
       auto activation = defining<tfm::ActivationOp>(actValue);
+      Value up = upOperand;
       if (!activation || !actValue.hasOneUse() || up.getType() != actValue.getType() ||
-          mul.getC().getType() != actValue.getType() || !defining<tfm::LinearOp>(up))
+          mul.getC().getType() != actValue.getType())
         continue;
+      Value gate = activation.getInput();
+      if (!defining<tfm::LinearOp>(up)) {
+        std::optional<FusedPart> gatePart = fusedPart(gate), upPart = fusedPart(up);
+        if (!gatePart || !upPart || gatePart->linear != upPart->linear ||
+            gatePart->op->getNumResults() > 2 || upPart->op->getNumResults() > 2)
+          continue;
+        // The fused projection's outputs go to these two parts only (and to the shape
+        // reads that sized them).
+        bool only = true;
+        for (Operation *user : gatePart->linear.getOutput().getUsers())
+          only &= user == gatePart->op || user == upPart->op || isa<onnx::ShapeOp>(user) ||
+                  isOpTriviallyDead(user);
+        for (Operation *op : {gatePart->op, upPart->op})
+          for (Value result : op->getResults())
+            only &= result == gate || result == up ||
+                    llvm::all_of(result.getUsers(), isOpTriviallyDead);
+        if (!only)
+          continue;
+        rewriter.setInsertionPoint(mul);
+        gate = projectionPart(rewriter, *gatePart);
+        up = projectionPart(rewriter, *upPart);
+        if (!gate || !up)
+          return rewriter.notifyMatchFailure(mul, "a fused projection's weight is not a tfm.weight");
+      }
       rewriter.setInsertionPoint(mul);
       auto gated = tfm::GatedActOp::create(rewriter, mul.getLoc(), actValue.getType(),
-                                           activation.getKind(), activation.getInput(), up);
+                                           activation.getKind(), gate, up);
       rewriter.replaceOp(mul, gated.getOutput());
       rewriter.eraseOp(activation);
       return success();

@@ -1,8 +1,12 @@
 // dsc-recognize-layers: the matching helpers its patterns share.
 #include "compiler/recognize/LayerMatching.h"
 
+#include "compiler/lowering/RuntimeTypes.h"
+#include "ops/Ops.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/TypeUtilities.h"
 
 #include "llvm/ADT/SetVector.h"
@@ -163,6 +167,117 @@ bool isElementwise(Operation *op) {
              onnx::SqrtOp, onnx::ErfOp, onnx::TanhOp, onnx::SigmoidOp>(op) ||
          (isa<onnx::CastOp>(op) && isa<FloatType>(getElementTypeOrSelf(op->getResult(0))) &&
           isa<FloatType>(getElementTypeOrSelf(op->getOperand(0))));
+}
+
+// staticIntegers, on tensors: every op of the chain is run with the runtime's kernel, as
+// dsc-fold-constants does, with a Shape known where the dimensions it reads are static.
+static std::optional<dsrt::OwnedTensor> staticTensor(Value value, int depth) {
+  constexpr int64_t kMaxElements = 64;
+  Operation *op = value.getDefiningOp();
+  if (!op || depth > 24 || !op->getDialect() || op->getDialect()->getNamespace() != "onnx" ||
+      op->getNumResults() != 1)
+    return std::nullopt;
+  DenseElementsAttr dense;
+  if (matchPattern(value, m_Constant(&dense))) {
+    if (dense.getNumElements() > kMaxElements)
+      return std::nullopt;
+    return tensorFromAttr(dense);
+  }
+  // A Shape's dimensions [start, end), or those a Gather of constant indices picks of them.
+  onnx::ShapeOp shape = dyn_cast<onnx::ShapeOp>(op);
+  std::optional<llvm::SmallVector<int64_t>> picked;
+  if (auto gather = dyn_cast<onnx::GatherOp>(op); gather && gather.getAxis() == 0) {
+    shape = gather.getData().getDefiningOp<onnx::ShapeOp>();
+    DenseIntElementsAttr indices;
+    if (shape && matchPattern(gather.getIndices(), m_Constant(&indices)) &&
+        cast<mlir::ShapedType>(gather.getIndices().getType()).getRank() <= 1) {
+      picked.emplace();
+      for (const llvm::APInt &index : indices.getValues<llvm::APInt>())
+        picked->push_back(index.getSExtValue());
+    } else {
+      shape = nullptr;
+    }
+  }
+  if (shape) {
+    auto type = dyn_cast<mlir::RankedTensorType>(shape.getData().getType());
+    if (!type)
+      return std::nullopt;
+    int64_t rank = type.getRank(), start = shape.getStart().value_or(0),
+            end = shape.getEnd().value_or(rank);
+    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+    end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+    llvm::SmallVector<int64_t> range;
+    for (int64_t d = start; d < end; ++d)
+      range.push_back(d);
+    if (picked) {
+      llvm::SmallVector<int64_t> chosen;
+      for (int64_t index : *picked) {
+        int64_t at = index < 0 ? index + int64_t(range.size()) : index;
+        if (at < 0 || at >= int64_t(range.size()))
+          return std::nullopt;
+        chosen.push_back(range[at]);
+      }
+      range = chosen;
+    }
+    llvm::SmallVector<int64_t> dims;
+    for (int64_t d : range) {
+      if (type.isDynamicDim(d))
+        return std::nullopt;
+      dims.push_back(type.getDimSize(d));
+    }
+    if (picked && cast<mlir::ShapedType>(op->getOperand(1).getType()).getRank() == 0) {
+      dsrt::OwnedTensor scalar(dsrt::DType::I64, {});
+      *reinterpret_cast<int64_t *>(scalar.storage.data()) = dims.front();
+      return scalar;
+    }
+    dsrt::OwnedTensor out(dsrt::DType::I64, {static_cast<int64_t>(dims.size())});
+    std::copy(dims.begin(), dims.end(), reinterpret_cast<int64_t *>(out.storage.data()));
+    return out;
+  }
+  auto resultType = dyn_cast<mlir::RankedTensorType>(value.getType());
+  if (!resultType || !resultType.getElementType().isInteger())
+    return std::nullopt;
+  std::vector<dsrt::OwnedTensor> operands(op->getNumOperands());
+  std::vector<dsrt::TensorRef> refs(op->getNumOperands());
+  dsrt::ops::Inputs inputs;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    if (isa<mlir::NoneType>(operand.getType())) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    std::optional<dsrt::OwnedTensor> known = staticTensor(operand, depth + 1);
+    if (!known)
+      return std::nullopt;
+    operands[i] = std::move(*known);
+    refs[i] = operands[i].ref();
+    inputs.push_back(&refs[i]);
+  }
+  mlir::FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
+  std::vector<dsrt::ops::OutputSpec> specs;
+  std::string name = op->getName().stripDialect().str();
+  if (failed(attrs) || !dsrt::ops::inferShapes(name, *attrs, inputs, 1, specs).isOk() ||
+      specs.size() != 1 || dsrt::elementCount(specs[0].shape) > kMaxElements)
+    return std::nullopt;
+  dsrt::OwnedTensor result(specs[0].dtype, specs[0].shape);
+  dsrt::TensorRef resultRef = result.ref();
+  if (!dsrt::ops::compute(name, *attrs, inputs, {&resultRef}).isOk())
+    return std::nullopt;
+  return result;
+}
+
+std::optional<llvm::SmallVector<int64_t>> staticIntegers(Value value) {
+  std::optional<dsrt::OwnedTensor> tensor = staticTensor(value, 0);
+  if (!tensor)
+    return std::nullopt;
+  llvm::SmallVector<int64_t> out;
+  for (int64_t i = 0, n = dsrt::elementCount(tensor->shape); i < n; ++i) {
+    switch (tensor->dtype) {
+    case dsrt::DType::I64: out.push_back(reinterpret_cast<const int64_t *>(tensor->storage.data())[i]); break;
+    case dsrt::DType::I32: out.push_back(reinterpret_cast<const int32_t *>(tensor->storage.data())[i]); break;
+    default: return std::nullopt;
+    }
+  }
+  return out;
 }
 
 } // namespace dsc::layers

@@ -77,6 +77,10 @@ bool isScalarConstant(Value value);
 bool returnsValue(Value value);
 // A float elementwise op (Add, Sub, Mul, Div, Pow, Neg, Sqrt, Erf, Tanh, Sigmoid, float Casts).
 bool isElementwise(Operation *op);
+// The elements of a small integer value that constants and static dimensions decide
+// (TorchScript's chunk: Slice bounds from Gather(Shape(x), -1) / 2), computed with the
+// runtime's kernels; none when anything it reads is unknown.
+std::optional<llvm::SmallVector<int64_t>> staticIntegers(Value value);
 
 //===----------------------------------------------------------------------===//
 // Base: patterns record why they decline an op, for the report.
