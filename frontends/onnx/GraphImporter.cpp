@@ -243,6 +243,14 @@ LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int de
     return importConstant(node, loc);
   if (spec->opType == "If")
     return importIf(node, loc, operands, depth);
+  if (spec->dialectOp.empty()) {
+    if (static_cast<int>(operands.size()) > spec->numOperands ||
+        node.output_size() > spec->numResults)
+      return emitError(loc) << node.op_type() << " has " << operands.size() << " inputs and "
+                            << node.output_size() << " outputs; at most " << spec->numOperands
+                            << " and " << spec->numResults << " are supported";
+    return importFunctionOp(node, loc, operands);
+  }
 
   NamedAttrList attributes;
   if (failed(normalizeNode(node, *spec, loc, operands, attributes)))

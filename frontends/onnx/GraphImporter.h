@@ -75,6 +75,13 @@ private:
   LogicalResult importNode(const NodeProto &node, int index, int depth);
   LogicalResult importIf(const NodeProto &node, Location loc, ArrayRef<Value> inputs, int depth);
   LogicalResult importConstant(const NodeProto &node, Location loc);
+  // Opset 23's Attention, RotaryEmbedding and RMSNormalization, written out in primitive
+  // ops (FunctionOps.cpp).
+  LogicalResult importFunctionOp(const NodeProto &node, Location loc, ArrayRef<Value> inputs);
+  // One primitive op with the importer's inferred result types; its result `result`.
+  Value emit(llvm::StringRef op, ArrayRef<Value> operands, Location loc,
+             ArrayRef<mlir::NamedAttribute> attributes = {}, unsigned numResults = 1,
+             unsigned result = 0);
   FailureOr<Attribute> convertAttribute(const AttributeProto &attr, Location loc);
   LogicalResult normalizeNode(const NodeProto &node, const OpSpec &spec, Location loc,
                               SmallVectorImpl<Value> &operands, NamedAttrList &attributes);

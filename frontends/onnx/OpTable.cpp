@@ -72,6 +72,10 @@ static constexpr OpSpec kOps[] = {
     {"", "GatherND", "GatherND", 13, 2, 1},
     {"", "ScatterND", "ScatterND", 13, 3, 1},
     {"", "Range", "Range", 13, 3, 1},
+    // Opset 23's function ops, written out in the primitive ops of their definitions.
+    {"", "Attention", "", 23, 6, 4},
+    {"", "RotaryEmbedding", "", 23, 4, 1},
+    {"", "RMSNormalization", "", 23, 2, 1},
     // Control flow.
     {"", "If", "If", 13, 1, kVariadic},
     // ONNX Runtime's contrib ops that exporters emit for GELU before opset 20.

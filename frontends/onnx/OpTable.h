@@ -11,13 +11,14 @@
 namespace dsc::onnx_frontend {
 
 constexpr int64_t kMinOpset = 13;
-constexpr int64_t kMaxOpset = 20;
+constexpr int64_t kMaxOpset = 23;
 constexpr int kVariadic = -1;
 
 struct OpSpec {
   llvm::StringRef domain;   // "" is the default domain (ai.onnx)
   llvm::StringRef opType;   // as in the model
-  llvm::StringRef dialectOp;  // the onnx dialect op it becomes, without "onnx."
+  llvm::StringRef dialectOp;  // the onnx dialect op it becomes, without "onnx."; empty
+                              // for a function op written out in primitive ops
   int64_t sinceVersion;     // the first opset of `domain` in which we accept it
   int numOperands;          // after padding absent optional inputs; kVariadic: as given
   int numResults;           // kVariadic: as many as the node has outputs
