@@ -111,10 +111,14 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
     info->input_ids = findTensor(plan, program->inputs, {"input_ids"});
     info->attention_mask = findTensor(plan, program->inputs, {"attention_mask"});
     info->position_ids = findTensor(plan, program->inputs, {"position_ids"});
-    // An export that computes its positions takes none; its session programs do.
-    if (const dsp::ProgramT *prefill = findProgram(plan, "prefill");
-        info->position_ids.empty() && prefill)
-      info->position_ids = findTensor(plan, prefill->inputs, {"position_ids"});
+    // An export that computes its positions takes none, and one of the ids alone no mask;
+    // its session programs take both.
+    if (const dsp::ProgramT *prefill = findProgram(plan, "prefill")) {
+      if (info->position_ids.empty())
+        info->position_ids = findTensor(plan, prefill->inputs, {"position_ids"});
+      if (info->attention_mask.empty())
+        info->attention_mask = findTensor(plan, prefill->inputs, {"attention_mask"});
+    }
     info->logits = findTensor(plan, program->outputs, {"logits"});
     if (!info->logits.empty()) {
       for (int32_t index : program->outputs)

@@ -75,9 +75,10 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   };
   if (matches(nullptr, nullptr))
     return "";
-  // Without position_ids, transformers rotates the new tokens at past + t.
+  // Without position_ids, transformers rotates the new tokens at past + t; with neither a
+  // past nor a mask (an export of the ids alone) that is t.
   if (!positionIds_) {
-    if (!attentionMask_)
+    if (!attentionMask_ && c.pastKey)
       return "query: the query is rotated, and there is neither a position_ids input nor "
              "an attention_mask to count the cached tokens by";
     impliedPositions_.clear();

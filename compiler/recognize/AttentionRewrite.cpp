@@ -114,7 +114,7 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
             : FloatAttr());
   Value positions = positionIds;
   if (c.rotary && c.impliedPositions) {
-    if (!attentionMask)
+    if (!attentionMask && c.pastKey)
       return "the positions are computed in the graph, and there is no attention_mask";
     positions = buildImpliedPositions(builder, loc, attentionMask, query);
   }

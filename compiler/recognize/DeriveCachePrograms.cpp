@@ -188,8 +188,14 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
       return;
     ++attentions;
     auto mask = dyn_cast_or_null<BlockArgument>(attention.getMask());
+    // An export of the ids alone (no mask, nothing cached) attends every token it is given:
+    // its session programs take a mask of their own (addPaddingMask).
+    bool idsAlone = !attention.getMask() && attention.getPast().empty() &&
+                    !namedArgument(main, "attention_mask");
     if (!attention.getCausal())
       why = "an attention is not causal";
+    else if (idsAlone)
+      ;
     else if (!mask || argName(main, mask.getArgNumber()) != "attention_mask")
       why = "an attention has no attention_mask padding mask (the session cache needs it "
             "to know how many tokens it holds)";
@@ -286,6 +292,39 @@ LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &
   return success();
 }
 
+// An export of the ids alone computes causal attention over every token it is given. Its
+// session programs take an attention_mask [batch, cached + new] after input_ids, as the
+// generator gives every program, and pass it to each attention as its padding mask: a row
+// without padding computes what the export does, and a left-padded one what the model
+// computes alone, which the export could not say.
+void addPaddingMask(func::FuncOp func) {
+  if (namedArgument(func, "attention_mask"))
+    return;
+  SmallVector<tfm::AttentionOp> attentions;
+  func.walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
+  if (attentions.empty() || llvm::any_of(attentions, [](tfm::AttentionOp op) {
+        return bool(op.getMask());
+      }))
+    return;
+  BlockArgument ids = namedArgument(func, "input_ids");
+  Builder builder(func.getContext());
+  StringRef batch = "batch";
+  if (ids)
+    if (auto dims = func.getArgAttrOfType<ArrayAttr>(ids.getArgNumber(), "onnx.dims");
+        dims && dims.size() == 2 && !cast<StringAttr>(dims[0]).getValue().empty())
+      batch = cast<StringAttr>(dims[0]).getValue();
+  SmallVector<NamedAttribute> attrs = {
+      builder.getNamedAttr("onnx.name", builder.getStringAttr("attention_mask")),
+      builder.getNamedAttr("onnx.dims",
+                           builder.getStrArrayAttr({batch, "past_sequence + sequence"}))};
+  unsigned index = ids ? ids.getArgNumber() + 1 : 0;
+  auto type = RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                                    builder.getI64Type());
+  (void)func.insertArgument(index, type, builder.getDictionaryAttr(attrs), func.getLoc());
+  for (tfm::AttentionOp op : attentions)
+    op.getMaskMutable().assign(func.getArgument(index));
+}
+
 // @main cloned as `name` with the session cache: past inputs and present outputs gone,
 // only the logits returned.
 FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef name,
@@ -321,6 +360,7 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     derived.erase();
     return failure();
   }
+  addPaddingMask(derived);
   takePositionsAsInput(derived);
   eraseDeadOps(derived);
   llvm::BitVector dropResults(derived.getNumResults(), true);

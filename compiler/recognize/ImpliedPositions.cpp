@@ -24,15 +24,18 @@ Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value 
     return onnx::GatherOp::create(builder, loc, RankedTensorType::get({}, i64), shape,
                                   scalarConstant(index), builder.getI64IntegerAttr(0));
   };
-  Value maskShape =
-      onnx::ShapeOp::create(builder, loc, vector(2), mask, IntegerAttr(), IntegerAttr());
   // [batch, new] or [batch, new, features]: only the first two dimensions are read.
   Value tokensShape = onnx::ShapeOp::create(builder, loc, vector(2), tokens, IntegerAttr(),
                                             builder.getI64IntegerAttr(2));
-  Value total = scalarDim(maskShape, 1);
   Value fresh = scalarDim(tokensShape, 1);
   Value batch = scalarDim(tokensShape, 0);
-  Value start = onnx::SubOp::create(builder, loc, RankedTensorType::get({}, i64), total, fresh);
+  Value total = fresh, start = scalarConstant(0);
+  if (mask) {
+    Value maskShape =
+        onnx::ShapeOp::create(builder, loc, vector(2), mask, IntegerAttr(), IntegerAttr());
+    total = scalarDim(maskShape, 1);
+    start = onnx::SubOp::create(builder, loc, RankedTensorType::get({}, i64), total, fresh);
+  }
   Value range = onnx::RangeOp::create(builder, loc, RankedTensorType::get({ShapedType::kDynamic}, i64),
                                       start, total, scalarConstant(1));
   Value row = onnx::UnsqueezeOp::create(

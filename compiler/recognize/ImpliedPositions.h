@@ -17,7 +17,7 @@ inline constexpr const char *kImpliedPositionsAttr = "dsc.implied_positions";
 
 // [batch, new] int64 positions width(mask) - new + t for t in [0, new), batch and new
 // being the first two dimensions of `tokens` (the ids [batch, new], or a query
-// [batch, new, features]).
+// [batch, new, features]); without a mask (an export of the ids alone, nothing cached), t.
 mlir::Value buildImpliedPositions(mlir::OpBuilder &builder, mlir::Location loc,
                                   mlir::Value mask, mlir::Value tokens);
 

@@ -352,6 +352,16 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
   int firstLogits = -1, nextLogits = -1;
   DSRT_RETURN_IF_ERROR(bindProgram(first, logitsName, firstBindings, firstLogits));
   DSRT_RETURN_IF_ERROR(bindProgram(next, logitsName, nextBindings, nextLogits));
+  // Without a mask the program would attend the shorter prompts' padding.
+  bool masked = std::any_of(firstBindings.begin(), firstBindings.end(), [](const Binding &b) {
+    return b.role == Binding::Role::AttentionMask;
+  });
+  for (const auto &prompt : prompts_)
+    if (!masked && static_cast<int64_t>(prompt.size()) != longest_)
+      return Status::error(std::string("program '") + first +
+                           "' takes no attention_mask, so prompts of different lengths "
+                           "cannot share a batch (they would attend each other's padding): "
+                           "generate them separately, or in batches of equal lengths");
 
   std::vector<int64_t> stops = options_.stopTokens;
   if (!options_.ignoreEos && model_->eos_token_ids())
