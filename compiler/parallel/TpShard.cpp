@@ -312,10 +312,18 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
         return "a Q/K/V operand is normalised over more than one head";
       if (!visited.insert(def).second)
         continue;
+      if (llvm::any_of(out.headOps, [](Operation *op) {
+            return isa<tfm::RmsNormOp, tfm::LayerNormOp>(op);
+          }))
+        return "a Q/K/V operand's heads are normalised each with weights of their own";
       out.headOps.push_back(def);
       worklist.push_back(def->getOperand(0));
       continue;
     }
+    if (isa<onnx::ConcatOp>(def) && llvm::all_of(def->getOperands(), [](Value part) {
+          return isa_and_nonnull<tfm::RmsNormOp, tfm::LayerNormOp>(part.getDefiningOp());
+        }))
+      return "a Q/K/V operand's heads are normalised each with weights of their own";
     if (!plumbing.contains(def->getName().getStringRef()))
       return "a Q/K/V operand is computed by '" + def->getName().getStringRef().str() + "'";
     if (!visited.insert(def).second)

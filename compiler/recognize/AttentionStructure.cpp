@@ -74,6 +74,18 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       stops.insert(value);
       continue;
     }
+    // So are heads normalised one by one with weights of their own (StableLM-2's
+    // qk_layernorm: a LayerNorm per head) and concatenated back along the head axis.
+    if ((headView || headsFirstView) && isa<onnx::ConcatOp>(def) && def->getNumOperands() > 1 &&
+        cast<onnx::ConcatOp>(def).getAxis() == (headView ? 2 : 1) &&
+        llvm::all_of(def->getOperands(), [&](Value part) {
+          const dsrt::Shape *partShape = shapeOf(part);
+          return isa_and_nonnull<tfm::RmsNormOp, tfm::LayerNormOp>(part.getDefiningOp()) &&
+                 partShape && partShape->size() == 4 && (*partShape)[headView ? 2 : 1] == 1;
+        })) {
+      stops.insert(value);
+      continue;
+    }
     if (!plumbing.contains(def->getName().getStringRef()))
       return "'" + evaluate::describeLocation(def->getLoc()) + "' (" +
              def->getName().getStringRef().str() + ") on the Q/K/V path is not head plumbing";
