@@ -336,6 +336,13 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
       continue;
     if (i >= static_cast<int>(results.size()))
       return emitError(loc) << node.op_type() << " output " << i << " is not supported";
+    // The written-out ops know less of their shapes than the model may declare, and a
+    // later function op reads the rank (Gemma-3's rotary after its RMS norm).
+    auto type = cast<TensorType>(results[i].getType());
+    if (TensorType declared = declaredType(node.output(i));
+        declared && declared.hasRank() && !type.hasRank() &&
+        declared.getElementType() == type.getElementType())
+      results[i].setType(declared);
     if (failed(bind(node.output(i), results[i], loc)))
       return failure();
   }
