@@ -285,7 +285,7 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
   }
   static const llvm::StringSet<> plumbing = {
       "onnx.Reshape", "onnx.Transpose", "onnx.Split",   "onnx.Slice",   "onnx.Gather",
-      "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "onnx.Flatten"};
+      "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "onnx.Flatten", "onnx.GatherND"};
   tfm::LinearOp found;
   bool perHead = false;
   int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads(),
