@@ -20,12 +20,17 @@
 # -DLLVM_EXTERNAL_LIT=<bundle>/bin/lit (bench/gpu/run.sh does it; `ctest -L gpu` then runs
 # the GPU suite).
 #
-# usage: scripts/gpu-bundle.sh [BUNDLE_DIR]     (DSC_BUILD_DIR: the build with dsc; default
-#        build/; it is brought up to date with ninja -j1 dsc)
+# usage: scripts/gpu-bundle.sh [--carry] [BUNDLE_DIR]   (DSC_BUILD_DIR: the build with dsc;
+#        default build/; it is brought up to date with ninja -j1 dsc)
+# --carry also packs the bundle as build-gpu-carry/bundle.tar.xz, what a GPU call carries:
+# the working tree and what it carries share 64 MiB, and the tree alone is ~45 MiB, so the
+# bundle travels compressed (bench/gpu/sweep.sh and run.sh unpack it).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DSC_BUILD_DIR:-$root/build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
+carry=0
+[ "${1:-}" = "--carry" ] && { carry=1; shift; }
 bundle=${1:-$root/build-gpu-bundle}
 limit_mib=60
 
@@ -97,3 +102,10 @@ fi
 rm -rf "$bundle"
 mv "$bundle.tmp" "$bundle"
 echo "gpu-bundle: $bundle, $((size_kib / 1024)) MiB ($size_kib KiB)"
+if [ "$carry" = 1 ]; then
+  mkdir -p "$root/build-gpu-carry"
+  tar -C "$(dirname "$bundle")" -cJf "$root/build-gpu-carry/bundle.tar.xz.tmp" "$(basename "$bundle")"
+  mv "$root/build-gpu-carry/bundle.tar.xz.tmp" "$root/build-gpu-carry/bundle.tar.xz"
+  packed_kib=$(du -sk "$root/build-gpu-carry/bundle.tar.xz" | awk '{print $1}')
+  echo "gpu-bundle: build-gpu-carry/bundle.tar.xz, $((packed_kib / 1024)) MiB: carry build-gpu-carry"
+fi

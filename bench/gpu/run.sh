@@ -48,6 +48,10 @@ while [ $# -gt 0 ]; do
 done
 bundle=$root/build-gpu-bundle
 build=${DSC_RUNTIME_BUILD_DIR:-$root/build-gpu-rt}
+# The bundle travels compressed (scripts/gpu-bundle.sh --carry).
+if [ ! -x "$bundle/bin/dsc" ] && [ -f "$root/build-gpu-carry/bundle.tar.xz" ]; then
+  tar -C "$root" -xJf "$root/build-gpu-carry/bundle.tar.xz"
+fi
 python=${PYTHON:-python3}
 [ -x "$bundle/bin/dsc" ] || { echo "run.sh: no $bundle/bin/dsc: run scripts/gpu-bundle.sh first and carry build-gpu-bundle" >&2; exit 2; }
 mkdir -p "$work"

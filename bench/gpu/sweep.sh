@@ -1,0 +1,177 @@
+#!/bin/sh
+# Everything the GPU issue asks of a lent GPU, in one command on the GPU machine (a machine
+# cools 30 s after a call and a fresh one starts bare, so a session makes few calls, each a
+# whole sweep). From the repository root of a working tree that carries build-gpu-carry/
+# (scripts/gpu-bundle.sh --carry; the device tool's `carry`), in this order:
+#
+#   info       the device, driver and toolkit; what libdsrt finds (dsrun --list-devices)
+#   build      libdsrt, dsrun, dsbench, dseval, dsp-dump and the GPU test binaries
+#              (runtime-only CMake build, about a minute on 16 cores), unless already there
+#   tests      the GPU unit tests and the GPU lit suite, strict (ctest -L gpu)
+#   sanitizer  compute-sanitizer memcheck, racecheck and synccheck on a forward pass and 8
+#              greedy decode steps of two fixtures (gpt2-op17, llama-op17), strict
+#   realistic  bench/gpu/bench.py correctness: real shapes (GPT-2 124M, Llama-3.2-1B, heads of
+#              128 and of 256 with MQA/GQA), random weights, fp32/fp16/bf16/int8 plans, GPU
+#              against the CPU session on prompts and 16 decode steps (dseval), the greedy
+#              tokens of both
+#   bench      bench/gpu/run.sh: dsbench fp16 and int8 against transformers eager and
+#              torch.compile on the same GPU
+#
+# Each step runs under its own time limit; a step that fails or runs out of time does not
+# stop the later ones. What comes back (the device tool returns at most 8 files from $OUT):
+#   $OUT/summary.md     one screen: every step's status, time and headline numbers
+#   $OUT/sweep.log      every step's log, concatenated
+#   $OUT/realistic.md   the correctness table; $OUT/realistic.json its numbers
+#   $OUT/gpu-bench.md   the benchmark table; $OUT/gpu-bench.json its numbers
+#
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,sanitizer,realistic,bench]
+#                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
+#                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
+# Without a GPU (the development machine) every step still runs, the sessions on the CPU
+# fallback, so that the first GPU minutes find GPU bugs and not script bugs; the summary
+# says so.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+steps=info,build,tests,sanitizer,realistic,bench
+realistic_models=gpt2-124m,llama-1b,llama-hd128,mqa-hd256
+bench_models=gpt2-124m,llama-1b
+work=/tmp/dsc-gpu-sweep
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps=$2; shift ;;
+    --realistic-models) realistic_models=$2; shift ;;
+    --bench-models) bench_models=$2; shift ;;
+    --work) work=$2; shift ;;
+    *) echo "sweep.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+out=${OUT:-$work/out}
+mkdir -p "$work/logs" "$out"
+summary=$out/summary.md
+python=${PYTHON:-python3}
+bundle=$root/build-gpu-bundle
+build=${DSC_RUNTIME_BUILD_DIR:-$root/build-gpu-rt}
+export DSC_CACHE_DIR=$work/kernel-cache
+: >"$out/sweep.log"
+
+log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+# The bundle travels compressed (the working tree and what it carries share 64 MiB).
+if [ ! -x "$bundle/bin/dsc" ] && [ -f "$root/build-gpu-carry/bundle.tar.xz" ]; then
+  log "unpacking build-gpu-carry/bundle.tar.xz"
+  tar -C "$root" -xJf "$root/build-gpu-carry/bundle.tar.xz"
+fi
+export PATH="$bundle/bin:$build/bin:$PATH"
+
+{
+  echo "# GPU sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo
+  echo "| step | status | seconds | notes |"
+  echo "|---|---|---:|---|"
+} >"$summary"
+
+# run_step NAME LIMIT_SECONDS COMMAND...: the command's output goes to the step's log (and
+# $OUT/sweep.log); its exit status, time and last line to the summary.
+run_step() {
+  name=$1 limit=$2
+  shift 2
+  case ",$steps," in *",$name,"*) ;; *) return 0 ;; esac
+  log "step $name (at most ${limit}s)"
+  start=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$work/logs/$name.log" 2>&1
+  status=$?
+  seconds=$(( $(date +%s) - start ))
+  case $status in
+    0) verdict=ok ;;
+    77) verdict=skipped ;;
+    124|137) verdict="TIMEOUT (${limit}s)" ;;
+    *) verdict="FAIL ($status)" ;;
+  esac
+  note=$(grep -v '^\s*$' "$work/logs/$name.log" | tail -n 1 | cut -c1-160 | tr '|' '/')
+  echo "| $name | $verdict | $seconds | $note |" >>"$summary"
+  { echo "===== $name: $verdict in ${seconds}s ====="; cat "$work/logs/$name.log"; echo; } \
+    >>"$out/sweep.log"
+  log "step $name: $verdict in ${seconds}s"
+}
+
+step_info() {
+  nvidia-smi 2>&1 || echo "nvidia-smi: not here"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv 2>&1 || true
+  nvcc --version 2>&1 | tail -n 2 || true
+  uname -a
+  nproc
+  "$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.version.cuda)' 2>&1 || true
+  command -v dsrun >/dev/null && dsrun --list-devices
+  [ -x "$bundle/bin/dsc" ] && echo "dsc: $bundle/bin/dsc" || echo "dsc: no bundle (scripts/gpu-bundle.sh --carry)"
+}
+
+step_build() {
+  if [ -x "$build/bin/dsbench" ] && [ -x "$build/bin/dseval" ]; then
+    echo "runtime already built in $build"
+    return 0
+  fi
+  [ -d "$bundle/generated" ] || { echo "no bundle: run scripts/gpu-bundle.sh --carry and carry build-gpu-carry"; return 1; }
+  cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDSC_RUNTIME_ONLY=ON \
+        -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
+        -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
+        -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" || return 1
+  ninja -C "$build" || return 1
+  echo "runtime built in $build"
+}
+
+step_tests() {
+  [ -f "$build/CTestTestfile.cmake" ] || { echo "no runtime build"; return 1; }
+  ctest --test-dir "$build" -L gpu --output-on-failure
+}
+
+# A forward pass and 8 greedy decode steps of a fixture on the GPU, strict, under each tool.
+step_sanitizer() {
+  if ! dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0'; then
+    echo "skipped: no CUDA device (dsrun --list-devices)"
+    return 77
+  fi
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$sanitizer" ] || { echo "no compute-sanitizer"; return 1; }
+  failed=0
+  for fixture in gpt2-op17 llama-op17; do
+    plan=$work/$fixture.dsp
+    dsc compile "$root/test/models/$fixture/model.onnx" -o "$plan" --max-batch 2 \
+        --max-seq-len 32 || { failed=1; continue; }
+    for tool in memcheck racecheck synccheck; do
+      echo "--- $fixture: $tool"
+      "$sanitizer" --tool "$tool" --error-exitcode 9 dsrun "$plan" --device cuda --strict \
+          --input-dir "$root/test/models/$fixture/test_data_set_0" --quiet || failed=1
+      "$sanitizer" --tool "$tool" --error-exitcode 9 dsrun "$plan" --device cuda --strict \
+          --prompt-ids 5,6,7 --prompt-ids 9,10 --max-new-tokens 8 || failed=1
+    done
+  done
+  [ $failed = 0 ] && echo "compute-sanitizer: no errors" || echo "compute-sanitizer: errors (above)"
+  return $failed
+}
+
+step_realistic() {
+  "$python" "$root/bench/gpu/bench.py" correctness "$work/realistic" \
+      $(echo "$realistic_models" | tr ',' ' ') --out "$out"
+}
+
+step_bench() {
+  "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench"
+}
+
+run_step info 60 step_info
+run_step build 240 step_build
+run_step tests 240 step_tests
+run_step sanitizer 240 step_sanitizer
+run_step realistic 420 step_realistic
+run_step bench 540 step_bench
+
+if ! dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0'; then
+  echo >>"$summary"
+  echo "No CUDA device: every session ran on the CPU fallback (a dry run of the sweep)." \
+    >>"$summary"
+fi
+[ -f "$out/realistic.md" ] && { echo; cat "$out/realistic.md"; } >>"$summary"
+[ -f "$out/gpu-bench.md" ] && { echo; cat "$out/gpu-bench.md"; } >>"$summary"
+cat "$summary"
