@@ -159,7 +159,7 @@ void printDiagnostic(Diagnostic &diagnostic, llvm::raw_ostream &os, bool isNote 
 }
 
 void printVersion(llvm::raw_ostream &os) {
-  os << "dsc " DSC_VERSION " (MLIR " LLVM_VERSION_STRING ", ONNX opsets 13-20)\n";
+  os << "dsc " DSC_VERSION " (MLIR " LLVM_VERSION_STRING ", ONNX opsets 13-23)\n";
 }
 
 } // namespace
