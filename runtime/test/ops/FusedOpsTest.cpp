@@ -9,15 +9,6 @@
 namespace dsrt::test {
 namespace {
 
-OwnedTensor randomF32(Shape shape, std::mt19937 &rng) {
-  OwnedTensor t(DType::F32, shape);
-  std::normal_distribution<float> normal;
-  auto *data = reinterpret_cast<float *>(t.storage.data());
-  for (int64_t i = 0; i < t.ref().elements(); ++i)
-    data[i] = normal(rng);
-  return t;
-}
-
 OwnedTensor toF16(const OwnedTensor &t) { return f16(t.shape, values<float>(t)); }
 
 double activationReference(const std::string &kind, double x) {

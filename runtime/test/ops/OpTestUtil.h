@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 namespace dsrt::test {
@@ -33,6 +34,16 @@ inline OwnedTensor f16(Shape shape, std::vector<float> v) {
   for (float x : v)
     bits.push_back(floatToHalf(x));
   return tensor(DType::F16, shape, bits);
+}
+
+// Standard-normal f32 elements.
+inline OwnedTensor randomF32(Shape shape, std::mt19937 &rng) {
+  OwnedTensor t(DType::F32, std::move(shape));
+  std::normal_distribution<float> normal;
+  auto *data = reinterpret_cast<float *>(t.storage.data());
+  for (int64_t i = 0; i < t.ref().elements(); ++i)
+    data[i] = normal(rng);
+  return t;
 }
 
 template <typename T> std::vector<T> values(const OwnedTensor &t) {

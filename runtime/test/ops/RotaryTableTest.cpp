@@ -12,15 +12,6 @@
 namespace dsrt::test {
 namespace {
 
-OwnedTensor normalF32(Shape shape, std::mt19937 &rng) {
-  OwnedTensor t(DType::F32, shape);
-  std::normal_distribution<float> normal;
-  auto *data = reinterpret_cast<float *>(t.storage.data());
-  for (int64_t i = 0; i < t.ref().elements(); ++i)
-    data[i] = normal(rng);
-  return t;
-}
-
 ops::AttrMap rotaryAttention(int64_t heads, int64_t headDim) {
   return {{"num_heads", ops::Attr::ofInt(heads)},  {"num_kv_heads", ops::Attr::ofInt(1)},
           {"head_dim", ops::Attr::ofInt(headDim)}, {"scale", ops::Attr::ofFloat(0.3f)},
@@ -31,8 +22,8 @@ ops::AttrMap rotaryAttention(int64_t heads, int64_t headDim) {
 TEST(RotaryTableTest, LinearScalingIsPositionInterpolation) {
   const int64_t B = 2, S = 6, H = 2, D = 16;
   std::mt19937 rng(3);
-  OwnedTensor q = normalF32({B, S, H * D}, rng), k = normalF32({B, S, D}, rng),
-              v = normalF32({B, S, D}, rng);
+  OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, D}, rng),
+              v = randomF32({B, S, D}, rng);
   OwnedTensor mask = i64({B, S}, {1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1});
   std::vector<int64_t> positions = {0, 1, 2, 3, 4, 5, 1, 0, 1, 2, 3, 4}, scaled;
   for (int64_t p : positions)
@@ -71,9 +62,9 @@ TEST(RotaryTableTest, AttentionFactorScalesTheRotatedQueriesAndKeys) {
   const int64_t B = 2, S = 5, H = 2, D = 8;
   const float factor = 1.25f;
   std::mt19937 rng(5);
-  OwnedTensor q = normalF32({B, S, H * D}, rng), k = normalF32({B, S, D}, rng),
-              v = normalF32({B, S, D}, rng);
-  OwnedTensor pastKey = normalF32({B, 1, 2, D}, rng), pastValue = normalF32({B, 1, 2, D}, rng);
+  OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, D}, rng),
+              v = randomF32({B, S, D}, rng);
+  OwnedTensor pastKey = randomF32({B, 1, 2, D}, rng), pastValue = randomF32({B, 1, 2, D}, rng);
   // Row 1 is left-padded by one cached token.
   OwnedTensor mask = i64({B, 2 + S}, {1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1});
   OwnedTensor positions = i64({B, S}, {2, 3, 4, 5, 6, 1, 2, 3, 4, 5});
@@ -104,8 +95,8 @@ TEST(RotaryTableTest, AttentionFactorScalesTheRotatedQueriesAndKeys) {
 TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
   const int64_t B = 1, S = 2, D = 8;
   std::mt19937 rng(4);
-  OwnedTensor q = normalF32({B, S, D}, rng), k = normalF32({B, S, D}, rng),
-              v = normalF32({B, S, D}, rng), positions = i64({B, S}, {0, 1});
+  OwnedTensor q = randomF32({B, S, D}, rng), k = randomF32({B, S, D}, rng),
+              v = randomF32({B, S, D}, rng), positions = i64({B, S}, {0, 1});
   ops::AttrMap attrs = rotaryAttention(1, D);
   std::vector<OwnedTensor> out;
   attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.01f});

@@ -13,15 +13,6 @@
 namespace dsrt::test {
 namespace {
 
-OwnedTensor randomF32(Shape shape, std::mt19937 &rng) {
-  OwnedTensor t(DType::F32, shape);
-  std::normal_distribution<float> normal;
-  auto *data = reinterpret_cast<float *>(t.storage.data());
-  for (int64_t i = 0; i < t.ref().elements(); ++i)
-    data[i] = normal(rng);
-  return t;
-}
-
 // Columns [begin, end) of the sequence axis (1) of a [b, s, f] tensor.
 OwnedTensor tokens(const OwnedTensor &t, int64_t begin, int64_t end) {
   int64_t b = t.shape[0], s = t.shape[1], f = t.shape[2];
