@@ -12,6 +12,8 @@
 #                            (the version whose flatc generated the header), nlohmann/,
 #                            xxhash.h
 #   lit/, bin/lit            LLVM's lit (pure Python) for the GPU test suite (test/gpu)
+#   tests/                   the GPU unit tests (dsrt-cuda-tests, dsrt-cuda-linear-tests,
+#                            dsrt-nccl-gpu-tests), which only libc and libstdc++ link
 #   MANIFEST                 what is here, with sizes and where it came from
 #
 # The runtime itself (libdsrt, dsrun, dsbench, dsp-dump) is built on the GPU machine from
@@ -66,6 +68,14 @@ done
 patchelf --set-rpath '$ORIGIN/../lib' "$bundle.tmp/bin/dsc"
 
 cp "$build/schemas/plan_generated.h" "$bundle.tmp/generated/"
+# The GPU unit tests, built here (the runtime-only build there has only the lit suite):
+# bench/gpu/sweep.sh runs them with the plans it compiles.
+mkdir -p "$bundle.tmp/tests"
+for test in dsrt-cuda-tests dsrt-cuda-linear-tests dsrt-nccl-gpu-tests; do
+  ninja -C "$build" -j1 "$test" >/dev/null 2>&1 || true
+  [ -x "$build/bin/$test" ] && cp "$build/bin/$test" "$bundle.tmp/tests/" &&
+    strip --strip-unneeded "$bundle.tmp/tests/$test"
+done
 cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/xxhash.h "$bundle.tmp/include/"
 
 lit_root=$(sed -n 's/^sys.path.insert(1, *"\(.*\)")$/\1/p' "$(command -v lit || echo /usr/lib/llvm-22/bin/lit)" | head -1)

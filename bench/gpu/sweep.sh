@@ -36,8 +36,11 @@ steps=info,build,tests,sanitizer,realistic,bench
 realistic_models=gpt2-124m,llama-1b,llama-hd128,mqa-hd256
 bench_models=gpt2-124m,llama-1b
 work=/tmp/dsc-gpu-sweep
+run_one=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    # Internal: one step, in a process of its own that `timeout` can stop.
+    --run-step) run_one=$2; shift ;;
     --steps) steps=$2; shift ;;
     --realistic-models) realistic_models=$2; shift ;;
     --bench-models) bench_models=$2; shift ;;
@@ -53,7 +56,7 @@ python=${PYTHON:-python3}
 bundle=$root/build-gpu-bundle
 build=${DSC_RUNTIME_BUILD_DIR:-$root/build-gpu-rt}
 export DSC_CACHE_DIR=$work/kernel-cache
-: >"$out/sweep.log"
+[ -n "$run_one" ] || : >"$out/sweep.log"
 
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
@@ -64,7 +67,7 @@ if [ ! -x "$bundle/bin/dsc" ] && [ -f "$root/build-gpu-carry/bundle.tar.xz" ]; t
 fi
 export PATH="$bundle/bin:$build/bin:$PATH"
 
-{
+[ -n "$run_one" ] || {
   echo "# GPU sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
   echo "| step | status | seconds | notes |"
@@ -79,7 +82,9 @@ run_step() {
   case ",$steps," in *",$name,"*) ;; *) return 0 ;; esac
   log "step $name (at most ${limit}s)"
   start=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$work/logs/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" sh "$0" --run-step "$1" --work "$work" \
+      --realistic-models "$realistic_models" --bench-models "$bench_models" \
+      >"$work/logs/$name.log" 2>&1
   status=$?
   seconds=$(( $(date +%s) - start ))
   case $status in
@@ -117,13 +122,35 @@ step_build() {
         -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
         -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
         -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" || return 1
-  ninja -C "$build" || return 1
+  ninja -C "$build" dsrt dsrun dsbench dsp-dump dseval || return 1
   echo "runtime built in $build"
 }
 
+# The GPU lit suite (ctest -L gpu), then the bundle's GPU unit tests on the plans their
+# CMake fixtures compile in the full build (runtime/test/cuda/CMakeLists.txt).
 step_tests() {
   [ -f "$build/CTestTestfile.cmake" ] || { echo "no runtime build"; return 1; }
-  ctest --test-dir "$build" -L gpu --output-on-failure
+  failed=0
+  ctest --test-dir "$build" -L gpu --output-on-failure || failed=1
+  plans=$work/test-plans
+  mkdir -p "$plans"
+  models=$root/test/models
+  dsc compile "$models/gpt2-op14/model.onnx" -o "$plans/gpt2-op14.dsp" --max-seq-len 16 &&
+    dsc compile "$models/gpt2-op14/model.onnx" -o "$plans/gpt2-op14-cpu.dsp" --max-seq-len 16 \
+        --arch none &&
+    dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-tp2.dsp" --tp 2 \
+        --max-seq-len 16 &&
+    dsc compile "$models/gpt2-op17/model.onnx" -o "$plans/gpt2-int8-g32.dsp" --dtype int8 \
+        --int8-group-size 32 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
+  for test in "$bundle"/tests/*; do
+    [ -x "$test" ] || continue
+    echo "--- $(basename "$test")"
+    DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
+    DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
+      "$test" --gtest_brief=1 || failed=1
+  done
+  [ $failed = 0 ] && echo "GPU tests: passed" || echo "GPU tests: FAILED (above)"
+  return $failed
 }
 
 # A forward pass and 8 greedy decode steps of a fixture on the GPU, strict, under each tool.
@@ -159,6 +186,11 @@ step_realistic() {
 step_bench() {
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench"
 }
+
+if [ -n "$run_one" ]; then
+  "$run_one"
+  exit $?
+fi
 
 run_step info 60 step_info
 run_step build 240 step_build
