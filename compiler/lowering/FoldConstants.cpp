@@ -80,34 +80,17 @@ struct FoldConstantsPass : impl::FoldConstantsBase<FoldConstantsPass> {
       }
       inputs.push_back(&refs[i]);
     }
-    FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
-    if (failed(attrs))
-      return;
-    std::vector<dsrt::ops::OutputSpec> specs;
-    if (!dsrt::ops::inferShapes(name.str(), *attrs, inputs, op->getNumResults(), specs).isOk() ||
-        specs.size() != op->getNumResults())
-      return;  // the verifier or the runtime reports real errors; folding only declines
-    std::vector<dsrt::OwnedTensor> results;
-    std::vector<dsrt::TensorRef> resultRefs(specs.size());
-    dsrt::ops::Outputs outputs;
-    for (const auto &spec : specs) {
-      if (dsrt::elementCount(spec.shape) > maxElements)
-        return;
-      results.emplace_back(spec.dtype, spec.shape);
-    }
-    for (size_t o = 0; o < results.size(); ++o) {
-      resultRefs[o] = results[o].ref();
-      outputs.push_back(&resultRefs[o]);
-    }
-    if (!dsrt::ops::compute(name.str(), *attrs, inputs, outputs).isOk())
+    // The verifier or the runtime reports real errors; folding only declines.
+    FailureOr<std::vector<dsrt::OwnedTensor>> results = runKernelOnce(op, inputs, maxElements);
+    if (failed(results))
       return;
     OpBuilder builder(op);
-    for (auto [result, tensor] : llvm::zip(op->getResults(), results)) {
+    for (auto [result, tensor] : llvm::zip(op->getResults(), *results)) {
       DenseElementsAttr value = attrFromTensor(op->getContext(), tensor);
       if (getElementTypeOrSelf(result.getType()) != value.getElementType())
         return;  // the kernel disagrees with the op's type; leave it to the verifier
     }
-    for (auto [result, tensor] : llvm::zip(op->getResults(), results)) {
+    for (auto [result, tensor] : llvm::zip(op->getResults(), *results)) {
       DenseElementsAttr value = attrFromTensor(op->getContext(), tensor);
       auto constant = onnx::ConstantOp::create(builder, op->getLoc(), value.getType(), value);
       // Uses that need the old (less precise) type keep working: the constant's type is the

@@ -263,4 +263,32 @@ DenseElementsAttr attrFromTensor(MLIRContext *context, const dsrt::OwnedTensor &
                            tensor.storage.size()));
 }
 
+FailureOr<std::vector<dsrt::OwnedTensor>> runKernelOnce(Operation *op,
+                                                       const dsrt::ops::Inputs &inputs,
+                                                       int64_t maxElements) {
+  FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
+  if (failed(attrs))
+    return failure();
+  std::string name = op->getName().stripDialect().str();
+  std::vector<dsrt::ops::OutputSpec> specs;
+  if (!dsrt::ops::inferShapes(name, *attrs, inputs, op->getNumResults(), specs).isOk() ||
+      specs.size() != op->getNumResults())
+    return failure();
+  std::vector<dsrt::OwnedTensor> results;
+  for (const auto &spec : specs) {
+    if (dsrt::elementCount(spec.shape) > maxElements)
+      return failure();
+    results.emplace_back(spec.dtype, spec.shape);
+  }
+  std::vector<dsrt::TensorRef> refs;
+  for (auto &result : results)
+    refs.push_back(result.ref());
+  dsrt::ops::Outputs outputs;
+  for (auto &ref : refs)
+    outputs.push_back(&ref);
+  if (!dsrt::ops::compute(name, *attrs, inputs, outputs).isOk())
+    return failure();
+  return results;
+}
+
 } // namespace dsc

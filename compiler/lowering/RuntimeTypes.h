@@ -10,6 +10,8 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Operation.h"
 
+#include <vector>
+
 namespace dsc {
 
 // MLIR element type -> runtime dtype (Undefined when there is none) and back (null).
@@ -34,6 +36,13 @@ mlir::FailureOr<mlir::DictionaryAttr> stepAttributes(mlir::Operation *op);
 
 // stepAttributes as kernel attributes.
 mlir::FailureOr<dsrt::ops::AttrMap> kernelAttributes(mlir::Operation *op);
+
+// Runs `op` once with the runtime's kernel on known operands (null for an absent optional
+// one): its results, or failure where the kernel declines or a result would have more than
+// `maxElements` elements. Constant folding and recognition's static values both use it.
+mlir::FailureOr<std::vector<dsrt::OwnedTensor>> runKernelOnce(mlir::Operation *op,
+                                                              const dsrt::ops::Inputs &inputs,
+                                                              int64_t maxElements);
 
 } // namespace dsc
 

@@ -285,26 +285,11 @@ Value projectionPart(PatternRewriter &rewriter, const FusedPart &part) {
   tfm::LinearOp linear = part.linear;
   auto select = [&](Value weight) -> Value {
     auto op = weight.getDefiningOp<tfm::WeightOp>();
-    if (!op)
-      return Value();
-    SmallVector<Attribute> transforms;
-    if (auto list = op.getTransforms())
-      llvm::append_range(transforms, list->getValue());
-    transforms.push_back(
-        tfm::SliceAttr::get(rewriter.getContext(), 0, part.offset, part.size));
-    auto type = cast<RankedTensorType>(weight.getType());
-    SmallVector<int64_t> shape(type.getShape());
-    shape[0] = part.size;
-    ArrayAttr list = rewriter.getArrayAttr(transforms);
-    // One handle per weight and transforms: the other part of another layer's copy of the
-    // same tensor (tied MLPs) may have made it already.
-    for (auto existing : op->getBlock()->getOps<tfm::WeightOp>())
-      if (existing.getName() == op.getName() && existing.getTransformsAttr() == list &&
-          existing.getSourceType() == op.getSourceType())
-        return existing.getOutput();
-    return tfm::WeightOp::create(rewriter, op.getLoc(),
-                                 RankedTensorType::get(shape, type.getElementType()),
-                                 op.getName(), op.getSourceType(), list);
+    FailureOr<Value> rows =
+        op ? op.withTransforms(rewriter, {tfm::SliceAttr::get(rewriter.getContext(), 0,
+                                                              part.offset, part.size)})
+           : FailureOr<Value>(failure());
+    return succeeded(rows) ? *rows : Value();
   };
   Value weight = select(linear.getWeight());
   Value bias = linear.getBias() ? select(linear.getBias()) : Value();

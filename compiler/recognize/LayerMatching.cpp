@@ -252,17 +252,11 @@ static std::optional<dsrt::OwnedTensor> staticTensor(Value value, int depth) {
     refs[i] = operands[i].ref();
     inputs.push_back(&refs[i]);
   }
-  mlir::FailureOr<dsrt::ops::AttrMap> attrs = kernelAttributes(op);
-  std::vector<dsrt::ops::OutputSpec> specs;
-  std::string name = op->getName().stripDialect().str();
-  if (failed(attrs) || !dsrt::ops::inferShapes(name, *attrs, inputs, 1, specs).isOk() ||
-      specs.size() != 1 || dsrt::elementCount(specs[0].shape) > kMaxElements)
+  mlir::FailureOr<std::vector<dsrt::OwnedTensor>> results =
+      runKernelOnce(op, inputs, kMaxElements);
+  if (failed(results))
     return std::nullopt;
-  dsrt::OwnedTensor result(specs[0].dtype, specs[0].shape);
-  dsrt::TensorRef resultRef = result.ref();
-  if (!dsrt::ops::compute(name, *attrs, inputs, {&resultRef}).isOk())
-    return std::nullopt;
-  return result;
+  return std::move(results->front());
 }
 
 std::optional<llvm::SmallVector<int64_t>> staticIntegers(Value value) {

@@ -45,6 +45,28 @@ void WeightOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         transforms.empty() ? ArrayAttr() : builder.getArrayAttr(transforms));
 }
 
+FailureOr<Value> WeightOp::withTransforms(OpBuilder &builder, ArrayRef<Attribute> extra) {
+  SmallVector<Attribute> transforms;
+  if (auto list = getTransforms())
+    llvm::append_range(transforms, list->getValue());
+  llvm::append_range(transforms, extra);
+  auto source = cast<RankedTensorType>(getSourceType());
+  if (failed(inferWeightType(source, transforms, nullptr)))
+    return failure();
+  ArrayAttr list = builder.getArrayAttr(transforms);
+  for (Operation *next = (*this)->getNextNode(); next; next = next->getNextNode()) {
+    auto existing = dyn_cast<WeightOp>(next);
+    if (!existing)
+      break;
+    if (existing.getName() == getName() && existing.getSourceType() == getSourceType() &&
+        existing.getTransformsAttr() == list)
+      return existing.getOutput();
+  }
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointAfter(*this);
+  return WeightOp::create(builder, getLoc(), getName(), source, transforms).getOutput();
+}
+
 LogicalResult WeightOp::verify() {
   if (getName().empty())
     return emitOpError("needs the name of an initializer");

@@ -38,6 +38,14 @@ def Tfm_WeightOp : Tfm_Op<"weight", [Pure]> {
     OpBuilder<(ins "::llvm::StringRef":$name, "::mlir::RankedTensorType":$source,
                    CArg<"::llvm::ArrayRef<::mlir::Attribute>", "{}">:$transforms)>
   ];
+  let extraClassDeclaration = [{
+    // This tensor with `extra` transforms after this op's own: the handle right after this
+    // op that already says so, or a new one there; failure when a transform does not apply
+    // (a part of a fused projection, a TP shard, a quantization). `builder` (a pattern's
+    // rewriter, say) creates it; its insertion point is kept.
+    ::mlir::FailureOr<::mlir::Value> withTransforms(::mlir::OpBuilder &builder,
+                                                    ::llvm::ArrayRef<::mlir::Attribute> extra);
+  }];
 }
 
 //===----------------------------------------------------------------------===//
