@@ -81,7 +81,8 @@ TEST_P(ImporterFuzzTest, TruncationsAndByteFlipsFailCleanly) {
 
 // gpt2-merged has If subgraphs; llama-op17 keeps its weights in external data.
 INSTANTIATE_TEST_SUITE_P(Fixtures, ImporterFuzzTest,
-                         ::testing::Values("gpt2-op14", "gpt2-merged", "llama-op17", "bert-op17"),
+                         ::testing::Values("gpt2-op14", "gpt2-merged", "llama-op17", "bert-op17",
+                                           "llama3-dynamo23"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &c : name)
