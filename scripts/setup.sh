@@ -13,6 +13,7 @@ PACKAGES=(
   flatbuffers-compiler libflatbuffers-dev libxxhash-dev
   zlib1g-dev libzstd-dev libtinfo-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
+  libdnnl2  # oneDNN: the CPU backend's sgemm, opened at run time (ops/fast/Linear.cpp)
 )
 
 missing=()

@@ -169,11 +169,32 @@ dsrt_status dsrt_plan_io_info(const dsrt_plan *plan, const char *program, int is
   return DSRT_OK;
 }
 
+dsrt_status dsrt_device_from_name(const char *name, dsrt_device *out) {
+  if (!name || !out)
+    return nullArgument(!name ? "name" : "out");
+  for (dsrt_device device : {DSRT_DEVICE_CPU, DSRT_DEVICE_CUDA, DSRT_DEVICE_CPU_REFERENCE})
+    if (std::string(name) == dsrt_device_to_name(device)) {
+      *out = device;
+      return DSRT_OK;
+    }
+  return dsrt::fail(DSRT_INVALID_ARGUMENT, std::string("the device is 'cpu', 'cuda' or "
+                                                       "'cpu-reference', not '") + name + "'");
+}
+
+const char *dsrt_device_to_name(dsrt_device device) {
+  switch (device) {
+  case DSRT_DEVICE_CPU: return "cpu";
+  case DSRT_DEVICE_CUDA: return "cuda";
+  case DSRT_DEVICE_CPU_REFERENCE: return "cpu-reference";
+  }
+  return "unknown";
+}
+
 dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
                                 dsrt_session **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+  if (!dsrt::knownDevice(device))
     return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   std::unique_ptr<dsrt::Session> session;
   dsrt::Status status = dsrt::createSession(plan->file, rank, dsrt::deviceKind(device), nullptr, session);

@@ -94,7 +94,7 @@ extern "C" {
 dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_session **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+  if (!dsrt::knownDevice(device))
     return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   std::unique_ptr<dsrt::ops::Collectives> collectives;
   if (dsrt_status status =
@@ -136,7 +136,7 @@ dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_se
 dsrt_status dsrt_group_create(dsrt_plan *plan, dsrt_device device, dsrt_group **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
-  if (device != DSRT_DEVICE_CPU && device != DSRT_DEVICE_CUDA)
+  if (!dsrt::knownDevice(device))
     return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(device));
   auto group = std::make_unique<dsrt_group>();
   int ranks = plan->file->rankCount();

@@ -28,7 +28,13 @@ namespace dsrt {
 dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOptions &out);
 // The prompts as vectors.
 inline DeviceKind deviceKind(dsrt_device device) {
-  return device == DSRT_DEVICE_CUDA ? DeviceKind::Cuda : DeviceKind::Cpu;
+  return device == DSRT_DEVICE_CUDA             ? DeviceKind::Cuda
+         : device == DSRT_DEVICE_CPU_REFERENCE ? DeviceKind::CpuReference
+                                               : DeviceKind::Cpu;
+}
+inline bool knownDevice(dsrt_device device) {
+  return device == DSRT_DEVICE_CPU || device == DSRT_DEVICE_CUDA ||
+         device == DSRT_DEVICE_CPU_REFERENCE;
 }
 // The C options as the generator's; an error status names a bad field.
 dsrt_status toPrompts(size_t count, const int64_t *const *prompts, const size_t *lengths,

@@ -31,7 +31,7 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: dsbench plan.dsp [--device cpu|cuda] [--batch B] [--prompt-len P]\n"
+    "usage: dsbench plan.dsp [--device cpu|cuda|cpu-reference] [--batch B] [--prompt-len P]\n"
     "               [--new-tokens N] [--warmup W] [--iterations I] [--ranks inprocess]\n"
     "               [--copy-bytes BYTES] [--strict] [--stats] [--json]\n"
     "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
@@ -79,13 +79,8 @@ Options parse(int argc, char **argv) {
       std::cout << kUsage;
       std::exit(0);
     } else if (arg == "--device") {
-      std::string device = value();
-      if (device == "cpu")
-        options.device = DSRT_DEVICE_CPU;
-      else if (device == "cuda")
-        options.device = DSRT_DEVICE_CUDA;
-      else
-        die("--device is 'cpu' or 'cuda', not '" + device + "'");
+      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
+        die(std::string("--device: ") + dsrt_last_error());
     } else if (arg == "--ranks") {
       std::string ranks = value();
       if (ranks != "inprocess")
@@ -419,7 +414,7 @@ int main(int argc, char **argv) {
       stepMs > 0 ? static_cast<double>(decodeWeightBytes) / (stepMs / 1e3) : 0;
   nlohmann::json result = {
       {"plan", options.plan},
-      {"device", options.device == DSRT_DEVICE_CUDA ? "cuda" : "cpu"},  // as asked for
+      {"device", dsrt_device_to_name(options.device)},  // as asked for
       {"device_name", deviceName},
       {"ranks", options.inProcessRanks ? planRanks : 1},
       {"batch", options.batch},

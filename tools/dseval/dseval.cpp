@@ -6,8 +6,10 @@
 // |logit| for scale; optionally also those of N decode steps, both plans fed the
 // reference's argmax. An encoder (no logits) compares its first output at every position.
 //
-// The reference always runs on the CPU backend, the reference of every other; the candidate
-// on the CPU or, with --device cuda, on a GPU.
+// The reference always runs on the CPU backend's reference kernels (cpu-reference), the
+// oracle of every other kernel; the candidate on the CPU's fast kernels (the default), on a
+// GPU with --device cuda, or on the reference kernels too. The same plan as candidate and
+// reference compares the fast kernels with the reference ones.
 //
 // Exit status: 0 when every bound given holds, 1 when one is violated (each violation is
 // said on stderr), 2 for usage errors and plans or prompts that cannot be evaluated.
@@ -32,8 +34,8 @@ namespace {
 const char *kUsage =
     "usage: dseval CANDIDATE.dsp --reference REF.dsp --prompts FILE [--json]\n"
     "              [--min-top1 F] [--max-abs-error F] [--max-mean-abs-error F]\n"
-    "              [--ranks inprocess] [--device cpu|cuda] [--decode-steps N]\n"
-    "  Runs both plans (on the CPU) for each prompt of FILE (one per line: comma-separated\n"
+    "              [--ranks inprocess] [--device cpu|cuda|cpu-reference] [--decode-steps N]\n"
+    "  Runs both plans for each prompt of FILE (one per line: comma-separated\n"
     "  token ids; '#' starts a comment) and compares the candidate's next-token logits\n"
     "  (last prompt position) with the reference's; for an encoder without logits, its\n"
     "  first output at every position (top-1 is then n/a).\n"
@@ -48,8 +50,11 @@ const char *kUsage =
     "                        the whole sequence again), each fed the reference's argmax so\n"
     "                        both plans see the same tokens; the bounds and top-1 then\n"
     "                        cover every compared row\n"
-    "  --device cuda         runs the candidate on a GPU (the reference stays on the CPU);\n"
-    "                        without one, libdsrt falls back to the CPU and says so\n"
+    "  --device cuda         runs the candidate on a GPU (the reference stays on the CPU's\n"
+    "                        reference kernels); without one, libdsrt falls back to the\n"
+    "                        CPU and says so. The default candidate device is cpu, the\n"
+    "                        fast CPU kernels: the plan itself as --reference compares them\n"
+    "                        with the reference kernels\n"
     "exit status: 0 bounds hold, 1 a bound is violated, 2 usage, plan or prompt errors\n";
 
 [[noreturn]] void fail(const std::string &message) {
@@ -109,13 +114,8 @@ Options parseOptions(int argc, char **argv) {
         fail("--decode-steps takes a non-negative integer, not '" + text + "'");
       options.decodeSteps = steps;
     } else if (arg == "--device") {
-      std::string device = value();
-      if (device == "cpu")
-        options.device = DSRT_DEVICE_CPU;
-      else if (device == "cuda")
-        options.device = DSRT_DEVICE_CUDA;
-      else
-        fail("--device is 'cpu' or 'cuda', not '" + device + "'");
+      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
+        fail(std::string("--device: ") + dsrt_last_error());
     } else if (!arg.empty() && arg[0] == '-') fail("unknown option " + arg + "\n" + kUsage);
     else if (options.candidate.empty()) options.candidate = arg;
     else fail("more than one candidate plan given ('" + options.candidate + "', '" + arg + "')");
@@ -224,7 +224,8 @@ public:
         dsrt::detail::check(dsrt_group_create(plan_->get(), device, &group));
         group_.reset(group);
         // The group API does not say where its ranks ended up (a fallback says so on stderr).
-        deviceName_ = device == DSRT_DEVICE_CUDA ? "cuda requested (in-process ranks)" : "cpu";
+        deviceName_ = device == DSRT_DEVICE_CUDA ? "cuda requested (in-process ranks)"
+                                                 : dsrt_device_to_name(device);
       } else {
         session_ = std::make_unique<dsrt::Session>(*plan_, 0, device);
         const char *name = dsrt_session_device_name(session_->get());
@@ -437,7 +438,8 @@ int main(int argc, char **argv) {
   Options options = parseOptions(argc, argv);
   std::vector<Prompt> prompts = readPrompts(options.prompts);
   EvalPlan candidate("candidate", options.candidate, options.inprocess, options.device);
-  EvalPlan reference("reference", options.reference, options.inprocess, DSRT_DEVICE_CPU);
+  EvalPlan reference("reference", options.reference, options.inprocess,
+                     DSRT_DEVICE_CPU_REFERENCE);
 
   if (candidate.kind() != reference.kind())
     fail("the candidate is a '" + candidate.kind() + "' plan and the reference a '" +
@@ -573,6 +575,7 @@ int main(int argc, char **argv) {
               << ", \"reference_dtype\": " << jsonString(reference.dtype())
               << ", \"program\": " << jsonString(candidate.program())
               << ", \"candidate_device\": " << jsonString(candidate.deviceName())
+              << ", \"reference_device\": " << jsonString(reference.deviceName())
               << ", \"compared\": " << jsonString(candidate.comparedName())
               << ", \"prompts\": " << prompts.size()
               << ", \"decode_steps\": " << options.decodeSteps << ", \"rows\": " << rows
@@ -590,7 +593,7 @@ int main(int argc, char **argv) {
   } else {
     std::cout << "dseval: " << options.candidate << " (" << candidate.dtype() << ", on "
               << candidate.deviceName() << ") against " << options.reference << " ("
-              << reference.dtype() << ", on cpu), program '" << candidate.program() << "'"
+              << reference.dtype() << ", on " << reference.deviceName() << "), program '" << candidate.program() << "'"
               << (options.decodeSteps > 0 ? " then 'decode'" : "") << "\n";
     std::cout << "compared: " << what << ", " << prompts.size() << " prompts, " << rows
               << " rows, " << comparedValues << " values\n";

@@ -38,13 +38,14 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: dsrun plan.dsp [--device cpu|cuda] [--program NAME]\n"
+    "usage: dsrun plan.dsp [--device cpu|cuda|cpu-reference] [--program NAME]\n"
     "             [--rank R | --ranks inprocess|mpi]\n"
     "             [--input FILE.pb]... [--input-dir DIR] [--tokens 1,2,3]\n"
     "             [--output-dir DIR] [--expect-dir DIR [--rtol X] [--atol Y]] [--quiet]\n"
     "             [--strict] [--stats]\n"
     "  --device      where the plan runs (default cpu); cuda without a usable GPU falls\n"
-    "                back to the CPU and says so once on stderr\n"
+    "                back to the CPU and says so once on stderr; cpu-reference runs the\n"
+    "                CPU's reference kernels (the oracle of the fast ones)\n"
     "  --ranks       all tensor-parallel ranks of the plan: threads of this process\n"
     "                (inprocess), or MPI processes (mpi; the default under mpirun)\n"
     "  --input       a TensorProto; bound by its name, else in order\n"
@@ -120,13 +121,8 @@ Options parse(int argc, char **argv) {
       }
       std::exit(0);
     } else if (arg == "--device") {
-      std::string device = value();
-      if (device == "cpu")
-        options.device = DSRT_DEVICE_CPU;
-      else if (device == "cuda")
-        options.device = DSRT_DEVICE_CUDA;
-      else
-        die("--device is 'cpu' or 'cuda', not '" + device + "'");
+      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
+        die(std::string("--device: ") + dsrt_last_error());
     } else if (arg == "--program") options.program = value();
     else if (arg == "--rank") options.rank = std::atoi(value().c_str());
     else if (arg == "--ranks") {

@@ -42,7 +42,19 @@ typedef enum dsrt_dtype {
   DSRT_U32 = 12, DSRT_U64 = 13
 } dsrt_dtype;
 
-typedef enum dsrt_device { DSRT_DEVICE_CPU = 0, DSRT_DEVICE_CUDA = 1 } dsrt_device;
+/* DSRT_DEVICE_CPU runs the CPU backend's fast kernels (AVX2, oneDNN's sgemm where libdnnl is
+ * found; weights kept in their stored dtype); DSRT_DEVICE_CPU_REFERENCE runs its reference
+ * kernels, the oracle the fast ones are tested against (weights widened to fp32). */
+typedef enum dsrt_device {
+  DSRT_DEVICE_CPU = 0,
+  DSRT_DEVICE_CUDA = 1,
+  DSRT_DEVICE_CPU_REFERENCE = 2
+} dsrt_device;
+/* "cpu", "cuda" or "cpu-reference" as a device (what the tools' --device takes); an unknown
+ * name is DSRT_INVALID_ARGUMENT with a message listing the names. */
+DSRT_API dsrt_status dsrt_device_from_name(const char *name, dsrt_device *out);
+/* The name dsrt_device_from_name takes for `device`; "unknown" for another value. */
+DSRT_API const char *dsrt_device_to_name(dsrt_device device);
 
 /* A tensor the runtime owns (outputs); valid until the next run of the session. */
 typedef struct dsrt_tensor {

@@ -48,8 +48,44 @@ Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
   return Status::ok();
 }
 
+// The inputs of the steps whose fast kernels read a weight in its stored dtype (f16, bf16,
+// int8 with scales): the weight of the linear layers and the LM head, the embedding table.
+bool readsNarrow(std::string_view op, size_t input) {
+  return input == 1 && (op == "tfm.linear" || op == "tfm.lm_head" || op == "tfm.embedding");
+}
+
+std::vector<bool> CpuSession::narrowReaders() const {
+  const dsp::Plan &header = plan_->plan();
+  std::vector<bool> narrow(header.tensors() ? header.tensors()->size() : 0, true);
+  auto notNarrow = [&](const flatbuffers::Vector<int32_t> *indices) {
+    if (indices)
+      for (int index : *indices)
+        if (index >= 0 && static_cast<size_t>(index) < narrow.size())
+          narrow[index] = false;
+  };
+  if (!header.programs())
+    return narrow;
+  for (const dsp::Program *program : *header.programs()) {
+    notNarrow(program->outputs());
+    notNarrow(program->branch_outputs());
+    if (!program->steps())
+      continue;
+    for (const dsp::Step *step : *program->steps()) {
+      if (!step->inputs())
+        continue;
+      std::string_view op = step->op() ? step->op()->string_view() : std::string_view();
+      for (size_t i = 0; i < step->inputs()->size(); ++i) {
+        int index = step->inputs()->Get(i);
+        if (index >= 0 && static_cast<size_t>(index) < narrow.size() && !readsNarrow(op, i))
+          narrow[index] = false;
+      }
+    }
+  }
+  return narrow;
+}
+
 Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
-                       ops::Collectives *collectives) {
+                       ops::Collectives *collectives, const CpuSessionOptions &options) {
   if (rank < 0 || rank >= plan->rankCount())
     return Status::error(plan->path() + ": rank " + std::to_string(rank) +
                          " does not exist; the plan has " + std::to_string(plan->rankCount()) +
@@ -64,7 +100,11 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   std::unique_ptr<CpuSession> session(new CpuSession());
   session->plan_ = plan;
   session->collectives_ = collectives;
+  session->reference_ = options.reference;
   DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
+  std::vector<bool> narrow;
+  if (!options.reference)
+    narrow = session->narrowReaders();
   const dsp::Plan &header = plan->plan();
 
   uint64_t arenaBytes = header.arena_bytes();
@@ -107,6 +147,11 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
       TensorRef stored = session->section_->weight(tensor.weight_index());
       slot.shape = stored.shape;
       slot.known = true;
+      bool keepNarrow = !narrow.empty() && narrow[i] &&
+                        (stored.dtype == DType::F16 || stored.dtype == DType::BF16) &&
+                        slot.dtype == DType::F32;
+      if (keepNarrow)
+        slot.dtype = stored.dtype;
       if (stored.dtype == slot.dtype) {
         // Read-only mapped bytes: kernels never write their inputs.
         slot.data = static_cast<uint8_t *>(stored.data);
@@ -146,6 +191,15 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
               DSRT_RETURN_IF_ERROR(decodeAttr(*attr, decoded));
               compiled.attrs[str(attr->name())] = std::move(decoded);
             }
+          }
+          // An embedding table kept narrow gathers into the activation dtype the plan
+          // declares (the kernel's output_dtype).
+          if (compiled.op == "tfm.embedding" && step->inputs() && step->inputs()->size() > 1 &&
+              step->outputs() && step->outputs()->size() == 1) {
+            int table = step->inputs()->Get(1), result = step->outputs()->Get(0);
+            if (table >= 0 && result >= 0 &&
+                session->slots_[table].dtype != session->slots_[result].dtype)
+              compiled.attrs["output_dtype"] = ops::Attr::ofType(session->slots_[result].dtype);
           }
           steps.push_back(std::move(compiled));
         }
@@ -301,6 +355,7 @@ Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, 
   ops::SessionState state;
   state.cache = &kvCache_;
   state.collectives = collectives_;
+  state.fastKernels = !reference_;
   DSRT_RETURN_IF_ERROR(
       ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs, &state));
   if (specs.size() != numOutputs)

@@ -1,5 +1,6 @@
 // A plan on the CPU for one rank: its weight section mapped, one activation arena, and an
-// executor that runs a program's steps with the reference kernels (runtime/src/ops).
+// executor that runs a program's steps with the fast kernels (runtime/src/ops/fast) where an
+// op has one, or with the reference kernels only (runtime/src/ops).
 #ifndef DSRT_CPU_SESSION_H
 #define DSRT_CPU_SESSION_H
 
@@ -16,19 +17,28 @@
 
 namespace dsrt {
 
+struct CpuSessionOptions {
+  // The reference kernels only, every weight widened to the dtype its steps compute in: the
+  // oracle the fast kernels are tested against.
+  bool reference = false;
+};
+
 class CpuSession final : public Session {
 public:
-  // Maps `rank`'s section (verifying its checksum), converts weights whose stored dtype
-  // differs from the dtype the program computes in, and allocates the arena.
+  // Maps `rank`'s section (verifying its checksum) and allocates the arena. A weight stored
+  // in another dtype than the program computes in stays as stored where every step reading
+  // it has a fast kernel for that dtype (linear layers, LM head, embedding); otherwise, and
+  // always with `options.reference`, it is converted once here.
   // `collectives` (kept, not owned) joins the session to the plan's other ranks; it must have
   // the plan's rank count and `rank`. Without it, a step that needs the other ranks fails.
   static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
-                       ops::Collectives *collectives = nullptr);
+                       ops::Collectives *collectives = nullptr,
+                       const CpuSessionOptions &options = {});
 
   const PlanFile &plan() const override { return *plan_; }
   // The program named `name`, or null.
   const dsp::Program *program(std::string_view name) const override;
-  std::string deviceName() const override { return "cpu"; }
+  std::string deviceName() const override { return reference_ ? "cpu-reference" : "cpu"; }
   DeviceKind device() const override { return DeviceKind::Cpu; }
   SessionMemory memory() const override;
   Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
@@ -64,6 +74,8 @@ private:
   Status runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index);
   Status runIf(const dsp::Step &step);
   Status allocateKvCache();
+  // Per tensor: whether every step reading it takes it in its stored narrow dtype.
+  std::vector<bool> narrowReaders() const;
   std::string describe(const dsp::Step &step, size_t index) const;
 
   std::shared_ptr<PlanFile> plan_;
@@ -80,7 +92,8 @@ private:
   ops::KvCache kvCache_;
   ops::Collectives *collectives_ = nullptr;  // the rank's group; null for one rank
   std::vector<std::unique_ptr<float[]>> kvStorage_;
-  SessionMemory memory_;  // `other`: weights converted from their stored dtype
+  SessionMemory memory_;
+  bool reference_ = false;  // `other`: weights converted from their stored dtype
 };
 
 // A plan Attr as a kernel attribute.

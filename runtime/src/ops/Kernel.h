@@ -29,6 +29,7 @@ struct KernelContext {
   size_t numOutputs;
   KvCache *cache = nullptr;
   Collectives *collectives = nullptr;
+  bool fastKernels = false;  // SessionState::fastKernels
 
   const TensorRef *input(size_t index) const {
     return index < inputs.size() ? inputs[index] : nullptr;

@@ -112,6 +112,9 @@ public:
 struct SessionState {
   KvCache *cache = nullptr;
   Collectives *collectives = nullptr;
+  // The CPU backend's fast kernels (ops/fast) where an op has one; false: the reference
+  // kernels, the oracle the fast ones are tested against (--device cpu-reference).
+  bool fastKernels = false;
 };
 
 using Inputs = std::vector<const TensorRef *>;   // null: an absent optional input

@@ -111,7 +111,7 @@ Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
   if (!kernel)
     return Status::error(concat(op, ": no kernel for this op"));
   KernelContext ctx{op, attrs, inputs, outputs.size(), state ? state->cache : nullptr,
-                    state ? state->collectives : nullptr};
+                    state ? state->collectives : nullptr, state && state->fastKernels};
   // Re-deriving the shapes costs little next to the kernel and makes a caller's mistake an
   // error instead of an out-of-bounds write.
   std::vector<OutputSpec> expected;

@@ -7,6 +7,7 @@
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
 #include "ops/TypeDispatch.h"
+#include "ops/fast/LinearKernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,19 @@ namespace {
 
 // ---- tfm.embedding -------------------------------------------------------------------
 
+// The table's dtype, or `output_dtype` (a float type) where the CPU session keeps a narrow
+// table and the plan's activations are wider.
+Status embeddingOutputDType(const KernelContext &ctx, DType &out) {
+  out = ctx.input(1)->dtype;
+  auto found = ctx.attrs.find("output_dtype");
+  if (found == ctx.attrs.end())
+    return Status::ok();
+  if (found->second.kind != Attr::Kind::Type || !inMask(found->second.type, kFloatTypes))
+    return ctx.error("output_dtype must be a float type");
+  out = found->second.type;
+  return Status::ok();
+}
+
 Status inferEmbedding(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "ids", kIndexTypes));
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "table", kFloatTypes));
@@ -27,7 +41,9 @@ Status inferEmbedding(const KernelContext &ctx, std::vector<OutputSpec> &outputs
     return ctx.error("table must be [rows, hidden], not ", shapeString(table.shape));
   Shape shape = ctx.input(0)->shape;
   shape.push_back(table.shape[1]);
-  outputs.push_back({table.dtype, shape});
+  DType dtype;
+  DSRT_RETURN_IF_ERROR(embeddingOutputDType(ctx, dtype));
+  outputs.push_back({dtype, shape});
   return Status::ok();
 }
 
@@ -42,21 +58,28 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
   bool shard = vocab > 0 && !(offset == 0 && vocab == rows);
   int64_t limit = vocab > 0 ? vocab : rows;
   size_t element = dtypeSize(table.dtype);
+  const DType outType = outputs[0]->dtype;
+  const size_t outElement = dtypeSize(outType);
   auto *out = static_cast<uint8_t *>(outputs[0]->data);
   const auto *src = static_cast<const uint8_t *>(table.data);
   for (size_t i = 0; i < ids.size(); ++i) {
     int64_t id = ids[i];
     if (id < 0 || id >= limit)
       return ctx.error("token id ", id, " is outside the vocabulary [0, ", limit, ")");
-    uint8_t *row = out + i * hidden * element;
+    uint8_t *row = out + i * hidden * outElement;
     int64_t local = id - offset;
     if (local < 0 || local >= rows) {
       if (!shard)
         return ctx.error("token id ", id, " is outside the table's rows");
-      std::fill(row, row + hidden * element, uint8_t(0));
+      // Zero bits are 0.0 in every float dtype.
+      std::fill(row, row + hidden * outElement, uint8_t(0));
       continue;
     }
-    std::copy(src + local * hidden * element, src + (local + 1) * hidden * element, row);
+    if (outType == table.dtype)
+      std::copy(src + local * hidden * element, src + (local + 1) * hidden * element, row);
+    else if (!convertFloats(table.dtype, src + local * hidden * element, outType, row, hidden))
+      return ctx.error("cannot gather a ", dtypeName(table.dtype), " table into ",
+                       dtypeName(outType));
   }
   return Status::ok();
 }
@@ -250,8 +273,61 @@ std::vector<float> dequantizeInt8(const TensorRef &w, const TensorRef &scales) {
   return values;
 }
 
+// act(value + bias[o]) + residual[index]: the epilogue both kernels apply.
+struct LinearEpilogue {
+  std::optional<FloatView> bias, residual;
+  std::optional<Activation> activation;
+
+  Status read(const KernelContext &ctx) {
+    if (ctx.inputs.size() > 2 && ctx.input(2))
+      bias.emplace(*ctx.input(2));
+    if (ctx.inputs.size() > 4 && ctx.input(4))
+      residual.emplace(*ctx.input(4));
+    return epilogueActivation(ctx, activation);
+  }
+  float apply(float sum, int64_t o, int64_t index) const {
+    float value = bias ? sum + (*bias)[o] : sum;
+    if (activation)
+      value = activate(*activation, value);
+    return residual ? value + (*residual)[index] : value;
+  }
+};
+
+// The fast kernels (ops/fast): the weight read in its stored dtype, the epilogue applied by
+// the thread that computed each range of output features.
+Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
+  const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
+  fast::LinearWeights weights;
+  weights.dtype = w.dtype;
+  weights.data = w.data;
+  weights.out = w.shape[0];
+  weights.in = w.shape[1];
+  std::optional<FloatView> scales;
+  if (ctx.inputs.size() > 3 && ctx.input(3)) {
+    scales.emplace(*ctx.input(3));
+    weights.scales = scales->data();
+    weights.groups = ctx.input(3)->shape[1];
+  }
+  const int64_t out = weights.out;
+  const int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
+  LinearEpilogue epilogue;
+  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
+  FloatView a(x);
+  FloatOutput result(*outputs[0]);
+  float *y = result.data();
+  fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = begin; o < end; ++o)
+        y[r * out + o] = epilogue.apply(y[r * out + o], o, r * out + o);
+  });
+  result.finish();
+  return Status::ok();
+}
+
 Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
+  if (ctx.fastKernels && w.dtype != DType::F64)
+    return computeLinearFast(ctx, outputs);
   int64_t in = w.shape[1], out = w.shape[0];
   int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
   std::vector<float> dequantized;
@@ -261,13 +337,8 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
     floatWeight = {DType::F32, w.shape, dequantized.data()};
   }
   FloatView a(x), weight(floatWeight);
-  std::optional<FloatView> bias, residual;
-  if (ctx.inputs.size() > 2 && ctx.input(2))
-    bias.emplace(*ctx.input(2));
-  if (ctx.inputs.size() > 4 && ctx.input(4))
-    residual.emplace(*ctx.input(4));
-  std::optional<Activation> activation;
-  DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
+  LinearEpilogue epilogue;
+  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
   FloatOutput result(*outputs[0]);
   float *y = result.data();
   // Each output element is a dot product of two contiguous rows; the work splits over
@@ -281,10 +352,7 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
       float sum = 0;
       for (int64_t k = 0; k < in; ++k)
         sum += xr[k] * wr[k];
-      float value = bias ? sum + (*bias)[o] : sum;
-      if (activation)
-        value = activate(*activation, value);
-      y[index] = residual ? value + (*residual)[index] : value;
+      y[index] = epilogue.apply(sum, o, index);
     }
   });
   result.finish();

@@ -22,7 +22,8 @@ namespace cuda {
 class DeviceCollectives;
 }
 
-enum class DeviceKind { Cpu, Cuda };
+// Cpu runs the fast kernels; CpuReference the reference kernels (ops/Ops.h, SessionState).
+enum class DeviceKind { Cpu, Cuda, CpuReference };
 
 // Bytes a session holds, for dsbench and dsp-dump's per-rank tables.
 struct SessionMemory {

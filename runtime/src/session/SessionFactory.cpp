@@ -32,7 +32,9 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
     });
   }
   std::unique_ptr<CpuSession> session;
-  DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives));
+  CpuSessionOptions options;
+  options.reference = device == DeviceKind::CpuReference;
+  DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives, options));
   out = std::move(session);
   return Status::ok();
 }

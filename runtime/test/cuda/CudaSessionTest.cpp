@@ -152,14 +152,16 @@ TEST(CudaFakeSession, WeightUploadCoversEveryByteOnce) {
 }
 
 // No launchers: every step runs on the host or through the fallback, whose copies move the
-// real values through the fake's memory; the logits must be the CPU backend's.
+// real values through the fake's memory; the logits must be the CPU reference kernels'.
 TEST(CudaFakeSession, FallbackMatchesTheCpuBackend) {
   FakeSession fake;
   ASSERT_NO_FATAL_FAILURE(createFake(fake, noLaunchers));
   std::vector<float> logits, reference, cpuLogits, cpuReference;
   ASSERT_TRUE(test::runForward(*fake.session, logits, reference));
+  // The fallback runs the reference kernels: the CPU backend's reference session computes
+  // the same sums in the same order.
   std::unique_ptr<CpuSession> cpu;
-  ASSERT_TRUE(CpuSession::create(fake.plan, 0, cpu).isOk());
+  ASSERT_TRUE(CpuSession::create(fake.plan, 0, cpu, nullptr, {/*reference=*/true}).isOk());
   ASSERT_TRUE(test::runForward(*cpu, cpuLogits, cpuReference));
   test::expectClose(logits, cpuLogits, 1e-6f);
   test::expectClose(logits, reference, 1e-4f);
@@ -266,8 +268,10 @@ TEST(CudaFakeSession, SessionCacheThroughTheFallbackMatchesTheCpu) {
   ASSERT_NO_FATAL_FAILURE(createFake(fake, noLaunchers));
   if (!fake.session->program("decode") || !fake.session->program("prefill"))
     GTEST_SKIP() << "the plan has no session-cache programs";
+  // The fallback runs the reference kernels: the CPU backend's reference session computes
+  // the same sums in the same order.
   std::unique_ptr<CpuSession> cpu;
-  ASSERT_TRUE(CpuSession::create(fake.plan, 0, cpu).isOk());
+  ASSERT_TRUE(CpuSession::create(fake.plan, 0, cpu, nullptr, {/*reference=*/true}).isOk());
   DecodeInputs gpuInputs, cpuInputs;
   ASSERT_TRUE(bind(*fake.session, "prefill", 0, 3, gpuInputs));
   ASSERT_TRUE(bind(*cpu, "prefill", 0, 3, cpuInputs));

@@ -64,7 +64,7 @@ inline std::vector<float> halfValues(const OwnedTensor &t) {
 inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
                   std::vector<OwnedTensor> &outputs, const ops::AttrMap &attrs = {},
                   size_t numOutputs = 1, ops::KvCache *cache = nullptr,
-                  ops::Collectives *collectives = nullptr) {
+                  ops::Collectives *collectives = nullptr, bool fastKernels = false) {
   std::vector<TensorRef> refs;
   refs.reserve(inputs.size());
   ops::Inputs pointers;
@@ -76,6 +76,7 @@ inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &i
   ops::SessionState state;
   state.cache = cache;
   state.collectives = collectives;
+  state.fastKernels = fastKernels;
   DSRT_RETURN_IF_ERROR(ops::inferShapes(op, attrs, pointers, numOutputs, specs, &state));
   outputs.clear();
   for (const ops::OutputSpec &spec : specs)

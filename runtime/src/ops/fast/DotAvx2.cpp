@@ -1,0 +1,44 @@
+// The dot-product kernel with AVX2, FMA and F16C: this file alone is compiled with
+// -mavx2 -mfma -mf16c, and runs only where useAvx2() says the CPU has them.
+#include "ops/fast/DotKernels.h"
+
+#include <immintrin.h>
+
+namespace dsrt::ops::fast {
+namespace {
+
+struct Avx2 {
+  static constexpr int kWidth = 8;
+  using V = __m256;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V broadcast(float v) { return _mm256_set1_ps(v); }
+  static V load(const float *p) { return _mm256_loadu_ps(p); }
+  static V load(const uint16_t *p, detail::F16Tag) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  }
+  static V load(const uint16_t *p, detail::BF16Tag) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static V load(const int8_t *p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+  }
+  static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static float sum(V v) {
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half);
+  }
+};
+
+} // namespace
+
+void dotRowsAvx2(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                 int64_t end, float *y, int64_t ldy) {
+  detail::dotRowsWith<Avx2>(x, rows, w, begin, end, y, ldy);
+}
+
+} // namespace dsrt::ops::fast

@@ -1,0 +1,203 @@
+// The fast linear layer: dotRows' decode kernel (scalar, or AVX2 where the CPU has it), and
+// for many rows oneDNN's sgemm (opened at run time, so libdsrt needs no oneDNN to build or
+// load) on fp32 tiles of the weights. The thread pool splits the output features; each
+// sgemm call is single-threaded inside it.
+#include "ops/fast/DotKernels.h"
+#include "ops/ThreadPool.h"
+
+#include "core/LibraryLoader.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace dsrt::ops::fast {
+
+void dotRowsAvx2(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                 int64_t end, float *y, int64_t ldy);
+
+namespace {
+
+struct Scalar {
+  static constexpr int kWidth = 4;
+  struct V {
+    float lane[4];
+  };
+  static V zero() { return {{0, 0, 0, 0}}; }
+  static V broadcast(float v) { return {{v, v, v, v}}; }
+  template <typename P, typename... Tag> static V loadWith(const P *p, Tag... tag) {
+    V v;
+    for (int i = 0; i < 4; ++i)
+      v.lane[i] = detail::scalarLoad(p + i, tag...);
+    return v;
+  }
+  static V load(const float *p) { return loadWith(p); }
+  static V load(const uint16_t *p, detail::F16Tag tag) { return loadWith(p, tag); }
+  static V load(const uint16_t *p, detail::BF16Tag tag) { return loadWith(p, tag); }
+  static V load(const int8_t *p) { return loadWith(p); }
+  static V fma(V a, V b, V acc) {
+    for (int i = 0; i < 4; ++i)
+      acc.lane[i] += a.lane[i] * b.lane[i];
+    return acc;
+  }
+  static V mul(V a, V b) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] *= b.lane[i];
+    return a;
+  }
+  static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
+};
+
+bool cpuHasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+// DSRT_CPU_ISA=scalar keeps the portable kernels (to compare, or on a CPU that misreports).
+bool avx2Enabled() {
+  static const bool enabled = [] {
+    const char *isa = std::getenv("DSRT_CPU_ISA");
+    return cpuHasAvx2() && !(isa && std::string(isa) == "scalar");
+  }();
+  return enabled;
+}
+
+// oneDNN's row-major sgemm, and libgomp's thread count where oneDNN runs on OpenMP.
+using SgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                        const float *, int64_t, float, float *, int64_t);
+struct OneDnn {
+  SgemmFn sgemm = nullptr;
+  int (*ompMaxThreads)() = nullptr;
+  void (*ompSetThreads)(int) = nullptr;
+};
+
+// DSRT_DNNL names the library; DSRT_DNNL=none turns it off (the kernels then use dotRows).
+const OneDnn &oneDnn() {
+  static OneDnn loaded;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char *env = std::getenv("DSRT_DNNL");
+    if (env && std::string(env) == "none")
+      return;
+    LibrarySpec spec{"oneDNN", "DSRT_DNNL", {"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"},
+                     false, {}, false};
+    LoadedLibrary library = findLibrary(spec, [](void *handle) -> std::string {
+      return dlsym(handle, "dnnl_sgemm") ? "" : "lacks dnnl_sgemm";
+    });
+    if (!library.handle)
+      return;
+    loaded.sgemm = reinterpret_cast<SgemmFn>(dlsym(library.handle, "dnnl_sgemm"));
+    loaded.ompMaxThreads =
+        reinterpret_cast<int (*)()>(dlsym(library.handle, "omp_get_max_threads"));
+    loaded.ompSetThreads =
+        reinterpret_cast<void (*)(int)>(dlsym(library.handle, "omp_set_num_threads"));
+  });
+  return loaded;
+}
+
+// One single-threaded sgemm: C[M, N] = A[M, K] . B[N, K]^T, row-major. The pool already
+// runs one call per thread, so OpenMP must not start a team of its own inside.
+void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+             const float *b, int64_t ldb, float *c, int64_t ldc) {
+  int saved = dnn.ompMaxThreads && dnn.ompSetThreads ? dnn.ompMaxThreads() : 1;
+  if (saved != 1)
+    dnn.ompSetThreads(1);
+  dnn.sgemm('N', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (saved != 1)
+    dnn.ompSetThreads(saved);
+}
+
+// Weight rows [first, first + count) as fp32, into `tile`.
+void widenRows(const LinearWeights &w, int64_t first, int64_t count, std::vector<float> &tile) {
+  const int64_t in = w.in;
+  tile.resize(static_cast<size_t>(count * in));
+  if (w.dtype == DType::I8) {
+    const int64_t groupSize = in / w.groups;
+    const int8_t *q = static_cast<const int8_t *>(w.data) + first * in;
+    for (int64_t o = 0; o < count; ++o)
+      for (int64_t k = 0; k < in; ++k)
+        tile[o * in + k] =
+            static_cast<float>(q[o * in + k]) * w.scales[(first + o) * w.groups + k / groupSize];
+    return;
+  }
+  size_t element = dtypeSize(w.dtype);
+  convertFloats(w.dtype, static_cast<const uint8_t *>(w.data) + first * in * element,
+                DType::F32, tile.data(), count * in);
+}
+
+// Rows of x above which a GEMM beats reading each weight once per block of rows.
+constexpr int64_t kDotRowsLimit = 8;
+// Output features per widened tile: the tile stays in L2 while sgemm reads it.
+constexpr int64_t kTileRows = 64;
+// Multiply-adds below which a range of output features is not worth a thread.
+constexpr int64_t kGrainWork = 1 << 15;
+
+} // namespace
+
+bool useAvx2() { return avx2Enabled(); }
+
+void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
+             float *y, int64_t ldy) {
+  if (rows <= 0 || begin >= end)
+    return;
+  if (avx2Enabled())
+    dotRowsAvx2(x, rows, w, begin, end, y, ldy);
+  else
+    detail::dotRowsWith<Scalar>(x, rows, w, begin, end, y, ldy);
+}
+
+void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy) {
+  detail::dotRowsWith<Scalar>(x, rows, w, begin, end, y, ldy);
+}
+
+void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
+            const std::function<void(int64_t, int64_t)> &epilogue) {
+  const int64_t out = w.out, in = w.in;
+  if (rows <= 0 || out <= 0)
+    return;
+  const OneDnn &dnn = oneDnn();
+  if (rows <= kDotRowsLimit || !dnn.sgemm || in == 0) {
+    // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
+    int64_t blocks = (out + 3) / 4;
+    int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 4 * in * rows));
+    parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
+      int64_t first = begin * 4, last = std::min(out, end * 4);
+      dotRows(x, rows, w, first, last, y, out);
+      epilogue(first, last);
+    });
+    return;
+  }
+  int64_t tiles = (out + kTileRows - 1) / kTileRows;
+  int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, kTileRows * in * rows));
+  parallelFor(tiles, grain, [&](int64_t begin, int64_t end) {
+    int64_t first = begin * kTileRows, last = std::min(out, end * kTileRows);
+    if (w.dtype == DType::F32) {
+      sgemmNT(dnn, rows, last - first, in, x, in, static_cast<const float *>(w.data) + first * in,
+              in, y + first, out);
+    } else {
+      thread_local std::vector<float> tile;
+      for (int64_t t = first; t < last; t += kTileRows) {
+        int64_t count = std::min(kTileRows, last - t);
+        widenRows(w, t, count, tile);
+        sgemmNT(dnn, rows, count, in, x, in, tile.data(), in, y + t, out);
+      }
+    }
+    epilogue(first, last);
+  });
+}
+
+const char *linearKernelsDescription() {
+  bool gemm = oneDnn().sgemm != nullptr;
+  if (avx2Enabled())
+    return gemm ? "onednn sgemm + avx2" : "avx2";
+  return gemm ? "onednn sgemm + scalar" : "scalar";
+}
+
+} // namespace dsrt::ops::fast

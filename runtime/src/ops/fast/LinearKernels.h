@@ -1,0 +1,51 @@
+// Internal to dsrt_ops: the CPU backend's fast kernels of the linear layers (tfm.linear,
+// tfm.lm_head). Weights are read in the dtype the plan stores them in (f32, f16, bf16, or
+// int8 with per-group scales), so a session keeps them narrow; products accumulate in fp32.
+// The reference loop in Transformer.cpp stays the oracle they are tested against.
+#ifndef DSRT_OPS_FAST_LINEARKERNELS_H
+#define DSRT_OPS_FAST_LINEARKERNELS_H
+
+#include "core/Tensor.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace dsrt::ops::fast {
+
+// A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
+// groups)], the scales fp32.
+struct LinearWeights {
+  DType dtype = DType::F32;  // F32, F16, BF16 or I8
+  const void *data = nullptr;
+  int64_t out = 0, in = 0;
+  const float *scales = nullptr;
+  int64_t groups = 1;
+};
+
+// y[r, o] = sum_k x[r, k] * w[o, k] for r < rows and o in [begin, end), written at
+// y[r * ldy + o]: each weight row is read once for every row of x (the decode kernel, where
+// reading the weights is the cost).
+void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
+             float *y, int64_t ldy);
+
+// dotRows with the portable (scalar) kernel, whatever the CPU has: what the tests compare
+// the AVX2 kernel with.
+void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+
+// y = x . w^T for x [rows, in] and y [rows, out], over the thread pool; after each range
+// [begin, end) of output features is computed for every row, `epilogue(begin, end)` runs on
+// the same thread (bias, activation, residual while the values are in cache).
+void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
+            const std::function<void(int64_t, int64_t)> &epilogue);
+
+// What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx2".
+const char *linearKernelsDescription();
+
+// Whether the AVX2/FMA/F16C kernels run here (the CPU has them and DSRT_CPU_ISA is not
+// "scalar").
+bool useAvx2();
+
+} // namespace dsrt::ops::fast
+
+#endif

@@ -1,0 +1,170 @@
+// The CPU backend's fast linear kernels (ops/fast) against the reference kernel of
+// tfm.linear / tfm.lm_head, over every stored weight dtype, both kernel paths (the decode
+// kernel up to 8 rows, oneDNN's sgemm on fp32 tiles above), the AVX2 and the portable
+// kernels, ragged shapes (features and inputs that are not multiples of the vector width,
+// int8 groups of 24) and the fused epilogue.
+//
+// Tolerance: both results are fp32 sums of the same products in different orders, so each
+// is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
+// differ by at most twice that; the activation and the residual add a few ulps of the result.
+#include "OpTestUtil.h"
+
+#include "ops/ThreadPool.h"
+#include "ops/fast/LinearKernels.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+namespace dsrt::test {
+namespace {
+
+struct Case {
+  DType dtype;
+  int64_t groups;  // int8 only
+  int64_t rows, in, out;
+};
+
+std::string caseName(const Case &c) {
+  return std::string(dtypeName(c.dtype)) + (c.dtype == DType::I8 ? "_g" + std::to_string(c.groups) : "") +
+         "_r" + std::to_string(c.rows) + "_in" + std::to_string(c.in) + "_out" +
+         std::to_string(c.out);
+}
+
+// The weight in `dtype` and its value as fp32 (what both kernels multiply by).
+struct Weight {
+  OwnedTensor stored, scales;
+  std::vector<float> value;  // [out, in], dequantized
+};
+
+Weight randomWeight(const Case &c, std::mt19937 &rng) {
+  Weight w;
+  std::normal_distribution<float> normal;
+  w.value.resize(static_cast<size_t>(c.out * c.in));
+  w.stored = OwnedTensor(c.dtype, {c.out, c.in});
+  if (c.dtype == DType::I8) {
+    std::uniform_int_distribution<int> level(-127, 127);
+    std::uniform_real_distribution<float> scale(1e-3f, 2e-2f);
+    w.scales = OwnedTensor(DType::F32, {c.out, c.groups});
+    auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
+    for (int64_t i = 0; i < c.out * c.groups; ++i)
+      scales[i] = scale(rng);
+    auto *q = reinterpret_cast<int8_t *>(w.stored.storage.data());
+    for (int64_t o = 0; o < c.out; ++o)
+      for (int64_t k = 0; k < c.in; ++k) {
+        q[o * c.in + k] = static_cast<int8_t>(level(rng));
+        w.value[o * c.in + k] = q[o * c.in + k] * scales[o * c.groups + k / (c.in / c.groups)];
+      }
+    return w;
+  }
+  for (float &v : w.value)
+    v = normal(rng);
+  convertFloats(DType::F32, w.value.data(), c.dtype, w.stored.storage.data(), c.out * c.in);
+  convertFloats(c.dtype, w.stored.storage.data(), DType::F32, w.value.data(), c.out * c.in);
+  return w;
+}
+
+class FastLinearTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
+  const Case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.rows * 131 + c.in * 7 + c.out));
+  Weight w = randomWeight(c, rng);
+  OwnedTensor x = randomF32({c.rows, c.in}, rng), bias = randomF32({c.out}, rng),
+              residual = randomF32({c.rows, c.out}, rng);
+  const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+  const auto *bv = reinterpret_cast<const float *>(bias.storage.data());
+  ops::AttrMap attrs{{"activation", ops::Attr::ofString("gelu_tanh")}};
+  const OwnedTensor *scales = c.dtype == DType::I8 ? &w.scales : nullptr;
+  for (const char *op : {"tfm.linear", "tfm.lm_head"}) {
+    bool lmHead = std::string(op) == "tfm.lm_head";
+    std::vector<const OwnedTensor *> inputs{&x, &w.stored, &bias, scales};
+    if (!lmHead)
+      inputs.push_back(&residual);
+    const ops::AttrMap &opAttrs = lmHead ? ops::AttrMap{} : attrs;
+    std::vector<OwnedTensor> fast, reference;
+    Status status = run(op, inputs, fast, opAttrs, 1, nullptr, nullptr, /*fastKernels=*/true);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    status = run(op, inputs, reference, opAttrs, 1, nullptr, nullptr, /*fastKernels=*/false);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    std::vector<float> got = values<float>(fast[0]), want = values<float>(reference[0]);
+    ASSERT_EQ(got.size(), want.size());
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t o = 0; o < c.out; ++o) {
+        double magnitude = std::fabs(bv[o]);
+        for (int64_t k = 0; k < c.in; ++k)
+          magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
+        double bound = 2.0 * (c.in + 2) * std::ldexp(1.0, -24) * magnitude +
+                       8 * std::ldexp(1.0, -24) * std::fabs(want[r * c.out + o]) + 1e-30;
+        ASSERT_LE(std::fabs(got[r * c.out + o] - want[r * c.out + o]), bound)
+            << op << " row " << r << " feature " << o << ": fast " << got[r * c.out + o]
+            << ", reference " << want[r * c.out + o];
+      }
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 33})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 13}, {5, 130}, {770, 64}})
+        all.push_back({dtype, 1, rows, in, out});
+  // int8: per channel, groups of 24 (not whole vectors), groups of 32.
+  for (int64_t rows : {1, 3, 8, 9, 33})
+    for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1}})
+      all.push_back({DType::I8, groups, rows, in, 37});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FastLinearTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           return caseName(info.param);
+                         });
+
+// The portable kernel (what a CPU without AVX2 runs) on the same shapes.
+TEST(FastLinearKernels, PortableEqualsAvx2) {
+  std::mt19937 rng(7);
+  for (const Case &c : cases()) {
+    Weight w = randomWeight(c, rng);
+    OwnedTensor x = randomF32({c.rows, c.in}, rng);
+    ops::fast::LinearWeights weights;
+    weights.dtype = c.dtype;
+    weights.data = w.stored.storage.data();
+    weights.out = c.out;
+    weights.in = c.in;
+    if (c.dtype == DType::I8) {
+      weights.scales = reinterpret_cast<const float *>(w.scales.storage.data());
+      weights.groups = c.groups;
+    }
+    const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+    std::vector<float> portable(static_cast<size_t>(c.rows * c.out)), chosen(portable.size());
+    ops::fast::dotRowsPortable(xv, c.rows, weights, 0, c.out, portable.data(), c.out);
+    ops::fast::dotRows(xv, c.rows, weights, 0, c.out, chosen.data(), c.out);
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t o = 0; o < c.out; ++o) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < c.in; ++k)
+          magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
+        ASSERT_NEAR(portable[r * c.out + o], chosen[r * c.out + o],
+                    2.0 * (c.in + 1) * std::ldexp(1.0, -24) * magnitude + 1e-30)
+            << caseName(c) << " row " << r << " feature " << o;
+      }
+  }
+}
+
+// The kernels this test ran are the ones a build from the README gets: build.sh installs
+// oneDNN and the development and CI machines have AVX2, unless the test's environment turns
+// them off (the dsrt-ops-fast-portable entry runs this file again without either).
+TEST(FastLinearKernels, TheExpectedKernelsRan) {
+  auto is = [](const char *name, const char *value) {
+    const char *set = std::getenv(name);
+    return set && std::string(set) == value;
+  };
+  bool gemm = !is("DSRT_DNNL", "none"), avx2 = !is("DSRT_CPU_ISA", "scalar");
+  std::string expected = std::string(gemm ? "onednn sgemm + " : "") + (avx2 ? "avx2" : "scalar");
+  EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);
+}
+
+} // namespace
+} // namespace dsrt::test
