@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace dsrt {
@@ -101,6 +103,8 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   session->plan_ = plan;
   session->collectives_ = collectives;
   session->reference_ = options.reference;
+  const char *profile = std::getenv("DSRT_PROFILE");
+  session->profile_ = profile && std::string(profile) == "1";
   DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
   std::vector<bool> narrow;
   if (!options.reference)
@@ -210,6 +214,24 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   DSRT_RETURN_IF_ERROR(session->allocateKvCache());
   out = std::move(session);
   return Status::ok();
+}
+
+CpuSession::~CpuSession() {
+  if (!profile_ || profileByOp_.empty())
+    return;
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(profileByOp_.begin(),
+                                                                       profileByOp_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto &a, const auto &b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (const auto &row : rows)
+    total += row.second.first;
+  std::fprintf(stderr, "dsrt profile (%s, %s): %.3f s in steps\n", plan_->path().c_str(),
+               deviceName().c_str(), total);
+  for (const auto &[op, timing] : rows)
+    std::fprintf(stderr, "  %-24s %10.3f ms %5.1f%% %8lld runs\n", op.c_str(),
+                 timing.first * 1e3, total > 0 ? 100 * timing.first / total : 0.0,
+                 static_cast<long long>(timing.second));
 }
 
 // The cache layers kvCacheLayout finds, zeroed.
@@ -390,7 +412,14 @@ Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, 
     outputs.push_back(&outputRefs[o]);
   }
   (void)index;
-  return ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
+  if (!profile_)
+    return ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
+  auto start = std::chrono::steady_clock::now();
+  Status status = ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
+  auto &timing = profileByOp_[compiled.op];
+  timing.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++timing.second;
+  return status;
 }
 
 Status CpuSession::runIf(const dsp::Step &step) {

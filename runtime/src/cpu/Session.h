@@ -10,6 +10,7 @@
 #include "plan/PlanFile.h"
 #include "session/Session.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,8 @@ public:
   static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
                        ops::Collectives *collectives = nullptr,
                        const CpuSessionOptions &options = {});
+  // With DSRT_PROFILE=1, prints the time spent per op over the session's life on stderr.
+  ~CpuSession() override;
 
   const PlanFile &plan() const override { return *plan_; }
   // The program named `name`, or null.
@@ -93,7 +96,10 @@ private:
   ops::Collectives *collectives_ = nullptr;  // the rank's group; null for one rank
   std::vector<std::unique_ptr<float[]>> kvStorage_;
   SessionMemory memory_;
-  bool reference_ = false;  // `other`: weights converted from their stored dtype
+  bool reference_ = false;
+  // DSRT_PROFILE=1: seconds and runs per op.
+  bool profile_ = false;
+  std::map<std::string, std::pair<double, int64_t>> profileByOp_;  // `other`: weights converted from their stored dtype
 };
 
 // A plan Attr as a kernel attribute.

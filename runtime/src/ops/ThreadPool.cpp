@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,26 @@ struct Job {
   }
 };
 
+// How long a worker (and a caller waiting for its job's last chunk) polls before it sleeps on
+// the condition variable. A decode step runs a parallel kernel every few hundred
+// microseconds with short serial steps between them: waking a sleeping thread costs tens of
+// microseconds (more in a VM), polling this long catches the next kernel without that.
+constexpr std::chrono::microseconds kSpinTime{100};
+
+// Polls `done` until it holds or kSpinTime has passed.
+template <typename Done> bool spinUntil(const Done &done) {
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done())
+      return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime)
+      return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 class ThreadPool {
 public:
   explicit ThreadPool(int threads) {
@@ -61,12 +82,14 @@ public:
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = job;
-      ++generation_;
+      generation_.fetch_add(1);
     }
     wake_.notify_all();
     job->work();
+    auto finished = [&] { return job->finishedChunks.load() == job->chunks; };
+    spinUntil(finished);
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return job->finishedChunks.load() == job->chunks; });
+    done_.wait(lock, finished);
     job_.reset();
   }
 
@@ -75,9 +98,10 @@ private:
     uint64_t seen = 0;
     for (;;) {
       std::shared_ptr<Job> job;
+      spinUntil([&] { return stopping_.load() || generation_.load() != seen; });
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        wake_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
         if (stopping_)
           return;
         seen = generation_;
@@ -94,8 +118,9 @@ private:
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
   std::shared_ptr<Job> job_;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  // Written under mutex_; atomic so that a spinning worker may read them without it.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 int defaultThreads() {

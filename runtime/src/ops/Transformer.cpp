@@ -174,7 +174,7 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
 
 // ---- activations (tfm.activation, tfm.gated_act and the linear epilogue) -------------
 
-enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
+using fast::Activation;
 
 Status parseActivation(const KernelContext &ctx, const std::string &kind, Activation &out) {
   if (kind == "gelu_erf") out = Activation::GeluErf;
@@ -316,9 +316,17 @@ Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
   FloatOutput result(*outputs[0]);
   float *y = result.data();
   fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t o = begin; o < end; ++o)
-        y[r * out + o] = epilogue.apply(y[r * out + o], o, r * out + o);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = y + r * out;
+      if (epilogue.bias)
+        for (int64_t o = begin; o < end; ++o)
+          row[o] += (*epilogue.bias)[o];
+      if (epilogue.activation)
+        fast::activate(*epilogue.activation, row + begin, end - begin);
+      if (epilogue.residual)
+        for (int64_t o = begin; o < end; ++o)
+          row[o] += (*epilogue.residual)[r * out + o];
+    }
   });
   result.finish();
   return Status::ok();
@@ -376,7 +384,33 @@ Status inferSameAsFirst(const KernelContext &ctx, std::vector<OutputSpec> &outpu
   return Status::ok();
 }
 
+// The fast form: the activation vectorised over the thread pool (gated: times the second
+// input after it).
+Status computeElementwiseFast(const KernelContext &ctx, const Outputs &outputs, Activation kind) {
+  FloatView a(*ctx.input(0));
+  std::optional<FloatView> b;
+  if (ctx.inputs.size() > 1)
+    b.emplace(*ctx.input(1));
+  FloatOutput out(*outputs[0]);
+  float *y = out.data();
+  int64_t n = outputs[0]->elements();
+  parallelFor(n, kParallelGrainWork, [&](int64_t begin, int64_t end) {
+    std::copy(a.data() + begin, a.data() + end, y + begin);
+    fast::activate(kind, y + begin, end - begin);
+    if (b)
+      for (int64_t i = begin; i < end; ++i)
+        y[i] *= (*b)[i];
+  });
+  out.finish();
+  return Status::ok();
+}
+
 Status computeElementwise(const KernelContext &ctx, const Outputs &outputs) {
+  if (ctx.fastKernels && ctx.op != "tfm.residual_add") {
+    Activation kind;
+    DSRT_RETURN_IF_ERROR(activationKind(ctx, kind));
+    return computeElementwiseFast(ctx, outputs, kind);
+  }
   FloatView a(*ctx.input(0));
   std::optional<FloatView> b;
   if (ctx.inputs.size() > 1)

@@ -1,7 +1,8 @@
 // The CPU backend's fast linear kernels (ops/fast) against the reference kernel of
 // tfm.linear / tfm.lm_head, over every stored weight dtype, both kernel paths (the decode
-// kernel up to 8 rows, oneDNN's sgemm on fp32 tiles above), the AVX2 and the portable
-// kernels, ragged shapes (features and inputs that are not multiples of the vector width,
+// kernel up to 8 rows, oneDNN's sgemm on fp32 tiles above), the kernels of each instruction
+// set (the widest the CPU has here; ctest runs the file again capped to AVX2 and to the
+// portable kernels), ragged shapes (features and inputs that are not multiples of the vector width,
 // int8 groups of 24) and the fused epilogue.
 //
 // Tolerance: both results are fp32 sums of the same products in different orders, so each
@@ -123,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FastLinearTest, ::testing::ValuesIn(cases()),
                          });
 
 // The portable kernel (what a CPU without AVX2 runs) on the same shapes.
-TEST(FastLinearKernels, PortableEqualsAvx2) {
+TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
   std::mt19937 rng(7);
   for (const Case &c : cases()) {
     Weight w = randomWeight(c, rng);
@@ -153,17 +154,55 @@ TEST(FastLinearKernels, PortableEqualsAvx2) {
   }
 }
 
+// tfm.activation and tfm.gated_act on the fast kernels (exp within 2 ulp, erf within 1.2e-7,
+// vectorised) against the reference's libm: within 2e-6 of the result's magnitude plus 1e-7
+// (erf's absolute error, times |x| / 2 in GELU, near x = 0), over [-12, 12], the
+// saturated tails and the float extremes.
+TEST(FastActivations, EqualTheReferenceKernel) {
+  std::vector<float> inputs{0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, 80.0f, -80.0f, 100.0f, -100.0f};
+  for (int i = -1200; i <= 1200; ++i)
+    inputs.push_back(i * 0.01f + 0.003f);
+  const int64_t n = static_cast<int64_t>(inputs.size());
+  OwnedTensor x = f32({n}, inputs), gate = f32({n}, std::vector<float>(inputs.rbegin(), inputs.rend()));
+  for (const char *kind : {"gelu_erf", "gelu_tanh", "gelu_quick", "silu", "relu"}) {
+    for (const char *op : {"tfm.activation", "tfm.gated_act"}) {
+      bool gated = std::string(op) == "tfm.gated_act";
+      std::vector<const OwnedTensor *> in{&x};
+      if (gated)
+        in.push_back(&gate);
+      ops::AttrMap attrs{{"kind", ops::Attr::ofString(kind)}};
+      std::vector<OwnedTensor> fast, reference;
+      ASSERT_TRUE(run(op, in, fast, attrs, 1, nullptr, nullptr, true).isOk());
+      ASSERT_TRUE(run(op, in, reference, attrs, 1, nullptr, nullptr, false).isOk());
+      std::vector<float> got = values<float>(fast[0]), want = values<float>(reference[0]);
+      for (int64_t i = 0; i < n; ++i) {
+        float scale = gated ? std::fabs(inputs[n - 1 - i]) : 1.0f;
+        ASSERT_NEAR(got[i], want[i], 2e-6 * std::fabs(want[i]) + 1e-7 * scale)
+            << op << " " << kind << " at x = " << inputs[i];
+      }
+    }
+  }
+}
+
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
-// oneDNN and the development and CI machines have AVX2, unless the test's environment turns
-// them off (the dsrt-ops-fast-portable entry runs this file again without either).
+// oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
+// (ctest's dsrt-ops-fast-avx2 and dsrt-ops-fast-portable entries).
 TEST(FastLinearKernels, TheExpectedKernelsRan) {
-  auto is = [](const char *name, const char *value) {
+  auto env = [](const char *name) {
     const char *set = std::getenv(name);
-    return set && std::string(set) == value;
+    return std::string(set ? set : "");
   };
-  bool gemm = !is("DSRT_DNNL", "none"), avx2 = !is("DSRT_CPU_ISA", "scalar");
-  std::string expected = std::string(gemm ? "onednn sgemm + " : "") + (avx2 ? "avx2" : "scalar");
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
+  bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  std::string cap = env("DSRT_CPU_ISA");
+  std::string isa = cap == "scalar" || !avx2                  ? "scalar"
+                    : cap == "avx2" || !avx512                ? "avx2"
+                                                              : "avx512";
+  std::string expected = std::string(env("DSRT_DNNL") == "none" ? "" : "onednn sgemm + ") + isa;
   EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);
+  EXPECT_EQ(std::string(ops::fast::cpuIsa()), isa);
 }
 
 } // namespace

@@ -26,6 +26,7 @@ struct Avx2 {
   }
   static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static void store(float *p, V v) { _mm256_storeu_ps(p, v); }
   static float sum(V v) {
     __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     half = _mm_add_ps(half, _mm_movehl_ps(half, half));
@@ -36,9 +37,6 @@ struct Avx2 {
 
 } // namespace
 
-void dotRowsAvx2(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                 int64_t end, float *y, int64_t ldy) {
-  detail::dotRowsWith<Avx2>(x, rows, w, begin, end, y, ldy);
-}
+detail::IsaKernels avx2Kernels() { return detail::kernelsOf<Avx2>("avx2"); }
 
 } // namespace dsrt::ops::fast

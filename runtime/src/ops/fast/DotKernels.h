@@ -7,14 +7,32 @@
 //   static V load(const float *); static V load(const uint16_t *f16 or bf16, Tag);
 //   static V load(const int8_t *);
 //   static V fma(V a, V b, V acc); static V mul(V, V); static float sum(V);
+//   static void store(float *, V);
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
 #define DSRT_OPS_FAST_DOTKERNELS_H
 
 #include "ops/fast/LinearKernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace dsrt::ops::fast::detail {
+
+// One instruction set's kernels (DotScalar in Linear.cpp, DotAvx2.cpp, DotAvx512.cpp).
+struct IsaKernels {
+  const char *name;
+  void (*dotRows)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                  int64_t end, float *y, int64_t ldy);
+  void (*widenRows)(const LinearWeights &w, int64_t first, int64_t count, float *out);
+  // y[i] = act(y[i]) for i < n (act: Activation, LinearKernels.h).
+  void (*activate)(Activation kind, float *y, int64_t n);
+};
+
+// Everything below is compiled once per instruction set, by translation units built with
+// different target flags: internal linkage keeps the linker from picking one TU's (say,
+// AVX-512) copy of an inline function for another TU.
+namespace {
 
 struct F16Tag {};
 struct BF16Tag {};
@@ -53,7 +71,8 @@ template <> struct Stored<DType::I8> {
 };
 
 // R rows of x against O consecutive weight rows starting at `first`. Each weight vector is
-// loaded (and, for int8, scaled by its group's scale) once and used for all R rows.
+// loaded once and used for all R rows; an int8 group's products are summed as they are and
+// scaled once at the group's end.
 template <class Vec, DType D, int R, int O>
 void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first, float *y,
               int64_t ldy) {
@@ -74,12 +93,6 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < O; ++o)
         acc[r][o] = Vec::zero();
-    V scale[O];
-    float scalarScale[O];
-    for (int o = 0; o < O; ++o) {
-      scalarScale[o] = D == DType::I8 ? w.scales[(first + o) * groups + g] : 1.0f;
-      scale[o] = Vec::broadcast(scalarScale[o]);
-    }
     int64_t k = begin;
     for (; k + W <= end; k += W) {
       V xv[R];
@@ -87,18 +100,16 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
         xv[r] = Vec::load(x + r * ldx + k);
       for (int o = 0; o < O; ++o) {
         V wv = Elem::template load<Vec>(rows[o] + k);
-        if constexpr (D == DType::I8)
-          wv = Vec::mul(wv, scale[o]);
         for (int r = 0; r < R; ++r)
           acc[r][o] = Vec::fma(xv[r], wv, acc[r][o]);
       }
     }
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < O; ++o) {
-        float tail = 0;
+        float sum = Vec::sum(acc[r][o]);
         for (int64_t t = k; t < end; ++t)
-          tail += x[r * ldx + t] * Elem::one(rows[o] + t);
-        total[r][o] += Vec::sum(acc[r][o]) + tail * scalarScale[o];
+          sum += x[r * ldx + t] * Elem::one(rows[o] + t);
+        total[r][o] += D == DType::I8 ? sum * w.scales[(first + o) * groups + g] : sum;
       }
   }
   for (int r = 0; r < R; ++r)
@@ -124,6 +135,10 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
     else if (rows - r == 1)
       dotBlock<Vec, D, 1, B>(x + r * in, in, w, first, y + r * ldy, ldy);
   };
+  // One row (batch-1 decode): eight weight rows in flight keep more loads outstanding.
+  if (rows == 1)
+    for (; o + 2 * O <= end; o += 2 * O)
+      block(std::integral_constant<int, 2 * O>{}, o);
   for (; o + O <= end; o += O)
     block(std::integral_constant<int, O>{}, o);
   for (; o < end; ++o)
@@ -141,6 +156,117 @@ void dotRowsWith(const float *x, int64_t rows, const LinearWeights &w, int64_t b
   }
 }
 
+// Weight rows [first, first + count) as fp32 at `out` ([count, in]; int8 dequantized with
+// its scales), for the GEMM of many rows.
+template <class Vec, DType D>
+void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float *out) {
+  using Elem = Stored<D>;
+  using T = typename Elem::T;
+  constexpr int W = Vec::kWidth;
+  const int64_t in = w.in;
+  const int64_t groups = D == DType::I8 ? w.groups : 1;
+  const int64_t groupSize = in / groups;
+  for (int64_t o = 0; o < count; ++o) {
+    const T *row = static_cast<const T *>(w.data) + (first + o) * in;
+    float *dst = out + o * in;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = D == DType::I8 ? w.scales[(first + o) * groups + g] : 1.0f;
+      const typename Vec::V scaleV = Vec::broadcast(scale);
+      int64_t k = g * groupSize, end = k + groupSize;
+      for (; k + W <= end; k += W) {
+        typename Vec::V v = Elem::template load<Vec>(row + k);
+        Vec::store(dst + k, D == DType::I8 ? Vec::mul(v, scaleV) : v);
+      }
+      for (; k < end; ++k)
+        dst[k] = D == DType::I8 ? Elem::one(row + k) * scale : Elem::one(row + k);
+    }
+  }
+}
+
+template <class Vec>
+void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *out) {
+  switch (w.dtype) {
+  case DType::F16: return widenRowsTyped<Vec, DType::F16>(w, first, count, out);
+  case DType::BF16: return widenRowsTyped<Vec, DType::BF16>(w, first, count, out);
+  case DType::I8: return widenRowsTyped<Vec, DType::I8>(w, first, count, out);
+  default: return widenRowsTyped<Vec, DType::F32>(w, first, count, out);
+  }
+}
+
+// e^x within 2 ulp over the float range (Cephes' expf: 2^n times a degree-6 polynomial of
+// the remainder), written without branches or calls so that -O3 vectorises the loops below
+// for the instruction set of the translation unit including it.
+inline float expApprox(float x) {
+  x = std::min(88.3762626647949f, std::max(-87.3365447504019f, x));
+  float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// erf(x) within 1.2e-7 absolute (Abramowitz and Stegun 7.1.26 is too coarse: this is the
+// rational form of W. J. Cody's erf for |x| < 0.5 and 1 - erfc's exponential form beyond,
+// blended without branches).
+inline float erfApprox(float x) {
+  float a = std::fabs(x);
+  // Numerical Recipes' erfc(t) = t exp(-a^2 - 1.26551223 + t P(t)), t = 1 / (1 + a / 2):
+  // relative error below 1.2e-7 everywhere.
+  float t = 1.0f / (1.0f + 0.5f * a);
+  float poly = -1.26551223f +
+               t * (1.00002368f +
+                    t * (0.37409196f +
+                         t * (0.09678418f +
+                              t * (-0.18628806f +
+                                   t * (0.27886807f +
+                                        t * (-1.13520398f +
+                                             t * (1.48851587f +
+                                                  t * (-0.82215223f + t * 0.17087277f))))))));
+  float erfc = t * expApprox(-a * a + poly);
+  float value = 1.0f - erfc;
+  return x < 0 ? -value : value;
+}
+
+template <Activation Kind> void activateTyped(float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = y[i];
+    if constexpr (Kind == Activation::GeluErf)
+      y[i] = 0.5f * x * (1.0f + erfApprox(x * 0.70710678118654752f));
+    else if constexpr (Kind == Activation::GeluTanh)  // 0.5 x (1 + tanh(u)) = x sigmoid(2u)
+      y[i] = x / (1.0f + expApprox(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+    else if constexpr (Kind == Activation::GeluQuick)
+      y[i] = x / (1.0f + expApprox(-1.702f * x));
+    else if constexpr (Kind == Activation::Silu)
+      y[i] = x / (1.0f + expApprox(-x));
+    else
+      y[i] = x > 0 ? x : 0.0f;
+  }
+}
+
+inline void activateWith(Activation kind, float *y, int64_t n) {
+  switch (kind) {
+  case Activation::GeluErf: return activateTyped<Activation::GeluErf>(y, n);
+  case Activation::GeluTanh: return activateTyped<Activation::GeluTanh>(y, n);
+  case Activation::GeluQuick: return activateTyped<Activation::GeluQuick>(y, n);
+  case Activation::Silu: return activateTyped<Activation::Silu>(y, n);
+  case Activation::Relu: return activateTyped<Activation::Relu>(y, n);
+  }
+}
+
+template <class Vec> IsaKernels kernelsOf(const char *name) {
+  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith};
+}
+
+} // namespace
 } // namespace dsrt::ops::fast::detail
 
 #endif

@@ -18,8 +18,8 @@
 
 namespace dsrt::ops::fast {
 
-void dotRowsAvx2(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                 int64_t end, float *y, int64_t ldy);
+detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
+detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
 
 namespace {
 
@@ -51,21 +51,28 @@ struct Scalar {
     return a;
   }
   static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
+  static void store(float *p, V v) {
+    for (int i = 0; i < 4; ++i)
+      p[i] = v.lane[i];
+  }
 };
 
-bool cpuHasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-}
-
-// DSRT_CPU_ISA=scalar keeps the portable kernels (to compare, or on a CPU that misreports).
-bool avx2Enabled() {
-  static const bool enabled = [] {
-    const char *isa = std::getenv("DSRT_CPU_ISA");
-    return cpuHasAvx2() && !(isa && std::string(isa) == "scalar");
+// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2 or avx512: to compare
+// them, or on a CPU that misreports).
+const detail::IsaKernels &isa() {
+  static const detail::IsaKernels chosen = [] {
+    const char *cap = std::getenv("DSRT_CPU_ISA");
+    std::string limit = cap ? cap : "avx512";
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    if (limit == "avx512" && avx2 && __builtin_cpu_supports("avx512f"))
+      return avx512Kernels();
+    if ((limit == "avx512" || limit == "avx2") && avx2)
+      return avx2Kernels();
+    return detail::kernelsOf<Scalar>("scalar");
   }();
-  return enabled;
+  return chosen;
 }
 
 // oneDNN's row-major sgemm, and libgomp's thread count where oneDNN runs on OpenMP.
@@ -113,24 +120,6 @@ void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a,
     dnn.ompSetThreads(saved);
 }
 
-// Weight rows [first, first + count) as fp32, into `tile`.
-void widenRows(const LinearWeights &w, int64_t first, int64_t count, std::vector<float> &tile) {
-  const int64_t in = w.in;
-  tile.resize(static_cast<size_t>(count * in));
-  if (w.dtype == DType::I8) {
-    const int64_t groupSize = in / w.groups;
-    const int8_t *q = static_cast<const int8_t *>(w.data) + first * in;
-    for (int64_t o = 0; o < count; ++o)
-      for (int64_t k = 0; k < in; ++k)
-        tile[o * in + k] =
-            static_cast<float>(q[o * in + k]) * w.scales[(first + o) * w.groups + k / groupSize];
-    return;
-  }
-  size_t element = dtypeSize(w.dtype);
-  convertFloats(w.dtype, static_cast<const uint8_t *>(w.data) + first * in * element,
-                DType::F32, tile.data(), count * in);
-}
-
 // Rows of x above which a GEMM beats reading each weight once per block of rows.
 constexpr int64_t kDotRowsLimit = 8;
 // Output features per widened tile: the tile stays in L2 while sgemm reads it.
@@ -140,16 +129,15 @@ constexpr int64_t kGrainWork = 1 << 15;
 
 } // namespace
 
-bool useAvx2() { return avx2Enabled(); }
+const char *cpuIsa() { return isa().name; }
+
+void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
 
 void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
              float *y, int64_t ldy) {
   if (rows <= 0 || begin >= end)
     return;
-  if (avx2Enabled())
-    dotRowsAvx2(x, rows, w, begin, end, y, ldy);
-  else
-    detail::dotRowsWith<Scalar>(x, rows, w, begin, end, y, ldy);
+  isa().dotRows(x, rows, w, begin, end, y, ldy);
 }
 
 void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
@@ -183,9 +171,10 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
               in, y + first, out);
     } else {
       thread_local std::vector<float> tile;
+      tile.resize(static_cast<size_t>(kTileRows * in));
       for (int64_t t = first; t < last; t += kTileRows) {
         int64_t count = std::min(kTileRows, last - t);
-        widenRows(w, t, count, tile);
+        isa().widenRows(w, t, count, tile.data());
         sgemmNT(dnn, rows, count, in, x, in, tile.data(), in, y + t, out);
       }
     }
@@ -194,10 +183,9 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 }
 
 const char *linearKernelsDescription() {
-  bool gemm = oneDnn().sgemm != nullptr;
-  if (avx2Enabled())
-    return gemm ? "onednn sgemm + avx2" : "avx2";
-  return gemm ? "onednn sgemm + scalar" : "scalar";
+  static const std::string description =
+      std::string(oneDnn().sgemm ? "onednn sgemm + " : "") + isa().name;
+  return description.c_str();
 }
 
 } // namespace dsrt::ops::fast
