@@ -8,6 +8,10 @@
 // Tolerance: both results are fp32 sums of the same products in different orders, so each
 // is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
 // differ by at most twice that; the activation and the residual add a few ulps of the result.
+// Where int8 weights meet the AVX-512 VNNI kernel (up to 8 rows, groups of whole 64-input
+// chunks), x itself is quantized to int8 in blocks of 32, each input off by at most half its
+// block's step max|x_block| / 127: that adds Σ_k |w_k| · step_k / 2 (times GELU's slope, at
+// most 1.13).
 #include "OpTestUtil.h"
 
 #include "ops/ThreadPool.h"
@@ -66,6 +70,26 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
   return w;
 }
 
+// Whether the decode kernel quantizes x for this case (DotVnni.cpp); through linear(), only
+// up to 8 rows take the decode kernel.
+bool quantizesActivations(const Case &c, bool throughLinear = true) {
+  return std::string(ops::fast::cpuIsa()) == "avx512-vnni" && c.dtype == DType::I8 &&
+         (!throughLinear || c.rows <= 8) && (c.in / c.groups) % 64 == 0;
+}
+
+// Σ_k |w_k| · step_k / 2, step_k = max |x| over k's block of 32 / 127.
+double activationQuantization(const float *x, const float *w, int64_t in) {
+  double sum = 0;
+  for (int64_t b = 0; b < in; b += 32) {
+    double maximum = 0;
+    for (int64_t k = b; k < std::min<int64_t>(in, b + 32); ++k)
+      maximum = std::max(maximum, double(std::fabs(x[k])));
+    for (int64_t k = b; k < std::min<int64_t>(in, b + 32); ++k)
+      sum += std::fabs(double(w[k])) * maximum / 127 / 2;
+  }
+  return sum * (1 + 1e-6);
+}
+
 class FastLinearTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
@@ -98,6 +122,8 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
           magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
         double bound = 2.0 * (c.in + 2) * std::ldexp(1.0, -24) * magnitude +
                        8 * std::ldexp(1.0, -24) * std::fabs(want[r * c.out + o]) + 1e-30;
+        if (quantizesActivations(c))
+          bound += 1.13 * activationQuantization(xv + r * c.in, w.value.data() + o * c.in, c.in);
         ASSERT_LE(std::fabs(got[r * c.out + o] - want[r * c.out + o]), bound)
             << op << " row " << r << " feature " << o << ": fast " << got[r * c.out + o]
             << ", reference " << want[r * c.out + o];
@@ -111,9 +137,11 @@ std::vector<Case> cases() {
     for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 33})
       for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 13}, {5, 130}, {770, 64}})
         all.push_back({dtype, 1, rows, in, out});
-  // int8: per channel, groups of 24 (not whole vectors), groups of 32.
+  // int8: per channel, groups of 24 (not whole vectors), groups of 32; and the VNNI
+  // kernel's shapes: per channel over whole 64-input chunks, groups of 64 and of 128.
   for (int64_t rows : {1, 3, 8, 9, 33})
-    for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1}})
+    for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1},
+                              {256, 1}, {256, 4}, {768, 6}})
       all.push_back({DType::I8, groups, rows, in, 37});
   return all;
 }
@@ -147,8 +175,12 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
         double magnitude = 0;
         for (int64_t k = 0; k < c.in; ++k)
           magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
+        double quantization = quantizesActivations(c, /*throughLinear=*/false)
+                                  ? activationQuantization(xv + r * c.in,
+                                                           w.value.data() + o * c.in, c.in)
+                                  : 0.0;
         ASSERT_NEAR(portable[r * c.out + o], chosen[r * c.out + o],
-                    2.0 * (c.in + 1) * std::ldexp(1.0, -24) * magnitude + 1e-30)
+                    2.0 * (c.in + 1) * std::ldexp(1.0, -24) * magnitude + quantization + 1e-30)
             << caseName(c) << " row " << r << " feature " << o;
       }
   }
@@ -186,7 +218,7 @@ TEST(FastActivations, EqualTheReferenceKernel) {
 
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
-// (ctest's dsrt-ops-fast-avx2 and dsrt-ops-fast-portable entries).
+// (ctest's dsrt-ops-fast-avx512, -avx2 and -portable entries).
 TEST(FastLinearKernels, TheExpectedKernelsRan) {
   auto env = [](const char *name) {
     const char *set = std::getenv(name);
@@ -196,10 +228,13 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
               __builtin_cpu_supports("f16c");
   bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  bool vnni = avx512 && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vnni");
   std::string cap = env("DSRT_CPU_ISA");
   std::string isa = cap == "scalar" || !avx2                  ? "scalar"
                     : cap == "avx2" || !avx512                ? "avx2"
-                                                              : "avx512";
+                    : cap == "avx512" || !vnni                ? "avx512"
+                                                              : "avx512-vnni";
   std::string expected = std::string(env("DSRT_DNNL") == "none" ? "" : "onednn sgemm + ") + isa;
   EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);
   EXPECT_EQ(std::string(ops::fast::cpuIsa()), isa);

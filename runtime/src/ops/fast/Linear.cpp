@@ -20,6 +20,7 @@ namespace dsrt::ops::fast {
 
 detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
 detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
+detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
 
 namespace {
 
@@ -57,18 +58,27 @@ struct Scalar {
   }
 };
 
-// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2 or avx512: to compare
-// them, or on a CPU that misreports).
+// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2, avx512 or
+// avx512-vnni: to compare them, or on a CPU that misreports).
 const detail::IsaKernels &isa() {
   static const detail::IsaKernels chosen = [] {
     const char *cap = std::getenv("DSRT_CPU_ISA");
-    std::string limit = cap ? cap : "avx512";
+    const std::string order[] = {"scalar", "avx2", "avx512", "avx512-vnni"};
+    int limit = 3;
+    for (int i = 0; cap && i < 4; ++i)
+      if (order[i] == cap)
+        limit = i;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                 __builtin_cpu_supports("f16c");
-    if (limit == "avx512" && avx2 && __builtin_cpu_supports("avx512f"))
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+    bool vnni = avx512 && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vnni");
+    if (limit >= 3 && vnni)
+      return avx512VnniKernels();
+    if (limit >= 2 && avx512)
       return avx512Kernels();
-    if ((limit == "avx512" || limit == "avx2") && avx2)
+    if (limit >= 1 && avx2)
       return avx2Kernels();
     return detail::kernelsOf<Scalar>("scalar");
   }();

@@ -1,0 +1,40 @@
+// Internal to the fast kernels: AVX-512F's vector operations for DotKernels.h, shared by the
+// translation units built for AVX-512 (DotAvx512.cpp, DotVnni.cpp). Include it only from a
+// file compiled with -mavx512f.
+#ifndef DSRT_OPS_FAST_VECAVX512_H
+#define DSRT_OPS_FAST_VECAVX512_H
+
+#include "ops/fast/DotKernels.h"
+
+#include <immintrin.h>
+
+namespace dsrt::ops::fast {
+namespace {
+
+struct Avx512 {
+  static constexpr int kWidth = 16;
+  using V = __m512;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V broadcast(float v) { return _mm512_set1_ps(v); }
+  static V load(const float *p) { return _mm512_loadu_ps(p); }
+  static V load(const uint16_t *p, detail::F16Tag) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+  }
+  static V load(const uint16_t *p, detail::BF16Tag) {
+    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static V load(const int8_t *p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+  }
+  static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+};
+
+} // namespace
+} // namespace dsrt::ops::fast
+
+#endif
