@@ -7,7 +7,7 @@
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
 #include "ops/TypeDispatch.h"
-#include "ops/fast/LinearKernels.h"
+#include "ops/fast/FastKernels.h"
 
 #include <algorithm>
 #include <cmath>

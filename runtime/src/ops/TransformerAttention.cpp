@@ -6,6 +6,7 @@
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
 #include "ops/TypeDispatch.h"
+#include "ops/fast/FastKernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -367,9 +368,15 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
           bool paddingOk = padding.empty() || padding[b * T + t] != 0;
           visible[t] = causalOk;
           allowed[t] = causalOk && windowOk && paddingOk;
+          if (!allowed[t])
+            continue;  // its score is never read
           float dot = 0;
-          for (int64_t d = 0; d < D; ++d)
-            dot += query[d] * keys[t * D + d];
+          if (ctx.fastKernels) {
+            dot = fast::dot(query, keys + t * D, D);
+          } else {
+            for (int64_t d = 0; d < D; ++d)
+              dot += query[d] * keys[t * D + d];
+          }
           float score = dot * c.scale;
           if (c.softcap > 0)
             score = c.softcap * std::tanh(score / c.softcap);

@@ -15,7 +15,7 @@
 #include "OpTestUtil.h"
 
 #include "ops/ThreadPool.h"
-#include "ops/fast/LinearKernels.h"
+#include "ops/fast/FastKernels.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -213,6 +213,56 @@ TEST(FastActivations, EqualTheReferenceKernel) {
             << op << " " << kind << " at x = " << inputs[i];
       }
     }
+  }
+}
+
+// tfm.attention on the fast kernels (vectorised query-key products) against the reference:
+// left padding, grouped heads, head_dim 40 (a vector tail), with rotary, ALiBi and a window.
+// The products differ by summation order only: each score by at most
+// δ = 2·D·u·scale·D·max|q|·max|k| (rotation can grow an element by √2, counted twice), and
+// softmax weights that move by at most 2δ in total move an output by at most 2δ·max|v|.
+TEST(FastAttention, EqualsTheReferenceKernel) {
+  const int64_t B = 2, S = 9, H = 4, KH = 2, D = 40;
+  for (int variant = 0; variant < 4; ++variant) {
+    ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(H)},
+                          {"num_kv_heads", ops::Attr::ofInt(KH)},
+                          {"head_dim", ops::Attr::ofInt(D)},
+                          {"scale", ops::Attr::ofFloat(1.0f / std::sqrt(float(D)))},
+                          {"causal", ops::Attr::ofInt(1)}};
+    if (variant == 1) {
+      attrs["rotary_dim"] = ops::Attr::ofInt(D);
+      attrs["rotary_base"] = ops::Attr::ofFloat(10000.0f);
+    } else if (variant == 2) {
+      attrs["alibi"] = ops::Attr::ofInt(1);
+    } else if (variant == 3) {
+      attrs["window"] = ops::Attr::ofInt(3);
+    }
+    std::mt19937 rng(variant + 11);
+    OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
+                v = randomF32({B, S, KH * D}, rng);
+    std::vector<int64_t> maskValues(B * S, 1), positionValues(B * S);
+    maskValues[S] = maskValues[S + 1] = 0;  // row 1: two tokens of left padding
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0, seen = 0; s < S; ++s)
+        positionValues[b * S + s] = maskValues[b * S + s] ? seen++ : 1;
+    OwnedTensor mask = i64({B, S}, maskValues), positions = i64({B, S}, positionValues);
+    std::vector<OwnedTensor> fast, reference;
+    std::vector<const OwnedTensor *> in{&q, &k, &v, &mask, nullptr, nullptr, &positions};
+    ASSERT_TRUE(run("tfm.attention", in, fast, attrs, 1, nullptr, nullptr, true).isOk());
+    ASSERT_TRUE(run("tfm.attention", in, reference, attrs, 1, nullptr, nullptr, false).isOk());
+    auto maxAbs = [](const OwnedTensor &t) {
+      double m = 0;
+      for (float x : values<float>(t))
+        m = std::max(m, double(std::fabs(x)));
+      return m;
+    };
+    double delta = 2.0 * D * std::ldexp(1.0, -24) / std::sqrt(double(D)) * D * 2 * maxAbs(q) *
+                   maxAbs(k);
+    double bound = 2 * delta * maxAbs(v) + 1e-30;
+    std::vector<float> got = values<float>(fast[0]), want = values<float>(reference[0]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], bound) << "variant " << variant << " element " << i;
   }
 }
 

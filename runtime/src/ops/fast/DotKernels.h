@@ -11,7 +11,7 @@
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
 #define DSRT_OPS_FAST_DOTKERNELS_H
 
-#include "ops/fast/LinearKernels.h"
+#include "ops/fast/FastKernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +25,10 @@ struct IsaKernels {
   void (*dotRows)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                   int64_t end, float *y, int64_t ldy);
   void (*widenRows)(const LinearWeights &w, int64_t first, int64_t count, float *out);
-  // y[i] = act(y[i]) for i < n (act: Activation, LinearKernels.h).
+  // y[i] = act(y[i]) for i < n (act: Activation, FastKernels.h).
   void (*activate)(Activation kind, float *y, int64_t n);
+  // Σ a[i] b[i] for i < n.
+  float (*dot)(const float *a, const float *b, int64_t n);
 };
 
 // Everything below is compiled once per instruction set, by translation units built with
@@ -262,8 +264,23 @@ inline void activateWith(Activation kind, float *y, int64_t n) {
   }
 }
 
+template <class Vec> float dotWith(const float *a, const float *b, int64_t n) {
+  typename Vec::V acc[2] = {Vec::zero(), Vec::zero()};
+  int64_t i = 0;
+  for (; i + 2 * Vec::kWidth <= n; i += 2 * Vec::kWidth) {
+    acc[0] = Vec::fma(Vec::load(a + i), Vec::load(b + i), acc[0]);
+    acc[1] = Vec::fma(Vec::load(a + i + Vec::kWidth), Vec::load(b + i + Vec::kWidth), acc[1]);
+  }
+  for (; i + Vec::kWidth <= n; i += Vec::kWidth)
+    acc[0] = Vec::fma(Vec::load(a + i), Vec::load(b + i), acc[0]);
+  float sum = Vec::sum(acc[0]) + Vec::sum(acc[1]);
+  for (; i < n; ++i)
+    sum += a[i] * b[i];
+  return sum;
+}
+
 template <class Vec> IsaKernels kernelsOf(const char *name) {
-  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith};
+  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith, &dotWith<Vec>};
 }
 
 } // namespace

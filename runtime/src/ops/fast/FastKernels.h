@@ -1,9 +1,10 @@
-// Internal to dsrt_ops: the CPU backend's fast kernels of the linear layers (tfm.linear,
-// tfm.lm_head). Weights are read in the dtype the plan stores them in (f32, f16, bf16, or
-// int8 with per-group scales), so a session keeps them narrow; products accumulate in fp32.
-// The reference loop in Transformer.cpp stays the oracle they are tested against.
-#ifndef DSRT_OPS_FAST_LINEARKERNELS_H
-#define DSRT_OPS_FAST_LINEARKERNELS_H
+// Internal to dsrt_ops: the CPU backend's fast kernels (docs/cpu-backend.md): the linear
+// layers (tfm.linear, tfm.lm_head), the activations and attention's products. Weights are
+// read in the dtype the plan stores them in (f32, f16, bf16, or int8 with per-group scales),
+// so a session keeps them narrow; products accumulate in fp32. The reference kernels in
+// Transformer*.cpp stay the oracle they are tested against.
+#ifndef DSRT_OPS_FAST_FASTKERNELS_H
+#define DSRT_OPS_FAST_FASTKERNELS_H
 
 #include "core/Tensor.h"
 
@@ -18,6 +19,9 @@ enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
 // y[i] = act(y[i]) for i < n, vectorised for the CPU's instruction set: exp within 2 ulp
 // and erf within 1.2e-7 relative instead of libm's (the reference kernels use libm).
 void activate(Activation kind, float *y, int64_t n);
+
+// Σ a[i] b[i] for i < n in fp32, vectorised (attention's query-key products).
+float dot(const float *a, const float *b, int64_t n);
 
 // A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
 // groups)], the scales fp32.
