@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
@@ -46,7 +47,9 @@ const char *kUsage =
     "  --stats            the session's counters after the benchmark (kernel launches,\n"
     "                     fallback steps, graph captures and replays, bytes up and down;\n"
     "                     summed over the ranks); --json always has them under \"stats\"\n"
-    "  --json             one JSON object on stdout instead of the table\n";
+    "  --json             one JSON object on stdout instead of the table\n"
+    "  Peak resident memory: the process's (VmHWM) after the runs, before the bandwidth\n"
+    "  probe allocates its buffers.\n";
 
 [[noreturn]] void die(const std::string &message) {
   std::cerr << "dsbench: error: " << message << "\n";
@@ -288,6 +291,8 @@ void printTable(const nlohmann::json &result) {
                 100 * result["bandwidth_fraction"].get<double>(),
                 result["copy_bandwidth_bytes_per_s"].get<double>() / 1e9);
   line("achieved weight bandwidth", text);
+  line("peak resident memory", human(result["peak_resident_bytes"].get<double>()) +
+                                   " (the process, before the bandwidth probe)");
   const nlohmann::json &memory = result["memory_per_rank"];
   for (size_t rank = 0; rank < memory.size(); ++rank) {
     std::string name = "memory rank " + std::to_string(rank);
@@ -352,6 +357,16 @@ int main(int argc, char **argv) {
     }
   }
 
+  // The process's peak resident memory so far (Linux's VmHWM): the plan, its sessions and
+  // the benchmark's runs, before the bandwidth probe's buffers below add to it. 0 where
+  // /proc is not there.
+  uint64_t peakResidentBytes = 0;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string entry; std::getline(status, entry);)
+      if (entry.rfind("VmHWM:", 0) == 0)
+        peakResidentBytes = std::strtoull(entry.c_str() + 6, nullptr, 10) * 1024;  // kB
+  }
   // The counters of the benchmark's runs (the bandwidth measurement below not included).
   dsrt_stats stats;
   check(runner.group ? dsrt_group_stats(runner.group, &stats)
@@ -440,6 +455,7 @@ int main(int argc, char **argv) {
       {"copy_bandwidth_bytes_per_s", copyBandwidth},
       {"bandwidth_fraction", copyBandwidth > 0 ? weightBandwidth / copyBandwidth : 0.0},
       {"memory_per_rank", memory},
+      {"peak_resident_bytes", peakResidentBytes},
       {"stats", statsJson}};
   if (options.json) {
     std::cout << result.dump(2) << "\n";

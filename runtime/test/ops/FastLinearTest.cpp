@@ -268,7 +268,8 @@ TEST(FastAttention, EqualsTheReferenceKernel) {
 
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
-// (ctest's dsrt-ops-fast-avx512, -avx2 and -portable entries).
+// (ctest's dsrt-ops-fast-avx2 and -portable entries), or asks for the VNNI kernel
+// (dsrt-ops-fast-vnni).
 TEST(FastLinearKernels, TheExpectedKernelsRan) {
   auto env = [](const char *name) {
     const char *set = std::getenv(name);
@@ -283,7 +284,7 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
   std::string cap = env("DSRT_CPU_ISA");
   std::string isa = cap == "scalar" || !avx2                  ? "scalar"
                     : cap == "avx2" || !avx512                ? "avx2"
-                    : cap == "avx512" || !vnni                ? "avx512"
+                    : cap != "avx512-vnni" || !vnni           ? "avx512"
                                                               : "avx512-vnni";
   std::string expected = std::string(env("DSRT_DNNL") == "none" ? "" : "onednn sgemm + ") + isa;
   EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);

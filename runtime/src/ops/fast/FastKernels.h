@@ -53,9 +53,10 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 // What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx512".
 const char *linearKernelsDescription();
 
-// The instruction set of the kernels that run here: "avx512-vnni" (AVX-512F+BW+VNNI: int8
-// weights then multiply int8-quantized activations, DotVnni.cpp), "avx512" (AVX-512F),
-// "avx2" (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it.
+// The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
+// (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or
+// "avx512-vnni" (AVX-512F+BW+VNNI: int8 weights multiply int8-quantized activations,
+// DotVnni.cpp) where DSRT_CPU_ISA asks for it.
 const char *cpuIsa();
 
 } // namespace dsrt::ops::fast

@@ -51,6 +51,11 @@ struct Scalar {
       a.lane[i] *= b.lane[i];
     return a;
   }
+  static V add(V a, V b) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] += b.lane[i];
+    return a;
+  }
   static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
   static void store(float *p, V v) {
     for (int i = 0; i < 4; ++i)
@@ -58,13 +63,16 @@ struct Scalar {
   }
 };
 
-// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2, avx512 or
-// avx512-vnni: to compare them, or on a CPU that misreports).
+// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2 or avx512: to compare
+// them, or on a CPU that misreports). DSRT_CPU_ISA=avx512-vnni asks for int8 weights times
+// int8-quantized activations (DotVnni.cpp), which is never chosen by itself: on the
+// development machine the exact int8 x fp32 stream kernel reads int8 weights as fast
+// (both at the memory's speed, docs/cpu-backend.md), without quantizing x.
 const detail::IsaKernels &isa() {
   static const detail::IsaKernels chosen = [] {
     const char *cap = std::getenv("DSRT_CPU_ISA");
     const std::string order[] = {"scalar", "avx2", "avx512", "avx512-vnni"};
-    int limit = 3;
+    int limit = 2;
     for (int i = 0; cap && i < 4; ++i)
       if (order[i] == cap)
         limit = i;
