@@ -1,6 +1,7 @@
 // The CPU backend's fast linear kernels (ops/fast) against the reference kernel of
-// tfm.linear / tfm.lm_head, over every stored weight dtype, both kernel paths (the decode
-// kernel up to 8 rows, oneDNN's sgemm on fp32 tiles above), the kernels of each instruction
+// tfm.linear / tfm.lm_head, over every stored weight dtype, every kernel path (the stream
+// kernel up to 4 rows, the blocks up to 32 rows of fp32 weights and 64 of narrow ones,
+// oneDNN's sgemm on fp32 tiles above), the kernels of each instruction
 // set (the widest the CPU has here; ctest runs the file again capped to AVX2 and to the
 // portable kernels), ragged shapes (features and inputs that are not multiples of the vector width,
 // int8 groups of 24) and the fused epilogue.
@@ -134,12 +135,12 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
 std::vector<Case> cases() {
   std::vector<Case> all;
   for (DType dtype : {DType::F32, DType::F16, DType::BF16})
-    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 33})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 33, 65})
       for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 13}, {5, 130}, {770, 64}})
         all.push_back({dtype, 1, rows, in, out});
   // int8: per channel, groups of 24 (not whole vectors), groups of 32; and the VNNI
   // kernel's shapes: per channel over whole 64-input chunks, groups of 64 and of 128.
-  for (int64_t rows : {1, 3, 8, 9, 33})
+  for (int64_t rows : {1, 3, 8, 9, 33, 65})
     for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1},
                               {256, 1}, {256, 4}, {768, 6}})
       all.push_back({DType::I8, groups, rows, in, 37});

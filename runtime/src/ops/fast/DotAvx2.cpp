@@ -9,6 +9,7 @@ namespace {
 
 struct Avx2 {
   static constexpr int kWidth = 8;
+  static constexpr int kBlockRows = 3;
   using V = __m256;
   static V zero() { return _mm256_setzero_ps(); }
   static V broadcast(float v) { return _mm256_set1_ps(v); }

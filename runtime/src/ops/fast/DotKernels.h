@@ -2,6 +2,7 @@
 // dot-product kernel (DotScalar.cpp, DotAvx2.cpp). A translation unit includes it after
 // defining the vector type's operations in a `Vec` struct:
 //   static constexpr int kWidth;            lanes
+//   static constexpr int kBlockRows;        rows of x per block of 4 weight rows (registers)
 //   using V;                                the register type
 //   static V zero(); static V broadcast(float);
 //   static V load(const float *); static V load(const uint16_t *f16 or bf16, Tag);
@@ -171,7 +172,9 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
 }
 
 // Output features [begin, end) for every row. Up to 4 rows (decode of up to 4 sequences)
-// stream each weight row once; more rows take blocks of 4 weight rows by 3 rows of x.
+// stream each weight row once; more rows (decode of more sequences, a short prefill) take
+// blocks of 4 weight rows by kBlockRows rows of x (4 with AVX-512's 32 registers: 16 sums;
+// 3 with AVX2's 16).
 template <class Vec, DType D>
 void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                   int64_t end, float *y, int64_t ldy) {
@@ -193,6 +196,9 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
   auto block = [&](auto outputs, int64_t first) {
     constexpr int B = decltype(outputs)::value;
     int64_t r = 0;
+    if constexpr (Vec::kBlockRows == 4)
+      for (; r + 4 <= rows; r += 4)
+        dotBlock<Vec, D, 4, B>(x + r * in, in, w, first, y + r * ldy, ldy);
     for (; r + 3 <= rows; r += 3)
       dotBlock<Vec, D, 3, B>(x + r * in, in, w, first, y + r * ldy, ldy);
     if (rows - r == 2)

@@ -13,6 +13,7 @@ namespace {
 
 struct Avx512 {
   static constexpr int kWidth = 16;
+  static constexpr int kBlockRows = 4;
   using V = __m512;
   static V zero() { return _mm512_setzero_ps(); }
   static V broadcast(float v) { return _mm512_set1_ps(v); }
