@@ -9,7 +9,7 @@
 // Tolerance: both results are fp32 sums of the same products in different orders, so each
 // is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
 // differ by at most twice that; the activation and the residual add a few ulps of the result.
-// Where int8 weights meet the AVX-512 VNNI kernel (up to 8 rows, groups of whole 64-input
+// Where int8 weights meet the AVX-512 VNNI kernel (up to 64 rows, groups of whole 64-input
 // chunks), x itself is quantized to int8 in blocks of 32, each input off by at most half its
 // block's step max|x_block| / 127: that adds Σ_k |w_k| · step_k / 2 (times GELU's slope, at
 // most 1.13).
@@ -71,11 +71,11 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
   return w;
 }
 
-// Whether the decode kernel quantizes x for this case (DotVnni.cpp); through linear(), only
-// up to 8 rows take the decode kernel.
+// Whether dotRows quantizes x for this case (DotVnni.cpp); through linear(), only up to 64
+// rows of int8 weights take dotRows (more go to sgemm).
 bool quantizesActivations(const Case &c, bool throughLinear = true) {
   return std::string(ops::fast::cpuIsa()) == "avx512-vnni" && c.dtype == DType::I8 &&
-         (!throughLinear || c.rows <= 8) && (c.in / c.groups) % 64 == 0;
+         (!throughLinear || c.rows <= 64) && (c.in / c.groups) % 64 == 0;
 }
 
 // Σ_k |w_k| · step_k / 2, step_k = max |x| over k's block of 32 / 127.

@@ -1,5 +1,5 @@
-// int8 weights times int8 activations with AVX-512 VNNI, for the decode kernel (up to 8 rows
-// of x), where DSRT_CPU_ISA=avx512-vnni asks for it. This file alone is compiled with
+// int8 weights times int8 activations with AVX-512 VNNI, for dotRows (decode and short
+// prompts: up to 64 rows of x), where DSRT_CPU_ISA=avx512-vnni asks for it. This file alone is compiled with
 // -mavx512vnni -mavx512bw, and runs only where the CPU has them.
 //
 // Each row of x is quantized to int8 in blocks of 32 inputs, each block with its own scale
