@@ -8,6 +8,7 @@
 #include "comm/InProcessGroup.h"
 #include "comm/MpiCollectives.h"
 #include "comm/Nccl.h"
+#include "session/RankAgreement.h"
 
 #include <cstdio>
 
@@ -99,6 +100,11 @@ dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device, dsrt_se
   std::unique_ptr<dsrt::ops::Collectives> collectives;
   if (dsrt_status status =
           fromStatus(dsrt::createMpiCollectives(collectives), DSRT_UNSUPPORTED))
+    return status;
+  // First of all, while every rank is still here to answer: a rank on another plan would
+  // otherwise compute silently wrong tokens, or hang in a collective the others skip.
+  if (dsrt_status status = fromStatus(dsrt::checkRanksRunOnePlan(*collectives, *plan->file),
+                                      DSRT_INVALID_ARGUMENT))
     return status;
   // On GPUs the collectives run on NCCL; without it (no libnccl, no GPU, ranks sharing a
   // GPU) the CUDA session stages them through host memory over MPI. Every rank reaches the

@@ -413,9 +413,20 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
           continue;
         }
         float sum = 0;
-        for (int64_t t = 0; t < T; ++t) {
-          scores[t] = allowed[t] ? std::exp(scores[t] - maximum) : 0.0f;
-          sum += scores[t];
+        if (ctx.fastKernels) {
+          // The exponentials vectorised (within 2 ulp of libm's).
+          for (int64_t t = 0; t < T; ++t)
+            scores[t] = allowed[t] ? scores[t] - maximum : 0.0f;
+          fast::exponentiate(scores.data(), T);
+          for (int64_t t = 0; t < T; ++t) {
+            scores[t] = allowed[t] ? scores[t] : 0.0f;
+            sum += scores[t];
+          }
+        } else {
+          for (int64_t t = 0; t < T; ++t) {
+            scores[t] = allowed[t] ? std::exp(scores[t] - maximum) : 0.0f;
+            sum += scores[t];
+          }
         }
         for (int64_t t = 0; t < T; ++t) {
           if (scores[t] == 0.0f)

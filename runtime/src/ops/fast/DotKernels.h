@@ -30,6 +30,8 @@ struct IsaKernels {
   void (*activate)(Activation kind, float *y, int64_t n);
   // Σ a[i] b[i] for i < n.
   float (*dot)(const float *a, const float *b, int64_t n);
+  // y[i] = e^y[i] for i < n.
+  void (*exponentiate)(float *y, int64_t n);
 };
 
 // Everything below is compiled once per instruction set, by translation units built with
@@ -345,8 +347,14 @@ template <class Vec> float dotWith(const float *a, const float *b, int64_t n) {
   return sum;
 }
 
+inline void exponentiateWith(float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = expApprox(y[i]);
+}
+
 template <class Vec> IsaKernels kernelsOf(const char *name) {
-  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith, &dotWith<Vec>};
+  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith, &dotWith<Vec>,
+          &exponentiateWith};
 }
 
 } // namespace

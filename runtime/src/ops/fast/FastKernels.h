@@ -20,6 +20,9 @@ enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
 // and erf within 1.2e-7 relative instead of libm's (the reference kernels use libm).
 void activate(Activation kind, float *y, int64_t n);
 
+// y[i] = e^y[i] for i < n, vectorised, within 2 ulp (attention's softmax).
+void exponentiate(float *y, int64_t n);
+
 // Σ a[i] b[i] for i < n in fp32, vectorised (attention's query-key products).
 float dot(const float *a, const float *b, int64_t n);
 
