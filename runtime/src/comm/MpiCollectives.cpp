@@ -3,8 +3,12 @@
 #ifdef DSRT_HAVE_MPI
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <thread>
 #endif
 
 namespace dsrt {
@@ -19,6 +23,52 @@ Status mpiError(const char *call, int code) {
   return Status::error(std::string("MPI: ") + call + " failed: " + std::string(text, length));
 }
 
+// DSRT_COLLECTIVE_TIMEOUT: the seconds a collective waits for the other ranks (default 300;
+// 0 waits forever).
+double collectiveTimeoutSeconds() {
+  static const double seconds = [] {
+    const char *text = std::getenv("DSRT_COLLECTIVE_TIMEOUT");
+    if (!text || !*text)
+      return 300.0;
+    char *end = nullptr;
+    double value = std::strtod(text, &end);
+    return end && *end == '\0' && value >= 0 ? value : 300.0;
+  }();
+  return seconds;
+}
+
+// Polls a non-blocking collective until it completes. A rank that never arrives (it failed,
+// or runs another program) would hang the others forever, as blocking MPI does: past the
+// timeout the collective cannot be cancelled, nor MPI used again, so the job ends here
+// (MPI_Abort, after saying why on stderr), as torch.distributed's NCCL watchdog ends it.
+Status complete(MPI_Request &request, const char *call, int rank) {
+  const auto start = std::chrono::steady_clock::now();
+  const double timeout = collectiveTimeoutSeconds();
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    int code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS)
+      return mpiError(call, code);
+    if (done)
+      return Status::ok();
+    if (polls < 4096)
+      continue;  // a decode step's collectives finish within microseconds: poll tightly
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout > 0 && waited > timeout) {
+      std::fprintf(stderr,
+                   "dsrt: MPI rank %d waited %.0f s in %s for the other ranks "
+                   "(DSRT_COLLECTIVE_TIMEOUT=%g s): a rank failed or runs another program; "
+                   "ending the job\n",
+                   rank, waited, call, timeout);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      return Status::error(std::string("MPI: ") + call + " timed out");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 class MpiCollectives : public ops::Collectives {
 public:
   MpiCollectives(int rank, int size) : rank_(rank), size_(size) {}
@@ -28,17 +78,21 @@ public:
   Status allReduceSum(float *data, int64_t count) override {
     if (count > INT_MAX)
       return Status::error("MPI: all-reduce of more than 2^31 elements");
-    int code = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                             MPI_COMM_WORLD);
-    return code == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allreduce", code);
+    MPI_Request request;
+    int code = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD, &request);
+    return code == MPI_SUCCESS ? complete(request, "MPI_Iallreduce (sum)", rank_)
+                               : mpiError("MPI_Iallreduce", code);
   }
 
   Status allReduceMax(uint64_t *data, int64_t count) override {
     if (count > INT_MAX)
       return Status::error("MPI: all-reduce of more than 2^31 elements");
-    int code = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_UINT64_T, MPI_MAX,
-                             MPI_COMM_WORLD);
-    return code == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allreduce", code);
+    MPI_Request request;
+    int code = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_UINT64_T,
+                              MPI_MAX, MPI_COMM_WORLD, &request);
+    return code == MPI_SUCCESS ? complete(request, "MPI_Iallreduce (max)", rank_)
+                               : mpiError("MPI_Iallreduce", code);
   }
 
   Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) override {
@@ -51,9 +105,11 @@ public:
       displacements.push_back(static_cast<int>(offset));
       offset += b;
     }
-    int code = MPI_Allgatherv(mine, counts[rank_], MPI_BYTE, out, counts.data(),
-                              displacements.data(), MPI_BYTE, MPI_COMM_WORLD);
-    return code == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allgatherv", code);
+    MPI_Request request;
+    int code = MPI_Iallgatherv(mine, counts[rank_], MPI_BYTE, out, counts.data(),
+                               displacements.data(), MPI_BYTE, MPI_COMM_WORLD, &request);
+    return code == MPI_SUCCESS ? complete(request, "MPI_Iallgatherv", rank_)
+                               : mpiError("MPI_Iallgatherv", code);
   }
 
 private:

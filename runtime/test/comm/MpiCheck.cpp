@@ -1,17 +1,29 @@
 // Run under mpirun: every process checks the MPI communicator's collectives; exit status 0
-// only when all ranks agree they hold.
+// only when all ranks agree they hold. With --stall-rank R, rank R never arrives and the
+// others must end the job after DSRT_COLLECTIVE_TIMEOUT.
 #include "CollectivesCheck.h"
 #include "comm/MpiCollectives.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
+#include <thread>
 
-int main() {
+int main(int argc, char **argv) {
   std::unique_ptr<dsrt::ops::Collectives> collectives;
   dsrt::Status status = dsrt::createMpiCollectives(collectives);
   if (!status.isOk()) {
     std::fprintf(stderr, "dsrt-mpi-check: %s\n", status.message().c_str());
     return 2;
+  }
+  // --stall-rank R: rank R never joins the collectives (a rank that failed or runs another
+  // program), and stays alive long enough that only the others' timeout can end the job.
+  if (argc == 3 && std::string(argv[1]) == "--stall-rank" &&
+      collectives->rank() == std::atoi(argv[2])) {
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
   }
   std::string problem = dsrt::test::checkCollectives(*collectives);
   // Every rank's verdict reaches rank 0, so one failing rank fails the run.
