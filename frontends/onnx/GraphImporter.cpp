@@ -9,6 +9,8 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "mlir/IR/Verifier.h"
 
+#include "onnx/defs/schema.h"
+
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -221,10 +223,59 @@ LogicalResult GraphImporter::importIf(const NodeProto &node, Location loc,
   return success();
 }
 
+// The node against ONNX's own schema of its op at the model's opset (the onnx library's
+// registry, the one table of every op's required attributes and input and output counts),
+// before any importer code reads an attribute or an input: a node without Cast's `to` or
+// with too few inputs is an error that names what is missing, never a crash. Ops the
+// library has no schema for (other domains) keep the op table's checks. Above the newest
+// opset the library knows (Debian's onnx 1.12 stops at 17), its schemas may be older than
+// the node's (ReduceMean took its axes as an input from 18 on): only the required
+// attributes are checked there, which no opset since 13 has dropped.
+static LogicalResult checkAgainstSchema(const NodeProto &node, int64_t opset, Location loc) {
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return success();
+  const ::onnx::OpSchema *schema =
+      ::onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "");
+  if (!schema)
+    return success();
+  const auto &ranges = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  auto range = ranges.find("");
+  const bool schemaIsCurrent = range != ranges.end() && opset <= range->second.second;
+  for (const auto &[name, attribute] : schema->attributes()) {
+    if (!attribute.required)
+      continue;
+    bool present = llvm::any_of(node.attribute(), [&, &name = name](const auto &given) {
+      return given.name() == name;
+    });
+    if (!present)
+      return emitError(loc) << node.op_type() << " lacks its required attribute '" << name
+                            << "' (ONNX opset " << opset << ")";
+  }
+  if (!schemaIsCurrent)
+    return success();
+  if (node.input_size() < schema->min_input() || node.input_size() > schema->max_input())
+    return emitError(loc) << node.op_type() << " has " << node.input_size()
+                          << " inputs; ONNX opset " << opset << " takes "
+                          << schema->min_input() << " to " << schema->max_input();
+  const auto &formals = schema->inputs();
+  for (int i = 0; i < node.input_size() && i < static_cast<int>(formals.size()); ++i)
+    if (node.input(i).empty() &&
+        formals[i].GetOption() == ::onnx::OpSchema::FormalParameterOption::Single)
+      return emitError(loc) << node.op_type() << " input " << i << " ('"
+                            << formals[i].GetName() << "') is required but empty";
+  if (node.output_size() < schema->min_output() || node.output_size() > schema->max_output())
+    return emitError(loc) << node.op_type() << " has " << node.output_size()
+                          << " outputs; ONNX opset " << opset << " gives "
+                          << schema->min_output() << " to " << schema->max_output();
+  return success();
+}
+
 LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int depth) {
   Location loc = NameLoc::get(builder_.getStringAttr(describeNode(node, index)), fileLoc_);
   const OpSpec *spec = lookupOp(node.domain(), node.op_type(), opsetOf(node.domain()));
   assert(spec && "checkSupported rejects unsupported nodes first");
+  if (failed(checkAgainstSchema(node, opsetOf(node.domain()), loc)))
+    return failure();
 
   SmallVector<Value> operands;
   for (const std::string &name : node.input()) {
