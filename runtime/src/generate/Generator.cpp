@@ -599,10 +599,8 @@ Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<in
                        const GenerateOptions &options) {
   const int ranks = group.size();
   RequestIdentity mine = identityOf(prompts, options);
-  std::vector<RequestIdentity> all(static_cast<size_t>(ranks));
-  DSRT_RETURN_IF_ERROR(group.allGather(
-      &mine, std::vector<int64_t>(static_cast<size_t>(ranks), sizeof(RequestIdentity)),
-      all.data()));
+  std::vector<RequestIdentity> all;
+  DSRT_RETURN_IF_ERROR(group.allGatherRecords(mine, all));
   std::string message;
   const RequestIdentity &first = all[0];
   for (int rank = 1; rank < ranks; ++rank) {

@@ -88,6 +88,15 @@ public:
   virtual Status allReduceSum(float *data, int64_t count) = 0;
   // Concatenates each rank's `bytes[rank]` bytes, in rank order, into `out`.
   virtual Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) = 0;
+  // Every rank's `mine` (a trivially copyable record), in rank order: what ranks that must
+  // agree compare (session/RankAgreement.cpp, the generator's request check).
+  template <typename Record> Status allGatherRecords(const Record &mine, std::vector<Record> &all) {
+    all.assign(static_cast<size_t>(size()), Record{});
+    return allGather(&mine,
+                     std::vector<int64_t>(static_cast<size_t>(size()),
+                                          static_cast<int64_t>(sizeof(Record))),
+                     all.data());
+  }
   // The element-wise maximum of `count` uint64 over the ranks, in place (the distributed
   // argmax of greedy decoding combines packed (logit, index) keys with it). The default
   // gathers every rank's values; communicators with a native max override it.

@@ -70,9 +70,8 @@ Status checkRanksRunOnePlan(ops::Collectives &group, const PlanFile &plan) {
   if (ranks <= 1)
     return Status::ok();
   PlanIdentity mine = identityOf(plan);
-  std::vector<PlanIdentity> all(static_cast<size_t>(ranks));
-  DSRT_RETURN_IF_ERROR(group.allGather(
-      &mine, std::vector<int64_t>(static_cast<size_t>(ranks), sizeof(PlanIdentity)), all.data()));
+  std::vector<PlanIdentity> all;
+  DSRT_RETURN_IF_ERROR(group.allGatherRecords(mine, all));
   std::string message;
   for (int rank = 1; rank < ranks; ++rank) {
     std::string differs = differences(all[0], all[static_cast<size_t>(rank)]);
