@@ -204,7 +204,7 @@ dsrt_status dsrt_session_create(dsrt_plan *plan, int rank, dsrt_device device,
                           ? DSRT_INVALID_ARGUMENT
                           : DSRT_CORRUPT_PLAN,
                       status.message());
-  *out = new (std::nothrow) dsrt_session{nullptr, std::move(session), {}, device};
+  *out = new (std::nothrow) dsrt_session{nullptr, std::move(session), {}, device, rank};
   return *out ? DSRT_OK : dsrt::fail(DSRT_OUT_OF_MEMORY, "out of memory");
 }
 

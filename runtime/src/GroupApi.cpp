@@ -78,6 +78,10 @@ public:
                          void *out) override {
     return host_->allGather(mine, bytes, out);
   }
+  dsrt::Status allGatherUntimed(const void *mine, const std::vector<int64_t> &bytes,
+                                void *out) override {
+    return host_->allGatherUntimed(mine, bytes, out);
+  }
   dsrt::Status allReduceMax(uint64_t *data, int64_t count) override {
     return host_->allReduceMax(data, count);
   }
@@ -243,25 +247,10 @@ dsrt_status dsrt_group_generate(dsrt_group *group, size_t count, const int64_t *
   if (dsrt_status status = dsrt::toGenerateOptions(options, rank0))
     return status;
   // Every rank draws the same tokens from the same gathered logits and seed (greedy with a
-  // vocabulary-parallel LM head: from one distributed argmax); only rank 0 reports them. Whether the callback stops a sequence must reach every rank in the same
-  // call, or the ranks would run different numbers of steps and wait on each other.
+  // vocabulary-parallel LM head: from one distributed argmax); only rank 0 reports them.
+  // The generator shares the sequences rank 0's callback stops with the other ranks.
   dsrt::GenerateOptions others = rank0;
-  bool stop = false;
-  if (rank0.onToken) {
-    auto user = rank0.onToken;
-    dsrt::InProcessGroup &shared = *group->group;
-    rank0.onToken = [&stop, &shared, user](size_t sequence, int64_t token) {
-      stop = user(sequence, token);
-      bool published = shared.synchronize();
-      bool decision = stop;
-      return (shared.synchronize() && published) ? decision : true;
-    };
-    others.onToken = [&stop, &shared](size_t, int64_t) {
-      bool published = shared.synchronize();
-      bool decision = stop;
-      return (shared.synchronize() && published) ? decision : true;
-    };
-  }
+  others.onToken = nullptr;
   std::vector<std::vector<dsrt::GeneratedSequence>> results(group->sessions.size());
   dsrt::Status status = runRanks(*group, [&](int rank) {
     dsrt::GenerateOptions options = rank == 0 ? rank0 : others;

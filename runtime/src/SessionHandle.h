@@ -17,6 +17,7 @@ struct dsrt_session {
   std::unique_ptr<dsrt::Session> session;
   std::vector<int64_t> outputShape;  // backs dsrt_tensor::shape of the last get_output
   dsrt_device requested = DSRT_DEVICE_CPU;  // what the caller asked for
+  int rank = 0;                             // dsrt_session_rank
 };
 
 struct dsrt_generation {

@@ -30,6 +30,7 @@ const char *dsrt_status_name(dsrt_status status) {
   case DSRT_OUT_OF_MEMORY: return "DSRT_OUT_OF_MEMORY";
   case DSRT_DEVICE_ERROR: return "DSRT_DEVICE_ERROR";
   case DSRT_INTERNAL: return "DSRT_INTERNAL";
+  case DSRT_LEADER_FINISHED: return "DSRT_LEADER_FINISHED";
   }
   return "DSRT_UNKNOWN_STATUS";
 }

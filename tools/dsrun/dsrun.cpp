@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -35,6 +36,11 @@ struct Options {
   bool generate = false;
   dsrt_generate_options sampling{};
   std::vector<int64_t> stops;
+  // Rank 0 alone has the requests (dsrt_generate_lead): "", "lead" or "follow".
+  std::string role;
+  std::string requestsFile;  // --requests: more requests, one per line ("-": stdin)
+  bool quietGiven = false;   // --quiet on the command line
+  bool printFollowed = false;  // a rank given --follow prints the tokens, unless --quiet
 };
 
 const char *kUsage =
@@ -67,6 +73,22 @@ const char *kUsage =
     "  --prompt      text, encoded by the tokenizer embedded in the plan; prints text\n"
     "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n"
     "\n"
+    "rank 0 alone has the requests (a server; MPI ranks, docs/reliability.md):\n"
+    "       mpirun -np 1 dsrun tp.dsp --lead --prompt-ids 1,2,3 [--requests FILE] ...\n"
+    "            : -np 1 dsrun tp.dsp --follow\n"
+    "       mpirun -np 2 dsrun tp.dsp --requests FILE [--max-new-tokens N] ...\n"
+    "  --lead        rank 0 generates the request of the command line, then those of\n"
+    "                --requests, and the other ranks follow; each request's output\n"
+    "                begins with 'request K:'. Other ranks given --lead follow quietly\n"
+    "                (their prompts unused), so one command line serves every rank\n"
+    "  --follow      a rank other than 0 generates rank 0's requests until it finishes,\n"
+    "                and prints each one's tokens as ids, as rank 0's --prompt-ids\n"
+    "                (--quiet: nothing); prompts and sampling options come from rank 0\n"
+    "  --requests    one request per line, after the command line's: its prompts'\n"
+    "                comma-separated token ids, prompts separated by spaces ('#' lines\n"
+    "                and empty ones skipped); '-' reads stdin, which mpirun gives rank 0;\n"
+    "                implies --lead\n"
+    "\n"
     "       dsrun --list-devices   prints 'cuda devices: N', with the reason when N is 0,\n"
     "                              then the path of libcuda, cublasLt and nccl, or\n"
     "                              'not found (tried: ...)'\n";
@@ -81,17 +103,24 @@ void check(dsrt_status status, const std::string &what) {
     die(what + ": " + dsrt_last_error());
 }
 
-std::vector<int64_t> parseIds(const std::string &text) {
-  std::vector<int64_t> ids;
+bool parseIdList(const std::string &text, std::vector<int64_t> &ids) {
+  ids.clear();
   std::stringstream list(text);
   std::string item;
   while (std::getline(list, item, ',')) {
     char *end = nullptr;
     long long id = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0')
-      die("'" + text + "' is not a comma-separated list of token ids");
+      return false;
     ids.push_back(id);
   }
+  return true;
+}
+
+std::vector<int64_t> parseIds(const std::string &text) {
+  std::vector<int64_t> ids;
+  if (!parseIdList(text, ids))
+    die("'" + text + "' is not a comma-separated list of token ids");
   return ids;
 }
 
@@ -136,7 +165,13 @@ Options parse(int argc, char **argv) {
     else if (arg == "--expect-dir") options.expectDir = value();
     else if (arg == "--rtol") options.rtol = std::atof(value().c_str());
     else if (arg == "--atol") options.atol = std::atof(value().c_str());
-    else if (arg == "--quiet") options.quiet = true;
+    else if (arg == "--quiet") options.quiet = options.quietGiven = true;
+    else if (arg == "--lead" || arg == "--follow") {
+      if (!options.role.empty() && options.role != arg.substr(2))
+        die("give --lead (rank 0) or --follow (the other ranks), not both");
+      options.role = arg.substr(2);
+    }
+    else if (arg == "--requests") options.requestsFile = value();
     else if (arg == "--strict") options.strict = true;
     else if (arg == "--stats") options.stats = true;
     else if (arg == "--prompt") options.prompts.push_back(value());
@@ -155,7 +190,13 @@ Options parse(int argc, char **argv) {
   }
   if (options.plan.empty())
     die(std::string("no plan given\n") + kUsage);
-  options.generate = !options.prompts.empty() || !options.promptIds.empty();
+  bool prompted = !options.prompts.empty() || !options.promptIds.empty();
+  options.generate = prompted || !options.role.empty() || !options.requestsFile.empty();
+  if (options.role == "follow" && (prompted || !options.requestsFile.empty()))
+    die("--follow takes its requests from rank 0: give the prompts and --requests to "
+        "rank 0's --lead");
+  if (options.role == "lead" && !prompted && options.requestsFile.empty())
+    die("--lead needs a request: --prompt, --prompt-ids or --requests");
   if (!options.prompts.empty() && !options.promptIds.empty())
     die("give prompts as text (--prompt) or as ids (--prompt-ids), not both");
   // Under mpirun every process is a rank.
@@ -291,6 +332,7 @@ struct Runner {
   dsrt_session *session = nullptr;
   dsrt_group *group = nullptr;
   bool printer = true;  // rank 0 prints; other MPI ranks stay quiet
+  bool lead = false;    // rank 0 sends each request to ranks that follow it
 
   dsrt_status setInput(const char *program, size_t index, dsrt_dtype dtype,
                        const int64_t *shape, size_t rank, const void *data) {
@@ -306,8 +348,9 @@ struct Runner {
   }
   dsrt_status generate(size_t count, const int64_t *const *prompts, const size_t *lengths,
                        const dsrt_generate_options *options, dsrt_generation **out) {
-    return group ? dsrt_group_generate(group, count, prompts, lengths, options, out)
-                 : dsrt_generate(session, count, prompts, lengths, options, out);
+    return group  ? dsrt_group_generate(group, count, prompts, lengths, options, out)
+           : lead ? dsrt_generate_lead(session, count, prompts, lengths, options, out)
+                  : dsrt_generate(session, count, prompts, lengths, options, out);
   }
   dsrt_status setStrict() {
     return group ? dsrt_group_set_strict(group, 1) : dsrt_session_set_strict(session, 1);
@@ -337,7 +380,129 @@ struct Runner {
   }
 };
 
+// Prints one generation: as text where the prompts were text (after the stream of a lone
+// prompt, only its line's end), else each sequence's ids and finish reason.
+void printGeneration(dsrt_generation *generation, const dsrt_tokenizer *tokenizer,
+                     const std::vector<std::string> &texts, bool streamed) {
+  const char *reasons[] = {"length", "stop", "callback"};
+  for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
+    const int64_t *tokens = nullptr;
+    size_t count = 0;
+    dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
+    check(dsrt_generation_tokens(generation, i, &tokens, &count, &reason), "result");
+    if (streamed) {
+      std::cout << "\n";
+      continue;
+    }
+    if (tokenizer && i < texts.size()) {
+      char *text = nullptr;
+      check(dsrt_tokenizer_decode(tokenizer, tokens, count, 1, &text), "cannot decode");
+      std::cout << "sequence " << i << ": " << texts[i] << text << "\n";
+      dsrt_free(text);
+      continue;
+    }
+    std::cout << "sequence " << i << ":";
+    for (size_t t = 0; t < count; ++t)
+      std::cout << " " << tokens[t];
+    std::cout << " (" << reasons[reason] << ")\n";
+  }
+}
+
+// One request: `prompts` as ids, `texts` where they came as text.
+void generateAndPrint(const Options &options, Runner &runner,
+                      const std::vector<std::vector<int64_t>> &prompts,
+                      const dsrt_tokenizer *tokenizer, const std::vector<std::string> &texts) {
+  std::vector<const int64_t *> pointers;
+  std::vector<size_t> lengths;
+  for (const auto &prompt : prompts) {
+    pointers.push_back(prompt.data());
+    lengths.push_back(prompt.size());
+  }
+  dsrt_generate_options sampling = options.sampling;
+  sampling.stop_tokens = options.stops.data();
+  sampling.stop_token_count = options.stops.size();
+  Stream stream;
+  if (runner.printer && tokenizer && texts.size() == 1) {
+    stream.tokenizer = tokenizer;
+    sampling.on_token = streamToken;
+    sampling.user_data = &stream;
+    std::cout << texts[0] << std::flush;
+  }
+  dsrt_generation *generation = nullptr;
+  check(runner.generate(prompts.size(), pointers.data(), lengths.data(), &sampling, &generation),
+        "generation failed");
+  if (runner.printer)
+    printGeneration(generation, tokenizer, texts, stream.tokenizer != nullptr);
+  dsrt_generation_free(generation);
+}
+
+// Rank 0's requests, the command line's and then those of --requests, for ranks that follow.
+void leadRequests(const Options &options, Runner &runner,
+                  const std::vector<std::vector<int64_t>> &prompts,
+                  const dsrt_tokenizer *tokenizer) {
+  size_t request = 0;
+  auto lead = [&](const std::vector<std::vector<int64_t>> &batch,
+                  const std::vector<std::string> &texts) {
+    std::cout << "request " << request++ << ":\n";
+    generateAndPrint(options, runner, batch, tokenizer, texts);
+  };
+  // The followers wait for a request or the end: tell them before stopping.
+  auto finishAndDie = [&](const std::string &message) {
+    if (runner.session)
+      dsrt_generate_finish(runner.session);
+    die(message);
+  };
+  if (!prompts.empty())
+    lead(prompts, options.prompts);
+  if (!options.requestsFile.empty()) {
+    std::ifstream file;
+    std::istream *in = &std::cin;
+    if (options.requestsFile != "-") {
+      file.open(options.requestsFile);
+      if (!file)
+        finishAndDie("cannot read the requests in '" + options.requestsFile + "'");
+      in = &file;
+    }
+    std::string line;
+    for (size_t number = 1; std::getline(*in, line); ++number) {
+      std::stringstream words(line);
+      std::string word;
+      std::vector<std::vector<int64_t>> batch;
+      while (words >> word && word[0] != '#') {
+        batch.emplace_back();
+        if (!parseIdList(word, batch.back()))
+          finishAndDie(options.requestsFile + ":" + std::to_string(number) + ": '" + word +
+                       "' is not a comma-separated list of token ids");
+      }
+      if (!batch.empty())
+        lead(batch, {});
+    }
+  }
+  if (runner.session)
+    check(dsrt_generate_finish(runner.session), "cannot tell the other ranks to finish");
+}
+
+// A rank other than 0: rank 0's requests, until it finishes.
+void followRequests(Runner &runner, bool print) {
+  for (size_t request = 0;; ++request) {
+    dsrt_generation *generation = nullptr;
+    dsrt_status status = dsrt_generate_follow(runner.session, &generation);
+    if (status == DSRT_LEADER_FINISHED)
+      return;
+    check(status, "generation failed");
+    if (print) {
+      std::cout << "request " << request << ":\n";
+      printGeneration(generation, nullptr, {}, false);
+    }
+    dsrt_generation_free(generation);
+  }
+}
+
 int runGeneration(Options &options, dsrt_plan *plan, Runner &runner) {
+  if (options.role == "follow") {
+    followRequests(runner, options.printFollowed);
+    return 0;
+  }
   dsrt_tokenizer *tokenizer = nullptr;
   std::vector<std::vector<int64_t>> prompts = options.promptIds;
   if (!options.prompts.empty()) {
@@ -351,50 +516,10 @@ int runGeneration(Options &options, dsrt_plan *plan, Runner &runner) {
       dsrt_free(ids);
     }
   }
-  std::vector<const int64_t *> pointers;
-  std::vector<size_t> lengths;
-  for (const auto &prompt : prompts) {
-    pointers.push_back(prompt.data());
-    lengths.push_back(prompt.size());
-  }
-  Stream stream;
-  if (tokenizer && prompts.size() == 1) {
-    stream.tokenizer = tokenizer;
-    options.sampling.on_token = streamToken;
-    options.sampling.user_data = &stream;
-    std::cout << options.prompts[0] << std::flush;
-  }
-  options.sampling.stop_tokens = options.stops.data();
-  options.sampling.stop_token_count = options.stops.size();
-  dsrt_generation *generation = nullptr;
-  if (!runner.printer)
-    options.sampling.on_token = nullptr;
-  check(runner.generate(prompts.size(), pointers.data(), lengths.data(),
-                      &options.sampling, &generation),
-        "generation failed");
-  const char *reasons[] = {"length", "stop", "callback"};
-  for (size_t i = 0; runner.printer && i < dsrt_generation_count(generation); ++i) {
-    const int64_t *tokens = nullptr;
-    size_t count = 0;
-    dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
-    check(dsrt_generation_tokens(generation, i, &tokens, &count, &reason), "result");
-    if (stream.tokenizer) {
-      std::cout << "\n";
-      continue;
-    }
-    if (tokenizer) {
-      char *text = nullptr;
-      check(dsrt_tokenizer_decode(tokenizer, tokens, count, 1, &text), "cannot decode");
-      std::cout << "sequence " << i << ": " << options.prompts[i] << text << "\n";
-      dsrt_free(text);
-      continue;
-    }
-    std::cout << "sequence " << i << ":";
-    for (size_t t = 0; t < count; ++t)
-      std::cout << " " << tokens[t];
-    std::cout << " (" << reasons[reason] << ")\n";
-  }
-  dsrt_generation_free(generation);
+  if (options.role == "lead")
+    leadRequests(options, runner, prompts, tokenizer);
+  else
+    generateAndPrint(options, runner, prompts, tokenizer, options.prompts);
   dsrt_tokenizer_free(tokenizer);
   return 0;
 }
@@ -410,8 +535,7 @@ int main(int argc, char **argv) {
   } else if (options.ranks == "mpi") {
     check(dsrt_session_create_mpi(plan, options.device, &runner.session),
           "cannot create this MPI rank's session");
-    const char *worldRank = std::getenv("OMPI_COMM_WORLD_RANK");
-    runner.printer = !worldRank || std::string(worldRank) == "0";
+    runner.printer = dsrt_session_rank(runner.session) == 0;
   } else {
     if (planRanks > 1)
       die("the plan has " + std::to_string(planRanks) + " tensor-parallel ranks: run them "
@@ -420,6 +544,24 @@ int main(int argc, char **argv) {
     check(dsrt_session_create(plan, options.rank, options.device, &runner.session),
           "cannot create a session");
   }
+  // --lead or --requests on every rank: rank 0 leads and the others follow, so that one
+  // command line serves every rank (and mpirun gives stdin to rank 0 alone).
+  bool printFollowed = options.role == "follow" && !options.quietGiven;
+  if (!runner.printer && (options.role == "lead" || !options.requestsFile.empty()))
+    options.role = "follow";
+  else if (options.role.empty() && !options.requestsFile.empty())
+    options.role = "lead";
+  if (options.role == "follow" && runner.group)
+    die("--follow is for MPI ranks other than 0; --ranks inprocess runs every rank of a "
+        "request itself");
+  if (options.role == "follow" && runner.printer) {
+    // The ranks that follow would wait for rank 0's requests forever.
+    if (runner.session)
+      dsrt_generate_finish(runner.session);
+    die("--follow on rank 0: rank 0 leads (--lead, --requests) and the other ranks follow");
+  }
+  options.printFollowed = printFollowed;
+  runner.lead = options.role == "lead";
   if (!runner.printer)
     options.quiet = true;
   if (options.strict)

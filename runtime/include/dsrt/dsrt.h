@@ -32,7 +32,9 @@ typedef enum dsrt_status {
   DSRT_UNSUPPORTED = 3,      /* a plan feature or device this build cannot run */
   DSRT_OUT_OF_MEMORY = 4,
   DSRT_DEVICE_ERROR = 5,
-  DSRT_INTERNAL = 6
+  DSRT_INTERNAL = 6,
+  DSRT_LEADER_FINISHED = 7   /* not a failure: dsrt_generate_follow's rank 0 called
+                                dsrt_generate_finish, there are no more requests */
 } dsrt_status;
 
 /* The plan file's element types (schemas/plan.fbs). */
@@ -170,6 +172,9 @@ DSRT_API dsrt_status dsrt_session_stats(const dsrt_session *session, dsrt_stats 
  * calls it. */
 DSRT_API dsrt_status dsrt_session_create_mpi(dsrt_plan *plan, dsrt_device device,
                                              dsrt_session **out);
+/* The rank a session runs: its MPI rank for dsrt_session_create_mpi, else the rank given to
+ * dsrt_session_create. -1 for a null session. */
+DSRT_API int dsrt_session_rank(const dsrt_session *session);
 
 /* All ranks of a plan in this process, one thread each, joined by an in-process
  * communicator: TP plans on one CPU or one GPU. Inputs are given once (every rank gets
@@ -211,7 +216,8 @@ DSRT_API dsrt_status dsrt_tokenizer_decode(const dsrt_tokenizer *tokenizer, cons
 /* ---- Generation (docs/transformer-ops.md). ---- */
 
 /* Called for every new token of every sequence, in order. Return nonzero to stop that
- * sequence after this token. */
+ * sequence after this token. Under MPI a sequence that any rank's callback stops stops on
+ * every rank, so one rank (the one that reports the tokens) may have a callback alone. */
 typedef int (*dsrt_token_callback)(void *user_data, size_t sequence, int64_t token);
 
 typedef struct dsrt_generate_options {
@@ -239,7 +245,9 @@ typedef struct dsrt_generation dsrt_generation;
 DSRT_API void dsrt_generate_options_init(dsrt_generate_options *options);
 /* Generates for `count` prompts (prompt i: lengths[i] token ids at prompts[i]) as one batch.
  * Checks every limit (batch, prompt + max_new_tokens against the plan's max_seq_len, token
- * ids against the vocabulary) before running anything. */
+ * ids against the vocabulary) before running anything. On an MPI session every rank calls
+ * it with the same prompts and options, or every rank fails with an error naming what
+ * differs; where rank 0 alone has the request, see dsrt_generate_lead. */
 DSRT_API dsrt_status dsrt_generate(dsrt_session *session, size_t count,
                                    const int64_t *const *prompts, const size_t *lengths,
                                    const dsrt_generate_options *options,
@@ -249,6 +257,42 @@ DSRT_API dsrt_status dsrt_group_generate(dsrt_group *group, size_t count,
                                          const int64_t *const *prompts, const size_t *lengths,
                                          const dsrt_generate_options *options,
                                          dsrt_generation **out);
+
+/* Rank 0 alone drives the generation of an MPI session's ranks (a server, which reads each
+ * request on rank 0): rank 0 calls dsrt_generate_lead with the request, every other rank
+ * loops on dsrt_generate_follow, which waits for rank 0's next request and runs it, until
+ * rank 0 calls dsrt_generate_finish:
+ *
+ *   if (dsrt_session_rank(s) == 0) {
+ *     while (next_request(&request))   dsrt_generate_lead(s, ..., &options, &generation);
+ *     dsrt_generate_finish(s);
+ *   } else {
+ *     while (dsrt_generate_follow(s, NULL) != DSRT_LEADER_FINISHED) {}
+ *   }
+ *
+ * A request that fails (a token id outside the vocabulary, too many tokens, a null prompt)
+ * fails on every rank with rank 0's status and message, and every rank stays ready for the
+ * next one. All three are collective over the session's ranks; on a session of one rank
+ * (dsrt_session_create, or a plan of one rank) lead is dsrt_generate and finish does
+ * nothing. Lead on a rank other than 0, and follow on rank 0, are DSRT_INVALID_ARGUMENT. */
+
+/* On rank 0: sends the request (prompts, max_new_tokens, temperature, top_k, top_p, seed,
+ * stop tokens, ignore_eos) to the other ranks, then generates as dsrt_generate. The token
+ * callback runs on rank 0 only; a sequence it stops stops on every rank. */
+DSRT_API dsrt_status dsrt_generate_lead(dsrt_session *session, size_t count,
+                                        const int64_t *const *prompts, const size_t *lengths,
+                                        const dsrt_generate_options *options,
+                                        dsrt_generation **out);
+/* On every rank but 0: waits for rank 0's next dsrt_generate_lead and generates the same
+ * tokens (`*out`, as dsrt_generate's; `out` may be NULL), or fails as rank 0's request
+ * does. Returns DSRT_LEADER_FINISHED, with `*out` NULL, once rank 0 calls
+ * dsrt_generate_finish. A follower waits for the next request as long as it takes:
+ * DSRT_COLLECTIVE_TIMEOUT (docs/reliability.md) bounds the generation's collectives only. */
+DSRT_API dsrt_status dsrt_generate_follow(dsrt_session *session, dsrt_generation **out);
+/* On rank 0: tells the followers there are no more requests (their dsrt_generate_follow
+ * returns DSRT_LEADER_FINISHED). Rank 0 may lead again to ranks that follow again. */
+DSRT_API dsrt_status dsrt_generate_finish(dsrt_session *session);
+
 DSRT_API size_t dsrt_generation_count(const dsrt_generation *generation);
 /* The new tokens of sequence `index` (the prompt not included). */
 DSRT_API dsrt_status dsrt_generation_tokens(const dsrt_generation *generation, size_t index,

@@ -1,5 +1,7 @@
 #include "comm/MpiCollectives.h"
 
+#include "comm/CollectiveTimeout.h"
+
 #ifdef DSRT_HAVE_MPI
 #include <mpi.h>
 
@@ -23,17 +25,9 @@ Status mpiError(const char *call, int code) {
   return Status::error(std::string("MPI: ") + call + " failed: " + std::string(text, length));
 }
 
-// DSRT_COLLECTIVE_TIMEOUT: the seconds a collective waits for the other ranks (default 300;
-// 0 waits forever).
-double collectiveTimeoutSeconds() {
-  static const double seconds = [] {
-    const char *text = std::getenv("DSRT_COLLECTIVE_TIMEOUT");
-    if (!text || !*text)
-      return 300.0;
-    char *end = nullptr;
-    double value = std::strtod(text, &end);
-    return end && *end == '\0' && value >= 0 ? value : 300.0;
-  }();
+// Read once: the polling loop asks for every collective.
+double collectiveTimeout() {
+  static const double seconds = collectiveTimeoutSeconds();
   return seconds;
 }
 
@@ -41,9 +35,10 @@ double collectiveTimeoutSeconds() {
 // or runs another program) would hang the others forever, as blocking MPI does: past the
 // timeout the collective cannot be cancelled, nor MPI used again, so the job ends here
 // (MPI_Abort, after saying why on stderr), as torch.distributed's NCCL watchdog ends it.
-Status complete(MPI_Request &request, const char *call, int rank) {
+// `timed` false: waiting for work that has not come yet (allGatherUntimed).
+Status complete(MPI_Request &request, const char *call, int rank, bool timed = true) {
   const auto start = std::chrono::steady_clock::now();
-  const double timeout = collectiveTimeoutSeconds();
+  const double timeout = timed ? collectiveTimeout() : 0;
   for (long polls = 0;; ++polls) {
     int done = 0;
     int code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
@@ -96,6 +91,16 @@ public:
   }
 
   Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) override {
+    return gather(mine, bytes, out, true);
+  }
+
+  Status allGatherUntimed(const void *mine, const std::vector<int64_t> &bytes,
+                          void *out) override {
+    return gather(mine, bytes, out, false);
+  }
+
+private:
+  Status gather(const void *mine, const std::vector<int64_t> &bytes, void *out, bool timed) {
     std::vector<int> counts, displacements;
     int64_t offset = 0;
     for (int64_t b : bytes) {
@@ -108,11 +113,10 @@ public:
     MPI_Request request;
     int code = MPI_Iallgatherv(mine, counts[rank_], MPI_BYTE, out, counts.data(),
                                displacements.data(), MPI_BYTE, MPI_COMM_WORLD, &request);
-    return code == MPI_SUCCESS ? complete(request, "MPI_Iallgatherv", rank_)
+    return code == MPI_SUCCESS ? complete(request, "MPI_Iallgatherv", rank_, timed)
                                : mpiError("MPI_Iallgatherv", code);
   }
 
-private:
   int rank_, size_;
 };
 

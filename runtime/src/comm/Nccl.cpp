@@ -1,12 +1,16 @@
 #include "comm/Nccl.h"
 
+#include "comm/CollectiveTimeout.h"
 #include "core/LibraryLoader.h"
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <sstream>
+#include <system_error>
 
 namespace dsrt {
 
@@ -25,6 +29,12 @@ constexpr int kNcclUint8 = 1;    // ncclUint8
 constexpr int kNcclFloat32 = 7;  // ncclFloat32
 constexpr int kNcclSum = 0;      // ncclSum
 
+// How often the watchdog looks at a communicator the host waits on, and how long it keeps
+// doing so after the last wait before it sleeps until the next (so that a decode loop's
+// guards need not wake it, and an idle process is not woken ten times a second).
+constexpr std::chrono::milliseconds kWatchdogPoll(100);
+constexpr std::chrono::seconds kWatchdogStayAwake(1);
+
 } // namespace
 
 struct NcclCollectives::Api {
@@ -33,6 +43,7 @@ struct NcclCollectives::Api {
   NcclResult (*getUniqueId)(NcclUniqueId *) = nullptr;
   NcclResult (*commInitRank)(NcclComm *, int, NcclUniqueId, int) = nullptr;
   NcclResult (*commDestroy)(NcclComm) = nullptr;
+  NcclResult (*commAbort)(NcclComm) = nullptr;
   NcclResult (*commGetAsyncError)(NcclComm, NcclResult *) = nullptr;
   const char *(*getErrorString)(NcclResult) = nullptr;
   NcclResult (*allReduce)(const void *, void *, size_t, int, int, NcclComm, void *) = nullptr;
@@ -63,6 +74,8 @@ std::string resolveApi(void *library, Api &api) {
     missing = "ncclCommInitRank";
   else if (!resolve(library, "ncclCommDestroy", api.commDestroy))
     missing = "ncclCommDestroy";
+  else if (!resolve(library, "ncclCommAbort", api.commAbort))
+    missing = "ncclCommAbort";
   else if (!resolve(library, "ncclCommGetAsyncError", api.commGetAsyncError))
     missing = "ncclCommGetAsyncError";
   else if (!resolve(library, "ncclGetErrorString", api.getErrorString))
@@ -284,6 +297,15 @@ Status NcclCollectives::create(ops::Collectives &bootstrap,
   NcclResult result = made->api_->commInitRank(&comm, made->size_, uniqueId, made->rank_);
   made->comm_ = result == kNcclSuccess ? comm : nullptr;
   local = made->check(result, "ncclCommInitRank");
+  made->timeout_ = collectiveTimeoutSeconds();
+  if (local.isOk()) {
+    try {
+      made->watchdog_ = std::thread(&NcclCollectives::watch, made.get());
+    } catch (const std::system_error &error) {
+      local = Status::error(std::string("NCCL: cannot start the watchdog thread: ") +
+                            error.what());
+    }
+  }
   // The destructor destroys a communicator that some other rank could not create.
   DSRT_RETURN_IF_ERROR(agree(bootstrap, local, "create its NCCL communicator"));
   out = std::move(made);
@@ -291,10 +313,91 @@ Status NcclCollectives::create(ops::Collectives &bootstrap,
 }
 
 NcclCollectives::~NcclCollectives() {
-  if (comm_)
+  if (watchdog_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    watchdog_.join();
+  }
+  if (comm_ && !aborted())
     api_->commDestroy(comm_);
   if (releaseDevice_)
     releaseDevice_();
+}
+
+Status NcclCollectives::abortedError() const { return Status::error(abortMessage_); }
+
+Status NcclCollectives::guard(const char *step, const std::function<Status()> &wait) {
+  if (aborted()) {
+    // Nothing of the dead communicator is left on the stream, but the rest of the work
+    // still has to finish before the caller may touch its buffers.
+    (void)wait();
+    return abortedError();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_ = true;
+    step_ = step ? step : "";
+    waitStart_ = Clock::now();
+    if (asleep_)
+      wake_.notify_one();
+  }
+  Status status = wait();
+  {
+    // Taken after an abort under way has finished: the watchdog aborts only while
+    // waiting_, so the communicator is never aborted under a collective being enqueued.
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_ = false;
+    lastWaitEnd_ = Clock::now();
+  }
+  return aborted() ? abortedError() : status;
+}
+
+void NcclCollectives::watch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (!waiting_ && (aborted() || Clock::now() - lastWaitEnd_ > kWatchdogStayAwake)) {
+      asleep_ = true;
+      wake_.wait(lock, [this] { return stopping_ || waiting_; });
+      asleep_ = false;
+      continue;
+    }
+    if (wake_.wait_for(lock, kWatchdogPoll, [this] { return stopping_; }))
+      break;
+    if (!waiting_ || aborted())
+      continue;
+    NcclResult async = kNcclSuccess;
+    NcclResult queried = api_->commGetAsyncError(comm_, &async);
+    double waited = std::chrono::duration<double>(Clock::now() - waitStart_).count();
+    if (queried != kNcclSuccess)
+      abortLocked("failed: ncclCommGetAsyncError failed: " + describe(*api_, queried));
+    else if (async != kNcclSuccess)
+      abortLocked("failed: NCCL reported an asynchronous error: " + describe(*api_, async));
+    else if (timeout_ > 0 && waited > timeout_) {
+      std::ostringstream cause;
+      cause << "did not finish within " << timeout_
+            << " s (DSRT_COLLECTIVE_TIMEOUT): a rank stopped taking part (which ranks did "
+               "not arrive is not known to NCCL)";
+      abortLocked(cause.str());
+    }
+  }
+}
+
+void NcclCollectives::abortLocked(const std::string &what) {
+  std::string message =
+      "NCCL: '" + std::string(step_) + "' on rank " + std::to_string(rank_) + " " + what;
+  NcclResult result = api_->commAbort(comm_);
+  message += result == kNcclSuccess
+                 ? "; the communicator was aborted"
+                 : "; aborting the communicator failed too: " + describe(*api_, result);
+  // Said here as well: the rank may be stuck elsewhere, and the job's log should show which
+  // rank gave up and why even if the error never reaches the caller.
+  std::fprintf(stderr, "dsrt: %s\n", message.c_str());
+  std::fflush(stderr);
+  abortMessage_ = message;
+  aborted_.store(true, std::memory_order_release);
 }
 
 Status NcclCollectives::check(int result, const char *call) const {
@@ -313,6 +416,8 @@ Status NcclCollectives::check(int result, const char *call) const {
 
 Status NcclCollectives::allReduceSum(cuda::DevicePtr data, int64_t count,
                                      cuda::StreamHandle stream) {
+  if (aborted())
+    return abortedError();
   if (count < 0)
     return Status::error("NCCL: all-reduce of a negative count");
   if (count == 0)
@@ -325,6 +430,8 @@ Status NcclCollectives::allReduceSum(cuda::DevicePtr data, int64_t count,
 
 Status NcclCollectives::allGather(cuda::DevicePtr mine, const std::vector<int64_t> &bytes,
                                   cuda::DevicePtr out, cuda::StreamHandle stream) {
+  if (aborted())
+    return abortedError();
   if (static_cast<int>(bytes.size()) != size_)
     return Status::error("NCCL: all-gather of " + std::to_string(bytes.size()) +
                          " sizes for " + std::to_string(size_) + " ranks");

@@ -8,9 +8,14 @@
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dsrt {
@@ -37,11 +42,14 @@ using SelectNcclDevice = std::function<Status(int rank, int &device)>;
 class NcclCollectives final : public cuda::DeviceCollectives {
 public:
   // A communicator of every rank of `bootstrap` (kept only for the duration of the call),
-  // on the device `select` makes current. Collective: every rank calls it, and every rank
-  // gets an error when one rank cannot take part (no libnccl, no GPU, two ranks on one GPU),
-  // so that none waits for the others in NCCL.
+  // on the device `select` makes current, and its watchdog thread. Collective: every rank
+  // calls it, and every rank gets an error when one rank cannot take part (no libnccl, no
+  // GPU, two ranks on one GPU), so that none waits for the others in NCCL. The watchdog's
+  // timeout is DSRT_COLLECTIVE_TIMEOUT as set now.
   static Status create(ops::Collectives &bootstrap, std::unique_ptr<NcclCollectives> &out,
                        const SelectNcclDevice &select = {});
+  // Stops and joins the watchdog, then destroys the communicator (unless it was aborted:
+  // ncclCommAbort already freed it).
   ~NcclCollectives() override;
 
   int rank() const override { return rank_; }
@@ -55,16 +63,48 @@ public:
                    cuda::StreamHandle stream) override;
   bool capturable() const override { return true; }
 
+  // The watchdog, as torch.distributed's ProcessGroupNCCL has one: NCCL's kernels wait
+  // forever for a peer that failed, and so does the host synchronising with them. While `wait`
+  // runs, the communicator's thread polls ncclCommGetAsyncError every 100 ms and aborts
+  // the communicator (ncclCommAbort, which ends its kernels) on an error or when the wait
+  // has lasted DSRT_COLLECTIVE_TIMEOUT seconds; the result is then an error naming `step`,
+  // this rank, the timeout and the cause, and every later collective and guard fails with
+  // it at once. Costs a few uncontended mutex operations; no thread, no system call while
+  // the watchdog is awake (it sleeps after a second without guards).
+  Status guard(const char *step, const std::function<Status()> &wait) override;
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  double timeoutSeconds() const { return timeout_; }
+
   struct Api;  // the resolved NCCL functions
 
 private:
+  using Clock = std::chrono::steady_clock;
+
   NcclCollectives() = default;
   Status check(int result, const char *call) const;
+  Status abortedError() const;
+  void watch();  // the watchdog thread
+  // Aborts the communicator; `what` ends the sentence "NCCL: '<step>' on rank <r> ...".
+  // With mutex_ held, while the host waits.
+  void abortLocked(const std::string &what);
 
   const Api *api_ = nullptr;
   void *comm_ = nullptr;  // ncclComm_t
   int rank_ = 0, size_ = 1, device_ = -1;
   std::function<void()> releaseDevice_;
+
+  double timeout_ = 300;  // seconds; 0: no timeout, asynchronous errors only
+  std::thread watchdog_;
+  std::mutex mutex_;  // everything below but aborted_
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool asleep_ = false;   // the watchdog waits for a guard without polling: notify it
+  bool waiting_ = false;  // the host is inside guard's wait: the only time NCCL may be aborted
+  const char *step_ = "";
+  Clock::time_point waitStart_, lastWaitEnd_;
+  // Written once, under mutex_, before aborted_ is set; read after aborted_ is seen.
+  std::string abortMessage_;
+  std::atomic<bool> aborted_{false};
 };
 
 } // namespace dsrt

@@ -59,6 +59,7 @@ Status CudaSession::run(std::string_view programName) {
   state.realBatch = -1;
   sequenceLengthsSet_ = false;
   currentUsesCache_ = state.usesCache;
+  runningProgram_.assign(programName.data(), programName.size());
   if (status.isOk()) {
     bool candidate = graphCandidate(state, *found);
     if (candidate && state.eligible == 0 && strict_ && state.graphExpected) {

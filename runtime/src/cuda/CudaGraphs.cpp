@@ -180,6 +180,10 @@ Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &sta
                                             static_cast<int32_t>(mask[1]),
                                             static_cast<int32_t>(width)));
   if (graph->exec) {
+    // The capture did not run the launchers again for this replay: its collectives, if any,
+    // are in the graph.
+    if (graph->hasCollectives)
+      collectivesPending_ = true;
     DSRT_RETURN_IF_ERROR(check(driver_->cuGraphLaunch(graph->exec, stream_), "cuGraphLaunch"));
     ++graphReplays_;
     ++stats_.graphReplays;
@@ -220,9 +224,15 @@ Status CudaSession::capture(const dsp::Program &program, ProgramState &state, Gr
   captureProblem_.clear();
   DSRT_RETURN_IF_ERROR(check(driver_->cuStreamBeginCapture(stream_, kStreamCaptureModeThreadLocal),
                              "cuStreamBeginCapture"));
+  // What the launchers flag now is in the graph; the eager run before may still be on the
+  // stream, so its flag is kept for the next wait.
+  bool eagerCollectives = collectivesPending_;
+  collectivesPending_ = false;
   capturing_ = true;
   Status status = runProgram(program);
   capturing_ = false;
+  graph.hasCollectives = collectivesPending_;
+  collectivesPending_ = collectivesPending_ || eagerCollectives;
   CUgraph captured = nullptr;
   CUresult ended = driver_->cuStreamEndCapture(stream_, &captured);
   if (status.isOk() && ended != kCudaSuccess)

@@ -67,7 +67,16 @@ Status CudaSession::copyToHost(void *dst, DevicePtr src, size_t bytes) {
   return Status::ok();
 }
 
-Status CudaSession::sync() { return check(driver_->cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+Status CudaSession::sync() {
+  auto wait = [this] {
+    return check(driver_->cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  };
+  if (!collectivesPending_ || !deviceCollectives_)
+    return wait();
+  // Once the wait returns the stream is empty, whether it succeeded or not.
+  collectivesPending_ = false;
+  return deviceCollectives_->guard(runningProgram_.c_str(), wait);
+}
 
 Status CudaSession::create(std::shared_ptr<PlanFile> plan, int rank,
                            const CudaSessionOptions &options, std::unique_ptr<CudaSession> &out) {

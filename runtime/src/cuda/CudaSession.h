@@ -136,6 +136,7 @@ private:
     CUgraphExec exec = nullptr;
     std::vector<Shape> outputShapes;  // padded, as the capture placed them
     bool failed = false;              // could not be captured: the bucket runs eagerly
+    bool hasCollectives = false;      // a replay's wait is guarded (DeviceCollectives::guard)
   };
   struct ProgramState {
     std::vector<StepPlacement> placements;
@@ -157,6 +158,8 @@ private:
   Status compilePrograms();
   Status allocate(size_t bytes, DevicePtr &out, const char *what);
   Status check(CUresult result, const char *call) const;
+  // Waits for the stream; under the collectives' watchdog (DeviceCollectives::guard) when
+  // collectives were enqueued since the last wait, since those may wait for a dead peer.
   Status sync();
   // Asynchronous copies on the session's stream, counted in stats_.
   Status copyToDevice(DevicePtr dst, const void *src, size_t bytes);
@@ -235,6 +238,8 @@ private:
 
   std::unique_ptr<DeviceCollectives> stagedCollectives_;
   DeviceCollectives *deviceCollectives_ = nullptr;
+  bool collectivesPending_ = false;  // enqueued on the stream since the last sync
+  std::string runningProgram_;       // what a timed-out wait names
 
   bool capturing_ = false;
   bool syncEachStep_ = false;  // DSRT_CUDA_SYNC_STEPS=1: find the step a kernel fault is in

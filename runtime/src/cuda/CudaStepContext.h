@@ -58,7 +58,11 @@ public:
   const int32_t *hostSequenceLengths() const override {
     return session_.hostSequenceLengths_;
   }
-  DeviceCollectives *collectives() override { return session_.deviceCollectives_; }
+  DeviceCollectives *collectives() override {
+    // A launcher asks for the group to enqueue a collective: the next wait is guarded.
+    session_.collectivesPending_ = session_.deviceCollectives_ != nullptr;
+    return session_.deviceCollectives_;
+  }
   int rank() const override { return session_.rank_; }
   StreamHandle stream() const override { return session_.stream_; }
   int multiprocessorCount() const override { return session_.multiprocessors_; }

@@ -16,6 +16,7 @@
 #include "ops/Ops.h"
 
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -85,6 +86,16 @@ public:
                            StreamHandle stream) = 0;
   // Whether a collective may be captured into a CUDA graph (NCCL: yes; host staging: no).
   virtual bool capturable() const = 0;
+  // Runs `wait`, a host wait (a stream synchronisation) on work that includes this group's
+  // collectives, for the program or step `step`. A collective on the device waits for its
+  // peers without a bound, so NCCL's watchdog ends the wait with an error naming `step`
+  // when a peer fails or DSRT_COLLECTIVE_TIMEOUT passes. Staged collectives have already
+  // waited in the host group (MPI's timeout, the in-process group's abort) before their work
+  // reaches the stream: plain wait().
+  virtual Status guard(const char *step, const std::function<Status()> &wait) {
+    (void)step;
+    return wait();
+  }
 };
 
 class StepContext {

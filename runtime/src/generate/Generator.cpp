@@ -67,9 +67,12 @@ struct StepLogits {
 
 class Run {
 public:
+  // `shareStops`: some rank of the group has a callback, so the sequences it stops are
+  // shared each step (every rank must run as many steps).
   Run(Session &session, const std::vector<std::vector<int64_t>> &prompts,
-      const GenerateOptions &options)
-      : session_(session), plan_(session.plan().plan()), prompts_(prompts), options_(options) {}
+      const GenerateOptions &options, bool shareStops)
+      : session_(session), plan_(session.plan().plan()), prompts_(prompts), options_(options),
+        shareStops_(shareStops) {}
 
   Status execute(std::vector<GeneratedSequence> &out);
 
@@ -86,6 +89,7 @@ private:
   const dsp::Plan &plan_;
   const std::vector<std::vector<int64_t>> &prompts_;
   const GenerateOptions &options_;
+  const bool shareStops_;
   const dsp::ModelInfo *model_ = nullptr;
   Mode mode_ = Mode::Recompute;
   int64_t batch_ = 0, longest_ = 0, vocab_ = 0;
@@ -411,10 +415,14 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     if (greedyShard_)
       DSRT_RETURN_IF_ERROR(
           distributedArgmax(*options_.group, logits.full, vocabOffset_, greedy));
-    bool anyRunning = false;
+    // A callback may run on one rank only (rank 0's, which reports the tokens): a sequence
+    // any rank's callback stops stops on every rank, so that they run the same steps.
+    std::vector<uint64_t> callbackStops(batch_, 0);
+    std::vector<bool> ranThisStep(batch_, false);
     for (int64_t b = 0; b < batch_; ++b) {
       if (done[b])
         continue;
+      ranThisStep[b] = true;
       int64_t token =
           greedyShard_ ? greedy[b]
           : candidates_ > 0
@@ -427,7 +435,16 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
         done[b] = true;
         out[b].reason = FinishReason::Stop;
       }
-      if (options_.onToken && options_.onToken(static_cast<size_t>(b), token) && !done[b]) {
+      if (options_.onToken && options_.onToken(static_cast<size_t>(b), token))
+        callbackStops[b] = 1;
+    }
+    if (shareStops_)
+      DSRT_RETURN_IF_ERROR(options_.group->allReduceMax(callbackStops.data(), batch_));
+    bool anyRunning = false;
+    for (int64_t b = 0; b < batch_; ++b) {
+      if (!ranThisStep[b])
+        continue;
+      if (callbackStops[b] && !done[b]) {
         done[b] = true;
         out[b].reason = FinishReason::Callback;
       }
@@ -560,7 +577,9 @@ struct RequestIdentity {
   float temperature = 0;
   float topP = 0;
   int32_t ignoreEos = 0;
-  int32_t reserved = 0;
+  // Not compared: one rank alone may have a callback (the one that reports the tokens);
+  // whether any has tells the ranks to share the stops it decides.
+  int32_t hasCallback = 0;
 };
 
 uint64_t fnv1a(uint64_t hash, const void *data, size_t bytes) {
@@ -589,18 +608,22 @@ RequestIdentity identityOf(const std::vector<std::vector<int64_t>> &prompts,
   id.temperature = options.temperature;
   id.topP = options.topP;
   id.ignoreEos = options.ignoreEos;
+  id.hasCallback = options.onToken ? 1 : 0;
   return id;
 }
 
 // The ranks of a tensor-parallel group must generate from the same request, or they run
 // different programs and wait for each other forever (one rank's prefill of 3 tokens, the
 // other's of 2). Checked before anything else, while every rank is still in step.
+// `anyCallback`: whether some rank has a token callback.
 Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<int64_t>> &prompts,
-                       const GenerateOptions &options) {
+                       const GenerateOptions &options, bool &anyCallback) {
   const int ranks = group.size();
   RequestIdentity mine = identityOf(prompts, options);
   std::vector<RequestIdentity> all;
   DSRT_RETURN_IF_ERROR(group.allGatherRecords(mine, all));
+  anyCallback = std::any_of(all.begin(), all.end(),
+                            [](const RequestIdentity &id) { return id.hasCallback != 0; });
   std::string message;
   const RequestIdentity &first = all[0];
   for (int rank = 1; rank < ranks; ++rank) {
@@ -636,12 +659,13 @@ Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<in
 
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,
                 const GenerateOptions &options, std::vector<GeneratedSequence> &out) {
+  bool anyCallback = false;
   if (options.group && options.group->size() > 1) {
-    Status agreed = checkRanksAgree(*options.group, prompts, options);
+    Status agreed = checkRanksAgree(*options.group, prompts, options, anyCallback);
     if (!agreed.isOk())
       return Status::error("generate: " + agreed.message());
   }
-  Run run(session, prompts, options);
+  Run run(session, prompts, options, anyCallback);
   std::vector<GeneratedSequence> result;
   Status status = run.execute(result);
   if (!status.isOk())

@@ -24,7 +24,9 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
   bool ignoreEos = false;
-  // Called for each new token of each sequence; returning true stops that sequence.
+  // Called for each new token of each sequence; returning true stops that sequence. In a
+  // group, a sequence that any rank's callback stops stops on every rank (one all-reduce
+  // per step when some rank has a callback), so one rank may have it alone.
   std::function<bool(size_t sequence, int64_t token)> onToken;
   // The session's tensor-parallel group (kept, not owned; null for one rank). With it, greedy
   // decoding of a plan with a vocabulary-parallel LM head runs the prefill_greedy and

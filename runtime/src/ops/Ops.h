@@ -88,6 +88,14 @@ public:
   virtual Status allReduceSum(float *data, int64_t count) = 0;
   // Concatenates each rank's `bytes[rank]` bytes, in rank order, into `out`.
   virtual Status allGather(const void *mine, const std::vector<int64_t> &bytes, void *out) = 0;
+  // As allGather, but waiting as long as it takes, without DSRT_COLLECTIVE_TIMEOUT: for work
+  // that has not come yet (a follower waiting for rank 0's next request, which a server may
+  // receive in an hour), not for a rank that failed. Only communicators with a timeout
+  // override it.
+  virtual Status allGatherUntimed(const void *mine, const std::vector<int64_t> &bytes,
+                                  void *out) {
+    return allGather(mine, bytes, out);
+  }
   // Every rank's `mine` (a trivially copyable record), in rank order: what ranks that must
   // agree compare (session/RankAgreement.cpp, the generator's request check).
   template <typename Record> Status allGatherRecords(const Record &mine, std::vector<Record> &all) {
@@ -96,6 +104,34 @@ public:
                      std::vector<int64_t>(static_cast<size_t>(size()),
                                           static_cast<int64_t>(sizeof(Record))),
                      all.data());
+  }
+  // Rank 0's `bytes` on every rank (the others' are replaced): a request that only rank 0
+  // was given (generate/Request.h). The ranks first agree on the size, then rank 0 alone
+  // contributes to one all-gather, so no communicator needs a broadcast of its own. The
+  // other ranks wait for the size untimed (allGatherUntimed), rank 0 for them as usual.
+  Status broadcastFromRank0(std::vector<uint8_t> &bytes) {
+    uint64_t mine = rank() == 0 ? bytes.size() : 0;
+    std::vector<uint64_t> sizes(static_cast<size_t>(size()), 0);
+    std::vector<int64_t> sizeBytes(static_cast<size_t>(size()),
+                                   static_cast<int64_t>(sizeof(uint64_t)));
+    Status status = rank() == 0 ? allGather(&mine, sizeBytes, sizes.data())
+                                : allGatherUntimed(&mine, sizeBytes, sizes.data());
+    if (!status.isOk())
+      return status;
+    // Checked on every rank alike, before the followers allocate (MPI counts are int).
+    if (sizes[0] > 0x7FFFFFFFull)
+      return Status::error("a broadcast of " + std::to_string(sizes[0]) +
+                           " bytes, more than the 2 GiB one collective moves");
+    std::vector<int64_t> counts(static_cast<size_t>(size()), 0);
+    counts[0] = static_cast<int64_t>(sizes[0]);
+    // MPI forbids aliased send and receive buffers, even where a rank sends nothing.
+    uint8_t nothing = 0;
+    if (rank() == 0) {
+      std::vector<uint8_t> received(bytes.size());
+      return allGather(bytes.data(), counts, received.data());
+    }
+    bytes.assign(static_cast<size_t>(sizes[0]), 0);
+    return allGather(&nothing, counts, bytes.data());
   }
   // The element-wise maximum of `count` uint64 over the ranks, in place (the distributed
   // argmax of greedy decoding combines packed (logit, index) keys with it). The default

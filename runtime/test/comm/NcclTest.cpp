@@ -4,6 +4,7 @@
 // its own process (gtest_discover_tests), so DSRT_NCCL set by one does not leak into another.
 #include "comm/InProcessGroup.h"
 #include "comm/Nccl.h"
+#include "NcclTestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -52,20 +53,8 @@ TEST(NcclTest, WrongLibraryIsAClearError) {
       << probe.message();
   // The communicator's set-up fails on every rank with the same cause, without waiting in
   // NCCL for the rank that could not load it.
-  InProcessGroup group(2);
-  std::vector<Status> results(2, Status::ok());
-  std::vector<std::unique_ptr<NcclCollectives>> comms(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank)
-    threads.emplace_back([&, rank] {
-      results[rank] = NcclCollectives::create(group.member(rank), comms[rank],
-                                              [](int, int &device) {
-                                                device = 0;
-                                                return Status::ok();
-                                              });
-    });
-  for (std::thread &thread : threads)
-    thread.join();
+  std::vector<std::unique_ptr<NcclCollectives>> comms;
+  std::vector<Status> results = createNcclOnEveryRank(2, comms);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_FALSE(results[rank].isOk());
     EXPECT_EQ(comms[rank], nullptr);

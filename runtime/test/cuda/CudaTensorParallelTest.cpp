@@ -6,6 +6,8 @@
 #include "cpu/Session.h"
 #include "cuda/CudaSession.h"
 
+#include "TestPlans.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,29 +24,9 @@ GpuOpFn collectivesOnly(std::string_view op) {
 // Prefill of 3 tokens then 2 decodes, batch 1; the logits of every run, in order.
 Status generate(Session &session, std::vector<std::vector<float>> &logits) {
   for (int64_t total = 3; total <= 5; ++total) {
-    const char *program = total == 3 ? "prefill" : "decode";
-    int64_t tokens = total == 3 ? 3 : 1, past = total - tokens;
-    std::vector<int64_t> ids(tokens), mask(total, 1), positions(tokens);
-    for (int64_t t = 0; t < tokens; ++t) {
-      ids[t] = (53 * (past + t) + 5) % 300;
-      positions[t] = past + t;
-    }
-    const dsp::Program *found = session.program(program);
-    if (!found)
-      return Status::error(std::string("no program ") + program);
-    for (size_t i = 0; i < found->inputs()->size(); ++i) {
-      std::string name =
-          session.plan().plan().tensors()->Get(found->inputs()->Get(i))->name()->str();
-      TensorRef value{DType::I64, {1, tokens}, name == "position_ids" ? positions.data()
-                                                                         : ids.data()};
-      if (name == "attention_mask")
-        value = {DType::I64, {1, total}, mask.data()};
-      DSRT_RETURN_IF_ERROR(session.setInput(program, i, value));
-    }
-    DSRT_RETURN_IF_ERROR(session.run(program));
-    TensorRef out;
-    DSRT_RETURN_IF_ERROR(session.output(program, 0, out));
-    logits.emplace_back(out.as<float>(), out.as<float>() + out.elements());
+    logits.emplace_back();
+    DSRT_RETURN_IF_ERROR(test::runTokens(session, total == 3 ? "prefill" : "decode", total,
+                                         total == 3 ? 3 : 1, &logits.back()));
   }
   return Status::ok();
 }

@@ -108,4 +108,32 @@ void expectClose(const std::vector<float> &actual, const std::vector<float> &exp
   EXPECT_EQ(bad, 0u);
 }
 
+Status runTokens(Session &session, const char *program, int64_t total, int64_t tokens,
+                 std::vector<float> *logits) {
+  int64_t past = total - tokens;
+  std::vector<int64_t> ids(tokens), mask(total, 1), positions(tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    ids[t] = (53 * (past + t) + 5) % 300;
+    positions[t] = past + t;
+  }
+  const dsp::Program *found = session.program(program);
+  if (!found)
+    return Status::error(std::string("no program ") + program);
+  for (size_t i = 0; i < found->inputs()->size(); ++i) {
+    std::string name =
+        session.plan().plan().tensors()->Get(found->inputs()->Get(i))->name()->str();
+    TensorRef value{DType::I64, {1, tokens},
+                    name == "position_ids" ? positions.data() : ids.data()};
+    if (name == "attention_mask")
+      value = {DType::I64, {1, total}, mask.data()};
+    DSRT_RETURN_IF_ERROR(session.setInput(program, i, value));
+  }
+  DSRT_RETURN_IF_ERROR(session.run(program));
+  TensorRef out;
+  DSRT_RETURN_IF_ERROR(session.output(program, 0, out));
+  if (logits)
+    logits->assign(out.as<float>(), out.as<float>() + out.elements());
+  return Status::ok();
+}
+
 } // namespace dsrt::cuda::test

@@ -20,6 +20,11 @@ bool bindForward(Session &session);
 // Binds test_data_set_0's inputs to `forward` by name, runs it, and returns the logits and
 // the PyTorch reference logits.
 bool runForward(Session &session, std::vector<float> &logits, std::vector<float> &reference);
+// Runs `program` (prefill or decode) at batch 1 on a context of `total` tokens, the last
+// `tokens` of them new: ids in a fixed pattern below 300, positions and an all-ones mask
+// bound by input name. `logits` (may be null) gets output 0.
+Status runTokens(Session &session, const char *program, int64_t total, int64_t tokens,
+                 std::vector<float> *logits = nullptr);
 // |a - b| <= tolerance * max(1, |b|) elementwise.
 void expectClose(const std::vector<float> &actual, const std::vector<float> &expected,
                  float tolerance);

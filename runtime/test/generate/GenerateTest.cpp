@@ -5,11 +5,13 @@
 #include "dsrt/dsrt.h"
 
 #include "generate/Generator.h"
+#include "generate/Request.h"
 #include "session/Session.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,84 @@ TEST(SampleTokenTest, CandidatesDrawWhatTheWholeRowDraws) {
       ASSERT_EQ(candidates, whole);
     }
   }
+}
+
+// The record rank 0 sends to the ranks that follow it (dsrt_generate_lead).
+TEST(GenerationRequestTest, RoundTripsWhatDecidesTheTokens) {
+  dsrt::GenerationRequest request;
+  request.prompts = {{1, 2, 3}, {40000000000ll}, {7}};
+  request.options.maxNewTokens = 9;
+  request.options.temperature = 0.75f;
+  request.options.topK = 12;
+  request.options.topP = 0.5f;
+  request.options.seed = 0xFFFFFFFFFFFFFFF0ull;
+  request.options.stopTokens = {5, 6};
+  request.options.ignoreEos = true;
+  dsrt::GenerationRequest decoded;
+  ASSERT_TRUE(dsrt::decodeRequest(dsrt::encodeRequest(request), decoded).isOk());
+  EXPECT_EQ(decoded.kind, dsrt::GenerationRequest::Kind::Generate);
+  EXPECT_EQ(decoded.prompts, request.prompts);
+  EXPECT_EQ(decoded.options.maxNewTokens, 9);
+  EXPECT_EQ(decoded.options.temperature, 0.75f);
+  EXPECT_EQ(decoded.options.topK, 12);
+  EXPECT_EQ(decoded.options.topP, 0.5f);
+  EXPECT_EQ(decoded.options.seed, request.options.seed);
+  EXPECT_EQ(decoded.options.stopTokens, request.options.stopTokens);
+  EXPECT_TRUE(decoded.options.ignoreEos);
+
+  dsrt::GenerationRequest failed;
+  failed.kind = dsrt::GenerationRequest::Kind::Failed;
+  failed.errorCode = DSRT_INVALID_ARGUMENT;
+  failed.errorMessage = "a prompt is null";
+  ASSERT_TRUE(dsrt::decodeRequest(dsrt::encodeRequest(failed), decoded).isOk());
+  EXPECT_EQ(decoded.kind, dsrt::GenerationRequest::Kind::Failed);
+  EXPECT_EQ(decoded.errorCode, DSRT_INVALID_ARGUMENT);
+  EXPECT_EQ(decoded.errorMessage, "a prompt is null");
+
+  dsrt::GenerationRequest finish;
+  finish.kind = dsrt::GenerationRequest::Kind::Finish;
+  ASSERT_TRUE(dsrt::decodeRequest(dsrt::encodeRequest(finish), decoded).isOk());
+  EXPECT_EQ(decoded.kind, dsrt::GenerationRequest::Kind::Finish);
+}
+
+TEST(GenerationRequestTest, MalformedRecordsAreErrorsThatSayWhy) {
+  dsrt::GenerationRequest request;
+  request.prompts = {{1, 2, 3}, {4}};
+  std::vector<uint8_t> bytes = dsrt::encodeRequest(request);
+  dsrt::GenerationRequest decoded;
+  ASSERT_TRUE(dsrt::decodeRequest(bytes, decoded).isOk());
+  // Every truncation, not only the last byte's.
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + size);
+    dsrt::Status status = dsrt::decodeRequest(cut, decoded);
+    ASSERT_FALSE(status.isOk()) << size << " bytes";
+    EXPECT_NE(status.message().find("the request ends inside"), std::string::npos)
+        << status.message();
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_NE(dsrt::decodeRequest(longer, decoded).message().find("1 bytes past its end"),
+            std::string::npos);
+  std::vector<uint8_t> otherVersion = bytes;
+  otherVersion[4] = 9;
+  EXPECT_NE(dsrt::decodeRequest(otherVersion, decoded).message().find("format 9"),
+            std::string::npos);
+  std::vector<uint8_t> otherKind = bytes;
+  otherKind[8] = 7;
+  EXPECT_NE(dsrt::decodeRequest(otherKind, decoded).message().find("of kind 7"),
+            std::string::npos);
+  // A count past the bytes left is refused before anything is allocated for it.
+  dsrt::GenerationRequest one;
+  one.prompts = {{1}};
+  std::vector<uint8_t> huge = dsrt::encodeRequest(one);
+  size_t promptCount = huge.size() - 3 * sizeof(uint64_t);
+  std::memset(huge.data() + promptCount, 0xFF, sizeof(uint64_t));
+  EXPECT_NE(dsrt::decodeRequest(huge, decoded)
+                .message()
+                .find("ends inside its prompts (18446744073709551615 of them"),
+            std::string::npos);
+  // Nothing is half-decoded into the caller's request.
+  EXPECT_EQ(decoded.prompts, request.prompts);
 }
 
 } // namespace
