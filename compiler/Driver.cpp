@@ -1,22 +1,16 @@
 #include "compiler/Driver.h"
+#include "compiler/Pipeline.h"
 
 #include "codegen/AttachKernels.h"
 #include "compiler/Registration.h"
 #include "compiler/lowering/ExportPlan.h"
 #include "compiler/lowering/ModelInfo.h"
-#include "compiler/lowering/Passes.h"
-#include "compiler/fuse/Passes.h"
-#include "compiler/parallel/Passes.h"
-#include "compiler/quantize/Passes.h"
-#include "compiler/recognize/Passes.h"
 #include "compiler/recognize/RecognitionReport.h"
-#include "compiler/recognize/RecognizeAttention.h"
 #include "frontends/onnx/OnnxImporter.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Config/llvm-config.h"
@@ -264,68 +258,36 @@ int runCompilerDriver(int argc, char **argv) {
     return EXIT_FAILURE;
 
   if (emit != Stage::Onnx) {
-    PassManager pm(&context);
-    pm.enableVerifier(true);
-    pm.addPass(createFoldConstants());
-    // The layers first (embeddings, norms, linears, activations), then attention, proven
-    // on a probe that may read the model's weights: its Q/K/V path then stops at the
-    // recognised projections and at norms over each head (Qwen3's q/k norm), and it finds
-    // learned position tables as tfm.embedding. Then the prefill and decode programs of a
-    // decoder whose every attention was recognised. The report is read before lowering
-    // turns the tfm ops into steps.
-    RecognitionDeclines declines;
-    if (!noRecognize)
-      pm.addPass(createRecognizeLayersWithReport(&declines));
-    if (!noRecognize)
-      pm.addPass(createRecognizeAttentionWithWeights(imported->weights.get(), attentionRemarks));
-    if (!noRecognize) {
-      DeriveCacheProgramsOptions derive;
-      derive.report = attentionRemarks;
-      pm.addPass(createDeriveCachePrograms(derive));
+    PipelineOptions pipeline;
+    pipeline.recognize = !noRecognize;
+    pipeline.attentionRemarks = attentionRemarks;
+    pipeline.tensorParallel = tensorParallel;
+    if (int8) {
+      QuantizeWeightsOptions quantize;
+      quantize.groupSize = int8GroupSize;
+      quantize.mlpExtraGrouping = int8MlpExtraGrouping;
+      quantize.lmHead = !int8SkipLmHead;
+      quantize.remarks = verbose;
+      pipeline.int8 = quantize;
     }
+    pipeline.fuse = !noFuse;
+    pipeline.fuseRemarks = fuseRemarks;
+    pipeline.lowering.maxBatch = maxBatch;
+    pipeline.lowering.maxSeqLen = maxSeqLen;
+    pipeline.lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
 
-    if (failed(pm.run(*imported->module)))
+    RecognitionDeclines declines;
+    if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
+                                     &declines)))
       return EXIT_FAILURE;
+    // The report describes recognition, so it is read before sharding and lowering.
     if (!noRecognize)
       printRecognitionReport(*imported->module, declines, llvm::errs());
-    // After the prefill/decode derivation, so that every program is sharded the same way,
-    // and after the report, which describes recognition.
-    if (tensorParallel > 1) {
-      PassManager shard(&context);
-      shard.enableVerifier(true);
-      TpShardOptions shardOptions;
-      shardOptions.ranks = tensorParallel;
-      shard.addPass(createTpShard(shardOptions));
-      if (failed(shard.run(*imported->module)))
-        return EXIT_FAILURE;
-    }
-    // After sharding: the plan writer quantizes each rank's part, so no group straddles
-    // two ranks.
-    if (int8) {
-      PassManager quantize(&context);
-      quantize.enableVerifier(true);
-      QuantizeWeightsOptions quantizeOptions;
-      quantizeOptions.groupSize = int8GroupSize;
-      quantizeOptions.mlpExtraGrouping = int8MlpExtraGrouping;
-      quantizeOptions.lmHead = !int8SkipLmHead;
-      quantizeOptions.remarks = verbose;
-      quantize.addPass(createQuantizeWeights(quantizeOptions));
-      if (failed(quantize.run(*imported->module)))
-        return EXIT_FAILURE;
-    }
+    if (failed(shardAndQuantize(*imported->module, pipeline)))
+      return EXIT_FAILURE;
+    // --emit=tfm shows the IR before lowering.
     if (emit != Stage::Tfm) {
-      PassManager lower(&context);
-      lower.enableVerifier(true);
-      LowerOnnxToPlanOptions lowering;
-      lowering.maxBatch = maxBatch;
-      lowering.maxSeqLen = maxSeqLen;
-      lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
-      // After tp-shard (no fusion across its collectives); --emit=tfm shows the IR before.
-      if (!noFuse)
-        addFusePasses(lower, fuseRemarks);
-      lower.addPass(createLowerOnnxToPlan(lowering));
-      lower.addPass(createPlanMemory());
-      if (failed(lower.run(*imported->module)))
+      if (failed(lowerToPlan(*imported->module, pipeline)))
         return EXIT_FAILURE;
       if (auto fitted = (*imported->module)->getAttrOfType<IntegerAttr>("dsc.max_seq_len"))
         maxSeqLen = fitted.getInt();

@@ -15,6 +15,9 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libdnnl2  # oneDNN: the CPU backend's sgemm, opened at run time (ops/fast/Linear.cpp)
 )
+# More for some builds: .ci/run adds clang-22 and libFuzzer for its sanitised fuzz build.
+read -r -a extra <<< "${DSC_EXTRA_PACKAGES:-}"
+PACKAGES+=("${extra[@]}")
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -97,12 +97,19 @@ public:
   }
 
 private:
+  static constexpr uint64_t kMaxArenaBytes = uint64_t(1) << 48;
+
   Status fail(const std::string &message) const { return Status::error(name_ + ": " + message); }
 
   Status checkGlobals() {
     uint32_t alignment = plan_.arena_alignment();
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
       return fail(cat("arena_alignment ", alignment, " is not a power of two"));
+    // Far above any real plan, and far enough below 2^64 that a session's padded arena
+    // allocation cannot wrap around to a few bytes the tensor slots would then overrun.
+    if (plan_.arena_bytes() > kMaxArenaBytes)
+      return fail(cat("the arena of ", plan_.arena_bytes(), " bytes exceeds the ", kMaxArenaBytes,
+                      " bytes (256 TiB) any plan may ask for"));
     if (auto *limits = plan_.limits()) {
       if (limits->max_batch() < 0 || limits->max_seq_len() < 0)
         return fail(cat("limits are negative (max_batch ", limits->max_batch(),

@@ -131,11 +131,17 @@ size_t touch(const flatbuffers::String *s) {
   return sum;
 }
 
+// Sums the elements' bits: a cast of a float element could overflow (UB) for the values a
+// corrupted plan holds.
 template <typename T> size_t touch(const flatbuffers::Vector<T> *v) {
   size_t sum = 0;
   if (v)
-    for (uint32_t i = 0; i < v->size(); ++i)
-      sum += static_cast<size_t>(v->Get(i));
+    for (uint32_t i = 0; i < v->size(); ++i) {
+      const T value = v->Get(i);
+      size_t bits = 0;
+      std::memcpy(&bits, &value, std::min(sizeof value, sizeof bits));
+      sum += bits;
+    }
   return sum;
 }
 

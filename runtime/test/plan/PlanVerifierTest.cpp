@@ -144,6 +144,11 @@ TEST_F(PlanVerifier, Tensors) {
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[11]->arena_bytes = UINT64_MAX; }),
             "tensor 11 ('out'): arena slot [28672, +18446744073709551615) is outside the arena "
             "(45056 bytes)");
+  // Found by fuzz-plan: a session pads the arena by its alignment, so an arena near 2^64
+  // wrapped to a few bytes that slots within "arena_bytes" overran.
+  EXPECT_EQ(openError([](dsp::PlanT &p) { p.arena_bytes = UINT64_MAX - 8; }),
+            "the arena of 18446744073709551607 bytes exceeds the 281474976710656 bytes (256 TiB) "
+            "any plan may ask for");
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.tensors[9]->arena_bytes -= 4; }),
             "tensor 9 ('embed'): arena slot of 16380 bytes is smaller than the 16384 bytes its "
             "max shape needs");

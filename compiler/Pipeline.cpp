@@ -1,0 +1,70 @@
+#include "compiler/Pipeline.h"
+
+#include "compiler/fuse/Passes.h"
+#include "compiler/parallel/Passes.h"
+#include "compiler/recognize/Passes.h"
+#include "compiler/recognize/RecognitionReport.h"
+#include "compiler/recognize/RecognizeAttention.h"
+
+#include "mlir/Pass/PassManager.h"
+
+using namespace mlir;
+
+namespace dsc {
+
+LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::WeightStore *weights,
+                                    const PipelineOptions &options,
+                                    RecognitionDeclines *declines) {
+  PassManager pm(module.getContext());
+  pm.enableVerifier(true);
+  pm.addPass(createFoldConstants());
+  if (options.recognize) {
+    // The layers first (embeddings, norms, linears, activations), then attention, proven on
+    // a probe that may read the model's weights: its Q/K/V path then stops at the recognised
+    // projections and at norms over each head (Qwen3's q/k norm), and it finds learned
+    // position tables as tfm.embedding. Then the prefill and decode programs of a decoder
+    // whose every attention was recognised.
+    pm.addPass(createRecognizeLayersWithReport(declines));
+    pm.addPass(createRecognizeAttentionWithWeights(weights, options.attentionRemarks));
+    DeriveCacheProgramsOptions derive;
+    derive.report = options.attentionRemarks;
+    pm.addPass(createDeriveCachePrograms(derive));
+  }
+  return pm.run(module);
+}
+
+LogicalResult shardAndQuantize(ModuleOp module, const PipelineOptions &options) {
+  // After the prefill/decode derivation, so that every program is sharded the same way.
+  if (options.tensorParallel > 1) {
+    PassManager shard(module.getContext());
+    shard.enableVerifier(true);
+    TpShardOptions shardOptions;
+    shardOptions.ranks = options.tensorParallel;
+    shard.addPass(createTpShard(shardOptions));
+    if (failed(shard.run(module)))
+      return failure();
+  }
+  // After sharding: the plan writer quantizes each rank's part, so no group straddles two
+  // ranks.
+  if (options.int8) {
+    PassManager quantize(module.getContext());
+    quantize.enableVerifier(true);
+    quantize.addPass(createQuantizeWeights(*options.int8));
+    if (failed(quantize.run(module)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult lowerToPlan(ModuleOp module, const PipelineOptions &options) {
+  PassManager lower(module.getContext());
+  lower.enableVerifier(true);
+  // After tp-shard: no fusion across its collectives.
+  if (options.fuse)
+    addFusePasses(lower, options.fuseRemarks);
+  lower.addPass(createLowerOnnxToPlan(options.lowering));
+  lower.addPass(createPlanMemory());
+  return lower.run(module);
+}
+
+} // namespace dsc

@@ -1,0 +1,46 @@
+// The stages of DESIGN.md §3 after import, as the dsc driver runs them: one definition that
+// the driver and the importer's fuzz harness (fuzz/FuzzOnnxImporter.cpp) share, so that the
+// fuzzer exercises the pipeline users run, not a copy of it.
+#ifndef DSC_COMPILER_PIPELINE_H
+#define DSC_COMPILER_PIPELINE_H
+
+#include "compiler/lowering/Passes.h"
+#include "compiler/quantize/Passes.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <optional>
+
+namespace dsc {
+namespace onnx_frontend {
+class WeightStore;
+}
+struct RecognitionDeclines;
+
+struct PipelineOptions {
+  bool recognize = true;
+  bool attentionRemarks = false;
+  int64_t tensorParallel = 1;
+  std::optional<QuantizeWeightsOptions> int8;  // set: quantize the recognised linears
+  bool fuse = true;
+  bool fuseRemarks = false;
+  LowerOnnxToPlanOptions lowering;
+};
+
+// Constant folding, then (unless options.recognize is off) the layers, attention and the
+// prefill/decode programs. `declines` (may be null) collects what recognition turned down.
+mlir::LogicalResult recognizeTransformers(mlir::ModuleOp module,
+                                          const onnx_frontend::WeightStore *weights,
+                                          const PipelineOptions &options,
+                                          RecognitionDeclines *declines);
+
+// Tensor-parallel sharding and int8 quantization, each only when asked for.
+mlir::LogicalResult shardAndQuantize(mlir::ModuleOp module, const PipelineOptions &options);
+
+// Fusion, lowering to the plan dialect and the memory plan.
+mlir::LogicalResult lowerToPlan(mlir::ModuleOp module, const PipelineOptions &options);
+
+} // namespace dsc
+
+#endif

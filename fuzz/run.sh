@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fuzzes each harness for a while (issue 19; docs/reliability.md, "Fuzzing"):
+#
+#   fuzz/run.sh SECONDS [harness...]   harnesses: onnx-importer onnx-compile plan tokenizer c-api
+#
+# The harnesses come from a libFuzzer build (DSC_FUZZ_BUILD, default build-asan, configured
+# with CXX=clang++-22 -DDSC_ENABLE_ASAN=ON -DDSC_ENABLE_FUZZ=ON: see .ci/run); the plan seeds
+# from the main build's tests (DSC_BUILD_DIR, default build; its ctest makes them). Corpora grow
+# under DSC_FUZZ_WORK (default $DSC_FUZZ_BUILD/fuzz-work) from one run to the next. A crash
+# stops with the reproducer's path: keep it under fuzz/regressions/<harness>/ once fixed.
+# DSC_FUZZ_RUNS=N also stops each harness after N executions.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+SECONDS_EACH="${1:?usage: fuzz/run.sh SECONDS [harness...]}"
+shift
+HARNESSES=("$@")
+((${#HARNESSES[@]})) || HARNESSES=(onnx-importer onnx-compile plan tokenizer c-api)
+FUZZ_BUILD="${DSC_FUZZ_BUILD:-$ROOT/build-asan}"
+MAIN_BUILD="${DSC_BUILD_DIR:-$ROOT/build}"
+WORK="${DSC_FUZZ_WORK:-$FUZZ_BUILD/fuzz-work}"
+PLAN_SEEDS="$MAIN_BUILD/fuzz/seeds/plan"
+
+seeds() {
+  case "$1" in
+    # libFuzzer truncates inputs past -max_len, and a truncated model no longer parses.
+    onnx-importer|onnx-compile)
+      find "$ROOT"/test/models -name model.onnx -size -300k | sort
+      ls "$ROOT"/test/frontends/onnx/ops/*.onnxtxt ;;
+    plan) ls "$PLAN_SEEDS"/*.dsp ;;
+    tokenizer) ls "$ROOT"/test/tokenizers/*.json | grep -v cases.json ;;
+    c-api) ls "$ROOT"/fuzz/seeds/c-api.bin ;;
+  esac
+  ls "$ROOT/fuzz/regressions/$1"/* 2>/dev/null || true
+  [ "$1" != onnx-compile ] || ls "$ROOT"/fuzz/regressions/onnx-importer/* 2>/dev/null || true
+}
+
+export DSRT_FUZZ_PLAN="$PLAN_SEEDS/llama.dsp"
+# The session's fast kernels start no threads of their own per input this way.
+export OMP_NUM_THREADS=1
+for harness in "${HARNESSES[@]}"; do
+  binary="$FUZZ_BUILD/bin/fuzz-$harness"
+  [ -x "$binary" ] || { echo "fuzz/run.sh: no $binary (build it in $FUZZ_BUILD)" >&2; exit 2; }
+  corpus="$WORK/corpus/$harness"
+  mkdir -p "$corpus" "$WORK/crashes"
+  if [ -z "$(ls -A "$corpus")" ]; then
+    seeds "$harness" | while read -r seed; do cp "$seed" "$corpus/seed-$(basename "$(dirname "$seed")")-$(basename "$seed")"; done
+  fi
+  echo "== fuzz-$harness for ${SECONDS_EACH}s ($(ls "$corpus" | wc -l) inputs in $corpus)"
+  "$binary" -max_total_time="$SECONDS_EACH" -runs="${DSC_FUZZ_RUNS:--1}" -timeout=60 -rss_limit_mb=6144 \
+      -max_len=400000 -print_final_stats=1 -artifact_prefix="$WORK/crashes/$harness-" \
+      "$corpus" 2>&1 | grep -v "failed to allocate" | grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==|SUMMARY|fuzz:|INFO: Seed)|ERROR|Test unit written|deadly signal|Done [0-9]+ runs" || true
+  if ls "$WORK/crashes/$harness-"* >/dev/null 2>&1; then
+    echo "fuzz/run.sh: fuzz-$harness found a crash: $(ls "$WORK/crashes/$harness-"*)" >&2
+    exit 1
+  fi
+done
