@@ -325,6 +325,44 @@ void addPaddingMask(func::FuncOp func) {
     op.getMaskMutable().assign(func.getArgument(index));
 }
 
+// Prefill's logits feed only the first new token, read at the last position: the generator
+// left-pads, so that position is every row's last real token. The LM head then runs on that
+// position alone, which saves (S-1)/S of its work and the [batch, max_seq, vocab] slot of
+// its logits in the arena (issue 14). Whatever follows the head (a softcap, a cast) works
+// per position and is unchanged. A model whose head was not recognised keeps every
+// position's logits.
+void lastPositionLogits(func::FuncOp prefill) {
+  SmallVector<tfm::LmHeadOp> heads;
+  prefill.walk([&](tfm::LmHeadOp head) { heads.push_back(head); });
+  if (heads.size() != 1)
+    return;
+  tfm::LmHeadOp head = heads.front();
+  auto hidden = dyn_cast<RankedTensorType>(head.getHidden().getType());
+  if (!hidden || hidden.getRank() != 3)
+    return;
+  OpBuilder builder(head);
+  Location loc = head.getLoc();
+  auto vector = RankedTensorType::get({1}, builder.getI64Type());
+  auto constant = [&](int64_t value) -> Value {
+    return onnx::ConstantOp::create(builder, loc, vector,
+                                    DenseElementsAttr::get(vector, ArrayRef<int64_t>{value}));
+  };
+  // The sequence dimension stays dynamic, so no type after the head changes; the shape
+  // bounds see the slice's single position.
+  auto last = onnx::SliceOp::create(
+      builder, loc,
+      RankedTensorType::get({hidden.getDimSize(0), ShapedType::kDynamic, hidden.getDimSize(2)},
+                            hidden.getElementType()),
+      head.getHidden(), constant(-1), constant(std::numeric_limits<int64_t>::max()),
+      constant(1), onnx::NoValueOp::create(builder, loc, builder.getNoneType()));
+  head.getHiddenMutable().assign(last);
+  auto logits = cast<RankedTensorType>(head.getLogits().getType());
+  if (logits.getDimSize(1) != ShapedType::kDynamic)
+    head.getLogits().setType(RankedTensorType::get(
+        {logits.getDimSize(0), ShapedType::kDynamic, logits.getDimSize(2)},
+        logits.getElementType()));
+}
+
 // @main cloned as `name` with the session cache: past inputs and present outputs gone,
 // only the logits returned.
 FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef name,
@@ -404,6 +442,8 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
                        builder.getStrArrayAttr(
                            {cast<StringAttr>(dims[0]).getValue(), "past_sequence + sequence"}));
   }
+  if (name == "prefill")
+    lastPositionLogits(derived);
   return derived;
 }
 
