@@ -49,7 +49,10 @@ def PlanMemory : Pass<"dsc-plan-memory", "mlir::ModuleOp"> {
     64 bytes) from its definition to its last use (uses inside plan.if branches extend a
     value's life to the end of the plan.if; program outputs live to the end). Slots are
     placed first-fit among those whose lives overlap, and the module gets one plan.arena
-    @arena of the resulting size.
+    @arena of the resulting size. A view (Reshape, Flatten, Squeeze, Unsqueeze, Identity, a
+    Cast to the same element type) of another step's result in the same block shares that
+    result's slot, live as long as either: the runtime then copies nothing for it, and the
+    CUDA backend launches nothing.
   }];
   let dependentDialects = ["dsc::plan::PlanDialect"];
 }

@@ -41,6 +41,28 @@ FailureOr<int64_t> slotBytes(Operation *op, Type type, ArrayRef<int64_t> bound) 
   return alignUp(std::max<int64_t>(elements * ((bits + 7) / 8), 1));
 }
 
+// A step whose result 0 holds its input 0's bytes unchanged. The result then shares the
+// input's slot: the runtime skips the copy when the two are one buffer (ops/Shape.cpp's
+// copyInput, Cast, Identity; the CUDA backend's runContiguousCopy launches nothing), so a
+// view costs no copy and, on the GPU, no launch (issue 14).
+bool isView(plan::ExecOp exec) {
+  llvm::StringRef op = exec.getOp();
+  if (exec->getNumOperands() == 0 || exec->getNumResults() == 0)
+    return false;
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Identity")
+    return true;
+  return op == "Cast" && getElementTypeOrSelf(exec->getOperand(0).getType()) ==
+                             getElementTypeOrSelf(exec->getResult(0).getType());
+}
+
+// The representative of `index`'s alias group, with path halving.
+size_t findGroup(std::vector<size_t> &parent, size_t index) {
+  while (parent[index] != index)
+    index = parent[index] = parent[parent[index]];
+  return index;
+}
+
 struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -98,12 +120,53 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
     if (failedToSize)
       return failure();
 
+    // A view and its input (and a chain of views) become one slot, live from the first
+    // definition to the last reader of any of them and as large as the largest bound. Only
+    // within one block: a branch's values live by the branch's own rules.
+    DenseMap<std::pair<Operation *, unsigned>, size_t> slotOf;
+    for (auto [index, slot] : llvm::enumerate(slots))
+      slotOf[{slot.owner, slot.result}] = index;
+    std::vector<size_t> parent(slots.size());
+    for (size_t i = 0; i < parent.size(); ++i)
+      parent[i] = i;
+    program.walk([&](plan::ExecOp view) {
+      if (!isView(view))
+        return;
+      auto source = dyn_cast<OpResult>(view->getOperand(0));
+      if (!source || !isa<plan::ExecOp>(source.getOwner()) ||
+          source.getOwner()->getBlock() != view->getBlock())
+        return;
+      auto input = slotOf.find({source.getOwner(), source.getResultNumber()});
+      auto output = slotOf.find({view.getOperation(), 0u});
+      if (input == slotOf.end() || output == slotOf.end())
+        return;
+      parent[findGroup(parent, output->second)] = findGroup(parent, input->second);
+    });
+    std::vector<Slot> groups;
+    std::vector<size_t> groupOf(slots.size());
+    DenseMap<size_t, size_t> groupIndex;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      size_t root = findGroup(parent, i);
+      auto [it, inserted] = groupIndex.try_emplace(root, groups.size());
+      if (inserted)
+        groups.push_back(slots[i]);
+      Slot &group = groups[it->second];
+      group.bytes = std::max(group.bytes, slots[i].bytes);
+      group.firstUse = std::min(group.firstUse, slots[i].firstUse);
+      group.lastUse = std::max(group.lastUse, slots[i].lastUse);
+      groupOf[i] = it->second;
+    }
+
     // First fit in order of definition: each slot takes the lowest offset that no slot
     // live at the same time uses.
-    llvm::stable_sort(slots, [](const Slot &a, const Slot &b) { return a.firstUse < b.firstUse; });
+    std::vector<Slot *> order;
+    for (Slot &group : groups)
+      order.push_back(&group);
+    llvm::stable_sort(order, [](const Slot *a, const Slot *b) { return a->firstUse < b->firstUse; });
     int64_t arenaBytes = 0;
     std::vector<const Slot *> placed;
-    for (Slot &slot : slots) {
+    for (Slot *slotPointer : order) {
+      Slot &slot = *slotPointer;
       std::vector<std::pair<int64_t, int64_t>> busy;
       for (const Slot *other : placed)
         if (other->firstUse <= slot.lastUse && slot.firstUse <= other->lastUse)
@@ -125,8 +188,8 @@ struct PlanMemoryPass : impl::PlanMemoryBase<PlanMemoryPass> {
       if (isa<plan::ExecOp, plan::IfOp>(op))
         offsets[op].assign(op->getNumResults(), -1);
     });
-    for (const Slot &slot : slots)
-      offsets[slot.owner][slot.result] = slot.offset;
+    for (size_t i = 0; i < slots.size(); ++i)
+      offsets[slots[i].owner][slots[i].result] = groups[groupOf[i]].offset;
     for (auto &[op, list] : offsets)
       op->setAttr("arena_offsets", DenseI64ArrayAttr::get(op->getContext(), list));
     return arenaBytes;

@@ -160,6 +160,31 @@ void printTensors(const dsp::Plan &plan) {
   }
 }
 
+const dsp::Tensor *tensorAt(const dsp::Plan &plan, const flatbuffers::Vector<int32_t> *list,
+                            uint32_t position) {
+  if (position >= length(list))
+    return nullptr;
+  int32_t index = list->Get(position);
+  return index >= 0 && static_cast<uint32_t>(index) < length(plan.tensors())
+             ? plan.tensors()->Get(index)
+             : nullptr;
+}
+
+// A step that only relabels its input's bytes (Reshape, Squeeze, an identity Cast...) and
+// whose output shares the input's arena slot, so that it copies nothing (dsc-plan-memory).
+// `viewOfActivation` says whether the step is such a view of an arena tensor at all.
+bool sharesInputSlot(const dsp::Plan &plan, const dsp::Step &step, bool &viewOfActivation) {
+  std::string op = str(step.op());
+  const dsp::Tensor *in = tensorAt(plan, step.inputs(), 0);
+  const dsp::Tensor *out = tensorAt(plan, step.outputs(), 0);
+  bool view = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+              op == "Identity" || (op == "Cast" && in && out && in->dtype() == out->dtype());
+  viewOfActivation = view && in && out && in->kind() == dsp::TensorKind::activation &&
+                     out->kind() == dsp::TensorKind::activation && in->arena_bytes() > 0 &&
+                     out->arena_bytes() > 0;
+  return viewOfActivation && in->arena_offset() == out->arena_offset();
+}
+
 void printPrograms(const dsp::Plan &plan) {
   std::printf("\nprograms (%u):\n", length(plan.programs()));
   for (uint32_t p = 0; p < length(plan.programs()); ++p) {
@@ -170,8 +195,13 @@ void printPrograms(const dsp::Plan &plan) {
     if (length(program.branch_outputs()))
       std::printf(", branch outputs (%s)", tensorList(plan, program.branch_outputs()).c_str());
     std::printf("\n");
+    uint32_t views = 0, shared = 0;
     for (uint32_t s = 0; s < length(program.steps()); ++s) {
       const dsp::Step &step = *program.steps()->Get(s);
+      bool view = false;
+      bool sharing = sharesInputSlot(plan, step, view);
+      views += view;
+      shared += sharing;
       std::printf("    %u: %s(%s) -> (%s)", s, str(step.op()),
                   tensorList(plan, step.inputs()).c_str(),
                   tensorList(plan, step.outputs()).c_str());
@@ -189,10 +219,15 @@ void printPrograms(const dsp::Plan &plan) {
         for (uint32_t k = 0; k < length(step.kernels()); ++k)
           std::printf(" %d", step.kernels()->Get(k));
       }
+      if (view)
+        std::printf(sharing ? " view" : " view (copy)");
       if (step.location() && step.location()->size())
         std::printf("  # %s", str(step.location()));
       std::printf("\n");
     }
+    if (views)
+      std::printf("    views of arena tensors: %u, sharing their input's slot: %u\n", views,
+                  shared);
   }
 }
 
