@@ -1,4 +1,5 @@
-# DSC_RUNTIME_ONLY=ON: libdsrt and the tools that need only it (dsrun, dsbench, dsp-dump),
+# DSC_RUNTIME_ONLY=ON: libdsrt and the tools that need only it (dsrun, dsbench, dsp-dump,
+# dsp-roofline),
 # without LLVM, MLIR, ONNX, protobuf, flatc or GoogleTest: the build bench/gpu/run.sh makes
 # on the GPU machine from the working tree and scripts/gpu-bundle.sh's folder.
 #
@@ -51,6 +52,7 @@ add_subdirectory(runtime)
 add_subdirectory(tools/dsrun)
 add_subdirectory(tools/dsbench)
 add_subdirectory(tools/dsp-dump)
+add_subdirectory(tools/dsp-roofline)
 add_subdirectory(tools/dseval)
 
 # The GPU suite, with dsc from DSC_EXTRA_TOOLS_DIR (put on the tests' PATH where lit puts

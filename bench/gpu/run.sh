@@ -66,7 +66,7 @@ if [ ! -x "$build/bin/dsbench" ] || [ ! -x "$build/bin/dsrun" ] || [ ! -x "$buil
         -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
         -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
         -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" >"$work/cmake.log" 2>&1 &&
-    ninja -C "$build" dsrt dsrun dsbench dsp-dump dseval >"$work/ninja.log" 2>&1 ||
+    ninja -C "$build" dsrt dsrun dsbench dsp-dump dsp-roofline dseval >"$work/ninja.log" 2>&1 ||
     { tail -30 "$work/cmake.log" "$work/ninja.log"; echo "run.sh: the runtime build failed" >&2; exit 1; }
 fi
 export PATH="$bundle/bin:$build/bin:$PATH"
@@ -109,6 +109,10 @@ for name in $names; do
   dsbench "$plan" --device cuda --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
       --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench.json" 2>"$dir/dsbench.log" ||
     { rm -f "$dir/dsbench.json"; tail -20 "$dir/dsbench.log" > "$dir/error.txt"; log "$name: dsbench failed"; cat "$dir/error.txt"; }
+  # The performance model's prediction beside the measurement (bench/roofline/README.md),
+  # at the decode's mean context.
+  dsp-roofline "$plan" --context $((prompt + new / 2)) >"$dir/roofline.txt" 2>&1 ||
+    log "$name: dsp-roofline failed"
   if [ "$int8" = 1 ]; then
     # The fp16 plan's limits and dsbench's settings, so that only the weights differ.
     rm -f "$dir/error-int8.txt" "$dir/dsbench-int8.json"

@@ -122,7 +122,7 @@ step_build() {
         -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
         -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
         -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" || return 1
-  ninja -C "$build" dsrt dsrun dsbench dsp-dump dseval || return 1
+  ninja -C "$build" dsrt dsrun dsbench dsp-dump dsp-roofline dseval || return 1
   echo "runtime built in $build"
 }
 

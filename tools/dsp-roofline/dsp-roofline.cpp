@@ -1,0 +1,201 @@
+// dsp-roofline: the performance model of a plan on the CUDA backend (RooflineModel.h;
+// bench/roofline/README.md). Prints, per program, the stream operations one run issues,
+// the bytes it reads and the time that predicts on an H100 and an H200. Reads the plan
+// only: no GPU, no session.
+#include "RooflineModel.h"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace dsrt::roofline;
+
+int usage(FILE *out) {
+  std::fprintf(out,
+               "usage: dsp-roofline PLAN [--rank R] [--context L] [--batch B] [--launch-us X]\n"
+               "                   [--bandwidth GBPS]\n"
+               "Per program of PLAN: the launches one run issues on the CUDA backend (predicted\n"
+               "from the plan's steps), the weight and KV-cache bytes it reads, and the predicted\n"
+               "time = bytes / bandwidth + launches x launch cost on an H100 SXM (3350 GB/s) and\n"
+               "an H200 (4800 GB/s).\n"
+               "  --rank R         the tensor-parallel rank whose weights and KV heads count (0)\n"
+               "  --context L      positions the attention reads from the KV cache; also the\n"
+               "                   prompt length of prefill and forward (default: max_seq_len)\n"
+               "  --batch B        sequences per step (1)\n"
+               "  --launch-us X    the cost of one launch in a CUDA graph, in microseconds\n"
+               "                   (default %.1f, assumed until a GPU measures it)\n"
+               "  --bandwidth GBPS also predict at this bandwidth (e.g. dsbench's measured copy\n"
+               "                   bandwidth), in GB/s\n",
+               kAssumedLaunchMicroseconds);
+  return out == stdout ? 0 : 2;
+}
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "dsp-roofline: %s\n", message.c_str());
+  std::exit(1);
+}
+
+int64_t integerArgument(const char *flag, const char *text, int64_t least) {
+  char *end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(text, &end, 10);
+  if (errno || end == text || *end || value < least)
+    die(std::string(flag) + " must be an integer of at least " + std::to_string(least) +
+        ", not '" + text + "'");
+  return value;
+}
+
+double numberArgument(const char *flag, const char *text, bool positive) {
+  char *end = nullptr;
+  errno = 0;
+  double value = std::strtod(text, &end);
+  if (errno || end == text || *end || !(positive ? value > 0 : value >= 0))
+    die(std::string(flag) + " must be a " + (positive ? "positive" : "non-negative") +
+        " number, not '" + text + "'");
+  return value;
+}
+
+std::string withCommas(uint64_t value) {
+  std::string digits = std::to_string(value), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void printTime(const char *device, double gigabytesPerSecond, const ProgramCost &cost,
+               double launchSeconds) {
+  double bytesPerSecond = gigabytesPerSecond * 1e9;
+  double reading = static_cast<double>(cost.totalBytes()) / bytesPerSecond;
+  double launching = static_cast<double>(cost.streamOps()) * launchSeconds;
+  std::printf("  %s (%.0f GB/s): %.2f us = %.2f us reading + %.2f us launching\n", device,
+              gigabytesPerSecond, predictedSeconds(cost, bytesPerSecond, launchSeconds) * 1e6,
+              reading * 1e6, launching * 1e6);
+}
+
+void printProgram(const ProgramCost &cost, const Workload &workload, double launchSeconds,
+                  double givenGigabytesPerSecond) {
+  std::printf("\nprogram \"%s\": %zu steps, %" PRId64 " new token(s) per sequence\n",
+              cost.name.c_str(), cost.steps.size(), cost.newTokens);
+  std::printf("  placement: %zu on the host, %zu on the device (%zu views launch nothing), "
+              "%zu through the fallback\n",
+              cost.host, cost.device, cost.sharedViews, cost.fallback);
+  std::printf("  launches: %" PRIu64 " = %" PRIu64 " kernels + %" PRIu64 " cuBLASLt + %" PRIu64
+              " device copies + %" PRIu64 " collectives%s\n",
+              cost.streamOps(), cost.kernels, cost.gemms, cost.copies, cost.collectives,
+              cost.branchEstimated ? " (an If: its larger branch)" : "");
+  if (cost.layers)
+    std::printf("  launches per layer: %.2f over %zu layers\n",
+                static_cast<double>(cost.streamOps()) / static_cast<double>(cost.layers),
+                cost.layers);
+  std::printf("  launches by op:");
+  const char *separator = " ";
+  for (const auto &[op, count] : cost.launchesByOp) {
+    std::printf("%s%s %" PRIu64, separator, op.c_str(), count);
+    separator = ", ";
+  }
+  std::printf("\n  weight bytes: %" PRIu64 "\n", cost.weightBytes);
+  std::printf("  kv bytes: %" PRIu64 " (context %" PRId64 ", batch %" PRId64 ")\n", cost.kvBytes,
+              workload.context, workload.batch);
+  std::printf("  total bytes: %" PRIu64 " (%s)\n", cost.totalBytes(),
+              withCommas(cost.totalBytes()).c_str());
+  if (cost.fallback)
+    std::printf("  note: %zu step(s) run through the host fallback, whose copies and host "
+                "work the model leaves out\n",
+                cost.fallback);
+  printTime("H100 SXM", kH100BytesPerSecond / 1e9, cost, launchSeconds);
+  printTime("H200", kH200BytesPerSecond / 1e9, cost, launchSeconds);
+  if (givenGigabytesPerSecond > 0)
+    printTime("given", givenGigabytesPerSecond, cost, launchSeconds);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string path;
+  Workload workload;
+  bool contextGiven = false;
+  double launchMicroseconds = kAssumedLaunchMicroseconds, bandwidth = 0;
+  bool launchMeasured = false;
+  for (int i = 1; i < argc; ++i) {
+    const char *arg = argv[i];
+    auto value = [&]() -> const char * {
+      if (i + 1 >= argc)
+        die(std::string(arg) + " needs a value");
+      return argv[++i];
+    };
+    if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h"))
+      return usage(stdout);
+    if (!std::strcmp(arg, "--rank"))
+      workload.rank = static_cast<int>(integerArgument(arg, value(), 0));
+    else if (!std::strcmp(arg, "--context")) {
+      workload.context = integerArgument(arg, value(), 0);
+      contextGiven = true;
+    } else if (!std::strcmp(arg, "--batch"))
+      workload.batch = integerArgument(arg, value(), 1);
+    else if (!std::strcmp(arg, "--launch-us")) {
+      launchMicroseconds = numberArgument(arg, value(), false);
+      launchMeasured = true;
+    } else if (!std::strcmp(arg, "--bandwidth"))
+      bandwidth = numberArgument(arg, value(), true);
+    else if (arg[0] == '-' || !path.empty())
+      return usage(stderr);
+    else
+      path = arg;
+  }
+  if (path.empty())
+    return usage(stderr);
+
+  std::unique_ptr<dsrt::PlanFile> file;
+  dsrt::Status status = dsrt::PlanFile::open(path, file);
+  if (!status.isOk())
+    die(status.message());
+  const dsp::Plan &plan = file->plan();
+  if (workload.rank >= file->rankCount())
+    die(path + ": rank " + std::to_string(workload.rank) + " is outside the plan: it has " +
+        std::to_string(file->rankCount()) + " rank(s)");
+  const int64_t maxSeq = plan.limits() ? plan.limits()->max_seq_len() : 0;
+  if (!contextGiven)
+    workload.context = maxSeq;
+
+  std::vector<KvLayer> cache;
+  status = kvCacheLayers(plan, workload.rank, cache);
+  if (!status.isOk())
+    die(path + ": " + status.message());
+  // Every program is modelled before anything is printed, so that an error (a workload
+  // outside the plan's limits) is the only output.
+  std::vector<ProgramCost> costs;
+  for (uint32_t p = 0; plan.programs() && p < plan.programs()->size(); ++p) {
+    const dsp::Program &program = *plan.programs()->Get(p);
+    if (!program.name() || program.name()->size() == 0)
+      continue;  // an If's branch: counted with its If
+    costs.emplace_back();
+    status = modelProgram(plan, program.name()->str(), workload, costs.back());
+    if (!status.isOk())
+      die(path + ": " + status.message());
+  }
+  std::printf("plan: %s (model %s, dtype %s, %d rank(s))\n", path.c_str(),
+              plan.model_name() ? plan.model_name()->c_str() : "",
+              plan.options() && plan.options()->dtype() ? plan.options()->dtype()->c_str() : "?",
+              file->rankCount());
+  std::printf("workload: rank %d, batch %" PRId64 ", context %" PRId64
+              " (limits: max_batch %" PRId64 ", max_seq_len %" PRId64 ")\n",
+              workload.rank, workload.batch, workload.context,
+              plan.limits() ? plan.limits()->max_batch() : 0, maxSeq);
+  std::printf("kv cache: %zu layers, %" PRIu64 " bytes per position per sequence (f32 keys and "
+              "values, this rank's heads)\n",
+              cache.size(), kvBytesPerPosition(cache));
+  std::printf("launch cost: %.2f us per launch (%s)\n", launchMicroseconds,
+              launchMeasured ? "given" : "assumed: not measured on a GPU yet");
+  for (const ProgramCost &cost : costs)
+    printProgram(cost, workload, launchMicroseconds * 1e-6, bandwidth);
+  return 0;
+}
