@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dsc::fuzz {
@@ -56,11 +57,13 @@ template <typename T> T pick(std::mt19937_64 &random, std::initializer_list<T> v
 }
 
 int64_t newInteger(int64_t old, std::mt19937_64 &random) {
+  // Wrapping arithmetic: INT64_MAX + 1 is a fine mutation, but signed overflow is UB.
+  const uint64_t bits = static_cast<uint64_t>(old);
   switch (random() % 6) {
-  case 0: return old + 1;
-  case 1: return old - 1;
-  case 2: return -old;
-  case 3: return old * 2;
+  case 0: return static_cast<int64_t>(bits + 1);
+  case 1: return static_cast<int64_t>(bits - 1);
+  case 2: return static_cast<int64_t>(0 - bits);
+  case 3: return static_cast<int64_t>(bits * 2);
   case 4: return static_cast<int64_t>(random() % 17) - 2;
   default:
     return pick<int64_t>(random, {0, -1, std::numeric_limits<int32_t>::max(),
@@ -74,6 +77,17 @@ double newReal(double old, std::mt19937_64 &random) {
   return pick<double>(random, {0.0, -old, old * 2, 1e30, -1e30, 1e-30,
                                std::numeric_limits<double>::quiet_NaN(),
                                std::numeric_limits<double>::infinity()});
+}
+
+// `value` as a field of type T. A double beyond a float's range becomes an infinity of its
+// sign, where the plain conversion would be UB.
+template <typename T, typename V> T fieldValue(V value) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max())
+      return value > 0 ? std::numeric_limits<float>::infinity()
+                       : -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<T>(value);
 }
 
 std::string newString(const std::string &old, const std::vector<std::string> &names,
@@ -112,7 +126,7 @@ void setValue(Message &message, const FieldDescriptor *field, int index,
   case FieldDescriptor::CPP: {                                                                 \
     auto old = repeated ? reflection->GetRepeated##Name(message, field, index)                \
                         : reflection->Get##Name(message, field);                              \
-    auto value = static_cast<Type>(make(old, random));                                         \
+    auto value = fieldValue<Type>(make(old, random));                                         \
     if (repeated)                                                                              \
       reflection->SetRepeated##Name(&message, field, index, value);                           \
     else                                                                                       \
