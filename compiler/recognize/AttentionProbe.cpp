@@ -151,11 +151,15 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
     } else if (name == "position_ids" && info.shape.size() == 2) {
       positionIds = argument;
       int64_t rows = info.shape[0], cols = info.shape[1];
+      // Positions follow the mask only where it has a row for each of theirs: a model whose
+      // mask and positions disagree in batch (found by fuzz-onnx-compile) reads no row past
+      // the mask's end, and its probe then fails on the shapes with a message.
+      bool followMask = maskWidth > 0 && mask.size() == static_cast<size_t>(rows * maskWidth);
       for (int64_t b = 0; b < rows; ++b) {
-        int64_t width = maskWidth ? maskWidth : cols;
+        int64_t width = followMask ? maskWidth : cols;
         int64_t cumsum = 0;
         for (int64_t j = 0; j < width; ++j) {
-          bool attend = maskWidth ? mask[b * width + j] != 0 : true;
+          bool attend = followMask ? mask[b * width + j] != 0 : true;
           cumsum += attend;
           int64_t position = attend ? cumsum - 1 : 1;
           int64_t t = j - (width - cols);
