@@ -24,7 +24,10 @@ namespace dsc::attention {
 
 std::vector<float> floats(const dsrt::OwnedTensor &tensor) {
   std::vector<float> out(dsrt::elementCount(tensor.shape));
-  if (tensor.dtype == dsrt::DType::F32)
+  // An empty tensor has no storage to copy from (memcpy from null is UB even for 0 bytes;
+  // fuzz-onnx-compile found a model whose probe made one).
+  if (tensor.dtype == dsrt::DType::F32 && !out.empty() &&
+      tensor.storage.size() >= out.size() * sizeof(float))
     std::memcpy(out.data(), tensor.storage.data(), out.size() * sizeof(float));
   else
     out.clear();
