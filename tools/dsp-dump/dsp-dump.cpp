@@ -3,6 +3,7 @@
 // would run; --verify-sections also checksums every rank's weights. Each section's
 // "weight bytes" line sums its weights by stored dtype (docs/int8.md compares plans by it).
 #include "plan/PlanFile.h"
+#include "plan/PlanViews.h"
 
 #include <cinttypes>
 #include <cstdio>
@@ -160,31 +161,6 @@ void printTensors(const dsp::Plan &plan) {
   }
 }
 
-const dsp::Tensor *tensorAt(const dsp::Plan &plan, const flatbuffers::Vector<int32_t> *list,
-                            uint32_t position) {
-  if (position >= length(list))
-    return nullptr;
-  int32_t index = list->Get(position);
-  return index >= 0 && static_cast<uint32_t>(index) < length(plan.tensors())
-             ? plan.tensors()->Get(index)
-             : nullptr;
-}
-
-// A step that only relabels its input's bytes (Reshape, Squeeze, an identity Cast...) and
-// whose output shares the input's arena slot, so that it copies nothing (dsc-plan-memory).
-// `viewOfActivation` says whether the step is such a view of an arena tensor at all.
-bool sharesInputSlot(const dsp::Plan &plan, const dsp::Step &step, bool &viewOfActivation) {
-  std::string op = str(step.op());
-  const dsp::Tensor *in = tensorAt(plan, step.inputs(), 0);
-  const dsp::Tensor *out = tensorAt(plan, step.outputs(), 0);
-  bool view = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
-              op == "Identity" || (op == "Cast" && in && out && in->dtype() == out->dtype());
-  viewOfActivation = view && in && out && in->kind() == dsp::TensorKind::activation &&
-                     out->kind() == dsp::TensorKind::activation && in->arena_bytes() > 0 &&
-                     out->arena_bytes() > 0;
-  return viewOfActivation && in->arena_offset() == out->arena_offset();
-}
-
 void printPrograms(const dsp::Plan &plan) {
   std::printf("\nprograms (%u):\n", length(plan.programs()));
   for (uint32_t p = 0; p < length(plan.programs()); ++p) {
@@ -198,8 +174,10 @@ void printPrograms(const dsp::Plan &plan) {
     uint32_t views = 0, shared = 0;
     for (uint32_t s = 0; s < length(program.steps()); ++s) {
       const dsp::Step &step = *program.steps()->Get(s);
-      bool view = false;
-      bool sharing = sharesInputSlot(plan, step, view);
+      // A view that copies nothing (dsc-plan-memory gave it its input's slot), or one that
+      // still copies.
+      bool view = dsrt::isViewOfArenaTensor(plan, step);
+      bool sharing = view && dsrt::sharesInputSlot(plan, step);
       views += view;
       shared += sharing;
       std::printf("    %u: %s(%s) -> (%s)", s, str(step.op()),

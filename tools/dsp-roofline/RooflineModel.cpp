@@ -3,6 +3,7 @@
 #include "RooflineModel.h"
 
 #include "PlanAccess.h"
+#include "plan/PlanViews.h"
 
 #include <algorithm>
 
@@ -38,18 +39,10 @@ std::vector<uint32_t> valueShapedInputs(std::string_view op) {
 // Launchers that only relabel their input's bytes (GenericOps.cpp's runContiguousCopy and
 // the ops that forward to it): no launch when the output is the input's buffer.
 bool isContiguousCopy(const dsp::Plan &plan, const dsp::Step &step) {
+  if (isView(plan, step))
+    return true;
   std::string op = str(step.op());
-  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
-      op == "Identity" || op == "Dropout")
-    return true;
-  if ((op == "Max" || op == "Min") && length(step.inputs()) == 1)
-    return true;
-  if (op == "Cast" && length(step.inputs()) && length(step.outputs())) {
-    int32_t in = step.inputs()->Get(0), out = step.outputs()->Get(0);
-    return in >= 0 && out >= 0 &&
-           plan.tensors()->Get(in)->dtype() == plan.tensors()->Get(out)->dtype();
-  }
-  return false;
+  return op == "Dropout" || ((op == "Max" || op == "Min") && length(step.inputs()) == 1);
 }
 
 class Walker {
