@@ -15,11 +15,13 @@
 
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 using namespace mlir;
@@ -31,7 +33,7 @@ enum class Stage { Onnx, Tfm, Plan, Ptx, Cuda, PlanFile };
 
 llvm::cl::OptionCategory category("dsc options");
 
-llvm::cl::list<std::string> positional(llvm::cl::Positional, llvm::cl::desc("[compile] <model.onnx>"),
+llvm::cl::list<std::string> positional(llvm::cl::Positional, llvm::cl::desc("[compile] <model.onnx | folder | encoder.onnx decoder.onnx>"),
                                        llvm::cl::cat(category));
 llvm::cl::opt<Stage> emit(
     "emit", llvm::cl::desc("Stop after a stage and print its result"), llvm::cl::init(Stage::PlanFile),
@@ -80,6 +82,9 @@ llvm::cl::opt<std::string> arch(
 // both; a 128k-position model gets 2048 unless asked for more).
 constexpr int64_t kDefaultMaxBatch = 4;
 constexpr int64_t kDefaultMaxSeqLen = 2048;
+// T5's relative positions have no table to bound them; it was trained on 512 tokens, which
+// is also its tokenizer's model_max_length.
+constexpr int64_t kDefaultEncoderDecoderSeqLen = 512;
 llvm::cl::opt<int64_t> maxBatch("max-batch",
                                 llvm::cl::desc("Largest batch the plan accepts (default 4)"),
                                 llvm::cl::init(kDefaultMaxBatch), llvm::cl::cat(category));
@@ -152,6 +157,75 @@ void printDiagnostic(Diagnostic &diagnostic, llvm::raw_ostream &os, bool isNote 
     printDiagnostic(note, os, /*isNote=*/true);
 }
 
+// The model's files: one ONNX file, or an encoder-decoder's two (`model` then holds one of
+// them and `decoder` the other; the importer tells which is which from their inputs).
+struct ModelFiles {
+  std::string model, decoder;
+};
+
+bool isFile(const std::string &path) { return llvm::sys::fs::is_regular_file(path); }
+
+// `dsc compile model.onnx`, `dsc compile FOLDER` (an optimum export: model.onnx, or
+// encoder_model.onnx with decoder_model_merged.onnx or decoder_model.onnx), or
+// `dsc compile encoder.onnx decoder.onnx`.
+FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
+  ModelFiles files;
+  if (args.empty() || args.size() > 2) {
+    llvm::errs() << "dsc: error: expected one model file, a folder, or an encoder-decoder's "
+                    "two model files (see --help)\n";
+    return failure();
+  }
+  if (args.size() == 2) {
+    files.model = args[0];
+    files.decoder = args[1];
+    return files;
+  }
+  if (!llvm::sys::fs::is_directory(args[0])) {
+    files.model = args[0];
+    return files;
+  }
+  auto inFolder = [&](const char *name) {
+    llvm::SmallString<256> path(args[0]);
+    llvm::sys::path::append(path, name);
+    return path.str().str();
+  };
+  if (isFile(inFolder("model.onnx"))) {
+    files.model = inFolder("model.onnx");
+    return files;
+  }
+  // Optimum writes the merged decoder beside the two it merged; the merged one reads the
+  // encoder's keys and values from its past inputs after the first step.
+  if (isFile(inFolder("encoder_model.onnx"))) {
+    for (const char *decoder : {"decoder_model_merged.onnx", "decoder_model.onnx"})
+      if (isFile(inFolder(decoder))) {
+        files.model = inFolder("encoder_model.onnx");
+        files.decoder = inFolder(decoder);
+        return files;
+      }
+  }
+  std::vector<std::string> onnxFiles;
+  std::error_code error;
+  for (llvm::sys::fs::directory_iterator it(args[0], error), end; it != end && !error;
+       it.increment(error))
+    if (llvm::StringRef(it->path()).ends_with(".onnx") && isFile(it->path()))
+      onnxFiles.push_back(it->path());
+  std::sort(onnxFiles.begin(), onnxFiles.end());
+  if (onnxFiles.size() == 1) {
+    files.model = onnxFiles[0];
+    return files;
+  }
+  if (onnxFiles.size() == 2) {
+    files.model = onnxFiles[0];
+    files.decoder = onnxFiles[1];
+    return files;
+  }
+  llvm::errs() << "dsc: error: " << args[0] << " holds " << onnxFiles.size()
+               << " .onnx files; expected model.onnx, encoder_model.onnx with "
+                  "decoder_model_merged.onnx, or one encoder and one decoder (name the files "
+                  "to compile)\n";
+  return failure();
+}
+
 void printVersion(llvm::raw_ostream &os) {
   os << "dsc " DSC_VERSION " (MLIR " LLVM_VERSION_STRING ", ONNX opsets 13-23)\n";
 }
@@ -165,7 +239,8 @@ int runCompilerDriver(int argc, char **argv) {
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "dsc: ahead-of-time compiler for transformer inference\n\n"
-      "  dsc compile model.onnx -o model.dsp [--dtype fp16] [--max-batch N] [--max-seq-len N]\n"
+      "  dsc compile model.onnx|FOLDER|ENCODER DECODER -o model.dsp [--dtype fp16]\n"
+      "                 [--max-batch N] [--max-seq-len N]\n"
       "                                    [--tp N]\n"
       "  dsc compile model.onnx -o model.dsp --dtype int8 [--int8-group-size G]\n"
       "                 [--int8-mlp-extra-grouping] [--int8-skip-lm-head]\n"
@@ -176,10 +251,9 @@ int runCompilerDriver(int argc, char **argv) {
   std::vector<std::string> args(positional.begin(), positional.end());
   if (!args.empty() && args.front() == "compile")
     args.erase(args.begin());
-  if (args.size() != 1) {
-    llvm::errs() << "dsc: error: expected exactly one model file (see --help)\n";
+  FailureOr<ModelFiles> files = findModelFiles(args);
+  if (failed(files))
     return EXIT_FAILURE;
-  }
   std::vector<std::string> archs;
   if (dsrt::Status status = codegen::parseArchList(arch, archs); !status.isOk()) {
     llvm::errs() << "dsc: error: " << status.message() << "\n";
@@ -246,14 +320,20 @@ int runCompilerDriver(int argc, char **argv) {
     return success();
   });
 
-  std::string modelDirectory = llvm::sys::path::parent_path(args.front()).str();
+  std::string modelDirectory = llvm::sys::path::parent_path(files->model).str();
   if (modelDirectory.empty())
     modelDirectory = ".";
-  if (maxSeqLen.getNumOccurrences() == 0)
+  if (maxSeqLen.getNumOccurrences() == 0) {
     if (std::optional<int64_t> positions = configuredPositions(modelDirectory))
       maxSeqLen = std::min(*positions, kDefaultMaxSeqLen);
+    else if (!files->decoder.empty())
+      maxSeqLen = kDefaultEncoderDecoderSeqLen;
+  }
 
-  auto imported = onnx_frontend::importModelFile(context, args.front(), syntax);
+  auto imported = files->decoder.empty()
+                      ? onnx_frontend::importModelFile(context, files->model, syntax)
+                      : onnx_frontend::importEncoderDecoder(context, files->model,
+                                                            files->decoder, syntax);
   if (failed(imported))
     return EXIT_FAILURE;
 
@@ -309,9 +389,9 @@ int runCompilerDriver(int argc, char **argv) {
     options.maxBatch = maxBatch;
     options.maxSeqLen = maxSeqLen;
     // HuggingFace exports are all called model.onnx; their folder names the model.
-    options.modelName = llvm::sys::path::stem(args.front()).str();
-    if (options.modelName == "model") {
-      llvm::StringRef folder = llvm::sys::path::parent_path(args.front());
+    options.modelName = llvm::sys::path::stem(files->model).str();
+    if (options.modelName == "model" || !files->decoder.empty()) {
+      llvm::StringRef folder = llvm::sys::path::parent_path(files->model);
       if (!folder.empty())
         options.modelName = llvm::sys::path::filename(folder).str();
     }

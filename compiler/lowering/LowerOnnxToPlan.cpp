@@ -244,8 +244,8 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     // @prefill and @decode (docs/transformer-ops.md, "Programs"), each its own program.
     SmallVector<std::pair<func::FuncOp, std::string>> programs = {{main, programName}};
     // With --tp, @prefill_greedy and @decode_greedy (the rank's logits shard, for the
-    // distributed argmax) too.
-    for (llvm::StringRef name : {"prefill", "decode", "prefill_greedy", "decode_greedy"})
+    // distributed argmax) too; an encoder-decoder's encoder is @encode.
+    for (llvm::StringRef name : {"encode", "prefill", "decode", "prefill_greedy", "decode_greedy"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         programs.push_back({func, name.str()});
     if (failed(checkNewTokenLimit(main)))

@@ -2,6 +2,8 @@
 
 #include "mlir/IR/Diagnostics.h"
 
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -59,6 +61,8 @@ LogicalResult readSpecialTokens(const llvm::json::Value &json, const std::string
     info.bos_token_id = *bos;
   if (std::optional<int64_t> pad = object->getInteger("pad_token_id"))
     info.pad_token_id = *pad;
+  if (std::optional<int64_t> start = object->getInteger("decoder_start_token_id"))
+    info.decoder_start_token_id = *start;
   if (const llvm::json::Value *eos = object->get("eos_token_id")) {
     if (std::optional<int64_t> id = eos->getAsInteger()) {
       info.eos_token_ids = {*id};
@@ -99,6 +103,110 @@ LogicalResult checkPositions(const llvm::json::Value &json, const std::string &p
   return success();
 }
 
+bool isInteger(dsp::DType dtype) {
+  return dtype == dsp::DType::i64 || dtype == dsp::DType::i32;
+}
+
+bool isFloating(dsp::DType dtype) {
+  return dtype == dsp::DType::f32 || dtype == dsp::DType::f16 || dtype == dsp::DType::bf16;
+}
+
+// Whether two dimensions are the same one: the same symbol, or the same static size.
+bool sameDim(const dsp::DimT &a, const dsp::DimT &b) {
+  if (a.size >= 0 || b.size >= 0)
+    return a.size == b.size;
+  return !a.symbol.empty() && a.symbol == b.symbol;
+}
+
+// Whether `program` uses tensor `index` as token ids: the indices of an embedding lookup
+// (a Gather along axis 0 or tfm.embedding), directly or through views and casts.
+bool readAsTokenIds(const dsp::ProgramT &program, int32_t index) {
+  llvm::SmallVector<int32_t> work = {index};
+  llvm::DenseSet<int32_t> seen;
+  while (!work.empty()) {
+    int32_t value = work.pop_back_val();
+    if (!seen.insert(value).second)
+      continue;
+    for (const auto &step : program.steps) {
+      llvm::StringRef op = step->op;
+      for (auto [position, input] : llvm::enumerate(step->inputs)) {
+        if (input != value)
+          continue;
+        if ((op == "tfm.embedding" && position == 0) || (op == "Gather" && position == 1))
+          return true;
+        if (llvm::is_contained({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Cast",
+                                "Identity"},
+                               op) &&
+            position == 0 && !step->outputs.empty())
+          work.push_back(step->outputs[0]);
+      }
+    }
+  }
+  return false;
+}
+
+// An encoder-decoder's roles follow from shapes and use, not from names: exporters and
+// users name them differently (optimum: input_ids, encoder_hidden_states,
+// encoder_attention_mask; a torch.onnx.export of the decoder with transformers' argument
+// names: decoder_input_ids, encoder_hidden_states, attention_mask).
+LogicalResult describeEncoderDecoder(const dsp::PlanT &plan, const dsp::ProgramT &encode,
+                                     const dsp::ProgramT &decoder, Location loc,
+                                     dsp::ModelInfoT &info) {
+  auto tensor = [&](int32_t index) -> const dsp::TensorT & { return *plan.tensors[index]; };
+  auto isPast = [&](int32_t index) { return !presentNameOf(tensor(index).name).empty(); };
+  for (int32_t output : encode.outputs)
+    if (isFloating(tensor(output).dtype) && tensor(output).shape.size() == 3) {
+      info.encode_output = tensor(output).name;
+      break;
+    }
+  if (info.encode_output.empty())
+    return emitError(loc) << "the encoder has no floating-point [batch, sequence, hidden] "
+                             "output for the decoder to read";
+  for (int32_t input : encode.inputs) {
+    const dsp::TensorT &t = tensor(input);
+    if (!isInteger(t.dtype) || t.shape.size() != 2)
+      return emitError(loc) << "the encoder's input '" << t.name
+                            << "' is not [batch, sequence] token ids or a padding mask";
+    (readAsTokenIds(encode, input) ? info.encode_input_ids : info.encode_attention_mask) =
+        t.name;
+  }
+  if (info.encode_input_ids.empty())
+    return emitError(loc) << "no input of the encoder is read as token ids (by an embedding "
+                             "lookup)";
+
+  const dsp::TensorT *states = nullptr;
+  for (int32_t input : decoder.inputs)
+    if (isFloating(tensor(input).dtype) && tensor(input).shape.size() == 3 && !isPast(input)) {
+      states = &tensor(input);
+      info.cross_states = states->name;
+    }
+  // The importer chose the decoder because it has such an input.
+  if (!states)
+    return emitError(loc) << "the decoder takes no [batch, sequence, hidden] encoder output";
+  for (int32_t input : decoder.inputs) {
+    const dsp::TensorT &t = tensor(input);
+    if (!isInteger(t.dtype) || t.shape.size() != 2 || isPast(input))
+      continue;
+    // The padding mask of the encoder's tokens is as long as its hidden states.
+    bool encoderLength = sameDim(*t.shape[1], *states->shape[1]) &&
+                         !readAsTokenIds(decoder, input);
+    std::string &role = encoderLength ? info.cross_mask : info.input_ids;
+    if (!role.empty())
+      return emitError(loc) << "the decoder's inputs '" << role << "' and '" << t.name
+                            << "' both look like its "
+                            << (encoderLength ? "encoder padding mask" : "token ids");
+    role = t.name;
+  }
+  if (info.input_ids.empty())
+    return emitError(loc) << "the decoder has no [batch, sequence] token ids input";
+  if (!info.encode_attention_mask.empty() && info.cross_mask.empty())
+    return emitError(loc) << "the encoder takes a padding mask ('"
+                          << info.encode_attention_mask
+                          << "') but the decoder does not: its cross-attention would read "
+                             "the padding";
+  return success();
+}
+
 } // namespace
 
 LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
@@ -125,7 +233,18 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
         if (plan.tensors[index]->name == info->logits && !plan.tensors[index]->shape.empty())
           info->vocab_size = plan.tensors[index]->shape.back()->size;
     }
-    info->kind = !info->input_ids.empty() && !info->logits.empty() && info->vocab_size > 0
+    const dsp::ProgramT *encode = findProgram(plan, "encode");
+    if (encode) {
+      info->input_ids.clear();
+      info->attention_mask.clear();
+      info->position_ids.clear();
+      if (failed(describeEncoderDecoder(plan, *encode, *program, loc, *info)))
+        return failure();
+      if (info->logits.empty() || info->vocab_size <= 0)
+        return emitError(loc) << "the decoder has no logits output [batch, sequence, vocab]";
+    }
+    info->kind = encode ? "encoder-decoder"
+                 : !info->input_ids.empty() && !info->logits.empty() && info->vocab_size > 0
                      ? "decoder"
                  : !info->input_ids.empty() ? "encoder"
                                             : "";

@@ -1,4 +1,5 @@
 #include "compiler/lowering/SymbolicDims.h"
+#include "frontends/onnx/ImportAttrs.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -24,7 +25,11 @@ DimRole roleOfName(llvm::StringRef symbol) {
 
 namespace {
 
-InputKind inputKind(llvm::StringRef name, RankedTensorType type) {
+InputKind inputKind(func::FuncOp func, unsigned index, llvm::StringRef name,
+                    RankedTensorType type) {
+  // The importer marks the encoder output it found in an encoder-decoder's decoder.
+  if (func.getArgAttr(index, onnx_frontend::kCrossStatesAttr))
+    return InputKind::CrossStates;
   bool isFloat = isa<FloatType>(type.getElementType());
   if (!isFloat && type.getRank() == 2) {
     if (name.contains("input_ids"))
@@ -65,6 +70,10 @@ std::optional<DimRole> structuralRole(InputKind kind, RankedTensorType type, uns
     if (d == 2 && type.isDynamicDim(2)) return DimRole::Past;
     if (d == 1 && !type.isDynamicDim(2)) return DimRole::Past;
     return std::nullopt;
+  case InputKind::CrossStates:
+    if (d == 0) return DimRole::Batch;
+    if (d == 1) return DimRole::Source;
+    return std::nullopt;
   case InputKind::Other:
     return std::nullopt;
   }
@@ -80,17 +89,19 @@ InputDims InputDims::of(func::FuncOp func) {
     std::optional<DimRole> structural;
   };
   std::vector<std::vector<Named>> named(func.getNumArguments());
-  // What each input is, and the roles its kind gives its dimensions' symbols. Token ids
-  // and cached keys decide before the mask: a graph without a cache has one symbol for the
-  // ids' and the mask's width, and that symbol is the new tokens.
+  // What each input is, and the roles its kind gives its dimensions' symbols. An encoder
+  // output decides first (the encoder's mask and the cross-attention's cached keys share
+  // its length), then token ids and cached keys, then the mask: a graph without a cache has
+  // one symbol for the ids' and the mask's width, and that symbol is the new tokens.
   llvm::StringMap<DimRole> symbolRoles;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
     for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
       auto type = dyn_cast<RankedTensorType>(argument.getType());
       auto nameAttr = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
       llvm::StringRef name = nameAttr ? nameAttr.getValue() : "";
-      InputKind kind = type ? inputKind(name, type) : InputKind::Other;
-      if ((kind == InputKind::Mask) != (pass == 1))
+      InputKind kind = type ? inputKind(func, index, name, type) : InputKind::Other;
+      int passOfKind = kind == InputKind::CrossStates ? 0 : kind == InputKind::Mask ? 2 : 1;
+      if (passOfKind != pass)
         continue;
       auto dims = func.getArgAttrOfType<ArrayAttr>(index, "onnx.dims");
       if (!type)
@@ -114,7 +125,8 @@ InputDims InputDims::of(func::FuncOp func) {
     Input input;
     auto type = dyn_cast<RankedTensorType>(argument.getType());
     auto nameAttr = func.getArgAttrOfType<StringAttr>(index, "onnx.name");
-    input.kind = type ? inputKind(nameAttr ? nameAttr.getValue() : "", type) : InputKind::Other;
+    input.kind =
+        type ? inputKind(func, index, nameAttr ? nameAttr.getValue() : "", type) : InputKind::Other;
     if (type) {
       for (unsigned d = 0; d < type.getRank(); ++d) {
         Dim dim{type.getDimSize(d), std::nullopt, {}, 0};
@@ -149,6 +161,13 @@ InputDims InputDims::of(func::FuncOp func) {
   return result;
 }
 
+bool InputDims::readsSource(unsigned index) const {
+  for (const Dim &dim : inputs_[index].dims)
+    if (dim.role == DimRole::Source)
+      return true;
+  return false;
+}
+
 llvm::SmallVector<int64_t> InputDims::shapeAt(unsigned index, const TokenSplit &split) const {
   auto size = [&](DimRole role) -> int64_t {
     switch (role) {
@@ -156,6 +175,7 @@ llvm::SmallVector<int64_t> InputDims::shapeAt(unsigned index, const TokenSplit &
     case DimRole::Past: return split.past;
     case DimRole::New: return split.fresh;
     case DimRole::Total: return split.past + split.fresh;
+    case DimRole::Source: return split.source >= 0 ? split.source : split.past + split.fresh;
     }
     return split.fresh;
   };

@@ -23,16 +23,22 @@ namespace dsc {
 
 struct TokenSplit {
   int64_t batch, past, fresh;
+  // An encoder-decoder's decoder: the encoder's tokens, which its cross-attention reads;
+  // negative: as many as past + fresh.
+  int64_t source = -1;
 };
 
-enum class DimRole { Batch, Past, New, Total };
+enum class DimRole { Batch, Past, New, Total, Source };
 
 // The role a dimension's name suggests: the fallback for a dimension no input explains.
 DimRole roleOfName(llvm::StringRef symbol);
 
 // What a graph input is to a transformer, from its name in the HuggingFace interface and
 // its type.
-enum class InputKind { TokenIds, Positions, TokenTypes, Mask, PastKV, Other };
+// CrossStates: an encoder-decoder's encoder output, [batch, source, hidden], which its
+// decoder reads; the dimensions it shares with other inputs (the encoder's padding mask, the
+// cross-attention's cached keys and values) are the source's length.
+enum class InputKind { TokenIds, Positions, TokenTypes, Mask, PastKV, CrossStates, Other };
 
 class InputDims {
 public:
@@ -43,6 +49,10 @@ public:
   InputKind kindOf(unsigned index) const { return inputs_[index].kind; }
   // Whether some input holds cached tokens (a decoder exported with its KV cache).
   bool hasPast() const { return hasPast_; }
+  // Whether input `index` has a dimension as long as an encoder's tokens (an
+  // encoder-decoder's decoder: the encoder output, its padding mask, the cross-attention's
+  // cached keys and values).
+  bool readsSource(unsigned index) const;
 
 private:
   struct Dim {

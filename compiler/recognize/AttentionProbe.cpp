@@ -125,9 +125,13 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
     }
     Info info;
     info.dtype = evaluate::toDType(type.getElementType());
-    for (int64_t size : inputDims.shapeAt(index, {kProbeBatch, past, fresh}))
+    // An encoder-decoder's encoder tokens are as many as no other length of the probe, so
+    // that a cross-attention cannot pass for a self-attention.
+    for (int64_t size : inputDims.shapeAt(index, {kProbeBatch, past, fresh, past + fresh + 2}))
       info.shape.push_back(size);
     llvm::StringRef name = argName(func, index);
+    if (inputDims.readsSource(index))
+      name = "";  // the encoder's padding mask, whatever it is called, is not the decoder's
     if (name == "attention_mask" && info.shape.size() == 2 && type.isDynamicDim(1))
       info.shape[1] = (hasPast ? past : 0) + fresh;
     if (name == "attention_mask" && info.shape.size() == 2 && !dsrt::isFloat(info.dtype)) {
@@ -145,6 +149,8 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
     if (!dsrt::isInteger(info.dtype) && info.dtype != dsrt::DType::Bool)
       continue;
     llvm::StringRef name = argName(func, index);
+    if (inputDims.readsSource(index))
+      name = "";
     if (info.dtype == dsrt::DType::Bool && name != "attention_mask")
       continue;  // use_cache_branch: both branches are probed
     int64_t count = dsrt::elementCount(info.shape);
@@ -172,6 +178,8 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
       }
     } else if (name.contains("token_type")) {
       values.assign(count, 0);
+    } else if (inputDims.readsSource(index)) {
+      values.assign(count, 1);  // the encoder's padding mask: every token real
     } else {
       for (int64_t i = 0; i < count; ++i)
         values[i] = 1 + i % 5;

@@ -140,9 +140,10 @@ Value GraphImporter::constantI64(ArrayRef<int64_t> values, Location loc) {
 
 LogicalResult GraphImporter::importInitializer(const TensorProto &tensor) {
   std::string error;
-  if (!store_.add(tensor, tensor.name(), error))
+  std::string key = weightKey(tensor.name());
+  if (!store_.add(tensor, key, error))
     return emitError(fileLoc_) << "initializer: " << error;
-  const WeightRecord *record = store_.lookup(tensor.name());
+  const WeightRecord *record = store_.lookup(key);
   Type element = convertElementType(context_, record->onnxType);
   auto type = RankedTensorType::get(record->dims, element);
   int64_t count = type.getNumElements();
@@ -152,7 +153,7 @@ LogicalResult GraphImporter::importInitializer(const TensorProto &tensor) {
   if (shapeData || count <= 1)
     value = onnx::ConstantOp::create(builder_, loc, type, denseFromBytes(type, record->bytes));
   else
-    value = onnx::WeightOp::create(builder_, loc, type, tensor.name());
+    value = onnx::WeightOp::create(builder_, loc, type, key);
   return bind(tensor.name(), value, loc);
 }
 
@@ -366,7 +367,7 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
     Block *entry = builder_.getInsertionBlock();
     unsigned argument = 0;
     for (const auto &input : graph.input()) {
-      if (store_.lookup(input.name()))
+      if (store_.lookup(weightKey(input.name())))
         continue;
       if (failed(bind(input.name(), entry->getArgument(argument++), fileLoc_)))
         return failure();
@@ -385,7 +386,8 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
   return success();
 }
 
-LogicalResult GraphImporter::importModel(const ModelProto &model, ModuleOp module) {
+LogicalResult GraphImporter::importModel(const ModelProto &model, ModuleOp module,
+                                         llvm::StringRef function) {
   if (failed(readOpsets(model)) || failed(checkSupported(model.graph())))
     return failure();
   const GraphProto &graph = model.graph();
@@ -422,7 +424,7 @@ LogicalResult GraphImporter::importModel(const ModelProto &model, ModuleOp modul
   }
 
   builder_.setInsertionPointToEnd(module.getBody());
-  auto func = func::FuncOp::create(builder_, fileLoc_, "main",
+  auto func = func::FuncOp::create(builder_, fileLoc_, function,
                                             builder_.getFunctionType(argumentTypes, {}));
   Block *entry = func.addEntryBlock();
   builder_.setInsertionPointToStart(entry);

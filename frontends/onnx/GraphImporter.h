@@ -53,11 +53,17 @@ using ::onnx::TensorProto;
 
 class GraphImporter {
 public:
-  GraphImporter(MLIRContext &context, llvm::StringRef modelPath, WeightStore &store)
+  // `weightPrefix` keeps the initializers of two models imported into one module (an
+  // encoder and a decoder) apart in the store: exporters reuse names across files.
+  GraphImporter(MLIRContext &context, llvm::StringRef modelPath, WeightStore &store,
+                std::string weightPrefix = "")
       : context_(context), builder_(&context), store_(store),
-        fileLoc_(FileLineColLoc::get(&context, modelPath, 0, 0)) {}
+        fileLoc_(FileLineColLoc::get(&context, modelPath, 0, 0)),
+        weightPrefix_(std::move(weightPrefix)) {}
 
-  LogicalResult importModel(const ModelProto &model, ModuleOp module);
+  // The graph becomes func.func @`function` of `module`.
+  LogicalResult importModel(const ModelProto &model, ModuleOp module,
+                            llvm::StringRef function = "main");
 
 private:
   LogicalResult readOpsets(const ModelProto &model);
@@ -99,6 +105,8 @@ private:
   OpBuilder builder_;
   WeightStore &store_;
   Location fileLoc_;
+  std::string weightPrefix_;
+  std::string weightKey(llvm::StringRef name) const { return weightPrefix_ + name.str(); }
   llvm::StringMap<int64_t> opsets_;
   // One entry per graph being imported (the main graph, then If branches).
   std::vector<llvm::StringMap<Value>> values_;

@@ -177,9 +177,9 @@ LogicalResult GraphImporter::importConstant(const NodeProto &node, Location loc)
     if (type.getNumElements() > kInlineConstantElements) {
       // Large constants (causal-mask buffers, folded weights) are weights, not attributes.
       // If branches may reuse a value name, so the store key is made unique.
-      std::string key = name;
+      std::string key = weightKey(name);
       for (int suffix = 1; store_.lookup(key); ++suffix)
-        key = name + "#" + std::to_string(suffix);
+        key = weightKey(name) + "#" + std::to_string(suffix);
       if (!store_.add(attr.t(), key, error))
         return emitError(loc) << "Constant: " << error;
       return bind(name, onnx::WeightOp::create(builder_, loc, type, key), loc);

@@ -33,6 +33,17 @@ mlir::FailureOr<ImportedModel> importModelBuffer(mlir::MLIRContext &context,
                                                  llvm::StringRef modelPath,
                                                  ModelSyntax syntax = ModelSyntax::Detect);
 
+// An encoder-decoder (T5, BART) exported as two models: optimum's encoder_model.onnx and
+// decoder_model_merged.onnx, or a user's torch.onnx.export of each. Which is which follows
+// from their inputs, not their names: the decoder takes the encoder's hidden states (a
+// floating-point [batch, sequence, hidden] input). The encoder becomes func.func @encode and
+// the decoder @main, in one module; their initializers are kept apart under the prefixes
+// "encoder/" and "decoder/" (exporters reuse names across the two files).
+mlir::FailureOr<ImportedModel> importEncoderDecoder(mlir::MLIRContext &context,
+                                                   llvm::StringRef firstPath,
+                                                   llvm::StringRef secondPath,
+                                                   ModelSyntax syntax = ModelSyntax::Detect);
+
 // Loads the dialects the imported IR uses.
 void loadImportDialects(mlir::MLIRContext &context);
 

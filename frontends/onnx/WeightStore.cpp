@@ -47,7 +47,7 @@ WeightStore::WeightStore(std::string modelDirectory)
 WeightStore::~WeightStore() = default;
 
 void WeightStore::adoptModel(std::unique_ptr<::onnx::ModelProto> model) {
-  model_ = std::move(model);
+  models_.push_back(std::move(model));
 }
 
 void WeightStore::releasePages(const WeightRecord &record) const {
@@ -209,15 +209,16 @@ static bool escapesDirectory(llvm::StringRef location) {
 
 llvm::MemoryBuffer *WeightStore::openExternalFile(const std::string &location,
                                                   std::string &error) {
-  auto cached = externalFiles_.find(location);
-  if (cached != externalFiles_.end())
-    return cached->second.get();
   if (escapesDirectory(location) || location.find('\0') != std::string::npos) {
     error = "external data location '" + location + "' escapes the model's folder";
     return nullptr;
   }
   llvm::SmallString<256> path(modelDirectory_);
   llvm::sys::path::append(path, location);
+  // By path: the two models of an encoder-decoder may sit in different folders.
+  auto cached = externalFiles_.find(path);
+  if (cached != externalFiles_.end())
+    return cached->second.get();
   // A symbolic link inside the folder may still point outside it.
   llvm::SmallString<256> realDirectory, realPath;
   if (llvm::sys::fs::real_path(modelDirectory_, realDirectory) ||
@@ -240,7 +241,7 @@ llvm::MemoryBuffer *WeightStore::openExternalFile(const std::string &location,
   auto *raw = buffer->get();
   if (raw->getBufferKind() == llvm::MemoryBuffer::MemoryBuffer_MMap)
     mappedRanges_.emplace_back(raw->getBufferStart(), raw->getBufferEnd());
-  externalFiles_[location] = std::move(*buffer);
+  externalFiles_[path] = std::move(*buffer);
   return raw;
 }
 

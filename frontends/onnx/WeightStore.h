@@ -37,9 +37,13 @@ public:
   WeightStore(const WeightStore &) = delete;
   WeightStore &operator=(const WeightStore &) = delete;
 
-  // Takes ownership of the parsed model so that inline raw_data stays valid.
+  // Takes ownership of a parsed model so that its inline raw_data stays valid. An
+  // encoder-decoder adopts two; `modelDirectory` is where the next model's external data
+  // is looked up.
   void adoptModel(std::unique_ptr<::onnx::ModelProto> model);
-  const ::onnx::ModelProto &model() const { return *model_; }
+  void setModelDirectory(std::string modelDirectory) {
+    modelDirectory_ = std::move(modelDirectory);
+  }
 
   // Validates `tensor` (data type, dimensions, data size, external-data location and
   // bounds) and records where its bytes are. On failure returns false and sets `error`.
@@ -60,8 +64,8 @@ private:
   llvm::MemoryBuffer *openExternalFile(const std::string &location, std::string &error);
 
   std::string modelDirectory_;
-  std::unique_ptr<::onnx::ModelProto> model_;
-  llvm::StringMap<std::unique_ptr<llvm::MemoryBuffer>> externalFiles_;
+  std::vector<std::unique_ptr<::onnx::ModelProto>> models_;
+  llvm::StringMap<std::unique_ptr<llvm::MemoryBuffer>> externalFiles_;  // by path
   std::vector<std::pair<const char *, const char *>> mappedRanges_;  // mmapped files
   std::vector<std::unique_ptr<std::vector<uint8_t>>> ownedBytes_;
   llvm::StringMap<WeightRecord> records_;

@@ -125,6 +125,12 @@ void printHeader(const PlanFile &file) {
       std::printf(" %" PRId64, m->eos_token_ids()->Get(i));
     std::printf(", pad %" PRId64 ", %u past/present pairs\n", m->pad_token_id(),
                 length(m->kv_pairs()));
+    if (str(m->kind()) == std::string("encoder-decoder"))
+      std::printf("encoder: encode(ids '%s', mask '%s') -> '%s'; decoder reads it as '%s', "
+                  "the mask as '%s'; decoder start token %" PRId64 "\n",
+                  str(m->encode_input_ids()), str(m->encode_attention_mask()),
+                  str(m->encode_output()), str(m->cross_states()), str(m->cross_mask()),
+                  m->decoder_start_token_id());
     if (m->sampling_kernel() >= 0)
       std::printf("sampling kernel: %d\n", m->sampling_kernel());
     if (m->local_logits() && m->local_logits()->size()) {

@@ -187,12 +187,15 @@ static void printIndexValue(OpAsmPrinter &printer, Operation *, Value dynamic,
 //===----------------------------------------------------------------------===//
 
 LogicalResult ProgramOp::verify() {
-  // prefill_greedy/decode_greedy: tensor parallelism's greedy programs (tp-shard).
-  if (!llvm::is_contained({"prefill", "decode", "forward", "prefill_greedy", "decode_greedy"},
-                          getSymName()))
+  // prefill_greedy/decode_greedy: tensor parallelism's greedy programs (tp-shard); encode:
+  // an encoder-decoder's encoder.
+  if (!llvm::is_contained(
+          {"prefill", "decode", "forward", "prefill_greedy", "decode_greedy", "encode"},
+          getSymName()))
     return emitOpError() << "@" << getSymName()
-                         << " is not a program the runtime runs (@prefill, @decode, @forward)"
-                            "; with tensor parallelism also @prefill_greedy, @decode_greedy";
+                         << " is not a program the runtime runs (@prefill, @decode, @forward, "
+                            "an encoder-decoder's @encode); with tensor parallelism also "
+                            "@prefill_greedy, @decode_greedy";
   Block &body = getRegion().front();
   if (body.getNumArguments() != 0)
     return emitOpError("body takes no arguments");

@@ -1,4 +1,5 @@
 #include "generate/Generator.h"
+#include "generate/RequestAgreement.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,26 +14,38 @@ namespace {
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
 
-// splitmix64: a portable generator, so that a seed gives the same tokens everywhere.
-uint64_t nextRandom(uint64_t &state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-double uniform(uint64_t &state) { return (nextRandom(state) >> 11) * 0x1.0p-53; }
-
 enum class Mode { SessionCache, ForwardWithPairs, Recompute };
 
 // One named input or output of the program being driven.
 struct Binding {
-  enum class Role { InputIds, AttentionMask, PositionIds, Past, UseCacheBranch, Unknown } role = Role::Unknown;
+  enum class Role {
+    InputIds,
+    AttentionMask,
+    PositionIds,
+    Past,
+    UseCacheBranch,
+    CrossStates,  // an encoder-decoder's encoder output, read by the decoder
+    CrossMask,    // and the encoder's padding mask
+    Unknown
+  } role = Role::Unknown;
   size_t index = 0;
   DType dtype = DType::Undefined;
   Shape staticShape;   // -1 for dynamic dimensions
   int presentOutput = -1;  // Past: the output that becomes its next value
+  // Past: the symbol of its length; an encoder-decoder's cross-attention pairs share it with
+  // the encoder output's length.
+  std::string lengthSymbol;
+  // Past: a cross-attention's keys and values, computed from the encoder's output at the
+  // first step and the same for the rest (optimum's merged decoder returns placeholders for
+  // them once it takes the cached branch).
+  bool crossAttention = false;
 };
+
+std::string dimSymbol(const dsp::Tensor &tensor, uint32_t dim) {
+  if (!tensor.shape() || dim >= tensor.shape()->size())
+    return "";
+  return str(tensor.shape()->Get(dim)->symbol());
+}
 
 Shape shapeOf(const dsp::Tensor &tensor) {
   Shape shape;
@@ -82,6 +95,10 @@ private:
                      std::vector<Binding> &bindings, int &logitsOutput);
   Status chooseGreedyShard();
   Status checkLimits();
+  Status checkEncoderDecoderLimits(int64_t maxSeq);
+  // An encoder-decoder: runs `encode` on the prompts (right-padded, masked) and keeps its
+  // output for every decoder step.
+  Status runEncoder();
   Status runStep(const char *program, const std::vector<Binding> &bindings, int logitsOutput,
                  const std::vector<int64_t> &ids, int64_t fresh, StepLogits &lastLogits);
 
@@ -106,14 +123,24 @@ private:
   // ForwardWithPairs: each past input's value for the next step.
   std::vector<std::vector<uint8_t>> pastValues_;
   std::vector<Shape> pastShapes_;
+  // An encoder-decoder: the prompts go to the encoder; the decoder starts from
+  // decoder_start_token_id and reads the encoder's output and padding mask every step.
+  bool encoderDecoder_ = false;
+  TensorRef encoderStates_;
+  std::vector<uint8_t> encoderStatesBytes_;
+  std::vector<int64_t> encoderMask_;  // [batch, encoder length]
+  std::string encoderLengthSymbol_;
 };
 
 Status Run::chooseMode() {
   model_ = plan_.model();
-  if (!model_ || str(model_->kind()) != "decoder")
+  encoderDecoder_ = model_ && str(model_->kind()) == "encoder-decoder";
+  if (!model_ || (str(model_->kind()) != "decoder" && !encoderDecoder_))
     return Status::error("the plan has no decoder to generate with (its model kind is '" +
                          (model_ ? str(model_->kind()) : std::string()) +
                          "'; generation needs input_ids in and logits out)");
+  if (encoderDecoder_ && !session_.program("encode"))
+    return Status::error("the plan is an encoder-decoder without an 'encode' program");
   vocab_ = model_->vocab_size();
   if (session_.program("prefill") && session_.program("decode") && session_.hasKvCache())
     mode_ = Mode::SessionCache;
@@ -177,7 +204,12 @@ Status Run::bindProgram(const char *name, const std::string &logitsName,
     binding.dtype = planDType(tensor.dtype());
     binding.staticShape = shapeOf(tensor);
     std::string tensorName = str(tensor.name());
-    if (tensorName == str(model_->input_ids()))
+    if (encoderDecoder_ && tensorName == str(model_->cross_states())) {
+      binding.role = Binding::Role::CrossStates;
+      encoderLengthSymbol_ = dimSymbol(tensor, 1);
+    } else if (encoderDecoder_ && tensorName == str(model_->cross_mask()))
+      binding.role = Binding::Role::CrossMask;
+    else if (tensorName == str(model_->input_ids()))
       binding.role = Binding::Role::InputIds;
     else if (tensorName == str(model_->attention_mask()))
       binding.role = Binding::Role::AttentionMask;
@@ -190,6 +222,7 @@ Status Run::bindProgram(const char *name, const std::string &logitsName,
         if (str(pair->past()) != tensorName)
           continue;
         binding.role = Binding::Role::Past;
+        binding.lengthSymbol = dimSymbol(tensor, 2);
         size_t outputs = program->outputs() ? program->outputs()->size() : 0;
         for (size_t o = 0; o < outputs; ++o)
           if (str(tensors.Get(program->outputs()->Get(o))->name()) == str(pair->present()))
@@ -206,6 +239,10 @@ Status Run::bindProgram(const char *name, const std::string &logitsName,
                            "' is not [batch, heads, past, head_dim] with a present output");
     bindings.push_back(binding);
   }
+  for (Binding &binding : bindings)
+    binding.crossAttention = binding.role == Binding::Role::Past &&
+                             !encoderLengthSymbol_.empty() &&
+                             binding.lengthSymbol == encoderLengthSymbol_;
   logitsOutput = -1;
   size_t outputs = program->outputs() ? program->outputs()->size() : 0;
   for (size_t o = 0; o < outputs; ++o)
@@ -235,7 +272,7 @@ Status Run::checkLimits() {
                          std::to_string(maxBatch) + "; compile with a larger --max-batch");
   for (size_t p = 0; p < prompts_.size(); ++p) {
     const std::vector<int64_t> &prompt = prompts_[p];
-    if (prompt.empty())
+    if (prompt.empty() && !encoderDecoder_)
       return Status::error("prompt " + std::to_string(p) + " is empty");
     for (int64_t id : prompt)
       if (id < 0 || id >= vocab_)
@@ -244,6 +281,8 @@ Status Run::checkLimits() {
                              std::to_string(vocab_) + ")");
     longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(prompt.size()));
   }
+  if (encoderDecoder_)
+    return checkEncoderDecoderLimits(maxSeq);
   // Left padding puts every prompt at the longest one's length.
   if (longest_ + options_.maxNewTokens > maxSeq)
     return Status::error("prompt length " + std::to_string(longest_) + " + max_new_tokens " +
@@ -252,6 +291,86 @@ Status Run::checkLimits() {
                          " tokens is more than the plan's max_seq_len of " +
                          std::to_string(maxSeq) + "; compile with a larger --max-seq-len");
   return Status::ok();
+}
+
+Status Run::checkEncoderDecoderLimits(int64_t maxSeq) {
+  if (longest_ == 0)
+    return Status::error("every prompt is empty; the encoder needs at least one token");
+  if (longest_ > maxSeq)
+    return Status::error("a prompt of " + std::to_string(longest_) +
+                         " tokens is more than the plan's max_seq_len of " +
+                         std::to_string(maxSeq) + "; compile with a larger --max-seq-len");
+  // The decoder starts from one token.
+  if (1 + options_.maxNewTokens > maxSeq)
+    return Status::error("max_new_tokens " + std::to_string(options_.maxNewTokens) +
+                         " + the decoder's start token is more than the plan's max_seq_len "
+                         "of " +
+                         std::to_string(maxSeq) + "; compile with a larger --max-seq-len");
+  int64_t start = model_->decoder_start_token_id();
+  if (start < 0 || start >= vocab_)
+    return Status::error("the plan's decoder_start_token_id " + std::to_string(start) +
+                         " is not in the vocabulary [0, " + std::to_string(vocab_) +
+                         "); it comes from config.json beside the model");
+  return Status::ok();
+}
+
+Status Run::runEncoder() {
+  const dsp::Program *program = session_.program("encode");
+  const auto &tensors = *plan_.tensors();
+  size_t inputs = program->inputs() ? program->inputs()->size() : 0;
+  bool masked = false;
+  // Right padding, as the T5 and BART tokenizers pad: learned positions (BART) count from
+  // the first token, and the padding is masked out.
+  int64_t pad = model_->pad_token_id() >= 0 && model_->pad_token_id() < vocab_
+                    ? model_->pad_token_id()
+                    : 0;
+  std::vector<int64_t> ids, mask;
+  for (const auto &prompt : prompts_)
+    for (int64_t t = 0; t < longest_; ++t) {
+      bool real = t < static_cast<int64_t>(prompt.size());
+      ids.push_back(real ? prompt[t] : pad);
+      mask.push_back(real ? 1 : 0);
+    }
+  for (size_t i = 0; i < inputs; ++i) {
+    const dsp::Tensor &tensor = *tensors.Get(program->inputs()->Get(i));
+    std::string name = str(tensor.name());
+    const std::vector<int64_t> *values = nullptr;
+    if (name == str(model_->encode_input_ids())) {
+      values = &ids;
+    } else if (name == str(model_->encode_attention_mask())) {
+      values = &mask;
+      masked = true;
+    } else {
+      return Status::error("program 'encode' input '" + name +
+                           "' is neither the token ids nor the padding mask");
+    }
+    DType dtype = planDType(tensor.dtype());
+    std::vector<uint8_t> bytes = encodeIntegers(*values, dtype);
+    DSRT_RETURN_IF_ERROR(
+        session_.setInput("encode", i, TensorRef{dtype, {batch_, longest_}, bytes.data()}));
+  }
+  for (const auto &prompt : prompts_)
+    if (!masked && static_cast<int64_t>(prompt.size()) != longest_)
+      return Status::error("the encoder takes no padding mask, so prompts of different "
+                           "lengths cannot share a batch: generate them separately");
+  DSRT_RETURN_IF_ERROR(session_.run("encode"));
+  size_t outputs = program->outputs() ? program->outputs()->size() : 0;
+  for (size_t o = 0; o < outputs; ++o) {
+    if (str(tensors.Get(program->outputs()->Get(o))->name()) != str(model_->encode_output()))
+      continue;
+    TensorRef states;
+    DSRT_RETURN_IF_ERROR(session_.output("encode", o, states));
+    if (states.shape.size() != 3 || states.shape[0] != batch_ || states.shape[1] != longest_)
+      return Status::error("the encoder's output is " + shapeString(states.shape) + ", not [" +
+                           std::to_string(batch_) + ", " + std::to_string(longest_) +
+                           ", hidden]");
+    const auto *bytes = static_cast<const uint8_t *>(states.data);
+    encoderStatesBytes_.assign(bytes, bytes + states.bytes());
+    encoderStates_ = TensorRef{states.dtype, states.shape, encoderStatesBytes_.data()};
+    encoderMask_ = std::move(mask);
+    return Status::ok();
+  }
+  return Status::error("program 'encode' has no output '" + str(model_->encode_output()) + "'");
 }
 
 // Runs `program` on `fresh` new tokens per row (`ids`, [batch, fresh]) and returns each
@@ -284,6 +403,13 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
       shape = binding.staticShape;
       for (int64_t &dim : shape)
         dim = 1;
+      break;
+    case Binding::Role::CrossStates:
+      DSRT_RETURN_IF_ERROR(session_.setInput(programName, binding.index, encoderStates_));
+      continue;
+    case Binding::Role::CrossMask:
+      values = encoderMask_;
+      shape = {batch_, encoderStates_.shape[1]};
       break;
     case Binding::Role::Past: {
       size_t slot = &binding - bindings.data();
@@ -331,7 +457,8 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
   }
   // The present keys and values become the next step's past.
   for (size_t slot = 0; slot < bindings.size(); ++slot) {
-    if (bindings[slot].role != Binding::Role::Past)
+    if (bindings[slot].role != Binding::Role::Past ||
+        (bindings[slot].crossAttention && total > fresh))
       continue;
     TensorRef present;
     DSRT_RETURN_IF_ERROR(session_.output(programName, bindings[slot].presentOutput, present));
@@ -361,7 +488,7 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     return b.role == Binding::Role::AttentionMask;
   });
   for (const auto &prompt : prompts_)
-    if (!masked && static_cast<int64_t>(prompt.size()) != longest_)
+    if (!masked && !encoderDecoder_ && static_cast<int64_t>(prompt.size()) != longest_)
       return Status::error(std::string("program '") + first +
                            "' takes no attention_mask, so prompts of different lengths "
                            "cannot share a batch (they would attend each other's padding): "
@@ -380,7 +507,19 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
   positions_.assign(batch_, {});
   tokens_.assign(batch_, {});
   std::vector<int64_t> ids;
-  for (int64_t b = 0; b < batch_; ++b) {
+  int64_t fresh = longest_;
+  if (encoderDecoder_) {
+    DSRT_RETURN_IF_ERROR(runEncoder());
+    // Every row of the decoder starts from the same one token: nothing to pad.
+    fresh = 1;
+    for (int64_t b = 0; b < batch_; ++b) {
+      mask_[b] = {1};
+      positions_[b] = {0};
+      tokens_[b] = {model_->decoder_start_token_id()};
+      ids.push_back(model_->decoder_start_token_id());
+    }
+  }
+  for (int64_t b = 0; b < batch_ && !encoderDecoder_; ++b) {
     int64_t padding = longest_ - static_cast<int64_t>(prompts_[b].size());
     for (int64_t t = 0; t < longest_; ++t) {
       bool real = t >= padding;
@@ -395,8 +534,19 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     pastShapes_.assign(firstBindings.size(), {});
     for (size_t slot = 0; slot < firstBindings.size(); ++slot) {
       const Binding &binding = firstBindings[slot];
-      if (binding.role == Binding::Role::Past)
-        pastShapes_[slot] = {batch_, binding.staticShape[1], 0, binding.staticShape[3]};
+      if (binding.role != Binding::Role::Past)
+        continue;
+      // The cross-attention's pairs are as long as the encoder's output from the start (the
+      // first step computes them and ignores these zeros); the self-attention's are empty.
+      int64_t length = binding.crossAttention ? encoderStates_.shape[1] : 0;
+      pastShapes_[slot] = {batch_, binding.staticShape[1], length, binding.staticShape[3]};
+      if (pastShapes_[slot][1] < 0 || pastShapes_[slot][3] < 0)
+        return Status::error("past input " + std::to_string(binding.index) +
+                             " has no static head count and head size");
+      pastValues_[slot].assign(static_cast<size_t>(batch_ * pastShapes_[slot][1] * length *
+                                                   pastShapes_[slot][3]) *
+                                   dtypeSize(binding.dtype),
+                               0);
     }
   }
 
@@ -406,7 +556,7 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
   for (int64_t b = 0; b < batch_; ++b)
     rng[b] = options_.seed + static_cast<uint64_t>(b);
   StepLogits logits;
-  DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, longest_, logits));
+  DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, fresh, logits));
   for (int64_t step = 0; step < options_.maxNewTokens; ++step) {
     std::vector<int64_t> chosen(batch_, padToken);
     // Every rank takes part in the all-reduce for every row, finished or not, so that the
@@ -471,188 +621,6 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     }
   }
   return Status::ok();
-}
-
-} // namespace
-
-uint64_t packArgmaxKey(float logit, int64_t globalIndex) {
-  uint32_t bits = 0;
-  if (std::isnan(logit)) {
-    bits = 0xFFFFFFFFu;
-  } else {
-    if (logit == 0.0f)
-      logit = 0.0f;  // -0 as +0: they compare equal
-    std::memcpy(&bits, &logit, sizeof bits);
-    // Negative floats order backwards as integers: flip all their bits; set the sign bit of
-    // the others so that they come above every negative one.
-    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-    // Keep 0xFFFFFFFF for NaN (+inf maps to 0xFF800000, so nothing else reaches it).
-  }
-  uint32_t index = 0xFFFFFFFFu - static_cast<uint32_t>(globalIndex);
-  return (static_cast<uint64_t>(bits) << 32) | index;
-}
-
-int64_t argmaxKeyIndex(uint64_t key) {
-  return static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu));
-}
-
-uint64_t localArgmaxKey(const float *logits, int64_t count, int64_t offset) {
-  // Keys of equal logits differ only in the index part, lower index higher: the maximum key
-  // is the first maximum.
-  uint64_t best = 0;
-  for (int64_t i = 0; i < count; ++i)
-    best = std::max(best, packArgmaxKey(logits[i], offset + i));
-  return best;
-}
-
-Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<float>> &rows,
-                         int64_t offset, std::vector<int64_t> &tokens) {
-  std::vector<uint64_t> keys(rows.size());
-  for (size_t b = 0; b < rows.size(); ++b)
-    keys[b] = localArgmaxKey(rows[b].data(), static_cast<int64_t>(rows[b].size()), offset);
-  DSRT_RETURN_IF_ERROR(group.allReduceMax(keys.data(), static_cast<int64_t>(keys.size())));
-  tokens.resize(rows.size());
-  for (size_t b = 0; b < rows.size(); ++b)
-    tokens[b] = argmaxKeyIndex(keys[b]);
-  return Status::ok();
-}
-
-int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,
-                    uint64_t &rngState) {
-  if (options.temperature == 0)
-    return std::max_element(logits.begin(), logits.end()) - logits.begin();
-  std::vector<int64_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  std::vector<float> sorted(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    sorted[i] = logits[order[i]];
-  return sampleFromCandidates(sorted.data(), order.data(), order.size(), options, rngState);
-}
-
-int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t count,
-                             const GenerateOptions &options, uint64_t &rngState) {
-  if (options.temperature == 0)
-    return ids[0];
-  // transformers' order: temperature, then top-k, then top-p, then a draw.
-  size_t keep = count;
-  if (options.topK > 0)
-    keep = std::min<size_t>(keep, static_cast<size_t>(options.topK));
-  std::vector<double> probabilities(keep);
-  double maximum = values[0] / options.temperature, sum = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probabilities[i] = std::exp(values[i] / options.temperature - maximum);
-    sum += probabilities[i];
-  }
-  if (options.topP < 1) {
-    // The smallest prefix whose probability reaches top_p (at least one token).
-    double cumulative = 0;
-    size_t prefix = 0;
-    while (prefix < keep && (prefix == 0 || cumulative < options.topP * sum))
-      cumulative += probabilities[prefix++];
-    keep = prefix;
-    sum = cumulative;
-  }
-  double draw = uniform(rngState) * sum;
-  for (size_t i = 0; i < keep; ++i) {
-    draw -= probabilities[i];
-    if (draw < 0)
-      return ids[i];
-  }
-  return ids[keep - 1];
-}
-
-namespace {
-
-// What one rank was asked to generate, fixed-size for one all-gather: FNV-1a hashes of the
-// prompts and stop tokens, and the options as they are.
-struct RequestIdentity {
-  uint64_t promptsHash = 0;
-  uint64_t stopTokensHash = 0;
-  int64_t prompts = 0;
-  int64_t maxNewTokens = 0;
-  int64_t topK = 0;
-  uint64_t seed = 0;
-  float temperature = 0;
-  float topP = 0;
-  int32_t ignoreEos = 0;
-  // Not compared: one rank alone may have a callback (the one that reports the tokens);
-  // whether any has tells the ranks to share the stops it decides.
-  int32_t hasCallback = 0;
-};
-
-uint64_t fnv1a(uint64_t hash, const void *data, size_t bytes) {
-  const auto *p = static_cast<const uint8_t *>(data);
-  for (size_t i = 0; i < bytes; ++i)
-    hash = (hash ^ p[i]) * 1099511628211ull;
-  return hash;
-}
-
-RequestIdentity identityOf(const std::vector<std::vector<int64_t>> &prompts,
-                           const GenerateOptions &options) {
-  RequestIdentity id;
-  uint64_t hash = 14695981039346656037ull;
-  for (const std::vector<int64_t> &prompt : prompts) {
-    uint64_t length = prompt.size();
-    hash = fnv1a(hash, &length, sizeof length);
-    hash = fnv1a(hash, prompt.data(), prompt.size() * sizeof(int64_t));
-  }
-  id.promptsHash = hash;
-  id.stopTokensHash = fnv1a(14695981039346656037ull, options.stopTokens.data(),
-                            options.stopTokens.size() * sizeof(int64_t));
-  id.prompts = static_cast<int64_t>(prompts.size());
-  id.maxNewTokens = options.maxNewTokens;
-  id.topK = options.topK;
-  id.seed = options.seed;
-  id.temperature = options.temperature;
-  id.topP = options.topP;
-  id.ignoreEos = options.ignoreEos;
-  id.hasCallback = options.onToken ? 1 : 0;
-  return id;
-}
-
-// The ranks of a tensor-parallel group must generate from the same request, or they run
-// different programs and wait for each other forever (one rank's prefill of 3 tokens, the
-// other's of 2). Checked before anything else, while every rank is still in step.
-// `anyCallback`: whether some rank has a token callback.
-Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<int64_t>> &prompts,
-                       const GenerateOptions &options, bool &anyCallback) {
-  const int ranks = group.size();
-  RequestIdentity mine = identityOf(prompts, options);
-  std::vector<RequestIdentity> all;
-  DSRT_RETURN_IF_ERROR(group.allGatherRecords(mine, all));
-  anyCallback = std::any_of(all.begin(), all.end(),
-                            [](const RequestIdentity &id) { return id.hasCallback != 0; });
-  std::string message;
-  const RequestIdentity &first = all[0];
-  for (int rank = 1; rank < ranks; ++rank) {
-    const RequestIdentity &other = all[static_cast<size_t>(rank)];
-    std::vector<std::string> differs;
-    if (other.prompts != first.prompts)
-      differs.push_back("the number of prompts " + std::to_string(other.prompts) +
-                        " (rank 0: " + std::to_string(first.prompts) + ")");
-    else if (other.promptsHash != first.promptsHash)
-      differs.push_back("the prompts' tokens");
-    if (other.maxNewTokens != first.maxNewTokens)
-      differs.push_back("max_new_tokens " + std::to_string(other.maxNewTokens) +
-                        " (rank 0: " + std::to_string(first.maxNewTokens) + ")");
-    if (other.temperature != first.temperature || other.topK != first.topK ||
-        other.topP != first.topP || other.seed != first.seed)
-      differs.push_back("the sampling settings (temperature, top-k, top-p, seed)");
-    if (other.stopTokensHash != first.stopTokensHash || other.ignoreEos != first.ignoreEos)
-      differs.push_back("the stop tokens");
-    if (differs.empty())
-      continue;
-    message += "; rank " + std::to_string(rank) + " differs from rank 0 in ";
-    for (size_t i = 0; i < differs.size(); ++i)
-      message += (i ? ", " : "") + differs[i];
-  }
-  if (message.empty())
-    return Status::ok();
-  return Status::error("rank " + std::to_string(group.rank()) +
-                       ": the tensor-parallel ranks were given different requests" + message +
-                       "; every rank must generate from the same prompts and options");
 }
 
 } // namespace
