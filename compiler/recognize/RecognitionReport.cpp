@@ -63,19 +63,20 @@ void collect(Block &block, std::vector<Operation *> &ops) {
   }
 }
 
-} // namespace
-
-void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines,
-                            llvm::raw_ostream &os) {
-  auto main = module.lookupSymbol<func::FuncOp>("main");
-  if (!main)
-    return;
+// The report of one function: a decoder-only model's or an encoder's @main, or an
+// encoder-decoder's @encode ("encoder") and @main ("decoder").
+void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention,
+                    const RecognitionDeclines &declines, llvm::raw_ostream &os) {
+  std::string dsc = part.empty() ? "dsc: " : ("dsc: " + part + ": ").str();
   std::vector<Operation *> ops;
   collect(main.getBody().front(), ops);
 
+  // A decoder with cross-attention has two attentions per block.
   int attentionAnchors = 0;
   for (Operation *op : ops)
     attentionAnchors += isa<tfm::AttentionOp, onnx::SoftmaxOp>(op);
+  if (crossAttention)
+    attentionAnchors /= 2;
 
   std::vector<Layer> layers(1);
   bool embedding = false, lmHead = false;
@@ -150,7 +151,7 @@ void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines
     minNorms = std::min(minNorms, layer.norms);
     maxNorms = std::max(maxNorms, layer.norms);
   }
-  os << "dsc: recognised " << recognised << "/" << attentionAnchors << " blocks";
+  os << dsc << "recognised " << recognised << "/" << attentionAnchors << " blocks";
   if (recognised > 0) {
     os << ": attention, mlp, ";
     if (minNorms == maxNorms)
@@ -191,7 +192,7 @@ void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines
     partial.push_back(text);
   }
   if (!partial.empty()) {
-    os << "dsc: generic parts:";
+    os << dsc << "generic parts:";
     for (auto [i, text] : llvm::enumerate(partial))
       os << (i ? "; " : " ") << text;
     os << "\n";
@@ -221,13 +222,26 @@ void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines
       count(entry.op, entry.reason, 1);
   if (reasons.empty())
     return;
-  os << "dsc: left generic:";
+  os << dsc << "left generic:";
   bool first = true;
   for (auto &[key, total] : reasons) {
     os << (first ? " " : "; ") << total << " " << key.first << " (" << key.second << ")";
     first = false;
   }
   os << "\n";
+}
+
+} // namespace
+
+void printRecognitionReport(ModuleOp module, const RecognitionDeclines &declines,
+                            llvm::raw_ostream &os) {
+  auto main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main)
+    return;
+  auto encode = module.lookupSymbol<func::FuncOp>("encode");
+  if (encode)
+    reportFunction(encode, "encoder", false, declines, os);
+  reportFunction(main, encode ? "decoder" : "", encode != nullptr, declines, os);
 }
 
 } // namespace dsc

@@ -9,6 +9,9 @@
 * With --prefill: the `prefill` program's last-position logits of each prompt alone match
   transformers' within |ours - ref| <= atol + rtol * |ref| (defaults 1e-4, 1e-4: fp32 with a
   different summation order).
+* With --text: each of generation.json's "text_prompts", given to `dsrun --prompt` (the
+  plan's own tokenizer), prints exactly the text transformers decoded from its greedy ids
+  (an encoder-decoder prints the answer alone, without the prompt).
 
 Standard library only (lit already needs python3); the .pb reader handles the float
 TensorProtos dsrun writes.
@@ -79,6 +82,8 @@ def main():
     parser.add_argument("--distributed-argmax", type=int, default=0, metavar="N",
                         help="require every greedy run of the N ranks to take the "
                              "distributed argmax")
+    parser.add_argument("--text", action="store_true",
+                        help="also check the text prompts through the plan's tokenizer")
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
@@ -96,6 +101,16 @@ def main():
     for i, row in enumerate(batched):
         if row != expected[i]:
             failures.append(f"prompt {i} in the batch: {row} != alone {expected[i]}")
+
+    for i, case in enumerate(reference.get("text_prompts", []) if args.text else []):
+        stdout = run(dsrun(args) + ["--prompt", case["text"], "--max-new-tokens",
+                                    str(len(case["generated"])), "--ignore-eos"])
+        # One prompt streams its text as it comes, without the 'sequence 0: ' of a batch.
+        if stdout.rstrip("\n") != case["decoded"]:
+            failures.append(f"text prompt {i} {case['text']!r}: printed {stdout!r}, "
+                            f"transformers decoded {case['decoded']!r}")
+    if args.text and not reference.get("text_prompts"):
+        failures.append("--text: generation.json has no text_prompts")
 
     largest = 0.0  # the largest |ours - transformers| of the prefill logits
     if args.prefill:
@@ -120,7 +135,8 @@ def main():
           + ("" if args.alone_only else " and batched")
           + (f" (distributed argmax over {args.distributed_argmax} ranks)"
              if args.distributed_argmax else "")
-          + (f", prefill logits (max abs diff {largest:.3g})" if args.prefill else ""))
+          + (f", prefill logits (max abs diff {largest:.3g})" if args.prefill else "")
+          + (f", {len(reference['text_prompts'])} text prompts" if args.text else ""))
 
 
 if __name__ == "__main__":

@@ -333,6 +333,9 @@ struct Runner {
   dsrt_group *group = nullptr;
   bool printer = true;  // rank 0 prints; other MPI ranks stay quiet
   bool lead = false;    // rank 0 sends each request to ranks that follow it
+  // An encoder-decoder (text2text: T5, BART) answers its prompt rather than continuing it,
+  // so its text is printed without the prompt before it.
+  bool textToText = false;
 
   dsrt_status setInput(const char *program, size_t index, dsrt_dtype dtype,
                        const int64_t *shape, size_t rank, const void *data) {
@@ -383,7 +386,7 @@ struct Runner {
 // Prints one generation: as text where the prompts were text (after the stream of a lone
 // prompt, only its line's end), else each sequence's ids and finish reason.
 void printGeneration(dsrt_generation *generation, const dsrt_tokenizer *tokenizer,
-                     const std::vector<std::string> &texts, bool streamed) {
+                     const std::vector<std::string> &texts, bool streamed, bool echoPrompt) {
   const char *reasons[] = {"length", "stop", "callback"};
   for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
     const int64_t *tokens = nullptr;
@@ -397,7 +400,7 @@ void printGeneration(dsrt_generation *generation, const dsrt_tokenizer *tokenize
     if (tokenizer && i < texts.size()) {
       char *text = nullptr;
       check(dsrt_tokenizer_decode(tokenizer, tokens, count, 1, &text), "cannot decode");
-      std::cout << "sequence " << i << ": " << texts[i] << text << "\n";
+      std::cout << "sequence " << i << ": " << (echoPrompt ? texts[i] : "") << text << "\n";
       dsrt_free(text);
       continue;
     }
@@ -426,13 +429,15 @@ void generateAndPrint(const Options &options, Runner &runner,
     stream.tokenizer = tokenizer;
     sampling.on_token = streamToken;
     sampling.user_data = &stream;
-    std::cout << texts[0] << std::flush;
+    if (!runner.textToText)
+      std::cout << texts[0] << std::flush;
   }
   dsrt_generation *generation = nullptr;
   check(runner.generate(prompts.size(), pointers.data(), lengths.data(), &sampling, &generation),
         "generation failed");
   if (runner.printer)
-    printGeneration(generation, tokenizer, texts, stream.tokenizer != nullptr);
+    printGeneration(generation, tokenizer, texts, stream.tokenizer != nullptr,
+                    !runner.textToText);
   dsrt_generation_free(generation);
 }
 
@@ -492,7 +497,7 @@ void followRequests(Runner &runner, bool print) {
     check(status, "generation failed");
     if (print) {
       std::cout << "request " << request << ":\n";
-      printGeneration(generation, nullptr, {}, false);
+      printGeneration(generation, nullptr, {}, false, true);
     }
     dsrt_generation_free(generation);
   }
@@ -529,6 +534,8 @@ int main(int argc, char **argv) {
   dsrt_plan *plan = nullptr;
   check(dsrt_plan_open(options.plan.c_str(), &plan), "cannot open the plan");
   Runner runner;
+  size_t encodeInputs = 0;
+  runner.textToText = dsrt_plan_io_count(plan, "encode", 0, &encodeInputs) == DSRT_OK;
   int planRanks = dsrt_plan_rank_count(plan);
   if (options.ranks == "inprocess") {
     check(dsrt_group_create(plan, options.device, &runner.group), "cannot create the ranks");
