@@ -15,7 +15,13 @@ Columns:
 * tp2: the --tp 2 plan, its ranks in-process: forward against PyTorch and greedy through
   the distributed argmax;
 * int8: top-1 agreement of the --dtype int8 plan's next-token logits with the fp32 plan's
-  over test/quant/prompts.txt (dseval), and the largest logit difference.
+  over test/quant/prompts.txt (dseval), and the largest logit difference. For an
+  encoder-decoder (whose folder holds an encoder and a decoder, not model.onnx): the greedy
+  tokens of the int8 plan against the fp32 plan's over generation.json's prompts (the
+  first token, and all of them).
+
+An encoder-decoder's blocks are the encoder's and the decoder's; its forward runs the
+encoder_test_data_set_* through `encode` and the decoder_test_data_set_* through the decoder.
 
 A reporting tool, not a test: it prints what it finds and exits 0 unless it cannot run.
 """
@@ -36,13 +42,23 @@ def run(command):
     return result.returncode, result.stdout + result.stderr
 
 
+def data_sets(model_dir):
+    """(folder, program) of each test data set: an encoder-decoder's run through `encode`
+    and `forward`, everything else's through `forward`."""
+    sets = []
+    for prefix, program in (("test_data_set_", "forward"), ("encoder_test_data_set_", "encode"),
+                            ("decoder_test_data_set_", "forward")):
+        sets += [(d, program) for d in sorted(os.listdir(model_dir)) if d.startswith(prefix)]
+    return sets
+
+
 def forward(dsrun, plan, model_dir, extra=()):
-    sets = sorted(d for d in os.listdir(model_dir) if d.startswith("test_data_set_"))
+    sets = data_sets(model_dir)
     worst = 0.0
-    for data_set in sets:
+    for data_set, program in sets:
         path = os.path.join(model_dir, data_set)
-        code, out = run([dsrun, plan, "--input-dir", path, "--expect-dir", path,
-                         "--rtol", "1e-4", "--atol", "1e-4", *extra])
+        code, out = run([dsrun, plan, "--program", program, "--input-dir", path,
+                         "--expect-dir", path, "--rtol", "1e-4", "--atol", "1e-4", *extra])
         for diff in re.findall(r"max abs diff ([0-9.e+-]+)", out):
             worst = max(worst, float(diff))
         if code != 0:
@@ -70,6 +86,28 @@ def greedy(dsrun, dump, plan, model_dir, extra=()):
     return "ok (alone)" if "--alone-only" in extra else "ok"
 
 
+def greedy_ids(dsrun, plan, prompts, max_new):
+    command = [dsrun, plan, "--max-new-tokens", str(max_new), "--ignore-eos"]
+    for prompt in prompts:
+        command += ["--prompt-ids", ",".join(map(str, prompt))]
+    code, out = run(command)
+    rows = re.findall(r"sequence \d+:((?: \d+)*)", out)
+    return [[int(t) for t in r.split()] for r in rows] if code == 0 else None
+
+
+def int8_greedy(dsrun, fp32, int8, model_dir):
+    reference = json.load(open(os.path.join(model_dir, "generation.json")))
+    prompts = [p["ids"] for p in reference["prompts"]]
+    ours, theirs = (greedy_ids(dsrun, plan, prompts, reference["max_new_tokens"])
+                    for plan in (int8, fp32))
+    if not ours or not theirs:
+        return "FAIL"
+    first = sum(a[0] == b[0] for a, b in zip(ours, theirs))
+    same = sum(x == y for a, b in zip(ours, theirs) for x, y in zip(a, b))
+    total = sum(len(b) for b in theirs)
+    return "greedy: first token {}/{}, all tokens {}/{}".format(first, len(theirs), same, total)
+
+
 def row(name, build, scratch, models=MODELS):
     model_dir = os.path.join(models, name)
     meta = json.load(open(os.path.join(model_dir, "meta.json")))
@@ -78,6 +116,9 @@ def row(name, build, scratch, models=MODELS):
     dseval = os.path.join(build, "bin", "dseval")
     dump = os.path.join(build, "bin", "dsp-dump")
     model = os.path.join(model_dir, "model.onnx")
+    encoder_decoder = not os.path.exists(model)
+    if encoder_decoder:
+        model = model_dir
     result = {"fixture": name, "family": meta.get("family", "?"),
               "form": meta.get("form") or meta.get("kind", "?"),
               "versions": "torch {} / transformers {}".format(
@@ -85,8 +126,9 @@ def row(name, build, scratch, models=MODELS):
                   meta.get("versions", {}).get("transformers", "?"))}
     fp32 = os.path.join(scratch, name + ".dsp")
     code, out = run([dsc, "compile", model, "-o", fp32, "--arch", "none"])
-    found = re.search(r"recognised (\d+/\d+) blocks", out)
-    result["blocks"] = found.group(1) if found else ("none" if code == 0 else "compile FAIL")
+    found = re.findall(r"(?:(encoder|decoder): )?recognised (\d+/\d+) blocks", out)
+    result["blocks"] = (", ".join((part + " " if part else "") + blocks for part, blocks in found)
+                        if found else ("none" if code == 0 else "compile FAIL"))
     if code != 0:
         result["error"] = out.strip().splitlines()[-1] if out.strip() else str(code)
         return result
@@ -119,6 +161,8 @@ def row(name, build, scratch, models=MODELS):
     code, out = run([dsc, "compile", model, "-o", int8, "--arch", "none", "--dtype", "int8"])
     if code != 0:
         result["int8"] = "compile FAIL"
+    elif encoder_decoder:
+        result["int8"] = int8_greedy(dsrun, fp32, int8, model_dir)
     elif decoder:
         code, out = run([dseval, int8, "--reference", fp32, "--prompts",
                          os.path.join(ROOT, "test", "quant", "prompts.txt"), "--json"])

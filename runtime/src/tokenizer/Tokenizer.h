@@ -1,8 +1,9 @@
 // A HuggingFace tokenizer.json, for the tokenizer families the compiler's models use:
-// byte-level BPE (GPT-2, OPT, GPT-J, GPT-Neo, BLOOM, Llama-3, Roberta) and SentencePiece-style
-// BPE with byte fallback (Llama-2, Mistral). Encoding and decoding give the ids and text
-// `tokenizers` gives. Any component or option outside that set is refused when loading,
-// with a message naming it, rather than tokenized differently.
+// byte-level BPE (GPT-2, OPT, GPT-J, GPT-Neo, BLOOM, Llama-3, Roberta), SentencePiece-style
+// BPE with byte fallback (Llama-2, Mistral) and SentencePiece Unigram with its precompiled
+// normalization rules (T5, mT5). Encoding and decoding give the ids and text `tokenizers`
+// gives. Any component or option outside that set is refused when loading, with a message
+// naming it, rather than tokenized differently.
 #ifndef DSRT_TOKENIZER_TOKENIZER_H
 #define DSRT_TOKENIZER_TOKENIZER_H
 
@@ -25,7 +26,9 @@ public:
   Tokenizer(const Tokenizer &) = delete;
   Tokenizer &operator=(const Tokenizer &) = delete;
 
-  // `utf8` must be valid UTF-8. `addSpecial` runs the post-processor (BOS for Llama, OPT).
+  // `utf8` must be valid UTF-8. `addSpecial` runs the post-processor (BOS for Llama, OPT;
+  // </s> after the text for T5). A Unigram model without unk_id fails on a character it
+  // cannot spell, as `tokenizers` does.
   Status encode(std::string_view utf8, bool addSpecial, std::vector<int64_t> &ids) const;
   // Every id must be in the vocabulary; invalid UTF-8 that byte tokens spell becomes U+FFFD.
   Status decode(const int64_t *ids, size_t count, bool skipSpecial, std::string &text) const;

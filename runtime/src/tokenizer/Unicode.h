@@ -26,6 +26,11 @@ bool isWhiteSpace(char32_t c);  // White_Space, what \s matches
 // \w of Rust's regex crate, as far as the categories above tell it.
 bool isWordChar(char32_t c);
 
+// Where the extended grapheme cluster (UAX #29) that starts at codePoints[start] ends: what
+// the unicode-segmentation crate's graphemes(true) cuts, which `tokenizers`' Precompiled
+// normalizer works on. Unicode 17.0 (GraphemeTables.inc).
+size_t graphemeEnd(const std::vector<char32_t> &codePoints, size_t start);
+
 } // namespace dsrt::unicode
 
 #endif

@@ -28,11 +28,12 @@ def ranges(categories):
     return out
 
 
-def emit(name, table):
-    print(f"static const CodePointRange {name}[] = {{")
+def emit(name, table, struct="CodePointRange"):
+    # Rows of hexadecimal fields (first, last[, more]); gen_grapheme_tables.py uses it too.
+    print(f"static const {struct} {name}[] = {{")
     line = "   "
-    for lo, hi in table:
-        item = f" {{0x{lo:X}, 0x{hi:X}}},"
+    for row in table:
+        item = " {" + ", ".join(f"0x{field:X}" for field in row) + "},"
         if len(line) + len(item) > 96:
             print(line)
             line = "   "

@@ -7,6 +7,7 @@
 #include "SamplePlan.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -133,6 +134,48 @@ TEST(TokenizerCApi, FromPlan) {
   EXPECT_EQ(dsrt_tokenizer_from_plan(plan, &tokenizer), DSRT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dsrt_last_error()).find("the plan has no tokenizer"), std::string::npos);
   dsrt_plan_close(plan);
+}
+
+// dsrun --prompt encodes with the plan's tokenizer and add_special = 1: for T5 that appends
+// </s>, as transformers' tokenizer(text).input_ids does (what unigram-cases.json records as
+// ids_with_special; make_unigram_tokenizers.py checks the two agree).
+TEST(TokenizerCApi, T5PromptGetsEosFromThePlan) {
+  std::ifstream casesFile(std::string(DSRT_SOURCE_DIR) + "/test/tokenizers/unigram-cases.json");
+  std::stringstream casesText;
+  casesText << casesFile.rdbuf();
+  const nlohmann::json kind = nlohmann::json::parse(casesText.str())["t5-unigram"];
+  std::ifstream file(std::string(DSRT_SOURCE_DIR) + "/test/tokenizers/t5-unigram.json");
+  std::stringstream json;
+  json << file.rdbuf();
+  std::string tokenizerJson = json.str();
+
+  plantest::ScratchDir dir;
+  ASSERT_TRUE(sample::write(dir.file("sample.dsp")).isOk());
+  plantest::writeFile(dir.file("t5.dsp"),
+                      plantest::rewriteHeader(plantest::readFile(dir.file("sample.dsp")),
+                                              [&](dsp::PlanT &p) {
+                                                p.tokenizer_json.assign(tokenizerJson.begin(),
+                                                                        tokenizerJson.end());
+                                              }));
+  dsrt_plan *plan = nullptr;
+  ASSERT_EQ(dsrt_plan_open(dir.file("t5.dsp").c_str(), &plan), DSRT_OK) << dsrt_last_error();
+  dsrt_tokenizer *tokenizer = nullptr;
+  ASSERT_EQ(dsrt_tokenizer_from_plan(plan, &tokenizer), DSRT_OK) << dsrt_last_error();
+  dsrt_plan_close(plan);
+  size_t checked = 0;
+  for (const nlohmann::json &test : kind["encode"]) {
+    std::string text = test["text"].get<std::string>();
+    SCOPED_TRACE(nlohmann::json(text).dump());
+    std::vector<int64_t> withEos = encode(tokenizer, text, true);
+    EXPECT_EQ(withEos, test["ids_with_special"].get<std::vector<int64_t>>());
+    ASSERT_FALSE(withEos.empty());
+    EXPECT_EQ(withEos.back(), 1);  // </s>
+    EXPECT_EQ(encode(tokenizer, text, false), test["ids"].get<std::vector<int64_t>>());
+    EXPECT_EQ(decode(tokenizer, withEos, true), test["decoded_skip_special"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_GE(checked, 60u);
+  dsrt_tokenizer_free(tokenizer);
 }
 
 } // namespace
