@@ -272,7 +272,7 @@ Status Run::checkLimits() {
                          std::to_string(maxBatch) + "; compile with a larger --max-batch");
   for (size_t p = 0; p < prompts_.size(); ++p) {
     const std::vector<int64_t> &prompt = prompts_[p];
-    if (prompt.empty() && !encoderDecoder_)
+    if (prompt.empty())
       return Status::error("prompt " + std::to_string(p) + " is empty");
     for (int64_t id : prompt)
       if (id < 0 || id >= vocab_)
@@ -294,8 +294,6 @@ Status Run::checkLimits() {
 }
 
 Status Run::checkEncoderDecoderLimits(int64_t maxSeq) {
-  if (longest_ == 0)
-    return Status::error("every prompt is empty; the encoder needs at least one token");
   if (longest_ > maxSeq)
     return Status::error("a prompt of " + std::to_string(longest_) +
                          " tokens is more than the plan's max_seq_len of " +
@@ -518,17 +516,19 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
       tokens_[b] = {model_->decoder_start_token_id()};
       ids.push_back(model_->decoder_start_token_id());
     }
-  }
-  for (int64_t b = 0; b < batch_ && !encoderDecoder_; ++b) {
-    int64_t padding = longest_ - static_cast<int64_t>(prompts_[b].size());
-    for (int64_t t = 0; t < longest_; ++t) {
-      bool real = t >= padding;
-      mask_[b].push_back(real ? 1 : 0);
-      positions_[b].push_back(real ? t - padding : 1);
-      tokens_[b].push_back(real ? prompts_[b][t - padding] : padToken);
+  } else {
+    for (int64_t b = 0; b < batch_; ++b) {
+      int64_t padding = longest_ - static_cast<int64_t>(prompts_[b].size());
+      for (int64_t t = 0; t < longest_; ++t) {
+        bool real = t >= padding;
+        mask_[b].push_back(real ? 1 : 0);
+        positions_[b].push_back(real ? t - padding : 1);
+        tokens_[b].push_back(real ? prompts_[b][t - padding] : padToken);
+      }
+      ids.insert(ids.end(), tokens_[b].begin(), tokens_[b].end());
     }
-    ids.insert(ids.end(), tokens_[b].begin(), tokens_[b].end());
   }
+
   if (mode_ == Mode::ForwardWithPairs) {
     pastValues_.assign(firstBindings.size(), {});
     pastShapes_.assign(firstBindings.size(), {});
