@@ -183,6 +183,12 @@ LogicalResult describeEncoderDecoder(const dsp::PlanT &plan, const dsp::ProgramT
   // The importer chose the decoder because it has such an input.
   if (!states)
     return emitError(loc) << "the decoder takes no [batch, sequence, hidden] encoder output";
+  for (int32_t output : encode.outputs)
+    if (tensor(output).name == info.encode_output &&
+        !sameDim(*tensor(output).shape[2], *states->shape[2]))
+      return emitError(loc) << "the encoder's output '" << info.encode_output
+                            << "' and the decoder's input '" << states->name
+                            << "' differ in their hidden size: are they the same model's?";
   for (int32_t input : decoder.inputs) {
     const dsp::TensorT &t = tensor(input);
     if (!isInteger(t.dtype) || t.shape.size() != 2 || isPast(input))
