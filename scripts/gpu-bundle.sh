@@ -112,9 +112,26 @@ fi
 rm -rf "$bundle"
 mv "$bundle.tmp" "$bundle"
 echo "gpu-bundle: $bundle, $((size_kib / 1024)) MiB ($size_kib KiB)"
+
+# The runtime too is built here, runtime-only as on the GPU machine (no MPI, no GoogleTest,
+# the bundle's header and includes), so that no device time goes to compiling it. Its build
+# tree names this checkout's absolute path; bench/gpu/sweep.sh links that path to its own
+# root where they differ.
+runtime_build=$root/build-gpu-rt
+if [ ! -f "$runtime_build/build.ninja" ]; then
+  cmake -G Ninja -S "$root" -B "$runtime_build" -DCMAKE_BUILD_TYPE=Release -DDSC_RUNTIME_ONLY=ON \
+        -DDSC_PLAN_GENERATED_DIR="$bundle/generated" -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" \
+        -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" \
+        -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON >/dev/null ||
+    { echo "gpu-bundle: configuring the runtime-only build failed" >&2; exit 1; }
+fi
+ninja -C "$runtime_build" dsrt dsrun dsbench dsp-dump dsp-roofline dseval >/dev/null ||
+  { echo "gpu-bundle: building the runtime failed (ninja -C $runtime_build)" >&2; exit 1; }
+echo "gpu-bundle: runtime built in $runtime_build"
 if [ "$carry" = 1 ]; then
   mkdir -p "$root/build-gpu-carry"
-  tar -C "$(dirname "$bundle")" -cJf "$root/build-gpu-carry/bundle.tar.xz.tmp" "$(basename "$bundle")"
+  tar --exclude='*.o' --exclude='*.a' -cJf "$root/build-gpu-carry/bundle.tar.xz.tmp" \
+      -C "$(dirname "$bundle")" "$(basename "$bundle")" -C "$root" build-gpu-rt
   mv "$root/build-gpu-carry/bundle.tar.xz.tmp" "$root/build-gpu-carry/bundle.tar.xz"
   packed_kib=$(du -sk "$root/build-gpu-carry/bundle.tar.xz" | awk '{print $1}')
   echo "gpu-bundle: build-gpu-carry/bundle.tar.xz, $((packed_kib / 1024)) MiB: carry build-gpu-carry"

@@ -106,7 +106,7 @@ for name in $names; do
     grep -E "^dsc: (recognised|left generic)" "$dir/dsc.log"
   fi
   log "$name: dsbench --device cuda"
-  dsbench "$plan" --device cuda --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
+  dsbench "$plan" --device cuda --strict --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
       --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench.json" 2>"$dir/dsbench.log" ||
     { rm -f "$dir/dsbench.json"; tail -20 "$dir/dsbench.log" > "$dir/error.txt"; log "$name: dsbench failed"; cat "$dir/error.txt"; }
   # The performance model's prediction beside the measurement (bench/roofline/README.md),
@@ -127,7 +127,7 @@ for name in $names; do
     fi
     if [ -f "$plan8" ]; then
       log "$name: dsbench --device cuda (int8)"
-      dsbench "$plan8" --device cuda --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
+      dsbench "$plan8" --device cuda --strict --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
           --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench-int8.json" 2>"$dir/dsbench-int8.log" ||
         { rm -f "$dir/dsbench-int8.json"; tail -20 "$dir/dsbench-int8.log" > "$dir/error-int8.txt"; log "$name: dsbench (int8) failed"; cat "$dir/error-int8.txt"; }
     fi

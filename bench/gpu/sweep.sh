@@ -17,6 +17,9 @@
 #   bench      bench/gpu/run.sh: dsbench fp16 and int8 against transformers eager and
 #              torch.compile on the same GPU
 #
+# Environment: LIMIT_<step>=SECONDS overrides a step's time limit; SANITIZER_TOOLS picks the
+# compute-sanitizer tools; BENCH_ARGS passes more options to bench/gpu/run.sh.
+#
 # Each step runs under its own time limit; a step that fails or runs out of time does not
 # stop the later ones. What comes back (the device tool returns at most 8 files from $OUT):
 #   $OUT/summary.md     one screen: every step's status, time and headline numbers
@@ -66,6 +69,14 @@ if [ ! -x "$bundle/bin/dsc" ] && [ -f "$root/build-gpu-carry/bundle.tar.xz" ]; t
   tar -C "$root" -xJf "$root/build-gpu-carry/bundle.tar.xz"
 fi
 export PATH="$bundle/bin:$build/bin:$PATH"
+# The carried runtime build (scripts/gpu-bundle.sh) names the development checkout's path in
+# its CTest files and lit configuration: where this root is elsewhere, that path points here.
+if [ -f "$build/CMakeCache.txt" ]; then
+  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  if [ -n "$home" ] && [ "$home" != "$root" ] && [ ! -e "$home" ]; then
+    mkdir -p "$(dirname "$home")" && ln -s "$root" "$home" && log "linked $home to $root"
+  fi
+fi
 
 [ -n "$run_one" ] || {
   echo "# GPU sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -166,7 +177,7 @@ step_sanitizer() {
     plan=$work/$fixture.dsp
     dsc compile "$root/test/models/$fixture/model.onnx" -o "$plan" --max-batch 2 \
         --max-seq-len 32 || { failed=1; continue; }
-    for tool in memcheck racecheck synccheck; do
+    for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
       echo "--- $fixture: $tool"
       "$sanitizer" --tool "$tool" --error-exitcode 9 dsrun "$plan" --device cuda --strict \
           --input-dir "$root/test/models/$fixture/test_data_set_0" --quiet || failed=1
@@ -184,7 +195,8 @@ step_realistic() {
 }
 
 step_bench() {
-  "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench"
+  # shellcheck disable=SC2086 # BENCH_ARGS: more run.sh options, split on spaces
+  "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
 }
 
 if [ -n "$run_one" ]; then
@@ -192,12 +204,12 @@ if [ -n "$run_one" ]; then
   exit $?
 fi
 
-run_step info 60 step_info
-run_step build 240 step_build
-run_step tests 240 step_tests
-run_step sanitizer 240 step_sanitizer
-run_step realistic 420 step_realistic
-run_step bench 540 step_bench
+run_step info "${LIMIT_info:-60}" step_info
+run_step build "${LIMIT_build:-240}" step_build
+run_step tests "${LIMIT_tests:-240}" step_tests
+run_step sanitizer "${LIMIT_sanitizer:-240}" step_sanitizer
+run_step realistic "${LIMIT_realistic:-420}" step_realistic
+run_step bench "${LIMIT_bench:-540}" step_bench
 
 if ! dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0'; then
   echo >>"$summary"
