@@ -76,6 +76,19 @@ for test in dsrt-cuda-tests dsrt-cuda-linear-tests dsrt-nccl-gpu-tests; do
   [ -x "$build/bin/$test" ] && cp "$build/bin/$test" "$bundle.tmp/tests/" &&
     strip --strip-unneeded "$bundle.tmp/tests/$test"
 done
+# The library loader's test copies this tiny library around (DSRT_TEST_FAKE_GPU_LIBRARY).
+ninja -C "$build" -j1 dsrt-fake-gpu-library >/dev/null 2>&1 || true
+[ -f "$build/runtime/test/cuda/libdsrt-fake-gpu-library.so" ] &&
+  cp "$build/runtime/test/cuda/libdsrt-fake-gpu-library.so" "$bundle.tmp/tests/"
+# FileCheck for the GPU lit suite. Debian's links libz3 for a solver FileCheck never calls:
+# the reference is dropped (lazy binding) rather than carrying 23 MB of Z3.
+cp /usr/lib/llvm-22/bin/FileCheck "$bundle.tmp/bin/FileCheck"
+patchelf --remove-needed libz3.so.4 "$bundle.tmp/bin/FileCheck"
+strip --strip-unneeded "$bundle.tmp/bin/FileCheck"
+patchelf --set-rpath '$ORIGIN/../lib' "$bundle.tmp/bin/FileCheck"
+for library in libzstd.so.1 libz.so.1; do
+  [ -f "$bundle.tmp/lib/$library" ] || cp -L "/lib/x86_64-linux-gnu/$library" "$bundle.tmp/lib/"
+done
 cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/xxhash.h "$bundle.tmp/include/"
 
 lit_root=$(sed -n 's/^sys.path.insert(1, *"\(.*\)")$/\1/p' "$(command -v lit || echo /usr/lib/llvm-22/bin/lit)" | head -1)

@@ -16,6 +16,8 @@
 #              tokens of both
 #   bench      bench/gpu/run.sh: dsbench fp16 and int8 against transformers eager and
 #              torch.compile on the same GPU
+#   profile    ncu: every kernel's time over a prompt and 3 decode steps of the bench's
+#              GPT-2 124M fp16 plan ($OUT/profile.csv, a summary by kernel in the log)
 #
 # Environment: LIMIT_<step>=SECONDS overrides a step's time limit; SANITIZER_TOOLS picks the
 # compute-sanitizer tools; BENCH_ARGS passes more options to bench/gpu/run.sh.
@@ -27,7 +29,7 @@
 #   $OUT/realistic.md   the correctness table; $OUT/realistic.json its numbers
 #   $OUT/gpu-bench.md   the benchmark table; $OUT/gpu-bench.json its numbers
 #
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,sanitizer,realistic,bench]
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,sanitizer,realistic,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -35,7 +37,7 @@
 # says so.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-steps=info,build,tests,sanitizer,realistic,bench
+steps=info,build,tests,sanitizer,realistic,bench,profile
 realistic_models=gpt2-124m,llama-1b,llama-hd128,mqa-hd256
 bench_models=gpt2-124m,llama-1b
 work=/tmp/dsc-gpu-sweep
@@ -154,10 +156,11 @@ step_tests() {
     dsc compile "$models/gpt2-op17/model.onnx" -o "$plans/gpt2-int8-g32.dsp" --dtype int8 \
         --int8-group-size 32 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
   for test in "$bundle"/tests/*; do
-    [ -x "$test" ] || continue
+    [ -x "$test" ] && [ "${test%.so}" = "$test" ] || continue
     echo "--- $(basename "$test")"
     DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
     DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
+    DSRT_TEST_FAKE_GPU_LIBRARY=$bundle/tests/libdsrt-fake-gpu-library.so \
       "$test" --gtest_brief=1 || failed=1
   done
   [ $failed = 0 ] && echo "GPU tests: passed" || echo "GPU tests: FAILED (above)"
@@ -199,6 +202,33 @@ step_bench() {
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
 }
 
+# Nsight Compute's time of every kernel of a 4-token prompt and 3 greedy decode steps of the
+# benchmark's GPT-2 124M fp16 plan (the bench step's), one row per launch: where a decode
+# step's time goes. Written to $OUT/profile.csv.
+step_profile() {
+  plan=$(ls "$work"/bench/gpt2-124m/fp16-*.dsp 2>/dev/null | head -n 1)
+  [ -n "$plan" ] || { echo "no GPT-2 124M plan from the bench step"; return 1; }
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  [ -x "$ncu" ] || { echo "no ncu"; return 1; }
+  "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      --launch-count "${PROFILE_LAUNCHES:-800}" --log-file "$out/profile.csv" \
+      dsrun "$plan" --device cuda --prompt-ids 5,6,7,8 --max-new-tokens 3 --ignore-eos ||
+    return 1
+  python3 - "$out/profile.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
+        if r.get("Metric Name") == "gpu__time_duration.sum"]
+total = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    name = r["Kernel Name"].split("(")[0]
+    total[name][0] += 1
+    total[name][1] += float(r["Metric Value"].replace(",", "")) / 1e3
+print(f"{len(rows)} kernels profiled; by kernel: launches, total us, mean us")
+for name, (count, us) in sorted(total.items(), key=lambda kv: -kv[1][1])[:25]:
+    print(f"  {name[:60]:60s} {count:5d} {us:10.1f} {us / count:8.2f}")
+PY
+}
+
 if [ -n "$run_one" ]; then
   "$run_one"
   exit $?
@@ -210,6 +240,7 @@ run_step tests "${LIMIT_tests:-240}" step_tests
 run_step sanitizer "${LIMIT_sanitizer:-240}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-420}" step_realistic
 run_step bench "${LIMIT_bench:-540}" step_bench
+run_step profile "${LIMIT_profile:-60}" step_profile
 
 if ! dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0'; then
   echo >>"$summary"

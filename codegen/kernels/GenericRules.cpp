@@ -1,10 +1,12 @@
 // Rules of the generic path's onnx ops (those the recognisers leave as they are): the
-// elementwise ops, Cast, data movement, Gather, CumSum, Softmax and the reductions. Their
-// launchers are in runtime/src/cuda/ops/GenericOps.cpp; every step launches kernel slot 0
+// elementwise ops, Cast, data movement, Gather, CumSum, Softmax, MatMul and the reductions.
+// Their launchers are in runtime/src/cuda/ops/GenericOps.cpp (MatMul's in
+// GenericMatMul.cpp); every step launches kernel slot 0
 // (Concat and Split once per input or output). A rule declines what its kernel does not do
 // exactly as the host reference (runtime/src/ops) does; the step then runs on the fallback.
 #include "codegen/kernels/KernelRules.h"
 
+#include <algorithm>
 #include <map>
 
 namespace dsc::codegen {
@@ -470,6 +472,31 @@ bool softmaxRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::str
   return true;
 }
 
+bool matMulRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *a = required(in.input(0), "first input", reason);
+  const dsp::TensorT *b = a ? required(in.input(1), "second input", reason) : nullptr;
+  const dsp::TensorT *y = b ? required(in.output(0), "output", reason) : nullptr;
+  if (!y)
+    return false;
+  for (const dsp::TensorT *t : {a, b, y})
+    if (heldType(*t) != DType::F32) {
+      reason = "the kernel takes f32, not " + nameOf(heldType(*t));
+      return false;
+    }
+  int64_t rankA, rankB;
+  if (!knownRank(*a, "the first input", rankA, reason) ||
+      !knownRank(*b, "the second input", rankB, reason))
+    return false;
+  if (rankA == 0 || rankB == 0) {
+    reason = "MatMul takes no scalars";
+    return false;
+  }
+  // knownRank's limit of 6 leaves at most the template's 4 batch dimensions.
+  int64_t batchRank = std::max<int64_t>(std::max(rankA, rankB), 2) - 2;
+  kernels.push_back({"generic_matmul", {{"BATCH_RANK", batchRank}}});
+  return true;
+}
+
 bool reduceRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
   const dsp::TensorT *x = required(in.input(0), "input", reason);
   const dsp::TensorT *y = x ? required(in.output(0), "output", reason) : nullptr;
@@ -524,6 +551,7 @@ void addGenericKernelRules(std::vector<KernelRuleEntry> &rules) {
   rules.push_back({"CumSum", cumSumRule});
   rules.push_back({"Softmax", softmaxRule});
   rules.push_back({"LogSoftmax", softmaxRule});
+  rules.push_back({"MatMul", matMulRule});
   for (const auto &[op, opCode] : kReduceCodes) {
     (void)opCode;
     rules.push_back({op.c_str(), reduceRule});

@@ -126,6 +126,7 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define HOST_KIND_CUMSUM 7
 #define HOST_KIND_REDUCE 8
 #define HOST_KIND_SOFTMAX 9
+#define HOST_KIND_MATMUL 10
 
 // The specialisations the round trips below use (a missing one fails its test by name).
 #define HOST_KIND HOST_KIND_COPY
@@ -591,6 +592,19 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define HOST_SPEC log_softmax_256
 #define LOG 1
 #define BLOCK 256
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_MATMUL
+#define HOST_SPEC matmul_0
+#define BATCH_RANK 0
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_MATMUL
+#define HOST_SPEC matmul_1
+#define BATCH_RANK 1
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_MATMUL
+#define HOST_SPEC matmul_2
+#define BATCH_RANK 2
 #include "GenericHostKernels.inc"
 
 #undef __global__
@@ -1111,6 +1125,23 @@ TEST(GenericRoundTrip, SoftmaxOverTheLastAxis) {
 
 // ---- rules: specs and declines ---------------------------------------------------------------
 
+// MatMul's tiles cover M, N and K that are not multiples of 16, batch dimensions that
+// broadcast on either side, and 1-D operands; within float rounding of the host's sum (the
+// kernel fuses each multiply-add, the host may not).
+TEST(GenericRoundTrip, MatMulBroadcastsBatchesAndTilesAnySize) {
+  auto specs = roundTrip("MatMul", {device(ramp({2, 3, 17, 33})), device(ramp({2, 1, 33, 19}))},
+                         {}, 1, 1e-5);
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_matmul_BATCH_RANK2");
+  // T5's attention scores: [b, h, s, d] x [b, h, d, s].
+  roundTrip("MatMul", {device(ramp({1, 2, 5, 8})), device(ramp({1, 2, 8, 5}))}, {}, 1, 1e-5);
+  // A weight the recognisers left generic: [b, s, k] x [k, n], the weight broadcast.
+  roundTrip("MatMul", {device(ramp({3, 4, 40})), host(ramp({40, 24}))}, {}, 1, 1e-5);
+  roundTrip("MatMul", {device(ramp({20})), device(ramp({4, 20, 3}))}, {}, 1, 1e-5);
+  roundTrip("MatMul", {device(ramp({5, 20})), device(ramp({20}))}, {}, 1, 1e-5);
+  roundTrip("MatMul", {device(ramp({6, 0})), device(ramp({0, 7}))}, {}, 1, 1e-5);
+}
+
 class RulePlan {
 public:
   RulePlan() {
@@ -1204,6 +1235,14 @@ TEST(GenericRules, DeclinesWhatTheKernelsDoNotDoExactly) {
   EXPECT_TRUE(p.run(p.step("LogSoftmax", {x}, {y}), specs, reason)) << reason;
   EXPECT_EQ(specs.back().name(), "generic_softmax_LOG1_BLOCK256");
 
+  int integers = p.tensor(dsp::DType::i64, {2, 2});
+  EXPECT_FALSE(p.run(p.step("MatMul", {integers, integers}, {integers}), specs, reason));
+  EXPECT_EQ(reason, "the kernel takes f32, not i64");
+  int matrix = p.tensor(dsp::DType::f32, {3, 3});
+  int stacked = p.tensor(dsp::DType::f32, {2, 1, 2, 1, 2, 3, 3});
+  EXPECT_FALSE(p.run(p.step("MatMul", {matrix, stacked}, {stacked}), specs, reason));
+  EXPECT_NE(reason.find("rank 7"), std::string::npos) << reason;
+
   int big = p.tensor(dsp::DType::f32, {1, 2, 1, 2, 1, 2, 2});
   EXPECT_FALSE(p.run(p.step("Add", {big, big}, {big}), specs, reason));
   EXPECT_NE(reason.find("rank 7"), std::string::npos) << reason;
@@ -1283,6 +1322,8 @@ TEST_F(GenericNvrtcTest, EveryTemplateCompilesForSm80AndSm90) {
   for (int64_t op : {1, 2, 3})
     for (int64_t dt : {1, 5, 6})
       specs.push_back({"generic_reduce", {{"OP", op}, {"DT", dt}, {"RANK", 3}}});
+  for (int64_t batchRank : {0, 2, 4})
+    specs.push_back({"generic_matmul", {{"BATCH_RANK", batchRank}}});
 
   std::set<std::string> kinds;
   for (const KernelSpec &spec : specs) {

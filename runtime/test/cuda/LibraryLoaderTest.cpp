@@ -58,7 +58,11 @@ protected:
   // Copies the fake library to `path` (folders made as needed); returns `path`.
   std::string place(const std::string &path) {
     fs::create_directories(fs::path(path).parent_path());
-    fs::copy_file(DSRT_FAKE_GPU_LIBRARY, path, fs::copy_options::overwrite_existing);
+    // The GPU sweep runs this binary away from its build tree (scripts/gpu-bundle.sh), with
+    // the library beside it named by DSRT_TEST_FAKE_GPU_LIBRARY.
+    const char *carried = std::getenv("DSRT_TEST_FAKE_GPU_LIBRARY");
+    fs::copy_file(carried && *carried ? carried : DSRT_FAKE_GPU_LIBRARY, path,
+                  fs::copy_options::overwrite_existing);
     return path;
   }
 

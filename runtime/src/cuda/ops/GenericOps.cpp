@@ -1,14 +1,15 @@
 // Launchers of the generic path's onnx ops whose kernels codegen/kernels/GenericRules.cpp
 // generates: elementwise ops with broadcasting, Where, Cast, the data movement ops (one
-// strided copy template), Gather, CumSum, Softmax and the reductions. Each launches its
-// step's kernel slot 0 (Concat and Split once per part) with the parameters of its template
-// (codegen/kernels/generic_<kind>.cuh), in order; the shape structs below mirror the
-// templates' field for field.
+// strided copy template), Gather, CumSum, Softmax and the reductions (MatMul's launcher is
+// GenericMatMul.cpp). Each launches its step's kernel slot 0 (Concat and Split once per
+// part) with the parameters of its template (codegen/kernels/generic_<kind>.cuh), in order;
+// the shape structs below mirror the templates' field for field.
 //
 // Everything a launcher needs comes from shapes, attributes and the values the session
 // knows on the host (StepContext::hostInput: Slice's starts, CumSum's axis, a reduction's
 // axes); nothing here reads device data, so every launch may be captured into a graph.
 #include "cuda/GpuOps.h"
+#include "cuda/ops/GenericLaunch.h"
 
 #include <algorithm>
 #include <array>
@@ -77,24 +78,6 @@ static_assert(sizeof(BinaryShape) == 18 * 8 && sizeof(WhereShape) == 24 * 8 &&
               "the structs must have the templates' layout: long longs, no padding");
 
 // ---- helpers ---------------------------------------------------------------------------------
-
-// A step without a kernel (its rule declined, or a CPU-only plan) runs on the fallback:
-// launching the absent slot is how a launcher tells the session so (the launch fails and
-// marks the step).
-Status requireKernel(StepContext &context) {
-  if (context.kernelCount() < 1)
-    return context.launch(0, Dim3{}, Dim3{}, 0, nullptr);
-  return Status::ok();
-}
-
-// The kernel's constant `name` must be `expected`: the code was specialised for it.
-Status checkConstant(StepContext &context, const char *name, int64_t expected) {
-  int64_t compiled = context.kernelConstant(0, name, -1);
-  if (compiled != expected)
-    return context.error("the kernel was generated for ", name, " = ", compiled,
-                         ", the step needs ", expected);
-  return Status::ok();
-}
 
 // The kernel's RANK, which must hold `rank` dimensions.
 Status rankOf(StepContext &context, size_t rank, int64_t &compiled) {
@@ -744,6 +727,7 @@ void addGenericGpuOps(std::vector<GpuOpInfo> &ops) {
   ops.push_back({"CumSum", runCumSum});
   ops.push_back({"Softmax", runSoftmax});
   ops.push_back({"LogSoftmax", runSoftmax});
+  ops.push_back({"MatMul", runGenericMatMul});
   for (const OpCode &entry : kReduceCodes)
     ops.push_back({entry.op, runReduce});
 }
