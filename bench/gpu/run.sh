@@ -109,6 +109,7 @@ for name in $names; do
   dsbench "$plan" --device cuda --strict --batch 1 --prompt-len "$prompt" --new-tokens "$new" \
       --warmup "$warmup" --iterations "$iterations" --json >"$dir/dsbench.json" 2>"$dir/dsbench.log" ||
     { rm -f "$dir/dsbench.json"; tail -20 "$dir/dsbench.log" > "$dir/error.txt"; log "$name: dsbench failed"; cat "$dir/error.txt"; }
+  [ -f "$dir/dsbench.json" ] && log "$name: fp16 $("$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.3f ms/token, prefill %.2f ms" % (r["decode_ms"]["avg"], r["prefill_ms"]["avg"]))' "$dir/dsbench.json" 2>/dev/null)"
   # The performance model's prediction beside the measurement (bench/roofline/README.md),
   # at the decode's mean context.
   dsp-roofline "$plan" --context $((prompt + new / 2)) >"$dir/roofline.txt" 2>&1 ||
@@ -140,5 +141,10 @@ for name in $names; do
         --new-tokens "$new" --iterations "$iterations" --warmup "$warmup" $flags \
         >"$dir/hf.log" 2>&1 || { log "$name: transformers failed"; tail -5 "$dir/hf.log"; }
   fi
+  # The table so far after every model, so that a call cut off by its time limit still
+  # brings back the models it finished.
+  done_names="${done_names:-} $name"
+  "$python" "$root/bench/gpu/bench.py" report "$work" $done_names >"$work/report.txt" 2>&1 ||
+    tail -5 "$work/report.txt"
 done
-"$python" "$root/bench/gpu/bench.py" report "$work" $names
+cat "$work/report.txt"
