@@ -1,8 +1,8 @@
 // Rules of the generic path's onnx ops (those the recognisers leave as they are): the
-// elementwise ops, Cast, data movement, Gather, CumSum, Softmax, MatMul and the reductions.
-// Their launchers are in runtime/src/cuda/ops/GenericOps.cpp (MatMul's in
-// GenericMatMul.cpp); every step launches kernel slot 0
-// (Concat and Split once per input or output). A rule declines what its kernel does not do
+// elementwise ops, Cast, data movement, Gather, GatherND, GatherElements, CumSum, Softmax,
+// MatMul and the reductions. Their launchers are in runtime/src/cuda/ops/GenericOps.cpp (MatMul's in
+// GenericMatMul.cpp, GatherND's and GatherElements' in GenericIndexing.cpp); every step
+// launches kernel slot 0 (Concat and Split once per input or output). A rule declines what its kernel does not do
 // exactly as the host reference (runtime/src/ops) does; the step then runs on the fallback.
 #include "codegen/kernels/KernelRules.h"
 
@@ -424,6 +424,50 @@ bool gatherRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
 
 // ---- scans, softmax, reductions -------------------------------------------------------------
 
+bool gatherNDRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *data = required(in.input(0), "data", reason);
+  const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
+  const dsp::TensorT *out = indices ? required(in.output(0), "output", reason) : nullptr;
+  if (!out || !sameDeviceType(*data, *out, reason))
+    return false;
+  if (heldType(*indices) != DType::I64) {
+    reason = "indices are " + nameOf(heldType(*indices)) + ", not i64";
+    return false;
+  }
+  int64_t rank;
+  if (!knownRank(*data, "data", rank, reason) || !knownRank(*indices, "indices", rank, reason))
+    return false;
+  kernels.push_back(
+      {"generic_gather_nd", {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(*out)))}}});
+  return true;
+}
+
+bool gatherElementsRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
+                        std::string &reason) {
+  const dsp::TensorT *data = required(in.input(0), "data", reason);
+  const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
+  const dsp::TensorT *out = indices ? required(in.output(0), "output", reason) : nullptr;
+  if (!out || !sameDeviceType(*data, *out, reason))
+    return false;
+  DType indexType = heldType(*indices);
+  if (!isIndexType(indexType)) {
+    reason = "indices are " + nameOf(indexType) + ", not i64 or i32";
+    return false;
+  }
+  int64_t rank;
+  if (!knownRank(*data, "data", rank, reason))
+    return false;
+  if (rank == 0) {
+    reason = "data is a scalar";
+    return false;
+  }
+  kernels.push_back({"generic_gather_elements",
+                     {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(*out)))},
+                      {"IDX", code(indexType)},
+                      {"RANK", rank}}});
+  return true;
+}
+
 bool cumSumRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
   const dsp::TensorT *x = required(in.input(0), "input", reason);
   const dsp::TensorT *y = x ? required(in.output(0), "output", reason) : nullptr;
@@ -548,6 +592,8 @@ void addGenericKernelRules(std::vector<KernelRuleEntry> &rules) {
   rules.push_back({"Concat", concatSplitRule});
   rules.push_back({"Split", concatSplitRule});
   rules.push_back({"Gather", gatherRule});
+  rules.push_back({"GatherND", gatherNDRule});
+  rules.push_back({"GatherElements", gatherElementsRule});
   rules.push_back({"CumSum", cumSumRule});
   rules.push_back({"Softmax", softmaxRule});
   rules.push_back({"LogSoftmax", softmaxRule});

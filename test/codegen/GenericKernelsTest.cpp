@@ -127,6 +127,8 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define HOST_KIND_REDUCE 8
 #define HOST_KIND_SOFTMAX 9
 #define HOST_KIND_MATMUL 10
+#define HOST_KIND_GATHER_ND 11
+#define HOST_KIND_GATHER_ELEMENTS 12
 
 // The specialisations the round trips below use (a missing one fails its test by name).
 #define HOST_KIND HOST_KIND_COPY
@@ -592,6 +594,28 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define HOST_SPEC log_softmax_256
 #define LOG 1
 #define BLOCK 256
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_GATHER_ND
+#define HOST_SPEC gather_nd_4
+#define ES 4
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_GATHER_ND
+#define HOST_SPEC gather_nd_8
+#define ES 8
+#include "GenericHostKernels.inc"
+
+#define HOST_KIND HOST_KIND_GATHER_ELEMENTS
+#define HOST_SPEC gather_elements_4_5_2
+#define ES 4
+#define IDX 5
+#define RANK 2
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_GATHER_ELEMENTS
+#define HOST_SPEC gather_elements_8_6_3
+#define ES 8
+#define IDX 6
+#define RANK 3
 #include "GenericHostKernels.inc"
 
 #define HOST_KIND HOST_KIND_MATMUL
@@ -1142,6 +1166,36 @@ TEST(GenericRoundTrip, MatMulBroadcastsBatchesAndTilesAnySize) {
   roundTrip("MatMul", {device(ramp({6, 0})), device(ramp({0, 7}))}, {}, 1, 1e-5);
 }
 
+// GatherND: whole rows, single elements and, with batch_dims, a tuple per batch; negative
+// indices count from the end, as on the host.
+TEST(GenericRoundTrip, GatherNDPicksSlicesAndElements) {
+  auto specs = roundTrip("GatherND", {device(ramp({3, 4, 5})), device(i64({2, 1}, {2, -3}))}, {});
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_gather_nd_ES4");
+  roundTrip("GatherND", {device(ramp({3, 4, 5})), device(i64({2, 2, 3}, {0, 1, 2, 2, 3, 4,
+                                                                         1, -1, 0, 0, 0, 0}))},
+            {});
+  roundTrip("GatherND", {device(i64({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})),
+                         device(i64({2, 1}, {2, 0}))},
+            {intAttr("batch_dims", 1)});
+}
+
+// GatherElements along either axis, indices narrower than data off the axis, negative
+// indices, and RoBERTa's form: position ids looked up along axis 1.
+TEST(GenericRoundTrip, GatherElementsReplacesTheAxisCoordinate) {
+  auto specs = roundTrip("GatherElements",
+                         {device(ramp({3, 4})), device(i64({2, 4}, {0, 2, -1, 1, 2, 0, 1, 1}))},
+                         {intAttr("axis", 0)});
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_gather_elements_ES4_IDX5_RANK2");
+  roundTrip("GatherElements", {device(ramp({3, 4})), device(i64({3, 2}, {3, 0, -4, 1, 2, 2}))},
+            {intAttr("axis", 1)});
+  roundTrip("GatherElements",
+            {device(i64({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})),
+             device(i32({2, 2, 2}, {0, 2, 1, -1, 2, 0, 0, 1}))},
+            {intAttr("axis", 1)});
+}
+
 class RulePlan {
 public:
   RulePlan() {
@@ -1322,6 +1376,11 @@ TEST_F(GenericNvrtcTest, EveryTemplateCompilesForSm80AndSm90) {
   for (int64_t op : {1, 2, 3})
     for (int64_t dt : {1, 5, 6})
       specs.push_back({"generic_reduce", {{"OP", op}, {"DT", dt}, {"RANK", 3}}});
+  for (int64_t es : {1, 2, 4, 8}) {
+    specs.push_back({"generic_gather_nd", {{"ES", es}}});
+    specs.push_back({"generic_gather_elements", {{"ES", es}, {"IDX", 5}, {"RANK", 2}}});
+  }
+  specs.push_back({"generic_gather_elements", {{"ES", 4}, {"IDX", 6}, {"RANK", 6}}});
   for (int64_t batchRank : {0, 2, 4})
     specs.push_back({"generic_matmul", {{"BATCH_RANK", batchRank}}});
 

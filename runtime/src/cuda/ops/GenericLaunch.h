@@ -1,12 +1,18 @@
-// What the generic path's launchers (GenericOps.cpp, GenericMatMul.cpp) share: how a step
-// without its kernel asks for the fallback, and the check that a kernel was specialised for
-// the step in hand.
+// What the generic path's launchers (GenericOps.cpp, GenericMatMul.cpp, GenericIndexing.cpp)
+// share: how a step without its kernel asks for the fallback, the check that a kernel was
+// specialised for the step in hand, and the grid of an elementwise kernel.
 #ifndef DSRT_CUDA_OPS_GENERICLAUNCH_H
 #define DSRT_CUDA_OPS_GENERICLAUNCH_H
 
 #include "cuda/GpuOps.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace dsrt::cuda {
+
+inline constexpr int64_t kMaxGridX = 2147483647;
+inline constexpr unsigned kBlock = 256;  // the elementwise kernels' threads per block
 
 // A step without a kernel (its rule declined, or a CPU-only plan) runs on the fallback:
 // launching the absent slot is how a launcher tells the session so (the launch fails and
@@ -26,8 +32,27 @@ inline Status checkConstant(StepContext &context, const char *name, int64_t expe
   return Status::ok();
 }
 
+// Enough blocks of kBlock threads for `count` elements, at most 32 per multiprocessor: the
+// elementwise templates stride over what is left.
+inline Dim3 gridFor(StepContext &context, int64_t count) {
+  int64_t wanted = (count + kBlock - 1) / kBlock;
+  int64_t enough = std::max(1, context.multiprocessorCount()) * int64_t(32);
+  Dim3 grid;
+  grid.x = static_cast<unsigned>(std::max<int64_t>(1, std::min({wanted, enough, kMaxGridX})));
+  return grid;
+}
+inline Status launchElements(StepContext &context, int64_t count, void **args) {
+  Dim3 threads;
+  threads.x = kBlock;
+  return context.launch(0, gridFor(context, count), threads, 0, args);
+}
+
 // ONNX MatMul of f32 (generic_matmul.cuh), in GenericMatMul.cpp.
 Status runGenericMatMul(StepContext &context);
+// ONNX GatherND and GatherElements (generic_gather_nd.cuh, generic_gather_elements.cuh), in
+// GenericIndexing.cpp.
+Status runGenericGatherND(StepContext &context);
+Status runGenericGatherElements(StepContext &context);
 
 } // namespace dsrt::cuda
 

@@ -21,7 +21,6 @@ static_assert(sizeof(MatMulShape) == 15 * 8, "the template's layout: long longs,
 
 constexpr int64_t kTile = 16;
 constexpr unsigned kThreads = 256;
-constexpr int64_t kMaxGridX = 2147483647;
 
 // The batch strides of an operand of shape `shape` (matrix dims last) against the output's
 // batch dims `batch`, right-aligned; 0 where the operand is broadcast.

@@ -1,7 +1,7 @@
 // Launchers of the generic path's onnx ops whose kernels codegen/kernels/GenericRules.cpp
 // generates: elementwise ops with broadcasting, Where, Cast, the data movement ops (one
 // strided copy template), Gather, CumSum, Softmax and the reductions (MatMul's launcher is
-// GenericMatMul.cpp). Each launches its step's kernel slot 0 (Concat and Split once per
+// GenericMatMul.cpp, GatherND's and GatherElements' GenericIndexing.cpp). Each launches its step's kernel slot 0 (Concat and Split once per
 // part) with the parameters of its template (codegen/kernels/generic_<kind>.cuh), in order;
 // the shape structs below mirror the templates' field for field.
 //
@@ -21,8 +21,6 @@ namespace {
 
 // The templates' rank limit (their shape structs hold six dims).
 constexpr int64_t kMaxRank = 6;
-constexpr int64_t kMaxGridX = 2147483647;
-constexpr unsigned kBlock = 256;
 
 // Op codes of generic_unary.cuh and generic_binary.cuh, for checking the kernel against
 // the step.
@@ -141,21 +139,6 @@ Status broadcastStrides(StepContext &context, const Shape &in, const Shape &out,
 
 // A grid for `count` elements with a grid-stride loop: enough blocks to fill the GPU
 // several times over, never more than the elements need.
-Dim3 gridFor(StepContext &context, int64_t count) {
-  int64_t wanted = (count + kBlock - 1) / kBlock;
-  int64_t enough = std::max(1, context.multiprocessorCount()) * int64_t(32);
-  Dim3 grid;
-  grid.x = static_cast<unsigned>(std::max<int64_t>(1, std::min({wanted, enough, kMaxGridX})));
-  return grid;
-}
-
-Status launchElements(StepContext &context, int64_t count, void **args) {
-  Dim3 threads;
-  threads.x = kBlock;
-  return context.launch(0, gridFor(context, count), threads, 0, args);
-}
-
-// The integer values of a host-known input (i32 or i64), or an error naming `what`.
 Status hostIndexValues(StepContext &context, size_t index, const char *what,
                        std::vector<int64_t> &values) {
   const TensorRef *tensor = context.hostInput(index);
@@ -724,6 +707,8 @@ void addGenericGpuOps(std::vector<GpuOpInfo> &ops) {
   ops.push_back({"Concat", runConcat});
   ops.push_back({"Split", runSplit});
   ops.push_back({"Gather", runGather});
+  ops.push_back({"GatherND", runGenericGatherND});
+  ops.push_back({"GatherElements", runGenericGatherElements});
   ops.push_back({"CumSum", runCumSum});
   ops.push_back({"Softmax", runSoftmax});
   ops.push_back({"LogSoftmax", runSoftmax});
