@@ -19,6 +19,9 @@
 #   profile    ncu: every kernel's time over a prompt and 3 decode steps of the bench's
 #              GPT-2 124M fp16 plan ($OUT/profile.csv, a summary by kernel in the log)
 #
+# The default limits add up to about 12 minutes, inside the 15 minutes of device time a
+# session is lent (a machine's start takes 30-40 s more); split the steps over two calls
+# where the first may find something to fix (bench/gpu/results/*/README.md: what ran).
 # Environment: LIMIT_<step>=SECONDS overrides a step's time limit; SANITIZER_TOOLS picks the
 # compute-sanitizer tools; BENCH_ARGS passes more options to bench/gpu/run.sh.
 #
@@ -234,13 +237,13 @@ if [ -n "$run_one" ]; then
   exit $?
 fi
 
-run_step info "${LIMIT_info:-60}" step_info
-run_step build "${LIMIT_build:-240}" step_build
-run_step tests "${LIMIT_tests:-240}" step_tests
-run_step sanitizer "${LIMIT_sanitizer:-240}" step_sanitizer
-run_step realistic "${LIMIT_realistic:-420}" step_realistic
-run_step bench "${LIMIT_bench:-540}" step_bench
-run_step profile "${LIMIT_profile:-60}" step_profile
+run_step info "${LIMIT_info:-20}" step_info
+run_step build "${LIMIT_build:-60}" step_build
+run_step tests "${LIMIT_tests:-120}" step_tests
+run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
+run_step realistic "${LIMIT_realistic:-150}" step_realistic
+run_step bench "${LIMIT_bench:-240}" step_bench
+run_step profile "${LIMIT_profile:-45}" step_profile
 
 if ! dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0'; then
   echo >>"$summary"

@@ -160,6 +160,10 @@ bool sameDeviceType(const dsp::TensorT &input, const dsp::TensorT &output,
   return true;
 }
 
+int64_t elementSizeOf(const dsp::TensorT &tensor) {
+  return static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(tensor)));
+}
+
 KernelSpec copySpec(DType dtype, int64_t rank) {
   return {"generic_copy",
           {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtype))}, {"RANK", rank}}};
@@ -394,79 +398,75 @@ bool concatSplitRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
     reason = "a scalar has no axis";
     return false;
   }
-  kernels.push_back(copySpec(dtypeOf(*whole), rank));
+  // Split writes every part in one launch (generic_split) up to its 8 outputs.
+  if (!isConcat && parts >= 1 && parts <= 8)
+    kernels.push_back({"generic_split", {{"ES", elementSizeOf(*whole)},
+                                         {"PARTS", static_cast<int64_t>(parts)}}});
+  else
+    kernels.push_back(copySpec(dtypeOf(*whole), rank));
   return true;
 }
 
-bool gatherRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+// Gather's kin: data, an output of data's type and i64 or i32 indices; data of known, nonzero
+// rank.
+bool gatherOperands(const RuleInput &in, std::string &reason, const dsp::TensorT *&out,
+                    DType &indexType, int64_t &rank) {
   const dsp::TensorT *data = required(in.input(0), "data", reason);
   const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
-  const dsp::TensorT *out = indices ? required(in.output(0), "output", reason) : nullptr;
+  out = indices ? required(in.output(0), "output", reason) : nullptr;
   if (!out || !sameDeviceType(*data, *out, reason))
     return false;
-  DType indexType = heldType(*indices);
+  indexType = heldType(*indices);
   if (!isIndexType(indexType)) {
     reason = "indices are " + nameOf(indexType) + ", not i64 or i32";
     return false;
   }
-  int64_t rank;
   if (!knownRank(*data, "data", rank, reason))
     return false;
   if (rank == 0) {
     reason = "data is a scalar";
     return false;
   }
-  kernels.push_back({"generic_gather",
-                     {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(*out)))},
-                      {"IDX", code(indexType)}}});
   return true;
 }
 
-// ---- scans, softmax, reductions -------------------------------------------------------------
+bool gatherRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *out;
+  DType indexType;
+  int64_t rank;
+  if (!gatherOperands(in, reason, out, indexType, rank))
+    return false;
+  kernels.push_back({"generic_gather", {{"ES", elementSizeOf(*out)}, {"IDX", code(indexType)}}});
+  return true;
+}
 
 bool gatherNDRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
-  const dsp::TensorT *data = required(in.input(0), "data", reason);
-  const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
-  const dsp::TensorT *out = indices ? required(in.output(0), "output", reason) : nullptr;
-  if (!out || !sameDeviceType(*data, *out, reason))
+  const dsp::TensorT *out;
+  DType indexType;
+  int64_t rank;
+  if (!gatherOperands(in, reason, out, indexType, rank))
     return false;
-  if (heldType(*indices) != DType::I64) {
-    reason = "indices are " + nameOf(heldType(*indices)) + ", not i64";
+  if (indexType != DType::I64) {
+    reason = "indices are " + nameOf(indexType) + ", not i64";
     return false;
   }
-  int64_t rank;
-  if (!knownRank(*data, "data", rank, reason) || !knownRank(*indices, "indices", rank, reason))
-    return false;
-  kernels.push_back(
-      {"generic_gather_nd", {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(*out)))}}});
+  kernels.push_back({"generic_gather_nd", {{"ES", elementSizeOf(*out)}}});
   return true;
 }
 
 bool gatherElementsRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
                         std::string &reason) {
-  const dsp::TensorT *data = required(in.input(0), "data", reason);
-  const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
-  const dsp::TensorT *out = indices ? required(in.output(0), "output", reason) : nullptr;
-  if (!out || !sameDeviceType(*data, *out, reason))
-    return false;
-  DType indexType = heldType(*indices);
-  if (!isIndexType(indexType)) {
-    reason = "indices are " + nameOf(indexType) + ", not i64 or i32";
-    return false;
-  }
+  const dsp::TensorT *out;
+  DType indexType;
   int64_t rank;
-  if (!knownRank(*data, "data", rank, reason))
+  if (!gatherOperands(in, reason, out, indexType, rank))
     return false;
-  if (rank == 0) {
-    reason = "data is a scalar";
-    return false;
-  }
   kernels.push_back({"generic_gather_elements",
-                     {{"ES", static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(*out)))},
-                      {"IDX", code(indexType)},
-                      {"RANK", rank}}});
+                     {{"ES", elementSizeOf(*out)}, {"IDX", code(indexType)}, {"RANK", rank}}});
   return true;
 }
+
+// ---- scans, softmax, reductions -------------------------------------------------------------
 
 bool cumSumRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
   const dsp::TensorT *x = required(in.input(0), "input", reason);

@@ -17,13 +17,20 @@ layer_norm(const float *input, const void *scale, const void *bias, const float 
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long base = row * HIDDEN;
-    float values[LN_PER_THREAD];
+    float values[LN_PER_THREAD], scales[LN_PER_THREAD], biases[LN_PER_THREAD];
     float sum = 0.0f;
+    // The scale and bias are loaded with the row, before the two reductions, so that their
+    // trip to memory overlaps the row's instead of following the reductions.
 #pragma unroll
     for (int j = 0; j < LN_PER_THREAD; ++j) {
       const int i = threadIdx.x + j * BLOCK;
       values[j] = 0.0f;
+      scales[j] = 0.0f;
+      biases[j] = 0.0f;
       if (i < HIDDEN) {
+        scales[j] = dsc_load_float<SCALE_DT>(scale, i);
+        if (BIAS_DT != 0)
+          biases[j] = dsc_load_float<LN_BIAS_LOAD_DT>(bias, i);
         float v = input[base + i];
         if (RESIDUAL) {
           v += residual[base + i];
@@ -50,9 +57,9 @@ layer_norm(const float *input, const void *scale, const void *bias, const float 
     for (int j = 0; j < LN_PER_THREAD; ++j) {
       const int i = threadIdx.x + j * BLOCK;
       if (i < HIDDEN) {
-        float y = (values[j] - mean) * inverse * dsc_load_float<SCALE_DT>(scale, i);
+        float y = (values[j] - mean) * inverse * scales[j];
         if (BIAS_DT != 0)
-          y += dsc_load_float<LN_BIAS_LOAD_DT>(bias, i);
+          y += biases[j];
         out[base + i] = y;
       }
     }

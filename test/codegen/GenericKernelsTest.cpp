@@ -129,6 +129,7 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define HOST_KIND_MATMUL 10
 #define HOST_KIND_GATHER_ND 11
 #define HOST_KIND_GATHER_ELEMENTS 12
+#define HOST_KIND_SPLIT 13
 
 // The specialisations the round trips below use (a missing one fails its test by name).
 #define HOST_KIND HOST_KIND_COPY
@@ -618,6 +619,22 @@ bool registerHostKernel(const std::string &name, void (*run)(void **), bool coop
 #define RANK 3
 #include "GenericHostKernels.inc"
 
+#define HOST_KIND HOST_KIND_SPLIT
+#define HOST_SPEC split_4_3
+#define ES 4
+#define PARTS 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_SPLIT
+#define HOST_SPEC split_2_3
+#define ES 2
+#define PARTS 3
+#include "GenericHostKernels.inc"
+#define HOST_KIND HOST_KIND_SPLIT
+#define HOST_SPEC split_8_2
+#define ES 8
+#define PARTS 2
+#include "GenericHostKernels.inc"
+
 #define HOST_KIND HOST_KIND_MATMUL
 #define HOST_SPEC matmul_0
 #define BATCH_RANK 0
@@ -846,6 +863,9 @@ void expectMatches(const OwnedTensor &got, const OwnedTensor &want, double toler
     }
 }
 
+// The launches of the last round trip.
+int lastLaunches = 0;
+
 // The round trip: rule, launcher, host build of the kernel; the outputs against
 // ops::compute. Returns the rule's specs.
 std::vector<KernelSpec> roundTrip(const std::string &op, std::vector<Input> inputs,
@@ -943,6 +963,7 @@ std::vector<KernelSpec> roundTrip(const std::string &op, std::vector<Input> inpu
   if (!launcher)
     return specs;
   Status launched = launcher(context);
+  lastLaunches = context.launches;
   EXPECT_TRUE(launched.isOk()) << what << ": " << launched.message();
   bool anyOutput = false;
   for (const OwnedTensor &out : actual)
@@ -1074,16 +1095,28 @@ TEST(GenericRoundTrip, SliceWithStepsClampingAndNegativeIndices) {
             {});
 }
 
-TEST(GenericRoundTrip, ConcatAndSplitLaunchOncePerPart) {
+// Concat launches a strided copy per input; Split writes all its parts in one launch.
+TEST(GenericRoundTrip, ConcatCopiesEachPartAndSplitLaunchesOnce) {
   roundTrip("Concat", {device(ramp({2, 1, 3})), device(ramp({2, 4, 3})), device(ramp({2, 2, 3}))},
             {intAttr("axis", 1)});
+  EXPECT_EQ(lastLaunches, 3);
   roundTrip("Concat", {device(i64({1, 2}, {1, 2})), device(i64({1, 1}, {3}))},
             {intAttr("axis", -1)});
-  roundTrip("Split", {device(ramp({2, 6, 3})), host(i64({3}, {1, 3, 2}))}, {intAttr("axis", 1)},
-            3);
-  roundTrip("Split", {device(make<uint16_t>(DType::F16, {2, 2, 7, 1},
-                                            std::vector<uint16_t>(28, 0x1234)))},
+  auto specs = roundTrip("Split", {device(ramp({2, 6, 3})), host(i64({3}, {1, 3, 2}))},
+                         {intAttr("axis", 1)}, 3);
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].name(), "generic_split_ES4_PARTS3");
+  EXPECT_EQ(lastLaunches, 1);
+  // GPT-2's fused QKV: the last axis, one row per token.
+  roundTrip("Split", {device(ramp({1, 4, 12})), host(i64({3}, {4, 4, 4}))},
             {intAttr("axis", 2)}, 3);
+  std::vector<uint16_t> halves(28);
+  for (size_t i = 0; i < halves.size(); ++i)
+    halves[i] = static_cast<uint16_t>(0x3c00 + 7 * i);
+  roundTrip("Split", {device(make<uint16_t>(DType::F16, {2, 2, 7, 1}, halves))},
+            {intAttr("axis", 2)}, 3);
+  roundTrip("Split", {device(i64({3, 2}, {1, 2, 3, 4, 5, 6})), host(i64({2}, {1, 2}))},
+            {intAttr("axis", 0)}, 2);
 }
 
 TEST(GenericRoundTrip, GatherWrapsNegativeIndices) {
@@ -1376,6 +1409,8 @@ TEST_F(GenericNvrtcTest, EveryTemplateCompilesForSm80AndSm90) {
   for (int64_t op : {1, 2, 3})
     for (int64_t dt : {1, 5, 6})
       specs.push_back({"generic_reduce", {{"OP", op}, {"DT", dt}, {"RANK", 3}}});
+  for (int64_t parts : {1, 3, 8})
+    specs.push_back({"generic_split", {{"ES", parts == 3 ? 2 : 4}, {"PARTS", parts}}});
   for (int64_t es : {1, 2, 4, 8}) {
     specs.push_back({"generic_gather_nd", {{"ES", es}}});
     specs.push_back({"generic_gather_elements", {{"ES", es}, {"IDX", 5}, {"RANK", 2}}});

@@ -211,8 +211,8 @@ private:
         cost.kernels += step.inputs()->Get(i) >= 0;
       return;
     }
-    if (op == "Split") {  // GenericOps.cpp: one generic_copy per output
-      cost.kernels = outputs;
+    if (op == "Split") {  // GenericOps.cpp: one generic_split, else a generic_copy per output
+      cost.kernels = kernelConstant(step, 0, "PARTS", -1) > 0 ? 1 : outputs;
       return;
     }
     // TransformerOps.cpp (embedding, norms, activation, gated_act, residual_add) and every

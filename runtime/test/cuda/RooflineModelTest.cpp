@@ -8,7 +8,7 @@
 // What the runs confirm: host placement of shape arithmetic (Shape, and steps whose read
 // inputs are all host-known) and the device placement of the rest; views sharing their
 // input's slot launch nothing, a Reshape of a program input launches one copy; Split one
-// launch per output; tfm.attention 3 launches (rotary, split-KV decode, combine) for one
+// launch (generic_split); tfm.attention 3 launches (rotary, split-KV decode, combine) for one
 // new token over the session cache, 2 (rotary, prefill) otherwise, with or without the
 // cache (forward); tfm.linear and tfm.lm_head one gemv up to 8 rows, also for int8
 // weights; embedding, layer and RMS norms and gated_act one; the collectives no kernel.

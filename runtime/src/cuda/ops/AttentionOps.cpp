@@ -26,7 +26,7 @@ namespace {
 enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
 enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
 
-// Threads per block of attention_rotary (it loops over a token's features).
+// Threads per block of attention_rotary (each block loops over one head's features).
 constexpr unsigned kRotaryBlock = 128;
 constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
 
@@ -316,6 +316,8 @@ Status runAttention(StepContext &context) {
                     frequencies.data()};
     Dim3 grid, block;
     grid.x = static_cast<unsigned>(B * rowsPerSequence);
+    // A block per head: the kernel strides over heads along y.
+    grid.y = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>({H, KH, 1}), kMaxGridYZ));
     block.x = kRotaryBlock;
     DSRT_RETURN_IF_ERROR(context.launch(kRotarySlot, grid, block, 0, args));
   }

@@ -22,24 +22,12 @@ struct GatherElementsShape {  // generic_gather_elements.cuh GenericGatherElemen
 static_assert(sizeof(GatherNDShape) == 10 * 8 && sizeof(GatherElementsShape) == 14 * 8,
               "the templates' layouts: long longs, no padding");
 
-long long product(const Shape &shape, size_t begin, size_t end) {
-  long long result = 1;
-  for (size_t d = begin; d < end; ++d)
-    result *= shape[d];
-  return result;
-}
-
 } // namespace
 
 Status runGenericGatherND(StepContext &context) {
-  DSRT_RETURN_IF_ERROR(requireKernel(context));
-  const DeviceTensor *data = context.input(0);
-  const DeviceTensor *indices = context.inputCount() > 1 ? context.input(1) : nullptr;
-  if (!data || !indices)
-    return context.error("needs data and indices");
+  const DeviceTensor *data = nullptr, *indices = nullptr;
+  DSRT_RETURN_IF_ERROR(gatherOperands(context, data, indices));
   const DeviceTensor &out = context.output(0);
-  if (out.dtype != data->dtype)
-    return context.error("the output's dtype differs from the data's");
   if (indices->dtype != DType::I64)
     return context.error("indices must be i64");
   DSRT_RETURN_IF_ERROR(checkConstant(context, "ES", static_cast<int64_t>(dtypeSize(out.dtype))));
@@ -74,14 +62,9 @@ Status runGenericGatherND(StepContext &context) {
 }
 
 Status runGenericGatherElements(StepContext &context) {
-  DSRT_RETURN_IF_ERROR(requireKernel(context));
-  const DeviceTensor *data = context.input(0);
-  const DeviceTensor *indices = context.inputCount() > 1 ? context.input(1) : nullptr;
-  if (!data || !indices)
-    return context.error("needs data and indices");
+  const DeviceTensor *data = nullptr, *indices = nullptr;
+  DSRT_RETURN_IF_ERROR(gatherOperands(context, data, indices));
   const DeviceTensor &out = context.output(0);
-  if (out.dtype != data->dtype)
-    return context.error("the output's dtype differs from the data's");
   DSRT_RETURN_IF_ERROR(checkConstant(context, "ES", static_cast<int64_t>(dtypeSize(out.dtype))));
   DSRT_RETURN_IF_ERROR(checkConstant(context, "IDX", static_cast<int64_t>(indices->dtype)));
   const Shape &dataShape = data->shape, &indexShape = indices->shape;

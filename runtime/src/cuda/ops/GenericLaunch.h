@@ -32,6 +32,27 @@ inline Status checkConstant(StepContext &context, const char *name, int64_t expe
   return Status::ok();
 }
 
+// The product of shape[begin, end).
+inline int64_t product(const Shape &shape, size_t begin, size_t end) {
+  int64_t result = 1;
+  for (size_t d = begin; d < end; ++d)
+    result *= shape[d];
+  return result;
+}
+
+// Gather's kin: the step's kernel, data, indices and an output of data's dtype.
+inline Status gatherOperands(StepContext &context, const DeviceTensor *&data,
+                             const DeviceTensor *&indices) {
+  DSRT_RETURN_IF_ERROR(requireKernel(context));
+  data = context.input(0);
+  indices = context.inputCount() > 1 ? context.input(1) : nullptr;
+  if (!data || !indices)
+    return context.error("needs data and indices");
+  if (context.output(0).dtype != data->dtype)
+    return context.error("the output's dtype differs from the data's");
+  return Status::ok();
+}
+
 // Enough blocks of kBlock threads for `count` elements, at most 32 per multiprocessor: the
 // elementwise templates stride over what is left.
 inline Dim3 gridFor(StepContext &context, int64_t count) {

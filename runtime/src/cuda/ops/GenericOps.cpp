@@ -71,6 +71,13 @@ struct ReduceShape {  // generic_reduce.cuh GenericReduceShape
   long long reducedDims[6];
   long long strides[6];
 };
+struct SplitShape {  // generic_split.cuh GenericSplitShape
+  unsigned long long outputs[8];
+  long long ends[8];
+  long long axis;
+  long long inner;
+};
+static_assert(sizeof(SplitShape) == 18 * 8, "generic_split.cuh's layout");
 static_assert(sizeof(BinaryShape) == 18 * 8 && sizeof(WhereShape) == 24 * 8 &&
                   sizeof(CopyShape) == 20 * 8 && sizeof(ReduceShape) == 18 * 8,
               "the structs must have the templates' layout: long longs, no padding");
@@ -98,13 +105,6 @@ std::vector<int64_t> contiguousStrides(const Shape &shape) {
     stride *= shape[d];
   }
   return strides;
-}
-
-int64_t product(const Shape &shape, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t d = begin; d < end; ++d)
-    result *= shape[d];
-  return result;
 }
 
 // Writes `values` (one per dimension of a shape of rank values.size()) right-aligned into
@@ -364,6 +364,39 @@ Status runConcat(StepContext &context) {
 
 // One launch per output, each from its slice of the input along `axis`; the sizes are the
 // outputs' (the session inferred them from the split input or the equal parts).
+// Split's parts in one launch of generic_split (`parts`, its PARTS constant).
+Status launchSplit(StepContext &context, const DeviceTensor &in, int64_t axis, int64_t parts) {
+  if (parts != static_cast<int64_t>(context.outputCount()) || parts > 8)
+    return context.error("the kernel was generated for ", parts, " parts, the step has ",
+                         context.outputCount());
+  SplitShape shape{};
+  int64_t end = 0;
+  for (int64_t k = 0; k < parts; ++k) {
+    const DeviceTensor &out = context.output(k);
+    if (out.dtype != in.dtype || out.shape.size() != in.shape.size())
+      return context.error("output ", k, " (", dtypeName(out.dtype), " ",
+                           shapeString(out.shape), ") does not match the input");
+    for (size_t d = 0; d < in.shape.size(); ++d)
+      if (static_cast<int64_t>(d) != axis && out.shape[d] != in.shape[d])
+        return context.error("output ", k, " of shape ", shapeString(out.shape),
+                             " does not match the input ", shapeString(in.shape));
+    end += out.shape[axis];
+    shape.outputs[k] = static_cast<unsigned long long>(out.data);
+    shape.ends[k] = end;
+  }
+  if (end != in.shape[axis])
+    return context.error("the outputs take ", end, " of the input's ", in.shape[axis],
+                         " along axis ", axis);
+  shape.axis = in.shape[axis];
+  shape.inner = product(in.shape, axis + 1, in.shape.size());
+  long long count = in.elements();
+  if (count == 0)
+    return Status::ok();
+  DevicePtr input = in.data;
+  void *args[] = {&input, &shape, &count};
+  return launchElements(context, count, args);
+}
+
 Status runSplit(StepContext &context) {
   DSRT_RETURN_IF_ERROR(requireKernel(context));
   const DeviceTensor *in = context.input(0);
@@ -376,6 +409,9 @@ Status runSplit(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "axis", 0, axis));
   DSRT_RETURN_IF_ERROR(normalizeAxis(context, axis, in->shape.size(), "axis", axis));
   std::vector<int64_t> inStrides = contiguousStrides(in->shape);
+  const int64_t parts = context.kernelConstant(0, "PARTS", -1);
+  if (parts > 0)
+    return launchSplit(context, *in, axis, parts);
   int64_t offset = 0;
   for (size_t k = 0; k < context.outputCount(); ++k) {
     const DeviceTensor &out = context.output(k);
@@ -400,13 +436,9 @@ Status runSplit(StepContext &context) {
 }
 
 Status runGather(StepContext &context) {
-  DSRT_RETURN_IF_ERROR(requireKernel(context));
-  const DeviceTensor *data = context.input(0), *indices = context.input(1);
-  if (!data || !indices)
-    return context.error("needs data and indices");
+  const DeviceTensor *data = nullptr, *indices = nullptr;
+  DSRT_RETURN_IF_ERROR(gatherOperands(context, data, indices));
   const DeviceTensor &out = context.output(0);
-  if (data->dtype != out.dtype)
-    return context.error("the output's dtype differs from the data's");
   DSRT_RETURN_IF_ERROR(checkElementSize(context, out.dtype));
   DSRT_RETURN_IF_ERROR(checkConstant(context, "IDX", static_cast<int64_t>(indices->dtype)));
   if (data->shape.empty())
