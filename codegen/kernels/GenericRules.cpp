@@ -1,9 +1,10 @@
 // Rules of the generic path's onnx ops (those the recognisers leave as they are): the
 // elementwise ops, Cast, data movement, Gather, GatherND, GatherElements, CumSum, Softmax,
-// MatMul and the reductions. Their launchers are in runtime/src/cuda/ops/GenericOps.cpp (MatMul's in
-// GenericMatMul.cpp, GatherND's and GatherElements' in GenericIndexing.cpp); every step
-// launches kernel slot 0 (Concat and Split once per input or output). A rule declines what its kernel does not do
-// exactly as the host reference (runtime/src/ops) does; the step then runs on the fallback.
+// MatMul and the reductions. Their launchers are in runtime/src/cuda/ops/GenericOps.cpp
+// (MatMul's in GenericMatMul.cpp, GatherND's and GatherElements' in GenericIndexing.cpp);
+// every step launches kernel slot 0 (Concat once per input). A rule declines what its kernel
+// does not do exactly as the host reference (runtime/src/ops) does; the step then runs on
+// the fallback.
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
