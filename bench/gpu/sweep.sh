@@ -16,7 +16,7 @@
 #              tokens of both
 #   bench      bench/gpu/run.sh: dsbench fp16 and int8 against transformers eager and
 #              torch.compile on the same GPU
-#   profile    ncu: every kernel's time over a prompt and 3 decode steps of the bench's
+#   profile    ncu: every kernel's time over a prompt and 2 decode steps of the bench's
 #              GPT-2 124M fp16 plan ($OUT/profile.csv, a summary by kernel in the log)
 #
 # The default limits add up to about 12 minutes, inside the 15 minutes of device time a
@@ -31,6 +31,7 @@
 #   $OUT/sweep.log      every step's log, concatenated
 #   $OUT/realistic.md   the correctness table; $OUT/realistic.json its numbers
 #   $OUT/gpu-bench.md   the benchmark table; $OUT/gpu-bench.json its numbers
+#   $OUT/profile.csv    ncu's kernel times (the profile step)
 #
 # usage: bench/gpu/sweep.sh [--steps info,build,tests,sanitizer,realistic,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
@@ -205,7 +206,7 @@ step_bench() {
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
 }
 
-# Nsight Compute's time of every kernel of a 4-token prompt and 3 greedy decode steps of the
+# Nsight Compute's time of every kernel of a 4-token prompt and 2 greedy decode steps of the
 # benchmark's GPT-2 124M fp16 plan (the bench step's), one row per launch: where a decode
 # step's time goes. Written to $OUT/profile.csv.
 step_profile() {
