@@ -351,7 +351,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   FloatOutput out(*outputs[0]);
   float *y = out.data();
   parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(T);
+    std::vector<float> scores(T), dots(ctx.fastKernels ? T : 0);
     std::vector<char> allowed(T), visible(T);
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
@@ -362,6 +362,16 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         int64_t position = P + s;
         float maximum = -std::numeric_limits<float>::infinity();
         bool any = false;
+        // Keys past `limit` are never attended.
+        const int64_t limit = c.causal ? std::min(T, position + 1) : T;
+        if (ctx.fastKernels) {
+          // Every query-key product in one pass over the keys, as a matrix-vector product.
+          fast::LinearWeights keyRows;
+          keyRows.data = keys;
+          keyRows.out = limit;
+          keyRows.in = D;
+          fast::dotRows(query, 1, keyRows, 0, limit, dots.data(), limit);
+        }
         for (int64_t t = 0; t < T; ++t) {
           bool causalOk = !c.causal || t <= position;
           bool windowOk = c.window == 0 || t > position - c.window;
@@ -372,7 +382,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             continue;  // its score is never read
           float dot = 0;
           if (ctx.fastKernels) {
-            dot = fast::dot(query, keys + t * D, D);
+            dot = dots[t];
           } else {
             for (int64_t d = 0; d < D; ++d)
               dot += query[d] * keys[t * D + d];
@@ -427,6 +437,12 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             scores[t] = allowed[t] ? std::exp(scores[t] - maximum) : 0.0f;
             sum += scores[t];
           }
+        }
+        if (ctx.fastKernels) {
+          for (int64_t t = 0; t < limit; ++t)
+            scores[t] /= sum;
+          fast::weightedSum(scores.data(), values, limit, D, row);
+          continue;
         }
         for (int64_t t = 0; t < T; ++t) {
           if (scores[t] == 0.0f)

@@ -1,5 +1,5 @@
 // Internal to dsrt_ops: the CPU backend's fast kernels (docs/cpu-backend.md): the linear
-// layers (tfm.linear, tfm.lm_head), the activations and attention's products. Weights are
+// layers (tfm.linear, tfm.lm_head), the activations and attention's sums. Weights are
 // read in the dtype the plan stores them in (f32, f16, bf16, or int8 with per-group scales),
 // so a session keeps them narrow; products accumulate in fp32. The reference kernels in
 // Transformer*.cpp stay the oracle they are tested against.
@@ -23,8 +23,10 @@ void activate(Activation kind, float *y, int64_t n);
 // y[i] = e^y[i] for i < n, vectorised, within 2 ulp (attention's softmax).
 void exponentiate(float *y, int64_t n);
 
-// Σ a[i] b[i] for i < n in fp32, vectorised (attention's query-key products).
-float dot(const float *a, const float *b, int64_t n);
+// out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count, in fp32, vectorised
+// (attention's probabilities times the values).
+void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
+                 float *out);
 
 // A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
 // groups)], the scales fp32.

@@ -155,9 +155,12 @@ const char *cpuIsa() { return isa().name; }
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
 
-float dot(const float *a, const float *b, int64_t n) { return isa().dot(a, b, n); }
-
 void exponentiate(float *y, int64_t n) { isa().exponentiate(y, n); }
+
+void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
+                 float *out) {
+  isa().weightedSum(weights, rows, count, width, out);
+}
 
 void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
              float *y, int64_t ldy) {
