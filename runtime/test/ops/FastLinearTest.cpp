@@ -217,6 +217,76 @@ TEST(FastActivations, EqualTheReferenceKernel) {
   }
 }
 
+// tfm.layer_norm and tfm.rms_norm on the fast kernels (fp32, vectorised, rows over the
+// pool) against the reference (fp64 sums): rows of 768 and of 37 (a vector tail), offset
+// from zero so that the mean matters, with and without bias and the residual form. With
+// u = 2^-24, the fp32 mean is off by at most δm = (n + 1)·u·max|x|; the sum of squares by a
+// relative (n + 3)·u plus n·δm²/S (S the exact sum of squares about the mean), which moves
+// 1/σ by at most half that plus 3u: ε. An output then moves by at most
+// |scale|/σ·(δm + |x - mean|·(ε + 4u)) plus 2u of its magnitude and the bias's.
+TEST(FastNorm, EqualsTheReferenceKernel) {
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t n : {768, 37}) {
+    for (const char *op : {"tfm.layer_norm", "tfm.rms_norm"}) {
+      for (int variant = 0; variant < 3; ++variant) {  // plain, with bias, residual form
+        bool rms = std::string(op) == "tfm.rms_norm";
+        if (rms && variant == 1)
+          continue;  // an RMS norm has no bias
+        const int64_t rows = 5;
+        std::mt19937 rng(static_cast<unsigned>(n + variant * 7 + (rms ? 100 : 0)));
+        std::vector<float> xs = values<float>(randomF32({rows, n}, rng));
+        for (int64_t i = 0; i < rows * n; ++i)
+          xs[i] += 3.0f + float(i / n);  // a row mean of 3 to 7
+        OwnedTensor x = f32({rows, n}, xs), scale = randomF32({n}, rng),
+                    bias = randomF32({n}, rng), residual = randomF32({rows, n}, rng);
+        std::vector<const OwnedTensor *> in{&x, &scale};
+        if (!rms)
+          in.push_back(variant == 1 ? &bias : nullptr);
+        if (variant == 2)
+          in.push_back(&residual);
+        ops::AttrMap attrs{{"epsilon", ops::Attr::ofFloat(1e-5f)}};
+        std::vector<OwnedTensor> fast, reference;
+        size_t results = variant == 2 ? 2 : 1;
+        Status status = run(op, in, fast, attrs, results, nullptr, nullptr, true);
+        ASSERT_TRUE(status.isOk()) << op << ": " << status.message();
+        status = run(op, in, reference, attrs, results, nullptr, nullptr, false);
+        ASSERT_TRUE(status.isOk()) << op << ": " << status.message();
+        ASSERT_EQ(fast.size(), reference.size());
+        std::vector<float> source = xs;
+        if (variant == 2) {
+          std::vector<float> r = values<float>(residual);
+          for (size_t i = 0; i < source.size(); ++i)
+            source[i] += r[i];  // what both kernels normalise, rounded as they round it
+          EXPECT_EQ(values<float>(fast[1]), values<float>(reference[1])) << "the sum";
+        }
+        std::vector<float> got = values<float>(fast[0]), want = values<float>(reference[0]);
+        std::vector<float> scales = values<float>(scale), biases = values<float>(bias);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float *row = source.data() + r * n;
+          double mean = 0, maximum = 0, squares = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            mean += rms ? 0.0 : row[i] / double(n);
+            maximum = std::max(maximum, std::fabs(double(row[i])));
+          }
+          for (int64_t i = 0; i < n; ++i)
+            squares += (row[i] - mean) * (row[i] - mean);
+          double inverse = 1.0 / std::sqrt(squares / n + 1e-5);
+          double deltaMean = rms ? 0.0 : (n + 1) * u * maximum;
+          double epsilon = 0.5 * ((n + 3) * u + n * deltaMean * deltaMean / squares) + 3 * u;
+          for (int64_t i = 0; i < n; ++i) {
+            double b = variant == 1 ? std::fabs(biases[i]) : 0.0;
+            double bound = std::fabs(scales[i]) * inverse *
+                               (deltaMean + std::fabs(row[i] - mean) * (epsilon + 4 * u)) +
+                           2 * u * (std::fabs(want[r * n + i]) + b) + 1e-30;
+            ASSERT_NEAR(got[r * n + i], want[r * n + i], bound)
+                << op << " n " << n << " variant " << variant << " row " << r << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // tfm.attention on the fast kernels (vectorised query-key products and probability-value
 // sums) against the reference: left padding, grouped heads, head_dim 40 (a vector tail),
 // with rotary, ALiBi and a window. The products differ by summation order only: each score

@@ -33,6 +33,9 @@ struct IsaKernels {
   // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count.
   void (*weightedSum)(const float *weights, const float *rows, int64_t count, int64_t width,
                       float *out);
+  // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
+  void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
+                       bool rms, float epsilon, float *y);
 };
 
 // Everything below is compiled once per instruction set, by translation units built with
@@ -380,14 +383,68 @@ void weightedSumWith(const float *weights, const float *rows, int64_t count, int
   }
 }
 
+template <class Vec> float sumWith(const float *x, int64_t n) {
+  constexpr int W = Vec::kWidth;
+  typename Vec::V acc[2] = {Vec::zero(), Vec::zero()};
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    acc[0] = Vec::add(acc[0], Vec::load(x + i));
+    acc[1] = Vec::add(acc[1], Vec::load(x + i + W));
+  }
+  for (; i + W <= n; i += W)
+    acc[0] = Vec::add(acc[0], Vec::load(x + i));
+  float sum = Vec::sum(Vec::add(acc[0], acc[1]));
+  for (; i < n; ++i)
+    sum += x[i];
+  return sum;
+}
+
+// Two passes in fp32 (the mean, then the squares about it), as torch's CPU kernels do.
+template <class Vec>
+void normalizeRowWith(const float *x, int64_t n, const float *scale, const float *bias,
+                      bool rms, float epsilon, float *y) {
+  constexpr int W = Vec::kWidth;
+  const float mean = rms ? 0.0f : sumWith<Vec>(x, n) / static_cast<float>(n);
+  // x + (-mean) is x - mean exactly: Vec has no subtraction.
+  const typename Vec::V negatedMean = Vec::broadcast(-mean);
+  typename Vec::V acc[2] = {Vec::zero(), Vec::zero()};
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    typename Vec::V a = Vec::add(Vec::load(x + i), negatedMean);
+    typename Vec::V b = Vec::add(Vec::load(x + i + W), negatedMean);
+    acc[0] = Vec::fma(a, a, acc[0]);
+    acc[1] = Vec::fma(b, b, acc[1]);
+  }
+  float squares = Vec::sum(Vec::add(acc[0], acc[1]));
+  for (; i < n; ++i)
+    squares += (x[i] - mean) * (x[i] - mean);
+  const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(n) + epsilon);
+  const typename Vec::V inverseV = Vec::broadcast(inverse);
+  i = 0;
+  for (; i + W <= n; i += W) {
+    typename Vec::V centred = Vec::add(Vec::load(x + i), negatedMean);
+    typename Vec::V value = Vec::mul(Vec::mul(centred, inverseV), Vec::load(scale + i));
+    Vec::store(y + i, bias ? Vec::add(value, Vec::load(bias + i)) : value);
+  }
+  for (; i < n; ++i) {
+    float value = (x[i] - mean) * inverse * scale[i];
+    y[i] = bias ? value + bias[i] : value;
+  }
+}
+
 inline void exponentiateWith(float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = expApprox(y[i]);
 }
 
 template <class Vec> IsaKernels kernelsOf(const char *name) {
-  return {name, &dotRowsWith<Vec>, &widenRowsWith<Vec>, &activateWith, &exponentiateWith,
-          &weightedSumWith<Vec>};
+  return {name,
+          &dotRowsWith<Vec>,
+          &widenRowsWith<Vec>,
+          &activateWith,
+          &exponentiateWith,
+          &weightedSumWith<Vec>,
+          &normalizeRowWith<Vec>};
 }
 
 } // namespace

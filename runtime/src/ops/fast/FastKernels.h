@@ -28,6 +28,12 @@ void exponentiate(float *y, int64_t n);
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
                  float *out);
 
+// y = (x - mean) / sqrt(var + epsilon) * scale + bias over one row of n, in fp32
+// (vectorised; the reference accumulates in fp64). With `rms`, mean = 0 and var is the mean
+// square (RMS norm); `bias` may be null.
+void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
+                  float epsilon, float *y);
+
 // A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
 // groups)], the scales fp32.
 struct LinearWeights {

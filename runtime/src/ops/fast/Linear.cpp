@@ -157,6 +157,11 @@ void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n)
 
 void exponentiate(float *y, int64_t n) { isa().exponentiate(y, n); }
 
+void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
+                  float epsilon, float *y) {
+  isa().normalizeRow(x, n, scale, bias, rms, epsilon, y);
+}
+
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
                  float *out) {
   isa().weightedSum(weights, rows, count, width, out);
