@@ -8,6 +8,9 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
   FuseLinearEpilogueOptions epilogue;
   epilogue.remarks = remarks;
   pm.addPass(createFuseLinearEpilogue(epilogue));
+  FuseProjectionsOptions projections;
+  projections.remarks = remarks;
+  pm.addPass(createFuseProjections(projections));
   FuseResidualNormOptions norm;
   norm.remarks = remarks;
   pm.addPass(createFuseResidualNorm(norm));
@@ -15,7 +18,8 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, then residual + norm)",
+      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, then "
+      "residual + norm)",
       [](mlir::OpPassManager &pm) { addFusePasses(pm); });
 }
 

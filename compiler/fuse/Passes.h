@@ -2,6 +2,7 @@
 #ifndef DSC_COMPILER_FUSE_PASSES_H
 #define DSC_COMPILER_FUSE_PASSES_H
 
+#include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -17,7 +18,9 @@ namespace dsc {
 #include "compiler/fuse/Passes.h.inc"
 
 // The fusion passes in their order: linear epilogues first (they claim the residual adds
-// of a linear's result), then residual add + norm for the adds that remain.
+// of a linear's result, and a projection with an activation keeps it rather than join
+// others), then the projections of one input joined, then residual add + norm for the adds
+// that remain.
 void addFusePasses(mlir::OpPassManager &pm, bool remarks = false);
 
 // Registers the `dsc-fuse` pipeline (addFusePasses) for dsc-opt.

@@ -7,6 +7,26 @@ include "mlir/Pass/PassBase.td"
 // plan step (one kernel on the GPU) does the work of several. The fused forms are in
 // docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
 
+def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
+  let summary = "Fuse the linear layers that read the same input into one";
+  let description = [{
+    `tfm.linear`s of one input (Q, K and V; gate and up; a parallel block's QKV and first
+    MLP projection) become one linear over their weights joined by `tfm.concat_weights`
+    (scales and biases alike), then an `onnx.Split` of its result into the old results:
+    one weight read per step and one launch instead of several. Under TP each rank joins its
+    own shards, so a column-parallel set stays column-parallel. Declined, with the reason
+    (as remarks with `remarks`), for a row-parallel linear, one with an epilogue already,
+    one whose weight, scales or bias is not a `tfm.weight`, one whose TP shard differs in
+    size between ranks (the split would differ by rank), and between linears that differ
+    in weight, scale or bias types, in-features, parallelism or result shape.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect", "dsc::onnx::OnnxDialect"];
+}
+
 def FuseLinearEpilogue : Pass<"dsc-fuse-linear-epilogue", "mlir::ModuleOp"> {
   let summary = "Move a linear layer's activation and residual add into its epilogue";
   let description = [{

@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <cstring>
+#include <functional>
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -86,7 +87,11 @@ private:
   LogicalResult addSlots(Operation *op, std::optional<ArrayAttr> bounds,
                          std::optional<ArrayRef<int64_t>> offsets, std::vector<int> &outputs);
   FailureOr<std::unique_ptr<dsp::AttrT>> convertAttr(Operation *op, NamedAttribute attr);
-  FailureOr<int> weightTensor(plan::WeightTensorOp op);
+  FailureOr<std::vector<dsc::WeightShard>> weightShards(plan::WeightTensorOp op);
+  FailureOr<std::vector<dsc::WeightShard>> concatShards(plan::WeightConcatOp op);
+  // The tensor of `op`'s result: weight `key` of the plan, made by `shards` the first time.
+  FailureOr<int> weightTensor(Operation *op, StringRef name, const std::string &key,
+                              const std::function<FailureOr<std::vector<dsc::WeightShard>>()> &shards);
 
   ModuleOp module_;
   const onnx_frontend::WeightStore &weights_;
@@ -176,7 +181,20 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
   return transforms;
 }
 
-FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
+// The key under which a weight is stored once: its name and transforms (a weight used with
+// different transforms, a shard per use say, is stored once per use).
+std::string weightKey(plan::WeightTensorOp op) {
+  std::string key = op.getName().str();
+  if (auto list = op.getTransforms()) {
+    std::string printed;
+    llvm::raw_string_ostream os(printed);
+    list->print(os);
+    key += " " + printed;
+  }
+  return key;
+}
+
+FailureOr<std::vector<dsc::WeightShard>> Exporter::weightShards(plan::WeightTensorOp op) {
   auto type = cast<RankedTensorType>(op.getType());
   const onnx_frontend::WeightRecord *record = weights_.lookup(op.getName());
   if (!record)
@@ -204,64 +222,103 @@ FailureOr<int> Exporter::weightTensor(plan::WeightTensorOp op) {
     return op.emitOpError() << "weight '" << op.getName() << "': its transforms give "
                             << dsrt::shapeString(storedShape) << ", not the result's shape";
 
-  // A weight used with different transforms (a shard per use, say) is stored once per use.
-  std::string key = op.getName().str();
-  if (auto list = op.getTransforms()) {
-    std::string printed;
-    llvm::raw_string_ostream os(printed);
-    list->print(os);
-    key += " " + printed;
+  llvm::ArrayRef<uint8_t> bytes = record->bytes;
+  const onnx_frontend::WeightStore *store = &weights_;
+  // Every rank gets its own part of a sharded weight and the whole of any other.
+  std::vector<dsc::WeightShard> shards;
+  for (int rank = 0; rank < writer_.ranks(); ++rank) {
+    FailureOr<std::vector<WeightTransform>> rankTransforms =
+        transformsOf(op, rank, runtimeDType(type), options_.weightDtype);
+    if (failed(rankTransforms))
+      return failure();
+    dsc::WeightShard shard;
+    status = transformedType(sourceDtype, sourceShape, *rankTransforms, shard.dtype,
+                             shard.shape);
+    if (!status.isOk())
+      return op.emitOpError() << "weight '" << op.getName() << "' (rank " << rank
+                              << "): " << status.message();
+    // Streams from the mmapped model (or its external data) straight into the plan file.
+    std::string label = quantizedWeightLabel(op, rank, writer_.ranks());
+    shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store, record,
+                  label, shape = shard.shape, verbose = options_.verbose,
+                  summary = &quantization_](uint8_t *destination) {
+      llvm::scope_exit release([&] { store->releasePages(*record); });
+      QuantizationError error;
+      dsrt::Status status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape,
+                                                  transforms, destination, &error);
+      if (status.isOk() && error.measured) {
+        ++summary->weights;
+        summary->maxRelative = std::max(summary->maxRelative, error.maxRelative);
+        summary->sumMeanRelative += error.meanRelative;
+        if (verbose)
+          llvm::errs() << llvm::format(
+              "dsc: int8 %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
+              "mean %.3f%% of |w|\n",
+              label.c_str(), dsrt::shapeString(shape).c_str(),
+              static_cast<long long>(error.groups), 100 * error.maxRelative,
+              100 * error.meanRelative);
+      }
+      return status;
+    };
+    shards.push_back(std::move(shard));
   }
+  return shards;
+}
+
+FailureOr<int> Exporter::weightTensor(Operation *op, StringRef name, const std::string &key,
+                                      const std::function<FailureOr<std::vector<dsc::WeightShard>>()> &shards) {
   auto [it, inserted] = weightIndex_.try_emplace(key, -1);
   if (inserted) {
-    llvm::ArrayRef<uint8_t> bytes = record->bytes;
-    const onnx_frontend::WeightStore *store = &weights_;
-    // Every rank gets its own part of a sharded weight and the whole of any other.
-    std::vector<dsc::WeightShard> shards;
-    for (int rank = 0; rank < writer_.ranks(); ++rank) {
-      FailureOr<std::vector<WeightTransform>> rankTransforms =
-          transformsOf(op, rank, runtimeDType(type), options_.weightDtype);
-      if (failed(rankTransforms))
-        return failure();
-      dsc::WeightShard shard;
-      status = transformedType(sourceDtype, sourceShape, *rankTransforms, shard.dtype,
-                               shard.shape);
-      if (!status.isOk())
-        return op.emitOpError() << "weight '" << op.getName() << "' (rank " << rank
-                                << "): " << status.message();
-      // Streams from the mmapped model (or its external data) straight into the plan file.
-      std::string label = quantizedWeightLabel(op, rank, writer_.ranks());
-      shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store,
-                    record, label, shape = shard.shape, verbose = options_.verbose,
-                    summary = &quantization_](uint8_t *destination) {
-        llvm::scope_exit release([&] { store->releasePages(*record); });
-        QuantizationError error;
-        dsrt::Status status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape,
-                                                    transforms, destination, &error);
-        if (status.isOk() && error.measured) {
-          ++summary->weights;
-          summary->maxRelative = std::max(summary->maxRelative, error.maxRelative);
-          summary->sumMeanRelative += error.meanRelative;
-          if (verbose)
-            llvm::errs() << llvm::format(
-                "dsc: int8 %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
-                "mean %.3f%% of |w|\n",
-                label.c_str(), dsrt::shapeString(shape).c_str(),
-                static_cast<long long>(error.groups), 100 * error.maxRelative,
-                100 * error.meanRelative);
-        }
-        return status;
-      };
-      shards.push_back(std::move(shard));
-    }
-    status = writer_.addWeight(key, std::move(shards), it->second);
+    FailureOr<std::vector<dsc::WeightShard>> made = shards();
+    if (failed(made))
+      return failure();
+    dsrt::Status status = writer_.addWeight(key, std::move(*made), it->second);
     if (!status.isOk())
-      return op.emitOpError() << status.message();
+      return op->emitOpError() << status.message();
   }
-  auto tensor = describe(op.getResult(), op.getName());
+  auto tensor = describe(op->getResult(0), name);
   tensor->kind = dsp::TensorKind::weight;
   tensor->weight_index = it->second;
   return addTensor(std::move(tensor));
+}
+
+// Each rank's parts one after the other: [q_r; k_r; v_r].
+FailureOr<std::vector<dsc::WeightShard>> Exporter::concatShards(plan::WeightConcatOp op) {
+  std::vector<std::vector<dsc::WeightShard>> parts;
+  for (Value part : op.getParts()) {
+    FailureOr<std::vector<dsc::WeightShard>> shards =
+        weightShards(part.getDefiningOp<plan::WeightTensorOp>());
+    if (failed(shards))
+      return failure();
+    parts.push_back(std::move(*shards));
+  }
+  std::vector<dsc::WeightShard> joined(static_cast<size_t>(writer_.ranks()));
+  for (int rank = 0; rank < writer_.ranks(); ++rank) {
+    dsc::WeightShard &out = joined[static_cast<size_t>(rank)];
+    std::vector<std::pair<uint64_t, std::function<dsrt::Status(uint8_t *)>>> fills;
+    uint64_t offset = 0;
+    for (auto &shards : parts) {
+      dsc::WeightShard &part = shards[static_cast<size_t>(rank)];
+      if (out.shape.empty()) {
+        out.dtype = part.dtype;
+        out.shape = part.shape;
+      } else if (part.dtype != out.dtype || part.shape.size() != out.shape.size() ||
+                 !std::equal(part.shape.begin() + 1, part.shape.end(), out.shape.begin() + 1)) {
+        return op.emitOpError() << "rank " << rank << "'s parts differ in dtype or in a "
+                                   "dimension after the first";
+      } else {
+        out.shape[0] += part.shape[0];
+      }
+      fills.emplace_back(offset, std::move(part.fill));
+      offset += static_cast<uint64_t>(dsrt::elementCount(part.shape)) * dsrt::dtypeSize(part.dtype);
+    }
+    out.fill = [fills = std::move(fills)](uint8_t *destination) {
+      for (const auto &[offset, fill] : fills)
+        DSRT_RETURN_IF_ERROR(fill(destination + offset));
+      return dsrt::Status::ok();
+    };
+  }
+  return joined;
 }
 
 FailureOr<std::unique_ptr<dsp::AttrT>> Exporter::convertAttr(Operation *op, NamedAttribute attr) {
@@ -362,10 +419,30 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
       tensor->constant_data = denseBytes(dense);
       tensors_[constant.getOutput()] = addTensor(std::move(tensor));
     } else if (auto weight = dyn_cast<plan::WeightTensorOp>(op)) {
-      FailureOr<int> id = weightTensor(weight);
+      // A part of joined weights only is no weight of the plan by itself.
+      if (!weight->use_empty() &&
+          llvm::all_of(weight->getUsers(), [](Operation *user) {
+            return isa<plan::WeightConcatOp>(user);
+          }))
+        continue;
+      FailureOr<int> id = weightTensor(weight, weight.getName(), weightKey(weight),
+                                       [&] { return weightShards(weight); });
       if (failed(id))
         return failure();
       tensors_[weight.getOutput()] = *id;
+    } else if (auto concat = dyn_cast<plan::WeightConcatOp>(op)) {
+      // "q+k+v [q's key, k's key, v's key]", listed like a weight with its transforms.
+      std::string name, parts;
+      for (Value part : concat.getParts()) {
+        auto weight = part.getDefiningOp<plan::WeightTensorOp>();
+        parts += (parts.empty() ? "" : ", ") + weightKey(weight);
+        name += (name.empty() ? "" : "+") + weight.getName().str();
+      }
+      std::string key = name + " [" + parts + "]";
+      FailureOr<int> id = weightTensor(concat, name, key, [&] { return concatShards(concat); });
+      if (failed(id))
+        return failure();
+      tensors_[concat.getOutput()] = *id;
     } else if (isa<plan::NoneOp>(op)) {
       continue;
     } else if (auto exec = dyn_cast<plan::ExecOp>(op)) {

@@ -158,6 +158,14 @@ LogicalResult Lowering::lowerOp(Operation *op) {
                     transforms.empty() ? ArrayAttr() : builder_.getArrayAttr(transforms)));
     return success();
   }
+  if (auto concat = dyn_cast<tfm::ConcatWeightsOp>(op)) {
+    SmallVector<Value> parts;
+    for (Value part : concat.getParts())
+      parts.push_back(mapping.lookup(part));
+    mapping.map(concat.getOutput(),
+                plan::WeightConcatOp::create(builder_, loc, concat.getType(), parts));
+    return success();
+  }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
     mapping.map(constant.getOutput(),
                 plan::ConstantOp::create(builder_, loc, constant.getType(), constant.getValue()));

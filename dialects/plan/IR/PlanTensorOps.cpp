@@ -117,6 +117,27 @@ LogicalResult WeightTensorOp::verify() {
   return success();
 }
 
+LogicalResult WeightConcatOp::verify() {
+  if (getParts().size() < 2)
+    return emitOpError("needs two parts or more");
+  auto out = cast<RankedTensorType>(getOutput().getType());
+  int64_t rows = 0;
+  for (auto [index, part] : llvm::enumerate(getParts())) {
+    if (!part.getDefiningOp<WeightTensorOp>())
+      return emitOpError() << "part " << index << " is not a plan.weight_tensor";
+    auto type = cast<RankedTensorType>(part.getType());
+    if (type.getElementType() != out.getElementType() || type.getRank() != out.getRank() ||
+        type.getShape().drop_front() != out.getShape().drop_front())
+      return emitOpError() << "part " << index << " (" << type
+                           << ") differs from the result " << out
+                           << " in element type or in a dimension after the first";
+    rows += type.getDimSize(0);
+  }
+  if (out.getRank() < 1 || out.getDimSize(0) != rows)
+    return emitOpError() << "the parts have " << rows << " rows, the result " << out;
+  return success();
+}
+
 LogicalResult ExecOp::verify() {
   if (getOp().empty())
     return emitOpError("needs the name of an op");

@@ -50,6 +50,19 @@ def Plan_WeightTensorOp : Plan_Op<"weight_tensor", [Pure, Plan_TensorParents]> {
   let hasVerifier = 1;
 }
 
+def Plan_WeightConcatOp : Plan_Op<"weight_concat", [Pure, Plan_TensorParents]> {
+  let summary = "weights joined along their first dimension: one tensor of the weight section";
+  let description = [{
+    Each part is a `plan.weight_tensor`; the plan writer streams each rank's parts one after
+    the other into one weight of that rank's section (tfm.concat_weights). A part that only
+    weight_concat ops read is not a weight of the plan by itself.
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts);
+  let results = (outs AnyStaticShapeTensor:$output);
+  let assemblyFormat = "$parts attr-dict `:` functional-type($parts, results)";
+  let hasVerifier = 1;
+}
+
 def Plan_NoneOp : Plan_Op<"none", [Pure, Plan_TensorParents]> {
   let summary = "an absent optional input of a step";
   let results = (outs NoneType:$none);

@@ -48,6 +48,25 @@ def Tfm_WeightOp : Tfm_Op<"weight", [Pure]> {
   }];
 }
 
+def Tfm_ConcatWeightsOp : Tfm_Op<"concat_weights", [Pure]> {
+  let summary = "weights concatenated along their first dimension: one plan weight";
+  let description = [{
+    Each part is a `tfm.weight` (with its transforms: a TP shard, int8 quantization...).
+    The plan writer streams the parts one after the other into one weight, each rank its own
+    parts: the projections that dsc-fuse-projections fuses (Q, K and V; gate and up) become
+    one matrix per rank, [q_r; k_r; v_r].
+
+    ```mlir
+    %qkv = tfm.concat_weights %q, %k, %v
+             : (tensor<64x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>) -> tensor<96x64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts);
+  let results = (outs AnyStaticShapeTensor:$output);
+  let assemblyFormat = "$parts attr-dict `:` functional-type($parts, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Embedding, normalisation, linear layers, activations.
 //===----------------------------------------------------------------------===//

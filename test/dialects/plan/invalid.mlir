@@ -610,3 +610,22 @@ plan.program @forward {
   %w = plan.weight_tensor "w" {source_type = tensor<2x3xf32>, transforms = [{kind = "slice", axis = 0 : i64}]} : tensor<3x2xf32>
   plan.return
 }
+
+// -----
+
+plan.program @forward {
+  %a = plan.weight_tensor "a" : tensor<4x8xf32>
+  // expected-error @+1 {{needs two parts or more}}
+  %w = plan.weight_concat %a : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  plan.return
+}
+
+// -----
+
+plan.program @forward {
+  %a = plan.weight_tensor "a" : tensor<4x8xf32>
+  %b = plan.weight_tensor "b" : tensor<4x8xf16>
+  // expected-error @+1 {{part 1 ('tensor<4x8xf16>') differs from the result 'tensor<8x8xf32>' in element type or in a dimension after the first}}
+  %w = plan.weight_concat %a, %b : (tensor<4x8xf32>, tensor<4x8xf16>) -> tensor<8x8xf32>
+  plan.return
+}

@@ -7,6 +7,12 @@ plan.program @forward {
   %ids = plan.input 0 "input_ids" {dims = ["batch", "sequence"], max_shape = array<i64: 4, 128>} : tensor<?x?xi64>
   // CHECK: %[[W:.*]] = plan.weight_tensor "wte" : tensor<300x64xf32>
   %w = plan.weight_tensor "wte" : tensor<300x64xf32>
+  // CHECK: %[[Q:.*]] = plan.weight_tensor "q" : tensor<64x32xf32>
+  // CHECK: %[[K:.*]] = plan.weight_tensor "k" : tensor<16x32xf32>
+  // CHECK: plan.weight_concat %[[Q]], %[[K]] : (tensor<64x32xf32>, tensor<16x32xf32>) -> tensor<80x32xf32>
+  %q = plan.weight_tensor "q" : tensor<64x32xf32>
+  %k = plan.weight_tensor "k" : tensor<16x32xf32>
+  %qk = plan.weight_concat %q, %k : (tensor<64x32xf32>, tensor<16x32xf32>) -> tensor<80x32xf32>
   // CHECK: plan.constant {value = dense<0> : tensor<i64>} : tensor<i64>
   %c = plan.constant {value = dense<0> : tensor<i64>} : tensor<i64>
   // CHECK: plan.none

@@ -666,3 +666,32 @@ func.func @lm_head_shard(%h: tensor<?x?x768xf16>, %w: tensor<25129x768xf16>) {
   %0 = tfm.lm_head %h, %w {vocab_offset = 25129, vocab_size = 50257} : (tensor<?x?x768xf16>, tensor<25129x768xf16>) -> tensor<?x?x25129xf16>
   return
 }
+
+// -----
+
+func.func @concat_weights_not_a_weight(%a: tensor<4x8xf32>) {
+  %w = tfm.weight "w" : tensor<4x8xf32> -> tensor<4x8xf32>
+  // expected-error @+1 {{part 1 is not a tfm.weight}}
+  %0 = tfm.concat_weights %w, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_weights_columns() {
+  %a = tfm.weight "a" : tensor<4x8xf32> -> tensor<4x8xf32>
+  %b = tfm.weight "b" : tensor<4x6xf32> -> tensor<4x6xf32>
+  // expected-error @+1 {{part 1 ('tensor<4x6xf32>') differs from the result 'tensor<8x8xf32>' in dimension 1}}
+  %0 = tfm.concat_weights %a, %b : (tensor<4x8xf32>, tensor<4x6xf32>) -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_weights_rows() {
+  %a = tfm.weight "a" : tensor<4x8xf32> -> tensor<4x8xf32>
+  %b = tfm.weight "b" : tensor<2x8xf32> -> tensor<2x8xf32>
+  // expected-error @+1 {{the parts have 6 rows, the result 'tensor<8x8xf32>'}}
+  %0 = tfm.concat_weights %a, %b : (tensor<4x8xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
+  return
+}

@@ -5,6 +5,12 @@
 func.func @weights() {
   // CHECK: tfm.weight "wte.weight" : tensor<50257x768xf32> -> tensor<50257x768xf32>
   %0 = tfm.weight "wte.weight" : tensor<50257x768xf32> -> tensor<50257x768xf32>
+  // CHECK: %[[Q:.*]] = tfm.weight "q" : tensor<64x32xf32> -> tensor<64x32xf32>
+  // CHECK: %[[K:.*]] = tfm.weight "k" : tensor<16x32xf32> -> tensor<16x32xf32>
+  // CHECK: tfm.concat_weights %[[Q]], %[[K]] : (tensor<64x32xf32>, tensor<16x32xf32>) -> tensor<80x32xf32>
+  %q = tfm.weight "q" : tensor<64x32xf32> -> tensor<64x32xf32>
+  %k = tfm.weight "k" : tensor<16x32xf32> -> tensor<16x32xf32>
+  %qk = tfm.concat_weights %q, %k : (tensor<64x32xf32>, tensor<16x32xf32>) -> tensor<80x32xf32>
   // CHECK: tfm.weight "h.0.mlp.c_fc.weight" : tensor<768x3072xf32> [#tfm.transpose<[1, 0]>, #tfm.slice<axis = 0, offset = 1536, size = 1536>, #tfm.convert<f16>] -> tensor<1536x768xf16>
   %1 = tfm.weight "h.0.mlp.c_fc.weight" : tensor<768x3072xf32>
          [#tfm.transpose<[1, 0]>, #tfm.slice<axis = 0, offset = 1536, size = 1536>,
