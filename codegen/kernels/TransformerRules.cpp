@@ -143,9 +143,11 @@ bool elementwiseInputs(const RuleInput &in, size_t count, std::string &reason) {
   return requireF32(in, in.output(0), "the output", reason);
 }
 
+// `inputs`: 1 for tfm.activation and tfm.gated_act_packed (gate and up in one tensor), 2 for
+// tfm.gated_act.
 bool activationRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason,
-                    bool gated) {
-  if (!elementwiseInputs(in, gated ? 2 : 1, reason))
+                    bool gated, size_t inputs) {
+  if (!elementwiseInputs(in, inputs, reason))
     return false;
   std::string kind = in.stringAttr("kind", "");
   int code = activationCode(kind);
@@ -159,12 +161,17 @@ bool activationRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::
 
 bool plainActivationRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
                          std::string &reason) {
-  return activationRule(in, kernels, reason, /*gated=*/false);
+  return activationRule(in, kernels, reason, /*gated=*/false, 1);
 }
 
 bool gatedActivationRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
                          std::string &reason) {
-  return activationRule(in, kernels, reason, /*gated=*/true);
+  return activationRule(in, kernels, reason, /*gated=*/true, 2);
+}
+
+bool packedGatedActivationRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
+                               std::string &reason) {
+  return activationRule(in, kernels, reason, /*gated=*/true, 1);
 }
 
 bool residualAddRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
@@ -183,6 +190,7 @@ void addTransformerKernelRules(std::vector<KernelRuleEntry> &rules) {
   rules.push_back({"tfm.rms_norm", rmsNormRule});
   rules.push_back({"tfm.activation", plainActivationRule});
   rules.push_back({"tfm.gated_act", gatedActivationRule});
+  rules.push_back({"tfm.gated_act_packed", packedGatedActivationRule});
   rules.push_back({"tfm.residual_add", residualAddRule});
 }
 

@@ -94,11 +94,31 @@ Value concatenate(OpBuilder &builder, Location loc, ArrayRef<Value> parts) {
       .getOutput();
 }
 
+// The tfm.gated_act that is the only reader of both linears of `group`, if there is one.
+tfm::GatedActOp soleGatedReader(ArrayRef<tfm::LinearOp> group) {
+  if (group.size() != 2)
+    return nullptr;
+  for (tfm::LinearOp linear : group)
+    if (!linear.getOutput().hasOneUse())
+      return nullptr;
+  tfm::LinearOp a = group[0], b = group[1];
+  auto gated = dyn_cast<tfm::GatedActOp>(*a.getOutput().getUsers().begin());
+  if (!gated || *b.getOutput().getUsers().begin() != gated.getOperation())
+    return nullptr;
+  return gated;
+}
+
 // One linear for `group` (in block order, same input, equal keys), then a Split into the
-// old results. Fails, without changing anything, when a weight is defined where the first
-// linear cannot see it (in a nested region).
-LogicalResult join(ArrayRef<tfm::LinearOp> group, DominanceInfo &dominance) {
-  tfm::LinearOp first = group.front();
+// old results; or, when the two are a tfm.gated_act's gate and up and nothing else reads
+// them, the joined [gate; up] linear read by tfm.gated_act_packed (no Split). Fails,
+// without changing anything, when a weight is defined where the first linear cannot see it
+// (in a nested region).
+LogicalResult join(ArrayRef<tfm::LinearOp> linears, DominanceInfo &dominance) {
+  SmallVector<tfm::LinearOp> group(linears);
+  tfm::GatedActOp gated = soleGatedReader(group);
+  if (gated && gated.getGate() != group[0].getOutput())
+    std::swap(group[0], group[1]);  // the gate's rows first
+  tfm::LinearOp first = linears.front();
   SmallVector<tfm::WeightOp> definitions;
   for (tfm::LinearOp linear : group)
     for (Value value : {linear.getWeight(), linear.getScales(), linear.getBias()})
@@ -117,7 +137,10 @@ LogicalResult join(ArrayRef<tfm::LinearOp> group, DominanceInfo &dominance) {
   SmallVector<Location> locations;
   for (tfm::LinearOp linear : group) {
     locations.push_back(linear.getLoc());
-    if (auto name = dyn_cast<NameLoc>(linear.getLoc()))
+    // Parts of one node (GPT-2's c_attn split by TP) give its name once.
+    if (auto name = dyn_cast<NameLoc>(linear.getLoc());
+        name && names != name.getName() &&
+        !StringRef(names).ends_with("+" + name.getName().str()))
       names += (names.empty() ? "" : "+") + name.getName().str();
   }
   Location loc = names.empty() ? builder.getFusedLoc(locations)
@@ -148,6 +171,20 @@ LogicalResult join(ArrayRef<tfm::LinearOp> group, DominanceInfo &dominance) {
   auto joinedType = RankedTensorType::get(shape, firstType.getElementType());
   auto joined = tfm::LinearOp::create(builder, loc, joinedType, first.getInput(), weight, bias,
                                       scales, first.getParallelAttr());
+  if (gated) {
+    // After the joined linear, before the gated_act, which its operands dominate.
+    builder.setInsertionPoint(gated);
+    auto packed = tfm::GatedActPackedOp::create(builder, gated.getLoc(), gated.getType(),
+                                                gated.getKindAttr(), joined.getOutput());
+    gated.getOutput().replaceAllUsesWith(packed.getOutput());
+    gated->erase();
+    for (tfm::LinearOp linear : group)
+      linear->erase();
+    for (tfm::WeightOp definition : definitions)
+      if (definition->use_empty())
+        definition->erase();
+    return success();
+  }
   auto sizesType = RankedTensorType::get({static_cast<int64_t>(sizes.size())},
                                          builder.getI64Type());
   Value splitSizes = onnx::ConstantOp::create(builder, loc, sizesType,

@@ -436,7 +436,9 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
       for (Value part : concat.getParts()) {
         auto weight = part.getDefiningOp<plan::WeightTensorOp>();
         parts += (parts.empty() ? "" : ", ") + weightKey(weight);
-        name += (name.empty() ? "" : "+") + weight.getName().str();
+        // GPT-2's c_attn under TP: three parts of one weight are named once.
+        if (name != weight.getName() && !StringRef(name).ends_with("+" + weight.getName().str()))
+          name += (name.empty() ? "" : "+") + weight.getName().str();
       }
       std::string key = name + " [" + parts + "]";
       FailureOr<int> id = weightTensor(concat, name, key, [&] { return concatShards(concat); });

@@ -118,6 +118,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(gated.getKind())));
+  } else if (auto packed = dyn_cast<tfm::GatedActPackedOp>(op)) {
+    attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(packed.getKind())));
   } else if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
     // Under tensor parallelism the op's head counts are rank 0's; the step gets the model's
     // and each rank's heads (set by the tp-shard pass).

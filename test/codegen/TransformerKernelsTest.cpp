@@ -163,7 +163,8 @@ namespace gated_gelu {
 void run(void **a) {
   activation(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
              reinterpret_cast<const float *>(arg<Ptr>(a, 1)),
-             reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3));
+             reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3),
+             arg<long long>(a, 4));
 }
 #undef activation
 #undef ACT
@@ -457,6 +458,43 @@ TEST(TransformerKernels, GatedGeluOnTheVectorAndScalarPaths) {
       EXPECT_NEAR(y[i], expected, 1e-6 + 1e-6 * std::fabs(expected)) << count << ": " << i;
     }
   }
+}
+
+// The joined gate-up form: rows of [gate | up]. Halves of 8 take the vector path, of 6 the
+// scalar one (a row of 6 is not a whole number of 16-byte groups); 3 rows each.
+TEST(TransformerKernels, PackedGatedGeluReadsEachRowsHalves) {
+  for (int half : {8, 6}) {
+    const int rows = 3;
+    std::vector<float> x(rows * 2 * half), y(rows * half, 99.0f);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = sample(static_cast<int>(i), 12) * 2;
+    HostStepContext context;
+    context.opName = "tfm.gated_act_packed";
+    context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
+    context.inputs = {tensor(DType::F32, {rows, 2 * half}, x.data())};
+    context.outputs = {tensor(DType::F32, {rows, half}, y.data())};
+    context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
+    context.kernel = gated_gelu::run;
+    Status status = launcher("tfm.gated_act_packed")(context);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < half; ++i) {
+        double expected = geluErf(x[r * 2 * half + i]) * x[r * 2 * half + half + i];
+        EXPECT_NEAR(y[r * half + i], expected, 1e-6 + 1e-6 * std::fabs(expected))
+            << half << ": row " << r << ", " << i;
+      }
+  }
+  // An odd joined width has no halves.
+  std::vector<float> x(2 * 7), y(7);
+  HostStepContext context;
+  context.opName = "tfm.gated_act_packed";
+  context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
+  context.inputs = {tensor(DType::F32, {2, 7}, x.data())};
+  context.outputs = {tensor(DType::F32, {2, 3}, y.data())};
+  context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
+  context.kernel = gated_gelu::run;
+  EXPECT_FALSE(launcher("tfm.gated_act_packed")(context).isOk());
+  EXPECT_EQ(context.launches, 0);
 }
 
 TEST(TransformerKernels, ResidualAddIsExact) {

@@ -215,7 +215,7 @@ private:
       cost.kernels = kernelConstant(step, 0, "PARTS", -1) > 0 ? 1 : outputs;
       return;
     }
-    // TransformerOps.cpp (embedding, norms, activation, gated_act, residual_add) and every
+    // TransformerOps.cpp (embedding, norms, activation, gated_act(_packed), residual_add) and every
     // other generic launcher: kernel slot 0, once.
     cost.kernels = 1;
   }
@@ -315,7 +315,7 @@ bool hasGpuLauncher(std::string_view op) {
   static constexpr std::string_view kOps[] = {
       "tfm.all_reduce", "tfm.all_gather", "tfm.attention", "tfm.linear", "tfm.lm_head",
       "tfm.embedding", "tfm.layer_norm", "tfm.rms_norm", "tfm.activation", "tfm.gated_act",
-      "tfm.residual_add",
+      "tfm.gated_act_packed", "tfm.residual_add",
       // GenericOps.cpp: unary, binary, Where, Cast, copies, scans, softmax, reductions;
       // GenericMatMul.cpp; GenericIndexing.cpp
       "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf", "Sigmoid", "Relu", "Sin",

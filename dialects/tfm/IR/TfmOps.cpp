@@ -84,6 +84,25 @@ LogicalResult WeightOp::verify() {
   return success();
 }
 
+LogicalResult GatedActPackedOp::verify() {
+  auto in = getInput().getType(), out = getOutput().getType();
+  if (in.getRank() < 1 || in.getRank() != out.getRank())
+    return emitOpError() << "input " << in << " and result " << out
+                         << " must have one rank, 1 or more";
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("result must have the element type of the input");
+  int64_t last = in.getRank() - 1;
+  for (int64_t d = 0; d < last; ++d)
+    if (!compatible(in.getDimSize(d), out.getDimSize(d)))
+      return emitOpError() << "result dimension " << d << " is " << out.getDimSize(d)
+                           << ", the input's " << in.getDimSize(d);
+  int64_t joined = in.getDimSize(last), half = out.getDimSize(last);
+  if (!isDyn(joined) && (joined % 2 != 0 || (!isDyn(half) && half * 2 != joined)))
+    return emitOpError() << "the input's last dimension " << joined
+                         << " must be twice the result's " << half;
+  return success();
+}
+
 LogicalResult ConcatWeightsOp::verify() {
   if (getParts().size() < 2)
     return emitOpError("needs two parts or more");

@@ -204,6 +204,20 @@ def Tfm_GatedActOp : Tfm_Op<"gated_act", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$kind $gate `,` $up attr-dict `:` type($gate)";
 }
 
+def Tfm_GatedActPackedOp : Tfm_Op<"gated_act_packed", [Pure]> {
+  let summary = "gated activation of a joined gate-up projection: act(gate) * up";
+  let description = [{
+    `input` is [..., 2n]: each row's first n features are the gate, the last n the up
+    projection (dsc-fuse-projections' joined [gate; up] linear). The result is [..., n],
+    act(input[..., :n]) * input[..., n:], what `tfm.gated_act` computes from the two halves,
+    without splitting them first.
+  }];
+  let arguments = (ins Tfm_ActivationKindAttr:$kind, Tfm_FloatTensor:$input);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = "$kind $input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
 def Tfm_ResidualAddOp : Tfm_Op<"residual_add", [Pure, Commutative, SameOperandsAndResultType]> {
   let summary = "a + b, the residual connection of a block";
   let arguments = (ins Tfm_FloatTensor:$lhs, Tfm_FloatTensor:$rhs);

@@ -396,6 +396,49 @@ Status inferSameAsFirst(const KernelContext &ctx, std::vector<OutputSpec> &outpu
   return Status::ok();
 }
 
+// tfm.gated_act_packed: [..., 2n] -> [..., n], the gate the first half of each row.
+Status inferGatedPacked(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
+  DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
+  Activation kind;
+  DSRT_RETURN_IF_ERROR(activationKind(ctx, kind));
+  Shape shape = ctx.input(0)->shape;
+  if (shape.back() % 2 != 0)
+    return ctx.error("the joined gate and up need an even last dimension, not ", shape.back());
+  shape.back() /= 2;
+  outputs.push_back({ctx.input(0)->dtype, shape});
+  return Status::ok();
+}
+
+Status computeGatedPacked(const KernelContext &ctx, const Outputs &outputs) {
+  Activation kind;
+  DSRT_RETURN_IF_ERROR(activationKind(ctx, kind));
+  FloatView x(*ctx.input(0));
+  FloatOutput out(*outputs[0]);
+  float *y = out.data();
+  const int64_t half = outputs[0]->shape.back();
+  const int64_t rows = half == 0 ? 0 : outputs[0]->elements() / half;
+  if (ctx.fastKernels) {
+    parallelFor(rows, std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(half, 1)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t r = begin; r < end; ++r) {
+                    const float *gate = x.data() + r * 2 * half, *up = gate + half;
+                    float *row = y + r * half;
+                    std::copy(gate, gate + half, row);
+                    fast::activate(kind, row, half);
+                    for (int64_t i = 0; i < half; ++i)
+                      row[i] *= up[i];
+                  }
+                });
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < half; ++i)
+        y[r * half + i] = activate(kind, x[r * 2 * half + i]) * x[r * 2 * half + half + i];
+  }
+  out.finish();
+  return Status::ok();
+}
+
 // The fast form: the activation vectorised over the thread pool (gated: times the second
 // input after it).
 Status computeElementwiseFast(const KernelContext &ctx, const Outputs &outputs, Activation kind) {
@@ -463,6 +506,8 @@ void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.lm_head", 2, 4, 2, 1, 1, inferLmHead, computeLinear});
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.gated_act", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});
+  kernels.push_back(
+      {"tfm.gated_act_packed", 1, 1, 1, 1, 1, inferGatedPacked, computeGatedPacked});
   kernels.push_back({"tfm.residual_add", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});
   addAttentionKernels(kernels);
   addCollectiveKernels(kernels);

@@ -217,6 +217,38 @@ TEST(FastActivations, EqualTheReferenceKernel) {
   }
 }
 
+// tfm.gated_act_packed (the joined gate-up projection's [rows, 2n]) computes what
+// tfm.gated_act computes from the two halves, element for element, on both kernel sets;
+// an odd width is refused.
+TEST(FastActivations, PackedEqualsTheTwoInputForm) {
+  const int64_t rows = 3, half = 37;
+  std::mt19937 rng(5);
+  std::vector<float> joined = values<float>(randomF32({rows, 2 * half}, rng)), gate, up;
+  for (int64_t r = 0; r < rows; ++r) {
+    gate.insert(gate.end(), joined.begin() + r * 2 * half, joined.begin() + r * 2 * half + half);
+    up.insert(up.end(), joined.begin() + r * 2 * half + half, joined.begin() + (r + 1) * 2 * half);
+  }
+  OwnedTensor x = f32({rows, 2 * half}, joined), g = f32({rows, half}, gate),
+              u = f32({rows, half}, up);
+  for (const char *kind : {"gelu_erf", "silu", "relu"}) {
+    for (bool fastKernels : {true, false}) {
+      ops::AttrMap attrs{{"kind", ops::Attr::ofString(kind)}};
+      std::vector<OwnedTensor> packed, pair;
+      ASSERT_TRUE(run("tfm.gated_act_packed", {&x}, packed, attrs, 1, nullptr, nullptr,
+                      fastKernels).isOk());
+      ASSERT_TRUE(
+          run("tfm.gated_act", {&g, &u}, pair, attrs, 1, nullptr, nullptr, fastKernels).isOk());
+      EXPECT_EQ(packed[0].ref().shape, (Shape{rows, half}));
+      EXPECT_EQ(values<float>(packed[0]), values<float>(pair[0])) << kind << " " << fastKernels;
+    }
+  }
+  OwnedTensor odd = f32({2, 5}, std::vector<float>(10, 1.0f));
+  std::vector<OwnedTensor> out;
+  Status status = run("tfm.gated_act_packed", {&odd}, out, {{"kind", ops::Attr::ofString("silu")}});
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("even last dimension"), std::string::npos) << status.message();
+}
+
 // tfm.layer_norm and tfm.rms_norm on the fast kernels (fp32, vectorised, rows over the
 // pool) against the reference (fp64 sums): rows of 768 and of 37 (a vector tail), offset
 // from zero so that the mean matters, with and without bias and the residual form. With

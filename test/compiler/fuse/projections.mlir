@@ -37,20 +37,27 @@ func.func @qkv(%x: tensor<2x5x32xf32>) -> tensor<2x5x32xf32> {
 // -----
 
 // int8 gate and up of a TP rank: the int8 weights and their scales are joined alike, each
-// keeping its even column-parallel shard; the projection stays column-parallel.
+// keeping its even column-parallel shard; the projection stays column-parallel. The gated
+// activation reads the joined result: no Split. Up comes first in the block here; the
+// gate's rows still come first in the joined weight.
 // CHECK-LABEL: func.func @gate_up_int8
-// CHECK: %[[W:.*]] = tfm.concat_weights %{{.*}}, %{{.*}} : (tensor<24x16xi8>, tensor<24x16xi8>) -> tensor<48x16xi8>
-// CHECK-NEXT: %[[S:.*]] = tfm.concat_weights %{{.*}}, %{{.*}} : (tensor<24x1xf32>, tensor<24x1xf32>) -> tensor<48x1xf32>
+// CHECK-DAG: %[[WG:.*]] = tfm.weight "gate" {{.*}}quantize_int8
+// CHECK-DAG: %[[WU:.*]] = tfm.weight "up" {{.*}}quantize_int8
+// CHECK-DAG: %[[SG:.*]] = tfm.weight "gate" {{.*}}quant_scales
+// CHECK-DAG: %[[SU:.*]] = tfm.weight "up" {{.*}}quant_scales
+// CHECK: %[[W:.*]] = tfm.concat_weights %[[WG]], %[[WU]] : (tensor<24x16xi8>, tensor<24x16xi8>) -> tensor<48x16xi8>
+// CHECK-NEXT: %[[S:.*]] = tfm.concat_weights %[[SG]], %[[SU]] : (tensor<24x1xf32>, tensor<24x1xf32>) -> tensor<48x1xf32>
 // CHECK-NEXT: %[[Y:.*]] = tfm.linear %arg0, %[[W]] scales %[[S]] parallel column : (tensor<3x16xf32>, tensor<48x16xi8>, tensor<48x1xf32>) -> tensor<3x48xf32>
-// CHECK: %[[P:.*]]:2 = onnx.Split %[[Y]], %{{.*}} {axis = 1 : i64}
-// CHECK-NEXT: tfm.gated_act silu %[[P]]#0, %[[P]]#1
+// CHECK-NEXT: %[[A:.*]] = tfm.gated_act_packed silu %[[Y]] : tensor<3x48xf32> -> tensor<3x24xf32>
+// CHECK-NEXT: return %[[A]]
+// CHECK-NOT: onnx.Split
 func.func @gate_up_int8(%x: tensor<3x16xf32>) -> tensor<3x24xf32> {
   %wg = tfm.weight "gate" : tensor<48x16xf32> [#tfm.shard<axis = 0, offsets = [0, 24], sizes = [24, 24], groups = 1>, #tfm.quantize_int8<group_size = 0>] -> tensor<24x16xi8>
   %sg = tfm.weight "gate" : tensor<48x16xf32> [#tfm.shard<axis = 0, offsets = [0, 24], sizes = [24, 24], groups = 1>, #tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<24x1xf32>
   %wu = tfm.weight "up" : tensor<48x16xf32> [#tfm.shard<axis = 0, offsets = [0, 24], sizes = [24, 24], groups = 1>, #tfm.quantize_int8<group_size = 0>] -> tensor<24x16xi8>
   %su = tfm.weight "up" : tensor<48x16xf32> [#tfm.shard<axis = 0, offsets = [0, 24], sizes = [24, 24], groups = 1>, #tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<24x1xf32>
-  %g = tfm.linear %x, %wg scales %sg parallel column : (tensor<3x16xf32>, tensor<24x16xi8>, tensor<24x1xf32>) -> tensor<3x24xf32>
   %u = tfm.linear %x, %wu scales %su parallel column : (tensor<3x16xf32>, tensor<24x16xi8>, tensor<24x1xf32>) -> tensor<3x24xf32>
+  %g = tfm.linear %x, %wg scales %sg parallel column : (tensor<3x16xf32>, tensor<24x16xi8>, tensor<24x1xf32>) -> tensor<3x24xf32>
   %a = tfm.gated_act silu %g, %u : tensor<3x24xf32>
   return %a : tensor<3x24xf32>
 }
@@ -96,4 +103,21 @@ func.func @alone(%x: tensor<3x8xf32>, %y: tensor<3x8xf32>) -> (tensor<3x4xf32>, 
   %a = tfm.linear %x, %w : (tensor<3x8xf32>, tensor<4x8xf32>) -> tensor<3x4xf32>
   %b = tfm.linear %y, %w : (tensor<3x8xf32>, tensor<4x8xf32>) -> tensor<3x4xf32>
   return %a, %b : tensor<3x4xf32>, tensor<3x4xf32>
+}
+
+// -----
+
+// Gate and up whose up projection has another reader: the gated activation cannot take the
+// joined result alone, so a Split gives both halves.
+// CHECK-LABEL: func.func @gate_up_shared
+// CHECK: %[[P:.*]]:2 = onnx.Split
+// CHECK-NEXT: tfm.gated_act gelu_tanh %[[P]]#0, %[[P]]#1
+// CHECK-NOT: tfm.gated_act_packed
+func.func @gate_up_shared(%x: tensor<3x16xf32>) -> (tensor<3x24xf32>, tensor<3x24xf32>) {
+  %wg = tfm.weight "gate" : tensor<24x16xf32> -> tensor<24x16xf32>
+  %wu = tfm.weight "up" : tensor<24x16xf32> -> tensor<24x16xf32>
+  %g = tfm.linear %x, %wg : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
+  %u = tfm.linear %x, %wu : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
+  %a = tfm.gated_act gelu_tanh %g, %u : tensor<3x24xf32>
+  return %a, %u : tensor<3x24xf32>, tensor<3x24xf32>
 }

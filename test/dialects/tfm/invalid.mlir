@@ -695,3 +695,11 @@ func.func @concat_weights_rows() {
   %0 = tfm.concat_weights %a, %b : (tensor<4x8xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
   return
 }
+
+// -----
+
+func.func @gated_act_packed_odd(%x: tensor<3x7xf32>) {
+  // expected-error @+1 {{the input's last dimension 7 must be twice the result's 3}}
+  %0 = tfm.gated_act_packed silu %x : tensor<3x7xf32> -> tensor<3x3xf32>
+  return
+}

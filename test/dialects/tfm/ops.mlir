@@ -134,3 +134,10 @@ func.func @collectives_and_lm_head(%x: tensor<?x?x768xf16>, %w: tensor<12565x768
          : (tensor<?x?x768xf16>, tensor<12565x768xf16>) -> tensor<?x?x12565xf16>
   return
 }
+
+// CHECK-LABEL: func.func @gated_act_packed
+func.func @gated_act_packed(%x: tensor<?x?x48xf32>) {
+  // CHECK: tfm.gated_act_packed silu %{{.*}} : tensor<?x?x48xf32> -> tensor<?x?x24xf32>
+  %0 = tfm.gated_act_packed silu %x : tensor<?x?x48xf32> -> tensor<?x?x24xf32>
+  return
+}

@@ -171,8 +171,9 @@ Status runNorm(StepContext &context, bool rms) {
 Status runLayerNorm(StepContext &context) { return runNorm(context, /*rms=*/false); }
 Status runRmsNorm(StepContext &context) { return runNorm(context, /*rms=*/true); }
 
-// activation (a), gated_act (a, b), residual_add (a, b): f32, one output of a's shape.
-Status runElementwise(StepContext &context, size_t inputs) {
+// activation (a), gated_act (a, b), residual_add (a, b): f32, one output of a's shape;
+// gated_act_packed (a = [..., 2n] gate then up): f32, [..., n].
+Status runElementwise(StepContext &context, size_t inputs, bool packed = false) {
   DSRT_RETURN_IF_ERROR(requireKernel(context));
   const DeviceTensor *a = context.input(0);
   DSRT_RETURN_IF_ERROR(requireF32(context, a, "the first input"));
@@ -186,9 +187,17 @@ Status runElementwise(StepContext &context, size_t inputs) {
   }
   const DeviceTensor &out = context.output(0);
   DSRT_RETURN_IF_ERROR(requireF32(context, &out, "the output"));
-  if (out.elements() != a->elements())
+  long long half = 0;
+  if (packed) {
+    if (a->shape.empty() || a->shape.back() % 2 != 0 || out.shape.empty() ||
+        out.shape.back() * 2 != a->shape.back() || out.elements() * 2 != a->elements())
+      return context.error("the joined input ", shapeString(a->shape),
+                           " is not gate and up halves of the output ", shapeString(out.shape));
+    half = out.shape.back();
+  } else if (out.elements() != a->elements()) {
     return context.error("the output has ", out.elements(), " elements, not ", a->elements());
-  long long count = a->elements();
+  }
+  long long count = out.elements();
   if (count == 0)
     return Status::ok();
   // Four values per thread on the vector path; a grid-stride loop covers the rest, so the
@@ -201,12 +210,19 @@ Status runElementwise(StepContext &context, size_t inputs) {
   Dim3 threads;
   threads.x = kElementwiseBlock;
   DevicePtr aData = a->data, bData = b ? b->data : 0, outData = out.data;
-  void *args[] = {&aData, &bData, &outData, &count};
+  if (context.op() == "tfm.residual_add") {
+    void *args[] = {&aData, &bData, &outData, &count};
+    return context.launch(0, grid, threads, 0, args);
+  }
+  void *args[] = {&aData, &bData, &outData, &count, &half};
   return context.launch(0, grid, threads, 0, args);
 }
 
 Status runActivation(StepContext &context) { return runElementwise(context, 1); }
 Status runGatedActivation(StepContext &context) { return runElementwise(context, 2); }
+Status runPackedGatedActivation(StepContext &context) {
+  return runElementwise(context, 1, /*packed=*/true);
+}
 Status runResidualAdd(StepContext &context) { return runElementwise(context, 2); }
 
 } // namespace
@@ -217,6 +233,7 @@ void addTransformerGpuOps(std::vector<GpuOpInfo> &ops) {
   ops.push_back({"tfm.rms_norm", runRmsNorm});
   ops.push_back({"tfm.activation", runActivation});
   ops.push_back({"tfm.gated_act", runGatedActivation});
+  ops.push_back({"tfm.gated_act_packed", runPackedGatedActivation});
   ops.push_back({"tfm.residual_add", runResidualAdd});
 }
 
