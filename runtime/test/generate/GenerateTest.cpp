@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -169,6 +170,38 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
     ++kept[dsrt::sampleToken(logits, options, state)];
   EXPECT_EQ(kept[0] + kept[1], 0);
   EXPECT_NEAR(kept[3] / double(draws), 4.0 / 7.0, 0.02);
+}
+
+// hostTopLogits's candidates are the prefix of std::stable_sort by descending logit (ties by
+// the lower index), for counts below, at and above its block of 16, over a vocabulary that
+// is no multiple of it and rows full of ties; two rows of a batch are selected apart.
+TEST(SampleTokenTest, TopLogitsAreTheStableSortsPrefix) {
+  const int64_t vocab = 1003;
+  std::vector<float> logits(2 * vocab);
+  uint64_t fill = 99;
+  for (float &value : logits) {
+    fill = fill * 6364136223846793005ull + 1442695040888963407ull;
+    value = static_cast<float>(static_cast<int>((fill >> 33) % 41) - 20) * 0.25f;  // ties
+  }
+  dsrt::TensorRef ref{dsrt::DType::F32, {2, 1, vocab}, logits.data()};
+  for (int64_t count : {int64_t(1), int64_t(2), int64_t(16), int64_t(17), int64_t(50), vocab}) {
+    std::vector<std::vector<float>> values;
+    std::vector<std::vector<int64_t>> ids;
+    ASSERT_TRUE(dsrt::hostTopLogits(ref, count, values, ids).isOk());
+    ASSERT_EQ(ids.size(), 2u);
+    for (int64_t b = 0; b < 2; ++b) {
+      const float *row = logits.data() + b * vocab;
+      std::vector<int64_t> order(static_cast<size_t>(vocab));
+      for (int64_t i = 0; i < vocab; ++i)
+        order[static_cast<size_t>(i)] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t x, int64_t y) { return row[x] > row[y]; });
+      order.resize(static_cast<size_t>(count));
+      EXPECT_EQ(ids[static_cast<size_t>(b)], order) << "count " << count << ", row " << b;
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(values[static_cast<size_t>(b)][static_cast<size_t>(i)], row[order[i]]);
+    }
+  }
 }
 
 // Greedy and top-k draw from Session::topLogits's candidates (hostTopLogits here) instead of
