@@ -1,0 +1,220 @@
+#include "compiler/lowering/ExportWeights.h"
+
+#include "codegen/WeightTransforms.h"
+#include "compiler/lowering/RuntimeTypes.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <functional>
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+// The weight's name and the part of it a slice transform keeps (the Q, K or V rows of a
+// fused projection), so that each quantized weight has its own line.
+std::string quantizedWeightLabel(plan::WeightTensorOp op, int rank, int ranks) {
+  std::string label;
+  // The quantize pass gives the handle its layer's location: the ONNX node.
+  if (auto layer = dyn_cast<NameLoc>(op.getLoc()); layer && layer.getName() != op.getName())
+    label = layer.getName().str() + " ";
+  label += op.getName().str();
+  if (auto list = op.getTransforms())
+    for (auto transform : list->getAsRange<DictionaryAttr>())
+      if (transform.getAs<StringAttr>("kind").getValue() == "slice") {
+        int64_t offset = transform.getAs<IntegerAttr>("offset").getInt();
+        int64_t size = transform.getAs<IntegerAttr>("size").getInt();
+        label += "[" + std::to_string(offset) + ":" + std::to_string(offset + size) + "]";
+      }
+  if (ranks > 1)
+    label += " rank " + std::to_string(rank);
+  return label;
+}
+
+// The op's transforms for `rank` (a shard keeps that rank's part), plus the conversion to
+// the stored dtype that --dtype asks for.
+dsrt::DType storedFloatDtype(const std::string &weightDtype) {
+  if (weightDtype == "fp16")
+    return dsrt::DType::F16;
+  if (weightDtype == "bf16")
+    return dsrt::DType::BF16;
+  return dsrt::DType::F32;
+}
+
+FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, int rank,
+                                                     dsrt::DType resultDtype,
+                                                     const std::string &weightDtype) {
+  std::vector<WeightTransform> transforms;
+  if (auto list = op.getTransforms()) {
+    for (auto transform : list->getAsRange<DictionaryAttr>()) {
+      llvm::StringRef kind = transform.getAs<StringAttr>("kind").getValue();
+      if (kind == "transpose") {
+        std::vector<int64_t> perm;
+        for (Attribute p : transform.getAs<ArrayAttr>("perm"))
+          perm.push_back(cast<IntegerAttr>(p).getInt());
+        transforms.push_back(WeightTransform::transpose(std::move(perm)));
+      } else if (kind == "slice") {
+        auto groups = transform.getAs<IntegerAttr>("groups");
+        transforms.push_back(WeightTransform::slice(transform.getAs<IntegerAttr>("axis").getInt(),
+                                                    transform.getAs<IntegerAttr>("offset").getInt(),
+                                                    transform.getAs<IntegerAttr>("size").getInt(),
+                                                    groups ? groups.getInt() : 1));
+      } else if (kind == "shard") {
+        auto sizes = transform.getAs<ArrayAttr>("sizes");
+        if (rank >= static_cast<int>(sizes.size()))
+          return op.emitOpError() << "has a shard of " << sizes.size() << " ranks for rank "
+                                  << rank;
+        auto offsets = transform.getAs<ArrayAttr>("offsets");
+        transforms.push_back(WeightTransform::slice(
+            transform.getAs<IntegerAttr>("axis").getInt(), cast<IntegerAttr>(offsets[rank]).getInt(),
+            cast<IntegerAttr>(sizes[rank]).getInt(), transform.getAs<IntegerAttr>("groups").getInt()));
+      } else if (kind == "quantize_int8") {
+        // Scales are stored like every other float weight of the plan; the int8 values are
+        // chosen for the scales as stored.
+        transforms.push_back(WeightTransform::quantizeInt8(
+            transform.getAs<IntegerAttr>("group_size").getInt(), storedFloatDtype(weightDtype)));
+      } else if (kind == "quant_scales") {
+        transforms.push_back(
+            WeightTransform::quantScales(transform.getAs<IntegerAttr>("group_size").getInt()));
+      } else {
+        transforms.push_back(
+            WeightTransform::convert(runtimeDType(transform.getAs<TypeAttr>("to").getValue())));
+      }
+    }
+  }
+  if (resultDtype == dsrt::DType::F32 && storedFloatDtype(weightDtype) != dsrt::DType::F32)
+    transforms.push_back(WeightTransform::convert(storedFloatDtype(weightDtype)));
+  return transforms;
+}
+
+} // namespace
+
+std::string weightKey(plan::WeightTensorOp op) {
+  std::string key = op.getName().str();
+  if (auto list = op.getTransforms()) {
+    std::string printed;
+    llvm::raw_string_ostream os(printed);
+    list->print(os);
+    key += " " + printed;
+  }
+  return key;
+}
+
+FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) const {
+  auto type = cast<RankedTensorType>(op.getType());
+  const onnx_frontend::WeightRecord *record = weights_.lookup(op.getName());
+  if (!record)
+    return op.emitOpError() << "names weight '" << op.getName()
+                            << "', which the model does not have";
+  auto sourceType = op.getSourceType() ? cast<RankedTensorType>(*op.getSourceType()) : type;
+  dsrt::DType sourceDtype = runtimeDType(sourceType);
+  dsrt::Shape sourceShape(sourceType.getShape().begin(), sourceType.getShape().end());
+  uint64_t expected = static_cast<uint64_t>(sourceType.getNumElements()) *
+                      dsrt::dtypeSize(sourceDtype);
+  if (record->bytes.size() != expected)
+    return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
+                            << " bytes, but its type needs " << expected;
+  FailureOr<std::vector<WeightTransform>> transforms =
+      transformsOf(op, /*rank=*/0, runtimeDType(type), options_.weightDtype);
+  if (failed(transforms))
+    return failure();
+  dsrt::DType stored;
+  dsrt::Shape storedShape;
+  dsrt::Status status =
+      transformedType(sourceDtype, sourceShape, *transforms, stored, storedShape);
+  if (!status.isOk())
+    return op.emitOpError() << "weight '" << op.getName() << "': " << status.message();
+  if (storedShape != dsrt::Shape(type.getShape().begin(), type.getShape().end()))
+    return op.emitOpError() << "weight '" << op.getName() << "': its transforms give "
+                            << dsrt::shapeString(storedShape) << ", not the result's shape";
+
+  llvm::ArrayRef<uint8_t> bytes = record->bytes;
+  const onnx_frontend::WeightStore *store = &weights_;
+  // Every rank gets its own part of a sharded weight and the whole of any other.
+  std::vector<WeightShard> shards;
+  for (int rank = 0; rank < ranks_; ++rank) {
+    FailureOr<std::vector<WeightTransform>> rankTransforms =
+        transformsOf(op, rank, runtimeDType(type), options_.weightDtype);
+    if (failed(rankTransforms))
+      return failure();
+    WeightShard shard;
+    status = transformedType(sourceDtype, sourceShape, *rankTransforms, shard.dtype,
+                             shard.shape);
+    if (!status.isOk())
+      return op.emitOpError() << "weight '" << op.getName() << "' (rank " << rank
+                              << "): " << status.message();
+    // Streams from the mmapped model (or its external data) straight into the plan file.
+    std::string label = quantizedWeightLabel(op, rank, ranks_);
+    shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store, record,
+                  label, shape = shard.shape, verbose = options_.verbose,
+                  summary = &quantization_](uint8_t *destination) {
+      llvm::scope_exit release([&] { store->releasePages(*record); });
+      QuantizationError error;
+      dsrt::Status status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape,
+                                                  transforms, destination, &error);
+      if (status.isOk() && error.measured) {
+        ++summary->weights;
+        summary->maxRelative = std::max(summary->maxRelative, error.maxRelative);
+        summary->sumMeanRelative += error.meanRelative;
+        if (verbose)
+          llvm::errs() << llvm::format(
+              "dsc: int8 %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
+              "mean %.3f%% of |w|\n",
+              label.c_str(), dsrt::shapeString(shape).c_str(),
+              static_cast<long long>(error.groups), 100 * error.maxRelative,
+              100 * error.meanRelative);
+      }
+      return status;
+    };
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+// Each rank's parts one after the other: [q_r; k_r; v_r].
+FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightConcatOp op) const {
+  std::vector<std::vector<WeightShard>> parts;
+  for (Value part : op.getParts()) {
+    FailureOr<std::vector<WeightShard>> shards =
+        of(part.getDefiningOp<plan::WeightTensorOp>());
+    if (failed(shards))
+      return failure();
+    parts.push_back(std::move(*shards));
+  }
+  std::vector<WeightShard> joined(static_cast<size_t>(ranks_));
+  for (int rank = 0; rank < ranks_; ++rank) {
+    WeightShard &out = joined[static_cast<size_t>(rank)];
+    std::vector<std::pair<uint64_t, std::function<dsrt::Status(uint8_t *)>>> fills;
+    uint64_t offset = 0;
+    for (auto &shards : parts) {
+      WeightShard &part = shards[static_cast<size_t>(rank)];
+      if (out.shape.empty()) {
+        out.dtype = part.dtype;
+        out.shape = part.shape;
+      } else if (part.dtype != out.dtype || part.shape.size() != out.shape.size() ||
+                 !std::equal(part.shape.begin() + 1, part.shape.end(), out.shape.begin() + 1)) {
+        return op.emitOpError() << "rank " << rank << "'s parts differ in dtype or in a "
+                                   "dimension after the first";
+      } else {
+        out.shape[0] += part.shape[0];
+      }
+      fills.emplace_back(offset, std::move(part.fill));
+      offset += static_cast<uint64_t>(dsrt::elementCount(part.shape)) * dsrt::dtypeSize(part.dtype);
+    }
+    out.fill = [fills = std::move(fills)](uint8_t *destination) {
+      for (const auto &[offset, fill] : fills)
+        DSRT_RETURN_IF_ERROR(fill(destination + offset));
+      return dsrt::Status::ok();
+    };
+  }
+  return joined;
+}
+
+} // namespace dsc
