@@ -2,6 +2,7 @@
 #include "dialects/plan/IR/PlanDialect.h"
 
 #include "dialects/common/BranchVerification.h"
+#include "dialects/common/WeightConcatVerification.h"
 
 #include "mlir/IR/TypeUtilities.h"
 
@@ -118,24 +119,10 @@ LogicalResult WeightTensorOp::verify() {
 }
 
 LogicalResult WeightConcatOp::verify() {
-  if (getParts().size() < 2)
-    return emitOpError("needs two parts or more");
-  auto out = cast<RankedTensorType>(getOutput().getType());
-  int64_t rows = 0;
-  for (auto [index, part] : llvm::enumerate(getParts())) {
-    if (!part.getDefiningOp<WeightTensorOp>())
-      return emitOpError() << "part " << index << " is not a plan.weight_tensor";
-    auto type = cast<RankedTensorType>(part.getType());
-    if (type.getElementType() != out.getElementType() || type.getRank() != out.getRank() ||
-        type.getShape().drop_front() != out.getShape().drop_front())
-      return emitOpError() << "part " << index << " (" << type
-                           << ") differs from the result " << out
-                           << " in element type or in a dimension after the first";
-    rows += type.getDimSize(0);
-  }
-  if (out.getRank() < 1 || out.getDimSize(0) != rows)
-    return emitOpError() << "the parts have " << rows << " rows, the result " << out;
-  return success();
+  return verifyWeightConcat(
+      *this, getParts(), getOutput(),
+      [](Value part) { return static_cast<bool>(part.getDefiningOp<WeightTensorOp>()); },
+      "plan.weight_tensor");
 }
 
 LogicalResult ExecOp::verify() {

@@ -2,6 +2,8 @@
 // head counts, element types, attribute ranges); dynamic dimensions are left alone.
 #include "dialects/tfm/IR/TfmDialect.h"
 
+#include "dialects/common/WeightConcatVerification.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 
@@ -104,26 +106,10 @@ LogicalResult GatedActPackedOp::verify() {
 }
 
 LogicalResult ConcatWeightsOp::verify() {
-  if (getParts().size() < 2)
-    return emitOpError("needs two parts or more");
-  auto out = cast<RankedTensorType>(getOutput().getType());
-  int64_t rows = 0;
-  for (auto [index, part] : llvm::enumerate(getParts())) {
-    if (!part.getDefiningOp<WeightOp>())
-      return emitOpError() << "part " << index << " is not a tfm.weight";
-    auto type = cast<RankedTensorType>(part.getType());
-    if (type.getElementType() != out.getElementType() || type.getRank() != out.getRank())
-      return emitOpError() << "part " << index << " (" << type
-                           << ") does not have the result's element type and rank";
-    for (int64_t d = 1; d < type.getRank(); ++d)
-      if (type.getDimSize(d) != out.getDimSize(d))
-        return emitOpError() << "part " << index << " (" << type << ") differs from the result "
-                             << out << " in dimension " << d;
-    rows += type.getDimSize(0);
-  }
-  if (out.getRank() < 1 || out.getDimSize(0) != rows)
-    return emitOpError() << "the parts have " << rows << " rows, the result " << out;
-  return success();
+  return verifyWeightConcat(
+      *this, getParts(), getOutput(),
+      [](Value part) { return static_cast<bool>(part.getDefiningOp<WeightOp>()); },
+      "tfm.weight");
 }
 
 //===----------------------------------------------------------------------===//

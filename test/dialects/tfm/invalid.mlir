@@ -681,7 +681,7 @@ func.func @concat_weights_not_a_weight(%a: tensor<4x8xf32>) {
 func.func @concat_weights_columns() {
   %a = tfm.weight "a" : tensor<4x8xf32> -> tensor<4x8xf32>
   %b = tfm.weight "b" : tensor<4x6xf32> -> tensor<4x6xf32>
-  // expected-error @+1 {{part 1 ('tensor<4x6xf32>') differs from the result 'tensor<8x8xf32>' in dimension 1}}
+  // expected-error @+1 {{part 1 ('tensor<4x6xf32>') differs from the result 'tensor<8x8xf32>' in element type or in a dimension after the first}}
   %0 = tfm.concat_weights %a, %b : (tensor<4x8xf32>, tensor<4x6xf32>) -> tensor<8x8xf32>
   return
 }

@@ -1,0 +1,40 @@
+// The checks tfm.concat_weights and plan.weight_concat share: two parts or more, each a
+// weight op of its dialect, joined along the first dimension into the result (the same
+// element type and every later dimension). Header-only: both dialect libraries include it.
+#ifndef DSC_DIALECTS_COMMON_WEIGHTCONCATVERIFICATION_H
+#define DSC_DIALECTS_COMMON_WEIGHTCONCATVERIFICATION_H
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
+
+namespace dsc {
+
+// `isWeight(part)`: whether the part is defined by the dialect's weight op, named `weightOp`
+// in the error.
+template <typename IsWeight>
+llvm::LogicalResult verifyWeightConcat(mlir::Operation *op, mlir::ValueRange parts,
+                                       mlir::Value result, IsWeight isWeight,
+                                       llvm::StringRef weightOp) {
+  if (parts.size() < 2)
+    return op->emitOpError("needs two parts or more");
+  auto out = llvm::cast<mlir::RankedTensorType>(result.getType());
+  int64_t rows = 0;
+  for (auto [index, part] : llvm::enumerate(parts)) {
+    if (!isWeight(part))
+      return op->emitOpError() << "part " << index << " is not a " << weightOp;
+    auto type = llvm::cast<mlir::RankedTensorType>(part.getType());
+    if (type.getElementType() != out.getElementType() || type.getRank() != out.getRank() ||
+        out.getRank() < 1 || type.getShape().drop_front() != out.getShape().drop_front())
+      return op->emitOpError() << "part " << index << " (" << type
+                               << ") differs from the result " << out
+                               << " in element type or in a dimension after the first";
+    rows += type.getDimSize(0);
+  }
+  if (out.getDimSize(0) != rows)
+    return op->emitOpError() << "the parts have " << rows << " rows, the result " << out;
+  return mlir::success();
+}
+
+} // namespace dsc
+
+#endif
