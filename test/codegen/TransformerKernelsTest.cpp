@@ -8,84 +8,20 @@
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
 
+#include "HostCuda.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 namespace dsc::codegen {
 namespace {
 
-// ---- the CUDA built-ins the templates use, for one block run as host threads -----------
-
-struct HostDim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-thread_local HostDim3 threadIdx;
-HostDim3 blockIdx, blockDim, gridDim;
-
-class HostBarrier {
-public:
-  explicit HostBarrier(unsigned count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    unsigned generation = generation_;
-    if (++waiting_ == count_) {
-      waiting_ = 0;
-      ++generation_;
-      released_.notify_all();
-      return;
-    }
-    released_.wait(lock, [&] { return generation != generation_; });
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable released_;
-  unsigned count_, waiting_ = 0, generation_ = 0;
-};
-HostBarrier *blockBarrier = nullptr;
-float shuffleSlots[1024];
-
-inline void __syncthreads() { blockBarrier->wait(); }
-// Every thread of the block shuffles at the same points (the norms' block reductions).
-inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
-  unsigned lane = threadIdx.x & 31u;
-  shuffleSlots[threadIdx.x] = value;
-  __syncthreads();
-  float other = shuffleSlots[(threadIdx.x - lane) | (lane ^ static_cast<unsigned>(laneMask))];
-  __syncthreads();
-  return other;
-}
-inline unsigned __float_as_uint(float value) {
-  unsigned bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-inline float __uint_as_float(unsigned bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-#define __shared__ static
-
 #include "codegen/kernels/dsc_common.cuh"
 
-template <typename T> T arg(void **args, int index) {
-  T value;
-  std::memcpy(&value, args[index], sizeof value);
-  return value;
-}
 using Ptr = unsigned long long;
 
 // One host build per specialisation: a namespace, the template's entry renamed, and an
@@ -190,74 +126,12 @@ namespace cuda = dsrt::cuda;
 
 Ptr address(const void *data) { return reinterpret_cast<Ptr>(data); }
 
-class HostStepContext : public cuda::StepContext {
-public:
-  std::string opName;
-  dsrt::ops::AttrMap attributes;
-  std::vector<std::optional<cuda::DeviceTensor>> inputs;
-  std::vector<cuda::DeviceTensor> outputs;
-  KernelSpec spec;
-  void (*kernel)(void **) = nullptr;
-  int launches = 0;
-
-  std::string_view op() const override { return opName; }
-  const dsrt::ops::AttrMap &attrs() const override { return attributes; }
-  size_t inputCount() const override { return inputs.size(); }
-  const cuda::DeviceTensor *input(size_t index) const override {
-    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
-  }
-  const dsrt::TensorRef *hostInput(size_t) const override { return nullptr; }
-  size_t outputCount() const override { return outputs.size(); }
-  const cuda::DeviceTensor &output(size_t index) const override { return outputs.at(index); }
-
-  // Block after block, each block's threads as host threads (the norms synchronise).
-  Status launch(size_t slot, cuda::Dim3 grid, cuda::Dim3 block, uint32_t sharedBytes,
-                void **args) override {
-    if (slot != 0 || !kernel)
-      return error("no kernel in slot ", slot);
-    if (grid.x == 0 || grid.y != 1 || grid.z != 1 || block.x == 0 || block.x > 1024 ||
-        block.x % 32 != 0 || block.y != 1 || block.z != 1 || sharedBytes != 0)
-      return error("unexpected launch configuration");
-    ++launches;
-    gridDim = {grid.x, 1, 1};
-    blockDim = {block.x, 1, 1};
-    for (unsigned b = 0; b < grid.x; ++b) {
-      blockIdx = {b, 0, 0};
-      HostBarrier barrier(block.x);
-      blockBarrier = &barrier;
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < block.x; ++t)
-        threads.emplace_back([&, t] {
-          threadIdx = {t, 0, 0};
-          kernel(args);
-        });
-      for (std::thread &thread : threads)
-        thread.join();
-      blockBarrier = nullptr;
-    }
-    return Status::ok();
-  }
-  size_t kernelCount() const override { return kernel ? 1 : 0; }
-  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
-    if (slot != 0)
-      return fallback;
-    for (const auto &[constant, value] : spec.constants)
-      if (constant == name)
-        return value;
-    return fallback;
-  }
-  Status gemm(const cuda::GemmDesc &) override { return error("no gemm here"); }
-  Status scratch(size_t, cuda::DevicePtr &) override { return error("no scratch here"); }
-  const cuda::DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
-  cuda::DevicePtr sequenceLengths() const override { return 0; }
-  const int32_t *hostSequenceLengths() const override { return nullptr; }
-  cuda::DeviceCollectives *collectives() override { return nullptr; }
-  int rank() const override { return 0; }
-  cuda::StreamHandle stream() const override { return nullptr; }
-  int multiprocessorCount() const override { return 2; }
-  int computeCapability() const override { return 80; }
-  bool capturing() const override { return false; }
-};
+// Slot 0 of `context` runs `run`, the host build of `spec`; the kernels synchronise (the
+// norms' block reductions), so a block's threads run together.
+void use(HostStepContext &context, const KernelSpec &spec, void (*run)(void **)) {
+  registerHostKernel(spec.name(), run, /*cooperative=*/true);
+  context.specs = {spec};
+}
 
 } // namespace
 } // namespace dsc::codegen
@@ -322,8 +196,9 @@ TEST(TransformerKernels, EmbeddingGathersBf16RowsAndZeroesOtherRanksIds) {
   context.inputs = {tensor(DType::I64, {1, static_cast<int64_t>(ids.size())}, ids.data()),
                     tensor(DType::BF16, {rows, hidden}, table.data())};
   context.outputs = {tensor(DType::F32, {1, static_cast<int64_t>(ids.size()), hidden}, out.data())};
-  context.spec = {"embedding", {{"HIDDEN", 8}, {"TABLE_DT", 3}, {"ID_DT", 5}, {"BLOCK", 32}}};
-  context.kernel = embedding_bf16::run;
+  use(context,
+      {"embedding", {{"HIDDEN", 8}, {"TABLE_DT", 3}, {"ID_DT", 5}, {"BLOCK", 32}}},
+      embedding_bf16::run);
   Status status = launcher("tfm.embedding")(context);
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_EQ(context.launches, 1);
@@ -365,9 +240,10 @@ TEST(TransformerKernels, LayerNormWithResidualBf16ScaleAndF32Bias) {
                     tensor(DType::F32, {rows, hidden}, r.data())};
   context.outputs = {tensor(DType::F32, {rows, hidden}, y.data()),
                      tensor(DType::F32, {rows, hidden}, sum.data())};
-  context.spec = {"layer_norm",
-                  {{"HIDDEN", 100}, {"SCALE_DT", 3}, {"BIAS_DT", 1}, {"RESIDUAL", 1}, {"BLOCK", 32}}};
-  context.kernel = layer_norm_residual::run;
+  use(context,
+      {"layer_norm",
+       {{"HIDDEN", 100}, {"SCALE_DT", 3}, {"BIAS_DT", 1}, {"RESIDUAL", 1}, {"BLOCK", 32}}},
+      layer_norm_residual::run);
   Status status = launcher("tfm.layer_norm")(context);
   ASSERT_TRUE(status.isOk()) << status.message();
   for (int row = 0; row < rows; ++row) {
@@ -402,8 +278,9 @@ TEST(TransformerKernels, RmsNormWithoutResidual) {
   context.inputs = {tensor(DType::F32, {2, 2, hidden}, x.data()),
                     tensor(DType::F32, {hidden}, scale.data())};
   context.outputs = {tensor(DType::F32, {2, 2, hidden}, y.data())};
-  context.spec = {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}};
-  context.kernel = rms_norm_plain::run;
+  use(context,
+      {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}},
+      rms_norm_plain::run);
   Status status = launcher("tfm.rms_norm")(context);
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_EQ(context.launches, 1);
@@ -424,8 +301,9 @@ TEST(TransformerKernels, LaunchersRefuseAKernelOfAnotherHiddenSize) {
   context.opName = "tfm.rms_norm";
   context.inputs = {tensor(DType::F32, {2, 64}, x.data()), tensor(DType::F32, {64}, scale.data())};
   context.outputs = {tensor(DType::F32, {2, 64}, y.data())};
-  context.spec = {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}};
-  context.kernel = rms_norm_plain::run;
+  use(context,
+      {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}},
+      rms_norm_plain::run);
   Status status = launcher("tfm.rms_norm")(context);
   EXPECT_FALSE(status.isOk());
   EXPECT_NE(status.message().find("hidden size 70, not 64"), std::string::npos)
@@ -449,8 +327,7 @@ TEST(TransformerKernels, GatedGeluOnTheVectorAndScalarPaths) {
     context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
     context.inputs = {tensor(DType::F32, {count}, a.data()), tensor(DType::F32, {count}, b.data())};
     context.outputs = {tensor(DType::F32, {count}, y.data())};
-    context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
-    context.kernel = gated_gelu::run;
+    use(context, {"activation", {{"ACT", 0}, {"GATED", 1}}}, gated_gelu::run);
     Status status = launcher("tfm.gated_act")(context);
     ASSERT_TRUE(status.isOk()) << status.message();
     for (int i = 0; i < count; ++i) {
@@ -473,8 +350,7 @@ TEST(TransformerKernels, PackedGatedGeluReadsEachRowsHalves) {
     context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
     context.inputs = {tensor(DType::F32, {rows, 2 * half}, x.data())};
     context.outputs = {tensor(DType::F32, {rows, half}, y.data())};
-    context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
-    context.kernel = gated_gelu::run;
+    use(context, {"activation", {{"ACT", 0}, {"GATED", 1}}}, gated_gelu::run);
     Status status = launcher("tfm.gated_act_packed")(context);
     ASSERT_TRUE(status.isOk()) << status.message();
     for (int r = 0; r < rows; ++r)
@@ -491,8 +367,7 @@ TEST(TransformerKernels, PackedGatedGeluReadsEachRowsHalves) {
   context.attributes["kind"] = dsrt::ops::Attr::ofString("gelu_erf");
   context.inputs = {tensor(DType::F32, {2, 7}, x.data())};
   context.outputs = {tensor(DType::F32, {2, 3}, y.data())};
-  context.spec = {"activation", {{"ACT", 0}, {"GATED", 1}}};
-  context.kernel = gated_gelu::run;
+  use(context, {"activation", {{"ACT", 0}, {"GATED", 1}}}, gated_gelu::run);
   EXPECT_FALSE(launcher("tfm.gated_act_packed")(context).isOk());
   EXPECT_EQ(context.launches, 0);
 }
@@ -508,8 +383,7 @@ TEST(TransformerKernels, ResidualAddIsExact) {
     context.opName = "tfm.residual_add";
     context.inputs = {tensor(DType::F32, {count}, a.data()), tensor(DType::F32, {count}, b.data())};
     context.outputs = {tensor(DType::F32, {count}, y.data())};
-    context.spec = {"residual_add", {}};
-    context.kernel = residual::run;
+    use(context, {"residual_add", {}}, residual::run);
     Status status = launcher("tfm.residual_add")(context);
     ASSERT_TRUE(status.isOk()) << status.message();
     for (int i = 0; i < count; ++i)
