@@ -24,6 +24,18 @@ namespace block128 {
 #undef BLOCK
 } // namespace block128
 
+// The smallest block, holding 2 keys a thread: threads take more winners than they hold
+// and read their elements again.
+namespace block32 {
+#define BLOCK 32
+#define LOCAL 2
+#define sample_topk block32_sample_topk
+#include "sample_topk.cuh"
+#undef sample_topk
+#undef LOCAL
+#undef BLOCK
+} // namespace block32
+
 namespace block1024 {
 #define BLOCK 1024
 #define sample_topk block1024_sample_topk
@@ -94,6 +106,14 @@ TEST(SampleTopkEmulation, Gpt2Vocabulary) {
 TEST(SampleTopkEmulation, PlanBlockSize) {
   checkAgainstStableSort(&block1024::block1024_sample_topk, 1024, 2, 3, 300, 5, 300);
   checkAgainstStableSort(&block1024::block1024_sample_topk, 1024, 1, 1, 50257, 5, 301);
+}
+
+// Threads that hold fewer keys than they win (2 each, about 31 elements a thread) refill
+// from their elements below the last taken, as often as they must.
+TEST(SampleTopkEmulation, ThreadsReadTheirElementsAgainWhenTheirKeysRunOut) {
+  for (int count : {1, 3, 64, 300})
+    checkAgainstStableSort(&block32::block32_sample_topk, 32, 2, 1, 1000, count, 500 + count);
+  checkAgainstStableSort(&block32::block32_sample_topk, 32, 1, 1, 1000, 1000, 600);
 }
 
 // Every element once: the whole row in order.
