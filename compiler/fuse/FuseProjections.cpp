@@ -25,7 +25,9 @@ namespace dsc {
 namespace {
 
 // The tfm.weight that `value` is, if it is one.
-tfm::WeightOp weightOf(Value value) { return value ? value.getDefiningOp<tfm::WeightOp>() : nullptr; }
+tfm::WeightOp weightOf(Value value) {
+  return value ? value.getDefiningOp<tfm::WeightOp>() : nullptr;
+}
 
 // Whether the weight's TP shard, if it has one, gives every rank as many rows: only then do
 // the joined projections split at the same offsets on every rank.
@@ -125,7 +127,8 @@ LogicalResult join(ArrayRef<tfm::LinearOp> linears, DominanceInfo &dominance) {
       if (value)
         definitions.push_back(weightOf(value));
   for (tfm::WeightOp weight : definitions)
-    if (weight->getBlock() != first->getBlock() && !dominance.properlyDominates(weight.getOperation(), first.getOperation()))
+    if (weight->getBlock() != first->getBlock() &&
+        !dominance.properlyDominates(weight.getOperation(), first.getOperation()))
       return failure();
   // A tfm.weight reads nothing: it may move up to the first projection.
   for (tfm::WeightOp weight : definitions)

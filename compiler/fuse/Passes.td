@@ -15,8 +15,9 @@ def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
     (scales and biases alike), then an `onnx.Split` of its result into the old results:
     one weight read per step and one launch instead of several. When the two joined
     linears are a `tfm.gated_act`'s gate and up and nothing else reads them, the gated
-    activation reads the joined result directly (`tfm.gated_act_packed`), without a Split. Under TP each rank joins its
-    own shards, so a column-parallel set stays column-parallel. Declined, with the reason
+    activation reads the joined result directly (`tfm.gated_act_packed`), without a
+    Split. Under TP each rank joins its own shards, so a column-parallel set stays
+    column-parallel. Declined, with the reason
     (as remarks with `remarks`), for a row-parallel linear, one with an epilogue already,
     one whose weight, scales or bias is not a `tfm.weight`, one whose TP shard differs in
     size between ranks (the split would differ by rank), and between linears that differ

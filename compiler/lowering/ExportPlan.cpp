@@ -61,9 +61,10 @@ private:
   LogicalResult addSlots(Operation *op, std::optional<ArrayAttr> bounds,
                          std::optional<ArrayRef<int64_t>> offsets, std::vector<int> &outputs);
   FailureOr<std::unique_ptr<dsp::AttrT>> convertAttr(Operation *op, NamedAttribute attr);
+  using ShardsFn = std::function<FailureOr<std::vector<dsc::WeightShard>>()>;
   // The tensor of `op`'s result: weight `key` of the plan, made by `shards` the first time.
   FailureOr<int> weightTensor(Operation *op, StringRef name, const std::string &key,
-                              const std::function<FailureOr<std::vector<dsc::WeightShard>>()> &shards);
+                              const ShardsFn &shards);
 
   ModuleOp module_;
   const onnx_frontend::WeightStore &weights_;
@@ -98,7 +99,7 @@ FailureOr<int> Exporter::tensorFor(Value value) {
 }
 
 FailureOr<int> Exporter::weightTensor(Operation *op, StringRef name, const std::string &key,
-                                      const std::function<FailureOr<std::vector<dsc::WeightShard>>()> &shards) {
+                                      const ShardsFn &shards) {
   auto [it, inserted] = weightIndex_.try_emplace(key, -1);
   if (inserted) {
     FailureOr<std::vector<dsc::WeightShard>> made = shards();

@@ -72,9 +72,11 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
           return op.emitOpError() << "has a shard of " << sizes.size() << " ranks for rank "
                                   << rank;
         auto offsets = transform.getAs<ArrayAttr>("offsets");
-        transforms.push_back(WeightTransform::slice(
-            transform.getAs<IntegerAttr>("axis").getInt(), cast<IntegerAttr>(offsets[rank]).getInt(),
-            cast<IntegerAttr>(sizes[rank]).getInt(), transform.getAs<IntegerAttr>("groups").getInt()));
+        transforms.push_back(
+            WeightTransform::slice(transform.getAs<IntegerAttr>("axis").getInt(),
+                                   cast<IntegerAttr>(offsets[rank]).getInt(),
+                                   cast<IntegerAttr>(sizes[rank]).getInt(),
+                                   transform.getAs<IntegerAttr>("groups").getInt()));
       } else if (kind == "quantize_int8") {
         // Scales are stored like every other float weight of the plan; the int8 values are
         // chosen for the scales as stored.
