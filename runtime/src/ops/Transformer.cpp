@@ -396,6 +396,15 @@ Status inferSameAsFirst(const KernelContext &ctx, std::vector<OutputSpec> &outpu
   return Status::ok();
 }
 
+// y = act(a), times `b` where there is one (gated), over n values on the fast kernels.
+void activateRange(Activation kind, const float *a, const float *b, float *y, int64_t n) {
+  std::copy(a, a + n, y);
+  fast::activate(kind, y, n);
+  if (b)
+    for (int64_t i = 0; i < n; ++i)
+      y[i] *= b[i];
+}
+
 // tfm.gated_act_packed: [..., 2n] -> [..., n], the gate the first half of each row.
 Status inferGatedPacked(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
@@ -422,12 +431,8 @@ Status computeGatedPacked(const KernelContext &ctx, const Outputs &outputs) {
     parallelFor(rows, std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(half, 1)),
                 [&](int64_t begin, int64_t end) {
                   for (int64_t r = begin; r < end; ++r) {
-                    const float *gate = x.data() + r * 2 * half, *up = gate + half;
-                    float *row = y + r * half;
-                    std::copy(gate, gate + half, row);
-                    fast::activate(kind, row, half);
-                    for (int64_t i = 0; i < half; ++i)
-                      row[i] *= up[i];
+                    const float *gate = x.data() + r * 2 * half;
+                    activateRange(kind, gate, gate + half, y + r * half, half);
                   }
                 });
   } else {
@@ -450,11 +455,8 @@ Status computeElementwiseFast(const KernelContext &ctx, const Outputs &outputs, 
   float *y = out.data();
   int64_t n = outputs[0]->elements();
   parallelFor(n, kParallelGrainWork, [&](int64_t begin, int64_t end) {
-    std::copy(a.data() + begin, a.data() + end, y + begin);
-    fast::activate(kind, y + begin, end - begin);
-    if (b)
-      for (int64_t i = begin; i < end; ++i)
-        y[i] *= (*b)[i];
+    activateRange(kind, a.data() + begin, b ? b->data() + begin : nullptr, y + begin,
+                  end - begin);
   });
   out.finish();
   return Status::ok();

@@ -173,7 +173,12 @@ Status runRmsNorm(StepContext &context) { return runNorm(context, /*rms=*/true);
 
 // activation (a), gated_act (a, b), residual_add (a, b): f32, one output of a's shape;
 // gated_act_packed (a = [..., 2n] gate then up): f32, [..., n].
-Status runElementwise(StepContext &context, size_t inputs, bool packed = false) {
+// Which kernel an elementwise step launches: activation.cuh (gated or not), its packed
+// form, or residual_add.cuh.
+enum class Kernel { Activation, PackedActivation, Add };
+
+Status runElementwise(StepContext &context, size_t inputs, Kernel kernel) {
+  const bool packed = kernel == Kernel::PackedActivation;
   DSRT_RETURN_IF_ERROR(requireKernel(context));
   const DeviceTensor *a = context.input(0);
   DSRT_RETURN_IF_ERROR(requireF32(context, a, "the first input"));
@@ -210,7 +215,9 @@ Status runElementwise(StepContext &context, size_t inputs, bool packed = false) 
   Dim3 threads;
   threads.x = kElementwiseBlock;
   DevicePtr aData = a->data, bData = b ? b->data : 0, outData = out.data;
-  if (context.op() == "tfm.residual_add") {
+  // activation.cuh takes the half width after the count (0 unless packed); residual_add.cuh
+  // ends at the count.
+  if (kernel == Kernel::Add) {
     void *args[] = {&aData, &bData, &outData, &count};
     return context.launch(0, grid, threads, 0, args);
   }
@@ -218,12 +225,16 @@ Status runElementwise(StepContext &context, size_t inputs, bool packed = false) 
   return context.launch(0, grid, threads, 0, args);
 }
 
-Status runActivation(StepContext &context) { return runElementwise(context, 1); }
-Status runGatedActivation(StepContext &context) { return runElementwise(context, 2); }
-Status runPackedGatedActivation(StepContext &context) {
-  return runElementwise(context, 1, /*packed=*/true);
+Status runActivation(StepContext &context) {
+  return runElementwise(context, 1, Kernel::Activation);
 }
-Status runResidualAdd(StepContext &context) { return runElementwise(context, 2); }
+Status runGatedActivation(StepContext &context) {
+  return runElementwise(context, 2, Kernel::Activation);
+}
+Status runPackedGatedActivation(StepContext &context) {
+  return runElementwise(context, 1, Kernel::PackedActivation);
+}
+Status runResidualAdd(StepContext &context) { return runElementwise(context, 2, Kernel::Add); }
 
 } // namespace
 
