@@ -6,6 +6,8 @@
 //   1 attention_prefill  flash-style attention for any number of new tokens
 //   2 attention_decode   session cache only: split-KV attention for one new token
 //   3 attention_combine  session cache only: merges the decode kernel's splits
+// Input 7, when present, is a bias computed in the graph (T5's relative positions), which
+// only the prefill kernel adds (BIAS).
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
 // of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
 // constant of the prefill and decode kernels, SOFTCAP_BITS (the cap's f32 bits), present
@@ -62,7 +64,7 @@ std::string dtypeOf(const dsp::TensorT *tensor) {
 bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
   const dsp::TensorT *query = in.input(0), *key = in.input(1), *value = in.input(2);
   const dsp::TensorT *mask = in.input(3), *pastKey = in.input(4), *pastValue = in.input(5);
-  const dsp::TensorT *positions = in.input(6);
+  const dsp::TensorT *positions = in.input(6), *bias = in.input(7);
   if (!query || !key || !value) {
     reason = "needs query, key and value";
     return false;
@@ -74,6 +76,10 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   }
   if (!pastKey != !pastValue) {
     reason = "has only one of the past key and value";
+    return false;
+  }
+  if (bias && !isF32(bias)) {
+    reason = "the bias is " + dtypeOf(bias) + "; the kernels take an f32 bias";
     return false;
   }
   if (pastKey && (!isF32(pastKey) || !isF32(pastValue))) {
@@ -158,6 +164,11 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "the session's KV cache needs the padding mask";
     return false;
   }
+  if (sessionCache && bias) {
+    reason = "the decode kernel adds no bias (a bias is computed for the export's lengths, "
+             "not a cached step's)";
+    return false;
+  }
   if (!sessionCache && in.outputCount() != 1 && in.outputCount() != 3) {
     reason = "has 1 output, or 3 with the present key and value";
     return false;
@@ -199,6 +210,10 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   const bool unattendedZero = unattended == "zero";
   if (unattendedZero)
     kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
+  // A bias computed in the graph (T5's relative positions), last, and only when present:
+  // the kernel then takes four more parameters.
+  if (bias)
+    kernels.back().constants.push_back({"BIAS", 1});
   if (sessionCache) {
     kernels.push_back({"attention_decode",
                        {{"HEAD_DIM", headDim},

@@ -12,7 +12,16 @@
 // guard; undefined keeps the code before it existed), and, only
 // where the step has Gemma-2's logit soft-capping, SOFTCAP_BITS (the cap's f32 bits: scores
 // become cap * tanh(scores / cap) before the ALiBi bias; undefined = off, and the code
-// without it is the code before soft-capping existed).
+// without it is the code before soft-capping existed), and, only where the step adds a
+// bias computed in the graph (T5's relative positions), BIAS (1; undefined = none: the
+// kernel then has neither the parameters nor the code). The bias is read at
+// bias + sequence * bias_batch_stride + head * bias_head_stride + token * bias_row_stride
+// + key: the launcher points it at this rank's first head and gives a stride of 0 where
+// the bias broadcasts.
+//
+// A cross-attention (keys of another sequence, s_kv of them) runs in I/O mode with
+// io_past = s_kv - fresh: its keys are io_past + fresh, and nothing else reads the past
+// without a causal mask, a window or ALiBi, which it does not have.
 //
 // `out` holds the rotated queries on entry (attention_rotary wrote them there) and the
 // attention output on exit: a block reads exactly the rows it later writes, and reads them
@@ -80,7 +89,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                       long long kv_batch_stride, long long kv_head_stride, int kv_rows,
                       const void *mask, const int *lengths, int io_past, int fresh, int heads,
                       int head_offset, int kv_head_offset, int group, int global_heads,
-                      float scale) {
+                      float scale
+#ifdef BIAS
+                      ,
+                      const float *bias, long long bias_batch_stride, long long bias_head_stride,
+                      long long bias_row_stride
+#endif
+    ) {
   __shared__ float q_tile[Q_TILE][HEAD_DIM];
   __shared__ float k_tile[K_TILE][ATTENTION_PREFILL_K_STRIDE];
   __shared__ float v_tile[K_TILE][HEAD_DIM];
@@ -129,6 +144,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   float slope = 0.0f;
 #if ALIBI
   slope = attention_prefill_alibi_slope(head_offset + head, global_heads);
+#endif
+#ifdef BIAS
+  const float *bias_base = bias + sequence * bias_batch_stride + head * bias_head_stride;
 #endif
 
   float row_max[ATTENTION_PREFILL_ROWS], row_sum[ATTENTION_PREFILL_ROWS];
@@ -197,6 +215,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
           score[c] = attention_prefill_softcap(dot * scale) + slope * key_position[c];
 #else
           score[c] = dot * scale + slope * key_position[c];
+#endif
+#ifdef BIAS
+          score[c] += bias_base[token * bias_row_stride + key];
 #endif
         }
         tile_max = fmaxf(tile_max, score[c]);

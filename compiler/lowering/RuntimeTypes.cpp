@@ -86,6 +86,9 @@ SmallVector<Value> stepInputs(Operation *op) {
     inputs.push_back(past.empty() ? Value() : past[0]);
     inputs.push_back(past.empty() ? Value() : past[1]);
     inputs.push_back(attention.getPositions());
+    // Input 7 only where there is one, so that other plans keep their steps as they were.
+    if (Value bias = attention.getBias())
+      inputs.push_back(bias);
     return inputs;
   }
   llvm::append_range(inputs, op->getOperands());

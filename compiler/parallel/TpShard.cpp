@@ -128,7 +128,22 @@ struct Projection {
   // An unfused projection reached through reshapes and a per-head norm (Qwen3's q/k
   // norm): those ops stay, retyped for the rank's heads.
   SmallVector<Operation *> headOps;
+  // Keys or values read from a graph input that holds every KV head (a cross-attention's
+  // cache in optimum's merged decoder): not sharded; each rank reads its own heads.
+  bool allHeads = false;
 };
+
+// Whether `operand` is a graph input seen through reshapes and transposes only.
+bool viewsGraphInput(Value operand) {
+  Value value = operand;
+  while (Operation *def = value.getDefiningOp()) {
+    StringRef name = def->getName().getStringRef();
+    if (name != "onnx.Reshape" && name != "onnx.Transpose" && name != "onnx.Identity")
+      return false;
+    value = def->getOperand(0);
+  }
+  return isa<BlockArgument>(value);
+}
 
 // `type` with the rank's heads where it had `heads` heads: [.., heads * d] or a per-head
 // view [.., heads, d] / [b, heads, s, d]. Other types are kept.
@@ -249,6 +264,10 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
                                      Projection &out) {
   const int64_t partHeads = part == 0 ? attention.getNumHeads() : attention.getNumKvHeads();
   const int64_t dim = attention.getHeadDim();
+  if (part != 0 && viewsGraphInput(operand)) {
+    out.allHeads = true;
+    return "";
+  }
   if (auto linear = operand.getDefiningOp<tfm::LinearOp>()) {
     if (!hasOneDataUse(linear.getOutput(), partHeads, dim))
       return "a Q/K/V projection has other users";
@@ -388,8 +407,11 @@ std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &pl
     if (std::string why = traceProjection(operands[part], attention, part, plan.parts[part]);
         !why.empty())
       return why;
+  if (plan.parts[1].allHeads != plan.parts[2].allHeads)
+    return "only one of the keys and values is read from a graph input";
   for (Projection &p : plan.parts)
-    if (p.linear.getScales() || p.linear.getParallel() != tfm::Parallelism::replicated)
+    if (!p.allHeads &&
+        (p.linear.getScales() || p.linear.getParallel() != tfm::Parallelism::replicated))
       return "a Q/K/V projection is quantized or already parallel";
   if (!attention.getOutput().hasOneUse())
     return "the attention output has more than one user";
@@ -465,6 +487,8 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
   int64_t globalHeads = attention.getNumHeads(), globalKv = attention.getNumKvHeads();
   for (int part = 0; part < 3; ++part) {
     Projection &p = plan.parts[part];
+    if (p.allHeads)
+      continue;
     ArrayRef<int64_t> counts = part == 0 ? split.heads : split.kvHeads;
     ArrayRef<int64_t> firsts = part == 0 ? split.headOffsets : split.kvOffsets;
     // A fused projection's part is computed from the unflattened input, [b, s, features].

@@ -159,8 +159,10 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
 
   // Which keys each query attends: the padding mask, the causal triangle, a window.
   std::vector<int64_t> padding;
-  if (attentionMask_) {
-    const Info *info = probe_.lookup(attentionMask_);
+  // A cross-attention's keys are masked by the encoder's padding mask.
+  Value paddingMask = c.cross ? crossMask_ : attentionMask_;
+  if (paddingMask) {
+    const Info *info = probe_.lookup(paddingMask);
     if (info && info->value && info->shape.size() == 2 && info->shape[1] == T)
       padding = integers(*info->value);
   }
@@ -205,7 +207,7 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
       continue;
     for (bool causal : {true, false})
       for (int64_t window : {int64_t(0), windowGuess}) {
-        if (found || (window && !causal))
+        if (found || (window && !causal) || (causal && c.cross))
           continue;
         if (explains(pad, causal, window)) {
           c.padding = pad;
@@ -216,10 +218,12 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
       }
   }
   if (!found)
-    return attentionMask_ ? "mask: the masked positions are not those of attention_mask, "
-                            "a causal triangle or a window"
-                          : "mask: the masked positions are not a causal triangle or a "
-                            "window, and there is no attention_mask input";
+    return c.cross ? "mask: the masked keys of another sequence are not those of its "
+                     "padding mask"
+           : attentionMask_ ? "mask: the masked positions are not those of attention_mask, "
+                              "a causal triangle or a window"
+                            : "mask: the masked positions are not a causal triangle or a "
+                              "window, and there is no attention_mask input";
   if (c.padding)
     if (std::optional<std::string> rule = unattendedRule(c, bias[0], padding, B, S, T, P))
       c.unattended = *rule;
@@ -239,9 +243,19 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
     zero &= !attended[k] || std::abs(bias[0][k]) <= 1e-6f;
   if (zero)
     return "";
-  if (padding.empty())
-    return "mask: the bias is not zero at attended positions and there is no attention_mask "
-           "for ALiBi";
+  if (padding.empty() || !isAlibi(c, attended, bias[0], padding))
+    return proveBias(c, attended, bias[0]);
+  c.alibi = true;
+  return "";
+}
+
+// Whether the bias at attended positions is BLOOM's ALiBi (up to a per-row constant).
+bool Matcher::isAlibi(const Candidate &c, const std::vector<char> &attended,
+                      const std::vector<float> &bias, const std::vector<int64_t> &padding) {
+  const int64_t B = batch_, S = fresh_, H = c.heads, T = total_;
+  auto at = [&](int64_t b, int64_t n, int64_t i, int64_t j) {
+    return ((b * H + n) * S + i) * T + j;
+  };
   std::vector<double> slopes = alibiSlopes(H);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int64_t> keyPosition(T);
@@ -261,14 +275,72 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
             continue;
           }
           double expected = slopes[n] * double(keyPosition[j] - keyPosition[ref]);
-          double actual = double(bias[0][at(b, n, i, j)]) - bias[0][at(b, n, i, ref)];
+          double actual = double(bias[at(b, n, i, j)]) - bias[at(b, n, i, ref)];
           if (!close(actual, expected))
-            return "mask: the bias at attended positions is neither zero nor ALiBi";
+            return false;
         }
       }
   }
-  c.alibi = true;
-  return "";
+  return true;
+}
+
+// T5's relative position bias (and any other bias the graph computes from positions and
+// masks, not from the activations) is an operand of the attention: the value added in the
+// score chain, or, where the chain adds Where(mask, bias, min), the bias inside it, which
+// the proven padding and causal masks then complete. It must equal the scores' bias at
+// every attended position of the probe.
+std::string Matcher::proveBias(Candidate &c, const std::vector<char> &attended,
+                               const std::vector<float> &bias) {
+  const int64_t B = batch_, S = fresh_, H = c.heads, T = total_;
+  SmallVector<Value> added;
+  for (Value value = c.softmax->getOperand(0); value && value != c.scores->getResult(0);) {
+    Operation *def = value.getDefiningOp();
+    Value next;
+    for (Value operand : def->getOperands()) {
+      if (isTainted(operand))
+        next = operand;
+      else if (isOp(def, "onnx.Add"))
+        added.push_back(operand);
+    }
+    value = next;
+  }
+  SmallVector<Value> candidates;
+  for (Value value : added) {
+    Operation *def = value.getDefiningOp();
+    if (isOp(def, "onnx.Where"))
+      candidates.append({def->getOperand(1), def->getOperand(2)});
+    candidates.push_back(value);
+  }
+  for (Value candidate : candidates) {
+    const Info *info = probe_.lookup(candidate);
+    if (!info || info->isNone || !info->value || info->shape.size() != 4 ||
+        !isa<FloatType>(cast<TensorType>(candidate.getType()).getElementType()))
+      continue;
+    const dsrt::Shape &shape = info->shape;
+    if ((shape[0] != 1 && shape[0] != B) || (shape[1] != 1 && shape[1] != H) ||
+        shape[2] != S || shape[3] != T)
+      continue;
+    std::vector<float> values = floats(*info->value);
+    if (int64_t(values.size()) != shape[0] * shape[1] * S * T)
+      continue;
+    bool equal = true;
+    for (int64_t b = 0; b < B && equal; ++b)
+      for (int64_t n = 0; n < H && equal; ++n)
+        for (int64_t i = 0; i < S && equal; ++i)
+          for (int64_t j = 0; j < T && equal; ++j) {
+            int64_t k = ((b * H + n) * S + i) * T + j;
+            if (!attended[k])
+              continue;
+            int64_t vb = shape[0] == 1 ? 0 : b, vn = shape[1] == 1 ? 0 : n;
+            equal = close(values[((vb * shape[1] + vn) * S + i) * T + j], bias[k]);
+          }
+    if (equal) {
+      c.bias = candidate;
+      return "";
+    }
+  }
+  return "mask: the bias at attended positions is neither zero, nor ALiBi, nor a value "
+         "computed outside the attention from positions and masks";
 }
 
 // On a probe with many cached tokens: whether the unpadded first row's last query attends
@@ -279,7 +351,8 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
 void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candidate &c) {
   Value scores = c.scores->getResult(0);
   const Info *info = probe.lookup(scores);
-  const Info *mask = attentionMask ? probe.lookup(attentionMask) : nullptr;
+  Value paddingMask = c.cross ? c.crossMask : attentionMask;
+  const Info *mask = paddingMask ? probe.lookup(paddingMask) : nullptr;
   if (!c.padding || !info || info->shape.size() < 3 || !mask || !mask->value)
     return;
   std::string why;

@@ -112,6 +112,15 @@ struct Candidate {
   Value pastKey, pastValue;
   Value presentKey, presentValue;
   Value attentionMask, positionIds;  // the graph inputs, when the function has them
+  // A cross-attention: keys and values projected from another sequence (an encoder's
+  // output) of `crossLength` tokens on the probe, masked by `crossMask` (the encoder's
+  // padding mask) rather than by attentionMask.
+  bool cross = false;
+  int64_t crossLength = 0;
+  Value crossMask;
+  // An additive bias computed in the graph outside the attention (T5's relative position
+  // bias), [b or 1, heads or 1, seq, total] on the probe.
+  Value bias;
   std::string declined;              // set when a later check refutes the match
   // Proven semantics.
   int64_t heads = 0, kvHeads = 0, headDim = 0;
@@ -131,14 +140,23 @@ struct Candidate {
   // Rotated at past + t, computed inside the graph (no position_ids input).
   bool impliedPositions = false;
   llvm::SetVector<Operation *> region;
+  // onnx.Shape ops that read values of the region (the export measured its key length on
+  // the heads it built): the rewrite computes their results from the attention's sources,
+  // so that the region dies whole and tp-shard sees no other user of the projections.
+  struct ShapeRead {
+    Operation *shape;
+    enum Dim { Batch, Queries, Keys, Constant };
+    SmallVector<std::pair<Dim, int64_t>> dims;  // the dimensions the Shape returns
+  };
+  SmallVector<ShapeRead> shapeReads;
 };
 
 class Matcher {
 public:
   Matcher(const ProbeEvaluator &probe, Value attentionMask, Value positionIds,
-          const llvm::DenseSet<Value> &tainted)
+          const llvm::DenseSet<Value> &tainted, Value crossMask = Value())
       : probe_(probe), attentionMask_(attentionMask), positionIds_(positionIds),
-        tainted_(tainted) {}
+        crossMask_(crossMask), tainted_(tainted) {}
 
   // Empty on success, else the reason.
   std::string match(Operation *softmax, Candidate &c);
@@ -165,10 +183,17 @@ private:
   std::string proveSoftcap(Candidate &c, const std::vector<char> &attended,
                            const std::vector<float> &bias, double &chainScale);
   std::string proveOutput(Candidate &c);
+  void recordShapeRead(Candidate &c, Operation *shape);
+  // The bias at attended positions, neither zero nor ALiBi: a value computed outside the
+  // attention that equals it there.
+  std::string proveBias(Candidate &c, const std::vector<char> &attended,
+                        const std::vector<float> &bias);
+  bool isAlibi(const Candidate &c, const std::vector<char> &attended,
+               const std::vector<float> &bias, const std::vector<int64_t> &padding);
   std::vector<int64_t> positions() const;
 
   const ProbeEvaluator &probe_;
-  Value attentionMask_, positionIds_;
+  Value attentionMask_, positionIds_, crossMask_;
   std::vector<int64_t> impliedPositions_;  // past + t, while the query is tried at them
   const llvm::DenseSet<Value> &tainted_;
   int64_t batch_ = kProbeBatch, fresh_ = kProbeNew, total_ = 0, past_ = 0;
@@ -199,9 +224,12 @@ llvm::StringRef argName(func::FuncOp func, unsigned index);
 // Fills the probe's graph inputs: shapes from the symbolic dimensions, values for the
 // integer inputs (a left-padded attention mask, positions as transformers' generate
 // computes them, token ids), none for float inputs (the past).
+// An encoder-decoder's decoder: the encoder's padding mask gets padding at the end of
+// every row but the first (as the generator right-pads the encoder's prompts), and
+// `crossMask` is that input.
 LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
                          Value &attentionMask, Value &positionIds, std::string &why,
-                         bool lengthen = false);
+                         bool lengthen = false, Value *crossMask = nullptr);
 // Activations: what the token ids and the float inputs flow into, through data (not
 // through Shape/Size, which read only shapes). Masks and rotary tables are not tainted.
 llvm::DenseSet<Value> activations(func::FuncOp func);

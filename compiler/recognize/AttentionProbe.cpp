@@ -100,7 +100,7 @@ llvm::StringRef argName(func::FuncOp func, unsigned index) {
 // computes them, token ids), none for float inputs (the past).
 LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
                          Value &attentionMask, Value &positionIds, std::string &why,
-                         bool lengthen) {
+                         bool lengthen, Value *crossMask) {
   std::vector<int64_t> mask;
   int64_t maskWidth = 0;
   // The padding mask covers the cached and the new tokens whatever its dimension is called
@@ -178,8 +178,18 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
       }
     } else if (name.contains("token_type")) {
       values.assign(count, 0);
+    } else if (inputDims.readsSource(index) && info.shape.size() == 2) {
+      // The encoder's padding mask: right padding on every row but the first, so that a
+      // cross-attention shows which mask it reads.
+      int64_t rows = info.shape[0], cols = info.shape[1];
+      values.assign(count, 1);
+      for (int64_t b = 1; b < rows; ++b)
+        for (int64_t j = std::max<int64_t>(1, cols - kProbePadding); j < cols; ++j)
+          values[b * cols + j] = 0;
+      if (crossMask)
+        *crossMask = argument;
     } else if (inputDims.readsSource(index)) {
-      values.assign(count, 1);  // the encoder's padding mask: every token real
+      values.assign(count, 1);
     } else {
       for (int64_t i = 0; i < count; ++i)
         values[i] = 1 + i % 5;
@@ -205,13 +215,24 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
 llvm::DenseSet<Value> activations(func::FuncOp func) {
   llvm::DenseSet<Value> tainted;
   SmallVector<Value> worklist;
+  InputDims inputDims = InputDims::of(func);
+  bool namedIds = false;
+  for (unsigned index = 0; index < func.getNumArguments(); ++index)
+    namedIds |= inputDims.kindOf(index) == InputKind::TokenIds;
   for (auto [index, argument] : llvm::enumerate(func.getArguments())) {
     auto type = cast<TensorType>(argument.getType());
     llvm::StringRef name = argName(func, index);
     // A float input called a mask or bias is one (an additive mask), not an activation.
     bool maskLike = name.contains("mask") || name.contains("bias");
-    if ((isa<FloatType>(type.getElementType()) && !maskLike) || name == "input_ids" ||
-        name == "inputs_embeds")
+    // Token ids, whatever they are called (a decoder's decoder_input_ids; without an input
+    // named as ids, the one an embedding table is looked up with).
+    bool tokenIds = inputDims.kindOf(index) == InputKind::TokenIds ||
+                    (!namedIds && inputDims.kindOf(index) == InputKind::Other &&
+                     llvm::any_of(argument.getUses(), [](OpOperand &use) {
+                       return isa<tfm::EmbeddingOp>(use.getOwner()) &&
+                              use.getOperandNumber() == 0;
+                     }));
+    if ((isa<FloatType>(type.getElementType()) && !maskLike) || tokenIds)
       worklist.push_back(argument);
   }
   while (!worklist.empty()) {

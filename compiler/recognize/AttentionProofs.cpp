@@ -250,8 +250,12 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
   auto out = evaluateSeeded(probe_, seeds, target, region, why);
   if (!out)
     return std::string(what) + ": " + why;
-  const int64_t B = batch_, S = fresh_, H = c.heads, G = c.kvHeads, D = c.headDim;
+  // A cross-attention's keys are the other sequence's tokens, all of them new.
+  const int64_t B = batch_, S = c.cross ? c.crossLength : fresh_, H = c.heads,
+                G = c.kvHeads, D = c.headDim;
   const int64_t T = total_, P = past_;
+  if (c.cross && c.rotary)
+    return std::string(what) + ": the keys of another sequence are rotated";
   if (past && (*shapeOf(past))[2] != P)
     return std::string(what) + ": the past input does not hold the cached tokens";
   if (!past && P != 0)

@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "compiler/recognize/ImpliedPositions.h"
 
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/Verifier.h"
 
 #include <cmath>
@@ -70,6 +71,76 @@ Value headsSecond(OpBuilder &builder, Value source, bool headsFirst) {
                                    source, builder.getI64ArrayAttr({0, 2, 1, 3}));
 }
 
+// One dimension of `source` (axis `axis`) as a 1-D i64 tensor, before `at`.
+static Value dimensionOf(OpBuilder &builder, Location loc, Value source, int64_t axis) {
+  return onnx::ShapeOp::create(builder, loc, RankedTensorType::get({1}, builder.getI64Type()),
+                               source, builder.getI64IntegerAttr(axis),
+                               builder.getI64IntegerAttr(axis + 1));
+}
+
+static bool availableAt(Value value, Operation *at) {
+  return value && DominanceInfo().properlyDominates(value, at);
+}
+
+// The Shape reads of the region, computed from the attention's sources (see ShapeRead):
+// a read whose sizes come from a source defined after it stays as it was.
+static void replaceShapeReads(Candidate &c) {
+  for (Candidate::ShapeRead &read : c.shapeReads) {
+    Operation *shape = read.shape;
+    OpBuilder builder(shape);
+    Location loc = shape->getLoc();
+    auto sequenceAxis = [](int64_t rank, bool headsFirst) { return rank == 4 && headsFirst ? 2 : 1; };
+    SmallVector<Value> parts;
+    for (auto [dim, constant] : read.dims) {
+      Value part;
+      switch (dim) {
+      case Candidate::ShapeRead::Constant: {
+        auto type = RankedTensorType::get({1}, builder.getI64Type());
+        part = onnx::ConstantOp::create(builder, loc, type,
+                                        DenseElementsAttr::get(type, ArrayRef<int64_t>{constant}));
+        break;
+      }
+      case Candidate::ShapeRead::Batch:
+        for (Value source : {c.querySource, c.keySource, c.valueSource})
+          if (!part && availableAt(source, shape))
+            part = dimensionOf(builder, loc, source, 0);
+        break;
+      case Candidate::ShapeRead::Queries:
+        if (availableAt(c.querySource, shape))
+          part = dimensionOf(builder, loc, c.querySource,
+                             sequenceAxis(c.queryRank, c.queryHeadsFirst));
+        break;
+      case Candidate::ShapeRead::Keys:
+        if (!availableAt(c.keySource, shape) || (c.pastKey && !availableAt(c.pastKey, shape)))
+          break;
+        part = dimensionOf(builder, loc, c.keySource, sequenceAxis(c.keyRank, c.keyHeadsFirst));
+        if (c.pastKey)
+          part = onnx::AddOp::create(builder, loc, part.getType(),
+                                     dimensionOf(builder, loc, c.pastKey, 2), part);
+        break;
+      }
+      if (!part)
+        break;
+      parts.push_back(part);
+    }
+    if (parts.size() != read.dims.size()) {
+      for (Value part : llvm::reverse(parts))
+        if (Operation *op = part.getDefiningOp(); op && op->use_empty())
+          op->erase();
+      continue;
+    }
+    auto type = RankedTensorType::get({int64_t(parts.size())}, builder.getI64Type());
+    Value replacement = parts.size() == 1
+                            ? parts.front()
+                            : onnx::ConcatOp::create(builder, loc, type, parts,
+                                                     builder.getI64IntegerAttr(0))
+                                  .getResult();
+    shape->getResult(0).replaceAllUsesWith(replacement);
+    shape->erase();
+  }
+  c.shapeReads.clear();
+}
+
 std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value positionIds) {
   Operation *rootOp = c.root.getDefiningOp();
   OpBuilder builder(rootOp);
@@ -118,9 +189,18 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
       return "the positions are computed in the graph, and there is no attention_mask";
     positions = buildImpliedPositions(builder, loc, attentionMask, query);
   }
+  Value bias = c.bias;
+  if (bias && !isa<RankedTensorType>(bias.getType())) {
+    // The probe proved it 4-D; the importer left its type unranked.
+    if (!isa<OpResult>(bias) || !isOnnx(bias.getDefiningOp()))
+      return "the bias has no ranked type";
+    bias.setType(RankedTensorType::get(SmallVector<int64_t>(4, ShapedType::kDynamic),
+                                       cast<TensorType>(bias.getType()).getElementType()));
+  }
+  Value mask = !c.padding ? Value() : c.cross ? c.crossMask : attentionMask;
   auto attention = tfm::AttentionOp::create(
-      builder, loc, rootType, presentTypes, query, key, value,
-      c.padding ? attentionMask : Value(), past, c.rotary ? positions : Value(),
+      builder, loc, rootType, presentTypes, query, key, value, mask, past,
+      c.rotary ? positions : Value(), bias,
       builder.getI64IntegerAttr(c.heads), builder.getI64IntegerAttr(c.kvHeads),
       builder.getI64IntegerAttr(c.headDim), builder.getF32FloatAttr(float(c.scale)),
       c.causal ? builder.getUnitAttr() : UnitAttr(),
@@ -162,6 +242,7 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
                                      builder.getI64IntegerAttr(0));
   }
   c.root.replaceAllUsesWith(output);
+  replaceShapeReads(c);
   if (c.presentKey) {
     Operation *terminator = c.softmax->getBlock()->getTerminator();
     for (OpOperand &operand : terminator->getOpOperands()) {

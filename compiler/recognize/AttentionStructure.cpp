@@ -59,6 +59,14 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       stops.insert(value);
       continue;
     }
+    // Keys and values of a cross-attention: projected from another sequence, as long as
+    // the keys the scores have.
+    if (allowPast && value != from && shape->size() == 3 && (*shape)[0] == batch_ &&
+        (*shape)[1] == total_ && total_ != fresh_ &&
+        !plumbing.contains(value.getDefiningOp()->getName().getStringRef())) {
+      stops.insert(value);
+      continue;
+    }
     bool headView = shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
                     (*shape)[3] == headDim_;
     if (headView)
@@ -98,7 +106,8 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
   SmallVector<Value> fresh, pasts;
   for (Value stop : stops) {
     const dsrt::Shape *shape = shapeOf(stop);
-    if (shape->size() == 3 && (*shape)[0] == batch_ && (*shape)[1] == fresh_)
+    if (shape->size() == 3 && (*shape)[0] == batch_ &&
+        ((*shape)[1] == fresh_ || (allowPast && (*shape)[1] == total_)))
       fresh.push_back(stop);
     else if (shape->size() == 4 && !isa<BlockArgument>(stop))
       fresh.push_back(stop);  // normalised heads
@@ -107,6 +116,21 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     else
       return "the Q/K/V path starts at a graph input that is neither the hidden state nor a "
              "past key/value";
+  }
+  // A cross-attention's keys or values cached from the first step (optimum's merged
+  // decoder, the branch with a cache): a graph input [b, kv_heads, source, d] as long as
+  // the scores' keys, beside an encoder padding mask, and no new ones.
+  if (fresh.empty() && pasts.size() == 1 && allowPast && crossMask_) {
+    const dsrt::Shape &cached = *shapeOf(pasts.front());
+    int64_t n = cached[1];
+    if (cached[0] == batch_ && cached[2] == total_ && total_ != fresh_ &&
+        cached[3] == headDim_ && n <= maxHeads && maxHeads % n == 0) {
+      source = pasts.front();
+      past = Value();
+      sourceHeads = n;
+      headsFirst = true;
+      return "";
+    }
   }
   if (fresh.size() != 1)
     return "the Q/K/V path does not start at exactly one [batch, seq, features] value";
@@ -195,6 +219,49 @@ Operation *nanGuardOf(Value probs) {
       where->getOperand(0) != isNaN->getResult(0))
     return nullptr;
   return where;
+}
+
+// What each dimension of the value a Shape reads is, from its type (static: a constant)
+// and its size on the probe (the batch, the queries or the keys); nothing when a size is
+// ambiguous.
+void Matcher::recordShapeRead(Candidate &c, Operation *shape) {
+  Value value = shape->getOperand(0);
+  const dsrt::Shape *sizes = shapeOf(value);
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!sizes || (type && type.getRank() != int64_t(sizes->size())))
+    return;
+  const int64_t rank = int64_t(sizes->size());
+  Candidate::ShapeRead read{shape, {}};
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t size = (*sizes)[i];
+    int matches = (size == batch_) + (size == fresh_) + (size == total_ && total_ != fresh_);
+    // Without a type (the importer leaves many unranked), a size that is none of the
+    // lengths is one of the model's: heads, KV heads or head_dim.
+    bool modelSize = size == c.heads || size == c.kvHeads || size == c.headDim;
+    if (type ? !type.isDynamicDim(i) : matches == 0 && modelSize) {
+      read.dims.push_back({Candidate::ShapeRead::Constant, type ? type.getDimSize(i) : size});
+      continue;
+    }
+    if (matches != 1 || (!type && modelSize))
+      return;
+    read.dims.push_back({size == batch_   ? Candidate::ShapeRead::Batch
+                         : size == fresh_ ? Candidate::ShapeRead::Queries
+                                          : Candidate::ShapeRead::Keys,
+                         0});
+  }
+  auto clamp = [&](IntegerAttr attr, int64_t fallback) {
+    int64_t at = attr ? attr.getInt() : fallback;
+    if (at < 0)
+      at += rank;
+    return std::clamp<int64_t>(at, 0, rank);
+  };
+  int64_t start = clamp(shape->getAttrOfType<IntegerAttr>("start"), 0);
+  int64_t end = clamp(shape->getAttrOfType<IntegerAttr>("end"), rank);
+  if (start >= end)
+    return;
+  read.dims = SmallVector<std::pair<Candidate::ShapeRead::Dim, int64_t>>(
+      read.dims.begin() + start, read.dims.begin() + end);
+  c.shapeReads.push_back(std::move(read));
 }
 
 std::string Matcher::match(Operation *softmax, Candidate &c) {
@@ -338,6 +405,24 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   c.valueRank = shapeOf(c.valueSource)->size();
   if (bool(c.pastKey) != bool(c.pastValue))
     return "only one of the keys and values has a past input";
+  auto otherSequence = [&](Value source) {
+    const dsrt::Shape &shape = *shapeOf(source);
+    return (shape.size() == 3 && shape[1] != fresh_) ||
+           (isa<BlockArgument>(source) && shape.size() == 4 && shape[2] != fresh_);
+  };
+  c.cross = otherSequence(c.keySource);
+  if (c.cross != otherSequence(c.valueSource))
+    return "the keys and the values come from different sequences";
+  if (c.cross) {
+    if (c.pastKey)
+      return "the keys come from another sequence and from a past input";
+    if (!crossMask_)
+      return "the keys come from another sequence than the queries, which is not an "
+             "encoder output with its padding mask";
+    c.crossLength = total_;
+    c.crossMask = crossMask_;
+    past_ = 0;
+  }
 
   c.region.insert(c.scores);
   c.region.insert(c.context);
@@ -367,12 +452,34 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
           continue;
         if (user == terminator && (result == c.presentKey || result == c.presentValue))
           continue;
-        if (readsOnlyShapes(user))
+        if (readsOnlyShapes(user)) {
+          // The Shape ops at the end of the chain (a Transpose of the keys whose shape
+          // alone is read, in optimum's T5).
+          SmallVector<Operation *> chain = {user};
+          llvm::SmallPtrSet<Operation *, 8> seen;
+          while (!chain.empty()) {
+            Operation *next = chain.pop_back_val();
+            if (!seen.insert(next).second)
+              continue;
+            if (isOp(next, "onnx.Shape")) {
+              recordShapeRead(c, next);
+              continue;
+            }
+            for (Value result : next->getResults())
+              for (Operation *reader : result.getUsers())
+                chain.push_back(reader);
+          }
           continue;
+        }
         return "'" + evaluate::describeLocation(op->getLoc()) + "' (" +
                op->getName().getStringRef().str() + ") inside the attention is also used by '" +
                evaluate::describeLocation(user->getLoc()) + "'";
       }
+  // And the region's own shape reads, whose results size something outside it (T5's bias
+  // is computed from the key length measured on the keys' heads).
+  for (Operation *op : c.region)
+    if (isOp(op, "onnx.Shape") && c.region.contains(op->getOperand(0).getDefiningOp()))
+      recordShapeRead(c, op);
   return "";
 }
 

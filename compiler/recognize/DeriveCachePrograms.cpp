@@ -40,7 +40,8 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
   OpBuilder builder(op);
   auto session = tfm::AttentionOp::create(
       builder, op.getLoc(), op.getOutput().getType(), TypeRange(), op.getQuery(), op.getKey(),
-      op.getValue(), op.getMask(), ValueRange(), op.getPositions(), op.getNumHeadsAttr(),
+      op.getValue(), op.getMask(), ValueRange(), op.getPositions(), op.getBias(),
+      op.getNumHeadsAttr(),
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
       op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
       op.getSoftcapAttr());
@@ -194,6 +195,9 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
                     !namedArgument(main, "attention_mask");
     if (!attention.getCausal())
       why = "an attention is not causal";
+    else if (attention.getBias())
+      why = "an attention adds a bias computed in the graph for the export's lengths (T5's "
+            "relative positions), which a cached step would need at past + t";
     else if (idsAlone)
       ;
     else if (!mask || argName(main, mask.getArgNumber()) != "attention_mask")
@@ -477,13 +481,15 @@ struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgra
     }
     if (!why.empty() && report)
       main.emitRemark() << "no prefill/decode programs: " << why;
-    // The export's own interface keeps the cache in I/O mode: an attention there without
-    // past inputs attends only to the tokens it is given and must not touch the session's
-    // cache.
-    main.walk([](tfm::AttentionOp op) {
-      if (op.getPast().empty())
-        op.removeCacheLayerAttr();
-    });
+    // The export's own interfaces (`forward`, an encoder-decoder's `encode`) keep the
+    // cache in I/O mode: an attention there without past inputs attends only to the tokens
+    // it is given and must not touch the session's cache.
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func.getSymName() != "prefill" && func.getSymName() != "decode")
+        func.walk([](tfm::AttentionOp op) {
+          if (op.getPast().empty())
+            op.removeCacheLayerAttr();
+        });
   }
 };
 

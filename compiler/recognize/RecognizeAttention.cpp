@@ -50,8 +50,9 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   SmallVector<Operation *> pending = softmaxes;
   for (int64_t past : {kProbePast, int64_t(0)}) {
     ProbeEvaluator probe(weights);
-    Value attentionMask, positionIds;
-    if (failed(setUpProbe(func, past, probe, attentionMask, positionIds, why))) {
+    Value attentionMask, positionIds, crossMask;
+    if (failed(setUpProbe(func, past, probe, attentionMask, positionIds, why,
+                          /*lengthen=*/false, &crossMask))) {
       if (reportDeclines)
         func.emitRemark() << "attention not recognised: " << why;
       return;
@@ -63,7 +64,7 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     maskArgument = attentionMask;
     for (Operation *softmax : pending) {
       Candidate candidate;
-      Matcher matcher(probe, attentionMask, positionIds, tainted);
+      Matcher matcher(probe, attentionMask, positionIds, tainted, crossMask);
       std::string reason = matcher.match(softmax, candidate);
       if (reason.empty()) {
         candidate.attentionMask = attentionMask;

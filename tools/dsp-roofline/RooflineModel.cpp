@@ -167,6 +167,15 @@ private:
     return cost;
   }
 
+  // Whether the step is a cross-attention: its padding mask is the encoder's, which the
+  // model table names (the keys' length has no symbol of its own in the plan).
+  bool otherSequenceKeys(const dsp::Step &step) const {
+    const int32_t mask = inputAt(step, 3);
+    const dsp::ModelInfo *model = plan_.model();
+    return mask >= 0 && model && model->cross_mask() && model->cross_mask()->size() > 0 &&
+           str(tensor(mask).name()) == str(model->cross_mask());
+  }
+
   // The launchers' rules, each from the file named.
   void launches(const dsp::Step &step, const std::string &op, StepCost &cost) const {
     const uint32_t outputs = length(step.outputs());
@@ -182,7 +191,9 @@ private:
       if (workload_.batch == 0 || fresh == 0)
         return;
       bool splitKv = isSessionAttention(step) && fresh == 1 && length(step.kernels()) >= 4;
-      cost.kernels = splitKv ? 3 : 2;
+      // A cross-attention (keys of another length than the queries) places its keys and
+      // copies its queries in two launches of attention_rotary.
+      cost.kernels = splitKv || otherSequenceKeys(step) ? 3 : 2;
       return;
     }
     if (op == "tfm.all_reduce") {

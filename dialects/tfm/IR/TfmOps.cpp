@@ -318,9 +318,13 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("query, key, value and result must have the same element type");
   if (k != v)
     return emitOpError() << "key " << k << " and value " << v << " must have the same type";
+  // Under tensor parallelism, keys and values read from a graph input may hold every KV
+  // head of the model (`tfm.global_kv_heads`), of which a rank reads its own.
+  auto globalKvHeads = (*this)->getAttrOfType<IntegerAttr>("tfm.global_kv_heads");
+  bool allKvHeads = globalKvHeads && k.getDimSize(2) == globalKvHeads.getInt() * headDim;
   if (failed(expectDim(*this, q, 2, heads * headDim, "query dimension 2 (heads * head_dim)")) ||
-      failed(expectDim(*this, k, 2, kvHeads * headDim,
-                       "key/value dimension 2 (kv_heads * head_dim)")))
+      (!allKvHeads && failed(expectDim(*this, k, 2, kvHeads * headDim,
+                                       "key/value dimension 2 (kv_heads * head_dim)"))))
     return failure();
   int64_t batch = q.getDimSize(0), seq = q.getDimSize(1), kvSeq = k.getDimSize(1);
   if (!compatible(k.getDimSize(0), batch))
@@ -394,6 +398,25 @@ LogicalResult AttentionOp::verify() {
                            << mask;
     }
   }
+
+  if (auto bias = ranked(getBias())) {
+    if (bias.getRank() != 4)
+      return emitOpError("the bias must be 4-D [batch, heads, seq, total]");
+    auto globalHeads = (*this)->getAttrOfType<IntegerAttr>("tfm.global_heads");
+    int64_t expected[] = {batch, heads, seq, total};
+    for (int64_t i = 0; i < 4; ++i) {
+      int64_t dim = bias.getDimSize(i);
+      bool broadcast = i < 2 && dim == 1;
+      bool allHeads = i == 1 && globalHeads && dim == globalHeads.getInt();
+      if (!broadcast && !allHeads && !compatible(dim, expected[i]))
+        return emitOpError() << "bias dimension " << i << " is " << dim << ", expected "
+                             << dimString(expected[i]) << (i < 2 ? " or 1" : "");
+    }
+  }
+  if (!compatible(kvSeq, seq) && (getCausal() || getWindow() || getRotaryAttr() ||
+                                  !getPast().empty()))
+    return emitOpError() << "keys of another sequence (" << kvSeq << " against " << seq
+                         << " queries) have no past, causal mask, window or rotary";
 
   if (auto rotary = getRotaryAttr()) {
     if (rotary.getDim() > headDim)

@@ -242,18 +242,28 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     * `past(key, value)`: the cache of earlier steps, [b, num_kv_heads, past, head_dim] each.
     * `positions`: [b, s] integer positions of the query tokens, needed by rotary embeddings
       (explicit per sequence, so left-padded batches stay correct).
+    * `bias`: an additive float bias [b or 1, num_heads or 1, s, total] computed in the
+      graph, added to the scores beside the mask (T5's relative position bias). Under
+      tensor parallelism it may hold every head of the model (`tfm.global_heads`), of which
+      a rank reads its own.
+
+    The keys and values may come from another sequence than the queries (a cross-attention
+    over an encoder's output): then s_kv differs from s, and there is no past, causal mask,
+    window or rotary embedding. Under tensor parallelism, keys and values read from a graph
+    input (a cross-attention's cache) may hold every KV head (`tfm.global_kv_heads`), of
+    which a rank reads its own.
 
     Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
 
     Scores are scale * q.k, soft-capped to softcap * tanh(scores / softcap) when `softcap`
-    is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + mask), restricted to
+    is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + bias, + mask), restricted to
     the causal triangle and to the last `window` positions when set, softmax over the keys.
   }];
   let arguments = (ins Tfm_FloatTensor:$query, Tfm_FloatTensor:$key, Tfm_FloatTensor:$value,
                    Optional<AnyRankedTensor>:$mask, Variadic<Tfm_FloatTensor>:$past,
-                   Optional<Tfm_IdsTensor>:$positions,
+                   Optional<Tfm_IdsTensor>:$positions, Optional<Tfm_FloatTensor>:$bias,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
@@ -267,7 +277,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
-    (`positions` $positions^)?
+    (`positions` $positions^)? (`bias` $bias^)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
     (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? attr-dict `:`
@@ -280,13 +290,13 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::TypeRange":$present, "::mlir::Value":$query,
                    "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
                    "::mlir::ValueRange":$past, "::mlir::Value":$positions,
-                   "::mlir::IntegerAttr":$num_heads, "::mlir::IntegerAttr":$num_kv_heads,
+                   "::mlir::Value":$bias, "::mlir::IntegerAttr":$num_heads, "::mlir::IntegerAttr":$num_kv_heads,
                    "::mlir::IntegerAttr":$head_dim, "::mlir::FloatAttr":$scale,
                    "::mlir::UnitAttr":$causal, "::mlir::UnitAttr":$alibi,
                    "::mlir::IntegerAttr":$window, "::dsc::tfm::RotaryAttr":$rotary,
                    "::mlir::IntegerAttr":$cache_layer), [{
       build($_builder, $_state, output, present, query, key, value, mask, past, positions,
-            num_heads, num_kv_heads, head_dim, scale, causal, alibi, window, rotary,
+            bias, num_heads, num_kv_heads, head_dim, scale, causal, alibi, window, rotary,
             cache_layer, ::mlir::FloatAttr());
     }]>
   ];

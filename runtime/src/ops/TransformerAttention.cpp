@@ -19,7 +19,7 @@ namespace {
 
 // ---- tfm.attention -------------------------------------------------------------------
 
-enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
+enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias };
 
 struct AttentionConfig {
   // This rank's query and KV heads (all of them without tensor parallelism).
@@ -38,8 +38,12 @@ struct AttentionConfig {
   bool interleaved = false;
   bool unattendedCausal = false;
   bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
-  // Shapes of this call.
-  int64_t batch = 0, fresh = 0, past = 0, total = 0;
+  // Shapes of this call. `keys` new keys and values: as many as the queries, or a
+  // cross-attention's other sequence.
+  int64_t batch = 0, fresh = 0, keys = 0, past = 0, total = 0;
+  // The heads the key and value inputs hold, and the first of this rank's among them: all
+  // of the model's where they come from a graph input under tensor parallelism.
+  int64_t keyHeads = 0, keyHeadOffset = 0;
   bool sessionCache = false;
   int64_t pastHeads = 0, pastHeadOffset = 0;
 };
@@ -124,10 +128,19 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
                      shapeString(q.shape));
   c.batch = q.shape[0];
   c.fresh = q.shape[1];
-  Shape kvShape{c.batch, c.fresh, c.kvHeads * c.headDim};
+  c.keys = k.shape.size() == 3 ? k.shape[1] : c.fresh;
+  bool allKvHeads = k.shape.size() == 3 && c.globalKvHeads != c.kvHeads &&
+                    k.shape[2] == c.globalKvHeads * c.headDim;
+  c.keyHeads = allKvHeads ? c.globalKvHeads : c.kvHeads;
+  c.keyHeadOffset = allKvHeads ? c.kvHeadOffset : 0;
+  Shape kvShape{c.batch, c.keys, c.keyHeads * c.headDim};
   if (k.shape != kvShape || v.shape != kvShape)
     return ctx.error("key and value must be ", shapeString(kvShape), ", not ",
                      shapeString(k.shape), " and ", shapeString(v.shape));
+  if (c.keys != c.fresh && (c.causal || c.window > 0 || c.rotaryDim > 0 ||
+                            ctx.input(kPastKey) || c.cacheLayer >= 0))
+    return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
+                     "causal, windowed, rotated or cached");
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");
@@ -157,7 +170,17 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
       return ctx.error("padding mask width ", mask->shape[1], " is shorter than the ",
                        c.fresh, " new tokens");
   }
-  c.total = c.past + c.fresh;
+  c.total = c.past + c.keys;
+  if (const TensorRef *bias = ctx.input(kBias)) {
+    const Shape &m = bias->shape;
+    bool fits = isFloat(bias->dtype) && m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
+                (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) &&
+                m[2] == c.fresh && m[3] == c.total;
+    if (!fits)
+      return ctx.error("the bias must be float and broadcast to [", c.batch, ", ", c.heads,
+                       ", ", c.fresh, ", ", c.total, "], not ", dtypeName(bias->dtype), " ",
+                       shapeString(m));
+  }
   if (mask) {
     if (isFloat(mask->dtype)) {
       const Shape &m = mask->shape;
@@ -248,21 +271,21 @@ void applyRotary(float *x, int64_t tokens, int64_t heads, const AttentionConfig 
 Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   AttentionConfig c;
   DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
-  const int64_t B = c.batch, S = c.fresh, P = c.past, T = c.total, H = c.heads,
+  const int64_t B = c.batch, S = c.fresh, SK = c.keys, P = c.past, T = c.total, H = c.heads,
                 KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
   std::vector<float> q, kNew, vNew;
   {
     FloatView query(*ctx.input(kQuery)), k(*ctx.input(kKey)), v(*ctx.input(kValue));
     q.assign(query.data(), query.data() + B * S * H * D);
-    kNew.assign(k.data(), k.data() + B * S * KH * D);
-    vNew.assign(v.data(), v.data() + B * S * KH * D);
+    kNew.assign(k.data(), k.data() + B * SK * c.keyHeads * D);
+    vNew.assign(v.data(), v.data() + B * SK * c.keyHeads * D);
   }
   std::vector<int64_t> positions;
   if (ctx.input(kPositions))
     DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
   if (c.rotaryDim > 0) {
     applyRotary(q.data(), B * S, H, c, positions);
-    applyRotary(kNew.data(), B * S, KH, c, positions);
+    applyRotary(kNew.data(), B * S, c.keyHeads, c, positions);
   }
 
   // Keys and values of every attended position, [B, KH, T, D]: in the session's cache, or
@@ -272,10 +295,11 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   int64_t batchStride = KH * T * D, headStride = T * D;
   auto placeNew = [&](float *keys, float *values, int64_t bStride, int64_t hStride) {
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < S; ++s)
+      for (int64_t s = 0; s < SK; ++s)
         for (int64_t h = 0; h < KH; ++h) {
-          const float *ks = &kNew[((b * S + s) * KH + h) * D];
-          const float *vs = &vNew[((b * S + s) * KH + h) * D];
+          const int64_t from = ((b * SK + s) * c.keyHeads + c.keyHeadOffset + h) * D;
+          const float *ks = &kNew[from];
+          const float *vs = &vNew[from];
           std::copy(ks, ks + D, keys + b * bStride + h * hStride + (P + s) * D);
           std::copy(vs, vs + D, values + b * bStride + h * hStride + (P + s) * D);
         }
@@ -329,6 +353,10 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   } else if (mask) {
     additive.emplace(*mask);
   }
+  const TensorRef *bias = ctx.input(kBias);
+  std::optional<FloatView> biasValues;
+  if (bias)
+    biasValues.emplace(*bias);
   std::vector<float> slopes;
   if (c.alibi) {
     std::vector<float> all = alibiSlopes(c.globalHeads);
@@ -396,6 +424,11 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             int64_t mb = mask->shape[0] == 1 ? 0 : b;
             int64_t mh = mask->shape[1] == 1 ? 0 : mask->shape[1] == H ? h : c.headOffset + h;
             score += (*additive)[((mb * mask->shape[1] + mh) * S + s) * T + t];
+          }
+          if (biasValues) {
+            int64_t bb = bias->shape[0] == 1 ? 0 : b;
+            int64_t bh = bias->shape[1] == 1 ? 0 : bias->shape[1] == H ? h : c.headOffset + h;
+            score += (*biasValues)[((bb * bias->shape[1] + bh) * S + s) * T + t];
           }
           scores[t] = score;
           if (allowed[t]) {
@@ -473,7 +506,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
 } // namespace
 
 void addAttentionKernels(std::vector<KernelInfo> &kernels) {
-  kernels.push_back({"tfm.attention", 3, 7, 3, 1, 3, inferAttention, computeAttention});
+  kernels.push_back({"tfm.attention", 3, 8, 3, 1, 3, inferAttention, computeAttention});
 }
 
 } // namespace dsrt::ops

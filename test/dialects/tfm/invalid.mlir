@@ -703,3 +703,32 @@ func.func @gated_act_packed_odd(%x: tensor<3x7xf32>) {
   %0 = tfm.gated_act_packed silu %x : tensor<3x7xf32> -> tensor<3x3xf32>
   return
 }
+
+// -----
+
+func.func @attention_bias_shape(%q: tensor<2x7x768xf32>, %bias: tensor<1x12x7x5xf32>) {
+  // expected-error @+1 {{bias dimension 3 is 5, expected 7}}
+  %0 = tfm.attention %q, %q, %q bias %bias heads 12 kv_heads 12 head_dim 64 scale 1.0
+         : (tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<1x12x7x5xf32>)
+         -> tensor<2x7x768xf32>
+  return
+}
+
+// -----
+
+func.func @attention_bias_heads(%q: tensor<2x7x768xf32>, %bias: tensor<1x3x7x7xf32>) {
+  // expected-error @+1 {{bias dimension 1 is 3, expected 12 or 1}}
+  %0 = tfm.attention %q, %q, %q bias %bias heads 12 kv_heads 12 head_dim 64 scale 1.0
+         : (tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<1x3x7x7xf32>)
+         -> tensor<2x7x768xf32>
+  return
+}
+
+// -----
+
+func.func @attention_causal_cross(%q: tensor<2x7x768xf32>, %enc: tensor<2x11x768xf32>) {
+  // expected-error @+1 {{keys of another sequence (11 against 7 queries) have no past, causal mask, window or rotary}}
+  %0 = tfm.attention %q, %enc, %enc heads 12 kv_heads 12 head_dim 64 scale 1.0 causal
+         : (tensor<2x7x768xf32>, tensor<2x11x768xf32>, tensor<2x11x768xf32>) -> tensor<2x7x768xf32>
+  return
+}

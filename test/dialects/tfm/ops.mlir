@@ -110,6 +110,24 @@ func.func @attention(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x256xf16>,
   return
 }
 
+// T5: a relative position bias computed in the graph beside the padding mask, and a
+// cross-attention over 11 encoder tokens for 7 queries.
+// CHECK-LABEL: func.func @attention_encoder_decoder
+func.func @attention_encoder_decoder(%q: tensor<2x7x768xf32>, %kv: tensor<2x7x768xf32>,
+                                     %pad: tensor<2x7xi64>, %bias: tensor<1x12x7x7xf32>,
+                                     %enc: tensor<2x11x768xf32>, %encPad: tensor<2x11xi64>) {
+  // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} bias %{{.*}} heads 12 kv_heads 12 head_dim 64 scale 1.000000e+00 :
+  %0 = tfm.attention %q, %kv, %kv mask %pad bias %bias heads 12 kv_heads 12 head_dim 64
+         scale 1.0
+         : (tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<2x7x768xf32>, tensor<2x7xi64>,
+            tensor<1x12x7x7xf32>) -> tensor<2x7x768xf32>
+  // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} heads 12 kv_heads 12 head_dim 64 scale 1.000000e+00 : (tensor<2x7x768xf32>, tensor<2x11x768xf32>, tensor<2x11x768xf32>, tensor<2x11xi64>)
+  %1 = tfm.attention %q, %enc, %enc mask %encPad heads 12 kv_heads 12 head_dim 64 scale 1.0
+         : (tensor<2x7x768xf32>, tensor<2x11x768xf32>, tensor<2x11x768xf32>, tensor<2x11xi64>)
+         -> tensor<2x7x768xf32>
+  return
+}
+
 // CHECK-LABEL: func.func @int8_lm_head
 // CHECK: tfm.lm_head %{{.*}}, %{{.*}} scales %{{.*}} : (tensor<?x768xf16>, tensor<500x768xi8>, tensor<500x6xf16>) -> tensor<?x500xf16>
 func.func @int8_lm_head(%x: tensor<?x768xf16>, %w: tensor<500x768xi8>, %s: tensor<500x6xf16>) -> tensor<?x500xf16> {

@@ -12,6 +12,13 @@
 // (StepContext::sequenceLengths), and the decode grid is sized for the cache's capacity, so
 // a captured decode graph stays right when it is replayed with longer sequences. Nothing
 // here reads device data on the host.
+//
+// A cross-attention (keys and values of another sequence: an encoder's output, or the
+// cache of its keys and values, which under tensor parallelism holds every KV head) runs
+// in I/O mode: attention_rotary places the keys in one launch and copies the queries in
+// another, and attention_prefill reads the s_kv keys as io_past + fresh with
+// io_past = s_kv - fresh. A bias computed in the graph (input 7, T5's relative positions)
+// is added by the prefill kernel (BIAS).
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
@@ -23,7 +30,7 @@
 namespace dsrt::cuda {
 namespace {
 
-enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions };
+enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias };
 enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
 
 // Threads per block of attention_rotary (each block loops over one head's features).
@@ -148,9 +155,16 @@ Status runAttention(StepContext &context) {
   if (query->shape.size() != 3 || query->shape[2] != H * D)
     return context.error("query must be [batch, sequence, ", H * D, "]");
   const int64_t B = query->shape[0], S = query->shape[1];
-  const Shape kvShape{B, S, KH * D};
+  const int64_t SK = key->shape.size() == 3 ? key->shape[1] : S;
+  // Keys and values that hold every KV head (read from a graph input under tensor
+  // parallelism): this rank's are among them at kvHeadOffset.
+  const bool allKvHeads = key->shape.size() == 3 && h.globalKvHeads != KH &&
+                          key->shape[2] == h.globalKvHeads * D;
+  const int64_t keyHeads = allKvHeads ? h.globalKvHeads : KH;
+  const Shape kvShape{B, SK, keyHeads * D};
   if (key->shape != kvShape || value->shape != kvShape)
-    return context.error("key and value must be [", B, ", ", S, ", ", KH * D, "]");
+    return context.error("key and value must be [", B, ", ", SK, ", ", keyHeads * D, "]");
+  const bool cross = SK != S || allKvHeads;
   const DeviceTensor &out = context.output(0);
   if (out.dtype != DType::F32 || out.shape != query->shape)
     return context.error("the output must be f32 and shaped like the query");
@@ -164,6 +178,12 @@ Status runAttention(StepContext &context) {
       context.inputCount() > kPastValue ? context.input(kPastValue) : nullptr;
   const DeviceTensor *positions =
       context.inputCount() > kPositions ? context.input(kPositions) : nullptr;
+  const DeviceTensor *bias = context.inputCount() > kBias ? context.input(kBias) : nullptr;
+  if (cross && (causal || window > 0 || rotaryDim > 0 || pastKey || cacheLayer >= 0 ||
+                (allKvHeads && context.outputCount() != 1)))
+    return context.error(SK, " keys of ", allKvHeads ? "every head" : "another sequence",
+                         " for ", S, " queries: a cross-attention has no causal mask, window, ",
+                         "rotary, past or cache", allKvHeads ? ", nor presents" : "");
   if (!pastKey != !pastValue)
     return context.error("past key and past value must be given together");
   if (mask && !isPaddingMaskType(mask->dtype))
@@ -205,6 +225,7 @@ Status runAttention(StepContext &context) {
   const int64_t unattendedZero = unattended == "zero" ? 1 : -1;
   DSRT_RETURN_IF_ERROR(
       checkConstant(context, kPrefillSlot, "UNATTENDED_ZERO", unattendedZero));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "BIAS", bias ? 1 : -1));
   int64_t warps = 0, queryTile = 0;
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "WARPS", 32, warps));
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "Q_TILE", 1024, queryTile));
@@ -225,6 +246,8 @@ Status runAttention(StepContext &context) {
       return context.error("batch ", B, " does not fit the KV cache's ", layer->batch);
     if (!mask)
       return context.error("with the session's KV cache needs the padding mask");
+    if (bias)
+      return context.error("with the session's KV cache adds no bias");
     lengths = context.sequenceLengths();
     if (lengths == 0)
       return context.error("the session gave no sequence lengths for its KV cache");
@@ -261,14 +284,14 @@ Status runAttention(StepContext &context) {
       pastKeyData = pastKey->data;
       pastValueData = pastValue->data;
     }
-    const int64_t T = ioPast + S;
+    const int64_t T = ioPast + SK;
     if (T > INT32_MAX)
       return context.error(T, " keys exceed the kernels' int range");
     if (mask && mask->shape[1] != T)
       return context.error("the padding mask must be [", B, ", ", T, "]");
     kvRows = T;
     kvHeadStride = T * D;
-    kvBatchStride = KH * kvHeadStride;
+    kvBatchStride = keyHeads * kvHeadStride;
     rowsPerSequence = T;
     if (outputs == 3) {
       const DeviceTensor &presentKey = context.output(1), &presentValue = context.output(2);
@@ -280,7 +303,7 @@ Status runAttention(StepContext &context) {
       values = presentValue.data;
     } else {
       // No presents to keep: the keys and values of this call live for this step only.
-      size_t bytes = static_cast<size_t>(B * KH * T * D) * sizeof(float);
+      size_t bytes = static_cast<size_t>(B * keyHeads * T * D) * sizeof(float);
       DevicePtr storage = 0;
       if (bytes > 0) {
         DSRT_RETURN_IF_ERROR(context.scratch(2 * bytes, storage));
@@ -289,9 +312,25 @@ Status runAttention(StepContext &context) {
       values = storage + bytes;
     }
   }
+  // The bias's strides: 0 where it broadcasts; its heads are this rank's or every head.
+  long long biasBatchStride = 0, biasHeadStride = 0, biasRowStride = 0;
+  DevicePtr biasData = 0;
+  if (bias) {
+    const Shape &m = bias->shape;
+    const int64_t T = kvRows;
+    if (bias->dtype != DType::F32 || m.size() != 4 || (m[0] != 1 && m[0] != B) ||
+        (m[1] != 1 && m[1] != H && m[1] != h.globalHeads) || m[2] != S || m[3] != T)
+      return context.error("the bias must be f32 broadcasting to [", B, ", ", H, ", ", S,
+                           ", ", T, "]");
+    biasRowStride = T;
+    biasHeadStride = m[1] == 1 ? 0 : S * T;
+    biasBatchStride = m[0] == 1 ? 0 : m[1] * S * T;
+    const int64_t firstHead = m[1] == h.globalHeads && m[1] != H ? h.headOffset : 0;
+    biasData = bias->data + static_cast<DevicePtr>(firstHead * biasHeadStride) * sizeof(float);
+  }
   if (B == 0 || S == 0)
     return Status::ok();
-  if (B * rowsPerSequence > kMaxGridX)
+  if (B * std::max(rowsPerSequence, S) > kMaxGridX)
     return context.error(B * rowsPerSequence, " rows exceed the grid's limit");
 
   // Kernel parameters, typed as the templates declare them.
@@ -299,27 +338,45 @@ Status runAttention(StepContext &context) {
   DevicePtr positionData = rotary ? positions->data : 0, maskData = mask ? mask->data : 0;
   DevicePtr outData = out.data;
   int ioPastArg = static_cast<int>(ioPast), fresh = static_cast<int>(S);
-  int rowsArg = static_cast<int>(rowsPerSequence), capacity = static_cast<int>(kvRows);
+  int capacity = static_cast<int>(kvRows);
   long long batchStride = kvBatchStride, headStride = kvHeadStride;
-  int headsArg = static_cast<int>(H), kvHeadsArg = static_cast<int>(KH);
+  int headsArg = static_cast<int>(H);
   int pastHeadsArg = static_cast<int>(pastHeads), pastOffsetArg = static_cast<int>(pastHeadOffset);
   int headOffset = static_cast<int>(h.headOffset), kvHeadOffset = static_cast<int>(h.kvHeadOffset);
   int group = static_cast<int>(h.globalHeads / h.globalKvHeads);
   int globalHeads = static_cast<int>(h.globalHeads);
   float scaleArg = scale;
 
-  {
+  // attention_rotary over `rows` rows of each sequence, `tokens` of them new, for `qHeads`
+  // query heads and `kHeads` key heads (0: that part is not touched). The kernel skips rows
+  // at or past `rowLimit` (the key storage's rows, where it writes keys).
+  auto place = [&](int64_t rows, int64_t tokens, int64_t qHeads, int64_t kHeads,
+                   int64_t rowLimit) -> Status {
+    int rowsValue = static_cast<int>(rows), freshValue = static_cast<int>(tokens);
+    int qHeadsValue = static_cast<int>(qHeads), kHeadsValue = static_cast<int>(kHeads);
+    int limit = static_cast<int>(rowLimit);
     void *args[] = {&queryData,  &keyData,     &valueData,     &positionData, &outData,
                     &keys,       &values,      &pastKeyData,   &pastValueData, &lengths,
-                    &ioPastArg,  &fresh,       &rowsArg,       &batchStride,  &headStride,
-                    &capacity,   &headsArg,    &kvHeadsArg,    &pastHeadsArg, &pastOffsetArg,
+                    &ioPastArg,  &freshValue,  &rowsValue,     &batchStride,  &headStride,
+                    &limit,      &qHeadsValue, &kHeadsValue,   &pastHeadsArg, &pastOffsetArg,
                     frequencies.data()};
     Dim3 grid, block;
-    grid.x = static_cast<unsigned>(B * rowsPerSequence);
+    grid.x = static_cast<unsigned>(B * rows);
     // A block per head: the kernel strides over heads along y.
-    grid.y = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>({H, KH, 1}), kMaxGridYZ));
+    grid.y = static_cast<unsigned>(
+        std::min<int64_t>(std::max<int64_t>({qHeads, kHeads, 1}), kMaxGridYZ));
     block.x = kRotaryBlock;
-    DSRT_RETURN_IF_ERROR(context.launch(kRotarySlot, grid, block, 0, args));
+    return context.launch(kRotarySlot, grid, block, 0, args);
+  };
+  if (cross) {
+    // The keys of every head the inputs hold, then the queries.
+    DSRT_RETURN_IF_ERROR(place(SK, SK, 0, keyHeads, kvRows));
+    DSRT_RETURN_IF_ERROR(place(S, S, H, 0, S));
+    ioPastArg = static_cast<int>(SK - S);
+    if (allKvHeads)
+      kvHeadOffset = 0;  // the kernel's KV head index is then the model's
+  } else {
+    DSRT_RETURN_IF_ERROR(place(rowsPerSequence, S, H, KH, kvRows));
   }
 
   const unsigned attentionBlock = static_cast<unsigned>(warps * 32);
@@ -378,7 +435,8 @@ Status runAttention(StepContext &context) {
 
   void *args[] = {&outData,  &keys,     &values,     &batchStride,  &headStride,  &capacity,
                   &maskData, &lengths,  &ioPastArg,  &fresh,        &headsArg,    &headOffset,
-                  &kvHeadOffset, &group, &globalHeads, &scaleArg};
+                  &kvHeadOffset, &group, &globalHeads, &scaleArg, &biasData,
+                  &biasBatchStride, &biasHeadStride, &biasRowStride};
   Dim3 grid, block;
   grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile);
   grid.y = static_cast<unsigned>(H);

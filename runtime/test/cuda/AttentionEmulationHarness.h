@@ -1,0 +1,177 @@
+// The host harness of the attention launcher's emulation tests (AttentionEmulationTest.cpp,
+// CrossAttentionEmulationTest.cpp): a step context whose launches run the kernel templates
+// through AttentionEmulation.h, and the comparisons against the CPU reference.
+#ifndef DSRT_TEST_CUDA_ATTENTIONEMULATIONHARNESS_H
+#define DSRT_TEST_CUDA_ATTENTIONEMULATIONHARNESS_H
+
+#include "AttentionEmulation.h"
+
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using dsrt::DType;
+using dsrt::Shape;
+using dsrt::Status;
+using dsrt::TensorRef;
+using dsrt::cuda::DevicePtr;
+using dsrt::cuda::DeviceTensor;
+
+struct KernelSet {
+  std::function<void(void **)> slots[4];
+  std::map<std::string, int64_t> constants[4];
+};
+
+// Calls `kernel` with the parameters cuLaunchKernel would pass: args[i] points to the
+// value of parameter i (a DevicePtr for a pointer, which on the host is the address).
+template <typename... Params, size_t... I>
+void invokeWith(void (*kernel)(Params...), void **args, std::index_sequence<I...>) {
+  std::tuple<std::decay_t<Params>...> values;
+  (std::memcpy(&std::get<I>(values), args[I], sizeof(std::get<I>(values))), ...);
+  kernel(std::get<I>(values)...);
+}
+template <typename... Params> void invokeKernel(void (*kernel)(Params...), void **args) {
+  invokeWith(kernel, args, std::index_sequence_for<Params...>{});
+}
+
+} // namespace
+
+namespace dsrt::cuda {
+namespace {
+
+using dsrt::DType;
+using dsrt::Shape;
+using dsrt::Status;
+using dsrt::TensorRef;
+
+// A group that only says which rank the reference kernel runs as.
+class RankOnly : public ops::Collectives {
+public:
+  RankOnly(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status allReduceSum(float *, int64_t) override { return Status::error("not here"); }
+  Status allGather(const void *, const std::vector<int64_t> &, void *) override {
+    return Status::error("not here");
+  }
+
+private:
+  int rank_, size_;
+};
+
+DevicePtr addressOf(const void *data) {
+  return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(data));
+}
+
+class EmulatedStep : public StepContext {
+public:
+  EmulatedStep(const KernelSet &kernels, size_t kernelCount, ops::AttrMap attrs)
+      : kernels_(kernels), kernelCount_(kernelCount), attrs_(std::move(attrs)) {}
+
+  std::string_view op() const override { return "tfm.attention"; }
+  const ops::AttrMap &attrs() const override { return attrs_; }
+  size_t inputCount() const override { return inputs.size(); }
+  const DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+  Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= kernelCount_)
+      return error("slot ", slot, " of ", kernelCount_);
+    if (sharedBytes != 0 || block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1)
+      return error("unexpected launch shape");
+    attention_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+                                [&] { kernels_.slots[slot](args); });
+    ++launches[slot];
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernelCount_; }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= kernelCount_)
+      return fallback;
+    auto found = kernels_.constants[slot].find(std::string(name));
+    return found == kernels_.constants[slot].end() ? fallback : found->second;
+  }
+  Status gemm(const GemmDesc &) override { return error("no gemm here"); }
+  Status scratch(size_t bytes, DevicePtr &out) override {
+    // NaN-filled: a kernel that reads scratch it did not write shows in the output.
+    scratch_.emplace_back(bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+    out = addressOf(scratch_.back().data());
+    return Status::ok();
+  }
+  const DeviceKvLayer *kvLayer(int64_t layer) const override {
+    return layer == 0 && cache ? &*cache : nullptr;
+  }
+  DevicePtr sequenceLengths() const override { return cache ? addressOf(lengths) : 0; }
+  const int32_t *hostSequenceLengths() const override { return cache ? lengths : nullptr; }
+  DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return rank_; }
+  StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 1; }
+  int computeCapability() const override { return 80; }
+  bool capturing() const override { return capturing_; }
+
+  std::vector<std::optional<DeviceTensor>> inputs;
+  std::vector<DeviceTensor> outputs;
+  std::optional<DeviceKvLayer> cache;
+  int32_t lengths[3] = {0, 0, 0};
+  int launches[4] = {0, 0, 0, 0};
+  int rank_ = 0;
+  bool capturing_ = false;
+
+private:
+  const KernelSet &kernels_;
+  size_t kernelCount_;
+  ops::AttrMap attrs_;
+  std::vector<std::vector<float>> scratch_;
+};
+
+std::vector<float> randomFloats(std::mt19937 &generator, size_t count) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = uniform(generator);
+  return values;
+}
+
+// Compares with the file's tolerance; returns the largest error for the report.
+float expectClose(const float *actual, const float *expected, size_t count,
+                  const std::string &what) {
+  float worst = 0;
+  size_t failures = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float error = std::fabs(actual[i] - expected[i]);
+    if (!(error <= 1e-5f + 1e-4f * std::fabs(expected[i]))) {
+      if (++failures <= 5)
+        ADD_FAILURE() << what << " [" << i << "]: " << actual[i] << " vs " << expected[i];
+    }
+    if (error > worst || std::isnan(error))
+      worst = std::isnan(error) ? std::numeric_limits<float>::infinity() : error;
+  }
+  EXPECT_EQ(failures, 0u) << what;
+  return worst;
+}
+
+} // namespace
+} // namespace dsrt::cuda
+
+#endif
