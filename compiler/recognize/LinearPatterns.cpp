@@ -34,8 +34,11 @@ struct EmbeddingPattern : RecognitionPattern<onnx::GatherOp> {
     if (gather.getAxis() != 0)
       return decline(rewriter, gather, "the lookup is not along the table's rows (axis 0)");
     auto ids = dyn_cast<RankedTensorType>(gather.getIndices().getType());
-    if (!ids || ids.getRank() < 1)
-      return decline(rewriter, gather, "the ids have no known rank of at least 1");
+    // tfm.embedding takes [batch, seq] ids (and T5's [queries, keys] relative-position
+    // buckets); a lookup of one row of positions (Marian's and Pegasus's sinusoidal table,
+    // indexed by arange(past, past + seq)) stays a Gather.
+    if (!ids || ids.getRank() != 2)
+      return decline(rewriter, gather, "the ids are not 2-D [batch, seq]");
     SmallVector<int64_t> shape(ids.getShape());
     shape.push_back(tableType.getDimSize(1));
     auto type = RankedTensorType::get(shape, tableType.getElementType());
