@@ -2,6 +2,7 @@
 // opened and verified exactly as the runtime does, so what is printed is what the runtime
 // would run; --verify-sections also checksums every rank's weights. Each section's
 // "weight bytes" line sums its weights by stored dtype (docs/int8.md compares plans by it).
+#include "plan/PlanArena.h"
 #include "plan/PlanFile.h"
 #include "plan/PlanViews.h"
 
@@ -167,30 +168,6 @@ void printTensors(const dsp::Plan &plan) {
   }
 }
 
-// The arena bytes a program's steps write into: the end of the highest slot of their
-// outputs, its If branches' included. A session that never runs a program needs none of it.
-uint64_t arenaUse(const dsp::Plan &plan, uint32_t index, int depth = 0) {
-  uint64_t end = 0;
-  if (depth > 16 || index >= length(plan.programs()))
-    return end;
-  const dsp::Program &program = *plan.programs()->Get(index);
-  for (uint32_t s = 0; s < length(program.steps()); ++s) {
-    const dsp::Step &step = *program.steps()->Get(s);
-    for (uint32_t o = 0; o < length(step.outputs()); ++o) {
-      int32_t id = step.outputs()->Get(o);
-      if (id < 0 || static_cast<uint32_t>(id) >= length(plan.tensors()))
-        continue;
-      const dsp::Tensor &tensor = *plan.tensors()->Get(static_cast<uint32_t>(id));
-      if (tensor.kind() == dsp::TensorKind::activation)
-        end = std::max<uint64_t>(end, tensor.arena_offset() + tensor.arena_bytes());
-    }
-    for (uint32_t b = 0; b < length(step.branches()); ++b)
-      end = std::max(end, arenaUse(plan, static_cast<uint32_t>(step.branches()->Get(b)),
-                                   depth + 1));
-  }
-  return end;
-}
-
 void printPrograms(const dsp::Plan &plan) {
   std::printf("\nprograms (%u):\n", length(plan.programs()));
   for (uint32_t p = 0; p < length(plan.programs()); ++p) {
@@ -236,7 +213,7 @@ void printPrograms(const dsp::Plan &plan) {
     if (views)
       std::printf("    views of arena tensors: %u, sharing their input's slot: %u\n", views,
                   shared);
-    std::printf("    arena used: %" PRIu64 " of %" PRIu64 " bytes\n", arenaUse(plan, p),
+    std::printf("    arena used: %" PRIu64 " of %" PRIu64 " bytes\n", dsrt::programArenaUse(plan, p),
                 plan.arena_bytes());
   }
 }

@@ -50,6 +50,8 @@ Status CudaSession::run(std::string_view programName) {
                              "' of program '" + std::string(programName) + "' is not set");
   ProgramState &state = programs_[programIndex(*found)];
   Status status = check(driver_->cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  if (status.isOk())
+    status = ensureArena(*found);
   // Activations of an earlier run are stale.
   for (Slot &slot : slots_)
     if (slot.kind == dsp::TensorKind::activation || slot.kind == dsp::TensorKind::dynamic) {

@@ -7,6 +7,7 @@
 #include "cpu/Session.h"
 #include "cuda/CublasLt.h"
 #include "cuda/StagedCollectives.h"
+#include "plan/PlanArena.h"
 #include "session/PlanChecks.h"
 
 #include <algorithm>
@@ -272,8 +273,21 @@ Status CudaSession::compilePrograms() {
 // uploadWeights.
 Status CudaSession::prepareTensors() {
   const dsp::Plan &header = plan_->plan();
-  DSRT_RETURN_IF_ERROR(allocate(header.arena_bytes(), arena_, "the activation arena"));
-  memory_.arena = header.arena_bytes();
+  // At first, the arena of the programs a generation runs: with session programs (prefill,
+  // decode), every program but `forward`; without them, every program.
+  const uint32_t programCount = header.programs() ? header.programs()->size() : 0;
+  bool generates = false;
+  for (uint32_t p = 0; p < programCount; ++p)
+    generates |= str(header.programs()->Get(p)->name()) == "prefill";
+  uint64_t initial = 0;
+  for (uint32_t p = 0; p < programCount; ++p) {
+    arenaUse_.push_back(programArenaUse(header, p));
+    if (!generates || str(header.programs()->Get(p)->name()) != "forward")
+      initial = std::max(initial, arenaUse_.back());
+  }
+  DSRT_RETURN_IF_ERROR(allocate(initial, arena_, "the activation arena"));
+  arenaBytes_ = initial;
+  memory_.arena = initial;
   size_t count = header.tensors() ? header.tensors()->size() : 0;
   slots_.resize(count);
   for (size_t i = 0; i < count; ++i) {
@@ -284,9 +298,7 @@ Status CudaSession::prepareTensors() {
     slot.deviceDType = slot.dtype;
     switch (tensor.kind()) {
     case dsp::TensorKind::activation:
-      slot.device = arena_ + tensor.arena_offset();
-      slot.deviceCapacity = tensor.arena_bytes();
-      break;
+      break;  // placeActivations
     case dsp::TensorKind::constant:
       // Copied: a FlatBuffers byte vector is only 4-byte aligned, and the host kernels read
       // i64 and f64 constants in place.
@@ -325,6 +337,49 @@ Status CudaSession::prepareTensors() {
       break;
     }
   }
+  placeActivations();
+  return Status::ok();
+}
+
+// Activations in the arena at their slots; those past its end (a program not run yet) get
+// no place until ensureArena grows it.
+void CudaSession::placeActivations() {
+  const dsp::Plan &header = plan_->plan();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].kind != dsp::TensorKind::activation)
+      continue;
+    const dsp::Tensor &tensor = *header.tensors()->Get(static_cast<uint32_t>(i));
+    bool fits = tensor.arena_offset() + tensor.arena_bytes() <= arenaBytes_;
+    slots_[i].device = fits ? arena_ + tensor.arena_offset() : 0;
+    slots_[i].deviceCapacity = fits ? tensor.arena_bytes() : 0;
+  }
+}
+
+Status CudaSession::ensureArena(const dsp::Program &program) {
+  int index = programIndex(program);
+  uint64_t need = index >= 0 && static_cast<size_t>(index) < arenaUse_.size()
+                      ? arenaUse_[static_cast<size_t>(index)]
+                      : plan_->plan().arena_bytes();
+  if (need <= arenaBytes_)
+    return Status::ok();
+  // Nothing in flight may still use the old arena, and no captured graph its addresses.
+  DSRT_RETURN_IF_ERROR(sync());
+  for (auto &entry : graphs_) {
+    if (entry.second->exec)
+      driver_->cuGraphExecDestroy(entry.second->exec);
+    if (entry.second->graph)
+      driver_->cuGraphDestroy(entry.second->graph);
+  }
+  graphs_.clear();
+  DevicePtr grown = 0;
+  DSRT_RETURN_IF_ERROR(allocate(need, grown, "the activation arena"));
+  allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), arena_),
+                     allocations_.end());
+  DSRT_RETURN_IF_ERROR(check(driver_->cuMemFree(arena_), "cuMemFree"));
+  arena_ = grown;
+  arenaBytes_ = need;
+  memory_.arena = need;
+  placeActivations();
   return Status::ok();
 }
 

@@ -152,6 +152,11 @@ private:
   CudaSession() = default;
   Status initDevice(int rank);
   Status prepareTensors();
+  // The arena holds what the programs run so far need (programArenaUse): a session that
+  // generates never allocates `forward`'s logits. A program that needs more grows it, which
+  // moves every activation and drops the captured graphs (they hold its addresses).
+  Status ensureArena(const dsp::Program &program);
+  void placeActivations();
   Status uploadWeights();
   Status loadKernels();
   Status allocateKvCache();
@@ -213,6 +218,8 @@ private:
   std::vector<ProgramState> programs_;
   std::vector<DevicePtr> allocations_;  // freed with the session
   DevicePtr arena_ = 0;
+  uint64_t arenaBytes_ = 0;            // allocated at arena_
+  std::vector<uint64_t> arenaUse_;     // per program: the arena bytes it needs
   DevicePtr weightBase_ = 0;
   DevicePtr sequenceLengths_ = 0;
   int32_t hostSequenceLengths_[3] = {0, 0, 0};

@@ -6,6 +6,7 @@
 #include "cpu/Session.h"
 #include "cuda/CudaSession.h"
 #include "cuda/StagedCollectives.h"
+#include "plan/PlanArena.h"
 
 #include <gtest/gtest.h>
 
@@ -97,7 +98,8 @@ TEST(CudaFakeSession, DescribesTheDevice) {
   EXPECT_EQ(fake.session->device(), DeviceKind::Cuda);
   SessionMemory memory = fake.session->memory();
   EXPECT_GT(memory.weights, 0u);
-  EXPECT_EQ(memory.arena, fake.plan->plan().arena_bytes());
+  EXPECT_GT(memory.arena, 0u);
+  EXPECT_LE(memory.arena, fake.plan->plan().arena_bytes());
   double bandwidth = 0;
   ASSERT_TRUE(fake.session->measureCopyBandwidth(1 << 20, bandwidth).isOk());
   // The fake's events say every copy took 1 ms: 2 MiB moved per millisecond.
@@ -263,6 +265,73 @@ std::vector<float> logitsOf(Session &session, const char *program) {
 
 // Prefill and decode through the fallback: the attention reads and writes the device KV
 // cache through the host mirror; every step's logits must be the CPU backend's.
+// A session that generates allocates the arena of prefill and decode, not `forward`'s
+// (every position's logits); running `forward` grows it, and every program's results stay
+// right in the moved arena. Llama at 64 tokens, where forward needs more than prefill.
+TEST(CudaFakeSession, TheArenaGrowsToTheProgramsRun) {
+  fake::reset();
+  std::unique_ptr<PlanFile> opened;
+  ASSERT_TRUE(PlanFile::open(DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT, opened).isOk());
+  std::shared_ptr<PlanFile> plan = std::move(opened);
+  CudaSessionOptions options;
+  options.driver = &fake::driver();
+  options.findOp = noLaunchers;
+  std::unique_ptr<CudaSession> session;
+  Status created = CudaSession::create(plan, 0, options, session);
+  ASSERT_TRUE(created.isOk()) << created.message();
+  const dsp::Plan &header = plan->plan();
+  uint64_t generation = 0, forward = 0;
+  for (uint32_t p = 0; p < header.programs()->size(); ++p) {
+    uint64_t use = programArenaUse(header, p);
+    if (header.programs()->Get(p)->name()->str() == "forward")
+      forward = use;
+    else
+      generation = std::max(generation, use);
+  }
+  ASSERT_GT(forward, generation) << "forward's logits should make it the largest program";
+  EXPECT_EQ(session->memory().arena, generation);
+
+  constexpr int64_t kTokens = 5;
+  DecodeInputs inputs;
+  ASSERT_TRUE(bind(*session, "prefill", 0, kTokens, inputs));
+  ASSERT_TRUE(session->run("prefill").isOk());
+  EXPECT_EQ(session->memory().arena, generation);
+  std::vector<float> prefill = logitsOf(*session, "prefill");
+  ASSERT_FALSE(prefill.empty());
+
+  // forward, with empty pasts: its last position's logits are prefill's.
+  const dsp::Program *program = session->program("forward");
+  std::vector<float> nothing(1);
+  for (size_t i = 0; i < program->inputs()->size(); ++i) {
+    const dsp::Tensor &tensor = *header.tensors()->Get(program->inputs()->Get(i));
+    std::string name = tensor.name()->str();
+    TensorRef value{DType::I64, {1, kTokens}, inputs.ids.data()};
+    if (name == "attention_mask")
+      value = {DType::I64, {1, kTokens}, inputs.mask.data()};
+    else if (name == "position_ids")
+      value = {DType::I64, {1, kTokens}, inputs.positions.data()};
+    else if (name != "input_ids")  // a past key or value: [1, kv_heads, 0, head_dim]
+      value = {DType::F32,
+               {1, tensor.shape()->Get(1)->size(), 0, tensor.shape()->Get(3)->size()},
+               nothing.data()};
+    Status bound = session->setInput("forward", i, value);
+    ASSERT_TRUE(bound.isOk()) << name << ": " << bound.message();
+  }
+  Status ran = session->run("forward");
+  ASSERT_TRUE(ran.isOk()) << ran.message();
+  EXPECT_EQ(session->memory().arena, forward);
+  std::vector<float> all = logitsOf(*session, "forward");
+  ASSERT_EQ(all.size(), kTokens * prefill.size());
+  std::vector<float> last(all.end() - prefill.size(), all.end());
+  test::expectClose(last, prefill, 1e-5f);
+
+  // prefill again, in the moved arena: the same logits, and the arena stays.
+  ASSERT_TRUE(bind(*session, "prefill", 0, kTokens, inputs));
+  ASSERT_TRUE(session->run("prefill").isOk());
+  test::expectClose(logitsOf(*session, "prefill"), prefill, 0.0f);
+  EXPECT_EQ(session->memory().arena, forward);
+}
+
 TEST(CudaFakeSession, SessionCacheThroughTheFallbackMatchesTheCpu) {
   FakeSession fake;
   ASSERT_NO_FATAL_FAILURE(createFake(fake, noLaunchers));
