@@ -174,12 +174,7 @@ CudaSession::~CudaSession() {
     driver_->cuCtxSetCurrent(context_);
   if (stream_)
     driver_->cuStreamSynchronize(stream_);
-  for (auto &entry : graphs_) {
-    if (entry.second->exec)
-      driver_->cuGraphExecDestroy(entry.second->exec);
-    if (entry.second->graph)
-      driver_->cuGraphDestroy(entry.second->graph);
-  }
+  destroyGraphs();
   cublas_.reset();
   for (CUmodule module : modules_)
     if (module)
@@ -190,6 +185,16 @@ CudaSession::~CudaSession() {
     driver_->cuStreamDestroy(stream_);
   if (contextRetained_)
     driver_->cuDevicePrimaryCtxRelease(device_);
+}
+
+void CudaSession::destroyGraphs() {
+  for (auto &entry : graphs_) {
+    if (entry.second->exec)
+      driver_->cuGraphExecDestroy(entry.second->exec);
+    if (entry.second->graph)
+      driver_->cuGraphDestroy(entry.second->graph);
+  }
+  graphs_.clear();
 }
 
 std::string CudaSession::deviceName() const { return deviceLabel_; }
@@ -364,13 +369,7 @@ Status CudaSession::ensureArena(const dsp::Program &program) {
     return Status::ok();
   // Nothing in flight may still use the old arena, and no captured graph its addresses.
   DSRT_RETURN_IF_ERROR(sync());
-  for (auto &entry : graphs_) {
-    if (entry.second->exec)
-      driver_->cuGraphExecDestroy(entry.second->exec);
-    if (entry.second->graph)
-      driver_->cuGraphDestroy(entry.second->graph);
-  }
-  graphs_.clear();
+  destroyGraphs();
   DevicePtr grown = 0;
   DSRT_RETURN_IF_ERROR(allocate(need, grown, "the activation arena"));
   allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), arena_),

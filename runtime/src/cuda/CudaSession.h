@@ -157,6 +157,7 @@ private:
   // moves every activation and drops the captured graphs (they hold its addresses).
   Status ensureArena(const dsp::Program &program);
   void placeActivations();
+  void destroyGraphs();
   Status uploadWeights();
   Status loadKernels();
   Status allocateKvCache();
