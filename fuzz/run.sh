@@ -24,7 +24,9 @@ seeds() {
   case "$1" in
     # libFuzzer truncates inputs past -max_len, and a truncated model no longer parses.
     onnx-importer|onnx-compile)
-      find "$ROOT"/test/models -name model.onnx -size -300k | sort
+      # Encoder-decoders' halves too (T5's relative position bias, BART's decoder).
+      find "$ROOT"/test/models \( -name model.onnx -o -name encoder.onnx -o -name decoder.onnx \) \
+        -size -300k | sort
       ls "$ROOT"/test/frontends/onnx/ops/*.onnxtxt ;;
     plan) ls "$PLAN_SEEDS"/*.dsp ;;
     tokenizer) ls "$ROOT"/test/tokenizers/*.json | grep -v cases.json ;;

@@ -1,12 +1,13 @@
 // CUDA for the host, for the tests that run the kernel templates (codegen/kernels/*.cuh)
-// without a GPU through their launchers (runtime/src/cuda/ops): the built-ins the templates
-// use (threadIdx and the rest, __syncthreads and warp shuffles for a block whose threads
-// run as host threads, the bit casts), a registry of the templates' host builds by their
-// specialised name, and a StepContext whose "device" memory is host memory and whose
-// launches run those builds over the grid. Include it, then the templates, then #undef the
-// qualifier macros (__global__ ...).
+// without a GPU through their launchers (runtime/src/cuda/ops): the execution model and the
+// built-ins of runtime/test/cuda/CudaEmulation.h (the one emulation every such test uses), a
+// registry of the templates' host builds by their specialised name, and a StepContext whose
+// "device" memory is host memory and whose launches run those builds over the grid.
+// Include it, then the templates, then #undef the qualifier macros (__global__ ...).
 #ifndef DSC_TEST_CODEGEN_HOSTCUDA_H
 #define DSC_TEST_CODEGEN_HOSTCUDA_H
+
+#include "CudaEmulation.h"
 
 #include "codegen/kernels/KernelRules.h"
 #include "cuda/GpuOps.h"
@@ -23,71 +24,6 @@
 
 namespace dsc::codegen {
 namespace {
-
-struct HostDim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-// The CUDA built-in variables, set by HostStepContext::launch for each emulated thread
-// (threadIdx per host thread: a cooperative kernel runs its block's threads as threads).
-thread_local HostDim3 threadIdx;
-HostDim3 blockIdx, blockDim, gridDim;
-
-// __syncthreads and __shfl_xor_sync for a block whose threads run as host threads: a
-// reusable barrier, and shuffles through one slot per thread between two barriers (every
-// thread of the block shuffles at the same points, as generic_softmax's do).
-class HostBarrier {
-public:
-  explicit HostBarrier(unsigned count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    unsigned generation = generation_;
-    if (++waiting_ == count_) {
-      waiting_ = 0;
-      ++generation_;
-      released_.notify_all();
-      return;
-    }
-    released_.wait(lock, [&] { return generation != generation_; });
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable released_;
-  unsigned count_, waiting_ = 0, generation_ = 0;
-};
-HostBarrier *blockBarrier = nullptr;
-float shuffleSlots[1024];
-
-inline void __syncthreads() { blockBarrier->wait(); }
-inline float __shfl_xor_sync(unsigned, float value, int laneMask) {
-  unsigned lane = threadIdx.x & 31u;
-  shuffleSlots[threadIdx.x] = value;
-  __syncthreads();
-  float other = shuffleSlots[(threadIdx.x - lane) | (lane ^ static_cast<unsigned>(laneMask))];
-  __syncthreads();
-  return other;
-}
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-#define __shared__ static
-inline unsigned __float_as_uint(float value) {
-  unsigned bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-inline float __uint_as_float(unsigned bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-inline float __int_as_float(int bits) { return __uint_as_float(static_cast<unsigned>(bits)); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __double2float_rn(double value) { return static_cast<float>(value); }
-inline float __ll2float_rn(long long value) { return static_cast<float>(value); }
-inline double __ll2double_rn(long long value) { return static_cast<double>(value); }
 
 // A kernel argument as cuLaunchKernel receives it: a pointer to the value.
 template <typename T> T arg(void **args, int index) {
@@ -137,8 +73,9 @@ public:
   size_t outputCount() const override { return outputs.size(); }
   const cuda::DeviceTensor &output(size_t index) const override { return outputs.at(index); }
 
-  // Runs the host build of kernel `slot` over the whole grid, block after block: one
-  // emulated thread at a time, or (a cooperative kernel) the block's threads as host threads.
+  // Runs the host build of kernel `slot` over the whole grid, block after block
+  // (CudaEmulation.h): one emulated thread at a time, or (a cooperative kernel) the block's
+  // threads as host threads.
   dsrt::Status launch(size_t slot, cuda::Dim3 grid, cuda::Dim3 block, uint32_t sharedBytes,
                       void **args) override {
     if (slot >= specs.size()) {
@@ -152,29 +89,10 @@ public:
         block.y != 1 || block.z != 1 || sharedBytes != 0)
       return error("unexpected launch configuration");
     ++launches;
-    gridDim = {grid.x, 1, 1};
-    blockDim = {block.x, 1, 1};
-    for (unsigned b = 0; b < grid.x; ++b) {
-      blockIdx = {b, 0, 0};
-      if (!kernel->second.cooperative) {
-        for (unsigned t = 0; t < block.x; ++t) {
-          threadIdx = {t, 0, 0};
-          kernel->second.run(args);
-        }
-        continue;
-      }
-      HostBarrier barrier(block.x);
-      blockBarrier = &barrier;
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < block.x; ++t)
-        threads.emplace_back([&, t] {
-          threadIdx = {t, 0, 0};
-          kernel->second.run(args);
-        });
-      for (std::thread &thread : threads)
-        thread.join();
-      blockBarrier = nullptr;
-    }
+    if (kernel->second.cooperative && block.x % 32 != 0)
+      return error("a cooperative kernel's block must be whole warps");
+    cuda_emulation::launch({grid.x, 1, 1}, {block.x, 1, 1},
+                           [&] { kernel->second.run(args); }, kernel->second.cooperative);
     return dsrt::Status::ok();
   }
   size_t kernelCount() const override { return specs.size(); }

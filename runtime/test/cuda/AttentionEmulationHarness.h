@@ -1,10 +1,10 @@
 // The host harness of the attention launcher's emulation tests (AttentionEmulationTest.cpp,
 // CrossAttentionEmulationTest.cpp): a step context whose launches run the kernel templates
-// through AttentionEmulation.h, and the comparisons against the CPU reference.
+// through CudaEmulation.h, and the comparisons against the CPU reference.
 #ifndef DSRT_TEST_CUDA_ATTENTIONEMULATIONHARNESS_H
 #define DSRT_TEST_CUDA_ATTENTIONEMULATIONHARNESS_H
 
-#include "AttentionEmulation.h"
+#include "CudaEmulation.h"
 
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
@@ -99,7 +99,7 @@ public:
       return error("slot ", slot, " of ", kernelCount_);
     if (sharedBytes != 0 || block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1)
       return error("unexpected launch shape");
-    attention_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+    cuda_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
                                 [&] { kernels_.slots[slot](args); });
     ++launches[slot];
     return Status::ok();

@@ -1,6 +1,6 @@
 // tfm.attention's CUDA launcher (runtime/src/cuda/ops/AttentionOps.cpp) and its kernel
 // templates (codegen/kernels/attention_*.cuh) run on the host through a small emulation of
-// CUDA's execution model (AttentionEmulation.h), against the CPU reference kernel
+// CUDA's execution model (CudaEmulation.h), against the CPU reference kernel
 // (ops::compute, runtime/src/ops/Transformer.cpp) on random inputs. No GPU is needed: this
 // checks the launcher's parameters against the templates' signatures, the kernels' indexing,
 // masks, rotary forms, ALiBi, windows, GQA, Gemma-2's logit soft-capping, heads of 16, 128

@@ -1,7 +1,7 @@
 // tfm.linear's CUDA launcher (runtime/src/cuda/ops/LinearOps.cpp) and its kernel templates
 // (codegen/kernels/gemv.cuh, linear_epilogue.cuh, convert_activations.cuh,
 // dequantize_int8.cuh) run on the host through the attention test's emulation of CUDA's
-// threads, barriers and warp shuffles (AttentionEmulation.h), against a double-precision
+// threads, barriers and warp shuffles (CudaEmulation.h), against a double-precision
 // reference computed here from the same stored (f32 or bf16, or int8 with scales) weights.
 // cuBLASLt is replaced by a host GEMM over the operands the launcher hands it, so the prefill
 // path checks the dequantization, conversion and epilogue kernels and the launcher's wiring,
@@ -15,7 +15,7 @@
 // operands are rounded to the GEMM dtype: bf16-converted activations (and bf16 dequantized
 // int8 weights) 1e-2 relative, 2 x bf16's unit roundoff 2^-8 ≈ 7.8e-3; f16 2e-3, 2 x 2^-11
 // ≈ 1e-3; f32 scales 1e-5 (w^ = q·s rounded once in f32).
-#include "AttentionEmulation.h"
+#include "CudaEmulation.h"
 
 #include "dsc_common.cuh"
 
@@ -264,7 +264,7 @@ public:
     // work, so the emulation may run fewer blocks than asked (still at least two, so that
     // the striding is exercised).
     unsigned blocks = std::min(grid.x, 3u);
-    attention_emulation::launch({blocks, 1, 1}, {block.x, 1, 1},
+    cuda_emulation::launch({blocks, 1, 1}, {block.x, 1, 1},
                                 [&] { kernels_.slots[slot](args); });
     gemvLaunches += slot == 0;
     ++launchesPerSlot[slot];

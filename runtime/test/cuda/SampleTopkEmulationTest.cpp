@@ -1,9 +1,9 @@
 // The sampling kernel (codegen/kernels/sample_topk.cuh) on the host through the attention
-// test's emulation of CUDA (AttentionEmulation.h), against std::stable_sort of each row's
+// test's emulation of CUDA (CudaEmulation.h), against std::stable_sort of each row's
 // last position: the order the generator's host sampling uses (value descending, equal
 // values by lower index). Exact: the kernel only compares and copies, so values and ids
 // must match bit for bit.
-#include "AttentionEmulation.h"
+#include "CudaEmulation.h"
 
 #include "dsc_common.cuh"
 
@@ -69,7 +69,7 @@ void checkAgainstStableSort(Kernel kernel, unsigned block, int64_t rows, int64_t
   int64_t rowStride = positions * vocab, offset = (positions - 1) * vocab;
   std::vector<float> values(static_cast<size_t>(rows * count), -1.0f);
   std::vector<long long> ids(static_cast<size_t>(rows * count), -1);
-  attention_emulation::launch({static_cast<unsigned>(rows), 1, 1}, {block, 1, 1}, [&] {
+  cuda_emulation::launch({static_cast<unsigned>(rows), 1, 1}, {block, 1, 1}, [&] {
     kernel(logits.data(), rowStride, offset, vocab, count, values.data(), ids.data());
   });
   for (int64_t r = 0; r < rows; ++r) {

@@ -1,13 +1,16 @@
-// Just enough of CUDA's execution model on the host to run the attention kernel templates
-// (codegen/kernels/attention_*.cuh) without a GPU: every thread of a block is a host
+// Just enough of CUDA's execution model on the host to run the kernel templates
+// (codegen/kernels/*.cuh) without a GPU, for every test that does (the launchers' emulation
+// tests here, and test/codegen's through HostCuda.h): every thread of a block is a host
 // thread, blocks run one after another (so `__shared__` may be a function-local static),
 // __syncthreads is a barrier over the block and the warp intrinsics exchange values
 // through a per-warp slot array between two barriers over the warp. A thread that returns
 // drops out of its barriers, as an exited GPU thread no longer counts for __syncthreads.
+// A kernel that never synchronises may run its threads one at a time on the caller's
+// thread instead (launch's `cooperative` false), which is much faster.
 // Slow and only as faithful as that; it checks the kernels' indexing and arithmetic, not
 // their performance or memory ordering on a real device.
-#ifndef DSRT_TEST_CUDA_ATTENTIONEMULATION_H
-#define DSRT_TEST_CUDA_ATTENTIONEMULATION_H
+#ifndef DSRT_TEST_CUDA_CUDAEMULATION_H
+#define DSRT_TEST_CUDA_CUDAEMULATION_H
 
 #include <cmath>
 #include <condition_variable>
@@ -19,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace attention_emulation {
+namespace cuda_emulation {
 
 struct Dim {
   unsigned x = 1, y = 1, z = 1;
@@ -94,14 +97,26 @@ inline float floatOf(uint32_t bits) {
   return value;
 }
 
-// Runs `kernel` over the grid; the block size must be a multiple of 32.
-inline void launch(Dim grid, Dim block, const std::function<void()> &kernel) {
+// Runs `kernel` over the grid. Cooperative (the default): the block's threads run
+// concurrently, and the block size must be a multiple of 32; otherwise one after another
+// on this thread, with no barrier or warp to synchronise through.
+inline void launch(Dim grid, Dim block, const std::function<void()> &kernel,
+                   bool cooperative = true) {
   gridDim = grid;
   blockDim = block;
   const int threads = static_cast<int>(block.x * block.y * block.z);
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
+        if (!cooperative) {
+          blockIdx = Dim{x, y, z};
+          currentBlock = nullptr;
+          for (int t = 0; t < threads; ++t) {
+            threadIdx = Dim{static_cast<unsigned>(t), 0, 0};
+            kernel();
+          }
+          continue;
+        }
         Block state(threads);
         std::vector<std::thread> pool;
         pool.reserve(static_cast<size_t>(threads));
@@ -119,14 +134,14 @@ inline void launch(Dim grid, Dim block, const std::function<void()> &kernel) {
       }
 }
 
-} // namespace attention_emulation
+} // namespace cuda_emulation
 
 // ---- the CUDA spellings the templates and dsc_common.cuh use ---------------------------
 
-using attention_emulation::blockDim;
-using attention_emulation::blockIdx;
-using attention_emulation::gridDim;
-using attention_emulation::threadIdx;
+using cuda_emulation::blockDim;
+using cuda_emulation::blockIdx;
+using cuda_emulation::gridDim;
+using cuda_emulation::threadIdx;
 
 #define __global__
 #define __device__
@@ -134,10 +149,10 @@ using attention_emulation::threadIdx;
 #define __launch_bounds__(threads)
 #define __shared__ static
 
-inline void __syncthreads() { attention_emulation::currentBlock->barrier.arriveAndWait(); }
+inline void __syncthreads() { cuda_emulation::currentBlock->barrier.arriveAndWait(); }
 inline float __shfl_sync(unsigned, float value, int lane) {
-  return attention_emulation::floatOf(
-      attention_emulation::exchange(attention_emulation::bitsOf(value), lane));
+  return cuda_emulation::floatOf(
+      cuda_emulation::exchange(cuda_emulation::bitsOf(value), lane));
 }
 inline float __shfl_xor_sync(unsigned, float value, int mask) {
   int lane = static_cast<int>(threadIdx.x % 32) ^ mask;
@@ -146,7 +161,7 @@ inline float __shfl_xor_sync(unsigned, float value, int mask) {
 inline unsigned __ballot_sync(unsigned, int predicate) {
   unsigned bits = 0;
   const unsigned me = threadIdx.x % 32;
-  attention_emulation::Warp &warp = attention_emulation::myWarp();
+  cuda_emulation::Warp &warp = cuda_emulation::myWarp();
   warp.slots[me] = predicate ? 1u : 0u;
   warp.barrier.arriveAndWait();
   for (unsigned lane = 0; lane < 32; ++lane)
@@ -156,10 +171,14 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
 }
 inline int __popc(unsigned value) { return __builtin_popcount(value); }
 inline float __int_as_float(int bits) {
-  return attention_emulation::floatOf(static_cast<uint32_t>(bits));
+  return cuda_emulation::floatOf(static_cast<uint32_t>(bits));
 }
-inline float __uint_as_float(unsigned bits) { return attention_emulation::floatOf(bits); }
-inline unsigned __float_as_uint(float value) { return attention_emulation::bitsOf(value); }
+inline float __uint_as_float(unsigned bits) { return cuda_emulation::floatOf(bits); }
+inline unsigned __float_as_uint(float value) { return cuda_emulation::bitsOf(value); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __double2float_rn(double value) { return static_cast<float>(value); }
+inline float __ll2float_rn(long long value) { return static_cast<float>(value); }
+inline double __ll2double_rn(long long value) { return static_cast<double>(value); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
