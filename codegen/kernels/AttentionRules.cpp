@@ -186,6 +186,9 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                       {"ROTARY_DIM", rotaryDim},
                       {"ROTARY_INTERLEAVED", rotaryDim > 0 && interleaved ? 1 : 0},
                       {"POS_DTYPE", positionType}}});
+  // Query, key and value in one joined tensor: last, and only when packed.
+  if (in.intAttr("packed_qkv", 0) != 0)
+    kernels.back().constants.push_back({"PACKED_QKV", 1});
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   kernels.push_back({"attention_prefill",
                      {{"HEAD_DIM", headDim},

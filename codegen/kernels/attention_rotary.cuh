@@ -3,7 +3,10 @@
 // them (docs/transformer-ops.md; the CPU reference is runtime/src/ops/Transformer.cpp).
 //
 // Constants: HEAD_DIM, ROTARY_DIM (0 = no rotary), ROTARY_INTERLEAVED (GPT-J's pairs, else
-// the half-split rotate_half form), POS_DTYPE (5 i64, 6 i32; 0 without rotary).
+// the half-split rotate_half form), POS_DTYPE (5 i64, 6 i32; 0 without rotary), and, only
+// where the step's query, key and value are one joined projection (`packed_qkv`),
+// PACKED_QKV (1): each token's row then holds its (heads + 2 kv_heads) * HEAD_DIM queries,
+// keys and values, and `query`, `key` and `value` point at the row's three parts.
 //
 // Blocks of grid x: one per (sequence, row); of grid y: heads, strided (any grid y covers
 // them; the launcher gives one block per head). Session cache (lengths != 0): the rows are
@@ -111,10 +114,17 @@ extern "C" __global__ void attention_rotary(
   position = static_cast<float>(dsc_load_index<POS_DTYPE>(positions, token_index));
 #endif
 
+#ifdef PACKED_QKV
+  const long long row_width = static_cast<long long>(heads + 2 * kv_heads) * HEAD_DIM;
+  const float *query_token = query + token_index * row_width;
+  const float *key_token = key + token_index * row_width;
+  const float *value_token = value + token_index * row_width;
+#else
   const float *query_token = query + token_index * heads * HEAD_DIM;
-  float *q_out_token = q_out + token_index * heads * HEAD_DIM;
   const float *key_token = key + token_index * kv_heads * HEAD_DIM;
   const float *value_token = value + token_index * kv_heads * HEAD_DIM;
+#endif
+  float *q_out_token = q_out + token_index * heads * HEAD_DIM;
   // Head by head over the grid's y blocks, so that a decode step's one token spreads over
   // as many blocks as it has heads, each thread's query, key and value loads in flight
   // together (one block looping over every head was a chain of dependent memory trips:

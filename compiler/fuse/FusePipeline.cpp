@@ -11,6 +11,9 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
   FuseProjectionsOptions projections;
   projections.remarks = remarks;
   pm.addPass(createFuseProjections(projections));
+  FusePackedQkvOptions packed;
+  packed.remarks = remarks;
+  pm.addPass(createFusePackedQkv(packed));
   FuseResidualNormOptions norm;
   norm.remarks = remarks;
   pm.addPass(createFuseResidualNorm(norm));
@@ -18,8 +21,8 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, then "
-      "residual + norm)",
+      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, packed "
+      "Q/K/V, then residual + norm)",
       [](mlir::OpPassManager &pm) { addFusePasses(pm); });
 }
 

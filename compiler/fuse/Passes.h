@@ -19,8 +19,8 @@ namespace dsc {
 
 // The fusion passes in their order: linear epilogues first (they claim the residual adds
 // of a linear's result, and a projection with an activation keeps it rather than join
-// others), then the projections of one input joined, then residual add + norm for the adds
-// that remain.
+// others), then the projections of one input joined, then the attentions reading their
+// joined Q, K and V packed, then residual add + norm for the adds that remain.
 void addFusePasses(mlir::OpPassManager &pm, bool remarks = false);
 
 // Registers the `dsc-fuse` pipeline (addFusePasses) for dsc-opt.

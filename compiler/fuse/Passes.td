@@ -30,6 +30,24 @@ def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect", "dsc::onnx::OnnxDialect"];
 }
 
+def FusePackedQkv : Pass<"dsc-fuse-packed-qkv", "mlir::ModuleOp"> {
+  let summary = "Let an attention read its joined Q, K and V projection without a Split";
+  let description = [{
+    A `tfm.attention` whose query, key and value are results 0, 1 and 2 of one `onnx.Split`
+    along the features of a [batch, seq, (heads + 2 kv_heads) * head_dim] value (the joined
+    projection of dsc-fuse-projections, or GPT-2's c_attn) reads that value as all three
+    (`packed_qkv`), and the Split goes. Runs after dsc-fuse-projections. Declined, with the
+    reason (as remarks with `remarks`), for an attention with past inputs or a bias, parts
+    of the Split with other users, parts not in the attention's widths and order, and
+    tensor-parallel ranks whose head counts differ.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every attention that is not packed">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect", "dsc::onnx::OnnxDialect"];
+}
+
 def FuseLinearEpilogue : Pass<"dsc-fuse-linear-epilogue", "mlir::ModuleOp"> {
   let summary = "Move a linear layer's activation and residual add into its epilogue";
   let description = [{

@@ -169,6 +169,9 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // their steps' attributes.
     if (FloatAttr softcap = attention.getSoftcapAttr())
       attrs.append("softcap", b.getF32FloatAttr(softcap.getValue().convertToFloat()));
+    // Only where set, so that other steps keep the attributes they had.
+    if (attention.getPackedQkv())
+      attrs.append("packed_qkv", b.getI64IntegerAttr(1));
   } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
     attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
   } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {

@@ -44,7 +44,7 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
       op.getNumHeadsAttr(),
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
       op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
-      op.getSoftcapAttr());
+      op.getSoftcapAttr(), op.getPackedQkvAttr());
   session->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getOutput().replaceAllUsesWith(session.getOutput());
   op.erase();

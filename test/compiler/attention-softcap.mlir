@@ -6,8 +6,8 @@
 // RUN: dsc-opt %s --dsc-tp-shard=ranks=2 --dsc-fuse --dsc-lower-onnx-to-plan="max-batch=2 max-seq-len=8" | FileCheck %s --check-prefix=PLAN
 // RUN: dsc-opt %s --dsc-lower-onnx-to-plan="max-batch=2 max-seq-len=8" | FileCheck %s --check-prefix=PLAN
 
-// TFM: tfm.attention {{.*}} heads 1 kv_heads 1 head_dim 4 scale 5.000000e-01 causal softcap 5.000000e+01 {{{.*}}tfm.rank_heads = [1, 1]
-// TFM: tfm.attention {{.*}} heads 1 kv_heads 1 head_dim 4 scale 5.000000e-01 causal {{{.*}}tfm.rank_heads = [1, 1]
+// TFM: tfm.attention {{.*}} heads 1 kv_heads 1 head_dim 4 scale 5.000000e-01 causal softcap 5.000000e+01 packed_qkv {{{.*}}tfm.rank_heads = [1, 1]
+// TFM: tfm.attention {{.*}} heads 1 kv_heads 1 head_dim 4 scale 5.000000e-01 causal packed_qkv {{{.*}}tfm.rank_heads = [1, 1]
 // TFM-NOT: softcap
 
 // PLAN: plan.exec "tfm.attention"

@@ -318,13 +318,23 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("query, key, value and result must have the same element type");
   if (k != v)
     return emitOpError() << "key " << k << " and value " << v << " must have the same type";
+  if (getPackedQkv()) {
+    if (getQuery() != getKey() || getQuery() != getValue())
+      return emitOpError("with packed_qkv, query, key and value must be one tensor");
+    if (failed(expectDim(*this, q, 2, (heads + 2 * kvHeads) * headDim,
+                         "packed query/key/value dimension 2 ((heads + 2 kv_heads) head_dim)")))
+      return failure();
+    if (!getPast().empty() || getBias())
+      return emitOpError("packed_qkv takes no past and no bias");
+  }
   // Under tensor parallelism, keys and values read from a graph input may hold every KV
   // head of the model (`tfm.global_kv_heads`), of which a rank reads its own.
   auto globalKvHeads = (*this)->getAttrOfType<IntegerAttr>("tfm.global_kv_heads");
   bool allKvHeads = globalKvHeads && k.getDimSize(2) == globalKvHeads.getInt() * headDim;
-  if (failed(expectDim(*this, q, 2, heads * headDim, "query dimension 2 (heads * head_dim)")) ||
-      (!allKvHeads && failed(expectDim(*this, k, 2, kvHeads * headDim,
-                                       "key/value dimension 2 (kv_heads * head_dim)"))))
+  if (!getPackedQkv() &&
+      (failed(expectDim(*this, q, 2, heads * headDim, "query dimension 2 (heads * head_dim)")) ||
+       (!allKvHeads && failed(expectDim(*this, k, 2, kvHeads * headDim,
+                                        "key/value dimension 2 (kv_heads * head_dim)")))))
     return failure();
   int64_t batch = q.getDimSize(0), seq = q.getDimSize(1), kvSeq = k.getDimSize(1);
   if (!compatible(k.getDimSize(0), batch))

@@ -253,6 +253,11 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     input (a cross-attention's cache) may hold every KV head (`tfm.global_kv_heads`), of
     which a rank reads its own.
 
+    With `packed_qkv`, query, key and value are one tensor, the output of a joined Q, K and
+    V projection: [b, s, (num_heads + 2 * num_kv_heads) * head_dim], each row holding the
+    queries, then the keys, then the values (under tensor parallelism, the rank's). No
+    Split copies them apart.
+
     Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
@@ -273,20 +278,21 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
                    OptionalAttr<Tfm_RotaryAttr>:$rotary,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer,
-                   OptionalAttr<F32Attr>:$softcap);
+                   OptionalAttr<F32Attr>:$softcap, UnitAttr:$packed_qkv);
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
     (`positions` $positions^)? (`bias` $bias^)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
-    (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? attr-dict `:`
+    (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? (`packed_qkv` $packed_qkv^)?
+    attr-dict `:`
     functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let builders = [
     // Without soft-capping (the form before `softcap` existed). A pass that rebuilds an
-    // attention must carry `softcap` over itself (getSoftcapAttr()).
+    // attention must carry `softcap` and `packed_qkv` over itself.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::TypeRange":$present, "::mlir::Value":$query,
                    "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
                    "::mlir::ValueRange":$past, "::mlir::Value":$positions,
@@ -297,7 +303,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    "::mlir::IntegerAttr":$cache_layer), [{
       build($_builder, $_state, output, present, query, key, value, mask, past, positions,
             bias, num_heads, num_kv_heads, head_dim, scale, causal, alibi, window, rotary,
-            cache_layer, ::mlir::FloatAttr());
+            cache_layer, ::mlir::FloatAttr(), ::mlir::UnitAttr());
     }]>
   ];
 }

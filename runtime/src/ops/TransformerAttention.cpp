@@ -46,6 +46,9 @@ struct AttentionConfig {
   int64_t keyHeads = 0, keyHeadOffset = 0;
   bool sessionCache = false;
   int64_t pastHeads = 0, pastHeadOffset = 0;
+  // Query, key and value are one tensor, each row the queries, keys and values of a token
+  // (a joined projection's output).
+  bool packed = false;
 };
 
 // Under tensor parallelism, rank_heads/rank_head_offsets and rank_kv_heads/
@@ -123,9 +126,25 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
     return ctx.error("window must be >= 0 and rotary_dim even and at most head_dim");
 
   const TensorRef &q = *ctx.input(kQuery), &k = *ctx.input(kKey), &v = *ctx.input(kValue);
-  if (q.shape.size() != 3 || q.shape[2] != c.heads * c.headDim)
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "packed_qkv", 0, flag));
+  c.packed = flag != 0;
+  if (c.packed) {
+    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim;
+    if (q.shape.size() != 3 || q.shape[2] != width || k.shape != q.shape || v.shape != q.shape)
+      return ctx.error("packed query/key/value must be one [batch, sequence, ", width,
+                       "] tensor, not ", shapeString(q.shape), ", ", shapeString(k.shape),
+                       " and ", shapeString(v.shape));
+    if (ctx.input(kPastKey) || ctx.input(kBias))
+      return ctx.error("packed query/key/value take no past and no bias");
+  }
+  if (c.packed) {
+    c.batch = q.shape[0];
+    c.fresh = c.keys = q.shape[1];
+    c.keyHeads = c.kvHeads;
+  } else if (q.shape.size() != 3 || q.shape[2] != c.heads * c.headDim)
     return ctx.error("query must be [batch, sequence, ", c.heads * c.headDim, "], not ",
                      shapeString(q.shape));
+  if (!c.packed) {
   c.batch = q.shape[0];
   c.fresh = q.shape[1];
   c.keys = k.shape.size() == 3 ? k.shape[1] : c.fresh;
@@ -141,6 +160,7 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
                             ctx.input(kPastKey) || c.cacheLayer >= 0))
     return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
                      "causal, windowed, rotated or cached");
+  }
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");
@@ -219,7 +239,7 @@ Status inferAttention(const KernelContext &ctx, std::vector<OutputSpec> &outputs
   AttentionConfig c;
   DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
   DType dtype = ctx.input(kQuery)->dtype;
-  outputs.push_back({dtype, ctx.input(kQuery)->shape});
+  outputs.push_back({dtype, {c.batch, c.fresh, c.heads * c.headDim}});
   if (ctx.numOutputs == 3) {
     outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});
     outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});
@@ -274,7 +294,20 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   const int64_t B = c.batch, S = c.fresh, SK = c.keys, P = c.past, T = c.total, H = c.heads,
                 KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
   std::vector<float> q, kNew, vNew;
-  {
+  if (c.packed) {
+    // Each token's row: its queries, keys and values.
+    FloatView rows(*ctx.input(kQuery));
+    const int64_t width = (H + 2 * KH) * D;
+    q.resize(B * S * H * D);
+    kNew.resize(B * S * KH * D);
+    vNew.resize(B * S * KH * D);
+    for (int64_t token = 0; token < B * S; ++token) {
+      const float *row = rows.data() + token * width;
+      std::copy(row, row + H * D, &q[token * H * D]);
+      std::copy(row + H * D, row + (H + KH) * D, &kNew[token * KH * D]);
+      std::copy(row + (H + KH) * D, row + width, &vNew[token * KH * D]);
+    }
+  } else {
     FloatView query(*ctx.input(kQuery)), k(*ctx.input(kKey)), v(*ctx.input(kValue));
     q.assign(query.data(), query.data() + B * S * H * D);
     kNew.assign(k.data(), k.data() + B * SK * c.keyHeads * D);

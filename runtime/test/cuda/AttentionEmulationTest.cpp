@@ -232,6 +232,24 @@
 #define UNATTENDED_ZERO 1
 #include "AttentionEmulationFamily.inc"
 
+// llama's kernels for a joined Q, K and V projection (packed_qkv).
+#define EMU_FAMILY llama_packed
+#define HEAD_DIM 16
+#define ROTARY_DIM 16
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 5
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
+#define UNATTENDED_CAUSAL 0
+#define PACKED_QKV 1
+#include "AttentionEmulationFamily.inc"
+
 #undef attention_rotary
 #undef attention_prefill
 #undef attention_decode
@@ -264,6 +282,8 @@ const Family kWide256{"wide256", wide256::kernels, 256, 2, 2, 1, 1, 0, 0, 0, "al
 const Family kGemma2{"gemma2",  gemma2::kernels, 16, 4, 2, 1, 0, 4, 16, 0, "all", DType::I64,
                      0.25f};
 const Family kSdpa{"sdpa", sdpa::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "zero", DType::I64};
+const Family kLlamaPacked{"llama_packed", llama_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
+                          DType::I64};
 const Family kGemma2Wide{"gemma2wide", gemma2wide::kernels, 256, 2, 1, 1, 0, 0, 256, 0, "all",
                          DType::I64, 1.0f};
 
@@ -277,6 +297,9 @@ struct Scenario {
   int64_t maskPadding = 0;     // session: zero columns left of the mask (a graph bucket)
   bool capturing = false;
   int rank = 0, ranks = 1;     // tensor parallelism: each rank takes heads / ranks heads
+  // The emulated step reads query, key and value packed in one tensor (packed_qkv); the
+  // reference reads them apart.
+  bool packed = false;
 };
 
 ops::Attr ints(std::vector<int64_t> values) { return ops::Attr::ofInts(std::move(values)); }
@@ -437,7 +460,17 @@ void check(const Family &f, const Scenario &s) {
   std::vector<uint8_t> wideMaskBytes(wideMask.begin(), wideMask.end());
   std::vector<int32_t> wideMaskInts(wideMask.begin(), wideMask.end());
   const void *wideMaskData = maskIn(wideMask, wideMaskInts, wideMaskBytes);
-  EmulatedStep step(kernels, s.session ? 4 : 2, attrs);
+  ops::AttrMap stepAttrs = attrs;
+  std::vector<float> packed;
+  if (s.packed) {
+    stepAttrs["packed_qkv"] = ops::Attr::ofInt(1);
+    for (int64_t token = 0; token < B * S; ++token) {
+      packed.insert(packed.end(), &q[token * H * D], &q[(token + 1) * H * D]);
+      packed.insert(packed.end(), &k[token * KH * D], &k[(token + 1) * KH * D]);
+      packed.insert(packed.end(), &v[token * KH * D], &v[(token + 1) * KH * D]);
+    }
+  }
+  EmulatedStep step(kernels, s.session ? 4 : 2, stepAttrs);
   step.rank_ = s.rank;
   step.capturing_ = s.capturing;
   step.inputs = {DeviceTensor{DType::F32, {B, S, H * D}, addressOf(q.data())},
@@ -447,6 +480,9 @@ void check(const Family &f, const Scenario &s) {
                  std::nullopt,
                  std::nullopt,
                  DeviceTensor{DType::I64, {B, S}, addressOf(positions.data())}};
+  if (s.packed)
+    for (int i = 0; i < 3; ++i)
+      step.inputs[i] = DeviceTensor{DType::F32, {B, S, (H + 2 * KH) * D}, addressOf(packed.data())};
   if (io) {
     step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};
     step.inputs[5] =
@@ -675,6 +711,30 @@ TEST(AttentionEmulation, WideHeadsInEveryMode) {
   }
 }
 
+// One joined Q, K and V projection read in place (packed_qkv): session prefill over several
+// tiles, a decode step, and a tensor-parallel rank's own packed heads, against the
+// reference on the same values apart.
+TEST(AttentionEmulation, PackedQueryKeyValue) {
+  Scenario prefill;
+  prefill.session = true;
+  prefill.fresh = 37;
+  prefill.padding = {0, 5};
+  prefill.capacity = 64;
+  prefill.packed = true;
+  check(kLlamaPacked, prefill);
+  Scenario decode;
+  decode.session = true;
+  decode.past = 20;
+  decode.fresh = 1;
+  decode.padding = {0, 3};
+  decode.capacity = 40;
+  decode.packed = true;
+  check(kLlamaPacked, decode);
+  Scenario rank = decode;
+  rank.rank = 1;
+  rank.ranks = 2;
+  check(kLlamaPacked, rank);
+}
+
 } // namespace
 } // namespace dsrt::cuda
-

@@ -144,6 +144,8 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
   DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
+  int64_t packed = 0;
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "packed_qkv", 0, packed));
   const int64_t D = h.headDim, H = h.heads, KH = h.kvHeads;
 
   const DeviceTensor *query = context.input(kQuery), *key = context.input(kKey),
@@ -152,22 +154,27 @@ Status runAttention(StepContext &context) {
     return context.error("needs query, key and value");
   if (query->dtype != DType::F32 || key->dtype != DType::F32 || value->dtype != DType::F32)
     return context.error("the kernels take f32 query, key and value");
-  if (query->shape.size() != 3 || query->shape[2] != H * D)
-    return context.error("query must be [batch, sequence, ", H * D, "]");
+  // Packed: one joined tensor, each token's row its queries, keys and values.
+  const int64_t queryWidth = packed ? (H + 2 * KH) * D : H * D;
+  if (query->shape.size() != 3 || query->shape[2] != queryWidth)
+    return context.error("query must be [batch, sequence, ", queryWidth, "]");
+  if (packed && (key->shape != query->shape || value->shape != query->shape ||
+                 key->data != query->data || value->data != query->data))
+    return context.error("packed query, key and value must be one tensor");
   const int64_t B = query->shape[0], S = query->shape[1];
   const int64_t SK = key->shape.size() == 3 ? key->shape[1] : S;
   // Keys and values that hold every KV head (read from a graph input under tensor
   // parallelism): this rank's are among them at kvHeadOffset.
-  const bool allKvHeads = key->shape.size() == 3 && h.globalKvHeads != KH &&
+  const bool allKvHeads = !packed && key->shape.size() == 3 && h.globalKvHeads != KH &&
                           key->shape[2] == h.globalKvHeads * D;
   const int64_t keyHeads = allKvHeads ? h.globalKvHeads : KH;
   const Shape kvShape{B, SK, keyHeads * D};
-  if (key->shape != kvShape || value->shape != kvShape)
+  if (!packed && (key->shape != kvShape || value->shape != kvShape))
     return context.error("key and value must be [", B, ", ", SK, ", ", keyHeads * D, "]");
   const bool cross = SK != S || allKvHeads;
   const DeviceTensor &out = context.output(0);
-  if (out.dtype != DType::F32 || out.shape != query->shape)
-    return context.error("the output must be f32 and shaped like the query");
+  if (out.dtype != DType::F32 || out.shape != Shape{B, S, H * D})
+    return context.error("the output must be f32 [", B, ", ", S, ", ", H * D, "]");
   if (B > kMaxGridYZ)
     return context.error("a batch of ", B, " exceeds the grid's limit of ", kMaxGridYZ);
 
@@ -203,6 +210,7 @@ Status runAttention(StepContext &context) {
       checkConstant(context, kRotarySlot, "ROTARY_INTERLEAVED", rotary && interleaved ? 1 : 0));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "POS_DTYPE",
                                      rotary ? static_cast<int64_t>(positions->dtype) : 0));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "PACKED_QKV", packed ? 1 : -1));
   const int64_t maskType = mask ? static_cast<int64_t>(mask->dtype) : 0;
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "HEAD_DIM", D));
@@ -335,6 +343,10 @@ Status runAttention(StepContext &context) {
 
   // Kernel parameters, typed as the templates declare them.
   DevicePtr queryData = query->data, keyData = key->data, valueData = value->data;
+  if (packed) {
+    keyData = queryData + static_cast<DevicePtr>(H * D) * sizeof(float);
+    valueData = queryData + static_cast<DevicePtr>((H + KH) * D) * sizeof(float);
+  }
   DevicePtr positionData = rotary ? positions->data : 0, maskData = mask ? mask->data : 0;
   DevicePtr outData = out.data;
   int ioPastArg = static_cast<int>(ioPast), fresh = static_cast<int>(S);

@@ -1,0 +1,59 @@
+// dsc-fuse-packed-qkv: an attention whose query, key and value are the three parts of one
+// Split of a joined projection reads the joined value itself (packed_qkv); the Split goes.
+// RUN: dsc-opt %s --split-input-file --dsc-fuse-packed-qkv | FileCheck %s
+// RUN: dsc-opt %s --split-input-file --dsc-fuse-packed-qkv=remarks --verify-diagnostics -o /dev/null
+
+// Grouped-query heads (4 of 8 and 2 KV heads): 32 + 16 + 16 features.
+// CHECK-LABEL: func.func @packed
+// CHECK-SAME: (%[[Y:[^:]*]]: tensor<2x5x64xf32>
+// CHECK-NOT: onnx.Split
+// CHECK: tfm.attention %[[Y]], %[[Y]], %[[Y]] mask %{{.*}} heads 4 kv_heads 2 head_dim 8 scale {{.*}} causal cache_layer 0 packed_qkv : (tensor<2x5x64xf32>, tensor<2x5x64xf32>, tensor<2x5x64xf32>, tensor<2x?xi64>) -> tensor<2x5x32xf32>
+func.func @packed(%y: tensor<2x5x64xf32>, %mask: tensor<2x?xi64>) -> tensor<2x5x32xf32> {
+  %sizes = onnx.Constant {value = dense<[32, 16, 16]> : tensor<3xi64>} : tensor<3xi64>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  %o = tfm.attention %p#0, %p#1, %p#2 mask %mask heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal cache_layer 0 : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x?xi64>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
+
+// -----
+
+// The keys of the Split are also read by something else: the Split stays.
+// CHECK-LABEL: func.func @shared_part
+// CHECK: onnx.Split
+// CHECK: tfm.attention %{{.*}}#0, %{{.*}}#1, %{{.*}}#2
+// CHECK-NOT: packed_qkv
+func.func @shared_part(%y: tensor<2x5x64xf32>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>) {
+  %sizes = onnx.Constant {value = dense<[32, 16, 16]> : tensor<3xi64>} : tensor<3xi64>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  // expected-remark @+1 {{Q, K and V not packed: a part of the Split has another user}}
+  %o = tfm.attention %p#0, %p#1, %p#2 heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
+  return %o, %p#1 : tensor<2x5x32xf32>, tensor<2x5x16xf32>
+}
+
+// -----
+
+// An attention with past inputs (the export's I/O cache) keeps its Split.
+// CHECK-LABEL: func.func @with_past
+// CHECK: onnx.Split
+// CHECK-NOT: packed_qkv
+func.func @with_past(%y: tensor<2x5x64xf32>, %past: tensor<2x2x?x8xf32>) -> tensor<2x5x32xf32> {
+  %sizes = onnx.Constant {value = dense<[32, 16, 16]> : tensor<3xi64>} : tensor<3xi64>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  // expected-remark @+1 {{Q, K and V not packed: it has past inputs or a bias}}
+  %o, %k, %v = tfm.attention %p#0, %p#1, %p#2 past(%past, %past) heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x2x?x8xf32>, tensor<2x2x?x8xf32>) -> (tensor<2x5x32xf32>, tensor<2x2x?x8xf32>, tensor<2x2x?x8xf32>)
+  return %o : tensor<2x5x32xf32>
+}
+
+// -----
+
+// Parts in another order than query, key, value: not packed.
+// CHECK-LABEL: func.func @reordered
+// CHECK: onnx.Split
+// CHECK-NOT: packed_qkv
+func.func @reordered(%y: tensor<2x5x64xf32>) -> tensor<2x5x32xf32> {
+  %sizes = onnx.Constant {value = dense<[16, 16, 32]> : tensor<3xi64>} : tensor<3xi64>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x5x32xf32>)
+  // expected-remark @+1 {{Q, K and V not packed: its query, key and value are not the three parts of one Split, in that order}}
+  %o = tfm.attention %p#2, %p#0, %p#1 heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
