@@ -4,7 +4,9 @@
 //   0 attention_rotary   rotary on the new queries and keys, keys and values placed where
 //                        the attention reads them (the session's cache or the presents)
 //   1 attention_prefill  flash-style attention for any number of new tokens
-//   2 attention_decode   session cache only: split-KV attention for one new token
+//   2 attention_decode   session cache only: split-KV attention for one new token, which
+//                        rotates and caches that token itself (FUSED_ROTARY): a decode step
+//                        launches 2 and 3 only
 //   3 attention_combine  session cache only: merges the decode kernel's splits
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
 // only the prefill kernel adds (BIAS).
@@ -228,6 +230,14 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                         {"MASK_DTYPE", maskType}}});
     if (softcapBits != 0)
       kernels.back().constants.push_back({"SOFTCAP_BITS", softcapBits});
+    // The decode step's rotary (attention_rotary's work for its one token) in the decode
+    // kernel: last, so that a plan's kernels say whether the launcher may skip
+    // attention_rotary for a decode step.
+    kernels.back().constants.push_back({"FUSED_ROTARY", 1});
+    kernels.back().constants.push_back({"ROTARY_DIM", rotaryDim});
+    kernels.back().constants.push_back(
+        {"ROTARY_INTERLEAVED", rotaryDim > 0 && interleaved ? 1 : 0});
+    kernels.back().constants.push_back({"POS_DTYPE", positionType});
     kernels.push_back({"attention_combine",
                        {{"HEAD_DIM", headDim},
                         {"SPLIT_KEYS", kDecodeSplitKeys},

@@ -9,6 +9,16 @@
 // its j-th key of each 32), CAUSAL, WINDOW (0 = none), ALIBI, MASK_DTYPE (0 none, 5 i64,
 // 6 i32, 9 u8, 10 bool), and SOFTCAP_BITS only with soft-capping (attention_prefill.cuh).
 // `query` is the step's output buffer, holding the rotated query.
+//
+// With FUSED_ROTARY (and then ROTARY_DIM, ROTARY_INTERLEAVED and POS_DTYPE as
+// attention_rotary's), the kernel does attention_rotary's work for the one new token itself,
+// so that a decode step launches two kernels, not three: each block rotates its head's
+// query from the step's query input, and the blocks of the split that holds the new
+// token's cache row (`past`) rotate its key, take its value, write both into the cache
+// (every such block of a KV head writes the same values) and attend to them from shared
+// memory. No other block reads that row: the other splits end before it. The query, key
+// and value inputs are read at `query_stride` and `kv_stride` floats per token (a joined
+// projection's row width when they are packed).
 #include "dsc_common.cuh"
 
 #if SPLIT_KEYS % (WARPS * 32) != 0
@@ -62,12 +72,19 @@ static __device__ float attention_decode_alibi_slope(int head, int heads) {
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-    attention_decode(const float *query, const float *keys, const float *values,
+    attention_decode(const float *query, float *keys, float *values,
                      long long kv_batch_stride, long long kv_head_stride, int kv_rows,
                      const void *mask, const int *lengths, float *partial_out,
                      float *partial_max, float *partial_sum, int max_splits, int heads,
                      int head_offset, int kv_head_offset, int group, int global_heads,
-                     float scale) {
+                     float scale
+#ifdef FUSED_ROTARY
+                     ,
+                     const float *new_query, const float *new_key, const float *new_value,
+                     long long query_stride, long long kv_stride, const void *positions,
+                     dsc_rotary_frequencies_of<ROTARY_DIM> frequencies
+#endif
+    ) {
   __shared__ float query_row[HEAD_DIM];
   __shared__ float warp_max[WARPS], warp_sum[WARPS];
   __shared__ float warp_out[WARPS][HEAD_DIM];
@@ -86,11 +103,39 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const int position = past;  // the one new token
   const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
   const int kv_head = (head_offset + head) / group - kv_head_offset;
-  const float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
-  const float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  // Written only by FUSED_ROTARY's blocks that hold the new token's row.
+  float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
 
+#ifdef FUSED_ROTARY
+  __shared__ float fresh_key[HEAD_DIM], fresh_value[HEAD_DIM];
+  float rotary_position = 0.0f;
+#if ROTARY_DIM > 0
+  rotary_position = static_cast<float>(dsc_load_index<POS_DTYPE>(positions, sequence));
+#endif
+  const bool holds_new = past >= split_begin && past < split_end;
+  {
+    const float *query_in = new_query + sequence * query_stride + head * HEAD_DIM;
+    const float *key_in = new_key + sequence * kv_stride + kv_head * HEAD_DIM;
+    const float *value_in = new_value + sequence * kv_stride + kv_head * HEAD_DIM;
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
+      query_row[feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
+          query_in, feature, rotary_position, frequencies);
+      if (holds_new) {
+        const float key = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
+            key_in, feature, rotary_position, frequencies);
+        fresh_key[feature] = key;
+        fresh_value[feature] = value_in[feature];
+        const long long row = static_cast<long long>(past) * HEAD_DIM + feature;
+        key_base[row] = key;
+        value_base[row] = value_in[feature];
+      }
+    }
+  }
+#else
   for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
     query_row[feature] = query[(static_cast<long long>(sequence) * heads + head) * HEAD_DIM + feature];
+#endif
   __syncthreads();
 
   const int warp_begin = split_begin + warp * ATTENTION_DECODE_WARP_KEYS;
@@ -128,6 +173,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float score = negative_infinity;
     if (allowed) {
       const float *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
+#ifdef FUSED_ROTARY
+      if (key == past)
+        key_row = fresh_key;  // computed above: shared memory, not the cache row
+#endif
       float dot = 0.0f;
 #pragma unroll 8
       for (int feature = 0; feature < HEAD_DIM; ++feature)
@@ -153,6 +202,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       if (weight == 0.0f)
         continue;  // warp-uniform: a key not attended (its value need not be read)
       const float *value_row = value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
+#ifdef FUSED_ROTARY
+      if (chunk + slot == past)
+        value_row = fresh_value;
+#endif
 #pragma unroll
       for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
         const int feature = lane + 32 * i;

@@ -22,47 +22,15 @@
 #error "ROTARY_DIM must be even and at most HEAD_DIM"
 #endif
 
-// The inverse frequencies, a kernel parameter passed by value: the launcher computes them
-// as the CPU kernel does (ops::rotaryInverseFrequencies: the plan's table of a scaled RoPE,
-// or base^(-2i/dim) rounded to fp32), so no pow runs here, nothing is uploaded, and a
-// captured graph keeps them.
-struct dsc_rotary_frequencies {
-  float attention_factor;  // scales the cosines and sines (yarn, longrope); else 1
-  float inverse[ROTARY_DIM > 0 ? ROTARY_DIM / 2 : 1];
-};
+// The by-value frequencies and the rotation itself: dsc_common.cuh (attention_decode rotates
+// with the same code when it takes a decode step's token itself).
+typedef dsc_rotary_frequencies_of<ROTARY_DIM> dsc_rotary_frequencies;
 
-// Feature `feature` of `head` after rotation at `position`, with transformers' fp32 angles:
-// the cosine and sine of the float angle are taken in double and rounded, which gives the
-// correctly rounded float values whatever math flags the kernel was compiled with.
 static __device__ __forceinline__ float
 attention_rotary_feature(const float *head, int feature, float position,
                          const dsc_rotary_frequencies &frequencies) {
-#if ROTARY_DIM > 0
-  if (feature < ROTARY_DIM) {
-    int pair, first_index, second_index;
-    bool is_first;
-#if ROTARY_INTERLEAVED
-    pair = feature / 2;
-    first_index = 2 * pair;
-    second_index = 2 * pair + 1;
-    is_first = (feature % 2) == 0;
-#else
-    const int half = ROTARY_DIM / 2;
-    pair = feature < half ? feature : feature - half;
-    first_index = pair;
-    second_index = pair + half;
-    is_first = feature < half;
-#endif
-    const float angle = position * frequencies.inverse[pair];
-    const float cosine =
-        static_cast<float>(cos(static_cast<double>(angle))) * frequencies.attention_factor;
-    const float sine =
-        static_cast<float>(sin(static_cast<double>(angle))) * frequencies.attention_factor;
-    const float first = head[first_index], second = head[second_index];
-    return is_first ? first * cosine - second * sine : second * cosine + first * sine;
-  }
-#endif
-  return head[feature];
+  return dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(head, feature, position,
+                                                              frequencies);
 }
 
 extern "C" __global__ void attention_rotary(

@@ -165,4 +165,49 @@ static __device__ __forceinline__ float dsc_activate(int kind, float x) {
   }
 }
 
+// ---- rotary embeddings ------------------------------------------------------------------
+
+// The inverse frequencies of a rotary of ROT_DIM features, a kernel parameter passed by
+// value (attention_rotary, and attention_decode when it rotates itself): the launcher
+// computes them as the CPU kernel does (ops::rotaryInverseFrequencies), so no pow runs on
+// the device, nothing is uploaded, and a captured graph keeps them.
+template <int ROT_DIM> struct dsc_rotary_frequencies_of {
+  float attention_factor;  // scales the cosines and sines (yarn, longrope); else 1
+  float inverse[ROT_DIM > 0 ? ROT_DIM / 2 : 1];
+};
+
+// Feature `feature` of `head` after rotation at `position`, with transformers' fp32 angles:
+// the cosine and sine of the float angle are taken in double and rounded, which gives the
+// correctly rounded float values whatever math flags the kernel was compiled with.
+// INTERLEAVED: GPT-J's pairs (2i, 2i + 1), else the half-split rotate_half form.
+template <int ROT_DIM, int INTERLEAVED>
+static __device__ __forceinline__ float
+dsc_rotary_feature(const float *head, int feature, float position,
+                   const dsc_rotary_frequencies_of<ROT_DIM> &frequencies) {
+  if (ROT_DIM > 0 && feature < ROT_DIM) {
+    int pair, first_index, second_index;
+    bool is_first;
+    if (INTERLEAVED) {
+      pair = feature / 2;
+      first_index = 2 * pair;
+      second_index = 2 * pair + 1;
+      is_first = (feature % 2) == 0;
+    } else {
+      const int half = ROT_DIM / 2;
+      pair = feature < half ? feature : feature - half;
+      first_index = pair;
+      second_index = pair + half;
+      is_first = feature < half;
+    }
+    const float angle = position * frequencies.inverse[pair];
+    const float cosine =
+        static_cast<float>(cos(static_cast<double>(angle))) * frequencies.attention_factor;
+    const float sine =
+        static_cast<float>(sin(static_cast<double>(angle))) * frequencies.attention_factor;
+    const float first = head[first_index], second = head[second_index];
+    return is_first ? first * cosine - second * sine : second * cosine + first * sine;
+  }
+  return head[feature];
+}
+
 #endif

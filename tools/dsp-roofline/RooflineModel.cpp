@@ -182,8 +182,8 @@ private:
     if (op == "tfm.linear" || op == "tfm.lm_head")
       return linearLaunches(step, op == "tfm.linear", cost);
     if (op == "tfm.attention") {
-      // AttentionOps.cpp: attention_rotary always (it places the keys and values), then one
-      // new token over the session's cache takes attention_decode + attention_combine (the
+      // AttentionOps.cpp: attention_rotary (it places the keys and values), then one new
+      // token over the session's cache takes attention_decode + attention_combine (the
       // split-KV pair), anything else attention_prefill.
       const int32_t query = inputAt(step, 0);
       const auto *queryMax = query >= 0 ? tensor(query).max_shape() : nullptr;
@@ -191,9 +191,15 @@ private:
       if (workload_.batch == 0 || fresh == 0)
         return;
       bool splitKv = isSessionAttention(step) && fresh == 1 && length(step.kernels()) >= 4;
+      // The split-KV pair; with FUSED_ROTARY (every plan's since it exists) the decode
+      // kernel rotates and caches its token itself, else attention_rotary first.
+      if (splitKv) {
+        cost.kernels = kernelConstant(step, 2, "FUSED_ROTARY", 0) == 1 ? 2 : 3;
+        return;
+      }
       // A cross-attention (keys of another length than the queries) places its keys and
       // copies its queries in two launches of attention_rotary.
-      cost.kernels = splitKv || otherSequenceKeys(step) ? 3 : 2;
+      cost.kernels = otherSequenceKeys(step) ? 3 : 2;
       return;
     }
     if (op == "tfm.all_reduce") {

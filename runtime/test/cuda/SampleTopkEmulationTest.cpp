@@ -21,6 +21,7 @@ namespace block128 {
 #define sample_topk block128_sample_topk
 #include "sample_topk.cuh"
 #undef sample_topk
+#undef LOCAL  // the template's default, which the next specialisation sets itself
 #undef BLOCK
 } // namespace block128
 

@@ -380,7 +380,14 @@ Status runAttention(StepContext &context) {
     block.x = kRotaryBlock;
     return context.launch(kRotarySlot, grid, block, 0, args);
   };
-  if (cross) {
+  // A decode step whose decode kernel rotates and caches its token itself (FUSED_ROTARY, in
+  // plans since it exists) launches no attention_rotary.
+  const bool decodeStep = sessionCache && S == 1 && context.kernelCount() >= 4;
+  const bool fusedRotary =
+      decodeStep && context.kernelConstant(kDecodeSlot, "FUSED_ROTARY", 0) == 1;
+  if (fusedRotary) {
+    // Nothing to place here: attention_decode does it.
+  } else if (cross) {
     // The keys of every head the inputs hold, then the queries.
     DSRT_RETURN_IF_ERROR(place(SK, SK, 0, keyHeads, kvRows));
     DSRT_RETURN_IF_ERROR(place(S, S, H, 0, S));
@@ -392,7 +399,14 @@ Status runAttention(StepContext &context) {
   }
 
   const unsigned attentionBlock = static_cast<unsigned>(warps * 32);
-  if (sessionCache && S == 1 && context.kernelCount() >= 4) {
+  if (decodeStep) {
+    if (fusedRotary) {
+      DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ROTARY_DIM", rotaryDim));
+      DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ROTARY_INTERLEAVED",
+                                         rotary && interleaved ? 1 : 0));
+      DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "POS_DTYPE",
+                                         rotary ? static_cast<int64_t>(positions->dtype) : 0));
+    }
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "HEAD_DIM", D));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "WARPS", warps));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "CAUSAL", causal ? 1 : 0));
@@ -420,10 +434,15 @@ Status runAttention(StepContext &context) {
     DevicePtr partialSum = partialMax + static_cast<DevicePtr>(slots) * sizeof(float);
     int maxSplitsArg = static_cast<int>(maxSplits);
     {
+      // The query, key and value inputs' floats per token (a joined row when packed).
+      long long queryStride = packed ? (H + 2 * KH) * D : H * D;
+      long long kvStride = packed ? (H + 2 * KH) * D : KH * D;
       void *args[] = {&outData,     &keys,          &values,      &batchStride, &headStride,
                       &capacity,    &maskData,      &lengths,     &partialOut,  &partialMax,
                       &partialSum,  &maxSplitsArg,  &headsArg,    &headOffset,  &kvHeadOffset,
-                      &group,       &globalHeads,   &scaleArg};
+                      &group,       &globalHeads,   &scaleArg,    &queryData,   &keyData,
+                      &valueData,   &queryStride,   &kvStride,    &positionData,
+                      frequencies.data()};
       Dim3 grid, block;
       grid.x = static_cast<unsigned>(maxSplits);
       grid.y = static_cast<unsigned>(H);
