@@ -66,9 +66,10 @@ std::string whyNotPacked(tfm::AttentionOp attention, onnx::SplitOp &split) {
     if (auto counts = attention->getAttrOfType<ArrayAttr>(name))
       if (llvm::any_of(counts, [&](Attribute c) { return c != counts[0]; }))
         return "its tensor-parallel ranks hold different head counts";
-  int64_t d = attention.getHeadDim();
-  SmallVector<int64_t> expected = {attention.getNumHeads() * d, attention.getNumKvHeads() * d,
-                                   attention.getNumKvHeads() * d};
+  const int64_t d = static_cast<int64_t>(attention.getHeadDim());
+  const int64_t heads = static_cast<int64_t>(attention.getNumHeads());
+  const int64_t kvHeads = static_cast<int64_t>(attention.getNumKvHeads());
+  SmallVector<int64_t> expected = {heads * d, kvHeads * d, kvHeads * d};
   std::optional<SmallVector<int64_t>> sizes = splitSizes(split, axis);
   if (!sizes || *sizes != expected)
     return "the Split's parts are not the attention's query, key and value widths";

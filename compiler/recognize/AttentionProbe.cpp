@@ -129,6 +129,18 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
     // that a cross-attention cannot pass for a self-attention.
     for (int64_t size : inputDims.shapeAt(index, {kProbeBatch, past, fresh, past + fresh + 2}))
       info.shape.push_back(size);
+    // A static dimension sizes the probe's input as the model says; one too large to
+    // allocate (fuzz-onnx-compile found a 2^32-element mask) is refused, not probed.
+    constexpr int64_t kMaxProbeElements = int64_t(1) << 26;
+    int64_t elements = 1;
+    for (int64_t size : info.shape) {
+      if (size < 0 || (size > 0 && elements > kMaxProbeElements / size)) {
+        why = "graph input " + std::to_string(index) + " is too large to probe (a static "
+              "dimension of " + std::to_string(size) + ")";
+        return failure();
+      }
+      elements *= size;
+    }
     llvm::StringRef name = argName(func, index);
     if (inputDims.readsSource(index))
       name = "";  // the encoder's padding mask, whatever it is called, is not the decoder's
