@@ -270,9 +270,8 @@ std::vector<float> logitsOf(Session &session, const char *program) {
 // right in the moved arena. Llama at 64 tokens, where forward needs more than prefill.
 TEST(CudaFakeSession, TheArenaGrowsToTheProgramsRun) {
   fake::reset();
-  std::unique_ptr<PlanFile> opened;
-  ASSERT_TRUE(PlanFile::open(DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT, opened).isOk());
-  std::shared_ptr<PlanFile> plan = std::move(opened);
+  std::shared_ptr<PlanFile> plan;
+  ASSERT_TRUE(test::openLlamaLongPlan(plan));
   CudaSessionOptions options;
   options.driver = &fake::driver();
   options.findOp = noLaunchers;

@@ -11,6 +11,20 @@
 
 namespace dsrt::cuda::test {
 
+bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {
+  const char *path = std::getenv("DSRT_TEST_LLAMA_LONG_PLAN");
+  if (!path || !*path)
+    path = DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT;
+  std::unique_ptr<PlanFile> plan;
+  Status status = PlanFile::open(path, plan);
+  if (!status.isOk()) {
+    ADD_FAILURE() << status.message();
+    return false;
+  }
+  out = std::move(plan);
+  return true;
+}
+
 bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly) {
   const char *path = std::getenv(cpuOnly ? "DSRT_TEST_GPT2_CPU_PLAN" : "DSRT_TEST_GPT2_PLAN");
   if (!path || !*path)

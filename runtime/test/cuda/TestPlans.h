@@ -14,6 +14,10 @@ namespace dsrt::cuda::test {
 // returns false when it cannot. `cpuOnly`: the same model compiled with `--arch none`
 // ($DSRT_TEST_GPT2_CPU_PLAN), whose steps list no kernels.
 bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly = false);
+
+// The Llama fixture at 64 tokens, CPU-only (DSRT_TEST_LLAMA_LONG_PLAN overrides it), whose
+// forward needs more arena than prefill and decode.
+bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out);
 // Binds test_data_set_0's inputs to `forward` by name (adds a gtest failure and returns
 // false when it cannot).
 bool bindForward(Session &session);
