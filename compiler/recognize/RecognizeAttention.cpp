@@ -131,9 +131,15 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     for (Operation *softmax : softmaxes)
       if (reasons.count(softmax))
         softmax->emitRemark() << "attention not recognised: " << reasons[softmax];
+  // A Shape op two candidates recorded (a value in both regions) is recomputed by the
+  // first rewrite only, which erases it.
+  llvm::DenseSet<Operation *> claimedShapeReads;
   for (auto &[candidate, layer] : matched) {
     if (!candidate.declined.empty())
       continue;
+    llvm::erase_if(candidate.shapeReads, [&](const Candidate::ShapeRead &read) {
+      return !claimedShapeReads.insert(read.shape).second;
+    });
     std::string reason =
         rewrite(candidate, layer, candidate.attentionMask, candidate.positionIds);
     if (!reason.empty() && reportDeclines)
