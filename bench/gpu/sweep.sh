@@ -158,12 +158,15 @@ step_tests() {
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-tp2.dsp" --tp 2 \
         --max-seq-len 16 &&
     dsc compile "$models/gpt2-op17/model.onnx" -o "$plans/gpt2-int8-g32.dsp" --dtype int8 \
-        --int8-group-size 32 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
+        --int8-group-size 32 --max-seq-len 16 &&
+    dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-long.dsp" --max-seq-len 64 \
+        --arch none || { echo "compiling the test plans failed"; return 1; }
   for test in "$bundle"/tests/*; do
     [ -x "$test" ] && [ "${test%.so}" = "$test" ] || continue
     echo "--- $(basename "$test")"
     DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
     DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
+    DSRT_TEST_LLAMA_LONG_PLAN=$plans/llama-long.dsp \
     DSRT_TEST_FAKE_GPU_LIBRARY=$bundle/tests/libdsrt-fake-gpu-library.so \
       "$test" --gtest_brief=1 || failed=1
   done
