@@ -74,6 +74,69 @@ Status readRankHeads(const KernelContext &ctx, AttentionConfig &c) {
   return Status::ok();
 }
 
+// The query's batch and tokens, the keys' count and the heads the key and value inputs hold:
+// one packed tensor (each token's row its queries, keys and values), or three, whose keys
+// may be another sequence's (a cross-attention) and hold every KV head (read from a graph
+// input under tensor parallelism).
+Status readQueryKeyValueShapes(const KernelContext &ctx, AttentionConfig &c) {
+  const TensorRef &q = *ctx.input(kQuery), &k = *ctx.input(kKey), &v = *ctx.input(kValue);
+  if (c.packed) {
+    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim;
+    if (q.shape.size() != 3 || q.shape[2] != width || k.shape != q.shape || v.shape != q.shape)
+      return ctx.error("packed query/key/value must be one [batch, sequence, ", width,
+                       "] tensor, not ", shapeString(q.shape), ", ", shapeString(k.shape),
+                       " and ", shapeString(v.shape));
+    if (ctx.input(kPastKey) || ctx.input(kBias))
+      return ctx.error("packed query/key/value take no past and no bias");
+    c.batch = q.shape[0];
+    c.fresh = c.keys = q.shape[1];
+    c.keyHeads = c.kvHeads;
+    return Status::ok();
+  }
+  if (q.shape.size() != 3 || q.shape[2] != c.heads * c.headDim)
+    return ctx.error("query must be [batch, sequence, ", c.heads * c.headDim, "], not ",
+                     shapeString(q.shape));
+  c.batch = q.shape[0];
+  c.fresh = q.shape[1];
+  c.keys = k.shape.size() == 3 ? k.shape[1] : c.fresh;
+  bool allKvHeads = k.shape.size() == 3 && c.globalKvHeads != c.kvHeads &&
+                    k.shape[2] == c.globalKvHeads * c.headDim;
+  c.keyHeads = allKvHeads ? c.globalKvHeads : c.kvHeads;
+  c.keyHeadOffset = allKvHeads ? c.kvHeadOffset : 0;
+  Shape kvShape{c.batch, c.keys, c.keyHeads * c.headDim};
+  if (k.shape != kvShape || v.shape != kvShape)
+    return ctx.error("key and value must be ", shapeString(kvShape), ", not ",
+                     shapeString(k.shape), " and ", shapeString(v.shape));
+  if (c.keys != c.fresh && (c.causal || c.window > 0 || c.rotaryDim > 0 ||
+                            ctx.input(kPastKey) || c.cacheLayer >= 0))
+    return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
+                     "causal, windowed, rotated or cached");
+  return Status::ok();
+}
+
+// An additive mask's or bias's shape against the scores [batch, heads, fresh, total]: batch
+// and heads may broadcast, and the heads may be every head of the model (this rank reads
+// its own).
+bool broadcastsToScores(const Shape &m, const AttentionConfig &c) {
+  return m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
+         (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) && m[2] == c.fresh &&
+         m[3] == c.total;
+}
+
+// A float term added to the scores (an additive mask, or the bias): the row of query s of
+// head h of sequence b, broadcast as its shape says.
+struct AddedScores {
+  const float *data = nullptr;
+  Shape shape;
+  int64_t headOffset = 0, localHeads = 0;
+  const float *row(int64_t b, int64_t h, int64_t s) const {
+    const int64_t heads = shape[1], S = shape[2], T = shape[3];
+    // All of the model's heads where the rank has fewer: this rank's start at headOffset.
+    const int64_t head = heads == 1 ? 0 : heads == localHeads ? h : headOffset + h;
+    return data + (((shape[0] == 1 ? 0 : b) * heads + head) * S + s) * T;
+  }
+};
+
 Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   int64_t flag;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_heads", 0, c.heads));
@@ -125,42 +188,9 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   if (c.window < 0 || c.rotaryDim < 0 || c.rotaryDim > c.headDim || c.rotaryDim % 2 != 0)
     return ctx.error("window must be >= 0 and rotary_dim even and at most head_dim");
 
-  const TensorRef &q = *ctx.input(kQuery), &k = *ctx.input(kKey), &v = *ctx.input(kValue);
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "packed_qkv", 0, flag));
   c.packed = flag != 0;
-  if (c.packed) {
-    const int64_t width = (c.heads + 2 * c.kvHeads) * c.headDim;
-    if (q.shape.size() != 3 || q.shape[2] != width || k.shape != q.shape || v.shape != q.shape)
-      return ctx.error("packed query/key/value must be one [batch, sequence, ", width,
-                       "] tensor, not ", shapeString(q.shape), ", ", shapeString(k.shape),
-                       " and ", shapeString(v.shape));
-    if (ctx.input(kPastKey) || ctx.input(kBias))
-      return ctx.error("packed query/key/value take no past and no bias");
-  }
-  if (c.packed) {
-    c.batch = q.shape[0];
-    c.fresh = c.keys = q.shape[1];
-    c.keyHeads = c.kvHeads;
-  } else if (q.shape.size() != 3 || q.shape[2] != c.heads * c.headDim)
-    return ctx.error("query must be [batch, sequence, ", c.heads * c.headDim, "], not ",
-                     shapeString(q.shape));
-  if (!c.packed) {
-  c.batch = q.shape[0];
-  c.fresh = q.shape[1];
-  c.keys = k.shape.size() == 3 ? k.shape[1] : c.fresh;
-  bool allKvHeads = k.shape.size() == 3 && c.globalKvHeads != c.kvHeads &&
-                    k.shape[2] == c.globalKvHeads * c.headDim;
-  c.keyHeads = allKvHeads ? c.globalKvHeads : c.kvHeads;
-  c.keyHeadOffset = allKvHeads ? c.kvHeadOffset : 0;
-  Shape kvShape{c.batch, c.keys, c.keyHeads * c.headDim};
-  if (k.shape != kvShape || v.shape != kvShape)
-    return ctx.error("key and value must be ", shapeString(kvShape), ", not ",
-                     shapeString(k.shape), " and ", shapeString(v.shape));
-  if (c.keys != c.fresh && (c.causal || c.window > 0 || c.rotaryDim > 0 ||
-                            ctx.input(kPastKey) || c.cacheLayer >= 0))
-    return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
-                     "causal, windowed, rotated or cached");
-  }
+  DSRT_RETURN_IF_ERROR(readQueryKeyValueShapes(ctx, c));
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");
@@ -192,24 +222,16 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   }
   c.total = c.past + c.keys;
   if (const TensorRef *bias = ctx.input(kBias)) {
-    const Shape &m = bias->shape;
-    bool fits = isFloat(bias->dtype) && m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
-                (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) &&
-                m[2] == c.fresh && m[3] == c.total;
-    if (!fits)
+    if (!isFloat(bias->dtype) || !broadcastsToScores(bias->shape, c))
       return ctx.error("the bias must be float and broadcast to [", c.batch, ", ", c.heads,
                        ", ", c.fresh, ", ", c.total, "], not ", dtypeName(bias->dtype), " ",
-                       shapeString(m));
+                       shapeString(bias->shape));
   }
   if (mask) {
     if (isFloat(mask->dtype)) {
-      const Shape &m = mask->shape;
-      bool fits = m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
-                  (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) &&
-                  m[2] == c.fresh && m[3] == c.total;
-      if (!fits)
+      if (!broadcastsToScores(mask->shape, c))
         return ctx.error("an additive mask must broadcast to [", c.batch, ", ", c.heads, ", ",
-                         c.fresh, ", ", c.total, "], not ", shapeString(m));
+                         c.fresh, ", ", c.total, "], not ", shapeString(mask->shape));
     } else if (mask->shape != Shape{c.batch, c.total}) {
       return ctx.error("the padding mask must be [", c.batch, ", ", c.total, "], not ",
                        shapeString(mask->shape));
@@ -371,10 +393,15 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     vAll = vAllStorage.data();
   }
 
-  // Which keys each row may attend, and the additive terms.
+  // Which keys each row may attend, and the additive terms (an additive mask, the bias).
   const TensorRef *mask = ctx.input(kMask);
   std::vector<int64_t> padding;
-  std::optional<FloatView> additive;
+  std::optional<FloatView> additive, biasValues;
+  std::vector<AddedScores> added;
+  auto add = [&](const TensorRef &term, std::optional<FloatView> &view) {
+    view.emplace(term);
+    added.push_back({view->data(), term.shape, c.headOffset, H});
+  };
   if (mask && !isFloat(mask->dtype)) {
     if (mask->dtype == DType::Bool) {
       padding.resize(B * T);
@@ -384,12 +411,10 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
       DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kMask, "mask", padding));
     }
   } else if (mask) {
-    additive.emplace(*mask);
+    add(*mask, additive);
   }
-  const TensorRef *bias = ctx.input(kBias);
-  std::optional<FloatView> biasValues;
-  if (bias)
-    biasValues.emplace(*bias);
+  if (const TensorRef *bias = ctx.input(kBias))
+    add(*bias, biasValues);
   std::vector<float> slopes;
   if (c.alibi) {
     std::vector<float> all = alibiSlopes(c.globalHeads);
@@ -414,12 +439,15 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(T), dots(ctx.fastKernels ? T : 0);
     std::vector<char> allowed(T), visible(T);
+    std::vector<const float *> addedRows(added.size());
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
       const float *keys = kAll + b * batchStride + kh * headStride;
       const float *values = vAll + b * batchStride + kh * headStride;
       for (int64_t s = 0; s < S; ++s) {
         const float *query = &q[((b * S + s) * H + h) * D];
+        for (size_t i = 0; i < added.size(); ++i)
+          addedRows[i] = added[i].row(b, h, s);
         int64_t position = P + s;
         float maximum = -std::numeric_limits<float>::infinity();
         bool any = false;
@@ -453,16 +481,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             score = c.softcap * std::tanh(score / c.softcap);
           if (c.alibi)
             score += slopes[h] * keyPosition[b * T + t];
-          if (additive) {
-            int64_t mb = mask->shape[0] == 1 ? 0 : b;
-            int64_t mh = mask->shape[1] == 1 ? 0 : mask->shape[1] == H ? h : c.headOffset + h;
-            score += (*additive)[((mb * mask->shape[1] + mh) * S + s) * T + t];
-          }
-          if (biasValues) {
-            int64_t bb = bias->shape[0] == 1 ? 0 : b;
-            int64_t bh = bias->shape[1] == 1 ? 0 : bias->shape[1] == H ? h : c.headOffset + h;
-            score += (*biasValues)[((bb * bias->shape[1] + bh) * S + s) * T + t];
-          }
+          for (const float *row : addedRows)
+            score += row[t];
           scores[t] = score;
           if (allowed[t]) {
             any = true;
