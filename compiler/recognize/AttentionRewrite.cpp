@@ -78,13 +78,17 @@ static Value dimensionOf(OpBuilder &builder, Location loc, Value source, int64_t
                                builder.getI64IntegerAttr(axis + 1));
 }
 
-static bool availableAt(Value value, Operation *at) {
-  return value && DominanceInfo().properlyDominates(value, at);
-}
+
 
 // The Shape reads of the region, computed from the attention's sources (see ShapeRead):
 // a read whose sizes come from a source defined after it stays as it was.
 static void replaceShapeReads(Candidate &c) {
+  if (c.shapeReads.empty())
+    return;
+  DominanceInfo dominance;
+  auto availableAt = [&](Value value, Operation *at) {
+    return value && dominance.properlyDominates(value, at);
+  };
   for (Candidate::ShapeRead &read : c.shapeReads) {
     Operation *shape = read.shape;
     OpBuilder builder(shape);

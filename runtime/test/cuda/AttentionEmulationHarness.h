@@ -153,6 +153,24 @@ std::vector<float> randomFloats(std::mt19937 &generator, size_t count) {
   return values;
 }
 
+// Tensor parallelism over `ranks` even ranks: each rank's query and KV heads, as tp-shard
+// writes them on a tfm.attention step.
+inline void addRankHeads(ops::AttrMap &attrs, int64_t heads, int64_t kvHeads, int ranks) {
+  if (ranks <= 1)
+    return;
+  std::vector<int64_t> counts, offsets, kvCounts, kvOffsets;
+  for (int r = 0; r < ranks; ++r) {
+    counts.push_back(heads / ranks);
+    offsets.push_back(r * heads / ranks);
+    kvCounts.push_back(kvHeads / ranks);
+    kvOffsets.push_back(r * kvHeads / ranks);
+  }
+  attrs["rank_heads"] = ops::Attr::ofInts(counts);
+  attrs["rank_head_offsets"] = ops::Attr::ofInts(offsets);
+  attrs["rank_kv_heads"] = ops::Attr::ofInts(kvCounts);
+  attrs["rank_kv_head_offsets"] = ops::Attr::ofInts(kvOffsets);
+}
+
 // Compares with the file's tolerance; returns the largest error for the report.
 float expectClose(const float *actual, const float *expected, size_t count,
                   const std::string &what) {

@@ -312,7 +312,6 @@ struct Scenario {
   bool packed = false;
 };
 
-ops::Attr ints(std::vector<int64_t> values) { return ops::Attr::ofInts(std::move(values)); }
 
 ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   ops::AttrMap attrs;
@@ -338,19 +337,7 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
     attrs["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
     attrs["rotary_attention_factor"] = ops::Attr::ofFloat(1.2f);
   }
-  if (s.ranks > 1) {
-    std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
-    for (int r = 0; r < s.ranks; ++r) {
-      heads.push_back(f.heads / s.ranks);
-      offsets.push_back(r * f.heads / s.ranks);
-      kvHeads.push_back(f.kvHeads / s.ranks);
-      kvOffsets.push_back(r * f.kvHeads / s.ranks);
-    }
-    attrs["rank_heads"] = ints(heads);
-    attrs["rank_head_offsets"] = ints(offsets);
-    attrs["rank_kv_heads"] = ints(kvHeads);
-    attrs["rank_kv_head_offsets"] = ints(kvOffsets);
-  }
+  addRankHeads(attrs, f.heads, f.kvHeads, s.ranks);
   return attrs;
 }
 

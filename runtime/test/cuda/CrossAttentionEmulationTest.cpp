@@ -111,19 +111,7 @@ ops::AttrMap attributesOf(const Case &c) {
   attrs["window"] = ops::Attr::ofInt(0);
   attrs["rotary_dim"] = ops::Attr::ofInt(0);
   attrs["cache_layer"] = ops::Attr::ofInt(-1);
-  if (c.ranks > 1) {
-    std::vector<int64_t> heads, offsets, kvHeads, kvOffsets;
-    for (int r = 0; r < c.ranks; ++r) {
-      heads.push_back(c.heads / c.ranks);
-      offsets.push_back(r * c.heads / c.ranks);
-      kvHeads.push_back(c.kvHeads / c.ranks);
-      kvOffsets.push_back(r * c.kvHeads / c.ranks);
-    }
-    attrs["rank_heads"] = ops::Attr::ofInts(heads);
-    attrs["rank_head_offsets"] = ops::Attr::ofInts(offsets);
-    attrs["rank_kv_heads"] = ops::Attr::ofInts(kvHeads);
-    attrs["rank_kv_head_offsets"] = ops::Attr::ofInts(kvOffsets);
-  }
+  addRankHeads(attrs, c.heads, c.kvHeads, c.ranks);
   return attrs;
 }
 

@@ -11,10 +11,14 @@
 
 namespace dsrt::cuda::test {
 
-bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {
-  const char *path = std::getenv("DSRT_TEST_LLAMA_LONG_PLAN");
+namespace {
+
+// Opens $`variable`, else `fallback` (the ctest fixture's plan); adds a gtest failure and
+// returns false when it cannot.
+bool openPlan(const char *variable, const char *fallback, std::shared_ptr<PlanFile> &out) {
+  const char *path = std::getenv(variable);
   if (!path || !*path)
-    path = DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT;
+    path = fallback;
   std::unique_ptr<PlanFile> plan;
   Status status = PlanFile::open(path, plan);
   if (!status.isOk()) {
@@ -25,18 +29,15 @@ bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {
   return true;
 }
 
+} // namespace
+
+bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {
+  return openPlan("DSRT_TEST_LLAMA_LONG_PLAN", DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT, out);
+}
+
 bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly) {
-  const char *path = std::getenv(cpuOnly ? "DSRT_TEST_GPT2_CPU_PLAN" : "DSRT_TEST_GPT2_PLAN");
-  if (!path || !*path)
-    path = cpuOnly ? DSRT_TEST_GPT2_CPU_PLAN_DEFAULT : DSRT_TEST_GPT2_PLAN_DEFAULT;
-  std::unique_ptr<PlanFile> plan;
-  Status status = PlanFile::open(path, plan);
-  if (!status.isOk()) {
-    ADD_FAILURE() << status.message();
-    return false;
-  }
-  out = std::move(plan);
-  return true;
+  return cpuOnly ? openPlan("DSRT_TEST_GPT2_CPU_PLAN", DSRT_TEST_GPT2_CPU_PLAN_DEFAULT, out)
+                 : openPlan("DSRT_TEST_GPT2_PLAN", DSRT_TEST_GPT2_PLAN_DEFAULT, out);
 }
 
 bool bindForward(Session &session) {
