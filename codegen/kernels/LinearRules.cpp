@@ -1,4 +1,5 @@
-// Rules of tfm.linear (with the fuse pass's epilogue: activation, residual) and
+// Rules of tfm.linear (with the fuse passes' epilogue: activation, residual, or a gated
+// activation of a joined gate-up weight) and
 // tfm.lm_head. Their launcher is runtime/src/cuda/ops/LinearOps.cpp; the slot order here
 // is its. Float weights (f32, f16, bf16):
 //   0 gemv                 rows <= 8: act(x·Wᵀ + b) + residual in one launch
@@ -100,10 +101,17 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
 
   int64_t activation = -1, hasBias = 0, biasType = static_cast<int64_t>(DType::F32),
           hasResidual = 0;
+  bool gated = false;
   if (isLinear) {
     activation = activationCode(in.stringAttr("activation", "none"));
     if (activation == -2) {
       reason = "unknown activation '" + in.stringAttr("activation", "") + "'";
+      return false;
+    }
+    gated = in.intAttr("gated", 0) != 0;
+    if (gated && (activation == -1 || in.input(kResidual) || in.staticDim(*weight, 0) % 2 != 0)) {
+      reason = "a gated linear needs an activation, an even number of weight rows and no "
+               "residual";
       return false;
     }
     if (const dsp::TensorT *bias = in.input(kBias)) {
@@ -132,12 +140,19 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
                                                {"HAS_BIAS", hasBias},
                                                {"BIAS_DT", biasType},
                                                {"HAS_RESIDUAL", hasResidual}});
+  KernelSpec epilogue{"linear_epilogue",
+                      {{"ACT", activation},
+                       {"HAS_BIAS", hasBias},
+                       {"BIAS_DT", biasType},
+                       {"HAS_RESIDUAL", hasResidual}}};
+  // Only gated linears' kernels have the constant: every other step keeps the kernels (and
+  // the cached PTX) it had before the gated epilogue existed.
+  if (gated) {
+    gemv.constants.push_back({"GATED", 1});
+    epilogue.constants.push_back({"GATED", 1});
+  }
   kernels.push_back(std::move(gemv));
-  kernels.push_back({"linear_epilogue",
-                     {{"ACT", activation},
-                      {"HAS_BIAS", hasBias},
-                      {"BIAS_DT", biasType},
-                      {"HAS_RESIDUAL", hasResidual}}});
+  kernels.push_back(std::move(epilogue));
   // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the
   // scales' (the dequantized weight's).
   const DType gemmType = int8 ? scaleType : weightType;

@@ -19,7 +19,8 @@
 //
 // Constants: K (the plan's in-feature count), WT (weight dtype: 1 f32, 2 f16, 3 bf16, 8
 // int8), ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
-// HAS_RESIDUAL (0/1); int8 weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and
+// HAS_RESIDUAL (0/1), GATED (0/1, present only when 1: w is a joined [gate; up] of 2 * n_out
+// rows and y = act(gate) * up, tfm.linear's `gated`); int8 weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and
 // GS (the group size along k, the same on every tensor-parallel rank; 0: one group per row,
 // whatever the run's k).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
@@ -35,6 +36,10 @@
 #endif
 #ifndef GS
 #define GS 0
+#endif
+// Only the kernels of gated linears have the constant (plans from before it keep theirs).
+#ifndef GATED
+#define GATED 0
 #endif
 
 #if WT == DSC_DT_I8 && !(SDT == DSC_DT_F32 || SDT == DSC_DT_F16 || SDT == DSC_DT_BF16)
@@ -104,9 +109,84 @@ static __device__ __forceinline__ float gemv_weight(const void *w, const void *s
   }
 }
 
+// Weight row n's dot product with every row of x, reduced over the warp and scaled (int8),
+// into acc[r] on every lane, for in-feature count k_in.
+static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
+                                                const void *scales, long long n, int rows,
+                                                int k_in, bool x_vector, bool w_vector,
+                                                int groups, float *acc) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < GEMV_MAX_ROWS; ++r)
+    acc[r] = 0.0f;
+  const long long scale_row = n * groups;
+
+  if (w_vector) {
+    const GemvWords *wrow = reinterpret_cast<const GemvWords *>(
+        static_cast<const char *>(w) + n * static_cast<long long>(k_in) * (16 / GEMV_VEC));
+    // Unrolled so that each lane has several 16-byte loads in flight.
+#pragma unroll 4
+    for (int chunk = lane; chunk < k_in / GEMV_VEC; chunk += 32) {
+      float wv[GEMV_VEC];
+      gemv_unpack(wrow[chunk], wv);
+      const int k = chunk * GEMV_VEC;
+      // The chunk's scale (int8 with groups; 1 otherwise: the weights are the values).
+      float chunk_scale = 1.0f;
+      if (WT == DSC_DT_I8 && GS > 0)
+        chunk_scale = dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
+#pragma unroll
+      for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
+        if (r < rows) {
+          const float *xr = xs + r * k_in + k;
+          // int8 groups: the chunk's own sum, scaled; otherwise straight into acc[r].
+          float dot = (WT == DSC_DT_I8 && GS > 0) ? 0.0f : acc[r];
+          if (x_vector) {
+#pragma unroll
+            for (int j = 0; j < GEMV_VEC; j += 4) {
+              const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
+              dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < GEMV_VEC; ++j)
+              dot += wv[j] * xr[j];
+          }
+          if (WT == DSC_DT_I8 && GS > 0)
+            acc[r] += chunk_scale * dot;
+          else
+            acc[r] = dot;
+        }
+      }
+    }
+  } else {
+    const long long row_start = n * static_cast<long long>(k_in);
+    for (int k = lane; k < k_in; k += 32) {
+      const float wk = gemv_weight(w, scales, row_start, scale_row, k);
+#pragma unroll
+      for (int r = 0; r < GEMV_MAX_ROWS; ++r)
+        if (r < rows)
+          acc[r] += wk * xs[r * k_in + k];
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < GEMV_MAX_ROWS; ++r)
+    acc[r] = dsc_warp_sum(acc[r]);
+
+  // int8 with one group per row: q·x, scaled once.
+  if (WT == DSC_DT_I8 && GS == 0) {
+    const float row_scale = dsc_load_float<SDT>(scales, n);
+#pragma unroll
+    for (int r = 0; r < GEMV_MAX_ROWS; ++r)
+      acc[r] *= row_scale;
+  }
+}
+
 // One block's share of the features, for in-feature count KK when it is a compile-time
 // constant (the plan's K) or k (KK == 0): a tensor-parallel rank of an uneven split runs the
 // plan's kernel with fewer in-features than rank 0, for which the plan was specialised.
+// GATED: output feature n is act(row n + bias[n]) * (row n_out + n + bias[n_out + n]) of a
+// [gate; up] weight of 2 * n_out rows; the warp reads both rows.
 template <int KK>
 static __device__ __forceinline__ void gemv_features(const float *xs, const void *w,
                                                      const void *scales, const void *bias,
@@ -129,77 +209,25 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
 
   for (long long n = first; n < n_out; n += stride) {
     float acc[GEMV_MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < GEMV_MAX_ROWS; ++r)
-      acc[r] = 0.0f;
-    const long long scale_row = n * groups;
-
-    if (w_vector) {
-      const GemvWords *wrow = reinterpret_cast<const GemvWords *>(
-          static_cast<const char *>(w) + n * static_cast<long long>(k_in) * (16 / GEMV_VEC));
-      // Unrolled so that each lane has several 16-byte loads in flight.
-#pragma unroll 4
-      for (int chunk = lane; chunk < k_in / GEMV_VEC; chunk += 32) {
-        float wv[GEMV_VEC];
-        gemv_unpack(wrow[chunk], wv);
-        const int k = chunk * GEMV_VEC;
-        // The chunk's scale (int8 with groups; 1 otherwise: the weights are the values).
-        float chunk_scale = 1.0f;
-        if (WT == DSC_DT_I8 && GS > 0)
-          chunk_scale = dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
-#pragma unroll
-        for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
-          if (r < rows) {
-            const float *xr = xs + r * k_in + k;
-            // int8 groups: the chunk's own sum, scaled; otherwise straight into acc[r].
-            float dot = (WT == DSC_DT_I8 && GS > 0) ? 0.0f : acc[r];
-            if (x_vector) {
-#pragma unroll
-              for (int j = 0; j < GEMV_VEC; j += 4) {
-                const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
-                dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
-              }
-            } else {
-#pragma unroll
-              for (int j = 0; j < GEMV_VEC; ++j)
-                dot += wv[j] * xr[j];
-            }
-            if (WT == DSC_DT_I8 && GS > 0)
-              acc[r] += chunk_scale * dot;
-            else
-              acc[r] = dot;
-          }
-        }
-      }
-    } else {
-      const long long row_start = n * static_cast<long long>(k_in);
-      for (int k = lane; k < k_in; k += 32) {
-        const float wk = gemv_weight(w, scales, row_start, scale_row, k);
-#pragma unroll
-        for (int r = 0; r < GEMV_MAX_ROWS; ++r)
-          if (r < rows)
-            acc[r] += wk * xs[r * k_in + k];
-      }
-    }
-
-#pragma unroll
-    for (int r = 0; r < GEMV_MAX_ROWS; ++r)
-      acc[r] = dsc_warp_sum(acc[r]);
-
-    // int8 with one group per row: q·x, scaled once.
-    float row_scale = 1.0f;
-    if (WT == DSC_DT_I8 && GS == 0)
-      row_scale = dsc_load_float<SDT>(scales, n);
+    gemv_row(xs, w, scales, n, rows, k_in, x_vector, w_vector, groups, acc);
+    float up[GEMV_MAX_ROWS];
+    if (GATED)
+      gemv_row(xs, w, scales, n + n_out, rows, k_in, x_vector, w_vector, groups, up);
 
     // Lane r writes row r: the epilogue's loads spread over the warp.
-    float bias_n = 0.0f;
-    if (HAS_BIAS)
+    float bias_n = 0.0f, bias_up = 0.0f;
+    if (HAS_BIAS) {
       bias_n = dsc_load_float<BIAS_DT>(bias, n);
+      if (GATED)
+        bias_up = dsc_load_float<BIAS_DT>(bias, n + n_out);
+    }
 #pragma unroll
     for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
       if (r < rows && lane == r) {
         const long long index = static_cast<long long>(r) * n_out + n;
-        float value = dsc_activate(ACT, acc[r] * row_scale + bias_n);
+        float value = dsc_activate(ACT, acc[r] + bias_n);
+        if (GATED)
+          value *= up[r] + bias_up;
         if (HAS_RESIDUAL)
           value += residual[index];
         y[index] = value;

@@ -4,9 +4,17 @@
 // Each element is read and written by the same thread, so every aliasing of in, out and
 // residual elementwise is safe.
 //
+// GATED (present only when 1; tfm.linear's `gated`): `in` is the [rows, 2n] product of a
+// joined [gate; up] weight and out[r, j] = act(in[r, j] + bias[j]) * (in[r, n + j] +
+// bias[n + j]), [rows, n]; `count` is the outputs' rows * n. `out` must not be `in` then.
+//
 // Constants: ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
-// HAS_RESIDUAL (0/1).
+// HAS_RESIDUAL (0/1), GATED (see above).
 #include "dsc_common.cuh"
+
+#ifndef GATED
+#define GATED 0
+#endif
 
 extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
                                            const float *residual, float *out, long long count,
@@ -14,6 +22,16 @@ extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = first; i < count; i += stride) {
+    if (GATED) {
+      const long long j = i % n, at = (i / n) * 2 * n + j;
+      float gate = in[at], up = in[at + n];
+      if (HAS_BIAS) {
+        gate += dsc_load_float<BIAS_DT>(bias, j);
+        up += dsc_load_float<BIAS_DT>(bias, n + j);
+      }
+      out[i] = dsc_activate(ACT, gate) * up;
+      continue;
+    }
     float value = in[i];
     if (HAS_BIAS)
       value += dsc_load_float<BIAS_DT>(bias, i % n);

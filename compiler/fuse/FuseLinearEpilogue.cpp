@@ -2,11 +2,11 @@
 // them to each output element before storing it, instead of two more passes over the
 // result (DESIGN.md §3.6).
 #include "compiler/fuse/Passes.h"
+#include "compiler/fuse/FusionRewrite.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <string>
 #include <tuple>
@@ -156,16 +156,8 @@ struct FuseLinearEpiloguePass : impl::FuseLinearEpilogueBase<FuseLinearEpilogueP
     ModuleOp module = getOperation();
     RewritePatternSet patterns(&getContext());
     patterns.add<ActivationIntoLinear, ResidualIntoLinear>(&getContext());
-    GreedyRewriteConfig config;
-    // Only the fusions rewrite: no folding, no constant hoisting, no region clean-up.
-    config.setUseTopDownTraversal(true)
-        .enableFolding(false)
-        .enableConstantCSE(false)
-        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
-    if (failed(applyPatternsGreedily(module, std::move(patterns), config))) {
-      module.emitError("fusing linear epilogues did not converge");
+    if (failed(applyFusionPatterns(module, std::move(patterns), "linear epilogues")))
       return signalPassFailure();
-    }
     if (!remarks)
       return;
     // Each candidate left unfused, once, with the reason its pattern declined.

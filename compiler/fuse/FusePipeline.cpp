@@ -11,6 +11,9 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
   FuseProjectionsOptions projections;
   projections.remarks = remarks;
   pm.addPass(createFuseProjections(projections));
+  FuseGatedEpilogueOptions gated;
+  gated.remarks = remarks;
+  pm.addPass(createFuseGatedEpilogue(gated));
   FusePackedQkvOptions packed;
   packed.remarks = remarks;
   pm.addPass(createFusePackedQkv(packed));
@@ -21,8 +24,8 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, packed "
-      "Q/K/V, then residual + norm)",
+      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, gated "
+      "epilogues, packed Q/K/V, then residual + norm)",
       [](mlir::OpPassManager &pm) { addFusePasses(pm); });
 }
 

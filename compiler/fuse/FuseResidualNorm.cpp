@@ -2,10 +2,10 @@
 // too, so the residual stream is one kernel instead of an add and a norm that re-reads it
 // (DESIGN.md §3.6).
 #include "compiler/fuse/Passes.h"
+#include "compiler/fuse/FusionRewrite.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <string>
 
@@ -117,16 +117,8 @@ struct FuseResidualNormPass : impl::FuseResidualNormBase<FuseResidualNormPass> {
     RewritePatternSet patterns(&getContext());
     patterns.add<ResidualIntoNorm<tfm::LayerNormOp>, ResidualIntoNorm<tfm::RmsNormOp>>(
         &getContext());
-    GreedyRewriteConfig config;
-    // Only the fusions rewrite: no folding, no constant hoisting, no region clean-up.
-    config.setUseTopDownTraversal(true)
-        .enableFolding(false)
-        .enableConstantCSE(false)
-        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
-    if (failed(applyPatternsGreedily(module, std::move(patterns), config))) {
-      module.emitError("fusing residual adds into norms did not converge");
+    if (failed(applyFusionPatterns(module, std::move(patterns), "residual adds into norms")))
       return signalPassFailure();
-    }
     if (!remarks)
       return;
     module.walk([](Operation *op) {

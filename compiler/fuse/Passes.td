@@ -67,6 +67,24 @@ def FuseLinearEpilogue : Pass<"dsc-fuse-linear-epilogue", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }
 
+def FuseGatedEpilogue : Pass<"dsc-fuse-gated-epilogue", "mlir::ModuleOp"> {
+  let summary = "Move a gated activation into the joined gate-up linear that feeds it";
+  let description = [{
+    `tfm.gated_act_packed` of a `tfm.linear`'s result (the joined [gate; up] projection of
+    dsc-fuse-projections) becomes that linear's `gated` epilogue: the linear computes
+    act(gate) * up itself and its result is the half-width activation, one step (one
+    kernel on the GPU) instead of two, and the [.., 2n] product is never stored. Runs after
+    dsc-fuse-projections. Declined, with the reason (as remarks with `remarks`), when the
+    linear's result has another user, when the linear already has an activation or a
+    residual, and for a row-parallel linear.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 def FuseResidualNorm : Pass<"dsc-fuse-residual-norm", "mlir::ModuleOp"> {
   let summary = "Fold a residual add into the layer or RMS norm that reads it";
   let description = [{

@@ -117,6 +117,9 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     attrs.append("parallel", b.getStringAttr(tfm::stringifyParallelism(linear.getParallel())));
     if (std::optional<tfm::ActivationKind> activation = linear.getActivation())
       attrs.append("activation", b.getStringAttr(tfm::stringifyActivationKind(*activation)));
+    // Only where set, so that other linears' steps keep the attributes they had.
+    if (linear.getGated())
+      attrs.append("gated", b.getI64IntegerAttr(1));
   } else if (auto activation = dyn_cast<tfm::ActivationOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {

@@ -251,7 +251,22 @@ LogicalResult LinearOp::verify() {
     if (!compatible(x.getDimSize(i), out.getDimSize(i)))
       return emitOpError() << "result dimension " << i << " is " << out.getDimSize(i)
                            << ", expected " << x.getDimSize(i);
-  if (failed(expectDim(*this, out, rank - 1, outFeatures, "result feature count")))
+  if (getGated()) {
+    if (!getActivation())
+      return emitOpError("a gated linear needs the activation of its gate");
+    if (getResidual())
+      return emitOpError("a gated linear adds no residual");
+    if (getParallel() == Parallelism::row)
+      return emitOpError("a row-parallel linear cannot be gated: its result is a partial sum "
+                         "until the all-reduce");
+    if (!ShapedType::isDynamic(outFeatures) && outFeatures % 2 != 0)
+      return emitOpError() << "a gated linear's weight has " << outFeatures
+                           << " rows, not a [gate; up] pair of equal halves";
+  }
+  if (failed(expectDim(*this, out, rank - 1,
+                       getGated() && !ShapedType::isDynamic(outFeatures) ? outFeatures / 2
+                                                                          : outFeatures,
+                       "result feature count")))
     return failure();
 
   bool quantized = w.getElementType().isInteger(8);

@@ -157,17 +157,22 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     The fuse pass moves what follows the product into its epilogue: `activation` (a
     tfm.activation kind) and then `residual` (a tensor of the result's type). The result
     is act(x . weight^T + bias) + residual.
+
+    `gated` (with `activation`, without `residual`): the weight is a joined [gate; up]
+    projection of 2n rows, and the result [..., n] is act(gate) * up, what
+    tfm.gated_act_packed computes from the joined product (dsc-fuse-gated-epilogue).
   }];
   let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8]>:$weight,
                    Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
                    Optional<Tfm_FloatTensor>:$residual,
                    DefaultValuedAttr<Tfm_ParallelismAttr,
                                      "::dsc::tfm::Parallelism::replicated">:$parallel,
-                   OptionalAttr<Tfm_ActivationKindAttr>:$activation);
+                   OptionalAttr<Tfm_ActivationKindAttr>:$activation,
+                   UnitAttr:$gated);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)?
-    (`activation` $activation^)? (`residual` $residual^)? attr-dict
+    (`activation` $activation^)? (`gated` $gated^)? (`residual` $residual^)? attr-dict
     `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -177,14 +182,14 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
                    "::mlir::Value":$bias, "::mlir::Value":$scales,
                    "::dsc::tfm::ParallelismAttr":$parallel), [{
       build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(), parallel,
-            ::dsc::tfm::ActivationKindAttr());
+            ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr());
     }]>,
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
                    "::mlir::Value":$bias, "::mlir::Value":$scales,
                    "::dsc::tfm::Parallelism":$parallel), [{
       build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(),
             ::dsc::tfm::ParallelismAttr::get($_builder.getContext(), parallel),
-            ::dsc::tfm::ActivationKindAttr());
+            ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr());
     }]>
   ];
 }

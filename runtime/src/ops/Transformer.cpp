@@ -259,6 +259,18 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   }
   Shape shape = x.shape;
   shape.back() = w.shape[0];
+  // The gated epilogue (dsc-fuse-gated-epilogue): the weight is [gate; up], the result
+  // act(gate) * up, half as wide, and there is no residual.
+  int64_t gated = 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "gated", 0, gated));
+  if (gated) {
+    std::string kind;
+    DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "none", kind));
+    if (kind == "none" || w.shape[0] % 2 != 0 || (ctx.inputs.size() > 4 && ctx.input(4)))
+      return ctx.error("a gated linear needs an activation, an even number of weight rows "
+                       "(gate then up) and no residual");
+    shape.back() = w.shape[0] / 2;
+  }
   // The fused epilogue: act(x . w^T + bias) + residual, the residual of the result's shape.
   if (ctx.inputs.size() > 4 && ctx.input(4)) {
     DSRT_RETURN_IF_ERROR(checkDType(ctx, 4, "residual", kFloatTypes));
@@ -285,23 +297,52 @@ std::vector<float> dequantizeInt8(const TensorRef &w, const TensorRef &scales) {
   return values;
 }
 
-// act(value + bias[o]) + residual[index]: the epilogue both kernels apply.
+// act(value + bias[o]) + residual[index]: the epilogue both kernels apply. A gated
+// linear's product (bias added) is gated afterwards (gate), so its epilogue stops at the
+// bias.
 struct LinearEpilogue {
   std::optional<FloatView> bias, residual;
   std::optional<Activation> activation;
+  bool gated = false;
 
   Status read(const KernelContext &ctx) {
     if (ctx.inputs.size() > 2 && ctx.input(2))
       bias.emplace(*ctx.input(2));
     if (ctx.inputs.size() > 4 && ctx.input(4))
       residual.emplace(*ctx.input(4));
+    int64_t gatedAttr = 0;
+    DSRT_RETURN_IF_ERROR(intAttr(ctx, "gated", 0, gatedAttr));
+    gated = gatedAttr != 0;
     return epilogueActivation(ctx, activation);
   }
   float apply(float sum, int64_t o, int64_t index) const {
     float value = bias ? sum + (*bias)[o] : sum;
+    if (gated)
+      return value;
     if (activation)
       value = activate(*activation, value);
     return residual ? value + (*residual)[index] : value;
+  }
+  // y[r, i] = act(product[r, i]) * product[r, half + i], as tfm.gated_act_packed of the
+  // unfused product (f32 here as in an f32 plan's arena), with the activation of the
+  // kernels that computed the product (`vectorised`: the fast ones).
+  void gate(const float *product, int64_t rows, int64_t half, float *y, bool vectorised) const {
+    int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, half));
+    parallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float *gates = product + r * 2 * half, *ups = gates + half;
+        float *row = y + r * half;
+        if (vectorised) {
+          std::copy(gates, gates + half, row);
+          fast::activate(*activation, row, half);
+        } else {
+          for (int64_t i = 0; i < half; ++i)
+            row[i] = activate(*activation, gates[i]);
+        }
+        for (int64_t i = 0; i < half; ++i)
+          row[i] *= ups[i];
+      }
+    });
   }
 };
 
@@ -321,18 +362,23 @@ Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
     weights.groups = ctx.input(3)->shape[1];
   }
   const int64_t out = weights.out;
-  const int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
   LinearEpilogue epilogue;
   DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
+  const int64_t width = epilogue.gated ? out / 2 : out;
+  const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   FloatView a(x);
   FloatOutput result(*outputs[0]);
-  float *y = result.data();
+  // A gated linear's joined product lives only here, before its halves are multiplied.
+  std::vector<float> product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
+  float *y = epilogue.gated ? product.data() : result.data();
   fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       float *row = y + r * out;
       if (epilogue.bias)
         for (int64_t o = begin; o < end; ++o)
           row[o] += (*epilogue.bias)[o];
+      if (epilogue.gated)
+        continue;
       if (epilogue.activation)
         fast::activate(*epilogue.activation, row + begin, end - begin);
       if (epilogue.residual)
@@ -340,6 +386,8 @@ Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
           row[o] += (*epilogue.residual)[r * out + o];
     }
   });
+  if (epilogue.gated)
+    epilogue.gate(product.data(), rows, width, result.data(), true);
   result.finish();
   return Status::ok();
 }
@@ -349,7 +397,10 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   if (ctx.fastKernels && w.dtype != DType::F64)
     return computeLinearFast(ctx, outputs);
   int64_t in = w.shape[1], out = w.shape[0];
-  int64_t rows = out == 0 ? 0 : outputs[0]->elements() / out;
+  LinearEpilogue epilogue;
+  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
+  const int64_t width = epilogue.gated ? out / 2 : out;
+  int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   std::vector<float> dequantized;
   TensorRef floatWeight = w;
   if (ctx.inputs.size() > 3 && ctx.input(3)) {
@@ -357,10 +408,9 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
     floatWeight = {DType::F32, w.shape, dequantized.data()};
   }
   FloatView a(x), weight(floatWeight);
-  LinearEpilogue epilogue;
-  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
   FloatOutput result(*outputs[0]);
-  float *y = result.data();
+  std::vector<float> product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
+  float *y = epilogue.gated ? product.data() : result.data();
   // Each output element is a dot product of two contiguous rows; the work splits over
   // (row, output feature) pairs, so a decode step with one row still uses every thread.
   int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, in));
@@ -375,6 +425,8 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
       y[index] = epilogue.apply(sum, o, index);
     }
   });
+  if (epilogue.gated)
+    epilogue.gate(product.data(), rows, width, result.data(), false);
   result.finish();
   return Status::ok();
 }

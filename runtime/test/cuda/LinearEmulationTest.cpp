@@ -219,6 +219,48 @@ namespace f32_long {
 #include "LinearEmulationFamily.inc"
 } // namespace f32_long
 
+// Gated linears (a joined [gate; up] weight, y = act(gate) * up; dsc-fuse-gated-epilogue):
+// f32 with silu and a bias of both halves, K = 64 (the vector path).
+namespace f32_gated_silu {
+#define EMU_FAMILY f32_gated_silu
+#define K 64
+#define WT 1
+#define ACT 3
+#define HAS_BIAS 1
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#define GATED 1
+#include "LinearEmulationFamily.inc"
+} // namespace f32_gated_silu
+
+// bf16 with gelu_tanh (Gemma), K = 70: the scalar path.
+namespace bf16_gated_gelu {
+#define EMU_FAMILY bf16_gated_gelu
+#define K 70
+#define WT 3
+#define ACT 1
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#define GATED 1
+#include "LinearEmulationFamily.inc"
+} // namespace bf16_gated_gelu
+
+// int8 groups of 16 with bf16 scales, silu: each half's rows have their own scales.
+namespace i8_gated_group16 {
+#define EMU_FAMILY i8_gated_group16
+#define K 64
+#define WT 8
+#define SDT 3
+#define GS 16
+#define ACT 3
+#define HAS_BIAS 1
+#define BIAS_DT 3
+#define HAS_RESIDUAL 0
+#define GATED 1
+#include "LinearEmulationFamily.inc"
+} // namespace i8_gated_group16
+
 #undef gemv
 #undef linear_epilogue
 #undef convert_activations
@@ -235,7 +277,11 @@ DevicePtr address(const void *pointer) { return reinterpret_cast<DevicePtr>(poin
 class EmulatedLinear : public StepContext {
 public:
   EmulatedLinear(LinearKernels kernels, std::string op) : kernels_(std::move(kernels)),
-                                                          op_(std::move(op)) {}
+                                                          op_(std::move(op)) {
+    // The step's attribute goes with the kernels generated for it.
+    if (kernels_.constants[0].count("GATED"))
+      attrs_["gated"] = ops::Attr::ofInt(1);
+  }
 
   std::vector<std::optional<DeviceTensor>> inputs;
   std::vector<DeviceTensor> outputs;
@@ -316,10 +362,11 @@ public:
   int computeCapability() const override { return 90; }
   bool capturing() const override { return false; }
 
+  ops::AttrMap attrs_;
+
 private:
   LinearKernels kernels_;
   std::string op_;
-  ops::AttrMap attrs_;
   struct alignas(16) Chunk {
     float values[4];
   };
@@ -338,7 +385,8 @@ double activate(int64_t kind, double x) {
 }
 
 // Runs tfm.linear over `rows` random rows with the family's kernels and compares with the
-// reference; `tolerance` is relative to Σ|x·w| of each element. int8 families (WT 8) get
+// reference (a gated family's weight has n rows, [gate; up], and its output n / 2 features,
+// act(gate + bias) * (up + bias)); `tolerance` is relative to Σ|x·w| of each element. int8 families (WT 8) get
 // random q in [-127, 127] and positive scales [n, k / GS] (GS 0: [n, 1]), and the reference
 // multiplies x with w^ = q · scale (the stored scale) in double. `kRun` (0: K) is the
 // in-feature count of a rank of an uneven tensor-parallel split, which runs the plan's
@@ -353,6 +401,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   const bool hasBias = kernels.constants[0]["HAS_BIAS"] != 0;
   const bool hasResidual = kernels.constants[0]["HAS_RESIDUAL"] != 0;
   const DType biasType = static_cast<DType>(kernels.constants[0]["BIAS_DT"]);
+  const bool gated = kernels.constants[0].count("GATED") != 0;
+  const int64_t width = gated ? n / 2 : n;
   const bool int8 = weightType == DType::I8;
   const DType scaleType = int8 ? static_cast<DType>(kernels.constants[0]["SDT"]) : DType::F32;
   const int64_t groupSize = int8 && kernels.constants[0]["GS"] > 0 ? kernels.constants[0]["GS"]
@@ -368,7 +418,7 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     return values;
   };
   std::vector<float> x = randoms(rows * k), w = randoms(n * k), bias = randoms(n),
-                     residual = randoms(rows * n), y(rows * n, -7.0f);
+                     residual = randoms(rows * n), y(rows * width, -7.0f);
   // Stored in the kernels' dtypes; the reference reads the stored values back.
   std::vector<uint8_t> wStored, biasStored(bias.size() * dtypeSize(biasType)), scalesStored;
   if (int8) {
@@ -412,7 +462,7 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     step.inputs.push_back(std::nullopt);
   if (hasResidual)
     step.inputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(residual.data())});
-  step.outputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(y.data())});
+  step.outputs.push_back(DeviceTensor{DType::F32, {rows, width}, address(y.data())});
 
   std::vector<GpuOpInfo> ops;
   addLinearGpuOps(ops);
@@ -433,18 +483,30 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   if (int8)
     EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : parts) << "dequantize_int8 launches";
 
+  // Row o's product with row r of x, bias included, and Σ|x·w|.
+  auto product = [&](int64_t r, int64_t o, double &magnitude) {
+    double sum = hasBias ? bias[o] : 0.0;
+    for (int64_t p = 0; p < k; ++p) {
+      sum += double(x[r * k + p]) * w[o * k + p];
+      magnitude += std::fabs(double(x[r * k + p]) * w[o * k + p]);
+    }
+    return sum;
+  };
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < n; ++o) {
-      double sum = 0, magnitude = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        sum += double(x[r * k + p]) * w[o * k + p];
-        magnitude += std::fabs(double(x[r * k + p]) * w[o * k + p]);
+    for (int64_t o = 0; o < width; ++o) {
+      double magnitude = 0;
+      double expected = activate(act, product(r, o, magnitude));
+      if (gated) {
+        // |act(g)·u - act(g')·u'| grows with both factors: the bound scales by the larger.
+        double gateMagnitude = magnitude, up = product(r, width + o, magnitude);
+        magnitude = gateMagnitude * (std::fabs(up) + 1) + (magnitude - gateMagnitude) *
+                                                              (std::fabs(expected) + 1);
+        expected *= up;
       }
-      double expected = activate(act, sum + (hasBias ? bias[o] : 0.0));
       if (hasResidual)
         expected += residual[r * n + o];
-      double got = y[r * n + o];
+      double got = y[r * width + o];
       if (!(std::fabs(got - expected) <= 1e-5 + tolerance * (magnitude + 1)) && bad++ < 5)
         ADD_FAILURE() << "rows " << rows << " y[" << r << ", " << o << "] = " << got
                       << ", expected " << expected;
@@ -513,6 +575,42 @@ TEST(LinearEmulationTest, Int8GemvOnAnUnevenShard) {
   checkLinear(i8_group16_bf16::kernels(), 2, 12, 1e-5, 48);
   checkLinear(i8_channel_f16::kernels(), 3, 12, 1e-5, 40);
   checkLinear(i8_group16_bf16::kernels(), 10, 12, 1e-2, 48);  // the GEMM path
+}
+
+// Gated: each warp reads a gate row and its up row (gemv), or the epilogue gates the joined
+// product (GEMM path); the output is half as wide as the weight.
+TEST(LinearEmulationTest, GatedGemvMultipliesTheHalves) {
+  for (int64_t rows : {1, 3, 8}) {
+    checkLinear(f32_gated_silu::kernels(), rows, 40, 1e-5);
+    checkLinear(bf16_gated_gelu::kernels(), rows, 24, 1e-5);
+    checkLinear(i8_gated_group16::kernels(), rows, 20, 1e-5);
+  }
+}
+
+TEST(LinearEmulationTest, GatedGemmPathGatesInTheEpilogue) {
+  checkLinear(f32_gated_silu::kernels(), 11, 40, 1e-5);
+  checkLinear(bf16_gated_gelu::kernels(), 9, 24, 1e-2);   // bf16 activations: 2 x 2^-8
+  checkLinear(i8_gated_group16::kernels(), 10, 20, 1e-2);  // bf16 dequantized weight
+}
+
+// A gated step whose kernels are not gated (a plan written before the fusion, read by a
+// runtime that knows it) is refused, not run with the wrong output width.
+TEST(LinearEmulationTest, GatedStepNeedsGatedKernels) {
+  const int64_t k = 1104;  // f32_long's K: no bias, no residual, as this step
+  std::vector<float> x(k, 0.5f), w(8 * k, 0.25f), y(4, 0.0f);
+  EmulatedLinear step(f32_long::kernels(), "tfm.linear");
+  step.attrs_["gated"] = ops::Attr::ofInt(1);
+  step.attrs_["activation"] = ops::Attr::ofString("silu");
+  step.inputs.push_back(DeviceTensor{DType::F32, {1, k}, address(x.data())});
+  step.inputs.push_back(DeviceTensor{DType::F32, {8, k}, address(w.data())});
+  step.inputs.push_back(std::nullopt);
+  step.outputs.push_back(DeviceTensor{DType::F32, {1, 4}, address(y.data())});
+  std::vector<GpuOpInfo> ops;
+  addLinearGpuOps(ops);
+  Status status = ops[0].run(step);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("gated"), std::string::npos) << status.message();
+  EXPECT_EQ(step.gemvLaunches, 0);
 }
 
 // The GEMM path: w^ = q·scale in the scales' dtype, the activations converted to it.

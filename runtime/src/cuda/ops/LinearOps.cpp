@@ -4,8 +4,9 @@
 //   int8 weights:  0 gemv, 1 linear_epilogue, 2 dequantize_int8,
 //                  3 convert_activations (f16/bf16 scales only); the scales are input 3 of
 //                  both ops (an int8 tfm.lm_head has no input 2).
-// Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual
-// (int8: dequantizing as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
+// Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual, or
+// for a gated linear act(gate) * up from the two halves of its weight (int8: dequantizing
+// as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
 // the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
 // in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
 // linears": prefill is compute bound). The math is
@@ -66,6 +67,8 @@ struct Int8Weight {
 struct Fused {
   int64_t activation = -1;
   bool bias = false, residual = false;
+  // A joined [gate; up] weight whose result is act(gate) * up, half as wide.
+  bool gated = false;
 };
 
 // The dtype cuBLASLt multiplies in: the stored weight's, or an int8 weight's scales'.
@@ -105,6 +108,11 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
   fused.activation = context.kernelConstant(kGemvSlot, "ACT", -1);
   fused.bias = context.kernelConstant(kGemvSlot, "HAS_BIAS", 0) != 0;
   fused.residual = context.kernelConstant(kGemvSlot, "HAS_RESIDUAL", 0) != 0;
+  fused.gated = context.kernelConstant(kGemvSlot, "GATED", 0) != 0;
+  if ((context.kernelConstant(kEpilogueSlot, "GATED", 0) != 0) != fused.gated)
+    return context.error("the epilogue kernel does not match the gemv kernel's gating");
+  if (fused.gated && (fused.activation == -1 || residual))
+    return context.error("a gated linear needs an activation and takes no residual");
   if (fused.bias != (bias != nullptr) || fused.residual != (residual != nullptr))
     return context.error("the kernel's bias/residual epilogue does not match the step's inputs");
   if (bias && context.kernelConstant(kGemvSlot, "BIAS_DT", -1) != static_cast<int64_t>(bias->dtype))
@@ -165,15 +173,22 @@ Status runLinear(StepContext &context) {
     return context.error("the weight must be f32, f16 or bf16 (or int8 with scales), not ",
                          dtypeName(w->dtype));
   const int64_t n = w->shape[0], k = w->shape[1];
+  // A gated linear (tfm.linear `gated`): n weight rows, n / 2 outputs.
+  int64_t gatedAttr = 0;
+  DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "gated", 0, gatedAttr));
+  const bool gated = isLinear && gatedAttr != 0;
+  if (gated && n % 2 != 0)
+    return context.error("a gated linear's weight has ", n, " rows, not a [gate; up] pair");
+  const int64_t width = gated ? n / 2 : n;
   Int8Weight int8;
   if (scales)
     DSRT_RETURN_IF_ERROR(checkInt8(context, *w, *scales, int8));
   const Int8Weight *quantized = scales ? &int8 : nullptr;
   if (x->shape.empty() || x->shape.back() != k)
     return context.error("the input's last dimension must be ", k);
-  if (y.shape.empty() || y.shape.back() != n)
-    return context.error("the output's last dimension must be ", n);
-  const int64_t rows = n == 0 ? 0 : y.elements() / n;
+  if (y.shape.empty() || y.shape.back() != width)
+    return context.error("the output's last dimension must be ", width);
+  const int64_t rows = width == 0 ? 0 : y.elements() / width;
   if (x->elements() != rows * k)
     return context.error("the input has ", x->elements(), " elements, not ", rows * k);
   if (bias && (!isStoredFloat(bias->dtype) || bias->elements() != n))
@@ -186,6 +201,9 @@ Status runLinear(StepContext &context) {
   Fused fused;
   DSRT_RETURN_IF_ERROR(
       checkSpecialisation(context, w->dtype, quantized, bias, residual, fused));
+  if (fused.gated != gated)
+    return context.error(gated ? "the step is gated and its kernels are not"
+                               : "the kernels are gated and the step is not");
   if (rows == 0 || n == 0)
     return Status::ok();
   // Every output element is written while other inputs are still being read: an output
@@ -204,14 +222,15 @@ Status runLinear(StepContext &context) {
   const int64_t sms = std::max(1, context.multiprocessorCount());
 
   if (rows <= kGemvMaxRows) {
-    int rowCount = static_cast<int>(rows), outCount = static_cast<int>(n),
+    // Gated: each warp reads a gate row and its up row for one output feature.
+    int rowCount = static_cast<int>(rows), outCount = static_cast<int>(width),
         inCount = static_cast<int>(k);
     const int64_t stagedBytes = rows * k * static_cast<int64_t>(sizeof(float));
     int staged = stagedBytes <= kGemvMaxStagedBytes ? 1 : 0;
     // Blocks stride over the features, so a few per multiprocessor keep the weight reads
     // in flight while each block stages x only once.
     const int64_t warpsPerBlock = kGemvBlock / 32;
-    Dim3 grid{gridFor(n, warpsPerBlock, sms * 4)}, block{kGemvBlock};
+    Dim3 grid{gridFor(width, warpsPerBlock, sms * 4)}, block{kGemvBlock};
     void *args[] = {&xPtr,     &wPtr,      &scalesPtr, &biasPtr, &residualPtr,
                     &yPtr,     &rowCount,  &outCount,  &inCount, &staged};
     return context.launch(kGemvSlot, grid, block,
@@ -249,7 +268,10 @@ Status runLinear(StepContext &context) {
   // the output is the residual the epilogue still has to read.
   DevicePtr product = yPtr;
   DevicePtr epilogueResidual = residualPtr;
-  if (residualInPlace) {
+  if (gated) {
+    // The joined [rows, n] product, which the epilogue gates into the [rows, n / 2] output.
+    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(rows * n) * sizeof(float), product));
+  } else if (residualInPlace) {
     if (fused.activation == -1) {
       gemm.accumulate = true;
       epilogueResidual = 0;  // already in C
@@ -296,7 +318,7 @@ Status runLinear(StepContext &context) {
       fused.bias || fused.activation != -1 || epilogueResidual != 0 || product != yPtr;
   if (!epilogueNeeded)
     return Status::ok();
-  long long count = rows * n, features = n;
+  long long count = rows * width, features = width;
   Dim3 grid{gridFor(count, kElementwiseBlock, sms * 8)}, block{kElementwiseBlock};
   void *args[] = {&product, &biasPtr, &epilogueResidual, &yPtr, &count, &features};
   return context.launch(kEpilogueSlot, grid, block, 0, args);
