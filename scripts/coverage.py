@@ -75,9 +75,11 @@ def greedy(dsrun, dump, plan, model_dir, extra=()):
     meta = json.load(open(os.path.join(model_dir, "meta.json")))
     if meta.get("kind") == "merged":
         extra = (*extra, "--alone-only")
-    # --prefill compares the prefill program's logits: only plans with session programs.
+    # --prefill compares the prefill program's logits of a decoder's prompt: only plans
+    # with session programs, and not an encoder-decoder's (whose prefill takes the encoder's
+    # output and the decoder's start token; its greedy ids come from it all the same).
     code, out = run([dump, plan])
-    prefill = ["--prefill"] if '"prefill"' in out else []
+    prefill = ["--prefill"] if '"prefill"' in out and '"encode"' not in out else []
     code, out = run([sys.executable, os.path.join(MODELS, "check_generation.py"),
                      "--dsrun", dsrun, "--plan", plan, "--reference", reference, *prefill,
                      *extra])

@@ -8,6 +8,9 @@
 //                        rotates and caches that token itself (FUSED_ROTARY): a decode step
 //                        launches 2 and 3 only
 //   3 attention_combine  session cache only: merges the decode kernel's splits
+// A cached cross-attention (`cross`, an encoder-decoder's session programs) has slots 0 and
+// 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
+// cached step with a bias.
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
 // only the prefill kernel adds (BIAS).
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
@@ -166,11 +169,6 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "the session's KV cache needs the padding mask";
     return false;
   }
-  if (sessionCache && bias) {
-    reason = "the decode kernel adds no bias (a bias is computed for the export's lengths, "
-             "not a cached step's)";
-    return false;
-  }
   if (!sessionCache && in.outputCount() != 1 && in.outputCount() != 3) {
     reason = "has 1 output, or 3 with the present key and value";
     return false;
@@ -219,7 +217,11 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // the kernel then takes four more parameters.
   if (bias)
     kernels.back().constants.push_back({"BIAS", 1});
-  if (sessionCache) {
+  // A cached cross-attention (`cross`: the encoder's keys, written by prefill) runs the
+  // prefill kernel for its decode steps too: the decode kernel reads the decoder's lengths.
+  // So does a cached step with a bias (T5's relative positions, computed for the step by
+  // its session program), which only the prefill kernel adds.
+  if (sessionCache && in.intAttr("cross", 0) == 0 && !bias) {
     kernels.push_back({"attention_decode",
                        {{"HEAD_DIM", headDim},
                         {"WARPS", kAttentionWarps},

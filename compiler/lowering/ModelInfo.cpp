@@ -246,6 +246,16 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
       info->position_ids.clear();
       if (failed(describeEncoderDecoder(plan, *encode, *program, loc, *info)))
         return failure();
+      // The session programs (dsc-derive-cache-programs) take the decoder's own padding
+      // mask and positions beside what the export takes.
+      if (const dsp::ProgramT *prefill = findProgram(plan, "prefill"))
+        for (int32_t input : prefill->inputs) {
+          const dsp::TensorT &t = *plan.tensors[input];
+          if (!isInteger(t.dtype) || t.shape.size() != 2 || t.name == info->input_ids ||
+              t.name == info->cross_mask)
+            continue;
+          (t.name == "position_ids" ? info->position_ids : info->attention_mask) = t.name;
+        }
       if (info->logits.empty() || info->vocab_size <= 0)
         return emitError(loc) << "the decoder has no logits output [batch, sequence, vocab]";
     }

@@ -175,6 +175,10 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // Only where set, so that other steps keep the attributes they had.
     if (attention.getPackedQkv())
       attrs.append("packed_qkv", b.getI64IntegerAttr(1));
+    // An encoder-decoder's cross-attention in the session programs (dsc-derive-cache-programs):
+    // its cache layer holds the encoder's keys, written by prefill, read by decode.
+    if (attention->hasAttr("tfm.cross_keys"))
+      attrs.append("cross", b.getI64IntegerAttr(1));
   } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
     attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
   } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {

@@ -268,6 +268,12 @@ std::string Sharder::traceProjection(Value operand, tfm::AttentionOp attention, 
     out.allHeads = true;
     return "";
   }
+  // No keys at all (a cached cross-attention's decode step: prefill wrote the encoder's):
+  // nothing to shard; as keys of every head, each rank reads its own of none.
+  if (part != 0 && operand.getDefiningOp<onnx::ConstantOfShapeOp>()) {
+    out.allHeads = true;
+    return "";
+  }
   if (auto linear = operand.getDefiningOp<tfm::LinearOp>()) {
     if (!hasOneDataUse(linear.getOutput(), partHeads, dim))
       return "a Q/K/V projection has other users";

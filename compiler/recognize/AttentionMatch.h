@@ -240,15 +240,20 @@ llvm::DenseSet<Value> activations(func::FuncOp func);
 
 // Replaces a proven candidate with tfm.attention; empty on success, else why not.
 std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value positionIds);
-// Learned position tables (GPT-2's wpe) that the graph indexes by positions it computes:
-// on the probe, every row's indices are past + t.
-SmallVector<tfm::EmbeddingOp> tablesAtImpliedPositions(func::FuncOp func,
-                                                       const ProbeEvaluator &probe,
-                                                       int64_t past);
-// The tables' indices become the implied positions, which the session programs take as
-// their position_ids input.
-void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<tfm::EmbeddingOp> tables,
-                          Value mask);
+// A lookup of a position table (GPT-2's wpe, BART's learned positions, Marian's sinusoids)
+// at positions the graph computes: on the probe every row's indices are cached + t + offset
+// (BART's offset is 2). `lookup` is a tfm.embedding, or an onnx.Gather of a table along axis
+// 0 at 1-D indices (one row of positions for the whole batch).
+struct ImpliedTable {
+  Operation *lookup;
+  int64_t offset;
+};
+// The lookups at implied positions, for a probe holding `cached` tokens before the new ones.
+SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const ProbeEvaluator &probe,
+                                                   int64_t cached);
+// The tables' indices become the implied positions (plus the offset), which the session
+// programs take as their position_ids input.
+void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables, Value mask);
 
 } // namespace dsc::attention
 

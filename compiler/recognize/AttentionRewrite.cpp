@@ -6,6 +6,7 @@
 #include "compiler/lowering/SymbolicDims.h"
 #include "ops/OpTraits.h"
 
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -260,50 +261,78 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
 }
 
 
-// Learned position tables (GPT-2's wpe) that the graph indexes by positions it computes:
-// on the probe, every row's indices are past + t.
-SmallVector<tfm::EmbeddingOp> tablesAtImpliedPositions(func::FuncOp func,
-                                                       const ProbeEvaluator &probe,
-                                                       int64_t past) {
-  SmallVector<tfm::EmbeddingOp> tables;
-  func.walk([&](tfm::EmbeddingOp embedding) {
-    Value ids = embedding.getIds();
-    if (isa<BlockArgument>(ids))
+SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const ProbeEvaluator &probe,
+                                                   int64_t cached) {
+  SmallVector<ImpliedTable> tables;
+  func.walk([&](Operation *op) {
+    Value indices;
+    if (auto embedding = dyn_cast<tfm::EmbeddingOp>(op)) {
+      indices = embedding.getIds();
+    } else if (auto gather = dyn_cast<onnx::GatherOp>(op)) {
+      // A constant table (sinusoids) read at one row of positions.
+      auto type = dyn_cast<RankedTensorType>(gather.getIndices().getType());
+      Operation *table = gather.getData().getDefiningOp();
+      if (gather.getAxis() != 0 || !type || type.getRank() != 1 || !table ||
+          !(isa<tfm::WeightOp, onnx::WeightOp>(table) ||
+            matchPattern(gather.getData(), m_Constant())))
+        return;
+      indices = gather.getIndices();
+    } else {
       return;
-    const Info *info = probe.lookup(ids);
-    if (!info || !info->value || info->shape.size() != 2 || info->shape[1] != kProbeNew ||
-        (info->shape[0] != 1 && info->shape[0] != kProbeBatch))
+    }
+    if (isa<BlockArgument>(indices) || !computedFromLengthsAlone(indices))
+      return;
+    const Info *info = probe.lookup(indices);
+    if (!info || !info->value)
+      return;
+    const bool oneRow = info->shape.size() == 1 && info->shape[0] == kProbeNew;
+    if (!oneRow && (info->shape.size() != 2 || info->shape[1] != kProbeNew ||
+                    (info->shape[0] != 1 && info->shape[0] != kProbeBatch)))
       return;
     std::vector<int64_t> values = integers(*info->value);
+    if (values.empty())
+      return;
+    // Positions that start before the cached tokens end ignore them (optimum's branch
+    // without a cache, probed with one): not the positions of the new tokens.
+    const int64_t offset = values[0] - cached;
+    if (offset < 0)
+      return;
     for (size_t i = 0; i < values.size(); ++i)
-      if (values[i] != past + int64_t(i) % kProbeNew)
+      if (values[i] != cached + offset + int64_t(i) % kProbeNew)
         return;
-    // The lookup's users must take [batch, new, hidden] where they took [1, new, hidden].
-    for (Operation *user : embedding->getUsers())
+    // The lookup's users must take [batch, new, hidden] where they took [1, new, hidden]
+    // (or [new, hidden]): elementwise onnx ops, which broadcast.
+    for (Operation *user : op->getUsers())
       if (!isOnnx(user))
         return;
-    tables.push_back(embedding);
+    tables.push_back({op, offset});
   });
   return tables;
 }
 
 // The tables' indices become the implied positions, which the session programs take as
 // their position_ids input (takePositionsAsInput).
-void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<tfm::EmbeddingOp> tables,
-                          Value mask) {
-  Value ids;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (argName(func, i) == "input_ids")
-      ids = func.getArgument(i);
-  if (!ids || !mask)
+void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables, Value mask) {
+  Value ids = tokenIdsArgument(func);
+  if (!ids)
     return;
-  for (tfm::EmbeddingOp embedding : tables) {
-    OpBuilder builder(embedding);
-    Value positions = buildImpliedPositions(builder, embedding.getLoc(), mask, ids);
-    embedding.getIdsMutable().assign(positions);
-    auto type = cast<RankedTensorType>(embedding.getOutput().getType());
-    embedding.getOutput().setType(RankedTensorType::get(
-        {ShapedType::kDynamic, ShapedType::kDynamic, type.getDimSize(2)}, type.getElementType()));
+  for (const ImpliedTable &table : tables) {
+    Operation *lookup = table.lookup;
+    OpBuilder builder(lookup);
+    Location loc = lookup->getLoc();
+    Value positions = buildImpliedPositions(builder, loc, mask, ids);
+    if (table.offset != 0) {
+      auto scalar = RankedTensorType::get({}, builder.getI64Type());
+      Value offset = onnx::ConstantOp::create(
+          builder, loc, scalar, DenseElementsAttr::get(scalar, ArrayRef<int64_t>{table.offset}));
+      positions = onnx::AddOp::create(builder, loc, positions.getType(), positions, offset);
+    }
+    unsigned operand = isa<tfm::EmbeddingOp>(lookup) ? 0 : 1;
+    lookup->setOperand(operand, positions);
+    auto type = cast<RankedTensorType>(lookup->getResult(0).getType());
+    lookup->getResult(0).setType(RankedTensorType::get(
+        {ShapedType::kDynamic, ShapedType::kDynamic, type.getDimSize(type.getRank() - 1)},
+        type.getElementType()));
   }
 }
 

@@ -9,6 +9,7 @@
 #include "mlir/Transforms/RegionUtils.h"
 
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
 #include <limits>
@@ -59,13 +60,60 @@ BlockArgument namedArgument(func::FuncOp func, llvm::StringRef name) {
   return {};
 }
 
+// An encoder-decoder's decoder reads the encoder's output: the argument the importer marks
+// `dsc.cross_states` (ModelInfo finds it by shape and use).
+BlockArgument crossStatesArgument(func::FuncOp func) {
+  for (BlockArgument argument : func.getArguments())
+    if (func.getArgAttr(argument.getArgNumber(), "dsc.cross_states"))
+      return argument;
+  return {};
+}
+
+// Whether `attention` attends to the keys of another sequence: its keys are computed from
+// the encoder's output, not through another attention (every layer after the first reads
+// the encoder's output through the residual stream).
+bool isCrossAttention(tfm::AttentionOp attention) {
+  SmallVector<Value> work = {attention.getKey()};
+  llvm::DenseSet<Operation *> seen;
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    if (auto argument = dyn_cast<BlockArgument>(value)) {
+      auto func = dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp());
+      if (func && func.getArgAttr(argument.getArgNumber(), "dsc.cross_states"))
+        return true;
+      continue;
+    }
+    Operation *def = value.getDefiningOp();
+    if (!def || isa<tfm::AttentionOp>(def) || !seen.insert(def).second)
+      continue;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
+
+// The padding mask of the tokens the session caches, by role: the argument the
+// self-attentions read as their mask. Without one, a decoder-only export's
+// `attention_mask` (read by nothing but positions); an encoder-decoder's `attention_mask`
+// may be the encoder's, which its cross-attentions read.
+BlockArgument paddingMaskArgument(func::FuncOp func) {
+  BlockArgument mask;
+  func.walk([&](tfm::AttentionOp op) {
+    if (!mask && !isCrossAttention(op))
+      mask = dyn_cast_or_null<BlockArgument>(op.getMask());
+  });
+  if (mask || crossStatesArgument(func))
+    return mask;
+  return namedArgument(func, "attention_mask");
+}
+
 // The embedding lookups (tfm.embedding ids, or the indices of an onnx.Gather along axis 0
 // before layer recognition) computed from the padding mask outside the attention (OPT:
 // positions = cumsum(mask) * mask - 1 + 2, over every column of the mask); none when the mask
 // is read by nothing but attention; null when it reaches anything else.
 std::optional<SmallVector<OpOperand *>> maskPositionEmbeddings(func::FuncOp func) {
   SmallVector<OpOperand *> embeddings;
-  BlockArgument mask = namedArgument(func, "attention_mask");
+  BlockArgument mask = paddingMaskArgument(func);
   if (!mask)
     return embeddings;
   llvm::DenseSet<Operation *> seen;
@@ -109,9 +157,9 @@ LogicalResult keepNewTokenPositions(func::FuncOp func, std::string &why) {
   }
   if (embeddings->empty())
     return success();
-  BlockArgument ids = namedArgument(func, "input_ids");
+  BlockArgument ids = tokenIdsArgument(func);
   if (!ids) {
-    why = "positions come from the mask, and there is no input_ids to count new tokens by";
+    why = "positions come from the mask, and there are no token ids to count new tokens by";
     return failure();
   }
   OpBuilder builder(func.getContext());
@@ -154,7 +202,7 @@ void takePositionsAsInput(func::FuncOp func) {
   });
   if (implied.empty() || namedArgument(func, "position_ids"))
     return;
-  BlockArgument ids = namedArgument(func, "input_ids");
+  BlockArgument ids = tokenIdsArgument(func);
   Builder builder(func.getContext());
   SmallVector<NamedAttribute> attrs = {
       builder.getNamedAttr("onnx.name", builder.getStringAttr("position_ids"))};
@@ -167,6 +215,112 @@ void takePositionsAsInput(func::FuncOp func) {
   (void)func.insertArgument(index, type, builder.getDictionaryAttr(attrs), func.getLoc());
   for (Operation *op : implied)
     op->getResult(0).replaceAllUsesWith(func.getArgument(index));
+}
+
+// A bias computed from lengths alone (T5's relative positions) was traced for the export's
+// tokens, which are all new: its queries and keys are positions 0 .. S-1 of the token ids.
+// `idsReads` receives its Shape reads of the ids (S); empty, or the reason it cannot be
+// computed for a cached step.
+std::string biasLengthReads(func::FuncOp func, Value bias,
+                            SmallVectorImpl<Operation *> &idsReads) {
+  BlockArgument ids = tokenIdsArgument(func);
+  SmallVector<Operation *> reads;
+  if (!ids || !computedFromLengthsAlone(bias, &reads))
+    return "an attention adds a bias computed from values, not from the token count alone";
+  // The ops that compute it: a Shape of one of them follows from the others.
+  llvm::DenseSet<Operation *> slice;
+  SmallVector<Value> work = {bias};
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || !slice.insert(def).second || isa<onnx::ShapeOp, onnx::SizeOp>(def))
+      continue;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  for (Operation *read : reads) {
+    Value of = read->getOperand(0);
+    if (isa<onnx::ShapeOp>(read) && of == ids) {
+      idsReads.push_back(read);
+      continue;
+    }
+    if (Operation *def = of.getDefiningOp(); def && slice.contains(def))
+      continue;
+    return "an attention's bias reads the length of something other than the token ids";
+  }
+  if (idsReads.empty())
+    return "an attention's bias does not follow the token count";
+  return "";
+}
+
+// The bias of a session program's step: the queries are the last S of the mask's T
+// positions and the keys all T. The bias is computed for T tokens (its reads of the ids'
+// length read the mask's instead: [batch, T] as the ids are [batch, S]) and its last S
+// query rows are kept.
+LogicalResult biasAtSessionPositions(func::FuncOp func, std::string &why) {
+  BlockArgument mask = paddingMaskArgument(func);
+  BlockArgument ids = tokenIdsArgument(func);
+  llvm::SetVector<Value> biases;
+  func.walk([&](tfm::AttentionOp op) {
+    if (op.getBias() && !isCrossAttention(op))
+      biases.insert(op.getBias());
+  });
+  if (biases.empty())
+    return success();
+  if (!mask || !ids) {
+    why = "an attention's bias needs the padding mask and the token ids of a cached step";
+    return failure();
+  }
+  for (Value bias : biases) {
+    SmallVector<Operation *> idsReads;
+    if (why = biasLengthReads(func, bias, idsReads); !why.empty())
+      return failure();
+    llvm::DenseSet<Operation *> slice;
+    SmallVector<Value> work = {bias};
+    while (!work.empty()) {
+      Operation *def = work.pop_back_val().getDefiningOp();
+      if (!def || !slice.insert(def).second)
+        continue;
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+    }
+    for (Operation *read : idsReads) {
+      auto shape = cast<onnx::ShapeOp>(read);
+      OpBuilder builder(read);
+      Value total = onnx::ShapeOp::create(builder, read->getLoc(), shape.getType(), mask,
+                                          shape.getStartAttr(), shape.getEndAttr());
+      shape.getResult().replaceUsesWithIf(total, [&](OpOperand &use) {
+        return slice.contains(use.getOwner());
+      });
+    }
+    // The last S rows of the queries' axis (2 of [batch, heads, queries, keys]).
+    auto type = dyn_cast<RankedTensorType>(bias.getType());
+    if (!type || type.getRank() != 4) {
+      why = "an attention's bias is not [batch, heads, queries, keys]";
+      return failure();
+    }
+    OpBuilder builder(func.getContext());
+    builder.setInsertionPointAfterValue(bias);
+    Location loc = bias.getLoc();
+    auto vector = RankedTensorType::get({1}, builder.getI64Type());
+    auto constant = [&](int64_t value) -> Value {
+      return onnx::ConstantOp::create(builder, loc, vector,
+                                      DenseElementsAttr::get(vector, ArrayRef<int64_t>{value}));
+    };
+    Value fresh = onnx::ShapeOp::create(builder, loc, vector, ids, builder.getI64IntegerAttr(1),
+                                        builder.getI64IntegerAttr(2));
+    Value start = onnx::NegOp::create(builder, loc, vector, fresh);
+    auto rows = RankedTensorType::get({type.getDimSize(0), type.getDimSize(1),
+                                       ShapedType::kDynamic, ShapedType::kDynamic},
+                                      type.getElementType());
+    Value last = onnx::SliceOp::create(builder, loc, rows, bias, start,
+                                       constant(std::numeric_limits<int64_t>::max()),
+                                       constant(2), onnx::NoValueOp::create(builder, loc,
+                                                                           builder.getNoneType()));
+    bias.replaceUsesWithIf(last, [&](OpOperand &use) {
+      return isa<tfm::AttentionOp>(use.getOwner()) && use.getOwner() != last.getDefiningOp();
+    });
+  }
+  return success();
 }
 
 // Empty when @main is a decoder whose every attention can use the session cache.
@@ -189,20 +343,41 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
       return;
     ++attentions;
     auto mask = dyn_cast_or_null<BlockArgument>(attention.getMask());
+    if (isCrossAttention(attention)) {
+      // Its keys go into a cache layer of their own, written by prefill from the encoder's
+      // output; the encoder's padding mask says how many it holds.
+      if (attention.getCausal())
+        why = "a cross-attention is causal";
+      else if (!attention.getPast().empty())
+        why = "a cross-attention reads cached keys";
+      else if (attention.getBias())
+        why = "a cross-attention adds a bias";
+      else if (!mask)
+        why = "a cross-attention has no padding mask of the encoder's tokens (the session "
+              "cache needs its width)";
+      else if (!attention.getCacheLayer())
+        why = "an attention has no cache layer";
+      return;
+    }
     // An export of the ids alone (no mask, nothing cached) attends every token it is given:
     // its session programs take a mask of their own (addPaddingMask).
     bool idsAlone = !attention.getMask() && attention.getPast().empty() &&
-                    !namedArgument(main, "attention_mask");
+                    !paddingMaskArgument(main);
+    // A bias (T5's relative positions) must be one that a cached step can compute for its
+    // positions (biasAtSessionPositions).
+    SmallVector<Operation *> biasReads;
     if (!attention.getCausal())
       why = "an attention is not causal";
-    else if (attention.getBias())
-      why = "an attention adds a bias computed in the graph for the export's lengths (T5's "
-            "relative positions), which a cached step would need at past + t";
+    else if (attention.getBias() && !attention.getPast().empty())
+      why = "an attention with past inputs adds a bias computed in the graph";
+    else if (attention.getBias() &&
+             !(why = biasLengthReads(main, attention.getBias(), biasReads)).empty())
+      ;
     else if (idsAlone)
       ;
-    else if (!mask || argName(main, mask.getArgNumber()) != "attention_mask")
-      why = "an attention has no attention_mask padding mask (the session cache needs it "
-            "to know how many tokens it holds)";
+    else if (!mask || mask != paddingMaskArgument(main))
+      why = "an attention has no padding mask of its tokens (the session cache needs it to "
+            "know how many tokens it holds)";
     else if (!attention.getCacheLayer())
       why = "an attention has no cache layer";
   });
@@ -243,10 +418,10 @@ LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &
     }
   if (shapes.empty())
     return success();
-  BlockArgument mask = namedArgument(func, "attention_mask");
-  BlockArgument ids = namedArgument(func, "input_ids");
+  BlockArgument mask = paddingMaskArgument(func);
+  BlockArgument ids = tokenIdsArgument(func);
   if (!mask || !ids) {
-    why = "the past's shape is read, and there is no attention_mask and input_ids to give it";
+    why = "the past's shape is read, and there is no padding mask and token ids to give it";
     return failure();
   }
   OpBuilder builder(func.getContext());
@@ -301,24 +476,31 @@ LogicalResult replacePastShapes(func::FuncOp func, const llvm::DenseSet<Value> &
 // generator gives every program, and pass it to each attention as its padding mask: a row
 // without padding computes what the export does, and a left-padded one what the model
 // computes alone, which the export could not say.
+// An encoder-decoder's decoder names it decoder_attention_mask (as transformers' forward
+// does) when attention_mask is the encoder's.
 void addPaddingMask(func::FuncOp func) {
-  if (namedArgument(func, "attention_mask"))
+  if (paddingMaskArgument(func))
     return;
   SmallVector<tfm::AttentionOp> attentions;
-  func.walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
+  func.walk([&](tfm::AttentionOp op) {
+    if (!isCrossAttention(op))
+      attentions.push_back(op);
+  });
   if (attentions.empty() || llvm::any_of(attentions, [](tfm::AttentionOp op) {
         return bool(op.getMask());
       }))
     return;
-  BlockArgument ids = namedArgument(func, "input_ids");
+  BlockArgument ids = tokenIdsArgument(func);
   Builder builder(func.getContext());
   StringRef batch = "batch";
   if (ids)
     if (auto dims = func.getArgAttrOfType<ArrayAttr>(ids.getArgNumber(), "onnx.dims");
         dims && dims.size() == 2 && !cast<StringAttr>(dims[0]).getValue().empty())
       batch = cast<StringAttr>(dims[0]).getValue();
+  llvm::StringRef name =
+      namedArgument(func, "attention_mask") ? "decoder_attention_mask" : "attention_mask";
   SmallVector<NamedAttribute> attrs = {
-      builder.getNamedAttr("onnx.name", builder.getStringAttr("attention_mask")),
+      builder.getNamedAttr("onnx.name", builder.getStringAttr(name)),
       builder.getNamedAttr("onnx.dims",
                            builder.getStrArrayAttr({batch, "past_sequence + sequence"}))};
   unsigned index = ids ? ids.getArgNumber() + 1 : 0;
@@ -327,6 +509,45 @@ void addPaddingMask(func::FuncOp func) {
   (void)func.insertArgument(index, type, builder.getDictionaryAttr(attrs), func.getLoc());
   for (tfm::AttentionOp op : attentions)
     op.getMaskMutable().assign(func.getArgument(index));
+}
+
+// A decode step's cross-attentions add no keys: prefill wrote the encoder's into their
+// cache layers. Their keys and values become an empty [batch, 0, features] (their
+// projections, and the encoder's output that decode then does not take, are dead): a
+// decode step reads none of the cross-attentions' key and value weights.
+void readNoEncoderStates(func::FuncOp decode) {
+  BlockArgument ids = tokenIdsArgument(decode);
+  if (!ids)
+    return;
+  OpBuilder builder(decode.getContext());
+  builder.setInsertionPointToStart(&decode.getBody().front());
+  Location loc = decode.getLoc();
+  auto vector = [&](int64_t n) { return RankedTensorType::get({n}, builder.getI64Type()); };
+  auto constant = [&](int64_t value) -> Value {
+    return onnx::ConstantOp::create(builder, loc, vector(1),
+                                    DenseElementsAttr::get(vector(1), ArrayRef<int64_t>{value}));
+  };
+  Value batch;
+  decode.walk([&](tfm::AttentionOp attention) {
+    if (!attention->hasAttr("tfm.cross_keys"))
+      return;
+    auto type = dyn_cast<RankedTensorType>(attention.getKey().getType());
+    if (!type || type.getRank() != 3 || type.isDynamicDim(2) ||
+        attention.getValue().getType() != type)
+      return;
+    if (!batch)
+      batch = onnx::ShapeOp::create(builder, loc, vector(1), ids, IntegerAttr(),
+                                    builder.getI64IntegerAttr(1));
+    Value shape = onnx::ConcatOp::create(
+        builder, loc, vector(3), ValueRange{batch, constant(0), constant(type.getDimSize(2))},
+        builder.getI64IntegerAttr(0));
+    auto zero = RankedTensorType::get({1}, type.getElementType());
+    Value empty = onnx::ConstantOfShapeOp::create(
+        builder, loc, type, shape,
+        DenseElementsAttr::get(zero, builder.getZeroAttr(type.getElementType())));
+    attention.getKeyMutable().assign(empty);
+    attention.getValueMutable().assign(empty);
+  });
 }
 
 // Prefill's logits feed only the first new token, read at the last position: the generator
@@ -391,6 +612,9 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
       derived.erase();
       return failure();
     }
+    // The step's `cross` (RuntimeTypes): its cache layer holds the encoder's keys.
+    if (isCrossAttention(op))
+      op->setAttr("tfm.cross_keys", UnitAttr::get(op.getContext()));
     toSessionMode(op);
   }
   eraseDeadOps(derived);
@@ -403,7 +627,13 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     return failure();
   }
   addPaddingMask(derived);
+  if (failed(biasAtSessionPositions(derived, why))) {
+    derived.erase();
+    return failure();
+  }
   takePositionsAsInput(derived);
+  if (name == "decode")
+    readNoEncoderStates(derived);
   eraseDeadOps(derived);
   llvm::BitVector dropResults(derived.getNumResults(), true);
   dropResults.reset(logitsIndex);
@@ -413,6 +643,8 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     return failure();
   }
   llvm::BitVector dropArgs(derived.getNumArguments());
+  if (BlockArgument states = crossStatesArgument(derived); states && states.use_empty())
+    dropArgs.set(states.getArgNumber());
   for (BlockArgument argument : derived.getArguments()) {
     bool isPast = llvm::any_of(pastInputs, [&](Value past) {
       auto pastArg = dyn_cast<BlockArgument>(past);
@@ -436,7 +668,7 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   // With the session cache the padding mask covers the cached and the new tokens, even
   // where the export (without a cache) named its width like the new tokens'.
   for (BlockArgument argument : derived.getArguments()) {
-    if (argName(derived, argument.getArgNumber()) != "attention_mask")
+    if (argument != paddingMaskArgument(derived))
       continue;
     auto dims = derived.getArgAttrOfType<ArrayAttr>(argument.getArgNumber(), "onnx.dims");
     if (!dims || dims.size() != 2)

@@ -1,8 +1,11 @@
 #include "compiler/recognize/ImpliedPositions.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
+#include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
 
 using namespace mlir;
 
@@ -51,6 +54,51 @@ Value buildImpliedPositions(OpBuilder &builder, Location loc, Value mask, Value 
       row, shape);
   positions->setAttr(kImpliedPositionsAttr, builder.getUnitAttr());
   return positions;
+}
+
+bool computedFromLengthsAlone(Value value, llvm::SmallVectorImpl<Operation *> *lengthReads) {
+  SmallVector<Value> work = {value};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!work.empty()) {
+    Value next = work.pop_back_val();
+    Operation *def = next.getDefiningOp();
+    if (!def)
+      return false;
+    if (!seen.insert(def).second)
+      continue;
+    if (isa<onnx::ShapeOp, onnx::SizeOp>(def)) {
+      if (lengthReads)
+        lengthReads->push_back(def);
+      continue;
+    }
+    if (def->getNumRegions() != 0)
+      return false;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return true;
+}
+
+BlockArgument tokenIdsArgument(func::FuncOp func) {
+  BlockArgument ids;
+  func.walk([&](tfm::EmbeddingOp embedding) {
+    Value value = embedding.getIds();
+    while (Operation *def = value.getDefiningOp()) {
+      if (!isa<onnx::CastOp, onnx::ReshapeOp, onnx::SqueezeOp, onnx::UnsqueezeOp,
+               onnx::IdentityOp, onnx::FlattenOp>(def))
+        break;
+      value = def->getOperand(0);
+    }
+    if (!ids)
+      ids = dyn_cast<BlockArgument>(value);
+  });
+  if (ids)
+    return ids;
+  for (BlockArgument argument : func.getArguments())
+    if (auto name = func.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "onnx.name");
+        name && name.getValue() == "input_ids")
+      return argument;
+  return {};
 }
 
 } // namespace dsc

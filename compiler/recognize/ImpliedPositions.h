@@ -7,6 +7,7 @@
 #ifndef DSC_COMPILER_RECOGNIZE_IMPLIEDPOSITIONS_H
 #define DSC_COMPILER_RECOGNIZE_IMPLIEDPOSITIONS_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Value.h"
 
@@ -20,6 +21,19 @@ inline constexpr const char *kImpliedPositionsAttr = "dsc.implied_positions";
 // [batch, new, features]); without a mask (an export of the ids alone, nothing cached), t.
 mlir::Value buildImpliedPositions(mlir::OpBuilder &builder, mlir::Location loc,
                                   mlir::Value mask, mlir::Value tokens);
+
+// The token ids, by role: the graph argument an embedding lookup (tfm.embedding) reads as its
+// ids, directly or through casts and views (`input_ids`, an encoder-decoder's
+// `decoder_input_ids`); failing that, the argument named input_ids; else null.
+mlir::BlockArgument tokenIdsArgument(mlir::func::FuncOp func);
+
+// Whether `value` is computed from lengths alone: every path back to a graph input passes
+// through a Shape or Size. Positions counted from the start (arange over the new tokens,
+// past the cached ones) and T5's relative position bias qualify; RoBERTa's positions, which
+// skip padding tokens (a cumsum over ids != pad), and OPT's, from the mask's values, do not.
+// `lengthReads`, when given, receives the Shape and Size ops it passes through.
+bool computedFromLengthsAlone(mlir::Value value,
+                              llvm::SmallVectorImpl<mlir::Operation *> *lengthReads = nullptr);
 
 } // namespace dsc
 

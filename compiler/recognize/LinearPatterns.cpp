@@ -186,6 +186,7 @@ struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
       RankedTensorType xType = rankedFloat(x);
       RankedTensorType restoredType = rankedFloat(restore.getReshaped());
       if (xType && restoredType && xType.getRank() == restoredType.getRank() &&
+          restoredType.getRank() > 0 &&
           restoredType.getDimSize(restoredType.getRank() - 1) == out && restoresLeading(x, restore.getReshaped())) {
         input = x;
         replaced = restore.getReshaped();

@@ -26,8 +26,8 @@ struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
   LogicalResult matchAndRewrite(onnx::LayerNormalizationOp norm,
                                 PatternRewriter &rewriter) const override {
     RankedTensorType type = rankedFloat(norm.getX());
-    if (!type)
-      return decline(rewriter, norm, "the input has no known rank");
+    if (!type || type.getRank() < 1)
+      return decline(rewriter, norm, "the input has no known rank of at least 1");
     int64_t axis = static_cast<int64_t>(norm.getAxis());
     if (axis < 0)
       axis += type.getRank();
@@ -173,8 +173,8 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       group.insert(div.getA().getDefiningOp());
     Value x = sub.getA();
     RankedTensorType inputType = rankedFloat(x);
-    if (!inputType)
-      return decline(rewriter, variance, "the input has no known rank");
+    if (!inputType || inputType.getRank() < 1)
+      return decline(rewriter, variance, "the input has no known rank of at least 1");
     int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
     Affine affine = matchAffine(div.getC(), hidden, /*withBias=*/true, group);
     if (!affine.mul)
@@ -232,8 +232,8 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       return decline(rewriter, variance,
                      "the input is not multiplied by the reciprocal square root");
     RankedTensorType inputType = rankedFloat(x);
-    if (!inputType)
-      return decline(rewriter, variance, "the input has no known rank");
+    if (!inputType || inputType.getRank() < 1)
+      return decline(rewriter, variance, "the input has no known rank of at least 1");
     int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
     Affine affine = matchAffine(normalised, hidden, /*withBias=*/false, group);
     if (!affine.mul)

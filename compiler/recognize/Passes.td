@@ -66,13 +66,24 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
 def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
   let summary = "Derive the prefill and decode programs of a recognised decoder";
   let description = [{
-    When every attention of @main is a causal tfm.attention with the attention_mask input
-    as its padding mask (a decoder whose attention was recognised in every layer), @main is
+    When every attention of @main is a causal tfm.attention with the padding mask of its
+    tokens (found by role: the graph argument the self-attentions read; an export of the
+    ids alone gets one) (a decoder whose attention was recognised in every layer), @main is
     cloned into @prefill and @decode: there every tfm.attention loses its past operands and
     present results and keeps its cache_layer (the session's KV cache, in place), the past
     inputs and present outputs leave the interface, and only the logits stay as output.
     @main keeps the export's interface (past/present in I/O mode) and loses cache_layer
-    where it has no past. See docs/transformer-ops.md, "Programs".
+    where it has no past.
+
+    An encoder-decoder's decoder (an argument marked dsc.cross_states) qualifies too: its
+    own padding mask is `decoder_attention_mask` where `attention_mask` is the encoder's;
+    each cross-attention (keys computed from the encoder's output, not through another
+    attention) keeps a cache layer of its own (`tfm.cross_keys`, the step's `cross`):
+    prefill writes the encoder's keys there once, and in @decode its keys and values are
+    an empty [batch, 0, features], so that decode neither takes the encoder's output nor
+    reads the cross-attention's key and value weights. A bias computed from the token
+    count alone (T5's relative positions) is computed for the mask's width and its last
+    `new` query rows kept. See docs/transformer-ops.md, "Programs".
   }];
   let options = [
     Option<"report", "report", "bool", "false",

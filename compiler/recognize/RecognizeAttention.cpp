@@ -9,6 +9,7 @@
 #include "compiler/recognize/AttentionMatch.h"
 #include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/RecognizeAttention.h"
+#include "compiler/lowering/SymbolicDims.h"
 
 #include "frontends/onnx/WeightStore.h"
 
@@ -45,7 +46,7 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   // cache runs only without cached tokens) gets a second probe with none.
   std::vector<std::pair<Candidate, int64_t>> matched;
   llvm::DenseMap<Operation *, std::string> reasons;
-  SmallVector<tfm::EmbeddingOp> impliedTables;
+  SmallVector<ImpliedTable> impliedTables;
   Value maskArgument;
   SmallVector<Operation *> pending = softmaxes;
   for (int64_t past : {kProbePast, int64_t(0)}) {
@@ -58,8 +59,13 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
       return;
     }
     probe.runBlock(func.getBody().front());
-    if (past == kProbePast && !positionIds && attentionMask)
-      impliedTables = tablesAtImpliedPositions(func, probe, past);
+    // The tokens the probe holds before the new ones: `past` in an export with a cache,
+    // whose own padding mask then says where positions start (an optimum decoder without
+    // one, whose only mask is the encoder's, counts them from its past's shape: those stay
+    // as they are); none in an export without a cache.
+    const bool hasPast = InputDims::of(func).hasPast();
+    if (past == kProbePast && !positionIds && (attentionMask || !hasPast))
+      impliedTables = tablesAtImpliedPositions(func, probe, hasPast ? past : 0);
     SmallVector<Operation *> unreached;
     maskArgument = attentionMask;
     for (Operation *softmax : pending) {

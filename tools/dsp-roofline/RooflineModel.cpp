@@ -198,7 +198,14 @@ private:
         return;
       }
       // A cross-attention (keys of another length than the queries) places its keys and
-      // copies its queries in two launches of attention_rotary.
+      // copies its queries in two launches of attention_rotary. One of the session
+      // programs (`cross`) places the encoder's keys in prefill only: its decode steps copy
+      // their query and attend.
+      if (intAttr(step, "cross", 0) != 0) {
+        const bool decodeProgram = length(queryMax) >= 2 && queryMax->Get(1) == 1;
+        cost.kernels = decodeProgram ? 2 : 3;
+        return;
+      }
       cost.kernels = otherSequenceKeys(step) ? 3 : 2;
       return;
     }

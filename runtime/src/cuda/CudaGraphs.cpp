@@ -62,8 +62,19 @@ Status CudaSession::decideGraphs(const dsp::Program &program, ProgramState &stat
              !deviceCollectives_->capturable()) {
       why = "its collectives are staged through host memory";
       expected = false;
+    } else if (op == "tfm.attention" &&
+               compiled_[programIndex(program)][i].attrs.count("cross") != 0) {
+      // The launcher reads the encoder's length on the host; a graph would replay the
+      // first request's.
+      why = "step " + std::to_string(i) + " is a cross-attention over the encoder's cached "
+            "keys, whose count is read on the host";
+      expected = false;
+    } else if (op == "tfm.attention" && step.inputs() && step.inputs()->size() > 7 &&
+               step.inputs()->Get(7) >= 0) {
+      // T5's bias is computed for the mask's width, which a graph's bucket pads.
+      why = "step " + std::to_string(i) + " adds a bias computed for the mask's width";
+      expected = false;
     }
-    (void)step;
   }
   for (size_t i = 0; program.inputs() && i < program.inputs()->size() && why.empty(); ++i) {
     const dsp::Tensor &tensor = *tensors->Get(program.inputs()->Get(i));

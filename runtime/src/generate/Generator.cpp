@@ -149,6 +149,13 @@ Status Run::chooseMode() {
   else
     mode_ = Mode::Recompute;
   logitsWidth_ = vocab_;
+  // Tests and curious users can see which path ran.
+  if (const char *trace = std::getenv("DSRT_TRACE_GENERATE"); trace && *trace && *trace != '0')
+    std::fprintf(stderr, "dsrt: generate: %s%s\n",
+                 mode_ == Mode::SessionCache       ? "the session's KV cache (prefill, decode)"
+                 : mode_ == Mode::ForwardWithPairs ? "the export's past/present pairs (forward)"
+                                                   : "recomputing every token (forward)",
+                 encoderDecoder_ ? ", after encode" : "");
   DSRT_RETURN_IF_ERROR(chooseGreedyShard());
   if (!greedyShard_ && options_.temperature == 0)
     candidates_ = 1;

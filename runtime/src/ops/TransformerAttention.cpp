@@ -107,10 +107,12 @@ Status readQueryKeyValueShapes(const KernelContext &ctx, AttentionConfig &c) {
   if (k.shape != kvShape || v.shape != kvShape)
     return ctx.error("key and value must be ", shapeString(kvShape), ", not ",
                      shapeString(k.shape), " and ", shapeString(v.shape));
-  if (c.keys != c.fresh && (c.causal || c.window > 0 || c.rotaryDim > 0 ||
-                            ctx.input(kPastKey) || c.cacheLayer >= 0))
+  // A cross-attention may keep the encoder's keys in a cache layer of the session (an
+  // encoder-decoder's prefill writes them, its decode steps add none), not in past inputs.
+  if (c.keys != c.fresh &&
+      (c.causal || c.window > 0 || c.rotaryDim > 0 || ctx.input(kPastKey)))
     return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
-                     "causal, windowed, rotated or cached");
+                     "causal, windowed, rotated or have past inputs");
   return Status::ok();
 }
 
@@ -211,14 +213,16 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   c.sessionCache = !pastKey && c.cacheLayer >= 0 && ctx.numOutputs == 1;
   const TensorRef *mask = ctx.input(kMask);
   if (c.sessionCache) {
-    // The padding mask is the only thing that says how many tokens the cache holds.
+    // The padding mask is the only thing that says how many tokens the cache holds: the
+    // keys before the new ones (a cross-attention's are the encoder's: all of them after
+    // prefill, which writes them, and none before).
     if (!mask || mask->shape.size() != 2 || isFloat(mask->dtype))
       return ctx.error("with the session's KV cache (cache_layer ", c.cacheLayer,
                        ") needs a padding mask [batch, past + sequence]");
-    c.past = mask->shape[1] - c.fresh;
+    c.past = mask->shape[1] - c.keys;
     if (c.past < 0)
       return ctx.error("padding mask width ", mask->shape[1], " is shorter than the ",
-                       c.fresh, " new tokens");
+                       c.keys, " new keys");
   }
   c.total = c.past + c.keys;
   if (const TensorRef *bias = ctx.input(kBias)) {

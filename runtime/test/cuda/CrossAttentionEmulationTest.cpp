@@ -6,7 +6,11 @@
 //   rank reads its own;
 // * cross-attention: keys and values of another sequence (fewer or more than the queries)
 //   under the encoder's right-padded mask, with and without presents, and under tensor
-//   parallelism keys that hold every KV head (optimum's cached cross keys).
+//   parallelism keys that hold every KV head (optimum's cached cross keys);
+// * the session programs' cross-attention (`cross`): prefill writes the encoder's keys into
+//   a cache layer, decode steps add none and read them, whatever the decoder's lengths;
+// * T5's decoder self-attention over the session's cache with the bias its session programs
+//   compute for each step ([1, heads, new, past + new]), through the prefill kernel.
 // Tolerance as AttentionEmulationTest.cpp's: |gpu − cpu| <= 1e-5 + 1e-4·|cpu| per element.
 // Each case with a bias also requires that dropping it changes the reference by more than
 // 1e-2 somewhere, so a kernel that ignored it would fail; a rank that holds every head of
@@ -56,6 +60,25 @@
 #define WINDOW 0
 #define ALIBI 0
 #define MASK_DTYPE 0
+#define UNATTENDED_CAUSAL 0
+#define BIAS 1
+#include "AttentionEmulationFamily.inc"
+
+// T5's decoder self-attention in its session programs: causal over the session's cache,
+// the decoder's padding mask, and the bias its program computes for the cached step.
+#define EMU_FAMILY t5_session
+#define HEAD_DIM 16
+#define ROTARY_DIM 0
+#define ROTARY_INTERLEAVED 0
+#define POS_DTYPE 0
+#define WARPS 4
+#define Q_TILE 16
+#define K_TILE 64
+#define SPLIT_KEYS 128
+#define CAUSAL 1
+#define WINDOW 0
+#define ALIBI 0
+#define MASK_DTYPE 5
 #define UNATTENDED_CAUSAL 0
 #define BIAS 1
 #include "AttentionEmulationFamily.inc"
@@ -310,6 +333,198 @@ TEST(CrossAttentionEmulation, TensorParallelRankReadsItsHeadsOfTheCachedKeys) {
   c.ranks = 2;
   c.allKvHeads = true;
   check(c);
+}
+
+// An encoder-decoder's session programs: prefill (one decoder token, the encoder's T keys
+// written into cache layer 0) and then decode steps (no new keys: the cache's), against the
+// CPU kernel run the same way on a cache of its own. The session's device lengths are the
+// decoder's (past 0, then 1, 2: not the encoder's), which the launcher must not use for
+// these keys.
+void checkCachedCross(int64_t rank, int64_t ranks) {
+  SCOPED_TRACE("cached cross-attention, rank " + std::to_string(rank) + " of " +
+               std::to_string(ranks));
+  const KernelSet kernels = cross::kernels();
+  const int64_t B = 2, T = 9, D = 16, heads = 4, capacity = 16;
+  const int64_t H = heads / ranks, KH = H;
+  std::mt19937 generator(91 + static_cast<unsigned>(rank));
+  std::vector<int64_t> mask(B * T, 1);
+  for (int64_t t = T - 3; t < T; ++t)
+    mask[1 * T + t] = 0;  // the second sequence's encoder input is 3 tokens shorter
+  ops::AttrMap attrs = attributesOf(Case{"", cross::kernels, false, true, B, 1, T, heads, heads});
+  attrs["cache_layer"] = ops::Attr::ofInt(0);
+  attrs["cross"] = ops::Attr::ofInt(1);
+  addRankHeads(attrs, heads, heads, ranks);
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> cpuKeys(B * KH * capacity * D, 0), cpuValues(cpuKeys.size(), 0);
+  std::vector<float> gpuKeys(cpuKeys.size(), nan), gpuValues(cpuKeys.size(), nan);
+  ops::KvCache cpuCache;
+  cpuCache.layers.push_back({DType::F32, B, KH, capacity, D, cpuKeys.data(), cpuValues.data()});
+  RankOnly group(static_cast<int>(rank), static_cast<int>(ranks));
+  TensorRef maskRef{DType::I64, {B, T}, mask.data()};
+  for (int step = 0; step < 3; ++step) {
+    const int64_t newKeys = step == 0 ? T : 0;
+    // A decode step's empty keys are of every head under TP (tp-shard leaves them whole).
+    const int64_t keyHeads = newKeys == 0 ? heads : KH;
+    std::vector<float> q = randomFloats(generator, B * H * D);
+    std::vector<float> k = randomFloats(generator, B * newKeys * KH * D);
+    std::vector<float> v = randomFloats(generator, B * newKeys * KH * D);
+    TensorRef qRef{DType::F32, {B, 1, H * D}, q.data()};
+    TensorRef kRef{DType::F32, {B, newKeys, keyHeads * D}, k.data()};
+    TensorRef vRef{DType::F32, {B, newKeys, keyHeads * D}, v.data()};
+    std::vector<float> expected(B * H * D);
+    TensorRef outRef{DType::F32, {B, 1, H * D}, expected.data()};
+    ops::SessionState state;
+    state.cache = &cpuCache;
+    state.collectives = ranks > 1 ? &group : nullptr;
+    Status cpu = ops::compute("tfm.attention", attrs,
+                              {&qRef, &kRef, &vRef, &maskRef, nullptr, nullptr, nullptr},
+                              {&outRef}, &state);
+    ASSERT_TRUE(cpu.isOk()) << cpu.message();
+
+    EmulatedStep gpu(kernels, 2, attrs);
+    gpu.rank_ = static_cast<int>(rank);
+    gpu.cache = DeviceKvLayer{DType::F32, B, KH, capacity, D, addressOf(gpuKeys.data()),
+                              addressOf(gpuValues.data())};
+    gpu.lengths[0] = step;  // the decoder's: past, total, mask width
+    gpu.lengths[1] = gpu.lengths[2] = step + 1;
+    gpu.inputs = {DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(q.data())},
+                  DeviceTensor{DType::F32, {B, newKeys, keyHeads * D}, addressOf(k.data())},
+                  DeviceTensor{DType::F32, {B, newKeys, keyHeads * D}, addressOf(v.data())},
+                  DeviceTensor{DType::I64, {B, T}, addressOf(mask.data())},
+                  std::nullopt,
+                  std::nullopt,
+                  std::nullopt};
+    std::vector<float> actual(B * H * D, nan);
+    gpu.outputs.push_back(DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(actual.data())});
+    std::vector<GpuOpInfo> launchers;
+    addAttentionGpuOps(launchers);
+    Status run = launchers.at(0).run(gpu);
+    ASSERT_TRUE(run.isOk()) << run.message();
+    // Prefill places the encoder's keys and copies the query; a decode step only copies.
+    EXPECT_EQ(gpu.launches[0], step == 0 ? 2 : 1) << "step " << step;
+    EXPECT_EQ(gpu.launches[1], 1) << "step " << step;
+    float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");
+    std::printf("cached cross, step %d, rank %lld of %lld: max abs error %.3g\n", step,
+                static_cast<long long>(rank), static_cast<long long>(ranks), worst);
+  }
+  // The cache holds the keys prefill wrote, as the CPU's does.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < KH; ++h) {
+      const int64_t at = (b * KH + h) * capacity * D;
+      expectClose(&gpuKeys[at], &cpuKeys[at], T * D, "cached keys");
+      expectClose(&gpuValues[at], &cpuValues[at], T * D, "cached values");
+    }
+  // A graph would replay the first request's encoder length: the launcher refuses to be
+  // captured (CudaSession captures no program with such a step).
+  EmulatedStep captured(kernels, 2, attrs);
+  captured.capturing_ = true;
+  captured.cache = DeviceKvLayer{DType::F32, B, KH, capacity, D, addressOf(gpuKeys.data()),
+                                 addressOf(gpuValues.data())};
+  std::vector<float> q(B * H * D, 0.5f), none, out(B * H * D);
+  captured.inputs = {DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(q.data())},
+                     DeviceTensor{DType::F32, {B, 0, KH * D}, addressOf(none.data())},
+                     DeviceTensor{DType::F32, {B, 0, KH * D}, addressOf(none.data())},
+                     DeviceTensor{DType::I64, {B, T}, addressOf(mask.data())},
+                     std::nullopt,
+                     std::nullopt,
+                     std::nullopt};
+  captured.outputs.push_back(DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(out.data())});
+  std::vector<GpuOpInfo> launchers;
+  addAttentionGpuOps(launchers);
+  Status refused = launchers.at(0).run(captured);
+  EXPECT_FALSE(refused.isOk());
+  EXPECT_EQ(captured.launches[0] + captured.launches[1], 0);
+}
+
+// T5's decoder in its session programs: a prefill of 3 tokens, then decode steps of one,
+// each with the bias [1, heads, new, past + new] its program computes, over the session's
+// cache and the device lengths, against the CPU kernel on a cache of its own.
+void checkSessionBias(int64_t rank, int64_t ranks) {
+  SCOPED_TRACE("t5 session bias, rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+  const KernelSet kernels = t5_session::kernels();
+  const int64_t B = 2, D = 16, heads = 4, capacity = 8;
+  const int64_t H = heads / ranks, KH = H;
+  std::mt19937 generator(53 + static_cast<unsigned>(rank));
+  ops::AttrMap attrs = attributesOf(Case{"", t5_session::kernels, true, true, B, 1, 1, heads, heads});
+  attrs["cache_layer"] = ops::Attr::ofInt(0);
+  addRankHeads(attrs, heads, heads, ranks);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> cpuKeys(B * KH * capacity * D, 0), cpuValues(cpuKeys.size(), 0);
+  std::vector<float> gpuKeys(cpuKeys.size(), nan), gpuValues(cpuKeys.size(), nan);
+  ops::KvCache cpuCache;
+  cpuCache.layers.push_back({DType::F32, B, KH, capacity, D, cpuKeys.data(), cpuValues.data()});
+  RankOnly group(static_cast<int>(rank), static_cast<int>(ranks));
+  std::uniform_real_distribution<float> spread(-3.0f, 3.0f);
+  int64_t past = 0;
+  for (int64_t fresh : {3, 1, 1}) {
+    const int64_t total = past + fresh;
+    std::vector<float> q = randomFloats(generator, B * fresh * H * D);
+    std::vector<float> k = randomFloats(generator, B * fresh * KH * D);
+    std::vector<float> v = randomFloats(generator, B * fresh * KH * D);
+    std::vector<int64_t> mask(B * total, 1);
+    mask[1 * total + 0] = 0;  // the second row left-padded by one
+    // Every head of the model (each rank reads its own), as the session program gives it.
+    std::vector<float> bias(heads * fresh * total);
+    for (float &value : bias)
+      value = spread(generator);
+    TensorRef qRef{DType::F32, {B, fresh, H * D}, q.data()};
+    TensorRef kRef{DType::F32, {B, fresh, KH * D}, k.data()};
+    TensorRef vRef{DType::F32, {B, fresh, KH * D}, v.data()};
+    TensorRef maskRef{DType::I64, {B, total}, mask.data()};
+    TensorRef biasRef{DType::F32, {1, heads, fresh, total}, bias.data()};
+    std::vector<float> expected(B * fresh * H * D);
+    TensorRef outRef{DType::F32, {B, fresh, H * D}, expected.data()};
+    ops::SessionState state;
+    state.cache = &cpuCache;
+    state.collectives = ranks > 1 ? &group : nullptr;
+    Status cpu = ops::compute("tfm.attention", attrs,
+                              {&qRef, &kRef, &vRef, &maskRef, nullptr, nullptr, nullptr, &biasRef},
+                              {&outRef}, &state);
+    ASSERT_TRUE(cpu.isOk()) << cpu.message();
+
+    EmulatedStep gpu(kernels, 2, attrs);
+    gpu.rank_ = static_cast<int>(rank);
+    gpu.cache = DeviceKvLayer{DType::F32, B, KH, capacity, D, addressOf(gpuKeys.data()),
+                              addressOf(gpuValues.data())};
+    gpu.lengths[0] = static_cast<int32_t>(past);
+    gpu.lengths[1] = gpu.lengths[2] = static_cast<int32_t>(total);
+    gpu.inputs = {DeviceTensor{DType::F32, {B, fresh, H * D}, addressOf(q.data())},
+                  DeviceTensor{DType::F32, {B, fresh, KH * D}, addressOf(k.data())},
+                  DeviceTensor{DType::F32, {B, fresh, KH * D}, addressOf(v.data())},
+                  DeviceTensor{DType::I64, {B, total}, addressOf(mask.data())},
+                  std::nullopt,
+                  std::nullopt,
+                  std::nullopt,
+                  DeviceTensor{DType::F32, {1, heads, fresh, total}, addressOf(bias.data())}};
+    std::vector<float> actual(B * fresh * H * D, nan);
+    gpu.outputs.push_back(DeviceTensor{DType::F32, {B, fresh, H * D}, addressOf(actual.data())});
+    std::vector<GpuOpInfo> launchers;
+    addAttentionGpuOps(launchers);
+    Status run = launchers.at(0).run(gpu);
+    ASSERT_TRUE(run.isOk()) << run.message();
+    EXPECT_EQ(gpu.launches[0], 1);  // the new keys into the cache, the queries out
+    EXPECT_EQ(gpu.launches[1], 1);  // the prefill kernel, for decode steps too
+    float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");
+    std::printf("t5 session, %lld new over %lld, rank %lld of %lld: max abs error %.3g\n",
+                static_cast<long long>(fresh), static_cast<long long>(total),
+                static_cast<long long>(rank), static_cast<long long>(ranks), worst);
+    past = total;
+  }
+}
+
+TEST(CrossAttentionEmulation, T5SessionStepsAddTheirBiasOverTheCache) { checkSessionBias(0, 1); }
+
+TEST(CrossAttentionEmulation, TensorParallelRankAddsItsHeadsOfTheSessionBias) {
+  checkSessionBias(1, 2);
+}
+
+TEST(CrossAttentionEmulation, SessionProgramsCacheTheEncodersKeysOnce) {
+  checkCachedCross(0, 1);
+}
+
+TEST(CrossAttentionEmulation, TensorParallelRankCachesItsHeadsOfTheEncodersKeys) {
+  checkCachedCross(1, 2);
 }
 
 } // namespace

@@ -144,8 +144,12 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
   DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
-  int64_t packed = 0;
+  int64_t packed = 0, crossKeys = 0;
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "packed_qkv", 0, packed));
+  // An encoder-decoder's cross-attention in the session programs: the encoder's keys in a
+  // cache layer of their own, written by prefill (all of them) and read by decode (which
+  // adds none), under the encoder's padding mask.
+  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cross", 0, crossKeys));
   const int64_t D = h.headDim, H = h.heads, KH = h.kvHeads;
 
   const DeviceTensor *query = context.input(kQuery), *key = context.input(kKey),
@@ -171,7 +175,7 @@ Status runAttention(StepContext &context) {
   const Shape kvShape{B, SK, keyHeads * D};
   if (!packed && (key->shape != kvShape || value->shape != kvShape))
     return context.error("key and value must be [", B, ", ", SK, ", ", keyHeads * D, "]");
-  const bool cross = SK != S || allKvHeads;
+  const bool cross = SK != S || allKvHeads || crossKeys != 0;
   const DeviceTensor &out = context.output(0);
   if (out.dtype != DType::F32 || out.shape != Shape{B, S, H * D})
     return context.error("the output must be f32 [", B, ", ", S, ", ", H * D, "]");
@@ -186,11 +190,12 @@ Status runAttention(StepContext &context) {
   const DeviceTensor *positions =
       context.inputCount() > kPositions ? context.input(kPositions) : nullptr;
   const DeviceTensor *bias = context.inputCount() > kBias ? context.input(kBias) : nullptr;
-  if (cross && (causal || window > 0 || rotaryDim > 0 || pastKey || cacheLayer >= 0 ||
-                (allKvHeads && context.outputCount() != 1)))
+  if (cross && (causal || window > 0 || rotaryDim > 0 || pastKey ||
+                (cacheLayer >= 0 && !crossKeys) || (allKvHeads && context.outputCount() != 1)))
     return context.error(SK, " keys of ", allKvHeads ? "every head" : "another sequence",
                          " for ", S, " queries: a cross-attention has no causal mask, window, ",
-                         "rotary, past or cache", allKvHeads ? ", nor presents" : "");
+                         "rotary, past or cache (but the encoder's keys, `cross`)",
+                         allKvHeads ? ", nor presents" : "");
   if (!pastKey != !pastValue)
     return context.error("past key and past value must be given together");
   if (mask && !isPaddingMaskType(mask->dtype))
@@ -254,8 +259,29 @@ Status runAttention(StepContext &context) {
       return context.error("batch ", B, " does not fit the KV cache's ", layer->batch);
     if (!mask)
       return context.error("with the session's KV cache needs the padding mask");
-    if (bias)
-      return context.error("with the session's KV cache adds no bias");
+    keys = layer->key;
+    values = layer->value;
+    kvRows = layer->capacity;
+    kvHeadStride = kvRows * D;
+    kvBatchStride = KH * kvHeadStride;
+    rowsPerSequence = S;
+    if (crossKeys) {
+      // The encoder's keys: as many as its mask is wide, the SK new ones last (all of them
+      // in prefill, none in decode). The sequence lengths on the device are the decoder's
+      // tokens', so the kernels take these as I/O mode's arguments (lengths 0): known here,
+      // which a captured graph would not replay (CudaSession captures no program with one).
+      if (context.capturing())
+        return context.error("a cross-attention's cached keys cannot be captured in a graph");
+      // All of them at once, or none.
+      // A decode step's empty keys may be of every head (tp-shard leaves them whole).
+      if ((allKvHeads && SK != 0) || (SK != 0 && SK != mask->shape[1]) ||
+          mask->shape[1] > layer->capacity)
+        return context.error("the encoder's ", mask->shape[1], " keys (", SK,
+                             " new: all or none) do not fit KV cache layer ", cacheLayer,
+                             " of ", layer->capacity);
+      ioPast = mask->shape[1] - SK;
+      rowsPerSequence = std::max(S, SK);
+    } else {
     lengths = context.sequenceLengths();
     if (lengths == 0)
       return context.error("the session gave no sequence lengths for its KV cache");
@@ -270,12 +296,7 @@ Status runAttention(StepContext &context) {
                              " new tokens, a mask of width ", mask->shape[1],
                              " and a cache of ", layer->capacity);
     }
-    keys = layer->key;
-    values = layer->value;
-    kvRows = layer->capacity;
-    kvHeadStride = kvRows * D;
-    kvBatchStride = KH * kvHeadStride;
-    rowsPerSequence = S;
+    }
   } else {
     const int64_t outputs = static_cast<int64_t>(context.outputCount());
     if (outputs != 1 && outputs != 3)
@@ -325,7 +346,9 @@ Status runAttention(StepContext &context) {
   DevicePtr biasData = 0;
   if (bias) {
     const Shape &m = bias->shape;
-    const int64_t T = kvRows;
+    // Every attended position's: the mask's width with the session's cache (whose rows
+    // are its capacity), the presents' rows otherwise.
+    const int64_t T = sessionCache ? mask->shape[1] : kvRows;
     if (bias->dtype != DType::F32 || m.size() != 4 || (m[0] != 1 && m[0] != B) ||
         (m[1] != 1 && m[1] != H && m[1] != h.globalHeads) || m[2] != S || m[3] != T)
       return context.error("the bias must be f32 broadcasting to [", B, ", ", H, ", ", S,
@@ -382,17 +405,21 @@ Status runAttention(StepContext &context) {
   };
   // A decode step whose decode kernel rotates and caches its token itself (FUSED_ROTARY, in
   // plans since it exists) launches no attention_rotary.
-  const bool decodeStep = sessionCache && S == 1 && context.kernelCount() >= 4;
+  const bool decodeStep =
+      sessionCache && !crossKeys && !bias && S == 1 && context.kernelCount() >= 4;
   const bool fusedRotary =
       decodeStep && context.kernelConstant(kDecodeSlot, "FUSED_ROTARY", 0) == 1;
   if (fusedRotary) {
     // Nothing to place here: attention_decode does it.
   } else if (cross) {
-    // The keys of every head the inputs hold, then the queries.
-    DSRT_RETURN_IF_ERROR(place(SK, SK, 0, keyHeads, kvRows));
+    // The keys of every head the inputs hold (a cached cross-attention's decode step has
+    // none: prefill wrote them), then the queries, every row of both new.
+    ioPastArg = 0;
+    if (SK > 0)
+      DSRT_RETURN_IF_ERROR(place(SK, SK, 0, keyHeads, kvRows));
     DSRT_RETURN_IF_ERROR(place(S, S, H, 0, S));
-    ioPastArg = static_cast<int>(SK - S);
-    if (allKvHeads)
+    ioPastArg = static_cast<int>(ioPast + SK - S);
+    if (allKvHeads && !crossKeys)
       kvHeadOffset = 0;  // the kernel's KV head index is then the model's
   } else {
     DSRT_RETURN_IF_ERROR(place(rowsPerSequence, S, H, KH, kvRows));
