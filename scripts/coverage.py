@@ -70,15 +70,16 @@ def greedy(dsrun, dump, plan, model_dir, extra=()):
     reference = os.path.join(model_dir, "generation.json")
     if not os.path.exists(reference):
         return "n/a"
-    # Optimum's merged decoder has no position_ids input and was traced without them:
-    # left padding shifts its positions, so only prompts alone compare.
-    meta = json.load(open(os.path.join(model_dir, "meta.json")))
-    if meta.get("kind") == "merged":
-        extra = (*extra, "--alone-only")
     # --prefill compares the prefill program's logits of a decoder's prompt: only plans
     # with session programs, and not an encoder-decoder's (whose prefill takes the encoder's
     # output and the decoder's start token; its greedy ids come from it all the same).
     code, out = run([dump, plan])
+    # Optimum's merged decoder has no position_ids input and was traced without them: left
+    # padding shifts its positions, so only prompts alone compare, unless its session
+    # programs (which take position_ids) run.
+    meta = json.load(open(os.path.join(model_dir, "meta.json")))
+    if meta.get("kind") == "merged" and '"prefill"' not in out:
+        extra = (*extra, "--alone-only")
     prefill = ["--prefill"] if '"prefill"' in out and '"encode"' not in out else []
     code, out = run([sys.executable, os.path.join(MODELS, "check_generation.py"),
                      "--dsrun", dsrun, "--plan", plan, "--reference", reference, *prefill,

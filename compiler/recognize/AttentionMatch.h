@@ -248,9 +248,12 @@ struct ImpliedTable {
   Operation *lookup;
   int64_t offset;
 };
-// The lookups at implied positions, for a probe holding `cached` tokens before the new ones.
+// The lookups at implied positions, for a probe holding `cached` tokens before the new ones;
+// none whose positions read the length of one of `skipLengthsOf` (a merged decoder's past
+// inputs, when probing its branch without a cache).
 SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const ProbeEvaluator &probe,
-                                                   int64_t cached);
+                                                   int64_t cached,
+                                                   ArrayRef<Value> skipLengthsOf = {});
 // The tables' indices become the implied positions (plus the offset), which the session
 // programs take as their position_ids input.
 void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables, Value mask);

@@ -262,17 +262,20 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
 
 
 SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const ProbeEvaluator &probe,
-                                                   int64_t cached) {
+                                                   int64_t cached,
+                                                   ArrayRef<Value> skipLengthsOf) {
   SmallVector<ImpliedTable> tables;
   func.walk([&](Operation *op) {
     Value indices;
     if (auto embedding = dyn_cast<tfm::EmbeddingOp>(op)) {
       indices = embedding.getIds();
     } else if (auto gather = dyn_cast<onnx::GatherOp>(op)) {
-      // A constant table (sinusoids) read at one row of positions.
-      auto type = dyn_cast<RankedTensorType>(gather.getIndices().getType());
+      // A table [rows, features] (sinusoids, or a learned one before layer recognition made
+      // it an embedding) read at one row of positions, or at [1 or batch, new] of them (the
+      // probe's shapes say which; the importer may not have typed them).
+      auto type = dyn_cast<RankedTensorType>(gather.getData().getType());
       Operation *table = gather.getData().getDefiningOp();
-      if (gather.getAxis() != 0 || !type || type.getRank() != 1 || !table ||
+      if (gather.getAxis() != 0 || !type || type.getRank() != 2 || !table ||
           !(isa<tfm::WeightOp, onnx::WeightOp>(table) ||
             matchPattern(gather.getData(), m_Constant())))
         return;
@@ -280,8 +283,12 @@ SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const Prob
     } else {
       return;
     }
-    if (isa<BlockArgument>(indices) || !computedFromLengthsAlone(indices))
+    SmallVector<Operation *> lengthReads;
+    if (isa<BlockArgument>(indices) || !computedFromLengthsAlone(indices, &lengthReads))
       return;
+    for (Operation *read : lengthReads)
+      if (llvm::is_contained(skipLengthsOf, read->getOperand(0)))
+        return;
     const Info *info = probe.lookup(indices);
     if (!info || !info->value)
       return;
@@ -327,12 +334,13 @@ void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables
           builder, loc, scalar, DenseElementsAttr::get(scalar, ArrayRef<int64_t>{table.offset}));
       positions = onnx::AddOp::create(builder, loc, positions.getType(), positions, offset);
     }
+    // The features: the table's second dimension.
     unsigned operand = isa<tfm::EmbeddingOp>(lookup) ? 0 : 1;
+    auto tableType = cast<RankedTensorType>(lookup->getOperand(1 - operand).getType());
     lookup->setOperand(operand, positions);
-    auto type = cast<RankedTensorType>(lookup->getResult(0).getType());
     lookup->getResult(0).setType(RankedTensorType::get(
-        {ShapedType::kDynamic, ShapedType::kDynamic, type.getDimSize(type.getRank() - 1)},
-        type.getElementType()));
+        {ShapedType::kDynamic, ShapedType::kDynamic, tableType.getDimSize(1)},
+        tableType.getElementType()));
   }
 }
 

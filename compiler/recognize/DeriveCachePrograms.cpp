@@ -124,6 +124,9 @@ std::optional<SmallVector<OpOperand *>> maskPositionEmbeddings(func::FuncOp func
       Operation *user = use.getOwner();
       if (isa<tfm::AttentionOp>(user) && use.getOperandNumber() == 3)
         continue;
+      // Its width (implied positions: past + t) is what the session's mask has too.
+      if (isa<onnx::ShapeOp, onnx::SizeOp>(user))
+        continue;
       if (!seen.insert(user).second)
         continue;
       auto gather = dyn_cast<onnx::GatherOp>(user);
@@ -217,6 +220,41 @@ void takePositionsAsInput(func::FuncOp func) {
     op->getResult(0).replaceAllUsesWith(func.getArgument(index));
 }
 
+// Whether `read` (a Shape) reads dimensions of [batch, tokens] of the token ids or of a
+// value computed from them (optimum's T5 measures its query projection [batch, tokens,
+// features]): the token axis of the decoder's own sequence, never the encoder's, whose
+// values do not depend on the ids.
+bool readsTokenAxis(Operation *read, BlockArgument ids) {
+  auto shape = dyn_cast<onnx::ShapeOp>(read);
+  auto type = shape ? dyn_cast<RankedTensorType>(shape.getData().getType()) : RankedTensorType();
+  if (!shape || !ids || !type || type.getRank() < 2)
+    return false;
+  const int64_t rank = type.getRank();
+  int64_t start = shape.getStart() ? *shape.getStart() : 0;
+  int64_t end = shape.getEnd() ? *shape.getEnd() : rank;
+  start = start < 0 ? start + rank : start;
+  end = end < 0 ? end + rank : end;
+  if (start < 0 || end > 2 || start >= end)
+    return false;
+  // Batch and tokens are dynamic; a static dimension there (heads first) is something else.
+  for (int64_t d = start; d < end; ++d)
+    if (!type.isDynamicDim(d))
+      return false;
+  SmallVector<Value> work = {shape.getData()};
+  llvm::DenseSet<Operation *> seen;
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    if (value == ids)
+      return true;
+    Operation *def = value.getDefiningOp();
+    if (!def || !seen.insert(def).second)
+      continue;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
+
 // A bias computed from lengths alone (T5's relative positions) was traced for the export's
 // tokens, which are all new: its queries and keys are positions 0 .. S-1 of the token ids.
 // `idsReads` receives its Shape reads of the ids (S); empty, or the reason it cannot be
@@ -239,12 +277,12 @@ std::string biasLengthReads(func::FuncOp func, Value bias,
   }
   for (Operation *read : reads) {
     Value of = read->getOperand(0);
-    if (isa<onnx::ShapeOp>(read) && of == ids) {
+    if (Operation *def = of.getDefiningOp(); def && slice.contains(def))
+      continue;
+    if (readsTokenAxis(read, ids)) {
       idsReads.push_back(read);
       continue;
     }
-    if (Operation *def = of.getDefiningOp(); def && slice.contains(def))
-      continue;
     return "an attention's bias reads the length of something other than the token ids";
   }
   if (idsReads.empty())
@@ -284,10 +322,15 @@ LogicalResult biasAtSessionPositions(func::FuncOp func, std::string &why) {
         work.push_back(operand);
     }
     for (Operation *read : idsReads) {
+      // The same dimensions of the mask [batch, past + tokens] (readsTokenAxis: within 0..2).
       auto shape = cast<onnx::ShapeOp>(read);
       OpBuilder builder(read);
+      auto rank = cast<RankedTensorType>(shape.getData().getType()).getRank();
+      int64_t start = shape.getStart() ? *shape.getStart() : 0;
+      int64_t end = shape.getEnd() ? *shape.getEnd() : rank;
       Value total = onnx::ShapeOp::create(builder, read->getLoc(), shape.getType(), mask,
-                                          shape.getStartAttr(), shape.getEndAttr());
+                                          builder.getI64IntegerAttr(start < 0 ? start + rank : start),
+                                          builder.getI64IntegerAttr(end < 0 ? end + rank : end));
       shape.getResult().replaceUsesWithIf(total, [&](OpOperand &use) {
         return slice.contains(use.getOwner());
       });
@@ -643,8 +686,12 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     return failure();
   }
   llvm::BitVector dropArgs(derived.getNumArguments());
-  if (BlockArgument states = crossStatesArgument(derived); states && states.use_empty())
-    dropArgs.set(states.getArgNumber());
+  // What nothing reads leaves the interface: a decode step's encoder output, and the past
+  // inputs and use_cache_branch of optimum's merged decoder, derived from its branch
+  // without a cache.
+  for (BlockArgument argument : derived.getArguments())
+    if (argument.use_empty())
+      dropArgs.set(argument.getArgNumber());
   for (BlockArgument argument : derived.getArguments()) {
     bool isPast = llvm::any_of(pastInputs, [&](Value past) {
       auto pastArg = dyn_cast<BlockArgument>(past);
@@ -683,6 +730,43 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   return derived;
 }
 
+// Optimum's merged decoder runs one of two branches (an onnx.If on its use_cache_branch
+// input): with the export's cache, or without one for the first step. The session programs
+// come from the branch without a cache, as from an export without one: a clone of @main
+// (detached, the caller erases it) with that branch in place of the If. Null when @main has
+// no such If.
+func::FuncOp withoutCacheBranch(func::FuncOp main) {
+  SmallVector<onnx::IfOp> ifs;
+  main.walk([&](onnx::IfOp op) { ifs.push_back(op); });
+  if (ifs.size() != 1 || ifs.front()->getParentOp() != main.getOperation() ||
+      !isa<BlockArgument>(ifs.front().getCond()))
+    return {};
+  // Which branch has attentions, none of them with past inputs, while the other's read them.
+  auto reads = [](Region &region, bool &any, bool &past) {
+    region.walk([&](tfm::AttentionOp op) {
+      any = true;
+      past |= !op.getPast().empty();
+    });
+  };
+  bool thenAny = false, thenPast = false, elseAny = false, elsePast = false;
+  reads(ifs.front().getThenBranch(), thenAny, thenPast);
+  reads(ifs.front().getElseBranch(), elseAny, elsePast);
+  int fresh = thenAny && !thenPast && elsePast ? 0 : elseAny && !elsePast && thenPast ? 1 : -1;
+  if (fresh < 0)
+    return {};
+  auto clone = cast<func::FuncOp>(main->clone());
+  onnx::IfOp branchOp;
+  clone.walk([&](onnx::IfOp op) { branchOp = op; });
+  Block &branch = (fresh == 0 ? branchOp.getThenBranch() : branchOp.getElseBranch()).front();
+  Operation *yield = branch.getTerminator();
+  SmallVector<Value> results(yield->getOperands());
+  branchOp->getBlock()->getOperations().splice(branchOp->getIterator(), branch.getOperations(),
+                                                branch.begin(), yield->getIterator());
+  branchOp->replaceAllUsesWith(results);
+  branchOp->erase();
+  return clone;
+}
+
 struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgramsPass> {
   using DeriveCacheProgramsBase::DeriveCacheProgramsBase;
   void runOnOperation() override {
@@ -691,11 +775,13 @@ struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgra
     if (!main || module.lookupSymbol("prefill") || module.lookupSymbol("decode"))
       return;
     int64_t logitsIndex = -1;
-    std::string why = whyNotDecoder(main, logitsIndex);
+    func::FuncOp merged = withoutCacheBranch(main);
+    func::FuncOp basis = merged ? merged : main;
+    std::string why = whyNotDecoder(basis, logitsIndex);
     if (why.empty()) {
       SmallVector<func::FuncOp> derived;
       for (llvm::StringRef name : {"prefill", "decode"}) {
-        FailureOr<func::FuncOp> program = deriveSessionProgram(main, name, logitsIndex, why);
+        FailureOr<func::FuncOp> program = deriveSessionProgram(basis, name, logitsIndex, why);
         if (failed(program))
           break;
         derived.push_back(*program);
@@ -711,6 +797,8 @@ struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgra
           program.erase();
       }
     }
+    if (merged)
+      merged.erase();
     if (!why.empty() && report)
       main.emitRemark() << "no prefill/decode programs: " << why;
     // The export's own interfaces (`forward`, an encoder-decoder's `encode`) keep the

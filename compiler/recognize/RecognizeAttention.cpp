@@ -63,9 +63,25 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     // whose own padding mask then says where positions start (an optimum decoder without
     // one, whose only mask is the encoder's, counts them from its past's shape: those stay
     // as they are); none in an export without a cache.
-    const bool hasPast = InputDims::of(func).hasPast();
+    const InputDims inputDims = InputDims::of(func);
+    const bool hasPast = inputDims.hasPast();
     if (past == kProbePast && !positionIds && (attentionMask || !hasPast))
       impliedTables = tablesAtImpliedPositions(func, probe, hasPast ? past : 0);
+    if (!positionIds && hasPast) {
+      // Optimum's merged decoder also has a branch without a cache (its first step, which
+      // one of the probes runs), whose positions count the new tokens alone: lookups that
+      // read the length of no past input, nor of the mask, are at 0 + t + offset.
+      SmallVector<Value> otherLengths;
+      for (BlockArgument argument : func.getArguments())
+        if (inputDims.kindOf(argument.getArgNumber()) == InputKind::PastKV)
+          otherLengths.push_back(argument);
+      if (attentionMask)
+        otherLengths.push_back(attentionMask);
+      for (const ImpliedTable &table : tablesAtImpliedPositions(func, probe, 0, otherLengths))
+        if (llvm::none_of(impliedTables,
+                          [&](const ImpliedTable &known) { return known.lookup == table.lookup; }))
+          impliedTables.push_back(table);
+    }
     SmallVector<Operation *> unreached;
     maskArgument = attentionMask;
     for (Operation *softmax : pending) {
