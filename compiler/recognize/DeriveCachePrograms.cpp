@@ -12,6 +12,8 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <limits>
 #include <optional>
 
@@ -69,10 +71,29 @@ BlockArgument crossStatesArgument(func::FuncOp func) {
   return {};
 }
 
+// The encoder's padding mask: a [batch, tokens] argument as long as the encoder's output
+// (the same dimension name), beside it.
+bool isEncoderMask(Value value) {
+  auto mask = dyn_cast_or_null<BlockArgument>(value);
+  auto func = mask ? dyn_cast<func::FuncOp>(mask.getOwner()->getParentOp()) : func::FuncOp();
+  BlockArgument states = func ? crossStatesArgument(func) : BlockArgument();
+  if (!states)
+    return false;
+  auto maskDims = func.getArgAttrOfType<ArrayAttr>(mask.getArgNumber(), "onnx.dims");
+  auto stateDims = func.getArgAttrOfType<ArrayAttr>(states.getArgNumber(), "onnx.dims");
+  if (!maskDims || !stateDims || maskDims.size() != 2 || stateDims.size() != 3)
+    return false;
+  auto length = cast<StringAttr>(maskDims[1]).getValue();
+  return !length.empty() && length == cast<StringAttr>(stateDims[1]).getValue();
+}
+
 // Whether `attention` attends to the keys of another sequence: its keys are computed from
 // the encoder's output, not through another attention (every layer after the first reads
-// the encoder's output through the residual stream).
+// the encoder's output through the residual stream), or, in optimum's branch with a cache,
+// read from the cached ones under the encoder's mask.
 bool isCrossAttention(tfm::AttentionOp attention) {
+  if (isEncoderMask(attention.getMask()))
+    return true;
   SmallVector<Value> work = {attention.getKey()};
   llvm::DenseSet<Operation *> seen;
   while (!work.empty()) {
@@ -366,8 +387,10 @@ LogicalResult biasAtSessionPositions(func::FuncOp func, std::string &why) {
   return success();
 }
 
-// Empty when @main is a decoder whose every attention can use the session cache.
-std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
+// Empty when @main is a decoder whose every attention can use the session cache, for the
+// `decode` program or the prefill one (whose first step has nothing cached: a bias traced
+// for the new tokens alone is right there).
+std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex, bool decode) {
   int64_t attentions = 0;
   std::string why;
   main.walk([&](Operation *op) {
@@ -404,16 +427,23 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex) {
     }
     // An export of the ids alone (no mask, nothing cached) attends every token it is given:
     // its session programs take a mask of their own (addPaddingMask).
-    bool idsAlone = !attention.getMask() && attention.getPast().empty() &&
-                    !paddingMaskArgument(main);
+    // Optimum's T5 decoder takes no mask of its own even with its cache; the session's
+    // programs get one too.
+    bool idsAlone = !attention.getMask() && !paddingMaskArgument(main);
     // A bias (T5's relative positions) must be one that a cached step can compute for its
     // positions (biasAtSessionPositions).
     SmallVector<Operation *> biasReads;
     if (!attention.getCausal())
       why = "an attention is not causal";
-    else if (attention.getBias() && !attention.getPast().empty())
-      why = "an attention with past inputs adds a bias computed in the graph";
-    else if (attention.getBias() &&
+    // With past inputs the bias follows their length (replacePastShapes gives it the
+    // session's); without, the token count's (biasAtSessionPositions).
+    else if (attention.getBias() && !attention.getPast().empty() &&
+             !computedFromLengthsAlone(attention.getBias()))
+      why = "an attention adds a bias computed from values, not from lengths alone";
+    else if (attention.getBias() && attention.getPast().empty() &&
+             !computedFromLengthsAlone(attention.getBias()))
+      why = "an attention adds a bias computed from values, not from lengths alone";
+    else if (decode && attention.getBias() && attention.getPast().empty() &&
              !(why = biasLengthReads(main, attention.getBias(), biasReads)).empty())
       ;
     else if (idsAlone)
@@ -661,6 +691,8 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     toSessionMode(op);
   }
   eraseDeadOps(derived);
+  // The past's shape reads become the mask's width less the new tokens': the mask first.
+  addPaddingMask(derived);
   if (failed(replacePastShapes(derived, pastInputs, why))) {
     derived.erase();
     return failure();
@@ -669,8 +701,7 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     derived.erase();
     return failure();
   }
-  addPaddingMask(derived);
-  if (failed(biasAtSessionPositions(derived, why))) {
+  if (name == "decode" && pastInputs.empty() && failed(biasAtSessionPositions(derived, why))) {
     derived.erase();
     return failure();
   }
@@ -732,10 +763,12 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
 
 // Optimum's merged decoder runs one of two branches (an onnx.If on its use_cache_branch
 // input): with the export's cache, or without one for the first step. The session programs
-// come from the branch without a cache, as from an export without one: a clone of @main
-// (detached, the caller erases it) with that branch in place of the If. Null when @main has
-// no such If.
-func::FuncOp withoutCacheBranch(func::FuncOp main) {
+// come from the branch without a cache, as from an export without one, and where that
+// cannot give a decode step (T5's bias reads the shape of a mask the branch builds for its
+// own tokens) decode comes from the branch with the cache, as from an export with one: a
+// clone of @main (detached, the caller erases it) with the chosen branch in place of the
+// If. Null when @main has no such If.
+func::FuncOp withCacheBranch(func::FuncOp main, bool cached) {
   SmallVector<onnx::IfOp> ifs;
   main.walk([&](onnx::IfOp op) { ifs.push_back(op); });
   if (ifs.size() != 1 || ifs.front()->getParentOp() != main.getOperation() ||
@@ -757,7 +790,8 @@ func::FuncOp withoutCacheBranch(func::FuncOp main) {
   auto clone = cast<func::FuncOp>(main->clone());
   onnx::IfOp branchOp;
   clone.walk([&](onnx::IfOp op) { branchOp = op; });
-  Block &branch = (fresh == 0 ? branchOp.getThenBranch() : branchOp.getElseBranch()).front();
+  const bool takeThen = (fresh == 0) != cached;
+  Block &branch = (takeThen ? branchOp.getThenBranch() : branchOp.getElseBranch()).front();
   Operation *yield = branch.getTerminator();
   SmallVector<Value> results(yield->getOperands());
   branchOp->getBlock()->getOperations().splice(branchOp->getIterator(), branch.getOperations(),
@@ -767,6 +801,21 @@ func::FuncOp withoutCacheBranch(func::FuncOp main) {
   return clone;
 }
 
+// Whether two session programs use each cache layer for one attention of the same form
+// (heads, head size, self or cross), as a request's prefill and decode steps share them.
+bool sameCacheLayers(func::FuncOp prefill, func::FuncOp decode) {
+  auto layers = [](func::FuncOp func) {
+    std::map<int64_t, std::tuple<int64_t, int64_t, bool>> byLayer;
+    func.walk([&](tfm::AttentionOp op) {
+      if (op.getCacheLayer())
+        byLayer[*op.getCacheLayer()] = {op.getNumKvHeads(), op.getHeadDim(),
+                                        op->hasAttr("tfm.cross_keys")};
+    });
+    return byLayer;
+  };
+  return layers(prefill) == layers(decode);
+}
+
 struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgramsPass> {
   using DeriveCacheProgramsBase::DeriveCacheProgramsBase;
   void runOnOperation() override {
@@ -774,31 +823,52 @@ struct DeriveCacheProgramsPass : impl::DeriveCacheProgramsBase<DeriveCacheProgra
     auto main = module.lookupSymbol<func::FuncOp>("main");
     if (!main || module.lookupSymbol("prefill") || module.lookupSymbol("decode"))
       return;
-    int64_t logitsIndex = -1;
-    func::FuncOp merged = withoutCacheBranch(main);
-    func::FuncOp basis = merged ? merged : main;
-    std::string why = whyNotDecoder(basis, logitsIndex);
-    if (why.empty()) {
-      SmallVector<func::FuncOp> derived;
-      for (llvm::StringRef name : {"prefill", "decode"}) {
-        FailureOr<func::FuncOp> program = deriveSessionProgram(basis, name, logitsIndex, why);
-        if (failed(program))
+    // Where each program may come from, in order: @main, or a merged decoder's branches.
+    func::FuncOp fresh = withCacheBranch(main, /*cached=*/false);
+    func::FuncOp cached = fresh ? withCacheBranch(main, /*cached=*/true) : func::FuncOp();
+    std::string why;
+    SmallVector<func::FuncOp> derived;
+    for (llvm::StringRef name : {"prefill", "decode"}) {
+      SmallVector<func::FuncOp> bases = {fresh ? fresh : main};
+      if (name == "decode" && cached)
+        bases.push_back(cached);
+      std::string first;
+      for (func::FuncOp basis : bases) {
+        int64_t logitsIndex = -1;
+        why = whyNotDecoder(basis, logitsIndex, name == "decode");
+        FailureOr<func::FuncOp> program =
+            why.empty() ? deriveSessionProgram(basis, name, logitsIndex, why)
+                        : FailureOr<func::FuncOp>(failure());
+        if (succeeded(program)) {
+          derived.push_back(*program);
+          why.clear();
           break;
-        derived.push_back(*program);
+        }
+        if (first.empty())
+          first = why;
       }
-      if (derived.size() == 2) {
-        // After @main, in program order.
-        OpBuilder builder(module.getContext());
-        builder.setInsertionPointAfter(main);
-        for (func::FuncOp program : derived)
-          builder.insert(program);
-      } else {
-        for (func::FuncOp program : derived)
-          program.erase();
+      if (derived.size() != (name == "prefill" ? 1u : 2u)) {
+        why = first;
+        break;
       }
     }
-    if (merged)
-      merged.erase();
+    // Prefill and decode share the session's cache: each layer the same in both.
+    if (derived.size() == 2 && !sameCacheLayers(derived[0], derived[1]))
+      why = "prefill and decode would use the session's cache layers differently";
+    if (derived.size() == 2 && why.empty()) {
+      // After @main, in program order.
+      OpBuilder builder(module.getContext());
+      builder.setInsertionPointAfter(main);
+      for (func::FuncOp program : derived)
+        builder.insert(program);
+    } else {
+      for (func::FuncOp program : derived)
+        program.erase();
+    }
+    if (fresh)
+      fresh.erase();
+    if (cached)
+      cached.erase();
     if (!why.empty() && report)
       main.emitRemark() << "no prefill/decode programs: " << why;
     // The export's own interfaces (`forward`, an encoder-decoder's `encode`) keep the

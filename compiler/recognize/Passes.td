@@ -82,8 +82,11 @@ def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
     prefill writes the encoder's keys there once, and in @decode its keys and values are
     an empty [batch, 0, features], so that decode neither takes the encoder's output nor
     reads the cross-attention's key and value weights. A bias computed from the token
-    count alone (T5's relative positions) is computed for the mask's width and its last
-    `new` query rows kept. See docs/transformer-ops.md, "Programs".
+    count alone (T5's relative positions) is computed, in @decode, for the mask's width
+    and its last `new` query rows kept. Optimum's merged decoder (an onnx.If on
+    use_cache_branch) gives @prefill from its branch without a cache and @decode from
+    that branch, or where it cannot, from the branch with the cache. See
+    docs/transformer-ops.md, "Programs".
   }];
   let options = [
     Option<"report", "report", "bool", "false",
