@@ -55,6 +55,8 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
 std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex, bool decode) {
   int64_t attentions = 0;
   std::string why;
+  // Once: finding it walks every attention.
+  const BlockArgument paddingMask = paddingMaskArgument(main);
   main.walk([&](Operation *op) {
     if (!why.empty())
       return;
@@ -91,7 +93,7 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex, bool decode) 
     // its session programs take a mask of their own (addPaddingMask).
     // Optimum's T5 decoder takes no mask of its own even with its cache; the session's
     // programs get one too.
-    bool idsAlone = !attention.getMask() && !paddingMaskArgument(main);
+    bool idsAlone = !attention.getMask() && !paddingMask;
     // A bias (T5's relative positions) must be one that a cached step can compute for its
     // positions (biasAtSessionPositions).
     SmallVector<Operation *> biasReads;
@@ -110,7 +112,7 @@ std::string whyNotDecoder(func::FuncOp main, int64_t &logitsIndex, bool decode) 
       ;
     else if (idsAlone)
       ;
-    else if (!mask || mask != paddingMaskArgument(main))
+    else if (!mask || mask != paddingMask)
       why = "an attention has no padding mask of its tokens (the session cache needs it to "
             "know how many tokens it holds)";
     else if (!attention.getCacheLayer())
@@ -184,7 +186,7 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   }
   takePositionsAsInput(derived);
   if (name == "decode")
-    readNoEncoderStates(derived);
+    emptyCrossKeys(derived);
   eraseDeadOps(derived);
   llvm::BitVector dropResults(derived.getNumResults(), true);
   dropResults.reset(logitsIndex);
@@ -222,16 +224,14 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   }
   // With the session cache the padding mask covers the cached and the new tokens, even
   // where the export (without a cache) named its width like the new tokens'.
-  for (BlockArgument argument : derived.getArguments()) {
-    if (argument != paddingMaskArgument(derived))
-      continue;
+  if (BlockArgument argument = paddingMaskArgument(derived)) {
     auto dims = derived.getArgAttrOfType<ArrayAttr>(argument.getArgNumber(), "onnx.dims");
-    if (!dims || dims.size() != 2)
-      continue;
-    Builder builder(derived.getContext());
-    derived.setArgAttr(argument.getArgNumber(), "onnx.dims",
-                       builder.getStrArrayAttr(
-                           {cast<StringAttr>(dims[0]).getValue(), "past_sequence + sequence"}));
+    if (dims && dims.size() == 2) {
+      Builder builder(derived.getContext());
+      derived.setArgAttr(argument.getArgNumber(), "onnx.dims",
+                         builder.getStrArrayAttr(
+                             {cast<StringAttr>(dims[0]).getValue(), "past_sequence + sequence"}));
+    }
   }
   if (name == "prefill")
     lastPositionLogits(derived);

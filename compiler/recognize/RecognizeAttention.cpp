@@ -49,6 +49,8 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   SmallVector<ImpliedTable> impliedTables;
   Value maskArgument;
   SmallVector<Operation *> pending = softmaxes;
+  const InputDims inputDims = InputDims::of(func);
+  const bool hasPast = inputDims.hasPast();
   for (int64_t past : {kProbePast, int64_t(0)}) {
     ProbeEvaluator probe(weights);
     Value attentionMask, positionIds, crossMask;
@@ -63,8 +65,6 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     // whose own padding mask then says where positions start (an optimum decoder without
     // one, whose only mask is the encoder's, counts them from its past's shape: those stay
     // as they are); none in an export without a cache.
-    const InputDims inputDims = InputDims::of(func);
-    const bool hasPast = inputDims.hasPast();
     if (past == kProbePast && !positionIds && (attentionMask || !hasPast))
       impliedTables = tablesAtImpliedPositions(func, probe, hasPast ? past : 0);
     if (!positionIds && hasPast) {

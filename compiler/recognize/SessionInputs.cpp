@@ -236,7 +236,7 @@ void addPaddingMask(func::FuncOp func) {
 // cache layers. Their keys and values become an empty [batch, 0, features] (their
 // projections, and the encoder's output that decode then does not take, are dead): a
 // decode step reads none of the cross-attentions' key and value weights.
-void readNoEncoderStates(func::FuncOp decode) {
+void emptyCrossKeys(func::FuncOp decode) {
   BlockArgument ids = tokenIdsArgument(decode);
   if (!ids)
     return;

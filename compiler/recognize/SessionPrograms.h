@@ -38,7 +38,7 @@ mlir::LogicalResult replacePastShapes(mlir::func::FuncOp func,
                                       const llvm::DenseSet<mlir::Value> &pastInputs,
                                       std::string &why);
 void addPaddingMask(mlir::func::FuncOp func);
-void readNoEncoderStates(mlir::func::FuncOp decode);
+void emptyCrossKeys(mlir::func::FuncOp decode);
 void lastPositionLogits(mlir::func::FuncOp prefill);
 
 // ---- SessionBias.cpp -----------------------------------------------------------------

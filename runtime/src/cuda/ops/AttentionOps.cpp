@@ -272,8 +272,8 @@ Status runAttention(StepContext &context) {
       // which a captured graph would not replay (CudaSession captures no program with one).
       if (context.capturing())
         return context.error("a cross-attention's cached keys cannot be captured in a graph");
-      // All of them at once, or none.
-      // A decode step's empty keys may be of every head (tp-shard leaves them whole).
+      // All of them at once, or none; a decode step's empty keys may be of every head
+      // (tp-shard leaves them whole).
       if ((allKvHeads && SK != 0) || (SK != 0 && SK != mask->shape[1]) ||
           mask->shape[1] > layer->capacity)
         return context.error("the encoder's ", mask->shape[1], " keys (", SK,
@@ -282,20 +282,20 @@ Status runAttention(StepContext &context) {
       ioPast = mask->shape[1] - SK;
       rowsPerSequence = std::max(S, SK);
     } else {
-    lengths = context.sequenceLengths();
-    if (lengths == 0)
-      return context.error("the session gave no sequence lengths for its KV cache");
-    if (!context.capturing()) {
-      // The device holds the same values; checking them here gives a message, not a
-      // kernel reading out of bounds.
-      const int32_t *host = context.hostSequenceLengths();
-      if (host && (host[kTotal] != host[kPast] + S || host[kTotal] > layer->capacity ||
-                   host[kMaskWidth] < host[kTotal] || host[kMaskWidth] != mask->shape[1]))
-        return context.error("sequence lengths {past ", host[kPast], ", total ", host[kTotal],
-                             ", mask width ", host[kMaskWidth], "} do not fit ", S,
-                             " new tokens, a mask of width ", mask->shape[1],
-                             " and a cache of ", layer->capacity);
-    }
+      lengths = context.sequenceLengths();
+      if (lengths == 0)
+        return context.error("the session gave no sequence lengths for its KV cache");
+      if (!context.capturing()) {
+        // The device holds the same values; checking them here gives a message, not a
+        // kernel reading out of bounds.
+        const int32_t *host = context.hostSequenceLengths();
+        if (host && (host[kTotal] != host[kPast] + S || host[kTotal] > layer->capacity ||
+                     host[kMaskWidth] < host[kTotal] || host[kMaskWidth] != mask->shape[1]))
+          return context.error("sequence lengths {past ", host[kPast], ", total ", host[kTotal],
+                               ", mask width ", host[kMaskWidth], "} do not fit ", S,
+                               " new tokens, a mask of width ", mask->shape[1],
+                               " and a cache of ", layer->capacity);
+      }
     }
   } else {
     const int64_t outputs = static_cast<int64_t>(context.outputCount());
