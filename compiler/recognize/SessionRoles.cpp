@@ -1,5 +1,6 @@
 // The roles of a decoder's inputs and attentions, found by use, not by name (SessionPrograms.h).
 #include "compiler/recognize/SessionPrograms.h"
+#include "compiler/lowering/SymbolicDims.h"
 
 using namespace mlir;
 
@@ -26,20 +27,16 @@ BlockArgument crossStatesArgument(func::FuncOp func) {
   return {};
 }
 
-// The encoder's padding mask: a [batch, tokens] argument as long as the encoder's output
-// (the same dimension name), beside it.
+// The encoder's padding mask: an integer [batch, tokens] argument as long as the encoder's
+// output, as the shape bounds and the attention probe size it (InputDims).
 static bool isEncoderMask(Value value) {
   auto mask = dyn_cast_or_null<BlockArgument>(value);
   auto func = mask ? dyn_cast<func::FuncOp>(mask.getOwner()->getParentOp()) : func::FuncOp();
-  BlockArgument states = func ? crossStatesArgument(func) : BlockArgument();
-  if (!states)
+  auto type = mask ? dyn_cast<RankedTensorType>(mask.getType()) : RankedTensorType();
+  if (!func || !type || type.getRank() != 2 || !type.getElementType().isInteger() ||
+      !crossStatesArgument(func))
     return false;
-  auto maskDims = func.getArgAttrOfType<ArrayAttr>(mask.getArgNumber(), "onnx.dims");
-  auto stateDims = func.getArgAttrOfType<ArrayAttr>(states.getArgNumber(), "onnx.dims");
-  if (!maskDims || !stateDims || maskDims.size() != 2 || stateDims.size() != 3)
-    return false;
-  auto length = cast<StringAttr>(maskDims[1]).getValue();
-  return !length.empty() && length == cast<StringAttr>(stateDims[1]).getValue();
+  return InputDims::of(func).readsSource(mask.getArgNumber());
 }
 
 // Whether `attention` attends to the keys of another sequence: its keys are computed from
