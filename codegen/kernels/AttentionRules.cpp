@@ -5,9 +5,11 @@
 //                        the attention reads them (the session's cache or the presents)
 //   1 attention_prefill  flash-style attention for any number of new tokens
 //   2 attention_decode   session cache only: split-KV attention for one new token, which
-//                        rotates and caches that token itself (FUSED_ROTARY): a decode step
-//                        launches 2 and 3 only
-//   3 attention_combine  session cache only: merges the decode kernel's splits
+//                        rotates and caches that token itself (FUSED_ROTARY) and merges its
+//                        splits in the last block of each (head, sequence) (FUSED_COMBINE):
+//                        a decode step launches it alone
+// (Plans from before FUSED_COMBINE have a slot 3, attention_combine, which merged the
+// splits in a second launch; the launcher still runs them.)
 // A cached cross-attention (`cross`, an encoder-decoder's session programs) has slots 0 and
 // 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
 // cached step with a bias.
@@ -240,11 +242,10 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     kernels.back().constants.push_back(
         {"ROTARY_INTERLEAVED", rotaryDim > 0 && interleaved ? 1 : 0});
     kernels.back().constants.push_back({"POS_DTYPE", positionType});
-    kernels.push_back({"attention_combine",
-                       {{"HEAD_DIM", headDim},
-                        {"SPLIT_KEYS", kDecodeSplitKeys},
-                        {"CAUSAL", causal ? 1 : 0},
-                        {"UNATTENDED_CAUSAL", unattendedCausal}}});
+    // The splits merged by the decode kernel's last block of each (head, sequence), not by
+    // a second kernel: last, so that a plan's kernels say which launches a decode step takes.
+    kernels.back().constants.push_back({"FUSED_COMBINE", 1});
+    kernels.back().constants.push_back({"UNATTENDED_CAUSAL", unattendedCausal});
     if (unattendedZero)
       kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
   }

@@ -85,6 +85,12 @@ void addAttentionKernelRules(std::vector<KernelRuleEntry> &rules);    // tfm.att
 // "" or "none"; -2 for anything else (the rule declines).
 int activationCode(const std::string &kind);
 
+// The rms_norm / layer_norm kernel (TransformerRules.cpp) of a norm over `hidden` features
+// with these weights (bias: layer norm only, may be null), with or without a residual: a
+// norm step's, and a linear's with a norm prologue (LinearRules.cpp).
+bool normKernel(const RuleInput &in, bool rms, int64_t hidden, const dsp::TensorT *scale,
+                const dsp::TensorT *bias, bool residual, KernelSpec &spec, std::string &reason);
+
 // The source of template `kind` (embedded in the binary at build time), or null.
 const char *kernelTemplateSource(const std::string &kind);
 // Every template kind there is, for tests.

@@ -11,6 +11,11 @@
 //   1 linear_epilogue      as above
 //   2 dequantize_int8      rows > 8: w^ = q * scale into scratch, in the scales' dtype
 //   3 convert_activations  f32 activations to the scales' dtype (f16/bf16 scales only)
+// A linear with a norm prologue (tfm.linear `norm`, dsc-fuse-norm-prologue) has one more,
+// last: rms_norm or layer_norm, the norm step's kernel, which normalises the input into
+// scratch where gemv does not do it in the rows it stages (more rows, or rows too long for
+// its shared memory). Its gemv has NORM (1 rms, 2 layer), NORM_SCALE_DT and NORM_BIAS_DT
+// (0: none).
 #include "codegen/kernels/KernelRules.h"
 
 namespace dsc::codegen {
@@ -19,7 +24,8 @@ namespace {
 using dsrt::DType;
 
 // Input positions of the fused tfm.linear (docs/transformer-ops.md).
-constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4;
+constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4,
+                 kNormScale = 5, kNormBias = 6;
 
 bool isStoredFloat(DType dtype) {
   return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
@@ -151,6 +157,24 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
     gemv.constants.push_back({"GATED", 1});
     epilogue.constants.push_back({"GATED", 1});
   }
+  // The norm prologue: gemv's constants (only where there is one, as GATED), and the norm
+  // kernel for the paths that normalise apart, last.
+  const std::string norm = isLinear ? in.stringAttr("norm", "") : "";
+  KernelSpec normSpec;
+  if (!norm.empty()) {
+    const dsp::TensorT *normScale = in.input(kNormScale), *normBias = in.input(kNormBias);
+    if ((norm != "rms" && norm != "layer") || !normScale || (normBias && norm != "layer")) {
+      reason = "the norm prologue '" + norm + "' is not an rms norm with a scale or a layer "
+               "norm with a scale and an optional bias";
+      return false;
+    }
+    if (!normKernel(in, norm == "rms", k, normScale, normBias, false, normSpec, reason))
+      return false;
+    gemv.constants.push_back({"NORM", norm == "rms" ? 1 : 2});
+    gemv.constants.push_back({"NORM_SCALE_DT", static_cast<int64_t>(in.deviceDType(*normScale))});
+    gemv.constants.push_back(
+        {"NORM_BIAS_DT", normBias ? static_cast<int64_t>(in.deviceDType(*normBias)) : 0});
+  }
   kernels.push_back(std::move(gemv));
   kernels.push_back(std::move(epilogue));
   // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the
@@ -161,6 +185,8 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
                        {{"SDT", static_cast<int64_t>(scaleType)}, {"GS", groupSize}}});
   if (gemmType != DType::F32)
     kernels.push_back({"convert_activations", {{"WT", static_cast<int64_t>(gemmType)}}});
+  if (!norm.empty())
+    kernels.push_back(std::move(normSpec));
   return true;
 }
 

@@ -78,6 +78,37 @@ bool embeddingRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   return true;
 }
 
+} // namespace
+
+bool normKernel(const RuleInput &in, bool rms, int64_t hidden, const dsp::TensorT *scale,
+                const dsp::TensorT *bias, bool residual, KernelSpec &spec, std::string &reason) {
+  if (hidden > kMaxNormHidden) {
+    reason = "the hidden size " + std::to_string(hidden) + " is above " +
+             std::to_string(kMaxNormHidden);
+    return false;
+  }
+  DType scaleType = in.deviceDType(*scale);
+  if (!isStoredFloat(scaleType)) {
+    reason = std::string("the scale is stored as ") + dsrt::dtypeName(scaleType);
+    return false;
+  }
+  spec = KernelSpec{rms ? "rms_norm" : "layer_norm",
+                    {{"HIDDEN", hidden}, {"SCALE_DT", static_cast<int64_t>(scaleType)}}};
+  if (!rms) {
+    DType biasType = bias ? in.deviceDType(*bias) : DType::Undefined;
+    if (bias && !isStoredFloat(biasType)) {
+      reason = std::string("the bias is stored as ") + dsrt::dtypeName(biasType);
+      return false;
+    }
+    spec.constants.push_back({"BIAS_DT", bias ? static_cast<int64_t>(biasType) : 0});
+  }
+  spec.constants.push_back({"RESIDUAL", residual ? 1 : 0});
+  spec.constants.push_back({"BLOCK", normBlock(hidden)});
+  return true;
+}
+
+namespace {
+
 // tfm.layer_norm (input, scale, bias?, residual?) and tfm.rms_norm (input, scale,
 // residual?): with a residual, output 1 is input + residual.
 bool normRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason,
@@ -96,34 +127,16 @@ bool normRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string
     reason = "the hidden size is dynamic";
     return false;
   }
-  if (hidden > kMaxNormHidden) {
-    reason = "the hidden size " + std::to_string(hidden) + " is above " +
-             std::to_string(kMaxNormHidden);
-    return false;
-  }
-  DType scaleType = in.deviceDType(*scale);
-  if (!isStoredFloat(scaleType)) {
-    reason = std::string("the scale is stored as ") + dsrt::dtypeName(scaleType);
-    return false;
-  }
   size_t residualIndex = rms ? 2 : 3;
   const dsp::TensorT *residual = in.input(residualIndex);
   if (residual && !requireF32(in, residual, "the residual", reason))
     return false;
   if (residual && in.output(1) && !requireF32(in, in.output(1), "the residual sum", reason))
     return false;
-  KernelSpec spec{rms ? "rms_norm" : "layer_norm", {{"HIDDEN", hidden}, {"SCALE_DT", static_cast<int64_t>(scaleType)}}};
-  if (!rms) {
-    const dsp::TensorT *bias = in.input(2);
-    DType biasType = bias ? in.deviceDType(*bias) : DType::Undefined;
-    if (bias && !isStoredFloat(biasType)) {
-      reason = std::string("the bias is stored as ") + dsrt::dtypeName(biasType);
-      return false;
-    }
-    spec.constants.push_back({"BIAS_DT", bias ? static_cast<int64_t>(biasType) : 0});
-  }
-  spec.constants.push_back({"RESIDUAL", residual ? 1 : 0});
-  spec.constants.push_back({"BLOCK", normBlock(hidden)});
+  KernelSpec spec;
+  if (!normKernel(in, rms, hidden, scale, rms ? nullptr : in.input(2), residual != nullptr, spec,
+                  reason))
+    return false;
   kernels.push_back(std::move(spec));
   return true;
 }

@@ -19,7 +19,23 @@
 // memory. No other block reads that row: the other splits end before it. The query, key
 // and value inputs are read at `query_stride` and `kv_stride` floats per token (a joined
 // projection's row width when they are packed).
+//
+// With FUSED_COMBINE (only with FUSED_ROTARY; then UNATTENDED_CAUSAL, and UNATTENDED_ZERO
+// where the step asks for it, as attention_combine's), a decode step is one launch: each
+// block counts its arrival in `arrivals` (one int per (head, sequence), zero before the
+// launch) after writing its partials, and the last block of each (head, sequence) merges
+// the splits into `out` and sets the count back to zero for the next launch or graph
+// replay. The launcher passes the step's output as both `query` and `out`.
 #include "dsc_common.cuh"
+
+#if defined(FUSED_COMBINE) && !defined(FUSED_ROTARY)
+#error "FUSED_COMBINE's parameters follow FUSED_ROTARY's"
+#endif
+#ifdef UNATTENDED_ZERO
+#define ATTENTION_DECODE_ZERO 1
+#else
+#define ATTENTION_DECODE_ZERO 0
+#endif
 
 #if SPLIT_KEYS % (WARPS * 32) != 0
 #error "SPLIT_KEYS must be a multiple of WARPS * 32"
@@ -84,6 +100,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      long long query_stride, long long kv_stride, const void *positions,
                      dsc_rotary_frequencies_of<ROTARY_DIM> frequencies
 #endif
+#ifdef FUSED_COMBINE
+                     ,
+                     float *out, int *arrivals
+#endif
     ) {
   __shared__ float query_row[HEAD_DIM];
   __shared__ float warp_max[WARPS], warp_sum[WARPS];
@@ -97,15 +117,28 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const int past = lengths[0], mask_width = lengths[2];
   const int total = min(lengths[1], kv_rows);
   const int split_begin = split * SPLIT_KEYS;
-  if (split_begin >= total)
-    return;  // the whole block: combine reads only the splits below total
-  const int split_end = min(total, split_begin + SPLIT_KEYS);
   const int position = past;  // the one new token
-  const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
   const int kv_head = (head_offset + head) / group - kv_head_offset;
   // Written only by FUSED_ROTARY's blocks that hold the new token's row.
   float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
   float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+#ifdef FUSED_COMBINE
+  const long long first_slot = (static_cast<long long>(sequence) * heads + head) * max_splits;
+  float *out_row = out + (static_cast<long long>(sequence) * heads + head) * HEAD_DIM;
+#endif
+  if (split_begin >= total) {
+#ifdef FUSED_COMBINE
+    // No block holds a key (nothing cached, no new token): the first still writes the
+    // output, as attention_combine does with no split.
+    if (split == 0)
+      dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO>(
+          out_row, partial_out, partial_max, partial_sum, first_slot, 0, value_base, total,
+          position);
+#endif
+    return;  // the whole block: the merge reads only the splits below total
+  }
+  const int split_end = min(total, split_begin + SPLIT_KEYS);
+  const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
 
 #ifdef FUSED_ROTARY
   __shared__ float fresh_key[HEAD_DIM], fresh_value[HEAD_DIM];
@@ -242,21 +275,44 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       partial_max[slot_index] = negative_infinity;
       partial_sum[slot_index] = 0.0f;
     }
-    return;
-  }
-  for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
-    float sum = 0.0f;
+  } else {
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
+      float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w)
-      sum += expf(warp_max[w] - split_max) * warp_out[w][feature];
-    partial_out[slot_index * HEAD_DIM + feature] = sum;
+      for (int w = 0; w < WARPS; ++w)
+        sum += expf(warp_max[w] - split_max) * warp_out[w][feature];
+      partial_out[slot_index * HEAD_DIM + feature] = sum;
+    }
+    if (threadIdx.x == 0) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w)
+        sum += expf(warp_max[w] - split_max) * warp_sum[w];
+      partial_max[slot_index] = split_max;
+      partial_sum[slot_index] = sum;
+    }
   }
+
+#ifdef FUSED_COMBINE
+  // The last block of this (head, sequence) to arrive merges every split (the
+  // threadFenceReduction pattern): each thread's partials are visible device-wide before
+  // its block arrives, and the merging block reads them past L1.
+  __shared__ int merges;
+  const int splits = min(max_splits, (total + SPLIT_KEYS - 1) / SPLIT_KEYS);
+  __threadfence();
+  __syncthreads();
   if (threadIdx.x == 0) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w)
-      sum += expf(warp_max[w] - split_max) * warp_sum[w];
-    partial_max[slot_index] = split_max;
-    partial_sum[slot_index] = sum;
+    int *count = arrivals + (static_cast<long long>(sequence) * heads + head);
+    merges = atomicAdd(count, 1) == splits - 1;
+    if (merges)
+      *count = 0;  // every other split has arrived: nobody else touches it this launch
   }
+  __syncthreads();
+  if (!merges)
+    return;
+  __threadfence();
+  dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO>(
+      out_row, partial_out, partial_max, partial_sum, first_slot, splits, value_base, total,
+      position);
+#endif
 }

@@ -210,4 +210,57 @@ dsc_rotary_feature(const float *head, int feature, float position,
   return head[feature];
 }
 
+// ---- split-KV attention ------------------------------------------------------------------
+
+// Merges a decode step's `splits` partial maxima, sums and unnormalised outputs (slots
+// [first_slot, first_slot + splits) of attention_decode's partials) into `out_row`, one
+// (head, sequence)'s output; a query with no key to attend gets the CPU reference's average
+// of the values (runtime/src/ops/Transformer.cpp), or zeros with UNATTENDED_ZERO (sdpa's NaN
+// guard). Every thread of the block calls it; the threads share the features. The partials
+// and values are read past L1 (__ldcg): in attention_decode's fused form other blocks
+// wrote them (the partials, and the new token's cache row) during this kernel, and only
+// the L2 is coherent between SMs.
+template <int HEAD_DIM_, int CAUSAL_, int UNATTENDED_CAUSAL_, int UNATTENDED_ZERO_>
+static __device__ __forceinline__ void
+dsc_attention_merge_splits(float *out_row, const float *partial_out, const float *partial_max,
+                           const float *partial_sum, long long first_slot, int splits,
+                           const float *value_base, int total, int position) {
+  float overall_max = __int_as_float(0xff800000);
+  for (int split = 0; split < splits; ++split)
+    overall_max = fmaxf(overall_max, __ldcg(partial_max + first_slot + split));
+
+  if (overall_max == __int_as_float(0xff800000)) {
+    if (UNATTENDED_ZERO_) {
+      for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x)
+        out_row[feature] = 0.0f;
+      return;
+    }
+    // No key to attend (a padding query): average the values of every key, or (GPT-Neo's
+    // doubled mask) of the causally visible ones, which for the one new token are all.
+    for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x) {
+      float sum = 0.0f;
+      int count = 0;
+      for (int key = 0; key < total; ++key)
+        if (!UNATTENDED_CAUSAL_ || !CAUSAL_ || key <= position) {
+          sum += __ldcg(value_base + static_cast<long long>(key) * HEAD_DIM_ + feature);
+          ++count;
+        }
+      out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
+    }
+    return;
+  }
+
+  float denominator = 0.0f;
+  for (int split = 0; split < splits; ++split)
+    denominator += expf(__ldcg(partial_max + first_slot + split) - overall_max) *
+                   __ldcg(partial_sum + first_slot + split);
+  for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x) {
+    float numerator = 0.0f;
+    for (int split = 0; split < splits; ++split)
+      numerator += expf(__ldcg(partial_max + first_slot + split) - overall_max) *
+                   __ldcg(partial_out + (first_slot + split) * HEAD_DIM_ + feature);
+    out_row[feature] = numerator / denominator;
+  }
+}
+
 #endif

@@ -25,6 +25,14 @@
 // whatever the run's k).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
 // of 32.
+//
+// NORM (1 rms, 2 layer; present only when set, with NORM_SCALE_DT and NORM_BIAS_DT, 0 for
+// no bias: tfm.linear's norm prologue): with `normalize` (and then 32 floats more of
+// dynamic shared memory, after the rows) the block normalises each staged row of x there
+// first, as rms_norm.cuh / layer_norm.cuh would (f32, two passes
+// for the layer norm's mean and variance), so the norm launches nothing. Only staged rows
+// are normalised here: otherwise the launcher runs the norm kernel into scratch first and
+// passes normalize 0.
 #include "dsc_common.cuh"
 
 #ifndef DSC_DT_I8
@@ -40,6 +48,16 @@
 // Only the kernels of gated linears have the constant (plans from before it keep theirs).
 #ifndef GATED
 #define GATED 0
+#endif
+
+#ifndef NORM
+#define NORM 0
+#endif
+#if NORM != 0 && !(defined(NORM_SCALE_DT) && defined(NORM_BIAS_DT))
+#error "gemv: a norm prologue needs NORM_SCALE_DT and NORM_BIAS_DT"
+#endif
+#if NORM < 0 || NORM > 2
+#error "gemv: NORM must be 0 (none), 1 (rms) or 2 (layer)"
 #endif
 
 #if WT == DSC_DT_I8 && !(SDT == DSC_DT_F32 || SDT == DSC_DT_F16 || SDT == DSC_DT_BF16)
@@ -236,12 +254,53 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
   }
 }
 
+#if NORM != 0
+#define GEMV_NORM_BIAS_LOAD_DT (NORM_BIAS_DT == 0 ? DSC_DT_F32 : NORM_BIAS_DT)
+
+// Each of the `rows` staged rows of k floats normalised in place, every thread of the block
+// taking the same features in each pass; `reduction` is 32 floats of shared memory (the
+// launcher's, after the rows: a kernel with dynamic shared memory declares no other).
+static __device__ __forceinline__ void gemv_normalize(float *xs, int rows, int k,
+                                                      const void *scale, const void *bias,
+                                                      float epsilon, float *reduction) {
+  for (int r = 0; r < rows; ++r) {
+    float *row = xs + r * k;
+    float mean = 0.0f;
+    if (NORM == 2) {
+      float sum = 0.0f;
+      for (int i = threadIdx.x; i < k; i += blockDim.x)
+        sum += row[i];
+      mean = dsc_block_sum(sum, reduction) / k;
+    }
+    float squares = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      const float d = row[i] - mean;
+      squares += d * d;
+    }
+    const float inverse = 1.0f / sqrtf(dsc_block_sum(squares, reduction) / k + epsilon);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      float value = (row[i] - mean) * inverse * dsc_load_float<NORM_SCALE_DT>(scale, i);
+      if (NORM_BIAS_DT != 0)
+        value += dsc_load_float<GEMV_NORM_BIAS_LOAD_DT>(bias, i);
+      row[i] = value;
+    }
+  }
+  __syncthreads();  // every row whole before any warp reads it
+}
+#endif
+
 // k: the in-feature count of this run (K, except on a rank of an uneven tensor-parallel
 // split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
 // whether the launcher gave rows * k * 4 bytes of dynamic shared memory.
 extern "C" __global__ void gemv(const float *x, const void *w, const void *scales,
                                 const void *bias, const float *residual, float *y, int rows,
-                                int n_out, int k, int staged) {
+                                int n_out, int k, int staged
+#if NORM != 0
+                                ,
+                                const void *norm_scale, const void *norm_bias,
+                                float norm_epsilon, int normalize
+#endif
+) {
   extern __shared__ GemvFloat4 gemv_shared[];
   float *shared_x = reinterpret_cast<float *>(gemv_shared);
 
@@ -263,6 +322,11 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
         shared_x[i] = x[i];
     }
     __syncthreads();
+#if NORM != 0
+    if (normalize)
+      gemv_normalize(shared_x, rows, k, norm_scale, norm_bias, norm_epsilon,
+                     shared_x + rows * k);
+#endif
   }
   const float *xs = staged ? shared_x : x;
   if (k == K)

@@ -20,12 +20,15 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
   FuseResidualNormOptions norm;
   norm.remarks = remarks;
   pm.addPass(createFuseResidualNorm(norm));
+  FuseNormPrologueOptions prologue;
+  prologue.remarks = remarks;
+  pm.addPass(createFuseNormPrologue(prologue));
 }
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
       "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, gated "
-      "epilogues, packed Q/K/V, then residual + norm)",
+      "epilogues, packed Q/K/V, residual + norm, then norm prologues)",
       [](mlir::OpPassManager &pm) { addFusePasses(pm); });
 }
 

@@ -20,7 +20,8 @@ namespace dsc {
 // The fusion passes in their order: linear epilogues first (they claim the residual adds
 // of a linear's result, and a projection with an activation keeps it rather than join
 // others), then the projections of one input joined, then the attentions reading their
-// joined Q, K and V packed, then residual add + norm for the adds that remain.
+// joined Q, K and V packed, then residual add + norm for the adds that remain, then the
+// norms that remain into the linears that read them.
 void addFusePasses(mlir::OpPassManager &pm, bool remarks = false);
 
 // Registers the `dsc-fuse` pipeline (addFusePasses) for dsc-opt.

@@ -103,4 +103,24 @@ def FuseResidualNorm : Pass<"dsc-fuse-residual-norm", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }
 
+def FuseNormPrologue : Pass<"dsc-fuse-norm-prologue", "mlir::ModuleOp"> {
+  let summary = "Move a layer or RMS norm into the linear layer that reads it";
+  let description = [{
+    `tfm.rms_norm` / `tfm.layer_norm` whose only reader is a `tfm.linear`'s input (or an
+    `onnx.Reshape` that keeps the rows' length and feeds only the linear: GPT-2's flattened
+    Conv1D, which then reshapes the norm's input) becomes that linear's `norm` prologue (with the norm's scale, bias and epsilon): the linear
+    normalises its input rows itself, and on the GPU a decode step's gemv does it in the
+    rows it stages, so the norm launches nothing. Runs last, after dsc-fuse-residual-norm
+    (a norm that adds a residual stays a norm: it stores the sum) and after the joined
+    projections (one linear reads each norm). Declined, with the reason (as remarks with
+    `remarks`), for a norm with a residual, a norm read by anything else, and a linear that
+    already normalises.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 #endif

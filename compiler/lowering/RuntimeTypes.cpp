@@ -59,9 +59,14 @@ SmallVector<Value> stepInputs(Operation *op) {
   SmallVector<Value> inputs;
   if (auto linear = dyn_cast<tfm::LinearOp>(op)) {
     inputs.assign({linear.getInput(), linear.getWeight(), linear.getBias(), linear.getScales()});
-    // The fused residual is input 4; an unfused layer keeps its four inputs.
+    // The fused residual is input 4, a norm prologue's scale and bias 5 and 6; an unfused
+    // layer keeps its four inputs.
     if (Value residual = linear.getResidual())
       inputs.push_back(residual);
+    if (linear.getNorm()) {
+      inputs.resize(5);
+      inputs.append({linear.getNormScale(), linear.getNormBias()});
+    }
     return inputs;
   }
   // An int8 head's scales take tfm.linear's position 3 (there is no bias at 2), so one
@@ -120,6 +125,11 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // Only where set, so that other linears' steps keep the attributes they had.
     if (linear.getGated())
       attrs.append("gated", b.getI64IntegerAttr(1));
+    if (std::optional<tfm::NormKind> norm = linear.getNorm()) {
+      attrs.append("norm", b.getStringAttr(tfm::stringifyNormKind(*norm)));
+      attrs.append("norm_epsilon",
+                   b.getF32FloatAttr(linear.getNormEpsilonAttr().getValue().convertToFloat()));
+    }
   } else if (auto activation = dyn_cast<tfm::ActivationOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {

@@ -197,15 +197,17 @@ TEST(AttentionRule, EveryDecoderFamilyWithTheSessionCacheAlsoGetsSplitKvDecode) 
     std::vector<KernelSpec> specs;
     std::string reason;
     ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
-    ASSERT_EQ(specs.size(), 4u) << f.name;
+    // The decode kernel merges its own splits (FUSED_COMBINE): no attention_combine.
+    ASSERT_EQ(specs.size(), 3u) << f.name;
     EXPECT_EQ(specs[2].kind, "attention_decode") << f.name;
-    EXPECT_EQ(specs[3].kind, "attention_combine") << f.name;
-    auto decode = constantsOf(specs[2]), combine = constantsOf(specs[3]);
+    auto decode = constantsOf(specs[2]);
     EXPECT_EQ(decode["WINDOW"], f.window) << f.name;
     EXPECT_EQ(decode["ALIBI"], f.alibi) << f.name;
-    EXPECT_EQ(decode["SPLIT_KEYS"], combine["SPLIT_KEYS"]) << f.name;
+    EXPECT_EQ(decode["FUSED_ROTARY"], 1) << f.name;
+    EXPECT_EQ(decode["FUSED_COMBINE"], 1) << f.name;
     EXPECT_EQ(decode["SPLIT_KEYS"] % (decode["WARPS"] * 32), 0) << f.name;
-    EXPECT_EQ(combine["UNATTENDED_CAUSAL"], std::string(f.unattended) == "causal" ? 1 : 0);
+    EXPECT_EQ(decode["UNATTENDED_CAUSAL"], std::string(f.unattended) == "causal" ? 1 : 0);
+    EXPECT_EQ(decode.count("UNATTENDED_ZERO"), std::string(f.unattended) == "zero" ? 1u : 0u);
   }
 }
 
@@ -218,17 +220,15 @@ TEST(AttentionRule, SoftcapIsAConstantOfThePrefillAndDecodeKernelsOnly) {
       std::vector<KernelSpec> specs;
       std::string reason;
       ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
-      ASSERT_EQ(specs.size(), session ? 4u : 2u) << f.name;
+      ASSERT_EQ(specs.size(), session ? 3u : 2u) << f.name;
       EXPECT_EQ(constantsOf(specs[0]).count("SOFTCAP_BITS"), 0u) << f.name;  // rotary
       EXPECT_EQ(constantsOf(specs[1])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
       EXPECT_EQ(constantsOf(specs[1])["WINDOW"], f.window) << f.name;
-      if (session) {
+      if (session)
         EXPECT_EQ(constantsOf(specs[2])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
-        EXPECT_EQ(constantsOf(specs[3]).count("SOFTCAP_BITS"), 0u) << f.name;  // combine
-      }
     }
   }
-  // The same layer without the cap shares the rotary and combine kernels, not the others.
+  // The same layer without the cap shares the rotary kernel, not the others.
   AttentionPlan b;
   AttentionPlan::Options o;
   o.session = true;
@@ -241,7 +241,6 @@ TEST(AttentionRule, SoftcapIsAConstantOfThePrefillAndDecodeKernelsOnly) {
   EXPECT_EQ(capped[0].name(), uncapped[0].name());
   EXPECT_NE(capped[1].name(), uncapped[1].name());
   EXPECT_NE(capped[2].name(), uncapped[2].name());
-  EXPECT_EQ(capped[3].name(), uncapped[3].name());
 }
 
 TEST(AttentionRule, StepsWithoutSoftcapKeepTheirKernelNames) {
@@ -253,15 +252,17 @@ TEST(AttentionRule, StepsWithoutSoftcapKeepTheirKernelNames) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(b.attention(kFamilies[0], o), specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[1].name(), "attention_prefill_HEAD_DIM16_WARPS4_Q_TILE16_K_TILE64_CAUSAL1_"
                              "WINDOW0_ALIBI0_MASK_DTYPE5_UNATTENDED_CAUSAL0");
   // The decode kernel's name gained the FUSED_ROTARY constants when it started rotating
-  // its token itself; plans from before keep their kernels, which the launcher runs with
-  // attention_rotary first (it reads the constant, not the name).
+  // its token itself, and the FUSED_COMBINE ones when it started merging its splits; plans
+  // from before keep their kernels, which the launcher runs with attention_rotary first
+  // or attention_combine after (it reads the constants, not the name).
   EXPECT_EQ(specs[2].name(), "attention_decode_HEAD_DIM16_WARPS4_SPLIT_KEYS128_CAUSAL1_"
                              "WINDOW0_ALIBI0_MASK_DTYPE5_FUSED_ROTARY1_ROTARY_DIM0_"
-                             "ROTARY_INTERLEAVED0_POS_DTYPE0");
+                             "ROTARY_INTERLEAVED0_POS_DTYPE0_FUSED_COMBINE1_"
+                             "UNATTENDED_CAUSAL0");
   for (const Family &f : kFamilies) {
     std::vector<KernelSpec> familySpecs;
     ASSERT_TRUE(b.run(b.attention(f, o), familySpecs, reason)) << f.name << ": " << reason;

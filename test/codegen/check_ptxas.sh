@@ -74,6 +74,16 @@ for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
   done
 done
 
+# Every decoder's plan has the one-launch decode attention (FUSED_COMBINE) and gemv with a
+# norm prologue (NORM): a rule that declined them would leave them out.
+for kind in "attention_decode_*FUSED_COMBINE1*" "gemv_*_NORM1_*" "gemv_*_NORM2_*"; do
+  found=$(find "$work" -name "$kind.ptx" 2>/dev/null | head -n 1)
+  if [ -z "$found" ]; then
+    echo "FAIL: no plan has a $kind kernel"
+    failures=$((failures + 1))
+  fi
+done
+
 checked=0
 declare -A seen reported
 for ptx in "$work"/*/*.ptx; do
@@ -92,8 +102,10 @@ for ptx in "$work"/*/*.ptx; do
   checked=$((checked + 1))
 done
 
-# Registers and spills of the int8 decode kernels, for the record (docs/cuda-backend.md).
-for ptx in "$work"/*/gemv_*_WT8_*.ptx; do
+# Registers and spills of the int8 decode kernels, the norm prologue's and the one-launch
+# decode attention, for the record (docs/cuda-backend.md).
+for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_NORM*.ptx \
+           "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
   [ -n "${reported[$kernel]:-}" ] && continue
@@ -101,7 +113,7 @@ for ptx in "$work"/*/gemv_*_WT8_*.ptx; do
   for arch in sm_80 sm_90; do
     usage=$("$ptxas" -v -arch=$arch "$ptx" -o "$work/ptxas.cubin" 2>&1 |
             grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
-    echo "int8 gemv $kernel $arch: $usage"
+    echo "$kernel $arch: $usage"
   done
 done
 

@@ -183,18 +183,24 @@ private:
       return linearLaunches(step, op == "tfm.linear", cost);
     if (op == "tfm.attention") {
       // AttentionOps.cpp: attention_rotary (it places the keys and values), then one new
-      // token over the session's cache takes attention_decode + attention_combine (the
-      // split-KV pair), anything else attention_prefill.
+      // token over the session's cache takes the split-KV attention_decode (with
+      // attention_combine after it in plans from before FUSED_COMBINE), anything else
+      // attention_prefill.
       const int32_t query = inputAt(step, 0);
       const auto *queryMax = query >= 0 ? tensor(query).max_shape() : nullptr;
       int64_t fresh = length(queryMax) >= 2 && queryMax->Get(1) == 1 ? 1 : newTokens_;
       if (workload_.batch == 0 || fresh == 0)
         return;
-      bool splitKv = isSessionAttention(step) && fresh == 1 && length(step.kernels()) >= 4;
-      // The split-KV pair; with FUSED_ROTARY (every plan's since it exists) the decode
-      // kernel rotates and caches its token itself, else attention_rotary first.
+      const bool mergesItself = length(step.kernels()) == 3 &&
+                                kernelConstant(step, 2, "FUSED_COMBINE", 0) == 1;
+      bool splitKv = isSessionAttention(step) && fresh == 1 &&
+                     (length(step.kernels()) >= 4 || mergesItself);
+      // With FUSED_ROTARY (every plan's since it exists) the decode kernel rotates and
+      // caches its token itself, else attention_rotary first; with FUSED_COMBINE it merges
+      // its splits itself, else attention_combine after it.
       if (splitKv) {
-        cost.kernels = kernelConstant(step, 2, "FUSED_ROTARY", 0) == 1 ? 2 : 3;
+        cost.kernels = (kernelConstant(step, 2, "FUSED_ROTARY", 0) == 1 ? 1 : 2) +
+                       (mergesItself ? 0 : 1);
         return;
       }
       // A cross-attention (keys of another length than the queries) places its keys and
@@ -258,8 +264,15 @@ private:
     const int64_t rows = rowsOf(step.outputs()->Get(0));
     if (rows == 0 || n == 0)
       return;
+    // A norm prologue (gemv's NORM) runs inside gemv where gemv stages the rows (with 32
+    // floats of reduction after them, in 48 KiB), else as the norm kernel first.
+    constexpr int64_t kGemvMaxStagedBytes = 48 * 1024, kNormReductionBytes = 128;
+    const bool norm = isLinear && kernelConstant(step, 0, "NORM", 0) != 0;
+    const bool staged = rows <= kGemvMaxRows &&
+                        rows * k * 4 + kNormReductionBytes <= kGemvMaxStagedBytes;
+    cost.kernels = norm && !staged ? 1 : 0;
     if (rows <= kGemvMaxRows) {
-      cost.kernels = 1;
+      cost.kernels += 1;
       return;
     }
     const dsp::WeightEntry *scales = weightEntry(inputAt(step, 3));

@@ -32,6 +32,15 @@ def Tfm_ActivationKindEnum : I32EnumAttr<"ActivationKind", "an activation functi
 }
 def Tfm_ActivationKindAttr : EnumAttr<Tfm_Dialect, Tfm_ActivationKindEnum, "activation">;
 
+def Tfm_NormKindEnum : I32EnumAttr<"NormKind",
+    "the normalisation a linear layer applies to its input rows first", [
+      I32EnumAttrCase<"rms", 0>,    // tfm.rms_norm's
+      I32EnumAttrCase<"layer", 1>]> {  // tfm.layer_norm's
+  let cppNamespace = "::dsc::tfm";
+  let genSpecializedAttr = 0;
+}
+def Tfm_NormKindAttr : EnumAttr<Tfm_Dialect, Tfm_NormKindEnum, "norm">;
+
 def Tfm_RotaryLayoutEnum : I32EnumAttr<"RotaryLayout",
     "which elements of a head a rotary embedding pairs", [
       // (x[i], x[i + dim/2]): GPT-NeoX, LLaMA ("rotate_half").

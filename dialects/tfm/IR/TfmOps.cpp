@@ -298,7 +298,20 @@ LogicalResult LinearOp::verify() {
   if (getActivation() && getParallel() == Parallelism::row)
     return emitOpError("a row-parallel linear takes no activation: its result is a partial "
                        "sum until the all-reduce");
-  return success();
+  // The norm prologue normalises the input's rows as the norm op would.
+  std::optional<NormKind> norm = getNorm();
+  if (!norm) {
+    if (getNormScale() || getNormBias() || getNormEpsilonAttr())
+      return emitOpError("norm_scale, norm_bias and norm_epsilon belong to a norm prologue "
+                         "(`norm`)");
+    return success();
+  }
+  if (!getNormScale() || !getNormEpsilonAttr())
+    return emitOpError("a norm prologue needs its scale and epsilon");
+  if (getNormBias() && *norm != NormKind::layer)
+    return emitOpError("only a layer norm prologue takes a bias");
+  return verifyNorm(*this, x, getNormScale(), getNormBias(),
+                    getNormEpsilonAttr().getValue());
 }
 
 //===----------------------------------------------------------------------===//

@@ -161,35 +161,48 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     `gated` (with `activation`, without `residual`): the weight is a joined [gate; up]
     projection of 2n rows, and the result [..., n] is act(gate) * up, what
     tfm.gated_act_packed computes from the joined product (dsc-fuse-gated-epilogue).
+
+    `norm` (with `norm_scale` [in], `norm_epsilon`, and for `layer` an optional
+    `norm_bias` [in]): the layer first normalises each row of `input` as tfm.rms_norm or
+    tfm.layer_norm with that scale, bias and epsilon would, and multiplies the result
+    (dsc-fuse-norm-prologue): a decode step's norm runs inside the linear's kernel.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8]>:$weight,
                    Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
                    Optional<Tfm_FloatTensor>:$residual,
+                   Optional<Tfm_FloatTensor>:$norm_scale,
+                   Optional<Tfm_FloatTensor>:$norm_bias,
                    DefaultValuedAttr<Tfm_ParallelismAttr,
                                      "::dsc::tfm::Parallelism::replicated">:$parallel,
                    OptionalAttr<Tfm_ActivationKindAttr>:$activation,
-                   UnitAttr:$gated);
+                   UnitAttr:$gated,
+                   OptionalAttr<Tfm_NormKindAttr>:$norm,
+                   OptionalAttr<F32Attr>:$norm_epsilon);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)?
-    (`activation` $activation^)? (`gated` $gated^)? (`residual` $residual^)? attr-dict
+    (`activation` $activation^)? (`gated` $gated^)? (`residual` $residual^)?
+    (`norm` $norm^ `(` $norm_scale (`,` $norm_bias^)? `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let builders = [
-    // The unfused layer: no activation, no residual.
+    // The unfused layer: no activation, no residual, no norm.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
                    "::mlir::Value":$bias, "::mlir::Value":$scales,
                    "::dsc::tfm::ParallelismAttr":$parallel), [{
-      build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(), parallel,
-            ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr());
+      build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(),
+            ::mlir::Value(), ::mlir::Value(), parallel, ::dsc::tfm::ActivationKindAttr(),
+            ::mlir::UnitAttr(), ::dsc::tfm::NormKindAttr(), ::mlir::FloatAttr());
     }]>,
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
                    "::mlir::Value":$bias, "::mlir::Value":$scales,
                    "::dsc::tfm::Parallelism":$parallel), [{
       build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(),
+            ::mlir::Value(), ::mlir::Value(),
             ::dsc::tfm::ParallelismAttr::get($_builder.getContext(), parallel),
-            ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr());
+            ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr(), ::dsc::tfm::NormKindAttr(),
+            ::mlir::FloatAttr());
     }]>
   ];
 }

@@ -186,6 +186,7 @@ private:
   Status uploadKvLayer(int64_t layer);
   Status writeSequenceLengths(int32_t past, int32_t total, int32_t maskWidth);
   Status scratch(size_t bytes, DevicePtr &out);
+  Status arrivalCounters(size_t count, DevicePtr &out);
   Status gemm(const GemmDesc &gemm);
   Status copy2D(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,
                 size_t widthBytes, size_t height);
@@ -240,6 +241,10 @@ private:
     size_t size = 0, used = 0;
   };
   std::vector<ScratchBlock> scratch_;
+  // StepContext::arrivalCounters: zeroed when allocated, left at zero by the kernels. A
+  // larger need replaces the block without freeing it (captured graphs keep its address).
+  DevicePtr arrivalCounters_ = 0;
+  size_t arrivalCapacity_ = 0;
 
   std::unique_ptr<CublasLt> cublas_;
   DevicePtr cublasWorkspace_ = 0;

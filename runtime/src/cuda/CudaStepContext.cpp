@@ -99,6 +99,25 @@ Status CudaSession::scratch(size_t bytes, DevicePtr &out) {
   return Status::ok();
 }
 
+Status CudaSession::arrivalCounters(size_t count, DevicePtr &out) {
+  if (count > arrivalCapacity_) {
+    if (capturing_) {
+      captureProblem_ = "a step needs more arrival counters than the run before the capture";
+      return Status::error(captureProblem_);
+    }
+    const size_t capacity = std::max<size_t>(count, 1024);
+    DSRT_RETURN_IF_ERROR(
+        allocate(capacity * sizeof(int32_t), arrivalCounters_, "arrival counters"));
+    DSRT_RETURN_IF_ERROR(check(driver_->cuMemsetD8Async(arrivalCounters_, 0,
+                                                        capacity * sizeof(int32_t), stream_),
+                               "cuMemsetD8Async"));
+    memory_.other += capacity * sizeof(int32_t);
+    arrivalCapacity_ = capacity;
+  }
+  out = arrivalCounters_;
+  return Status::ok();
+}
+
 Status CudaSession::gemm(const GemmDesc &gemm) {
   if (!cublas_) {
     if (capturing_) {

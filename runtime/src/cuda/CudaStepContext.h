@@ -47,6 +47,10 @@ public:
     Status status = session_.scratch(bytes, out);
     return status.isOk() ? status : error(status.message());
   }
+  Status arrivalCounters(size_t count, DevicePtr &out) override {
+    Status status = session_.arrivalCounters(count, out);
+    return status.isOk() ? status : error(status.message());
+  }
   const DeviceKvLayer *kvLayer(int64_t layer) const override {
     if (layer < 0 || static_cast<size_t>(layer) >= session_.kvLayers_.size())
       return nullptr;

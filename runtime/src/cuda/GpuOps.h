@@ -147,6 +147,14 @@ public:
     (void)dst, (void)dstPitch, (void)src, (void)srcPitch, (void)widthBytes, (void)height;
     return error("this session cannot copy on the device");
   }
+  // `count` int32 of device memory that are zero before each launch that uses them and
+  // that the launch leaves at zero (a kernel's arrival counts: attention_decode's
+  // FUSED_COMBINE). They live as long as the session, and every step shares them: steps run
+  // one after another on the stream.
+  virtual Status arrivalCounters(size_t count, DevicePtr &out) {
+    (void)count, (void)out;
+    return error("this session has no arrival counters");
+  }
   // The most scratch a launcher should take for one piece of work it can split (an int8
   // weight dequantized for a GEMM goes in parts of at most this many bytes): scratch blocks
   // live as long as the session, so one large layer would otherwise hold its size forever.

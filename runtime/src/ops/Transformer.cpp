@@ -90,6 +90,42 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
 // With a residual the norm is of input + residual, and output 1 is that sum.
 size_t normResidualIndex(const KernelContext &ctx) { return ctx.op == "tfm.rms_norm" ? 2 : 3; }
 
+// y = norm(row) * scale (+ bias) for each of `rows` rows of n values: RMS (rms) or layer
+// normalisation, as tfm.rms_norm / tfm.layer_norm and a linear's norm prologue compute it.
+// The fast kernels take the rows over the thread pool, each vectorised in fp32; the
+// reference accumulates in double.
+void normalizeRows(const float *source, int64_t rows, int64_t n, const FloatView &scale,
+                   const FloatView *bias, bool rms, float epsilon, bool fastKernels, float *y) {
+  if (fastKernels) {
+    const float *scaleData = scale.data(), *biasData = bias ? bias->data() : nullptr;
+    parallelFor(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t r = begin; r < end; ++r)
+                    fast::normalizeRow(source + r * n, n, scaleData, biasData, rms, epsilon,
+                                       y + r * n);
+                });
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = source + r * n;
+    double mean = 0;
+    if (!rms) {
+      for (int64_t i = 0; i < n; ++i)
+        mean += row[i];
+      mean /= n;
+    }
+    double variance = 0;
+    for (int64_t i = 0; i < n; ++i)
+      variance += (row[i] - mean) * (row[i] - mean);
+    variance /= n;
+    float inverse = static_cast<float>(1.0 / std::sqrt(variance + epsilon));
+    for (int64_t i = 0; i < n; ++i) {
+      float value = static_cast<float>(row[i] - mean) * inverse * scale[i];
+      y[r * n + i] = bias ? value + (*bias)[i] : value;
+    }
+  }
+}
+
 Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
@@ -149,37 +185,8 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
     plain.emplace(x);
   const float *source = summed ? summed->data() : plain->data();
   FloatOutput out(*outputs[0]);
-  float *y = out.data();
-  if (ctx.fastKernels) {
-    // Rows over the thread pool (a prompt's), each row vectorised in fp32.
-    const float *scaleData = scale.data(), *biasData = bias ? bias->data() : nullptr;
-    parallelFor(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)),
-                [&](int64_t begin, int64_t end) {
-                  for (int64_t r = begin; r < end; ++r)
-                    fast::normalizeRow(source + r * n, n, scaleData, biasData, rms, epsilon,
-                                       y + r * n);
-                });
-    out.finish();
-    return Status::ok();
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *row = source + r * n;
-    double mean = 0;
-    if (!rms) {
-      for (int64_t i = 0; i < n; ++i)
-        mean += row[i];
-      mean /= n;
-    }
-    double variance = 0;
-    for (int64_t i = 0; i < n; ++i)
-      variance += (row[i] - mean) * (row[i] - mean);
-    variance /= n;
-    float inverse = static_cast<float>(1.0 / std::sqrt(variance + epsilon));
-    for (int64_t i = 0; i < n; ++i) {
-      float value = static_cast<float>(row[i] - mean) * inverse * scale[i];
-      y[r * n + i] = bias ? value + (*bias)[i] : value;
-    }
-  }
+  normalizeRows(source, rows, n, scale, bias ? &*bias : nullptr, rms, epsilon, ctx.fastKernels,
+                out.data());
   out.finish();
   return Status::ok();
 }
@@ -233,6 +240,73 @@ float activate(Activation kind, float x) {
 
 // ---- tfm.linear, tfm.lm_head ---------------------------------------------------------
 
+// A linear's norm prologue (tfm.linear `norm`, dsc-fuse-norm-prologue): `norm` is "rms" or
+// "layer", the scale [in] is input 5 and a layer norm's optional bias [in] input 6.
+constexpr size_t kNormScaleInput = 5, kNormBiasInput = 6;
+
+Status normPrologueKind(const KernelContext &ctx, std::string &kind) {
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "norm", "", kind));
+  if (!kind.empty() && kind != "rms" && kind != "layer")
+    return ctx.error("norm must be rms or layer, not '", kind, "'");
+  return Status::ok();
+}
+
+Status checkNormPrologue(const KernelContext &ctx) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(normPrologueKind(ctx, kind));
+  const TensorRef *scale = ctx.inputs.size() > kNormScaleInput ? ctx.input(kNormScaleInput) : nullptr;
+  const TensorRef *bias = ctx.inputs.size() > kNormBiasInput ? ctx.input(kNormBiasInput) : nullptr;
+  if (kind.empty()) {
+    if (scale || bias)
+      return ctx.error("has a norm scale or bias (inputs 5 and 6) but no norm prologue");
+    return Status::ok();
+  }
+  const int64_t in = lastDim(*ctx.input(0));
+  if (!scale)
+    return ctx.error("a norm prologue needs its scale (input 5)");
+  if (bias && kind != "layer")
+    return ctx.error("only a layer norm prologue takes a bias (input 6)");
+  for (size_t index : {kNormScaleInput, kNormBiasInput}) {
+    const TensorRef *param = ctx.input(index);
+    if (!param)
+      continue;
+    const char *name = index == kNormScaleInput ? "norm scale" : "norm bias";
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, index, name, kFloatTypes));
+    if (param->shape != Shape{in})
+      return ctx.error(name, " must be [", in, "], not ", shapeString(param->shape));
+  }
+  float epsilon = 0;
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "norm_epsilon", -1.0f, epsilon));
+  if (!(epsilon >= 0) || !std::isfinite(epsilon))
+    return ctx.error("a norm prologue needs a finite, non-negative norm_epsilon");
+  return Status::ok();
+}
+
+// The linear's input: with a norm prologue its rows normalised as the unfused norm computes
+// and stores them (in the input's dtype), in `storage`; otherwise input 0 itself.
+Status linearInput(const KernelContext &ctx, std::vector<uint8_t> &storage, TensorRef &x) {
+  x = *ctx.input(0);
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(normPrologueKind(ctx, kind));
+  if (kind.empty())
+    return Status::ok();
+  const bool rms = kind == "rms";
+  float epsilon = 0;
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "norm_epsilon", -1.0f, epsilon));
+  const int64_t n = lastDim(x), rows = n == 0 ? 0 : x.elements() / n;
+  FloatView source(x), scale(*ctx.input(kNormScaleInput));
+  std::optional<FloatView> bias;
+  if (ctx.inputs.size() > kNormBiasInput && ctx.input(kNormBiasInput))
+    bias.emplace(*ctx.input(kNormBiasInput));
+  storage.resize(static_cast<size_t>(x.elements()) * dtypeSize(x.dtype));
+  x.data = storage.data();
+  FloatOutput out(x);
+  normalizeRows(source.data(), rows, n, scale, bias ? &*bias : nullptr, rms, epsilon,
+                ctx.fastKernels, out.data());
+  out.finish();
+  return Status::ok();
+}
+
 Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   const bool hasScales = ctx.inputs.size() > 3 && ctx.input(3);
@@ -280,6 +354,7 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   }
   std::optional<Activation> activation;
   DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
+  DSRT_RETURN_IF_ERROR(checkNormPrologue(ctx));
   outputs.push_back({x.dtype, shape});
   return Status::ok();
 }
@@ -348,8 +423,8 @@ struct LinearEpilogue {
 
 // The fast kernels (ops/fast): the weight read in its stored dtype, the epilogue applied by
 // the thread that computed each range of output features.
-Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
-  const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
+Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Outputs &outputs) {
+  const TensorRef &w = *ctx.input(1);
   fast::LinearWeights weights;
   weights.dtype = w.dtype;
   weights.data = w.data;
@@ -393,9 +468,12 @@ Status computeLinearFast(const KernelContext &ctx, const Outputs &outputs) {
 }
 
 Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
-  const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
+  std::vector<uint8_t> normalized;
+  TensorRef x;
+  DSRT_RETURN_IF_ERROR(linearInput(ctx, normalized, x));
+  const TensorRef &w = *ctx.input(1);
   if (ctx.fastKernels && w.dtype != DType::F64)
-    return computeLinearFast(ctx, outputs);
+    return computeLinearFast(ctx, x, outputs);
   int64_t in = w.shape[1], out = w.shape[0];
   LinearEpilogue epilogue;
   DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
@@ -555,7 +633,7 @@ void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.embedding", 2, 2, 2, 1, 1, inferEmbedding, computeEmbedding});
   kernels.push_back({"tfm.layer_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
   kernels.push_back({"tfm.rms_norm", 2, 3, 2, 1, 2, inferNorm, computeNorm});
-  kernels.push_back({"tfm.linear", 2, 5, 2, 1, 1, inferLinear, computeLinear});
+  kernels.push_back({"tfm.linear", 2, 7, 2, 1, 1, inferLinear, computeLinear});
   // An int8 head has tfm.linear's positions: (hidden, weight, none, scales).
   kernels.push_back({"tfm.lm_head", 2, 4, 2, 1, 1, inferLmHead, computeLinear});
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});

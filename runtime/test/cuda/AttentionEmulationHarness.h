@@ -118,6 +118,12 @@ public:
     out = addressOf(scratch_.back().data());
     return Status::ok();
   }
+  Status arrivalCounters(size_t count, DevicePtr &out) override {
+    if (arrivals.size() < count)
+      arrivals.resize(count, 0);  // zero, as the session's are when allocated
+    out = addressOf(arrivals.data());
+    return Status::ok();
+  }
   const DeviceKvLayer *kvLayer(int64_t layer) const override {
     return layer == 0 && cache ? &*cache : nullptr;
   }
@@ -135,6 +141,7 @@ public:
   std::optional<DeviceKvLayer> cache;
   int32_t lengths[3] = {0, 0, 0};
   int launches[4] = {0, 0, 0, 0};
+  std::vector<int32_t> arrivals;  // arrivalCounters'; a kernel must leave them at zero
   int rank_ = 0;
   bool capturing_ = false;
 
@@ -144,6 +151,12 @@ private:
   ops::AttrMap attrs_;
   std::vector<std::vector<float>> scratch_;
 };
+
+// The kernels a plan's session step has: rotary and prefill, then the decode kernel, and
+// attention_combine unless the decode kernel merges its splits itself (FUSED_COMBINE).
+inline size_t sessionKernelCount(const KernelSet &kernels) {
+  return kernels.constants[2].count("FUSED_COMBINE") ? 3 : 4;
+}
 
 std::vector<float> randomFloats(std::mt19937 &generator, size_t count) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);

@@ -82,6 +82,7 @@ struct Scenario {
   // The emulated step reads query, key and value packed in one tensor (packed_qkv); the
   // reference reads them apart.
   bool packed = false;
+  bool reversedBlocks = false;  // the emulated blocks run from the last to the first
 };
 
 ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
@@ -238,7 +239,7 @@ void check(const Family &f, const Scenario &s) {
       packed.insert(packed.end(), &v[token * KH * D], &v[(token + 1) * KH * D]);
     }
   }
-  EmulatedStep step(kernels, s.session ? 4 : 2, stepAttrs);
+  EmulatedStep step(kernels, s.session ? sessionKernelCount(kernels) : 2, stepAttrs);
   step.rank_ = s.rank;
   step.capturing_ = s.capturing;
   step.inputs = {DeviceTensor{DType::F32, {B, S, H * D}, addressOf(q.data())},
@@ -275,16 +276,25 @@ void check(const Family &f, const Scenario &s) {
   std::vector<GpuOpInfo> launchers;
   addAttentionGpuOps(launchers);
   ASSERT_EQ(launchers.size(), 1u);
+  // The blocks of a merging decode kernel meet through memory: in either order the last
+  // one to arrive must merge every split.
+  cuda_emulation::reversedBlockOrder = s.reversedBlocks;
   Status run = launchers[0].run(step);
+  cuda_emulation::reversedBlockOrder = false;
   ASSERT_TRUE(run.isOk()) << run.message();
 
   const bool decode = s.session && S == 1;
-  // A decode kernel with FUSED_ROTARY rotates and caches its token itself.
+  // A decode kernel with FUSED_ROTARY rotates and caches its token itself, and one with
+  // FUSED_COMBINE merges its splits itself.
   const bool fused = decode && kernels.constants[2].count("FUSED_ROTARY");
+  const bool merges = decode && kernels.constants[2].count("FUSED_COMBINE");
   EXPECT_EQ(step.launches[0], fused ? 0 : 1);
   EXPECT_EQ(step.launches[1], decode ? 0 : 1);
   EXPECT_EQ(step.launches[2], decode ? 1 : 0);
-  EXPECT_EQ(step.launches[3], decode ? 1 : 0);
+  EXPECT_EQ(step.launches[3], decode && !merges ? 1 : 0);
+  EXPECT_EQ(step.arrivals.empty(), !merges);
+  for (size_t i = 0; i < step.arrivals.size(); ++i)
+    EXPECT_EQ(step.arrivals[i], 0) << "arrival count " << i << " left set for the next launch";
   float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");
   if (io) {
     worst = std::max(worst, expectClose(actualKey.data(), expectedKey.data(), actualKey.size(),
@@ -366,19 +376,22 @@ TEST(AttentionEmulation, SessionChunkAfterCachedPast) {
 
 TEST(AttentionEmulation, CapturedDecodeOverSplitsAndABucketedMask) {
   // 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
-  // padded on the left to 192 columns, and a dummy row that attends nothing.
-  for (const Family *f : kDecoders) {
-    Scenario s;
-    s.session = true;
-    s.batch = 3;
-    s.past = 140;
-    s.fresh = 1;
-    s.padding = {0, 7, 141};
-    s.capacity = 300;
-    s.maskPadding = 51;
-    s.capturing = true;
-    check(*f, s);
-  }
+  // padded on the left to 192 columns, and a dummy row that attends nothing; its blocks
+  // in either order (a merging decode kernel's last arrival merges).
+  for (const Family *f : kDecoders)
+    for (bool reversed : {false, true}) {
+      Scenario s;
+      s.session = true;
+      s.batch = 3;
+      s.past = 140;
+      s.fresh = 1;
+      s.padding = {0, 7, 141};
+      s.capacity = 300;
+      s.maskPadding = 51;
+      s.capturing = true;
+      s.reversedBlocks = reversed;
+      check(*f, s);
+    }
 }
 
 TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {

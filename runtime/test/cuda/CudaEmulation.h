@@ -71,6 +71,10 @@ struct Block {
   std::vector<Warp> warps;
 };
 
+// Blocks run from the last to the first when set: a kernel whose blocks meet through
+// memory (attention_decode's last arrival merges) must not depend on their order.
+inline bool reversedBlockOrder = false;
+
 inline thread_local Dim threadIdx, blockIdx;
 inline Dim blockDim, gridDim;
 inline thread_local Block *currentBlock = nullptr;
@@ -105,9 +109,13 @@ inline void launch(Dim grid, Dim block, const std::function<void()> &kernel,
   gridDim = grid;
   blockDim = block;
   const int threads = static_cast<int>(block.x * block.y * block.z);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+  const bool reversed = reversedBlockOrder;
+  for (unsigned zi = 0; zi < grid.z; ++zi)
+    for (unsigned yi = 0; yi < grid.y; ++yi)
+      for (unsigned xi = 0; xi < grid.x; ++xi) {
+        const unsigned z = reversed ? grid.z - 1 - zi : zi;
+        const unsigned y = reversed ? grid.y - 1 - yi : yi;
+        const unsigned x = reversed ? grid.x - 1 - xi : xi;
         if (!cooperative) {
           blockIdx = Dim{x, y, z};
           currentBlock = nullptr;
@@ -170,6 +178,13 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
   return bits;
 }
 inline int __popc(unsigned value) { return __builtin_popcount(value); }
+// Blocks run one after another, so memory is always coherent between them; an atomic is
+// still one, for the threads of a block.
+inline void __threadfence() {}
+inline float __ldcg(const float *address) { return *address; }
+inline int atomicAdd(int *address, int value) {
+  return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
+}
 inline float __int_as_float(int bits) {
   return cuda_emulation::floatOf(static_cast<uint32_t>(bits));
 }

@@ -59,8 +59,8 @@ template <typename... Params> void invokeKernel(void (*kernel)(Params...), void 
 }
 
 struct LinearKernels {
-  std::function<void(void **)> slots[4];
-  std::map<std::string, int64_t> constants[4];
+  std::function<void(void **)> slots[5];
+  std::map<std::string, int64_t> constants[5];
   size_t count = 2;
   // The dynamic shared memory gemv's blocks share (blocks run one after another).
   float *sharedX = nullptr;
@@ -77,6 +77,8 @@ struct LinearKernels {
 #define linear_epilogue EMU_LINEAR_CAT(EMU_FAMILY, linear_epilogue)
 #define convert_activations EMU_LINEAR_CAT(EMU_FAMILY, convert_activations)
 #define dequantize_int8 EMU_LINEAR_CAT(EMU_FAMILY, dequantize_int8)
+#define rms_norm EMU_LINEAR_CAT(EMU_FAMILY, rms_norm)
+#define layer_norm EMU_LINEAR_CAT(EMU_FAMILY, layer_norm)
 // Declared inside an extern "C" function, it has C linkage: one name per family.
 #define gemv_shared EMU_LINEAR_CAT(EMU_FAMILY, gemv_shared)
 #define EMU_LINEAR_CAT2(family, kind) family##_##kind
@@ -261,10 +263,79 @@ namespace i8_gated_group16 {
 #include "LinearEmulationFamily.inc"
 } // namespace i8_gated_group16
 
+// Norm prologues (tfm.linear `norm`; dsc-fuse-norm-prologue): gemv normalises the rows it
+// stages; the GEMM path, and rows too long to stage, take the norm kernel (the last slot)
+// into scratch first. An RMS norm into an f32 linear (Llama's QKV), K = 64.
+namespace f32_rms {
+#define EMU_FAMILY f32_rms
+#define K 64
+#define WT 1
+#define ACT (-1)
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#define NORM 1
+#define NORM_SCALE_DT 1
+#define NORM_BIAS_DT 0
+#include "LinearEmulationFamily.inc"
+} // namespace f32_rms
+
+// A layer norm with bf16 scale and bias into a bf16 linear with a bias and gelu_tanh
+// (GPT-2's c_fc), K = 70: the scalar path.
+namespace bf16_layer_gelu {
+#define EMU_FAMILY bf16_layer_gelu
+#define K 70
+#define WT 3
+#define ACT 1
+#define HAS_BIAS 1
+#define BIAS_DT 3
+#define HAS_RESIDUAL 0
+#define NORM 2
+#define NORM_SCALE_DT 3
+#define NORM_BIAS_DT 3
+#include "LinearEmulationFamily.inc"
+} // namespace bf16_layer_gelu
+
+// A layer norm without a bias (f16 scale) into a joined gate-up int8 linear, groups of 16.
+namespace i8_gated_layer {
+#define EMU_FAMILY i8_gated_layer
+#define K 64
+#define WT 8
+#define SDT 3
+#define GS 16
+#define ACT 3
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#define GATED 1
+#define NORM 2
+#define NORM_SCALE_DT 2
+#define NORM_BIAS_DT 0
+#include "LinearEmulationFamily.inc"
+} // namespace i8_gated_layer
+
+// Rows of 1600: one row fits gemv's 48 KiB of staging, eight (51,328 bytes with the
+// reduction) do not, and take the norm kernel first.
+namespace f32_rms_long {
+#define EMU_FAMILY f32_rms_long
+#define K 1600
+#define WT 1
+#define ACT (-1)
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#define NORM 1
+#define NORM_SCALE_DT 3
+#define NORM_BIAS_DT 0
+#include "LinearEmulationFamily.inc"
+} // namespace f32_rms_long
+
 #undef gemv
 #undef linear_epilogue
 #undef convert_activations
 #undef dequantize_int8
+#undef rms_norm
+#undef layer_norm
 #undef gemv_shared
 
 namespace dsrt::test {
@@ -281,12 +352,17 @@ public:
     // The step's attribute goes with the kernels generated for it.
     if (kernels_.constants[0].count("GATED"))
       attrs_["gated"] = ops::Attr::ofInt(1);
+    if (kernels_.constants[0].count("NORM")) {
+      attrs_["norm"] = ops::Attr::ofString(kernels_.constants[0]["NORM"] == 1 ? "rms" : "layer");
+      attrs_["norm_epsilon"] = ops::Attr::ofFloat(kNormEpsilon);
+    }
   }
+  static constexpr float kNormEpsilon = 1e-5f;
 
   std::vector<std::optional<DeviceTensor>> inputs;
   std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
-  int launchesPerSlot[4] = {};
+  int launchesPerSlot[5] = {};
   size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
   std::string_view op() const override { return op_; }
@@ -447,6 +523,39 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   ASSERT_TRUE(convertFloats(DType::F32, bias.data(), biasType, biasStored.data(), n));
   ASSERT_TRUE(convertFloats(biasType, biasStored.data(), DType::F32, bias.data(), n));
 
+  // A norm prologue: scale in [0.5, 1.5] and bias as stored; the reference multiplies the
+  // rows of x normalised in double.
+  const int64_t norm = kernels.constants[0].count("NORM") ? kernels.constants[0]["NORM"] : 0;
+  const DType normScaleType =
+      norm ? static_cast<DType>(kernels.constants[0]["NORM_SCALE_DT"]) : DType::F32;
+  const int64_t normBiasCode = norm ? kernels.constants[0]["NORM_BIAS_DT"] : 0;
+  const DType normBiasType = normBiasCode ? static_cast<DType>(normBiasCode) : DType::F32;
+  std::vector<float> normScale = randoms(k), normBias = randoms(k);
+  for (float &value : normScale)
+    value = 1.0f + 0.5f * value;
+  std::vector<uint8_t> normScaleStored(k * dtypeSize(normScaleType)),
+      normBiasStored(k * dtypeSize(normBiasType));
+  ASSERT_TRUE(convertFloats(DType::F32, normScale.data(), normScaleType, normScaleStored.data(), k));
+  ASSERT_TRUE(convertFloats(normScaleType, normScaleStored.data(), DType::F32, normScale.data(), k));
+  ASSERT_TRUE(convertFloats(DType::F32, normBias.data(), normBiasType, normBiasStored.data(), k));
+  ASSERT_TRUE(convertFloats(normBiasType, normBiasStored.data(), DType::F32, normBias.data(), k));
+  std::vector<double> xRef(x.begin(), x.end());
+  if (norm)
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, variance = 0;
+      if (norm == 2) {
+        for (int64_t p = 0; p < k; ++p)
+          mean += x[r * k + p];
+        mean /= k;
+      }
+      for (int64_t p = 0; p < k; ++p)
+        variance += (x[r * k + p] - mean) * (x[r * k + p] - mean);
+      const double inverse = 1.0 / std::sqrt(variance / k + EmulatedLinear::kNormEpsilon);
+      for (int64_t p = 0; p < k; ++p)
+        xRef[r * k + p] = (x[r * k + p] - mean) * inverse * normScale[p] +
+                          (normBiasCode ? normBias[p] : 0.0);
+    }
+
   EmulatedLinear step(kernels, "tfm.linear");
   if (partBytes)
     step.partBytes = partBytes;
@@ -462,6 +571,12 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     step.inputs.push_back(std::nullopt);
   if (hasResidual)
     step.inputs.push_back(DeviceTensor{DType::F32, {rows, n}, address(residual.data())});
+  if (norm) {
+    step.inputs.resize(5);
+    step.inputs.push_back(DeviceTensor{normScaleType, {k}, address(normScaleStored.data())});
+    if (normBiasCode)
+      step.inputs.push_back(DeviceTensor{normBiasType, {k}, address(normBiasStored.data())});
+  }
   step.outputs.push_back(DeviceTensor{DType::F32, {rows, width}, address(y.data())});
 
   std::vector<GpuOpInfo> ops;
@@ -482,13 +597,18 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   EXPECT_EQ(step.gemms, rows <= 8 ? 0 : parts);
   if (int8)
     EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : parts) << "dequantize_int8 launches";
+  if (norm) {
+    // gemv normalises the rows it stages (48 KiB with the reduction's 128 bytes).
+    const bool staged = rows <= 8 && rows * k * 4 + 128 <= 48 * 1024;
+    EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], staged ? 0 : 1) << "norm kernel launches";
+  }
 
   // Row o's product with row r of x, bias included, and Σ|x·w|.
   auto product = [&](int64_t r, int64_t o, double &magnitude) {
     double sum = hasBias ? bias[o] : 0.0;
     for (int64_t p = 0; p < k; ++p) {
-      sum += double(x[r * k + p]) * w[o * k + p];
-      magnitude += std::fabs(double(x[r * k + p]) * w[o * k + p]);
+      sum += xRef[r * k + p] * w[o * k + p];
+      magnitude += std::fabs(xRef[r * k + p] * w[o * k + p]);
     }
     return sum;
   };
@@ -627,6 +747,21 @@ TEST(LinearEmulationTest, Int8GemmPathDequantizesInTheScalesDtype) {
 TEST(LinearEmulationTest, Int8GemmPathInParts) {
   checkLinear(i8_group64_f32::kernels(), 11, 20, 1e-5, 0, 3 * 128 * 4);  // 7 parts
   checkLinear(i8_channel_f16::kernels(), 9, 16, 2e-3, 0, 5 * 64 * 2);    // 4 parts
+}
+
+// A norm prologue against the rows normalised in double: gemv normalising its staged rows
+// (1, 3 and 8 rows), and the norm kernel into scratch before the GEMM (11 rows) or before a
+// gemv whose rows are too long to stage (8 rows of 1600).
+TEST(LinearEmulationTest, NormPrologueInGemvAndApart) {
+  for (int64_t rows : {1, 3, 8, 11})
+    checkLinear(f32_rms::kernels(), rows, 40, 1e-5);
+  for (int64_t rows : {1, 8})
+    checkLinear(bf16_layer_gelu::kernels(), rows, 24, 1e-5);
+  checkLinear(bf16_layer_gelu::kernels(), 10, 24, 1e-2);  // bf16-converted activations
+  for (int64_t rows : {2, 12})
+    checkLinear(i8_gated_layer::kernels(), rows, 32, rows <= 8 ? 1e-5 : 1e-2);
+  for (int64_t rows : {1, 8})
+    checkLinear(f32_rms_long::kernels(), rows, 24, 1e-5);
 }
 
 } // namespace

@@ -1,7 +1,7 @@
 // The launcher of tfm.attention (docs/transformer-ops.md) on the kernels that
 // codegen/kernels/AttentionRules.cpp lists, in its slot order:
 //   0 attention_rotary, 1 attention_prefill, and with the session's cache
-//   2 attention_decode, 3 attention_combine.
+//   2 attention_decode, and in plans from before its FUSED_COMBINE 3 attention_combine.
 // attention_rotary writes the rotated queries into the output buffer, which the attention
 // kernels read and then overwrite, and places the keys and values: in the session's cache
 // at [past, past + s), or in the presents (I/O mode, after a copy of the past), or in
@@ -405,8 +405,12 @@ Status runAttention(StepContext &context) {
   };
   // A decode step whose decode kernel rotates and caches its token itself (FUSED_ROTARY, in
   // plans since it exists) launches no attention_rotary.
-  const bool decodeStep =
-      sessionCache && !crossKeys && !bias && S == 1 && context.kernelCount() >= 4;
+  // Plans since FUSED_COMBINE merge the splits in the decode kernel (3 kernels), older ones
+  // in attention_combine (4).
+  const bool fusedCombine = context.kernelCount() == 3 &&
+                            context.kernelConstant(kDecodeSlot, "FUSED_COMBINE", 0) == 1;
+  const bool decodeStep = sessionCache && !crossKeys && !bias && S == 1 &&
+                          (context.kernelCount() >= 4 || fusedCombine);
   const bool fusedRotary =
       decodeStep && context.kernelConstant(kDecodeSlot, "FUSED_ROTARY", 0) == 1;
   if (fusedRotary) {
@@ -441,15 +445,19 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ALIBI", alibi ? 1 : 0));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
-    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "HEAD_DIM", D));
-    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "CAUSAL", causal ? 1 : 0));
+    // The merge's constants: the decode kernel's own when it merges, else the combine's.
+    const size_t mergeSlot = fusedCombine ? kDecodeSlot : kCombineSlot;
+    if (fusedCombine && !fusedRotary)
+      return context.error("kernel ", kDecodeSlot, " merges its splits (FUSED_COMBINE) but "
+                           "does not rotate its token (FUSED_ROTARY), which it requires");
+    DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "HEAD_DIM", D));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "CAUSAL", causal ? 1 : 0));
     DSRT_RETURN_IF_ERROR(
-        checkConstant(context, kCombineSlot, "UNATTENDED_CAUSAL", unattendedCausal));
-    DSRT_RETURN_IF_ERROR(
-        checkConstant(context, kCombineSlot, "UNATTENDED_ZERO", unattendedZero));
+        checkConstant(context, mergeSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "UNATTENDED_ZERO", unattendedZero));
     int64_t splitKeys = 0;
     DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "SPLIT_KEYS", 1 << 20, splitKeys));
-    DSRT_RETURN_IF_ERROR(checkConstant(context, kCombineSlot, "SPLIT_KEYS", splitKeys));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "SPLIT_KEYS", splitKeys));
     // Sized for the capacity, not this run's length: a captured graph replays this grid.
     const int64_t maxSplits = (kvRows + splitKeys - 1) / splitKeys;
     const int64_t slots = B * H * maxSplits;
@@ -460,6 +468,11 @@ Status runAttention(StepContext &context) {
     DevicePtr partialMax = partialOut + static_cast<DevicePtr>(slots * D) * sizeof(float);
     DevicePtr partialSum = partialMax + static_cast<DevicePtr>(slots) * sizeof(float);
     int maxSplitsArg = static_cast<int>(maxSplits);
+    // One arrival count per (head, sequence), zero between launches: the kernel's merging
+    // block resets its own.
+    DevicePtr arrivals = 0;
+    if (fusedCombine)
+      DSRT_RETURN_IF_ERROR(context.arrivalCounters(static_cast<size_t>(B * H), arrivals));
     {
       // The query, key and value inputs' floats per token (a joined row when packed).
       long long queryStride = packed ? (H + 2 * KH) * D : H * D;
@@ -469,7 +482,7 @@ Status runAttention(StepContext &context) {
                       &partialSum,  &maxSplitsArg,  &headsArg,    &headOffset,  &kvHeadOffset,
                       &group,       &globalHeads,   &scaleArg,    &queryData,   &keyData,
                       &valueData,   &queryStride,   &kvStride,    &positionData,
-                      frequencies.data()};
+                      frequencies.data(), &outData,   &arrivals};
       Dim3 grid, block;
       grid.x = static_cast<unsigned>(maxSplits);
       grid.y = static_cast<unsigned>(H);
@@ -477,7 +490,7 @@ Status runAttention(StepContext &context) {
       block.x = attentionBlock;
       DSRT_RETURN_IF_ERROR(context.launch(kDecodeSlot, grid, block, 0, args));
     }
-    {
+    if (!fusedCombine) {
       void *args[] = {&outData,   &partialOut,  &partialMax, &partialSum,
                       &maxSplitsArg, &values,   &batchStride, &headStride,
                       &capacity,  &lengths,     &headsArg,   &headOffset,

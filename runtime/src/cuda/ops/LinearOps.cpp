@@ -10,6 +10,9 @@
 // the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
 // in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
 // linears": prefill is compute bound). The math is
+// A norm prologue (tfm.linear `norm`; its kernel is the last slot, after these) normalises
+// the input rows inside gemv where gemv stages them (decode), and otherwise with the norm
+// kernel into scratch first (prefill, or rows too long to stage). The math is
 // the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
@@ -29,7 +32,10 @@ constexpr unsigned kGemvBlock = 256;  // 8 warps, one output feature each at a t
 constexpr int64_t kGemvMaxStagedBytes = 48 * 1024;
 constexpr unsigned kElementwiseBlock = 256;
 // Input positions of the fused tfm.linear (docs/transformer-ops.md).
-constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4;
+constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4,
+                 kNormScale = 5, kNormBias = 6;
+// The 32 floats of shared memory gemv's norm prologue reduces in, after the staged rows.
+constexpr int64_t kGemvNormReductionBytes = 32 * sizeof(float);
 constexpr size_t kGemvSlot = 0, kEpilogueSlot = 1;
 // The conversion is the last slot: 2 after float weights, 3 after int8's dequantization.
 constexpr size_t kFloatConvertSlot = 2, kDequantizeSlot = 2, kInt8ConvertSlot = 3;
@@ -70,6 +76,68 @@ struct Fused {
   // A joined [gate; up] weight whose result is act(gate) * up, half as wide.
   bool gated = false;
 };
+
+// A norm prologue: gemv's NORM code (1 rms, 2 layer) and its weights, and the norm kernel's
+// slot (the last).
+struct NormPrologue {
+  int64_t code = 0;
+  const DeviceTensor *scale = nullptr, *bias = nullptr;
+  float epsilon = 0;
+  size_t slot = 0;
+};
+
+Status readNormPrologue(StepContext &context, int64_t k, NormPrologue &norm) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(ops::getString(context.attrs(), "norm", "", kind));
+  norm.scale = optionalInput(context, kNormScale);
+  norm.bias = optionalInput(context, kNormBias);
+  if (kind.empty()) {
+    if (norm.scale || norm.bias)
+      return context.error("has a norm scale or bias (inputs 5 and 6) but no norm prologue");
+    return Status::ok();
+  }
+  if (kind != "rms" && kind != "layer")
+    return context.error("the norm prologue must be rms or layer, not '", kind, "'");
+  norm.code = kind == "rms" ? 1 : 2;
+  if (!norm.scale || (norm.bias && norm.code != 2))
+    return context.error("a norm prologue takes a scale, and a layer norm's a bias");
+  for (const DeviceTensor *param : {norm.scale, norm.bias})
+    if (param && (!isStoredFloat(param->dtype) || param->elements() != k))
+      return context.error("the norm prologue's scale and bias must be float [", k, "]");
+  norm.epsilon = -1;
+  DSRT_RETURN_IF_ERROR(ops::getFloat(context.attrs(), "norm_epsilon", -1.0f, norm.epsilon));
+  if (!(norm.epsilon >= 0))
+    return context.error("the norm prologue needs a non-negative norm_epsilon");
+  return Status::ok();
+}
+
+// The norm kernel (rms_norm.cuh / layer_norm.cuh, in the last slot) and gemv's NORM
+// constants must be those of the step's norm.
+Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, size_t slots) {
+  if (norm.code == 0) {
+    if (context.kernelConstant(kGemvSlot, "NORM", 0) != 0)
+      return context.error("the gemv kernel normalises and the step has no norm prologue");
+    return Status::ok();
+  }
+  if (context.kernelCount() != slots + 1)
+    return context.error("the plan has ", context.kernelCount(), " kernels for this step, not ",
+                         slots + 1, " (the norm prologue's is the last)");
+  norm.slot = slots;
+  const int64_t scaleType = static_cast<int64_t>(norm.scale->dtype);
+  const int64_t biasType = norm.bias ? static_cast<int64_t>(norm.bias->dtype) : 0;
+  if (context.kernelConstant(kGemvSlot, "NORM", 0) != norm.code ||
+      context.kernelConstant(kGemvSlot, "NORM_SCALE_DT", -1) != scaleType ||
+      context.kernelConstant(kGemvSlot, "NORM_BIAS_DT", -1) != biasType)
+    return context.error("the gemv kernel was generated for another norm prologue");
+  const int64_t block = context.kernelConstant(norm.slot, "BLOCK", -1);
+  if (context.kernelConstant(norm.slot, "HIDDEN", -1) != k ||
+      context.kernelConstant(norm.slot, "SCALE_DT", -1) != scaleType ||
+      context.kernelConstant(norm.slot, "RESIDUAL", -1) != 0 ||
+      (norm.code == 2 && context.kernelConstant(norm.slot, "BIAS_DT", -1) != biasType) ||
+      block < 32 || block > 1024 || block % 32 != 0)
+    return context.error("the norm kernel was generated for another norm than the step's");
+  return Status::ok();
+}
 
 // The dtype cuBLASLt multiplies in: the stored weight's, or an int8 weight's scales'.
 DType gemmType(DType weightType, const Int8Weight *int8) {
@@ -201,6 +269,12 @@ Status runLinear(StepContext &context) {
   Fused fused;
   DSRT_RETURN_IF_ERROR(
       checkSpecialisation(context, w->dtype, quantized, bias, residual, fused));
+  NormPrologue norm;
+  if (isLinear)
+    DSRT_RETURN_IF_ERROR(readNormPrologue(context, k, norm));
+  const bool converts = gemmType(w->dtype, quantized) != DType::F32;
+  DSRT_RETURN_IF_ERROR(
+      checkNormKernels(context, k, norm, 2 + (quantized ? 1 : 0) + (converts ? 1 : 0)));
   if (fused.gated != gated)
     return context.error(gated ? "the step is gated and its kernels are not"
                                : "the kernels are gated and the step is not");
@@ -210,7 +284,8 @@ Status runLinear(StepContext &context) {
   // sharing memory with them would be the memory plan's error. The residual alone may be
   // the output itself (each element is read, then written, by the same thread).
   if (overlaps(y, *x) || overlaps(y, *w) || (bias && overlaps(y, *bias)) ||
-      (scales && overlaps(y, *scales)))
+      (scales && overlaps(y, *scales)) || (norm.scale && overlaps(y, *norm.scale)) ||
+      (norm.bias && overlaps(y, *norm.bias)))
     return context.error("the output overlaps an input");
   const bool residualInPlace = residual && residual->data == y.data;
   if (residual && !residualInPlace && overlaps(y, *residual))
@@ -221,18 +296,51 @@ Status runLinear(StepContext &context) {
             yPtr = y.data;
   const int64_t sms = std::max(1, context.multiprocessorCount());
 
-  if (rows <= kGemvMaxRows) {
+  // gemv stages x in shared memory when it fits (with a norm prologue, and the prologue's
+  // reduction after it), and normalises it there.
+  const int64_t stagedBytes = rows * k * static_cast<int64_t>(sizeof(float)) +
+                              (norm.code != 0 ? kGemvNormReductionBytes : 0);
+  const bool gemvPath = rows <= kGemvMaxRows;
+  const bool staged = gemvPath && stagedBytes <= kGemvMaxStagedBytes;
+  if (norm.code != 0 && !staged) {
+    // The norm kernel's rows into scratch, which the gemv or the GEMM then reads.
+    DevicePtr normalized = 0;
+    DSRT_RETURN_IF_ERROR(
+        context.scratch(static_cast<size_t>(rows * k) * sizeof(float), normalized));
+    DevicePtr normScalePtr = norm.scale->data, normBiasPtr = norm.bias ? norm.bias->data : 0,
+              noResidual = 0, noSum = 0;
+    long long rowCount = rows;
+    float epsilon = norm.epsilon;
+    Dim3 grid{static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX))};
+    Dim3 block{static_cast<unsigned>(context.kernelConstant(norm.slot, "BLOCK", 32))};
+    if (norm.code == 1) {
+      void *args[] = {&xPtr, &normScalePtr, &noResidual, &normalized, &noSum, &rowCount,
+                      &epsilon};
+      DSRT_RETURN_IF_ERROR(context.launch(norm.slot, grid, block, 0, args));
+    } else {
+      void *args[] = {&xPtr,       &normScalePtr, &normBiasPtr, &noResidual,
+                      &normalized, &noSum,        &rowCount,    &epsilon};
+      DSRT_RETURN_IF_ERROR(context.launch(norm.slot, grid, block, 0, args));
+    }
+    xPtr = normalized;
+  }
+
+  if (gemvPath) {
     // Gated: each warp reads a gate row and its up row for one output feature.
     int rowCount = static_cast<int>(rows), outCount = static_cast<int>(width),
         inCount = static_cast<int>(k);
-    const int64_t stagedBytes = rows * k * static_cast<int64_t>(sizeof(float));
-    int staged = stagedBytes <= kGemvMaxStagedBytes ? 1 : 0;
+    int stagedArg = staged ? 1 : 0, normalize = norm.code != 0 && staged ? 1 : 0;
+    DevicePtr normScalePtr = norm.scale ? norm.scale->data : 0,
+              normBiasPtr = norm.bias ? norm.bias->data : 0;
+    float epsilon = norm.epsilon;
     // Blocks stride over the features, so a few per multiprocessor keep the weight reads
     // in flight while each block stages x only once.
     const int64_t warpsPerBlock = kGemvBlock / 32;
     Dim3 grid{gridFor(width, warpsPerBlock, sms * 4)}, block{kGemvBlock};
-    void *args[] = {&xPtr,     &wPtr,      &scalesPtr, &biasPtr, &residualPtr,
-                    &yPtr,     &rowCount,  &outCount,  &inCount, &staged};
+    // The norm prologue's parameters only for a kernel that has them (NORM).
+    void *args[] = {&xPtr,      &wPtr,         &scalesPtr,   &biasPtr,  &residualPtr,
+                    &yPtr,      &rowCount,     &outCount,    &inCount,  &stagedArg,
+                    &normScalePtr, &normBiasPtr, &epsilon,   &normalize};
     return context.launch(kGemvSlot, grid, block,
                           staged ? static_cast<uint32_t>(stagedBytes) : 0u, args);
   }
