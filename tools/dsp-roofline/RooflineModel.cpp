@@ -231,8 +231,12 @@ private:
     }
     if (isContiguousCopy(plan_, step)) {
       // GenericOps.cpp's runContiguousCopy: nothing when dsc-plan-memory gave the output
-      // its input's slot, else one generic_copy.
-      cost.sharedView = sameDeviceBuffer(inputAt(step, 0), outputs ? step.outputs()->Get(0) : -1);
+      // its input's slot, or the session the program input's buffer (CudaExecutor.cpp's
+      // runStep), else one generic_copy.
+      const int32_t input = inputAt(step, 0);
+      cost.sharedView =
+          sameDeviceBuffer(input, outputs ? step.outputs()->Get(0) : -1) ||
+          (viewsProgramInput(plan_, step) && input >= 0 && !hostKnown_[input]);
       cost.kernels = cost.sharedView ? 0 : 1;
       return;
     }

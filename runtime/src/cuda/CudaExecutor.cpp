@@ -6,6 +6,7 @@
 
 #include "cuda/CudaStepContext.h"
 #include "ops/OpTraits.h"
+#include "plan/PlanViews.h"
 
 #include <algorithm>
 #include <cstring>
@@ -196,6 +197,18 @@ Status CudaSession::runStep(const dsp::Step &step, CompiledStep &compiled,
       if (slots_[tensor].hostKnown) {
         context.hostInputs[i] = inputRefs[i];
         context.hostPresent[i] = true;
+      }
+    }
+    // A view of a program input (GPT-2's Reshape of input_ids) is the input's buffer: the
+    // plan aliases views inside the arena only, and a program input has a buffer of its
+    // own. Set at every run, since a larger input moves to a new buffer; runContiguousCopy
+    // then launches nothing.
+    if (outputCount == 1 && viewsProgramInput(plan_->plan(), step)) {
+      const Slot &in = slots_[step.inputs()->Get(0)];
+      Slot &out = slots_[step.outputs()->Get(0)];
+      if (in.deviceValid && !in.hostKnown) {
+        out.device = in.device;
+        out.deviceCapacity = in.deviceCapacity;
       }
     }
     for (size_t o = 0; o < outputCount; ++o) {

@@ -42,4 +42,12 @@ bool sharesInputSlot(const dsp::Plan &plan, const dsp::Step &step) {
              tensorAt(plan, step.outputs(), 0)->arena_offset();
 }
 
+bool viewsProgramInput(const dsp::Plan &plan, const dsp::Step &step) {
+  std::string_view op = step.op() ? step.op()->string_view() : std::string_view();
+  const dsp::Tensor *in = tensorAt(plan, step.inputs(), 0);
+  const dsp::Tensor *out = tensorAt(plan, step.outputs(), 0);
+  return op != "Cast" && isView(plan, step) && in && in->kind() == dsp::TensorKind::input &&
+         isArenaTensor(out) && in->dtype() == out->dtype();
+}
+
 } // namespace dsrt

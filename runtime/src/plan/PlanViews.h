@@ -18,6 +18,11 @@ bool isViewOfArenaTensor(const dsp::Plan &plan, const dsp::Step &step);
 // A view of an arena tensor whose output sits in its input's slot: it copies nothing.
 bool sharesInputSlot(const dsp::Plan &plan, const dsp::Step &step);
 
+// A view (not a Cast) of a program input into an arena tensor: dsc-plan-memory cannot alias
+// it (a program input has a buffer of its own), so the CUDA session hands the output the
+// input's buffer at run time, and it copies nothing either.
+bool viewsProgramInput(const dsp::Plan &plan, const dsp::Step &step);
+
 } // namespace dsrt
 
 #endif
