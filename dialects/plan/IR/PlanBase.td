@@ -7,21 +7,18 @@ include "mlir/IR/AttrTypeBase.td"
 def Plan_Dialect : Dialect {
   let name = "plan";
   let cppNamespace = "::dsc::plan";
-  let summary = "What the runtime executes: programs of kernel launches, GEMMs, collectives";
+  let summary = "What the runtime executes: programs of steps over tensors in one arena";
   let description = [{
-    A module holds module-level declarations (activation arenas, generated kernels) and
-    programs (`@prefill`, `@decode`, `@forward`) whose ops the runtime runs in order. Data
-    lives in byte ranges: `plan.buffer` ranges of an arena (placed by memory planning) and
-    `plan.weight` tensors of the rank's weight section. Sizes that depend on the batch, the
-    sequence or the past length are `index` values derived from `plan.dim`, each with the
-    compile-time limit that bounds it; the plan writer serialises everything as the plan
-    file (DESIGN §4).
-  }];
-  let useDefaultAttributePrinterParser = 1;
-  let useDefaultTypePrinterParser = 1;
-  let extraClassDeclaration = [{
-    void registerAttributes();
-    void registerTypes();
+    A module holds the activation arena (`plan.arena`, sized by dsc-plan-memory) and the
+    programs the runtime runs (`@prefill`, `@decode`, `@forward`, an encoder-decoder's
+    `@encode`, and under tensor parallelism `@prefill_greedy` / `@decode_greedy`). A
+    program's ops run in order: `plan.input`s, constants and weights
+    (`plan.weight_tensor`, `plan.weight_concat`), and one `plan.exec` per step, which names
+    the op the runtime's kernels implement (an ONNX op, or a recognised `tfm.*` op with its
+    attributes) and its results' arena offsets. Kernel selection happens after: the plan
+    writer attaches each step's generated kernels (codegen/AttachKernels.cpp), and
+    `dsp-dump` and `dsp-roofline` show them. The plan writer serialises the module as the
+    plan file (DESIGN §4).
   }];
 }
 

@@ -4,8 +4,6 @@
 
 namespace dsc::plan {
 void PlanDialect::initialize() {
-  registerAttributes();
-  registerTypes();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/plan/IR/PlanOps.cpp.inc"
