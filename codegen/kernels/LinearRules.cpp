@@ -18,6 +18,8 @@
 // (0: none).
 #include "codegen/kernels/KernelRules.h"
 
+#include <algorithm>
+
 namespace dsc::codegen {
 namespace {
 
@@ -45,6 +47,28 @@ bool requireF32(const dsp::TensorT *tensor, const char *what, std::string &reaso
     return false;
   }
   return true;
+}
+
+// gemv's grid on an H100 SXM: 4 blocks of 8 warps for each of its 132 multiprocessors
+// (LinearOps.cpp's cap). Split-K is chosen for it: a device with fewer multiprocessors gets
+// at most a wave more than it needs.
+constexpr int64_t kReferenceGemvBlocks = 4 * 132;
+
+// The warps gemv gives each of `features` output features (SPLIT_K): 1, or for a layer whose
+// features would leave most of the reference grid idle (a down projection: few outputs, long
+// rows) 2, 4 or 8, while each warp's part of a row keeps at least 32 16-byte loads (one per
+// lane). A compile-time constant, so that each part has a known length.
+int64_t gemvSplits(int64_t features, int64_t k, DType weightType) {
+  const int64_t perLoad =
+      weightType == DType::I8 ? 16 : 16 / static_cast<int64_t>(dsrt::dtypeSize(weightType));
+  const int64_t loads = k / std::max<int64_t>(perLoad, 1);
+  constexpr int64_t kWarpsPerBlock = 8;
+  int64_t splits = 1;
+  while (splits < kWarpsPerBlock && features > 0 &&
+         (features * splits + kWarpsPerBlock - 1) / kWarpsPerBlock < kReferenceGemvBlocks &&
+         loads / (2 * splits) >= 32)
+    splits *= 2;
+  return splits;
 }
 
 bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
@@ -175,6 +199,11 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
     gemv.constants.push_back(
         {"NORM_BIAS_DT", normBias ? static_cast<int64_t>(in.deviceDType(*normBias)) : 0});
   }
+  // Split-K (several warps per output feature for narrow layers): last, as every plan's
+  // gemv since it exists has it.
+  gemv.constants.push_back(
+      {"SPLIT_K", gemvSplits(gated ? in.staticDim(*weight, 0) / 2 : in.staticDim(*weight, 0),
+                             k, weightType)});
   kernels.push_back(std::move(gemv));
   kernels.push_back(std::move(epilogue));
   // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the

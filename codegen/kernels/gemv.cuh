@@ -22,7 +22,8 @@
 // HAS_RESIDUAL (0/1), GATED (0/1, present only when 1: w is a joined [gate; up] of 2 * n_out
 // rows and y = act(gate) * up, tfm.linear's `gated`); int8 weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and
 // GS (the group size along k, the same on every tensor-parallel rank; 0: one group per row,
-// whatever the run's k).
+// whatever the run's k); SPLIT_K (1, 2, 4 or 8 warps per output feature, in every plan's
+// kernels since it exists; see gemv_features).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
 // of 32.
 //
@@ -68,6 +69,19 @@
 #endif
 
 #define GEMV_MAX_ROWS 8
+// Split-K's partial sums: GEMV_MAX_ROWS floats per warp of a block of at most 8 warps, twice
+// for a gated linear (LinearOps.cpp's kGemvSplitSumsBytes).
+#define GEMV_SPLIT_SUMS_BYTES (8 * GEMV_MAX_ROWS * 2 * 4)
+// The warps per output feature: SPLIT_K, a compile-time constant so that each warp's part of
+// the row has a known length (a runtime count cost the int8 kernel 25 registers).
+#ifdef SPLIT_K
+#define GEMV_SPLITS SPLIT_K
+#else
+#define GEMV_SPLITS 1
+#endif
+#if GEMV_SPLITS != 1 && GEMV_SPLITS != 2 && GEMV_SPLITS != 4 && GEMV_SPLITS != 8
+#error "gemv: SPLIT_K must be 1, 2, 4 or 8 (it divides the block's 8 warps)"
+#endif
 #define GEMV_VEC (WT == DSC_DT_I8 ? 16 : 16 / (WT == DSC_DT_F32 ? 4 : 2))
 
 struct alignas(16) GemvWords {
@@ -128,11 +142,12 @@ static __device__ __forceinline__ float gemv_weight(const void *w, const void *s
 }
 
 // Weight row n's dot product with every row of x, reduced over the warp and scaled (int8),
-// into acc[r] on every lane, for in-feature count k_in.
+// into acc[r] on every lane, for in-feature count k_in: over all of k_in, or (split-K) over
+// the part-th of `splits` contiguous parts of it.
 static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
                                                 const void *scales, long long n, int rows,
                                                 int k_in, bool x_vector, bool w_vector,
-                                                int groups, float *acc) {
+                                                int groups, int part, int splits, float *acc) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < GEMV_MAX_ROWS; ++r)
@@ -143,8 +158,12 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
     const GemvWords *wrow = reinterpret_cast<const GemvWords *>(
         static_cast<const char *>(w) + n * static_cast<long long>(k_in) * (16 / GEMV_VEC));
     // Unrolled so that each lane has several 16-byte loads in flight.
+    // Part `part` of `splits` contiguous runs of the row's loads.
+    const int chunks = k_in / GEMV_VEC;
+    const int chunk_end = static_cast<int>((static_cast<long long>(part) + 1) * chunks / splits);
 #pragma unroll 4
-    for (int chunk = lane; chunk < k_in / GEMV_VEC; chunk += 32) {
+    for (int chunk = static_cast<int>(static_cast<long long>(part) * chunks / splits) + lane;
+         chunk < chunk_end; chunk += 32) {
       float wv[GEMV_VEC];
       gemv_unpack(wrow[chunk], wv);
       const int k = chunk * GEMV_VEC;
@@ -178,7 +197,9 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
     }
   } else {
     const long long row_start = n * static_cast<long long>(k_in);
-    for (int k = lane; k < k_in; k += 32) {
+    const int k_end = static_cast<int>((static_cast<long long>(part) + 1) * k_in / splits);
+    for (int k = static_cast<int>(static_cast<long long>(part) * k_in / splits) + lane; k < k_end;
+         k += 32) {
       const float wk = gemv_weight(w, scales, row_start, scale_row, k);
 #pragma unroll
       for (int r = 0; r < GEMV_MAX_ROWS; ++r)
@@ -205,17 +226,22 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
 // plan's kernel with fewer in-features than rank 0, for which the plan was specialised.
 // GATED: output feature n is act(row n + bias[n]) * (row n_out + n + bias[n_out + n]) of a
 // [gate; up] weight of 2 * n_out rows; the warp reads both rows.
-template <int KK>
+// Split-K (SPLITS 2, 4 or 8 warps per feature, for layers with fewer features than the
+// grid has warps): each of a feature's warps sums its part of k, the parts meet in
+// `split_sums` (shared, warps per block * GEMV_MAX_ROWS floats, twice that when GATED), and
+// the first warp adds them and applies the epilogue. The loop's bound is the block's, so
+// that every warp reaches each barrier.
+template <int KK, int SPLITS>
 static __device__ __forceinline__ void gemv_features(const float *xs, const void *w,
                                                      const void *scales, const void *bias,
                                                      const float *residual, float *y, int rows,
-                                                     int n_out, int k_run) {
+                                                     int n_out, int k_run, float *split_sums) {
   const int k_in = KK > 0 ? KK : k_run;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps_per_block = blockDim.x >> 5;
-  const long long first =
-      static_cast<long long>(blockIdx.x) * warps_per_block + (threadIdx.x >> 5);
-  const long long stride = static_cast<long long>(gridDim.x) * warps_per_block;
+  constexpr int splits = SPLITS;
+  const int features_per_block = warps_per_block / splits;
+  const int part = warp % splits;
   // x rows start at multiples of k_in floats: 16-byte reads need k_in % 4 == 0 and an
   // aligned base (shared memory is aligned by its declaration).
   const bool x_vector = (k_in % 4 == 0) && dsc_aligned16(xs);
@@ -225,12 +251,45 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
   // int8: scales are [n_out, groups]; the launcher checked that GS divides k_in.
   const int groups = (WT == DSC_DT_I8 && GS > 0) ? k_in / (GS > 0 ? GS : 1) : 1;
 
-  for (long long n = first; n < n_out; n += stride) {
-    float acc[GEMV_MAX_ROWS];
-    gemv_row(xs, w, scales, n, rows, k_in, x_vector, w_vector, groups, acc);
-    float up[GEMV_MAX_ROWS];
-    if (GATED)
-      gemv_row(xs, w, scales, n + n_out, rows, k_in, x_vector, w_vector, groups, up);
+  for (long long base = static_cast<long long>(blockIdx.x) * features_per_block; base < n_out;
+       base += static_cast<long long>(gridDim.x) * features_per_block) {
+    const long long n = base + warp / splits;
+    const bool active = n < n_out;
+    float acc[GEMV_MAX_ROWS], up[GEMV_MAX_ROWS];
+    if (active) {
+      gemv_row(xs, w, scales, n, rows, k_in, x_vector, w_vector, groups, part, splits, acc);
+      if (GATED)
+        gemv_row(xs, w, scales, n + n_out, rows, k_in, x_vector, w_vector, groups, part,
+                 splits, up);
+    }
+    if (splits > 1) {
+      float *mine = split_sums + warp * GEMV_MAX_ROWS * (GATED ? 2 : 1);
+#pragma unroll
+      for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
+        if (active && r < rows && lane == r) {
+          mine[r] = acc[r];
+          if (GATED)
+            mine[GEMV_MAX_ROWS + r] = up[r];
+        }
+      }
+      __syncthreads();
+      if (active && part == 0) {
+        for (int other = 1; other < splits; ++other) {
+          const float *theirs = mine + other * GEMV_MAX_ROWS * (GATED ? 2 : 1);
+#pragma unroll
+          for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
+            if (r < rows) {
+              acc[r] += theirs[r];
+              if (GATED)
+                up[r] += theirs[GEMV_MAX_ROWS + r];
+            }
+          }
+        }
+      }
+      __syncthreads();  // every part read before the next features' parts are written
+    }
+    if (!active || part != 0)
+      continue;
 
     // Lane r writes row r: the epilogue's loads spread over the warp.
     float bias_n = 0.0f, bias_up = 0.0f;
@@ -291,7 +350,8 @@ static __device__ __forceinline__ void gemv_normalize(float *xs, int rows, int k
 
 // k: the in-feature count of this run (K, except on a rank of an uneven tensor-parallel
 // split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
-// whether the launcher gave rows * k * 4 bytes of dynamic shared memory.
+// whether the launcher gave rows * k * 4 bytes of dynamic shared memory (and, with SPLIT_K
+// above 1, GEMV_SPLIT_SUMS_BYTES more after it, whether it staged or not).
 extern "C" __global__ void gemv(const float *x, const void *w, const void *scales,
                                 const void *bias, const float *residual, float *y, int rows,
                                 int n_out, int k, int staged
@@ -329,8 +389,10 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
 #endif
   }
   const float *xs = staged ? shared_x : x;
+  // Split-K's partial sums after the staged rows and the norm's reduction.
+  float *split_sums = shared_x + (staged ? rows * k + (NORM != 0 ? 32 : 0) : 0);
   if (k == K)
-    gemv_features<K>(xs, w, scales, bias, residual, y, rows, n_out, k);
+    gemv_features<K, GEMV_SPLITS>(xs, w, scales, bias, residual, y, rows, n_out, k, split_sums);
   else
-    gemv_features<0>(xs, w, scales, bias, residual, y, rows, n_out, k);
+    gemv_features<0, GEMV_SPLITS>(xs, w, scales, bias, residual, y, rows, n_out, k, split_sums);
 }

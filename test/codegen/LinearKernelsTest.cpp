@@ -67,6 +67,14 @@ public:
     step.attrs.push_back(std::move(a));
   }
 
+  static void intAttr(dsp::StepT &step, const std::string &name, int64_t value) {
+    auto a = std::make_unique<dsp::AttrT>();
+    a->name = name;
+    a->kind = dsp::AttrKind::int_;
+    a->i = value;
+    step.attrs.push_back(std::move(a));
+  }
+
   // Rank 0's section as the writer lays it out: every weight stored in its own dtype except
   // those of `storedAs` (a --dtype int8 plan stores f32 scales and biases in the compute
   // dtype).
@@ -104,7 +112,8 @@ TEST(LinearRules, FusedLinearWithFp16WeightsGetsAllThreeSlots) {
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 3u);
-  EXPECT_EQ(specs[0].name(), "gemv_K768_WT2_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
+  // 3072 features of 96 f16 loads: two warps each (gemvSplits).
+  EXPECT_EQ(specs[0].name(), "gemv_K768_WT2_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1_SPLIT_K2");
   EXPECT_EQ(specs[1].name(), "linear_epilogue_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
   EXPECT_EQ(specs[2].name(), "convert_activations_WT2");
 }
@@ -118,7 +127,7 @@ TEST(LinearRules, PlainF32LinearNeedsNoConversion) {
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 2u);
-  EXPECT_EQ(specs[0].name(), "gemv_K64_WT1_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT1_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[1].name(), "linear_epilogue_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
 }
 
@@ -131,7 +140,7 @@ TEST(LinearRules, LmHeadIsTheProductAlone) {
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 3u);
-  EXPECT_EQ(specs[0].name(), "gemv_K64_WT3_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT3_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "convert_activations_WT3");
 }
 
@@ -145,7 +154,7 @@ TEST(LinearRules, BiasKeepsItsOwnStoredDtype) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
-  EXPECT_EQ(specs.at(0).name(), "gemv_K64_WT3_ACTm1_HAS_BIAS1_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs.at(0).name(), "gemv_K64_WT3_ACTm1_HAS_BIAS1_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
 }
 
 TEST(LinearRules, DeclinesWithAReason) {
@@ -191,7 +200,7 @@ TEST(LinearRules, Int8PerChannelLinearGetsTheDequantizationAndConversionSlots) {
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 4u);
-  EXPECT_EQ(specs[0].name(), "gemv_K768_WT8_SDT2_GS0_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
+  EXPECT_EQ(specs[0].name(), "gemv_K768_WT8_SDT2_GS0_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1_SPLIT_K1");
   EXPECT_EQ(specs[1].name(), "linear_epilogue_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS0");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
@@ -210,7 +219,7 @@ TEST(LinearRules, Int8GroupsGiveTheGroupSize) {
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 4u);
-  EXPECT_EQ(specs[0].name(), "gemv_K4096_WT8_SDT3_GS128_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K4096_WT8_SDT3_GS128_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS128");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT3");
 }
@@ -228,7 +237,7 @@ TEST(LinearRules, Int8PlanBeforeTheWriterStoresFloatsInTheComputeDtype) {
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, bias, scales}, {y}), specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 4u);
-  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT3_GS32_ACTm1_HAS_BIAS1_BIAS_DT3_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT3_GS32_ACTm1_HAS_BIAS1_BIAS_DT3_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS32");
 }
 
@@ -243,7 +252,7 @@ TEST(LinearRules, Int8WithF32ScalesIsAnF32GemmWithoutConversion) {
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, -1, scales}, {y}), specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 3u);
-  EXPECT_EQ(specs[0].name(), "gemv_K96_WT8_SDT1_GS24_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K96_WT8_SDT1_GS24_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT1_GS24");
 }
 
@@ -258,7 +267,7 @@ TEST(LinearRules, Int8LmHeadHasItsScalesAtTheLinearsPosition) {
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.lm_head", {x, w, -1, scales}, {y}), specs, reason)) << reason;
   ASSERT_EQ(specs.size(), 4u);
-  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT2_GS32_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT2_GS32_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS32");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
 }
@@ -317,19 +326,24 @@ TEST_F(LinearNvrtcTest, GemvSpecialisationsCompile) {
   // K = 64 and 768 take the vector path for every dtype; 2050 is not a multiple of 4 or 8
   // (the scalar path); 4100 is a multiple of 4 but not 8 (vector for f32 only) and too
   // large for 8 rows to be staged. Each activation (-1..4) appears twice.
+  // Split-K over 1, 2, 4 and 8 warps per feature in turn (and, every fifth, a gated one).
   const int64_t ks[] = {64, 768, 2050, 4100};
   int variant = 0;
   for (int64_t k : ks)
     for (int64_t wt : {1, 2, 3}) {
       int64_t act = variant % 6 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
       int64_t biasType = hasBias ? (variant % 3) + 1 : 1;
-      compiles({"gemv",
-                {{"K", k},
-                 {"WT", wt},
-                 {"ACT", act},
-                 {"HAS_BIAS", hasBias},
-                 {"BIAS_DT", biasType},
-                 {"HAS_RESIDUAL", hasResidual}}});
+      KernelSpec spec{"gemv",
+                      {{"K", k},
+                       {"WT", wt},
+                       {"ACT", act},
+                       {"HAS_BIAS", hasBias},
+                       {"BIAS_DT", biasType},
+                       {"HAS_RESIDUAL", hasResidual}}};
+      if (variant % 5 == 4 && act != -1 && !hasResidual)
+        spec.constants.push_back({"GATED", 1});
+      spec.constants.push_back({"SPLIT_K", int64_t(1) << (variant % 4)});
+      compiles(spec);
       ++variant;
     }
 }
@@ -396,4 +410,48 @@ TEST_F(LinearNvrtcTest, ConversionRefusesF32Weights) {
 }
 
 } // namespace
+// Split-K for the reference grid (4 blocks of 8 warps on each of an H100's 132
+// multiprocessors, 528 blocks): a layer whose features fill fewer blocks gets 2, 4 or 8
+// warps per feature while each warp keeps 32 16-byte loads of its row. GPT-2 124M's shapes
+// in f16, and its LM head; Llama-3-8B's down projection in int8; a gated linear counts its
+// output features, half its rows.
+TEST(LinearRules, SplitKFollowsTheLayersShape) {
+  struct Case {
+    int64_t out, in;
+    dsp::DType weight;  // the plan's stored dtype
+    bool gated;
+    int64_t splits;
+  };
+  const Case cases[] = {
+      {768, 3072, dsp::DType::f16, false, 8},     // MLP down: 96 blocks of 384 loads
+      {768, 768, dsp::DType::f16, false, 2},      // attention out: 96 loads allow 2
+      {2304, 768, dsp::DType::f16, false, 2},     // QKV: 288 blocks
+      {3072, 768, dsp::DType::f16, false, 2},     // MLP up
+      {50257, 768, dsp::DType::f16, false, 1},    // LM head: the grid is full
+      {4096, 14336, dsp::DType::i8, false, 2},    // 512 blocks of 896 loads
+      {768, 64, dsp::DType::f32, false, 1},       // 16 loads: too short to split
+      {2 * 768, 3072, dsp::DType::f16, true, 8},  // gated: 768 features
+  };
+  for (const Case &c : cases) {
+    PlanBuilder b;
+    int x = b.tensor(dsp::DType::f32, {1, c.in});
+    int w = b.weight({c.out, c.in}, c.weight);
+    int scales = c.weight == dsp::DType::i8 ? b.weight({c.out, 1}) : -1;
+    int y = b.tensor(dsp::DType::f32, {1, c.gated ? c.out / 2 : c.out});
+    dsp::StepT &step = b.step("tfm.linear", {x, w, -1, scales}, {y});
+    if (c.gated) {
+      PlanBuilder::stringAttr(step, "activation", "silu");
+      PlanBuilder::intAttr(step, "gated", 1);
+    }
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(step, specs, reason)) << reason;
+    int64_t splits = -1;
+    for (const auto &[name, value] : specs.at(0).constants)
+      if (name == "SPLIT_K")
+        splits = value;
+    EXPECT_EQ(splits, c.splits) << c.out << "x" << c.in;
+  }
+}
+
 } // namespace dsc::codegen

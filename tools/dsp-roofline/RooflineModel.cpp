@@ -270,10 +270,13 @@ private:
       return;
     // A norm prologue (gemv's NORM) runs inside gemv where gemv stages the rows (with 32
     // floats of reduction after them, in 48 KiB), else as the norm kernel first.
-    constexpr int64_t kGemvMaxStagedBytes = 48 * 1024, kNormReductionBytes = 128;
+    // (LinearOps.cpp: with the 128 bytes of the norm's reduction and the 512 that split-K's
+    // partial sums may take.)
+    constexpr int64_t kGemvMaxStagedBytes = 48 * 1024, kNormReductionBytes = 128,
+                      kSplitSumsBytes = 512;
     const bool norm = isLinear && kernelConstant(step, 0, "NORM", 0) != 0;
-    const bool staged = rows <= kGemvMaxRows &&
-                        rows * k * 4 + kNormReductionBytes <= kGemvMaxStagedBytes;
+    const bool staged = rows <= kGemvMaxRows && rows * k * 4 + kNormReductionBytes +
+                                                        kSplitSumsBytes <= kGemvMaxStagedBytes;
     cost.kernels = norm && !staged ? 1 : 0;
     if (rows <= kGemvMaxRows) {
       cost.kernels += 1;

@@ -108,8 +108,10 @@ namespace bf16_silu {
 #include "LinearEmulationFamily.inc"
 } // namespace bf16_silu
 
-// bf16 weights, nothing fused (tfm.lm_head's form), K = 128: the 16-byte vector path.
+// bf16 weights, nothing fused (tfm.lm_head's form), K = 128: the 16-byte vector path; a
+// plan's gemv from before split-K (no `splits` parameter).
 namespace bf16_plain {
+#define EMU_WITHOUT_SPLIT_K
 #define EMU_FAMILY bf16_plain
 #define K 128
 #define WT 3
@@ -327,8 +329,51 @@ namespace f32_rms_long {
 #define NORM 1
 #define NORM_SCALE_DT 3
 #define NORM_BIAS_DT 0
+#define SPLIT_K 2  // the partial sums after the staged rows and the norm's reduction
 #include "LinearEmulationFamily.inc"
 } // namespace f32_rms_long
+
+// Split-K (SPLIT_K warps per output feature, LinearRules.cpp's gemvSplits for narrow
+// layers with long rows): f32 rows of 1104 (276 loads) over 8 warps per feature, int8 rows
+// of 1104 (69 loads) over 2, and a gated linear whose both halves' parts meet, over 4.
+namespace f32_split8 {
+#define EMU_FAMILY f32_split8
+#define K 1104
+#define WT 1
+#define ACT (-1)
+#define HAS_BIAS 1
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#define SPLIT_K 8
+#include "LinearEmulationFamily.inc"
+} // namespace f32_split8
+
+namespace i8_split2 {
+#define EMU_FAMILY i8_split2
+#define K 1104
+#define WT 8
+#define SDT 2
+#define GS 48
+#define ACT 3
+#define HAS_BIAS 0
+#define BIAS_DT 1
+#define HAS_RESIDUAL 1
+#define SPLIT_K 2
+#include "LinearEmulationFamily.inc"
+} // namespace i8_split2
+
+namespace f32_gated_split4 {
+#define EMU_FAMILY f32_gated_split4
+#define K 1104
+#define WT 1
+#define ACT 0
+#define HAS_BIAS 1
+#define BIAS_DT 1
+#define HAS_RESIDUAL 0
+#define GATED 1
+#define SPLIT_K 4
+#include "LinearEmulationFamily.inc"
+} // namespace f32_gated_split4
 
 #undef gemv
 #undef linear_epilogue
@@ -362,6 +407,8 @@ public:
   std::vector<std::optional<DeviceTensor>> inputs;
   std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
+  unsigned gemvGrid = 0;  // the last gemv launch's blocks (before the emulation's cap)
+  uint32_t gemvSharedBytes = 0;
   int launchesPerSlot[5] = {};
   size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
@@ -389,6 +436,10 @@ public:
     cuda_emulation::launch({blocks, 1, 1}, {block.x, 1, 1},
                                 [&] { kernels_.slots[slot](args); });
     gemvLaunches += slot == 0;
+    if (slot == 0) {
+      gemvGrid = grid.x;
+      gemvSharedBytes = sharedBytes;
+    }
     ++launchesPerSlot[slot];
     return Status::ok();
   }
@@ -469,8 +520,9 @@ double activate(int64_t kind, double x) {
 // kernels specialised for rank 0's K.
 // `partBytes` (0: the session's default) is the scratch a dequantized part of an int8
 // weight may take, so that a small test runs its GEMM in several parts.
+// `gemvGrid`, when given, receives the gemv launch's block count.
 void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance,
-                 int64_t kRun = 0, size_t partBytes = 0) {
+                 int64_t kRun = 0, size_t partBytes = 0, unsigned *gemvGrid = nullptr) {
   const int64_t k = kRun > 0 ? kRun : kernels.constants[0]["K"];
   const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
   const int64_t act = kernels.constants[0]["ACT"];
@@ -584,6 +636,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   ASSERT_FALSE(ops.empty());
   Status status = ops[0].run(step);
   ASSERT_TRUE(status.isOk()) << status.message();
+  if (gemvGrid)
+    *gemvGrid = step.gemvGrid;
   // The weight's rows in parts of whole 64-row blocks when a part is smaller than the weight.
   int64_t parts = 1;
   if (int8 && partBytes) {
@@ -762,6 +816,32 @@ TEST(LinearEmulationTest, NormPrologueInGemvAndApart) {
     checkLinear(i8_gated_layer::kernels(), rows, 32, rows <= 8 ? 1e-5 : 1e-2);
   for (int64_t rows : {1, 8})
     checkLinear(f32_rms_long::kernels(), rows, 24, 1e-5);
+}
+
+// Split-K: each feature's SPLIT_K warps sum their parts of the row and meet in shared
+// memory; the emulated device has 2 multiprocessors, so the grid is ceil(features *
+// SPLIT_K / 8) blocks, at most 8. The sums are in another order: the same 1e-5 bound.
+TEST(LinearEmulationTest, SplitKForNarrowLayers) {
+  struct Case {
+    LinearKernels (*kernels)();
+    int64_t n;
+    unsigned grid;
+  };
+  const Case cases[] = {
+      {f32_split8::kernels, 8, 8},          // 8 warps per feature
+      {f32_split8::kernels, 3, 3},          // fewer features than a block holds
+      {i8_split2::kernels, 24, 6},          // 2
+      {f32_gated_split4::kernels, 16, 4},   // gated: 8 features of [gate; up], 4 each
+      {f32_rms_long::kernels, 24, 6},       // 2, after a norm prologue's staged rows
+      {f32_gelu::kernels, 40, 5},           // SPLIT_K 1: one warp each
+      {bf16_plain::kernels, 20, 3},         // a plan's gemv from before split-K
+  };
+  for (const Case &c : cases)
+    for (int64_t rows : {1, 3, 8}) {
+      unsigned grid = 0;
+      checkLinear(c.kernels(), rows, c.n, 1e-5, 0, 0, &grid);
+      EXPECT_EQ(grid, c.grid) << "n " << c.n << ", rows " << rows;
+    }
 }
 
 } // namespace

@@ -36,6 +36,10 @@ constexpr size_t kInput = 0, kWeight = 1, kBias = 2, kScales = 3, kResidual = 4,
                  kNormScale = 5, kNormBias = 6;
 // The 32 floats of shared memory gemv's norm prologue reduces in, after the staged rows.
 constexpr int64_t kGemvNormReductionBytes = 32 * sizeof(float);
+// gemv.cuh's GEMV_SPLIT_SUMS_BYTES: split-K's partial sums, after both. Always left free in
+// the staging budget, so that whether gemv stages does not depend on the device.
+constexpr int64_t kGemvSplitSumsBytes = 8 * kGemvMaxRows * 2 * sizeof(float);
+
 constexpr size_t kGemvSlot = 0, kEpilogueSlot = 1;
 // The conversion is the last slot: 2 after float weights, 3 after int8's dequantization.
 constexpr size_t kFloatConvertSlot = 2, kDequantizeSlot = 2, kInt8ConvertSlot = 3;
@@ -301,7 +305,7 @@ Status runLinear(StepContext &context) {
   const int64_t stagedBytes = rows * k * static_cast<int64_t>(sizeof(float)) +
                               (norm.code != 0 ? kGemvNormReductionBytes : 0);
   const bool gemvPath = rows <= kGemvMaxRows;
-  const bool staged = gemvPath && stagedBytes <= kGemvMaxStagedBytes;
+  const bool staged = gemvPath && stagedBytes + kGemvSplitSumsBytes <= kGemvMaxStagedBytes;
   if (norm.code != 0 && !staged) {
     // The norm kernel's rows into scratch, which the gemv or the GEMM then reads.
     DevicePtr normalized = 0;
@@ -334,15 +338,20 @@ Status runLinear(StepContext &context) {
               normBiasPtr = norm.bias ? norm.bias->data : 0;
     float epsilon = norm.epsilon;
     // Blocks stride over the features, so a few per multiprocessor keep the weight reads
-    // in flight while each block stages x only once.
+    // in flight while each block stages x only once; a narrow layer's kernel splits each
+    // feature's k over SPLIT_K warps, for which the grid has SPLIT_K times the warps.
     const int64_t warpsPerBlock = kGemvBlock / 32;
-    Dim3 grid{gridFor(width, warpsPerBlock, sms * 4)}, block{kGemvBlock};
+    const int64_t splits = context.kernelConstant(kGemvSlot, "SPLIT_K", 1);
+    if (splits != 1 && splits != 2 && splits != 4 && splits != 8)
+      return context.error("the gemv kernel's SPLIT_K is ", splits, ", not 1, 2, 4 or 8");
+    Dim3 grid{gridFor(width * splits, warpsPerBlock, sms * 4)}, block{kGemvBlock};
+    const uint32_t sharedBytes = static_cast<uint32_t>((staged ? stagedBytes : 0) +
+                                                       (splits > 1 ? kGemvSplitSumsBytes : 0));
     // The norm prologue's parameters only for a kernel that has them (NORM).
     void *args[] = {&xPtr,      &wPtr,         &scalesPtr,   &biasPtr,  &residualPtr,
                     &yPtr,      &rowCount,     &outCount,    &inCount,  &stagedArg,
                     &normScalePtr, &normBiasPtr, &epsilon,   &normalize};
-    return context.launch(kGemvSlot, grid, block,
-                          staged ? static_cast<uint32_t>(stagedBytes) : 0u, args);
+    return context.launch(kGemvSlot, grid, block, sharedBytes, args);
   }
 
   // cuBLASLt multiplies equal types: f16/bf16 weights take the activations converted.
