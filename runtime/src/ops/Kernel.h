@@ -67,6 +67,7 @@ void addShapeKernels(std::vector<KernelInfo> &kernels);
 void addMovementKernels(std::vector<KernelInfo> &kernels);
 void addGatherKernels(std::vector<KernelInfo> &kernels);
 void addTransformerKernels(std::vector<KernelInfo> &kernels);
+void addLinearKernels(std::vector<KernelInfo> &kernels);      // TransformerLinear.cpp
 void addAttentionKernels(std::vector<KernelInfo> &kernels);   // TransformerAttention.cpp
 void addCollectiveKernels(std::vector<KernelInfo> &kernels);  // TransformerCollectives.cpp
 

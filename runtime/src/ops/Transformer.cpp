@@ -1,11 +1,13 @@
-// The recognised transformer ops (docs/transformer-ops.md): tfm.embedding, norms, linear
-// (float or int8), activations, residual add and the LM head; attention and the
-// collectives are in TransformerAttention.cpp and TransformerCollectives.cpp.
+// The recognised transformer ops (docs/transformer-ops.md): tfm.embedding, norms,
+// activations and residual add; the linear layers and the LM head are in
+// TransformerLinear.cpp, attention and the collectives in TransformerAttention.cpp and
+// TransformerCollectives.cpp.
 // Every float dtype computes in fp32; outputs are stored in the dtype of the first float
 // input.
 #include "ops/FloatAccess.h"
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
+#include "ops/TransformerCommon.h"
 #include "ops/TypeDispatch.h"
 #include "ops/fast/FastKernels.h"
 
@@ -84,11 +86,9 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
-// ---- tfm.layer_norm, tfm.rms_norm ----------------------------------------------------
+} // namespace
 
-// Inputs: layer_norm (input, scale, bias?, residual?), rms_norm (input, scale, residual?).
-// With a residual the norm is of input + residual, and output 1 is that sum.
-size_t normResidualIndex(const KernelContext &ctx) { return ctx.op == "tfm.rms_norm" ? 2 : 3; }
+// ---- shared with TransformerLinear.cpp (TransformerCommon.h) ------------------------
 
 // y = norm(row) * scale (+ bias) for each of `rows` rows of n values: RMS (rms) or layer
 // normalisation, as tfm.rms_norm / tfm.layer_norm and a linear's norm prologue compute it.
@@ -125,6 +125,57 @@ void normalizeRows(const float *source, int64_t rows, int64_t n, const FloatView
     }
   }
 }
+
+Status parseActivation(const KernelContext &ctx, const std::string &kind, Activation &out) {
+  if (kind == "gelu_erf") out = Activation::GeluErf;
+  else if (kind == "gelu_tanh") out = Activation::GeluTanh;
+  else if (kind == "gelu_quick") out = Activation::GeluQuick;
+  else if (kind == "silu") out = Activation::Silu;
+  else if (kind == "relu") out = Activation::Relu;
+  else return ctx.error("unknown activation kind '", kind, "'");
+  return Status::ok();
+}
+
+// The `kind` of tfm.activation and tfm.gated_act.
+Status activationKind(const KernelContext &ctx, Activation &out) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "kind", "", kind));
+  return parseActivation(ctx, kind, out);
+}
+
+// A fused linear's epilogue activation: the `activation` attribute, absent or "none" for
+// none.
+Status epilogueActivation(const KernelContext &ctx, std::optional<Activation> &out) {
+  std::string kind;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "none", kind));
+  out.reset();
+  if (kind == "none")
+    return Status::ok();
+  Activation parsed;
+  DSRT_RETURN_IF_ERROR(parseActivation(ctx, kind, parsed));
+  out = parsed;
+  return Status::ok();
+}
+
+float activate(Activation kind, float x) {
+  switch (kind) {
+  case Activation::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+  case Activation::GeluTanh:
+    return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  case Activation::GeluQuick: return x / (1.0f + std::exp(-1.702f * x));
+  case Activation::Silu: return x / (1.0f + std::exp(-x));
+  case Activation::Relu: return x > 0 ? x : 0.0f;
+  }
+  return x;
+}
+
+namespace {
+
+// ---- tfm.layer_norm, tfm.rms_norm ----------------------------------------------------
+
+// Inputs: layer_norm (input, scale, bias?, residual?), rms_norm (input, scale, residual?).
+// With a residual the norm is of input + residual, and output 1 is that sum.
+size_t normResidualIndex(const KernelContext &ctx) { return ctx.op == "tfm.rms_norm" ? 2 : 3; }
 
 Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
@@ -188,324 +239,6 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
   normalizeRows(source, rows, n, scale, bias ? &*bias : nullptr, rms, epsilon, ctx.fastKernels,
                 out.data());
   out.finish();
-  return Status::ok();
-}
-
-// ---- activations (tfm.activation, tfm.gated_act and the linear epilogue) -------------
-
-using fast::Activation;
-
-Status parseActivation(const KernelContext &ctx, const std::string &kind, Activation &out) {
-  if (kind == "gelu_erf") out = Activation::GeluErf;
-  else if (kind == "gelu_tanh") out = Activation::GeluTanh;
-  else if (kind == "gelu_quick") out = Activation::GeluQuick;
-  else if (kind == "silu") out = Activation::Silu;
-  else if (kind == "relu") out = Activation::Relu;
-  else return ctx.error("unknown activation kind '", kind, "'");
-  return Status::ok();
-}
-
-// The `kind` of tfm.activation and tfm.gated_act.
-Status activationKind(const KernelContext &ctx, Activation &out) {
-  std::string kind;
-  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "kind", "", kind));
-  return parseActivation(ctx, kind, out);
-}
-
-// A fused linear's epilogue activation: the `activation` attribute, absent or "none" for
-// none.
-Status epilogueActivation(const KernelContext &ctx, std::optional<Activation> &out) {
-  std::string kind;
-  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "none", kind));
-  out.reset();
-  if (kind == "none")
-    return Status::ok();
-  Activation parsed;
-  DSRT_RETURN_IF_ERROR(parseActivation(ctx, kind, parsed));
-  out = parsed;
-  return Status::ok();
-}
-
-float activate(Activation kind, float x) {
-  switch (kind) {
-  case Activation::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-  case Activation::GeluTanh:
-    return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-  case Activation::GeluQuick: return x / (1.0f + std::exp(-1.702f * x));
-  case Activation::Silu: return x / (1.0f + std::exp(-x));
-  case Activation::Relu: return x > 0 ? x : 0.0f;
-  }
-  return x;
-}
-
-// ---- tfm.linear, tfm.lm_head ---------------------------------------------------------
-
-// A linear's norm prologue (tfm.linear `norm`, dsc-fuse-norm-prologue): `norm` is "rms" or
-// "layer", the scale [in] is input 5 and a layer norm's optional bias [in] input 6.
-constexpr size_t kNormScaleInput = 5, kNormBiasInput = 6;
-
-Status normPrologueKind(const KernelContext &ctx, std::string &kind) {
-  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "norm", "", kind));
-  if (!kind.empty() && kind != "rms" && kind != "layer")
-    return ctx.error("norm must be rms or layer, not '", kind, "'");
-  return Status::ok();
-}
-
-Status checkNormPrologue(const KernelContext &ctx) {
-  std::string kind;
-  DSRT_RETURN_IF_ERROR(normPrologueKind(ctx, kind));
-  const TensorRef *scale = ctx.inputs.size() > kNormScaleInput ? ctx.input(kNormScaleInput) : nullptr;
-  const TensorRef *bias = ctx.inputs.size() > kNormBiasInput ? ctx.input(kNormBiasInput) : nullptr;
-  if (kind.empty()) {
-    if (scale || bias)
-      return ctx.error("has a norm scale or bias (inputs 5 and 6) but no norm prologue");
-    return Status::ok();
-  }
-  const int64_t in = lastDim(*ctx.input(0));
-  if (!scale)
-    return ctx.error("a norm prologue needs its scale (input 5)");
-  if (bias && kind != "layer")
-    return ctx.error("only a layer norm prologue takes a bias (input 6)");
-  for (size_t index : {kNormScaleInput, kNormBiasInput}) {
-    const TensorRef *param = ctx.input(index);
-    if (!param)
-      continue;
-    const char *name = index == kNormScaleInput ? "norm scale" : "norm bias";
-    DSRT_RETURN_IF_ERROR(checkDType(ctx, index, name, kFloatTypes));
-    if (param->shape != Shape{in})
-      return ctx.error(name, " must be [", in, "], not ", shapeString(param->shape));
-  }
-  float epsilon = 0;
-  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "norm_epsilon", -1.0f, epsilon));
-  if (!(epsilon >= 0) || !std::isfinite(epsilon))
-    return ctx.error("a norm prologue needs a finite, non-negative norm_epsilon");
-  return Status::ok();
-}
-
-// The linear's input: with a norm prologue its rows normalised as the unfused norm computes
-// and stores them (in the input's dtype), in `storage`; otherwise input 0 itself.
-Status linearInput(const KernelContext &ctx, std::vector<uint8_t> &storage, TensorRef &x) {
-  x = *ctx.input(0);
-  std::string kind;
-  DSRT_RETURN_IF_ERROR(normPrologueKind(ctx, kind));
-  if (kind.empty())
-    return Status::ok();
-  const bool rms = kind == "rms";
-  float epsilon = 0;
-  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "norm_epsilon", -1.0f, epsilon));
-  const int64_t n = lastDim(x), rows = n == 0 ? 0 : x.elements() / n;
-  FloatView source(x), scale(*ctx.input(kNormScaleInput));
-  std::optional<FloatView> bias;
-  if (ctx.inputs.size() > kNormBiasInput && ctx.input(kNormBiasInput))
-    bias.emplace(*ctx.input(kNormBiasInput));
-  storage.resize(static_cast<size_t>(x.elements()) * dtypeSize(x.dtype));
-  x.data = storage.data();
-  FloatOutput out(x);
-  normalizeRows(source.data(), rows, n, scale, bias ? &*bias : nullptr, rms, epsilon,
-                ctx.fastKernels, out.data());
-  out.finish();
-  return Status::ok();
-}
-
-Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
-  const bool hasScales = ctx.inputs.size() > 3 && ctx.input(3);
-  DSRT_RETURN_IF_ERROR(
-      checkDType(ctx, 1, "weight", hasScales ? maskOf({DType::I8}) : kFloatTypes));
-  DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
-  const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
-  if (w.shape.size() != 2 || w.shape[1] != lastDim(x))
-    return ctx.error("weight must be [out, ", lastDim(x), "], not ", shapeString(w.shape));
-  // int8 weights (docs/int8.md): scales [out, groups], each group a run of in / groups
-  // input features.
-  if (hasScales) {
-    DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "scales", kFloatTypes));
-    const Shape &scales = ctx.input(3)->shape;
-    if (scales.size() != 2 || scales[0] != w.shape[0] || scales[1] <= 0 ||
-        w.shape[1] % scales[1] != 0)
-      return ctx.error("scales must be [", w.shape[0], ", groups] with groups dividing ",
-                       w.shape[1], ", not ", shapeString(scales));
-  }
-  if (ctx.inputs.size() > 2 && ctx.input(2)) {
-    DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "bias", kFloatTypes));
-    if (ctx.input(2)->shape != Shape{w.shape[0]})
-      return ctx.error("bias must be [", w.shape[0], "], not ", shapeString(ctx.input(2)->shape));
-  }
-  Shape shape = x.shape;
-  shape.back() = w.shape[0];
-  // The gated epilogue (dsc-fuse-gated-epilogue): the weight is [gate; up], the result
-  // act(gate) * up, half as wide, and there is no residual.
-  int64_t gated = 0;
-  DSRT_RETURN_IF_ERROR(intAttr(ctx, "gated", 0, gated));
-  if (gated) {
-    std::string kind;
-    DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "none", kind));
-    if (kind == "none" || w.shape[0] % 2 != 0 || (ctx.inputs.size() > 4 && ctx.input(4)))
-      return ctx.error("a gated linear needs an activation, an even number of weight rows "
-                       "(gate then up) and no residual");
-    shape.back() = w.shape[0] / 2;
-  }
-  // The fused epilogue: act(x . w^T + bias) + residual, the residual of the result's shape.
-  if (ctx.inputs.size() > 4 && ctx.input(4)) {
-    DSRT_RETURN_IF_ERROR(checkDType(ctx, 4, "residual", kFloatTypes));
-    if (ctx.input(4)->shape != shape)
-      return ctx.error("residual must have the result's shape ", shapeString(shape), ", not ",
-                       shapeString(ctx.input(4)->shape));
-  }
-  std::optional<Activation> activation;
-  DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
-  DSRT_RETURN_IF_ERROR(checkNormPrologue(ctx));
-  outputs.push_back({x.dtype, shape});
-  return Status::ok();
-}
-
-// An int8 weight as f32: q[o, k] * scales[o, k / (in / groups)] (docs/int8.md).
-std::vector<float> dequantizeInt8(const TensorRef &w, const TensorRef &scales) {
-  const int64_t out = w.shape[0], in = w.shape[1], groups = scales.shape[1];
-  const int64_t groupSize = in / groups;
-  FloatView scale(scales);
-  const int8_t *q = w.as<int8_t>();
-  std::vector<float> values(static_cast<size_t>(out * in));
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t k = 0; k < in; ++k)
-      values[o * in + k] = static_cast<float>(q[o * in + k]) * scale[o * groups + k / groupSize];
-  return values;
-}
-
-// act(value + bias[o]) + residual[index]: the epilogue both kernels apply. A gated
-// linear's product (bias added) is gated afterwards (gate), so its epilogue stops at the
-// bias.
-struct LinearEpilogue {
-  std::optional<FloatView> bias, residual;
-  std::optional<Activation> activation;
-  bool gated = false;
-
-  Status read(const KernelContext &ctx) {
-    if (ctx.inputs.size() > 2 && ctx.input(2))
-      bias.emplace(*ctx.input(2));
-    if (ctx.inputs.size() > 4 && ctx.input(4))
-      residual.emplace(*ctx.input(4));
-    int64_t gatedAttr = 0;
-    DSRT_RETURN_IF_ERROR(intAttr(ctx, "gated", 0, gatedAttr));
-    gated = gatedAttr != 0;
-    return epilogueActivation(ctx, activation);
-  }
-  float apply(float sum, int64_t o, int64_t index) const {
-    float value = bias ? sum + (*bias)[o] : sum;
-    if (gated)
-      return value;
-    if (activation)
-      value = activate(*activation, value);
-    return residual ? value + (*residual)[index] : value;
-  }
-  // y[r, i] = act(product[r, i]) * product[r, half + i], as tfm.gated_act_packed of the
-  // unfused product (f32 here as in an f32 plan's arena), with the activation of the
-  // kernels that computed the product (`vectorised`: the fast ones).
-  void gate(const float *product, int64_t rows, int64_t half, float *y, bool vectorised) const {
-    int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, half));
-    parallelFor(rows, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float *gates = product + r * 2 * half, *ups = gates + half;
-        float *row = y + r * half;
-        if (vectorised) {
-          std::copy(gates, gates + half, row);
-          fast::activate(*activation, row, half);
-        } else {
-          for (int64_t i = 0; i < half; ++i)
-            row[i] = activate(*activation, gates[i]);
-        }
-        for (int64_t i = 0; i < half; ++i)
-          row[i] *= ups[i];
-      }
-    });
-  }
-};
-
-// The fast kernels (ops/fast): the weight read in its stored dtype, the epilogue applied by
-// the thread that computed each range of output features.
-Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Outputs &outputs) {
-  const TensorRef &w = *ctx.input(1);
-  fast::LinearWeights weights;
-  weights.dtype = w.dtype;
-  weights.data = w.data;
-  weights.out = w.shape[0];
-  weights.in = w.shape[1];
-  std::optional<FloatView> scales;
-  if (ctx.inputs.size() > 3 && ctx.input(3)) {
-    scales.emplace(*ctx.input(3));
-    weights.scales = scales->data();
-    weights.groups = ctx.input(3)->shape[1];
-  }
-  const int64_t out = weights.out;
-  LinearEpilogue epilogue;
-  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
-  const int64_t width = epilogue.gated ? out / 2 : out;
-  const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
-  FloatView a(x);
-  FloatOutput result(*outputs[0]);
-  // A gated linear's joined product lives only here, before its halves are multiplied.
-  std::vector<float> product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
-  float *y = epilogue.gated ? product.data() : result.data();
-  fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
-    for (int64_t r = 0; r < rows; ++r) {
-      float *row = y + r * out;
-      if (epilogue.bias)
-        for (int64_t o = begin; o < end; ++o)
-          row[o] += (*epilogue.bias)[o];
-      if (epilogue.gated)
-        continue;
-      if (epilogue.activation)
-        fast::activate(*epilogue.activation, row + begin, end - begin);
-      if (epilogue.residual)
-        for (int64_t o = begin; o < end; ++o)
-          row[o] += (*epilogue.residual)[r * out + o];
-    }
-  });
-  if (epilogue.gated)
-    epilogue.gate(product.data(), rows, width, result.data(), true);
-  result.finish();
-  return Status::ok();
-}
-
-Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
-  std::vector<uint8_t> normalized;
-  TensorRef x;
-  DSRT_RETURN_IF_ERROR(linearInput(ctx, normalized, x));
-  const TensorRef &w = *ctx.input(1);
-  if (ctx.fastKernels && w.dtype != DType::F64)
-    return computeLinearFast(ctx, x, outputs);
-  int64_t in = w.shape[1], out = w.shape[0];
-  LinearEpilogue epilogue;
-  DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
-  const int64_t width = epilogue.gated ? out / 2 : out;
-  int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
-  std::vector<float> dequantized;
-  TensorRef floatWeight = w;
-  if (ctx.inputs.size() > 3 && ctx.input(3)) {
-    dequantized = dequantizeInt8(w, *ctx.input(3));
-    floatWeight = {DType::F32, w.shape, dequantized.data()};
-  }
-  FloatView a(x), weight(floatWeight);
-  FloatOutput result(*outputs[0]);
-  std::vector<float> product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
-  float *y = epilogue.gated ? product.data() : result.data();
-  // Each output element is a dot product of two contiguous rows; the work splits over
-  // (row, output feature) pairs, so a decode step with one row still uses every thread.
-  int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, in));
-  parallelFor(rows * out, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t index = begin; index < end; ++index) {
-      int64_t r = index / out, o = index % out;
-      const float *xr = a.data() + r * in;
-      const float *wr = weight.data() + o * in;
-      float sum = 0;
-      for (int64_t k = 0; k < in; ++k)
-        sum += xr[k] * wr[k];
-      y[index] = epilogue.apply(sum, o, index);
-    }
-  });
-  if (epilogue.gated)
-    epilogue.gate(product.data(), rows, width, result.data(), false);
-  result.finish();
   return Status::ok();
 }
 
@@ -621,21 +354,13 @@ Status computeElementwise(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
-// ---- tfm.lm_head ---------------------------------------------------------------------
-
-Status inferLmHead(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
-  return inferLinear(ctx, outputs);
-}
-
 } // namespace
 
 void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.embedding", 2, 2, 2, 1, 1, inferEmbedding, computeEmbedding});
   kernels.push_back({"tfm.layer_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
   kernels.push_back({"tfm.rms_norm", 2, 3, 2, 1, 2, inferNorm, computeNorm});
-  kernels.push_back({"tfm.linear", 2, 7, 2, 1, 1, inferLinear, computeLinear});
-  // An int8 head has tfm.linear's positions: (hidden, weight, none, scales).
-  kernels.push_back({"tfm.lm_head", 2, 4, 2, 1, 1, inferLmHead, computeLinear});
+  addLinearKernels(kernels);
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.gated_act", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back(

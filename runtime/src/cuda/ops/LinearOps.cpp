@@ -9,11 +9,11 @@
 // as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
 // the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
 // in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
-// linears": prefill is compute bound). The math is
-// A norm prologue (tfm.linear `norm`; its kernel is the last slot, after these) normalises
-// the input rows inside gemv where gemv stages them (decode), and otherwise with the norm
-// kernel into scratch first (prefill, or rows too long to stage). The math is
-// the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
+// linears": prefill is compute bound). A norm prologue (tfm.linear `norm`; its kernel is
+// the last slot, after these) normalises the input rows inside gemv where gemv stages them
+// (decode), and otherwise with the norm kernel into scratch first (prefill, or rows too
+// long to stage). A narrow layer's gemv gives each output feature SPLIT_K warps. The math
+// is the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
 #include "cuda/GpuOps.h"
