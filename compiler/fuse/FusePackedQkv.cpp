@@ -1,6 +1,6 @@
 // Packed Q, K and V: an attention whose query, key and value are the three parts of one
-// Split of a joined projection reads the joined tensor itself (`packed_qkv`), so that no
-// Split copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
+// Split of a joined projection (or three Slices of it, Phi-3's) reads the joined tensor
+// itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
 // CPU (DESIGN.md §3.6, issue 14).
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
@@ -9,6 +9,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Matchers.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -42,25 +43,102 @@ std::optional<SmallVector<int64_t>> splitSizes(onnx::SplitOp split, int64_t axis
   return values;
 }
 
+// A constant 1-element index tensor's value.
+std::optional<int64_t> constantIndex(Value value) {
+  DenseIntElementsAttr attr;
+  if (!value || !matchPattern(value, m_Constant(&attr)) || attr.getNumElements() != 1)
+    return std::nullopt;
+  return (*attr.getValues<APInt>().begin()).getSExtValue();
+}
+
+// The features [start, end) that `value` takes of a [batch, seq, features] source, when it
+// is an onnx.Slice of that one axis with a unit step and constant bounds (Phi-3's q, k and
+// v of its qkv_proj); `end` is clamped to the source's static width.
+struct FeatureSlice {
+  onnx::SliceOp op;
+  int64_t start = 0, end = 0;
+};
+std::optional<FeatureSlice> featureSlice(Value value) {
+  auto slice = value.getDefiningOp<onnx::SliceOp>();
+  if (!slice)
+    return std::nullopt;
+  auto source = dyn_cast<RankedTensorType>(slice.getData().getType());
+  if (!source || source.getRank() != 3)
+    return std::nullopt;
+  std::optional<int64_t> start = constantIndex(slice.getStarts());
+  std::optional<int64_t> end = constantIndex(slice.getEnds());
+  std::optional<int64_t> axis = constantIndex(slice.getAxes());
+  bool unitStep = isa<NoneType>(slice.getSteps().getType()) ||
+                  constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
+  if (!start || !end || !axis || !unitStep || *start < 0 || (*axis != 2 && *axis != -1))
+    return std::nullopt;
+  int64_t last = *end;
+  if (!source.isDynamicDim(2))
+    last = std::min(last, source.getDimSize(2));
+  return FeatureSlice{slice, *start, last};
+}
+
+// The joined projection an attention's query, key and value are the three parts of, and
+// the ops that take them apart (one Split, or three Slices), when they are; else why not.
+std::string partsOfOneProjection(tfm::AttentionOp attention, Value &joined,
+                                 SmallVector<Operation *> &parts,
+                                 std::optional<SmallVector<int64_t>> &sizes) {
+  if (auto split = attention.getQuery().getDefiningOp<onnx::SplitOp>()) {
+    if (split.getNumResults() != 3 || attention.getQuery() != split.getResult(0) ||
+        attention.getKey() != split.getResult(1) || attention.getValue() != split.getResult(2))
+      return "its query, key and value are not the three parts of one Split, in that order";
+    for (Value part : split.getOutputs())
+      if (!part.hasOneUse())
+        return "a part of the Split has another user";
+    auto type = dyn_cast<RankedTensorType>(split.getInput().getType());
+    if (!type || type.getRank() != 3)
+      return "the joined projection is not [batch, seq, features]";
+    int64_t axis = split.getAxis() < 0 ? split.getAxis() + 3 : split.getAxis();
+    if (axis != 2)
+      return "the Split is not along the features";
+    joined = split.getInput();
+    parts = {split};
+    sizes = splitSizes(split, axis);
+    return "";
+  }
+  // Three Slices of one source, one after another along the features from 0.
+  SmallVector<FeatureSlice> slices;
+  for (Value part : {attention.getQuery(), attention.getKey(), attention.getValue()}) {
+    std::optional<FeatureSlice> slice = featureSlice(part);
+    if (!slice)
+      return "its query, key and value are not the three parts of one Split or of three "
+             "Slices along the features";
+    if (!part.hasOneUse())
+      return "a part of the joined projection has another user";
+    slices.push_back(*slice);
+  }
+  joined = slices.front().op.getData();
+  int64_t next = 0;
+  sizes.emplace();
+  for (FeatureSlice &slice : slices) {
+    if (slice.op.getData() != joined || slice.start != next || slice.end <= slice.start)
+      return "the Slices are not the consecutive parts of one projection from its first "
+             "feature";
+    sizes->push_back(slice.end - slice.start);
+    next = slice.end;
+  }
+  for (FeatureSlice &slice : slices)
+    parts.push_back(slice.op);
+  return "";
+}
+
 // Empty when `attention` can read its joined Q, K and V packed; else why not.
-std::string whyNotPacked(tfm::AttentionOp attention, onnx::SplitOp &split) {
+std::string whyNotPacked(tfm::AttentionOp attention, Value &joinedValue,
+                         SmallVector<Operation *> &parts) {
   if (attention.getPackedQkv())
     return "already packed";
   if (!attention.getPast().empty() || attention.getBias())
     return "it has past inputs or a bias";
-  split = attention.getQuery().getDefiningOp<onnx::SplitOp>();
-  if (!split || split.getNumResults() != 3 || attention.getQuery() != split.getResult(0) ||
-      attention.getKey() != split.getResult(1) || attention.getValue() != split.getResult(2))
-    return "its query, key and value are not the three parts of one Split, in that order";
-  for (Value part : split.getOutputs())
-    if (!part.hasOneUse())
-      return "a part of the Split has another user";
-  auto joined = dyn_cast<RankedTensorType>(split.getInput().getType());
-  if (!joined || joined.getRank() != 3)
-    return "the joined projection is not [batch, seq, features]";
-  int64_t axis = split.getAxis() < 0 ? split.getAxis() + 3 : split.getAxis();
-  if (axis != 2)
-    return "the Split is not along the features";
+  std::optional<SmallVector<int64_t>> sizes;
+  std::string why = partsOfOneProjection(attention, joinedValue, parts, sizes);
+  if (!why.empty())
+    return why;
+  auto joined = cast<RankedTensorType>(joinedValue.getType());
   // Every rank must hold the same counts: the packed layout is the op's (rank 0's) heads.
   for (StringRef name : {"tfm.rank_heads", "tfm.rank_kv_heads"})
     if (auto counts = attention->getAttrOfType<ArrayAttr>(name))
@@ -70,9 +148,8 @@ std::string whyNotPacked(tfm::AttentionOp attention, onnx::SplitOp &split) {
   const int64_t heads = static_cast<int64_t>(attention.getNumHeads());
   const int64_t kvHeads = static_cast<int64_t>(attention.getNumKvHeads());
   SmallVector<int64_t> expected = {heads * d, kvHeads * d, kvHeads * d};
-  std::optional<SmallVector<int64_t>> sizes = splitSizes(split, axis);
   if (!sizes || *sizes != expected)
-    return "the Split's parts are not the attention's query, key and value widths";
+    return "the parts are not the attention's query, key and value widths";
   if (!joined.isDynamicDim(2) && joined.getDimSize(2) != expected[0] + expected[1] + expected[2])
     return "the joined projection holds more than the query, key and value";
   return "";
@@ -84,19 +161,20 @@ struct FusePackedQkvPass : impl::FusePackedQkvBase<FusePackedQkvPass> {
     SmallVector<tfm::AttentionOp> attentions;
     getOperation().walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
     for (tfm::AttentionOp attention : attentions) {
-      onnx::SplitOp split;
-      std::string why = whyNotPacked(attention, split);
+      Value joined;
+      SmallVector<Operation *> parts;
+      std::string why = whyNotPacked(attention, joined, parts);
       if (!why.empty()) {
         if (remarks && why != "already packed")
           attention.emitRemark() << "Q, K and V not packed: " << why;
         continue;
       }
-      Value joined = split.getInput();
       attention->setOperand(0, joined);
       attention->setOperand(1, joined);
       attention->setOperand(2, joined);
       attention.setPackedQkv(true);
-      split->erase();
+      for (Operation *part : parts)
+        part->erase();
     }
   }
 };

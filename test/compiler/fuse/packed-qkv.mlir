@@ -57,3 +57,47 @@ func.func @reordered(%y: tensor<2x5x64xf32>) -> tensor<2x5x32xf32> {
   %o = tfm.attention %p#2, %p#0, %p#1 heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
   return %o : tensor<2x5x32xf32>
 }
+
+// -----
+
+// Phi-3's qkv_proj taken apart by three Slices of the features, in order from the first
+// (the last one's end past the width, as the export writes it): packed, the Slices go.
+// CHECK-LABEL: func.func @three_slices
+// CHECK-SAME: (%[[Y:[^:]*]]: tensor<2x5x64xf32>
+// CHECK-NOT: onnx.Slice
+// CHECK: tfm.attention %[[Y]], %[[Y]], %[[Y]] mask %{{.*}} packed_qkv
+func.func @three_slices(%y: tensor<2x5x64xf32>, %mask: tensor<2x?xi64>) -> tensor<2x5x32xf32> {
+  %c0 = onnx.Constant {value = dense<0> : tensor<1xi64>} : tensor<1xi64>
+  %c32 = onnx.Constant {value = dense<32> : tensor<1xi64>} : tensor<1xi64>
+  %c48 = onnx.Constant {value = dense<48> : tensor<1xi64>} : tensor<1xi64>
+  %big = onnx.Constant {value = dense<9223372036854775807> : tensor<1xi64>} : tensor<1xi64>
+  %axis = onnx.Constant {value = dense<-1> : tensor<1xi64>} : tensor<1xi64>
+  %one = onnx.Constant {value = dense<1> : tensor<1xi64>} : tensor<1xi64>
+  %q = onnx.Slice %y, %c0, %c32, %axis, %one : (tensor<2x5x64xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x5x32xf32>
+  %k = onnx.Slice %y, %c32, %c48, %axis, %one : (tensor<2x5x64xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x5x16xf32>
+  %v = onnx.Slice %y, %c48, %big, %axis, %one : (tensor<2x5x64xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x5x16xf32>
+  %o = tfm.attention %q, %k, %v mask %mask heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal cache_layer 0 : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x?xi64>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
+
+// -----
+
+// Slices that skip features (the keys start at 40, not 32) are not the projection's parts.
+// CHECK-LABEL: func.func @slices_with_a_gap
+// CHECK-COUNT-3: onnx.Slice
+// CHECK-NOT: packed_qkv
+func.func @slices_with_a_gap(%y: tensor<2x5x72xf32>) -> tensor<2x5x32xf32> {
+  %c0 = onnx.Constant {value = dense<0> : tensor<1xi64>} : tensor<1xi64>
+  %c32 = onnx.Constant {value = dense<32> : tensor<1xi64>} : tensor<1xi64>
+  %c40 = onnx.Constant {value = dense<40> : tensor<1xi64>} : tensor<1xi64>
+  %c56 = onnx.Constant {value = dense<56> : tensor<1xi64>} : tensor<1xi64>
+  %c72 = onnx.Constant {value = dense<72> : tensor<1xi64>} : tensor<1xi64>
+  %axis = onnx.Constant {value = dense<2> : tensor<1xi64>} : tensor<1xi64>
+  %none = onnx.NoValue
+  %q = onnx.Slice %y, %c0, %c32, %axis, %none : (tensor<2x5x72xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, none) -> tensor<2x5x32xf32>
+  %k = onnx.Slice %y, %c40, %c56, %axis, %none : (tensor<2x5x72xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, none) -> tensor<2x5x16xf32>
+  %v = onnx.Slice %y, %c56, %c72, %axis, %none : (tensor<2x5x72xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, none) -> tensor<2x5x16xf32>
+  // expected-remark @+1 {{Q, K and V not packed: the Slices are not the consecutive parts of one projection from its first feature}}
+  %o = tfm.attention %q, %k, %v heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
