@@ -66,16 +66,44 @@ LogicalResult matchActivation(tfm::ActivationOp activation, tfm::LinearOp &linea
   return success(reason.empty());
 }
 
+// Why a linear whose [rows, n] result a Reshape gives the add's shape cannot take the
+// residual flattened to [rows, n] (GPT-2's Conv1D: addmm on the flattened rows, then a view
+// back); empty when it can.
+std::string flattenedResidualBlocker(Operation *reshape, Value residual) {
+  auto linear = reshape->getOperand(0).getDefiningOp<tfm::LinearOp>();
+  std::string why = epilogueBlocker(linear, "residual");
+  if (!why.empty())
+    return why;
+  auto flat = dyn_cast<RankedTensorType>(linear.getOutput().getType());
+  auto shaped = dyn_cast<RankedTensorType>(reshape->getResult(0).getType());
+  if (!flat || !shaped || flat.getRank() != 2 || flat.isDynamicDim(1) || shaped.getRank() < 1 ||
+      shaped.getDimSize(shaped.getRank() - 1) != flat.getDimSize(1))
+    return "the linear's result is reshaped before the add into other rows than [.., its "
+           "features]";
+  if (residual.getType() != reshape->getResult(0).getType())
+    return "the residual's type differs from the reshaped result's";
+  if (linear->getBlock() != reshape->getBlock() || reshape->getBlock() != residual.getParentBlock())
+    return "the linear, its reshape and the residual are in different blocks";
+  return "";
+}
+
 // tfm.residual_add(tfm.linear, r) or (r, tfm.linear) -> the linear's `residual` r. The
-// first operand that is a fusable linear wins; `reason` gives each operand's reason.
+// first operand that is a fusable linear wins; `reason` gives each operand's reason. With
+// `reshape` set, the linear's result is reshaped before the add (flattenedResidualBlocker).
 LogicalResult matchResidual(tfm::ResidualAddOp add, tfm::LinearOp &linear, Value &residual,
-                            std::string &reason) {
+                            Operation *&reshape, std::string &reason) {
+  reshape = nullptr;
   for (auto [name, operand, other] : {std::tuple("lhs", add.getLhs(), add.getRhs()),
                                       std::tuple("rhs", add.getRhs(), add.getLhs())}) {
     std::string why;
-    if (reshapedLinear(operand)) {
-      why = "the linear's result is reshaped before the add (a flattened projection); the "
-            "residual would need the flattened shape";
+    if (Operation *reshaped = reshapedLinear(operand)) {
+      why = flattenedResidualBlocker(reshaped, other);
+      if (why.empty()) {
+        linear = reshaped->getOperand(0).getDefiningOp<tfm::LinearOp>();
+        residual = other;
+        reshape = reshaped;
+        return success();
+      }
     } else if (auto candidate = operand.getDefiningOp<tfm::LinearOp>()) {
       why = epilogueBlocker(candidate, "residual");
       if (why.empty() && candidate->getBlock() != add->getBlock())
@@ -136,15 +164,32 @@ struct ResidualIntoLinear : OpRewritePattern<tfm::ResidualAddOp> {
                                 PatternRewriter &rewriter) const override {
     tfm::LinearOp linear;
     Value residual;
+    Operation *reshape = nullptr;
     std::string reason;
-    if (failed(matchResidual(add, linear, residual, reason)))
+    if (failed(matchResidual(add, linear, residual, reshape, reason)))
       return rewriter.notifyMatchFailure(
           add, reason.empty() ? "neither operand is a tfm.linear" : reason);
     // The residual may be computed after the linear: the linear moves down to the add, which
     // its operands dominate, as they dominate the linear and the add is its only user.
     rewriter.moveOpBefore(linear, add);
-    rewriter.modifyOpInPlace(linear, [&] { linear.getResidualMutable().assign(residual); });
-    rewriter.replaceOp(add, linear.getOutput());
+    if (!reshape) {
+      rewriter.modifyOpInPlace(linear, [&] { linear.getResidualMutable().assign(residual); });
+      rewriter.replaceOp(add, linear.getOutput());
+      return success();
+    }
+    // A flattened linear: the residual is flattened to the linear's [rows, n] (a view), and
+    // the reshape after the linear, now of the sum, replaces the add.
+    auto flat = cast<RankedTensorType>(linear.getOutput().getType());
+    rewriter.setInsertionPoint(linear);
+    auto shapeType = RankedTensorType::get({2}, rewriter.getI64Type());
+    Value shape = onnx::ConstantOp::create(
+        rewriter, add.getLoc(), shapeType,
+        DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{-1, flat.getDimSize(1)}));
+    Value flatResidual =
+        onnx::ReshapeOp::create(rewriter, add.getLoc(), flat, residual, shape).getResult();
+    rewriter.moveOpAfter(reshape, linear);
+    rewriter.modifyOpInPlace(linear, [&] { linear.getResidualMutable().assign(flatResidual); });
+    rewriter.replaceOp(add, reshape->getResult(0));
     return success();
   }
 };
@@ -165,10 +210,11 @@ struct FuseLinearEpiloguePass : impl::FuseLinearEpilogueBase<FuseLinearEpilogueP
       std::string reason;
       tfm::LinearOp linear;
       Value residual;
+      Operation *reshape = nullptr;
       if (auto activation = dyn_cast<tfm::ActivationOp>(op))
         (void)matchActivation(activation, linear, reason);
       else if (auto add = dyn_cast<tfm::ResidualAddOp>(op))
-        (void)matchResidual(add, linear, residual, reason);
+        (void)matchResidual(add, linear, residual, reshape, reason);
       else if (auto add = dyn_cast<onnx::AddOp>(op))
         reason = broadcastDecline(add);
       if (!reason.empty())

@@ -88,16 +88,38 @@ func.func @activation_after_residual(%x: tensor<3x8xf32>) -> tensor<3x8xf32> {
 // -----
 
 // GPT-2's flattened projection (Reshape -> linear -> Reshape back) adds its residual in the
-// 3-D shape; the epilogue's residual would need the flattened one. Both operands' reasons
-// are given.
+// 3-D shape: the residual is flattened to the linear's [rows, features] (a view) and added
+// in the epilogue, and the reshape back, now of the sum, is the add's result.
 // CHECK-LABEL: func.func @flattened_residual
-// CHECK: tfm.residual_add
+// CHECK: %[[G:.*]] = tfm.linear %arg0
+// CHECK: %[[SHAPE:.*]] = onnx.Constant {value = dense<[-1, 8]> : tensor<2xi64>}
+// CHECK: %[[FLAT:.*]] = onnx.Reshape %[[G]], %[[SHAPE]] : (tensor<2x3x8xf32>, tensor<2xi64>) -> tensor<6x8xf32>
+// CHECK: %[[H:.*]] = tfm.linear %arg1, %{{[^ ]*}} residual %[[FLAT]] :
+// CHECK: %[[Y:.*]] = onnx.Reshape %[[H]], %arg2
+// CHECK-NOT: tfm.residual_add
+// CHECK: return %[[Y]], %[[G]]
 func.func @flattened_residual(%x: tensor<2x3x8xf32>, %flat: tensor<6x8xf32>, %shape: tensor<3xi64>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>) {
   %w = tfm.weight "w" : tensor<8x8xf32> -> tensor<8x8xf32>
   %h = tfm.linear %flat, %w : (tensor<6x8xf32>, tensor<8x8xf32>) -> tensor<6x8xf32>
   %r = onnx.Reshape %h, %shape : (tensor<6x8xf32>, tensor<3xi64>) -> tensor<2x3x8xf32>
   %g = tfm.linear %x, %w : (tensor<2x3x8xf32>, tensor<8x8xf32>) -> tensor<2x3x8xf32>
-  // expected-remark @below {{not fused into the linear's epilogue: lhs: the linear's result is reshaped before the add (a flattened projection); the residual would need the flattened shape; rhs: the linear's result has another user, which needs it without the residual}}
   %y = tfm.residual_add %r, %g : tensor<2x3x8xf32>
   return %y, %g : tensor<2x3x8xf32>, tensor<2x3x8xf32>
+}
+
+// -----
+
+// A reshape that regroups the features (rows of 8 into rows of 24) cannot take a residual
+// of the linear's rows. Both operands' reasons are given.
+// CHECK-LABEL: func.func @regrouped_residual
+// CHECK: tfm.residual_add
+func.func @regrouped_residual(%x: tensor<2x24xf32>, %flat: tensor<6x8xf32>, %shape: tensor<2xi64>) -> (tensor<2x24xf32>, tensor<2x24xf32>) {
+  %w = tfm.weight "w" : tensor<8x8xf32> -> tensor<8x8xf32>
+  %w24 = tfm.weight "w24" : tensor<24x24xf32> -> tensor<24x24xf32>
+  %h = tfm.linear %flat, %w : (tensor<6x8xf32>, tensor<8x8xf32>) -> tensor<6x8xf32>
+  %r = onnx.Reshape %h, %shape : (tensor<6x8xf32>, tensor<2xi64>) -> tensor<2x24xf32>
+  %g = tfm.linear %x, %w24 : (tensor<2x24xf32>, tensor<24x24xf32>) -> tensor<2x24xf32>
+  // expected-remark @below {{not fused into the linear's epilogue: lhs: the linear's result is reshaped before the add into other rows than [.., its features]; rhs: the linear's result has another user, which needs it without the residual}}
+  %y = tfm.residual_add %r, %g : tensor<2x24xf32>
+  return %y, %g : tensor<2x24xf32>, tensor<2x24xf32>
 }
