@@ -1,6 +1,7 @@
 // Packed Q, K and V: an attention whose query, key and value are the three parts of one
-// Split of a joined projection (or three Slices of it, Phi-3's) reads the joined tensor
-// itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
+// Split of a joined projection (or three Slices of it, Phi-3's; the query possibly scaled
+// by a constant first, OPT's, which moves into the attention's scale) reads the joined
+// tensor itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
 // CPU (DESIGN.md §3.6, issue 14).
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
@@ -10,6 +11,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -127,6 +129,41 @@ std::string partsOfOneProjection(tfm::AttentionOp attention, Value &joined,
   return "";
 }
 
+// The positive, finite constant `value` holds in every element (a scalar, or a splat).
+std::optional<float> positiveSplat(Value value) {
+  DenseFPElementsAttr attr;
+  if (!matchPattern(value, m_Constant(&attr)) || !attr.isSplat())
+    return std::nullopt;
+  float c = attr.getSplatValue<APFloat>().convertToFloat();
+  if (!(c > 0.0f) || !std::isfinite(c))
+    return std::nullopt;
+  return c;
+}
+
+// OPT's query is q_proj's result times 1/sqrt(head_dim) (an onnx.Mul by a constant) before
+// the attention, which scales the scores again: q·k·(c·scale) is (c·q)·k·scale, and the
+// cap, ALiBi and a bias all come after the scale. The constant moves into `scale`, so that
+// the query is a part of the joined projection again. Folded only for a positive constant
+// whose Mul the attention alone reads, and a query of the Mul's own type.
+void foldQueryScale(tfm::AttentionOp attention) {
+  auto mul = attention.getQuery().getDefiningOp<onnx::MulOp>();
+  if (!mul || !mul->getResult(0).hasOneUse())
+    return;
+  for (auto [operand, other] : {std::pair(mul->getOperand(0), mul->getOperand(1)),
+                                std::pair(mul->getOperand(1), mul->getOperand(0))}) {
+    std::optional<float> c = positiveSplat(other);
+    if (!c || operand.getType() != mul->getResult(0).getType())
+      continue;
+    float scale = attention.getScale().convertToFloat() * *c;
+    if (!(scale > 0.0f) || !std::isfinite(scale))
+      return;
+    attention->setOperand(0, operand);
+    attention.setScaleAttr(FloatAttr::get(attention.getScaleAttr().getType(), scale));
+    mul->erase();
+    return;
+  }
+}
+
 // Empty when `attention` can read its joined Q, K and V packed; else why not.
 std::string whyNotPacked(tfm::AttentionOp attention, Value &joinedValue,
                          SmallVector<Operation *> &parts) {
@@ -161,6 +198,8 @@ struct FusePackedQkvPass : impl::FusePackedQkvBase<FusePackedQkvPass> {
     SmallVector<tfm::AttentionOp> attentions;
     getOperation().walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
     for (tfm::AttentionOp attention : attentions) {
+      if (!attention.getPackedQkv())
+        foldQueryScale(attention);
       Value joined;
       SmallVector<Operation *> parts;
       std::string why = whyNotPacked(attention, joined, parts);

@@ -37,7 +37,8 @@ def FusePackedQkv : Pass<"dsc-fuse-packed-qkv", "mlir::ModuleOp"> {
     along the features of a [batch, seq, (heads + 2 kv_heads) * head_dim] value (the joined
     projection of dsc-fuse-projections, or GPT-2's c_attn), or three `onnx.Slice`s of it
     that take its features in order from the first (Phi-3's qkv_proj), reads that value as
-    all three (`packed_qkv`), and the Split or the Slices go. Runs after dsc-fuse-projections. Declined, with the
+    all three (`packed_qkv`), and the Split or the Slices go. A query multiplied by a
+    positive constant first (OPT's) is read unscaled, the constant folded into `scale`. Runs after dsc-fuse-projections. Declined, with the
     reason (as remarks with `remarks`), for an attention with past inputs or a bias, parts
     of the Split with other users, parts not in the attention's widths and order, and
     tensor-parallel ranks whose head counts differ.

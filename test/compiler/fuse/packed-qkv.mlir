@@ -101,3 +101,37 @@ func.func @slices_with_a_gap(%y: tensor<2x5x72xf32>) -> tensor<2x5x32xf32> {
   %o = tfm.attention %q, %k, %v heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
   return %o : tensor<2x5x32xf32>
 }
+
+// -----
+
+// OPT's query is scaled by a constant before the attention: the constant moves into the
+// attention's scale (0.5 x 0.35355339), and the query is the Split's part again: packed.
+// CHECK-LABEL: func.func @scaled_query
+// CHECK-SAME: (%[[Y:[^:]*]]: tensor<2x5x64xf32>
+// CHECK-NOT: onnx.Mul
+// CHECK: tfm.attention %[[Y]], %[[Y]], %[[Y]] mask %{{.*}} heads 4 kv_heads 2 head_dim 8 scale 0.176776{{[0-9]*}} causal cache_layer 0 packed_qkv
+func.func @scaled_query(%y: tensor<2x5x64xf32>, %mask: tensor<2x?xi64>) -> tensor<2x5x32xf32> {
+  %sizes = onnx.Constant {value = dense<[32, 16, 16]> : tensor<3xi64>} : tensor<3xi64>
+  %half = onnx.Constant {value = dense<0.5> : tensor<f32>} : tensor<f32>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  %q = onnx.Mul %p#0, %half : (tensor<2x5x32xf32>, tensor<f32>) -> tensor<2x5x32xf32>
+  %o = tfm.attention %q, %p#1, %p#2 mask %mask heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal cache_layer 0 : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>, tensor<2x?xi64>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
+
+// -----
+
+// A negative constant is not a scale (the attention's must be positive): the Mul stays,
+// and so does the Split.
+// CHECK-LABEL: func.func @negated_query
+// CHECK: onnx.Mul
+// CHECK-NOT: packed_qkv
+func.func @negated_query(%y: tensor<2x5x64xf32>) -> tensor<2x5x32xf32> {
+  %sizes = onnx.Constant {value = dense<[32, 16, 16]> : tensor<3xi64>} : tensor<3xi64>
+  %minus = onnx.Constant {value = dense<-1.0> : tensor<f32>} : tensor<f32>
+  %p:3 = onnx.Split %y, %sizes {axis = 2 : i64} : (tensor<2x5x64xf32>, tensor<3xi64>) -> (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>)
+  %q = onnx.Mul %minus, %p#0 : (tensor<f32>, tensor<2x5x32xf32>) -> tensor<2x5x32xf32>
+  // expected-remark @+1 {{Q, K and V not packed: its query, key and value are not the three parts of one Split or of three Slices along the features}}
+  %o = tfm.attention %q, %p#1, %p#2 heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<2x5x32xf32>, tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> tensor<2x5x32xf32>
+  return %o : tensor<2x5x32xf32>
+}
