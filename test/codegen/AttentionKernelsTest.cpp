@@ -8,6 +8,8 @@
 #include "codegen/Nvrtc.h"
 #include "codegen/kernels/KernelRules.h"
 
+#include "StepAttrs.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -16,6 +18,8 @@
 
 namespace dsc::codegen {
 namespace {
+
+using namespace dsc::codegen::test;
 
 // The attribute set of one fixture family's attention (hidden 64, 4 heads of 16), as the
 // recogniser writes it (docs/transformer-ops.md).
@@ -70,27 +74,6 @@ public:
     return static_cast<int>(plan.tensors.size()) - 1;
   }
 
-  static void intAttr(dsp::StepT &step, const std::string &name, int64_t value) {
-    auto a = std::make_unique<dsp::AttrT>();
-    a->name = name;
-    a->kind = dsp::AttrKind::int_;
-    a->i = value;
-    step.attrs.push_back(std::move(a));
-  }
-  static void floatAttr(dsp::StepT &step, const std::string &name, float value) {
-    auto a = std::make_unique<dsp::AttrT>();
-    a->name = name;
-    a->kind = dsp::AttrKind::float_;
-    a->f = value;
-    step.attrs.push_back(std::move(a));
-  }
-  static void stringAttr(dsp::StepT &step, const std::string &name, const std::string &value) {
-    auto a = std::make_unique<dsp::AttrT>();
-    a->name = name;
-    a->kind = dsp::AttrKind::string_;
-    a->s = value;
-    step.attrs.push_back(std::move(a));
-  }
 
   struct Options {
     bool session = false;  // the session's cache (cache_layer 0) instead of I/O mode

@@ -10,6 +10,8 @@
 #include "codegen/Nvrtc.h"
 #include "codegen/kernels/KernelRules.h"
 
+#include "StepAttrs.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -17,6 +19,8 @@
 
 namespace dsc::codegen {
 namespace {
+
+using namespace dsc::codegen::test;
 
 // A one-step plan built with the object API; dims < 0 are symbolic.
 class PlanBuilder {
@@ -59,21 +63,7 @@ public:
     return *plan.programs[0]->steps.back();
   }
 
-  static void stringAttr(dsp::StepT &step, const std::string &name, const std::string &value) {
-    auto a = std::make_unique<dsp::AttrT>();
-    a->name = name;
-    a->kind = dsp::AttrKind::string_;
-    a->s = value;
-    step.attrs.push_back(std::move(a));
-  }
 
-  static void intAttr(dsp::StepT &step, const std::string &name, int64_t value) {
-    auto a = std::make_unique<dsp::AttrT>();
-    a->name = name;
-    a->kind = dsp::AttrKind::int_;
-    a->i = value;
-    step.attrs.push_back(std::move(a));
-  }
 
   // Rank 0's section as the writer lays it out: every weight stored in its own dtype except
   // those of `storedAs` (a --dtype int8 plan stores f32 scales and biases in the compute
@@ -106,8 +96,8 @@ TEST(LinearRules, FusedLinearWithFp16WeightsGetsAllThreeSlots) {
   int residual = b.tensor(dsp::DType::f32, {2, -1, 3072});
   int y = b.tensor(dsp::DType::f32, {2, -1, 3072});
   dsp::StepT &step = b.step("tfm.linear", {x, w, bias, -1, residual}, {y});
-  PlanBuilder::stringAttr(step, "activation", "gelu_tanh");
-  PlanBuilder::stringAttr(step, "parallel", "column");
+  stringAttr(step, "activation", "gelu_tanh");
+  stringAttr(step, "parallel", "column");
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
@@ -150,7 +140,7 @@ TEST(LinearRules, BiasKeepsItsOwnStoredDtype) {
   int bias = b.weight({64});
   int y = b.tensor(dsp::DType::f32, {-1, 64});
   dsp::StepT &step = b.step("tfm.linear", {x, w, bias}, {y});
-  PlanBuilder::stringAttr(step, "activation", "none");
+  stringAttr(step, "activation", "none");
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
@@ -173,7 +163,7 @@ TEST(LinearRules, DeclinesWithAReason) {
 
   int w = b.weight({64, 64});
   dsp::StepT &odd = b.step("tfm.linear", {x64, w}, {y});
-  PlanBuilder::stringAttr(odd, "activation", "swish2");
+  stringAttr(odd, "activation", "swish2");
   EXPECT_FALSE(b.run(odd, specs, reason));
   EXPECT_NE(reason.find("swish2"), std::string::npos) << reason;
 
@@ -195,7 +185,7 @@ TEST(LinearRules, Int8PerChannelLinearGetsTheDequantizationAndConversionSlots) {
   int y = b.tensor(dsp::DType::f32, {2, -1, 3072});
   b.section({{bias, dsp::DType::f16}, {scales, dsp::DType::f16}});
   dsp::StepT &step = b.step("tfm.linear", {x, w, bias, scales, residual}, {y});
-  PlanBuilder::stringAttr(step, "activation", "gelu_tanh");
+  stringAttr(step, "activation", "gelu_tanh");
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
@@ -214,7 +204,7 @@ TEST(LinearRules, Int8GroupsGiveTheGroupSize) {
   int y = b.tensor(dsp::DType::f32, {-1, 11008});
   b.section({{scales, dsp::DType::bf16}});
   dsp::StepT &step = b.step("tfm.linear", {x, w, -1, scales}, {y});
-  PlanBuilder::stringAttr(step, "activation", "silu");
+  stringAttr(step, "activation", "silu");
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
@@ -440,8 +430,8 @@ TEST(LinearRules, SplitKFollowsTheLayersShape) {
     int y = b.tensor(dsp::DType::f32, {1, c.gated ? c.out / 2 : c.out});
     dsp::StepT &step = b.step("tfm.linear", {x, w, -1, scales}, {y});
     if (c.gated) {
-      PlanBuilder::stringAttr(step, "activation", "silu");
-      PlanBuilder::intAttr(step, "gated", 1);
+      stringAttr(step, "activation", "silu");
+      intAttr(step, "gated", 1);
     }
     std::vector<KernelSpec> specs;
     std::string reason;
