@@ -14,7 +14,9 @@
 // 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
 // cached step with a bias.
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
-// only the prefill kernel adds (BIAS).
+// only the prefill kernel adds (BIAS). Inputs 8 and 9, when present, are the scales of
+// per-head q/k norms (Qwen3's, Gemma-3's), which attention_rotary and attention_decode apply
+// to each head before the rotation (QK_NORM).
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
 // of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
 // constant of the prefill and decode kernels, SOFTCAP_BITS (the cap's f32 bits), present
@@ -176,6 +178,23 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     return false;
   }
 
+  // Qwen3's and Gemma-3's per-head q/k norms: scales at inputs 8 and 9, f32 [head_dim].
+  const dsp::TensorT *queryNorm = in.input(8), *keyNorm = in.input(9);
+  const bool qkNorm = queryNorm || keyNorm;
+  if (qkNorm) {
+    for (const dsp::TensorT *scale : {queryNorm, keyNorm})
+      if (!isF32(scale) || scale->shape.size() != 1 || in.staticDim(*scale, 0) != headDim) {
+        reason = "the q/k norms need f32 scales [" + std::to_string(headDim) + "], not " +
+                 dtypeOf(scale);
+        return false;
+      }
+    const float epsilon = in.floatAttr("qk_norm_epsilon", -1.0f);
+    if (!(epsilon >= 0) || !std::isfinite(epsilon)) {
+      reason = "the q/k norms need a finite qk_norm_epsilon >= 0";
+      return false;
+    }
+  }
+
   const PrefillTiles tiles = prefillTiles(headDim);
   if (prefillSharedBytes(headDim, tiles) > kMaxSharedBytes) {
     reason = "the prefill tiles of head_dim " + std::to_string(headDim) +
@@ -191,6 +210,9 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // Query, key and value in one joined tensor: last, and only when packed.
   if (in.intAttr("packed_qkv", 0) != 0)
     kernels.back().constants.push_back({"PACKED_QKV", 1});
+  // Per-head q/k norms before the rotation: last, and only where the step has them.
+  if (qkNorm)
+    kernels.back().constants.push_back({"QK_NORM", 1});
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   kernels.push_back({"attention_prefill",
                      {{"HEAD_DIM", headDim},
@@ -248,6 +270,8 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     kernels.back().constants.push_back({"UNATTENDED_CAUSAL", unattendedCausal});
     if (unattendedZero)
       kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
+    if (qkNorm)
+      kernels.back().constants.push_back({"QK_NORM", 1});
   }
   return true;
 }

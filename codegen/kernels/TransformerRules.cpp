@@ -110,7 +110,8 @@ bool normKernel(const RuleInput &in, bool rms, int64_t hidden, const dsp::Tensor
 namespace {
 
 // tfm.layer_norm (input, scale, bias?, residual?) and tfm.rms_norm (input, scale,
-// residual?): with a residual, output 1 is input + residual.
+// residual?, post_residual?): with a residual, output 1 is input + residual; with a
+// post_residual, the output is post_residual + the norm.
 bool normRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason,
               bool rms) {
   const dsp::TensorT *input = in.input(0), *scale = in.input(1);
@@ -133,10 +134,21 @@ bool normRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string
     return false;
   if (residual && in.output(1) && !requireF32(in, in.output(1), "the residual sum", reason))
     return false;
+  // A sandwich norm's post_residual (rms_norm's input 3), added to the result.
+  const dsp::TensorT *post = rms ? in.input(3) : nullptr;
+  if (post && !requireF32(in, post, "the post_residual", reason))
+    return false;
+  if (post && residual) {
+    reason = "takes a residual or a post_residual, not both";
+    return false;
+  }
   KernelSpec spec;
   if (!normKernel(in, rms, hidden, scale, rms ? nullptr : in.input(2), residual != nullptr, spec,
                   reason))
     return false;
+  // Last, and only where the step has one, so that every other norm keeps its kernel.
+  if (post)
+    spec.constants.push_back({"POST_RESIDUAL", 1});
   kernels.push_back(std::move(spec));
   return true;
 }

@@ -20,6 +20,10 @@
 // and value inputs are read at `query_stride` and `kv_stride` floats per token (a joined
 // projection's row width when they are packed).
 //
+// With QK_NORM (only with FUSED_ROTARY; last, and only where the step has q/k norms), the
+// query and the new key are RMS-normalised per head (`q_norm_scale`, `k_norm_scale`,
+// `qk_norm_epsilon`) before they are rotated, as attention_rotary does.
+//
 // With FUSED_COMBINE (only with FUSED_ROTARY; then UNATTENDED_CAUSAL, and UNATTENDED_ZERO
 // where the step asks for it, as attention_combine's), a decode step is one launch: each
 // block counts its arrival in `arrivals` (one int per (head, sequence), zero before the
@@ -30,6 +34,9 @@
 
 #if defined(FUSED_COMBINE) && !defined(FUSED_ROTARY)
 #error "FUSED_COMBINE's parameters follow FUSED_ROTARY's"
+#endif
+#if defined(QK_NORM) && !(defined(FUSED_ROTARY) && defined(FUSED_COMBINE))
+#error "QK_NORM's parameters follow FUSED_COMBINE's"
 #endif
 #ifdef UNATTENDED_ZERO
 #define ATTENTION_DECODE_ZERO 1
@@ -104,6 +111,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      ,
                      float *out, int *arrivals
 #endif
+#ifdef QK_NORM
+                     ,
+                     const float *q_norm_scale, const float *k_norm_scale,
+                     float qk_norm_epsilon
+#endif
     ) {
   __shared__ float query_row[HEAD_DIM];
   __shared__ float warp_max[WARPS], warp_sum[WARPS];
@@ -151,6 +163,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const float *query_in = new_query + sequence * query_stride + head * HEAD_DIM;
     const float *key_in = new_key + sequence * kv_stride + kv_head * HEAD_DIM;
     const float *value_in = new_value + sequence * kv_stride + kv_head * HEAD_DIM;
+#ifdef QK_NORM
+    // holds_new is the block's alike: every thread stages.
+    __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
+    dsc_stage_rms_normalized<HEAD_DIM>(query_in, q_norm_scale, qk_norm_epsilon, query_staged,
+                                       norm_scratch);
+    query_in = query_staged;
+    if (holds_new) {
+      dsc_stage_rms_normalized<HEAD_DIM>(key_in, k_norm_scale, qk_norm_epsilon, key_staged,
+                                         norm_scratch);
+      key_in = key_staged;
+    }
+#endif
     for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
       query_row[feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
           query_in, feature, rotary_position, frequencies);

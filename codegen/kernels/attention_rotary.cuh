@@ -16,6 +16,10 @@
 // of the past inputs, a row at or above it is new token row − io_past. The rotated queries
 // go to `q_out` (the step's output buffer, which the attention kernels read and then
 // overwrite row by row). Rotation is out of place, so no element is read after it is written.
+//
+// With QK_NORM (1, last, only where the step has q/k norms: Qwen3's, Gemma-3's), each head
+// of the new queries and keys is RMS-normalised over its features (scales `q_norm_scale`
+// and `k_norm_scale`, `qk_norm_epsilon`) in shared memory before it is rotated.
 #include "dsc_common.cuh"
 
 #if ROTARY_DIM % 2 != 0 || ROTARY_DIM > HEAD_DIM
@@ -38,7 +42,12 @@ extern "C" __global__ void attention_rotary(
     float *q_out, float *key_dst, float *value_dst, const float *past_key,
     const float *past_value, const int *lengths, int io_past, int fresh, int rows_per_sequence,
     long long dst_batch_stride, long long dst_head_stride, int dst_capacity, int heads,
-    int kv_heads, int past_heads, int past_head_offset, dsc_rotary_frequencies frequencies) {
+    int kv_heads, int past_heads, int past_head_offset, dsc_rotary_frequencies frequencies
+#ifdef QK_NORM
+    ,
+    const float *q_norm_scale, const float *k_norm_scale, float qk_norm_epsilon
+#endif
+    ) {
   const int sequence = blockIdx.x / rows_per_sequence;
   const int row = blockIdx.x % rows_per_sequence;
   const bool session = lengths != 0;
@@ -98,15 +107,34 @@ extern "C" __global__ void attention_rotary(
   // together (one block looping over every head was a chain of dependent memory trips:
   // 9.7 us of an H200's decode step for GPT-2's 12 heads).
   const int head_count = heads > kv_heads ? heads : kv_heads;
-  for (int head = blockIdx.y; head < head_count; head += gridDim.y)
+#ifdef QK_NORM
+  __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
+#endif
+  for (int head = blockIdx.y; head < head_count; head += gridDim.y) {
+    const float *query_head = query_token + head * HEAD_DIM;
+    const float *key_head = key_token + head * HEAD_DIM;
+#ifdef QK_NORM
+    // `head < heads` and `head < kv_heads` are the block's alike: every thread stages.
+    if (head < heads) {
+      dsc_stage_rms_normalized<HEAD_DIM>(query_head, q_norm_scale, qk_norm_epsilon,
+                                         query_staged, norm_scratch);
+      query_head = query_staged;
+    }
+    if (head < kv_heads) {
+      dsc_stage_rms_normalized<HEAD_DIM>(key_head, k_norm_scale, qk_norm_epsilon, key_staged,
+                                         norm_scratch);
+      key_head = key_staged;
+    }
+#endif
     for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
       if (head < heads)
-        q_out_token[head * HEAD_DIM + feature] = attention_rotary_feature(
-            query_token + head * HEAD_DIM, feature, position, frequencies);
+        q_out_token[head * HEAD_DIM + feature] =
+            attention_rotary_feature(query_head, feature, position, frequencies);
       if (head < kv_heads) {
-        key_row[head * dst_head_stride + feature] = attention_rotary_feature(
-            key_token + head * HEAD_DIM, feature, position, frequencies);
+        key_row[head * dst_head_stride + feature] =
+            attention_rotary_feature(key_head, feature, position, frequencies);
         value_row[head * dst_head_stride + feature] = value_token[head * HEAD_DIM + feature];
       }
     }
+  }
 }

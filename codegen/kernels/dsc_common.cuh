@@ -135,6 +135,29 @@ static __device__ __forceinline__ float dsc_block_sum(float value, float *scratc
   return total;
 }
 
+// Stages the HEAD_DIM_ features of `head` in shared `staged`, RMS-normalised and multiplied
+// by `scale` as tfm.rms_norm computes them (Qwen3's and Gemma-3's per-head q/k norms, in the
+// attention kernels). Every thread of the block calls it (blockDim.x a multiple of 32); on
+// return `staged` is complete for every thread. `scratch` is dsc_block_sum's. It waits for
+// the block first, so that a loop over heads may stage into the same buffer again.
+template <int HEAD_DIM_>
+static __device__ __forceinline__ void
+dsc_stage_rms_normalized(const float *head, const float *scale, float epsilon, float *staged,
+                         float *scratch) {
+  __syncthreads();
+  float squares = 0.0f;
+  for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x) {
+    const float x = head[feature];
+    staged[feature] = x;
+    squares += x * x;
+  }
+  const float inverse = 1.0f / sqrtf(dsc_block_sum(squares, scratch) / HEAD_DIM_ + epsilon);
+  // Each thread rescales the features it staged, then the block waits for all of them.
+  for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x)
+    staged[feature] = staged[feature] * inverse * scale[feature];
+  __syncthreads();
+}
+
 // ---- activations ------------------------------------------------------------------------
 
 static __device__ __forceinline__ float dsc_gelu_erf(float x) {

@@ -3,10 +3,16 @@
 // One block per row, the row in registers (HIDDEN is a constant), f32 accumulation.
 //
 // Constants: HIDDEN, SCALE_DT (the scale's stored dtype: 1 f32, 2 f16, 3 bf16),
-// RESIDUAL (0/1), BLOCK (a multiple of 32, at most 1024). Activations are f32.
+// RESIDUAL (0/1), BLOCK (a multiple of 32, at most 1024), and POST_RESIDUAL (1) only for a
+// sandwich norm's step: then RESIDUAL is 0 and `residual` is added to the normalised row
+// (y = residual + norm(input) * scale, Gemma-2's and Gemma-3's post-sublayer norms).
+// Activations are f32.
 #include "dsc_common.cuh"
 
 #define RMS_PER_THREAD ((HIDDEN + BLOCK - 1) / BLOCK)
+#if defined(POST_RESIDUAL) && RESIDUAL
+#error "a norm takes a residual or a post_residual, not both"
+#endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 rms_norm(const float *input, const void *scale, const float *residual, float *out,
@@ -40,8 +46,15 @@ rms_norm(const float *input, const void *scale, const float *residual, float *ou
 #pragma unroll
     for (int j = 0; j < RMS_PER_THREAD; ++j) {
       const int i = threadIdx.x + j * BLOCK;
-      if (i < HIDDEN)
+      if (i < HIDDEN) {
+#ifdef POST_RESIDUAL
+        // The norm rounded to f32 first, as the unfused norm stores it.
+        const float normalised = values[j] * inverse * scales[j];
+        out[base + i] = residual[base + i] + normalised;
+#else
         out[base + i] = values[j] * inverse * scales[j];
+#endif
+      }
     }
   }
 }

@@ -70,6 +70,10 @@ std::optional<NormSource> normOf(tfm::LinearOp linear, std::string &reason) {
               norm.getEpsilonAttr()};
     residual = norm.getResidual();
     sum = norm.getSum();
+    if (norm.getPostResidual()) {
+      reason = "the norm adds a residual to its result (a sandwich norm's)";
+      return std::nullopt;
+    }
   } else if (auto norm = dyn_cast_or_null<tfm::LayerNormOp>(producer)) {
     source = {tfm::NormKind::layer, norm.getInput(), norm.getScale(), norm.getBias(),
               norm.getEpsilonAttr()};

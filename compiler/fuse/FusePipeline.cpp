@@ -5,6 +5,12 @@
 namespace dsc {
 
 void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
+  FuseQkNormOptions qkNorm;
+  qkNorm.remarks = remarks;
+  pm.addPass(createFuseQkNorm(qkNorm));
+  FusePostNormResidualOptions postNorm;
+  postNorm.remarks = remarks;
+  pm.addPass(createFusePostNormResidual(postNorm));
   FuseLinearEpilogueOptions epilogue;
   epilogue.remarks = remarks;
   pm.addPass(createFuseLinearEpilogue(epilogue));
@@ -27,8 +33,10 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (linear epilogues, joined projections, gated "
-      "epilogues, packed Q/K/V, residual + norm, then norm prologues)",
+      "dsc-fuse", "The fusion passes in dsc's order (q/k norms into attentions, sandwich norms' "
+      "residuals, linear "
+      "epilogues, joined projections, gated epilogues, packed Q/K/V, residual + norm, then "
+      "norm prologues)",
       [](mlir::OpPassManager &pm) { addFusePasses(pm); });
 }
 

@@ -8,6 +8,7 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <string>
+#include <type_traits>
 
 namespace dsc {
 #define GEN_PASS_DEF_FUSERESIDUALNORM
@@ -46,6 +47,10 @@ LogicalResult matchNorm(NormOp norm, tfm::ResidualAddOp &add, Operation *&insert
                         std::string &reason) {
   if (norm.getResidual())
     return failure();
+  if constexpr (std::is_same_v<NormOp, tfm::RmsNormOp>) {
+    if (norm.getPostResidual())
+      return failure();  // it adds the residual after normalising: one add is enough
+  }
   add = norm.getInput().template getDefiningOp<tfm::ResidualAddOp>();
   if (!add)
     return failure();
@@ -89,7 +94,7 @@ tfm::RmsNormOp createFused(PatternRewriter &rewriter, tfm::RmsNormOp norm, Value
                            Value residual) {
   Type type = norm.getOutput().getType();
   return tfm::RmsNormOp::create(rewriter, norm.getLoc(), type, type, input, norm.getScale(),
-                                residual, norm.getEpsilonAttr());
+                                residual, Value(), norm.getEpsilonAttr());
 }
 
 template <typename NormOp> struct ResidualIntoNorm : OpRewritePattern<NormOp> {

@@ -17,7 +17,9 @@ namespace dsc {
 #define GEN_PASS_REGISTRATION
 #include "compiler/fuse/Passes.h.inc"
 
-// The fusion passes in their order: linear epilogues first (they claim the residual adds
+// The fusion passes in their order: per-head q/k norms into their attentions first (the
+// projections they normalise can then join), the residual adds of sandwich norms into those
+// norms, linear epilogues (they claim the residual adds
 // of a linear's result, and a projection with an activation keeps it rather than join
 // others), then the projections of one input joined, then the attentions reading their
 // joined Q, K and V packed, then residual add + norm for the adds that remain, then the

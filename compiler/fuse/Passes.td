@@ -7,6 +7,48 @@ include "mlir/Pass/PassBase.td"
 // plan step (one kernel on the GPU) does the work of several. The fused forms are in
 // docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
 
+def FuseQkNorm : Pass<"dsc-fuse-qk-norm", "mlir::ModuleOp"> {
+  let summary = "Move per-head q/k norms into the attention that reads them";
+  let description = [{
+    A `tfm.attention` whose query and key are each a projection's [batch, seq, heads * d]
+    result reshaped to heads of d features, `tfm.rms_norm`ed over them (between a
+    Transpose that keeps the features last and its inverse, Gemma-3's [b, heads, s, d]
+    form, or without one, Qwen3's) and reshaped back, reads the projections' results
+    themselves with the norms' scales as `query_norm_scale` and `key_norm_scale` and their
+    epsilon as `qk_norm_epsilon`: the attention normalises each head before its rotary
+    embedding. The reshapes, transposes and norms go. Runs first, so that the projections
+    then join and the attention reads them packed. Declined, with the reason (as remarks
+    with `remarks`), for an attention that is packed, a cross-attention, a norm with a
+    residual or other readers, a norm not over head_dim features, transposes that move the
+    features or do not undo each other, reshapes that do not split whole heads, and query
+    and key norms of different epsilons.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every attention with a norm that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect", "dsc::onnx::OnnxDialect"];
+}
+
+def FusePostNormResidual : Pass<"dsc-fuse-post-norm-residual", "mlir::ModuleOp"> {
+  let summary = "Let a sandwich norm add the residual to its result";
+  let description = [{
+    A `tfm.residual_add` or `onnx.Add` of a `tfm.rms_norm`'s result and another value of
+    the same type (Gemma-2's and Gemma-3's post-attention and post-feedforward norms, whose
+    result is added to the residual stream) becomes the norm with that value as its
+    `post_residual`: one step (one kernel on the GPU) instead of two. Runs before
+    dsc-fuse-residual-norm and dsc-fuse-norm-prologue, which leave such a norm alone.
+    Declined, with the reason (as remarks with `remarks`), for a norm that adds a residual
+    already, a norm whose result has other readers, an add that broadcasts, and a norm
+    and an add in different blocks.
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every add of a norm that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect", "dsc::onnx::OnnxDialect"];
+}
+
 def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
   let summary = "Fuse the linear layers that read the same input into one";
   let description = [{

@@ -83,6 +83,15 @@ SmallVector<Value> stepInputs(Operation *op) {
       inputs.push_back(residual);
     return inputs;
   }
+  // A post_residual (a sandwich norm's) is input 3, after the residual's place.
+  if (auto norm = dyn_cast<tfm::RmsNormOp>(op)) {
+    inputs.assign({norm.getInput(), norm.getScale(), norm.getResidual()});
+    if (Value post = norm.getPostResidual())
+      inputs.push_back(post);
+    else if (!norm.getResidual())
+      inputs.pop_back();
+    return inputs;
+  }
   if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {
     inputs.assign({attention.getQuery(), attention.getKey(), attention.getValue(),
                    attention.getMask()});
@@ -91,9 +100,14 @@ SmallVector<Value> stepInputs(Operation *op) {
     inputs.push_back(past.empty() ? Value() : past[0]);
     inputs.push_back(past.empty() ? Value() : past[1]);
     inputs.push_back(attention.getPositions());
-    // Input 7 only where there is one, so that other plans keep their steps as they were.
+    // Input 7 only where there is one, the q/k norms' scales 8 and 9 only where there are
+    // some, so that other plans keep their steps as they were.
     if (Value bias = attention.getBias())
       inputs.push_back(bias);
+    if (attention.getQueryNormScale()) {
+      inputs.resize(8);
+      inputs.append({attention.getQueryNormScale(), attention.getKeyNormScale()});
+    }
     return inputs;
   }
   llvm::append_range(inputs, op->getOperands());
@@ -185,6 +199,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // Only where set, so that other steps keep the attributes they had.
     if (attention.getPackedQkv())
       attrs.append("packed_qkv", b.getI64IntegerAttr(1));
+    if (FloatAttr epsilon = attention.getQkNormEpsilonAttr())
+      attrs.append("qk_norm_epsilon", b.getF32FloatAttr(epsilon.getValue().convertToFloat()));
     // An encoder-decoder's cross-attention in the session programs (dsc-derive-cache-programs):
     // its cache layer holds the encoder's keys, written by prefill, read by decode.
     if (attention->hasAttr("tfm.cross_keys"))

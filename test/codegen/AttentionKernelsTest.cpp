@@ -29,6 +29,7 @@ struct Family {
   int64_t causal, alibi, window, rotaryDim, interleaved;
   const char *unattended;
   float softcap = 0;  // Gemma-2's attn_logit_softcapping; 0: no `softcap` attribute
+  bool qkNorm = false;  // Qwen3's and Gemma-3's per-head q/k norms (inputs 8 and 9)
 };
 
 const Family kFamilies[] = {
@@ -111,6 +112,9 @@ public:
     auto s = std::make_unique<dsp::StepT>();
     s->op = "tfm.attention";
     s->inputs = {q, k, v, mask, pastKey, pastValue, positions};
+    if (f.qkNorm)
+      s->inputs.insert(s->inputs.end(), {-1, tensor(dsp::DType::f32, {f.headDim}),
+                                         tensor(dsp::DType::f32, {f.headDim})});
     s->outputs = outputs;
     intAttr(*s, "num_heads", f.heads);
     intAttr(*s, "num_kv_heads", f.kvHeads);
@@ -126,6 +130,8 @@ public:
     stringAttr(*s, "unattended", f.unattended);
     if (f.softcap != 0)
       floatAttr(*s, "softcap", f.softcap);
+    if (f.qkNorm)
+      floatAttr(*s, "qk_norm_epsilon", 1e-6f);
     plan.programs[0]->steps.push_back(std::move(s));
     return *plan.programs[0]->steps.back();
   }
@@ -254,6 +260,37 @@ TEST(AttentionRule, StepsWithoutSoftcapKeepTheirKernelNames) {
   }
 }
 
+// Qwen3's layers: GQA, rotary, and per-head q/k norms, which the kernels that rotate apply
+// (attention_rotary and the decode kernel), as their last constant.
+const Family kQwen3{"qwen3", 4, 2, 16, 1, 0, 0, 16, 0, "all", 0, true};
+
+TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
+  for (bool session : {false, true}) {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = session;
+    std::vector<KernelSpec> specs, plain;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(kQwen3, o), specs, reason)) << reason;
+    ASSERT_EQ(specs.size(), session ? 3u : 2u);
+    EXPECT_EQ(specs[0].constants.back().first, "QK_NORM");
+    EXPECT_EQ(specs[0].constants.back().second, 1);
+    EXPECT_EQ(constantsOf(specs[1]).count("QK_NORM"), 0u);
+    if (session) {
+      EXPECT_EQ(specs[2].constants.back().first, "QK_NORM");
+      EXPECT_EQ(constantsOf(specs[2])["FUSED_ROTARY"], 1);
+    }
+    // The same layer without the norms shares the prefill kernel, not the rotating ones.
+    Family unnormalised = kQwen3;
+    unnormalised.qkNorm = false;
+    ASSERT_TRUE(b.run(b.attention(unnormalised, o), plain, reason)) << reason;
+    EXPECT_NE(specs[0].name(), plain[0].name());
+    EXPECT_EQ(specs[1].name(), plain[1].name());
+    if (session)
+      EXPECT_NE(specs[2].name(), plain[2].name());
+  }
+}
+
 TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
   for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256}) {
     Family f{"wide", 8, 8, headDim, 1, 0, 0, 0, 0, "all"};
@@ -359,6 +396,18 @@ TEST(AttentionRule, DeclinesWhatTheKernelsDoNotCover) {
     step.inputs[5] = -1;  // a past key without its value
     declines(b, step, "past");
   }
+  {
+    AttentionPlan b;
+    dsp::StepT &step = b.attention(kQwen3, {});
+    step.inputs[9] = b.tensor(dsp::DType::f32, {32});  // a key norm of 32 features, not 16
+    declines(b, step, "q/k norms");
+  }
+  {
+    AttentionPlan b;
+    dsp::StepT &step = b.attention(kQwen3, {});
+    step.inputs[8] = -1;  // a key norm without the query's
+    declines(b, step, "q/k norms");
+  }
   for (float bad : {-50.0f, std::numeric_limits<float>::infinity(),
                     std::numeric_limits<float>::quiet_NaN()}) {
     AttentionPlan b;
@@ -423,6 +472,14 @@ TEST_F(AttentionNvrtcTest, SoftcappedKernelsCompile) {
     compilesFamily(f, dsp::DType::i64);
   compilesFamily({"gemma2-256", 8, 4, 256, 1, 0, 4096, 256, 0, "all", 30.0f}, dsp::DType::i64);
   compilesFamily({"softcap-alibi", 8, 8, 64, 1, 1, 0, 0, 0, "causal", 5.0f}, dsp::DType::bool_);
+}
+
+TEST_F(AttentionNvrtcTest, QkNormKernelsCompile) {
+  // Qwen3's (head 128, GQA 16/8) and Gemma-3's (head 256, a window) per-head q/k norms.
+  compilesFamily(kQwen3, dsp::DType::i64);
+  compilesFamily({"qwen3-128", 16, 8, 128, 1, 0, 0, 128, 0, "all", 0, true}, dsp::DType::i64);
+  compilesFamily({"gemma3-256", 8, 4, 256, 1, 0, 1024, 256, 0, "all", 0, true},
+                 dsp::DType::i64);
 }
 
 TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {

@@ -70,6 +70,16 @@ void run(void **a) {
 #undef BLOCK
 } // namespace layer_norm_residual
 
+// rms_norm's parameters, in the template's order, from cuLaunchKernel-style arguments.
+using RmsNormEntry = void (*)(const float *, const void *, const float *, float *, float *,
+                              long long, float);
+void runRmsNorm(RmsNormEntry entry, void **a) {
+  entry(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
+        reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
+        reinterpret_cast<const float *>(arg<Ptr>(a, 2)), reinterpret_cast<float *>(arg<Ptr>(a, 3)),
+        reinterpret_cast<float *>(arg<Ptr>(a, 4)), arg<long long>(a, 5), arg<float>(a, 6));
+}
+
 namespace rms_norm_plain {
 #define HIDDEN 70
 #define SCALE_DT 1
@@ -77,19 +87,32 @@ namespace rms_norm_plain {
 #define BLOCK 64
 #define rms_norm rms_norm_plain_host
 #include "codegen/kernels/rms_norm.cuh"
-void run(void **a) {
-  rms_norm(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
-           reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
-           reinterpret_cast<const float *>(arg<Ptr>(a, 2)),
-           reinterpret_cast<float *>(arg<Ptr>(a, 3)), reinterpret_cast<float *>(arg<Ptr>(a, 4)),
-           arg<long long>(a, 5), arg<float>(a, 6));
-}
+void run(void **a) { runRmsNorm(&rms_norm, a); }
 #undef rms_norm
 #undef HIDDEN
 #undef SCALE_DT
 #undef RESIDUAL
 #undef BLOCK
 } // namespace rms_norm_plain
+
+// A sandwich norm's kernel: post_residual + the norm.
+namespace rms_norm_post {
+#define HIDDEN 70
+#define SCALE_DT 1
+#define RESIDUAL 0
+#define BLOCK 32
+#define POST_RESIDUAL 1
+#define rms_norm rms_norm_post_host
+#include "codegen/kernels/rms_norm.cuh"
+void run(void **a) { runRmsNorm(&rms_norm, a); }
+#undef rms_norm
+#undef HIDDEN
+#undef SCALE_DT
+#undef RESIDUAL
+#undef BLOCK
+#undef POST_RESIDUAL
+#undef RMS_PER_THREAD
+} // namespace rms_norm_post
 
 namespace gated_gelu {
 #define ACT 0
@@ -293,6 +316,52 @@ TEST(TransformerKernels, RmsNormWithoutResidual) {
       expectClose(y[row * hidden + i], x[row * hidden + i] * inverse * scale[i],
                   "row " + std::to_string(row) + " feature " + std::to_string(i));
   }
+}
+
+// Gemma's sandwich norm (post_residual, input 3): the residual stream plus the norm of the
+// sublayer's output, with 3 features per thread. The norm is rounded to f32 before the add,
+// as the unfused norm stores it; same tolerance as the plain norm's.
+TEST(TransformerKernels, RmsNormAddsItsPostResidual) {
+  const int rows = 3, hidden = 70;
+  std::vector<float> x(rows * hidden), scale(hidden), stream(rows * hidden),
+      y(rows * hidden, 99.0f);
+  for (int i = 0; i < rows * hidden; ++i) {
+    x[i] = sample(i, 6) * (1 + i / hidden);
+    stream[i] = sample(i, 8) * 3;
+  }
+  for (int i = 0; i < hidden; ++i)
+    scale[i] = 1.0f + sample(i, 7) / 4.0f;
+  HostStepContext context;
+  context.opName = "tfm.rms_norm";
+  context.inputs = {tensor(DType::F32, {rows, hidden}, x.data()),
+                    tensor(DType::F32, {hidden}, scale.data()), std::nullopt,
+                    tensor(DType::F32, {rows, hidden}, stream.data())};
+  context.outputs = {tensor(DType::F32, {rows, hidden}, y.data())};
+  const KernelSpec spec{"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0},
+                                     {"BLOCK", 32}, {"POST_RESIDUAL", 1}}};
+  use(context, spec, rms_norm_post::run);
+  Status status = launcher("tfm.rms_norm")(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(context.launches, 1);
+  for (int row = 0; row < rows; ++row) {
+    double squares = 0;
+    for (int i = 0; i < hidden; ++i)
+      squares += double(x[row * hidden + i]) * x[row * hidden + i];
+    double inverse = 1.0 / std::sqrt(squares / hidden + 1e-6);
+    for (int i = 0; i < hidden; ++i)
+      expectClose(y[row * hidden + i],
+                  stream[row * hidden + i] + x[row * hidden + i] * inverse * scale[i],
+                  "row " + std::to_string(row) + " feature " + std::to_string(i));
+  }
+  // The kernel of a plain norm would drop the residual stream: refused, nothing launched.
+  HostStepContext plain = context;
+  plain.launches = 0;
+  use(plain, {"rms_norm", {{"HIDDEN", 70}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 64}}},
+      rms_norm_plain::run);
+  status = launcher("tfm.rms_norm")(plain);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("post_residual"), std::string::npos) << status.message();
+  EXPECT_EQ(plain.launches, 0);
 }
 
 TEST(TransformerKernels, LaunchersRefuseAKernelOfAnotherHiddenSize) {

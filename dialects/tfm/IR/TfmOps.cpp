@@ -207,6 +207,13 @@ LogicalResult LayerNormOp::verify() {
 LogicalResult RmsNormOp::verify() {
   if (failed(verifyNormResidual(*this, getInput(), getResidual(), getSum())))
     return failure();
+  if (Value post = getPostResidual()) {
+    if (getResidual())
+      return emitOpError("takes a residual or a post_residual, not both");
+    if (post.getType() != getInput().getType())
+      return emitOpError() << "post_residual " << post.getType()
+                           << " must have the input's type " << getInput().getType();
+  }
   return verifyNorm(*this, getInput().getType(), getScale(), Value(), getEpsilon());
 }
 
@@ -331,6 +338,20 @@ LogicalResult AttentionOp::verify() {
     if (!(softcap > 0) || !std::isfinite(softcap))
       return emitOpError() << "softcap must be positive and finite (absent = off), not "
                            << softcap;
+  }
+
+  if (!getQueryNormScale() != !getKeyNormScale() ||
+      !getQueryNormScale() != !getQkNormEpsilonAttr())
+    return emitOpError("query_norm_scale, key_norm_scale and qk_norm_epsilon come together");
+  if (FloatAttr epsilonAttr = getQkNormEpsilonAttr()) {
+    float epsilon = epsilonAttr.getValue().convertToFloat();
+    if (!(epsilon >= 0) || !std::isfinite(epsilon))
+      return emitOpError() << "qk_norm_epsilon must be finite and >= 0, not " << epsilon;
+    for (Value scale : {getQueryNormScale(), getKeyNormScale()}) {
+      auto type = cast<RankedTensorType>(scale.getType());
+      if (type.getRank() != 1 || !compatible(type.getDimSize(0), headDim))
+        return emitOpError() << "a q/k norm scale must be [" << headDim << "], not " << type;
+    }
   }
 
   auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();

@@ -120,19 +120,27 @@ def Tfm_LayerNormOp : Tfm_Op<"layer_norm", [Pure, AttrSizedOperandSegments,
 }
 
 def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>,
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "RMS normalisation of the last dimension: x / sqrt(mean(x^2) + eps) * scale";
   let description = [{
     With `residual`, as tfm.layer_norm: the norm of input + residual, and `sum` =
     input + residual.
+
+    With `post_residual` (produced by dsc-fuse-post-norm-residual: Gemma-2's and Gemma-3's
+    sandwich norms), the output is post_residual + the norm of input: the residual stream
+    after a sublayer whose output is normalised before it is added. Not with `residual`.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$scale,
                    Optional<Tfm_FloatTensor>:$residual,
+                   Optional<Tfm_FloatTensor>:$post_residual,
                    DefaultValuedAttr<F32Attr, "1e-06">:$epsilon);
   let results = (outs Tfm_FloatTensor:$output, Optional<Tfm_FloatTensor>:$sum);
   let assemblyFormat = [{
-    $input `,` $scale (`residual` $residual^)? `eps` $epsilon attr-dict `:` type($input) `,`
-    type($scale) (`residual` type($residual)^ `->` type($sum))?
+    $input `,` $scale (`residual` $residual^)? (`post_residual` $post_residual^)? `eps`
+    $epsilon attr-dict `:` type($input) `,` type($scale)
+    (`residual` type($residual)^ `->` type($sum))?
+    (`post_residual` type($post_residual)^)?
   }];
   let hasVerifier = 1;
   let builders = [
@@ -140,7 +148,7 @@ def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$scale,
                    "::mlir::FloatAttr":$epsilon), [{
       build($_builder, $_state, output, ::mlir::Type(), input, scale, ::mlir::Value(),
-            epsilon);
+            ::mlir::Value(), epsilon);
     }]>
   ];
 }
@@ -276,6 +284,11 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     queries, then the keys, then the values (under tensor parallelism, the rank's). No
     Split copies them apart.
 
+    With `qk_norm` (Qwen3's and Gemma-3's q_norm and k_norm), every head of the query and
+    of the new keys is RMS-normalised over its head_dim features with epsilon
+    `qk_norm_epsilon` and multiplied by `query_norm_scale` / `key_norm_scale` ([head_dim]
+    each), before the rotary embedding. The cache holds the normalised keys.
+
     Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
@@ -287,6 +300,8 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
   let arguments = (ins Tfm_FloatTensor:$query, Tfm_FloatTensor:$key, Tfm_FloatTensor:$value,
                    Optional<AnyRankedTensor>:$mask, Variadic<Tfm_FloatTensor>:$past,
                    Optional<Tfm_IdsTensor>:$positions, Optional<Tfm_FloatTensor>:$bias,
+                   Optional<Tfm_FloatTensor>:$query_norm_scale,
+                   Optional<Tfm_FloatTensor>:$key_norm_scale,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
@@ -296,11 +311,13 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
                    OptionalAttr<Tfm_RotaryAttr>:$rotary,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer,
-                   OptionalAttr<F32Attr>:$softcap, UnitAttr:$packed_qkv);
+                   OptionalAttr<F32Attr>:$softcap, UnitAttr:$packed_qkv,
+                   OptionalAttr<F32Attr>:$qk_norm_epsilon);
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
     (`positions` $positions^)? (`bias` $bias^)?
+    (`qk_norm` `(` $query_norm_scale^ `,` $key_norm_scale `)` `eps` $qk_norm_epsilon)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
     (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? (`packed_qkv` $packed_qkv^)?
@@ -309,8 +326,8 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
   }];
   let hasVerifier = 1;
   let builders = [
-    // Without soft-capping (the form before `softcap` existed). A pass that rebuilds an
-    // attention must carry `softcap` and `packed_qkv` over itself.
+    // Without soft-capping and q/k norms (the form before they existed). A pass that
+    // rebuilds an attention must carry `softcap`, `packed_qkv` and the q/k norm over itself.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::TypeRange":$present, "::mlir::Value":$query,
                    "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
                    "::mlir::ValueRange":$past, "::mlir::Value":$positions,
@@ -320,8 +337,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    "::mlir::IntegerAttr":$window, "::dsc::tfm::RotaryAttr":$rotary,
                    "::mlir::IntegerAttr":$cache_layer), [{
       build($_builder, $_state, output, present, query, key, value, mask, past, positions,
-            bias, num_heads, num_kv_heads, head_dim, scale, causal, alibi, window, rotary,
-            cache_layer, ::mlir::FloatAttr(), ::mlir::UnitAttr());
+            bias, ::mlir::Value(), ::mlir::Value(), num_heads, num_kv_heads, head_dim, scale,
+            causal, alibi, window, rotary, cache_layer, ::mlir::FloatAttr(), ::mlir::UnitAttr(),
+            ::mlir::FloatAttr());
     }]>
   ];
 }

@@ -173,9 +173,16 @@ namespace {
 
 // ---- tfm.layer_norm, tfm.rms_norm ----------------------------------------------------
 
-// Inputs: layer_norm (input, scale, bias?, residual?), rms_norm (input, scale, residual?).
-// With a residual the norm is of input + residual, and output 1 is that sum.
+// Inputs: layer_norm (input, scale, bias?, residual?), rms_norm (input, scale, residual?,
+// post_residual?). With a residual the norm is of input + residual, and output 1 is that
+// sum. With a post_residual (rms_norm only: Gemma's sandwich norms) the output is
+// post_residual + the norm.
 size_t normResidualIndex(const KernelContext &ctx) { return ctx.op == "tfm.rms_norm" ? 2 : 3; }
+constexpr size_t kPostResidualIndex = 3;
+
+const TensorRef *postResidual(const KernelContext &ctx) {
+  return ctx.op == "tfm.rms_norm" ? ctx.input(kPostResidualIndex) : nullptr;
+}
 
 Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
@@ -197,6 +204,14 @@ Status inferNorm(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
     if (residual->shape != x.shape)
       return ctx.error("residual must have the input's shape ", shapeString(x.shape), ", not ",
                        shapeString(residual->shape));
+  }
+  if (const TensorRef *post = postResidual(ctx)) {
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, kPostResidualIndex, "post_residual", kFloatTypes));
+    if (residual)
+      return ctx.error("takes a residual or a post_residual, not both");
+    if (post->shape != x.shape)
+      return ctx.error("post_residual must have the input's shape ", shapeString(x.shape),
+                       ", not ", shapeString(post->shape));
   }
   size_t expected = residual ? 2 : 1;
   if (ctx.numOutputs != expected)
@@ -239,6 +254,15 @@ Status computeNorm(const KernelContext &ctx, const Outputs &outputs) {
   normalizeRows(source, rows, n, scale, bias ? &*bias : nullptr, rms, epsilon, ctx.fastKernels,
                 out.data());
   out.finish();
+  if (const TensorRef *post = postResidual(ctx)) {
+    // The norm as stored (in the output's dtype, as the unfused norm stores it), then the
+    // add, rounded as the unfused add rounds.
+    FloatView normalized(*outputs[0]), added(*post);
+    std::vector<float> sum(static_cast<size_t>(x.elements()));
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] = added[i] + normalized[i];
+    storeFloats(sum, *outputs[0]);
+  }
   return Status::ok();
 }
 
@@ -359,7 +383,7 @@ Status computeElementwise(const KernelContext &ctx, const Outputs &outputs) {
 void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.embedding", 2, 2, 2, 1, 1, inferEmbedding, computeEmbedding});
   kernels.push_back({"tfm.layer_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
-  kernels.push_back({"tfm.rms_norm", 2, 3, 2, 1, 2, inferNorm, computeNorm});
+  kernels.push_back({"tfm.rms_norm", 2, 4, 2, 1, 2, inferNorm, computeNorm});
   addLinearKernels(kernels);
   kernels.push_back({"tfm.activation", 1, 1, 1, 1, 1, inferSameAsFirst, computeElementwise});
   kernels.push_back({"tfm.gated_act", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});

@@ -1,10 +1,11 @@
 // tfm.attention's CPU kernel (docs/transformer-ops.md): grouped-query heads, causal,
-// padding, window and ALiBi masks, rotary embeddings, Gemma-2's logit soft-capping, and its
-// two KV-cache modes (the export's past/present pairs, or the session's cache written in
+// padding, window and ALiBi masks, rotary embeddings, Gemma-2's logit soft-capping, Qwen3's
+// and Gemma-3's per-head q/k norms, and its two KV-cache modes (the export's past/present pairs, or the session's cache written in
 // place).
 #include "ops/FloatAccess.h"
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
+#include "ops/TransformerCommon.h"
 #include "ops/TypeDispatch.h"
 #include "ops/fast/FastKernels.h"
 
@@ -19,7 +20,10 @@ namespace {
 
 // ---- tfm.attention -------------------------------------------------------------------
 
-enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias };
+enum AttentionInput {
+  kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
+  kQueryNormScale, kKeyNormScale
+};
 
 struct AttentionConfig {
   // This rank's query and KV heads (all of them without tensor parallelism).
@@ -49,6 +53,10 @@ struct AttentionConfig {
   // Query, key and value are one tensor, each row the queries, keys and values of a token
   // (a joined projection's output).
   bool packed = false;
+  // Qwen3's and Gemma-3's q/k norms: each head of the queries and new keys RMS-normalised
+  // (scales inputs 8 and 9) before the rotary embedding.
+  bool qkNorm = false;
+  float qkNormEpsilon = 0;
 };
 
 // Under tensor parallelism, rank_heads/rank_head_offsets and rank_kv_heads/
@@ -113,6 +121,25 @@ Status readQueryKeyValueShapes(const KernelContext &ctx, AttentionConfig &c) {
       (c.causal || c.window > 0 || c.rotaryDim > 0 || ctx.input(kPastKey)))
     return ctx.error(c.keys, " keys for ", c.fresh, " queries (a cross-attention) cannot be ",
                      "causal, windowed, rotated or have past inputs");
+  return Status::ok();
+}
+
+// The q/k norms' scales (inputs 8 and 9, both or neither) and their epsilon.
+Status readQueryKeyNorms(const KernelContext &ctx, AttentionConfig &c) {
+  const TensorRef *queryScale = ctx.input(kQueryNormScale), *keyScale = ctx.input(kKeyNormScale);
+  c.qkNorm = queryScale || keyScale;
+  const bool hasEpsilon = ctx.attrs.count("qk_norm_epsilon") != 0;
+  if (!c.qkNorm && !hasEpsilon)
+    return Status::ok();
+  if (!queryScale || !keyScale || !hasEpsilon)
+    return ctx.error("q/k norms need both scales (inputs 8 and 9) and qk_norm_epsilon");
+  for (const TensorRef *scale : {queryScale, keyScale})
+    if (!isFloat(scale->dtype) || scale->shape != Shape{c.headDim})
+      return ctx.error("a q/k norm scale must be float [", c.headDim, "], not ",
+                       dtypeName(scale->dtype), " ", shapeString(scale->shape));
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "qk_norm_epsilon", 0.0f, c.qkNormEpsilon));
+  if (!(c.qkNormEpsilon >= 0) || !std::isfinite(c.qkNormEpsilon))
+    return ctx.error("qk_norm_epsilon must be finite and >= 0, not ", c.qkNormEpsilon);
   return Status::ok();
 }
 
@@ -192,6 +219,7 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
 
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "packed_qkv", 0, flag));
   c.packed = flag != 0;
+  DSRT_RETURN_IF_ERROR(readQueryKeyNorms(ctx, c));
   DSRT_RETURN_IF_ERROR(readQueryKeyValueShapes(ctx, c));
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
@@ -342,6 +370,17 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   std::vector<int64_t> positions;
   if (ctx.input(kPositions))
     DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
+  if (c.qkNorm) {
+    // Each head's features as one row, as the unfused tfm.rms_norm of [.., heads, D] does.
+    auto normalizeHeads = [&](std::vector<float> &x, int which) {
+      std::vector<float> normalized(x.size());
+      normalizeRows(x.data(), static_cast<int64_t>(x.size()) / D, D, FloatView(*ctx.input(which)),
+                    nullptr, true, c.qkNormEpsilon, ctx.fastKernels, normalized.data());
+      x.swap(normalized);
+    };
+    normalizeHeads(q, kQueryNormScale);
+    normalizeHeads(kNew, kKeyNormScale);
+  }
   if (c.rotaryDim > 0) {
     applyRotary(q.data(), B * S, H, c, positions);
     applyRotary(kNew.data(), B * S, c.keyHeads, c, positions);
@@ -563,7 +602,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
 } // namespace
 
 void addAttentionKernels(std::vector<KernelInfo> &kernels) {
-  kernels.push_back({"tfm.attention", 3, 8, 3, 1, 3, inferAttention, computeAttention});
+  kernels.push_back({"tfm.attention", 3, 10, 3, 1, 3, inferAttention, computeAttention});
 }
 
 } // namespace dsrt::ops

@@ -51,6 +51,8 @@ struct Family {
   // A rotary_inv_freq table no base gives (as llama3 scaling: slower pairs divided by 8)
   // and yarn's rotary_attention_factor.
   bool scaledRotary = false;
+  // Per-head q/k norms (inputs 8 and 9, qk_norm_epsilon): Qwen3's and Gemma-3's.
+  bool qkNorm = false;
 };
 
 const Family kGpt2{"gpt2", gpt2::kernels, 16, 4, 4, 1, 0, 0, 0, 0, "all", DType::I64};
@@ -68,6 +70,12 @@ const Family kLlamaPacked{"llama_packed", llama_packed::kernels, 16, 4, 2, 1, 0,
                           DType::I64};
 const Family kGemma2Wide{"gemma2wide", gemma2wide::kernels, 256, 2, 1, 1, 0, 0, 256, 0, "all",
                          DType::I64, 1.0f};
+const Family kQwen3{"qwen3", qwen3::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DType::I64, 0,
+                    false, true};
+const Family kQwen3Packed{"qwen3_packed", qwen3_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
+                          DType::I64, 0, false, true};
+const Family kGemma3Wide{"gemma3wide", gemma3wide::kernels, 256, 2, 1, 1, 0, 4, 256, 0, "all",
+                         DType::I64, 0, false, true};
 
 struct Scenario {
   int64_t batch = 2, past = 0, fresh = 5;
@@ -101,6 +109,8 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   attrs["unattended"] = ops::Attr::ofString(f.unattended);
   if (f.softcap > 0)
     attrs["softcap"] = ops::Attr::ofFloat(f.softcap);
+  if (f.qkNorm)
+    attrs["qk_norm_epsilon"] = ops::Attr::ofFloat(1e-6f);
   if (f.scaledRotary) {
     std::vector<float> frequencies;
     EXPECT_TRUE(ops::rotaryInverseFrequencies(attrs, frequencies).isOk());
@@ -165,6 +175,16 @@ void check(const Family &f, const Scenario &s) {
   const bool io = !s.session && s.pastInputs;
   ops::Inputs inputs{&qRef, &kRef, &vRef, &maskRef, io ? &pastKeyRef : nullptr,
                      io ? &pastValueRef : nullptr, &positionRef};
+  // The q/k norms' scales, around 1 (inputs 8 and 9, after an absent bias).
+  std::vector<float> queryNormScale = randomFloats(generator, D),
+                     keyNormScale = randomFloats(generator, D);
+  for (std::vector<float> *scale : {&queryNormScale, &keyNormScale})
+    for (float &value : *scale)
+      value += 1.0f;
+  TensorRef queryNormRef{DType::F32, {D}, queryNormScale.data()};
+  TensorRef keyNormRef{DType::F32, {D}, keyNormScale.data()};
+  if (f.qkNorm)
+    inputs.insert(inputs.end(), {nullptr, &queryNormRef, &keyNormRef});
 
   std::vector<float> expected(B * S * H * D), expectedKey(B * KH * T * D),
       expectedValue(B * KH * T * D);
@@ -188,32 +208,43 @@ void check(const Family &f, const Scenario &s) {
   ops::SessionState state;
   state.cache = s.session ? &cpuCache : nullptr;
   state.collectives = s.ranks > 1 ? &group : nullptr;
-  std::vector<float> uncappedOut;
-  if (f.softcap > 0) {
-    // The same step without the cap, on copies of everything it writes.
-    ops::AttrMap uncapped = attrs;
-    uncapped.erase("softcap");
+  // The reference's output for the step changed (the cap or the norms left out), on copies
+  // of everything it writes: the kernels must not pass without what was left out.
+  auto outputWithout = [&](const char *attribute, const ops::Inputs &stepInputs) {
+    ops::AttrMap changed = attrs;
+    changed.erase(attribute);
     std::vector<float> out(expected.size()), presentKey(expectedKey.size()),
         presentValue(expectedValue.size()), keys = cpuKeys, values = cpuValues;
-    TensorRef outU{DType::F32, {B, S, H * D}, out.data()};
-    TensorRef keyU{DType::F32, {B, KH, T, D}, presentKey.data()};
-    TensorRef valueU{DType::F32, {B, KH, T, D}, presentValue.data()};
-    ops::Outputs outputsU{&outU};
+    TensorRef outC{DType::F32, {B, S, H * D}, out.data()};
+    TensorRef keyC{DType::F32, {B, KH, T, D}, presentKey.data()};
+    TensorRef valueC{DType::F32, {B, KH, T, D}, presentValue.data()};
+    ops::Outputs outputsC{&outC};
     if (io) {
-      outputsU.push_back(&keyU);
-      outputsU.push_back(&valueU);
+      outputsC.push_back(&keyC);
+      outputsC.push_back(&valueC);
     }
-    ops::KvCache cacheU;
-    cacheU.layers.push_back({DType::F32, cacheBatch, KH, capacity, D, keys.data(),
+    ops::KvCache cacheC;
+    cacheC.layers.push_back({DType::F32, cacheBatch, KH, capacity, D, keys.data(),
                              values.data()});
-    ops::SessionState stateU = state;
-    stateU.cache = s.session ? &cacheU : nullptr;
-    Status plain = ops::compute("tfm.attention", uncapped, inputs, outputsU, &stateU);
-    ASSERT_TRUE(plain.isOk()) << plain.message();
-    uncappedOut = std::move(out);
-  }
+    ops::SessionState stateC = state;
+    stateC.cache = s.session ? &cacheC : nullptr;
+    Status status = ops::compute("tfm.attention", changed, stepInputs, outputsC, &stateC);
+    EXPECT_TRUE(status.isOk()) << status.message();
+    return out;
+  };
+  std::vector<float> uncappedOut, unnormalizedOut;
+  if (f.softcap > 0)
+    uncappedOut = outputWithout("softcap", inputs);
+  if (f.qkNorm)  // without the epsilon and the scales (inputs 8 and 9, after the bias's 7)
+    unnormalizedOut =
+        outputWithout("qk_norm_epsilon", ops::Inputs(inputs.begin(), inputs.begin() + 7));
   Status reference = ops::compute("tfm.attention", attrs, inputs, outputs, &state);
   ASSERT_TRUE(reference.isOk()) << reference.message();
+  float normGap = 0;
+  for (size_t i = 0; i < unnormalizedOut.size(); ++i)
+    normGap = std::max(normGap, std::fabs(unnormalizedOut[i] - expected[i]));
+  if (f.qkNorm)
+    EXPECT_GT(normGap, 1e-2f) << "the q/k norms change too little here to be tested";
   float softcapGap = 0;
   for (size_t i = 0; i < uncappedOut.size(); ++i)
     softcapGap = std::max(softcapGap, std::fabs(uncappedOut[i] - expected[i]));
@@ -252,6 +283,11 @@ void check(const Family &f, const Scenario &s) {
   if (s.packed)
     for (int i = 0; i < 3; ++i)
       step.inputs[i] = DeviceTensor{DType::F32, {B, S, (H + 2 * KH) * D}, addressOf(packed.data())};
+  if (f.qkNorm) {
+    step.inputs.push_back(std::nullopt);
+    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(queryNormScale.data())});
+    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(keyNormScale.data())});
+  }
   if (io) {
     step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};
     step.inputs[5] =
@@ -315,6 +351,8 @@ void check(const Family &f, const Scenario &s) {
               static_cast<long long>(S), worst);
   if (f.softcap > 0)
     std::printf(" (without the cap the output moves by %.3g)", softcapGap);
+  if (f.qkNorm)
+    std::printf(" (without the q/k norms the output moves by %.3g)", normGap);
   std::printf("\n");
 }
 
@@ -517,6 +555,55 @@ TEST(AttentionEmulation, PackedQueryKeyValue) {
   rank.rank = 1;
   rank.ranks = 2;
   check(kLlamaPacked, rank);
+}
+
+// Qwen3's and Gemma-3's per-head q/k norms (QK_NORM): each head of the new queries and keys
+// normalised before its rotation in attention_rotary (prompts, I/O mode) and in the decode
+// kernel (a decode step), apart and packed, on one rank's heads, and on heads of 256
+// features (more than a block's threads) with a sliding window; the cache holds the
+// normalised keys.
+TEST(AttentionEmulation, PerHeadQueryKeyNorms) {
+  Scenario prompt;
+  prompt.batch = 3;
+  prompt.past = 4;
+  prompt.fresh = 9;
+  prompt.padding = {0, 3, 13};
+  check(kQwen3, prompt);
+  Scenario prefill;
+  prefill.session = true;
+  prefill.fresh = 37;
+  prefill.padding = {0, 5};
+  prefill.capacity = 64;
+  check(kQwen3, prefill);
+  Scenario decode;
+  decode.session = true;
+  decode.past = 20;
+  decode.fresh = 1;
+  decode.padding = {0, 3};
+  decode.capacity = 300;
+  check(kQwen3, decode);
+  Scenario rank = decode;
+  rank.rank = 1;
+  rank.ranks = 2;
+  check(kQwen3, rank);
+  prefill.packed = decode.packed = rank.packed = true;
+  check(kQwen3Packed, prefill);
+  check(kQwen3Packed, decode);
+  check(kQwen3Packed, rank);
+  Scenario widePrompt;
+  widePrompt.past = 3;
+  widePrompt.fresh = 11;
+  widePrompt.padding = {0, 6};
+  check(kGemma3Wide, widePrompt);
+  Scenario wideDecode;
+  wideDecode.session = true;
+  wideDecode.past = 130;
+  wideDecode.fresh = 1;
+  wideDecode.padding = {0, 9};
+  wideDecode.capacity = 260;
+  wideDecode.maskPadding = 61;
+  wideDecode.capturing = true;
+  check(kGemma3Wide, wideDecode);
 }
 
 } // namespace

@@ -49,3 +49,21 @@ func.func @gated_odd_rows(%x: tensor<3x16xf32>, %w: tensor<47x16xf32>) -> tensor
   %y = tfm.linear %x, %w activation silu gated : (tensor<3x16xf32>, tensor<47x16xf32>) -> tensor<3x23xf32>
   return %y : tensor<3x23xf32>
 }
+
+// -----
+
+func.func @qk_norm_scale_size(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
+  %s = tfm.weight "s" : tensor<32xf32> -> tensor<32xf32>
+  // expected-error @below {{a q/k norm scale must be [8], not 'tensor<32xf32>'}}
+  %o = tfm.attention %x, %x, %x mask %mask qk_norm(%s, %s) eps 1.0e-6 heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<32xf32>, tensor<32xf32>) -> tensor<1x?x32xf32>
+  return %o : tensor<1x?x32xf32>
+}
+
+// -----
+
+func.func @qk_norm_without_epsilon(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
+  %s = tfm.weight "s" : tensor<8xf32> -> tensor<8xf32>
+  // expected-error @below {{query_norm_scale, key_norm_scale and qk_norm_epsilon come together}}
+  %o = "tfm.attention"(%x, %x, %x, %mask, %s, %s) {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 8 : i64, scale = 0.35 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 1, 1>} : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<8xf32>, tensor<8xf32>) -> tensor<1x?x32xf32>
+  return %o : tensor<1x?x32xf32>
+}

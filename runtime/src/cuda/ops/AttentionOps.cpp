@@ -18,7 +18,9 @@
 // in I/O mode: attention_rotary places the keys in one launch and copies the queries in
 // another, and attention_prefill reads the s_kv keys as io_past + fresh with
 // io_past = s_kv - fresh. A bias computed in the graph (input 7, T5's relative positions)
-// is added by the prefill kernel (BIAS).
+// is added by the prefill kernel (BIAS). Per-head q/k norms (inputs 8 and 9, Qwen3's and
+// Gemma-3's) are applied where the heads are rotated: attention_rotary and, for a decode
+// step, attention_decode (QK_NORM).
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
@@ -30,7 +32,10 @@
 namespace dsrt::cuda {
 namespace {
 
-enum AttentionInput { kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias };
+enum AttentionInput {
+  kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
+  kQueryNormScale, kKeyNormScale
+};
 enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
 
 // Threads per block of attention_rotary (each block loops over one head's features).
@@ -190,6 +195,22 @@ Status runAttention(StepContext &context) {
   const DeviceTensor *positions =
       context.inputCount() > kPositions ? context.input(kPositions) : nullptr;
   const DeviceTensor *bias = context.inputCount() > kBias ? context.input(kBias) : nullptr;
+  const DeviceTensor *queryNorm =
+      context.inputCount() > kQueryNormScale ? context.input(kQueryNormScale) : nullptr;
+  const DeviceTensor *keyNorm =
+      context.inputCount() > kKeyNormScale ? context.input(kKeyNormScale) : nullptr;
+  const bool qkNorm = queryNorm || keyNorm;
+  float qkNormEpsilon = 0.0f;
+  if (qkNorm) {
+    for (const DeviceTensor *scale : {queryNorm, keyNorm})
+      if (!scale || scale->dtype != DType::F32 || scale->shape != Shape{D})
+        return context.error("the q/k norms need f32 scales [", D, "] (inputs 8 and 9)");
+    if (!attrs.count("qk_norm_epsilon"))
+      return context.error("the q/k norms need qk_norm_epsilon");
+    DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "qk_norm_epsilon", 0.0f, qkNormEpsilon));
+    if (!(qkNormEpsilon >= 0) || !std::isfinite(qkNormEpsilon))
+      return context.error("qk_norm_epsilon must be finite and >= 0, not ", qkNormEpsilon);
+  }
   if (cross && (causal || window > 0 || rotaryDim > 0 || pastKey ||
                 (cacheLayer >= 0 && !crossKeys) || (allKvHeads && context.outputCount() != 1)))
     return context.error(SK, " keys of ", allKvHeads ? "every head" : "another sequence",
@@ -216,6 +237,7 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "POS_DTYPE",
                                      rotary ? static_cast<int64_t>(positions->dtype) : 0));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "PACKED_QKV", packed ? 1 : -1));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "QK_NORM", qkNorm ? 1 : -1));
   const int64_t maskType = mask ? static_cast<int64_t>(mask->dtype) : 0;
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "HEAD_DIM", D));
@@ -381,6 +403,8 @@ Status runAttention(StepContext &context) {
   int group = static_cast<int>(h.globalHeads / h.globalKvHeads);
   int globalHeads = static_cast<int>(h.globalHeads);
   float scaleArg = scale;
+  // QK_NORM's parameters, last in both kernels that take them (other kernels ignore them).
+  DevicePtr queryNormData = qkNorm ? queryNorm->data : 0, keyNormData = qkNorm ? keyNorm->data : 0;
 
   // attention_rotary over `rows` rows of each sequence, `tokens` of them new, for `qHeads`
   // query heads and `kHeads` key heads (0: that part is not touched). The kernel skips rows
@@ -394,7 +418,7 @@ Status runAttention(StepContext &context) {
                     &keys,       &values,      &pastKeyData,   &pastValueData, &lengths,
                     &ioPastArg,  &freshValue,  &rowsValue,     &batchStride,  &headStride,
                     &limit,      &qHeadsValue, &kHeadsValue,   &pastHeadsArg, &pastOffsetArg,
-                    frequencies.data()};
+                    frequencies.data(), &queryNormData, &keyNormData, &qkNormEpsilon};
     Dim3 grid, block;
     grid.x = static_cast<unsigned>(B * rows);
     // A block per head: the kernel strides over heads along y.
@@ -445,6 +469,7 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ALIBI", alibi ? 1 : 0));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "QK_NORM", qkNorm ? 1 : -1));
     // The merge's constants: the decode kernel's own when it merges, else the combine's.
     const size_t mergeSlot = fusedCombine ? kDecodeSlot : kCombineSlot;
     if (fusedCombine && !fusedRotary)
@@ -482,7 +507,8 @@ Status runAttention(StepContext &context) {
                       &partialSum,  &maxSplitsArg,  &headsArg,    &headOffset,  &kvHeadOffset,
                       &group,       &globalHeads,   &scaleArg,    &queryData,   &keyData,
                       &valueData,   &queryStride,   &kvStride,    &positionData,
-                      frequencies.data(), &outData,   &arrivals};
+                      frequencies.data(), &outData,   &arrivals,    &queryNormData,
+                      &keyNormData, &qkNormEpsilon};
       Dim3 grid, block;
       grid.x = static_cast<unsigned>(maxSplits);
       grid.y = static_cast<unsigned>(H);

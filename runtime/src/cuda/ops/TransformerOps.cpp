@@ -94,7 +94,8 @@ Status runEmbedding(StepContext &context) {
   return context.launch(0, grid, threads, 0, args);
 }
 
-// layer_norm (input, scale, bias?, residual?) and rms_norm (input, scale, residual?).
+// layer_norm (input, scale, bias?, residual?) and rms_norm (input, scale, residual?,
+// post_residual?).
 Status runNorm(StepContext &context, bool rms) {
   DSRT_RETURN_IF_ERROR(requireKernel(context));
   const DeviceTensor *input = context.input(0), *scale = context.input(1);
@@ -121,6 +122,20 @@ Status runNorm(StepContext &context, bool rms) {
   }
   const DeviceTensor *residual =
       context.inputCount() > residualIndex ? context.input(residualIndex) : nullptr;
+  // A sandwich norm's post_residual (rms_norm's input 3): the kernel adds it to the result
+  // (POST_RESIDUAL) through its residual parameter.
+  const DeviceTensor *post = rms && context.inputCount() > 3 ? context.input(3) : nullptr;
+  if (context.kernelConstant(0, "POST_RESIDUAL", -1) != (post ? 1 : -1))
+    return context.error("the kernel was generated ", post ? "without" : "with",
+                         " a post_residual");
+  if (post) {
+    if (residual)
+      return context.error("takes a residual or a post_residual, not both");
+    DSRT_RETURN_IF_ERROR(requireF32(context, post, "the post_residual"));
+    if (post->elements() != input->elements())
+      return context.error("the post_residual has ", post->elements(), " elements, not ",
+                           input->elements());
+  }
   if (context.kernelConstant(0, "RESIDUAL", -1) != (residual ? 1 : 0))
     return context.error("the kernel was generated ", residual ? "without" : "with",
                          " a residual");
@@ -153,7 +168,8 @@ Status runNorm(StepContext &context, bool rms) {
   unsigned block;
   DSRT_RETURN_IF_ERROR(blockOf(context, block));
   DevicePtr inputData = input->data, scaleData = scale->data,
-            biasData = bias ? bias->data : 0, residualData = residual ? residual->data : 0,
+            biasData = bias ? bias->data : 0,
+            residualData = residual ? residual->data : post ? post->data : 0,
             outData = out.data;
   Dim3 grid;
   grid.x = static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridX));
