@@ -34,26 +34,26 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
 }
 
 LogicalResult shardAndQuantize(ModuleOp module, const PipelineOptions &options) {
+  PassManager pm(module.getContext());
+  pm.enableVerifier(true);
+  // Before sharding and quantizing, which then see a projection per part; with fusion only,
+  // which joins the parts again.
+  if (options.fuse) {
+    UnpackQkvOptions unpack;
+    unpack.remarks = options.fuseRemarks;
+    pm.addPass(createUnpackQkv(unpack));
+  }
   // After the prefill/decode derivation, so that every program is sharded the same way.
   if (options.tensorParallel > 1) {
-    PassManager shard(module.getContext());
-    shard.enableVerifier(true);
-    TpShardOptions shardOptions;
-    shardOptions.ranks = options.tensorParallel;
-    shard.addPass(createTpShard(shardOptions));
-    if (failed(shard.run(module)))
-      return failure();
+    TpShardOptions shard;
+    shard.ranks = options.tensorParallel;
+    pm.addPass(createTpShard(shard));
   }
   // After sharding: the plan writer quantizes each rank's part, so no group straddles two
   // ranks.
-  if (options.int8) {
-    PassManager quantize(module.getContext());
-    quantize.enableVerifier(true);
-    quantize.addPass(createQuantizeWeights(*options.int8));
-    if (failed(quantize.run(module)))
-      return failure();
-  }
-  return success();
+  if (options.int8)
+    pm.addPass(createQuantizeWeights(*options.int8));
+  return pm.run(module);
 }
 
 LogicalResult lowerToPlan(ModuleOp module, const PipelineOptions &options) {

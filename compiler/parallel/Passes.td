@@ -3,6 +3,29 @@
 
 include "mlir/Pass/PassBase.td"
 
+def UnpackQkv : Pass<"dsc-unpack-qkv", "mlir::ModuleOp"> {
+  let summary = "Give each part of a fused Q/K/V projection a projection of its own";
+  let description = [{
+    A `tfm.attention` whose query, key and value are parts of one fused projection that the
+    export takes apart with reshapes, transposes, splits, slices and gathers (BLOOM's and
+    GPT-NeoX's per-head [q, k, v] rows, GPTBigCode's [q | kv] split twice, Falcon's query
+    heads followed by its key and value) reads three `tfm.linear`s instead, each over the
+    rows of the weight and bias its part takes (a `#tfm.blocks` transform: what tp-shard
+    selects for each part before sharding it). The plumbing and the fused projection go.
+    Runs before tp-shard and quantization, and only with fusion: dsc-fuse-projections joins
+    the parts again as [q; k; v] rows, which dsc-fuse-packed-qkv reads packed. Not for an
+    attention already packed or whose operands are parts of one Split or Slices of one
+    value (dsc-fuse-packed-qkv reads those as they are), a per-head fused projection with
+    grouped KV heads, parts tp-shard cannot trace, and a fused result something else reads
+    too (with the reason as remarks with `remarks`).
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every attention that is not unpacked">,
+  ];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
+}
+
 def TpShard : Pass<"dsc-tp-shard", "mlir::ModuleOp"> {
   let summary = "Shard recognised transformer layers across tensor-parallel ranks";
   let description = [{

@@ -1,0 +1,263 @@
+// Where an attention's Q, K and V come from: ProjectionTrace.h.
+#include "compiler/parallel/ProjectionTrace.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Matchers.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+
+namespace dsc::parallel {
+namespace {
+
+// Whether `operand` is a graph input seen through reshapes and transposes only.
+bool viewsGraphInput(Value operand) {
+  Value value = operand;
+  while (Operation *def = value.getDefiningOp()) {
+    StringRef name = def->getName().getStringRef();
+    if (name != "onnx.Reshape" && name != "onnx.Transpose" && name != "onnx.Identity")
+      return false;
+    value = def->getOperand(0);
+  }
+  return isa<BlockArgument>(value);
+}
+
+// Whether `user` reads only dimensions of `value` that sharding its heads keeps: an
+// onnx.Shape that stops before them (the implied positions read [batch, seq] of the query).
+bool readsKeptDims(Operation *user, Value value, int64_t heads, int64_t headDim) {
+  auto shape = dyn_cast<onnx::ShapeOp>(user);
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!shape || !type)
+    return false;
+  int64_t rank = type.getRank(), start = shape.getStart().value_or(0),
+          end = shape.getEnd().value_or(rank);
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
+  auto local = cast<RankedTensorType>(withLocalHeads(type, heads, 1, headDim));
+  for (int64_t dim = std::max<int64_t>(start, 0); dim < std::min(end, rank); ++dim)
+    if (local.getDimSize(dim) != type.getDimSize(dim))
+      return false;
+  return true;
+}
+
+bool isPerHeadView(ArrayRef<int64_t> dims, int64_t heads, int64_t headDim) {
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    if (dims[i] == heads && dims[i + 1] == 3 * headDim)
+      return true;
+    if (i + 2 < dims.size() && dims[i] == heads && dims[i + 1] == 3 && dims[i + 2] == headDim)
+      return true;
+  }
+  return false;
+}
+
+bool isScalarConstant(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
+}
+
+} // namespace
+
+FailureOr<Value> transformedWeight(Value weight, ArrayRef<Attribute> extra) {
+  auto op = weight.getDefiningOp<tfm::WeightOp>();
+  if (!op)
+    return failure();
+  OpBuilder builder(op);
+  return op.withTransforms(builder, extra);
+}
+
+Type withLocalHeads(Type type, int64_t heads, int64_t local, int64_t headDim) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || ranked.getRank() == 0)
+    return type;
+  SmallVector<int64_t> shape(ranked.getShape());
+  if (shape.back() == heads * headDim && heads * headDim != headDim) {
+    shape.back() = local * headDim;
+  } else if (shape.size() == 4 && shape[3] == headDim) {
+    if (shape[2] == heads)
+      shape[2] = local;
+    else if (shape[1] == heads)
+      shape[1] = local;
+  }
+  return RankedTensorType::get(shape, ranked.getElementType());
+}
+
+Value unflattenedInput(tfm::LinearOp linear) {
+  Value input = linear.getInput();
+  if (auto reshape = input.getDefiningOp(); reshape && reshape->getName().getStringRef() ==
+                                                           "onnx.Reshape") {
+    auto inner = dyn_cast<RankedTensorType>(reshape->getOperand(0).getType());
+    auto flat = cast<RankedTensorType>(input.getType());
+    if (inner && inner.getRank() >= 3 && inner.getShape().back() == flat.getShape().back())
+      return reshape->getOperand(0);
+  }
+  return input;
+}
+
+bool hasOneDataUse(Value value, int64_t heads, int64_t headDim) {
+  int64_t data = 0;
+  for (Operation *user : value.getUsers())
+    data += !readsKeptDims(user, value, heads, headDim);
+  return data == 1;
+}
+
+// Follows a fused projection's plumbing (onnx reshapes, splits, slices) back to the one
+// tfm.linear it reads, and says which rows of its [out, in] weight this part is.
+std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
+                            Projection &out) {
+  const int64_t partHeads = part == 0 ? attention.getNumHeads() : attention.getNumKvHeads();
+  const int64_t dim = attention.getHeadDim();
+  if (part != 0 && viewsGraphInput(operand)) {
+    out.allHeads = true;
+    return "";
+  }
+  // No keys at all (a cached cross-attention's decode step: prefill wrote the encoder's):
+  // nothing to shard; as keys of every head, each rank reads its own of none.
+  if (part != 0 && operand.getDefiningOp<onnx::ConstantOfShapeOp>()) {
+    out.allHeads = true;
+    return "";
+  }
+  if (auto linear = operand.getDefiningOp<tfm::LinearOp>()) {
+    if (!hasOneDataUse(linear.getOutput(), partHeads, dim))
+      return "a Q/K/V projection has other users";
+    out.linear = linear;
+    return "";
+  }
+  // A projection times a scalar (OPT's query scaling).
+  {
+    Value value = operand;
+    SmallVector<Operation *> path;
+    while (Operation *def = value.getDefiningOp()) {
+      StringRef name = def->getName().getStringRef();
+      if (!(name == "onnx.Mul" || name == "onnx.Div") || !def->hasOneUse() ||
+          !isScalarConstant(def->getOperand(1)))
+        break;
+      path.push_back(def);
+      value = def->getOperand(0);
+    }
+    auto linear = value.getDefiningOp<tfm::LinearOp>();
+    if (!path.empty() && linear && linear->hasOneUse()) {
+      out.linear = linear;
+      out.scalarOps = path;
+      return "";
+    }
+  }
+  static const llvm::StringSet<> plumbing = {
+      "onnx.Reshape", "onnx.Transpose", "onnx.Split",   "onnx.Slice",   "onnx.Gather",
+      "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "onnx.Flatten", "onnx.GatherND"};
+  tfm::LinearOp found;
+  bool perHead = false;
+  int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads(),
+          headDim = attention.getHeadDim();
+  SmallVector<Value> worklist = {operand};
+  llvm::SmallPtrSet<Operation *, 16> visited;
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return "a Q/K/V operand reads a function argument";
+    if (auto linear = dyn_cast<tfm::LinearOp>(def)) {
+      if (found && found != linear)
+        return "a Q/K/V operand reads more than one projection";
+      found = linear;
+      continue;
+    }
+    if (matchPattern(value, m_Constant()))
+      continue;
+    // A norm over each head (Qwen3's q/k norm) works on whichever heads a rank holds.
+    if (isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
+      auto type = dyn_cast<RankedTensorType>(def->getOperand(1).getType());
+      if (!type || type.getRank() != 1 || type.getDimSize(0) != headDim)
+        return "a Q/K/V operand is normalised over more than one head";
+      if (!visited.insert(def).second)
+        continue;
+      if (llvm::any_of(out.headOps, [](Operation *op) {
+            return isa<tfm::RmsNormOp, tfm::LayerNormOp>(op);
+          }))
+        return "a Q/K/V operand's heads are normalised each with weights of their own";
+      out.headOps.push_back(def);
+      worklist.push_back(def->getOperand(0));
+      continue;
+    }
+    if (isa<onnx::ConcatOp>(def) && llvm::all_of(def->getOperands(), [](Value part) {
+          return isa_and_nonnull<tfm::RmsNormOp, tfm::LayerNormOp>(part.getDefiningOp());
+        }))
+      return "a Q/K/V operand's heads are normalised each with weights of their own";
+    if (!plumbing.contains(def->getName().getStringRef()))
+      return "a Q/K/V operand is computed by '" + def->getName().getStringRef().str() + "'";
+    if (!visited.insert(def).second)
+      continue;
+    out.headOps.push_back(def);
+    // The parts are taken in the attention's order (q, k, v); a split that hands them out
+    // in another order is not understood.
+    if (def->getName().getStringRef() == "onnx.Split" && def->getNumResults() == 3 &&
+        cast<OpResult>(value).getResultNumber() != static_cast<unsigned>(part))
+      return "a fused projection's split does not give q, k and v in that order";
+    // BLOOM's gathers of one of the 3 parts of each head likewise.
+    if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
+      auto data = dyn_cast<RankedTensorType>(gather.getData().getType());
+      DenseIntElementsAttr index;
+      int64_t axis = gather.getAxis();
+      if (data && axis < 0)
+        axis += data.getRank();
+      if (data && axis >= 0 && axis < data.getRank() && data.getDimSize(axis) == 3 &&
+          matchPattern(gather.getIndices(), m_Constant(&index)) &&
+          index.getNumElements() == 1 &&
+          (*index.getValues<APInt>().begin()).getSExtValue() != part)
+        return "a fused projection's gathers do not give q, k and v in that order";
+    }
+    // BLOOM (and GPT-NeoX) view the fused projection as [.., heads, 3 * head_dim] or
+    // [.., heads, 3, head_dim]: Q, K and V interleaved per head. The view's type or its
+    // constant shape says so.
+    if (auto type = dyn_cast<RankedTensorType>(value.getType()))
+      perHead |= isPerHeadView(type.getShape(), heads, headDim);
+    DenseIntElementsAttr shape;
+    if (def->getName().getStringRef() == "onnx.Reshape" &&
+        matchPattern(def->getOperand(1), m_Constant(&shape))) {
+      SmallVector<int64_t> dims;
+      for (const APInt &d : shape.getValues<APInt>())
+        dims.push_back(d.getSExtValue());
+      perHead |= isPerHeadView(dims, heads, headDim);
+    }
+    // Only the data operand: the others are shapes, indices and split sizes.
+    worklist.push_back(def->getOperand(0));
+  }
+  if (!found)
+    return "a Q/K/V operand reads no projection";
+  int64_t features = cast<RankedTensorType>(found.getWeight().getType()).getDimSize(0);
+  // A projection of this part alone, seen through reshapes and a per-head norm.
+  if (features == (part == 0 ? heads : kvHeads) * headDim) {
+    if (!hasOneDataUse(found.getOutput(), partHeads, dim))
+      return "a Q/K/V projection has other users";
+    for (Operation *op : out.headOps)
+      if (!hasOneDataUse(op->getResult(0), partHeads, dim))
+        return "a value between a Q/K/V projection and the attention has other users";
+    out.linear = found;
+    return "";
+  }
+  out.headOps.clear();
+  if (features != (heads + 2 * kvHeads) * headDim)
+    return "a fused projection of " + std::to_string(features) +
+           " features is not the attention's Q, K and V";
+  out.linear = found;
+  out.fused = true;
+  int64_t size = part == 0 ? heads * headDim : kvHeads * headDim;
+  if (perHead) {
+    if (kvHeads != heads)
+      return "a per-head fused projection with grouped KV heads";
+    out.select.push_back(tfm::BlocksAttr::get(attention.getContext(), 0, heads, part * headDim, headDim));
+  } else {
+    // GPT-2's c_attn: [q | k | v] columns.
+    int64_t offset = part == 0 ? 0 : part == 1 ? heads * headDim : (heads + kvHeads) * headDim;
+    out.select.push_back(tfm::BlocksAttr::get(attention.getContext(), 0, 1, offset, size));
+  }
+  return "";
+}
+
+} // namespace dsc::parallel

@@ -1,0 +1,58 @@
+// Where an attention's Q, K and V come from (compiler/parallel): the projection each
+// operand reads, through the export's reshapes, splits, slices and gathers, and for one part
+// of a fused projection (GPT-2's [q|k|v] columns, BLOOM's and GPT-NeoX's per-head [q, k, v]
+// rows) the weight rows that part takes. tp-shard makes each part column-parallel from it;
+// dsc-unpack-qkv makes each part a projection of its own.
+#ifndef DSC_COMPILER_PARALLEL_PROJECTIONTRACE_H
+#define DSC_COMPILER_PARALLEL_PROJECTIONTRACE_H
+
+#include "dialects/tfm/IR/TfmDialect.h"
+
+#include "mlir/IR/Value.h"
+#include "mlir/Support/LLVM.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace dsc::parallel {
+
+// Where a Q, K or V operand comes from: a projection, or one part of a fused one.
+struct Projection {
+  tfm::LinearOp linear;
+  llvm::SmallVector<mlir::Attribute> select;  // transforms selecting this part of a fused weight
+  bool fused = false;
+  // An unfused projection reached through scalar arithmetic (OPT scales its query):
+  // those ops stay, with the shard's type.
+  llvm::SmallVector<mlir::Operation *> scalarOps;
+  // An unfused projection reached through reshapes and a per-head norm (Qwen3's q/k
+  // norm): those ops stay, retyped for the rank's heads.
+  llvm::SmallVector<mlir::Operation *> headOps;
+  // Keys or values read from a graph input that holds every KV head (a cross-attention's
+  // cache in optimum's merged decoder): not sharded; each rank reads its own heads.
+  bool allHeads = false;
+};
+
+// Where `operand`, part `part` (0 query, 1 key, 2 value) of `attention`, comes from, in
+// `out`; empty, or why it cannot be said.
+std::string traceProjection(mlir::Value operand, tfm::AttentionOp attention, int part,
+                            Projection &out);
+
+// A tfm.weight: `weight`'s transforms followed by `extra`; failure when `weight` is not one.
+mlir::FailureOr<mlir::Value> transformedWeight(mlir::Value weight,
+                                               mlir::ArrayRef<mlir::Attribute> extra);
+
+// `type` with the rank's heads where it had `heads` heads: [.., heads * d] or a per-head
+// view [.., heads, d] / [b, heads, s, d]. Other types are kept.
+mlir::Type withLocalHeads(mlir::Type type, int64_t heads, int64_t local, int64_t headDim);
+
+// The [.., in] value a flattened projection (GPT-2's Reshape-Gemm-Reshape) reads.
+mlir::Value unflattenedInput(tfm::LinearOp linear);
+
+// One use that computes with `value`, and any number that read only the dimensions sharding
+// its heads keeps (they follow it to the rank's shard).
+bool hasOneDataUse(mlir::Value value, int64_t heads, int64_t headDim);
+
+} // namespace dsc::parallel
+
+#endif
