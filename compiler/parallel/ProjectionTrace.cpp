@@ -10,6 +10,9 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <algorithm>
+#include <optional>
+
 using namespace mlir;
 
 namespace dsc::parallel {
@@ -60,6 +63,93 @@ bool isPerHeadView(ArrayRef<int64_t> dims, int64_t heads, int64_t headDim) {
 bool isScalarConstant(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
+}
+
+// The one constant index `value` holds.
+std::optional<int64_t> constantIndex(Value value) {
+  DenseIntElementsAttr attr;
+  if (!value || !matchPattern(value, m_Constant(&attr)) || attr.getNumElements() != 1)
+    return std::nullopt;
+  return (*attr.getValues<APInt>().begin()).getSExtValue();
+}
+
+// The indices [begin, end) of one axis of static size `size` that `def` takes with constant
+// bounds (a Slice of unit step, a Gather or GatherND of one index); none for anything else.
+struct Taken {
+  int64_t size = 0, begin = 0, end = 0;
+};
+std::optional<Taken> takenRange(Operation *def) {
+  auto data = dyn_cast<RankedTensorType>(def->getOperand(0).getType());
+  if (!data)
+    return std::nullopt;
+  auto axisOf = [&](int64_t axis) -> std::optional<int64_t> {
+    if (axis < 0)
+      axis += data.getRank();
+    if (axis < 0 || axis >= data.getRank() || data.isDynamicDim(axis))
+      return std::nullopt;
+    return axis;
+  };
+  auto take = [&](std::optional<int64_t> axis, int64_t begin,
+                  int64_t end) -> std::optional<Taken> {
+    if (!axis)
+      return std::nullopt;
+    int64_t size = data.getDimSize(*axis);
+    auto clamp = [&](int64_t at) { return std::clamp<int64_t>(at < 0 ? at + size : at, 0, size); };
+    return Taken{size, clamp(begin), clamp(end)};
+  };
+  if (auto slice = dyn_cast<onnx::SliceOp>(def)) {
+    std::optional<int64_t> start = constantIndex(slice.getStarts()),
+                           end = constantIndex(slice.getEnds());
+    std::optional<int64_t> axis =
+        isa<NoneType>(slice.getAxes().getType()) ? std::optional<int64_t>(0)
+                                                 : constantIndex(slice.getAxes());
+    bool unitStep = isa<NoneType>(slice.getSteps().getType()) ||
+                    constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
+    if (!start || !end || !axis || !unitStep)
+      return std::nullopt;
+    return take(axisOf(*axis), *start, *end);
+  }
+  if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
+    std::optional<int64_t> index = constantIndex(gather.getIndices());
+    if (!index)
+      return std::nullopt;
+    std::optional<int64_t> axis = axisOf(gather.getAxis());
+    int64_t at = axis && *index < 0 ? *index + data.getDimSize(*axis) : *index;
+    return take(axis, at, at + 1);
+  }
+  if (auto gather = dyn_cast<onnx::GatherNDOp>(def)) {
+    std::optional<int64_t> index = constantIndex(gather.getIndices());
+    if (!index || gather.getBatchDims() != 0)
+      return std::nullopt;
+    std::optional<int64_t> axis = axisOf(0);
+    int64_t at = axis && *index < 0 ? *index + data.getDimSize(*axis) : *index;
+    return take(axis, at, at + 1);
+  }
+  return std::nullopt;
+}
+
+// Whether what `def` takes of a fused projection's axis lies within part `part` (0 q, 1 k,
+// 2 v): an axis of the heads (heads + 2 kv_heads), of the features ((heads + 2 kv_heads)
+// head_dim), or of a head's three parts (3 or 3 head_dim, BLOOM's and GPT-NeoX's views).
+// Taking from an axis of another size is not judged here.
+bool takesWithinPart(Operation *def, int part, int64_t heads, int64_t kvHeads,
+                     int64_t headDim) {
+  std::optional<Taken> taken = takenRange(def);
+  if (!taken)
+    return true;
+  const int64_t firsts[4] = {0, heads, heads + kvHeads, heads + 2 * kvHeads};
+  auto within = [&](int64_t unit, int64_t begin, int64_t end) {
+    return taken->begin >= begin * unit && taken->end <= end * unit;
+  };
+  if (taken->size == heads + 2 * kvHeads)
+    return within(1, firsts[part], firsts[part + 1]);
+  if (taken->size == (heads + 2 * kvHeads) * headDim)
+    return within(headDim, firsts[part], firsts[part + 1]);
+  if (taken->size == 3)
+    return within(1, part, part + 1);
+  if (taken->size == 3 * headDim)
+    return within(headDim, part, part + 1);
+  return true;
 }
 
 } // namespace
@@ -199,19 +289,10 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
     if (def->getName().getStringRef() == "onnx.Split" && def->getNumResults() == 3 &&
         cast<OpResult>(value).getResultNumber() != static_cast<unsigned>(part))
       return "a fused projection's split does not give q, k and v in that order";
-    // BLOOM's gathers of one of the 3 parts of each head likewise.
-    if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
-      auto data = dyn_cast<RankedTensorType>(gather.getData().getType());
-      DenseIntElementsAttr index;
-      int64_t axis = gather.getAxis();
-      if (data && axis < 0)
-        axis += data.getRank();
-      if (data && axis >= 0 && axis < data.getRank() && data.getDimSize(axis) == 3 &&
-          matchPattern(gather.getIndices(), m_Constant(&index)) &&
-          index.getNumElements() == 1 &&
-          (*index.getValues<APInt>().begin()).getSExtValue() != part)
-        return "a fused projection's gathers do not give q, k and v in that order";
-    }
+    // So must the slices and gathers that take a part (BLOOM's gathers of one of each
+    // head's three, Falcon's slice of the query heads and gathers of its key and value).
+    if (!takesWithinPart(def, part, heads, kvHeads, headDim))
+      return "a fused projection's slices or gathers do not give q, k and v in that order";
     // BLOOM (and GPT-NeoX) view the fused projection as [.., heads, 3 * head_dim] or
     // [.., heads, 3, head_dim]: Q, K and V interleaved per head. The view's type or its
     // constant shape says so.

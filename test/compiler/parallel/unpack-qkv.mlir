@@ -82,7 +82,7 @@ func.func @gathers_out_of_order(%x: tensor<1x4x32xf32>, %mask: tensor<1x4xi64>) 
   %q = "onnx.Reshape"(%g1, %flat) : (tensor<1x4x2x16xf32>, tensor<3xi64>) -> tensor<1x4x32xf32>
   %k = "onnx.Reshape"(%g0, %flat) : (tensor<1x4x2x16xf32>, tensor<3xi64>) -> tensor<1x4x32xf32>
   %v = "onnx.Reshape"(%g2, %flat) : (tensor<1x4x2x16xf32>, tensor<3xi64>) -> tensor<1x4x32xf32>
-  // expected-remark @below {{Q, K and V not unpacked: a fused projection's gathers do not give q, k and v in that order}}
+  // expected-remark @below {{Q, K and V not unpacked: a fused projection's slices or gathers do not give q, k and v in that order}}
   %o = tfm.attention %q, %k, %v mask %mask heads 2 kv_heads 2 head_dim 16 scale 0.25 causal : (tensor<1x4x32xf32>, tensor<1x4x32xf32>, tensor<1x4x32xf32>, tensor<1x4xi64>) -> tensor<1x4x32xf32>
   return %o : tensor<1x4x32xf32>
 }
