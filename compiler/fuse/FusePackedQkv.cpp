@@ -4,6 +4,7 @@
 // tensor itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
 // CPU (DESIGN.md §3.6, issue 14).
 #include "compiler/fuse/Passes.h"
+#include "dialects/onnx/IR/OnnxConstants.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
 
@@ -45,14 +46,6 @@ std::optional<SmallVector<int64_t>> splitSizes(onnx::SplitOp split, int64_t axis
   return values;
 }
 
-// A constant 1-element index tensor's value.
-std::optional<int64_t> constantIndex(Value value) {
-  DenseIntElementsAttr attr;
-  if (!value || !matchPattern(value, m_Constant(&attr)) || attr.getNumElements() != 1)
-    return std::nullopt;
-  return (*attr.getValues<APInt>().begin()).getSExtValue();
-}
-
 // The features [start, end) that `value` takes of a [batch, seq, features] source, when it
 // is an onnx.Slice of that one axis with a unit step and constant bounds (Phi-3's q, k and
 // v of its qkv_proj); `end` is clamped to the source's static width.
@@ -67,11 +60,11 @@ std::optional<FeatureSlice> featureSlice(Value value) {
   auto source = dyn_cast<RankedTensorType>(slice.getData().getType());
   if (!source || source.getRank() != 3)
     return std::nullopt;
-  std::optional<int64_t> start = constantIndex(slice.getStarts());
-  std::optional<int64_t> end = constantIndex(slice.getEnds());
-  std::optional<int64_t> axis = constantIndex(slice.getAxes());
+  std::optional<int64_t> start = onnx::constantIndex(slice.getStarts());
+  std::optional<int64_t> end = onnx::constantIndex(slice.getEnds());
+  std::optional<int64_t> axis = onnx::constantIndex(slice.getAxes());
   bool unitStep = isa<NoneType>(slice.getSteps().getType()) ||
-                  constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
+                  onnx::constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
   if (!start || !end || !axis || !unitStep || *start < 0 || (*axis != 2 && *axis != -1))
     return std::nullopt;
   int64_t last = *end;

@@ -1,6 +1,7 @@
 // Where an attention's Q, K and V come from: ProjectionTrace.h.
 #include "compiler/parallel/ProjectionTrace.h"
 
+#include "dialects/onnx/IR/OnnxConstants.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -65,14 +66,6 @@ bool isScalarConstant(Value value) {
   return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
 }
 
-// The one constant index `value` holds.
-std::optional<int64_t> constantIndex(Value value) {
-  DenseIntElementsAttr attr;
-  if (!value || !matchPattern(value, m_Constant(&attr)) || attr.getNumElements() != 1)
-    return std::nullopt;
-  return (*attr.getValues<APInt>().begin()).getSExtValue();
-}
-
 // The indices [begin, end) of one axis of static size `size` that `def` takes with constant
 // bounds (a Slice of unit step, a Gather or GatherND of one index); none for anything else.
 struct Taken {
@@ -98,19 +91,19 @@ std::optional<Taken> takenRange(Operation *def) {
     return Taken{size, clamp(begin), clamp(end)};
   };
   if (auto slice = dyn_cast<onnx::SliceOp>(def)) {
-    std::optional<int64_t> start = constantIndex(slice.getStarts()),
-                           end = constantIndex(slice.getEnds());
+    std::optional<int64_t> start = onnx::constantIndex(slice.getStarts()),
+                           end = onnx::constantIndex(slice.getEnds());
     std::optional<int64_t> axis =
         isa<NoneType>(slice.getAxes().getType()) ? std::optional<int64_t>(0)
-                                                 : constantIndex(slice.getAxes());
+                                                 : onnx::constantIndex(slice.getAxes());
     bool unitStep = isa<NoneType>(slice.getSteps().getType()) ||
-                    constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
+                    onnx::constantIndex(slice.getSteps()) == std::optional<int64_t>(1);
     if (!start || !end || !axis || !unitStep)
       return std::nullopt;
     return take(axisOf(*axis), *start, *end);
   }
   if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
-    std::optional<int64_t> index = constantIndex(gather.getIndices());
+    std::optional<int64_t> index = onnx::constantIndex(gather.getIndices());
     if (!index)
       return std::nullopt;
     std::optional<int64_t> axis = axisOf(gather.getAxis());
@@ -118,7 +111,7 @@ std::optional<Taken> takenRange(Operation *def) {
     return take(axis, at, at + 1);
   }
   if (auto gather = dyn_cast<onnx::GatherNDOp>(def)) {
-    std::optional<int64_t> index = constantIndex(gather.getIndices());
+    std::optional<int64_t> index = onnx::constantIndex(gather.getIndices());
     if (!index || gather.getBatchDims() != 0)
       return std::nullopt;
     std::optional<int64_t> axis = axisOf(0);
