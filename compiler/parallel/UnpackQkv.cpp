@@ -114,9 +114,10 @@ struct UnpackQkvPass : impl::UnpackQkvBase<UnpackQkvPass> {
     tfm::LinearOp linear = parts[0].linear;
     Value input = parallel::unflattenedInput(linear);
     auto inputType = cast<RankedTensorType>(input.getType());
-    const int64_t sizes[3] = {attention.getNumHeads() * attention.getHeadDim(),
-                              attention.getNumKvHeads() * attention.getHeadDim(),
-                              attention.getNumKvHeads() * attention.getHeadDim()};
+    const int64_t headDim = static_cast<int64_t>(attention.getHeadDim());
+    const int64_t queryFeatures = static_cast<int64_t>(attention.getNumHeads()) * headDim;
+    const int64_t kvFeatures = static_cast<int64_t>(attention.getNumKvHeads()) * headDim;
+    const int64_t sizes[3] = {queryFeatures, kvFeatures, kvFeatures};
     OpBuilder builder(linear);
     SmallVector<Value> old = {attention.getQuery(), attention.getKey(), attention.getValue()};
     SmallVector<tfm::LinearOp> created;
