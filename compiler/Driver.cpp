@@ -69,6 +69,11 @@ llvm::cl::opt<bool> int8SkipLmHead(
     "int8-skip-lm-head",
     llvm::cl::desc("With --dtype int8: keep the LM head in --compute-dtype"),
     llvm::cl::init(false), llvm::cl::cat(category));
+llvm::cl::opt<std::string> kvCacheDtype(
+    "kv-cache-dtype",
+    llvm::cl::desc("The session's KV cache: auto (the default: the dtype the float weights are "
+                   "stored in, fp16 for --dtype int8), fp32, fp16 or bf16"),
+    llvm::cl::init("auto"), llvm::cl::cat(category));
 llvm::cl::opt<bool> verbose(
     "verbose", llvm::cl::desc("Say more: with --dtype int8, the quantization error per weight"),
     llvm::cl::init(false), llvm::cl::cat(category));
@@ -240,7 +245,7 @@ int runCompilerDriver(int argc, char **argv) {
       argc, argv,
       "dsc: ahead-of-time compiler for transformer inference\n\n"
       "  dsc compile model.onnx|FOLDER|ENCODER DECODER -o model.dsp [--dtype fp16]\n"
-      "                 [--max-batch N] [--max-seq-len N]\n"
+      "                 [--max-batch N] [--max-seq-len N] [--kv-cache-dtype fp16]\n"
       "                                    [--tp N]\n"
       "  dsc compile model.onnx -o model.dsp --dtype int8 [--int8-group-size G]\n"
       "                 [--int8-mlp-extra-grouping] [--int8-skip-lm-head]\n"
@@ -284,6 +289,15 @@ int runCompilerDriver(int argc, char **argv) {
   if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
     llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
                  << storedFloatDtype << "'\n";
+    return EXIT_FAILURE;
+  }
+  // Defaults follow the model: the cache of a model stored in half precision is half too,
+  // as transformers' (torch_dtype), vLLM's and TensorRT-LLM's are.
+  const std::string cacheDtype =
+      kvCacheDtype == "auto" ? storedFloatDtype : kvCacheDtype.getValue();
+  if (cacheDtype != "fp32" && cacheDtype != "fp16" && cacheDtype != "bf16") {
+    llvm::errs() << "dsc: error: --kv-cache-dtype must be auto, fp32, fp16 or bf16, not '"
+                 << kvCacheDtype << "'\n";
     return EXIT_FAILURE;
   }
   if (int8GroupSize < 0) {
@@ -350,6 +364,7 @@ int runCompilerDriver(int argc, char **argv) {
       quantize.remarks = verbose;
       pipeline.int8 = quantize;
     }
+    pipeline.kvCacheDtype = cacheDtype == "fp16" ? "f16" : cacheDtype == "bf16" ? "bf16" : "f32";
     pipeline.fuse = !noFuse;
     pipeline.fuseRemarks = fuseRemarks;
     pipeline.lowering.maxBatch = maxBatch;

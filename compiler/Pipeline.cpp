@@ -53,6 +53,11 @@ LogicalResult shardAndQuantize(ModuleOp module, const PipelineOptions &options) 
   // ranks.
   if (options.int8)
     pm.addPass(createQuantizeWeights(*options.int8));
+  if (options.kvCacheDtype != "f32") {
+    KvCacheDtypeOptions cache;
+    cache.dtype = options.kvCacheDtype;
+    pm.addPass(createKvCacheDtype(cache));
+  }
   return pm.run(module);
 }
 

@@ -11,6 +11,7 @@
 #include "mlir/Support/LLVM.h"
 
 #include <optional>
+#include <string>
 
 namespace dsc {
 namespace onnx_frontend {
@@ -23,6 +24,7 @@ struct PipelineOptions {
   bool attentionRemarks = false;
   int64_t tensorParallel = 1;
   std::optional<QuantizeWeightsOptions> int8;  // set: quantize the recognised linears
+  std::string kvCacheDtype = "f32";  // the session's KV cache: f32, f16 or bf16
   bool fuse = true;
   bool fuseRemarks = false;
   LowerOnnxToPlanOptions lowering;
@@ -35,7 +37,8 @@ mlir::LogicalResult recognizeTransformers(mlir::ModuleOp module,
                                           const PipelineOptions &options,
                                           RecognitionDeclines *declines);
 
-// Tensor-parallel sharding and int8 quantization, each only when asked for.
+// Tensor-parallel sharding, int8 quantization and the KV cache's dtype, each only when
+// asked for.
 mlir::LogicalResult shardAndQuantize(mlir::ModuleOp module, const PipelineOptions &options);
 
 // Fusion, lowering to the plan dialect and the memory plan.

@@ -16,7 +16,8 @@
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
 // only the prefill kernel adds (BIAS). Inputs 8 and 9, when present, are the scales of
 // per-head q/k norms (Qwen3's, Gemma-3's), which attention_rotary and attention_decode apply
-// to each head before the rotation (QK_NORM).
+// to each head before the rotation (QK_NORM). A session cache of f16 or bf16 (the step's
+// cache_dtype) is KV_DTYPE of the three kernels that write and read it.
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
 // of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
 // constant of the prefill and decode kernels, SOFTCAP_BITS (the cap's f32 bits), present
@@ -177,6 +178,20 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "has 1 output, or 3 with the present key and value";
     return false;
   }
+  // The session cache's dtype (cache_dtype, f32 when absent): a half one is compiled into
+  // every kernel that writes or reads it (KV_DTYPE, last), so that an f32 cache's kernels
+  // keep their names.
+  DType cacheType = DType::F32;
+  if (const dsp::AttrT *attr = in.attr("cache_dtype")) {
+    cacheType = attr->kind == dsp::AttrKind::type ? static_cast<DType>(attr->type)
+                                                  : DType::Undefined;
+    if (cacheType != DType::F32 && cacheType != DType::F16 && cacheType != DType::BF16) {
+      reason = "cache_dtype must be a type: f32, f16 or bf16";
+      return false;
+    }
+  }
+  const int64_t kvDtype =
+      sessionCache && cacheType != DType::F32 ? static_cast<int64_t>(cacheType) : 0;
 
   // Qwen3's and Gemma-3's per-head q/k norms: scales at inputs 8 and 9, f32 [head_dim].
   const dsp::TensorT *queryNorm = in.input(8), *keyNorm = in.input(9);
@@ -213,6 +228,8 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // Per-head q/k norms before the rotation: last, and only where the step has them.
   if (qkNorm)
     kernels.back().constants.push_back({"QK_NORM", 1});
+  if (kvDtype != 0)
+    kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   kernels.push_back({"attention_prefill",
                      {{"HEAD_DIM", headDim},
@@ -241,6 +258,8 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // the kernel then takes four more parameters.
   if (bias)
     kernels.back().constants.push_back({"BIAS", 1});
+  if (kvDtype != 0)
+    kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   // A cached cross-attention (`cross`: the encoder's keys, written by prefill) runs the
   // prefill kernel for its decode steps too: the decode kernel reads the decoder's lengths.
   // So does a cached step with a bias (T5's relative positions, computed for the step by
@@ -272,6 +291,8 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
     if (qkNorm)
       kernels.back().constants.push_back({"QK_NORM", 1});
+    if (kvDtype != 0)
+      kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   }
   return true;
 }

@@ -30,7 +30,17 @@
 // launch) after writing its partials, and the last block of each (head, sequence) merges
 // the splits into `out` and sets the count back to zero for the next launch or graph
 // replay. The launcher passes the step's output as both `query` and `out`.
+//
+// With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
+// dtype), `keys` and `values` are that cache (dsc_kv_element): the new token's key and value
+// are rounded to it when they are written, and its shared-memory copies hold them rounded,
+// so that every key is attended as stored.
 #include "dsc_common.cuh"
+
+#ifndef KV_DTYPE
+#define KV_DTYPE DSC_DT_F32
+#endif
+typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 
 #if defined(FUSED_COMBINE) && !defined(FUSED_ROTARY)
 #error "FUSED_COMBINE's parameters follow FUSED_ROTARY's"
@@ -95,7 +105,7 @@ static __device__ float attention_decode_alibi_slope(int head, int heads) {
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-    attention_decode(const float *query, float *keys, float *values,
+    attention_decode(const float *query, attention_kv_t *keys, attention_kv_t *values,
                      long long kv_batch_stride, long long kv_head_stride, int kv_rows,
                      const void *mask, const int *lengths, float *partial_out,
                      float *partial_max, float *partial_sum, int max_splits, int heads,
@@ -132,8 +142,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const int position = past;  // the one new token
   const int kv_head = (head_offset + head) / group - kv_head_offset;
   // Written only by FUSED_ROTARY's blocks that hold the new token's row.
-  float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
-  float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  attention_kv_t *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  attention_kv_t *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
 #ifdef FUSED_COMBINE
   const long long first_slot = (static_cast<long long>(sequence) * heads + head) * max_splits;
   float *out_row = out + (static_cast<long long>(sequence) * heads + head) * HEAD_DIM;
@@ -143,9 +153,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // No block holds a key (nothing cached, no new token): the first still writes the
     // output, as attention_combine does with no split.
     if (split == 0)
-      dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO>(
-          out_row, partial_out, partial_max, partial_sum, first_slot, 0, value_base, total,
-          position);
+      dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
+                                 KV_DTYPE>(out_row, partial_out, partial_max, partial_sum,
+                                           first_slot, 0, value_base, total, position);
 #endif
     return;  // the whole block: the merge reads only the splits below total
   }
@@ -179,13 +189,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       query_row[feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
           query_in, feature, rotary_position, frequencies);
       if (holds_new) {
-        const float key = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
-            key_in, feature, rotary_position, frequencies);
+        const float key = dsc_kv_rounded<KV_DTYPE>(dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
+            key_in, feature, rotary_position, frequencies));
+        const float value = dsc_kv_rounded<KV_DTYPE>(value_in[feature]);
         fresh_key[feature] = key;
-        fresh_value[feature] = value_in[feature];
+        fresh_value[feature] = value;
         const long long row = static_cast<long long>(past) * HEAD_DIM + feature;
-        key_base[row] = key;
-        value_base[row] = value_in[feature];
+        dsc_store_float<KV_DTYPE>(key_base, row, key);
+        dsc_store_float<KV_DTYPE>(value_base, row, value);
       }
     }
   }
@@ -229,15 +240,21 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         on && (!CAUSAL || key <= position) && (WINDOW == 0 || key > position - WINDOW);
     float score = negative_infinity;
     if (allowed) {
-      const float *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
-#ifdef FUSED_ROTARY
-      if (key == past)
-        key_row = fresh_key;  // computed above: shared memory, not the cache row
-#endif
+      const attention_kv_t *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
       float dot = 0.0f;
+#ifdef FUSED_ROTARY
+      if (key == past) {
+        // Computed above: shared memory, not the cache row.
 #pragma unroll 8
-      for (int feature = 0; feature < HEAD_DIM; ++feature)
-        dot += query_row[feature] * key_row[feature];
+        for (int feature = 0; feature < HEAD_DIM; ++feature)
+          dot += query_row[feature] * fresh_key[feature];
+      } else
+#endif
+      {
+#pragma unroll 8
+        for (int feature = 0; feature < HEAD_DIM; ++feature)
+          dot += query_row[feature] * dsc_load_float<KV_DTYPE>(key_row, feature);
+      }
 #ifdef SOFTCAP_BITS
       score = attention_decode_softcap(dot * scale) + slope * key_position;
 #else
@@ -258,16 +275,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const float weight = __shfl_sync(0xffffffffu, probability, slot);
       if (weight == 0.0f)
         continue;  // warp-uniform: a key not attended (its value need not be read)
-      const float *value_row = value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
+      const attention_kv_t *value_row =
+          value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
 #ifdef FUSED_ROTARY
-      if (chunk + slot == past)
-        value_row = fresh_value;
+      const bool fresh_row = chunk + slot == past;  // warp-uniform
 #endif
 #pragma unroll
       for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
         const int feature = lane + 32 * i;
-        if (feature < HEAD_DIM)
-          running_out[i] += weight * value_row[feature];
+        if (feature < HEAD_DIM) {
+#ifdef FUSED_ROTARY
+          const float element =
+              fresh_row ? fresh_value[feature] : dsc_load_float<KV_DTYPE>(value_row, feature);
+#else
+          const float element = dsc_load_float<KV_DTYPE>(value_row, feature);
+#endif
+          running_out[i] += weight * element;
+        }
       }
     }
     running_max = new_max;
@@ -335,8 +359,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   if (!merges)
     return;
   __threadfence();
-  dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO>(
-      out_row, partial_out, partial_max, partial_sum, first_slot, splits, value_base, total,
-      position);
+  dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
+                             KV_DTYPE>(out_row, partial_out, partial_max, partial_sum,
+                                       first_slot, splits, value_base, total, position);
 #endif
 }

@@ -23,10 +23,18 @@
 // io_past = s_kv - fresh: its keys are io_past + fresh, and nothing else reads the past
 // without a causal mask, a window or ALiBi, which it does not have.
 //
+// With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
+// dtype), `keys` and `values` are that cache, widened as they are read (dsc_kv_element).
+//
 // `out` holds the rotated queries on entry (attention_rotary wrote them there) and the
 // attention output on exit: a block reads exactly the rows it later writes, and reads them
 // all into shared memory before the first write.
 #include "dsc_common.cuh"
+
+#ifndef KV_DTYPE
+#define KV_DTYPE DSC_DT_F32
+#endif
+typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 
 #if Q_TILE % WARPS != 0
 #error "Q_TILE must be a multiple of WARPS"
@@ -85,7 +93,7 @@ static __device__ float attention_prefill_alibi_slope(int head, int heads) {
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-    attention_prefill(float *out, const float *keys, const float *values,
+    attention_prefill(float *out, const attention_kv_t *keys, const attention_kv_t *values,
                       long long kv_batch_stride, long long kv_head_stride, int kv_rows,
                       const void *mask, const int *lengths, int io_past, int fresh, int heads,
                       int head_offset, int kv_head_offset, int group, int global_heads,
@@ -114,8 +122,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     total = kv_rows;
   const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
   const int kv_head = (head_offset + head) / group - kv_head_offset;
-  const float *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
-  const float *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  const attention_kv_t *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  const attention_kv_t *value_base =
+      values + sequence * kv_batch_stride + kv_head * kv_head_stride;
 
   for (int index = threadIdx.x; index < Q_TILE * HEAD_DIM; index += blockDim.x) {
     const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
@@ -169,9 +178,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
       const int key = tile + row;
       const bool present = key < key_end;
-      k_tile[row][feature] = present ? key_base[static_cast<long long>(key) * HEAD_DIM + feature] : 0.0f;
-      v_tile[row][feature] =
-          present ? value_base[static_cast<long long>(key) * HEAD_DIM + feature] : 0.0f;
+      const long long element = static_cast<long long>(key) * HEAD_DIM + feature;
+      k_tile[row][feature] = present ? dsc_load_float<KV_DTYPE>(key_base, element) : 0.0f;
+      v_tile[row][feature] = present ? dsc_load_float<KV_DTYPE>(value_base, element) : 0.0f;
     }
     __syncthreads();
 
@@ -274,7 +283,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         int count = 0;
         for (int key = 0; key < total; ++key)
           if (!UNATTENDED_CAUSAL || !CAUSAL || key <= position) {
-            sum += value_base[static_cast<long long>(key) * HEAD_DIM + feature];
+            sum += dsc_load_float<KV_DTYPE>(value_base,
+                                            static_cast<long long>(key) * HEAD_DIM + feature);
             ++count;
           }
         out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;

@@ -20,7 +20,16 @@
 // With QK_NORM (1, last, only where the step has q/k norms: Qwen3's, Gemma-3's), each head
 // of the new queries and keys is RMS-normalised over its features (scales `q_norm_scale`
 // and `k_norm_scale`, `qk_norm_epsilon`) in shared memory before it is rotated.
+//
+// With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
+// dtype: cache_dtype), `key_dst` and `value_dst` are that cache, and the keys and values
+// are rounded to it (dsc_common.cuh, dsc_kv_element). Absent: f32, as I/O mode's presents.
 #include "dsc_common.cuh"
+
+#ifndef KV_DTYPE
+#define KV_DTYPE DSC_DT_F32
+#endif
+typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 
 #if ROTARY_DIM % 2 != 0 || ROTARY_DIM > HEAD_DIM
 #error "ROTARY_DIM must be even and at most HEAD_DIM"
@@ -39,7 +48,7 @@ attention_rotary_feature(const float *head, int feature, float position,
 
 extern "C" __global__ void attention_rotary(
     const float *query, const float *key, const float *value, const void *positions,
-    float *q_out, float *key_dst, float *value_dst, const float *past_key,
+    float *q_out, attention_kv_t *key_dst, attention_kv_t *value_dst, const float *past_key,
     const float *past_value, const int *lengths, int io_past, int fresh, int rows_per_sequence,
     long long dst_batch_stride, long long dst_head_stride, int dst_capacity, int heads,
     int kv_heads, int past_heads, int past_head_offset, dsc_rotary_frequencies frequencies
@@ -65,8 +74,10 @@ extern "C" __global__ void attention_rotary(
   if (token >= fresh || cache_row < 0 || cache_row >= dst_capacity)
     return;
 
-  float *key_row = key_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
-  float *value_row = value_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+  attention_kv_t *key_row =
+      key_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+  attention_kv_t *value_row =
+      value_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
 
   if (token < 0) {
     // I/O mode, a past position: the rank's heads out of a past that may hold every head.
@@ -79,8 +90,9 @@ extern "C" __global__ void attention_rotary(
              cache_row) *
                 HEAD_DIM +
             feature;
-        key_row[head * dst_head_stride + feature] = past_key[from];
-        value_row[head * dst_head_stride + feature] = past_value[from];
+        dsc_store_float<KV_DTYPE>(key_row, head * dst_head_stride + feature, past_key[from]);
+        dsc_store_float<KV_DTYPE>(value_row, head * dst_head_stride + feature,
+                                  past_value[from]);
       }
     return;
   }
@@ -131,9 +143,11 @@ extern "C" __global__ void attention_rotary(
         q_out_token[head * HEAD_DIM + feature] =
             attention_rotary_feature(query_head, feature, position, frequencies);
       if (head < kv_heads) {
-        key_row[head * dst_head_stride + feature] =
-            attention_rotary_feature(key_head, feature, position, frequencies);
-        value_row[head * dst_head_stride + feature] = value_token[head * HEAD_DIM + feature];
+        dsc_store_float<KV_DTYPE>(
+            key_row, head * dst_head_stride + feature,
+            attention_rotary_feature(key_head, feature, position, frequencies));
+        dsc_store_float<KV_DTYPE>(value_row, head * dst_head_stride + feature,
+                                  value_token[head * HEAD_DIM + feature]);
       }
     }
   }

@@ -84,6 +84,39 @@ static __device__ __forceinline__ void dsc_store_float(void *data, long long ind
     static_cast<unsigned short *>(data)[index] = dsc_f32_to_bf16(value);
 }
 
+// ---- the session's KV cache -------------------------------------------------------------
+
+// The element of a KV cache of dtype KV (a plan's cache_dtype; the attention kernels'
+// KV_DTYPE constant, 1 f32 when absent): f16 and bf16 as their bits. Keys and values are
+// rounded to it when they are written and widened when they are read, so that attention
+// sees them as stored, as the CPU reference does.
+template <int KV> struct dsc_kv_element { typedef unsigned short type; };
+template <> struct dsc_kv_element<DSC_DT_F32> { typedef float type; };
+
+// `value` as a cache of dtype KV holds it.
+template <int KV> static __device__ __forceinline__ float dsc_kv_rounded(float value) {
+  if constexpr (KV == DSC_DT_F32) {
+    return value;
+  } else {
+    unsigned short bits;
+    dsc_store_float<KV>(&bits, 0, value);
+    return dsc_load_float<KV>(&bits, 0);
+  }
+}
+
+// Element `index` of a KV cache of dtype KV, read past L1 (__ldcg): another block of the
+// same launch may have written it.
+template <int KV>
+static __device__ __forceinline__ float
+dsc_kv_load_coherent(const typename dsc_kv_element<KV>::type *data, long long index) {
+  if constexpr (KV == DSC_DT_F32) {
+    return __ldcg(data + index);
+  } else {
+    const unsigned short bits = __ldcg(data + index);
+    return dsc_load_float<KV>(&bits, 0);
+  }
+}
+
 // Element `index` of an integer array of dtype DT (5 i64, 6 i32), widened.
 template <int DT>
 static __device__ __forceinline__ long long dsc_load_index(const void *data, long long index) {
@@ -243,11 +276,14 @@ dsc_rotary_feature(const float *head, int feature, float position,
 // and values are read past L1 (__ldcg): in attention_decode's fused form other blocks
 // wrote them (the partials, and the new token's cache row) during this kernel, and only
 // the L2 is coherent between SMs.
-template <int HEAD_DIM_, int CAUSAL_, int UNATTENDED_CAUSAL_, int UNATTENDED_ZERO_>
+// The values are a KV cache of dtype KV_ (dsc_kv_element).
+template <int HEAD_DIM_, int CAUSAL_, int UNATTENDED_CAUSAL_, int UNATTENDED_ZERO_,
+          int KV_ = DSC_DT_F32>
 static __device__ __forceinline__ void
 dsc_attention_merge_splits(float *out_row, const float *partial_out, const float *partial_max,
                            const float *partial_sum, long long first_slot, int splits,
-                           const float *value_base, int total, int position) {
+                           const typename dsc_kv_element<KV_>::type *value_base, int total,
+                           int position) {
   float overall_max = __int_as_float(0xff800000);
   for (int split = 0; split < splits; ++split)
     overall_max = fmaxf(overall_max, __ldcg(partial_max + first_slot + split));
@@ -265,7 +301,8 @@ dsc_attention_merge_splits(float *out_row, const float *partial_out, const float
       int count = 0;
       for (int key = 0; key < total; ++key)
         if (!UNATTENDED_CAUSAL_ || !CAUSAL_ || key <= position) {
-          sum += __ldcg(value_base + static_cast<long long>(key) * HEAD_DIM_ + feature);
+          sum += dsc_kv_load_coherent<KV_>(value_base,
+                                           static_cast<long long>(key) * HEAD_DIM_ + feature);
           ++count;
         }
       out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;

@@ -188,6 +188,9 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
                    b.getF32FloatAttr(rotary.getAttentionFactor().getValueAsDouble()));
     attrs.append("cache_layer", b.getI64IntegerAttr(
                                     attention.getCacheLayer() ? *attention.getCacheLayer() : -1));
+    // A half session cache; absent for f32, so that other plans keep their steps' attributes.
+    if (TypeAttr cacheType = attention.getCacheDtypeAttr())
+      attrs.append("cache_dtype", cacheType);
     // Set by recognition where the export averages a padding query's values over the
     // causally visible keys only (docs/transformer-ops.md).
     if (auto unattended = attention->getAttrOfType<StringAttr>("tfm.unattended"))

@@ -33,4 +33,23 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }
 
+def KvCacheDtype : Pass<"dsc-kv-cache-dtype", "mlir::ModuleOp"> {
+  let summary = "The type of the session's KV cache (dsc --kv-cache-dtype)";
+  let description = [{
+    DESIGN.md §3.5. Every `tfm.attention` that keeps its keys and values in the session's
+    KV cache (`cache_layer`, no past operands: the prefill and decode programs) gets
+    `cache_dtype` `dtype` (f16 or bf16): the runtime allocates that layer in that type,
+    the keys and values are rounded to it when they are written, and attention reads them
+    as stored, on the GPU and in the CPU reference alike. Half the bytes of an f32 cache:
+    twice the tokens in the same memory, and half the cache traffic of a decode step.
+    `f32` leaves every attention as it is. The export's own interface (`forward`, whose
+    past and present keys are graph inputs and outputs) keeps f32.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"f16\"",
+           "The cache's element type: f16, bf16 or f32">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 #endif

@@ -42,7 +42,8 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
       op.getQueryNormScale(), op.getKeyNormScale(), op.getNumHeadsAttr(),
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
       op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
-      op.getSoftcapAttr(), op.getPackedQkvAttr(), op.getQkNormEpsilonAttr());
+      op.getSoftcapAttr(), op.getPackedQkvAttr(), op.getQkNormEpsilonAttr(),
+      op.getCacheDtypeAttr());
   session->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getOutput().replaceAllUsesWith(session.getOutput());
   op.erase();

@@ -84,6 +84,7 @@ public:
     bool mask = true;
     bool additiveMask = false;
     bool positions = true;
+    dsp::DType cacheType = dsp::DType::f32;  // cache_dtype, absent when f32
   };
 
   // A tfm.attention step of `family` with symbolic batch and sequence.
@@ -132,6 +133,8 @@ public:
       floatAttr(*s, "softcap", f.softcap);
     if (f.qkNorm)
       floatAttr(*s, "qk_norm_epsilon", 1e-6f);
+    if (o.cacheType != dsp::DType::f32)
+      typeAttr(*s, "cache_dtype", o.cacheType);
     plan.programs[0]->steps.push_back(std::move(s));
     return *plan.programs[0]->steps.back();
   }
@@ -289,6 +292,42 @@ TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
     if (session)
       EXPECT_NE(specs[2].name(), plain[2].name());
   }
+}
+
+// A half session cache (cache_dtype) is KV_DTYPE, last, of the three kernels that write or
+// read it; an I/O-mode step (presents, f32) has none, whatever the attribute says.
+TEST(AttentionRule, HalfCacheIsAConstantOfTheSessionKernels) {
+  for (dsp::DType cacheType : {dsp::DType::f16, dsp::DType::bf16}) {
+    for (bool session : {false, true}) {
+      AttentionPlan b;
+      AttentionPlan::Options o, f32;
+      o.session = f32.session = session;
+      o.cacheType = cacheType;
+      std::vector<KernelSpec> specs, plain;
+      std::string reason;
+      ASSERT_TRUE(b.run(b.attention(kQwen3, o), specs, reason)) << reason;
+      ASSERT_TRUE(b.run(b.attention(kQwen3, f32), plain, reason)) << reason;
+      ASSERT_EQ(specs.size(), session ? 3u : 2u);
+      for (size_t slot = 0; slot < specs.size(); ++slot) {
+        if (!session) {
+          EXPECT_EQ(constantsOf(specs[slot]).count("KV_DTYPE"), 0u);
+          EXPECT_EQ(specs[slot].name(), plain[slot].name());
+          continue;
+        }
+        EXPECT_EQ(specs[slot].constants.back().first, "KV_DTYPE") << slot;
+        EXPECT_EQ(specs[slot].constants.back().second, static_cast<int64_t>(cacheType));
+        EXPECT_EQ(constantsOf(plain[slot]).count("KV_DTYPE"), 0u);
+      }
+    }
+  }
+  AttentionPlan b;
+  AttentionPlan::Options o;
+  o.session = true;
+  o.cacheType = dsp::DType::i64;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  EXPECT_FALSE(b.run(b.attention(kQwen3, o), specs, reason));
+  EXPECT_NE(reason.find("cache_dtype"), std::string::npos) << reason;
 }
 
 TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
@@ -480,6 +519,29 @@ TEST_F(AttentionNvrtcTest, QkNormKernelsCompile) {
   compilesFamily({"qwen3-128", 16, 8, 128, 1, 0, 0, 128, 0, "all", 0, true}, dsp::DType::i64);
   compilesFamily({"gemma3-256", 8, 4, 256, 1, 0, 1024, 256, 0, "all", 0, true},
                  dsp::DType::i64);
+}
+
+TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {
+  // An f16 cache under Llama-3's head of 128 (GQA 4:1), a bf16 one under BLOOM's ALiBi and
+  // Qwen3's q/k norms.
+  const struct {
+    Family family;
+    dsp::DType cacheType;
+  } cases[] = {{{"llama-128", 32, 8, 128, 1, 0, 0, 128, 0, "all"}, dsp::DType::f16},
+               {{"bloom-64", 8, 8, 64, 1, 1, 0, 0, 0, "all"}, dsp::DType::bf16},
+               {kQwen3, dsp::DType::bf16}};
+  for (const auto &c : cases) {
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = true;
+    o.cacheType = c.cacheType;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(c.family, o), specs, reason)) << c.family.name << ": " << reason;
+    ASSERT_EQ(specs.size(), 3u);
+    for (const KernelSpec &spec : specs)
+      compiles(spec);
+  }
 }
 
 TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {

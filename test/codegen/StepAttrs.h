@@ -28,6 +28,10 @@ inline void floatAttr(dsp::StepT &step, const std::string &name, float value) {
 inline void stringAttr(dsp::StepT &step, const std::string &name, const std::string &value) {
   addAttr(step, name, dsp::AttrKind::string_, 0, 0, value);
 }
+inline void typeAttr(dsp::StepT &step, const std::string &name, dsp::DType value) {
+  addAttr(step, name, dsp::AttrKind::type);
+  step.attrs.back()->type = value;
+}
 
 } // namespace dsc::codegen::test
 

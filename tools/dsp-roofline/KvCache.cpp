@@ -21,6 +21,17 @@ Status kvCacheLayers(const dsp::Plan &plan, int rank, std::vector<KvLayer> &laye
       if (layer < 0)
         continue;
       KvLayer shape{intAttr(step, "num_kv_heads", 0), intAttr(step, "head_dim", 0)};
+      if (const dsp::Attr *cacheType = findAttr(step, "cache_dtype")) {
+        const bool half = cacheType->kind() == dsp::AttrKind::type &&
+                          (cacheType->type() == dsp::DType::f16 ||
+                           cacheType->type() == dsp::DType::bf16);
+        if (!half && !(cacheType->kind() == dsp::AttrKind::type &&
+                       cacheType->type() == dsp::DType::f32))
+          return Status::error("attention step " + std::to_string(s) + " of program '" +
+                               str(program.name()) + "' has a cache_dtype that is not f32, " +
+                               "f16 or bf16");
+        shape.elementBytes = half ? 2 : 4;
+      }
       // A tensor-parallel rank caches only its own KV heads.
       if (const dsp::Attr *rankKvHeads = findAttr(step, "rank_kv_heads")) {
         if (rank < 0 || static_cast<uint32_t>(rank) >= length(rankKvHeads->ints()))
@@ -50,7 +61,7 @@ Status kvCacheLayers(const dsp::Plan &plan, int rank, std::vector<KvLayer> &laye
 uint64_t kvBytesPerPosition(const std::vector<KvLayer> &layers) {
   uint64_t bytes = 0;
   for (const KvLayer &layer : layers)
-    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * layer.headDim) * sizeof(float);
+    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * layer.headDim * layer.elementBytes);
   return bytes;
 }
 

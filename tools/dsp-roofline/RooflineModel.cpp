@@ -65,8 +65,8 @@ public:
         int64_t layer = intAttr(step, "cache_layer", -1);
         if (layer < static_cast<int64_t>(cache_.size()))
           out.kvBytes += 2 * static_cast<uint64_t>(cache_[layer].kvHeads * cache_[layer].headDim *
-                                                   workload_.context * workload_.batch) *
-                         sizeof(float);
+                                                   workload_.context * workload_.batch *
+                                                   cache_[layer].elementBytes);
       }
       uint64_t ops = cost.kernels + cost.gemms + cost.copies + cost.collectives;
       if (ops && cost.placement != Placement::If)  // an If's are its branch's steps'

@@ -59,9 +59,11 @@ struct ProgramCost {
 };
 
 // One layer of the session's KV cache for one rank (session/PlanChecks.h's kvCacheLayout,
-// which lives in the CPU session's library: mirrored here). Keys and values are f32.
+// which lives in the CPU session's library: mirrored here). Keys and values take
+// `elementBytes` each: 4 for f32, 2 for an f16/bf16 cache (the steps' cache_dtype).
 struct KvLayer {
   int64_t kvHeads = 0, headDim = 0;
+  int64_t elementBytes = 4;
 };
 Status kvCacheLayers(const dsp::Plan &plan, int rank, std::vector<KvLayer> &layers);
 // Bytes of keys and values one sequence position takes in every layer together.

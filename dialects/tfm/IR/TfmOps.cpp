@@ -340,6 +340,14 @@ LogicalResult AttentionOp::verify() {
                            << softcap;
   }
 
+  if (std::optional<Type> cacheType = getCacheDtype()) {
+    if (!getCacheLayer() || !getPast().empty())
+      return emitOpError("cache_dtype needs cache_layer and no past: it is the type of the "
+                         "session's KV cache");
+    if (!cacheType->isF16() && !cacheType->isBF16())
+      return emitOpError() << "cache_dtype must be f16 or bf16 (absent: f32), not "
+                           << *cacheType;
+  }
   if (!getQueryNormScale() != !getKeyNormScale() ||
       !getQueryNormScale() != !getQkNormEpsilonAttr())
     return emitOpError("query_norm_scale, key_norm_scale and qk_norm_epsilon come together");

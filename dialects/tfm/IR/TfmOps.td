@@ -292,6 +292,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
+    With `cache_dtype` (f16 or bf16, only with `cache_layer`; absent: the cache is f32),
+    that layer holds them rounded to that type, and the attention reads every key and
+    value as stored, the new ones included.
 
     Scores are scale * q.k, soft-capped to softcap * tanh(scores / softcap) when `softcap`
     is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + bias, + mask), restricted to
@@ -312,7 +315,8 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    OptionalAttr<Tfm_RotaryAttr>:$rotary,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer,
                    OptionalAttr<F32Attr>:$softcap, UnitAttr:$packed_qkv,
-                   OptionalAttr<F32Attr>:$qk_norm_epsilon);
+                   OptionalAttr<F32Attr>:$qk_norm_epsilon,
+                   OptionalAttr<TypeAttr>:$cache_dtype);
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
@@ -320,7 +324,8 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     (`qk_norm` `(` $query_norm_scale^ `,` $key_norm_scale `)` `eps` $qk_norm_epsilon)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
-    (`cache_layer` $cache_layer^)? (`softcap` $softcap^)? (`packed_qkv` $packed_qkv^)?
+    (`cache_layer` $cache_layer^)? (`cache_dtype` $cache_dtype^)? (`softcap` $softcap^)?
+    (`packed_qkv` $packed_qkv^)?
     attr-dict `:`
     functional-type(operands, results)
   }];
@@ -339,7 +344,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
       build($_builder, $_state, output, present, query, key, value, mask, past, positions,
             bias, ::mlir::Value(), ::mlir::Value(), num_heads, num_kv_heads, head_dim, scale,
             causal, alibi, window, rotary, cache_layer, ::mlir::FloatAttr(), ::mlir::UnitAttr(),
-            ::mlir::FloatAttr());
+            ::mlir::FloatAttr(), ::mlir::TypeAttr());
     }]>
   ];
 }

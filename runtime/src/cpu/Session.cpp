@@ -242,13 +242,14 @@ Status CpuSession::allocateKvCache() {
   kvCache_.layers.resize(layers.size());
   for (size_t layer = 0; layer < layers.size(); ++layer) {
     const KvLayerShape &shape = layers[layer];
-    size_t elements = shape.bytes() / sizeof(float);
+    // In floats, rounded up: an f16/bf16 layer's elements are half as many floats' bytes.
+    size_t elements = (shape.bytes() + sizeof(float) - 1) / sizeof(float);
     kvStorage_.emplace_back(new (std::nothrow) float[elements]());
     kvStorage_.emplace_back(new (std::nothrow) float[elements]());
     if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
       return Status::error(plan_->path() + ": cannot allocate the KV cache (" +
                            std::to_string(2 * shape.bytes()) + " bytes per layer)");
-    kvCache_.layers[layer] = {DType::F32, shape.batch, shape.kvHeads, shape.capacity,
+    kvCache_.layers[layer] = {shape.dtype, shape.batch, shape.kvHeads, shape.capacity,
                               shape.headDim, kvStorage_[kvStorage_.size() - 2].get(),
                               kvStorage_.back().get()};
     memory_.kvCache += 2 * shape.bytes();

@@ -421,15 +421,17 @@ Status CudaSession::downloadKvLayer(int64_t layer) {
     return Status::error("KV cache layer " + std::to_string(layer) + " does not exist");
   const DeviceKvLayer &device = kvLayers_[layer];
   ops::KvCacheLayer &host = hostKvMirror_.layers[layer];
-  size_t elements = static_cast<size_t>(device.batch * device.kvHeads * device.capacity *
-                                        device.headDim);
+  const size_t bytes = static_cast<size_t>(device.batch * device.kvHeads * device.capacity *
+                                           device.headDim) *
+                       dtypeSize(device.dtype);
+  // Floats as storage, whatever the cache's dtype (f16/bf16 layers use half of them).
   std::vector<float> &keys = hostKvStorage_[2 * layer], &values = hostKvStorage_[2 * layer + 1];
-  keys.resize(elements);
-  values.resize(elements);
+  keys.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  values.resize(keys.size());
   host.key = keys.data();
   host.value = values.data();
-  DSRT_RETURN_IF_ERROR(copyToHost(keys.data(), device.key, elements * sizeof(float)));
-  DSRT_RETURN_IF_ERROR(copyToHost(values.data(), device.value, elements * sizeof(float)));
+  DSRT_RETURN_IF_ERROR(copyToHost(keys.data(), device.key, bytes));
+  DSRT_RETURN_IF_ERROR(copyToHost(values.data(), device.value, bytes));
   return sync();
 }
 
@@ -437,8 +439,11 @@ Status CudaSession::uploadKvLayer(int64_t layer) {
   const DeviceKvLayer &device = kvLayers_[layer];
   const std::vector<float> &keys = hostKvStorage_[2 * layer];
   const std::vector<float> &values = hostKvStorage_[2 * layer + 1];
-  DSRT_RETURN_IF_ERROR(copyToDevice(device.key, keys.data(), keys.size() * sizeof(float)));
-  DSRT_RETURN_IF_ERROR(copyToDevice(device.value, values.data(), values.size() * sizeof(float)));
+  const size_t bytes = static_cast<size_t>(device.batch * device.kvHeads * device.capacity *
+                                           device.headDim) *
+                       dtypeSize(device.dtype);
+  DSRT_RETURN_IF_ERROR(copyToDevice(device.key, keys.data(), bytes));
+  DSRT_RETURN_IF_ERROR(copyToDevice(device.value, values.data(), bytes));
   return sync();
 }
 

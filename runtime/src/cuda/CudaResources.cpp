@@ -212,7 +212,7 @@ Status CudaSession::allocateKvCache() {
     const KvLayerShape &shape = layers[layer];
     size_t bytes = shape.bytes();
     DeviceKvLayer &entry = kvLayers_[layer];
-    entry = {DType::F32, shape.batch, shape.kvHeads, shape.capacity, shape.headDim, 0, 0};
+    entry = {shape.dtype, shape.batch, shape.kvHeads, shape.capacity, shape.headDim, 0, 0};
     DSRT_RETURN_IF_ERROR(allocate(bytes, entry.key, "the KV cache"));
     DSRT_RETURN_IF_ERROR(allocate(bytes, entry.value, "the KV cache"));
     DSRT_RETURN_IF_ERROR(
@@ -226,7 +226,7 @@ Status CudaSession::allocateKvCache() {
   for (size_t layer = 0; layer < kvLayers_.size(); ++layer) {
     const DeviceKvLayer &entry = kvLayers_[layer];
     // The host mirror gets its storage when a fallback attention first needs it.
-    hostKvMirror_.layers[layer] = {DType::F32, entry.batch, entry.kvHeads, entry.capacity,
+    hostKvMirror_.layers[layer] = {entry.dtype, entry.batch, entry.kvHeads, entry.capacity,
                                    entry.headDim, nullptr, nullptr};
   }
   return Status::ok();

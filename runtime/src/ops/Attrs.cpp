@@ -133,6 +133,15 @@ Status rotaryAttentionFactor(const AttrMap &attrs, float &out) {
   return Status::ok();
 }
 
+Status kvCacheDType(const AttrMap &attrs, DType &out) {
+  const Attr *attr;
+  DSRT_RETURN_IF_ERROR(find(attrs, "cache_dtype", Attr::Kind::Type, attr));
+  out = attr ? attr->type : DType::F32;
+  if (out != DType::F32 && out != DType::F16 && out != DType::BF16)
+    return Status::error(concat("cache_dtype must be f32, f16 or bf16, not ", dtypeName(out)));
+  return Status::ok();
+}
+
 Status getString(const AttrMap &attrs, std::string_view name, std::string fallback,
                  std::string &out) {
   const Attr *attr;

@@ -59,13 +59,19 @@ Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out);
 // scaled by it.
 Status rotaryAttentionFactor(const AttrMap &attrs, float &out);
 
+// The dtype of the session's KV cache a tfm.attention step reads and writes: its
+// `cache_dtype` (f16 or bf16: keys and values are rounded to it when they are written, and
+// attention reads them as stored), f32 when absent.
+Status kvCacheDType(const AttrMap &attrs, DType &out);
+
 struct OutputSpec {
   DType dtype = DType::Undefined;
   Shape shape;
 };
 
 // The session state tfm.attention reads and writes in place (docs/transformer-ops.md):
-// per layer, keys and values of [batch, kvHeads, capacity, headDim] elements.
+// per layer, keys and values of [batch, kvHeads, capacity, headDim] elements of `dtype`
+// (f32, f16 or bf16: the steps' cache_dtype).
 struct KvCacheLayer {
   DType dtype = DType::Undefined;
   int64_t batch = 0, kvHeads = 0, capacity = 0, headDim = 0;

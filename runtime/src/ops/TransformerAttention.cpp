@@ -37,6 +37,8 @@ struct AttentionConfig {
   float softcap = 0;
   bool causal = false, alibi = false;
   int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
+  // The session's cache holds keys and values rounded to this (f32, f16 or bf16).
+  DType cacheDType = DType::F32;
   std::vector<float> inverseFrequency;  // rotaryDim / 2
   float attentionFactor = 1;            // scales the cosines and sines (yarn, longrope)
   bool interleaved = false;
@@ -191,6 +193,8 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "rotary_interleaved", 0, flag));
   c.interleaved = flag != 0;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "cache_layer", -1, c.cacheLayer));
+  if (Status status = kvCacheDType(ctx.attrs, c.cacheDType); !status)
+    return ctx.error(status.message());
   std::string unattended;
   DSRT_RETURN_IF_ERROR(stringAttr(ctx, "unattended", "all", unattended));
   if (unattended != "all" && unattended != "causal" && unattended != "zero")
@@ -407,17 +411,62 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
       return ctx.error("needs the session's KV cache layer ", c.cacheLayer,
                        ", which this caller does not provide");
     const KvCacheLayer &layer = ctx.cache->layers[c.cacheLayer];
-    if (layer.dtype != DType::F32 || layer.kvHeads != KH || layer.headDim != D)
-      return ctx.error("KV cache layer ", c.cacheLayer, " does not match the attention");
+    if (layer.dtype != c.cacheDType || layer.kvHeads != KH || layer.headDim != D)
+      return ctx.error("KV cache layer ", c.cacheLayer, " (", dtypeName(layer.dtype), " [",
+                       layer.kvHeads, " heads, ", layer.headDim,
+                       "]) does not match the attention (", dtypeName(c.cacheDType), " [", KH,
+                       " heads, ", D, "])");
     if (B > layer.batch || T > layer.capacity)
       return ctx.error("batch ", B, " with ", T, " tokens does not fit the KV cache (batch ",
                        layer.batch, ", ", layer.capacity, " tokens)");
-    batchStride = KH * layer.capacity * D;
-    headStride = layer.capacity * D;
-    auto *keys = static_cast<float *>(layer.key), *values = static_cast<float *>(layer.value);
-    placeNew(keys, values, batchStride, headStride);
-    kAll = keys;
-    vAll = values;
+    const int64_t cacheBatchStride = KH * layer.capacity * D, cacheHeadStride = layer.capacity * D;
+    if (c.cacheDType == DType::F32) {
+      auto *keys = static_cast<float *>(layer.key), *values = static_cast<float *>(layer.value);
+      batchStride = cacheBatchStride;
+      headStride = cacheHeadStride;
+      placeNew(keys, values, batchStride, headStride);
+      kAll = keys;
+      vAll = values;
+    } else {
+      // A half cache: the new keys and values are rounded into it, and every attended one
+      // is read back widened, so that attention sees them as stored (as the GPU kernels do).
+      const size_t element = dtypeSize(c.cacheDType);
+      auto row = [&](void *base, int64_t b, int64_t h, int64_t t) {
+        return static_cast<char *>(base) +
+               static_cast<size_t>(b * cacheBatchStride + h * cacheHeadStride + t * D) * element;
+      };
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < SK; ++s)
+          for (int64_t h = 0; h < KH; ++h) {
+            const int64_t from = ((b * SK + s) * c.keyHeads + c.keyHeadOffset + h) * D;
+            convertFloats(DType::F32, &kNew[from], c.cacheDType, row(layer.key, b, h, P + s), D);
+            convertFloats(DType::F32, &vNew[from], c.cacheDType, row(layer.value, b, h, P + s),
+                          D);
+          }
+      kAllStorage.resize(B * KH * T * D);
+      vAllStorage.resize(B * KH * T * D);
+      parallelFor(B * KH, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const int64_t b = bh / KH, h = bh % KH;
+          for (int which = 0; which < 2; ++which) {
+            void *cached = row(which == 0 ? layer.key : layer.value, b, h, 0);
+            float *widened = (which == 0 ? kAllStorage : vAllStorage).data() + bh * T * D;
+            if (ctx.fastKernels) {
+              fast::LinearWeights rows;  // T rows of D, as stored (F16C / shifts)
+              rows.dtype = c.cacheDType;
+              rows.data = cached;
+              rows.out = T;
+              rows.in = D;
+              fast::widenRows(rows, 0, T, widened);
+            } else {
+              convertFloats(c.cacheDType, cached, DType::F32, widened, T * D);
+            }
+          }
+        }
+      });
+      kAll = kAllStorage.data();
+      vAll = vAllStorage.data();
+    }
   } else {
     kAllStorage.resize(B * KH * T * D);
     vAllStorage.resize(B * KH * T * D);

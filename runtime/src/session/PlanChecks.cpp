@@ -20,6 +20,18 @@ int64_t intAttr(const dsp::Step &step, std::string_view name, int64_t fallback) 
   return attr && attr->kind() == dsp::AttrKind::int_ ? attr->i() : fallback;
 }
 
+// A step's cache_dtype (a type attribute; f32 when absent), as ops::kvCacheDType reads it.
+Status cacheDType(const dsp::Step &step, DType &out) {
+  const dsp::Attr *attr = findAttr(step, "cache_dtype");
+  out = DType::F32;
+  if (!attr)
+    return Status::ok();
+  out = attr->kind() == dsp::AttrKind::type ? planDType(attr->type()) : DType::Undefined;
+  if (out != DType::F32 && out != DType::F16 && out != DType::BF16)
+    return Status::error("cache_dtype must be a type: f32, f16 or bf16");
+  return Status::ok();
+}
+
 } // namespace
 
 Status checkProgramInput(const PlanFile &plan, const dsp::Program &program,
@@ -95,10 +107,13 @@ Status kvCacheLayout(const PlanFile &plan, int rank, std::vector<KvLayerShape> &
         layers.resize(layer + 1);
         used.resize(layer + 1, false);
       }
-      KvLayerShape shape{batch, kvHeads, capacity, headDim};
+      KvLayerShape shape{batch, kvHeads, capacity, headDim, DType::F32};
+      if (Status status = cacheDType(step, shape.dtype); !status.isOk())
+        return Status::error(plan.path() + ": attention step " + std::to_string(i) + ": " +
+                             status.message());
       KvLayerShape &entry = layers[layer];
       if (used[layer]) {
-        if (entry.kvHeads != kvHeads || entry.headDim != headDim)
+        if (entry.kvHeads != kvHeads || entry.headDim != headDim || entry.dtype != shape.dtype)
           return Status::error(plan.path() + ": programs disagree on KV cache layer " +
                                std::to_string(layer));
         continue;

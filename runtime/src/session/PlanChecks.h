@@ -21,11 +21,12 @@ Status checkProgramInput(const PlanFile &plan, const dsp::Program &program,
                          int &tensorIndex);
 
 // One layer of the session's KV cache: keys and values of [batch, kvHeads, capacity,
-// headDim] f32 each.
+// headDim] elements of `dtype` each (its steps' cache_dtype: f32, f16 or bf16).
 struct KvLayerShape {
   int64_t batch = 0, kvHeads = 0, capacity = 0, headDim = 0;
+  DType dtype = DType::F32;
   size_t bytes() const {
-    return static_cast<size_t>(batch * kvHeads * capacity * headDim) * sizeof(float);
+    return static_cast<size_t>(batch * kvHeads * capacity * headDim) * dtypeSize(dtype);
   }
 };
 

@@ -184,14 +184,15 @@ inline void addRankHeads(ops::AttrMap &attrs, int64_t heads, int64_t kvHeads, in
   attrs["rank_kv_head_offsets"] = ops::Attr::ofInts(kvOffsets);
 }
 
-// Compares with the file's tolerance; returns the largest error for the report.
+// Compares with the file's tolerance, |actual - expected| <= 1e-5 + (1e-4 + extraRelative)
+// * |expected|; returns the largest error for the report.
 float expectClose(const float *actual, const float *expected, size_t count,
-                  const std::string &what) {
+                  const std::string &what, float extraRelative = 0.0f) {
   float worst = 0;
   size_t failures = 0;
   for (size_t i = 0; i < count; ++i) {
     float error = std::fabs(actual[i] - expected[i]);
-    if (!(error <= 1e-5f + 1e-4f * std::fabs(expected[i]))) {
+    if (!(error <= 1e-5f + (1e-4f + extraRelative) * std::fabs(expected[i]))) {
       if (++failures <= 5)
         ADD_FAILURE() << what << " [" << i << "]: " << actual[i] << " vs " << expected[i];
     }

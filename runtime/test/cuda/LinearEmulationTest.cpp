@@ -19,20 +19,8 @@
 
 #include "dsc_common.cuh"
 
+#include "EmulatedHalf.h"
 #include "core/Tensor.h"
-
-// dsc_common.cuh converts f16 with PTX; on the host, with the runtime's conversions.
-template <> inline float dsc_load_float<DSC_DT_F16>(const void *data, long long index) {
-  float value = 0;
-  dsrt::convertFloats(dsrt::DType::F16, static_cast<const uint16_t *>(data) + index,
-                      dsrt::DType::F32, &value, 1);
-  return value;
-}
-template <>
-inline void dsc_store_float<DSC_DT_F16>(void *data, long long index, float value) {
-  dsrt::convertFloats(dsrt::DType::F32, &value, dsrt::DType::F16,
-                      static_cast<uint16_t *>(data) + index, 1);
-}
 
 #include "cuda/GpuOps.h"
 

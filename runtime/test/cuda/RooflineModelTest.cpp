@@ -210,12 +210,14 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
     EXPECT_EQ(roofline::hasGpuLauncher(op), findGpuOp(op) != nullptr) << op;
 }
 
-// The KV cache the model reads is the one the sessions allocate.
+// The KV cache the model reads is the one the sessions allocate: f32 (GPT-2's and the TP 2
+// Llama's) or f16 (the int8 plan's: --kv-cache-dtype follows its fp16 compute dtype).
 TEST(RooflineModel, KvCacheLayersAreTheSessions) {
   std::shared_ptr<PlanFile> gpt2;
   ASSERT_TRUE(test::openGpt2Plan(gpt2));
   std::shared_ptr<PlanFile> tp2 = openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
-  for (const auto &plan : {gpt2, tp2})
+  std::shared_ptr<PlanFile> int8 = openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT);
+  for (const auto &plan : {gpt2, tp2, int8})
     for (int rank = 0; rank < plan->rankCount(); ++rank) {
       std::vector<KvLayerShape> session;
       std::vector<roofline::KvLayer> model;
@@ -226,6 +228,9 @@ TEST(RooflineModel, KvCacheLayersAreTheSessions) {
       for (size_t layer = 0; layer < model.size(); ++layer) {
         EXPECT_EQ(model[layer].kvHeads, session[layer].kvHeads);
         EXPECT_EQ(model[layer].headDim, session[layer].headDim);
+        EXPECT_EQ(model[layer].elementBytes,
+                  static_cast<int64_t>(dtypeSize(session[layer].dtype)));
+        EXPECT_EQ(session[layer].dtype, plan == int8 ? DType::F16 : DType::F32) << plan->path();
       }
       // A decode step over L positions reads L of the capacity's rows of every layer.
       const int64_t positions = 5;

@@ -428,6 +428,25 @@ func.func @attention_scale(%q: tensor<?x?x768xf16>) {
 
 // -----
 
+func.func @attention_cache_dtype_without_cache(%q: tensor<?x?x768xf16>) {
+  // expected-error @+1 {{cache_dtype needs cache_layer and no past: it is the type of the session's KV cache}}
+  %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 cache_dtype f16
+         : (tensor<?x?x768xf16>, tensor<?x?x768xf16>, tensor<?x?x768xf16>) -> tensor<?x?x768xf16>
+  return
+}
+
+// -----
+
+func.func @attention_cache_dtype_integer(%q: tensor<?x?x768xf16>) {
+  // expected-error @+1 {{cache_dtype must be f16 or bf16 (absent: f32), not 'i8'}}
+  %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 cache_layer 0
+         cache_dtype i8
+         : (tensor<?x?x768xf16>, tensor<?x?x768xf16>, tensor<?x?x768xf16>) -> tensor<?x?x768xf16>
+  return
+}
+
+// -----
+
 func.func @attention_softcap_zero(%q: tensor<?x?x768xf16>) {
   // expected-error @+1 {{softcap must be positive and finite (absent = off), not 0.000000e+00}}
   %0 = tfm.attention %q, %q, %q heads 12 kv_heads 12 head_dim 64 scale 0.125 softcap 0.0

@@ -20,7 +20,8 @@
 // io_past = s_kv - fresh. A bias computed in the graph (input 7, T5's relative positions)
 // is added by the prefill kernel (BIAS). Per-head q/k norms (inputs 8 and 9, Qwen3's and
 // Gemma-3's) are applied where the heads are rotated: attention_rotary and, for a decode
-// step, attention_decode (QK_NORM).
+// step, attention_decode (QK_NORM). A session cache of f16 or bf16 (cache_dtype, the
+// layer's dtype) is the kernels' KV_DTYPE: they round keys and values into it.
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
@@ -270,13 +271,25 @@ Status runAttention(StepContext &context) {
   int64_t kvBatchStride = 0, kvHeadStride = 0, kvRows = 0, rowsPerSequence = 0;
   int64_t ioPast = 0, pastHeads = KH, pastHeadOffset = 0;
   const bool sessionCache = !pastKey && cacheLayer >= 0 && context.outputCount() == 1;
+  // A half cache (cache_dtype) is compiled into the kernels that write and read it
+  // (KV_DTYPE: 2 f16, 3 bf16; absent for f32 and for I/O mode's presents).
+  DType cacheType = DType::F32;
+  if (Status status = ops::kvCacheDType(attrs, cacheType); !status)
+    return context.error(status.message());
+  const int64_t kvDtypeConstant =
+      sessionCache && cacheType != DType::F32 ? static_cast<int64_t>(cacheType) : -1;
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "KV_DTYPE", kvDtypeConstant));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "KV_DTYPE", kvDtypeConstant));
   if (sessionCache) {
     const DeviceKvLayer *layer = context.kvLayer(cacheLayer);
     if (!layer)
       return context.error("needs the session's KV cache layer ", cacheLayer);
-    if (layer->dtype != DType::F32 || layer->kvHeads != KH || layer->headDim != D ||
+    if (layer->dtype != cacheType || layer->kvHeads != KH || layer->headDim != D ||
         layer->capacity <= 0 || layer->capacity > INT32_MAX)
-      return context.error("KV cache layer ", cacheLayer, " does not match the attention");
+      return context.error("KV cache layer ", cacheLayer, " (", dtypeName(layer->dtype), " [",
+                           layer->kvHeads, " heads, ", layer->headDim,
+                           "]) does not match the attention (", dtypeName(cacheType), " [", KH,
+                           " heads, ", D, "])");
     if (B > layer->batch)
       return context.error("batch ", B, " does not fit the KV cache's ", layer->batch);
     if (!mask)
@@ -470,6 +483,7 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "QK_NORM", qkNorm ? 1 : -1));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "KV_DTYPE", kvDtypeConstant));
     // The merge's constants: the decode kernel's own when it merges, else the combine's.
     const size_t mergeSlot = fusedCombine ? kDecodeSlot : kCombineSlot;
     if (fusedCombine && !fusedRotary)

@@ -55,6 +55,10 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
 void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);
 
+// Rows [first, first + count) of `w` as fp32 at `out` ([count, in]; int8 dequantized with
+// its scales), vectorised: the GEMM's tiles, and a half KV cache widened for attention.
+void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out);
+
 // y = x . w^T for x [rows, in] and y [rows, out], over the thread pool; after each range
 // [begin, end) of output features is computed for every row, `epilogue(begin, end)` runs on
 // the same thread (bias, activation, residual while the values are in cache).

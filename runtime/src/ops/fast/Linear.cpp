@@ -167,6 +167,10 @@ void weightedSum(const float *weights, const float *rows, int64_t count, int64_t
   isa().weightedSum(weights, rows, count, width, out);
 }
 
+void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {
+  isa().widenRows(w, first, count, out);
+}
+
 void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
              float *y, int64_t ldy) {
   if (rows <= 0 || begin >= end)

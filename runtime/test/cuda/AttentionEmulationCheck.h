@@ -1,0 +1,360 @@
+// The attention emulation test's check (AttentionEmulationTest.cpp): a family's
+// specialised kernels with the attributes they were specialised for, a scenario (batch,
+// past, new tokens, padding, cache mode, TP rank), and the comparison of the emulated
+// launcher and kernels against the CPU reference kernel on random inputs, every output,
+// present and cache row included. Included once, after AttentionEmulationHarness.h.
+#ifndef DSRT_TEST_CUDA_ATTENTIONEMULATIONCHECK_H
+#define DSRT_TEST_CUDA_ATTENTIONEMULATIONCHECK_H
+
+#include "AttentionEmulationHarness.h"
+
+#include "cuda/GpuOps.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dsrt::cuda {
+namespace {
+
+struct Family {
+  const char *name;
+  KernelSet (*kernels)();
+  int64_t headDim;
+  int64_t heads, kvHeads, causal, alibi, window, rotaryDim, interleaved;
+  const char *unattended;
+  DType maskType;
+  float softcap = 0;  // 0: no `softcap` attribute
+  // A rotary_inv_freq table no base gives (as llama3 scaling: slower pairs divided by 8)
+  // and yarn's rotary_attention_factor.
+  bool scaledRotary = false;
+  // Per-head q/k norms (inputs 8 and 9, qk_norm_epsilon): Qwen3's and Gemma-3's.
+  bool qkNorm = false;
+  // The session cache's dtype (cache_dtype; the kernels' KV_DTYPE where it is half). Such a
+  // family runs session scenarios only: its kernels write nothing else.
+  DType cacheType = DType::F32;
+};
+
+struct Scenario {
+  int64_t batch = 2, past = 0, fresh = 5;
+  // Left padding of each row, in tokens of the past + fresh (>= that: the whole row).
+  std::vector<int64_t> padding;
+  bool session = false;
+  bool pastInputs = true;      // I/O mode: past inputs and present outputs
+  int64_t capacity = 0;        // session: the cache's rows
+  int64_t maskPadding = 0;     // session: zero columns left of the mask (a graph bucket)
+  bool capturing = false;
+  int rank = 0, ranks = 1;     // tensor parallelism: each rank takes heads / ranks heads
+  // The emulated step reads query, key and value packed in one tensor (packed_qkv); the
+  // reference reads them apart.
+  bool packed = false;
+  bool reversedBlocks = false;  // the emulated blocks run from the last to the first
+};
+
+ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
+  ops::AttrMap attrs;
+  attrs["num_heads"] = ops::Attr::ofInt(f.heads);
+  attrs["num_kv_heads"] = ops::Attr::ofInt(f.kvHeads);
+  attrs["head_dim"] = ops::Attr::ofInt(f.headDim);
+  attrs["scale"] = ops::Attr::ofFloat(0.25f);
+  attrs["causal"] = ops::Attr::ofInt(f.causal);
+  attrs["alibi"] = ops::Attr::ofInt(f.alibi);
+  attrs["window"] = ops::Attr::ofInt(f.window);
+  attrs["rotary_dim"] = ops::Attr::ofInt(f.rotaryDim);
+  attrs["rotary_base"] = ops::Attr::ofFloat(10000.0f);
+  attrs["rotary_interleaved"] = ops::Attr::ofInt(f.interleaved);
+  attrs["cache_layer"] = ops::Attr::ofInt(s.session ? 0 : -1);
+  attrs["unattended"] = ops::Attr::ofString(f.unattended);
+  if (f.softcap > 0)
+    attrs["softcap"] = ops::Attr::ofFloat(f.softcap);
+  if (f.qkNorm)
+    attrs["qk_norm_epsilon"] = ops::Attr::ofFloat(1e-6f);
+  if (f.scaledRotary) {
+    std::vector<float> frequencies;
+    EXPECT_TRUE(ops::rotaryInverseFrequencies(attrs, frequencies).isOk());
+    for (size_t i = frequencies.size() / 2; i < frequencies.size(); ++i)
+      frequencies[i] /= 8;
+    attrs["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
+    attrs["rotary_attention_factor"] = ops::Attr::ofFloat(1.2f);
+  }
+  if (f.cacheType != DType::F32)
+    attrs["cache_dtype"] = ops::Attr::ofType(f.cacheType);
+  addRankHeads(attrs, f.heads, f.kvHeads, s.ranks);
+  return attrs;
+}
+
+// A cache of `type` holding `values` (f32, or f16/bf16 bits in the same bytes' first half).
+std::vector<float> cacheOf(DType type, const std::vector<float> &values) {
+  std::vector<float> cache(values);
+  if (type != DType::F32)
+    EXPECT_TRUE(convertFloats(DType::F32, values.data(), type, cache.data(),
+                              static_cast<int64_t>(values.size())));
+  return cache;
+}
+
+// The floats a cache of `type` holds.
+std::vector<float> widened(DType type, const std::vector<float> &cache, size_t count) {
+  std::vector<float> values(cache.begin(), cache.begin() + std::min(count, cache.size()));
+  if (type != DType::F32) {
+    values.resize(count);
+    EXPECT_TRUE(convertFloats(type, cache.data(), DType::F32, values.data(),
+                              static_cast<int64_t>(count)));
+  }
+  return values;
+}
+
+
+// Runs the scenario through the CPU reference and through the emulated launcher and
+// kernels, and compares the output and every key and value written.
+void check(const Family &f, const Scenario &s) {
+  SCOPED_TRACE(std::string(f.name) + (s.session ? " session" : " I/O") + " past " +
+               std::to_string(s.past) + " fresh " + std::to_string(s.fresh));
+  const KernelSet kernels = f.kernels();
+  const int64_t B = s.batch, P = s.past, S = s.fresh, T = P + S, D = f.headDim;
+  const int64_t H = f.heads / s.ranks, KH = f.kvHeads / s.ranks;
+  std::mt19937 generator(1234 + static_cast<unsigned>(P * 31 + S));
+
+  std::vector<float> q = randomFloats(generator, B * S * H * D);
+  std::vector<float> k = randomFloats(generator, B * S * KH * D);
+  std::vector<float> v = randomFloats(generator, B * S * KH * D);
+  // The padding mask over the keys, positions as transformers' generate makes them.
+  std::vector<int64_t> mask(B * T), positions(B * S);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t pad = b < static_cast<int64_t>(s.padding.size()) ? s.padding[b] : 0, count = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      bool on = t >= pad;
+      mask[b * T + t] = on;
+      count += on;
+      if (t >= P)
+        positions[b * S + t - P] = on ? count - 1 : 1;
+    }
+  }
+  std::vector<uint8_t> maskBytes(mask.begin(), mask.end());
+  std::vector<int32_t> maskInts(mask.begin(), mask.end());
+  auto maskIn = [&](const std::vector<int64_t> &wide, const std::vector<int32_t> &narrow,
+                    const std::vector<uint8_t> &bytes) -> const void * {
+    if (f.maskType == DType::Bool)
+      return bytes.data();
+    return f.maskType == DType::I32 ? static_cast<const void *>(narrow.data())
+                                    : static_cast<const void *>(wide.data());
+  };
+  const void *maskData = maskIn(mask, maskInts, maskBytes);
+
+  const ops::AttrMap attrs = attributesOf(f, s);
+  // The reference.
+  TensorRef qRef{DType::F32, {B, S, H * D}, q.data()};
+  TensorRef kRef{DType::F32, {B, S, KH * D}, k.data()};
+  TensorRef vRef{DType::F32, {B, S, KH * D}, v.data()};
+  TensorRef maskRef{f.maskType, {B, T}, const_cast<void *>(maskData)};
+  TensorRef positionRef{DType::I64, {B, S}, positions.data()};
+  const int64_t pastHeads = f.kvHeads;  // I/O pasts hold every KV head under TP
+  std::vector<float> pastKey = randomFloats(generator, B * pastHeads * P * D);
+  std::vector<float> pastValue = randomFloats(generator, B * pastHeads * P * D);
+  TensorRef pastKeyRef{DType::F32, {B, pastHeads, P, D}, pastKey.data()};
+  TensorRef pastValueRef{DType::F32, {B, pastHeads, P, D}, pastValue.data()};
+  const bool io = !s.session && s.pastInputs;
+  ops::Inputs inputs{&qRef, &kRef, &vRef, &maskRef, io ? &pastKeyRef : nullptr,
+                     io ? &pastValueRef : nullptr, &positionRef};
+  // The q/k norms' scales, around 1 (inputs 8 and 9, after an absent bias).
+  std::vector<float> queryNormScale = randomFloats(generator, D),
+                     keyNormScale = randomFloats(generator, D);
+  for (std::vector<float> *scale : {&queryNormScale, &keyNormScale})
+    for (float &value : *scale)
+      value += 1.0f;
+  TensorRef queryNormRef{DType::F32, {D}, queryNormScale.data()};
+  TensorRef keyNormRef{DType::F32, {D}, keyNormScale.data()};
+  if (f.qkNorm)
+    inputs.insert(inputs.end(), {nullptr, &queryNormRef, &keyNormRef});
+
+  std::vector<float> expected(B * S * H * D), expectedKey(B * KH * T * D),
+      expectedValue(B * KH * T * D);
+  TensorRef outRef{DType::F32, {B, S, H * D}, expected.data()};
+  TensorRef presentKeyRef{DType::F32, {B, KH, T, D}, expectedKey.data()};
+  TensorRef presentValueRef{DType::F32, {B, KH, T, D}, expectedValue.data()};
+  ops::Outputs outputs{&outRef};
+  if (io) {
+    outputs.push_back(&presentKeyRef);
+    outputs.push_back(&presentValueRef);
+  }
+  const int64_t cacheBatch = B + 1, capacity = s.capacity;
+  const size_t cacheElements = static_cast<size_t>(cacheBatch * KH * capacity * D);
+  std::vector<float> cacheInit = randomFloats(generator, cacheElements);
+  std::vector<float> cpuKeys = cacheOf(f.cacheType, cacheInit);
+  std::reverse(cacheInit.begin(), cacheInit.end());
+  std::vector<float> cpuValues = cacheOf(f.cacheType, cacheInit);
+  std::vector<float> gpuKeys = cpuKeys, gpuValues = cpuValues;
+  ops::KvCache cpuCache;
+  cpuCache.layers.push_back({f.cacheType, cacheBatch, KH, capacity, D, cpuKeys.data(),
+                             cpuValues.data()});
+  RankOnly group(s.rank, s.ranks);
+  ops::SessionState state;
+  state.cache = s.session ? &cpuCache : nullptr;
+  state.collectives = s.ranks > 1 ? &group : nullptr;
+  // The reference's output for the step changed (the cap or the norms left out), on copies
+  // of everything it writes: the kernels must not pass without what was left out.
+  auto outputWithout = [&](const char *attribute, const ops::Inputs &stepInputs) {
+    ops::AttrMap changed = attrs;
+    changed.erase(attribute);
+    std::vector<float> out(expected.size()), presentKey(expectedKey.size()),
+        presentValue(expectedValue.size()), keys = cpuKeys, values = cpuValues;
+    TensorRef outC{DType::F32, {B, S, H * D}, out.data()};
+    TensorRef keyC{DType::F32, {B, KH, T, D}, presentKey.data()};
+    TensorRef valueC{DType::F32, {B, KH, T, D}, presentValue.data()};
+    ops::Outputs outputsC{&outC};
+    if (io) {
+      outputsC.push_back(&keyC);
+      outputsC.push_back(&valueC);
+    }
+    ops::KvCache cacheC;
+    cacheC.layers.push_back({f.cacheType, cacheBatch, KH, capacity, D, keys.data(),
+                             values.data()});
+    ops::SessionState stateC = state;
+    stateC.cache = s.session ? &cacheC : nullptr;
+    Status status = ops::compute("tfm.attention", changed, stepInputs, outputsC, &stateC);
+    EXPECT_TRUE(status.isOk()) << status.message();
+    return out;
+  };
+  std::vector<float> uncappedOut, unnormalizedOut;
+  if (f.softcap > 0)
+    uncappedOut = outputWithout("softcap", inputs);
+  if (f.qkNorm)  // without the epsilon and the scales (inputs 8 and 9, after the bias's 7)
+    unnormalizedOut =
+        outputWithout("qk_norm_epsilon", ops::Inputs(inputs.begin(), inputs.begin() + 7));
+  Status reference = ops::compute("tfm.attention", attrs, inputs, outputs, &state);
+  ASSERT_TRUE(reference.isOk()) << reference.message();
+  float normGap = 0;
+  for (size_t i = 0; i < unnormalizedOut.size(); ++i)
+    normGap = std::max(normGap, std::fabs(unnormalizedOut[i] - expected[i]));
+  if (f.qkNorm)
+    EXPECT_GT(normGap, 1e-2f) << "the q/k norms change too little here to be tested";
+  float softcapGap = 0;
+  for (size_t i = 0; i < uncappedOut.size(); ++i)
+    softcapGap = std::max(softcapGap, std::fabs(uncappedOut[i] - expected[i]));
+  if (f.softcap > 0)
+    EXPECT_GT(softcapGap, 1e-2f) << "the cap changes too little here to be tested";
+
+  // The emulated GPU: a mask padded on the left as a captured graph's bucket pads it.
+  const int64_t W = s.session ? T + s.maskPadding : T;
+  std::vector<int64_t> wideMask(B * W, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      wideMask[b * W + (W - T) + t] = mask[b * T + t];
+  std::vector<uint8_t> wideMaskBytes(wideMask.begin(), wideMask.end());
+  std::vector<int32_t> wideMaskInts(wideMask.begin(), wideMask.end());
+  const void *wideMaskData = maskIn(wideMask, wideMaskInts, wideMaskBytes);
+  ops::AttrMap stepAttrs = attrs;
+  std::vector<float> packed;
+  if (s.packed) {
+    stepAttrs["packed_qkv"] = ops::Attr::ofInt(1);
+    for (int64_t token = 0; token < B * S; ++token) {
+      packed.insert(packed.end(), &q[token * H * D], &q[(token + 1) * H * D]);
+      packed.insert(packed.end(), &k[token * KH * D], &k[(token + 1) * KH * D]);
+      packed.insert(packed.end(), &v[token * KH * D], &v[(token + 1) * KH * D]);
+    }
+  }
+  EmulatedStep step(kernels, s.session ? sessionKernelCount(kernels) : 2, stepAttrs);
+  step.rank_ = s.rank;
+  step.capturing_ = s.capturing;
+  step.inputs = {DeviceTensor{DType::F32, {B, S, H * D}, addressOf(q.data())},
+                 DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(k.data())},
+                 DeviceTensor{DType::F32, {B, S, KH * D}, addressOf(v.data())},
+                 DeviceTensor{f.maskType, {B, W}, addressOf(wideMaskData)},
+                 std::nullopt,
+                 std::nullopt,
+                 DeviceTensor{DType::I64, {B, S}, addressOf(positions.data())}};
+  if (s.packed)
+    for (int i = 0; i < 3; ++i)
+      step.inputs[i] = DeviceTensor{DType::F32, {B, S, (H + 2 * KH) * D}, addressOf(packed.data())};
+  if (f.qkNorm) {
+    step.inputs.push_back(std::nullopt);
+    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(queryNormScale.data())});
+    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(keyNormScale.data())});
+  }
+  if (io) {
+    step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};
+    step.inputs[5] =
+        DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastValue.data())};
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> actual(B * S * H * D, nan), actualKey(B * KH * T * D, nan),
+      actualValue(B * KH * T * D, nan);
+  step.outputs.push_back(DeviceTensor{DType::F32, {B, S, H * D}, addressOf(actual.data())});
+  if (io) {
+    step.outputs.push_back(DeviceTensor{DType::F32, {B, KH, T, D}, addressOf(actualKey.data())});
+    step.outputs.push_back(
+        DeviceTensor{DType::F32, {B, KH, T, D}, addressOf(actualValue.data())});
+  }
+  if (s.session) {
+    step.cache = DeviceKvLayer{f.cacheType,          cacheBatch, KH, capacity, D,
+                               addressOf(gpuKeys.data()), addressOf(gpuValues.data())};
+    step.lengths[kPast] = static_cast<int32_t>(P);
+    step.lengths[kTotal] = static_cast<int32_t>(T);
+    step.lengths[kMaskWidth] = static_cast<int32_t>(W);
+  }
+  std::vector<GpuOpInfo> launchers;
+  addAttentionGpuOps(launchers);
+  ASSERT_EQ(launchers.size(), 1u);
+  // The blocks of a merging decode kernel meet through memory: in either order the last
+  // one to arrive must merge every split.
+  cuda_emulation::reversedBlockOrder = s.reversedBlocks;
+  Status run = launchers[0].run(step);
+  cuda_emulation::reversedBlockOrder = false;
+  ASSERT_TRUE(run.isOk()) << run.message();
+
+  const bool decode = s.session && S == 1;
+  // A decode kernel with FUSED_ROTARY rotates and caches its token itself, and one with
+  // FUSED_COMBINE merges its splits itself.
+  const bool fused = decode && kernels.constants[2].count("FUSED_ROTARY");
+  const bool merges = decode && kernels.constants[2].count("FUSED_COMBINE");
+  EXPECT_EQ(step.launches[0], fused ? 0 : 1);
+  EXPECT_EQ(step.launches[1], decode ? 0 : 1);
+  EXPECT_EQ(step.launches[2], decode ? 1 : 0);
+  EXPECT_EQ(step.launches[3], decode && !merges ? 1 : 0);
+  EXPECT_EQ(step.arrivals.empty(), !merges);
+  for (size_t i = 0; i < step.arrivals.size(); ++i)
+    EXPECT_EQ(step.arrivals[i], 0) << "arrival count " << i << " left set for the next launch";
+  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");
+  if (io) {
+    worst = std::max(worst, expectClose(actualKey.data(), expectedKey.data(), actualKey.size(),
+                                        "present key"));
+    worst = std::max(worst, expectClose(actualValue.data(), expectedValue.data(),
+                                        actualValue.size(), "present value"));
+  }
+  if (s.session) {
+    // Every cache row, written or not, must match: the kernels write [past, total) only.
+    // A half cache holds each value rounded once by both sides; where the f32 values they
+    // round differ in their last bits, the two may lie one step of the cache's dtype apart
+    // (2^-10 relative for f16, 2^-7 for bf16 at most).
+    const float step = f.cacheType == DType::F16 ? 0x1p-10f
+                       : f.cacheType == DType::BF16 ? 0x1p-7f : 0.0f;
+    const std::vector<float> gpuK = widened(f.cacheType, gpuKeys, cacheElements),
+                             cpuK = widened(f.cacheType, cpuKeys, cacheElements),
+                             gpuV = widened(f.cacheType, gpuValues, cacheElements),
+                             cpuV = widened(f.cacheType, cpuValues, cacheElements);
+    worst = std::max(worst, expectClose(gpuK.data(), cpuK.data(), cacheElements, "cached keys",
+                                        step));
+    worst = std::max(worst, expectClose(gpuV.data(), cpuV.data(), cacheElements,
+                                        "cached values", step));
+  }
+  ::testing::Test::RecordProperty("max_abs_error", std::to_string(worst));
+  std::printf("%s %s past %lld fresh %lld: max abs error %.3g", f.name,
+              s.session ? "session" : "I/O", static_cast<long long>(P),
+              static_cast<long long>(S), worst);
+  if (f.softcap > 0)
+    std::printf(" (without the cap the output moves by %.3g)", softcapGap);
+  if (f.qkNorm)
+    std::printf(" (without the q/k norms the output moves by %.3g)", normGap);
+  std::printf("\n");
+}
+
+} // namespace
+} // namespace dsrt::cuda
+
+#endif
