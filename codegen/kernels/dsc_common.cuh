@@ -128,6 +128,16 @@ static __device__ __forceinline__ long long dsc_load_index(const void *data, lon
     return static_cast<const int *>(data)[index];
 }
 
+// A hint that the line holding `address` will be read soon: fetched into L2 without waiting
+// for it (PTX prefetch.global.L2). Nothing on the host (the emulation tests).
+static __device__ __forceinline__ void dsc_prefetch_l2(const void *address) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+#else
+  (void)address;
+#endif
+}
+
 // Whether every pointer is aligned for 16-byte vector access.
 static __device__ __forceinline__ bool dsc_aligned16(const void *a, const void *b = 0,
                                                      const void *c = 0) {

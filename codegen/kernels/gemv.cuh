@@ -348,6 +348,35 @@ static __device__ __forceinline__ void gemv_normalize(float *xs, int rows, int k
 }
 #endif
 
+// The loads of each warp's first feature start before x is staged: each lane asks L2 for
+// the first GEMV_PREFETCH of its 16-byte loads of that row (and of its up row when GATED),
+// as many as the main loop's unrolling keeps in flight, so that the weight's first bytes
+// are on their way from memory while the block copies (and normalises) x.
+#define GEMV_PREFETCH 4
+static __device__ __forceinline__ void gemv_prefetch_first_row(const void *w, int n_out,
+                                                               int k_in) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int features_per_block = (blockDim.x >> 5) / GEMV_SPLITS;
+  const long long n =
+      static_cast<long long>(blockIdx.x) * features_per_block + warp / GEMV_SPLITS;
+  if (n >= n_out || k_in % GEMV_VEC != 0)
+    return;
+  const int part = warp % GEMV_SPLITS, chunks = k_in / GEMV_VEC;
+  const int first = static_cast<int>(static_cast<long long>(part) * chunks / GEMV_SPLITS);
+  const int end = static_cast<int>((static_cast<long long>(part) + 1) * chunks / GEMV_SPLITS);
+  const long long row_bytes = static_cast<long long>(k_in) * (16 / GEMV_VEC);
+  const char *row = static_cast<const char *>(w) + n * row_bytes;
+#pragma unroll
+  for (int i = 0; i < GEMV_PREFETCH; ++i) {
+    const int chunk = first + lane + 32 * i;
+    if (chunk < end) {
+      dsc_prefetch_l2(row + chunk * 16ll);
+      if (GATED)
+        dsc_prefetch_l2(row + n_out * row_bytes + chunk * 16ll);
+    }
+  }
+}
+
 // k: the in-feature count of this run (K, except on a rank of an uneven tensor-parallel
 // split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
 // whether the launcher gave rows * k * 4 bytes of dynamic shared memory (and, with SPLIT_K
@@ -367,6 +396,7 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
   if (rows > GEMV_MAX_ROWS)
     rows = GEMV_MAX_ROWS;  // the launcher never asks for more; never index past acc[]
   if (staged) {
+    gemv_prefetch_first_row(w, n_out, k);
     // 16 bytes per thread and several loads in flight: a scalar loop was a chain of
     // dependent trips to memory, most of the down projection's 14.8 us (k 3072) in an
     // H200's profile of GPT-2 decode.

@@ -77,6 +77,8 @@ Status openDriver(DriverApi &out, std::string &library) {
             resolve(handle, api.cuModuleUnload, {"cuModuleUnload"}, missing) &&
             resolve(handle, api.cuModuleGetFunction, {"cuModuleGetFunction"}, missing) &&
             resolve(handle, api.cuFuncSetAttribute, {"cuFuncSetAttribute"}, missing) &&
+            resolve(handle, api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                    {"cuOccupancyMaxActiveBlocksPerMultiprocessor"}, missing) &&
             resolve(handle, api.cuLaunchKernel, {"cuLaunchKernel"}, missing) &&
             resolve(handle, api.cuStreamBeginCapture, {"cuStreamBeginCapture_v2"}, missing) &&
             resolve(handle, api.cuStreamEndCapture, {"cuStreamEndCapture"}, missing) &&

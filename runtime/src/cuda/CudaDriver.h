@@ -104,6 +104,9 @@ struct DriverApi {
   CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module,
                                   const char *name) = nullptr;
   CUresult (*cuFuncSetAttribute)(CUfunction function, int attribute, int value) = nullptr;
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction function,
+                                                         int blockSize,
+                                                         size_t dynamicSharedBytes) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction function, unsigned gridX, unsigned gridY,
                              unsigned gridZ, unsigned blockX, unsigned blockY, unsigned blockZ,
                              unsigned sharedBytes, CUstream stream, void **params,

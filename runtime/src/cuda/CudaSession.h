@@ -231,6 +231,8 @@ private:
   std::vector<CUmodule> modules_;
   std::vector<CUfunction> functions_;  // per plan kernel
   std::vector<int> functionSharedBytes_;  // the dynamic shared memory each allows
+  // The occupancy calculator's answers, by (kernel, threads, dynamic shared memory).
+  std::map<std::tuple<int, unsigned, uint32_t>, int> residentBlocks_;
 
   std::vector<DeviceKvLayer> kvLayers_;
   ops::KvCache hostKvMirror_;  // the fallback's view of the cache

@@ -52,6 +52,29 @@ Status CudaStepContext::launch(size_t slot, Dim3 grid, Dim3 block, uint32_t shar
   return Status::ok();
 }
 
+int CudaStepContext::residentBlocksPerMultiprocessor(size_t slot, unsigned threads,
+                                                     uint32_t sharedBytes) {
+  if (slot >= kernelCount())
+    return 0;
+  int kernel = step_.kernels()->Get(slot);
+  if (kernel < 0 || static_cast<size_t>(kernel) >= session_.functions_.size())
+    return 0;
+  // Asked once per shape: a prefill that is not captured in a graph asks at every step.
+  const auto key = std::make_tuple(kernel, threads, sharedBytes);
+  auto known = session_.residentBlocks_.find(key);
+  if (known != session_.residentBlocks_.end())
+    return known->second;
+  int blocks = 0;
+  const DriverApi &driver = *session_.driver_;
+  if (static_cast<int>(sharedBytes) > session_.functionSharedBytes_[kernel] ||
+      driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, session_.functions_[kernel], static_cast<int>(threads), sharedBytes) !=
+          kCudaSuccess)
+    blocks = 0;  // above 48 KiB before the launch allows it, or the driver cannot say
+  session_.residentBlocks_[key] = std::max(blocks, 0);
+  return std::max(blocks, 0);
+}
+
 int64_t CudaStepContext::kernelConstant(size_t slot, std::string_view name,
                                         int64_t fallback) const {
   if (slot >= kernelCount())

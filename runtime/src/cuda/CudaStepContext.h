@@ -70,6 +70,8 @@ public:
   int rank() const override { return session_.rank_; }
   StreamHandle stream() const override { return session_.stream_; }
   int multiprocessorCount() const override { return session_.multiprocessors_; }
+  int residentBlocksPerMultiprocessor(size_t slot, unsigned threads,
+                                      uint32_t sharedBytes) override;
   int computeCapability() const override { return session_.computeCapability_; }
   bool capturing() const override { return session_.capturing_; }
   Status copy(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,

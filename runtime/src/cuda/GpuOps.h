@@ -136,6 +136,15 @@ public:
   virtual int rank() const = 0;                  // in the tensor-parallel group
   virtual StreamHandle stream() const = 0;
   virtual int multiprocessorCount() const = 0;
+  // How many blocks of kernel `slot`, of `threads` threads and `sharedBytes` of dynamic
+  // shared memory, one multiprocessor holds at once (the driver's occupancy calculator: its
+  // registers, shared memory and threads), or 0 where that is not known. A kernel whose
+  // blocks stride over their work sizes its grid to whole waves of these.
+  virtual int residentBlocksPerMultiprocessor(size_t slot, unsigned threads,
+                                              uint32_t sharedBytes) {
+    (void)slot, (void)threads, (void)sharedBytes;
+    return 0;
+  }
   virtual int computeCapability() const = 0;     // 80, 90, ...
   // While a CUDA graph is being captured: no host synchronisation, no reads of device data.
   virtual bool capturing() const = 0;

@@ -97,6 +97,19 @@ TEST(CudaInt8FakeSession, EveryInt8LinearIsAcceptedByItsLauncher) {
     EXPECT_EQ(linearsOnTheDevice(*session, "decode"), 9u);
   }
   EXPECT_FALSE(fake::state().launches.empty());
+  // The gemv grids (256 threads) are one wave of the blocks the occupancy calculator says fit:
+  // 3 per multiprocessor of the fake's 4, asked once per kernel and shape, not per launch.
+  const fake::State &driver = fake::state();
+  ASSERT_FALSE(driver.occupancyQueries.empty());
+  size_t gemvs = 0;
+  for (const fake::Launch &launch : driver.launches)
+    if (launch.block[0] == 256) {
+      ++gemvs;
+      EXPECT_LE(launch.grid[0], 12u);
+    }
+  EXPECT_GT(gemvs, driver.occupancyQueries.size());
+  for (const auto &[threads, sharedBytes] : driver.occupancyQueries)
+    EXPECT_EQ(threads, 256);
 }
 
 } // namespace

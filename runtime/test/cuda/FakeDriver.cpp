@@ -241,6 +241,14 @@ CUresult funcSetAttribute(CUfunction, int attribute, int value) {
   global().sharedMemoryLimits.push_back(value);
   return kCudaSuccess;
 }
+CUresult occupancy(int *blocks, CUfunction, int blockSize, size_t sharedBytes) {
+  if (!blocks || blockSize <= 0)
+    return kInvalidValue;
+  std::lock_guard<std::mutex> guard(lock());
+  global().occupancyQueries.push_back({blockSize, sharedBytes});
+  *blocks = global().residentBlocks;
+  return kCudaSuccess;
+}
 CUresult launchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                       unsigned by, unsigned bz, unsigned shared, CUstream, void **, void **) {
   std::lock_guard<std::mutex> guard(lock());
@@ -319,6 +327,7 @@ DriverApi build() {
   api.cuModuleUnload = moduleUnload;
   api.cuModuleGetFunction = moduleFunction;
   api.cuFuncSetAttribute = funcSetAttribute;
+  api.cuOccupancyMaxActiveBlocksPerMultiprocessor = occupancy;
   api.cuLaunchKernel = launchKernel;
   api.cuStreamBeginCapture = beginCapture;
   api.cuStreamEndCapture = endCapture;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsrt::cuda::fake {
@@ -44,6 +45,10 @@ struct State {
   std::vector<std::string> moduleImages;      // the first bytes of each loaded image
   std::vector<std::string> functionNames;     // each cuModuleGetFunction's name
   std::vector<int> sharedMemoryLimits;        // each MAX_DYNAMIC_SHARED_SIZE_BYTES set
+  // What cuOccupancyMaxActiveBlocksPerMultiprocessor answers, and each query's block size
+  // and dynamic shared memory.
+  int residentBlocks = 3;
+  std::vector<std::pair<int, size_t>> occupancyQueries;
 };
 
 State &state();

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 namespace dsrt::test {
 namespace {
@@ -88,6 +90,13 @@ public:
   int rank() const override { return 0; }
   StreamHandle stream() const override { return nullptr; }
   int multiprocessorCount() const override { return 132; }
+  int residentBlocksPerMultiprocessor(size_t slot, unsigned threads,
+                                      uint32_t sharedBytes) override {
+    occupancyQueries.push_back({slot, threads, sharedBytes});
+    return residentBlocks;
+  }
+  int residentBlocks = 0;  // what the occupancy calculator says (0: unknown)
+  std::vector<std::tuple<size_t, unsigned, uint32_t>> occupancyQueries;
   int computeCapability() const override { return 90; }
   bool capturing() const override { return false; }
 };
@@ -193,6 +202,29 @@ TEST(LinearOpsTest, DecodeRowsAreOneGemvLaunch) {
   EXPECT_EQ(gemv.sharedBytes, 3u * 768 * 4);
   EXPECT_EQ(gemv.block.x % 32, 0u);
   EXPECT_GE(uint64_t(gemv.grid.x) * (gemv.block.x / 32), std::min<uint64_t>(3072, 132 * 4 * 8));
+}
+
+// The gemv grid is one wave of the blocks the multiprocessors hold at once: 3 per
+// multiprocessor where the occupancy calculator says 3 (the launch's own block size and
+// shared memory asked), 4 where it cannot say; never more blocks than 8-feature groups.
+TEST(LinearOpsTest, GemvGridIsOneWaveOfResidentBlocks) {
+  for (int resident : {0, 1, 3, 6}) {
+    RecordingContext context = linearStep(1, 16384, 2048, DType::F16, false, false, -1);
+    context.residentBlocks = resident;
+    Status status = run(context);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    ASSERT_EQ(context.launches.size(), 1u);
+    const Launch &gemv = context.launches[0];
+    EXPECT_EQ(gemv.grid.x, 132u * (resident > 0 ? resident : 4)) << resident;
+    ASSERT_EQ(context.occupancyQueries.size(), 1u);
+    EXPECT_EQ(context.occupancyQueries[0],
+              std::make_tuple(size_t(0), gemv.block.x, gemv.sharedBytes));
+  }
+  // A layer narrower than a wave: one block per 8 features.
+  RecordingContext narrow = linearStep(1, 64, 2048, DType::F16, false, false, -1);
+  narrow.residentBlocks = 3;
+  ASSERT_TRUE(run(narrow).isOk());
+  EXPECT_EQ(narrow.launches.at(0).grid.x, 8u);
 }
 
 TEST(LinearOpsTest, LargeActivationsAreReadFromGlobalMemory) {

@@ -344,9 +344,15 @@ Status runLinear(StepContext &context) {
     const int64_t splits = context.kernelConstant(kGemvSlot, "SPLIT_K", 1);
     if (splits != 1 && splits != 2 && splits != 4 && splits != 8)
       return context.error("the gemv kernel's SPLIT_K is ", splits, ", not 1, 2, 4 or 8");
-    Dim3 grid{gridFor(width * splits, warpsPerBlock, sms * 4)}, block{kGemvBlock};
     const uint32_t sharedBytes = static_cast<uint32_t>((staged ? stagedBytes : 0) +
                                                        (splits > 1 ? kGemvSplitSumsBytes : 0));
+    // One wave of as many blocks as the multiprocessors hold at once (their registers and
+    // shared memory decide): a fixed 4 per multiprocessor was 1.33 waves where 3 fit (the
+    // int8 gemv's 66 registers on sm_90), the last third of the blocks running alone.
+    // Where the occupancy is not known, 4.
+    const int resident = context.residentBlocksPerMultiprocessor(kGemvSlot, kGemvBlock, sharedBytes);
+    const int64_t wave = sms * (resident > 0 ? resident : 4);
+    Dim3 grid{gridFor(width * splits, warpsPerBlock, wave)}, block{kGemvBlock};
     // The norm prologue's parameters only for a kernel that has them (NORM).
     void *args[] = {&xPtr,      &wPtr,         &scalesPtr,   &biasPtr,  &residualPtr,
                     &yPtr,      &rowCount,     &outCount,    &inCount,  &stagedArg,
