@@ -31,6 +31,7 @@ Status kvCacheLayers(const dsp::Plan &plan, int rank, std::vector<KvLayer> &laye
                                str(program.name()) + "' has a cache_dtype that is not f32, " +
                                "f16 or bf16");
         shape.elementBytes = half ? 2 : 4;
+        shape.dtype = !half ? "f32" : cacheType->type() == dsp::DType::f16 ? "f16" : "bf16";
       }
       // A tensor-parallel rank caches only its own KV heads.
       if (const dsp::Attr *rankKvHeads = findAttr(step, "rank_kv_heads")) {

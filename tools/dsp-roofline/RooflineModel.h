@@ -64,6 +64,7 @@ struct ProgramCost {
 struct KvLayer {
   int64_t kvHeads = 0, headDim = 0;
   int64_t elementBytes = 4;
+  const char *dtype = "f32";  // or "f16", "bf16"
 };
 Status kvCacheLayers(const dsp::Plan &plan, int rank, std::vector<KvLayer> &layers);
 // Bytes of keys and values one sequence position takes in every layer together.

@@ -190,9 +190,13 @@ int main(int argc, char **argv) {
               " (limits: max_batch %" PRId64 ", max_seq_len %" PRId64 ")\n",
               workload.rank, workload.batch, workload.context,
               plan.limits() ? plan.limits()->max_batch() : 0, maxSeq);
-  std::printf("kv cache: %zu layers, %" PRIu64 " bytes per position per sequence (f32 keys and "
+  std::string cacheType = cache.empty() ? "f32" : cache.front().dtype;
+  for (const KvLayer &layer : cache)
+    if (cacheType != layer.dtype)
+      cacheType = "mixed";
+  std::printf("kv cache: %zu layers, %" PRIu64 " bytes per position per sequence (%s keys and "
               "values, this rank's heads)\n",
-              cache.size(), kvBytesPerPosition(cache));
+              cache.size(), kvBytesPerPosition(cache), cacheType.c_str());
   std::printf("launch cost: %.2f us per launch (%s)\n", launchMicroseconds,
               launchMeasured ? "given" : "assumed: not measured on a GPU yet");
   for (const ProgramCost &cost : costs)

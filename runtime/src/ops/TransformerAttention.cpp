@@ -394,6 +394,10 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   // assembled from the past inputs and the new tokens.
   std::vector<float> kAllStorage, vAllStorage;
   const float *kAll = nullptr, *vAll = nullptr;
+  // What the fast kernels read the keys and values from, in their stored dtype: kAll/vAll,
+  // or a half cache itself (not widened: the dot products and the weighted sum widen).
+  DType storedType = DType::F32;
+  const void *storedKeys = nullptr, *storedValues = nullptr;
   int64_t batchStride = KH * T * D, headStride = T * D;
   auto placeNew = [&](float *keys, float *values, int64_t bStride, int64_t hStride) {
     for (int64_t b = 0; b < B; ++b)
@@ -443,29 +447,23 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             convertFloats(DType::F32, &vNew[from], c.cacheDType, row(layer.value, b, h, P + s),
                           D);
           }
-      kAllStorage.resize(B * KH * T * D);
-      vAllStorage.resize(B * KH * T * D);
-      parallelFor(B * KH, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t bh = begin; bh < end; ++bh) {
-          const int64_t b = bh / KH, h = bh % KH;
-          for (int which = 0; which < 2; ++which) {
-            void *cached = row(which == 0 ? layer.key : layer.value, b, h, 0);
-            float *widened = (which == 0 ? kAllStorage : vAllStorage).data() + bh * T * D;
-            if (ctx.fastKernels) {
-              fast::LinearWeights rows;  // T rows of D, as stored (F16C / shifts)
-              rows.dtype = c.cacheDType;
-              rows.data = cached;
-              rows.out = T;
-              rows.in = D;
-              fast::widenRows(rows, 0, T, widened);
-            } else {
-              convertFloats(c.cacheDType, cached, DType::F32, widened, T * D);
-            }
-          }
-        }
-      });
-      kAll = kAllStorage.data();
-      vAll = vAllStorage.data();
+      if (ctx.fastKernels) {
+        storedType = c.cacheDType;
+        storedKeys = layer.key;
+        storedValues = layer.value;
+        batchStride = cacheBatchStride;
+        headStride = cacheHeadStride;
+      } else {
+        kAllStorage.resize(B * KH * T * D);
+        vAllStorage.resize(B * KH * T * D);
+        for (int64_t bh = 0; bh < B * KH; ++bh)
+          for (int which = 0; which < 2; ++which)
+            convertFloats(c.cacheDType, row(which == 0 ? layer.key : layer.value, bh / KH, bh % KH, 0),
+                          DType::F32, (which == 0 ? kAllStorage : vAllStorage).data() + bh * T * D,
+                          T * D);
+        kAll = kAllStorage.data();
+        vAll = vAllStorage.data();
+      }
     }
   } else {
     kAllStorage.resize(B * KH * T * D);
@@ -534,8 +532,26 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     std::vector<const float *> addedRows(added.size());
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
-      const float *keys = kAll + b * batchStride + kh * headStride;
-      const float *values = vAll + b * batchStride + kh * headStride;
+      // f32 rows (kAll/vAll), or, on the fast path over a half cache, its rows as stored.
+      const float *keys = kAll ? kAll + b * batchStride + kh * headStride : nullptr;
+      const float *values = vAll ? vAll + b * batchStride + kh * headStride : nullptr;
+      const size_t storedOffset =
+          static_cast<size_t>(b * batchStride + kh * headStride) * dtypeSize(storedType);
+      const void *keyRowsStored =
+          keys ? static_cast<const void *>(keys)
+               : static_cast<const char *>(storedKeys) + storedOffset;
+      const void *valueRowsStored =
+          values ? static_cast<const void *>(values)
+                 : static_cast<const char *>(storedValues) + storedOffset;
+      auto valueAt = [&](int64_t t, int64_t d) {
+        if (values)
+          return values[t * D + d];
+        float value = 0;
+        convertFloats(storedType, static_cast<const char *>(valueRowsStored) +
+                                      static_cast<size_t>(t * D + d) * dtypeSize(storedType),
+                      DType::F32, &value, 1);
+        return value;
+      };
       for (int64_t s = 0; s < S; ++s) {
         const float *query = &q[((b * S + s) * H + h) * D];
         for (size_t i = 0; i < added.size(); ++i)
@@ -548,7 +564,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         if (ctx.fastKernels) {
           // Every query-key product in one pass over the keys, as a matrix-vector product.
           fast::LinearWeights keyRows;
-          keyRows.data = keys;
+          keyRows.dtype = storedType;
+          keyRows.data = keyRowsStored;
           keyRows.out = limit;
           keyRows.in = D;
           fast::dotRows(query, 1, keyRows, 0, limit, dots.data(), limit);
@@ -594,7 +611,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             if (!c.unattendedCausal || visible[t]) {
               ++count;
               for (int64_t d = 0; d < D; ++d)
-                row[d] += values[t * D + d];
+                row[d] += valueAt(t, d);
             }
           for (int64_t d = 0; d < D && count > 0; ++d)
             row[d] /= float(count);
@@ -619,7 +636,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         if (ctx.fastKernels) {
           for (int64_t t = 0; t < limit; ++t)
             scores[t] /= sum;
-          fast::weightedSum(scores.data(), values, limit, D, row);
+          fast::weightedSum(scores.data(), valueRowsStored, storedType, limit, D, row);
           continue;
         }
         for (int64_t t = 0; t < T; ++t) {

@@ -374,6 +374,67 @@ TEST(FastAttention, EqualsTheReferenceKernel) {
   }
 }
 
+// The same over a half session cache (cache_dtype f16 and bf16): the fast kernels read the
+// cache's rows as stored (the products and the weighted sum widen them), the reference
+// widens them first; both write the new keys and values rounded, bit for bit the same, and
+// both attend the same stored values, so the bound above holds (with |k| and |v| those of
+// the cache, which rounding keeps within 2^-8 of the f32 ones: the bound takes 2 max|x|).
+TEST(FastAttention, EqualsTheReferenceOverAHalfCache) {
+  const int64_t B = 2, P = 5, S = 3, T = P + S, H = 4, KH = 2, D = 40, capacity = 12;
+  for (DType cacheType : {DType::F16, DType::BF16}) {
+    ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(H)},
+                          {"num_kv_heads", ops::Attr::ofInt(KH)},
+                          {"head_dim", ops::Attr::ofInt(D)},
+                          {"scale", ops::Attr::ofFloat(1.0f / std::sqrt(float(D)))},
+                          {"causal", ops::Attr::ofInt(1)},
+                          {"rotary_dim", ops::Attr::ofInt(D)},
+                          {"rotary_base", ops::Attr::ofFloat(10000.0f)},
+                          {"cache_layer", ops::Attr::ofInt(0)},
+                          {"cache_dtype", ops::Attr::ofType(cacheType)}};
+    std::mt19937 rng(cacheType == DType::F16 ? 5 : 6);
+    OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
+                v = randomF32({B, S, KH * D}, rng);
+    // The cache's earlier rows, random and already rounded; row 1 has one token of padding.
+    OwnedTensor past = randomF32({2, B, KH, capacity, D}, rng);
+    std::vector<uint16_t> stored(past.storage.size() / sizeof(float));
+    ASSERT_TRUE(convertFloats(DType::F32, past.storage.data(), cacheType, stored.data(),
+                              static_cast<int64_t>(stored.size())));
+    std::vector<int64_t> maskValues(B * T, 1), positionValues(B * S);
+    maskValues[T] = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        positionValues[b * S + s] = P + s - b;
+    OwnedTensor mask = i64({B, T}, maskValues), positions = i64({B, S}, positionValues);
+    std::vector<const OwnedTensor *> in{&q, &k, &v, &mask, nullptr, nullptr, &positions};
+    std::vector<uint16_t> caches[2] = {stored, stored};
+    std::vector<OwnedTensor> outputs[2];
+    const size_t half = stored.size() / 2;
+    for (int fast = 0; fast < 2; ++fast) {
+      ops::KvCache cache;
+      cache.layers.push_back({cacheType, B, KH, capacity, D, caches[fast].data(),
+                              caches[fast].data() + half});
+      Status status = run("tfm.attention", in, outputs[fast], attrs, 1, &cache, nullptr, fast);
+      ASSERT_TRUE(status.isOk()) << status.message();
+    }
+    EXPECT_EQ(caches[0], caches[1]) << "both write the new keys and values rounded alike";
+    EXPECT_NE(caches[0], stored) << "the new keys and values were written";
+    auto maxAbs = [](const OwnedTensor &t) {
+      double m = 0;
+      for (float x : values<float>(t))
+        m = std::max(m, double(std::fabs(x)));
+      return m;
+    };
+    const double qMax = maxAbs(q), kvMax = 2 * std::max({maxAbs(k), maxAbs(v), maxAbs(past)});
+    double delta = 2.0 * D * std::ldexp(1.0, -24) / std::sqrt(double(D)) * D * 2 * qMax * kvMax;
+    double bound = 2 * delta * kvMax + std::ldexp(1.0, -20) * kvMax +
+                   2.0 * T * std::ldexp(1.0, -24) * kvMax + 1e-30;
+    std::vector<float> got = values<float>(outputs[1][0]), want = values<float>(outputs[0][0]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], bound) << dtypeName(cacheType) << " element " << i;
+  }
+}
+
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
 // (ctest's dsrt-ops-fast-avx2 and -portable entries), or asks for the VNNI kernel

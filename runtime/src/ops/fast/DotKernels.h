@@ -30,9 +30,10 @@ struct IsaKernels {
   void (*activate)(Activation kind, float *y, int64_t n);
   // y[i] = e^y[i] for i < n.
   void (*exponentiate)(float *y, int64_t n);
-  // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count.
-  void (*weightedSum)(const float *weights, const float *rows, int64_t count, int64_t width,
-                      float *out);
+  // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count; rows of f32,
+  // f16 or bf16.
+  void (*weightedSum)(const float *weights, const void *rows, DType rowType, int64_t count,
+                      int64_t width, float *out);
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
@@ -352,9 +353,11 @@ inline void activateWith(Activation kind, float *y, int64_t n) {
 
 // Columns in blocks of U vectors, each block's sums kept in registers over every row (a
 // read-modify-write of `out` per row would chain each row's adds through memory).
-template <class Vec>
-void weightedSumWith(const float *weights, const float *rows, int64_t count, int64_t width,
-                     float *out) {
+template <class Vec, DType D>
+void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
+                      float *out) {
+  using Elem = Stored<D>;
+  const typename Elem::T *rows = static_cast<const typename Elem::T *>(stored);
   constexpr int W = Vec::kWidth, U = 4;
   int64_t d = 0;
   for (; d + U * W <= width; d += U * W) {
@@ -364,7 +367,8 @@ void weightedSumWith(const float *weights, const float *rows, int64_t count, int
     for (int64_t t = 0; t < count; ++t) {
       typename Vec::V weight = Vec::broadcast(weights[t]);
       for (int u = 0; u < U; ++u)
-        acc[u] = Vec::fma(weight, Vec::load(rows + t * width + d + u * W), acc[u]);
+        acc[u] = Vec::fma(weight, Elem::template load<Vec>(rows + t * width + d + u * W),
+                          acc[u]);
     }
     for (int u = 0; u < U; ++u)
       Vec::store(out + d + u * W, acc[u]);
@@ -372,14 +376,25 @@ void weightedSumWith(const float *weights, const float *rows, int64_t count, int
   for (; d + W <= width; d += W) {
     typename Vec::V acc = Vec::zero();
     for (int64_t t = 0; t < count; ++t)
-      acc = Vec::fma(Vec::broadcast(weights[t]), Vec::load(rows + t * width + d), acc);
+      acc = Vec::fma(Vec::broadcast(weights[t]), Elem::template load<Vec>(rows + t * width + d),
+                     acc);
     Vec::store(out + d, acc);
   }
   for (; d < width; ++d) {
     float sum = 0;
     for (int64_t t = 0; t < count; ++t)
-      sum += weights[t] * rows[t * width + d];
+      sum += weights[t] * Elem::one(rows + t * width + d);
     out[d] = sum;
+  }
+}
+
+template <class Vec>
+void weightedSumWith(const float *weights, const void *rows, DType rowType, int64_t count,
+                     int64_t width, float *out) {
+  switch (rowType) {
+  case DType::F16: return weightedSumTyped<Vec, DType::F16>(weights, rows, count, width, out);
+  case DType::BF16: return weightedSumTyped<Vec, DType::BF16>(weights, rows, count, width, out);
+  default: return weightedSumTyped<Vec, DType::F32>(weights, rows, count, width, out);
   }
 }
 

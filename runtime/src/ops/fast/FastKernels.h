@@ -27,6 +27,10 @@ void exponentiate(float *y, int64_t n);
 // (attention's probabilities times the values).
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
                  float *out);
+// The same over rows stored as f32, f16 or bf16 (a half KV cache's values), widened as they
+// are read.
+void weightedSum(const float *weights, const void *rows, DType rowType, int64_t count,
+                 int64_t width, float *out);
 
 // y = (x - mean) / sqrt(var + epsilon) * scale + bias over one row of n, in fp32
 // (vectorised; the reference accumulates in fp64). With `rms`, mean = 0 and var is the mean
@@ -54,10 +58,6 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
 // the AVX2 kernel with.
 void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);
-
-// Rows [first, first + count) of `w` as fp32 at `out` ([count, in]; int8 dequantized with
-// its scales), vectorised: the GEMM's tiles, and a half KV cache widened for attention.
-void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out);
 
 // y = x . w^T for x [rows, in] and y [rows, out], over the thread pool; after each range
 // [begin, end) of output features is computed for every row, `epilogue(begin, end)` runs on

@@ -164,11 +164,12 @@ void normalizeRow(const float *x, int64_t n, const float *scale, const float *bi
 
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
                  float *out) {
-  isa().weightedSum(weights, rows, count, width, out);
+  isa().weightedSum(weights, rows, DType::F32, count, width, out);
 }
 
-void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {
-  isa().widenRows(w, first, count, out);
+void weightedSum(const float *weights, const void *rows, DType rowType, int64_t count,
+                 int64_t width, float *out) {
+  isa().weightedSum(weights, rows, rowType, count, width, out);
 }
 
 void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
