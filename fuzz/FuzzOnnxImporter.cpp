@@ -84,6 +84,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   options.tensorParallel = hash % 3 == 0 ? 2 : 1;
   if (hash % 5 == 0)
     options.int8 = dsc::QuantizeWeightsOptions();
+  // A half session cache for three inputs in seven (dsc --kv-cache-dtype).
+  if (hash % 7 < 3)
+    options.kvCacheDtype = hash % 2 ? "f16" : "bf16";
   options.lowering.maxBatch = 2;
   options.lowering.maxSeqLen = 16;
   mlir::ModuleOp module = *imported->module;
