@@ -16,6 +16,7 @@
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -370,6 +371,8 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.lowering.maxBatch = maxBatch;
     pipeline.lowering.maxSeqLen = maxSeqLen;
     pipeline.lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
+    std::optional<double> configuredEpsilon = configuredNormEpsilon(modelDirectory);
+    pipeline.missingNormEpsilon = configuredEpsilon.value_or(0.0);
 
     RecognitionDeclines declines;
     if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
@@ -378,6 +381,17 @@ int runCompilerDriver(int argc, char **argv) {
     // The report describes recognition, so it is read before sharding and lowering.
     if (!noRecognize)
       printRecognitionReport(*imported->module, declines, llvm::errs());
+    if (declines.normsWithoutEpsilon > 0) {
+      llvm::errs() << "dsc: note: " << declines.normsWithoutEpsilon
+                   << " norm(s) of the export have no epsilon (torch's dynamo exporter drops "
+                      "an Add of 1e-8 or less): ";
+      if (configuredEpsilon)
+        llvm::errs() << "they use config.json's, " << llvm::format("%g", *configuredEpsilon)
+                     << "\n";
+      else
+        llvm::errs() << "they use none, as the graph says, and a row of zeros gives NaN "
+                        "(config.json beside the model would give its epsilon)\n";
+    }
     if (failed(shardAndQuantize(*imported->module, pipeline)))
       return EXIT_FAILURE;
     // --emit=tfm shows the IR before lowering.

@@ -24,7 +24,7 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
     // projections and at norms over each head (Qwen3's q/k norm), and it finds learned
     // position tables as tfm.embedding. Then the prefill and decode programs of a decoder
     // whose every attention was recognised.
-    pm.addPass(createRecognizeLayersWithReport(declines));
+    pm.addPass(createRecognizeLayersWithReport(declines, options.missingNormEpsilon));
     pm.addPass(createRecognizeAttentionWithWeights(weights, options.attentionRemarks));
     DeriveCacheProgramsOptions derive;
     derive.report = options.attentionRemarks;

@@ -8,6 +8,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace dsc {
@@ -309,7 +311,10 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
   return success();
 }
 
-std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
+namespace {
+// config.json beside the model as a JSON object; none when it is missing or not an object
+// (describeModel reports a malformed one).
+std::optional<llvm::json::Object> configObject(const std::string &modelDirectory) {
   llvm::SmallString<256> path(modelDirectory);
   llvm::sys::path::append(path, "config.json");
   auto buffer = llvm::MemoryBuffer::getFile(path);
@@ -320,7 +325,14 @@ std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
     llvm::consumeError(json.takeError());
     return std::nullopt;
   }
-  const llvm::json::Object *object = json->getAsObject();
+  if (llvm::json::Object *object = json->getAsObject())
+    return std::move(*object);
+  return std::nullopt;
+}
+} // namespace
+
+std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
+  std::optional<llvm::json::Object> object = configObject(modelDirectory);
   if (!object)
     return std::nullopt;
   // The names families give their length: most, GPT-2 (and n_ctx), MPT, ChatGLM/Qwen-1.
@@ -328,6 +340,19 @@ std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
                           "seq_length", "max_sequence_length"})
     if (std::optional<int64_t> positions = object->getInteger(key))
       return *positions > 0 ? positions : std::nullopt;
+  return std::nullopt;
+}
+
+std::optional<double> configuredNormEpsilon(const std::string &modelDirectory) {
+  std::optional<llvm::json::Object> object = configObject(modelDirectory);
+  if (!object)
+    return std::nullopt;
+  // The names families give it: Llama and most (rms_norm_eps), BERT and GPT-NeoX
+  // (layer_norm_eps), GPT-2 and Falcon (layer_norm_epsilon), Cohere, StableLM.
+  for (const char *key : {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps",
+                          "norm_epsilon", "rms_norm_epsilon"})
+    if (std::optional<double> epsilon = object->getNumber(key))
+      return *epsilon > 0 && std::isfinite(*epsilon) ? epsilon : std::nullopt;
   return std::nullopt;
 }
 

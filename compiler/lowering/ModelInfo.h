@@ -29,6 +29,10 @@ mlir::LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDire
 // describeModel).
 std::optional<int64_t> configuredPositions(const std::string &modelDirectory);
 
+// The norms' epsilon config.json beside the model gives (rms_norm_eps, layer_norm_eps ...);
+// none when there is no such file or positive number.
+std::optional<double> configuredNormEpsilon(const std::string &modelDirectory);
+
 // Records the greedy programs' local logits and each rank's shard of the vocabulary
 // (`vocabSizes`, the tp-shard pass's split) in plan.model, when the plan has prefill_greedy
 // and decode_greedy programs with a `local_logits` output.

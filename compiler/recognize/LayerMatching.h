@@ -112,7 +112,10 @@ template <typename OpTy> struct RecognitionPattern : mlir::OpRewritePattern<OpTy
 void populateLinearPatterns(mlir::RewritePatternSet &patterns, DeclineLog &log,
                             const ProbeShapes &shapes);
 // LayerNormalization and the decomposed layer and RMS norms (NormPatterns.cpp).
-void populateNormPatterns(mlir::RewritePatternSet &patterns, DeclineLog &log);
+// `missingEpsilon`: the epsilon of a decomposed norm whose export has none (RecognizeLayers'
+// missing-norm-epsilon); `withoutEpsilon` counts the norms that took it.
+void populateNormPatterns(mlir::RewritePatternSet &patterns, DeclineLog &log,
+                          double missingEpsilon, int &withoutEpsilon);
 // Activations (the elementwise subgraph around Erf/Tanh/Sigmoid, Relu, Gelu) and gated
 // activations (ActivationPatterns.cpp).
 void populateActivationPatterns(mlir::RewritePatternSet &patterns, DeclineLog &log);

@@ -61,12 +61,22 @@ struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
 };
 
 // The decomposed norms, anchored on the variance ReduceMean(Pow(d, 2)) (or Mul(d, d)):
-//   LayerNorm: d = Sub(x, ReduceMean(x)); Div(d, Sqrt(Add(var, eps))) -> Mul scale -> Add bias
+//   LayerNorm: d = Sub(x, ReduceMean(x)); Div(d, Sqrt(Add(var, eps))) (or d times its
+//              Reciprocal, or Div(1, .)) -> Mul scale [-> Add bias]
 //   RMSNorm:   d = x; Mul(x, Div(1, Sqrt(Add(var, eps)))) (or Reciprocal, or Div(x, Sqrt))
 //              -> Mul weight
-// with float Casts (fp16 exports) allowed around d and before the scale.
+// with float Casts (fp16 exports) allowed around d and before the scale. Sqrt(var) without
+// the Add is a norm too: torch's dynamo exporter drops an Add of a constant of 1e-8 or less
+// (Helium's rms_norm_eps), and a zero row (a padding token's zero embedding) then divides 0
+// by 0. Its epsilon is `missingEpsilon`: 0, the graph's own meaning, unless the driver gives
+// the model's configured one.
 struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
-  using RecognitionPattern::RecognitionPattern;
+  DecomposedNormPattern(MLIRContext *context, layers::DeclineLog &log, double missingEpsilon,
+                        int &withoutEpsilon)
+      : RecognitionPattern(context, log), missingEpsilon(missingEpsilon),
+        withoutEpsilon(withoutEpsilon) {}
+  double missingEpsilon;
+  int &withoutEpsilon;
 
   LogicalResult matchAndRewrite(onnx::ReduceMeanOp variance,
                                 PatternRewriter &rewriter) const override {
@@ -90,27 +100,36 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       return decline(rewriter, variance, "the variance is not over the last axis alone");
 
     // eps and the square root.
-    Operation *addEps = singleUser(variance.getReduced());
-    std::optional<double> eps =
-        addEps && isa<onnx::AddOp>(addEps)
-            ? scalarConstant(otherOperand(addEps, variance.getReduced()))
-            : std::nullopt;
-    if (!eps)
-      return decline(rewriter, variance, "the variance is not followed by Add(eps)");
-    auto sqrt = dyn_cast_or_null<onnx::SqrtOp>(singleUser(addEps->getResult(0)));
-    if (!sqrt)
-      return decline(rewriter, variance, "Add(eps) is not followed by Sqrt");
-    group.insert(addEps);
+    Operation *next = singleUser(variance.getReduced());
+    onnx::SqrtOp sqrt = dyn_cast_or_null<onnx::SqrtOp>(next);
+    double eps = missingEpsilon;
+    if (!sqrt) {
+      std::optional<double> added =
+          next && isa<onnx::AddOp>(next)
+              ? scalarConstant(otherOperand(next, variance.getReduced()))
+              : std::nullopt;
+      if (!added)
+        return decline(rewriter, variance, "the variance is not followed by Add(eps) or Sqrt");
+      sqrt = dyn_cast_or_null<onnx::SqrtOp>(singleUser(next->getResult(0)));
+      if (!sqrt)
+        return decline(rewriter, variance, "Add(eps) is not followed by Sqrt");
+      group.insert(next);
+      eps = *added;
+    }
     group.insert(sqrt);
 
     // LayerNorm when the deviation is x - mean(x).
     Value centred = throughCast(deviation);
-    if (auto sub = defining<onnx::SubOp>(centred)) {
-      auto mean = defining<onnx::ReduceMeanOp>(sub.getB());
-      if (mean && mean.getData() == sub.getA())
-        return rewriteLayerNorm(rewriter, variance, group, sub, mean, deviation, sqrt, *eps);
-    }
-    return rewriteRmsNorm(rewriter, variance, group, deviation, sqrt, *eps);
+    LogicalResult rewritten = failure();
+    auto sub = defining<onnx::SubOp>(centred);
+    auto mean = sub ? defining<onnx::ReduceMeanOp>(sub.getB()) : onnx::ReduceMeanOp();
+    if (mean && mean.getData() == sub.getA())
+      rewritten = rewriteLayerNorm(rewriter, variance, group, sub, mean, deviation, sqrt, eps);
+    else
+      rewritten = rewriteRmsNorm(rewriter, variance, group, deviation, sqrt, eps);
+    if (succeeded(rewritten) && next == sqrt.getOperation())
+      ++withoutEpsilon;
+    return rewritten;
   }
 
   // Mul(y, scale) [+ Add(bias)] after the normalised value (possibly through a Cast).
@@ -161,22 +180,44 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
                                  onnx::SqrtOp sqrt, double eps) const {
     if (!isLastAxisMean(mean))
       return decline(rewriter, variance, "the mean is not over the last axis alone");
-    auto div = dyn_cast_or_null<onnx::DivOp>(singleUser(sqrt.getY()));
-    if (!div || throughCast(div.getA()) != sub.getResult())
+    // Div(d, Sqrt), or d times its reciprocal (Cohere's (x - mean) * rsqrt(var + eps)):
+    // Mul(d, Reciprocal(Sqrt)) or Mul(d, Div(1, Sqrt)).
+    Value numerator, normalised;
+    Operation *user = singleUser(sqrt.getY());
+    auto div = dyn_cast_or_null<onnx::DivOp>(user);
+    if (div && throughCast(div.getA()) == sub.getResult()) {
+      numerator = div.getA();
+      normalised = div.getC();
+      group.insert(div);
+    } else {
+      Value inverse;
+      if (auto reciprocal = dyn_cast_or_null<onnx::ReciprocalOp>(user))
+        inverse = reciprocal.getY();
+      else if (div && near(scalarConstant(div.getA()), 1.0))
+        inverse = div.getC();
+      Operation *mul = inverse ? singleUser(inverse) : nullptr;
+      if (mul && isa<onnx::MulOp>(mul) &&
+          throughCast(otherOperand(mul, inverse)) == sub.getResult()) {
+        numerator = otherOperand(mul, inverse);
+        normalised = mul->getResult(0);
+        group.insert(user);
+        group.insert(mul);
+      }
+    }
+    if (!normalised)
       return decline(rewriter, variance, "the deviation is not divided by the square root");
     group.insert(sub);
     group.insert(mean);
-    group.insert(div);
     if (deviation != sub.getResult())
       group.insert(deviation.getDefiningOp());
-    if (div.getA() != sub.getResult() && div.getA() != deviation)
-      group.insert(div.getA().getDefiningOp());
+    if (numerator != sub.getResult() && numerator != deviation)
+      group.insert(numerator.getDefiningOp());
     Value x = sub.getA();
     RankedTensorType inputType = rankedFloat(x);
     if (!inputType || inputType.getRank() < 1)
       return decline(rewriter, variance, "the input has no known rank of at least 1");
     int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
-    Affine affine = matchAffine(div.getC(), hidden, /*withBias=*/true, group);
+    Affine affine = matchAffine(normalised, hidden, /*withBias=*/true, group);
     if (!affine.mul)
       return decline(rewriter, variance, "the normalised value is not scaled by a weight");
     group.insert(affine.mul);
@@ -259,8 +300,11 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
 };
 
 
-void populateNormPatterns(RewritePatternSet &patterns, DeclineLog &log) {
-  patterns.add<LayerNormOpPattern, DecomposedNormPattern>(patterns.getContext(), log);
+void populateNormPatterns(RewritePatternSet &patterns, DeclineLog &log, double missingEpsilon,
+                          int &withoutEpsilon) {
+  patterns.add<LayerNormOpPattern>(patterns.getContext(), log);
+  patterns.add<DecomposedNormPattern>(patterns.getContext(), log, missingEpsilon,
+                                      withoutEpsilon);
 }
 
 } // namespace dsc::layers

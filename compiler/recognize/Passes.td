@@ -24,6 +24,10 @@ def RecognizeLayers : Pass<"dsc-recognize-layers", "mlir::ModuleOp"> {
   let options = [
     Option<"reportDeclines", "report-declines", "bool", "false",
            "Emit a remark with the reason for every anchor op that stays generic">,
+    Option<"missingNormEpsilon", "missing-norm-epsilon", "double", "0.0",
+           "The epsilon of a decomposed norm whose variance goes straight into its Sqrt "
+           "(torch's dynamo exporter drops an Add of a constant of 1e-8 or less): the "
+           "model's configured one. 0, the default, keeps the graph's meaning">,
   ];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
 }

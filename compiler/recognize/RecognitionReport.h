@@ -34,10 +34,14 @@ struct RecognitionDeclines {
     const void *where = nullptr;
   };
   std::vector<Entry> generic;
+  // Decomposed norms whose export has no epsilon (their variance goes straight into Sqrt).
+  int normsWithoutEpsilon = 0;
 };
 
-// dsc-recognize-layers, recording what it declines into `declines` (may be null).
-std::unique_ptr<mlir::Pass> createRecognizeLayersWithReport(RecognitionDeclines *declines);
+// dsc-recognize-layers, recording what it declines into `declines` (may be null), with
+// its missing-norm-epsilon option.
+std::unique_ptr<mlir::Pass> createRecognizeLayersWithReport(RecognitionDeclines *declines,
+                                                           double missingNormEpsilon = 0.0);
 
 // "dsc: recognised 2/2 blocks: attention, mlp, 2 norms; embedding, final norm, lm head",
 // then one line per reason something stayed generic. Reads @main after recognition.

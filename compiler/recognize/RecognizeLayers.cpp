@@ -33,10 +33,13 @@ bool isAnchor(Operation *op) {
 struct RecognizeLayersPass : impl::RecognizeLayersBase<RecognizeLayersPass> {
   using RecognizeLayersBase::RecognizeLayersBase;
   RecognizeLayersPass() = default;
-  explicit RecognizeLayersPass(RecognitionDeclines *sink) : sink(sink) {}
+  RecognizeLayersPass(RecognitionDeclines *sink, double missingEpsilon) : sink(sink) {
+    missingNormEpsilon = missingEpsilon;
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    normsWithoutEpsilon = 0;
     layers::DeclineLog log;
     for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       layers::ProbeCoverage coverage;
@@ -45,7 +48,7 @@ struct RecognizeLayersPass : impl::RecognizeLayersBase<RecognizeLayersPass> {
       MLIRContext *context = &getContext();
       RewritePatternSet patterns(context);
       layers::populateLinearPatterns(patterns, log, shapes);
-      layers::populateNormPatterns(patterns, log);
+      layers::populateNormPatterns(patterns, log, missingNormEpsilon, normsWithoutEpsilon);
       layers::populateActivationPatterns(patterns, log);
       layers::populateResidualPatterns(patterns);
       GreedyRewriteConfig config;
@@ -71,16 +74,20 @@ struct RecognizeLayersPass : impl::RecognizeLayersBase<RecognizeLayersPass> {
       if (sink)
         sink->generic.push_back({op->getName().stripDialect().str(), it->second, op});
     });
+    if (sink)
+      sink->normsWithoutEpsilon = normsWithoutEpsilon;
   }
 
   RecognitionDeclines *sink = nullptr;
+  int normsWithoutEpsilon = 0;
 };
 
 
 } // namespace
 
-std::unique_ptr<Pass> createRecognizeLayersWithReport(RecognitionDeclines *declines) {
-  return std::make_unique<RecognizeLayersPass>(declines);
+std::unique_ptr<Pass> createRecognizeLayersWithReport(RecognitionDeclines *declines,
+                                                      double missingNormEpsilon) {
+  return std::make_unique<RecognizeLayersPass>(declines, missingNormEpsilon);
 }
 
 } // namespace dsc
