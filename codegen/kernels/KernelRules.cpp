@@ -116,8 +116,9 @@ std::string RuleInput::stringAttr(const char *name, const std::string &fallback)
 int activationCode(const std::string &kind) {
   if (kind.empty() || kind == "none")
     return -1;
-  static const char *const kinds[] = {"gelu_erf", "gelu_tanh", "gelu_quick", "silu", "relu"};
-  for (int code = 0; code < 5; ++code)
+  static const char *const kinds[] = {"gelu_erf", "gelu_tanh", "gelu_quick", "silu", "relu",
+                                      "relu2"};
+  for (int code = 0; code < 6; ++code)
     if (kind == kinds[code])
       return code;
   return -2;

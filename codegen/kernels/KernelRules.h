@@ -81,7 +81,7 @@ void addLinearKernelRules(std::vector<KernelRuleEntry> &rules);       // tfm.lin
 void addAttentionKernelRules(std::vector<KernelRuleEntry> &rules);    // tfm.attention
 
 // The DSC_ACT_* code of dsc_common.cuh for an activation kind (tfm.activation's `kind`,
-// tfm.linear's `activation`): 0 gelu_erf, 1 gelu_tanh, 2 gelu_quick, 3 silu, 4 relu; -1 for
+// tfm.linear's `activation`): 0 gelu_erf, 1 gelu_tanh, 2 gelu_quick, 3 silu, 4 relu, 5 relu2; -1 for
 // "" or "none"; -2 for anything else (the rule declines).
 int activationCode(const std::string &kind);
 

@@ -22,6 +22,7 @@
 #define DSC_ACT_GELU_QUICK 2
 #define DSC_ACT_SILU 3
 #define DSC_ACT_RELU 4
+#define DSC_ACT_RELU2 5
 
 // ---- f16 and bf16 as bits ---------------------------------------------------------------
 
@@ -219,6 +220,8 @@ static __device__ __forceinline__ float dsc_silu(float x) { return x / (1.0f + e
 
 static __device__ __forceinline__ float dsc_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
+static __device__ __forceinline__ float dsc_relu2(float x) { return x > 0.0f ? x * x : 0.0f; }
+
 // `kind` is a DSC_ACT_* code; with a constant code the switch folds away.
 static __device__ __forceinline__ float dsc_activate(int kind, float x) {
   switch (kind) {
@@ -227,6 +230,7 @@ static __device__ __forceinline__ float dsc_activate(int kind, float x) {
   case DSC_ACT_GELU_QUICK: return dsc_gelu_quick(x);
   case DSC_ACT_SILU: return dsc_silu(x);
   case DSC_ACT_RELU: return dsc_relu(x);
+  case DSC_ACT_RELU2: return dsc_relu2(x);
   default: return x;
   }
 }

@@ -34,6 +34,7 @@ double referenceActivation(tfm::ActivationKind kind, double x) {
   case tfm::ActivationKind::gelu_quick: return x / (1 + std::exp(-1.702 * x));
   case tfm::ActivationKind::silu: return x / (1 + std::exp(-x));
   case tfm::ActivationKind::relu: return x > 0 ? x : 0;
+  case tfm::ActivationKind::relu2: return x > 0 ? x * x : 0;
   }
   return 0;
 }
@@ -187,13 +188,31 @@ template <typename AnchorOp> struct ActivationPattern : RecognitionPattern<Ancho
 };
 
 // The activation ops that need no subgraph: Relu, and Gelu (opset 20 or com.microsoft).
+// A Relu squared by its only user, Pow(r, 2) (dynamo) or Mul(r, r) (TorchScript), is
+// relu2 (Nemotron's MLP).
 struct ReluPattern : RecognitionPattern<onnx::ReluOp> {
   using RecognitionPattern::RecognitionPattern;
   LogicalResult matchAndRewrite(onnx::ReluOp relu, PatternRewriter &rewriter) const override {
     RankedTensorType type = rankedFloat(relu.getX());
     if (!type)
       return decline(rewriter, relu, "the input is not a float tensor of known rank");
+    Value r = relu.getY();
+    Operation *square = nullptr;
+    if (!r.use_empty() && llvm::all_equal(r.getUsers())) {
+      Operation *user = *r.getUsers().begin();
+      if (auto pow = dyn_cast<onnx::PowOp>(user);
+          pow && pow.getX() == r && near(scalarConstant(pow.getY()), 2.0))
+        square = pow;
+      else if (auto mul = dyn_cast<onnx::MulOp>(user); mul && mul.getA() == r && mul.getB() == r)
+        square = mul;
+    }
     recognised(relu);
+    if (square && square->getResult(0).getType() == r.getType()) {
+      rewriter.replaceOpWithNewOp<tfm::ActivationOp>(square, type, tfm::ActivationKind::relu2,
+                                                     relu.getX());
+      rewriter.eraseOp(relu);
+      return success();
+    }
     rewriter.replaceOpWithNewOp<tfm::ActivationOp>(relu, type, tfm::ActivationKind::relu,
                                                    relu.getX());
     return success();

@@ -315,13 +315,13 @@ protected:
 TEST_F(LinearNvrtcTest, GemvSpecialisationsCompile) {
   // K = 64 and 768 take the vector path for every dtype; 2050 is not a multiple of 4 or 8
   // (the scalar path); 4100 is a multiple of 4 but not 8 (vector for f32 only) and too
-  // large for 8 rows to be staged. Each activation (-1..4) appears twice.
+  // large for 8 rows to be staged. Each activation (-1..5) appears at least once.
   // Split-K over 1, 2, 4 and 8 warps per feature in turn (and, every fifth, a gated one).
   const int64_t ks[] = {64, 768, 2050, 4100};
   int variant = 0;
   for (int64_t k : ks)
     for (int64_t wt : {1, 2, 3}) {
-      int64_t act = variant % 6 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
+      int64_t act = variant % 7 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
       int64_t biasType = hasBias ? (variant % 3) + 1 : 1;
       KernelSpec spec{"gemv",
                       {{"K", k},
@@ -346,7 +346,7 @@ TEST_F(LinearNvrtcTest, Int8GemvAndDequantizationSpecialisationsCompile) {
   int variant = 0;
   for (auto [k, gs] : shapes)
     for (int64_t sdt : {1, 2, 3}) {
-      int64_t act = variant % 6 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
+      int64_t act = variant % 7 - 1, hasBias = variant % 2, hasResidual = (variant / 2) % 2;
       compiles({"gemv",
                 {{"K", k},
                  {"WT", 8},

@@ -26,7 +26,8 @@ def Tfm_ActivationKindEnum : I32EnumAttr<"ActivationKind", "an activation functi
       I32EnumAttrCase<"gelu_tanh", 1>,  // GELU, tanh approximation (GPT-2 "gelu_new")
       I32EnumAttrCase<"gelu_quick", 2>, // x * sigmoid(1.702 x)
       I32EnumAttrCase<"silu", 3>,       // x * sigmoid(x)
-      I32EnumAttrCase<"relu", 4>]> {
+      I32EnumAttrCase<"relu", 4>,
+      I32EnumAttrCase<"relu2", 5>]> {  // relu(x)^2 (Nemotron's and Primer's "relu2")
   let cppNamespace = "::dsc::tfm";
   let genSpecializedAttr = 0;
 }

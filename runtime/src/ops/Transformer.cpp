@@ -132,6 +132,7 @@ Status parseActivation(const KernelContext &ctx, const std::string &kind, Activa
   else if (kind == "gelu_quick") out = Activation::GeluQuick;
   else if (kind == "silu") out = Activation::Silu;
   else if (kind == "relu") out = Activation::Relu;
+  else if (kind == "relu2") out = Activation::Relu2;
   else return ctx.error("unknown activation kind '", kind, "'");
   return Status::ok();
 }
@@ -165,6 +166,7 @@ float activate(Activation kind, float x) {
   case Activation::GeluQuick: return x / (1.0f + std::exp(-1.702f * x));
   case Activation::Silu: return x / (1.0f + std::exp(-x));
   case Activation::Relu: return x > 0 ? x : 0.0f;
+  case Activation::Relu2: return x > 0 ? x * x : 0.0f;
   }
   return x;
 }

@@ -197,7 +197,7 @@ TEST(FastActivations, EqualTheReferenceKernel) {
     inputs.push_back(i * 0.01f + 0.003f);
   const int64_t n = static_cast<int64_t>(inputs.size());
   OwnedTensor x = f32({n}, inputs), gate = f32({n}, std::vector<float>(inputs.rbegin(), inputs.rend()));
-  for (const char *kind : {"gelu_erf", "gelu_tanh", "gelu_quick", "silu", "relu"}) {
+  for (const char *kind : {"gelu_erf", "gelu_tanh", "gelu_quick", "silu", "relu", "relu2"}) {
     for (const char *op : {"tfm.activation", "tfm.gated_act"}) {
       bool gated = std::string(op) == "tfm.gated_act";
       std::vector<const OwnedTensor *> in{&x};

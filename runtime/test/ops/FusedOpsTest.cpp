@@ -18,6 +18,7 @@ double activationReference(const std::string &kind, double x) {
   if (kind == "gelu_quick") return x / (1 + std::exp(-1.702 * x));
   if (kind == "silu") return x / (1 + std::exp(-x));
   if (kind == "relu") return x > 0 ? x : 0;
+  if (kind == "relu2") return x > 0 ? x * x : 0;
   return x; // "none"
 }
 
@@ -80,7 +81,7 @@ TEST_P(FusedLinearKindTest, EpilogueMatchesFormulaAndUnfusedSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FusedLinearKindTest,
                          ::testing::Values("none", "gelu_erf", "gelu_tanh", "gelu_quick", "silu",
-                                           "relu"));
+                                           "relu", "relu2"));
 
 TEST(FusedLinearTest, HalfPrecisionEpilogue) {
   std::mt19937 rng(11);

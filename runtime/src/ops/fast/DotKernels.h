@@ -336,6 +336,8 @@ template <Activation Kind> void activateTyped(float *y, int64_t n) {
       y[i] = x / (1.0f + expApprox(-1.702f * x));
     else if constexpr (Kind == Activation::Silu)
       y[i] = x / (1.0f + expApprox(-x));
+    else if constexpr (Kind == Activation::Relu2)
+      y[i] = x > 0 ? x * x : 0.0f;
     else
       y[i] = x > 0 ? x : 0.0f;
   }
@@ -348,6 +350,7 @@ inline void activateWith(Activation kind, float *y, int64_t n) {
   case Activation::GeluQuick: return activateTyped<Activation::GeluQuick>(y, n);
   case Activation::Silu: return activateTyped<Activation::Silu>(y, n);
   case Activation::Relu: return activateTyped<Activation::Relu>(y, n);
+  case Activation::Relu2: return activateTyped<Activation::Relu2>(y, n);
   }
 }
 

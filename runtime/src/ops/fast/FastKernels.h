@@ -14,7 +14,7 @@
 namespace dsrt::ops::fast {
 
 // The activations of tfm.activation, tfm.gated_act and the linear epilogue.
-enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu };
+enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu, Relu2 };
 
 // y[i] = act(y[i]) for i < n, vectorised for the CPU's instruction set: exp within 2 ulp
 // and erf within 1.2e-7 relative instead of libm's (the reference kernels use libm).
