@@ -37,8 +37,18 @@ struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
       return decline(rewriter, norm, "its mean or inverse deviation is used");
     int64_t hidden = type.getDimSize(axis);
     onnx::WeightOp scale = vectorWeight(norm.getScale(), hidden);
+    // A constant scale (OLMo's parameter-free norm, exported by TorchScript with a constant
+    // of ones) is read as the plan's constant.
+    Value constantScale;
     if (!scale)
-      return decline(rewriter, norm, "the scale is not a weight of the hidden size");
+      if (auto constant = defining<onnx::ConstantOp>(norm.getScale()))
+        if (auto constantType = dyn_cast<RankedTensorType>(constant.getType());
+            constantType && constantType.getRank() == 1 &&
+            constantType.getDimSize(0) == hidden &&
+            constantType.getElementType() == type.getElementType())
+          constantScale = constant.getResult();
+    if (!scale && !constantScale)
+      return decline(rewriter, norm, "the scale is not a weight or constant of the hidden size");
     onnx::WeightOp bias;
     // A bias of zeros (nn.LayerNorm(bias=False) exported with a constant B) is none.
     bool zeroBias = false;
@@ -50,7 +60,8 @@ struct LayerNormOpPattern : RecognitionPattern<onnx::LayerNormalizationOp> {
         !(bias = vectorWeight(norm.getB(), hidden)))
       return decline(rewriter, norm, "the bias is not a weight of the hidden size");
     auto layerNorm = tfm::LayerNormOp::create(
-        rewriter, norm.getLoc(), type, norm.getX(), tfmWeight(rewriter, scale, false),
+        rewriter, norm.getLoc(), type, norm.getX(),
+        scale ? tfmWeight(rewriter, scale, false) : constantScale,
         bias ? tfmWeight(rewriter, bias, false) : Value(),
         rewriter.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
     recognised(norm);
