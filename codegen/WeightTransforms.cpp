@@ -51,6 +51,13 @@ WeightTransform WeightTransform::quantScales(int64_t groupSize) {
   return t;
 }
 
+WeightTransform WeightTransform::scale(double factor) {
+  WeightTransform t;
+  t.kind = Kind::Scale;
+  t.factor = factor;
+  return t;
+}
+
 namespace {
 
 bool convertible(DType dtype) {
@@ -89,6 +96,12 @@ Status step(DType dtype, const Shape &shape, const WeightTransform &t, size_t in
                            " along axis " + std::to_string(t.axis) + " does not fit " +
                            dsrt::shapeString(shape));
     outShape[t.axis] = t.size * t.groups;
+    return Status::ok();
+  case WeightTransform::Kind::Scale:
+    if (!convertible(dtype) || !std::isfinite(t.factor) || t.factor == 0)
+      return Status::error(where + "cannot scale " + dsrt::dtypeName(dtype) + " by " +
+                           std::to_string(t.factor) +
+                           " (f32, f16 and bf16 scale, by a finite nonzero factor)");
     return Status::ok();
   case WeightTransform::Kind::Convert:
     if (!convertible(dtype) || !convertible(t.to))
@@ -200,6 +213,14 @@ Status applyOne(const uint8_t *in, DType dtype, const Shape &shape, const Weight
   int64_t count = dsrt::elementCount(outShape);
   if (t.kind == WeightTransform::Kind::Convert) {
     dsrt::convertFloats(dtype, in, outDtype, out, count);  // step() checked the dtypes
+    return Status::ok();
+  }
+  if (t.kind == WeightTransform::Kind::Scale) {
+    std::vector<float> values(static_cast<size_t>(count));
+    dsrt::convertFloats(dtype, in, DType::F32, values.data(), count);
+    for (float &value : values)
+      value = static_cast<float>(value * t.factor);
+    dsrt::convertFloats(DType::F32, values.data(), dtype, out, count);
     return Status::ok();
   }
   if (t.kind == WeightTransform::Kind::QuantizeInt8)

@@ -1,7 +1,7 @@
 // What the plan writer does to a weight on its way from the model to a rank's section
 // (DESIGN.md §3.1: the IR refers to weights by handle with "the transforms to apply"):
-// transpose, slice (a tensor-parallel shard), convert (the stored dtype) and int8
-// quantization. They run one weight at a time while the plan streams, so no weight is
+// transpose, slice (a tensor-parallel shard), scale (a constant product folded into a
+// linear), convert (the stored dtype) and int8 quantization. They run one weight at a time while the plan streams, so no weight is
 // transformed in the IR or held longer than its own write. Plain C++17.
 #ifndef DSC_CODEGEN_WEIGHTTRANSFORMS_H
 #define DSC_CODEGEN_WEIGHTTRANSFORMS_H
@@ -19,7 +19,8 @@ struct WeightTransform {
   // its symmetric int8 values and their f32 scales [out, in / groupSize] (groupSize 0: one
   // group per row). The int8 values are computed with the scales as `scaleDtype` will store
   // them, so that q * stored scale is what the quantization chose.
-  enum class Kind { Transpose, Slice, Convert, QuantizeInt8, QuantScales };
+  // Scale multiplies every element by `factor` (in f64, rounded to the weight's dtype).
+  enum class Kind { Transpose, Slice, Convert, QuantizeInt8, QuantScales, Scale };
   Kind kind = Kind::Convert;
   std::vector<int64_t> perm;  // Transpose: output dim i is input dim perm[i]
   int64_t axis = 0;           // Slice: [offset, offset + size) along axis
@@ -31,6 +32,7 @@ struct WeightTransform {
   dsrt::DType to = dsrt::DType::Undefined;  // Convert: between f32, f16 and bf16
   int64_t groupSize = 0;                      // QuantizeInt8, QuantScales
   dsrt::DType scaleDtype = dsrt::DType::F32;  // QuantizeInt8
+  double factor = 1;                          // Scale
 
   static WeightTransform transpose(std::vector<int64_t> perm);
   static WeightTransform slice(int64_t axis, int64_t offset, int64_t size,
@@ -38,6 +40,7 @@ struct WeightTransform {
   static WeightTransform convert(dsrt::DType to);
   static WeightTransform quantizeInt8(int64_t groupSize, dsrt::DType scaleDtype);
   static WeightTransform quantScales(int64_t groupSize);
+  static WeightTransform scale(double factor);
 };
 
 // What QuantizeInt8 lost: per element, |w - q * scale| relative to the largest |w| of its

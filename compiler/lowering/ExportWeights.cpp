@@ -82,6 +82,9 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
         // chosen for the scales as stored.
         transforms.push_back(WeightTransform::quantizeInt8(
             transform.getAs<IntegerAttr>("group_size").getInt(), storedFloatDtype(weightDtype)));
+      } else if (kind == "scale") {
+        transforms.push_back(
+            WeightTransform::scale(transform.getAs<FloatAttr>("factor").getValueAsDouble()));
       } else if (kind == "quant_scales") {
         transforms.push_back(
             WeightTransform::quantScales(transform.getAs<IntegerAttr>("group_size").getInt()));

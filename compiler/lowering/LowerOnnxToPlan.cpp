@@ -54,6 +54,9 @@ FailureOr<Attribute> planTransform(Operation *op, Attribute transform) {
          b.getNamedAttr("offsets", b.getI64ArrayAttr(shard.getOffsets())),
          b.getNamedAttr("sizes", b.getI64ArrayAttr(shard.getSizes())),
          b.getNamedAttr("groups", b.getI64IntegerAttr(shard.getGroups()))}));
+  if (auto scale = dyn_cast<tfm::ScaleAttr>(transform))
+    return Attribute(b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("scale")),
+                                          b.getNamedAttr("factor", scale.getFactor())}));
   if (auto convert = dyn_cast<tfm::ConvertAttr>(transform))
     return Attribute(b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("convert")),
                                           b.getNamedAttr("to", TypeAttr::get(convert.getDtype()))}));

@@ -226,9 +226,101 @@ struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
 };
 
 
+// A weight that only this tfm.weight reads: no other handle of the same name (a tied
+// embedding table) and no onnx op still reading the initializer.
+bool ownedWeight(tfm::WeightOp weight) {
+  if (!weight->hasOneUse())
+    return false;
+  bool owned = true;
+  weight->getParentOfType<func::FuncOp>().walk([&](Operation *op) {
+    if (auto other = dyn_cast<tfm::WeightOp>(op))
+      owned &= other == weight || other.getName() != weight.getName();
+    else if (auto source = dyn_cast<onnx::WeightOp>(op))
+      owned &= source.getName() != weight.getName() || source->use_empty();
+  });
+  return owned;
+}
+
+// A linear's (or the LM head's) output multiplied or divided by a constant, where the
+// product is its only use and no one else reads its weight and bias: it computes the
+// product itself with both scaled (#tfm.scale), so the product launches nothing and what
+// follows it (Granite's residual add after o_proj * residual_multiplier) sees the linear.
+template <typename OpTy> struct ScaledLinearPattern : RecognitionPattern<OpTy> {
+  using RecognitionPattern<OpTy>::RecognitionPattern;
+
+  // The weight and bias operands of a plain linear or LM head; none for anything else.
+  static Operation *scalable(Value value, OpOperand *&weight, OpOperand *&bias) {
+    Operation *op = value.getDefiningOp();
+    // Recognition makes plain linears; the epilogues come with the fusions, later.
+    if (auto linear = dyn_cast_or_null<tfm::LinearOp>(op)) {
+      if (linear.getScales() || linear.getResidual() || linear.getNormScale() ||
+          linear.getActivation() || linear.getGated())
+        return nullptr;
+      weight = &linear.getWeightMutable();
+      bias = linear.getBias() ? &linear.getBiasMutable()[0] : nullptr;
+      return op;
+    }
+    if (auto head = dyn_cast_or_null<tfm::LmHeadOp>(op)) {
+      if (head.getScales())
+        return nullptr;
+      weight = &head.getWeightMutable();
+      bias = nullptr;
+      return op;
+    }
+    return nullptr;
+  }
+
+  LogicalResult matchAndRewrite(OpTy op, PatternRewriter &rewriter) const override {
+    constexpr bool divide = std::is_same_v<OpTy, onnx::DivOp>;
+    // No decline: a product has many meanings besides this one.
+    OpOperand *weightOperand = nullptr, *biasOperand = nullptr;
+    Operation *linear = scalable(op.getA(), weightOperand, biasOperand);
+    Value constantOperand = op.getB();
+    if (!linear && !divide) {
+      linear = scalable(op.getB(), weightOperand, biasOperand);
+      constantOperand = op.getA();
+    }
+    std::optional<double> constant = linear ? scalarConstant(constantOperand) : std::nullopt;
+    if (!constant)
+      return failure();
+    double factor = divide ? 1.0 / *constant : *constant;
+    Value output = linear->getResult(0);
+    if (!std::isfinite(factor) || factor == 0 || !output.hasOneUse() ||
+        op.getResult().getType() != output.getType())
+      return failure();
+    // Gemma-2's logit cap, cap * tanh(logits / cap), is the LM head's as it stands.
+    Operation *next = op->hasOneUse() ? *op->getUsers().begin() : nullptr;
+    if (isa<tfm::LmHeadOp>(linear) && next && isa<onnx::TanhOp>(next))
+      return failure();
+    auto weight = weightOperand->get().template getDefiningOp<tfm::WeightOp>();
+    auto bias = biasOperand ? biasOperand->get().template getDefiningOp<tfm::WeightOp>()
+                            : tfm::WeightOp();
+    if (!weight || !ownedWeight(weight) || (biasOperand && (!bias || !ownedWeight(bias))))
+      return failure();
+    Attribute scale =
+        tfm::ScaleAttr::get(rewriter.getContext(), rewriter.getF64FloatAttr(factor));
+    FailureOr<Value> scaledWeight = weight.withTransforms(rewriter, {scale});
+    FailureOr<Value> scaledBias = bias ? bias.withTransforms(rewriter, {scale}) : Value();
+    if (failed(scaledWeight) || failed(scaledBias))
+      return failure();
+    rewriter.modifyOpInPlace(linear, [&] {
+      weightOperand->set(*scaledWeight);
+      if (bias)
+        biasOperand->set(*scaledBias);
+    });
+    rewriter.replaceOp(op, output);
+    if (weight->use_empty())
+      rewriter.eraseOp(weight);
+    if (bias && bias->use_empty())
+      rewriter.eraseOp(bias);
+    return success();
+  }
+};
+
 void populateLinearPatterns(RewritePatternSet &patterns, DeclineLog &log,
                             const ProbeShapes &shapes) {
-  patterns.add<EmbeddingPattern, MatMulPattern>(patterns.getContext(), log);
+  patterns.add<EmbeddingPattern, MatMulPattern, ScaledLinearPattern<onnx::MulOp>,
+               ScaledLinearPattern<onnx::DivOp>>(patterns.getContext(), log);
   patterns.add<GemmPattern>(patterns.getContext(), log, shapes);
 }
 

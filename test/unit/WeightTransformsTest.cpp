@@ -80,6 +80,26 @@ TEST(WeightTransformsTest, ConvertRoundsToHalf) {
   EXPECT_EQ(out[2], 0xfbff);  // -65504, the most negative half
 }
 
+// Granite's residual_multiplier folded into o_proj: every element times the factor, in
+// order with the other transforms, and rounded once to a half weight's dtype.
+TEST(WeightTransformsTest, ScaleMultipliesEveryElement) {
+  dsrt::Shape shape;
+  std::vector<float> out = apply({1, 2, 3, 4, 5, 6}, {2, 3},
+                                 {WeightTransform::transpose({1, 0}), WeightTransform::scale(0.25),
+                                  WeightTransform::slice(0, 1, 2)},
+                                 shape);
+  EXPECT_EQ(shape, (dsrt::Shape{2, 2}));
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.25f, 0.75f, 1.5f}));
+  uint16_t half[2] = {0x3c00, 0xbc00};  // f16 1.0, -1.0
+  uint16_t scaled[2] = {};
+  ASSERT_TRUE(dsc::applyWeightTransforms(reinterpret_cast<const uint8_t *>(half), DType::F16,
+                                         {2}, {WeightTransform::scale(1.0 / 3.0)},
+                                         reinterpret_cast<uint8_t *>(scaled))
+                  .isOk());
+  EXPECT_EQ(scaled[0], 0x3555);  // 1/3 to nearest half
+  EXPECT_EQ(scaled[1], 0xb555);
+}
+
 TEST(WeightTransformsTest, TransformsThatDoNotApplyAreErrors) {
   DType dtype;
   dsrt::Shape shape;
@@ -92,6 +112,10 @@ TEST(WeightTransformsTest, TransformsThatDoNotApplyAreErrors) {
   EXPECT_EQ(dsc::transformedType(DType::I64, {2}, {WeightTransform::convert(DType::F16)}, dtype,
                                  shape).message(),
             "weight transform 0: cannot convert i64 to f16 (f32, f16 and bf16 convert)");
+  EXPECT_EQ(dsc::transformedType(DType::F32, {2}, {WeightTransform::scale(0)}, dtype, shape)
+                .message(),
+            "weight transform 0: cannot scale f32 by 0.000000 (f32, f16 and bf16 scale, by a "
+            "finite nonzero factor)");
 }
 
 // int8 values and scales of a float [rows, cols] weight, and what was lost.

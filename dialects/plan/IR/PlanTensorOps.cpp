@@ -107,13 +107,15 @@ LogicalResult WeightTensorOp::verify() {
                         transform.getAs<ArrayAttr>("sizes") &&
                         transform.getAs<IntegerAttr>("groups")) ||
                        (kind == "convert" && transform.getAs<TypeAttr>("to")) ||
+                       (kind == "scale" && transform.getAs<FloatAttr>("factor")) ||
                        ((kind == "quantize_int8" || kind == "quant_scales") &&
                         transform.getAs<IntegerAttr>("group_size")));
     if (!ok)
       return emitOpError() << "transform " << index
                            << " must be a transpose (perm), a slice (axis, offset, size, "
                               "groups?), a shard (axis, offsets, sizes, groups), a convert "
-                              "(to), a quantize_int8 or a quant_scales (group_size)";
+                              "(to), a scale (factor), a quantize_int8 or a quant_scales "
+                              "(group_size)";
   }
   return success();
 }

@@ -55,6 +55,14 @@ LogicalResult ShardAttr::verify(function_ref<InFlightDiagnostic()> emitError, in
   return success();
 }
 
+LogicalResult ScaleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                FloatAttr factor) {
+  if (!factor || !factor.getType().isF64() || !std::isfinite(factor.getValueAsDouble()) ||
+      factor.getValueAsDouble() == 0)
+    return emitError() << "scale needs a finite, nonzero f64 factor, not " << factor;
+  return success();
+}
+
 LogicalResult ConvertAttr::verify(function_ref<InFlightDiagnostic()> emitError, Type dtype) {
   if (!isa<FloatType>(dtype))
     return emitError() << "convert needs a floating-point type, not " << dtype;
@@ -183,6 +191,13 @@ static LogicalResult applyTransform(Attribute transform, SmallVectorImpl<int64_t
         return failure();
       }
     shape[axis] = shard.getGroups() * shard.getSizes()[0];
+    return success();
+  }
+  if (isa<ScaleAttr>(transform)) {
+    if (!isa<FloatType>(element)) {
+      error << "scale needs a floating-point weight, not '" << element << "'";
+      return failure();
+    }
     return success();
   }
   if (auto convert = dyn_cast<ConvertAttr>(transform)) {

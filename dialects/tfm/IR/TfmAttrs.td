@@ -100,6 +100,18 @@ def Tfm_ShardAttr : Tfm_Attr<"Shard", "shard"> {
   let genVerifyDecl = 1;
 }
 
+def Tfm_ScaleAttr : Tfm_Attr<"Scale", "scale"> {
+  let summary = "multiply every element by a constant factor";
+  let description = [{
+    A linear whose output the export multiplies (or divides) by a constant, as Granite's
+    residual_multiplier does, computes that product itself with its weight and bias scaled
+    (dsc-recognize-layers): no launch for the product, and the residual add behind it fuses.
+  }];
+  let parameters = (ins "::mlir::FloatAttr":$factor);
+  let assemblyFormat = "`<` $factor `>`";
+  let genVerifyDecl = 1;
+}
+
 def Tfm_ConvertAttr : Tfm_Attr<"Convert", "convert"> {
   let summary = "convert the elements to another floating-point type";
   let parameters = (ins "::mlir::Type":$dtype);

@@ -18,7 +18,8 @@ def Tfm_WeightOp : Tfm_Op<"weight", [Pure]> {
     model (`source_type`), and lists transforms applied in order when the plan writer
     streams its bytes: `#tfm.transpose`, `#tfm.slice`, `#tfm.blocks` (a part of a fused
     projection), `#tfm.shard` (a tensor-parallel shard: the result type is rank 0's),
-    `#tfm.convert`, `#tfm.quantize_int8` and `#tfm.quant_scales`. The result type is what
+    `#tfm.scale` (a constant product folded into a linear), `#tfm.convert`,
+    `#tfm.quantize_int8` and `#tfm.quant_scales`. The result type is what
     the transforms make of the source type.
 
     ```mlir
