@@ -29,6 +29,9 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
     DeriveCacheProgramsOptions derive;
     derive.report = options.attentionRemarks;
     pm.addPass(createDeriveCachePrograms(derive));
+    // On the derived programs, whose cache is the session's: the export's repeated K/V
+    // heads (Falcon's new architecture) cached once per group.
+    pm.addPass(createNarrowRepeatedKv());
   }
   return pm.run(module);
 }

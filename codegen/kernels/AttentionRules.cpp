@@ -14,9 +14,9 @@
 // 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
 // cached step with a bias.
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
-// only the prefill kernel adds (BIAS). Inputs 8 and 9, when present, are the scales of
-// per-head q/k norms (Qwen3's, Gemma-3's), which attention_rotary and attention_decode apply
-// to each head before the rotation (QK_NORM). A session cache of f16 or bf16 (the step's
+// only the prefill kernel adds (BIAS). Inputs 8 and 9, when present, are the scales of q/k
+// norms, which attention_rotary and attention_decode apply to each head before the
+// rotation: per head (Qwen3's, Gemma-3's: QK_NORM 1) or over all heads (OLMo-2's: 2). A session cache of f16 or bf16 (the step's
 // cache_dtype) is KV_DTYPE of the three kernels that write and read it.
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
 // of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
@@ -193,16 +193,32 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   const int64_t kvDtype =
       sessionCache && cacheType != DType::F32 ? static_cast<int64_t>(cacheType) : 0;
 
-  // Qwen3's and Gemma-3's per-head q/k norms: scales at inputs 8 and 9, f32 [head_dim].
+  // q/k norms: scales at inputs 8 and 9, f32 [head_dim] per head (Qwen3's, Gemma-3's:
+  // QK_NORM 1), or [heads * head_dim] and [kv_heads * head_dim] over all of a token's query
+  // or key heads (OLMo-2's: QK_NORM 2).
   const dsp::TensorT *queryNorm = in.input(8), *keyNorm = in.input(9);
   const bool qkNorm = queryNorm || keyNorm;
+  int64_t qkNormKind = 0;
   if (qkNorm) {
-    for (const dsp::TensorT *scale : {queryNorm, keyNorm})
-      if (!isF32(scale) || scale->shape.size() != 1 || in.staticDim(*scale, 0) != headDim) {
-        reason = "the q/k norms need f32 scales [" + std::to_string(headDim) + "], not " +
-                 dtypeOf(scale);
-        return false;
-      }
+    const int64_t partHeads[2] = {heads, kvHeads};
+    bool perHead = true, overAll = true;
+    for (int part = 0; part < 2; ++part) {
+      const dsp::TensorT *scale = part == 0 ? queryNorm : keyNorm;
+      const int64_t size = isF32(scale) && scale->shape.size() == 1 ? in.staticDim(*scale, 0) : -1;
+      perHead &= size == headDim;
+      overAll &= size == partHeads[part] * headDim;
+    }
+    if (!perHead && !overAll) {
+      reason = "the q/k norms need f32 scales [" + std::to_string(headDim) + "] each, or [" +
+               std::to_string(heads * headDim) + "] and [" + std::to_string(kvHeads * headDim) +
+               "]";
+      return false;
+    }
+    qkNormKind = perHead ? 1 : 2;
+    if (qkNormKind == 2 && in.attr("rank_heads")) {
+      reason = "q/k norms over all heads span the tensor-parallel ranks";
+      return false;
+    }
     const float epsilon = in.floatAttr("qk_norm_epsilon", -1.0f);
     if (!(epsilon >= 0) || !std::isfinite(epsilon)) {
       reason = "the q/k norms need a finite qk_norm_epsilon >= 0";
@@ -227,7 +243,7 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     kernels.back().constants.push_back({"PACKED_QKV", 1});
   // Per-head q/k norms before the rotation: last, and only where the step has them.
   if (qkNorm)
-    kernels.back().constants.push_back({"QK_NORM", 1});
+    kernels.back().constants.push_back({"QK_NORM", qkNormKind});
   if (kvDtype != 0)
     kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
@@ -290,7 +306,7 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     if (unattendedZero)
       kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
     if (qkNorm)
-      kernels.back().constants.push_back({"QK_NORM", 1});
+      kernels.back().constants.push_back({"QK_NORM", qkNormKind});
     if (kvDtype != 0)
       kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   }

@@ -21,8 +21,9 @@
 // projection's row width when they are packed).
 //
 // With QK_NORM (only with FUSED_ROTARY; last, and only where the step has q/k norms), the
-// query and the new key are RMS-normalised per head (`q_norm_scale`, `k_norm_scale`,
-// `qk_norm_epsilon`) before they are rotated, as attention_rotary does.
+// query and the new key are RMS-normalised (`q_norm_scale`, `k_norm_scale`,
+// `qk_norm_epsilon`) before they are rotated, as attention_rotary does: per head (1), or
+// over all of the token's query or key heads (2, a step whose heads are the model's).
 //
 // With FUSED_COMBINE (only with FUSED_ROTARY; then UNATTENDED_CAUSAL, and UNATTENDED_ZERO
 // where the step asks for it, as attention_combine's), a decode step is one launch: each
@@ -176,6 +177,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #ifdef QK_NORM
     // holds_new is the block's alike: every thread stages.
     __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
+#if QK_NORM == 2
+    // Over all of the token's query heads, and its key heads (heads / group of them).
+    dsc_stage_rms_normalized_span<HEAD_DIM>(new_query + sequence * query_stride,
+                                            heads * HEAD_DIM, query_in, q_norm_scale,
+                                            qk_norm_epsilon, query_staged, norm_scratch);
+    query_in = query_staged;
+    if (holds_new) {
+      dsc_stage_rms_normalized_span<HEAD_DIM>(new_key + sequence * kv_stride,
+                                              heads / group * HEAD_DIM, key_in, k_norm_scale,
+                                              qk_norm_epsilon, key_staged, norm_scratch);
+      key_in = key_staged;
+    }
+#else
     dsc_stage_rms_normalized<HEAD_DIM>(query_in, q_norm_scale, qk_norm_epsilon, query_staged,
                                        norm_scratch);
     query_in = query_staged;
@@ -184,6 +198,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                                          norm_scratch);
       key_in = key_staged;
     }
+#endif
 #endif
     for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
       query_row[feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(

@@ -17,9 +17,11 @@
 // go to `q_out` (the step's output buffer, which the attention kernels read and then
 // overwrite row by row). Rotation is out of place, so no element is read after it is written.
 //
-// With QK_NORM (1, last, only where the step has q/k norms: Qwen3's, Gemma-3's), each head
-// of the new queries and keys is RMS-normalised over its features (scales `q_norm_scale`
-// and `k_norm_scale`, `qk_norm_epsilon`) in shared memory before it is rotated.
+// With QK_NORM (last, only where the step has q/k norms), each head of the new queries and
+// keys is RMS-normalised (scales `q_norm_scale` and `k_norm_scale`, `qk_norm_epsilon`) in
+// shared memory before it is rotated: over its own features with QK_NORM 1 (Qwen3's,
+// Gemma-3's; scales [HEAD_DIM]), over all of its token's query or key heads with QK_NORM 2
+// (OLMo-2's; scales [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]).
 //
 // With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
 // dtype: cache_dtype), `key_dst` and `value_dst` are that cache, and the keys and values
@@ -128,13 +130,25 @@ extern "C" __global__ void attention_rotary(
 #ifdef QK_NORM
     // `head < heads` and `head < kv_heads` are the block's alike: every thread stages.
     if (head < heads) {
+#if QK_NORM == 2
+      dsc_stage_rms_normalized_span<HEAD_DIM>(query_token, heads * HEAD_DIM, query_head,
+                                              q_norm_scale, qk_norm_epsilon, query_staged,
+                                              norm_scratch);
+#else
       dsc_stage_rms_normalized<HEAD_DIM>(query_head, q_norm_scale, qk_norm_epsilon,
                                          query_staged, norm_scratch);
+#endif
       query_head = query_staged;
     }
     if (head < kv_heads) {
+#if QK_NORM == 2
+      dsc_stage_rms_normalized_span<HEAD_DIM>(key_token, kv_heads * HEAD_DIM, key_head,
+                                              k_norm_scale, qk_norm_epsilon, key_staged,
+                                              norm_scratch);
+#else
       dsc_stage_rms_normalized<HEAD_DIM>(key_head, k_norm_scale, qk_norm_epsilon, key_staged,
                                          norm_scratch);
+#endif
       key_head = key_staged;
     }
 #endif

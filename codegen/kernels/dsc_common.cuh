@@ -202,6 +202,28 @@ dsc_stage_rms_normalized(const float *head, const float *scale, float epsilon, f
   __syncthreads();
 }
 
+// As dsc_stage_rms_normalized, with the mean of squares taken over `span_features` features
+// from `span` (which holds `head`) and the scale indexed from the span's start: a norm over
+// all of a token's query or key heads (OLMo-2's q_norm and k_norm, QK_NORM 2).
+template <int HEAD_DIM_>
+static __device__ __forceinline__ void
+dsc_stage_rms_normalized_span(const float *span, int span_features, const float *head,
+                              const float *scale, float epsilon, float *staged,
+                              float *scratch) {
+  __syncthreads();
+  float squares = 0.0f;
+  for (int feature = threadIdx.x; feature < span_features; feature += blockDim.x) {
+    const float x = span[feature];
+    squares += x * x;
+  }
+  const float inverse =
+      1.0f / sqrtf(dsc_block_sum(squares, scratch) / span_features + epsilon);
+  const float *head_scale = scale + (head - span);
+  for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x)
+    staged[feature] = head[feature] * inverse * head_scale[feature];
+  __syncthreads();
+}
+
 // ---- activations ------------------------------------------------------------------------
 
 static __device__ __forceinline__ float dsc_gelu_erf(float x) {

@@ -1,9 +1,10 @@
-// Per-head q/k norms (Qwen3's and Gemma-3's q_norm and k_norm) moved into the attention
-// that reads them: the query and key projections' results are split into heads, RMS-normalised
-// over each head's features and merged again, which on the GPU is a norm launch each and, for
-// Gemma-3's [b, heads, s, d] layout, two Transposes each, per layer. The attention kernels
-// normalise each head as they load it for the rotary embedding instead (issue 14), and the
-// projections then join and pack as Llama's do.
+// Per-head q/k norms (Qwen3's and Gemma-3's q_norm and k_norm), and norms over all of the
+// query's or key's heads (OLMo-2's), moved into the attention that reads them. Per head,
+// the query and key projections' results are split into heads, RMS-normalised over each
+// head's features and merged again, which on the GPU is a norm launch each and, for
+// Gemma-3's [b, heads, s, d] layout, two Transposes each, per layer; over all heads, a norm
+// launch each. The attention kernels normalise each head as they load it for the rotary
+// embedding instead (issue 14), and the projections then join and pack as Llama's do.
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/tfm/IR/TfmDialect.h"
@@ -66,10 +67,34 @@ bool onlyReader(Value value, Operation *reader) {
   });
 }
 
-// `operand` as a per-head norm of a projection of `headDim` features per head; otherwise
-// nothing, with `reason` saying why and `sawNorm` whether there was a norm at all.
-std::optional<HeadNorm> headNormOf(Value operand, int64_t headDim, std::string &reason,
-                                   bool &sawNorm) {
+// `operand` as an RMS norm over all `heads` heads of a [batch, seq, heads * headDim]
+// projection (OLMo-2's q_norm and k_norm), read by the attention alone; otherwise nothing.
+std::optional<HeadNorm> allHeadsNormOf(Value operand, int64_t heads, int64_t headDim) {
+  auto norm = operand.getDefiningOp<tfm::RmsNormOp>();
+  auto type = dyn_cast<RankedTensorType>(operand.getType());
+  int64_t width = 0, scaleSize = 0;
+  if (!norm || heads < 2 || norm.getResidual() || norm.getPostResidual() || norm.getSum() ||
+      !type || type.getRank() != 3 || !staticDim(operand, 1, width) ||
+      width != heads * headDim || !staticDim(norm.getScale(), 1, scaleSize) ||
+      scaleSize != width || cast<RankedTensorType>(norm.getScale().getType()).getRank() != 1 ||
+      !operand.hasOneUse())
+    return std::nullopt;
+  HeadNorm found;
+  found.source = norm.getInput();
+  found.norm = norm;
+  found.chain.push_back(norm);
+  return found;
+}
+
+// `operand` as a per-head norm of a projection of `headDim` features per head, or a norm
+// over all of its `heads` heads; otherwise nothing, with `reason` saying why and `sawNorm`
+// whether there was a norm at all.
+std::optional<HeadNorm> headNormOf(Value operand, int64_t heads, int64_t headDim,
+                                   std::string &reason, bool &sawNorm) {
+  if (std::optional<HeadNorm> found = allHeadsNormOf(operand, heads, headDim)) {
+    sawNorm = true;
+    return found;
+  }
   HeadNorm found;
   auto merge = operand.getDefiningOp<onnx::ReshapeOp>();
   if (!merge) {
@@ -167,14 +192,22 @@ std::string whyNotFused(tfm::AttentionOp attention, std::optional<HeadNorm> &que
     return "it is a cross-attention";
   std::string reason;
   const int64_t headDim = attention.getHeadDim();
-  query = headNormOf(attention.getQuery(), headDim, reason, sawNorm);
+  query = headNormOf(attention.getQuery(), attention.getNumHeads(), headDim, reason, sawNorm);
   if (!query)
     return "its query " + reason;
-  key = headNormOf(attention.getKey(), headDim, reason, sawNorm);
+  key = headNormOf(attention.getKey(), attention.getNumKvHeads(), headDim, reason, sawNorm);
   if (!key)
     return "its key " + reason;
   if (query->norm == key->norm)
     return "its query and key are one norm";
+  // The kernels normalise both per head or both over all heads (QK_NORM 1 or 2).
+  auto overAllHeads = [&](const HeadNorm &norm, int64_t heads) {
+    return heads > 1 && norm.chain.size() == 1;
+  };
+  if (overAllHeads(*query, attention.getNumHeads()) !=
+          overAllHeads(*key, attention.getNumKvHeads()) &&
+      attention.getNumHeads() > 1 && attention.getNumKvHeads() > 1)
+    return "its query is normalised per head and its key over all heads, or the other way";
   if (query->norm.getEpsilonAttr() != key->norm.getEpsilonAttr())
     return "its query's and key's norms differ in epsilon";
   return "";

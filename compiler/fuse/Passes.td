@@ -8,7 +8,7 @@ include "mlir/Pass/PassBase.td"
 // docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
 
 def FuseQkNorm : Pass<"dsc-fuse-qk-norm", "mlir::ModuleOp"> {
-  let summary = "Move per-head q/k norms into the attention that reads them";
+  let summary = "Move q/k norms (per head or over all heads) into the attention that reads them";
   let description = [{
     A `tfm.attention` whose query and key are each a projection's [batch, seq, heads * d]
     result reshaped to heads of d features, `tfm.rms_norm`ed over them (between a
@@ -16,12 +16,15 @@ def FuseQkNorm : Pass<"dsc-fuse-qk-norm", "mlir::ModuleOp"> {
     form, or without one, Qwen3's) and reshaped back, reads the projections' results
     themselves with the norms' scales as `query_norm_scale` and `key_norm_scale` and their
     epsilon as `qk_norm_epsilon`: the attention normalises each head before its rotary
-    embedding. The reshapes, transposes and norms go. Runs first, so that the projections
-    then join and the attention reads them packed. Declined, with the reason (as remarks
-    with `remarks`), for an attention that is packed, a cross-attention, a norm with a
-    residual or other readers, a norm not over head_dim features, transposes that move the
-    features or do not undo each other, reshapes that do not split whole heads, and query
-    and key norms of different epsilons.
+    embedding. So does one whose query and key are each a `tfm.rms_norm` over all of the
+    projection's heads (OLMo-2's, scales [heads * d] and [kv_heads * d]): the attention
+    normalises each token's heads together. The reshapes, transposes and norms go. Runs
+    first, so that the projections then join and the attention reads them packed.
+    Declined, with the reason (as remarks with `remarks`), for an attention that is packed,
+    a cross-attention, a norm with a residual or other readers, a norm not over head_dim
+    features or all heads, transposes that move the features or do not undo each other,
+    reshapes that do not split whole heads, a query normalised per head and a key over all
+    heads (or the other way), and query and key norms of different epsilons.
   }];
   let options = [
     Option<"remarks", "remarks", "bool", "false",

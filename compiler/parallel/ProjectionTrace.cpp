@@ -51,11 +51,17 @@ bool readsKeptDims(Operation *user, Value value, int64_t heads, int64_t headDim)
   return true;
 }
 
-bool isPerHeadView(ArrayRef<int64_t> dims, int64_t heads, int64_t headDim) {
+// Whether `dims` view a fused projection per KV group, [.., kv_heads, (r + 2) * head_dim] or
+// [.., kv_heads, r + 2, head_dim] with r = heads / kv_heads: each group's r queries, then
+// its key and value (BLOOM's and GPT-NeoX's [heads, 3, head_dim], where r is 1; Falcon's new
+// architecture).
+bool isPerGroupView(ArrayRef<int64_t> dims, int64_t heads, int64_t kvHeads, int64_t headDim) {
+  const int64_t parts = heads / kvHeads + 2;
   for (size_t i = 0; i + 1 < dims.size(); ++i) {
-    if (dims[i] == heads && dims[i + 1] == 3 * headDim)
+    if (dims[i] == kvHeads && dims[i + 1] == parts * headDim)
       return true;
-    if (i + 2 < dims.size() && dims[i] == heads && dims[i + 1] == 3 && dims[i + 2] == headDim)
+    if (i + 2 < dims.size() && dims[i] == kvHeads && dims[i + 1] == parts &&
+        dims[i + 2] == headDim)
       return true;
   }
   return false;
@@ -123,14 +129,17 @@ std::optional<Taken> takenRange(Operation *def) {
 
 // Whether what `def` takes of a fused projection's axis lies within part `part` (0 q, 1 k,
 // 2 v): an axis of the heads (heads + 2 kv_heads), of the features ((heads + 2 kv_heads)
-// head_dim), or of a head's three parts (3 or 3 head_dim, BLOOM's and GPT-NeoX's views).
-// Taking from an axis of another size is not judged here.
+// head_dim), or of a KV group's parts (r + 2 or (r + 2) head_dim with r = heads / kv_heads:
+// BLOOM's and GPT-NeoX's 3 per head, Falcon's queries, key and value per group). Taking
+// from an axis of another size is not judged here.
 bool takesWithinPart(Operation *def, int part, int64_t heads, int64_t kvHeads,
                      int64_t headDim) {
   std::optional<Taken> taken = takenRange(def);
   if (!taken)
     return true;
   const int64_t firsts[4] = {0, heads, heads + kvHeads, heads + 2 * kvHeads};
+  const int64_t repeats = heads / kvHeads;
+  const int64_t groupFirsts[4] = {0, repeats, repeats + 1, repeats + 2};
   auto within = [&](int64_t unit, int64_t begin, int64_t end) {
     return taken->begin >= begin * unit && taken->end <= end * unit;
   };
@@ -138,10 +147,10 @@ bool takesWithinPart(Operation *def, int part, int64_t heads, int64_t kvHeads,
     return within(1, firsts[part], firsts[part + 1]);
   if (taken->size == (heads + 2 * kvHeads) * headDim)
     return within(headDim, firsts[part], firsts[part + 1]);
-  if (taken->size == 3)
-    return within(1, part, part + 1);
-  if (taken->size == 3 * headDim)
-    return within(headDim, part, part + 1);
+  if (taken->size == repeats + 2)
+    return within(1, groupFirsts[part], groupFirsts[part + 1]);
+  if (taken->size == (repeats + 2) * headDim)
+    return within(headDim, groupFirsts[part], groupFirsts[part + 1]);
   return true;
 }
 
@@ -235,7 +244,7 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
       "onnx.Reshape", "onnx.Transpose", "onnx.Split",   "onnx.Slice",   "onnx.Gather",
       "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "onnx.Flatten", "onnx.GatherND"};
   tfm::LinearOp found;
-  bool perHead = false;
+  bool perGroup = false;
   int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads(),
           headDim = attention.getHeadDim();
   SmallVector<Value> worklist = {operand};
@@ -256,6 +265,17 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
     // A norm over each head (Qwen3's q/k norm) works on whichever heads a rank holds.
     if (isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
       auto type = dyn_cast<RankedTensorType>(def->getOperand(1).getType());
+      // An RMS norm over every head of this part (OLMo-2's q_norm and k_norm): each rank
+      // normalises its heads with the sum of squares of all of them (tp-shard all-reduces
+      // it), so it is kept apart from the per-head ops.
+      auto norm = dyn_cast<tfm::RmsNormOp>(def);
+      if (norm && type && type.getRank() == 1 && type.getDimSize(0) == partHeads * dim &&
+          partHeads > 1 && !norm.getResidual() && !norm.getPostResidual() && !norm.getSum() &&
+          !out.globalNorm && out.headOps.empty() && norm.getInput().getDefiningOp<tfm::LinearOp>()) {
+        out.globalNorm = def;
+        worklist.push_back(norm.getInput());
+        continue;
+      }
       if (!type || type.getRank() != 1 || type.getDimSize(0) != headDim)
         return "a Q/K/V operand is normalised over more than one head";
       if (!visited.insert(def).second)
@@ -287,17 +307,18 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
     if (!takesWithinPart(def, part, heads, kvHeads, headDim))
       return "a fused projection's slices or gathers do not give q, k and v in that order";
     // BLOOM (and GPT-NeoX) view the fused projection as [.., heads, 3 * head_dim] or
-    // [.., heads, 3, head_dim]: Q, K and V interleaved per head. The view's type or its
-    // constant shape says so.
+    // [.., heads, 3, head_dim]: Q, K and V interleaved per head; Falcon's new architecture
+    // as [.., kv_heads, r + 2, head_dim]: each group's queries, key and value. The view's
+    // type or its constant shape says so.
     if (auto type = dyn_cast<RankedTensorType>(value.getType()))
-      perHead |= isPerHeadView(type.getShape(), heads, headDim);
+      perGroup |= isPerGroupView(type.getShape(), heads, kvHeads, headDim);
     DenseIntElementsAttr shape;
     if (def->getName().getStringRef() == "onnx.Reshape" &&
         matchPattern(def->getOperand(1), m_Constant(&shape))) {
       SmallVector<int64_t> dims;
       for (const APInt &d : shape.getValues<APInt>())
         dims.push_back(d.getSExtValue());
-      perHead |= isPerHeadView(dims, heads, headDim);
+      perGroup |= isPerGroupView(dims, heads, kvHeads, headDim);
     }
     // Only the data operand: the others are shapes, indices and split sizes.
     worklist.push_back(def->getOperand(0));
@@ -312,20 +333,36 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
     for (Operation *op : out.headOps)
       if (!hasOneDataUse(op->getResult(0), partHeads, dim))
         return "a value between a Q/K/V projection and the attention has other users";
+    if (out.globalNorm && !hasOneDataUse(out.globalNorm->getResult(0), partHeads, dim))
+      return "a value between a Q/K/V projection and the attention has other users";
     out.linear = found;
     return "";
   }
+  if (out.globalNorm)
+    return "a part of a fused projection is normalised over all of its heads";
   out.headOps.clear();
-  if (features != (heads + 2 * kvHeads) * headDim)
+  if (features != (heads + 2 * kvHeads) * headDim) {
+    // Fewer KV heads than the attention reads: the export repeats each group's key and
+    // value for its query heads, which dsc-narrow-repeated-kv undoes where the cache is the
+    // session's, but not where the export's past and present hold every copy.
+    const int64_t groups = (features / headDim - heads) / 2;
+    if (features % headDim == 0 && groups > 0 && groups < kvHeads && kvHeads % groups == 0 &&
+        features == (heads + 2 * groups) * headDim)
+      return "the export repeats each of its " + std::to_string(groups) +
+             " KV heads for every query head of its group, and its past and present hold "
+             "every copy";
     return "a fused projection of " + std::to_string(features) +
            " features is not the attention's Q, K and V";
+  }
   out.linear = found;
   out.fused = true;
   int64_t size = part == 0 ? heads * headDim : kvHeads * headDim;
-  if (perHead) {
-    if (kvHeads != heads)
-      return "a per-head fused projection with grouped KV heads";
-    out.select.push_back(tfm::BlocksAttr::get(attention.getContext(), 0, heads, part * headDim, headDim));
+  if (perGroup) {
+    // Of each group's rows, the r queries, the key or the value.
+    const int64_t repeats = heads / kvHeads;
+    const int64_t offset = part == 0 ? 0 : (repeats + part - 1) * headDim;
+    out.select.push_back(tfm::BlocksAttr::get(attention.getContext(), 0, kvHeads, offset,
+                                              part == 0 ? repeats * headDim : headDim));
   } else {
     // GPT-2's c_attn: [q | k | v] columns.
     int64_t offset = part == 0 ? 0 : part == 1 ? heads * headDim : (heads + kvHeads) * headDim;

@@ -28,6 +28,9 @@ struct Projection {
   // An unfused projection reached through reshapes and a per-head norm (Qwen3's q/k
   // norm): those ops stay, retyped for the rank's heads.
   llvm::SmallVector<mlir::Operation *> headOps;
+  // An RMS norm over every head of an unfused projection's part, straight after it
+  // (OLMo-2's q_norm and k_norm over [heads * head_dim]): its statistic spans the ranks.
+  mlir::Operation *globalNorm = nullptr;
   // Keys or values read from a graph input that holds every KV head (a cross-attention's
   // cache in optimum's merged decoder): not sharded; each rank reads its own heads.
   bool allHeads = false;

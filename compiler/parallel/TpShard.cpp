@@ -139,6 +139,8 @@ private:
                                   ArrayRef<int64_t> sizes);
   LogicalResult rowParallel(tfm::LinearOp linear, ArrayRef<int64_t> offsets,
                             ArrayRef<int64_t> sizes, Operation *unflatten = nullptr);
+  LogicalResult shardGlobalNorm(tfm::RmsNormOp norm, ArrayRef<int64_t> offsets,
+                                ArrayRef<int64_t> sizes, int64_t features);
   LogicalResult shardMlps();
   LogicalResult shardLmHeads();
   void eraseDead();
@@ -169,6 +171,10 @@ std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &pl
       return why;
   if (plan.parts[1].allHeads != plan.parts[2].allHeads)
     return "only one of the keys and values is read from a graph input";
+  // Replicated KV heads would count their squares once per copy.
+  if (plan.parts[1].globalNorm && plan.split.kvReplicated)
+    return "its keys are normalised over all " + std::to_string(kvHeads) +
+           " KV heads, which are fewer than the ranks";
   for (Projection &p : plan.parts)
     if (!p.allHeads &&
         (p.linear.getScales() || p.linear.getParallel() != tfm::Parallelism::replicated))
@@ -266,6 +272,10 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
       op->getResult(0).setType(withDim(op->getResult(0).getType(), -1,
                                        counts[0] * headDim));
     int64_t partHeads = part == 0 ? globalHeads : globalKv;
+    if (p.globalNorm &&
+        failed(shardGlobalNorm(cast<tfm::RmsNormOp>(p.globalNorm), scaled(firsts, headDim),
+                               scaled(counts, headDim), partHeads * headDim)))
+      return failure();
     for (Operation *op : p.headOps)
       op->getResult(0).setType(
           withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
@@ -322,6 +332,49 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     }
     present.replaceAllUsesExcept(result, gather);
   }
+  return success();
+}
+
+// An RMS norm over all of a part's heads (OLMo-2's q_norm and k_norm), reading the
+// column-parallel projection: each rank sums the squares of its features, the sums are
+// all-reduced, and each rank normalises its own, x / sqrt(sum / features + eps) * its part
+// of the scale, as the norm does over every feature. Generic ops around one small
+// all-reduce ([.., 1] per token), not one fused kernel.
+LogicalResult Sharder::shardGlobalNorm(tfm::RmsNormOp norm, ArrayRef<int64_t> offsets,
+                                       ArrayRef<int64_t> sizes, int64_t features) {
+  FailureOr<Value> scale = transformedWeight(norm.getScale(), {shard(0, offsets, sizes)});
+  if (failed(scale))
+    return norm.emitOpError("tp-shard: cannot shard the norm's scale");
+  OpBuilder builder(norm);
+  Location loc = norm.getLoc();
+  Value input = norm.getInput();
+  auto inputType = cast<RankedTensorType>(input.getType());
+  Type element = inputType.getElementType();
+  SmallVector<int64_t> rowShape(inputType.getShape());
+  rowShape.back() = 1;
+  auto rowType = RankedTensorType::get(rowShape, element);
+  auto scalar = [&](double value) -> Value {
+    auto type = RankedTensorType::get({}, element);
+    return onnx::ConstantOp::create(
+        builder, loc, type, DenseElementsAttr::get(type, builder.getFloatAttr(element, value)));
+  };
+  auto axesType = RankedTensorType::get({1}, builder.getI64Type());
+  Value axes = onnx::ConstantOp::create(builder, loc, axesType,
+                                        DenseElementsAttr::get(axesType, ArrayRef<int64_t>{-1}));
+  Value squares = onnx::MulOp::create(builder, loc, inputType, input, input);
+  Value sum = onnx::ReduceSumOp::create(builder, loc, rowType, squares, axes,
+                                        builder.getI64IntegerAttr(1),
+                                        builder.getI64IntegerAttr(0));
+  Value total = tfm::AllReduceOp::create(builder, loc, rowType, sum,
+                                         builder.getI64IntegerAttr(ranks_));
+  Value mean = onnx::DivOp::create(builder, loc, rowType, total, scalar(double(features)));
+  Value shifted = onnx::AddOp::create(builder, loc, rowType, mean,
+                                      scalar(norm.getEpsilon().convertToDouble()));
+  Value root = onnx::SqrtOp::create(builder, loc, rowType, shifted);
+  Value normalised = onnx::DivOp::create(builder, loc, inputType, input, root);
+  Value result = onnx::MulOp::create(builder, loc, inputType, normalised, *scale);
+  norm.getOutput().replaceAllUsesWith(result);
+  norm.erase();
   return success();
 }
 

@@ -99,4 +99,23 @@ def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect", "mlir::func::FuncDialect"];
 }
 
+def NarrowRepeatedKv : Pass<"dsc-narrow-repeated-kv", "mlir::ModuleOp"> {
+  let summary = "Keys and values repeated across a group's query heads become one KV head "
+                "per group";
+  let description = [{
+    An attention without past operands whose key and value are, through reshapes that keep
+    each [batch, sequence] row's features in order, Expand(x) from x = [b, s, G, 1, d] to
+    [b, s, G, R, d] (Falcon's new decoder architecture broadcasts each KV group's key and
+    value to the group's query heads) reads x as its keys and values instead, with
+    num_kv_heads divided by R: head h of the expanded keys is x's group h / R, which is the
+    grouped-query attention's sharing. The session's cache then holds each group once (a
+    factor R fewer bytes), tp-shard splits whole groups and dsc-unpack-qkv takes the fused
+    projection apart. The programs' attentions of one cache layer narrow together or not
+    at all; an attention with past operands (the export's interface) keeps its heads. Runs
+    after dsc-derive-cache-programs.
+  }];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect",
+                           "mlir::func::FuncDialect"];
+}
+
 #endif

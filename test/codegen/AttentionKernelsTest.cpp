@@ -29,7 +29,8 @@ struct Family {
   int64_t causal, alibi, window, rotaryDim, interleaved;
   const char *unattended;
   float softcap = 0;  // Gemma-2's attn_logit_softcapping; 0: no `softcap` attribute
-  bool qkNorm = false;  // Qwen3's and Gemma-3's per-head q/k norms (inputs 8 and 9)
+  // q/k norms (inputs 8 and 9): 1 per head (Qwen3's, Gemma-3's), 2 over all heads (OLMo-2's).
+  int qkNorm = 0;
 };
 
 const Family kFamilies[] = {
@@ -114,8 +115,9 @@ public:
     s->op = "tfm.attention";
     s->inputs = {q, k, v, mask, pastKey, pastValue, positions};
     if (f.qkNorm)
-      s->inputs.insert(s->inputs.end(), {-1, tensor(dsp::DType::f32, {f.headDim}),
-                                         tensor(dsp::DType::f32, {f.headDim})});
+      s->inputs.insert(s->inputs.end(),
+                       {-1, tensor(dsp::DType::f32, {f.qkNorm == 2 ? f.heads * f.headDim : f.headDim}),
+                        tensor(dsp::DType::f32, {f.qkNorm == 2 ? f.kvHeads * f.headDim : f.headDim})});
     s->outputs = outputs;
     intAttr(*s, "num_heads", f.heads);
     intAttr(*s, "num_kv_heads", f.kvHeads);
@@ -285,13 +287,40 @@ TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
     }
     // The same layer without the norms shares the prefill kernel, not the rotating ones.
     Family unnormalised = kQwen3;
-    unnormalised.qkNorm = false;
+    unnormalised.qkNorm = 0;
     ASSERT_TRUE(b.run(b.attention(unnormalised, o), plain, reason)) << reason;
     EXPECT_NE(specs[0].name(), plain[0].name());
     EXPECT_EQ(specs[1].name(), plain[1].name());
     if (session)
       EXPECT_NE(specs[2].name(), plain[2].name());
   }
+}
+
+// OLMo-2's q/k norms over all heads (scales [heads * d] and [kv_heads * d]) are QK_NORM 2
+// of the same kernels; under tensor parallelism (rank_heads) they would span the ranks, and
+// the rule declines.
+TEST(AttentionRule, AllHeadsQkNormIsQkNorm2) {
+  AttentionPlan b;
+  AttentionPlan::Options o;
+  o.session = true;
+  Family olmo2 = kQwen3;
+  olmo2.qkNorm = 2;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.attention(olmo2, o), specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(constantsOf(specs[0])["QK_NORM"], 2);
+  EXPECT_EQ(constantsOf(specs[2])["QK_NORM"], 2);
+  AttentionPlan ranked;
+  dsp::StepT &step = ranked.attention(olmo2, o);
+  auto heads = std::make_unique<dsp::AttrT>();
+  heads->name = "rank_heads";
+  heads->kind = dsp::AttrKind::ints;
+  heads->ints = {4, 4};
+  step.attrs.push_back(std::move(heads));
+  specs.clear();
+  EXPECT_FALSE(ranked.run(step, specs, reason));
+  EXPECT_NE(reason.find("span the tensor-parallel ranks"), std::string::npos) << reason;
 }
 
 // A half session cache (cache_dtype) is KV_DTYPE, last, of the three kernels that write or
@@ -519,6 +548,8 @@ TEST_F(AttentionNvrtcTest, QkNormKernelsCompile) {
   compilesFamily({"qwen3-128", 16, 8, 128, 1, 0, 0, 128, 0, "all", 0, true}, dsp::DType::i64);
   compilesFamily({"gemma3-256", 8, 4, 256, 1, 0, 1024, 256, 0, "all", 0, true},
                  dsp::DType::i64);
+  // OLMo-2's over all heads (head 128, 32 heads: QK_NORM 2).
+  compilesFamily({"olmo2-128", 32, 32, 128, 1, 0, 0, 128, 0, "all", 0, 2}, dsp::DType::i64);
 }
 
 TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {

@@ -8,6 +8,7 @@
 #include "mlir/IR/DialectImplementation.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 
@@ -355,11 +356,25 @@ LogicalResult AttentionOp::verify() {
     float epsilon = epsilonAttr.getValue().convertToFloat();
     if (!(epsilon >= 0) || !std::isfinite(epsilon))
       return emitOpError() << "qk_norm_epsilon must be finite and >= 0, not " << epsilon;
-    for (Value scale : {getQueryNormScale(), getKeyNormScale()}) {
+    // Per head ([head_dim]: Qwen3, Gemma-3) or over all of the query's or key's heads
+    // ([heads * head_dim]: OLMo-2), the two alike.
+    auto spans = [&](Value scale, int64_t heads) -> std::optional<bool> {
       auto type = cast<RankedTensorType>(scale.getType());
-      if (type.getRank() != 1 || !compatible(type.getDimSize(0), headDim))
-        return emitOpError() << "a q/k norm scale must be [" << headDim << "], not " << type;
-    }
+      if (type.getRank() != 1)
+        return std::nullopt;
+      if (compatible(type.getDimSize(0), headDim))
+        return false;
+      if (compatible(type.getDimSize(0), heads * headDim))
+        return true;
+      return std::nullopt;
+    };
+    std::optional<bool> query = spans(getQueryNormScale(), getNumHeads()),
+                        key = spans(getKeyNormScale(), getNumKvHeads());
+    if (!query || !key || (*query != *key && getNumHeads() > 1 && getNumKvHeads() > 1))
+      return emitOpError() << "q/k norm scales must be [" << headDim << "] each, or ["
+                           << getNumHeads() * headDim << "] and [" << getNumKvHeads() * headDim
+                           << "] (over all heads), not " << getQueryNormScale().getType()
+                           << " and " << getKeyNormScale().getType();
   }
 
   auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();

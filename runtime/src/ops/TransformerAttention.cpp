@@ -135,10 +135,13 @@ Status readQueryKeyNorms(const KernelContext &ctx, AttentionConfig &c) {
     return Status::ok();
   if (!queryScale || !keyScale || !hasEpsilon)
     return ctx.error("q/k norms need both scales (inputs 8 and 9) and qk_norm_epsilon");
-  for (const TensorRef *scale : {queryScale, keyScale})
-    if (!isFloat(scale->dtype) || scale->shape != Shape{c.headDim})
-      return ctx.error("a q/k norm scale must be float [", c.headDim, "], not ",
-                       dtypeName(scale->dtype), " ", shapeString(scale->shape));
+  // Per head ([D]) or over all of the query's or key's heads ([heads * D]: OLMo-2).
+  for (auto [scale, heads] : {std::pair(queryScale, c.heads), std::pair(keyScale, c.keyHeads)})
+    if (!isFloat(scale->dtype) ||
+        (scale->shape != Shape{c.headDim} && scale->shape != Shape{heads * c.headDim}))
+      return ctx.error("a q/k norm scale must be float [", c.headDim, "] or [",
+                       heads * c.headDim, "], not ", dtypeName(scale->dtype), " ",
+                       shapeString(scale->shape));
   DSRT_RETURN_IF_ERROR(floatAttr(ctx, "qk_norm_epsilon", 0.0f, c.qkNormEpsilon));
   if (!(c.qkNormEpsilon >= 0) || !std::isfinite(c.qkNormEpsilon))
     return ctx.error("qk_norm_epsilon must be finite and >= 0, not ", c.qkNormEpsilon);
@@ -223,8 +226,8 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
 
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "packed_qkv", 0, flag));
   c.packed = flag != 0;
-  DSRT_RETURN_IF_ERROR(readQueryKeyNorms(ctx, c));
   DSRT_RETURN_IF_ERROR(readQueryKeyValueShapes(ctx, c));
+  DSRT_RETURN_IF_ERROR(readQueryKeyNorms(ctx, c));  // after the key's head count
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");
@@ -375,10 +378,13 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   if (ctx.input(kPositions))
     DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
   if (c.qkNorm) {
-    // Each head's features as one row, as the unfused tfm.rms_norm of [.., heads, D] does.
+    // Each head's features as one row, as the unfused tfm.rms_norm of [.., heads, D] does;
+    // or each token's heads as one, as OLMo-2's norm over [.., heads * D].
     auto normalizeHeads = [&](std::vector<float> &x, int which) {
+      const TensorRef &scale = *ctx.input(which);
+      const int64_t width = scale.shape[0];
       std::vector<float> normalized(x.size());
-      normalizeRows(x.data(), static_cast<int64_t>(x.size()) / D, D, FloatView(*ctx.input(which)),
+      normalizeRows(x.data(), static_cast<int64_t>(x.size()) / width, width, FloatView(scale),
                     nullptr, true, c.qkNormEpsilon, ctx.fastKernels, normalized.data());
       x.swap(normalized);
     };

@@ -35,8 +35,9 @@ struct Family {
   // A rotary_inv_freq table no base gives (as llama3 scaling: slower pairs divided by 8)
   // and yarn's rotary_attention_factor.
   bool scaledRotary = false;
-  // Per-head q/k norms (inputs 8 and 9, qk_norm_epsilon): Qwen3's and Gemma-3's.
-  bool qkNorm = false;
+  // q/k norms (inputs 8 and 9, qk_norm_epsilon): 1 per head (Qwen3's and Gemma-3's),
+  // 2 over all of a token's query or key heads (OLMo-2's; the kernels' QK_NORM).
+  int qkNorm = 0;
   // The session cache's dtype (cache_dtype; the kernels' KV_DTYPE where it is half). Such a
   // family runs session scenarios only: its kernels write nothing else.
   DType cacheType = DType::F32;
@@ -163,13 +164,15 @@ void check(const Family &f, const Scenario &s) {
   ops::Inputs inputs{&qRef, &kRef, &vRef, &maskRef, io ? &pastKeyRef : nullptr,
                      io ? &pastValueRef : nullptr, &positionRef};
   // The q/k norms' scales, around 1 (inputs 8 and 9, after an absent bias).
-  std::vector<float> queryNormScale = randomFloats(generator, D),
-                     keyNormScale = randomFloats(generator, D);
+  const int64_t queryNormWidth = f.qkNorm == 2 ? H * D : D,
+                keyNormWidth = f.qkNorm == 2 ? KH * D : D;
+  std::vector<float> queryNormScale = randomFloats(generator, queryNormWidth),
+                     keyNormScale = randomFloats(generator, keyNormWidth);
   for (std::vector<float> *scale : {&queryNormScale, &keyNormScale})
     for (float &value : *scale)
       value += 1.0f;
-  TensorRef queryNormRef{DType::F32, {D}, queryNormScale.data()};
-  TensorRef keyNormRef{DType::F32, {D}, keyNormScale.data()};
+  TensorRef queryNormRef{DType::F32, {queryNormWidth}, queryNormScale.data()};
+  TensorRef keyNormRef{DType::F32, {keyNormWidth}, keyNormScale.data()};
   if (f.qkNorm)
     inputs.insert(inputs.end(), {nullptr, &queryNormRef, &keyNormRef});
 
@@ -274,8 +277,10 @@ void check(const Family &f, const Scenario &s) {
       step.inputs[i] = DeviceTensor{DType::F32, {B, S, (H + 2 * KH) * D}, addressOf(packed.data())};
   if (f.qkNorm) {
     step.inputs.push_back(std::nullopt);
-    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(queryNormScale.data())});
-    step.inputs.push_back(DeviceTensor{DType::F32, {D}, addressOf(keyNormScale.data())});
+    step.inputs.push_back(
+        DeviceTensor{DType::F32, {queryNormWidth}, addressOf(queryNormScale.data())});
+    step.inputs.push_back(
+        DeviceTensor{DType::F32, {keyNormWidth}, addressOf(keyNormScale.data())});
   }
   if (io) {
     step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};

@@ -64,6 +64,10 @@ const Family kQwen3{"qwen3", qwen3::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DT
                     false, true};
 const Family kQwen3Packed{"qwen3_packed", qwen3_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
                           DType::I64, 0, false, true};
+const Family kOlmo2{"olmo2", olmo2::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DType::I64, 0,
+                    false, 2};
+const Family kOlmo2Packed{"olmo2_packed", olmo2_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
+                          DType::I64, 0, false, 2};
 const Family kGemma3Wide{"gemma3wide", gemma3wide::kernels, 256, 2, 1, 1, 0, 4, 256, 0, "all",
                          DType::I64, 0, false, true};
 const Family kLlamaF16Cache{"llama_f16cache", llama_f16cache::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
@@ -282,39 +286,53 @@ TEST(AttentionEmulation, PackedQueryKeyValue) {
   check(kLlamaPacked, rank);
 }
 
-// Qwen3's and Gemma-3's per-head q/k norms (QK_NORM): each head of the new queries and keys
-// normalised before its rotation in attention_rotary (prompts, I/O mode) and in the decode
-// kernel (a decode step), apart and packed, on one rank's heads, and on heads of 256
-// features (more than a block's threads) with a sliding window; the cache holds the
-// normalised keys.
-TEST(AttentionEmulation, PerHeadQueryKeyNorms) {
+// A family with q/k norms, apart and packed: a prompt in I/O mode, a session prefill and a
+// decode step, and with `rank`, the decode step on one of two ranks' heads.
+void checkNormedSteps(const Family &apart, const Family &packed, bool rank) {
   Scenario prompt;
   prompt.batch = 3;
   prompt.past = 4;
   prompt.fresh = 9;
   prompt.padding = {0, 3, 13};
-  check(kQwen3, prompt);
+  check(apart, prompt);
   Scenario prefill;
   prefill.session = true;
   prefill.fresh = 37;
   prefill.padding = {0, 5};
   prefill.capacity = 64;
-  check(kQwen3, prefill);
   Scenario decode;
   decode.session = true;
   decode.past = 20;
   decode.fresh = 1;
   decode.padding = {0, 3};
   decode.capacity = 300;
-  check(kQwen3, decode);
-  Scenario rank = decode;
-  rank.rank = 1;
-  rank.ranks = 2;
-  check(kQwen3, rank);
-  prefill.packed = decode.packed = rank.packed = true;
-  check(kQwen3Packed, prefill);
-  check(kQwen3Packed, decode);
-  check(kQwen3Packed, rank);
+  Scenario onRank = decode;
+  onRank.rank = 1;
+  onRank.ranks = 2;
+  for (const Family *f : {&apart, &packed}) {
+    prefill.packed = decode.packed = onRank.packed = f == &packed;
+    check(*f, prefill);
+    check(*f, decode);
+    if (rank)
+      check(*f, onRank);
+  }
+}
+
+// OLMo-2's q/k norms over all of a token's query heads and all of its key heads (QK_NORM
+// 2): in attention_rotary (a prompt in I/O mode, a session prefill) and in the decode
+// kernel, apart and packed; the cache holds the normalised keys. Not on a rank's heads:
+// the norm would span the ranks, which tp-shard makes generic steps around an all-reduce.
+TEST(AttentionEmulation, AllHeadsQueryKeyNorms) {
+  checkNormedSteps(kOlmo2, kOlmo2Packed, false);
+}
+
+// Qwen3's and Gemma-3's per-head q/k norms (QK_NORM): each head of the new queries and keys
+// normalised before its rotation in attention_rotary (prompts, I/O mode) and in the decode
+// kernel (a decode step), apart and packed, on one rank's heads, and on heads of 256
+// features (more than a block's threads) with a sliding window; the cache holds the
+// normalised keys.
+TEST(AttentionEmulation, PerHeadQueryKeyNorms) {
+  checkNormedSteps(kQwen3, kQwen3Packed, true);
   Scenario widePrompt;
   widePrompt.past = 3;
   widePrompt.fresh = 11;

@@ -53,9 +53,19 @@ func.func @gated_odd_rows(%x: tensor<3x16xf32>, %w: tensor<47x16xf32>) -> tensor
 // -----
 
 func.func @qk_norm_scale_size(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
-  %s = tfm.weight "s" : tensor<32xf32> -> tensor<32xf32>
-  // expected-error @below {{a q/k norm scale must be [8], not 'tensor<32xf32>'}}
-  %o = tfm.attention %x, %x, %x mask %mask qk_norm(%s, %s) eps 1.0e-6 heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<32xf32>, tensor<32xf32>) -> tensor<1x?x32xf32>
+  %s = tfm.weight "s" : tensor<16xf32> -> tensor<16xf32>
+  // expected-error @below {{q/k norm scales must be [8] each, or [32] and [32] (over all heads), not 'tensor<16xf32>' and 'tensor<16xf32>'}}
+  %o = tfm.attention %x, %x, %x mask %mask qk_norm(%s, %s) eps 1.0e-6 heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<16xf32>, tensor<16xf32>) -> tensor<1x?x32xf32>
+  return %o : tensor<1x?x32xf32>
+}
+
+// -----
+
+func.func @qk_norm_scales_of_two_kinds(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
+  %s = tfm.weight "s" : tensor<8xf32> -> tensor<8xf32>
+  %w = tfm.weight "w" : tensor<32xf32> -> tensor<32xf32>
+  // expected-error @below {{q/k norm scales must be [8] each, or [32] and [32] (over all heads), not 'tensor<32xf32>' and 'tensor<8xf32>'}}
+  %o = tfm.attention %x, %x, %x mask %mask qk_norm(%w, %s) eps 1.0e-6 heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<32xf32>, tensor<8xf32>) -> tensor<1x?x32xf32>
   return %o : tensor<1x?x32xf32>
 }
 

@@ -74,20 +74,54 @@ func.func @gemma3(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>, %pos: tensor<1
 
 // -----
 
-// A norm over the whole projection (OLMo-2's q_norm), not over each head: declined.
-// CHECK-LABEL: func.func @whole_width_norm
+// OLMo-2's q_norm and k_norm, each over all of its projection's heads (scales [32] and
+// [16]): the attention takes them too, and the projections then join and pack.
+// CHECK-LABEL: func.func @olmo2
+// CHECK-DAG: %[[QS:.*]] = tfm.weight "q_norm"
+// CHECK-DAG: %[[KS:.*]] = tfm.weight "k_norm"
+// CHECK: %[[Q:.*]] = tfm.linear %arg0, %{{[^ ]*}} :
+// CHECK: %[[K:.*]] = tfm.linear %arg0, %{{[^ ]*}} :
+// CHECK-NOT: tfm.rms_norm
+// CHECK: tfm.attention %[[Q]], %[[K]], %{{[^ ]*}} mask %arg1 qk_norm(%[[QS]], %[[KS]]) eps 9.99999997E-7 heads 4 kv_heads 2 head_dim 8
+// PIPELINE-LABEL: func.func @olmo2
+// PIPELINE-NOT: tfm.rms_norm
+// PIPELINE: tfm.attention {{.*}} qk_norm({{.*}}) eps 9.99999997E-7 heads 4 kv_heads 2 head_dim 8 {{.*}} packed_qkv
+func.func @olmo2(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
+  %wq = tfm.weight "q" : tensor<32x32xf32> -> tensor<32x32xf32>
+  %wk = tfm.weight "k" : tensor<16x32xf32> -> tensor<16x32xf32>
+  %wv = tfm.weight "v" : tensor<16x32xf32> -> tensor<16x32xf32>
+  %qs = tfm.weight "q_norm" : tensor<32xf32> -> tensor<32xf32>
+  %ks = tfm.weight "k_norm" : tensor<16xf32> -> tensor<16xf32>
+  %q = tfm.linear %x, %wq : (tensor<1x?x32xf32>, tensor<32x32xf32>) -> tensor<1x?x32xf32>
+  %qn = tfm.rms_norm %q, %qs eps 1.0e-6 : tensor<1x?x32xf32>, tensor<32xf32>
+  %k = tfm.linear %x, %wk : (tensor<1x?x32xf32>, tensor<16x32xf32>) -> tensor<1x?x16xf32>
+  %kn = tfm.rms_norm %k, %ks eps 1.0e-6 : tensor<1x?x16xf32>, tensor<16xf32>
+  %v = tfm.linear %x, %wv : (tensor<1x?x32xf32>, tensor<16x32xf32>) -> tensor<1x?x16xf32>
+  %o = tfm.attention %qn, %kn, %v mask %mask heads 4 kv_heads 2 head_dim 8 scale 0.35355339 causal : (tensor<1x?x32xf32>, tensor<1x?x16xf32>, tensor<1x?x16xf32>, tensor<1x?xi64>) -> tensor<1x?x32xf32>
+  return %o : tensor<1x?x32xf32>
+}
+
+// -----
+
+// A norm over the whole query but per head on the key: the kernels do one kind or the
+// other, declined.
+// CHECK-LABEL: func.func @mixed_kinds
 // CHECK: tfm.rms_norm
 // CHECK: tfm.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} mask %arg1 heads
-func.func @whole_width_norm(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>, %heads4: tensor<4xi64>) -> tensor<1x?x32xf32> {
+func.func @mixed_kinds(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>, %heads4: tensor<4xi64>) -> tensor<1x?x32xf32> {
   %wq = tfm.weight "q" : tensor<32x32xf32> -> tensor<32x32xf32>
+  %wk = tfm.weight "k" : tensor<32x32xf32> -> tensor<32x32xf32>
   %qs = tfm.weight "q_norm" : tensor<32xf32> -> tensor<32xf32>
+  %ks = tfm.weight "k_norm" : tensor<8xf32> -> tensor<8xf32>
   %flat = onnx.Constant {value = dense<[0, 0, -1]> : tensor<3xi64>} : tensor<3xi64>
   %q = tfm.linear %x, %wq : (tensor<1x?x32xf32>, tensor<32x32xf32>) -> tensor<1x?x32xf32>
-  %q2 = "onnx.Reshape"(%q, %flat) : (tensor<1x?x32xf32>, tensor<3xi64>) -> tensor<1x?x32xf32>
-  %qn = tfm.rms_norm %q2, %qs eps 1.0e-6 : tensor<1x?x32xf32>, tensor<32xf32>
-  %q3 = "onnx.Reshape"(%qn, %flat) : (tensor<1x?x32xf32>, tensor<3xi64>) -> tensor<1x?x32xf32>
-  // expected-remark @below {{q/k norms not fused: its query its norm is not over the head's 8 features}}
-  %o = tfm.attention %q3, %x, %x mask %mask heads 4 kv_heads 4 head_dim 8 scale 0.35355339 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>) -> tensor<1x?x32xf32>
+  %qn = tfm.rms_norm %q, %qs eps 1.0e-6 : tensor<1x?x32xf32>, tensor<32xf32>
+  %k = tfm.linear %x, %wk : (tensor<1x?x32xf32>, tensor<32x32xf32>) -> tensor<1x?x32xf32>
+  %k4 = "onnx.Reshape"(%k, %heads4) : (tensor<1x?x32xf32>, tensor<4xi64>) -> tensor<1x?x4x8xf32>
+  %kn = tfm.rms_norm %k4, %ks eps 1.0e-6 : tensor<1x?x4x8xf32>, tensor<8xf32>
+  %k3 = "onnx.Reshape"(%kn, %flat) : (tensor<1x?x4x8xf32>, tensor<3xi64>) -> tensor<1x?x32xf32>
+  // expected-remark @below {{q/k norms not fused: its query is normalised per head and its key over all heads, or the other way}}
+  %o = tfm.attention %qn, %k3, %x mask %mask heads 4 kv_heads 4 head_dim 8 scale 0.35355339 causal : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>) -> tensor<1x?x32xf32>
   return %o : tensor<1x?x32xf32>
 }
 

@@ -18,9 +18,9 @@
 // in I/O mode: attention_rotary places the keys in one launch and copies the queries in
 // another, and attention_prefill reads the s_kv keys as io_past + fresh with
 // io_past = s_kv - fresh. A bias computed in the graph (input 7, T5's relative positions)
-// is added by the prefill kernel (BIAS). Per-head q/k norms (inputs 8 and 9, Qwen3's and
-// Gemma-3's) are applied where the heads are rotated: attention_rotary and, for a decode
-// step, attention_decode (QK_NORM). A session cache of f16 or bf16 (cache_dtype, the
+// is added by the prefill kernel (BIAS). q/k norms (inputs 8 and 9: per head, Qwen3's and
+// Gemma-3's, or over all heads, OLMo-2's) are applied where the heads are rotated:
+// attention_rotary and, for a decode step, attention_decode (QK_NORM 1 or 2). A session cache of f16 or bf16 (cache_dtype, the
 // layer's dtype) is the kernels' KV_DTYPE: they round keys and values into it.
 #include "cuda/GpuOps.h"
 
@@ -202,10 +202,20 @@ Status runAttention(StepContext &context) {
       context.inputCount() > kKeyNormScale ? context.input(kKeyNormScale) : nullptr;
   const bool qkNorm = queryNorm || keyNorm;
   float qkNormEpsilon = 0.0f;
+  // Per head (QK_NORM 1: scales [D]) or over all of a token's query or key heads (2:
+  // [H * D] and [KH * D], OLMo-2's).
+  int64_t qkNormKind = -1;
   if (qkNorm) {
-    for (const DeviceTensor *scale : {queryNorm, keyNorm})
-      if (!scale || scale->dtype != DType::F32 || scale->shape != Shape{D})
-        return context.error("the q/k norms need f32 scales [", D, "] (inputs 8 and 9)");
+    auto sized = [&](const DeviceTensor *scale, int64_t features) {
+      return scale && scale->dtype == DType::F32 && scale->shape == Shape{features};
+    };
+    if (sized(queryNorm, D) && sized(keyNorm, D))
+      qkNormKind = 1;
+    else if (sized(queryNorm, H * D) && sized(keyNorm, KH * D))
+      qkNormKind = 2;
+    else
+      return context.error("the q/k norms need f32 scales [", D, "] each, or [", H * D,
+                           "] and [", KH * D, "] (inputs 8 and 9)");
     if (!attrs.count("qk_norm_epsilon"))
       return context.error("the q/k norms need qk_norm_epsilon");
     DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "qk_norm_epsilon", 0.0f, qkNormEpsilon));
@@ -238,7 +248,7 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "POS_DTYPE",
                                      rotary ? static_cast<int64_t>(positions->dtype) : 0));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "PACKED_QKV", packed ? 1 : -1));
-  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "QK_NORM", qkNorm ? 1 : -1));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "QK_NORM", qkNormKind));
   const int64_t maskType = mask ? static_cast<int64_t>(mask->dtype) : 0;
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "HEAD_DIM", D));
@@ -482,7 +492,7 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "ALIBI", alibi ? 1 : 0));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "MASK_DTYPE", maskType));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
-    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "QK_NORM", qkNorm ? 1 : -1));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "QK_NORM", qkNormKind));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "KV_DTYPE", kvDtypeConstant));
     // The merge's constants: the decode kernel's own when it merges, else the combine's.
     const size_t mergeSlot = fusedCombine ? kDecodeSlot : kCombineSlot;
