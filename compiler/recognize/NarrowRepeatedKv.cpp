@@ -96,12 +96,62 @@ Value asRows(OpBuilder &builder, Value groups, int64_t features) {
                                  builder.getI64IntegerAttr(0));
 }
 
+// A past key or value of the export's interface, [b, kv_heads, past, d] with each group's
+// key held `repeats` times (the presents write it so), as one copy per group: heads
+// 0, repeats, 2 * repeats, ... (a Slice with that step).
+Value firstCopies(OpBuilder &builder, Location loc, Value past, int64_t repeats) {
+  auto type = cast<RankedTensorType>(past.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[1] /= repeats;
+  auto index = [&](int64_t value) -> Value {
+    auto indexType = RankedTensorType::get({1}, builder.getI64Type());
+    return onnx::ConstantOp::create(builder, loc, indexType,
+                                    DenseElementsAttr::get(indexType, ArrayRef<int64_t>{value}));
+  };
+  return onnx::SliceOp::create(builder, loc, RankedTensorType::get(shape, type.getElementType()),
+                               past, index(0), index(type.getDimSize(1)), index(1),
+                               index(repeats));
+}
+
+// A present of one KV head per group, [b, groups, total, d], as the export's interface
+// holds it: each group's key `repeats` times, group-major ([b, groups * repeats, total, d]).
+Value repeatedCopies(OpBuilder &builder, Location loc, Value present, int64_t repeats) {
+  auto type = cast<RankedTensorType>(present.getType());
+  auto constant = [&](ArrayRef<int64_t> values) -> Value {
+    auto constantType =
+        RankedTensorType::get({static_cast<int64_t>(values.size())}, builder.getI64Type());
+    return onnx::ConstantOp::create(builder, loc, constantType,
+                                    DenseElementsAttr::get(constantType, values));
+  };
+  const int64_t groups = type.getDimSize(1), headDim = type.getDimSize(3);
+  Type element = type.getElementType();
+  Value unsqueezed = onnx::UnsqueezeOp::create(
+      builder, loc,
+      RankedTensorType::get({type.getDimSize(0), groups, 1, type.getDimSize(2), headDim},
+                            element),
+      present, constant({2}));
+  Value tiled = onnx::TileOp::create(
+      builder, loc,
+      RankedTensorType::get({type.getDimSize(0), groups, repeats, type.getDimSize(2), headDim},
+                            element),
+      unsqueezed, constant({1, 1, repeats, 1, 1}));
+  return onnx::ReshapeOp::create(
+      builder, loc,
+      RankedTensorType::get({type.getDimSize(0), groups * repeats, type.getDimSize(2), headDim},
+                            element),
+      tiled, constant({0, groups * repeats, -1, headDim}), builder.getI64IntegerAttr(0));
+}
+
 // The KV heads `attention` would have with its keys and values taken once per group, or
-// none when they are not repeated (or the past's are: the export's interface keeps them).
+// none when they are not repeated.
 std::optional<int64_t> narrowedHeads(tfm::AttentionOp attention) {
-  if (!attention.getPast().empty() || !attention.getPresent().empty() ||
-      attention.getPackedQkv())
+  if (attention.getPackedQkv() || attention.getPast().size() != attention.getPresent().size())
     return std::nullopt;
+  for (Value cached : llvm::concat<Value>(attention.getPast(), attention.getPresent())) {
+    auto type = dyn_cast<RankedTensorType>(cached.getType());
+    if (!type || type.getRank() != 4 || type.isDynamicDim(1) || type.isDynamicDim(3))
+      return std::nullopt;
+  }
   const int64_t kvHeads = attention.getNumKvHeads(), headDim = attention.getHeadDim();
   std::optional<Repeated> key = repeatedHeads(attention.getKey(), kvHeads, headDim);
   std::optional<Repeated> value = repeatedHeads(attention.getValue(), kvHeads, headDim);
@@ -132,9 +182,11 @@ struct NarrowRepeatedKvPass : impl::NarrowRepeatedKvBase<NarrowRepeatedKvPass> {
     });
     llvm::SetVector<Operation *> changed;
     for (auto [attention, heads] : narrow) {
-      if (std::optional<uint64_t> layer = attention.getCacheLayer(); layer && !layers[*layer])
+      std::optional<uint64_t> layer = attention.getCacheLayer();
+      if (layer && attention.getPast().empty() && !layers[*layer])
         continue;
       const int64_t features = heads * static_cast<int64_t>(attention.getHeadDim());
+      const int64_t repeats = static_cast<int64_t>(attention.getNumKvHeads()) / heads;
       OpBuilder builder(attention);
       for (int operand : {1, 2}) {
         Value groups =
@@ -142,6 +194,26 @@ struct NarrowRepeatedKvPass : impl::NarrowRepeatedKvBase<NarrowRepeatedKvPass> {
                           attention.getHeadDim())
                 ->groups;
         attention->setOperand(operand, asRows(builder, groups, features));
+      }
+      // The export's interface keeps its every-copy past and presents around the narrowed
+      // attention: it reads each group's first copy and writes them all again.
+      SmallVector<Value> pasts;
+      for (Value past : attention.getPast())
+        pasts.push_back(firstCopies(builder, attention.getLoc(), past, repeats));
+      if (!pasts.empty())
+        attention.getPastMutable().assign(pasts);
+      builder.setInsertionPointAfter(attention);
+      for (Value present : attention.getPresent()) {
+        auto type = cast<RankedTensorType>(present.getType());
+        SmallVector<int64_t> shape(type.getShape());
+        shape[1] = heads;
+        present.setType(RankedTensorType::get(shape, type.getElementType()));
+        SmallVector<OpOperand *> readers;
+        for (OpOperand &use : present.getUses())
+          readers.push_back(&use);
+        Value copies = repeatedCopies(builder, attention.getLoc(), present, repeats);
+        for (OpOperand *reader : readers)
+          reader->set(copies);
       }
       attention.setNumKvHeadsAttr(builder.getI64IntegerAttr(heads));
       changed.insert(attention->getParentOfType<func::FuncOp>());

@@ -110,9 +110,12 @@ def NarrowRepeatedKv : Pass<"dsc-narrow-repeated-kv", "mlir::ModuleOp"> {
     num_kv_heads divided by R: head h of the expanded keys is x's group h / R, which is the
     grouped-query attention's sharing. The session's cache then holds each group once (a
     factor R fewer bytes), tp-shard splits whole groups and dsc-unpack-qkv takes the fused
-    projection apart. The programs' attentions of one cache layer narrow together or not
-    at all; an attention with past operands (the export's interface) keeps its heads. Runs
-    after dsc-derive-cache-programs.
+    projection apart. The session programs' attentions of one cache layer narrow together
+    or not at all. An attention with past operands (the export's interface, whose past and
+    presents hold each group's key R times, as its presents write them) reads the past's
+    first copy of each group (a Slice of step R over the heads) and writes its presents as
+    R copies again (Unsqueeze, Tile, Reshape), so that it shards as well. Runs after
+    dsc-derive-cache-programs.
   }];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect",
                            "mlir::func::FuncDialect"];
