@@ -284,7 +284,8 @@ int runCompilerDriver(int argc, char **argv) {
                  << weightDtype << " stores every weight as " << weightDtype << ")\n";
     return EXIT_FAILURE;
   }
-  // Every float weight that is not quantized is stored in the compute dtype.
+  // Every float weight that is not quantized is stored in the compute dtype. Without
+  // --dtype, the dtype the model was exported in (below, once its weights are read).
   std::string storedFloatDtype = int8 ? (computeDtype.empty() ? "fp16" : computeDtype.getValue())
                                       : weightDtype.getValue();
   if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
@@ -292,11 +293,8 @@ int runCompilerDriver(int argc, char **argv) {
                  << storedFloatDtype << "'\n";
     return EXIT_FAILURE;
   }
-  // Defaults follow the model: the cache of a model stored in half precision is half too,
-  // as transformers' (torch_dtype), vLLM's and TensorRT-LLM's are.
-  const std::string cacheDtype =
-      kvCacheDtype == "auto" ? storedFloatDtype : kvCacheDtype.getValue();
-  if (cacheDtype != "fp32" && cacheDtype != "fp16" && cacheDtype != "bf16") {
+  if (kvCacheDtype != "auto" && kvCacheDtype != "fp32" && kvCacheDtype != "fp16" &&
+      kvCacheDtype != "bf16") {
     llvm::errs() << "dsc: error: --kv-cache-dtype must be auto, fp32, fp16 or bf16, not '"
                  << kvCacheDtype << "'\n";
     return EXIT_FAILURE;
@@ -351,6 +349,15 @@ int runCompilerDriver(int argc, char **argv) {
                                                             files->decoder, syntax);
   if (failed(imported))
     return EXIT_FAILURE;
+  // Defaults follow the model: a model exported in f16 or bf16 keeps its weights so
+  // (--dtype says otherwise), and the cache of a model stored in half precision is half
+  // too, as transformers' (torch_dtype), vLLM's and TensorRT-LLM's are.
+  if (!int8 && weightDtype.getNumOccurrences() == 0) {
+    int32_t exported = imported->weights->dominantFloatType();
+    storedFloatDtype = exported == 10 ? "fp16" : exported == 16 ? "bf16" : "fp32";
+  }
+  const std::string cacheDtype =
+      kvCacheDtype == "auto" ? storedFloatDtype : kvCacheDtype.getValue();
 
   if (emit != Stage::Onnx) {
     PipelineOptions pipeline;

@@ -17,6 +17,11 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
                                     RecognitionDeclines *declines) {
   PassManager pm(module.getContext());
   pm.enableVerifier(true);
+  if (options.recognize) {
+    // First: the recognisers reason about f32 graphs (a half export is widened inside its
+    // interface).
+    pm.addPass(createWidenHalfPrecision());
+  }
   pm.addPass(createFoldConstants());
   if (options.recognize) {
     // The layers first (embeddings, norms, linears, activations), then attention, proven on

@@ -5,6 +5,8 @@
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 namespace dsc::codegen {
 namespace {
@@ -69,12 +71,23 @@ bool embeddingRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "the hidden size is dynamic";
     return false;
   }
+  const float scale = in.floatAttr("scale", 1.0f);
+  if (!std::isfinite(scale)) {
+    reason = "the scale is not finite";
+    return false;
+  }
   int64_t block = std::clamp<int64_t>((hidden + 31) / 32 * 32, 32, 256);
   kernels.push_back({"embedding",
                      {{"HIDDEN", hidden},
                       {"TABLE_DT", static_cast<int64_t>(tableType)},
                       {"ID_DT", static_cast<int64_t>(idType)},
                       {"BLOCK", block}}});
+  // Rows multiplied as they are gathered: last, and only where the step scales them.
+  if (scale != 1.0f) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &scale, sizeof bits);
+    kernels.back().constants.push_back({"SCALE_BITS", static_cast<int64_t>(bits)});
+  }
   return true;
 }
 

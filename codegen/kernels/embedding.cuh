@@ -6,8 +6,16 @@
 // cannot fail, and reading outside the table would be worse.
 //
 // Constants: HIDDEN (row length), TABLE_DT (1 f32, 2 f16, 3 bf16), ID_DT (5 i64, 6 i32),
-// BLOCK (threads per block).
+// BLOCK (threads per block), and SCALE_BITS (the f32 bits of the step's `scale`: Gemma's
+// sqrt(hidden)) only where the rows are scaled, so that other steps' kernels keep their
+// names.
 #include "dsc_common.cuh"
+
+#ifdef SCALE_BITS
+#define EMBEDDING_SCALED(x) ((x) * __uint_as_float(static_cast<unsigned int>(SCALE_BITS)))
+#else
+#define EMBEDDING_SCALED(x) (x)
+#endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 embedding(const void *ids, const void *table, float *out, long long tokens, long long rows,
@@ -18,6 +26,7 @@ embedding(const void *ids, const void *table, float *out, long long tokens, long
     const bool present = id >= 0 && id < limit && local >= 0 && local < rows;
     float *row = out + token * HIDDEN;
     for (int i = threadIdx.x; i < HIDDEN; i += BLOCK)
-      row[i] = present ? dsc_load_float<TABLE_DT>(table, local * HIDDEN + i) : 0.0f;
+      row[i] = present ? EMBEDDING_SCALED(dsc_load_float<TABLE_DT>(table, local * HIDDEN + i))
+                       : 0.0f;
   }
 }

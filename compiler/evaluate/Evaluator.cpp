@@ -183,6 +183,24 @@ private:
     if (slot.dtype == DType::Undefined)
       return opError(op, "element type " + typeString(type.getElementType()) +
                              " has no runtime dtype");
+    // A half weight that dsc-widen-half-precision declared f32: its values, widened.
+    const DType stored = record->onnxType == 10   ? DType::F16
+                         : record->onnxType == 16 ? DType::BF16
+                                                  : slot.dtype;
+    if (slot.dtype == DType::F32 && stored != DType::F32 && record->dims == slot.shape &&
+        record->bytes.size() == static_cast<size_t>(slot.elements()) * dtypeSize(stored)) {
+      if (!shapeOnly_ || slot.elements() <= maxKnownElements_) {
+        auto wide = std::make_shared<std::vector<uint8_t>>(slot.elements() * sizeof(float));
+        if (!dsrt::convertFloats(stored, record->bytes.data(), DType::F32, wide->data(),
+                                 slot.elements()))
+          return opError(op, "weight '" + op.getName().str() + "' cannot be widened");
+        slot.known = true;
+        slot.data = wide->data();
+        slot.owned = std::move(wide);
+      }
+      define(op.getResult(), std::move(slot));
+      return Status::ok();
+    }
     if (record->dims != slot.shape ||
         record->bytes.size() != static_cast<size_t>(slot.elements()) * dtypeSize(slot.dtype))
       return opError(op, "weight '" + op.getName().str() + "' in the store does not match " +

@@ -5,6 +5,9 @@
 namespace dsc {
 
 void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
+  FuseEmbeddingScaleOptions embeddingScale;
+  embeddingScale.remarks = remarks;
+  pm.addPass(createFuseEmbeddingScale(embeddingScale));
   FuseQkNormOptions qkNorm;
   qkNorm.remarks = remarks;
   pm.addPass(createFuseQkNorm(qkNorm));
@@ -33,7 +36,7 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (q/k norms into attentions, sandwich norms' "
+      "dsc-fuse", "The fusion passes in dsc's order (embedding scales, q/k norms into attentions, sandwich norms' "
       "residuals, linear "
       "epilogues, joined projections, gated epilogues, packed Q/K/V, residual + norm, then "
       "norm prologues)",

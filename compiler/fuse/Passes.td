@@ -7,6 +7,25 @@ include "mlir/Pass/PassBase.td"
 // plan step (one kernel on the GPU) does the work of several. The fused forms are in
 // docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
 
+def FuseEmbeddingScale : Pass<"dsc-fuse-embedding-scale", "mlir::ModuleOp"> {
+  let summary = "Gather an embedding's rows already multiplied by a constant";
+  let description = [{
+    An `onnx.Mul` of a `tfm.embedding`'s result and a constant (a scalar or a splat: Gemma's
+    sqrt(hidden_size), Granite's embedding_multiplier), or an `onnx.Div` of it by one,
+    becomes the embedding's `scale` (factors compose): its rows are gathered and
+    multiplied in one step, and the table keeps its values (it is often the tied LM head).
+    Under tensor parallelism the product of the vocabulary-parallel embedding's
+    `tfm.all_reduce` folds the same way (the factor scales each rank's rows before the
+    sum). Declined for a factor that is not one finite nonzero constant, and for rows (or
+    the all-reduce's) that something else reads too (remarks with `remarks`).
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 def FuseQkNorm : Pass<"dsc-fuse-qk-norm", "mlir::ModuleOp"> {
   let summary = "Move q/k norms (per head or over all heads) into the attention that reads them";
   let description = [{

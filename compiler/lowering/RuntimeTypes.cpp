@@ -126,6 +126,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
   };
   if (auto embedding = dyn_cast<tfm::EmbeddingOp>(op)) {
     vocab(embedding.getVocabOffsetAttr(), embedding.getVocabSize());
+    if (FloatAttr scale = embedding.getScaleAttr())
+      attrs.append("scale", b.getF32FloatAttr(scale.getValue().convertToFloat()));
   } else if (auto head = dyn_cast<tfm::LmHeadOp>(op)) {
     vocab(head.getVocabOffsetAttr(), head.getVocabSize());
   } else if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {

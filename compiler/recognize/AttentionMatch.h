@@ -52,6 +52,16 @@ using namespace probe;
 std::vector<float> floats(const dsrt::OwnedTensor &tensor);
 std::vector<int64_t> integers(const dsrt::OwnedTensor &tensor);
 std::shared_ptr<dsrt::OwnedTensor> randomTensor(dsrt::Shape shape, uint64_t seed);
+
+// What a graph output computes before the Cast that gives it the half type the export
+// declares (dsc-widen-half-precision widens the graph inside its interface): the Cast's
+// f32 input when `output` is such a Cast, read by nothing but the terminator; else null.
+Value interfaceCastInput(Value output);
+
+// A graph input of a half type as the graph reads it: the f32 Cast that
+// dsc-widen-half-precision put where it enters, when that is its only reader but shape
+// reads; else `input`.
+Value widenedInput(Value input);
 std::shared_ptr<dsrt::OwnedTensor> filledTensor(dsrt::Shape shape, float value);
 bool close(double actual, double expected);
 // BLOOM's build_alibi_tensor slopes.

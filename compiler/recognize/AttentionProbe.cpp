@@ -49,6 +49,32 @@ std::vector<int64_t> integers(const dsrt::OwnedTensor &tensor) {
   return out;
 }
 
+Value interfaceCastInput(Value output) {
+  auto cast = output.getDefiningOp<onnx::CastOp>();
+  if (!cast || !llvm::all_of(output.getUsers(), [](Operation *user) {
+        return user->hasTrait<OpTrait::IsTerminator>();
+      }))
+    return Value();
+  Type to = cast.getTo(), from = getElementTypeOrSelf(cast.getInput().getType());
+  return (to.isF16() || to.isBF16()) && from.isF32() ? cast.getInput() : Value();
+}
+
+Value widenedInput(Value input) {
+  Type from = getElementTypeOrSelf(input.getType());
+  if (!isa<BlockArgument>(input) || !(from.isF16() || from.isBF16()))
+    return input;
+  onnx::CastOp widened;
+  for (Operation *user : input.getUsers()) {
+    if (isa<onnx::ShapeOp, onnx::SizeOp>(user))
+      continue;  // shape reads stay on the input
+    auto cast = dyn_cast<onnx::CastOp>(user);
+    if (!cast || !cast.getTo().isF32() || widened)
+      return input;
+    widened = cast;
+  }
+  return widened ? Value(widened.getOutput()) : input;
+}
+
 std::shared_ptr<dsrt::OwnedTensor> randomTensor(dsrt::Shape shape, uint64_t seed) {
   auto tensor = std::make_shared<dsrt::OwnedTensor>(dsrt::DType::F32, shape);
   float *data = reinterpret_cast<float *>(tensor->storage.data());

@@ -362,6 +362,10 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
   }
   Value present;
   for (Value result : terminator->getOperands()) {
+    // An output declared in half precision leaves through an interface Cast
+    // (dsc-widen-half-precision): the present is the f32 value it casts.
+    if (Value cast = interfaceCastInput(result))
+      result = cast;
     Operation *def = result.getDefiningOp();
     if (!def || !(region.contains(def) || plumbed.contains(def)))
       continue;

@@ -249,13 +249,15 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
   c.root.replaceAllUsesWith(output);
   replaceShapeReads(c);
   if (c.presentKey) {
+    // The graph's outputs, and the Casts that give them a half type the export declares.
     Operation *terminator = c.softmax->getBlock()->getTerminator();
-    for (OpOperand &operand : terminator->getOpOperands()) {
-      if (operand.get() == c.presentKey)
-        operand.set(attention.getPresent()[0]);
-      else if (operand.get() == c.presentValue)
-        operand.set(attention.getPresent()[1]);
-    }
+    for (auto [present, result] : {std::pair(c.presentKey, attention.getPresent()[0]),
+                                   std::pair(c.presentValue, attention.getPresent()[1])})
+      present.replaceUsesWithIf(result, [&](OpOperand &use) {
+        Operation *user = use.getOwner();
+        return user == terminator ||
+               (user->getNumResults() == 1 && interfaceCastInput(user->getResult(0)) == present);
+      });
   }
   return "";
 }

@@ -137,7 +137,7 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
   if (pasts.size() > 1 || (!pasts.empty() && !allowPast))
     return "the Q/K/V path reads more than one past input";
   source = fresh.front();
-  past = pasts.empty() ? Value() : pasts.front();
+  past = pasts.empty() ? Value() : widenedInput(pasts.front());
   if (shapeOf(source)->size() == 4) {
     const dsrt::Shape &heads = *shapeOf(source);
     headsFirst = !(heads[1] == fresh_ && heads[3] == headDim_);
@@ -434,9 +434,15 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   // The kernel scales the rotated query by the attention factor the query's scale absorbed.
   c.scale = qscale * kscale * chainScale / c.absorbedFactor;
   // Exporters split or fold the scale into rounded constants: within float rounding of
-  // 1/sqrt(head_dim) or 1 it is that value.
+  // 1/sqrt(head_dim) or 1 it is that value. In an export of a half model
+  // (dsc-widen-half-precision's dsc.half_export) the constants were rounded to its type:
+  // sqrt(scale) on q and on k each to 2^-11 (f16) or 2^-8 (bf16) of itself.
+  double rounding = 1e-6;
+  if (auto half = softmax->getParentOfType<ModuleOp>()->getAttrOfType<StringAttr>(
+          "dsc.half_export"))
+    rounding = half.getValue() == "bf16" ? 2.0 * std::ldexp(1.0, -8) : 2.0 * std::ldexp(1.0, -11);
   for (double exact : {1.0 / std::sqrt(double(c.headDim)), 1.0})
-    if (std::abs(c.scale - exact) <= 1e-6 * exact)
+    if (std::abs(c.scale - exact) <= rounding * exact)
       c.scale = exact;
   if (bool(c.presentKey) != bool(c.presentValue))
     return "only one of the keys and values is a graph output";
@@ -450,7 +456,9 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
         Operation *user = use.getOwner();
         if (c.region.contains(user) || result == c.root)
           continue;
-        if (user == terminator && (result == c.presentKey || result == c.presentValue))
+        if ((user == terminator ||
+             (user->getNumResults() == 1 && interfaceCastInput(user->getResult(0)) == result)) &&
+            (result == c.presentKey || result == c.presentValue))
           continue;
         if (readsOnlyShapes(user)) {
           // The Shape ops at the end of the chain (a Transpose of the keys whose shape

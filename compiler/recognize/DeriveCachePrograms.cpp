@@ -4,6 +4,7 @@
 #include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/ImpliedPositions.h"
 #include "compiler/recognize/SessionPrograms.h"
+#include "dialects/onnx/IR/OnnxDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -152,13 +153,36 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
   SmallVector<tfm::AttentionOp> attentions;
   derived.walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
   for (tfm::AttentionOp op : attentions)
-    for (Value past : op.getPast())
+    for (Value past : op.getPast()) {
+      // A past of a half type enters through dsc-widen-half-precision's Cast; its shape is
+      // read on the input itself.
+      if (auto cast = past.getDefiningOp<onnx::CastOp>();
+          cast && isa<BlockArgument>(cast.getInput()))
+        past = cast.getInput();
       pastInputs.insert(past);
+    }
   {
     OpBuilder builder(ret);
-    func::ReturnOp::create(builder, ret.getLoc(), ValueRange{ret.getOperand(logitsIndex)});
+    // The generator takes f32 logits: those of a half export (dsc-widen-half-precision's
+    // f32 graph) leave before the Cast to the export's type, unrounded.
+    Value logits = ret.getOperand(logitsIndex);
+    if (auto cast = logits.getDefiningOp<onnx::CastOp>()) {
+      Type from = getElementTypeOrSelf(cast.getInput().getType());
+      if (from.isF32() && (cast.getTo().isF16() || cast.getTo().isBF16()) &&
+          logits.hasOneUse()) {
+        logits = cast.getInput();
+        SmallVector<Type> results(derived.getFunctionType().getResults());
+        results[logitsIndex] = logits.getType();
+        derived.setFunctionType(
+            builder.getFunctionType(derived.getFunctionType().getInputs(), results));
+      }
+    }
+    func::ReturnOp::create(builder, ret.getLoc(), ValueRange{logits});
     ret.erase();
   }
+  // The Casts that gave the presents the export's half type (dsc-widen-half-precision)
+  // went with the outputs.
+  eraseDeadOps(derived);
   for (tfm::AttentionOp op : attentions) {
     if (llvm::any_of(op.getPresent(), [](Value v) { return !v.use_empty(); })) {
       why = "a present key/value is used inside the graph";

@@ -45,7 +45,7 @@ struct EmbeddingPattern : RecognitionPattern<onnx::GatherOp> {
     Value weight = tfmWeight(rewriter, table, /*transpose=*/false);
     auto embedding = tfm::EmbeddingOp::create(rewriter, gather.getLoc(), type, gather.getIndices(),
                                               weight, rewriter.getI64IntegerAttr(0),
-                                              IntegerAttr());
+                                              IntegerAttr(), FloatAttr());
     recognised(gather);
     rewriter.replaceOp(gather, embedding.getOutput());
     return success();

@@ -121,4 +121,21 @@ def NarrowRepeatedKv : Pass<"dsc-narrow-repeated-kv", "mlir::ModuleOp"> {
                            "mlir::func::FuncDialect"];
 }
 
+def WidenHalfPrecision : Pass<"dsc-widen-half-precision", "mlir::ModuleOp"> {
+  let summary = "A graph exported in f16 or bf16 computes in f32 inside its interface";
+  let description = [{
+    Users export models in their own dtype (`model.half()` or a bf16 checkpoint before
+    torch.onnx.export): every tensor, constant and Cast of the graph is then f16 or bf16,
+    which the recognisers' probes, written for f32 graphs, cannot run. Every f16/bf16 result
+    type, constant (`value` attributes) and Cast target becomes f32; graph inputs of a half
+    type are cast to f32 where they enter and outputs back to their declared type where
+    they leave, so the interface is the export's. Weights keep their stored bytes: the
+    evaluator, the probes and the plan writer read a half weight declared f32 widened (the
+    plan stores it in its own dtype unless --dtype says otherwise). The result computes what
+    the graph does with less rounding, as the f32 model would. Nothing changes when a half
+    constant's values cannot be read (a resource): the graph stays generic. Runs first.
+  }];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "mlir::func::FuncDialect"];
+}
+
 #endif

@@ -127,8 +127,19 @@ void ProbeEvaluator::runOp(Operation *op) {
     info.shape.assign(type.getShape().begin(), type.getShape().end());
     if (weights_ && valuesApply && dsrt::elementCount(info.shape) <= maxElements_) {
       const onnx_frontend::WeightRecord *record = weights_->lookup(name);
-      if (record && record->bytes.size() == size_t(dsrt::elementCount(info.shape)) *
-                                                 dsrt::dtypeSize(info.dtype)) {
+      // A half weight that dsc-widen-half-precision declared f32 is read widened.
+      const dsrt::DType stored = !record                  ? info.dtype
+                                 : record->onnxType == 10 ? dsrt::DType::F16
+                                 : record->onnxType == 16 ? dsrt::DType::BF16
+                                                          : info.dtype;
+      const int64_t count = dsrt::elementCount(info.shape);
+      if (record && info.dtype == dsrt::DType::F32 && stored != dsrt::DType::F32 &&
+          record->bytes.size() == size_t(count) * dsrt::dtypeSize(stored)) {
+        info.value = std::make_shared<dsrt::OwnedTensor>(info.dtype, info.shape);
+        if (!dsrt::convertFloats(stored, record->bytes.data(), dsrt::DType::F32,
+                                 info.value->storage.data(), count))
+          info.value.reset();
+      } else if (record && record->bytes.size() == size_t(count) * dsrt::dtypeSize(info.dtype)) {
         info.value = std::make_shared<dsrt::OwnedTensor>(info.dtype, info.shape);
         if (!record->bytes.empty())
           std::memcpy(info.value->storage.data(), record->bytes.data(), record->bytes.size());

@@ -10,6 +10,7 @@
 #include "llvm/Support/Path.h"
 
 #include <cstring>
+#include <map>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -69,6 +70,24 @@ void WeightStore::releasePages(const WeightRecord &record) const {
 const WeightRecord *WeightStore::lookup(llvm::StringRef name) const {
   auto it = records_.find(name);
   return it == records_.end() ? nullptr : &it->second;
+}
+
+int32_t WeightStore::dominantFloatType() const {
+  std::map<int32_t, uint64_t> bytes;
+  for (const auto &entry : records_) {
+    int32_t type = entry.second.onnxType;
+    if (type == ::onnx::TensorProto::FLOAT || type == ::onnx::TensorProto::FLOAT16 ||
+        type == ::onnx::TensorProto::BFLOAT16 || type == ::onnx::TensorProto::DOUBLE)
+      bytes[type] += entry.second.bytes.size();
+  }
+  int32_t dominant = 0;
+  uint64_t most = 0;
+  for (const auto &[type, count] : bytes)
+    if (count > most) {
+      dominant = type;
+      most = count;
+    }
+  return dominant;
 }
 
 // Copies ONNX's typed-field storage into the raw little-endian layout.

@@ -58,6 +58,10 @@ public:
   void releasePages(const WeightRecord &record) const;
   size_t size() const { return records_.size(); }
 
+  // The float type most of the float weights' bytes are stored in (ONNX's 1 f32, 10 f16,
+  // 16 bf16, ...), 0 when there are none: the dtype the model was exported in.
+  int32_t dominantFloatType() const;
+
 private:
   bool mapExternal(const ::onnx::TensorProto &tensor, WeightRecord &record, uint64_t expected,
                    std::string &error);

@@ -297,6 +297,11 @@ TEST_F(NvrtcTest, EveryTransformerSpecialisationCompilesAndIsCached) {
   ASSERT_EQ(setenv("DSC_CACHE_DIR", cache.c_str(), 1), 0);
   std::vector<KernelSpec> specs = {
       {"embedding", {{"HIDDEN", 64}, {"TABLE_DT", 3}, {"ID_DT", 6}, {"BLOCK", 64}}},
+      // Gemma's sqrt(hidden) scale, and a negative one (bits past INT32_MAX).
+      {"embedding",
+       {{"HIDDEN", 64}, {"TABLE_DT", 3}, {"ID_DT", 6}, {"BLOCK", 64}, {"SCALE_BITS", 1085605514}}},
+      {"embedding",
+       {{"HIDDEN", 64}, {"TABLE_DT", 1}, {"ID_DT", 5}, {"BLOCK", 64}, {"SCALE_BITS", 3212836864}}},
       {"layer_norm",
        {{"HIDDEN", 100}, {"SCALE_DT", 2}, {"BIAS_DT", 0}, {"RESIDUAL", 1}, {"BLOCK", 32}}},
       {"rms_norm", {{"HIDDEN", 4096}, {"SCALE_DT", 1}, {"RESIDUAL", 0}, {"BLOCK", 512}}},

@@ -26,25 +26,40 @@ using Ptr = unsigned long long;
 
 // One host build per specialisation: a namespace, the template's entry renamed, and an
 // adapter from cuLaunchKernel-style arguments (the template's parameter order).
-namespace embedding_bf16 {
+// The embedding template's specialisations: bf16 rows of 8 with i64 ids, plain and scaled
+// by 2.5 as they are gathered (SCALE_BITS 0x40200000: Gemma's embedding scale).
 #define HIDDEN 8
 #define TABLE_DT 3
 #define ID_DT 5
 #define BLOCK 32
+#define EMBEDDING_RUN                                                                         \
+  void run(void **a) {                                                                        \
+    embedding(reinterpret_cast<const void *>(arg<Ptr>(a, 0)),                                 \
+              reinterpret_cast<const void *>(arg<Ptr>(a, 1)),                                 \
+              reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3),                \
+              arg<long long>(a, 4), arg<long long>(a, 5), arg<long long>(a, 6));              \
+  }
+namespace embedding_bf16 {
 #define embedding embedding_bf16_host
 #include "codegen/kernels/embedding.cuh"
-void run(void **a) {
-  embedding(reinterpret_cast<const void *>(arg<Ptr>(a, 0)),
-            reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
-            reinterpret_cast<float *>(arg<Ptr>(a, 2)), arg<long long>(a, 3),
-            arg<long long>(a, 4), arg<long long>(a, 5), arg<long long>(a, 6));
-}
+EMBEDDING_RUN
 #undef embedding
+#undef EMBEDDING_SCALED
+} // namespace embedding_bf16
+namespace embedding_scaled {
+#define SCALE_BITS 1075838976
+#define embedding embedding_scaled_host
+#include "codegen/kernels/embedding.cuh"
+EMBEDDING_RUN
+#undef embedding
+#undef SCALE_BITS
+#undef EMBEDDING_SCALED
+} // namespace embedding_scaled
+#undef EMBEDDING_RUN
 #undef HIDDEN
 #undef TABLE_DT
 #undef ID_DT
 #undef BLOCK
-} // namespace embedding_bf16
 
 namespace layer_norm_residual {
 #define HIDDEN 100
@@ -233,6 +248,36 @@ TEST(TransformerKernels, EmbeddingGathersBf16RowsAndZeroesOtherRanksIds) {
       EXPECT_EQ(out[t * hidden + h], expected) << "token " << t << " feature " << h;
     }
   }
+}
+
+// A step's `scale` is the kernel's SCALE_BITS: each gathered row times 2.5, which a bf16
+// value of [-2, 2) times 2.5 gives exactly in f32; a kernel generated without it (or with
+// another) is refused.
+TEST(TransformerKernels, EmbeddingScalesTheRowsItGathers) {
+  const int rows = 5, hidden = 8;
+  std::vector<uint16_t> table(rows * hidden);
+  for (int i = 0; i < rows * hidden; ++i)
+    table[i] = bf16Bits(sample(i, 3));
+  std::vector<int64_t> ids = {4, 0, 2};
+  std::vector<float> out(ids.size() * hidden, 99.0f);
+  HostStepContext context;
+  context.opName = "tfm.embedding";
+  context.attributes["scale"] = dsrt::ops::Attr::ofFloat(2.5f);
+  context.inputs = {tensor(DType::I64, {1, static_cast<int64_t>(ids.size())}, ids.data()),
+                    tensor(DType::BF16, {rows, hidden}, table.data())};
+  context.outputs = {tensor(DType::F32, {1, static_cast<int64_t>(ids.size()), hidden}, out.data())};
+  use(context,
+      {"embedding",
+       {{"HIDDEN", 8}, {"TABLE_DT", 3}, {"ID_DT", 5}, {"BLOCK", 32}, {"SCALE_BITS", 1075838976}}},
+      embedding_scaled::run);
+  Status status = launcher("tfm.embedding")(context);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int h = 0; h < hidden; ++h)
+      EXPECT_EQ(out[t * hidden + h], 2.5f * bf16Value(table[ids[t] * hidden + h]))
+          << "token " << t << " feature " << h;
+  context.attributes["scale"] = dsrt::ops::Attr::ofFloat(3.0f);
+  EXPECT_FALSE(launcher("tfm.embedding")(context).isOk());
 }
 
 // Tolerance of the norms: f32 accumulation over at most 100 values of magnitude <= 4,

@@ -78,10 +78,14 @@ def Tfm_EmbeddingOp : Tfm_Op<"embedding", [Pure]> {
     With `vocab_size`, the table is a vocabulary-parallel shard: it holds the rows of token
     ids [vocab_offset, vocab_offset + rows) of a vocabulary of `vocab_size` tokens. Ids
     outside that range give zero rows; a tfm.all_reduce sums the shards.
+
+    With `scale` (dsc-fuse-embedding-scale: Gemma's sqrt(hidden_size), Granite's
+    embedding_multiplier), each row is multiplied by it as it is gathered.
   }];
   let arguments = (ins Tfm_IdsTensor:$ids, Tfm_FloatTensor:$table,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
-                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size);
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size,
+                   OptionalAttr<F32Attr>:$scale);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $ids `,` $table attr-dict `:` functional-type(operands, results)

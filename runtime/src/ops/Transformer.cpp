@@ -59,6 +59,10 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "vocab_size", 0, vocab));
   bool shard = vocab > 0 && !(offset == 0 && vocab == rows);
   int64_t limit = vocab > 0 ? vocab : rows;
+  float scale = 1.0f;  // dsc-fuse-embedding-scale's factor (Gemma's sqrt(hidden))
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "scale", 1.0f, scale));
+  if (!std::isfinite(scale))
+    return ctx.error("scale must be finite, not ", scale);
   size_t element = dtypeSize(table.dtype);
   const DType outType = outputs[0]->dtype;
   const size_t outElement = dtypeSize(outType);
@@ -77,11 +81,23 @@ Status computeEmbedding(const KernelContext &ctx, const Outputs &outputs) {
       std::fill(row, row + hidden * outElement, uint8_t(0));
       continue;
     }
-    if (outType == table.dtype)
+    if (scale != 1.0f) {
+      // Widened, scaled in f32 (as the unfused Mul of the f32 rows computes it), stored.
+      std::vector<float> scaled(hidden);
+      if (!convertFloats(table.dtype, src + local * hidden * element, DType::F32,
+                         scaled.data(), hidden))
+        return ctx.error("cannot gather a ", dtypeName(table.dtype), " table");
+      for (float &value : scaled)
+        value *= scale;
+      if (!convertFloats(DType::F32, scaled.data(), outType, row, hidden))
+        return ctx.error("cannot gather into ", dtypeName(outType));
+    } else if (outType == table.dtype) {
       std::copy(src + local * hidden * element, src + (local + 1) * hidden * element, row);
-    else if (!convertFloats(table.dtype, src + local * hidden * element, outType, row, hidden))
+    } else if (!convertFloats(table.dtype, src + local * hidden * element, outType, row,
+                              hidden)) {
       return ctx.error("cannot gather a ", dtypeName(table.dtype), " table into ",
                        dtypeName(outType));
+    }
   }
   return Status::ok();
 }

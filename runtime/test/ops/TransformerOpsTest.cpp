@@ -483,5 +483,17 @@ TEST(TransformerOpsTest, EmbeddingRejectsIdsOutsideTheVocabulary) {
             std::string::npos);
 }
 
+// dsc-fuse-embedding-scale's `scale`: the gathered rows times it, as the unfused Mul of the
+// f32 rows computes them; a non-finite scale is refused.
+TEST(TransformerOpsTest, EmbeddingScalesItsRows) {
+  OwnedTensor table = f32({3, 2}, {0.5f, -1, 2, 3, 4, 5.25f}), ids = i64({2}, {2, 0});
+  EXPECT_EQ(values<float>(run1("tfm.embedding", {&ids, &table}, {{"scale", ops::Attr::ofFloat(4)}})),
+            (std::vector<float>{16, 21, 2, -4}));
+  EXPECT_NE(errorOf("tfm.embedding", {&ids, &table},
+                    {{"scale", ops::Attr::ofFloat(std::numeric_limits<float>::infinity())}})
+                .find("scale must be finite"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace dsrt::test

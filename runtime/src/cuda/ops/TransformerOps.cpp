@@ -7,6 +7,7 @@
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 
 namespace dsrt::cuda {
@@ -78,6 +79,14 @@ Status runEmbedding(StepContext &context) {
   int64_t offset = 0, vocab = 0;
   DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "vocab_offset", 0, offset));
   DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "vocab_size", 0, vocab));
+  // The step's `scale` is compiled into the kernel (SCALE_BITS, absent for 1).
+  float scale = 1.0f;
+  DSRT_RETURN_IF_ERROR(ops::getFloat(context.attrs(), "scale", 1.0f, scale));
+  uint32_t scaleBits = 0;
+  std::memcpy(&scaleBits, &scale, sizeof scaleBits);
+  if (context.kernelConstant(0, "SCALE_BITS", -1) !=
+      (scale == 1.0f ? -1 : static_cast<int64_t>(scaleBits)))
+    return context.error("the kernel was generated for another scale than ", scale);
   if (tokens == 0)
     return Status::ok();
   // As on the CPU: ids index [0, vocab_size) when it is set, the table's rows otherwise.
