@@ -50,7 +50,8 @@ llvm::cl::opt<std::string> output("o", llvm::cl::desc("Output file ('-' for stdo
 llvm::cl::opt<std::string> weightDtype(
     "dtype",
     llvm::cl::desc("How weights are stored in the plan: fp32, fp16, bf16, or int8 (the linear "
-                   "layers' weights quantized, the rest in --compute-dtype)"),
+                   "layers' weights quantized, the rest in --compute-dtype); default: the "
+                   "dtype most of the model's float weights are stored in"),
     llvm::cl::init("fp32"), llvm::cl::cat(category));
 llvm::cl::opt<std::string> computeDtype(
     "compute-dtype",
