@@ -1,6 +1,8 @@
 // MLIR attributes and types as the runtime's attributes, dtypes and tensors.
 #include "compiler/evaluate/Evaluator.h"
 
+#include "frontends/onnx/WeightStore.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 
@@ -41,6 +43,17 @@ DType toDType(mlir::Type type) {
   case 64: return DType::I64;
   default: return DType::Undefined;
   }
+}
+
+DType storedWeightDType(const onnx_frontend::WeightRecord &record, DType declared) {
+  if (declared != DType::F32)
+    return declared;
+  constexpr int32_t onnxFloat16 = 10, onnxBfloat16 = 16;  // onnx::TensorProto::DataType
+  if (record.onnxType == onnxFloat16)
+    return DType::F16;
+  if (record.onnxType == onnxBfloat16)
+    return DType::BF16;
+  return declared;
 }
 
 std::string describeLocation(mlir::Location loc) {

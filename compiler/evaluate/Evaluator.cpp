@@ -184,9 +184,7 @@ private:
       return opError(op, "element type " + typeString(type.getElementType()) +
                              " has no runtime dtype");
     // A half weight that dsc-widen-half-precision declared f32: its values, widened.
-    const DType stored = record->onnxType == 10   ? DType::F16
-                         : record->onnxType == 16 ? DType::BF16
-                                                  : slot.dtype;
+    const DType stored = storedWeightDType(*record, slot.dtype);
     if (slot.dtype == DType::F32 && stored != DType::F32 && record->dims == slot.shape &&
         record->bytes.size() == static_cast<size_t>(slot.elements()) * dtypeSize(stored)) {
       if (!shapeOnly_ || slot.elements() <= maxKnownElements_) {

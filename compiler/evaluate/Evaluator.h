@@ -20,6 +20,7 @@
 
 namespace dsc::onnx_frontend {
 class WeightStore;
+struct WeightRecord;
 } // namespace dsc::onnx_frontend
 
 namespace dsc::evaluate {
@@ -27,6 +28,11 @@ namespace dsc::evaluate {
 // The runtime dtype of an MLIR element type (i1 -> Bool, ui8 -> U8, ...); Undefined when
 // the runtime has none.
 dsrt::DType toDType(mlir::Type elementType);
+
+// The dtype of a weight record's bytes, for a weight declared `declared`: a half weight
+// that dsc-widen-half-precision declared f32 keeps its f16/bf16 bytes, and its readers
+// widen them.
+dsrt::DType storedWeightDType(const onnx_frontend::WeightRecord &record, dsrt::DType declared);
 
 // The op's inherent attributes as dsrt::ops attributes: integers, floats, strings, arrays
 // of integers or of floats, dense elements (as tensors), types (as dtypes). Attributes of

@@ -24,17 +24,6 @@ using namespace mlir;
 namespace dsc {
 namespace {
 
-// The finite, nonzero constant every element of `value` holds (a scalar, or a splat).
-std::optional<double> splatFactor(Value value) {
-  DenseFPElementsAttr attr;
-  if (!matchPattern(value, m_Constant(&attr)) || !attr.isSplat())
-    return std::nullopt;
-  double c = attr.getSplatValue<APFloat>().convertToDouble();
-  if (!std::isfinite(c) || c == 0)
-    return std::nullopt;
-  return c;
-}
-
 // Mul(rows, c), Mul(c, rows) or Div(rows, c), where rows is an embedding's result or, under
 // tensor parallelism, the all-reduce of a vocabulary-parallel one's (a sum of the ranks'
 // rows, which the factor scales alike), each read by the next alone.
@@ -49,7 +38,7 @@ struct EmbeddingScalePattern : OpRewritePattern<ArithOp> {
       if (divides && side == 1)
         break;
       Value rows = op->getOperand(side);
-      std::optional<double> factor = splatFactor(op->getOperand(1 - side));
+      std::optional<double> factor = finiteNonzeroSplat(op->getOperand(1 - side));
       if (!factor || rows.getType() != op->getResult(0).getType() || !rows.hasOneUse())
         continue;
       Operation *reduce = nullptr;

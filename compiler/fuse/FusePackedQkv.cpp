@@ -1,8 +1,9 @@
 // Packed Q, K and V: an attention whose query, key and value are the three parts of one
 // Split of a joined projection (or three Slices of it, Phi-3's; the query possibly scaled
 // by a constant first, OPT's, which moves into the attention's scale) reads the joined
-// tensor itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per layer on the GPU, one copy fewer on the
-// CPU (DESIGN.md §3.6, issue 14).
+// tensor itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per
+// layer on the GPU, one copy fewer on the CPU (DESIGN.md §3.6, issue 14).
+#include "compiler/fuse/FusionRewrite.h"
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxConstants.h"
 #include "dialects/onnx/IR/OnnxDialect.h"
@@ -122,17 +123,6 @@ std::string partsOfOneProjection(tfm::AttentionOp attention, Value &joined,
   return "";
 }
 
-// The positive, finite constant `value` holds in every element (a scalar, or a splat).
-std::optional<float> positiveSplat(Value value) {
-  DenseFPElementsAttr attr;
-  if (!matchPattern(value, m_Constant(&attr)) || !attr.isSplat())
-    return std::nullopt;
-  float c = attr.getSplatValue<APFloat>().convertToFloat();
-  if (!(c > 0.0f) || !std::isfinite(c))
-    return std::nullopt;
-  return c;
-}
-
 // OPT's query is q_proj's result times 1/sqrt(head_dim) (an onnx.Mul by a constant) before
 // the attention, which scales the scores again: q·k·(c·scale) is (c·q)·k·scale, and the
 // cap, ALiBi and a bias all come after the scale. The constant moves into `scale`, so that
@@ -144,10 +134,10 @@ void foldQueryScale(tfm::AttentionOp attention) {
     return;
   for (auto [operand, other] : {std::pair(mul->getOperand(0), mul->getOperand(1)),
                                 std::pair(mul->getOperand(1), mul->getOperand(0))}) {
-    std::optional<float> c = positiveSplat(other);
-    if (!c || operand.getType() != mul->getResult(0).getType())
+    std::optional<double> c = finiteNonzeroSplat(other);
+    if (!c || *c < 0 || operand.getType() != mul->getResult(0).getType())
       continue;
-    float scale = attention.getScale().convertToFloat() * *c;
+    float scale = attention.getScale().convertToFloat() * static_cast<float>(*c);
     if (!(scale > 0.0f) || !std::isfinite(scale))
       return;
     attention->setOperand(0, operand);

@@ -2,9 +2,14 @@
 #ifndef DSC_COMPILER_FUSE_FUSIONREWRITE_H
 #define DSC_COMPILER_FUSE_FUSIONREWRITE_H
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <cmath>
+#include <optional>
 
 namespace dsc {
 
@@ -22,6 +27,18 @@ inline mlir::LogicalResult applyFusionPatterns(mlir::ModuleOp module,
   if (succeeded(mlir::applyPatternsGreedily(module, std::move(patterns), config)))
     return mlir::success();
   return module.emitError() << "fusing " << what << " did not converge";
+}
+
+// The finite, nonzero constant every element of `value` holds (a scalar, or a splat): a
+// factor that a fusion can move into an op's attribute.
+inline std::optional<double> finiteNonzeroSplat(mlir::Value value) {
+  mlir::DenseFPElementsAttr attr;
+  if (!mlir::matchPattern(value, mlir::m_Constant(&attr)) || !attr.isSplat())
+    return std::nullopt;
+  double c = attr.getSplatValue<llvm::APFloat>().convertToDouble();
+  if (!std::isfinite(c) || c == 0)
+    return std::nullopt;
+  return c;
 }
 
 } // namespace dsc

@@ -1,6 +1,7 @@
 #include "compiler/lowering/ExportWeights.h"
 
 #include "codegen/WeightTransforms.h"
+#include "compiler/evaluate/Evaluator.h"
 #include "compiler/lowering/RuntimeTypes.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -119,11 +120,9 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) co
     return op.emitOpError() << "names weight '" << op.getName()
                             << "', which the model does not have";
   auto sourceType = op.getSourceType() ? cast<RankedTensorType>(*op.getSourceType()) : type;
-  dsrt::DType sourceDtype = runtimeDType(sourceType);
-  // A half weight that dsc-widen-half-precision declared f32 keeps its stored bytes: the
-  // transforms read them as they are (and a plan of an f16 model stores f16).
-  if (sourceDtype == dsrt::DType::F32 && (record->onnxType == 10 || record->onnxType == 16))
-    sourceDtype = record->onnxType == 10 ? dsrt::DType::F16 : dsrt::DType::BF16;
+  // The transforms read a widened half weight's bytes as they are (and a plan of an f16
+  // model stores f16).
+  dsrt::DType sourceDtype = evaluate::storedWeightDType(*record, runtimeDType(sourceType));
   dsrt::Shape sourceShape(sourceType.getShape().begin(), sourceType.getShape().end());
   uint64_t expected = static_cast<uint64_t>(sourceType.getNumElements()) *
                       dsrt::dtypeSize(sourceDtype);

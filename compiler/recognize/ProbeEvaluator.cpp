@@ -128,10 +128,8 @@ void ProbeEvaluator::runOp(Operation *op) {
     if (weights_ && valuesApply && dsrt::elementCount(info.shape) <= maxElements_) {
       const onnx_frontend::WeightRecord *record = weights_->lookup(name);
       // A half weight that dsc-widen-half-precision declared f32 is read widened.
-      const dsrt::DType stored = !record                  ? info.dtype
-                                 : record->onnxType == 10 ? dsrt::DType::F16
-                                 : record->onnxType == 16 ? dsrt::DType::BF16
-                                                          : info.dtype;
+      const dsrt::DType stored =
+          record ? evaluate::storedWeightDType(*record, info.dtype) : info.dtype;
       const int64_t count = dsrt::elementCount(info.shape);
       if (record && info.dtype == dsrt::DType::F32 && stored != dsrt::DType::F32 &&
           record->bytes.size() == size_t(count) * dsrt::dtypeSize(stored)) {

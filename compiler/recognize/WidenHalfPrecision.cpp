@@ -69,31 +69,23 @@ struct WidenHalfPrecisionPass : impl::WidenHalfPrecisionBase<WidenHalfPrecisionP
     ModuleOp module = getOperation();
     // Nothing changes unless everything can: a half constant that cannot be read leaves
     // the graph as it is (it then runs generic, in its own dtypes).
-    bool any = false, readable = true;
+    bool any = false, bf16 = false, readable = true;
     module.walk([&](Operation *op) {
-      for (Type type : op->getResultTypes())
+      for (Type type : op->getResultTypes()) {
         any |= hasHalf(type);
+        bf16 |= getElementTypeOrSelf(type).isBF16();
+      }
       for (NamedAttribute attribute : op->getAttrs())
         readable &= widenedAttribute(attribute.getValue()).has_value();
     });
     if (!any || !readable)
       return;
     // What the export rounded to its half type (an attention's scale split over q and k)
-    // may be read as the value it rounds: the recognisers learn by how much.
-    module->setAttr("dsc.half_export",
-                    StringAttr::get(&getContext(), halfType(module) ? "bf16" : "f16"));
+    // may be read as the value it rounds: the recognisers learn by how much (bf16 where
+    // any result is bf16: the coarser rounding).
+    module->setAttr("dsc.half_export", StringAttr::get(&getContext(), bf16 ? "bf16" : "f16"));
     for (auto func : module.getOps<func::FuncOp>())
       widen(func);
-  }
-
-  // Whether the graph's half type is bf16 (any bf16 result: the coarser rounding).
-  static bool halfType(ModuleOp module) {
-    bool bf16 = false;
-    module.walk([&](Operation *op) {
-      for (Type type : op->getResultTypes())
-        bf16 |= getElementTypeOrSelf(type).isBF16();
-    });
-    return bf16;
   }
 
   void widen(func::FuncOp func) {
