@@ -46,8 +46,10 @@ def TpShard : Pass<"dsc-tp-shard", "mlir::ModuleOp"> {
     * LM head: split by vocabulary, logits all-gathered along the last axis.
     * Embeddings, norms, residuals and everything on the generic path stay replicated.
 
-    A function whose attention cannot be sharded stays replicated, with a warning saying
-    why. The module gets `dsc.tp_ranks`, which gives the plan one weight section per rank.
+    A function with an attention that cannot be sharded (or none recognised) keeps every
+    attention replicated, with a warning saying why; its MLPs and LM head are sharded all
+    the same. The module gets `dsc.tp_ranks`, which gives the plan one weight section per
+    rank.
   }];
   let options = [
     Option<"ranks", "ranks", "int64_t", "1", "The tensor-parallel degree">,

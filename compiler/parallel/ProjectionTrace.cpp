@@ -72,6 +72,19 @@ bool isScalarConstant(Value value) {
   return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
 }
 
+// An elementwise op of `def`'s first operand and scalar constants (OLMo's clamp of q, k and
+// v, a scaling): it computes each feature alone, so it works on whichever heads a rank holds.
+bool isElementwiseWithScalars(Operation *def) {
+  StringRef name = def->getName().getStringRef();
+  if (name == "onnx.Mul" || name == "onnx.Div")
+    return isScalarConstant(def->getOperand(1));
+  if (name == "onnx.Clip")
+    return llvm::all_of(def->getOperands().drop_front(), [](Value bound) {
+      return isa<NoneType>(bound.getType()) || isScalarConstant(bound);
+    });
+  return false;
+}
+
 // The indices [begin, end) of one axis of static size `size` that `def` takes with constant
 // bounds (a Slice of unit step, a Gather or GatherND of one index); none for anything else.
 struct Taken {
@@ -178,6 +191,34 @@ Type withLocalHeads(Type type, int64_t heads, int64_t local, int64_t headDim) {
       shape[1] = local;
   }
   return RankedTensorType::get(shape, ranked.getElementType());
+}
+
+Value normalisedPerHead(Value part, Operation *headNorm, int64_t headDim, Operation *before) {
+  OpBuilder builder(before);
+  Location loc = headNorm->getLoc();
+  auto type = cast<RankedTensorType>(part.getType());
+  auto shapeOf = [&](ArrayRef<int64_t> dims) -> Value {
+    auto shapeType = RankedTensorType::get({int64_t(dims.size())}, builder.getI64Type());
+    return onnx::ConstantOp::create(builder, loc, shapeType,
+                                    DenseElementsAttr::get(shapeType, dims));
+  };
+  // Leading dimensions copied (0), the heads inferred (-1): the same on every rank, whatever
+  // its number of heads.
+  SmallVector<int64_t> viewDims(type.getRank() - 1, 0), flatDims(type.getRank() - 1, 0);
+  viewDims.append({-1, headDim});
+  flatDims.push_back(-1);
+  SmallVector<int64_t> headShape(type.getShape().drop_back());
+  const int64_t features = type.getShape().back();
+  headShape.append({ShapedType::isDynamic(features) ? ShapedType::kDynamic : features / headDim,
+                    headDim});
+  auto headType = RankedTensorType::get(headShape, type.getElementType());
+  Value heads = onnx::ReshapeOp::create(builder, loc, headType, part, shapeOf(viewDims),
+                                        builder.getI64IntegerAttr(0));
+  Operation *norm = builder.clone(*headNorm);
+  norm->setOperand(0, heads);
+  norm->getResult(0).setType(headType);
+  return onnx::ReshapeOp::create(builder, loc, type, norm->getResult(0), shapeOf(flatDims),
+                                 builder.getI64IntegerAttr(0));
 }
 
 Value unflattenedInput(tfm::LinearOp linear) {
@@ -288,6 +329,13 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
       worklist.push_back(def->getOperand(0));
       continue;
     }
+    if (isElementwiseWithScalars(def)) {
+      if (!visited.insert(def).second)
+        continue;
+      out.headOps.push_back(def);
+      worklist.push_back(def->getOperand(0));
+      continue;
+    }
     if (isa<onnx::ConcatOp>(def) && llvm::all_of(def->getOperands(), [](Value part) {
           return isa_and_nonnull<tfm::RmsNormOp, tfm::LayerNormOp>(part.getDefiningOp());
         }))
@@ -340,6 +388,18 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
   }
   if (out.globalNorm)
     return "a part of a fused projection is normalised over all of its heads";
+  for (Operation *op : out.headOps) {
+    if (isElementwiseWithScalars(op))
+      return "a part of a fused projection is computed by '" +
+             op->getName().getStringRef().str() + "'";
+    if (isa<tfm::RmsNormOp, tfm::LayerNormOp>(op)) {
+      // Normalising each head alone: no residual, no other output.
+      if (op->getNumOperands() != (isa<tfm::LayerNormOp>(op) ? 3u : 2u) ||
+          op->getNumResults() != 1)
+        return "a part of a fused projection is normalised with a residual";
+      out.headNorm = op;
+    }
+  }
   out.headOps.clear();
   if (features != (heads + 2 * kvHeads) * headDim) {
     // Fewer KV heads than the attention reads: the export repeats each group's key and

@@ -31,6 +31,9 @@ struct Projection {
   // An RMS norm over every head of an unfused projection's part, straight after it
   // (OLMo-2's q_norm and k_norm over [heads * head_dim]): its statistic spans the ranks.
   mlir::Operation *globalNorm = nullptr;
+  // A fused projection's part that the export normalises per head (Persimmon's q/k layer
+  // norm over head_dim): the part's own projection is normalised the same way.
+  mlir::Operation *headNorm = nullptr;
   // Keys or values read from a graph input that holds every KV head (a cross-attention's
   // cache in optimum's merged decoder): not sharded; each rank reads its own heads.
   bool allHeads = false;
@@ -48,6 +51,12 @@ mlir::FailureOr<mlir::Value> transformedWeight(mlir::Value weight,
 // `type` with the rank's heads where it had `heads` heads: [.., heads * d] or a per-head
 // view [.., heads, d] / [b, heads, s, d]. Other types are kept.
 mlir::Type withLocalHeads(mlir::Type type, int64_t heads, int64_t local, int64_t headDim);
+
+// `part`, [.., heads * head_dim] (a fused projection's part, taken apart), normalised per
+// head as `headNorm` normalises the export's view of it: viewed [.., heads, head_dim],
+// normalised over head_dim, flattened again. Built before `before`.
+mlir::Value normalisedPerHead(mlir::Value part, mlir::Operation *headNorm, int64_t headDim,
+                              mlir::Operation *before);
 
 // The [.., in] value a flattened projection (GPT-2's Reshape-Gemm-Reshape) reads.
 mlir::Value unflattenedInput(tfm::LinearOp linear);

@@ -35,6 +35,7 @@ namespace dsc {
 namespace {
 
 using parallel::hasOneDataUse;
+using parallel::normalisedPerHead;
 using parallel::Projection;
 using parallel::traceProjection;
 using parallel::transformedWeight;
@@ -120,8 +121,8 @@ class Sharder {
 public:
   Sharder(func::FuncOp func, int64_t ranks) : func_(func), ranks_(ranks), b_(func.getContext()) {}
 
-  // Shards what it can; a function whose attention cannot be sharded stays replicated
-  // (with a warning). Fails only on errors already emitted.
+  // Shards what it can: every attention, or none where one cannot be sharded (with a
+  // warning); the MLPs and LM heads either way. Fails only on errors already emitted.
   LogicalResult run();
 
 private:
@@ -264,7 +265,9 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     if (failed(column))
       return failure();
     if (p.fused) {
-      attention->setOperand(part, *column);
+      attention->setOperand(part, p.headNorm ? normalisedPerHead(*column, p.headNorm, headDim,
+                                                                 attention)
+                                             : *column);
       continue;
     }
     p.linear.getOutput().replaceAllUsesWith(*column);
@@ -516,27 +519,31 @@ LogicalResult Sharder::run() {
   SmallVector<tfm::AttentionOp> attentions;
   func_.walk([&](tfm::AttentionOp op) { attentions.push_back(op); });
   // Every attention is planned before anything changes: one that cannot be sharded keeps
-  // the whole function replicated.
+  // every attention of the function replicated (the session's KV cache holds the same heads
+  // per rank in every layer). The MLPs and the LM head are sharded all the same: each is
+  // whole on its own, as DeepSpeed's AutoTP shards what it can.
   std::vector<AttentionPlan> plans(attentions.size());
+  bool attentionsShard = true;
   for (auto [attention, plan] : llvm::zip(attentions, plans)) {
     if (static_cast<int64_t>(attention.getNumHeads()) < ranks_)
       return attention.emitError() << "--tp " << ranks_ << " is more than the "
                                    << attention.getNumHeads() << " query heads";
     if (std::string why = planAttention(attention, plan); !why.empty()) {
       attention.emitWarning() << "tp-shard: @" << func_.getSymName()
-                              << " stays replicated: this attention cannot be sharded: "
+                              << ": every attention stays replicated: this attention cannot be "
+                                 "sharded: "
                               << why;
-      return success();
+      attentionsShard = false;
+      break;
     }
   }
-  if (attentions.empty()) {
+  if (attentions.empty())
     func_.emitWarning() << "tp-shard: @" << func_.getSymName()
-                        << " stays replicated: it has no recognised attention";
-    return success();
-  }
-  for (AttentionPlan &plan : plans)
-    if (failed(shardAttention(plan)))
-      return failure();
+                        << ": attention stays replicated: it has no recognised attention";
+  if (attentionsShard)
+    for (AttentionPlan &plan : plans)
+      if (failed(shardAttention(plan)))
+        return failure();
   if (failed(shardMlps()) || failed(shardLmHeads()))
     return failure();
   eraseDead();

@@ -69,8 +69,8 @@ std::string whyNotUnpacked(tfm::AttentionOp attention, Projection (&parts)[3]) {
 }
 
 // The ops that die when nothing reads `roots` any more, users before what they read; the
-// defining ops of `roots` first. Only onnx ops and tfm.linear: the plumbing and the
-// projection.
+// defining ops of `roots` first. Only onnx ops, tfm.linear and the norms: the plumbing, the
+// projection and a part's per-head norm.
 SmallVector<Operation *> deadAfter(ArrayRef<Value> roots) {
   llvm::SetVector<Operation *> dead;
   SmallVector<Operation *> worklist;
@@ -79,8 +79,8 @@ SmallVector<Operation *> deadAfter(ArrayRef<Value> roots) {
       worklist.push_back(def);
   while (!worklist.empty()) {
     Operation *op = worklist.pop_back_val();
-    const bool plumbing =
-        isa<tfm::LinearOp>(op) || (op->getDialect() && op->getDialect()->getNamespace() == "onnx");
+    const bool plumbing = isa<tfm::LinearOp, tfm::LayerNormOp, tfm::RmsNormOp>(op) ||
+                          (op->getDialect() && op->getDialect()->getNamespace() == "onnx");
     if (dead.contains(op) || !plumbing)
       continue;
     if (!llvm::all_of(op->getUsers(), [&](Operation *user) { return dead.contains(user); }))
@@ -155,6 +155,12 @@ struct UnpackQkvPass : impl::UnpackQkvBase<UnpackQkvPass> {
                                   "has other readers";
       return success();
     }
+    // A part the export normalised per head is normalised so again (the norm's clone reads
+    // the norm's scale, which therefore stays).
+    for (int part = 0; part < 3; ++part)
+      if (Operation *norm = parts[part].headNorm)
+        attention->setOperand(part, parallel::normalisedPerHead(created[part].getOutput(), norm,
+                                                                headDim, attention));
     // The fused weight and bias go with the projection (the parts read them through
     // tfm.weight ops of their own).
     SmallVector<Value> parameters(linear->getOperands().drop_front());

@@ -224,7 +224,9 @@ Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qsca
       double whole = std::round((last * coarse - turn[S - 1]) / (2 * M_PI));
       frequency = (turn[S - 1] + 2 * M_PI * whole) / last;
     }
-    if (!(frequency > 0) || !std::isfinite(frequency))
+    // Negative where the export turns the other way (nanochat's rotate_half with flipped
+    // signs): the same rotation at angle -p·f.
+    if (frequency == 0 || !std::isfinite(frequency))
       return std::nullopt;
     frequencies[i] = frequency;
   }

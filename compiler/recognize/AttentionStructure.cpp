@@ -275,11 +275,12 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   auto axis = softmax->getAttrOfType<IntegerAttr>("axis");
   if (axis && axis.getInt() != -1 && axis.getInt() != int64_t(probsShape->size()) - 1)
     return "the softmax is not over the last axis";
-  // Back from the softmax through the score chain (scales, additive and Where masks) to
-  // MatMul(Q, K^T); the chain's effect is proven on the probe.
+  // Back from the softmax through the score chain (scales, additive and Where masks, the
+  // clamp of masked scores to the dtype's lowest value that XGLM's and OPT's eager attention
+  // take, Max(scores, lowest)) to MatMul(Q, K^T); the chain's effect is proven on the probe.
   static const llvm::StringSet<> chainOps = {"onnx.Add",   "onnx.Sub",  "onnx.Mul",
                                              "onnx.Div",   "onnx.Where", "onnx.Cast",
-                                             "onnx.Reshape", "onnx.Tanh"};
+                                             "onnx.Reshape", "onnx.Tanh", "onnx.Max"};
   Value value = softmax->getOperand(0);
   while (true) {
     Operation *def = value.getDefiningOp();
@@ -295,9 +296,20 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
              def->getName().getStringRef().str() + "), not MatMul(Q, K^T) under masks and "
              "scales";
     SmallVector<Value> next;
-    for (Value operand : def->getOperands())
-      if (isTainted(operand))
+    for (Value operand : def->getOperands()) {
+      if (isTainted(operand)) {
         next.push_back(operand);
+        continue;
+      }
+      // Max only as that clamp: it changes nothing but scores already masked away.
+      if (isOp(def, "onnx.Max")) {
+        const Info *bound = probe_.lookup(operand);
+        if (!bound || !bound->value ||
+            !llvm::all_of(floats(*bound->value), [](float v) { return v <= -1e30f; }))
+          return "the score chain's Max at '" + evaluate::describeLocation(def->getLoc()) +
+                 "' is not a clamp to the lowest value";
+      }
+    }
     if (next.size() != 1)
       return "the score chain at '" + evaluate::describeLocation(def->getLoc()) +
              "' combines two activations";

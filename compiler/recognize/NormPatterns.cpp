@@ -143,7 +143,8 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
     return rewritten;
   }
 
-  // Mul(y, scale) [+ Add(bias)] after the normalised value (possibly through a Cast).
+  // Mul(y, scale) [+ Add(bias)] after the normalised value (possibly through a Cast), or,
+  // with no scale weight, the normalised value itself (`mul` null).
   struct Affine {
     Operation *mul = nullptr, *add = nullptr;
     onnx::WeightOp scale, bias;
@@ -153,16 +154,24 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
                      llvm::SmallPtrSetImpl<Operation *> &group) const {
     Affine affine;
     Value y = normalised;
-    if (Operation *user = singleUser(y); user && isa<onnx::CastOp>(user)) {
-      group.insert(user);
-      y = user->getResult(0);
-    }
+    Operation *cast = singleUser(y);
+    if (cast && isa<onnx::CastOp>(cast))
+      y = cast->getResult(0);
+    else
+      cast = nullptr;
+    // Without a learned scale the normalised value is the output (read with a scale of
+    // ones: onesScale), where its width is known.
+    if (!ShapedType::isDynamic(hidden))
+      affine.output = normalised;
     Operation *mul = singleUser(y);
     if (!mul || !isa<onnx::MulOp>(mul))
       return affine;
     affine.scale = vectorWeight(otherOperand(mul, y), hidden);
     if (!affine.scale)
       return affine;
+    if (cast)
+      group.insert(cast);
+    group.insert(mul);
     affine.mul = mul;
     affine.output = mul->getResult(0);
     if (!withBias)
@@ -174,6 +183,16 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
         affine.output = add->getResult(0);
       }
     return affine;
+  }
+
+  // A norm without a learned scale (nanochat's F.rms_norm(x, (d,)), a LayerNorm without
+  // elementwise_affine): its normalised value is the output, scaled by a constant of ones
+  // (the plan's constant, as for a LayerNormalization with a constant scale).
+  static Value onesScale(PatternRewriter &rewriter, Location loc, int64_t hidden,
+                         Type element) {
+    auto type = RankedTensorType::get({hidden}, element);
+    return onnx::ConstantOp::create(
+        rewriter, loc, type, DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 1.0)));
   }
 
   // The norm's input: x, or what a float Cast converted into x when the norm's output has
@@ -229,9 +248,9 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       return decline(rewriter, variance, "the input has no known rank of at least 1");
     int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
     Affine affine = matchAffine(normalised, hidden, /*withBias=*/true, group);
-    if (!affine.mul)
-      return decline(rewriter, variance, "the normalised value is not scaled by a weight");
-    group.insert(affine.mul);
+    if (!affine.output)
+      return decline(rewriter, variance,
+                     "the normalised value is not scaled by a weight, and its width is not known");
     if (affine.add)
       group.insert(affine.add);
     for (Operation *op : group)
@@ -246,8 +265,11 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       return decline(rewriter, variance, "the output type differs from the input type");
     Operation *anchor = affine.output.getDefiningOp();
     rewriter.setInsertionPoint(anchor);
+    Value scale = affine.scale ? tfmWeight(rewriter, affine.scale, false)
+                               : onesScale(rewriter, anchor->getLoc(), hidden,
+                                           type.getElementType());
     auto norm = tfm::LayerNormOp::create(
-        rewriter, anchor->getLoc(), type, input, tfmWeight(rewriter, affine.scale, false),
+        rewriter, anchor->getLoc(), type, input, scale,
         affine.bias ? tfmWeight(rewriter, affine.bias, false) : Value(),
         rewriter.getF32FloatAttr(static_cast<float>(eps)));
     recognised(variance);
@@ -288,11 +310,11 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
       return decline(rewriter, variance, "the input has no known rank of at least 1");
     int64_t hidden = inputType.getDimSize(inputType.getRank() - 1);
     Affine affine = matchAffine(normalised, hidden, /*withBias=*/false, group);
-    if (!affine.mul)
-      return decline(rewriter, variance, "the normalised value is not scaled by a weight");
-    group.insert(affine.mul);
+    if (!affine.output)
+      return decline(rewriter, variance,
+                     "the normalised value is not scaled by a weight, and its width is not known");
     for (Operation *op : group)
-      if (op != affine.mul)
+      if (op != affine.output.getDefiningOp())
         for (Value result : op->getResults())
           if (!usedOnlyBy(result, group))
             return decline(rewriter, variance, "an intermediate value is used outside the RMS norm");
@@ -300,9 +322,12 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
     RankedTensorType type = rankedFloat(input);
     if (getElementTypeOrSelf(affine.output.getType()) != type.getElementType())
       return decline(rewriter, variance, "the output type differs from the input type");
-    rewriter.setInsertionPoint(affine.mul);
-    auto norm = tfm::RmsNormOp::create(rewriter, affine.mul->getLoc(), type, input,
-                                       tfmWeight(rewriter, affine.scale, false),
+    Operation *anchor = affine.output.getDefiningOp();
+    rewriter.setInsertionPoint(anchor);
+    Value scale = affine.scale ? tfmWeight(rewriter, affine.scale, false)
+                               : onesScale(rewriter, anchor->getLoc(), hidden,
+                                           type.getElementType());
+    auto norm = tfm::RmsNormOp::create(rewriter, anchor->getLoc(), type, input, scale,
                                        rewriter.getF32FloatAttr(static_cast<float>(eps)));
     recognised(variance);
     rewriter.replaceAllUsesWith(affine.output, norm.getOutput());

@@ -220,6 +220,29 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
     if (entry.reason != kProductOfActivations && entry.reason != kLogitCap &&
         (!entry.where || live.contains(entry.where)))
       count(entry.op, entry.reason, 1);
+  // An export without dynamic axes: the probes cannot tell a batch from a sequence from a
+  // head, and the graph's reshapes hold the one shape it was traced at.
+  if (softmaxes) {
+    std::string shapes;
+    bool allStatic = main.getNumArguments() > 0;
+    for (BlockArgument argument : main.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(argument.getType());
+      allStatic &= type && type.hasStaticShape();
+      if (!allStatic)
+        break;
+      auto name = main.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "onnx.name");
+      shapes += (shapes.empty() ? "" : ", ") +
+                (name ? name.str() : "#" + std::to_string(argument.getArgNumber())) + " [";
+      for (auto [i, dim] : llvm::enumerate(type.getShape()))
+        shapes += (i ? ", " : "") + std::to_string(dim);
+      shapes += "]";
+    }
+    if (allStatic)
+      os << dsc << "the model's inputs have static shapes (" << shapes
+         << "): its attention cannot be recognised, and the plan runs those shapes only. "
+            "Export with dynamic batch and sequence axes (torch.onnx.export's dynamic_shapes "
+            "or dynamic_axes) for KV-cache generation\n";
+  }
   if (reasons.empty())
     return;
   os << dsc << "left generic:";

@@ -112,9 +112,9 @@ Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out) {
       return Status::error(concat("rotary_inv_freq has ", table->floats.size(),
                                   " frequencies, rotary_dim ", dim, " needs ", dim / 2));
     for (float frequency : table->floats)
-      if (!(frequency > 0) || !std::isfinite(frequency))
+      if (frequency == 0 || !std::isfinite(frequency))
         return Status::error(concat("rotary_inv_freq holds ", frequency,
-                                    ": frequencies must be finite and positive"));
+                                    ": frequencies must be finite and nonzero"));
     out = table->floats;
     return Status::ok();
   }

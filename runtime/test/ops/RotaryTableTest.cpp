@@ -92,7 +92,53 @@ TEST(RotaryTableTest, AttentionFactorScalesTheRotatedQueriesAndKeys) {
   EXPECT_EQ(values<float>(expected[2]), values<float>(got[2]));
 }
 
-TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
+// Negative frequencies turn each pair the other way (nanochat's rotate_half with flipped
+// signs). With N negating the second half of each head, R(-t) = N R(t) N, and N keeps dot
+// products: the queries and keys N q, N k rotated forward give the same output, and their
+// present keys are N of the negative table's.
+TEST(RotaryTableTest, NegativeFrequenciesTurnTheOtherWay) {
+  const int64_t B = 2, S = 5, H = 2, D = 8;
+  std::mt19937 rng(6);
+  OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, D}, rng),
+              v = randomF32({B, S, D}, rng);
+  OwnedTensor mask = i64({B, S}, {1, 1, 1, 1, 1, 0, 1, 1, 1, 1});
+  OwnedTensor positions = i64({B, S}, {0, 1, 2, 3, 4, 1, 0, 1, 2, 3});
+  ops::AttrMap forward = rotaryAttention(H, D), backward = forward;
+  std::vector<float> frequencies;
+  ASSERT_TRUE(ops::rotaryInverseFrequencies(forward, frequencies).isOk());
+  for (float &f : frequencies)
+    f = -f;
+  backward["rotary_inv_freq"] = ops::Attr::ofFloats(frequencies);
+  auto negateSecondHalves = [&](OwnedTensor t) {
+    auto *data = reinterpret_cast<float *>(t.storage.data());
+    for (int64_t i = 0; i < t.ref().elements(); ++i)
+      if (i % D >= D / 2)
+        data[i] = -data[i];
+    return t;
+  };
+  OwnedTensor nq = negateSecondHalves(q), nk = negateSecondHalves(k);
+  std::vector<OwnedTensor> expected, got;
+  ASSERT_TRUE(run("tfm.attention", {&nq, &nk, &v, &mask, nullptr, nullptr, &positions},
+                  expected, forward, 3)
+                  .isOk());
+  Status status =
+      run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &positions}, got, backward, 3);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  std::vector<float> e = values<float>(expected[0]), g = values<float>(got[0]);
+  for (size_t i = 0; i < e.size(); ++i)
+    EXPECT_NEAR(g[i], e[i], 1e-5) << "output " << i;
+  std::vector<float> ek = values<float>(negateSecondHalves(expected[1])),
+                     forwardKeys = values<float>(expected[1]), gk = values<float>(got[1]);
+  double differs = 0;
+  for (size_t i = 0; i < ek.size(); ++i) {
+    EXPECT_NEAR(gk[i], ek[i], 1e-5) << "present key " << i;
+    differs = std::max(differs, double(std::abs(gk[i] - forwardKeys[i])));
+  }
+  // The direction matters: the forward rotation's keys are other numbers.
+  EXPECT_GT(differs, 1e-2);
+}
+
+TEST(RotaryTableTest, ATableOfTheWrongSizeOrAZeroIsAnError) {
   const int64_t B = 1, S = 2, D = 8;
   std::mt19937 rng(4);
   OwnedTensor q = randomF32({B, S, D}, rng), k = randomF32({B, S, D}, rng),
@@ -105,9 +151,9 @@ TEST(RotaryTableTest, ATableOfTheWrongSizeOrSignIsAnError) {
   EXPECT_NE(status.message().find("rotary_inv_freq has 3 frequencies, rotary_dim 8 needs 4"),
             std::string::npos)
       << status.message();
-  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, -0.01f, 0.001f});
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.0f, 0.001f});
   status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
-  EXPECT_NE(status.message().find("finite and positive"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("finite and nonzero"), std::string::npos) << status.message();
   attrs.erase("rotary_inv_freq");
   attrs["rotary_attention_factor"] = ops::Attr::ofFloat(-1.0f);
   status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);

@@ -3,8 +3,9 @@
 // RUN: dsc-opt %s --dsc-tp-shard=ranks=2 2>&1 | FileCheck %s
 
 // What stays replicated is said first, as warnings:
-// CHECK: warning: tp-shard: @two_readers stays replicated: this attention cannot be sharded: the attention output has more than one user
-// CHECK: warning: tp-shard: @no_attention stays replicated: it has no recognised attention
+// CHECK: warning: tp-shard: @two_readers: every attention stays replicated: this attention cannot be sharded: the attention output has more than one user
+// CHECK: warning: tp-shard: @mlp_without_attention: attention stays replicated: it has no recognised attention
+// CHECK: warning: tp-shard: @no_attention: attention stays replicated: it has no recognised attention
 
 // Two heads of 4 over 2 ranks, a 6-wide MLP split 3 + 3, biases after the all-reduces.
 // CHECK: module attributes {dsc.tp_ranks = 2 : i64}
@@ -42,9 +43,14 @@ func.func @layer(%x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32> {
 }
 
 // The attention output is read twice: no single output projection to make row-parallel,
-// so the function stays replicated.
+// so the attention stays replicated; the MLP after it is sharded all the same.
 // CHECK-LABEL: func.func @two_readers
-// CHECK-NOT: parallel
+// CHECK-NOT: parallel  column : (tensor<2x5x8xf32>, tensor<8x8xf32>)
+// CHECK: tfm.linear {{.*}} : (tensor<2x5x8xf32>, tensor<8x8xf32>) -> tensor<2x5x8xf32>
+// CHECK: tfm.linear {{.*}} parallel  column : (tensor<2x5x8xf32>, tensor<3x8xf32>) -> tensor<2x5x3xf32>
+// CHECK: tfm.activation relu {{.*}} : tensor<2x5x3xf32>
+// CHECK: tfm.linear {{.*}} parallel  row : (tensor<2x5x3xf32>, tensor<8x3xf32>) -> tensor<2x5x8xf32>
+// CHECK-NEXT: tfm.all_reduce
 func.func @two_readers(%x: tensor<2x5x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x5x8xf32>) {
   %wq = tfm.weight "q" : tensor<8x8xf32> -> tensor<8x8xf32>
   %wk = tfm.weight "k" : tensor<8x8xf32> -> tensor<8x8xf32>
@@ -55,10 +61,34 @@ func.func @two_readers(%x: tensor<2x5x8xf32>) -> (tensor<2x5x8xf32>, tensor<2x5x
   %v = tfm.linear %x, %wv : (tensor<2x5x8xf32>, tensor<8x8xf32>) -> tensor<2x5x8xf32>
   %a = tfm.attention %q, %k, %v heads 2 kv_heads 2 head_dim 4 scale 5.000000e-01 causal : (tensor<2x5x8xf32>, tensor<2x5x8xf32>, tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
   %o = tfm.linear %a, %wo : (tensor<2x5x8xf32>, tensor<8x8xf32>) -> tensor<2x5x8xf32>
-  return %o, %a : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %h = tfm.residual_add %x, %o : tensor<2x5x8xf32>
+  %wu = tfm.weight "up" : tensor<6x8xf32> -> tensor<6x8xf32>
+  %wd = tfm.weight "down" : tensor<8x6xf32> -> tensor<8x6xf32>
+  %u = tfm.linear %h, %wu : (tensor<2x5x8xf32>, tensor<6x8xf32>) -> tensor<2x5x6xf32>
+  %r = tfm.activation relu %u : tensor<2x5x6xf32>
+  %d = tfm.linear %r, %wd : (tensor<2x5x6xf32>, tensor<8x6xf32>) -> tensor<2x5x8xf32>
+  %y = tfm.residual_add %h, %d : tensor<2x5x8xf32>
+  return %y, %a : tensor<2x5x8xf32>, tensor<2x5x8xf32>
 }
 
-// No recognised attention: nothing to shard by, the function stays replicated.
+// No recognised attention (a model whose attention runs generic): its MLP is sharded.
+// CHECK-LABEL: func.func @mlp_without_attention
+// CHECK: tfm.linear {{.*}} parallel  column
+// CHECK: tfm.linear {{.*}} parallel  row
+// CHECK-NEXT: tfm.all_reduce
+func.func @mlp_without_attention(%x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32> {
+  %wu = tfm.weight "up" : tensor<6x8xf32> -> tensor<6x8xf32>
+  %wd = tfm.weight "down" : tensor<8x6xf32> -> tensor<8x6xf32>
+  %u = tfm.linear %x, %wu : (tensor<2x5x8xf32>, tensor<6x8xf32>) -> tensor<2x5x6xf32>
+  %r = tfm.activation relu %u : tensor<2x5x6xf32>
+  %d = tfm.linear %r, %wd : (tensor<2x5x6xf32>, tensor<8x6xf32>) -> tensor<2x5x8xf32>
+  %y = tfm.residual_add %x, %d : tensor<2x5x8xf32>
+  return %y : tensor<2x5x8xf32>
+}
+
+// No recognised attention and no MLP: nothing is sharded.
+// CHECK-LABEL: func.func @no_attention
+// CHECK-NOT: parallel
 func.func @no_attention(%x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32> {
   return %x : tensor<2x5x8xf32>
 }

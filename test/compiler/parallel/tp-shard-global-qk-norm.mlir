@@ -8,7 +8,7 @@
 
 // At 4 ranks the 2 KV heads are replicated (each on 2 ranks): @olmo2 is still sharded
 // (4 KV heads), @replicated_kv is not. At 2 ranks both are.
-// FOUR: warning: tp-shard: @replicated_kv stays replicated: this attention cannot be sharded: its keys are normalised over all 2 KV heads, which are fewer than the ranks
+// FOUR: warning: tp-shard: @replicated_kv: every attention stays replicated: this attention cannot be sharded: its keys are normalised over all 2 KV heads, which are fewer than the ranks
 // FOUR-NOT: stays replicated
 // FOUR-LABEL: func.func @olmo2
 // FOUR: tfm.all_reduce {{.*}} ranks 4
