@@ -2,7 +2,8 @@
 // activation of a joined gate-up weight) and
 // tfm.lm_head. Their launcher is runtime/src/cuda/ops/LinearOps.cpp; the slot order here
 // is its. Float weights (f32, f16, bf16):
-//   0 gemv                 rows <= 8: act(x·Wᵀ + b) + residual in one launch
+//   0 gemv                 rows <= 8: act(x·Wᵀ + b) + residual in one launch (an LM head's
+//                          logit scale and cap after it)
 //   1 linear_epilogue      after cuBLASLt: bias, activation and residual over [rows, out]
 //   2 convert_activations  f32 activations to the weight dtype (f16/bf16 weights only)
 // int8 weights with scales (tfm.linear, and tfm.lm_head, whose scales take tfm.linear's
@@ -19,6 +20,8 @@
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 namespace dsc::codegen {
 namespace {
@@ -198,6 +201,24 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
     gemv.constants.push_back({"NORM_SCALE_DT", static_cast<int64_t>(in.deviceDType(*normScale))});
     gemv.constants.push_back(
         {"NORM_BIAS_DT", normBias ? static_cast<int64_t>(in.deviceDType(*normBias)) : 0});
+  }
+  // An LM head's logit epilogue, compiled in where it has one (as the embedding's scale).
+  if (!isLinear) {
+    const float scale = in.floatAttr("logit_scale", 1.0f), cap = in.floatAttr("logit_cap", 0.0f);
+    if (!std::isfinite(scale) || !(cap >= 0.0f) || !std::isfinite(cap)) {
+      reason = "the logit scale or cap is not finite (or the cap is negative)";
+      return false;
+    }
+    auto add = [&](const char *name, float value) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &value, sizeof bits);
+      gemv.constants.push_back({name, static_cast<int64_t>(bits)});
+      epilogue.constants.push_back({name, static_cast<int64_t>(bits)});
+    };
+    if (scale != 1.0f)
+      add("LOGIT_SCALE_BITS", scale);
+    if (cap != 0.0f)
+      add("LOGIT_CAP_BITS", cap);
   }
   // Split-K (several warps per output feature for narrow layers): last, as every plan's
   // gemv since it exists has it.

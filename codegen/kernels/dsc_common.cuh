@@ -257,6 +257,21 @@ static __device__ __forceinline__ float dsc_activate(int kind, float x) {
   }
 }
 
+// The LM head's logit epilogue (tfm.lm_head `logit_scale`, then `logit_cap`: cap ·
+// tanh(s / cap)) from the f32 bits of each: the kernels' LOGIT_SCALE_BITS and
+// LOGIT_CAP_BITS, which default to none (1.0f, 0) where the step has none. Constant bits
+// fold the code away.
+static __device__ __forceinline__ float dsc_logit_epilogue(float value, unsigned int scale_bits,
+                                                           unsigned int cap_bits) {
+  if (scale_bits != 0x3f800000u)
+    value *= __uint_as_float(scale_bits);
+  if (cap_bits != 0u) {
+    const float cap = __uint_as_float(cap_bits);
+    value = cap * tanhf(value / cap);
+  }
+  return value;
+}
+
 // ---- rotary embeddings ------------------------------------------------------------------
 
 // The inverse frequencies of a rotary of ROT_DIM features, a kernel parameter passed by

@@ -36,6 +36,14 @@
 // passes normalize 0.
 #include "dsc_common.cuh"
 
+// An LM head's logit epilogue (LinearRules.cpp: only its kernels have the constants).
+#ifndef LOGIT_SCALE_BITS
+#define LOGIT_SCALE_BITS 0x3f800000
+#endif
+#ifndef LOGIT_CAP_BITS
+#define LOGIT_CAP_BITS 0
+#endif
+
 #ifndef DSC_DT_I8
 #define DSC_DT_I8 8
 #endif
@@ -307,7 +315,7 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
           value *= up[r] + bias_up;
         if (HAS_RESIDUAL)
           value += residual[index];
-        y[index] = value;
+        y[index] = dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS);
       }
     }
   }

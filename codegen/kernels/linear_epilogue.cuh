@@ -9,8 +9,17 @@
 // bias[n + j]), [rows, n]; `count` is the outputs' rows * n. `out` must not be `in` then.
 //
 // Constants: ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
-// HAS_RESIDUAL (0/1), GATED (see above).
+// HAS_RESIDUAL (0/1), GATED (see above), and an LM head's LOGIT_SCALE_BITS / LOGIT_CAP_BITS
+// (dsc_logit_epilogue, last).
 #include "dsc_common.cuh"
+
+// An LM head's logit epilogue (LinearRules.cpp: only its kernels have the constants).
+#ifndef LOGIT_SCALE_BITS
+#define LOGIT_SCALE_BITS 0x3f800000
+#endif
+#ifndef LOGIT_CAP_BITS
+#define LOGIT_CAP_BITS 0
+#endif
 
 #ifndef GATED
 #define GATED 0
@@ -38,6 +47,6 @@ extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
     value = dsc_activate(ACT, value);
     if (HAS_RESIDUAL && residual)
       value += residual[i];
-    out[i] = value;
+    out[i] = dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS);
   }
 }

@@ -8,6 +8,9 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
   FuseEmbeddingScaleOptions embeddingScale;
   embeddingScale.remarks = remarks;
   pm.addPass(createFuseEmbeddingScale(embeddingScale));
+  FuseLogitEpilogueOptions logits;
+  logits.remarks = remarks;
+  pm.addPass(createFuseLogitEpilogue(logits));
   FuseQkNormOptions qkNorm;
   qkNorm.remarks = remarks;
   pm.addPass(createFuseQkNorm(qkNorm));
@@ -36,7 +39,7 @@ void addFusePasses(mlir::OpPassManager &pm, bool remarks) {
 
 void registerFusePipeline() {
   mlir::PassPipelineRegistration<>(
-      "dsc-fuse", "The fusion passes in dsc's order (embedding scales, q/k norms into attentions, sandwich norms' "
+      "dsc-fuse", "The fusion passes in dsc's order (embedding scales, logit epilogues, q/k norms into attentions, sandwich norms' "
       "residuals, linear "
       "epilogues, joined projections, gated epilogues, packed Q/K/V, residual + norm, then "
       "norm prologues)",

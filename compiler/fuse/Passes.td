@@ -26,6 +26,26 @@ def FuseEmbeddingScale : Pass<"dsc-fuse-embedding-scale", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }
 
+def FuseLogitEpilogue : Pass<"dsc-fuse-logit-epilogue", "mlir::ModuleOp"> {
+  let summary = "Scale and soft-cap the logits in the LM head that computes them";
+  let description = [{
+    An `onnx.Mul` of a `tfm.lm_head`'s logits and a constant (a scalar or a splat: Cohere's
+    logit_scale), or an `onnx.Div` of them by one (Granite's logits_scaling), becomes the
+    head's `logit_scale` (factors compose); then `Mul(Tanh(logits), c)` (Gemma-2's and
+    NanoChat's final soft-capping, whose Div by c is the scale before it) becomes its
+    `logit_cap` c, the scale multiplied by c. Under tensor parallelism the logits may be
+    the `tfm.all_gather` of a vocabulary-parallel head's (each rank's part is scaled and
+    capped alike). The weight keeps its values (it is often the tied embedding). Declined
+    for factors that are not one finite nonzero constant (a cap: positive), for logits that
+    something else reads too, and after a cap (remarks with `remarks`).
+  }];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark with the reason for every candidate that is not fused">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 def FuseQkNorm : Pass<"dsc-fuse-qk-norm", "mlir::ModuleOp"> {
   let summary = "Move q/k norms (per head or over all heads) into the attention that reads them";
   let description = [{

@@ -1,5 +1,7 @@
 #include "compiler/lowering/RuntimeTypes.h"
 
+#include "compiler/evaluate/Evaluator.h"
+
 #include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -11,22 +13,7 @@ using namespace mlir;
 namespace dsc {
 
 dsrt::DType runtimeDType(Type type) {
-  type = getElementTypeOrSelf(type);
-  if (type.isF32()) return dsrt::DType::F32;
-  if (type.isF16()) return dsrt::DType::F16;
-  if (type.isBF16()) return dsrt::DType::BF16;
-  if (type.isF64()) return dsrt::DType::F64;
-  if (auto integer = dyn_cast<IntegerType>(type)) {
-    bool isUnsigned = integer.isUnsigned();
-    switch (integer.getWidth()) {
-    case 1: return dsrt::DType::Bool;
-    case 8: return isUnsigned ? dsrt::DType::U8 : dsrt::DType::I8;
-    case 16: return isUnsigned ? dsrt::DType::U16 : dsrt::DType::I16;
-    case 32: return isUnsigned ? dsrt::DType::U32 : dsrt::DType::I32;
-    case 64: return isUnsigned ? dsrt::DType::U64 : dsrt::DType::I64;
-    }
-  }
-  return dsrt::DType::Undefined;
+  return evaluate::toDType(getElementTypeOrSelf(type));
 }
 
 dsrt::OwnedTensor tensorFromAttr(DenseElementsAttr value) {
@@ -130,6 +117,11 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
       attrs.append("scale", b.getF32FloatAttr(scale.getValue().convertToFloat()));
   } else if (auto head = dyn_cast<tfm::LmHeadOp>(op)) {
     vocab(head.getVocabOffsetAttr(), head.getVocabSize());
+    // Only where set, as the embedding's scale: other heads keep their attributes.
+    if (FloatAttr scale = head.getLogitScaleAttr())
+      attrs.append("logit_scale", b.getF32FloatAttr(scale.getValue().convertToFloat()));
+    if (FloatAttr cap = head.getLogitCapAttr())
+      attrs.append("logit_cap", b.getF32FloatAttr(cap.getValue().convertToFloat()));
   } else if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
     attrs.append("epsilon", b.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
   } else if (auto norm = dyn_cast<tfm::RmsNormOp>(op)) {

@@ -124,7 +124,8 @@ struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
       // The bias (GPT-J's untied head) stays an onnx.Add after the head.
       auto head = tfm::LmHeadOp::create(rewriter, matmul.getLoc(), type, matmul.getA(),
                                         weightValue, /*scales=*/Value(),
-                                        rewriter.getI64IntegerAttr(0), IntegerAttr());
+                                        rewriter.getI64IntegerAttr(0), IntegerAttr(), FloatAttr(),
+                                        FloatAttr());
       recognised(matmul);
       rewriter.replaceAllUsesWith(result, head.getLogits());
       rewriter.eraseOp(matmul);

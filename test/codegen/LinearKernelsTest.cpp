@@ -16,6 +16,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 namespace dsc::codegen {
 namespace {
@@ -132,6 +133,31 @@ TEST(LinearRules, LmHeadIsTheProductAlone) {
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].name(), "gemv_K64_WT3_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "convert_activations_WT3");
+}
+
+// dsc-fuse-logit-epilogue's logit_scale and logit_cap are compiled into both the gemv and
+// the epilogue kernel, as f32 bits (0.125f: 0x3e000000, 30.0f: 0x41f00000); a head without
+// them keeps its kernels' names; a negative cap is declined.
+TEST(LinearRules, LmHeadLogitEpilogueIsCompiledIn) {
+  PlanBuilder b;
+  int x = b.tensor(dsp::DType::f32, {4, 1, 64}), w = b.weight({150, 64});
+  int y = b.tensor(dsp::DType::f32, {4, 1, 150});
+  dsp::StepT &step = b.step("tfm.lm_head", {x, w}, {y});
+  floatAttr(step, "logit_scale", 0.125f);
+  floatAttr(step, "logit_cap", 30.0f);
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(step, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name(), "gemv_K64_WT1_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_LOGIT_SCALE_BITS"
+                             "1040187392_LOGIT_CAP_BITS1106247680_SPLIT_K1");
+  EXPECT_EQ(specs[1].name(), "linear_epilogue_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_LOGIT_SCALE_"
+                             "BITS1040187392_LOGIT_CAP_BITS1106247680");
+  step.attrs.clear();
+  floatAttr(step, "logit_cap", -1.0f);
+  specs.clear();
+  EXPECT_FALSE(b.run(step, specs, reason));
+  EXPECT_NE(reason.find("the cap is negative"), std::string::npos) << reason;
 }
 
 TEST(LinearRules, BiasKeepsItsOwnStoredDtype) {
@@ -390,6 +416,32 @@ TEST_F(LinearNvrtcTest, EpilogueAndConversionSpecialisationsCompile) {
                {"HAS_RESIDUAL", act > 1 ? 1 : 0}}});
   compiles({"convert_activations", {{"WT", 2}}});
   compiles({"convert_activations", {{"WT", 3}}});
+  // An LM head's logit epilogue: a scale alone, a scale and a cap, a negative scale (bits
+  // past INT32_MAX).
+  for (auto [scale, cap] : {std::pair<int64_t, int64_t>{1040187392, -1},
+                            {1065353216 + 1, 1106247680}, {3212836864, 1106247680}}) {
+    KernelSpec gemv{"gemv",
+                    {{"K", 768},
+                     {"WT", 3},
+                     {"ACT", -1},
+                     {"HAS_BIAS", 0},
+                     {"BIAS_DT", 1},
+                     {"HAS_RESIDUAL", 0},
+                     {"LOGIT_SCALE_BITS", scale}}};
+    KernelSpec epilogue{"linear_epilogue",
+                        {{"ACT", -1},
+                         {"HAS_BIAS", 0},
+                         {"BIAS_DT", 1},
+                         {"HAS_RESIDUAL", 0},
+                         {"LOGIT_SCALE_BITS", scale}}};
+    if (cap >= 0) {
+      gemv.constants.push_back({"LOGIT_CAP_BITS", cap});
+      epilogue.constants.push_back({"LOGIT_CAP_BITS", cap});
+    }
+    gemv.constants.push_back({"SPLIT_K", 1});
+    compiles(gemv);
+    compiles(epilogue);
+  }
 }
 
 TEST_F(LinearNvrtcTest, ConversionRefusesF32Weights) {

@@ -583,6 +583,12 @@ LogicalResult LmHeadOp::verify() {
                            << ", expected " << h.getDimSize(i);
   if (failed(expectDim(*this, out, rank - 1, w.getDimSize(0), "logits vocabulary size")))
     return failure();
+  if (auto scale = getLogitScale(); scale && !std::isfinite(scale->convertToFloat()))
+    return emitOpError() << "logit_scale must be finite, not " << scale->convertToFloat();
+  if (auto cap = getLogitCap();
+      cap && !(cap->convertToFloat() > 0 && std::isfinite(cap->convertToFloat())))
+    return emitOpError() << "logit_cap must be finite and positive, not "
+                         << cap->convertToFloat();
   return verifyVocabShard(*this, getVocabOffset(), getVocabSize(), w.getDimSize(0));
 }
 

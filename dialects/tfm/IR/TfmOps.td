@@ -389,11 +389,16 @@ def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
     With `vocab_size`, the weight holds the rows [vocab_offset, vocab_offset + rows) of a
     vocabulary of `vocab_size` tokens (a TP shard), and so do the logits. An int8 weight
     comes with `scales` [vocab rows, groups], as tfm.linear's.
+
+    The logit epilogue (dsc-fuse-logit-epilogue): each logit z becomes s = z · `logit_scale`
+    (Granite's 1 / logits_scaling, Cohere's logit_scale), then, with `logit_cap`,
+    cap · tanh(s / cap) (Gemma-2's and NanoChat's final soft-capping). Both absent: z.
   }];
   let arguments = (ins Tfm_FloatTensor:$hidden, RankedTensorOf<[AnyFloat, I8]>:$weight,
                    Optional<Tfm_FloatTensor>:$scales,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
-                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size);
+                   OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size,
+                   OptionalAttr<F32Attr>:$logit_scale, OptionalAttr<F32Attr>:$logit_cap);
   let results = (outs Tfm_FloatTensor:$logits);
   let assemblyFormat = [{
     $hidden `,` $weight (`scales` $scales^)? attr-dict `:` functional-type(operands, results)

@@ -160,6 +160,8 @@ struct LinearEpilogue {
   std::optional<FloatView> bias, residual;
   std::optional<Activation> activation;
   bool gated = false;
+  // tfm.lm_head's logit epilogue: z * logitScale, then cap * tanh(. / cap) with a cap.
+  float logitScale = 1.0f, logitCap = 0.0f;
 
   Status read(const KernelContext &ctx) {
     if (ctx.inputs.size() > 2 && ctx.input(2))
@@ -169,7 +171,17 @@ struct LinearEpilogue {
     int64_t gatedAttr = 0;
     DSRT_RETURN_IF_ERROR(intAttr(ctx, "gated", 0, gatedAttr));
     gated = gatedAttr != 0;
+    DSRT_RETURN_IF_ERROR(floatAttr(ctx, "logit_scale", 1.0f, logitScale));
+    DSRT_RETURN_IF_ERROR(floatAttr(ctx, "logit_cap", 0.0f, logitCap));
+    if (!std::isfinite(logitScale) || !(logitCap >= 0.0f) || !std::isfinite(logitCap))
+      return ctx.error("logit_scale must be finite and logit_cap finite and positive, not ",
+                       logitScale, " and ", logitCap);
     return epilogueActivation(ctx, activation);
+  }
+  bool hasLogitEpilogue() const { return logitScale != 1.0f || logitCap != 0.0f; }
+  float logit(float value) const {
+    value *= logitScale;
+    return logitCap != 0.0f ? logitCap * std::tanh(value / logitCap) : value;
   }
   float apply(float sum, int64_t o, int64_t index) const {
     float value = bias ? sum + (*bias)[o] : sum;
@@ -177,7 +189,9 @@ struct LinearEpilogue {
       return value;
     if (activation)
       value = activate(*activation, value);
-    return residual ? value + (*residual)[index] : value;
+    if (residual)
+      value += (*residual)[index];
+    return hasLogitEpilogue() ? logit(value) : value;
   }
   // y[r, i] = act(product[r, i]) * product[r, half + i], as tfm.gated_act_packed of the
   // unfused product (f32 here as in an f32 plan's arena), with the activation of the
@@ -240,6 +254,9 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
       if (epilogue.residual)
         for (int64_t o = begin; o < end; ++o)
           row[o] += (*epilogue.residual)[r * out + o];
+      if (epilogue.hasLogitEpilogue())
+        for (int64_t o = begin; o < end; ++o)
+          row[o] = epilogue.logit(row[o]);
     }
   });
   if (epilogue.gated)

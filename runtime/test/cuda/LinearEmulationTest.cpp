@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -73,6 +74,14 @@ public:
     // The step's attribute goes with the kernels generated for it.
     if (kernels_.constants[0].count("GATED"))
       attrs_["gated"] = ops::Attr::ofInt(1);
+    for (const char *name : {"LOGIT_SCALE_BITS", "LOGIT_CAP_BITS"})
+      if (kernels_.constants[0].count(name)) {
+        const uint32_t bits = static_cast<uint32_t>(kernels_.constants[0][name]);
+        float value = 0;
+        std::memcpy(&value, &bits, sizeof value);
+        attrs_[name == std::string("LOGIT_CAP_BITS") ? "logit_cap" : "logit_scale"] =
+            ops::Attr::ofFloat(value);
+      }
     if (kernels_.constants[0].count("NORM")) {
       attrs_["norm"] = ops::Attr::ofString(kernels_.constants[0]["NORM"] == 1 ? "rms" : "layer");
       attrs_["norm_epsilon"] = ops::Attr::ofFloat(kNormEpsilon);
@@ -212,6 +221,17 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   const int64_t groupSize = int8 && kernels.constants[0]["GS"] > 0 ? kernels.constants[0]["GS"]
                                                                    : k;
   const int64_t groups = k / groupSize;
+  // An LM head's logit epilogue: z * scale, then cap * tanh(. / cap) (cap 0: none).
+  auto bitsFloat = [&](const char *name, uint32_t none) {
+    const auto found = kernels.constants[0].find(name);
+    const uint32_t bits = found == kernels.constants[0].end() ? none
+                                                              : static_cast<uint32_t>(found->second);
+    float value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    return double(value);
+  };
+  const double logitScale = bitsFloat("LOGIT_SCALE_BITS", 0x3f800000u),
+               logitCap = bitsFloat("LOGIT_CAP_BITS", 0u);
 
   std::mt19937 random(static_cast<unsigned>(rows * 1000 + n + k));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -356,6 +376,9 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
       }
       if (hasResidual)
         expected += residual[r * n + o];
+      expected *= logitScale;
+      if (logitCap != 0)
+        expected = logitCap * std::tanh(expected / logitCap);
       double got = y[r * width + o];
       if (!(std::fabs(got - expected) <= 1e-5 + tolerance * (magnitude + 1)) && bad++ < 5)
         ADD_FAILURE() << "rows " << rows << " y[" << r << ", " << o << "] = " << got
@@ -366,6 +389,16 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
 TEST(LinearEmulationTest, F32GemvWithGeluBiasAndResidual) {
   for (int64_t rows : {1, 3, 8})
     checkLinear(f32_gelu::kernels(), rows, 40, 1e-5);
+}
+
+// The LM head's logit scale and cap, in gemv (up to 8 rows) and in the epilogue kernel
+// after the GEMM (more). The cap of 2 bends the larger logits (|z · 0.5| up to ~5 here).
+TEST(LinearEmulationTest, LmHeadLogitEpilogueInGemvAndAfterTheGemm) {
+  for (int64_t rows : {1, 5, 20})
+    checkLinear(f32_logit_cap::kernels(), rows, 48, 1e-5);
+  checkLinear(bf16_logit_scale::kernels(), 2, 40, 1e-5);
+  // The GEMM's activations are rounded to bf16: 2^-8 relative each (as above).
+  checkLinear(bf16_logit_scale::kernels(), 12, 40, 1e-2);
 }
 
 TEST(LinearEmulationTest, F32GemmPathEpilogue) {
@@ -461,6 +494,30 @@ TEST(LinearEmulationTest, GatedStepNeedsGatedKernels) {
   ASSERT_FALSE(status.isOk());
   EXPECT_NE(status.message().find("gated"), std::string::npos) << status.message();
   EXPECT_EQ(step.gemvLaunches, 0);
+}
+
+// Kernels generated for another logit cap than the step's (or for none) are refused before
+// anything runs: the cap is compiled in.
+TEST(LinearEmulationTest, LogitCapNeedsKernelsWithThatCap) {
+  const int64_t k = 64;  // f32_logit_cap's K: no bias, no residual
+  std::vector<float> x(k, 0.5f), w(8 * k, 0.25f), y(8, 0.0f);
+  for (float cap : {0.0f, 30.0f}) {
+    EmulatedLinear step(f32_logit_cap::kernels(), "tfm.lm_head");
+    if (cap == 0.0f)
+      step.attrs_.erase("logit_cap");
+    else
+      step.attrs_["logit_cap"] = ops::Attr::ofFloat(cap);
+    step.inputs.push_back(DeviceTensor{DType::F32, {1, k}, address(x.data())});
+    step.inputs.push_back(DeviceTensor{DType::F32, {8, k}, address(w.data())});
+    step.outputs.push_back(DeviceTensor{DType::F32, {1, 8}, address(y.data())});
+    std::vector<GpuOpInfo> ops;
+    addLinearGpuOps(ops);
+    Status status = ops[0].run(step);
+    ASSERT_FALSE(status.isOk()) << cap;
+    EXPECT_NE(status.message().find("another logit scale or cap"), std::string::npos)
+        << status.message();
+    EXPECT_EQ(step.gemvLaunches, 0);
+  }
 }
 
 // The GEMM path: w^ = q·scale in the scales' dtype, the activations converted to it.

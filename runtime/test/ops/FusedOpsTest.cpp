@@ -102,6 +102,52 @@ TEST(FusedLinearTest, HalfPrecisionEpilogue) {
     EXPECT_NEAR(actual[i], expected[i], 2e-2) << i;
 }
 
+// tfm.lm_head's logit epilogue (dsc-fuse-logit-epilogue): z * logit_scale, then
+// cap * tanh(. / cap), on the reference and the fast kernels, against the formula in double
+// precision and against the unfused steps (Div, Tanh, Mul) it replaces. The cap of 3 is
+// below the largest |z * scale| here, so the tanh bends.
+TEST(FusedLmHeadTest, LogitScaleAndCapMatchFormulaAndUnfusedSteps) {
+  std::mt19937 rng(13);
+  OwnedTensor x = randomF32({2, 3, 16}, rng), w = randomF32({40, 16}, rng),
+              zeros = f32({40}, std::vector<float>(40, 0.0f));
+  const float scale = 0.75f, cap = 3.0f;
+  ops::AttrMap attrs = {{"logit_scale", ops::Attr::ofFloat(scale)},
+                        {"logit_cap", ops::Attr::ofFloat(cap)}};
+  std::vector<double> expected = linearReference(x, w, zeros, nullptr, "none");
+  double bent = 0;
+  for (double &z : expected) {
+    bent = std::max(bent, std::abs(z * scale) - std::abs(cap * std::tanh(z * scale / cap)));
+    z = cap * std::tanh(z * scale / cap);
+  }
+  EXPECT_GT(bent, 0.1);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.lm_head", {&x, &w}, outputs, attrs, 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    expectNear(values<float>(outputs[0]), expected, 1e-5,
+               fast ? "fast lm_head epilogue" : "reference lm_head epilogue");
+  }
+  // The unfused steps: Gemma-2's graph, with the scale first.
+  OwnedTensor plain = run1("tfm.lm_head", {&x, &w});
+  OwnedTensor scaleT = f32({}, {scale}), capT = f32({}, {cap});
+  OwnedTensor scaled = run1("Mul", {&plain, &scaleT});
+  OwnedTensor divided = run1("Div", {&scaled, &capT});
+  OwnedTensor tanh = run1("Tanh", {&divided});
+  OwnedTensor chain = run1("Mul", {&tanh, &capT});
+  OwnedTensor fused = run1("tfm.lm_head", {&x, &w}, attrs);
+  std::vector<float> a = values<float>(fused), c = values<float>(chain);
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], c[i], 1e-5 * (1 + std::abs(c[i]))) << "unfused chain at " << i;
+  // A cap that is not positive, or a scale that is not finite, is an error naming both.
+  EXPECT_NE(errorOf("tfm.lm_head", {&x, &w}, {{"logit_cap", ops::Attr::ofFloat(-1.0f)}})
+                .find("logit_cap finite and positive"),
+            std::string::npos);
+  EXPECT_NE(errorOf("tfm.lm_head", {&x, &w},
+                    {{"logit_scale", ops::Attr::ofFloat(std::nanf(""))}})
+                .find("logit_scale must be finite"),
+            std::string::npos);
+}
+
 TEST(FusedLinearTest, RejectsBadResidualAndActivation) {
   OwnedTensor x = f32({1, 2}, {1, 2}), w = f32({3, 2}, {1, 0, 0, 1, 1, 1});
   OwnedTensor wrongShape = f32({1, 2}, {0, 0}), good = f32({1, 3}, {1, 1, 1});

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 
 namespace dsrt::cuda {
 namespace {
@@ -79,6 +80,8 @@ struct Fused {
   bool bias = false, residual = false;
   // A joined [gate; up] weight whose result is act(gate) * up, half as wide.
   bool gated = false;
+  // The LM head's logit epilogue (tfm.lm_head logit_scale / logit_cap).
+  bool logits = false;
 };
 
 // A norm prologue: gemv's NORM code (1 rms, 2 layer) and its weights, and the norm kernel's
@@ -194,6 +197,22 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
       (context.kernelConstant(kEpilogueSlot, "HAS_BIAS", 0) != 0) != fused.bias ||
       (context.kernelConstant(kEpilogueSlot, "HAS_RESIDUAL", 0) != 0) != fused.residual)
     return context.error("the epilogue kernel does not match the gemv kernel");
+  // The logit epilogue is compiled in (LOGIT_SCALE_BITS, LOGIT_CAP_BITS: the f32 bits, each
+  // absent where the step has none), so the kernels must be the step's.
+  float logitScale = 1.0f, logitCap = 0.0f;
+  DSRT_RETURN_IF_ERROR(ops::getFloat(context.attrs(), "logit_scale", 1.0f, logitScale));
+  DSRT_RETURN_IF_ERROR(ops::getFloat(context.attrs(), "logit_cap", 0.0f, logitCap));
+  auto bits = [](float value, float none) -> int64_t {
+    uint32_t word = 0;
+    std::memcpy(&word, &value, sizeof word);
+    return value == none ? -1 : static_cast<int64_t>(word);
+  };
+  for (size_t slot : {kGemvSlot, kEpilogueSlot})
+    if (context.kernelConstant(slot, "LOGIT_SCALE_BITS", -1) != bits(logitScale, 1.0f) ||
+        context.kernelConstant(slot, "LOGIT_CAP_BITS", -1) != bits(logitCap, 0.0f))
+      return context.error("the kernels were generated for another logit scale or cap than ",
+                           logitScale, " and ", logitCap);
+  fused.logits = logitScale != 1.0f || logitCap != 0.0f;
   const size_t convertSlot = int8 ? kInt8ConvertSlot : kFloatConvertSlot;
   if (converts && context.kernelConstant(convertSlot, "WT", -1) !=
                       static_cast<int64_t>(gemmType(weightType, int8)))
@@ -437,8 +456,8 @@ Status runLinear(StepContext &context) {
     }
   }
 
-  const bool epilogueNeeded =
-      fused.bias || fused.activation != -1 || epilogueResidual != 0 || product != yPtr;
+  const bool epilogueNeeded = fused.bias || fused.activation != -1 || fused.logits ||
+                              epilogueResidual != 0 || product != yPtr;
   if (!epilogueNeeded)
     return Status::ok();
   long long count = rows * width, features = width;
