@@ -393,9 +393,11 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
       return "a part of a fused projection is computed by '" +
              op->getName().getStringRef().str() + "'";
     if (isa<tfm::RmsNormOp, tfm::LayerNormOp>(op)) {
-      // Normalising each head alone: no residual, no other output.
-      if (op->getNumOperands() != (isa<tfm::LayerNormOp>(op) ? 3u : 2u) ||
-          op->getNumResults() != 1)
+      // Normalising each head alone: no residual, no sum output.
+      auto rms = dyn_cast<tfm::RmsNormOp>(op);
+      auto layer = dyn_cast<tfm::LayerNormOp>(op);
+      if ((rms && (rms.getResidual() || rms.getPostResidual() || rms.getSum())) ||
+          (layer && (layer.getResidual() || layer.getSum())))
         return "a part of a fused projection is normalised with a residual";
       out.headNorm = op;
     }
