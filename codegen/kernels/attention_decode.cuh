@@ -251,8 +251,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       key_position = static_cast<float>(attended_before + __popc(on_bits & ((1u << lane) - 1u)));
     attended_before += __popc(on_bits);
 #endif
-    const bool allowed =
-        on && (!CAUSAL || key <= position) && (WINDOW == 0 || key > position - WINDOW);
+    const bool allowed = on && (!CAUSAL || key <= position) &&
+                         (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW));
     float score = negative_infinity;
     if (allowed) {
       const attention_kv_t *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;

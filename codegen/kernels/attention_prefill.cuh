@@ -213,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
         const int slot = c * 32 + lane, key = tile + slot;
         const bool allowed = key_on[c] && (!CAUSAL || key <= position) &&
-                             (WINDOW == 0 || key > position - WINDOW);
+                             (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW));
         score[c] = negative_infinity;
         if (allowed) {
           float dot = 0.0f;

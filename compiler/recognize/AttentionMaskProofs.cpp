@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -180,7 +181,7 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
           std::vector<char> expected(T);
           for (int64_t j = 0; j < T; ++j) {
             bool e = (!pad || padding[b * T + j] != 0) && (!causal || j <= P + i) &&
-                     (window == 0 || j > P + i - window);
+                     (window == 0 || std::abs(P + i - j) < window);
             expected[j] = e;
             anyExpected |= e;
           }
@@ -196,7 +197,8 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
         }
     return true;
   };
-  // A window shows as the first attended key of the last query of the unpadded row.
+  // A window shows as the first attended key of the last query of the unpadded row; without
+  // the causal mask it reaches as far after each query (ModernBERT's local layers).
   int64_t first = 0;
   while (first < T && !attended[at(0, 0, S - 1, first)])
     ++first;
@@ -207,7 +209,7 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
       continue;
     for (bool causal : {true, false})
       for (int64_t window : {int64_t(0), windowGuess}) {
-        if (found || (window && !causal) || (causal && c.cross))
+        if (found || (window && c.cross) || (causal && c.cross))
           continue;
         if (explains(pad, causal, window)) {
           c.padding = pad;
@@ -343,9 +345,9 @@ std::string Matcher::proveBias(Candidate &c, const std::vector<char> &attended,
          "computed outside the attention from positions and masks";
 }
 
-// On a probe with many cached tokens: whether the unpadded first row's last query attends
-// exactly the keys of the candidate's window (all keys without one); nullopt when the
-// mask cannot be computed on this probe.
+// On a probe with many tokens: whether the unpadded first row's queries attend exactly the
+// keys of the candidate's window (all keys without one), or of a longer window this probe
+// shows (then the candidate's); nullopt when the mask cannot be computed on this probe.
 // On a probe with nothing cached, where the left-padded row's first queries have no key to
 // attend (the main probe caches tokens, so its padding lies before every query).
 void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candidate &c) {
@@ -382,14 +384,33 @@ std::optional<bool> checkLongWindow(const ProbeEvaluator &probe, Candidate &c) {
   std::vector<float> b = floats(*bias);
   if (int64_t(b.size()) < S * T || T <= kProbePast + kProbeNew)
     return std::nullopt;
-  // Row 0, head 0, query S - 1: the first S * T block of the [b, h, s, T] bias.
-  const float *row = &b[(S - 1) * T];
-  for (int64_t j = 0; j < T; ++j) {
-    bool expected = c.window == 0 || j > T - 1 - c.window;
-    if ((row[j] > kMaskedBelow) != expected)
-      return false;
+  // Row 0 (unpadded), head 0: the first S * T block of the [b, h, s, T] bias. Query i is
+  // at position T - S + i.
+  auto holds = [&](int64_t window) {
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t position = T - S + i;
+      for (int64_t j = 0; j < T; ++j) {
+        bool expected = (!c.causal || j <= position) &&
+                        (window == 0 || std::abs(position - j) < window);
+        if ((b[i * T + j] > kMaskedBelow) != expected)
+          return false;
+      }
+    }
+    return true;
+  };
+  if (holds(c.window))
+    return true;
+  // A window longer than the short probe (ModernBERT's 128) shows here first: measured as
+  // there, from the last query's first attended key, and then checked for every query.
+  int64_t first = 0;
+  while (first < T && !(b[(S - 1) * T + first] > kMaskedBelow))
+    ++first;
+  const int64_t window = first > 0 && first < T ? T - first : 0;
+  if (window > c.window && holds(window)) {
+    c.window = window;
+    return true;
   }
-  return true;
+  return false;
 }
 
 

@@ -104,13 +104,14 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     if (pending.empty())
       break;
   }
-  // The small probe sees windows shorter than its 12 keys only: a causal attention is
-  // probed again with many cached tokens, and its last query must see exactly the keys the
-  // window (or its absence) says. Masks sliced from a buffer of the model's length run on
-  // the longest probe that fits.
+  // The small probe sees windows shorter than its 12 keys only: a self-attention is probed
+  // again with many tokens (cached ones, or, in a graph without a cache, new ones), and its
+  // queries must see exactly the keys the window (or its absence) says: an encoder's local
+  // window of 128 (ModernBERT's) shows on no short probe. Masks sliced from a buffer of the
+  // model's length run on the longest probe that fits.
   SmallVector<Candidate *> unchecked;
   for (auto &[candidate, layer] : matched)
-    if (candidate.causal)
+    if (!candidate.cross)
       unchecked.push_back(&candidate);
   for (int64_t past : {int64_t(2041), int64_t(505), int64_t(121), int64_t(57)}) {
     if (unchecked.empty())
@@ -130,9 +131,10 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
       }
       if (!*windowHolds)
         c->declined = "mask: on a probe " + std::to_string(past) +
-                      " tokens longer, the last query's keys are not those of " +
+                      " tokens longer, the queries' keys are not those of " +
                       (c->window ? "a window of " + std::to_string(c->window)
-                                 : std::string("a causal mask without a window"));
+                       : c->causal ? std::string("a causal mask without a window")
+                                   : std::string("the padding mask without a window"));
     }
     unchecked = later;
   }

@@ -303,7 +303,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
 
     Scores are scale * q.k, soft-capped to softcap * tanh(scores / softcap) when `softcap`
     is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + bias, + mask), restricted to
-    the causal triangle and to the last `window` positions when set, softmax over the keys.
+    the causal triangle and to the keys less than `window` positions away when set (before
+    the query under the causal mask, on either side without it: ModernBERT's local layers),
+    softmax over the keys.
   }];
   let arguments = (ins Tfm_FloatTensor:$query, Tfm_FloatTensor:$key, Tfm_FloatTensor:$value,
                    Optional<AnyRankedTensor>:$mask, Variadic<Tfm_FloatTensor>:$past,

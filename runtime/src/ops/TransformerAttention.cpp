@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -578,7 +579,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         }
         for (int64_t t = 0; t < T; ++t) {
           bool causalOk = !c.causal || t <= position;
-          bool windowOk = c.window == 0 || t > position - c.window;
+          // Within `window` of the query on either side (before it only, when causal).
+          bool windowOk = c.window == 0 || std::abs(position - t) < c.window;
           bool paddingOk = padding.empty() || padding[b * T + t] != 0;
           visible[t] = causalOk;
           allowed[t] = causalOk && windowOk && paddingOk;

@@ -51,6 +51,8 @@ const Family kBloom{"bloom", bloom::kernels, 16, 4, 4, 1, 1, 0, 0, 0, "all", DTy
 const Family kGptj{"gptj", gptj::kernels, 16, 4, 4, 1, 0, 0, 8, 1, "all", DType::I64};
 const Family kGptNeo{"gptneo", gptneo::kernels, 16, 4, 4, 1, 0, 4, 0, 0, "causal", DType::I64};
 const Family kBert{"bert", bert::kernels, 16, 4, 4, 0, 0, 0, 0, 0, "all", DType::Bool};
+const Family kModernBert{"modernbert", modernbert::kernels, 16, 4, 4, 0, 0, 3, 0, 0, "all",
+                         DType::Bool};
 const Family kWide128{"wide128", wide128::kernels, 128, 4, 2, 1, 0, 0, 64, 0, "all", DType::I32};
 const Family kWide256{"wide256", wide256::kernels, 256, 2, 2, 1, 1, 0, 0, 0, "all", DType::I64};
 const Family kGemma2{"gemma2",  gemma2::kernels, 16, 4, 2, 1, 0, 4, 16, 0, "all", DType::I64,
@@ -107,6 +109,17 @@ TEST(AttentionEmulation, EncoderWithoutCacheOrPresents) {
   s.padding = {0, 2};
   s.pastInputs = false;
   check(kBert, s);
+}
+
+// A window on both sides of each query (ModernBERT's local layers), over more keys than a
+// tile: each query's keys before and after its window are masked.
+TEST(AttentionEmulation, EncoderUnderABidirectionalWindow) {
+  Scenario s;
+  s.batch = 2;
+  s.fresh = 70;
+  s.padding = {0, 5};
+  s.pastInputs = false;
+  check(kModernBert, s);
 }
 
 TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {

@@ -3,7 +3,9 @@
 // ALiBi, GQA and padding; and the small ops against their formulas.
 #include "OpTestUtil.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <ostream>
@@ -105,6 +107,46 @@ TEST_P(AttentionCacheTest, SessionCacheStepsEqualOnePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, AttentionCacheTest, ::testing::Range(0, 5));
+
+// Without the causal mask, `window` w keeps the keys less than w away on either side
+// (ModernBERT's local layers): the same as the padding and that band as an additive mask.
+TEST(AttentionWindowTest, EncoderWindowIsABandOnBothSides) {
+  const int64_t B = 2, S = 9, H = 2, D = 8, W = 3;
+  ops::AttrMap attrs = {{"num_heads", ops::Attr::ofInt(H)},
+                        {"num_kv_heads", ops::Attr::ofInt(H)},
+                        {"head_dim", ops::Attr::ofInt(D)},
+                        {"scale", ops::Attr::ofFloat(0.35f)}};
+  std::mt19937 rng(9);
+  OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, H * D}, rng),
+              v = randomF32({B, S, H * D}, rng);
+  // Row 1 is right-padded by two tokens (an encoder's padding).
+  std::vector<int64_t> keep = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+  OwnedTensor padding = i64({B, S}, keep);
+  std::vector<float> band(B * S * S);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i)
+      for (int64_t j = 0; j < S; ++j)
+        band[(b * S + i) * S + j] = keep[b * S + j] && std::abs(i - j) < W
+                                        ? 0.0f
+                                        : std::numeric_limits<float>::lowest();
+  OwnedTensor additive = f32({B, 1, S, S}, band);
+  ops::AttrMap windowed = attrs;
+  windowed["window"] = ops::Attr::ofInt(W);
+  OwnedTensor got = run1("tfm.attention", {&q, &k, &v, &padding}, windowed);
+  OwnedTensor expected = run1("tfm.attention", {&q, &k, &v, &additive}, attrs);
+  OwnedTensor unwindowed = run1("tfm.attention", {&q, &k, &v, &padding}, attrs);
+  std::vector<float> g = values<float>(got), e = values<float>(expected),
+                     u = values<float>(unwindowed);
+  double windowMatters = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t f = 0; f < H * D && keep[b * S + s]; ++f) {
+        const size_t at = (b * S + s) * H * D + f;
+        EXPECT_NEAR(g[at], e[at], 1e-5) << "row " << b << " token " << s << " feature " << f;
+        windowMatters = std::max(windowMatters, double(std::abs(g[at] - u[at])));
+      }
+  EXPECT_GT(windowMatters, 1e-2);
+}
 
 // A rank of a tensor-parallel group, for kernels that only read which rank they are.
 class RankOnly : public ops::Collectives {
