@@ -345,9 +345,6 @@ std::string Matcher::proveBias(Candidate &c, const std::vector<char> &attended,
          "computed outside the attention from positions and masks";
 }
 
-// On a probe with many tokens: whether the unpadded first row's queries attend exactly the
-// keys of the candidate's window (all keys without one), or of a longer window this probe
-// shows (then the candidate's); nullopt when the mask cannot be computed on this probe.
 // On a probe with nothing cached, where the left-padded row's first queries have no key to
 // attend (the main probe caches tokens, so its padding lies before every query).
 void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candidate &c) {

@@ -221,9 +221,9 @@ std::optional<std::string> unattendedRule(const Candidate &c, const std::vector<
                                           int64_t S, int64_t T, int64_t P);
 // On a probe with nothing cached: the rule at rows with nothing to attend.
 void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candidate &c);
-// On a probe with many cached tokens: whether the unpadded first row's last query attends
-// exactly the keys the candidate's window (or its absence) says; nullopt when this probe
-// cannot tell.
+// On a probe with many tokens: whether the unpadded first row's queries attend exactly the
+// keys the candidate's window (or its absence) says, or those of a longer window this probe
+// shows (which then becomes the candidate's); nullopt when this probe cannot tell.
 std::optional<bool> checkLongWindow(const ProbeEvaluator &probe, Candidate &c);
 
 //===----------------------------------------------------------------------===//
