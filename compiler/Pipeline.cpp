@@ -30,7 +30,8 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
     // position tables as tfm.embedding. Then the prefill and decode programs of a decoder
     // whose every attention was recognised.
     pm.addPass(createRecognizeLayersWithReport(declines, options.missingNormEpsilon));
-    pm.addPass(createRecognizeAttentionWithWeights(weights, options.attentionRemarks));
+    pm.addPass(createRecognizeAttentionWithWeights(weights, options.attentionRemarks,
+                                                   options.lowering.maxSeqLen));
     DeriveCacheProgramsOptions derive;
     derive.report = options.attentionRemarks;
     pm.addPass(createDeriveCachePrograms(derive));

@@ -50,7 +50,8 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
     tfm.attention computes, which gives the scale, the rotary embedding (layout, dim, base),
     GQA grouping, present outputs, and classifies the additive bias as padding mask
     (attention_mask), causal triangle, window and ALiBi. A causal match is probed again
-    with many more tokens (up to 2048 keys, or the longest the graph runs) so that a
+    with many more tokens (up to 2048 keys, or the longest the graph runs; in a graph with a
+    cache, also `longest-sequence` keys, the plan's limit, when that is longer) so that a
     window longer than the first probe cannot pass for none. Rows with no key to attend
     (left padding) are classified too: where the export averages only the causally
     visible values (GPT-Neo), the op gets `tfm.unattended = "causal"` (the kernel's
@@ -63,6 +64,9 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
   let options = [
     Option<"reportDeclines", "report-declines", "bool", "false",
            "Emit a remark with the reason for every Softmax that is not recognised">,
+    Option<"longestSequence", "longest-sequence", "int64_t", "2048",
+           "The most keys (cached and new tokens) the plan will attend: a window up to "
+           "this long is measured, none longer can apply">,
   ];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
 }

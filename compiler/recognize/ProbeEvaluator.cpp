@@ -265,8 +265,13 @@ std::shared_ptr<dsrt::OwnedTensor> evaluateSeeded(const ProbeEvaluator &probe,
     return nullptr;
   }
   llvm::DenseMap<Value, Info> local;
-  for (auto &[value, data] : seeds)
+  // The region computes values as large as its seeds (a long probe's scores, heads times
+  // queries times 2048 keys and more): those are what it is for, not too large to compute.
+  int64_t maxElements = kMaxKnownElements;
+  for (auto &[value, data] : seeds) {
     local[value] = Info{data->dtype, data->shape, false, data};
+    maxElements = std::max(maxElements, dsrt::elementCount(data->shape));
+  }
   for (Operation &op : *block) {
     if (!needed.contains(&op))
       continue;
@@ -288,7 +293,7 @@ std::shared_ptr<dsrt::OwnedTensor> evaluateSeeded(const ProbeEvaluator &probe,
       inputs.push_back(info);
     }
     std::vector<Info> results;
-    dsrt::Status status = runKernel(&op, inputs, /*wantValues=*/true, results);
+    dsrt::Status status = runKernel(&op, inputs, /*wantValues=*/true, results, maxElements);
     if (!status.isOk() || llvm::any_of(results, [](const Info &i) { return !i.value; })) {
       why = "'" + evaluate::describeLocation(op.getLoc()) + "' cannot run on the probe" +
             (status.isOk() ? std::string() : ": " + status.message());

@@ -26,7 +26,7 @@ namespace {
 using namespace attention;
 
 void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *weights,
-                         bool reportDeclines) {
+                         bool reportDeclines, int64_t longestSequence) {
   std::string why;
   SmallVector<Operation *> softmaxes;
   func.walk([&](Operation *op) {
@@ -108,15 +108,22 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   // again with many tokens (cached ones, or, in a graph without a cache, new ones), and its
   // queries must see exactly the keys the window (or its absence) says: an encoder's local
   // window of 128 (ModernBERT's) shows on no short probe. Masks sliced from a buffer of the
-  // model's length run on the longest probe that fits.
+  // model's length run on the longest probe that fits. A plan that holds more than 2048
+  // keys (--max-seq-len) is probed at its limit first: Mistral-v0.1's window of 4096 would
+  // pass for none on 2048 keys, and be wrong past them.
   SmallVector<Candidate *> unchecked;
   for (auto &[candidate, layer] : matched)
     if (!candidate.cross)
       unchecked.push_back(&candidate);
-  for (int64_t past : {int64_t(2041), int64_t(505), int64_t(121), int64_t(57)}) {
+  SmallVector<int64_t> longPasts = {2041, 505, 121, 57};
+  if (hasPast && longestSequence - kProbeNew > longPasts.front())
+    longPasts.insert(longPasts.begin(), longestSequence - kProbeNew);
+  for (int64_t past : longPasts) {
     if (unchecked.empty())
       break;
-    ProbeEvaluator probe(weights);
+    // The mask of a long probe ([batch, 1, new, keys]) is computed even past 2^20 elements.
+    const int64_t maskElements = 2 * kProbeBatch * kProbeNew * (past + kProbeNew);
+    ProbeEvaluator probe(weights, std::max(kMaxKnownElements, maskElements));
     Value attentionMask, positionIds;
     if (failed(setUpProbe(func, past, probe, attentionMask, positionIds, why,
                           /*lengthen=*/true)))
@@ -176,14 +183,16 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
 
 struct RecognizeAttentionPass : impl::RecognizeAttentionBase<RecognizeAttentionPass> {
   using RecognizeAttentionBase::RecognizeAttentionBase;
-  RecognizeAttentionPass(const onnx_frontend::WeightStore *weights, bool report)
+  RecognizeAttentionPass(const onnx_frontend::WeightStore *weights, bool report,
+                         int64_t longest)
       : weights_(weights) {
     reportDeclines = report;
+    longestSequence = longest;
   }
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      recognizeInFunction(func, weights_, reportDeclines);
+      recognizeInFunction(func, weights_, reportDeclines, longestSequence);
   }
 
   const onnx_frontend::WeightStore *weights_ = nullptr;
@@ -192,8 +201,9 @@ struct RecognizeAttentionPass : impl::RecognizeAttentionBase<RecognizeAttentionP
 } // namespace
 
 std::unique_ptr<Pass> createRecognizeAttentionWithWeights(const onnx_frontend::WeightStore *weights,
-                                                          bool reportDeclines) {
-  return std::make_unique<RecognizeAttentionPass>(weights, reportDeclines);
+                                                          bool reportDeclines,
+                                                          int64_t longestSequence) {
+  return std::make_unique<RecognizeAttentionPass>(weights, reportDeclines, longestSequence);
 }
 
 } // namespace dsc

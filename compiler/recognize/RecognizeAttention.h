@@ -21,9 +21,12 @@ class WeightStore;
 
 namespace dsc {
 
+// `longestSequence`: the plan's limit on cached plus new tokens (dsc --max-seq-len); a
+// sliding window up to that long is measured on a probe of that length.
 std::unique_ptr<mlir::Pass>
 createRecognizeAttentionWithWeights(const onnx_frontend::WeightStore *weights,
-                                    bool reportDeclines = false);
+                                    bool reportDeclines = false,
+                                    int64_t longestSequence = 2048);
 
 // Runs `func` (onnx ops and tfm.attention, as the plan's steps would: same kernels, same
 // step attributes) on `inputs` in argument order. Session-mode attention reads and writes
