@@ -7,7 +7,8 @@
 //   2 attention_decode   session cache only: split-KV attention for one new token, which
 //                        rotates and caches that token itself (FUSED_ROTARY) and merges its
 //                        splits in the last block of each (head, sequence) (FUSED_COMBINE):
-//                        a decode step launches it alone
+//                        a decode step launches it alone; with GQA each block attends for
+//                        the query heads of one KV head (GROUP_HEADS)
 // (Plans from before FUSED_COMBINE have a slot 3, attention_combine, which merged the
 // splits in a second launch; the launcher still runs them.)
 // A cached cross-attention (`cross`, an encoder-decoder's session programs) has slots 0 and
@@ -26,6 +27,7 @@
 // still run (the launcher expects no SOFTCAP_BITS where the step has no `softcap`).
 #include "codegen/kernels/KernelRules.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -43,6 +45,12 @@ constexpr int64_t kDecodeSplitKeys = 128;
 constexpr int64_t kMaxHeadDim = 256;
 // Static shared memory of one block may not exceed 48 KiB.
 constexpr int64_t kMaxSharedBytes = 48 * 1024;
+// The decode kernel's query heads per block (GROUP_HEADS) keep at most this many f32
+// output accumulators per thread (GROUP_HEADS × ceil(head_dim / 32)), and at most 4 heads,
+// whose scores, weights, maxima and sums are registers too: ptxas (CUDA 13, sm_90) then
+// gives 62-72 registers and no spills (8 heads of 128: 128 registers and spills).
+constexpr int64_t kMaxDecodeAccumulators = 16;
+constexpr int64_t kMaxDecodeGroupHeads = 4;
 
 struct PrefillTiles {
   int64_t queries, keys;
@@ -56,6 +64,26 @@ PrefillTiles prefillTiles(int64_t headDim) {
   if (headDim <= 128)
     return {16, 32};
   return {8, 16};
+}
+
+// attention_decode.cuh's static shared memory for GROUP_HEADS query heads: their rows,
+// each warp's maxima, sums and outputs, the new key and value, and the q/k norms' staging.
+int64_t decodeSharedBytes(int64_t headDim, int64_t groupHeads) {
+  return 4 * (groupHeads * headDim + 2 * groupHeads * kAttentionWarps +
+              groupHeads * kAttentionWarps * headDim + 4 * headDim + 32) + 4;
+}
+
+// Query heads per decode block: a whole group where it fits, else the group in runs of
+// equal length (ceil(group / runs)), so that a block reads each key and value once for all
+// of them. 1 (one head per block, no constant) without GQA.
+int64_t decodeGroupHeads(int64_t group, int64_t headDim) {
+  const int64_t features = (headDim + 31) / 32;
+  int64_t most =
+      std::clamp<int64_t>(kMaxDecodeAccumulators / features, 1, kMaxDecodeGroupHeads);
+  while (most > 1 && decodeSharedBytes(headDim, most) > kMaxSharedBytes)
+    --most;
+  const int64_t runs = (group + most - 1) / most;
+  return (group + runs - 1) / runs;
 }
 
 int64_t prefillSharedBytes(int64_t headDim, PrefillTiles tiles) {
@@ -309,6 +337,11 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"QK_NORM", qkNormKind});
     if (kvDtype != 0)
       kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
+    // GQA/MQA: the query heads of a KV head share each block's reads of the cache (last,
+    // and only when more than one, so that other kernels keep their names).
+    const int64_t groupHeads = decodeGroupHeads(heads / kvHeads, headDim);
+    if (groupHeads > 1)
+      kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
   }
   return true;
 }

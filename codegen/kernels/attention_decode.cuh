@@ -36,10 +36,25 @@
 // dtype), `keys` and `values` are that cache (dsc_kv_element): the new token's key and value
 // are rounded to it when they are written, and its shared-memory copies hold them rounded,
 // so that every key is attended as stored.
+//
+// With GROUP_HEADS (last, and only where it is more than 1: a GQA or MQA step), a block
+// attends for up to GROUP_HEADS query heads of one KV head, so that each key and value it
+// reads serves all of them: the cache is read once per group (or run of a group), not once
+// per query head. Block y takes the (y mod runs)-th run of GROUP_HEADS query heads of the
+// (y / runs)-th KV head from the rank's first, runs = ceil(group / GROUP_HEADS), and skips
+// the heads that are not the rank's (a rank with fewer query heads than a group, when
+// tensor parallelism replicates a KV head). Without it, block y is query head y.
+// FUSED_COMBINE counts one arrival per (block y, sequence).
 #include "dsc_common.cuh"
 
 #ifndef KV_DTYPE
 #define KV_DTYPE DSC_DT_F32
+#endif
+#ifndef GROUP_HEADS
+#define GROUP_HEADS 1
+#endif
+#if GROUP_HEADS < 1
+#error "GROUP_HEADS must be at least 1"
 #endif
 typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 
@@ -61,6 +76,33 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 
 #define ATTENTION_DECODE_WARP_KEYS (SPLIT_KEYS / WARPS)
 #define ATTENTION_DECODE_FEATURES ((HEAD_DIM + 31) / 32)
+// A lane reads its key 16 bytes at a time (4 f32 or 8 f16/bf16 elements) where rows are
+// 16-byte aligned: HEAD_DIM a multiple of that, and a cache whose base is (every cache the
+// runtime allocates; the kernel checks). Otherwise element by element.
+#define ATTENTION_DECODE_VEC (KV_DTYPE == DSC_DT_F32 ? 4 : 8)
+#define ATTENTION_DECODE_VECTOR_KEYS (HEAD_DIM % ATTENTION_DECODE_VEC == 0)
+
+struct alignas(16) attention_decode_words {
+  unsigned int a, b, c, d;
+};
+
+// The ATTENTION_DECODE_VEC cache elements of one 16-byte load, as f32 (little endian: in
+// a half cache, element 2i is the low half of word i).
+static __device__ __forceinline__ void attention_decode_unpack(const attention_decode_words &v,
+                                                               float *out) {
+  const unsigned int words[4] = {v.a, v.b, v.c, v.d};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (KV_DTYPE == DSC_DT_F32) {
+      out[i] = __uint_as_float(words[i]);
+    } else {
+      const unsigned short low = static_cast<unsigned short>(words[i] & 0xffffu);
+      const unsigned short high = static_cast<unsigned short>(words[i] >> 16);
+      out[2 * i] = dsc_load_float<KV_DTYPE>(&low, 0);
+      out[2 * i + 1] = dsc_load_float<KV_DTYPE>(&high, 0);
+    }
+  }
+}
 
 static __device__ __forceinline__ float attention_decode_negative_infinity() {
   return __int_as_float(0xff800000);
@@ -105,6 +147,23 @@ static __device__ float attention_decode_alibi_slope(int head, int heads) {
 }
 #endif
 
+#ifdef QK_NORM
+// `head` RMS-normalised into shared `staged` (every thread of the block calls it): over the
+// head (QK_NORM 1), or over the `span_features` of the token's heads from `span` (2).
+static __device__ __forceinline__ void
+attention_decode_stage(const float *span, int span_features, const float *head,
+                       const float *scale, float epsilon, float *staged, float *scratch) {
+#if QK_NORM == 2
+  dsc_stage_rms_normalized_span<HEAD_DIM>(span, span_features, head, scale, epsilon, staged,
+                                          scratch);
+#else
+  (void)span;
+  (void)span_features;
+  dsc_stage_rms_normalized<HEAD_DIM>(head, scale, epsilon, staged, scratch);
+#endif
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention_decode(const float *query, attention_kv_t *keys, attention_kv_t *values,
                      long long kv_batch_stride, long long kv_head_stride, int kv_rows,
@@ -128,35 +187,55 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      float qk_norm_epsilon
 #endif
     ) {
-  __shared__ float query_row[HEAD_DIM];
-  __shared__ float warp_max[WARPS], warp_sum[WARPS];
-  __shared__ float warp_out[WARPS][HEAD_DIM];
+  __shared__ float query_row[GROUP_HEADS][HEAD_DIM];
+  __shared__ float warp_max[GROUP_HEADS][WARPS], warp_sum[GROUP_HEADS][WARPS];
+  __shared__ float warp_out[GROUP_HEADS][WARPS][HEAD_DIM];
   if (blockDim.x != WARPS * 32 || static_cast<int>(blockIdx.x) >= max_splits)
     return;
 
   const float negative_infinity = attention_decode_negative_infinity();
-  const int split = blockIdx.x, head = blockIdx.y, sequence = blockIdx.z;
+  const int split = blockIdx.x, sequence = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // This block's query heads: the rank's [first_head, first_head + head_count), all of KV
+  // head kv_head.
+#if GROUP_HEADS == 1
+  const int first_head = blockIdx.y, head_count = 1;
+  const int kv_head = (head_offset + first_head) / group - kv_head_offset;
+#else
+  const int runs = (group + GROUP_HEADS - 1) / GROUP_HEADS;
+  const int global_kv_head = head_offset / group + static_cast<int>(blockIdx.y) / runs;
+  const int run_begin =
+      global_kv_head * group + (static_cast<int>(blockIdx.y) % runs) * GROUP_HEADS;
+  const int run_end = min(run_begin + GROUP_HEADS, (global_kv_head + 1) * group);
+  const int first_head = max(run_begin, head_offset) - head_offset;
+  const int head_count = min(run_end, head_offset + heads) - head_offset - first_head;
+  if (head_count <= 0)
+    return;  // the whole block, in every split: no head of the rank's
+  const int kv_head = global_kv_head - kv_head_offset;
+#endif
   const int past = lengths[0], mask_width = lengths[2];
   const int total = min(lengths[1], kv_rows);
   const int split_begin = split * SPLIT_KEYS;
   const int position = past;  // the one new token
-  const int kv_head = (head_offset + head) / group - kv_head_offset;
   // Written only by FUSED_ROTARY's blocks that hold the new token's row.
   attention_kv_t *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
   attention_kv_t *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  // Head g of the block's partials start at first_slot + g * max_splits.
+  const long long first_slot =
+      (static_cast<long long>(sequence) * heads + first_head) * max_splits;
 #ifdef FUSED_COMBINE
-  const long long first_slot = (static_cast<long long>(sequence) * heads + head) * max_splits;
-  float *out_row = out + (static_cast<long long>(sequence) * heads + head) * HEAD_DIM;
+  float *out_rows = out + (static_cast<long long>(sequence) * heads + first_head) * HEAD_DIM;
 #endif
   if (split_begin >= total) {
 #ifdef FUSED_COMBINE
     // No block holds a key (nothing cached, no new token): the first still writes the
-    // output, as attention_combine does with no split.
+    // outputs, as attention_combine does with no split.
     if (split == 0)
-      dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                                 KV_DTYPE>(out_row, partial_out, partial_max, partial_sum,
-                                           first_slot, 0, value_base, total, position);
+      for (int g = 0; g < head_count; ++g)
+        dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
+                                   KV_DTYPE>(out_rows + g * HEAD_DIM, partial_out, partial_max,
+                                             partial_sum, first_slot + g * max_splits, 0,
+                                             value_base, total, position);
 #endif
     return;  // the whole block: the merge reads only the splits below total
   }
@@ -171,39 +250,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
   const bool holds_new = past >= split_begin && past < split_end;
   {
-    const float *query_in = new_query + sequence * query_stride + head * HEAD_DIM;
     const float *key_in = new_key + sequence * kv_stride + kv_head * HEAD_DIM;
     const float *value_in = new_value + sequence * kv_stride + kv_head * HEAD_DIM;
 #ifdef QK_NORM
-    // holds_new is the block's alike: every thread stages.
+    // holds_new and head_count are the block's alike: every thread stages.
     __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
-#if QK_NORM == 2
-    // Over all of the token's query heads, and its key heads (heads / group of them).
-    dsc_stage_rms_normalized_span<HEAD_DIM>(new_query + sequence * query_stride,
-                                            heads * HEAD_DIM, query_in, q_norm_scale,
-                                            qk_norm_epsilon, query_staged, norm_scratch);
-    query_in = query_staged;
     if (holds_new) {
-      dsc_stage_rms_normalized_span<HEAD_DIM>(new_key + sequence * kv_stride,
-                                              heads / group * HEAD_DIM, key_in, k_norm_scale,
-                                              qk_norm_epsilon, key_staged, norm_scratch);
-      key_in = key_staged;
-    }
-#else
-    dsc_stage_rms_normalized<HEAD_DIM>(query_in, q_norm_scale, qk_norm_epsilon, query_staged,
-                                       norm_scratch);
-    query_in = query_staged;
-    if (holds_new) {
-      dsc_stage_rms_normalized<HEAD_DIM>(key_in, k_norm_scale, qk_norm_epsilon, key_staged,
-                                         norm_scratch);
+      // QK_NORM 2: over all of the token's key heads (heads / group of them).
+      attention_decode_stage(new_key + sequence * kv_stride, heads / group * HEAD_DIM, key_in,
+                             k_norm_scale, qk_norm_epsilon, key_staged, norm_scratch);
       key_in = key_staged;
     }
 #endif
-#endif
-    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
-      query_row[feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
-          query_in, feature, rotary_position, frequencies);
-      if (holds_new) {
+    if (holds_new)
+      for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
         const float key = dsc_kv_rounded<KV_DTYPE>(dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
             key_in, feature, rotary_position, frequencies));
         const float value = dsc_kv_rounded<KV_DTYPE>(value_in[feature]);
@@ -213,21 +273,50 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         dsc_store_float<KV_DTYPE>(key_base, row, key);
         dsc_store_float<KV_DTYPE>(value_base, row, value);
       }
+    for (int g = 0; g < head_count; ++g) {
+      const float *query_in = new_query + sequence * query_stride + (first_head + g) * HEAD_DIM;
+#ifdef QK_NORM
+      // The staging waits for the block first: the previous head's reads are done. QK_NORM
+      // 2: over all of the token's query heads.
+      attention_decode_stage(new_query + sequence * query_stride, heads * HEAD_DIM, query_in,
+                             q_norm_scale, qk_norm_epsilon, query_staged, norm_scratch);
+      query_in = query_staged;
+#endif
+      for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+        query_row[g][feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
+            query_in, feature, rotary_position, frequencies);
     }
   }
 #else
-  for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
-    query_row[feature] = query[(static_cast<long long>(sequence) * heads + head) * HEAD_DIM + feature];
+  for (int g = 0; g < head_count; ++g)
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+      query_row[g][feature] =
+          query[(static_cast<long long>(sequence) * heads + first_head + g) * HEAD_DIM + feature];
 #endif
+  // A run cut short (by the group's end or the rank's heads) attends with zero queries in
+  // its other rows, whose results nobody reads: the loops below stay free of branches.
+  for (int g = head_count; g < GROUP_HEADS; ++g)
+    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+      query_row[g][feature] = 0.0f;
   __syncthreads();
 
+#if ATTENTION_DECODE_VECTOR_KEYS
+  // Every row of an aligned cache is: HEAD_DIM elements are a whole number of loads.
+  const bool vector_keys = (reinterpret_cast<unsigned long long>(key_base) & 15u) == 0;
+#endif
   const int warp_begin = split_begin + warp * ATTENTION_DECODE_WARP_KEYS;
   const int warp_end = min(split_end, warp_begin + ATTENTION_DECODE_WARP_KEYS);
 
-  float slope = 0.0f;
+  float slope[GROUP_HEADS];
+#pragma unroll
+  for (int g = 0; g < GROUP_HEADS; ++g)
+    slope[g] = 0.0f;
 #if ALIBI
   int attended_before = 0;  // attended keys before the current chunk
-  slope = attention_decode_alibi_slope(head_offset + head, global_heads);
+#pragma unroll
+  for (int g = 0; g < GROUP_HEADS; ++g)
+    if (g < head_count)
+      slope[g] = attention_decode_alibi_slope(head_offset + first_head + g, global_heads);
   for (int chunk = 0; chunk < warp_begin; chunk += 32) {
     const int key = chunk + lane;
     const bool on = key < warp_begin && attention_decode_mask_on(mask, mask_row + key);
@@ -235,11 +324,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   }
 #endif
 
-  float running_max = negative_infinity, running_sum = 0.0f;
-  float running_out[ATTENTION_DECODE_FEATURES];
+  float running_max[GROUP_HEADS], running_sum[GROUP_HEADS];
+  float running_out[GROUP_HEADS][ATTENTION_DECODE_FEATURES];
 #pragma unroll
-  for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
-    running_out[i] = 0.0f;
+  for (int g = 0; g < GROUP_HEADS; ++g) {
+    running_max[g] = negative_infinity;
+    running_sum[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
+      running_out[g][i] = 0.0f;
+  }
 
   for (int chunk = warp_begin; chunk < warp_end; chunk += 32) {
     const int key = chunk + lane;
@@ -253,42 +347,92 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
     const bool allowed = on && (!CAUSAL || key <= position) &&
                          (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW));
-    float score = negative_infinity;
+    float score[GROUP_HEADS];
+#pragma unroll
+    for (int g = 0; g < GROUP_HEADS; ++g)
+      score[g] = negative_infinity;
     if (allowed) {
+      // Each element of the key is read once for every head of the block.
       const attention_kv_t *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
-      float dot = 0.0f;
+      float dot[GROUP_HEADS];
+#pragma unroll
+      for (int g = 0; g < GROUP_HEADS; ++g)
+        dot[g] = 0.0f;
 #ifdef FUSED_ROTARY
       if (key == past) {
         // Computed above: shared memory, not the cache row.
 #pragma unroll 8
-        for (int feature = 0; feature < HEAD_DIM; ++feature)
-          dot += query_row[feature] * fresh_key[feature];
+        for (int feature = 0; feature < HEAD_DIM; ++feature) {
+          const float element = fresh_key[feature];
+#pragma unroll
+          for (int g = 0; g < GROUP_HEADS; ++g)
+            dot[g] += query_row[g][feature] * element;
+        }
+      } else
+#endif
+#if ATTENTION_DECODE_VECTOR_KEYS
+      if (vector_keys) {
+        // 16 bytes per load, several in flight; the sum in the scalar loop's order.
+        const attention_decode_words *words =
+            reinterpret_cast<const attention_decode_words *>(key_row);
+#pragma unroll 2
+        for (int load = 0; load < HEAD_DIM / ATTENTION_DECODE_VEC; ++load) {
+          float element[ATTENTION_DECODE_VEC];
+          attention_decode_unpack(words[load], element);
+#pragma unroll
+          for (int j = 0; j < ATTENTION_DECODE_VEC; ++j)
+#pragma unroll
+            for (int g = 0; g < GROUP_HEADS; ++g)
+              dot[g] += query_row[g][load * ATTENTION_DECODE_VEC + j] * element[j];
+        }
       } else
 #endif
       {
 #pragma unroll 8
-        for (int feature = 0; feature < HEAD_DIM; ++feature)
-          dot += query_row[feature] * dsc_load_float<KV_DTYPE>(key_row, feature);
+        for (int feature = 0; feature < HEAD_DIM; ++feature) {
+          const float element = dsc_load_float<KV_DTYPE>(key_row, feature);
+#pragma unroll
+          for (int g = 0; g < GROUP_HEADS; ++g)
+            dot[g] += query_row[g][feature] * element;
+        }
       }
+#pragma unroll
+      for (int g = 0; g < GROUP_HEADS; ++g)
 #ifdef SOFTCAP_BITS
-      score = attention_decode_softcap(dot * scale) + slope * key_position;
+        score[g] = attention_decode_softcap(dot[g] * scale) + slope[g] * key_position;
 #else
-      score = dot * scale + slope * key_position;
+        score[g] = dot[g] * scale + slope[g] * key_position;
 #endif
     }
-    const float chunk_max = dsc_warp_max(score);
-    if (chunk_max == negative_infinity)
-      continue;  // warp-uniform after the reduction
-    const float new_max = fmaxf(running_max, chunk_max);
-    const float correction = expf(running_max - new_max);  // 0 while running_max is −inf
-    const float probability = expf(score - new_max);       // 0 for keys not attended
-    running_sum = running_sum * correction + dsc_warp_sum(probability);
+    float probability[GROUP_HEADS];
+    bool any = false;
 #pragma unroll
-    for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
-      running_out[i] *= correction;
+    for (int g = 0; g < GROUP_HEADS; ++g) {
+      probability[g] = 0.0f;
+      const float chunk_max = dsc_warp_max(score[g]);
+      if (chunk_max == negative_infinity)
+        continue;  // warp-uniform after the reduction
+      any = true;
+      const float new_max = fmaxf(running_max[g], chunk_max);
+      const float correction = expf(running_max[g] - new_max);  // 0 while running_max is −inf
+      probability[g] = expf(score[g] - new_max);                 // 0 for keys not attended
+      running_sum[g] = running_sum[g] * correction + dsc_warp_sum(probability[g]);
+#pragma unroll
+      for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i)
+        running_out[g][i] *= correction;
+      running_max[g] = new_max;
+    }
+    if (!any)
+      continue;  // warp-uniform
     for (int slot = 0; slot < 32; ++slot) {
-      const float weight = __shfl_sync(0xffffffffu, probability, slot);
-      if (weight == 0.0f)
+      float weight[GROUP_HEADS];
+      bool attended = false;
+#pragma unroll
+      for (int g = 0; g < GROUP_HEADS; ++g) {
+        weight[g] = __shfl_sync(0xffffffffu, probability[g], slot);
+        attended |= weight[g] != 0.0f;
+      }
+      if (!attended)
         continue;  // warp-uniform: a key not attended (its value need not be read)
       const attention_kv_t *value_row =
           value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
@@ -299,73 +443,79 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
         const int feature = lane + 32 * i;
         if (feature < HEAD_DIM) {
+          // Each element of the value is read once for every head of the block.
 #ifdef FUSED_ROTARY
           const float element =
               fresh_row ? fresh_value[feature] : dsc_load_float<KV_DTYPE>(value_row, feature);
 #else
           const float element = dsc_load_float<KV_DTYPE>(value_row, feature);
 #endif
-          running_out[i] += weight * element;
+#pragma unroll
+          for (int g = 0; g < GROUP_HEADS; ++g)
+            running_out[g][i] += weight[g] * element;
         }
       }
     }
-    running_max = new_max;
   }
 
-  if (lane == 0) {
-    warp_max[warp] = running_max;
-    warp_sum[warp] = running_sum;
-  }
 #pragma unroll
-  for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
-    const int feature = lane + 32 * i;
-    if (feature < HEAD_DIM)
-      warp_out[warp][feature] = running_out[i];
+  for (int g = 0; g < GROUP_HEADS; ++g) {
+    if (lane == 0) {
+      warp_max[g][warp] = running_max[g];
+      warp_sum[g][warp] = running_sum[g];
+    }
+#pragma unroll
+    for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
+      const int feature = lane + 32 * i;
+      if (feature < HEAD_DIM)
+        warp_out[g][warp][feature] = running_out[g][i];
+    }
   }
   __syncthreads();
 
-  float split_max = negative_infinity;
+  for (int g = 0; g < head_count; ++g) {
+    float split_max = negative_infinity;
 #pragma unroll
-  for (int w = 0; w < WARPS; ++w)
-    split_max = fmaxf(split_max, warp_max[w]);
-  const long long slot_index =
-      (static_cast<long long>(sequence) * heads + head) * max_splits + split;
-  if (split_max == negative_infinity) {
-    // Nothing attended in this split: it adds nothing to the combined sum.
-    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
-      partial_out[slot_index * HEAD_DIM + feature] = 0.0f;
-    if (threadIdx.x == 0) {
-      partial_max[slot_index] = negative_infinity;
-      partial_sum[slot_index] = 0.0f;
-    }
-  } else {
-    for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
-      float sum = 0.0f;
+    for (int w = 0; w < WARPS; ++w)
+      split_max = fmaxf(split_max, warp_max[g][w]);
+    const long long slot_index = first_slot + static_cast<long long>(g) * max_splits + split;
+    if (split_max == negative_infinity) {
+      // Nothing attended in this split: it adds nothing to the combined sum.
+      for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
+        partial_out[slot_index * HEAD_DIM + feature] = 0.0f;
+      if (threadIdx.x == 0) {
+        partial_max[slot_index] = negative_infinity;
+        partial_sum[slot_index] = 0.0f;
+      }
+    } else {
+      for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
+        float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w)
-        sum += expf(warp_max[w] - split_max) * warp_out[w][feature];
-      partial_out[slot_index * HEAD_DIM + feature] = sum;
-    }
-    if (threadIdx.x == 0) {
-      float sum = 0.0f;
+        for (int w = 0; w < WARPS; ++w)
+          sum += expf(warp_max[g][w] - split_max) * warp_out[g][w][feature];
+        partial_out[slot_index * HEAD_DIM + feature] = sum;
+      }
+      if (threadIdx.x == 0) {
+        float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w)
-        sum += expf(warp_max[w] - split_max) * warp_sum[w];
-      partial_max[slot_index] = split_max;
-      partial_sum[slot_index] = sum;
+        for (int w = 0; w < WARPS; ++w)
+          sum += expf(warp_max[g][w] - split_max) * warp_sum[g][w];
+        partial_max[slot_index] = split_max;
+        partial_sum[slot_index] = sum;
+      }
     }
   }
 
 #ifdef FUSED_COMBINE
-  // The last block of this (head, sequence) to arrive merges every split (the
-  // threadFenceReduction pattern): each thread's partials are visible device-wide before
-  // its block arrives, and the merging block reads them past L1.
+  // The last block of this (block row, sequence) to arrive merges every split of its heads
+  // (the threadFenceReduction pattern): each thread's partials are visible device-wide
+  // before its block arrives, and the merging block reads them past L1.
   __shared__ int merges;
   const int splits = min(max_splits, (total + SPLIT_KEYS - 1) / SPLIT_KEYS);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    int *count = arrivals + (static_cast<long long>(sequence) * heads + head);
+    int *count = arrivals + (static_cast<long long>(sequence) * gridDim.y + blockIdx.y);
     merges = atomicAdd(count, 1) == splits - 1;
     if (merges)
       *count = 0;  // every other split has arrived: nobody else touches it this launch
@@ -374,8 +524,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   if (!merges)
     return;
   __threadfence();
-  dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                             KV_DTYPE>(out_row, partial_out, partial_max, partial_sum,
-                                       first_slot, splits, value_base, total, position);
+  for (int g = 0; g < head_count; ++g)
+    dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
+                               KV_DTYPE>(out_rows + g * HEAD_DIM, partial_out, partial_max,
+                                         partial_sum, first_slot + g * max_splits, splits,
+                                         value_base, total, position);
 #endif
 }

@@ -282,7 +282,11 @@ TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
     EXPECT_EQ(specs[0].constants.back().second, 1);
     EXPECT_EQ(constantsOf(specs[1]).count("QK_NORM"), 0u);
     if (session) {
-      EXPECT_EQ(specs[2].constants.back().first, "QK_NORM");
+      // Before GROUP_HEADS, which a GQA step's decode kernel has last.
+      const auto &decode = specs[2].constants;
+      ASSERT_GE(decode.size(), 2u);
+      EXPECT_EQ(decode.back().first, "GROUP_HEADS");
+      EXPECT_EQ(decode[decode.size() - 2].first, "QK_NORM");
       EXPECT_EQ(constantsOf(specs[2])["FUSED_ROTARY"], 1);
     }
     // The same layer without the norms shares the prefill kernel, not the rotating ones.
@@ -343,8 +347,11 @@ TEST(AttentionRule, HalfCacheIsAConstantOfTheSessionKernels) {
           EXPECT_EQ(specs[slot].name(), plain[slot].name());
           continue;
         }
-        EXPECT_EQ(specs[slot].constants.back().first, "KV_DTYPE") << slot;
-        EXPECT_EQ(specs[slot].constants.back().second, static_cast<int64_t>(cacheType));
+        // The decode kernel of a GQA step has GROUP_HEADS after it.
+        const auto &constants = specs[slot].constants;
+        const size_t last = constants.size() - (slot == 2 ? 2 : 1);
+        EXPECT_EQ(constants[last].first, "KV_DTYPE") << slot;
+        EXPECT_EQ(constants[last].second, static_cast<int64_t>(cacheType));
         EXPECT_EQ(constantsOf(plain[slot]).count("KV_DTYPE"), 0u);
       }
     }
@@ -586,6 +593,58 @@ TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {
              variant % 2 ? "causal" : "all"};
     compilesFamily(f, masks[variant % 4]);
     ++variant;
+  }
+}
+
+TEST_F(AttentionNvrtcTest, GroupedDecodeKernelsCompile) {
+  // The decode kernel with the most query heads per block (GROUP_HEADS 4 of 128), an MQA
+  // group in runs (Falcon-7B's 71 heads of 64), heads of 256 with ALiBi and a cap, and
+  // Qwen3's q/k norms over GQA 16/2.
+  compilesFamily({"mqa-128", 8, 1, 128, 1, 0, 0, 128, 0, "all"}, dsp::DType::i64);
+  compilesFamily({"falcon-7b", 71, 1, 64, 1, 0, 0, 64, 0, "all"}, dsp::DType::i64);
+  compilesFamily({"mqa-256", 16, 1, 256, 1, 1, 0, 0, 0, "all", 30.0f}, dsp::DType::bool_);
+  compilesFamily({"qwen3-gqa8", 16, 2, 128, 1, 0, 0, 128, 0, "all", 0, 1}, dsp::DType::i64);
+}
+
+// GQA and MQA: the decode kernel attends for the query heads of one KV head in one block
+// (GROUP_HEADS, last), a whole group where its accumulators (GROUP_HEADS × ceil(d / 32) per
+// thread, at most 16) and at most 4 heads allow, else the group in equal runs; without GQA
+// the constant is absent and the kernel keeps its name.
+TEST(AttentionRule, DecodeBlocksAttendForTheQueryHeadsOfOneKvHead) {
+  struct Case {
+    int64_t heads, kvHeads, headDim, groupHeads;
+  };
+  const Case cases[] = {
+      {4, 2, 16, 2},    // the llama fixture: a whole group
+      {32, 8, 128, 4},  // Llama-3-8B: a whole group of 4 heads of 128
+      {8, 1, 128, 4},   // MQA, 8 heads of 128: two runs of 4
+      {28, 4, 128, 4},  // Qwen2.5-7B: groups of 7 in runs of 4 and 3
+      {12, 1, 64, 4},   // 12 heads of 64: three runs of 4
+      {71, 1, 64, 4},   // Falcon-7B: 18 runs, the last of 3
+      {16, 1, 256, 2},  // heads of 256: 2 at most (16 accumulators)
+      {6, 1, 64, 3},    // 6 heads: two runs of 3, not 4 and 2
+      {4, 4, 16, 0},    // no GQA: no constant
+  };
+  for (const Case &c : cases) {
+    Family f{"gqa", c.heads, c.kvHeads, c.headDim, 1, 0, 0, c.headDim, 0, "all"};
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = true;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << reason;
+    ASSERT_EQ(specs.size(), 3u);
+    const auto constants = constantsOf(specs[2]);
+    if (c.groupHeads == 0) {
+      EXPECT_EQ(constants.count("GROUP_HEADS"), 0u) << c.heads << "/" << c.kvHeads;
+      continue;
+    }
+    EXPECT_EQ(specs[2].constants.back().first, "GROUP_HEADS");
+    EXPECT_EQ(specs[2].constants.back().second, c.groupHeads)
+        << c.heads << "/" << c.kvHeads << " heads of " << c.headDim;
+    // The prefill and rotary kernels do not change.
+    EXPECT_EQ(constantsOf(specs[0]).count("GROUP_HEADS"), 0u);
+    EXPECT_EQ(constantsOf(specs[1]).count("GROUP_HEADS"), 0u);
   }
 }
 

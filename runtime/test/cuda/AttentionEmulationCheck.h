@@ -119,7 +119,7 @@ void check(const Family &f, const Scenario &s) {
                std::to_string(s.past) + " fresh " + std::to_string(s.fresh));
   const KernelSet kernels = f.kernels();
   const int64_t B = s.batch, P = s.past, S = s.fresh, T = P + S, D = f.headDim;
-  const int64_t H = f.heads / s.ranks, KH = f.kvHeads / s.ranks;
+  const int64_t H = f.heads / s.ranks, KH = rankKvHeads(f.heads, f.kvHeads, s.rank, s.ranks);
   std::mt19937 generator(1234 + static_cast<unsigned>(P * 31 + S));
 
   std::vector<float> q = randomFloats(generator, B * S * H * D);
@@ -323,6 +323,17 @@ void check(const Family &f, const Scenario &s) {
   EXPECT_EQ(step.launches[2], decode ? 1 : 0);
   EXPECT_EQ(step.launches[3], decode && !merges ? 1 : 0);
   EXPECT_EQ(step.arrivals.empty(), !merges);
+  if (decode) {
+    // A block row per query head, or (GROUP_HEADS) per run of that many query heads of one
+    // KV head: the rank's KV heads times ceil(group / GROUP_HEADS).
+    const auto grouped = kernels.constants[2].find("GROUP_HEADS");
+    const int64_t group = f.heads / f.kvHeads;
+    const int64_t rows =
+        grouped == kernels.constants[2].end()
+            ? H
+            : KH * ((group + grouped->second - 1) / grouped->second);
+    EXPECT_EQ(step.grids[2].y, static_cast<unsigned>(rows));
+  }
   for (size_t i = 0; i < step.arrivals.size(); ++i)
     EXPECT_EQ(step.arrivals[i], 0) << "arrival count " << i << " left set for the next launch";
   float worst = expectClose(actual.data(), expected.data(), actual.size(), "output");

@@ -102,6 +102,7 @@ public:
     cuda_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
                                 [&] { kernels_.slots[slot](args); });
     ++launches[slot];
+    grids[slot] = grid;
     return Status::ok();
   }
   size_t kernelCount() const override { return kernelCount_; }
@@ -141,6 +142,7 @@ public:
   std::optional<DeviceKvLayer> cache;
   int32_t lengths[3] = {0, 0, 0};
   int launches[4] = {0, 0, 0, 0};
+  Dim3 grids[4];  // each slot's last launch
   std::vector<int32_t> arrivals;  // arrivalCounters'; a kernel must leave them at zero
   int rank_ = 0;
   bool capturing_ = false;
@@ -166,6 +168,16 @@ std::vector<float> randomFloats(std::mt19937 &generator, size_t count) {
   return values;
 }
 
+// The KV heads rank `rank` of `ranks` even ranks holds: those its query heads read (with
+// fewer KV heads than ranks, a KV head is replicated on the ranks that share its group).
+inline int64_t rankKvHeadOffset(int64_t heads, int64_t kvHeads, int rank, int ranks) {
+  return rank * heads / ranks / (heads / kvHeads);
+}
+inline int64_t rankKvHeads(int64_t heads, int64_t kvHeads, int rank, int ranks) {
+  const int64_t group = heads / kvHeads, first = rank * heads / ranks;
+  return (first + heads / ranks - 1) / group - first / group + 1;
+}
+
 // Tensor parallelism over `ranks` even ranks: each rank's query and KV heads, as tp-shard
 // writes them on a tfm.attention step.
 inline void addRankHeads(ops::AttrMap &attrs, int64_t heads, int64_t kvHeads, int ranks) {
@@ -175,8 +187,8 @@ inline void addRankHeads(ops::AttrMap &attrs, int64_t heads, int64_t kvHeads, in
   for (int r = 0; r < ranks; ++r) {
     counts.push_back(heads / ranks);
     offsets.push_back(r * heads / ranks);
-    kvCounts.push_back(kvHeads / ranks);
-    kvOffsets.push_back(r * kvHeads / ranks);
+    kvCounts.push_back(rankKvHeads(heads, kvHeads, r, ranks));
+    kvOffsets.push_back(rankKvHeadOffset(heads, kvHeads, r, ranks));
   }
   attrs["rank_heads"] = ops::Attr::ofInts(counts);
   attrs["rank_head_offsets"] = ops::Attr::ofInts(offsets);

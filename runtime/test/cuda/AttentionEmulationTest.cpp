@@ -77,6 +77,11 @@ const Family kLlamaF16Cache{"llama_f16cache", llama_f16cache::kernels, 16, 4, 2,
 const Family kBloomBf16Cache{"bloom_bf16cache", bloom_bf16cache::kernels, 16, 4, 4, 1, 1, 0, 0, 0,
                              "all", DType::I64, 0, false, false, DType::BF16};
 
+const Family kMqa{"mqa", mqa::kernels, 16, 6, 1, 1, 0, 0, 16, 0, "all", DType::I64};
+const Family kGqa3AlibiBf16Cache{"gqa3_alibi_bf16cache", gqa3_alibi_bf16cache::kernels, 16, 6, 2,
+                                 1, 1, 100, 0, 0, "all", DType::I32, 0, false, false,
+                                 DType::BF16};
+
 const Family *const kDecoders[] = {&kGpt2,   &kLlama,  &kBloom, &kGptj,
                                    &kGptNeo, &kGemma2, &kSdpa};
 // Families whose kernels write a half session cache (KV_DTYPE): session scenarios only.
@@ -149,40 +154,49 @@ TEST(AttentionEmulation, SessionChunkAfterCachedPast) {
   }
 }
 
+// 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
+// padded on the left to 192 columns, and a dummy row that attends nothing; its blocks in
+// either order (a merging decode kernel's last arrival merges).
+Scenario capturedDecodeOverSplits(bool reversedBlocks) {
+  Scenario s;
+  s.session = true;
+  s.batch = 3;
+  s.past = 140;
+  s.fresh = 1;
+  s.padding = {0, 7, 141};
+  s.capacity = 300;
+  s.maskPadding = 51;
+  s.capturing = true;
+  s.reversedBlocks = reversedBlocks;
+  return s;
+}
+
 TEST(AttentionEmulation, CapturedDecodeOverSplitsAndABucketedMask) {
-  // 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
-  // padded on the left to 192 columns, and a dummy row that attends nothing; its blocks
-  // in either order (a merging decode kernel's last arrival merges).
   std::vector<const Family *> families(std::begin(kDecoders), std::end(kDecoders));
   families.insert(families.end(), std::begin(kHalfCaches), std::end(kHalfCaches));
   for (const Family *f : families)
-    for (bool reversed : {false, true}) {
-      Scenario s;
-      s.session = true;
-      s.batch = 3;
-      s.past = 140;
-      s.fresh = 1;
-      s.padding = {0, 7, 141};
-      s.capacity = 300;
-      s.maskPadding = 51;
-      s.capturing = true;
-      s.reversedBlocks = reversed;
-      check(*f, s);
-    }
+    for (bool reversed : {false, true})
+      check(*f, capturedDecodeOverSplits(reversed));
 }
 
-TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {
-  // Rank 1 of 2: query heads [2, 4), KV heads [1, 2) of llama's 4/2 (GQA), and heads [2, 4)
-  // of BLOOM's ALiBi slopes; the I/O past holds every KV head.
-  // The half caches' families (session scenarios only) decode on that rank too.
+// A decode step after 9 cached tokens on rank `rank` of `ranks`.
+Scenario rankDecode(int rank, int ranks) {
   Scenario decode;
   decode.session = true;
   decode.past = 9;
   decode.fresh = 1;
   decode.padding = {0, 2};
   decode.capacity = 16;
-  decode.rank = 1;
-  decode.ranks = 2;
+  decode.rank = rank;
+  decode.ranks = ranks;
+  return decode;
+}
+
+TEST(AttentionEmulation, TensorParallelRankReadsItsHeads) {
+  // Rank 1 of 2: query heads [2, 4), KV heads [1, 2) of llama's 4/2 (GQA), and heads [2, 4)
+  // of BLOOM's ALiBi slopes; the I/O past holds every KV head.
+  // The half caches' families (session scenarios only) decode on that rank too.
+  const Scenario decode = rankDecode(1, 2);
   for (const Family *f : {&kLlama, &kBloom, &kGemma2, &kLlamaF16Cache, &kBloomBf16Cache}) {
     if (f->cacheType == DType::F32) {
       Scenario io;
@@ -405,6 +419,27 @@ TEST(AttentionEmulation, HalfSessionCaches) {
     gap = std::max(gap, std::fabs(outputs[0][i] - outputs[1][i]));
   EXPECT_GT(gap, 1e-5f) << "an f16 cache changes the output too little here to be tested";
   EXPECT_LT(gap, 1e-2f) << "an f16 cache should change the output by its rounding only";
+}
+
+// Decode blocks that attend for several query heads of one KV head (GROUP_HEADS), reading
+// each key and value once for all of them: runs cut short by the group's end (MQA's 6 heads
+// in runs of 4 and 2), runs of 3 with ALiBi's per-head slopes, a window and a bf16 cache,
+// over several splits in either block order, and on tensor-parallel ranks whose query
+// heads are part of a group (a replicated KV head) or span two.
+TEST(AttentionEmulation, GroupedDecodeBlocks) {
+  for (const Family *f : {&kMqa, &kGqa3AlibiBf16Cache}) {
+    for (bool reversed : {false, true})
+      check(*f, capturedDecodeOverSplits(reversed));
+    for (int ranks : {2, 3})
+      for (int rank = 0; rank < ranks; ++rank)
+        check(*f, rankDecode(rank, ranks));
+  }
+  // Its prompt and I/O steps (the prefill kernel, unchanged) on the same rule.
+  Scenario prompt;
+  prompt.past = 5;
+  prompt.fresh = 3;
+  prompt.padding = {0, 2};
+  check(kMqa, prompt);
 }
 
 } // namespace

@@ -103,9 +103,10 @@ Status checkConstant(StepContext &context, size_t slot, const char *name, int64_
   return Status::ok();
 }
 
+// `absent`: the value when the kernel has no such constant (-1: it must have one).
 Status positiveConstant(StepContext &context, size_t slot, const char *name, int64_t limit,
-                        int64_t &out) {
-  out = context.kernelConstant(slot, name, -1);
+                        int64_t &out, int64_t absent = -1) {
+  out = context.kernelConstant(slot, name, absent);
   if (out <= 0 || out > limit)
     return context.error("kernel ", slot, "'s ", name, " constant is ", out,
                          ", not in [1, ", limit, "]");
@@ -517,11 +518,28 @@ Status runAttention(StepContext &context) {
     DevicePtr partialMax = partialOut + static_cast<DevicePtr>(slots * D) * sizeof(float);
     DevicePtr partialSum = partialMax + static_cast<DevicePtr>(slots) * sizeof(float);
     int maxSplitsArg = static_cast<int>(maxSplits);
-    // One arrival count per (head, sequence), zero between launches: the kernel's merging
-    // block resets its own.
+    // A block row per query head, or (GROUP_HEADS) per run of up to that many query heads
+    // of one KV head: ceil(group / GROUP_HEADS) runs for each KV head the rank's query
+    // heads read.
+    int64_t groupHeads = 0;
+    DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "GROUP_HEADS", 1024,
+                                          groupHeads, /*absent=*/1));
+    int64_t blockRows = H;
+    if (groupHeads > 1) {
+      const int64_t runs = (group + groupHeads - 1) / groupHeads;
+      const int64_t firstKvHead = h.headOffset / group;
+      const int64_t lastKvHead = (h.headOffset + H - 1) / group;
+      blockRows = (lastKvHead - firstKvHead + 1) * runs;
+    }
+    if (blockRows > kMaxGridYZ)
+      return context.error(blockRows, " block rows of heads exceed the grid's limit of ",
+                           kMaxGridYZ);
+    // One arrival count per (block row, sequence), zero between launches: the kernel's
+    // merging block resets its own.
     DevicePtr arrivals = 0;
     if (fusedCombine)
-      DSRT_RETURN_IF_ERROR(context.arrivalCounters(static_cast<size_t>(B * H), arrivals));
+      DSRT_RETURN_IF_ERROR(
+          context.arrivalCounters(static_cast<size_t>(B * blockRows), arrivals));
     {
       // The query, key and value inputs' floats per token (a joined row when packed).
       long long queryStride = packed ? (H + 2 * KH) * D : H * D;
@@ -535,7 +553,7 @@ Status runAttention(StepContext &context) {
                       &keyNormData, &qkNormEpsilon};
       Dim3 grid, block;
       grid.x = static_cast<unsigned>(maxSplits);
-      grid.y = static_cast<unsigned>(H);
+      grid.y = static_cast<unsigned>(blockRows);
       grid.z = static_cast<unsigned>(B);
       block.x = attentionBlock;
       DSRT_RETURN_IF_ERROR(context.launch(kDecodeSlot, grid, block, 0, args));
