@@ -116,8 +116,12 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     if (!candidate.cross)
       unchecked.push_back(&candidate);
   SmallVector<int64_t> longPasts = {2041, 505, 121, 57};
-  if (hasPast && longestSequence - kProbeNew > longPasts.front())
-    longPasts.insert(longPasts.begin(), longestSequence - kProbeNew);
+  // At most 2^17 keys: the probe's scores are batch x heads x new x keys floats (470 MB for
+  // 64 heads), and no model's window is longer.
+  constexpr int64_t kLongestProbe = int64_t(1) << 17;
+  const int64_t longest = std::min(longestSequence, kLongestProbe);
+  if (hasPast && longest - kProbeNew > longPasts.front())
+    longPasts.insert(longPasts.begin(), longest - kProbeNew);
   for (int64_t past : longPasts) {
     if (unchecked.empty())
       break;
