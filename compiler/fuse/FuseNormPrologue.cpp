@@ -59,6 +59,21 @@ Value normalisedValue(tfm::LinearOp linear) {
   return linear.getInput();
 }
 
+// Whether every reader of `norm`'s result (shapes aside) is a linear layer's input that has
+// no norm of its own, in the norm's block: a parallel block's projections (Cohere's joined
+// QKV and gate-up). Each then normalises the rows itself; the norm is a small part of a
+// linear's work.
+bool onlyLinearsRead(Operation *norm) {
+  Value result = norm->getResult(0);
+  return llvm::all_of(result.getUsers(), [&](Operation *user) {
+    if (isa<onnx::ShapeOp>(user))
+      return true;
+    auto linear = dyn_cast<tfm::LinearOp>(user);
+    return linear && linear.getInput() == result && !linear.getNorm() &&
+           linear->getBlock() == norm->getBlock();
+  });
+}
+
 // What `linear` reads through a norm it can take into its prologue; otherwise nothing, with
 // `reason` set when its input is a norm that cannot move.
 std::optional<NormSource> normOf(tfm::LinearOp linear, std::string &reason) {
@@ -87,8 +102,9 @@ std::optional<NormSource> normOf(tfm::LinearOp linear, std::string &reason) {
   else if (residual || sum)
     reason = "the norm adds a residual and stores the sum (the block's residual stream), "
              "which the linear would have to write";
-  else if (valueReaders(producer->getResult(0)) != 1)
-    reason = "the norm's result has another reader, which would normalise again";
+  else if (valueReaders(producer->getResult(0)) != 1 && !onlyLinearsRead(producer))
+    reason = "the norm's result has a reader that is not a linear layer, which would "
+             "normalise again";
   else if (producer->getBlock() != linear->getBlock())
     reason = "the norm and the linear are in different blocks";
   return reason.empty() ? std::optional<NormSource>(source) : std::nullopt;
@@ -108,7 +124,11 @@ struct NormIntoLinear : OpRewritePattern<tfm::LinearOp> {
     // read of the norm's result are its input's.
     if (onnx::ReshapeOp reshape = rowReshape(linear))
       rewriter.modifyOpInPlace(reshape, [&] { reshape->setOperand(0, source->input); });
-    rewriter.replaceAllUsesWith(norm->getResult(0), source->input);
+    // The other linears that read the norm keep reading it until they take it too; the
+    // shapes read of it are its input's.
+    rewriter.replaceUsesWithIf(norm->getResult(0), source->input, [&](OpOperand &use) {
+      return use.getOwner() == linear.getOperation() || isa<onnx::ShapeOp>(use.getOwner());
+    });
     rewriter.modifyOpInPlace(linear, [&] {
       if (!rowReshape(linear))
         linear.getInputMutable().assign(source->input);
@@ -118,7 +138,8 @@ struct NormIntoLinear : OpRewritePattern<tfm::LinearOp> {
       linear.setNormAttr(tfm::NormKindAttr::get(rewriter.getContext(), source->kind));
       linear.setNormEpsilonAttr(source->epsilon);
     });
-    rewriter.eraseOp(norm);
+    if (norm->use_empty())
+      rewriter.eraseOp(norm);
     return success();
   }
 };

@@ -110,6 +110,24 @@ tfm::GatedActOp soleGatedReader(ArrayRef<tfm::LinearOp> group) {
   return gated;
 }
 
+// The gate and up linears of `group` that one tfm.gated_act alone reads, in block order;
+// none when no such pair is in it.
+SmallVector<tfm::LinearOp> gatedPair(ArrayRef<tfm::LinearOp> group) {
+  for (tfm::LinearOp linear : group) {
+    if (!linear.getOutput().hasOneUse())
+      continue;
+    auto gated = dyn_cast<tfm::GatedActOp>(*linear.getOutput().getUsers().begin());
+    if (!gated || gated.getGate() != linear.getOutput())
+      continue;
+    for (tfm::LinearOp up : group) {
+      SmallVector<tfm::LinearOp> pair = {linear, up};
+      if (up != linear && soleGatedReader(pair) == gated)
+        return up->isBeforeInBlock(linear) ? SmallVector<tfm::LinearOp>{up, linear} : pair;
+    }
+  }
+  return {};
+}
+
 // One linear for `group` (in block order, same input, equal keys), then a Split into the
 // old results; or, when the two are a tfm.gated_act's gate and up and nothing else reads
 // them, the joined [gate; up] linear read by tfm.gated_act_packed (no Split). Fails,
@@ -232,7 +250,24 @@ struct FuseProjectionsPass : impl::FuseProjectionsBase<FuseProjectionsPass> {
           linear.emitRemark() << "not joined with the other projections of its input: "
                               << reason;
       }
+      // A parallel block's input feeds the attention's Q, K and V and the MLP's gate and up
+      // (Cohere's): those join apart, so that the attention reads its QKV packed and the
+      // gated activation becomes the gate-up linear's epilogue, with no Split between.
+      SmallVector<SmallVector<tfm::LinearOp>> joins;
       for (auto &[key, group] : groups) {
+        SmallVector<tfm::LinearOp> gateUp = gatedPair(group);
+        if (gateUp.empty() || group.size() < 3) {
+          joins.push_back(group);
+          continue;
+        }
+        SmallVector<tfm::LinearOp> rest;
+        for (tfm::LinearOp linear : group)
+          if (!llvm::is_contained(gateUp, linear))
+            rest.push_back(linear);
+        joins.push_back(rest);
+        joins.push_back(gateUp);
+      }
+      for (SmallVector<tfm::LinearOp> &group : joins) {
         if (group.size() < 2) {
           if (remarks && groups.size() > 1)
             group.front().emitRemark()

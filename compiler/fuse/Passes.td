@@ -100,7 +100,9 @@ def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
     one weight read per step and one launch instead of several. When the two joined
     linears are a `tfm.gated_act`'s gate and up and nothing else reads them, the gated
     activation reads the joined result directly (`tfm.gated_act_packed`), without a
-    Split. Under TP each rank joins its own shards, so a column-parallel set stays
+    Split; among more linears of one input (a parallel block's Q, K, V, gate and up:
+    Cohere's), that pair is joined apart from the others, so that it becomes the gated
+    linear and the attention reads its Q, K and V packed. Under TP each rank joins its own shards, so a column-parallel set stays
     column-parallel. Declined, with the reason
     (as remarks with `remarks`), for a row-parallel linear, one with an epilogue already,
     one whose weight, scales or bias is not a `tfm.weight`, one whose TP shard differs in
@@ -198,9 +200,10 @@ def FuseNormPrologue : Pass<"dsc-fuse-norm-prologue", "mlir::ModuleOp"> {
     normalises its input rows itself, and on the GPU a decode step's gemv does it in the
     rows it stages, so the norm launches nothing. Runs last, after dsc-fuse-residual-norm
     (a norm that adds a residual stays a norm: it stores the sum) and after the joined
-    projections (one linear reads each norm). Declined, with the reason (as remarks with
-    `remarks`), for a norm with a residual, a norm read by anything else, and a linear that
-    already normalises.
+    projections (one linear reads each norm, or, in a parallel block, the joined QKV and
+    gate-up linears: each normalises the rows itself). Declined, with the reason (as
+    remarks with `remarks`), for a norm with a residual, a norm read by anything but
+    linears, and a linear that already normalises.
   }];
   let options = [
     Option<"remarks", "remarks", "bool", "false",

@@ -50,7 +50,7 @@ func.func @norm_read_twice(%x: tensor<3x16xf32>) -> (tensor<3x24xf32>, tensor<3x
   %s = tfm.weight "ln.weight" : tensor<16xf32> -> tensor<16xf32>
   %w = tfm.weight "qkv" : tensor<24x16xf32> -> tensor<24x16xf32>
   %n = tfm.rms_norm %x, %s eps 1.0e-6 : tensor<3x16xf32>, tensor<16xf32>
-  // expected-remark @below {{the norm of its input is not fused into its prologue: the norm's result has another reader, which would normalise again}}
+  // expected-remark @below {{the norm of its input is not fused into its prologue: the norm's result has a reader that is not a linear layer, which would normalise again}}
   %y = tfm.linear %n, %w : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
   return %y, %n : tensor<3x24xf32>, tensor<3x16xf32>
 }
@@ -71,8 +71,13 @@ func.func @norm_with_residual(%x: tensor<3x16xf32>, %h: tensor<3x16xf32>) -> (te
 
 // -----
 
-// A Llama block's projections: the pipeline joins q and k, and gate and up, then moves
-// each norm into the joined linear that reads it (and the residual add into down).
+// A Llama block's projections: alone, the pass gives each norm to the linears that read it
+// (each normalises the rows itself); the pipeline joins q and k, and gate and up, then
+// moves each norm into the joined linear that reads it (and the residual add into down).
+// CHECK-LABEL: func.func @llama_projections
+// CHECK-NOT: tfm.rms_norm
+// CHECK-COUNT-4: tfm.linear %arg0, %{{[^ ]*}} norm rms(
+// CHECK-NOT: tfm.rms_norm
 // PIPELINE-LABEL: func.func @llama_projections
 // PIPELINE-NOT: tfm.rms_norm
 // PIPELINE: tfm.linear %arg0, %{{[^ ]*}} norm rms(%{{[^ ]*}}) {norm_epsilon
@@ -89,18 +94,44 @@ func.func @llama_projections(%x: tensor<3x16xf32>) -> (tensor<3x16xf32>, tensor<
   %wu = tfm.weight "up" : tensor<24x16xf32> -> tensor<24x16xf32>
   %wd = tfm.weight "down" : tensor<16x24xf32> -> tensor<16x24xf32>
   %n1 = tfm.rms_norm %x, %s1 eps 1.0e-6 : tensor<3x16xf32>, tensor<16xf32>
-  // Alone, the pass declines each of the four: their norm has two readers.
-  // expected-remark @below {{the norm's result has another reader}}
   %q = tfm.linear %n1, %wq : (tensor<3x16xf32>, tensor<16x16xf32>) -> tensor<3x16xf32>
-  // expected-remark @below {{the norm's result has another reader}}
   %k = tfm.linear %n1, %wk : (tensor<3x16xf32>, tensor<16x16xf32>) -> tensor<3x16xf32>
   %n2 = tfm.rms_norm %x, %s2 eps 1.0e-6 : tensor<3x16xf32>, tensor<16xf32>
-  // expected-remark @below {{the norm's result has another reader}}
   %g = tfm.linear %n2, %wg : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
-  // expected-remark @below {{the norm's result has another reader}}
   %u = tfm.linear %n2, %wu : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
   %a = tfm.gated_act silu %g, %u : tensor<3x24xf32>
   %d = tfm.linear %a, %wd : (tensor<3x24xf32>, tensor<16x24xf32>) -> tensor<3x16xf32>
   %r = tfm.residual_add %d, %x : tensor<3x16xf32>
   return %q, %k, %r : tensor<3x16xf32>, tensor<3x16xf32>, tensor<3x16xf32>
+}
+
+// -----
+
+// A parallel block (Cohere's): one norm feeds the attention's Q, K and V and the MLP's gate
+// and up. The pipeline joins Q, K and V apart from gate and up, which become one gated
+// linear (no Split, no activation step), and both joined linears normalise their input
+// themselves: the norm is gone.
+// PIPELINE-LABEL: func.func @parallel_block
+// PIPELINE-NOT: tfm.layer_norm
+// PIPELINE: %[[QKV:.*]] = tfm.linear %arg0, %{{[^ ]*}} norm layer(
+// PIPELINE: onnx.Split %[[QKV]]
+// PIPELINE: tfm.linear %arg0, %{{[^ ]*}} activation silu gated norm layer(
+// PIPELINE-NOT: tfm.gated_act
+// PIPELINE-NOT: tfm.layer_norm
+func.func @parallel_block(%x: tensor<3x16xf32>) -> (tensor<3x16xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x24xf32>) {
+  %s = tfm.weight "ln" : tensor<16xf32> -> tensor<16xf32>
+  %b = tfm.weight "ln.bias" : tensor<16xf32> -> tensor<16xf32>
+  %wq = tfm.weight "q" : tensor<16x16xf32> -> tensor<16x16xf32>
+  %wk = tfm.weight "k" : tensor<8x16xf32> -> tensor<8x16xf32>
+  %wv = tfm.weight "v" : tensor<8x16xf32> -> tensor<8x16xf32>
+  %wg = tfm.weight "gate" : tensor<24x16xf32> -> tensor<24x16xf32>
+  %wu = tfm.weight "up" : tensor<24x16xf32> -> tensor<24x16xf32>
+  %n = tfm.layer_norm %x, %s, %b eps 1.0e-5 : tensor<3x16xf32>, tensor<16xf32>, tensor<16xf32>
+  %q = tfm.linear %n, %wq : (tensor<3x16xf32>, tensor<16x16xf32>) -> tensor<3x16xf32>
+  %k = tfm.linear %n, %wk : (tensor<3x16xf32>, tensor<8x16xf32>) -> tensor<3x8xf32>
+  %v = tfm.linear %n, %wv : (tensor<3x16xf32>, tensor<8x16xf32>) -> tensor<3x8xf32>
+  %g = tfm.linear %n, %wg : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
+  %u = tfm.linear %n, %wu : (tensor<3x16xf32>, tensor<24x16xf32>) -> tensor<3x24xf32>
+  %a = tfm.gated_act silu %g, %u : tensor<3x24xf32>
+  return %q, %k, %v, %a : tensor<3x16xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x24xf32>
 }
