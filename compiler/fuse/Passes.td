@@ -102,8 +102,8 @@ def FuseProjections : Pass<"dsc-fuse-projections", "mlir::ModuleOp"> {
     activation reads the joined result directly (`tfm.gated_act_packed`), without a
     Split; among more linears of one input (a parallel block's Q, K, V, gate and up:
     Cohere's), that pair is joined apart from the others, so that it becomes the gated
-    linear and the attention reads its Q, K and V packed. Under TP each rank joins its own shards, so a column-parallel set stays
-    column-parallel. Declined, with the reason
+    linear and the attention reads its Q, K and V packed. Under TP each rank joins its
+    own shards, so a column-parallel set stays column-parallel. Declined, with the reason
     (as remarks with `remarks`), for a row-parallel linear, one with an epilogue already,
     one whose weight, scales or bias is not a `tfm.weight`, one whose TP shard differs in
     size between ranks (the split would differ by rank), and between linears that differ

@@ -52,8 +52,7 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
     (attention_mask), causal triangle, window and ALiBi. A causal match is probed again
     with many more tokens (up to 2048 keys, or the longest the graph runs; in a graph with a
     cache, also `longest-sequence` keys, the plan's limit, when that is longer, up to
-    2^17) so that a
-    window longer than the first probe cannot pass for none. Rows with no key to attend
+    2^17) so that a window longer than the first probe cannot pass for none. Rows with no key to attend
     (left padding) are classified too: where the export averages only the causally
     visible values (GPT-Neo), the op gets `tfm.unattended = "causal"` (the kernel's
     `unattended` step attribute). A candidate that does not match exactly, or whose
