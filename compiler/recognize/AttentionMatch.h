@@ -144,6 +144,11 @@ struct Candidate {
   bool chainHasTanh = false;  // the score chain may cap the scores (Gemma-2)
   double softcap = 0;         // scores become softcap * tanh(scores / softcap); 0: none
   std::optional<Rotary> rotary;
+  // RMS norms over each head that come after the rotary (NanoChat's q and k norms), with
+  // one scale for every feature: the rotation keeps each head's mean square, so such a norm
+  // is the same norm before the rotation, which the proofs apply to the source and the
+  // rewrite places on it (dsc-fuse-qk-norm then moves it into the attention).
+  tfm::RmsNormOp queryNorm, keyNorm;
   // An attention factor that the query's scale absorbed (a whole head rotated): the keys'
   // new rows against their cached ones reveal it (AttentionProofs.cpp).
   double absorbedFactor = 1;
@@ -178,7 +183,16 @@ private:
   }
   bool isTainted(Value v) const { return tainted_.contains(v); }
   std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
-                          Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst);
+                          Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst,
+                          tfm::RmsNormOp *postRotaryNorm = nullptr);
+  // Whether `norm` can be moved before what precedes it on the Q/K path (see
+  // Candidate::queryNorm): an RMS norm alone, with a uniform scale, of heads that are not a
+  // mere view of the projection (those are where the heads enter, as Qwen3's).
+  bool isMovableHeadNorm(tfm::RmsNormOp norm) const;
+  // What such a norm computes, in place on each `d` consecutive values of `x`.
+  void applyHeadNorm(tfm::RmsNormOp norm, std::vector<float> &x, int64_t d) const;
+  std::string matchOnce(Operation *softmax, Candidate &c);
+  bool movePostRotaryNorms_ = true;
   std::string proveQuery(Candidate &c, double &qscale);
   // The rotation's inverse frequencies, read off the graph for a layout and dim; none when
   // the query does not turn as `shape`'s pairs would.

@@ -72,6 +72,33 @@ Value headsSecond(OpBuilder &builder, Value source, bool headsFirst) {
                                    source, builder.getI64ArrayAttr({0, 2, 1, 3}));
 }
 
+// The source's heads normalised by a norm like `norm` (Candidate::queryNorm), placed where
+// the heads enter: [b, s, n, d], or [b, n, s, d] for a heads-first source.
+static Value normaliseHeads(OpBuilder &builder, Value source, int64_t probeRank, int64_t heads,
+                            int64_t headDim, tfm::RmsNormOp norm) {
+  if (!norm)
+    return source;
+  Location loc = norm.getLoc();
+  if (probeRank == 3) {
+    source = asProjection(builder, source, 3, heads * headDim);
+    Type element = cast<TensorType>(source.getType()).getElementType();
+    auto shapeType = RankedTensorType::get({4}, builder.getI64Type());
+    Value shape = onnx::ConstantOp::create(
+        builder, loc, shapeType,
+        DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{0, 0, heads, headDim}));
+    SmallVector<int64_t> dims = {ShapedType::kDynamic, ShapedType::kDynamic, heads, headDim};
+    if (auto type = dyn_cast<RankedTensorType>(source.getType()); type && type.getRank() == 3) {
+      dims[0] = type.getDimSize(0);
+      dims[1] = type.getDimSize(1);
+    }
+    source = onnx::ReshapeOp::create(builder, loc, RankedTensorType::get(dims, element), source,
+                                     shape, builder.getI64IntegerAttr(0));
+  }
+  return tfm::RmsNormOp::create(builder, loc, source.getType(), source, norm.getScale(),
+                                norm.getEpsilonAttr())
+      .getOutput();
+}
+
 // One dimension of `source` (axis `axis`) as a 1-D i64 tensor, before `at`.
 static Value dimensionOf(OpBuilder &builder, Location loc, Value source, int64_t axis) {
   return onnx::ShapeOp::create(builder, loc, RankedTensorType::get({1}, builder.getI64Type()),
@@ -170,10 +197,16 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
       return "the past key and value have different types";
     past = {c.pastKey, c.pastValue};
   }
-  Value query = asProjection(builder, headsSecond(builder, c.querySource, c.queryHeadsFirst),
-                             c.queryRank, qFeatures);
-  Value key = asProjection(builder, headsSecond(builder, c.keySource, c.keyHeadsFirst),
-                           c.keyRank, kvFeatures);
+  auto normalisedProjection = [&](Value source, int64_t rank, bool headsFirst, int64_t heads,
+                                  tfm::RmsNormOp norm) {
+    Value normalised = normaliseHeads(builder, source, rank, heads, c.headDim, norm);
+    return asProjection(builder, headsSecond(builder, normalised, headsFirst),
+                        norm ? 4 : rank, heads * c.headDim);
+  };
+  Value query = normalisedProjection(c.querySource, c.queryRank, c.queryHeadsFirst, c.heads,
+                                     c.queryNorm);
+  Value key = normalisedProjection(c.keySource, c.keyRank, c.keyHeadsFirst, c.kvHeads,
+                                   c.keyNorm);
   Value value = asProjection(builder, headsSecond(builder, c.valueSource, c.valueHeadsFirst),
                              c.valueRank, kvFeatures);
   if (key.getType() != value.getType())

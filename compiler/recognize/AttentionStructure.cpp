@@ -33,7 +33,8 @@ std::vector<int64_t> Matcher::positions() const {
 // matter for correctness: the probe proves what they compute.
 std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHeads,
                                  bool allowPast, Value &source, Value &past,
-                                 int64_t &sourceHeads, bool &headsFirst) {
+                                 int64_t &sourceHeads, bool &headsFirst,
+                                 tfm::RmsNormOp *postRotaryNorm) {
   headsFirst = false;
   static const llvm::StringSet<> plumbing = {
       "onnx.Reshape",   "onnx.Transpose", "onnx.Mul",    "onnx.Div",    "onnx.Add",
@@ -76,6 +77,18 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     if (headsFirstView)
       headsFirstViews.push_back(value);
     Operation *def = value.getDefiningOp();
+    // A norm over each head after the rotary, that the rotation commutes with: the heads
+    // enter before both (NanoChat).
+    if (auto norm = dyn_cast_or_null<tfm::RmsNormOp>(def);
+        norm && (headView || headsFirstView) && postRotaryNorm && movePostRotaryNorms_ &&
+        isMovableHeadNorm(norm)) {
+      if (*postRotaryNorm && *postRotaryNorm != norm)
+        return "the heads are normalised twice";
+      *postRotaryNorm = norm;
+      if (visited.insert(norm).second)
+        worklist.push_back(norm.getInput());
+      continue;
+    }
     // A norm over each head (Qwen3's q/k norm on [b, s, n, d], Gemma-3's on [b, n, s, d])
     // is where the heads enter: the attention takes the normalised heads.
     if ((headView || headsFirstView) && isa<tfm::RmsNormOp, tfm::LayerNormOp>(def)) {
@@ -265,6 +278,19 @@ void Matcher::recordShapeRead(Candidate &c, Operation *shape) {
 }
 
 std::string Matcher::match(Operation *softmax, Candidate &c) {
+  const Candidate start = c;
+  movePostRotaryNorms_ = true;
+  std::string why = matchOnce(softmax, c);
+  if (why.empty() || (!c.queryNorm && !c.keyNorm))
+    return why;
+  // What came before the norms may be something no proof knows: then the attention is the
+  // one that takes the normalised heads, and what made them stays as it is.
+  c = start;
+  movePostRotaryNorms_ = false;
+  return matchOnce(softmax, c);
+}
+
+std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
   c.softmax = softmax;
   c.region.insert(softmax);
   const dsrt::Shape *probsShape = shapeOf(softmax->getResult(0));
@@ -398,11 +424,11 @@ std::string Matcher::match(Operation *softmax, Candidate &c) {
   Value unused;
   int64_t n = 0;
   std::string why = findSources(c.scores->getOperand(0), heads_, heads_, false, c.querySource,
-                                unused, n, c.queryHeadsFirst);
+                                unused, n, c.queryHeadsFirst, &c.queryNorm);
   if (!why.empty())
     return "query: " + why;
   why = findSources(c.scores->getOperand(1), 0, heads_, true, c.keySource, c.pastKey, n,
-                    c.keyHeadsFirst);
+                    c.keyHeadsFirst, &c.keyNorm);
   if (!why.empty())
     return "key: " + why;
   c.kvHeads = n;
