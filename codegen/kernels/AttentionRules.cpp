@@ -17,8 +17,9 @@
 // Input 7, when present, is a bias computed in the graph (T5's relative positions), which
 // only the prefill kernel adds (BIAS). Inputs 8 and 9, when present, are the scales of q/k
 // norms, which attention_rotary and attention_decode apply to each head before the
-// rotation: per head (Qwen3's, Gemma-3's: QK_NORM 1) or over all heads (OLMo-2's: 2). A session cache of f16 or bf16 (the step's
-// cache_dtype) is KV_DTYPE of the three kernels that write and read it.
+// rotation: per head (Qwen3's, Gemma-3's: QK_NORM 1) or over all heads (OLMo-2's: 2); per
+// head with the scales after the rotation (HunYuan-Dense's: 3). A session cache of f16 or
+// bf16 (the step's cache_dtype) is KV_DTYPE of the three kernels that write and read it.
 // Scale, rotary base, head counts and offsets (which differ between tensor-parallel ranks
 // of one plan) are kernel parameters, not constants. Gemma-2's logit soft-capping is a
 // constant of the prefill and decode kernels, SOFTCAP_BITS (the cap's f32 bits), present
@@ -243,6 +244,14 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       return false;
     }
     qkNormKind = perHead ? 1 : 2;
+    // Scales after the rotation (HunYuan-Dense's): per head only, QK_NORM 3.
+    if (in.intAttr("qk_norm_after_rotary", 0) != 0) {
+      if (!perHead) {
+        reason = "q/k norms after the rotary need scales of [" + std::to_string(headDim) + "]";
+        return false;
+      }
+      qkNormKind = 3;
+    }
     if (qkNormKind == 2 && in.attr("rank_heads")) {
       reason = "q/k norms over all heads span the tensor-parallel ranks";
       return false;

@@ -23,7 +23,8 @@
 // With QK_NORM (only with FUSED_ROTARY; last, and only where the step has q/k norms), the
 // query and the new key are RMS-normalised (`q_norm_scale`, `k_norm_scale`,
 // `qk_norm_epsilon`) before they are rotated, as attention_rotary does: per head (1), or
-// over all of the token's query or key heads (2, a step whose heads are the model's).
+// over all of the token's query or key heads (2, a step whose heads are the model's), or
+// per head with the scales after the rotation (3).
 //
 // With FUSED_COMBINE (only with FUSED_ROTARY; then UNATTENDED_CAUSAL, and UNATTENDED_ZERO
 // where the step asks for it, as attention_combine's), a decode step is one launch: each
@@ -159,7 +160,9 @@ attention_decode_stage(const float *span, int span_features, const float *head,
 #else
   (void)span;
   (void)span_features;
-  dsc_stage_rms_normalized<HEAD_DIM>(head, scale, epsilon, staged, scratch);
+  // QK_NORM 3: the scale multiplies the rotated features instead.
+  dsc_stage_rms_normalized<HEAD_DIM>(head, QK_NORM == 3 ? nullptr : scale, epsilon, staged,
+                                     scratch);
 #endif
 }
 #endif
@@ -253,6 +256,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const float *key_in = new_key + sequence * kv_stride + kv_head * HEAD_DIM;
     const float *value_in = new_value + sequence * kv_stride + kv_head * HEAD_DIM;
 #ifdef QK_NORM
+    // QK_NORM 3: the scales multiply the rotated features.
+    const float *q_rotated_scale = QK_NORM == 3 ? q_norm_scale : nullptr;
+    const float *k_rotated_scale = QK_NORM == 3 ? k_norm_scale : nullptr;
+#else
+    const float *q_rotated_scale = nullptr, *k_rotated_scale = nullptr;
+#endif
+#ifdef QK_NORM
     // holds_new and head_count are the block's alike: every thread stages.
     __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
     if (holds_new) {
@@ -264,8 +274,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
     if (holds_new)
       for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
-        const float key = dsc_kv_rounded<KV_DTYPE>(dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
-            key_in, feature, rotary_position, frequencies));
+        const float key = dsc_kv_rounded<KV_DTYPE>(
+            dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(key_in, feature, rotary_position,
+                                                               frequencies) *
+            (k_rotated_scale ? k_rotated_scale[feature] : 1.0f));
         const float value = dsc_kv_rounded<KV_DTYPE>(value_in[feature]);
         fresh_key[feature] = key;
         fresh_value[feature] = value;
@@ -284,7 +296,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
       for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x)
         query_row[g][feature] = dsc_rotary_feature<ROTARY_DIM, ROTARY_INTERLEAVED>(
-            query_in, feature, rotary_position, frequencies);
+                                    query_in, feature, rotary_position, frequencies) *
+                                (q_rotated_scale ? q_rotated_scale[feature] : 1.0f);
     }
   }
 #else

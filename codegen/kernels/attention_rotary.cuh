@@ -21,7 +21,9 @@
 // keys is RMS-normalised (scales `q_norm_scale` and `k_norm_scale`, `qk_norm_epsilon`) in
 // shared memory before it is rotated: over its own features with QK_NORM 1 (Qwen3's,
 // Gemma-3's; scales [HEAD_DIM]), over all of its token's query or key heads with QK_NORM 2
-// (OLMo-2's; scales [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]).
+// (OLMo-2's; scales [heads * HEAD_DIM] and [kv_heads * HEAD_DIM]); with QK_NORM 3
+// (HunYuan-Dense's) over its own features without the scale, which then multiplies each
+// rotated feature.
 //
 // With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
 // dtype: cache_dtype), `key_dst` and `value_dst` are that cache, and the keys and values
@@ -123,6 +125,11 @@ extern "C" __global__ void attention_rotary(
   const int head_count = heads > kv_heads ? heads : kv_heads;
 #ifdef QK_NORM
   __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
+  // QK_NORM 3: the scales multiply the rotated features.
+  const float *q_rotated_scale = QK_NORM == 3 ? q_norm_scale : nullptr;
+  const float *k_rotated_scale = QK_NORM == 3 ? k_norm_scale : nullptr;
+#else
+  const float *q_rotated_scale = nullptr, *k_rotated_scale = nullptr;
 #endif
   for (int head = blockIdx.y; head < head_count; head += gridDim.y) {
     const float *query_head = query_token + head * HEAD_DIM;
@@ -135,8 +142,8 @@ extern "C" __global__ void attention_rotary(
                                               q_norm_scale, qk_norm_epsilon, query_staged,
                                               norm_scratch);
 #else
-      dsc_stage_rms_normalized<HEAD_DIM>(query_head, q_norm_scale, qk_norm_epsilon,
-                                         query_staged, norm_scratch);
+      dsc_stage_rms_normalized<HEAD_DIM>(query_head, QK_NORM == 3 ? nullptr : q_norm_scale,
+                                         qk_norm_epsilon, query_staged, norm_scratch);
 #endif
       query_head = query_staged;
     }
@@ -146,8 +153,8 @@ extern "C" __global__ void attention_rotary(
                                               k_norm_scale, qk_norm_epsilon, key_staged,
                                               norm_scratch);
 #else
-      dsc_stage_rms_normalized<HEAD_DIM>(key_head, k_norm_scale, qk_norm_epsilon, key_staged,
-                                         norm_scratch);
+      dsc_stage_rms_normalized<HEAD_DIM>(key_head, QK_NORM == 3 ? nullptr : k_norm_scale,
+                                         qk_norm_epsilon, key_staged, norm_scratch);
 #endif
       key_head = key_staged;
     }
@@ -155,11 +162,13 @@ extern "C" __global__ void attention_rotary(
     for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
       if (head < heads)
         q_out_token[head * HEAD_DIM + feature] =
-            attention_rotary_feature(query_head, feature, position, frequencies);
+            attention_rotary_feature(query_head, feature, position, frequencies) *
+            (q_rotated_scale ? q_rotated_scale[feature] : 1.0f);
       if (head < kv_heads) {
         dsc_store_float<KV_DTYPE>(
             key_row, head * dst_head_stride + feature,
-            attention_rotary_feature(key_head, feature, position, frequencies));
+            attention_rotary_feature(key_head, feature, position, frequencies) *
+                (k_rotated_scale ? k_rotated_scale[feature] : 1.0f));
         dsc_store_float<KV_DTYPE>(value_row, head * dst_head_stride + feature,
                                   value_token[head * HEAD_DIM + feature]);
       }

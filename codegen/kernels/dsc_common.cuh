@@ -196,9 +196,10 @@ dsc_stage_rms_normalized(const float *head, const float *scale, float epsilon, f
     squares += x * x;
   }
   const float inverse = 1.0f / sqrtf(dsc_block_sum(squares, scratch) / HEAD_DIM_ + epsilon);
-  // Each thread rescales the features it staged, then the block waits for all of them.
+  // Each thread rescales the features it staged, then the block waits for all of them. No
+  // scale: the norm's scale comes after the rotation (QK_NORM 3).
   for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x)
-    staged[feature] = staged[feature] * inverse * scale[feature];
+    staged[feature] = staged[feature] * inverse * (scale ? scale[feature] : 1.0f);
   __syncthreads();
 }
 

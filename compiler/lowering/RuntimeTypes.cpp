@@ -198,6 +198,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
       attrs.append("packed_qkv", b.getI64IntegerAttr(1));
     if (FloatAttr epsilon = attention.getQkNormEpsilonAttr())
       attrs.append("qk_norm_epsilon", b.getF32FloatAttr(epsilon.getValue().convertToFloat()));
+    if (attention.getQkNormAfterRotary())
+      attrs.append("qk_norm_after_rotary", b.getI64IntegerAttr(1));
     // An encoder-decoder's cross-attention in the session programs (dsc-derive-cache-programs):
     // its cache layer holds the encoder's keys, written by prefill, read by decode.
     if (attention->hasAttr("tfm.cross_keys"))

@@ -144,11 +144,14 @@ struct Candidate {
   bool chainHasTanh = false;  // the score chain may cap the scores (Gemma-2)
   double softcap = 0;         // scores become softcap * tanh(scores / softcap); 0: none
   std::optional<Rotary> rotary;
-  // RMS norms over each head that come after the rotary (NanoChat's q and k norms), with
-  // one scale for every feature: the rotation keeps each head's mean square, so such a norm
-  // is the same norm before the rotation, which the proofs apply to the source and the
-  // rewrite places on it (dsc-fuse-qk-norm then moves it into the attention).
+  // RMS norms over each head that come after the rotary (NanoChat's and HunYuan-Dense's q
+  // and k norms). The rotation keeps each head's mean square: with one scale for every
+  // feature such a norm is the same norm before the rotation, which the proofs apply to
+  // the source and the rewrite places on it (dsc-fuse-qk-norm then moves it into the
+  // attention). With a scale per feature (`normsAfterRotary`, both norms), the heads are
+  // normalised, rotated, then scaled: the attention's qk_norm_after_rotary.
   tfm::RmsNormOp queryNorm, keyNorm;
+  bool normsAfterRotary = false;
   // An attention factor that the query's scale absorbed (a whole head rotated): the keys'
   // new rows against their cached ones reveal it (AttentionProofs.cpp).
   double absorbedFactor = 1;
@@ -185,12 +188,21 @@ private:
   std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
                           Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst,
                           tfm::RmsNormOp *postRotaryNorm = nullptr);
-  // Whether `norm` can be moved before what precedes it on the Q/K path (see
-  // Candidate::queryNorm): an RMS norm alone, with a uniform scale, of heads that are not a
-  // mere view of the projection (those are where the heads enter, as Qwen3's).
+  // Whether `norm` may be taken into the attention from after what precedes it on the Q/K
+  // path (see Candidate::queryNorm): an RMS norm alone, with a known scale of [head_dim],
+  // of heads that are not a mere view of the projection (those are where the heads enter,
+  // as Qwen3's). AttentionHeadNorms.cpp.
   bool isMovableHeadNorm(tfm::RmsNormOp norm) const;
-  // What such a norm computes, in place on each `d` consecutive values of `x`.
-  void applyHeadNorm(tfm::RmsNormOp norm, std::vector<float> &x, int64_t d) const;
+  bool hasUniformScale(tfm::RmsNormOp norm) const;
+  std::vector<float> headNormScale(tfm::RmsNormOp norm) const;
+  // What such a norm computes before the rotation, in place on each `d` consecutive values
+  // of `x` (without the scale when it comes after the rotation).
+  void applyHeadNorm(const Candidate &c, tfm::RmsNormOp norm, std::vector<float> &x,
+                     int64_t d) const;
+  // Multiplies (or divides) `count` rotated values, heads of `d`, by the scale of a norm
+  // after the rotation; nothing otherwise.
+  void scaleRotatedHeads(const Candidate &c, tfm::RmsNormOp norm, float *x, size_t count,
+                         int64_t d, bool divide) const;
   std::string matchOnce(Operation *softmax, Candidate &c);
   bool movePostRotaryNorms_ = true;
   std::string proveQuery(Candidate &c, double &qscale);

@@ -44,8 +44,10 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
                      y = floats(*out);
   if (int64_t(y.size()) != B * H * S * D)
     return "query: the scores' first operand is not [batch, heads, seq, head_dim]";
-  if (c.queryNorm)
-    applyHeadNorm(c.queryNorm, x, D);
+  if (c.queryNorm) {
+    applyHeadNorm(c, c.queryNorm, x, D);
+    scaleRotatedHeads(c, c.queryNorm, y.data(), y.size(), D, /*divide=*/true);
+  }
   // y[b][n][t][e] against x[b][t][n][e].
   auto xi = [&](int64_t b, int64_t t, int64_t n, int64_t e) { return ((b * S + t) * H + n) * D + e; };
   auto yi = [&](int64_t b, int64_t n, int64_t t, int64_t e) { return ((b * H + n) * S + t) * D + e; };
@@ -199,12 +201,14 @@ Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qsca
   std::vector<float> y = floats(*out);  // [b, n, s, d]
   if (int64_t(y.size()) != B * H * S * D)
     return std::nullopt;
+  scaleRotatedHeads(c, c.queryNorm, y.data(), y.size(), D, /*divide=*/true);
   // A norm the rotation commutes with scales each head of ones by one gain.
   if (c.queryNorm) {
     std::vector<float> head(D, 0.0f);
     for (int64_t i = 0; i < half; ++i)
       head[shape.pair(i).first] = 1.0f;
-    applyHeadNorm(c.queryNorm, head, D);
+    applyHeadNorm(c, c.queryNorm, head, D);
+    // A scale after the rotation divides the graph's values below.
     qscale *= head[shape.pair(0).first];
   }
   Frequencies measured;
@@ -291,9 +295,11 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
           int64_t t = j - P;
           std::copy_n(&x[((b * S + t) * G + g) * D], D, head.begin());
           if (isKey && c.keyNorm)
-            applyHeadNorm(c.keyNorm, head, D);
+            applyHeadNorm(c, c.keyNorm, head, D);
           if (isKey && c.rotary)
             c.rotary->apply(head.data(), pos[b * S + t]);
+          if (isKey)
+            scaleRotatedHeads(c, c.keyNorm, head.data(), head.size(), D, /*divide=*/false);
           std::copy_n(head.begin(), D, dst);
         }
   };

@@ -203,10 +203,11 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     return asProjection(builder, headsSecond(builder, normalised, headsFirst),
                         norm ? 4 : rank, heads * c.headDim);
   };
+  // Norms after the rotation are the attention's own (its q/k norm operands).
   Value query = normalisedProjection(c.querySource, c.queryRank, c.queryHeadsFirst, c.heads,
-                                     c.queryNorm);
+                                     c.normsAfterRotary ? tfm::RmsNormOp() : c.queryNorm);
   Value key = normalisedProjection(c.keySource, c.keyRank, c.keyHeadsFirst, c.kvHeads,
-                                   c.keyNorm);
+                                   c.normsAfterRotary ? tfm::RmsNormOp() : c.keyNorm);
   Value value = asProjection(builder, headsSecond(builder, c.valueSource, c.valueHeadsFirst),
                              c.valueRank, kvFeatures);
   if (key.getType() != value.getType())
@@ -249,6 +250,12 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     attention->setAttr("tfm.unattended", builder.getStringAttr(c.unattended));
   if (c.softcap > 0)
     attention->setAttr("softcap", builder.getF32FloatAttr(float(c.softcap)));
+  if (c.normsAfterRotary) {
+    attention.getQueryNormScaleMutable().assign(c.queryNorm.getScale());
+    attention.getKeyNormScaleMutable().assign(c.keyNorm.getScale());
+    attention.setQkNormEpsilonAttr(c.queryNorm.getEpsilonAttr());
+    attention.setQkNormAfterRotary(true);
+  }
   if (failed(verify(attention))) {
     attention->erase();
     return "the recognised tfm.attention does not verify";

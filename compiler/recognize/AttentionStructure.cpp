@@ -77,8 +77,8 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
     if (headsFirstView)
       headsFirstViews.push_back(value);
     Operation *def = value.getDefiningOp();
-    // A norm over each head after the rotary, that the rotation commutes with: the heads
-    // enter before both (NanoChat).
+    // A norm over each head after the rotary (NanoChat's, HunYuan-Dense's): the heads enter
+    // before both, and the attention normalises them (Candidate::queryNorm).
     if (auto norm = dyn_cast_or_null<tfm::RmsNormOp>(def);
         norm && (headView || headsFirstView) && postRotaryNorm && movePostRotaryNorms_ &&
         isMovableHeadNorm(norm)) {
@@ -438,6 +438,14 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
     return "value: " + why;
   if (n != c.kvHeads)
     return "keys and values have different head counts";
+  // A norm whose scale differs between features stays after the rotation: the attention
+  // then normalises both its query and its key that way.
+  for (tfm::RmsNormOp norm : {c.queryNorm, c.keyNorm})
+    c.normsAfterRotary |= norm && !hasUniformScale(norm);
+  if (c.normsAfterRotary &&
+      (!c.queryNorm || !c.keyNorm ||
+       c.queryNorm.getEpsilonAttr() != c.keyNorm.getEpsilonAttr()))
+    return "the query and key are not both normalised after the rotary with one epsilon";
   c.queryRank = shapeOf(c.querySource)->size();
   c.keyRank = shapeOf(c.keySource)->size();
   c.valueRank = shapeOf(c.valueSource)->size();

@@ -44,7 +44,7 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
       op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
       op.getSoftcapAttr(), op.getPackedQkvAttr(), op.getQkNormEpsilonAttr(),
-      op.getCacheDtypeAttr());
+      op.getCacheDtypeAttr(), op.getQkNormAfterRotaryAttr());
   session->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getOutput().replaceAllUsesWith(session.getOutput());
   op.erase();

@@ -135,6 +135,8 @@ public:
       floatAttr(*s, "softcap", f.softcap);
     if (f.qkNorm)
       floatAttr(*s, "qk_norm_epsilon", 1e-6f);
+    if (f.qkNorm == 3)
+      intAttr(*s, "qk_norm_after_rotary", 1);
     if (o.cacheType != dsp::DType::f32)
       typeAttr(*s, "cache_dtype", o.cacheType);
     plan.programs[0]->steps.push_back(std::move(s));
@@ -301,30 +303,50 @@ TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
 }
 
 // OLMo-2's q/k norms over all heads (scales [heads * d] and [kv_heads * d]) are QK_NORM 2
-// of the same kernels; under tensor parallelism (rank_heads) they would span the ranks, and
-// the rule declines.
-TEST(AttentionRule, AllHeadsQkNormIsQkNorm2) {
-  AttentionPlan b;
+// of the same kernels, and HunYuan-Dense's after its rotary (qk_norm_after_rotary, scales
+// [d]) QK_NORM 3. The rule declines norms over all heads under tensor parallelism
+// (rank_heads: they would span the ranks), and after the rotary (only a head's own scale
+// can follow its rotation).
+TEST(AttentionRule, AllHeadsAndAfterRotaryQkNormsAreQkNorm2And3) {
   AttentionPlan::Options o;
   o.session = true;
-  Family olmo2 = kQwen3;
-  olmo2.qkNorm = 2;
   std::vector<KernelSpec> specs;
   std::string reason;
-  ASSERT_TRUE(b.run(b.attention(olmo2, o), specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 3u);
-  EXPECT_EQ(constantsOf(specs[0])["QK_NORM"], 2);
-  EXPECT_EQ(constantsOf(specs[2])["QK_NORM"], 2);
-  AttentionPlan ranked;
-  dsp::StepT &step = ranked.attention(olmo2, o);
-  auto heads = std::make_unique<dsp::AttrT>();
-  heads->name = "rank_heads";
-  heads->kind = dsp::AttrKind::ints;
-  heads->ints = {4, 4};
-  step.attrs.push_back(std::move(heads));
-  specs.clear();
-  EXPECT_FALSE(ranked.run(step, specs, reason));
-  EXPECT_NE(reason.find("span the tensor-parallel ranks"), std::string::npos) << reason;
+  for (int kind : {2, 3}) {
+    AttentionPlan b;
+    Family f = kQwen3;
+    f.qkNorm = kind;
+    specs.clear();
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << reason;
+    ASSERT_EQ(specs.size(), 3u);
+    EXPECT_EQ(constantsOf(specs[0])["QK_NORM"], kind);
+    EXPECT_EQ(constantsOf(specs[1]).count("QK_NORM"), 0u);
+    EXPECT_EQ(constantsOf(specs[2])["QK_NORM"], kind);
+  }
+  const struct {
+    const char *attribute;
+    std::vector<int64_t> ints;
+    const char *reason;
+  } declines[] = {{"rank_heads", {4, 4}, "span the tensor-parallel ranks"},
+                  {"qk_norm_after_rotary", {}, "after the rotary need scales of [16]"}};
+  for (const auto &decline : declines) {
+    AttentionPlan plan;
+    Family olmo2 = kQwen3;
+    olmo2.qkNorm = 2;
+    dsp::StepT &step = plan.attention(olmo2, o);
+    if (decline.ints.empty()) {
+      intAttr(step, decline.attribute, 1);
+    } else {
+      auto attr = std::make_unique<dsp::AttrT>();
+      attr->name = decline.attribute;
+      attr->kind = dsp::AttrKind::ints;
+      attr->ints = decline.ints;
+      step.attrs.push_back(std::move(attr));
+    }
+    specs.clear();
+    EXPECT_FALSE(plan.run(step, specs, reason)) << decline.attribute;
+    EXPECT_NE(reason.find(decline.reason), std::string::npos) << reason;
+  }
 }
 
 // A half session cache (cache_dtype) is KV_DTYPE, last, of the three kernels that write or
@@ -557,6 +579,8 @@ TEST_F(AttentionNvrtcTest, QkNormKernelsCompile) {
                  dsp::DType::i64);
   // OLMo-2's over all heads (head 128, 32 heads: QK_NORM 2).
   compilesFamily({"olmo2-128", 32, 32, 128, 1, 0, 0, 128, 0, "all", 0, 2}, dsp::DType::i64);
+  // HunYuan-Dense's after its rotary (head 128, GQA 32/8: QK_NORM 3).
+  compilesFamily({"hunyuan-128", 32, 8, 128, 1, 0, 0, 128, 0, "all", 0, 3}, dsp::DType::i64);
 }
 
 TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {

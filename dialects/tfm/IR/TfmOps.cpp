@@ -375,7 +375,12 @@ LogicalResult AttentionOp::verify() {
                            << getNumHeads() * headDim << "] and [" << getNumKvHeads() * headDim
                            << "] (over all heads), not " << getQueryNormScale().getType()
                            << " and " << getKeyNormScale().getType();
+    if (getQkNormAfterRotary() && (*query || *key))
+      return emitOpError("qk_norm_after_rotary needs scales of [head_dim]: a head's scale "
+                         "after the rotation");
   }
+  if (getQkNormAfterRotary() && !getQkNormEpsilonAttr())
+    return emitOpError("qk_norm_after_rotary needs the q/k norms");
 
   auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();
   auto out = getOutput().getType();

@@ -292,7 +292,11 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     With `qk_norm` (Qwen3's and Gemma-3's q_norm and k_norm), every head of the query and
     of the new keys is RMS-normalised over its head_dim features with epsilon
     `qk_norm_epsilon` and multiplied by `query_norm_scale` / `key_norm_scale` ([head_dim]
-    each), before the rotary embedding. The cache holds the normalised keys.
+    each), before the rotary embedding. The cache holds the normalised keys. With
+    `qk_norm_after_rotary` as well (HunYuan-Dense's query_layernorm and key_layernorm,
+    which follow its rotary embedding), the scales multiply the rotated features instead:
+    each head is normalised, rotated (which keeps its mean square), then scaled; only with
+    scales of [head_dim].
 
     Results: the output [b, s, num_heads * head_dim] and, optionally, the present key and
     value [b, num_kv_heads, past + s_kv, head_dim] (past and new, as the exporters return
@@ -323,12 +327,14 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$cache_layer,
                    OptionalAttr<F32Attr>:$softcap, UnitAttr:$packed_qkv,
                    OptionalAttr<F32Attr>:$qk_norm_epsilon,
-                   OptionalAttr<TypeAttr>:$cache_dtype);
+                   OptionalAttr<TypeAttr>:$cache_dtype,
+                   UnitAttr:$qk_norm_after_rotary);
   let results = (outs Tfm_FloatTensor:$output, Variadic<Tfm_FloatTensor>:$present);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
     (`positions` $positions^)? (`bias` $bias^)?
     (`qk_norm` `(` $query_norm_scale^ `,` $key_norm_scale `)` `eps` $qk_norm_epsilon)?
+    (`after_rotary` $qk_norm_after_rotary^)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
     (`cache_layer` $cache_layer^)? (`cache_dtype` $cache_dtype^)? (`softcap` $softcap^)?

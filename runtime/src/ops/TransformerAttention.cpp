@@ -60,6 +60,8 @@ struct AttentionConfig {
   // (scales inputs 8 and 9) before the rotary embedding.
   bool qkNorm = false;
   float qkNormEpsilon = 0;
+  // HunYuan-Dense's: the scales multiply each head after it is rotated (qk_norm_after_rotary).
+  bool qkNormAfterRotary = false;
 };
 
 // Under tensor parallelism, rank_heads/rank_head_offsets and rank_kv_heads/
@@ -146,6 +148,12 @@ Status readQueryKeyNorms(const KernelContext &ctx, AttentionConfig &c) {
   DSRT_RETURN_IF_ERROR(floatAttr(ctx, "qk_norm_epsilon", 0.0f, c.qkNormEpsilon));
   if (!(c.qkNormEpsilon >= 0) || !std::isfinite(c.qkNormEpsilon))
     return ctx.error("qk_norm_epsilon must be finite and >= 0, not ", c.qkNormEpsilon);
+  int64_t afterRotary = 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "qk_norm_after_rotary", 0, afterRotary));
+  c.qkNormAfterRotary = afterRotary != 0;
+  if (c.qkNormAfterRotary &&
+      (queryScale->shape != Shape{c.headDim} || keyScale->shape != Shape{c.headDim}))
+    return ctx.error("qk_norm_after_rotary needs q/k norm scales of [", c.headDim, "]");
   return Status::ok();
 }
 
@@ -381,8 +389,11 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   if (c.qkNorm) {
     // Each head's features as one row, as the unfused tfm.rms_norm of [.., heads, D] does;
     // or each token's heads as one, as OLMo-2's norm over [.., heads * D].
+    // After the rotary, the scales come last (below): the norm's own scale is ones.
+    std::vector<float> ones(c.qkNormAfterRotary ? D : 0, 1.0f);
+    const TensorRef unitScale{DType::F32, Shape{D}, ones.data()};
     auto normalizeHeads = [&](std::vector<float> &x, int which) {
-      const TensorRef &scale = *ctx.input(which);
+      const TensorRef &scale = c.qkNormAfterRotary ? unitScale : *ctx.input(which);
       const int64_t width = scale.shape[0];
       std::vector<float> normalized(x.size());
       normalizeRows(x.data(), static_cast<int64_t>(x.size()) / width, width, FloatView(scale),
@@ -395,6 +406,15 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
   if (c.rotaryDim > 0) {
     applyRotary(q.data(), B * S, H, c, positions);
     applyRotary(kNew.data(), B * S, c.keyHeads, c, positions);
+  }
+  if (c.qkNormAfterRotary) {
+    auto scaleHeads = [&](std::vector<float> &x, int which) {
+      FloatView scale(*ctx.input(which));
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] *= scale[static_cast<int64_t>(i % D)];
+    };
+    scaleHeads(q, kQueryNormScale);
+    scaleHeads(kNew, kKeyNormScale);
   }
 
   // Keys and values of every attended position, [B, KH, T, D]: in the session's cache, or

@@ -36,7 +36,8 @@ struct Family {
   // and yarn's rotary_attention_factor.
   bool scaledRotary = false;
   // q/k norms (inputs 8 and 9, qk_norm_epsilon): 1 per head (Qwen3's and Gemma-3's),
-  // 2 over all of a token's query or key heads (OLMo-2's; the kernels' QK_NORM).
+  // 2 over all of a token's query or key heads (OLMo-2's), 3 per head with the scales
+  // after the rotation (HunYuan-Dense's, qk_norm_after_rotary; the kernels' QK_NORM).
   int qkNorm = 0;
   // The session cache's dtype (cache_dtype; the kernels' KV_DTYPE where it is half). Such a
   // family runs session scenarios only: its kernels write nothing else.
@@ -77,6 +78,8 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
     attrs["softcap"] = ops::Attr::ofFloat(f.softcap);
   if (f.qkNorm)
     attrs["qk_norm_epsilon"] = ops::Attr::ofFloat(1e-6f);
+  if (f.qkNorm == 3)
+    attrs["qk_norm_after_rotary"] = ops::Attr::ofInt(1);
   if (f.scaledRotary) {
     std::vector<float> frequencies;
     EXPECT_TRUE(ops::rotaryInverseFrequencies(attrs, frequencies).isOk());
@@ -224,9 +227,11 @@ void check(const Family &f, const Scenario &s) {
     EXPECT_TRUE(status.isOk()) << status.message();
     return out;
   };
-  std::vector<float> uncappedOut, unnormalizedOut;
+  std::vector<float> uncappedOut, unnormalizedOut, scaledBeforeOut;
   if (f.softcap > 0)
     uncappedOut = outputWithout("softcap", inputs);
+  if (f.qkNorm == 3)
+    scaledBeforeOut = outputWithout("qk_norm_after_rotary", inputs);
   if (f.qkNorm)  // without the epsilon and the scales (inputs 8 and 9, after the bias's 7)
     unnormalizedOut =
         outputWithout("qk_norm_epsilon", ops::Inputs(inputs.begin(), inputs.begin() + 7));
@@ -237,6 +242,12 @@ void check(const Family &f, const Scenario &s) {
     normGap = std::max(normGap, std::fabs(unnormalizedOut[i] - expected[i]));
   if (f.qkNorm)
     EXPECT_GT(normGap, 1e-2f) << "the q/k norms change too little here to be tested";
+  float orderGap = 0;
+  for (size_t i = 0; i < scaledBeforeOut.size(); ++i)
+    orderGap = std::max(orderGap, std::fabs(scaledBeforeOut[i] - expected[i]));
+  if (f.qkNorm == 3)
+    EXPECT_GT(orderGap, 1e-2f) << "scaling before or after the rotation differs too little "
+                                  "here to be tested";
   float softcapGap = 0;
   for (size_t i = 0; i < uncappedOut.size(); ++i)
     softcapGap = std::max(softcapGap, std::fabs(uncappedOut[i] - expected[i]));

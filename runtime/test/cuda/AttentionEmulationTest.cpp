@@ -70,6 +70,10 @@ const Family kOlmo2{"olmo2", olmo2::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DT
                     false, 2};
 const Family kOlmo2Packed{"olmo2_packed", olmo2_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
                           DType::I64, 0, false, 2};
+const Family kHunyuan{"hunyuan", hunyuan::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all", DType::I64,
+                      0, false, 3};
+const Family kHunyuanPacked{"hunyuan_packed", hunyuan_packed::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
+                            "all", DType::I64, 0, false, 3};
 const Family kGemma3Wide{"gemma3wide", gemma3wide::kernels, 256, 2, 1, 1, 0, 4, 256, 0, "all",
                          DType::I64, 0, false, true};
 const Family kLlamaF16Cache{"llama_f16cache", llama_f16cache::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
@@ -351,6 +355,13 @@ void checkNormedSteps(const Family &apart, const Family &packed, bool rank) {
 // the norm would span the ranks, which tp-shard makes generic steps around an all-reduce.
 TEST(AttentionEmulation, AllHeadsQueryKeyNorms) {
   checkNormedSteps(kOlmo2, kOlmo2Packed, false);
+}
+
+// HunYuan-Dense's q/k norms after its rotary (QK_NORM 3): each head normalised, rotated, and
+// then scaled per feature, in attention_rotary and the decode kernel, apart and packed, on
+// one rank's heads; the check also asserts that scaling before the rotation differs.
+TEST(AttentionEmulation, QueryKeyNormsAfterTheRotary) {
+  checkNormedSteps(kHunyuan, kHunyuanPacked, true);
 }
 
 // Qwen3's and Gemma-3's per-head q/k norms (QK_NORM): each head of the new queries and keys

@@ -20,8 +20,9 @@
 // io_past = s_kv - fresh. A bias computed in the graph (input 7, T5's relative positions)
 // is added by the prefill kernel (BIAS). q/k norms (inputs 8 and 9: per head, Qwen3's and
 // Gemma-3's, or over all heads, OLMo-2's) are applied where the heads are rotated:
-// attention_rotary and, for a decode step, attention_decode (QK_NORM 1 or 2). A session cache of f16 or bf16 (cache_dtype, the
-// layer's dtype) is the kernels' KV_DTYPE: they round keys and values into it.
+// attention_rotary and, for a decode step, attention_decode (QK_NORM 1 or 2; 3: per head,
+// the scales after the rotation). A session cache of f16 or bf16 (cache_dtype, the layer's
+// dtype) is the kernels' KV_DTYPE: they round keys and values into it.
 #include "cuda/GpuOps.h"
 
 #include <algorithm>
@@ -217,6 +218,14 @@ Status runAttention(StepContext &context) {
     else
       return context.error("the q/k norms need f32 scales [", D, "] each, or [", H * D,
                            "] and [", KH * D, "] (inputs 8 and 9)");
+    // The scales after the rotation (HunYuan-Dense's): QK_NORM 3, per head only.
+    int64_t afterRotary = 0;
+    DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "qk_norm_after_rotary", 0, afterRotary));
+    if (afterRotary != 0) {
+      if (qkNormKind != 1)
+        return context.error("q/k norms after the rotary need scales of [", D, "]");
+      qkNormKind = 3;
+    }
     if (!attrs.count("qk_norm_epsilon"))
       return context.error("the q/k norms need qk_norm_epsilon");
     DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "qk_norm_epsilon", 0.0f, qkNormEpsilon));
