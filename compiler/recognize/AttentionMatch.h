@@ -113,6 +113,7 @@ struct Candidate {
   Operation *context = nullptr;  // MatMul(P, V)
   Value root;                    // [b, s, heads * d], or [b * s, heads * d] when flatRoot
   bool flatRoot = false;         // merged straight into rows (GPT-2's Conv1D under dynamo)
+  bool headsRoot = false;        // [b, s, heads, d], gated before the merge (HrmText)
   Value restoredProjection;      // and then: Reshape(linear(rows)) back to [b, s, out]
   Value querySource, keySource, valueSource;  // [b, s, n * d] or [b, s, n, d]
   int64_t queryRank = 3, keyRank = 3, valueRank = 3;  // of the sources, on the probe

@@ -239,8 +239,9 @@ Matcher::measureFrequencies(const Candidate &c, const Rotary &shape, double qsca
       frequency = (turn[S - 1] + 2 * M_PI * whole) / last;
     }
     // Negative where the export turns the other way (nanochat's rotate_half with flipped
-    // signs): the same rotation at angle -p·f.
-    if (frequency == 0 || !std::isfinite(frequency))
+    // signs): the same rotation at angle -p·f. Zero for a pair that does not turn (Gemma-4's
+    // proportional RoPE rotates a part of the pairs of the whole head).
+    if (!std::isfinite(frequency))
       return std::nullopt;
     frequencies[i] = frequency;
   }

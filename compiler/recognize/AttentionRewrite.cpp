@@ -180,7 +180,7 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
   MLIRContext *context = builder.getContext();
   int64_t qFeatures = c.heads * c.headDim, kvFeatures = c.kvHeads * c.headDim;
   auto rootType = dyn_cast<RankedTensorType>(c.root.getType());
-  if (!rootType || c.flatRoot)
+  if (!rootType || c.flatRoot || c.headsRoot)
     rootType = RankedTensorType::get({ShapedType::kDynamic, ShapedType::kDynamic, qFeatures},
                                      cast<TensorType>(c.root.getType()).getElementType());
   if (rootType.getRank() != 3 || rootType.getDimSize(2) != qFeatures)
@@ -284,6 +284,16 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     if (!flatType)
       flatType = RankedTensorType::get({ShapedType::kDynamic, qFeatures}, rootType.getElementType());
     output = onnx::ReshapeOp::create(builder, loc, flatType, output, shape,
+                                     builder.getI64IntegerAttr(0));
+  } else if (c.headsRoot) {
+    auto shapeType = RankedTensorType::get({4}, builder.getI64Type());
+    Value shape = onnx::ConstantOp::create(
+        builder, loc, shapeType,
+        DenseElementsAttr::get(shapeType, ArrayRef<int64_t>{0, 0, c.heads, c.headDim}));
+    auto headsType = RankedTensorType::get(
+        {rootType.getDimSize(0), rootType.getDimSize(1), c.heads, c.headDim},
+        rootType.getElementType());
+    output = onnx::ReshapeOp::create(builder, loc, headsType, output, shape,
                                      builder.getI64IntegerAttr(0));
   }
   c.root.replaceAllUsesWith(output);

@@ -409,13 +409,21 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
     for (Operation *user : out.getUsers())
       if (!isOp(user, "onnx.Shape") && !isOp(user, "onnx.Size"))
         dataUsers.push_back(user);
-    if (dataUsers.size() != 1)
+    bool merges = dataUsers.size() == 1 && (isOp(dataUsers.front(), "onnx.Transpose") ||
+                                            isOp(dataUsers.front(), "onnx.Reshape") ||
+                                            isOp(dataUsers.front(), "onnx.Cast"));
+    if (!merges) {
+      // The heads [b, s, heads, d] read by something else than their merge: HrmText's and
+      // Qwen3-Next's sigmoid gate multiplies them first. The attention ends there, its
+      // output viewed as those heads.
+      if (shape && shape->size() == 4 && (*shape)[0] == batch_ && (*shape)[1] == fresh_ &&
+          (*shape)[2] == heads_ && (*shape)[3] == headDim_ && out != c.context->getResult(0)) {
+        c.root = out;
+        c.headsRoot = true;
+      }
       break;
-    Operation *user = dataUsers.front();
-    if (!isOp(user, "onnx.Transpose") && !isOp(user, "onnx.Reshape") &&
-        !isOp(user, "onnx.Cast"))
-      break;
-    out = user->getResult(0);
+    }
+    out = dataUsers.front()->getResult(0);
   }
   if (!c.root)
     return "the attention output is not merged back into [batch, seq, heads * head_dim]";

@@ -110,24 +110,34 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
     if (!isLastAxisMean(variance))
       return decline(rewriter, variance, "the variance is not over the last axis alone");
 
-    // eps and the square root.
+    // eps and the square root, or its reciprocal as Pow(v, -0.5) (Gemma-4's, which avoids
+    // rsqrt for JAX's sake).
+    auto rootOf = [](Operation *op) -> Operation * {
+      if (isa_and_nonnull<onnx::SqrtOp>(op))
+        return op;
+      if (auto pow = dyn_cast_or_null<onnx::PowOp>(op); pow && near(scalarConstant(pow.getY()), -0.5))
+        return op;
+      return nullptr;
+    };
     Operation *next = singleUser(variance.getReduced());
-    onnx::SqrtOp sqrt = dyn_cast_or_null<onnx::SqrtOp>(next);
+    Operation *root = rootOf(next);
     double eps = missingEpsilon;
-    if (!sqrt) {
+    if (!root) {
       std::optional<double> added =
           next && isa<onnx::AddOp>(next)
               ? scalarConstant(otherOperand(next, variance.getReduced()))
               : std::nullopt;
       if (!added)
         return decline(rewriter, variance, "the variance is not followed by Add(eps) or Sqrt");
-      sqrt = dyn_cast_or_null<onnx::SqrtOp>(singleUser(next->getResult(0)));
-      if (!sqrt)
-        return decline(rewriter, variance, "Add(eps) is not followed by Sqrt");
+      root = rootOf(singleUser(next->getResult(0)));
+      if (!root)
+        return decline(rewriter, variance, "Add(eps) is not followed by Sqrt or Pow(-0.5)");
       group.insert(next);
       eps = *added;
     }
-    group.insert(sqrt);
+    group.insert(root);
+    const bool inverseRoot = isa<onnx::PowOp>(root);
+    Value sqrt = root->getResult(0);
 
     // LayerNorm when the deviation is x - mean(x).
     Value centred = throughCast(deviation);
@@ -135,10 +145,11 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
     auto sub = defining<onnx::SubOp>(centred);
     auto mean = sub ? defining<onnx::ReduceMeanOp>(sub.getB()) : onnx::ReduceMeanOp();
     if (mean && mean.getData() == sub.getA())
-      rewritten = rewriteLayerNorm(rewriter, variance, group, sub, mean, deviation, sqrt, eps);
+      rewritten = rewriteLayerNorm(rewriter, variance, group, sub, mean, deviation, sqrt,
+                                   inverseRoot, eps);
     else
-      rewritten = rewriteRmsNorm(rewriter, variance, group, deviation, sqrt, eps);
-    if (succeeded(rewritten) && next == sqrt.getOperation())
+      rewritten = rewriteRmsNorm(rewriter, variance, group, deviation, sqrt, inverseRoot, eps);
+    if (succeeded(rewritten) && next == root)
       ++withoutEpsilon;
     return rewritten;
   }
@@ -207,15 +218,22 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
   LogicalResult rewriteLayerNorm(PatternRewriter &rewriter, onnx::ReduceMeanOp variance,
                                  llvm::SmallPtrSetImpl<Operation *> &group, onnx::SubOp sub,
                                  onnx::ReduceMeanOp mean, Value deviation,
-                                 onnx::SqrtOp sqrt, double eps) const {
+                                 Value sqrt, bool inverseRoot, double eps) const {
     if (!isLastAxisMean(mean))
       return decline(rewriter, variance, "the mean is not over the last axis alone");
     // Div(d, Sqrt), or d times its reciprocal (Cohere's (x - mean) * rsqrt(var + eps)):
-    // Mul(d, Reciprocal(Sqrt)) or Mul(d, Div(1, Sqrt)).
+    // Mul(d, Reciprocal(Sqrt)) or Mul(d, Div(1, Sqrt)), or Mul(d, Pow(v, -0.5)).
     Value numerator, normalised;
-    Operation *user = singleUser(sqrt.getY());
-    auto div = dyn_cast_or_null<onnx::DivOp>(user);
-    if (div && throughCast(div.getA()) == sub.getResult()) {
+    Operation *user = singleUser(sqrt);
+    auto div = inverseRoot ? onnx::DivOp() : dyn_cast_or_null<onnx::DivOp>(user);
+    if (inverseRoot) {
+      if (user && isa<onnx::MulOp>(user) &&
+          throughCast(otherOperand(user, sqrt)) == sub.getResult()) {
+        numerator = otherOperand(user, sqrt);
+        normalised = user->getResult(0);
+        group.insert(user);
+      }
+    } else if (div && throughCast(div.getA()) == sub.getResult()) {
       numerator = div.getA();
       normalised = div.getC();
       group.insert(div);
@@ -279,11 +297,17 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
 
   LogicalResult rewriteRmsNorm(PatternRewriter &rewriter, onnx::ReduceMeanOp variance,
                                llvm::SmallPtrSetImpl<Operation *> &group, Value deviation,
-                               onnx::SqrtOp sqrt, double eps) const {
+                               Value sqrt, bool inverseRoot, double eps) const {
     Value x = deviation;
-    Operation *user = singleUser(sqrt.getY());
+    Operation *user = singleUser(sqrt);
     Value normalised;
-    if (auto div = dyn_cast_or_null<onnx::DivOp>(user)) {
+    if (inverseRoot) {
+      // x * Pow(v, -0.5).
+      if (user && isa<onnx::MulOp>(user) && otherOperand(user, sqrt) == x) {
+        group.insert(user);
+        normalised = user->getResult(0);
+      }
+    } else if (auto div = dyn_cast_or_null<onnx::DivOp>(user)) {
       group.insert(div);
       if (div.getA() == x) {
         normalised = div.getC(); // x / sqrt(...)

@@ -97,8 +97,9 @@ LogicalResult RotaryAttr::verify(function_ref<InFlightDiagnostic()> emitError, i
       return emitError() << "rotary inv_freq must list dim / 2 = " << dim / 2
                          << " frequencies, not " << invFreq.size();
     for (float frequency : invFreq.asArrayRef())
-      if (frequency == 0 || !std::isfinite(frequency))
-        return emitError() << "rotary inv_freq must be finite and nonzero, not " << frequency;
+      // Zero: a pair that does not turn (Gemma-4's proportional RoPE).
+      if (!std::isfinite(frequency))
+        return emitError() << "rotary inv_freq must be finite, not " << frequency;
   }
   if (attentionFactor) {
     double factor = attentionFactor.getValueAsDouble();

@@ -112,9 +112,10 @@ Status rotaryInverseFrequencies(const AttrMap &attrs, std::vector<float> &out) {
       return Status::error(concat("rotary_inv_freq has ", table->floats.size(),
                                   " frequencies, rotary_dim ", dim, " needs ", dim / 2));
     for (float frequency : table->floats)
-      if (frequency == 0 || !std::isfinite(frequency))
+      // Zero: a pair that does not turn (Gemma-4's proportional RoPE).
+      if (!std::isfinite(frequency))
         return Status::error(concat("rotary_inv_freq holds ", frequency,
-                                    ": frequencies must be finite and nonzero"));
+                                    ": frequencies must be finite"));
     out = table->floats;
     return Status::ok();
   }

@@ -7,6 +7,7 @@
 #include "OpTestUtil.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace dsrt::test {
@@ -138,7 +139,7 @@ TEST(RotaryTableTest, NegativeFrequenciesTurnTheOtherWay) {
   EXPECT_GT(differs, 1e-2);
 }
 
-TEST(RotaryTableTest, ATableOfTheWrongSizeOrAZeroIsAnError) {
+TEST(RotaryTableTest, ATableOfTheWrongSizeOrAnInfinityIsAnError) {
   const int64_t B = 1, S = 2, D = 8;
   std::mt19937 rng(4);
   OwnedTensor q = randomF32({B, S, D}, rng), k = randomF32({B, S, D}, rng),
@@ -151,15 +152,46 @@ TEST(RotaryTableTest, ATableOfTheWrongSizeOrAZeroIsAnError) {
   EXPECT_NE(status.message().find("rotary_inv_freq has 3 frequencies, rotary_dim 8 needs 4"),
             std::string::npos)
       << status.message();
-  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.0f, 0.001f});
+  attrs["rotary_inv_freq"] =
+      ops::Attr::ofFloats({1.0f, 0.1f, std::numeric_limits<float>::infinity(), 0.001f});
   status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
-  EXPECT_NE(status.message().find("finite and nonzero"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("frequencies must be finite"), std::string::npos)
+      << status.message();
   attrs.erase("rotary_inv_freq");
   attrs["rotary_attention_factor"] = ops::Attr::ofFloat(-1.0f);
   status = run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, out, attrs);
   EXPECT_NE(status.message().find("rotary_attention_factor must be finite and positive"),
             std::string::npos)
       << status.message();
+}
+
+// A pair whose frequency is zero does not turn (Gemma-4's proportional RoPE: the full
+// head's pairs, the last ones at zero): the same as the limit of a vanishing frequency.
+TEST(RotaryTableTest, AZeroFrequencyLeavesItsPairUnrotated) {
+  const int64_t B = 1, S = 3, D = 8;
+  std::mt19937 rng(6);
+  OwnedTensor q = randomF32({B, S, D}, rng), k = randomF32({B, S, D}, rng),
+              v = randomF32({B, S, D}, rng), positions = i64({B, S}, {0, 5, 9});
+  ops::AttrMap attrs = rotaryAttention(1, D);
+  std::vector<OwnedTensor> zero, vanishing, turning;
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.0f, 0.0f});
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, zero,
+                  attrs).isOk());
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 1e-30f, 1e-30f});
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions},
+                  vanishing, attrs).isOk());
+  attrs["rotary_inv_freq"] = ops::Attr::ofFloats({1.0f, 0.1f, 0.3f, 0.3f});
+  ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, nullptr, nullptr, nullptr, &positions}, turning,
+                  attrs).isOk());
+  std::vector<float> a = values<float>(zero[0]), b = values<float>(vanishing[0]),
+                     c = values<float>(turning[0]);
+  double same = 0, differs = 0;
+  for (int64_t i = 0; i < B * S * D; ++i) {
+    same = std::max(same, double(std::abs(a[i] - b[i])));
+    differs = std::max(differs, double(std::abs(a[i] - c[i])));
+  }
+  EXPECT_LE(same, 1e-6);
+  EXPECT_GT(differs, 1e-3);  // the pairs' frequencies matter here
 }
 
 } // namespace
