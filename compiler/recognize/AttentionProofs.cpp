@@ -97,6 +97,9 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   if (pos[1] == pos[0])
     return "query: the probe's positions do not advance";
   const double wholeScale = qscale;
+  // A table with pairs that do not turn is the answer only where no narrower rotation is
+  // (Gemma-4's proportional RoPE): an interleaved partial rotary is its rotated features.
+  std::optional<std::pair<Rotary, double>> withStillPairs;
   for (bool interleaved : {false, true}) {
     for (int64_t dim = D - D % 2; dim >= 2; dim -= 2) {
       Rotary rotary;
@@ -156,10 +159,20 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
       if (std::abs(measured->attentionFactor - 1) > 1e-6)
         rotary.attentionFactor = float(measured->attentionFactor);
       if (matches(&rotary, &pos)) {
+        if (llvm::is_contained(rotary.invFreq, 0.0f)) {
+          if (!withStillPairs)
+            withStillPairs = {rotary, qscale};
+          continue;
+        }
         c.rotary = rotary;
         return "";
       }
     }
+  }
+  if (withStillPairs) {
+    c.rotary = withStillPairs->first;
+    qscale = withStillPairs->second;
+    return "";
   }
   return positionIds_ ? "query: the query is transformed in a way that is neither a scale nor "
                         "a half-split or interleaved rotary embedding at position_ids"
