@@ -1,25 +1,36 @@
 // Just enough of CUDA's execution model on the host to run the kernel templates
 // (codegen/kernels/*.cuh) without a GPU, for every test that does (the launchers' emulation
-// tests here, and test/codegen's through HostCuda.h): every thread of a block is a host
-// thread, blocks run one after another (so `__shared__` may be a function-local static),
-// __syncthreads is a barrier over the block and the warp intrinsics exchange values
-// through a per-warp slot array between two barriers over the warp. A thread that returns
-// drops out of its barriers, as an exited GPU thread no longer counts for __syncthreads.
-// A kernel that never synchronises may run its threads one at a time on the caller's
-// thread instead (launch's `cooperative` false), which is much faster.
-// Slow and only as faithful as that; it checks the kernels' indexing and arithmetic, not
-// their performance or memory ordering on a real device.
+// tests here, and test/codegen's through HostCuda.h): every thread of a block is a fiber
+// (ucontext) on the caller's thread, blocks run one after another (so `__shared__` may be
+// a function-local static), __syncthreads is a barrier over the block and the warp
+// intrinsics exchange values through a per-warp slot array between two barriers over the
+// warp. A fiber runs until it waits at a barrier or returns; the scheduler then resumes the
+// next one, round robin. A thread that returns drops out of its barriers, as an exited GPU
+// thread no longer counts for __syncthreads. Fibers rather than host threads: a barrier
+// costs a context switch per thread instead of a futex wake-up of every thread, and a block
+// no longer creates a host thread per CUDA thread; on two cores the emulation tests spent
+// nine tenths of their time in the kernel's scheduler. A round in which no fiber arrives at
+// a barrier, is released or returns is a deadlock (a barrier some thread never reaches),
+// which aborts with a message instead of hanging.
+// A kernel that never synchronises may run its threads one at a time, without fibers
+// (launch's `cooperative` false), which is faster still.
+// Only as faithful as that; it checks the kernels' indexing and arithmetic, not their
+// performance or memory ordering on a real device.
 #ifndef DSRT_TEST_CUDA_CUDAEMULATION_H
 #define DSRT_TEST_CUDA_CUDAEMULATION_H
 
+#include <ucontext.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 namespace cuda_emulation {
@@ -28,21 +39,32 @@ struct Dim {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// A reusable barrier whose party count shrinks when a thread leaves for good.
+// The fibers of the block that runs now, on this host thread.
+struct Scheduler {
+  ucontext_t context;           // where a fiber returns to when it waits or ends
+  ucontext_t *running = nullptr;
+  uint64_t progress = 0;        // arrivals, releases and returns so far
+};
+inline thread_local Scheduler scheduler;
+
+inline void yieldToScheduler() { swapcontext(scheduler.running, &scheduler.context); }
+
+// A reusable barrier whose party count shrinks when a thread leaves for good. Fibers only
+// switch when one waits, so it needs no lock.
 class Barrier {
 public:
   explicit Barrier(int parties) : parties_(parties) {}
   void arriveAndWait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    uint64_t generation = generation_;
+    ++scheduler.progress;
+    const uint64_t generation = generation_;
     if (++waiting_ >= parties_) {
       release();
       return;
     }
-    released_.wait(lock, [&] { return generation != generation_; });
+    while (generation == generation_)
+      yieldToScheduler();
   }
   void leave() {
-    std::unique_lock<std::mutex> lock(mutex_);
     --parties_;
     if (parties_ > 0 && waiting_ >= parties_)
       release();
@@ -50,12 +72,10 @@ public:
 
 private:
   void release() {
+    ++scheduler.progress;
     waiting_ = 0;
     ++generation_;
-    released_.notify_all();
   }
-  std::mutex mutex_;
-  std::condition_variable released_;
   int parties_, waiting_ = 0;
   uint64_t generation_ = 0;
 };
@@ -75,6 +95,7 @@ struct Block {
 // memory (attention_decode's last arrival merges) must not depend on their order.
 inline bool reversedBlockOrder = false;
 
+// Set by the scheduler before it resumes a fiber, so each thread reads its own.
 inline thread_local Dim threadIdx, blockIdx;
 inline Dim blockDim, gridDim;
 inline thread_local Block *currentBlock = nullptr;
@@ -101,9 +122,95 @@ inline float floatOf(uint32_t bits) {
   return value;
 }
 
-// Runs `kernel` over the grid. Cooperative (the default): the block's threads run
-// concurrently, and the block size must be a multiple of 32; otherwise one after another
-// on this thread, with no barrier or warp to synchronise through.
+// A fiber's stack: mapped, not committed, with a guard page below it so an overflow faults
+// instead of writing over its neighbour. Kept for the next launch on this thread.
+class FiberStack {
+public:
+  static constexpr size_t kBytes = size_t(1) << 20;
+  FiberStack() {
+    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void *memory = mmap(nullptr, kBytes + page_, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (memory == MAP_FAILED) {
+      std::fprintf(stderr, "cuda_emulation: cannot map a fiber stack\n");
+      std::abort();
+    }
+    mprotect(memory, page_, PROT_NONE);
+    base_ = static_cast<char *>(memory);
+  }
+  FiberStack(const FiberStack &) = delete;
+  FiberStack &operator=(const FiberStack &) = delete;
+  ~FiberStack() { munmap(base_, kBytes + page_); }
+  void *bottom() const { return base_ + page_; }
+
+private:
+  char *base_;
+  size_t page_;
+};
+
+struct Fiber {
+  ucontext_t context;
+  Dim thread;
+  bool finished = false;
+};
+
+// What a fiber runs: the kernel, then it leaves its block's barriers.
+inline thread_local const std::function<void()> *fiberKernel = nullptr;
+inline thread_local Fiber *currentFiber = nullptr;
+
+inline void runFiber() {
+  Fiber &fiber = *currentFiber;
+  (*fiberKernel)();
+  currentBlock->warps[fiber.thread.x / 32].barrier.leave();
+  currentBlock->barrier.leave();
+  fiber.finished = true;
+  ++scheduler.progress;
+  // Returning resumes uc_link: the scheduler.
+}
+
+inline void runBlockAsFibers(int threads, const std::function<void()> &kernel) {
+  thread_local std::vector<std::unique_ptr<FiberStack>> stacks;
+  while (stacks.size() < static_cast<size_t>(threads))
+    stacks.push_back(std::make_unique<FiberStack>());
+  Block state(threads);
+  std::vector<Fiber> fibers(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    Fiber &fiber = fibers[static_cast<size_t>(t)];
+    fiber.thread = Dim{static_cast<unsigned>(t), 0, 0};
+    getcontext(&fiber.context);
+    fiber.context.uc_stack.ss_sp = stacks[static_cast<size_t>(t)]->bottom();
+    fiber.context.uc_stack.ss_size = FiberStack::kBytes;
+    fiber.context.uc_link = &scheduler.context;
+    makecontext(&fiber.context, runFiber, 0);
+  }
+  fiberKernel = &kernel;
+  currentBlock = &state;
+  int remaining = threads;
+  while (remaining > 0) {
+    const uint64_t before = scheduler.progress;
+    for (Fiber &fiber : fibers) {
+      if (fiber.finished)
+        continue;
+      threadIdx = fiber.thread;
+      currentFiber = &fiber;
+      scheduler.running = &fiber.context;
+      swapcontext(&scheduler.context, &fiber.context);
+      if (fiber.finished)
+        --remaining;
+    }
+    if (remaining > 0 && scheduler.progress == before) {
+      std::fprintf(stderr, "cuda_emulation: deadlock in block (%u, %u, %u): %d of %d threads "
+                           "wait at a barrier that the others never reach\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, remaining, threads);
+      std::abort();
+    }
+  }
+  currentBlock = nullptr;
+}
+
+// Runs `kernel` over the grid. Cooperative (the default): the block's threads run as
+// fibers, and the block size must be a multiple of 32; otherwise one after another on this
+// thread, with no barrier or warp to synchronise through.
 inline void launch(Dim grid, Dim block, const std::function<void()> &kernel,
                    bool cooperative = true) {
   gridDim = grid;
@@ -116,8 +223,8 @@ inline void launch(Dim grid, Dim block, const std::function<void()> &kernel,
         const unsigned z = reversed ? grid.z - 1 - zi : zi;
         const unsigned y = reversed ? grid.y - 1 - yi : yi;
         const unsigned x = reversed ? grid.x - 1 - xi : xi;
+        blockIdx = Dim{x, y, z};
         if (!cooperative) {
-          blockIdx = Dim{x, y, z};
           currentBlock = nullptr;
           for (int t = 0; t < threads; ++t) {
             threadIdx = Dim{static_cast<unsigned>(t), 0, 0};
@@ -125,20 +232,7 @@ inline void launch(Dim grid, Dim block, const std::function<void()> &kernel,
           }
           continue;
         }
-        Block state(threads);
-        std::vector<std::thread> pool;
-        pool.reserve(static_cast<size_t>(threads));
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            threadIdx = Dim{static_cast<unsigned>(t), 0, 0};
-            blockIdx = Dim{x, y, z};
-            currentBlock = &state;
-            kernel();
-            state.warps[static_cast<size_t>(t / 32)].barrier.leave();
-            state.barrier.leave();
-          });
-        for (std::thread &thread : pool)
-          thread.join();
+        runBlockAsFibers(threads, kernel);
       }
 }
 
