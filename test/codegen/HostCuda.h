@@ -13,13 +13,10 @@
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
 
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace dsc::codegen {
@@ -49,7 +46,7 @@ namespace cuda = dsrt::cuda;
 
 // A StepContext over host memory: launches run the registered host build of the slot's
 // kernel (specs[slot].name()) over the whole grid, block after block: one emulated thread
-// at a time, or (a cooperative kernel) the block's threads as host threads.
+// at a time, or (a cooperative kernel) the block's threads as fibers.
 class HostStepContext : public cuda::StepContext {
 public:
   std::string opName;
@@ -75,7 +72,7 @@ public:
 
   // Runs the host build of kernel `slot` over the whole grid, block after block
   // (CudaEmulation.h): one emulated thread at a time, or (a cooperative kernel) the block's
-  // threads as host threads.
+  // threads as fibers.
   dsrt::Status launch(size_t slot, cuda::Dim3 grid, cuda::Dim3 block, uint32_t sharedBytes,
                       void **args) override {
     if (slot >= specs.size()) {
