@@ -240,10 +240,68 @@ bool hasOneDataUse(Value value, int64_t heads, int64_t headDim) {
   return data == 1;
 }
 
-// Follows a fused projection's plumbing (onnx reshapes, splits, slices) back to the one
-// tfm.linear it reads, and says which rows of its [out, in] weight this part is.
+namespace {
+
+// The ops of the other part of a shared key/value projection, and this part's own: a user
+// only the other part has is not counted.
+struct SharedPaths {
+  const llvm::SmallPtrSetImpl<Operation *> *other = nullptr, *own = nullptr;
+  bool onlyOthers(Operation *user) const {
+    return other && other->contains(user) && !own->contains(user);
+  }
+};
+
+bool hasOneOwnDataUse(Value value, int64_t heads, int64_t headDim, const SharedPaths &shared) {
+  int64_t data = 0;
+  for (Operation *user : value.getUsers())
+    data += !readsKeptDims(user, value, heads, headDim) && !shared.onlyOthers(user);
+  return data == 1;
+}
+
+} // namespace
+
+static std::string traceProjectionOf(Value operand, tfm::AttentionOp attention, int part,
+                                     Projection &out, const SharedPaths &shared,
+                                     bool checkUses);
+
 std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
                             Projection &out) {
+  return traceProjectionOf(operand, attention, part, out, {}, /*checkUses=*/true);
+}
+
+std::string traceKeysAndValues(Value keys, Value values, tfm::AttentionOp attention,
+                               Projection &keyOut, Projection &valueOut) {
+  std::string why = traceProjection(keys, attention, 1, keyOut);
+  if (why.empty())
+    why = traceProjection(values, attention, 2, valueOut);
+  if (why.empty())
+    return why;
+  // One projection for both: each path's values may be read by the other path's ops.
+  Projection key, value;
+  if (!traceProjectionOf(keys, attention, 1, key, {}, false).empty() ||
+      !traceProjectionOf(values, attention, 2, value, {}, false).empty() || !key.linear ||
+      key.linear != value.linear || key.fused || value.fused || key.allHeads ||
+      value.allHeads || !key.scalarOps.empty() || !value.scalarOps.empty() ||
+      key.globalNorm || value.globalNorm || key.headOps.empty() || value.headOps.empty())
+    return why;
+  llvm::SmallPtrSet<Operation *, 16> keyOps(key.headOps.begin(), key.headOps.end()),
+      valueOps(value.headOps.begin(), value.headOps.end());
+  keyOut = Projection();
+  valueOut = Projection();
+  if (!traceProjectionOf(keys, attention, 1, keyOut, {&valueOps, &keyOps}, true).empty() ||
+      !traceProjectionOf(values, attention, 2, valueOut, {&keyOps, &valueOps}, true).empty())
+    return why;
+  valueOut.sharesKeyProjection = true;
+  llvm::erase_if(valueOut.headOps, [&](Operation *op) { return keyOps.contains(op); });
+  return "";
+}
+
+// Follows a fused projection's plumbing (onnx reshapes, splits, slices) back to the one
+// tfm.linear it reads, and says which rows of its [out, in] weight this part is. Without
+// `checkUses`, whether the values on the way have other readers is not asked.
+static std::string traceProjectionOf(Value operand, tfm::AttentionOp attention, int part,
+                                     Projection &out, const SharedPaths &shared,
+                                     bool checkUses) {
   const int64_t partHeads = part == 0 ? attention.getNumHeads() : attention.getNumKvHeads();
   const int64_t dim = attention.getHeadDim();
   if (part != 0 && viewsGraphInput(operand)) {
@@ -376,10 +434,13 @@ std::string traceProjection(Value operand, tfm::AttentionOp attention, int part,
   int64_t features = cast<RankedTensorType>(found.getWeight().getType()).getDimSize(0);
   // A projection of this part alone, seen through reshapes and a per-head norm.
   if (features == (part == 0 ? heads : kvHeads) * headDim) {
-    if (!hasOneDataUse(found.getOutput(), partHeads, dim))
+    out.linear = found;
+    if (!checkUses)
+      return "";
+    if (!hasOneOwnDataUse(found.getOutput(), partHeads, dim, shared))
       return "a Q/K/V projection has other users";
     for (Operation *op : out.headOps)
-      if (!hasOneDataUse(op->getResult(0), partHeads, dim))
+      if (!hasOneOwnDataUse(op->getResult(0), partHeads, dim, shared))
         return "a value between a Q/K/V projection and the attention has other users";
     if (out.globalNorm && !hasOneDataUse(out.globalNorm->getResult(0), partHeads, dim))
       return "a value between a Q/K/V projection and the attention has other users";

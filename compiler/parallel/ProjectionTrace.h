@@ -37,12 +37,22 @@ struct Projection {
   // Keys or values read from a graph input that holds every KV head (a cross-attention's
   // cache in optimum's merged decoder): not sharded; each rank reads its own heads.
   bool allHeads = false;
+  // The values read the keys' projection (Gemma-4's attention_k_eq_v layers): sharding the
+  // keys shards it; only the value's own ops after the shared ones are retyped.
+  bool sharesKeyProjection = false;
 };
 
 // Where `operand`, part `part` (0 query, 1 key, 2 value) of `attention`, comes from, in
 // `out`; empty, or why it cannot be said.
 std::string traceProjection(mlir::Value operand, tfm::AttentionOp attention, int part,
                             Projection &out);
+
+// The keys' and the values' projections, as traceProjection says them, where the two may
+// also share one unfused projection and the views of it before their paths part (the
+// values then have sharesKeyProjection).
+std::string traceKeysAndValues(mlir::Value keys, mlir::Value values,
+                               tfm::AttentionOp attention, Projection &keyOut,
+                               Projection &valueOut);
 
 // A tfm.weight: `weight`'s transforms followed by `extra`; failure when `weight` is not one.
 mlir::FailureOr<mlir::Value> transformedWeight(mlir::Value weight,

@@ -166,10 +166,12 @@ std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &pl
       return "its mask may differ per head";
   }
   Value operands[3] = {attention.getQuery(), attention.getKey(), attention.getValue()};
-  for (int part = 0; part < 3; ++part)
-    if (std::string why = traceProjection(operands[part], attention, part, plan.parts[part]);
-        !why.empty())
-      return why;
+  if (std::string why = traceProjection(operands[0], attention, 0, plan.parts[0]); !why.empty())
+    return why;
+  if (std::string why = parallel::traceKeysAndValues(operands[1], operands[2], attention,
+                                                     plan.parts[1], plan.parts[2]);
+      !why.empty())
+    return why;
   if (plan.parts[1].allHeads != plan.parts[2].allHeads)
     return "only one of the keys and values is read from a graph input";
   // Replicated KV heads would count their squares once per copy.
@@ -259,6 +261,14 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     ArrayRef<int64_t> counts = part == 0 ? split.heads : split.kvHeads;
     ArrayRef<int64_t> firsts = part == 0 ? split.headOffsets : split.kvOffsets;
     // A fused projection's part is computed from the unflattened input, [b, s, features].
+    int64_t partHeads = part == 0 ? globalHeads : globalKv;
+    if (p.sharesKeyProjection) {
+      // The keys' column-parallel projection feeds these values too.
+      for (Operation *op : p.headOps)
+        op->getResult(0).setType(
+            withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
+      continue;
+    }
     Value input = p.fused ? unflattenedInput(p.linear) : p.linear.getInput();
     FailureOr<Value> column = columnParallel(p.linear, input, p.select,
                                              scaled(firsts, headDim), scaled(counts, headDim));
@@ -274,7 +284,6 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     for (Operation *op : llvm::reverse(p.scalarOps))
       op->getResult(0).setType(withDim(op->getResult(0).getType(), -1,
                                        counts[0] * headDim));
-    int64_t partHeads = part == 0 ? globalHeads : globalKv;
     if (p.globalNorm &&
         failed(shardGlobalNorm(cast<tfm::RmsNormOp>(p.globalNorm), scaled(firsts, headDim),
                                scaled(counts, headDim), partHeads * headDim)))

@@ -360,11 +360,64 @@ struct DecomposedNormPattern : RecognitionPattern<onnx::ReduceMeanOp> {
 };
 
 
+// A norm without a scale, then a Mul by a weight over its last axis, is that norm with the
+// weight as its scale. The decomposed pattern takes the Mul into the norm only when it is
+// the normalised value's one reader; Gemma-4's attention_k_eq_v layers normalise the key
+// projection once for both roles (the exporter merged k_norm's and v_norm's identical
+// normalisations), so the key's Mul by k_norm's weight is left after a norm of ones that
+// the value reads too. The value keeps that norm; the key gets a scaled one of its own.
+struct ScaledUnitNormPattern : RecognitionPattern<onnx::MulOp> {
+  using RecognitionPattern::RecognitionPattern;
+  LogicalResult matchAndRewrite(onnx::MulOp mul, PatternRewriter &rewriter) const override {
+    for (int side : {0, 1}) {
+      Value normalised = mul->getOperand(side);
+      Operation *norm = normalised.getDefiningOp();
+      auto rms = dyn_cast_or_null<tfm::RmsNormOp>(norm);
+      auto layer = dyn_cast_or_null<tfm::LayerNormOp>(norm);
+      if (!(rms && !rms.getResidual() && !rms.getPostResidual()) &&
+          !(layer && !layer.getBias() && !layer.getResidual()))
+        continue;
+      Value scale = rms ? rms.getScale() : layer.getScale();
+      if (!isUnitConstant(scale))
+        continue;
+      auto type = dyn_cast<RankedTensorType>(normalised.getType());
+      if (!type || type.getRank() < 1 || type != mul.getC().getType())
+        continue;
+      onnx::WeightOp weight =
+          vectorWeight(mul->getOperand(1 - side), type.getDimSize(type.getRank() - 1));
+      if (!weight)
+        continue;
+      rewriter.setInsertionPoint(mul);
+      Value learned = tfmWeight(rewriter, weight, false);
+      Value scaled =
+          rms ? tfm::RmsNormOp::create(rewriter, mul.getLoc(), type, rms.getInput(), learned,
+                                       rms.getEpsilonAttr())
+                    .getOutput()
+              : tfm::LayerNormOp::create(rewriter, mul.getLoc(), type, layer.getInput(),
+                                         learned, Value(), layer.getEpsilonAttr())
+                    .getOutput();
+      rewriter.replaceOp(mul, scaled);
+      return success();
+    }
+    return failure();
+  }
+
+  static bool isUnitConstant(Value scale) {
+    auto constant = defining<onnx::ConstantOp>(scale);
+    auto dense = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValue())
+                          : DenseFPElementsAttr();
+    return dense && llvm::all_of(dense.getValues<APFloat>(),
+                                 [](const APFloat &v) { return v.isExactlyValue(1.0); });
+  }
+};
+
+
 void populateNormPatterns(RewritePatternSet &patterns, DeclineLog &log, double missingEpsilon,
                           int &withoutEpsilon) {
   patterns.add<LayerNormOpPattern>(patterns.getContext(), log);
   patterns.add<DecomposedNormPattern>(patterns.getContext(), log, missingEpsilon,
                                       withoutEpsilon);
+  patterns.add<ScaledUnitNormPattern>(patterns.getContext(), log);
 }
 
 } // namespace dsc::layers

@@ -24,6 +24,17 @@ struct Layer {
   int linears = 0, genericLinears = 0;
   bool sawMlp = false, sawDown = false;
 
+  void absorb(const Layer &other) {
+    attention += other.attention;
+    genericAttention += other.genericAttention;
+    activations += other.activations;
+    genericActivations += other.genericActivations;
+    norms += other.norms;
+    genericNorms += other.genericNorms;
+    linears += other.linears;
+    genericLinears += other.genericLinears;
+  }
+
   bool recognised() const {
     return attention > 0 && genericAttention == 0 && activations > 0 &&
            genericActivations == 0 && genericNorms == 0 && genericLinears == 0 && norms > 0;
@@ -135,6 +146,13 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
       ++layer.genericLinears;
       layer.sawDown |= layer.sawMlp;
     } else if (isa<tfm::ResidualAddOp, onnx::AddOp>(op) && layer.sawDown && !tail()) {
+      if (layer.attention + layer.genericAttention == 0 && layers.size() > 1) {
+        // A gated side path added to the stream after the MLP (Gemma-4's per-layer input:
+        // linear -> activation -> product -> linear) is still the previous layer's.
+        layers[layers.size() - 2].absorb(layer);
+        layer = Layer();
+        continue;
+      }
       lastCloser = op;
       layers.emplace_back();
     }
