@@ -251,10 +251,30 @@ struct SharedPaths {
   }
 };
 
-bool hasOneOwnDataUse(Value value, int64_t heads, int64_t headDim, const SharedPaths &shared) {
+// Whether `user` is another attention that reads `value` in the same role, with the same
+// KV heads (Gemma-4's KV-shared layers attend to an earlier layer's keys and values): tp-shard
+// shards every attention of a function or none, so the shared projection is sharded once
+// for all of them.
+bool readBySiblingAttention(Operation *user, Value value, tfm::AttentionOp attention, int part) {
+  // Each attention's rewrite flattened the shared heads with a Reshape of its own.
+  if (user->getName().getStringRef() == "onnx.Reshape" && user->getOperand(0) == value &&
+      user->getResult(0).hasOneUse()) {
+    value = user->getResult(0);
+    user = *value.getUsers().begin();
+  }
+  auto sibling = dyn_cast<tfm::AttentionOp>(user);
+  return part != 0 && sibling && sibling != attention && !sibling.getPackedQkv() &&
+         sibling->getOperand(part) == value &&
+         sibling.getNumKvHeads() == attention.getNumKvHeads() &&
+         sibling.getHeadDim() == attention.getHeadDim();
+}
+
+bool hasOneOwnDataUse(Value value, int64_t heads, int64_t headDim, const SharedPaths &shared,
+                      tfm::AttentionOp attention, int part) {
   int64_t data = 0;
   for (Operation *user : value.getUsers())
-    data += !readsKeptDims(user, value, heads, headDim) && !shared.onlyOthers(user);
+    data += !readsKeptDims(user, value, heads, headDim) && !shared.onlyOthers(user) &&
+            !readBySiblingAttention(user, value, attention, part);
   return data == 1;
 }
 
@@ -315,7 +335,7 @@ static std::string traceProjectionOf(Value operand, tfm::AttentionOp attention, 
     return "";
   }
   if (auto linear = operand.getDefiningOp<tfm::LinearOp>()) {
-    if (!hasOneDataUse(linear.getOutput(), partHeads, dim))
+    if (!hasOneOwnDataUse(linear.getOutput(), partHeads, dim, shared, attention, part))
       return "a Q/K/V projection has other users";
     out.linear = linear;
     return "";
@@ -437,10 +457,10 @@ static std::string traceProjectionOf(Value operand, tfm::AttentionOp attention, 
     out.linear = found;
     if (!checkUses)
       return "";
-    if (!hasOneOwnDataUse(found.getOutput(), partHeads, dim, shared))
+    if (!hasOneOwnDataUse(found.getOutput(), partHeads, dim, shared, attention, part))
       return "a Q/K/V projection has other users";
     for (Operation *op : out.headOps)
-      if (!hasOneOwnDataUse(op->getResult(0), partHeads, dim, shared))
+      if (!hasOneOwnDataUse(op->getResult(0), partHeads, dim, shared, attention, part))
         return "a value between a Q/K/V projection and the attention has other users";
     if (out.globalNorm && !hasOneDataUse(out.globalNorm->getResult(0), partHeads, dim))
       return "a value between a Q/K/V projection and the attention has other users";

@@ -152,6 +152,10 @@ private:
 
   func::FuncOp func_;
   int64_t ranks_;
+  // The unfused Q/K/V projections sharded so far: attentions that share keys and values
+  // (Gemma-4's KV-shared layers) shard them once.
+  llvm::DenseSet<Operation *> shardedProjections_;
+  llvm::DenseSet<Operation *> retypedHeadOps_;
   Builder b_;
 };
 
@@ -262,11 +266,21 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
     ArrayRef<int64_t> firsts = part == 0 ? split.headOffsets : split.kvOffsets;
     // A fused projection's part is computed from the unflattened input, [b, s, features].
     int64_t partHeads = part == 0 ? globalHeads : globalKv;
+    auto retypeHeadOps = [&] {
+      for (Operation *op : p.headOps)
+        if (retypedHeadOps_.insert(op).second)
+          op->getResult(0).setType(
+              withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
+    };
     if (p.sharesKeyProjection) {
       // The keys' column-parallel projection feeds these values too.
-      for (Operation *op : p.headOps)
-        op->getResult(0).setType(
-            withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
+      retypeHeadOps();
+      continue;
+    }
+    // Another attention of the function read the same keys or values and sharded them;
+    // only the views this one reads them through are its own.
+    if (!p.fused && !shardedProjections_.insert(p.linear).second) {
+      retypeHeadOps();
       continue;
     }
     Value input = p.fused ? unflattenedInput(p.linear) : p.linear.getInput();
@@ -288,9 +302,7 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
         failed(shardGlobalNorm(cast<tfm::RmsNormOp>(p.globalNorm), scaled(firsts, headDim),
                                scaled(counts, headDim), partHeads * headDim)))
       return failure();
-    for (Operation *op : p.headOps)
-      op->getResult(0).setType(
-          withLocalHeads(op->getResult(0).getType(), partHeads, counts[0], headDim));
+    retypeHeadOps();
   }
   if (failed(rowParallel(plan.output, scaled(split.headOffsets, headDim),
                          scaled(split.heads, headDim))))

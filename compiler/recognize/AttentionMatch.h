@@ -168,6 +168,12 @@ struct Candidate {
     SmallVector<std::pair<Dim, int64_t>> dims;  // the dimensions the Shape returns
   };
   SmallVector<ShapeRead> shapeReads;
+  // Values of the region that ops outside it read: allowed only where each such op is in
+  // another recognised attention's region (Gemma-4's KV-shared layers attend to an earlier
+  // layer's keys and values, built once), which recognizeInFunction checks once every
+  // softmax is matched. `sharedWhy` says what is refused when one is not.
+  SmallVector<Operation *> sharedReaders;
+  std::string sharedWhy;
 };
 
 class Matcher {

@@ -533,9 +533,13 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
           }
           continue;
         }
-        return "'" + evaluate::describeLocation(op->getLoc()) + "' (" +
-               op->getName().getStringRef().str() + ") inside the attention is also used by '" +
-               evaluate::describeLocation(user->getLoc()) + "'";
+        // Maybe another attention's: recognizeInFunction decides once all are matched.
+        if (c.sharedWhy.empty())
+          c.sharedWhy = "'" + evaluate::describeLocation(op->getLoc()) + "' (" +
+                        op->getName().getStringRef().str() +
+                        ") inside the attention is also used by '" +
+                        evaluate::describeLocation(user->getLoc()) + "'";
+        c.sharedReaders.push_back(user);
       }
   // And the region's own shape reads, whose results size something outside it (T5's bias
   // is computed from the key length measured on the keys' heads).

@@ -13,6 +13,8 @@
 
 #include "frontends/onnx/WeightStore.h"
 
+#include <map>
+
 namespace dsc {
 #define GEN_PASS_DEF_RECOGNIZEATTENTION
 #include "compiler/recognize/Passes.h.inc"
@@ -24,6 +26,55 @@ namespace dsc {
 namespace {
 
 using namespace attention;
+
+// `value` before the Reshapes that view it (each attention's rewrite flattens the heads it
+// reads with a Reshape of its own).
+Value viewedSource(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (!isOp(def, "onnx.Reshape"))
+      break;
+    value = def->getOperand(0);
+  }
+  return value;
+}
+
+// Attentions that read the same keys and values (Gemma-4's KV-shared layers attend to an
+// earlier layer's) and store them alike (the same rotation, norm and heads) share that
+// layer's cache: each writes the same keys at the same positions, and the session holds
+// them once. The layers are then numbered again without gaps, in order of first use.
+void shareCacheLayers(func::FuncOp func) {
+  llvm::DenseMap<Block *, SmallVector<tfm::AttentionOp>> byBlock;
+  func.walk([&](tfm::AttentionOp op) {
+    if (op.getCacheLayer())
+      byBlock[op->getBlock()].push_back(op);
+  });
+  auto storesAlike = [](tfm::AttentionOp a, tfm::AttentionOp b) {
+    return a.getCausal() && b.getCausal() &&
+           viewedSource(a.getKey()) == viewedSource(b.getKey()) &&
+           viewedSource(a.getValue()) == viewedSource(b.getValue()) &&
+           a.getPast() == b.getPast() && a.getPositions() == b.getPositions() &&
+           a.getKeyNormScale() == b.getKeyNormScale() &&
+           a.getQkNormEpsilonAttr() == b.getQkNormEpsilonAttr() &&
+           a.getQkNormAfterRotary() == b.getQkNormAfterRotary() &&
+           a.getNumKvHeads() == b.getNumKvHeads() && a.getHeadDim() == b.getHeadDim() &&
+           a.getRotaryAttr() == b.getRotaryAttr() && a.getCacheDtypeAttr() == b.getCacheDtypeAttr() &&
+           !a.getPackedQkv() && !b.getPackedQkv();
+  };
+  Builder builder(func.getContext());
+  for (auto &[block, attentions] : byBlock) {
+    for (size_t i = 0; i < attentions.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (storesAlike(attentions[j], attentions[i])) {
+          attentions[i].setCacheLayerAttr(attentions[j].getCacheLayerAttr());
+          break;
+        }
+    std::map<uint64_t, int64_t> renumbered;
+    for (tfm::AttentionOp op : attentions)
+      renumbered.try_emplace(*op.getCacheLayer(), static_cast<int64_t>(renumbered.size()));
+    for (tfm::AttentionOp op : attentions)
+      op.setCacheLayerAttr(builder.getI64IntegerAttr(renumbered[*op.getCacheLayer()]));
+  }
+}
 
 void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *weights,
                          bool reportDeclines, int64_t longestSequence) {
@@ -159,6 +210,27 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
         classifyUnattended(probe, attentionMask, candidate);
     }
   }
+  // A value of one attention's region that something outside it reads must be read by
+  // another recognised attention, whose rewrite then lets it die: both attentions are
+  // rebuilt from the sources, and the one rewritten last leaves the shared ops unused.
+  // Declining one attention can strand another's shared reader: repeat until none changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto &[candidate, layer] : matched) {
+      if (!candidate.declined.empty() || candidate.sharedReaders.empty())
+        continue;
+      bool covered = llvm::all_of(candidate.sharedReaders, [&](Operation *reader) {
+        return llvm::any_of(matched, [&](auto &other) {
+          return &other.first != &candidate && other.first.declined.empty() &&
+                 other.first.region.contains(reader);
+        });
+      });
+      if (!covered) {
+        candidate.declined = candidate.sharedWhy;
+        changed = true;
+      }
+    }
+  }
   for (auto &[candidate, layer] : matched)
     if (!candidate.declined.empty())
       reasons[candidate.softmax] = candidate.declined;
@@ -183,6 +255,7 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   takeImpliedPositions(func, impliedTables, maskArgument);
   if (!matched.empty() || !impliedTables.empty())
     eraseDeadOps(func);
+  shareCacheLayers(func);
 }
 
 struct RecognizeAttentionPass : impl::RecognizeAttentionBase<RecognizeAttentionPass> {

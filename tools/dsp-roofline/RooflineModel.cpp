@@ -415,7 +415,8 @@ Status modelProgram(const dsp::Plan &plan, const std::string &program, const Wor
   size_t attentionSteps = 0;
   for (uint32_t s = 0; s < length(found->steps()); ++s)
     attentionSteps += str(found->steps()->Get(s)->op()) == "tfm.attention";
-  out.layers = cache.empty() ? attentionSteps : cache.size();
+  // Layers that share an earlier layer's cache (Gemma-4's) have an attention of their own.
+  out.layers = std::max(cache.size(), attentionSteps);
   return programWeightBytes(plan, workload.rank, program, out.weightBytes);
 }
 

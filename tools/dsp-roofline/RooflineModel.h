@@ -48,7 +48,7 @@ struct ProgramCost {
   size_t host = 0, device = 0, fallback = 0, sharedViews = 0;
   // An If runs one branch, chosen at run time: the larger one is counted.
   bool branchEstimated = false;
-  size_t layers = 0;  // the KV cache's layers, else the program's attention steps
+  size_t layers = 0;  // the program's attention steps, or the KV cache's layers if more
   uint64_t weightBytes = 0, kvBytes = 0;
 
   // Launches the session counts (kernel_launches): generated kernels and cuBLASLt.

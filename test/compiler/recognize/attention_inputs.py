@@ -1,6 +1,7 @@
 """Writes seeded inputs for an attention graph's forward pass as input_K.pb files:
-floats (NAME:D0xD1x...), an all-ones int64 padding mask (--mask NAME:BxT) and int64
-positions (--positions NAME:BxS, row b starting at 3 * b, so rows rotate differently).
+floats (NAME:D0xD1x...), int64 token ids below V (--ids NAME:BxS:V), an all-ones int64
+padding mask (--mask NAME:BxT) and int64 positions (--positions NAME:BxS, row b starting at
+3 * b, so rows rotate differently).
 
     attention_inputs.py DIR q:2x5x16 k:2x5x8 --mask attention_mask:2x5 --positions pos:2x5
 """
@@ -23,6 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("floats", nargs="*")
+    ap.add_argument("--ids")
     ap.add_argument("--mask")
     ap.add_argument("--positions")
     args = ap.parse_args()
@@ -36,6 +38,11 @@ def main():
             count *= d
         values = [rng.uniform(-2, 2) for _ in range(count)]
         tensors.append((name, dims, tensorproto.FLOAT, struct.pack(f"<{count}f", *values)))
+    if args.ids:
+        name, shape = args.ids.rsplit(":", 1)[0], args.ids.rsplit(":", 1)[1]
+        name, (b, s) = dims_of(name)
+        values = [rng.randrange(int(shape)) for _ in range(b * s)]
+        tensors.append((name, [b, s], tensorproto.INT64, struct.pack(f"<{b * s}q", *values)))
     if args.mask:
         name, (b, t) = dims_of(args.mask)
         tensors.append((name, [b, t], tensorproto.INT64, struct.pack(f"<{b * t}q", *[1] * (b * t))))
