@@ -4,6 +4,7 @@
 // per-rank attribute lists that the kernels index with their rank.
 #include "compiler/parallel/Passes.h"
 
+#include "compiler/parallel/ElementwiseMlp.h"
 #include "compiler/parallel/GreedyPrograms.h"
 #include "compiler/parallel/ProjectionTrace.h"
 
@@ -143,6 +144,7 @@ private:
   LogicalResult shardGlobalNorm(tfm::RmsNormOp norm, ArrayRef<int64_t> offsets,
                                 ArrayRef<int64_t> sizes, int64_t features);
   LogicalResult shardMlps();
+  LogicalResult shardElementwiseMlps();
   LogicalResult shardLmHeads();
   void eraseDead();
 
@@ -486,6 +488,24 @@ LogicalResult Sharder::shardMlps() {
   return success();
 }
 
+// MLPs whose activation is a graph of elementwise ops (ElementwiseMlp.h): the same
+// column- and row-parallel halves, each op retyped for the rank's features.
+LogicalResult Sharder::shardElementwiseMlps() {
+  for (parallel::ElementwiseMlp &mlp : parallel::findElementwiseMlps(func_)) {
+    int64_t features = cast<RankedTensorType>(mlp.up.getWeight().getType()).getDimSize(0);
+    SmallVector<int64_t> sizes = evenSizes(features, ranks_), offsets = offsetsOf(sizes);
+    FailureOr<Value> column = columnParallel(mlp.up, mlp.up.getInput(), {}, offsets, sizes);
+    if (failed(column))
+      return failure();
+    mlp.up.getOutput().replaceAllUsesWith(*column);
+    for (Operation *op : mlp.ops)
+      op->getResult(0).setType(withDim(op->getResult(0).getType(), -1, sizes[0]));
+    if (failed(rowParallel(mlp.down, offsets, sizes, nullptr)))
+      return failure();
+  }
+  return success();
+}
+
 // The LM head split by vocabulary; the logits gathered along their last axis.
 LogicalResult Sharder::shardLmHeads() {
   SmallVector<tfm::LmHeadOp> heads;
@@ -565,7 +585,7 @@ LogicalResult Sharder::run() {
     for (AttentionPlan &plan : plans)
       if (failed(shardAttention(plan)))
         return failure();
-  if (failed(shardMlps()) || failed(shardLmHeads()))
+  if (failed(shardMlps()) || failed(shardElementwiseMlps()) || failed(shardLmHeads()))
     return failure();
   eraseDead();
   return success();

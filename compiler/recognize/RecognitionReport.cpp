@@ -42,7 +42,9 @@ struct Layer {
 };
 
 bool isGenericActivation(Operation *op) {
-  return isa<onnx::ErfOp, onnx::TanhOp, onnx::SigmoidOp, onnx::ReluOp, onnx::GeluOp>(op);
+  // Exp: an activation written out in elementwise ops (Apertus's xIELU, ELU forms).
+  return isa<onnx::ErfOp, onnx::TanhOp, onnx::SigmoidOp, onnx::ReluOp, onnx::GeluOp,
+             onnx::ExpOp>(op);
 }
 
 bool onWeight(Operation *op) {
