@@ -42,8 +42,9 @@ constexpr int64_t kAttentionWarps = 4;
 // Keys per split of the decode kernel: one chunk of 32 per warp, so that a short cache
 // still spreads over many blocks.
 constexpr int64_t kDecodeSplitKeys = 128;
-// The largest head the kernels keep in registers and shared memory without spilling.
-constexpr int64_t kMaxHeadDim = 256;
+// The largest head the kernels keep in registers and shared memory without spilling
+// (Gemma-4's full-attention layers: 512).
+constexpr int64_t kMaxHeadDim = 512;
 // Static shared memory of one block may not exceed 48 KiB.
 constexpr int64_t kMaxSharedBytes = 48 * 1024;
 // The decode kernel's query heads per block (GROUP_HEADS) keep at most this many f32
@@ -64,7 +65,10 @@ PrefillTiles prefillTiles(int64_t headDim) {
     return {16, 64};
   if (headDim <= 128)
     return {16, 32};
-  return {8, 16};
+  if (headDim <= 256)
+    return {8, 16};
+  // One query row per warp (16 accumulators of 512 features), and 8 keys: 40 KiB.
+  return {4, 8};
 }
 
 // attention_decode.cuh's static shared memory for GROUP_HEADS query heads: their rows,

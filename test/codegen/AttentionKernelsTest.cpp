@@ -389,7 +389,7 @@ TEST(AttentionRule, HalfCacheIsAConstantOfTheSessionKernels) {
 }
 
 TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
-  for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256}) {
+  for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256, 384, 512}) {
     Family f{"wide", 8, 8, headDim, 1, 0, 0, 0, 0, "all"};
     AttentionPlan b;
     std::vector<KernelSpec> specs;
@@ -453,8 +453,8 @@ TEST(AttentionRule, DeclinesWhatTheKernelsDoNotCover) {
   {
     AttentionPlan b;
     Family huge = gpt2;
-    huge.headDim = 512;
-    declines(b, b.attention(huge, {}), "head_dim 512");
+    huge.headDim = 1024;
+    declines(b, b.attention(huge, {}), "head_dim 1024");
   }
   {
     AttentionPlan b;
@@ -610,7 +610,7 @@ TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {
   const dsp::DType masks[] = {dsp::DType::i32, dsp::DType::bool_, dsp::DType::u8,
                               dsp::DType::i64};
   int variant = 0;
-  for (int64_t headDim : {40, 64, 80, 128, 256}) {
+  for (int64_t headDim : {40, 64, 80, 128, 256, 512}) {
     // Rotary forms, ALiBi and windows spread over the sizes.
     Family f{"sized", 8, variant % 2 ? 2 : 8, headDim, 1, variant % 3 == 1 ? 1 : 0,
              variant % 3 == 2 ? 16 : 0, variant % 3 == 0 ? headDim / 2 : 0, variant % 2,
@@ -646,6 +646,7 @@ TEST(AttentionRule, DecodeBlocksAttendForTheQueryHeadsOfOneKvHead) {
       {12, 1, 64, 4},   // 12 heads of 64: three runs of 4
       {71, 1, 64, 4},   // Falcon-7B: 18 runs, the last of 3
       {16, 1, 256, 2},  // heads of 256: 2 at most (16 accumulators)
+      {8, 1, 512, 0},   // heads of 512 (Gemma-4): one per block (16 accumulators), no constant
       {6, 1, 64, 3},    // 6 heads: two runs of 3, not 4 and 2
       {4, 4, 16, 0},    // no GQA: no constant
   };

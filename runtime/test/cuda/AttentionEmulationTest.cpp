@@ -76,6 +76,8 @@ const Family kHunyuanPacked{"hunyuan_packed", hunyuan_packed::kernels, 16, 4, 2,
                             "all", DType::I64, 0, false, 3};
 const Family kGemma3Wide{"gemma3wide", gemma3wide::kernels, 256, 2, 1, 1, 0, 4, 256, 0, "all",
                          DType::I64, 0, false, true};
+const Family kGemma4Wide{"gemma4wide", gemma4wide::kernels, 512, 2, 1, 1, 0, 0, 128, 0, "all",
+                         DType::I64, 0, false, true};
 const Family kLlamaF16Cache{"llama_f16cache", llama_f16cache::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
                             "all", DType::I64, 0, false, false, DType::F16};
 const Family kBloomBf16Cache{"bloom_bf16cache", bloom_bf16cache::kernels, 16, 4, 4, 1, 1, 0, 0, 0,
@@ -272,7 +274,7 @@ TEST(AttentionEmulation, ScaledRotaryTable) {
 }
 
 TEST(AttentionEmulation, WideHeadsInEveryMode) {
-  for (const Family *f : {&kWide128, &kWide256, &kGemma2Wide}) {
+  for (const Family *f : {&kWide128, &kWide256, &kGemma2Wide, &kGemma4Wide}) {
     Scenario prompt;
     prompt.batch = 2;
     prompt.past = 3;
