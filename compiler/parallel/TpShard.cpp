@@ -266,7 +266,6 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
       continue;
     ArrayRef<int64_t> counts = part == 0 ? split.heads : split.kvHeads;
     ArrayRef<int64_t> firsts = part == 0 ? split.headOffsets : split.kvOffsets;
-    // A fused projection's part is computed from the unflattened input, [b, s, features].
     int64_t partHeads = part == 0 ? globalHeads : globalKv;
     auto retypeHeadOps = [&] {
       for (Operation *op : p.headOps)
@@ -285,6 +284,7 @@ LogicalResult Sharder::shardAttention(AttentionPlan &plan) {
       retypeHeadOps();
       continue;
     }
+    // A fused projection's part is computed from the unflattened input, [b, s, features].
     Value input = p.fused ? unflattenedInput(p.linear) : p.linear.getInput();
     FailureOr<Value> column = columnParallel(p.linear, input, p.select,
                                              scaled(firsts, headDim), scaled(counts, headDim));
