@@ -4,9 +4,9 @@
 // per-rank attribute lists that the kernels index with their rank.
 #include "compiler/parallel/Passes.h"
 
-#include "compiler/parallel/ElementwiseMlp.h"
 #include "compiler/parallel/GreedyPrograms.h"
 #include "compiler/parallel/ProjectionTrace.h"
+#include "compiler/parallel/Sharder.h"
 
 #include "compiler/lowering/ExportPlan.h"
 
@@ -32,16 +32,7 @@ namespace dsc {
 
 using namespace mlir;
 
-namespace dsc {
-namespace {
-
-using parallel::hasOneDataUse;
-using parallel::normalisedPerHead;
-using parallel::Projection;
-using parallel::traceProjection;
-using parallel::transformedWeight;
-using parallel::unflattenedInput;
-using parallel::withLocalHeads;
+namespace dsc::parallel {
 
 // n split into `ranks` consecutive parts, the remainder going to the lowest ranks (so
 // rank 0's part, the IR's, is the largest).
@@ -69,11 +60,7 @@ SmallVector<int64_t> scaled(ArrayRef<int64_t> values, int64_t factor) {
   return out;
 }
 
-// Each rank's query and KV heads.
-struct HeadSplit {
-  SmallVector<int64_t> heads, headOffsets, kvHeads, kvOffsets;
-  bool kvReplicated = false;
-};
+namespace {
 
 // Whole KV-head groups when there are at least as many KV heads as ranks; otherwise each
 // KV head's group of query heads is split over ranks of its own, so every rank reads one KV
@@ -111,6 +98,8 @@ std::string splitHeads(int64_t heads, int64_t kvHeads, int64_t ranks, HeadSplit 
 
 ArrayAttr i64Array(Builder &b, ArrayRef<int64_t> values) { return b.getI64ArrayAttr(values); }
 
+} // namespace
+
 RankedTensorType withDim(Type type, int64_t axis, int64_t size) {
   auto ranked = cast<RankedTensorType>(type);
   SmallVector<int64_t> shape(ranked.getShape());
@@ -118,48 +107,6 @@ RankedTensorType withDim(Type type, int64_t axis, int64_t size) {
   return RankedTensorType::get(shape, ranked.getElementType());
 }
 
-class Sharder {
-public:
-  Sharder(func::FuncOp func, int64_t ranks) : func_(func), ranks_(ranks), b_(func.getContext()) {}
-
-  // Shards what it can: every attention, or none where one cannot be sharded (with a
-  // warning); the MLPs and LM heads either way. Fails only on errors already emitted.
-  LogicalResult run();
-
-private:
-  struct AttentionPlan {
-    tfm::AttentionOp op;
-    HeadSplit split;
-    Projection parts[3];  // Q, K, V
-    tfm::LinearOp output;
-  };
-
-  std::string planAttention(tfm::AttentionOp attention, AttentionPlan &plan);
-  LogicalResult shardAttention(AttentionPlan &plan);
-  FailureOr<Value> columnParallel(tfm::LinearOp linear, Value input,
-                                  ArrayRef<Attribute> select, ArrayRef<int64_t> offsets,
-                                  ArrayRef<int64_t> sizes);
-  LogicalResult rowParallel(tfm::LinearOp linear, ArrayRef<int64_t> offsets,
-                            ArrayRef<int64_t> sizes, Operation *unflatten = nullptr);
-  LogicalResult shardGlobalNorm(tfm::RmsNormOp norm, ArrayRef<int64_t> offsets,
-                                ArrayRef<int64_t> sizes, int64_t features);
-  LogicalResult shardMlps();
-  LogicalResult shardElementwiseMlps();
-  LogicalResult shardLmHeads();
-  void eraseDead();
-
-  Attribute shard(int64_t axis, ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
-    return tfm::ShardAttr::get(b_.getContext(), axis, offsets, sizes, 1);
-  }
-
-  func::FuncOp func_;
-  int64_t ranks_;
-  // The unfused Q/K/V projections sharded so far: attentions that share keys and values
-  // (Gemma-4's KV-shared layers) shard them once.
-  llvm::DenseSet<Operation *> shardedProjections_;
-  llvm::DenseSet<Operation *> retypedHeadOps_;
-  Builder b_;
-};
 
 std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &plan) {
   plan.op = attention;
@@ -174,7 +121,7 @@ std::string Sharder::planAttention(tfm::AttentionOp attention, AttentionPlan &pl
   Value operands[3] = {attention.getQuery(), attention.getKey(), attention.getValue()};
   if (std::string why = traceProjection(operands[0], attention, 0, plan.parts[0]); !why.empty())
     return why;
-  if (std::string why = parallel::traceKeysAndValues(operands[1], operands[2], attention,
+  if (std::string why = traceKeysAndValues(operands[1], operands[2], attention,
                                                      plan.parts[1], plan.parts[2]);
       !why.empty())
     return why;
@@ -404,136 +351,6 @@ LogicalResult Sharder::shardGlobalNorm(tfm::RmsNormOp norm, ArrayRef<int64_t> of
   return success();
 }
 
-// linear -> activation -> linear, and act(gate) * up -> linear: the first projections
-// column-parallel over the intermediate features, the last row-parallel.
-LogicalResult Sharder::shardMlps() {
-  SmallVector<Operation *> acts;
-  func_.walk([&](Operation *op) {
-    if (isa<tfm::ActivationOp, tfm::GatedActOp>(op))
-      acts.push_back(op);
-  });
-  for (Operation *act : acts) {
-    SmallVector<tfm::LinearOp> firsts;
-    SmallVector<Value> inputs;
-    bool usable = true;
-    for (Value input : act->getOperands()) {
-      // GPT-2's flattened c_fc: Reshape([b * s, features] -> [b, s, features]).
-      Operation *reshape = input.getDefiningOp();
-      bool unflattens = reshape && reshape->getName().getStringRef() == "onnx.Reshape" &&
-                        reshape->hasOneUse();
-      auto linear = unflattens ? reshape->getOperand(0).getDefiningOp<tfm::LinearOp>()
-                               : input.getDefiningOp<tfm::LinearOp>();
-      if (!linear || !linear->hasOneUse() || linear.getScales() ||
-          linear.getParallel() != tfm::Parallelism::replicated) {
-        usable = false;
-        continue;
-      }
-      Value from = unflattens ? unflattenedInput(linear) : linear.getInput();
-      if (unflattens && cast<RankedTensorType>(from.getType()).getRank() !=
-                            cast<RankedTensorType>(input.getType()).getRank()) {
-        usable = false;
-        continue;
-      }
-      firsts.push_back(linear);
-      inputs.push_back(from);
-    }
-    Value out = act->getResult(0);
-    auto last = out.hasOneUse() ? dyn_cast<tfm::LinearOp>(*out.getUsers().begin())
-                                : tfm::LinearOp();
-    // GPT-2's flattened c_proj: Reshape -> linear -> Reshape back to the activation's rank.
-    // Its other users may only read the shape: the batch and sequence dimensions, which
-    // sharding keeps, and the features, which only the bypassed flattening reads.
-    Operation *unflatten = nullptr;
-    SmallVector<Operation *> dataUsers;
-    for (Operation *user : out.getUsers())
-      if (user->getName().getStringRef() != "onnx.Shape")
-        dataUsers.push_back(user);
-    if (!last && dataUsers.size() == 1) {
-      Operation *flatten = dataUsers.front();
-      auto linear = flatten->getName().getStringRef() == "onnx.Reshape" &&
-                            flatten->getResult(0).hasOneUse()
-                        ? dyn_cast<tfm::LinearOp>(*flatten->getResult(0).getUsers().begin())
-                        : tfm::LinearOp();
-      Operation *back = linear && linear.getOutput().hasOneUse()
-                            ? *linear.getOutput().getUsers().begin()
-                            : nullptr;
-      auto backType = back ? dyn_cast<RankedTensorType>(back->getResult(0).getType())
-                           : RankedTensorType();
-      if (back && back->getName().getStringRef() == "onnx.Reshape" && backType &&
-          backType.getRank() == cast<RankedTensorType>(out.getType()).getRank() &&
-          backType.getShape().back() ==
-              cast<RankedTensorType>(linear.getWeight().getType()).getDimSize(0)) {
-        last = linear;
-        unflatten = back;
-      }
-    }
-    if (!usable || !last || (!unflatten && last.getInput() != out) || last.getScales() ||
-        last.getParallel() != tfm::Parallelism::replicated) {
-      act->emitWarning("tp-shard: this MLP stays replicated: its projections are not "
-                       "linear -> activation -> linear");
-      continue;
-    }
-    int64_t features = cast<RankedTensorType>(firsts[0].getWeight().getType()).getDimSize(0);
-    SmallVector<int64_t> sizes = evenSizes(features, ranks_), offsets = offsetsOf(sizes);
-    for (auto [index, first] : llvm::enumerate(firsts)) {
-      FailureOr<Value> column = columnParallel(first, inputs[index], {}, offsets, sizes);
-      if (failed(column))
-        return failure();
-      act->setOperand(index, *column);
-    }
-    out.setType(withDim(out.getType(), -1, sizes[0]));
-    if (failed(rowParallel(last, offsets, sizes, unflatten)))
-      return failure();
-  }
-  return success();
-}
-
-// MLPs whose activation is a graph of elementwise ops (ElementwiseMlp.h): the same
-// column- and row-parallel halves, each op retyped for the rank's features.
-LogicalResult Sharder::shardElementwiseMlps() {
-  for (parallel::ElementwiseMlp &mlp : parallel::findElementwiseMlps(func_)) {
-    int64_t features = cast<RankedTensorType>(mlp.up.getWeight().getType()).getDimSize(0);
-    SmallVector<int64_t> sizes = evenSizes(features, ranks_), offsets = offsetsOf(sizes);
-    FailureOr<Value> column = columnParallel(mlp.up, mlp.up.getInput(), {}, offsets, sizes);
-    if (failed(column))
-      return failure();
-    mlp.up.getOutput().replaceAllUsesWith(*column);
-    for (Operation *op : mlp.ops)
-      op->getResult(0).setType(withDim(op->getResult(0).getType(), -1, sizes[0]));
-    if (failed(rowParallel(mlp.down, offsets, sizes, nullptr)))
-      return failure();
-  }
-  return success();
-}
-
-// The LM head split by vocabulary; the logits gathered along their last axis.
-LogicalResult Sharder::shardLmHeads() {
-  SmallVector<tfm::LmHeadOp> heads;
-  func_.walk([&](tfm::LmHeadOp head) { heads.push_back(head); });
-  for (tfm::LmHeadOp head : heads) {
-    if (head.getVocabSize()) {
-      head.emitWarning("tp-shard: this LM head is already a vocabulary shard");
-      continue;
-    }
-    int64_t vocab = cast<RankedTensorType>(head.getWeight().getType()).getDimSize(0);
-    SmallVector<int64_t> sizes = evenSizes(vocab, ranks_), offsets = offsetsOf(sizes);
-    FailureOr<Value> weight = transformedWeight(head.getWeight(), {shard(0, offsets, sizes)});
-    if (failed(weight))
-      return head.emitOpError("tp-shard: cannot shard the weight");
-    head.getWeightMutable().assign(*weight);
-    Type full = head.getLogits().getType();
-    int64_t axis = cast<RankedTensorType>(full).getRank() - 1;
-    head.getLogits().setType(withDim(full, axis, sizes[0]));
-    OpBuilder builder(head);
-    builder.setInsertionPointAfter(head);
-    auto gather = tfm::AllGatherOp::create(builder, head.getLoc(), full, head.getLogits(),
-                                           builder.getI64IntegerAttr(axis),
-                                           builder.getI64IntegerAttr(ranks_),
-                                           builder.getDenseI64ArrayAttr(sizes));
-    head.getLogits().replaceAllUsesExcept(gather.getOutput(), gather);
-  }
-  return success();
-}
 
 // The replaced projections, their weights and plumbing, and what only they fed (the shape
 // arithmetic of a fused projection's views): every onnx and tfm op is free of side effects.
@@ -592,6 +409,11 @@ LogicalResult Sharder::run() {
 }
 
 
+} // namespace dsc::parallel
+
+namespace dsc {
+namespace {
+
 struct TpShardPass : public impl::TpShardBase<TpShardPass> {
   using TpShardBase::TpShardBase;
 
@@ -605,7 +427,7 @@ struct TpShardPass : public impl::TpShardBase<TpShardPass> {
       return;
     bool any = false;
     for (auto func : module.getOps<func::FuncOp>()) {
-      Sharder sharder(func, ranks);
+      parallel::Sharder sharder(func, ranks);
       if (failed(sharder.run()))
         return signalPassFailure();
       func.walk([&](Operation *op) { any |= isa<tfm::AllReduceOp, tfm::AllGatherOp>(op); });

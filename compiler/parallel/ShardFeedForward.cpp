@@ -1,0 +1,147 @@
+// tp-shard's feed-forward parts (Sharder.h): the MLPs, recognised or with an activation of
+// elementwise ops, and the LM head, each column- then row-parallel or split by vocabulary.
+#include "compiler/parallel/ElementwiseMlp.h"
+#include "compiler/parallel/ProjectionTrace.h"
+#include "compiler/parallel/Sharder.h"
+
+#include "dialects/onnx/IR/OnnxDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+
+namespace dsc::parallel {
+
+// linear -> activation -> linear, and act(gate) * up -> linear: the first projections
+// column-parallel over the intermediate features, the last row-parallel.
+LogicalResult Sharder::shardMlps() {
+  SmallVector<Operation *> acts;
+  func_.walk([&](Operation *op) {
+    if (isa<tfm::ActivationOp, tfm::GatedActOp>(op))
+      acts.push_back(op);
+  });
+  for (Operation *act : acts) {
+    SmallVector<tfm::LinearOp> firsts;
+    SmallVector<Value> inputs;
+    bool usable = true;
+    for (Value input : act->getOperands()) {
+      // GPT-2's flattened c_fc: Reshape([b * s, features] -> [b, s, features]).
+      Operation *reshape = input.getDefiningOp();
+      bool unflattens = reshape && reshape->getName().getStringRef() == "onnx.Reshape" &&
+                        reshape->hasOneUse();
+      auto linear = unflattens ? reshape->getOperand(0).getDefiningOp<tfm::LinearOp>()
+                               : input.getDefiningOp<tfm::LinearOp>();
+      if (!linear || !linear->hasOneUse() || linear.getScales() ||
+          linear.getParallel() != tfm::Parallelism::replicated) {
+        usable = false;
+        continue;
+      }
+      Value from = unflattens ? unflattenedInput(linear) : linear.getInput();
+      if (unflattens && cast<RankedTensorType>(from.getType()).getRank() !=
+                            cast<RankedTensorType>(input.getType()).getRank()) {
+        usable = false;
+        continue;
+      }
+      firsts.push_back(linear);
+      inputs.push_back(from);
+    }
+    Value out = act->getResult(0);
+    auto last = out.hasOneUse() ? dyn_cast<tfm::LinearOp>(*out.getUsers().begin())
+                                : tfm::LinearOp();
+    // GPT-2's flattened c_proj: Reshape -> linear -> Reshape back to the activation's rank.
+    // Its other users may only read the shape: the batch and sequence dimensions, which
+    // sharding keeps, and the features, which only the bypassed flattening reads.
+    Operation *unflatten = nullptr;
+    SmallVector<Operation *> dataUsers;
+    for (Operation *user : out.getUsers())
+      if (user->getName().getStringRef() != "onnx.Shape")
+        dataUsers.push_back(user);
+    if (!last && dataUsers.size() == 1) {
+      Operation *flatten = dataUsers.front();
+      auto linear = flatten->getName().getStringRef() == "onnx.Reshape" &&
+                            flatten->getResult(0).hasOneUse()
+                        ? dyn_cast<tfm::LinearOp>(*flatten->getResult(0).getUsers().begin())
+                        : tfm::LinearOp();
+      Operation *back = linear && linear.getOutput().hasOneUse()
+                            ? *linear.getOutput().getUsers().begin()
+                            : nullptr;
+      auto backType = back ? dyn_cast<RankedTensorType>(back->getResult(0).getType())
+                           : RankedTensorType();
+      if (back && back->getName().getStringRef() == "onnx.Reshape" && backType &&
+          backType.getRank() == cast<RankedTensorType>(out.getType()).getRank() &&
+          backType.getShape().back() ==
+              cast<RankedTensorType>(linear.getWeight().getType()).getDimSize(0)) {
+        last = linear;
+        unflatten = back;
+      }
+    }
+    if (!usable || !last || (!unflatten && last.getInput() != out) || last.getScales() ||
+        last.getParallel() != tfm::Parallelism::replicated) {
+      act->emitWarning("tp-shard: this MLP stays replicated: its projections are not "
+                       "linear -> activation -> linear");
+      continue;
+    }
+    int64_t features = cast<RankedTensorType>(firsts[0].getWeight().getType()).getDimSize(0);
+    SmallVector<int64_t> sizes = evenSizes(features, ranks_), offsets = offsetsOf(sizes);
+    for (auto [index, first] : llvm::enumerate(firsts)) {
+      FailureOr<Value> column = columnParallel(first, inputs[index], {}, offsets, sizes);
+      if (failed(column))
+        return failure();
+      act->setOperand(index, *column);
+    }
+    out.setType(withDim(out.getType(), -1, sizes[0]));
+    if (failed(rowParallel(last, offsets, sizes, unflatten)))
+      return failure();
+  }
+  return success();
+}
+
+// MLPs whose activation is a graph of elementwise ops (ElementwiseMlp.h): the same
+// column- and row-parallel halves, each op retyped for the rank's features.
+LogicalResult Sharder::shardElementwiseMlps() {
+  for (ElementwiseMlp &mlp : findElementwiseMlps(func_)) {
+    int64_t features = cast<RankedTensorType>(mlp.up.getWeight().getType()).getDimSize(0);
+    SmallVector<int64_t> sizes = evenSizes(features, ranks_), offsets = offsetsOf(sizes);
+    FailureOr<Value> column = columnParallel(mlp.up, mlp.up.getInput(), {}, offsets, sizes);
+    if (failed(column))
+      return failure();
+    mlp.up.getOutput().replaceAllUsesWith(*column);
+    for (Operation *op : mlp.ops)
+      op->getResult(0).setType(withDim(op->getResult(0).getType(), -1, sizes[0]));
+    if (failed(rowParallel(mlp.down, offsets, sizes, nullptr)))
+      return failure();
+  }
+  return success();
+}
+
+// The LM head split by vocabulary; the logits gathered along their last axis.
+LogicalResult Sharder::shardLmHeads() {
+  SmallVector<tfm::LmHeadOp> heads;
+  func_.walk([&](tfm::LmHeadOp head) { heads.push_back(head); });
+  for (tfm::LmHeadOp head : heads) {
+    if (head.getVocabSize()) {
+      head.emitWarning("tp-shard: this LM head is already a vocabulary shard");
+      continue;
+    }
+    int64_t vocab = cast<RankedTensorType>(head.getWeight().getType()).getDimSize(0);
+    SmallVector<int64_t> sizes = evenSizes(vocab, ranks_), offsets = offsetsOf(sizes);
+    FailureOr<Value> weight = transformedWeight(head.getWeight(), {shard(0, offsets, sizes)});
+    if (failed(weight))
+      return head.emitOpError("tp-shard: cannot shard the weight");
+    head.getWeightMutable().assign(*weight);
+    Type full = head.getLogits().getType();
+    int64_t axis = cast<RankedTensorType>(full).getRank() - 1;
+    head.getLogits().setType(withDim(full, axis, sizes[0]));
+    OpBuilder builder(head);
+    builder.setInsertionPointAfter(head);
+    auto gather = tfm::AllGatherOp::create(builder, head.getLoc(), full, head.getLogits(),
+                                           builder.getI64IntegerAttr(axis),
+                                           builder.getI64IntegerAttr(ranks_),
+                                           builder.getDenseI64ArrayAttr(sizes));
+    head.getLogits().replaceAllUsesExcept(gather.getOutput(), gather);
+  }
+  return success();
+}
+
+} // namespace dsc::parallel
