@@ -1,8 +1,8 @@
 // MLPs with an activation of elementwise onnx ops: ElementwiseMlp.h.
 #include "compiler/parallel/ElementwiseMlp.h"
+#include "compiler/parallel/ProjectionTrace.h"
 
 #include "mlir/IR/BuiltinTypes.h"
-#include "mlir/IR/Matchers.h"
 
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSet.h"
@@ -24,12 +24,6 @@ bool isElementwise(Operation *op) {
       "onnx.LessOrEqual", "onnx.Cast", "onnx.Reciprocal", "onnx.Floor",       "onnx.Clip",
       "onnx.Sin",     "onnx.Cos",     "onnx.IsNaN"};
   return names.contains(op->getName().getStringRef()) && op->getNumResults() == 1;
-}
-
-bool isScalarConstant(Value value) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.hasStaticShape() && type.getNumElements() == 1 &&
-         matchPattern(value, m_Constant());
 }
 
 bool shardable(tfm::LinearOp linear) {

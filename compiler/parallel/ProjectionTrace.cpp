@@ -67,11 +67,6 @@ bool isPerGroupView(ArrayRef<int64_t> dims, int64_t heads, int64_t kvHeads, int6
   return false;
 }
 
-bool isScalarConstant(Value value) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.getNumElements() == 1 && matchPattern(value, m_Constant());
-}
-
 // An elementwise op of `def`'s first operand and scalar constants (OLMo's clamp of q, k and
 // v, a scaling): it computes each feature alone, so it works on whichever heads a rank holds.
 bool isElementwiseWithScalars(Operation *def) {
@@ -231,6 +226,12 @@ Value unflattenedInput(tfm::LinearOp linear) {
       return reshape->getOperand(0);
   }
   return input;
+}
+
+bool isScalarConstant(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() && type.getNumElements() == 1 &&
+         matchPattern(value, m_Constant());
 }
 
 bool hasOneDataUse(Value value, int64_t heads, int64_t headDim) {

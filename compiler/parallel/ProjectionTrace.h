@@ -42,6 +42,9 @@ struct Projection {
   bool sharesKeyProjection = false;
 };
 
+// A constant of one element (a scale, a bound): the same on every rank.
+bool isScalarConstant(mlir::Value value);
+
 // Where `operand`, part `part` (0 query, 1 key, 2 value) of `attention`, comes from, in
 // `out`; empty, or why it cannot be said.
 std::string traceProjection(mlir::Value operand, tfm::AttentionOp attention, int part,
