@@ -3,7 +3,9 @@
 // (runtime/src/cuda/ops/AttentionOps.cpp):
 //   0 attention_rotary   rotary on the new queries and keys, keys and values placed where
 //                        the attention reads them (the session's cache or the presents)
-//   1 attention_prefill  flash-style attention for any number of new tokens
+//   1 attention_prefill  flash-style attention for any number of new tokens (or
+//                        attention_prefill_mma, the same on the tensor cores, where the
+//                        session cache is f16 or bf16; same parameters)
 //   2 attention_decode   session cache only: split-KV attention for one new token, which
 //                        rotates and caches that token itself (FUSED_ROTARY) and merges its
 //                        splits in the last block of each (head, sequence) (FUSED_COMBINE):
@@ -69,6 +71,21 @@ PrefillTiles prefillTiles(int64_t headDim) {
     return {8, 16};
   // One query row per warp (16 accumulators of 512 features), and 8 keys: 40 KiB.
   return {4, 8};
+}
+
+// attention_prefill_mma.cuh: 16 query rows per warp, and each lane keeps head_dim / 2 f32
+// output accumulators, so heads of at most 128 (Gemma's 256 take attention_prefill).
+constexpr int64_t kMaxMmaHeadDim = 128;
+
+// Its tiles: q [Q_TILE], k and v [K_TILE] rows of head_dim / 2 + 4 words each (f16 or bf16
+// pairs). 64 keys where they fit under 48 KiB with the registers they take (32 score
+// accumulators), else 32.
+PrefillTiles mmaPrefillTiles(int64_t headDim) {
+  return {16 * kAttentionWarps, headDim <= 64 ? 64 : 32};
+}
+
+int64_t mmaPrefillSharedBytes(int64_t headDim, PrefillTiles tiles) {
+  return 4 * (headDim / 2 + 4) * (tiles.queries + 2 * tiles.keys);
 }
 
 // attention_decode.cuh's static shared memory for GROUP_HEADS query heads: their rows,
@@ -288,11 +305,19 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   if (kvDtype != 0)
     kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
   const int64_t unattendedCausal = unattended == "causal" ? 1 : 0;
-  kernels.push_back({"attention_prefill",
+  // On the tensor cores where the cache is half, the head fits and the step has neither
+  // ALiBi nor a bias: attention_prefill_mma (its file says what it rounds). A cached
+  // cross-attention keeps attention_prefill, which also runs its one-token decode steps.
+  const bool tensorCores = kvDtype != 0 && headDim % 16 == 0 && headDim <= kMaxMmaHeadDim &&
+                           !alibi && !bias && in.intAttr("cross", 0) == 0 &&
+                           mmaPrefillSharedBytes(headDim, mmaPrefillTiles(headDim)) <=
+                               kMaxSharedBytes;
+  const PrefillTiles prefill = tensorCores ? mmaPrefillTiles(headDim) : tiles;
+  kernels.push_back({tensorCores ? "attention_prefill_mma" : "attention_prefill",
                      {{"HEAD_DIM", headDim},
                       {"WARPS", kAttentionWarps},
-                      {"Q_TILE", tiles.queries},
-                      {"K_TILE", tiles.keys},
+                      {"Q_TILE", prefill.queries},
+                      {"K_TILE", prefill.keys},
                       {"CAUSAL", causal ? 1 : 0},
                       {"WINDOW", window},
                       {"ALIBI", alibi ? 1 : 0},

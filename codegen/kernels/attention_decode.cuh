@@ -109,19 +109,6 @@ static __device__ __forceinline__ float attention_decode_negative_infinity() {
   return __int_as_float(0xff800000);
 }
 
-static __device__ __forceinline__ bool attention_decode_mask_on(const void *mask,
-                                                                long long index) {
-#if MASK_DTYPE == 0
-  return true;
-#elif MASK_DTYPE == 5 || MASK_DTYPE == 6
-  return dsc_load_index<MASK_DTYPE>(mask, index) != 0;
-#elif MASK_DTYPE == 9 || MASK_DTYPE == 10
-  return static_cast<const unsigned char *>(mask)[index] != 0;
-#else
-#error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
-#endif
-}
-
 #ifdef SOFTCAP_BITS
 // Gemma-2's attn_logit_softcapping: cap * tanh(score / cap), as the CPU kernel computes it.
 static __device__ __forceinline__ float attention_decode_softcap(float score) {
@@ -332,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       slope[g] = attention_decode_alibi_slope(head_offset + first_head + g, global_heads);
   for (int chunk = 0; chunk < warp_begin; chunk += 32) {
     const int key = chunk + lane;
-    const bool on = key < warp_begin && attention_decode_mask_on(mask, mask_row + key);
+    const bool on = key < warp_begin && dsc_mask_on<MASK_DTYPE>(mask, mask_row + key);
     attended_before += __popc(__ballot_sync(0xffffffffu, on));
   }
 #endif
@@ -350,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
   for (int chunk = warp_begin; chunk < warp_end; chunk += 32) {
     const int key = chunk + lane;
-    const bool on = key < warp_end && attention_decode_mask_on(mask, mask_row + key);
+    const bool on = key < warp_end && dsc_mask_on<MASK_DTYPE>(mask, mask_row + key);
     float key_position = 0.0f;
 #if ALIBI
     const unsigned on_bits = __ballot_sync(0xffffffffu, on);

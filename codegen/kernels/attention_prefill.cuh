@@ -46,22 +46,14 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 // One float of padding per key row: lane j reads row j, and the padded stride puts the 32
 // rows' elements of one feature in 32 different banks.
 #define ATTENTION_PREFILL_K_STRIDE (HEAD_DIM + 1)
+#ifdef UNATTENDED_ZERO
+#define ATTENTION_PREFILL_UNATTENDED_ZERO true
+#else
+#define ATTENTION_PREFILL_UNATTENDED_ZERO false
+#endif
 
 static __device__ __forceinline__ float attention_prefill_negative_infinity() {
   return __int_as_float(0xff800000);
-}
-
-static __device__ __forceinline__ bool attention_prefill_mask_on(const void *mask,
-                                                                 long long index) {
-#if MASK_DTYPE == 0
-  return true;
-#elif MASK_DTYPE == 5 || MASK_DTYPE == 6
-  return dsc_load_index<MASK_DTYPE>(mask, index) != 0;
-#elif MASK_DTYPE == 9 || MASK_DTYPE == 10
-  return static_cast<const unsigned char *>(mask)[index] != 0;
-#else
-#error "MASK_DTYPE must be 0, 5, 6, 9 or 10"
-#endif
 }
 
 #ifdef SOFTCAP_BITS
@@ -189,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
     for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
       const int slot = c * 32 + lane, key = tile + slot;
-      key_on[c] = slot < K_TILE && key < key_end && attention_prefill_mask_on(mask, mask_row + key);
+      key_on[c] = slot < K_TILE && key < key_end && dsc_mask_on<MASK_DTYPE>(mask, mask_row + key);
       key_position[c] = 0.0f;
 #if ALIBI
       // transformers' cumsum(mask) − 1 over the attended keys.
@@ -269,26 +261,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float *out_row =
         out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
     if (row_max[r] == negative_infinity) {
-#ifdef UNATTENDED_ZERO
-      // sdpa's guard: the NaN softmax of a row with no key becomes zeros.
-      for (int feature = lane; feature < HEAD_DIM; feature += 32)
-        out_row[feature] = 0.0f;
-      continue;
-#endif
-      // No key to attend (a padding query): the exports' finfo.min masks make every masked
-      // score equal, so the row averages the values of every key, or (GPT-Neo's doubled
-      // mask) of the causally visible ones.
-      for (int feature = lane; feature < HEAD_DIM; feature += 32) {
-        float sum = 0.0f;
-        int count = 0;
-        for (int key = 0; key < total; ++key)
-          if (!UNATTENDED_CAUSAL || !CAUSAL || key <= position) {
-            sum += dsc_load_float<KV_DTYPE>(value_base,
-                                            static_cast<long long>(key) * HEAD_DIM + feature);
-            ++count;
-          }
-        out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
-      }
+      dsc_unattended_row<KV_DTYPE, false>(out_row, value_base, HEAD_DIM, total, position,
+                                          ATTENTION_PREFILL_UNATTENDED_ZERO,
+                                          UNATTENDED_CAUSAL && CAUSAL, lane, 32);
       continue;
     }
 #pragma unroll

@@ -129,6 +129,50 @@ static __device__ __forceinline__ long long dsc_load_index(const void *data, lon
     return static_cast<const int *>(data)[index];
 }
 
+// ---- attention ---------------------------------------------------------------------------
+
+// Whether key `index` of a padding mask of dtype MASK (0 none, 5 i64, 6 i32, 9 u8, 10 bool;
+// the attention kernels' MASK_DTYPE) may be attended.
+template <int MASK>
+static __device__ __forceinline__ bool dsc_mask_on(const void *mask, long long index) {
+  static_assert(MASK == 0 || MASK == DSC_DT_I64 || MASK == DSC_DT_I32 || MASK == 9 ||
+                    MASK == 10,
+                "MASK_DTYPE must be 0, 5, 6, 9 or 10");
+  if constexpr (MASK == 0)
+    return true;
+  else if constexpr (MASK == DSC_DT_I64 || MASK == DSC_DT_I32)
+    return dsc_load_index<MASK>(mask, index) != 0;
+  else
+    return static_cast<const unsigned char *>(mask)[index] != 0;
+}
+
+// A query row with no key to attend (a padding query), as the CPU reference fills it:
+// zeros where the step asks for them (sdpa's NaN guard, `zero`); else the exports' finfo.min
+// masks leave every masked score equal, so the row averages the values of every key, or
+// (GPT-Neo's doubled mask, `causal_only`) of those at or before `position`. This thread
+// writes features first, first + stride, ...; COHERENT reads the cache past L1 (another
+// block of the launch may have written it).
+template <int KV, bool COHERENT>
+static __device__ void dsc_unattended_row(float *out_row,
+                                          const typename dsc_kv_element<KV>::type *value_base,
+                                          int head_dim, int total, int position, bool zero,
+                                          bool causal_only, int first, int stride) {
+  for (int feature = first; feature < head_dim; feature += stride) {
+    float sum = 0.0f;
+    int count = 0;
+    for (int key = 0; key < total && !zero; ++key)
+      if (!causal_only || key <= position) {
+        const long long element = static_cast<long long>(key) * head_dim + feature;
+        if constexpr (COHERENT)
+          sum += dsc_kv_load_coherent<KV>(value_base, element);
+        else
+          sum += dsc_load_float<KV>(value_base, element);
+        ++count;
+      }
+    out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
+  }
+}
+
 // A hint that the line holding `address` will be read soon: fetched into L2 without waiting
 // for it (PTX prefetch.global.L2). Nothing on the host (the emulation tests).
 static __device__ __forceinline__ void dsc_prefetch_l2(const void *address) {
@@ -146,6 +190,52 @@ static __device__ __forceinline__ bool dsc_aligned16(const void *a, const void *
                             reinterpret_cast<unsigned long long>(b) |
                             reinterpret_cast<unsigned long long>(c);
   return (bits & 15ull) == 0;
+}
+
+// ---- tensor cores -----------------------------------------------------------------------
+
+// Two values of dtype DT (2 f16, 3 bf16) in one 32-bit register, `low` in the low half:
+// the operand registers of mma.sync hold their lower-indexed element there.
+template <int DT> static __device__ __forceinline__ unsigned int dsc_pack_half2(float low,
+                                                                              float high) {
+  unsigned short bits[2];
+  dsc_store_float<DT>(bits, 0, low);
+  dsc_store_float<DT>(bits, 1, high);
+  return static_cast<unsigned int>(bits[0]) | (static_cast<unsigned int>(bits[1]) << 16);
+}
+
+#ifndef __CUDA_ARCH__
+// The host emulation's warp-wide product (runtime/test/cuda/EmulatedHalf.h defines it).
+template <int DT> void dsc_emulated_mma_m16n8k16(float *d, const unsigned int *a,
+                                                 const unsigned int *b);
+#endif
+
+// d[16 x 8] += a[16 x 16] · b[16 x 8] over the warp, f16 or bf16 (DT 2 or 3) operands and
+// f32 accumulators (PTX mma.sync.aligned.m16n8k16.row.col, sm_80 and later). Every lane of
+// the warp calls it. Lane l, with g = l / 4 and t = l % 4, holds (the PTX ISA's fragment
+// layouts for this shape):
+//   a[0] = A[g][2t, 2t+1]     a[1] = A[g+8][2t, 2t+1]
+//   a[2] = A[g][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+//   b[0] = B[2t, 2t+1][g]     b[1] = B[2t+8, 2t+9][g]
+//   d[0], d[1] = D[g][2t, 2t+1]   d[2], d[3] = D[g+8][2t, 2t+1]
+template <int DT>
+static __device__ __forceinline__ void dsc_mma_m16n8k16(float *d, const unsigned int *a,
+                                                        const unsigned int *b) {
+  static_assert(DT == DSC_DT_F16 || DT == DSC_DT_BF16, "dsc_mma_m16n8k16: DT must be 2 or 3");
+#ifdef __CUDA_ARCH__
+  if constexpr (DT == DSC_DT_F16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  dsc_emulated_mma_m16n8k16<DT>(d, a, b);
+#endif
 }
 
 // ---- reductions -----------------------------------------------------------------------
@@ -341,24 +431,10 @@ dsc_attention_merge_splits(float *out_row, const float *partial_out, const float
     overall_max = fmaxf(overall_max, __ldcg(partial_max + first_slot + split));
 
   if (overall_max == __int_as_float(0xff800000)) {
-    if (UNATTENDED_ZERO_) {
-      for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x)
-        out_row[feature] = 0.0f;
-      return;
-    }
-    // No key to attend (a padding query): average the values of every key, or (GPT-Neo's
-    // doubled mask) of the causally visible ones, which for the one new token are all.
-    for (int feature = threadIdx.x; feature < HEAD_DIM_; feature += blockDim.x) {
-      float sum = 0.0f;
-      int count = 0;
-      for (int key = 0; key < total; ++key)
-        if (!UNATTENDED_CAUSAL_ || !CAUSAL_ || key <= position) {
-          sum += dsc_kv_load_coherent<KV_>(value_base,
-                                           static_cast<long long>(key) * HEAD_DIM_ + feature);
-          ++count;
-        }
-      out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
-    }
+    // No key to attend; for the one new token the causally visible keys are all of them.
+    dsc_unattended_row<KV_, true>(out_row, value_base, HEAD_DIM_, total, position,
+                                  UNATTENDED_ZERO_, UNATTENDED_CAUSAL_ && CAUSAL_,
+                                  threadIdx.x, blockDim.x);
     return;
   }
 

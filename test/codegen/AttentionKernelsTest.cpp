@@ -388,6 +388,47 @@ TEST(AttentionRule, HalfCacheIsAConstantOfTheSessionKernels) {
   EXPECT_NE(reason.find("cache_dtype"), std::string::npos) << reason;
 }
 
+// A half session cache runs prefill on the tensor cores (attention_prefill_mma: 16 query
+// rows per warp, heads that are a multiple of 16 up to 128, no ALiBi); everything else keeps
+// attention_prefill, whose parameters it shares.
+TEST(AttentionRule, HalfCachePrefillRunsOnTheTensorCores) {
+  struct Case {
+    int64_t headDim, alibi;
+    dsp::DType cacheType;
+    bool session;
+    const char *kind;
+  };
+  const Case cases[] = {{16, 0, dsp::DType::f16, true, "attention_prefill_mma"},
+                        {64, 0, dsp::DType::bf16, true, "attention_prefill_mma"},
+                        {80, 0, dsp::DType::f16, true, "attention_prefill_mma"},
+                        {128, 0, dsp::DType::bf16, true, "attention_prefill_mma"},
+                        {40, 0, dsp::DType::f16, true, "attention_prefill"},   // not 16k
+                        {256, 0, dsp::DType::f16, true, "attention_prefill"},  // too wide
+                        {64, 1, dsp::DType::f16, true, "attention_prefill"},   // ALiBi
+                        {64, 0, dsp::DType::f32, true, "attention_prefill"},   // f32 cache
+                        {64, 0, dsp::DType::f16, false, "attention_prefill"}}; // I/O mode
+  for (const Case &c : cases) {
+    Family f{"case", 8, 2, c.headDim, 1, c.alibi, 0, c.alibi ? 0 : c.headDim, 0, "all"};
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = c.session;
+    o.cacheType = c.cacheType;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << c.headDim << ": " << reason;
+    EXPECT_EQ(specs.at(1).kind, c.kind) << c.headDim << " alibi " << c.alibi;
+    if (specs[1].kind != "attention_prefill_mma")
+      continue;
+    auto prefill = constantsOf(specs[1]);
+    EXPECT_EQ(prefill["Q_TILE"], 16 * prefill["WARPS"]);
+    EXPECT_EQ(prefill["K_TILE"] % 16, 0);
+    EXPECT_EQ(prefill["KV_DTYPE"], static_cast<int64_t>(c.cacheType));
+    // attention_prefill_mma.cuh: q, k and v tiles of head_dim / 2 + 4 words per row.
+    const int64_t bytes = 4 * (c.headDim / 2 + 4) * (prefill["Q_TILE"] + 2 * prefill["K_TILE"]);
+    EXPECT_LE(bytes, 48 * 1024) << c.headDim;
+  }
+}
+
 TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
   for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256, 384, 512}) {
     Family f{"wide", 8, 8, headDim, 1, 0, 0, 0, 0, "all"};
@@ -590,6 +631,10 @@ TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {
     Family family;
     dsp::DType cacheType;
   } cases[] = {{{"llama-128", 32, 8, 128, 1, 0, 0, 128, 0, "all"}, dsp::DType::f16},
+               // The tensor cores' prefill: Phi-2's heads of 80 with a bf16 cache, Gemma-2's
+               // window and cap over heads of 64.
+               {{"phi2-80", 32, 32, 80, 1, 0, 0, 32, 0, "all"}, dsp::DType::bf16},
+               {{"gemma2-64", 8, 4, 64, 1, 0, 4, 64, 0, "all", 50.0f}, dsp::DType::f16},
                {{"bloom-64", 8, 8, 64, 1, 1, 0, 0, 0, "all"}, dsp::DType::bf16},
                {kQwen3, dsp::DType::bf16}};
   for (const auto &c : cases) {

@@ -36,6 +36,9 @@ using dsrt::cuda::DeviceTensor;
 struct KernelSet {
   std::function<void(void **)> slots[4];
   std::map<std::string, int64_t> constants[4];
+  // Slot 1 is attention_prefill_mma (the tensor cores), which rounds the queries and the
+  // softmax weights to the cache's dtype.
+  bool prefillOnTensorCores = false;
 };
 
 // Calls `kernel` with the parameters cuLaunchKernel would pass: args[i] points to the
@@ -196,15 +199,16 @@ inline void addRankHeads(ops::AttrMap &attrs, int64_t heads, int64_t kvHeads, in
   attrs["rank_kv_head_offsets"] = ops::Attr::ofInts(kvOffsets);
 }
 
-// Compares with the file's tolerance, |actual - expected| <= 1e-5 + (1e-4 + extraRelative)
-// * |expected|; returns the largest error for the report.
+// Compares with the file's tolerance, |actual - expected| <= 1e-5 + extraAbsolute + (1e-4
+// + extraRelative) * |expected|; returns the largest error for the report.
 float expectClose(const float *actual, const float *expected, size_t count,
-                  const std::string &what, float extraRelative = 0.0f) {
+                  const std::string &what, float extraRelative = 0.0f,
+                  float extraAbsolute = 0.0f) {
   float worst = 0;
   size_t failures = 0;
   for (size_t i = 0; i < count; ++i) {
     float error = std::fabs(actual[i] - expected[i]);
-    if (!(error <= 1e-5f + (1e-4f + extraRelative) * std::fabs(expected[i]))) {
+    if (!(error <= 1e-5f + extraAbsolute + (1e-4f + extraRelative) * std::fabs(expected[i]))) {
       if (++failures <= 5)
         ADD_FAILURE() << what << " [" << i << "]: " << actual[i] << " vs " << expected[i];
     }

@@ -88,10 +88,17 @@ const Family kGqa3AlibiBf16Cache{"gqa3_alibi_bf16cache", gqa3_alibi_bf16cache::k
                                  1, 1, 100, 0, 0, "all", DType::I32, 0, false, false,
                                  DType::BF16};
 
+// The tensor cores' prefill beyond llama_f16cache (AttentionEmulationFamilies.inc).
+const Family kGemma2MmaBf16{"gemma2_mma_bf16", gemma2_mma_bf16::kernels, 32, 4, 2, 1, 0, 4, 32,
+                            0, "all", DType::I64, 0.25f, false, false, DType::BF16};
+const Family kWide128MmaF16{"wide128_mma_f16", wide128_mma_f16::kernels, 128, 4, 2, 1, 0, 0, 64,
+                            0, "zero", DType::I32, 0, false, false, DType::F16};
+
 const Family *const kDecoders[] = {&kGpt2,   &kLlama,  &kBloom, &kGptj,
                                    &kGptNeo, &kGemma2, &kSdpa};
 // Families whose kernels write a half session cache (KV_DTYPE): session scenarios only.
-const Family *const kHalfCaches[] = {&kLlamaF16Cache, &kBloomBf16Cache};
+const Family *const kHalfCaches[] = {&kLlamaF16Cache, &kBloomBf16Cache, &kGemma2MmaBf16,
+                                     &kWide128MmaF16};
 
 TEST(AttentionEmulation, IoModePromptWithPaddedRows) {
   for (const Family *f : kDecoders) {
@@ -143,6 +150,35 @@ TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
     s.padding = {0, 5};
     s.capacity = 96;
     check(*f, s);
+  }
+}
+
+// The tensor cores' prefill (attention_prefill_mma): 70 new tokens are two query tiles of
+// 64, the second mostly beyond the prompt, over two or three key tiles; a row padded
+// throughout attends nothing; after a cached past of 20 the chunk's keys start mid-tile,
+// under a mask bucketed wider than the keys; and on rank 1 of 2 the block reads its rank's
+// heads.
+TEST(AttentionEmulation, TensorCorePrefill) {
+  for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16}) {
+    ASSERT_TRUE(f->kernels().prefillOnTensorCores) << f->name;
+    Scenario prompt;
+    prompt.session = true;
+    prompt.batch = 3;
+    prompt.fresh = 70;
+    prompt.padding = {0, 5, 70};
+    prompt.capacity = 96;
+    check(*f, prompt);
+    Scenario chunk;
+    chunk.session = true;
+    chunk.past = 20;
+    chunk.fresh = 9;
+    chunk.padding = {0, 3};
+    chunk.capacity = 40;
+    chunk.maskPadding = 5;  // a mask bucketed wider than the keys
+    check(*f, chunk);
+    chunk.rank = 1;
+    chunk.ranks = 2;
+    check(*f, chunk);
   }
 }
 

@@ -80,9 +80,13 @@ private:
   uint64_t generation_ = 0;
 };
 
+// Words per lane that a warp-wide gather (gatherWarp: the tensor cores' operands) carries.
+constexpr int kGatherWords = 10;
+
 struct Warp {
   Barrier barrier{32};
   uint32_t slots[32] = {};
+  uint32_t gathered[32][kGatherWords] = {};
 };
 
 struct Block {
@@ -109,6 +113,22 @@ inline uint32_t exchange(uint32_t mine, int sourceLane) {
   uint32_t theirs = warp.slots[sourceLane & 31];
   warp.barrier.arriveAndWait();  // nobody overwrites a slot before every lane read
   return theirs;
+}
+
+// Every lane's `count` words (at most kGatherWords) into `all`, on every lane: a
+// collective of the whole warp, as an mma.sync is.
+inline void gatherWarp(const uint32_t *mine, int count, uint32_t (*all)[kGatherWords]) {
+  if (count > kGatherWords) {
+    std::fprintf(stderr, "cuda_emulation: a warp gather of %d words (at most %d)\n", count,
+                 kGatherWords);
+    std::abort();
+  }
+  Warp &warp = myWarp();
+  std::memcpy(warp.gathered[threadIdx.x % 32], mine, sizeof(uint32_t) * count);
+  warp.barrier.arriveAndWait();
+  for (int lane = 0; lane < 32; ++lane)
+    std::memcpy(all[lane], warp.gathered[lane], sizeof(uint32_t) * count);
+  warp.barrier.arriveAndWait();  // nobody overwrites a lane's words before every lane read
 }
 
 inline uint32_t bitsOf(float value) {

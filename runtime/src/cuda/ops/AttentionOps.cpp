@@ -1,7 +1,8 @@
 // The launcher of tfm.attention (docs/transformer-ops.md) on the kernels that
 // codegen/kernels/AttentionRules.cpp lists, in its slot order:
-//   0 attention_rotary, 1 attention_prefill, and with the session's cache
-//   2 attention_decode, and in plans from before its FUSED_COMBINE 3 attention_combine.
+//   0 attention_rotary, 1 attention_prefill (or attention_prefill_mma, the tensor cores'
+//   over a half session cache: the same parameters and constants), and with the session's
+//   cache 2 attention_decode, and in plans from before its FUSED_COMBINE 3 attention_combine.
 // attention_rotary writes the rotated queries into the output buffer, which the attention
 // kernels read and then overwrite, and places the keys and values: in the session's cache
 // at [past, past + s), or in the presents (I/O mode, after a copy of the past), or in
