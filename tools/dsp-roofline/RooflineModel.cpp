@@ -258,6 +258,7 @@ private:
   // More rows: the activations converted for an f16/bf16 GEMM, cuBLASLt (an int8 weight
   // dequantized first, in parts of at most 64 MiB: one dequantize_int8 and one GEMM per
   // part), then linear_epilogue unless the GEMM already wrote the finished output.
+  // (A gated linear's kernel has an ACT, so its epilogue is counted with the activations.)
   void linearLaunches(const dsp::Step &step, bool isLinear, StepCost &cost) const {
     constexpr int64_t kGemvMaxRows = 8;
     constexpr int64_t kScratchPartBytes = int64_t(64) << 20;
@@ -300,9 +301,11 @@ private:
     }
     const bool bias = isLinear && inputAt(step, 2) >= 0;
     const bool activation = kernelConstant(step, 0, "ACT", -1) != -1;
-    const int32_t residual = isLinear ? inputAt(step, 4) : -1;
-    const bool residualInPlace = sameDeviceBuffer(residual, step.outputs()->Get(0));
-    cost.kernels += bias || activation || (residual >= 0 && !residualInPlace);
+    // A residual alone is the GEMM's C (in place, or cuBLASLt's C ≠ D); with an activation
+    // the epilogue adds it. The LM head's logit scale or cap is the epilogue's too.
+    const bool logits = kernelConstant(step, 1, "LOGIT_SCALE_BITS", 0x3f800000) != 0x3f800000 ||
+                        kernelConstant(step, 1, "LOGIT_CAP_BITS", 0) != 0;
+    cost.kernels += bias || activation || logits;
   }
 
   // CudaExecutor.cpp's runIf runs one branch; which one depends on a value, so the larger

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -250,6 +251,8 @@ Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t worksp
   DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.b, aType, k, m, gemm.k), "layout of A"));
   DSRT_RETURN_IF_ERROR(check(api.layoutCreate(&d.c, lt::kR32F, n, m, ldc), "layout of C"));
 
+  // cuBLASLt's C, read before D is written: the addend, or D itself.
+  const DevicePtr addend = gemm.accumulate ? gemm.addend : 0;
   if (workspace == 0)
     workspaceBytes = 0;
   AlgoKey key{gemm.m,
@@ -262,7 +265,8 @@ Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t worksp
               workspaceBytes,
               alignmentOf(gemm.b),  // cuBLASLt's A
               alignmentOf(gemm.a),  // cuBLASLt's B
-              alignmentOf(gemm.c)};
+              // C and D share one layout: the alignment both have.
+              std::min(alignmentOf(gemm.c), addend ? alignmentOf(addend) : 256u)};
   Algo algo{};
   bool cached = false;
   {
@@ -306,8 +310,9 @@ Status CublasLt::matmul(const GemmDesc &gemm, DevicePtr workspace, size_t worksp
   lt::MatmulAlgo chosen;
   std::memcpy(chosen.data, algo.data, sizeof chosen.data);
   void *c = reinterpret_cast<void *>(static_cast<uintptr_t>(gemm.c));
+  const void *cIn = addend ? reinterpret_cast<const void *>(static_cast<uintptr_t>(addend)) : c;
   return check(api.matmul(handle_, d.desc, &alpha, reinterpret_cast<const void *>(gemm.b), d.a,
-                          reinterpret_cast<const void *>(gemm.a), d.b, &beta, c, d.c, c, d.c,
+                          reinterpret_cast<const void *>(gemm.a), d.b, &beta, cIn, d.c, c, d.c,
                           &chosen, reinterpret_cast<void *>(static_cast<uintptr_t>(workspace)),
                           workspaceBytes, stream),
                "cublasLtMatmul");

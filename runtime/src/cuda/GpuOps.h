@@ -57,7 +57,8 @@ struct DeviceKvLayer {
 // values; launchers pass the pointer, never the values, where a graph may be captured.
 enum SequenceLength : int { kPast = 0, kTotal = 1, kMaskWidth = 2 };
 
-// C[m, n] = A[m, k] · B[n, k]ᵀ (+ C when accumulate), B in torch layout [out, in]; A and C
+// C[m, n] = A[m, k] · B[n, k]ᵀ (+ C when accumulate; + addend instead, when set: cuBLASLt's
+// C ≠ D, so a linear's residual is added without an epilogue), B in torch layout [out, in]; A and C
 // row-major with leading dimensions k and n, C f32; B in its stored dtype (f32, f16, bf16),
 // A in f32 or, for f16/bf16 weights, in B's dtype (the launcher converts the activations
 // first: cuBLASLt multiplies equal types). f32 weights compute in f32 (no TF32: the fp32
@@ -71,6 +72,9 @@ struct GemmDesc {
   DevicePtr c = 0;
   int64_t ldc = 0;  // elements between C's rows (0: n); a part of a wider C has the whole's
   bool accumulate = false;
+  // With `accumulate`: what the product is added to, laid out as C (ldc), read before C is
+  // written; 0 adds to C itself.
+  DevicePtr addend = 0;
 };
 
 // The tensor-parallel group on the device: NCCL between GPUs, or the in-process group of

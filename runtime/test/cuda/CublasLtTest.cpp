@@ -3,7 +3,8 @@
 // library that lacks the entry points is an error naming them. With a GPU (skipped
 // otherwise): C = A·Bᵀ against a double-precision host reference, for f32 (no TF32: 1e-5
 // relative), f16 and bf16 operands (the operands are rounded to the type on the host first,
-// so only accumulation order differs: 1e-4 relative), and the accumulate form. Each test
+// so only accumulation order differs: 1e-4 relative), and the accumulate forms (onto C, and
+// onto a separate addend: C ≠ D). Each test
 // runs in its own process (gtest_discover_tests), so setenv does not leak between them.
 #include "cuda/CublasLt.h"
 #include "cuda/CudaDriver.h"
@@ -129,17 +130,21 @@ protected:
   // C[m, n] (+)= A[m, k]·B[n, k]ᵀ with A and B stored as `type`, against a double
   // reference over the values as rounded to `type`. With `ldc` > n, C's rows are ldc apart
   // (the columns of a wider output) and the columns past n must stay as they were.
+  // With `separateAddend` (and `accumulate`): the product is added to another buffer of C's
+  // layout (GemmDesc::addend, cuBLASLt's C ≠ D), which must stay as it was.
   void checkGemm(int64_t m, int64_t n, int64_t k, DType type, bool accumulate,
-                 double tolerance, int64_t ldc = 0) {
+                 double tolerance, int64_t ldc = 0, bool separateAddend = false) {
     const int64_t stride = ldc ? ldc : n;
     std::mt19937 random(static_cast<unsigned>(m * 131 + n * 7 + k));
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> a(m * k), b(n * k), c(m * stride);
+    std::vector<float> a(m * k), b(n * k), c(m * stride), addend(m * stride);
     for (float &value : a)
       value = uniform(random);
     for (float &value : b)
       value = uniform(random);
     for (float &value : c)
+      value = uniform(random);
+    for (float &value : addend)
       value = uniform(random);
     const size_t elementBytes = dtypeSize(type);
     std::vector<unsigned char> aStored(a.size() * elementBytes), bStored(b.size() * elementBytes);
@@ -160,6 +165,10 @@ protected:
     gemm.c = upload(c.data(), c.size() * sizeof(float));
     gemm.ldc = ldc;
     gemm.accumulate = accumulate;
+    if (separateAddend) {
+      gemm.addend = upload(addend.data(), addend.size() * sizeof(float));
+      ASSERT_TRUE(gemm.addend);
+    }
     ASSERT_TRUE(gemm.a && gemm.b && gemm.c);
     Status status = blas_->matmul(gemm, workspace_, CublasLt::kWorkspaceBytes, stream_);
     ASSERT_TRUE(status.isOk()) << status.message();
@@ -168,11 +177,21 @@ protected:
                                                  result.size() * sizeof(float), stream_),
                       "cuMemcpyDtoHAsync"));
     ASSERT_TRUE(check(driver_->cuStreamSynchronize(stream_), "cuStreamSynchronize"));
+    // What the product is added to.
+    const std::vector<float> &before = separateAddend ? addend : c;
+    if (separateAddend) {
+      std::vector<float> after(addend.size());
+      ASSERT_TRUE(check(driver_->cuMemcpyDtoHAsync(after.data(), gemm.addend,
+                                                   after.size() * sizeof(float), stream_),
+                        "cuMemcpyDtoHAsync"));
+      ASSERT_TRUE(check(driver_->cuStreamSynchronize(stream_), "cuStreamSynchronize"));
+      EXPECT_EQ(after, addend) << "the addend was written";
+    }
 
     int bad = 0;
     for (int64_t i = 0; i < m && bad < 5; ++i)
       for (int64_t j = 0; j < n && bad < 5; ++j) {
-        double expected = accumulate ? c[i * stride + j] : 0.0, magnitude = 0;
+        double expected = accumulate ? before[i * stride + j] : 0.0, magnitude = 0;
         for (int64_t p = 0; p < k; ++p) {
           expected += double(a[i * k + p]) * b[j * k + p];
           magnitude += std::fabs(double(a[i * k + p]) * b[j * k + p]);
@@ -180,7 +199,8 @@ protected:
         // Relative to the sum of magnitudes: cancellation must not make a correct
         // accumulation order look wrong.
         double allowed =
-            tolerance * (magnitude + (accumulate ? std::fabs(c[i * stride + j]) : 0)) + 1e-6;
+            tolerance * (magnitude + (accumulate ? std::fabs(before[i * stride + j]) : 0)) +
+            1e-6;
         if (std::fabs(result[i * stride + j] - expected) > allowed) {
           ++bad;
           ADD_FAILURE() << dtypeName(type) << " m=" << m << " n=" << n << " k=" << k << " C["
@@ -218,6 +238,14 @@ TEST_F(CublasLtGpuTest, HalfTypesAccumulateInF32) {
 TEST_F(CublasLtGpuTest, AccumulateAddsToC) {
   checkGemm(12, 40, 64, DType::F32, true, 1e-5);
   checkGemm(12, 40, 64, DType::F16, true, 1e-4);
+}
+
+// A linear's residual as the GEMM's C and its output as D (LinearOps.cpp), and as the int8
+// launcher's parts do it, columns of a wider output.
+TEST_F(CublasLtGpuTest, AccumulateOntoASeparateAddend) {
+  checkGemm(12, 40, 64, DType::F32, true, 1e-5, 0, true);
+  checkGemm(33, 256, 128, DType::BF16, true, 1e-4, 0, true);
+  checkGemm(20, 72, 128, DType::F16, true, 1e-4, 200, true);
 }
 
 // The int8 launcher's parts of a weight write their columns of a wider output.

@@ -152,7 +152,9 @@ public:
     float *c = reinterpret_cast<float *>(desc.c);
     for (int64_t i = 0; i < desc.m; ++i)
       for (int64_t j = 0; j < desc.n; ++j) {
-        double sum = desc.accumulate ? c[i * ldc + j] : 0.0;
+        const float *addend =
+            desc.addend ? reinterpret_cast<const float *>(desc.addend) : c;
+        double sum = desc.accumulate ? addend[i * ldc + j] : 0.0;
         for (int64_t p = 0; p < desc.k; ++p)
           sum += double(a[i * desc.k + p]) * b[j * desc.k + p];
         c[i * ldc + j] = static_cast<float>(sum);
@@ -450,6 +452,14 @@ TEST(LinearEmulationTest, LongRowsLoopOverSeveralLoadsPerLane) {
     checkLinear(f32_long::kernels(), rows, 6, 1e-5);
   }
   checkLinear(i8_long_group48_f16::kernels(), 9, 6, 2e-3);  // the GEMM path
+}
+
+// A residual without a bias or an activation is the GEMM's addend (cuBLASLt's C, the output
+// its D), with no epilogue: whole, and in 3 parts of 2 rows, each GEMM adding its columns of
+// the residual (the addend offset as C's columns are).
+TEST(LinearEmulationTest, ResidualAloneIsTheGemmsAddend) {
+  checkLinear(i8_long_group48_f16::kernels(), 12, 6, 2e-3);
+  checkLinear(i8_long_group48_f16::kernels(), 12, 6, 2e-3, 0, 2 * 1104 * 2);
 }
 
 // A rank of an uneven split: fewer in-features than the kernels' K, the same group size

@@ -303,6 +303,31 @@ TEST(LinearOpsTest, ResidualThatIsTheOutputIsAccumulatedOnto) {
             (std::vector<uint64_t>{product, kBias, kY, kY, 20 * 64, 64}));
 }
 
+TEST(LinearOpsTest, ResidualElsewhereIsTheGemmsAddend) {
+  // No bias and no activation (o_proj, down_proj): the GEMM reads the residual as its C and
+  // writes the output as its D, so no epilogue runs.
+  RecordingContext plain = linearStep(20, 64, 64, DType::F16, false, true, -1);
+  Status status = run(plain);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(plain.gemms.size(), 1u);
+  EXPECT_TRUE(plain.gemms[0].accumulate);
+  EXPECT_EQ(plain.gemms[0].addend, kResidual);
+  EXPECT_EQ(plain.gemms[0].c, kY);
+  ASSERT_EQ(plain.launches.size(), 1u);  // the activations' conversion only
+  EXPECT_EQ(plain.launches[0].slot, 2u);
+
+  // With a bias the epilogue adds both, after the plain product.
+  RecordingContext biased = linearStep(20, 64, 64, DType::F32, true, true, -1);
+  status = run(biased);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(biased.gemms.size(), 1u);
+  EXPECT_FALSE(biased.gemms[0].accumulate);
+  EXPECT_EQ(biased.gemms[0].addend, 0u);
+  ASSERT_EQ(biased.launches.size(), 1u);
+  EXPECT_EQ(biased.launches[0].args,
+            (std::vector<uint64_t>{kY, kBias, kResidual, kY, 20 * 64, 64}));
+}
+
 TEST(LinearOpsTest, UnevenTensorParallelShardRunsThePlansKernel) {
   // The plan's kernel was specialised for rank 0's 86 in-features; this rank has 85.
   RecordingContext context = linearStep(1, 64, 85, DType::F16, false, false, -1);

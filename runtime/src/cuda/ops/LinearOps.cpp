@@ -420,6 +420,11 @@ Status runLinear(StepContext &context) {
     } else {
       DSRT_RETURN_IF_ERROR(context.scratch(y.bytes(), product));
     }
+  } else if (residualPtr && fused.activation == -1 && !fused.bias && !fused.logits) {
+    // The residual is the GEMM's C and the output its D (o_proj, down_proj): no epilogue.
+    gemm.accumulate = true;
+    gemm.addend = residualPtr;
+    epilogueResidual = 0;
   }
   gemm.c = product;
   if (!quantized) {
@@ -451,6 +456,8 @@ Status runLinear(StepContext &context) {
       part.b = dequantized;
       part.bType = operandType;
       part.c = product + static_cast<DevicePtr>(first * 4);
+      if (part.addend)
+        part.addend += static_cast<DevicePtr>(first * 4);
       part.ldc = n;
       DSRT_RETURN_IF_ERROR(context.gemm(part));
     }
