@@ -16,7 +16,10 @@
 // last: rms_norm or layer_norm, the norm step's kernel, which normalises the input into
 // scratch where gemv does not do it in the rows it stages (more rows, or rows too long for
 // its shared memory). Its gemv has NORM (1 rms, 2 layer), NORM_SCALE_DT and NORM_BIAS_DT
-// (0: none).
+// (0: none). Where the GEMM runs in f16 or bf16, a second norm kernel follows, the same
+// with OUT_DT (that dtype): on the GEMM path it writes the normalised rows as the GEMM's
+// operand, so no convert_activations launch (and no f32 copy of the rows) is needed; the
+// first stays for rows too long for gemv to stage, which gemv reads in f32.
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
@@ -235,8 +238,13 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
                        {{"SDT", static_cast<int64_t>(scaleType)}, {"GS", groupSize}}});
   if (gemmType != DType::F32)
     kernels.push_back({"convert_activations", {{"WT", static_cast<int64_t>(gemmType)}}});
-  if (!norm.empty())
-    kernels.push_back(std::move(normSpec));
+  if (!norm.empty()) {
+    kernels.push_back(normSpec);
+    if (gemmType != DType::F32) {
+      normSpec.constants.push_back({"OUT_DT", static_cast<int64_t>(gemmType)});
+      kernels.push_back(std::move(normSpec));
+    }
+  }
   return true;
 }
 

@@ -5,15 +5,21 @@
 //
 // Constants: HIDDEN, SCALE_DT and BIAS_DT (the weights' stored dtypes: 1 f32, 2 f16,
 // 3 bf16; BIAS_DT 0 = no bias), RESIDUAL (0/1), BLOCK (a multiple of 32, at most 1024).
-// Activations (input, residual, outputs) are f32.
+// Activations (input, residual, outputs) are f32, except with OUT_DT (2 f16, 3 bf16; last,
+// only for the second norm kernel of a linear's norm prologue, LinearRules.cpp): `out` is
+// then written in that dtype, the operand of the linear's f16/bf16 GEMM.
 #include "dsc_common.cuh"
+
+#ifndef OUT_DT
+#define OUT_DT DSC_DT_F32
+#endif
 
 #define LN_PER_THREAD ((HIDDEN + BLOCK - 1) / BLOCK)
 #define LN_BIAS_LOAD_DT (BIAS_DT == 0 ? DSC_DT_F32 : BIAS_DT)
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 layer_norm(const float *input, const void *scale, const void *bias, const float *residual,
-           float *out, float *sum_out, long long rows, float epsilon) {
+           void *out, float *sum_out, long long rows, float epsilon) {
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long base = row * HIDDEN;
@@ -60,7 +66,7 @@ layer_norm(const float *input, const void *scale, const void *bias, const float 
         float y = (values[j] - mean) * inverse * scales[j];
         if (BIAS_DT != 0)
           y += biases[j];
-        out[base + i] = y;
+        dsc_store_float<OUT_DT>(out, base + i, y);
       }
     }
   }

@@ -6,8 +6,15 @@
 // RESIDUAL (0/1), BLOCK (a multiple of 32, at most 1024), and POST_RESIDUAL (1) only for a
 // sandwich norm's step: then RESIDUAL is 0 and `residual` is added to the normalised row
 // (y = residual + norm(input) * scale, Gemma-2's and Gemma-3's post-sublayer norms).
-// Activations are f32.
+// Activations are f32, except with OUT_DT (2 f16, 3 bf16; last, only for the second norm
+// kernel of a linear's norm prologue, LinearRules.cpp): `out` is then written in that
+// dtype, the operand of the linear's f16/bf16 GEMM, rounded once as convert_activations
+// would round it.
 #include "dsc_common.cuh"
+
+#ifndef OUT_DT
+#define OUT_DT DSC_DT_F32
+#endif
 
 #define RMS_PER_THREAD ((HIDDEN + BLOCK - 1) / BLOCK)
 #if defined(POST_RESIDUAL) && RESIDUAL
@@ -15,7 +22,7 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
-rms_norm(const float *input, const void *scale, const float *residual, float *out,
+rms_norm(const float *input, const void *scale, const float *residual, void *out,
          float *sum_out, long long rows, float epsilon) {
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -50,9 +57,9 @@ rms_norm(const float *input, const void *scale, const float *residual, float *ou
 #ifdef POST_RESIDUAL
         // The norm rounded to f32 first, as the unfused norm stores it.
         const float normalised = values[j] * inverse * scales[j];
-        out[base + i] = residual[base + i] + normalised;
+        dsc_store_float<OUT_DT>(out, base + i, residual[base + i] + normalised);
 #else
-        out[base + i] = values[j] * inverse * scales[j];
+        dsc_store_float<OUT_DT>(out, base + i, values[j] * inverse * scales[j]);
 #endif
       }
     }

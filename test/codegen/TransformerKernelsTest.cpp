@@ -83,15 +83,16 @@ void run(void **a) {
 #undef BIAS_DT
 #undef RESIDUAL
 #undef BLOCK
+#undef OUT_DT
 } // namespace layer_norm_residual
 
 // rms_norm's parameters, in the template's order, from cuLaunchKernel-style arguments.
-using RmsNormEntry = void (*)(const float *, const void *, const float *, float *, float *,
+using RmsNormEntry = void (*)(const float *, const void *, const float *, void *, float *,
                               long long, float);
 void runRmsNorm(RmsNormEntry entry, void **a) {
   entry(reinterpret_cast<const float *>(arg<Ptr>(a, 0)),
         reinterpret_cast<const void *>(arg<Ptr>(a, 1)),
-        reinterpret_cast<const float *>(arg<Ptr>(a, 2)), reinterpret_cast<float *>(arg<Ptr>(a, 3)),
+        reinterpret_cast<const float *>(arg<Ptr>(a, 2)), reinterpret_cast<void *>(arg<Ptr>(a, 3)),
         reinterpret_cast<float *>(arg<Ptr>(a, 4)), arg<long long>(a, 5), arg<float>(a, 6));
 }
 
@@ -108,6 +109,7 @@ void run(void **a) { runRmsNorm(&rms_norm, a); }
 #undef SCALE_DT
 #undef RESIDUAL
 #undef BLOCK
+#undef OUT_DT
 } // namespace rms_norm_plain
 
 // A sandwich norm's kernel: post_residual + the norm.
@@ -127,6 +129,7 @@ void run(void **a) { runRmsNorm(&rms_norm, a); }
 #undef BLOCK
 #undef POST_RESIDUAL
 #undef RMS_PER_THREAD
+#undef OUT_DT
 } // namespace rms_norm_post
 
 namespace gated_gelu {

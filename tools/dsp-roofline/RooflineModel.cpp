@@ -286,7 +286,12 @@ private:
     const dsp::WeightEntry *scales = weightEntry(inputAt(step, 3));
     const bool int8 = weight->dtype() == dsp::DType::i8 && scales;
     const dsp::DType operand = int8 ? scales->dtype() : weight->dtype();
-    cost.kernels += operand != dsp::DType::f32;  // convert_activations
+    // convert_activations, unless the norm prologue's second kernel writes the GEMM's
+    // operand itself (its OUT_DT; it is the step's last kernel).
+    const uint32_t kernelCount = length(step.kernels());
+    const bool normWritesOperand =
+        norm && kernelCount > 0 && kernelConstant(step, kernelCount - 1, "OUT_DT", -1) != -1;
+    cost.kernels += operand != dsp::DType::f32 && !normWritesOperand;
     if (int8) {
       int64_t rowBytes = std::max<int64_t>(k * dtypeSize(planDType(operand)), 1);
       int64_t partRows = std::max<int64_t>(1, kScratchPartBytes / rowBytes);

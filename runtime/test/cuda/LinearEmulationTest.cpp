@@ -48,8 +48,8 @@ template <typename... Params> void invokeKernel(void (*kernel)(Params...), void 
 }
 
 struct LinearKernels {
-  std::function<void(void **)> slots[5];
-  std::map<std::string, int64_t> constants[5];
+  std::function<void(void **)> slots[6];
+  std::map<std::string, int64_t> constants[6];
   size_t count = 2;
   // The dynamic shared memory gemv's blocks share (blocks run one after another).
   float *sharedX = nullptr;
@@ -94,7 +94,7 @@ public:
   int gemvLaunches = 0, gemms = 0;
   unsigned gemvGrid = 0;  // the last gemv launch's blocks (before the emulation's cap)
   uint32_t gemvSharedBytes = 0;
-  int launchesPerSlot[5] = {};
+  int launchesPerSlot[6] = {};
   size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
   std::string_view op() const override { return op_; }
@@ -350,9 +350,22 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   if (int8)
     EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : parts) << "dequantize_int8 launches";
   if (norm) {
-    // gemv normalises the rows it stages (48 KiB with the reduction's 128 bytes).
+    // gemv normalises the rows it stages (48 KiB with the reduction's 128 bytes); otherwise
+    // the norm kernel runs first, in f32, or on the GEMM path its second kernel (OUT_DT,
+    // the last slot, where the kernels have it), which writes the GEMM's f16/bf16 operand
+    // so that the activations are not converted.
     const bool staged = rows <= 8 && rows * k * 4 + 128 <= 48 * 1024;
-    EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], staged ? 0 : 1) << "norm kernel launches";
+    const bool operandKernel = kernels.constants[kernels.count - 1].count("OUT_DT") != 0;
+    const size_t normSlot = kernels.count - (operandKernel ? 2 : 1);
+    const bool writesOperand = operandKernel && rows > 8;
+    EXPECT_EQ(step.launchesPerSlot[normSlot], staged || writesOperand ? 0 : 1)
+        << "norm kernel launches";
+    if (operandKernel)
+      EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], writesOperand ? 1 : 0)
+          << "operand norm kernel launches";
+    const size_t convertSlot = int8 ? 3 : 2;
+    if (writesOperand)
+      EXPECT_EQ(step.launchesPerSlot[convertSlot], 0) << "conversions after the operand norm";
   }
 
   // Row o's product with row r of x, bias included, and Σ|x·w|.
@@ -548,13 +561,16 @@ TEST(LinearEmulationTest, Int8GemmPathInParts) {
 
 // A norm prologue against the rows normalised in double: gemv normalising its staged rows
 // (1, 3 and 8 rows), and the norm kernel into scratch before the GEMM (11 rows) or before a
-// gemv whose rows are too long to stage (8 rows of 1600).
+// gemv whose rows are too long to stage (8 rows of 1600); before an f16/bf16 GEMM the
+// norm's second kernel writes the GEMM's operand (bf16 at 10 rows, int8's bf16 at 12).
 TEST(LinearEmulationTest, NormPrologueInGemvAndApart) {
   for (int64_t rows : {1, 3, 8, 11})
     checkLinear(f32_rms::kernels(), rows, 40, 1e-5);
   for (int64_t rows : {1, 8})
     checkLinear(bf16_layer_gelu::kernels(), rows, 24, 1e-5);
   checkLinear(bf16_layer_gelu::kernels(), 10, 24, 1e-2);  // bf16-converted activations
+  // A plan's from before the operand norm kernel: the f32 norm, then the conversion.
+  checkLinear(bf16_layer_gelu_before::kernels(), 10, 24, 1e-2);
   for (int64_t rows : {2, 12})
     checkLinear(i8_gated_layer::kernels(), rows, 32, rows <= 8 ? 1e-5 : 1e-2);
   for (int64_t rows : {1, 8})

@@ -9,10 +9,12 @@
 // as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
 // the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
 // in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
-// linears": prefill is compute bound). A norm prologue (tfm.linear `norm`; its kernel is
-// the last slot, after these) normalises the input rows inside gemv where gemv stages them
-// (decode), and otherwise with the norm kernel into scratch first (prefill, or rows too
-// long to stage). A narrow layer's gemv gives each output feature SPLIT_K warps. The math
+// linears": prefill is compute bound). A norm prologue (tfm.linear `norm`; its kernel
+// follows these, and for an f16/bf16 GEMM the same writing that dtype after it) normalises
+// the input rows inside gemv where gemv stages them (decode), and otherwise with the norm
+// kernel into scratch first (rows too long to stage), or on the GEMM path with the second
+// kernel, which writes the GEMM's operand itself (no convert_activations; plans from
+// before it convert). A narrow layer's gemv gives each output feature SPLIT_K warps. The math
 // is the CPU kernel's (runtime/src/ops/Transformer.cpp): the TP `parallel` attribute and
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
@@ -91,6 +93,9 @@ struct NormPrologue {
   const DeviceTensor *scale = nullptr, *bias = nullptr;
   float epsilon = 0;
   size_t slot = 0;
+  // The same norm writing the f16/bf16 GEMM's operand (OUT_DT), after it; absent (-1) in
+  // plans from before it and for f32 GEMMs.
+  int64_t operandSlot = -1;
 };
 
 Status readNormPrologue(StepContext &context, int64_t k, NormPrologue &norm) {
@@ -118,18 +123,33 @@ Status readNormPrologue(StepContext &context, int64_t k, NormPrologue &norm) {
   return Status::ok();
 }
 
-// The norm kernel (rms_norm.cuh / layer_norm.cuh, in the last slot) and gemv's NORM
-// constants must be those of the step's norm.
-Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, size_t slots) {
+// The norm kernel (rms_norm.cuh / layer_norm.cuh, after the linear's `slots`), and where the
+// GEMM multiplies in f16/bf16 (`operand`) maybe the same writing that dtype after it, and
+// gemv's NORM constants must be those of the step's norm.
+Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, size_t slots,
+                        DType operand) {
   if (norm.code == 0) {
     if (context.kernelConstant(kGemvSlot, "NORM", 0) != 0)
       return context.error("the gemv kernel normalises and the step has no norm prologue");
     return Status::ok();
   }
-  if (context.kernelCount() != slots + 1)
+  const bool operandKernel = operand != DType::F32 && context.kernelCount() == slots + 2;
+  if (context.kernelCount() != slots + 1 && !operandKernel)
     return context.error("the plan has ", context.kernelCount(), " kernels for this step, not ",
-                         slots + 1, " (the norm prologue's is the last)");
+                         slots + 1, " (the norm prologue's is the last)",
+                         operand != DType::F32 ? " or " + std::to_string(slots + 2) : "");
   norm.slot = slots;
+  if (operandKernel) {
+    norm.operandSlot = static_cast<int64_t>(slots + 1);
+    for (const char *name : {"HIDDEN", "SCALE_DT", "BIAS_DT", "RESIDUAL", "BLOCK"})
+      if (context.kernelConstant(slots + 1, name, -1) != context.kernelConstant(slots, name, -1))
+        return context.error("the norm prologue's two kernels differ in ", name);
+    if (context.kernelConstant(slots + 1, "OUT_DT", -1) != static_cast<int64_t>(operand))
+      return context.error("the norm prologue's second kernel does not write the GEMM's ",
+                           dtypeName(operand));
+  }
+  if (context.kernelConstant(slots, "OUT_DT", -1) != -1)
+    return context.error("the norm prologue's first kernel must write f32");
   const int64_t scaleType = static_cast<int64_t>(norm.scale->dtype);
   const int64_t biasType = norm.bias ? static_cast<int64_t>(norm.bias->dtype) : 0;
   if (context.kernelConstant(kGemvSlot, "NORM", 0) != norm.code ||
@@ -296,8 +316,9 @@ Status runLinear(StepContext &context) {
   if (isLinear)
     DSRT_RETURN_IF_ERROR(readNormPrologue(context, k, norm));
   const bool converts = gemmType(w->dtype, quantized) != DType::F32;
-  DSRT_RETURN_IF_ERROR(
-      checkNormKernels(context, k, norm, 2 + (quantized ? 1 : 0) + (converts ? 1 : 0)));
+  DSRT_RETURN_IF_ERROR(checkNormKernels(context, k, norm,
+                                        2 + (quantized ? 1 : 0) + (converts ? 1 : 0),
+                                        gemmType(w->dtype, quantized)));
   if (fused.gated != gated)
     return context.error(gated ? "the step is gated and its kernels are not"
                                : "the kernels are gated and the step is not");
@@ -325,25 +346,31 @@ Status runLinear(StepContext &context) {
                               (norm.code != 0 ? kGemvNormReductionBytes : 0);
   const bool gemvPath = rows <= kGemvMaxRows;
   const bool staged = gemvPath && stagedBytes + kGemvSplitSumsBytes <= kGemvMaxStagedBytes;
+  // The GEMM's f16/bf16 operand, when the norm prologue's second kernel writes it.
+  bool operandNormalized = false;
   if (norm.code != 0 && !staged) {
-    // The norm kernel's rows into scratch, which the gemv or the GEMM then reads.
+    // The norm kernel's rows into scratch, which the gemv or the GEMM then reads: in f32,
+    // or on the GEMM path, where the plan has it, as the GEMM's operand.
+    operandNormalized = !gemvPath && norm.operandSlot >= 0;
+    const size_t slot = operandNormalized ? static_cast<size_t>(norm.operandSlot) : norm.slot;
+    const DType written = operandNormalized ? gemmType(w->dtype, quantized) : DType::F32;
     DevicePtr normalized = 0;
     DSRT_RETURN_IF_ERROR(
-        context.scratch(static_cast<size_t>(rows * k) * sizeof(float), normalized));
+        context.scratch(static_cast<size_t>(rows * k) * dtypeSize(written), normalized));
     DevicePtr normScalePtr = norm.scale->data, normBiasPtr = norm.bias ? norm.bias->data : 0,
               noResidual = 0, noSum = 0;
     long long rowCount = rows;
     float epsilon = norm.epsilon;
     Dim3 grid{static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX))};
-    Dim3 block{static_cast<unsigned>(context.kernelConstant(norm.slot, "BLOCK", 32))};
+    Dim3 block{static_cast<unsigned>(context.kernelConstant(slot, "BLOCK", 32))};
     if (norm.code == 1) {
       void *args[] = {&xPtr, &normScalePtr, &noResidual, &normalized, &noSum, &rowCount,
                       &epsilon};
-      DSRT_RETURN_IF_ERROR(context.launch(norm.slot, grid, block, 0, args));
+      DSRT_RETURN_IF_ERROR(context.launch(slot, grid, block, 0, args));
     } else {
       void *args[] = {&xPtr,       &normScalePtr, &normBiasPtr, &noResidual,
                       &normalized, &noSum,        &rowCount,    &epsilon};
-      DSRT_RETURN_IF_ERROR(context.launch(norm.slot, grid, block, 0, args));
+      DSRT_RETURN_IF_ERROR(context.launch(slot, grid, block, 0, args));
     }
     xPtr = normalized;
   }
@@ -392,8 +419,8 @@ Status runLinear(StepContext &context) {
   gemm.b = wPtr;
   gemm.bType = w->dtype;
   gemm.a = xPtr;
-  gemm.aType = DType::F32;
-  if (operandType != DType::F32) {
+  gemm.aType = operandNormalized ? operandType : DType::F32;
+  if (operandType != DType::F32 && !operandNormalized) {
     long long count = rows * k;
     DevicePtr converted = 0;
     DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(count) * 2, converted));
