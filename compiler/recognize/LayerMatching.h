@@ -107,10 +107,17 @@ template <typename OpTy> struct RecognitionPattern : mlir::OpRewritePattern<OpTy
 // The patterns, one file each kind.
 //===----------------------------------------------------------------------===//
 
+// The Gemms between two reshapes that the probes show to restore the flattened input's
+// leading dimensions (GPT-2's Conv1D), each with its two reshapes. Found before any pattern
+// rewrites: the probes' shapes are keyed by the values as imported, and a value that a
+// pattern creates later has none, or, at an address an erased value had, that value's (so
+// that the outcome would depend on where the allocator put it).
+using LiftableGemms = llvm::DenseMap<Operation *, std::pair<Operation *, Operation *>>;
+LiftableGemms liftableGemms(mlir::func::FuncOp func, const ProbeShapes &shapes);
 // Gather on a 2-D weight -> tfm.embedding; MatMul/Gemm on a weight (GPT-2's Conv1D
 // included) -> tfm.linear or tfm.lm_head (LinearPatterns.cpp).
 void populateLinearPatterns(mlir::RewritePatternSet &patterns, DeclineLog &log,
-                            const ProbeShapes &shapes);
+                            const LiftableGemms &liftable);
 // LayerNormalization and the decomposed layer and RMS norms (NormPatterns.cpp).
 // `missingEpsilon`: the epsilon of a decomposed norm whose export has none (RecognizeLayers'
 // missing-norm-epsilon); `withoutEpsilon` counts the norms that took it.

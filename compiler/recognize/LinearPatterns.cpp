@@ -147,12 +147,42 @@ struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
   }
 };
 
+namespace {
+
+// At every probe that saw both, `restored` has the leading dimensions of `x`.
+bool restoresLeading(Value x, Value restored, const ProbeShapes &shapes) {
+  auto a = shapes.find(x), b = shapes.find(restored);
+  if (a == shapes.end() || b == shapes.end() || a->second.size() != b->second.size() ||
+      a->second.size() < 2)
+    return false;
+  for (auto [sx, sr] : llvm::zip(a->second, b->second)) {
+    if (sx.size() != sr.size())
+      return false;
+    for (size_t d = 0; d + 1 < sx.size(); ++d)
+      if (sx[d] != sr[d])
+        return false;
+  }
+  return true;
+}
+
+// A Gemm's input reshape and its only user, a reshape; nulls when it has not both.
+std::pair<onnx::ReshapeOp, onnx::ReshapeOp> reshapesAround(onnx::GemmOp gemm) {
+  auto flatten = defining<onnx::ReshapeOp>(gemm.getA());
+  auto restore = dyn_cast_or_null<onnx::ReshapeOp>(singleUser(gemm.getY()));
+  if (!flatten || !restore)
+    return {};
+  return {flatten, restore};
+}
+
+} // namespace
+
 // Gemm(A, B, C) with alpha = beta = 1: tfm.linear; GPT-2's Conv1D
 // Reshape(x, [-1, in]) -> Gemm -> Reshape(back to x's leading dimensions) becomes one
-// tfm.linear on x when every probe shows the reshapes restore x's shape.
+// tfm.linear on x when every probe showed the reshapes restore x's shape (liftableGemms,
+// before any rewrite).
 struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
-  GemmPattern(MLIRContext *context, DeclineLog &log, const ProbeShapes &shapes)
-      : RecognitionPattern(context, log), shapes(shapes) {}
+  GemmPattern(MLIRContext *context, DeclineLog &log, const LiftableGemms &liftable)
+      : RecognitionPattern(context, log), liftable(liftable) {}
 
   LogicalResult matchAndRewrite(onnx::GemmOp gemm, PatternRewriter &rewriter) const override {
     if (gemm.getTransA() != 0)
@@ -179,16 +209,17 @@ struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
     Value input = gemm.getA();
     Value replaced = gemm.getY();
     RankedTensorType type = withLastDim(inputType, out);
-    // Conv1D: look through the reshapes around the Gemm.
-    auto flatten = defining<onnx::ReshapeOp>(gemm.getA());
-    auto restore = dyn_cast_or_null<onnx::ReshapeOp>(singleUser(gemm.getY()));
-    if (flatten && restore) {
+    // Conv1D: look through the reshapes around the Gemm, the ones the probes proved.
+    auto [flatten, restore] = reshapesAround(gemm);
+    auto proved = liftable.find(gemm);
+    if (flatten && restore && proved != liftable.end() &&
+        proved->second == std::make_pair(flatten.getOperation(), restore.getOperation())) {
       Value x = flatten.getData();
       RankedTensorType xType = rankedFloat(x);
       RankedTensorType restoredType = rankedFloat(restore.getReshaped());
       if (xType && restoredType && xType.getRank() == restoredType.getRank() &&
           restoredType.getRank() > 0 &&
-          restoredType.getDimSize(restoredType.getRank() - 1) == out && restoresLeading(x, restore.getReshaped())) {
+          restoredType.getDimSize(restoredType.getRank() - 1) == out) {
         input = x;
         replaced = restore.getReshaped();
         type = withLastDim(xType, out);
@@ -207,23 +238,7 @@ struct GemmPattern : RecognitionPattern<onnx::GemmOp> {
     return success();
   }
 
-  // At every probe that saw both, `restored` has the leading dimensions of `x`.
-  bool restoresLeading(Value x, Value restored) const {
-    auto a = shapes.find(x), b = shapes.find(restored);
-    if (a == shapes.end() || b == shapes.end() || a->second.size() != b->second.size() ||
-        a->second.size() < 2)
-      return false;
-    for (auto [sx, sr] : llvm::zip(a->second, b->second)) {
-      if (sx.size() != sr.size())
-        return false;
-      for (size_t d = 0; d + 1 < sx.size(); ++d)
-        if (sx[d] != sr[d])
-          return false;
-    }
-    return true;
-  }
-
-  const ProbeShapes &shapes;
+  const LiftableGemms &liftable;
 };
 
 
@@ -318,11 +333,21 @@ template <typename OpTy> struct ScaledLinearPattern : RecognitionPattern<OpTy> {
   }
 };
 
+LiftableGemms liftableGemms(func::FuncOp func, const ProbeShapes &shapes) {
+  LiftableGemms liftable;
+  func.walk([&](onnx::GemmOp gemm) {
+    auto [flatten, restore] = reshapesAround(gemm);
+    if (flatten && restore && restoresLeading(flatten.getData(), restore.getReshaped(), shapes))
+      liftable[gemm] = {flatten.getOperation(), restore.getOperation()};
+  });
+  return liftable;
+}
+
 void populateLinearPatterns(RewritePatternSet &patterns, DeclineLog &log,
-                            const ProbeShapes &shapes) {
+                            const LiftableGemms &liftable) {
   patterns.add<EmbeddingPattern, MatMulPattern, ScaledLinearPattern<onnx::MulOp>,
                ScaledLinearPattern<onnx::DivOp>>(patterns.getContext(), log);
-  patterns.add<GemmPattern>(patterns.getContext(), log, shapes);
+  patterns.add<GemmPattern>(patterns.getContext(), log, liftable);
 }
 
 } // namespace dsc::layers

@@ -45,9 +45,12 @@ struct RecognizeLayersPass : impl::RecognizeLayersBase<RecognizeLayersPass> {
       layers::ProbeCoverage coverage;
       layers::ProbeShapes shapes = layers::probeShapes(func, coverage);
       layers::refineTypes(func, shapes, coverage);
+      // Every decision that reads the probes' shapes is taken here, before the patterns
+      // create values the shapes do not know (layers::liftableGemms).
+      const layers::LiftableGemms liftable = layers::liftableGemms(func, shapes);
       MLIRContext *context = &getContext();
       RewritePatternSet patterns(context);
-      layers::populateLinearPatterns(patterns, log, shapes);
+      layers::populateLinearPatterns(patterns, log, liftable);
       layers::populateNormPatterns(patterns, log, missingNormEpsilon, normsWithoutEpsilon);
       layers::populateActivationPatterns(patterns, log);
       layers::populateResidualPatterns(patterns);
