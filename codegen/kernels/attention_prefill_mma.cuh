@@ -133,11 +133,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const int key = tile + row;
       unsigned int key_word = 0, value_word = 0;  // zeros past the last key: 0 · v stays 0
       if (key < key_end) {
-        const long long element = static_cast<long long>(key) * HEAD_DIM + 2 * pair;
-        key_word = static_cast<unsigned int>(key_base[element]) |
-                   (static_cast<unsigned int>(key_base[element + 1]) << 16);
-        value_word = static_cast<unsigned int>(value_base[element]) |
-                     (static_cast<unsigned int>(value_base[element + 1]) << 16);
+        // One 32-bit load per pair: a cache row is HEAD_DIM (a multiple of 16) halves, and
+        // its batch and head strides are whole rows, so every pair is 4-byte aligned.
+        const long long word = static_cast<long long>(key) * (HEAD_DIM / 2) + pair;
+        key_word = reinterpret_cast<const unsigned int *>(key_base)[word];
+        value_word = reinterpret_cast<const unsigned int *>(value_base)[word];
       }
       k_tile[row][pair] = key_word;
       v_tile[row][pair] = value_word;
