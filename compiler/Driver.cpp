@@ -76,6 +76,12 @@ llvm::cl::opt<std::string> kvCacheDtype(
     llvm::cl::desc("The session's KV cache: auto (the default: the dtype the float weights are "
                    "stored in, fp16 for --dtype int8), fp32, fp16 or bf16"),
     llvm::cl::init("auto"), llvm::cl::cat(category));
+llvm::cl::opt<std::string> activationDtype(
+    "activation-dtype",
+    llvm::cl::desc("The session programs' activations between an attention or a gated MLP "
+                   "and the linear layers that read them: auto (the default: the dtype the "
+                   "float weights are stored in, fp16 for --dtype int8), fp32, fp16 or bf16"),
+    llvm::cl::init("auto"), llvm::cl::cat(category));
 llvm::cl::opt<bool> verbose(
     "verbose", llvm::cl::desc("Say more: with --dtype int8, the quantization error per weight"),
     llvm::cl::init(false), llvm::cl::cat(category));
@@ -300,6 +306,12 @@ int runCompilerDriver(int argc, char **argv) {
                  << kvCacheDtype << "'\n";
     return EXIT_FAILURE;
   }
+  if (activationDtype != "auto" && activationDtype != "fp32" && activationDtype != "fp16" &&
+      activationDtype != "bf16") {
+    llvm::errs() << "dsc: error: --activation-dtype must be auto, fp32, fp16 or bf16, not '"
+                 << activationDtype << "'\n";
+    return EXIT_FAILURE;
+  }
   if (int8GroupSize < 0) {
     llvm::errs() << "dsc: error: --int8-group-size must be positive, or 0 for one group per "
                     "output channel, not "
@@ -359,6 +371,11 @@ int runCompilerDriver(int argc, char **argv) {
   }
   const std::string cacheDtype =
       kvCacheDtype == "auto" ? storedFloatDtype : kvCacheDtype.getValue();
+  const std::string activations =
+      activationDtype == "auto" ? storedFloatDtype : activationDtype.getValue();
+  auto mlirDtype = [](const std::string &name) -> std::string {
+    return name == "fp16" ? "f16" : name == "bf16" ? "bf16" : "f32";
+  };
 
   if (emit != Stage::Onnx) {
     PipelineOptions pipeline;
@@ -373,7 +390,8 @@ int runCompilerDriver(int argc, char **argv) {
       quantize.remarks = verbose;
       pipeline.int8 = quantize;
     }
-    pipeline.kvCacheDtype = cacheDtype == "fp16" ? "f16" : cacheDtype == "bf16" ? "bf16" : "f32";
+    pipeline.kvCacheDtype = mlirDtype(cacheDtype);
+    pipeline.activationDtype = mlirDtype(activations);
     pipeline.fuse = !noFuse;
     pipeline.fuseRemarks = fuseRemarks;
     pipeline.lowering.maxBatch = maxBatch;

@@ -76,6 +76,12 @@ LogicalResult lowerToPlan(ModuleOp module, const PipelineOptions &options) {
   // After tp-shard: no fusion across its collectives.
   if (options.fuse)
     addFusePasses(lower, options.fuseRemarks);
+  // After fusion, which makes the gated linears whose results it narrows.
+  if (options.activationDtype != "f32") {
+    ActivationDtypeOptions activations;
+    activations.dtype = options.activationDtype;
+    lower.addPass(createActivationDtype(activations));
+  }
   lower.addPass(createLowerOnnxToPlan(options.lowering));
   lower.addPass(createPlanMemory());
   return lower.run(module);

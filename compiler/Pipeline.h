@@ -25,6 +25,8 @@ struct PipelineOptions {
   int64_t tensorParallel = 1;
   std::optional<QuantizeWeightsOptions> int8;  // set: quantize the recognised linears
   std::string kvCacheDtype = "f32";  // the session's KV cache: f32, f16 or bf16
+  // The session programs' half activations (dsc-activation-dtype): f32, f16 or bf16.
+  std::string activationDtype = "f32";
   // The epsilon of a decomposed norm the export left without one (dsc-recognize-layers'
   // missing-norm-epsilon): the driver gives config.json's.
   double missingNormEpsilon = 0.0;

@@ -146,7 +146,12 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "the past key and value are not f32";
     return false;
   }
-  for (size_t output = 0; output < in.outputCount(); ++output)
+  // The result may be the plan's half activation dtype (output_dtype): the kernels that
+  // write it round into it (OUT_DT), in the session programs only (dsc-activation-dtype).
+  const DType outputType =
+      in.output(0) ? static_cast<DType>(in.output(0)->dtype) : DType::Undefined;
+  const bool halfOutput = outputType == DType::F16 || outputType == DType::BF16;
+  for (size_t output = halfOutput ? 1 : 0; output < in.outputCount(); ++output)
     if (!isF32(in.output(output))) {
       reason = "output " + std::to_string(output) + " is " + dtypeOf(in.output(output)) +
                ", not f32";
@@ -242,6 +247,12 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   }
   const int64_t kvDtype =
       sessionCache && cacheType != DType::F32 ? static_cast<int64_t>(cacheType) : 0;
+  // A half result: its kernels are the session's (the decode kernel's merge writes it).
+  if (halfOutput && (!sessionCache || in.intAttr("cross", 0) != 0 || bias)) {
+    reason = "a " + dtypeOf(in.output(0)) +
+             " result needs the session's KV cache, and no cross-attention or bias";
+    return false;
+  }
 
   // q/k norms: scales at inputs 8 and 9, f32 [head_dim] per head (Qwen3's, Gemma-3's:
   // QK_NORM 1), or [heads * head_dim] and [kv_heads * head_dim] over all of a token's query
@@ -342,6 +353,10 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     kernels.back().constants.push_back({"BIAS", 1});
   if (kvDtype != 0)
     kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
+  // The plan's half activation dtype as the result: last, and only then, so that every
+  // other kernel keeps its constants and name.
+  if (halfOutput)
+    kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
   // A cached cross-attention (`cross`: the encoder's keys, written by prefill) runs the
   // prefill kernel for its decode steps too: the decode kernel reads the decoder's lengths.
   // So does a cached step with a bias (T5's relative positions, computed for the step by
@@ -380,6 +395,8 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     const int64_t groupHeads = decodeGroupHeads(heads / kvHeads, headDim);
     if (groupHeads > 1)
       kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
+    if (halfOutput)
+      kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
   }
   return true;
 }

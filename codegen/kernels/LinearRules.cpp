@@ -5,7 +5,9 @@
 //   0 gemv                 rows <= 8: act(x·Wᵀ + b) + residual in one launch (an LM head's
 //                          logit scale and cap after it)
 //   1 linear_epilogue      after cuBLASLt: bias, activation and residual over [rows, out]
-//   2 convert_activations  f32 activations to the weight dtype (f16/bf16 weights only)
+//   2 convert_activations  the input to the weight dtype, where they differ (f32
+//                          activations to f16/bf16 weights; a half input, the plan's
+//                          activation dtype, to another: XT)
 // int8 weights with scales (tfm.linear, and tfm.lm_head, whose scales take tfm.linear's
 // position 3; docs/cuda-backend.md, "int8 linears"):
 //   0 gemv                 as above, dequantizing inside (WT 8, SDT, GS)
@@ -84,9 +86,29 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
     reason = "has no weight";
     return false;
   }
-  if (!requireF32(in.input(kInput), "the input", reason) ||
-      !requireF32(in.output(0), "the output", reason))
+  // f32 activations, or the plan's half activation dtype (dsc-activation-dtype) as the input
+  // or as a gated linear's result: XT and OUT_DT below.
+  if (!in.input(kInput) || !in.output(0)) {
+    reason = "has no input or output";
     return false;
+  }
+  const DType inputType = static_cast<DType>(in.input(kInput)->dtype);
+  const DType outputType = static_cast<DType>(in.output(0)->dtype);
+  auto isHalf = [](DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; };
+  if (!isHalf(inputType) && !requireF32(in.input(kInput), "the input", reason))
+    return false;
+  if (!isHalf(outputType) && !requireF32(in.output(0), "the output", reason))
+    return false;
+  if (isHalf(outputType) && (!isLinear || in.intAttr("gated", 0) == 0)) {
+    reason = std::string("a ") + dsrt::dtypeName(outputType) +
+             " result is a gated linear's only (its epilogue rounds into it)";
+    return false;
+  }
+  if (isHalf(inputType) && isLinear && !in.stringAttr("norm", "").empty()) {
+    reason = std::string("a norm prologue normalises f32 rows, not ") +
+             dsrt::dtypeName(inputType);
+    return false;
+  }
   if (weight->shape.size() != 2) {
     reason = "the weight is not [out, in]";
     return false;
@@ -228,6 +250,14 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   gemv.constants.push_back(
       {"SPLIT_K", gemvSplits(gated ? in.staticDim(*weight, 0) / 2 : in.staticDim(*weight, 0),
                              k, weightType)});
+  // The plan's half activations (input, gated result): last, and only where the step has
+  // them, so that every other step keeps its kernels.
+  if (isHalf(inputType))
+    gemv.constants.push_back({"XT", static_cast<int64_t>(inputType)});
+  if (isHalf(outputType)) {
+    gemv.constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
+    epilogue.constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
+  }
   kernels.push_back(std::move(gemv));
   kernels.push_back(std::move(epilogue));
   // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the
@@ -236,8 +266,13 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   if (int8)
     kernels.push_back({"dequantize_int8",
                        {{"SDT", static_cast<int64_t>(scaleType)}, {"GS", groupSize}}});
-  if (gemmType != DType::F32)
+  // The input in the GEMM's dtype: none where it already is (an f32 input to f32 weights,
+  // or the half activation dtype to weights of that dtype).
+  if (gemmType != inputType) {
     kernels.push_back({"convert_activations", {{"WT", static_cast<int64_t>(gemmType)}}});
+    if (isHalf(inputType))
+      kernels.back().constants.push_back({"XT", static_cast<int64_t>(inputType)});
+  }
   if (!norm.empty()) {
     kernels.push_back(normSpec);
     if (gemmType != DType::F32) {

@@ -46,7 +46,19 @@
 // the heads that are not the rank's (a rank with fewer query heads than a group, when
 // tensor parallelism replicates a KV head). Without it, block y is query head y.
 // FUSED_COMBINE counts one arrival per (block y, sequence).
+//
+// With OUT_DT (2 f16, 3 bf16; only with FUSED_COMBINE, and only where the step's result is
+// the plan's half activation dtype), `out` is of that dtype: the merge rounds into it.
 #include "dsc_common.cuh"
+
+#ifdef OUT_DT
+#ifndef FUSED_COMBINE
+#error "OUT_DT needs FUSED_COMBINE: the merge writes the output"
+#endif
+#define ATTENTION_DECODE_OUT_DT OUT_DT
+#else
+#define ATTENTION_DECODE_OUT_DT DSC_DT_F32
+#endif
 
 #ifndef KV_DTYPE
 #define KV_DTYPE DSC_DT_F32
@@ -214,7 +226,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const long long first_slot =
       (static_cast<long long>(sequence) * heads + first_head) * max_splits;
 #ifdef FUSED_COMBINE
-  float *out_rows = out + (static_cast<long long>(sequence) * heads + first_head) * HEAD_DIM;
+  // The block's first output row's element: an offset, not a pointer, so that nothing
+  // 64-bit stays live across the attention loop.
+  const long long out_first = (static_cast<long long>(sequence) * heads + first_head) * HEAD_DIM;
 #endif
   if (split_begin >= total) {
 #ifdef FUSED_COMBINE
@@ -223,9 +237,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     if (split == 0)
       for (int g = 0; g < head_count; ++g)
         dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                                   KV_DTYPE>(out_rows + g * HEAD_DIM, partial_out, partial_max,
-                                             partial_sum, first_slot + g * max_splits, 0,
-                                             value_base, total, position);
+                                   KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
+            dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
+            partial_max, partial_sum, first_slot + g * max_splits, 0, value_base, total,
+            position);
 #endif
     return;  // the whole block: the merge reads only the splits below total
   }
@@ -526,8 +541,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   __threadfence();
   for (int g = 0; g < head_count; ++g)
     dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                               KV_DTYPE>(out_rows + g * HEAD_DIM, partial_out, partial_max,
-                                         partial_sum, first_slot + g * max_splits, splits,
-                                         value_base, total, position);
+                               KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
+        dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
+        partial_max, partial_sum, first_slot + g * max_splits, splits, value_base, total,
+        position);
 #endif
 }

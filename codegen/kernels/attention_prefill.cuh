@@ -28,8 +28,19 @@
 //
 // `out` holds the rotated queries on entry (attention_rotary wrote them there) and the
 // attention output on exit: a block reads exactly the rows it later writes, and reads them
-// all into shared memory before the first write.
+// all into shared memory before the first write. With OUT_DT (2 f16, 3 bf16; last, only
+// where the step's result is the plan's half activation dtype) `out` is of that dtype and
+// the f32 rotated queries are in `query_rows` (the kernel's last parameter), laid out as
+// `out` would hold them.
 #include "dsc_common.cuh"
+
+#ifdef OUT_DT
+#define ATTENTION_PREFILL_OUT_DT OUT_DT
+#define ATTENTION_PREFILL_QUERIES query_rows
+#else
+#define ATTENTION_PREFILL_OUT_DT DSC_DT_F32
+#define ATTENTION_PREFILL_QUERIES out
+#endif
 
 #ifndef KV_DTYPE
 #define KV_DTYPE DSC_DT_F32
@@ -95,6 +106,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                       const float *bias, long long bias_batch_stride, long long bias_head_stride,
                       long long bias_row_stride
 #endif
+#ifdef OUT_DT
+                      ,
+                      const float *query_rows
+#endif
     ) {
   __shared__ float q_tile[Q_TILE][HEAD_DIM];
   __shared__ float k_tile[K_TILE][ATTENTION_PREFILL_K_STRIDE];
@@ -123,8 +138,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int token = q_begin + row;
     q_tile[row][feature] =
         token < fresh
-            ? out[((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM +
-                  feature]
+            ? ATTENTION_PREFILL_QUERIES[((static_cast<long long>(sequence) * fresh + token) *
+                                             heads +
+                                         head) *
+                                            HEAD_DIM +
+                                        feature]
             : 0.0f;
   }
   __syncthreads();
@@ -258,19 +276,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     if (token >= fresh)
       continue;
     const int position = past + token;
-    float *out_row =
-        out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
+    void *out_row = dsc_element_address<ATTENTION_PREFILL_OUT_DT>(
+        out, ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM);
     if (row_max[r] == negative_infinity) {
-      dsc_unattended_row<KV_DTYPE, false>(out_row, value_base, HEAD_DIM, total, position,
-                                          ATTENTION_PREFILL_UNATTENDED_ZERO,
-                                          UNATTENDED_CAUSAL && CAUSAL, lane, 32);
+      dsc_unattended_row<KV_DTYPE, false, ATTENTION_PREFILL_OUT_DT>(
+          out_row, value_base, HEAD_DIM, total, position, ATTENTION_PREFILL_UNATTENDED_ZERO,
+          UNATTENDED_CAUSAL && CAUSAL, lane, 32);
       continue;
     }
 #pragma unroll
     for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i) {
       const int feature = lane + 32 * i;
       if (feature < HEAD_DIM)
-        out_row[feature] = row_out[r][i] / row_sum[r];
+        dsc_store_float<ATTENTION_PREFILL_OUT_DT>(out_row, feature, row_out[r][i] / row_sum[r]);
     }
   }
 }

@@ -24,6 +24,16 @@
 // attention_prefill: a block stages every row it later writes before its first write.
 #include "dsc_common.cuh"
 
+// With OUT_DT (last, only where the step's result is the plan's half activation dtype):
+// attention_prefill's, `out` of that dtype and the queries in `query_rows`.
+#ifdef OUT_DT
+#define ATTENTION_MMA_OUT_DT OUT_DT
+#define ATTENTION_MMA_QUERIES query_rows
+#else
+#define ATTENTION_MMA_OUT_DT DSC_DT_F32
+#define ATTENTION_MMA_QUERIES out
+#endif
+
 #if !defined(KV_DTYPE) || (KV_DTYPE != DSC_DT_F16 && KV_DTYPE != DSC_DT_BF16)
 #error "attention_prefill_mma needs KV_DTYPE 2 (f16) or 3 (bf16)"
 #endif
@@ -68,7 +78,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                           const attention_mma_kv_t *values, long long kv_batch_stride,
                           long long kv_head_stride, int kv_rows, const void *mask,
                           const int *lengths, int io_past, int fresh, int heads, int head_offset,
-                          int kv_head_offset, int group, int global_heads, float scale) {
+                          int kv_head_offset, int group, int global_heads, float scale
+#ifdef OUT_DT
+                          ,
+                          const float *query_rows
+#endif
+    ) {
   __shared__ unsigned int q_tile[Q_TILE][ATTENTION_MMA_ROW_WORDS];
   __shared__ unsigned int k_tile[K_TILE][ATTENTION_MMA_ROW_WORDS];
   __shared__ unsigned int v_tile[K_TILE][ATTENTION_MMA_ROW_WORDS];
@@ -99,7 +114,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float low = 0.0f, high = 0.0f;
     if (token < fresh) {
       const float *query =
-          out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
+          ATTENTION_MMA_QUERIES +
+          ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
       low = query[2 * pair];
       high = query[2 * pair + 1];
     }
@@ -248,19 +264,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     if (token >= fresh)
       continue;
     const int position = past + token;
-    float *out_row =
-        out + ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
+    void *out_row = dsc_element_address<ATTENTION_MMA_OUT_DT>(
+        out, ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM);
     if (row_max[r] == negative_infinity) {
       // No key to attend: attention_prefill's rule, the row's 4 lanes sharing its features.
-      dsc_unattended_row<KV_DTYPE, false>(out_row, value_base, HEAD_DIM, total, position,
-                                          ATTENTION_MMA_UNATTENDED_ZERO,
-                                          UNATTENDED_CAUSAL && CAUSAL, t, 4);
+      dsc_unattended_row<KV_DTYPE, false, ATTENTION_MMA_OUT_DT>(
+          out_row, value_base, HEAD_DIM, total, position, ATTENTION_MMA_UNATTENDED_ZERO,
+          UNATTENDED_CAUSAL && CAUSAL, t, 4);
       continue;
     }
 #pragma unroll
     for (int n = 0; n < ATTENTION_MMA_FEATURE_TILES; ++n) {
-      out_row[n * 8 + 2 * t] = o[n][2 * r] / row_sum[r];
-      out_row[n * 8 + 2 * t + 1] = o[n][2 * r + 1] / row_sum[r];
+      const float first = o[n][2 * r] / row_sum[r], second = o[n][2 * r + 1] / row_sum[r];
+      if constexpr (ATTENTION_MMA_OUT_DT == DSC_DT_F32) {
+        static_cast<float *>(out_row)[n * 8 + 2 * t] = first;
+        static_cast<float *>(out_row)[n * 8 + 2 * t + 1] = second;
+      } else {
+        // The pair as one word: HEAD_DIM is even, so every row starts 4-byte aligned.
+        static_cast<unsigned int *>(out_row)[n * 4 + t] =
+            dsc_pack_half2<ATTENTION_MMA_OUT_DT>(first, second);
+      }
     }
   }
 }

@@ -85,6 +85,22 @@ static __device__ __forceinline__ void dsc_store_float(void *data, long long ind
     static_cast<unsigned short *>(data)[index] = dsc_f32_to_bf16(value);
 }
 
+// Half `index` (0 low, 1 high: little endian) of a 32-bit word of two f16/bf16 values of
+// dtype DT, as f32. Shifts, not a short pointer into the word, which the host compilers of
+// the emulation tests may assume does not alias it.
+template <int DT>
+static __device__ __forceinline__ float dsc_half_of_word(unsigned int word, int index) {
+  const unsigned short bits = static_cast<unsigned short>(index ? word >> 16 : word & 0xffffu);
+  return dsc_load_float<DT>(&bits, 0);
+}
+
+// Element `index` of an array of dtype DT, as an address (a row's start for the
+// functions above).
+template <int DT>
+static __device__ __forceinline__ void *dsc_element_address(void *data, long long index) {
+  return static_cast<char *>(data) + index * (DT == DSC_DT_F32 ? 4 : 2);
+}
+
 // ---- the session's KV cache -------------------------------------------------------------
 
 // The element of a KV cache of dtype KV (a plan's cache_dtype; the attention kernels'
@@ -152,8 +168,9 @@ static __device__ __forceinline__ bool dsc_mask_on(const void *mask, long long i
 // (GPT-Neo's doubled mask, `causal_only`) of those at or before `position`. This thread
 // writes features first, first + stride, ...; COHERENT reads the cache past L1 (another
 // block of the launch may have written it).
-template <int KV, bool COHERENT>
-static __device__ void dsc_unattended_row(float *out_row,
+// The row is of dtype OUT (the step's result: f32, or the plan's half activation dtype).
+template <int KV, bool COHERENT, int OUT = DSC_DT_F32>
+static __device__ void dsc_unattended_row(void *out_row,
                                           const typename dsc_kv_element<KV>::type *value_base,
                                           int head_dim, int total, int position, bool zero,
                                           bool causal_only, int first, int stride) {
@@ -169,7 +186,7 @@ static __device__ void dsc_unattended_row(float *out_row,
           sum += dsc_load_float<KV>(value_base, element);
         ++count;
       }
-    out_row[feature] = count > 0 ? sum / static_cast<float>(count) : 0.0f;
+    dsc_store_float<OUT>(out_row, feature, count > 0 ? sum / static_cast<float>(count) : 0.0f);
   }
 }
 
@@ -418,11 +435,11 @@ dsc_rotary_feature(const float *head, int feature, float position,
 // and values are read past L1 (__ldcg): in attention_decode's fused form other blocks
 // wrote them (the partials, and the new token's cache row) during this kernel, and only
 // the L2 is coherent between SMs.
-// The values are a KV cache of dtype KV_ (dsc_kv_element).
+// The values are a KV cache of dtype KV_ (dsc_kv_element), the output row of dtype OUT_.
 template <int HEAD_DIM_, int CAUSAL_, int UNATTENDED_CAUSAL_, int UNATTENDED_ZERO_,
-          int KV_ = DSC_DT_F32>
+          int KV_ = DSC_DT_F32, int OUT_ = DSC_DT_F32>
 static __device__ __forceinline__ void
-dsc_attention_merge_splits(float *out_row, const float *partial_out, const float *partial_max,
+dsc_attention_merge_splits(void *out_row, const float *partial_out, const float *partial_max,
                            const float *partial_sum, long long first_slot, int splits,
                            const typename dsc_kv_element<KV_>::type *value_base, int total,
                            int position) {
@@ -432,7 +449,7 @@ dsc_attention_merge_splits(float *out_row, const float *partial_out, const float
 
   if (overall_max == __int_as_float(0xff800000)) {
     // No key to attend; for the one new token the causally visible keys are all of them.
-    dsc_unattended_row<KV_, true>(out_row, value_base, HEAD_DIM_, total, position,
+    dsc_unattended_row<KV_, true, OUT_>(out_row, value_base, HEAD_DIM_, total, position,
                                   UNATTENDED_ZERO_, UNATTENDED_CAUSAL_ && CAUSAL_,
                                   threadIdx.x, blockDim.x);
     return;
@@ -447,7 +464,7 @@ dsc_attention_merge_splits(float *out_row, const float *partial_out, const float
     for (int split = 0; split < splits; ++split)
       numerator += expf(__ldcg(partial_max + first_slot + split) - overall_max) *
                    __ldcg(partial_out + (first_slot + split) * HEAD_DIM_ + feature);
-    out_row[feature] = numerator / denominator;
+    dsc_store_float<OUT_>(out_row, feature, numerator / denominator);
   }
 }
 

@@ -25,7 +25,10 @@
 // whatever the run's k); SPLIT_K (1, 2, 4 or 8 warps per output feature, in every plan's
 // kernels since it exists; see gemv_features).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
-// of 32.
+// of 32. XT (2 f16, 3 bf16; last, only where the step's input is the plan's half activation
+// dtype, dsc-activation-dtype) is x's dtype: staged rows are widened into shared memory as
+// they are copied, unstaged ones as they are read. OUT_DT (likewise, only for a gated
+// linear's half result) is y's: each output is rounded into it.
 //
 // NORM (1 rms, 2 layer; present only when set, with NORM_SCALE_DT and NORM_BIAS_DT, 0 for
 // no bias: tfm.linear's norm prologue): with `normalize` (and then 32 floats more of
@@ -76,6 +79,17 @@
 #error "gemv: GS must be 0 (one group per row) or the group size"
 #endif
 
+#ifdef XT
+#define GEMV_XT XT
+#else
+#define GEMV_XT DSC_DT_F32
+#endif
+#ifdef OUT_DT
+#define GEMV_OUT_DT OUT_DT
+#else
+#define GEMV_OUT_DT DSC_DT_F32
+#endif
+
 #define GEMV_MAX_ROWS 8
 // Split-K's partial sums: GEMV_MAX_ROWS floats per warp of a block of at most 8 warps, twice
 // for a gated linear (LinearOps.cpp's kGemvSplitSumsBytes).
@@ -105,9 +119,9 @@ static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *ou
   const unsigned int words[4] = {v.a, v.b, v.c, v.d};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if (WT == DSC_DT_F32) {
+    if constexpr (WT == DSC_DT_F32) {
       out[i] = __uint_as_float(words[i]);
-    } else if (WT == DSC_DT_I8) {
+    } else if constexpr (WT == DSC_DT_I8) {
       // Little endian: element 4i + b is byte b of word i, two's complement. Widened
       // without the integer-to-float conversion, which runs at a quarter of the FP32 rate
       // and would bound the kernel below the memory's 16 weights per load: flipping each
@@ -121,15 +135,8 @@ static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *ou
             __uint_as_float(0x4B000000u | ((biased >> (8 * b)) & 0xffu)) - 8388736.0f;
     } else {
       // Little endian: element 2i is the low half of word i.
-      const unsigned short low = static_cast<unsigned short>(words[i] & 0xffffu);
-      const unsigned short high = static_cast<unsigned short>(words[i] >> 16);
-      if (WT == DSC_DT_F16) {
-        out[2 * i] = dsc_f16_to_f32(low);
-        out[2 * i + 1] = dsc_f16_to_f32(high);
-      } else {
-        out[2 * i] = dsc_bf16_to_f32(low);
-        out[2 * i + 1] = dsc_bf16_to_f32(high);
-      }
+      out[2 * i] = dsc_half_of_word<WT>(words[i], 0);
+      out[2 * i + 1] = dsc_half_of_word<WT>(words[i], 1);
     }
   }
 }
@@ -152,10 +159,14 @@ static __device__ __forceinline__ float gemv_weight(const void *w, const void *s
 // Weight row n's dot product with every row of x, reduced over the warp and scaled (int8),
 // into acc[r] on every lane, for in-feature count k_in: over all of k_in, or (split-K) over
 // the part-th of `splits` contiguous parts of it.
-static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
+// x is of dtype XD: f32 (staged rows, or an f32 input), or the half input (XT) read where
+// it lies; x_vector then means pairs of halves in one 4-byte load.
+template <int XD>
+static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *w,
                                                 const void *scales, long long n, int rows,
                                                 int k_in, bool x_vector, bool w_vector,
                                                 int groups, int part, int splits, float *acc) {
+  const float *xs = static_cast<const float *>(x_rows);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < GEMV_MAX_ROWS; ++r)
@@ -182,19 +193,37 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
 #pragma unroll
       for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
         if (r < rows) {
-          const float *xr = xs + r * k_in + k;
           // int8 groups: the chunk's own sum, scaled; otherwise straight into acc[r].
           float dot = (WT == DSC_DT_I8 && GS > 0) ? 0.0f : acc[r];
-          if (x_vector) {
+          if constexpr (XD == DSC_DT_F32) {
+            const float *xr = xs + r * k_in + k;
+            if (x_vector) {
 #pragma unroll
-            for (int j = 0; j < GEMV_VEC; j += 4) {
-              const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
-              dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+              for (int j = 0; j < GEMV_VEC; j += 4) {
+                const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
+                dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < GEMV_VEC; ++j)
+                dot += wv[j] * xr[j];
             }
           } else {
+            const long long at = static_cast<long long>(r) * k_in + k;
+            if (x_vector) {
+              const unsigned int *xr = reinterpret_cast<const unsigned int *>(
+                  static_cast<const unsigned short *>(x_rows) + at);
 #pragma unroll
-            for (int j = 0; j < GEMV_VEC; ++j)
-              dot += wv[j] * xr[j];
+              for (int j = 0; j < GEMV_VEC; j += 2) {
+                const unsigned int pair = xr[j / 2];
+                dot += wv[j] * dsc_half_of_word<XD>(pair, 0) +
+                       wv[j + 1] * dsc_half_of_word<XD>(pair, 1);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < GEMV_VEC; ++j)
+                dot += wv[j] * dsc_load_float<XD>(x_rows, at + j);
+            }
           }
           if (WT == DSC_DT_I8 && GS > 0)
             acc[r] += chunk_scale * dot;
@@ -212,7 +241,7 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
 #pragma unroll
       for (int r = 0; r < GEMV_MAX_ROWS; ++r)
         if (r < rows)
-          acc[r] += wk * xs[r * k_in + k];
+          acc[r] += wk * dsc_load_float<XD>(x_rows, static_cast<long long>(r) * k_in + k);
     }
   }
 
@@ -239,10 +268,11 @@ static __device__ __forceinline__ void gemv_row(const float *xs, const void *w,
 // `split_sums` (shared, warps per block * GEMV_MAX_ROWS floats, twice that when GATED), and
 // the first warp adds them and applies the epilogue. The loop's bound is the block's, so
 // that every warp reaches each barrier.
-template <int KK, int SPLITS>
-static __device__ __forceinline__ void gemv_features(const float *xs, const void *w,
+// XD: x's dtype (gemv_row's).
+template <int KK, int SPLITS, int XD>
+static __device__ __forceinline__ void gemv_features(const void *xs, const void *w,
                                                      const void *scales, const void *bias,
-                                                     const float *residual, float *y, int rows,
+                                                     const float *residual, void *y, int rows,
                                                      int n_out, int k_run, float *split_sums) {
   const int k_in = KK > 0 ? KK : k_run;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -251,8 +281,11 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
   const int features_per_block = warps_per_block / splits;
   const int part = warp % splits;
   // x rows start at multiples of k_in floats: 16-byte reads need k_in % 4 == 0 and an
-  // aligned base (shared memory is aligned by its declaration).
-  const bool x_vector = (k_in % 4 == 0) && dsc_aligned16(xs);
+  // aligned base (shared memory is aligned by its declaration); a half input's pairs need
+  // k_in even and a 4-byte aligned base.
+  const bool x_vector =
+      XD == DSC_DT_F32 ? (k_in % 4 == 0) && dsc_aligned16(xs)
+                       : (k_in % 2 == 0) && (reinterpret_cast<unsigned long long>(xs) & 3ull) == 0;
   // int8 groups must not split a 16-weight load (one scale per load).
   const bool groups_whole = WT != DSC_DT_I8 || GS == 0 || GS % GEMV_VEC == 0;
   const bool w_vector = (k_in % GEMV_VEC == 0) && dsc_aligned16(w) && groups_whole;
@@ -265,10 +298,11 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
     const bool active = n < n_out;
     float acc[GEMV_MAX_ROWS], up[GEMV_MAX_ROWS];
     if (active) {
-      gemv_row(xs, w, scales, n, rows, k_in, x_vector, w_vector, groups, part, splits, acc);
+      gemv_row<XD>(xs, w, scales, n, rows, k_in, x_vector, w_vector, groups, part, splits,
+                   acc);
       if (GATED)
-        gemv_row(xs, w, scales, n + n_out, rows, k_in, x_vector, w_vector, groups, part,
-                 splits, up);
+        gemv_row<XD>(xs, w, scales, n + n_out, rows, k_in, x_vector, w_vector, groups, part,
+                     splits, up);
     }
     if (splits > 1) {
       float *mine = split_sums + warp * GEMV_MAX_ROWS * (GATED ? 2 : 1);
@@ -315,7 +349,8 @@ static __device__ __forceinline__ void gemv_features(const float *xs, const void
           value *= up[r] + bias_up;
         if (HAS_RESIDUAL)
           value += residual[index];
-        y[index] = dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS);
+        dsc_store_float<GEMV_OUT_DT>(
+            y, index, dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS));
       }
     }
   }
@@ -389,8 +424,8 @@ static __device__ __forceinline__ void gemv_prefetch_first_row(const void *w, in
 // split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
 // whether the launcher gave rows * k * 4 bytes of dynamic shared memory (and, with SPLIT_K
 // above 1, GEMV_SPLIT_SUMS_BYTES more after it, whether it staged or not).
-extern "C" __global__ void gemv(const float *x, const void *w, const void *scales,
-                                const void *bias, const float *residual, float *y, int rows,
+extern "C" __global__ void gemv(const void *x, const void *w, const void *scales,
+                                const void *bias, const float *residual, void *y, int rows,
                                 int n_out, int k, int staged
 #if NORM != 0
                                 ,
@@ -409,6 +444,7 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
     // dependent trips to memory, most of the down projection's 14.8 us (k 3072) in an
     // H200's profile of GPT-2 decode.
     const int count = rows * k;
+#if GEMV_XT == DSC_DT_F32
     if (count % 4 == 0 && dsc_aligned16(x)) {
       const GemvFloat4 *x4 = reinterpret_cast<const GemvFloat4 *>(x);
 #pragma unroll 4
@@ -417,8 +453,28 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
     } else {
 #pragma unroll 4
       for (int i = threadIdx.x; i < count; i += blockDim.x)
-        shared_x[i] = x[i];
+        shared_x[i] = static_cast<const float *>(x)[i];
     }
+#else
+    // A half input: 8 elements per 16-byte load, widened into shared memory.
+    if (count % 8 == 0 && dsc_aligned16(x)) {
+      const GemvWords *x8 = reinterpret_cast<const GemvWords *>(x);
+#pragma unroll 4
+      for (int i = threadIdx.x; i < count / 8; i += blockDim.x) {
+        const GemvWords words = x8[i];
+        const unsigned int parts[4] = {words.a, words.b, words.c, words.d};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          shared_x[8 * i + 2 * j] = dsc_half_of_word<GEMV_XT>(parts[j], 0);
+          shared_x[8 * i + 2 * j + 1] = dsc_half_of_word<GEMV_XT>(parts[j], 1);
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int i = threadIdx.x; i < count; i += blockDim.x)
+        shared_x[i] = dsc_load_float<GEMV_XT>(x, i);
+    }
+#endif
     __syncthreads();
 #if NORM != 0
     if (normalize)
@@ -426,11 +482,26 @@ extern "C" __global__ void gemv(const float *x, const void *w, const void *scale
                      shared_x + rows * k);
 #endif
   }
-  const float *xs = staged ? shared_x : x;
   // Split-K's partial sums after the staged rows and the norm's reduction.
   float *split_sums = shared_x + (staged ? rows * k + (NORM != 0 ? 32 : 0) : 0);
+#if GEMV_XT == DSC_DT_F32
+  const void *xs = staged ? static_cast<const void *>(shared_x) : x;
   if (k == K)
-    gemv_features<K, GEMV_SPLITS>(xs, w, scales, bias, residual, y, rows, n_out, k, split_sums);
+    gemv_features<K, GEMV_SPLITS, DSC_DT_F32>(xs, w, scales, bias, residual, y, rows, n_out, k,
+                                              split_sums);
   else
-    gemv_features<0, GEMV_SPLITS>(xs, w, scales, bias, residual, y, rows, n_out, k, split_sums);
+    gemv_features<0, GEMV_SPLITS, DSC_DT_F32>(xs, w, scales, bias, residual, y, rows, n_out, k,
+                                              split_sums);
+#else
+  // Staged rows are f32; unstaged ones are read as the half input they are.
+  if (staged && k == K)
+    gemv_features<K, GEMV_SPLITS, DSC_DT_F32>(shared_x, w, scales, bias, residual, y, rows,
+                                              n_out, k, split_sums);
+  else if (staged)
+    gemv_features<0, GEMV_SPLITS, DSC_DT_F32>(shared_x, w, scales, bias, residual, y, rows,
+                                              n_out, k, split_sums);
+  else
+    gemv_features<0, GEMV_SPLITS, GEMV_XT>(x, w, scales, bias, residual, y, rows, n_out, k,
+                                           split_sums);
+#endif
 }

@@ -10,8 +10,15 @@
 //
 // Constants: ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
 // HAS_RESIDUAL (0/1), GATED (see above), and an LM head's LOGIT_SCALE_BITS / LOGIT_CAP_BITS
-// (dsc_logit_epilogue, last).
+// (dsc_logit_epilogue, last); OUT_DT (2 f16, 3 bf16; last, only where a gated linear's
+// result is the plan's half activation dtype) is out's dtype.
 #include "dsc_common.cuh"
+
+#ifdef OUT_DT
+#define LINEAR_EPILOGUE_OUT_DT OUT_DT
+#else
+#define LINEAR_EPILOGUE_OUT_DT DSC_DT_F32
+#endif
 
 // An LM head's logit epilogue (LinearRules.cpp: only its kernels have the constants).
 #ifndef LOGIT_SCALE_BITS
@@ -26,7 +33,7 @@
 #endif
 
 extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
-                                           const float *residual, float *out, long long count,
+                                           const float *residual, void *out, long long count,
                                            long long n) {
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -38,7 +45,7 @@ extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
         gate += dsc_load_float<BIAS_DT>(bias, j);
         up += dsc_load_float<BIAS_DT>(bias, n + j);
       }
-      out[i] = dsc_activate(ACT, gate) * up;
+      dsc_store_float<LINEAR_EPILOGUE_OUT_DT>(out, i, dsc_activate(ACT, gate) * up);
       continue;
     }
     float value = in[i];
@@ -47,6 +54,7 @@ extern "C" __global__ void linear_epilogue(const float *in, const void *bias,
     value = dsc_activate(ACT, value);
     if (HAS_RESIDUAL && residual)
       value += residual[i];
-    out[i] = dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS);
+    dsc_store_float<LINEAR_EPILOGUE_OUT_DT>(
+        out, i, dsc_logit_epilogue(value, LOGIT_SCALE_BITS, LOGIT_CAP_BITS));
   }
 }

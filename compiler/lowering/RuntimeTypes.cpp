@@ -103,6 +103,14 @@ SmallVector<Value> stepInputs(Operation *op) {
 
 namespace {
 
+// The plan's activation dtype where a step's result has it and its input does not
+// (dsc-activation-dtype); absent otherwise, so that other steps keep their attributes.
+void appendOutputDtype(NamedAttrList &attrs, Value input, Value output) {
+  Type element = getElementTypeOrSelf(output.getType());
+  if (element != getElementTypeOrSelf(input.getType()))
+    attrs.append("output_dtype", TypeAttr::get(element));
+}
+
 // The attributes of a tfm op as the contract names them.
 FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
   Builder b(op->getContext());
@@ -138,6 +146,7 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
       attrs.append("norm_epsilon",
                    b.getF32FloatAttr(linear.getNormEpsilonAttr().getValue().convertToFloat()));
     }
+    appendOutputDtype(attrs, linear.getInput(), linear.getOutput());
   } else if (auto activation = dyn_cast<tfm::ActivationOp>(op)) {
     attrs.append("kind", b.getStringAttr(tfm::stringifyActivationKind(activation.getKind())));
   } else if (auto gated = dyn_cast<tfm::GatedActOp>(op)) {
@@ -185,6 +194,7 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // A half session cache; absent for f32, so that other plans keep their steps' attributes.
     if (TypeAttr cacheType = attention.getCacheDtypeAttr())
       attrs.append("cache_dtype", cacheType);
+    appendOutputDtype(attrs, attention.getQuery(), attention.getOutput());
     // Set by recognition where the export averages a padding query's values over the
     // causally visible keys only (docs/transformer-ops.md).
     if (auto unattended = attention->getAttrOfType<StringAttr>("tfm.unattended"))

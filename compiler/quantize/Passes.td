@@ -52,4 +52,25 @@ def KvCacheDtype : Pass<"dsc-kv-cache-dtype", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }
 
+def ActivationDtype : Pass<"dsc-activation-dtype", "mlir::ModuleOp"> {
+  let summary = "Half activations where a half GEMM reads them (dsc --activation-dtype)";
+  let description = [{
+    DESIGN.md §3.5. In the session programs (those whose attention keeps its keys and
+    values in the session's KV cache), the values that only `tfm.linear` layers read as
+    their input, and that an attention or a gated linear writes, get the element type
+    `dtype` (f16 or bf16): the attention's output (o_proj's input) and the gated
+    activation's (down_proj's input). The producer rounds its f32 result into it where it
+    writes it, and the linear reads it widened, on the CPU as on the GPU, so the CPU
+    reference rounds at the same points. On the GPU, a linear whose weights are of that
+    dtype multiplies it as it is, with no conversion launch before its GEMM, and the
+    tensor takes half the bytes. Everything else stays f32: the residual stream, the
+    norms' inputs, the logits. `f32` changes nothing.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"f16\"",
+           "The activations' element type: f16, bf16 or f32">,
+  ];
+  let dependentDialects = ["dsc::tfm::TfmDialect"];
+}
+
 #endif

@@ -86,6 +86,7 @@ public:
     bool additiveMask = false;
     bool positions = true;
     dsp::DType cacheType = dsp::DType::f32;  // cache_dtype, absent when f32
+    dsp::DType outputType = dsp::DType::f32;  // the result's (the plan's activation dtype)
   };
 
   // A tfm.attention step of `family` with symbolic batch and sequence.
@@ -106,7 +107,9 @@ public:
       pastValue = tensor(o.activations, {batch, f.kvHeads, past, f.headDim});
     }
     int positions = o.positions ? tensor(dsp::DType::i64, {batch, sequence}) : -1;
-    std::vector<int32_t> outputs{tensor(o.activations, {batch, sequence, f.heads * f.headDim})};
+    std::vector<int32_t> outputs{tensor(o.outputType == dsp::DType::f32 ? o.activations
+                                                                         : o.outputType,
+                                        {batch, sequence, f.heads * f.headDim})};
     if (io) {
       outputs.push_back(tensor(o.activations, {batch, f.kvHeads, -1, f.headDim}));
       outputs.push_back(tensor(o.activations, {batch, f.kvHeads, -1, f.headDim}));
@@ -429,6 +432,38 @@ TEST(AttentionRule, HalfCachePrefillRunsOnTheTensorCores) {
   }
 }
 
+// The plan's half activation dtype as the result (dsc-activation-dtype): the kernels that
+// write it (the prefill kernel, either of them, and the decode kernel's merge) round into it
+// (OUT_DT, last); I/O mode's result must stay f32.
+TEST(AttentionRule, HalfResultIsWrittenByPrefillAndDecode) {
+  for (int64_t headDim : {64, 256}) {
+    Family f{"half", 8, 2, headDim, 1, 0, 0, headDim, 0, "all"};
+    AttentionPlan b;
+    AttentionPlan::Options o;
+    o.session = true;
+    o.cacheType = dsp::DType::bf16;
+    o.outputType = dsp::DType::bf16;
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << reason;
+    ASSERT_EQ(specs.size(), 3u);
+    EXPECT_EQ(specs[1].kind, headDim == 64 ? "attention_prefill_mma" : "attention_prefill");
+    for (size_t slot : {1, 2}) {
+      EXPECT_EQ(specs[slot].constants.back().first, "OUT_DT") << slot;
+      EXPECT_EQ(specs[slot].constants.back().second, static_cast<int64_t>(dsp::DType::bf16));
+    }
+    EXPECT_EQ(constantsOf(specs[0]).count("OUT_DT"), 0u);
+  }
+  Family f{"io", 8, 2, 64, 1, 0, 0, 64, 0, "all"};
+  AttentionPlan b;
+  AttentionPlan::Options io;
+  io.outputType = dsp::DType::f16;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  EXPECT_FALSE(b.run(b.attention(f, io), specs, reason));
+  EXPECT_NE(reason.find("session's KV cache"), std::string::npos) << reason;
+}
+
 TEST(AttentionRule, TilesKeepSharedMemoryUnder48KiB) {
   for (int64_t headDim : {16, 40, 64, 80, 96, 128, 160, 256, 384, 512}) {
     Family f{"wide", 8, 8, headDim, 1, 0, 0, 0, 0, "all"};
@@ -637,18 +672,23 @@ TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {
                {{"gemma2-64", 8, 4, 64, 1, 0, 4, 64, 0, "all", 50.0f}, dsp::DType::f16},
                {{"bloom-64", 8, 8, 64, 1, 1, 0, 0, 0, "all"}, dsp::DType::bf16},
                {kQwen3, dsp::DType::bf16}};
-  for (const auto &c : cases) {
-    AttentionPlan b;
-    AttentionPlan::Options o;
-    o.session = true;
-    o.cacheType = c.cacheType;
-    std::vector<KernelSpec> specs;
-    std::string reason;
-    ASSERT_TRUE(b.run(b.attention(c.family, o), specs, reason)) << c.family.name << ": " << reason;
-    ASSERT_EQ(specs.size(), 3u);
-    for (const KernelSpec &spec : specs)
-      compiles(spec);
-  }
+  // Each also with its result in the cache's dtype (the plan's half activations: OUT_DT).
+  for (const auto &c : cases)
+    for (bool halfResult : {false, true}) {
+      AttentionPlan b;
+      AttentionPlan::Options o;
+      o.session = true;
+      o.cacheType = c.cacheType;
+      if (halfResult)
+        o.outputType = c.cacheType;
+      std::vector<KernelSpec> specs;
+      std::string reason;
+      ASSERT_TRUE(b.run(b.attention(c.family, o), specs, reason))
+          << c.family.name << ": " << reason;
+      ASSERT_EQ(specs.size(), 3u);
+      for (const KernelSpec &spec : specs)
+        compiles(spec);
+    }
 }
 
 TEST_F(AttentionNvrtcTest, HeadSizesAndMaskDtypesCompile) {

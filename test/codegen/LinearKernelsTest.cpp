@@ -122,6 +122,60 @@ TEST(LinearRules, PlainF32LinearNeedsNoConversion) {
   EXPECT_EQ(specs[1].name(), "linear_epilogue_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0");
 }
 
+// The plan's half activations (dsc-activation-dtype): o_proj's f16 input into f16 weights
+// needs no conversion (the GEMM takes it as it is) and its gemv reads it (XT); into f32
+// weights it is converted (convert_activations with XT); a gated linear's bf16 result is
+// written by gemv and the epilogue (OUT_DT).
+TEST(LinearRules, HalfActivationsAreCompiledIn) {
+  PlanBuilder b("fp16");
+  int x = b.tensor(dsp::DType::f16, {1, -1, 512}), w = b.weight({64, 512});
+  int residual = b.tensor(dsp::DType::f32, {1, -1, 64}), y = b.tensor(dsp::DType::f32, {1, -1, 64});
+  dsp::StepT &oProj = b.step("tfm.linear", {x, w, -1, -1, residual}, {y});
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(oProj, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name(), "gemv_K512_WT2_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL1_SPLIT_K2_XT2");
+  EXPECT_EQ(specs[1].name(), "linear_epilogue_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL1");
+
+  PlanBuilder f32("fp32");
+  int x32 = f32.tensor(dsp::DType::f16, {-1, 64}), w32 = f32.weight({16, 64});
+  int y32 = f32.tensor(dsp::DType::f32, {-1, 16});
+  dsp::StepT &intoF32 = f32.step("tfm.linear", {x32, w32}, {y32});
+  specs.clear();
+  ASSERT_TRUE(f32.run(intoF32, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[2].name(), "convert_activations_WT1_XT2");
+
+  PlanBuilder bf16("bf16");
+  int h = bf16.tensor(dsp::DType::f32, {-1, 64}), wgu = bf16.weight({256, 64});
+  int gated = bf16.tensor(dsp::DType::bf16, {-1, 128});
+  dsp::StepT &gateUp = bf16.step("tfm.linear", {h, wgu}, {gated});
+  stringAttr(gateUp, "activation", "silu");
+  intAttr(gateUp, "gated", 1);
+  specs.clear();
+  ASSERT_TRUE(bf16.run(gateUp, specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].name(),
+            "gemv_K64_WT3_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_GATED1_SPLIT_K1_OUT_DT3");
+  EXPECT_EQ(specs[1].name(), "linear_epilogue_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_GATED1_OUT_DT3");
+  EXPECT_EQ(specs[2].name(), "convert_activations_WT3");
+
+  // A half result is a gated linear's only; a norm prologue normalises f32 rows.
+  int half = bf16.tensor(dsp::DType::bf16, {-1, 256});
+  dsp::StepT &plain = bf16.step("tfm.linear", {h, wgu}, {half});
+  specs.clear();
+  EXPECT_FALSE(bf16.run(plain, specs, reason));
+  EXPECT_NE(reason.find("gated linear's only"), std::string::npos) << reason;
+  int scale = bf16.weight({128});
+  dsp::StepT &normed = bf16.step("tfm.linear", {gated, bf16.weight({64, 128}), -1, -1, -1, scale},
+                                 {bf16.tensor(dsp::DType::f32, {-1, 64})});
+  stringAttr(normed, "norm", "rms");
+  specs.clear();
+  EXPECT_FALSE(bf16.run(normed, specs, reason));
+  EXPECT_NE(reason.find("normalises f32 rows"), std::string::npos) << reason;
+}
+
 TEST(LinearRules, LmHeadIsTheProductAlone) {
   PlanBuilder b("bf16");
   int x = b.tensor(dsp::DType::f32, {4, 1, 64}), w = b.weight({150, 64});
@@ -416,6 +470,27 @@ TEST_F(LinearNvrtcTest, EpilogueAndConversionSpecialisationsCompile) {
                {"HAS_RESIDUAL", act > 1 ? 1 : 0}}});
   compiles({"convert_activations", {{"WT", 2}}});
   compiles({"convert_activations", {{"WT", 3}}});
+  // The plan's half activations: converted from them, read by gemv, written by both.
+  compiles({"convert_activations", {{"WT", 1}, {"XT", 2}}});
+  compiles({"convert_activations", {{"WT", 2}, {"XT", 3}}});
+  compiles({"linear_epilogue",
+            {{"ACT", 3}, {"HAS_BIAS", 0}, {"BIAS_DT", 1}, {"HAS_RESIDUAL", 0}, {"GATED", 1},
+             {"OUT_DT", 2}}});
+  for (int64_t wt : {1, 2, 8}) {
+    KernelSpec gemv{"gemv", {{"K", 1024}, {"WT", wt}}};
+    if (wt == 8)
+      gemv.constants.insert(gemv.constants.end(), {{"SDT", 2}, {"GS", 0}});
+    gemv.constants.insert(gemv.constants.end(), {{"ACT", -1},
+                                                 {"HAS_BIAS", 0},
+                                                 {"BIAS_DT", 1},
+                                                 {"HAS_RESIDUAL", 1},
+                                                 {"SPLIT_K", 2},
+                                                 {"XT", wt == 1 ? 3 : 2}});
+    compiles(gemv);
+  }
+  compiles({"gemv",
+            {{"K", 256}, {"WT", 3}, {"ACT", 3}, {"HAS_BIAS", 0}, {"BIAS_DT", 1},
+             {"HAS_RESIDUAL", 0}, {"GATED", 1}, {"SPLIT_K", 1}, {"OUT_DT", 3}}});
   // An LM head's logit epilogue: a scale alone, a scale and a cap, a negative scale (bits
   // past INT32_MAX).
   for (auto [scale, cap] : {std::pair<int64_t, int64_t>{1040187392, -1},
@@ -445,6 +520,8 @@ TEST_F(LinearNvrtcTest, EpilogueAndConversionSpecialisationsCompile) {
 }
 
 TEST_F(LinearNvrtcTest, ConversionRefusesF32Weights) {
+  // f32 activations into f32 weights need no conversion; only a half input (XT) may be
+  // converted to f32.
   std::string source, ptx, error;
   ASSERT_TRUE(specialiseKernel({"convert_activations", {{"WT", 1}}}, source).isOk());
   EXPECT_FALSE(nvrtc->compile(source, "convert_activations_WT1", kKernelPtxArch, ptx, error));

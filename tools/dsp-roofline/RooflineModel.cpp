@@ -287,11 +287,14 @@ private:
     const bool int8 = weight->dtype() == dsp::DType::i8 && scales;
     const dsp::DType operand = int8 ? scales->dtype() : weight->dtype();
     // convert_activations, unless the norm prologue's second kernel writes the GEMM's
-    // operand itself (its OUT_DT; it is the step's last kernel).
+    // operand itself (its OUT_DT; it is the step's last kernel), or the input already is of
+    // the operand's dtype (f32, or the plan's half activations: dsc-activation-dtype).
     const uint32_t kernelCount = length(step.kernels());
     const bool normWritesOperand =
         norm && kernelCount > 0 && kernelConstant(step, kernelCount - 1, "OUT_DT", -1) != -1;
-    cost.kernels += operand != dsp::DType::f32 && !normWritesOperand;
+    const int32_t input = inputAt(step, 0);
+    const dsp::DType inputType = input >= 0 ? tensor(input).dtype() : dsp::DType::f32;
+    cost.kernels += operand != inputType && !normWritesOperand;
     if (int8) {
       int64_t rowBytes = std::max<int64_t>(k * dtypeSize(planDType(operand)), 1);
       int64_t partRows = std::max<int64_t>(1, kScratchPartBytes / rowBytes);

@@ -32,6 +32,12 @@ static LogicalResult expectDim(Operation *op, RankedTensorType type, int64_t ind
   return success();
 }
 
+// `narrow` is the plan's activation dtype (f16 or bf16) where the op computes in `wide`
+// f32 (dsc-activation-dtype).
+static bool isActivationStorage(Type narrow, Type wide) {
+  return (narrow.isF16() || narrow.isBF16()) && wide.isF32();
+}
+
 static RankedTensorType ranked(Value value) {
   return value ? dyn_cast<RankedTensorType>(value.getType()) : RankedTensorType();
 }
@@ -249,8 +255,16 @@ LogicalResult LinearOp::verify() {
     return emitOpError() << "weight must be 2-D [out, in], not rank " << w.getRank();
   if (out.getRank() != x.getRank())
     return emitOpError() << "result has rank " << out.getRank() << ", expected " << x.getRank();
-  if (out.getElementType() != x.getElementType())
-    return emitOpError("result must have the element type of the input");
+  // The type the layer computes in: the input's, unless one side is the plan's half
+  // activation dtype beside f32 (dsc-activation-dtype), which is read widened or written
+  // rounded.
+  Type compute = x.getElementType();
+  if (isActivationStorage(compute, out.getElementType()))
+    compute = out.getElementType();
+  else if (out.getElementType() != compute &&
+           !isActivationStorage(out.getElementType(), compute))
+    return emitOpError("result must have the element type of the input, or one of them be "
+                       "f16/bf16 beside f32 (the plan's activation dtype)");
   int64_t in = w.getDimSize(1), outFeatures = w.getDimSize(0), rank = x.getRank();
   if (!compatible(x.getDimSize(rank - 1), in))
     return emitOpError() << "input has " << x.getDimSize(rank - 1)
@@ -278,17 +292,17 @@ LogicalResult LinearOp::verify() {
     return failure();
 
   bool quantized = w.getElementType().isInteger(8);
-  if (!quantized && w.getElementType() != x.getElementType())
+  if (!quantized && w.getElementType() != compute)
     return emitOpError() << "weight element type " << w.getElementType()
-                         << " differs from the input's " << x.getElementType();
-  if (failed(verifyInt8Scales(*this, quantized, getScales(), x.getElementType(), outFeatures,
+                         << " differs from the input's " << compute;
+  if (failed(verifyInt8Scales(*this, quantized, getScales(), compute, outFeatures,
                               in)))
     return failure();
   if (auto bias = ranked(getBias())) {
     if (getParallel() == Parallelism::row)
       return emitOpError("a row-parallel linear takes no bias: it is added once, after the "
                          "all-reduce");
-    if (bias.getElementType() != x.getElementType())
+    if (bias.getElementType() != compute)
       return emitOpError("bias must have the element type of the input");
     if (bias.getRank() != 1)
       return emitOpError("bias must be 1-D [out]");
@@ -318,7 +332,7 @@ LogicalResult LinearOp::verify() {
     return emitOpError("a norm prologue needs its scale and epsilon");
   if (getNormBias() && *norm != NormKind::layer)
     return emitOpError("only a layer norm prologue takes a bias");
-  return verifyNorm(*this, x, getNormScale(), getNormBias(),
+  return verifyNorm(*this, x.clone(compute), getNormScale(), getNormBias(),
                     getNormEpsilonAttr().getValue());
 }
 
@@ -391,8 +405,9 @@ LogicalResult AttentionOp::verify() {
                            << type.getRank();
   Type element = q.getElementType();
   if (k.getElementType() != element || v.getElementType() != element ||
-      out.getElementType() != element)
-    return emitOpError("query, key, value and result must have the same element type");
+      (out.getElementType() != element && !isActivationStorage(out.getElementType(), element)))
+    return emitOpError("query, key, value and result must have the same element type (the "
+                       "result may be f16/bf16 beside f32: the plan's activation dtype)");
   if (k != v)
     return emitOpError() << "key " << k << " and value " << v << " must have the same type";
   if (getPackedQkv()) {

@@ -161,8 +161,10 @@ def Tfm_RmsNormOp : Tfm_Op<"rms_norm", [Pure, AllTypesMatch<["input", "output"]>
 def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
   let summary = "x [..., in] times weight^T ([out, in], torch layout) plus optional bias [out]";
   let description = [{
-    An int8 weight (after quantization) comes with `scales` [out, groups] in the compute
-    type; groups divides `in`. `parallel` is set by the TP pass: a column-parallel layer
+    The input or the result (not both) may be f16 or bf16 beside f32 weights: the plan's
+    activation dtype (dsc-activation-dtype), read widened or written rounded; the layer
+    computes in f32. An int8 weight (after quantization) comes with `scales` [out, groups]
+    in the compute type; groups divides `in`. `parallel` is set by the TP pass: a column-parallel layer
     produces a shard of the output features, a row-parallel one a partial sum that a
     tfm.all_reduce completes. A row-parallel layer has no bias: the bias is added once,
     after the reduction.
@@ -303,7 +305,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     them). After lowering, the runtime's KV cache layer `cache_layer` holds them in place.
     With `cache_dtype` (f16 or bf16, only with `cache_layer`; absent: the cache is f32),
     that layer holds them rounded to that type, and the attention reads every key and
-    value as stored, the new ones included.
+    value as stored, the new ones included. The result may be f16 or bf16 where the inputs
+    are f32 (the plan's activation dtype, dsc-activation-dtype): computed in f32 and
+    rounded once.
 
     Scores are scale * q.k, soft-capped to softcap * tanh(scores / softcap) when `softcap`
     is set (Gemma-2's attn_logit_softcapping), then (+ ALiBi bias, + bias, + mask), restricted to

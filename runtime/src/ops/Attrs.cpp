@@ -143,6 +143,15 @@ Status kvCacheDType(const AttrMap &attrs, DType &out) {
   return Status::ok();
 }
 
+Status floatOutputDType(const AttrMap &attrs, DType fallback, DType &out) {
+  const Attr *attr;
+  DSRT_RETURN_IF_ERROR(find(attrs, "output_dtype", Attr::Kind::Type, attr));
+  out = attr ? attr->type : fallback;
+  if (out != DType::F32 && out != DType::F16 && out != DType::BF16 && out != DType::F64)
+    return Status::error(concat("output_dtype must be a float type, not ", dtypeName(out)));
+  return Status::ok();
+}
+
 Status getString(const AttrMap &attrs, std::string_view name, std::string fallback,
                  std::string &out) {
   const Attr *attr;

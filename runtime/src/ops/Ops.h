@@ -64,6 +64,11 @@ Status rotaryAttentionFactor(const AttrMap &attrs, float &out);
 // attention reads them as stored), f32 when absent.
 Status kvCacheDType(const AttrMap &attrs, DType &out);
 
+// A step's `output_dtype` (a float type), `fallback` when absent: the plan's activation
+// dtype where the step writes its result narrower than it computes (dsc-activation-dtype),
+// or the CPU session's f32 gathered from a narrow embedding table.
+Status floatOutputDType(const AttrMap &attrs, DType fallback, DType &out);
+
 struct OutputSpec {
   DType dtype = DType::Undefined;
   Shape shape;

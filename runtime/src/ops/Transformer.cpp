@@ -22,19 +22,6 @@ namespace {
 
 // ---- tfm.embedding -------------------------------------------------------------------
 
-// The table's dtype, or `output_dtype` (a float type) where the CPU session keeps a narrow
-// table and the plan's activations are wider.
-Status embeddingOutputDType(const KernelContext &ctx, DType &out) {
-  out = ctx.input(1)->dtype;
-  auto found = ctx.attrs.find("output_dtype");
-  if (found == ctx.attrs.end())
-    return Status::ok();
-  if (found->second.kind != Attr::Kind::Type || !inMask(found->second.type, kFloatTypes))
-    return ctx.error("output_dtype must be a float type");
-  out = found->second.type;
-  return Status::ok();
-}
-
 Status inferEmbedding(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "ids", kIndexTypes));
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "table", kFloatTypes));
@@ -44,7 +31,9 @@ Status inferEmbedding(const KernelContext &ctx, std::vector<OutputSpec> &outputs
   Shape shape = ctx.input(0)->shape;
   shape.push_back(table.shape[1]);
   DType dtype;
-  DSRT_RETURN_IF_ERROR(embeddingOutputDType(ctx, dtype));
+  // A narrow table the CPU session keeps gathers into the plan's wider activations.
+  if (Status status = floatOutputDType(ctx.attrs, ctx.input(1)->dtype, dtype); !status)
+    return ctx.error(status.message());
   outputs.push_back({dtype, shape});
   return Status::ok();
 }

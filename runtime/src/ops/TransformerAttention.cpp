@@ -308,8 +308,11 @@ Status inferAttention(const KernelContext &ctx, std::vector<OutputSpec> &outputs
     DSRT_RETURN_IF_ERROR(checkDType(ctx, kPositions, "positions", kIndexTypes));
   AttentionConfig c;
   DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
-  DType dtype = ctx.input(kQuery)->dtype;
-  outputs.push_back({dtype, {c.batch, c.fresh, c.heads * c.headDim}});
+  DType dtype = ctx.input(kQuery)->dtype, outputDType = dtype;
+  // The plan's half activation dtype where o_proj reads the result (dsc-activation-dtype).
+  if (Status status = floatOutputDType(ctx.attrs, dtype, outputDType); !status)
+    return ctx.error(status.message());
+  outputs.push_back({outputDType, {c.batch, c.fresh, c.heads * c.headDim}});
   if (ctx.numOutputs == 3) {
     outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});
     outputs.push_back({dtype, {c.batch, c.kvHeads, c.total, c.headDim}});

@@ -136,7 +136,12 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   std::optional<Activation> activation;
   DSRT_RETURN_IF_ERROR(epilogueActivation(ctx, activation));
   DSRT_RETURN_IF_ERROR(checkNormPrologue(ctx));
-  outputs.push_back({x.dtype, shape});
+  // The plan's activation dtype where the input or the result has it and the other not
+  // (dsc-activation-dtype): o_proj's f16 input, a gated linear's f16 result.
+  DType dtype = x.dtype;
+  if (Status status = floatOutputDType(ctx.attrs, x.dtype, dtype); !status)
+    return ctx.error(status.message());
+  outputs.push_back({dtype, shape});
   return Status::ok();
 }
 

@@ -42,6 +42,9 @@ struct Family {
   // The session cache's dtype (cache_dtype; the kernels' KV_DTYPE where it is half). Such a
   // family runs session scenarios only: its kernels write nothing else.
   DType cacheType = DType::F32;
+  // The result's dtype (output_dtype; the kernels' OUT_DT where it is half: the plan's
+  // activation dtype). Session scenarios only, as a half cache's.
+  DType outputType = DType::F32;
 };
 
 struct Scenario {
@@ -90,6 +93,8 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   }
   if (f.cacheType != DType::F32)
     attrs["cache_dtype"] = ops::Attr::ofType(f.cacheType);
+  if (f.outputType != DType::F32)
+    attrs["output_dtype"] = ops::Attr::ofType(f.outputType);
   addRankHeads(attrs, f.heads, f.kvHeads, s.ranks);
   return attrs;
 }
@@ -181,7 +186,9 @@ void check(const Family &f, const Scenario &s) {
 
   std::vector<float> expected(B * S * H * D), expectedKey(B * KH * T * D),
       expectedValue(B * KH * T * D);
-  TensorRef outRef{DType::F32, {B, S, H * D}, expected.data()};
+  // A half result is written into these floats' bytes, and widened after.
+  std::vector<float> expectedStored(expected.size());
+  TensorRef outRef{f.outputType, {B, S, H * D}, expectedStored.data()};
   TensorRef presentKeyRef{DType::F32, {B, KH, T, D}, expectedKey.data()};
   TensorRef presentValueRef{DType::F32, {B, KH, T, D}, expectedValue.data()};
   ops::Outputs outputs{&outRef};
@@ -237,6 +244,7 @@ void check(const Family &f, const Scenario &s) {
         outputWithout("qk_norm_epsilon", ops::Inputs(inputs.begin(), inputs.begin() + 7));
   Status reference = ops::compute("tfm.attention", attrs, inputs, outputs, &state);
   ASSERT_TRUE(reference.isOk()) << reference.message();
+  expected = widened(f.outputType, expectedStored, expected.size());
   float normGap = 0;
   for (size_t i = 0; i < unnormalizedOut.size(); ++i)
     normGap = std::max(normGap, std::fabs(unnormalizedOut[i] - expected[i]));
@@ -301,7 +309,11 @@ void check(const Family &f, const Scenario &s) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> actual(B * S * H * D, nan), actualKey(B * KH * T * D, nan),
       actualValue(B * KH * T * D, nan);
-  step.outputs.push_back(DeviceTensor{DType::F32, {B, S, H * D}, addressOf(actual.data())});
+  // NaN bits in f32, f16 and bf16 alike: every element the kernels leave unwritten fails.
+  std::vector<float> actualStored(actual.size());
+  std::memset(actualStored.data(), 0xff, actualStored.size() * sizeof(float));
+  step.outputs.push_back(
+      DeviceTensor{f.outputType, {B, S, H * D}, addressOf(actualStored.data())});
   if (io) {
     step.outputs.push_back(DeviceTensor{DType::F32, {B, KH, T, D}, addressOf(actualKey.data())});
     step.outputs.push_back(
@@ -323,6 +335,7 @@ void check(const Family &f, const Scenario &s) {
   Status run = launchers[0].run(step);
   cuda_emulation::reversedBlockOrder = false;
   ASSERT_TRUE(run.isOk()) << run.message();
+  actual = widened(f.outputType, actualStored, actual.size());
 
   const bool decode = s.session && S == 1;
   // A decode kernel with FUSED_ROTARY rotates and caches its token itself, and one with
@@ -355,8 +368,12 @@ void check(const Family &f, const Scenario &s) {
   const float unitRoundoff = f.cacheType == DType::F16 ? 0x1p-11f : 0x1p-8f;
   const float operandRounding =
       kernels.prefillOnTensorCores && !decode ? 4 * unitRoundoff : 0.0f;
-  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output", 0.0f,
-                            operandRounding);
+  // A half result holds each side's f32 value rounded once: where those differ in their
+  // last bits the two may lie one step of its dtype apart, as the cache's rows below.
+  const float outputStep = f.outputType == DType::F16 ? 0x1p-10f
+                           : f.outputType == DType::BF16 ? 0x1p-7f : 0.0f;
+  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output",
+                            outputStep, operandRounding);
   if (io) {
     worst = std::max(worst, expectClose(actualKey.data(), expectedKey.data(), actualKey.size(),
                                         "present key"));

@@ -97,8 +97,14 @@ const Family kWide128MmaF16{"wide128_mma_f16", wide128_mma_f16::kernels, 128, 4,
 const Family *const kDecoders[] = {&kGpt2,   &kLlama,  &kBloom, &kGptj,
                                    &kGptNeo, &kGemma2, &kSdpa};
 // Families whose kernels write a half session cache (KV_DTYPE): session scenarios only.
+// Half session caches whose results are the plan's half activation dtype too.
+const Family kLlamaF16Out{"llama_f16out", llama_f16out::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
+                          "all", DType::I64, 0, false, false, DType::F16, DType::F16};
+const Family kBloomBf16Out{"bloom_bf16out", bloom_bf16out::kernels, 16, 4, 4, 1, 1, 0, 0, 0,
+                           "all", DType::I64, 0, false, false, DType::BF16, DType::BF16};
+
 const Family *const kHalfCaches[] = {&kLlamaF16Cache, &kBloomBf16Cache, &kGemma2MmaBf16,
-                                     &kWide128MmaF16};
+                                     &kWide128MmaF16, &kLlamaF16Out, &kBloomBf16Out};
 
 TEST(AttentionEmulation, IoModePromptWithPaddedRows) {
   for (const Family *f : kDecoders) {
@@ -143,7 +149,7 @@ TEST(AttentionEmulation, EncoderUnderABidirectionalWindow) {
 TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
   // 70 tokens: five query tiles of 16 and two key tiles of 64.
   for (const Family *f : {&kBloom, &kGptNeo, &kLlama, &kGemma2, &kLlamaF16Cache,
-                          &kBloomBf16Cache}) {
+                          &kBloomBf16Cache, &kBloomBf16Out}) {
     Scenario s;
     s.session = true;
     s.fresh = 70;
@@ -159,7 +165,7 @@ TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
 // under a mask bucketed wider than the keys; and on rank 1 of 2 the block reads its rank's
 // heads.
 TEST(AttentionEmulation, TensorCorePrefill) {
-  for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16}) {
+  for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16, &kLlamaF16Out}) {
     ASSERT_TRUE(f->kernels().prefillOnTensorCores) << f->name;
     Scenario prompt;
     prompt.session = true;

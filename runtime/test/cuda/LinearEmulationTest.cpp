@@ -245,6 +245,18 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   };
   std::vector<float> x = randoms(rows * k), w = randoms(n * k), bias = randoms(n),
                      residual = randoms(rows * n), y(rows * width, -7.0f);
+  // The plan's half activations: the input as stored (the reference reads it back), and a
+  // gated result's dtype (widened below).
+  auto constantType = [&](const char *name) {
+    const auto found = kernels.constants[0].find(name);
+    return found == kernels.constants[0].end() ? DType::F32 : static_cast<DType>(found->second);
+  };
+  const DType inputType = constantType("XT"), outputType = constantType("OUT_DT");
+  std::vector<uint8_t> xStored(x.size() * dtypeSize(inputType)),
+      yStored(y.size() * dtypeSize(outputType));
+  ASSERT_TRUE(convertFloats(DType::F32, x.data(), inputType, xStored.data(), rows * k));
+  ASSERT_TRUE(convertFloats(inputType, xStored.data(), DType::F32, x.data(), rows * k));
+  ASSERT_TRUE(convertFloats(DType::F32, y.data(), outputType, yStored.data(), rows * width));
   // Stored in the kernels' dtypes; the reference reads the stored values back.
   std::vector<uint8_t> wStored, biasStored(bias.size() * dtypeSize(biasType)), scalesStored;
   if (int8) {
@@ -309,7 +321,7 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   EmulatedLinear step(kernels, "tfm.linear");
   if (partBytes)
     step.partBytes = partBytes;
-  step.inputs.push_back(DeviceTensor{DType::F32, {rows, k}, address(x.data())});
+  step.inputs.push_back(DeviceTensor{inputType, {rows, k}, address(xStored.data())});
   step.inputs.push_back(DeviceTensor{weightType, {n, k}, address(wStored.data())});
   if (hasBias)
     step.inputs.push_back(DeviceTensor{biasType, {n}, address(biasStored.data())});
@@ -327,13 +339,23 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     if (normBiasCode)
       step.inputs.push_back(DeviceTensor{normBiasType, {k}, address(normBiasStored.data())});
   }
-  step.outputs.push_back(DeviceTensor{DType::F32, {rows, width}, address(y.data())});
+  step.outputs.push_back(DeviceTensor{outputType, {rows, width}, address(yStored.data())});
 
   std::vector<GpuOpInfo> ops;
   addLinearGpuOps(ops);
   ASSERT_FALSE(ops.empty());
   Status status = ops[0].run(step);
   ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_TRUE(convertFloats(outputType, yStored.data(), DType::F32, y.data(), rows * width));
+  // A conversion launches only where the GEMM's dtype is not the input's.
+  const DType gemmType = int8 ? scaleType : weightType;
+  if (!norm && rows > 8)
+    EXPECT_EQ(step.launchesPerSlot[int8 ? 3 : 2], gemmType != inputType ? 1 : 0)
+        << "convert_activations launches";
+  // A half result is the kernels' f32 value rounded once: half a step of its dtype.
+  const double outputRounding = outputType == DType::F16   ? 0x1p-11
+                                : outputType == DType::BF16 ? 0x1p-8
+                                                            : 0.0;
   if (gemvGrid)
     *gemvGrid = step.gemvGrid;
   // The weight's rows in parts of whole 64-row blocks when a part is smaller than the weight.
@@ -395,7 +417,9 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
       if (logitCap != 0)
         expected = logitCap * std::tanh(expected / logitCap);
       double got = y[r * width + o];
-      if (!(std::fabs(got - expected) <= 1e-5 + tolerance * (magnitude + 1)) && bad++ < 5)
+      if (!(std::fabs(got - expected) <=
+            1e-5 + tolerance * (magnitude + 1) + outputRounding * std::fabs(expected)) &&
+          bad++ < 5)
         ADD_FAILURE() << "rows " << rows << " y[" << r << ", " << o << "] = " << got
                       << ", expected " << expected;
     }
@@ -414,6 +438,22 @@ TEST(LinearEmulationTest, LmHeadLogitEpilogueInGemvAndAfterTheGemm) {
   checkLinear(bf16_logit_scale::kernels(), 2, 40, 1e-5);
   // The GEMM's activations are rounded to bf16: 2^-8 relative each (as above).
   checkLinear(bf16_logit_scale::kernels(), 12, 40, 1e-2);
+}
+
+// The plan's half activations (dsc-activation-dtype): an f16 input staged and widened (1
+// and 7 rows), read as halves where it is not (8 rows of 1600), and taken by the GEMM as
+// its operand (12 rows: no conversion); a bf16 input converted for f32 weights; a gated
+// linear's bf16 result from gemv and from the epilogue. The GEMM path's tolerance is the
+// bf16 operand rounding's of Bf16GemmPathConvertsTheActivations where the GEMM multiplies
+// in bf16; otherwise as f32's (the input is exact in its own dtype).
+TEST(LinearEmulationTest, HalfActivationsInAndOut) {
+  for (int64_t rows : {1, 7, 8, 12})
+    checkLinear(f16_input::kernels(), rows, 6, 1e-5);
+  for (int64_t rows : {1, 9})
+    checkLinear(bf16_input_f32_weights::kernels(), rows, 10, 1e-5);
+  for (int64_t rows : {1, 3, 8})
+    checkLinear(bf16_gated_output::kernels(), rows, 24, 1e-5);
+  checkLinear(bf16_gated_output::kernels(), 11, 24, 1e-2);
 }
 
 TEST(LinearEmulationTest, F32GemmPathEpilogue) {

@@ -186,8 +186,10 @@ Status runAttention(StepContext &context) {
     return context.error("key and value must be [", B, ", ", SK, ", ", keyHeads * D, "]");
   const bool cross = SK != S || allKvHeads || crossKeys != 0;
   const DeviceTensor &out = context.output(0);
-  if (out.dtype != DType::F32 || out.shape != Shape{B, S, H * D})
-    return context.error("the output must be f32 [", B, ", ", S, ", ", H * D, "]");
+  // f32, or the plan's half activation dtype (the kernels' OUT_DT; session programs only).
+  const bool halfOutput = out.dtype == DType::F16 || out.dtype == DType::BF16;
+  if ((out.dtype != DType::F32 && !halfOutput) || out.shape != Shape{B, S, H * D})
+    return context.error("the output must be f32, f16 or bf16 [", B, ", ", S, ", ", H * D, "]");
   if (B > kMaxGridYZ)
     return context.error("a batch of ", B, " exceeds the grid's limit of ", kMaxGridYZ);
 
@@ -301,6 +303,11 @@ Status runAttention(StepContext &context) {
       sessionCache && cacheType != DType::F32 ? static_cast<int64_t>(cacheType) : -1;
   DSRT_RETURN_IF_ERROR(checkConstant(context, kRotarySlot, "KV_DTYPE", kvDtypeConstant));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "KV_DTYPE", kvDtypeConstant));
+  const int64_t outDtypeConstant = halfOutput ? static_cast<int64_t>(out.dtype) : -1;
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "OUT_DT", outDtypeConstant));
+  if (halfOutput && (!sessionCache || crossKeys || bias))
+    return context.error("a ", dtypeName(out.dtype), " output needs the session's KV cache, "
+                         "and no cross-attention or bias");
   if (sessionCache) {
     const DeviceKvLayer *layer = context.kvLayer(cacheLayer);
     if (!layer)
@@ -428,6 +435,10 @@ Status runAttention(StepContext &context) {
   }
   DevicePtr positionData = rotary ? positions->data : 0, maskData = mask ? mask->data : 0;
   DevicePtr outData = out.data;
+  // Where attention_rotary writes the rotated queries for the prefill kernel: the output
+  // itself when it is f32 (the kernel reads each row before it writes it), f32 scratch when
+  // the output is half (OUT_DT: the kernel's last parameter).
+  DevicePtr queryRows = outData;
   int ioPastArg = static_cast<int>(ioPast), fresh = static_cast<int>(S);
   int capacity = static_cast<int>(kvRows);
   long long batchStride = kvBatchStride, headStride = kvHeadStride;
@@ -448,7 +459,7 @@ Status runAttention(StepContext &context) {
     int rowsValue = static_cast<int>(rows), freshValue = static_cast<int>(tokens);
     int qHeadsValue = static_cast<int>(qHeads), kHeadsValue = static_cast<int>(kHeads);
     int limit = static_cast<int>(rowLimit);
-    void *args[] = {&queryData,  &keyData,     &valueData,     &positionData, &outData,
+    void *args[] = {&queryData,  &keyData,     &valueData,     &positionData, &queryRows,
                     &keys,       &values,      &pastKeyData,   &pastValueData, &lengths,
                     &ioPastArg,  &freshValue,  &rowsValue,     &batchStride,  &headStride,
                     &limit,      &qHeadsValue, &kHeadsValue,   &pastHeadsArg, &pastOffsetArg,
@@ -471,6 +482,9 @@ Status runAttention(StepContext &context) {
                           (context.kernelCount() >= 4 || fusedCombine);
   const bool fusedRotary =
       decodeStep && context.kernelConstant(kDecodeSlot, "FUSED_ROTARY", 0) == 1;
+  if (halfOutput && !decodeStep)
+    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(B * S * H * D) * sizeof(float),
+                                         queryRows));
   if (fusedRotary) {
     // Nothing to place here: attention_decode does it.
   } else if (cross) {
@@ -505,6 +519,10 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SOFTCAP_BITS", softcapBits));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "QK_NORM", qkNormKind));
     DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "KV_DTYPE", kvDtypeConstant));
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "OUT_DT", outDtypeConstant));
+    if (halfOutput && !fusedCombine)
+      return context.error("a ", dtypeName(out.dtype), " output needs the decode kernel's "
+                           "merge (FUSED_COMBINE)");
     // The merge's constants: the decode kernel's own when it merges, else the combine's.
     const size_t mergeSlot = fusedCombine ? kDecodeSlot : kCombineSlot;
     if (fusedCombine && !fusedRotary)
@@ -582,16 +600,21 @@ Status runAttention(StepContext &context) {
     return Status::ok();
   }
 
-  void *args[] = {&outData,  &keys,     &values,     &batchStride,  &headStride,  &capacity,
-                  &maskData, &lengths,  &ioPastArg,  &fresh,        &headsArg,    &headOffset,
-                  &kvHeadOffset, &group, &globalHeads, &scaleArg, &biasData,
-                  &biasBatchStride, &biasHeadStride, &biasRowStride};
+  // The parameters the kernel has: BIAS's four, and OUT_DT's query rows, only with them.
+  std::vector<void *> args = {&outData,   &keys,       &values,      &batchStride,
+                              &headStride, &capacity,  &maskData,    &lengths,
+                              &ioPastArg, &fresh,      &headsArg,    &headOffset,
+                              &kvHeadOffset, &group,   &globalHeads, &scaleArg};
+  if (bias)
+    args.insert(args.end(), {&biasData, &biasBatchStride, &biasHeadStride, &biasRowStride});
+  if (halfOutput)
+    args.push_back(&queryRows);
   Dim3 grid, block;
   grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile);
   grid.y = static_cast<unsigned>(H);
   grid.z = static_cast<unsigned>(B);
   block.x = attentionBlock;
-  return context.launch(kPrefillSlot, grid, block, 0, args);
+  return context.launch(kPrefillSlot, grid, block, 0, args.data());
 }
 
 } // namespace

@@ -171,10 +171,16 @@ DType gemmType(DType weightType, const Int8Weight *int8) {
   return int8 ? int8->scaleType : weightType;
 }
 
+// The constant a kernel has for a half activation (XT, OUT_DT): the dtype, or -1 (absent)
+// for f32.
+int64_t halfConstant(DType dtype) {
+  return dtype == DType::F32 ? -1 : static_cast<int64_t>(dtype);
+}
+
 Status checkSpecialisation(StepContext &context, DType weightType, const Int8Weight *int8,
                            const DeviceTensor *bias, const DeviceTensor *residual,
-                           Fused &fused) {
-  const bool converts = gemmType(weightType, int8) != DType::F32;
+                           DType inputType, DType outputType, Fused &fused) {
+  const bool converts = gemmType(weightType, int8) != inputType;
   const size_t needed = 2 + (int8 ? 1 : 0) + (converts ? 1 : 0);
   if (context.kernelCount() < needed)
     return context.error("the plan has ", context.kernelCount(), " kernels for this step, not ",
@@ -237,6 +243,16 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
   if (converts && context.kernelConstant(convertSlot, "WT", -1) !=
                       static_cast<int64_t>(gemmType(weightType, int8)))
     return context.error("the conversion kernel was generated for another weight dtype");
+  // The plan's half activations are compiled in: the input's dtype (XT) where gemv and the
+  // conversion read it, the result's (OUT_DT) where gemv and the epilogue write it.
+  if (context.kernelConstant(kGemvSlot, "XT", -1) != halfConstant(inputType) ||
+      (converts && context.kernelConstant(convertSlot, "XT", -1) != halfConstant(inputType)))
+    return context.error("the kernels were generated for another input dtype than ",
+                         dtypeName(inputType));
+  for (size_t slot : {kGemvSlot, kEpilogueSlot})
+    if (context.kernelConstant(slot, "OUT_DT", -1) != halfConstant(outputType))
+      return context.error("the kernels were generated for another output dtype than ",
+                           dtypeName(outputType));
   return Status::ok();
 }
 
@@ -270,9 +286,11 @@ Status runLinear(StepContext &context) {
     return context.error("has no output");
   const DeviceTensor &y = context.output(0);
 
-  if (x->dtype != DType::F32 || y.dtype != DType::F32)
-    return context.error("the input and output must be f32, not ", dtypeName(x->dtype), " and ",
-                         dtypeName(y.dtype));
+  // f32, or the plan's half activation dtype (dsc-activation-dtype): an input, or a gated
+  // linear's result.
+  if (!isStoredFloat(x->dtype) || !isStoredFloat(y.dtype))
+    return context.error("the input and output must be f32, f16 or bf16, not ",
+                         dtypeName(x->dtype), " and ", dtypeName(y.dtype));
   if (w->shape.size() != 2)
     return context.error("the weight must be [out, in], not ", shapeString(w->shape));
   if (w->dtype == DType::I8 && !scales)
@@ -310,18 +328,22 @@ Status runLinear(StepContext &context) {
     return context.error("[", n, ", ", k, "] is more than the kernels index");
 
   Fused fused;
-  DSRT_RETURN_IF_ERROR(
-      checkSpecialisation(context, w->dtype, quantized, bias, residual, fused));
+  DSRT_RETURN_IF_ERROR(checkSpecialisation(context, w->dtype, quantized, bias, residual,
+                                           x->dtype, y.dtype, fused));
   NormPrologue norm;
   if (isLinear)
     DSRT_RETURN_IF_ERROR(readNormPrologue(context, k, norm));
-  const bool converts = gemmType(w->dtype, quantized) != DType::F32;
+  const bool converts = gemmType(w->dtype, quantized) != x->dtype;
   DSRT_RETURN_IF_ERROR(checkNormKernels(context, k, norm,
                                         2 + (quantized ? 1 : 0) + (converts ? 1 : 0),
                                         gemmType(w->dtype, quantized)));
   if (fused.gated != gated)
     return context.error(gated ? "the step is gated and its kernels are not"
                                : "the kernels are gated and the step is not");
+  if (y.dtype != DType::F32 && !gated)
+    return context.error("a ", dtypeName(y.dtype), " result is a gated linear's only");
+  if (x->dtype != DType::F32 && norm.code != 0)
+    return context.error("a norm prologue normalises f32 rows, not ", dtypeName(x->dtype));
   if (rows == 0 || n == 0)
     return Status::ok();
   // Every output element is written while other inputs are still being read: an output
@@ -411,6 +433,8 @@ Status runLinear(StepContext &context) {
   // cores; f32: an f32 GEMM), once per GEMM: long prefills are compute bound, so cuBLASLt's
   // GEMM is worth 3*n*k more bytes than an f16 weight's (docs/cuda-backend.md, "int8
   // linears", has the cost for shorter ones).
+  // An input already in that dtype (the plan's half activations into weights of the same)
+  // is the GEMM's operand as it is.
   const DType operandType = gemmType(w->dtype, quantized);
   GemmDesc gemm;
   gemm.m = rows;
@@ -419,11 +443,12 @@ Status runLinear(StepContext &context) {
   gemm.b = wPtr;
   gemm.bType = w->dtype;
   gemm.a = xPtr;
-  gemm.aType = operandNormalized ? operandType : DType::F32;
-  if (operandType != DType::F32 && !operandNormalized) {
+  gemm.aType = operandNormalized ? operandType : x->dtype;
+  if (operandType != x->dtype && !operandNormalized) {
     long long count = rows * k;
     DevicePtr converted = 0;
-    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(count) * 2, converted));
+    DSRT_RETURN_IF_ERROR(
+        context.scratch(static_cast<size_t>(count) * dtypeSize(operandType), converted));
     Dim3 grid{gridFor(count, kElementwiseBlock, sms * 8)}, block{kElementwiseBlock};
     void *args[] = {&xPtr, &converted, &count};
     DSRT_RETURN_IF_ERROR(context.launch(quantized ? kInt8ConvertSlot : kFloatConvertSlot, grid,
