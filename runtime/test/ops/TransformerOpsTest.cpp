@@ -516,6 +516,43 @@ TEST(TransformerOpsTest, NormsLinearActivations) {
             std::string::npos);
 }
 
+// The plan's half activation dtype (dsc-activation-dtype): a linear reads an f16 input
+// widened and writes the f32 its output_dtype says; a gated linear rounds its result into
+// bf16 once, on both the reference and the fast kernels. Values chosen so that the
+// rounding shows: 1 + 2^-12 is no f16 (f16's step at 1 is 2^-10; the f32 value would give
+// 4.000244), and the gated product is no bf16.
+TEST(TransformerOpsTest, LinearsReadAndWriteTheHalfActivationDtype) {
+  OwnedTensor x = f16({1, 2}, {1.0f + 0x1p-12f, 3}), w = f32({1, 2}, {1, 1});
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    ASSERT_TRUE(run("tfm.linear", {&x, &w}, outputs,
+                    {{"output_dtype", ops::Attr::ofType(DType::F32)}}, 1, nullptr, nullptr, fast)
+                    .isOk());
+    ASSERT_EQ(outputs[0].dtype, DType::F32);
+    // 1 + 2^-12 is stored as 1 in f16: the input is read as stored.
+    EXPECT_EQ(values<float>(outputs[0]), (std::vector<float>{4.0f})) << fast;
+
+    OwnedTensor h = f32({1, 2}, {1.0f, 0.5f}), gateUp = f32({2, 2}, {1, 0, 0.3f, 0.7f});
+    ASSERT_TRUE(run("tfm.linear", {&h, &gateUp}, outputs,
+                    {{"activation", ops::Attr::ofString("relu")},
+                     {"gated", ops::Attr::ofInt(1)},
+                     {"output_dtype", ops::Attr::ofType(DType::BF16)}},
+                    1, nullptr, nullptr, fast)
+                    .isOk());
+    ASSERT_EQ(outputs[0].dtype, DType::BF16);
+    // relu(1) * (0.3 + 0.35) = 0.65 as f32, then rounded once to bf16.
+    const float exact = 1.0f * (0.3f * 1.0f + 0.7f * 0.5f);
+    const float widened = bfloat16ToFloat(floatToBfloat16(exact));
+    const std::vector<uint16_t> bits = values<uint16_t>(outputs[0]);
+    ASSERT_EQ(bits.size(), 1u);
+    EXPECT_EQ(bfloat16ToFloat(bits[0]), widened) << fast;
+    EXPECT_NE(widened, exact);
+  }
+  EXPECT_NE(errorOf("tfm.linear", {&x, &w}, {{"output_dtype", ops::Attr::ofType(DType::I32)}})
+                .find("output_dtype must be a float type"),
+            std::string::npos);
+}
+
 TEST(TransformerOpsTest, EmbeddingRejectsIdsOutsideTheVocabulary) {
   OwnedTensor table = f32({3, 2}, {0, 1, 2, 3, 4, 5}), ids = i64({2}, {2, 0});
   EXPECT_EQ(values<float>(run1("tfm.embedding", {&ids, &table})),
