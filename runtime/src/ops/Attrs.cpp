@@ -143,6 +143,40 @@ Status kvCacheDType(const AttrMap &attrs, DType &out) {
   return Status::ok();
 }
 
+Status readRankHeads(const AttrMap &attrs, int rank, int64_t globalHeads,
+                     int64_t globalKvHeads, RankHeads &out) {
+  out = {globalHeads, 0, globalKvHeads, 0};
+  struct Entry {
+    const char *name;
+    int64_t *value;
+  };
+  for (Entry entry : {Entry{"rank_heads", &out.heads}, Entry{"rank_head_offsets", &out.headOffset},
+                      Entry{"rank_kv_heads", &out.kvHeads},
+                      Entry{"rank_kv_head_offsets", &out.kvHeadOffset}}) {
+    std::vector<int64_t> values;
+    bool present = false;
+    DSRT_RETURN_IF_ERROR(getInts(attrs, entry.name, values, present));
+    if (!present)
+      continue;
+    if (rank < 0 || static_cast<size_t>(rank) >= values.size())
+      return Status::error(
+          concat(entry.name, " has ", values.size(), " entries, none for rank ", rank));
+    *entry.value = values[rank];
+  }
+  const int64_t group = globalHeads / globalKvHeads;
+  const bool fits = out.heads > 0 && out.kvHeads > 0 && out.headOffset >= 0 &&
+                    out.kvHeadOffset >= 0 && out.headOffset + out.heads <= globalHeads &&
+                    out.kvHeadOffset + out.kvHeads <= globalKvHeads &&
+                    out.headOffset / group >= out.kvHeadOffset &&
+                    (out.headOffset + out.heads - 1) / group < out.kvHeadOffset + out.kvHeads;
+  if (!fits)
+    return Status::error(concat("query heads [", out.headOffset, ", +", out.heads,
+                                ") and KV heads [", out.kvHeadOffset, ", +", out.kvHeads,
+                                ") of ", globalHeads, " and ", globalKvHeads,
+                                " do not form whole groups"));
+  return Status::ok();
+}
+
 Status floatOutputDType(const AttrMap &attrs, DType fallback, DType &out) {
   const Attr *attr;
   DSRT_RETURN_IF_ERROR(find(attrs, "output_dtype", Attr::Kind::Type, attr));

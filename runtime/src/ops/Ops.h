@@ -64,6 +64,17 @@ Status rotaryAttentionFactor(const AttrMap &attrs, float &out);
 // attention reads them as stored), f32 when absent.
 Status kvCacheDType(const AttrMap &attrs, DType &out);
 
+// A tfm.attention step's heads on tensor-parallel rank `rank` of a model with
+// `globalHeads` query heads in groups over `globalKvHeads` (a positive multiple): its
+// entries of rank_heads, rank_head_offsets, rank_kv_heads and rank_kv_head_offsets where
+// the step has those lists, the model's heads from 0 where not; an error unless every
+// query head's KV head is one of the rank's (whole groups).
+struct RankHeads {
+  int64_t heads = 0, headOffset = 0, kvHeads = 0, kvHeadOffset = 0;
+};
+Status readRankHeads(const AttrMap &attrs, int rank, int64_t globalHeads,
+                     int64_t globalKvHeads, RankHeads &out);
+
 // A step's `output_dtype` (a float type), `fallback` when absent: the plan's activation
 // dtype where the step writes its result narrower than it computes (dsc-activation-dtype),
 // or the CPU session's f32 gathered from a narrow embedding table.

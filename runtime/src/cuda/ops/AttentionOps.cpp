@@ -59,37 +59,19 @@ Status readHeads(StepContext &context, Heads &h) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "head_dim", 0, h.headDim));
   h.globalHeads = h.heads;
   h.globalKvHeads = h.kvHeads;
-  const int rank = context.rank();
-  struct Entry {
-    const char *name;
-    int64_t *out;
-  };
-  for (Entry entry : {Entry{"rank_heads", &h.heads}, Entry{"rank_head_offsets", &h.headOffset},
-                      Entry{"rank_kv_heads", &h.kvHeads},
-                      Entry{"rank_kv_head_offsets", &h.kvHeadOffset}}) {
-    std::vector<int64_t> values;
-    bool present = false;
-    DSRT_RETURN_IF_ERROR(ops::getInts(attrs, entry.name, values, present));
-    if (!present)
-      continue;
-    if (rank < 0 || static_cast<size_t>(rank) >= values.size())
-      return context.error(entry.name, " has ", values.size(), " entries, none for rank ",
-                           rank);
-    *entry.out = values[rank];
-  }
   if (h.globalHeads <= 0 || h.globalKvHeads <= 0 || h.headDim <= 0 ||
       h.globalHeads % h.globalKvHeads != 0)
     return context.error("needs num_heads a positive multiple of num_kv_heads and "
                          "head_dim > 0");
-  const int64_t group = h.globalHeads / h.globalKvHeads;
-  bool fits = h.heads > 0 && h.kvHeads > 0 && h.headOffset >= 0 && h.kvHeadOffset >= 0 &&
-              h.headOffset + h.heads <= h.globalHeads &&
-              h.kvHeadOffset + h.kvHeads <= h.globalKvHeads &&
-              h.headOffset / group >= h.kvHeadOffset &&
-              (h.headOffset + h.heads - 1) / group < h.kvHeadOffset + h.kvHeads;
-  if (!fits)
-    return context.error("query heads [", h.headOffset, ", +", h.heads, ") and KV heads [",
-                         h.kvHeadOffset, ", +", h.kvHeads, ") do not form whole groups");
+  ops::RankHeads rankHeads;
+  if (Status status = ops::readRankHeads(attrs, context.rank(), h.globalHeads,
+                                         h.globalKvHeads, rankHeads);
+      !status)
+    return context.error(status.message());
+  h.heads = rankHeads.heads;
+  h.headOffset = rankHeads.headOffset;
+  h.kvHeads = rankHeads.kvHeads;
+  h.kvHeadOffset = rankHeads.kvHeadOffset;
   if (h.heads > kMaxGridYZ)
     return context.error(h.heads, " heads exceed the grid's limit of ", kMaxGridYZ);
   return Status::ok();

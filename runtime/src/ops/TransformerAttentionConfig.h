@@ -1,0 +1,85 @@
+// tfm.attention's step as the CPU kernels read it (docs/transformer-ops.md): its heads,
+// masks, rotary, norms and cache mode from the attributes and the inputs' shapes, checked
+// once (TransformerAttentionConfig.cpp), and what TransformerAttention.cpp computes from it.
+#ifndef DSRT_OPS_TRANSFORMERATTENTIONCONFIG_H
+#define DSRT_OPS_TRANSFORMERATTENTIONCONFIG_H
+
+#include "ops/Kernel.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace dsrt::ops::attention {
+
+enum AttentionInput {
+  kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
+  kQueryNormScale, kKeyNormScale
+};
+
+struct AttentionConfig {
+  // This rank's query and KV heads (all of them without tensor parallelism).
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  // The model's heads, and the global index of this rank's first query and KV head: they
+  // map a local query head to its KV head (GQA groups) and to its ALiBi slope.
+  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
+  float scale = 1;
+  // Gemma-2's attn_logit_softcapping: scores become softcap * tanh(scores / softcap) before
+  // the bias and the mask; 0 = off.
+  float softcap = 0;
+  bool causal = false, alibi = false;
+  int64_t window = 0, rotaryDim = 0, cacheLayer = -1;
+  // The session's cache holds keys and values rounded to this (f32, f16 or bf16).
+  DType cacheDType = DType::F32;
+  std::vector<float> inverseFrequency;  // rotaryDim / 2
+  float attentionFactor = 1;            // scales the cosines and sines (yarn, longrope)
+  bool interleaved = false;
+  bool unattendedCausal = false;
+  bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
+  // Shapes of this call. `keys` new keys and values: as many as the queries, or a
+  // cross-attention's other sequence.
+  int64_t batch = 0, fresh = 0, keys = 0, past = 0, total = 0;
+  // The heads the key and value inputs hold, and the first of this rank's among them: all
+  // of the model's where they come from a graph input under tensor parallelism.
+  int64_t keyHeads = 0, keyHeadOffset = 0;
+  bool sessionCache = false;
+  int64_t pastHeads = 0, pastHeadOffset = 0;
+  // Query, key and value are one tensor, each row the queries, keys and values of a token
+  // (a joined projection's output).
+  bool packed = false;
+  // Qwen3's and Gemma-3's q/k norms: each head of the queries and new keys RMS-normalised
+  // (scales inputs 8 and 9) before the rotary embedding.
+  bool qkNorm = false;
+  float qkNormEpsilon = 0;
+  // HunYuan-Dense's: the scales multiply each head after it is rotated (qk_norm_after_rotary).
+  bool qkNormAfterRotary = false;
+};
+
+inline bool broadcastsToScores(const Shape &m, const AttentionConfig &c) {
+  return m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
+         (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) && m[2] == c.fresh &&
+         m[3] == c.total;
+}
+
+// A float term added to the scores (an additive mask, or the bias): the row of query s of
+// head h of sequence b, broadcast as its shape says.
+struct AddedScores {
+  const float *data = nullptr;
+  Shape shape;
+  int64_t headOffset = 0, localHeads = 0;
+  const float *row(int64_t b, int64_t h, int64_t s) const {
+    const int64_t heads = shape[1], S = shape[2], T = shape[3];
+    // All of the model's heads where the rank has fewer: this rank's start at headOffset.
+    const int64_t head = heads == 1 ? 0 : heads == localHeads ? h : headOffset + h;
+    return data + (((shape[0] == 1 ? 0 : b) * heads + head) * S + s) * T;
+  }
+};
+
+// The step's configuration, checked against its inputs.
+Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c);
+// tfm.attention's outputs: [batch, new, heads * head_dim] (in output_dtype where the plan
+// gives one), and with 3 outputs the present key and value.
+Status inferAttention(const KernelContext &ctx, std::vector<OutputSpec> &outputs);
+
+} // namespace dsrt::ops::attention
+
+#endif
