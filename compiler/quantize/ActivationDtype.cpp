@@ -2,6 +2,7 @@
 // linear layers that read them, in the session programs (docs/transformer-ops.md,
 // "Activation dtype"). The type is the plan's: both backends round where the value is
 // written and widen where it is read.
+#include "compiler/quantize/HalfDtype.h"
 #include "compiler/quantize/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -55,17 +56,9 @@ struct ActivationDtypePass : impl::ActivationDtypeBase<ActivationDtypePass> {
   using ActivationDtypeBase::ActivationDtypeBase;
 
   void runOnOperation() override {
-    Builder b(&getContext());
     Type element;
-    if (dtype == "f16")
-      element = b.getF16Type();
-    else if (dtype == "bf16")
-      element = b.getBF16Type();
-    else if (dtype != "f32") {
-      getOperation().emitError() << "the activation dtype must be f16, bf16 or f32, not '"
-                                 << dtype << "'";
+    if (failed(parseHalfDtype(getOperation(), dtype, "the activation dtype", element)))
       return signalPassFailure();
-    }
     if (!element)
       return;
     getOperation().walk([&](func::FuncOp function) {

@@ -1,6 +1,7 @@
 // dsc-kv-cache-dtype: the element type of the session's KV cache, on each attention that
 // uses it (`cache_dtype`). The runtime sizes each layer from it and both backends round
 // into it where the keys and values are written (docs/transformer-ops.md).
+#include "compiler/quantize/HalfDtype.h"
 #include "compiler/quantize/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -20,17 +21,9 @@ struct KvCacheDtypePass : impl::KvCacheDtypeBase<KvCacheDtypePass> {
   using KvCacheDtypeBase::KvCacheDtypeBase;
 
   void runOnOperation() override {
-    Builder b(&getContext());
     Type type;
-    if (dtype == "f16")
-      type = b.getF16Type();
-    else if (dtype == "bf16")
-      type = b.getBF16Type();
-    else if (dtype != "f32") {
-      getOperation().emitError() << "the KV cache's dtype must be f16, bf16 or f32, not '"
-                                 << dtype << "'";
+    if (failed(parseHalfDtype(getOperation(), dtype, "the KV cache's dtype", type)))
       return signalPassFailure();
-    }
     getOperation().walk([&](tfm::AttentionOp attention) {
       // The export's interface (past operands, present results) keeps its f32 tensors.
       if (!attention.getCacheLayer() || !attention.getPast().empty())
