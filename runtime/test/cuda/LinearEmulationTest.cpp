@@ -442,7 +442,8 @@ TEST(LinearEmulationTest, LmHeadLogitEpilogueInGemvAndAfterTheGemm) {
 
 // The plan's half activations (dsc-activation-dtype): an f16 input staged and widened (1
 // and 7 rows), read as halves where it is not (8 rows of 1600), and taken by the GEMM as
-// its operand (12 rows: no conversion); a bf16 input converted for f32 weights; a gated
+// its operand (12 rows: no conversion), into f16 weights and into int8 weights with f16
+// scales; a bf16 input converted for f32 weights; a gated
 // linear's bf16 result from gemv and from the epilogue. The GEMM path's tolerance is the
 // bf16 operand rounding's of Bf16GemmPathConvertsTheActivations where the GEMM multiplies
 // in bf16; otherwise as f32's (the input is exact in its own dtype).
@@ -451,6 +452,11 @@ TEST(LinearEmulationTest, HalfActivationsInAndOut) {
     checkLinear(f16_input::kernels(), rows, 6, 1e-5);
   for (int64_t rows : {1, 9})
     checkLinear(bf16_input_f32_weights::kernels(), rows, 10, 1e-5);
+  // int8: the dequantized f16 weights round each weight too (2^-11 relative, as
+  // ResidualAloneIsTheGemmsAddend's).
+  for (int64_t rows : {1, 8})
+    checkLinear(i8_f16_input::kernels(), rows, 6, 1e-5);
+  checkLinear(i8_f16_input::kernels(), 12, 6, 2e-3);
   for (int64_t rows : {1, 3, 8})
     checkLinear(bf16_gated_output::kernels(), rows, 24, 1e-5);
   checkLinear(bf16_gated_output::kernels(), 11, 24, 1e-2);
