@@ -15,7 +15,8 @@
 // past + fresh positions of the presents; a row below `io_past` copies the rank's KV heads
 // of the past inputs, a row at or above it is new token row − io_past. The rotated queries
 // go to `q_out` (the step's output buffer, which the attention kernels read and then
-// overwrite row by row). Rotation is out of place, so no element is read after it is written.
+// overwrite row by row; f32 scratch where the output is the plan's half activation dtype).
+// Rotation is out of place, so no element is read after it is written.
 //
 // With QK_NORM (last, only where the step has q/k norms), each head of the new queries and
 // keys is RMS-normalised (scales `q_norm_scale` and `k_norm_scale`, `qk_norm_epsilon`) in

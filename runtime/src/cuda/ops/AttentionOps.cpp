@@ -4,7 +4,8 @@
 //   over a half session cache: the same parameters and constants), and with the session's
 //   cache 2 attention_decode, and in plans from before its FUSED_COMBINE 3 attention_combine.
 // attention_rotary writes the rotated queries into the output buffer, which the attention
-// kernels read and then overwrite, and places the keys and values: in the session's cache
+// kernels read and then overwrite (into f32 scratch where the output is half, the plan's
+// activation dtype: the kernels' OUT_DT), and places the keys and values: in the session's cache
 // at [past, past + s), or in the presents (I/O mode, after a copy of the past), or in
 // scratch memory when the step has neither. One new token over the session's cache takes
 // the split-KV decode kernels, anything else the flash-style prefill kernel.
