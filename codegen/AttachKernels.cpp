@@ -124,7 +124,7 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
       if (!rule)
         continue;
       ++report.steps;
-      RuleInput input(plan, *step);
+      RuleInput input(plan, *step, &options.weightDTypes);
       std::vector<KernelSpec> specs;
       std::string reason;
       if (!rule(input, specs, reason)) {

@@ -34,6 +34,9 @@ struct AttachKernelsOptions {
   // False: rules and specialisation only, no NVRTC (dsc --emit=cuda); the kernels get no
   // PTX and no binaries.
   bool compile = true;
+  // Each weight's stored dtype by weight_index, for a plan whose sections are not laid out
+  // yet (dsc: PlanWriter::weightDTypes); empty: the sections', else --dtype's rule.
+  std::vector<dsrt::DType> weightDTypes;
 };
 
 struct AttachKernelsReport {

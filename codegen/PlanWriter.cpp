@@ -108,6 +108,13 @@ struct HashDeleter {
 
 PlanWriter::PlanWriter(int ranks) : ranks_(ranks), sectionSizes_(ranks > 0 ? ranks : 0, 0) {}
 
+std::vector<dsrt::DType> PlanWriter::weightDTypes() const {
+  std::vector<dsrt::DType> dtypes;
+  for (const Weight &weight : weights_)
+    dtypes.push_back(weight.shards.front().dtype);
+  return dtypes;
+}
+
 Status PlanWriter::addWeight(std::string name, std::vector<WeightShard> shards,
                              int32_t &index) {
   std::string where = cat("weight '", name, "'");

@@ -59,6 +59,9 @@ public:
   // that the plan's tensors use to refer to it: sections list weights in the order they
   // were added. Names are unique.
   dsrt::Status addWeight(std::string name, std::vector<WeightShard> shards, int32_t &index);
+  // The stored dtype of each weight added so far, by weight_index: what the kernels are
+  // specialised for before the sections are laid out.
+  std::vector<dsrt::DType> weightDTypes() const;
 
   // Writes the plan to `path` (via `path`.tmp.XXXXXX in the same folder, renamed on
   // success). Errors start with `path`.

@@ -61,8 +61,12 @@ dsrt::DType RuleInput::deviceDType(const dsp::TensorT &tensor) const {
       static_cast<size_t>(tensor.weight_index) < plan_.sections.front()->weights.size())
     return static_cast<dsrt::DType>(
         plan_.sections.front()->weights[tensor.weight_index]->dtype);
-  // Before the writer lays out the sections (dsc attaches kernels first), the export's
-  // rule applies: f32 weights are stored in --dtype's type (compiler/lowering/ExportPlan),
+  // Before the writer lays out the sections (dsc attaches kernels first), the writer's
+  // weights say it.
+  if (weightDTypes_ && tensor.weight_index >= 0 &&
+      static_cast<size_t>(tensor.weight_index) < weightDTypes_->size())
+    return (*weightDTypes_)[static_cast<size_t>(tensor.weight_index)];
+  // Without them, the export's rule: f32 weights are stored in --dtype's type (compiler/lowering/ExportPlan),
   // or with --dtype int8 in the compute dtype (docs/int8.md: scales, biases, norms, ...).
   if (own == dsrt::DType::F32 && plan_.options) {
     const std::string &stored =

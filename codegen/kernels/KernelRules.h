@@ -34,7 +34,9 @@ struct KernelSpec {
 // What a rule sees of the plan around one step.
 class RuleInput {
 public:
-  RuleInput(const dsp::PlanT &plan, const dsp::StepT &step) : plan_(plan), step_(step) {}
+  RuleInput(const dsp::PlanT &plan, const dsp::StepT &step,
+            const std::vector<dsrt::DType> *weightDTypes = nullptr)
+      : plan_(plan), step_(step), weightDTypes_(weightDTypes) {}
 
   const dsp::PlanT &plan() const { return plan_; }
   const dsp::StepT &step() const { return step_; }
@@ -60,6 +62,7 @@ public:
 private:
   const dsp::PlanT &plan_;
   const dsp::StepT &step_;
+  const std::vector<dsrt::DType> *weightDTypes_;  // AttachKernelsOptions::weightDTypes
 };
 
 // Appends the kernels `input.step()` launches, in the order its runtime launcher expects

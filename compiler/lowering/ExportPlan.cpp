@@ -348,7 +348,8 @@ LogicalResult Exporter::run() {
 
 // Generates the plan's GPU kernels (--arch), or prints them (--emit=cuda|ptx).
 LogicalResult attachPlanKernels(ModuleOp module, const ExportOptions &options,
-                                dsp::PlanT &plan, bool &printed, const std::string &path) {
+                                PlanWriter &writer, bool &printed, const std::string &path) {
+  dsp::PlanT &plan = writer.plan();
   printed = false;
   std::vector<std::string> archs;
   dsrt::Status status = codegen::parseArchList(options.arch, archs);
@@ -360,6 +361,7 @@ LogicalResult attachPlanKernels(ModuleOp module, const ExportOptions &options,
   codegen::AttachKernelsOptions attach;
   attach.archs = archs;
   attach.compile = options.emitKernels != "cuda";
+  attach.weightDTypes = writer.weightDTypes();
   codegen::AttachKernelsReport report;
   status = codegen::attachKernels(plan, attach, report);
   if (!status.isOk())
@@ -405,7 +407,7 @@ LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weig
   if (failed(exporter.run()))
     return failure();
   bool printed = false;
-  if (failed(attachPlanKernels(module, options, writer.plan(), printed, path)))
+  if (failed(attachPlanKernels(module, options, writer, printed, path)))
     return failure();
   if (printed)
     return success();

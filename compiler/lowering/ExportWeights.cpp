@@ -49,9 +49,24 @@ dsrt::DType storedFloatDtype(const std::string &weightDtype) {
   return dsrt::DType::F32;
 }
 
+// Linear biases are stored f32 whatever --dtype and the export's dtype: they are n values
+// beside n x k, the prefill GEMM adds them in cuBLASLt's epilogue only in its f32 product's
+// type (cublasLt.h: a bias has D's type), and the sum is not rounded twice.
+bool onlyLinearBias(Value weight) {
+  if (weight.use_empty())
+    return false;
+  for (OpOperand &use : weight.getUses()) {
+    auto exec = dyn_cast<plan::ExecOp>(use.getOwner());
+    if (!exec || exec.getOp() != "tfm.linear" || use.getOperandNumber() != 2)
+      return false;
+  }
+  return true;
+}
+
 FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, int rank,
                                                      dsrt::DType resultDtype,
-                                                     const std::string &weightDtype) {
+                                                     const std::string &weightDtype,
+                                                     bool linearBias) {
   std::vector<WeightTransform> transforms;
   if (auto list = op.getTransforms()) {
     for (auto transform : list->getAsRange<DictionaryAttr>()) {
@@ -95,7 +110,9 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
       }
     }
   }
-  if (resultDtype == dsrt::DType::F32 && storedFloatDtype(weightDtype) != dsrt::DType::F32)
+  if (resultDtype == dsrt::DType::F32 && linearBias)
+    transforms.push_back(WeightTransform::convert(dsrt::DType::F32));  // widens a half export's
+  else if (resultDtype == dsrt::DType::F32 && storedFloatDtype(weightDtype) != dsrt::DType::F32)
     transforms.push_back(WeightTransform::convert(storedFloatDtype(weightDtype)));
   return transforms;
 }
@@ -114,6 +131,11 @@ std::string weightKey(plan::WeightTensorOp op) {
 }
 
 FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) const {
+  return of(op, onlyLinearBias(op.getOutput()));
+}
+
+FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op,
+                                                     bool linearBias) const {
   auto type = cast<RankedTensorType>(op.getType());
   const onnx_frontend::WeightRecord *record = weights_.lookup(op.getName());
   if (!record)
@@ -130,7 +152,7 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) co
     return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
                             << " bytes, but its type needs " << expected;
   FailureOr<std::vector<WeightTransform>> transforms =
-      transformsOf(op, /*rank=*/0, runtimeDType(type), options_.weightDtype);
+      transformsOf(op, /*rank=*/0, runtimeDType(type), options_.weightDtype, linearBias);
   if (failed(transforms))
     return failure();
   dsrt::DType stored;
@@ -149,7 +171,7 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) co
   std::vector<WeightShard> shards;
   for (int rank = 0; rank < ranks_; ++rank) {
     FailureOr<std::vector<WeightTransform>> rankTransforms =
-        transformsOf(op, rank, runtimeDType(type), options_.weightDtype);
+        transformsOf(op, rank, runtimeDType(type), options_.weightDtype, linearBias);
     if (failed(rankTransforms))
       return failure();
     WeightShard shard;
@@ -189,9 +211,10 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) co
 // Each rank's parts one after the other: [q_r; k_r; v_r].
 FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightConcatOp op) const {
   std::vector<std::vector<WeightShard>> parts;
+  const bool linearBias = onlyLinearBias(op.getOutput());
   for (Value part : op.getParts()) {
     FailureOr<std::vector<WeightShard>> shards =
-        of(part.getDefiningOp<plan::WeightTensorOp>());
+        of(part.getDefiningOp<plan::WeightTensorOp>(), linearBias);
     if (failed(shards))
       return failure();
     parts.push_back(std::move(*shards));

@@ -39,6 +39,9 @@ public:
   const QuantizationSummary &quantization() const { return quantization_; }
 
 private:
+  // `linearBias`: stored f32 (a linear's bias, or a part of joined ones: every part alike).
+  mlir::FailureOr<std::vector<WeightShard>> of(plan::WeightTensorOp op, bool linearBias) const;
+
   const onnx_frontend::WeightStore &weights_;
   const ExportOptions &options_;
   int ranks_;

@@ -55,8 +55,11 @@ def main():
     if "i8" not in q["by_dtype"]:
         print("FAIL: the int8 plan stores no i8 weight")
         failed = True
-    if set(h["by_dtype"]) != {"f16"}:
-        print(f"FAIL: the fp16 plan stores {sorted(h['by_dtype'])}, not only f16")
+    # f16, but the linears' biases in f32 (cuBLASLt's epilogue adds them in its f32
+    # product's type): vectors beside matrices, a few percent of a tiny fixture at most.
+    f32_share = h["by_dtype"].get("f32", 0) / h["total"]
+    if "f16" not in h["by_dtype"] or not set(h["by_dtype"]) <= {"f16", "f32"} or f32_share > 0.05:
+        print(f"FAIL: the fp16 plan stores {h['by_dtype']}, not f16 and a few f32 biases")
         failed = True
     if args.max_ratio is not None and not ratio <= args.max_ratio:
         print(f"FAIL: weight bytes ratio {ratio:.4f} is above {args.max_ratio}")

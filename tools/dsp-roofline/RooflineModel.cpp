@@ -87,6 +87,11 @@ public:
 
 private:
   const dsp::Tensor &tensor(int32_t index) const { return *plan_.tensors()->Get(index); }
+  // A weight's dtype as the plan stores it (WeightEntry), else the tensor's.
+  dsp::DType storedDType(int32_t index) const {
+    const dsp::WeightEntry *weight = weightEntry(index);
+    return weight ? weight->dtype() : tensor(index).dtype();
+  }
 
   const dsp::WeightEntry *weightEntry(int32_t index) const {
     if (index < 0 || tensor(index).kind() != dsp::TensorKind::weight)
@@ -257,8 +262,9 @@ private:
   // LinearOps.cpp: up to 8 rows one gemv (kernel slot 0; the epilogue is fused into it).
   // More rows: the activations converted for an f16/bf16 GEMM, cuBLASLt (an int8 weight
   // dequantized first, in parts of at most 64 MiB: one dequantize_int8 and one GEMM per
-  // part), then linear_epilogue unless the GEMM already wrote the finished output.
-  // (A gated linear's kernel has an ACT, so its epilogue is counted with the activations.)
+  // part), then linear_epilogue unless the GEMM already wrote the finished output, itself
+  // or with cuBLASLt's epilogue. (A gated linear's kernel has an ACT, so its epilogue is
+  // counted with the activations.)
   void linearLaunches(const dsp::Step &step, bool isLinear, StepCost &cost) const {
     constexpr int64_t kGemvMaxRows = 8;
     constexpr int64_t kScratchPartBytes = int64_t(64) << 20;
@@ -307,13 +313,23 @@ private:
     } else {
       cost.gemms += 1;
     }
-    const bool bias = isLinear && inputAt(step, 2) >= 0;
-    const bool activation = kernelConstant(step, 0, "ACT", -1) != -1;
+    const int32_t biasInput = isLinear ? inputAt(step, 2) : -1;
+    const bool bias = biasInput >= 0;
+    const int64_t act = kernelConstant(step, 0, "ACT", -1);
+    const bool activation = act != -1;
     // A residual alone is the GEMM's C (in place, or cuBLASLt's C ≠ D); with an activation
     // the epilogue adds it. The LM head's logit scale or cap is the epilogue's too.
     const bool logits = kernelConstant(step, 1, "LOGIT_SCALE_BITS", 0x3f800000) != 0x3f800000 ||
                         kernelConstant(step, 1, "LOGIT_CAP_BITS", 0) != 0;
-    cost.kernels += bias || activation || logits;
+    // cuBLASLt's own epilogue takes an f32 bias (its product's type) and ReLU or tanh-GELU
+    // (ACT 4, 1), not beside a residual and an activation both, not a gated pair; a half
+    // bias is counted as declined (cublasLt.h: the bias has D's type).
+    const bool residual = isLinear && inputAt(step, 4) >= 0;
+    const bool gated = kernelConstant(step, 0, "GATED", 0) != 0;
+    const bool cublasEpilogue = !gated && !logits && (act == -1 || act == 1 || act == 4) &&
+                                !(activation && residual) &&
+                                (!bias || storedDType(biasInput) == dsp::DType::f32);
+    cost.kernels += (bias || activation || logits) && !cublasEpilogue;
   }
 
   // CudaExecutor.cpp's runIf runs one branch; which one depends on a value, so the larger

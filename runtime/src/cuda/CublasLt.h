@@ -26,11 +26,17 @@ public:
   Status matmul(const GemmDesc &gemm, DevicePtr workspace, size_t workspaceBytes,
                 StreamHandle stream);
 
+  // Whether the heuristic has an algorithm for gemm with its epilogue (bias, activation):
+  // not every type and alignment has one, and the caller then runs its own epilogue. The
+  // answer is kept with the algorithm, which matmul then uses.
+  bool takesEpilogue(const GemmDesc &gemm, size_t workspaceBytes);
+
   // Loads the library and resolves every symbol matmul needs, without creating a handle
   // (so it needs no GPU); `path` receives the library that was loaded.
   static Status probeLibrary(std::string &path);
 
   struct Api;  // the resolved entry points (CublasLt.cpp)
+  struct Descriptors;  // one matmul's descriptors (CublasLt.cpp)
 
   CublasLt(const CublasLt &) = delete;
   CublasLt &operator=(const CublasLt &) = delete;
@@ -48,16 +54,25 @@ private:
     // The pointers' alignments: an algorithm chosen for aligned buffers may not run on
     // less aligned ones.
     uint32_t alignA, alignB, alignC;
+    // The epilogue (cublasLtEpilogue_t), the bias's type and alignment (0 without one).
+    int epilogue, biasType;
+    uint32_t alignBias;
     bool operator<(const AlgoKey &other) const {
       return std::tie(m, n, k, ldc, aType, bType, accumulate, workspaceBytes, alignA, alignB,
-                      alignC) < std::tie(other.m, other.n, other.k, other.ldc, other.aType,
-                                         other.bType, other.accumulate, other.workspaceBytes,
-                                         other.alignA, other.alignB, other.alignC);
+                      alignC, epilogue, biasType, alignBias) <
+             std::tie(other.m, other.n, other.k, other.ldc, other.aType, other.bType,
+                      other.accumulate, other.workspaceBytes, other.alignA, other.alignB,
+                      other.alignC, other.epilogue, other.biasType, other.alignBias);
     }
   };
   struct Algo {
     uint64_t data[8];
+    bool found;  // false: the heuristic had none (kept, so that it is asked once)
   };
+
+  // Describes gemm (its epilogue included) in `d` and finds its algorithm: the one kept
+  // for its key, else the heuristic's first.
+  Status prepare(const GemmDesc &gemm, size_t workspaceBytes, Descriptors &d, Algo &algo);
 
   void *library_ = nullptr;
   std::unique_ptr<Api> api_;

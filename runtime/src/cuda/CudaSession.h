@@ -188,6 +188,8 @@ private:
   Status scratch(size_t bytes, DevicePtr &out);
   Status arrivalCounters(size_t count, DevicePtr &out);
   Status gemm(const GemmDesc &gemm);
+  bool gemmTakesEpilogue(const GemmDesc &gemm);
+  Status openCublas();  // on first use: the library, its handle and workspace
   Status copy2D(DevicePtr dst, size_t dstPitch, DevicePtr src, size_t srcPitch,
                 size_t widthBytes, size_t height);
   std::string describe(const dsp::Step &step, size_t index) const;

@@ -141,17 +141,32 @@ Status CudaSession::arrivalCounters(size_t count, DevicePtr &out) {
   return Status::ok();
 }
 
-Status CudaSession::gemm(const GemmDesc &gemm) {
-  if (!cublas_) {
-    if (capturing_) {
-      captureProblem_ = "cuBLASLt was first needed while capturing";
-      return Status::error(captureProblem_);
-    }
-    DSRT_RETURN_IF_ERROR(CublasLt::open(cublas_));
-    DSRT_RETURN_IF_ERROR(allocate(CublasLt::kWorkspaceBytes, cublasWorkspace_,
-                                  "the cuBLASLt workspace"));
-    memory_.other += CublasLt::kWorkspaceBytes;
+Status CudaSession::openCublas() {
+  if (cublas_)
+    return Status::ok();
+  if (capturing_) {
+    captureProblem_ = "cuBLASLt was first needed while capturing";
+    return Status::error(captureProblem_);
   }
+  DSRT_RETURN_IF_ERROR(CublasLt::open(cublas_));
+  DSRT_RETURN_IF_ERROR(
+      allocate(CublasLt::kWorkspaceBytes, cublasWorkspace_, "the cuBLASLt workspace"));
+  memory_.other += CublasLt::kWorkspaceBytes;
+  return Status::ok();
+}
+
+// The heuristic's answer is host work, kept per problem: asking while a graph is captured
+// enqueues nothing. A session whose cuBLASLt cannot open says no, and its gemm reports why.
+bool CudaSession::gemmTakesEpilogue(const GemmDesc &gemm) {
+  if (!cublas_ && capturing_)
+    return false;  // gemm says why
+  if (!openCublas().isOk())
+    return false;
+  return cublas_->takesEpilogue(gemm, CublasLt::kWorkspaceBytes);
+}
+
+Status CudaSession::gemm(const GemmDesc &gemm) {
+  DSRT_RETURN_IF_ERROR(openCublas());
   DSRT_RETURN_IF_ERROR(
       cublas_->matmul(gemm, cublasWorkspace_, CublasLt::kWorkspaceBytes, stream_));
   if (!capturing_)

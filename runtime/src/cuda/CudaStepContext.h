@@ -43,6 +43,9 @@ public:
     Status status = session_.gemm(gemm);
     return status.isOk() ? status : error(status.message());
   }
+  bool gemmTakesEpilogue(const GemmDesc &gemm) override {
+    return session_.gemmTakesEpilogue(gemm);
+  }
   Status scratch(size_t bytes, DevicePtr &out) override {
     Status status = session_.scratch(bytes, out);
     return status.isOk() ? status : error(status.message());

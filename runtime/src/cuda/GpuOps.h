@@ -63,6 +63,10 @@ enum SequenceLength : int { kPast = 0, kTotal = 1, kMaskWidth = 2 };
 // A in f32 or, for f16/bf16 weights, in B's dtype (the launcher converts the activations
 // first: cuBLASLt multiplies equal types). f32 weights compute in f32 (no TF32: the fp32
 // plans' tolerance is 1e-4); f16/bf16 on the tensor cores with f32 accumulation.
+// The activations cuBLASLt's epilogues apply: ReLU, and GELU as the tanh approximation
+// (GPT-2's gelu_new, tfm.activation gelu_tanh).
+enum class GemmActivation { None, Relu, GeluTanh };
+
 struct GemmDesc {
   int64_t m = 0, n = 0, k = 0;
   DevicePtr a = 0;
@@ -75,6 +79,13 @@ struct GemmDesc {
   // With `accumulate`: what the product is added to, laid out as C (ldc), read before C is
   // written; 0 adds to C itself.
   DevicePtr addend = 0;
+  // cuBLASLt's epilogue: C = activation(A·Bᵀ (+ addend) + bias), the bias [n] broadcast over
+  // the rows, so that a prefill linear needs no epilogue kernel. Only where
+  // StepContext::gemmTakesEpilogue said cuBLASLt has an algorithm for it.
+  DevicePtr bias = 0;
+  DType biasType = DType::F32;
+  GemmActivation activation = GemmActivation::None;
+  bool hasEpilogue() const { return bias != 0 || activation != GemmActivation::None; }
 };
 
 // The tensor-parallel group on the device: NCCL between GPUs, or the in-process group of
@@ -127,6 +138,13 @@ public:
   virtual int64_t kernelConstant(size_t slot, std::string_view name,
                                  int64_t fallback) const = 0;
   virtual Status gemm(const GemmDesc &gemm) = 0;
+  // Whether gemm can run `gemm` with its epilogue (bias, activation) in cuBLASLt: the
+  // heuristic has an algorithm for it. Contexts without cuBLASLt say no, and the launcher
+  // runs its epilogue kernel instead.
+  virtual bool gemmTakesEpilogue(const GemmDesc &gemm) {
+    (void)gemm;
+    return false;
+  }
   // Device memory for this step only (freed, or reused, after it).
   virtual Status scratch(size_t bytes, DevicePtr &out) = 0;
   // Layer `layer` of the session's KV cache, or null without one.

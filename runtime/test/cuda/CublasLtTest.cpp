@@ -3,15 +3,17 @@
 // library that lacks the entry points is an error naming them. With a GPU (skipped
 // otherwise): C = A·Bᵀ against a double-precision host reference, for f32 (no TF32: 1e-5
 // relative), f16 and bf16 operands (the operands are rounded to the type on the host first,
-// so only accumulation order differs: 1e-4 relative), and the accumulate forms (onto C, and
-// onto a separate addend: C ≠ D). Each test
+// so only accumulation order differs: 1e-4 relative), the accumulate forms (onto C, and
+// onto a separate addend: C ≠ D), and the epilogue (bias, ReLU, tanh-GELU). Each test
 // runs in its own process (gtest_discover_tests), so setenv does not leak between them.
 #include "cuda/CublasLt.h"
 #include "cuda/CudaDriver.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -132,8 +134,14 @@ protected:
   // (the columns of a wider output) and the columns past n must stay as they were.
   // With `separateAddend` (and `accumulate`): the product is added to another buffer of C's
   // layout (GemmDesc::addend, cuBLASLt's C ≠ D), which must stay as it was.
+  // With `biasType` (not Undefined) and/or `activation`: cuBLASLt's epilogue,
+  // C = act(A·Bᵀ (+ addend) + bias), checked only where takesEpilogue says the heuristic
+  // has it (`taken` receives the answer); the bias is rounded to its type first.
   void checkGemm(int64_t m, int64_t n, int64_t k, DType type, bool accumulate,
-                 double tolerance, int64_t ldc = 0, bool separateAddend = false) {
+                 double tolerance, int64_t ldc = 0, bool separateAddend = false,
+                 DType biasType = DType::Undefined,
+                 cuda::GemmActivation activation = cuda::GemmActivation::None,
+                 bool *taken = nullptr) {
     const int64_t stride = ldc ? ldc : n;
     std::mt19937 random(static_cast<unsigned>(m * 131 + n * 7 + k));
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -169,7 +177,29 @@ protected:
       gemm.addend = upload(addend.data(), addend.size() * sizeof(float));
       ASSERT_TRUE(gemm.addend);
     }
+    std::vector<float> bias(n, 0.0f);
+    if (biasType != DType::Undefined) {
+      for (float &value : bias)
+        value = uniform(random);
+      std::vector<unsigned char> biasStored(n * dtypeSize(biasType));
+      ASSERT_TRUE(convertFloats(DType::F32, bias.data(), biasType, biasStored.data(), n));
+      ASSERT_TRUE(convertFloats(biasType, biasStored.data(), DType::F32, bias.data(), n));
+      gemm.bias = upload(biasStored.data(), biasStored.size());
+      gemm.biasType = biasType;
+      ASSERT_TRUE(gemm.bias);
+    }
+    gemm.activation = activation;
     ASSERT_TRUE(gemm.a && gemm.b && gemm.c);
+    if (gemm.hasEpilogue()) {
+      const bool takes = blas_->takesEpilogue(gemm, CublasLt::kWorkspaceBytes);
+      if (taken)
+        *taken = takes;
+      std::printf("cuBLASLt epilogue (bias %s, activation %d) over %s: %s\n",
+                  biasType == DType::Undefined ? "none" : dtypeName(biasType),
+                  static_cast<int>(activation), dtypeName(type), takes ? "taken" : "declined");
+      if (!takes)
+        return;
+    }
     Status status = blas_->matmul(gemm, workspace_, CublasLt::kWorkspaceBytes, stream_);
     ASSERT_TRUE(status.isOk()) << status.message();
     std::vector<float> result(m * stride);
@@ -191,15 +221,24 @@ protected:
     int bad = 0;
     for (int64_t i = 0; i < m && bad < 5; ++i)
       for (int64_t j = 0; j < n && bad < 5; ++j) {
-        double expected = accumulate ? before[i * stride + j] : 0.0, magnitude = 0;
+        double expected = (accumulate ? before[i * stride + j] : 0.0) + bias[j], magnitude = 0;
         for (int64_t p = 0; p < k; ++p) {
           expected += double(a[i * k + p]) * b[j * k + p];
           magnitude += std::fabs(double(a[i * k + p]) * b[j * k + p]);
         }
+        if (activation == cuda::GemmActivation::Relu)
+          expected = std::max(expected, 0.0);
+        else if (activation == cuda::GemmActivation::GeluTanh)
+          expected = 0.5 * expected *
+                     (1.0 + std::tanh(0.79788456080286536 *
+                                      (expected + 0.044715 * expected * expected * expected)));
         // Relative to the sum of magnitudes: cancellation must not make a correct
-        // accumulation order look wrong.
+        // accumulation order look wrong. cuBLASLt's GELU may take tanh from the hardware's
+        // approximation (tanh.approx.f32, relative error about 2^-11): 1e-3 of the value more.
         double allowed =
-            tolerance * (magnitude + (accumulate ? std::fabs(before[i * stride + j]) : 0)) +
+            tolerance * (magnitude + (accumulate ? std::fabs(before[i * stride + j]) : 0) +
+                         std::fabs(bias[j])) +
+            (activation == cuda::GemmActivation::GeluTanh ? 1e-3 * std::fabs(expected) : 0) +
             1e-6;
         if (std::fabs(result[i * stride + j] - expected) > allowed) {
           ++bad;
@@ -260,6 +299,30 @@ TEST_F(CublasLtGpuTest, ColumnsOfAWiderOutput) {
   ASSERT_FALSE(status.isOk());
   EXPECT_NE(status.message().find("row stride 4 is less than its 8 columns"), std::string::npos)
       << status.message();
+}
+
+// The prefill linears' epilogue (LinearOps.cpp): the f32 bias of an f32 product must be
+// taken (it is D's own type); a half bias beside the f32 product is taken or declined as
+// the library decides (printed), and correct where taken.
+TEST_F(CublasLtGpuTest, EpilogueAddsTheBiasThenActivates) {
+  bool taken = false;
+  checkGemm(33, 96, 64, DType::F16, false, 1e-4, 0, false, DType::F32,
+            cuda::GemmActivation::GeluTanh, &taken);
+  EXPECT_TRUE(taken) << "f16 GEMM, f32 bias, GELU";
+  checkGemm(20, 64, 128, DType::F32, true, 1e-5, 0, true, DType::F32,
+            cuda::GemmActivation::None, &taken);
+  EXPECT_TRUE(taken) << "f32 GEMM onto an addend, f32 bias";
+  checkGemm(17, 40, 64, DType::BF16, false, 1e-4, 0, false, DType::Undefined,
+            cuda::GemmActivation::Relu, &taken);
+  EXPECT_TRUE(taken) << "bf16 GEMM, ReLU";
+  // An int8 weight's part: columns of a wider output.
+  checkGemm(20, 64, 128, DType::F16, false, 1e-4, 200, false, DType::F32,
+            cuda::GemmActivation::Relu, &taken);
+  EXPECT_TRUE(taken) << "f16 GEMM into columns of a wider C, f32 bias, ReLU";
+  checkGemm(24, 80, 64, DType::F16, false, 1e-4, 0, false, DType::F16,
+            cuda::GemmActivation::GeluTanh);
+  checkGemm(24, 80, 64, DType::BF16, true, 1e-4, 0, true, DType::BF16,
+            cuda::GemmActivation::None);
 }
 
 TEST_F(CublasLtGpuTest, MixedOperandTypesAreRefused) {

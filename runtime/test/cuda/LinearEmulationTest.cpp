@@ -92,6 +92,9 @@ public:
   std::vector<std::optional<DeviceTensor>> inputs;
   std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
+  // What gemmTakesEpilogue answers (cuBLASLt's heuristic), and the GEMMs run with one.
+  bool cublasEpilogues = false;
+  int epilogueGemms = 0;
   unsigned gemvGrid = 0;  // the last gemv launch's blocks (before the emulation's cap)
   uint32_t gemvSharedBytes = 0;
   int launchesPerSlot[6] = {};
@@ -136,18 +139,23 @@ public:
     return found == kernels_.constants[slot].end() ? fallback : found->second;
   }
   size_t scratchPartBytes() const override { return partBytes; }
-  // cuBLASLt's contract (GpuOps.h) on the host: C (+)= A·Bᵀ in the operands' stored types,
-  // C's rows ldc elements apart.
+  // cuBLASLt's contract (GpuOps.h) on the host: C = act(A·Bᵀ (+ addend or C) + bias) in
+  // the operands' stored types, C's rows ldc elements apart.
   Status gemm(const GemmDesc &desc) override {
     ++gemms;
     const int64_t ldc = desc.ldc ? desc.ldc : desc.n;
     if (ldc < desc.n)
       return error("gemm ldc below n");
-    std::vector<float> a(desc.m * desc.k), b(desc.n * desc.k);
+    if (desc.hasEpilogue() && !cublasEpilogues)
+      return error("a gemm with the epilogue gemmTakesEpilogue declined");
+    epilogueGemms += desc.hasEpilogue();
+    std::vector<float> a(desc.m * desc.k), b(desc.n * desc.k), bias(desc.n, 0.0f);
     if (!convertFloats(desc.aType, reinterpret_cast<const void *>(desc.a), DType::F32, a.data(),
                        desc.m * desc.k) ||
         !convertFloats(desc.bType, reinterpret_cast<const void *>(desc.b), DType::F32, b.data(),
-                       desc.n * desc.k))
+                       desc.n * desc.k) ||
+        (desc.bias && !convertFloats(desc.biasType, reinterpret_cast<const void *>(desc.bias),
+                                     DType::F32, bias.data(), desc.n)))
       return error("gemm types");
     float *c = reinterpret_cast<float *>(desc.c);
     for (int64_t i = 0; i < desc.m; ++i)
@@ -157,9 +165,17 @@ public:
         double sum = desc.accumulate ? addend[i * ldc + j] : 0.0;
         for (int64_t p = 0; p < desc.k; ++p)
           sum += double(a[i * desc.k + p]) * b[j * desc.k + p];
+        sum += bias[j];
+        if (desc.activation == GemmActivation::Relu)
+          sum = std::max(sum, 0.0);
+        else if (desc.activation == GemmActivation::GeluTanh)
+          sum = 0.5 * sum * (1.0 + std::tanh(0.79788456080286536 * (sum + 0.044715 * sum * sum * sum)));
         c[i * ldc + j] = static_cast<float>(sum);
       }
     return Status::ok();
+  }
+  bool gemmTakesEpilogue(const GemmDesc &desc) override {
+    return cublasEpilogues && desc.hasEpilogue();
   }
   Status scratch(size_t bytes, DevicePtr &out) override {
     scratch_.emplace_back((bytes + 15) / 16);
@@ -208,8 +224,12 @@ double activate(int64_t kind, double x) {
 // `partBytes` (0: the session's default) is the scratch a dequantized part of an int8
 // weight may take, so that a small test runs its GEMM in several parts.
 // `gemvGrid`, when given, receives the gemv launch's block count.
+// `cublasEpilogues`: the context's cuBLASLt takes the epilogues it is offered (a bias, ReLU
+// or tanh-GELU, not beside both an activation and a residual; not gated, not logits), and
+// the epilogue kernel must then not run.
 void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance,
-                 int64_t kRun = 0, size_t partBytes = 0, unsigned *gemvGrid = nullptr) {
+                 int64_t kRun = 0, size_t partBytes = 0, unsigned *gemvGrid = nullptr,
+                 bool cublasEpilogues = false) {
   const int64_t k = kRun > 0 ? kRun : kernels.constants[0]["K"];
   const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
   const int64_t act = kernels.constants[0]["ACT"];
@@ -319,6 +339,7 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     }
 
   EmulatedLinear step(kernels, "tfm.linear");
+  step.cublasEpilogues = cublasEpilogues;
   if (partBytes)
     step.partBytes = partBytes;
   step.inputs.push_back(DeviceTensor{inputType, {rows, k}, address(xStored.data())});
@@ -369,6 +390,14 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   }
   EXPECT_EQ(step.gemvLaunches, rows <= 8 ? 1 : 0);
   EXPECT_EQ(step.gemms, rows <= 8 ? 0 : parts);
+  if (cublasEpilogues && rows > 8) {
+    const bool logits = logitScale != 1.0 || logitCap != 0.0;
+    const bool inCublas = !gated && !logits && (hasBias || act != -1) &&
+                          (act == -1 || act == 1 || act == 4) && !(act != -1 && hasResidual);
+    EXPECT_EQ(step.epilogueGemms, inCublas ? parts : 0) << "GEMMs with cuBLASLt's epilogue";
+    if (inCublas)
+      EXPECT_EQ(step.launchesPerSlot[1], 0) << "epilogue kernel launches";
+  }
   if (int8)
     EXPECT_EQ(step.launchesPerSlot[2], rows <= 8 ? 0 : parts) << "dequantize_int8 launches";
   if (norm) {
@@ -600,6 +629,21 @@ TEST(LinearEmulationTest, Int8GemmPathDequantizesInTheScalesDtype) {
 // A weight larger than a part of scratch is dequantized and multiplied in parts, each
 // GEMM writing its columns of the output (ldc = n): 3 and 5 rows per part (no 64-row
 // block fits), the last part shorter.
+// cuBLASLt's epilogue, where its heuristic has one: a bias and tanh-GELU (bf16, after the
+// layer-norm prologue's operand kernel), a bias beside a residual (f32: the residual is the
+// GEMM's addend), a bias alone (a bf16 input into f32 weights), and an int8 weight in 4
+// parts, each GEMM with its slice of the bias (ReLU). An activation beside a residual
+// (f32_gelu) and SiLU stay in the epilogue kernel. Tolerances as the same families' GEMM
+// paths above (bf16 operands 1e-2, f32 1e-5).
+TEST(LinearEmulationTest, CublasEpilogueTakesTheBiasAndActivation) {
+  checkLinear(bf16_layer_gelu::kernels(), 12, 24, 1e-2, 0, 0, nullptr, true);
+  checkLinear(f32_split8::kernels(), 10, 24, 1e-5, 0, 0, nullptr, true);
+  checkLinear(bf16_input_f32_weights::kernels(), 9, 10, 1e-5, 0, 0, nullptr, true);
+  checkLinear(i8_relu_bias::kernels(), 12, 200, 1e-2, 0, 64 * 64 * 2, nullptr, true);
+  checkLinear(f32_gelu::kernels(), 11, 24, 1e-5, 0, 0, nullptr, true);
+  checkLinear(bf16_silu::kernels(), 12, 24, 1e-2, 0, 0, nullptr, true);
+}
+
 TEST(LinearEmulationTest, Int8GemmPathInParts) {
   checkLinear(i8_group64_f32::kernels(), 11, 20, 1e-5, 0, 3 * 128 * 4);  // 7 parts
   checkLinear(i8_channel_f16::kernels(), 9, 16, 2e-3, 0, 5 * 64 * 2);    // 4 parts

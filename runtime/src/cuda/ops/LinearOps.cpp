@@ -7,7 +7,8 @@
 // Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual, or
 // for a gated linear act(gate) * up from the two halves of its weight (int8: dequantizing
 // as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
-// the epilogue kernel, an int8 weight first dequantized into scratch in the scales' dtype,
+// the epilogue kernel (none where cuBLASLt's own epilogue takes the bias and a ReLU or
+// tanh-GELU: StepContext::gemmTakesEpilogue), an int8 weight first dequantized into scratch in the scales' dtype,
 // in parts of at most StepContext::scratchPartBytes() (docs/cuda-backend.md, "int8
 // linears": prefill is compute bound). A norm prologue (tfm.linear `norm`; its kernel
 // follows these, and for an f16/bf16 GEMM the same writing that dtype after it) normalises
@@ -164,6 +165,17 @@ Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, siz
       block < 32 || block > 1024 || block % 32 != 0)
     return context.error("the norm kernel was generated for another norm than the step's");
   return Status::ok();
+}
+
+// cuBLASLt's epilogue activation for the kernels' ACT (dsc_common.cuh's DSC_ACT_*: -1
+// none, 1 gelu_tanh, 4 relu); false where it has none (erf GELU, SiLU ...).
+bool gemmActivationOf(int64_t act, GemmActivation &out) {
+  switch (act) {
+  case -1: out = GemmActivation::None; return true;
+  case 1: out = GemmActivation::GeluTanh; return true;
+  case 4: out = GemmActivation::Relu; return true;
+  default: return false;
+  }
 }
 
 // The dtype cuBLASLt multiplies in: the stored weight's, or an int8 weight's scales'.
@@ -457,12 +469,79 @@ Status runLinear(StepContext &context) {
     gemm.aType = operandType;
   }
 
+  // An int8 weight's rows in parts of at most scratchPartBytes() dequantized into one
+  // scratch block, each part's GEMM writing its columns of C (ldc = n): an LM head of 128k
+  // rows would otherwise hold a 0.5 GB scratch block for the session's life. Parts of whole
+  // 64-row blocks keep C's columns 256-byte aligned. Float weights are one part.
+  int64_t partRows = n;
+  DevicePtr dequantized = 0;
+  if (quantized) {
+    const int64_t rowBytes = k * static_cast<int64_t>(dtypeSize(operandType));
+    partRows = std::max<int64_t>(
+        1, static_cast<int64_t>(context.scratchPartBytes()) / std::max<int64_t>(rowBytes, 1));
+    if (partRows < n && partRows >= 64)
+      partRows -= partRows % 64;
+    partRows = std::min(partRows, n);
+    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(partRows * rowBytes), dequantized));
+  }
+  struct GemmPart {
+    GemmDesc gemm;
+    int64_t firstRow;
+  };
+  auto partsOf = [&](const GemmDesc &whole) {
+    std::vector<GemmPart> parts;
+    for (int64_t first = 0; first < n; first += partRows) {
+      GemmPart part{whole, first};
+      if (quantized) {
+        part.gemm.n = std::min(partRows, n - first);
+        part.gemm.b = dequantized;
+        part.gemm.bType = operandType;
+        part.gemm.c += static_cast<DevicePtr>(first * 4);
+        if (part.gemm.addend)
+          part.gemm.addend += static_cast<DevicePtr>(first * 4);
+        if (part.gemm.bias)
+          part.gemm.bias += static_cast<DevicePtr>(first * dtypeSize(part.gemm.biasType));
+        part.gemm.ldc = n;
+      }
+      parts.push_back(part);
+    }
+    return parts;
+  };
+
+  // cuBLASLt's own epilogue where it has the step's (a bias, ReLU or tanh-GELU; not a gated
+  // pair, not the logit epilogue): no epilogue kernel, and the product written once. It
+  // adds C (the residual) before the activation, so an activation and a residual together
+  // stay in the kernel, as does what the heuristic has no algorithm for (a half bias beside
+  // the f32 product, on some versions).
+  GemmActivation ltActivation = GemmActivation::None;
+  bool inCublas = false;
+  std::vector<GemmPart> parts;
+  if (!gated && !fused.logits && (fused.bias || fused.activation != -1) &&
+      gemmActivationOf(fused.activation, ltActivation) &&
+      (fused.activation == -1 || !residualPtr)) {
+    GemmDesc withEpilogue = gemm;
+    withEpilogue.c = yPtr;
+    withEpilogue.bias = biasPtr;
+    withEpilogue.biasType = bias ? bias->dtype : DType::F32;
+    withEpilogue.activation = ltActivation;
+    if (residualPtr) {
+      withEpilogue.accumulate = true;
+      withEpilogue.addend = residualInPlace ? 0 : residualPtr;
+    }
+    parts = partsOf(withEpilogue);
+    inCublas = std::all_of(parts.begin(), parts.end(), [&](const GemmPart &part) {
+      return context.gemmTakesEpilogue(part.gemm);
+    });
+  }
+
   // Without an activation the residual can be the GEMM's C (C = residual; C += x·Wᵀ) when
   // it already is the output; otherwise the product goes to the output, or to scratch when
   // the output is the residual the epilogue still has to read.
   DevicePtr product = yPtr;
   DevicePtr epilogueResidual = residualPtr;
-  if (gated) {
+  if (inCublas) {
+    epilogueResidual = 0;
+  } else if (gated) {
     // The joined [rows, n] product, which the epilogue gates into the [rows, n / 2] output.
     DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(rows * n) * sizeof(float), product));
   } else if (residualInPlace) {
@@ -478,42 +557,26 @@ Status runLinear(StepContext &context) {
     gemm.addend = residualPtr;
     epilogueResidual = 0;
   }
-  gemm.c = product;
-  if (!quantized) {
-    DSRT_RETURN_IF_ERROR(context.gemm(gemm));
-  } else {
-    // The weight's rows in parts of at most scratchPartBytes() dequantized, each part's
-    // GEMM writing its columns of C (ldc = n): an LM head of 128k rows would otherwise hold
-    // a 0.5 GB scratch block for the session's life. Parts of whole 64-row blocks keep C's
-    // columns 256-byte aligned.
-    const int64_t rowBytes = k * static_cast<int64_t>(dtypeSize(operandType));
-    int64_t partRows = std::max<int64_t>(
-        1, static_cast<int64_t>(context.scratchPartBytes()) / std::max<int64_t>(rowBytes, 1));
-    if (partRows < n && partRows >= 64)
-      partRows -= partRows % 64;
-    partRows = std::min(partRows, n);
-    DevicePtr dequantized = 0;
-    DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(partRows * rowBytes), dequantized));
-    const int64_t scaleRowBytes = int8.groups * static_cast<int64_t>(dtypeSize(int8.scaleType));
-    for (int64_t first = 0; first < n; first += partRows) {
-      long long partCount = std::min(partRows, n - first), inCount = k;
-      DevicePtr partWeight = wPtr + static_cast<DevicePtr>(first * k);
-      DevicePtr partScales = scalesPtr + static_cast<DevicePtr>(first * scaleRowBytes);
+  if (!inCublas) {
+    gemm.c = product;
+    parts = partsOf(gemm);
+  }
+  const int64_t scaleRowBytes =
+      quantized ? int8.groups * static_cast<int64_t>(dtypeSize(int8.scaleType)) : 0;
+  for (const GemmPart &part : parts) {
+    if (quantized) {
+      long long partCount = part.gemm.n, inCount = k;
+      DevicePtr partWeight = wPtr + static_cast<DevicePtr>(part.firstRow * k);
+      DevicePtr partScales = scalesPtr + static_cast<DevicePtr>(part.firstRow * scaleRowBytes);
       // Blocks stride over the rows; a few per multiprocessor keep the reads in flight.
       Dim3 grid{gridFor(partCount, 1, sms * 8)}, block{kElementwiseBlock};
       void *args[] = {&partWeight, &partScales, &dequantized, &partCount, &inCount};
       DSRT_RETURN_IF_ERROR(context.launch(kDequantizeSlot, grid, block, 0, args));
-      GemmDesc part = gemm;
-      part.n = partCount;
-      part.b = dequantized;
-      part.bType = operandType;
-      part.c = product + static_cast<DevicePtr>(first * 4);
-      if (part.addend)
-        part.addend += static_cast<DevicePtr>(first * 4);
-      part.ldc = n;
-      DSRT_RETURN_IF_ERROR(context.gemm(part));
     }
+    DSRT_RETURN_IF_ERROR(context.gemm(part.gemm));
   }
+  if (inCublas)
+    return Status::ok();
 
   const bool epilogueNeeded = fused.bias || fused.activation != -1 || fused.logits ||
                               epilogueResidual != 0 || product != yPtr;
