@@ -73,19 +73,40 @@ PrefillTiles prefillTiles(int64_t headDim) {
   return {4, 8};
 }
 
-// attention_prefill_mma.cuh: 16 query rows per warp, and each lane keeps head_dim / 2 f32
-// output accumulators, so heads of at most 128 (Gemma's 256 take attention_prefill).
-constexpr int64_t kMaxMmaHeadDim = 128;
+// attention_prefill_mma.cuh: 16 query rows per warp, each lane keeping its block's
+// head_dim / parts / 2 f32 output accumulators, at most 128. Heads over 256 (Gemma-4's 512)
+// split their output features over 2 blocks, each forming the whole Q·Kᵀ.
+struct MmaPrefillShape {
+  PrefillTiles tiles;
+  int64_t featureParts;
+  int64_t sharedBytes;  // its q, k and v tiles
+};
+constexpr int64_t kMaxMmaHeadDim = 512;
+constexpr int64_t kMaxMmaPartFeatures = 256;
+// Its tiles over 48 KiB go in dynamic shared memory, at most this much: what an sm_86 or
+// sm_89 block may have (99 KiB; an A100's 163 and an H100's 227 are more), so that every GPU
+// the plans target runs them.
+constexpr int64_t kMaxMmaSharedBytes = 99 * 1024;
 
-// Its tiles: q [Q_TILE], k and v [K_TILE] rows of head_dim / 2 + 4 words each (f16 or bf16
-// pairs). 64 keys where they fit under 48 KiB with the registers they take (32 score
-// accumulators), else 32.
-PrefillTiles mmaPrefillTiles(int64_t headDim) {
-  return {16 * kAttentionWarps, headDim <= 64 ? 64 : 32};
+// q [Q_TILE] and k [K_TILE] rows of head_dim / 2 + 4 words (f16 or bf16 pairs), and v
+// [K_TILE] rows of the block's features / 2 + 4.
+int64_t mmaPrefillSharedBytes(int64_t headDim, int64_t featureParts, PrefillTiles tiles) {
+  return 4 * ((headDim / 2 + 4) * (tiles.queries + tiles.keys) +
+              (headDim / featureParts / 2 + 4) * tiles.keys);
 }
 
-int64_t mmaPrefillSharedBytes(int64_t headDim, PrefillTiles tiles) {
-  return 4 * (headDim / 2 + 4) * (tiles.queries + 2 * tiles.keys);
+// 64 query rows (4 warps); 64 keys per tile up to heads of 64 (32 score accumulators beside
+// the outputs), else 32, else 16 where 32 would pass kMaxMmaSharedBytes (heads of 512).
+MmaPrefillShape mmaPrefillShape(int64_t headDim) {
+  MmaPrefillShape shape;
+  shape.featureParts = (headDim + kMaxMmaPartFeatures - 1) / kMaxMmaPartFeatures;
+  shape.tiles = {16 * kAttentionWarps, headDim <= 64 ? 64 : 32};
+  shape.sharedBytes = mmaPrefillSharedBytes(headDim, shape.featureParts, shape.tiles);
+  if (shape.sharedBytes > kMaxMmaSharedBytes) {
+    shape.tiles.keys = 16;
+    shape.sharedBytes = mmaPrefillSharedBytes(headDim, shape.featureParts, shape.tiles);
+  }
+  return shape;
 }
 
 // attention_decode.cuh's static shared memory for GROUP_HEADS query heads: their rows,
@@ -319,11 +340,13 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // On the tensor cores where the cache is half, the head fits and the step has neither
   // ALiBi nor a bias: attention_prefill_mma (its file says what it rounds). A cached
   // cross-attention keeps attention_prefill, which also runs its one-token decode steps.
+  const MmaPrefillShape mma = mmaPrefillShape(headDim);
   const bool tensorCores = kvDtype != 0 && headDim % 16 == 0 && headDim <= kMaxMmaHeadDim &&
-                           !alibi && !bias && in.intAttr("cross", 0) == 0 &&
-                           mmaPrefillSharedBytes(headDim, mmaPrefillTiles(headDim)) <=
-                               kMaxSharedBytes;
-  const PrefillTiles prefill = tensorCores ? mmaPrefillTiles(headDim) : tiles;
+                           headDim % mma.featureParts == 0 &&
+                           headDim / mma.featureParts % 8 == 0 && !alibi && !bias &&
+                           in.intAttr("cross", 0) == 0 &&
+                           mma.sharedBytes <= kMaxMmaSharedBytes;
+  const PrefillTiles prefill = tensorCores ? mma.tiles : tiles;
   kernels.push_back({tensorCores ? "attention_prefill_mma" : "attention_prefill",
                      {{"HEAD_DIM", headDim},
                       {"WARPS", kAttentionWarps},
@@ -334,6 +357,12 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                       {"ALIBI", alibi ? 1 : 0},
                       {"MASK_DTYPE", maskType},
                       {"UNATTENDED_CAUSAL", unattendedCausal}}});
+  // Only where they are needed, so that the kernels of heads up to 128 keep their names:
+  // the blocks per query tile, and the tiles' dynamic shared memory, which the launcher gives.
+  if (tensorCores && mma.featureParts > 1)
+    kernels.back().constants.push_back({"FEATURE_PARTS", mma.featureParts});
+  if (tensorCores && mma.sharedBytes > kMaxSharedBytes)
+    kernels.back().constants.push_back({"SHARED_BYTES", mma.sharedBytes});
   // The cap's bits (a positive finite float's: in (0, 0x7f800000)), last, and only when set.
   int64_t softcapBits = 0;
   if (softcap > 0) {

@@ -12,33 +12,54 @@
 // roundings (about 2^-11 relative for f16, 2^-8 for bf16): the rule chooses this kernel
 // only where the plan already keeps its KV cache in that dtype.
 //
-// Constants: HEAD_DIM (a multiple of 16, at most 128: each lane keeps HEAD_DIM / 2 output
-// accumulators), WARPS (each warp owns 16 query rows), Q_TILE (= 16 * WARPS), K_TILE (keys
-// per shared-memory tile, a multiple of 16), CAUSAL, WINDOW, ALIBI (must be 0), MASK_DTYPE,
-// UNATTENDED_CAUSAL, and where the step has them SOFTCAP_BITS and UNATTENDED_ZERO, as
-// attention_prefill.cuh defines them. No BIAS: a step with a bias or ALiBi takes
-// attention_prefill. The parameters are attention_prefill's without a bias, so the one
-// launcher runs either.
+// Constants: HEAD_DIM (a multiple of 16, at most 512), WARPS (each warp owns 16 query rows),
+// Q_TILE (= 16 * WARPS), K_TILE (keys per shared-memory tile, a multiple of 16), CAUSAL,
+// WINDOW, ALIBI (must be 0), MASK_DTYPE, UNATTENDED_CAUSAL, and where the step has them
+// SOFTCAP_BITS and UNATTENDED_ZERO, as attention_prefill.cuh defines them. No BIAS: a step
+// with a bias or ALiBi takes attention_prefill. The parameters are attention_prefill's
+// without a bias, so the one launcher runs either.
+// Each lane keeps HEAD_DIM / FEATURE_PARTS / 2 f32 output accumulators, at most 128 (what
+// ptxas keeps in registers beside the scores). Wider heads (Gemma-4's 512) set
+// FEATURE_PARTS 2: the launcher gives each query tile that many blocks, each of which forms
+// the whole Q·Kᵀ (half the flops) and its share of P·V and of the output. Tiles of more
+// than 48 KiB (heads over 128) live in dynamic shared memory: SHARED_BYTES, the launcher's
+// size, which must be this file's layout (checked below).
 //
 // `out` holds the rotated queries on entry and the attention output on exit, as for
-// attention_prefill: a block stages every row it later writes before its first write.
+// attention_prefill: a block stages every row it later writes before its first write. Where
+// blocks share a row (FEATURE_PARTS > 1) or the output is half (OUT_DT), the queries come in
+// `query_rows` instead, the last parameter.
 #include "dsc_common.cuh"
 
+#ifndef FEATURE_PARTS
+#define FEATURE_PARTS 1
+#endif
+#define ATTENTION_MMA_OUT_FEATURES (HEAD_DIM / FEATURE_PARTS)
+
 // With OUT_DT (last, only where the step's result is the plan's half activation dtype):
-// attention_prefill's, `out` of that dtype and the queries in `query_rows`.
+// attention_prefill's, `out` of that dtype.
 #ifdef OUT_DT
 #define ATTENTION_MMA_OUT_DT OUT_DT
-#define ATTENTION_MMA_QUERIES query_rows
 #else
 #define ATTENTION_MMA_OUT_DT DSC_DT_F32
+#endif
+#if defined(OUT_DT) || FEATURE_PARTS > 1
+#define ATTENTION_MMA_QUERY_ROWS 1
+#define ATTENTION_MMA_QUERIES query_rows
+#else
+#define ATTENTION_MMA_QUERY_ROWS 0
 #define ATTENTION_MMA_QUERIES out
 #endif
 
 #if !defined(KV_DTYPE) || (KV_DTYPE != DSC_DT_F16 && KV_DTYPE != DSC_DT_BF16)
 #error "attention_prefill_mma needs KV_DTYPE 2 (f16) or 3 (bf16)"
 #endif
-#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
-#error "attention_prefill_mma needs HEAD_DIM a multiple of 16, at most 128"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 512
+#error "attention_prefill_mma needs HEAD_DIM a multiple of 16, at most 512"
+#endif
+#if FEATURE_PARTS < 1 || HEAD_DIM % FEATURE_PARTS != 0 || ATTENTION_MMA_OUT_FEATURES % 8 != 0 || \
+    ATTENTION_MMA_OUT_FEATURES > 256
+#error "attention_prefill_mma: each block's HEAD_DIM / FEATURE_PARTS features must be a multiple of 8, at most 256"
 #endif
 #if Q_TILE != 16 * WARPS
 #error "attention_prefill_mma: each warp owns 16 query rows (Q_TILE = 16 * WARPS)"
@@ -52,10 +73,21 @@
 
 // Shared-memory rows in 32-bit words (two halves each), padded by 4 words: the 8 rows a
 // fragment load touches then start in 8 different 4-bank groups, so its 32 words fall in 32
-// banks for every HEAD_DIM the kernel takes.
+// banks for every HEAD_DIM the kernel takes. Query and key rows hold the whole head, value
+// rows the block's part of it.
 #define ATTENTION_MMA_ROW_WORDS (HEAD_DIM / 2 + 4)
+#define ATTENTION_MMA_VALUE_WORDS (ATTENTION_MMA_OUT_FEATURES / 2 + 4)
+#define ATTENTION_MMA_SHARED_WORDS \
+  (ATTENTION_MMA_ROW_WORDS * (Q_TILE + K_TILE) + ATTENTION_MMA_VALUE_WORDS * K_TILE)
 #define ATTENTION_MMA_KEY_TILES (K_TILE / 8)
-#define ATTENTION_MMA_FEATURE_TILES (HEAD_DIM / 8)
+#define ATTENTION_MMA_FEATURE_TILES (ATTENTION_MMA_OUT_FEATURES / 8)
+#ifdef SHARED_BYTES
+#if SHARED_BYTES != 4 * ATTENTION_MMA_SHARED_WORDS
+#error "attention_prefill_mma: SHARED_BYTES is not the size of its q, k and v tiles"
+#endif
+#elif 4 * ATTENTION_MMA_SHARED_WORDS > 48 * 1024
+#error "attention_prefill_mma: tiles over 48 KiB need dynamic shared memory (SHARED_BYTES)"
+#endif
 #ifdef UNATTENDED_ZERO
 #define ATTENTION_MMA_UNATTENDED_ZERO true
 #else
@@ -79,20 +111,30 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                           long long kv_head_stride, int kv_rows, const void *mask,
                           const int *lengths, int io_past, int fresh, int heads, int head_offset,
                           int kv_head_offset, int group, int global_heads, float scale
-#ifdef OUT_DT
+#if ATTENTION_MMA_QUERY_ROWS
                           ,
                           const float *query_rows
 #endif
     ) {
-  __shared__ unsigned int q_tile[Q_TILE][ATTENTION_MMA_ROW_WORDS];
-  __shared__ unsigned int k_tile[K_TILE][ATTENTION_MMA_ROW_WORDS];
-  __shared__ unsigned int v_tile[K_TILE][ATTENTION_MMA_ROW_WORDS];
+#ifdef SHARED_BYTES
+  extern __shared__ unsigned int attention_mma_shared[];
+#else
+  __shared__ unsigned int attention_mma_shared[ATTENTION_MMA_SHARED_WORDS];
+#endif
+  typedef unsigned int attention_mma_row[ATTENTION_MMA_ROW_WORDS];
+  typedef unsigned int attention_mma_value_row[ATTENTION_MMA_VALUE_WORDS];
+  attention_mma_row *q_tile = reinterpret_cast<attention_mma_row *>(attention_mma_shared);
+  attention_mma_row *k_tile = q_tile + Q_TILE;
+  attention_mma_value_row *v_tile = reinterpret_cast<attention_mma_value_row *>(k_tile + K_TILE);
   if (blockDim.x != WARPS * 32)
     return;
   (void)global_heads;
 
   const float negative_infinity = attention_mma_negative_infinity();
-  const int sequence = blockIdx.z, head = blockIdx.y, q_begin = blockIdx.x * Q_TILE;
+  // A query tile's FEATURE_PARTS blocks are neighbours along x: they read the same keys.
+  const int part = blockIdx.x % FEATURE_PARTS, first_feature = part * ATTENTION_MMA_OUT_FEATURES;
+  const int sequence = blockIdx.z, head = blockIdx.y;
+  const int q_begin = blockIdx.x / FEATURE_PARTS * Q_TILE;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;  // the fragments' groupID and threadID_in_group
   const int past = lengths ? lengths[0] : io_past;
@@ -153,9 +195,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         // its batch and head strides are whole rows, so every pair is 4-byte aligned.
         const long long word = static_cast<long long>(key) * (HEAD_DIM / 2) + pair;
         key_word = reinterpret_cast<const unsigned int *>(key_base)[word];
-        value_word = reinterpret_cast<const unsigned int *>(value_base)[word];
+        if (FEATURE_PARTS == 1)
+          value_word = reinterpret_cast<const unsigned int *>(value_base)[word];
       }
       k_tile[row][pair] = key_word;
+      if (FEATURE_PARTS == 1)
+        v_tile[row][pair] = value_word;
+    }
+    // The block's share of each value row (first_feature is even: whole words).
+    for (int index = threadIdx.x; FEATURE_PARTS > 1 && index < K_TILE * (ATTENTION_MMA_OUT_FEATURES / 2);
+         index += blockDim.x) {
+      const int row = index / (ATTENTION_MMA_OUT_FEATURES / 2);
+      const int pair = index % (ATTENTION_MMA_OUT_FEATURES / 2);
+      const int key = tile + row;
+      unsigned int value_word = 0;
+      if (key < key_end)
+        value_word = reinterpret_cast<const unsigned int *>(value_base)
+            [static_cast<long long>(key) * (HEAD_DIM / 2) + first_feature / 2 + pair];
       v_tile[row][pair] = value_word;
     }
     __syncthreads();
@@ -232,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       }
     }
 
-    // O[16 x HEAD_DIM] += P·V: S's accumulator layout over keys 16·step .. + 15 is A's
+    // O[16 x the block's features] += P·V: S's accumulator layout over keys 16·step .. + 15 is A's
     // layout (its key tiles 2·step and 2·step + 1); V is B "col", [key][feature] read down a
     // feature's column, so each register joins two keys' halves.
 #pragma unroll
@@ -267,21 +323,24 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     void *out_row = dsc_element_address<ATTENTION_MMA_OUT_DT>(
         out, ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM);
     if (row_max[r] == negative_infinity) {
-      // No key to attend: attention_prefill's rule, the row's 4 lanes sharing its features.
+      // No key to attend: attention_prefill's rule, the row's 4 lanes sharing the block's
+      // features.
       dsc_unattended_row<KV_DTYPE, false, ATTENTION_MMA_OUT_DT>(
           out_row, value_base, HEAD_DIM, total, position, ATTENTION_MMA_UNATTENDED_ZERO,
-          UNATTENDED_CAUSAL && CAUSAL, t, 4);
+          UNATTENDED_CAUSAL && CAUSAL, first_feature + t, 4,
+          first_feature + ATTENTION_MMA_OUT_FEATURES);
       continue;
     }
 #pragma unroll
     for (int n = 0; n < ATTENTION_MMA_FEATURE_TILES; ++n) {
       const float first = o[n][2 * r] / row_sum[r], second = o[n][2 * r + 1] / row_sum[r];
+      const int feature = first_feature + n * 8 + 2 * t;
       if constexpr (ATTENTION_MMA_OUT_DT == DSC_DT_F32) {
-        static_cast<float *>(out_row)[n * 8 + 2 * t] = first;
-        static_cast<float *>(out_row)[n * 8 + 2 * t + 1] = second;
+        static_cast<float *>(out_row)[feature] = first;
+        static_cast<float *>(out_row)[feature + 1] = second;
       } else {
         // The pair as one word: HEAD_DIM is even, so every row starts 4-byte aligned.
-        static_cast<unsigned int *>(out_row)[n * 4 + t] =
+        static_cast<unsigned int *>(out_row)[feature / 2] =
             dsc_pack_half2<ATTENTION_MMA_OUT_DT>(first, second);
       }
     }

@@ -166,15 +166,19 @@ static __device__ __forceinline__ bool dsc_mask_on(const void *mask, long long i
 // zeros where the step asks for them (sdpa's NaN guard, `zero`); else the exports' finfo.min
 // masks leave every masked score equal, so the row averages the values of every key, or
 // (GPT-Neo's doubled mask, `causal_only`) of those at or before `position`. This thread
-// writes features first, first + stride, ...; COHERENT reads the cache past L1 (another
-// block of the launch may have written it).
+// writes features first, first + stride, ... before `end` (a block's part of the head) or
+// head_dim; COHERENT reads the cache past L1 (another block of the launch may have written
+// it).
 // The row is of dtype OUT (the step's result: f32, or the plan's half activation dtype).
 template <int KV, bool COHERENT, int OUT = DSC_DT_F32>
 static __device__ void dsc_unattended_row(void *out_row,
                                           const typename dsc_kv_element<KV>::type *value_base,
                                           int head_dim, int total, int position, bool zero,
-                                          bool causal_only, int first, int stride) {
-  for (int feature = first; feature < head_dim; feature += stride) {
+                                          bool causal_only, int first, int stride,
+                                          int end = 0x7fffffff) {
+  if (end > head_dim)
+    end = head_dim;
+  for (int feature = first; feature < end; feature += stride) {
     float sum = 0.0f;
     int count = 0;
     for (int key = 0; key < total && !zero; ++key)

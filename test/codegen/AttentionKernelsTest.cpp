@@ -244,8 +244,10 @@ TEST(AttentionRule, HalfCacheIsAConstantOfTheSessionKernels) {
 }
 
 // A half session cache runs prefill on the tensor cores (attention_prefill_mma: 16 query
-// rows per warp, heads that are a multiple of 16 up to 128, no ALiBi); everything else keeps
-// attention_prefill, whose parameters it shares.
+// rows per warp, heads that are a multiple of 16 up to 512, no ALiBi); everything else keeps
+// attention_prefill, whose parameters it shares. Heads over 128 take their tiles in dynamic
+// shared memory (SHARED_BYTES, under an sm_86's 99 KiB), and heads over 256 split their
+// output features over blocks (FEATURE_PARTS), so that a lane keeps at most 128 outputs.
 TEST(AttentionRule, HalfCachePrefillRunsOnTheTensorCores) {
   struct Case {
     int64_t headDim, alibi;
@@ -257,9 +259,14 @@ TEST(AttentionRule, HalfCachePrefillRunsOnTheTensorCores) {
                         {64, 0, dsp::DType::bf16, true, "attention_prefill_mma"},
                         {80, 0, dsp::DType::f16, true, "attention_prefill_mma"},
                         {128, 0, dsp::DType::bf16, true, "attention_prefill_mma"},
+                        {192, 0, dsp::DType::f16, true, "attention_prefill_mma"},
+                        {256, 0, dsp::DType::f16, true, "attention_prefill_mma"},
+                        {320, 0, dsp::DType::bf16, true, "attention_prefill_mma"},
+                        {512, 0, dsp::DType::f16, true, "attention_prefill_mma"},
                         {40, 0, dsp::DType::f16, true, "attention_prefill"},   // not 16k
-                        {256, 0, dsp::DType::f16, true, "attention_prefill"},  // too wide
+                        {264, 0, dsp::DType::f16, true, "attention_prefill"},  // not 16k
                         {64, 1, dsp::DType::f16, true, "attention_prefill"},   // ALiBi
+                        {256, 1, dsp::DType::bf16, true, "attention_prefill"}, // ALiBi
                         {64, 0, dsp::DType::f32, true, "attention_prefill"},   // f32 cache
                         {64, 0, dsp::DType::f16, false, "attention_prefill"}}; // I/O mode
   for (const Case &c : cases) {
@@ -278,9 +285,22 @@ TEST(AttentionRule, HalfCachePrefillRunsOnTheTensorCores) {
     EXPECT_EQ(prefill["Q_TILE"], 16 * prefill["WARPS"]);
     EXPECT_EQ(prefill["K_TILE"] % 16, 0);
     EXPECT_EQ(prefill["KV_DTYPE"], static_cast<int64_t>(c.cacheType));
-    // attention_prefill_mma.cuh: q, k and v tiles of head_dim / 2 + 4 words per row.
-    const int64_t bytes = 4 * (c.headDim / 2 + 4) * (prefill["Q_TILE"] + 2 * prefill["K_TILE"]);
-    EXPECT_LE(bytes, 48 * 1024) << c.headDim;
+    const int64_t parts = prefill.count("FEATURE_PARTS") ? prefill["FEATURE_PARTS"] : 1;
+    EXPECT_EQ(parts, c.headDim > 256 ? 2 : 1) << c.headDim;
+    EXPECT_EQ(c.headDim % parts, 0);
+    EXPECT_EQ(c.headDim / parts % 8, 0) << c.headDim;
+    EXPECT_LE(c.headDim / parts, 256) << "more than 128 accumulators a lane: " << c.headDim;
+    // attention_prefill_mma.cuh: q and k tiles of head_dim / 2 + 4 words per row, v tiles
+    // of the block's features / 2 + 4.
+    const int64_t bytes =
+        4 * ((c.headDim / 2 + 4) * (prefill["Q_TILE"] + prefill["K_TILE"]) +
+             (c.headDim / parts / 2 + 4) * prefill["K_TILE"]);
+    if (bytes <= 48 * 1024) {
+      EXPECT_EQ(prefill.count("SHARED_BYTES"), 0u) << c.headDim;
+    } else {
+      EXPECT_EQ(prefill["SHARED_BYTES"], bytes) << c.headDim;
+      EXPECT_LE(bytes, 99 * 1024) << c.headDim;
+    }
   }
 }
 
@@ -299,7 +319,7 @@ TEST(AttentionRule, HalfResultIsWrittenByPrefillAndDecode) {
     std::string reason;
     ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << reason;
     ASSERT_EQ(specs.size(), 3u);
-    EXPECT_EQ(specs[1].kind, headDim == 64 ? "attention_prefill_mma" : "attention_prefill");
+    EXPECT_EQ(specs[1].kind, "attention_prefill_mma");
     for (size_t slot : {1, 2}) {
       EXPECT_EQ(specs[slot].constants.back().first, "OUT_DT") << slot;
       EXPECT_EQ(specs[slot].constants.back().second, static_cast<int64_t>(dsp::DType::bf16));

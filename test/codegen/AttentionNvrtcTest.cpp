@@ -98,6 +98,10 @@ TEST_F(AttentionNvrtcTest, HalfCacheKernelsCompile) {
                {{"phi2-80", 32, 32, 80, 1, 0, 0, 32, 0, "all"}, dsp::DType::bf16},
                {{"gemma2-64", 8, 4, 64, 1, 0, 4, 64, 0, "all", 50.0f}, dsp::DType::f16},
                {{"bloom-64", 8, 8, 64, 1, 1, 0, 0, 0, "all"}, dsp::DType::bf16},
+               // Wide heads on the tensor cores, in dynamic shared memory: Gemma-3's 256
+               // with a window, Gemma-4's 512 in two blocks per query tile.
+               {{"gemma3-256", 8, 4, 256, 1, 0, 512, 256, 0, "all", 0, 1}, dsp::DType::bf16},
+               {{"gemma4-512", 8, 1, 512, 1, 0, 0, 128, 0, "all", 0, 1}, dsp::DType::f16},
                {kQwen3, dsp::DType::bf16}};
   // Each also with its result in the cache's dtype (the plan's half activations: OUT_DT).
   for (const auto &c : cases)

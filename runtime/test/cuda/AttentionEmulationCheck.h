@@ -68,7 +68,9 @@ ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   attrs["num_heads"] = ops::Attr::ofInt(f.heads);
   attrs["num_kv_heads"] = ops::Attr::ofInt(f.kvHeads);
   attrs["head_dim"] = ops::Attr::ofInt(f.headDim);
-  attrs["scale"] = ops::Attr::ofFloat(0.25f);
+  // The models' 1/sqrt(head_dim) (0.25 for the heads of 16 most families here have), so
+  // that wide heads' scores are as peaked as a model's, not sqrt(D / 16) times more.
+  attrs["scale"] = ops::Attr::ofFloat(1.0f / std::sqrt(static_cast<float>(f.headDim)));
   attrs["causal"] = ops::Attr::ofInt(f.causal);
   attrs["alibi"] = ops::Attr::ofInt(f.alibi);
   attrs["window"] = ops::Attr::ofInt(f.window);
@@ -217,7 +219,7 @@ void check(const Family &f, const Scenario &s) {
     changed.erase(attribute);
     std::vector<float> out(expected.size()), presentKey(expectedKey.size()),
         presentValue(expectedValue.size()), keys = cpuKeys, values = cpuValues;
-    TensorRef outC{DType::F32, {B, S, H * D}, out.data()};
+    TensorRef outC{f.outputType, {B, S, H * D}, out.data()};  // widened below if half
     TensorRef keyC{DType::F32, {B, KH, T, D}, presentKey.data()};
     TensorRef valueC{DType::F32, {B, KH, T, D}, presentValue.data()};
     ops::Outputs outputsC{&outC};
@@ -232,7 +234,7 @@ void check(const Family &f, const Scenario &s) {
     stateC.cache = s.session ? &cacheC : nullptr;
     Status status = ops::compute("tfm.attention", changed, stepInputs, outputsC, &stateC);
     EXPECT_TRUE(status.isOk()) << status.message();
-    return out;
+    return widened(f.outputType, out, out.size());
   };
   std::vector<float> uncappedOut, unnormalizedOut, scaledBeforeOut;
   if (f.softcap > 0)
@@ -362,12 +364,25 @@ void check(const Family &f, const Scenario &s) {
     EXPECT_EQ(step.arrivals[i], 0) << "arrival count " << i << " left set for the next launch";
   // The tensor cores' prefill rounds each query and each softmax weight to the cache's
   // dtype (unit roundoff u: 2^-11 f16, 2^-8 bf16). With values in [-1, 1] the weights'
-  // rounding moves an output by at most u; the queries' moves each score by scale · Σ Δq·k,
-  // D terms of random sign each at most u·|q·k|, about u·scale·sqrt(D)/3 <= u/3 here, which
-  // moves the softmax's average by at most about twice that. 4u bounds both with room.
+  // rounding moves an output by at most u. The queries' moves each score by scale · Σ Δq·k:
+  // D terms of random sign, each at most u·|q·k|, about g·u with g = scale · sqrt(D) ·
+  // rms(q) · rms(k), the heads as the kernel multiplies them: 1/3 for values in [-1, 1] (rms
+  // 1/sqrt(3) each), 4/3 with q/k norms (rms 1, times the scales' rms 1.15 each). That moves
+  // the softmax's average by at most about twice that. 2.4 u (1 + 2g) bounds both with room:
+  // 4u for unnormalised heads.
+  auto rms = [](const std::vector<float> &values) {
+    double sum = 0;
+    for (float value : values)
+      sum += static_cast<double>(value) * value;
+    return std::sqrt(sum / static_cast<double>(values.size()));
+  };
+  const double headGain = f.qkNorm ? rms(queryNormScale) * rms(keyNormScale) : rms(q) * rms(k);
+  const double scoreRounding = attrs.at("scale").f * std::sqrt(static_cast<double>(D)) * headGain;
   const float unitRoundoff = f.cacheType == DType::F16 ? 0x1p-11f : 0x1p-8f;
   const float operandRounding =
-      kernels.prefillOnTensorCores && !decode ? 4 * unitRoundoff : 0.0f;
+      kernels.prefillOnTensorCores && !decode
+          ? static_cast<float>(2.4 * unitRoundoff * (1 + 2 * scoreRounding))
+          : 0.0f;
   // A half result holds each side's f32 value rounded once: where those differ in their
   // last bits the two may lie one step of its dtype apart, as the cache's rows below.
   const float outputStep = f.outputType == DType::F16 ? 0x1p-10f

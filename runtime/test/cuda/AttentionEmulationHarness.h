@@ -101,8 +101,11 @@ public:
                 void **args) override {
     if (slot >= kernelCount_)
       return error("slot ", slot, " of ", kernelCount_);
-    if (sharedBytes != 0 || block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1)
+    if (block.x % 32 != 0 || block.x == 0 || block.y != 1 || block.z != 1)
       return error("unexpected launch shape");
+    // Dynamic shared memory is the kernel's SHARED_BYTES (the family's array stands for it).
+    if (sharedBytes != kernelConstant(slot, "SHARED_BYTES", 0))
+      return error("kernel ", slot, " launched with ", sharedBytes, " bytes of shared memory");
     cuda_emulation::launch({grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
                                 [&] { kernels_.slots[slot](args); });
     ++launches[slot];

@@ -94,6 +94,12 @@ const Family kGemma2MmaBf16{"gemma2_mma_bf16", gemma2_mma_bf16::kernels, 32, 4, 
 const Family kWide128MmaF16{"wide128_mma_f16", wide128_mma_f16::kernels, 128, 4, 2, 1, 0, 0, 64,
                             0, "zero", DType::I32, 0, false, false, DType::F16};
 
+const Family kGemmaMma256Bf16{"gemma_mma256_bf16", gemma_mma256_bf16::kernels, 256, 4, 2, 1, 0, 40,
+                              256, 0, "all", DType::I64, 1.0f, false, true, DType::BF16,
+                              DType::BF16};
+const Family kGemma4Mma512F16{"gemma4_mma512_f16", gemma4_mma512_f16::kernels, 512, 2, 2, 1, 0,
+                              0, 128, 0, "all", DType::I64, 0, false, true, DType::F16};
+
 const Family *const kDecoders[] = {&kGpt2,   &kLlama,  &kBloom, &kGptj,
                                    &kGptNeo, &kGemma2, &kSdpa};
 // Families whose kernels write a half session cache (KV_DTYPE): session scenarios only.
@@ -165,7 +171,8 @@ TEST(AttentionEmulation, SessionPrefillOverSeveralTiles) {
 // under a mask bucketed wider than the keys; and on rank 1 of 2 the block reads its rank's
 // heads.
 TEST(AttentionEmulation, TensorCorePrefill) {
-  for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16, &kLlamaF16Out}) {
+  for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16, &kLlamaF16Out,
+                          &kGemmaMma256Bf16, &kGemma4Mma512F16}) {
     ASSERT_TRUE(f->kernels().prefillOnTensorCores) << f->name;
     Scenario prompt;
     prompt.session = true;

@@ -268,9 +268,20 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(
       checkConstant(context, kPrefillSlot, "UNATTENDED_ZERO", unattendedZero));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "BIAS", bias ? 1 : -1));
-  int64_t warps = 0, queryTile = 0;
+  int64_t warps = 0, queryTile = 0, featureParts = 0, prefillShared = 0;
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "WARPS", 32, warps));
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPrefillSlot, "Q_TILE", 1024, queryTile));
+  // The tensor cores' prefill of wide heads: blocks per query tile, each writing its part of
+  // the features (so the rotated queries go to scratch, not into the output that the other
+  // block is writing), and the tiles' dynamic shared memory. 1 and 0 where absent.
+  DSRT_RETURN_IF_ERROR(
+      positiveConstant(context, kPrefillSlot, "FEATURE_PARTS", 16, featureParts, 1));
+  if (D % featureParts != 0)
+    return context.error("kernel ", kPrefillSlot, "'s FEATURE_PARTS ", featureParts,
+                         " does not divide head_dim ", D);
+  prefillShared = context.kernelConstant(kPrefillSlot, "SHARED_BYTES", 0);
+  if (prefillShared < 0 || prefillShared > (int64_t(1) << 20))
+    return context.error("kernel ", kPrefillSlot, "'s SHARED_BYTES constant is ", prefillShared);
 
   // Where the keys and values of every attended position live, [batch, KH, rows, D].
   DevicePtr keys = 0, values = 0, lengths = 0, pastKeyData = 0, pastValueData = 0;
@@ -420,7 +431,8 @@ Status runAttention(StepContext &context) {
   DevicePtr outData = out.data;
   // Where attention_rotary writes the rotated queries for the prefill kernel: the output
   // itself when it is f32 (the kernel reads each row before it writes it), f32 scratch when
-  // the output is half (OUT_DT: the kernel's last parameter).
+  // the output is half (OUT_DT) or blocks share its rows (FEATURE_PARTS): the kernel's last
+  // parameter.
   DevicePtr queryRows = outData;
   int ioPastArg = static_cast<int>(ioPast), fresh = static_cast<int>(S);
   int capacity = static_cast<int>(kvRows);
@@ -465,7 +477,8 @@ Status runAttention(StepContext &context) {
                           (context.kernelCount() >= 4 || fusedCombine);
   const bool fusedRotary =
       decodeStep && context.kernelConstant(kDecodeSlot, "FUSED_ROTARY", 0) == 1;
-  if (halfOutput && !decodeStep)
+  const bool separateQueries = halfOutput || featureParts > 1;
+  if (separateQueries && !decodeStep)
     DSRT_RETURN_IF_ERROR(context.scratch(static_cast<size_t>(B * S * H * D) * sizeof(float),
                                          queryRows));
   if (fusedRotary) {
@@ -590,14 +603,15 @@ Status runAttention(StepContext &context) {
                               &kvHeadOffset, &group,   &globalHeads, &scaleArg};
   if (bias)
     args.insert(args.end(), {&biasData, &biasBatchStride, &biasHeadStride, &biasRowStride});
-  if (halfOutput)
+  if (separateQueries)
     args.push_back(&queryRows);
   Dim3 grid, block;
-  grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile);
+  grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile * featureParts);
   grid.y = static_cast<unsigned>(H);
   grid.z = static_cast<unsigned>(B);
   block.x = attentionBlock;
-  return context.launch(kPrefillSlot, grid, block, 0, args.data());
+  return context.launch(kPrefillSlot, grid, block, static_cast<uint32_t>(prefillShared),
+                        args.data());
 }
 
 } // namespace
