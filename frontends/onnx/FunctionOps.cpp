@@ -4,6 +4,8 @@
 // rotary embeddings and RMS norms as these ops; written out, they are the graph an
 // exporter that spelled them out would have given, so the recognisers (which prove what a
 // subgraph computes on a probe) and the generic path's kernels need nothing new for them.
+// ReduceLogSumExp (torch.logsumexp: Granite-SWA's attention sinks) likewise, shifted by the
+// maximum as a careful implementation computes it.
 #include "frontends/onnx/GraphImporter.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
@@ -17,10 +19,11 @@ namespace dsc::onnx_frontend {
 
 namespace {
 
-// The node's integer and float attributes (the three ops have no others).
+// The node's integer, float and integer-list attributes (the ops have no others).
 struct FunctionAttributes {
   llvm::StringMap<int64_t> ints;
   llvm::StringMap<float> floats;
+  llvm::StringMap<SmallVector<int64_t>> intLists;
 };
 
 } // namespace
@@ -45,6 +48,8 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
       attrs.ints[attr.name()] = attr.i();
     else if (attr.type() == AttributeProto::FLOAT)
       attrs.floats[attr.name()] = attr.f();
+    else if (attr.type() == AttributeProto::INTS)
+      attrs.intLists[attr.name()].assign(attr.ints().begin(), attr.ints().end());
     else
       return emitError(loc) << node.op_type() << " attribute '" << attr.name()
                             << "' has an unexpected type";
@@ -72,7 +77,42 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
   auto elementOf = [](Value value) { return cast<TensorType>(value.getType()).getElementType(); };
   SmallVector<Value, 4> results;
 
-  if (node.op_type() == "RMSNormalization") {
+  if (node.op_type() == "ReduceLogSumExp") {
+    for (const auto &[name, value] : attrs.ints)
+      if (name != "keepdims" && name != "noop_with_empty_axes")
+        return emitError(loc) << "ReduceLogSumExp has attribute '" << name
+                              << "', which dsc does not support";
+    if (!given(0) || !isa<FloatType>(elementOf(inputs[0])))
+      return emitError(loc) << "ReduceLogSumExp needs a float input";
+    // The axes: an input from opset 18, an attribute before; none: every axis (or none with
+    // noop_with_empty_axes, which leaves the input as it is: log(exp(x)) = x below).
+    auto listed = attrs.intLists.find("axes");
+    if (listed != attrs.intLists.end() && given(1))
+      return emitError(loc) << "ReduceLogSumExp has axes both as attribute and as input";
+    Value axes = given(1) ? inputs[1]
+                 : listed != attrs.intLists.end() ? i64(listed->second)
+                                                  : noValue(loc);
+    auto reduce = [&](llvm::StringRef op, Value data, int64_t keep) {
+      return emit(op, {data, axes}, loc,
+                  {named("keepdims", builder_.getI64IntegerAttr(keep)),
+                   named("noop_with_empty_axes",
+                         builder_.getI64IntegerAttr(intAttr("noop_with_empty_axes", 0)))});
+    };
+    // m + log Σ exp(x - m), m the maximum, so that exp cannot overflow; m is taken as 0
+    // where it is not finite, so that a slice of -inf gives log 0 = -inf, not NaN.
+    Value x = inputs[0];
+    Type element = elementOf(x);
+    Value maximum = reduce("ReduceMax", x, 1);
+    Value finite = emit("Less", {emit("Abs", {maximum}, loc),
+                                 scalar(std::numeric_limits<double>::infinity(), element)},
+                        loc);
+    Value shift = emit("Where", {finite, maximum, scalar(0.0, element)}, loc);
+    Value sum = reduce("ReduceSum", emit("Exp", {emit("Sub", {x, shift}, loc)}, loc),
+                       intAttr("keepdims", 1));
+    // The shift with the result's shape: its reduced axes are already 1.
+    Value shifted = intAttr("keepdims", 1) ? shift : reduce("ReduceMax", shift, 0);
+    results.push_back(emit("Add", {emit("Log", {sum}, loc), shifted}, loc));
+  } else if (node.op_type() == "RMSNormalization") {
     for (const auto &[name, value] : attrs.ints)
       if (name != "axis" && name != "stash_type")
         return emitError(loc) << "RMSNormalization has attribute '" << name

@@ -76,6 +76,8 @@ static constexpr OpSpec kOps[] = {
     {"", "Attention", "", 23, 6, 4},
     {"", "RotaryEmbedding", "", 23, 4, 1},
     {"", "RMSNormalization", "", 23, 2, 1},
+    // ReduceLogSumExp, written out in ReduceMax, Exp, ReduceSum and Log.
+    {"", "ReduceLogSumExp", "", 13, 2, 1},
     // Control flow.
     {"", "If", "If", 13, 1, kVariadic},
     // ONNX Runtime's contrib ops that exporters emit for GELU before opset 20.
