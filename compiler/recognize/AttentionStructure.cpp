@@ -363,12 +363,21 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
   const dsrt::Shape *q = shapeOf(c.scores->getOperand(0));
   const dsrt::Shape *k = shapeOf(c.scores->getOperand(1));
   const dsrt::Shape *v = shapeOf(c.context->getOperand(1));
-  if (!q || !k || !v || q->size() < 3 || k->size() != q->size() || v->size() != q->size())
+  // The dimensions before the last two: batch and heads, apart or merged, V's broadcast over
+  // a group's query heads where it has fewer. Q and K may merge them while V keeps them
+  // apart (GPT-NeoX-Japanese's baddbmm over [b·h, s, d], its scores reshaped to
+  // [b, h, s, total] before the softmax): the proofs on the probe decide.
+  auto leadingOf = [](const dsrt::Shape &shape) {
+    int64_t product = 1;
+    for (size_t i = 0; i + 2 < shape.size(); ++i)
+      product *= shape[i];
+    return product;
+  };
+  if (!q || !k || !v || q->size() < 3 || k->size() != q->size() || v->size() < 3 ||
+      (v->size() != q->size() && leadingOf(*v) != leadingOf(*q)))
     return "Q, K and V have no consistent shapes on the probe";
   headDim_ = q->back();
-  int64_t leading = 1;
-  for (size_t i = 0; i + 2 < q->size(); ++i)
-    leading *= (*q)[i];
+  const int64_t leading = leadingOf(*q);
   if ((*q)[q->size() - 2] != fresh_ || leading % batch_ != 0)
     return "the query is not [batch, heads, seq, head_dim]";
   heads_ = leading / batch_;
