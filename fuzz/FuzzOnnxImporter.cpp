@@ -1,7 +1,9 @@
-// libFuzzer harnesses of the ONNX importer (fuzz-onnx-importer) and of the whole compile
-// pipeline after it (fuzz-onnx-compile, built with DSC_FUZZ_COMPILE) (issue 19): any model
-// either imports (compiles to the plan dialect) or fails with an error message, never a
-// signal, an assertion or a failure nobody explains. Two harnesses, because recognition's
+// libFuzzer harnesses of the ONNX importer (fuzz-onnx-importer), of the whole compile
+// pipeline after it (fuzz-onnx-compile, built with DSC_FUZZ_COMPILE) (issue 19), and of the
+// whole path a user takes (fuzz-onnx-generate, DSC_FUZZ_GENERATE, issue 46): the compiled
+// plan is written, opened and generated from (fuzz/RunCompiledPlan.h). Any model either
+// imports (compiles, runs) or fails with an error message, never a signal, an assertion or
+// a failure nobody explains. Two harnesses, because recognition's
 // probes make a compilation some thirty times slower than an import. Inputs are binary
 // ModelProtos; the custom mutator keeps them ModelProtos (fuzz/ProtoMutator.h). Seeds: the
 // fixtures under test/models, whole exports, and the one-op models of the importer's tests in
@@ -11,6 +13,11 @@
 #include "compiler/Registration.h"
 #include "frontends/onnx/OnnxImporter.h"
 #include "fuzz/ProtoMutator.h"
+#ifdef DSC_FUZZ_GENERATE
+#include "compiler/lowering/ExportPlan.h"
+#include "fuzz/GraphInterfaceMutator.h"
+#include "fuzz/RunCompiledPlan.h"
+#endif
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,6 +39,8 @@ namespace {
 // Where the model "is": a folder of its own with nothing in it, so that external data a
 // mutated model names is looked for there and not found (or refused for leaving it).
 std::string modelPath;
+// Where fuzz-onnx-generate writes the plan it then runs, beside the model.
+std::string planPath;
 
 [[noreturn]] void unexplainedFailure(const char *stage) {
   std::fprintf(stderr, "fuzz: %s failed without an error message\n", stage);
@@ -53,6 +62,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     std::abort();
   }
   modelPath = std::string(folder) + "/model.onnx";
+  planPath = std::string(folder) + "/plan.dsp";
   return 0;
 }
 
@@ -100,8 +110,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       unexplainedFailure("sharding or quantization");
     return 0;
   }
-  if (mlir::failed(dsc::lowerToPlan(module, options)) && !reported)
-    unexplainedFailure("lowering");
+  if (mlir::failed(dsc::lowerToPlan(module, options))) {
+    if (!reported)
+      unexplainedFailure("lowering");
+    return 0;
+  }
+#ifdef DSC_FUZZ_GENERATE
+  // A CPU-only plan (no NVRTC), as `dsc compile --arch none` writes it.
+  dsc::ExportOptions exportOptions;
+  exportOptions.maxBatch = options.lowering.maxBatch;
+  exportOptions.maxSeqLen = options.lowering.maxSeqLen;
+  if (auto fitted = module->getAttrOfType<mlir::IntegerAttr>("dsc.max_seq_len"))
+    exportOptions.maxSeqLen = fitted.getInt();
+  exportOptions.producer = "fuzz-onnx-generate";
+  exportOptions.int8 = options.int8.has_value();
+  if (options.int8)
+    exportOptions.int8GroupSize = options.int8->groupSize;
+  if (mlir::failed(dsc::exportPlan(module, *imported->weights, exportOptions, planPath))) {
+    if (!reported)
+      unexplainedFailure("writing the plan");
+    return 0;
+  }
+  dsc::fuzz::runCompiledPlan(planPath.c_str(), hash);
+#endif
 #else
   if (mlir::failed(mlir::verify(*imported->module)) && !reported)
     unexplainedFailure("verifying the imported module");
@@ -137,8 +168,13 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max
     return LLVMFuzzerMutate(data, size, maxSize);
   std::mt19937_64 random(seed);
   const int mutations = 1 + static_cast<int>(random() % 3);
-  for (int i = 0; i < mutations; ++i)
+  for (int i = 0; i < mutations; ++i) {
+#ifdef DSC_FUZZ_GENERATE
+    if (random() % 2 && dsc::fuzz::mutateGraphInterface(model, random))
+      continue;
+#endif
     dsc::fuzz::mutateMessage(model, random);
+  }
   std::string bytes;
   if (!model.SerializeToString(&bytes) || bytes.size() > maxSize)
     return LLVMFuzzerMutate(data, size, maxSize);

@@ -2,6 +2,7 @@
 // C API, on the CPU or a GPU. Decode is bound by reading the weights once per step, so the
 // headline is the achieved weight bandwidth next to the copy bandwidth the same session
 // measures on its device: how close to the roofline a step gets.
+#include "Serve.h"
 #include "dsrt/dsrt.h"
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,20 @@
 #include <string>
 #include <vector>
 
+namespace dsbench {
+
+void die(const std::string &message) {
+  std::cerr << "dsbench: error: " << message << "\n";
+  std::exit(2);
+}
+
+void check(dsrt_status status, const std::string &what) {
+  if (status != DSRT_OK)
+    die(what + ": " + dsrt_last_error());
+}
+
+} // namespace dsbench
+
 namespace {
 
 struct Options {
@@ -32,7 +47,8 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: dsbench plan.dsp [--device cpu|cuda|cpu-reference] [--batch B] [--prompt-len P]\n"
+    "usage: dsbench serve plan.dsp ...   (the serving engine under load: dsbench serve --help)\n"
+    "       dsbench plan.dsp [--device cpu|cuda|cpu-reference] [--batch B] [--prompt-len P]\n"
     "               [--new-tokens N] [--warmup W] [--iterations I] [--ranks inprocess]\n"
     "               [--copy-bytes BYTES] [--strict] [--stats] [--json]\n"
     "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
@@ -51,15 +67,8 @@ const char *kUsage =
     "  Peak resident memory: the process's (VmHWM) after the runs, before the bandwidth\n"
     "  probe allocates its buffers.\n";
 
-[[noreturn]] void die(const std::string &message) {
-  std::cerr << "dsbench: error: " << message << "\n";
-  std::exit(2);
-}
-
-void check(dsrt_status status, const std::string &what) {
-  if (status != DSRT_OK)
-    die(what + ": " + dsrt_last_error());
-}
+using dsbench::check;
+using dsbench::die;
 
 int positiveInt(const std::string &option, const std::string &text, int minimum) {
   char *end = nullptr;
@@ -311,6 +320,8 @@ void printTable(const nlohmann::json &result) {
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && std::string(argv[1]) == "serve")
+    return dsbench::runServe(argc - 1, argv + 1);
   Options options = parse(argc, argv);
   using Clock = std::chrono::steady_clock;
 

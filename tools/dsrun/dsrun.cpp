@@ -586,10 +586,12 @@ int main(int argc, char **argv) {
   check(dsrt_plan_io_count(plan, program, 1, &outputCount), "program");
 
   std::vector<std::string> inputNames;
+  std::vector<dsrt::DType> inputDtypes;
   for (size_t i = 0; i < inputCount; ++i) {
     dsrt_tensor info;
     check(dsrt_plan_io_info(plan, program, 0, i, &info), "input");
     inputNames.push_back(info.name);
+    inputDtypes.push_back(static_cast<dsrt::DType>(info.dtype));
   }
   auto indexOf = [&](const std::string &name) -> long {
     auto it = std::find(inputNames.begin(), inputNames.end(), name);
@@ -599,10 +601,20 @@ int main(int argc, char **argv) {
   std::vector<dsrt::io::NamedTensor> inputs = loadInputs(options);
   if (!options.tokens.empty()) {
     int64_t n = options.tokens.size();
+    // In the dtype the plan declares (int64 in most exports; int32 ids, bool or float
+    // masks in some).
     auto add = [&](const std::string &name, auto fill) {
-      dsrt::io::NamedTensor t{name, dsrt::OwnedTensor(dsrt::DType::I64, {1, n})};
+      long index = indexOf(name);
+      dsrt::DType dtype = index >= 0 ? inputDtypes[index] : dsrt::DType::I64;
+      std::vector<int64_t> values(n);
       for (int64_t i = 0; i < n; ++i)
-        reinterpret_cast<int64_t *>(t.tensor.storage.data())[i] = fill(i);
+        values[i] = fill(i);
+      dsrt::io::NamedTensor t{name, dsrt::OwnedTensor(dtype, {1, n})};
+      size_t bad = dsrt::encodeExactIntegers(values.data(), values.size(), dtype,
+                                             t.tensor.storage.data());
+      if (bad != values.size())
+        die("input '" + name + "' is declared " + dsrt::dtypeName(dtype) +
+            ", which cannot hold the value " + std::to_string(values[bad]) + " exactly");
       inputs.push_back(std::move(t));
     };
     add("input_ids", [&](int64_t i) { return options.tokens[i]; });

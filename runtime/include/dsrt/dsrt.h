@@ -85,6 +85,9 @@ DSRT_API dsrt_status dsrt_plan_open(const char *path, dsrt_plan **out);
 DSRT_API void dsrt_plan_close(dsrt_plan *plan);
 /* Tensor-parallel ranks the plan was compiled for. */
 DSRT_API int dsrt_plan_rank_count(const dsrt_plan *plan);
+/* The plan's compile-time limits (dsc --max-batch, --max-seq-len); either pointer may be NULL. */
+DSRT_API dsrt_status dsrt_plan_limits(const dsrt_plan *plan, int64_t *max_batch,
+                                      int64_t *max_seq_len);
 /* Inputs and outputs of a program: count, then name/dtype/rank of each. Dynamic dimensions
  * of an input have shape -1 in `*shape_out`, which stays valid as long as the plan. */
 DSRT_API dsrt_status dsrt_plan_io_count(const dsrt_plan *plan, const char *program,
@@ -299,6 +302,86 @@ DSRT_API dsrt_status dsrt_generation_tokens(const dsrt_generation *generation, s
                                             const int64_t **tokens, size_t *count,
                                             dsrt_finish_reason *reason);
 DSRT_API void dsrt_generation_free(dsrt_generation *generation);
+
+/* ---- The serving engine (docs/serving.md): continuous batching over a paged KV cache. ----
+ *
+ * Requests are added and cancelled at any time, from any thread; each step (called by the
+ * caller, or by the engine's own thread after dsrt_engine_start) computes decode tokens
+ * first, then prompt chunks, under a token budget, one token per row of the plan's decode
+ * program. Tokens arrive through a callback or dsrt_engine_poll. A TP plan runs its ranks on
+ * threads of this process. CPU devices for now. */
+typedef struct dsrt_engine dsrt_engine;
+
+typedef struct dsrt_engine_options {
+  size_t struct_size;            /* sizeof(dsrt_engine_options); set by _init */
+  dsrt_device device;            /* default DSRT_DEVICE_CPU */
+  int32_t block_size;            /* positions per KV block; default 16 */
+  uint64_t kv_cache_bytes;       /* KV budget over every layer; 0 (default): a static session's
+                                    reservation (max_batch x max_seq_len), at most 1/4 of RAM */
+  int32_t max_tokens_per_step;   /* 0 (default): the plan's max_batch, its decode rows */
+  int32_t max_running;           /* sequences holding KV at once; 0: max_tokens_per_step */
+  int prefix_caching;            /* share full prompt blocks by hash; default 1 */
+} dsrt_engine_options;
+
+typedef struct dsrt_request_options {
+  size_t struct_size;            /* sizeof(dsrt_request_options); set by _init */
+  int32_t max_new_tokens;        /* default 16 */
+  float temperature;             /* 0: greedy (default) */
+  int32_t top_k;                 /* 0: no limit */
+  float top_p;                   /* 1: no limit */
+  uint64_t seed;                 /* the request's own stream: independent of the batch */
+  const int64_t *stop_tokens;    /* in addition to the plan's EOS tokens */
+  size_t stop_token_count;
+  int ignore_eos;
+} dsrt_request_options;
+
+typedef enum dsrt_request_state {
+  DSRT_REQUEST_RUNNING = -1,
+  DSRT_REQUEST_LENGTH = 0,     /* max_new_tokens reached */
+  DSRT_REQUEST_STOP = 1,       /* a stop or EOS token (included) */
+  DSRT_REQUEST_CANCELLED = 3   /* dsrt_engine_cancel, or its step failed (see the message) */
+} dsrt_request_state;
+
+/* Each new token of a request, then token -1 with its final state. Runs on the stepping
+ * thread; it may call dsrt_engine_add_request and dsrt_engine_cancel. */
+typedef void (*dsrt_engine_callback)(void *user_data, int64_t request, int64_t token,
+                                     dsrt_request_state state);
+
+typedef struct dsrt_engine_stats {
+  int64_t running, waiting;
+  int64_t used_blocks, total_blocks, peak_used_blocks, block_size, max_tokens_per_step;
+  uint64_t bytes_per_block;      /* KV bytes of one block over every layer (per rank) */
+  uint64_t prefix_hits, prefix_misses, preemptions;
+  uint64_t steps, prompt_tokens, generated_tokens;
+} dsrt_engine_stats;
+
+DSRT_API void dsrt_engine_options_init(dsrt_engine_options *options);
+DSRT_API void dsrt_request_options_init(dsrt_request_options *options);
+/* options may be NULL (the defaults). */
+DSRT_API dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
+                                        dsrt_engine **out);
+/* Stops the engine's thread, if any, and frees everything. */
+DSRT_API void dsrt_engine_destroy(dsrt_engine *engine);
+/* callback may be NULL (poll instead); set it before adding requests. */
+DSRT_API dsrt_status dsrt_engine_set_callback(dsrt_engine *engine, dsrt_engine_callback callback,
+                                              void *user_data);
+/* options may be NULL. A refused request (bad options, a prompt outside the vocabulary or
+ * longer than the plan's positions) is an error; the engine goes on serving the others. */
+DSRT_API dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt,
+                                             size_t length, const dsrt_request_options *options,
+                                             int64_t *request_id);
+DSRT_API dsrt_status dsrt_engine_cancel(dsrt_engine *engine, int64_t request_id);
+/* One step; *busy (may be NULL) is 1 while requests remain. */
+DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, int *busy);
+/* Steps on a thread of the engine's own until dsrt_engine_stop or destroy. */
+DSRT_API dsrt_status dsrt_engine_start(dsrt_engine *engine);
+DSRT_API void dsrt_engine_stop(dsrt_engine *engine);
+/* Copies up to `capacity` of the tokens generated since the last poll to `tokens`, their
+ * number to *count (more may remain: poll again), and the request's state. A finished
+ * request is forgotten once its last tokens were read. */
+DSRT_API dsrt_status dsrt_engine_poll(dsrt_engine *engine, int64_t request_id, int64_t *tokens,
+                                      size_t capacity, size_t *count, dsrt_request_state *state);
+DSRT_API dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *out);
 
 #ifdef __cplusplus
 }

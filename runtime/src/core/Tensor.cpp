@@ -165,4 +165,64 @@ bool convertFloats(DType from, const void *source, DType to, void *destination, 
   return true;
 }
 
+uint64_t exactIntegerLimit(DType dtype) {
+  switch (dtype) {
+  case DType::Bool: return 1;
+  case DType::I8: return INT8_MAX;
+  case DType::U8: return UINT8_MAX;
+  case DType::I16: return INT16_MAX;
+  case DType::U16: return UINT16_MAX;
+  case DType::I32: return INT32_MAX;
+  case DType::U32: return UINT32_MAX;
+  case DType::I64: return INT64_MAX;
+  case DType::U64: return UINT64_MAX;
+  // Their significands' widths, the implicit bit included.
+  case DType::BF16: return uint64_t(1) << 8;
+  case DType::F16: return uint64_t(1) << 11;
+  case DType::F32: return uint64_t(1) << 24;
+  case DType::F64: return uint64_t(1) << 53;
+  default: return 0;
+  }
+}
+
+size_t encodeExactIntegers(const int64_t *values, size_t count, DType dtype, void *destination) {
+  const uint64_t limit = exactIntegerLimit(dtype);
+  if (limit == 0)
+    return 0;
+  const bool unsignedOrBool = dtype == DType::Bool || dtype == DType::U8 ||
+                              dtype == DType::U16 || dtype == DType::U32 || dtype == DType::U64;
+  for (size_t i = 0; i < count; ++i) {
+    int64_t value = values[i];
+    uint64_t magnitude = value < 0 ? uint64_t(0) - static_cast<uint64_t>(value)
+                                   : static_cast<uint64_t>(value);
+    // Signed integers reach one further below zero than above it.
+    const uint64_t bound = value < 0 && isInteger(dtype) ? limit + 1 : limit;
+    if ((value < 0 && unsignedOrBool) || magnitude > bound)
+      return i;
+  }
+  uint8_t *out = static_cast<uint8_t *>(destination);
+  const size_t width = dtypeSize(dtype);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t value = values[i];
+    uint8_t *at = out + i * width;
+    auto put = [&](auto typed) { std::memcpy(at, &typed, sizeof typed); };
+    switch (dtype) {
+    case DType::Bool: case DType::U8: put(static_cast<uint8_t>(value)); break;
+    case DType::I8: put(static_cast<int8_t>(value)); break;
+    case DType::I16: put(static_cast<int16_t>(value)); break;
+    case DType::U16: put(static_cast<uint16_t>(value)); break;
+    case DType::I32: put(static_cast<int32_t>(value)); break;
+    case DType::U32: put(static_cast<uint32_t>(value)); break;
+    case DType::I64: put(value); break;
+    case DType::U64: put(static_cast<uint64_t>(value)); break;
+    case DType::F64: put(static_cast<double>(value)); break;
+    case DType::F32: put(static_cast<float>(value)); break;
+    case DType::F16: put(floatToHalf(static_cast<float>(value))); break;
+    case DType::BF16: put(floatToBfloat16(static_cast<float>(value))); break;
+    default: break;
+    }
+  }
+  return count;
+}
+
 } // namespace dsrt

@@ -75,6 +75,15 @@ uint16_t floatToBfloat16(float value);
 // program computes in). Returns false, converting nothing, for any other dtype.
 bool convertFloats(DType from, const void *source, DType to, void *destination, int64_t count);
 
+// The largest magnitude up to which every integer has an exact value of `dtype` (2^53 for
+// f64, 256 for bf16, 1 for bool), the largest value for integer dtypes; 0 for Undefined.
+uint64_t exactIntegerLimit(DType dtype);
+// Writes `count` integers as `dtype` (any integer, bool or float dtype) to `destination`,
+// which holds count * dtypeSize(dtype) bytes. Each value must be exact in that dtype
+// (unsigned: not negative; bool: 0 or 1); otherwise returns the index of the first value
+// that is not, and writes nothing. Returns `count` on success.
+size_t encodeExactIntegers(const int64_t *values, size_t count, DType dtype, void *destination);
+
 } // namespace dsrt
 
 #endif

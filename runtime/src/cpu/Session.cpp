@@ -211,7 +211,7 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
       session->compiled_.push_back(std::move(steps));
     }
   }
-  DSRT_RETURN_IF_ERROR(session->allocateKvCache());
+  DSRT_RETURN_IF_ERROR(session->allocateKvCache(options));
   out = std::move(session);
   return Status::ok();
 }
@@ -234,11 +234,27 @@ CpuSession::~CpuSession() {
                  static_cast<long long>(timing.second));
 }
 
-// The cache layers kvCacheLayout finds, zeroed.
-Status CpuSession::allocateKvCache() {
+// The cache layers kvCacheLayout finds, zeroed: max_batch sequences of max_seq_len each,
+// or the serving engine's pool of blocks.
+Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
   std::vector<KvLayerShape> layers;
   DSRT_RETURN_IF_ERROR(
       kvCacheLayout(*plan_, collectives_ ? collectives_->rank() : 0, layers));
+  if (options.kvBlockSize != 0 || options.kvBlocks != 0) {
+    if (layers.empty())
+      return Status::error(plan_->path() + ": the plan has no session KV cache to page (no "
+                                           "prefill and decode programs)");
+    if (options.kvBlockSize < 1 || options.kvBlocks < 1)
+      return Status::error("a paged KV cache needs a block size and a block count of at least "
+                           "1, not " + std::to_string(options.kvBlockSize) + " and " +
+                           std::to_string(options.kvBlocks));
+    // Blocks of [kvHeads, blockSize, headDim]: KvCacheLayer's batch and capacity.
+    for (KvLayerShape &shape : layers) {
+      shape.batch = options.kvBlocks;
+      shape.capacity = options.kvBlockSize;
+    }
+    kvCache_.blockSize = options.kvBlockSize;
+  }
   kvCache_.layers.resize(layers.size());
   for (size_t layer = 0; layer < layers.size(); ++layer) {
     const KvLayerShape &shape = layers[layer];
@@ -254,6 +270,14 @@ Status CpuSession::allocateKvCache() {
                               kvStorage_.back().get()};
     memory_.kvCache += 2 * shape.bytes();
   }
+  return Status::ok();
+}
+
+Status CpuSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
+  if (kvCache_.blockSize == 0)
+    return Status::error(plan_->path() + ": this session was created without a paged KV "
+                                         "cache");
+  kvCache_.pagedRows = rows;
   return Status::ok();
 }
 

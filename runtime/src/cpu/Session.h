@@ -22,6 +22,10 @@ struct CpuSessionOptions {
   // The reference kernels only, every weight widened to the dtype its steps compute in: the
   // oracle the fast kernels are tested against.
   bool reference = false;
+  // The serving engine's paged KV cache (session/Session.h's PagedKvOptions); a block size
+  // of 0 keeps the dense cache of max_batch sequences.
+  int64_t kvBlockSize = 0;
+  int64_t kvBlocks = 0;
 };
 
 class CpuSession final : public Session {
@@ -56,6 +60,7 @@ public:
   // Whether the plan's attention keeps its keys and values in this session (the prefill and
   // decode programs), rather than taking them as program inputs.
   bool hasKvCache() const override { return !kvCache_.layers.empty(); }
+  Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) override;
 
 private:
   // What the executor knows of one tensor of the plan while it runs.
@@ -76,7 +81,7 @@ private:
   Status runProgram(const dsp::Program &program);
   Status runStep(const dsp::Step &step, const CompiledStep &compiled, size_t index);
   Status runIf(const dsp::Step &step);
-  Status allocateKvCache();
+  Status allocateKvCache(const CpuSessionOptions &options);
   // Per tensor: whether every step reading it takes it in its stored narrow dtype.
   std::vector<bool> narrowReaders() const;
   std::string describe(const dsp::Step &step, size_t index) const;

@@ -29,6 +29,7 @@ struct Binding {
     Unknown
   } role = Role::Unknown;
   size_t index = 0;
+  std::string name;
   DType dtype = DType::Undefined;
   Shape staticShape;   // -1 for dynamic dimensions
   int presentOutput = -1;  // Past: the output that becomes its next value
@@ -55,19 +56,22 @@ Shape shapeOf(const dsp::Tensor &tensor) {
   return shape;
 }
 
-// Integer tensors of the mask/position/id inputs in whatever integer dtype the plan wants.
-std::vector<uint8_t> encodeIntegers(const std::vector<int64_t> &values, DType dtype) {
-  std::vector<uint8_t> bytes(values.size() * dtypeSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-    case DType::I32: reinterpret_cast<int32_t *>(bytes.data())[i] = int32_t(values[i]); break;
-    case DType::Bool:
-    case DType::U8: bytes[i] = uint8_t(values[i] != 0); break;
-    case DType::F32: reinterpret_cast<float *>(bytes.data())[i] = float(values[i]); break;
-    default: reinterpret_cast<int64_t *>(bytes.data())[i] = values[i]; break;
-    }
-  }
-  return bytes;
+// A role input's values (token ids, a mask, positions, the cache branch flag) in the dtype
+// the plan declares for it: exports write masks as int64, int32, bool or float and ids as
+// int64 or int32. A value the dtype cannot hold exactly is an error that names the input;
+// the bytes are always exactly as many as the declared dtype needs.
+Status encodeRoleInput(const std::string &name, const std::vector<int64_t> &values,
+                       DType dtype, std::vector<uint8_t> &bytes) {
+  if (exactIntegerLimit(dtype) == 0)
+    return Status::error("input '" + name + "' is declared " + dtypeName(dtype) +
+                         ", which cannot hold the integers the generator writes there");
+  bytes.assign(values.size() * dtypeSize(dtype), 0);
+  size_t bad = encodeExactIntegers(values.data(), values.size(), dtype, bytes.data());
+  if (bad != values.size())
+    return Status::error("input '" + name + "' is declared " + dtypeName(dtype) +
+                         ", which cannot hold its value " + std::to_string(values[bad]) +
+                         " exactly");
+  return Status::ok();
 }
 
 // What a step leaves to sample from, per row: the whole last-position logits, or (when
@@ -208,6 +212,7 @@ Status Run::bindProgram(const char *name, const std::string &logitsName,
     const dsp::Tensor &tensor = *tensors.Get(program->inputs()->Get(i));
     Binding binding;
     binding.index = i;
+    binding.name = str(tensor.name());
     binding.dtype = planDType(tensor.dtype());
     binding.staticShape = shapeOf(tensor);
     std::string tensorName = str(tensor.name());
@@ -350,7 +355,8 @@ Status Run::runEncoder() {
                            "' is neither the token ids nor the padding mask");
     }
     DType dtype = planDType(tensor.dtype());
-    std::vector<uint8_t> bytes = encodeIntegers(*values, dtype);
+    std::vector<uint8_t> bytes;
+    DSRT_RETURN_IF_ERROR(encodeRoleInput(name, *values, dtype, bytes));
     DSRT_RETURN_IF_ERROR(
         session_.setInput("encode", i, TensorRef{dtype, {batch_, longest_}, bytes.data()}));
   }
@@ -424,7 +430,8 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
     }
     case Binding::Role::Unknown: break;
     }
-    std::vector<uint8_t> bytes = encodeIntegers(values, binding.dtype);
+    std::vector<uint8_t> bytes;
+    DSRT_RETURN_IF_ERROR(encodeRoleInput(binding.name, values, binding.dtype, bytes));
     DSRT_RETURN_IF_ERROR(
         session_.setInput(programName, binding.index, TensorRef{binding.dtype, shape, bytes.data()}));
   }
@@ -467,6 +474,12 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
       continue;
     TensorRef present;
     DSRT_RETURN_IF_ERROR(session_.output(programName, bindings[slot].presentOutput, present));
+    // The next step reads these bytes as the past input's dtype.
+    if (present.dtype != bindings[slot].dtype)
+      return Status::error("present output " + std::to_string(bindings[slot].presentOutput) +
+                           " of '" + programName + "' is " + dtypeName(present.dtype) +
+                           ", but its past input '" + bindings[slot].name + "' is " +
+                           dtypeName(bindings[slot].dtype));
     const auto *bytes = static_cast<const uint8_t *>(present.data);
     pastValues_[slot].assign(bytes, bytes + present.bytes());
     pastShapes_[slot] = present.shape;

@@ -94,8 +94,21 @@ struct KvCacheLayer {
   void *key = nullptr;
   void *value = nullptr;
 };
+// The serving engine's paged cache (docs/serving.md): every layer is a pool of blocks of
+// [kvHeads, blockSize, headDim] (KvCacheLayer's batch counts the blocks, its capacity is the
+// block size), and each row of a step is one token of some sequence: its position, and the
+// blocks that hold its sequence's keys and values, position t in block t / blockSize.
+struct KvPagedRow {
+  const int32_t *blocks = nullptr;
+  int64_t blockCount = 0;
+  int64_t position = 0;
+};
 struct KvCache {
   std::vector<KvCacheLayer> layers;
+  // 0: each layer is [batch, kvHeads, capacity, headDim], row b of a step is sequence b.
+  int64_t blockSize = 0;
+  // With blockSize: the rows of the step about to run, set by the engine before each run.
+  std::vector<KvPagedRow> pagedRows;
 };
 
 // The tensor-parallel group a session belongs to (tfm.all_reduce, tfm.all_gather): an

@@ -19,9 +19,7 @@
 #include <optional>
 
 namespace dsrt::ops {
-namespace {
-
-using namespace attention;
+namespace attention {
 
 // transformers' get_slopes (BLOOM's build_alibi_tensor): a geometric sequence per power of
 // two of heads, interleaved with the next power's for the rest.
@@ -40,6 +38,12 @@ std::vector<float> alibiSlopes(int64_t heads) {
   }
   return slopes;
 }
+
+} // namespace attention
+
+namespace {
+
+using namespace attention;
 
 // Rotates the first rotaryDim features of each head of `x` ([tokens, heads * d]) in place,
 // at `positions[token]`. The angles are computed in fp32 as transformers does.
@@ -64,21 +68,24 @@ void applyRotary(float *x, int64_t tokens, int64_t heads, const AttentionConfig 
   }
 }
 
-Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
-  AttentionConfig c;
-  DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
-  const int64_t B = c.batch, S = c.fresh, SK = c.keys, P = c.past, T = c.total, H = c.heads,
-                KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
-  std::vector<float> q, kNew, vNew;
+} // namespace
+
+namespace attention {
+
+Status prepareQueryKeyValue(const KernelContext &ctx, const AttentionConfig &c,
+                            QueryKeyValue &rows) {
+  const int64_t B = c.batch, S = c.fresh, SK = c.keys, H = c.heads, KH = c.kvHeads,
+                D = c.headDim;
+  std::vector<float> &q = rows.q, &kNew = rows.keys, &vNew = rows.values;
   if (c.packed) {
     // Each token's row: its queries, keys and values.
-    FloatView rows(*ctx.input(kQuery));
+    FloatView packed(*ctx.input(kQuery));
     const int64_t width = (H + 2 * KH) * D;
     q.resize(B * S * H * D);
     kNew.resize(B * S * KH * D);
     vNew.resize(B * S * KH * D);
     for (int64_t token = 0; token < B * S; ++token) {
-      const float *row = rows.data() + token * width;
+      const float *row = packed.data() + token * width;
       std::copy(row, row + H * D, &q[token * H * D]);
       std::copy(row + H * D, row + (H + KH) * D, &kNew[token * KH * D]);
       std::copy(row + (H + KH) * D, row + width, &vNew[token * KH * D]);
@@ -89,7 +96,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     kNew.assign(k.data(), k.data() + B * SK * c.keyHeads * D);
     vNew.assign(v.data(), v.data() + B * SK * c.keyHeads * D);
   }
-  std::vector<int64_t> positions;
+  std::vector<int64_t> &positions = rows.positions;
   if (ctx.input(kPositions))
     DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
   if (c.qkNorm) {
@@ -123,6 +130,23 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     scaleHeads(kNew, kKeyNormScale);
   }
 
+  return Status::ok();
+}
+
+} // namespace attention
+
+namespace {
+
+Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
+  AttentionConfig c;
+  DSRT_RETURN_IF_ERROR(readAttentionConfig(ctx, c));
+  if (c.sessionCache && ctx.cache && ctx.cache->blockSize > 0)
+    return computePagedAttention(ctx, c, outputs);
+  const int64_t B = c.batch, S = c.fresh, SK = c.keys, P = c.past, T = c.total, H = c.heads,
+                KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
+  QueryKeyValue rows;
+  DSRT_RETURN_IF_ERROR(prepareQueryKeyValue(ctx, c, rows));
+  const std::vector<float> &q = rows.q, &kNew = rows.keys, &vNew = rows.values;
   // Keys and values of every attended position, [B, KH, T, D]: in the session's cache, or
   // assembled from the past inputs and the new tokens.
   std::vector<float> kAllStorage, vAllStorage;

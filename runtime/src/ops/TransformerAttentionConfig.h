@@ -80,6 +80,24 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c);
 // gives one), and with 3 outputs the present key and value.
 Status inferAttention(const KernelContext &ctx, std::vector<OutputSpec> &outputs);
 
+// The queries and the new keys and values of a call, [tokens, heads, head_dim] in f32,
+// each head normalised and rotated as the step says, and the positions input's values.
+struct QueryKeyValue {
+  std::vector<float> q, keys, values;
+  std::vector<int64_t> positions;
+};
+Status prepareQueryKeyValue(const KernelContext &ctx, const AttentionConfig &c,
+                            QueryKeyValue &rows);
+
+// BLOOM's ALiBi slope of each of `heads` heads.
+std::vector<float> alibiSlopes(int64_t heads);
+
+// A session-cache attention over the serving engine's paged cache (ctx.cache->blockSize >
+// 0): each row of the batch one token of the sequence its KvPagedRow names
+// (TransformerPagedAttention.cpp).
+Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
+                             const Outputs &outputs);
+
 } // namespace dsrt::ops::attention
 
 #endif

@@ -100,6 +100,11 @@ private:
   std::vector<std::unique_ptr<RankState>> ranks_;
 };
 
+// Part of verifyPlanHeader, after the structure is known to be sound: the inputs the
+// generator writes (token ids, masks, positions, an encoder's output, past keys and values)
+// have dtypes and ranks it can write (PlanRoleInputs.cpp).
+Status verifyRoleInputs(const std::string &name, const dsp::Plan &plan);
+
 // The header checks of PlanFile::open on a FlatBuffer in memory (8-byte aligned), for a
 // file of `fileSize` bytes whose header occupies [64, 64 + headerSize). The plan writer
 // runs them before it streams any weight, so a plan the runtime would reject is never

@@ -487,7 +487,9 @@ Status verifyPlanHeader(const std::string &name, const uint8_t *header, uint64_t
   flatbuffers::Verifier verifier(header, static_cast<size_t>(headerSize), options);
   if (!dsp::VerifyPlanBuffer(verifier))
     return Status::error(cat(name, ": the header fails FlatBuffers verification: the file is corrupt"));
-  return HeaderChecker(name, *dsp::GetPlan(header), headerSize, fileSize).run();
+  const dsp::Plan &plan = *dsp::GetPlan(header);
+  DSRT_RETURN_IF_ERROR(HeaderChecker(name, plan, headerSize, fileSize).run());
+  return verifyRoleInputs(name, plan);
 }
 
 } // namespace dsrt

@@ -6,6 +6,7 @@
 
 #include "core/Status.h"
 #include "core/Tensor.h"
+#include "ops/Ops.h"
 #include "plan/PlanFile.h"
 
 #include <memory>
@@ -82,6 +83,15 @@ public:
                            std::vector<std::vector<float>> &values,
                            std::vector<std::vector<int64_t>> &ids);
 
+  // The serving engine's paged KV cache (docs/serving.md), where the session was created
+  // with one (createPagedSession): before each run of a session program, each row of its
+  // batch is described as one new token of a sequence, at its position, with the blocks of
+  // that sequence. Backends without a paged cache refuse.
+  virtual Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
+    (void)rows;
+    return Status::error(deviceName() + " sessions have no paged KV cache");
+  }
+
   // The device's memory bandwidth as a large copy on it measures it (bytes read plus bytes
   // written per second), the roofline dsbench reports achieved bandwidth against.
   virtual Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) = 0;
@@ -101,6 +111,18 @@ Status hostTopLogits(const TensorRef &logits, int64_t count,
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                      ops::Collectives *collectives, std::unique_ptr<Session> &out,
                      cuda::DeviceCollectives *deviceCollectives = nullptr);
+
+// The KV cache as the serving engine keeps it: per layer, `blocks` blocks of `blockSize`
+// positions, instead of max_batch rows of max_seq_len.
+struct PagedKvOptions {
+  int64_t blockSize = 0;
+  int64_t blocks = 0;
+};
+// As createSession, with the paged KV cache (the CPU backends; the CUDA backend refuses
+// until its kernels read a block table).
+Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
+                          ops::Collectives *collectives, const PagedKvOptions &paged,
+                          std::unique_ptr<Session> &out);
 
 } // namespace dsrt
 

@@ -39,4 +39,21 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
   return Status::ok();
 }
 
+Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
+                          ops::Collectives *collectives, const PagedKvOptions &paged,
+                          std::unique_ptr<Session> &out) {
+  if (device == DeviceKind::Cuda)
+    return Status::error("the paged KV cache runs on the CPU backends for now (device cpu or "
+                         "cpu-reference); the CUDA attention kernels do not read block tables "
+                         "yet");
+  std::unique_ptr<CpuSession> session;
+  CpuSessionOptions options;
+  options.reference = device == DeviceKind::CpuReference;
+  options.kvBlockSize = paged.blockSize;
+  options.kvBlocks = paged.blocks;
+  DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives, options));
+  out = std::move(session);
+  return Status::ok();
+}
+
 } // namespace dsrt

@@ -78,6 +78,61 @@ TEST_F(PlanVerifier, SamplingKernelIndex) {
     EXPECT_EQ(openError(withSamplingKernel(0)), "");
 }
 
+// What the generator writes into a decoder's programs must be something it can write
+// (issue 46): token ids in an integer dtype that holds the vocabulary, a mask in any dtype
+// that holds 0 and 1, each [batch, tokens]. A bf16 mask once made it write int64 into a
+// buffer sized for bf16.
+TEST_F(PlanVerifier, RoleInputsHaveDtypesTheGeneratorWrites) {
+  auto decoder = [](dsp::DType ids, int64_t vocab) {
+    return [ids, vocab](dsp::PlanT &p) {
+      p.model = std::make_unique<dsp::ModelInfoT>();
+      p.model->kind = "decoder";
+      p.model->input_ids = "input_ids";
+      p.model->vocab_size = vocab;
+      p.tensors[p.programs[0]->inputs[0]]->dtype = ids;
+    };
+  };
+  EXPECT_EQ(openError(decoder(dsp::DType::i64, 16)), "");
+  EXPECT_EQ(openError(decoder(dsp::DType::i32, 50257)), "");
+  EXPECT_EQ(openError(decoder(dsp::DType::i8, 16)), "");
+  EXPECT_EQ(openError(decoder(dsp::DType::bf16, 16)),
+            "program 'forward' input 'input_ids' (the token ids) is declared bf16; token ids "
+            "need an integer dtype that holds the vocabulary's 16 ids (int64 or int32)");
+  EXPECT_EQ(openError(decoder(dsp::DType::i8, 300)),
+            "program 'forward' input 'input_ids' (the token ids) is declared i8; token ids "
+            "need an integer dtype that holds the vocabulary's 300 ids (int64 or int32)");
+  // An encoder's inputs are the caller's to write: not checked.
+  EXPECT_EQ(openError([&](dsp::PlanT &p) {
+              decoder(dsp::DType::bf16, 16)(p);
+              p.model->kind = "encoder";
+            }),
+            "");
+  // The program's second input as the mask: a bool scalar is not [batch, length]; a bf16
+  // [batch, sequence] mask is written as bf16 ones and zeros.
+  auto mask = [&](dsp::DType dtype, bool twoDims) {
+    return [=](dsp::PlanT &p) {
+      decoder(dsp::DType::i64, 16)(p);
+      p.model->attention_mask = "use_cache";
+      dsp::TensorT &t = *p.tensors[p.programs[0]->inputs[1]];
+      t.dtype = dtype;
+      if (twoDims) {
+        t.shape.clear();
+        for (const char *symbol : {"batch", "sequence"}) {
+          auto d = std::make_unique<dsp::DimT>();
+          d->size = -1;
+          d->symbol = symbol;
+          t.shape.push_back(std::move(d));
+        }
+        t.max_shape = {4, 128};
+      }
+    };
+  };
+  EXPECT_EQ(openError(mask(dsp::DType::bool_, false)),
+            "program 'forward' input 'use_cache' (a padding mask) has rank 0; the runtime "
+            "writes [batch, length]");
+  EXPECT_EQ(openError(mask(dsp::DType::bf16, true)), "");
+}
+
 TEST_F(PlanVerifier, TensorIndices) {
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.programs[0]->steps[1]->inputs[1] = 12; }),
             "program 0 ('forward'), step 1 (Gemm): input 1 is tensor 12, out of range (the "

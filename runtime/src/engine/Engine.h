@@ -1,0 +1,156 @@
+// The serving engine (docs/serving.md): continuous batching over a paged KV cache. Requests
+// come and go at any time; each step the scheduler (Scheduler.h) picks decode tokens first,
+// then prompt chunks, under a token budget, and the engine runs them as one batch of the
+// plan's `decode` program, one token per row, every row reading its own sequence's blocks.
+// Full prompt blocks are shared across requests by a chained hash of their tokens (prefix
+// caching); when blocks run out a sequence is preempted and recomputed later. A TP plan runs
+// its ranks on threads of this process (an in-process group): rank 0 samples, every rank
+// runs the same rows.
+//
+// Thread safety: add(), cancel(), poll() and stats() may be called from any thread, also
+// while another thread runs step() (or the engine's own thread, start()). Callbacks run on
+// the thread that steps.
+#ifndef DSRT_ENGINE_ENGINE_H
+#define DSRT_ENGINE_ENGINE_H
+
+#include "core/Status.h"
+#include "plan/PlanFile.h"
+#include "session/Session.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace dsrt {
+class InProcessGroup;
+}
+
+namespace dsrt::engine {
+
+class Scheduler;
+
+struct EngineOptions {
+  DeviceKind device = DeviceKind::Cpu;
+  // Positions per KV block.
+  int64_t blockSize = 16;
+  // The KV cache's bytes over all layers (and per rank under TP). 0: what a static session
+  // of this plan reserves (max_batch sequences of max_seq_len), at most a quarter of the
+  // machine's memory.
+  uint64_t kvCacheBytes = 0;
+  // Tokens computed per step, all sequences together: at most the plan's max_batch, which
+  // bounds the rows of its decode program (0: that).
+  int64_t maxTokensPerStep = 0;
+  // Sequences holding KV blocks at once (0: maxTokensPerStep).
+  int64_t maxRunningSequences = 0;
+  bool prefixCaching = true;
+};
+
+struct RequestOptions {
+  int64_t maxNewTokens = 16;
+  float temperature = 0;  // 0: greedy
+  int64_t topK = 0;       // 0: no limit
+  float topP = 1;         // 1: no limit
+  // The request's own random stream: its tokens do not depend on what else runs.
+  uint64_t seed = 0;
+  std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
+  bool ignoreEos = false;
+};
+
+enum class RequestFinish { Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
+
+// Called for each new token of a request, then once more with token -1 when it finishes
+// (its reason is the last argument).
+using TokenCallback =
+    std::function<void(int64_t request, int64_t token, RequestFinish finish)>;
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t usedBlocks = 0, totalBlocks = 0, peakUsedBlocks = 0;
+  uint64_t prefixHits = 0, prefixMisses = 0, preemptions = 0;
+  uint64_t steps = 0, promptTokens = 0, generatedTokens = 0;
+  int64_t blockSize = 0, maxTokensPerStep = 0;
+  uint64_t bytesPerBlock = 0;
+};
+
+class Engine {
+public:
+  static Status create(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                       std::unique_ptr<Engine> &out);
+  ~Engine();
+
+  // Queues a request; its id comes back in `id`. Bad options, an empty prompt, ids outside
+  // the vocabulary, or a prompt + max_new_tokens over the plan's positions are errors, and
+  // the engine goes on serving the others.
+  Status add(const std::vector<int64_t> &prompt, const RequestOptions &options, int64_t &id);
+  // Stops a request wherever it is (waiting, mid-prompt, mid-decode) and frees its blocks.
+  Status cancel(int64_t id);
+  // Up to `maxTokens` of the tokens `id` generated since the last poll, and whether it has
+  // finished (once its last tokens are read; it is then forgotten). An unknown or already
+  // collected id is an error.
+  Status poll(int64_t id, size_t maxTokens, std::vector<int64_t> &tokens,
+              RequestFinish &finish);
+  void setCallback(TokenCallback callback);
+
+  // One iteration: schedule, run the rows on every rank, sample, commit. Does nothing when
+  // no request is live. A failure of the model run fails the requests of that step (they
+  // finish as Cancelled with the error in lastError()) and the engine keeps serving.
+  Status step();
+  bool idle() const;
+  // Steps on a thread of the engine's own while there is work, until stop() (or the
+  // destructor).
+  void start();
+  void stop();
+
+  EngineStats stats() const;
+  std::string lastError() const;
+  const EngineOptions &options() const { return options_; }
+
+private:
+  struct Binding {
+    size_t index = 0;
+    DType dtype = DType::Undefined;
+    enum class Role { Ids, Mask, Positions } role = Role::Ids;
+    std::string name;
+  };
+  struct Live {
+    RequestOptions options;
+    uint64_t rng = 0;
+    std::vector<int64_t> unread;  // generated tokens not polled yet
+    RequestFinish finish = RequestFinish::Running;
+  };
+
+  Engine() = default;
+  Status bindDecode();
+  Status runRows(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
+                 const std::vector<ops::KvPagedRow> &rows);
+  void finishLocked(int64_t id, RequestFinish finish);
+
+  std::shared_ptr<PlanFile> plan_;
+  EngineOptions options_;
+  std::unique_ptr<InProcessGroup> group_;
+  std::vector<std::unique_ptr<Session>> sessions_;  // one per rank
+  std::vector<Binding> bindings_;
+  size_t logitsOutput_ = 0;
+  bool maskSpansPositions_ = false;
+  int64_t vocab_ = 0;
+  std::vector<int64_t> eosTokens_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<int64_t, Live> live_;
+  TokenCallback callback_;
+  EngineStats counters_;
+  std::string lastError_;
+  std::thread thread_;
+  bool stopping_ = false;
+};
+
+} // namespace dsrt::engine
+
+#endif

@@ -1,0 +1,306 @@
+// The serving engine's "equal to alone" check (issue 41), through the C API as a user calls
+// it: every request's greedy tokens under continuous batching must equal the tokens the same
+// request gets alone from dsrt_generate (the static path: the prefill and decode programs
+// over a dense cache, an independent reference for the paged kernels and the scheduler).
+// Scenarios, each at several block sizes: all requests at once; arrivals one per step;
+// prompts sharing a system prefix (prefix-cache hits required); a KV budget so small that
+// sequences are preempted and recomputed (preemptions required); cancellations mid-prompt
+// and mid-decode (the others unaffected, every block returned).
+//
+//   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
+//                          [--device cpu|cpu-reference]
+//
+// --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
+// --device: both sides' kernels (cpu-reference: the paged reference attention).
+#include "dsrt/dsrt.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void die(const std::string &what) {
+  std::fprintf(stderr, "dsrt-engine-check: %s: %s\n", what.c_str(), dsrt_last_error());
+  std::exit(2);
+}
+
+void check(dsrt_status status, const std::string &what) {
+  if (status != DSRT_OK)
+    die(what);
+}
+
+struct Request {
+  std::vector<int64_t> prompt;
+  int32_t maxNewTokens = 0;
+  std::vector<int64_t> alone;  // the reference's tokens
+};
+
+// Tokens alone, from the static path, one request per batch.
+std::vector<int64_t> generateAlone(dsrt_session *session, dsrt_group *group,
+                                   const Request &request) {
+  dsrt_generate_options options;
+  dsrt_generate_options_init(&options);
+  options.max_new_tokens = request.maxNewTokens;
+  options.ignore_eos = 1;
+  const int64_t *prompts[] = {request.prompt.data()};
+  const size_t lengths[] = {request.prompt.size()};
+  dsrt_generation *generation = nullptr;
+  check(group ? dsrt_group_generate(group, 1, prompts, lengths, &options, &generation)
+              : dsrt_generate(session, 1, prompts, lengths, &options, &generation),
+        "generate alone");
+  const int64_t *tokens;
+  size_t count;
+  check(dsrt_generation_tokens(generation, 0, &tokens, &count, nullptr), "tokens");
+  std::vector<int64_t> result(tokens, tokens + count);
+  dsrt_generation_free(generation);
+  return result;
+}
+
+struct Scenario {
+  std::string name;
+  int32_t blockSize = 16;
+  int32_t tokensPerStep = 0;     // 0: the plan's max_batch
+  uint64_t kvBytes = 0;          // 0: the default
+  bool staggered = false;        // one arrival per step
+  bool cancel = false;           // cancel request 0 mid-prompt and request 1 mid-decode
+  bool needPrefixHits = false;
+  bool needPreemptions = false;
+};
+
+dsrt_device device = DSRT_DEVICE_CPU;
+
+int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> &requests) {
+  dsrt_engine_options options;
+  dsrt_engine_options_init(&options);
+  options.device = device;
+  options.block_size = scenario.blockSize;
+  options.max_tokens_per_step = scenario.tokensPerStep;
+  options.kv_cache_bytes = scenario.kvBytes;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), scenario.name + ": engine");
+  std::vector<int64_t> ids(requests.size(), -1);
+  std::vector<std::vector<int64_t>> got(requests.size());
+  std::vector<dsrt_request_state> states(requests.size(), DSRT_REQUEST_RUNNING);
+  std::vector<bool> cancelled(requests.size(), false);
+  size_t added = 0;
+  auto addNext = [&] {
+    dsrt_request_options request;
+    dsrt_request_options_init(&request);
+    request.max_new_tokens = requests[added].maxNewTokens;
+    request.ignore_eos = 1;
+    check(dsrt_engine_add_request(engine, requests[added].prompt.data(),
+                                  requests[added].prompt.size(), &request, &ids[added]),
+          scenario.name + ": add");
+    ++added;
+  };
+  if (!scenario.staggered)
+    while (added < requests.size())
+      addNext();
+  // Bad requests among good ones: each refused with a message naming the problem, and the
+  // others served as if they had not come.
+  auto refused = [&](const std::vector<int64_t> &prompt, dsrt_request_options request,
+                     const char *expected) {
+    int64_t id = 0;
+    if (dsrt_engine_add_request(engine, prompt.data(), prompt.size(), &request, &id) ==
+            DSRT_OK ||
+        !std::strstr(dsrt_last_error(), expected))
+      die(scenario.name + ": a bad request was not refused with '" + expected + "'");
+  };
+  dsrt_request_options bad;
+  dsrt_request_options_init(&bad);
+  int64_t maxSeq = 0;
+  check(dsrt_plan_limits(plan, nullptr, &maxSeq), "limits");
+  refused(std::vector<int64_t>(static_cast<size_t>(maxSeq), 5), bad, "max");
+  refused({}, bad, "at least one prompt token");
+  refused({-1}, bad, "outside the vocabulary");
+  bad.top_p = 2;
+  refused({5}, bad, "top_p");
+  bad.top_p = 1;
+  bad.temperature = -1;
+  refused({5}, bad, "temperature");
+  bad.temperature = 0;
+  bad.max_new_tokens = 0;
+  refused({5}, bad, "max_new_tokens");
+  if (dsrt_engine_cancel(engine, 1 << 30) == DSRT_OK ||
+      !std::strstr(dsrt_last_error(), "unknown"))
+    die(scenario.name + ": cancelling an unknown request was not refused");
+  int busy = 1;
+  for (int steps = 0; busy || added < requests.size(); ++steps) {
+    if (steps > 100000)
+      die(scenario.name + ": the engine made no progress");
+    if (added < requests.size())
+      addNext();
+    check(dsrt_engine_step(engine, &busy), scenario.name + ": step");
+    for (size_t r = 0; r < added; ++r) {
+      if (states[r] != DSRT_REQUEST_RUNNING)
+        continue;
+      int64_t tokens[64];
+      size_t count = 0;
+      do {
+        check(dsrt_engine_poll(engine, ids[r], tokens, 64, &count, &states[r]), "poll");
+        got[r].insert(got[r].end(), tokens, tokens + count);
+      } while (count == 64);
+      // Request 0 leaves during its prompt (nothing generated yet), request 1 after two
+      // tokens of its own.
+      if (scenario.cancel && states[r] == DSRT_REQUEST_RUNNING &&
+          ((r == 0 && steps == 0) || (r == 1 && got[r].size() == 2))) {
+        check(dsrt_engine_cancel(engine, ids[r]), "cancel");
+        cancelled[r] = true;
+        // A cancelled id is gone: cancelling it again must say so.
+        if (dsrt_engine_cancel(engine, ids[r]) == DSRT_OK)
+          die(scenario.name + ": cancelling a cancelled request succeeded");
+        states[r] = DSRT_REQUEST_CANCELLED;
+      }
+    }
+  }
+  dsrt_engine_stats stats;
+  check(dsrt_engine_stats_get(engine, &stats), "stats");
+  int failures = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (cancelled[r])
+      continue;
+    if (got[r] != requests[r].alone || states[r] != DSRT_REQUEST_LENGTH) {
+      ++failures;
+      std::printf("MISMATCH %s: request %zu (prompt %zu tokens, state %d): engine", 
+                  scenario.name.c_str(), r, requests[r].prompt.size(), states[r]);
+      for (int64_t t : got[r])
+        std::printf(" %lld", static_cast<long long>(t));
+      std::printf(" | alone");
+      for (int64_t t : requests[r].alone)
+        std::printf(" %lld", static_cast<long long>(t));
+      std::printf("\n");
+    }
+  }
+  if (stats.used_blocks != 0) {
+    ++failures;
+    std::printf("LEAK %s: %lld blocks still in use after every request ended\n",
+                scenario.name.c_str(), static_cast<long long>(stats.used_blocks));
+  }
+  if (scenario.needPrefixHits && stats.prefix_hits == 0) {
+    ++failures;
+    std::printf("NO-HITS %s: shared prefixes gave no prefix-cache hit\n", scenario.name.c_str());
+  }
+  if (scenario.needPreemptions && stats.preemptions == 0) {
+    ++failures;
+    std::printf("NO-PREEMPTION %s: the small KV budget preempted nothing\n",
+                scenario.name.c_str());
+  }
+  std::printf("%s %s: %zu requests, %llu steps, peak %lld of %lld blocks, %llu prefix hits, "
+              "%llu preemptions\n",
+              failures ? "FAIL" : "ok", scenario.name.c_str(), requests.size(),
+              static_cast<unsigned long long>(stats.steps),
+              static_cast<long long>(stats.peak_used_blocks),
+              static_cast<long long>(stats.total_blocks),
+              static_cast<unsigned long long>(stats.prefix_hits),
+              static_cast<unsigned long long>(stats.preemptions));
+  dsrt_engine_destroy(engine);
+  return failures;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    die("usage: dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]");
+  std::string planPath = argv[1], alonePath = argv[1];
+  int requestCount = 8;
+  std::vector<int32_t> blockSizes = {1, 16, 7};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--alone")
+      alonePath = value;
+    else if (flag == "--device")
+      check(dsrt_device_from_name(value.c_str(), &device), "--device");
+    else if (flag == "--requests")
+      requestCount = std::atoi(value.c_str());
+    else if (flag == "--block-sizes") {
+      blockSizes.clear();
+      for (const char *p = value.c_str(); *p; p += std::strcspn(p, ",") + (p[std::strcspn(p, ",")] ? 1 : 0))
+        blockSizes.push_back(std::atoi(p));
+    } else
+      die("unknown option " + flag);
+  }
+  dsrt_plan *plan = nullptr, *alonePlan = nullptr;
+  check(dsrt_plan_open(planPath.c_str(), &plan), planPath);
+  check(dsrt_plan_open(alonePath.c_str(), &alonePlan), alonePath);
+  dsrt_session *session = nullptr;
+  dsrt_group *group = nullptr;
+  if (dsrt_plan_rank_count(alonePlan) > 1)
+    check(dsrt_group_create(alonePlan, device, &group), "group");
+  else
+    check(dsrt_session_create(alonePlan, 0, device, &session), "session");
+
+  size_t inputs = 0;
+  check(dsrt_plan_io_count(plan, "decode", 0, &inputs), "the plan's decode program");
+  // Prompts of mixed lengths over a vocabulary every fixture has, half of them after a
+  // shared "system prompt" of two 16-token blocks; outputs of mixed lengths. The plan must
+  // hold the longest (--max-seq-len 64 or more).
+  std::mt19937_64 random(41);
+  std::vector<int64_t> system(32);
+  for (int64_t &token : system)
+    token = 3 + static_cast<int64_t>(random() % 90);
+  std::vector<Request> requests(static_cast<size_t>(requestCount));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    Request &request = requests[r];
+    if (r % 2 == 1)
+      request.prompt = system;
+    // Request 0 is cancelled during its prompt, request 1 after two tokens.
+    size_t own = r == 0 ? 12 : 1 + random() % 17;
+    for (size_t i = 0; i < own; ++i)
+      request.prompt.push_back(3 + static_cast<int64_t>(random() % 90));
+    request.maxNewTokens = r == 1 ? 8 : 1 + static_cast<int32_t>(random() % 12);
+    request.alone = generateAlone(session, group, request);
+  }
+  int failures = 0;
+  for (int32_t blockSize : blockSizes) {
+    std::string at = " (block " + std::to_string(blockSize) + ")";
+    failures += runScenario(plan, {"all at once" + at, blockSize}, requests);
+    Scenario staggered{"staggered, shared prefix" + at, blockSize};
+    staggered.staggered = true;
+    staggered.needPrefixHits = blockSize <= 16;
+    failures += runScenario(plan, staggered, requests);
+    // Room for the longest request and one block more: the others must wait or be
+    // preempted and recomputed.
+    size_t longest = 0;
+    for (const Request &request : requests)
+      longest = std::max(longest, request.prompt.size() + request.maxNewTokens);
+    Scenario tight{"tight KV budget" + at, blockSize};
+    tight.tokensPerStep = 8;
+    tight.needPreemptions = true;
+    {
+      dsrt_engine_options defaults;
+      dsrt_engine_options_init(&defaults);
+      defaults.device = device;
+      defaults.block_size = blockSize;
+      dsrt_engine *probe = nullptr;
+      check(dsrt_engine_create(plan, &defaults, &probe), "engine");
+      dsrt_engine_stats stats;
+      check(dsrt_engine_stats_get(probe, &stats), "stats");
+      dsrt_engine_destroy(probe);
+      tight.kvBytes = stats.bytes_per_block * ((longest + blockSize - 1) / blockSize + 1);
+      // Less than one block is refused, naming the budget.
+      defaults.kv_cache_bytes = stats.bytes_per_block - 1;
+      if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
+          !std::strstr(dsrt_last_error(), "less than one block"))
+        die("a KV budget below one block was not refused as such");
+    }
+    failures += runScenario(plan, tight, requests);
+    Scenario cancel{"cancellations" + at, blockSize};
+    cancel.tokensPerStep = 4;
+    cancel.cancel = true;
+    failures += runScenario(plan, cancel, requests);
+  }
+  if (session)
+    dsrt_session_destroy(session);
+  if (group)
+    dsrt_group_destroy(group);
+  dsrt_plan_close(alonePlan);
+  dsrt_plan_close(plan);
+  std::printf("%s: %d failure(s)\n", planPath.c_str(), failures);
+  return failures ? 1 : 0;
+}

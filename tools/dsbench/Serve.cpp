@@ -1,0 +1,423 @@
+// dsbench serve: a bounded load generator in this process (issue 41). One stream of requests,
+// drawn from a seeded long-tailed distribution of prompt and output lengths (optionally after
+// a shared system prompt), is served three ways in the same run: by the engine (continuous
+// batching over the paged KV cache) under a fixed number of concurrent clients or Poisson
+// arrivals, by the static-batch path (dsrt_generate, one left-padded batch after another of
+// the clients' size), and one request at a time. Benchmarks are not tests: nothing here
+// asserts on time.
+#include "Serve.h"
+
+#include "dsrt/dsrt.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace dsbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char *kServeUsage =
+    "usage: dsbench serve plan.dsp [--requests N] [--clients C | --rate R] [--seed S]\n"
+    "               [--prompt-len MIN,MAX] [--output-len MIN,MAX] [--system-prompt P]\n"
+    "               [--block-size B] [--kv-bytes BYTES] [--tokens-per-step T]\n"
+    "               [--no-prefix-caching] [--skip-static] [--skip-alone] [--json]\n"
+    "  N requests (default 64); prompt and output lengths log-uniform in their ranges\n"
+    "  (defaults 8,400 and 8,160: many short, a long tail), after a shared system prompt of\n"
+    "  P tokens (default 0). C closed-loop clients (default 16), each sending its next\n"
+    "  request when the last one finished, or Poisson arrivals at R requests/s.\n"
+    "  The same stream then runs through dsrt_generate in static batches of C (or the\n"
+    "  plan's max_batch, if smaller) and one request at a time.\n"
+    "  Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, peak KV blocks.\n";
+
+struct ServeOptions {
+  std::string plan;
+  int requests = 64, clients = 16, blockSize = 16, tokensPerStep = 0;
+  double rate = 0;  // requests/s; 0: closed-loop clients
+  uint64_t seed = 1, kvBytes = 0;
+  int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
+  bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
+};
+
+std::pair<int, int> range(const std::string &option, const std::string &text) {
+  int low = 0, high = 0;
+  if (std::sscanf(text.c_str(), "%d,%d", &low, &high) != 2 || low < 1 || high < low)
+    die(option + " needs MIN,MAX with 1 <= MIN <= MAX, not '" + text + "'");
+  return {low, high};
+}
+
+ServeOptions parse(int argc, char **argv) {
+  ServeOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die("missing value after " + arg);
+      return argv[++i];
+    };
+    auto integer = [&](int minimum) {
+      std::string text = value();
+      char *end = nullptr;
+      long number = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || number < minimum || number > 100000000)
+        die(arg + " needs an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
+      return static_cast<int>(number);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kServeUsage;
+      std::exit(0);
+    } else if (arg == "--requests") o.requests = integer(1);
+    else if (arg == "--clients") o.clients = integer(1);
+    else if (arg == "--rate") {
+      o.rate = std::atof(value().c_str());
+      if (!(o.rate > 0))
+        die("--rate needs requests per second > 0");
+    } else if (arg == "--seed") o.seed = static_cast<uint64_t>(integer(0));
+    else if (arg == "--prompt-len") std::tie(o.promptMin, o.promptMax) = range(arg, value());
+    else if (arg == "--output-len") std::tie(o.outputMin, o.outputMax) = range(arg, value());
+    else if (arg == "--system-prompt") o.systemPrompt = integer(0);
+    else if (arg == "--block-size") o.blockSize = integer(1);
+    else if (arg == "--tokens-per-step") o.tokensPerStep = integer(1);
+    else if (arg == "--kv-bytes") o.kvBytes = std::strtoull(value().c_str(), nullptr, 10);
+    else if (arg == "--no-prefix-caching") o.prefixCaching = false;
+    else if (arg == "--skip-static") o.skipStatic = true;
+    else if (arg == "--skip-alone") o.skipAlone = true;
+    else if (arg == "--json") o.json = true;
+    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kServeUsage);
+    else if (o.plan.empty()) o.plan = arg;
+    else die("more than one plan given");
+  }
+  if (o.plan.empty())
+    die(std::string("no plan given\n") + kServeUsage);
+  return o;
+}
+
+struct Request {
+  std::vector<int64_t> prompt;
+  int outputTokens = 0;
+  double arrival = 0;  // seconds after the start (Poisson mode)
+};
+
+// Log-uniform in [low, high]: most draws short, a long tail, as chat traffic.
+int logUniform(std::mt19937_64 &random, int low, int high) {
+  std::uniform_real_distribution<double> u(std::log(double(low)), std::log(double(high) + 1));
+  return std::min(high, static_cast<int>(std::exp(u(random))));
+}
+
+std::vector<Request> drawRequests(const ServeOptions &o, int64_t vocab, int64_t maxSeq) {
+  std::mt19937_64 random(o.seed);
+  std::vector<int64_t> system(static_cast<size_t>(o.systemPrompt));
+  for (int64_t &token : system)
+    token = static_cast<int64_t>(random() % static_cast<uint64_t>(vocab));
+  std::vector<Request> requests(static_cast<size_t>(o.requests));
+  double clock = 0;
+  std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
+  for (Request &request : requests) {
+    int promptLength = logUniform(random, o.promptMin, o.promptMax);
+    request.outputTokens = logUniform(random, o.outputMin, o.outputMax);
+    // Within the plan's positions.
+    int64_t room = maxSeq - o.systemPrompt - request.outputTokens;
+    if (room < 1)
+      die("the system prompt and outputs of " + std::to_string(request.outputTokens) +
+          " tokens leave no room in the plan's max_seq_len of " + std::to_string(maxSeq));
+    promptLength = static_cast<int>(std::min<int64_t>(promptLength, room));
+    request.prompt = system;
+    for (int i = 0; i < promptLength; ++i)
+      request.prompt.push_back(static_cast<int64_t>(random() % static_cast<uint64_t>(vocab)));
+    if (o.rate > 0)
+      clock += gap(random);
+    request.arrival = clock;
+  }
+  return requests;
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t index = static_cast<size_t>(std::ceil(p * double(values.size()))) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+// What one way of serving the stream measured.
+struct Measured {
+  std::string name;
+  double seconds = 0;
+  uint64_t outputTokens = 0;
+  std::vector<double> ttft, tpot;  // per request, seconds
+  int64_t peakBlocks = -1, totalBlocks = -1;
+  uint64_t prefixHits = 0, preemptions = 0;
+  nlohmann::json toJson(size_t requests) const {
+    return {{"name", name},
+            {"seconds", seconds},
+            {"requests_per_s", double(requests) / seconds},
+            {"output_tokens_per_s", double(outputTokens) / seconds},
+            {"ttft_p50_ms", 1e3 * percentile(ttft, 0.5)},
+            {"ttft_p99_ms", 1e3 * percentile(ttft, 0.99)},
+            {"tpot_p50_ms", 1e3 * percentile(tpot, 0.5)},
+            {"tpot_p99_ms", 1e3 * percentile(tpot, 0.99)},
+            {"peak_kv_blocks", peakBlocks},
+            {"kv_blocks", totalBlocks},
+            {"prefix_hits", prefixHits},
+            {"preemptions", preemptions}};
+  }
+};
+
+// Per request: when it was sent, when its first and last tokens came, how many came.
+struct Timing {
+  Clock::time_point sent, first, last;
+  int tokens = 0;
+  bool done = false;
+};
+
+void summarize(const std::vector<Timing> &timings, Measured &measured) {
+  for (const Timing &t : timings) {
+    measured.outputTokens += static_cast<uint64_t>(t.tokens);
+    measured.ttft.push_back(std::chrono::duration<double>(t.first - t.sent).count());
+    if (t.tokens > 1)
+      measured.tpot.push_back(std::chrono::duration<double>(t.last - t.first).count() /
+                              (t.tokens - 1));
+  }
+}
+
+struct EngineRun {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Timing> timings;
+  std::vector<int64_t> idToRequest;  // engine id -> request index (ids count from 1)
+  int finished = 0;
+};
+
+void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state) {
+  auto &run = *static_cast<EngineRun *>(user);
+  std::lock_guard<std::mutex> lock(run.mutex);
+  if (id <= 0 || static_cast<size_t>(id) >= run.idToRequest.size())
+    return;
+  Timing &t = run.timings[static_cast<size_t>(run.idToRequest[static_cast<size_t>(id)])];
+  auto now = Clock::now();
+  if (token >= 0) {
+    if (t.tokens++ == 0)
+      t.first = now;
+    t.last = now;
+  }
+  if (state != DSRT_REQUEST_RUNNING && !t.done) {
+    t.done = true;
+    ++run.finished;
+    run.changed.notify_all();
+  }
+}
+
+Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
+                         const std::vector<Request> &requests) {
+  dsrt_engine_options options;
+  dsrt_engine_options_init(&options);
+  options.block_size = o.blockSize;
+  options.kv_cache_bytes = o.kvBytes;
+  options.max_tokens_per_step = o.tokensPerStep;
+  options.prefix_caching = o.prefixCaching ? 1 : 0;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine");
+  EngineRun run;
+  run.timings.resize(requests.size());
+  run.idToRequest.assign(requests.size() + 1, 0);
+  check(dsrt_engine_set_callback(engine, onToken, &run), "callback");
+  check(dsrt_engine_start(engine), "engine thread");
+  auto send = [&](size_t index) {
+    dsrt_request_options request;
+    dsrt_request_options_init(&request);
+    request.max_new_tokens = requests[index].outputTokens;
+    request.ignore_eos = 1;  // every request produces the tokens it was drawn with
+    int64_t id = 0;
+    std::lock_guard<std::mutex> lock(run.mutex);
+    run.timings[index].sent = Clock::now();
+    check(dsrt_engine_add_request(engine, requests[index].prompt.data(),
+                                  requests[index].prompt.size(), &request, &id),
+          "request " + std::to_string(index));
+    if (static_cast<size_t>(id) >= run.idToRequest.size())
+      run.idToRequest.resize(static_cast<size_t>(id) + 1, 0);
+    run.idToRequest[static_cast<size_t>(id)] = static_cast<int64_t>(index);
+  };
+  const Clock::time_point start = Clock::now();
+  size_t next = 0;
+  if (o.rate > 0) {
+    for (; next < requests.size(); ++next) {
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(requests[next].arrival)));
+      send(next);
+    }
+  } else {
+    for (; next < requests.size() && next < static_cast<size_t>(o.clients); ++next)
+      send(next);
+    // Each finished request lets its client send the next one.
+    while (next < requests.size()) {
+      std::unique_lock<std::mutex> lock(run.mutex);
+      run.changed.wait(lock, [&] { return static_cast<int>(next) - run.finished < o.clients; });
+      lock.unlock();
+      send(next++);
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lock(run.mutex);
+    run.changed.wait(lock, [&] { return run.finished == static_cast<int>(requests.size()); });
+  }
+  Measured measured;
+  measured.name = "engine";
+  measured.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  dsrt_engine_stats stats;
+  check(dsrt_engine_stats_get(engine, &stats), "stats");
+  dsrt_engine_destroy(engine);
+  summarize(run.timings, measured);
+  measured.peakBlocks = stats.peak_used_blocks;
+  measured.totalBlocks = stats.total_blocks;
+  measured.prefixHits = stats.prefix_hits;
+  measured.preemptions = stats.preemptions;
+  return measured;
+}
+
+struct StaticRun {
+  std::vector<Timing> *timings;
+  size_t first;  // the batch's first request
+};
+
+int onStaticToken(void *user, size_t sequence, int64_t token) {
+  (void)token;
+  auto &run = *static_cast<StaticRun *>(user);
+  Timing &t = (*run.timings)[run.first + sequence];
+  auto now = Clock::now();
+  if (t.tokens++ == 0)
+    t.first = now;
+  t.last = now;
+  return 0;
+}
+
+// The stream through dsrt_generate, `batch` requests at a time in arrival order; every
+// request is counted as sent when the run starts (the static path makes later ones wait).
+Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests, int batch,
+                     const std::string &name) {
+  dsrt_session *session = nullptr;
+  dsrt_group *group = nullptr;
+  if (dsrt_plan_rank_count(plan) > 1)
+    check(dsrt_group_create(plan, DSRT_DEVICE_CPU, &group), "group");
+  else
+    check(dsrt_session_create(plan, 0, DSRT_DEVICE_CPU, &session), "session");
+  std::vector<Timing> timings(requests.size());
+  const Clock::time_point start = Clock::now();
+  for (Timing &t : timings)
+    t.sent = start;
+  for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(batch)) {
+    size_t count = std::min(static_cast<size_t>(batch), requests.size() - first);
+    std::vector<const int64_t *> prompts;
+    std::vector<size_t> lengths;
+    int32_t longestOutput = 0;
+    for (size_t i = first; i < first + count; ++i) {
+      prompts.push_back(requests[i].prompt.data());
+      lengths.push_back(requests[i].prompt.size());
+      longestOutput = std::max(longestOutput, requests[i].outputTokens);
+    }
+    StaticRun run{&timings, first};
+    dsrt_generate_options options;
+    dsrt_generate_options_init(&options);
+    // The batch runs as long as its longest output; each request stops counting at its own.
+    options.max_new_tokens = longestOutput;
+    options.ignore_eos = 1;
+    options.on_token = onStaticToken;
+    options.user_data = &run;
+    dsrt_generation *generation = nullptr;
+    dsrt_status status =
+        group ? dsrt_group_generate(group, count, prompts.data(), lengths.data(), &options,
+                                    &generation)
+              : dsrt_generate(session, count, prompts.data(), lengths.data(), &options,
+                              &generation);
+    check(status, name + " batch at request " + std::to_string(first));
+    dsrt_generation_free(generation);
+    for (size_t i = first; i < first + count; ++i)
+      timings[i].tokens = std::min(timings[i].tokens, requests[i].outputTokens);
+  }
+  Measured measured;
+  measured.name = name;
+  measured.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  summarize(timings, measured);
+  dsrt_session_destroy(session);
+  dsrt_group_destroy(group);
+  return measured;
+}
+
+} // namespace
+
+int runServe(int argc, char **argv) {
+  ServeOptions o = parse(argc, argv);
+  dsrt_plan *plan = nullptr;
+  check(dsrt_plan_open(o.plan.c_str(), &plan), "cannot open the plan");
+  // The vocabulary and the positions from the decode program's logits and the plan's mask.
+  dsrt_tensor logits;
+  size_t outputs = 0;
+  check(dsrt_plan_io_count(plan, "decode", 1, &outputs), "the plan's decode program");
+  check(dsrt_plan_io_info(plan, "decode", 1, 0, &logits), "the decode program's logits");
+  const int64_t vocab = logits.shape[logits.rank - 1];
+  int64_t maxSeq = 0, maxBatch = 0;
+  check(dsrt_plan_limits(plan, &maxBatch, &maxSeq), "limits");
+  std::vector<Request> requests = drawRequests(o, vocab, maxSeq);
+  std::vector<Measured> results;
+  results.push_back(serveWithEngine(plan, o, requests));
+  const int staticBatch = static_cast<int>(std::min<int64_t>(o.clients, maxBatch));
+  if (!o.skipStatic)
+    results.push_back(serveStatic(plan, requests, staticBatch,
+                                  "static batch of " + std::to_string(staticBatch)));
+  if (!o.skipAlone)
+    results.push_back(serveStatic(plan, requests, 1, "one at a time"));
+  uint64_t promptTokens = 0, outputTokens = 0;
+  for (const Request &request : requests) {
+    promptTokens += request.prompt.size();
+    outputTokens += static_cast<uint64_t>(request.outputTokens);
+  }
+  if (o.json) {
+    nlohmann::json out = {{"plan", o.plan},
+                          {"requests", requests.size()},
+                          {"prompt_tokens", promptTokens},
+                          {"output_tokens", outputTokens},
+                          {"clients", o.rate > 0 ? 0 : o.clients},
+                          {"rate", o.rate},
+                          {"system_prompt", o.systemPrompt},
+                          {"block_size", o.blockSize},
+                          {"runs", nlohmann::json::array()}};
+    for (const Measured &m : results)
+      out["runs"].push_back(m.toJson(requests.size()));
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("%s: %zu requests (%llu prompt, %llu output tokens), %s\n", o.plan.c_str(),
+                requests.size(), static_cast<unsigned long long>(promptTokens),
+                static_cast<unsigned long long>(outputTokens),
+                o.rate > 0 ? ("Poisson " + std::to_string(o.rate) + "/s").c_str()
+                           : (std::to_string(o.clients) + " clients").c_str());
+    std::printf("%-22s %9s %9s %10s %10s %10s %10s %12s\n", "", "req/s", "out tok/s",
+                "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "peak blocks");
+    for (const Measured &m : results) {
+      nlohmann::json j = m.toJson(requests.size());
+      std::printf("%-22s %9.2f %9.1f %8.0fms %8.0fms %8.1fms %8.1fms %12s\n", m.name.c_str(),
+                  j["requests_per_s"].get<double>(), j["output_tokens_per_s"].get<double>(),
+                  j["ttft_p50_ms"].get<double>(), j["ttft_p99_ms"].get<double>(),
+                  j["tpot_p50_ms"].get<double>(), j["tpot_p99_ms"].get<double>(),
+                  m.peakBlocks >= 0 ? (std::to_string(m.peakBlocks) + "/" +
+                                       std::to_string(m.totalBlocks))
+                                          .c_str()
+                                    : "-");
+    }
+  }
+  dsrt_plan_close(plan);
+  return 0;
+}
+
+} // namespace dsbench
