@@ -127,6 +127,12 @@ llvm::cl::opt<int64_t> tensorParallel(
                    "weight section per rank)"),
     llvm::cl::init(1), llvm::cl::cat(category));
 
+llvm::cl::opt<bool> serving(
+    "serving",
+    llvm::cl::desc("Also derive the serving engine's step program: decode whose LM head reads "
+                   "only the sampled rows (docs/serving.md); --max-batch then bounds the "
+                   "tokens per step"),
+    llvm::cl::cat(category));
 llvm::cl::opt<bool> noFuse(
     "no-fuse",
     llvm::cl::desc("Skip fusion: every activation, residual add and norm stays its own step"),
@@ -393,6 +399,7 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.kvCacheDtype = mlirDtype(cacheDtype);
     pipeline.activationDtype = mlirDtype(activations);
     pipeline.fuse = !noFuse;
+    pipeline.stepProgram = serving;
     pipeline.fuseRemarks = fuseRemarks;
     pipeline.lowering.maxBatch = maxBatch;
     pipeline.lowering.maxSeqLen = maxSeqLen;

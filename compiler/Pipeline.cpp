@@ -38,6 +38,8 @@ LogicalResult recognizeTransformers(ModuleOp module, const onnx_frontend::Weight
     // On the derived programs, whose cache is the session's: the export's repeated K/V
     // heads (Falcon's new architecture) cached once per group.
     pm.addPass(createNarrowRepeatedKv());
+    if (options.stepProgram)
+      pm.addPass(createDeriveStepProgram());
   }
   return pm.run(module);
 }

@@ -30,6 +30,8 @@ struct PipelineOptions {
   // The epsilon of a decomposed norm the export left without one (dsc-recognize-layers'
   // missing-norm-epsilon): the driver gives config.json's.
   double missingNormEpsilon = 0.0;
+  // The serving engine's @step (dsc-derive-step-program; dsc --serving).
+  bool stepProgram = false;
   bool fuse = true;
   bool fuseRemarks = false;
   LowerOnnxToPlanOptions lowering;

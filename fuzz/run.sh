@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes each harness for a while (issue 19; docs/reliability.md, "Fuzzing"):
 #
-#   fuzz/run.sh SECONDS [harness...]   harnesses: onnx-importer onnx-compile plan tokenizer c-api
+#   fuzz/run.sh SECONDS [harness...]   harnesses: onnx-importer onnx-compile onnx-generate plan
+#                                      tokenizer c-api
 #
 # The harnesses come from a libFuzzer build (DSC_FUZZ_BUILD, default build-asan, configured
 # with CXX=clang++-22 -DDSC_ENABLE_ASAN=ON -DDSC_ENABLE_FUZZ=ON: see .ci/run); the plan seeds
@@ -14,7 +15,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_EACH="${1:?usage: fuzz/run.sh SECONDS [harness...]}"
 shift
 HARNESSES=("$@")
-((${#HARNESSES[@]})) || HARNESSES=(onnx-importer onnx-compile plan tokenizer c-api)
+((${#HARNESSES[@]})) || HARNESSES=(onnx-importer onnx-compile onnx-generate plan tokenizer c-api)
 FUZZ_BUILD="${DSC_FUZZ_BUILD:-$ROOT/build-asan}"
 MAIN_BUILD="${DSC_BUILD_DIR:-$ROOT/build}"
 WORK="${DSC_FUZZ_WORK:-$FUZZ_BUILD/fuzz-work}"
@@ -23,7 +24,7 @@ PLAN_SEEDS="$MAIN_BUILD/fuzz/seeds/plan"
 seeds() {
   case "$1" in
     # libFuzzer truncates inputs past -max_len, and a truncated model no longer parses.
-    onnx-importer|onnx-compile)
+    onnx-importer|onnx-compile|onnx-generate)
       # Encoder-decoders' halves too (T5's relative position bias, BART's decoder).
       find "$ROOT"/test/models \( -name model.onnx -o -name encoder.onnx -o -name decoder.onnx \) \
         -size -300k | sort
@@ -33,7 +34,11 @@ seeds() {
     c-api) ls "$ROOT"/fuzz/seeds/c-api.bin ;;
   esac
   ls "$ROOT/fuzz/regressions/$1"/* 2>/dev/null || true
-  [ "$1" != onnx-compile ] || ls "$ROOT"/fuzz/regressions/onnx-importer/* 2>/dev/null || true
+  case "$1" in
+    onnx-compile) ls "$ROOT"/fuzz/regressions/onnx-importer/* 2>/dev/null || true ;;
+    onnx-generate) ls "$ROOT"/fuzz/regressions/onnx-importer/* \
+                      "$ROOT"/fuzz/regressions/onnx-compile/* 2>/dev/null || true ;;
+  esac
 }
 
 export DSRT_FUZZ_PLAN="$PLAN_SEEDS/llama.dsp"

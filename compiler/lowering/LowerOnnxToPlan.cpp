@@ -256,7 +256,9 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     SmallVector<std::pair<func::FuncOp, std::string>> programs = {{main, programName}};
     // With --tp, @prefill_greedy and @decode_greedy (the rank's logits shard, for the
     // distributed argmax) too; an encoder-decoder's encoder is @encode.
-    for (llvm::StringRef name : {"encode", "prefill", "decode", "prefill_greedy", "decode_greedy"})
+    // With --serving, @step (the engine's decode over the sampled rows' logits).
+    for (llvm::StringRef name :
+         {"encode", "prefill", "decode", "prefill_greedy", "decode_greedy", "step"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         programs.push_back({func, name.str()});
     if (failed(checkNewTokenLimit(main)))
@@ -329,7 +331,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     SmallVector<Probe> probes = {{maxBatch, 0, maxSeqLen},
                                  {maxBatch, maxSeqLen - 1, 1},
                                  {maxBatch, maxSeqLen / 2, maxSeqLen - maxSeqLen / 2}};
-    if (name == "decode" || name == "decode_greedy")
+    if (name == "decode" || name == "decode_greedy" || name == "step")
       probes = {{maxBatch, maxSeqLen - 1, 1}};
     std::optional<ShapeBounds> merged;
     SmallVector<Diagnostic> probeErrors;

@@ -103,6 +103,21 @@ def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::tfm::TfmDialect", "mlir::func::FuncDialect"];
 }
 
+def DeriveStepProgram : Pass<"dsc-derive-step-program", "mlir::ModuleOp"> {
+  let summary = "Derive the serving engine's step program from @decode";
+  let description = [{
+    The serving engine (docs/serving.md) runs a step as @decode with one token per row, from
+    any mix of sequences. Only the rows that end a sequence's chunk are sampled, so @step is
+    @decode whose LM head reads just those rows: a new input `logits_rows` (i64 [rows], row
+    indices, each < the batch) gathers them before the final norm when the head reads a
+    norm used by nothing else, else before the head, and the logits are [rows, 1, vocab].
+    A prompt chunk then skips the vocabulary projection of all its rows but the last. Does
+    nothing without @decode or a single tfm.lm_head, or when @step exists (dsc --serving).
+  }];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect",
+                           "mlir::func::FuncDialect"];
+}
+
 def NarrowRepeatedKv : Pass<"dsc-narrow-repeated-kv", "mlir::ModuleOp"> {
   let summary = "Keys and values repeated across a group's query heads become one KV head "
                 "per group";

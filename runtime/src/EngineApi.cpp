@@ -176,6 +176,7 @@ dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *
   *out = dsrt_engine_stats{};
   out->running = stats.running;
   out->waiting = stats.waiting;
+  out->peak_running = stats.peakRunning;
   out->used_blocks = stats.usedBlocks;
   out->total_blocks = stats.totalBlocks;
   out->peak_used_blocks = stats.peakUsedBlocks;

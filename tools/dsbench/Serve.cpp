@@ -158,7 +158,7 @@ struct Measured {
   double seconds = 0;
   uint64_t outputTokens = 0;
   std::vector<double> ttft, tpot;  // per request, seconds
-  int64_t peakBlocks = -1, totalBlocks = -1;
+  int64_t peakBlocks = -1, totalBlocks = -1, peakRunning = -1, staticSequences = -1;
   uint64_t prefixHits = 0, preemptions = 0;
   nlohmann::json toJson(size_t requests) const {
     return {{"name", name},
@@ -170,6 +170,8 @@ struct Measured {
             {"tpot_p50_ms", 1e3 * percentile(tpot, 0.5)},
             {"tpot_p99_ms", 1e3 * percentile(tpot, 0.99)},
             {"peak_kv_blocks", peakBlocks},
+            {"peak_sequences_in_flight", peakRunning},
+            {"static_sequences_same_budget", staticSequences},
             {"kv_blocks", totalBlocks},
             {"prefix_hits", prefixHits},
             {"preemptions", preemptions}};
@@ -281,6 +283,15 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   dsrt_engine_destroy(engine);
   summarize(run.timings, measured);
   measured.peakBlocks = stats.peak_used_blocks;
+  measured.peakRunning = stats.peak_running;
+  // What a static reservation of max_seq_len positions per sequence fits in the same bytes.
+  int64_t maxSeq = 0;
+  check(dsrt_plan_limits(plan, nullptr, &maxSeq), "limits");
+  const uint64_t perSequence = stats.bytes_per_block / static_cast<uint64_t>(stats.block_size) *
+                               static_cast<uint64_t>(maxSeq);
+  measured.staticSequences =
+      static_cast<int64_t>(stats.bytes_per_block * static_cast<uint64_t>(stats.total_blocks) /
+                           perSequence);
   measured.totalBlocks = stats.total_blocks;
   measured.prefixHits = stats.prefix_hits;
   measured.preemptions = stats.preemptions;
@@ -397,6 +408,12 @@ int runServe(int argc, char **argv) {
       out["runs"].push_back(m.toJson(requests.size()));
     std::cout << out.dump(2) << "\n";
   } else {
+    const Measured &engine = results.front();
+    std::printf("engine: at most %lld sequences in flight in %lld KV blocks of %d positions; a "
+                "static reservation of max_seq_len per sequence holds %lld in the same bytes\n",
+                static_cast<long long>(engine.peakRunning),
+                static_cast<long long>(engine.totalBlocks), o.blockSize,
+                static_cast<long long>(engine.staticSequences));
     std::printf("%s: %zu requests (%llu prompt, %llu output tokens), %s\n", o.plan.c_str(),
                 requests.size(), static_cast<unsigned long long>(promptTokens),
                 static_cast<unsigned long long>(outputTokens),

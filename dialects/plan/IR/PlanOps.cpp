@@ -16,14 +16,14 @@ void ProgramOp::build(OpBuilder &builder, OperationState &state, StringRef name)
 
 LogicalResult ProgramOp::verify() {
   // prefill_greedy/decode_greedy: tensor parallelism's greedy programs (tp-shard); encode:
-  // an encoder-decoder's encoder.
+  // an encoder-decoder's encoder; step: the serving engine's (dsc --serving).
   if (!llvm::is_contained(
-          {"prefill", "decode", "forward", "prefill_greedy", "decode_greedy", "encode"},
+          {"prefill", "decode", "forward", "prefill_greedy", "decode_greedy", "encode", "step"},
           getSymName()))
     return emitOpError() << "@" << getSymName()
                          << " is not a program the runtime runs (@prefill, @decode, @forward, "
-                            "an encoder-decoder's @encode); with tensor parallelism also "
-                            "@prefill_greedy, @decode_greedy";
+                            "an encoder-decoder's @encode, the serving engine's @step); with "
+                            "tensor parallelism also @prefill_greedy, @decode_greedy";
   Block &body = getRegion().front();
   if (body.getNumArguments() != 0)
     return emitOpError("body takes no arguments");

@@ -348,7 +348,7 @@ typedef void (*dsrt_engine_callback)(void *user_data, int64_t request, int64_t t
                                      dsrt_request_state state);
 
 typedef struct dsrt_engine_stats {
-  int64_t running, waiting;
+  int64_t running, waiting, peak_running;
   int64_t used_blocks, total_blocks, peak_used_blocks, block_size, max_tokens_per_step;
   uint64_t bytes_per_block;      /* KV bytes of one block over every layer (per rank) */
   uint64_t prefix_hits, prefix_misses, preemptions;

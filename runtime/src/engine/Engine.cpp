@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <unistd.h>
 
 namespace dsrt::engine {
@@ -116,7 +118,9 @@ Engine::~Engine() { stop(); }
 // padding mask of one column (the paged attention reads each row's position instead).
 Status Engine::bindDecode() {
   const Session &session = *sessions_[0];
-  const dsp::Program *program = session.program("decode");
+  // @step (dsc --serving) is @decode whose LM head reads the sampled rows alone.
+  program_ = session.program("step") ? "step" : "decode";
+  const dsp::Program *program = session.program(program_);
   if (!program || !session.hasKvCache())
     return Status::error(plan_->path() + ": the engine needs the plan's decode program with "
                                          "the session's KV cache, which recognition did not "
@@ -136,11 +140,16 @@ Status Engine::bindDecode() {
       binding.role = Binding::Role::Mask;
     else if (binding.name == str(model.position_ids()))
       binding.role = Binding::Role::Positions, positions = true;
+    else if (binding.name == "logits_rows")
+      binding.role = Binding::Role::LogitsRows;
     else
-      return Status::error("the decode program's input '" + binding.name +
-                           "' is none the engine writes (ids, mask, positions)");
+      return Status::error("the " + program_ + " program's input '" + binding.name +
+                           "' is none the engine writes (ids, mask, positions, logits rows)");
     bindings_.push_back(binding);
   }
+  hasLogitsRows_ = std::any_of(bindings_.begin(), bindings_.end(), [](const Binding &b) {
+    return b.role == Binding::Role::LogitsRows;
+  });
   // Without a positions input (ALiBi models, OPT's positions counted from the mask), the
   // mask must say where each row is: ones up to its position.
   maskSpansPositions_ = !positions;
@@ -223,7 +232,8 @@ bool Engine::idle() const {
 }
 
 Status Engine::runRows(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
-                       const std::vector<ops::KvPagedRow> &rows) {
+                       const std::vector<ops::KvPagedRow> &rows,
+                       const std::vector<int64_t> &logitsRows) {
   const int64_t T = static_cast<int64_t>(ids.size());
   // One column of ones, or, where the program reads positions off the mask, each row as
   // generate's left-padded batch has it: padding, then a one for every token up to the
@@ -240,19 +250,23 @@ Status Engine::runRows(const std::vector<int64_t> &ids, const std::vector<int64_
     Session &session = *sessions_[rank];
     DSRT_RETURN_IF_ERROR(session.setPagedRows(rows));
     for (const Binding &binding : bindings_) {
-      const std::vector<int64_t> &values = binding.role == Binding::Role::Ids   ? ids
-                                           : binding.role == Binding::Role::Mask ? mask
-                                                                                 : positions;
+      const std::vector<int64_t> &values =
+          binding.role == Binding::Role::Ids          ? ids
+          : binding.role == Binding::Role::Mask       ? mask
+          : binding.role == Binding::Role::LogitsRows ? logitsRows
+                                                      : positions;
       std::vector<uint8_t> bytes(values.size() * dtypeSize(binding.dtype));
       if (encodeExactIntegers(values.data(), values.size(), binding.dtype, bytes.data()) !=
           values.size())
         return Status::error("input '" + binding.name + "' (" + dtypeName(binding.dtype) +
                              ") cannot hold the engine's values exactly");
-      Shape shape{T, binding.role == Binding::Role::Mask ? maskWidth : 1};
-      DSRT_RETURN_IF_ERROR(
-          session.setInput("decode", binding.index, TensorRef{binding.dtype, shape, bytes.data()}));
+      Shape shape = binding.role == Binding::Role::LogitsRows
+                        ? Shape{static_cast<int64_t>(logitsRows.size())}
+                        : Shape{T, binding.role == Binding::Role::Mask ? maskWidth : 1};
+      DSRT_RETURN_IF_ERROR(session.setInput(program_, binding.index,
+                                            TensorRef{binding.dtype, shape, bytes.data()}));
     }
-    return session.run("decode");
+    return session.run(program_);
   };
   if (sessions_.size() == 1)
     return runRank(0);
@@ -281,11 +295,27 @@ Status Engine::step() {
   StepPlan plan;
   std::vector<int64_t> ids, positions;
   std::vector<ops::KvPagedRow> rows;
+  // The rows whose logits are sampled: each sampling chunk's last.
+  std::vector<int64_t> logitsRows;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (scheduler_->runningCount() == 0 && scheduler_->waitingCount() == 0)
       return Status::ok();
     DSRT_RETURN_IF_ERROR(scheduler_->schedule(plan));
+    counters_.peakRunning = std::max(counters_.peakRunning, scheduler_->runningCount());
+    // What each step runs, for tuning the scheduler (DSRT_TRACE_ENGINE=1).
+    static const bool trace = [] {
+      const char *value = std::getenv("DSRT_TRACE_ENGINE");
+      return value && *value && *value != '0';
+    }();
+    if (trace)
+      std::fprintf(stderr, "dsrt: engine step %llu: %zu chunks, %lld tokens, %lld running, "
+                           "%lld waiting, %lld blocks used\n",
+                   static_cast<unsigned long long>(counters_.steps), plan.chunks.size(),
+                   static_cast<long long>(plan.scheduledTokens()),
+                   static_cast<long long>(scheduler_->runningCount()),
+                   static_cast<long long>(scheduler_->waitingCount()),
+                   static_cast<long long>(scheduler_->usedBlocks()));
     for (const ScheduledChunk &chunk : plan.chunks) {
       const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
       for (int64_t i = 0; i < chunk.count; ++i) {
@@ -294,29 +324,42 @@ Status Engine::step() {
         rows.push_back({chunk.blockTable.data(), static_cast<int64_t>(chunk.blockTable.size()),
                         chunk.start + i});
       }
+      if (chunk.samples)
+        logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
     }
   }
   std::vector<std::pair<int64_t, int64_t>> sampled;
-  Status ran = ids.empty() ? Status::ok() : runRows(ids, positions, rows);
+  // Nothing to sample (every chunk a prompt's middle): @step still needs one row to gather.
+  const bool selectRows = hasLogitsRows_;
+  if (selectRows && logitsRows.empty() && !ids.empty())
+    logitsRows.push_back(0);
+  Status ran = ids.empty() ? Status::ok() : runRows(ids, positions, rows, logitsRows);
   if (ran.isOk() && !ids.empty()) {
     TensorRef logits;
-    ran = sessions_[0]->output("decode", logitsOutput_, logits);
+    ran = sessions_[0]->output(program_, logitsOutput_, logits);
     const int64_t width = logits.shape.empty() ? 0 : logits.shape.back();
-    if (ran.isOk() && (width != vocab_ || logits.elements() != width * (int64_t)ids.size() ||
-                       !isFloat(logits.dtype)))
-      ran = Status::error("the decode program's logits are " + shapeString(logits.shape) +
-                          ", not one row of " + std::to_string(vocab_) + " per token");
-    int64_t row = 0;
+    const int64_t expected = selectRows ? static_cast<int64_t>(logitsRows.size())
+                                        : static_cast<int64_t>(ids.size());
+    if (ran.isOk() &&
+        (width != vocab_ || logits.elements() != width * expected || !isFloat(logits.dtype)))
+      ran = Status::error("the " + program_ + " program's logits are " +
+                          shapeString(logits.shape) + ", not " + std::to_string(expected) +
+                          " rows of " + std::to_string(vocab_));
+    int64_t row = 0, sampledRow = 0;
     std::vector<float> values(static_cast<size_t>(vocab_));
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ScheduledChunk &chunk : plan.chunks) {
       row += chunk.count;
+      // Where this chunk's last row's logits are: its row of every row's, or its place
+      // among the gathered ones.
+      const int64_t at = selectRows ? sampledRow : row - 1;
+      sampledRow += chunk.samples ? 1 : 0;
       auto live = live_.find(chunk.requestId);
       if (!ran.isOk() || !chunk.samples || live == live_.end() ||
           live->second.finish != RequestFinish::Running)
         continue;
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
-                          static_cast<size_t>((row - 1) * width) * dtypeSize(logits.dtype);
+                          static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
       convertFloats(logits.dtype, bytes, DType::F32, values.data(), width);
       GenerateOptions sampling;
       sampling.temperature = live->second.options.temperature;

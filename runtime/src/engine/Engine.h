@@ -69,7 +69,7 @@ using TokenCallback =
     std::function<void(int64_t request, int64_t token, RequestFinish finish)>;
 
 struct EngineStats {
-  int64_t running = 0, waiting = 0;
+  int64_t running = 0, waiting = 0, peakRunning = 0;
   int64_t usedBlocks = 0, totalBlocks = 0, peakUsedBlocks = 0;
   uint64_t prefixHits = 0, prefixMisses = 0, preemptions = 0;
   uint64_t steps = 0, promptTokens = 0, generatedTokens = 0;
@@ -114,7 +114,7 @@ private:
   struct Binding {
     size_t index = 0;
     DType dtype = DType::Undefined;
-    enum class Role { Ids, Mask, Positions } role = Role::Ids;
+    enum class Role { Ids, Mask, Positions, LogitsRows } role = Role::Ids;
     std::string name;
   };
   struct Live {
@@ -127,7 +127,7 @@ private:
   Engine() = default;
   Status bindDecode();
   Status runRows(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
-                 const std::vector<ops::KvPagedRow> &rows);
+                 const std::vector<ops::KvPagedRow> &rows, const std::vector<int64_t> &logitsRows);
   void finishLocked(int64_t id, RequestFinish finish);
 
   std::shared_ptr<PlanFile> plan_;
@@ -135,7 +135,10 @@ private:
   std::unique_ptr<InProcessGroup> group_;
   std::vector<std::unique_ptr<Session>> sessions_;  // one per rank
   std::vector<Binding> bindings_;
+  // "step" (dsc --serving: the LM head on the sampled rows) or "decode" (on every row).
+  std::string program_ = "decode";
   size_t logitsOutput_ = 0;
+  bool hasLogitsRows_ = false;
   bool maskSpansPositions_ = false;
   int64_t vocab_ = 0;
   std::vector<int64_t> eosTokens_;

@@ -1,7 +1,7 @@
 // RUN: dsc-opt %s -split-input-file -verify-diagnostics
 // One case per verifier error of the plan ops.
 
-// expected-error @+1 {{@main is not a program the runtime runs (@prefill, @decode, @forward, an encoder-decoder's @encode)}}
+// expected-error @+1 {{@main is not a program the runtime runs (@prefill, @decode, @forward, an encoder-decoder's @encode, the serving engine's @step)}}
 plan.program @main {
   plan.return
 }
