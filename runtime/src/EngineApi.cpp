@@ -3,11 +3,14 @@
 
 #include "PlanHandle.h"
 #include "Status.h"
+#include "comm/MpiCollectives.h"
 #include "engine/Engine.h"
 
 #include <cmath>
 
 struct dsrt_engine {
+  // Declared first, destroyed last: an MPI rank's engine uses it to its end.
+  std::unique_ptr<dsrt::ops::Collectives> mpi;
   std::unique_ptr<dsrt::engine::Engine> engine;
 };
 
@@ -49,10 +52,8 @@ void dsrt_request_options_init(dsrt_request_options *options) {
   options->top_p = 1.0f;
 }
 
-dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
-                               dsrt_engine **out) {
-  if (!plan || !out)
-    return nullArgument(!plan ? "plan" : "out");
+static dsrt_status toEngineOptions(const dsrt_engine_options *options,
+                                   dsrt::engine::EngineOptions &cpp) {
   dsrt_engine_options given;
   dsrt_engine_options_init(&given);
   if (options) {
@@ -64,7 +65,6 @@ dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *optio
   }
   if (!knownDevice(given.device))
     return dsrt::fail(DSRT_INVALID_ARGUMENT, "unknown device " + std::to_string(given.device));
-  dsrt::engine::EngineOptions cpp;
   cpp.device = given.device == DSRT_DEVICE_CUDA            ? dsrt::DeviceKind::Cuda
                : given.device == DSRT_DEVICE_CPU_REFERENCE ? dsrt::DeviceKind::CpuReference
                                                            : dsrt::DeviceKind::Cpu;
@@ -73,12 +73,52 @@ dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *optio
   cpp.maxTokensPerStep = given.max_tokens_per_step;
   cpp.maxRunningSequences = given.max_running;
   cpp.prefixCaching = given.prefix_caching != 0;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
+                               dsrt_engine **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  dsrt::engine::EngineOptions cpp;
+  if (dsrt_status status = toEngineOptions(options, cpp))
+    return status;
   auto handle = std::make_unique<dsrt_engine>();
   if (dsrt_status status = fromStatus(
           dsrt::engine::Engine::create(plan->file, cpp, handle->engine), DSRT_INVALID_ARGUMENT))
     return status;
   *out = handle.release();
   return DSRT_OK;
+}
+
+dsrt_status dsrt_engine_create_mpi(dsrt_plan *plan, const dsrt_engine_options *options,
+                                   dsrt_engine **out) {
+  if (!plan || !out)
+    return nullArgument(!plan ? "plan" : "out");
+  dsrt::engine::EngineOptions cpp;
+  if (dsrt_status status = toEngineOptions(options, cpp))
+    return status;
+  auto handle = std::make_unique<dsrt_engine>();
+  if (dsrt_status status =
+          fromStatus(dsrt::createMpiCollectives(handle->mpi), DSRT_UNSUPPORTED))
+    return status;
+  if (dsrt_status status =
+          fromStatus(dsrt::engine::Engine::createRank(plan->file, cpp, *handle->mpi,
+                                                      handle->engine),
+                     DSRT_INVALID_ARGUMENT))
+    return status;
+  *out = handle.release();
+  return DSRT_OK;
+}
+
+int dsrt_engine_rank(const dsrt_engine *engine) {
+  return engine && engine->mpi ? engine->mpi->rank() : 0;
+}
+
+dsrt_status dsrt_engine_follow(dsrt_engine *engine) {
+  if (!engine)
+    return nullArgument("engine");
+  return fromStatus(engine->engine->follow(), DSRT_INTERNAL);
 }
 
 void dsrt_engine_destroy(dsrt_engine *engine) { delete engine; }

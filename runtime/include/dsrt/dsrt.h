@@ -360,7 +360,17 @@ DSRT_API void dsrt_request_options_init(dsrt_request_options *options);
 /* options may be NULL (the defaults). */
 DSRT_API dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
                                         dsrt_engine **out);
-/* Stops the engine's thread, if any, and frees everything. */
+/* Tensor parallelism over MPI, one rank per process: every rank calls it (collectively).
+ * Rank 0 leads: it takes the requests, schedules, samples and sends each step's rows to the
+ * others (one broadcast per step), which call dsrt_engine_follow. The ranks first check that
+ * they run one plan; the followers take rank 0's options. */
+DSRT_API dsrt_status dsrt_engine_create_mpi(dsrt_plan *plan, const dsrt_engine_options *options,
+                                            dsrt_engine **out);
+/* This process's rank (0 without MPI). */
+DSRT_API int dsrt_engine_rank(const dsrt_engine *engine);
+/* A follower's loop: runs rank 0's steps until rank 0 destroys its engine. */
+DSRT_API dsrt_status dsrt_engine_follow(dsrt_engine *engine);
+/* Stops the engine's thread, if any, and frees everything; rank 0's ends its followers. */
 DSRT_API void dsrt_engine_destroy(dsrt_engine *engine);
 /* callback may be NULL (poll instead); set it before adding requests. */
 DSRT_API dsrt_status dsrt_engine_set_callback(dsrt_engine *engine, dsrt_engine_callback callback,

@@ -4,9 +4,11 @@
 #include "engine/Scheduler.h"
 #include "generate/Generator.h"
 #include "session/PlanChecks.h"
+#include "session/RankAgreement.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -41,61 +43,103 @@ uint64_t physicalMemory() {
 Status Engine::create(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
                       std::unique_ptr<Engine> &out) {
   std::unique_ptr<Engine> engine(new Engine());
+  Engine &configured = *engine;
+  return configured.configure(std::move(plan), options, nullptr, out, std::move(engine));
+}
+
+Status Engine::createRank(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                          ops::Collectives &group, std::unique_ptr<Engine> &out) {
+  if (group.size() != plan->rankCount())
+    return Status::error(plan->path() + ": the plan has " + std::to_string(plan->rankCount()) +
+                         " ranks, the MPI group " + std::to_string(group.size()));
+  // Before anything else: every rank must run this plan.
+  DSRT_RETURN_IF_ERROR(checkRanksRunOnePlan(group, *plan));
+  std::unique_ptr<Engine> engine(new Engine());
+  Engine &configured = *engine;
+  return configured.configure(std::move(plan), options, &group, out, std::move(engine));
+}
+
+Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                         ops::Collectives *group, std::unique_ptr<Engine> &out,
+                         std::unique_ptr<Engine> self) {
+  Engine *engine = this;
   engine->plan_ = plan;
   engine->options_ = options;
+  engine->group_ = group;
   const dsp::Plan &header = plan->plan();
   const dsp::ModelInfo *model = header.model();
+  // What the plan says is the same on every rank (checkRanksRunOnePlan): every rank reaches
+  // these verdicts alike.
   if (!model || str(model->kind()) != "decoder")
     return Status::error(plan->path() + ": the engine serves decoders; this plan's model is '" +
                          (model ? str(model->kind()) : std::string()) + "'");
   engine->vocab_ = model->vocab_size();
   if (model->eos_token_ids())
     engine->eosTokens_.assign(model->eos_token_ids()->begin(), model->eos_token_ids()->end());
+  uint64_t perPosition = 0;
+  DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, perPosition));
   const int64_t maxBatch = header.limits() ? header.limits()->max_batch() : 0;
   const int64_t maxSeq = header.limits() ? header.limits()->max_seq_len() : 0;
   EngineOptions &o = engine->options_;
-  if (o.blockSize < 1 || o.blockSize > maxSeq)
-    return Status::error("the KV block size must be between 1 and the plan's max_seq_len of " +
-                         std::to_string(maxSeq) + ", not " + std::to_string(o.blockSize));
-  if (o.maxTokensPerStep == 0)
-    o.maxTokensPerStep = maxBatch;
-  if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > maxBatch)
-    return Status::error("the tokens per step must be between 1 and the plan's max_batch of " +
-                         std::to_string(maxBatch) + " (the rows of its decode program; "
-                         "compile with a larger --max-batch to run more), not " +
-                         std::to_string(o.maxTokensPerStep));
-  if (o.maxRunningSequences == 0)
-    o.maxRunningSequences = o.maxTokensPerStep;
-  if (o.maxRunningSequences < 1)
-    return Status::error("the running sequences must be at least 1, not " +
-                         std::to_string(o.maxRunningSequences));
-  uint64_t perPosition = 0;
-  DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, perPosition));
-  const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
-  if (o.kvCacheBytes == 0)
-    o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(maxBatch) *
-                                  static_cast<uint64_t>(maxSeq),
-                              physicalMemory() / 4);
-  const uint64_t blocks = o.kvCacheBytes / perBlock;
-  if (blocks < 1)
-    return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
-                         " bytes is less than one block of " + std::to_string(o.blockSize) +
-                         " positions (" + std::to_string(perBlock) + " bytes over every layer)");
-  if (blocks > 0x7FFFFFFF)
-    return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
-                         " bytes is more blocks than the engine numbers");
-
-  const int ranks = plan->rankCount();
-  if (ranks > 1)
-    engine->group_ = std::make_unique<InProcessGroup>(ranks);
-  PagedKvOptions paged{o.blockSize, static_cast<int64_t>(blocks)};
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::unique_ptr<Session> session;
-    DSRT_RETURN_IF_ERROR(createPagedSession(
-        plan, rank, o.device, engine->group_ ? &engine->group_->member(rank) : nullptr, paged,
-        session));
-    engine->sessions_.push_back(std::move(session));
+  uint64_t blocks = 0;
+  // The options are rank 0's (the only rank a user configures under MPI).
+  auto validate = [&]() -> Status {
+    if (o.blockSize < 1 || o.blockSize > maxSeq)
+      return Status::error("the KV block size must be between 1 and the plan's max_seq_len "
+                           "of " + std::to_string(maxSeq) + ", not " +
+                           std::to_string(o.blockSize));
+    if (o.maxTokensPerStep == 0)
+      o.maxTokensPerStep = maxBatch;
+    if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > maxBatch)
+      return Status::error("the tokens per step must be between 1 and the plan's max_batch "
+                           "of " + std::to_string(maxBatch) + " (the rows of its decode "
+                           "program; compile with a larger --max-batch to run more), not " +
+                           std::to_string(o.maxTokensPerStep));
+    if (o.maxRunningSequences == 0)
+      o.maxRunningSequences = o.maxTokensPerStep;
+    if (o.maxRunningSequences < 1)
+      return Status::error("the running sequences must be at least 1, not " +
+                           std::to_string(o.maxRunningSequences));
+    const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+    if (o.kvCacheBytes == 0)
+      o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(maxBatch) *
+                                    static_cast<uint64_t>(maxSeq),
+                                physicalMemory() / 4);
+    blocks = o.kvCacheBytes / perBlock;
+    if (blocks < 1)
+      return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
+                           " bytes is less than one block of " + std::to_string(o.blockSize) +
+                           " positions (" + std::to_string(perBlock) +
+                           " bytes over every layer)");
+    if (blocks > 0x7FFFFFFF)
+      return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
+                           " bytes is more blocks than the engine numbers");
+    return Status::ok();
+  };
+  Status valid = !group || group->rank() == 0 ? validate() : Status::ok();
+  // The followers take rank 0's layout, so that one block table means the same everywhere;
+  // rank 0's refusal (0 blocks) stops them too.
+  if (group && group->size() > 1) {
+    int64_t layout[3] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
+                         o.maxTokensPerStep};
+    std::vector<uint8_t> bytes(sizeof layout);
+    std::memcpy(bytes.data(), layout, sizeof layout);
+    DSRT_RETURN_IF_ERROR(group->broadcastFromRank0(bytes));
+    if (bytes.size() != sizeof layout)
+      return Status::error("rank 0 sent no KV layout");
+    std::memcpy(layout, bytes.data(), sizeof layout);
+    if (group->rank() != 0) {
+      if (layout[1] < 1)
+        return Status::error("rank 0 refused its engine options; its error says why");
+      o.blockSize = layout[0];
+      blocks = static_cast<uint64_t>(layout[1]);
+      o.maxTokensPerStep = o.maxRunningSequences = layout[2];
+    }
   }
+  DSRT_RETURN_IF_ERROR(valid);
+  const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+
+  DSRT_RETURN_IF_ERROR(engine->createSessions(plan, static_cast<int64_t>(blocks)));
   DSRT_RETURN_IF_ERROR(engine->bindDecode());
 
   SchedulerOptions scheduling;
@@ -108,11 +152,99 @@ Status Engine::create(std::shared_ptr<PlanFile> plan, const EngineOptions &optio
   engine->counters_.blockSize = o.blockSize;
   engine->counters_.maxTokensPerStep = o.maxTokensPerStep;
   engine->counters_.bytesPerBlock = perBlock;
-  out = std::move(engine);
+  out = std::move(self);
   return Status::ok();
 }
 
-Engine::~Engine() { stop(); }
+// One session per rank of the plan in this process, or this process's rank alone (MPI).
+Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
+  PagedKvOptions paged{options_.blockSize, blocks};
+  if (group_) {
+    std::unique_ptr<Session> session;
+    DSRT_RETURN_IF_ERROR(
+        createPagedSession(plan, group_->rank(), options_.device, group_, paged, session));
+    sessions_.push_back(std::move(session));
+    return Status::ok();
+  }
+  const int ranks = plan->rankCount();
+  if (ranks > 1)
+    inProcess_ = std::make_unique<InProcessGroup>(ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::unique_ptr<Session> session;
+    DSRT_RETURN_IF_ERROR(createPagedSession(
+        plan, rank, options_.device, inProcess_ ? &inProcess_->member(rank) : nullptr, paged,
+        session));
+    sessions_.push_back(std::move(session));
+  }
+  return Status::ok();
+}
+
+// A step as rank 0 sends it: [T, R, ids, positions, logits rows, then per row its position
+// and its block count and blocks]. Empty: the leader is gone.
+Status Engine::sendStep(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
+                        const std::vector<ops::KvPagedRow> &rows,
+                        const std::vector<int64_t> &logitsRows) {
+  std::vector<int64_t> record = {static_cast<int64_t>(ids.size()),
+                                 static_cast<int64_t>(logitsRows.size())};
+  record.insert(record.end(), ids.begin(), ids.end());
+  record.insert(record.end(), positions.begin(), positions.end());
+  record.insert(record.end(), logitsRows.begin(), logitsRows.end());
+  for (const ops::KvPagedRow &row : rows) {
+    record.push_back(row.blockCount);
+    record.insert(record.end(), row.blocks, row.blocks + row.blockCount);
+  }
+  std::vector<uint8_t> bytes(record.size() * sizeof(int64_t));
+  std::memcpy(bytes.data(), record.data(), bytes.size());
+  return group_->broadcastFromRank0(bytes);
+}
+
+Status Engine::follow() {
+  if (leads())
+    return Status::error("rank 0 leads the engine: it steps, the other ranks follow");
+  for (;;) {
+    std::vector<uint8_t> bytes;
+    DSRT_RETURN_IF_ERROR(group_->broadcastFromRank0(bytes));
+    if (bytes.empty())
+      return Status::ok();
+    std::vector<int64_t> record(bytes.size() / sizeof(int64_t));
+    std::memcpy(record.data(), bytes.data(), record.size() * sizeof(int64_t));
+    // Checked as it is read: a record that does not add up is rank 0's bug, not a crash.
+    size_t at = 0;
+    auto take = [&](int64_t count, std::vector<int64_t> &into) {
+      if (count < 0 || at + static_cast<size_t>(count) > record.size())
+        return false;
+      into.assign(record.begin() + at, record.begin() + at + count);
+      at += static_cast<size_t>(count);
+      return true;
+    };
+    std::vector<int64_t> head, ids, positions, logitsRows;
+    if (!take(2, head) || head[0] < 1 || !take(head[0], ids) || !take(head[0], positions) ||
+        !take(head[1], logitsRows))
+      return Status::error("rank 0's step record is malformed");
+    std::vector<std::vector<int32_t>> tables(ids.size());
+    std::vector<ops::KvPagedRow> rows(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      std::vector<int64_t> count, blocks;
+      if (!take(1, count) || !take(count[0], blocks))
+        return Status::error("rank 0's step record is malformed");
+      tables[r].assign(blocks.begin(), blocks.end());
+      rows[r] = {tables[r].data(), count[0], positions[r]};
+    }
+    // A failed step fails on rank 0 too, which ends the requests it ran.
+    Status ran = runRows(ids, positions, rows, logitsRows);
+    if (!ran.isOk())
+      std::fprintf(stderr, "dsrt: engine rank %d: %s\n", group_->rank(), ran.message().c_str());
+  }
+}
+
+Engine::~Engine() {
+  stop();
+  // The followers stop with the leader: an empty record.
+  if (group_ && group_->size() > 1 && leads()) {
+    std::vector<uint8_t> stop;
+    (void)group_->broadcastFromRank0(stop);
+  }
+}
 
 // The decode program's inputs the engine writes: the token ids, the positions, and a
 // padding mask of one column (the paged attention reads each row's position instead).
@@ -162,6 +294,9 @@ Status Engine::bindDecode() {
 
 Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &options,
                    int64_t &id) {
+  if (!leads())
+    return Status::error("rank " + std::to_string(group_->rank()) +
+                         " follows rank 0, which takes the requests");
   if (options.maxNewTokens < 1)
     return Status::error("max_new_tokens must be at least 1, not " +
                          std::to_string(options.maxNewTokens));
@@ -277,14 +412,14 @@ Status Engine::runRows(const std::vector<int64_t> &ids, const std::vector<int64_
   auto runOne = [&](int rank) {
     results[rank] = runRank(rank);
     if (!results[rank].isOk())
-      group_->abort();
+      inProcess_->abort();
   };
   for (int rank = 1; rank < static_cast<int>(sessions_.size()); ++rank)
     threads.emplace_back(runOne, rank);
   runOne(0);
   for (std::thread &thread : threads)
     thread.join();
-  group_->reset();
+  inProcess_->reset();
   for (size_t rank = 0; rank < results.size(); ++rank)
     if (!results[rank].isOk())
       return Status::error("rank " + std::to_string(rank) + ": " + results[rank].message());
@@ -292,6 +427,9 @@ Status Engine::runRows(const std::vector<int64_t> &ids, const std::vector<int64_
 }
 
 Status Engine::step() {
+  if (!leads())
+    return Status::error("rank " + std::to_string(group_->rank()) +
+                         " follows rank 0's steps (follow), it does not step");
   StepPlan plan;
   std::vector<int64_t> ids, positions;
   std::vector<ops::KvPagedRow> rows;
@@ -333,7 +471,11 @@ Status Engine::step() {
   const bool selectRows = hasLogitsRows_;
   if (selectRows && logitsRows.empty() && !ids.empty())
     logitsRows.push_back(0);
-  Status ran = ids.empty() ? Status::ok() : runRows(ids, positions, rows, logitsRows);
+  Status ran = Status::ok();
+  if (!ids.empty() && group_ && group_->size() > 1)
+    ran = sendStep(ids, positions, rows, logitsRows);
+  if (ran.isOk() && !ids.empty())
+    ran = runRows(ids, positions, rows, logitsRows);
   if (ran.isOk() && !ids.empty()) {
     TensorRef logits;
     ran = sessions_[0]->output(program_, logitsOutput_, logits);

@@ -79,8 +79,18 @@ struct EngineStats {
 
 class Engine {
 public:
+  // Every rank of the plan in this process (an in-process group for a TP plan).
   static Status create(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
                        std::unique_ptr<Engine> &out);
+  // One rank per process (MPI): every rank of `group` (kept, not owned; its size the plan's
+  // rank count) calls it. Rank 0 leads: it takes the requests, schedules and samples, and
+  // sends each step's rows to the others (one broadcast per step); the others call
+  // follow(). The followers take rank 0's block size and KV budget.
+  static Status createRank(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                           ops::Collectives &group, std::unique_ptr<Engine> &out);
+  // A follower's loop: runs every step rank 0 sends until rank 0's engine is destroyed.
+  Status follow();
+  bool leads() const { return !group_ || group_->rank() == 0; }
   ~Engine();
 
   // Queues a request; its id comes back in `id`. Bad options, an empty prompt, ids outside
@@ -125,14 +135,24 @@ private:
   };
 
   Engine() = default;
+  Status configure(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                   ops::Collectives *group, std::unique_ptr<Engine> &out,
+                   std::unique_ptr<Engine> self);
+  Status createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks);
   Status bindDecode();
+  // Rank 0 of an MPI group: the step's rows to every follower (the destructor sends an
+  // empty record: stop).
+  Status sendStep(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
+                  const std::vector<ops::KvPagedRow> &rows,
+                  const std::vector<int64_t> &logitsRows);
   Status runRows(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
                  const std::vector<ops::KvPagedRow> &rows, const std::vector<int64_t> &logitsRows);
   void finishLocked(int64_t id, RequestFinish finish);
 
   std::shared_ptr<PlanFile> plan_;
   EngineOptions options_;
-  std::unique_ptr<InProcessGroup> group_;
+  std::unique_ptr<InProcessGroup> inProcess_;
+  ops::Collectives *group_ = nullptr;  // MPI: this process's rank among the plan's
   std::vector<std::unique_ptr<Session>> sessions_;  // one per rank
   std::vector<Binding> bindings_;
   // "step" (dsc --serving: the LM head on the sampled rows) or "decode" (on every row).

@@ -8,10 +8,13 @@
 // and mid-decode (the others unaffected, every block returned).
 //
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
-//                          [--device cpu|cpu-reference]
+//                          [--device cpu|cpu-reference] [--mpi]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
 // --device: both sides' kernels (cpu-reference: the paged reference attention).
+// --mpi: under mpirun, one rank per process (dsrt_engine_create_mpi): rank 0 leads the
+// scenarios, the others follow each engine; the reference runs on rank 0 as an in-process
+// group of the same plan.
 #include "dsrt/dsrt.h"
 
 #include <algorithm>
@@ -73,6 +76,7 @@ struct Scenario {
 };
 
 dsrt_device device = DSRT_DEVICE_CPU;
+bool mpi = false;
 
 int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> &requests) {
   dsrt_engine_options options;
@@ -82,7 +86,9 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   options.max_tokens_per_step = scenario.tokensPerStep;
   options.kv_cache_bytes = scenario.kvBytes;
   dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), scenario.name + ": engine");
+  check(mpi ? dsrt_engine_create_mpi(plan, &options, &engine)
+            : dsrt_engine_create(plan, &options, &engine),
+        scenario.name + ": engine");
   std::vector<int64_t> ids(requests.size(), -1);
   std::vector<std::vector<int64_t>> got(requests.size());
   std::vector<dsrt_request_state> states(requests.size(), DSRT_REQUEST_RUNNING);
@@ -210,23 +216,55 @@ int main(int argc, char **argv) {
   std::string planPath = argv[1], alonePath = argv[1];
   int requestCount = 8;
   std::vector<int32_t> blockSizes = {1, 16, 7};
-  for (int i = 2; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die("missing value after " + flag);
+      return argv[++i];
+    };
     if (flag == "--alone")
-      alonePath = value;
+      alonePath = value();
+    else if (flag == "--mpi")
+      mpi = true;
     else if (flag == "--device")
-      check(dsrt_device_from_name(value.c_str(), &device), "--device");
+      check(dsrt_device_from_name(value().c_str(), &device), "--device");
     else if (flag == "--requests")
-      requestCount = std::atoi(value.c_str());
+      requestCount = std::atoi(value().c_str());
     else if (flag == "--block-sizes") {
       blockSizes.clear();
-      for (const char *p = value.c_str(); *p; p += std::strcspn(p, ",") + (p[std::strcspn(p, ",")] ? 1 : 0))
-        blockSizes.push_back(std::atoi(p));
+      std::string list = value();
+      for (size_t at = 0; at < list.size();) {
+        size_t comma = list.find(',', at);
+        blockSizes.push_back(std::atoi(list.substr(at, comma - at).c_str()));
+        at = comma == std::string::npos ? list.size() : comma + 1;
+      }
     } else
       die("unknown option " + flag);
   }
   dsrt_plan *plan = nullptr, *alonePlan = nullptr;
   check(dsrt_plan_open(planPath.c_str(), &plan), planPath);
+  if (mpi) {
+    // Whether this process leads: an engine's rank, known once one exists; the followers
+    // follow one engine per scenario of rank 0's, in the same order.
+    dsrt_engine *first = nullptr;
+    check(dsrt_engine_create_mpi(plan, nullptr, &first), "engine (MPI)");
+    const int rank = dsrt_engine_rank(first);
+    if (rank != 0) {
+      check(dsrt_engine_follow(first), "follow");
+      dsrt_engine_destroy(first);
+      for (size_t engines = 0; engines < 4 * blockSizes.size(); ++engines) {
+        dsrt_engine *engine = nullptr;
+        check(dsrt_engine_create_mpi(plan, nullptr, &engine), "engine (MPI)");
+        check(dsrt_engine_follow(engine), "follow");
+        dsrt_engine_destroy(engine);
+      }
+      dsrt_plan_close(plan);
+      std::printf("rank %d followed %zu engines\n", rank, 1 + 4 * blockSizes.size());
+      return 0;
+    }
+    dsrt_engine_destroy(first);
+  }
   check(dsrt_plan_open(alonePath.c_str(), &alonePlan), alonePath);
   dsrt_session *session = nullptr;
   dsrt_group *group = nullptr;
