@@ -36,8 +36,10 @@ seeds() {
   ls "$ROOT/fuzz/regressions/$1"/* 2>/dev/null || true
   case "$1" in
     onnx-compile) ls "$ROOT"/fuzz/regressions/onnx-importer/* 2>/dev/null || true ;;
+    # With the interface seeds the main build's ctest makes (fuzz/MakeGenerateSeeds.cmake).
     onnx-generate) ls "$ROOT"/fuzz/regressions/onnx-importer/* \
-                      "$ROOT"/fuzz/regressions/onnx-compile/* 2>/dev/null || true ;;
+                      "$ROOT"/fuzz/regressions/onnx-compile/* \
+                      "$MAIN_BUILD"/fuzz/seeds/onnx-generate/* 2>/dev/null || true ;;
   esac
 }
 

@@ -76,39 +76,36 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
   return DSRT_OK;
 }
 
-dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
-                               dsrt_engine **out) {
+// Every rank in this process, or (mpi) this process's rank of an MPI group.
+static dsrt_status createEngine(dsrt_plan *plan, const dsrt_engine_options *options, bool mpi,
+                                dsrt_engine **out) {
   if (!plan || !out)
     return nullArgument(!plan ? "plan" : "out");
   dsrt::engine::EngineOptions cpp;
   if (dsrt_status status = toEngineOptions(options, cpp))
     return status;
   auto handle = std::make_unique<dsrt_engine>();
-  if (dsrt_status status = fromStatus(
-          dsrt::engine::Engine::create(plan->file, cpp, handle->engine), DSRT_INVALID_ARGUMENT))
+  if (mpi)
+    if (dsrt_status status =
+            fromStatus(dsrt::createMpiCollectives(handle->mpi), DSRT_UNSUPPORTED))
+      return status;
+  dsrt::Status created =
+      mpi ? dsrt::engine::Engine::createRank(plan->file, cpp, *handle->mpi, handle->engine)
+          : dsrt::engine::Engine::create(plan->file, cpp, handle->engine);
+  if (dsrt_status status = fromStatus(created, DSRT_INVALID_ARGUMENT))
     return status;
   *out = handle.release();
   return DSRT_OK;
 }
 
+dsrt_status dsrt_engine_create(dsrt_plan *plan, const dsrt_engine_options *options,
+                               dsrt_engine **out) {
+  return createEngine(plan, options, false, out);
+}
+
 dsrt_status dsrt_engine_create_mpi(dsrt_plan *plan, const dsrt_engine_options *options,
                                    dsrt_engine **out) {
-  if (!plan || !out)
-    return nullArgument(!plan ? "plan" : "out");
-  dsrt::engine::EngineOptions cpp;
-  if (dsrt_status status = toEngineOptions(options, cpp))
-    return status;
-  auto handle = std::make_unique<dsrt_engine>();
-  if (dsrt_status status =
-          fromStatus(dsrt::createMpiCollectives(handle->mpi), DSRT_UNSUPPORTED))
-    return status;
-  if (dsrt_status status =
-          fromStatus(dsrt::engine::Engine::createRank(plan->file, cpp, *handle->mpi,
-                                                      handle->engine),
-                     DSRT_INVALID_ARGUMENT))
-    return status;
-  *out = handle.release();
-  return DSRT_OK;
+  return createEngine(plan, options, true, out);
 }
 
 int dsrt_engine_rank(const dsrt_engine *engine) {

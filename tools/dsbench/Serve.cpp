@@ -159,7 +159,7 @@ struct Measured {
   uint64_t outputTokens = 0;
   std::vector<double> ttft, tpot;  // per request, seconds
   int64_t peakBlocks = -1, totalBlocks = -1, peakRunning = -1, staticSequences = -1;
-  uint64_t prefixHits = 0, preemptions = 0;
+  uint64_t prefixHits = 0, preemptions = 0, bytesPerBlock = 0;
   nlohmann::json toJson(size_t requests) const {
     return {{"name", name},
             {"seconds", seconds},
@@ -178,6 +178,7 @@ struct Measured {
             {"peak_sequences_in_flight", peakRunning},
             {"static_sequences_same_budget", staticSequences},
             {"kv_blocks", totalBlocks},
+            {"kv_bytes_per_block", bytesPerBlock},
             {"prefix_hits", prefixHits},
             {"preemptions", preemptions}};
   }
@@ -289,6 +290,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   summarize(run.timings, measured);
   measured.peakBlocks = stats.peak_used_blocks;
   measured.peakRunning = stats.peak_running;
+  measured.bytesPerBlock = stats.bytes_per_block;
   // What a static reservation of max_seq_len positions per sequence fits in the same bytes.
   int64_t maxSeq = 0;
   check(dsrt_plan_limits(plan, nullptr, &maxSeq), "limits");
