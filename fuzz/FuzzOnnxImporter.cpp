@@ -62,6 +62,11 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     std::abort();
   }
   modelPath = std::string(folder) + "/model.onnx";
+#ifdef DSC_FUZZ_GENERATE
+  // A mutated model may ask for an arena of gigabytes, which the session would allocate
+  // (and libFuzzer call running out of memory): sessions here refuse more than 1 GiB.
+  setenv("DSRT_MAX_ARENA_BYTES", "1073741824", 0);
+#endif
   planPath = std::string(folder) + "/plan.dsp";
   return 0;
 }

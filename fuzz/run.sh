@@ -21,13 +21,17 @@ MAIN_BUILD="${DSC_BUILD_DIR:-$ROOT/build}"
 WORK="${DSC_FUZZ_WORK:-$FUZZ_BUILD/fuzz-work}"
 PLAN_SEEDS="$MAIN_BUILD/fuzz/seeds/plan"
 
+# The largest seed model, in KB; -max_len is a little more.
+max_kb() { [ "$1" = onnx-generate ] && echo 800 || echo 300; }
+
 seeds() {
   case "$1" in
     # libFuzzer truncates inputs past -max_len, and a truncated model no longer parses.
     onnx-importer|onnx-compile|onnx-generate)
-      # Encoder-decoders' halves too (T5's relative position bias, BART's decoder).
+      # Encoder-decoders' halves too (T5's relative position bias, BART's decoder); the
+      # whole path also optimum's merged decoders and the larger halves (under 800 KB).
       find "$ROOT"/test/models \( -name model.onnx -o -name encoder.onnx -o -name decoder.onnx \) \
-        -size -300k | sort
+        -size "-$(max_kb "$1")k" | sort
       ls "$ROOT"/test/frontends/onnx/ops/*.onnxtxt ;;
     plan) ls "$PLAN_SEEDS"/*.dsp ;;
     tokenizer) ls "$ROOT"/test/tokenizers/*.json | grep -v cases.json ;;
@@ -56,7 +60,7 @@ for harness in "${HARNESSES[@]}"; do
   fi
   echo "== fuzz-$harness for ${SECONDS_EACH}s ($(ls "$corpus" | wc -l) inputs in $corpus)"
   "$binary" -max_total_time="$SECONDS_EACH" -runs="${DSC_FUZZ_RUNS:--1}" -timeout=60 -rss_limit_mb=6144 \
-      -max_len=400000 -print_final_stats=1 -artifact_prefix="$WORK/crashes/$harness-" \
+      -max_len=$(($(max_kb "$harness") * 1024 + 100000)) -print_final_stats=1 -artifact_prefix="$WORK/crashes/$harness-" \
       "$corpus" 2>&1 | grep -v "failed to allocate" | grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==|SUMMARY|fuzz:|INFO: Seed)|ERROR|Test unit written|deadly signal|Done [0-9]+ runs" || true
   # libFuzzer also writes slow-unit-* files (over 10 s): on a machine shared with builds
   # they are often the load's, not the input's; they are listed, not failed on.

@@ -26,6 +26,10 @@ struct CpuSessionOptions {
   // of 0 keeps the dense cache of max_batch sequences.
   int64_t kvBlockSize = 0;
   int64_t kvBlocks = 0;
+  // The programs this session runs (empty: every one): the arena is then only as large as
+  // their activations need, and the others are refused. The serving engine runs `step`
+  // alone, whose rows are tokens, where `prefill` would need max_batch x max_seq_len.
+  std::vector<std::string> onlyPrograms;
 };
 
 class CpuSession final : public Session {
@@ -102,6 +106,7 @@ private:
   std::vector<std::unique_ptr<float[]>> kvStorage_;
   SessionMemory memory_;
   bool reference_ = false;
+  std::vector<std::string> onlyPrograms_;  // CpuSessionOptions::onlyPrograms
   // DSRT_PROFILE=1: seconds and runs per op.
   bool profile_ = false;
   std::map<std::string, std::pair<double, int64_t>> profileByOp_;  // `other`: weights converted from their stored dtype

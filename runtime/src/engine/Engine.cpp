@@ -158,7 +158,14 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
 
 // One session per rank of the plan in this process, or this process's rank alone (MPI).
 Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
-  PagedKvOptions paged{options_.blockSize, blocks};
+  // Only the program the engine runs: its rows are tokens, bounded by max_batch, where the
+  // plan's prefill needs max_batch x max_seq_len of arena.
+  const dsp::Program *step = nullptr;
+  if (const auto *programs = plan->plan().programs())
+    for (const dsp::Program *program : *programs)
+      if (program->name() && program->name()->string_view() == "step")
+        step = program;
+  PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"}};
   if (group_) {
     std::unique_ptr<Session> session;
     DSRT_RETURN_IF_ERROR(

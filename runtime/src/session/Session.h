@@ -117,6 +117,8 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
 struct PagedKvOptions {
   int64_t blockSize = 0;
   int64_t blocks = 0;
+  // The programs the session runs (empty: all); its arena is sized for them alone.
+  std::vector<std::string> programs;
 };
 // As createSession, with the paged KV cache (the CPU backends; the CUDA backend refuses
 // until its kernels read a block table).
