@@ -1,4 +1,5 @@
 #include "cpu/Session.h"
+#include "cpu/SessionArena.h"
 
 #include "session/PlanChecks.h"
 
@@ -20,11 +21,6 @@ Shape toShape(const flatbuffers::Vector<int64_t> *dims) {
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
 
-uint64_t physicalMemoryBytes() {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size)
-                               : UINT64_MAX;
-}
 
 } // namespace
 
@@ -120,45 +116,8 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
 
   uint64_t arenaBytes = header.arena_bytes();
   session->onlyPrograms_ = options.onlyPrograms;
-  if (!options.onlyPrograms.empty()) {
-    // The end of the last arena slot a chosen program (or a branch of it) uses.
-    std::vector<bool> seen(header.programs() ? header.programs()->size() : 0, false);
-    std::vector<int32_t> pending;
-    for (const std::string &name : options.onlyPrograms)
-      for (uint32_t p = 0; p < seen.size(); ++p)
-        if (str(header.programs()->Get(p)->name()) == name)
-          pending.push_back(static_cast<int32_t>(p));
-    uint64_t end = 0;
-    auto reach = [&](const flatbuffers::Vector<int32_t> *indices) {
-      for (uint32_t i = 0; indices && i < indices->size(); ++i) {
-        int32_t t = indices->Get(i);
-        if (t < 0)
-          continue;
-        const dsp::Tensor &tensor = *header.tensors()->Get(static_cast<uint32_t>(t));
-        if (tensor.kind() == dsp::TensorKind::activation)
-          end = std::max(end, tensor.arena_offset() + tensor.arena_bytes());
-      }
-    };
-    while (!pending.empty()) {
-      int32_t p = pending.back();
-      pending.pop_back();
-      if (seen[static_cast<size_t>(p)])
-        continue;
-      seen[static_cast<size_t>(p)] = true;
-      const dsp::Program &program = *header.programs()->Get(static_cast<uint32_t>(p));
-      reach(program.inputs());
-      reach(program.outputs());
-      reach(program.branch_outputs());
-      for (uint32_t i = 0; program.steps() && i < program.steps()->size(); ++i) {
-        const dsp::Step &step = *program.steps()->Get(i);
-        reach(step.inputs());
-        reach(step.outputs());
-        for (uint32_t b = 0; step.branches() && b < step.branches()->size(); ++b)
-          pending.push_back(step.branches()->Get(b));
-      }
-    }
-    arenaBytes = end;
-  }
+  if (!options.onlyPrograms.empty())
+    arenaBytes = arenaBytesOf(header, options.onlyPrograms);
   // A plan whose largest program needs more than the machine has cannot run it: refused
   // here with the numbers, not killed later. DSRT_MAX_ARENA_BYTES sets another bound (the
   // fuzz harnesses' smaller one).

@@ -1,0 +1,230 @@
+// The serving engine's construction (Engine.h): the options checked against the plan, the
+// KV budget in blocks, the sessions of every rank (or of this MPI rank), and the program's
+// inputs the engine writes. Stepping is Engine.cpp's; the MPI followers', EngineRanks.cpp's.
+#include "engine/Engine.h"
+
+#include "comm/InProcessGroup.h"
+#include "cpu/SessionArena.h"
+#include "engine/Scheduler.h"
+#include "session/PlanChecks.h"
+#include "session/RankAgreement.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dsrt::engine {
+namespace {
+
+std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+// Bytes of KV one position takes over every layer (keys and values).
+Status bytesPerPosition(const PlanFile &plan, uint64_t &bytes) {
+  std::vector<KvLayerShape> layers;
+  DSRT_RETURN_IF_ERROR(kvCacheLayout(plan, 0, layers));
+  bytes = 0;
+  for (const KvLayerShape &layer : layers)
+    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * layer.headDim) * dtypeSize(layer.dtype);
+  if (bytes == 0)
+    return Status::error(plan.path() + ": the plan keeps no KV cache in the session (it has "
+                                       "no prefill and decode programs), which the engine "
+                                       "pages");
+  return Status::ok();
+}
+
+} // namespace
+
+Status Engine::create(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                      std::unique_ptr<Engine> &out) {
+  std::unique_ptr<Engine> engine(new Engine());
+  Engine &configured = *engine;
+  return configured.configure(std::move(plan), options, nullptr, out, std::move(engine));
+}
+
+Status Engine::createRank(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                          ops::Collectives &group, std::unique_ptr<Engine> &out) {
+  if (group.size() != plan->rankCount())
+    return Status::error(plan->path() + ": the plan has " + std::to_string(plan->rankCount()) +
+                         " ranks, the MPI group " + std::to_string(group.size()));
+  // Before anything else: every rank must run this plan.
+  DSRT_RETURN_IF_ERROR(checkRanksRunOnePlan(group, *plan));
+  std::unique_ptr<Engine> engine(new Engine());
+  Engine &configured = *engine;
+  return configured.configure(std::move(plan), options, &group, out, std::move(engine));
+}
+
+Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
+                         ops::Collectives *group, std::unique_ptr<Engine> &out,
+                         std::unique_ptr<Engine> self) {
+  Engine *engine = this;
+  engine->plan_ = plan;
+  engine->options_ = options;
+  engine->group_ = group;
+  const dsp::Plan &header = plan->plan();
+  const dsp::ModelInfo *model = header.model();
+  // What the plan says is the same on every rank (checkRanksRunOnePlan): every rank reaches
+  // these verdicts alike.
+  if (!model || str(model->kind()) != "decoder")
+    return Status::error(plan->path() + ": the engine serves decoders; this plan's model is '" +
+                         (model ? str(model->kind()) : std::string()) + "'");
+  engine->vocab_ = model->vocab_size();
+  if (model->eos_token_ids())
+    engine->eosTokens_.assign(model->eos_token_ids()->begin(), model->eos_token_ids()->end());
+  uint64_t perPosition = 0;
+  DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, perPosition));
+  const int64_t maxBatch = header.limits() ? header.limits()->max_batch() : 0;
+  const int64_t maxSeq = header.limits() ? header.limits()->max_seq_len() : 0;
+  EngineOptions &o = engine->options_;
+  uint64_t blocks = 0;
+  // The options are rank 0's (the only rank a user configures under MPI).
+  auto validate = [&]() -> Status {
+    if (o.blockSize < 1 || o.blockSize > maxSeq)
+      return Status::error("the KV block size must be between 1 and the plan's max_seq_len "
+                           "of " + std::to_string(maxSeq) + ", not " +
+                           std::to_string(o.blockSize));
+    if (o.maxTokensPerStep == 0)
+      o.maxTokensPerStep = maxBatch;
+    if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > maxBatch)
+      return Status::error("the tokens per step must be between 1 and the plan's max_batch "
+                           "of " + std::to_string(maxBatch) + " (the rows of its decode "
+                           "program; compile with a larger --max-batch to run more), not " +
+                           std::to_string(o.maxTokensPerStep));
+    if (o.maxRunningSequences == 0)
+      o.maxRunningSequences = o.maxTokensPerStep;
+    if (o.maxRunningSequences < 1)
+      return Status::error("the running sequences must be at least 1, not " +
+                           std::to_string(o.maxRunningSequences));
+    const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+    if (o.kvCacheBytes == 0)
+      o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(maxBatch) *
+                                    static_cast<uint64_t>(maxSeq),
+                                physicalMemoryBytes() / 4);
+    blocks = o.kvCacheBytes / perBlock;
+    if (blocks < 1)
+      return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
+                           " bytes is less than one block of " + std::to_string(o.blockSize) +
+                           " positions (" + std::to_string(perBlock) +
+                           " bytes over every layer)");
+    if (blocks > 0x7FFFFFFF)
+      return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
+                           " bytes is more blocks than the engine numbers");
+    return Status::ok();
+  };
+  Status valid = !group || group->rank() == 0 ? validate() : Status::ok();
+  // The followers take rank 0's layout, so that one block table means the same everywhere;
+  // rank 0's refusal (0 blocks) stops them too.
+  if (group && group->size() > 1) {
+    int64_t layout[3] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
+                         o.maxTokensPerStep};
+    std::vector<uint8_t> bytes(sizeof layout);
+    std::memcpy(bytes.data(), layout, sizeof layout);
+    DSRT_RETURN_IF_ERROR(group->broadcastFromRank0(bytes));
+    if (bytes.size() != sizeof layout)
+      return Status::error("rank 0 sent no KV layout");
+    std::memcpy(layout, bytes.data(), sizeof layout);
+    if (group->rank() != 0) {
+      if (layout[1] < 1)
+        return Status::error("rank 0 refused its engine options; its error says why");
+      o.blockSize = layout[0];
+      blocks = static_cast<uint64_t>(layout[1]);
+      o.maxTokensPerStep = o.maxRunningSequences = layout[2];
+    }
+  }
+  DSRT_RETURN_IF_ERROR(valid);
+  const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+
+  DSRT_RETURN_IF_ERROR(engine->createSessions(plan, static_cast<int64_t>(blocks)));
+  DSRT_RETURN_IF_ERROR(engine->bindDecode());
+
+  SchedulerOptions scheduling;
+  scheduling.maxTokensPerStep = o.maxTokensPerStep;
+  scheduling.maxRunningSequences = o.maxRunningSequences;
+  scheduling.maxSequenceLength = maxSeq;
+  engine->scheduler_ = std::make_unique<Scheduler>(
+      scheduling, BlockPool(o.blockSize, static_cast<int64_t>(blocks), o.prefixCaching));
+  DSRT_RETURN_IF_ERROR(engine->scheduler_->validate());
+  engine->counters_.blockSize = o.blockSize;
+  engine->counters_.maxTokensPerStep = o.maxTokensPerStep;
+  engine->counters_.bytesPerBlock = perBlock;
+  out = std::move(self);
+  return Status::ok();
+}
+
+// One session per rank of the plan in this process, or this process's rank alone (MPI).
+Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
+  // Only the program the engine runs: its rows are tokens, bounded by max_batch, where the
+  // plan's prefill needs max_batch x max_seq_len of arena.
+  const dsp::Program *step = nullptr;
+  if (const auto *programs = plan->plan().programs())
+    for (const dsp::Program *program : *programs)
+      if (program->name() && program->name()->string_view() == "step")
+        step = program;
+  PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"}};
+  if (group_) {
+    std::unique_ptr<Session> session;
+    DSRT_RETURN_IF_ERROR(
+        createPagedSession(plan, group_->rank(), options_.device, group_, paged, session));
+    sessions_.push_back(std::move(session));
+    return Status::ok();
+  }
+  const int ranks = plan->rankCount();
+  if (ranks > 1)
+    inProcess_ = std::make_unique<InProcessGroup>(ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::unique_ptr<Session> session;
+    DSRT_RETURN_IF_ERROR(createPagedSession(
+        plan, rank, options_.device, inProcess_ ? &inProcess_->member(rank) : nullptr, paged,
+        session));
+    sessions_.push_back(std::move(session));
+  }
+  return Status::ok();
+}
+
+
+// The decode program's inputs the engine writes: the token ids, the positions, and a
+// padding mask of one column (the paged attention reads each row's position instead).
+Status Engine::bindDecode() {
+  const Session &session = *sessions_[0];
+  // @step (dsc --serving) is @decode whose LM head reads the sampled rows alone.
+  program_ = session.program("step") ? "step" : "decode";
+  const dsp::Program *program = session.program(program_);
+  if (!program || !session.hasKvCache())
+    return Status::error(plan_->path() + ": the engine needs the plan's decode program with "
+                                         "the session's KV cache, which recognition did not "
+                                         "derive for this model (see dsc's report)");
+  const dsp::ModelInfo &model = *plan_->plan().model();
+  const auto &tensors = *plan_->plan().tensors();
+  bool positions = false;
+  for (size_t i = 0; program->inputs() && i < program->inputs()->size(); ++i) {
+    const dsp::Tensor &tensor = *tensors.Get(program->inputs()->Get(i));
+    Binding binding;
+    binding.index = i;
+    binding.name = str(tensor.name());
+    binding.dtype = planDType(tensor.dtype());
+    if (binding.name == str(model.input_ids()))
+      binding.role = Binding::Role::Ids;
+    else if (binding.name == str(model.attention_mask()))
+      binding.role = Binding::Role::Mask;
+    else if (binding.name == str(model.position_ids()))
+      binding.role = Binding::Role::Positions, positions = true;
+    else if (binding.name == "logits_rows")
+      binding.role = Binding::Role::LogitsRows;
+    else
+      return Status::error("the " + program_ + " program's input '" + binding.name +
+                           "' is none the engine writes (ids, mask, positions, logits rows)");
+    bindings_.push_back(binding);
+  }
+  hasLogitsRows_ = std::any_of(bindings_.begin(), bindings_.end(), [](const Binding &b) {
+    return b.role == Binding::Role::LogitsRows;
+  });
+  // Without a positions input (ALiBi models, OPT's positions counted from the mask), the
+  // mask must say where each row is: ones up to its position.
+  maskSpansPositions_ = !positions;
+  const auto *outputs = program->outputs();
+  for (size_t o = 0; outputs && o < outputs->size(); ++o)
+    if (str(tensors.Get(outputs->Get(o))->name()) == str(model.logits()))
+      logitsOutput_ = o;
+  return Status::ok();
+}
+
+
+} // namespace dsrt::engine
