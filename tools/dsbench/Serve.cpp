@@ -35,16 +35,19 @@ const char *kServeUsage =
     "               [--prompt-len MIN,MAX] [--output-len MIN,MAX] [--system-prompt P]\n"
     "               [--block-size B] [--kv-bytes BYTES] [--tokens-per-step T]\n"
     "               [--no-prefix-caching] [--skip-static] [--skip-alone] [--json]\n"
+    "               [--static-plan PLAN]\n"
     "  N requests (default 64); prompt and output lengths log-uniform in their ranges\n"
     "  (defaults 8,400 and 8,160: many short, a long tail), after a shared system prompt of\n"
     "  P tokens (default 0). C closed-loop clients (default 16), each sending its next\n"
     "  request when the last one finished, or Poisson arrivals at R requests/s.\n"
     "  The same stream then runs through dsrt_generate in static batches of C (or the\n"
-    "  plan's max_batch, if smaller) and one request at a time.\n"
+    "  plan's max_batch, if smaller) and one request at a time; with --static-plan, on that\n"
+    "  plan (a serving plan's max_batch x max_seq_len may need more arena than a static\n"
+    "  session can have).\n"
     "  Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, peak KV blocks.\n";
 
 struct ServeOptions {
-  std::string plan;
+  std::string plan, staticPlan;
   int requests = 64, clients = 16, blockSize = 16, tokensPerStep = 0;
   double rate = 0;  // requests/s; 0: closed-loop clients
   uint64_t seed = 1, kvBytes = 0;
@@ -93,6 +96,7 @@ ServeOptions parse(int argc, char **argv) {
     else if (arg == "--tokens-per-step") o.tokensPerStep = integer(1);
     else if (arg == "--kv-bytes") o.kvBytes = std::strtoull(value().c_str(), nullptr, 10);
     else if (arg == "--no-prefix-caching") o.prefixCaching = false;
+    else if (arg == "--static-plan") o.staticPlan = value();
     else if (arg == "--skip-static") o.skipStatic = true;
     else if (arg == "--skip-alone") o.skipAlone = true;
     else if (arg == "--json") o.json = true;
@@ -390,12 +394,19 @@ int runServe(int argc, char **argv) {
   std::vector<Request> requests = drawRequests(o, vocab, maxSeq);
   std::vector<Measured> results;
   results.push_back(serveWithEngine(plan, o, requests));
+  dsrt_plan *staticPlan = plan;
+  if (!o.staticPlan.empty()) {
+    check(dsrt_plan_open(o.staticPlan.c_str(), &staticPlan), "cannot open --static-plan");
+    check(dsrt_plan_limits(staticPlan, &maxBatch, nullptr), "limits");
+  }
   const int staticBatch = static_cast<int>(std::min<int64_t>(o.clients, maxBatch));
   if (!o.skipStatic)
-    results.push_back(serveStatic(plan, requests, staticBatch,
+    results.push_back(serveStatic(staticPlan, requests, staticBatch,
                                   "static batch of " + std::to_string(staticBatch)));
   if (!o.skipAlone)
-    results.push_back(serveStatic(plan, requests, 1, "one at a time"));
+    results.push_back(serveStatic(staticPlan, requests, 1, "one at a time"));
+  if (staticPlan != plan)
+    dsrt_plan_close(staticPlan);
   uint64_t promptTokens = 0, outputTokens = 0;
   for (const Request &request : requests) {
     promptTokens += request.prompt.size();
