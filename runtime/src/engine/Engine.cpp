@@ -110,26 +110,31 @@ Status Engine::runRows(const std::vector<int64_t> &ids, const std::vector<int64_
     for (int64_t r = 0; r < T; ++r)
       std::fill(mask.begin() + r * maskWidth,
                 mask.begin() + (r + 1) * maskWidth - (positions[r] + 1), 0);
+  // Each input encoded once, in its declared dtype, for every rank.
+  std::vector<TensorRef> inputs;
+  std::vector<std::vector<uint8_t>> encoded(bindings_.size());
+  for (size_t b = 0; b < bindings_.size(); ++b) {
+    const Binding &binding = bindings_[b];
+    const std::vector<int64_t> &values =
+        binding.role == Binding::Role::Ids          ? ids
+        : binding.role == Binding::Role::Mask       ? mask
+        : binding.role == Binding::Role::LogitsRows ? logitsRows
+                                                    : positions;
+    encoded[b].resize(values.size() * dtypeSize(binding.dtype));
+    if (encodeExactIntegers(values.data(), values.size(), binding.dtype, encoded[b].data()) !=
+        values.size())
+      return Status::error("input '" + binding.name + "' (" + dtypeName(binding.dtype) +
+                           ") cannot hold the engine's values exactly");
+    Shape shape = binding.role == Binding::Role::LogitsRows
+                      ? Shape{static_cast<int64_t>(logitsRows.size())}
+                      : Shape{T, binding.role == Binding::Role::Mask ? maskWidth : 1};
+    inputs.push_back(TensorRef{binding.dtype, shape, encoded[b].data()});
+  }
   auto runRank = [&](int rank) -> Status {
     Session &session = *sessions_[rank];
     DSRT_RETURN_IF_ERROR(session.setPagedRows(rows));
-    for (const Binding &binding : bindings_) {
-      const std::vector<int64_t> &values =
-          binding.role == Binding::Role::Ids          ? ids
-          : binding.role == Binding::Role::Mask       ? mask
-          : binding.role == Binding::Role::LogitsRows ? logitsRows
-                                                      : positions;
-      std::vector<uint8_t> bytes(values.size() * dtypeSize(binding.dtype));
-      if (encodeExactIntegers(values.data(), values.size(), binding.dtype, bytes.data()) !=
-          values.size())
-        return Status::error("input '" + binding.name + "' (" + dtypeName(binding.dtype) +
-                             ") cannot hold the engine's values exactly");
-      Shape shape = binding.role == Binding::Role::LogitsRows
-                        ? Shape{static_cast<int64_t>(logitsRows.size())}
-                        : Shape{T, binding.role == Binding::Role::Mask ? maskWidth : 1};
-      DSRT_RETURN_IF_ERROR(session.setInput(program_, binding.index,
-                                            TensorRef{binding.dtype, shape, bytes.data()}));
-    }
+    for (size_t b = 0; b < bindings_.size(); ++b)
+      DSRT_RETURN_IF_ERROR(session.setInput(program_, bindings_[b].index, inputs[b]));
     return session.run(program_);
   };
   if (sessions_.size() == 1)
