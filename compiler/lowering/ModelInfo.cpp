@@ -1,5 +1,7 @@
 #include "compiler/lowering/ModelInfo.h"
 
+#include "compiler/lowering/ChatTemplates.h"
+
 #include "mlir/IR/Diagnostics.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -306,6 +308,8 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
       llvm::StringRef bytes = (*buffer)->getBuffer();
       plan.tokenizer_json.assign(bytes.bytes_begin(), bytes.bytes_end());
     }
+    if (failed(readChatTemplates(plan, modelDirectory, loc)))
+      return failure();
   }
   plan.model = std::move(info);
   return success();

@@ -50,6 +50,7 @@ void dsrt_request_options_init(dsrt_request_options *options) {
   options->struct_size = sizeof(dsrt_request_options);
   options->max_new_tokens = 16;
   options->top_p = 1.0f;
+  options->logprobs = -1;
 }
 
 static dsrt_status toEngineOptions(const dsrt_engine_options *options,
@@ -128,9 +129,23 @@ dsrt_status dsrt_engine_set_callback(dsrt_engine *engine, dsrt_engine_callback c
     engine->engine->setCallback(nullptr);
     return DSRT_OK;
   }
-  engine->engine->setCallback([callback, user_data](int64_t request, int64_t token,
-                                                    dsrt::engine::RequestFinish finish) {
-    callback(user_data, request, token, static_cast<dsrt_request_state>(finish));
+  engine->engine->setCallback([callback, user_data](
+                                  int64_t request, int64_t token,
+                                  dsrt::engine::RequestFinish finish,
+                                  const dsrt::engine::TokenLogprobs *logprobs) {
+    if (!logprobs) {
+      callback(user_data, request, token, static_cast<dsrt_request_state>(finish), nullptr);
+      return;
+    }
+    std::vector<int64_t> tokens;
+    std::vector<float> values;
+    for (const auto &[id, value] : logprobs->top) {
+      tokens.push_back(id);
+      values.push_back(value);
+    }
+    const dsrt_token_logprobs view{logprobs->logprob, tokens.size(), tokens.data(),
+                                   values.data()};
+    callback(user_data, request, token, static_cast<dsrt_request_state>(finish), &view);
   });
   return DSRT_OK;
 }
@@ -159,6 +174,7 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.seed = given.seed;
   cpp.stopTokens.assign(given.stop_tokens, given.stop_tokens + given.stop_token_count);
   cpp.ignoreEos = given.ignore_eos != 0;
+  cpp.logprobs = given.logprobs;
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

@@ -105,4 +105,45 @@ dsrt_status dsrt_tokenizer_decode(const dsrt_tokenizer *tokenizer, const int64_t
   return DSRT_OK;
 }
 
+dsrt_status dsrt_plan_chat_template_count(const dsrt_plan *plan, size_t *count) {
+  if (!plan || !count)
+    return nullArgument(!plan ? "plan" : "count");
+  const auto *templates = plan->file->plan().chat_templates();
+  *count = templates ? templates->size() : 0;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_plan_chat_template(const dsrt_plan *plan, size_t index, const char **name,
+                                    const char **source) {
+  if (!plan || !name || !source)
+    return nullArgument(!plan ? "plan" : !name ? "name" : "source");
+  const auto *templates = plan->file->plan().chat_templates();
+  const size_t count = templates ? templates->size() : 0;
+  if (index >= count)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "chat template " + std::to_string(index) +
+                                                 " of " + std::to_string(count));
+  const dsp::ChatTemplate *entry = templates->Get(static_cast<flatbuffers::uoffset_t>(index));
+  *name = entry->name() ? entry->name()->c_str() : "";
+  *source = entry->source() ? entry->source()->c_str() : "";
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_plan_special_token(const dsrt_plan *plan, const char *name,
+                                    const char **content) {
+  if (!plan || !name || !content)
+    return nullArgument(!plan ? "plan" : !name ? "name" : "content");
+  *content = nullptr;
+  if (const auto *tokens = plan->file->plan().special_tokens())
+    for (const dsp::SpecialToken *token : *tokens)
+      if (token->name() && token->content() && token->name()->string_view() == name)
+        *content = token->content()->c_str();
+  return DSRT_OK;
+}
+
+const char *dsrt_plan_model_name(const dsrt_plan *plan) {
+  if (!plan || !plan->file->plan().model_name())
+    return "";
+  return plan->file->plan().model_name()->c_str();
+}
+
 } // extern "C"

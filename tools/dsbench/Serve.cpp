@@ -35,7 +35,7 @@ const char *kServeUsage =
     "               [--prompt-len MIN,MAX] [--output-len MIN,MAX] [--system-prompt P]\n"
     "               [--block-size B] [--kv-bytes BYTES] [--tokens-per-step T]\n"
     "               [--no-prefix-caching] [--skip-static] [--skip-alone] [--json]\n"
-    "               [--static-plan PLAN]\n"
+    "               [--static-plan PLAN] [--dump-requests FILE]\n"
     "  N requests (default 64); prompt and output lengths log-uniform in their ranges\n"
     "  (defaults 8,400 and 8,160: many short, a long tail), after a shared system prompt of\n"
     "  P tokens (default 0). C closed-loop clients (default 16), each sending its next\n"
@@ -44,10 +44,12 @@ const char *kServeUsage =
     "  plan's max_batch, if smaller) and one request at a time; with --static-plan, on that\n"
     "  plan (a serving plan's max_batch x max_seq_len may need more arena than a static\n"
     "  session can have).\n"
-    "  Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, peak KV blocks.\n";
+    "  Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, peak KV blocks.\n"
+    "  --dump-requests writes the stream as JSON ([{prompt, max_tokens, arrival}]) for\n"
+    "  bench/serving/http_load.py to send the same requests to dsserve.\n";
 
 struct ServeOptions {
-  std::string plan, staticPlan;
+  std::string plan, staticPlan, dumpRequests;
   int requests = 64, clients = 16, blockSize = 16, tokensPerStep = 0;
   double rate = 0;  // requests/s; 0: closed-loop clients
   uint64_t seed = 1, kvBytes = 0;
@@ -97,6 +99,7 @@ ServeOptions parse(int argc, char **argv) {
     else if (arg == "--kv-bytes") o.kvBytes = std::strtoull(value().c_str(), nullptr, 10);
     else if (arg == "--no-prefix-caching") o.prefixCaching = false;
     else if (arg == "--static-plan") o.staticPlan = value();
+    else if (arg == "--dump-requests") o.dumpRequests = value();
     else if (arg == "--skip-static") o.skipStatic = true;
     else if (arg == "--skip-alone") o.skipAlone = true;
     else if (arg == "--json") o.json = true;
@@ -213,7 +216,8 @@ struct EngineRun {
   int finished = 0;
 };
 
-void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state) {
+void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state,
+             const dsrt_token_logprobs * /*logprobs*/) {
   auto &run = *static_cast<EngineRun *>(user);
   std::lock_guard<std::mutex> lock(run.mutex);
   if (id <= 0 || static_cast<size_t>(id) >= run.idToRequest.size())
@@ -392,6 +396,20 @@ int runServe(int argc, char **argv) {
   int64_t maxSeq = 0, maxBatch = 0;
   check(dsrt_plan_limits(plan, &maxBatch, &maxSeq), "limits");
   std::vector<Request> requests = drawRequests(o, vocab, maxSeq);
+  if (!o.dumpRequests.empty()) {
+    nlohmann::json stream = nlohmann::json::array();
+    for (const Request &request : requests)
+      stream.push_back({{"prompt", request.prompt},
+                        {"max_tokens", request.outputTokens},
+                        {"arrival", request.arrival}});
+    std::FILE *file = std::fopen(o.dumpRequests.c_str(), "w");
+    if (!file)
+      die("cannot write " + o.dumpRequests);
+    const std::string text = stream.dump();
+    const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+    if (std::fclose(file) != 0 || !written)
+      die("cannot write " + o.dumpRequests);
+  }
   std::vector<Measured> results;
   results.push_back(serveWithEngine(plan, o, requests));
   dsrt_plan *staticPlan = plan;

@@ -216,6 +216,20 @@ DSRT_API dsrt_status dsrt_tokenizer_encode(const dsrt_tokenizer *tokenizer, cons
 DSRT_API dsrt_status dsrt_tokenizer_decode(const dsrt_tokenizer *tokenizer, const int64_t *ids,
                                            size_t count, int skip_special, char **text);
 
+/* The chat templates dsc found beside the model (tokenizer_config.json, chat_template.jinja),
+ * as Jinja source for the caller to render (the Python package does, with jinja2): `*count`
+ * of them; template `index`'s name ("default" for the one used without a name) and source
+ * stay valid as long as the plan. */
+DSRT_API dsrt_status dsrt_plan_chat_template_count(const dsrt_plan *plan, size_t *count);
+DSRT_API dsrt_status dsrt_plan_chat_template(const dsrt_plan *plan, size_t index,
+                                             const char **name, const char **source);
+/* A special token's text by the name templates use ("bos_token", "eos_token", "unk_token",
+ * "pad_token", ...), or NULL in `*content` when the tokenizer has none. */
+DSRT_API dsrt_status dsrt_plan_special_token(const dsrt_plan *plan, const char *name,
+                                             const char **content);
+/* The model's name as dsc recorded it (the ONNX file's graph or file name). */
+DSRT_API const char *dsrt_plan_model_name(const dsrt_plan *plan);
+
 /* ---- Generation (docs/transformer-ops.md). ---- */
 
 /* Called for every new token of every sequence, in order. Return nonzero to stop that
@@ -333,6 +347,8 @@ typedef struct dsrt_request_options {
   const int64_t *stop_tokens;    /* in addition to the plan's EOS tokens */
   size_t stop_token_count;
   int ignore_eos;
+  int32_t logprobs;              /* -1 (default): none; 0: each token's own log-probability;
+                                    k <= 20: and the k likeliest tokens' (the callback's) */
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {
@@ -342,10 +358,23 @@ typedef enum dsrt_request_state {
   DSRT_REQUEST_CANCELLED = 3   /* dsrt_engine_cancel, or its step failed (see the message) */
 } dsrt_request_state;
 
-/* Each new token of a request, then token -1 with its final state. Runs on the stepping
- * thread; it may call dsrt_engine_add_request and dsrt_engine_cancel. */
+/* A token's log-probability: log-softmax of the model's raw logits (before temperature and
+ * top-k/top-p, as OpenAI and vLLM report them), and the likeliest tokens', likeliest first.
+ * Valid during the callback only. */
+typedef struct dsrt_token_logprobs {
+  float logprob;
+  size_t top_count;
+  const int64_t *top_tokens;
+  const float *top_logprobs;
+} dsrt_token_logprobs;
+
+/* Each new token of a request, then token -1 with its final state. `logprobs` is NULL unless
+ * the request asked for them (and for token -1). Runs on the stepping thread; it may call
+ * dsrt_engine_add_request and dsrt_engine_cancel. A request cancelled by
+ * dsrt_engine_cancel gets no call. */
 typedef void (*dsrt_engine_callback)(void *user_data, int64_t request, int64_t token,
-                                     dsrt_request_state state);
+                                     dsrt_request_state state,
+                                     const dsrt_token_logprobs *logprobs);
 
 typedef struct dsrt_engine_stats {
   int64_t running, waiting, peak_running;

@@ -8,8 +8,40 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
+#include <optional>
 
 namespace dsrt::engine {
+namespace {
+
+TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_t top) {
+  // log-softmax in double: a 150k vocabulary's sum of exponentials loses float's digits.
+  const float peak = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float logit : logits)
+    sum += std::exp(static_cast<double>(logit) - peak);
+  const double logNormaliser = peak + std::log(sum);
+  auto logprob = [&](int64_t id) {
+    return static_cast<float>(logits[static_cast<size_t>(id)] - logNormaliser);
+  };
+  TokenLogprobs result;
+  result.logprob = logprob(token);
+  if (top > 0) {
+    std::vector<int64_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    const auto count = std::min<size_t>(static_cast<size_t>(top), order.size());
+    // Ties by the smaller id, so the list does not depend on the sort's implementation.
+    std::partial_sort(order.begin(), order.begin() + count, order.end(),
+                      [&](int64_t a, int64_t b) {
+                        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+                      });
+    for (size_t i = 0; i < count; ++i)
+      result.top.push_back({order[i], logprob(order[i])});
+  }
+  return result;
+}
+
+} // namespace
 
 Engine::~Engine() {
   stop();
@@ -33,6 +65,9 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
       !(options.topP > 0 && options.topP <= 1) || options.topK < 0)
     return Status::error("sampling needs a finite temperature >= 0, 0 < top_p <= 1 and "
                          "top_k >= 0");
+  if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
+    return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
+                         ", not " + std::to_string(options.logprobs));
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= vocab_)
       return Status::error("prompt token " + std::to_string(i) + " is " +
@@ -201,6 +236,8 @@ Status Engine::step() {
     }
   }
   std::vector<std::pair<int64_t, int64_t>> sampled;
+  // Parallel to `sampled` where the request asked for log-probabilities.
+  std::vector<std::optional<TokenLogprobs>> sampledLogprobs;
   // Nothing to sample (every chunk a prompt's middle): @step still needs one row to gather.
   const bool selectRows = hasLogitsRows_;
   if (selectRows && logitsRows.empty() && !ids.empty())
@@ -241,12 +278,17 @@ Status Engine::step() {
       sampling.temperature = live->second.options.temperature;
       sampling.topK = live->second.options.topK;
       sampling.topP = live->second.options.topP;
-      sampled.push_back({chunk.requestId, sampleToken(values, sampling, live->second.rng)});
+      const int64_t token = sampleToken(values, sampling, live->second.rng);
+      sampled.push_back({chunk.requestId, token});
+      sampledLogprobs.emplace_back();
+      if (live->second.options.logprobs >= 0)
+        sampledLogprobs.back() = logprobsOf(values, token, live->second.options.logprobs);
     }
   }
   struct Event {
     int64_t request, token;
     RequestFinish finish;
+    const TokenLogprobs *logprobs = nullptr;
   };
   std::vector<Event> events;
   TokenCallback callback;
@@ -266,13 +308,15 @@ Status Engine::step() {
       DSRT_RETURN_IF_ERROR(scheduler_->commit(sampled));
       ++counters_.steps;
       std::vector<int64_t> stopped;
-      for (const auto &[request, token] : sampled) {
+      for (size_t i = 0; i < sampled.size(); ++i) {
+        const auto &[request, token] = sampled[i];
         auto live = live_.find(request);
         if (live == live_.end())
           continue;
         ++counters_.generatedTokens;
         live->second.unread.push_back(token);
-        events.push_back({request, token, RequestFinish::Running});
+        events.push_back({request, token, RequestFinish::Running,
+                          sampledLogprobs[i] ? &*sampledLogprobs[i] : nullptr});
         const RequestOptions &options = live->second.options;
         bool stop = std::find(options.stopTokens.begin(), options.stopTokens.end(), token) !=
                         options.stopTokens.end() ||
@@ -304,7 +348,7 @@ Status Engine::step() {
   }
   if (callback)
     for (const Event &event : events)
-      callback(event.request, event.token, event.finish);
+      callback(event.request, event.token, event.finish, event.logprobs);
   return ran.isOk() ? Status::ok() : Status::error("engine step: " + ran.message());
 }
 

@@ -59,14 +59,26 @@ struct RequestOptions {
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
   bool ignoreEos = false;
+  // -1: no log-probabilities; 0: each token's own; k (at most kMaxTopLogprobs): and the k
+  // likeliest tokens', as OpenAI's logprobs/top_logprobs report them.
+  int64_t logprobs = -1;
+};
+
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
+// A generated token's log-probability under the model (log-softmax of its raw logits,
+// before temperature and truncation, as vLLM and OpenAI report them), and the likeliest.
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int64_t, float>> top;  // likeliest first
 };
 
 enum class RequestFinish { Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
 
 // Called for each new token of a request, then once more with token -1 when it finishes
-// (its reason is the last argument).
-using TokenCallback =
-    std::function<void(int64_t request, int64_t token, RequestFinish finish)>;
+// (its reason is `finish`). `logprobs` is null unless the request asked for them.
+using TokenCallback = std::function<void(int64_t request, int64_t token, RequestFinish finish,
+                                         const TokenLogprobs *logprobs)>;
 
 struct EngineStats {
   int64_t running = 0, waiting = 0, peakRunning = 0;

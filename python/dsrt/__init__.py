@@ -1,0 +1,18 @@
+"""dsrt: run dsc plans from Python.
+
+* ``LLM(plan)`` generates over the serving engine (continuous batching, paged KV cache):
+  ``generate``, ``stream``, ``chat``.
+* ``Tokenizer`` is the plan's own tokenizer; ``Session`` runs a program with numpy arrays.
+* ``compile`` runs ``dsc``; ``dsserve`` (``dsrt.server``) is the OpenAI-compatible server.
+
+Failures of the library are ``dsrt.Error`` with its message.
+"""
+from ._dsrt import Error, version as _version
+from .compiler import compile
+from .llm import LLM, CompletionOutput, RequestOutput, SamplingParams
+from .session import Session
+from .tokenizer import Tokenizer
+
+__version__ = _version()
+__all__ = ["Error", "LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Tokenizer",
+           "Session", "compile"]

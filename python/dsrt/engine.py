@@ -1,0 +1,214 @@
+"""The serving engine from Python: one native engine stepping on its own thread, and one
+Python thread that routes its token events to the requests that wait for them.
+
+The engine's thread never takes the GIL (its callback queues events in C++); the routing
+thread collects them in batches with the GIL released while it waits, detokenizes, applies
+stop strings, and hands each request's updates to the request's ``notify`` (a queue for
+``LLM``, the event loop for the server)."""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import threading
+import weakref
+from typing import Callable, Optional, Sequence
+
+from . import _dsrt
+from .tokenizer import IncrementalDetokenizer, Tokenizer
+
+# dsrt_request_state
+_LENGTH, _STOP, _CANCELLED = 0, 1, 3
+FINISH_REASONS = {_LENGTH: "length", _STOP: "stop", _CANCELLED: "abort"}
+
+
+@dataclasses.dataclass
+class TokenLogprob:
+    """A generated token's log-probability (log-softmax of the raw logits) and the likeliest
+    alternatives as (token id, log-probability), likeliest first."""
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+@dataclasses.dataclass
+class Update:
+    """What one batch of events added to a request: new text, new token ids, their
+    log-probabilities (when asked for), and the finish reason once it has finished."""
+    text: str = ""
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
+    finish_reason: Optional[str] = None
+
+
+@dataclasses.dataclass
+class RequestParams:
+    """A request's sampling and stopping, as the engine and the stop-string check take them."""
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: Optional[int] = None
+    stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+    skip_special_tokens: bool = True
+
+
+class Request:
+    """One request's state on the routing thread: its text so far and its stop strings."""
+
+    def __init__(self, loop: "EngineLoop", prompt_ids: Sequence[int], params: RequestParams,
+                 notify: Callable[[Update], None]):
+        self.loop = loop
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.notify = notify
+        self.id = -1
+        self.finished = False
+        self._detokenizer = IncrementalDetokenizer(loop.tokenizer, self.prompt_ids,
+                                                  params.skip_special_tokens)
+        self._text = ""       # all text so far
+        self._emitted = 0     # of which this much was handed out
+        self._hold = max((len(s) for s in params.stop), default=1) - 1
+
+    def on_events(self, events: list) -> None:
+        """One update per token (a stream's chunk); the finish rides on the last token's
+        when both come in one batch (they do unless the router woke between them)."""
+        i = 0
+        while i < len(events) and not self.finished:
+            _, token, state, logprob, top = events[i]
+            update = Update()
+            if token >= 0:
+                self._take(update, token, logprob, top)
+                if update.finish_reason is None and i + 1 < len(events) and events[i + 1][1] < 0:
+                    i += 1
+                    token, state = -1, events[i][2]
+            if token < 0 and update.finish_reason is None:
+                self._text += self._detokenizer.flush()
+                update.finish_reason = ("stop" if self._stopped_by_string()
+                                        else FINISH_REASONS.get(state, "abort"))
+            # Text that might be the start of a stop string waits until it cannot be.
+            end = len(self._text) if update.finish_reason else max(
+                self._emitted, len(self._text) - self._hold)
+            update.text = self._text[self._emitted:end]
+            self._emitted = end
+            self.finished = update.finish_reason is not None
+            self.notify(update)
+            i += 1
+
+    def _take(self, update: Update, token: int, logprob, top) -> None:
+        update.token_ids.append(token)
+        if logprob is not None:
+            update.logprobs.append(TokenLogprob(token, logprob, list(top)))
+        self._text += self._detokenizer.add(token)
+        if self._stopped_by_string():
+            update.finish_reason = "stop"
+            self.loop.cancel(self.id)
+
+    def _stopped_by_string(self) -> bool:
+        # Only the tail can hold a new match: the text before it was checked already.
+        window = len(self._text) - self._emitted
+        start = max(0, len(self._text) - window - self._hold)
+        found = [self._text.find(s, start) for s in self.params.stop]
+        found = [at for at in found if at >= 0]
+        if not found:
+            return False
+        self._text = self._text[:min(found)]
+        self._emitted = min(self._emitted, len(self._text))
+        return True
+
+
+class EngineLoop:
+    """A native engine and the thread that routes its events. ``mpi=True`` makes this
+    process one rank of a tensor-parallel plan under mpirun: rank 0 takes requests, the
+    others call ``follow()``."""
+
+    def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
+                 kv_cache_bytes: int = 0, max_tokens_per_step: int = 0, max_running: int = 0,
+                 prefix_caching: bool = True, mpi: bool = False):
+        self.plan = _dsrt.Plan(plan)
+        self.max_batch, self.max_seq_len = self.plan.limits
+        self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
+                                    max_tokens_per_step, max_running, prefix_caching, mpi)
+        self.rank = self._native.rank
+        self.tokenizer = Tokenizer(self.plan) if self.rank == 0 else None
+        self._requests: dict[int, Request] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._router: Optional[threading.Thread] = None
+        # Stopped before the interpreter tears down, not by the router thread's end.
+        atexit.register(EngineLoop._close_if_alive, weakref.ref(self))
+        if self.rank == 0:
+            self._native.start()
+            self._router = threading.Thread(target=self._route, name="dsrt-router",
+                                            daemon=True)
+            self._router.start()
+
+    def submit(self, prompt_ids: Sequence[int], params: RequestParams,
+               notify: Callable[[Update], None]) -> Request:
+        """Queues a request; ``notify`` gets its updates on the routing thread. A refused
+        request (a prompt over the context, bad options) raises ``dsrt.Error``."""
+        if self._closing:
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: the engine is shut down")
+        request = Request(self, prompt_ids, params, notify)
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
+        logprobs = -1 if params.logprobs is None else params.logprobs
+        # Registered under the lock the router takes: no event can come before its request.
+        with self._lock:
+            request.id = self._native.add_request(
+                request.prompt_ids, params.max_tokens, params.temperature, params.top_k,
+                params.top_p, seed & 0xFFFFFFFFFFFFFFFF, list(params.stop_token_ids),
+                params.ignore_eos, logprobs)
+            self._requests[request.id] = request
+        return request
+
+    def cancel(self, request_id: int) -> None:
+        """Stops a request and frees its KV blocks; nothing if it has finished."""
+        with self._lock:
+            self._requests.pop(request_id, None)
+        try:
+            self._native.cancel(request_id)
+        except _dsrt.Error:
+            pass  # it finished first
+
+    def stats(self) -> dict:
+        return self._native.stats()
+
+    def follow(self) -> None:
+        """A follower rank's loop: runs rank 0's steps until rank 0 shuts down."""
+        self._native.follow()
+
+    def close(self) -> None:
+        """Stops the engine and the router; requests still running get no more tokens."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._router:
+            self._native.interrupt()
+            self._router.join()
+        self._native.stop()
+
+    @staticmethod
+    def _close_if_alive(loop_ref: "weakref.ref[EngineLoop]") -> None:
+        loop = loop_ref()
+        if loop is not None:
+            loop.close()
+
+    def _route(self) -> None:
+        while not self._closing:
+            events = self._native.wait_events(0.25)
+            if not events:
+                continue
+            batches: dict[int, list] = {}
+            with self._lock:
+                for event in events:
+                    if event[0] in self._requests:
+                        batches.setdefault(event[0], []).append(event)
+                requests = {rid: self._requests[rid] for rid in batches}
+                for rid, batch in batches.items():
+                    if batch[-1][1] < 0:
+                        del self._requests[rid]
+            for rid, batch in batches.items():
+                requests[rid].on_events(batch)

@@ -1,0 +1,203 @@
+"""``LLM``: the offline face of the serving engine, shaped as vLLM's and TensorRT-LLM's."""
+from __future__ import annotations
+
+import dataclasses
+import queue
+from typing import Iterator, Optional, Sequence, Union
+
+from . import _dsrt
+from .chat import ChatTemplate
+from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclasses.dataclass
+class SamplingParams:
+    """How one request samples and stops (vLLM's names and defaults).
+
+    ``temperature=0`` is greedy; ``top_k`` 0 or -1 is no limit; ``seed`` makes a sampled
+    request reproducible whatever runs beside it; ``stop`` strings end the text before
+    them; ``logprobs=k`` reports each token's log-probability and the k likeliest (k <= 20);
+    ``max_tokens=None`` runs to the plan's context.
+    """
+    max_tokens: Optional[int] = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: Optional[int] = None
+    stop: Union[str, Sequence[str], None] = None
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+    skip_special_tokens: bool = True
+    n: int = 1
+
+    def _request(self, prompt_length: int, max_seq_len: int) -> RequestParams:
+        if self.n != 1:
+            raise _dsrt.Error("DSRT_UNSUPPORTED: n must be 1")
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
+        if any(not s for s in stop):
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: a stop string is empty")
+        max_tokens = self.max_tokens
+        if max_tokens is None:
+            max_tokens = max(1, max_seq_len - prompt_length)
+        return RequestParams(max_tokens=max_tokens, temperature=self.temperature,
+                             top_p=self.top_p, top_k=max(0, self.top_k), seed=self.seed,
+                             stop=stop, stop_token_ids=list(self.stop_token_ids),
+                             ignore_eos=self.ignore_eos, logprobs=self.logprobs,
+                             skip_special_tokens=self.skip_special_tokens)
+
+
+@dataclasses.dataclass
+class CompletionOutput:
+    """One generated sequence: its text, token ids, why it ended ("stop", "length",
+    "abort"), and per token log-probabilities when asked for."""
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: Optional[str]
+    logprobs: Optional[list[TokenLogprob]] = None
+
+    @property
+    def cumulative_logprob(self) -> Optional[float]:
+        return None if self.logprobs is None else sum(t.logprob for t in self.logprobs)
+
+
+@dataclasses.dataclass
+class RequestOutput:
+    """A prompt and what was generated for it."""
+    prompt: Optional[str]
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+
+
+class LLM:
+    """A plan served by the engine (continuous batching over a paged KV cache) in this
+    process.
+
+    >>> llm = dsrt.LLM("model.dsp")
+    >>> llm.generate(["Hello"], dsrt.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
+
+    Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
+    ``kv_cache_bytes`` (0: what a static session would reserve), ``max_tokens_per_step``,
+    ``prefix_caching``. The GIL is released while the engine steps.
+    """
+
+    def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
+                 kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
+                 prefix_caching: bool = True):
+        self._loop = EngineLoop(plan, device=device, block_size=block_size,
+                                kv_cache_bytes=kv_cache_bytes,
+                                max_tokens_per_step=max_tokens_per_step,
+                                prefix_caching=prefix_caching)
+        self.tokenizer = self._loop.tokenizer
+        self._templates = dict(self._loop.plan.chat_templates())
+        self._special_tokens = {name: self._loop.plan.special_token(name)
+                                for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        self._special_tokens = {k: v for k, v in self._special_tokens.items() if v is not None}
+
+    @property
+    def max_seq_len(self) -> int:
+        return self._loop.max_seq_len
+
+    def close(self) -> None:
+        """Stops the engine (also on ``with`` exit)."""
+        self._loop.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
+    def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
+                 sampling_params: Optional[SamplingParams] = None) -> list[RequestOutput]:
+        """Generates for every prompt (text, or token ids) at once, each as its own request
+        of the engine; returns them in the prompts' order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        params = sampling_params or SamplingParams()
+        updates: "queue.Queue[tuple[int, Update]]" = queue.Queue()
+        results, requests = [], []
+        try:
+            for index, prompt in enumerate(prompts):
+                ids = self._prompt_ids(prompt)
+                results.append(RequestOutput(prompt if isinstance(prompt, str) else None, ids, [
+                    CompletionOutput(0, "", [], None,
+                                     [] if params.logprobs is not None else None)], False))
+                requests.append(self._loop.submit(
+                    ids, params._request(len(ids), self.max_seq_len),
+                    lambda update, index=index: updates.put((index, update))))
+            pending = len(requests)
+            while pending:
+                index, update = updates.get()
+                output = results[index].outputs[0]
+                output.text += update.text
+                output.token_ids += update.token_ids
+                if output.logprobs is not None:
+                    output.logprobs += update.logprobs
+                if update.finish_reason:
+                    output.finish_reason = update.finish_reason
+                    results[index].finished = True
+                    pending -= 1
+        except BaseException:
+            for request in requests:
+                self._loop.cancel(request.id)
+            raise
+        return results
+
+    def stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
+               ) -> Iterator[str]:
+        """The text of one request, piece by piece as tokens come (a character cut across
+        tokens comes whole). Closing the iterator early cancels the request."""
+        ids = self._prompt_ids(prompt)
+        params = (sampling_params or SamplingParams())._request(len(ids), self.max_seq_len)
+        updates: "queue.Queue[Update]" = queue.Queue()
+        request = self._loop.submit(ids, params, updates.put)
+        try:
+            while True:
+                update = updates.get()
+                if update.text:
+                    yield update.text
+                if update.finish_reason:
+                    return
+        finally:
+            if not request.finished:
+                self._loop.cancel(request.id)
+
+    def chat_template(self, name: Optional[str] = None) -> ChatTemplate:
+        """The plan's chat template (the model's tokenizer_config.json's, which dsc
+        embedded), or ``name``d one; a plan without one raises ``dsrt.Error``."""
+        source = self._templates.get(name or "default")
+        if source is None:
+            known = ", ".join(sorted(self._templates)) or "none"
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: the plan has no chat template "
+                              f"{name or 'default'!r} (it has: {known}); compile a model "
+                              f"whose tokenizer_config.json has chat_template")
+        return ChatTemplate(source, self._special_tokens)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            **kwargs) -> str:
+        """The prompt text the plan's template makes of ``messages``."""
+        return self.chat_template(kwargs.pop("chat_template_name", None)).render(
+            messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
+             sampling_params: Optional[SamplingParams] = None,
+             add_generation_prompt: bool = True, **template_kwargs) -> list[RequestOutput]:
+        """Generates the assistant's reply to a conversation (or to each of several), with
+        the prompt the plan's chat template renders. The template writes the special tokens
+        itself, so the tokenizer adds none."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = []
+        for conversation in conversations:
+            text = self.apply_chat_template(conversation, add_generation_prompt,
+                                            **template_kwargs)
+            prompts.append(self.tokenizer.encode(text, add_special_tokens=False))
+        outputs = self.generate(prompts, sampling_params)
+        return outputs

@@ -1,0 +1,106 @@
+"""The OpenAI protocol's request bodies (validated by pydantic) and response shapes, as
+``dsserve`` speaks them. Fields OpenAI has and dsrt cannot honour are refused by name
+rather than ignored; vLLM's extensions (``top_k``, ``ignore_eos``, ``chat_template_kwargs``)
+are taken."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+Number = Union[StrictInt, StrictFloat]
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
+class _Common(BaseModel):
+    # Unknown fields are ignored, as OpenAI's server does; known ones must have their type.
+    model_config = ConfigDict(extra="allow")
+    model: Optional[StrictStr] = None
+    temperature: Optional[Number] = Field(default=None, ge=0, le=2)
+    top_p: Optional[Number] = Field(default=None, gt=0, le=1)
+    top_k: Optional[StrictInt] = Field(default=None, ge=-1)
+    seed: Optional[StrictInt] = None
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    n: StrictInt = 1
+    stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    ignore_eos: StrictBool = False
+    presence_penalty: Optional[Number] = None
+    frequency_penalty: Optional[Number] = None
+    user: Optional[StrictStr] = None
+
+    def unsupported(self) -> Optional[str]:
+        """The first field asked of dsrt that it does not do, as an error message."""
+        if self.n != 1:
+            return "n must be 1: dsrt returns one choice per prompt"
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                return f"{name} is not supported (only 0)"
+        return None
+
+
+class CompletionRequest(_Common):
+    prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
+    max_tokens: Optional[StrictInt] = Field(default=16, ge=1)
+    logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
+    echo: StrictBool = False
+    suffix: Optional[StrictStr] = None
+
+    def unsupported(self) -> Optional[str]:
+        if self.echo:
+            return "echo is not supported"
+        if self.suffix:
+            return "suffix is not supported"
+        return super().unsupported()
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: StrictStr
+    content: Union[StrictStr, list[TextPart], None] = None
+
+    def for_template(self) -> dict[str, Any]:
+        message = self.model_dump(exclude_none=True)
+        if isinstance(self.content, list):
+            message["content"] = "".join(part.text for part in self.content)
+        return message
+
+
+class ChatRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: Optional[StrictInt] = Field(default=None, ge=1)
+    max_completion_tokens: Optional[StrictInt] = Field(default=None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
+    tools: Optional[list[dict[str, Any]]] = None
+    add_generation_prompt: StrictBool = True
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+
+def error_body(message: str, kind: str = "invalid_request_error",
+               param: Optional[str] = None, code: Optional[int] = None) -> dict:
+    """OpenAI's error object, which its clients parse into their exceptions."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

@@ -1,0 +1,426 @@
+"""``dsserve plan.dsp``: the OpenAI-compatible HTTP server over the serving engine.
+
+FastAPI on uvicorn over ``dsrt.EngineLoop``: every HTTP request is one engine request; the
+engine batches them per iteration. Under mpirun (a tensor-parallel plan, one rank per
+process) rank 0 serves and the other ranks follow its steps. docs/serving.md says why the
+server is Python (jinja2 renders the models' own chat templates exactly as transformers
+does; FastAPI/uvicorn and prometheus_client are what vLLM's server stands on).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import AsyncIterator, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+
+from . import _dsrt
+from .chat import ChatTemplate, ChatTemplateError
+from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .protocol import (ChatRequest, CompletionRequest, error_body, new_id, now, usage)
+from .server_metrics import ServerMetrics
+
+
+class _Refused(Exception):
+    """A request answered with an OpenAI error body and an HTTP status."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 param: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+class _Generation:
+    """The engine requests of one HTTP request (one per prompt), as one stream of
+    (prompt index, Update)."""
+
+    def __init__(self, server: "Server", prompts: list[list[int]], params: RequestParams):
+        self.server = server
+        self.prompts = prompts
+        self.queue: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
+        self.arrival = time.monotonic()
+        self.first: list[Optional[float]] = [None] * len(prompts)
+        self.generated = [0] * len(prompts)
+        self.finish: list[Optional[str]] = [None] * len(prompts)
+        loop = asyncio.get_running_loop()
+        self.requests = []
+        try:
+            for index, ids in enumerate(prompts):
+                self.requests.append(server.engine.submit(
+                    ids, params, lambda update, index=index: loop.call_soon_threadsafe(
+                        self.queue.put_nowait, (index, update))))
+        except _dsrt.Error as error:
+            self.cancel()
+            raise _Refused(400, str(error).split(": ", 1)[-1]) from error
+
+    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
+        pending = len(self.prompts)
+        while pending:
+            index, update = await self.queue.get()
+            if update.token_ids and self.first[index] is None:
+                self.first[index] = time.monotonic()
+            self.generated[index] += len(update.token_ids)
+            if update.finish_reason:
+                pending -= 1
+                self.finish[index] = update.finish_reason
+                self._observe(index)
+            yield index, update
+
+    def _observe(self, index: int) -> None:
+        done = time.monotonic()
+        first = self.first[index] or done
+        self.server.metrics.observe(len(self.prompts[index]), self.generated[index],
+                                    first - self.arrival, done - self.arrival,
+                                    self.finish[index] or "abort")
+
+    def cancel(self) -> None:
+        for index, request in enumerate(self.requests):
+            if not request.finished:
+                self.server.engine.cancel(request.id)
+                if self.finish[index] is None:
+                    self.finish[index] = "abort"
+                    self._observe(index)
+
+    def usage(self) -> dict:
+        return usage(sum(len(p) for p in self.prompts), sum(self.generated))
+
+
+class Server:
+    """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
+
+    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.model_name = model_name
+        self.max_concurrent = max_concurrent
+        self.in_flight = 0
+        self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
+        templates = dict(engine.plan.chat_templates())
+        special = {name: engine.plan.special_token(name)
+                   for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        self.template = (ChatTemplate(templates["default"],
+                                      {k: v for k, v in special.items() if v is not None})
+                         if "default" in templates else None)
+
+    # -- requests to engine requests
+
+    def params(self, body, max_tokens: Optional[int], prompt_length: int,
+               logprobs: Optional[int]) -> RequestParams:
+        context = self.engine.max_seq_len
+        if max_tokens is None:
+            max_tokens = max(1, context - prompt_length)
+        if prompt_length + max_tokens > context:
+            raise _Refused(400, f"This model's maximum context length is {context} tokens. "
+                                f"However, you requested {prompt_length + max_tokens} tokens "
+                                f"({prompt_length} in the messages, {max_tokens} in the "
+                                f"completion). Please reduce the length of the messages or "
+                                f"completion.", param="max_tokens")
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        if any(not s for s in stop):
+            raise _Refused(400, "stop strings must not be empty", param="stop")
+        return RequestParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if body.temperature is None else float(body.temperature),
+            top_p=1.0 if body.top_p is None else float(body.top_p),
+            top_k=max(0, body.top_k or 0), seed=body.seed, stop=stop,
+            ignore_eos=body.ignore_eos, logprobs=logprobs)
+
+    def token_text(self, token: int) -> tuple[str, list[int]]:
+        raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)
+        return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+def _completion_logprobs(server: Server, entries: list[TokenLogprob], offset: int) -> dict:
+    tokens, values, tops, offsets = [], [], [], []
+    for entry in entries:
+        text, _ = server.token_text(entry.token_id)
+        tokens.append(text)
+        values.append(entry.logprob)
+        tops.append({server.token_text(t)[0]: lp for t, lp in entry.top})
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def _chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
+    content = []
+    for entry in entries:
+        text, raw = server.token_text(entry.token_id)
+        top = []
+        for token, logprob in entry.top:
+            top_text, top_raw = server.token_text(token)
+            top.append({"token": top_text, "logprob": logprob, "bytes": top_raw})
+        content.append({"token": text, "logprob": entry.logprob, "bytes": raw,
+                        "top_logprobs": top})
+    return {"content": content}
+
+
+class _Chunks:
+    """A streamed answer's chunks: one id and creation time, `usage` in each when the client
+    asked for it (null until the last, as OpenAI sends it)."""
+
+    def __init__(self, kind: str, rid: str, created: int, model: str, include_usage: bool):
+        self.head = {"id": rid, "object": kind, "created": created, "model": model}
+        self.include_usage = include_usage
+
+    def __call__(self, choices: list, usage_value: Optional[dict] = None) -> dict:
+        payload = dict(self.head, choices=choices)
+        if self.include_usage:
+            payload["usage"] = usage_value
+        return payload
+
+
+def _sse(payload) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def create_app(server: Server) -> FastAPI:
+    app = FastAPI(title="dsserve", docs_url=None, redoc_url=None)
+
+    def refused(error: _Refused) -> JSONResponse:
+        server.metrics.rejected.labels(status=str(error.status)).inc()
+        return JSONResponse(error_body(str(error), error.kind, error.param, error.status),
+                            status_code=error.status)
+
+    async def parse(request: Request, model: type[BaseModel]):
+        try:
+            data = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as error:
+            raise _Refused(400, f"the body is not valid JSON: {error}")
+        if not isinstance(data, dict):
+            raise _Refused(400, "the body must be a JSON object")
+        try:
+            body = model.model_validate(data)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise _Refused(400, f"{where}: {first['msg']}", param=where)
+        problem = body.unsupported()
+        if problem:
+            raise _Refused(400, problem)
+        if server.in_flight >= server.max_concurrent:
+            raise _Refused(429, f"too many concurrent requests: this server serves at most "
+                                f"{server.max_concurrent} at once (--max-concurrent-requests)",
+                           kind="rate_limit_error")
+        return body
+
+    async def respond(request: Request, generation: _Generation, stream: bool,
+                      chunks, whole) -> Response:
+        """Streams `chunks(generation)` as SSE, or waits for the whole answer; either way a
+        client that goes away cancels the engine requests (their KV blocks are freed)."""
+        server.in_flight += 1
+        if stream:
+            async def body():
+                try:
+                    async for chunk in chunks(generation):
+                        yield chunk
+                    yield "data: [DONE]\n\n"
+                finally:
+                    generation.cancel()
+                    server.in_flight -= 1
+            return StreamingResponse(body(), media_type="text/event-stream")
+        try:
+            task = asyncio.ensure_future(whole(generation))
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.1)
+                if not task.done() and await request.is_disconnected():
+                    task.cancel()
+                    return Response(status_code=499)
+            return JSONResponse(task.result())
+        finally:
+            generation.cancel()
+            server.in_flight -= 1
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{
+            "id": server.model_name, "object": "model", "created": now(), "owned_by": "dsrt",
+            "max_model_len": server.engine.max_seq_len}]}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(server.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        try:
+            body = await parse(request, CompletionRequest)
+            prompt = body.prompt
+            if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+                prompt = [prompt]
+            prompts = [server.tokenizer.encode(p) if isinstance(p, str) else list(p)
+                       for p in prompt]
+            if not prompts or any(not p for p in prompts):
+                raise _Refused(400, "the prompt is empty", param="prompt")
+            params = [server.params(body, body.max_tokens, len(p), body.logprobs)
+                      for p in prompts]
+            generation = _Generation(server, prompts, params[0])
+        except _Refused as error:
+            return refused(error)
+        rid, created = new_id("cmpl"), now()
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunk = _Chunks("text_completion", rid, created, server.model_name, include_usage)
+
+        async def chunks(gen: _Generation):
+            offsets = [0] * len(prompts)
+            async for index, update in gen.updates():
+                logprobs = None
+                if body.logprobs is not None:
+                    logprobs = _completion_logprobs(server, update.logprobs, offsets[index])
+                offsets[index] += len(update.text)
+                yield _sse(chunk([{"index": index, "text": update.text, "logprobs": logprobs,
+                                   "finish_reason": update.finish_reason}]))
+            if include_usage:
+                yield _sse(chunk([], gen.usage()))
+
+        async def whole(gen: _Generation):
+            texts = [""] * len(prompts)
+            entries: list[list[TokenLogprob]] = [[] for _ in prompts]
+            async for index, update in gen.updates():
+                texts[index] += update.text
+                entries[index] += update.logprobs
+            choices = [{"index": i, "text": texts[i], "finish_reason": gen.finish[i],
+                        "logprobs": (_completion_logprobs(server, entries[i], 0)
+                                     if body.logprobs is not None else None)}
+                       for i in range(len(prompts))]
+            return {"id": rid, "object": "text_completion", "created": created,
+                    "model": server.model_name, "choices": choices, "usage": gen.usage()}
+
+        # One set of sampling options for every prompt: the first's (they differ only in
+        # max_tokens when it is unset, and completions' default is 16).
+        return await respond(request, generation, body.stream, chunks, whole)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        try:
+            body = await parse(request, ChatRequest)
+            if server.template is None:
+                raise _Refused(400, "this plan has no chat template: its model had no "
+                                    "chat_template in tokenizer_config.json; use "
+                                    "/v1/completions")
+            try:
+                text = server.template.render(
+                    [m.for_template() for m in body.messages],
+                    add_generation_prompt=body.add_generation_prompt, tools=body.tools,
+                    **(body.chat_template_kwargs or {}))
+            except ChatTemplateError as error:
+                raise _Refused(400, f"the chat template refused the messages: {error}",
+                               param="messages")
+            ids = server.tokenizer.encode(text, add_special_tokens=False)
+            top = body.top_logprobs or 0
+            params = server.params(body, body.max_completion_tokens or body.max_tokens,
+                                   len(ids), top if body.logprobs else None)
+            generation = _Generation(server, [ids], params)
+        except _Refused as error:
+            return refused(error)
+        rid, created = new_id("chatcmpl"), now()
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunk = _Chunks("chat.completion.chunk", rid, created, server.model_name, include_usage)
+
+        async def chunks(gen: _Generation):
+            yield _sse(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                               "logprobs": None, "finish_reason": None}]))
+            async for _, update in gen.updates():
+                delta = {"content": update.text} if update.text else {}
+                logprobs = _chat_logprobs(server, update.logprobs) if body.logprobs else None
+                yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": logprobs,
+                                   "finish_reason": update.finish_reason}]))
+            if include_usage:
+                yield _sse(chunk([], gen.usage()))
+
+        async def whole(gen: _Generation):
+            text, entries = "", []
+            async for _, update in gen.updates():
+                text += update.text
+                entries += update.logprobs
+            return {"id": rid, "object": "chat.completion", "created": created,
+                    "model": server.model_name,
+                    "choices": [{"index": 0,
+                                 "message": {"role": "assistant", "content": text},
+                                 "logprobs": _chat_logprobs(server, entries)
+                                 if body.logprobs else None,
+                                 "finish_reason": gen.finish[0]}],
+                    "usage": gen.usage()}
+
+        return await respond(request, generation, body.stream, chunks, whole)
+
+    return app
+
+
+def _mpi_world() -> int:
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 1
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
+        "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics). Under "
+        "mpirun a tensor-parallel plan runs one rank per process; rank 0 serves.")
+    parser.add_argument("plan", help="the plan (dsc compile --serving model.onnx -o plan.dsp)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
+    parser.add_argument("--served-model-name", help="the model's id in /v1/models "
+                        "(default: the plan file's name without .dsp)")
+    parser.add_argument("--max-concurrent-requests", type=int, default=256,
+                        help="requests served at once; more are answered 429")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--kv-cache-bytes", type=int, default=0,
+                        help="the KV cache's bytes (0: a static session's reservation)")
+    parser.add_argument("--max-tokens-per-step", type=int, default=0)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+
+    try:
+        engine = EngineLoop(args.plan, device=args.device, block_size=args.block_size,
+                            kv_cache_bytes=args.kv_cache_bytes,
+                            max_tokens_per_step=args.max_tokens_per_step,
+                            prefix_caching=not args.no_prefix_caching, mpi=_mpi_world() > 1)
+    except _dsrt.Error as error:
+        print(f"dsserve: {error}", file=sys.stderr)
+        return 1
+    if engine.rank != 0:
+        engine.follow()
+        return 0
+
+    import uvicorn
+    name = args.served_model_name or os.path.basename(args.plan).removesuffix(".dsp")
+    app = create_app(Server(engine, name, args.max_concurrent_requests))
+    # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
+    # flight (timeout_graceful_shutdown None) before the engine is closed.
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=None)
+
+    class DrainingServer(uvicorn.Server):
+        # uvicorn re-raises the signal once drained, so the exit status would say "killed";
+        # a server that drained and stopped as asked exits 0.
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            getattr(self, "_captured_signals", []).clear()
+
+    try:
+        DrainingServer(config).run()
+    finally:
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

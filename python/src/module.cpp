@@ -1,0 +1,413 @@
+// dsrt._dsrt: libdsrt's C API (dsrt.h) for Python. The Python modules beside it (dsrt/*.py)
+// build the user's API on these thin classes. The GIL is released around every call that
+// runs the model or waits, and the engine's thread never takes it: its callback only queues
+// events, which a Python thread collects with Engine.wait_events.
+#include "dsrt/dsrt.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// Raised as dsrt.Error with the library's message; `status` names the dsrt_status.
+struct DsrtError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(dsrt_status status) {
+  if (status != DSRT_OK)
+    throw DsrtError(std::string(dsrt_status_name(status)) + ": " + dsrt_last_error());
+}
+
+dsrt_device deviceFromName(const std::string &name) {
+  dsrt_device device = DSRT_DEVICE_CPU;
+  check(dsrt_device_from_name(name.c_str(), &device));
+  return device;
+}
+
+struct Plan {
+  dsrt_plan *handle = nullptr;
+  std::string path;
+
+  explicit Plan(const std::string &file) : path(file) {
+    nb::gil_scoped_release release;
+    check(dsrt_plan_open(file.c_str(), &handle));
+  }
+  ~Plan() { dsrt_plan_close(handle); }
+  Plan(const Plan &) = delete;
+  Plan &operator=(const Plan &) = delete;
+
+  std::pair<int64_t, int64_t> limits() const {
+    int64_t maxBatch = 0, maxSeqLen = 0;
+    check(dsrt_plan_limits(handle, &maxBatch, &maxSeqLen));
+    return {maxBatch, maxSeqLen};
+  }
+  std::vector<std::pair<std::string, std::string>> chatTemplates() const {
+    size_t count = 0;
+    check(dsrt_plan_chat_template_count(handle, &count));
+    std::vector<std::pair<std::string, std::string>> templates;
+    for (size_t i = 0; i < count; ++i) {
+      const char *name = nullptr, *source = nullptr;
+      check(dsrt_plan_chat_template(handle, i, &name, &source));
+      templates.emplace_back(name, source);
+    }
+    return templates;
+  }
+  std::optional<std::string> specialToken(const std::string &name) const {
+    const char *content = nullptr;
+    check(dsrt_plan_special_token(handle, name.c_str(), &content));
+    return content ? std::optional<std::string>(content) : std::nullopt;
+  }
+  // (name, dtype, shape with -1 where dynamic) of each input or output of `program`.
+  std::vector<std::tuple<std::string, int, std::vector<int64_t>>> io(const std::string &program,
+                                                                    bool outputs) const {
+    size_t count = 0;
+    check(dsrt_plan_io_count(handle, program.c_str(), outputs ? 1 : 0, &count));
+    std::vector<std::tuple<std::string, int, std::vector<int64_t>>> result;
+    for (size_t i = 0; i < count; ++i) {
+      dsrt_tensor info{};
+      check(dsrt_plan_io_info(handle, program.c_str(), outputs ? 1 : 0, i, &info));
+      result.emplace_back(info.name, static_cast<int>(info.dtype),
+                          std::vector<int64_t>(info.shape, info.shape + info.rank));
+    }
+    return result;
+  }
+};
+
+struct Tokenizer {
+  dsrt_tokenizer *handle = nullptr;
+  ~Tokenizer() { dsrt_tokenizer_free(handle); }
+
+  std::vector<int64_t> encode(const std::string &text, bool addSpecial) const {
+    int64_t *ids = nullptr;
+    size_t count = 0;
+    {
+      nb::gil_scoped_release release;
+      check(dsrt_tokenizer_encode(handle, text.data(), text.size(), addSpecial ? 1 : 0, &ids,
+                                  &count));
+    }
+    std::vector<int64_t> result(ids, ids + count);
+    dsrt_free(ids);
+    return result;
+  }
+  // Bytes, not str: a piece of a byte-level token may end inside a UTF-8 character.
+  nb::bytes decodeBytes(const std::vector<int64_t> &ids, bool skipSpecial) const {
+    char *text = nullptr;
+    check(dsrt_tokenizer_decode(handle, ids.data(), ids.size(), skipSpecial ? 1 : 0, &text));
+    nb::bytes result(text, std::strlen(text));
+    dsrt_free(text);
+    return result;
+  }
+};
+
+dsrt_dtype dtypeOf(const nb::dlpack::dtype &dtype) {
+  using Code = nb::dlpack::dtype_code;
+  const auto code = static_cast<Code>(dtype.code);
+  switch (dtype.bits) {
+  case 8:
+    return code == Code::Int ? DSRT_I8 : code == Code::UInt ? DSRT_U8
+                                     : code == Code::Bool   ? DSRT_BOOL
+                                                            : DSRT_UNDEFINED;
+  case 16:
+    return code == Code::Float ? DSRT_F16 : code == Code::Bfloat ? DSRT_BF16
+                                        : code == Code::Int      ? DSRT_I16
+                                        : code == Code::UInt     ? DSRT_U16
+                                                                 : DSRT_UNDEFINED;
+  case 32:
+    return code == Code::Float ? DSRT_F32 : code == Code::Int ? DSRT_I32
+                                        : code == Code::UInt  ? DSRT_U32
+                                                              : DSRT_UNDEFINED;
+  case 64:
+    return code == Code::Float ? DSRT_F64 : code == Code::Int ? DSRT_I64
+                                        : code == Code::UInt  ? DSRT_U64
+                                                              : DSRT_UNDEFINED;
+  default:
+    return DSRT_UNDEFINED;
+  }
+}
+
+size_t dtypeBytes(dsrt_dtype dtype) {
+  switch (dtype) {
+  case DSRT_F64: case DSRT_I64: case DSRT_U64: return 8;
+  case DSRT_F32: case DSRT_I32: case DSRT_U32: return 4;
+  case DSRT_F16: case DSRT_BF16: case DSRT_I16: case DSRT_U16: return 2;
+  default: return 1;
+  }
+}
+
+// A one-rank session, or every rank of a TP plan on threads of this process (a group):
+// outputs are rank 0's.
+struct Session {
+  std::shared_ptr<Plan> plan;
+  dsrt_session *session = nullptr;
+  dsrt_group *group = nullptr;
+
+  Session(std::shared_ptr<Plan> planIn, const std::string &device) : plan(std::move(planIn)) {
+    const dsrt_device kind = deviceFromName(device);
+    nb::gil_scoped_release release;
+    if (dsrt_plan_rank_count(plan->handle) > 1)
+      check(dsrt_group_create(plan->handle, kind, &group));
+    else
+      check(dsrt_session_create(plan->handle, 0, kind, &session));
+  }
+  ~Session() {
+    dsrt_group_destroy(group);
+    dsrt_session_destroy(session);
+  }
+
+  void setInput(const std::string &program, size_t index,
+                nb::ndarray<nb::c_contig, nb::device::cpu> array) {
+    const dsrt_dtype dtype = dtypeOf(array.dtype());
+    if (dtype == DSRT_UNDEFINED)
+      throw DsrtError("DSRT_INVALID_ARGUMENT: input " + std::to_string(index) + " of " +
+                      program + " has an element type the plan format has not");
+    std::vector<int64_t> shape(array.ndim());
+    for (size_t i = 0; i < array.ndim(); ++i)
+      shape[i] = static_cast<int64_t>(array.shape(i));
+    if (group)
+      check(dsrt_group_set_input(group, program.c_str(), index, dtype, shape.data(),
+                                 shape.size(), array.data()));
+    else
+      check(dsrt_session_set_input(session, program.c_str(), index, dtype, shape.data(),
+                                   shape.size(), array.data()));
+  }
+  void run(const std::string &program) {
+    nb::gil_scoped_release release;
+    check(group ? dsrt_group_run(group, program.c_str())
+                : dsrt_session_run(session, program.c_str()));
+  }
+  // (bytes, dtype, shape): numpy builds the array on the Python side (dsrt/session.py).
+  std::tuple<nb::bytes, int, std::vector<int64_t>> output(const std::string &program,
+                                                          size_t index) {
+    dsrt_tensor tensor{};
+    check(group ? dsrt_group_get_output(group, program.c_str(), index, &tensor)
+                : dsrt_session_get_output(session, program.c_str(), index, &tensor));
+    std::vector<int64_t> shape(tensor.shape, tensor.shape + tensor.rank);
+    size_t elements = 1;
+    for (int64_t size : shape)
+      elements *= static_cast<size_t>(size);
+    return {nb::bytes(static_cast<const char *>(tensor.data), elements * dtypeBytes(tensor.dtype)),
+            static_cast<int>(tensor.dtype), shape};
+  }
+};
+
+// One token (or, with token -1, a request's end) as the engine's thread reported it.
+struct Event {
+  int64_t request = 0, token = -1;
+  int state = DSRT_REQUEST_RUNNING;
+  bool hasLogprob = false;
+  float logprob = 0;
+  std::vector<std::pair<int64_t, float>> top;
+};
+
+struct Engine {
+  std::shared_ptr<Plan> plan;
+  dsrt_engine *handle = nullptr;
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<Event> events;
+  bool interrupted = false;
+
+  Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
+         uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
+         bool mpi)
+      : plan(std::move(planIn)) {
+    dsrt_engine_options options;
+    dsrt_engine_options_init(&options);
+    options.device = deviceFromName(device);
+    options.block_size = blockSize;
+    options.kv_cache_bytes = kvCacheBytes;
+    options.max_tokens_per_step = maxTokensPerStep;
+    options.max_running = maxRunning;
+    options.prefix_caching = prefixCaching ? 1 : 0;
+    nb::gil_scoped_release release;
+    check(mpi ? dsrt_engine_create_mpi(plan->handle, &options, &handle)
+              : dsrt_engine_create(plan->handle, &options, &handle));
+    if (dsrt_engine_rank(handle) == 0)
+      check(dsrt_engine_set_callback(handle, &Engine::onEvent, this));
+  }
+  ~Engine() {
+    nb::gil_scoped_release release;
+    dsrt_engine_destroy(handle);
+  }
+
+  static void onEvent(void *user, int64_t request, int64_t token, dsrt_request_state state,
+                      const dsrt_token_logprobs *logprobs) {
+    auto *self = static_cast<Engine *>(user);
+    Event event;
+    event.request = request;
+    event.token = token;
+    event.state = state;
+    if (logprobs) {
+      event.hasLogprob = true;
+      event.logprob = logprobs->logprob;
+      for (size_t i = 0; i < logprobs->top_count; ++i)
+        event.top.emplace_back(logprobs->top_tokens[i], logprobs->top_logprobs[i]);
+    }
+    std::lock_guard<std::mutex> lock(self->mutex);
+    self->events.push_back(std::move(event));
+    self->ready.notify_all();
+  }
+
+  int64_t addRequest(const std::vector<int64_t> &prompt, int maxNewTokens, float temperature,
+                     int topK, float topP, uint64_t seed, const std::vector<int64_t> &stopTokens,
+                     bool ignoreEos, int logprobs) {
+    dsrt_request_options options;
+    dsrt_request_options_init(&options);
+    options.max_new_tokens = maxNewTokens;
+    options.temperature = temperature;
+    options.top_k = topK;
+    options.top_p = topP;
+    options.seed = seed;
+    options.stop_tokens = stopTokens.data();
+    options.stop_token_count = stopTokens.size();
+    options.ignore_eos = ignoreEos ? 1 : 0;
+    options.logprobs = logprobs;
+    int64_t id = 0;
+    nb::gil_scoped_release release;
+    check(dsrt_engine_add_request(handle, prompt.data(), prompt.size(), &options, &id));
+    return id;
+  }
+  void cancel(int64_t id) {
+    nb::gil_scoped_release release;
+    check(dsrt_engine_cancel(handle, id));
+  }
+
+  // The events since the last call, waiting up to `timeout` seconds for one: a list of
+  // (request, token, state, logprob or None, [(token, logprob)]).
+  nb::list waitEvents(double timeout) {
+    std::deque<Event> taken;
+    {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mutex);
+      ready.wait_for(lock, std::chrono::duration<double>(timeout),
+                     [&] { return !events.empty() || interrupted; });
+      interrupted = false;
+      taken.swap(events);
+    }
+    nb::list result;
+    for (const Event &event : taken) {
+      nb::object logprob = event.hasLogprob ? nb::object(nb::float_(event.logprob)) : nb::none();
+      result.append(nb::make_tuple(event.request, event.token, event.state, logprob,
+                                   nb::cast(event.top)));
+    }
+    return result;
+  }
+  // Wakes a wait_events caller now (shutting down).
+  void interrupt() {
+    std::lock_guard<std::mutex> lock(mutex);
+    interrupted = true;
+    ready.notify_all();
+  }
+  nb::dict stats() const {
+    dsrt_engine_stats s{};
+    check(dsrt_engine_stats_get(handle, &s));
+    nb::dict d;
+    d["running"] = s.running;
+    d["waiting"] = s.waiting;
+    d["peak_running"] = s.peak_running;
+    d["used_blocks"] = s.used_blocks;
+    d["total_blocks"] = s.total_blocks;
+    d["peak_used_blocks"] = s.peak_used_blocks;
+    d["block_size"] = s.block_size;
+    d["max_tokens_per_step"] = s.max_tokens_per_step;
+    d["bytes_per_block"] = s.bytes_per_block;
+    d["prefix_hits"] = s.prefix_hits;
+    d["prefix_misses"] = s.prefix_misses;
+    d["preemptions"] = s.preemptions;
+    d["steps"] = s.steps;
+    d["prompt_tokens"] = s.prompt_tokens;
+    d["generated_tokens"] = s.generated_tokens;
+    return d;
+  }
+};
+
+} // namespace
+
+NB_MODULE(_dsrt, m) {
+  m.doc() = "libdsrt's C API; use the dsrt package's classes (LLM, Tokenizer, Session).";
+  nb::exception<DsrtError>(m, "Error", PyExc_RuntimeError);
+  m.def("version", [] { return std::string(dsrt_version()); });
+
+  nb::class_<Plan>(m, "Plan")
+      .def("__init__", [](Plan *self, const std::string &path) { new (self) Plan(path); },
+           "path"_a)
+      .def_ro("path", &Plan::path)
+      .def_prop_ro("rank_count", [](const Plan &p) { return dsrt_plan_rank_count(p.handle); })
+      .def_prop_ro("limits", &Plan::limits)
+      .def_prop_ro("model_name",
+                   [](const Plan &p) { return std::string(dsrt_plan_model_name(p.handle)); })
+      .def("chat_templates", &Plan::chatTemplates)
+      .def("special_token", &Plan::specialToken, "name"_a)
+      .def("io", &Plan::io, "program"_a, "outputs"_a);
+
+  nb::class_<Tokenizer>(m, "Tokenizer")
+      .def_static(
+          "from_plan",
+          [](const Plan &plan) {
+            auto tokenizer = std::make_unique<Tokenizer>();
+            check(dsrt_tokenizer_from_plan(plan.handle, &tokenizer->handle));
+            return tokenizer.release();
+          },
+          "plan"_a, nb::rv_policy::take_ownership)
+      .def_static(
+          "from_file",
+          [](const std::string &path) {
+            auto tokenizer = std::make_unique<Tokenizer>();
+            check(dsrt_tokenizer_from_file(path.c_str(), &tokenizer->handle));
+            return tokenizer.release();
+          },
+          "path"_a, nb::rv_policy::take_ownership)
+      .def("encode", &Tokenizer::encode, "text"_a, "add_special"_a)
+      .def("decode_bytes", &Tokenizer::decodeBytes, "ids"_a, "skip_special"_a);
+
+  nb::class_<Session>(m, "Session")
+      .def(nb::init<std::shared_ptr<Plan>, const std::string &>(), "plan"_a, "device"_a)
+      .def("set_input", &Session::setInput, "program"_a, "index"_a, "array"_a)
+      .def("run", &Session::run, "program"_a)
+      .def("output", &Session::output, "program"_a, "index"_a);
+
+  nb::class_<Engine>(m, "Engine")
+      .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
+                    bool>(),
+           "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
+           "max_running"_a, "prefix_caching"_a, "mpi"_a)
+      .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
+      .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
+      .def("stop",
+           [](Engine &e) {
+             nb::gil_scoped_release release;
+             dsrt_engine_stop(e.handle);
+           })
+      .def("follow",
+           [](Engine &e) {
+             nb::gil_scoped_release release;
+             check(dsrt_engine_follow(e.handle));
+           })
+      .def("add_request", &Engine::addRequest, "prompt"_a, "max_new_tokens"_a,
+           "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "stop_token_ids"_a,
+           "ignore_eos"_a, "logprobs"_a)
+      .def("cancel", &Engine::cancel, "request"_a)
+      .def("wait_events", &Engine::waitEvents, "timeout"_a)
+      .def("interrupt", &Engine::interrupt)
+      .def("stats", &Engine::stats);
+}

@@ -1,0 +1,147 @@
+"""dsrt.LLM, Tokenizer, Session and compile against transformers' outputs on the fixture
+(generation.json: greedy tokens with EOS off, and the prefill's last logits)."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import dsrt
+from dsrt.chat import ChatTemplate
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+def log_softmax(logits):
+    peak = max(logits)
+    total = math.log(sum(math.exp(x - peak) for x in logits)) + peak
+    return [x - total for x in logits]
+
+
+def test_generate_is_transformers_greedy(llm, reference):
+    prompts = [p["ids"] for p in reference["prompts"]]
+    outputs = llm.generate(prompts, dsrt.SamplingParams(
+        max_tokens=reference["max_new_tokens"], **GREEDY))
+    assert len(outputs) == len(prompts)
+    for output, expected in zip(outputs, reference["prompts"]):
+        assert output.prompt_token_ids == expected["ids"]
+        assert output.outputs[0].token_ids == expected["generated"]
+        assert output.outputs[0].finish_reason == "length"
+        assert output.outputs[0].text == llm.tokenizer.decode(expected["generated"])
+
+
+def test_logprobs_are_transformers_log_softmax(llm, reference):
+    # fp32 on both sides: 1e-4 as the fixture's logits tests (check_generation.py).
+    for prompt in reference["prompts"]:
+        out = llm.generate([prompt["ids"]], dsrt.SamplingParams(max_tokens=1, logprobs=5,
+                                                                **GREEDY))[0].outputs[0]
+        expected = log_softmax(prompt["prefill_last_logits"])
+        first = out.logprobs[0]
+        assert first.token_id == prompt["generated"][0]
+        assert first.logprob == pytest.approx(expected[first.token_id], abs=1e-4)
+        likeliest = sorted(range(len(expected)), key=lambda i: -expected[i])[:5]
+        assert [t for t, _ in first.top] == likeliest
+        for token, value in first.top:
+            assert value == pytest.approx(expected[token], abs=1e-4)
+
+
+def test_stream_pieces_make_the_generated_text(llm, reference):
+    ids = reference["prompts"][1]["ids"]
+    params = dsrt.SamplingParams(max_tokens=20, **GREEDY)
+    pieces = list(llm.stream(ids, params))
+    assert len(pieces) > 1
+    assert "".join(pieces) == llm.generate([ids], params)[0].outputs[0].text
+
+
+def test_stop_string_ends_the_text_before_it(llm, reference):
+    ids = reference["prompts"][0]["ids"]
+    whole = llm.generate([ids], dsrt.SamplingParams(max_tokens=24, **GREEDY))[0].outputs[0]
+    # A stop string from the middle of what greedy decoding writes.
+    stop = whole.text[3:5]
+    assert stop and stop in whole.text
+    cut = llm.generate([ids], dsrt.SamplingParams(max_tokens=24, stop=stop,
+                                                  **GREEDY))[0].outputs[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == whole.text[:whole.text.find(stop)]
+    assert len(cut.token_ids) < len(whole.token_ids)
+
+
+def test_seeded_sampling_repeats_and_differs_by_seed(llm, reference):
+    ids = reference["prompts"][2]["ids"]
+
+    def sample(seed):
+        params = dsrt.SamplingParams(max_tokens=16, temperature=1.0, seed=seed,
+                                     ignore_eos=True)
+        return llm.generate([ids], params)[0].outputs[0].token_ids
+
+    assert sample(7) == sample(7)
+    assert any(sample(7) != sample(seed) for seed in (8, 9, 10))
+
+
+def test_chat_renders_the_plans_template(llm, model_dir):
+    messages = [{"role": "system", "content": "Be"}, {"role": "user", "content": "hé"}]
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    template = ChatTemplate(config["chat_template"], {"bos_token": "<s>", "eos_token":
+                                                      "<|endoftext|>", "unk_token": "<unk>"})
+    text = llm.apply_chat_template(messages)
+    assert text.startswith("<|system|>\nBe<|end|>\n<|user|>\nhé<|end|>\n")
+    assert text.endswith("<|assistant|>\n")
+    assert text == template.render(messages, add_generation_prompt=True)
+    params = dsrt.SamplingParams(max_tokens=6, **GREEDY)
+    chat = llm.chat(messages, params)[0]
+    direct = llm.generate([llm.tokenizer.encode(text, add_special_tokens=False)], params)[0]
+    assert chat.prompt_token_ids == direct.prompt_token_ids
+    assert chat.outputs[0].token_ids == direct.outputs[0].token_ids
+
+
+def test_refusals_are_dsrt_errors(llm):
+    with pytest.raises(dsrt.Error, match="maximum sequence length 64"):
+        llm.generate([[1] * 60], dsrt.SamplingParams(max_tokens=10))
+    with pytest.raises(dsrt.Error, match="vocabulary"):
+        llm.generate([[10**6]], dsrt.SamplingParams(max_tokens=1))
+    with pytest.raises(dsrt.Error, match="n must be 1"):
+        llm.generate(["x"], dsrt.SamplingParams(n=2))
+    with pytest.raises(dsrt.Error, match="no chat template 'tool_use'"):
+        llm.chat_template("tool_use")
+    # The engine serves on after refusals.
+    assert llm.generate(["x"], dsrt.SamplingParams(max_tokens=2, **GREEDY))[0].outputs[0].token_ids
+
+
+def test_tokenizer_round_trip(plan):
+    tokenizer = dsrt.Tokenizer(plan)
+    text = "Hello, wörld!"
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_session_prefill_matches_transformers_logits(plan, reference):
+    session = dsrt.Session(plan)
+    prompt = reference["prompts"][0]
+    ids = np.array([prompt["ids"]], dtype=np.int64)
+    outputs = session.run("prefill", {
+        "input_ids": ids, "attention_mask": np.ones_like(ids),
+        "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :]})
+    last = outputs["logits"][0, -1]
+    np.testing.assert_allclose(last, prompt["prefill_last_logits"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(dsrt.Error, match="missing"):
+        session.run("prefill", {"input_ids": ids})
+
+
+def test_compile_failure_is_a_dsrt_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(dsrt.Error, match="dsc compile failed"):
+        dsrt.compile(str(bad), str(tmp_path / "bad.dsp"))
+    assert not (tmp_path / "bad.dsp").exists()
+
+
+def test_type_stubs_are_the_modules(tmp_path):
+    # dsrt/_dsrt.pyi is nanobind's stubgen output; regenerate it when the module changes:
+    #   python -m nanobind.stubgen -m dsrt._dsrt -o python/dsrt/_dsrt.pyi
+    import pathlib
+    import subprocess
+    import sys
+    out = tmp_path / "_dsrt.pyi"
+    subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "dsrt._dsrt", "-o",
+                    str(out)], check=True)
+    committed = pathlib.Path(__file__).parents[1] / "dsrt" / "_dsrt.pyi"
+    assert out.read_text() == committed.read_text()

@@ -1,0 +1,245 @@
+"""dsserve through the `openai` client on loopback: completions and chat, streamed and
+not, usage, greedy text equal to LLM.generate's and transformers', logprobs, /metrics,
+the concurrency cap, disconnects, the 4xx answers, and draining on SIGTERM."""
+import json
+import math
+import re
+import signal
+import socket
+import time
+
+import openai
+import pytest
+import requests
+
+import dsrt
+from conftest import ServerProcess
+
+GREEDY = {"temperature": 0}
+NO_EOS = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens come
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+
+def metrics(url: str) -> dict:
+    """Prometheus' text as {name{labels}: value}."""
+    values = {}
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_models_and_health(server, client):
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+    models = client.models.list().data
+    assert [m.id for m in models] == ["gpt2-fixture"]
+
+
+def test_completion_is_llm_and_transformers_greedy(client, llm, reference):
+    for prompt in reference["prompts"]:
+        n = reference["max_new_tokens"]
+        answer = client.completions.create(model="gpt2-fixture", prompt=prompt["ids"],
+                                           max_tokens=n, extra_body=NO_EOS, **GREEDY)
+        expected = llm.tokenizer.decode(prompt["generated"])
+        assert answer.choices[0].text == expected
+        assert answer.choices[0].finish_reason == "length"
+        local = llm.generate([prompt["ids"]], dsrt.SamplingParams(max_tokens=n, temperature=0,
+                                                                  ignore_eos=True))
+        assert local[0].outputs[0].text == expected
+        assert answer.usage.prompt_tokens == len(prompt["ids"])
+        assert answer.usage.completion_tokens == n
+        assert answer.usage.total_tokens == len(prompt["ids"]) + n
+
+
+def test_completion_stream_is_the_whole_answer(client, reference):
+    ids = reference["prompts"][1]["ids"]
+    whole = client.completions.create(model="m", prompt=ids, max_tokens=20, extra_body=NO_EOS,
+                                      **GREEDY)
+    chunks = list(client.completions.create(model="m", prompt=ids, max_tokens=20, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body=NO_EOS, **GREEDY))
+    text_chunks = [c for c in chunks if c.choices]
+    # One per token; the finish on the last token's, or alone after it.
+    assert len(text_chunks) in (20, 21)
+    assert "".join(c.choices[0].text for c in text_chunks) == whole.choices[0].text
+    assert text_chunks[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert chunks[-1].usage.prompt_tokens == len(ids)
+
+
+def test_text_prompt_counts_its_tokens(client, llm):
+    answer = client.completions.create(model="m", prompt="Hello there", max_tokens=3,
+                                       extra_body=NO_EOS, **GREEDY)
+    assert answer.usage.prompt_tokens == len(llm.tokenizer.encode("Hello there"))
+    assert answer.usage.completion_tokens == 3
+
+
+def test_chat_uses_the_plans_template(client, llm):
+    messages = [{"role": "system", "content": "Be"}, {"role": "user", "content": "hé"}]
+    answer = client.chat.completions.create(model="m", messages=messages, max_tokens=6,
+                                            extra_body=NO_EOS, **GREEDY)
+    prompt = llm.tokenizer.encode(llm.apply_chat_template(messages), add_special_tokens=False)
+    local = llm.chat(messages, dsrt.SamplingParams(max_tokens=6, temperature=0,
+                                                   ignore_eos=True))[0].outputs[0]
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.choices[0].message.content == local.text
+    assert answer.usage.prompt_tokens == len(prompt)
+    assert answer.usage.completion_tokens == 6
+    stream = list(client.chat.completions.create(model="m", messages=messages, max_tokens=6,
+                                                 stream=True, extra_body=NO_EOS, **GREEDY))
+    assert stream[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == local.text
+    assert stream[-1].choices[0].finish_reason == "length"
+
+
+def test_logprobs_are_transformers_log_softmax(client, reference):
+    prompt = reference["prompts"][0]
+    logits = prompt["prefill_last_logits"]
+    norm = max(logits) + math.log(sum(math.exp(x - max(logits)) for x in logits))
+    answer = client.completions.create(model="m", prompt=prompt["ids"], max_tokens=2,
+                                       logprobs=3, extra_body=NO_EOS, **GREEDY)
+    first = answer.choices[0].logprobs
+    # fp32 on both sides: 1e-4 as the fixture's logits tests.
+    assert first.token_logprobs[0] == pytest.approx(logits[prompt["generated"][0]] - norm,
+                                                    abs=1e-4)
+    assert len(first.top_logprobs[0]) <= 3 and len(first.tokens) == 2
+    chat = client.chat.completions.create(model="m", messages=[{"role": "user",
+                                                                "content": "hi"}],
+                                          max_tokens=2, logprobs=True, top_logprobs=2,
+                                          extra_body=NO_EOS, **GREEDY)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 2 and len(content[0].top_logprobs) == 2
+    assert content[0].top_logprobs[0].logprob == pytest.approx(content[0].logprob)
+
+
+def test_stop_string_ends_the_answer(client, reference):
+    ids = reference["prompts"][0]["ids"]
+    whole = client.completions.create(model="m", prompt=ids, max_tokens=24, extra_body=NO_EOS,
+                                      **GREEDY).choices[0].text
+    stop = whole[3:5]
+    cut = client.completions.create(model="m", prompt=ids, max_tokens=24, stop=[stop],
+                                    extra_body=NO_EOS, **GREEDY).choices[0]
+    assert cut.finish_reason == "stop" and cut.text == whole[:whole.find(stop)]
+
+
+def test_metrics_move_as_requests_run(server, client):
+    before = metrics(server.url)
+    client.completions.create(model="m", prompt=[5, 6, 7], max_tokens=5, extra_body=NO_EOS,
+                              **GREEDY)
+    after = metrics(server.url)
+    assert after["dsrt:prompt_tokens_total"] - before["dsrt:prompt_tokens_total"] == 3
+    assert after["dsrt:generation_tokens_total"] - before["dsrt:generation_tokens_total"] == 5
+    key = 'dsrt:request_success_total{finished_reason="length"}'
+    assert after[key] - before.get(key, 0) == 1
+    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds",
+                      "time_per_output_token_seconds"):
+        name = f"dsrt:{histogram}_count"
+        assert after[name] - before[name] == 1
+    assert after["dsrt:engine_steps_total"] > before["dsrt:engine_steps_total"]
+    assert after["dsrt:kv_blocks_total"] > 0
+    assert after["dsrt:num_requests_running"] == 0
+    assert after["dsrt:num_requests_waiting"] == 0
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (json.dumps({"prompt": "x", "max_tokens": "ten"}).encode(), 400, "max_tokens"),
+    (json.dumps({"prompt": "x", "temperature": "hot"}).encode(), 400, "temperature"),
+    (json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),
+    (json.dumps({"prompt": [1] * 60, "max_tokens": 10}).encode(), 400,
+     "maximum context length is 64"),
+    (json.dumps({"prompt": [10 ** 6], "max_tokens": 1}).encode(), 400, "vocabulary"),
+    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "n must be 1"),
+])
+def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body, status,
+                                                            words):
+    answer = requests.post(server.url + "/v1/completions", data=body, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert words in error["message"] and error["type"] == "invalid_request_error"
+    assert client.completions.create(model="m", prompt=[1, 2], max_tokens=1).choices
+
+
+def test_openai_client_raises_on_4xx(client):
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model="m", messages=[{"role": "user",
+                                                             "content": "x" * 200}])
+
+
+# -- behaviour under load: a plan whose requests run for seconds
+
+
+@pytest.fixture(scope="module")
+def long_server(long_plan):
+    process = ServerProcess(long_plan, "--max-concurrent-requests", "3")
+    yield process
+    process.stop()
+
+
+def open_stream(url: str, max_tokens: int):
+    """A streamed completion whose first token has come, and its line iterator (kept: a
+    dropped iterator closes the connection)."""
+    response = requests.post(url + "/v1/completions", stream=True, timeout=60, json={
+        "prompt": [1, 2, 3, 4, 5] * 8, "max_tokens": max_tokens, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0})
+    assert response.status_code == 200
+    lines = response.iter_lines()
+    next(lines)  # the first token is out: the request holds its blocks
+    return response, lines
+
+
+def wait_for(predicate, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_cap_answers_429_and_disconnects_free_their_blocks(long_server):
+    streams = [open_stream(long_server.url, 8000) for _ in range(3)]
+    held = metrics(long_server.url)
+    assert held["dsrt:kv_blocks_used"] > 0 and held["dsrt:http_requests_in_flight"] == 3
+    over = requests.post(long_server.url + "/v1/completions", timeout=30,
+                         json={"prompt": [1, 2], "max_tokens": 2})
+    assert over.status_code == 429
+    assert "at most 3" in over.json()["error"]["message"]
+    for response, _ in streams:
+        response.close()  # the client goes away mid-answer
+    assert wait_for(lambda: metrics(long_server.url)["dsrt:kv_blocks_used"] == 0)
+    after = metrics(long_server.url)
+    assert after['dsrt:request_success_total{finished_reason="abort"}'] == 3
+    # Far fewer than the 3 x 8000 tokens asked for: the engine stopped them.
+    assert after["dsrt:generation_tokens_total"] < 3 * 8000
+    assert after["dsrt:http_requests_in_flight"] == 0
+    ok = requests.post(long_server.url + "/v1/completions", timeout=30,
+                       json={"prompt": [1, 2], "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_sigterm_drains_running_requests(long_plan):
+    process = ServerProcess(long_plan)
+    _, lines = open_stream(process.url, 3000)
+    process.process.send_signal(signal.SIGTERM)
+    finish, used = None, None
+    for line in lines:
+        if line.startswith(b"data: {"):
+            chunk = json.loads(line[6:])
+            if chunk["choices"]:
+                finish = chunk["choices"][0]["finish_reason"] or finish
+            used = chunk["usage"] or used
+        elif line == b"data: [DONE]":
+            break
+    # Every token asked for came, though SIGTERM arrived after the first.
+    assert finish == "length" and used["completion_tokens"] == 3000
+    assert process.process.wait(timeout=60) == 0
+    with pytest.raises(requests.ConnectionError):
+        requests.get(process.url + "/health", timeout=5)
