@@ -15,7 +15,7 @@ import weakref
 from typing import Callable, Optional, Sequence
 
 from . import _dsrt
-from .tokenizer import IncrementalDetokenizer, Tokenizer
+from .tokenizer import IncrementalDetokenizer, plan_tokenizer
 
 # dsrt_request_state
 _LENGTH, _STOP, _CANCELLED = 0, 1, 3
@@ -133,7 +133,7 @@ class EngineLoop:
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching, mpi)
         self.rank = self._native.rank
-        self.tokenizer = Tokenizer(self.plan) if self.rank == 0 else None
+        self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
         self._requests: dict[int, Request] = {}
         self._lock = threading.Lock()
         self._closing = False

@@ -26,6 +26,7 @@ from .chat import ChatTemplate, ChatTemplateError
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .protocol import (ChatRequest, CompletionRequest, error_body, new_id, now, usage)
 from .server_metrics import ServerMetrics
+from .tokenizer import NoTokenizer
 
 
 class _Refused(Exception):
@@ -98,6 +99,7 @@ class Server:
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int):
         self.engine = engine
         self.tokenizer = engine.tokenizer
+        self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
         self.model_name = model_name
         self.max_concurrent = max_concurrent
         self.in_flight = 0
@@ -261,8 +263,11 @@ def create_app(server: Server) -> FastAPI:
             prompt = body.prompt
             if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
                 prompt = [prompt]
-            prompts = [server.tokenizer.encode(p) if isinstance(p, str) else list(p)
-                       for p in prompt]
+            try:
+                prompts = [server.tokenizer.encode(p) if isinstance(p, str) else list(p)
+                           for p in prompt]
+            except _dsrt.Error as error:
+                raise _Refused(400, str(error).split(": ", 1)[-1], param="prompt")
             if not prompts or any(not p for p in prompts):
                 raise _Refused(400, "the prompt is empty", param="prompt")
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
@@ -281,21 +286,29 @@ def create_app(server: Server) -> FastAPI:
                 if body.logprobs is not None:
                     logprobs = _completion_logprobs(server, update.logprobs, offsets[index])
                 offsets[index] += len(update.text)
-                yield _sse(chunk([{"index": index, "text": update.text, "logprobs": logprobs,
-                                   "finish_reason": update.finish_reason}]))
+                choice = {"index": index, "text": update.text, "logprobs": logprobs,
+                          "finish_reason": update.finish_reason}
+                if not server.has_tokenizer:
+                    choice["token_ids"] = update.token_ids
+                yield _sse(chunk([choice]))
             if include_usage:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
             texts = [""] * len(prompts)
+            token_ids: list[list[int]] = [[] for _ in prompts]
             entries: list[list[TokenLogprob]] = [[] for _ in prompts]
             async for index, update in gen.updates():
                 texts[index] += update.text
+                token_ids[index] += update.token_ids
                 entries[index] += update.logprobs
             choices = [{"index": i, "text": texts[i], "finish_reason": gen.finish[i],
                         "logprobs": (_completion_logprobs(server, entries[i], 0)
                                      if body.logprobs is not None else None)}
                        for i in range(len(prompts))]
+            if not server.has_tokenizer:  # no text: the answer is its token ids
+                for choice, ids in zip(choices, token_ids):
+                    choice["token_ids"] = ids
             return {"id": rid, "object": "text_completion", "created": created,
                     "model": server.model_name, "choices": choices, "usage": gen.usage()}
 

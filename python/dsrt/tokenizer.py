@@ -38,6 +38,32 @@ class Tokenizer:
         return self._native.decode_bytes(list(ids), skip_special_tokens)
 
 
+class NoTokenizer:
+    """Stands for the tokenizer of a plan that has none (its model had no tokenizer.json):
+    prompts must be token ids, and text is empty (the server answers with token ids, as
+    vLLM's --skip-tokenizer-init does)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        raise _dsrt.Error("DSRT_INVALID_ARGUMENT: the plan has no tokenizer (its model had no "
+                          "tokenizer.json beside it): give the prompt as token ids")
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return ""
+
+    def decode_bytes(self, ids: Sequence[int], skip_special_tokens: bool = True) -> bytes:
+        return b""
+
+
+def plan_tokenizer(plan: "_dsrt.Plan") -> Union[Tokenizer, NoTokenizer]:
+    """The plan's tokenizer, or a NoTokenizer when it has none."""
+    try:
+        return Tokenizer(plan)
+    except _dsrt.Error as error:
+        if "has no tokenizer" not in str(error):
+            raise
+        return NoTokenizer()
+
+
 class IncrementalDetokenizer:
     """Turns a growing list of token ids into text pieces whose concatenation is what
     ``decode`` makes of all of them.

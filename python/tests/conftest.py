@@ -121,3 +121,13 @@ def long_plan(tmp_path_factory) -> str:
     output = str(tmp_path_factory.mktemp("plans") / "llama-long.dsp")
     return dsrt.compile(str(REPO / "test" / "models" / "llama-op18" / "model.onnx"), output,
                         serving=True, max_batch=4, max_seq_len=8192)
+
+
+@pytest.fixture(scope="session")
+def plan_without_tokenizer(tmp_path_factory) -> str:
+    """A plan of a model with no tokenizer.json beside it."""
+    os.environ.setdefault("DSC", dsc())
+    import dsrt
+    output = str(tmp_path_factory.mktemp("plans") / "llama-no-tokenizer.dsp")
+    return dsrt.compile(str(REPO / "test" / "models" / "llama-dynamo" / "model.onnx"), output,
+                        serving=True, max_batch=4, max_seq_len=64)

@@ -145,3 +145,11 @@ def test_type_stubs_are_the_modules(tmp_path):
                     str(out)], check=True)
     committed = pathlib.Path(__file__).parents[1] / "dsrt" / "_dsrt.pyi"
     assert out.read_text() == committed.read_text()
+
+
+def test_plan_without_tokenizer_takes_token_ids(plan_without_tokenizer):
+    with dsrt.LLM(plan_without_tokenizer) as llm:
+        out = llm.generate([[1, 2, 3]], dsrt.SamplingParams(max_tokens=4, **GREEDY))[0]
+        assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].text == ""
+        with pytest.raises(dsrt.Error, match="no tokenizer.*token ids"):
+            llm.generate(["text"], dsrt.SamplingParams(max_tokens=1))

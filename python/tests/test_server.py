@@ -243,3 +243,19 @@ def test_sigterm_drains_running_requests(long_plan):
     assert process.process.wait(timeout=60) == 0
     with pytest.raises(requests.ConnectionError):
         requests.get(process.url + "/health", timeout=5)
+
+
+def test_plan_without_tokenizer_answers_token_ids(plan_without_tokenizer, llm):
+    process = ServerProcess(plan_without_tokenizer)
+    try:
+        answer = requests.post(process.url + "/v1/completions", timeout=30, json={
+            "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0, "ignore_eos": True}).json()
+        with dsrt.LLM(plan_without_tokenizer) as local:
+            expected = local.generate([[1, 2, 3]], dsrt.SamplingParams(
+                max_tokens=4, temperature=0, ignore_eos=True))[0].outputs[0].token_ids
+        assert answer["choices"][0]["token_ids"] == expected
+        text = requests.post(process.url + "/v1/completions", timeout=30,
+                             json={"prompt": "words", "max_tokens": 1})
+        assert text.status_code == 400 and "no tokenizer" in text.json()["error"]["message"]
+    finally:
+        process.stop()
