@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from typing import AsyncIterator, Optional
@@ -410,6 +411,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1
     if engine.rank != 0:
+        # mpirun forwards SIGTERM to every rank; a follower stays until rank 0 has drained
+        # its requests (they need this rank's steps) and ended its engine, which ends this.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         engine.follow()
         return 0
 

@@ -74,11 +74,12 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m dsrt.server` (what the dsserve script runs) on a loopback port."""
 
-    def __init__(self, plan: str, *args: str):
+    def __init__(self, plan: str, *args: str, launcher: tuple = (), env: dict = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dsrt.server", plan, "--port", str(self.port), *args],
+            [*launcher, sys.executable, "-m", "dsrt.server", plan, "--port", str(self.port),
+             *args], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         import requests
         deadline = time.monotonic() + 60
@@ -131,3 +132,13 @@ def plan_without_tokenizer(tmp_path_factory) -> str:
     output = str(tmp_path_factory.mktemp("plans") / "llama-no-tokenizer.dsp")
     return dsrt.compile(str(REPO / "test" / "models" / "llama-dynamo" / "model.onnx"), output,
                         serving=True, max_batch=4, max_seq_len=64)
+
+
+@pytest.fixture(scope="session")
+def tp2_plan(model_dir, tmp_path_factory) -> str:
+    """The chat fixture split over two tensor-parallel ranks."""
+    os.environ.setdefault("DSC", dsc())
+    import dsrt
+    output = str(tmp_path_factory.mktemp("plans") / "gpt2-tp2.dsp")
+    return dsrt.compile(str(model_dir / "model.onnx"), output, tp=2, serving=True,
+                        max_batch=8, max_seq_len=64)

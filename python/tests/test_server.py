@@ -3,6 +3,9 @@ not, usage, greedy text equal to LLM.generate's and transformers', logprobs, /me
 the concurrency cap, disconnects, the 4xx answers, and draining on SIGTERM."""
 import json
 import math
+import os
+import shutil
+import tempfile
 import re
 import signal
 import socket
@@ -13,7 +16,7 @@ import pytest
 import requests
 
 import dsrt
-from conftest import ServerProcess
+from conftest import REPO, ServerProcess
 
 GREEDY = {"temperature": 0}
 NO_EOS = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens come
@@ -259,3 +262,30 @@ def test_plan_without_tokenizer_answers_token_ids(plan_without_tokenizer, llm):
         assert text.status_code == 400 and "no tokenizer" in text.json()["error"]["message"]
     finally:
         process.stop()
+
+
+def test_mpirun_serves_from_rank_0(tp2_plan, reference):
+    """dsserve under mpirun: one process per rank, rank 0 serves, the tokens are those of
+    the same TP-2 plan's ranks as threads of one process."""
+    assert shutil.which("mpirun"), "Open MPI's mpirun (scripts/setup.sh installs it)"
+    # mpirun itself, not test/models/mpirun.sh: a shell would not pass SIGTERM on to it.
+    # Its session directory of its own, as that script says why.
+    launcher = ("mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2")
+    session = tempfile.mkdtemp(prefix="dsc-mpi.", dir="/tmp")
+    process = ServerProcess(tp2_plan, launcher=launcher, env=dict(os.environ, TMPDIR=session))
+    try:
+        client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0)
+        ids = reference["prompts"][1]["ids"]
+        answer = client.completions.create(model="m", prompt=ids, max_tokens=12, logprobs=0,
+                                           extra_body=NO_EOS, **GREEDY)
+        with dsrt.LLM(tp2_plan) as local:
+            expected = local.generate([ids], dsrt.SamplingParams(
+                max_tokens=12, temperature=0, ignore_eos=True))[0].outputs[0]
+        assert answer.choices[0].text == expected.text
+        assert answer.usage.completion_tokens == 12
+    finally:
+        output = process.stop()
+        shutil.rmtree(session, ignore_errors=True)
+    # Both ranks ended with rank 0's engine (mpirun's own status says it was signalled).
+    assert process.process.returncode is not None
+    assert "Traceback" not in output and "abort" not in output.lower(), output
