@@ -35,6 +35,10 @@ until "$python" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$por
 done
 "$python" "$root/bench/serving/http_load.py" --url "http://127.0.0.1:$port" \
   --requests-file "$work/requests.json" --clients "$clients" --json > "$work/http.json"
+# What the server's engine did (preemptions, prefix hits, peak blocks) beside dsbench's.
+"$python" -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+  > "$work/metrics.txt"
+grep -E '^dsrt:(num_preemptions|prefix_cache_hits|engine_steps)_total' "$work/metrics.txt"
 "$python" - "$work/in-process.json" "$work/http.json" <<'PY'
 import json, sys
 engine = json.load(open(sys.argv[1]))["runs"][0]
