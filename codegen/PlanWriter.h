@@ -1,4 +1,4 @@
-// Writes a plan file (.dsp, DESIGN.md §4; layout in schemas/plan.fbs). The caller fills
+// Writes a plan file (.dsp, docs/design.md §4; layout in schemas/plan.fbs). The caller fills
 // the header as FlatBuffers' object API (`dsp::PlanT`: plain structs and vectors) and
 // registers the weights of every tensor-parallel rank with callbacks that produce their
 // bytes; `write` lays out the file, checks the header exactly as the runtime's loader will

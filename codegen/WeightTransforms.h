@@ -1,5 +1,5 @@
 // What the plan writer does to a weight on its way from the model to a rank's section
-// (DESIGN.md §3.1: the IR refers to weights by handle with "the transforms to apply"):
+// (docs/design.md §3.1: the IR refers to weights by handle with "the transforms to apply"):
 // transpose, slice (a tensor-parallel shard), scale (a constant product folded into a
 // linear), convert (the stored dtype) and int8 quantization. They run one weight at a time while the plan streams, so no weight is
 // transformed in the IR or held longer than its own write. Plain C++17.

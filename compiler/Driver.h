@@ -1,4 +1,4 @@
-// The dsc command line: options, diagnostics and the stages of DESIGN.md §3.
+// The dsc command line: options, diagnostics and the stages of docs/design.md §3.
 #ifndef DSC_COMPILER_DRIVER_H
 #define DSC_COMPILER_DRIVER_H
 

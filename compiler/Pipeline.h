@@ -1,4 +1,4 @@
-// The stages of DESIGN.md §3 after import, as the dsc driver runs them: one definition that
+// The stages of docs/design.md §3 after import, as the dsc driver runs them: one definition that
 // the driver and the importer's fuzz harness (fuzz/FuzzOnnxImporter.cpp) share, so that the
 // fuzzer exercises the pipeline users run, not a copy of it.
 #ifndef DSC_COMPILER_PIPELINE_H

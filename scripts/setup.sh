@@ -7,7 +7,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${DSC_BUILD_DIR:-$ROOT/build}"
 
 PACKAGES=(
-  cmake ninja-build g++ python3 python3-venv  # python/run_tests.sh: the package in a venv
+  cmake ninja-build g++ python3
+  python3-venv python3-dev  # python/run_tests.sh builds the package in a venv of its own
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libonnx-dev libprotobuf-dev libgtest-dev libonnx-testdata
   flatbuffers-compiler libflatbuffers-dev libxxhash-dev

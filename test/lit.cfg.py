@@ -24,3 +24,5 @@ config.substitutions.append(
 # Test scripts use the standard library only.
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.dsc_src_root, "test", "models")))
+# The shipped, trained model (models/docs-gpt2), which build.sh generates from.
+config.substitutions.append(("%shipped", os.path.join(config.dsc_src_root, "models")))

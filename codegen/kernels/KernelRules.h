@@ -1,4 +1,4 @@
-// Which generated kernels a plan step launches (DESIGN.md §3.8): the compiler side of the
+// Which generated kernels a plan step launches (docs/design.md §3.8): the compiler side of the
 // contract whose runtime side is runtime/src/cuda/GpuOps.h. Plain C++17 over the plan's
 // FlatBuffers object API, so that it runs without MLIR (and in unit tests).
 //

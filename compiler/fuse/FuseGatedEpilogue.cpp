@@ -1,7 +1,7 @@
 // A joined gate-up projection's gated activation, moved into the linear's epilogue: the
 // kernel that computes the two halves of a row multiplies them, so the [.., 2n] product is
 // never stored and read back, and a decode layer launches one kernel fewer (issue 14,
-// DESIGN.md §3.6).
+// docs/design.md §3.6).
 #include "compiler/fuse/Passes.h"
 #include "compiler/fuse/FusionRewrite.h"
 #include "dialects/tfm/IR/TfmDialect.h"

@@ -1,6 +1,6 @@
 // A linear layer's activation and residual add, moved into its epilogue: the GEMM applies
 // them to each output element before storing it, instead of two more passes over the
-// result (DESIGN.md §3.6).
+// result (docs/design.md §3.6).
 #include "compiler/fuse/Passes.h"
 #include "compiler/fuse/FusionRewrite.h"
 #include "dialects/onnx/IR/OnnxDialect.h"

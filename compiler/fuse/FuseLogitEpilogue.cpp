@@ -1,7 +1,7 @@
 // An LM head's logits scaled by a constant (Granite's 1 / logits_scaling, Cohere's
 // logit_scale) or soft-capped (Gemma-2's and NanoChat's cap · tanh(logits / cap)) computed
 // by the head itself: its `logit_scale` and `logit_cap`, so that a decode step has no
-// elementwise launch after the LM head (DESIGN.md §3.6, issue 14). Its weight keeps its
+// elementwise launch after the LM head (docs/design.md §3.6, issue 14). Its weight keeps its
 // values: it is often the tied embedding table.
 #include "compiler/fuse/FusionRewrite.h"
 #include "compiler/fuse/Passes.h"

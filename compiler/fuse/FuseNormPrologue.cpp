@@ -1,6 +1,6 @@
 // A norm whose only reader is a linear layer, moved into the linear's prologue: on the GPU
 // the gemv kernel that stages the input rows normalises them itself, so a decode layer
-// launches no norm kernel (issue 14, DESIGN.md §3.6: 7 launches per Llama layer go to 5).
+// launches no norm kernel (issue 14, docs/design.md §3.6: 7 launches per Llama layer go to 5).
 #include "compiler/fuse/FusionRewrite.h"
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxDialect.h"

@@ -2,7 +2,7 @@
 // Split of a joined projection (or three Slices of it, Phi-3's; the query possibly scaled
 // by a constant first, OPT's, which moves into the attention's scale) reads the joined
 // tensor itself (`packed_qkv`), so that nothing copies them apart: one launch fewer per
-// layer on the GPU, one copy fewer on the CPU (DESIGN.md §3.6, issue 14).
+// layer on the GPU, one copy fewer on the CPU (docs/design.md §3.6, issue 14).
 #include "compiler/fuse/FusionRewrite.h"
 #include "compiler/fuse/Passes.h"
 #include "dialects/onnx/IR/OnnxConstants.h"

@@ -1,4 +1,4 @@
-// Projections that read the same input, joined into one linear layer (DESIGN.md §3.6: Q, K
+// Projections that read the same input, joined into one linear layer (docs/design.md §3.6: Q, K
 // and V become one projection, gate and up another): at batch-1 decode each linear is a
 // pass over its weights with its own launch (or thread-pool hand-off on the CPU), and one
 // longer pass reads the same bytes with fewer ramps and drains.

@@ -1,6 +1,6 @@
 // Residual add + norm: the norm reads lhs and rhs, normalises their sum and writes the sum
 // too, so the residual stream is one kernel instead of an add and a norm that re-reads it
-// (DESIGN.md §3.6).
+// (docs/design.md §3.6).
 #include "compiler/fuse/Passes.h"
 #include "compiler/fuse/FusionRewrite.h"
 #include "dialects/tfm/IR/TfmDialect.h"

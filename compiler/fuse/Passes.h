@@ -1,4 +1,4 @@
-// Fusion of the recognised tfm ops before lowering (DESIGN.md §3.6).
+// Fusion of the recognised tfm ops before lowering (docs/design.md §3.6).
 #ifndef DSC_COMPILER_FUSE_PASSES_H
 #define DSC_COMPILER_FUSE_PASSES_H
 

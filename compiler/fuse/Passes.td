@@ -3,7 +3,7 @@
 
 include "mlir/Pass/PassBase.td"
 
-// Fusion (DESIGN.md §3.6): ops that follow a tfm op elementwise move into it, so that one
+// Fusion (docs/design.md §3.6): ops that follow a tfm op elementwise move into it, so that one
 // plan step (one kernel on the GPU) does the work of several. The fused forms are in
 // docs/transformer-ops.md ("Fusion"); the CPU backend runs them with its reference kernels.
 

@@ -1,4 +1,4 @@
-// Tensor parallelism: sharding the recognised tfm ops across ranks (DESIGN.md §3.4).
+// Tensor parallelism: sharding the recognised tfm ops across ranks (docs/design.md §3.4).
 #ifndef DSC_COMPILER_PARALLEL_PASSES_H
 #define DSC_COMPILER_PARALLEL_PASSES_H
 

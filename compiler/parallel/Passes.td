@@ -29,7 +29,7 @@ def UnpackQkv : Pass<"dsc-unpack-qkv", "mlir::ModuleOp"> {
 def TpShard : Pass<"dsc-tp-shard", "mlir::ModuleOp"> {
   let summary = "Shard recognised transformer layers across tensor-parallel ranks";
   let description = [{
-    DESIGN.md §3.4, one program for every rank whose types are rank 0's shard (the
+    docs/design.md §3.4, one program for every rank whose types are rank 0's shard (the
     largest: uneven splits give the remainder to the lowest ranks). In each function:
 
     * Attention: query heads are split in whole KV-head groups (when there are at least as

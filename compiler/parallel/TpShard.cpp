@@ -1,4 +1,4 @@
-// The tp-shard pass (DESIGN.md §3.4): one program for every tensor-parallel rank, typed
+// The tp-shard pass (docs/design.md §3.4): one program for every tensor-parallel rank, typed
 // with rank 0's shard. Weights get a #tfm.shard transform (the plan writer writes each
 // rank's part into its section); what differs between ranks and is not a shape goes into
 // per-rank attribute lists that the kernels index with their rank.

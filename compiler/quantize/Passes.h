@@ -1,4 +1,4 @@
-// int8 weight-only quantization of the recognised linear layers (DESIGN.md §3.5).
+// int8 weight-only quantization of the recognised linear layers (docs/design.md §3.5).
 #ifndef DSC_COMPILER_QUANTIZE_PASSES_H
 #define DSC_COMPILER_QUANTIZE_PASSES_H
 

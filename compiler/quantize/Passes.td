@@ -6,7 +6,7 @@ include "mlir/Pass/PassBase.td"
 def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
   let summary = "int8 weight-only quantization of the linear layers and the LM head (dsc --dtype int8)";
   let description = [{
-    DESIGN.md §3.5 and docs/int8.md. Every `tfm.linear` (and `tfm.lm_head`) whose weight is a float
+    docs/design.md §3.5 and docs/int8.md. Every `tfm.linear` (and `tfm.lm_head`) whose weight is a float
     `tfm.weight` gets an int8 weight (the same handle with `#tfm.quantize_int8` appended)
     and its scales (the same handle with `#tfm.quant_scales`), so the plan writer
     quantizes while it streams the weights, after any tensor-parallel shard: a group never
@@ -36,7 +36,7 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
 def KvCacheDtype : Pass<"dsc-kv-cache-dtype", "mlir::ModuleOp"> {
   let summary = "The type of the session's KV cache (dsc --kv-cache-dtype)";
   let description = [{
-    DESIGN.md §3.5. Every `tfm.attention` that keeps its keys and values in the session's
+    docs/design.md §3.5. Every `tfm.attention` that keeps its keys and values in the session's
     KV cache (`cache_layer`, no past operands: the prefill and decode programs) gets
     `cache_dtype` `dtype` (f16 or bf16): the runtime allocates that layer in that type,
     the keys and values are rounded to it when they are written, and attention reads them
@@ -55,7 +55,7 @@ def KvCacheDtype : Pass<"dsc-kv-cache-dtype", "mlir::ModuleOp"> {
 def ActivationDtype : Pass<"dsc-activation-dtype", "mlir::ModuleOp"> {
   let summary = "Half activations where a half GEMM reads them (dsc --activation-dtype)";
   let description = [{
-    DESIGN.md §3.5. In the session programs (those whose attention keeps its keys and
+    docs/design.md §3.5. In the session programs (those whose attention keeps its keys and
     values in the session's KV cache), the values that only `tfm.linear` layers read as
     their input, and that an attention or a gated linear writes, get the element type
     `dtype` (f16 or bf16): the attention's output (o_proj's input) and the gated

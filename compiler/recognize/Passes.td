@@ -3,7 +3,7 @@
 
 include "mlir/Pass/PassBase.td"
 
-// Recognition (DESIGN.md §3.3): onnx subgraphs of the HuggingFace exports become tfm ops.
+// Recognition (docs/design.md §3.3): onnx subgraphs of the HuggingFace exports become tfm ops.
 // What no pattern claims stays in the onnx dialect for the generic path.
 
 def RecognizeLayers : Pass<"dsc-recognize-layers", "mlir::ModuleOp"> {

@@ -1,7 +1,7 @@
 // The probe of dsc-recognize-attention: a function run with the runtime's kernels on a
 // small batch (shapes everywhere, values where they are computable, weights read from the
 // importer's store), and the seeded evaluation of a subgraph between given values and a
-// target. Recognition proves what a candidate computes with it (DESIGN.md §3.3); tests run
+// target. Recognition proves what a candidate computes with it (docs/design.md §3.3); tests run
 // recognised graphs with it (runWithKernels).
 #ifndef DSC_COMPILER_RECOGNIZE_PROBEEVALUATOR_H
 #define DSC_COMPILER_RECOGNIZE_PROBEEVALUATOR_H

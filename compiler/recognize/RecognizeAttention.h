@@ -1,5 +1,5 @@
 // dsc-recognize-attention with access to the model's weights. Recognition checks every
-// candidate numerically on a small probe (DESIGN.md §3.3): masks, rotary tables and the
+// candidate numerically on a small probe (docs/design.md §3.3): masks, rotary tables and the
 // like may be weights (GPT-Neo's band buffer, GPT-J's sin/cos table), and only the
 // importer's WeightStore has their bytes. Without a store (dsc-opt, lit tests) such
 // candidates are declined.

@@ -1,5 +1,5 @@
 // All tensor-parallel ranks of a plan in one process: one thread per rank, collectives
-// through shared memory (DESIGN.md §5), so TP plans run on one CPU or one GPU.
+// through shared memory (docs/design.md §5), so TP plans run on one CPU or one GPU.
 #ifndef DSRT_COMM_INPROCESSGROUP_H
 #define DSRT_COMM_INPROCESSGROUP_H
 

@@ -1,4 +1,4 @@
-// The decoding loop over a session (DESIGN.md §5, docs/transformer-ops.md): a left-padded
+// The decoding loop over a session (docs/design.md §5, docs/transformer-ops.md): a left-padded
 // batch of prompts with per-sequence positions, greedy or sampled tokens, stop tokens and a
 // streaming callback. It drives whichever programs the plan has: prefill + decode with the
 // session's KV cache, or forward with the export's past/present pairs, or forward alone

@@ -1,5 +1,5 @@
 // The plan file (.dsp) on the runtime side: opened, verified and mapped read-only
-// (DESIGN.md §4). `PlanFile::open` maps only the prelude and the FlatBuffer header and
+// (docs/design.md §4). `PlanFile::open` maps only the prelude and the FlatBuffer header and
 // checks them completely (checksum, FlatBuffers verifier, every index and offset), so that
 // everything reachable through `plan()` can be used without further checks. A rank's
 // weight section is mapped, and its checksum verified, when `section(rank)` first asks

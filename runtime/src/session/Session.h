@@ -1,4 +1,4 @@
-// A plan on one device for one rank (DESIGN.md §5): what the generator, the C API and the
+// A plan on one device for one rank (docs/design.md §5): what the generator, the C API and the
 // tools drive, whichever backend runs it. The CPU backend (cpu/Session.h) is the reference;
 // the CUDA backend (cuda/) runs the same plans.
 #ifndef DSRT_SESSION_SESSION_H
