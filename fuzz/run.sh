@@ -12,6 +12,7 @@
 # DSC_FUZZ_RUNS=N also stops each harness after N executions.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+python3 "$ROOT/scripts/fixtures.py" unpack  # the fixtures are seeds (scripts/fixtures.py)
 SECONDS_EACH="${1:?usage: fuzz/run.sh SECONDS [harness...]}"
 shift
 HARNESSES=("$@")

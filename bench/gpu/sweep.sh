@@ -41,6 +41,8 @@
 # says so.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# The fixtures travel packed (scripts/fixtures.py); a fresh machine unpacks them first.
+python3 "$root/scripts/fixtures.py" unpack
 steps=info,build,tests,sanitizer,realistic,bench,profile
 realistic_models=gpt2-124m,llama-1b,llama-hd128,mqa-hd256
 bench_models=gpt2-124m,llama-1b

@@ -1,1 +1,0 @@
-	Buse_cache_branchJ
