@@ -20,6 +20,7 @@ from typing import AsyncIterator, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.background import BackgroundTask
 from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
@@ -220,6 +221,15 @@ def create_app(server: Server) -> FastAPI:
         """Streams `chunks(generation)` as SSE, or waits for the whole answer; either way a
         client that goes away cancels the engine requests (their KV blocks are freed)."""
         server.in_flight += 1
+        released = False
+
+        def release():
+            nonlocal released
+            if not released:
+                released = True
+                generation.cancel()
+                server.in_flight -= 1
+
         if stream:
             async def body():
                 try:
@@ -227,9 +237,11 @@ def create_app(server: Server) -> FastAPI:
                         yield chunk
                     yield "data: [DONE]\n\n"
                 finally:
-                    generation.cancel()
-                    server.in_flight -= 1
-            return StreamingResponse(body(), media_type="text/event-stream")
+                    release()
+            # The background task releases too: a client gone before the first chunk leaves
+            # the generator unstarted, and an unstarted generator runs no `finally`.
+            return StreamingResponse(body(), media_type="text/event-stream",
+                                     background=BackgroundTask(release))
         try:
             task = asyncio.ensure_future(whole(generation))
             while not task.done():
@@ -239,8 +251,7 @@ def create_app(server: Server) -> FastAPI:
                     return Response(status_code=499)
             return JSONResponse(task.result())
         finally:
-            generation.cancel()
-            server.in_flight -= 1
+            release()
 
     @app.get("/health")
     async def health():

@@ -228,6 +228,23 @@ def test_cap_answers_429_and_disconnects_free_their_blocks(long_server):
     assert ok.status_code == 200
 
 
+def test_client_gone_before_its_first_token_is_released(long_server):
+    """A client that sends a long streamed request and leaves at once, before any chunk:
+    its engine request is cancelled and its place under the cap comes back."""
+    before = metrics(long_server.url)['dsrt:request_success_total{finished_reason="abort"}']
+    body = json.dumps({"prompt": [1, 2, 3] * 100, "max_tokens": 7000, "stream": True,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", long_server.port)) as connection:
+        connection.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert wait_for(lambda: metrics(long_server.url)[
+        'dsrt:request_success_total{finished_reason="abort"}'] == before + 1)
+    after = metrics(long_server.url)
+    assert after["dsrt:http_requests_in_flight"] == 0
+    assert wait_for(lambda: metrics(long_server.url)["dsrt:kv_blocks_used"] == 0)
+
+
 def test_sigterm_drains_running_requests(long_plan):
     process = ServerProcess(long_plan)
     _, lines = open_stream(process.url, 3000)
