@@ -13,9 +13,9 @@ the docs; it knows nothing else, and nothing it says is meant to be true.
 Deterministic for pinned versions on one machine (seeded, 2 threads); about twelve minutes
 on two cores. Needs torch, transformers, tokenizers, onnx and onnxruntime (tools/fixtures/
 requirements-today.txt). Writes model.onnx (HF's with-past layout, opset 17, TorchScript
-exporter), config.json, generation_config.json, tokenizer.json, meta.json (what was trained
-on and how) and generation.json (transformers' greedy tokens for a few prompts, which the
-tests compare dsc's plan against).
+exporter, as tools/fixtures/export_today.py's fixtures), config.json, generation_config.json,
+tokenizer.json, meta.json (what was trained on and how) and generation.json (transformers'
+greedy tokens for a few prompts, which the tests compare dsc's plan against).
 """
 import argparse
 import json
@@ -23,8 +23,8 @@ import math
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
@@ -33,6 +33,8 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "fixtures"))
+from export_today import PosWrapper, onnx_export  # noqa: E402
 EOS = "<|endoftext|>"
 PROMPTS = ["The serving engine", "A plan is", "dsc compile", "The CPU backend"]
 
@@ -71,28 +73,9 @@ def batches(ids: torch.Tensor, batch: int, length: int, generator: torch.Generat
         yield chunk[:, :-1], chunk[:, 1:]
 
 
-class PastWrapper(torch.nn.Module):
-    """HF's decoder with past_key_values flattened into inputs and outputs (the layout of
-    tools/fixtures/export_hf.py's "past" fixtures, which dsc recognises)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, position_ids, *past):
-        cache = transformers.DynamicCache()
-        for layer in range(len(past) // 2):
-            cache.update(past[2 * layer], past[2 * layer + 1], layer)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, past_key_values=cache, use_cache=True)
-        flat = []
-        for layer in range(len(past) // 2):
-            flat += [out.past_key_values.layers[layer].keys,
-                     out.past_key_values.layers[layer].values]
-        return (out.logits, *flat)
-
-
 def export(model, config, path: Path) -> None:
+    """HF's with-past layout (the "today" fixtures' wrapper and TorchScript exporter, opset
+    17), checked against ONNX Runtime."""
     layers, heads = config.n_layer, config.n_head
     head_dim = config.n_embd // heads
     batch, seq, past = 2, 5, 3
@@ -112,13 +95,12 @@ def export(model, config, path: Path) -> None:
             "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
     axes.update({n: {0: "batch", 2: "past_sequence"} for n in names if n.startswith("past")})
     axes.update({n: {0: "batch", 2: "past_sequence + sequence"} for n in outputs[1:]})
-    module = PastWrapper(model).eval()
+    module = PosWrapper(model).eval()
     args = tuple(torch.from_numpy(np.asarray(feeds[n])) for n in names)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(path), opset_version=17, input_names=names,
-                          output_names=outputs, dynamic_axes=axes, do_constant_folding=True,
-                          dynamo=False)
+    exported = onnx_export(SimpleNamespace(dynamo=False, opset=17), module, args, path.parent,
+                           names, outputs, axes)
+    assert exported == path
+    with torch.no_grad():
         expected = module(*args)[0].numpy()
     got = ort.InferenceSession(str(path)).run(["logits"], feeds)[0]
     worst = float(np.abs(got - expected).max())

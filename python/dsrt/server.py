@@ -44,7 +44,8 @@ class _Generation:
     """The engine requests of one HTTP request (one per prompt), as one stream of
     (prompt index, Update)."""
 
-    def __init__(self, server: "Server", prompts: list[list[int]], params: RequestParams):
+    def __init__(self, server: "Server", prompts: list[list[int]],
+                 params: list[RequestParams]):
         self.server = server
         self.prompts = prompts
         self.queue: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
@@ -57,7 +58,7 @@ class _Generation:
         try:
             for index, ids in enumerate(prompts):
                 self.requests.append(server.engine.submit(
-                    ids, params, lambda update, index=index: loop.call_soon_threadsafe(
+                    ids, params[index], lambda update, index=index: loop.call_soon_threadsafe(
                         self.queue.put_nowait, (index, update))))
         except _dsrt.Error as error:
             self.cancel()
@@ -167,19 +168,24 @@ def _chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
     return {"content": content}
 
 
-class _Chunks:
-    """A streamed answer's chunks: one id and creation time, `usage` in each when the client
-    asked for it (null until the last, as OpenAI sends it)."""
+class _Answer:
+    """One answer's id, creation time and model, shared by its streamed chunks (`object`
+    `chunk_kind`; `usage` in each when the client asked for it, null until the last, as
+    OpenAI sends it) and its whole form."""
 
-    def __init__(self, kind: str, rid: str, created: int, model: str, include_usage: bool):
-        self.head = {"id": rid, "object": kind, "created": created, "model": model}
-        self.include_usage = include_usage
+    def __init__(self, prefix: str, chunk_kind: str, body, model: str):
+        self.head = {"id": new_id(prefix), "object": chunk_kind, "created": now(),
+                     "model": model}
+        self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-    def __call__(self, choices: list, usage_value: Optional[dict] = None) -> dict:
+    def chunk(self, choices: list, usage_value: Optional[dict] = None) -> dict:
         payload = dict(self.head, choices=choices)
         if self.include_usage:
             payload["usage"] = usage_value
         return payload
+
+    def whole(self, kind: str, choices: list, usage_value: dict) -> dict:
+        return dict(self.head, object=kind, choices=choices, usage=usage_value)
 
 
 def _sse(payload) -> str:
@@ -284,12 +290,11 @@ def create_app(server: Server) -> FastAPI:
                 raise _Refused(400, "the prompt is empty", param="prompt")
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
-            generation = _Generation(server, prompts, params[0])
+            generation = _Generation(server, prompts, params)
         except _Refused as error:
             return refused(error)
-        rid, created = new_id("cmpl"), now()
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunk = _Chunks("text_completion", rid, created, server.model_name, include_usage)
+        answer = _Answer("cmpl", "text_completion", body, server.model_name)
+        chunk = answer.chunk
 
         async def chunks(gen: _Generation):
             offsets = [0] * len(prompts)
@@ -303,7 +308,7 @@ def create_app(server: Server) -> FastAPI:
                 if not server.has_tokenizer:
                     choice["token_ids"] = update.token_ids
                 yield _sse(chunk([choice]))
-            if include_usage:
+            if answer.include_usage:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
@@ -321,11 +326,8 @@ def create_app(server: Server) -> FastAPI:
             if not server.has_tokenizer:  # no text: the answer is its token ids
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids
-            return {"id": rid, "object": "text_completion", "created": created,
-                    "model": server.model_name, "choices": choices, "usage": gen.usage()}
+            return answer.whole("text_completion", choices, gen.usage())
 
-        # One set of sampling options for every prompt: the first's (they differ only in
-        # max_tokens when it is unset, and completions' default is 16).
         return await respond(request, generation, body.stream, chunks, whole)
 
     @app.post("/v1/chat/completions")
@@ -348,12 +350,11 @@ def create_app(server: Server) -> FastAPI:
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
                                    len(ids), top if body.logprobs else None)
-            generation = _Generation(server, [ids], params)
+            generation = _Generation(server, [ids], [params])
         except _Refused as error:
             return refused(error)
-        rid, created = new_id("chatcmpl"), now()
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunk = _Chunks("chat.completion.chunk", rid, created, server.model_name, include_usage)
+        answer = _Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
+        chunk = answer.chunk
 
         async def chunks(gen: _Generation):
             yield _sse(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -363,7 +364,7 @@ def create_app(server: Server) -> FastAPI:
                 logprobs = _chat_logprobs(server, update.logprobs) if body.logprobs else None
                 yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": logprobs,
                                    "finish_reason": update.finish_reason}]))
-            if include_usage:
+            if answer.include_usage:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
@@ -371,14 +372,10 @@ def create_app(server: Server) -> FastAPI:
             async for _, update in gen.updates():
                 text += update.text
                 entries += update.logprobs
-            return {"id": rid, "object": "chat.completion", "created": created,
-                    "model": server.model_name,
-                    "choices": [{"index": 0,
-                                 "message": {"role": "assistant", "content": text},
-                                 "logprobs": _chat_logprobs(server, entries)
-                                 if body.logprobs else None,
-                                 "finish_reason": gen.finish[0]}],
-                    "usage": gen.usage()}
+            return answer.whole("chat.completion", [{
+                "index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": _chat_logprobs(server, entries) if body.logprobs else None,
+                "finish_reason": gen.finish[0]}], gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
 

@@ -170,6 +170,15 @@ def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body
     assert client.completions.create(model="m", prompt=[1, 2], max_tokens=1).choices
 
 
+def test_prompts_of_one_request_each_get_their_own_room(server):
+    """Several prompts without max_tokens: each runs to the context from its own length."""
+    answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": [[1, 2, 3], [4] * 50], "max_tokens": None, "temperature": 0,
+        "ignore_eos": True}).json()
+    assert [c["finish_reason"] for c in answer["choices"]] == ["length", "length"]
+    assert answer["usage"]["completion_tokens"] == (64 - 3) + (64 - 50)
+
+
 def test_openai_client_raises_on_4xx(client):
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model="m", messages=[{"role": "user",

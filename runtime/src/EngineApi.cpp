@@ -133,19 +133,14 @@ dsrt_status dsrt_engine_set_callback(dsrt_engine *engine, dsrt_engine_callback c
                                   int64_t request, int64_t token,
                                   dsrt::engine::RequestFinish finish,
                                   const dsrt::engine::TokenLogprobs *logprobs) {
+    const auto state = static_cast<dsrt_request_state>(finish);
     if (!logprobs) {
-      callback(user_data, request, token, static_cast<dsrt_request_state>(finish), nullptr);
+      callback(user_data, request, token, state, nullptr);
       return;
     }
-    std::vector<int64_t> tokens;
-    std::vector<float> values;
-    for (const auto &[id, value] : logprobs->top) {
-      tokens.push_back(id);
-      values.push_back(value);
-    }
-    const dsrt_token_logprobs view{logprobs->logprob, tokens.size(), tokens.data(),
-                                   values.data()};
-    callback(user_data, request, token, static_cast<dsrt_request_state>(finish), &view);
+    const dsrt_token_logprobs view{logprobs->logprob, logprobs->topTokens.size(),
+                                   logprobs->topTokens.data(), logprobs->topLogprobs.data()};
+    callback(user_data, request, token, state, &view);
   });
   return DSRT_OK;
 }

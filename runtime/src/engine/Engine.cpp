@@ -35,8 +35,10 @@ TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_
                       [&](int64_t a, int64_t b) {
                         return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
                       });
-    for (size_t i = 0; i < count; ++i)
-      result.top.push_back({order[i], logprob(order[i])});
+    for (size_t i = 0; i < count; ++i) {
+      result.topTokens.push_back(order[i]);
+      result.topLogprobs.push_back(logprob(order[i]));
+    }
   }
   return result;
 }

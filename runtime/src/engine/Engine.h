@@ -70,7 +70,9 @@ inline constexpr int64_t kMaxTopLogprobs = 20;
 // before temperature and truncation, as vLLM and OpenAI report them), and the likeliest.
 struct TokenLogprobs {
   float logprob = 0;
-  std::vector<std::pair<int64_t, float>> top;  // likeliest first
+  // The likeliest tokens and theirs, likeliest first: two arrays, as the C API hands them out.
+  std::vector<int64_t> topTokens;
+  std::vector<float> topLogprobs;
 };
 
 enum class RequestFinish { Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
