@@ -4,8 +4,8 @@
 # on the GPU machine from the working tree and scripts/gpu-bundle.sh's folder.
 #
 #   DSC_PLAN_GENERATED_DIR   a folder with flatc's plan_generated.h (no flatc needed)
-#   DSC_BUNDLED_INCLUDE_DIR  header-only dependencies (flatbuffers/, nlohmann/, xxhash.h)
-#                            searched after the system's
+#   DSC_BUNDLED_INCLUDE_DIR  header-only dependencies (flatbuffers/, nlohmann/, xxhash.h,
+#                            CLI/, fmt/) searched after the system's
 #   LLVM_EXTERNAL_LIT        lit: the GPU suite (test/gpu) becomes ctest's `lit-gpu` entry
 #   DSC_EXTRA_TOOLS_DIR      where its tests find dsc (the bundle's bin/)
 #
@@ -49,6 +49,7 @@ else()
   add_subdirectory(schemas)
 endif()
 add_subdirectory(runtime)
+add_subdirectory(tools/common)
 add_subdirectory(tools/dsrun)
 add_subdirectory(tools/dsbench)
 add_subdirectory(tools/dsp-dump)

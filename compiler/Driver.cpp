@@ -7,6 +7,7 @@
 #include "compiler/lowering/ModelInfo.h"
 #include "compiler/recognize/RecognitionReport.h"
 #include "frontends/onnx/OnnxImporter.h"
+#include "tools/common/CommandLine.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -14,7 +15,6 @@
 #include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Config/llvm-config.h"
-#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
@@ -32,64 +32,41 @@ namespace {
 
 enum class Stage { Onnx, Tfm, Plan, Ptx, Cuda, PlanFile };
 
-llvm::cl::OptionCategory category("dsc options");
+// The options' values, set by parseCommandLine through the tools' command-line layer
+// (tools/common/CommandLine.h). They keep the names and calls of the llvm::cl options they
+// replace (getValue, getNumOccurrences), so the driver below reads as it did.
+// getNumOccurrences is set for the options the driver asks it of: --dtype and --max-seq-len.
+struct StringOption : std::string {
+  using std::string::operator=;
+  explicit StringOption(const char *initial) : std::string(initial) {}
+  const std::string &getValue() const { return *this; }
+  unsigned getNumOccurrences() const { return given; }
+  bool given = false;
+};
+template <class T> struct ValueOption {
+  explicit ValueOption(T initial) : value(initial) {}
+  ValueOption &operator=(T newValue) {
+    value = newValue;
+    return *this;
+  }
+  operator T() const { return value; }
+  unsigned getNumOccurrences() const { return given; }
+  T value;
+  bool given = false;
+};
 
-llvm::cl::list<std::string> positional(llvm::cl::Positional, llvm::cl::desc("[compile] <model.onnx | folder | encoder.onnx decoder.onnx>"),
-                                       llvm::cl::cat(category));
-llvm::cl::opt<Stage> emit(
-    "emit", llvm::cl::desc("Stop after a stage and print its result"), llvm::cl::init(Stage::PlanFile),
-    llvm::cl::values(clEnumValN(Stage::Onnx, "onnx", "the imported onnx dialect"),
-                     clEnumValN(Stage::Tfm, "tfm", "after transformer recognition"),
-                     clEnumValN(Stage::Plan, "plan", "the plan dialect"),
-                     clEnumValN(Stage::Ptx, "ptx", "the generated PTX"),
-                     clEnumValN(Stage::Cuda, "cuda", "the generated CUDA C++")),
-    llvm::cl::cat(category));
-llvm::cl::opt<std::string> output("o", llvm::cl::desc("Output file ('-' for stdout)"),
-                                  llvm::cl::value_desc("file"), llvm::cl::init("-"),
-                                  llvm::cl::cat(category));
-llvm::cl::opt<std::string> weightDtype(
-    "dtype",
-    llvm::cl::desc("How weights are stored in the plan: fp32, fp16, bf16, or int8 (the linear "
-                   "layers' weights quantized, the rest in --compute-dtype); default: the "
-                   "dtype most of the model's float weights are stored in"),
-    llvm::cl::init("fp32"), llvm::cl::cat(category));
-llvm::cl::opt<std::string> computeDtype(
-    "compute-dtype",
-    llvm::cl::desc("With --dtype int8: how embeddings, norms, biases, scales and the LM head "
-                   "are stored: fp16 (default), bf16 or fp32"),
-    llvm::cl::init(""), llvm::cl::cat(category));
-llvm::cl::opt<int64_t> int8GroupSize(
-    "int8-group-size",
-    llvm::cl::desc("With --dtype int8: inputs per scale group along the input dimension (0, "
-                   "the default: one scale per output channel)"),
-    llvm::cl::init(0), llvm::cl::cat(category));
-llvm::cl::opt<bool> int8MlpExtraGrouping(
-    "int8-mlp-extra-grouping",
-    llvm::cl::desc("With --dtype int8: halve the group size of the MLP's linear layers"),
-    llvm::cl::init(false), llvm::cl::cat(category));
-llvm::cl::opt<bool> int8SkipLmHead(
-    "int8-skip-lm-head",
-    llvm::cl::desc("With --dtype int8: keep the LM head in --compute-dtype"),
-    llvm::cl::init(false), llvm::cl::cat(category));
-llvm::cl::opt<std::string> kvCacheDtype(
-    "kv-cache-dtype",
-    llvm::cl::desc("The session's KV cache: auto (the default: the dtype the float weights are "
-                   "stored in, fp16 for --dtype int8), fp32, fp16 or bf16"),
-    llvm::cl::init("auto"), llvm::cl::cat(category));
-llvm::cl::opt<std::string> activationDtype(
-    "activation-dtype",
-    llvm::cl::desc("The session programs' activations between an attention or a gated MLP "
-                   "and the linear layers that read them: auto (the default: the dtype the "
-                   "float weights are stored in, fp16 for --dtype int8), fp32, fp16 or bf16"),
-    llvm::cl::init("auto"), llvm::cl::cat(category));
-llvm::cl::opt<bool> verbose(
-    "verbose", llvm::cl::desc("Say more: with --dtype int8, the quantization error per weight"),
-    llvm::cl::init(false), llvm::cl::cat(category));
-llvm::cl::opt<std::string> arch(
-    "arch",
-    llvm::cl::desc("GPU architectures to generate kernels for (comma list), or none for a "
-                   "CPU-only plan"),
-    llvm::cl::init("sm_80,sm_90"), llvm::cl::cat(category));
+std::vector<std::string> positional;
+ValueOption<Stage> emit(Stage::PlanFile);
+StringOption output("-");
+StringOption weightDtype("fp32");
+StringOption computeDtype("");
+ValueOption<int64_t> int8GroupSize(0);
+ValueOption<bool> int8MlpExtraGrouping(false);
+ValueOption<bool> int8SkipLmHead(false);
+StringOption kvCacheDtype("auto");
+StringOption activationDtype("auto");
+ValueOption<bool> verbose(false);
+StringOption arch("sm_80,sm_90");
 // Defaults follow the model: a few sequences at once, and as many tokens as its
 // config.json gives positions, up to kDefaultMaxSeqLen (the KV cache and the arena grow with
 // both; a 128k-position model gets 2048 unless asked for more).
@@ -98,55 +75,109 @@ constexpr int64_t kDefaultMaxSeqLen = 2048;
 // T5's relative positions have no table to bound them; it was trained on 512 tokens, which
 // is also its tokenizer's model_max_length.
 constexpr int64_t kDefaultEncoderDecoderSeqLen = 512;
-llvm::cl::opt<int64_t> maxBatch("max-batch",
-                                llvm::cl::desc("Largest batch the plan accepts (default 4)"),
-                                llvm::cl::init(kDefaultMaxBatch), llvm::cl::cat(category));
-llvm::cl::opt<int64_t> maxSeqLen(
-    "max-seq-len",
-    llvm::cl::desc("Largest sequence (and total past + new) length the plan accepts (default: "
-                   "the model's positions from config.json, at most 2048)"),
-    llvm::cl::init(kDefaultMaxSeqLen), llvm::cl::cat(category));
-llvm::cl::opt<onnx_frontend::ModelSyntax> syntax(
-    "input-syntax", llvm::cl::desc("How the model file is written"),
-    llvm::cl::init(onnx_frontend::ModelSyntax::Detect),
-    llvm::cl::values(
-        clEnumValN(onnx_frontend::ModelSyntax::Detect, "auto",
-                   "text for .onnxtxt/.txt or text starting with '<' or '#', else binary"),
-        clEnumValN(onnx_frontend::ModelSyntax::Binary, "binary", "protobuf ModelProto"),
-        clEnumValN(onnx_frontend::ModelSyntax::Text, "text", "the ONNX text syntax")),
-    llvm::cl::cat(category));
+ValueOption<int64_t> maxBatch(kDefaultMaxBatch);
+ValueOption<int64_t> maxSeqLen(kDefaultMaxSeqLen);
+ValueOption<onnx_frontend::ModelSyntax> syntax(onnx_frontend::ModelSyntax::Detect);
+ValueOption<bool> noRecognize(false);
+ValueOption<int64_t> tensorParallel(1);
+ValueOption<bool> serving(false);
+ValueOption<bool> noFuse(false);
+ValueOption<bool> fuseRemarks(false);
+ValueOption<bool> attentionRemarks(false);
 
-llvm::cl::opt<bool> noRecognize(
-    "no-recognize",
-    llvm::cl::desc("Skip transformer recognition: every onnx op becomes a generic step"),
-    llvm::cl::init(false), llvm::cl::cat(category));
-
-llvm::cl::opt<int64_t> tensorParallel(
-    "tp",
-    llvm::cl::desc("Tensor-parallel degree: shard the recognised layers over N ranks (one "
-                   "weight section per rank)"),
-    llvm::cl::init(1), llvm::cl::cat(category));
-
-llvm::cl::opt<bool> serving(
-    "serving",
-    llvm::cl::desc("Also derive the serving engine's step program: decode whose LM head reads "
+// dsc's command line in the tools' house style (docs/usage.md); exits on --help, --version
+// and usage errors.
+void parseCommandLine(int argc, char **argv) {
+  dstools::CommandLine commandLine(
+      "dsc",
+      {"dsc compile MODEL -o PLAN [--dtype fp16] [--max-batch N] [OPTIONS]",
+       "dsc compile MODEL -o PLAN --dtype int8 [--int8-group-size G] [OPTIONS]",
+       "dsc MODEL --emit=onnx|tfm|plan [--no-recognize] [-o FILE]",
+       "dsc MODEL --emit=cuda|ptx [--arch sm_80,sm_90] [-o FILE]"},
+      "The ahead-of-time compiler for transformer inference. MODEL is a model.onnx, an "
+      "optimum export's folder, or an encoder-decoder's two files (ENCODER DECODER); "
+      "`compile` before it may be left out.");
+  commandLine.version(dstools::versionLine("dsc") +
+                      " (MLIR " LLVM_VERSION_STRING ", ONNX opsets 13-23)");
+  commandLine.arguments("MODEL", positional,
+                        "model.onnx | folder | encoder.onnx decoder.onnx");
+  commandLine.text("-o,--output", output, "FILE", "output file ('-' for stdout; the default)");
+  std::string emitName, syntaxName;
+  commandLine.choice("--emit", emitName, {"onnx", "tfm", "plan", "ptx", "cuda"}, "STAGE",
+                     "stop after a stage and print its result: onnx (the imported onnx "
+                     "dialect), tfm (after transformer recognition), plan (the plan dialect), "
+                     "ptx (the generated PTX) or cuda (the generated CUDA C++)");
+  commandLine.text("--dtype", weightDtype, "DTYPE",
+                   "how weights are stored in the plan: fp32, fp16, bf16, int8 or int4 (the "
+                   "linear layers' weights quantized, the rest in --compute-dtype; int4 "
+                   "keeps the LM head int8); default: the dtype most of the model's float "
+                   "weights are stored in");
+  commandLine.text("--kv-cache-dtype", kvCacheDtype, "DTYPE",
+                   "the session's KV cache: auto (the default: the dtype the float weights "
+                   "are stored in, fp16 for --dtype int8), fp32, fp16 or bf16");
+  commandLine.text("--activation-dtype", activationDtype, "DTYPE",
+                   "the session programs' activations between an attention or a gated MLP "
+                   "and the linear layers that read them: auto (the default: the dtype the "
+                   "float weights are stored in, fp16 for --dtype int8), fp32, fp16 or bf16");
+  commandLine.integer("--max-batch", maxBatch.value, "N",
+                      "largest batch the plan accepts (default 4)");
+  commandLine.integer("--max-seq-len", maxSeqLen.value, "N",
+                      "largest sequence (and total past + new) length the plan accepts "
+                      "(default: the model's positions from config.json, at most 2048)");
+  commandLine.integer("--tp", tensorParallel.value, "N",
+                      "tensor-parallel degree: shard the recognised layers over N ranks (one "
+                      "weight section per rank)");
+  commandLine.flag("--serving", serving.value,
+                   "also derive the serving engine's step program: decode whose LM head reads "
                    "only the sampled rows (docs/serving.md); --max-batch then bounds the "
-                   "tokens per step"),
-    llvm::cl::cat(category));
-llvm::cl::opt<bool> noFuse(
-    "no-fuse",
-    llvm::cl::desc("Skip fusion: every activation, residual add and norm stays its own step"),
-    llvm::cl::init(false), llvm::cl::cat(category));
+                   "tokens per step");
+  commandLine.text("--arch", arch, "LIST",
+                   "GPU architectures to generate kernels for (comma list; default "
+                   "sm_80,sm_90), or none for a CPU-only plan");
+  commandLine.choice("--input-syntax", syntaxName, {"auto", "binary", "text"}, "SYNTAX",
+                     "how the model file is written: auto (the default: text for "
+                     ".onnxtxt/.txt or text starting with '<' or '#', else binary), binary (a "
+                     "protobuf ModelProto) or text (the ONNX text syntax)");
+  commandLine.flag("--no-recognize", noRecognize.value,
+                   "skip transformer recognition: every onnx op becomes a generic step");
+  commandLine.flag("--no-fuse", noFuse.value,
+                   "skip fusion: every activation, residual add and norm stays its own step");
 
-llvm::cl::opt<bool> fuseRemarks(
-    "fuse-remarks", llvm::cl::desc("Say why each fusion candidate was not fused"),
-    llvm::cl::init(false), llvm::cl::cat(category));
+  commandLine.group("Quantization (with --dtype int8 or int4)");
+  commandLine.text("--compute-dtype", computeDtype, "DTYPE",
+                   "how embeddings, norms, biases, scales and the LM head are stored: fp16 "
+                   "(default), bf16 or fp32");
+  commandLine.integer("--int8-group-size", int8GroupSize.value, "G",
+                      "inputs per scale group along the input dimension (0, the default: one "
+                      "scale per output channel for int8, 32 for int4)");
+  commandLine.flag("--int8-mlp-extra-grouping", int8MlpExtraGrouping.value,
+                   "halve the group size of the MLP's linear layers");
+  commandLine.flag("--int8-skip-lm-head", int8SkipLmHead.value,
+                   "keep the LM head in --compute-dtype");
 
-llvm::cl::opt<bool> attentionRemarks(
-    "attention-remarks",
-    llvm::cl::desc("Say why each softmax was not recognised as attention, and why no "
-                   "prefill/decode programs were derived"),
-    llvm::cl::init(false), llvm::cl::cat(category));
+  commandLine.group("Remarks");
+  commandLine.flag("--verbose", verbose.value,
+                   "say more: with --dtype int8, the quantization error per weight");
+  commandLine.flag("--fuse-remarks", fuseRemarks.value,
+                   "say why each fusion candidate was not fused");
+  commandLine.flag("--attention-remarks", attentionRemarks.value,
+                   "say why each softmax was not recognised as attention, and why no "
+                   "prefill/decode programs were derived");
+  commandLine.parse(argc, argv);
+
+  if (!emitName.empty())
+    emit = emitName == "onnx"   ? Stage::Onnx
+           : emitName == "tfm"  ? Stage::Tfm
+           : emitName == "plan" ? Stage::Plan
+           : emitName == "ptx"  ? Stage::Ptx
+                                : Stage::Cuda;
+  if (!syntaxName.empty())
+    syntax = syntaxName == "binary" ? onnx_frontend::ModelSyntax::Binary
+             : syntaxName == "text" ? onnx_frontend::ModelSyntax::Text
+                                    : onnx_frontend::ModelSyntax::Detect;
+  weightDtype.given = commandLine.given("--dtype");
+  maxSeqLen.given = commandLine.given("--max-seq-len");
+}
 
 // "model.onnx: node 'Add_3': error: ..." rather than MLIR's line:column form, which means
 // nothing for a protobuf file.
@@ -245,27 +276,11 @@ FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
   return failure();
 }
 
-void printVersion(llvm::raw_ostream &os) {
-  os << "dsc " DSC_VERSION " (MLIR " LLVM_VERSION_STRING ", ONNX opsets 13-23)\n";
-}
-
 } // namespace
 
 int runCompilerDriver(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
-  llvm::cl::HideUnrelatedOptions(category);
-  llvm::cl::SetVersionPrinter(printVersion);
-  llvm::cl::ParseCommandLineOptions(
-      argc, argv,
-      "dsc: ahead-of-time compiler for transformer inference\n\n"
-      "  dsc compile model.onnx|FOLDER|ENCODER DECODER -o model.dsp [--dtype fp16]\n"
-      "                 [--max-batch N] [--max-seq-len N] [--kv-cache-dtype fp16]\n"
-      "                                    [--tp N]\n"
-      "  dsc compile model.onnx -o model.dsp --dtype int8 [--int8-group-size G]\n"
-      "                 [--int8-mlp-extra-grouping] [--int8-skip-lm-head]\n"
-      "                 [--compute-dtype fp16|bf16] [--verbose]\n"
-      "  dsc model.onnx --emit=onnx|tfm|plan [--no-recognize] [-o out.mlir]\n"
-      "  dsc model.onnx --emit=cuda|ptx [--arch sm_80,sm_90] [-o kernels.cu]\n");
+  parseCommandLine(argc, argv);
 
   std::vector<std::string> args(positional.begin(), positional.end());
   if (!args.empty() && args.front() == "compile")
@@ -284,23 +299,34 @@ int runCompilerDriver(int argc, char **argv) {
     return EXIT_FAILURE;
   }
   if (weightDtype != "fp32" && weightDtype != "fp16" && weightDtype != "bf16" &&
-      weightDtype != "int8") {
-    llvm::errs() << "dsc: error: --dtype must be fp32, fp16, bf16 or int8, not '" << weightDtype
-                 << "'\n";
+      weightDtype != "int8" && weightDtype != "int4") {
+    llvm::errs() << "dsc: error: --dtype must be fp32, fp16, bf16, int8 or int4, not '"
+                 << weightDtype << "'\n";
     return EXIT_FAILURE;
   }
-  const bool int8 = weightDtype == "int8";
-  if (!int8 &&
+  // int4 (docs/int4.md) quantizes like int8, in 4 bits and in groups (32 by default, as
+  // llama.cpp's Q4_0 and ONNX Runtime GenAI's builder); its LM head is int8.
+  const bool int4 = weightDtype == "int4";
+  const bool quantized = weightDtype == "int8" || int4;
+  if (!quantized &&
       (!computeDtype.empty() || int8GroupSize != 0 || int8MlpExtraGrouping || int8SkipLmHead)) {
     llvm::errs() << "dsc: error: --compute-dtype and the --int8-* options go with --dtype int8 "
-                    "(--dtype "
+                    "or int4 (--dtype "
                  << weightDtype << " stores every weight as " << weightDtype << ")\n";
     return EXIT_FAILURE;
   }
+  if (int4 && int8GroupSize != 0 && (int8GroupSize < 0 || int8GroupSize % 2 != 0)) {
+    llvm::errs() << "dsc: error: --dtype int4 needs an even group size (--int8-group-size: 32, "
+                    "64, 128), not "
+                 << int8GroupSize << "\n";
+    return EXIT_FAILURE;
+  }
+  const int64_t groupSize = int4 && int8GroupSize == 0 ? 32 : int64_t(int8GroupSize);
   // Every float weight that is not quantized is stored in the compute dtype. Without
   // --dtype, the dtype the model was exported in (below, once its weights are read).
-  std::string storedFloatDtype = int8 ? (computeDtype.empty() ? "fp16" : computeDtype.getValue())
-                                      : weightDtype.getValue();
+  std::string storedFloatDtype = quantized
+                                     ? (computeDtype.empty() ? "fp16" : computeDtype.getValue())
+                                     : weightDtype.getValue();
   if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
     llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
                  << storedFloatDtype << "'\n";
@@ -324,9 +350,10 @@ int runCompilerDriver(int argc, char **argv) {
                  << int8GroupSize << "\n";
     return EXIT_FAILURE;
   }
-  if (int8 && noRecognize) {
-    llvm::errs() << "dsc: error: --dtype int8 quantizes recognised linear layers; it cannot be "
-                    "combined with --no-recognize\n";
+  if (quantized && noRecognize) {
+    llvm::errs() << "dsc: error: --dtype " << weightDtype
+                 << " quantizes recognised linear layers; it cannot be combined with "
+                    "--no-recognize\n";
     return EXIT_FAILURE;
   }
   if (tensorParallel < 1) {
@@ -371,7 +398,7 @@ int runCompilerDriver(int argc, char **argv) {
   // Defaults follow the model: a model exported in f16 or bf16 keeps its weights so
   // (--dtype says otherwise), and the cache of a model stored in half precision is half
   // too, as transformers' (torch_dtype), vLLM's and TensorRT-LLM's are.
-  if (!int8 && weightDtype.getNumOccurrences() == 0) {
+  if (!quantized && weightDtype.getNumOccurrences() == 0) {
     int32_t exported = imported->weights->dominantFloatType();
     storedFloatDtype = exported == 10 ? "fp16" : exported == 16 ? "bf16" : "fp32";
   }
@@ -388,9 +415,10 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.recognize = !noRecognize;
     pipeline.attentionRemarks = attentionRemarks;
     pipeline.tensorParallel = tensorParallel;
-    if (int8) {
+    if (quantized) {
       QuantizeWeightsOptions quantize;
-      quantize.groupSize = int8GroupSize;
+      quantize.bits = int4 ? 4 : 8;
+      quantize.groupSize = groupSize;
       quantize.mlpExtraGrouping = int8MlpExtraGrouping;
       quantize.lmHead = !int8SkipLmHead;
       quantize.remarks = verbose;
@@ -444,8 +472,9 @@ int runCompilerDriver(int argc, char **argv) {
     else if (emit == Stage::Ptx)
       options.emitKernels = "ptx";
     options.weightDtype = storedFloatDtype;
-    options.int8 = int8;
-    options.int8GroupSize = int8GroupSize;
+    options.int8 = quantized;
+    options.weightBits = int4 ? 4 : 8;
+    options.int8GroupSize = groupSize;
     options.int8MlpExtraGrouping = int8MlpExtraGrouping;
     options.verbose = verbose;
     options.maxBatch = maxBatch;

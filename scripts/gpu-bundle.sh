@@ -8,9 +8,9 @@
 #   lib/                     the shared libraries dsc needs that are not part of glibc:
 #                            libonnx, libonnx_proto, libprotobuf (and libz)
 #   generated/plan_generated.h   flatc's output for schemas/plan.fbs (no flatc there)
-#   include/                 header-only dependencies of libdsrt and dsbench: flatbuffers/
+#   include/                 header-only dependencies of libdsrt and the tools: flatbuffers/
 #                            (the version whose flatc generated the header), nlohmann/,
-#                            xxhash.h
+#                            xxhash.h, CLI/ (CLI11) and fmt/ (used header-only there)
 #   lit/, bin/lit            LLVM's lit (pure Python) for the GPU test suite (test/gpu)
 #   tests/                   the GPU unit tests (dsrt-cuda-tests, dsrt-cuda-linear-tests,
 #                            dsrt-nccl-gpu-tests), which only libc and libstdc++ link
@@ -89,7 +89,8 @@ patchelf --set-rpath '$ORIGIN/../lib' "$bundle.tmp/bin/FileCheck"
 for library in libzstd.so.1 libz.so.1; do
   [ -f "$bundle.tmp/lib/$library" ] || cp -L "/lib/x86_64-linux-gnu/$library" "$bundle.tmp/lib/"
 done
-cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/xxhash.h "$bundle.tmp/include/"
+cp -r /usr/include/flatbuffers /usr/include/nlohmann /usr/include/xxhash.h /usr/include/CLI \
+  /usr/include/fmt "$bundle.tmp/include/"
 
 lit_root=$(sed -n 's/^sys.path.insert(1, *"\(.*\)")$/\1/p' "$(command -v lit || echo /usr/lib/llvm-22/bin/lit)" | head -1)
 [ -d "$lit_root/lit" ] || lit_root=/usr/lib/llvm-22/utils/lit
@@ -113,7 +114,7 @@ LD_LIBRARY_PATH= "$bundle.tmp/bin/dsc" --version >/dev/null 2>&1 ||
 {
   echo "gpu bundle for $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') (working tree may differ), made $(date -u +%FT%TZ)"
   echo "dsc from $build/bin/dsc; flatc $(flatc --version 2>/dev/null | awk '{print $3}');"
-  echo "headers from /usr/include (flatbuffers, nlohmann, xxhash.h); lit from $lit_root"
+  echo "headers from /usr/include (flatbuffers, nlohmann, xxhash.h, CLI, fmt); lit from $lit_root"
   (cd "$bundle.tmp" && find . -type f -printf '%s\t%p\n' | sort -k2)
 } > "$bundle.tmp/MANIFEST"
 

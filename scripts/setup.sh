@@ -13,6 +13,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev libgtest-dev libonnx-testdata
   flatbuffers-compiler libflatbuffers-dev libxxhash-dev
   zlib1g-dev libzstd-dev libtinfo-dev nlohmann-json3-dev
+  libcli11-dev libfmt-dev  # the tools' command line (tools/common)
   libopenmpi-dev openmpi-bin
   libdnnl2  # oneDNN: the CPU backend's sgemm, opened at run time (ops/fast/Linear.cpp)
 )

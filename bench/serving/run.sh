@@ -52,7 +52,7 @@ for model in $(echo "$models" | tr , ' '); do
     budget=$((per_block / 16 * 4096))
     echo "== $model $dtype: KV budget $budget bytes (4 static sequences of 1024)"
     "$bin/dsbench" serve "$plan" --requests "$requests" --clients "$clients" \
-      --kv-bytes "$budget" --skip-static --skip-alone
+      --kv-cache-bytes "$budget" --skip-static --skip-alone
     echo "== $model $dtype: shared 512-token system prompt"
     "$bin/dsbench" serve "$plan" --requests 16 --clients 4 --system-prompt 512 \
       --prompt-len 8,100 --output-len 8,32 --skip-static --skip-alone

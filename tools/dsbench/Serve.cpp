@@ -6,6 +6,7 @@
 // the clients' size), and one request at a time. Benchmarks are not tests: nothing here
 // asserts on time.
 #include "Serve.h"
+#include "common/CommandLine.h"
 
 #include "dsrt/dsrt.h"
 
@@ -30,24 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char *kServeUsage =
-    "usage: dsbench serve plan.dsp [--requests N] [--clients C | --rate R] [--seed S]\n"
-    "               [--prompt-len MIN,MAX] [--output-len MIN,MAX] [--system-prompt P]\n"
-    "               [--block-size B] [--kv-bytes BYTES] [--tokens-per-step T]\n"
-    "               [--no-prefix-caching] [--skip-static] [--skip-alone] [--json]\n"
-    "               [--static-plan PLAN] [--dump-requests FILE]\n"
-    "  N requests (default 64); prompt and output lengths log-uniform in their ranges\n"
-    "  (defaults 8,400 and 8,160: many short, a long tail), after a shared system prompt of\n"
-    "  P tokens (default 0). C closed-loop clients (default 16), each sending its next\n"
-    "  request when the last one finished, or Poisson arrivals at R requests/s.\n"
-    "  The same stream then runs through dsrt_generate in static batches of C (or the\n"
-    "  plan's max_batch, if smaller) and one request at a time; with --static-plan, on that\n"
-    "  plan (a serving plan's max_batch x max_seq_len may need more arena than a static\n"
-    "  session can have).\n"
-    "  Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, peak KV blocks.\n"
-    "  --dump-requests writes the stream as JSON ([{prompt, max_tokens, arrival}]) for\n"
-    "  bench/serving/http_load.py to send the same requests to dsserve.\n";
-
 struct ServeOptions {
   std::string plan, staticPlan, dumpRequests;
   int requests = 64, clients = 16, blockSize = 16, tokensPerStep = 0;
@@ -57,58 +40,71 @@ struct ServeOptions {
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
 };
 
-std::pair<int, int> range(const std::string &option, const std::string &text) {
+// "MIN,MAX" with 1 <= MIN <= MAX.
+std::pair<int, int> range(const dstools::CommandLine &commandLine, const std::string &option,
+                          const std::string &text) {
   int low = 0, high = 0;
-  if (std::sscanf(text.c_str(), "%d,%d", &low, &high) != 2 || low < 1 || high < low)
-    die(option + " needs MIN,MAX with 1 <= MIN <= MAX, not '" + text + "'");
+  char rest = 0;
+  if (std::sscanf(text.c_str(), "%d,%d%c", &low, &high, &rest) != 2 || low < 1 || high < low)
+    commandLine.usageError(option + " must be MIN,MAX with 1 <= MIN <= MAX, not '" + text + "'");
   return {low, high};
 }
 
 ServeOptions parse(int argc, char **argv) {
   ServeOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die("missing value after " + arg);
-      return argv[++i];
-    };
-    auto integer = [&](int minimum) {
-      std::string text = value();
-      char *end = nullptr;
-      long number = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || number < minimum || number > 100000000)
-        die(arg + " needs an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
-      return static_cast<int>(number);
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kServeUsage;
-      std::exit(0);
-    } else if (arg == "--requests") o.requests = integer(1);
-    else if (arg == "--clients") o.clients = integer(1);
-    else if (arg == "--rate") {
-      o.rate = std::atof(value().c_str());
-      if (!(o.rate > 0))
-        die("--rate needs requests per second > 0");
-    } else if (arg == "--seed") o.seed = static_cast<uint64_t>(integer(0));
-    else if (arg == "--prompt-len") std::tie(o.promptMin, o.promptMax) = range(arg, value());
-    else if (arg == "--output-len") std::tie(o.outputMin, o.outputMax) = range(arg, value());
-    else if (arg == "--system-prompt") o.systemPrompt = integer(0);
-    else if (arg == "--block-size") o.blockSize = integer(1);
-    else if (arg == "--tokens-per-step") o.tokensPerStep = integer(1);
-    else if (arg == "--kv-bytes") o.kvBytes = std::strtoull(value().c_str(), nullptr, 10);
-    else if (arg == "--no-prefix-caching") o.prefixCaching = false;
-    else if (arg == "--static-plan") o.staticPlan = value();
-    else if (arg == "--dump-requests") o.dumpRequests = value();
-    else if (arg == "--skip-static") o.skipStatic = true;
-    else if (arg == "--skip-alone") o.skipAlone = true;
-    else if (arg == "--json") o.json = true;
-    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kServeUsage);
-    else if (o.plan.empty()) o.plan = arg;
-    else die("more than one plan given");
-  }
-  if (o.plan.empty())
-    die(std::string("no plan given\n") + kServeUsage);
+  std::vector<std::string> plans;
+  std::string promptLength, outputLength;
+  bool noPrefixCaching = false;
+  dstools::CommandLine commandLine(
+      "dsbench",
+      {"dsbench serve PLAN [--requests N] [--clients C | --rate R] [OPTIONS]"},
+      "The serving engine under a bounded load in this process. N requests; prompt and "
+      "output lengths log-uniform in their ranges (many short, a long tail), after a shared "
+      "system prompt of P tokens. C closed-loop clients, each sending its next request when "
+      "the last one finished, or Poisson arrivals at R requests/s. The same stream then runs "
+      "through dsrt_generate in static batches of C (or the plan's max_batch, if smaller) and "
+      "one request at a time. Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, "
+      "peak KV blocks.",
+      "dsbench serve");
+  commandLine.arguments("PLAN", plans, "a serving plan (dsc compile --serving)");
+  commandLine.integer("--requests", o.requests, "N", "requests in the stream (default 64)", 1,
+                      100000000);
+  commandLine.integer("--clients", o.clients, "C", "closed-loop clients (default 16)", 1,
+                      100000000);
+  commandLine.number("--rate", o.rate, "R", "Poisson arrivals at R requests/s instead of clients",
+                     dstools::CommandLine::Sign::Positive);
+  commandLine.integer("--seed", o.seed, "S", "the stream's seed (default 1)");
+  commandLine.text("--prompt-len", promptLength, "MIN,MAX",
+                   "prompt lengths (default 8,400)");
+  commandLine.text("--output-len", outputLength, "MIN,MAX", "output lengths (default 8,160)");
+  commandLine.integer("--system-prompt", o.systemPrompt, "P",
+                      "tokens of a system prompt every request shares (default 0)", 0,
+                      100000000);
+  commandLine.integer("--block-size", o.blockSize, "B", "KV-cache block size in tokens (16)", 1,
+                      100000000);
+  commandLine.integer("--kv-cache-bytes,--kv-bytes", o.kvBytes, "BYTES",
+                      "the KV cache's bytes (default: a static session's)");
+  commandLine.integer("--tokens-per-step", o.tokensPerStep, "T",
+                      "tokens one engine step computes at most (default: the plan's max_batch)",
+                      1, 100000000);
+  commandLine.flag("--no-prefix-caching", noPrefixCaching, "turn the engine's prefix cache off");
+  commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
+  commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
+  commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
+  commandLine.text("--static-plan", o.staticPlan, "PLAN",
+                   "run the static and one-at-a-time runs on this plan (a serving plan's "
+                   "max_batch x max_seq_len may need more arena than a static session can "
+                   "have)");
+  commandLine.text("--dump-requests", o.dumpRequests, "FILE",
+                   "write the stream as JSON ([{prompt, max_tokens, arrival}]) for "
+                   "bench/serving/http_load.py to send the same requests to dsserve");
+  commandLine.parse(argc, argv);
+  if (!promptLength.empty())
+    std::tie(o.promptMin, o.promptMax) = range(commandLine, "--prompt-len", promptLength);
+  if (!outputLength.empty())
+    std::tie(o.outputMin, o.outputMax) = range(commandLine, "--output-len", outputLength);
+  o.prefixCaching = !noPrefixCaching;
+  o.plan = commandLine.single(plans, "plan");
   return o;
 }
 

@@ -3,6 +3,7 @@
 // headline is the achieved weight bandwidth next to the copy bandwidth the same session
 // measures on its device: how close to the roofline a step gets.
 #include "Serve.h"
+#include "common/CommandLine.h"
 #include "dsrt/dsrt.h"
 
 #include <nlohmann/json.hpp>
@@ -21,10 +22,7 @@
 
 namespace dsbench {
 
-void die(const std::string &message) {
-  std::cerr << "dsbench: error: " << message << "\n";
-  std::exit(2);
-}
+void die(const std::string &message) { dstools::fail("dsbench", message, 2); }
 
 void check(dsrt_status status, const std::string &what) {
   if (status != DSRT_OK)
@@ -46,78 +44,58 @@ struct Options {
   bool stats = false;   // --stats: the counters in the table (always in --json)
 };
 
-const char *kUsage =
-    "usage: dsbench serve plan.dsp ...   (the serving engine under load: dsbench serve --help)\n"
-    "       dsbench plan.dsp [--device cpu|cuda|cpu-reference] [--batch B] [--prompt-len P]\n"
-    "               [--new-tokens N] [--warmup W] [--iterations I] [--ranks inprocess]\n"
-    "               [--copy-bytes BYTES] [--strict] [--stats] [--json]\n"
-    "  Each of W + I iterations runs `prefill` on a B x P prompt of random token ids (fixed\n"
-    "  seed) and then N steps of `decode`, each timed alone; the first W are discarded.\n"
-    "  Weight bandwidth = the weight bytes one decode step reads (the largest rank's; not\n"
-    "  the embedding tables, of which a step reads a row per token) / the average decode\n"
-    "  step; its fraction is of the copy bandwidth (bytes read + written per second)\n"
-    "  measured in this process.\n"
-    "  --ranks inprocess  every tensor-parallel rank as a thread of this process\n"
-    "  --strict           strict device mode: a step through the host fallback or a decode\n"
-    "                     without its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)\n"
-    "  --stats            the session's counters after the benchmark (kernel launches,\n"
-    "                     fallback steps, graph captures and replays, bytes up and down;\n"
-    "                     summed over the ranks); --json always has them under \"stats\"\n"
-    "  --json             one JSON object on stdout instead of the table\n"
-    "  Peak resident memory: the process's (VmHWM) after the runs, before the bandwidth\n"
-    "  probe allocates its buffers.\n";
-
 using dsbench::check;
 using dsbench::die;
 
-int positiveInt(const std::string &option, const std::string &text, int minimum) {
-  char *end = nullptr;
-  long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < minimum || value > 1000000)
-    die(option + " needs an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
-  return static_cast<int>(value);
-}
-
 Options parse(int argc, char **argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die("missing value after " + arg);
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--device") {
-      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
-        die(std::string("--device: ") + dsrt_last_error());
-    } else if (arg == "--ranks") {
-      std::string ranks = value();
-      if (ranks != "inprocess")
-        die("--ranks is 'inprocess', not '" + ranks + "'");
-      options.inProcessRanks = true;
-    } else if (arg == "--batch") options.batch = positiveInt(arg, value(), 1);
-    else if (arg == "--prompt-len") options.promptLength = positiveInt(arg, value(), 1);
-    else if (arg == "--new-tokens") options.newTokens = positiveInt(arg, value(), 1);
-    else if (arg == "--warmup") options.warmup = positiveInt(arg, value(), 0);
-    else if (arg == "--iterations") options.iterations = positiveInt(arg, value(), 1);
-    else if (arg == "--copy-bytes") {
-      std::string text = value();
-      char *end = nullptr;
-      options.copyBytes = std::strtoull(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || options.copyBytes == 0)
-        die("--copy-bytes needs a positive byte count, not '" + text + "'");
-    } else if (arg == "--json") options.json = true;
-    else if (arg == "--strict") options.strict = true;
-    else if (arg == "--stats") options.stats = true;
-    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
-    else if (options.plan.empty()) options.plan = arg;
-    else die("more than one plan given");
-  }
-  if (options.plan.empty())
-    die(std::string("no plan given\n") + kUsage);
+  std::vector<std::string> plans;
+  std::string device, ranks;
+  dstools::CommandLine commandLine(
+      "dsbench",
+      {"dsbench PLAN [--device NAME] [--batch B] [--new-tokens N] [OPTIONS]",
+       "dsbench serve PLAN [OPTIONS]   (the serving engine under load)"},
+      "Latency and bandwidth of a plan's prefill and decode programs. Each of W + I "
+      "iterations runs `prefill` on a B x P prompt of random token ids (fixed seed) and then "
+      "N steps of `decode`, each timed alone; the first W are discarded. Weight bandwidth = "
+      "the weight bytes one decode step reads (the largest rank's; not the embedding tables, "
+      "of which a step reads a row per token) / the average decode step; its fraction is of "
+      "the copy bandwidth (bytes read + written per second) measured in this process.");
+  commandLine.arguments("PLAN", plans, "the plan file (.dsp)");
+  commandLine.text("--device", device, "NAME",
+                   "where the plan runs: cpu (default), cuda or cpu-reference");
+  commandLine.integer("--batch", options.batch, "B", "sequences per step (default 1)", 1,
+                      1000000);
+  commandLine.integer("--prompt-len", options.promptLength, "P",
+                      "prompt tokens per sequence (default 32)", 1, 1000000);
+  commandLine.integer("--new-tokens", options.newTokens, "N", "decode steps (default 32)", 1,
+                      1000000);
+  commandLine.integer("--warmup", options.warmup, "W",
+                      "iterations run first and discarded (default 2)", 0, 1000000);
+  commandLine.integer("--iterations", options.iterations, "I",
+                      "iterations measured (default 5)", 1, 1000000);
+  commandLine.choice("--ranks", ranks, {"inprocess"}, "inprocess",
+                     "every tensor-parallel rank as a thread of this process");
+  commandLine.integer("--copy-bytes", options.copyBytes, "BYTES",
+                      "bytes the copy-bandwidth probe moves (default 1 GiB on a GPU, 256 MiB "
+                      "on the CPU)");
+  commandLine.flag("--strict", options.strict,
+                   "strict device mode: a step through the host fallback or a decode without "
+                   "its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)");
+  commandLine.flag("--stats", options.stats,
+                   "the session's counters after the benchmark (kernel launches, fallback "
+                   "steps, graph captures and replays, bytes up and down; summed over the "
+                   "ranks); --json always has them under \"stats\"");
+  commandLine.flag("--json", options.json, "one JSON object on stdout instead of the table");
+  commandLine.notes("Peak resident memory: the process's (VmHWM) after the runs, before the "
+                    "bandwidth probe allocates its buffers.");
+  commandLine.parse(argc, argv);
+  if (commandLine.given("--copy-bytes") && options.copyBytes == 0)
+    commandLine.usageError("--copy-bytes must be an integer of at least 1, not '0'");
+  if (!device.empty() && dsrt_device_from_name(device.c_str(), &options.device) != DSRT_OK)
+    commandLine.usageError(std::string("--device: ") + dsrt_last_error());
+  options.inProcessRanks = !ranks.empty();
+  options.plan = commandLine.single(plans, "plan");
   return options;
 }
 

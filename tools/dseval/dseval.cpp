@@ -13,6 +13,7 @@
 //
 // Exit status: 0 when every bound given holds, 1 when one is violated (each violation is
 // said on stderr), 2 for usage errors and plans or prompts that cannot be evaluated.
+#include "common/CommandLine.h"
 #include "dsrt/dsrt.hpp"
 #include "plan/PlanFile.h"
 
@@ -31,36 +32,7 @@
 
 namespace {
 
-const char *kUsage =
-    "usage: dseval CANDIDATE.dsp --reference REF.dsp --prompts FILE [--json]\n"
-    "              [--min-top1 F] [--max-abs-error F] [--max-mean-abs-error F]\n"
-    "              [--ranks inprocess] [--device cpu|cuda|cpu-reference] [--decode-steps N]\n"
-    "  Runs both plans for each prompt of FILE (one per line: comma-separated\n"
-    "  token ids; '#' starts a comment) and compares the candidate's next-token logits\n"
-    "  (last prompt position) with the reference's; for an encoder without logits, its\n"
-    "  first output at every position (top-1 is then n/a).\n"
-    "  --json                prints the summary as one JSON object\n"
-    "  --min-top1 F          fails (exit 1) when fewer than F of the prompts (and decode\n"
-    "                        steps) agree on argmax\n"
-    "  --max-abs-error F     fails when any compared value differs by more than F\n"
-    "  --max-mean-abs-error F  fails when the mean absolute difference is more than F\n"
-    "  --ranks inprocess     runs a tensor-parallel plan's ranks as threads of this process\n"
-    "  --decode-steps N      also compares N decode steps after each prompt (the 'decode'\n"
-    "                        program on the session's KV cache; a plan without one runs\n"
-    "                        the whole sequence again), each fed the reference's argmax so\n"
-    "                        both plans see the same tokens; the bounds and top-1 then\n"
-    "                        cover every compared row\n"
-    "  --device cuda         runs the candidate on a GPU (the reference stays on the CPU's\n"
-    "                        reference kernels); without one, libdsrt falls back to the\n"
-    "                        CPU and says so. The default candidate device is cpu, the\n"
-    "                        fast CPU kernels: the plan itself as --reference compares them\n"
-    "                        with the reference kernels\n"
-    "exit status: 0 bounds hold, 1 a bound is violated, 2 usage, plan or prompt errors\n";
-
-[[noreturn]] void fail(const std::string &message) {
-  std::cerr << "dseval: error: " << message << "\n";
-  std::exit(2);
-}
+[[noreturn]] void fail(const std::string &message) { dstools::fail("dseval", message, 2); }
 
 struct Options {
   std::string candidate, reference, prompts;
@@ -71,61 +43,60 @@ struct Options {
   double minTop1 = std::nan(""), maxAbsError = std::nan(""), maxMeanAbsError = std::nan("");
 };
 
-double parseNumber(const std::string &flag, const std::string &text) {
-  char *end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
-    fail(flag + " takes a non-negative number, not '" + text + "'");
-  return value;
-}
-
 Options parseOptions(int argc, char **argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        fail("missing value after " + arg + "\n" + kUsage);
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--reference") options.reference = value();
-    else if (arg == "--prompts") options.prompts = value();
-    else if (arg == "--json") options.json = true;
-    else if (arg == "--min-top1") {
-      options.minTop1 = parseNumber(arg, value());
-      if (options.minTop1 > 1)
-        fail("--min-top1 is a fraction of the prompts, at most 1");
-    } else if (arg == "--max-abs-error") options.maxAbsError = parseNumber(arg, value());
-    else if (arg == "--max-mean-abs-error") options.maxMeanAbsError = parseNumber(arg, value());
-    else if (arg == "--ranks") {
-      std::string ranks = value();
-      if (ranks != "inprocess")
-        fail("--ranks is 'inprocess' (MPI ranks are not supported by dseval), not '" + ranks +
-             "'");
-      options.inprocess = true;
-    } else if (arg == "--decode-steps") {
-      std::string text = value();
-      char *end = nullptr;
-      long long steps = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || steps < 0)
-        fail("--decode-steps takes a non-negative integer, not '" + text + "'");
-      options.decodeSteps = steps;
-    } else if (arg == "--device") {
-      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
-        fail(std::string("--device: ") + dsrt_last_error());
-    } else if (!arg.empty() && arg[0] == '-') fail("unknown option " + arg + "\n" + kUsage);
-    else if (options.candidate.empty()) options.candidate = arg;
-    else fail("more than one candidate plan given ('" + options.candidate + "', '" + arg + "')");
-  }
-  if (options.candidate.empty())
-    fail(std::string("no candidate plan given\n") + kUsage);
+  std::vector<std::string> plans;
+  std::string device, ranks;
+  int64_t decodeSteps = 0;
+  using Sign = dstools::CommandLine::Sign;
+  dstools::CommandLine commandLine(
+      "dseval", {"dseval CANDIDATE --reference REF --prompts FILE [OPTIONS]"},
+      "Runs both plans for each prompt of FILE (one per line: comma-separated token ids; '#' "
+      "starts a comment) and compares the candidate's next-token logits (last prompt "
+      "position) with the reference's; for an encoder without logits, its first output at "
+      "every position (top-1 is then n/a). The reference runs on the CPU's reference "
+      "kernels.");
+  commandLine.arguments("CANDIDATE", plans, "the plan to evaluate (.dsp)");
+  commandLine.text("--reference", options.reference, "REF", "the reference plan (.dsp)");
+  commandLine.text("--prompts", options.prompts, "FILE", "the prompts, one per line");
+  commandLine.flag("--json", options.json, "print the summary as one JSON object");
+  commandLine.number("--min-top1", options.minTop1, "F",
+                     "fail (exit 1) when fewer than F of the prompts (and decode steps) agree "
+                     "on argmax",
+                     Sign::NonNegative);
+  commandLine.number("--max-abs-error", options.maxAbsError, "F",
+                     "fail when any compared value differs by more than F", Sign::NonNegative);
+  commandLine.number("--max-mean-abs-error", options.maxMeanAbsError, "F",
+                     "fail when the mean absolute difference is more than F",
+                     Sign::NonNegative);
+  commandLine.choice("--ranks", ranks, {"inprocess"}, "inprocess",
+                     "run a tensor-parallel plan's ranks as threads of this process (MPI ranks "
+                     "are not supported by dseval)");
+  commandLine.integer("--decode-steps", decodeSteps, "N",
+                      "also compare N decode steps after each prompt (the 'decode' program on "
+                      "the session's KV cache; a plan without one runs the whole sequence "
+                      "again), each fed the reference's argmax so both plans see the same "
+                      "tokens; the bounds and top-1 then cover every compared row",
+                      0);
+  commandLine.text("--device", device, "NAME",
+                   "where the candidate runs: cpu (default: the fast CPU kernels; the plan "
+                   "itself as --reference compares them with the reference kernels), cuda (a "
+                   "GPU; without one, libdsrt falls back to the CPU and says so) or "
+                   "cpu-reference");
+  commandLine.notes("Exit status: 0 bounds hold, 1 a bound is violated, 2 usage, plan or "
+                    "prompt errors.\n");
+  commandLine.parse(argc, argv);
+  if (commandLine.given("--min-top1") && options.minTop1 > 1)
+    commandLine.usageError("--min-top1 is a fraction of the prompts, at most 1");
+  if (!device.empty() && dsrt_device_from_name(device.c_str(), &options.device) != DSRT_OK)
+    commandLine.usageError(std::string("--device: ") + dsrt_last_error());
+  options.inprocess = !ranks.empty();
+  options.decodeSteps = decodeSteps;
+  options.candidate = commandLine.single(plans, "candidate plan");
   if (options.reference.empty())
-    fail(std::string("no reference plan given (--reference)\n") + kUsage);
+    commandLine.usageError("no reference plan given (--reference)");
   if (options.prompts.empty())
-    fail(std::string("no prompt file given (--prompts)\n") + kUsage);
+    commandLine.usageError("no prompt file given (--prompts)");
   return options;
 }
 

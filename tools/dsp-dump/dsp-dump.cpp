@@ -2,6 +2,7 @@
 // opened and verified exactly as the runtime does, so what is printed is what the runtime
 // would run; --verify-sections also checksums every rank's weights. Each section's
 // "weight bytes" line sums its weights by stored dtype (docs/int8.md compares plans by it).
+#include "common/CommandLine.h"
 #include "plan/PlanArena.h"
 #include "plan/PlanFile.h"
 #include "plan/PlanViews.h"
@@ -12,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -348,40 +350,26 @@ bool extractKernels(const dsp::Plan &plan, const std::string &directory) {
   return true;
 }
 
-int usage(FILE *out) {
-  std::fprintf(out, "usage: dsp-dump [--verify-sections] [--extract-kernels DIR] plan.dsp\n"
-                    "Prints a plan file's header, programs, kernels, tensors and weight\n"
-                    "sections; --verify-sections also checks every section's checksum;\n"
-                    "--extract-kernels writes each kernel's PTX and cubins to DIR instead.\n");
-  return out == stdout ? 0 : 2;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
   bool verify = false;
-  std::string path, extractDirectory;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--verify-sections"))
-      verify = true;
-    else if (!std::strcmp(argv[i], "--extract-kernels") && i + 1 < argc)
-      extractDirectory = argv[++i];
-    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
-      return usage(stdout);
-    else if (argv[i][0] == '-' || !path.empty())
-      return usage(stderr);
-    else
-      path = argv[i];
-  }
-  if (path.empty())
-    return usage(stderr);
+  std::string extractDirectory;
+  std::vector<std::string> plans;
+  dstools::CommandLine commandLine(
+      "dsp-dump", {"dsp-dump PLAN [--verify-sections]", "dsp-dump PLAN --extract-kernels DIR"},
+      "Prints a plan file's header, programs, kernels, tensors and weight sections.");
+  commandLine.arguments("PLAN", plans, "the plan file (.dsp)");
+  commandLine.flag("--verify-sections", verify, "also check every weight section's checksum");
+  commandLine.text("--extract-kernels", extractDirectory, "DIR",
+                   "write each kernel's PTX and cubins to DIR instead of printing");
+  commandLine.parse(argc, argv);
+  const std::string &path = commandLine.single(plans, "plan");
 
   std::unique_ptr<PlanFile> file;
   dsrt::Status status = PlanFile::open(path, file);
-  if (!status.isOk()) {
-    std::fprintf(stderr, "dsp-dump: %s\n", status.message().c_str());
-    return 1;
-  }
+  if (!status.isOk())
+    dstools::fail("dsp-dump", status.message(), 1);
   if (!extractDirectory.empty())
     return extractKernels(file->plan(), extractDirectory) ? 0 : 1;
   printHeader(*file);

@@ -3,12 +3,12 @@
 // the bytes it reads and the time that predicts on an H100 and an H200. Reads the plan
 // only: no GPU, no session.
 #include "RooflineModel.h"
+#include "common/CommandLine.h"
 
-#include <cerrno>
+#include <fmt/format.h>
+
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,50 +16,7 @@ namespace {
 
 using namespace dsrt::roofline;
 
-int usage(FILE *out) {
-  std::fprintf(out,
-               "usage: dsp-roofline PLAN [--rank R] [--context L] [--batch B] [--launch-us X]\n"
-               "                   [--bandwidth GBPS]\n"
-               "Per program of PLAN: the launches one run issues on the CUDA backend (predicted\n"
-               "from the plan's steps), the weight and KV-cache bytes it reads, and the predicted\n"
-               "time = bytes / bandwidth + launches x launch cost on an H100 SXM (3350 GB/s) and\n"
-               "an H200 (4800 GB/s).\n"
-               "  --rank R         the tensor-parallel rank whose weights and KV heads count (0)\n"
-               "  --context L      positions the attention reads from the KV cache; also the\n"
-               "                   prompt length of prefill and forward (default: max_seq_len)\n"
-               "  --batch B        sequences per step (1)\n"
-               "  --launch-us X    the cost of one launch in a CUDA graph, in microseconds\n"
-               "                   (default %.1f, assumed until a GPU measures it)\n"
-               "  --bandwidth GBPS also predict at this bandwidth (e.g. dsbench's measured copy\n"
-               "                   bandwidth), in GB/s\n",
-               kAssumedLaunchMicroseconds);
-  return out == stdout ? 0 : 2;
-}
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "dsp-roofline: %s\n", message.c_str());
-  std::exit(1);
-}
-
-int64_t integerArgument(const char *flag, const char *text, int64_t least) {
-  char *end = nullptr;
-  errno = 0;
-  long long value = std::strtoll(text, &end, 10);
-  if (errno || end == text || *end || value < least)
-    die(std::string(flag) + " must be an integer of at least " + std::to_string(least) +
-        ", not '" + text + "'");
-  return value;
-}
-
-double numberArgument(const char *flag, const char *text, bool positive) {
-  char *end = nullptr;
-  errno = 0;
-  double value = std::strtod(text, &end);
-  if (errno || end == text || *end || !(positive ? value > 0 : value >= 0))
-    die(std::string(flag) + " must be a " + (positive ? "positive" : "non-negative") +
-        " number, not '" + text + "'");
-  return value;
-}
+[[noreturn]] void die(const std::string &message) { dstools::fail("dsp-roofline", message, 1); }
 
 std::string withCommas(uint64_t value) {
   std::string digits = std::to_string(value), out;
@@ -120,39 +77,38 @@ void printProgram(const ProgramCost &cost, const Workload &workload, double laun
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string path;
+  std::vector<std::string> plans;
   Workload workload;
-  bool contextGiven = false;
+  int32_t rank = 0;
   double launchMicroseconds = kAssumedLaunchMicroseconds, bandwidth = 0;
-  bool launchMeasured = false;
-  for (int i = 1; i < argc; ++i) {
-    const char *arg = argv[i];
-    auto value = [&]() -> const char * {
-      if (i + 1 >= argc)
-        die(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
-    if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h"))
-      return usage(stdout);
-    if (!std::strcmp(arg, "--rank"))
-      workload.rank = static_cast<int>(integerArgument(arg, value(), 0));
-    else if (!std::strcmp(arg, "--context")) {
-      workload.context = integerArgument(arg, value(), 0);
-      contextGiven = true;
-    } else if (!std::strcmp(arg, "--batch"))
-      workload.batch = integerArgument(arg, value(), 1);
-    else if (!std::strcmp(arg, "--launch-us")) {
-      launchMicroseconds = numberArgument(arg, value(), false);
-      launchMeasured = true;
-    } else if (!std::strcmp(arg, "--bandwidth"))
-      bandwidth = numberArgument(arg, value(), true);
-    else if (arg[0] == '-' || !path.empty())
-      return usage(stderr);
-    else
-      path = arg;
-  }
-  if (path.empty())
-    return usage(stderr);
+  dstools::CommandLine commandLine(
+      "dsp-roofline", {"dsp-roofline PLAN [--rank R] [--context L] [--batch B] [OPTIONS]"},
+      "Per program of PLAN: the launches one run issues on the CUDA backend (predicted from "
+      "the plan's steps), the weight and KV-cache bytes it reads, and the predicted time = "
+      "bytes / bandwidth + launches x launch cost on an H100 SXM (3350 GB/s) and an H200 "
+      "(4800 GB/s).");
+  commandLine.arguments("PLAN", plans, "the plan file (.dsp)");
+  commandLine.integer("--rank", rank, "R",
+                      "the tensor-parallel rank whose weights and KV heads count (default 0)", 0);
+  commandLine.integer("--context", workload.context, "L",
+                      "positions the attention reads from the KV cache; also the prompt length "
+                      "of prefill and forward (default: max_seq_len)",
+                      0);
+  commandLine.integer("--batch", workload.batch, "B", "sequences per step (default 1)", 1);
+  commandLine.number("--launch-us", launchMicroseconds, "X",
+                     fmt::format("the cost of one launch in a CUDA graph, in microseconds "
+                                 "(default {:.1f}, assumed until a GPU measures it)",
+                                 kAssumedLaunchMicroseconds),
+                     dstools::CommandLine::Sign::NonNegative);
+  commandLine.number("--bandwidth", bandwidth, "GBPS",
+                     "also predict at this bandwidth (e.g. dsbench's measured copy bandwidth), "
+                     "in GB/s",
+                     dstools::CommandLine::Sign::Positive);
+  commandLine.parse(argc, argv);
+  const std::string &path = commandLine.single(plans, "plan");
+  workload.rank = rank;
+  const bool contextGiven = commandLine.given("--context");
+  const bool launchMeasured = commandLine.given("--launch-us");
 
   std::unique_ptr<dsrt::PlanFile> file;
   dsrt::Status status = dsrt::PlanFile::open(path, file);

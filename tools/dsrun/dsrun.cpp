@@ -1,6 +1,7 @@
 // dsrun: runs a plan on the CPU or a GPU through libdsrt's C API. Inputs come from
 // TensorProto .pb files (the ONNX node-test layout) or from token ids on the command line;
 // outputs are printed, written as .pb, or compared with expected .pb files.
+#include "common/CommandLine.h"
 #include "dsrt/dsrt.h"
 #include "io/TensorProto.h"
 
@@ -16,6 +17,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace {
 
@@ -43,59 +46,8 @@ struct Options {
   bool printFollowed = false;  // a rank given --follow prints the tokens, unless --quiet
 };
 
-const char *kUsage =
-    "usage: dsrun plan.dsp [--device cpu|cuda|cpu-reference] [--program NAME]\n"
-    "             [--rank R | --ranks inprocess|mpi]\n"
-    "             [--input FILE.pb]... [--input-dir DIR] [--tokens 1,2,3]\n"
-    "             [--output-dir DIR] [--expect-dir DIR [--rtol X] [--atol Y]] [--quiet]\n"
-    "             [--strict] [--stats]\n"
-    "  --device      where the plan runs (default cpu); cuda without a usable GPU falls\n"
-    "                back to the CPU and says so once on stderr; cpu-reference runs the\n"
-    "                CPU's reference kernels (the oracle of the fast ones)\n"
-    "  --ranks       all tensor-parallel ranks of the plan: threads of this process\n"
-    "                (inprocess), or MPI processes (mpi; the default under mpirun)\n"
-    "  --input       a TensorProto; bound by its name, else in order\n"
-    "  --input-dir   input_0.pb, input_1.pb, ... (the ONNX node-test layout)\n"
-    "  --tokens      a batch of one: input_ids = the ids; attention_mask = ones and\n"
-    "                position_ids = 0..n-1 when the program has them\n"
-    "  --output-dir  writes output_0.pb, output_1.pb, ...\n"
-    "  --expect-dir  compares each output with output_N.pb there: |a - e| <= atol + rtol*|e|\n"
-    "                (exact for integers and bools); exits 1 on a mismatch\n"
-    "  --strict      strict device mode: a step through the host fallback or a decode\n"
-    "                without its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)\n"
-    "  --stats       prints the session's counters after the run (kernel launches,\n"
-    "                fallback steps, graph captures and replays, bytes up and down)\n"
-    "\n"
-    "generation (a batch of prompts, left-padded; see docs/transformer-ops.md):\n"
-    "       dsrun plan.dsp --prompt TEXT... | --prompt-ids 1,2,3...\n"
-    "             [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "             [--stop ID]... [--ignore-eos]\n"
-    "  --prompt      text, encoded by the tokenizer embedded in the plan; prints text\n"
-    "  --prompt-ids  token ids; prints 'sequence N: ids...' and the finish reason\n"
-    "\n"
-    "rank 0 alone has the requests (a server; MPI ranks, docs/reliability.md):\n"
-    "       mpirun -np 1 dsrun tp.dsp --lead --prompt-ids 1,2,3 [--requests FILE] ...\n"
-    "            : -np 1 dsrun tp.dsp --follow\n"
-    "       mpirun -np 2 dsrun tp.dsp --requests FILE [--max-new-tokens N] ...\n"
-    "  --lead        rank 0 generates the request of the command line, then those of\n"
-    "                --requests, and the other ranks follow; each request's output\n"
-    "                begins with 'request K:'. Other ranks given --lead follow quietly\n"
-    "                (their prompts unused), so one command line serves every rank\n"
-    "  --follow      a rank other than 0 generates rank 0's requests until it finishes,\n"
-    "                and prints each one's tokens as ids, as rank 0's --prompt-ids\n"
-    "                (--quiet: nothing); prompts and sampling options come from rank 0\n"
-    "  --requests    one request per line, after the command line's: its prompts'\n"
-    "                comma-separated token ids, prompts separated by spaces ('#' lines\n"
-    "                and empty ones skipped); '-' reads stdin, which mpirun gives rank 0;\n"
-    "                implies --lead\n"
-    "\n"
-    "       dsrun --list-devices   prints 'cuda devices: N', with the reason when N is 0,\n"
-    "                              then the path of libcuda, cublasLt and nccl, or\n"
-    "                              'not found (tried: ...)'\n";
-
 [[noreturn]] void die(const std::string &message, int code = 2) {
-  std::cerr << "dsrun: error: " << message << "\n";
-  std::exit(code);
+  dstools::fail("dsrun", message, code);
 }
 
 void check(dsrt_status status, const std::string &what) {
@@ -124,81 +76,140 @@ std::vector<int64_t> parseIds(const std::string &text) {
   return ids;
 }
 
+// Where each GPU library was found, or every place it was looked for.
+void listDevices() {
+  int count = dsrt_cuda_device_count();
+  fmt::print("cuda devices: {}", count);
+  if (count == 0)
+    fmt::print(" ({})", dsrt_last_error());
+  fmt::print("\n");
+  for (const char *library : {"libcuda", "cublasLt", "nccl"}) {
+    const char *path = dsrt_gpu_library(library);
+    fmt::print("{}: {}\n", library, path ? path : dsrt_last_error());
+  }
+}
+
 Options parse(int argc, char **argv) {
   Options options;
   dsrt_generate_options_init(&options.sampling);
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die("missing value after " + arg);
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--list-devices") {
-      int count = dsrt_cuda_device_count();
-      std::cout << "cuda devices: " << count;
-      if (count == 0)
-        std::cout << " (" << dsrt_last_error() << ")";
-      std::cout << "\n";
-      // Where each GPU library was found, or every place it was looked for.
-      for (const char *library : {"libcuda", "cublasLt", "nccl"}) {
-        const char *path = dsrt_gpu_library(library);
-        std::cout << library << ": " << (path ? path : dsrt_last_error()) << "\n";
-      }
-      std::exit(0);
-    } else if (arg == "--device") {
-      if (dsrt_device_from_name(value().c_str(), &options.device) != DSRT_OK)
-        die(std::string("--device: ") + dsrt_last_error());
-    } else if (arg == "--program") options.program = value();
-    else if (arg == "--rank") options.rank = std::atoi(value().c_str());
-    else if (arg == "--ranks") {
-      options.ranks = value();
-      if (options.ranks != "inprocess" && options.ranks != "mpi")
-        die("--ranks is 'inprocess' or 'mpi', not '" + options.ranks + "'");
-    }
-    else if (arg == "--input") options.inputFiles.push_back(value());
-    else if (arg == "--input-dir") options.inputDir = value();
-    else if (arg == "--output-dir") options.outputDir = value();
-    else if (arg == "--expect-dir") options.expectDir = value();
-    else if (arg == "--rtol") options.rtol = std::atof(value().c_str());
-    else if (arg == "--atol") options.atol = std::atof(value().c_str());
-    else if (arg == "--quiet") options.quiet = options.quietGiven = true;
-    else if (arg == "--lead" || arg == "--follow") {
-      if (!options.role.empty() && options.role != arg.substr(2))
-        die("give --lead (rank 0) or --follow (the other ranks), not both");
-      options.role = arg.substr(2);
-    }
-    else if (arg == "--requests") options.requestsFile = value();
-    else if (arg == "--strict") options.strict = true;
-    else if (arg == "--stats") options.stats = true;
-    else if (arg == "--prompt") options.prompts.push_back(value());
-    else if (arg == "--prompt-ids") options.promptIds.push_back(parseIds(value()));
-    else if (arg == "--max-new-tokens") options.sampling.max_new_tokens = std::atoi(value().c_str());
-    else if (arg == "--temperature") options.sampling.temperature = std::atof(value().c_str());
-    else if (arg == "--top-k") options.sampling.top_k = std::atoi(value().c_str());
-    else if (arg == "--top-p") options.sampling.top_p = std::atof(value().c_str());
-    else if (arg == "--seed") options.sampling.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (arg == "--stop") options.stops.push_back(std::atoll(value().c_str()));
-    else if (arg == "--ignore-eos") options.sampling.ignore_eos = 1;
-    else if (arg == "--tokens") options.tokens = parseIds(value());
-    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg + "\n" + kUsage);
-    else if (options.plan.empty()) options.plan = arg;
-    else die("more than one plan given");
+  std::vector<std::string> plans, promptIds;
+  std::string device, tokens;
+  bool listDevicesGiven = false, lead = false, follow = false, ignoreEos = false;
+  using Sign = dstools::CommandLine::Sign;
+  dstools::CommandLine commandLine(
+      "dsrun",
+      {"dsrun PLAN [--input-dir DIR | --tokens 1,2,3] [OPTIONS]",
+       "dsrun PLAN --prompt TEXT... | --prompt-ids 1,2,3... [OPTIONS]",
+       "mpirun -np N dsrun PLAN --requests FILE [OPTIONS]", "dsrun --list-devices"},
+      "Runs a plan on the CPU or a GPU through libdsrt's C API. Inputs come from TensorProto "
+      ".pb files (the ONNX node-test layout) or token ids; outputs are printed, written as "
+      ".pb, or compared with expected ones. With prompts, generates: a batch of prompts, "
+      "left-padded (docs/transformer-ops.md).");
+  commandLine.arguments("PLAN", plans, "the plan file (.dsp)");
+  commandLine.text("--device", device, "NAME",
+                   "where the plan runs: cpu (default), cuda (without a usable GPU, falls back "
+                   "to the CPU and says so once on stderr) or cpu-reference (the CPU's "
+                   "reference kernels, the oracle of the fast ones)");
+  commandLine.text("--program", options.program, "NAME", "the program to run (default forward)");
+  commandLine.integer("--rank", options.rank, "R", "the tensor-parallel rank to run (default 0)",
+                      0);
+  commandLine.choice("--ranks", options.ranks, {"inprocess", "mpi"}, "inprocess|mpi",
+                     "all tensor-parallel ranks of the plan: threads of this process "
+                     "(inprocess), or MPI processes (mpi; the default under mpirun)");
+  commandLine.texts("--input", options.inputFiles, "FILE.pb",
+                    "a TensorProto; bound by its name, else in order (repeatable)");
+  commandLine.text("--input-dir", options.inputDir, "DIR",
+                   "input_0.pb, input_1.pb, ... (the ONNX node-test layout)");
+  commandLine.text("--tokens", tokens, "1,2,3",
+                   "a batch of one: input_ids = the ids; attention_mask = ones and "
+                   "position_ids = 0..n-1 when the program has them");
+  commandLine.text("--output-dir", options.outputDir, "DIR",
+                   "write output_0.pb, output_1.pb, ...");
+  commandLine.text("--expect-dir", options.expectDir, "DIR",
+                   "compare each output with output_N.pb there: |a - e| <= atol + rtol*|e| "
+                   "(exact for integers and bools); exit 1 on a mismatch");
+  commandLine.number("--rtol", options.rtol, "X", "relative tolerance of --expect-dir (1e-4)",
+                     Sign::NonNegative);
+  commandLine.number("--atol", options.atol, "Y", "absolute tolerance of --expect-dir (1e-5)",
+                     Sign::NonNegative);
+  commandLine.flag("--quiet", options.quiet, "print no outputs");
+  commandLine.flag("--strict", options.strict,
+                   "strict device mode: a step through the host fallback or a decode without "
+                   "its CUDA graph is an error (also DSRT_STRICT_DEVICE=1)");
+  commandLine.flag("--stats", options.stats,
+                   "print the session's counters after the run (kernel launches, fallback "
+                   "steps, graph captures and replays, bytes up and down)");
+  commandLine.flag("--list-devices", listDevicesGiven,
+                   "print 'cuda devices: N', with the reason when N is 0, then the path of "
+                   "libcuda, cublasLt and nccl, or 'not found (tried: ...)'");
+
+  commandLine.group("Generation");
+  commandLine.texts("--prompt", options.prompts, "TEXT",
+                    "a prompt as text, encoded by the tokenizer embedded in the plan; prints "
+                    "text (repeatable: a batch)");
+  commandLine.texts("--prompt-ids", promptIds, "1,2,3",
+                    "a prompt as token ids; prints 'sequence N: ids...' and the finish reason "
+                    "(repeatable: a batch)");
+  commandLine.integer("--max-new-tokens", options.sampling.max_new_tokens, "N",
+                      "tokens to generate at most (default 32)");
+  commandLine.number("--temperature", options.sampling.temperature, "T",
+                     "sampling temperature (default 0: greedy)");
+  commandLine.integer("--top-k", options.sampling.top_k, "K",
+                      "sample among the K likeliest tokens (default 0: no limit)");
+  commandLine.number("--top-p", options.sampling.top_p, "P",
+                     "sample within the top-p probability mass (default 1: no limit)");
+  commandLine.integer("--seed", options.sampling.seed, "S", "the sampler's seed");
+  commandLine.integers("--stop", options.stops, "ID",
+                       "also stop at this token (repeatable; the plan's EOS tokens stop too)");
+  commandLine.flag("--ignore-eos", ignoreEos, "the plan's EOS tokens do not stop generation");
+
+  commandLine.group("Rank 0 alone has the requests (MPI ranks, docs/reliability.md)");
+  commandLine.flag("--lead", lead,
+                   "rank 0 generates the request of the command line, then those of "
+                   "--requests, and the other ranks follow; each request's output begins with "
+                   "'request K:'. Other ranks given --lead follow quietly (their prompts "
+                   "unused), so one command line serves every rank");
+  commandLine.flag("--follow", follow,
+                   "a rank other than 0 generates rank 0's requests until it finishes, and "
+                   "prints each one's tokens as ids, as rank 0's --prompt-ids (--quiet: "
+                   "nothing); prompts and sampling options come from rank 0");
+  commandLine.text("--requests", options.requestsFile, "FILE",
+                   "one request per line, after the command line's: its prompts' "
+                   "comma-separated token ids, prompts separated by spaces ('#' lines and "
+                   "empty ones skipped); '-' reads stdin, which mpirun gives rank 0; implies "
+                   "--lead");
+  commandLine.notes("For example:\n"
+                    "  mpirun -np 1 dsrun tp.dsp --lead --prompt-ids 1,2,3 [--requests FILE] "
+                    "...\n"
+                    "       : -np 1 dsrun tp.dsp --follow\n"
+                    "  mpirun -np 2 dsrun tp.dsp --requests FILE [--max-new-tokens N] ...\n");
+  commandLine.parse(argc, argv);
+
+  if (listDevicesGiven) {
+    listDevices();
+    std::exit(0);
   }
-  if (options.plan.empty())
-    die(std::string("no plan given\n") + kUsage);
+  if (!device.empty() && dsrt_device_from_name(device.c_str(), &options.device) != DSRT_OK)
+    commandLine.usageError(std::string("--device: ") + dsrt_last_error());
+  if (!tokens.empty())
+    options.tokens = parseIds(tokens);
+  for (const std::string &ids : promptIds)
+    options.promptIds.push_back(parseIds(ids));
+  options.sampling.ignore_eos = ignoreEos ? 1 : 0;
+  options.quietGiven = options.quiet;
+  if (lead && follow)
+    commandLine.usageError("give --lead (rank 0) or --follow (the other ranks), not both");
+  options.role = lead ? "lead" : follow ? "follow" : "";
+  options.plan = commandLine.single(plans, "plan");
   bool prompted = !options.prompts.empty() || !options.promptIds.empty();
   options.generate = prompted || !options.role.empty() || !options.requestsFile.empty();
   if (options.role == "follow" && (prompted || !options.requestsFile.empty()))
-    die("--follow takes its requests from rank 0: give the prompts and --requests to "
-        "rank 0's --lead");
+    commandLine.usageError("--follow takes its requests from rank 0: give the prompts and "
+                           "--requests to rank 0's --lead");
   if (options.role == "lead" && !prompted && options.requestsFile.empty())
-    die("--lead needs a request: --prompt, --prompt-ids or --requests");
+    commandLine.usageError("--lead needs a request: --prompt, --prompt-ids or --requests");
   if (!options.prompts.empty() && !options.promptIds.empty())
-    die("give prompts as text (--prompt) or as ids (--prompt-ids), not both");
+    commandLine.usageError("give prompts as text (--prompt) or as ids (--prompt-ids), not both");
   // Under mpirun every process is a rank.
   if (options.ranks.empty() && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")))
     options.ranks = "mpi";
@@ -363,16 +374,18 @@ struct Runner {
     dsrt_stats stats;
     dsrt_status status = group ? dsrt_group_stats(group, &stats) : dsrt_session_stats(session, &stats);
     if (status != DSRT_OK) {
-      std::cerr << "dsrun: error: stats: " << dsrt_last_error() << "\n";
+      fmt::print(stderr, "dsrun: error: stats: {}\n", dsrt_last_error());
       return;
     }
-    std::cout << "stats:\n"
-              << "  kernel launches " << stats.kernel_launches << "\n"
-              << "  fallback steps " << stats.fallback_steps << "\n"
-              << "  graph captures " << stats.graph_captures << "\n"
-              << "  graph replays " << stats.graph_replays << "\n"
-              << "  bytes uploaded " << stats.bytes_uploaded << "\n"
-              << "  bytes downloaded " << stats.bytes_downloaded << "\n";
+    std::cout << fmt::format("stats:\n"
+                             "  kernel launches {}\n"
+                             "  fallback steps {}\n"
+                             "  graph captures {}\n"
+                             "  graph replays {}\n"
+                             "  bytes uploaded {}\n"
+                             "  bytes downloaded {}\n",
+                             stats.kernel_launches, stats.fallback_steps, stats.graph_captures,
+                             stats.graph_replays, stats.bytes_uploaded, stats.bytes_downloaded);
   }
   Runner() = default;
   Runner(const Runner &) = delete;
