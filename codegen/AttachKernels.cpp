@@ -51,8 +51,29 @@ dsrt::Status specialiseKernel(const KernelSpec &spec, std::string &source) {
   return dsrt::Status::ok();
 }
 
-dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options,
-                           AttachKernelsReport &report) {
+PlanKernelChoices selectKernels(const dsp::PlanT &plan,
+                                const std::vector<dsrt::DType> &weightDTypes) {
+  PlanKernelChoices choices;
+  for (const auto &program : plan.programs) {
+    for (const auto &step : program->steps) {
+      KernelRule rule = findKernelRule(step->op);
+      if (!rule)
+        continue;
+      RuleInput input(plan, *step, &weightDTypes);
+      KernelChoice &choice = choices.steps[step.get()];
+      choice.declined = !rule(input, choice.kernels, choice.reason);
+      if (choice.declined)
+        choice.kernels.clear();
+    }
+  }
+  // Sampling selects the largest logits where the logits are (Session::topLogits).
+  if (plan.model && plan.model->kind == "decoder" && !plan.model->logits.empty())
+    choices.sampling = KernelSpec{"sample_topk", {{"BLOCK", kSampleTopkBlock}}};
+  return choices;
+}
+
+dsrt::Status emitKernels(dsp::PlanT &plan, const PlanKernelChoices &choices,
+                         const AttachKernelsOptions &options, AttachKernelsReport &report) {
   report = {};
   plan.kernels.clear();
   for (auto &program : plan.programs)
@@ -120,21 +141,19 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
   };
   for (auto &program : plan.programs) {
     for (auto &step : program->steps) {
-      KernelRule rule = findKernelRule(step->op);
-      if (!rule)
+      auto chosen = choices.steps.find(step.get());
+      if (chosen == choices.steps.end())
         continue;
+      const KernelChoice &choice = chosen->second;
       ++report.steps;
-      RuleInput input(plan, *step, &options.weightDTypes);
-      std::vector<KernelSpec> specs;
-      std::string reason;
-      if (!rule(input, specs, reason)) {
+      if (choice.declined) {
         ++report.declined;
-        if (declines.insert(step->op + ": " + reason).second)
-          report.declines.push_back(step->op + ": " + reason);
+        if (declines.insert(step->op + ": " + choice.reason).second)
+          report.declines.push_back(step->op + ": " + choice.reason);
         continue;
       }
       std::vector<int32_t> indices;
-      for (const KernelSpec &spec : specs) {
+      for (const KernelSpec &spec : choice.kernels) {
         int32_t index = -1;
         DSRT_RETURN_IF_ERROR(kernelFor(spec, step->op, index));
         indices.push_back(index);
@@ -144,13 +163,15 @@ dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options
       step->kernels = std::move(indices);
     }
   }
-  // Sampling selects the largest logits where the logits are (Session::topLogits).
-  if (plan.model && plan.model->kind == "decoder" && !plan.model->logits.empty()) {
-    KernelSpec sampling{"sample_topk", {{"BLOCK", kSampleTopkBlock}}};
-    DSRT_RETURN_IF_ERROR(kernelFor(sampling, "sampling", plan.model->sampling_kernel));
-  }
+  if (choices.sampling && plan.model)
+    DSRT_RETURN_IF_ERROR(kernelFor(*choices.sampling, "sampling", plan.model->sampling_kernel));
   report.kernels = static_cast<int>(plan.kernels.size());
   return dsrt::Status::ok();
+}
+
+dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options,
+                           AttachKernelsReport &report) {
+  return emitKernels(plan, selectKernels(plan, options.weightDTypes), options, report);
 }
 
 } // namespace dsc::codegen

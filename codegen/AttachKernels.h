@@ -1,6 +1,7 @@
-// The kernel-generation step of `dsc compile` (docs/cuda-backend.md): runs every plan
-// step's rule (codegen/kernels/KernelRules.h), specialises and compiles the distinct
-// kernels with NVRTC, and records them in Plan.kernels and each step's `kernels`.
+// Kernel generation (docs/design.md §3.8): choosing each plan step's kernels by its op's
+// rule (codegen/kernels/KernelRules.h; the compiler's dsc-select-kernels pass records the
+// choices in the plan dialect), and emitting what was chosen: each distinct kernel
+// specialised, compiled with NVRTC and recorded in Plan.kernels and each step's `kernels`.
 // Plain C++17 over the plan's object API, no MLIR.
 #ifndef DSC_CODEGEN_ATTACHKERNELS_H
 #define DSC_CODEGEN_ATTACHKERNELS_H
@@ -9,6 +10,8 @@
 #include "core/Status.h"
 #include "plan_generated.h"
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,13 +32,34 @@ dsrt::Status parseArchList(const std::string &list, std::vector<std::string> &ar
 // then the template. Fails for an unknown kind.
 dsrt::Status specialiseKernel(const KernelSpec &spec, std::string &source);
 
+// What one step's rule chose: the kernels it launches, in its launcher's slot order, or
+// why it has none (it then runs on the CUDA backend's host fallback).
+struct KernelChoice {
+  bool declined = false;
+  std::vector<KernelSpec> kernels;
+  std::string reason;  // when declined
+};
+
+// Every step's choice (steps whose op has a rule), and the sampling kernel.
+struct PlanKernelChoices {
+  std::map<const dsp::StepT *, KernelChoice> steps;
+  std::optional<KernelSpec> sampling;
+};
+
+// Runs each step's rule (dsc-select-kernels does this on the plan dialect, through the
+// plan-shaped view the serializer builds). `weightDTypes`: each weight's stored dtype by
+// weight_index, for a plan whose sections are not laid out yet (empty: the sections', else
+// --dtype's rule; RuleInput::deviceDType). `plan.model` must be described already: a
+// decoder with logits gets the sampling kernel.
+PlanKernelChoices selectKernels(const dsp::PlanT &plan,
+                                const std::vector<dsrt::DType> &weightDTypes);
+
 struct AttachKernelsOptions {
   std::vector<std::string> archs;  // cubins to build; empty: attach nothing (CPU-only)
-  // False: rules and specialisation only, no NVRTC (dsc --emit=cuda); the kernels get no
-  // PTX and no binaries.
+  // False: specialisation only, no NVRTC (dsc --emit=cuda); the kernels get no PTX and no
+  // binaries.
   bool compile = true;
-  // Each weight's stored dtype by weight_index, for a plan whose sections are not laid out
-  // yet (dsc: PlanWriter::weightDTypes); empty: the sections', else --dtype's rule.
+  // attachKernels only: what selectKernels takes.
   std::vector<dsrt::DType> weightDTypes;
 };
 
@@ -51,9 +75,15 @@ struct AttachKernelsReport {
   std::vector<std::string> sources;
 };
 
-// Fills plan.kernels and every step's kernels. Replaces what was there. When NVRTC cannot
-// be loaded (and options.compile), the plan is left CPU-only with a warning in `report`.
-// Errors: an unknown template kind, or a kernel NVRTC rejects (with its log).
+// Fills plan.kernels and every step's kernels with what `choices` says, each distinct
+// spec specialised and compiled once, in the order of the plan's programs and steps.
+// Replaces what was there; decides nothing. With no archs the plan is CPU-only; when NVRTC
+// cannot be loaded (and options.compile), too, with a warning in `report`. Errors: an
+// unknown template kind, or a kernel NVRTC rejects (with its log).
+dsrt::Status emitKernels(dsp::PlanT &plan, const PlanKernelChoices &choices,
+                         const AttachKernelsOptions &options, AttachKernelsReport &report);
+
+// selectKernels, then emitKernels: the two steps on a plan object (unit tests).
 dsrt::Status attachKernels(dsp::PlanT &plan, const AttachKernelsOptions &options,
                            AttachKernelsReport &report);
 

@@ -51,6 +51,18 @@ WeightTransform WeightTransform::quantScales(int64_t groupSize) {
   return t;
 }
 
+WeightTransform WeightTransform::quantizeInt4(int64_t groupSize, DType scaleDtype) {
+  WeightTransform t = quantizeInt8(groupSize, scaleDtype);
+  t.kind = Kind::QuantizeInt4;
+  return t;
+}
+
+WeightTransform WeightTransform::quantScalesInt4(int64_t groupSize) {
+  WeightTransform t = quantScales(groupSize);
+  t.kind = Kind::QuantScalesInt4;
+  return t;
+}
+
 WeightTransform WeightTransform::scale(double factor) {
   WeightTransform t;
   t.kind = Kind::Scale;
@@ -130,6 +142,28 @@ Status step(DType dtype, const Shape &shape, const WeightTransform &t, size_t in
     }
     return Status::ok();
   }
+  case WeightTransform::Kind::QuantizeInt4:
+  case WeightTransform::Kind::QuantScalesInt4: {
+    const char *what = t.kind == WeightTransform::Kind::QuantizeInt4 ? "int4 quantization"
+                                                                      : "int4 scales";
+    if (rank != 2 || !convertible(dtype))
+      return Status::error(where + what + " needs a float [out, in] weight, not " +
+                           dsrt::dtypeName(dtype) + " " + dsrt::shapeString(shape));
+    if (t.groupSize <= 0 || t.groupSize % 2 != 0 || shape[1] % t.groupSize != 0)
+      return Status::error(where + what + ": group size " + std::to_string(t.groupSize) +
+                           " is not a positive even divisor of the " +
+                           std::to_string(shape[1]) + " input features");
+    if (t.kind == WeightTransform::Kind::QuantizeInt4) {
+      if (!convertible(t.scaleDtype))
+        return Status::error(where + "int4 scales must be f32, f16 or bf16");
+      outDtype = DType::U8;
+      outShape[1] = shape[1] / 2;
+    } else {
+      outDtype = DType::F32;
+      outShape[1] = shape[1] / t.groupSize;
+    }
+    return Status::ok();
+  }
   }
   return Status::error(where + "unknown kind");
 }
@@ -153,11 +187,44 @@ float roundedTo(DType dtype, float value) {
   return back;
 }
 
-// Symmetric int8 of a float [out, in] weight: each group of `groupSize` inputs of a row is
-// divided by scale = max|w| / 127 (as `scaleDtype` stores it) and rounded to nearest even,
-// clamped to [-127, 127]. Writes the int8 values to `q` and/or the f32 scales to `scales`.
+// The int4 scale of one group: of the scales max|w| / d for d in [6, 9] by quarters (as
+// `scaleDtype` stores them), the one whose codes in [-8, 7] lose the least squared error.
+// d = 7 is plain max-abs scaling; d > 7 clips the largest values to resolve the rest more
+// finely, and d = 8 uses code -8 for a negative extreme (llama.cpp's quantizers search the
+// same way). The first of equal errors wins, so the choice is deterministic.
+float searchInt4Scale(const float *values, int64_t count, float absMax, DType scaleDtype) {
+  float best = roundedTo(scaleDtype, absMax / 7.0f);
+  if (!(absMax > 0) || !std::isfinite(best))
+    return best;
+  double bestError = -1;
+  for (int step = 0; step <= 12; ++step) {
+    const float scale = roundedTo(scaleDtype, absMax / (7.0f + 0.25f * (step - 4)));
+    if (!(scale > 0) || !std::isfinite(scale))
+      continue;
+    double squared = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const float level = std::clamp(std::nearbyint(values[k] / scale), -8.0f, 7.0f);
+      const double lost = static_cast<double>(values[k]) - static_cast<double>(level) * scale;
+      squared += lost * lost;
+    }
+    if (bestError < 0 || squared < bestError) {
+      bestError = squared;
+      best = scale;
+    }
+  }
+  return best;
+}
+
+// Symmetric quantization of a float [out, in] weight to `bits` (8 or 4): each group of
+// `groupSize` inputs of a row is divided by its scale (int8: max|w| / 127; int4: the
+// searched one above; as `scaleDtype` stores it) and rounded to nearest even, clamped to
+// [-127, 127] (int8) or [-8, 7] (int4). Writes the values to `q` (int8 as they are, int4 as
+// codes + 8 packed two to a byte, the even input low) and/or the f32 scales to `scales`.
 Status quantizeRows(const uint8_t *in, DType dtype, const Shape &shape, int64_t groupSize,
-                    DType scaleDtype, int8_t *q, float *scales, QuantizationError *error) {
+                    int bits, DType scaleDtype, uint8_t *q, float *scales,
+                    QuantizationError *error) {
+  const char *what = bits == 4 ? "int4 quantization" : "int8 quantization";
+  const float highest = bits == 4 ? 7.0f : 127.0f, lowest = bits == 4 ? -8.0f : -127.0f;
   const int64_t rows = shape[0], cols = shape[1];
   const int64_t group = groupSize == 0 ? cols : groupSize;
   const int64_t groupsPerRow = group == 0 ? 0 : cols / group;
@@ -170,13 +237,14 @@ Status quantizeRows(const uint8_t *in, DType dtype, const Shape &shape, int64_t 
       float absMax = 0;
       for (int64_t k = 0; k < group; ++k) {
         if (!std::isfinite(values[k]))
-          return Status::error("int8 quantization: row " + std::to_string(r) +
+          return Status::error(std::string(what) + ": row " + std::to_string(r) +
                                " has a value that is not finite");
         absMax = std::max(absMax, std::fabs(values[k]));
       }
-      const float scale = roundedTo(scaleDtype, absMax / 127.0f);
+      const float scale = bits == 4 ? searchInt4Scale(values, group, absMax, scaleDtype)
+                                    : roundedTo(scaleDtype, absMax / 127.0f);
       if (!std::isfinite(scale))
-        return Status::error("int8 quantization: the scale of row " + std::to_string(r) +
+        return Status::error(std::string(what) + ": the scale of row " + std::to_string(r) +
                              " (max |w| " + std::to_string(absMax) + ") overflows " +
                              dsrt::dtypeName(scaleDtype) +
                              "; store scales in f32 or bf16 (--compute-dtype)");
@@ -186,9 +254,16 @@ Status quantizeRows(const uint8_t *in, DType dtype, const Shape &shape, int64_t 
         // A scale that underflowed to zero leaves only zeros to represent.
         const float quotient = scale > 0 ? values[k] / scale : 0.0f;
         const auto level =
-            static_cast<int8_t>(std::clamp(std::nearbyint(quotient), -127.0f, 127.0f));
-        if (q)
-          q[r * cols + g * group + k] = level;
+            static_cast<int8_t>(std::clamp(std::nearbyint(quotient), lowest, highest));
+        const int64_t index = r * cols + g * group + k;
+        if (q && bits == 8) {
+          q[index] = static_cast<uint8_t>(level);
+        } else if (q) {
+          const auto code = static_cast<uint8_t>(level + 8);
+          uint8_t &pair = q[index / 2];
+          pair = index % 2 == 0 ? static_cast<uint8_t>((pair & 0xF0) | code)
+                                : static_cast<uint8_t>((pair & 0x0F) | (code << 4));
+        }
         const double lost = std::fabs(static_cast<double>(values[k]) -
                                       static_cast<double>(level) * static_cast<double>(scale));
         if (absMax > 0)
@@ -224,10 +299,14 @@ Status applyOne(const uint8_t *in, DType dtype, const Shape &shape, const Weight
     return Status::ok();
   }
   if (t.kind == WeightTransform::Kind::QuantizeInt8)
-    return quantizeRows(in, dtype, shape, t.groupSize, t.scaleDtype,
-                        reinterpret_cast<int8_t *>(out), nullptr, error);
+    return quantizeRows(in, dtype, shape, t.groupSize, 8, t.scaleDtype, out, nullptr, error);
   if (t.kind == WeightTransform::Kind::QuantScales)
-    return quantizeRows(in, dtype, shape, t.groupSize, DType::F32, nullptr,
+    return quantizeRows(in, dtype, shape, t.groupSize, 8, DType::F32, nullptr,
+                        reinterpret_cast<float *>(out), nullptr);
+  if (t.kind == WeightTransform::Kind::QuantizeInt4)
+    return quantizeRows(in, dtype, shape, t.groupSize, 4, t.scaleDtype, out, nullptr, error);
+  if (t.kind == WeightTransform::Kind::QuantScalesInt4)
+    return quantizeRows(in, dtype, shape, t.groupSize, 4, DType::F32, nullptr,
                         reinterpret_cast<float *>(out), nullptr);
   // Transpose and slice: walk the output in order and gather from the input.
   std::vector<int64_t> inStrides = stridesOf(shape);

@@ -19,8 +19,21 @@ struct WeightTransform {
   // its symmetric int8 values and their f32 scales [out, in / groupSize] (groupSize 0: one
   // group per row). The int8 values are computed with the scales as `scaleDtype` will store
   // them, so that q * stored scale is what the quantization chose.
+  // QuantizeInt4 and QuantScalesInt4 (docs/int4.md) do the same in 4 bits per group
+  // (groupSize positive and even), each group's scale the one of max|w| / d, d in [6, 9],
+  // that loses the least squared error: the codes q + 8 in [0, 15] packed two to a byte, the
+  // even input in the low nibble, u8 [out, in / 2].
   // Scale multiplies every element by `factor` (in f64, rounded to the weight's dtype).
-  enum class Kind { Transpose, Slice, Convert, QuantizeInt8, QuantScales, Scale };
+  enum class Kind {
+    Transpose,
+    Slice,
+    Convert,
+    QuantizeInt8,
+    QuantScales,
+    QuantizeInt4,
+    QuantScalesInt4,
+    Scale
+  };
   Kind kind = Kind::Convert;
   std::vector<int64_t> perm;  // Transpose: output dim i is input dim perm[i]
   int64_t axis = 0;           // Slice: [offset, offset + size) along axis
@@ -30,8 +43,8 @@ struct WeightTransform {
   // concatenated (a TP shard of fused [q|k|v] columns; BLOOM's per-head Q, K or V rows).
   int64_t groups = 1;
   dsrt::DType to = dsrt::DType::Undefined;  // Convert: between f32, f16 and bf16
-  int64_t groupSize = 0;                      // QuantizeInt8, QuantScales
-  dsrt::DType scaleDtype = dsrt::DType::F32;  // QuantizeInt8
+  int64_t groupSize = 0;                      // QuantizeInt8/Int4, QuantScales/Int4
+  dsrt::DType scaleDtype = dsrt::DType::F32;  // QuantizeInt8, QuantizeInt4
   double factor = 1;                          // Scale
 
   static WeightTransform transpose(std::vector<int64_t> perm);
@@ -40,11 +53,14 @@ struct WeightTransform {
   static WeightTransform convert(dsrt::DType to);
   static WeightTransform quantizeInt8(int64_t groupSize, dsrt::DType scaleDtype);
   static WeightTransform quantScales(int64_t groupSize);
+  static WeightTransform quantizeInt4(int64_t groupSize, dsrt::DType scaleDtype);
+  static WeightTransform quantScalesInt4(int64_t groupSize);
   static WeightTransform scale(double factor);
 };
 
-// What QuantizeInt8 lost: per element, |w - q * scale| relative to the largest |w| of its
-// group (at most 1/254 plus the scale's rounding), and the mean: sum |w - q * scale| / sum |w|.
+// What QuantizeInt8 or QuantizeInt4 lost: per element, |w - q * scale| relative to the
+// largest |w| of its group (int8: at most 1/254 plus the scale's rounding; int4 clips some
+// groups' extremes, so more), and the mean: sum |w - q * scale| / sum |w|.
 struct QuantizationError {
   double maxRelative = 0;
   double meanRelative = 0;

@@ -432,6 +432,8 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.lowering.maxBatch = maxBatch;
     pipeline.lowering.maxSeqLen = maxSeqLen;
     pipeline.lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
+    pipeline.kernelArchs = arch;
+    pipeline.storedWeightDtype = storedFloatDtype;
     std::optional<double> configuredEpsilon = configuredNormEpsilon(modelDirectory);
     pipeline.missingNormEpsilon = configuredEpsilon.value_or(0.0);
 
@@ -457,7 +459,7 @@ int runCompilerDriver(int argc, char **argv) {
       return EXIT_FAILURE;
     // --emit=tfm shows the IR before lowering.
     if (emit != Stage::Tfm) {
-      if (failed(lowerToPlan(*imported->module, pipeline)))
+      if (failed(lowerToPlan(*imported->module, pipeline, imported->weights.get())))
         return EXIT_FAILURE;
       if (auto fitted = (*imported->module)->getAttrOfType<IntegerAttr>("dsc.max_seq_len"))
         maxSeqLen = fitted.getInt();
@@ -466,7 +468,6 @@ int runCompilerDriver(int argc, char **argv) {
   // --emit=cuda|ptx runs the whole compilation and prints the plan's kernels.
   if (emit == Stage::PlanFile || emit == Stage::Cuda || emit == Stage::Ptx) {
     ExportOptions options;
-    options.arch = arch;
     if (emit == Stage::Cuda)
       options.emitKernels = "cuda";
     else if (emit == Stage::Ptx)

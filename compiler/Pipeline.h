@@ -8,6 +8,7 @@
 #include "compiler/quantize/Passes.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/LLVM.h"
 
 #include <optional>
@@ -35,7 +36,20 @@ struct PipelineOptions {
   bool fuse = true;
   bool fuseRemarks = false;
   LowerOnnxToPlanOptions lowering;
+  // Kernel selection (dsc-select-kernels): the GPU architectures ("none": a CPU-only plan)
+  // and how float weights are stored (dsc --dtype, or int8's --compute-dtype).
+  std::string kernelArchs = "sm_80,sm_90";
+  std::string storedWeightDtype = "fp32";
 };
+
+// The three stages' passes, for dsc (which reports between them) and for the one named
+// pipeline dsc-opt runs, `dsc-compile` (registerCompilePipeline).
+void addRecognizePasses(mlir::OpPassManager &pm, const onnx_frontend::WeightStore *weights,
+                        const PipelineOptions &options, RecognitionDeclines *declines);
+void addShardAndQuantizePasses(mlir::OpPassManager &pm, const PipelineOptions &options);
+void addLowerToPlanPasses(mlir::OpPassManager &pm, const PipelineOptions &options,
+                          const onnx_frontend::WeightStore *weights);
+void registerCompilePipeline();
 
 // Constant folding, then (unless options.recognize is off) the layers, attention and the
 // prefill/decode programs. `declines` (may be null) collects what recognition turned down.
@@ -48,8 +62,10 @@ mlir::LogicalResult recognizeTransformers(mlir::ModuleOp module,
 // asked for.
 mlir::LogicalResult shardAndQuantize(mlir::ModuleOp module, const PipelineOptions &options);
 
-// Fusion, lowering to the plan dialect and the memory plan.
-mlir::LogicalResult lowerToPlan(mlir::ModuleOp module, const PipelineOptions &options);
+// Fusion, lowering to the plan dialect, the memory plan and kernel selection. `weights`
+// gives a widened half export's stored dtypes to kernel selection.
+mlir::LogicalResult lowerToPlan(mlir::ModuleOp module, const PipelineOptions &options,
+                                const onnx_frontend::WeightStore *weights);
 
 } // namespace dsc
 

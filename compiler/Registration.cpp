@@ -1,5 +1,7 @@
 #include "compiler/Registration.h"
 
+#include "compiler/Pipeline.h"
+
 #include "compiler/fuse/Passes.h"
 #include "compiler/lowering/Passes.h"
 #include "compiler/parallel/Passes.h"
@@ -29,6 +31,7 @@ void registerAllPasses() {
   registerDscQuantizePasses();
   registerDscFusePasses();
   registerFusePipeline();
+  registerCompilePipeline();
 }
 
 } // namespace dsc

@@ -104,6 +104,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     options.kvCacheDtype = hash % 2 ? "f16" : "bf16";
   options.lowering.maxBatch = 2;
   options.lowering.maxSeqLen = 16;
+#ifdef DSC_FUZZ_GENERATE
+  // A CPU-only plan (no NVRTC), as `dsc compile --arch none` writes it.
+  options.kernelArchs = "none";
+#endif
   mlir::ModuleOp module = *imported->module;
   if (mlir::failed(dsc::recognizeTransformers(module, imported->weights.get(), options, nullptr))) {
     if (!reported)
@@ -115,13 +119,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       unexplainedFailure("sharding or quantization");
     return 0;
   }
-  if (mlir::failed(dsc::lowerToPlan(module, options))) {
+  if (mlir::failed(dsc::lowerToPlan(module, options, imported->weights.get()))) {
     if (!reported)
       unexplainedFailure("lowering");
     return 0;
   }
 #ifdef DSC_FUZZ_GENERATE
-  // A CPU-only plan (no NVRTC), as `dsc compile --arch none` writes it.
   dsc::ExportOptions exportOptions;
   exportOptions.maxBatch = options.lowering.maxBatch;
   exportOptions.maxSeqLen = options.lowering.maxSeqLen;

@@ -115,6 +115,10 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   }
   const DType weightType = in.deviceDType(*weight);
   const dsp::TensorT *scales = in.input(kScales);
+  if (weightType == DType::U8 && scales) {
+    reason = "int4 weights (docs/int4.md) have no generated kernel yet";
+    return false;
+  }
   const bool int8 = weightType == DType::I8;
   if (int8 != (scales != nullptr)) {
     reason = int8 ? "the int8 weight has no scales"

@@ -5,6 +5,7 @@
 #include "codegen/PlanWriter.h"
 #include "codegen/WeightTransforms.h"
 #include "compiler/lowering/ModelInfo.h"
+#include "compiler/lowering/PlanView.h"
 #include "compiler/lowering/ShapeBounds.h"
 #include "dialects/plan/IR/PlanDialect.h"
 
@@ -40,15 +41,27 @@ std::vector<uint8_t> denseBytes(DenseElementsAttr value) {
   return tensorFromAttr(value).storage;
 }
 
+// The plan header the module describes. With a writer, the plan file's: each weight is
+// registered with its shards, and each step's kernels are the ones its attributes name.
+// Without one, the same header with each weight's stored dtype only (no bytes read): what
+// dsc-select-kernels' rules see.
 class Exporter {
 public:
-  Exporter(ModuleOp module, const onnx_frontend::WeightStore &weights,
-           const ExportOptions &options, PlanWriter &writer)
-      : module_(module), weights_(weights), options_(options), writer_(writer),
-        plan_(writer.plan()) {}
+  Exporter(ModuleOp module, const onnx_frontend::WeightStore *weights,
+           const ExportOptions &options, dsp::PlanT &plan, PlanWriter *writer)
+      : module_(module), weights_(weights), options_(options), writer_(writer), plan_(plan) {
+    if (writer)
+      weightShards_.emplace(*weights, options_, writer->ranks());
+  }
 
   LogicalResult run();
-  const QuantizationSummary &quantization() const { return weightShards_.quantization(); }
+  const QuantizationSummary &quantization() const { return weightShards_->quantization(); }
+  // Without a writer: each weight's stored dtype, by weight_index.
+  const std::vector<dsrt::DType> &weightDTypes() const { return weightDTypes_; }
+  // Each step's plan.exec.
+  const std::map<const dsp::StepT *, plan::ExecOp> &stepOps() const { return stepOps_; }
+  // The kernels the module's attributes chose (dsc-select-kernels).
+  const codegen::PlanKernelChoices &kernelChoices() const { return kernelChoices_; }
 
 private:
   LogicalResult exportProgram(Block &body, dsp::ProgramT &program);
@@ -67,14 +80,24 @@ private:
                               const ShardsFn &shards);
 
   ModuleOp module_;
-  const onnx_frontend::WeightStore &weights_;
+  const onnx_frontend::WeightStore *weights_;
   const ExportOptions &options_;
-  PlanWriter &writer_;
+  PlanWriter *writer_;
   dsp::PlanT &plan_;
   DenseMap<Value, int> tensors_;
   llvm::StringMap<int32_t> weightIndex_;
-  WeightShards weightShards_{weights_, options_, writer_.ranks()};
+  std::optional<WeightShards> weightShards_;
+  std::vector<dsrt::DType> weightDTypes_;
+  std::map<const dsp::StepT *, plan::ExecOp> stepOps_;
+  codegen::PlanKernelChoices kernelChoices_;
 };
+
+codegen::KernelSpec kernelSpec(plan::KernelAttr kernel) {
+  codegen::KernelSpec spec{kernel.getKind().str(), {}};
+  for (auto [name, value] : llvm::zip(kernel.getNames(), kernel.getValues()))
+    spec.constants.push_back({name.getValue().str(), value});
+  return spec;
+}
 
 std::unique_ptr<dsp::TensorT> Exporter::describe(Value value, StringRef name) {
   auto tensor = std::make_unique<dsp::TensorT>();
@@ -101,11 +124,17 @@ FailureOr<int> Exporter::tensorFor(Value value) {
 FailureOr<int> Exporter::weightTensor(Operation *op, StringRef name, const std::string &key,
                                       const ShardsFn &shards) {
   auto [it, inserted] = weightIndex_.try_emplace(key, -1);
-  if (inserted) {
+  if (inserted && !writer_) {
+    FailureOr<dsrt::DType> stored = storedWeightDType(op, weights_, options_.weightDtype);
+    if (failed(stored))
+      return failure();
+    it->second = static_cast<int32_t>(weightDTypes_.size());
+    weightDTypes_.push_back(*stored);
+  } else if (inserted) {
     FailureOr<std::vector<dsc::WeightShard>> made = shards();
     if (failed(made))
       return failure();
-    dsrt::Status status = writer_.addWeight(key, std::move(*made), it->second);
+    dsrt::Status status = writer_->addWeight(key, std::move(*made), it->second);
     if (!status.isOk())
       return op->emitOpError() << status.message();
   }
@@ -220,7 +249,7 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
           }))
         continue;
       FailureOr<int> id = weightTensor(weight, weight.getName(), weightKey(weight),
-                                       [&] { return weightShards_.of(weight); });
+                                       [&] { return weightShards_->of(weight); });
       if (failed(id))
         return failure();
       tensors_[weight.getOutput()] = *id;
@@ -235,7 +264,7 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
           name += (name.empty() ? "" : "+") + weight.getName().str();
       }
       std::string key = name + " [" + parts + "]";
-      FailureOr<int> id = weightTensor(concat, name, key, [&] { return weightShards_.of(concat); });
+      FailureOr<int> id = weightTensor(concat, name, key, [&] { return weightShards_->of(concat); });
       if (failed(id))
         return failure();
       tensors_[concat.getOutput()] = *id;
@@ -260,6 +289,16 @@ LogicalResult Exporter::exportProgram(Block &body, dsp::ProgramT &program) {
       }
       if (failed(addSlots(exec, exec.getMaxShapes(), exec.getArenaOffsets(), step->outputs)))
         return failure();
+      stepOps_[step.get()] = exec;
+      if (auto kernels = exec.getKernels()) {
+        codegen::KernelChoice &choice = kernelChoices_.steps[step.get()];
+        for (auto kernel : kernels->getAsRange<plan::KernelAttr>())
+          choice.kernels.push_back(kernelSpec(kernel));
+      } else if (auto decline = exec.getKernelDecline()) {
+        codegen::KernelChoice &choice = kernelChoices_.steps[step.get()];
+        choice.declined = true;
+        choice.reason = decline->str();
+      }
       program.steps.push_back(std::move(step));
     } else if (auto branch = dyn_cast<plan::IfOp>(op)) {
       auto step = std::make_unique<dsp::StepT>();
@@ -309,13 +348,15 @@ LogicalResult Exporter::run() {
   plan_.producer = options_.producer;
   plan_.model_name = options_.modelName;
   plan_.options = std::make_unique<dsp::CompileOptionsT>();
-  plan_.options->dtype = options_.int8 ? "int8" : options_.weightDtype;
+  plan_.options->dtype = !options_.int8 ? options_.weightDtype
+                         : options_.weightBits == 4 ? "int4"
+                                                    : "int8";
   if (options_.int8) {
     plan_.options->compute_dtype = options_.weightDtype;
     plan_.options->int8_group_size = static_cast<int32_t>(options_.int8GroupSize);
     plan_.options->int8_mlp_extra_grouping = options_.int8MlpExtraGrouping;
   }
-  plan_.options->tp = writer_.ranks();
+  plan_.options->tp = writer_ ? writer_->ranks() : 1;
   plan_.options->command_line = options_.commandLine;
   plan_.limits = std::make_unique<dsp::LimitsT>();
   plan_.limits->max_batch = options_.maxBatch;
@@ -343,27 +384,29 @@ LogicalResult Exporter::run() {
     return failure();
   if (auto vocabSizes = module_->getAttrOfType<DenseI64ArrayAttr>(kVocabShardSizesAttr))
     describeVocabularyShards(plan_, vocabSizes.asArrayRef());
+  if (auto sampling =
+          module_->getAttrOfType<plan::KernelAttr>(plan::PlanDialect::kSamplingKernelAttr))
+    kernelChoices_.sampling = kernelSpec(sampling);
   return success();
 }
 
-// Generates the plan's GPU kernels (--arch), or prints them (--emit=cuda|ptx).
+// Compiles the kernels that kernel selection chose (for the module's plan.kernel_archs),
+// or prints them (--emit=cuda|ptx).
 LogicalResult attachPlanKernels(ModuleOp module, const ExportOptions &options,
-                                PlanWriter &writer, bool &printed, const std::string &path) {
+                                const Exporter &exporter, PlanWriter &writer, bool &printed,
+                                const std::string &path) {
   dsp::PlanT &plan = writer.plan();
   printed = false;
-  std::vector<std::string> archs;
-  dsrt::Status status = codegen::parseArchList(options.arch, archs);
-  if (!status.isOk())
-    return module.emitError() << status.message();
-  if (!options.emitKernels.empty() && archs.empty())
+  codegen::AttachKernelsOptions attach;
+  if (auto archs = module->getAttrOfType<ArrayAttr>(plan::PlanDialect::kKernelArchsAttr))
+    for (auto arch : archs.getAsValueRange<StringAttr>())
+      attach.archs.push_back(arch.str());
+  if (!options.emitKernels.empty() && attach.archs.empty())
     return module.emitError() << "--emit=" << options.emitKernels
                               << " needs GPU architectures, not --arch none";
-  codegen::AttachKernelsOptions attach;
-  attach.archs = archs;
   attach.compile = options.emitKernels != "cuda";
-  attach.weightDTypes = writer.weightDTypes();
   codegen::AttachKernelsReport report;
-  status = codegen::attachKernels(plan, attach, report);
+  dsrt::Status status = codegen::emitKernels(plan, exporter.kernelChoices(), attach, report);
   if (!status.isOk())
     return module.emitError() << status.message();
   for (const std::string &warning : report.warnings)
@@ -403,11 +446,11 @@ LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weig
   if (auto tp = module->getAttrOfType<IntegerAttr>(kTensorParallelRanksAttr))
     ranks = static_cast<int>(tp.getInt());
   PlanWriter writer(ranks);
-  Exporter exporter(module, weights, options, writer);
+  Exporter exporter(module, &weights, options, writer.plan(), &writer);
   if (failed(exporter.run()))
     return failure();
   bool printed = false;
-  if (failed(attachPlanKernels(module, options, writer, printed, path)))
+  if (failed(attachPlanKernels(module, options, exporter, writer, printed, path)))
     return failure();
   if (printed)
     return success();
@@ -417,10 +460,26 @@ LogicalResult exportPlan(ModuleOp module, const onnx_frontend::WeightStore &weig
   const QuantizationSummary &quantization = exporter.quantization();
   if (quantization.weights > 0)
     llvm::errs() << llvm::format(
-        "dsc: int8: %lld weights quantized; max error %.3f%% of a group's max |w|, mean "
+        "dsc: %s: %lld weights quantized; max error %.3f%% of a group's max |w|, mean "
         "%.3f%% of |w| (--verbose: per weight)\n",
-        static_cast<long long>(quantization.weights), 100 * quantization.maxRelative,
+        options.weightBits == 4 ? "int4" : "int8", static_cast<long long>(quantization.weights),
+        100 * quantization.maxRelative,
         100 * quantization.sumMeanRelative / quantization.weights);
+  return success();
+}
+
+LogicalResult describePlan(ModuleOp module, const onnx_frontend::WeightStore *weights,
+                           const std::string &weightDtype, PlanView &view) {
+  ExportOptions options;
+  options.weightDtype = weightDtype;
+  view.plan = dsp::PlanT();
+  Exporter exporter(module, weights, options, view.plan, /*writer=*/nullptr);
+  if (failed(exporter.run()))
+    return failure();
+  view.weightDTypes = exporter.weightDTypes();
+  view.steps.clear();
+  for (auto [step, exec] : exporter.stepOps())
+    view.steps[step] = exec;
   return success();
 }
 

@@ -26,6 +26,8 @@ struct ExportOptions {
   // every other float weight is stored as `weightDtype` (the compute dtype). Recorded in
   // the plan's options.
   bool int8 = false;
+  // With `int8`: 4 for --dtype int4 (docs/int4.md: the linears int4, the LM head int8).
+  int weightBits = 8;
   int64_t int8GroupSize = 0;
   bool int8MlpExtraGrouping = false;
   // Print what quantization lost, weight by weight (dsc --verbose); a summary is printed
@@ -38,13 +40,12 @@ struct ExportOptions {
   std::string modelDirectory;
   std::string commandLine;
   std::string producer;
-  // GPU architectures to generate kernels for ("sm_80,sm_90"), or "none": a CPU-only plan
-  // (codegen/AttachKernels.h).
-  std::string arch = "none";
   // "" writes the plan to `path`; "cuda" or "ptx" writes each generated kernel's
-  // specialised source or PTX there instead ('-': stdout).
+  // specialised source or PTX there instead ('-': stdout). The kernels and the
+  // architectures they are built for are what dsc-select-kernels recorded in the module.
   std::string emitKernels;
 };
+
 
 // Errors are emitted as diagnostics on the module.
 mlir::LogicalResult exportPlan(mlir::ModuleOp module,

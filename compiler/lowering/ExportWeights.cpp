@@ -104,6 +104,12 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
       } else if (kind == "quant_scales") {
         transforms.push_back(
             WeightTransform::quantScales(transform.getAs<IntegerAttr>("group_size").getInt()));
+      } else if (kind == "quantize_int4") {
+        transforms.push_back(WeightTransform::quantizeInt4(
+            transform.getAs<IntegerAttr>("group_size").getInt(), storedFloatDtype(weightDtype)));
+      } else if (kind == "quant_scales_int4") {
+        transforms.push_back(WeightTransform::quantScalesInt4(
+            transform.getAs<IntegerAttr>("group_size").getInt()));
       } else {
         transforms.push_back(
             WeightTransform::convert(runtimeDType(transform.getAs<TypeAttr>("to").getValue())));
@@ -128,6 +134,40 @@ std::string weightKey(plan::WeightTensorOp op) {
     key += " " + printed;
   }
   return key;
+}
+
+FailureOr<dsrt::DType> storedWeightDType(Operation *op, const onnx_frontend::WeightStore *weights,
+                                         const std::string &weightDtype) {
+  bool linearBias = onlyLinearBias(op->getResult(0));
+  // Joined parts are stored alike (WeightShards::of checks it as it joins them).
+  if (auto concat = dyn_cast<plan::WeightConcatOp>(op)) {
+    if (concat.getParts().empty())
+      return concat.emitOpError("joins no weights");
+    op = concat.getParts().front().getDefiningOp();
+  }
+  auto weight = dyn_cast_or_null<plan::WeightTensorOp>(op);
+  if (!weight)
+    return failure();
+  auto type = cast<RankedTensorType>(weight.getType());
+  auto sourceType =
+      weight.getSourceType() ? cast<RankedTensorType>(*weight.getSourceType()) : type;
+  dsrt::DType sourceDtype = runtimeDType(sourceType);
+  if (weights)
+    if (const onnx_frontend::WeightRecord *record = weights->lookup(weight.getName()))
+      sourceDtype = evaluate::storedWeightDType(*record, sourceDtype);
+  FailureOr<std::vector<WeightTransform>> transforms =
+      transformsOf(weight, /*rank=*/0, runtimeDType(type), weightDtype, linearBias);
+  if (failed(transforms))
+    return failure();
+  dsrt::DType stored;
+  dsrt::Shape storedShape;
+  dsrt::Status status =
+      transformedType(sourceDtype, dsrt::Shape(sourceType.getShape().begin(),
+                                               sourceType.getShape().end()),
+                      *transforms, stored, storedShape);
+  if (!status.isOk())
+    return weight.emitOpError() << "weight '" << weight.getName() << "': " << status.message();
+  return stored;
 }
 
 FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op) const {
@@ -182,8 +222,11 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op,
                               << "): " << status.message();
     // Streams from the mmapped model (or its external data) straight into the plan file.
     std::string label = quantizedWeightLabel(op, rank, ranks_);
+    const bool int4 = llvm::any_of(*rankTransforms, [](const WeightTransform &t) {
+      return t.kind == WeightTransform::Kind::QuantizeInt4;
+    });
     shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store, record,
-                  label, shape = shard.shape, verbose = options_.verbose,
+                  label, int4, shape = shard.shape, verbose = options_.verbose,
                   summary = &quantization_](uint8_t *destination) {
       llvm::scope_exit release([&] { store->releasePages(*record); });
       QuantizationError error;
@@ -195,9 +238,9 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op,
         summary->sumMeanRelative += error.meanRelative;
         if (verbose)
           llvm::errs() << llvm::format(
-              "dsc: int8 %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
+              "dsc: %s %s %s, %lld groups: max error %.3f%% of its group's max |w|, "
               "mean %.3f%% of |w|\n",
-              label.c_str(), dsrt::shapeString(shape).c_str(),
+              int4 ? "int4" : "int8", label.c_str(), dsrt::shapeString(shape).c_str(),
               static_cast<long long>(error.groups), 100 * error.maxRelative,
               100 * error.meanRelative);
       }

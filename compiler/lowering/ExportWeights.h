@@ -24,6 +24,14 @@ struct QuantizationSummary {
 // different transforms, a shard per use say, is stored once per use).
 std::string weightKey(plan::WeightTensorOp op);
 
+// The dtype `op` (a plan.weight_tensor or plan.weight_concat) is stored in: its transforms
+// and --dtype's storage rule applied to its source dtype, which `weights` gives for a
+// widened half export (null: the IR's). What the plan writer will write, known without
+// reading the weight. Errors are emitted on the op.
+mlir::FailureOr<dsrt::DType> storedWeightDType(mlir::Operation *op,
+                                               const onnx_frontend::WeightStore *weights,
+                                               const std::string &weightDtype);
+
 class WeightShards {
 public:
   WeightShards(const onnx_frontend::WeightStore &weights, const ExportOptions &options,

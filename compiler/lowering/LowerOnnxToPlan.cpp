@@ -74,8 +74,22 @@ FailureOr<Attribute> planTransform(Operation *op, Attribute transform) {
         {b.getNamedAttr("kind", b.getStringAttr("quant_scales")),
          b.getNamedAttr("group_size", b.getI64IntegerAttr(scales.getGroupSize()))}));
   }
+  if (auto quantize = dyn_cast<tfm::QuantizeInt4Attr>(transform))
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("quantize_int4")),
+         b.getNamedAttr("group_size", b.getI64IntegerAttr(quantize.getGroupSize()))}));
+  if (auto scales = dyn_cast<tfm::QuantScalesInt4Attr>(transform)) {
+    if (!scales.getDtype().isF32())
+      return op->emitOpError() << "has int4 scales of type " << scales.getDtype()
+                                << "; the plan writer computes f32 scales (the stored dtype "
+                                   "is --compute-dtype)";
+    return Attribute(b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("quant_scales_int4")),
+         b.getNamedAttr("group_size", b.getI64IntegerAttr(scales.getGroupSize()))}));
+  }
   return op->emitOpError() << "has a transform the plan writer cannot apply: " << transform;
 }
+
 
 std::string sourceOf(Location loc) {
   if (auto name = dyn_cast<NameLoc>(loc))
@@ -116,6 +130,8 @@ FailureOr<ArrayAttr> Lowering::resultBounds(Operation *op, SmallVectorImpl<Type>
       return op->emitOpError("has a result whose shape could not be bounded under the "
                              "plan's limits");
     if (!entry->bounded) {
+      if (!entry->dynamicWhy.empty())
+        op->emitWarning() << entry->dynamicWhy;
       // Allocated when it runs: unranked, with an empty bound.
       types.push_back(UnrankedTensorType::get(getElementTypeOrSelf(result.getType())));
       attrs.push_back(DenseI64ArrayAttr::get(op->getContext(), {}));
@@ -156,7 +172,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       }
     mapping.map(weight.getOutput(),
                 plan::WeightTensorOp::create(
-                    builder_, loc, weight.getType(), weight.getName(),
+                    builder_, loc, storedWeightType(weight.getType()), weight.getName(),
                     TypeAttr::get(weight.getSourceType()),
                     transforms.empty() ? ArrayAttr() : builder_.getArrayAttr(transforms)));
     return success();
@@ -166,7 +182,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     for (Value part : concat.getParts())
       parts.push_back(mapping.lookup(part));
     mapping.map(concat.getOutput(),
-                plan::WeightConcatOp::create(builder_, loc, concat.getType(), parts));
+                plan::WeightConcatOp::create(builder_, loc, storedWeightType(concat.getType()),
+                                             parts));
     return success();
   }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {
@@ -231,7 +248,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     return failure();
   auto exec = plan::ExecOp::create(builder_, loc, types, stepName(op), inputs, *attrs,
                                    *maxShapes, DenseI64ArrayAttr(),
-                                   builder_.getStringAttr(sourceOf(loc)));
+                                   builder_.getStringAttr(sourceOf(loc)),
+                                   /*kernels=*/ArrayAttr(), /*kernel_decline=*/StringAttr());
   for (auto [from, to] : llvm::zip(op->getResults(), exec.getResults()))
     mapping.map(from, to);
   return success();
@@ -354,7 +372,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
           probeErrors.push_back(std::move(diagnostic));
           return success();
         });
-        bounds = evaluateShapeBounds(func, inputShapes);
+        bounds = evaluateShapeBounds(func, inputShapes, /*dynamicFallback=*/true);
       }
       if (failed(bounds))
         continue;
@@ -368,6 +386,8 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
         if (inserted)
           continue;
         if (!other.bounded || !it->second.bounded) {
+          if (it->second.bounded || it->second.dynamicWhy.empty())
+            it->second.dynamicWhy = other.dynamicWhy;
           it->second.bounded = false;
           it->second.shape.clear();
           continue;

@@ -4,6 +4,7 @@
 
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
+#include "dialects/tfm/IR/TfmDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
@@ -15,6 +16,15 @@ namespace dsc {
 
 #define GEN_PASS_REGISTRATION
 #include "compiler/lowering/Passes.h.inc"
+
+namespace onnx_frontend {
+class WeightStore;
+}
+// dsc-select-kernels as dsc runs it: `weights` gives a widened half export's stored dtypes
+// (dsc-opt has none and reads the IR's).
+std::unique_ptr<mlir::Pass>
+createSelectKernelsWithWeights(const onnx_frontend::WeightStore *weights,
+                               SelectKernelsOptions options);
 
 } // namespace dsc
 

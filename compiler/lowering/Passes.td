@@ -57,4 +57,29 @@ def PlanMemory : Pass<"dsc-plan-memory", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::plan::PlanDialect"];
 }
 
+def SelectKernels : Pass<"dsc-select-kernels", "mlir::ModuleOp"> {
+  let summary = "Choose each plan step's generated GPU kernels, by its op's rule";
+  let description = [{
+    For every plan.exec whose op has a kernel rule (codegen/kernels/*Rules.cpp, one rule per
+    op of the onnx or tfm dialect), records the kernels the step launches as `kernels`, a
+    list of `#plan.kernel<"template", CONSTANT = value, ...>` in its CUDA launcher's slot
+    order, or why the rule chose none as `kernel_decline` (the step then runs on the CUDA
+    backend's host fallback). A decoder with logits also gets the module's
+    `plan.sampling_kernel`, and the module records `plan.kernel_archs`. The rules read the
+    plan header that the plan writer would store (what the runtime sees: dtypes, static
+    sizes, attributes, each weight's stored dtype), so the plan writer only compiles what
+    the attributes say. With `arch=none` the plan is CPU-only: every kernel attribute is
+    removed.
+  }];
+  let options = [
+    Option<"arch", "arch", "std::string", "\"sm_80,sm_90\"",
+           "GPU architectures the kernels are built for (comma list), or none">,
+    Option<"weightDtype", "weight-dtype", "std::string", "\"fp32\"",
+           "How float weights are stored (dsc --dtype, or int8's compute dtype): fp32, fp16 "
+           "or bf16; the kernels read them so">,
+  ];
+  let dependentDialects = ["dsc::plan::PlanDialect", "dsc::onnx::OnnxDialect",
+                           "dsc::tfm::TfmDialect"];
+}
+
 #endif

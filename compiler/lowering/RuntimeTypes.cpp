@@ -36,6 +36,18 @@ dsrt::OwnedTensor tensorFromAttr(DenseElementsAttr value) {
   return tensor;
 }
 
+// The type a weight has in the plan: a ui4 [.., in] weight (docs/int4.md) is stored two
+// codes to a byte, ui8 [.., in / 2]; every other type as it is.
+Type storedWeightType(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.getElementType().isUnsignedInteger(4) || ranked.getRank() == 0)
+    return type;
+  SmallVector<int64_t> shape(ranked.getShape());
+  shape.back() /= 2;
+  return RankedTensorType::get(
+      shape, IntegerType::get(type.getContext(), 8, IntegerType::Unsigned));
+}
+
 std::string stepName(Operation *op) {
   if (op->getDialect() && op->getDialect()->getNamespace() == "tfm")
     return op->getName().getStringRef().str();

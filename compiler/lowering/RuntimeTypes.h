@@ -30,6 +30,10 @@ mlir::DenseElementsAttr attrFromTensor(mlir::MLIRContext *context,
 // rotary attribute rotary_dim/rotary_base/rotary_interleaved, absent optional ones their
 // contract default). Plan lowering and shape evaluation both use these, so a step runs
 // with the attributes its shapes were evaluated with.
+// The type a weight has in the plan and to the runtime's kernels: a ui4 [.., in] weight
+// (docs/int4.md) is stored two codes to a byte, ui8 [.., in / 2]; any other type as it is.
+mlir::Type storedWeightType(mlir::Type type);
+
 std::string stepName(mlir::Operation *op);
 llvm::SmallVector<mlir::Value> stepInputs(mlir::Operation *op);
 mlir::FailureOr<mlir::DictionaryAttr> stepAttributes(mlir::Operation *op);

@@ -98,7 +98,7 @@ LogicalResult BoundEvaluator::evaluateOp(Operation *op) {
   if (isa<onnx::YieldOp, func::ReturnOp, onnx::NoValueOp>(op))
     return success();
   if (isa<onnx::WeightOp, tfm::WeightOp, tfm::ConcatWeightsOp>(op)) {
-    auto type = cast<RankedTensorType>(op->getResult(0).getType());
+    auto type = cast<RankedTensorType>(storedWeightType(op->getResult(0).getType()));
     set(op->getResult(0), runtimeDType(type),
         dsrt::Shape(type.getShape().begin(), type.getShape().end()));
     return success();

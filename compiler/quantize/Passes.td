@@ -4,7 +4,7 @@
 include "mlir/Pass/PassBase.td"
 
 def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
-  let summary = "int8 weight-only quantization of the linear layers and the LM head (dsc --dtype int8)";
+  let summary = "int8 or int4 weight-only quantization of the linear layers and the LM head (dsc --dtype int8|int4)";
   let description = [{
     docs/design.md §3.5 and docs/int8.md. Every `tfm.linear` (and `tfm.lm_head`) whose weight is a float
     `tfm.weight` gets an int8 weight (the same handle with `#tfm.quantize_int8` appended)
@@ -19,6 +19,12 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
 
     A group size that does not divide some rank's share of a layer's inputs is an error
     naming the layer. Layers that are not quantized are listed as remarks with `remarks`.
+
+    With `bits=4` (docs/int4.md) the linear layers get 4-bit weights instead
+    (`#tfm.quantize_int4`, `#tfm.quant_scales_int4`: ui4 codes, a scale per group of
+    `group-size` inputs, which must then be positive and even), and the LM head, where it is
+    quantized, int8 weights in groups of the same size: it alone decides each token, and
+    llama.cpp's and ONNX Runtime GenAI's 4-bit formats keep it wider too.
   }];
   let options = [
     Option<"groupSize", "group-size", "int64_t", "0",
@@ -29,6 +35,8 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
            "Quantize the LM head (tfm.lm_head) too">,
     Option<"remarks", "remarks", "bool", "false",
            "Emit a remark for every linear layer that is not quantized, with the reason">,
+    Option<"bits", "bits", "int64_t", "8",
+           "The linear layers' weights: 8 (int8) or 4 (int4 in groups; the LM head int8)">,
   ];
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }

@@ -1,5 +1,5 @@
-// dsc-quantize-weights: int8 weight handles and their scales for the linear layers
-// (docs/int8.md). The bytes are quantized by the plan writer (codegen/WeightTransforms),
+// dsc-quantize-weights: int8 or int4 weight handles and their scales for the linear layers
+// (docs/int8.md, docs/int4.md). The bytes are quantized by the plan writer (codegen/WeightTransforms),
 // after each rank's shard is cut, so only the handles change here.
 #include "compiler/quantize/Passes.h"
 
@@ -50,6 +50,17 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
   using QuantizeWeightsBase::QuantizeWeightsBase;
 
   void runOnOperation() override {
+    if (bits != 8 && bits != 4) {
+      getOperation().emitError() << "weights are quantized to 8 or 4 bits, not "
+                                 << int64_t(bits);
+      return signalPassFailure();
+    }
+    if (bits == 4 && (groupSize <= 0 || groupSize % 2 != 0)) {
+      getOperation().emitError() << "int4 weights need a positive, even group size (32, 64, "
+                                    "128: a scale per group of inputs), not "
+                                 << int64_t(groupSize);
+      return signalPassFailure();
+    }
     if (groupSize < 0) {
       getOperation().emitError() << "the int8 group size must be positive, or 0 for one group "
                                     "per output channel, not "
@@ -72,13 +83,15 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
   }
 
   // The layer's group size: 0 (one group per row) when the requested size covers every
-  // rank's inputs. Fails, naming the layer, when it does not divide some rank's share.
-  FailureOr<int64_t> layerGroupSize(Operation *layer, ArrayRef<int64_t> inputsPerRank) {
+  // rank's inputs (int8 only: int4 keeps its groups). Fails, naming the layer, when it does
+  // not divide some rank's share.
+  FailureOr<int64_t> layerGroupSize(Operation *layer, ArrayRef<int64_t> inputsPerRank,
+                                    int layerBits) {
     auto linear = dyn_cast<tfm::LinearOp>(layer);
     const bool finer = mlpExtraGrouping && linear && isMlpLinear(linear);
     int64_t size = groupSize;
     int64_t largest = *llvm::max_element(inputsPerRank);
-    if (size == 0 || size >= largest) {
+    if (layerBits == 8 && (size == 0 || size >= largest)) {
       if (!finer)
         return int64_t(0);
       // Two groups per row: half of each rank's inputs, which must then be one size.
@@ -90,14 +103,16 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       if (size > 0 && in % size == 0)
         continue;
       InFlightDiagnostic error = layer->emitError()
-                                 << "int8 group size " << size
+                                 << (layerBits == 4 ? "int4" : "int8") << " group size " << size
                                  << (finer ? " (halved for the MLP by --int8-mlp-extra-grouping)"
                                            : "")
                                  << " does not divide the " << in << " input features of this "
                                  << (linear ? "linear layer" : "LM head");
       if (inputsPerRank.size() > 1)
         error << " on rank " << rank << " of " << inputsPerRank.size();
-      error << "; choose a group size that divides it, or 0 for one group per output channel";
+      error << (layerBits == 4 ? "; choose an even group size that divides it"
+                               : "; choose a group size that divides it, or 0 for one group "
+                                 "per output channel");
       return failure();
     }
     return size;
@@ -107,7 +122,7 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     auto linear = dyn_cast<tfm::LinearOp>(layer);
     auto head = dyn_cast<tfm::LmHeadOp>(layer);
     if (linear ? bool(linear.getScales()) : bool(head.getScales())) {
-      decline(layer, "it is already int8");
+      decline(layer, "it is already quantized");
       return success();
     }
     Value weightValue = linear ? linear.getWeight() : head.getWeight();
@@ -129,7 +144,9 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       decline(layer, "its input is not float");
       return success();
     }
-    FailureOr<int64_t> size = layerGroupSize(layer, inputFeaturesPerRank(weight));
+    // The LM head stays int8 under int4 (the pass's description says why).
+    const int layerBits = linear ? static_cast<int>(bits) : 8;
+    FailureOr<int64_t> size = layerGroupSize(layer, inputFeaturesPerRank(weight), layerBits);
     if (failed(size))
       return failure();
 
@@ -146,12 +163,17 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     // The layer's location, so that what quantization lost is reported per layer (an
     // exporter's weight names, onnx::MatMul_846, often say nothing).
     Location where = layer->getLoc();
+    MLIRContext *context = builder.getContext();
+    Attribute quantize = layerBits == 4
+                             ? Attribute(tfm::QuantizeInt4Attr::get(context, *size))
+                             : Attribute(tfm::QuantizeInt8Attr::get(context, *size));
+    Attribute scaleTransform =
+        layerBits == 4 ? Attribute(tfm::QuantScalesInt4Attr::get(context, *size, scaleElement))
+                       : Attribute(tfm::QuantScalesAttr::get(context, *size, scaleElement));
     auto quantized =
-        tfm::WeightOp::create(builder, where, weight.getName(), sourceType,
-                              withLast(tfm::QuantizeInt8Attr::get(builder.getContext(), *size)));
-    auto scales = tfm::WeightOp::create(
-        builder, where, weight.getName(), sourceType,
-        withLast(tfm::QuantScalesAttr::get(builder.getContext(), *size, scaleElement)));
+        tfm::WeightOp::create(builder, where, weight.getName(), sourceType, withLast(quantize));
+    auto scales = tfm::WeightOp::create(builder, where, weight.getName(), sourceType,
+                                        withLast(scaleTransform));
     if (linear) {
       linear.getWeightMutable().assign(quantized);
       linear.getScalesMutable().assign(scales);

@@ -16,6 +16,9 @@
 
 #include "dialects/plan/IR/PlanDialect.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/plan/IR/PlanAttrs.h.inc"
+
 #define GET_OP_CLASSES
 #include "dialects/plan/IR/PlanOps.h.inc"
 

@@ -2,6 +2,7 @@
 #define DSC_DIALECTS_PLAN_OPS_TD
 
 include "dialects/plan/IR/PlanBase.td"
+include "dialects/plan/IR/PlanAttrs.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"

@@ -108,14 +108,15 @@ LogicalResult WeightTensorOp::verify() {
                         transform.getAs<IntegerAttr>("groups")) ||
                        (kind == "convert" && transform.getAs<TypeAttr>("to")) ||
                        (kind == "scale" && transform.getAs<FloatAttr>("factor")) ||
-                       ((kind == "quantize_int8" || kind == "quant_scales") &&
+                       ((kind == "quantize_int8" || kind == "quant_scales" ||
+                         kind == "quantize_int4" || kind == "quant_scales_int4") &&
                         transform.getAs<IntegerAttr>("group_size")));
     if (!ok)
       return emitOpError() << "transform " << index
                            << " must be a transpose (perm), a slice (axis, offset, size, "
                               "groups?), a shard (axis, offsets, sizes, groups), a convert "
-                              "(to), a scale (factor), a quantize_int8 or a quant_scales "
-                              "(group_size)";
+                              "(to), a scale (factor), a quantize_int8, quant_scales, "
+                              "quantize_int4 or quant_scales_int4 (group_size)";
   }
   return success();
 }
@@ -133,6 +134,8 @@ LogicalResult ExecOp::verify() {
   for (Type type : getInputs().getTypes())
     if (!isa<TensorType, NoneType>(type))
       return emitOpError() << "input of type " << type << " is neither a tensor nor none";
+  if (getKernels() && getKernelDecline())
+    return emitOpError("has kernels and a kernel decline; a step has one or the other");
   return verifySlots(*this, getMaxShapes(), getArenaOffsets());
 }
 

@@ -75,6 +75,9 @@ def Plan_ExecOp : Plan_Op<"exec", [Pure, Plan_TensorParents]> {
     `op` names a kernel of libdsrt's op set (runtime/src/ops/Ops.h), in the onnx dialect's
     normalised form; `attrs` are its attributes. Each result has an upper-bound shape in
     `max_shapes` and, after memory planning, an arena byte offset in `arena_offsets`.
+    After kernel selection, `kernels` lists the generated GPU kernels the step launches, in
+    its CUDA launcher's slot order, or `kernel_decline` says why the op's rule chose none
+    (the step then runs on the CUDA backend's host fallback).
 
     ```mlir
     %y = plan.exec "Add"(%a, %b) {max_shapes = [array<i64: 4, 128>]}
@@ -85,7 +88,9 @@ def Plan_ExecOp : Plan_Op<"exec", [Pure, Plan_TensorParents]> {
                    DefaultValuedAttr<DictionaryAttr, "{}">:$attrs,
                    OptionalAttr<TypedArrayAttrBase<DenseI64ArrayAttr, "upper-bound shapes">>:$max_shapes,
                    OptionalAttr<DenseI64ArrayAttr>:$arena_offsets,
-                   OptionalAttr<StrAttr>:$source);
+                   OptionalAttr<StrAttr>:$source,
+                   OptionalAttr<Plan_KernelArrayAttr>:$kernels,
+                   OptionalAttr<StrAttr>:$kernel_decline);
   let results = (outs Variadic<AnyTensor>:$outputs);
   let assemblyFormat = "$op `(` $inputs `)` attr-dict `:` functional-type($inputs, results)";
   let hasVerifier = 1;

@@ -85,6 +85,28 @@ LogicalResult QuantScalesAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   return success();
 }
 
+static LogicalResult verifyInt4GroupSize(function_ref<InFlightDiagnostic()> emitError,
+                                         int64_t groupSize) {
+  // Two codes share a byte, and a group never splits one.
+  if (groupSize <= 0 || groupSize % 2 != 0)
+    return emitError() << "int4 group_size must be positive and even, not " << groupSize;
+  return success();
+}
+
+LogicalResult QuantizeInt4Attr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                       int64_t groupSize) {
+  return verifyInt4GroupSize(emitError, groupSize);
+}
+
+LogicalResult QuantScalesInt4Attr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                          int64_t groupSize, Type dtype) {
+  if (failed(verifyInt4GroupSize(emitError, groupSize)))
+    return failure();
+  if (!isa<FloatType>(dtype))
+    return emitError() << "scales must have a floating-point type, not " << dtype;
+  return success();
+}
+
 LogicalResult RotaryAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dim,
                                  APFloat base, RotaryLayout layout, DenseF32ArrayAttr invFreq,
                                  FloatAttr attentionFactor) {
@@ -220,6 +242,21 @@ static LogicalResult applyTransform(Attribute transform, SmallVectorImpl<int64_t
     if (failed(checkQuantizable(shape, element, scales.getGroupSize(), "quant_scales", error)))
       return failure();
     shape[1] = scales.getGroupSize() == 0 ? 1 : shape[1] / scales.getGroupSize();
+    element = scales.getDtype();
+    return success();
+  }
+  if (auto quantize = dyn_cast<QuantizeInt4Attr>(transform)) {
+    if (failed(checkQuantizable(shape, element, quantize.getGroupSize(), "quantize_int4",
+                                error)))
+      return failure();
+    element = IntegerType::get(transform.getContext(), 4, IntegerType::Unsigned);
+    return success();
+  }
+  if (auto scales = dyn_cast<QuantScalesInt4Attr>(transform)) {
+    if (failed(checkQuantizable(shape, element, scales.getGroupSize(), "quant_scales_int4",
+                                error)))
+      return failure();
+    shape[1] /= scales.getGroupSize();
     element = scales.getDtype();
     return success();
   }

@@ -138,6 +138,28 @@ def Tfm_QuantScalesAttr : Tfm_Attr<"QuantScales", "quant_scales"> {
   let genVerifyDecl = 1;
 }
 
+def Tfm_QuantizeInt4Attr : Tfm_Attr<"QuantizeInt4", "quantize_int4"> {
+  let summary = "symmetric 4-bit quantization of a 2-D [out, in] weight, in groups";
+  let description = [{
+    docs/int4.md. Each output row is split into groups of `group_size` input elements (a
+    positive even number) and divided by max|x| / 7 of its group; each value becomes a code
+    q + 8 in [0, 15] (`ui4`; the value is (code - 8) * scale, ONNX Runtime's MatMulNBits
+    with its default zero point). The result keeps the logical shape [out, in]; the plan
+    stores it packed two codes to a byte, the even input first in the low nibble. The
+    scales are another weight: the same source with `#tfm.quant_scales_int4` last.
+  }];
+  let parameters = (ins "int64_t":$group_size);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Tfm_QuantScalesInt4Attr : Tfm_Attr<"QuantScalesInt4", "quant_scales_int4"> {
+  let summary = "the scales of #tfm.quantize_int4: [out, in / group_size]";
+  let parameters = (ins "int64_t":$group_size, "::mlir::Type":$dtype);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Attention.
 //===----------------------------------------------------------------------===//

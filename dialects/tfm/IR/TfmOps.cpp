@@ -224,16 +224,21 @@ LogicalResult RmsNormOp::verify() {
   return verifyNorm(*this, getInput().getType(), getScale(), Value(), getEpsilon());
 }
 
-// The scales of an int8 weight [out, in] (tfm.linear, tfm.lm_head): [out, groups] in the
-// activations' element type, groups dividing in; an int8 weight needs them, a float one
-// takes none.
+// An int8 weight (i8) or an int4 one (ui4 codes, docs/int4.md).
+static bool isQuantizedWeight(Type element) {
+  return element.isInteger(8) || element.isUnsignedInteger(4);
+}
+
+// The scales of an int8 or int4 weight [out, in] (tfm.linear, tfm.lm_head): [out, groups]
+// in the activations' element type, groups dividing in; a quantized weight needs them, a
+// float one takes none.
 static LogicalResult verifyInt8Scales(Operation *op, bool quantized, Value scalesValue,
                                       Type element, int64_t outFeatures, int64_t in) {
   auto scales = ranked(scalesValue);
   if (!scales)
-    return quantized ? op->emitOpError("an int8 weight needs scales") : success();
+    return quantized ? op->emitOpError("an int8 or int4 weight needs scales") : success();
   if (!quantized)
-    return op->emitOpError("scales go with an int8 weight only");
+    return op->emitOpError("scales go with an int8 or int4 weight only");
   if (scales.getElementType() != element)
     return op->emitOpError("scales must have the element type of the input");
   if (scales.getRank() != 2)
@@ -291,7 +296,7 @@ LogicalResult LinearOp::verify() {
                        "result feature count")))
     return failure();
 
-  bool quantized = w.getElementType().isInteger(8);
+  bool quantized = isQuantizedWeight(w.getElementType());
   if (!quantized && w.getElementType() != compute)
     return emitOpError() << "weight element type " << w.getElementType()
                          << " differs from the input's " << compute;
@@ -584,7 +589,7 @@ LogicalResult LmHeadOp::verify() {
     return emitOpError("hidden must have rank 1 or more");
   if (w.getRank() != 2)
     return emitOpError() << "weight must be 2-D [vocab, hidden], not rank " << w.getRank();
-  bool quantized = w.getElementType().isInteger(8);
+  bool quantized = isQuantizedWeight(w.getElementType());
   if ((!quantized && w.getElementType() != h.getElementType()) ||
       out.getElementType() != h.getElementType())
     return emitOpError("hidden, weight and logits must have the same element type");

@@ -182,7 +182,7 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     tfm.layer_norm with that scale, bias and epsilon would, and multiplies the result
     (dsc-fuse-norm-prologue): a decode step's norm runs inside the linear's kernel.
   }];
-  let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8]>:$weight,
+  let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8, UI<4>]>:$weight,
                    Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
                    Optional<Tfm_FloatTensor>:$residual,
                    Optional<Tfm_FloatTensor>:$norm_scale,
@@ -406,7 +406,7 @@ def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
     (Granite's 1 / logits_scaling, Cohere's logit_scale), then, with `logit_cap`,
     cap · tanh(s / cap) (Gemma-2's and NanoChat's final soft-capping). Both absent: z.
   }];
-  let arguments = (ins Tfm_FloatTensor:$hidden, RankedTensorOf<[AnyFloat, I8]>:$weight,
+  let arguments = (ins Tfm_FloatTensor:$hidden, RankedTensorOf<[AnyFloat, I8, UI<4>]>:$weight,
                    Optional<Tfm_FloatTensor>:$scales,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size,

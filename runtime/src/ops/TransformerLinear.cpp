@@ -1,5 +1,5 @@
 // tfm.linear (with the fuse passes' epilogue and norm prologue) and tfm.lm_head on the CPU
-// (docs/transformer-ops.md): float or int8 weights, the reference kernel and the fast one
+// (docs/transformer-ops.md): float, int8 or int4 weights, the reference kernel and the fast one
 // (ops/fast). Every float dtype computes in fp32; outputs are stored in the dtype of the
 // input.
 #include "ops/FloatAccess.h"
@@ -88,24 +88,39 @@ Status linearInput(const KernelContext &ctx, std::vector<uint8_t> &storage, Tens
   return Status::ok();
 }
 
+// An int4 weight (docs/int4.md): u8 codes, two to a byte, beside its scales.
+bool isInt4Weight(const KernelContext &ctx) {
+  return ctx.inputs.size() > 3 && ctx.input(3) && ctx.input(1)->dtype == DType::U8;
+}
+
+// The weight's input features: int4 packs two to a byte.
+int64_t weightInputs(const KernelContext &ctx) {
+  const TensorRef &w = *ctx.input(1);
+  return isInt4Weight(ctx) ? 2 * w.shape[1] : w.shape[1];
+}
+
 Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   const bool hasScales = ctx.inputs.size() > 3 && ctx.input(3);
-  DSRT_RETURN_IF_ERROR(
-      checkDType(ctx, 1, "weight", hasScales ? maskOf({DType::I8}) : kFloatTypes));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "weight",
+                                  hasScales ? maskOf({DType::I8, DType::U8}) : kFloatTypes));
   DSRT_RETURN_IF_ERROR(requireRankAtLeast(ctx, 0, "input", 1));
   const TensorRef &x = *ctx.input(0), &w = *ctx.input(1);
-  if (w.shape.size() != 2 || w.shape[1] != lastDim(x))
-    return ctx.error("weight must be [out, ", lastDim(x), "], not ", shapeString(w.shape));
-  // int8 weights (docs/int8.md): scales [out, groups], each group a run of in / groups
-  // input features.
+  const bool int4 = isInt4Weight(ctx);
+  if (w.shape.size() != 2 || (int4 ? 2 * w.shape[1] : w.shape[1]) != lastDim(x))
+    return int4 ? ctx.error("an int4 weight must be [out, ", lastDim(x), " / 2] bytes, not ",
+                            shapeString(w.shape))
+                : ctx.error("weight must be [out, ", lastDim(x), "], not ", shapeString(w.shape));
+  // int8 and int4 weights (docs/int8.md, docs/int4.md): scales [out, groups], each group a
+  // run of in / groups input features (an even number for int4: a byte holds two).
   if (hasScales) {
     DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "scales", kFloatTypes));
     const Shape &scales = ctx.input(3)->shape;
-    if (scales.size() != 2 || scales[0] != w.shape[0] || scales[1] <= 0 ||
-        w.shape[1] % scales[1] != 0)
-      return ctx.error("scales must be [", w.shape[0], ", groups] with groups dividing ",
-                       w.shape[1], ", not ", shapeString(scales));
+    const int64_t in = weightInputs(ctx);
+    if (scales.size() != 2 || scales[0] != w.shape[0] || scales[1] <= 0 || in % scales[1] != 0 ||
+        (int4 && (in / scales[1]) % 2 != 0))
+      return ctx.error("scales must be [", w.shape[0], ", groups] with groups dividing ", in,
+                       int4 ? " into even groups" : "", ", not ", shapeString(scales));
   }
   if (ctx.inputs.size() > 2 && ctx.input(2)) {
     DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "bias", kFloatTypes));
@@ -145,16 +160,26 @@ Status inferLinear(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   return Status::ok();
 }
 
-// An int8 weight as f32: q[o, k] * scales[o, k / (in / groups)] (docs/int8.md).
-std::vector<float> dequantizeInt8(const TensorRef &w, const TensorRef &scales) {
-  const int64_t out = w.shape[0], in = w.shape[1], groups = scales.shape[1];
+// An int8 or int4 weight as f32 [out, in]: q[o, k] * scales[o, k / (in / groups)], q the
+// int8 value or the int4 code at nibble k of the row (the even k low) minus 8
+// (docs/int8.md, docs/int4.md).
+std::vector<float> dequantizeWeight(const TensorRef &w, const TensorRef &scales, int64_t in) {
+  const int64_t out = w.shape[0], groups = scales.shape[1];
   const int64_t groupSize = in / groups;
   FloatView scale(scales);
-  const int8_t *q = w.as<int8_t>();
+  const bool int4 = w.dtype == DType::U8;
   std::vector<float> values(static_cast<size_t>(out * in));
   for (int64_t o = 0; o < out; ++o)
-    for (int64_t k = 0; k < in; ++k)
-      values[o * in + k] = static_cast<float>(q[o * in + k]) * scale[o * groups + k / groupSize];
+    for (int64_t k = 0; k < in; ++k) {
+      float q;
+      if (int4) {
+        const uint8_t pair = w.as<uint8_t>()[o * (in / 2) + k / 2];
+        q = static_cast<float>(((pair >> (4 * (k % 2))) & 0xF) - 8);
+      } else {
+        q = static_cast<float>(w.as<int8_t>()[o * in + k]);
+      }
+      values[o * in + k] = q * scale[o * groups + k / groupSize];
+    }
   return values;
 }
 
@@ -229,7 +254,7 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   weights.dtype = w.dtype;
   weights.data = w.data;
   weights.out = w.shape[0];
-  weights.in = w.shape[1];
+  weights.in = weightInputs(ctx);
   std::optional<FloatView> scales;
   if (ctx.inputs.size() > 3 && ctx.input(3)) {
     scales.emplace(*ctx.input(3));
@@ -277,7 +302,7 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   const TensorRef &w = *ctx.input(1);
   if (ctx.fastKernels && w.dtype != DType::F64)
     return computeLinearFast(ctx, x, outputs);
-  int64_t in = w.shape[1], out = w.shape[0];
+  int64_t in = weightInputs(ctx), out = w.shape[0];
   LinearEpilogue epilogue;
   DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
   const int64_t width = epilogue.gated ? out / 2 : out;
@@ -285,8 +310,8 @@ Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
   std::vector<float> dequantized;
   TensorRef floatWeight = w;
   if (ctx.inputs.size() > 3 && ctx.input(3)) {
-    dequantized = dequantizeInt8(w, *ctx.input(3));
-    floatWeight = {DType::F32, w.shape, dequantized.data()};
+    dequantized = dequantizeWeight(w, *ctx.input(3), in);
+    floatWeight = {DType::F32, {out, in}, dequantized.data()};
   }
   FloatView a(x), weight(floatWeight);
   FloatOutput result(*outputs[0]);

@@ -4,7 +4,8 @@
 // oneDNN's sgemm on fp32 tiles above), the kernels of each instruction
 // set (the widest the CPU has here; ctest runs the file again capped to AVX2 and to the
 // portable kernels), ragged shapes (features and inputs that are not multiples of the vector width,
-// int8 groups of 24) and the fused epilogue.
+// int8 groups of 24, int4 groups of 8 and 26) and the fused epilogue. int4 weights are dtype
+// U8 here, as LinearWeights takes them: codes two to a byte (docs/int4.md).
 //
 // Tolerance: both results are fp32 sums of the same products in different orders, so each
 // is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
@@ -28,12 +29,14 @@ namespace {
 
 struct Case {
   DType dtype;
-  int64_t groups;  // int8 only
+  int64_t groups;  // int8 and int4 only
   int64_t rows, in, out;
 };
 
 std::string caseName(const Case &c) {
-  return std::string(dtypeName(c.dtype)) + (c.dtype == DType::I8 ? "_g" + std::to_string(c.groups) : "") +
+  const bool grouped = c.dtype == DType::I8 || c.dtype == DType::U8;
+  return std::string(c.dtype == DType::U8 ? "int4" : dtypeName(c.dtype)) +
+         (grouped ? "_g" + std::to_string(c.groups) : "") +
          "_r" + std::to_string(c.rows) + "_in" + std::to_string(c.in) + "_out" +
          std::to_string(c.out);
 }
@@ -48,7 +51,24 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
   Weight w;
   std::normal_distribution<float> normal;
   w.value.resize(static_cast<size_t>(c.out * c.in));
-  w.stored = OwnedTensor(c.dtype, {c.out, c.in});
+  w.stored = OwnedTensor(c.dtype, {c.out, c.dtype == DType::U8 ? c.in / 2 : c.in});
+  if (c.dtype == DType::U8) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(1e-2f, 2e-1f);
+    w.scales = OwnedTensor(DType::F32, {c.out, c.groups});
+    auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
+    for (int64_t i = 0; i < c.out * c.groups; ++i)
+      scales[i] = scale(rng);
+    for (uint8_t &pair : w.stored.storage)
+      pair = static_cast<uint8_t>(byte(rng));
+    for (int64_t o = 0; o < c.out; ++o)
+      for (int64_t k = 0; k < c.in; ++k) {
+        const uint8_t pair = w.stored.storage[o * (c.in / 2) + k / 2];
+        const int q = (k % 2 == 0 ? pair & 0xF : pair >> 4) - 8;
+        w.value[o * c.in + k] = q * scales[o * c.groups + k / (c.in / c.groups)];
+      }
+    return w;
+  }
   if (c.dtype == DType::I8) {
     std::uniform_int_distribution<int> level(-127, 127);
     std::uniform_real_distribution<float> scale(1e-3f, 2e-2f);
@@ -102,7 +122,8 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
   const auto *xv = reinterpret_cast<const float *>(x.storage.data());
   const auto *bv = reinterpret_cast<const float *>(bias.storage.data());
   ops::AttrMap attrs{{"activation", ops::Attr::ofString("gelu_tanh")}};
-  const OwnedTensor *scales = c.dtype == DType::I8 ? &w.scales : nullptr;
+  const OwnedTensor *scales =
+      c.dtype == DType::I8 || c.dtype == DType::U8 ? &w.scales : nullptr;
   for (const char *op : {"tfm.linear", "tfm.lm_head"}) {
     bool lmHead = std::string(op) == "tfm.lm_head";
     std::vector<const OwnedTensor *> inputs{&x, &w.stored, &bias, scales};
@@ -144,6 +165,12 @@ std::vector<Case> cases() {
     for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1},
                               {256, 1}, {256, 4}, {768, 6}})
       all.push_back({DType::I8, groups, rows, in, 37});
+  // int4: groups of 32, 64 and 128 (the usual), of 8 (half an AVX-512 vector) and of 26
+  // (a vector and a scalar tail).
+  for (int64_t rows : {1, 2, 4, 5, 9, 33, 65})
+    for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 8}, {256, 4}, {256, 2},
+                              {40, 5}, {52, 2}})
+      all.push_back({DType::U8, groups, rows, in, 37});
   return all;
 }
 
@@ -163,7 +190,7 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
     weights.data = w.stored.storage.data();
     weights.out = c.out;
     weights.in = c.in;
-    if (c.dtype == DType::I8) {
+    if (c.dtype == DType::I8 || c.dtype == DType::U8) {
       weights.scales = reinterpret_cast<const float *>(w.scales.storage.data());
       weights.groups = c.groups;
     }

@@ -1,5 +1,6 @@
-// tfm.linear with an int8 weight and its scales (docs/int8.md) against the formula computed
-// here in double precision: w^[o, k] = q[o, k] * scales[o, k / (in / groups)].
+// tfm.linear with an int8 weight and its scales (docs/int8.md), or an int4 one (docs/int4.md),
+// against the formula computed here in double precision: w^[o, k] = q[o, k] * scales[o, k /
+// (in / groups)], an int4 q being the code at nibble k of the row (the even k low) minus 8.
 #include "OpTestUtil.h"
 
 #include <cmath>
@@ -105,6 +106,58 @@ TEST(Int8LinearErrorsTest, WeightAndScalesMustAgree) {
   EXPECT_NE(errorOf("tfm.linear", {&x, &q, nullptr, &threeGroups})
                 .find("scales must be [2, groups] with groups dividing 4, not [2, 3]"),
             std::string::npos);
+}
+
+// int4: codes two to a byte, u8 [out, in / 2], in groups of 16 and 32 and one of 64.
+class Int4LinearTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Int4LinearTest, UnpacksNibblesAndScalesEachGroup) {
+  const int64_t groups = GetParam(), rows = 3, in = 64, out = 10;
+  std::mt19937 rng(static_cast<unsigned>(40 + groups));
+  OwnedTensor packed(DType::U8, {out, in / 2});
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t &pair : packed.storage)
+    pair = static_cast<uint8_t>(byte(rng));
+  std::vector<float> xv = randomValues(rows * in, rng, -1, 1);
+  OwnedTensor scales = f16({out, groups}, randomValues(out * groups, rng, 1e-3f, 2e-2f));
+  std::vector<float> scaleValues = halfValues(scales);
+  OwnedTensor x = f32({rows, in}, xv);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> y;
+    Status status = run("tfm.linear", {&x, &packed, nullptr, &scales}, y, {}, 1, nullptr,
+                        nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    ASSERT_EQ(y[0].shape, (Shape{rows, out}));
+    std::vector<float> actual = values<float>(y[0]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0;
+        for (int64_t k = 0; k < in; ++k) {
+          const uint8_t pair = packed.storage[o * (in / 2) + k / 2];
+          const int q = (k % 2 == 0 ? pair & 0xF : pair >> 4) - 8;
+          sum += double(xv[r * in + k]) * q * scaleValues[o * groups + k / (in / groups)];
+        }
+        // f32 accumulation of 64 products of magnitude below 0.16.
+        ASSERT_NEAR(actual[r * out + o], sum, 1e-5 * (1 + std::abs(sum)))
+            << (fast ? "fast" : "reference") << " row " << r << " feature " << o;
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, Int4LinearTest, ::testing::Values(1, 2, 4));
+
+TEST(Int4LinearErrorsTest, PackedShapeAndGroupsMustAgree) {
+  OwnedTensor x = f32({1, 8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  OwnedTensor packed(DType::U8, {2, 4}), unpacked(DType::U8, {2, 8});
+  OwnedTensor scales = f32({2, 2}, {1, 1, 1, 1}), oddGroups = f32({2, 8}, std::vector<float>(16, 1));
+  EXPECT_TRUE(errorOf("tfm.linear", {&x, &packed, nullptr, &scales}).empty());
+  EXPECT_NE(errorOf("tfm.linear", {&x, &unpacked, nullptr, &scales})
+                .find("an int4 weight must be [out, 8 / 2] bytes, not [2, 8]"),
+            std::string::npos);
+  EXPECT_NE(errorOf("tfm.linear", {&x, &packed, nullptr, &oddGroups})
+                .find("scales must be [2, groups] with groups dividing 8 into even groups"),
+            std::string::npos)
+      << "groups of one input would split a byte";
 }
 
 } // namespace

@@ -6,6 +6,9 @@
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="mlp-extra-grouping" | FileCheck %s --check-prefix=EXTRA-CHANNEL
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=group-size=64 | FileCheck %s --check-prefix=CHANNEL
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=lm-head=false | FileCheck %s --check-prefix=KEEP-HEAD
+// int4 (docs/int4.md): the linears get ui4 codes [out, in] and a scale per group; the LM head
+// stays int8 in groups of the same size.
+// RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="bits=4 group-size=8" | FileCheck %s --check-prefix=INT4
 
 // An MLP (linear -> activation -> linear) after a transposed (Conv1D) weight.
 // CHANNEL-LABEL: func.func @mlp
@@ -25,6 +28,10 @@
 // EXTRA-CHANNEL-LABEL: func.func @mlp
 // EXTRA-CHANNEL: tfm.weight "fc.weight" {{.*}}#tfm.quant_scales<group_size = 8, dtype = f32>] -> tensor<32x2xf32>
 // EXTRA-CHANNEL: tfm.weight "proj.weight" {{.*}}#tfm.quant_scales<group_size = 16, dtype = f32>] -> tensor<16x2xf32>
+// INT4-LABEL: func.func @mlp
+// INT4: %[[W1:.*]] = tfm.weight "fc.weight" : tensor<16x32xf32> [#tfm.transpose<[1, 0]>, #tfm.quantize_int4<group_size = 8>] -> tensor<32x16xui4>
+// INT4: %[[S1:.*]] = tfm.weight "fc.weight" : tensor<16x32xf32> [#tfm.transpose<[1, 0]>, #tfm.quant_scales_int4<group_size = 8, dtype = f32>] -> tensor<32x2xf32>
+// INT4: tfm.linear %{{.*}}, %[[W1]] bias %{{.*}} scales %[[S1]]
 func.func @mlp(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   %w1 = tfm.weight "fc.weight" : tensor<16x32xf32> [#tfm.transpose<[1, 0]>] -> tensor<32x16xf32>
   %b1 = tfm.weight "fc.bias" : tensor<32xf32> -> tensor<32xf32>
@@ -71,6 +78,8 @@ func.func @row_parallel(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
 // CHANNEL: %[[Q:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quantize_int8<group_size = 0>] -> tensor<50x16xi8>
 // CHANNEL: %[[S:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<50x1xf32>
 // CHANNEL: tfm.lm_head %{{.*}}, %[[Q]] scales %[[S]] {vocab_size = 100 : i64}
+// INT4-LABEL: func.func @lm_head
+// INT4: tfm.weight "head" {{.*}}#tfm.quantize_int8<group_size = 8>] -> tensor<50x16xi8>
 // KEEP-HEAD-LABEL: func.func @lm_head
 // KEEP-HEAD: tfm.lm_head %{{.*}}, %{{.*}} {vocab_size = 100 : i64} : (tensor<2x16xf32>, tensor<50x16xf32>) -> tensor<2x50xf32>
 func.func @lm_head(%x: tensor<2x16xf32>) -> tensor<2x50xf32> {

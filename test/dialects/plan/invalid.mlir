@@ -111,7 +111,7 @@ plan.program @forward {
 // -----
 
 plan.program @forward {
-  // expected-error @+1 {{transform 0 must be a transpose (perm), a slice (axis, offset, size, groups?), a shard (axis, offsets, sizes, groups), a convert (to), a scale (factor), a quantize_int8 or a quant_scales (group_size)}}
+  // expected-error @+1 {{transform 0 must be a transpose (perm), a slice (axis, offset, size, groups?), a shard (axis, offsets, sizes, groups), a convert (to), a scale (factor), a quantize_int8, quant_scales, quantize_int4 or quant_scales_int4 (group_size)}}
   %w = plan.weight_tensor "w" {source_type = tensor<2x3xf32>, transforms = [{kind = "slice", axis = 0 : i64}]} : tensor<3x2xf32>
   plan.return
 }

@@ -258,7 +258,7 @@ func.func @linear_row_parallel_bias(%x: tensor<?x?x768xf16>, %w: tensor<768x768x
 // -----
 
 func.func @linear_int8_without_scales(%x: tensor<?x?x768xf16>, %w: tensor<3072x768xi8>) {
-  // expected-error @+1 {{an int8 weight needs scales}}
+  // expected-error @+1 {{an int8 or int4 weight needs scales}}
   %0 = tfm.linear %x, %w : (tensor<?x?x768xf16>, tensor<3072x768xi8>) -> tensor<?x?x3072xf16>
   return
 }
@@ -266,7 +266,7 @@ func.func @linear_int8_without_scales(%x: tensor<?x?x768xf16>, %w: tensor<3072x7
 // -----
 
 func.func @linear_scales_float_weight(%x: tensor<?x?x768xf16>, %w: tensor<3072x768xf16>, %s: tensor<3072x1xf16>) {
-  // expected-error @+1 {{scales go with an int8 weight only}}
+  // expected-error @+1 {{scales go with an int8 or int4 weight only}}
   %0 = tfm.linear %x, %w scales %s : (tensor<?x?x768xf16>, tensor<3072x768xf16>, tensor<3072x1xf16>) -> tensor<?x?x3072xf16>
   return
 }
@@ -282,7 +282,7 @@ func.func @linear_scale_groups(%x: tensor<?x?x768xf16>, %w: tensor<3072x768xi8>,
 // -----
 
 func.func @lm_head_int8_without_scales(%x: tensor<?x768xf16>, %w: tensor<500x768xi8>) {
-  // expected-error @+1 {{an int8 weight needs scales}}
+  // expected-error @+1 {{an int8 or int4 weight needs scales}}
   %0 = tfm.lm_head %x, %w : (tensor<?x768xf16>, tensor<500x768xi8>) -> tensor<?x500xf16>
   return
 }

@@ -25,6 +25,18 @@ struct Avx2 {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
   }
+  // Each byte twice, widened to a lane each, then the even lanes keep the low nibble and the
+  // odd ones shift the high one down.
+  static V loadInt4(const uint8_t *p) {
+    int32_t bytes;
+    std::memcpy(&bytes, p, sizeof bytes);
+    __m128i packed = _mm_cvtsi32_si128(bytes);
+    __m256i lanes = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(packed, packed));
+    lanes = _mm256_srlv_epi32(lanes, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    lanes = _mm256_sub_epi32(_mm256_and_si256(lanes, _mm256_set1_epi32(0xF)),
+                             _mm256_set1_epi32(8));
+    return _mm256_cvtepi32_ps(lanes);
+  }
   static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }

@@ -7,6 +7,8 @@
 //   static V zero(); static V broadcast(float);
 //   static V load(const float *); static V load(const uint16_t *f16 or bf16, Tag);
 //   static V load(const int8_t *);
+//   static V loadInt4(const uint8_t *);      kWidth 4-bit codes from kWidth / 2 bytes, low
+//                                            nibble first, each minus 8 (docs/int4.md)
 //   static V fma(V a, V b, V acc); static V mul(V, V); static V add(V, V); static float sum(V);
 //   static void store(float *, V);
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
@@ -56,28 +58,58 @@ inline float scalarLoad(const uint16_t *p, BF16Tag) {
   return value;
 }
 inline float scalarLoad(const int8_t *p) { return static_cast<float>(*p); }
+// Element k of packed 4-bit codes (two to a byte, the even element low), as code - 8.
+inline float scalarLoadInt4(const uint8_t *row, int64_t k) {
+  return static_cast<float>(((row[k / 2] >> (4 * (k & 1))) & 0xF) - 8);
+}
 
-// The element type as stored, and how Vec and scalarLoad read it.
+// The element type as stored, and how Vec and scalarLoad read it: `load` and `one` at an
+// element pointer (weightedSum's rows), `rowOf`, `loadAt` and `oneAt` by row and element
+// index (the weight matrices, which int4 packs two to a byte). `kGrouped`: the values are
+// integer codes whose group's sum is multiplied by its scale.
 template <DType D> struct Stored;
-template <> struct Stored<DType::F32> {
-  using T = float;
+template <class Derived, class Element> struct ElementStore {
+  using T = Element;
+  static constexpr bool kGrouped = false;
+  static const T *rowOf(const void *data, int64_t row, int64_t in) {
+    return static_cast<const T *>(data) + row * in;
+  }
+  static int64_t rowBytes(int64_t in) { return in * static_cast<int64_t>(sizeof(T)); }
+  template <class Vec> static typename Vec::V loadAt(const T *row, int64_t k) {
+    return Derived::template load<Vec>(row + k);
+  }
+  static float oneAt(const T *row, int64_t k) { return Derived::one(row + k); }
+};
+template <> struct Stored<DType::F32> : ElementStore<Stored<DType::F32>, float> {
   template <class Vec> static typename Vec::V load(const T *p) { return Vec::load(p); }
   static float one(const T *p) { return scalarLoad(p); }
 };
-template <> struct Stored<DType::F16> {
-  using T = uint16_t;
+template <> struct Stored<DType::F16> : ElementStore<Stored<DType::F16>, uint16_t> {
   template <class Vec> static typename Vec::V load(const T *p) { return Vec::load(p, F16Tag{}); }
   static float one(const T *p) { return scalarLoad(p, F16Tag{}); }
 };
-template <> struct Stored<DType::BF16> {
-  using T = uint16_t;
+template <> struct Stored<DType::BF16> : ElementStore<Stored<DType::BF16>, uint16_t> {
   template <class Vec> static typename Vec::V load(const T *p) { return Vec::load(p, BF16Tag{}); }
   static float one(const T *p) { return scalarLoad(p, BF16Tag{}); }
 };
-template <> struct Stored<DType::I8> {
-  using T = int8_t;
+template <> struct Stored<DType::I8> : ElementStore<Stored<DType::I8>, int8_t> {
+  static constexpr bool kGrouped = true;
   template <class Vec> static typename Vec::V load(const T *p) { return Vec::load(p); }
   static float one(const T *p) { return scalarLoad(p); }
+};
+// int4 weights (LinearWeights::dtype U8): codes packed two to a byte. A vector load starts
+// at an even element: groups and vectors have even sizes.
+template <> struct Stored<DType::U8> {
+  using T = uint8_t;
+  static constexpr bool kGrouped = true;
+  static const T *rowOf(const void *data, int64_t row, int64_t in) {
+    return static_cast<const T *>(data) + row * (in / 2);
+  }
+  static int64_t rowBytes(int64_t in) { return in / 2; }
+  template <class Vec> static typename Vec::V loadAt(const T *row, int64_t k) {
+    return Vec::loadInt4(row + k / 2);
+  }
+  static float oneAt(const T *row, int64_t k) { return scalarLoadInt4(row, k); }
 };
 
 // Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
@@ -93,9 +125,9 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
   constexpr int W = Vec::kWidth;
   constexpr int U = R == 1 ? 4 : 2;
   const int64_t in = w.in;
-  const int64_t groups = D == DType::I8 ? w.groups : 1;
+  const int64_t groups = Elem::kGrouped ? w.groups : 1;
   const int64_t groupSize = in / groups;
-  const T *row = static_cast<const T *>(w.data) + o * in;
+  const T *row = Elem::rowOf(w.data, o, in);
   float total[R] = {};
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t begin = g * groupSize, end = begin + groupSize;
@@ -106,12 +138,12 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
     int64_t k = begin;
     for (; k + U * W <= end; k += U * W)
       for (int u = 0; u < U; ++u) {
-        V wv = Elem::template load<Vec>(row + k + u * W);
+        V wv = Elem::template loadAt<Vec>(row, k + u * W);
         for (int r = 0; r < R; ++r)
           acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
       }
     for (; k + W <= end; k += W) {
-      V wv = Elem::template load<Vec>(row + k);
+      V wv = Elem::template loadAt<Vec>(row, k);
       for (int r = 0; r < R; ++r)
         acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
     }
@@ -122,8 +154,8 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
         acc[r][0] = Vec::add(acc[r][0], acc[r][u]);
       float sum = Vec::sum(acc[r][0]);
       for (int64_t t = k; t < end; ++t)
-        sum += x[r * ldx + t] * Elem::one(row + t);
-      total[r] += D == DType::I8 ? sum * w.scales[o * groups + g] : sum;
+        sum += x[r * ldx + t] * Elem::oneAt(row, t);
+      total[r] += Elem::kGrouped ? sum * w.scales[o * groups + g] : sum;
     }
   }
   for (int r = 0; r < R; ++r)
@@ -143,11 +175,11 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   const int64_t in = w.in;
-  const int64_t groups = D == DType::I8 ? w.groups : 1;
+  const int64_t groups = Elem::kGrouped ? w.groups : 1;
   const int64_t groupSize = in / groups;
   const T *rows[O];
   for (int o = 0; o < O; ++o)
-    rows[o] = static_cast<const T *>(w.data) + (first + o) * in;
+    rows[o] = Elem::rowOf(w.data, first + o, in);
   float total[R][O] = {};
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t begin = g * groupSize, end = begin + groupSize;
@@ -161,7 +193,7 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
       for (int r = 0; r < R; ++r)
         xv[r] = Vec::load(x + r * ldx + k);
       for (int o = 0; o < O; ++o) {
-        V wv = Elem::template load<Vec>(rows[o] + k);
+        V wv = Elem::template loadAt<Vec>(rows[o], k);
         for (int r = 0; r < R; ++r)
           acc[r][o] = Vec::fma(xv[r], wv, acc[r][o]);
       }
@@ -170,8 +202,8 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
       for (int o = 0; o < O; ++o) {
         float sum = Vec::sum(acc[r][o]);
         for (int64_t t = k; t < end; ++t)
-          sum += x[r * ldx + t] * Elem::one(rows[o] + t);
-        total[r][o] += D == DType::I8 ? sum * w.scales[(first + o) * groups + g] : sum;
+          sum += x[r * ldx + t] * Elem::oneAt(rows[o], t);
+        total[r][o] += Elem::kGrouped ? sum * w.scales[(first + o) * groups + g] : sum;
       }
   }
   for (int r = 0; r < R; ++r)
@@ -191,9 +223,8 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
                   int64_t end, float *y, int64_t ldy) {
   const int64_t in = w.in;
   if (rows <= 4) {
-    using T = typename Stored<D>::T;
     const char *base = static_cast<const char *>(w.data);
-    const int64_t rowBytes = in * static_cast<int64_t>(sizeof(T));
+    const int64_t rowBytes = Stored<D>::rowBytes(in);
     const char *stop = base + end * rowBytes;
     for (int64_t o = begin; o < end; ++o) {
       // The next rows of this range, requested a fixed distance ahead: each call's range is
@@ -241,33 +272,34 @@ void dotRowsWith(const float *x, int64_t rows, const LinearWeights &w, int64_t b
   case DType::F16: return dotRowsTyped<Vec, DType::F16>(x, rows, w, begin, end, y, ldy);
   case DType::BF16: return dotRowsTyped<Vec, DType::BF16>(x, rows, w, begin, end, y, ldy);
   case DType::I8: return dotRowsTyped<Vec, DType::I8>(x, rows, w, begin, end, y, ldy);
+  case DType::U8: return dotRowsTyped<Vec, DType::U8>(x, rows, w, begin, end, y, ldy);
   default: return dotRowsTyped<Vec, DType::F32>(x, rows, w, begin, end, y, ldy);
   }
 }
 
-// Weight rows [first, first + count) as fp32 at `out` ([count, in]; int8 dequantized with
-// its scales), for the GEMM of many rows.
+// Weight rows [first, first + count) as fp32 at `out` ([count, in]; int8 and int4
+// dequantized with their scales), for the GEMM of many rows.
 template <class Vec, DType D>
 void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float *out) {
   using Elem = Stored<D>;
   using T = typename Elem::T;
   constexpr int W = Vec::kWidth;
   const int64_t in = w.in;
-  const int64_t groups = D == DType::I8 ? w.groups : 1;
+  const int64_t groups = Elem::kGrouped ? w.groups : 1;
   const int64_t groupSize = in / groups;
   for (int64_t o = 0; o < count; ++o) {
-    const T *row = static_cast<const T *>(w.data) + (first + o) * in;
+    const T *row = Elem::rowOf(w.data, first + o, in);
     float *dst = out + o * in;
     for (int64_t g = 0; g < groups; ++g) {
-      const float scale = D == DType::I8 ? w.scales[(first + o) * groups + g] : 1.0f;
+      const float scale = Elem::kGrouped ? w.scales[(first + o) * groups + g] : 1.0f;
       const typename Vec::V scaleV = Vec::broadcast(scale);
       int64_t k = g * groupSize, end = k + groupSize;
       for (; k + W <= end; k += W) {
-        typename Vec::V v = Elem::template load<Vec>(row + k);
-        Vec::store(dst + k, D == DType::I8 ? Vec::mul(v, scaleV) : v);
+        typename Vec::V v = Elem::template loadAt<Vec>(row, k);
+        Vec::store(dst + k, Elem::kGrouped ? Vec::mul(v, scaleV) : v);
       }
       for (; k < end; ++k)
-        dst[k] = D == DType::I8 ? Elem::one(row + k) * scale : Elem::one(row + k);
+        dst[k] = Elem::kGrouped ? Elem::oneAt(row, k) * scale : Elem::oneAt(row, k);
     }
   }
 }
@@ -278,6 +310,7 @@ void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *
   case DType::F16: return widenRowsTyped<Vec, DType::F16>(w, first, count, out);
   case DType::BF16: return widenRowsTyped<Vec, DType::BF16>(w, first, count, out);
   case DType::I8: return widenRowsTyped<Vec, DType::I8>(w, first, count, out);
+  case DType::U8: return widenRowsTyped<Vec, DType::U8>(w, first, count, out);
   default: return widenRowsTyped<Vec, DType::F32>(w, first, count, out);
   }
 }

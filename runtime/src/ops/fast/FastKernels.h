@@ -39,9 +39,10 @@ void normalizeRow(const float *x, int64_t n, const float *scale, const float *bi
                   float epsilon, float *y);
 
 // A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
-// groups)], the scales fp32.
+// groups)], the scales fp32. int4 (dtype U8, docs/int4.md): q the code at nibble k of the
+// row (two to a byte, the even k low) minus 8, the rows in / 2 bytes, groups of even size.
 struct LinearWeights {
-  DType dtype = DType::F32;  // F32, F16, BF16 or I8
+  DType dtype = DType::F32;  // F32, F16, BF16, I8, or U8 for int4
   const void *data = nullptr;
   int64_t out = 0, in = 0;
   const float *scales = nullptr;

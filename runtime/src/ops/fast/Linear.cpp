@@ -42,6 +42,12 @@ struct Scalar {
   static V load(const uint16_t *p, detail::F16Tag tag) { return loadWith(p, tag); }
   static V load(const uint16_t *p, detail::BF16Tag tag) { return loadWith(p, tag); }
   static V load(const int8_t *p) { return loadWith(p); }
+  static V loadInt4(const uint8_t *p) {
+    V v;
+    for (int i = 0; i < 4; ++i)
+      v.lane[i] = detail::scalarLoadInt4(p, i);
+    return v;
+  }
   static V fma(V a, V b, V acc) {
     for (int i = 0; i < 4; ++i)
       acc.lane[i] += a.lane[i] * b.lane[i];

@@ -29,6 +29,17 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
   }
+  // Each byte twice, widened to a lane each, then the even lanes keep the low nibble and the
+  // odd ones shift the high one down.
+  static V loadInt4(const uint8_t *p) {
+    __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
+    __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(packed, packed));
+    lanes = _mm512_srlv_epi32(
+        lanes, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+    lanes = _mm512_sub_epi32(_mm512_and_si512(lanes, _mm512_set1_epi32(0xF)),
+                             _mm512_set1_epi32(8));
+    return _mm512_cvtepi32_ps(lanes);
+  }
   static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
