@@ -150,6 +150,7 @@ InputDims InputDims::of(func::FuncOp func) {
             }
           } else {
             dim.role = roleOfSymbol(n.symbol);
+            dim.guessed = true;
           }
         }
         result.hasPast_ |= dim.role == DimRole::Past;
@@ -159,6 +160,32 @@ InputDims InputDims::of(func::FuncOp func) {
     result.inputs_.push_back(std::move(input));
   }
   return result;
+}
+
+std::string InputDims::describe(unsigned index, unsigned d) const {
+  if (index >= inputs_.size() || d >= inputs_[index].dims.size())
+    return "a dimension the inputs do not have";
+  const Dim &dim = inputs_[index].dims[d];
+  if (!ShapedType::isDynamic(dim.size))
+    return "static";
+  auto words = [](DimRole role) -> std::string {
+    switch (role) {
+    case DimRole::Batch: return "the batch";
+    case DimRole::Past: return "the cached tokens";
+    case DimRole::New: return "the new tokens";
+    case DimRole::Total: return "the cached and new tokens";
+    case DimRole::Source: return "the encoder's tokens";
+    }
+    return "the new tokens";
+  };
+  if (dim.role)
+    return (dim.guessed ? "guessed from its name as " : "") + words(*dim.role);
+  std::string sum;
+  for (DimRole term : dim.terms)
+    sum += (sum.empty() ? "" : " + ") + words(term);
+  if (dim.constant)
+    sum += (sum.empty() ? "" : " + ") + std::to_string(dim.constant);
+  return "a sum, " + sum;
 }
 
 bool InputDims::readsSource(unsigned index) const {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace dsc {
@@ -53,6 +54,9 @@ public:
   // encoder-decoder's decoder: the encoder output, its padding mask, the cross-attention's
   // cached keys and values).
   bool readsSource(unsigned index) const;
+  // What dimension `d` of input `index` is taken to be under the limits, in words ("the
+  // cached and new tokens"), and whether only its name says so ("guessed from its name").
+  std::string describe(unsigned index, unsigned d) const;
 
 private:
   struct Dim {
@@ -60,6 +64,7 @@ private:
     std::optional<DimRole> role;
     llvm::SmallVector<DimRole, 2> terms;  // a sum of dimensions ("p + s") of known roles
     int64_t constant = 0;                 // and a number ("past_sequence_length + 1")
+    bool guessed = false;                 // the role comes from the name alone
   };
   struct Input {
     InputKind kind;

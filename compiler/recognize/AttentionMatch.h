@@ -192,6 +192,7 @@ private:
     return info && !info->isNone ? &info->shape : nullptr;
   }
   bool isTainted(Value v) const { return tainted_.contains(v); }
+  bool foldsOneHeadIntoBatch(Value value);
   std::string findSources(Value from, int64_t exactHeads, int64_t maxHeads, bool allowPast,
                           Value &source, Value &past, int64_t &sourceHeads, bool &headsFirst,
                           tfm::RmsNormOp *postRotaryNorm = nullptr);

@@ -27,6 +27,21 @@ std::vector<int64_t> Matcher::positions() const {
   return integers(*info->value);
 }
 
+// Whether `value`, [batch, seq, head_dim], is a single head's [batch, 1, seq, head_dim]
+// with the head axis folded into the batch ([batch * 1, seq, head_dim]: sdpa's decomposition
+// of a multi-query key, Falcon's under the dynamo exporter, before its transpose). It has a
+// projection's shape, but it is head plumbing: the heads were made, rotated and cached before
+// it.
+bool Matcher::foldsOneHeadIntoBatch(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def || !(isOp(def, "onnx.Reshape") || isOp(def, "onnx.Squeeze") ||
+                isOp(def, "onnx.Flatten")))
+    return false;
+  const dsrt::Shape *from = shapeOf(def->getOperand(0)), *to = shapeOf(value);
+  return from && to && from->size() == 4 && to->size() == 3 && (*from)[0] == batch_ &&
+         (*from)[1] == 1 && (*from)[2] == fresh_ && (*from)[3] == (*to)[2];
+}
+
 // Follows a Q/K/V operand of the attention back through the head plumbing (reshapes,
 // transposes, rotary, repeat_kv, scales, casts, the past concat) to where it enters:
 // a [b, s, n * d] projection, or a graph input (the past). Which ops these are does not
@@ -56,7 +71,7 @@ std::string Matcher::findSources(Value from, int64_t exactHeads, int64_t maxHead
       continue;
     }
     if (value != from && shape->size() == 3 && (*shape)[0] == batch_ &&
-        (*shape)[1] == fresh_) {
+        (*shape)[1] == fresh_ && !foldsOneHeadIntoBatch(value)) {
       stops.insert(value);
       continue;
     }

@@ -210,6 +210,11 @@ FailureOr<func::FuncOp> deriveSessionProgram(func::FuncOp main, llvm::StringRef 
     return failure();
   }
   takePositionsAsInput(derived);
+  eraseDeadOps(derived);
+  if (pastInputs.empty() && failed(readNewTokensOffIds(derived, why))) {
+    derived.erase();
+    return failure();
+  }
   if (name == "decode")
     emptyCrossKeys(derived);
   eraseDeadOps(derived);

@@ -98,6 +98,71 @@ LogicalResult keepNewTokenPositions(func::FuncOp func, std::string &why) {
   return success();
 }
 
+// An export without a cache was traced with as many mask columns as new tokens, and may
+// read the new tokens' count off either input (the dynamo exporter reads it off whichever
+// input it met first under their shared dimension: GPT-2's and OPT's views of the ids and
+// the hidden states read the mask's). In a session program the mask also covers the cached
+// tokens, so every read of its width that is still live outside the attention (whose own
+// reads went with the subgraph it replaced; positions were mended by keepNewTokenPositions
+// and takePositionsAsInput) reads the ids' instead: the two agree on the batch, and on the
+// width in a first step. A read that sizes an attention's bias is left alone: the bias is
+// over the keys, all of them (biasAtSessionPositions).
+LogicalResult readNewTokensOffIds(func::FuncOp func, std::string &why) {
+  BlockArgument mask = paddingMaskArgument(func);
+  if (!mask)
+    return success();
+  SmallVector<Operation *> reads;
+  for (Operation *user : mask.getUsers())
+    if (isa<onnx::ShapeOp, onnx::SizeOp>(user))
+      reads.push_back(user);
+  if (reads.empty())
+    return success();
+  llvm::DenseSet<Operation *> sizesBias;
+  SmallVector<Value> work;
+  func.walk([&](tfm::AttentionOp op) {
+    if (op.getBias())
+      work.push_back(op.getBias());
+  });
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (def && sizesBias.insert(def).second)
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+  }
+  BlockArgument ids = tokenIdsArgument(func);
+  auto idsType = ids ? dyn_cast<RankedTensorType>(ids.getType()) : RankedTensorType();
+  OpBuilder builder(func.getContext());
+  for (Operation *read : reads) {
+    if (sizesBias.contains(read))
+      continue;
+    if (!idsType || idsType.getRank() < 2) {
+      why = "attention_mask's width is read outside the attention, and there are no token "
+            "ids to count the new tokens by";
+      return failure();
+    }
+    if (auto shape = dyn_cast<onnx::ShapeOp>(read)) {
+      // The mask's dimensions 0 and 1 are the ids' (or the embeddings') 0 and 1.
+      auto clamp = [](int64_t index) { return std::clamp<int64_t>(index < 0 ? index + 2 : index, 0, 2); };
+      int64_t start = clamp(shape.getStart() ? *shape.getStart() : 0);
+      int64_t end = clamp(shape.getEnd() ? *shape.getEnd() : 2);
+      builder.setInsertionPoint(shape);
+      auto replacement = onnx::ShapeOp::create(builder, shape.getLoc(), shape.getType(), ids,
+                                               builder.getI64IntegerAttr(start),
+                                               builder.getI64IntegerAttr(end));
+      shape.getResult().replaceAllUsesWith(replacement.getResult());
+      shape.erase();
+      continue;
+    }
+    if (idsType.getRank() != 2) {
+      why = "attention_mask's size is read outside the attention, and the new tokens come as "
+            "embeddings, not ids";
+      return failure();
+    }
+    read->setOperand(0, ids);
+  }
+  return success();
+}
+
 // A session program takes the positions the generator computes from the mask, as
 // transformers' generate does, where the export computed past + t itself (no position_ids
 // input): the two agree for rows without padding, and only the input is right for

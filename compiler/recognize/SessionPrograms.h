@@ -34,6 +34,7 @@ mlir::BlockArgument paddingMaskArgument(mlir::func::FuncOp func);
 std::optional<llvm::SmallVector<mlir::OpOperand *>> maskPositionEmbeddings(mlir::func::FuncOp func);
 mlir::LogicalResult keepNewTokenPositions(mlir::func::FuncOp func, std::string &why);
 void takePositionsAsInput(mlir::func::FuncOp func);
+mlir::LogicalResult readNewTokensOffIds(mlir::func::FuncOp func, std::string &why);
 mlir::LogicalResult replacePastShapes(mlir::func::FuncOp func,
                                       const llvm::DenseSet<mlir::Value> &pastInputs,
                                       std::string &why);
