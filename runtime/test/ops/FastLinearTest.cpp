@@ -11,9 +11,10 @@
 // is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
 // differ by at most twice that; the activation and the residual add a few ulps of the result.
 // Where int8 weights meet the AVX-512 VNNI kernel (up to 64 rows, groups of whole 64-input
-// chunks), x itself is quantized to int8 in blocks of 32, each input off by at most half its
-// block's step max|x_block| / 127: that adds Σ_k |w_k| · step_k / 2 (times GELU's slope, at
-// most 1.13).
+// chunks), and int4 weights theirs (up to 4 rows, groups of whole 32-input blocks: the
+// default where the CPU has VNNI), x itself is quantized to int8 in blocks of 32, each input
+// off by at most half its block's step max|x_block| / 127: that adds Σ_k |w_k| · step_k / 2
+// (times GELU's slope, at most 1.13).
 #include "OpTestUtil.h"
 
 #include "ops/ThreadPool.h"
@@ -91,9 +92,12 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
   return w;
 }
 
-// Whether dotRows quantizes x for this case (DotVnni.cpp); through linear(), only up to 64
-// rows of int8 weights take dotRows (more go to sgemm).
+// Whether dotRows quantizes x for this case (DotVnni.cpp for int8, DotInt4Vnni.cpp for
+// int4); through linear(), only up to 64 rows of int8 weights take dotRows (more go to
+// sgemm), and up to 4 of int4.
 bool quantizesActivations(const Case &c, bool throughLinear = true) {
+  if (c.dtype == DType::U8)
+    return ops::fast::int4QuantizesActivations(c.in / c.groups, c.rows);
   return std::string(ops::fast::cpuIsa()) == "avx512-vnni" && c.dtype == DType::I8 &&
          (!throughLinear || c.rows <= 64) && (c.in / c.groups) % 64 == 0;
 }
@@ -165,11 +169,12 @@ std::vector<Case> cases() {
     for (auto [in, groups] : {std::pair<int64_t, int64_t>{96, 1}, {96, 4}, {256, 8}, {13, 1},
                               {256, 1}, {256, 4}, {768, 6}})
       all.push_back({DType::I8, groups, rows, in, 37});
-  // int4: groups of 32, 64 and 128 (the usual), of 8 (half an AVX-512 vector) and of 26
-  // (a vector and a scalar tail).
+  // int4: groups of 32, 64 and 128 (the usual), seven groups of 32 and one of 96 (the VNNI
+  // kernel's last step masked to 3 and 1 blocks), of 8 (half an AVX-512 vector) and of 26 (a
+  // vector and a scalar tail).
   for (int64_t rows : {1, 2, 4, 5, 9, 33, 65})
     for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 8}, {256, 4}, {256, 2},
-                              {40, 5}, {52, 2}})
+                              {224, 7}, {96, 1}, {40, 5}, {52, 2}})
       all.push_back({DType::U8, groups, rows, in, 37});
   return all;
 }
@@ -465,7 +470,7 @@ TEST(FastAttention, EqualsTheReferenceOverAHalfCache) {
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
 // (ctest's dsrt-ops-fast-avx2 and -portable entries), or asks for the VNNI kernel
-// (dsrt-ops-fast-vnni).
+// (dsrt-ops-fast-vnni) or int4's exact f32 activations (dsrt-ops-fast-int4-f32).
 TEST(FastLinearKernels, TheExpectedKernelsRan) {
   auto env = [](const char *name) {
     const char *set = std::getenv(name);
@@ -483,6 +488,10 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
                     : cap != "avx512-vnni" || !vnni           ? "avx512"
                                                               : "avx512-vnni";
   std::string expected = std::string(env("DSRT_DNNL") == "none" ? "" : "onednn sgemm + ") + isa;
+  // int4 decode multiplies int8 activations where the CPU has VNNI and the kernels are not
+  // capped below AVX-512, unless DSRT_INT4_ACTIVATIONS=f32 (ctest's dsrt-ops-fast-int4-f32).
+  if (vnni && (isa == "avx512" || isa == "avx512-vnni") && env("DSRT_INT4_ACTIVATIONS") != "f32")
+    expected += " (int4 decode: avx512-vnni, int8 activations)";
   EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);
   EXPECT_EQ(std::string(ops::fast::cpuIsa()), isa);
 }

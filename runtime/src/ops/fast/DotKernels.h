@@ -9,6 +9,8 @@
 //   static V load(const int8_t *);
 //   static V loadInt4(const uint8_t *);      kWidth 4-bit codes from kWidth / 2 bytes, low
 //                                            nibble first, each minus 8 (docs/int4.md)
+//   static V lowNibbles(const uint8_t *);    the low and the high nibbles of kWidth bytes,
+//   static V highNibbles(const uint8_t *);   as floats 0..15
 //   static V fma(V a, V b, V acc); static V mul(V, V); static V add(V, V); static float sum(V);
 //   static void store(float *, V);
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace dsrt::ops::fast::detail {
 
@@ -214,6 +217,75 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
 // How far ahead of the row being read dotRowsTyped asks for weights.
 constexpr int64_t kPrefetchBytes = 12 * 1024;
 
+// Up to 4 rows of x, prepared for int4 weights: a byte's two codes are an even and an odd
+// input, so x is split into its even and odd inputs (the low and the high nibbles of
+// consecutive bytes then meet consecutive values), and each group's sum of x is kept: the
+// codes' offset of 8 is taken off once per group, as 8 * sum(x), not once per weight.
+struct Int4Rows {
+  std::vector<float> even, odd, groupSums;  // [rows, in / 2] twice, [rows, groups]
+};
+
+inline void prepareInt4Rows(const float *x, int64_t rows, const LinearWeights &w,
+                            Int4Rows &prepared) {
+  const int64_t in = w.in, half = in / 2, groupSize = in / w.groups;
+  prepared.even.resize(static_cast<size_t>(rows * half));
+  prepared.odd.resize(static_cast<size_t>(rows * half));
+  prepared.groupSums.assign(static_cast<size_t>(rows * w.groups), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = x[r * in + 2 * j], b = x[r * in + 2 * j + 1];
+      prepared.even[r * half + j] = a;
+      prepared.odd[r * half + j] = b;
+      prepared.groupSums[r * w.groups + 2 * j / groupSize] += a + b;
+    }
+}
+
+// Weight row `o` of int4 codes against up to 4 prepared rows: per 2 * kWidth inputs one load
+// of kWidth bytes, whose low and high nibbles multiply the even and the odd inputs. A group's
+// vector of sums is scaled into a running vector total (groups of 32 are one or two vectors:
+// a horizontal sum per group would cost more than its products), alternating between two
+// totals so that consecutive groups do not wait on each other; the codes' offset, 8 * sum(x)
+// per group, is taken off in one scalar at the end.
+template <class Vec, int R>
+void dotStreamInt4(const Int4Rows &prepared, const float *x, int64_t ldx, const LinearWeights &w,
+                   int64_t o, float *y, int64_t ldy) {
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  const int64_t in = w.in, half = in / 2, groups = w.groups, groupSize = in / groups;
+  const uint8_t *row = static_cast<const uint8_t *>(w.data) + o * half;
+  const float *scales = w.scales + o * groups;
+  V total[R][2];
+  float scalar[R] = {};
+  for (int r = 0; r < R; ++r)
+    total[r][0] = total[r][1] = Vec::zero();
+  for (int64_t g = 0; g < groups; ++g) {
+    // Byte positions of the group: [begin, end).
+    const int64_t begin = g * groupSize / 2, end = begin + groupSize / 2;
+    V acc[R][2];
+    for (int r = 0; r < R; ++r)
+      acc[r][0] = acc[r][1] = Vec::zero();
+    int64_t b = begin;
+    for (; b + W <= end; b += W) {
+      const V low = Vec::lowNibbles(row + b), high = Vec::highNibbles(row + b);
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = Vec::fma(Vec::load(prepared.even.data() + r * half + b), low, acc[r][0]);
+        acc[r][1] = Vec::fma(Vec::load(prepared.odd.data() + r * half + b), high, acc[r][1]);
+      }
+    }
+    const float scale = scales[g];
+    const V scaleV = Vec::broadcast(scale);
+    for (int r = 0; r < R; ++r) {
+      total[r][g & 1] = Vec::fma(Vec::add(acc[r][0], acc[r][1]), scaleV, total[r][g & 1]);
+      float rest = -8.0f * prepared.groupSums[static_cast<size_t>(r * groups + g)];
+      for (int64_t t = 2 * b; t < 2 * end; ++t)
+        rest += x[r * ldx + t] * (scalarLoadInt4(row, t) + 8.0f);
+      scalar[r] += rest * scale;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    y[r * ldy + o] = Vec::sum(Vec::add(total[r][0], total[r][1])) + scalar[r];
+}
+
 // Output features [begin, end) for every row. Up to 4 rows (decode of up to 4 sequences)
 // stream each weight row once; more rows (decode of more sequences, a short prefill) take
 // blocks of 4 weight rows by kBlockRows rows of x (4 with AVX-512's 32 registers: 16 sums;
@@ -223,6 +295,10 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
                   int64_t end, float *y, int64_t ldy) {
   const int64_t in = w.in;
   if (rows <= 4) {
+    // int4: x split once per call into even and odd inputs (Int4Rows).
+    thread_local Int4Rows prepared;
+    if constexpr (D == DType::U8)
+      prepareInt4Rows(x, rows, w, prepared);
     const char *base = static_cast<const char *>(w.data);
     const int64_t rowBytes = Stored<D>::rowBytes(in);
     const char *stop = base + end * rowBytes;
@@ -234,6 +310,16 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
       const char *ahead = base + o * rowBytes + kPrefetchBytes;
       for (const char *line = ahead; line < ahead + rowBytes && line < stop; line += 64)
         __builtin_prefetch(line);
+      if constexpr (D == DType::U8) {
+        switch (rows) {
+        case 4: dotStreamInt4<Vec, 4>(prepared, x, in, w, o, y, ldy); break;
+        case 3: dotStreamInt4<Vec, 3>(prepared, x, in, w, o, y, ldy); break;
+        case 2: dotStreamInt4<Vec, 2>(prepared, x, in, w, o, y, ldy); break;
+        case 1: dotStreamInt4<Vec, 1>(prepared, x, in, w, o, y, ldy); break;
+        default: break;
+        }
+        continue;
+      }
       switch (rows) {
       case 4: dotStream<Vec, D, 4>(x, in, w, o, y, ldy); break;
       case 3: dotStream<Vec, D, 3>(x, in, w, o, y, ldy); break;

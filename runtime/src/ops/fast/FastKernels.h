@@ -69,6 +69,11 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 // What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx512".
 const char *linearKernelsDescription();
 
+// Whether dotRows multiplies int4 weights in groups of `groupSize` by int8-quantized
+// activations for `rows` rows of x (DotInt4Vnni.cpp): where the CPU has AVX-512 VNNI, up to 4
+// rows, groups of whole 32-input blocks, unless DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
+bool int4QuantizesActivations(int64_t groupSize, int64_t rows);
+
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
 // (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or
 // "avx512-vnni" (AVX-512F+BW+VNNI: int8 weights multiply int8-quantized activations,

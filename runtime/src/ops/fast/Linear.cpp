@@ -21,6 +21,8 @@ namespace dsrt::ops::fast {
 detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
 detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
 detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
+void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);  // DotInt4Vnni.cpp
 
 namespace {
 
@@ -42,6 +44,18 @@ struct Scalar {
   static V load(const uint16_t *p, detail::F16Tag tag) { return loadWith(p, tag); }
   static V load(const uint16_t *p, detail::BF16Tag tag) { return loadWith(p, tag); }
   static V load(const int8_t *p) { return loadWith(p); }
+  static V lowNibbles(const uint8_t *p) {
+    V v;
+    for (int i = 0; i < 4; ++i)
+      v.lane[i] = static_cast<float>(p[i] & 0xF);
+    return v;
+  }
+  static V highNibbles(const uint8_t *p) {
+    V v;
+    for (int i = 0; i < 4; ++i)
+      v.lane[i] = static_cast<float>(p[i] >> 4);
+    return v;
+  }
   static V loadInt4(const uint8_t *p) {
     V v;
     for (int i = 0; i < 4; ++i)
@@ -149,7 +163,11 @@ void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a,
 // machine (AVX-512, GPT-2 and Llama shapes): at 32 rows they match it on fp32 weights and
 // are 1.3x to 3x faster on narrow ones, which sgemm needs widened; at 64 rows sgemm is 15 %
 // faster on fp32 and the blocks still faster on narrow weights; at 128 and more sgemm wins.
-int64_t ownKernelRows(DType weights) { return weights == DType::F32 ? 32 : 64; }
+// int4 weights go to sgemm above 4 rows: unpacking a tile once beats unpacking every weight
+// for each block of rows.
+int64_t ownKernelRows(DType weights) {
+  return weights == DType::F32 ? 32 : weights == DType::U8 ? 4 : 64;
+}
 // Output features per widened tile: the tile stays in L2 while sgemm reads it.
 constexpr int64_t kTileRows = 64;
 // Multiply-adds below which a range of output features is not worth a thread.
@@ -158,6 +176,26 @@ constexpr int64_t kGrainWork = 1 << 15;
 } // namespace
 
 const char *cpuIsa() { return isa().name; }
+
+// int4's kernel with int8 activations: where the CPU has AVX-512 VNNI (and DSRT_CPU_ISA does
+// not cap the kernels below AVX-512), unless DSRT_INT4_ACTIVATIONS=f32 asks for the exact one.
+bool int4VnniAvailable() {
+  static const bool available = [] {
+    const char *mode = std::getenv("DSRT_INT4_ACTIVATIONS");
+    if (mode && std::string(mode) == "f32")
+      return false;
+    const std::string chosen = isa().name;
+    if (chosen != "avx512" && chosen != "avx512-vnni")
+      return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  }();
+  return available;
+}
+
+bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
+  return int4VnniAvailable() && rows >= 1 && rows <= 4 && groupSize > 0 && groupSize % 32 == 0;
+}
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
 
@@ -182,6 +220,8 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
              float *y, int64_t ldy) {
   if (rows <= 0 || begin >= end)
     return;
+  if (w.dtype == DType::U8 && w.groups > 0 && int4QuantizesActivations(w.in / w.groups, rows))
+    return dotRowsInt4Vnni(x, rows, w, begin, end, y, ldy);
   isa().dotRows(x, rows, w, begin, end, y, ldy);
 }
 
@@ -229,7 +269,8 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 
 const char *linearKernelsDescription() {
   static const std::string description =
-      std::string(oneDnn().sgemm ? "onednn sgemm + " : "") + isa().name;
+      std::string(oneDnn().sgemm ? "onednn sgemm + " : "") + isa().name +
+      (int4VnniAvailable() ? " (int4 decode: avx512-vnni, int8 activations)" : "");
   return description.c_str();
 }
 

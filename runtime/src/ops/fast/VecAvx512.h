@@ -40,6 +40,15 @@ struct Avx512 {
                              _mm512_set1_epi32(8));
     return _mm512_cvtepi32_ps(lanes);
   }
+  static V lowNibbles(const uint8_t *p) {
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, _mm_set1_epi8(0xF))));
+  }
+  static V highNibbles(const uint8_t *p) {
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0xF))));
+  }
   static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
