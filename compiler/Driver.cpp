@@ -63,6 +63,7 @@ StringOption computeDtype("");
 ValueOption<int64_t> int8GroupSize(0);
 ValueOption<bool> int8MlpExtraGrouping(false);
 ValueOption<bool> int8SkipLmHead(false);
+ValueOption<bool> int4LmHead(false);
 StringOption kvCacheDtype("auto");
 StringOption activationDtype("auto");
 ValueOption<bool> verbose(false);
@@ -154,6 +155,8 @@ void parseCommandLine(int argc, char **argv) {
                    "halve the group size of the MLP's linear layers");
   commandLine.flag("--int8-skip-lm-head", int8SkipLmHead.value,
                    "keep the LM head in --compute-dtype");
+  commandLine.flag("--int4-lm-head", int4LmHead.value,
+                   "with --dtype int4: the LM head int4 too (default int8; docs/int4.md)");
 
   commandLine.group("Remarks");
   commandLine.flag("--verbose", verbose.value,
@@ -315,6 +318,16 @@ int runCompilerDriver(int argc, char **argv) {
                  << weightDtype << " stores every weight as " << weightDtype << ")\n";
     return EXIT_FAILURE;
   }
+  if (int4LmHead && !int4) {
+    llvm::errs() << "dsc: error: --int4-lm-head goes with --dtype int4, not --dtype "
+                 << weightDtype << "\n";
+    return EXIT_FAILURE;
+  }
+  if (int4LmHead && int8SkipLmHead) {
+    llvm::errs() << "dsc: error: --int4-lm-head and --int8-skip-lm-head ask for two different "
+                    "LM heads\n";
+    return EXIT_FAILURE;
+  }
   if (int4 && int8GroupSize != 0 && (int8GroupSize < 0 || int8GroupSize % 2 != 0)) {
     llvm::errs() << "dsc: error: --dtype int4 needs an even group size (--int8-group-size: 32, "
                     "64, 128), not "
@@ -418,6 +431,7 @@ int runCompilerDriver(int argc, char **argv) {
     if (quantized) {
       QuantizeWeightsOptions quantize;
       quantize.bits = int4 ? 4 : 8;
+      quantize.lmHeadBits = int4LmHead ? 4 : 8;
       quantize.groupSize = groupSize;
       quantize.mlpExtraGrouping = int8MlpExtraGrouping;
       quantize.lmHead = !int8SkipLmHead;

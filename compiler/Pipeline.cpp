@@ -138,6 +138,9 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
       *this, "int8-group-size",
       llvm::cl::desc("With dtype=int8 or int4: inputs per scale group (int4: 0 means 32)"),
       llvm::cl::init(0)};
+  Option<bool> int4LmHead{*this, "int4-lm-head",
+                          llvm::cl::desc("With dtype=int4: the LM head int4 too"),
+                          llvm::cl::init(false)};
   Option<std::string> kvCacheDtype{
       *this, "kv-cache-dtype",
       llvm::cl::desc("The KV cache: auto (as the float weights are stored), fp32, fp16, bf16"),
@@ -212,6 +215,7 @@ void registerCompilePipeline() {
         if (quantized) {
           QuantizeWeightsOptions quantize;
           quantize.bits = cli.dtype == "int4" ? 4 : 8;
+          quantize.lmHeadBits = cli.int4LmHead ? 4 : 8;
           quantize.groupSize =
               cli.dtype == "int4" && cli.int8GroupSize == 0 ? 32 : int64_t(cli.int8GroupSize);
           options.int8 = quantize;

@@ -24,7 +24,8 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
     (`#tfm.quantize_int4`, `#tfm.quant_scales_int4`: ui4 codes, a scale per group of
     `group-size` inputs, which must then be positive and even), and the LM head, where it is
     quantized, int8 weights in groups of the same size: it alone decides each token, and
-    llama.cpp's and ONNX Runtime GenAI's 4-bit formats keep it wider too.
+    llama.cpp's 4-bit formats keep it wider too. `lm-head-bits=4` makes it int4 as well: on
+    a large vocabulary it is a big share of what a decode step reads.
   }];
   let options = [
     Option<"groupSize", "group-size", "int64_t", "0",
@@ -37,6 +38,8 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
            "Emit a remark for every linear layer that is not quantized, with the reason">,
     Option<"bits", "bits", "int64_t", "8",
            "The linear layers' weights: 8 (int8) or 4 (int4 in groups; the LM head int8)">,
+    Option<"lmHeadBits", "lm-head-bits", "int64_t", "8",
+           "With bits=4: the LM head's weights, 8 (the default) or 4">,
   ];
   let dependentDialects = ["dsc::tfm::TfmDialect"];
 }

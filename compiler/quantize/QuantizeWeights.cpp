@@ -55,6 +55,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
                                  << int64_t(bits);
       return signalPassFailure();
     }
+    if (lmHeadBits != 8 && lmHeadBits != 4) {
+      getOperation().emitError() << "the LM head is quantized to 8 or 4 bits, not "
+                                 << int64_t(lmHeadBits);
+      return signalPassFailure();
+    }
     if (bits == 4 && (groupSize <= 0 || groupSize % 2 != 0)) {
       getOperation().emitError() << "int4 weights need a positive, even group size (32, 64, "
                                     "128: a scale per group of inputs), not "
@@ -145,7 +150,8 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       return success();
     }
     // The LM head stays int8 under int4 (the pass's description says why).
-    const int layerBits = linear ? static_cast<int>(bits) : 8;
+    const int layerBits =
+        linear ? static_cast<int>(bits) : bits == 4 ? static_cast<int>(lmHeadBits) : 8;
     FailureOr<int64_t> size = layerGroupSize(layer, inputFeaturesPerRank(weight), layerBits);
     if (failed(size))
       return failure();
