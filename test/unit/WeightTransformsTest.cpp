@@ -325,7 +325,10 @@ TEST(WeightTransformsTest, Int4ScaleSearchBeatsMaxAbsAndReportsItsError) {
         lost += error;
         magnitude += std::fabs(value);
       }
-      EXPECT_LE(groupSearched, groupPlain * (1 + 1e-9)) << "row " << row << " group " << g;
+      // The search sums its errors in f32 (WeightTransforms.cpp: it is an int4 compile's
+      // cost), so between two nearly equal candidates it may take the one that is worse in
+      // f64 by f32's rounding of a 32-term sum: 1e-5 relative covers it.
+      EXPECT_LE(groupSearched, groupPlain * (1 + 1e-5)) << "row " << row << " group " << g;
       searched += groupSearched;
       plain += groupPlain;
     }
