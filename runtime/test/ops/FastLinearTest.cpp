@@ -11,7 +11,7 @@
 // is within n·u·Σ|x·w| of the exact sum (n = in + 2 terms with the bias, u = 2^-24) and they
 // differ by at most twice that; the activation and the residual add a few ulps of the result.
 // Where int8 weights meet the AVX-512 VNNI kernel (up to 64 rows, groups of whole 64-input
-// chunks), and int4 weights theirs (up to 4 rows, groups of whole 32-input blocks: the
+// chunks), and int4 weights theirs (up to 64 rows, groups of whole 32-input blocks: the
 // default where the CPU has VNNI), x itself is quantized to int8 in blocks of 32, each input
 // off by at most half its block's step max|x_block| / 127: that adds Σ_k |w_k| · step_k / 2
 // (times GELU's slope, at most 1.13).
@@ -94,7 +94,7 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
 
 // Whether dotRows quantizes x for this case (DotVnni.cpp for int8, DotInt4Vnni.cpp for
 // int4); through linear(), only up to 64 rows of int8 weights take dotRows (more go to
-// sgemm), and up to 4 of int4.
+// sgemm), and of int4 up to 64 where int8 activations multiply them, else up to 4.
 bool quantizesActivations(const Case &c, bool throughLinear = true) {
   if (c.dtype == DType::U8)
     return ops::fast::int4QuantizesActivations(c.in / c.groups, c.rows);

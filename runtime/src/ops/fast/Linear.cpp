@@ -23,6 +23,7 @@ detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
 detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
 void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);  // DotInt4Vnni.cpp
+bool int4VnniAvailable();  // below
 
 namespace {
 
@@ -163,10 +164,13 @@ void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a,
 // machine (AVX-512, GPT-2 and Llama shapes): at 32 rows they match it on fp32 weights and
 // are 1.3x to 3x faster on narrow ones, which sgemm needs widened; at 64 rows sgemm is 15 %
 // faster on fp32 and the blocks still faster on narrow weights; at 128 and more sgemm wins.
-// int4 weights go to sgemm above 4 rows: unpacking a tile once beats unpacking every weight
-// for each block of rows.
+// int4 weights go to sgemm above 4 rows where their codes are unpacked to f32 (unpacking a
+// tile once beats unpacking every weight for each block of rows), and above 64 where int8
+// activations multiply them (DotInt4Vnni.cpp), like int8 weights.
 int64_t ownKernelRows(DType weights) {
-  return weights == DType::F32 ? 32 : weights == DType::U8 ? 4 : 64;
+  if (weights == DType::U8)
+    return int4VnniAvailable() ? 64 : 4;
+  return weights == DType::F32 ? 32 : 64;
 }
 // Output features per widened tile: the tile stays in L2 while sgemm reads it.
 constexpr int64_t kTileRows = 64;
@@ -194,7 +198,8 @@ bool int4VnniAvailable() {
 }
 
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
-  return int4VnniAvailable() && rows >= 1 && rows <= 4 && groupSize > 0 && groupSize % 32 == 0;
+  return int4VnniAvailable() && rows >= 1 && rows <= 64 && groupSize > 0 &&
+         groupSize % 32 == 0;
 }
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
