@@ -432,6 +432,7 @@ int runCompilerDriver(int argc, char **argv) {
       QuantizeWeightsOptions quantize;
       quantize.bits = int4 ? 4 : 8;
       quantize.lmHeadBits = int4LmHead ? 4 : 8;
+      quantize.defaultGroupSize = int4 && int8GroupSize == 0;
       quantize.groupSize = groupSize;
       quantize.mlpExtraGrouping = int8MlpExtraGrouping;
       quantize.lmHead = !int8SkipLmHead;

@@ -216,6 +216,7 @@ void registerCompilePipeline() {
           QuantizeWeightsOptions quantize;
           quantize.bits = cli.dtype == "int4" ? 4 : 8;
           quantize.lmHeadBits = cli.int4LmHead ? 4 : 8;
+          quantize.defaultGroupSize = cli.dtype == "int4" && cli.int8GroupSize == 0;
           quantize.groupSize =
               cli.dtype == "int4" && cli.int8GroupSize == 0 ? 32 : int64_t(cli.int8GroupSize);
           options.int8 = quantize;

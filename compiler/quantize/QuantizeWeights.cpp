@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <numeric>
 #include <string>
 
 namespace dsc {
@@ -91,10 +92,10 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
   // rank's inputs (int8 only: int4 keeps its groups). Fails, naming the layer, when it does
   // not divide some rank's share.
   FailureOr<int64_t> layerGroupSize(Operation *layer, ArrayRef<int64_t> inputsPerRank,
-                                    int layerBits) {
+                                    int layerBits, int64_t requested) {
     auto linear = dyn_cast<tfm::LinearOp>(layer);
     const bool finer = mlpExtraGrouping && linear && isMlpLinear(linear);
-    int64_t size = groupSize;
+    int64_t size = requested;
     int64_t largest = *llvm::max_element(inputsPerRank);
     if (layerBits == 8 && (size == 0 || size >= largest)) {
       if (!finer)
@@ -150,9 +151,35 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       return success();
     }
     // The LM head stays int8 under int4 (the pass's description says why).
-    const int layerBits =
+    int layerBits =
         linear ? static_cast<int>(bits) : bits == 4 ? static_cast<int>(lmHeadBits) : 8;
-    FailureOr<int64_t> size = layerGroupSize(layer, inputFeaturesPerRank(weight), layerBits);
+    SmallVector<int64_t> inputsPerRank = inputFeaturesPerRank(weight);
+    // A default int4 group size (not the user's) bends to a layer it does not divide: the
+    // largest even size below it that divides every rank's inputs, or, where the inputs are
+    // odd, int8 per output channel. A user who asks for nothing gets a plan that works.
+    // (groupSize is positive whenever bits is 4: runOnOperation checked it.)
+    int64_t requested = groupSize;
+    int64_t common = 0;
+    for (int64_t in : inputsPerRank)
+      common = std::gcd(common, in);
+    // The int8 LM head of an int4 plan takes the default size where it divides, else one
+    // group per output channel.
+    if (layerBits == 8 && defaultGroupSize && common % groupSize != 0)
+      requested = 0;
+    if (layerBits == 4 && defaultGroupSize) {
+      int64_t fitting = 0;
+      for (int64_t size = std::min<int64_t>(groupSize, common); size >= 2 && !fitting; --size)
+        if (size % 2 == 0 && common % size == 0)
+          fitting = size;
+      if (fitting == 0) {
+        layerBits = 8;
+        requested = 0;
+        decline(layer, "its input features are odd: int4 pairs them, so it is int8");
+      } else {
+        requested = fitting;
+      }
+    }
+    FailureOr<int64_t> size = layerGroupSize(layer, inputsPerRank, layerBits, requested);
     if (failed(size))
       return failure();
 

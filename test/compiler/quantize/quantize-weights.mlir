@@ -9,6 +9,9 @@
 // int4 (docs/int4.md): the linears get ui4 codes [out, in] and a scale per group; the LM head
 // stays int8 in groups of the same size.
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="bits=4 group-size=8" | FileCheck %s --check-prefix=INT4
+// A default int4 group size (dsc --dtype int4 without a size) bends to a layer it does not
+// divide: 32 for the 32 inputs of proj, 16 for the 16 of fc.
+// RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="bits=4 group-size=32 default-group-size" | FileCheck %s --check-prefix=INT4-DEFAULT
 
 // An MLP (linear -> activation -> linear) after a transposed (Conv1D) weight.
 // CHANNEL-LABEL: func.func @mlp
@@ -28,6 +31,9 @@
 // EXTRA-CHANNEL-LABEL: func.func @mlp
 // EXTRA-CHANNEL: tfm.weight "fc.weight" {{.*}}#tfm.quant_scales<group_size = 8, dtype = f32>] -> tensor<32x2xf32>
 // EXTRA-CHANNEL: tfm.weight "proj.weight" {{.*}}#tfm.quant_scales<group_size = 16, dtype = f32>] -> tensor<16x2xf32>
+// INT4-DEFAULT-LABEL: func.func @mlp
+// INT4-DEFAULT: tfm.weight "fc.weight" {{.*}}#tfm.quantize_int4<group_size = 16>] -> tensor<32x16xui4>
+// INT4-DEFAULT: tfm.weight "proj.weight" {{.*}}#tfm.quantize_int4<group_size = 32>] -> tensor<16x32xui4>
 // INT4-LABEL: func.func @mlp
 // INT4: %[[W1:.*]] = tfm.weight "fc.weight" : tensor<16x32xf32> [#tfm.transpose<[1, 0]>, #tfm.quantize_int4<group_size = 8>] -> tensor<32x16xui4>
 // INT4: %[[S1:.*]] = tfm.weight "fc.weight" : tensor<16x32xf32> [#tfm.transpose<[1, 0]>, #tfm.quant_scales_int4<group_size = 8, dtype = f32>] -> tensor<32x2xf32>
