@@ -283,6 +283,35 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
 
   FloatOutput out(*outputs[0]);
   float *y = out.data();
+  // A prompt on the fast kernels: the tiled kernel (TransformerTiledAttention.cpp). The rows
+  // it leaves (queries that may attend no key) run the loop below.
+  const bool tiled = tiledAttentionApplies(ctx, S);
+  std::vector<uint8_t> unattended(tiled ? B * S * H : 0, 0);
+  if (tiled) {
+    const char *keyBase = static_cast<const char *>(kAll ? kAll : storedKeys),
+               *valueBase = static_cast<const char *>(vAll ? vAll : storedValues);
+    const size_t element = dtypeSize(storedType);
+    std::vector<TiledSequence> sequences(B);
+    for (int64_t b = 0; b < B; ++b) {
+      TiledSequence &seq = sequences[b];
+      seq.batch = b;
+      seq.queries = S;
+      seq.firstPosition = P;
+      seq.keys = T;
+      seq.q = &q[b * S * H * D];
+      seq.y = y + b * S * H * D;
+      seq.rows = [=](int64_t kh, int64_t t, const void *&keys, const void *&values) {
+        const size_t offset = static_cast<size_t>(b * batchStride + kh * headStride + t * D) * element;
+        keys = keyBase + offset;
+        values = valueBase + offset;
+        return T - t;
+      };
+      seq.keyAllowed = padding.empty() ? nullptr : &padding[b * T];
+      seq.alibiPosition = c.alibi ? &keyPosition[b * T] : nullptr;
+      seq.unattended = &unattended[b * S * H];
+    }
+    tiledAttention(c, storedType, sequences, slopes, added);
+  }
   parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(T), dots(ctx.fastKernels ? T : 0);
     std::vector<char> allowed(T), visible(T);
@@ -310,6 +339,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         return value;
       };
       for (int64_t s = 0; s < S; ++s) {
+        if (tiled && !unattended[(b * S + s) * H + h])
+          continue;
         const float *query = &q[((b * S + s) * H + h) * D];
         for (size_t i = 0; i < added.size(); ++i)
           addedRows[i] = added[i].row(b, h, s);

@@ -7,6 +7,7 @@
 #include "ops/Kernel.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace dsrt::ops::attention {
@@ -97,6 +98,36 @@ std::vector<float> alibiSlopes(int64_t heads);
 // (TransformerPagedAttention.cpp).
 Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
                              const Outputs &outputs);
+
+// The tiled (flash-style) kernel for prompts (TransformerTiledAttention.cpp,
+// docs/cpu-backend.md): one sequence's queries in tiles of up to 64 rows (queries times the
+// query heads of one KV head), its keys in tiles of 64, the softmax accumulated online, so no
+// [heads, queries, keys] score matrix exists; key tiles past a tile's causal limit or outside
+// its window are never read. Threads split the (sequence, KV head, query tile) items.
+struct TiledSequence {
+  int64_t batch = 0;          // the row of the added scores (mask, bias) this sequence reads
+  int64_t queries = 0;        // its new tokens (the rows of q and y)
+  int64_t firstPosition = 0;  // the position of query 0; query s is at firstPosition + s
+  int64_t keys = 0;           // positions [0, keys) hold its keys and values
+  const float *q = nullptr;   // query s, local head h: q + (s * heads + h) * headDim
+  float *y = nullptr;         // written as q is laid out
+  // Where KV head kh's key and value rows from position t are (in the cache's dtype), and
+  // how many rows from there are contiguous (the paged cache: to the end of t's block).
+  std::function<int64_t(int64_t kh, int64_t t, const void *&keys, const void *&values)> rows;
+  const int64_t *keyAllowed = nullptr;   // per key, 0 where padding masks it; null: none
+  const float *alibiPosition = nullptr;  // per key (ALiBi's count of attended tokens); null: t
+  // [queries, heads]: set to 1 where a query may attend no key (padding); its row of y is then
+  // left for the caller, which fills it as the reference kernel does.
+  uint8_t *unattended = nullptr;
+};
+// Whether tfm.attention runs the tiled kernel for `queries` queries of a sequence: on the
+// fast kernels, for more than one query, unless DSRT_TILED_ATTENTION=0.
+bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries);
+void tiledAttention(const AttentionConfig &c, DType stored,
+                    const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
+                    const std::vector<AddedScores> &added);
+// The tiles the tiled kernel has run in this process (the tests' proof that it ran).
+int64_t tiledAttentionTiles();
 
 } // namespace dsrt::ops::attention
 

@@ -90,10 +90,49 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
   FloatOutput out(*outputs[0]);
   float *y = out.data();
   const DType stored = c.cacheDType;
-  parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
+  // A prompt chunk (consecutive rows of one sequence at consecutive positions) on the fast
+  // kernels runs the tiled kernel (TransformerTiledAttention.cpp); the other rows (decode)
+  // the loop below.
+  std::vector<int64_t> single;
+  std::vector<TiledSequence> chunks;
+  for (int64_t b = 0, next; b < B; b = next) {
+    const KvPagedRow &start = cache.pagedRows[b];
+    next = b + 1;
+    while (next < B && cache.pagedRows[next].blocks == start.blocks &&
+           cache.pagedRows[next].position == start.position + (next - b))
+      ++next;
+    if (!tiledAttentionApplies(ctx, next - b)) {
+      for (int64_t i = b; i < next; ++i)
+        single.push_back(i);
+      continue;
+    }
+    TiledSequence seq;
+    seq.batch = b;
+    seq.queries = next - b;
+    seq.firstPosition = start.position;
+    seq.keys = start.position + seq.queries;
+    seq.q = &rows.q[b * H * D];
+    seq.y = y + b * H * D;
+    seq.rows = [&layout, &start, keyBase, valueBase](int64_t kh, int64_t t, const void *&keys,
+                                                      const void *&values) {
+      const size_t offset = layout.offset(start, kh, t) * layout.element;
+      keys = keyBase + offset;
+      values = valueBase + offset;
+      return layout.blockSize - t % layout.blockSize;
+    };
+    chunks.push_back(std::move(seq));
+  }
+  // The engine's sequences have no padding: every query attends at least its own key.
+  std::vector<uint8_t> unattended(static_cast<size_t>(B * H), 0);
+  for (TiledSequence &seq : chunks)
+    seq.unattended = &unattended[seq.batch * H];
+  if (!chunks.empty())
+    tiledAttention(c, stored, chunks, slopes, {});
+  parallelFor(static_cast<int64_t>(single.size()) * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, keyRow(D), partial(D);
     for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / H, h = bh % H, kh = (c.headOffset + h) / group - c.kvHeadOffset;
+      const int64_t b = single[bh / H], h = bh % H,
+                    kh = (c.headOffset + h) / group - c.kvHeadOffset;
       const KvPagedRow &row = cache.pagedRows[b];
       const int64_t position = row.position, limit = position + 1;
       // Keys within `window` of the query (before it: the session's attention is causal).

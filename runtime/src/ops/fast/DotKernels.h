@@ -42,6 +42,10 @@ struct IsaKernels {
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
+  // c[r, n] (+)= Σ_k a[r, k] b[k, n] over f32 tiles (FastKernels.h's multiplyTile).
+  void (*multiplyTile)(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
+                       int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
+                       bool accumulate);
 };
 
 // Everything below is compiled once per instruction set, by translation units built with
@@ -569,6 +573,74 @@ void normalizeRowWith(const float *x, int64_t n, const float *scale, const float
   }
 }
 
+// One block of multiplyTile: R rows of c by U vectors of columns, the sums in registers over
+// the whole depth; each vector of b is loaded once for the R rows, each element of a is
+// broadcast once for the U vectors (no horizontal sums, unlike dotRows). Element (r, k) of a
+// is a[r * aRow + k * aDepth]: a row-major or a transposed tile.
+template <class Vec, int R, int U>
+void multiplyBlock(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
+                   int64_t depth, float *c, int64_t ldc, bool accumulate) {
+  constexpr int W = Vec::kWidth;
+  typename Vec::V acc[R][U];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u)
+      acc[r][u] = accumulate ? Vec::load(c + r * ldc + u * W) : Vec::zero();
+  for (int64_t k = 0; k < depth; ++k) {
+    typename Vec::V column[U];
+    for (int u = 0; u < U; ++u)
+      column[u] = Vec::load(b + k * ldb + u * W);
+    for (int r = 0; r < R; ++r) {
+      const typename Vec::V element = Vec::broadcast(a[r * aRow + k * aDepth]);
+      for (int u = 0; u < U; ++u)
+        acc[r][u] = Vec::fma(element, column[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u)
+      Vec::store(c + r * ldc + u * W, acc[r][u]);
+}
+
+// Rows in blocks of 4 (then 3, 2, 1) for one strip of U vectors of columns.
+template <class Vec, int U>
+void multiplyStrip(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
+                   int64_t rows, int64_t depth, float *c, int64_t ldc, bool accumulate) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    multiplyBlock<Vec, 4, U>(a + r * aRow, aRow, aDepth, b, ldb, depth, c + r * ldc, ldc,
+                             accumulate);
+  const float *ar = a + r * aRow;
+  float *cr = c + r * ldc;
+  switch (rows - r) {
+  case 3: return multiplyBlock<Vec, 3, U>(ar, aRow, aDepth, b, ldb, depth, cr, ldc, accumulate);
+  case 2: return multiplyBlock<Vec, 2, U>(ar, aRow, aDepth, b, ldb, depth, cr, ldc, accumulate);
+  case 1: return multiplyBlock<Vec, 1, U>(ar, aRow, aDepth, b, ldb, depth, cr, ldc, accumulate);
+  default: return;
+  }
+}
+
+// c = a . b (or c += a . b) for f32 a [rows, depth] (strided), row-major b [depth, cols] and
+// c [rows, cols]: attention's tiles (keys by queries, then probabilities by values). Columns
+// in strips of 4 vectors where the ISA has 32 registers (4 x 4 sums), 2 where it has 16,
+// then single vectors, then the scalar tail.
+template <class Vec>
+void multiplyTileWith(const float *a, int64_t aRow, int64_t aDepth, const float *b,
+                      int64_t ldb, int64_t rows, int64_t depth, int64_t cols, float *c,
+                      int64_t ldc, bool accumulate) {
+  constexpr int W = Vec::kWidth, U = W >= 16 ? 4 : 2;
+  int64_t n = 0;
+  for (; n + U * W <= cols; n += U * W)
+    multiplyStrip<Vec, U>(a, aRow, aDepth, b + n, ldb, rows, depth, c + n, ldc, accumulate);
+  for (; n + W <= cols; n += W)
+    multiplyStrip<Vec, 1>(a, aRow, aDepth, b + n, ldb, rows, depth, c + n, ldc, accumulate);
+  for (; n < cols; ++n)
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = accumulate ? c[r * ldc + n] : 0.0f;
+      for (int64_t k = 0; k < depth; ++k)
+        sum += a[r * aRow + k * aDepth] * b[k * ldb + n];
+      c[r * ldc + n] = sum;
+    }
+}
+
 inline void exponentiateWith(float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = expApprox(y[i]);
@@ -581,7 +653,8 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &activateWith,
           &exponentiateWith,
           &weightedSumWith<Vec>,
-          &normalizeRowWith<Vec>};
+          &normalizeRowWith<Vec>,
+          &multiplyTileWith<Vec>};
 }
 
 } // namespace

@@ -20,6 +20,14 @@ enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu, Relu2 };
 // and erf within 1.2e-7 relative instead of libm's (the reference kernels use libm).
 void activate(Activation kind, float *y, int64_t n);
 
+// c[r * ldc + n] = Σ_k a[r * aRow + k * aDepth] b[k * ldb + n] for r < rows, n < cols,
+// k < depth (or c += that, with `accumulate`), all f32, the sums in registers over the whole
+// depth in k's order: the tiled attention's key-query and probability-value tiles (a may be
+// a transposed tile: aRow 1).
+void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
+                  int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
+                  bool accumulate);
+
 // y[i] = e^y[i] for i < n, vectorised, within 2 ulp (attention's softmax).
 void exponentiate(float *y, int64_t n);
 
@@ -48,6 +56,9 @@ struct LinearWeights {
   const float *scales = nullptr;
   int64_t groups = 1;
 };
+
+// Rows [first, first + count) of `w` as f32 at out ([count, w.in]), int8 and int4 scaled.
+void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out);
 
 // y[r, o] = sum_k x[r, k] * w[o, k] for r < rows and o in [begin, end), written at
 // y[r * ldy + o]: each weight row is read once for every row of x (the decode kernel, where

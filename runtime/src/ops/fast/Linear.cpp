@@ -206,6 +206,17 @@ void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n)
 
 void exponentiate(float *y, int64_t n) { isa().exponentiate(y, n); }
 
+void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
+                  int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
+                  bool accumulate) {
+  if (rows > 0 && cols > 0)
+    isa().multiplyTile(a, aRow, aDepth, b, ldb, rows, depth, cols, c, ldc, accumulate);
+}
+
+void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {
+  isa().widenRows(w, first, count, out);
+}
+
 void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
                   float epsilon, float *y) {
   isa().normalizeRow(x, n, scale, bias, rms, epsilon, y);

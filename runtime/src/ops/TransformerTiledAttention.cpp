@@ -1,0 +1,279 @@
+// tfm.attention's tiled kernel for prompts (flash-attention style, docs/cpu-backend.md): for
+// one sequence, one KV head and a tile of queries, the rows of the tile are its queries times
+// the query heads that share the KV head (GQA's group), and the keys come in tiles of
+// kKeyTile. Per key tile:
+//   scores [keys, rows] = K [keys, D] . Qᵀ [D, rows]   (Qᵀ transposed once per work item;
+//                                                       K read in place from the cache)
+//   scale, soft-cap, ALiBi, added terms, masks; the running maximum of each row
+//   p = exp(scores - max); the old sums and the accumulator rescaled by exp(old - new max)
+//   acc [rows, D] += pᵀ [rows, keys] . V [keys, D]     (V read in place)
+// so nothing larger than a tile of scores exists, and a key tile no row of the query tile
+// may see (past its causal limit, outside its window) is never read. Both products are
+// fast::multiplyTile, whose sums stay in registers (4 rows by 4 vectors with AVX-512), with
+// one broadcast per element of the strided operand and no horizontal sums.
+// What each row may attend is the reference kernel's (TransformerAttention.cpp), which stays
+// the oracle (TiledAttentionTest.cpp).
+#include "ops/ThreadPool.h"
+#include "ops/TransformerAttentionConfig.h"
+#include "ops/fast/FastKernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace dsrt::ops::attention {
+namespace {
+
+// Keys per tile, and rows (queries times grouped heads) per query tile: a 64 x 64 tile of
+// scores is 16 KB and the accumulator 64 x D floats, which stay in L1/L2 with the tiles of
+// keys and values. Rows are padded to a multiple of 16 (AVX-512's lanes) in the transposed
+// query tile, so the score tile's columns have no scalar tail.
+constexpr int64_t kKeyTile = 64;
+constexpr int64_t kTileRows = 64;
+constexpr int64_t kLanes = 16;
+
+std::atomic<int64_t> tilesRun{0};
+
+bool tilingEnabled() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DSRT_TILED_ATTENTION");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+// One work item: a sequence, a KV head, and the query tile [first, first + count).
+struct Item {
+  int64_t sequence, kvHead, first, count, cost;
+};
+
+// The key range [begin, end) that query position `position` may attend.
+struct KeyRange {
+  int64_t begin, end;
+};
+KeyRange keyRange(const AttentionConfig &c, int64_t position, int64_t keys) {
+  // Within `window` of the query on either side (before it only, when causal).
+  int64_t begin = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
+  int64_t end = c.causal ? std::min(keys, position + 1) : keys;
+  if (!c.causal && c.window > 0)
+    end = std::min(keys, position + c.window);
+  return {begin, std::max(begin, end)};
+}
+
+// Per-thread tiles, reused across the items a thread runs.
+struct Scratch {
+  std::vector<float> queriesT, scores, acc, maximum, sum, correction, keyTile, valueTile, slope;
+  std::vector<int64_t> begin, end;
+  std::vector<const float *> addedRows;
+};
+
+void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, const Item &item,
+             const std::vector<int64_t> &heads, const std::vector<float> &slopes,
+             const std::vector<AddedScores> &added, Scratch &x) {
+  const int64_t D = c.headDim, H = c.heads, G = static_cast<int64_t>(heads.size());
+  const int64_t rows = item.count * G, ld = (rows + kLanes - 1) / kLanes * kLanes;
+  const float negativeInfinity = -std::numeric_limits<float>::infinity();
+  // Row r is query item.first + r / G of head heads[r % G].
+  x.queriesT.assign(static_cast<size_t>(D * ld), 0.0f);
+  x.begin.resize(rows);
+  x.end.resize(rows);
+  x.slope.assign(static_cast<size_t>(rows), 0.0f);
+  x.addedRows.resize(static_cast<size_t>(rows * added.size()));
+  int64_t first = seq.keys, last = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = item.first + r / G, h = heads[r % G];
+    const float *query = seq.q + (s * H + h) * D;
+    for (int64_t d = 0; d < D; ++d)
+      x.queriesT[d * ld + r] = query[d];
+    KeyRange range = keyRange(c, seq.firstPosition + s, seq.keys);
+    x.begin[r] = range.begin;
+    x.end[r] = range.end;
+    first = std::min(first, range.begin);
+    last = std::max(last, range.end);
+    if (c.alibi)
+      x.slope[r] = slopes[h];
+    for (size_t i = 0; i < added.size(); ++i)
+      x.addedRows[r * added.size() + i] = added[i].row(seq.batch, h, s);
+  }
+  const int64_t lastBegin = *std::max_element(x.begin.begin(), x.begin.end());
+  const int64_t firstEnd = *std::min_element(x.end.begin(), x.end.end());
+  x.scores.resize(static_cast<size_t>(kKeyTile * ld));
+  x.acc.assign(static_cast<size_t>(rows * D), 0.0f);
+  x.maximum.assign(static_cast<size_t>(rows), negativeInfinity);
+  x.sum.assign(static_cast<size_t>(rows), 0.0f);
+  x.correction.resize(static_cast<size_t>(rows));
+  const bool f32 = stored == DType::F32;
+  const size_t element = dtypeSize(stored);
+  for (int64_t t0 = first; t0 < last; t0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, last - t0);
+    // The tile's keys and values: in place where they are f32 and contiguous, else gathered
+    // (and widened) row runs: the paged cache's blocks, a half cache.
+    const void *keys = nullptr, *values = nullptr;
+    int64_t run = seq.rows(item.kvHead, t0, keys, values);
+    const float *keyRows = static_cast<const float *>(keys);
+    const float *valueRows = static_cast<const float *>(values);
+    if (!f32 || run < n) {
+      x.keyTile.resize(static_cast<size_t>(kKeyTile * D));
+      x.valueTile.resize(static_cast<size_t>(kKeyTile * D));
+      for (int64_t j = 0; j < n; j += run) {
+        if (j > 0)
+          run = seq.rows(item.kvHead, t0 + j, keys, values);
+        run = std::min(run, n - j);
+        for (int which = 0; which < 2; ++which) {
+          float *to = (which == 0 ? x.keyTile : x.valueTile).data() + j * D;
+          const void *from = which == 0 ? keys : values;
+          if (f32) {
+            std::memcpy(to, from, static_cast<size_t>(run * D) * element);
+          } else {
+            fast::LinearWeights rowsAsStored;
+            rowsAsStored.dtype = stored;
+            rowsAsStored.data = from;
+            rowsAsStored.out = run;
+            rowsAsStored.in = D;
+            fast::widenRows(rowsAsStored, 0, run, to);
+          }
+        }
+      }
+      keyRows = x.keyTile.data();
+      valueRows = x.valueTile.data();
+    }
+    tilesRun.fetch_add(1, std::memory_order_relaxed);
+    // scores[j, r]: key t0 + j against row r.
+    float *scores = x.scores.data();
+    fast::multiplyTile(keyRows, D, 1, x.queriesT.data(), ld, n, D, ld, scores, ld, false);
+    // Whether some row may not see some key of the tile (its causal limit, its window,
+    // padding): only then are scores masked and weights zeroed one by one.
+    bool masked = t0 < lastBegin || t0 + n > firstEnd;
+    for (int64_t j = 0; seq.keyAllowed && j < n && !masked; ++j)
+      masked = seq.keyAllowed[t0 + j] == 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t t = t0 + j;
+      float *row = scores + j * ld;
+      for (int64_t r = 0; r < rows; ++r)
+        row[r] *= c.scale;
+      if (c.softcap > 0)
+        for (int64_t r = 0; r < rows; ++r)
+          row[r] = c.softcap * std::tanh(row[r] / c.softcap);
+      if (c.alibi) {
+        const float position = seq.alibiPosition ? seq.alibiPosition[t] : static_cast<float>(t);
+        for (int64_t r = 0; r < rows; ++r)
+          row[r] += x.slope[r] * position;
+      }
+      for (size_t i = 0; i < added.size(); ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          row[r] += x.addedRows[r * added.size() + i][t];
+      if (masked) {
+        const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
+        for (int64_t r = 0; r < rows; ++r)
+          if (!keyOk || t < x.begin[r] || t >= x.end[r])
+            row[r] = negativeInfinity;
+      }
+    }
+    // The new running maximum of each row; rows with no key in this tile keep theirs.
+    for (int64_t r = 0; r < rows; ++r)
+      x.correction[r] = x.maximum[r];
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        x.correction[r] = std::max(x.correction[r], scores[j * ld + r]);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rows; ++r) {
+        // Masked scores (-inf) become 0 below; a row with no key yet stays at 0 too.
+        const float top = x.correction[r];
+        scores[j * ld + r] = top == negativeInfinity ? 0.0f : scores[j * ld + r] - top;
+      }
+    fast::exponentiate(scores, n * ld);
+    if (masked)
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t t = t0 + j;
+        const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
+        for (int64_t r = 0; r < rows; ++r)
+          if (!keyOk || t < x.begin[r] || t >= x.end[r])
+            scores[j * ld + r] = 0.0f;
+      }
+    // exp(old maximum - new): 1 where it did not move, 0 where there was none.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float old = x.maximum[r], top = x.correction[r];
+      x.maximum[r] = top;
+      x.correction[r] = old == top ? 0.0f : old == negativeInfinity ? -1e30f : old - top;
+    }
+    fast::exponentiate(x.correction.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (x.maximum[r] == negativeInfinity || x.correction[r] == 1.0f)
+        continue;
+      // No key before this tile: the accumulator and the sum are 0 and stay so.
+      const float factor = x.sum[r] == 0.0f ? 0.0f : x.correction[r];
+      x.sum[r] *= factor;
+      for (int64_t d = 0; d < D; ++d)
+        x.acc[r * D + d] *= factor;
+    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        x.sum[r] += scores[j * ld + r];
+    // acc[r, d] += Σ_j p[j, r] v[j, d]: the scores tile read transposed.
+    fast::multiplyTile(scores, 1, ld, valueRows, D, rows, n, D, x.acc.data(), D, true);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = item.first + r / G, h = heads[r % G];
+    if (x.sum[r] == 0.0f) {
+      seq.unattended[s * H + h] = 1;
+      continue;
+    }
+    const float inverse = 1.0f / x.sum[r];
+    float *out = seq.y + (s * H + h) * D;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = x.acc[r * D + d] * inverse;
+  }
+}
+
+} // namespace
+
+bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries) {
+  return ctx.fastKernels && queries > 1 && tilingEnabled();
+}
+
+int64_t tiledAttentionTiles() { return tilesRun.load(); }
+
+void tiledAttention(const AttentionConfig &c, DType stored,
+                    const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
+                    const std::vector<AddedScores> &added) {
+  const int64_t H = c.heads, KH = c.kvHeads, group = c.globalHeads / c.globalKvHeads;
+  // The local query heads of each local KV head.
+  std::vector<std::vector<int64_t>> headsOf(static_cast<size_t>(KH));
+  for (int64_t h = 0; h < H; ++h)
+    headsOf[(c.headOffset + h) / group - c.kvHeadOffset].push_back(h);
+  std::vector<Item> items;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const TiledSequence &seq = sequences[i];
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const int64_t G = static_cast<int64_t>(headsOf[kh].size());
+      if (G == 0)
+        continue;
+      const int64_t tile = std::max<int64_t>(1, kTileRows / G);
+      for (int64_t first = 0; first < seq.queries; first += tile) {
+        const int64_t count = std::min(tile, seq.queries - first);
+        KeyRange a = keyRange(c, seq.firstPosition + first, seq.keys),
+                 b = keyRange(c, seq.firstPosition + first + count - 1, seq.keys);
+        const int64_t cost = count * G * (std::max(a.end, b.end) - std::min(a.begin, b.begin));
+        items.push_back({static_cast<int64_t>(i), kh, first, count, cost});
+      }
+    }
+  }
+  // The costliest first (causal: the last query tiles), so that the pool's chunks, taken in
+  // order by whichever thread is free, even out.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item &a, const Item &b) { return a.cost > b.cost; });
+  parallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const Item &item = items[i];
+      runItem(c, stored, sequences[item.sequence], item, headsOf[item.kvHead], slopes, added,
+              scratch);
+    }
+  });
+}
+
+} // namespace dsrt::ops::attention

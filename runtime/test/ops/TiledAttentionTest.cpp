@@ -1,0 +1,363 @@
+// The tiled prompt attention (TransformerTiledAttention.cpp) against the reference kernel of
+// tfm.attention (the fast kernels off), over the contiguous inputs (past/present pairs and
+// the session's cache, f32, f16 and bf16) and the serving engine's paged cache (blocks of 1,
+// 16 and 13 tokens): windows, soft-capping, ALiBi, additive masks and biases, left padding
+// (queries that may attend no key), GQA, MQA and MHA, rotary, a chunk after cached tokens,
+// and lengths that are not multiples of the 64-key and 64-row tiles. Every case checks that
+// the tiled kernel ran (its tile counter moved) and that the reference did not run it.
+//
+// Tolerance, derived (u = 2^-24):
+//  * Scores: both are fp32 sums of the same D products in different orders (the tile's FMA
+//    chain, the reference's loop), so each is within D·u·Σ|q·k| of the exact one and they
+//    differ by at most δ = 2·D·u·scale·D·max|q|·max|k| (times 2: rotary can grow an element
+//    by √2). Soft-capping (tanh, slope <= 1) does not grow it; each later addition (ALiBi, a
+//    mask, a bias) rounds a different sum: another 2u·max|score| each.
+//  * Softmax weights: scores that move by at most δ move the normalised weights by at most
+//    2δ in total, so an output by at most 2δ·max|v|.
+//  * The online softmax: a key's weight is exp(s - m_k) (the running maximum of its tile),
+//    times one exp(m_old - m_new) per later tile whose maximum rose, each 2 ulp (4u) plus
+//    one rounding of the product; the arguments' roundings add u·(M - s) twice over (they
+//    telescope to M - s), and Σ_t w_t (M - s_t) <= ln T for softmax weights. Numerator and
+//    normaliser both: 2u·(5·(tiles + 1) + 3·ln T + 2) relative, times max|v|. The reference's
+//    own exponentials (2 ulp each): 2^-20·max|v|.
+//  * The probability-value sums, in other orders: 2·T·u·max|v|.
+// With half caches, |k| and |v| are those of the stored values (within 2^-8 of the f32 ones:
+// the bound takes 2·max).
+#include "OpTestUtil.h"
+
+#include "ops/TransformerAttentionConfig.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+namespace dsrt::test {
+namespace {
+
+using ops::Attr;
+using ops::AttrMap;
+
+double maxAbs(const std::vector<float> &xs) {
+  double m = 0;
+  for (float x : xs)
+    if (std::isfinite(x))
+      m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+struct Magnitudes {
+  double q = 0, k = 0, v = 0;  // max |.| of the queries and of every attended key and value
+  double added = 0;            // max |ALiBi term| + max |mask| + max |bias|
+  int additions = 0;
+};
+
+double tolerance(const Magnitudes &m, int64_t D, int64_t T, float scale) {
+  const double u = std::ldexp(1.0, -24);
+  const double products = scale * D * m.q * m.k * 2;
+  const double delta = 2.0 * D * u * products + 2.0 * m.additions * u * (products + m.added);
+  const double tiles = double((T + 63) / 64);
+  const double online = 2 * u * (5 * (tiles + 1) + 3 * std::log(double(T)) + 2);
+  return m.v * (2 * delta + std::ldexp(1.0, -20) + online + 2.0 * T * u) + 1e-30;
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<float> &want, double bound,
+                const std::string &name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  double largest = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], bound) << name << " element " << i;
+    largest = std::max(largest, double(std::fabs(want[i])));
+  }
+  EXPECT_GT(largest, 0.0) << name << ": an all-zero output proves nothing";
+}
+
+// Runs tfm.attention on the fast kernels (expecting the tiled kernel to run) and on the
+// reference kernels (expecting it not to).
+void runBoth(const std::vector<const OwnedTensor *> &in, const AttrMap &attrs,
+             std::vector<OwnedTensor> outputs[2], ops::KvCache *caches[2],
+             const std::string &name, bool expectTiled = true) {
+  const int64_t before = ops::attention::tiledAttentionTiles();
+  Status status = run("tfm.attention", in, outputs[0], attrs, 1, caches[0], nullptr, false);
+  ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
+  ASSERT_EQ(ops::attention::tiledAttentionTiles(), before) << name << ": the reference tiled";
+  status = run("tfm.attention", in, outputs[1], attrs, 1, caches[1], nullptr, true);
+  ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
+  if (expectTiled)
+    ASSERT_GT(ops::attention::tiledAttentionTiles(), before) << name << ": no tile ran";
+  else
+    ASSERT_EQ(ops::attention::tiledAttentionTiles(), before) << name << ": a tile ran";
+}
+
+AttrMap attentionAttrs(int64_t H, int64_t KH, int64_t D, float scale, bool causal) {
+  return {{"num_heads", Attr::ofInt(H)},
+          {"num_kv_heads", Attr::ofInt(KH)},
+          {"head_dim", Attr::ofInt(D)},
+          {"scale", Attr::ofFloat(scale)},
+          {"causal", Attr::ofInt(causal ? 1 : 0)}};
+}
+
+// ALiBi's largest term over `T` keys.
+double alibiMagnitude(int64_t H, int64_t T) {
+  std::vector<float> slopes = ops::attention::alibiSlopes(H);
+  return double(*std::max_element(slopes.begin(), slopes.end())) * double(T);
+}
+
+// Both kernels over copies of one cache `stored` (its f32 values `contents`, the layer's
+// shape and dtype in `layer`; paged where blockSize > 0): they must write the new keys and
+// values alike and agree within the bound (ALiBi's term up to `alibi`).
+void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap &attrs,
+                      ops::KvCacheLayer layer, int64_t blockSize,
+                      const std::vector<ops::KvPagedRow> &rows, const std::vector<uint8_t> &stored,
+                      const OwnedTensor &q, const OwnedTensor &k, const OwnedTensor &contents,
+                      double alibi, int64_t T, float scale, const std::string &name) {
+  std::vector<uint8_t> caches[2] = {stored, stored};
+  ops::KvCache kv[2];
+  ops::KvCache *cachePointers[2] = {&kv[0], &kv[1]};
+  for (int i = 0; i < 2; ++i) {
+    layer.key = caches[i].data();
+    layer.value = caches[i].data() + stored.size() / 2;
+    kv[i].layers.push_back(layer);
+    kv[i].blockSize = blockSize;
+    kv[i].pagedRows = rows;
+  }
+  std::vector<OwnedTensor> outputs[2];
+  runBoth(in, attrs, outputs, cachePointers, name);
+  if (::testing::Test::HasFatalFailure())
+    return;
+  EXPECT_EQ(caches[0], caches[1]) << name << ": the new keys and values written alike";
+  Magnitudes m;
+  m.q = maxAbs(values<float>(q));
+  const double scaleUp = layer.dtype == DType::F32 ? 1 : 2;
+  m.k = scaleUp * std::max(maxAbs(values<float>(k)), maxAbs(values<float>(contents)));
+  m.v = m.k;
+  if (alibi > 0) {
+    m.added = alibi;
+    m.additions = 1;
+  }
+  expectNear(values<float>(outputs[1][0]), values<float>(outputs[0][0]),
+             tolerance(m, layer.headDim, T, scale), name);
+}
+
+// The export's inputs: past key/value pairs (a chunk after cached tokens where past > 0).
+struct ExportCase {
+  std::string name;
+  int64_t B, S, P, H, KH, D;
+  bool causal = true;
+  int64_t window = 0;
+  float softcap = 0;
+  bool alibi = false, rotary = false;
+  int64_t padding = 0;   // left padding of the last sequence
+  bool additive = false; // a float mask [B, 1, S, T] instead of the padding mask
+  bool bias = false;     // a bias [1, H, S, T]
+};
+
+TEST(FastTiledAttention, EqualsTheReferenceOverPastInputs) {
+  const std::vector<ExportCase> cases = {
+      {"gqa_causal", 1, 77, 0, 8, 2, 64},
+      {"mha_window_padding", 2, 100, 0, 4, 4, 64, true, 17, 0, false, false, 3},
+      {"mqa_softcap", 1, 70, 0, 8, 1, 64, true, 0, 2.0f},
+      {"alibi_gqa_padding", 2, 66, 0, 6, 3, 64, true, 0, 0, true, false, 5},
+      {"chunk_after_past_d40", 2, 53, 70, 8, 2, 40},
+      {"chunk_after_past_window_softcap", 1, 45, 81, 4, 2, 64, true, 23, 1.5f},
+      {"additive_mask_and_bias", 2, 41, 5, 4, 2, 64, true, 0, 0, false, false, 0, true, true},
+      {"non_causal_window", 1, 70, 0, 4, 2, 64, false, 9},
+      {"non_causal", 2, 19, 0, 2, 2, 48, false},
+      {"rotary", 1, 65, 0, 4, 2, 64, true, 0, 0, false, true},
+  };
+  for (const ExportCase &e : cases) {
+    const int64_t T = e.P + e.S;
+    const float scale = e.softcap > 0 ? 1.0f : 1.0f / std::sqrt(float(e.D));
+    AttrMap attrs = attentionAttrs(e.H, e.KH, e.D, scale, e.causal);
+    if (e.window)
+      attrs["window"] = Attr::ofInt(e.window);
+    if (e.softcap > 0)
+      attrs["softcap"] = Attr::ofFloat(e.softcap);
+    if (e.alibi)
+      attrs["alibi"] = Attr::ofInt(1);
+    if (e.rotary) {
+      attrs["rotary_dim"] = Attr::ofInt(e.D);
+      attrs["rotary_base"] = Attr::ofFloat(10000.0f);
+    }
+    std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(e.name)));
+    OwnedTensor q = randomF32({e.B, e.S, e.H * e.D}, rng),
+                k = randomF32({e.B, e.S, e.KH * e.D}, rng),
+                v = randomF32({e.B, e.S, e.KH * e.D}, rng),
+                pastK = randomF32({e.B, e.KH, e.P, e.D}, rng),
+                pastV = randomF32({e.B, e.KH, e.P, e.D}, rng);
+    std::vector<int64_t> maskValues(e.B * T, 1), positionValues(e.B * e.S);
+    for (int64_t t = 0; t < e.padding; ++t)
+      maskValues[(e.B - 1) * T + t] = 0;
+    for (int64_t b = 0; b < e.B; ++b)
+      for (int64_t s = 0; s < e.S; ++s)
+        positionValues[b * e.S + s] = std::max<int64_t>(0, e.P + s - (b == e.B - 1 ? e.padding : 0));
+    OwnedTensor mask = i64({e.B, T}, maskValues), positions = i64({e.B, e.S}, positionValues);
+    // An additive mask of [-2, 0] with some keys at -inf (never a query's own), and a bias.
+    std::uniform_real_distribution<float> uniform(-2.0f, 0.0f);
+    OwnedTensor additive(DType::F32, {e.B, 1, e.S, T}), bias(DType::F32, {1, e.H, e.S, T});
+    auto *additiveData = reinterpret_cast<float *>(additive.storage.data());
+    for (int64_t i = 0; i < e.B * e.S * T; ++i) {
+      const int64_t s = (i / T) % e.S, t = i % T;
+      additiveData[i] = t != e.P + s && t % 7 == 3 ? -std::numeric_limits<float>::infinity()
+                                                   : uniform(rng);
+    }
+    auto *biasData = reinterpret_cast<float *>(bias.storage.data());
+    for (int64_t i = 0; i < e.H * e.S * T; ++i)
+      biasData[i] = uniform(rng);
+    std::vector<const OwnedTensor *> in{&q, &k, &v, e.additive ? &additive : &mask,
+                                        e.P > 0 ? &pastK : nullptr, e.P > 0 ? &pastV : nullptr,
+                                        &positions, e.bias ? &bias : nullptr};
+    std::vector<OwnedTensor> outputs[2];
+    ops::KvCache *none[2] = {nullptr, nullptr};
+    runBoth(in, attrs, outputs, none, e.name);
+    if (HasFatalFailure())
+      return;
+    Magnitudes m;
+    m.q = maxAbs(values<float>(q));
+    m.k = std::max(maxAbs(values<float>(k)), maxAbs(values<float>(pastK)));
+    m.v = std::max(maxAbs(values<float>(v)), maxAbs(values<float>(pastV)));
+    if (e.alibi) {
+      m.added += alibiMagnitude(e.H, T);
+      ++m.additions;
+    }
+    if (e.additive) {
+      m.added += 2;
+      ++m.additions;
+    }
+    if (e.bias) {
+      m.added += 2;
+      ++m.additions;
+    }
+    expectNear(values<float>(outputs[1][0]), values<float>(outputs[0][0]),
+               tolerance(m, e.D, T, scale), e.name);
+  }
+}
+
+// The session's contiguous cache, f32 and half: a chunk of 53 tokens after 70 cached ones,
+// the second sequence with 2 tokens of left padding; with a window and ALiBi in f32.
+TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
+  const int64_t B = 2, P = 70, S = 53, T = P + S, H = 8, KH = 2, D = 64, capacity = 130;
+  struct Variant {
+    DType cache;
+    int64_t window;
+    bool alibi;
+  };
+  for (const Variant &variant : {Variant{DType::F32, 0, false}, Variant{DType::F32, 31, true},
+                                 Variant{DType::F16, 0, false}, Variant{DType::BF16, 0, false}}) {
+    const std::string name = std::string(dtypeName(variant.cache)) +
+                             (variant.window ? " window" : "") + (variant.alibi ? " alibi" : "");
+    const float scale = 1.0f / std::sqrt(float(D));
+    AttrMap attrs = attentionAttrs(H, KH, D, scale, true);
+    attrs["cache_layer"] = Attr::ofInt(0);
+    attrs["cache_dtype"] = Attr::ofType(variant.cache);
+    if (variant.window)
+      attrs["window"] = Attr::ofInt(variant.window);
+    if (variant.alibi)
+      attrs["alibi"] = Attr::ofInt(1);
+    std::mt19937 rng(static_cast<unsigned>(variant.window + int(variant.cache) * 3));
+    OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
+                v = randomF32({B, S, KH * D}, rng);
+    OwnedTensor past = randomF32({2, B, KH, capacity, D}, rng);
+    const size_t count = past.storage.size() / sizeof(float), element = dtypeSize(variant.cache);
+    std::vector<uint8_t> stored(count * element);
+    ASSERT_TRUE(convertFloats(DType::F32, past.storage.data(), variant.cache, stored.data(),
+                              static_cast<int64_t>(count)));
+    std::vector<int64_t> maskValues(B * T, 1), positionValues(B * S);
+    maskValues[T] = maskValues[T + 1] = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        positionValues[b * S + s] = P + s - 2 * b;
+    OwnedTensor mask = i64({B, T}, maskValues), positions = i64({B, S}, positionValues);
+    std::vector<const OwnedTensor *> in{&q, &k, &v, &mask, nullptr, nullptr, &positions};
+    compareOverCache(in, attrs, {variant.cache, B, KH, capacity, D}, 0, {}, stored, q, k, past,
+                     variant.alibi ? alibiMagnitude(H, T) : 0, T, scale, name);
+  }
+}
+
+// The paged cache: one step of the engine with a prompt chunk of 37 tokens after 50 cached
+// ones, a decode row of another sequence, and a whole prompt of 29 tokens, over blocks of 1,
+// 16 and 13 tokens scattered through the pool; f32 and f16 caches; plain GQA, a window with
+// soft-capping, and ALiBi.
+TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
+  const int64_t H = 8, KH = 2, D = 64;
+  struct Sequence {
+    int64_t cached, fresh;
+  };
+  const std::vector<Sequence> sequences = {{50, 37}, {20, 1}, {0, 29}};
+  int64_t B = 0, longest = 0;
+  for (const Sequence &s : sequences) {
+    B += s.fresh;
+    longest = std::max(longest, s.cached + s.fresh);
+  }
+  for (int64_t blockSize : {1, 16, 13})
+    for (DType cacheType : {DType::F32, DType::F16})
+      for (int variant = 0; variant < 3; ++variant) {
+        const std::string name = "block " + std::to_string(blockSize) + " " +
+                                 dtypeName(cacheType) + " variant " + std::to_string(variant);
+        const float scale = variant == 1 ? 1.0f : 1.0f / std::sqrt(float(D));
+        AttrMap attrs = attentionAttrs(H, KH, D, scale, true);
+        attrs["cache_layer"] = Attr::ofInt(0);
+        attrs["cache_dtype"] = Attr::ofType(cacheType);
+        if (variant == 1) {
+          attrs["window"] = Attr::ofInt(19);
+          attrs["softcap"] = Attr::ofFloat(2.0f);
+        } else if (variant == 2) {
+          attrs["alibi"] = Attr::ofInt(1);
+        }
+        std::mt19937 rng(static_cast<unsigned>(blockSize * 10 + variant + int(cacheType)));
+        // Each sequence's blocks, drawn from a shuffled pool.
+        std::vector<int64_t> blocksOf;
+        int64_t blocks = 0;
+        for (const Sequence &s : sequences)
+          blocks += (s.cached + s.fresh + blockSize - 1) / blockSize;
+        std::vector<int32_t> pool(static_cast<size_t>(blocks));
+        std::iota(pool.begin(), pool.end(), 0);
+        std::shuffle(pool.begin(), pool.end(), rng);
+        std::vector<std::vector<int32_t>> tables;
+        size_t next = 0;
+        for (const Sequence &s : sequences) {
+          const size_t count = static_cast<size_t>((s.cached + s.fresh + blockSize - 1) / blockSize);
+          tables.emplace_back(pool.begin() + next, pool.begin() + next + count);
+          next += count;
+        }
+        std::vector<ops::KvPagedRow> rows;
+        std::vector<int64_t> positionValues;
+        for (size_t i = 0; i < sequences.size(); ++i)
+          for (int64_t j = 0; j < sequences[i].fresh; ++j) {
+            rows.push_back({tables[i].data(), static_cast<int64_t>(tables[i].size()),
+                            sequences[i].cached + j});
+            positionValues.push_back(sequences[i].cached + j);
+          }
+        OwnedTensor q = randomF32({B, 1, H * D}, rng), k = randomF32({B, 1, KH * D}, rng),
+                    v = randomF32({B, 1, KH * D}, rng);
+        OwnedTensor mask = i64({B, longest}, std::vector<int64_t>(B * longest, 1)),
+                    positions = i64({B, 1}, positionValues);
+        OwnedTensor contents = randomF32({2, blocks, KH, blockSize, D}, rng);
+        const size_t count = contents.storage.size() / sizeof(float);
+        std::vector<uint8_t> stored(count * dtypeSize(cacheType));
+        ASSERT_TRUE(convertFloats(DType::F32, contents.storage.data(), cacheType, stored.data(),
+                                  static_cast<int64_t>(count)));
+        std::vector<const OwnedTensor *> in{&q, &k, &v, &mask, nullptr, nullptr, &positions};
+        compareOverCache(in, attrs, {cacheType, blocks, KH, blockSize, D}, blockSize, rows,
+                         stored, q, k, contents, variant == 2 ? alibiMagnitude(H, longest) : 0,
+                         longest, scale, name);
+      }
+}
+
+// Decode (one query per sequence) keeps the one-query kernel: the tiles never run for it.
+TEST(FastTiledAttention, DecodeDoesNotTile) {
+  const int64_t B = 2, P = 9, H = 4, KH = 2, D = 64;
+  std::mt19937 rng(3);
+  OwnedTensor q = randomF32({B, 1, H * D}, rng), k = randomF32({B, 1, KH * D}, rng),
+              v = randomF32({B, 1, KH * D}, rng), pastK = randomF32({B, KH, P, D}, rng),
+              pastV = randomF32({B, KH, P, D}, rng);
+  OwnedTensor mask = i64({B, P + 1}, std::vector<int64_t>(B * (P + 1), 1));
+  std::vector<const OwnedTensor *> in{&q, &k, &v, &mask, &pastK, &pastV};
+  std::vector<OwnedTensor> outputs[2];
+  ops::KvCache *none[2] = {nullptr, nullptr};
+  runBoth(in, attentionAttrs(H, KH, D, 0.125f, true), outputs, none, "decode", false);
+}
+
+} // namespace
+} // namespace dsrt::test
