@@ -2,15 +2,18 @@
 // one sequence, one KV head and a tile of queries, the rows of the tile are its queries times
 // the query heads that share the KV head (GQA's group), and the keys come in tiles of
 // kKeyTile. Per key tile:
-//   scores [keys, rows] = K [keys, D] . Qᵀ [D, rows]   (Qᵀ transposed once per work item;
-//                                                       K read in place from the cache)
-//   scale, soft-cap, ALiBi, added terms, masks; the running maximum of each row
-//   p = exp(scores - max); the old sums and the accumulator rescaled by exp(old - new max)
+//   scores [keys, rows] = K [keys, D] . Qᵀ [D, rows]   (Qᵀ scaled and transposed once per
+//                                                       work item; K read in place)
+//   soft-cap, ALiBi, added terms, masks (-inf), where the step has them
+//   fast::onlineSoftmax: each row's running maximum, p = exp(scores - max), the sums
+//   the accumulator rescaled by exp(old - new max) where the maximum rose
 //   acc [rows, D] += pᵀ [rows, keys] . V [keys, D]     (V read in place)
 // so nothing larger than a tile of scores exists, and a key tile no row of the query tile
 // may see (past its causal limit, outside its window) is never read. Both products are
 // fast::multiplyTile, whose sums stay in registers (4 rows by 4 vectors with AVX-512), with
-// one broadcast per element of the strided operand and no horizontal sums.
+// one broadcast per element of the strided operand and no horizontal sums; the softmax runs
+// across the rows, a vector of rows per step, in the ISA's kernel file. This file is built
+// for the baseline ISA: only the optional terms above run here, elementwise.
 // What each row may attend is the reference kernel's (TransformerAttention.cpp), which stays
 // the oracle (TiledAttentionTest.cpp).
 #include "ops/ThreadPool.h"
@@ -88,7 +91,7 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
     const int64_t s = item.first + r / G, h = heads[r % G];
     const float *query = seq.q + (s * H + h) * D;
     for (int64_t d = 0; d < D; ++d)
-      x.queriesT[d * ld + r] = query[d];
+      x.queriesT[d * ld + r] = query[d] * c.scale;
     KeyRange range = keyRange(c, seq.firstPosition + s, seq.keys);
     x.begin[r] = range.begin;
     x.end[r] = range.end;
@@ -103,9 +106,9 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
   const int64_t firstEnd = *std::min_element(x.end.begin(), x.end.end());
   x.scores.resize(static_cast<size_t>(kKeyTile * ld));
   x.acc.assign(static_cast<size_t>(rows * D), 0.0f);
-  x.maximum.assign(static_cast<size_t>(rows), negativeInfinity);
-  x.sum.assign(static_cast<size_t>(rows), 0.0f);
-  x.correction.resize(static_cast<size_t>(rows));
+  x.maximum.assign(static_cast<size_t>(ld), negativeInfinity);
+  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  x.correction.resize(static_cast<size_t>(ld));
   const bool f32 = stored == DType::F32;
   const size_t element = dtypeSize(stored);
   for (int64_t t0 = first; t0 < last; t0 += kKeyTile) {
@@ -142,77 +145,45 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
       valueRows = x.valueTile.data();
     }
     tilesRun.fetch_add(1, std::memory_order_relaxed);
-    // scores[j, r]: key t0 + j against row r.
+    // scores[j, r]: key t0 + j against row r (the queries carry the scale).
     float *scores = x.scores.data();
     fast::multiplyTile(keyRows, D, 1, x.queriesT.data(), ld, n, D, ld, scores, ld, false);
     // Whether some row may not see some key of the tile (its causal limit, its window,
-    // padding): only then are scores masked and weights zeroed one by one.
+    // padding): only then are scores masked one by one (to -inf, which weighs 0).
     bool masked = t0 < lastBegin || t0 + n > firstEnd;
     for (int64_t j = 0; seq.keyAllowed && j < n && !masked; ++j)
       masked = seq.keyAllowed[t0 + j] == 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t t = t0 + j;
-      float *row = scores + j * ld;
-      for (int64_t r = 0; r < rows; ++r)
-        row[r] *= c.scale;
-      if (c.softcap > 0)
-        for (int64_t r = 0; r < rows; ++r)
-          row[r] = c.softcap * std::tanh(row[r] / c.softcap);
-      if (c.alibi) {
-        const float position = seq.alibiPosition ? seq.alibiPosition[t] : static_cast<float>(t);
-        for (int64_t r = 0; r < rows; ++r)
-          row[r] += x.slope[r] * position;
-      }
-      for (size_t i = 0; i < added.size(); ++i)
-        for (int64_t r = 0; r < rows; ++r)
-          row[r] += x.addedRows[r * added.size() + i][t];
-      if (masked) {
-        const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
-        for (int64_t r = 0; r < rows; ++r)
-          if (!keyOk || t < x.begin[r] || t >= x.end[r])
-            row[r] = negativeInfinity;
-      }
-    }
-    // The new running maximum of each row; rows with no key in this tile keep theirs.
-    for (int64_t r = 0; r < rows; ++r)
-      x.correction[r] = x.maximum[r];
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t r = 0; r < rows; ++r)
-        x.correction[r] = std::max(x.correction[r], scores[j * ld + r]);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t r = 0; r < rows; ++r) {
-        // Masked scores (-inf) become 0 below; a row with no key yet stays at 0 too.
-        const float top = x.correction[r];
-        scores[j * ld + r] = top == negativeInfinity ? 0.0f : scores[j * ld + r] - top;
-      }
-    fast::exponentiate(scores, n * ld);
-    if (masked)
+    if (masked || c.softcap > 0 || c.alibi || !added.empty())
       for (int64_t j = 0; j < n; ++j) {
         const int64_t t = t0 + j;
-        const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
-        for (int64_t r = 0; r < rows; ++r)
-          if (!keyOk || t < x.begin[r] || t >= x.end[r])
-            scores[j * ld + r] = 0.0f;
+        float *row = scores + j * ld;
+        if (c.softcap > 0)
+          for (int64_t r = 0; r < rows; ++r)
+            row[r] = c.softcap * std::tanh(row[r] / c.softcap);
+        if (c.alibi) {
+          const float position =
+              seq.alibiPosition ? seq.alibiPosition[t] : static_cast<float>(t);
+          for (int64_t r = 0; r < rows; ++r)
+            row[r] += x.slope[r] * position;
+        }
+        for (size_t i = 0; i < added.size(); ++i)
+          for (int64_t r = 0; r < rows; ++r)
+            row[r] += x.addedRows[r * added.size() + i][t];
+        if (masked) {
+          const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
+          for (int64_t r = 0; r < rows; ++r)
+            if (!keyOk || t < x.begin[r] || t >= x.end[r])
+              row[r] = negativeInfinity;
+        }
       }
-    // exp(old maximum - new): 1 where it did not move, 0 where there was none.
+    // The running maxima and sums, the tile's weights, and each row's rescaling.
+    fast::onlineSoftmax(scores, n, ld, x.maximum.data(), x.sum.data(), x.correction.data());
     for (int64_t r = 0; r < rows; ++r) {
-      const float old = x.maximum[r], top = x.correction[r];
-      x.maximum[r] = top;
-      x.correction[r] = old == top ? 0.0f : old == negativeInfinity ? -1e30f : old - top;
+      const float factor = x.correction[r];
+      if (factor != 1.0f)
+        for (int64_t d = 0; d < D; ++d)
+          x.acc[r * D + d] *= factor;
     }
-    fast::exponentiate(x.correction.data(), rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (x.maximum[r] == negativeInfinity || x.correction[r] == 1.0f)
-        continue;
-      // No key before this tile: the accumulator and the sum are 0 and stay so.
-      const float factor = x.sum[r] == 0.0f ? 0.0f : x.correction[r];
-      x.sum[r] *= factor;
-      for (int64_t d = 0; d < D; ++d)
-        x.acc[r * D + d] *= factor;
-    }
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t r = 0; r < rows; ++r)
-        x.sum[r] += scores[j * ld + r];
     // acc[r, d] += Σ_j p[j, r] v[j, d]: the scores tile read transposed.
     fast::multiplyTile(scores, 1, ld, valueRows, D, rows, n, D, x.acc.data(), D, true);
   }
@@ -262,17 +233,24 @@ void tiledAttention(const AttentionConfig &c, DType stored,
       }
     }
   }
-  // The costliest first (causal: the last query tiles), so that the pool's chunks, taken in
-  // order by whichever thread is free, even out.
+  // The pool runs contiguous ranges of its count (a few per thread, taken as threads free
+  // up): the items, costliest first (causal: the last query tiles), are dealt out to buckets
+  // in a snake order so that any range of buckets costs about the same.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item &a, const Item &b) { return a.cost > b.cost; });
-  parallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+  const int64_t count = static_cast<int64_t>(items.size()),
+                buckets = std::min<int64_t>(count, 256);
+  std::vector<std::vector<const Item *>> dealt(static_cast<size_t>(buckets));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t round = i / buckets, place = i % buckets;
+    dealt[round % 2 == 0 ? place : buckets - 1 - place].push_back(&items[i]);
+  }
+  parallelFor(buckets, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch;
-    for (int64_t i = begin; i < end; ++i) {
-      const Item &item = items[i];
-      runItem(c, stored, sequences[item.sequence], item, headsOf[item.kvHead], slopes, added,
-              scratch);
-    }
+    for (int64_t b = begin; b < end; ++b)
+      for (const Item *item : dealt[b])
+        runItem(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead], slopes,
+                added, scratch);
   });
 }
 

@@ -13,6 +13,8 @@
 //   static V highNibbles(const uint8_t *);   as floats 0..15
 //   static V fma(V a, V b, V acc); static V mul(V, V); static V add(V, V); static float sum(V);
 //   static void store(float *, V);
+//   static V min(V a, V b); static V max(V a, V b);  b where a is NaN
+//   static V floor(V); static V powerOfTwo(V n);     2^n for whole n in [-127, 128]
 #ifndef DSRT_OPS_FAST_DOTKERNELS_H
 #define DSRT_OPS_FAST_DOTKERNELS_H
 
@@ -42,6 +44,9 @@ struct IsaKernels {
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
+  // The online softmax's step over a tile of scores (FastKernels.h's onlineSoftmax).
+  void (*onlineSoftmax)(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
+                        float *correction);
   // c[r, n] (+)= Σ_k a[r, k] b[k, n] over f32 tiles (FastKernels.h's multiplyTile).
   void (*multiplyTile)(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
                        int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
@@ -405,11 +410,12 @@ void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *
   }
 }
 
-// e^x within 2 ulp over the float range (Cephes' expf: 2^n times a degree-6 polynomial of
-// the remainder), written without branches or calls so that -O3 vectorises the loops below
-// for the instruction set of the translation unit including it.
+// e^x within 2 ulp where it is a normal float (Cephes' expf: 2^n times a degree-6 polynomial
+// of the remainder), and exactly 0 from -88 down (-inf included: n = -127 makes 2^n's bits 0),
+// which the online softmax's masked scores rely on. GCC did not vectorise its loop
+// (branches for the clamps): exponentiateWith runs expVector below.
 inline float expApprox(float x) {
-  x = std::min(88.3762626647949f, std::max(-87.3365447504019f, x));
+  x = std::min(88.3762626647949f, std::max(-88.0f, x));
   float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -641,8 +647,61 @@ void multiplyTileWith(const float *a, int64_t aRow, int64_t aDepth, const float 
     }
 }
 
-inline void exponentiateWith(float *y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
+// expApprox on a vector, the same steps (the compiler contracts the scalar's p * r + c into
+// the FMAs written here).
+template <class Vec> typename Vec::V expVector(typename Vec::V x) {
+  using V = typename Vec::V;
+  x = Vec::min(Vec::max(x, Vec::broadcast(-88.0f)),
+               Vec::broadcast(88.3762626647949f));
+  const V n = Vec::floor(Vec::fma(x, Vec::broadcast(1.44269504088896341f), Vec::broadcast(0.5f)));
+  V r = Vec::fma(n, Vec::broadcast(-0.693359375f), x);
+  r = Vec::fma(n, Vec::broadcast(2.12194440e-4f), r);
+  V p = Vec::broadcast(1.9875691500e-4f);
+  p = Vec::fma(p, r, Vec::broadcast(1.3981999507e-3f));
+  p = Vec::fma(p, r, Vec::broadcast(8.3334519073e-3f));
+  p = Vec::fma(p, r, Vec::broadcast(4.1665795894e-2f));
+  p = Vec::fma(p, r, Vec::broadcast(1.6666665459e-1f));
+  p = Vec::fma(p, r, Vec::broadcast(5.0000001201e-1f));
+  p = Vec::add(Vec::fma(Vec::mul(p, r), r, r), Vec::broadcast(1.0f));
+  return Vec::mul(p, Vec::powerOfTwo(n));
+}
+
+// The online softmax's step over a tile of scores [keys, ld] (key j, row r at j * ld + r; ld
+// a multiple of the vector width): each row's new maximum m = max(maximum[r], its scores),
+// the scores replaced by e^(s - m) (0 for -inf, masked), correction[r] = e^(maximum[r] - m)
+// (0 while the row had no score), and sum[r] = sum[r] * correction[r] + the row's new weights.
+// A row with no finite score yet subtracts -FLT_MAX instead of -inf: its weights stay 0.
+template <class Vec>
+void onlineSoftmaxWith(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
+                       float *correction) {
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  for (int64_t r = 0; r + W <= ld; r += W) {
+    const V old = Vec::load(maximum + r);
+    V top = old;
+    for (int64_t j = 0; j < keys; ++j)
+      top = Vec::max(Vec::load(scores + j * ld + r), top);
+    const V negatedTop = Vec::mul(Vec::max(top, Vec::broadcast(-3.40282347e38f)),
+                                  Vec::broadcast(-1.0f));
+    V total = Vec::zero();
+    for (int64_t j = 0; j < keys; ++j) {
+      const V weight = expVector<Vec>(Vec::add(Vec::load(scores + j * ld + r), negatedTop));
+      Vec::store(scores + j * ld + r, weight);
+      total = Vec::add(total, weight);
+    }
+    const V factor = expVector<Vec>(Vec::add(old, negatedTop));
+    Vec::store(maximum + r, top);
+    Vec::store(correction + r, factor);
+    Vec::store(sum + r, Vec::fma(Vec::load(sum + r), factor, total));
+  }
+}
+
+template <class Vec> void exponentiateWith(float *y, int64_t n) {
+  constexpr int W = Vec::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W)
+    Vec::store(y + i, expVector<Vec>(Vec::load(y + i)));
+  for (; i < n; ++i)
     y[i] = expApprox(y[i]);
 }
 
@@ -651,9 +710,10 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &dotRowsWith<Vec>,
           &widenRowsWith<Vec>,
           &activateWith,
-          &exponentiateWith,
+          &exponentiateWith<Vec>,
           &weightedSumWith<Vec>,
           &normalizeRowWith<Vec>,
+          &onlineSoftmaxWith<Vec>,
           &multiplyTileWith<Vec>};
 }
 

@@ -28,7 +28,8 @@ void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, 
                   int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
                   bool accumulate);
 
-// y[i] = e^y[i] for i < n, vectorised, within 2 ulp (attention's softmax).
+// y[i] = e^y[i] for i < n, vectorised, within 2 ulp where e^y is a normal float, 0 from -88
+// down (attention's softmax).
 void exponentiate(float *y, int64_t n);
 
 // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count, in fp32, vectorised
@@ -56,6 +57,14 @@ struct LinearWeights {
   const float *scales = nullptr;
   int64_t groups = 1;
 };
+
+// One key tile of the online softmax, scores [keys, ld] with key j of row r at j * ld + r (ld
+// a multiple of 16), maximum, sum and correction [ld]: each row's maximum rises to its largest
+// score, the scores become e^(score - maximum) (0 for -inf: masked), correction[r] =
+// e^(old maximum - new) (0 while a row had no score; the caller rescales its accumulator by
+// it), and sum[r] = sum[r] * correction[r] + the row's new weights.
+void onlineSoftmax(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
+                   float *correction);
 
 // Rows [first, first + count) of `w` as f32 at out ([count, w.in]), int8 and int4 scaled.
 void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out);

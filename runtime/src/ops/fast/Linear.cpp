@@ -79,6 +79,31 @@ struct Scalar {
     return a;
   }
   static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
+  template <typename F> static V each(V a, F f) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] = f(a.lane[i]);
+    return a;
+  }
+  // min and max return b where a lane is NaN, as the vector instructions do.
+  static V min(V a, V b) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] = a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i];
+    return a;
+  }
+  static V max(V a, V b) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] = a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i];
+    return a;
+  }
+  static V floor(V a) { return each(a, [](float x) { return __builtin_floorf(x); }); }
+  static V powerOfTwo(V n) {
+    return each(n, [](float x) {
+      int32_t bits = (static_cast<int32_t>(x) + 127) << 23;
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      return value;
+    });
+  }
   static void store(float *p, V v) {
     for (int i = 0; i < 4; ++i)
       p[i] = v.lane[i];
@@ -211,6 +236,11 @@ void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, 
                   bool accumulate) {
   if (rows > 0 && cols > 0)
     isa().multiplyTile(a, aRow, aDepth, b, ldb, rows, depth, cols, c, ldc, accumulate);
+}
+
+void onlineSoftmax(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
+                   float *correction) {
+  isa().onlineSoftmax(scores, keys, ld, maximum, sum, correction);
 }
 
 void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {

@@ -54,6 +54,14 @@ struct Avx512 {
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V floor(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  // 2^n for lanes holding whole numbers n in [-127, 128].
+  static V powerOfTwo(V n) {
+    __m512i bits = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 23));
+  }
 };
 
 } // namespace
