@@ -62,6 +62,12 @@ MODELS = {
                                            original_max_position_embeddings=8192),
                       tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001),
                  True),
+    # Issue 47's prefill model: a 244M Llama (hidden 1024, 16 layers, 16 heads over 4 KV
+    # heads, 32k vocabulary), long enough for 8192-token prompts (bench/cpu/RESULTS.md).
+    "llama-244m": ("LlamaForCausalLM", "LlamaConfig",
+                   dict(hidden_size=1024, intermediate_size=2784, num_hidden_layers=16,
+                        num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                        max_position_embeddings=16384), True),
     # The attention kernels' wide tiles, for the correctness sweep: heads of 128 in GQA 4:1,
     # and heads of 256 over one KV head (Gemma-2B's attention shape).
     "llama-hd128": ("LlamaForCausalLM", "LlamaConfig",

@@ -107,7 +107,8 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   session->collectives_ = collectives;
   session->reference_ = options.reference;
   const char *profile = std::getenv("DSRT_PROFILE");
-  session->profile_ = profile && std::string(profile) == "1";
+  session->profileLayers_ = profile && std::string(profile) == "layers";
+  session->profile_ = profile && (std::string(profile) == "1" || session->profileLayers_);
   DSRT_RETURN_IF_ERROR(plan->section(rank, session->section_));
   std::vector<bool> narrow;
   if (!options.reference)
@@ -226,6 +227,20 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
           steps.push_back(std::move(compiled));
         }
       }
+      if (session->profileLayers_) {
+        // A step's layer: the k-th of an op that comes n times per tfm.attention step (n
+        // whole) is in layer k / n; the others (embedding, final norm, head) in none.
+        std::map<std::string, int64_t> count, seen;
+        for (const CompiledStep &step : steps)
+          ++count[step.op];
+        const int64_t layers = count["tfm.attention"];
+        std::vector<int64_t> layerOf;
+        for (const CompiledStep &step : steps) {
+          const int64_t k = seen[step.op]++, n = count[step.op];
+          layerOf.push_back(layers > 0 && n % layers == 0 ? k / (n / layers) : -1);
+        }
+        session->stepLayer_.push_back(std::move(layerOf));
+      }
       session->compiled_.push_back(std::move(steps));
     }
   }
@@ -234,7 +249,44 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   return Status::ok();
 }
 
+// DSRT_PROFILE=layers: per program, milliseconds per run of each op in each layer.
+void CpuSession::printLayerProfile() const {
+  const auto &programs = *plan_->plan().programs();
+  for (size_t p = 0; p < profileByLayer_.size(); ++p) {
+    if (programRuns_[p] == 0 || profileByLayer_[p].empty())
+      continue;
+    const double perRun = 1e3 / static_cast<double>(programRuns_[p]);
+    std::vector<std::string> ops;
+    for (const auto &entry : profileByLayer_[p])
+      if (std::find(ops.begin(), ops.end(), entry.first.second) == ops.end())
+        ops.push_back(entry.first.second);
+    std::fprintf(stderr, "dsrt profile by layer (program '%s', %lld runs): ms per run\n",
+                 str(programs.Get(p)->name()).c_str(), static_cast<long long>(programRuns_[p]));
+    std::fprintf(stderr, "  %-6s %10s", "layer", "total");
+    for (const std::string &op : ops)
+      std::fprintf(stderr, " %14s", op.c_str());
+    std::fprintf(stderr, "\n");
+    std::map<int64_t, std::map<std::string, double>> rows;
+    for (const auto &[key, seconds] : profileByLayer_[p])
+      rows[key.first][key.second] += seconds;
+    for (const auto &[layer, byOp] : rows) {
+      double total = 0;
+      for (const auto &entry : byOp)
+        total += entry.second;
+      std::fprintf(stderr, "  %-6s %10.3f", layer < 0 ? "-" : std::to_string(layer).c_str(),
+                   total * perRun);
+      for (const std::string &op : ops) {
+        auto found = byOp.find(op);
+        std::fprintf(stderr, " %14.3f", found == byOp.end() ? 0.0 : found->second * perRun);
+      }
+      std::fprintf(stderr, "\n");
+    }
+  }
+}
+
 CpuSession::~CpuSession() {
+  if (profileLayers_)
+    printLayerProfile();
   if (!profile_ || profileByOp_.empty())
     return;
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(profileByOp_.begin(),
@@ -396,12 +448,22 @@ Status CpuSession::runProgram(const dsp::Program &program) {
   const std::vector<CompiledStep> &compiled = compiled_[programIndex];
   if (!program.steps())
     return Status::ok();
+  const size_t caller = runningProgram_;
+  runningProgram_ = programIndex;
+  if (profileLayers_) {
+    programRuns_.resize(programs.size(), 0);
+    profileByLayer_.resize(programs.size());
+    ++programRuns_[programIndex];
+  }
   for (size_t i = 0; i < program.steps()->size(); ++i) {
     const dsp::Step &step = *program.steps()->Get(i);
     Status status = compiled[i].op == "If" ? runIf(step) : runStep(step, compiled[i], i);
-    if (!status.isOk())
+    if (!status.isOk()) {
+      runningProgram_ = caller;
       return Status::error(describe(step, i) + ": " + status.message());
+    }
   }
+  runningProgram_ = caller;
   return Status::ok();
 }
 
@@ -465,8 +527,12 @@ Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, 
   auto start = std::chrono::steady_clock::now();
   Status status = ops::compute(compiled.op, compiled.attrs, inputs, outputs, &state);
   auto &timing = profileByOp_[compiled.op];
-  timing.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  timing.first += seconds;
   ++timing.second;
+  if (profileLayers_)
+    profileByLayer_[runningProgram_][{stepLayer_[runningProgram_][index], compiled.op}] += seconds;
   return status;
 }
 

@@ -43,7 +43,8 @@ public:
   static Status create(std::shared_ptr<PlanFile> plan, int rank, std::unique_ptr<CpuSession> &out,
                        ops::Collectives *collectives = nullptr,
                        const CpuSessionOptions &options = {});
-  // With DSRT_PROFILE=1, prints the time spent per op over the session's life on stderr.
+  // With DSRT_PROFILE=1, prints the time spent per op over the session's life on stderr;
+  // with DSRT_PROFILE=layers, also per program, layer and op.
   ~CpuSession() override;
 
   const PlanFile &plan() const override { return *plan_; }
@@ -107,8 +108,14 @@ private:
   SessionMemory memory_;
   bool reference_ = false;
   std::vector<std::string> onlyPrograms_;  // CpuSessionOptions::onlyPrograms
-  // DSRT_PROFILE=1: seconds and runs per op.
-  bool profile_ = false;
+  // DSRT_PROFILE=1: seconds and runs per op. DSRT_PROFILE=layers adds, per program, the
+  // seconds per run of each op in each layer (stepLayer_: a step's layer, or -1).
+  bool profile_ = false, profileLayers_ = false;
+  size_t runningProgram_ = 0;
+  std::vector<std::vector<int64_t>> stepLayer_;
+  std::vector<int64_t> programRuns_;
+  std::vector<std::map<std::pair<int64_t, std::string>, double>> profileByLayer_;
+  void printLayerProfile() const;
   std::map<std::string, std::pair<double, int64_t>> profileByOp_;  // `other`: weights converted from their stored dtype
 };
 
