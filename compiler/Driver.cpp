@@ -6,6 +6,7 @@
 #include "compiler/lowering/ExportPlan.h"
 #include "compiler/lowering/ModelInfo.h"
 #include "compiler/recognize/RecognitionReport.h"
+#include "dialects/tfm/IR/TfmDialect.h"
 #include "frontends/onnx/OnnxImporter.h"
 #include "tools/common/CommandLine.h"
 
@@ -218,6 +219,17 @@ struct ModelFiles {
 
 bool isFile(const std::string &path) { return llvm::sys::fs::is_regular_file(path); }
 
+// Whether the recognised LM head multiplies by 4-bit MatMulNBits codes.
+bool lmHeadIsNBits(ModuleOp module, const onnx_frontend::WeightStore &weights) {
+  bool coded = false;
+  module.walk([&](tfm::LmHeadOp head) {
+    if (auto weight = head.getWeight().getDefiningOp<tfm::WeightOp>())
+      if (const onnx_frontend::WeightRecord *record = weights.lookup(weight.getName()))
+        coded |= record->coding && record->coding->bits == 4;
+  });
+  return coded;
+}
+
 // `dsc compile model.onnx`, `dsc compile FOLDER` (an optimum export: model.onnx, or
 // encoder_model.onnx with decoder_model_merged.onnx or decoder_model.onnx), or
 // `dsc compile encoder.onnx decoder.onnx`.
@@ -309,15 +321,20 @@ int runCompilerDriver(int argc, char **argv) {
   }
   // int4 (docs/int4.md) quantizes like int8, in 4 bits and in groups (32 by default, as
   // llama.cpp's Q4_0 and ONNX Runtime GenAI's builder); its LM head is int8.
-  const bool int4 = weightDtype == "int4";
-  const bool quantized = weightDtype == "int8" || int4;
-  if (!quantized &&
-      (!computeDtype.empty() || int8GroupSize != 0 || int8MlpExtraGrouping || int8SkipLmHead)) {
+  bool int4 = weightDtype == "int4";
+  bool quantized = weightDtype == "int8" || int4;
+  // Without --dtype a model quantized by its publisher is int4 (below, once it is read).
+  auto refuseQuantizationOptions = [&] {
+    if (quantized ||
+        (computeDtype.empty() && int8GroupSize == 0 && !int8MlpExtraGrouping && !int8SkipLmHead))
+      return false;
     llvm::errs() << "dsc: error: --compute-dtype and the --int8-* options go with --dtype int8 "
                     "or int4 (--dtype "
                  << weightDtype << " stores every weight as " << weightDtype << ")\n";
+    return true;
+  };
+  if (weightDtype.getNumOccurrences() != 0 && refuseQuantizationOptions())
     return EXIT_FAILURE;
-  }
   if (int4LmHead && !int4) {
     llvm::errs() << "dsc: error: --int4-lm-head goes with --dtype int4, not --dtype "
                  << weightDtype << "\n";
@@ -334,7 +351,7 @@ int runCompilerDriver(int argc, char **argv) {
                  << int8GroupSize << "\n";
     return EXIT_FAILURE;
   }
-  const int64_t groupSize = int4 && int8GroupSize == 0 ? 32 : int64_t(int8GroupSize);
+  int64_t groupSize = int4 && int8GroupSize == 0 ? 32 : int64_t(int8GroupSize);
   // Every float weight that is not quantized is stored in the compute dtype. Without
   // --dtype, the dtype the model was exported in (below, once its weights are read).
   std::string storedFloatDtype = quantized
@@ -411,6 +428,31 @@ int runCompilerDriver(int argc, char **argv) {
   // Defaults follow the model: a model exported in f16 or bf16 keeps its weights so
   // (--dtype says otherwise), and the cache of a model stored in half precision is half
   // too, as transformers' (torch_dtype), vLLM's and TensorRT-LLM's are.
+  // A model its publisher quantized to 4 bits (ONNX Runtime's MatMulNBits: docs/ortgenai.md)
+  // stays int4 at its own block size, so that its codes are kept as they are; its LM head
+  // too when that is 4-bit (below, once recognition has found it).
+  bool headBitsFromModel = false;
+  if (weightDtype.getNumOccurrences() == 0 && !noRecognize) {
+    onnx_frontend::NBitsSummary coded = imported->weights->nbitsSummary();
+    if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
+      int4 = quantized = true;
+      weightDtype = "int4";
+      if (int8GroupSize == 0)
+        groupSize = coded.blockSize;
+      storedFloatDtype = computeDtype.empty() ? "fp16" : computeDtype.getValue();
+      if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
+        llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
+                     << storedFloatDtype << "'\n";
+        return EXIT_FAILURE;
+      }
+      headBitsFromModel = !int4LmHead;
+      llvm::errs() << "dsc: " << coded.weights
+                   << " weights are 4-bit MatMulNBits codes in blocks of " << coded.blockSize
+                   << ": the plan keeps them (int4; --dtype says otherwise)\n";
+    }
+  }
+  if (refuseQuantizationOptions())
+    return EXIT_FAILURE;
   if (!quantized && weightDtype.getNumOccurrences() == 0) {
     int32_t exported = imported->weights->dominantFloatType();
     storedFloatDtype = exported == 10 ? "fp16" : exported == 16 ? "bf16" : "fp32";
@@ -456,6 +498,17 @@ int runCompilerDriver(int argc, char **argv) {
     if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
                                      &declines)))
       return EXIT_FAILURE;
+    if (headBitsFromModel && pipeline.int8) {
+      if (lmHeadIsNBits(*imported->module, *imported->weights))
+        pipeline.int8->lmHeadBits = 4;
+      // Codes the plan's int4 layout cannot hold as they are stay float (dequantized, exact)
+      // rather than be quantized a second time.
+      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights())
+        (record->coding->keepsCodes() && record->coding->blockSize == groupSize
+             ? pipeline.int8->publishedInt4
+             : pipeline.int8->keepFloat)
+            .push_back(record->name);
+    }
     // The report describes recognition, so it is read before sharding and lowering.
     if (!noRecognize)
       printRecognitionReport(*imported->module, declines, llvm::errs());

@@ -183,13 +183,23 @@ private:
     if (slot.dtype == DType::Undefined)
       return opError(op, "element type " + typeString(type.getElementType()) +
                              " has no runtime dtype");
+    // A MatMulNBits weight's values are its codes, dequantized (only when they are read).
+    auto decoded = std::make_shared<std::vector<uint8_t>>();
+    llvm::ArrayRef<uint8_t> bytes = record->bytes;
+    if (record->coding) {
+      if (shapeOnly_ && slot.elements() > maxKnownElements_) {
+        define(op.getResult(), std::move(slot));
+        return Status::ok();
+      }
+      bytes = onnx_frontend::weightValues(*record, *decoded);
+    }
     // A half weight that dsc-widen-half-precision declared f32: its values, widened.
     const DType stored = storedWeightDType(*record, slot.dtype);
     if (slot.dtype == DType::F32 && stored != DType::F32 && record->dims == slot.shape &&
-        record->bytes.size() == static_cast<size_t>(slot.elements()) * dtypeSize(stored)) {
+        bytes.size() == static_cast<size_t>(slot.elements()) * dtypeSize(stored)) {
       if (!shapeOnly_ || slot.elements() <= maxKnownElements_) {
         auto wide = std::make_shared<std::vector<uint8_t>>(slot.elements() * sizeof(float));
-        if (!dsrt::convertFloats(stored, record->bytes.data(), DType::F32, wide->data(),
+        if (!dsrt::convertFloats(stored, bytes.data(), DType::F32, wide->data(),
                                  slot.elements()))
           return opError(op, "weight '" + op.getName().str() + "' cannot be widened");
         slot.known = true;
@@ -200,18 +210,20 @@ private:
       return Status::ok();
     }
     if (record->dims != slot.shape ||
-        record->bytes.size() != static_cast<size_t>(slot.elements()) * dtypeSize(slot.dtype))
+        bytes.size() != static_cast<size_t>(slot.elements()) * dtypeSize(slot.dtype))
       return opError(op, "weight '" + op.getName().str() + "' in the store does not match " +
                              typeString(type));
     if (!shapeOnly_ || slot.elements() <= maxKnownElements_) {
       slot.known = true;
       size_t alignment = dsrt::dtypeSize(slot.dtype);
-      if (reinterpret_cast<uintptr_t>(record->bytes.data()) % alignment == 0) {
-        slot.data = record->bytes.data();  // borrowed: the store outlives the evaluation
+      if (record->coding) {
+        slot.data = decoded->data();
+        slot.owned = std::move(decoded);
+      } else if (reinterpret_cast<uintptr_t>(bytes.data()) % alignment == 0) {
+        slot.data = bytes.data();  // borrowed: the store outlives the evaluation
       } else {
         // External data need not be aligned; kernels read typed elements.
-        auto copy = std::make_shared<std::vector<uint8_t>>(record->bytes.begin(),
-                                                           record->bytes.end());
+        auto copy = std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end());
         slot.data = copy->data();
         slot.owned = std::move(copy);
       }

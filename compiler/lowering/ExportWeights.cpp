@@ -123,6 +123,75 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
   return transforms;
 }
 
+// A MatMulNBits weight (frontends/onnx/NBitsWeights.h) whose transforms for a rank are the
+// transpose to [n, k], slices along whole blocks, and int4 quantization (or its scales) at
+// the weight's own block size: the plan's int4 layout is MatMulNBits' (docs/int4.md), so the
+// codes and scales are written as they are, sliced, and nothing is quantized again. The
+// index of the quantization, or 0 when the transforms ask for anything else.
+size_t keptCodesAt(const onnx_frontend::NBitsCoding &coding,
+                   const std::vector<WeightTransform> &transforms) {
+  using Kind = WeightTransform::Kind;
+  if (!coding.keepsCodes() || coding.rows || transforms.size() < 2 ||
+      transforms[0].kind != Kind::Transpose ||
+      transforms[0].perm != std::vector<int64_t>{1, 0})
+    return 0;
+  const int64_t block = coding.blockSize;
+  int64_t width = coding.k;
+  size_t at = 1;
+  for (; at < transforms.size() && transforms[at].kind == Kind::Slice; ++at) {
+    const WeightTransform &slice = transforms[at];
+    if (slice.axis != 1)
+      continue;
+    if (slice.offset % block || slice.size % block || (width / slice.groups) % block)
+      return 0;
+    width = slice.size * slice.groups;
+  }
+  if (at == transforms.size() ||
+      (transforms[at].kind != Kind::QuantizeInt4 && transforms[at].kind != Kind::QuantScalesInt4) ||
+      transforms[at].groupSize != block)
+    return 0;
+  for (size_t rest = at + 1; rest < transforms.size(); ++rest)
+    if (transforms[at].kind == Kind::QuantizeInt4 || transforms[rest].kind != Kind::Convert)
+      return 0;
+  return at;
+}
+
+dsrt::Status writeKeptCodes(const onnx_frontend::NBitsCoding &coding,
+                            const std::vector<WeightTransform> &transforms, size_t at,
+                            uint8_t *destination) {
+  std::vector<WeightTransform> slices(transforms.begin() + 1, transforms.begin() + at);
+  if (transforms[at].kind == WeightTransform::Kind::QuantizeInt4) {
+    const dsrt::Shape shape{coding.n, coding.k};
+    std::vector<uint8_t> codes(static_cast<size_t>(coding.n * coding.k));
+    onnx_frontend::unpackNBitsCodes(coding, codes.data());
+    dsrt::DType dtype;
+    dsrt::Shape sliced;
+    DSRT_RETURN_IF_ERROR(transformedType(dsrt::DType::U8, shape, slices, dtype, sliced));
+    std::vector<uint8_t> kept(static_cast<size_t>(dsrt::elementCount(sliced)));
+    DSRT_RETURN_IF_ERROR(
+        applyWeightTransforms(codes.data(), dsrt::DType::U8, shape, slices, kept.data()));
+    // Two codes a byte, the even input in the low nibble.
+    const int64_t rows = sliced[0], columns = sliced[1];
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t pair = 0; pair < columns / 2; ++pair) {
+        const uint8_t *two = kept.data() + row * columns + 2 * pair;
+        destination[row * (columns / 2) + pair] = static_cast<uint8_t>(two[0] | (two[1] << 4));
+      }
+    return dsrt::Status::ok();
+  }
+  // The scales [n, blocks]: a slice of inputs is a slice of blocks.
+  for (WeightTransform &slice : slices)
+    if (slice.axis == 1) {
+      slice.offset /= coding.blockSize;
+      slice.size /= coding.blockSize;
+    }
+  slices.insert(slices.end(), transforms.begin() + at + 1, transforms.end());
+  std::vector<float> scales(static_cast<size_t>(coding.n * coding.blocks()));
+  onnx_frontend::nbitsScales(coding, scales.data());
+  return applyWeightTransforms(reinterpret_cast<const uint8_t *>(scales.data()), dsrt::DType::F32,
+                               dsrt::Shape{coding.n, coding.blocks()}, slices, destination);
+}
+
 } // namespace
 
 std::string weightKey(plan::WeightTensorOp op) {
@@ -188,7 +257,7 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op,
   dsrt::Shape sourceShape(sourceType.getShape().begin(), sourceType.getShape().end());
   uint64_t expected = static_cast<uint64_t>(sourceType.getNumElements()) *
                       dsrt::dtypeSize(sourceDtype);
-  if (record->bytes.size() != expected)
+  if (!record->coding && record->bytes.size() != expected)
     return op.emitOpError() << "weight '" << op.getName() << "' has " << record->bytes.size()
                             << " bytes, but its type needs " << expected;
   FailureOr<std::vector<WeightTransform>> transforms =
@@ -228,10 +297,21 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightTensorOp op,
     shard.fill = [bytes, sourceDtype, sourceShape, transforms = *rankTransforms, store, record,
                   label, int4, shape = shard.shape, verbose = options_.verbose,
                   summary = &quantization_](uint8_t *destination) {
-      llvm::scope_exit release([&] { store->releasePages(*record); });
+      llvm::scope_exit release([&] {
+        store->releasePages(record->coding ? *record->coding->codes : *record);
+      });
       QuantizationError error;
-      dsrt::Status status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape,
-                                                  transforms, destination, &error);
+      std::vector<uint8_t> decoded;
+      dsrt::Status status = dsrt::Status::ok();
+      if (record->coding) {
+        if (size_t at = keptCodesAt(*record->coding, transforms))
+          return writeKeptCodes(*record->coding, transforms, at, destination);
+        status = applyWeightTransforms(onnx_frontend::weightValues(*record, decoded).data(),
+                                       sourceDtype, sourceShape, transforms, destination, &error);
+      } else {
+        status = applyWeightTransforms(bytes.data(), sourceDtype, sourceShape, transforms,
+                                       destination, &error);
+      }
       if (status.isOk() && error.measured) {
         ++summary->weights;
         summary->maxRelative = std::max(summary->maxRelative, error.maxRelative);

@@ -26,8 +26,20 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
     quantized, int8 weights in groups of the same size: it alone decides each token, and
     llama.cpp's 4-bit formats keep it wider too. `lm-head-bits=4` makes it int4 as well: on
     a large vocabulary it is a big share of what a decode step reads.
+
+    Weights a publisher already quantized (ONNX Runtime's MatMulNBits, docs/ortgenai.md)
+    are not quantized a second time. The driver names those whose 4-bit codes the plan
+    keeps as they are in `published-int4`: each gets int4 at `group-size` (their block
+    size), or stays float (dequantized, exact) where that size does not divide some rank's
+    inputs. Those named in `keep-float` (codes the plan's int4 layout cannot hold: blocks
+    that do not divide the inputs, zero points, g_idx) stay float.
   }];
   let options = [
+    ListOption<"keepFloat", "keep-float", "std::string",
+               "Weights (by name) that stay float">,
+    ListOption<"publishedInt4", "published-int4", "std::string",
+               "Weights (by name) already in 4-bit codes of group-size inputs: int4 at that "
+               "size, else float">,
     Option<"groupSize", "group-size", "int64_t", "0",
            "Inputs per scale group along the input dimension; 0: one group per output row">,
     Option<"mlpExtraGrouping", "mlp-extra-grouping", "bool", "false",

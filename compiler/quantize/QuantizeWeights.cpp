@@ -137,6 +137,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       decline(layer, "its weight is computed, not a model weight");
       return success();
     }
+    if (llvm::is_contained(keepFloat, weight.getName().str())) {
+      decline(layer, "its weight was quantized by the model's publisher in a layout the plan's "
+                     "int4 cannot keep; it stays float rather than be quantized again");
+      return success();
+    }
     auto type = cast<RankedTensorType>(weight.getType());
     auto inputType =
         cast<RankedTensorType>((linear ? linear.getInput() : head.getHidden()).getType());
@@ -178,6 +183,13 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       } else {
         requested = fitting;
       }
+    }
+    if (llvm::is_contained(publishedInt4, weight.getName().str()) &&
+        (layerBits != 4 || requested != groupSize)) {
+      decline(layer, "its weight's 4-bit codes (the model's own) come in groups that do not "
+                     "divide each rank's inputs; it stays float rather than be quantized "
+                     "again");
+      return success();
     }
     FailureOr<int64_t> size = layerGroupSize(layer, inputsPerRank, layerBits, requested);
     if (failed(size))

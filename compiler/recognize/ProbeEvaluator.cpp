@@ -131,16 +131,20 @@ void ProbeEvaluator::runOp(Operation *op) {
       const dsrt::DType stored =
           record ? evaluate::storedWeightDType(*record, info.dtype) : info.dtype;
       const int64_t count = dsrt::elementCount(info.shape);
+      // A MatMulNBits weight's values are its codes, dequantized.
+      std::vector<uint8_t> decoded;
+      llvm::ArrayRef<uint8_t> bytes =
+          record ? onnx_frontend::weightValues(*record, decoded) : llvm::ArrayRef<uint8_t>();
       if (record && info.dtype == dsrt::DType::F32 && stored != dsrt::DType::F32 &&
-          record->bytes.size() == size_t(count) * dsrt::dtypeSize(stored)) {
+          bytes.size() == size_t(count) * dsrt::dtypeSize(stored)) {
         info.value = std::make_shared<dsrt::OwnedTensor>(info.dtype, info.shape);
-        if (!dsrt::convertFloats(stored, record->bytes.data(), dsrt::DType::F32,
+        if (!dsrt::convertFloats(stored, bytes.data(), dsrt::DType::F32,
                                  info.value->storage.data(), count))
           info.value.reset();
-      } else if (record && record->bytes.size() == size_t(count) * dsrt::dtypeSize(info.dtype)) {
+      } else if (record && bytes.size() == size_t(count) * dsrt::dtypeSize(info.dtype)) {
         info.value = std::make_shared<dsrt::OwnedTensor>(info.dtype, info.shape);
-        if (!record->bytes.empty())
-          std::memcpy(info.value->storage.data(), record->bytes.data(), record->bytes.size());
+        if (!bytes.empty())
+          std::memcpy(info.value->storage.data(), bytes.data(), bytes.size());
       }
     }
     define(result, std::move(info));

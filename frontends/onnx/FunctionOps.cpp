@@ -17,16 +17,44 @@ using namespace mlir;
 
 namespace dsc::onnx_frontend {
 
-namespace {
+LogicalResult NodeAttributes::read(const NodeProto &node, Location loc) {
+  for (const auto &attr : node.attribute()) {
+    if (attr.type() == AttributeProto::INT)
+      ints[attr.name()] = attr.i();
+    else if (attr.type() == AttributeProto::FLOAT)
+      floats[attr.name()] = attr.f();
+    else if (attr.type() == AttributeProto::INTS)
+      intLists[attr.name()].assign(attr.ints().begin(), attr.ints().end());
+    else
+      return emitError(loc) << node.op_type() << " attribute '" << attr.name()
+                            << "' has an unexpected type";
+  }
+  return success();
+}
 
-// The node's integer, float and integer-list attributes (the ops have no others).
-struct FunctionAttributes {
-  llvm::StringMap<int64_t> ints;
-  llvm::StringMap<float> floats;
-  llvm::StringMap<SmallVector<int64_t>> intLists;
-};
+int64_t NodeAttributes::intOr(llvm::StringRef name, int64_t fallback) const {
+  auto it = ints.find(name);
+  return it == ints.end() ? fallback : it->second;
+}
 
-} // namespace
+llvm::StringRef NodeAttributes::unknown(std::initializer_list<llvm::StringRef> known) const {
+  auto find = [&](const auto &table) -> llvm::StringRef {
+    for (const auto &entry : table)
+      if (!llvm::is_contained(known, entry.getKey()))
+        return entry.getKey();
+    return "";
+  };
+  if (llvm::StringRef name = find(ints); !name.empty())
+    return name;
+  if (llvm::StringRef name = find(floats); !name.empty())
+    return name;
+  return find(intLists);
+}
+
+float NodeAttributes::floatOr(llvm::StringRef name, float fallback) const {
+  auto it = floats.find(name);
+  return it == floats.end() ? fallback : it->second;
+}
 
 Value GraphImporter::emit(llvm::StringRef op, ArrayRef<Value> operands, Location loc,
                           ArrayRef<NamedAttribute> attributes, unsigned numResults,
@@ -40,36 +68,113 @@ Value GraphImporter::emit(llvm::StringRef op, ArrayRef<Value> operands, Location
   return builder_.create(state)->getResult(result);
 }
 
+Value GraphImporter::floatScalar(double value, Type element, Location loc) {
+  auto type = RankedTensorType::get({}, element);
+  return onnx::ConstantOp::create(
+      builder_, loc, type,
+      DenseElementsAttr::get(type, ArrayRef<Attribute>{FloatAttr::get(element, value)}));
+}
+
+Value GraphImporter::rmsNorm(Value x, Value scale, ArrayRef<int64_t> axes, float epsilon,
+                             Location loc) {
+  auto named = [&](llvm::StringRef name, Attribute value) {
+    return NamedAttribute(builder_.getStringAttr(name), value);
+  };
+  auto f32 = [&](double value) { return floatScalar(value, builder_.getF32Type(), loc); };
+  Type element = cast<TensorType>(x.getType()).getElementType();
+  if (!element.isF32())
+    x = emit("Cast", {x}, loc, {named("to", TypeAttr::get(builder_.getF32Type()))});
+  Value squared = emit("Pow", {x, f32(2.0f)}, loc);
+  Value mean = emit("ReduceMean", {squared, constantI64(axes, loc)}, loc,
+                    {named("keepdims", builder_.getI64IntegerAttr(1))});
+  Value rms = emit("Sqrt", {emit("Add", {mean, f32(epsilon)}, loc)}, loc);
+  Value normed = emit("Mul", {x, emit("Reciprocal", {rms}, loc)}, loc);
+  if (!element.isF32())
+    normed = emit("Cast", {normed}, loc, {named("to", TypeAttr::get(element))});
+  return emit("Mul", {normed, scale}, loc);
+}
+
+Value GraphImporter::rotate(Value x, Value cosines, Value sines, int64_t heads, bool threeD,
+                          int64_t rotaryDim, bool interleaved, Location loc) {
+  auto i64 = [&](ArrayRef<int64_t> values) { return constantI64(values, loc); };
+  auto axisAttr = [&](int64_t axis) {
+    return NamedAttribute(builder_.getStringAttr("axis"), builder_.getI64IntegerAttr(axis));
+  };
+  // [b, s, d/2] against [b, s, heads, d] (3-D, reshaped) or [b, heads, s, d] (4-D).
+  if (threeD)
+    x = emit("Reshape", {x, i64({0, 0, heads, -1})}, loc);
+  Value headAxis = i64({threeD ? 2 : 1});
+  cosines = emit("Unsqueeze", {cosines, headAxis}, loc);
+  sines = emit("Unsqueeze", {sines, headAxis}, loc);
+  const int64_t maxIndex = std::numeric_limits<int64_t>::max();
+  Value last = i64({-1});
+  Value rotated = x, passed;
+  if (rotaryDim > 0) {
+    rotated = emit("Slice", {x, i64({0}), i64({rotaryDim}), last, noValue(loc)}, loc);
+    passed = emit("Slice", {x, i64({rotaryDim}), i64({maxIndex}), last, noValue(loc)}, loc);
+  }
+  Value first, second;
+  if (interleaved) {
+    first = emit("Slice", {rotated, i64({0}), i64({maxIndex}), last, i64({2})}, loc);
+    second = emit("Slice", {rotated, i64({1}), i64({maxIndex}), last, i64({2})}, loc);
+  } else {
+    first = emit("Split", {rotated, noValue(loc)}, loc, {axisAttr(-1)}, 2, 0);
+    second = first.getDefiningOp()->getResult(1);
+  }
+  Value real = emit("Sub", {emit("Mul", {cosines, first}, loc),
+                            emit("Mul", {sines, second}, loc)}, loc);
+  Value imaginary = emit("Add", {emit("Mul", {sines, first}, loc),
+                                 emit("Mul", {cosines, second}, loc)}, loc);
+  Value turned;
+  if (interleaved) {
+    // (real, imaginary) pairs back in place: [.., d/2, 2] -> [.., d].
+    Value pairs = emit("Concat", {emit("Unsqueeze", {real, last}, loc),
+                                  emit("Unsqueeze", {imaginary, last}, loc)},
+                       loc, {axisAttr(-1)});
+    turned = emit("Reshape", {pairs, i64({0, 0, 0, -1})}, loc);
+  } else {
+    turned = emit("Concat", {real, imaginary}, loc, {axisAttr(-1)});
+  }
+  if (passed)
+    turned = emit("Concat", {turned, passed}, loc, {axisAttr(-1)});
+  if (threeD)
+    turned = emit("Reshape", {turned, i64({0, 0, -1})}, loc);
+  return turned;
+}
+
+Value GraphImporter::repeatKv(Value x, Value groups, Location loc) {
+  auto i64 = [&](ArrayRef<int64_t> values) { return constantI64(values, loc); };
+  auto axisAttr = [&](int64_t axis) {
+    return NamedAttribute(builder_.getStringAttr("axis"), builder_.getI64IntegerAttr(axis));
+  };
+  Value shape = emit("Shape", {x}, loc);
+  Value ones = i64({1, 1});
+  Value wide = emit("Expand", {emit("Unsqueeze", {x, i64({2})}, loc),
+                               emit("Concat", {ones, groups, ones}, loc, {axisAttr(0)})},
+                    loc);
+  Value batch = emit("Slice", {shape, i64({0}), i64({1}), noValue(loc), noValue(loc)}, loc);
+  Value heads = emit("Mul", {emit("Slice", {shape, i64({1}), i64({2}), noValue(loc),
+                                            noValue(loc)}, loc),
+                             groups}, loc);
+  Value rest = emit("Slice", {shape, i64({2}), i64({4}), noValue(loc), noValue(loc)}, loc);
+  return emit("Reshape", {wide, emit("Concat", {batch, heads, rest}, loc, {axisAttr(0)})},
+              loc);
+}
+
 LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location loc,
                                               ArrayRef<Value> inputs) {
-  FunctionAttributes attrs;
-  for (const auto &attr : node.attribute()) {
-    if (attr.type() == AttributeProto::INT)
-      attrs.ints[attr.name()] = attr.i();
-    else if (attr.type() == AttributeProto::FLOAT)
-      attrs.floats[attr.name()] = attr.f();
-    else if (attr.type() == AttributeProto::INTS)
-      attrs.intLists[attr.name()].assign(attr.ints().begin(), attr.ints().end());
-    else
-      return emitError(loc) << node.op_type() << " attribute '" << attr.name()
-                            << "' has an unexpected type";
-  }
+  NodeAttributes attrs;
+  if (failed(attrs.read(node, loc)))
+    return failure();
   auto intAttr = [&](llvm::StringRef name, int64_t fallback) {
-    auto it = attrs.ints.find(name);
-    return it == attrs.ints.end() ? fallback : it->second;
+    return attrs.intOr(name, fallback);
   };
   auto given = [&](size_t index) {
     return index < inputs.size() && !isa<NoneType>(inputs[index].getType());
   };
   auto i64 = [&](ArrayRef<int64_t> values) { return constantI64(values, loc); };
   // A scalar of a float type (the inputs' own: fp16 and bf16 graphs keep their type).
-  auto scalar = [&](double value, Type element) -> Value {
-    auto type = RankedTensorType::get({}, element);
-    return onnx::ConstantOp::create(
-        builder_, loc, type,
-        DenseElementsAttr::get(type, ArrayRef<Attribute>{FloatAttr::get(element, value)}));
-  };
-  auto f32 = [&](double value) { return scalar(value, builder_.getF32Type()); };
+  auto scalar = [&](double value, Type element) { return floatScalar(value, element, loc); };
   auto named = [&](llvm::StringRef name, Attribute value) {
     return NamedAttribute(builder_.getStringAttr(name), value);
   };
@@ -112,15 +217,16 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
     // The shift with the result's shape: its reduced axes are already 1.
     Value shifted = intAttr("keepdims", 1) ? shift : reduce("ReduceMax", shift, 0);
     results.push_back(emit("Add", {emit("Log", {sum}, loc), shifted}, loc));
-  } else if (node.op_type() == "RMSNormalization") {
+  } else if (node.op_type() == "RMSNormalization" ||
+             node.op_type() == "SimplifiedLayerNormalization") {
     for (const auto &[name, value] : attrs.ints)
       if (name != "axis" && name != "stash_type")
-        return emitError(loc) << "RMSNormalization has attribute '" << name
+        return emitError(loc) << node.op_type() << " has attribute '" << name
                               << "', which dsc does not support";
     if (!given(0) || !given(1))
-      return emitError(loc) << "RMSNormalization needs X and scale";
+      return emitError(loc) << node.op_type() << " needs X and scale";
     if (intAttr("stash_type", 1) != 1)
-      return emitError(loc) << "RMSNormalization with stash_type "
+      return emitError(loc) << node.op_type() << " with stash_type "
                             << intAttr("stash_type", 1) << " is not supported (only 1, float)";
     auto epsilon = attrs.floats.find("epsilon");
     float eps = epsilon == attrs.floats.end() ? 1e-5f : epsilon->second;
@@ -133,25 +239,14 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
     } else if (ranked) {
       int64_t rank = ranked.getRank(), from = axis < 0 ? axis + rank : axis;
       if (from < 0 || from >= rank)
-        return emitError(loc) << "RMSNormalization axis " << axis << " is outside rank " << rank;
+        return emitError(loc) << node.op_type() << " axis " << axis << " is outside rank " << rank;
       for (int64_t d = from; d < rank; ++d)
         axes.push_back(d);
     } else {
-      return emitError(loc) << "RMSNormalization over axis " << axis
+      return emitError(loc) << node.op_type() << " over axis " << axis
                             << " needs an input of known rank";
     }
-    Value x = inputs[0];
-    Type element = elementOf(x);
-    if (!element.isF32())
-      x = emit("Cast", {x}, loc, {named("to", TypeAttr::get(builder_.getF32Type()))});
-    Value squared = emit("Pow", {x, f32(2.0f)}, loc);
-    Value mean = emit("ReduceMean", {squared, i64(axes)}, loc,
-                      {named("keepdims", builder_.getI64IntegerAttr(1))});
-    Value rms = emit("Sqrt", {emit("Add", {mean, f32(eps)}, loc)}, loc);
-    Value normed = emit("Mul", {x, emit("Reciprocal", {rms}, loc)}, loc);
-    if (!element.isF32())
-      normed = emit("Cast", {normed}, loc, {named("to", TypeAttr::get(element))});
-    results.push_back(emit("Mul", {normed, inputs[1]}, loc));
+    results.push_back(rmsNorm(inputs[0], inputs[1], axes, eps, loc));
   } else if (node.op_type() == "RotaryEmbedding") {
     if (!given(0) || !given(1) || !given(2))
       return emitError(loc) << "RotaryEmbedding needs X, cos_cache and sin_cache";
@@ -170,48 +265,9 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
       cosines = emit("Gather", {cosines, inputs[3]}, loc, {axisAttr(0)});
       sines = emit("Gather", {sines, inputs[3]}, loc, {axisAttr(0)});
     }
-    // [b, s, d/2] against [b, s, heads, d] (3-D, reshaped) or [b, heads, s, d] (4-D).
-    if (threeD)
-      x = emit("Reshape", {x, i64({0, 0, heads, -1})}, loc);
-    Value headAxis = i64({threeD ? 2 : 1});
-    cosines = emit("Unsqueeze", {cosines, headAxis}, loc);
-    sines = emit("Unsqueeze", {sines, headAxis}, loc);
-    const int64_t rotaryDim = intAttr("rotary_embedding_dim", 0);
-    const int64_t maxIndex = std::numeric_limits<int64_t>::max();
-    Value last = i64({-1});
-    Value rotated = x, passed;
-    if (rotaryDim > 0) {
-      rotated = emit("Slice", {x, i64({0}), i64({rotaryDim}), last, noValue(loc)}, loc);
-      passed = emit("Slice", {x, i64({rotaryDim}), i64({maxIndex}), last, noValue(loc)}, loc);
-    }
-    const bool interleaved = intAttr("interleaved", 0) != 0;
-    Value first, second;
-    if (interleaved) {
-      first = emit("Slice", {rotated, i64({0}), i64({maxIndex}), last, i64({2})}, loc);
-      second = emit("Slice", {rotated, i64({1}), i64({maxIndex}), last, i64({2})}, loc);
-    } else {
-      first = emit("Split", {rotated, noValue(loc)}, loc, {axisAttr(-1)}, 2, 0);
-      second = first.getDefiningOp()->getResult(1);
-    }
-    Value real = emit("Sub", {emit("Mul", {cosines, first}, loc),
-                              emit("Mul", {sines, second}, loc)}, loc);
-    Value imaginary = emit("Add", {emit("Mul", {sines, first}, loc),
-                                   emit("Mul", {cosines, second}, loc)}, loc);
-    Value turned;
-    if (interleaved) {
-      // (real, imaginary) pairs back in place: [.., d/2, 2] -> [.., d].
-      Value pairs = emit("Concat", {emit("Unsqueeze", {real, last}, loc),
-                                    emit("Unsqueeze", {imaginary, last}, loc)},
-                         loc, {axisAttr(-1)});
-      turned = emit("Reshape", {pairs, i64({0, 0, 0, -1})}, loc);
-    } else {
-      turned = emit("Concat", {real, imaginary}, loc, {axisAttr(-1)});
-    }
-    if (passed)
-      turned = emit("Concat", {turned, passed}, loc, {axisAttr(-1)});
-    if (threeD)
-      turned = emit("Reshape", {turned, i64({0, 0, -1})}, loc);
-    results.push_back(turned);
+    results.push_back(rotate(x, cosines, sines, heads, threeD,
+                             intAttr("rotary_embedding_dim", 0), intAttr("interleaved", 0) != 0,
+                             loc));
   } else if (node.op_type() == "Attention") {
     for (const auto &[name, value] : attrs.ints)
       if (!llvm::is_contained({"is_causal", "kv_num_heads", "q_num_heads",
@@ -281,22 +337,8 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
       }
     }
     if (groups) {
-      auto repeat = [&](Value x) {
-        Value shape = emit("Shape", {x}, loc);
-        Value ones = i64({1, 1});
-        Value wide = emit("Expand", {emit("Unsqueeze", {x, i64({2})}, loc),
-                                     emit("Concat", {ones, groups, ones}, loc, {axisAttr(0)})},
-                          loc);
-        Value batch = emit("Slice", {shape, i64({0}), i64({1}), noValue(loc), noValue(loc)}, loc);
-        Value heads = emit("Mul", {emit("Slice", {shape, i64({1}), i64({2}), noValue(loc),
-                                                  noValue(loc)}, loc),
-                                   groups}, loc);
-        Value rest = emit("Slice", {shape, i64({2}), i64({4}), noValue(loc), noValue(loc)}, loc);
-        return emit("Reshape", {wide, emit("Concat", {batch, heads, rest}, loc, {axisAttr(0)})},
-                    loc);
-      };
-      k = repeat(k);
-      v = repeat(v);
+      k = repeatKv(k, groups, loc);
+      v = repeatKv(v, groups, loc);
     }
     // scale · Q·Kᵀ: 1/sqrt(head_size) unless given.
     Value scores = emit("MatMul", {q, emit("Transpose", {k}, loc,
@@ -371,10 +413,15 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
   } else {
     return emitError(loc) << node.op_type() << " is not a function op dsc writes out";
   }
+  return bindWrittenOut(node, loc, results);
+}
+
+LogicalResult GraphImporter::bindWrittenOut(const NodeProto &node, Location loc,
+                                            ArrayRef<Value> results) {
   for (int i = 0; i < node.output_size(); ++i) {
     if (node.output(i).empty())
       continue;
-    if (i >= static_cast<int>(results.size()))
+    if (i >= static_cast<int>(results.size()) || !results[i])
       return emitError(loc) << node.op_type() << " output " << i << " is not supported";
     // The written-out ops know less of their shapes than the model may declare, and a
     // later function op reads the rank (Gemma-3's rotary after its RMS norm).
@@ -382,7 +429,7 @@ LogicalResult GraphImporter::importFunctionOp(const NodeProto &node, Location lo
     if (TensorType declared = declaredType(node.output(i));
         declared && declared.hasRank() && !type.hasRank() &&
         declared.getElementType() == type.getElementType())
-      results[i].setType(declared);
+      Value(results[i]).setType(declared);
     if (failed(bind(node.output(i), results[i], loc)))
       return failure();
   }

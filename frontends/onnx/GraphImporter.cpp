@@ -301,7 +301,8 @@ LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int de
       return emitError(loc) << node.op_type() << " has " << operands.size() << " inputs and "
                             << node.output_size() << " outputs; at most " << spec->numOperands
                             << " and " << spec->numResults << " are supported";
-    return importFunctionOp(node, loc, operands);
+    return spec->domain == "com.microsoft" ? importMicrosoftOp(node, loc, operands)
+                                           : importFunctionOp(node, loc, operands);
   }
 
   NamedAttrList attributes;
@@ -449,7 +450,9 @@ LogicalResult GraphImporter::importModel(const ModelProto &model, ModuleOp modul
     resultTypes.push_back(value.getType());
     resultAttrs.push_back(describe(output, converted));
   }
-  func.setFunctionType(builder_.getFunctionType(argumentTypes, resultTypes));
+  // The argument types as the import left them: a written-out op may have refined one (the
+  // GenAI builder's caches declare their head size by a symbol).
+  func.setFunctionType(builder_.getFunctionType(entry->getArgumentTypes(), resultTypes));
   func.setAllArgAttrs(argumentAttrs);
   func.setAllResultAttrs(resultAttrs);
 

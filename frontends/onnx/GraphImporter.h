@@ -51,6 +51,20 @@ using ::onnx::ModelProto;
 using ::onnx::NodeProto;
 using ::onnx::TensorProto;
 
+// A node's integer, float and integer-list attributes: all that the ops written out in
+// primitive ops (FunctionOps.cpp, MicrosoftOps.cpp) take.
+struct NodeAttributes {
+  llvm::StringMap<int64_t> ints;
+  llvm::StringMap<float> floats;
+  llvm::StringMap<llvm::SmallVector<int64_t>> intLists;
+  // Fails, naming the attribute, on one of another type.
+  LogicalResult read(const NodeProto &node, Location loc);
+  int64_t intOr(llvm::StringRef name, int64_t fallback) const;
+  float floatOr(llvm::StringRef name, float fallback) const;
+  // The name of an attribute that is not among `known`, or "" when there is none.
+  llvm::StringRef unknown(std::initializer_list<llvm::StringRef> known) const;
+};
+
 class GraphImporter {
 public:
   // `weightPrefix` keeps the initializers of two models imported into one module (an
@@ -84,6 +98,34 @@ private:
   // Opset 23's Attention, RotaryEmbedding and RMSNormalization, written out in primitive
   // ops (FunctionOps.cpp).
   LogicalResult importFunctionOp(const NodeProto &node, Location loc, ArrayRef<Value> inputs);
+  // ONNX Runtime's contrib ops that its GenAI model builder and transformer optimizer write
+  // (MatMulNBits, GroupQueryAttention, the skip norms), written out (MicrosoftOps.cpp).
+  LogicalResult importMicrosoftOp(const NodeProto &node, Location loc, ArrayRef<Value> inputs);
+  LogicalResult writeGroupQueryAttention(const NodeProto &node, const NodeAttributes &attrs,
+                                         Location loc, ArrayRef<Value> inputs,
+                                         SmallVectorImpl<Value> &results);
+  LogicalResult writeGatherBlockQuantized(const NodeProto &node, const NodeAttributes &attrs,
+                                          Location loc, ArrayRef<Value> inputs,
+                                          SmallVectorImpl<Value> &results);
+  LogicalResult writeMatMulNBits(const NodeProto &node, const NodeAttributes &attrs,
+                                 Location loc, ArrayRef<Value> inputs,
+                                 SmallVectorImpl<Value> &results);
+  // The rotary embedding of x ([b, s, heads * d] when `threeD`, else [b, heads, s, d]) by
+  // `cosines` and `sines` [b, s, r / 2]: the first r = rotaryDim elements of each head
+  // (all when 0) turn, as halves or as interleaved pairs; the rest pass.
+  Value rotate(Value x, Value cosines, Value sines, int64_t heads, bool threeD,
+               int64_t rotaryDim, bool interleaved, Location loc);
+  // Keys or values [b, kv_heads, t, d] for `groups` query heads each: [b, kv_heads * groups,
+  // t, d], each head repeated in a row (grouped-query attention).
+  Value repeatKv(Value x, Value groups, Location loc);
+  // x / sqrt(mean(x^2 over `axes`) + epsilon) * scale, computed in f32 (RMSNormalization's
+  // stash_type 1) and returned in x's type.
+  Value rmsNorm(Value x, Value scale, ArrayRef<int64_t> axes, float epsilon, Location loc);
+  // A scalar constant of a float type.
+  Value floatScalar(double value, Type element, Location loc);
+  // Binds the node's non-empty outputs to `results`, keeping a declared type where the
+  // written-out ops know less; an output past `results` is an error.
+  LogicalResult bindWrittenOut(const NodeProto &node, Location loc, ArrayRef<Value> results);
   // One primitive op with the importer's inferred result types; its result `result`.
   Value emit(llvm::StringRef op, ArrayRef<Value> operands, Location loc,
              ArrayRef<mlir::NamedAttribute> attributes = {}, unsigned numResults = 1,
@@ -93,6 +135,12 @@ private:
                               SmallVectorImpl<Value> &operands, NamedAttrList &attributes);
 
   Value constantI64(ArrayRef<int64_t> values, Location loc);
+  mlir::NamedAttribute namedAttr(llvm::StringRef name, Attribute value) {
+    return {builder_.getStringAttr(name), value};
+  }
+  mlir::NamedAttribute intAttr(llvm::StringRef name, int64_t value) {
+    return namedAttr(name, builder_.getI64IntegerAttr(value));
+  }
   Value noValue(Location loc);
   Value lookup(llvm::StringRef name) const;
   LogicalResult bind(const std::string &name, Value value, Location loc);

@@ -76,6 +76,8 @@ static constexpr OpSpec kOps[] = {
     {"", "Attention", "", 23, 6, 4},
     {"", "RotaryEmbedding", "", 23, 4, 1},
     {"", "RMSNormalization", "", 23, 2, 1},
+    // ONNX Runtime registers its RMS norm in the default domain; the GenAI builder writes it.
+    {"", "SimplifiedLayerNormalization", "", 1, 2, 2},
     // ReduceLogSumExp, written out in ReduceMax, Exp, ReduceSum and Log.
     {"", "ReduceLogSumExp", "", 13, 2, 1},
     // Control flow.
@@ -83,6 +85,14 @@ static constexpr OpSpec kOps[] = {
     // ONNX Runtime's contrib ops that exporters emit for GELU before opset 20.
     {"com.microsoft", "Gelu", "Gelu", 1, 1, 1},
     {"com.microsoft", "FastGelu", "Gelu", 1, 1, 1},  // its bias becomes an Add
+    // What ONNX Runtime GenAI's model builder and transformer optimizer write, written out
+    // in primitive ops (MicrosoftOps.cpp).
+    {"com.microsoft", "MatMulNBits", "", 1, 6, 1},
+    {"com.microsoft", "GatherBlockQuantized", "", 1, 4, 1},
+    {"com.microsoft", "GroupQueryAttention", "", 1, 12, 3},
+    {"com.microsoft", "SkipSimplifiedLayerNormalization", "", 1, 4, 4},
+    {"com.microsoft", "SkipLayerNormalization", "", 1, 5, 4},
+    {"com.microsoft", "RotaryEmbedding", "", 1, 4, 1},
 };
 
 const OpSpec *lookupOp(llvm::StringRef domain, llvm::StringRef opType, int64_t opsetVersion) {

@@ -2,6 +2,8 @@
 
 #include "frontends/onnx/TensorConversion.h"
 
+#include "core/Tensor.h"
+
 #include "onnx/onnx_pb.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -70,6 +72,59 @@ void WeightStore::releasePages(const WeightRecord &record) const {
 const WeightRecord *WeightStore::lookup(llvm::StringRef name) const {
   auto it = records_.find(name);
   return it == records_.end() ? nullptr : &it->second;
+}
+
+bool WeightStore::addNBitsWeight(const std::string &name, NBitsCoding coding,
+                                 int32_t floatType, std::string &error) {
+  if (records_.count(name)) {
+    error = "weight '" + name + "' already exists";
+    return false;
+  }
+  WeightRecord record;
+  record.name = name;
+  record.onnxType = floatType;
+  record.dims = coding.rows ? std::vector<int64_t>{coding.n, coding.k}
+                            : std::vector<int64_t>{coding.k, coding.n};
+  record.coding = std::make_shared<const NBitsCoding>(coding);
+  records_[name] = std::move(record);
+  return true;
+}
+
+NBitsSummary WeightStore::nbitsSummary() const {
+  NBitsSummary summary;
+  for (const auto &entry : records_) {
+    const NBitsCoding *coding = entry.second.coding.get();
+    if (!coding)
+      continue;
+    summary.bits = summary.weights == 0 || summary.bits == coding->bits ? coding->bits : 0;
+    summary.blockSize =
+        summary.weights == 0 || summary.blockSize == coding->blockSize ? coding->blockSize : 0;
+    ++summary.weights;
+  }
+  return summary;
+}
+
+std::vector<const WeightRecord *> WeightStore::nbitsWeights() const {
+  std::vector<const WeightRecord *> coded;
+  for (const auto &entry : records_)
+    if (entry.second.coding)
+      coded.push_back(&entry.second);
+  return coded;
+}
+
+llvm::ArrayRef<uint8_t> weightValues(const WeightRecord &record, std::vector<uint8_t> &storage) {
+  if (!record.coding)
+    return record.bytes;
+  const NBitsCoding &coding = *record.coding;
+  std::vector<float> values(static_cast<size_t>(coding.k * coding.n));
+  dequantizeNBits(coding, values.data());
+  dsrt::DType type = record.onnxType == TensorProto::FLOAT16    ? dsrt::DType::F16
+                     : record.onnxType == TensorProto::BFLOAT16 ? dsrt::DType::BF16
+                                                                : dsrt::DType::F32;
+  storage.resize(values.size() * dsrt::dtypeSize(type));
+  dsrt::convertFloats(dsrt::DType::F32, values.data(), type, storage.data(),
+                      static_cast<int64_t>(values.size()));
+  return storage;
 }
 
 int32_t WeightStore::dominantFloatType() const {

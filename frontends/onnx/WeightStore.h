@@ -9,6 +9,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include "frontends/onnx/NBitsWeights.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,7 +30,20 @@ struct WeightRecord {
   llvm::ArrayRef<uint8_t> bytes;   // little-endian, one byte per bool
   std::string externalFile;        // empty when the bytes are inside the model file
   uint64_t externalOffset = 0;
+  // A MatMulNBits weight: `bytes` is empty and the values are these codes, dequantized
+  // (NBitsWeights.h); onnxType and dims are the float weight's.
+  std::shared_ptr<const NBitsCoding> coding;
 };
+
+// The MatMulNBits weights of a model: how many, and their bits and block size when all share
+// them (0 when they differ).
+struct NBitsSummary {
+  int64_t weights = 0, bits = 0, blockSize = 0;
+};
+
+// The record's values in its own type and shape: its bytes, or for a MatMulNBits weight its
+// codes dequantized into `storage`.
+llvm::ArrayRef<uint8_t> weightValues(const WeightRecord &record, std::vector<uint8_t> &storage);
 
 class WeightStore {
 public:
@@ -51,12 +66,19 @@ public:
 
   const WeightRecord *lookup(llvm::StringRef name) const;
 
+  // Records the float [k, n] weight `name` (of ONNX float type `floatType`) that the codes
+  // of `coding` stand for. Fails, saying why, when the name is taken.
+  bool addNBitsWeight(const std::string &name, NBitsCoding coding, int32_t floatType,
+                      std::string &error);
+
   // Tells the kernel that the record's bytes will not be read again soon: the pages of an
   // mmapped external-data file are dropped from this process's resident set (they stay in
   // the page cache). Streaming a plan calls it after each weight, so compiling a model never
   // holds all of its weights in memory.
   void releasePages(const WeightRecord &record) const;
   size_t size() const { return records_.size(); }
+  NBitsSummary nbitsSummary() const;
+  std::vector<const WeightRecord *> nbitsWeights() const;
 
   // The float type most of the float weights' bytes are stored in (ONNX's 1 f32, 10 f16,
   // 16 bf16, ...), 0 when there are none: the dtype the model was exported in.
