@@ -26,9 +26,23 @@ struct EmbeddingPattern : RecognitionPattern<onnx::GatherOp> {
   using RecognitionPattern::RecognitionPattern;
   LogicalResult matchAndRewrite(onnx::GatherOp gather, PatternRewriter &rewriter) const override {
     auto table = defining<onnx::WeightOp>(gather.getData());
+    // A table stored the other way round, [hidden, rows], and transposed in the graph: the
+    // LM head's weight read as a tied embedding (ONNX Runtime GenAI's builder).
+    bool transposed = false;
+    if (auto transpose = defining<onnx::TransposeOp>(gather.getData())) {
+      auto perm = transpose.getPerm();
+      table = defining<onnx::WeightOp>(transpose.getData());
+      transposed = table && cast<RankedTensorType>(table.getType()).getRank() == 2 &&
+                   (!perm || (perm->size() == 2 && cast<IntegerAttr>((*perm)[0]).getInt() == 1));
+      if (!transposed)
+        return failure();
+    }
     if (!table)
       return failure(); // shape arithmetic, not a lookup
     auto tableType = cast<RankedTensorType>(table.getType());
+    if (transposed)
+      tableType = RankedTensorType::get({tableType.getDimSize(1), tableType.getDimSize(0)},
+                                        tableType.getElementType());
     if (tableType.getRank() != 2 || !isa<FloatType>(tableType.getElementType()))
       return decline(rewriter, gather, "the table is not a 2-D float weight");
     if (gather.getAxis() != 0)
@@ -42,7 +56,7 @@ struct EmbeddingPattern : RecognitionPattern<onnx::GatherOp> {
     SmallVector<int64_t> shape(ids.getShape());
     shape.push_back(tableType.getDimSize(1));
     auto type = RankedTensorType::get(shape, tableType.getElementType());
-    Value weight = tfmWeight(rewriter, table, /*transpose=*/false);
+    Value weight = tfmWeight(rewriter, table, transposed);
     auto embedding = tfm::EmbeddingOp::create(rewriter, gather.getLoc(), type, gather.getIndices(),
                                               weight, rewriter.getI64IntegerAttr(0),
                                               IntegerAttr(), FloatAttr());
