@@ -336,9 +336,9 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   if (given(10))
     scores = emit("Add", {scores, inputs[10]}, loc);
 
-  // Query i (at past + i) sees keys j <= past + i, the last local_window_size + 1 of them
-  // when that is set (ONNX Runtime masks keys below past + i - local_window_size), and only
-  // valid keys.
+  // Query i (at past + i) sees keys j <= past + i, the last local_window_size of them when
+  // that is set (keys j > past + i - local_window_size, as onnxruntime's kernel computes:
+  // test/node-tests/com.microsoft), and only valid keys.
   Value total = scalarI64(dimension(key, 2));
   Value past = emit("Sub", {total, scalarI64(length)}, loc);
   Value one = scalarI64(i64({1}));
@@ -348,7 +348,7 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
                     loc);
   Value allowed = emit("LessOrEqual", {cols, rows}, loc);  // [s, total]
   if (const int64_t window = attrs.intOr("local_window_size", -1); window >= 0)
-    allowed = emit("And", {allowed, emit("GreaterOrEqual",
+    allowed = emit("And", {allowed, emit("Greater",
                                          {cols, emit("Sub", {rows, i64({window})}, loc)}, loc)},
                    loc);
   if (!mask) {
@@ -393,11 +393,11 @@ LogicalResult GraphImporter::writeGatherBlockQuantized(const NodeProto &node,
   if (!given(0) || !given(1) || !given(2))
     return emitError(loc) << "GatherBlockQuantized needs data, indices and scales";
   // The codes: an initializer [rows, bytes per row], or one reshaped to that.
-  Value data = inputs[0];
-  auto dataType = dyn_cast<RankedTensorType>(data.getType());
-  if (auto reshape = data.getDefiningOp<onnx::ReshapeOp>())
-    data = reshape.getData();
-  auto codes = data.getDefiningOp<onnx::WeightOp>();
+  auto dataType = dyn_cast<RankedTensorType>(inputs[0].getType());
+  const WeightRecord *codes = store_.lookup(weightKey(node.input(0)));
+  if (auto reshape = inputs[0].getDefiningOp<onnx::ReshapeOp>())
+    if (auto weight = reshape.getData().getDefiningOp<onnx::WeightOp>())
+      codes = store_.lookup(weight.getName());
   if (!codes || !dataType || !dataType.hasStaticShape() || dataType.getRank() != 2 ||
       !dataType.getElementType().isUnsignedInteger(8))
     return emitError(loc) << "GatherBlockQuantized needs its data as a uint8 [rows, bytes] "
@@ -408,7 +408,7 @@ LogicalResult GraphImporter::writeGatherBlockQuantized(const NodeProto &node,
   coding.rows = true;
   coding.n = dataType.getDimSize(0);
   coding.k = coding.bits > 0 && coding.bits <= 8 ? dataType.getDimSize(1) * 8 / coding.bits : 0;
-  coding.codes = store_.lookup(codes.getName());
+  coding.codes = codes;
   auto initializer = [&](size_t index) -> const WeightRecord * {
     return given(index) ? store_.lookup(weightKey(node.input(static_cast<int>(index))))
                         : nullptr;
@@ -423,7 +423,7 @@ LogicalResult GraphImporter::writeGatherBlockQuantized(const NodeProto &node,
     coding.zeroPoints = nullptr;
   Type element = cast<TensorType>(inputs[2].getType()).getElementType();
   int32_t floatType = coding.scales->onnxType;
-  const std::string name = codes.getName().str() + ".rows";
+  const std::string name = codes->name + ".rows";
   if (!store_.lookup(name)) {
     std::string error;
     if (!store_.addNBitsWeight(name, coding, floatType, error))

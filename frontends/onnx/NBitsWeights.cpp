@@ -102,6 +102,11 @@ std::string checkNBitsCoding(const NBitsCoding &c) {
              " floats";
   }
   if (c.groupIndex) {
+    // onnxruntime reads the default zero point wherever g_idx is given, whatever
+    // zero_points holds; dsc refuses the pair rather than guess.
+    if (c.zeroPoints)
+      return "g_idx with zero_points is not supported (onnxruntime then ignores the zero "
+             "points)";
     if (c.groupIndex->onnxType != TensorProto::INT32 || elements(*c.groupIndex) != c.k)
       return "g_idx " + dims(*c.groupIndex) + " is not K = " + std::to_string(c.k) + " int32";
     const auto *index = reinterpret_cast<const int32_t *>(c.groupIndex->bytes.data());

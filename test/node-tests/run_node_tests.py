@@ -38,7 +38,7 @@ def run_one(args, test_dir, work):
     name = os.path.basename(test_dir)
     plan = os.path.join(work, name + ".dsp")
     compile_ = subprocess.run(
-        [args.dsc, "compile", os.path.join(test_dir, "model.onnx"), "-o", plan],
+        [args.dsc, "compile", os.path.join(test_dir, "model.onnx"), "-o", plan] + args.dsc_arg,
         capture_output=True, text=True)
     if compile_.returncode != 0:
         if "unsupported ONNX operator" in compile_.stderr:
@@ -66,6 +66,8 @@ def main():
     parser.add_argument("--node-dir", default="/usr/include/onnx/backend/test/data/node")
     parser.add_argument("--exclusions", required=True)
     parser.add_argument("--filter", default="")
+    parser.add_argument("--dsc-arg", action="append", default=[],
+                        help="an extra argument of `dsc compile` (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--require-all", action="store_true",
                         help="a test of an unsupported op or opset fails")
