@@ -285,6 +285,18 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
   }
 
   if (!modelDirectory.empty()) {
+    // ONNX Runtime GenAI's builder writes genai_config.json instead of transformers' files
+    // (docs/ortgenai.md): its "model" object holds the same token ids.
+    llvm::SmallString<256> genai(modelDirectory);
+    llvm::sys::path::append(genai, "genai_config.json");
+    FailureOr<std::optional<llvm::json::Value>> genaiJson = readJson(genai.str().str(), loc);
+    if (failed(genaiJson))
+      return failure();
+    if (*genaiJson)
+      if (const llvm::json::Object *top = (*genaiJson)->getAsObject())
+        if (const llvm::json::Value *model = top->get("model"))
+          if (failed(readSpecialTokens(*model, genai.str().str(), loc, *info)))
+            return failure();
     // generation_config.json's tokens override config.json's, as in transformers.
     for (const char *name : {"config.json", "generation_config.json"}) {
       llvm::SmallString<256> path(modelDirectory);
@@ -318,9 +330,10 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
 namespace {
 // config.json beside the model as a JSON object; none when it is missing or not an object
 // (describeModel reports a malformed one).
-std::optional<llvm::json::Object> configObject(const std::string &modelDirectory) {
+std::optional<llvm::json::Object> configObject(const std::string &modelDirectory,
+                                               llvm::StringRef file = "config.json") {
   llvm::SmallString<256> path(modelDirectory);
-  llvm::sys::path::append(path, "config.json");
+  llvm::sys::path::append(path, file);
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
     return std::nullopt;
@@ -337,8 +350,13 @@ std::optional<llvm::json::Object> configObject(const std::string &modelDirectory
 
 std::optional<int64_t> configuredPositions(const std::string &modelDirectory) {
   std::optional<llvm::json::Object> object = configObject(modelDirectory);
-  if (!object)
-    return std::nullopt;
+  if (!object) {
+    // ONNX Runtime GenAI's builder: genai_config.json's model.context_length.
+    std::optional<llvm::json::Object> genai = configObject(modelDirectory, "genai_config.json");
+    const llvm::json::Object *model = genai ? genai->getObject("model") : nullptr;
+    std::optional<int64_t> length = model ? model->getInteger("context_length") : std::nullopt;
+    return length && *length > 0 ? length : std::nullopt;
+  }
   // The names families give their length: most, GPT-2 (and n_ctx), MPT, ChatGLM/Qwen-1.
   for (const char *key : {"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
                           "seq_length", "max_sequence_length"})

@@ -96,14 +96,15 @@ void printHeader(const PlanFile &file) {
   if (auto *o = plan.options()) {
     std::printf("options: dtype %s, tp %d, command line \"%s\"\n", str(o->dtype()), o->tp(),
                 str(o->command_line()));
-    // Only int8 plans record a compute dtype; the others store every float weight as `dtype`.
+    // Only int8 and int4 plans record a compute dtype; the others store every float weight as
+    // `dtype`.
     const char *compute = o->compute_dtype() && o->compute_dtype()->size()
                               ? str(o->compute_dtype())
                               : "(not recorded)";
-    if (std::strcmp(str(o->dtype()), "int8") == 0)
-      std::printf("quantization: int8, compute dtype %s, int8 group size %d%s, int8 mlp extra "
+    if (std::strcmp(str(o->dtype()), "int8") == 0 || std::strcmp(str(o->dtype()), "int4") == 0)
+      std::printf("quantization: %s, compute dtype %s, group size %d%s, int8 mlp extra "
                   "grouping %s\n",
-                  compute, o->int8_group_size(),
+                  str(o->dtype()), compute, o->int8_group_size(),
                   o->int8_group_size() == 0 ? " (per output channel)" : "",
                   o->int8_mlp_extra_grouping() ? "on" : "off");
     else
