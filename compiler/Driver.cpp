@@ -432,7 +432,7 @@ int runCompilerDriver(int argc, char **argv) {
   // stays int4 at its own block size, so that its codes are kept as they are; its LM head
   // too when that is 4-bit (below, once recognition has found it).
   bool headBitsFromModel = false;
-  if (weightDtype.getNumOccurrences() == 0 && !noRecognize) {
+  if (weightDtype.getNumOccurrences() == 0 && !noRecognize && emit != Stage::Onnx) {
     onnx_frontend::NBitsSummary coded = imported->weights->nbitsSummary();
     if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
       int4 = quantized = true;

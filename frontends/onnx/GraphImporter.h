@@ -14,6 +14,7 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,17 @@ struct NodeAttributes {
   llvm::StringRef unknown(std::initializer_list<llvm::StringRef> known) const;
 };
 
+// What an attention's scores are masked by (GraphImporter::attend).
+struct AttentionMasks {
+  bool causal = false;
+  int64_t window = -1;          // >= 0: only the last `window` keys up to the query
+  float softcap = 0;            // > 0: scores become softcap * tanh(scores / softcap)
+  Value padding;                // [b, total] nonzero where a key is valid
+  Value lengths;                // [b] valid keys 0 .. lengths[b] - 1 (without `padding`)
+  Value bias;                   // added to the scores
+  std::optional<double> maskValue;  // what a masked score becomes; none: -inf
+};
+
 class GraphImporter {
 public:
   // `weightPrefix` keeps the initializers of two models imported into one module (an
@@ -104,6 +116,21 @@ private:
   LogicalResult writeGroupQueryAttention(const NodeProto &node, const NodeAttributes &attrs,
                                          Location loc, ArrayRef<Value> inputs,
                                          SmallVectorImpl<Value> &results);
+  LogicalResult writeAttention(const NodeProto &node, const NodeAttributes &attrs, Location loc,
+                               ArrayRef<Value> inputs, SmallVectorImpl<Value> &results);
+  LogicalResult writeMultiHeadAttention(const NodeProto &node, const NodeAttributes &attrs,
+                                        Location loc, ArrayRef<Value> inputs,
+                                        SmallVectorImpl<Value> &results);
+  // [b, s, heads * d] -> [b, heads, s, d].
+  Value headsFirst(Value x, int64_t heads, int64_t headSize, Location loc);
+  // Softmax attention of query [b, heads, s, d] over key and value [b, kvHeads, total, d]
+  // (cached and new), scaled by `scale` (0: 1 / sqrt(d)) and masked by `masks`:
+  // [b, s, heads * d].
+  Value attend(Value query, Value key, Value value, int64_t heads, int64_t kvHeads,
+               int64_t headSize, double scale, const AttentionMasks &masks, Location loc);
+  LogicalResult writeEmbedLayerNormalization(const NodeProto &node, const NodeAttributes &attrs,
+                                            Location loc, ArrayRef<Value> inputs,
+                                            SmallVectorImpl<Value> &results);
   LogicalResult writeGatherBlockQuantized(const NodeProto &node, const NodeAttributes &attrs,
                                           Location loc, ArrayRef<Value> inputs,
                                           SmallVectorImpl<Value> &results);

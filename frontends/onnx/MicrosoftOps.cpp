@@ -20,34 +20,6 @@ bool isGiven(ArrayRef<Value> inputs, size_t index) {
   return index < inputs.size() && !isa<NoneType>(inputs[index].getType());
 }
 
-// The graph's padding mask behind GroupQueryAttention's seqlens_k, when seqlens_k is what
-// the builder computes from it: Cast(ReduceSum(mask, axis 1) - 1). Null otherwise.
-Value paddingMaskBehind(Value seqlens) {
-  auto throughCasts = [](Value value) {
-    while (auto cast = value.getDefiningOp<onnx::CastOp>())
-      value = cast.getInput();
-    return value;
-  };
-  auto sub = throughCasts(seqlens).getDefiningOp<onnx::SubOp>();
-  if (!sub)
-    return {};
-  auto one = sub.getB().getDefiningOp<onnx::ConstantOp>();
-  auto values = one ? dyn_cast<DenseIntElementsAttr>(one.getValue()) : DenseIntElementsAttr();
-  if (!values || values.getNumElements() != 1 || (*values.begin()).getSExtValue() != 1)
-    return {};
-  auto sum = throughCasts(sub.getA()).getDefiningOp<onnx::ReduceSumOp>();
-  if (!sum)
-    return {};
-  Value mask = throughCasts(sum.getData());
-  auto maskType = dyn_cast<RankedTensorType>(mask.getType());
-  auto sumType = dyn_cast<RankedTensorType>(sum.getReduced().getType());
-  // [batch, total] summed to [batch]: the mask of a graph input, as the builder reads it.
-  if (!maskType || !sumType || maskType.getRank() != 2 || sumType.getRank() != 1 ||
-      !isa<BlockArgument>(mask))
-    return {};
-  return mask;
-}
-
 } // namespace
 
 LogicalResult GraphImporter::importMicrosoftOp(const NodeProto &node, Location loc,
@@ -149,6 +121,23 @@ LogicalResult GraphImporter::importMicrosoftOp(const NodeProto &node, Location l
   } else if (op == "GroupQueryAttention") {
     if (failed(writeGroupQueryAttention(node, attrs, loc, inputs, results)))
       return failure();
+  } else if (op == "Attention") {
+    if (failed(writeAttention(node, attrs, loc, inputs, results)))
+      return failure();
+  } else if (op == "MultiHeadAttention") {
+    if (failed(writeMultiHeadAttention(node, attrs, loc, inputs, results)))
+      return failure();
+  } else if (op == "BiasGelu") {
+    // Gelu (erf) of input + bias.
+    if (failed(refuseOthers({})))
+      return failure();
+    if (!given(0) || !given(1))
+      return emitError(loc) << "BiasGelu needs input and bias";
+    results.push_back(emit("Gelu", {emit("Add", {inputs[0], inputs[1]}, loc)}, loc,
+                           {named("approximate", builder_.getStringAttr("none"))}));
+  } else if (op == "EmbedLayerNormalization") {
+    if (failed(writeEmbedLayerNormalization(node, attrs, loc, inputs, results)))
+      return failure();
   } else if (op == "GatherBlockQuantized") {
     if (failed(writeGatherBlockQuantized(node, attrs, loc, inputs, results)))
       return failure();
@@ -161,214 +150,65 @@ LogicalResult GraphImporter::importMicrosoftOp(const NodeProto &node, Location l
   return bindWrittenOut(node, loc, results);
 }
 
-// GroupQueryAttention (ONNX Runtime's contrib op; its CPU kernel, gqa_attention_base.h):
-// query [b, s, heads * d] or packed [b, s, (heads + 2 * kv_heads) * d] with key and value
-// absent; past key and value [b, kv_heads, past, d]; seqlens_k [b] (each row's total length
-// minus one) and total_sequence_length; the rotary caches [max positions, r / 2].
-//
-// ONNX Runtime reads seqlens_k as right padding: row b's valid keys are 0..seqlens_k[b], and
-// a first prompt's positions are 0..s-1 whatever its padding. dsc reads the builder's
-// seqlens_k (ReduceSum of the graph's attention_mask, minus one) as that mask itself, as
-// transformers does: a padded key is masked where it is. The two agree on every unpadded
-// batch; a padded batch is served by the session programs, which mask and count positions
-// as transformers' generate does (docs/ortgenai.md).
-LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
-                                                      const NodeAttributes &attrs, Location loc,
-                                                      ArrayRef<Value> inputs,
-                                                      SmallVectorImpl<Value> &results) {
+// EmbedLayerNormalization (the transformer optimizer's BERT embeddings): LayerNorm(word[ids]
+// + position[position_ids, else 0 .. s-1] + segment[segment_ids]); mask_index is each row's
+// count of valid tokens (ReduceSum of the mask, int32), zeros where there is no mask (as
+// onnxruntime's); output 2 the sum before the norm.
+LogicalResult GraphImporter::writeEmbedLayerNormalization(const NodeProto &node,
+                                                          const NodeAttributes &attrs,
+                                                          Location loc, ArrayRef<Value> inputs,
+                                                          SmallVectorImpl<Value> &results) {
   auto given = [&](size_t index) { return isGiven(inputs, index); };
   auto i64 = [&](ArrayRef<int64_t> values) { return constantI64(values, loc); };
-  auto named = [&](llvm::StringRef name, Attribute value) { return namedAttr(name, value); };
-  auto integer = [&](llvm::StringRef name, int64_t value) { return intAttr(name, value); };
-  auto toI64 = [&](Value value) {
-    return emit("Cast", {value}, loc, {named("to", TypeAttr::get(builder_.getI64Type()))});
-  };
-  auto scalarI64 = [&](Value vector) { return emit("Squeeze", {vector, i64({0})}, loc); };
-  auto dimension = [&](Value x, int64_t axis) {
-    return emit("Shape", {x}, loc, {integer("start", axis), integer("end", axis + 1)});
-  };
-  if (llvm::StringRef name = attrs.unknown({"num_heads", "kv_num_heads", "scale", "softcap",
-                                             "local_window_size", "do_rotary",
-                                             "rotary_interleaved", "smooth_softmax",
-                                             "qk_output"});
-      !name.empty())
-    return emitError(loc) << "GroupQueryAttention has attribute '" << name
+  if (llvm::StringRef name = attrs.unknown({"epsilon", "mask_index_type"}); !name.empty())
+    return emitError(loc) << "EmbedLayerNormalization has attribute '" << name
                           << "', which dsc does not support";
-  if (attrs.intOr("smooth_softmax", 0) != 0)
-    return emitError(loc) << "GroupQueryAttention with smooth_softmax (a sink of weight 1) is "
-                             "not supported";
-  if (attrs.intOr("qk_output", 0) != 0)
-    return emitError(loc) << "GroupQueryAttention with qk_output is not supported";
-  if (given(11))
-    return emitError(loc) << "GroupQueryAttention with head_sink is not supported";
-  const int64_t heads = attrs.intOr("num_heads", 0), kvHeads = attrs.intOr("kv_num_heads", 0);
-  if (heads <= 0 || kvHeads <= 0 || heads % kvHeads != 0)
-    return emitError(loc) << "GroupQueryAttention needs num_heads a positive multiple of "
-                             "kv_num_heads, not "
-                          << heads << " and " << kvHeads;
-  if (!given(0) || !given(5))
-    return emitError(loc) << "GroupQueryAttention needs query and seqlens_k";
-  const bool packed = !given(1);
-  if (packed == given(2))
-    return emitError(loc) << "GroupQueryAttention needs key and value together, or neither "
-                             "(packed QKV)";
-  if (given(3) != given(4))
-    return emitError(loc) << "GroupQueryAttention needs past_key and past_value together";
-  const bool rotary = attrs.intOr("do_rotary", 0) != 0;
-  if (rotary && (!given(7) || !given(8)))
-    return emitError(loc) << "GroupQueryAttention with do_rotary needs cos_cache and sin_cache";
-  Value query = inputs[0];
-  auto queryType = dyn_cast<RankedTensorType>(query.getType());
-  if (!queryType || queryType.getRank() != 3 || queryType.isDynamicDim(2))
-    return emitError(loc) << "GroupQueryAttention needs a 3-D query with a known last "
-                             "dimension";
-  Type element = queryType.getElementType();
-  if (!isa<FloatType>(element))
-    return emitError(loc) << "GroupQueryAttention needs a float query";
-  const int64_t width = queryType.getDimSize(2);
-  const int64_t columns = packed ? heads + 2 * kvHeads : heads;
-  if (width % columns != 0)
-    return emitError(loc) << "GroupQueryAttention's query width " << width
-                          << " is not a multiple of its " << columns << " heads";
-  const int64_t headSize = width / columns;
-
-  Value key = packed ? Value() : inputs[1], value = packed ? Value() : inputs[2];
-  if (packed) {
-    auto part = [&](int64_t from, int64_t size) {
-      return emit("Slice", {query, i64({from * headSize}), i64({(from + size) * headSize}),
-                            i64({-1}), noValue(loc)},
-                  loc);
-    };
-    key = part(heads, kvHeads);
-    value = part(heads + kvHeads, kvHeads);
-    query = part(0, heads);
-  }
-
-  // The padding mask [b, total], and the query tokens' positions: cached + t for the t-th
-  // new token, counted from lengths alone (the mask's width, else the cache's length), as
-  // transformers counts them without position_ids. The session programs take the positions
-  // the generator counts from the mask instead (docs/ortgenai.md).
-  Value length = dimension(query, 1);
-  Value mask = paddingMaskBehind(inputs[5]), positions;
-  Value cached = mask ? emit("Sub", {dimension(mask, 1), length}, loc)
-                 : given(3) ? dimension(inputs[3], 2)
-                            : i64({0});
-  Value steps = emit("Range", {scalarI64(cached), scalarI64(emit("Add", {cached, length}, loc)),
-                               scalarI64(i64({1}))},
-                     loc);
-  positions = emit("Unsqueeze", {steps, i64({0})}, loc);  // [1, s]
-  if (given(9))
-    positions = toI64(inputs[9]);
-  // [b, s, n * d] -> [b, n, s, d].
-  auto headsFirst = [&](Value x, int64_t count) {
-    return emit("Transpose", {emit("Reshape", {x, i64({0, 0, count, headSize})}, loc)}, loc,
-                {named("perm", builder_.getI64ArrayAttr({0, 2, 1, 3}))});
+  if (attrs.intOr("mask_index_type", 1) != 1)
+    return emitError(loc) << "EmbedLayerNormalization with mask_index_type "
+                          << attrs.intOr("mask_index_type", 1) << " is not supported (only 1)";
+  for (size_t required : {0, 2, 3, 5, 6})
+    if (!given(required))
+      return emitError(loc) << "EmbedLayerNormalization needs input_ids, word_embedding, "
+                               "position_embedding, gamma and beta";
+  if (given(1) != given(4))
+    return emitError(loc) << "EmbedLayerNormalization needs segment_ids and "
+                             "segment_embedding together";
+  auto toI64 = [&](Value value) {
+    return emit("Cast", {value}, loc, {namedAttr("to", TypeAttr::get(builder_.getI64Type()))});
   };
-  query = headsFirst(query, heads);
-  key = headsFirst(key, kvHeads);
-  value = headsFirst(value, kvHeads);
-  if (rotary) {
-    // The caches' rows at the flattened positions, then [b, s, r / 2]: a lookup by 2-D ids
-    // would read as a token embedding, and the cache is a rotary table.
-    Value flat = emit("Reshape", {positions, i64({-1})}, loc);
-    auto rowsAt = [&](Value cache) {
-      Value rows = emit("Gather", {cache, flat}, loc, {integer("axis", 0)});
-      return emit("Reshape", {rows, emit("Concat", {emit("Shape", {positions}, loc), i64({-1})},
-                                         loc, {integer("axis", 0)})},
-                  loc);
-    };
-    Value cosines = rowsAt(inputs[7]);
-    Value sines = rowsAt(inputs[8]);
-    // A cache narrower than half a head turns only the first elements (partial rotary).
-    auto cacheType = dyn_cast<RankedTensorType>(inputs[7].getType());
-    int64_t rotaryDim = 0;
-    if (cacheType && cacheType.getRank() == 2 && !cacheType.isDynamicDim(1) &&
-        2 * cacheType.getDimSize(1) < headSize)
-      rotaryDim = 2 * cacheType.getDimSize(1);
-    const bool interleaved = attrs.intOr("rotary_interleaved", 0) != 0;
-    // On [b, heads, s, d], as transformers' apply_rotary_pos_emb turns them.
-    query = rotate(query, cosines, sines, heads, /*threeD=*/false, rotaryDim, interleaved, loc);
-    key = rotate(key, cosines, sines, kvHeads, /*threeD=*/false, rotaryDim, interleaved, loc);
-  }
-
-  if (given(3)) {
-    // A cache input whose heads or head size the model names by a symbol (the builder's
-    // kv_cache_dim) has this node's: the cache's other dimensions then stay the ones that
-    // vary (batch, past).
-    for (Value cache : {inputs[3], inputs[4]}) {
-      auto type = dyn_cast<RankedTensorType>(cache.getType());
-      if (!isa<BlockArgument>(cache) || !type || type.getRank() != 4)
-        continue;
-      SmallVector<int64_t> shape(type.getShape());
-      shape[1] = kvHeads;
-      shape[3] = headSize;
-      if (shape != type.getShape()) {
-        if (!llvm::all_of(llvm::zip(shape, type.getShape()), [](auto pair) {
-              return std::get<1>(pair) == ShapedType::kDynamic ||
-                     std::get<0>(pair) == std::get<1>(pair);
-            }))
-          return emitError(loc) << "GroupQueryAttention's cache input has type " << type
-                                << ", not [batch, " << kvHeads << ", past, " << headSize << "]";
-        cache.setType(RankedTensorType::get(shape, type.getElementType()));
-      }
-    }
-    key = emit("Concat", {inputs[3], key}, loc, {integer("axis", 2)});
-    value = emit("Concat", {inputs[4], value}, loc, {integer("axis", 2)});
-  }
-  Value presentKey = key, presentValue = value;
-  if (heads != kvHeads) {
-    key = repeatKv(key, i64({heads / kvHeads}), loc);
-    value = repeatKv(value, i64({heads / kvHeads}), loc);
-  }
-
-  auto typed = [&](double number) { return floatScalar(number, element, loc); };
-  Value scores = emit("MatMul", {query, emit("Transpose", {key}, loc,
-                                             {named("perm",
-                                                    builder_.getI64ArrayAttr({0, 1, 3, 2}))})},
+  auto lookup = [&](Value table, Value ids) {
+    return emit("Gather", {table, ids}, loc, {intAttr("axis", 0)});
+  };
+  Value ids = toI64(inputs[0]);
+  Value length = emit("Shape", {ids}, loc, {intAttr("start", 1), intAttr("end", 2)});
+  auto scalar = [&](Value vector) { return emit("Squeeze", {vector, i64({0})}, loc); };
+  Value positions =
+      given(8) ? toI64(inputs[8])
+               : emit("Unsqueeze", {emit("Range", {scalar(i64({0})), scalar(length),
+                                                   scalar(i64({1}))},
+                                         loc),
+                                    i64({0})},
                       loc);
-  const float scale = attrs.floatOr("scale", 0.0f);
-  scores = emit("Mul", {scores, typed(scale != 0.0f ? scale : 1.0 / std::sqrt(double(headSize)))},
-                loc);
-  if (const float softcap = attrs.floatOr("softcap", 0.0f); softcap > 0) {
-    Value cap = typed(softcap);
-    scores = emit("Mul", {emit("Tanh", {emit("Div", {scores, cap}, loc)}, loc), cap}, loc);
+  Value sum = emit("Add", {lookup(inputs[2], ids), lookup(inputs[3], positions)}, loc);
+  if (given(1))
+    sum = emit("Add", {sum, lookup(inputs[4], toI64(inputs[1]))}, loc);
+  Value normed = emit("LayerNormalization", {sum, inputs[5], inputs[6]}, loc,
+                      {intAttr("axis", -1),
+                       namedAttr("epsilon",
+                                 builder_.getF32FloatAttr(attrs.floatOr("epsilon", 1e-12f)))},
+                      3, 0);
+  auto toI32 = [&](Value value) {
+    return emit("Cast", {value}, loc, {namedAttr("to", TypeAttr::get(builder_.getI32Type()))});
+  };
+  Value counts;
+  if (given(7)) {
+    counts = toI32(emit("ReduceSum", {inputs[7], i64({1})}, loc, {intAttr("keepdims", 0)}));
+  } else {
+    // onnxruntime gives zeros without a mask (its node test shows it).
+    Value batch = emit("Shape", {ids}, loc, {intAttr("start", 0), intAttr("end", 1)});
+    counts = toI32(emit("Expand", {i64({0}), batch}, loc));
   }
-  if (given(10))
-    scores = emit("Add", {scores, inputs[10]}, loc);
-
-  // Query i (at past + i) sees keys j <= past + i, the last local_window_size of them when
-  // that is set (keys j > past + i - local_window_size, as onnxruntime's kernel computes:
-  // test/node-tests/com.microsoft), and only valid keys.
-  Value total = scalarI64(dimension(key, 2));
-  Value past = emit("Sub", {total, scalarI64(length)}, loc);
-  Value one = scalarI64(i64({1}));
-  Value rows = emit("Unsqueeze", {emit("Range", {past, total, one}, loc), i64({1})}, loc);
-  Value cols = emit("Unsqueeze", {emit("Range", {scalarI64(i64({0})), total, one}, loc),
-                                  i64({0})},
-                    loc);
-  Value allowed = emit("LessOrEqual", {cols, rows}, loc);  // [s, total]
-  if (const int64_t window = attrs.intOr("local_window_size", -1); window >= 0)
-    allowed = emit("And", {allowed, emit("Greater",
-                                         {cols, emit("Sub", {rows, i64({window})}, loc)}, loc)},
-                   loc);
-  if (!mask) {
-    Value lengths = emit("Add", {toI64(inputs[5]), i64({1})}, loc);
-    mask = emit("Less", {cols, emit("Unsqueeze", {lengths, i64({1})}, loc)}, loc);  // [b, total]
-  }
-  Value valid = emit("Not", {emit("Equal", {toI64(mask), i64({0})}, loc)}, loc);
-  allowed = emit("And", {allowed, emit("Unsqueeze", {valid, i64({1, 2})}, loc)}, loc);
-  const double masked = -std::numeric_limits<double>::infinity();
-  scores = emit("Add", {scores, emit("Where", {allowed, typed(0.0), typed(masked)}, loc)}, loc);
-  Value probabilities = emit("Softmax", {scores}, loc, {integer("axis", -1)});
-  // A row with every key masked (a padded query) gives zeros, not NaN.
-  probabilities =
-      emit("Where", {emit("IsNaN", {probabilities}, loc), typed(0.0), probabilities}, loc);
-  Value out = emit("MatMul", {probabilities, value}, loc);
-  out = emit("Reshape", {emit("Transpose", {out}, loc,
-                              {named("perm", builder_.getI64ArrayAttr({0, 2, 1, 3}))}),
-                         i64({0, 0, heads * headSize})},
-             loc);
-  results.assign({out, presentKey, presentValue});
+  results.assign({normed, counts, sum});
   return success();
 }
 

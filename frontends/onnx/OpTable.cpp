@@ -93,6 +93,11 @@ static constexpr OpSpec kOps[] = {
     {"com.microsoft", "SkipSimplifiedLayerNormalization", "", 1, 4, 4},
     {"com.microsoft", "SkipLayerNormalization", "", 1, 5, 4},
     {"com.microsoft", "RotaryEmbedding", "", 1, 4, 1},
+    // ... and what its transformer optimizer writes (BERT, GPT-2).
+    {"com.microsoft", "Attention", "", 1, 7, 2},
+    {"com.microsoft", "MultiHeadAttention", "", 1, 10, 3},
+    {"com.microsoft", "EmbedLayerNormalization", "", 1, 9, 3},
+    {"com.microsoft", "BiasGelu", "", 1, 2, 1},
 };
 
 const OpSpec *lookupOp(llvm::StringRef domain, llvm::StringRef opType, int64_t opsetVersion) {
