@@ -501,6 +501,7 @@ int runCompilerDriver(int argc, char **argv) {
     if (headBitsFromModel && pipeline.int8) {
       if (lmHeadIsNBits(*imported->module, *imported->weights))
         pipeline.int8->lmHeadBits = 4;
+      pipeline.int8->publishedOnly = true;
       // Codes the plan's int4 layout cannot hold as they are stay float (dequantized, exact)
       // rather than be quantized a second time.
       for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights())

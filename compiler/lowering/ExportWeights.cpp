@@ -138,9 +138,12 @@ size_t keptCodesAt(const onnx_frontend::NBitsCoding &coding,
   const int64_t block = coding.blockSize;
   int64_t width = coding.k;
   size_t at = 1;
-  for (; at < transforms.size() && transforms[at].kind == Kind::Slice; ++at) {
+  for (; at < transforms.size() &&
+         (transforms[at].kind == Kind::Slice || transforms[at].kind == Kind::Scale);
+       ++at) {
+    // A constant product folded into the layer (Granite's multipliers) scales the scales.
     const WeightTransform &slice = transforms[at];
-    if (slice.axis != 1)
+    if (slice.kind == Kind::Scale || slice.axis != 1)
       continue;
     if (slice.offset % block || slice.size % block || (width / slice.groups) % block)
       return 0;
@@ -159,7 +162,14 @@ size_t keptCodesAt(const onnx_frontend::NBitsCoding &coding,
 dsrt::Status writeKeptCodes(const onnx_frontend::NBitsCoding &coding,
                             const std::vector<WeightTransform> &transforms, size_t at,
                             uint8_t *destination) {
-  std::vector<WeightTransform> slices(transforms.begin() + 1, transforms.begin() + at);
+  std::vector<WeightTransform> slices;
+  double factor = 1;
+  for (size_t i = 1; i < at; ++i) {
+    if (transforms[i].kind == WeightTransform::Kind::Scale)
+      factor *= transforms[i].factor;
+    else
+      slices.push_back(transforms[i]);
+  }
   if (transforms[at].kind == WeightTransform::Kind::QuantizeInt4) {
     const dsrt::Shape shape{coding.n, coding.k};
     std::vector<uint8_t> codes(static_cast<size_t>(coding.n * coding.k));
@@ -185,6 +195,8 @@ dsrt::Status writeKeptCodes(const onnx_frontend::NBitsCoding &coding,
       slice.offset /= coding.blockSize;
       slice.size /= coding.blockSize;
     }
+  if (factor != 1)
+    slices.push_back(WeightTransform::scale(factor));
   slices.insert(slices.end(), transforms.begin() + at + 1, transforms.end());
   std::vector<float> scales(static_cast<size_t>(coding.n * coding.blocks()));
   onnx_frontend::nbitsScales(coding, scales.data());

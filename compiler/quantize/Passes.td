@@ -32,11 +32,16 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
     keeps as they are in `published-int4`: each gets int4 at `group-size` (their block
     size), or stays float (dequantized, exact) where that size does not divide some rank's
     inputs. Those named in `keep-float` (codes the plan's int4 layout cannot hold: blocks
-    that do not divide the inputs, zero points, g_idx) stay float.
+    that do not divide the inputs, zero points, g_idx) stay float. With `published-only`
+    (the driver's default for such a model) every other weight stays float too: what the
+    publisher left float is not quantized.
   }];
   let options = [
     ListOption<"keepFloat", "keep-float", "std::string",
                "Weights (by name) that stay float">,
+    Option<"publishedOnly", "published-only", "bool", "false",
+           "Quantize only the weights named in published-int4: the model's own float "
+           "weights stay float (a model its publisher quantized)">,
     ListOption<"publishedInt4", "published-int4", "std::string",
                "Weights (by name) already in 4-bit codes of group-size inputs: int4 at that "
                "size, else float">,

@@ -137,6 +137,10 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       decline(layer, "its weight is computed, not a model weight");
       return success();
     }
+    if (publishedOnly && !llvm::is_contained(publishedInt4, weight.getName().str())) {
+      decline(layer, "the model's publisher left its weight float");
+      return success();
+    }
     if (llvm::is_contained(keepFloat, weight.getName().str())) {
       decline(layer, "its weight was quantized by the model's publisher in a layout the plan's "
                      "int4 cannot keep; it stays float rather than be quantized again");
