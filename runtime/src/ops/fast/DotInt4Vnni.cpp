@@ -28,14 +28,6 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale, and per 16 bytes of codes
 
-// One row of x as int8: even and odd inputs apart ([in / 2] each), each block's scale, and
-// each block's offset term 8 * scale * sum(xq), both padded with zeros to whole steps of 4
-// blocks (so a step reads them with one load).
-struct QuantizedInt4Row {
-  std::vector<int8_t> even, odd;
-  std::vector<float> scales, offsets;
-};
-
 void quantizeRow(const float *x, int64_t in, QuantizedInt4Row &row) {
   const int64_t blocks = in / kBlock;
   row.even.resize(static_cast<size_t>(in / 2));
@@ -115,19 +107,32 @@ void int4Row(const QuantizedInt4Row *x, const int32_t *blockGroups, const Linear
 
 } // namespace
 
+void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int4Activations &out) {
+  out.rows = rows;
+  if (out.quantized.size() < static_cast<size_t>(rows))
+    out.quantized.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
+  // Each block's weight group, padded to whole steps of 4 blocks (the gather's indices).
+  const int64_t blocks = w.in / kBlock, blocksPerGroup = w.in / w.groups / kBlock;
+  out.blockGroups.assign(static_cast<size_t>((blocks + 3) / 4 * 4), 0);
+  for (int64_t b = 0; b < blocks; ++b)
+    out.blockGroups[static_cast<size_t>(b)] = static_cast<int32_t>(b / blocksPerGroup);
+}
+
 void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy) {
-  thread_local std::vector<QuantizedInt4Row> quantized;
-  if (quantized.size() < static_cast<size_t>(rows))
-    quantized.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantizeRow(x + r * w.in, w.in, quantized[static_cast<size_t>(r)]);
-  // Each block's weight group, padded to whole steps of 4 blocks (the gather's indices).
-  thread_local std::vector<int32_t> blockGroups;
-  const int64_t blocks = w.in / kBlock, blocksPerGroup = w.in / w.groups / kBlock;
-  blockGroups.assign(static_cast<size_t>((blocks + 3) / 4 * 4), 0);
-  for (int64_t b = 0; b < blocks; ++b)
-    blockGroups[static_cast<size_t>(b)] = static_cast<int32_t>(b / blocksPerGroup);
+  thread_local Int4Activations quantized;
+  quantizeInt4Activations(x, rows, w, quantized);
+  dotRowsInt4Vnni(quantized, w, begin, end, y, ldy);
+}
+
+void dotRowsInt4Vnni(const Int4Activations &activations, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy) {
+  const int64_t rows = activations.rows;
+  const QuantizedInt4Row *quantizedRows = activations.quantized.data();
+  const int32_t *blockGroups = activations.blockGroups.data();
   const char *base = static_cast<const char *>(w.data);
   const int64_t rowBytes = w.in / 2;
   for (int64_t o = begin; o < end; ++o) {
@@ -137,13 +142,13 @@ void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64
     for (const char *line = ahead; line < ahead + rowBytes && line < stop; line += 64)
       __builtin_prefetch(line);
     for (int64_t r = 0; r < rows; r += 4) {
-      const QuantizedInt4Row *block = quantized.data() + r;
+      const QuantizedInt4Row *block = quantizedRows + r;
       float *out = y + r * ldy;
       switch (std::min<int64_t>(4, rows - r)) {
-      case 4: int4Row<4>(block, blockGroups.data(), w, o, out, ldy); break;
-      case 3: int4Row<3>(block, blockGroups.data(), w, o, out, ldy); break;
-      case 2: int4Row<2>(block, blockGroups.data(), w, o, out, ldy); break;
-      default: int4Row<1>(block, blockGroups.data(), w, o, out, ldy); break;
+      case 4: int4Row<4>(block, blockGroups, w, o, out, ldy); break;
+      case 3: int4Row<3>(block, blockGroups, w, o, out, ldy); break;
+      case 2: int4Row<2>(block, blockGroups, w, o, out, ldy); break;
+      default: int4Row<1>(block, blockGroups, w, o, out, ldy); break;
       }
     }
   }

@@ -720,4 +720,30 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
 } // namespace
 } // namespace dsrt::ops::fast::detail
 
+namespace dsrt::ops::fast {
+
+// int4 weights times int8 activations (DotInt4Vnni.cpp). One row of x as int8: even and odd
+// inputs apart ([in / 2] each), each 32-input block's scale, and each block's offset term
+// 8 * scale * sum(xq), both padded with zeros to whole steps of 4 blocks (so a step reads
+// them with one load).
+struct QuantizedInt4Row {
+  std::vector<int8_t> even, odd;
+  std::vector<float> scales, offsets;
+};
+// x quantized once per product, then read by every range of output features: quantizing it
+// again in each thread's range cost as much as the products of a 32-row prompt chunk.
+struct Int4Activations {
+  int64_t rows = 0;
+  std::vector<QuantizedInt4Row> quantized;
+  std::vector<int32_t> blockGroups;  // each block's weight group, padded like the scales
+};
+void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int4Activations &out);
+void dotRowsInt4Vnni(const Int4Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+
+} // namespace dsrt::ops::fast
+
 #endif

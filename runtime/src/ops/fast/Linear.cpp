@@ -21,8 +21,6 @@ namespace dsrt::ops::fast {
 detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
 detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
 detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
-void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy);  // DotInt4Vnni.cpp
 bool int4VnniAvailable();  // below
 
 namespace {
@@ -286,9 +284,19 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
     int64_t blocks = (out + 3) / 4;
     int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 4 * in * rows));
+    const bool int4Vnni = w.dtype == DType::U8 && w.groups > 0 &&
+                          int4QuantizesActivations(in / w.groups, rows);
+    // The caller's buffer: the pool's threads read it (their own thread_local would be empty).
+    thread_local Int4Activations callerActivations;
+    Int4Activations &quantized = callerActivations;
+    if (int4Vnni)
+      quantizeInt4Activations(x, rows, w, quantized);
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
-      dotRows(x, rows, w, first, last, y, out);
+      if (int4Vnni)
+        dotRowsInt4Vnni(quantized, w, first, last, y, out);
+      else
+        dotRows(x, rows, w, first, last, y, out);
       epilogue(first, last);
     });
     return;
