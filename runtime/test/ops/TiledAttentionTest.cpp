@@ -347,6 +347,67 @@ TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
       }
 }
 
+// Tensor parallelism: each rank's tiled attention over its own query heads and KV head columns
+// equals the reference over all of them. 4 query heads over 2 KV heads on 3 ranks (heads 2,
+// 1, 1; ranks 1 and 2 both read KV head 1, each holding part of its group), with ALiBi (the
+// global heads' slopes) and with rotary; the second sequence has 2 tokens of left padding.
+TEST(FastTiledAttention, RanksComputeTheirHeadsOfTheWhole) {
+  const int64_t B = 2, S = 70, H = 4, KH = 2, D = 64;
+  const std::vector<int64_t> heads = {2, 1, 1}, headOffsets = {0, 2, 3}, kvHeads = {1, 1, 1},
+                             kvOffsets = {0, 1, 1};
+  for (bool alibi : {true, false}) {
+    const float scale = 1.0f / std::sqrt(float(D));
+    AttrMap attrs = attentionAttrs(H, KH, D, scale, true);
+    if (alibi) {
+      attrs["alibi"] = Attr::ofInt(1);
+    } else {
+      attrs["rotary_dim"] = Attr::ofInt(D);
+      attrs["rotary_base"] = Attr::ofFloat(10000.0f);
+    }
+    std::mt19937 rng(alibi ? 17 : 18);
+    OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
+                v = randomF32({B, S, KH * D}, rng);
+    std::vector<int64_t> maskValues(B * S, 1), positionValues(B * S);
+    maskValues[S] = maskValues[S + 1] = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        positionValues[b * S + s] = std::max<int64_t>(0, s - 2 * b);
+    OwnedTensor mask = i64({B, S}, maskValues), positions = i64({B, S}, positionValues);
+    std::vector<OwnedTensor> whole;
+    ASSERT_TRUE(run("tfm.attention", {&q, &k, &v, &mask, nullptr, nullptr, &positions}, whole,
+                    attrs)
+                    .isOk());
+    AttrMap sharded = attrs;
+    sharded["rank_heads"] = Attr::ofInts(heads);
+    sharded["rank_head_offsets"] = Attr::ofInts(headOffsets);
+    sharded["rank_kv_heads"] = Attr::ofInts(kvHeads);
+    sharded["rank_kv_head_offsets"] = Attr::ofInts(kvOffsets);
+    Magnitudes m;
+    m.q = maxAbs(values<float>(q));
+    m.k = maxAbs(values<float>(k));
+    m.v = maxAbs(values<float>(v));
+    if (alibi) {
+      m.added = alibiMagnitude(H, S);
+      m.additions = 1;
+    }
+    for (int rank = 0; rank < 3; ++rank) {
+      RankOnly group(rank, 3);
+      const int64_t q0 = headOffsets[rank] * D, q1 = q0 + heads[rank] * D;
+      const int64_t k0 = kvOffsets[rank] * D, k1 = k0 + kvHeads[rank] * D;
+      OwnedTensor qr = features(q, q0, q1), kr = features(k, k0, k1), vr = features(v, k0, k1);
+      std::vector<OwnedTensor> mine;
+      const int64_t before = ops::attention::tiledAttentionTiles();
+      Status status = run("tfm.attention", {&qr, &kr, &vr, &mask, nullptr, nullptr, &positions},
+                          mine, sharded, 1, nullptr, &group, true);
+      ASSERT_TRUE(status.isOk()) << status.message();
+      ASSERT_GT(ops::attention::tiledAttentionTiles(), before) << "rank " << rank;
+      expectNear(values<float>(mine[0]), values<float>(features(whole[0], q0, q1)),
+                 tolerance(m, D, S, scale),
+                 std::string(alibi ? "alibi" : "rotary") + " rank " + std::to_string(rank));
+    }
+  }
+}
+
 // fast::exponentiate (the softmax's exponentials, vectorised for the ISA, a scalar tail) within
 // 2 ulp of the exact e^x over the range it does not clamp, on a length that leaves a tail.
 TEST(FastExponentials, WithinTwoUlp) {

@@ -148,33 +148,6 @@ TEST(AttentionWindowTest, EncoderWindowIsABandOnBothSides) {
   EXPECT_GT(windowMatters, 1e-2);
 }
 
-// A rank of a tensor-parallel group, for kernels that only read which rank they are.
-class RankOnly : public ops::Collectives {
-public:
-  RankOnly(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  Status allReduceSum(float *, int64_t) override { return Status::error("not a real group"); }
-  Status allGather(const void *, const std::vector<int64_t> &, void *) override {
-    return Status::error("not a real group");
-  }
-
-private:
-  int rank_, size_;
-};
-
-// Features [begin, end) of the last axis of a [b, s, f] tensor.
-OwnedTensor features(const OwnedTensor &t, int64_t begin, int64_t end) {
-  int64_t rows = t.shape[0] * t.shape[1], f = t.shape[2];
-  OwnedTensor out(t.dtype, {t.shape[0], t.shape[1], end - begin});
-  auto *src = reinterpret_cast<const float *>(t.storage.data());
-  auto *dst = reinterpret_cast<float *>(out.storage.data());
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = begin; j < end; ++j)
-      dst[i * (end - begin) + j - begin] = src[i * f + j];
-  return out;
-}
-
 // Each tensor-parallel rank computes its query heads from its Q and K/V head columns, with
 // the per-rank head lists: 4 query heads and 2 KV heads over 3 ranks (heads 2, 1, 1; ranks
 // 1 and 2 both read KV head 1), with ALiBi (slopes of the global heads) and with rotary.
