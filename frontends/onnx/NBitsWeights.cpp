@@ -75,9 +75,14 @@ std::string checkNBitsCoding(const NBitsCoding &c) {
   };
   if (c.bits != 2 && c.bits != 4 && c.bits != 8)
     return "bits is " + std::to_string(c.bits) + "; dsc reads 2, 4 and 8";
-  if (c.k <= 0 || c.n <= 0)
-    return "K and N must be positive, not " + std::to_string(c.k) + " and " + std::to_string(c.n);
-  if (c.blockSize < 2 || c.blockSize * c.bits % 8 != 0)
+  // Bounds that keep every count below (each at most 2^32 elements) far from overflowing.
+  constexpr int64_t kLimit = int64_t(1) << 32;
+  if (c.k <= 0 || c.n <= 0 || c.k > kLimit / c.n)
+    return "K and N must be positive, with K x N at most 2^32, not " + std::to_string(c.k) +
+           " and " + std::to_string(c.n);
+  if (c.blockSize < 2 || c.blockSize > (int64_t(1) << 20))
+    return "block_size " + std::to_string(c.blockSize) + " is not between 2 and 2^20";
+  if (c.blockSize * c.bits % 8 != 0)
     return "block_size " + std::to_string(c.blockSize) + " does not fill whole bytes at " +
            std::to_string(c.bits) + " bits";
   if (!c.codes || !c.scales)
