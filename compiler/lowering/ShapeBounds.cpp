@@ -73,8 +73,10 @@ std::optional<std::vector<int64_t>> integerValues(const ShapeBounds::Entry *entr
   const dsrt::OwnedTensor &t = *entry->value;
   int64_t n = dsrt::elementCount(t.shape);
   std::vector<int64_t> out(n);
-  if (t.dtype == dsrt::DType::I64)
-    std::memcpy(out.data(), t.storage.data(), n * sizeof(int64_t));
+  if (t.dtype == dsrt::DType::I64) {
+    if (n > 0)  // an empty tensor's storage may be null, which memcpy must not be given
+      std::memcpy(out.data(), t.storage.data(), n * sizeof(int64_t));
+  }
   else if (t.dtype == dsrt::DType::I32)
     for (int64_t i = 0; i < n; ++i)
       out[i] = reinterpret_cast<const int32_t *>(t.storage.data())[i];
