@@ -1,11 +1,11 @@
 // Rules of the generic path's onnx ops (those the recognisers leave as they are): the
-// elementwise ops, Cast, data movement, Gather, GatherND, GatherElements, CumSum, Softmax,
-// MatMul and the reductions. Their launchers are in runtime/src/cuda/ops/GenericOps.cpp
-// (MatMul's in GenericMatMul.cpp, GatherND's and GatherElements' in GenericIndexing.cpp);
+// elementwise ops, Cast, data movement, CumSum, Softmax, MatMul and the reductions; the
+// indexed reads and the routing ops' are GenericIndexingRules.cpp. Their launchers are in
+// runtime/src/cuda/ops/GenericOps.cpp (MatMul's in GenericMatMul.cpp);
 // every step launches kernel slot 0 (Concat once per input). A rule declines what its kernel
 // does not do exactly as the host reference (runtime/src/ops) does; the step then runs on
 // the fallback.
-#include "codegen/kernels/KernelRules.h"
+#include "codegen/kernels/GenericRuleHelpers.h"
 
 #include <algorithm>
 #include <map>
@@ -13,10 +13,19 @@
 namespace dsc::codegen {
 namespace {
 
-using dsrt::DType;
+using namespace generic;
 
-// The templates' rank limit: the launchers pass six dims and strides per operand.
-constexpr int64_t kMaxRank = 6;
+// The dtypes the arithmetic templates are written for.
+bool isArithmeticType(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::I64 || dtype == DType::I32 ||
+         dtype == DType::Bool;
+}
+
+bool isCastType(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 ||
+         dtype == DType::I64 || dtype == DType::I32 || dtype == DType::U8 ||
+         dtype == DType::Bool;
+}
 
 // Op codes shared with the templates' GENERIC_UNARY_* / GENERIC_BINARY_* / GENERIC_REDUCE_*.
 const std::map<std::string, int64_t> kUnaryCodes = {
@@ -32,138 +41,6 @@ const std::map<std::string, int64_t> kBinaryCodes = {
 
 const std::map<std::string, int64_t> kReduceCodes = {
     {"ReduceSum", 1}, {"ReduceMean", 2}, {"ReduceMax", 3}};
-
-DType dtypeOf(const dsp::TensorT &tensor) { return static_cast<DType>(tensor.dtype); }
-
-// The dtype a generic step's input has on the device: its own. Weights stored narrower than
-// the plan computes in reach only tfm ops as stored; the CUDA session gives every other op a
-// copy converted to the tensor's dtype, as the CPU backend does (docs/cuda-backend.md).
-DType heldType(const dsp::TensorT &tensor) { return dtypeOf(tensor); }
-
-std::string nameOf(DType dtype) { return dsrt::dtypeName(dtype); }
-
-int64_t code(DType dtype) { return static_cast<int64_t>(dtype); }
-
-// The dtypes the arithmetic templates are written for.
-bool isArithmeticType(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::I64 || dtype == DType::I32 ||
-         dtype == DType::Bool;
-}
-
-bool isCastType(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 ||
-         dtype == DType::I64 || dtype == DType::I32 || dtype == DType::U8 ||
-         dtype == DType::Bool;
-}
-
-bool isIndexType(DType dtype) { return dtype == DType::I64 || dtype == DType::I32; }
-
-// The step's tensor, or a reason why it is missing.
-const dsp::TensorT *required(const dsp::TensorT *tensor, const char *what,
-                             std::string &reason) {
-  if (!tensor)
-    reason = std::string("has no ") + what;
-  return tensor;
-}
-
-// The rank of a tensor whose rank the plan knows: a dynamic tensor may have none.
-bool knownRank(const dsp::TensorT &tensor, const char *what, int64_t &rank,
-               std::string &reason) {
-  if (tensor.kind == dsp::TensorKind::dynamic) {
-    reason = std::string(what) + " is dynamic (its rank may be unknown)";
-    return false;
-  }
-  rank = static_cast<int64_t>(tensor.shape.size());
-  if (rank > kMaxRank) {
-    reason = std::string(what) + " has rank " + std::to_string(rank) + ", the kernels " +
-             "take at most " + std::to_string(kMaxRank);
-    return false;
-  }
-  return true;
-}
-
-// Whether the CUDA session knows the tensor's values on the host when the step runs
-// (docs/cuda-backend.md): constants, Shape and Size results, and the results of steps
-// whose inputs are all known on the host. Program inputs and weights are on the device.
-class HostKnowledge {
-public:
-  explicit HostKnowledge(const dsp::PlanT &plan) : plan_(plan) {
-    for (const auto &program : plan.programs)
-      if (program)
-        for (const auto &step : program->steps)
-          if (step)
-            for (int32_t output : step->outputs)
-              if (output >= 0)
-                producers_[output].push_back(step.get());
-  }
-
-  bool known(int32_t tensor) {
-    if (tensor < 0 || static_cast<size_t>(tensor) >= plan_.tensors.size() ||
-        !plan_.tensors[tensor])
-      return false;
-    auto cached = memo_.find(tensor);
-    if (cached != memo_.end())
-      return cached->second;
-    // A cycle (an If's branch reading its own result) is not host-known.
-    memo_[tensor] = false;
-    bool result = compute(tensor);
-    memo_[tensor] = result;
-    return result;
-  }
-
-private:
-  bool compute(int32_t tensor) {
-    const dsp::TensorT &t = *plan_.tensors[tensor];
-    if (t.kind == dsp::TensorKind::constant)
-      return true;
-    if (t.kind == dsp::TensorKind::input || t.kind == dsp::TensorKind::weight)
-      return false;
-    auto producers = producers_.find(tensor);
-    if (producers == producers_.end())
-      return false;
-    for (const dsp::StepT *step : producers->second) {
-      if (step->op == "Shape" || step->op == "Size")
-        continue;  // they read the shape only, which the host always knows
-      if (!step->branches.empty())
-        return false;  // an If: its value depends on which branch ran
-      for (int32_t input : step->inputs)
-        if (input >= 0 && !known(input))
-          return false;
-    }
-    return true;
-  }
-
-  const dsp::PlanT &plan_;
-  std::map<int32_t, std::vector<const dsp::StepT *>> producers_;
-  std::map<int32_t, bool> memo_;
-};
-
-bool hostKnownInput(const RuleInput &in, size_t index) {
-  if (index >= in.step().inputs.size())
-    return false;
-  HostKnowledge knowledge(in.plan());
-  return knowledge.known(in.step().inputs[index]);
-}
-
-// The copy templates move elements unchanged: the input must hold the output's dtype.
-bool sameDeviceType(const dsp::TensorT &input, const dsp::TensorT &output,
-                    std::string &reason) {
-  DType from = heldType(input), to = dtypeOf(output);
-  if (from != to) {
-    reason = "the input is held as " + nameOf(from) + " on the device, the output is " +
-             nameOf(to);
-    return false;
-  }
-  if (dsrt::dtypeSize(to) == 0 || dsrt::dtypeSize(to) > 8) {
-    reason = "no element size for " + nameOf(to);
-    return false;
-  }
-  return true;
-}
-
-int64_t elementSizeOf(const dsp::TensorT &tensor) {
-  return static_cast<int64_t>(dsrt::dtypeSize(dtypeOf(tensor)));
-}
 
 KernelSpec copySpec(DType dtype, int64_t rank) {
   return {"generic_copy",
@@ -408,65 +285,6 @@ bool concatSplitRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
   return true;
 }
 
-// Gather's kin: data, an output of data's type and i64 or i32 indices; data of known, nonzero
-// rank.
-bool gatherOperands(const RuleInput &in, std::string &reason, const dsp::TensorT *&out,
-                    DType &indexType, int64_t &rank) {
-  const dsp::TensorT *data = required(in.input(0), "data", reason);
-  const dsp::TensorT *indices = data ? required(in.input(1), "indices", reason) : nullptr;
-  out = indices ? required(in.output(0), "output", reason) : nullptr;
-  if (!out || !sameDeviceType(*data, *out, reason))
-    return false;
-  indexType = heldType(*indices);
-  if (!isIndexType(indexType)) {
-    reason = "indices are " + nameOf(indexType) + ", not i64 or i32";
-    return false;
-  }
-  if (!knownRank(*data, "data", rank, reason))
-    return false;
-  if (rank == 0) {
-    reason = "data is a scalar";
-    return false;
-  }
-  return true;
-}
-
-bool gatherRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
-  const dsp::TensorT *out;
-  DType indexType;
-  int64_t rank;
-  if (!gatherOperands(in, reason, out, indexType, rank))
-    return false;
-  kernels.push_back({"generic_gather", {{"ES", elementSizeOf(*out)}, {"IDX", code(indexType)}}});
-  return true;
-}
-
-bool gatherNDRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
-  const dsp::TensorT *out;
-  DType indexType;
-  int64_t rank;
-  if (!gatherOperands(in, reason, out, indexType, rank))
-    return false;
-  if (indexType != DType::I64) {
-    reason = "indices are " + nameOf(indexType) + ", not i64";
-    return false;
-  }
-  kernels.push_back({"generic_gather_nd", {{"ES", elementSizeOf(*out)}}});
-  return true;
-}
-
-bool gatherElementsRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
-                        std::string &reason) {
-  const dsp::TensorT *out;
-  DType indexType;
-  int64_t rank;
-  if (!gatherOperands(in, reason, out, indexType, rank))
-    return false;
-  kernels.push_back({"generic_gather_elements",
-                     {{"ES", elementSizeOf(*out)}, {"IDX", code(indexType)}, {"RANK", rank}}});
-  return true;
-}
-
 // ---- scans, softmax, reductions -------------------------------------------------------------
 
 bool cumSumRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
@@ -592,9 +410,7 @@ void addGenericKernelRules(std::vector<KernelRuleEntry> &rules) {
   rules.push_back({"Slice", sliceRule});
   rules.push_back({"Concat", concatSplitRule});
   rules.push_back({"Split", concatSplitRule});
-  rules.push_back({"Gather", gatherRule});
-  rules.push_back({"GatherND", gatherNDRule});
-  rules.push_back({"GatherElements", gatherElementsRule});
+  generic::addGenericIndexingRules(rules);
   rules.push_back({"CumSum", cumSumRule});
   rules.push_back({"Softmax", softmaxRule});
   rules.push_back({"LogSoftmax", softmaxRule});

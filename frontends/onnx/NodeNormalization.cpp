@@ -112,8 +112,10 @@ Type GraphImporter::inferResultType(llvm::StringRef op, ArrayRef<Value> operands
                           "Or", "Not", "IsNaN"}, op) ||
       (op == "Dropout" && index == 1))
     element = b.getI1Type();
-  else if (op == "Shape" || op == "Size")
+  else if (op == "Shape" || op == "Size" || op == "NonZero" || (op == "TopK" && index == 1))
     element = b.getI64Type();
+  else if (op == "OneHot")
+    element = typeOf(2) ? typeOf(2).getElementType() : Type();
   else if (op == "Cast")
     element = cast<TypeAttr>(attributes.get("to")).getValue();
   else if (op == "LayerNormalization" && index > 0)

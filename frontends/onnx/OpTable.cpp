@@ -71,7 +71,12 @@ static constexpr OpSpec kOps[] = {
     {"", "GatherElements", "GatherElements", 13, 2, 1},
     {"", "GatherND", "GatherND", 13, 2, 1},
     {"", "ScatterND", "ScatterND", 13, 3, 1},
+    {"", "ScatterElements", "ScatterElements", 13, 3, 1},
     {"", "Range", "Range", 13, 3, 1},
+    // Mixture-of-experts routing.
+    {"", "TopK", "TopK", 13, 2, 2},
+    {"", "OneHot", "OneHot", 13, 3, 1},
+    {"", "NonZero", "NonZero", 13, 1, 1},
     // Opset 23's function ops, written out in the primitive ops of their definitions.
     {"", "Attention", "", 23, 6, 4},
     {"", "RotaryEmbedding", "", 23, 4, 1},

@@ -148,6 +148,37 @@ TEST(GenericRules, DeclinesWhatTheKernelsDoNotDoExactly) {
   EXPECT_EQ(reason, "the axes are not known on the host and keepdims is 0");
 }
 
+
+// The router's ops: TopK and OneHot have kernels for what a router computes; NonZero (a
+// shape only the data gives) and ScatterElements (an index out of range must be an error)
+// stay on the host reference, with their reasons in the plan.
+TEST(GenericRules, RoutingOpsKernelsAndDeclines) {
+  RulePlan p;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  int probs = p.tensor(dsp::DType::f32, {6, 8}), k = p.tensor(dsp::DType::i64, {1});
+  int top = p.tensor(dsp::DType::f32, {6, 2}), chosen = p.tensor(dsp::DType::i64, {6, 2});
+  ASSERT_TRUE(p.run(p.step("TopK", {probs, k}, {top, chosen}), specs, reason)) << reason;
+  EXPECT_EQ(specs.back().name(), "generic_topk_DT1_LARGEST1");
+  int half = p.tensor(dsp::DType::f16, {6, 8}), halfTop = p.tensor(dsp::DType::f16, {6, 2});
+  EXPECT_FALSE(p.run(p.step("TopK", {half, k}, {halfTop, chosen}), specs, reason));
+  EXPECT_EQ(reason, "no kernel for f16");
+
+  int depth = p.tensor(dsp::DType::i64, {}), onOff = p.tensor(dsp::DType::i64, {2});
+  int mask = p.tensor(dsp::DType::i64, {6, 2, 8});
+  ASSERT_TRUE(p.run(p.step("OneHot", {chosen, depth, onOff}, {mask}), specs, reason)) << reason;
+  EXPECT_EQ(specs.back().name(), "generic_onehot_ES8_IDX5");
+  int floatIndices = p.tensor(dsp::DType::f32, {6, 2});
+  EXPECT_FALSE(p.run(p.step("OneHot", {floatIndices, depth, onOff}, {mask}), specs, reason));
+  EXPECT_EQ(reason, "indices are f32, not i64 or i32");
+
+  int rows = p.tensor(dsp::DType::i64, {}, dsp::TensorKind::dynamic);
+  EXPECT_FALSE(p.run(p.step("NonZero", {mask}, {rows}), specs, reason));
+  EXPECT_NE(reason.find("count of non-zero"), std::string::npos) << reason;
+  int data = p.tensor(dsp::DType::f32, {6, 8});
+  EXPECT_FALSE(p.run(p.step("ScatterElements", {data, chosen, top}, {data}), specs, reason));
+  EXPECT_NE(reason.find("out of range must be an error"), std::string::npos) << reason;
+}
 // ---- NVRTC ----------------------------------------------------------------------------------
 
 class GenericNvrtcTest : public ::testing::Test {
@@ -208,6 +239,12 @@ TEST_F(GenericNvrtcTest, EveryTemplateCompilesForSm80AndSm90) {
   specs.push_back({"generic_gather_elements", {{"ES", 4}, {"IDX", 6}, {"RANK", 6}}});
   for (int64_t batchRank : {0, 2, 4})
     specs.push_back({"generic_matmul", {{"BATCH_RANK", batchRank}}});
+  for (int64_t dt : {1, 5, 6})
+    for (int64_t largest : {0, 1})
+      specs.push_back({"generic_topk", {{"DT", dt}, {"LARGEST", largest}}});
+  for (int64_t es : {1, 2, 4, 8})
+    for (int64_t idx : {5, 6})
+      specs.push_back({"generic_onehot", {{"ES", es}, {"IDX", idx}}});
 
   std::set<std::string> kinds;
   for (const KernelSpec &spec : specs) {

@@ -388,14 +388,14 @@ bool hasGpuLauncher(std::string_view op) {
       "tfm.embedding", "tfm.layer_norm", "tfm.rms_norm", "tfm.activation", "tfm.gated_act",
       "tfm.gated_act_packed", "tfm.residual_add",
       // GenericOps.cpp: unary, binary, Where, Cast, copies, scans, softmax, reductions;
-      // GenericMatMul.cpp; GenericIndexing.cpp
+      // GenericMatMul.cpp; GenericIndexing.cpp (TopK and OneHot too)
       "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf", "Sigmoid", "Relu", "Sin",
       "Cos", "Floor", "Not", "IsNaN", "Gelu", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max",
       "Min", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Where",
       "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose",
       "Expand", "Slice", "Concat", "Split", "Gather", "CumSum", "Softmax", "LogSoftmax",
       "ReduceSum", "ReduceMean", "ReduceMax", "MatMul", "GatherND",
-      "GatherElements"};
+      "GatherElements", "TopK", "OneHot"};
   return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
 }
 

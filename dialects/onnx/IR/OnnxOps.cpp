@@ -314,10 +314,86 @@ LogicalResult ScatterNDOp::verify() {
   return success();
 }
 
+LogicalResult ScatterElementsOp::verify() {
+  if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, getReduction()))
+    return emitOpError() << "unknown reduction \"" << getReduction() << "\"";
+  auto data = rankedOrNull(getData().getType());
+  auto indices = rankedOrNull(getIndices().getType());
+  auto updates = rankedOrNull(getUpdates().getType());
+  if (data && indices && data.getRank() != indices.getRank())
+    return emitOpError("data and indices must have the same rank");
+  if (indices && updates) {
+    if (indices.getRank() != updates.getRank())
+      return emitOpError("indices and updates must have the same shape");
+    for (auto [i, u] : llvm::zip(indices.getShape(), updates.getShape()))
+      if (!ShapedType::isDynamic(i) && !ShapedType::isDynamic(u) && i != u)
+        return emitOpError("indices and updates must have the same shape");
+  }
+  return verifyAxis(*this, getData().getType(), static_cast<int64_t>(getAxis()), "axis");
+}
+
 LogicalResult RangeOp::verify() {
   for (Value operand : {getStart(), getLimit(), getDelta()})
     if (auto ranked = rankedOrNull(operand.getType()); ranked && ranked.getRank() != 0)
       return emitOpError("start, limit and delta must be scalars");
+  return success();
+}
+
+// A tensor that must hold one element (TopK's K, OneHot's depth): ONNX allows a scalar or
+// a one-element vector.
+static LogicalResult verifyOneElement(Operation *op, Value value, StringRef what) {
+  auto ranked = rankedOrNull(value.getType());
+  if (ranked && ranked.hasStaticShape() &&
+      (ranked.getRank() > 1 || ranked.getNumElements() != 1))
+    return op->emitOpError() << what << " must hold one element, not " << ranked;
+  return success();
+}
+
+LogicalResult TopKOp::verify() {
+  if (failed(verifyOneElement(*this, getK(), "K")))
+    return failure();
+  for (auto [name, value] : {std::pair<StringRef, int64_t>{"largest", getLargest()},
+                             std::pair<StringRef, int64_t>{"sorted", getSorted()}})
+    if (value != 0 && value != 1)
+      return emitOpError() << name << " must be 0 or 1, not " << value;
+  auto x = rankedOrNull(getX().getType());
+  if (x && x.getRank() == 0)
+    return emitOpError("X must have rank 1 or more");
+  return verifyAxis(*this, getX().getType(), static_cast<int64_t>(getAxis()), "axis");
+}
+
+LogicalResult OneHotOp::verify() {
+  if (failed(verifyOneElement(*this, getDepth(), "depth")))
+    return failure();
+  if (auto values = rankedOrNull(getValues().getType());
+      values && values.hasStaticShape() &&
+      (values.getRank() != 1 || values.getNumElements() != 2))
+    return emitOpError() << "values must be [off_value, on_value], not " << values;
+  auto indices = rankedOrNull(getIndices().getType());
+  if (!indices)
+    return success();
+  // The new axis may also go after the last: it counts in the result's rank.
+  int64_t rank = indices.getRank() + 1, axis = static_cast<int64_t>(getAxis());
+  if (axis < -rank || axis >= rank)
+    return emitOpError() << "axis " << axis << " is out of range for a result of rank "
+                         << rank;
+  if (auto output = rankedOrNull(getOutput().getType()); output && output.getRank() != rank)
+    return emitOpError() << "the result has rank " << output.getRank() << ", expected "
+                         << rank;
+  return success();
+}
+
+LogicalResult NonZeroOp::verify() {
+  auto y = rankedOrNull(getY().getType());
+  if (!y)
+    return success();
+  if (y.getRank() != 2)
+    return emitOpError("the result must have rank 2 (a row per dimension of X)");
+  // A scalar reads as a vector of one element, as numpy's nonzero does.
+  auto x = rankedOrNull(getX().getType());
+  if (x && !y.isDynamicDim(0) && y.getDimSize(0) != std::max<int64_t>(x.getRank(), 1))
+    return emitOpError() << "the result has " << y.getDimSize(0) << " rows for X of rank "
+                         << x.getRank();
   return success();
 }
 

@@ -391,10 +391,60 @@ def Onnx_ScatterNDOp : Onnx_Op<"ScatterND", [Pure, AllElementTypesMatch<["data",
   let hasVerifier = 1;
 }
 
+def Onnx_ScatterElementsOp : Onnx_Op<"ScatterElements", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
+  let summary = "copy of data with each update written where its index says along axis";
+  let arguments = (ins AnyTensor:$data, Onnx_IndexTensor:$indices, AnyTensor:$updates,
+                   DefaultValuedAttr<I64Attr, "0">:$axis,
+                   DefaultValuedStrAttr<StrAttr, "none">:$reduction);
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = Onnx_GenericFormat;
+  let hasVerifier = 1;
+}
+
 def Onnx_RangeOp : Onnx_Op<"Range", [Pure, AllElementTypesMatch<["start", "limit", "delta", "output"]>]> {
   let summary = "start, start + delta, ... up to limit (exclusive)";
   let arguments = (ins AnyTensor:$start, AnyTensor:$limit, AnyTensor:$delta);
   let results = (outs AnyTensor:$output);
+  let assemblyFormat = Onnx_GenericFormat;
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// What mixture-of-experts routing uses: the top experts, their one-hot masks, the tokens
+// each expert takes.
+//===----------------------------------------------------------------------===//
+
+def Onnx_TopKOp : Onnx_Op<"TopK", [Pure, AllElementTypesMatch<["X", "values"]>]> {
+  let summary = "the K largest (or smallest) elements along axis and their indices";
+  let description = [{
+    Equal elements keep their order: the lower index comes first.
+  }];
+  let arguments = (ins AnyTensor:$X, Onnx_I64Tensor:$K,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<I64Attr, "1">:$largest,
+                   DefaultValuedAttr<I64Attr, "1">:$sorted);
+  let results = (outs AnyTensor:$values, Onnx_I64Tensor:$indices);
+  let assemblyFormat = Onnx_GenericFormat;
+  let hasVerifier = 1;
+}
+
+def Onnx_OneHotOp : Onnx_Op<"OneHot", [Pure, AllElementTypesMatch<["values", "output"]>]> {
+  let summary = "values[1] where an index names the position along the new axis, else values[0]";
+  let arguments = (ins AnyTensor:$indices, AnyTensor:$depth, AnyTensor:$values,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = Onnx_GenericFormat;
+  let hasVerifier = 1;
+}
+
+def Onnx_NonZeroOp : Onnx_Op<"NonZero", [Pure]> {
+  let summary = "the coordinates of the non-zero elements, one row per dimension";
+  let description = [{
+    The result's second dimension is the count of non-zero elements, known only when the
+    op runs: the lowering makes it a dynamic tensor.
+  }];
+  let arguments = (ins AnyTensor:$X);
+  let results = (outs Onnx_I64Tensor:$Y);
   let assemblyFormat = Onnx_GenericFormat;
   let hasVerifier = 1;
 }

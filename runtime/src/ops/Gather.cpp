@@ -1,5 +1,6 @@
-// Indexed reads and writes: Gather, GatherElements, GatherND, ScatterND. Every index is checked
-// before it is used; negative indices count from the end as in numpy.
+// Indexed reads and writes: Gather, GatherElements, GatherND, ScatterND, ScatterElements. Every
+// index is checked before it is used (a scatter checks them all before it writes anything);
+// negative indices count from the end as in numpy.
 #include "ops/Kernel.h"
 #include "ops/Strided.h"
 #include "ops/TypeDispatch.h"
@@ -61,10 +62,10 @@ Status computeGather(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
-Status inferGatherElements(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
-  int64_t axis;
-  DSRT_RETURN_IF_ERROR(gatherAxis(ctx, axis));
-  const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape;
+// GatherElements' and ScatterElements' indices: of data's rank and, off the axis, no wider
+// than data (the index's position is the coordinate there).
+Status checkElementIndices(const KernelContext &ctx, const Shape &data, const Shape &indices,
+                           int64_t axis) {
   if (indices.size() != data.size())
     return ctx.error("indices of shape ", shapeString(indices),
                      " must have the rank of data ", shapeString(data));
@@ -72,6 +73,35 @@ Status inferGatherElements(const KernelContext &ctx, std::vector<OutputSpec> &ou
     if (static_cast<int64_t>(d) != axis && indices[d] > data[d])
       return ctx.error("indices of shape ", shapeString(indices),
                        " exceed data of shape ", shapeString(data), " in dimension ", d);
+  return Status::ok();
+}
+
+// The element of data (row-major offset) each index names: its own coordinates with the
+// axis' replaced by the index. Every index is checked.
+Status elementOffsets(const KernelContext &ctx, const Shape &data, const TensorRef &indices,
+                      int64_t axis, std::vector<int64_t> &offsets) {
+  int64_t dim = data[axis];
+  std::vector<int64_t> strides = contiguousStrides(data);
+  int64_t axisStride = strides[axis];
+  strides[axis] = 0;  // the index supplies this coordinate
+  offsets.resize(static_cast<size_t>(indices.elements()));
+  Status status = Status::ok();
+  forEachStrided<1>(indices.shape, {strides.data()}, {0},
+                    [&](int64_t i, const std::array<int64_t, 1> &at) {
+                      int64_t index = 0;
+                      if (!status.isOk())
+                        return;
+                      status = checkedIndex(ctx, indexAt(indices, i), dim, index);
+                      offsets[i] = at[0] + index * axisStride;
+                    });
+  return status;
+}
+
+Status inferGatherElements(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  int64_t axis;
+  DSRT_RETURN_IF_ERROR(gatherAxis(ctx, axis));
+  const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape;
+  DSRT_RETURN_IF_ERROR(checkElementIndices(ctx, data, indices, axis));
   outputs.push_back({ctx.input(0)->dtype, indices});
   return Status::ok();
 }
@@ -80,26 +110,16 @@ Status computeGatherElements(const KernelContext &ctx, const Outputs &outputs) {
   int64_t axis;
   DSRT_RETURN_IF_ERROR(gatherAxis(ctx, axis));
   const TensorRef &data = *ctx.input(0), &indices = *ctx.input(1);
-  int64_t dim = data.shape[axis];
-  std::vector<int64_t> strides = contiguousStrides(data.shape);
-  int64_t axisStride = strides[axis];
-  strides[axis] = 0;  // the index supplies this coordinate
-  Status status = Status::ok();
+  std::vector<int64_t> offsets;
+  DSRT_RETURN_IF_ERROR(elementOffsets(ctx, data.shape, indices, axis, offsets));
   visitElementSize(dtypeSize(data.dtype), [&](auto tag) {
     using E = decltype(tag);
     const E *src = data.as<E>();
     E *dst = outputs[0]->as<E>();
-    forEachStrided<1>(indices.shape, {strides.data()}, {0},
-                      [&](int64_t i, const std::array<int64_t, 1> &at) {
-                        int64_t index = 0;
-                        if (!status.isOk())
-                          return;
-                        status = checkedIndex(ctx, indexAt(indices, i), dim, index);
-                        if (status.isOk())
-                          dst[i] = src[at[0] + index * axisStride];
-                      });
+    for (size_t i = 0; i < offsets.size(); ++i)
+      dst[i] = src[offsets[i]];
   });
-  return status;
+  return Status::ok();
 }
 
 // GatherND's shapes: data [batch..., rest...], indices [batch..., tuples..., k]; each tuple
@@ -166,16 +186,22 @@ Status computeGatherND(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
-Status inferScatterND(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "indices", maskOf({DType::I64})));
-  DSRT_RETURN_IF_ERROR(checkSameDType(ctx, 0, 2));
-  std::string reduction;
+// The scatters' reduction, which must be one ONNX names and, but for none, needs numbers.
+Status reductionAttr(const KernelContext &ctx, std::string &reduction) {
   DSRT_RETURN_IF_ERROR(stringAttr(ctx, "reduction", "none", reduction));
   if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" &&
       reduction != "min")
     return ctx.error("unknown reduction '", reduction, "'");
   if (reduction != "none" && ctx.input(0)->dtype == DType::Bool)
     return ctx.error("reduction '", reduction, "' needs numbers, not bool");
+  return Status::ok();
+}
+
+Status inferScatterND(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "indices", maskOf({DType::I64})));
+  DSRT_RETURN_IF_ERROR(checkSameDType(ctx, 0, 2));
+  std::string reduction;
+  DSRT_RETURN_IF_ERROR(reductionAttr(ctx, reduction));
   const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape,
               &updates = ctx.input(2)->shape;
   if (data.empty() || indices.empty())
@@ -259,6 +285,58 @@ Status computeScatterND(const KernelContext &ctx, const Outputs &outputs) {
   return Status::ok();
 }
 
+// ScatterElements' shapes: GatherElements' indices, and updates of the indices' shape.
+Status scatterElementsShapes(const KernelContext &ctx, int64_t &axis, Reduction &reduction) {
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "indices", kIndexTypes));
+  DSRT_RETURN_IF_ERROR(checkSameDType(ctx, 0, 2));
+  std::string name;
+  DSRT_RETURN_IF_ERROR(reductionAttr(ctx, name));
+  reduction = reductionOf(name);
+  const Shape &data = ctx.input(0)->shape, &indices = ctx.input(1)->shape,
+              &updates = ctx.input(2)->shape;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "axis", 0, axis));
+  DSRT_RETURN_IF_ERROR(normalizeAxis(ctx, axis, data.size(), "axis", axis));
+  DSRT_RETURN_IF_ERROR(checkElementIndices(ctx, data, indices, axis));
+  if (updates != indices)
+    return ctx.error("updates have shape ", shapeString(updates), ", indices ",
+                     shapeString(indices), "; they must be the same");
+  return Status::ok();
+}
+
+Status inferScatterElements(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  int64_t axis;
+  Reduction reduction;
+  DSRT_RETURN_IF_ERROR(scatterElementsShapes(ctx, axis, reduction));
+  outputs.push_back({ctx.input(0)->dtype, ctx.input(0)->shape});
+  return Status::ok();
+}
+
+Status computeScatterElements(const KernelContext &ctx, const Outputs &outputs) {
+  int64_t axis;
+  Reduction reduction;
+  DSRT_RETURN_IF_ERROR(scatterElementsShapes(ctx, axis, reduction));
+  const TensorRef &data = *ctx.input(0), &indices = *ctx.input(1), &updates = *ctx.input(2);
+  // Every target is checked before the first write: a bad index leaves nothing half done.
+  std::vector<int64_t> targets;
+  DSRT_RETURN_IF_ERROR(elementOffsets(ctx, data.shape, indices, axis, targets));
+  const TensorRef &out = *outputs[0];
+  if (data.bytes() > 0)
+    std::memcpy(out.data, data.data, data.bytes());
+  return visitDType(data.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    T *dst = out.as<T>();
+    const T *src = updates.as<T>();
+    // In index order: with duplicate indices and no reduction, the last update wins.
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if constexpr (kIsBool<T>)
+        dst[targets[i]] = src[i];  // reductionAttr refused reductions of bool
+      else
+        combine(dst + targets[i], src + i, 1, reduction);
+    }
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void addGatherKernels(std::vector<KernelInfo> &kernels) {
@@ -267,6 +345,8 @@ void addGatherKernels(std::vector<KernelInfo> &kernels) {
       {"GatherElements", 2, 2, 2, 1, 1, inferGatherElements, computeGatherElements});
   kernels.push_back({"GatherND", 2, 2, 2, 1, 1, inferGatherND, computeGatherND});
   kernels.push_back({"ScatterND", 3, 3, 3, 1, 1, inferScatterND, computeScatterND});
+  kernels.push_back(
+      {"ScatterElements", 3, 3, 3, 1, 1, inferScatterElements, computeScatterElements});
 }
 
 } // namespace dsrt::ops

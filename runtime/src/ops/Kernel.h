@@ -66,6 +66,7 @@ void addReduceKernels(std::vector<KernelInfo> &kernels);
 void addShapeKernels(std::vector<KernelInfo> &kernels);
 void addMovementKernels(std::vector<KernelInfo> &kernels);
 void addGatherKernels(std::vector<KernelInfo> &kernels);
+void addRoutingKernels(std::vector<KernelInfo> &kernels);
 void addTransformerKernels(std::vector<KernelInfo> &kernels);
 void addLinearKernels(std::vector<KernelInfo> &kernels);      // TransformerLinear.cpp
 void addAttentionKernels(std::vector<KernelInfo> &kernels);   // TransformerAttention.cpp

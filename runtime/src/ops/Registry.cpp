@@ -20,6 +20,7 @@ const std::vector<KernelInfo> &kernels() {
     addShapeKernels(all);
     addMovementKernels(all);
     addGatherKernels(all);
+    addRoutingKernels(all);
     addTransformerKernels(all);
     std::sort(all.begin(), all.end(), [](const KernelInfo &a, const KernelInfo &b) {
       return std::string_view(a.name) < std::string_view(b.name);

@@ -313,7 +313,7 @@ TEST(Errors, ArgumentsAreChecked) {
   size_t transformer = std::count_if(all.begin(), all.end(), [](const std::string &op) {
     return op.rfind("tfm.", 0) == 0;
   });
-  EXPECT_EQ(all.size() - transformer, 65u);
+  EXPECT_EQ(all.size() - transformer, 69u);
   EXPECT_EQ(transformer, 12u);
 }
 

@@ -1,8 +1,10 @@
 // ONNX GatherND and GatherElements on the generic path (codegen/kernels/generic_gather_nd.cuh
-// and generic_gather_elements.cuh, their rules in codegen/kernels/GenericRules.cpp): what
-// dynamo exports write for a lookup over two axes (BART's and Falcon's position and mask
-// lookups) and RoBERTa's position ids. Everything comes from the shapes and attributes, so
-// the launches may be captured into a graph.
+// and generic_gather_elements.cuh): what dynamo exports write for a lookup over two axes
+// (BART's and Falcon's position and mask lookups) and RoBERTa's position ids; and TopK and
+// OneHot (generic_topk.cuh, generic_onehot.cuh), a mixture-of-experts router's. Their rules
+// are in codegen/kernels/GenericIndexingRules.cpp. Everything comes from the shapes and
+// attributes (K and the depth from the outputs' shapes), so the launches may be captured
+// into a graph.
 #include "cuda/ops/GenericLaunch.h"
 
 #include <cstdint>
@@ -98,6 +100,64 @@ Status runGenericGatherElements(StepContext &context) {
     return Status::ok();
   DevicePtr outData = out.data, dataData = data->data, indexData = indices->data;
   void *args[] = {&outData, &dataData, &indexData, &shape, &total};
+  return launchElements(context, total, args);
+}
+
+Status runGenericTopK(StepContext &context) {
+  DSRT_RETURN_IF_ERROR(requireKernel(context));
+  const DeviceTensor *x = context.input(0);
+  if (!x || context.outputCount() != 2)
+    return context.error("needs X, and values and indices to write");
+  const DeviceTensor &values = context.output(0), &indices = context.output(1);
+  DSRT_RETURN_IF_ERROR(checkConstant(context, "DT", static_cast<int64_t>(x->dtype)));
+  int64_t largest = 1, axis = -1;
+  DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "largest", 1, largest));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, "LARGEST", largest != 0 ? 1 : 0));
+  DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "axis", -1, axis));
+  DSRT_RETURN_IF_ERROR(normalizeAxis(context, axis, x->shape.size(), "axis", axis));
+  Shape expected = x->shape;
+  long long k = values.shape.size() == x->shape.size() ? values.shape[axis] : -1;
+  expected[axis] = k;
+  if (k < 0 || k > x->shape[axis] || values.dtype != x->dtype || values.shape != expected ||
+      indices.dtype != DType::I64 || indices.shape != expected)
+    return context.error("values ", shapeString(values.shape), " and i64 indices ",
+                         shapeString(indices.shape), " must be X ", shapeString(x->shape),
+                         " with at most its ", x->shape[axis], " elements along axis ", axis);
+  Lines lines = linesAlong(x->shape, axis);
+  if (lines.count() == 0 || k == 0)
+    return Status::ok();
+  DevicePtr xData = x->data, valueData = values.data, indexData = indices.data;
+  void *args[] = {&xData, &valueData, &indexData, &lines.outer, &lines.length, &lines.inner, &k};
+  return launchElements(context, lines.count(), args);
+}
+
+Status runGenericOneHot(StepContext &context) {
+  DSRT_RETURN_IF_ERROR(requireKernel(context));
+  const DeviceTensor *indices = context.input(0);
+  const DeviceTensor *values = context.inputCount() > 2 ? context.input(2) : nullptr;
+  if (!indices || !values)
+    return context.error("needs indices and values");
+  const DeviceTensor &out = context.output(0);
+  DSRT_RETURN_IF_ERROR(checkConstant(context, "ES", static_cast<int64_t>(dtypeSize(out.dtype))));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, "IDX", static_cast<int64_t>(indices->dtype)));
+  if (values->dtype != out.dtype || values->shape != Shape{2})
+    return context.error("values must be two elements of the output's dtype");
+  int64_t axis = -1;
+  DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "axis", -1, axis));
+  DSRT_RETURN_IF_ERROR(normalizeAxis(context, axis, out.shape.size(), "axis", axis));
+  // The output is indices' shape with the depth inserted at the axis.
+  Shape withoutDepth = out.shape;
+  withoutDepth.erase(withoutDepth.begin() + axis);
+  if (withoutDepth != indices->shape)
+    return context.error("the output ", shapeString(out.shape), " is not indices ",
+                         shapeString(indices->shape), " with a depth at axis ", axis);
+  long long depth = out.shape[axis];
+  long long inner = product(out.shape, axis + 1, out.shape.size());
+  long long total = out.elements();
+  if (total == 0)
+    return Status::ok();
+  DevicePtr indexData = indices->data, valueData = values->data, outData = out.data;
+  void *args[] = {&indexData, &valueData, &outData, &depth, &inner, &total};
   return launchElements(context, total, args);
 }
 

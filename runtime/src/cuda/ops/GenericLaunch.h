@@ -124,6 +124,16 @@ inline int64_t product(const Shape &shape, size_t begin, size_t end) {
   return result;
 }
 
+// A contiguous tensor viewed as [outer, length, inner] around `axis`: the lines along the
+// axis that a scan or a selection walks, one thread each.
+struct Lines {
+  long long outer, length, inner;
+  long long count() const { return outer * inner; }
+};
+inline Lines linesAlong(const Shape &shape, int64_t axis) {
+  return {product(shape, 0, axis), shape[axis], product(shape, axis + 1, shape.size())};
+}
+
 // Gather's kin: the step's kernel, data, indices and an output of data's dtype.
 inline Status gatherOperands(StepContext &context, const DeviceTensor *&data,
                              const DeviceTensor *&indices) {
@@ -164,6 +174,9 @@ Status runGenericMatMul(StepContext &context);
 // GenericIndexing.cpp.
 Status runGenericGatherND(StepContext &context);
 Status runGenericGatherElements(StepContext &context);
+// ONNX TopK and OneHot (generic_topk.cuh, generic_onehot.cuh), in GenericIndexing.cpp.
+Status runGenericTopK(StepContext &context);
+Status runGenericOneHot(StepContext &context);
 
 } // namespace dsrt::cuda
 

@@ -1,7 +1,8 @@
 // Launchers of the generic path's onnx ops whose kernels codegen/kernels/GenericRules.cpp
 // generates: elementwise ops with broadcasting, Where, Cast, CumSum, Softmax and the
 // reductions (the data movement's launchers are GenericMovement.cpp, MatMul's
-// GenericMatMul.cpp, GatherND's and GatherElements' GenericIndexing.cpp). Each launches its
+// GenericMatMul.cpp, GatherND's, GatherElements', TopK's and OneHot's GenericIndexing.cpp;
+// the rules of the last four are GenericIndexingRules.cpp). Each launches its
 // step's kernel slot 0 with the parameters of its template
 // (codegen/kernels/generic_<kind>.cuh), in order; the shape structs below mirror the
 // templates' field for field.
@@ -207,15 +208,12 @@ Status runCumSum(StepContext &context) {
     return context.error("axis must be a scalar");
   int64_t axis = 0;
   DSRT_RETURN_IF_ERROR(normalizeAxis(context, axisValues[0], in->shape.size(), "axis", axis));
-  long long outer = product(in->shape, 0, axis);
-  long long length = in->shape[axis];
-  long long inner = product(in->shape, axis + 1, in->shape.size());
-  long long lines = outer * inner;
-  if (lines == 0 || length == 0)
+  Lines lines = linesAlong(in->shape, axis);
+  if (lines.count() == 0 || lines.length == 0)
     return Status::ok();
   DevicePtr inData = in->data, outData = out.data;
-  void *args[] = {&inData, &outData, &outer, &length, &inner};
-  return launchElements(context, lines, args);
+  void *args[] = {&inData, &outData, &lines.outer, &lines.length, &lines.inner};
+  return launchElements(context, lines.count(), args);
 }
 
 Status runSoftmax(StepContext &context) {
@@ -341,6 +339,8 @@ void addGenericGpuOps(std::vector<GpuOpInfo> &ops) {
   addGenericMovementGpuOps(ops);
   ops.push_back({"GatherND", runGenericGatherND});
   ops.push_back({"GatherElements", runGenericGatherElements});
+  ops.push_back({"TopK", runGenericTopK});
+  ops.push_back({"OneHot", runGenericOneHot});
   ops.push_back({"CumSum", runCumSum});
   ops.push_back({"Softmax", runSoftmax});
   ops.push_back({"LogSoftmax", runSoftmax});

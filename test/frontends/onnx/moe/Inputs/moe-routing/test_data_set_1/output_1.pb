@@ -1,0 +1,1 @@
+Brouter_logitsJ%ÒÑø‘S.¿$Ñè¿)nî¿
