@@ -72,6 +72,15 @@ LogicalResult GraphImporter::normalizeNode(const NodeProto &node, const OpSpec &
                               << " outputs of the node";
       continue;
     }
+    // The scatters' reduction came at opset 16, its max and min at 18: an older opset's
+    // node with them is not that opset's op, and ONNX's schema check here reads no values.
+    if (attr.name() == "reduction" && (op == "ScatterElements" || op == "ScatterND") &&
+        attr.s() != "none") {
+      int64_t since = attr.s() == "max" || attr.s() == "min" ? 18 : 16;
+      if (opset < since)
+        return emitError(loc) << op << " reduction '" << attr.s() << "' needs opset " << since
+                              << "; the model imports opset " << opset;
+    }
     if (attr.name() == "to" && op == "Cast") {
       Type to = attr.type() == AttributeProto::INT ? convertElementType(context_, attr.i())
                                                    : Type();
