@@ -133,6 +133,11 @@ Status inferOneHot(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(oneHotShape(ctx, s));
   Shape shape = ctx.input(0)->shape;
   shape.insert(shape.begin() + s.axis, s.depth);
+  // As ConstantOfShape's: a depth read off the data must not ask for an allocation no
+  // machine has (2^48 elements).
+  if (elementCount(shape) < 0 || elementCount(shape) > (int64_t(1) << 48))
+    return ctx.error("depth ", s.depth, " makes an output of shape ", shapeString(shape),
+                     ", too many elements");
   outputs.push_back({ctx.input(2)->dtype, shape});
   return Status::ok();
 }

@@ -101,6 +101,9 @@ TEST(OneHot, BadDepthOrValuesAreRefused) {
   EXPECT_NE(errorOf("OneHot", {&indices, &depth, &three}).find("[off_value, on_value]"),
             std::string::npos);
   EXPECT_NE(errorOf("OneHot", {&indices, &depth, &onOff}, {{"axis", Attr::ofInt(2)}}), "");
+  OwnedTensor huge = i64({}, {int64_t(1) << 50});
+  EXPECT_NE(errorOf("OneHot", {&indices, &huge, &onOff}).find("too many elements"),
+            std::string::npos);
 
   TensorRef known = indices.ref(), unknown{DType::I64, {}, nullptr}, pair = onOff.ref();
   std::vector<ops::OutputSpec> specs;
