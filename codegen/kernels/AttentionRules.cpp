@@ -13,6 +13,13 @@
 //                        the query heads of one KV head (GROUP_HEADS)
 // (Plans from before FUSED_COMBINE have a slot 3, attention_combine, which merged the
 // splits in a second launch; the launcher still runs them.)
+// The serving plan's `step` program (dsc --serving; the engine's, docs/serving.md) adds the
+// paged cache's two, which a session with the engine's block pool runs instead:
+//   3 attention_rotary (PAGED)  every row's new key and value into its block's slot
+//   4 attention_decode (PAGED)  each row's query rotated, attended over its sequence's
+//                               positions through its block table
+// Only there: the paged session runs no other program, and other plans keep their kernels.
+// They are slots 3 and 4 of a five-kernel step; a four-kernel one is the old combine's.
 // A cached cross-attention (`cross`, an encoder-decoder's session programs) has slots 0 and
 // 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
 // cached step with a bias.
@@ -140,6 +147,17 @@ bool isF32(const dsp::TensorT *tensor) {
 
 std::string dtypeOf(const dsp::TensorT *tensor) {
   return tensor ? dsrt::dtypeName(static_cast<DType>(tensor->dtype)) : "absent";
+}
+
+// Whether `step` is one of the serving plan's `step` program (dsc-derive-step-program),
+// the one the engine runs over its paged cache.
+bool inServingStep(const RuleInput &in) {
+  for (const auto &program : in.plan().programs)
+    if (program && program->name == "step")
+      for (const auto &step : program->steps)
+        if (step.get() == &in.step())
+          return true;
+  return false;
 }
 
 bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
@@ -426,6 +444,18 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
     if (halfOutput)
       kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
+    // The engine's paged cache (slots 3 and 4): the same two templates, PAGED last. The
+    // decode kernel reads no mask there (each row's position bounds its keys).
+    if (inServingStep(in)) {
+      KernelSpec pagedWrite = kernels[0], pagedDecode = kernels.back();
+      pagedWrite.constants.push_back({"PAGED", 1});
+      for (auto &[name, value] : pagedDecode.constants)
+        if (name == "MASK_DTYPE")
+          value = 0;
+      pagedDecode.constants.push_back({"PAGED", 1});
+      kernels.push_back(std::move(pagedWrite));
+      kernels.push_back(std::move(pagedDecode));
+    }
   }
   return true;
 }

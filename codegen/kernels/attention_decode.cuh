@@ -49,6 +49,18 @@
 //
 // With OUT_DT (2 f16, 3 bf16; only with FUSED_COMBINE, and only where the step's result is
 // the plan's half activation dtype), `out` is of that dtype: the merge rounds into it.
+//
+// With PAGED (1; last, only in the serving plan's `step` program: docs/serving.md), the
+// cache is the engine's block pool, [blocks, kv heads, block_size, HEAD_DIM] per layer
+// (`kv_batch_stride` is a block's elements, `kv_head_stride` a head's in a block), and each
+// sequence z is one row of the step: one new token of its own sequence, at its own position,
+// whose blocks `paged_rows` lists ([rows][1 + table_width] ints: the position, then the
+// block table). The row's key and value were written before the launch by attention_rotary
+// (PAGED), for every row, so that the rows of one prompt chunk see each other: the kernel
+// only rotates its query (FUSED_ROTARY) and attends to positions [0, position] through the
+// table. `lengths` and `mask` are not read (the engine's sequences have no padding: an ALiBi
+// key position is its position). Everything else is the dense kernel's code: only the
+// address of a cache row differs (attention_decode_locate).
 #include "dsc_common.cuh"
 
 #ifdef OUT_DT
@@ -81,6 +93,32 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 #define ATTENTION_DECODE_ZERO 1
 #else
 #define ATTENTION_DECODE_ZERO 0
+#endif
+
+#ifndef PAGED
+#define PAGED 0
+#endif
+#if PAGED && !(defined(FUSED_ROTARY) && defined(FUSED_COMBINE))
+#error "PAGED's parameters follow FUSED_COMBINE's"
+#endif
+
+#if PAGED
+// Where position t of a row's sequence is: its block (through the row's table) and its slot
+// in that block.
+static __device__ __forceinline__ void attention_decode_locate(const int *table, int block_size,
+                                                               int t, int &block, int &slot) {
+  const int index = t / block_size;
+  block = table[index];
+  slot = t - index * block_size;
+}
+#endif
+
+// The keys a row with nothing to attend averages (dsc_unattended_row reads them as
+// contiguous rows). A paged row always attends its own key, so it has none.
+#if PAGED
+#define ATTENTION_DECODE_UNATTENDED_KEYS 0
+#else
+#define ATTENTION_DECODE_UNATTENDED_KEYS total
 #endif
 
 #if SPLIT_KEYS % (WARPS * 32) != 0
@@ -188,6 +226,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      const float *q_norm_scale, const float *k_norm_scale,
                      float qk_norm_epsilon
 #endif
+#if PAGED
+                     ,
+                     const int *paged_rows, int table_width, int block_size
+#endif
     ) {
   __shared__ float query_row[GROUP_HEADS][HEAD_DIM];
   __shared__ float warp_max[GROUP_HEADS][WARPS], warp_sum[GROUP_HEADS][WARPS];
@@ -215,13 +257,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     return;  // the whole block, in every split: no head of the rank's
   const int kv_head = global_kv_head - kv_head_offset;
 #endif
+#if PAGED
+  // The row's position; its key and value are in the cache already. Its table is found
+  // after the query's rotation, so that no pointer to it is live across that.
+  const int past = paged_rows[static_cast<long long>(sequence) * (table_width + 1)];
+  const int mask_width = 1;
+  const int total = min(past + 1, kv_rows);
+  attention_kv_t *key_base = keys + kv_head * kv_head_stride;
+  attention_kv_t *value_base = values + kv_head * kv_head_stride;
+#else
   const int past = lengths[0], mask_width = lengths[2];
   const int total = min(lengths[1], kv_rows);
-  const int split_begin = split * SPLIT_KEYS;
-  const int position = past;  // the one new token
   // Written only by FUSED_ROTARY's blocks that hold the new token's row.
   attention_kv_t *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
   attention_kv_t *value_base = values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+#endif
+  const int split_begin = split * SPLIT_KEYS;
+  const int position = past;  // the one new token
   // Head g of the block's partials start at first_slot + g * max_splits.
   const long long first_slot =
       (static_cast<long long>(sequence) * heads + first_head) * max_splits;
@@ -239,13 +291,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
                                    KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
             dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
-            partial_max, partial_sum, first_slot + g * max_splits, 0, value_base, total,
-            position);
+            partial_max, partial_sum, first_slot + g * max_splits, 0, value_base,
+            ATTENTION_DECODE_UNATTENDED_KEYS, position);
 #endif
     return;  // the whole block: the merge reads only the splits below total
   }
   const int split_end = min(total, split_begin + SPLIT_KEYS);
   const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
+#if PAGED
+  // No mask: every key of the sequence is its own (MASK_DTYPE is 0).
+  static_assert(MASK_DTYPE == 0, "a paged step has no padding mask to read");
+#endif
 
 #ifdef FUSED_ROTARY
   __shared__ float fresh_key[HEAD_DIM], fresh_value[HEAD_DIM];
@@ -253,7 +309,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #if ROTARY_DIM > 0
   rotary_position = static_cast<float>(dsc_load_index<POS_DTYPE>(positions, sequence));
 #endif
-  const bool holds_new = past >= split_begin && past < split_end;
+  // Paged: attention_rotary wrote every row's key and value, so no block here does.
+  const bool holds_new = !PAGED && past >= split_begin && past < split_end;
   {
     const float *key_in = new_key + sequence * kv_stride + kv_head * HEAD_DIM;
     const float *value_in = new_value + sequence * kv_stride + kv_head * HEAD_DIM;
@@ -283,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const float value = dsc_kv_rounded<KV_DTYPE>(value_in[feature]);
         fresh_key[feature] = key;
         fresh_value[feature] = value;
+        // The dense cache's row (a paged block holds no new token: see holds_new).
         const long long row = static_cast<long long>(past) * HEAD_DIM + feature;
         dsc_store_float<KV_DTYPE>(key_base, row, key);
         dsc_store_float<KV_DTYPE>(value_base, row, value);
@@ -315,6 +373,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       query_row[g][feature] = 0.0f;
   __syncthreads();
 
+#if PAGED
+  const int *table = paged_rows + static_cast<long long>(sequence) * (table_width + 1) + 1;
+#endif
 #if ATTENTION_DECODE_VECTOR_KEYS
   // Every row of an aligned cache is: HEAD_DIM elements are a whole number of loads.
   const bool vector_keys = (reinterpret_cast<unsigned long long>(key_base) & 15u) == 0;
@@ -360,6 +421,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       key_position = static_cast<float>(attended_before + __popc(on_bits & ((1u << lane) - 1u)));
     attended_before += __popc(on_bits);
 #endif
+#if PAGED
+    // Keys below warp_end are the row's positions, whose blocks its table holds.
+    int key_block = 0, key_slot = 0;
+    if (key < warp_end)
+      attention_decode_locate(table, block_size, key, key_block, key_slot);
+#endif
     const bool allowed = on && (!CAUSAL || key <= position) &&
                          (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW));
     float score[GROUP_HEADS];
@@ -368,13 +435,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       score[g] = negative_infinity;
     if (allowed) {
       // Each element of the key is read once for every head of the block.
+#if PAGED
+      const attention_kv_t *key_row = key_base + key_block * kv_batch_stride +
+                                      static_cast<long long>(key_slot) * HEAD_DIM;
+#else
       const attention_kv_t *key_row = key_base + static_cast<long long>(key) * HEAD_DIM;
+#endif
       float dot[GROUP_HEADS];
 #pragma unroll
       for (int g = 0; g < GROUP_HEADS; ++g)
         dot[g] = 0.0f;
 #ifdef FUSED_ROTARY
-      if (key == past) {
+      if (!PAGED && key == past) {
         // Computed above: shared memory, not the cache row.
 #pragma unroll 8
         for (int feature = 0; feature < HEAD_DIM; ++feature) {
@@ -449,10 +521,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       }
       if (!attended)
         continue;  // warp-uniform: a key not attended (its value need not be read)
+#if PAGED
+      // The slot's lane found its block: a division per key, not per key and lane.
+      const attention_kv_t *value_row =
+          value_base + __shfl_sync(0xffffffffu, key_block, slot) * kv_batch_stride +
+          static_cast<long long>(__shfl_sync(0xffffffffu, key_slot, slot)) * HEAD_DIM;
+#else
       const attention_kv_t *value_row =
           value_base + static_cast<long long>(chunk + slot) * HEAD_DIM;
+#endif
 #ifdef FUSED_ROTARY
-      const bool fresh_row = chunk + slot == past;  // warp-uniform
+      const bool fresh_row = !PAGED && chunk + slot == past;  // warp-uniform
 #endif
 #pragma unroll
       for (int i = 0; i < ATTENTION_DECODE_FEATURES; ++i) {
@@ -543,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
                                KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
         dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
-        partial_max, partial_sum, first_slot + g * max_splits, splits, value_base, total,
-        position);
+        partial_max, partial_sum, first_slot + g * max_splits, splits, value_base,
+        ATTENTION_DECODE_UNATTENDED_KEYS, position);
 #endif
 }

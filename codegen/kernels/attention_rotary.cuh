@@ -29,7 +29,21 @@
 // With KV_DTYPE (2 f16, 3 bf16; last, only where the step's session cache is of that
 // dtype: cache_dtype), `key_dst` and `value_dst` are that cache, and the keys and values
 // are rounded to it (dsc_common.cuh, dsc_kv_element). Absent: f32, as I/O mode's presents.
+//
+// With PAGED (1; last, only in the serving plan's `step` program: docs/serving.md), the
+// destination is the engine's block pool ([blocks, kv heads, block_size, HEAD_DIM] per
+// layer: `dst_batch_stride` is a block's elements, `dst_head_stride` a head's in a block)
+// and sequence z is one row of the step, one new token (`fresh` and `rows_per_sequence` 1)
+// at the position `paged_rows` gives ([rows][1 + table_width] ints: the position, then the
+// block table), written at its block's slot. `lengths` is not read, and no query is
+// written: attention_decode (PAGED) rotates the queries itself. Every row's key and value
+// are written by this launch before any row attends, so the rows of a prompt chunk see each
+// other.
 #include "dsc_common.cuh"
+
+#ifndef PAGED
+#define PAGED 0
+#endif
 
 #ifndef KV_DTYPE
 #define KV_DTYPE DSC_DT_F32
@@ -61,11 +75,21 @@ extern "C" __global__ void attention_rotary(
     ,
     const float *q_norm_scale, const float *k_norm_scale, float qk_norm_epsilon
 #endif
+#if PAGED
+    ,
+    const int *paged_rows, int table_width, int block_size
+#endif
     ) {
   const int sequence = blockIdx.x / rows_per_sequence;
   const int row = blockIdx.x % rows_per_sequence;
+#if PAGED
+  const int *table = paged_rows + static_cast<long long>(sequence) * (table_width + 1) + 1;
+  const bool session = true;
+  const int past = table[-1];
+#else
   const bool session = lengths != 0;
   const int past = session ? lengths[0] : io_past;
+#endif
 
   int token;         // the new token's index in [0, fresh), or -1 for a copied past row
   int cache_row;     // where its key and value go
@@ -79,10 +103,15 @@ extern "C" __global__ void attention_rotary(
   if (token >= fresh || cache_row < 0 || cache_row >= dst_capacity)
     return;
 
-  attention_kv_t *key_row =
-      key_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
-  attention_kv_t *value_row =
-      value_dst + sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+#if PAGED
+  // The slot of its position in its block.
+  const long long row_offset = table[cache_row / block_size] * dst_batch_stride +
+                               static_cast<long long>(cache_row % block_size) * HEAD_DIM;
+#else
+  const long long row_offset = sequence * dst_batch_stride + cache_row * (long long)HEAD_DIM;
+#endif
+  attention_kv_t *key_row = key_dst + row_offset;
+  attention_kv_t *value_row = value_dst + row_offset;
 
   if (token < 0) {
     // I/O mode, a past position: the rank's heads out of a past that may hold every head.
@@ -123,7 +152,13 @@ extern "C" __global__ void attention_rotary(
   // as many blocks as it has heads, each thread's query, key and value loads in flight
   // together (one block looping over every head was a chain of dependent memory trips:
   // 9.7 us of an H200's decode step for GPT-2's 12 heads).
-  const int head_count = heads > kv_heads ? heads : kv_heads;
+#if PAGED
+  // The queries are attention_decode's (PAGED) to rotate: `heads` only sizes a packed row.
+  const int rotated_heads = 0;
+#else
+  const int rotated_heads = heads;
+#endif
+  const int head_count = rotated_heads > kv_heads ? rotated_heads : kv_heads;
 #ifdef QK_NORM
   __shared__ float query_staged[HEAD_DIM], key_staged[HEAD_DIM], norm_scratch[32];
   // QK_NORM 3: the scales multiply the rotated features.
@@ -136,8 +171,9 @@ extern "C" __global__ void attention_rotary(
     const float *query_head = query_token + head * HEAD_DIM;
     const float *key_head = key_token + head * HEAD_DIM;
 #ifdef QK_NORM
-    // `head < heads` and `head < kv_heads` are the block's alike: every thread stages.
-    if (head < heads) {
+    // `head < rotated_heads` and `head < kv_heads` are the block's alike: every thread
+    // stages.
+    if (head < rotated_heads) {
 #if QK_NORM == 2
       dsc_stage_rms_normalized_span<HEAD_DIM>(query_token, heads * HEAD_DIM, query_head,
                                               q_norm_scale, qk_norm_epsilon, query_staged,
@@ -161,7 +197,7 @@ extern "C" __global__ void attention_rotary(
     }
 #endif
     for (int feature = threadIdx.x; feature < HEAD_DIM; feature += blockDim.x) {
-      if (head < heads)
+      if (head < rotated_heads)
         q_out_token[head * HEAD_DIM + feature] =
             attention_rotary_feature(query_head, feature, position, frequencies) *
             (q_rotated_scale ? q_rotated_scale[feature] : 1.0f);

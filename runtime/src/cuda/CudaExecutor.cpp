@@ -43,6 +43,11 @@ Status CudaSession::run(std::string_view programName) {
   if (!found)
     return Status::error(plan_->path() + ": the plan has no program '" +
                          std::string(programName) + "'");
+  const auto &only = options_.onlyPrograms;
+  if (!only.empty() && std::find(only.begin(), only.end(), programName) == only.end())
+    return Status::error(plan_->path() + ": this session runs only its chosen programs (its "
+                                         "arena is sized for them), not '" +
+                         std::string(programName) + "'");
   if (found->inputs())
     for (int tensorIndex : *found->inputs())
       if (!slots_[tensorIndex].inputSet)

@@ -207,6 +207,22 @@ Status CudaSession::loadKernels() {
 Status CudaSession::allocateKvCache() {
   std::vector<KvLayerShape> layers;
   DSRT_RETURN_IF_ERROR(kvCacheLayout(*plan_, rank_, layers));
+  if (options_.kvBlockSize != 0 || options_.kvBlocks != 0) {
+    if (layers.empty())
+      return Status::error(plan_->path() + ": the plan has no session KV cache to page (no "
+                                           "prefill and decode programs)");
+    if (options_.kvBlockSize < 1 || options_.kvBlocks < 1 || options_.kvBlocks > INT32_MAX)
+      return Status::error("a paged KV cache needs a block size and a block count of at least "
+                           "1 (and fewer than 2^31 blocks), not " +
+                           std::to_string(options_.kvBlockSize) + " and " +
+                           std::to_string(options_.kvBlocks));
+    // Blocks of [kvHeads, blockSize, headDim]: DeviceKvLayer's batch and capacity.
+    for (KvLayerShape &shape : layers) {
+      shape.batch = options_.kvBlocks;
+      shape.capacity = options_.kvBlockSize;
+    }
+    hostKvMirror_.blockSize = options_.kvBlockSize;
+  }
   kvLayers_.resize(layers.size());
   for (size_t layer = 0; layer < layers.size(); ++layer) {
     const KvLayerShape &shape = layers[layer];
@@ -221,6 +237,8 @@ Status CudaSession::allocateKvCache() {
         check(driver_->cuMemsetD8Async(entry.value, 0, bytes, stream_), "cuMemsetD8Async"));
     memory_.kvCache += 2 * bytes;
   }
+  if (hostKvMirror_.blockSize != 0)
+    DSRT_RETURN_IF_ERROR(initPagedCache());
   hostKvMirror_.layers.resize(kvLayers_.size());
   hostKvStorage_.resize(2 * kvLayers_.size());
   for (size_t layer = 0; layer < kvLayers_.size(); ++layer) {

@@ -287,7 +287,11 @@ Status CudaSession::prepareTensors() {
   uint64_t initial = 0;
   for (uint32_t p = 0; p < programCount; ++p) {
     arenaUse_.push_back(programArenaUse(header, p));
-    if (!generates || str(header.programs()->Get(p)->name()) != "forward")
+    const std::string name = str(header.programs()->Get(p)->name());
+    const auto &only = options_.onlyPrograms;
+    // The chosen programs alone where the session has some (the engine's `step`).
+    if (only.empty() ? !generates || name != "forward"
+                     : std::find(only.begin(), only.end(), name) != only.end())
       initial = std::max(initial, arenaUse_.back());
   }
   DSRT_RETURN_IF_ERROR(allocate(initial, arena_, "the activation arena"));

@@ -40,6 +40,13 @@ struct CudaSessionOptions {
   // NCCL (kept, not owned); without it a multi-rank session stages `collectives` through
   // host memory.
   DeviceCollectives *deviceCollectives = nullptr;
+  // The serving engine's paged KV cache (session/Session.h's PagedKvOptions): per layer
+  // `kvBlocks` blocks of `kvBlockSize` positions on the device; 0 keeps the dense cache.
+  int64_t kvBlockSize = 0;
+  int64_t kvBlocks = 0;
+  // The programs this session runs (empty: every one): the arena is sized for them alone,
+  // and the others are refused, as CpuSessionOptions::onlyPrograms.
+  std::vector<std::string> onlyPrograms;
 };
 
 // DSRT_STRICT_DEVICE=1: every CUDA session is strict (CudaSessionOptions::strict), and a
@@ -81,6 +88,8 @@ public:
   static constexpr int64_t kMaxDeviceTopLogits = 1024;
   bool hasKvCache() const override { return !kvLayers_.empty(); }
   Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
+  // The engine's rows for the next run (CudaPaged.cpp): checked, then uploaded in one copy.
+  Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) override;
 
   // For tests and diagnostics.
   const std::vector<StepPlacement> &lastPlacements(std::string_view program) const;
@@ -237,6 +246,13 @@ private:
   std::map<std::tuple<int, unsigned, uint32_t>, int> residentBlocks_;
 
   std::vector<DeviceKvLayer> kvLayers_;
+  // The paged cache (CudaPaged.cpp): the pool's shape, and the rows of the next run as
+  // attention_*'s PAGED kernels read them (DevicePagedRows), on the host and the device.
+  Status initPagedCache();
+  DevicePagedRows pagedRows_;
+  bool pagedRowsSet_ = false;
+  std::vector<int32_t> hostPagedRows_;
+  size_t pagedRowsCapacity_ = 0;  // int32 at pagedRows_.data
   ops::KvCache hostKvMirror_;  // the fallback's view of the cache
   std::vector<std::vector<float>> hostKvStorage_;
 

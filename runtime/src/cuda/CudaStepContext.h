@@ -59,6 +59,9 @@ public:
       return nullptr;
     return &session_.kvLayers_[layer];
   }
+  const DevicePagedRows *pagedRows() const override {
+    return cacheProgram_ && session_.pagedRowsSet_ ? &session_.pagedRows_ : nullptr;
+  }
   DevicePtr sequenceLengths() const override {
     return cacheProgram_ ? session_.sequenceLengths_ : 0;
   }

@@ -48,6 +48,18 @@ struct DeviceKvLayer {
   DevicePtr key = 0, value = 0;
 };
 
+// The serving engine's rows of the step about to run, where the session's cache is the
+// engine's block pool (docs/serving.md): each DeviceKvLayer then holds `batch` blocks of
+// `capacity` (the block size) positions, [blocks, kvHeads, blockSize, headDim]. Row r is
+// `1 + tableWidth` int32 at `data` (device memory, uploaded once per step): its position,
+// then its sequence's block table (-1 past its blocks). `host` holds the same values, which
+// the session checked when they were set (positions within the table, blocks within the
+// pool). In device memory so that a captured graph replays the rows of its replay.
+struct DevicePagedRows {
+  int64_t rows = 0, tableWidth = 0, blockSize = 0, blocks = 0;
+  DevicePtr data = 0;
+  const int32_t *host = nullptr;
+};
 // The lengths of the running session-cache program (prefill, decode), as three int32 in
 // device memory: {past, total, maskWidth}. `past` tokens are already in the cache, `total`
 // = past + new tokens, and the attention mask has `maskWidth` >= total columns whose last
@@ -149,6 +161,8 @@ public:
   virtual Status scratch(size_t bytes, DevicePtr &out) = 0;
   // Layer `layer` of the session's KV cache, or null without one.
   virtual const DeviceKvLayer *kvLayer(int64_t layer) const = 0;
+  // The engine's rows over the paged cache, or null where the session's cache is dense.
+  virtual const DevicePagedRows *pagedRows() const { return nullptr; }
   // SequenceLength's three int32 for this run; 0 outside a session-cache program.
   virtual DevicePtr sequenceLengths() const = 0;
   // The same values on the host (valid outside capture; in capture they are the values of

@@ -120,8 +120,10 @@ struct PagedKvOptions {
   // The programs the session runs (empty: all); its arena is sized for them alone.
   std::vector<std::string> programs;
 };
-// As createSession, with the paged KV cache (the CPU backends; the CUDA backend refuses
-// until its kernels read a block table).
+// As createSession, with the paged KV cache: on the CPU backends, or on the GPU, whose
+// paged attention kernels a serving plan's `step` program carries (dsc --serving; a plan
+// without them runs its attention through the host fallback). Cuda without a usable GPU
+// falls back to the CPU as createSession does.
 Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                           ops::Collectives *collectives, const PagedKvOptions &paged,
                           std::unique_ptr<Session> &out);

@@ -9,27 +9,49 @@
 
 namespace dsrt {
 
+namespace {
+
+// DSRT_DEVICE_CUDA's fallback to the CPU: said once, unless strict mode forbids it.
+Status cudaUnavailable(const std::string &whyNot) {
+  if (cuda::strictDeviceFromEnvironment())
+    return Status::error("strict device mode (DSRT_STRICT_DEVICE=1): no usable CUDA device (" +
+                         whyNot + ")");
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::cerr << "dsrt: no usable CUDA device (" << whyNot << "); running on the CPU\n";
+  });
+  return Status::ok();
+}
+
+// A CUDA session of `options` where a device is usable; `created` false where there is
+// none and the CPU should run the plan instead.
+Status createCudaSession(std::shared_ptr<PlanFile> &plan, int rank,
+                         const cuda::CudaSessionOptions &options, std::unique_ptr<Session> &out,
+                         bool &created) {
+  created = false;
+  std::string whyNot;
+  if (cuda::availableDeviceCount(&whyNot) == 0)
+    return cudaUnavailable(whyNot);
+  std::unique_ptr<cuda::CudaSession> session;
+  DSRT_RETURN_IF_ERROR(cuda::CudaSession::create(std::move(plan), rank, options, session));
+  out = std::move(session);
+  created = true;
+  return Status::ok();
+}
+
+} // namespace
+
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                      ops::Collectives *collectives, std::unique_ptr<Session> &out,
                      cuda::DeviceCollectives *deviceCollectives) {
   if (device == DeviceKind::Cuda) {
-    std::string whyNot;
-    if (cuda::availableDeviceCount(&whyNot) > 0) {
-      cuda::CudaSessionOptions options;
-      options.collectives = collectives;
-      options.deviceCollectives = deviceCollectives;  // null: staged over `collectives`
-      std::unique_ptr<cuda::CudaSession> session;
-      DSRT_RETURN_IF_ERROR(cuda::CudaSession::create(std::move(plan), rank, options, session));
-      out = std::move(session);
+    cuda::CudaSessionOptions options;
+    options.collectives = collectives;
+    options.deviceCollectives = deviceCollectives;  // null: staged over `collectives`
+    bool created = false;
+    DSRT_RETURN_IF_ERROR(createCudaSession(plan, rank, options, out, created));
+    if (created)
       return Status::ok();
-    }
-    if (cuda::strictDeviceFromEnvironment())
-      return Status::error("strict device mode (DSRT_STRICT_DEVICE=1): no usable CUDA device (" +
-                           whyNot + ")");
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      std::cerr << "dsrt: no usable CUDA device (" << whyNot << "); running on the CPU\n";
-    });
   }
   std::unique_ptr<CpuSession> session;
   CpuSessionOptions options;
@@ -42,10 +64,19 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
 Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                           ops::Collectives *collectives, const PagedKvOptions &paged,
                           std::unique_ptr<Session> &out) {
-  if (device == DeviceKind::Cuda)
-    return Status::error("the paged KV cache runs on the CPU backends for now (device cpu or "
-                         "cpu-reference); the CUDA attention kernels do not read block tables "
-                         "yet");
+  if (device == DeviceKind::Cuda) {
+    // The block pool on the device; the collectives staged through host memory (the
+    // engine's ranks are threads or MPI processes).
+    cuda::CudaSessionOptions options;
+    options.collectives = collectives;
+    options.kvBlockSize = paged.blockSize;
+    options.kvBlocks = paged.blocks;
+    options.onlyPrograms = paged.programs;
+    bool created = false;
+    DSRT_RETURN_IF_ERROR(createCudaSession(plan, rank, options, out, created));
+    if (created)
+      return Status::ok();
+  }
   std::unique_ptr<CpuSession> session;
   CpuSessionOptions options;
   options.reference = device == DeviceKind::CpuReference;

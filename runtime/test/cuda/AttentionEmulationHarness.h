@@ -34,9 +34,11 @@ using dsrt::TensorRef;
 using dsrt::cuda::DevicePtr;
 using dsrt::cuda::DeviceTensor;
 
+// Slots 0-3 as a plan's dense steps have them; 3 and 4 are the paged kernels of a serving
+// plan's step program in the families that have them (EMU_PAGED).
 struct KernelSet {
-  std::function<void(void **)> slots[4];
-  std::map<std::string, int64_t> constants[4];
+  std::function<void(void **)> slots[5];
+  std::map<std::string, int64_t> constants[5];
   // Slot 1 is attention_prefill_mma (the tensor cores), which rounds the queries and the
   // softmax weights to the cache's dtype.
   bool prefillOnTensorCores = false;
@@ -135,6 +137,7 @@ public:
   const DeviceKvLayer *kvLayer(int64_t layer) const override {
     return layer == 0 && cache ? &*cache : nullptr;
   }
+  const DevicePagedRows *pagedRows() const override { return paged ? &*paged : nullptr; }
   DevicePtr sequenceLengths() const override { return cache ? addressOf(lengths) : 0; }
   const int32_t *hostSequenceLengths() const override { return cache ? lengths : nullptr; }
   DeviceCollectives *collectives() override { return nullptr; }
@@ -148,8 +151,9 @@ public:
   std::vector<DeviceTensor> outputs;
   std::optional<DeviceKvLayer> cache;
   int32_t lengths[3] = {0, 0, 0};
-  int launches[4] = {0, 0, 0, 0};
-  Dim3 grids[4];  // each slot's last launch
+  std::optional<DevicePagedRows> paged;  // the engine's rows over a block pool (`cache`)
+  int launches[5] = {0, 0, 0, 0, 0};
+  Dim3 grids[5];  // each slot's last launch
   std::vector<int32_t> arrivals;  // arrivalCounters'; a kernel must leave them at zero
   int rank_ = 0;
   bool capturing_ = false;

@@ -276,6 +276,10 @@ inline float __shfl_sync(unsigned, float value, int lane) {
   return cuda_emulation::floatOf(
       cuda_emulation::exchange(cuda_emulation::bitsOf(value), lane));
 }
+inline int __shfl_sync(unsigned, int value, int lane) {
+  return static_cast<int>(
+      cuda_emulation::exchange(static_cast<uint32_t>(value), lane));
+}
 inline float __shfl_xor_sync(unsigned, float value, int mask) {
   int lane = static_cast<int>(threadIdx.x % 32) ^ mask;
   return __shfl_sync(0xffffffffu, value, lane);

@@ -232,6 +232,7 @@ CUresult moduleFunction(CUfunction *function, CUmodule, const char *name) {
   std::lock_guard<std::mutex> guard(lock());
   global().functionNames.push_back(name);
   *function = newHandle<CUfunction>();
+  global().functions.push_back(*function);
   return kCudaSuccess;
 }
 CUresult funcSetAttribute(CUfunction, int attribute, int value) {

@@ -44,6 +44,7 @@ struct State {
   std::vector<std::string> captureViolations;  // what a real capture would have refused
   std::vector<std::string> moduleImages;      // the first bytes of each loaded image
   std::vector<std::string> functionNames;     // each cuModuleGetFunction's name
+  std::vector<const void *> functions;        // and the handle it returned
   std::vector<int> sharedMemoryLimits;        // each MAX_DYNAMIC_SHARED_SIZE_BYTES set
   // What cuOccupancyMaxActiveBlocksPerMultiprocessor answers, and each query's block size
   // and dynamic shared memory.

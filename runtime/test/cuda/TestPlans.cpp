@@ -31,6 +31,10 @@ bool openPlan(const char *variable, const char *fallback, std::shared_ptr<PlanFi
 
 } // namespace
 
+bool openServingPlan(std::shared_ptr<PlanFile> &out) {
+  return openPlan("DSRT_TEST_SERVING_PLAN", DSRT_TEST_SERVING_PLAN_DEFAULT, out);
+}
+
 bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {
   return openPlan("DSRT_TEST_LLAMA_LONG_PLAN", DSRT_TEST_LLAMA_LONG_PLAN_DEFAULT, out);
 }

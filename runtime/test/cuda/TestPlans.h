@@ -18,6 +18,9 @@ bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly = false);
 // The Llama fixture at 64 tokens, CPU-only (DSRT_TEST_LLAMA_LONG_PLAN overrides it), whose
 // forward needs more arena than prefill and decode.
 bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out);
+// The Llama fixture compiled with --serving --max-batch 8 --max-seq-len 16: a step program
+// whose attention carries the paged kernels (DSRT_TEST_SERVING_PLAN overrides it).
+bool openServingPlan(std::shared_ptr<PlanFile> &out);
 // Binds test_data_set_0's inputs to `forward` by name (adds a gtest failure and returns
 // false when it cannot).
 bool bindForward(Session &session);

@@ -26,6 +26,7 @@
 // the scales after the rotation). A session cache of f16 or bf16 (cache_dtype, the layer's
 // dtype) is the kernels' KV_DTYPE: they round keys and values into it.
 #include "cuda/GpuOps.h"
+#include "cuda/ops/AttentionLaunch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,67 +37,13 @@
 namespace dsrt::cuda {
 namespace {
 
+using namespace attention;
+
 enum AttentionInput {
   kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
   kQueryNormScale, kKeyNormScale
 };
 enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
-
-// Threads per block of attention_rotary (each block loops over one head's features).
-constexpr unsigned kRotaryBlock = 128;
-constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
-
-// The step's heads as the CPU kernel reads them (runtime/src/ops/Transformer.cpp,
-// readAttentionConfig): the model's, and this rank's share under tensor parallelism.
-struct Heads {
-  int64_t heads = 0, kvHeads = 0, headDim = 0;
-  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
-};
-
-Status readHeads(StepContext &context, Heads &h) {
-  const ops::AttrMap &attrs = context.attrs();
-  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "num_heads", 0, h.heads));
-  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "num_kv_heads", h.heads, h.kvHeads));
-  DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "head_dim", 0, h.headDim));
-  h.globalHeads = h.heads;
-  h.globalKvHeads = h.kvHeads;
-  if (h.globalHeads <= 0 || h.globalKvHeads <= 0 || h.headDim <= 0 ||
-      h.globalHeads % h.globalKvHeads != 0)
-    return context.error("needs num_heads a positive multiple of num_kv_heads and "
-                         "head_dim > 0");
-  ops::RankHeads rankHeads;
-  if (Status status = ops::readRankHeads(attrs, context.rank(), h.globalHeads,
-                                         h.globalKvHeads, rankHeads);
-      !status)
-    return context.error(status.message());
-  h.heads = rankHeads.heads;
-  h.headOffset = rankHeads.headOffset;
-  h.kvHeads = rankHeads.kvHeads;
-  h.kvHeadOffset = rankHeads.kvHeadOffset;
-  if (h.heads > kMaxGridYZ)
-    return context.error(h.heads, " heads exceed the grid's limit of ", kMaxGridYZ);
-  return Status::ok();
-}
-
-// The kernels were shaped for the step's attributes and dtypes; a plan whose kernels say
-// otherwise was not made by this rule.
-Status checkConstant(StepContext &context, size_t slot, const char *name, int64_t expected) {
-  int64_t compiled = context.kernelConstant(slot, name, -1);
-  if (compiled != expected)
-    return context.error("kernel ", slot, " was generated with ", name, " ", compiled,
-                         ", the step needs ", expected);
-  return Status::ok();
-}
-
-// `absent`: the value when the kernel has no such constant (-1: it must have one).
-Status positiveConstant(StepContext &context, size_t slot, const char *name, int64_t limit,
-                        int64_t &out, int64_t absent = -1) {
-  out = context.kernelConstant(slot, name, absent);
-  if (out <= 0 || out > limit)
-    return context.error("kernel ", slot, "'s ", name, " constant is ", out,
-                         ", not in [1, ", limit, "]");
-  return Status::ok();
-}
 
 bool isIndexType(DType dtype) { return dtype == DType::I64 || dtype == DType::I32; }
 
@@ -302,6 +249,44 @@ Status runAttention(StepContext &context) {
   if (halfOutput && (!sessionCache || crossKeys || bias))
     return context.error("a ", dtypeName(out.dtype), " output needs the session's KV cache, "
                          "and no cross-attention or bias");
+  if (sessionCache && context.pagedRows()) {
+    // The engine's block pool: AttentionPagedOps.cpp.
+    if (crossKeys || bias || S != 1)
+      return context.error("the paged KV cache takes one new token per row of a "
+                           "self-attention without a bias, not ", S, " tokens",
+                           crossKeys ? " of a cross-attention" : "", bias ? " with a bias" : "");
+    PagedStep paged;
+    paged.h = h;
+    paged.batch = B;
+    paged.cacheLayer = cacheLayer;
+    paged.cacheType = cacheType;
+    paged.packed = packed != 0;
+    paged.rotary = rotary;
+    paged.interleaved = interleaved != 0;
+    paged.causal = causal != 0;
+    paged.alibi = alibi != 0;
+    paged.rotaryDim = rotaryDim;
+    paged.window = window;
+    paged.positionType = rotary ? static_cast<int64_t>(positions->dtype) : 0;
+    paged.softcapBits = softcapBits;
+    paged.qkNormKind = qkNormKind;
+    paged.kvDtype = kvDtypeConstant;
+    paged.outDtype = outDtypeConstant;
+    paged.unattendedCausal = unattendedCausal;
+    paged.unattendedZero = unattendedZero;
+    paged.scale = scale;
+    paged.qkNormEpsilon = qkNormEpsilon;
+    paged.frequencies = frequencies;
+    paged.query = query->data;
+    paged.key = packed ? query->data + static_cast<DevicePtr>(H * D) * sizeof(float) : key->data;
+    paged.value =
+        packed ? query->data + static_cast<DevicePtr>((H + KH) * D) * sizeof(float) : value->data;
+    paged.positions = rotary ? positions->data : 0;
+    paged.out = out.data;
+    paged.queryNorm = qkNorm ? queryNorm->data : 0;
+    paged.keyNorm = qkNorm ? keyNorm->data : 0;
+    return runPagedAttention(context, paged);
+  }
   if (sessionCache) {
     const DeviceKvLayer *layer = context.kvLayer(cacheLayer);
     if (!layer)
@@ -471,7 +456,8 @@ Status runAttention(StepContext &context) {
   // plans since it exists) launches no attention_rotary.
   // Plans since FUSED_COMBINE merge the splits in the decode kernel (3 kernels), older ones
   // in attention_combine (4).
-  const bool fusedCombine = context.kernelCount() == 3 &&
+  // A serving plan's step program has the paged kernels after these (5 kernels).
+  const bool fusedCombine = (context.kernelCount() == 3 || context.kernelCount() == 5) &&
                             context.kernelConstant(kDecodeSlot, "FUSED_COMBINE", 0) == 1;
   const bool decodeStep = sessionCache && !crossKeys && !bias && S == 1 &&
                           (context.kernelCount() >= 4 || fusedCombine);
@@ -548,13 +534,7 @@ Status runAttention(StepContext &context) {
     int64_t groupHeads = 0;
     DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "GROUP_HEADS", 1024,
                                           groupHeads, /*absent=*/1));
-    int64_t blockRows = H;
-    if (groupHeads > 1) {
-      const int64_t runs = (group + groupHeads - 1) / groupHeads;
-      const int64_t firstKvHead = h.headOffset / group;
-      const int64_t lastKvHead = (h.headOffset + H - 1) / group;
-      blockRows = (lastKvHead - firstKvHead + 1) * runs;
-    }
+    const int64_t blockRows = decodeBlockRows(h, groupHeads);
     if (blockRows > kMaxGridYZ)
       return context.error(blockRows, " block rows of heads exceed the grid's limit of ",
                            kMaxGridYZ);

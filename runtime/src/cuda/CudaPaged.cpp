@@ -1,0 +1,80 @@
+// The CUDA session's paged KV cache (docs/serving.md, docs/cuda-backend.md "The engine on
+// the GPU"): the serving engine's block pool on the device, and each step's rows, which the
+// paged attention kernels read through GpuOps.h's DevicePagedRows. The pool itself is
+// allocated with the dense cache's code (CudaResources.cpp), its layers reshaped to blocks.
+#include "cuda/CudaSession.h"
+
+#include <algorithm>
+#include <string>
+
+namespace dsrt::cuda {
+
+// A table reaches every position a sequence of the plan may have: max_seq_len.
+Status CudaSession::initPagedCache() {
+  const dsp::Limits *limits = plan_->plan().limits();
+  const int64_t maxSeq = limits ? limits->max_seq_len() : 0;
+  if (maxSeq < 1)
+    return Status::error(plan_->path() + ": the plan states no max_seq_len, which a paged KV "
+                                         "cache's block tables need");
+  pagedRows_ = {};
+  pagedRows_.blockSize = options_.kvBlockSize;
+  pagedRows_.blocks = options_.kvBlocks;
+  pagedRows_.tableWidth = (maxSeq + options_.kvBlockSize - 1) / options_.kvBlockSize;
+  if (pagedRows_.tableWidth * options_.kvBlockSize > INT32_MAX)
+    return Status::error("a table of " + std::to_string(pagedRows_.tableWidth) + " blocks of " +
+                         std::to_string(options_.kvBlockSize) +
+                         " positions exceeds the kernels' int range");
+  return Status::ok();
+}
+
+// Every row is checked here, where a message can name it: the kernels trust the tables.
+Status CudaSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
+  if (hostKvMirror_.blockSize == 0)
+    return Status::error(plan_->path() + ": this session was created without a paged KV "
+                                         "cache");
+  const int64_t width = pagedRows_.tableWidth, blockSize = pagedRows_.blockSize;
+  const size_t stride = static_cast<size_t>(width + 1);
+  hostPagedRows_.assign(rows.size() * stride, -1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const ops::KvPagedRow &row = rows[r];
+    if (row.position < 0 || row.position >= width * blockSize)
+      return Status::error("row " + std::to_string(r) + " is at position " +
+                           std::to_string(row.position) + ", outside the plan's " +
+                           std::to_string(width * blockSize) + " positions");
+    const int64_t needed = row.position / blockSize + 1;
+    if (row.blockCount < needed || !row.blocks)
+      return Status::error("row " + std::to_string(r) + " at position " +
+                           std::to_string(row.position) + " has " +
+                           std::to_string(row.blockCount) + " blocks of " +
+                           std::to_string(blockSize) + "; it needs " + std::to_string(needed));
+    int32_t *out = &hostPagedRows_[r * stride];
+    out[0] = static_cast<int32_t>(row.position);
+    for (int64_t i = 0; i < std::min(row.blockCount, width); ++i) {
+      // Blocks past the row's position are never read, but a table names only real ones.
+      if (row.blocks[i] < 0 || row.blocks[i] >= pagedRows_.blocks)
+        return Status::error("row " + std::to_string(r) + " names block " +
+                             std::to_string(row.blocks[i]) + " of " +
+                             std::to_string(pagedRows_.blocks));
+      out[1 + i] = row.blocks[i];
+    }
+  }
+  // The rows only grow the buffer: a step never has more than the plan's rows.
+  if (hostPagedRows_.size() > pagedRowsCapacity_) {
+    DSRT_RETURN_IF_ERROR(allocate(hostPagedRows_.size() * sizeof(int32_t), pagedRows_.data,
+                                  "the paged rows"));
+    pagedRowsCapacity_ = hostPagedRows_.size();
+    memory_.other += hostPagedRows_.size() * sizeof(int32_t);
+  }
+  // One copy per step; staged from pageable memory, so the vector may change after it.
+  if (!hostPagedRows_.empty())
+    DSRT_RETURN_IF_ERROR(copyToDevice(pagedRows_.data, hostPagedRows_.data(),
+                                      hostPagedRows_.size() * sizeof(int32_t)));
+  pagedRows_.rows = static_cast<int64_t>(rows.size());
+  pagedRows_.host = hostPagedRows_.data();
+  // The host fallback runs the CPU paged attention over a downloaded pool.
+  hostKvMirror_.pagedRows = rows;
+  pagedRowsSet_ = true;
+  return Status::ok();
+}
+
+} // namespace dsrt::cuda

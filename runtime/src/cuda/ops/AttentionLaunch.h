@@ -1,0 +1,64 @@
+// What tfm.attention's two launchers share (AttentionOps.cpp: the dense cache, I/O mode and
+// cross-attention; AttentionPagedOps.cpp: the serving engine's paged cache): the step's
+// heads, the checks of the plan's kernel constants, and the step as the dense launcher has
+// read it, which the paged launcher takes over.
+#ifndef DSRT_CUDA_OPS_ATTENTIONLAUNCH_H
+#define DSRT_CUDA_OPS_ATTENTIONLAUNCH_H
+
+#include "cuda/GpuOps.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace dsrt::cuda::attention {
+
+// Threads per block of attention_rotary (each block loops over one head's features).
+constexpr unsigned kRotaryBlock = 128;
+constexpr int64_t kMaxGridX = 2147483647, kMaxGridYZ = 65535;
+
+// The step's heads as the CPU kernel reads them (runtime/src/ops/Transformer.cpp,
+// readAttentionConfig): the model's, and this rank's share under tensor parallelism.
+struct Heads {
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  int64_t globalHeads = 0, globalKvHeads = 0, headOffset = 0, kvHeadOffset = 0;
+};
+
+Status readHeads(StepContext &context, Heads &h);
+
+// The kernels were shaped for the step's attributes and dtypes; a plan whose kernels say
+// otherwise was not made by the rule. -1: the kernel must have no such constant.
+Status checkConstant(StepContext &context, size_t slot, const char *name, int64_t expected);
+
+// `absent`: the value when the kernel has no such constant (-1: it must have one).
+Status positiveConstant(StepContext &context, size_t slot, const char *name, int64_t limit,
+                        int64_t &out, int64_t absent = -1);
+
+// The attention_decode grid's block rows: one per query head, or (GROUP_HEADS) one per run
+// of up to that many query heads of one KV head, ceil(group / GROUP_HEADS) runs for each
+// KV head the rank's query heads read.
+int64_t decodeBlockRows(const Heads &h, int64_t groupHeads);
+
+// A step of the serving engine's `step` program as the dense launcher read and checked it
+// (its attributes, inputs and the constants of slots 0 and 1), for the paged launcher. The
+// kernel constants a decode kernel must have are the expected values (-1: absent).
+struct PagedStep {
+  Heads h;
+  int64_t batch = 0, cacheLayer = -1;
+  DType cacheType = DType::F32;
+  bool packed = false, rotary = false, interleaved = false, causal = false, alibi = false;
+  int64_t rotaryDim = 0, window = 0, positionType = 0;
+  int64_t softcapBits = -1, qkNormKind = -1, kvDtype = -1, outDtype = -1;
+  int64_t unattendedCausal = 0, unattendedZero = -1;
+  float scale = 1.0f, qkNormEpsilon = 0.0f;
+  std::vector<float> frequencies;  // dsc_rotary_frequencies: the factor, then the table
+  DevicePtr query = 0, key = 0, value = 0, positions = 0, out = 0;
+  DevicePtr queryNorm = 0, keyNorm = 0;
+};
+
+// Slots 3 and 4 (AttentionRules.cpp): every row's key and value written into its block,
+// then each row's attention over its sequence through its block table.
+Status runPagedAttention(StepContext &context, PagedStep &step);
+
+} // namespace dsrt::cuda::attention
+
+#endif

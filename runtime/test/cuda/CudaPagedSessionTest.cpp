@@ -1,0 +1,183 @@
+// The CUDA session's paged KV cache (CudaPaged.cpp) against the fake driver: the block pool
+// is allocated on the device, each step's rows reach it in one copy, the serving plan's
+// step program runs its attention on the paged kernels (strict: nothing falls back), and
+// bad rows are refused by name before anything launches. The kernels' arithmetic is
+// PagedAttentionEmulationTest.cpp's.
+#include "FakeDriver.h"
+#include "TestPlans.h"
+#include "cuda/CudaSession.h"
+#include "session/PlanChecks.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dsrt::cuda {
+namespace {
+
+constexpr int64_t kBlockSize = 4, kBlocks = 6;
+
+struct PagedFake {
+  std::shared_ptr<PlanFile> plan;
+  std::unique_ptr<CudaSession> session;
+};
+
+void createPaged(PagedFake &out) {
+  fake::reset();
+  ASSERT_TRUE(test::openServingPlan(out.plan));
+  CudaSessionOptions options;
+  options.driver = &fake::driver();
+  options.strict = true;  // a fallback step fails the run
+  options.kvBlockSize = kBlockSize;
+  options.kvBlocks = kBlocks;
+  options.onlyPrograms = {"step"};
+  Status status = CudaSession::create(out.plan, 0, options, out.session);
+  ASSERT_TRUE(status.isOk()) << status.message();
+}
+
+// Binds the step program's inputs for `rows` (one token each; every row sampled).
+void bindStep(CudaSession &session, const std::vector<ops::KvPagedRow> &rows) {
+  const dsp::Program *step = session.program("step");
+  ASSERT_NE(step, nullptr) << "the serving plan has no step program";
+  const dsp::ModelInfo &model = *session.plan().plan().model();
+  const auto &tensors = *session.plan().plan().tensors();
+  const int64_t B = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> ids, positions, ones(B, 1), sampled;
+  for (int64_t b = 0; b < B; ++b) {
+    ids.push_back(7 + 3 * b);
+    positions.push_back(rows[b].position);
+    sampled.push_back(b);
+  }
+  for (size_t i = 0; i < step->inputs()->size(); ++i) {
+    const std::string name = tensors.Get(step->inputs()->Get(i))->name()->str();
+    const std::vector<int64_t> *values = name == model.input_ids()->str()      ? &ids
+                                         : name == model.position_ids()->str() ? &positions
+                                         : name == model.attention_mask()->str() ? &ones
+                                         : name == "logits_rows"               ? &sampled
+                                                                               : nullptr;
+    ASSERT_NE(values, nullptr) << "step input " << name;
+    Shape shape = name == "logits_rows" ? Shape{B} : Shape{B, 1};
+    TensorRef value{DType::I64, shape, const_cast<int64_t *>(values->data())};
+    Status status = session.setInput("step", i, value);
+    ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
+  }
+}
+
+// The plan kernel each launch ran (the fake's functions are the plan's kernels in order).
+std::vector<std::string> launchedKernels(const PlanFile &plan) {
+  std::map<const void *, std::string> names;
+  const auto &functions = fake::state().functions;
+  for (size_t i = 0; i < functions.size(); ++i)
+    names[functions[i]] = plan.plan().kernels()->Get(static_cast<uint32_t>(i))->name()->str();
+  std::vector<std::string> launched;
+  for (const fake::Launch &launch : fake::state().launches)
+    launched.push_back(names.count(launch.function) ? names[launch.function] : "?");
+  return launched;
+}
+
+TEST(CudaPagedSession, ThePoolIsBlocksOnTheDevice) {
+  PagedFake f;
+  createPaged(f);
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
+  ASSERT_FALSE(layers.empty());
+  uint64_t expected = 0;
+  for (const KvLayerShape &layer : layers)
+    expected += 2 * static_cast<uint64_t>(kBlocks * layer.kvHeads * kBlockSize * layer.headDim) *
+                dtypeSize(layer.dtype);
+  EXPECT_EQ(f.session->memory().kvCache, expected);
+  // Its arena is the step's: other programs are refused, by name.
+  Status prefill = f.session->run("prefill");
+  ASSERT_FALSE(prefill.isOk());
+  EXPECT_NE(prefill.message().find("not 'prefill'"), std::string::npos) << prefill.message();
+}
+
+TEST(CudaPagedSession, StepRunsThePagedKernels) {
+  PagedFake f;
+  createPaged(f);
+  // A chunk of three rows of one sequence (blocks 3, 1) and a decode token of another.
+  const std::vector<int32_t> first{3, 1}, second{0};
+  std::vector<ops::KvPagedRow> rows{{first.data(), 2, 4}, {first.data(), 2, 5},
+                                    {first.data(), 2, 6}, {second.data(), 1, 2}};
+  const size_t uploadsBefore = fake::state().hostToDevice.size();
+  ASSERT_TRUE(f.session->setPagedRows(rows).isOk());
+  // One copy: each row's position, then its table of max_seq_len / block size entries.
+  ASSERT_EQ(fake::state().hostToDevice.size(), uploadsBefore + 1);
+  const int64_t width = (f.plan->plan().limits()->max_seq_len() + kBlockSize - 1) / kBlockSize;
+  std::vector<int32_t> table(rows.size() * (width + 1), -1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    table[r * (width + 1)] = static_cast<int32_t>(rows[r].position);
+    for (int64_t i = 0; i < rows[r].blockCount; ++i)
+      table[r * (width + 1) + 1 + i] = rows[r].blocks[i];
+  }
+  const fake::HostToDevice &copy = fake::state().hostToDevice.back();
+  ASSERT_EQ(copy.bytes, table.size() * sizeof(int32_t));
+  EXPECT_EQ(std::memcmp(copy.data.data(), table.data(), copy.bytes), 0);
+
+  bindStep(*f.session, rows);
+  fake::state().launches.clear();
+  Status run = f.session->run("step");
+  ASSERT_TRUE(run.isOk()) << run.message();
+  EXPECT_EQ(f.session->stats().fallbackSteps, 0u);
+  // Every attention ran attention_rotary and attention_decode with PAGED, and no dense one.
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
+  size_t pagedWrites = 0, pagedDecodes = 0;
+  for (const std::string &name : launchedKernels(*f.plan)) {
+    const bool paged = name.find("_PAGED1") != std::string::npos;
+    if (name.rfind("attention_rotary", 0) == 0) {
+      EXPECT_TRUE(paged) << name;
+      pagedWrites += paged;
+    } else if (name.rfind("attention_decode", 0) == 0) {
+      EXPECT_TRUE(paged) << name;
+      pagedDecodes += paged;
+    } else {
+      EXPECT_EQ(name.rfind("attention_", 0), std::string::npos) << name;
+    }
+  }
+  EXPECT_EQ(pagedWrites, layers.size());
+  EXPECT_EQ(pagedDecodes, layers.size());
+}
+
+TEST(CudaPagedSession, BadRowsAreRefusedByName) {
+  PagedFake f;
+  createPaged(f);
+  const std::vector<int32_t> good{2, 5}, outOfPool{2, kBlocks}, negative{-1};
+  struct Case {
+    std::vector<ops::KvPagedRow> rows;
+    const char *message;
+  };
+  const int64_t positions = f.plan->plan().limits()->max_seq_len();
+  const Case cases[] = {
+      {{{good.data(), 2, 1}, {outOfPool.data(), 2, 5}}, "row 1 names block 6 of 6"},
+      {{{negative.data(), 1, 0}}, "row 0 names block -1 of 6"},
+      {{{good.data(), 1, 5}}, "row 0 at position 5 has 1 blocks of 4; it needs 2"},
+      {{{good.data(), 2, -1}}, "row 0 is at position -1"},
+      {{{good.data(), 2, positions}}, "outside the plan's"},
+  };
+  for (const Case &c : cases) {
+    Status status = f.session->setPagedRows(c.rows);
+    ASSERT_FALSE(status.isOk()) << c.message;
+    EXPECT_NE(status.message().find(c.message), std::string::npos) << status.message();
+  }
+}
+
+TEST(CudaPagedSession, ADenseSessionHasNoRows) {
+  PagedFake f;
+  fake::reset();
+  ASSERT_TRUE(test::openServingPlan(f.plan));
+  CudaSessionOptions options;
+  options.driver = &fake::driver();
+  ASSERT_TRUE(CudaSession::create(f.plan, 0, options, f.session).isOk());
+  const std::vector<int32_t> blocks{0};
+  Status status = f.session->setPagedRows({{blocks.data(), 1, 0}});
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("without a paged KV cache"), std::string::npos)
+      << status.message();
+}
+
+} // namespace
+} // namespace dsrt::cuda
