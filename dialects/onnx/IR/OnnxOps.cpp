@@ -308,15 +308,18 @@ LogicalResult GatherNDOp::verify() {
   return success();
 }
 
-LogicalResult ScatterNDOp::verify() {
-  if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, getReduction()))
-    return emitOpError() << "unknown reduction \"" << getReduction() << "\"";
+// The scatters' reduction: how an update combines with what it lands on.
+static LogicalResult verifyReduction(Operation *op, StringRef reduction) {
+  if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, reduction))
+    return op->emitOpError() << "unknown reduction \"" << reduction << "\"";
   return success();
 }
 
+LogicalResult ScatterNDOp::verify() { return verifyReduction(*this, getReduction()); }
+
 LogicalResult ScatterElementsOp::verify() {
-  if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, getReduction()))
-    return emitOpError() << "unknown reduction \"" << getReduction() << "\"";
+  if (failed(verifyReduction(*this, getReduction())))
+    return failure();
   auto data = rankedOrNull(getData().getType());
   auto indices = rankedOrNull(getIndices().getType());
   auto updates = rankedOrNull(getUpdates().getType());
