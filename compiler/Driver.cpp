@@ -10,6 +10,7 @@
 #include "frontends/onnx/OnnxImporter.h"
 #include "tools/common/CommandLine.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 using namespace mlir;
 
@@ -83,6 +85,8 @@ ValueOption<onnx_frontend::ModelSyntax> syntax(onnx_frontend::ModelSyntax::Detec
 ValueOption<bool> noRecognize(false);
 ValueOption<int64_t> tensorParallel(1);
 ValueOption<bool> serving(false);
+// 0: the step program (if any) has max-batch rows.
+ValueOption<int64_t> maxTokensPerStep(0);
 ValueOption<bool> noFuse(false);
 ValueOption<bool> fuseRemarks(false);
 ValueOption<bool> attentionRemarks(false);
@@ -131,8 +135,13 @@ void parseCommandLine(int argc, char **argv) {
                       "weight section per rank)");
   commandLine.flag("--serving", serving.value,
                    "also derive the serving engine's step program: decode whose LM head reads "
-                   "only the sampled rows (docs/serving.md); --max-batch then bounds the "
-                   "tokens per step");
+                   "only the sampled rows (docs/serving.md); its rows, the tokens per step, "
+                   "are --max-tokens-per-step or else --max-batch");
+  commandLine.integer("--max-tokens-per-step", maxTokensPerStep.value, "N",
+                      "the serving engine's tokens per step (the rows of its step program), "
+                      "apart from --max-batch, which bounds the static programs' batch; "
+                      "implies --serving",
+                      1, std::numeric_limits<int32_t>::max());
   commandLine.text("--arch", arch, "LIST",
                    "GPU architectures to generate kernels for (comma list; default "
                    "sm_80,sm_90), or none for a CPU-only plan");
@@ -181,6 +190,9 @@ void parseCommandLine(int argc, char **argv) {
                                     : onnx_frontend::ModelSyntax::Detect;
   weightDtype.given = commandLine.given("--dtype");
   maxSeqLen.given = commandLine.given("--max-seq-len");
+  maxTokensPerStep.given = commandLine.given("--max-tokens-per-step");
+  if (maxTokensPerStep.given)
+    serving = true;
 }
 
 // "model.onnx: node 'Add_3': error: ..." rather than MLIR's line:column form, which means
@@ -488,6 +500,7 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.fuseRemarks = fuseRemarks;
     pipeline.lowering.maxBatch = maxBatch;
     pipeline.lowering.maxSeqLen = maxSeqLen;
+    pipeline.lowering.maxTokensPerStep = maxTokensPerStep;
     pipeline.lowering.fitSeqLen = maxSeqLen.getNumOccurrences() == 0;
     pipeline.kernelArchs = arch;
     pipeline.storedWeightDtype = storedFloatDtype;
@@ -498,6 +511,12 @@ int runCompilerDriver(int argc, char **argv) {
     if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
                                      &declines)))
       return EXIT_FAILURE;
+    if (maxTokensPerStep.given && !imported->module->lookupSymbol<func::FuncOp>("step")) {
+      llvm::errs() << "dsc: error: --max-tokens-per-step bounds the serving engine's step "
+                      "program, which only a decoder whose every attention is recognised "
+                      "has (it is derived from the decode program); this model has none\n";
+      return EXIT_FAILURE;
+    }
     if (headBitsFromModel && pipeline.int8) {
       if (lmHeadIsNBits(*imported->module, *imported->weights))
         pipeline.int8->lmHeadBits = 4;
@@ -549,6 +568,7 @@ int runCompilerDriver(int argc, char **argv) {
     options.verbose = verbose;
     options.maxBatch = maxBatch;
     options.maxSeqLen = maxSeqLen;
+    options.maxTokensPerStep = maxTokensPerStep;
     // HuggingFace exports are all called model.onnx; their folder names the model.
     options.modelName = llvm::sys::path::stem(files->model).str();
     if (options.modelName == "model" || !files->decoder.empty()) {

@@ -156,6 +156,9 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
                            llvm::cl::init(1)};
   Option<int64_t> maxSeqLen{*this, "max-seq-len", llvm::cl::desc("Longest sequence"),
                             llvm::cl::init(128)};
+  Option<int64_t> maxTokensPerStep{
+      *this, "max-tokens-per-step",
+      llvm::cl::desc("The rows of @step (with serving); 0: max-batch"), llvm::cl::init(0)};
   Option<std::string> arch{*this, "arch",
                            llvm::cl::desc("GPU architectures (comma list), or none"),
                            llvm::cl::init("sm_80,sm_90")};
@@ -233,6 +236,7 @@ void registerCompilePipeline() {
         options.stepProgram = cli.serving;
         options.lowering.maxBatch = cli.maxBatch;
         options.lowering.maxSeqLen = cli.maxSeqLen;
+        options.lowering.maxTokensPerStep = cli.maxTokensPerStep;
         options.kernelArchs = cli.arch;
         const onnx_frontend::WeightStore *weights = nullptr;
         if (!cli.weights.empty()) {

@@ -361,6 +361,7 @@ LogicalResult Exporter::run() {
   plan_.limits = std::make_unique<dsp::LimitsT>();
   plan_.limits->max_batch = options_.maxBatch;
   plan_.limits->max_seq_len = options_.maxSeqLen;
+  plan_.limits->max_tokens_per_step = options_.maxTokensPerStep;
   plan_.arena_alignment = kSlotAlignment;
   for (auto arena : module_.getOps<plan::ArenaOp>())
     if (arena.getSymName() == "arena")

@@ -35,6 +35,8 @@ struct ExportOptions {
   bool verbose = false;
   int64_t maxBatch = 1;
   int64_t maxSeqLen = 128;
+  // The rows of @step, where the plan has one and they differ from maxBatch (0: maxBatch).
+  int64_t maxTokensPerStep = 0;
   std::string modelName;
   // Where config.json, generation_config.json and tokenizer.json are looked for ("": none).
   std::string modelDirectory;

@@ -349,8 +349,13 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     SmallVector<Probe> probes = {{maxBatch, 0, maxSeqLen},
                                  {maxBatch, maxSeqLen - 1, 1},
                                  {maxBatch, maxSeqLen / 2, maxSeqLen - maxSeqLen / 2}};
-    if (name == "decode" || name == "decode_greedy" || name == "step")
+    if (name == "decode" || name == "decode_greedy")
       probes = {{maxBatch, maxSeqLen - 1, 1}};
+    // The engine's step: each row one token of any sequence, so its rows are the tokens of
+    // a step, which a serving plan bounds apart from the static batch.
+    if (name == "step")
+      probes = {{maxTokensPerStep > 0 ? int64_t(maxTokensPerStep) : int64_t(maxBatch),
+                 maxSeqLen - 1, 1}};
     std::optional<ShapeBounds> merged;
     SmallVector<Diagnostic> probeErrors;
     SmallVector<SmallVector<int64_t>> inputBounds;

@@ -33,6 +33,8 @@ def LowerOnnxToPlan : Pass<"dsc-lower-onnx-to-plan", "mlir::ModuleOp"> {
     Option<"maxBatch", "max-batch", "int64_t", "1", "Largest batch the plan accepts">,
     Option<"maxSeqLen", "max-seq-len", "int64_t", "128",
            "Largest sequence (and total, past + new) length the plan accepts">,
+    Option<"maxTokensPerStep", "max-tokens-per-step", "int64_t", "0",
+           "The rows of @step (the serving engine's tokens per step); 0: max-batch">,
     Option<"programName", "program", "std::string", "\"forward\"",
            "The name of the program (forward, prefill, decode)">,
     Option<"fitSeqLen", "fit-seq-len", "bool", "false",

@@ -27,11 +27,13 @@ def _dsc() -> str:
 
 def compile(model: str, output: str, *, tp: int = 1, dtype: Optional[str] = None,
             max_batch: Optional[int] = None, max_seq_len: Optional[int] = None,
-            serving: bool = False, extra_args: Sequence[str] = ()) -> str:
+            serving: bool = False, max_tokens_per_step: Optional[int] = None,
+            extra_args: Sequence[str] = ()) -> str:
     """Compiles an ONNX model (its tokenizer, config and chat template found beside it) to a
     plan at ``output``, as ``dsc compile model --tp N --dtype D -o output`` does; returns
     ``output``. ``serving=True`` adds the step program the serving engine (``LLM``,
-    ``dsserve``) runs best. A failure raises ``dsrt.Error`` with dsc's message."""
+    ``dsserve``) runs best; ``max_tokens_per_step`` bounds its rows (the tokens one engine
+    step computes) apart from ``max_batch``, and implies it. A failure raises ``dsrt.Error`` with dsc's message."""
     command = [_dsc(), "compile", model, "-o", output, "--tp", str(tp)]
     if dtype:
         command += ["--dtype", dtype]
@@ -41,6 +43,8 @@ def compile(model: str, output: str, *, tp: int = 1, dtype: Optional[str] = None
         command += ["--max-seq-len", str(max_seq_len)]
     if serving:
         command.append("--serving")
+    if max_tokens_per_step:
+        command += ["--max-tokens-per-step", str(max_tokens_per_step)]
     command += list(extra_args)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

@@ -110,9 +110,13 @@ void printHeader(const PlanFile &file) {
     else
       std::printf("quantization: none, compute dtype %s\n", compute);
   }
-  if (auto *l = plan.limits())
-    std::printf("limits: max_batch %" PRId64 ", max_seq_len %" PRId64 "\n", l->max_batch(),
+  if (auto *l = plan.limits()) {
+    std::printf("limits: max_batch %" PRId64 ", max_seq_len %" PRId64, l->max_batch(),
                 l->max_seq_len());
+    if (l->max_tokens_per_step() > 0)
+      std::printf(", max_tokens_per_step %" PRId64, l->max_tokens_per_step());
+    std::printf("\n");
+  }
   std::printf("symbols:");
   for (uint32_t i = 0; i < length(plan.symbols()); ++i)
     std::printf("%s %s <= %" PRId64, i ? "," : "", str(plan.symbols()->Get(i)->symbol()),

@@ -330,9 +330,11 @@ typedef struct dsrt_engine_options {
   size_t struct_size;            /* sizeof(dsrt_engine_options); set by _init */
   dsrt_device device;            /* default DSRT_DEVICE_CPU */
   int32_t block_size;            /* positions per KV block; default 16 */
-  uint64_t kv_cache_bytes;       /* KV budget over every layer; 0 (default): a static session's
-                                    reservation (max_batch x max_seq_len), at most 1/4 of RAM */
-  int32_t max_tokens_per_step;   /* 0 (default): the plan's max_batch, its decode rows */
+  uint64_t kv_cache_bytes;       /* KV budget over every layer; 0 (default): max_seq_len
+                                    positions for each of the plan's max_batch or
+                                    max_tokens_per_step rows (the larger), at most 1/4 of RAM */
+  int32_t max_tokens_per_step;   /* 0 (default): the rows of the plan's step program (dsc
+                                    --max-tokens-per-step), else its max_batch */
   int32_t max_running;           /* sequences holding KV at once; 0: max_tokens_per_step */
   int prefix_caching;            /* share full prompt blocks by hash; default 1 */
 } dsrt_engine_options;

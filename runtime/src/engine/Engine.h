@@ -38,12 +38,13 @@ struct EngineOptions {
   DeviceKind device = DeviceKind::Cpu;
   // Positions per KV block.
   int64_t blockSize = 16;
-  // The KV cache's bytes over all layers (and per rank under TP). 0: what a static session
-  // of this plan reserves (max_batch sequences of max_seq_len), at most a quarter of the
-  // machine's memory.
+  // The KV cache's bytes over all layers (and per rank under TP). 0: max_seq_len positions
+  // for each of the plan's max_batch or max_tokens_per_step rows, whichever is more (a static
+  // session reserves the first), at most a quarter of the machine's memory.
   uint64_t kvCacheBytes = 0;
-  // Tokens computed per step, all sequences together: at most the plan's max_batch, which
-  // bounds the rows of its decode program (0: that).
+  // Tokens computed per step, all sequences together: at most the rows of the program the
+  // engine runs (0: that many), which are the plan's max_tokens_per_step where
+  // `dsc --max-tokens-per-step` set it, else its max_batch.
   int64_t maxTokensPerStep = 0;
   // Sequences holding KV blocks at once (0: maxTokensPerStep).
   int64_t maxRunningSequences = 0;

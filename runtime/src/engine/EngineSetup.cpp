@@ -11,11 +11,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace dsrt::engine {
 namespace {
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
+
+const dsp::Program *findProgram(const dsp::Plan &plan, std::string_view name) {
+  if (const auto *programs = plan.programs())
+    for (const dsp::Program *program : *programs)
+      if (program->name() && program->name()->string_view() == name)
+        return program;
+  return nullptr;
+}
 
 // Bytes of KV one position takes over every layer (keys and values).
 Status bytesPerPosition(const PlanFile &plan, uint64_t &bytes) {
@@ -73,6 +82,11 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, perPosition));
   const int64_t maxBatch = header.limits() ? header.limits()->max_batch() : 0;
   const int64_t maxSeq = header.limits() ? header.limits()->max_seq_len() : 0;
+  // A plan compiled with --max-tokens-per-step bounds its step program's rows apart from the
+  // static programs' batch.
+  const int64_t ownStepRows = header.limits() ? header.limits()->max_tokens_per_step() : 0;
+  const bool ownStepBound = ownStepRows > 0 && findProgram(header, "step");
+  const int64_t stepRows = ownStepBound ? ownStepRows : maxBatch;
   EngineOptions &o = engine->options_;
   uint64_t blocks = 0;
   // The options are rank 0's (the only rank a user configures under MPI).
@@ -82,20 +96,26 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
                            "of " + std::to_string(maxSeq) + ", not " +
                            std::to_string(o.blockSize));
     if (o.maxTokensPerStep == 0)
-      o.maxTokensPerStep = maxBatch;
-    if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > maxBatch)
-      return Status::error("the tokens per step must be between 1 and the plan's max_batch "
-                           "of " + std::to_string(maxBatch) + " (the rows of its decode "
-                           "program; compile with a larger --max-batch to run more), not " +
-                           std::to_string(o.maxTokensPerStep));
+      o.maxTokensPerStep = stepRows;
+    if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > stepRows)
+      return Status::error(
+          "the tokens per step must be between 1 and the " + std::to_string(stepRows) +
+          " rows of the plan's " + (ownStepBound ? "step program; compile with a larger "
+                                                   "--max-tokens-per-step to run more), not "
+                                                 : "decode program (its max_batch; compile "
+                                                   "with --max-tokens-per-step to run more), "
+                                                   "not ") +
+          std::to_string(o.maxTokensPerStep));
     if (o.maxRunningSequences == 0)
       o.maxRunningSequences = o.maxTokensPerStep;
     if (o.maxRunningSequences < 1)
       return Status::error("the running sequences must be at least 1, not " +
                            std::to_string(o.maxRunningSequences));
     const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+    // By default a full sequence for every row a step may run (as many as may be running by
+    // default), and no less than what a static session of the plan reserves.
     if (o.kvCacheBytes == 0)
-      o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(maxBatch) *
+      o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(std::max(maxBatch, stepRows)) *
                                     static_cast<uint64_t>(maxSeq),
                                 physicalMemoryBytes() / 4);
     blocks = o.kvCacheBytes / perBlock;
@@ -153,11 +173,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
 Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
   // Only the program the engine runs: its rows are tokens, bounded by max_batch, where the
   // plan's prefill needs max_batch x max_seq_len of arena.
-  const dsp::Program *step = nullptr;
-  if (const auto *programs = plan->plan().programs())
-    for (const dsp::Program *program : *programs)
-      if (program->name() && program->name()->string_view() == "step")
-        step = program;
+  const dsp::Program *step = findProgram(plan->plan(), "step");
   PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"}};
   if (group_) {
     std::unique_ptr<Session> session;

@@ -111,9 +111,11 @@ private:
       return fail(cat("the arena of ", plan_.arena_bytes(), " bytes exceeds the ", kMaxArenaBytes,
                       " bytes (256 TiB) any plan may ask for"));
     if (auto *limits = plan_.limits()) {
-      if (limits->max_batch() < 0 || limits->max_seq_len() < 0)
+      if (limits->max_batch() < 0 || limits->max_seq_len() < 0 ||
+          limits->max_tokens_per_step() < 0)
         return fail(cat("limits are negative (max_batch ", limits->max_batch(),
-                        ", max_seq_len ", limits->max_seq_len(), ")"));
+                        ", max_seq_len ", limits->max_seq_len(), ", max_tokens_per_step ",
+                        limits->max_tokens_per_step(), ")"));
     }
     auto *symbols = plan_.symbols();
     for (uint64_t i = 0; i < length(symbols); ++i) {

@@ -14,6 +14,7 @@ struct PlanIdentity {
   int64_t rankCount = 0;
   int64_t maxBatch = 0;
   int64_t maxSeqLen = 0;
+  int64_t maxTokensPerStep = 0;
   char dtype[16] = {};
   char computeDtype[16] = {};
 };
@@ -31,6 +32,7 @@ PlanIdentity identityOf(const PlanFile &plan) {
   if (const dsp::Limits *limits = plan.plan().limits()) {
     id.maxBatch = limits->max_batch();
     id.maxSeqLen = limits->max_seq_len();
+    id.maxTokensPerStep = limits->max_tokens_per_step();
   }
   if (const dsp::CompileOptions *options = plan.plan().options()) {
     copyName(options->dtype(), id.dtype);
@@ -52,6 +54,8 @@ std::string differences(const PlanIdentity &first, const PlanIdentity &other) {
     add("max_batch", number(other.maxBatch), number(first.maxBatch));
   if (first.maxSeqLen != other.maxSeqLen)
     add("max_seq_len", number(other.maxSeqLen), number(first.maxSeqLen));
+  if (first.maxTokensPerStep != other.maxTokensPerStep)
+    add("max_tokens_per_step", number(other.maxTokensPerStep), number(first.maxTokensPerStep));
   if (std::strncmp(first.dtype, other.dtype, sizeof first.dtype) != 0)
     add("dtype", other.dtype, first.dtype);
   if (std::strncmp(first.computeDtype, other.computeDtype, sizeof first.computeDtype) != 0)

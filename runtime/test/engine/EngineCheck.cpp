@@ -8,10 +8,14 @@
 // and mid-decode (the others unaffected, every block returned).
 //
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
-//                          [--device cpu|cpu-reference] [--mpi]
+//                          [--device cpu|cpu-reference|cuda] [--strict] [--mpi]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
-// --device: both sides' kernels (cpu-reference: the paged reference attention).
+// --device: both sides' kernels (cpu-reference: the paged reference attention; cuda: the
+// paged attention kernels of a serving plan's step program against the dense ones).
+// --strict: strict device mode for every session (DSRT_STRICT_DEVICE=1): a cuda session
+// without a GPU, or a step through the host fallback, fails the check instead of passing
+// on the CPU.
 // --mpi: under mpirun, one rank per process (dsrt_engine_create_mpi): rank 0 leads the
 // scenarios, the others follow each engine; the reference runs on rank 0 as an in-process
 // group of the same plan.
@@ -229,6 +233,8 @@ int main(int argc, char **argv) {
       mpi = true;
     else if (flag == "--device")
       check(dsrt_device_from_name(value().c_str(), &device), "--device");
+    else if (flag == "--strict")
+      setenv("DSRT_STRICT_DEVICE", "1", 1);  // every session: no CPU fallback, no host step
     else if (flag == "--requests")
       requestCount = std::atoi(value().c_str());
     else if (flag == "--block-sizes") {
@@ -321,6 +327,16 @@ int main(int argc, char **argv) {
       check(dsrt_engine_stats_get(probe, &stats), "stats");
       dsrt_engine_destroy(probe);
       tight.kvBytes = stats.bytes_per_block * ((longest + blockSize - 1) / blockSize + 1);
+      // The default tokens per step are the rows of the plan's step program, and one more is
+      // refused, naming them.
+      if (blockSize == blockSizes.front())
+        std::printf("default tokens per step: %lld\n",
+                    static_cast<long long>(stats.max_tokens_per_step));
+      defaults.max_tokens_per_step = static_cast<int32_t>(stats.max_tokens_per_step + 1);
+      if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
+          !std::strstr(dsrt_last_error(), "tokens per step must be between 1 and"))
+        die("more tokens per step than the plan's rows were not refused as such");
+      defaults.max_tokens_per_step = 0;
       // Less than one block is refused, naming the budget.
       defaults.kv_cache_bytes = stats.bytes_per_block - 1;
       if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
