@@ -8,6 +8,9 @@
 #   build      libdsrt, dsrun, dsbench, dseval, dsp-dump and the GPU test binaries
 #              (runtime-only CMake build, about a minute on 16 cores), unless already there
 #   tests      the GPU unit tests and the GPU lit suite, strict (ctest -L gpu)
+#   engine     the serving engine on the GPU (dsrt-engine-check, strict): every request's
+#              greedy tokens over the paged KV cache equal to dsrt_generate alone, on
+#              --serving plans of five fixtures (rotary/GQA, ALiBi, window + cap, bf16 cache)
 #   sanitizer  compute-sanitizer memcheck, racecheck and synccheck on a forward pass and 8
 #              greedy decode steps of two fixtures (gpt2-op17, llama-op17), strict
 #   realistic  bench/gpu/bench.py correctness: real shapes (GPT-2 124M, Llama-3.2-1B, heads of
@@ -19,7 +22,7 @@
 #   profile    ncu: every kernel's time over a prompt and 2 decode steps of the bench's
 #              GPT-2 124M fp16 plan ($OUT/profile.csv, a summary by kernel in the log)
 #
-# The default limits add up to about 12 minutes, inside the 15 minutes of device time a
+# The default limits add up to about 13.5 minutes, inside the 15 minutes of device time a
 # session is lent (a machine's start takes 30-40 s more); split the steps over two calls
 # where the first may find something to fix (bench/gpu/results/*/README.md: what ran).
 # Environment: LIMIT_<step>=SECONDS overrides a step's time limit; SANITIZER_TOOLS picks the
@@ -33,7 +36,7 @@
 #   $OUT/gpu-bench.md   the benchmark table; $OUT/gpu-bench.json its numbers
 #   $OUT/profile.csv    ncu's kernel times (the profile step)
 #
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,sanitizer,realistic,bench,profile]
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -43,7 +46,7 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # The fixtures travel packed (scripts/fixtures.py); a fresh machine unpacks them first.
 python3 "$root/scripts/fixtures.py" unpack
-steps=info,build,tests,sanitizer,realistic,bench,profile
+steps=info,build,tests,engine,sanitizer,realistic,bench,profile
 realistic_models=gpt2-124m,llama-1b,llama-hd128,mqa-hd256
 bench_models=gpt2-124m,llama-1b
 work=/tmp/dsc-gpu-sweep
@@ -141,7 +144,8 @@ step_build() {
         -DDSC_PLAN_GENERATED_DIR="$bundle/generated" \
         -DDSC_BUNDLED_INCLUDE_DIR="$bundle/include" -DDSC_EXTRA_TOOLS_DIR="$bundle/bin" \
         -DLLVM_EXTERNAL_LIT="$bundle/bin/lit" || return 1
-  ninja -C "$build" dsrt dsrun dsbench dsp-dump dsp-roofline dseval || return 1
+  ninja -C "$build" dsrt dsrun dsbench dsp-dump dsp-roofline dseval dsrt-engine-check ||
+    return 1
   echo "runtime built in $build"
 }
 
@@ -162,17 +166,40 @@ step_tests() {
     dsc compile "$models/gpt2-op17/model.onnx" -o "$plans/gpt2-int8-g32.dsp" --dtype int8 \
         --int8-group-size 32 --max-seq-len 16 &&
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-long.dsp" --max-seq-len 64 \
-        --arch none || { echo "compiling the test plans failed"; return 1; }
+        --arch none &&
+    dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-serving.dsp" --serving \
+        --max-batch 8 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
   for test in "$bundle"/tests/*; do
     [ -x "$test" ] && [ "${test%.so}" = "$test" ] || continue
     echo "--- $(basename "$test")"
     DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
     DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
-    DSRT_TEST_LLAMA_LONG_PLAN=$plans/llama-long.dsp \
+    DSRT_TEST_LLAMA_LONG_PLAN=$plans/llama-long.dsp DSRT_TEST_SERVING_PLAN=$plans/llama-serving.dsp \
     DSRT_TEST_FAKE_GPU_LIBRARY=$bundle/tests/libdsrt-fake-gpu-library.so \
       "$test" --gtest_brief=1 || failed=1
   done
   [ $failed = 0 ] && echo "GPU tests: passed" || echo "GPU tests: FAILED (above)"
+  return $failed
+}
+
+# The serving engine over the paged KV cache on the GPU against each request alone
+# (test/gpu/engine-paged.test's check, outside lit so that its failures print whole).
+# Strict where there is a GPU; without one the sessions run on the CPU (a dry run).
+step_engine() {
+  checker=$build/bin/dsrt-engine-check
+  [ -x "$checker" ] || ninja -C "$build" dsrt-engine-check || return 1
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  failed=0
+  for n in llama3-dynamo23 bloom-op17 gemma2-dynamo gptneo-op17 qwen2-bf16-dynamo; do
+    plan=$work/engine-$n.dsp
+    dsc compile "$root/test/models/$n/model.onnx" -o "$plan" --serving --max-batch 16 \
+        --max-seq-len 64 || { failed=1; continue; }
+    "$checker" "$plan" --device cuda $strict >"$work/engine-$n.log" 2>&1 || failed=1
+    tail -n 1 "$work/engine-$n.log"
+  done
+  [ $failed = 0 ] && echo "engine on cuda: every request as alone" ||
+    echo "engine on cuda: FAILED (above)"
   return $failed
 }
 
@@ -246,6 +273,7 @@ fi
 run_step info "${LIMIT_info:-20}" step_info
 run_step build "${LIMIT_build:-60}" step_build
 run_step tests "${LIMIT_tests:-120}" step_tests
+run_step engine "${LIMIT_engine:-90}" step_engine
 run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
 run_step bench "${LIMIT_bench:-240}" step_bench
