@@ -64,6 +64,14 @@ for name in llama-ts-sdpa gemma2-dynamo-eager gemma3-dynamo; do
   plans=$((plans + 1))
 done
 
+# The serving engine's paged attention (a --serving plan's step program: attention_rotary
+# and attention_decode with PAGED), with rotary, GQA and a packed projection, and with
+# Gemma-2's window and cap over a bf16 cache.
+compile llama-op17-serving "$models/llama-op17/model.onnx" --serving
+compile gemma2-serving-bf16 "$models/gemma2-dynamo-eager/model.onnx" --serving \
+  --kv-cache-dtype bf16
+plans=$((plans + 2))
+
 for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
   for kind in "gemv_*_WT8_*" "dequantize_int8_*"; do
     found=$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)
@@ -75,8 +83,10 @@ for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
 done
 
 # Every decoder's plan has the one-launch decode attention (FUSED_COMBINE) and gemv with a
-# norm prologue (NORM): a rule that declined them would leave them out.
-for kind in "attention_decode_*FUSED_COMBINE1*" "gemv_*_NORM1_*" "gemv_*_NORM2_*"; do
+# norm prologue (NORM), and the serving plans the paged attention (PAGED): a rule that
+# declined them would leave them out.
+for kind in "attention_decode_*FUSED_COMBINE1*" "gemv_*_NORM1_*" "gemv_*_NORM2_*" \
+            "attention_rotary_*PAGED1" "attention_decode_*PAGED1"; do
   found=$(find "$work" -name "$kind.ptx" 2>/dev/null | head -n 1)
   if [ -z "$found" ]; then
     echo "FAIL: no plan has a $kind kernel"
@@ -103,7 +113,7 @@ for ptx in "$work"/*/*.ptx; do
 done
 
 # Registers and spills of the int8 decode kernels, the norm prologue's and the one-launch
-# decode attention, for the record (docs/cuda-backend.md).
+# decode attention (the paged one among them), for the record (docs/cuda-backend.md).
 for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_NORM*.ptx \
            "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx; do
   [ -e "$ptx" ] || continue
