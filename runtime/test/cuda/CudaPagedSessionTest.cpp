@@ -5,6 +5,7 @@
 // PagedAttentionEmulationTest.cpp's.
 #include "FakeDriver.h"
 #include "TestPlans.h"
+#include "cpu/Session.h"
 #include "cuda/CudaSession.h"
 #include "session/PlanChecks.h"
 
@@ -38,10 +39,11 @@ void createPaged(PagedFake &out) {
   ASSERT_TRUE(status.isOk()) << status.message();
 }
 
-// Binds the step program's inputs for `rows` (one token each; every row sampled).
-void bindStep(CudaSession &session, const std::vector<ops::KvPagedRow> &rows) {
-  const dsp::Program *step = session.program("step");
-  ASSERT_NE(step, nullptr) << "the serving plan has no step program";
+// Binds `program`'s inputs for `rows` (one token each; every row sampled where the program
+// takes logits_rows), as the engine does.
+void bindRows(Session &session, const char *program, const std::vector<ops::KvPagedRow> &rows) {
+  const dsp::Program *step = session.program(program);
+  ASSERT_NE(step, nullptr) << "the plan has no " << program << " program";
   const dsp::ModelInfo &model = *session.plan().plan().model();
   const auto &tensors = *session.plan().plan().tensors();
   const int64_t B = static_cast<int64_t>(rows.size());
@@ -61,7 +63,7 @@ void bindStep(CudaSession &session, const std::vector<ops::KvPagedRow> &rows) {
     ASSERT_NE(values, nullptr) << "step input " << name;
     Shape shape = name == "logits_rows" ? Shape{B} : Shape{B, 1};
     TensorRef value{DType::I64, shape, const_cast<int64_t *>(values->data())};
-    Status status = session.setInput("step", i, value);
+    Status status = session.setInput(program, i, value);
     ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
   }
 }
@@ -117,7 +119,7 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
   ASSERT_EQ(copy.bytes, table.size() * sizeof(int32_t));
   EXPECT_EQ(std::memcmp(copy.data.data(), table.data(), copy.bytes), 0);
 
-  bindStep(*f.session, rows);
+  bindRows(*f.session, "step", rows);
   fake::state().launches.clear();
   Status run = f.session->run("step");
   ASSERT_TRUE(run.isOk()) << run.message();
@@ -163,6 +165,55 @@ TEST(CudaPagedSession, BadRowsAreRefusedByName) {
     ASSERT_FALSE(status.isOk()) << c.message;
     EXPECT_NE(status.message().find(c.message), std::string::npos) << status.message();
   }
+}
+
+// A plan without the paged kernels (here the CPU-only GPT-2 plan: every step through the
+// host fallback) runs the CPU paged attention over the downloaded pool: its logits equal
+// the CPU paged session's, within 1e-4 relative (the fallback's reference kernels against
+// the fast ones), over a step of a prompt chunk and a new sequence, then a step of decode
+// rows that read what the first wrote.
+TEST(CudaPagedSession, WithoutPagedKernelsTheFallbackPagesOnTheHost) {
+  fake::reset();
+  std::shared_ptr<PlanFile> plan;
+  ASSERT_TRUE(test::openGpt2Plan(plan, /*cpuOnly=*/true));
+  CudaSessionOptions options;
+  options.driver = &fake::driver();
+  options.kvBlockSize = kBlockSize;
+  options.kvBlocks = kBlocks;
+  options.onlyPrograms = {"decode"};
+  std::unique_ptr<CudaSession> gpu;
+  Status created = CudaSession::create(plan, 0, options, gpu);
+  ASSERT_TRUE(created.isOk()) << created.message();
+  CpuSessionOptions cpuOptions;
+  cpuOptions.kvBlockSize = kBlockSize;
+  cpuOptions.kvBlocks = kBlocks;
+  cpuOptions.onlyPrograms = {"decode"};
+  std::unique_ptr<CpuSession> cpu;
+  created = CpuSession::create(plan, 0, cpu, nullptr, cpuOptions);
+  ASSERT_TRUE(created.isOk()) << created.message();
+
+  const std::vector<int32_t> first{4, 1}, second{3};
+  const std::vector<std::vector<ops::KvPagedRow>> steps{
+      {{first.data(), 1, 0}, {first.data(), 1, 1}, {first.data(), 1, 2}, {second.data(), 1, 0}},
+      {{first.data(), 2, 4}, {second.data(), 1, 1}}};
+  // Step 2's first row is at position 4 of a sequence whose step 1 wrote 0-2: position 3
+  // stays as the pool was (zeros on both sides), which the comparison covers too.
+  for (const std::vector<ops::KvPagedRow> &rows : steps) {
+    std::vector<std::vector<float>> logits;
+    for (Session *session : {static_cast<Session *>(gpu.get()), static_cast<Session *>(cpu.get())}) {
+      ASSERT_TRUE(session->setPagedRows(rows).isOk());
+      bindRows(*session, "decode", rows);
+      Status run = session->run("decode");
+      ASSERT_TRUE(run.isOk()) << session->deviceName() << ": " << run.message();
+      TensorRef out;
+      ASSERT_TRUE(session->output("decode", 0, out).isOk());
+      const float *values = static_cast<const float *>(out.data);
+      logits.emplace_back(values, values + out.elements());
+    }
+    ASSERT_FALSE(logits[0].empty());
+    test::expectClose(logits[0], logits[1], 1e-4f);
+  }
+  EXPECT_GT(gpu->stats().fallbackSteps, 0u);
 }
 
 TEST(CudaPagedSession, ADenseSessionHasNoRows) {
