@@ -54,9 +54,11 @@ Status decodeAttr(const dsp::Attr &attr, ops::Attr &out) {
 }
 
 // The inputs of the steps whose fast kernels read a weight in its stored dtype (f16, bf16,
-// int8 with scales): the weight of the linear layers and the LM head, the embedding table.
+// int8 and int4 with scales): the weight of the linear layers and the LM head and their
+// scales (input 3 of both), the embedding table.
 bool readsNarrow(std::string_view op, size_t input) {
-  return input == 1 && (op == "tfm.linear" || op == "tfm.lm_head" || op == "tfm.embedding");
+  const bool linear = op == "tfm.linear" || op == "tfm.lm_head";
+  return (input == 1 && (linear || op == "tfm.embedding")) || (input == 3 && linear);
 }
 
 std::vector<bool> CpuSession::narrowReaders() const {

@@ -255,11 +255,18 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   weights.data = w.data;
   weights.out = w.shape[0];
   weights.in = weightInputs(ctx);
-  std::optional<FloatView> scales;
+  std::optional<FloatView> wideScales;
   if (ctx.inputs.size() > 3 && ctx.input(3)) {
-    scales.emplace(*ctx.input(3));
-    weights.scales = scales->data();
-    weights.groups = ctx.input(3)->shape[1];
+    const TensorRef &scales = *ctx.input(3);
+    // As stored where the kernels read that dtype (the session keeps them narrow for them:
+    // cpu/Session.cpp); f64 ones as f32.
+    if (scales.dtype == DType::F32 || scales.dtype == DType::F16 || scales.dtype == DType::BF16) {
+      weights.scales = scales.data;
+      weights.scaleType = scales.dtype;
+    } else {
+      weights.scales = wideScales.emplace(scales).data();
+    }
+    weights.groups = scales.shape[1];
   }
   const int64_t out = weights.out;
   LinearEpilogue epilogue;

@@ -22,8 +22,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 
 namespace dsrt::test {
 namespace {
@@ -32,6 +34,7 @@ struct Case {
   DType dtype;
   int64_t groups;  // int8 and int4 only
   int64_t rows, in, out;
+  DType scales = DType::F32;  // int8 and int4: the scales as stored (the compute dtype)
 };
 
 std::string caseName(const Case &c) {
@@ -39,7 +42,8 @@ std::string caseName(const Case &c) {
   return std::string(c.dtype == DType::U8 ? "int4" : dtypeName(c.dtype)) +
          (grouped ? "_g" + std::to_string(c.groups) : "") +
          "_r" + std::to_string(c.rows) + "_in" + std::to_string(c.in) + "_out" +
-         std::to_string(c.out);
+         std::to_string(c.out) +
+         (grouped && c.scales != DType::F32 ? std::string("_scales_") + dtypeName(c.scales) : "");
 }
 
 // The weight in `dtype` and its value as fp32 (what both kernels multiply by).
@@ -47,6 +51,30 @@ struct Weight {
   OwnedTensor stored, scales;
   std::vector<float> value;  // [out, in], dequantized
 };
+
+// Rounds f32 scales to the case's scale dtype, in place, and keeps a copy stored in that
+// dtype after the f32 values (which the expected values multiply by).
+void storeScales(const Case &c, OwnedTensor &scales) {
+  if (c.scales == DType::F32)
+    return;
+  const int64_t n = c.out * c.groups;
+  OwnedTensor narrow(c.scales, {c.out, c.groups});
+  auto *values = reinterpret_cast<float *>(scales.storage.data());
+  convertFloats(DType::F32, values, c.scales, narrow.storage.data(), n);
+  convertFloats(c.scales, narrow.storage.data(), DType::F32, values, n);
+  scales.storage.resize(static_cast<size_t>(n) * 4 + narrow.storage.size());
+  std::memcpy(scales.storage.data() + n * 4, narrow.storage.data(), narrow.storage.size());
+}
+
+// The scales as the kernels are given them: the narrow copy storeScales made, or the f32.
+OwnedTensor scalesAsStored(const Case &c, const OwnedTensor &scales) {
+  if (c.scales == DType::F32)
+    return scales;
+  OwnedTensor narrow(c.scales, {c.out, c.groups});
+  std::memcpy(narrow.storage.data(), scales.storage.data() + c.out * c.groups * 4,
+              narrow.storage.size());
+  return narrow;
+}
 
 Weight randomWeight(const Case &c, std::mt19937 &rng) {
   Weight w;
@@ -60,6 +88,8 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
     auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
     for (int64_t i = 0; i < c.out * c.groups; ++i)
       scales[i] = scale(rng);
+    storeScales(c, w.scales);  // may move the storage
+    scales = reinterpret_cast<float *>(w.scales.storage.data());
     for (uint8_t &pair : w.stored.storage)
       pair = static_cast<uint8_t>(byte(rng));
     for (int64_t o = 0; o < c.out; ++o)
@@ -77,6 +107,8 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
     auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
     for (int64_t i = 0; i < c.out * c.groups; ++i)
       scales[i] = scale(rng);
+    storeScales(c, w.scales);  // may move the storage
+    scales = reinterpret_cast<float *>(w.scales.storage.data());
     auto *q = reinterpret_cast<int8_t *>(w.stored.storage.data());
     for (int64_t o = 0; o < c.out; ++o)
       for (int64_t k = 0; k < c.in; ++k) {
@@ -126,8 +158,9 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
   const auto *xv = reinterpret_cast<const float *>(x.storage.data());
   const auto *bv = reinterpret_cast<const float *>(bias.storage.data());
   ops::AttrMap attrs{{"activation", ops::Attr::ofString("gelu_tanh")}};
+  const OwnedTensor storedScales = scalesAsStored(c, w.scales);
   const OwnedTensor *scales =
-      c.dtype == DType::I8 || c.dtype == DType::U8 ? &w.scales : nullptr;
+      c.dtype == DType::I8 || c.dtype == DType::U8 ? &storedScales : nullptr;
   for (const char *op : {"tfm.linear", "tfm.lm_head"}) {
     bool lmHead = std::string(op) == "tfm.lm_head";
     std::vector<const OwnedTensor *> inputs{&x, &w.stored, &bias, scales};
@@ -176,6 +209,17 @@ std::vector<Case> cases() {
     for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 8}, {256, 4}, {256, 2},
                               {224, 7}, {96, 1}, {40, 5}, {52, 2}})
       all.push_back({DType::U8, groups, rows, in, 37});
+  // Scales stored in f16 and bf16 (a plan's compute dtype), which the kernels read as they
+  // are: each kernel path of int8 and int4 (decode, prompt blocks, groups over several steps).
+  for (DType scales : {DType::F16, DType::BF16})
+    for (int64_t rows : {1, 5, 33})
+      for (auto [dtype, in, groups] : {std::tuple<DType, int64_t, int64_t>{DType::I8, 256, 1},
+                                       {DType::I8, 256, 4}, {DType::U8, 256, 8},
+                                       {DType::U8, 224, 7}, {DType::U8, 256, 2}}) {
+        Case c{dtype, groups, rows, in, 37};
+        c.scales = scales;
+        all.push_back(c);
+      }
   return all;
 }
 
@@ -195,8 +239,10 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
     weights.data = w.stored.storage.data();
     weights.out = c.out;
     weights.in = c.in;
+    const OwnedTensor storedScales = scalesAsStored(c, w.scales);
     if (c.dtype == DType::I8 || c.dtype == DType::U8) {
-      weights.scales = reinterpret_cast<const float *>(w.scales.storage.data());
+      weights.scales = storedScales.storage.data();
+      weights.scaleType = c.scales;
       weights.groups = c.groups;
     }
     const auto *xv = reinterpret_cast<const float *>(x.storage.data());

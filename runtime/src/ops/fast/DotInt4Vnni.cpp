@@ -1,8 +1,7 @@
 // int4 weights (docs/int4.md) times int8-quantized activations with AVX-512 VNNI: the default
 // kernel for int4 decode and short prompts (up to 64 rows of x) where the CPU has AVX-512
-// VNNI and the groups are whole multiples of 32 inputs. Rows of x go four at a time past each
-// weight row, which stays in L1 between them. This file alone is compiled with -mavx512vnni -mavx512bw, and
-// runs only where the CPU has them.
+// VNNI and the groups are whole multiples of 32 inputs. This file alone is compiled with
+// -mavx512vnni -mavx512bw, and runs only where the CPU has them.
 //
 // Why: unpacking 4-bit codes to f32 costs more instructions than the multiply itself, so the
 // f32-activation kernel reads int4 no faster than int8 (measured 0.44 ms against 0.31 ms for a
@@ -10,9 +9,17 @@
 // x is quantized to int8 (max |x| / 127, as llama.cpp's q8 activations and ONNX Runtime's
 // MatMulNBits with accuracy_level 4 do), x is split into its even and odd inputs so that a
 // byte's low and high nibbles meet consecutive values, and one vpdpbusd multiplies and sums 64
-// code-activation pairs. 64 bytes of codes are four blocks; their int32 sums are scaled per
-// block (the weight group's scale times the block's) into an f32 total. The codes' offset of 8
-// is taken off once per block, as 8 * the block's sum of int8 x.
+// code-activation pairs. 64 bytes of codes are four blocks (a step); their int32 sums are
+// scaled per block (the weight group's scale times the block's) into an f32 total. The codes'
+// offset of 8 is taken off in the integers: each block's sums start from -8 * its sum of int8
+// x, so it costs nothing per weight row.
+//
+// Per step, the work that depends on the weight row alone (loading and splitting its codes,
+// loading and spreading its scales) is shared by every row of x in flight, and the loads of x
+// by every weight row in flight: decode takes 4 weight rows per pass (x's loads shared 4
+// ways), prompts 2 weight rows by 4 rows of x (each unpacked code used 4 times). Before, one
+// weight row met each x row alone, and its scales cost as many instructions as its products.
+// The weight scales are read as stored (f32, f16 or bf16), with no copy per call.
 //
 // It differs from the f32-activation kernel by at most half a quantization step of x per input:
 // |dy| <= sum_k |w_k| * step_block(k) / 2 (FastLinearTest checks this bound). With
@@ -26,83 +33,150 @@
 namespace dsrt::ops::fast {
 namespace {
 
-constexpr int64_t kBlock = 32;  // inputs per activation scale, and per 16 bytes of codes
+constexpr int64_t kBlock = 32;      // inputs per activation scale, and per 16 bytes of codes
+constexpr int64_t kStepBlocks = 4;  // blocks per step: 64 bytes of codes
+
+int64_t stepsOf(int64_t in) { return (in / kBlock + kStepBlocks - 1) / kStepBlocks; }
 
 void quantizeRow(const float *x, int64_t in, QuantizedInt4Row &row) {
-  const int64_t blocks = in / kBlock;
+  const int64_t blocks = in / kBlock, steps = stepsOf(in);
   row.even.resize(static_cast<size_t>(in / 2));
   row.odd.resize(static_cast<size_t>(in / 2));
-  row.scales.assign(static_cast<size_t>((blocks + 3) / 4 * 4), 0.0f);
-  row.offsets.assign(row.scales.size(), 0.0f);
+  row.scaleLanes.assign(static_cast<size_t>(steps * 16), 0.0f);
+  row.offsetLanes.assign(static_cast<size_t>(steps * 16), 0);
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
   for (int64_t b = 0; b < blocks; ++b) {
     const float *block = x + b * kBlock;
-    __m512 lo = _mm512_loadu_ps(block), hi = _mm512_loadu_ps(block + 16);
-    float maximum = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    const float scale = maximum / 127.0f, inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
-    int sum = 0;
-    for (int64_t j = 0; j < kBlock / 2; ++j) {
-      const auto even = static_cast<int8_t>(std::nearbyint(block[2 * j] * inverse));
-      const auto odd = static_cast<int8_t>(std::nearbyint(block[2 * j + 1] * inverse));
-      row.even[static_cast<size_t>(b * kBlock / 2 + j)] = even;
-      row.odd[static_cast<size_t>(b * kBlock / 2 + j)] = odd;
-      sum += even + odd;
-    }
-    row.scales[static_cast<size_t>(b)] = scale;
-    row.offsets[static_cast<size_t>(b)] = 8.0f * scale * static_cast<float>(sum);
+    const __m512 lo = _mm512_loadu_ps(block), hi = _mm512_loadu_ps(block + 16);
+    const float maximum =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float scale = maximum / 127.0f;
+    const __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
+    // Rounded to nearest even, as std::nearbyint in the default rounding mode.
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(row.even.data() + b * kBlock / 2),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(qlo, evens, qhi)));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(row.odd.data() + b * kBlock / 2),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(qlo, odds, qhi)));
+    const size_t lane = static_cast<size_t>((b / kStepBlocks) * 16 + (b % kStepBlocks) * 4);
+    for (size_t l = 0; l < 4; ++l)
+      row.scaleLanes[lane + l] = scale;
+    row.offsetLanes[lane] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
   }
 }
 
-// Weight row `o` against R quantized rows: four blocks (64 bytes) per step, the last step
-// masked to the blocks that are left.
-template <int R>
-void int4Row(const QuantizedInt4Row *x, const int32_t *blockGroups, const LinearWeights &w,
-             int64_t o, float *y, int64_t ldy) {
-  const int64_t in = w.in, blocks = in / kBlock, groupSize = in / w.groups;
-  const int64_t blocksPerGroup = groupSize / kBlock;
-  const uint8_t *row = static_cast<const uint8_t *>(w.data) + o * (in / 2);
-  const float *weightScales = w.scales + o * w.groups;
-  const __m512i nibble = _mm512_set1_epi8(0xF);
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512 total[R];
-  __m128 offset[R];
-  for (int r = 0; r < R; ++r) {
-    total[r] = _mm512_setzero_ps();
-    offset[r] = _mm_setzero_ps();
+// 16 lanes of weight scales: the groups [first, first + count) of a row, loaded as stored
+// (count <= 4, the rest zero) and widened to f32.
+struct F32Scales {
+  static __m512 load(const void *scales, int64_t at, __mmask16 count) {
+    return _mm512_maskz_loadu_ps(count, static_cast<const float *>(scales) + at);
   }
-  for (int64_t b = 0; b < blocks; b += 4) {
-    const int64_t count = std::min<int64_t>(4, blocks - b);
-    const __mmask64 bytes = count == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * count)) - 1;
-    const __m512i codes = _mm512_maskz_loadu_epi8(bytes, row + b * kBlock / 2);
-    const __m512i low = _mm512_and_si512(codes, nibble);
-    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble);
-    // The weight groups' scales of these blocks, 0 for absent ones: one masked load for
-    // groups of one block, else a gather of each block's group.
-    const __mmask16 lanes = static_cast<__mmask16>((1u << count) - 1);
-    const __m128 weightScale =
-        blocksPerGroup == 1
-            ? _mm512_castps512_ps128(_mm512_maskz_loadu_ps(lanes, weightScales + b))
-            : _mm_mask_i32gather_ps(
-                  _mm_setzero_ps(), weightScales,
-                  _mm_loadu_si128(reinterpret_cast<const __m128i *>(blockGroups + b)),
-                  _mm_castsi128_ps(_mm_cmplt_epi32(_mm_setr_epi32(0, 1, 2, 3),
-                                                   _mm_set1_epi32(int(count)))),
-                  4);
+};
+struct F16Scales {
+  static __m512 load(const void *scales, int64_t at, __mmask16 count) {
+    const __m512i bits =
+        _mm512_maskz_loadu_epi16(count, static_cast<const uint16_t *>(scales) + at);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(bits));
+  }
+};
+struct BF16Scales {
+  static __m512 load(const void *scales, int64_t at, __mmask16 count) {
+    const __m512i bits =
+        _mm512_maskz_loadu_epi16(count, static_cast<const uint16_t *>(scales) + at);
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(bits)), 16));
+  }
+};
+
+// O weight rows from `first` against R quantized rows of x from `x`, written at
+// y[r * ldy + first + o].
+template <int O, int R, class Scales>
+void int4Block(const Int4Activations &a, const QuantizedInt4Row *x, const LinearWeights &w,
+               int64_t first, float *y, int64_t ldy) {
+  const int64_t in = w.in, blocks = in / kBlock, steps = stepsOf(in), groups = w.groups;
+  const __m512i nibble = _mm512_set1_epi8(0xF);
+  const uint8_t *codes[O];
+  int64_t scaleRow[O];
+  __m512 total[O][R];
+  for (int o = 0; o < O; ++o) {
+    codes[o] = static_cast<const uint8_t *>(w.data) + (first + o) * (in / 2);
+    scaleRow[o] = (first + o) * groups;
+    for (int r = 0; r < R; ++r)
+      total[o][r] = _mm512_setzero_ps();
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t count = std::min<int64_t>(kStepBlocks, blocks - s * kStepBlocks);
+    const __mmask64 bytes = count == kStepBlocks ? ~__mmask64(0) : (__mmask64(1) << (16 * count)) - 1;
+    const int64_t at = s * 64;  // byte of the step in a row of codes, in x's even and odd
+    const __m512i laneGroup = _mm512_loadu_si512(a.stepLaneGroup.data() + s * 16);
+    const int64_t firstGroup = a.stepFirstGroup[static_cast<size_t>(s)];
+    const auto groupMask = static_cast<__mmask16>((1u << a.stepGroupCount[static_cast<size_t>(s)]) - 1);
+    __m512i even[R], odd[R];
     for (int r = 0; r < R; ++r) {
-      const __m512i even = _mm512_maskz_loadu_epi8(bytes, x[r].even.data() + b * kBlock / 2);
-      const __m512i odd = _mm512_maskz_loadu_epi8(bytes, x[r].odd.data() + b * kBlock / 2);
-      __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, even);
-      sums = _mm512_dpbusd_epi32(sums, high, odd);
-      const __m128 blockScale = _mm_mul_ps(weightScale, _mm_loadu_ps(x[r].scales.data() + b));
-      const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(blockScale));
-      total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, total[r]);
-      offset[r] = _mm_fmadd_ps(weightScale, _mm_loadu_ps(x[r].offsets.data() + b), offset[r]);
+      even[r] = _mm512_maskz_loadu_epi8(bytes, x[r].even.data() + at);
+      odd[r] = _mm512_maskz_loadu_epi8(bytes, x[r].odd.data() + at);
+    }
+    for (int o = 0; o < O; ++o) {
+      const __m512i packed = _mm512_maskz_loadu_epi8(bytes, codes[o] + at);
+      const __m512i low = _mm512_and_si512(packed, nibble);
+      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+      const __m512 weightScale = _mm512_permutexvar_ps(
+          laneGroup, Scales::load(w.scales, scaleRow[o] + firstGroup, groupMask));
+      for (int r = 0; r < R; ++r) {
+        __m512i sums = _mm512_dpbusd_epi32(
+            _mm512_loadu_si512(x[r].offsetLanes.data() + s * 16), low, even[r]);
+        sums = _mm512_dpbusd_epi32(sums, high, odd[r]);
+        total[o][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), weightScale),
+                                      _mm512_loadu_ps(x[r].scaleLanes.data() + s * 16),
+                                      total[o][r]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    __m128 folded = _mm_add_ps(offset[r], _mm_movehl_ps(offset[r], offset[r]));
-    folded = _mm_add_ss(folded, _mm_movehdup_ps(folded));
-    y[r * ldy + o] = _mm512_reduce_add_ps(total[r]) - _mm_cvtss_f32(folded);
+  for (int o = 0; o < O; ++o)
+    for (int r = 0; r < R; ++r)
+      y[r * ldy + first + o] = _mm512_reduce_add_ps(total[o][r]);
+}
+
+// Rows of x [r, r + R) in chunks of at most 4, against O weight rows from `first`.
+template <int O, class Scales>
+void int4Rows(const Int4Activations &a, const LinearWeights &w, int64_t first, float *y,
+              int64_t ldy) {
+  const QuantizedInt4Row *rows = a.quantized.data();
+  for (int64_t r = 0; r < a.rows; r += 4) {
+    float *out = y + r * ldy;
+    switch (std::min<int64_t>(4, a.rows - r)) {
+    case 4: int4Block<O, 4, Scales>(a, rows + r, w, first, out, ldy); break;
+    case 3: int4Block<O, 3, Scales>(a, rows + r, w, first, out, ldy); break;
+    case 2: int4Block<O, 2, Scales>(a, rows + r, w, first, out, ldy); break;
+    default: int4Block<O, 1, Scales>(a, rows + r, w, first, out, ldy); break;
+    }
   }
+}
+
+template <class Scales>
+void dotRowsWithScales(const Int4Activations &a, const LinearWeights &w, int64_t begin,
+                       int64_t end, float *y, int64_t ldy) {
+  const char *base = static_cast<const char *>(w.data);
+  const int64_t rowBytes = w.in / 2;
+  // Decode shares x's loads among 4 weight rows; prompts share each row's unpacked codes
+  // among 4 rows of x, and take weight rows in pairs to stay within the 32 registers.
+  const int64_t perPass = a.rows == 1 ? 4 : 2;
+  int64_t o = begin;
+  for (; o + perPass <= end; o += perPass) {
+    // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
+    const char *ahead = base + o * rowBytes + detail::kPrefetchBytes;
+    const char *stop = base + end * rowBytes;
+    for (const char *line = ahead; line < ahead + perPass * rowBytes && line < stop; line += 64)
+      __builtin_prefetch(line);
+    if (perPass == 4)
+      int4Rows<4, Scales>(a, w, o, y, ldy);
+    else
+      int4Rows<2, Scales>(a, w, o, y, ldy);
+  }
+  for (; o < end; ++o)
+    int4Rows<1, Scales>(a, w, o, y, ldy);
 }
 
 } // namespace
@@ -114,11 +188,25 @@ void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &
     out.quantized.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r)
     quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
-  // Each block's weight group, padded to whole steps of 4 blocks (the gather's indices).
-  const int64_t blocks = w.in / kBlock, blocksPerGroup = w.in / w.groups / kBlock;
-  out.blockGroups.assign(static_cast<size_t>((blocks + 3) / 4 * 4), 0);
-  for (int64_t b = 0; b < blocks; ++b)
-    out.blockGroups[static_cast<size_t>(b)] = static_cast<int32_t>(b / blocksPerGroup);
+  // Where each step's weight scales are: a group of several blocks spans steps, and a step
+  // may span (at most 4) groups.
+  const int64_t blocks = w.in / kBlock, steps = stepsOf(w.in);
+  const int64_t blocksPerGroup = w.in / w.groups / kBlock;
+  out.stepFirstGroup.assign(static_cast<size_t>(steps), 0);
+  out.stepGroupCount.assign(static_cast<size_t>(steps), 0);
+  out.stepLaneGroup.assign(static_cast<size_t>(steps * 16), 0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t firstBlock = s * kStepBlocks;
+    const int64_t lastBlock = std::min(blocks, firstBlock + kStepBlocks) - 1;
+    const int64_t firstGroup = firstBlock / blocksPerGroup;
+    out.stepFirstGroup[static_cast<size_t>(s)] = static_cast<int32_t>(firstGroup);
+    out.stepGroupCount[static_cast<size_t>(s)] =
+        static_cast<int32_t>(lastBlock / blocksPerGroup - firstGroup + 1);
+    for (int64_t b = firstBlock; b <= lastBlock; ++b)
+      for (int64_t l = 0; l < 4; ++l)
+        out.stepLaneGroup[static_cast<size_t>(s * 16 + (b - firstBlock) * 4 + l)] =
+            static_cast<int32_t>(b / blocksPerGroup - firstGroup);
+  }
 }
 
 void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
@@ -130,27 +218,10 @@ void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64
 
 void dotRowsInt4Vnni(const Int4Activations &activations, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy) {
-  const int64_t rows = activations.rows;
-  const QuantizedInt4Row *quantizedRows = activations.quantized.data();
-  const int32_t *blockGroups = activations.blockGroups.data();
-  const char *base = static_cast<const char *>(w.data);
-  const int64_t rowBytes = w.in / 2;
-  for (int64_t o = begin; o < end; ++o) {
-    // As dotRowsTyped: the next rows of the range requested a fixed distance ahead.
-    const char *ahead = base + o * rowBytes + detail::kPrefetchBytes;
-    const char *stop = base + end * rowBytes;
-    for (const char *line = ahead; line < ahead + rowBytes && line < stop; line += 64)
-      __builtin_prefetch(line);
-    for (int64_t r = 0; r < rows; r += 4) {
-      const QuantizedInt4Row *block = quantizedRows + r;
-      float *out = y + r * ldy;
-      switch (std::min<int64_t>(4, rows - r)) {
-      case 4: int4Row<4>(block, blockGroups, w, o, out, ldy); break;
-      case 3: int4Row<3>(block, blockGroups, w, o, out, ldy); break;
-      case 2: int4Row<2>(block, blockGroups, w, o, out, ldy); break;
-      default: int4Row<1>(block, blockGroups, w, o, out, ldy); break;
-      }
-    }
+  switch (w.scaleType) {
+  case DType::F16: return dotRowsWithScales<F16Scales>(activations, w, begin, end, y, ldy);
+  case DType::BF16: return dotRowsWithScales<BF16Scales>(activations, w, begin, end, y, ldy);
+  default: return dotRowsWithScales<F32Scales>(activations, w, begin, end, y, ldy);
   }
 }
 

@@ -167,7 +167,7 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
       float sum = Vec::sum(acc[r][0]);
       for (int64_t t = k; t < end; ++t)
         sum += x[r * ldx + t] * Elem::oneAt(row, t);
-      total[r] += Elem::kGrouped ? sum * w.scales[o * groups + g] : sum;
+      total[r] += Elem::kGrouped ? sum * w.scale(o * groups + g) : sum;
     }
   }
   for (int r = 0; r < R; ++r)
@@ -215,7 +215,7 @@ void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first
         float sum = Vec::sum(acc[r][o]);
         for (int64_t t = k; t < end; ++t)
           sum += x[r * ldx + t] * Elem::oneAt(rows[o], t);
-        total[r][o] += Elem::kGrouped ? sum * w.scales[(first + o) * groups + g] : sum;
+        total[r][o] += Elem::kGrouped ? sum * w.scale((first + o) * groups + g) : sum;
       }
   }
   for (int r = 0; r < R; ++r)
@@ -262,7 +262,6 @@ void dotStreamInt4(const Int4Rows &prepared, const float *x, int64_t ldx, const 
   constexpr int W = Vec::kWidth;
   const int64_t in = w.in, half = in / 2, groups = w.groups, groupSize = in / groups;
   const uint8_t *row = static_cast<const uint8_t *>(w.data) + o * half;
-  const float *scales = w.scales + o * groups;
   V total[R][2];
   float scalar[R] = {};
   for (int r = 0; r < R; ++r)
@@ -281,7 +280,7 @@ void dotStreamInt4(const Int4Rows &prepared, const float *x, int64_t ldx, const 
         acc[r][1] = Vec::fma(Vec::load(prepared.odd.data() + r * half + b), high, acc[r][1]);
       }
     }
-    const float scale = scales[g];
+    const float scale = w.scale(o * groups + g);
     const V scaleV = Vec::broadcast(scale);
     for (int r = 0; r < R; ++r) {
       total[r][g & 1] = Vec::fma(Vec::add(acc[r][0], acc[r][1]), scaleV, total[r][g & 1]);
@@ -386,7 +385,7 @@ void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float 
     const T *row = Elem::rowOf(w.data, first + o, in);
     float *dst = out + o * in;
     for (int64_t g = 0; g < groups; ++g) {
-      const float scale = Elem::kGrouped ? w.scales[(first + o) * groups + g] : 1.0f;
+      const float scale = Elem::kGrouped ? w.scale((first + o) * groups + g) : 1.0f;
       const typename Vec::V scaleV = Vec::broadcast(scale);
       int64_t k = g * groupSize, end = k + groupSize;
       for (; k + W <= end; k += W) {
@@ -722,20 +721,24 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
 
 namespace dsrt::ops::fast {
 
-// int4 weights times int8 activations (DotInt4Vnni.cpp). One row of x as int8: even and odd
-// inputs apart ([in / 2] each), each 32-input block's scale, and each block's offset term
-// 8 * scale * sum(xq), both padded with zeros to whole steps of 4 blocks (so a step reads
-// them with one load).
+// int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
+// (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
+// as int8: even and odd inputs apart ([in / 2] each); per step, each block's scale on its 4
+// lanes, and the codes' offset of 8, -8 * sum(xq) of each block, on the block's first lane
+// (the int32 sums start from it); both padded with zeros to whole steps.
 struct QuantizedInt4Row {
   std::vector<int8_t> even, odd;
-  std::vector<float> scales, offsets;
+  std::vector<float> scaleLanes;
+  std::vector<int32_t> offsetLanes;
 };
 // x quantized once per product, then read by every range of output features: quantizing it
-// again in each thread's range cost as much as the products of a 32-row prompt chunk.
+// again in each thread's range cost as much as the products of a 32-row prompt chunk. With
+// it, per step, where the weight scales of its blocks are: the first group's index, how many
+// groups from there to load (at most 4), and which of them each lane takes.
 struct Int4Activations {
   int64_t rows = 0;
   std::vector<QuantizedInt4Row> quantized;
-  std::vector<int32_t> blockGroups;  // each block's weight group, padded like the scales
+  std::vector<int32_t> stepFirstGroup, stepGroupCount, stepLaneGroup;  // [steps], [steps], [steps, 16]
 };
 void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
                              Int4Activations &out);

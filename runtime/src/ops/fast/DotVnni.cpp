@@ -80,7 +80,7 @@ void vnniBlock(const QuantizedRow &x, const LinearWeights &w, int64_t first, flo
       }
     }
     for (int o = 0; o < O; ++o)
-      total[o] += w.scales[(first + o) * groups + g] *
+      total[o] += w.scale((first + o) * groups + g) *
                   (_mm512_reduce_add_ps(acc[o]) - x.surplus[static_cast<size_t>(g)]);
   }
   for (int o = 0; o < O; ++o)

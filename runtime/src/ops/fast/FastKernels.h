@@ -9,6 +9,7 @@
 #include "core/Tensor.h"
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 
 namespace dsrt::ops::fast {
@@ -48,14 +49,50 @@ void normalizeRow(const float *x, int64_t n, const float *scale, const float *bi
                   float epsilon, float *y);
 
 // A [out, in] weight matrix as stored. int8: value[o, k] = q[o, k] * scales[o, k / (in /
-// groups)], the scales fp32. int4 (dtype U8, docs/int4.md): q the code at nibble k of the
+// groups)]. int4 (dtype U8, docs/int4.md): q the code at nibble k of the
 // row (two to a byte, the even k low) minus 8, the rows in / 2 bytes, groups of even size.
+// The scales are read as the plan stores them (f32, f16 or bf16: the compute dtype), so a
+// session keeps them narrow too: at one scale per 32 int4 weights, f32 scales are a fifth
+// of the bytes a decode step reads, f16 ones a ninth.
 struct LinearWeights {
   DType dtype = DType::F32;  // F32, F16, BF16, I8, or U8 for int4
   const void *data = nullptr;
   int64_t out = 0, in = 0;
-  const float *scales = nullptr;
+  const void *scales = nullptr;      // int8 and int4: [out, groups]
+  DType scaleType = DType::F32;      // F32, F16 or BF16
   int64_t groups = 1;
+
+  float scale(int64_t index) const {
+    if (scaleType == DType::F32)
+      return static_cast<const float *>(scales)[index];
+    const uint16_t bits = static_cast<const uint16_t *>(scales)[index];
+    return scaleType == DType::F16 ? halfBitsToFloat(bits) : bfloat16BitsToFloat(bits);
+  }
+
+  // Inline, exact for every half (subnormals included): a scale is read once per group.
+  static float halfBitsToFloat(uint16_t half) {
+    uint32_t bits = static_cast<uint32_t>(half & 0x7FFFu) << 13;
+    const uint32_t exponent = bits & 0x0F800000u;
+    bits += (127u - 15u) << 23;
+    float value;
+    if (exponent == 0x0F800000u) {  // infinity or NaN
+      bits += (128u - 16u) << 23;
+    } else if (exponent == 0) {  // zero or subnormal: let the FPU normalise it
+      bits += 1u << 23;
+      std::memcpy(&value, &bits, sizeof value);
+      value -= 6.103515625e-05f;  // 2^-14
+      std::memcpy(&bits, &value, sizeof value);
+    }
+    bits |= static_cast<uint32_t>(half & 0x8000u) << 16;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  }
+  static float bfloat16BitsToFloat(uint16_t half) {
+    const uint32_t bits = static_cast<uint32_t>(half) << 16;
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  }
 };
 
 // One key tile of the online softmax, scores [keys, ld] with key j of row r at j * ld + r (ld
