@@ -1,5 +1,6 @@
-// Program inputs and the decode program's CUDA graphs (docs/cuda-backend.md): one graph
-// per batch bucket and mask-width bucket, captured at the first use of the bucket (after an
+// Program inputs and the decode program's CUDA graphs (docs/cuda-backend.md), and the
+// serving engine's decode-only steps' over the paged cache: one graph per batch bucket and
+// mask-width bucket, captured at the first use of the bucket (after an
 // eager run of the same padded shapes, which sizes the scratch pool and uploads the host
 // values the graph reads) and replayed after copying the inputs and sequence lengths in.
 #include "cuda/CudaSession.h"
@@ -37,9 +38,24 @@ int64_t maskWidthBucket(int64_t width, int64_t maxWidth) {
 }
 
 bool CudaSession::graphCandidate(const ProgramState &state, const dsp::Program &program) const {
-  return options_.graphs && graphsAllowedByEnvironment() && state.usesCache &&
-         state.idsInput >= 0 && state.maskInput >= 0 &&
-         (str(program.name()) == "decode" || str(program.name()) == "decode_greedy");
+  if (!options_.graphs || !graphsAllowedByEnvironment() || !state.usesCache ||
+      state.idsInput < 0 || state.maskInput < 0)
+    return false;
+  const std::string name = str(program.name());
+  if (name == "decode" || name == "decode_greedy")
+    return true;
+  // The engine's step over the paged cache, where every row is sampled (a decode-only step):
+  // padded to a bucket of rows like decode. A step with prompt chunks samples some rows
+  // only, which padding cannot follow, and runs eagerly.
+  if (name != "step" || !pagedRowsSet_ || !program.inputs())
+    return false;
+  const Shape &ids = slots_[program.inputs()->Get(state.idsInput)].inputShape;
+  for (size_t i = 0; i < program.inputs()->size(); ++i)
+    if (str(plan_->plan().tensors()->Get(program.inputs()->Get(i))->name()) == "logits_rows") {
+      const Shape &sampled = slots_[program.inputs()->Get(i)].inputShape;
+      return !ids.empty() && sampled.size() == 1 && sampled[0] == ids[0];
+    }
+  return false;
 }
 
 // After the first eager run of a candidate: a graph only when every step ran on the host
@@ -177,7 +193,10 @@ Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &sta
   const Shape &mask = slots_[maskTensor].inputShape;
   if (ids.size() != 2 || mask.size() != 2 || ids[0] != mask[0])
     return Status::error("input_ids must be [batch, tokens] and the mask [batch, width]");
-  int64_t maxBatch = plan_->plan().limits() ? plan_->plan().limits()->max_batch() : ids[0];
+  // The program's rows: max_batch, or the engine's step's own bound where it has one.
+  const dsp::Limits *limits = plan_->plan().limits();
+  int64_t maxBatch =
+      limits ? std::max(limits->max_batch(), limits->max_tokens_per_step()) : ids[0];
   for (int tensor : *program.inputs())
     maxBatch = std::min(maxBatch, tensors->Get(tensor)->max_shape()->Get(0));
   int64_t batch = batchBucket(ids[0], maxBatch);
@@ -187,6 +206,8 @@ Status CudaSession::runWithGraphs(const dsp::Program &program, ProgramState &sta
     graph = std::make_unique<Graph>();
   state.realBatch = ids[0];
   DSRT_RETURN_IF_ERROR(uploadInputs(program, state, batch, width));
+  if (pagedRowsSet_)
+    DSRT_RETURN_IF_ERROR(padPagedRows(batch));
   DSRT_RETURN_IF_ERROR(writeSequenceLengths(static_cast<int32_t>(mask[1] - ids[1]),
                                             static_cast<int32_t>(mask[1]),
                                             static_cast<int32_t>(width)));

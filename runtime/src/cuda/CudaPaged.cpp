@@ -5,6 +5,7 @@
 #include "cuda/CudaSession.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 namespace dsrt::cuda {
@@ -24,6 +25,16 @@ Status CudaSession::initPagedCache() {
     return Status::error("a table of " + std::to_string(pagedRows_.tableWidth) + " blocks of " +
                          std::to_string(options_.kvBlockSize) +
                          " positions exceeds the kernels' int range");
+  // The rows of the largest step, in one buffer for the session's life: a captured step
+  // reads it at the address it was captured with.
+  pagedRowsCapacity_ = static_cast<size_t>(
+      std::max<int64_t>(limits->max_tokens_per_step() > 0 ? limits->max_tokens_per_step()
+                                                          : limits->max_batch(),
+                        1));
+  const size_t bytes = pagedRowsCapacity_ * static_cast<size_t>(pagedRows_.tableWidth + 1) *
+                       sizeof(int32_t);
+  DSRT_RETURN_IF_ERROR(allocate(bytes, pagedRows_.data, "the paged rows"));
+  memory_.other += bytes;
   return Status::ok();
 }
 
@@ -34,6 +45,9 @@ Status CudaSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
                                          "cache");
   const int64_t width = pagedRows_.tableWidth, blockSize = pagedRows_.blockSize;
   const size_t stride = static_cast<size_t>(width + 1);
+  if (rows.size() > pagedRowsCapacity_)
+    return Status::error(std::to_string(rows.size()) + " rows exceed the plan's " +
+                         std::to_string(pagedRowsCapacity_) + " tokens per step");
   hostPagedRows_.assign(rows.size() * stride, -1);
   for (size_t r = 0; r < rows.size(); ++r) {
     const ops::KvPagedRow &row = rows[r];
@@ -58,13 +72,6 @@ Status CudaSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
       out[1 + i] = row.blocks[i];
     }
   }
-  // The rows only grow the buffer: a step never has more than the plan's rows.
-  if (hostPagedRows_.size() > pagedRowsCapacity_) {
-    DSRT_RETURN_IF_ERROR(allocate(hostPagedRows_.size() * sizeof(int32_t), pagedRows_.data,
-                                  "the paged rows"));
-    pagedRowsCapacity_ = hostPagedRows_.size();
-    memory_.other += hostPagedRows_.size() * sizeof(int32_t);
-  }
   // One copy per step; staged from pageable memory, so the vector may change after it.
   if (!hostPagedRows_.empty())
     DSRT_RETURN_IF_ERROR(copyToDevice(pagedRows_.data, hostPagedRows_.data(),
@@ -74,6 +81,28 @@ Status CudaSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
   // The host fallback runs the CPU paged attention over a downloaded pool.
   hostKvMirror_.pagedRows = rows;
   pagedRowsSet_ = true;
+  return Status::ok();
+}
+
+// A step captured for a bucket of `batch` rows runs its padding rows as copies of row 0
+// (uploadInputs repeats row 0's inputs): the same token at the same position, so they write
+// row 0's key and value into row 0's slot again and attend as it does; their results are
+// dropped.
+Status CudaSession::padPagedRows(int64_t batch) {
+  const size_t stride = static_cast<size_t>(pagedRows_.tableWidth + 1);
+  const int64_t rows = pagedRows_.rows;
+  if (batch <= rows)
+    return Status::ok();
+  if (rows < 1 || static_cast<size_t>(batch) > pagedRowsCapacity_)
+    return Status::error("cannot pad " + std::to_string(rows) + " paged rows to " +
+                         std::to_string(batch));
+  for (int64_t r = rows; r < batch; ++r)
+    hostPagedRows_.insert(hostPagedRows_.end(), hostPagedRows_.begin(),
+                          hostPagedRows_.begin() + static_cast<std::ptrdiff_t>(stride));
+  DSRT_RETURN_IF_ERROR(copyToDevice(pagedRows_.data, hostPagedRows_.data(),
+                                    hostPagedRows_.size() * sizeof(int32_t)));
+  pagedRows_.rows = batch;
+  pagedRows_.host = hostPagedRows_.data();
   return Status::ok();
 }
 

@@ -249,10 +249,11 @@ private:
   // The paged cache (CudaPaged.cpp): the pool's shape, and the rows of the next run as
   // attention_*'s PAGED kernels read them (DevicePagedRows), on the host and the device.
   Status initPagedCache();
+  Status padPagedRows(int64_t batch);  // a captured step's bucket
   DevicePagedRows pagedRows_;
   bool pagedRowsSet_ = false;
   std::vector<int32_t> hostPagedRows_;
-  size_t pagedRowsCapacity_ = 0;  // int32 at pagedRows_.data
+  size_t pagedRowsCapacity_ = 0;  // rows at pagedRows_.data
   ops::KvCache hostKvMirror_;  // the fallback's view of the cache
   std::vector<std::vector<float>> hostKvStorage_;
 

@@ -144,6 +144,60 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
   EXPECT_EQ(pagedDecodes, layers.size());
 }
 
+// Decode-only steps (every row sampled) are captured once per bucket of rows and replayed,
+// their padding rows copies of row 0 (rows, table and all); a step with a prompt chunk,
+// which samples some rows only, runs eagerly. Strict: nothing falls back, and the step's
+// output has the caller's rows.
+TEST(CudaPagedSession, DecodeOnlyStepsAreCapturedPerBucket) {
+  PagedFake f;
+  createPaged(f);
+  const std::vector<int32_t> a{0, 3}, b{1}, c{2, 4};
+  auto decodeStep = [&](int64_t advance) {
+    return std::vector<ops::KvPagedRow>{
+        {a.data(), 2, 4 + advance}, {b.data(), 1, 1 + advance}, {c.data(), 2, 5 + advance}};
+  };
+  const int64_t width = f.plan->plan().limits()->max_seq_len() / kBlockSize + 1;
+  for (int64_t advance = 0; advance < 3; ++advance) {
+    const std::vector<ops::KvPagedRow> rows = decodeStep(advance);
+    ASSERT_TRUE(f.session->setPagedRows(rows).isOk());
+    bindRows(*f.session, "step", rows);
+    Status run = f.session->run("step");
+    ASSERT_TRUE(run.isOk()) << run.message();
+    TensorRef logits;
+    ASSERT_TRUE(f.session->output("step", 0, logits).isOk());
+    EXPECT_EQ(logits.shape[0], 3);
+  }
+  // The first run decides, the second captures the bucket of 4 rows, the third replays it.
+  EXPECT_EQ(f.session->stats().graphCaptures, 1u);
+  EXPECT_EQ(f.session->stats().graphReplays, 1u);
+  EXPECT_TRUE(f.session->hasGraph(
+      "step", 4, maskWidthBucket(1, f.plan->plan().limits()->max_seq_len())));
+  // The last rows uploaded: 4, the padding row a copy of row 0.
+  const fake::HostToDevice *rowsCopy = nullptr;
+  for (const fake::HostToDevice &copy : fake::state().hostToDevice)
+    if (copy.bytes == 4 * static_cast<size_t>(width) * sizeof(int32_t))
+      rowsCopy = &copy;
+  ASSERT_NE(rowsCopy, nullptr);
+  const int32_t *uploaded = reinterpret_cast<const int32_t *>(rowsCopy->data.data());
+  EXPECT_EQ(uploaded[0], 6);
+  EXPECT_EQ(std::memcmp(uploaded, uploaded + 3 * width, width * sizeof(int32_t)), 0);
+
+  // A prompt chunk and a decode row, the chunk's last row and the decode row sampled.
+  const std::vector<ops::KvPagedRow> mixed{{a.data(), 2, 7}, {b.data(), 1, 0},
+                                           {b.data(), 1, 1}, {b.data(), 1, 2}};
+  ASSERT_TRUE(f.session->setPagedRows(mixed).isOk());
+  bindRows(*f.session, "step", mixed);
+  std::vector<int64_t> sampled{0, 3};
+  const dsp::Program *step = f.session->program("step");
+  for (size_t i = 0; i < step->inputs()->size(); ++i)
+    if (f.plan->plan().tensors()->Get(step->inputs()->Get(i))->name()->str() == "logits_rows")
+      ASSERT_TRUE(f.session->setInput("step", i, {DType::I64, {2}, sampled.data()}).isOk());
+  Status run = f.session->run("step");
+  ASSERT_TRUE(run.isOk()) << run.message();
+  EXPECT_EQ(f.session->stats().graphCaptures, 1u);
+  EXPECT_EQ(f.session->stats().graphReplays, 1u);
+}
+
 TEST(CudaPagedSession, BadRowsAreRefusedByName) {
   PagedFake f;
   createPaged(f);

@@ -1,7 +1,7 @@
-// What tfm.attention's two launchers share (AttentionOps.cpp: the dense cache, I/O mode and
-// cross-attention; AttentionPagedOps.cpp: the serving engine's paged cache): the step's
-// heads, the checks of the plan's kernel constants, and the step as the dense launcher has
-// read it, which the paged launcher takes over.
+// What tfm.attention's launchers share (AttentionOps.cpp: the dense cache, I/O mode and
+// cross-attention; AttentionPagedOps.cpp: the serving engine's paged cache;
+// AttentionDecodeOps.cpp: the split-KV decode kernel both run): the step's heads, the checks
+// of the plan's kernel constants, and a one-token-per-row step as the dense launcher read it.
 #ifndef DSRT_CUDA_OPS_ATTENTIONLAUNCH_H
 #define DSRT_CUDA_OPS_ATTENTIONLAUNCH_H
 
@@ -33,31 +33,52 @@ Status checkConstant(StepContext &context, size_t slot, const char *name, int64_
 Status positiveConstant(StepContext &context, size_t slot, const char *name, int64_t limit,
                         int64_t &out, int64_t absent = -1);
 
-// The attention_decode grid's block rows: one per query head, or (GROUP_HEADS) one per run
-// of up to that many query heads of one KV head, ceil(group / GROUP_HEADS) runs for each
-// KV head the rank's query heads read.
-int64_t decodeBlockRows(const Heads &h, int64_t groupHeads);
+// The kernels' rotary frequencies parameter (dsc_rotary_frequencies) from the step.
+Status rotaryFrequencies(StepContext &context, std::vector<float> &frequencies);
 
-// A step of the serving engine's `step` program as the dense launcher read and checked it
-// (its attributes, inputs and the constants of slots 0 and 1), for the paged launcher. The
-// kernel constants a decode kernel must have are the expected values (-1: absent).
-struct PagedStep {
+// The q/k norms' kind (the kernels' QK_NORM: 1 per head, 2 over all heads, 3 per head after
+// the rotation) and epsilon, from their scales (inputs 8 and 9) and the step's attributes.
+Status readQkNorms(StepContext &context, const DeviceTensor *queryNorm,
+                   const DeviceTensor *keyNorm, const Heads &h, int64_t &qkNormKind,
+                   float &qkNormEpsilon);
+
+// A step that attends one new token per row (a decode step over the dense cache, or any
+// step over the paged one) as the dense launcher read and checked it: its attributes,
+// inputs and the constants of slots 0 and 1. The constants a decode kernel must have are the
+// expected values (-1: absent).
+struct TokenStep {
   Heads h;
   int64_t batch = 0, cacheLayer = -1;
   DType cacheType = DType::F32;
   bool packed = false, rotary = false, interleaved = false, causal = false, alibi = false;
-  int64_t rotaryDim = 0, window = 0, positionType = 0;
+  int64_t rotaryDim = 0, window = 0, positionType = 0, maskType = 0;
   int64_t softcapBits = -1, qkNormKind = -1, kvDtype = -1, outDtype = -1;
   int64_t unattendedCausal = 0, unattendedZero = -1;
   float scale = 1.0f, qkNormEpsilon = 0.0f;
   std::vector<float> frequencies;  // dsc_rotary_frequencies: the factor, then the table
-  DevicePtr query = 0, key = 0, value = 0, positions = 0, out = 0;
+  DevicePtr query = 0, key = 0, value = 0, positions = 0, out = 0, mask = 0;
   DevicePtr queryNorm = 0, keyNorm = 0;
 };
 
+// Where attention_decode reads the keys and values: [batch (or blocks), KH, rows, D] at
+// these strides, `keys` positions a sequence may have; the dense cache's lengths, or the
+// paged cache's rows (DevicePagedRows: PAGED's three parameters).
+struct DecodeCache {
+  DevicePtr keys = 0, values = 0, lengths = 0;
+  long long batchStride = 0, headStride = 0;
+  int64_t rows = 0;
+  const DevicePagedRows *paged = nullptr;
+};
+
+// The split-KV decode kernel of `slot` over `cache` (grid sized for all of its rows, so a
+// captured graph stays right), merged in its last block (FUSED_COMBINE) or, in plans from
+// before it, by attention_combine in `combineSlot` (AttentionDecodeOps.cpp).
+Status launchDecode(StepContext &context, size_t slot, TokenStep &step, DecodeCache &cache,
+                    bool fusedCombine, size_t combineSlot);
+
 // Slots 3 and 4 (AttentionRules.cpp): every row's key and value written into its block,
 // then each row's attention over its sequence through its block table.
-Status runPagedAttention(StepContext &context, PagedStep &step);
+Status runPagedAttention(StepContext &context, TokenStep &step);
 
 } // namespace dsrt::cuda::attention
 

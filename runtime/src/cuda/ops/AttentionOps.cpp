@@ -25,6 +25,8 @@
 // attention_rotary and, for a decode step, attention_decode (QK_NORM 1 or 2; 3: per head,
 // the scales after the rotation). A session cache of f16 or bf16 (cache_dtype, the layer's
 // dtype) is the kernels' KV_DTYPE: they round keys and values into it.
+// What the launchers share (heads, constant checks, q/k norms, the split-KV decode launch) is
+// AttentionLaunch.cpp; the serving engine's paged cache is AttentionPagedOps.cpp.
 #include "cuda/GpuOps.h"
 #include "cuda/ops/AttentionLaunch.h"
 
@@ -70,16 +72,8 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "alibi", 0, alibi));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "window", 0, window));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_dim", 0, rotaryDim));
-  // The kernel's dsc_rotary_frequencies parameter: the attention factor, then
-  // ROTARY_DIM / 2 inverse frequencies (one when off).
   std::vector<float> frequencies;
-  float attentionFactor = 1.0f;
-  if (Status status = ops::rotaryInverseFrequencies(attrs, frequencies); !status)
-    return context.error(status.message());
-  if (Status status = ops::rotaryAttentionFactor(attrs, attentionFactor); !status)
-    return context.error(status.message());
-  frequencies.resize(std::max<size_t>(frequencies.size(), 1), 0.0f);
-  frequencies.insert(frequencies.begin(), attentionFactor);
+  DSRT_RETURN_IF_ERROR(rotaryFrequencies(context, frequencies));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "rotary_interleaved", 0, interleaved));
   DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "cache_layer", -1, cacheLayer));
   DSRT_RETURN_IF_ERROR(ops::getString(attrs, "unattended", "all", unattended));
@@ -137,34 +131,9 @@ Status runAttention(StepContext &context) {
       context.inputCount() > kKeyNormScale ? context.input(kKeyNormScale) : nullptr;
   const bool qkNorm = queryNorm || keyNorm;
   float qkNormEpsilon = 0.0f;
-  // Per head (QK_NORM 1: scales [D]) or over all of a token's query or key heads (2:
-  // [H * D] and [KH * D], OLMo-2's).
   int64_t qkNormKind = -1;
-  if (qkNorm) {
-    auto sized = [&](const DeviceTensor *scale, int64_t features) {
-      return scale && scale->dtype == DType::F32 && scale->shape == Shape{features};
-    };
-    if (sized(queryNorm, D) && sized(keyNorm, D))
-      qkNormKind = 1;
-    else if (sized(queryNorm, H * D) && sized(keyNorm, KH * D))
-      qkNormKind = 2;
-    else
-      return context.error("the q/k norms need f32 scales [", D, "] each, or [", H * D,
-                           "] and [", KH * D, "] (inputs 8 and 9)");
-    // The scales after the rotation (HunYuan-Dense's): QK_NORM 3, per head only.
-    int64_t afterRotary = 0;
-    DSRT_RETURN_IF_ERROR(ops::getInt(attrs, "qk_norm_after_rotary", 0, afterRotary));
-    if (afterRotary != 0) {
-      if (qkNormKind != 1)
-        return context.error("q/k norms after the rotary need scales of [", D, "]");
-      qkNormKind = 3;
-    }
-    if (!attrs.count("qk_norm_epsilon"))
-      return context.error("the q/k norms need qk_norm_epsilon");
-    DSRT_RETURN_IF_ERROR(ops::getFloat(attrs, "qk_norm_epsilon", 0.0f, qkNormEpsilon));
-    if (!(qkNormEpsilon >= 0) || !std::isfinite(qkNormEpsilon))
-      return context.error("qk_norm_epsilon must be finite and >= 0, not ", qkNormEpsilon);
-  }
+  if (qkNorm)
+    DSRT_RETURN_IF_ERROR(readQkNorms(context, queryNorm, keyNorm, h, qkNormKind, qkNormEpsilon));
   if (cross && (causal || window > 0 || rotaryDim > 0 || pastKey ||
                 (cacheLayer >= 0 && !crossKeys) || (allKvHeads && context.outputCount() != 1)))
     return context.error(SK, " keys of ", allKvHeads ? "every head" : "another sequence",
@@ -249,43 +218,49 @@ Status runAttention(StepContext &context) {
   if (halfOutput && (!sessionCache || crossKeys || bias))
     return context.error("a ", dtypeName(out.dtype), " output needs the session's KV cache, "
                          "and no cross-attention or bias");
+  // A step of one token per row over the session's cache: the decode kernel's, dense or
+  // paged (AttentionLaunch.h).
+  TokenStep token;
+  if (sessionCache) {
+    token.h = h;
+    token.batch = B;
+    token.cacheLayer = cacheLayer;
+    token.cacheType = cacheType;
+    token.packed = packed != 0;
+    token.rotary = rotary;
+    token.interleaved = interleaved != 0;
+    token.causal = causal != 0;
+    token.alibi = alibi != 0;
+    token.rotaryDim = rotaryDim;
+    token.window = window;
+    token.positionType = rotary ? static_cast<int64_t>(positions->dtype) : 0;
+    token.maskType = maskType;
+    token.softcapBits = softcapBits;
+    token.qkNormKind = qkNormKind;
+    token.kvDtype = kvDtypeConstant;
+    token.outDtype = outDtypeConstant;
+    token.unattendedCausal = unattendedCausal;
+    token.unattendedZero = unattendedZero;
+    token.scale = scale;
+    token.qkNormEpsilon = qkNormEpsilon;
+    token.frequencies = frequencies;
+    token.query = query->data;
+    token.key = packed ? query->data + static_cast<DevicePtr>(H * D) * sizeof(float) : key->data;
+    token.value =
+        packed ? query->data + static_cast<DevicePtr>((H + KH) * D) * sizeof(float) : value->data;
+    token.positions = rotary ? positions->data : 0;
+    token.out = out.data;
+    token.mask = mask ? mask->data : 0;
+    token.queryNorm = qkNorm ? queryNorm->data : 0;
+    token.keyNorm = qkNorm ? keyNorm->data : 0;
+  }
   if (sessionCache && context.pagedRows()) {
     // The engine's block pool: AttentionPagedOps.cpp.
     if (crossKeys || bias || S != 1)
       return context.error("the paged KV cache takes one new token per row of a "
                            "self-attention without a bias, not ", S, " tokens",
                            crossKeys ? " of a cross-attention" : "", bias ? " with a bias" : "");
-    PagedStep paged;
-    paged.h = h;
-    paged.batch = B;
-    paged.cacheLayer = cacheLayer;
-    paged.cacheType = cacheType;
-    paged.packed = packed != 0;
-    paged.rotary = rotary;
-    paged.interleaved = interleaved != 0;
-    paged.causal = causal != 0;
-    paged.alibi = alibi != 0;
-    paged.rotaryDim = rotaryDim;
-    paged.window = window;
-    paged.positionType = rotary ? static_cast<int64_t>(positions->dtype) : 0;
-    paged.softcapBits = softcapBits;
-    paged.qkNormKind = qkNormKind;
-    paged.kvDtype = kvDtypeConstant;
-    paged.outDtype = outDtypeConstant;
-    paged.unattendedCausal = unattendedCausal;
-    paged.unattendedZero = unattendedZero;
-    paged.scale = scale;
-    paged.qkNormEpsilon = qkNormEpsilon;
-    paged.frequencies = frequencies;
-    paged.query = query->data;
-    paged.key = packed ? query->data + static_cast<DevicePtr>(H * D) * sizeof(float) : key->data;
-    paged.value =
-        packed ? query->data + static_cast<DevicePtr>((H + KH) * D) * sizeof(float) : value->data;
-    paged.positions = rotary ? positions->data : 0;
-    paged.out = out.data;
-    paged.queryNorm = qkNorm ? queryNorm->data : 0;
-    paged.keyNorm = qkNorm ? keyNorm->data : 0;
-    return runPagedAttention(context, paged);
+    return runPagedAttention(context, token);
   }
   if (sessionCache) {
     const DeviceKvLayer *layer = context.kvLayer(cacheLayer);
@@ -515,65 +490,8 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(
         checkConstant(context, mergeSlot, "UNATTENDED_CAUSAL", unattendedCausal));
     DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "UNATTENDED_ZERO", unattendedZero));
-    int64_t splitKeys = 0;
-    DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "SPLIT_KEYS", 1 << 20, splitKeys));
-    DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "SPLIT_KEYS", splitKeys));
-    // Sized for the capacity, not this run's length: a captured graph replays this grid.
-    const int64_t maxSplits = (kvRows + splitKeys - 1) / splitKeys;
-    const int64_t slots = B * H * maxSplits;
-    DevicePtr partial = 0;
-    DSRT_RETURN_IF_ERROR(
-        context.scratch(static_cast<size_t>(slots * (D + 2)) * sizeof(float), partial));
-    DevicePtr partialOut = partial;
-    DevicePtr partialMax = partialOut + static_cast<DevicePtr>(slots * D) * sizeof(float);
-    DevicePtr partialSum = partialMax + static_cast<DevicePtr>(slots) * sizeof(float);
-    int maxSplitsArg = static_cast<int>(maxSplits);
-    // A block row per query head, or (GROUP_HEADS) per run of up to that many query heads
-    // of one KV head: ceil(group / GROUP_HEADS) runs for each KV head the rank's query
-    // heads read.
-    int64_t groupHeads = 0;
-    DSRT_RETURN_IF_ERROR(positiveConstant(context, kDecodeSlot, "GROUP_HEADS", 1024,
-                                          groupHeads, /*absent=*/1));
-    const int64_t blockRows = decodeBlockRows(h, groupHeads);
-    if (blockRows > kMaxGridYZ)
-      return context.error(blockRows, " block rows of heads exceed the grid's limit of ",
-                           kMaxGridYZ);
-    // One arrival count per (block row, sequence), zero between launches: the kernel's
-    // merging block resets its own.
-    DevicePtr arrivals = 0;
-    if (fusedCombine)
-      DSRT_RETURN_IF_ERROR(
-          context.arrivalCounters(static_cast<size_t>(B * blockRows), arrivals));
-    {
-      // The query, key and value inputs' floats per token (a joined row when packed).
-      long long queryStride = packed ? (H + 2 * KH) * D : H * D;
-      long long kvStride = packed ? (H + 2 * KH) * D : KH * D;
-      void *args[] = {&outData,     &keys,          &values,      &batchStride, &headStride,
-                      &capacity,    &maskData,      &lengths,     &partialOut,  &partialMax,
-                      &partialSum,  &maxSplitsArg,  &headsArg,    &headOffset,  &kvHeadOffset,
-                      &group,       &globalHeads,   &scaleArg,    &queryData,   &keyData,
-                      &valueData,   &queryStride,   &kvStride,    &positionData,
-                      frequencies.data(), &outData,   &arrivals,    &queryNormData,
-                      &keyNormData, &qkNormEpsilon};
-      Dim3 grid, block;
-      grid.x = static_cast<unsigned>(maxSplits);
-      grid.y = static_cast<unsigned>(blockRows);
-      grid.z = static_cast<unsigned>(B);
-      block.x = attentionBlock;
-      DSRT_RETURN_IF_ERROR(context.launch(kDecodeSlot, grid, block, 0, args));
-    }
-    if (!fusedCombine) {
-      void *args[] = {&outData,   &partialOut,  &partialMax, &partialSum,
-                      &maxSplitsArg, &values,   &batchStride, &headStride,
-                      &capacity,  &lengths,     &headsArg,   &headOffset,
-                      &kvHeadOffset, &group};
-      Dim3 grid, block;
-      grid.x = static_cast<unsigned>(H);
-      grid.y = static_cast<unsigned>(B);
-      block.x = static_cast<unsigned>(std::clamp<int64_t>((D + 31) / 32 * 32, 32, 256));
-      DSRT_RETURN_IF_ERROR(context.launch(kCombineSlot, grid, block, 0, args));
-    }
-    return Status::ok();
+    DecodeCache cache{keys, values, lengths, kvBatchStride, kvHeadStride, kvRows, nullptr};
+    return launchDecode(context, kDecodeSlot, token, cache, fusedCombine, kCombineSlot);
   }
 
   // The parameters the kernel has: BIAS's four, and OUT_DT's query rows, only with them.
