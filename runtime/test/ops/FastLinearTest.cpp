@@ -183,6 +183,11 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
                        8 * std::ldexp(1.0, -24) * std::fabs(want[r * c.out + o]) + 1e-30;
         if (quantizesActivations(c))
           bound += 1.13 * activationQuantization(xv + r * c.in, w.value.data() + o * c.in, c.in);
+        // x rounded to bf16, and the weights where they are not bf16: each within 2^-8
+        // relative (bf16's unit roundoff: 8 significant bits), so each product within
+        // 2^-7 + 2^-16 (times GELU's slope, at most 1.13).
+        if (ops::fast::bf16PromptGemm(c.dtype, c.rows))
+          bound += 1.13 * (std::ldexp(1.0, -7) + std::ldexp(1.0, -16)) * magnitude;
         ASSERT_LE(std::fabs(got[r * c.out + o] - want[r * c.out + o]), bound)
             << op << " row " << r << " feature " << o << ": fast " << got[r * c.out + o]
             << ", reference " << want[r * c.out + o];
@@ -533,7 +538,16 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
                     : cap == "avx2" || !avx512                ? "avx2"
                     : cap != "avx512-vnni" || !vnni           ? "avx512"
                                                               : "avx512-vnni";
-  std::string expected = std::string(env("DSRT_DNNL") == "none" ? "" : "onednn sgemm + ") + isa;
+  const bool dnnl = env("DSRT_DNNL") != "none";
+  std::string expected = std::string(dnnl ? "onednn sgemm + " : "");
+  // Prompts' GEMMs in bf16: asked for, or of bf16 weights where the CPU has bf16 products.
+  const bool bf16Products =
+      __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  if (dnnl && env("DSRT_PREFILL_GEMM") == "bf16")
+    expected += "bf16 prompt gemm + ";
+  else if (dnnl && bf16Products && env("DSRT_PREFILL_GEMM") != "f32")
+    expected += "bf16 prompt gemm of bf16 weights + ";
+  expected += isa;
   // int4 decode multiplies int8 activations where the CPU has VNNI and the kernels are not
   // capped below AVX-512, unless DSRT_INT4_ACTIVATIONS=f32 (ctest's dsrt-ops-fast-int4-f32).
   if (vnni && (isa == "avx512" || isa == "avx512-vnni") && env("DSRT_INT4_ACTIVATIONS") != "f32")

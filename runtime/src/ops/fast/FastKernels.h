@@ -131,6 +131,12 @@ const char *linearKernelsDescription();
 // rows, groups of whole 32-input blocks, unless DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows);
 
+// Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
+// bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of
+// bf16 weights where the CPU has AVX-512 BF16 or AMX, or of any float weights with
+// DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs").
+bool bf16PromptGemm(DType weights, int64_t rows);
+
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
 // (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or
 // "avx512-vnni" (AVX-512F+BW+VNNI: int8 weights multiply int8-quantized activations,

@@ -138,11 +138,15 @@ const detail::IsaKernels &isa() {
   return chosen;
 }
 
-// oneDNN's row-major sgemm, and libgomp's thread count where oneDNN runs on OpenMP.
+// oneDNN's row-major sgemm and bf16 x bf16 -> f32 GEMM, and libgomp's thread count where
+// oneDNN runs on OpenMP.
 using SgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
                         const float *, int64_t, float, float *, int64_t);
+using GemmBf16Fn = int (*)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *,
+                           int64_t, const uint16_t *, int64_t, float, float *, int64_t);
 struct OneDnn {
   SgemmFn sgemm = nullptr;
+  GemmBf16Fn gemmBf16 = nullptr;
   int (*ompMaxThreads)() = nullptr;
   void (*ompSetThreads)(int) = nullptr;
 };
@@ -163,6 +167,8 @@ const OneDnn &oneDnn() {
     if (!library.handle)
       return;
     loaded.sgemm = reinterpret_cast<SgemmFn>(dlsym(library.handle, "dnnl_sgemm"));
+    loaded.gemmBf16 =
+        reinterpret_cast<GemmBf16Fn>(dlsym(library.handle, "dnnl_gemm_bf16bf16f32"));
     loaded.ompMaxThreads =
         reinterpret_cast<int (*)()>(dlsym(library.handle, "omp_get_max_threads"));
     loaded.ompSetThreads =
@@ -181,6 +187,58 @@ void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a,
   dnn.sgemm('N', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   if (saved != 1)
     dnn.ompSetThreads(saved);
+}
+
+// The same product in bf16 (f32 sums): a and b are bf16 rows.
+void gemmBf16NT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const uint16_t *a,
+                int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
+  int saved = dnn.ompMaxThreads && dnn.ompSetThreads ? dnn.ompMaxThreads() : 1;
+  if (saved != 1)
+    dnn.ompSetThreads(1);
+  dnn.gemmBf16('N', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (saved != 1)
+    dnn.ompSetThreads(saved);
+}
+
+// f32 to bf16, rounded to nearest even (NaN kept a NaN): a loop the compiler vectorises.
+void roundToBf16(const float *from, int64_t count, uint16_t *to) {
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, from + i, sizeof bits);
+    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    to[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded);
+  }
+}
+
+// Prompts' GEMMs in bf16 (docs/cpu-backend.md, "bf16 GEMMs"): x rounded to bf16 once per
+// call, the weights as stored where they are bf16, else each tile rounded. By default for
+// bf16 weights where the CPU multiplies bf16 natively (AVX-512 BF16 or AMX), since their
+// products then cost half of f32's; DSRT_PREFILL_GEMM=bf16 asks for it on f32 and f16
+// weights too (x and the weights each rounded to 8 significant bits, within 2^-8 relative
+// each, so each product within 2^-7; sums in f32), =f32 never.
+enum class PrefillGemm { F32, Bf16ForBf16Weights, Bf16 };
+PrefillGemm prefillGemm() {
+  static const PrefillGemm chosen = [] {
+    const char *mode = std::getenv("DSRT_PREFILL_GEMM");
+    const std::string asked = mode ? mode : "";
+    if (asked == "f32" || !oneDnn().gemmBf16)
+      return PrefillGemm::F32;
+    if (asked == "bf16")
+      return PrefillGemm::Bf16;
+    __builtin_cpu_init();
+    const bool native = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+    return native ? PrefillGemm::Bf16ForBf16Weights : PrefillGemm::F32;
+  }();
+  return chosen;
+}
+
+bool prefillInBf16(DType weights) {
+  switch (prefillGemm()) {
+  case PrefillGemm::Bf16: return weights == DType::F32 || weights == DType::F16 || weights == DType::BF16;
+  case PrefillGemm::Bf16ForBf16Weights: return weights == DType::BF16;
+  default: return false;
+  }
 }
 
 // Rows of x up to which dotRows' blocks beat oneDNN's sgemm, measured on the development
@@ -223,6 +281,10 @@ bool int4VnniAvailable() {
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
   return int4VnniAvailable() && rows >= 1 && rows <= 64 && groupSize > 0 &&
          groupSize % 32 == 0;
+}
+
+bool bf16PromptGemm(DType weights, int64_t rows) {
+  return rows > ownKernelRows(weights) && oneDnn().sgemm && prefillInBf16(weights);
 }
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
@@ -303,6 +365,40 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
   }
   int64_t tiles = (out + kTileRows - 1) / kTileRows;
   int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, kTileRows * in * rows));
+  if (prefillInBf16(w.dtype)) {
+    // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
+    thread_local std::vector<uint16_t> narrowX;
+    narrowX.resize(static_cast<size_t>(rows * in));
+    uint16_t *xb = narrowX.data();
+    parallelFor(rows, std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, in)),
+                [&](int64_t begin, int64_t end) {
+                  roundToBf16(x + begin * in, (end - begin) * in, xb + begin * in);
+                });
+    parallelFor(tiles, grain, [&](int64_t begin, int64_t end) {
+      int64_t first = begin * kTileRows, last = std::min(out, end * kTileRows);
+      if (w.dtype == DType::BF16) {
+        gemmBf16NT(dnn, rows, last - first, in, xb, in,
+                   static_cast<const uint16_t *>(w.data) + first * in, in, y + first, out);
+      } else {
+        thread_local std::vector<float> wide;
+        thread_local std::vector<uint16_t> tile;
+        wide.resize(static_cast<size_t>(kTileRows * in));
+        tile.resize(wide.size());
+        for (int64_t t = first; t < last; t += kTileRows) {
+          int64_t count = std::min(kTileRows, last - t);
+          const float *rowsF32 = static_cast<const float *>(w.data) + t * in;
+          if (w.dtype != DType::F32) {
+            isa().widenRows(w, t, count, wide.data());
+            rowsF32 = wide.data();
+          }
+          roundToBf16(rowsF32, count * in, tile.data());
+          gemmBf16NT(dnn, rows, count, in, xb, in, tile.data(), in, y + t, out);
+        }
+      }
+      epilogue(first, last);
+    });
+    return;
+  }
   parallelFor(tiles, grain, [&](int64_t begin, int64_t end) {
     int64_t first = begin * kTileRows, last = std::min(out, end * kTileRows);
     if (w.dtype == DType::F32) {
@@ -323,7 +419,11 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 
 const char *linearKernelsDescription() {
   static const std::string description =
-      std::string(oneDnn().sgemm ? "onednn sgemm + " : "") + isa().name +
+      std::string(oneDnn().sgemm ? "onednn sgemm + " : "") +
+      (prefillGemm() == PrefillGemm::Bf16               ? "bf16 prompt gemm + "
+       : prefillGemm() == PrefillGemm::Bf16ForBf16Weights ? "bf16 prompt gemm of bf16 weights + "
+                                                         : "") +
+      isa().name +
       (int4VnniAvailable() ? " (int4 decode: avx512-vnni, int8 activations)" : "");
   return description.c_str();
 }
