@@ -8,11 +8,13 @@
 //   2 convert_activations  the input to the weight dtype, where they differ (f32
 //                          activations to f16/bf16 weights; a half input, the plan's
 //                          activation dtype, to another: XT)
-// int8 weights with scales (tfm.linear, and tfm.lm_head, whose scales take tfm.linear's
-// position 3; docs/cuda-backend.md, "int8 linears"):
-//   0 gemv                 as above, dequantizing inside (WT 8, SDT, GS)
+// int8 and int4 weights with scales (tfm.linear, and tfm.lm_head, whose scales take
+// tfm.linear's position 3; docs/cuda-backend.md, "int8 linears" and "int4 linears"; an int4
+// weight is u8 [out, in / 2], two codes a byte, and K is the in-feature count):
+//   0 gemv                 as above, dequantizing inside (WT 8 or 9, SDT, GS)
 //   1 linear_epilogue      as above
-//   2 dequantize_int8      rows > 8: w^ = q * scale into scratch, in the scales' dtype
+//   2 dequantize_int8 / dequantize_int4
+//                          rows > 8: w^ = q * scale into scratch, in the scales' dtype
 //   3 convert_activations  f32 activations to the scales' dtype (f16/bf16 scales only)
 // A linear with a norm prologue (tfm.linear `norm`, dsc-fuse-norm-prologue) has one more,
 // last: rms_norm or layer_norm, the norm step's kernel, which normalises the input into
@@ -67,8 +69,10 @@ constexpr int64_t kReferenceGemvBlocks = 4 * 132;
 // rows) 2, 4 or 8, while each warp's part of a row keeps at least 32 16-byte loads (one per
 // lane). A compile-time constant, so that each part has a known length.
 int64_t gemvSplits(int64_t features, int64_t k, DType weightType) {
-  const int64_t perLoad =
-      weightType == DType::I8 ? 16 : 16 / static_cast<int64_t>(dsrt::dtypeSize(weightType));
+  const int64_t perLoad = weightType == DType::U8 ? 32  // int4: two codes a byte
+                          : weightType == DType::I8
+                              ? 16
+                              : 16 / static_cast<int64_t>(dsrt::dtypeSize(weightType));
   const int64_t loads = k / std::max<int64_t>(perLoad, 1);
   constexpr int64_t kWarpsPerBlock = 8;
   int64_t splits = 1;
@@ -115,45 +119,53 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   }
   const DType weightType = in.deviceDType(*weight);
   const dsp::TensorT *scales = in.input(kScales);
-  if (weightType == DType::U8 && scales) {
-    reason = "int4 weights (docs/int4.md) have no generated kernel yet";
+  // int4 (docs/int4.md): u8 [out, in / 2] beside its scales, two codes a byte. int8 and int4
+  // share the quantized kernels' constants and slots.
+  const bool int4 = weightType == DType::U8 && scales;
+  const bool quantized = weightType == DType::I8 || int4;
+  const char *kind = int4 ? "int4" : "int8";
+  if (quantized != (scales != nullptr)) {
+    reason = weightType == DType::I8
+                 ? "the int8 weight has no scales"
+                 : std::string("has scales beside a ") + dsrt::dtypeName(weightType) +
+                       " weight (scales belong to int8 and int4 weights)";
     return false;
   }
-  const bool int8 = weightType == DType::I8;
-  if (int8 != (scales != nullptr)) {
-    reason = int8 ? "the int8 weight has no scales"
-                  : std::string("has scales beside a ") + dsrt::dtypeName(weightType) +
-                        " weight (scales belong to int8 weights)";
-    return false;
-  }
-  if (!int8 && !isStoredFloat(weightType)) {
+  if (!quantized && !isStoredFloat(weightType)) {
     reason = std::string("the weight is stored as ") + dsrt::dtypeName(weightType);
     return false;
   }
-  const int64_t k = in.staticDim(*weight, 1);
+  const int64_t storedK = in.staticDim(*weight, 1);
+  const int64_t k = int4 && storedK > 0 ? 2 * storedK : storedK;
   if (k <= 0 || in.staticDim(*in.input(kInput), -1) != k) {
-    reason = "the in-feature count is dynamic (or disagrees between input and weight)";
+    reason = int4 ? "the int4 weight's bytes are not [out, in / 2] of the input's in-features"
+                  : "the in-feature count is dynamic (or disagrees between input and weight)";
     return false;
   }
-  // int8: the scales' stored dtype (that of the GEMM path's dequantized weight) and the
+  // int8 and int4: the scales' stored dtype (that of the GEMM path's dequantized weight) and the
   // group size, which is the same on every tensor-parallel rank; one group per row is GS 0,
   // since an uneven rank's rows are shorter than rank 0's.
   DType scaleType = DType::F32;
   int64_t groupSize = 0;
-  if (int8) {
+  if (quantized) {
     scaleType = in.deviceDType(*scales);
     if (!isStoredFloat(scaleType)) {
-      reason = std::string("the int8 scales are stored as ") + dsrt::dtypeName(scaleType) +
-               ", not a float dtype";
+      reason = std::string("the ") + kind + " scales are stored as " +
+               dsrt::dtypeName(scaleType) + ", not a float dtype";
       return false;
     }
     const int64_t groups = scales->shape.size() == 2 ? in.staticDim(*scales, 1) : -1;
     if (groups <= 0 || k % groups != 0 || in.staticDim(*scales, 0) != in.staticDim(*weight, 0)) {
-      reason = "the int8 scales are not a static [out, groups] with groups dividing " +
-               std::to_string(k);
+      reason = std::string("the ") + kind +
+               " scales are not a static [out, groups] with groups dividing " + std::to_string(k);
       return false;
     }
     groupSize = groups == 1 ? 0 : k / groups;
+    if (int4 && groupSize % 2 != 0) {
+      reason = "the int4 groups of " + std::to_string(groupSize) + " are odd (two codes share a "
+               "byte)";
+      return false;
+    }
   }
   // gemv indexes rows of x with int: rows (<= 8) * K must fit.
   if (k > (int64_t(1) << 27)) {
@@ -194,7 +206,7 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
 
   const int64_t wt = static_cast<int64_t>(weightType);
   KernelSpec gemv{"gemv", {{"K", k}, {"WT", wt}}};
-  if (int8) {
+  if (quantized) {
     gemv.constants.push_back({"SDT", static_cast<int64_t>(scaleType)});
     gemv.constants.push_back({"GS", groupSize});
   }
@@ -264,11 +276,11 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
   }
   kernels.push_back(std::move(gemv));
   kernels.push_back(std::move(epilogue));
-  // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 the
-  // scales' (the dequantized weight's).
-  const DType gemmType = int8 ? scaleType : weightType;
-  if (int8)
-    kernels.push_back({"dequantize_int8",
+  // The GEMM multiplies in the dtype of its weight operand: the stored one, or for int8 and
+  // int4 the scales' (the dequantized weight's).
+  const DType gemmType = quantized ? scaleType : weightType;
+  if (quantized)
+    kernels.push_back({int4 ? "dequantize_int4" : "dequantize_int8",
                        {{"SDT", static_cast<int64_t>(scaleType)}, {"GS", groupSize}}});
   // The input in the GEMM's dtype: none where it already is (an f32 input to f32 weights,
   // or the half activation dtype to weights of that dtype).

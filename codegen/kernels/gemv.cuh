@@ -10,20 +10,22 @@
 // otherwise. The vector path needs every weight row 16-byte aligned (k a multiple of the
 // vector width and an aligned base); otherwise every load is scalar.
 //
-// int8 weights (WT 8; docs/cuda-backend.md, "int8 linears"): w^[n, k] = q[n, k] *
-// scales[n, k / group], scales [n, groups] of dtype SDT. The 16 weights of one load share
-// one scale when GS is a multiple of 16, so a lane reads one scale per 16-byte chunk, sums
-// q·x over the chunk and scales the sum; with one group per row (GS 0) the scale is applied
-// once, after the warp's reduction. Any other GS takes the scalar path (one scale per
-// element). Either way int8 reads half the weight bytes of f16.
+// int8 and int4 weights (WT 8 and 9; docs/cuda-backend.md, "int8 linears" and "int4
+// linears"; the weights section below reads them): w^[n, k] = q[n, k] * scales[n, k /
+// group], scales [n, groups] of dtype SDT. The weights of one load (16 int8, 32 int4) share one scale when
+// GS is a multiple of them, so a lane reads one scale per load, sums q·x over it and scales
+// the sum; with one group per row (GS 0) the scale is applied once, after the warp's
+// reduction. Any other GS takes the scalar path (one scale per element). int8 reads half
+// the weight bytes of f16, int4 a quarter.
 //
 // Constants: K (the plan's in-feature count), WT (weight dtype: 1 f32, 2 f16, 3 bf16, 8
-// int8), ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype; 1 without a bias),
-// HAS_RESIDUAL (0/1), GATED (0/1, present only when 1: w is a joined [gate; up] of 2 * n_out
-// rows and y = act(gate) * up, tfm.linear's `gated`); int8 weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and
-// GS (the group size along k, the same on every tensor-parallel rank; 0: one group per row,
-// whatever the run's k); SPLIT_K (1, 2, 4 or 8 warps per output feature, in every plan's
-// kernels since it exists; see gemv_features).
+// int8, 9 int4 as its stored u8), ACT (DSC_ACT_*), HAS_BIAS (0/1), BIAS_DT (the bias dtype;
+// 1 without a bias), HAS_RESIDUAL (0/1), GATED (0/1, present only when 1: w is a joined
+// [gate; up] of 2 * n_out rows and y = act(gate) * up, tfm.linear's `gated`); int8 and int4
+// weights only: SDT (the scales' dtype: 1 f32, 2 f16, 3 bf16) and GS (the group size along
+// k, the same on every tensor-parallel rank; 0: one group per row, whatever the run's k);
+// SPLIT_K (1, 2, 4 or 8 warps per output feature, in every plan's kernels since it exists;
+// see gemv_features).
 // x, residual and y are f32; x is [rows, k], y [rows, n_out]. blockDim.x must be a multiple
 // of 32. XT (2 f16, 3 bf16; last, only where the step's input is the plan's half activation
 // dtype, dsc-activation-dtype) is x's dtype: staged rows are widened into shared memory as
@@ -39,6 +41,108 @@
 // passes normalize 0.
 #include "dsc_common.cuh"
 
+// ---- Reading the weight of dtype WT: a 16-byte load unpacked to f32 (the vector path) or
+// one weight at a time (the scalar path). ----
+//
+// Quantized weights (GEMV_QUANTIZED; scales [n, groups] of dtype SDT, group size GS along k,
+// 0 for one group per row):
+//   int8 (WT 8): w^[n, k] = q[n, k] * scale; q is [n, k] of i8.
+//   int4 (WT 9, the plan's u8 [n, k / 2]; docs/int4.md): two codes per byte, the even input
+//     in the low nibble, w^[n, k] = (code - 8) * scale: ONNX Runtime's MatMulNBits layout
+//     without zero points, so one 16-byte load is 32 weights and k must be even.
+// The unpacked values are the integers (q, code - 8), unscaled: the callers scale each
+// load's sum, or the row's once (GS 0).
+#ifndef DSC_DT_I8
+#define DSC_DT_I8 8
+#endif
+#ifndef DSC_DT_U4
+#define DSC_DT_U4 9  // the stored dtype u8 (schemas/plan.fbs), read as two int4 codes a byte
+#endif
+#define GEMV_QUANTIZED (WT == DSC_DT_I8 || WT == DSC_DT_U4)
+
+#ifndef SDT
+#define SDT DSC_DT_F32  // float weights have no scales
+#endif
+#ifndef GS
+#define GS 0
+#endif
+#if GEMV_QUANTIZED && !(SDT == DSC_DT_F32 || SDT == DSC_DT_F16 || SDT == DSC_DT_BF16)
+#error "gemv: int8 weights need SDT 1 (f32), 2 (f16) or 3 (bf16) scales, as int4 weights do"
+#endif
+#if GS < 0
+#error "gemv: GS must be 0 (one group per row) or the group size"
+#endif
+#if WT == DSC_DT_U4 && GS % 2 != 0
+#error "gemv: int4 groups must be even (two codes share a byte)"
+#endif
+
+// Weights per 16-byte load.
+#define GEMV_VEC (WT == DSC_DT_U4 ? 32 : WT == DSC_DT_I8 ? 16 : 16 / (WT == DSC_DT_F32 ? 4 : 2))
+
+struct alignas(16) GemvWords {
+  unsigned int a, b, c, d;
+};
+
+// Byte `b` of `word` (or one nibble of it) as the float 2^23 + value, exactly: the value as
+// the low mantissa bits of 2^23 (0x4B000000, whose ulp is 1). The integer-to-float
+// conversion runs at a quarter of the FP32 rate and would bound the kernel below the
+// memory's rate; this is a logic op and a subtraction.
+static __device__ __forceinline__ float gemv_biased(unsigned int bits) {
+  return __uint_as_float(0x4B000000u | bits);
+}
+
+// The GEMV_VEC weights of one 16-byte load, as f32 (int8 and int4: the integers, unscaled).
+static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *out) {
+  const unsigned int words[4] = {v.a, v.b, v.c, v.d};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (WT == DSC_DT_F32) {
+      out[i] = __uint_as_float(words[i]);
+    } else if constexpr (WT == DSC_DT_I8) {
+      // Little endian: element 4i + b is byte b of word i, two's complement. Flipping each
+      // byte's sign bit gives q + 128 in [0, 255]; 2^23 + 128 off leaves q.
+      const unsigned int biased = words[i] ^ 0x80808080u;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        out[4 * i + b] = gemv_biased((biased >> (8 * b)) & 0xffu) - 8388736.0f;
+    } else if constexpr (WT == DSC_DT_U4) {
+      // Byte b of word i holds elements 2(4i + b) (low nibble) and 2(4i + b) + 1 (high);
+      // each code is in [0, 15], so 2^23 + 8 off leaves code - 8.
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        out[8 * i + 2 * b] = gemv_biased((words[i] >> (8 * b)) & 0xfu) - 8388616.0f;
+        out[8 * i + 2 * b + 1] = gemv_biased((words[i] >> (8 * b + 4)) & 0xfu) - 8388616.0f;
+      }
+    } else {
+      // Little endian: element 2i is the low half of word i.
+      out[2 * i] = dsc_half_of_word<WT>(words[i], 0);
+      out[2 * i + 1] = dsc_half_of_word<WT>(words[i], 1);
+    }
+  }
+}
+
+// Weight k of row `row_start / k_in` (row_start = row * k_in) as f32, scale included (the
+// scalar path; with one group per row the scale is applied after the reduction).
+static __device__ __forceinline__ float gemv_weight(const void *w, const void *scales,
+                                                    long long row_start, long long scale_row,
+                                                    int k) {
+  if constexpr (GEMV_QUANTIZED) {
+    float q;
+    if constexpr (WT == DSC_DT_I8) {
+      q = static_cast<float>(static_cast<const signed char *>(w)[row_start + k]);
+    } else {
+      // k_in is even, so row_start is too: the byte of element row_start + k.
+      const unsigned int byte = static_cast<const unsigned char *>(w)[(row_start + k) >> 1];
+      q = static_cast<float>(static_cast<int>((byte >> ((k & 1) * 4)) & 0xfu) - 8);
+    }
+    if (GS == 0)
+      return q;
+    return q * dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
+  } else {
+    return dsc_load_float<WT>(w, row_start + k);
+  }
+}
+
 // An LM head's logit epilogue (LinearRules.cpp: only its kernels have the constants).
 #ifndef LOGIT_SCALE_BITS
 #define LOGIT_SCALE_BITS 0x3f800000
@@ -47,16 +151,6 @@
 #define LOGIT_CAP_BITS 0
 #endif
 
-#ifndef DSC_DT_I8
-#define DSC_DT_I8 8
-#endif
-
-#ifndef SDT
-#define SDT DSC_DT_F32  // float weights have no scales
-#endif
-#ifndef GS
-#define GS 0
-#endif
 // Only the kernels of gated linears have the constant (plans from before it keep theirs).
 #ifndef GATED
 #define GATED 0
@@ -72,12 +166,6 @@
 #error "gemv: NORM must be 0 (none), 1 (rms) or 2 (layer)"
 #endif
 
-#if WT == DSC_DT_I8 && !(SDT == DSC_DT_F32 || SDT == DSC_DT_F16 || SDT == DSC_DT_BF16)
-#error "gemv: int8 weights need SDT 1 (f32), 2 (f16) or 3 (bf16) scales"
-#endif
-#if GS < 0
-#error "gemv: GS must be 0 (one group per row) or the group size"
-#endif
 
 #ifdef XT
 #define GEMV_XT XT
@@ -104,59 +192,13 @@
 #if GEMV_SPLITS != 1 && GEMV_SPLITS != 2 && GEMV_SPLITS != 4 && GEMV_SPLITS != 8
 #error "gemv: SPLIT_K must be 1, 2, 4 or 8 (it divides the block's 8 warps)"
 #endif
-#define GEMV_VEC (WT == DSC_DT_I8 ? 16 : 16 / (WT == DSC_DT_F32 ? 4 : 2))
-
-struct alignas(16) GemvWords {
-  unsigned int a, b, c, d;
-};
 
 struct alignas(16) GemvFloat4 {
   float x, y, z, w;
 };
 
-// The GEMV_VEC weights of one 16-byte load, as f32 (int8: the integers, unscaled).
-static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *out) {
-  const unsigned int words[4] = {v.a, v.b, v.c, v.d};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (WT == DSC_DT_F32) {
-      out[i] = __uint_as_float(words[i]);
-    } else if constexpr (WT == DSC_DT_I8) {
-      // Little endian: element 4i + b is byte b of word i, two's complement. Widened
-      // without the integer-to-float conversion, which runs at a quarter of the FP32 rate
-      // and would bound the kernel below the memory's 16 weights per load: flipping each
-      // byte's sign bit gives q + 128 in [0, 255]; as the low mantissa bits of 2^23
-      // (0x4B000000, whose ulp is 1) that is the float 2^23 + q + 128, exactly, and
-      // subtracting 2^23 + 128 leaves q, exactly.
-      const unsigned int biased = words[i] ^ 0x80808080u;
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        out[4 * i + b] =
-            __uint_as_float(0x4B000000u | ((biased >> (8 * b)) & 0xffu)) - 8388736.0f;
-    } else {
-      // Little endian: element 2i is the low half of word i.
-      out[2 * i] = dsc_half_of_word<WT>(words[i], 0);
-      out[2 * i + 1] = dsc_half_of_word<WT>(words[i], 1);
-    }
-  }
-}
-
-// Weight k of row `row_start / k` as f32, scale included (the scalar path).
-static __device__ __forceinline__ float gemv_weight(const void *w, const void *scales,
-                                                    long long row_start, long long scale_row,
-                                                    int k) {
-  if constexpr (WT == DSC_DT_I8) {
-    const float q = static_cast<float>(static_cast<const signed char *>(w)[row_start + k]);
-    // One group per row: the scale is applied after the reduction.
-    if (GS == 0)
-      return q;
-    return q * dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
-  } else {
-    return dsc_load_float<WT>(w, row_start + k);
-  }
-}
-
-// Weight row n's dot product with every row of x, reduced over the warp and scaled (int8),
+// Weight row n's dot product with every row of x, reduced over the warp and scaled
+// (quantized weights),
 // into acc[r] on every lane, for in-feature count k_in: over all of k_in, or (split-K) over
 // the part-th of `splits` contiguous parts of it.
 // x is of dtype XD: f32 (staged rows, or an f32 input), or the half input (XT) read where
@@ -175,7 +217,7 @@ static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *
 
   if (w_vector) {
     const GemvWords *wrow = reinterpret_cast<const GemvWords *>(
-        static_cast<const char *>(w) + n * static_cast<long long>(k_in) * (16 / GEMV_VEC));
+        static_cast<const char *>(w) + n * static_cast<long long>(k_in) * 16 / GEMV_VEC);
     // Unrolled so that each lane has several 16-byte loads in flight.
     // Part `part` of `splits` contiguous runs of the row's loads.
     const int chunks = k_in / GEMV_VEC;
@@ -186,15 +228,16 @@ static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *
       float wv[GEMV_VEC];
       gemv_unpack(wrow[chunk], wv);
       const int k = chunk * GEMV_VEC;
-      // The chunk's scale (int8 with groups; 1 otherwise: the weights are the values).
+      // The chunk's scale (int8 and int4 with groups; 1 otherwise: the weights are the
+      // values).
       float chunk_scale = 1.0f;
-      if (WT == DSC_DT_I8 && GS > 0)
+      if (GEMV_QUANTIZED && GS > 0)
         chunk_scale = dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
 #pragma unroll
       for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
         if (r < rows) {
-          // int8 groups: the chunk's own sum, scaled; otherwise straight into acc[r].
-          float dot = (WT == DSC_DT_I8 && GS > 0) ? 0.0f : acc[r];
+          // Quantized groups: the chunk's own sum, scaled; otherwise straight into acc[r].
+          float dot = (GEMV_QUANTIZED && GS > 0) ? 0.0f : acc[r];
           if constexpr (XD == DSC_DT_F32) {
             const float *xr = xs + r * k_in + k;
             if (x_vector) {
@@ -225,7 +268,7 @@ static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *
                 dot += wv[j] * dsc_load_float<XD>(x_rows, at + j);
             }
           }
-          if (WT == DSC_DT_I8 && GS > 0)
+          if (GEMV_QUANTIZED && GS > 0)
             acc[r] += chunk_scale * dot;
           else
             acc[r] = dot;
@@ -249,8 +292,8 @@ static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *
   for (int r = 0; r < GEMV_MAX_ROWS; ++r)
     acc[r] = dsc_warp_sum(acc[r]);
 
-  // int8 with one group per row: q·x, scaled once.
-  if (WT == DSC_DT_I8 && GS == 0) {
+  // Quantized with one group per row: q·x, scaled once.
+  if (GEMV_QUANTIZED && GS == 0) {
     const float row_scale = dsc_load_float<SDT>(scales, n);
 #pragma unroll
     for (int r = 0; r < GEMV_MAX_ROWS; ++r)
@@ -286,11 +329,11 @@ static __device__ __forceinline__ void gemv_features(const void *xs, const void 
   const bool x_vector =
       XD == DSC_DT_F32 ? (k_in % 4 == 0) && dsc_aligned16(xs)
                        : (k_in % 2 == 0) && (reinterpret_cast<unsigned long long>(xs) & 3ull) == 0;
-  // int8 groups must not split a 16-weight load (one scale per load).
-  const bool groups_whole = WT != DSC_DT_I8 || GS == 0 || GS % GEMV_VEC == 0;
+  // Quantized groups must not split a load (one scale per load).
+  const bool groups_whole = !GEMV_QUANTIZED || GS == 0 || GS % GEMV_VEC == 0;
   const bool w_vector = (k_in % GEMV_VEC == 0) && dsc_aligned16(w) && groups_whole;
-  // int8: scales are [n_out, groups]; the launcher checked that GS divides k_in.
-  const int groups = (WT == DSC_DT_I8 && GS > 0) ? k_in / (GS > 0 ? GS : 1) : 1;
+  // Quantized: scales are [n_out, groups]; the launcher checked that GS divides k_in.
+  const int groups = (GEMV_QUANTIZED && GS > 0) ? k_in / (GS > 0 ? GS : 1) : 1;
 
   for (long long base = static_cast<long long>(blockIdx.x) * features_per_block; base < n_out;
        base += static_cast<long long>(gridDim.x) * features_per_block) {
@@ -407,7 +450,7 @@ static __device__ __forceinline__ void gemv_prefetch_first_row(const void *w, in
   const int part = warp % GEMV_SPLITS, chunks = k_in / GEMV_VEC;
   const int first = static_cast<int>(static_cast<long long>(part) * chunks / GEMV_SPLITS);
   const int end = static_cast<int>((static_cast<long long>(part) + 1) * chunks / GEMV_SPLITS);
-  const long long row_bytes = static_cast<long long>(k_in) * (16 / GEMV_VEC);
+  const long long row_bytes = static_cast<long long>(k_in) * 16 / GEMV_VEC;
   const char *row = static_cast<const char *>(w) + n * row_bytes;
 #pragma unroll
   for (int i = 0; i < GEMV_PREFETCH; ++i) {
@@ -421,7 +464,7 @@ static __device__ __forceinline__ void gemv_prefetch_first_row(const void *w, in
 }
 
 // k: the in-feature count of this run (K, except on a rank of an uneven tensor-parallel
-// split). scales: int8 weights' [n_out, groups] scales, null for float weights. staged:
+// split). scales: quantized weights' [n_out, groups] scales, null for float weights. staged:
 // whether the launcher gave rows * k * 4 bytes of dynamic shared memory (and, with SPLIT_K
 // above 1, GEMV_SPLIT_SUMS_BYTES more after it, whether it staged or not).
 extern "C" __global__ void gemv(const void *x, const void *w, const void *scales,

@@ -3,7 +3,10 @@
 //   float weights: 0 gemv, 1 linear_epilogue, 2 convert_activations (f16/bf16 weights only);
 //   int8 weights:  0 gemv, 1 linear_epilogue, 2 dequantize_int8,
 //                  3 convert_activations (f16/bf16 scales only); the scales are input 3 of
-//                  both ops (an int8 tfm.lm_head has no input 2).
+//                  both ops (an int8 tfm.lm_head has no input 2);
+//   int4 weights:  the same with 2 dequantize_int4: u8 [out, in / 2], two codes a byte
+//                  (docs/int4.md), so the in-feature count k is the input's, twice the
+//                  weight's columns.
 // Up to kGemvMaxRows rows (decode) one gemv launch computes act(x·Wᵀ + b) + residual, or
 // for a gated linear act(gate) * up from the two halves of its weight (int8: dequantizing
 // as it reads); more rows go to cuBLASLt (StepContext::gemm) and then
@@ -69,11 +72,13 @@ unsigned gridFor(int64_t work, int64_t perBlock, int64_t cap) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, std::max<int64_t>(cap, 1)));
 }
 
-// An int8 weight's scales as the kernels read them: [n, groups] of `dtype`, each group
-// `groupSize` consecutive in-features (0: one group per row).
+// An int8 or int4 weight's scales as the kernels read them: [n, groups] of `dtype`, each
+// group `groupSize` consecutive in-features (0: one group per row). An int4 weight is u8
+// [n, k / 2], two codes a byte (docs/int4.md).
 struct Int8Weight {
   DType scaleType = DType::Undefined;
   int64_t groups = 0, groupSize = 0;
+  bool int4 = false;
 };
 
 // What the step's kernels were generated for; checked against what it runs with, since
@@ -209,11 +214,11 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
     // the run's [n, groups] must have groups * GS == k.
     for (size_t slot : {kGemvSlot, kDequantizeSlot}) {
       if (context.kernelConstant(slot, "SDT", -1) != static_cast<int64_t>(int8->scaleType))
-        return context.error("the int8 kernels were generated for other scales than ",
+        return context.error("the quantized kernels were generated for other scales than ",
                              dtypeName(int8->scaleType));
       const int64_t gs = context.kernelConstant(slot, "GS", -1);
       if (gs != int8->groupSize && !(gs == 0 && int8->groups == 1))
-        return context.error("the int8 kernels were generated for group size ", gs,
+        return context.error("the quantized kernels were generated for group size ", gs,
                              " (0: one per row), the weight has ", int8->groups,
                              " groups of ", int8->groupSize);
     }
@@ -268,20 +273,26 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
   return Status::ok();
 }
 
-// An int8 weight [n, k] needs scales [n, groups] of a float dtype with groups dividing k.
+// An int8 weight [n, k] (int4: u8 [n, k / 2]) needs scales [n, groups] of a float dtype with
+// groups dividing k (int4: into even groups, two codes a byte).
 Status checkInt8(StepContext &context, const DeviceTensor &w, const DeviceTensor &scales,
-                 Int8Weight &int8) {
+                 int64_t k, Int8Weight &int8) {
+  int8.int4 = w.dtype == DType::U8;
+  const char *kind = int8.int4 ? "int4" : "int8";
   if (!isStoredFloat(scales.dtype))
-    return context.error("the int8 scales must be f32, f16 or bf16, not ",
+    return context.error("the ", kind, " scales must be f32, f16 or bf16, not ",
                          dtypeName(scales.dtype));
-  const int64_t n = w.shape[0], k = w.shape[1];
+  const int64_t n = w.shape[0];
   if (scales.shape.size() != 2 || scales.shape[0] != n || scales.shape[1] <= 0 ||
       k % scales.shape[1] != 0)
-    return context.error("the int8 scales must be [", n, ", groups] with groups dividing ", k,
-                         ", not ", shapeString(scales.shape));
+    return context.error("the ", kind, " scales must be [", n, ", groups] with groups dividing ",
+                         k, ", not ", shapeString(scales.shape));
   int8.scaleType = scales.dtype;
   int8.groups = scales.shape[1];
   int8.groupSize = k / int8.groups;
+  if (int8.int4 && int8.groupSize % 2 != 0)
+    return context.error("the int4 weight's groups of ", int8.groupSize,
+                         " in-features are odd (two codes share a byte)");
   return Status::ok();
 }
 
@@ -307,13 +318,15 @@ Status runLinear(StepContext &context) {
     return context.error("the weight must be [out, in], not ", shapeString(w->shape));
   if (w->dtype == DType::I8 && !scales)
     return context.error("the int8 weight has no scales");
-  if (scales && w->dtype != DType::I8)
+  if (scales && w->dtype != DType::I8 && w->dtype != DType::U8)
     return context.error("has scales beside a ", dtypeName(w->dtype),
-                         " weight (scales belong to int8 weights)");
+                         " weight (scales belong to int8 and int4 weights)");
   if (!scales && !isStoredFloat(w->dtype))
-    return context.error("the weight must be f32, f16 or bf16 (or int8 with scales), not ",
-                         dtypeName(w->dtype));
-  const int64_t n = w->shape[0], k = w->shape[1];
+    return context.error("the weight must be f32, f16 or bf16 (or int8 or int4 with scales), "
+                         "not ", dtypeName(w->dtype));
+  // An int4 weight holds two codes a byte: its in-features are twice its columns.
+  const bool int4 = w->dtype == DType::U8;
+  const int64_t n = w->shape[0], k = int4 ? 2 * w->shape[1] : w->shape[1];
   // A gated linear (tfm.linear `gated`): n weight rows, n / 2 outputs.
   int64_t gatedAttr = 0;
   DSRT_RETURN_IF_ERROR(ops::getInt(context.attrs(), "gated", 0, gatedAttr));
@@ -323,10 +336,11 @@ Status runLinear(StepContext &context) {
   const int64_t width = gated ? n / 2 : n;
   Int8Weight int8;
   if (scales)
-    DSRT_RETURN_IF_ERROR(checkInt8(context, *w, *scales, int8));
+    DSRT_RETURN_IF_ERROR(checkInt8(context, *w, *scales, k, int8));
   const Int8Weight *quantized = scales ? &int8 : nullptr;
   if (x->shape.empty() || x->shape.back() != k)
-    return context.error("the input's last dimension must be ", k);
+    return context.error("the input's last dimension must be ", k,
+                         int4 ? " (the int4 weight's bytes, two codes each)" : "");
   if (y.shape.empty() || y.shape.back() != width)
     return context.error("the output's last dimension must be ", width);
   const int64_t rows = width == 0 ? 0 : y.elements() / width;
@@ -566,7 +580,7 @@ Status runLinear(StepContext &context) {
   for (const GemmPart &part : parts) {
     if (quantized) {
       long long partCount = part.gemm.n, inCount = k;
-      DevicePtr partWeight = wPtr + static_cast<DevicePtr>(part.firstRow * k);
+      DevicePtr partWeight = wPtr + static_cast<DevicePtr>(part.firstRow * (int4 ? k / 2 : k));
       DevicePtr partScales = scalesPtr + static_cast<DevicePtr>(part.firstRow * scaleRowBytes);
       // Blocks stride over the rows; a few per multiprocessor keep the reads in flight.
       Dim3 grid{gridFor(partCount, 1, sms * 8)}, block{kElementwiseBlock};
