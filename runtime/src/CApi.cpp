@@ -6,6 +6,7 @@
 #include "core/LibraryLoader.h"
 #include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
+#include "ops/fast/FastKernels.h"
 
 #include <cstdlib>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "PlanHandle.h"     // struct dsrt_plan
 #include "SessionHandle.h"  // struct dsrt_session, dsrt_generation
@@ -253,6 +255,26 @@ dsrt_status dsrt_session_get_output(dsrt_session *session, const char *program, 
 }
 
 int dsrt_cuda_device_count(void) { return cudaDeviceCount(); }
+
+const char *dsrt_cpu_kernels(void) {
+  static const std::string described = [] {
+    __builtin_cpu_init();
+    std::string cpu = "cpu";
+    const std::pair<const char *, bool> features[] = {
+        {"avx2", __builtin_cpu_supports("avx2")},
+        {"avx512f", __builtin_cpu_supports("avx512f")},
+        {"avx512bw", __builtin_cpu_supports("avx512bw")},
+        {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+        {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+        {"amx-bf16", __builtin_cpu_supports("amx-bf16")},
+        {"amx-int8", __builtin_cpu_supports("amx-int8")}};
+    for (const auto &[name, present] : features)
+      if (present)
+        cpu += std::string(" ") + name;
+    return cpu + "; kernels: " + dsrt::ops::fast::linearKernelsDescription();
+  }();
+  return described.c_str();
+}
 
 const char *dsrt_gpu_library(const char *name) {
   if (!name) {

@@ -46,6 +46,13 @@ if cuda:
            f"runs on a GPU, not the CPU fallback: {report['device_name']}")
 else:
     expect(report["device"] == "cpu" and report["device_name"] == "cpu", "device is the CPU")
+# The CPU kernels chosen at run time, after the features they were chosen on; with
+# DSRT_CPU_ISA=avx2 (set by some runs) the kernels say so.
+kernels = report["cpu_kernels"]
+expect(kernels.startswith("cpu") and "; kernels: " in kernels, f"cpu_kernels = {kernels!r}")
+cap = os.environ.get("DSRT_CPU_ISA")
+if cap in ("avx2", "scalar"):
+    expect(kernels.endswith(cap), f"kernels capped to {cap}: {kernels!r}")
 expect(report["ranks"] == 2 if in_process else report["ranks"] == 1,
        f"rank count {report['ranks']} (the in-process tests use TP=2 plans)")
 expect([report[k] for k in ("batch", "prompt_len", "new_tokens", "warmup", "iterations")] ==

@@ -259,6 +259,8 @@ void printTable(const nlohmann::json &result) {
               result["batch"].get<int>(), result["prompt_len"].get<int>(),
               result["new_tokens"].get<int>(), result["warmup"].get<int>(),
               result["iterations"].get<int>());
+  if (result.contains("cpu_kernels"))
+    line("cpu kernels", result["cpu_kernels"].get<std::string>());
   line("load (open + session, weights up)", ms(result["load_ms"].get<double>()));
   line("prefill avg / P50", ms(result["prefill_ms"]["avg"].get<double>()) + " / " +
                                 ms(result["prefill_ms"]["p50"].get<double>()));
@@ -420,6 +422,7 @@ int main(int argc, char **argv) {
       {"plan", options.plan},
       {"device", dsrt_device_to_name(options.device)},  // as asked for
       {"device_name", deviceName},
+      {"cpu_kernels", dsrt_cpu_kernels()},  // the CPU's features and the kernels chosen
       {"ranks", options.inProcessRanks ? planRanks : 1},
       {"batch", options.batch},
       {"prompt_len", options.promptLength},

@@ -121,6 +121,13 @@ DSRT_API int dsrt_cuda_device_count(void);
  * lives as long as the process. */
 DSRT_API const char *dsrt_gpu_library(const char *name);
 
+/* What the CPU backend runs on this machine (docs/cpu-backend.md): the instruction-set
+ * features the kernels dispatch on, then the linear kernels chosen, e.g. "cpu avx2 avx512f
+ * avx512bw avx512vnni avx512bf16; kernels: onednn sgemm + ... + avx512". The same binary
+ * chooses at run time; DSRT_CPU_ISA, DSRT_INT4_ACTIVATIONS and DSRT_PREFILL_GEMM change
+ * the choice. The string lives as long as the process. */
+DSRT_API const char *dsrt_cpu_kernels(void);
+
 /* Bytes of `rank`'s weights one run of `program` reads whole: each weight its steps take,
  * once; embedding tables count for nothing (a step reads only its ids' rows). Over the
  * memory bandwidth, the least time a weight-bound step (batch-1 decode) can take. */
