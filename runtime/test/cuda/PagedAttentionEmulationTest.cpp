@@ -69,6 +69,7 @@ struct PagedScenario {
   std::vector<Part> parts;
   bool reversedBlocks = false;
   bool packed = false;  // the step reads q, k and v from one joined tensor
+  int rank = 0, ranks = 1;  // tensor parallelism: each rank takes heads / ranks heads
 };
 
 // The pool's elements of `type` (f32, or f16/bf16 bits in the first half of the bytes).
@@ -79,9 +80,11 @@ struct Pool {
 // Runs the step through the CPU reference and the emulated launcher and kernels, and
 // compares the output and both pools whole.
 void checkPaged(const Family &f, const PagedScenario &s) {
-  SCOPED_TRACE(std::string(f.name) + " block size " + std::to_string(s.blockSize));
+  SCOPED_TRACE(std::string(f.name) + " block size " + std::to_string(s.blockSize) + " rank " +
+               std::to_string(s.rank) + " of " + std::to_string(s.ranks));
   const KernelSet kernels = f.kernels();
-  const int64_t D = f.headDim, H = f.heads, KH = f.kvHeads, BS = s.blockSize;
+  const int64_t D = f.headDim, H = f.heads / s.ranks,
+                KH = rankKvHeads(f.heads, f.kvHeads, s.rank, s.ranks), BS = s.blockSize;
   const int64_t tableWidth = (s.maxPositions + BS - 1) / BS;
   std::mt19937 generator(77 + static_cast<unsigned>(BS));
 
@@ -139,6 +142,7 @@ void checkPaged(const Family &f, const PagedScenario &s) {
 
   Scenario session;
   session.session = true;
+  session.ranks = s.ranks;
   const ops::AttrMap attrs = attributesOf(f, session);
 
   // The reference.
@@ -160,6 +164,8 @@ void checkPaged(const Family &f, const PagedScenario &s) {
   cache.pagedRows = rows;
   ops::SessionState state;
   state.cache = &cache;
+  RankOnly group(s.rank, s.ranks);
+  state.collectives = s.ranks > 1 ? &group : nullptr;
   Status reference = ops::compute("tfm.attention", attrs, inputs, {&outRef}, &state);
   ASSERT_TRUE(reference.isOk()) << reference.message();
   const std::vector<float> expected =
@@ -177,6 +183,7 @@ void checkPaged(const Family &f, const PagedScenario &s) {
     }
   }
   EmulatedStep step(kernels, 5, stepAttrs);
+  step.rank_ = s.rank;
   step.inputs = {DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(q.data())},
                  DeviceTensor{DType::F32, {B, 1, KH * D}, addressOf(k.data())},
                  DeviceTensor{DType::F32, {B, 1, KH * D}, addressOf(v.data())},
@@ -253,6 +260,22 @@ TEST(PagedAttentionEmulation, PackedProjection) {
   PagedScenario s = mixedStep(7);
   s.packed = true;
   checkPaged(kPagedLlamaPacked, s);
+}
+
+// A tensor-parallel rank: its query heads and the KV heads they read, at the heads'
+// offsets (GQA 4/2 over 2 ranks: one KV head each; MQA 6/1 over 3: the KV head
+// replicated, two query heads each).
+TEST(PagedAttentionEmulation, TensorParallelRanks) {
+  for (int rank = 0; rank < 2; ++rank) {
+    PagedScenario s = mixedStep(7);
+    s.rank = rank;
+    s.ranks = 2;
+    checkPaged(kPagedLlama, s);
+  }
+  PagedScenario s = mixedStep(16);
+  s.rank = 2;
+  s.ranks = 3;
+  checkPaged(kPagedMqa, s);
 }
 
 TEST(PagedAttentionEmulation, BlocksInReverseOrder) {
