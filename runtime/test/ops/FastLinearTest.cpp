@@ -127,11 +127,10 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
 // Whether dotRows quantizes x for this case (DotVnni.cpp for int8, DotInt4Vnni.cpp for
 // int4); through linear(), only up to 64 rows of int8 weights take dotRows (more go to
 // sgemm), and of int4 up to 64 where int8 activations multiply them, else up to 4.
-bool quantizesActivations(const Case &c, bool throughLinear = true) {
+bool quantizesActivations(const Case &c) {
   if (c.dtype == DType::U8)
     return ops::fast::int4QuantizesActivations(c.in / c.groups, c.rows);
-  return std::string(ops::fast::cpuIsa()) == "avx512-vnni" && c.dtype == DType::I8 &&
-         (!throughLinear || c.rows <= 64) && (c.in / c.groups) % 64 == 0;
+  return c.dtype == DType::I8 && ops::fast::int8QuantizesActivations(c.in / c.groups, c.rows);
 }
 
 // Σ_k |w_k| · step_k / 2, step_k = max |x| over k's block of 32 / 127.
@@ -259,7 +258,7 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
         double magnitude = 0;
         for (int64_t k = 0; k < c.in; ++k)
           magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
-        double quantization = quantizesActivations(c, /*throughLinear=*/false)
+        double quantization = quantizesActivations(c)
                                   ? activationQuantization(xv + r * c.in,
                                                            w.value.data() + o * c.in, c.in)
                                   : 0.0;
@@ -550,8 +549,16 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
   expected += isa;
   // int4 decode multiplies int8 activations where the CPU has VNNI and the kernels are not
   // capped below AVX-512, unless DSRT_INT4_ACTIVATIONS=f32 (ctest's dsrt-ops-fast-int4-f32).
-  if (vnni && (isa == "avx512" || isa == "avx512-vnni") && env("DSRT_INT4_ACTIVATIONS") != "f32")
-    expected += " (int4 decode: avx512-vnni, int8 activations)";
+  const bool avx512Kernels = vnni && (isa == "avx512" || isa == "avx512-vnni");
+  const bool int8Vnni =
+      avx512Kernels && (env("DSRT_INT8_ACTIVATIONS") == "int8" || isa == "avx512-vnni");
+  const bool int4Vnni = avx512Kernels && env("DSRT_INT4_ACTIVATIONS") != "f32";
+  if (int8Vnni && int4Vnni)
+    expected += " (int8 and int4 up to 64 rows: avx512-vnni, int8 activations)";
+  else if (int4Vnni)
+    expected += " (int4 up to 64 rows: avx512-vnni, int8 activations)";
+  else if (int8Vnni)
+    expected += " (int8 up to 64 rows: avx512-vnni, int8 activations)";
   EXPECT_EQ(std::string(ops::fast::linearKernelsDescription()), expected);
   EXPECT_EQ(std::string(ops::fast::cpuIsa()), isa);
 }

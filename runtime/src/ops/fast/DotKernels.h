@@ -721,6 +721,25 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
 
 namespace dsrt::ops::fast {
 
+// int8 weights times int8 activations (DotVnni.cpp). One row of x as int8 with, per chunk
+// of 64 inputs (one vpdpbusd), each block's scale on its 8 lanes and -128 * sum(xq) of each
+// block on its first lane (the flipped weights' surplus, where the int32 sums start).
+struct QuantizedInt8Row {
+  std::vector<int8_t> values;
+  std::vector<float> laneScales;
+  std::vector<int32_t> surplusLanes;
+};
+struct Int8Activations {
+  int64_t rows = 0;
+  std::vector<QuantizedInt8Row> quantized;
+};
+void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int8Activations &out);
+void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+void dotRowsInt8Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+
 // int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
 // (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
 // as int8: even and odd inputs apart ([in / 2] each); per step, each block's scale on its 4

@@ -130,6 +130,9 @@ const char *linearKernelsDescription();
 // activations for `rows` rows of x (DotInt4Vnni.cpp): where the CPU has AVX-512 VNNI, up to 64
 // rows, groups of whole 32-input blocks, unless DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows);
+// The same for int8 weights (DotVnni.cpp): up to 64 rows, groups of whole 64-input chunks,
+// where DSRT_INT8_ACTIVATIONS=int8 (or DSRT_CPU_ISA=avx512-vnni) asks for it (docs/int8.md).
+bool int8QuantizesActivations(int64_t groupSize, int64_t rows);
 
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of
@@ -139,8 +142,7 @@ bool bf16PromptGemm(DType weights, int64_t rows);
 
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
 // (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or
-// "avx512-vnni" (AVX-512F+BW+VNNI: int8 weights multiply int8-quantized activations,
-// DotVnni.cpp) where DSRT_CPU_ISA asks for it.
+// "avx512-vnni" (AVX-512F+BW+VNNI, DotVnni.cpp) where DSRT_CPU_ISA asks for it.
 const char *cpuIsa();
 
 } // namespace dsrt::ops::fast

@@ -109,10 +109,9 @@ struct Scalar {
 };
 
 // The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2 or avx512: to compare
-// them, or on a CPU that misreports). DSRT_CPU_ISA=avx512-vnni asks for int8 weights times
-// int8-quantized activations (DotVnni.cpp), which is never chosen by itself: on the
-// development machine the exact int8 x fp32 stream kernel reads int8 weights as fast
-// (both at the memory's speed, docs/cpu-backend.md), without quantizing x.
+// them, or on a CPU that misreports). int8 and int4 weights meet int8-quantized activations
+// up to 64 rows wherever AVX-512 VNNI is there (int8QuantizesActivations and
+// int4QuantizesActivations, below); DSRT_CPU_ISA=avx512-vnni names the same kernels.
 const detail::IsaKernels &isa() {
   static const detail::IsaKernels chosen = [] {
     const char *cap = std::getenv("DSRT_CPU_ISA");
@@ -262,20 +261,44 @@ constexpr int64_t kGrainWork = 1 << 15;
 
 const char *cpuIsa() { return isa().name; }
 
-// int4's kernel with int8 activations: where the CPU has AVX-512 VNNI (and DSRT_CPU_ISA does
-// not cap the kernels below AVX-512), unless DSRT_INT4_ACTIVATIONS=f32 asks for the exact one.
-bool int4VnniAvailable() {
-  static const bool available = [] {
-    const char *mode = std::getenv("DSRT_INT4_ACTIVATIONS");
-    if (mode && std::string(mode) == "f32")
-      return false;
-    const std::string chosen = isa().name;
-    if (chosen != "avx512" && chosen != "avx512-vnni")
-      return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-  }();
+namespace {
+// Whether the kernels with int8 activations can run: the CPU has AVX-512 VNNI and
+// DSRT_CPU_ISA does not cap the kernels below AVX-512.
+bool vnniActivationsPossible() {
+  const std::string chosen = isa().name;
+  if (chosen != "avx512" && chosen != "avx512-vnni")
+    return false;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
+
+std::string environment(const char *name) {
+  const char *value = std::getenv(name);
+  return value ? value : "";
+}
+
+// int8 weights meet int8 activations where asked (DSRT_INT8_ACTIVATIONS=int8, or
+// DSRT_CPU_ISA=avx512-vnni): --dtype int8 is weight-only by default, and the fixtures'
+// accuracy bounds (test/quant) hold its x exact. docs/int8.md has the speed and the cost.
+bool int8VnniAvailable() {
+  static const bool available =
+      vnniActivationsPossible() && (environment("DSRT_INT8_ACTIVATIONS") == "int8" ||
+                                    std::string(isa().name) == "avx512-vnni");
   return available;
+}
+} // namespace
+
+// int4 weights meet int8 activations by default, as ONNX Runtime's int4 models ask
+// (accuracy_level 4), unless DSRT_INT4_ACTIVATIONS=f32.
+bool int4VnniAvailable() {
+  static const bool available =
+      vnniActivationsPossible() && environment("DSRT_INT4_ACTIVATIONS") != "f32";
+  return available;
+}
+
+bool int8QuantizesActivations(int64_t groupSize, int64_t rows) {
+  return int8VnniAvailable() && rows >= 1 && rows <= 64 && groupSize > 0 &&
+         groupSize % 64 == 0;
 }
 
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
@@ -328,6 +351,8 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
     return;
   if (w.dtype == DType::U8 && w.groups > 0 && int4QuantizesActivations(w.in / w.groups, rows))
     return dotRowsInt4Vnni(x, rows, w, begin, end, y, ldy);
+  if (w.dtype == DType::I8 && w.groups > 0 && int8QuantizesActivations(w.in / w.groups, rows))
+    return dotRowsInt8Vnni(x, rows, w, begin, end, y, ldy);
   isa().dotRows(x, rows, w, begin, end, y, ldy);
 }
 
@@ -348,15 +373,24 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 4 * in * rows));
     const bool int4Vnni = w.dtype == DType::U8 && w.groups > 0 &&
                           int4QuantizesActivations(in / w.groups, rows);
-    // The caller's buffer: the pool's threads read it (their own thread_local would be empty).
-    thread_local Int4Activations callerActivations;
-    Int4Activations &quantized = callerActivations;
+    const bool int8Vnni = w.dtype == DType::I8 && w.groups > 0 &&
+                          int8QuantizesActivations(in / w.groups, rows);
+    // The caller's buffers: the pool's threads read them (their own thread_local would be
+    // empty).
+    thread_local Int4Activations callerInt4;
+    thread_local Int8Activations callerInt8;
+    Int4Activations &quantized = callerInt4;
+    Int8Activations &quantized8 = callerInt8;
     if (int4Vnni)
       quantizeInt4Activations(x, rows, w, quantized);
+    if (int8Vnni)
+      quantizeInt8Activations(x, rows, w, quantized8);
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
       if (int4Vnni)
         dotRowsInt4Vnni(quantized, w, first, last, y, out);
+      else if (int8Vnni)
+        dotRowsInt8Vnni(quantized8, w, first, last, y, out);
       else
         dotRows(x, rows, w, first, last, y, out);
       epilogue(first, last);
@@ -424,7 +458,11 @@ const char *linearKernelsDescription() {
        : prefillGemm() == PrefillGemm::Bf16ForBf16Weights ? "bf16 prompt gemm of bf16 weights + "
                                                          : "") +
       isa().name +
-      (int4VnniAvailable() ? " (int4 decode: avx512-vnni, int8 activations)" : "");
+      (int8VnniAvailable() && int4VnniAvailable()
+           ? " (int8 and int4 up to 64 rows: avx512-vnni, int8 activations)"
+       : int4VnniAvailable() ? " (int4 up to 64 rows: avx512-vnni, int8 activations)"
+       : int8VnniAvailable() ? " (int8 up to 64 rows: avx512-vnni, int8 activations)"
+                             : "");
   return description.c_str();
 }
 

@@ -1,0 +1,103 @@
+// The int8-activation kernels (DotVnni.cpp for int8 weights, DotInt4Vnni.cpp for int4) against
+// their own arithmetic done exactly: x quantized per block of 32 as they quantize it (scale
+// max|x| / 127, rounded to nearest even), then the products of the quantized x and the
+// weights summed in double. What is left between them is only the f32 sums' rounding, within
+// 2 (in + 2) u sum|terms| (u = 2^-24). FastLinearTest's bound (half a quantization step of x
+// per input) would not see a systematic error of one code in 128, say a wrong offset of the
+// flipped int8 weights or of the int4 codes; this does.
+#include "OpTestUtil.h"
+
+#include "ops/fast/FastKernels.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace dsrt::test {
+namespace {
+
+// x as the kernels quantize it: value and scale per input.
+std::vector<double> quantizedLikeTheKernels(const float *x, int64_t in) {
+  std::vector<double> out(static_cast<size_t>(in));
+  for (int64_t b = 0; b < in; b += 32) {
+    float maximum = 0;
+    for (int64_t k = b; k < b + 32; ++k)
+      maximum = std::max(maximum, std::fabs(x[k]));
+    const float scale = maximum / 127.0f, inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
+    for (int64_t k = b; k < b + 32; ++k)
+      out[static_cast<size_t>(k)] = double(std::nearbyint(x[k] * inverse)) * double(scale);
+  }
+  return out;
+}
+
+void checkAgainstExactQuantization(DType dtype, int64_t rows, int64_t in, int64_t out,
+                                   int64_t groups, DType scaleType) {
+  const std::string name = std::string(dtype == DType::U8 ? "int4" : "int8") + " rows " +
+                           std::to_string(rows) + " in " + std::to_string(in) + " groups " +
+                           std::to_string(groups) + " scales " + dtypeName(scaleType);
+  std::mt19937 rng(static_cast<unsigned>(rows * 7 + in + groups));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal;
+  const int64_t rowBytes = dtype == DType::U8 ? in / 2 : in;
+  std::vector<uint8_t> stored(static_cast<size_t>(out * rowBytes));
+  for (uint8_t &b : stored)
+    b = static_cast<uint8_t>(byte(rng));
+  std::vector<float> scales(static_cast<size_t>(out * groups));
+  for (float &s : scales)
+    s = 0.01f + 0.01f * std::fabs(normal(rng));
+  std::vector<uint16_t> narrow(scales.size());
+  if (scaleType != DType::F32) {
+    convertFloats(DType::F32, scales.data(), scaleType, narrow.data(), out * groups);
+    convertFloats(scaleType, narrow.data(), DType::F32, scales.data(), out * groups);
+  }
+  ops::fast::LinearWeights w;
+  w.dtype = dtype;
+  w.data = stored.data();
+  w.out = out;
+  w.in = in;
+  w.groups = groups;
+  w.scaleType = scaleType;
+  w.scales = scaleType == DType::F32 ? static_cast<const void *>(scales.data()) : narrow.data();
+  std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
+  for (float &v : x)
+    v = normal(rng);
+  ops::fast::linear(x.data(), rows, w, y.data(), [](int64_t, int64_t) {});
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> xq = quantizedLikeTheKernels(x.data() + r * in, in);
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = 0, magnitude = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        const uint8_t *row = stored.data() + o * rowBytes;
+        const int q = dtype == DType::U8 ? ((k % 2 == 0 ? row[k / 2] & 0xF : row[k / 2] >> 4) - 8)
+                                         : static_cast<int8_t>(row[k]);
+        const double term = xq[static_cast<size_t>(k)] * q * scales[o * groups + k / (in / groups)];
+        sum += term;
+        magnitude += std::fabs(term);
+      }
+      ASSERT_NEAR(y[r * out + o], sum, 2.0 * (in + 2) * std::ldexp(1.0, -24) * magnitude + 1e-30)
+          << name << ": row " << r << " feature " << o;
+    }
+  }
+}
+
+TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
+  int checked = 0;
+  for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t rows : {1, 2, 3, 5, 33})
+      for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 4}, {768, 6},
+                                {224, 7}, {256, 2}}) {
+        if (ops::fast::int8QuantizesActivations(in / groups, rows)) {
+          checkAgainstExactQuantization(DType::I8, rows, in, 37, groups, scaleType);
+          ++checked;
+        }
+        if (ops::fast::int4QuantizesActivations(in / groups, rows)) {
+          checkAgainstExactQuantization(DType::U8, rows, in, 37, groups, scaleType);
+          ++checked;
+        }
+      }
+  if (checked == 0)
+    GTEST_SKIP() << "no int8-activation kernel here (no AVX-512 VNNI, or turned off)";
+}
+
+} // namespace
+} // namespace dsrt::test
