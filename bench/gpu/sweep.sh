@@ -36,7 +36,10 @@
 #   $OUT/gpu-bench.md   the benchmark table; $OUT/gpu-bench.json its numbers
 #   $OUT/profile.csv    ncu's kernel times (the profile step)
 #
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,bench,profile]
+# Not by default (its limit would pass the 15 minutes): int4, the int4 linears (docs/int4.md):
+# test/gpu/int4.test's plans, then the realistic step's models at --dtype int4 against their
+# CPU sessions and timed against int8 (--steps realistic,int4).
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -233,6 +236,54 @@ step_realistic() {
       $(echo "$realistic_models" | tr ',' ' ') --out "$out"
 }
 
+# int4 linears on the GPU (docs/int4.md, docs/cuda-backend.md "int4 linears"; not in the
+# default steps: --steps int4, after realistic). test/gpu/int4.test's fixture plans outside
+# lit, so that the numbers print; then each real-shape export the realistic step left: its
+# int4 plan against its CPU session (dseval; no bound yet, the first GPU run measures it),
+# and decode timed against the int8 plan (dsbench, batch 1). The CPU runs its exact kernel
+# (DSRT_INT4_ACTIVATIONS=f32), as the GPU has f32 activations.
+step_int4() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/int4 failed=0
+  mkdir -p "$dir"
+  export DSRT_INT4_ACTIVATIONS=f32
+  dsc compile "$root/test/models/gpt2-op17/model.onnx" -o "$dir/gpt2.dsp" --dtype int4 \
+      --max-batch 4 --max-seq-len 64 &&
+    dsc compile "$root/test/models/llama-op17/model.onnx" -o "$dir/llama-head.dsp" \
+        --dtype int4 --int4-lm-head --compute-dtype bf16 --max-batch 4 --max-seq-len 64 ||
+    return 1
+  for plan in gpt2 llama-head; do
+    bounds="--min-top1 0.95 --max-abs-error 0.05 --max-mean-abs-error 0.005"
+    [ $plan = gpt2 ] || bounds="--min-top1 0.85 --max-abs-error 0.3 --max-mean-abs-error 0.04"
+    echo "--- $plan int4: GPU against CPU"
+    # shellcheck disable=SC2086 # the bounds are options
+    dseval "$dir/$plan.dsp" --reference "$dir/$plan.dsp" --device cuda $bounds \
+        --prompts "$root/test/quant/prompts.txt" --decode-steps 8 || failed=1
+  done
+  timed=""
+  for folder in "$work"/realistic/*/; do
+    [ -f "$folder/model.json" ] || continue
+    name=$(basename "$folder")
+    onnx=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["onnx"])' \
+        "$folder/model.json")
+    dsc compile "$onnx" -o "$folder/int4.dsp" --dtype int4 --max-batch 4 --max-seq-len 96 ||
+      { failed=1; continue; }
+    echo "--- $name int4: GPU against CPU"
+    dseval "$folder/int4.dsp" --reference "$folder/int4.dsp" --device cuda --decode-steps 16 \
+        --prompts "$work/realistic/prompts.txt" || failed=1
+    for dtype in int8 int4; do
+      [ -f "$folder/$dtype.dsp" ] || continue
+      dsbench "$folder/$dtype.dsp" --device cuda $strict --batch 1 --prompt-len 128 \
+          --new-tokens 32 --warmup 2 --iterations 5 --json >"$dir/$name-$dtype.json" ||
+        { failed=1; continue; }
+      timed="$timed $name $dtype $("$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.3f ms/token, prefill %.2f ms;" % (r["decode_ms"]["avg"], r["prefill_ms"]["avg"]))' "$dir/$name-$dtype.json")"
+    done
+  done
+  [ $failed = 0 ] && echo "int4 on cuda: within bounds;$timed" || echo "int4 on cuda: FAILED (above);$timed"
+  return $failed
+}
+
 step_bench() {
   # shellcheck disable=SC2086 # BENCH_ARGS: more run.sh options, split on spaces
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
@@ -276,6 +327,7 @@ run_step tests "${LIMIT_tests:-120}" step_tests
 run_step engine "${LIMIT_engine:-90}" step_engine
 run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
+run_step int4 "${LIMIT_int4:-150}" step_int4
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile
 
