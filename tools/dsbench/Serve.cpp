@@ -38,6 +38,7 @@ struct ServeOptions {
   uint64_t seed = 1, kvBytes = 0;
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
+  dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
 };
 
 // "MIN,MAX" with 1 <= MIN <= MAX.
@@ -91,6 +92,9 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
   commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
   commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
+  std::string device;
+  commandLine.text("--device", device, "NAME",
+                   "where every run of the stream runs: cpu (default), cuda or cpu-reference");
   commandLine.text("--static-plan", o.staticPlan, "PLAN",
                    "run the static and one-at-a-time runs on this plan (a serving plan's "
                    "max_batch x max_seq_len may need more arena than a static session can "
@@ -104,6 +108,8 @@ ServeOptions parse(int argc, char **argv) {
   if (!outputLength.empty())
     std::tie(o.outputMin, o.outputMax) = range(commandLine, "--output-len", outputLength);
   o.prefixCaching = !noPrefixCaching;
+  if (!device.empty() && dsrt_device_from_name(device.c_str(), &o.device) != DSRT_OK)
+    commandLine.usageError(std::string("--device: ") + dsrt_last_error());
   o.plan = commandLine.single(plans, "plan");
   return o;
 }
@@ -240,6 +246,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.kv_cache_bytes = o.kvBytes;
   options.max_tokens_per_step = o.tokensPerStep;
   options.prefix_caching = o.prefixCaching ? 1 : 0;
+  options.device = o.device;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine");
   EngineRun run;
@@ -328,13 +335,13 @@ int onStaticToken(void *user, size_t sequence, int64_t token) {
 // The stream through dsrt_generate, `batch` requests at a time in arrival order; every
 // request is counted as sent when the run starts (the static path makes later ones wait).
 Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests, int batch,
-                     const std::string &name) {
+                     const std::string &name, dsrt_device device) {
   dsrt_session *session = nullptr;
   dsrt_group *group = nullptr;
   if (dsrt_plan_rank_count(plan) > 1)
-    check(dsrt_group_create(plan, DSRT_DEVICE_CPU, &group), "group");
+    check(dsrt_group_create(plan, device, &group), "group");
   else
-    check(dsrt_session_create(plan, 0, DSRT_DEVICE_CPU, &session), "session");
+    check(dsrt_session_create(plan, 0, device, &session), "session");
   std::vector<Timing> timings(requests.size());
   const Clock::time_point start = Clock::now();
   for (Timing &t : timings)
@@ -416,9 +423,9 @@ int runServe(int argc, char **argv) {
   const int staticBatch = static_cast<int>(std::min<int64_t>(o.clients, maxBatch));
   if (!o.skipStatic)
     results.push_back(serveStatic(staticPlan, requests, staticBatch,
-                                  "static batch of " + std::to_string(staticBatch)));
+                                  "static batch of " + std::to_string(staticBatch), o.device));
   if (!o.skipAlone)
-    results.push_back(serveStatic(staticPlan, requests, 1, "one at a time"));
+    results.push_back(serveStatic(staticPlan, requests, 1, "one at a time", o.device));
   if (staticPlan != plan)
     dsrt_plan_close(staticPlan);
   uint64_t promptTokens = 0, outputTokens = 0;
@@ -428,6 +435,7 @@ int runServe(int argc, char **argv) {
   }
   if (o.json) {
     nlohmann::json out = {{"plan", o.plan},
+                          {"device", dsrt_device_to_name(o.device)},
                           {"requests", requests.size()},
                           {"prompt_tokens", promptTokens},
                           {"output_tokens", outputTokens},
