@@ -3,8 +3,8 @@
 # linears"), without a GPU: int4 plans of the fixtures in groups of 32 (GPT-2: f16 scales,
 # an int8 LM head, layer-norm prologues), of 64 (GPT-2: one group per row of 64 inputs, two
 # of 256; the fixtures' rows are too short for 128, which the emulation tests cover), and a
-# bf16 Llama with an int4 LM head (gated projections, rms prologues, bf16 activations), their
-# kernels extracted with dsp-dump --extract-kernels. Each plan must have gemv with WT 9 and dequantize_int4 (a rule
+# bf16 Llama with an int4 LM head (gated projections, rms prologues, bf16 activations), and
+# ORT GenAI's int4 Llama export, their kernels extracted with dsp-dump --extract-kernels. Each plan must have gemv with WT 9 and dequantize_int4 (a rule
 # that declined would leave them out); each int4 kernel must assemble for sm_80 and sm_90
 # with no spills; `ptxas -v`'s registers are printed for the record.
 #   check_int4_ptxas.sh DSC DSP_DUMP MODELS_DIR WORK_DIR
@@ -52,6 +52,8 @@ compile() {  # name model.onnx extra-options...
 compile gpt2-int4-g32 "$models/gpt2-op17/model.onnx"
 compile gpt2-int4-g64 "$models/gpt2-op17/model.onnx" --int8-group-size 64
 compile llama-int4-head-bf16 "$models/llama-op17/model.onnx" --int4-lm-head --compute-dtype bf16
+# ONNX Runtime GenAI's builder's int4 export: its MatMulNBits codes, kept (docs/ortgenai.md).
+compile llama-ortgenai-int4 "$models/llama-ortgenai-int4/model.onnx"
 
 checked=0
 declare -A seen
