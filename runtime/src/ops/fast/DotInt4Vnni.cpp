@@ -188,25 +188,7 @@ void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &
     out.quantized.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r)
     quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
-  // Where each step's weight scales are: a group of several blocks spans steps, and a step
-  // may span (at most 4) groups.
-  const int64_t blocks = w.in / kBlock, steps = stepsOf(w.in);
-  const int64_t blocksPerGroup = w.in / w.groups / kBlock;
-  out.stepFirstGroup.assign(static_cast<size_t>(steps), 0);
-  out.stepGroupCount.assign(static_cast<size_t>(steps), 0);
-  out.stepLaneGroup.assign(static_cast<size_t>(steps * 16), 0);
-  for (int64_t s = 0; s < steps; ++s) {
-    const int64_t firstBlock = s * kStepBlocks;
-    const int64_t lastBlock = std::min(blocks, firstBlock + kStepBlocks) - 1;
-    const int64_t firstGroup = firstBlock / blocksPerGroup;
-    out.stepFirstGroup[static_cast<size_t>(s)] = static_cast<int32_t>(firstGroup);
-    out.stepGroupCount[static_cast<size_t>(s)] =
-        static_cast<int32_t>(lastBlock / blocksPerGroup - firstGroup + 1);
-    for (int64_t b = firstBlock; b <= lastBlock; ++b)
-      for (int64_t l = 0; l < 4; ++l)
-        out.stepLaneGroup[static_cast<size_t>(s * 16 + (b - firstBlock) * 4 + l)] =
-            static_cast<int32_t>(b / blocksPerGroup - firstGroup);
-  }
+  int4StepTables(w, out);
 }
 
 void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,

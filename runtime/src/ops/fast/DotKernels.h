@@ -761,6 +761,14 @@ struct Int4Activations {
 };
 void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
                              Int4Activations &out);
+// Its step tables alone (Linear.cpp: no instruction set of its own).
+void int4StepTables(const LinearWeights &w, Int4Activations &out);
+// The same kernel with AVX2 (DotInt4Avx2.cpp: vpmaddubsw, two blocks a step), for CPUs
+// without AVX-512 VNNI.
+void quantizeInt4ActivationsAvx2(const float *x, int64_t rows, const LinearWeights &w,
+                                 Int4Activations &out);
+void dotRowsInt4Avx2(const Int4Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
 void dotRowsInt4Vnni(const Int4Activations &x, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);
 void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,

@@ -127,8 +127,9 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 const char *linearKernelsDescription();
 
 // Whether dotRows multiplies int4 weights in groups of `groupSize` by int8-quantized
-// activations for `rows` rows of x (DotInt4Vnni.cpp): where the CPU has AVX-512 VNNI, up to 64
-// rows, groups of whole 32-input blocks, unless DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
+// activations for `rows` rows of x (DotInt4Vnni.cpp where the CPU has AVX-512 VNNI, else
+// DotInt4Avx2.cpp with AVX2): up to 64 rows, groups of whole 32-input blocks, unless
+// DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows);
 // The same for int8 weights (DotVnni.cpp): up to 64 rows, groups of whole 64-input chunks,
 // where DSRT_INT8_ACTIVATIONS=int8 (or DSRT_CPU_ISA=avx512-vnni) asks for it (docs/int8.md).

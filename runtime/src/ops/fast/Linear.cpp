@@ -22,6 +22,7 @@ detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
 detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
 detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
 bool int4VnniAvailable();  // below
+bool int4Avx2Available();  // below
 
 namespace {
 
@@ -249,7 +250,7 @@ bool prefillInBf16(DType weights) {
 // activations multiply them (DotInt4Vnni.cpp), like int8 weights.
 int64_t ownKernelRows(DType weights) {
   if (weights == DType::U8)
-    return int4VnniAvailable() ? 64 : 4;
+    return int4VnniAvailable() || int4Avx2Available() ? 64 : 4;
   return weights == DType::F32 ? 32 : 64;
 }
 // Output features per widened tile: the tile stays in L2 while sgemm reads it.
@@ -301,9 +302,45 @@ bool int8QuantizesActivations(int64_t groupSize, int64_t rows) {
          groupSize % 64 == 0;
 }
 
+// Without VNNI (the kernels capped to AVX2, or an AVX-512 CPU without it), the AVX2 kernel
+// with int8 activations (DotInt4Avx2.cpp), under the same option.
+bool int4Avx2Available() {
+  static const bool available = [] {
+    if (int4VnniAvailable() || environment("DSRT_INT4_ACTIVATIONS") == "f32")
+      return false;
+    const std::string chosen = isa().name;
+    return chosen == "avx2" || chosen == "avx512";
+  }();
+  return available;
+}
+
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
-  return int4VnniAvailable() && rows >= 1 && rows <= 64 && groupSize > 0 &&
+  return (int4VnniAvailable() || int4Avx2Available()) && rows >= 1 && rows <= 64 &&
+         groupSize > 0 &&
          groupSize % 32 == 0;
+}
+
+void int4StepTables(const LinearWeights &w, Int4Activations &out) {
+  // Where each step's weight scales are: a group of several blocks spans steps, and a step
+  // may span (at most 4) groups.
+  constexpr int64_t kBlock = 32, kStepBlocks = 4;
+  const int64_t blocks = w.in / kBlock, steps = (blocks + kStepBlocks - 1) / kStepBlocks;
+  const int64_t blocksPerGroup = w.in / w.groups / kBlock;
+  out.stepFirstGroup.assign(static_cast<size_t>(steps), 0);
+  out.stepGroupCount.assign(static_cast<size_t>(steps), 0);
+  out.stepLaneGroup.assign(static_cast<size_t>(steps * 16), 0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t firstBlock = s * kStepBlocks;
+    const int64_t lastBlock = std::min(blocks, firstBlock + kStepBlocks) - 1;
+    const int64_t firstGroup = firstBlock / blocksPerGroup;
+    out.stepFirstGroup[static_cast<size_t>(s)] = static_cast<int32_t>(firstGroup);
+    out.stepGroupCount[static_cast<size_t>(s)] =
+        static_cast<int32_t>(lastBlock / blocksPerGroup - firstGroup + 1);
+    for (int64_t b = firstBlock; b <= lastBlock; ++b)
+      for (int64_t l = 0; l < 4; ++l)
+        out.stepLaneGroup[static_cast<size_t>(s * 16 + (b - firstBlock) * 4 + l)] =
+            static_cast<int32_t>(b / blocksPerGroup - firstGroup);
+  }
 }
 
 bool bf16PromptGemm(DType weights, int64_t rows) {
@@ -349,8 +386,13 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
              float *y, int64_t ldy) {
   if (rows <= 0 || begin >= end)
     return;
-  if (w.dtype == DType::U8 && w.groups > 0 && int4QuantizesActivations(w.in / w.groups, rows))
-    return dotRowsInt4Vnni(x, rows, w, begin, end, y, ldy);
+  if (w.dtype == DType::U8 && w.groups > 0 && int4QuantizesActivations(w.in / w.groups, rows)) {
+    if (int4VnniAvailable())
+      return dotRowsInt4Vnni(x, rows, w, begin, end, y, ldy);
+    thread_local Int4Activations quantized;
+    quantizeInt4ActivationsAvx2(x, rows, w, quantized);
+    return dotRowsInt4Avx2(quantized, w, begin, end, y, ldy);
+  }
   if (w.dtype == DType::I8 && w.groups > 0 && int8QuantizesActivations(w.in / w.groups, rows))
     return dotRowsInt8Vnni(x, rows, w, begin, end, y, ldy);
   isa().dotRows(x, rows, w, begin, end, y, ldy);
@@ -371,8 +413,8 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
     int64_t blocks = (out + 3) / 4;
     int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 4 * in * rows));
-    const bool int4Vnni = w.dtype == DType::U8 && w.groups > 0 &&
-                          int4QuantizesActivations(in / w.groups, rows);
+    const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
+                               int4QuantizesActivations(in / w.groups, rows);
     const bool int8Vnni = w.dtype == DType::I8 && w.groups > 0 &&
                           int8QuantizesActivations(in / w.groups, rows);
     // The caller's buffers: the pool's threads read them (their own thread_local would be
@@ -381,14 +423,18 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     thread_local Int8Activations callerInt8;
     Int4Activations &quantized = callerInt4;
     Int8Activations &quantized8 = callerInt8;
-    if (int4Vnni)
+    if (int4Quantized && int4VnniAvailable())
       quantizeInt4Activations(x, rows, w, quantized);
+    else if (int4Quantized)
+      quantizeInt4ActivationsAvx2(x, rows, w, quantized);
     if (int8Vnni)
       quantizeInt8Activations(x, rows, w, quantized8);
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
-      if (int4Vnni)
+      if (int4Quantized && int4VnniAvailable())
         dotRowsInt4Vnni(quantized, w, first, last, y, out);
+      else if (int4Quantized)
+        dotRowsInt4Avx2(quantized, w, first, last, y, out);
       else if (int8Vnni)
         dotRowsInt8Vnni(quantized8, w, first, last, y, out);
       else
@@ -461,6 +507,7 @@ const char *linearKernelsDescription() {
       (int8VnniAvailable() && int4VnniAvailable()
            ? " (int8 and int4 up to 64 rows: avx512-vnni, int8 activations)"
        : int4VnniAvailable() ? " (int4 up to 64 rows: avx512-vnni, int8 activations)"
+       : int4Avx2Available() ? " (int4 up to 64 rows: avx2, int8 activations)"
        : int8VnniAvailable() ? " (int8 up to 64 rows: avx512-vnni, int8 activations)"
                              : "");
   return description.c_str();
