@@ -91,11 +91,18 @@ static __device__ __forceinline__ float gemv_biased(unsigned int bits) {
   return __uint_as_float(0x4B000000u | bits);
 }
 
-// The GEMV_VEC weights of one 16-byte load, as f32 (int8 and int4: the integers, unscaled).
-static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, float *out) {
-  const unsigned int words[4] = {v.a, v.b, v.c, v.d};
+// A load's weights are unpacked in GEMV_PIECES pieces of GEMV_PIECE: int4's 32 codes in two
+// halves of 16, so that only 16 unpacked weights are live at once, as for int8.
+#define GEMV_PIECES (WT == DSC_DT_U4 ? 2 : 1)
+#define GEMV_PIECE (GEMV_VEC / GEMV_PIECES)
+
+// Piece `piece` of the GEMV_VEC weights of one 16-byte load, as f32 (int8 and int4: the
+// integers, unscaled).
+static __device__ __forceinline__ void gemv_unpack(const GemvWords &v, int piece, float *out) {
+  const unsigned int all[4] = {v.a, v.b, v.c, v.d};
+  const unsigned int *words = all + piece * (4 / GEMV_PIECES);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4 / GEMV_PIECES; ++i) {
     if constexpr (WT == DSC_DT_F32) {
       out[i] = __uint_as_float(words[i]);
     } else if constexpr (WT == DSC_DT_I8) {
@@ -225,53 +232,58 @@ static __device__ __forceinline__ void gemv_row(const void *x_rows, const void *
 #pragma unroll 4
     for (int chunk = static_cast<int>(static_cast<long long>(part) * chunks / splits) + lane;
          chunk < chunk_end; chunk += 32) {
-      float wv[GEMV_VEC];
-      gemv_unpack(wrow[chunk], wv);
-      const int k = chunk * GEMV_VEC;
+      const GemvWords loaded = wrow[chunk];
       // The chunk's scale (int8 and int4 with groups; 1 otherwise: the weights are the
       // values).
       float chunk_scale = 1.0f;
       if (GEMV_QUANTIZED && GS > 0)
-        chunk_scale = dsc_load_float<SDT>(scales, scale_row + k / (GS > 0 ? GS : 1));
+        chunk_scale =
+            dsc_load_float<SDT>(scales, scale_row + chunk * GEMV_VEC / (GS > 0 ? GS : 1));
 #pragma unroll
-      for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
-        if (r < rows) {
-          // Quantized groups: the chunk's own sum, scaled; otherwise straight into acc[r].
-          float dot = (GEMV_QUANTIZED && GS > 0) ? 0.0f : acc[r];
-          if constexpr (XD == DSC_DT_F32) {
-            const float *xr = xs + r * k_in + k;
-            if (x_vector) {
+      for (int piece = 0; piece < GEMV_PIECES; ++piece) {
+        float wv[GEMV_PIECE];
+        gemv_unpack(loaded, piece, wv);
+        const int k = chunk * GEMV_VEC + piece * GEMV_PIECE;
 #pragma unroll
-              for (int j = 0; j < GEMV_VEC; j += 4) {
-                const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
-                dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+        for (int r = 0; r < GEMV_MAX_ROWS; ++r) {
+          if (r < rows) {
+            // Quantized groups: the piece's own sum, scaled; otherwise straight into acc[r].
+            float dot = (GEMV_QUANTIZED && GS > 0) ? 0.0f : acc[r];
+            if constexpr (XD == DSC_DT_F32) {
+              const float *xr = xs + r * k_in + k;
+              if (x_vector) {
+#pragma unroll
+                for (int j = 0; j < GEMV_PIECE; j += 4) {
+                  const GemvFloat4 xv = *reinterpret_cast<const GemvFloat4 *>(xr + j);
+                  dot += wv[j] * xv.x + wv[j + 1] * xv.y + wv[j + 2] * xv.z + wv[j + 3] * xv.w;
+                }
+              } else {
+#pragma unroll
+                for (int j = 0; j < GEMV_PIECE; ++j)
+                  dot += wv[j] * xr[j];
               }
             } else {
+              const long long at = static_cast<long long>(r) * k_in + k;
+              if (x_vector) {
+                const unsigned int *xr = reinterpret_cast<const unsigned int *>(
+                    static_cast<const unsigned short *>(x_rows) + at);
 #pragma unroll
-              for (int j = 0; j < GEMV_VEC; ++j)
-                dot += wv[j] * xr[j];
-            }
-          } else {
-            const long long at = static_cast<long long>(r) * k_in + k;
-            if (x_vector) {
-              const unsigned int *xr = reinterpret_cast<const unsigned int *>(
-                  static_cast<const unsigned short *>(x_rows) + at);
+                for (int j = 0; j < GEMV_PIECE; j += 2) {
+                  const unsigned int pair = xr[j / 2];
+                  dot += wv[j] * dsc_half_of_word<XD>(pair, 0) +
+                         wv[j + 1] * dsc_half_of_word<XD>(pair, 1);
+                }
+              } else {
 #pragma unroll
-              for (int j = 0; j < GEMV_VEC; j += 2) {
-                const unsigned int pair = xr[j / 2];
-                dot += wv[j] * dsc_half_of_word<XD>(pair, 0) +
-                       wv[j + 1] * dsc_half_of_word<XD>(pair, 1);
+                for (int j = 0; j < GEMV_PIECE; ++j)
+                  dot += wv[j] * dsc_load_float<XD>(x_rows, at + j);
               }
-            } else {
-#pragma unroll
-              for (int j = 0; j < GEMV_VEC; ++j)
-                dot += wv[j] * dsc_load_float<XD>(x_rows, at + j);
             }
+            if (GEMV_QUANTIZED && GS > 0)
+              acc[r] += chunk_scale * dot;
+            else
+              acc[r] = dot;
           }
-          if (GEMV_QUANTIZED && GS > 0)
-            acc[r] += chunk_scale * dot;
-          else
-            acc[r] = dot;
         }
       }
     }
