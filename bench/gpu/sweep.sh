@@ -240,7 +240,8 @@ step_realistic() {
 # default steps: --steps int4, after realistic). test/gpu/int4.test's fixture plans outside
 # lit, so that the numbers print; then each real-shape export the realistic step left: its
 # int4 plan against its CPU session (dseval; no bound yet, the first GPU run measures it),
-# and decode timed against the int8 plan (dsbench, batch 1). The CPU runs its exact kernel
+# and decode timed against the int8 plan (dsbench, batch 1, 32 prompt and 48 new tokens
+# within the plans' 96 positions). The CPU runs its exact kernel
 # (DSRT_INT4_ACTIVATIONS=f32), as the GPU has f32 activations.
 step_int4() {
   strict=""
@@ -274,8 +275,8 @@ step_int4() {
         --prompts "$work/realistic/prompts.txt" || failed=1
     for dtype in int8 int4; do
       [ -f "$folder/$dtype.dsp" ] || continue
-      dsbench "$folder/$dtype.dsp" --device cuda $strict --batch 1 --prompt-len 128 \
-          --new-tokens 32 --warmup 2 --iterations 5 --json >"$dir/$name-$dtype.json" ||
+      dsbench "$folder/$dtype.dsp" --device cuda $strict --batch 1 --prompt-len 32 \
+          --new-tokens 48 --warmup 2 --iterations 5 --json >"$dir/$name-$dtype.json" ||
         { failed=1; continue; }
       timed="$timed $name $dtype $("$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.3f ms/token, prefill %.2f ms;" % (r["decode_ms"]["avg"], r["prefill_ms"]["avg"]))' "$dir/$name-$dtype.json")"
     done
@@ -327,7 +328,7 @@ run_step tests "${LIMIT_tests:-120}" step_tests
 run_step engine "${LIMIT_engine:-90}" step_engine
 run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
-run_step int4 "${LIMIT_int4:-150}" step_int4
+run_step int4 "${LIMIT_int4:-240}" step_int4
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile
 
