@@ -81,7 +81,9 @@ class LLM:
     >>> llm.generate(["Hello"], dsrt.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
 
     Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
-    ``kv_cache_bytes`` (0: what a static session would reserve), ``max_tokens_per_step``,
+    ``kv_cache_bytes`` (0: a whole sequence for every row of the plan's step, or of its static
+    batch if more, at most a quarter of the memory), ``max_tokens_per_step`` (0: the step's
+    rows, ``dsc --max-tokens-per-step``),
     ``prefix_caching``. The GIL is released while the engine steps.
     """
 

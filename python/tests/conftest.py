@@ -50,12 +50,13 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def plan(model_dir, tmp_path_factory) -> str:
-    """A serving plan (its step program) of the fixture, 8 rows, its 64 positions."""
+    """A serving plan of the fixture: a step program of 8 rows (the engine's tokens per
+    step), static programs of 2 sequences, its 64 positions."""
     os.environ.setdefault("DSC", dsc())
     import dsrt
     output = str(tmp_path_factory.mktemp("plans") / "gpt2-chat.dsp")
-    return dsrt.compile(str(model_dir / "model.onnx"), output, serving=True, max_batch=8,
-                        max_seq_len=64)
+    return dsrt.compile(str(model_dir / "model.onnx"), output, max_tokens_per_step=8,
+                        max_batch=2, max_seq_len=64)
 
 
 @pytest.fixture(scope="session")

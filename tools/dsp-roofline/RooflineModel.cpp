@@ -196,6 +196,13 @@ private:
       int64_t fresh = length(queryMax) >= 2 && queryMax->Get(1) == 1 ? 1 : newTokens_;
       if (workload_.batch == 0 || fresh == 0)
         return;
+      // A serving plan's step program runs only in the engine, over the paged cache: its
+      // paged attention_rotary writes every row's key and value, then its paged
+      // attention_decode attends (slots 3 and 4; AttentionPagedOps.cpp).
+      if (length(step.kernels()) == 5 && kernelConstant(step, 4, "PAGED", 0) == 1) {
+        cost.kernels = 2;
+        return;
+      }
       const bool mergesItself = length(step.kernels()) == 3 &&
                                 kernelConstant(step, 2, "FUSED_COMBINE", 0) == 1;
       bool splitKv = isSessionAttention(step) && fresh == 1 &&
@@ -260,9 +267,9 @@ private:
   }
 
   // LinearOps.cpp: up to 8 rows one gemv (kernel slot 0; the epilogue is fused into it).
-  // More rows: the activations converted for an f16/bf16 GEMM, cuBLASLt (an int8 weight
-  // dequantized first, in parts of at most 64 MiB: one dequantize_int8 and one GEMM per
-  // part), then linear_epilogue unless the GEMM already wrote the finished output, itself
+  // More rows: the activations converted for an f16/bf16 GEMM, cuBLASLt (an int8 or int4
+  // weight dequantized first, in parts of at most 64 MiB: one dequantize_int8 or
+  // dequantize_int4 and one GEMM per part), then linear_epilogue unless the GEMM already wrote the finished output, itself
   // or with cuBLASLt's epilogue. (A gated linear's kernel has an ACT, so its epilogue is
   // counted with the activations.)
   void linearLaunches(const dsp::Step &step, bool isLinear, StepCost &cost) const {
@@ -271,7 +278,9 @@ private:
     const dsp::WeightEntry *weight = weightEntry(inputAt(step, 1));
     if (!weight || length(weight->shape()) != 2 || length(step.outputs()) == 0)
       return;
-    const int64_t n = weight->shape()->Get(0), k = weight->shape()->Get(1);
+    // An int4 weight (u8 codes beside scales) packs two inputs to a byte.
+    const bool int4 = weight->dtype() == dsp::DType::u8 && weightEntry(inputAt(step, 3));
+    const int64_t n = weight->shape()->Get(0), k = weight->shape()->Get(1) * (int4 ? 2 : 1);
     const int64_t rows = rowsOf(step.outputs()->Get(0));
     if (rows == 0 || n == 0)
       return;
@@ -290,7 +299,9 @@ private:
       return;
     }
     const dsp::WeightEntry *scales = weightEntry(inputAt(step, 3));
-    const bool int8 = weight->dtype() == dsp::DType::i8 && scales;
+    // int8 and int4 weights are dequantized (dequantize_int8 / dequantize_int4) into the
+    // scales' dtype first.
+    const bool int8 = (weight->dtype() == dsp::DType::i8 || int4) && scales;
     const dsp::DType operand = int8 ? scales->dtype() : weight->dtype();
     // convert_activations, unless the norm prologue's second kernel writes the GEMM's
     // operand itself (its OUT_DT; it is the step's last kernel), or the input already is of

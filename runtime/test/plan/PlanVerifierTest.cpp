@@ -341,7 +341,9 @@ TEST_F(PlanVerifier, Globals) {
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.symbols[1]->symbol.clear(); }),
             "symbol 1 has no name");
   EXPECT_EQ(openError([](dsp::PlanT &p) { p.limits->max_seq_len = -5; }),
-            "limits are negative (max_batch 4, max_seq_len -5)");
+            "limits are negative (max_batch 4, max_seq_len -5, max_tokens_per_step 0)");
+  EXPECT_EQ(openError([](dsp::PlanT &p) { p.limits->max_tokens_per_step = -1; }),
+            "limits are negative (max_batch 4, max_seq_len 128, max_tokens_per_step -1)");
 }
 
 // The prelude and the raw file, edited byte-wise.
