@@ -82,7 +82,7 @@ std::vector<std::string> launchedKernels(const PlanFile &plan) {
 
 TEST(CudaPagedSession, ThePoolIsBlocksOnTheDevice) {
   PagedFake f;
-  createPaged(f);
+  ASSERT_NO_FATAL_FAILURE(createPaged(f));
   std::vector<KvLayerShape> layers;
   ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
   ASSERT_FALSE(layers.empty());
@@ -99,7 +99,7 @@ TEST(CudaPagedSession, ThePoolIsBlocksOnTheDevice) {
 
 TEST(CudaPagedSession, StepRunsThePagedKernels) {
   PagedFake f;
-  createPaged(f);
+  ASSERT_NO_FATAL_FAILURE(createPaged(f));
   // A chunk of three rows of one sequence (blocks 3, 1) and a decode token of another.
   const std::vector<int32_t> first{3, 1}, second{0};
   std::vector<ops::KvPagedRow> rows{{first.data(), 2, 4}, {first.data(), 2, 5},
@@ -150,7 +150,7 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
 // output has the caller's rows.
 TEST(CudaPagedSession, DecodeOnlyStepsAreCapturedPerBucket) {
   PagedFake f;
-  createPaged(f);
+  ASSERT_NO_FATAL_FAILURE(createPaged(f));
   const std::vector<int32_t> a{0, 3}, b{1}, c{2, 4};
   auto decodeStep = [&](int64_t advance) {
     return std::vector<ops::KvPagedRow>{
@@ -200,7 +200,7 @@ TEST(CudaPagedSession, DecodeOnlyStepsAreCapturedPerBucket) {
 
 TEST(CudaPagedSession, BadRowsAreRefusedByName) {
   PagedFake f;
-  createPaged(f);
+  ASSERT_NO_FATAL_FAILURE(createPaged(f));
   const std::vector<int32_t> good{2, 5}, outOfPool{2, kBlocks}, negative{-1};
   struct Case {
     std::vector<ops::KvPagedRow> rows;
