@@ -233,10 +233,22 @@ PrefillGemm prefillGemm() {
   return chosen;
 }
 
+// int4 weights whose kernels round x anyway (int8 activations up to 64 rows, the default;
+// DSRT_INT4_ACTIVATIONS=f32 keeps x exact everywhere) take the bf16 GEMM for longer prompts
+// too: their tiles are unpacked to bf16 instead of f32, and x's bf16 rounding (2^-8) is
+// finer than its int8 one (half of max|x| / 127 per block).
+bool int4RoundsActivations() {
+  const char *mode = std::getenv("DSRT_INT4_ACTIVATIONS");
+  return !(mode && std::string(mode) == "f32");
+}
+
 bool prefillInBf16(DType weights) {
   switch (prefillGemm()) {
-  case PrefillGemm::Bf16: return weights == DType::F32 || weights == DType::F16 || weights == DType::BF16;
-  case PrefillGemm::Bf16ForBf16Weights: return weights == DType::BF16;
+  case PrefillGemm::Bf16:
+    return weights == DType::F32 || weights == DType::F16 || weights == DType::BF16 ||
+           (weights == DType::U8 && int4RoundsActivations());
+  case PrefillGemm::Bf16ForBf16Weights:
+    return weights == DType::BF16 || (weights == DType::U8 && int4RoundsActivations());
   default: return false;
   }
 }
@@ -466,11 +478,11 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
         tile.resize(wide.size());
         for (int64_t t = first; t < last; t += kTileRows) {
           int64_t count = std::min(kTileRows, last - t);
-          const float *rowsF32 = static_cast<const float *>(w.data) + t * in;
-          if (w.dtype != DType::F32) {
+          const float *rowsF32 = wide.data();
+          if (w.dtype == DType::F32)
+            rowsF32 = static_cast<const float *>(w.data) + t * in;
+          else
             isa().widenRows(w, t, count, wide.data());
-            rowsF32 = wide.data();
-          }
           roundToBf16(rowsF32, count * in, tile.data());
           gemmBf16NT(dnn, rows, count, in, xb, in, tile.data(), in, y + t, out);
         }
