@@ -3,8 +3,8 @@
 # kernel's PTX with dsp-dump --extract-kernels and assembles it with ptxas for sm_80 and
 # sm_90: generated code that ptxas rejects fails here, without a GPU. int8 plans (per
 # channel, groups of 32, bf16 scales) must have their int8 kernels (gemv with WT 8 and
-# dequantize_int8: a rule that declined would leave them out); `ptxas -v` prints the int8
-# gemv's registers and spills.
+# dequantize_int8: a rule that declined would leave them out), int4 plans theirs (gemv with
+# WT 9 and dequantize_int4, which must not spill); `ptxas -v` prints their registers.
 #   check_ptxas.sh DSC DSP_DUMP MODELS_DIR WORK_DIR
 # Exits 77 (ctest's skip) when ptxas or NVRTC is not installed.
 set -u
@@ -56,7 +56,15 @@ compile gpt2-op17-bf16 "$models/gpt2-op17/model.onnx" --dtype bf16
 compile gpt2-op17-int8 "$models/gpt2-op17/model.onnx" --dtype int8
 compile gpt2-op17-int8-g32 "$models/gpt2-op17/model.onnx" --dtype int8 --int8-group-size 32
 compile llama-op17-int8-bf16 "$models/llama-op17/model.onnx" --dtype int8 --compute-dtype bf16
-plans=$((plans + 5))
+# int4 (docs/int4.md): groups of 32 (GPT-2: f16 scales, an int8 LM head, layer-norm
+# prologues) and of 64, a bf16 Llama with an int4 LM head (gated projections, rms
+# prologues), and ONNX Runtime GenAI's int4 export with its MatMulNBits codes kept.
+compile gpt2-op17-int4 "$models/gpt2-op17/model.onnx" --dtype int4
+compile gpt2-op17-int4-g64 "$models/gpt2-op17/model.onnx" --dtype int4 --int8-group-size 64
+compile llama-op17-int4-head-bf16 "$models/llama-op17/model.onnx" --dtype int4 --int4-lm-head \
+  --compute-dtype bf16
+compile llama-ortgenai-int4 "$models/llama-ortgenai-int4/model.onnx" --dtype int4
+plans=$((plans + 9))
 # Today's exports: zeros at rows with no key (sdpa's guard), Gemma-2's capped scores with a
 # window, Gemma-3's head_dim 32 with per-head norms.
 for name in llama-ts-sdpa gemma2-dynamo-eager gemma3-dynamo; do
@@ -77,6 +85,14 @@ for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
     found=$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)
     if [ -z "$found" ]; then
       echo "FAIL: the int8 plan $name has no $kind kernel"
+      failures=$((failures + 1))
+    fi
+  done
+done
+for name in gpt2-op17-int4 gpt2-op17-int4-g64 llama-op17-int4-head-bf16 llama-ortgenai-int4; do
+  for kind in "gemv_*_WT9_*" "dequantize_int4_*"; do
+    if [ -z "$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)" ]; then
+      echo "FAIL: the int4 plan $name has no $kind kernel"
       failures=$((failures + 1))
     fi
   done
@@ -112,9 +128,11 @@ for ptx in "$work"/*/*.ptx; do
   checked=$((checked + 1))
 done
 
-# Registers and spills of the int8 decode kernels, the norm prologue's and the one-launch
-# decode attention (the paged one among them), for the record (docs/cuda-backend.md).
-for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_NORM*.ptx \
+# Registers and spills of the int8 and int4 decode kernels, int4's dequantization, the norm
+# prologue's and the one-launch decode attention (the paged one among them), for the record
+# (docs/cuda-backend.md). The int4 kernels must not spill ("int4 linears").
+for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
+           "$work"/*/dequantize_int4_*.ptx "$work"/*/gemv_*_NORM*.ptx \
            "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
@@ -124,6 +142,13 @@ for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_NORM*.ptx \
     usage=$("$ptxas" -v -arch=$arch "$ptx" -o "$work/ptxas.cubin" 2>&1 |
             grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
     echo "$kernel $arch: $usage"
+    case $kernel in
+      gemv_*_WT9_*|dequantize_int4_*)
+        if echo "$usage" | grep -qE "[1-9][0-9]* bytes spill"; then
+          echo "FAIL: the int4 kernel $kernel spills on $arch"
+          failures=$((failures + 1))
+        fi ;;
+    esac
   done
 done
 

@@ -52,27 +52,24 @@ struct Weight {
   std::vector<float> value;  // [out, in], dequantized
 };
 
-// Rounds f32 scales to the case's scale dtype, in place, and keeps a copy stored in that
-// dtype after the f32 values (which the expected values multiply by).
+// Rounds the f32 scales to the case's scale dtype, in place: the values the expected results
+// multiply by, each exactly representable as stored.
 void storeScales(const Case &c, OwnedTensor &scales) {
   if (c.scales == DType::F32)
     return;
   const int64_t n = c.out * c.groups;
   OwnedTensor narrow(c.scales, {c.out, c.groups});
-  auto *values = reinterpret_cast<float *>(scales.storage.data());
-  convertFloats(DType::F32, values, c.scales, narrow.storage.data(), n);
-  convertFloats(c.scales, narrow.storage.data(), DType::F32, values, n);
-  scales.storage.resize(static_cast<size_t>(n) * 4 + narrow.storage.size());
-  std::memcpy(scales.storage.data() + n * 4, narrow.storage.data(), narrow.storage.size());
+  convertFloats(DType::F32, scales.storage.data(), c.scales, narrow.storage.data(), n);
+  convertFloats(c.scales, narrow.storage.data(), DType::F32, scales.storage.data(), n);
 }
 
-// The scales as the kernels are given them: the narrow copy storeScales made, or the f32.
+// The scales as the kernels are given them, in the case's dtype (exactly: storeScales).
 OwnedTensor scalesAsStored(const Case &c, const OwnedTensor &scales) {
   if (c.scales == DType::F32)
     return scales;
   OwnedTensor narrow(c.scales, {c.out, c.groups});
-  std::memcpy(narrow.storage.data(), scales.storage.data() + c.out * c.groups * 4,
-              narrow.storage.size());
+  convertFloats(DType::F32, scales.storage.data(), c.scales, narrow.storage.data(),
+                c.out * c.groups);
   return narrow;
 }
 
@@ -88,8 +85,7 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
     auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
     for (int64_t i = 0; i < c.out * c.groups; ++i)
       scales[i] = scale(rng);
-    storeScales(c, w.scales);  // may move the storage
-    scales = reinterpret_cast<float *>(w.scales.storage.data());
+    storeScales(c, w.scales);
     for (uint8_t &pair : w.stored.storage)
       pair = static_cast<uint8_t>(byte(rng));
     for (int64_t o = 0; o < c.out; ++o)
@@ -107,8 +103,7 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
     auto *scales = reinterpret_cast<float *>(w.scales.storage.data());
     for (int64_t i = 0; i < c.out * c.groups; ++i)
       scales[i] = scale(rng);
-    storeScales(c, w.scales);  // may move the storage
-    scales = reinterpret_cast<float *>(w.scales.storage.data());
+    storeScales(c, w.scales);
     auto *q = reinterpret_cast<int8_t *>(w.stored.storage.data());
     for (int64_t o = 0; o < c.out; ++o)
       for (int64_t k = 0; k < c.in; ++k) {

@@ -12,6 +12,7 @@
 // about half the instructions per weight. Its bound and its exact arithmetic are the VNNI
 // kernel's, checked by the same tests under DSRT_CPU_ISA=avx2.
 #include "ops/fast/DotKernels.h"
+#include "ops/fast/QuantizedActivations.h"
 
 #include <immintrin.h>
 
@@ -177,14 +178,8 @@ void dotRowsWithScales(const Int4Activations &a, const LinearWeights &w, int64_t
 
 } // namespace
 
-void quantizeInt4ActivationsAvx2(const float *x, int64_t rows, const LinearWeights &w,
-                                 Int4Activations &out) {
-  out.rows = rows;
-  if (out.quantized.size() < static_cast<size_t>(rows))
-    out.quantized.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
-  int4StepTables(w, out);
+void quantizeInt4RowAvx2(const float *x, int64_t in, QuantizedInt4Row &row) {
+  quantizeRow(x, in, row);
 }
 
 void dotRowsInt4Avx2(const Int4Activations &activations, const LinearWeights &w, int64_t begin,

@@ -25,6 +25,7 @@
 // |dy| <= sum_k |w_k| * step_block(k) / 2 (FastLinearTest checks this bound). With
 // DSRT_INT4_ACTIVATIONS=f32 the exact f32-activation kernel runs instead (the accuracy option).
 #include "ops/fast/DotKernels.h"
+#include "ops/fast/QuantizedActivations.h"
 
 #include <immintrin.h>
 
@@ -181,21 +182,8 @@ void dotRowsWithScales(const Int4Activations &a, const LinearWeights &w, int64_t
 
 } // namespace
 
-void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
-                             Int4Activations &out) {
-  out.rows = rows;
-  if (out.quantized.size() < static_cast<size_t>(rows))
-    out.quantized.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
-  int4StepTables(w, out);
-}
-
-void dotRowsInt4Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy) {
-  thread_local Int4Activations quantized;
-  quantizeInt4Activations(x, rows, w, quantized);
-  dotRowsInt4Vnni(quantized, w, begin, end, y, ldy);
+void quantizeInt4RowAvx512(const float *x, int64_t in, QuantizedInt4Row &row) {
+  quantizeRow(x, in, row);
 }
 
 void dotRowsInt4Vnni(const Int4Activations &activations, const LinearWeights &w, int64_t begin,

@@ -20,6 +20,7 @@
 // activations' rounding costs top-1 agreement (OPT: 44/48 against 47/48). Where decode is
 // bound by instructions rather than memory (issue 43's Xeon: 12.6 GB/s of int8 weights
 // against llama.cpp's 23 with VNNI), and for prompts, it is the faster kernel (docs/int8.md).
+#include "ops/fast/QuantizedActivations.h"
 #include "ops/fast/VecAvx512.h"
 
 #include <vector>
@@ -108,14 +109,6 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
     vnniBlock<O, 1>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
 }
 
-void dotRowsVnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                 int64_t end, float *y, int64_t ldy) {
-  const int64_t groupSize = w.groups > 0 ? w.in / w.groups : 0;
-  if (w.dtype != DType::I8 || groupSize == 0 || groupSize % kChunk != 0 || rows > 64)
-    return detail::dotRowsWith<Avx512>(x, rows, w, begin, end, y, ldy);
-  dotRowsInt8Vnni(x, rows, w, begin, end, y, ldy);
-}
-
 } // namespace
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
@@ -143,17 +136,8 @@ void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t b
     vnniRows<1>(a, w, o, y, ldy);
 }
 
-void dotRowsInt8Vnni(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy) {
-  thread_local Int8Activations quantized;
-  quantizeInt8Activations(x, rows, w, quantized);
-  dotRowsInt8Vnni(quantized, w, begin, end, y, ldy);
-}
-
-detail::IsaKernels avx512VnniKernels() {
-  detail::IsaKernels kernels = detail::kernelsOf<Avx512>("avx512-vnni");
-  kernels.dotRows = &dotRowsVnni;
-  return kernels;
-}
+// DSRT_CPU_ISA=avx512-vnni: AVX-512's kernels, with int8 activations for int8 weights
+// (int8QuantizesActivations in Linear.cpp).
+detail::IsaKernels avx512VnniKernels() { return detail::kernelsOf<Avx512>("avx512-vnni"); }
 
 } // namespace dsrt::ops::fast

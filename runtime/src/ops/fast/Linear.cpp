@@ -3,6 +3,7 @@
 // libdsrt needs no oneDNN to build or load) on fp32 tiles of the weights. The thread pool
 // splits the output features; each sgemm call is single-threaded inside it.
 #include "ops/fast/DotKernels.h"
+#include "ops/fast/QuantizedActivations.h"
 #include "ops/ThreadPool.h"
 
 #include "core/LibraryLoader.h"
@@ -237,10 +238,7 @@ PrefillGemm prefillGemm() {
 // DSRT_INT4_ACTIVATIONS=f32 keeps x exact everywhere) take the bf16 GEMM for longer prompts
 // too: their tiles are unpacked to bf16 instead of f32, and x's bf16 rounding (2^-8) is
 // finer than its int8 one (half of max|x| / 127 per block).
-bool int4RoundsActivations() {
-  const char *mode = std::getenv("DSRT_INT4_ACTIVATIONS");
-  return !(mode && std::string(mode) == "f32");
-}
+bool int4RoundsActivations() { return int4VnniAvailable() || int4Avx2Available(); }
 
 bool prefillInBf16(DType weights) {
   switch (prefillGemm()) {
@@ -327,12 +325,18 @@ bool int4Avx2Available() {
 }
 
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
-  return (int4VnniAvailable() || int4Avx2Available()) && rows >= 1 && rows <= 64 &&
-         groupSize > 0 &&
-         groupSize % 32 == 0;
+  return int4RoundsActivations() && rows >= 1 && rows <= 64 &&
+         groupSize > 0 && groupSize % 32 == 0;
 }
 
-void int4StepTables(const LinearWeights &w, Int4Activations &out) {
+void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int4Activations &out) {
+  out.rows = rows;
+  if (out.quantized.size() < static_cast<size_t>(rows))
+    out.quantized.resize(static_cast<size_t>(rows));
+  const auto quantizeRow = int4VnniAvailable() ? quantizeInt4RowAvx512 : quantizeInt4RowAvx2;
+  for (int64_t r = 0; r < rows; ++r)
+    quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
   // Where each step's weight scales are: a group of several blocks spans steps, and a step
   // may span (at most 4) groups.
   constexpr int64_t kBlock = 32, kStepBlocks = 4;
@@ -394,19 +398,30 @@ void weightedSum(const float *weights, const void *rows, DType rowType, int64_t 
   isa().weightedSum(weights, rows, rowType, count, width, out);
 }
 
+namespace {
+void dotRowsInt4(const Int4Activations &x, const LinearWeights &w, int64_t begin, int64_t end,
+                 float *y, int64_t ldy) {
+  if (int4VnniAvailable())
+    dotRowsInt4Vnni(x, w, begin, end, y, ldy);
+  else
+    dotRowsInt4Avx2(x, w, begin, end, y, ldy);
+}
+} // namespace
+
 void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin, int64_t end,
              float *y, int64_t ldy) {
   if (rows <= 0 || begin >= end)
     return;
   if (w.dtype == DType::U8 && w.groups > 0 && int4QuantizesActivations(w.in / w.groups, rows)) {
-    if (int4VnniAvailable())
-      return dotRowsInt4Vnni(x, rows, w, begin, end, y, ldy);
     thread_local Int4Activations quantized;
-    quantizeInt4ActivationsAvx2(x, rows, w, quantized);
-    return dotRowsInt4Avx2(quantized, w, begin, end, y, ldy);
+    quantizeInt4Activations(x, rows, w, quantized);
+    return dotRowsInt4(quantized, w, begin, end, y, ldy);
   }
-  if (w.dtype == DType::I8 && w.groups > 0 && int8QuantizesActivations(w.in / w.groups, rows))
-    return dotRowsInt8Vnni(x, rows, w, begin, end, y, ldy);
+  if (w.dtype == DType::I8 && w.groups > 0 && int8QuantizesActivations(w.in / w.groups, rows)) {
+    thread_local Int8Activations quantized;
+    quantizeInt8Activations(x, rows, w, quantized);
+    return dotRowsInt8Vnni(quantized, w, begin, end, y, ldy);
+  }
   isa().dotRows(x, rows, w, begin, end, y, ldy);
 }
 
@@ -435,18 +450,14 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     thread_local Int8Activations callerInt8;
     Int4Activations &quantized = callerInt4;
     Int8Activations &quantized8 = callerInt8;
-    if (int4Quantized && int4VnniAvailable())
+    if (int4Quantized)
       quantizeInt4Activations(x, rows, w, quantized);
-    else if (int4Quantized)
-      quantizeInt4ActivationsAvx2(x, rows, w, quantized);
     if (int8Vnni)
       quantizeInt8Activations(x, rows, w, quantized8);
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
-      if (int4Quantized && int4VnniAvailable())
-        dotRowsInt4Vnni(quantized, w, first, last, y, out);
-      else if (int4Quantized)
-        dotRowsInt4Avx2(quantized, w, first, last, y, out);
+      if (int4Quantized)
+        dotRowsInt4(quantized, w, first, last, y, out);
       else if (int8Vnni)
         dotRowsInt8Vnni(quantized8, w, first, last, y, out);
       else

@@ -1,0 +1,66 @@
+// Internal to dsrt_ops: int8 and int4 weights times int8-quantized activations (DotVnni.cpp,
+// DotInt4Vnni.cpp, DotInt4Avx2.cpp; Linear.cpp chooses them and quantizes x): the quantized
+// rows of x and the kernels that read them. docs/int4.md, docs/int8.md.
+#ifndef DSRT_OPS_FAST_QUANTIZEDACTIVATIONS_H
+#define DSRT_OPS_FAST_QUANTIZEDACTIVATIONS_H
+
+#include "ops/fast/FastKernels.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace dsrt::ops::fast {
+
+// int8 weights times int8 activations (DotVnni.cpp). One row of x as int8 with, per chunk
+// of 64 inputs (one vpdpbusd), each block's scale on its 8 lanes and -128 * sum(xq) of each
+// block on its first lane (the flipped weights' surplus, where the int32 sums start).
+struct QuantizedInt8Row {
+  std::vector<int8_t> values;
+  std::vector<float> laneScales;
+  std::vector<int32_t> surplusLanes;
+};
+struct Int8Activations {
+  int64_t rows = 0;
+  std::vector<QuantizedInt8Row> quantized;
+};
+void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int8Activations &out);
+void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+
+// int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
+// (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
+// as int8: even and odd inputs apart ([in / 2] each); per step, each block's scale on its 4
+// lanes, and the codes' offset of 8, -8 * sum(xq) of each block, on the block's first lane
+// (the int32 sums start from it); both padded with zeros to whole steps.
+struct QuantizedInt4Row {
+  std::vector<int8_t> even, odd;
+  std::vector<float> scaleLanes;
+  std::vector<int32_t> offsetLanes;
+};
+// x quantized once per product, then read by every range of output features: quantizing it
+// again in each thread's range cost as much as the products of a 32-row prompt chunk. With
+// it, per step, where the weight scales of its blocks are: the first group's index, how many
+// groups from there to load (at most 4), and which of them each lane takes.
+struct Int4Activations {
+  int64_t rows = 0;
+  std::vector<QuantizedInt4Row> quantized;
+  std::vector<int32_t> stepFirstGroup, stepGroupCount, stepLaneGroup;  // [steps], [steps], [steps, 16]
+};
+// x quantized, and the step tables (Linear.cpp: the rows by the CPU's kernel below).
+void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &w,
+                             Int4Activations &out);
+// One row of x as both kernels read it, quantized with AVX-512 (DotInt4Vnni.cpp) or AVX2
+// (DotInt4Avx2.cpp).
+void quantizeInt4RowAvx512(const float *x, int64_t in, QuantizedInt4Row &row);
+void quantizeInt4RowAvx2(const float *x, int64_t in, QuantizedInt4Row &row);
+// The products: with AVX-512 VNNI (vpdpbusd, four blocks a step), or with AVX2 for CPUs
+// without it (DotInt4Avx2.cpp: vpmaddubsw, two blocks a step).
+void dotRowsInt4Vnni(const Int4Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+void dotRowsInt4Avx2(const Int4Activations &x, const LinearWeights &w, int64_t begin,
+                     int64_t end, float *y, int64_t ldy);
+
+} // namespace dsrt::ops::fast
+
+#endif
