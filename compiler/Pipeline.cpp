@@ -32,6 +32,8 @@ void addRecognizePasses(OpPassManager &pm, const onnx_frontend::WeightStore *wei
   // position tables as tfm.embedding. Then the prefill and decode programs of a decoder
   // whose every attention was recognised.
   pm.addPass(createRecognizeLayersWithReport(declines, options.missingNormEpsilon));
+  // Mixture-of-experts blocks, from the experts' gated MLPs the layers found.
+  pm.addPass(createRecognizeMoeWithReport(declines));
   pm.addPass(createRecognizeAttentionWithWeights(weights, options.attentionRemarks,
                                                  options.lowering.maxSeqLen));
   DeriveCacheProgramsOptions derive;

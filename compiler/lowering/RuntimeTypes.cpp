@@ -226,6 +226,11 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // its cache layer holds the encoder's keys, written by prefill, read by decode.
     if (attention->hasAttr("tfm.cross_keys"))
       attrs.append("cross", b.getI64IntegerAttr(1));
+  } else if (auto moe = dyn_cast<tfm::MoeOp>(op)) {
+    attrs.append("top_k", b.getI64IntegerAttr(moe.getTopK()));
+    attrs.append("scoring", b.getStringAttr(tfm::stringifyRouterScoring(moe.getScoring())));
+    attrs.append("normalize", b.getI64IntegerAttr(moe.getNormalize() ? 1 : 0));
+    attrs.append("activation", b.getStringAttr(tfm::stringifyActivationKind(moe.getActivation())));
   } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
     attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
   } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {

@@ -71,6 +71,28 @@ def RecognizeAttention : Pass<"dsc-recognize-attention", "mlir::ModuleOp"> {
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
 }
 
+def RecognizeMoe : Pass<"dsc-recognize-moe", "mlir::ModuleOp"> {
+  let summary = "Recognise mixture-of-experts MLPs computed over every expert";
+  let description = [{
+    Anchors on the products down_e(act(gate_e(x)) * up_e(x)) * routing[..., e:e+1] (after
+    dsc-recognize-layers: the experts' gated MLPs are tfm ops, each over the same input),
+    the column a Slice of width one or a Gather and Unsqueeze of the routing weights' last
+    axis. Grouped by input and routing weights, the products must be summed by Adds that
+    read nothing else, every expert once, the experts' weights of one shape and their
+    activations one kind. The routing weights must come from one router, a tfm.linear of
+    the same input with one feature per expert; what the ops between them compute is proven
+    on a probe (random logits, two spreads): softmax or sigmoid, top-k, renormalised or not,
+    whatever ops spell it. The block becomes one tfm.moe over the stacked experts' weights;
+    the router stays a tfm.linear. Anything else is declined with its reason and stays
+    generic (correct: it computes every expert).
+  }];
+  let options = [
+    Option<"reportDeclines", "report-declines", "bool", "false",
+           "Emit a remark with the reason for every expert sum that is not recognised">,
+  ];
+  let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
+}
+
 def DeriveCachePrograms : Pass<"dsc-derive-cache-programs", "mlir::ModuleOp"> {
   let summary = "Derive the prefill and decode programs of a recognised decoder";
   let description = [{

@@ -22,6 +22,7 @@ struct Layer {
   int activations = 0, genericActivations = 0;
   int norms = 0, genericNorms = 0;
   int linears = 0, genericLinears = 0;
+  int moe = 0;  // mixture-of-experts MLPs (tfm.moe)
   bool sawMlp = false, sawDown = false;
 
   void absorb(const Layer &other) {
@@ -33,6 +34,7 @@ struct Layer {
     genericNorms += other.genericNorms;
     linears += other.linears;
     genericLinears += other.genericLinears;
+    moe += other.moe;
   }
 
   bool recognised() const {
@@ -138,6 +140,11 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
     } else if (isa<tfm::ActivationOp, tfm::GatedActOp>(op)) {
       ++layer.activations;
       layer.sawMlp = true;
+    } else if (isa<tfm::MoeOp>(op)) {
+      // The experts' MLPs, activation and linears inside.
+      ++layer.activations;
+      ++layer.moe;
+      layer.sawMlp = layer.sawDown = true;
     } else if (isGenericActivation(op)) {
       ++layer.genericActivations;
       layer.sawMlp = true;
@@ -163,17 +170,19 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
     layers.emplace_back(); // the last layer never closed: its MLP was not found
   layers.pop_back();
 
-  int recognised = 0, minNorms = 1 << 30, maxNorms = 0;
+  int recognised = 0, minNorms = 1 << 30, maxNorms = 0, withMoe = 0;
   for (const Layer &layer : layers) {
     if (!layer.recognised())
       continue;
     ++recognised;
+    withMoe += layer.moe > 0;
     minNorms = std::min(minNorms, layer.norms);
     maxNorms = std::max(maxNorms, layer.norms);
   }
   os << dsc << "recognised " << recognised << "/" << attentionAnchors << " blocks";
   if (recognised > 0) {
-    os << ": attention, mlp, ";
+    os << ": attention, "
+       << (withMoe == 0 ? "mlp" : withMoe == recognised ? "moe" : "mlp or moe") << ", ";
     if (minNorms == maxNorms)
       os << minNorms << (minNorms == 1 ? " norm" : " norms");
     else

@@ -43,6 +43,9 @@ struct RecognitionDeclines {
 std::unique_ptr<mlir::Pass> createRecognizeLayersWithReport(RecognitionDeclines *declines,
                                                            double missingNormEpsilon = 0.0);
 
+// dsc-recognize-moe, recording the expert sums it declines into `declines` (may be null).
+std::unique_ptr<mlir::Pass> createRecognizeMoeWithReport(RecognitionDeclines *declines);
+
 // "dsc: recognised 2/2 blocks: attention, mlp, 2 norms; embedding, final norm, lm head",
 // then one line per reason something stayed generic. Reads @main after recognition.
 void printRecognitionReport(mlir::ModuleOp module, const RecognitionDeclines &declines,

@@ -288,7 +288,8 @@ void printWeightSummary(const dsp::Plan &plan, const dsp::WeightSection &section
               "; tfm.lm_head weights and scales %" PRIu64,
               linearBytes, lmHeadBytes);
   uint64_t decodeBytes = 0;
-  if (dsrt::programWeightBytes(plan, section.rank(), "decode", decodeBytes).isOk())
+  // One sequence's decode step: a mixture of experts reads its k experts.
+  if (dsrt::programWeightBytes(plan, section.rank(), "decode", decodeBytes, 1).isOk())
     std::printf("; a decode step reads %" PRIu64, decodeBytes);
   std::printf("\n");
 }

@@ -455,7 +455,8 @@ Status modelProgram(const dsp::Plan &plan, const std::string &program, const Wor
     attentionSteps += str(found->steps()->Get(s)->op()) == "tfm.attention";
   // Layers that share an earlier layer's cache (Gemma-4's) have an attention of their own.
   out.layers = std::max(cache.size(), attentionSteps);
-  return programWeightBytes(plan, workload.rank, program, out.weightBytes);
+  return programWeightBytes(plan, workload.rank, program, out.weightBytes,
+                            workload.batch * out.newTokens);
 }
 
 double predictedSeconds(const ProgramCost &cost, double bytesPerSecond, double launchSeconds) {

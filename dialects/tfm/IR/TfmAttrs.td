@@ -42,6 +42,15 @@ def Tfm_NormKindEnum : I32EnumAttr<"NormKind",
 }
 def Tfm_NormKindAttr : EnumAttr<Tfm_Dialect, Tfm_NormKindEnum, "norm">;
 
+def Tfm_RouterScoringEnum : I32EnumAttr<"RouterScoring",
+    "how a mixture-of-experts router turns its logits into expert scores", [
+      I32EnumAttrCase<"softmax", 0>,   // over all experts (Mixtral, Qwen-MoE, OLMoE, GPT-OSS)
+      I32EnumAttrCase<"sigmoid", 1>]> { // each expert on its own (DeepSeek-V3, GLM-4.5)
+  let cppNamespace = "::dsc::tfm";
+  let genSpecializedAttr = 0;
+}
+def Tfm_RouterScoringAttr : EnumAttr<Tfm_Dialect, Tfm_RouterScoringEnum, "scoring">;
+
 def Tfm_RotaryLayoutEnum : I32EnumAttr<"RotaryLayout",
     "which elements of a head a rotary embedding pairs", [
       // (x[i], x[i + dim/2]): GPT-NeoX, LLaMA ("rotate_half").

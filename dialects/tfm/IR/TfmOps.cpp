@@ -617,7 +617,47 @@ LogicalResult LmHeadOp::verify() {
   return verifyVocabShard(*this, getVocabOffset(), getVocabSize(), w.getDimSize(0));
 }
 
+LogicalResult MoeOp::verify() {
+  auto x = getInput().getType(), logits = getRouterLogits().getType();
+  auto gateUp = getGateUp().getType(), down = getDown().getType(), out = getOutput().getType();
+  int64_t rank = x.getRank();
+  if (rank < 1 || logits.getRank() != rank || out != x)
+    return emitOpError("input, router logits and result must have one rank, and the result "
+                       "the input's type");
+  for (int64_t i = 0; i + 1 < rank; ++i)
+    if (!compatible(x.getDimSize(i), logits.getDimSize(i)))
+      return emitOpError() << "router logits dimension " << i << " is "
+                           << logits.getDimSize(i) << ", the input's " << x.getDimSize(i);
+  int64_t experts = logits.getDimSize(rank - 1), hidden = x.getDimSize(rank - 1);
+  if (ShapedType::isDynamic(experts) || ShapedType::isDynamic(hidden))
+    return emitOpError("the experts and the hidden size must be static");
+  if (getTopK() > experts)
+    return emitOpError() << "top_k " << getTopK() << " exceeds the " << experts << " experts";
+  if (gateUp.getRank() != 2 || down.getRank() != 2 || gateUp.getElementType() != down.getElementType())
+    return emitOpError("gate_up and down must be 2-D weights of one element type");
+  int64_t inter = down.getDimSize(1);
+  if (gateUp.getDimSize(0) != experts * 2 * inter || gateUp.getDimSize(1) != hidden)
+    return emitOpError() << "gate_up must be [" << experts << " * 2 * " << inter << ", "
+                         << hidden << "], not [" << gateUp.getDimSize(0) << ", "
+                         << gateUp.getDimSize(1) << "]";
+  if (down.getDimSize(0) != experts * hidden)
+    return emitOpError() << "down must be [" << experts << " * " << hidden << ", " << inter
+                         << "], not [" << down.getDimSize(0) << ", " << inter << "]";
+  if (bool(getGateUpBias()) != bool(getDownBias()))
+    return emitOpError("the experts have both biases or neither");
+  if (Value bias = getGateUpBias()) {
+    auto gateUpBias = cast<RankedTensorType>(bias.getType());
+    auto downBias = cast<RankedTensorType>(getDownBias().getType());
+    if (gateUpBias.getShape() != ArrayRef<int64_t>{experts * 2 * inter} ||
+        downBias.getShape() != ArrayRef<int64_t>{experts * hidden})
+      return emitOpError() << "the biases must be [" << experts * 2 * inter << "] and ["
+                           << experts * hidden << "]";
+  }
+  return success();
+}
+
 } // namespace dsc::tfm
 
 #define GET_OP_CLASSES
 #include "dialects/tfm/IR/TfmOps.cpp.inc"
+

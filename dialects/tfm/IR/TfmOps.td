@@ -418,4 +418,49 @@ def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts.
+//===----------------------------------------------------------------------===//
+
+def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
+  let summary = "a mixture-of-experts MLP: each token's top-k experts, weighted by its router";
+  let description = [{
+    `input` [..., hidden] and `router_logits` [..., experts] (the router's linear layer,
+    which stays a tfm.linear). Per token: scores = `scoring`(logits) (softmax over the
+    experts, or a sigmoid of each); the `top_k` highest scores choose the experts, and with
+    `normalize` they are divided by their sum. The result is the sum over the chosen
+    experts e of score_e * down_e(act(gate_e(x)) * up_e(x)), added in expert order.
+
+    The experts' weights are stacked in torch's [out, in] layout, expert after expert:
+    `gate_up` [experts * 2 * inter, hidden], each expert's gate rows then its up rows (a
+    gated linear's joined [gate; up] weight), and `down` [experts * hidden, inter]. The
+    biases, where the experts have them, are stacked the same way: `gate_up_bias`
+    [experts * 2 * inter] and `down_bias` [experts * hidden].
+
+    dsc-recognize-moe produces it from an export that computes every expert and weights
+    it by its column of the routing weights (docs/transformer-ops.md, "Mixture of
+    experts"). Kernels compute only the chosen experts: decode reads k of them.
+  }];
+  let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$router_logits,
+                   RankedTensorOf<[AnyFloat]>:$gate_up, RankedTensorOf<[AnyFloat]>:$down,
+                   Optional<Tfm_FloatTensor>:$gate_up_bias,
+                   Optional<Tfm_FloatTensor>:$down_bias,
+                   ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                   Tfm_RouterScoringAttr:$scoring, UnitAttr:$normalize,
+                   Tfm_ActivationKindAttr:$activation);
+  let results = (outs Tfm_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $router_logits `,` $gate_up `,` $down
+    (`bias` `(` $gate_up_bias^ `,` $down_bias `)`)? `top_k` $top_k `scoring` $scoring
+    (`normalize` $normalize^)? `activation` $activation attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getRouterLogits().getType()).getShape().back();
+    }
+  }];
+}
+
 #endif

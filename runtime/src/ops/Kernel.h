@@ -71,6 +71,7 @@ void addTransformerKernels(std::vector<KernelInfo> &kernels);
 void addLinearKernels(std::vector<KernelInfo> &kernels);      // TransformerLinear.cpp
 void addAttentionKernels(std::vector<KernelInfo> &kernels);   // TransformerAttention.cpp
 void addCollectiveKernels(std::vector<KernelInfo> &kernels);  // TransformerCollectives.cpp
+void addMoeKernels(std::vector<KernelInfo> &kernels);         // TransformerMoe.cpp
 
 // Dtype sets for validation.
 using DTypeMask = uint32_t;

@@ -399,6 +399,7 @@ void addTransformerKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.residual_add", 2, 2, 2, 1, 1, inferSameAsFirst, computeElementwise});
   addAttentionKernels(kernels);
   addCollectiveKernels(kernels);
+  addMoeKernels(kernels);
 }
 
 } // namespace dsrt::ops

@@ -7,6 +7,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -232,13 +233,38 @@ Status PlanFile::verifyAllSections() {
 
 namespace {
 
+// The share of a tfm.moe step's experts that `tokens` tokens can choose: min(E, tokens * k)
+// of E (1 when `tokens` is 0, or the step does not say).
+double activeExperts(const dsp::Plan &plan, const dsp::Step &step, int64_t tokens) {
+  if (tokens <= 0 || !step.inputs() || step.inputs()->size() < 2 || !plan.tensors())
+    return 1.0;
+  int32_t logits = step.inputs()->Get(1);
+  if (logits < 0 || logits >= static_cast<int32_t>(plan.tensors()->size()))
+    return 1.0;
+  const dsp::Tensor *tensor = plan.tensors()->Get(logits);
+  if (!tensor->max_shape() || tensor->max_shape()->size() == 0)
+    return 1.0;
+  const int64_t experts = tensor->max_shape()->Get(tensor->max_shape()->size() - 1);
+  int64_t topK = 0;
+  if (step.attrs())
+    for (const dsp::Attr *attr : *step.attrs())
+      if (attr->name() && attr->name()->str() == "top_k")
+        topK = attr->i();
+  if (experts <= 0 || topK <= 0)
+    return 1.0;
+  return static_cast<double>(std::min(experts, tokens * topK)) / static_cast<double>(experts);
+}
+
 void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
                        const dsp::WeightSection &section, std::set<int> &counted,
-                       std::set<int> &visitedPrograms, uint64_t &bytes) {
+                       std::set<int> &visitedPrograms, uint64_t &bytes, int64_t tokens) {
   if (!program.steps())
     return;
   for (const dsp::Step *step : *program.steps()) {
     const bool embedding = step->op() && step->op()->str() == "tfm.embedding";
+    // A mixture of experts reads the experts its tokens choose (inputs 2 to 5).
+    const double experts =
+        step->op() && step->op()->str() == "tfm.moe" ? activeExperts(plan, *step, tokens) : 1.0;
     if (step->inputs())
       for (size_t position = 0; position < step->inputs()->size(); ++position) {
         int32_t id = step->inputs()->Get(static_cast<flatbuffers::uoffset_t>(position));
@@ -251,7 +277,10 @@ void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
         if (!section.weights() || index < 0 ||
             index >= static_cast<int>(section.weights()->size()) || !counted.insert(index).second)
           continue;
-        bytes += section.weights()->Get(index)->bytes();
+        const uint64_t whole = section.weights()->Get(index)->bytes();
+        bytes += position >= 2 && experts < 1.0
+                     ? static_cast<uint64_t>(static_cast<double>(whole) * experts + 0.5)
+                     : whole;
       }
     if (step->branches())
       for (int32_t branch : *step->branches())
@@ -259,14 +288,14 @@ void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
             branch < static_cast<int32_t>(plan.programs()->size()) &&
             visitedPrograms.insert(branch).second)
           addProgramWeights(plan, *plan.programs()->Get(branch), section, counted,
-                            visitedPrograms, bytes);
+                            visitedPrograms, bytes, tokens);
   }
 }
 
 } // namespace
 
 Status programWeightBytes(const dsp::Plan &plan, int rank, const std::string &program,
-                          uint64_t &out) {
+                          uint64_t &out, int64_t tokens) {
   out = 0;
   const dsp::WeightSection *section = nullptr;
   if (plan.sections())
@@ -283,7 +312,7 @@ Status programWeightBytes(const dsp::Plan &plan, int rank, const std::string &pr
   if (!found)
     return Status::error("the plan has no program '" + program + "'");
   std::set<int> counted, visitedPrograms;
-  addProgramWeights(plan, *found, *section, counted, visitedPrograms, out);
+  addProgramWeights(plan, *found, *section, counted, visitedPrograms, out, tokens);
   return Status::ok();
 }
 

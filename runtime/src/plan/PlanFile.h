@@ -118,9 +118,11 @@ DType planDType(dsp::DType dtype);
 // Bytes of `rank`'s weights that one run of `program` reads whole: every weight its steps
 // (and their branches) take, counted once. Embedding tables (tfm.embedding's input 1) count
 // for nothing: a step reads only its ids' rows. This over the memory bandwidth is the
-// least time a weight-bound step (batch-1 decode) can take.
+// least time a weight-bound step (batch-1 decode) can take. A mixture of experts (tfm.moe)
+// reads only the experts its tokens choose: with `tokens` (the step's tokens, all
+// sequences), min(E, tokens * k) of its E experts' bytes; with 0, all of them.
 Status programWeightBytes(const dsp::Plan &plan, int rank, const std::string &program,
-                          uint64_t &out);
+                          uint64_t &out, int64_t tokens = 0);
 
 } // namespace dsrt
 

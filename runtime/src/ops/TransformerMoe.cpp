@@ -1,0 +1,243 @@
+// tfm.moe on the CPU (docs/transformer-ops.md, "Mixture of experts"): each token's router
+// scores choose its top-k experts, and only those run. The tokens are grouped by expert, so
+// each chosen expert's weights are read once per step whatever its token count: a decode
+// step reads k experts of E, a prompt each expert its tokens chose. The weights are read as
+// stored (f32, f16, bf16): the fast kernels multiply in place, the reference widens one
+// expert at a time.
+#include "ops/FloatAccess.h"
+#include "ops/Kernel.h"
+#include "ops/ThreadPool.h"
+#include "ops/TransformerCommon.h"
+#include "ops/fast/FastKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace dsrt::ops {
+namespace {
+
+using fast::Activation;
+
+constexpr size_t kGateUpBias = 4, kDownBias = 5;
+
+struct MoeShape {
+  int64_t rows = 0, hidden = 0, experts = 0, inter = 0, topK = 0;
+};
+
+Status moeShape(const KernelContext &ctx, MoeShape &shape) {
+  const TensorRef &x = *ctx.input(0), &logits = *ctx.input(1);
+  const TensorRef &gateUp = *ctx.input(2), &down = *ctx.input(3);
+  if (x.shape.empty() || logits.shape.size() != x.shape.size() ||
+      !std::equal(x.shape.begin(), x.shape.end() - 1, logits.shape.begin()))
+    return ctx.error("router logits ", shapeString(logits.shape),
+                     " must have the input's leading dimensions ", shapeString(x.shape));
+  shape.hidden = x.shape.back();
+  shape.experts = logits.shape.back();
+  shape.rows = shape.hidden == 0 ? 0 : x.elements() / shape.hidden;
+  if (shape.experts < 1)
+    return ctx.error("there are no experts");
+  if (gateUp.shape.size() != 2 || down.shape.size() != 2 || gateUp.dtype != down.dtype)
+    return ctx.error("gate_up and down must be 2-D weights of one dtype");
+  shape.inter = down.shape[1];
+  if (gateUp.shape != Shape{shape.experts * 2 * shape.inter, shape.hidden} ||
+      down.shape != Shape{shape.experts * shape.hidden, shape.inter})
+    return ctx.error("gate_up ", shapeString(gateUp.shape), " and down ",
+                     shapeString(down.shape), " are not ", shape.experts, " experts of [2 * ",
+                     shape.inter, ", ", shape.hidden, "] and [", shape.hidden, ", ",
+                     shape.inter, "]");
+  const TensorRef *gateUpBias = ctx.input(kGateUpBias), *downBias = ctx.input(kDownBias);
+  if (bool(gateUpBias) != bool(downBias))
+    return ctx.error("the experts have both biases or neither");
+  if (gateUpBias) {
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, kGateUpBias, "gate_up bias", kFloatTypes));
+    DSRT_RETURN_IF_ERROR(checkDType(ctx, kDownBias, "down bias", kFloatTypes));
+    if (gateUpBias->shape != Shape{gateUp.shape[0]} || downBias->shape != Shape{down.shape[0]})
+      return ctx.error("the biases must be [", gateUp.shape[0], "] and [", down.shape[0],
+                       "], not ", shapeString(gateUpBias->shape), " and ",
+                       shapeString(downBias->shape));
+  }
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "top_k", 0, shape.topK));
+  if (shape.topK < 1 || shape.topK > shape.experts)
+    return ctx.error("top_k ", shape.topK, " must be between 1 and the ", shape.experts,
+                     " experts");
+  return Status::ok();
+}
+
+Status inferMoe(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "router logits", kFloatTypes));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "gate_up", kFloatTypes));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "down", kFloatTypes));
+  MoeShape shape;
+  DSRT_RETURN_IF_ERROR(moeShape(ctx, shape));
+  outputs.push_back({ctx.input(0)->dtype, ctx.input(0)->shape});
+  return Status::ok();
+}
+
+// Each row's chosen experts and their weights: scores (softmax over the experts or a sigmoid
+// of each), the top k (the lower expert first among equal scores), divided by their sum
+// with `normalize`.
+struct Route {
+  int64_t expert;
+  float weight;
+};
+
+Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
+                   std::vector<std::vector<Route>> &routes) {
+  std::string scoring;
+  int64_t normalize = 0;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "scoring", "softmax", scoring));
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "normalize", 0, normalize));
+  if (scoring != "softmax" && scoring != "sigmoid")
+    return ctx.error("scoring must be softmax or sigmoid, not '", scoring, "'");
+  FloatView logits(*ctx.input(1));
+  routes.assign(shape.rows, {});
+  std::vector<float> scores(shape.experts);
+  std::vector<int64_t> order(shape.experts);
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const float *row = logits.data() + r * shape.experts;
+    if (scoring == "softmax") {
+      float top = *std::max_element(row, row + shape.experts), sum = 0;
+      for (int64_t e = 0; e < shape.experts; ++e)
+        sum += (scores[e] = std::exp(row[e] - top));
+      for (float &score : scores)
+        score /= sum;
+    } else {
+      for (int64_t e = 0; e < shape.experts; ++e)
+        scores[e] = 1.0f / (1.0f + std::exp(-row[e]));
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + shape.topK, order.end(),
+                      [&](int64_t a, int64_t b) {
+                        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+                      });
+    float sum = 0;
+    for (int64_t i = 0; i < shape.topK; ++i)
+      sum += scores[order[i]];
+    for (int64_t i = 0; i < shape.topK; ++i) {
+      float weight = scores[order[i]];
+      if (!std::isfinite(weight))
+        return ctx.error("row ", r, "'s router scores are not finite");
+      routes[r].push_back({order[i], normalize ? weight / sum : weight});
+    }
+  }
+  return Status::ok();
+}
+
+// y [rows, out] = x [rows, in] . w^T (+ bias), w `out` rows of `in` starting at row
+// `first` of the stacked weight.
+void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t first,
+                  int64_t out, const float *x, int64_t rows, const TensorRef *bias, float *y) {
+  const int64_t in = stacked.shape[1];
+  const uint8_t *base = static_cast<const uint8_t *>(stacked.data) +
+                        first * in * static_cast<int64_t>(dtypeSize(stacked.dtype));
+  std::vector<float> widenedBias;
+  if (bias) {
+    widenedBias.resize(out);
+    TensorRef part{bias->dtype, {out},
+                   const_cast<uint8_t *>(static_cast<const uint8_t *>(bias->data) +
+                                         first * static_cast<int64_t>(dtypeSize(bias->dtype)))};
+    FloatView view(part);
+    std::copy(view.data(), view.data() + out, widenedBias.begin());
+  }
+  if (ctx.fastKernels && stacked.dtype != DType::F64) {
+    fast::LinearWeights weights;
+    weights.dtype = stacked.dtype;
+    weights.data = base;
+    weights.out = out;
+    weights.in = in;
+    fast::linear(x, rows, weights, y, [&](int64_t begin, int64_t end) {
+      if (bias)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = begin; o < end; ++o)
+            y[r * out + o] += widenedBias[o];
+    });
+    return;
+  }
+  TensorRef part{stacked.dtype, {out, in}, const_cast<uint8_t *>(base)};
+  FloatView weight(part);
+  int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, in));
+  parallelFor(rows * out, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t r = index / out, o = index % out;
+      const float *xr = x + r * in, *wr = weight.data() + o * in;
+      float sum = 0;
+      for (int64_t k = 0; k < in; ++k)
+        sum += xr[k] * wr[k];
+      y[index] = bias ? sum + widenedBias[o] : sum;
+    }
+  });
+}
+
+Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
+  MoeShape shape;
+  DSRT_RETURN_IF_ERROR(moeShape(ctx, shape));
+  std::string kindName;
+  DSRT_RETURN_IF_ERROR(stringAttr(ctx, "activation", "", kindName));
+  Activation kind;
+  DSRT_RETURN_IF_ERROR(parseActivation(ctx, kindName, kind));
+  std::vector<std::vector<Route>> routes;
+  DSRT_RETURN_IF_ERROR(routeTokens(ctx, shape, routes));
+  // The tokens of each expert, in row order, with their weights.
+  std::vector<std::vector<std::pair<int64_t, float>>> tokens(shape.experts);
+  for (int64_t r = 0; r < shape.rows; ++r)
+    for (const Route &route : routes[r])
+      tokens[route.expert].push_back({r, route.weight});
+
+  const int64_t hidden = shape.hidden, inter = shape.inter;
+  FloatView x(*ctx.input(0));
+  FloatOutput result(*outputs[0]);
+  float *out = result.data();
+  std::fill(out, out + shape.rows * hidden, 0.0f);
+  const TensorRef &gateUp = *ctx.input(2), &down = *ctx.input(3);
+  const TensorRef *gateUpBias = ctx.input(kGateUpBias), *downBias = ctx.input(kDownBias);
+  std::vector<float> gathered, product, gated, expertOut;
+  // Experts in order, so that each row adds its experts' terms in the order the export's
+  // sum does.
+  for (int64_t e = 0; e < shape.experts; ++e) {
+    const auto &chosen = tokens[e];
+    const int64_t n = static_cast<int64_t>(chosen.size());
+    if (n == 0)
+      continue;
+    gathered.resize(n * hidden);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(x.data() + chosen[i].first * hidden, hidden, gathered.data() + i * hidden);
+    product.resize(n * 2 * inter);
+    expertLinear(ctx, gateUp, e * 2 * inter, 2 * inter, gathered.data(), n, gateUpBias,
+                 product.data());
+    gated.resize(n * inter);
+    for (int64_t i = 0; i < n; ++i) {
+      const float *gates = product.data() + i * 2 * inter, *ups = gates + inter;
+      float *row = gated.data() + i * inter;
+      if (ctx.fastKernels) {
+        std::copy_n(gates, inter, row);
+        fast::activate(kind, row, inter);
+      } else {
+        for (int64_t j = 0; j < inter; ++j)
+          row[j] = activate(kind, gates[j]);
+      }
+      for (int64_t j = 0; j < inter; ++j)
+        row[j] *= ups[j];
+    }
+    expertOut.resize(n * hidden);
+    expertLinear(ctx, down, e * hidden, hidden, gated.data(), n, downBias, expertOut.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float *row = out + chosen[i].first * hidden;
+      const float *values = expertOut.data() + i * hidden, weight = chosen[i].second;
+      for (int64_t j = 0; j < hidden; ++j)
+        row[j] += values[j] * weight;
+    }
+  }
+  result.finish();
+  return Status::ok();
+}
+
+} // namespace
+
+void addMoeKernels(std::vector<KernelInfo> &kernels) {
+  kernels.push_back({"tfm.moe", 4, 6, 4, 1, 1, inferMoe, computeMoe});
+}
+
+} // namespace dsrt::ops
