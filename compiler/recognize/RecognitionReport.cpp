@@ -61,6 +61,17 @@ bool isGenericNorm(Operation *op) {
   return mean && mean.getData().getDefiningOp<onnx::PowOp>();
 }
 
+// A mixture-of-experts router's softmax (top-k of its probabilities, or of the logits
+// before it): no attention, generic or not.
+bool isRoutingSoftmax(Operation *op) {
+  if (!isa<onnx::SoftmaxOp>(op))
+    return false;
+  Operation *input = op->getOperand(0).getDefiningOp();
+  return (input && isa<onnx::TopKOp>(input)) ||
+         llvm::any_of(op->getResult(0).getUsers(),
+                      [](Operation *user) { return isa<onnx::TopKOp>(user); });
+}
+
 bool feedsResidual(Value value) {
   return llvm::any_of(value.getUsers(),
                       [](Operation *user) { return isa<tfm::ResidualAddOp, onnx::AddOp>(user); });
@@ -89,7 +100,7 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
   // A decoder with cross-attention has two attentions per block.
   int attentionAnchors = 0;
   for (Operation *op : ops)
-    attentionAnchors += isa<tfm::AttentionOp, onnx::SoftmaxOp>(op);
+    attentionAnchors += isa<tfm::AttentionOp, onnx::SoftmaxOp>(op) && !isRoutingSoftmax(op);
   if (crossAttention)
     attentionAnchors /= 2;
 
@@ -135,7 +146,7 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
       ++layer.genericNorms;
     } else if (isa<tfm::AttentionOp>(op)) {
       ++layer.attention;
-    } else if (isa<onnx::SoftmaxOp>(op)) {
+    } else if (isa<onnx::SoftmaxOp>(op) && !isRoutingSoftmax(op)) {
       ++layer.genericAttention;
     } else if (isa<tfm::ActivationOp, tfm::GatedActOp>(op)) {
       ++layer.activations;
@@ -240,7 +251,7 @@ void reportFunction(func::FuncOp main, llvm::StringRef part, bool crossAttention
   };
   int softmaxes = 0;
   for (Operation *op : ops)
-    softmaxes += isa<onnx::SoftmaxOp>(op);
+    softmaxes += isa<onnx::SoftmaxOp>(op) && !isRoutingSoftmax(op);
   if (softmaxes)
     count("Softmax", "attention not recognised", softmaxes);
   llvm::DenseSet<const void *> live;

@@ -1,0 +1,197 @@
+// tfm.moe against the computation the exports write (every expert, weighted by its column of
+// the routing weights; tools/fixtures' MoE exporter), in double; that the experts no token
+// chose are never read; and the errors for malformed steps.
+#include "OpTestUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace dsrt::test {
+namespace {
+
+using ops::Attr;
+using ops::AttrMap;
+
+struct Moe {
+  int64_t rows, hidden, experts, inter, topK;
+  OwnedTensor x, logits, gateUp, down, gateUpBias, downBias;
+};
+
+Moe randomMoe(int64_t rows, int64_t hidden, int64_t experts, int64_t inter, int64_t topK,
+              std::mt19937 &rng) {
+  return {rows, hidden, experts, inter, topK,
+          randomF32({rows, hidden}, rng), randomF32({rows, experts}, rng),
+          randomF32({experts * 2 * inter, hidden}, rng), randomF32({experts * hidden, inter}, rng),
+          randomF32({experts * 2 * inter}, rng), randomF32({experts * hidden}, rng)};
+}
+
+AttrMap moeAttrs(int64_t topK, const char *scoring, bool normalize) {
+  return {{"top_k", Attr::ofInt(topK)}, {"scoring", Attr::ofString(scoring)},
+          {"normalize", Attr::ofInt(normalize)}, {"activation", Attr::ofString("silu")}};
+}
+
+// sum_e dense[t, e] * down_e(silu(gate_e x) * up_e x) over all experts, dense the chosen
+// experts' scores (zero elsewhere), in double.
+std::vector<double> denseReference(const Moe &m, const char *scoring, bool normalize,
+                                   bool biases) {
+  auto x = values<float>(m.x), logits = values<float>(m.logits);
+  auto gateUp = values<float>(m.gateUp), down = values<float>(m.down);
+  auto gateUpBias = values<float>(m.gateUpBias), downBias = values<float>(m.downBias);
+  std::vector<double> out(m.rows * m.hidden, 0.0);
+  for (int64_t t = 0; t < m.rows; ++t) {
+    std::vector<double> scores(m.experts);
+    double top = *std::max_element(logits.begin() + t * m.experts,
+                                   logits.begin() + (t + 1) * m.experts);
+    double sum = 0;
+    for (int64_t e = 0; e < m.experts; ++e) {
+      double z = logits[t * m.experts + e];
+      scores[e] = std::string(scoring) == "softmax" ? std::exp(z - top) : 1 / (1 + std::exp(-z));
+      sum += scores[e];
+    }
+    if (std::string(scoring) == "softmax")
+      for (double &s : scores)
+        s /= sum;
+    std::vector<int64_t> order(m.experts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+    std::vector<double> dense(m.experts, 0.0);
+    double chosen = 0;
+    for (int64_t i = 0; i < m.topK; ++i)
+      chosen += scores[order[i]];
+    for (int64_t i = 0; i < m.topK; ++i)
+      dense[order[i]] = normalize ? scores[order[i]] / chosen : scores[order[i]];
+    for (int64_t e = 0; e < m.experts; ++e) {
+      std::vector<double> h(m.inter);
+      for (int64_t j = 0; j < m.inter; ++j) {
+        double g = biases ? gateUpBias[e * 2 * m.inter + j] : 0;
+        double u = biases ? gateUpBias[e * 2 * m.inter + m.inter + j] : 0;
+        for (int64_t k = 0; k < m.hidden; ++k) {
+          g += double(gateUp[(e * 2 * m.inter + j) * m.hidden + k]) * x[t * m.hidden + k];
+          u += double(gateUp[(e * 2 * m.inter + m.inter + j) * m.hidden + k]) * x[t * m.hidden + k];
+        }
+        h[j] = g / (1 + std::exp(-g)) * u;
+      }
+      for (int64_t o = 0; o < m.hidden; ++o) {
+        double y = biases ? downBias[e * m.hidden + o] : 0;
+        for (int64_t j = 0; j < m.inter; ++j)
+          y += double(down[(e * m.hidden + o) * m.inter + j]) * h[j];
+        out[t * m.hidden + o] += dense[e] * y;
+      }
+    }
+  }
+  return out;
+}
+
+// Each kernel, scoring, renormalisation and bias against the dense sum: within 1e-5 plus
+// 1e-5 of the largest |value| (f32 sums of 16-48 products of standard-normal values).
+TEST(Moe, EqualsEveryExpertWeightedByItsRoutingColumn) {
+  std::mt19937 rng(7);
+  Moe m = randomMoe(9, 16, 6, 5, 2, rng);
+  for (bool fast : {false, true})
+    for (const char *scoring : {"softmax", "sigmoid"})
+      for (bool normalize : {true, false})
+        for (bool biases : {false, true}) {
+          std::vector<OwnedTensor> outputs;
+          std::vector<const OwnedTensor *> inputs = {&m.x, &m.logits, &m.gateUp, &m.down};
+          if (biases)
+            inputs.insert(inputs.end(), {&m.gateUpBias, &m.downBias});
+          Status status = run("tfm.moe", inputs, outputs, moeAttrs(m.topK, scoring, normalize),
+                              1, nullptr, nullptr, fast);
+          ASSERT_TRUE(status.isOk()) << status.message();
+          ASSERT_EQ(outputs[0].shape, (Shape{m.rows, m.hidden}));
+          std::vector<double> want = denseReference(m, scoring, normalize, biases);
+          auto got = values<float>(outputs[0]);
+          double largest = 0;
+          for (double v : want)
+            largest = std::max(largest, std::abs(v));
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * largest)
+                << "element " << i << (fast ? " fast" : " reference") << " " << scoring
+                << (normalize ? " normalised" : "") << (biases ? " with biases" : "");
+        }
+}
+
+// f16 experts (a half plan's): the fast kernel reads them as stored, the reference widens
+// them; both give the dense sum of the same (rounded) weights.
+TEST(Moe, HalfWeightsAsStored) {
+  std::mt19937 rng(11);
+  Moe m = randomMoe(3, 8, 4, 4, 2, rng);
+  auto roundToHalf = [](OwnedTensor &t) {
+    OwnedTensor half = f16(t.shape, values<float>(t));
+    t = f32(t.shape, halfValues(half));
+    return half;
+  };
+  OwnedTensor gateUp16 = roundToHalf(m.gateUp), down16 = roundToHalf(m.down);
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe", {&m.x, &m.logits, &gateUp16, &down16}, outputs,
+                        moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-4) << "element " << i << (fast ? " fast" : "");
+  }
+}
+
+// A decode step reads only its token's k experts: the others' weights are NaN here, and
+// the result is finite and equal to the dense sum of the chosen ones.
+TEST(Moe, ExpertsNoTokenChoseAreNotRead) {
+  std::mt19937 rng(3);
+  Moe m = randomMoe(1, 8, 4, 4, 2, rng);
+  m.logits = f32({1, 4}, {0.5f, 3.0f, -1.0f, 2.0f});  // experts 1 and 3
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  auto poison = [](OwnedTensor &t, int64_t expert, int64_t rows) {
+    auto *data = reinterpret_cast<float *>(t.storage.data());
+    const int64_t width = t.shape[1];
+    std::fill(data + expert * rows * width, data + (expert + 1) * rows * width,
+              std::numeric_limits<float>::quiet_NaN());
+  };
+  for (int64_t unchosen : {0, 2}) {
+    poison(m.gateUp, unchosen, 2 * m.inter);
+    poison(m.down, unchosen, m.hidden);
+  }
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe", {&m.x, &m.logits, &m.gateUp, &m.down}, outputs,
+                        moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5) << "element " << i;
+  }
+}
+
+TEST(Moe, MalformedStepsAreNamed) {
+  std::mt19937 rng(5);
+  Moe m = randomMoe(2, 8, 4, 4, 2, rng);
+  auto error = [&](std::vector<const OwnedTensor *> inputs, AttrMap attrs) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe", inputs, outputs, attrs);
+    EXPECT_FALSE(status.isOk());
+    return status.message();
+  };
+  std::vector<const OwnedTensor *> inputs = {&m.x, &m.logits, &m.gateUp, &m.down};
+  EXPECT_NE(error(inputs, moeAttrs(5, "softmax", true)).find("top_k 5 must be between 1 and the 4 experts"),
+            std::string::npos);
+  EXPECT_NE(error(inputs, moeAttrs(2, "relu", true)).find("scoring must be softmax or sigmoid"),
+            std::string::npos);
+  OwnedTensor shortDown = randomF32({3 * 8, 4}, rng);
+  EXPECT_NE(error({&m.x, &m.logits, &m.gateUp, &shortDown}, moeAttrs(2, "softmax", true))
+                .find("are not 4 experts"),
+            std::string::npos);
+  OwnedTensor otherRows = randomF32({3, 4}, rng);
+  EXPECT_NE(error({&m.x, &otherRows, &m.gateUp, &m.down}, moeAttrs(2, "softmax", true))
+                .find("router logits"),
+            std::string::npos);
+  EXPECT_NE(error({&m.x, &m.logits, &m.gateUp, &m.down, &m.gateUpBias, nullptr},
+                  moeAttrs(2, "softmax", true))
+                .find("both biases or neither"),
+            std::string::npos);
+}
+
+} // namespace
+} // namespace dsrt::test

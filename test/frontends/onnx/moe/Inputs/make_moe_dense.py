@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Writes moe-dense*/: tiny mixture-of-experts blocks in the form the project's MoE exporter
+writes (tools/fixtures/README.md, "MoE"): every expert computed, weighted by its column of
+the dense routing weights, summed by Adds. With onnxruntime's outputs as the reference.
+
+    moe-dense             softmax, TopK, renormalised, ScatterElements into zeros
+    moe-dense-sigmoid     sigmoid scores, TopK, not renormalised; Gather + Unsqueeze columns
+    moe-dense-topk-first  TopK of the logits, then Softmax of the chosen (GPT-OSS's order)
+    moe-dense-unequal     expert 2 has 6 intermediate features, the others 4: declined
+    moe-dense-wrong-router  the router reads the embeddings, the experts their double:
+                          declined
+    moe-dense-k5          TopK of 5 over 4 experts: refused, naming the TopK
+
+    /work/today-venv/bin/python make_moe_dense.py   # onnx, onnxruntime, numpy
+
+Each folder: model.onnx (input_ids [batch, sequence] -> moe_out [batch * sequence,
+hidden]) and test_data_set_0 (2 x 5 tokens), test_data_set_1 (one token).
+"""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+VOCAB, HIDDEN, INTER, EXPERTS, TOP_K = 32, 8, 4, 4, 2
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def build(variant, rng):
+    nodes, inits = [], []
+    inits += [const("embed", rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32)),
+              const("flat", np.array([-1, HIDDEN], np.int64)),
+              const("router_w", rng.standard_normal((HIDDEN, EXPERTS)).astype(np.float32)),
+              const("k", np.array([5 if variant == "k5" else TOP_K], np.int64))]
+    if variant not in ("sigmoid", "topk-first"):
+        inits.append(const("sum_axes", np.array([-1], np.int64)))
+    nodes.append(helper.make_node("Gather", ["embed", "input_ids"], ["emb"]))
+    nodes.append(helper.make_node("Reshape", ["emb", "flat"], ["rows"]))
+    experts_in = "rows"
+    if variant == "wrong-router":
+        inits.append(const("two", np.array(2.0, np.float32)))
+        nodes.append(helper.make_node("Mul", ["rows", "two"], ["doubled"]))
+        experts_in = "doubled"
+    nodes.append(helper.make_node("MatMul", ["rows", "router_w"], ["logits"]))
+    if variant == "topk-first":
+        nodes.append(helper.make_node("TopK", ["logits", "k"], ["top_logits", "top_i"], axis=-1))
+        nodes.append(helper.make_node("Softmax", ["top_logits"], ["top_w"], axis=-1))
+    else:
+        score = "Sigmoid" if variant == "sigmoid" else "Softmax"
+        nodes.append(helper.make_node(score, ["logits"], ["scores"],
+                                      **({} if score == "Sigmoid" else {"axis": -1})))
+        nodes.append(helper.make_node("TopK", ["scores", "k"], ["top_v", "top_i"], axis=-1))
+        if variant == "sigmoid":
+            nodes.append(helper.make_node("Identity", ["top_v"], ["top_w"]))
+        else:
+            nodes.append(helper.make_node("ReduceSum", ["top_v", "sum_axes"], ["top_sum"],
+                                          keepdims=1))
+            nodes.append(helper.make_node("Div", ["top_v", "top_sum"], ["top_w"]))
+    # zeros [tokens, experts] from the logits' shape, as TorchScript writes torch.zeros(T, E).
+    nodes.append(helper.make_node("Shape", ["logits"], ["logits_shape"]))
+    nodes.append(helper.make_node("ConstantOfShape", ["logits_shape"], ["zeros"],
+                                  value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])))
+    nodes.append(helper.make_node("ScatterElements", ["zeros", "top_i", "top_w"], ["dense"],
+                                  axis=1))
+    previous = None
+    for e in range(EXPERTS):
+        inter = 6 if variant == "unequal" and e == 2 else INTER
+        for name, shape in (("gate", (HIDDEN, inter)), ("up", (HIDDEN, inter)),
+                            ("down", (inter, HIDDEN))):
+            inits.append(const(f"{name}{e}", (0.5 * rng.standard_normal(shape)).astype(np.float32)))
+        nodes += [helper.make_node("MatMul", [experts_in, f"gate{e}"], [f"g{e}"]),
+                  helper.make_node("MatMul", [experts_in, f"up{e}"], [f"u{e}"]),
+                  helper.make_node("Sigmoid", [f"g{e}"], [f"sg{e}"]),
+                  helper.make_node("Mul", [f"g{e}", f"sg{e}"], [f"act{e}"]),
+                  helper.make_node("Mul", [f"act{e}", f"u{e}"], [f"h{e}"]),
+                  helper.make_node("MatMul", [f"h{e}", f"down{e}"], [f"y{e}"])]
+        if variant == "sigmoid":  # dense[:, e] then unsqueeze
+            inits += [const(f"idx{e}", np.array(e, np.int64)), const(f"ax{e}", np.array([1], np.int64))]
+            nodes += [helper.make_node("Gather", ["dense", f"idx{e}"], [f"col{e}_"], axis=1),
+                      helper.make_node("Unsqueeze", [f"col{e}_", f"ax{e}"], [f"col{e}"])]
+        else:  # dense[:, e:e+1]
+            inits += [const(f"s{e}", np.array([e], np.int64)), const(f"e{e}", np.array([e + 1], np.int64)),
+                      const(f"a{e}", np.array([1], np.int64))]
+            nodes.append(helper.make_node("Slice", ["dense", f"s{e}", f"e{e}", f"a{e}"], [f"col{e}"]))
+        nodes.append(helper.make_node("Mul", [f"y{e}", f"col{e}"], [f"t{e}"]))
+        if previous is None:
+            previous = f"t{e}"
+        else:
+            out = "moe_out" if e == EXPERTS - 1 else f"sum{e}"
+            nodes.append(helper.make_node("Add", [previous, f"t{e}"], [out]))
+            previous = out
+    graph = helper.make_graph(
+        nodes, f"moe_dense_{variant}",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("moe_out", TensorProto.FLOAT, ["tokens", HIDDEN])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    if variant != "k5":  # the checker's shape inference refuses it, as it should
+        onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for variant in ["", "sigmoid", "topk-first", "unequal", "wrong-router", "k5"]:
+        name = "moe-dense" + (f"-{variant}" if variant else "")
+        rng = np.random.default_rng(47)
+        model = build(variant or "plain", rng)
+        out = os.path.join(here, name)
+        os.makedirs(out, exist_ok=True)
+        onnx.save(model, os.path.join(out, "model.onnx"))
+        if variant == "k5":
+            continue  # onnxruntime refuses it too
+        session = onnxruntime.InferenceSession(os.path.join(out, "model.onnx"),
+                                               providers=["CPUExecutionProvider"])
+        for index, shape in enumerate([(2, 5), (1, 1)]):
+            ids = rng.integers(0, VOCAB, shape).astype(np.int64)
+            result = session.run(None, {"input_ids": ids})[0]
+            data = os.path.join(out, f"test_data_set_{index}")
+            os.makedirs(data, exist_ok=True)
+            for file, array, tensor in [("input_0.pb", ids, "input_ids"),
+                                        ("output_0.pb", result, "moe_out")]:
+                with open(os.path.join(data, file), "wb") as f:
+                    f.write(numpy_helper.from_array(array, tensor).SerializeToString())
+        print(name, "written")
+
+
+if __name__ == "__main__":
+    main()
