@@ -115,6 +115,62 @@ LogicalResult Sharder::shardElementwiseMlps() {
   return success();
 }
 
+// Each expert of a tfm.moe split as a dense MLP is: its gate and up rows over the
+// intermediate features (column-parallel), its down projection's inputs (row-parallel); the
+// rank's result is a partial sum, completed by one tfm.all_reduce per MoE layer. Every rank
+// routes every token (the router stays replicated) and runs its part of the chosen experts.
+// Experts with biases stay replicated: the down bias is weighted by the token's score, so it
+// cannot be added once after the reduce as a row-parallel linear's is.
+LogicalResult Sharder::shardMoes() {
+  SmallVector<tfm::MoeOp> moes;
+  func_.walk([&](tfm::MoeOp moe) { moes.push_back(moe); });
+  for (tfm::MoeOp moe : moes) {
+    auto gateUp = moe.getGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
+    auto down = moe.getDown().getDefiningOp<tfm::ConcatWeightsOp>();
+    if (!gateUp || !down || moe.getGateUpBias()) {
+      moe.emitWarning("tp-shard: this mixture of experts stays replicated: ")
+          << (moe.getGateUpBias() ? "its experts have biases" : "its weights are not per expert");
+      continue;
+    }
+    const int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(1);
+    if (inter < ranks_) {
+      moe.emitWarning() << "tp-shard: this mixture of experts stays replicated: its experts "
+                        << "have " << inter << " intermediate features, fewer than the ranks";
+      continue;
+    }
+    SmallVector<int64_t> sizes = evenSizes(inter, ranks_), offsets = offsetsOf(sizes);
+    auto reshard = [&](tfm::ConcatWeightsOp concat, int64_t axis) -> FailureOr<Value> {
+      SmallVector<Value> parts;
+      for (Value part : concat.getParts()) {
+        FailureOr<Value> sharded = transformedWeight(part, {shard(axis, offsets, sizes)});
+        if (failed(sharded))
+          return failure();
+        parts.push_back(*sharded);
+      }
+      OpBuilder builder(concat);
+      auto type = cast<RankedTensorType>(concat.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[axis] = axis == 0 ? shape[0] / inter * sizes[0] : sizes[0];
+      return tfm::ConcatWeightsOp::create(builder, concat.getLoc(),
+                                          RankedTensorType::get(shape, type.getElementType()),
+                                          parts)
+          .getOutput();
+    };
+    FailureOr<Value> gateUpShard = reshard(gateUp, 0), downShard = reshard(down, 1);
+    if (failed(gateUpShard) || failed(downShard))
+      return moe.emitOpError("tp-shard: cannot shard the experts' weights");
+    moe.getGateUpMutable().assign(*gateUpShard);
+    moe.getDownMutable().assign(*downShard);
+    OpBuilder builder(moe);
+    builder.setInsertionPointAfter(moe);
+    Type type = moe.getOutput().getType();
+    auto reduce = tfm::AllReduceOp::create(builder, moe.getLoc(), type, moe.getOutput(),
+                                           builder.getI64IntegerAttr(ranks_));
+    moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
+  }
+  return success();
+}
+
 // The LM head split by vocabulary; the logits gathered along their last axis.
 LogicalResult Sharder::shardLmHeads() {
   SmallVector<tfm::LmHeadOp> heads;

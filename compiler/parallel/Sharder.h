@@ -64,6 +64,7 @@ private:
   mlir::LogicalResult shardMlps();
   mlir::LogicalResult shardElementwiseMlps();
   mlir::LogicalResult shardLmHeads();
+  mlir::LogicalResult shardMoes();
   void eraseDead();
 
   mlir::Attribute shard(int64_t axis, llvm::ArrayRef<int64_t> offsets,

@@ -402,7 +402,8 @@ LogicalResult Sharder::run() {
     for (AttentionPlan &plan : plans)
       if (failed(shardAttention(plan)))
         return failure();
-  if (failed(shardMlps()) || failed(shardElementwiseMlps()) || failed(shardLmHeads()))
+  if (failed(shardMlps()) || failed(shardElementwiseMlps()) || failed(shardMoes()) ||
+      failed(shardLmHeads()))
     return failure();
   eraseDead();
   return success();
