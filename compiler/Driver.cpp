@@ -84,6 +84,8 @@ ValueOption<int64_t> maxSeqLen(kDefaultMaxSeqLen);
 ValueOption<onnx_frontend::ModelSyntax> syntax(onnx_frontend::ModelSyntax::Detect);
 ValueOption<bool> noRecognize(false);
 ValueOption<int64_t> tensorParallel(1);
+// Expert parallelism: a mixture of experts' whole experts placed on the plan's ranks.
+ValueOption<int64_t> expertParallel(0);
 ValueOption<bool> serving(false);
 // 0: the step program (if any) has max-batch rows.
 ValueOption<int64_t> maxTokensPerStep(0);
@@ -133,6 +135,10 @@ void parseCommandLine(int argc, char **argv) {
   commandLine.integer("--tp", tensorParallel.value, "N",
                       "tensor-parallel degree: shard the recognised layers over N ranks (one "
                       "weight section per rank)");
+  commandLine.integer("--ep", expertParallel.value, "N",
+                      "expert parallelism: place each mixture of experts' whole experts on N "
+                      "ranks instead of splitting every expert (the other layers are "
+                      "tensor-parallel over the same N ranks; --tp, if given, must be N)");
   commandLine.flag("--serving", serving.value,
                    "also derive the serving engine's step program: decode whose LM head reads "
                    "only the sampled rows (docs/serving.md); its rows, the tokens per step, "
@@ -190,6 +196,8 @@ void parseCommandLine(int argc, char **argv) {
                                     : onnx_frontend::ModelSyntax::Detect;
   weightDtype.given = commandLine.given("--dtype");
   maxSeqLen.given = commandLine.given("--max-seq-len");
+  tensorParallel.given = commandLine.given("--tp");
+  expertParallel.given = commandLine.given("--ep");
   maxTokensPerStep.given = commandLine.given("--max-tokens-per-step");
   if (maxTokensPerStep.given)
     serving = true;
@@ -402,6 +410,19 @@ int runCompilerDriver(int argc, char **argv) {
     llvm::errs() << "dsc: error: --tp must be at least 1, not " << tensorParallel << "\n";
     return EXIT_FAILURE;
   }
+  if (expertParallel.given) {
+    if (expertParallel < 1) {
+      llvm::errs() << "dsc: error: --ep must be at least 1, not " << expertParallel << "\n";
+      return EXIT_FAILURE;
+    }
+    if (tensorParallel.given && tensorParallel != expertParallel) {
+      llvm::errs() << "dsc: error: --ep " << expertParallel << " places experts on the plan's "
+                   << "ranks, which --tp makes " << tensorParallel
+                   << ": give the same N to both, or --ep alone\n";
+      return EXIT_FAILURE;
+    }
+    tensorParallel = expertParallel.value;
+  }
   if (tensorParallel > 1 && noRecognize) {
     llvm::errs() << "dsc: error: --tp shards recognised layers; it cannot be combined with "
                     "--no-recognize\n";
@@ -482,6 +503,7 @@ int runCompilerDriver(int argc, char **argv) {
     pipeline.recognize = !noRecognize;
     pipeline.attentionRemarks = attentionRemarks;
     pipeline.tensorParallel = tensorParallel;
+    pipeline.expertParallel = expertParallel > 1;
     if (quantized) {
       QuantizeWeightsOptions quantize;
       quantize.bits = int4 ? 4 : 8;

@@ -58,6 +58,7 @@ void addShardAndQuantizePasses(OpPassManager &pm, const PipelineOptions &options
   if (options.tensorParallel > 1) {
     TpShardOptions shard;
     shard.ranks = options.tensorParallel;
+    shard.expertParallel = options.expertParallel;
     pm.addPass(createTpShard(shard));
   }
   // After sharding: the plan writer quantizes each rank's part, so no group straddles two
@@ -129,6 +130,9 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
   Option<bool> fuse{*this, "fuse", llvm::cl::desc("Run the fusion passes"),
                     llvm::cl::init(true)};
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel ranks"), llvm::cl::init(1)};
+  Option<bool> ep{*this, "ep",
+                  llvm::cl::desc("Place mixtures of experts whole on the tp ranks (dsc --ep)"),
+                  llvm::cl::init(false)};
   Option<std::string> dtype{*this, "dtype",
                             llvm::cl::desc("Weights: fp32, fp16, bf16, int8 or int4"),
                             llvm::cl::init("fp32")};
@@ -216,6 +220,7 @@ void registerCompilePipeline() {
         options.recognize = cli.recognize;
         options.fuse = cli.fuse;
         options.tensorParallel = cli.tp;
+        options.expertParallel = cli.ep;
         const bool quantized = cli.dtype == "int8" || cli.dtype == "int4";
         if (quantized) {
           QuantizeWeightsOptions quantize;

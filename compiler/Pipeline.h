@@ -24,6 +24,8 @@ struct PipelineOptions {
   bool recognize = true;
   bool attentionRemarks = false;
   int64_t tensorParallel = 1;
+  // dsc --ep: mixtures of experts placed whole on the tensorParallel ranks.
+  bool expertParallel = false;
   std::optional<QuantizeWeightsOptions> int8;  // set: quantize the recognised linears
   std::string kvCacheDtype = "f32";  // the session's KV cache: f32, f16 or bf16
   // The session programs' half activations (dsc-activation-dtype): f32, f16 or bf16.

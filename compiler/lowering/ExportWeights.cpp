@@ -355,12 +355,19 @@ FailureOr<std::vector<WeightShard>> WeightShards::of(plan::WeightConcatOp op) co
     parts.push_back(std::move(*shards));
   }
   std::vector<WeightShard> joined(static_cast<size_t>(ranks_));
+  std::optional<ArrayRef<int64_t>> rankParts = op.getRankParts();
+  if (rankParts && static_cast<int64_t>(rankParts->size()) != 2 * ranks_)
+    return op.emitOpError() << "rank_parts names " << rankParts->size() / 2 << " ranks, the plan "
+                            << ranks_;
   for (int rank = 0; rank < ranks_; ++rank) {
     WeightShard &out = joined[static_cast<size_t>(rank)];
     std::vector<std::pair<uint64_t, std::function<dsrt::Status(uint8_t *)>>> fills;
     uint64_t offset = 0;
-    for (auto &shards : parts) {
-      WeightShard &part = shards[static_cast<size_t>(rank)];
+    // With rank_parts (expert parallelism), the rank's whole experts only.
+    const size_t first = rankParts ? static_cast<size_t>((*rankParts)[2 * rank]) : 0;
+    const size_t end = rankParts ? static_cast<size_t>((*rankParts)[2 * rank + 1]) : parts.size();
+    for (size_t index = first; index < end; ++index) {
+      WeightShard &part = parts[index][static_cast<size_t>(rank)];
       if (out.shape.empty()) {
         out.dtype = part.dtype;
         out.shape = part.shape;

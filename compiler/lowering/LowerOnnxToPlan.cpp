@@ -183,7 +183,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       parts.push_back(mapping.lookup(part));
     mapping.map(concat.getOutput(),
                 plan::WeightConcatOp::create(builder_, loc, storedWeightType(concat.getType()),
-                                             parts));
+                                             parts, concat.getRankPartsAttr()));
     return success();
   }
   if (auto constant = dyn_cast<onnx::ConstantOp>(op)) {

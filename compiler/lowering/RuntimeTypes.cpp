@@ -231,6 +231,11 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     attrs.append("scoring", b.getStringAttr(tfm::stringifyRouterScoring(moe.getScoring())));
     attrs.append("normalize", b.getI64IntegerAttr(moe.getNormalize() ? 1 : 0));
     attrs.append("activation", b.getStringAttr(tfm::stringifyActivationKind(moe.getActivation())));
+    // Expert parallelism: each rank's experts, as tfm.attention's rank_heads.
+    if (auto counts = moe.getRankExperts()) {
+      attrs.append("rank_experts", b.getI64ArrayAttr(*counts));
+      attrs.append("rank_expert_offsets", b.getI64ArrayAttr(*moe.getRankExpertOffsets()));
+    }
   } else if (auto reduce = dyn_cast<tfm::AllReduceOp>(op)) {
     attrs.append("ranks", b.getI64IntegerAttr(reduce.getRanks()));
   } else if (auto gather = dyn_cast<tfm::AllGatherOp>(op)) {

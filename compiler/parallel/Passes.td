@@ -53,6 +53,9 @@ def TpShard : Pass<"dsc-tp-shard", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"ranks", "ranks", "int64_t", "1", "The tensor-parallel degree">,
+    Option<"expertParallel", "expert-parallel", "bool", "false",
+           "Place each mixture of experts' whole experts on the ranks (dsc --ep) instead of "
+           "splitting every expert">,
   ];
   let dependentDialects = ["dsc::onnx::OnnxDialect", "dsc::tfm::TfmDialect"];
 }

@@ -125,6 +125,11 @@ LogicalResult Sharder::shardMoes() {
   SmallVector<tfm::MoeOp> moes;
   func_.walk([&](tfm::MoeOp moe) { moes.push_back(moe); });
   for (tfm::MoeOp moe : moes) {
+    if (expertParallel_) {
+      if (failed(placeExperts(moe)))
+        return failure();
+      continue;
+    }
     auto gateUp = moe.getGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
     auto down = moe.getDown().getDefiningOp<tfm::ConcatWeightsOp>();
     if (!gateUp || !down || moe.getGateUpBias()) {
@@ -168,6 +173,53 @@ LogicalResult Sharder::shardMoes() {
                                            builder.getI64IntegerAttr(ranks_));
     moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
   }
+  return success();
+}
+
+// Expert parallelism: rank r holds experts [offsets[r], +counts[r]) whole (the remainder
+// to the lowest ranks), its weights only those (tfm.concat_weights' rank_parts); every rank
+// routes every token and runs the chosen experts it holds, and one tfm.all_reduce sums the
+// ranks' results. Each expert lives on one rank, so its biases are added once. Partial sums
+// by all-reduce move [tokens, hidden] per layer whatever k is; an all-to-all would send each
+// token only to the ranks of its k experts and back (DeepSpeed-MoE's and vLLM's EP), which
+// pays once tokens are many and ranks span machines (docs/transformer-ops.md).
+LogicalResult Sharder::placeExperts(tfm::MoeOp moe) {
+  const int64_t experts = moe.getNumExperts();
+  SmallVector<tfm::ConcatWeightsOp> stacks;
+  for (Value weight : {moe.getGateUp(), moe.getDown(), moe.getGateUpBias(), moe.getDownBias()})
+    if (weight)
+      stacks.push_back(weight.getDefiningOp<tfm::ConcatWeightsOp>());
+  if (experts < ranks_ || llvm::is_contained(stacks, tfm::ConcatWeightsOp())) {
+    moe.emitWarning() << "--ep: this mixture of experts stays replicated: "
+                      << (experts < ranks_ ? "it has fewer experts than ranks"
+                                           : "its weights are not per expert");
+    return success();
+  }
+  SmallVector<int64_t> counts = evenSizes(experts, ranks_), offsets = offsetsOf(counts);
+  for (tfm::ConcatWeightsOp stack : stacks) {
+    const int64_t perExpert = static_cast<int64_t>(stack.getParts().size()) / experts;
+    SmallVector<int64_t> rankParts;
+    for (int64_t r = 0; r < ranks_; ++r)
+      rankParts.append({offsets[r] * perExpert, (offsets[r] + counts[r]) * perExpert});
+    auto type = cast<RankedTensorType>(stack.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] = shape[0] / experts * counts[0];
+    OpBuilder builder(stack);
+    auto placed = tfm::ConcatWeightsOp::create(
+        builder, stack.getLoc(), RankedTensorType::get(shape, type.getElementType()),
+        stack.getParts(), builder.getDenseI64ArrayAttr(rankParts));
+    stack.getOutput().replaceUsesWithIf(placed.getOutput(), [&](OpOperand &use) {
+      return use.getOwner() == moe.getOperation();
+    });
+  }
+  moe.setRankExpertsAttr(b_.getDenseI64ArrayAttr(counts));
+  moe.setRankExpertOffsetsAttr(b_.getDenseI64ArrayAttr(offsets));
+  OpBuilder builder(moe);
+  builder.setInsertionPointAfter(moe);
+  Type type = moe.getOutput().getType();
+  auto reduce = tfm::AllReduceOp::create(builder, moe.getLoc(), type, moe.getOutput(),
+                                         builder.getI64IntegerAttr(ranks_));
+  moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
   return success();
 }
 

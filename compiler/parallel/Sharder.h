@@ -35,8 +35,8 @@ struct HeadSplit {
 
 class Sharder {
 public:
-  Sharder(mlir::func::FuncOp func, int64_t ranks)
-      : func_(func), ranks_(ranks), b_(func.getContext()) {}
+  Sharder(mlir::func::FuncOp func, int64_t ranks, bool expertParallel = false)
+      : func_(func), ranks_(ranks), expertParallel_(expertParallel), b_(func.getContext()) {}
 
   // Shards what it can: every attention, or none where one cannot be sharded (with a
   // warning); the MLPs and LM heads either way. Fails only on errors already emitted.
@@ -65,6 +65,7 @@ private:
   mlir::LogicalResult shardElementwiseMlps();
   mlir::LogicalResult shardLmHeads();
   mlir::LogicalResult shardMoes();
+  mlir::LogicalResult placeExperts(tfm::MoeOp moe);
   void eraseDead();
 
   mlir::Attribute shard(int64_t axis, llvm::ArrayRef<int64_t> offsets,
@@ -74,6 +75,7 @@ private:
 
   mlir::func::FuncOp func_;
   int64_t ranks_;
+  bool expertParallel_;
   // The unfused Q/K/V projections sharded so far: attentions that share keys and values
   // (Gemma-4's KV-shared layers) shard them once.
   llvm::DenseSet<mlir::Operation *> shardedProjections_;

@@ -428,7 +428,7 @@ struct TpShardPass : public impl::TpShardBase<TpShardPass> {
       return;
     bool any = false;
     for (auto func : module.getOps<func::FuncOp>()) {
-      parallel::Sharder sharder(func, ranks);
+      parallel::Sharder sharder(func, ranks, expertParallel);
       if (failed(sharder.run()))
         return signalPassFailure();
       func.walk([&](Operation *op) { any |= isa<tfm::AllReduceOp, tfm::AllGatherOp>(op); });

@@ -494,7 +494,8 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
         builder.getI64IntegerAttr(routing->topK),
         tfm::RouterScoringAttr::get(builder.getContext(), routing->scoring),
         routing->normalize ? builder.getUnitAttr() : UnitAttr(),
-        tfm::ActivationKindAttr::get(builder.getContext(), first.act.getKind()));
+        tfm::ActivationKindAttr::get(builder.getContext(), first.act.getKind()),
+        /*rank_experts=*/nullptr, /*rank_expert_offsets=*/nullptr);
     result.replaceAllUsesWith(moe.getOutput());
     return success();
   }

@@ -125,7 +125,7 @@ LogicalResult WeightConcatOp::verify() {
   return verifyWeightConcat(
       *this, getParts(), getOutput(),
       [](Value part) { return static_cast<bool>(part.getDefiningOp<WeightTensorOp>()); },
-      "plan.weight_tensor");
+      "plan.weight_tensor", getRankParts() ? *getRankParts() : ArrayRef<int64_t>());
 }
 
 LogicalResult ExecOp::verify() {

@@ -55,9 +55,11 @@ def Plan_WeightConcatOp : Plan_Op<"weight_concat", [Pure, Plan_TensorParents]> {
   let description = [{
     Each part is a `plan.weight_tensor`; the plan writer streams each rank's parts one after
     the other into one weight of that rank's section (tfm.concat_weights). A part that only
-    weight_concat ops read is not a weight of the plan by itself.
+    weight_concat ops read is not a weight of the plan by itself. With `rank_parts`, rank r
+    joins parts [rank_parts[2r], rank_parts[2r + 1]) only (expert parallelism).
   }];
-  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts);
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts,
+                   OptionalAttr<DenseI64ArrayAttr>:$rank_parts);
   let results = (outs AnyStaticShapeTensor:$output);
   let assemblyFormat = "$parts attr-dict `:` functional-type($parts, results)";
   let hasVerifier = 1;

@@ -116,7 +116,7 @@ LogicalResult ConcatWeightsOp::verify() {
   return verifyWeightConcat(
       *this, getParts(), getOutput(),
       [](Value part) { return static_cast<bool>(part.getDefiningOp<WeightOp>()); },
-      "tfm.weight");
+      "tfm.weight", getRankParts() ? *getRankParts() : ArrayRef<int64_t>());
 }
 
 //===----------------------------------------------------------------------===//
@@ -635,23 +635,37 @@ LogicalResult MoeOp::verify() {
     return emitOpError() << "top_k " << getTopK() << " exceeds the " << experts << " experts";
   if (gateUp.getRank() != 2 || down.getRank() != 2 || gateUp.getElementType() != down.getElementType())
     return emitOpError("gate_up and down must be 2-D weights of one element type");
+  // Under expert parallelism the weights are rank 0's experts.
+  int64_t held = experts;
+  if (bool(getRankExperts()) != bool(getRankExpertOffsets()))
+    return emitOpError("rank_experts and rank_expert_offsets come together");
+  if (auto counts = getRankExperts()) {
+    auto offsets = *getRankExpertOffsets();
+    if (counts->empty() || counts->size() != offsets.size())
+      return emitOpError("rank_experts and rank_expert_offsets need one entry per rank");
+    for (size_t r = 0; r < counts->size(); ++r)
+      if ((*counts)[r] < 1 || offsets[r] < 0 || offsets[r] + (*counts)[r] > experts)
+        return emitOpError() << "rank " << r << "'s experts [" << offsets[r] << ", +"
+                             << (*counts)[r] << ") are not among the " << experts;
+    held = (*counts)[0];
+  }
   int64_t inter = down.getDimSize(1);
-  if (gateUp.getDimSize(0) != experts * 2 * inter || gateUp.getDimSize(1) != hidden)
-    return emitOpError() << "gate_up must be [" << experts << " * 2 * " << inter << ", "
+  if (gateUp.getDimSize(0) != held * 2 * inter || gateUp.getDimSize(1) != hidden)
+    return emitOpError() << "gate_up must be [" << held << " * 2 * " << inter << ", "
                          << hidden << "], not [" << gateUp.getDimSize(0) << ", "
                          << gateUp.getDimSize(1) << "]";
-  if (down.getDimSize(0) != experts * hidden)
-    return emitOpError() << "down must be [" << experts << " * " << hidden << ", " << inter
+  if (down.getDimSize(0) != held * hidden)
+    return emitOpError() << "down must be [" << held << " * " << hidden << ", " << inter
                          << "], not [" << down.getDimSize(0) << ", " << inter << "]";
   if (bool(getGateUpBias()) != bool(getDownBias()))
     return emitOpError("the experts have both biases or neither");
   if (Value bias = getGateUpBias()) {
     auto gateUpBias = cast<RankedTensorType>(bias.getType());
     auto downBias = cast<RankedTensorType>(getDownBias().getType());
-    if (gateUpBias.getShape() != ArrayRef<int64_t>{experts * 2 * inter} ||
-        downBias.getShape() != ArrayRef<int64_t>{experts * hidden})
-      return emitOpError() << "the biases must be [" << experts * 2 * inter << "] and ["
-                           << experts * hidden << "]";
+    if (gateUpBias.getShape() != ArrayRef<int64_t>{held * 2 * inter} ||
+        downBias.getShape() != ArrayRef<int64_t>{held * hidden})
+      return emitOpError() << "the biases must be [" << held * 2 * inter << "] and ["
+                           << held * hidden << "]";
   }
   return success();
 }

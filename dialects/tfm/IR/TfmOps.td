@@ -57,12 +57,17 @@ def Tfm_ConcatWeightsOp : Tfm_Op<"concat_weights", [Pure]> {
     parts: the projections that dsc-fuse-projections fuses (Q, K and V; gate and up) become
     one matrix per rank, [q_r; k_r; v_r].
 
+    With `rank_parts` [first_0, end_0, first_1, end_1, ...], rank r joins only parts
+    [first_r, end_r): expert parallelism places whole experts on ranks (dsc-tp-shard with
+    expert-parallel). The type is rank 0's.
+
     ```mlir
     %qkv = tfm.concat_weights %q, %k, %v
              : (tensor<64x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>) -> tensor<96x64xf32>
     ```
   }];
-  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts);
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$parts,
+                   OptionalAttr<DenseI64ArrayAttr>:$rank_parts);
   let results = (outs AnyStaticShapeTensor:$output);
   let assemblyFormat = "$parts attr-dict `:` functional-type($parts, results)";
   let hasVerifier = 1;
@@ -437,6 +442,11 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     biases, where the experts have them, are stacked the same way: `gate_up_bias`
     [experts * 2 * inter] and `down_bias` [experts * hidden].
 
+    Under expert parallelism (dsc-tp-shard with expert-parallel) rank r holds experts
+    [`rank_expert_offsets`[r], +`rank_experts`[r]) whole, and the weights (rank 0's in the
+    IR) only those; each rank routes every token, runs the chosen experts it holds, and a
+    tfm.all_reduce sums the ranks' results.
+
     dsc-recognize-moe produces it from an export that computes every expert and weights
     it by its column of the routing weights (docs/transformer-ops.md, "Mixture of
     experts"). Kernels compute only the chosen experts: decode reads k of them.
@@ -447,7 +457,9 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
                    Optional<Tfm_FloatTensor>:$down_bias,
                    ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                    Tfm_RouterScoringAttr:$scoring, UnitAttr:$normalize,
-                   Tfm_ActivationKindAttr:$activation);
+                   Tfm_ActivationKindAttr:$activation,
+                   OptionalAttr<DenseI64ArrayAttr>:$rank_experts,
+                   OptionalAttr<DenseI64ArrayAttr>:$rank_expert_offsets);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $router_logits `,` $gate_up `,` $down

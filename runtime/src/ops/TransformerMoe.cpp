@@ -24,7 +24,33 @@ constexpr size_t kGateUpBias = 4, kDownBias = 5;
 
 struct MoeShape {
   int64_t rows = 0, hidden = 0, experts = 0, inter = 0, topK = 0;
+  // The experts this rank's weights hold: all, or under expert parallelism
+  // [firstExpert, +heldExperts) (rank_experts, rank_expert_offsets).
+  int64_t firstExpert = 0, heldExperts = 0;
 };
+
+// The rank's experts under expert parallelism; all of them otherwise.
+Status rankExperts(const KernelContext &ctx, MoeShape &shape) {
+  shape.firstExpert = 0;
+  shape.heldExperts = shape.experts;
+  std::vector<int64_t> counts, offsets;
+  bool hasCounts = false, hasOffsets = false;
+  DSRT_RETURN_IF_ERROR(getInts(ctx.attrs, "rank_experts", counts, hasCounts));
+  DSRT_RETURN_IF_ERROR(getInts(ctx.attrs, "rank_expert_offsets", offsets, hasOffsets));
+  if (!hasCounts && !hasOffsets)
+    return Status::ok();
+  const int rank = ctx.collectives ? ctx.collectives->rank() : 0;
+  if (!hasCounts || !hasOffsets || counts.size() != offsets.size() || rank < 0 ||
+      static_cast<size_t>(rank) >= counts.size())
+    return ctx.error("rank_experts and rank_expert_offsets need an entry for rank ", rank);
+  shape.heldExperts = counts[rank];
+  shape.firstExpert = offsets[rank];
+  if (shape.heldExperts < 1 || shape.firstExpert < 0 ||
+      shape.firstExpert + shape.heldExperts > shape.experts)
+    return ctx.error("rank ", rank, "'s experts [", shape.firstExpert, ", +", shape.heldExperts,
+                     ") are not among the ", shape.experts);
+  return Status::ok();
+}
 
 Status moeShape(const KernelContext &ctx, MoeShape &shape) {
   const TensorRef &x = *ctx.input(0), &logits = *ctx.input(1);
@@ -40,11 +66,13 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
     return ctx.error("there are no experts");
   if (gateUp.shape.size() != 2 || down.shape.size() != 2 || gateUp.dtype != down.dtype)
     return ctx.error("gate_up and down must be 2-D weights of one dtype");
+  DSRT_RETURN_IF_ERROR(rankExperts(ctx, shape));
   shape.inter = down.shape[1];
-  if (gateUp.shape != Shape{shape.experts * 2 * shape.inter, shape.hidden} ||
-      down.shape != Shape{shape.experts * shape.hidden, shape.inter})
+  const int64_t held = shape.heldExperts;
+  if (gateUp.shape != Shape{held * 2 * shape.inter, shape.hidden} ||
+      down.shape != Shape{held * shape.hidden, shape.inter})
     return ctx.error("gate_up ", shapeString(gateUp.shape), " and down ",
-                     shapeString(down.shape), " are not ", shape.experts, " experts of [2 * ",
+                     shapeString(down.shape), " are not ", held, " experts of [2 * ",
                      shape.inter, ", ", shape.hidden, "] and [", shape.hidden, ", ",
                      shape.inter, "]");
   const TensorRef *gateUpBias = ctx.input(kGateUpBias), *downBias = ctx.input(kDownBias);
@@ -180,11 +208,15 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   DSRT_RETURN_IF_ERROR(parseActivation(ctx, kindName, kind));
   std::vector<std::vector<Route>> routes;
   DSRT_RETURN_IF_ERROR(routeTokens(ctx, shape, routes));
-  // The tokens of each expert, in row order, with their weights.
-  std::vector<std::vector<std::pair<int64_t, float>>> tokens(shape.experts);
+  // The tokens of each expert this rank holds, in row order, with their weights (indexed
+  // by the expert's place in the rank's weights).
+  std::vector<std::vector<std::pair<int64_t, float>>> tokens(shape.heldExperts);
   for (int64_t r = 0; r < shape.rows; ++r)
-    for (const Route &route : routes[r])
-      tokens[route.expert].push_back({r, route.weight});
+    for (const Route &route : routes[r]) {
+      const int64_t local = route.expert - shape.firstExpert;
+      if (local >= 0 && local < shape.heldExperts)
+        tokens[local].push_back({r, route.weight});
+    }
 
   const int64_t hidden = shape.hidden, inter = shape.inter;
   FloatView x(*ctx.input(0));
@@ -196,7 +228,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   std::vector<float> gathered, product, gated, expertOut;
   // Experts in order, so that each row adds its experts' terms in the order the export's
   // sum does.
-  for (int64_t e = 0; e < shape.experts; ++e) {
+  for (int64_t e = 0; e < shape.heldExperts; ++e) {
     const auto &chosen = tokens[e];
     const int64_t n = static_cast<int64_t>(chosen.size());
     if (n == 0)
