@@ -115,6 +115,40 @@ LogicalResult Sharder::shardElementwiseMlps() {
   return success();
 }
 
+// A tfm.moe's shared expert split like a dense MLP (its gate and up rows, its down's inputs),
+// its sigmoid gate replicated: the ranks' partial sums add up to it after the MoE's
+// all-reduce, whether the routed experts are split (TP) or placed (--ep). False where it
+// cannot be split (fewer intermediate features than ranks).
+FailureOr<bool> Sharder::shardSharedExpert(tfm::MoeOp moe) {
+  if (!moe.getSharedGateUp())
+    return true;
+  auto gateUp = moe.getSharedGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
+  const int64_t inter = cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1);
+  if (!gateUp || inter < ranks_)
+    return false;
+  SmallVector<int64_t> sizes = evenSizes(inter, ranks_), offsets = offsetsOf(sizes);
+  SmallVector<Value> parts;
+  for (Value part : gateUp.getParts()) {
+    FailureOr<Value> sharded = transformedWeight(part, {shard(0, offsets, sizes)});
+    if (failed(sharded))
+      return failure();
+    parts.push_back(*sharded);
+  }
+  FailureOr<Value> down = transformedWeight(moe.getSharedDown(), {shard(1, offsets, sizes)});
+  if (failed(down))
+    return failure();
+  OpBuilder builder(gateUp);
+  auto type = cast<RankedTensorType>(gateUp.getType());
+  moe.getSharedGateUpMutable().assign(
+      tfm::ConcatWeightsOp::create(builder, gateUp.getLoc(),
+                                   RankedTensorType::get({2 * sizes[0], type.getDimSize(1)},
+                                                         type.getElementType()),
+                                   parts)
+          .getOutput());
+  moe.getSharedDownMutable().assign(*down);
+  return true;
+}
+
 // Each expert of a tfm.moe split as a dense MLP is: its gate and up rows over the
 // intermediate features (column-parallel), its down projection's inputs (row-parallel); the
 // rank's result is a partial sum, completed by one tfm.all_reduce per MoE layer. Every rank
@@ -138,7 +172,10 @@ LogicalResult Sharder::shardMoes() {
       continue;
     }
     const int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(1);
-    if (inter < ranks_) {
+    const int64_t sharedInter =
+        moe.getSharedDown() ? cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1)
+                            : ranks_;
+    if (inter < ranks_ || sharedInter < ranks_) {
       moe.emitWarning() << "tp-shard: this mixture of experts stays replicated: its experts "
                         << "have " << inter << " intermediate features, fewer than the ranks";
       continue;
@@ -166,6 +203,8 @@ LogicalResult Sharder::shardMoes() {
       return moe.emitOpError("tp-shard: cannot shard the experts' weights");
     moe.getGateUpMutable().assign(*gateUpShard);
     moe.getDownMutable().assign(*downShard);
+    if (FailureOr<bool> split = shardSharedExpert(moe); failed(split) || !*split)
+      return moe.emitOpError("tp-shard: cannot shard the shared expert");
     OpBuilder builder(moe);
     builder.setInsertionPointAfter(moe);
     Type type = moe.getOutput().getType();
@@ -189,12 +228,19 @@ LogicalResult Sharder::placeExperts(tfm::MoeOp moe) {
   for (Value weight : {moe.getGateUp(), moe.getDown(), moe.getGateUpBias(), moe.getDownBias()})
     if (weight)
       stacks.push_back(weight.getDefiningOp<tfm::ConcatWeightsOp>());
-  if (experts < ranks_ || llvm::is_contained(stacks, tfm::ConcatWeightsOp())) {
+  const int64_t sharedInter =
+      moe.getSharedDown() ? cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1)
+                          : ranks_;
+  if (experts < ranks_ || sharedInter < ranks_ ||
+      llvm::is_contained(stacks, tfm::ConcatWeightsOp())) {
     moe.emitWarning() << "--ep: this mixture of experts stays replicated: "
-                      << (experts < ranks_ ? "it has fewer experts than ranks"
-                                           : "its weights are not per expert");
+                      << (experts < ranks_     ? "it has fewer experts than ranks"
+                          : sharedInter < ranks_ ? "its shared expert is narrower than the ranks"
+                                                 : "its weights are not per expert");
     return success();
   }
+  if (FailureOr<bool> split = shardSharedExpert(moe); failed(split) || !*split)
+    return moe.emitOpError("--ep: cannot shard the shared expert");
   SmallVector<int64_t> counts = evenSizes(experts, ranks_), offsets = offsetsOf(counts);
   for (tfm::ConcatWeightsOp stack : stacks) {
     const int64_t perExpert = static_cast<int64_t>(stack.getParts().size()) / experts;

@@ -66,6 +66,7 @@ private:
   mlir::LogicalResult shardLmHeads();
   mlir::LogicalResult shardMoes();
   mlir::LogicalResult placeExperts(tfm::MoeOp moe);
+  mlir::FailureOr<bool> shardSharedExpert(tfm::MoeOp moe);
   void eraseDead();
 
   mlir::Attribute shard(int64_t axis, llvm::ArrayRef<int64_t> offsets,

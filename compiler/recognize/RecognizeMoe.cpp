@@ -18,6 +18,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -258,6 +260,55 @@ tfm::LinearOp findRouter(Value routing, Value x, int64_t experts, std::string &w
   return router;
 }
 
+LogicalResult plainLinear(tfm::LinearOp linear, bool &hasBias, std::string &why);
+
+// A shared expert added to the experts' sum (Qwen2-MoE): Add(sum, Mul(Sigmoid(gate(x)),
+// down(act(gate_s(x)) * up_s(x)))), every value read once.
+struct SharedExpert {
+  Operation *add = nullptr;
+  tfm::LinearOp gate, up, down, scalarGate;
+  tfm::GatedActOp act;
+};
+
+std::optional<SharedExpert> matchShared(Operation *sum, Value x) {
+  if (!sum->getResult(0).hasOneUse())
+    return std::nullopt;
+  Operation *add = *sum->getResult(0).getUsers().begin();
+  if (!isa<onnx::AddOp>(add))
+    return std::nullopt;
+  auto mul = defining<onnx::MulOp>(layers::otherOperand(add, sum->getResult(0)));
+  if (!mul || !mul->getResult(0).hasOneUse())
+    return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    auto sigmoid = defining<onnx::SigmoidOp>(mul->getOperand(side));
+    SharedExpert shared;
+    shared.add = add;
+    shared.down = defining<tfm::LinearOp>(mul->getOperand(1 - side));
+    shared.scalarGate = sigmoid ? defining<tfm::LinearOp>(sigmoid->getOperand(0)) : tfm::LinearOp();
+    if (!shared.down || !shared.scalarGate || !sigmoid->getResult(0).hasOneUse())
+      continue;
+    shared.act = defining<tfm::GatedActOp>(shared.down.getInput());
+    shared.gate = shared.act ? defining<tfm::LinearOp>(shared.act.getGate()) : tfm::LinearOp();
+    shared.up = shared.act ? defining<tfm::LinearOp>(shared.act.getUp()) : tfm::LinearOp();
+    if (!shared.gate || !shared.up || throughIdentityReshapes(shared.gate.getInput()) != x ||
+        throughIdentityReshapes(shared.up.getInput()) != x ||
+        throughIdentityReshapes(shared.scalarGate.getInput()) != x)
+      continue;
+    auto gateType = cast<RankedTensorType>(shared.scalarGate.getWeight().getType());
+    if (gateType.getDimSize(0) != 1)
+      continue;
+    bool bias = false;
+    std::string unused;
+    bool plain = true;
+    for (tfm::LinearOp linear : {shared.gate, shared.up, shared.down, shared.scalarGate})
+      plain &= succeeded(plainLinear(linear, bias, unused)) && !bias &&
+               linear->getResult(0).hasOneUse();
+    if (plain && shared.act->getResult(0).hasOneUse())
+      return shared;
+  }
+  return std::nullopt;
+}
+
 struct MoeBlock {
   Value x, routing;
   SmallVector<ExpertTerm> terms;
@@ -270,10 +321,22 @@ LogicalResult collectSum(MoeBlock &block, std::string &why) {
   llvm::SmallPtrSet<Operation *, 16> leaves;
   for (ExpertTerm &term : block.terms)
     leaves.insert(term.product);
+  // Whether `value` is a term or a sum of terms only (through single-use Adds).
+  std::function<bool(Value)> onlyTerms = [&](Value value) {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return false;
+    if (leaves.contains(def))
+      return true;
+    return isa<onnx::AddOp>(def) && def->getResult(0).hasOneUse() &&
+           onlyTerms(def->getOperand(0)) && onlyTerms(def->getOperand(1));
+  };
+  // Up through the Adds whose other operand is more terms: an Add of something else (a
+  // shared expert) is after the sum.
   Operation *top = block.terms.front().product;
   while (top->getResult(0).hasOneUse()) {
     Operation *user = *top->getResult(0).getUsers().begin();
-    if (!isa<onnx::AddOp>(user))
+    if (!isa<onnx::AddOp>(user) || !onlyTerms(layers::otherOperand(user, top->getResult(0))))
       break;
     top = user;
   }
@@ -446,8 +509,11 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
     if (failed(routing))
       return failure();
 
-    OpBuilder builder(block.root);
-    Location loc = block.root->getLoc();
+    // A shared expert joins the op, which then replaces the Add that adds it.
+    std::optional<SharedExpert> shared = matchShared(block.root, block.x);
+    Operation *replaced = shared ? shared->add : block.root;
+    OpBuilder builder(replaced);
+    Location loc = replaced->getLoc();
     auto stack = [&](auto part, int64_t rows, int64_t cols, Type element, bool vector) {
       SmallVector<Value> parts;
       for (ExpertTerm *term : byExpert)
@@ -482,7 +548,24 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
         parts.push_back(t.down.getBias());
       }, experts * hidden, 0, biasElement, true);
     }
-    Value result = block.root->getResult(0);
+    Value sharedGateUp, sharedDown, sharedGate;
+    if (shared) {
+      auto sharedType = cast<RankedTensorType>(shared->gate.getWeight().getType());
+      auto weightsOf = [&](std::initializer_list<tfm::LinearOp> linears) {
+        SmallVector<Value> parts;
+        for (tfm::LinearOp linear : linears)
+          parts.push_back(linear.getWeight());
+        return parts;
+      };
+      sharedGateUp = tfm::ConcatWeightsOp::create(
+          builder, loc,
+          RankedTensorType::get({2 * sharedType.getDimSize(0), hidden},
+                                sharedType.getElementType()),
+          weightsOf({shared->gate, shared->up}));
+      sharedDown = shared->down.getWeight();
+      sharedGate = shared->scalarGate.getWeight();
+    }
+    Value result = replaced->getResult(0);
     auto resultType = dyn_cast<RankedTensorType>(result.getType());
     if (!resultType || resultType.getShape() != xType.getShape() ||
         resultType.getElementType() != xType.getElementType()) {
@@ -491,6 +574,7 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
     }
     auto moe = tfm::MoeOp::create(
         builder, loc, xType, block.x, router.getOutput(), gateUp, down, gateUpBias, downBias,
+        sharedGateUp, sharedDown, sharedGate,
         builder.getI64IntegerAttr(routing->topK),
         tfm::RouterScoringAttr::get(builder.getContext(), routing->scoring),
         routing->normalize ? builder.getUnitAttr() : UnitAttr(),

@@ -659,6 +659,19 @@ LogicalResult MoeOp::verify() {
                          << "], not [" << down.getDimSize(0) << ", " << inter << "]";
   if (bool(getGateUpBias()) != bool(getDownBias()))
     return emitOpError("the experts have both biases or neither");
+  if (bool(getSharedGateUp()) != bool(getSharedDown()) ||
+      bool(getSharedGateUp()) != bool(getSharedGate()))
+    return emitOpError("a shared expert needs its gate_up, down and gate weights");
+  if (Value sharedGateUp = getSharedGateUp()) {
+    auto gu = cast<RankedTensorType>(sharedGateUp.getType());
+    auto dn = cast<RankedTensorType>(getSharedDown().getType());
+    auto gate = cast<RankedTensorType>(getSharedGate().getType());
+    if (gu.getRank() != 2 || dn.getRank() != 2 || gate.getRank() != 2 ||
+        gu.getDimSize(1) != hidden || dn.getDimSize(0) != hidden ||
+        gu.getDimSize(0) != 2 * dn.getDimSize(1) || gate.getShape() != ArrayRef<int64_t>{1, hidden})
+      return emitOpError() << "the shared expert must be [2 * n, " << hidden << "], [" << hidden
+                           << ", n] and a [1, " << hidden << "] gate";
+  }
   if (Value bias = getGateUpBias()) {
     auto gateUpBias = cast<RankedTensorType>(bias.getType());
     auto downBias = cast<RankedTensorType>(getDownBias().getType());

@@ -442,6 +442,11 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     biases, where the experts have them, are stacked the same way: `gate_up_bias`
     [experts * 2 * inter] and `down_bias` [experts * hidden].
 
+    A shared expert (Qwen2-MoE's), which every token runs, comes as `shared_gate_up`
+    [2 * shared_inter, hidden] ([gate; up]), `shared_down` [hidden, shared_inter] and its
+    gate's weight `shared_gate` [1, hidden]: the result adds
+    sigmoid(x . shared_gate^T) * shared_down(act(gate(x)) * up(x)).
+
     Under expert parallelism (dsc-tp-shard with expert-parallel) rank r holds experts
     [`rank_expert_offsets`[r], +`rank_experts`[r]) whole, and the weights (rank 0's in the
     IR) only those; each rank routes every token, runs the chosen experts it holds, and a
@@ -455,6 +460,9 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
                    RankedTensorOf<[AnyFloat]>:$gate_up, RankedTensorOf<[AnyFloat]>:$down,
                    Optional<Tfm_FloatTensor>:$gate_up_bias,
                    Optional<Tfm_FloatTensor>:$down_bias,
+                   Optional<RankedTensorOf<[AnyFloat]>>:$shared_gate_up,
+                   Optional<RankedTensorOf<[AnyFloat]>>:$shared_down,
+                   Optional<RankedTensorOf<[AnyFloat]>>:$shared_gate,
                    ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                    Tfm_RouterScoringAttr:$scoring, UnitAttr:$normalize,
                    Tfm_ActivationKindAttr:$activation,
@@ -463,7 +471,9 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $router_logits `,` $gate_up `,` $down
-    (`bias` `(` $gate_up_bias^ `,` $down_bias `)`)? `top_k` $top_k `scoring` $scoring
+    (`bias` `(` $gate_up_bias^ `,` $down_bias `)`)?
+    (`shared` `(` $shared_gate_up^ `,` $shared_down `,` $shared_gate `)`)?
+    `top_k` $top_k `scoring` $scoring
     (`normalize` $normalize^)? `activation` $activation attr-dict
     `:` functional-type(operands, results)
   }];

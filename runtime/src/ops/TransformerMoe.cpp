@@ -21,6 +21,8 @@ namespace {
 using fast::Activation;
 
 constexpr size_t kGateUpBias = 4, kDownBias = 5;
+// A shared expert (Qwen2-MoE's): [gate; up], down, and its sigmoid gate's [1, hidden] weight.
+constexpr size_t kSharedGateUp = 6, kSharedDown = 7, kSharedGate = 8;
 
 struct MoeShape {
   int64_t rows = 0, hidden = 0, experts = 0, inter = 0, topK = 0;
@@ -85,6 +87,22 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
       return ctx.error("the biases must be [", gateUp.shape[0], "] and [", down.shape[0],
                        "], not ", shapeString(gateUpBias->shape), " and ",
                        shapeString(downBias->shape));
+  }
+  const TensorRef *sharedGateUp = ctx.input(kSharedGateUp), *sharedDown = ctx.input(kSharedDown),
+                  *sharedGate = ctx.input(kSharedGate);
+  if (sharedGateUp || sharedDown || sharedGate) {
+    if (!sharedGateUp || !sharedDown || !sharedGate)
+      return ctx.error("a shared expert needs its gate_up, down and gate weights (inputs 6-8)");
+    for (size_t index : {kSharedGateUp, kSharedDown, kSharedGate})
+      DSRT_RETURN_IF_ERROR(checkDType(ctx, index, "shared expert weight", kFloatTypes));
+    if (sharedGateUp->shape.size() != 2 || sharedDown->shape.size() != 2 ||
+        sharedGateUp->shape[1] != shape.hidden || sharedDown->shape[0] != shape.hidden ||
+        sharedGateUp->shape[0] != 2 * sharedDown->shape[1] ||
+        sharedGate->shape != Shape{1, shape.hidden})
+      return ctx.error("the shared expert ", shapeString(sharedGateUp->shape), ", ",
+                       shapeString(sharedDown->shape), ", ", shapeString(sharedGate->shape),
+                       " is not [2 * n, ", shape.hidden, "], [", shape.hidden, ", n], [1, ",
+                       shape.hidden, "]");
   }
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "top_k", 0, shape.topK));
   if (shape.topK < 1 || shape.topK > shape.experts)
@@ -226,6 +244,33 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   const TensorRef &gateUp = *ctx.input(2), &down = *ctx.input(3);
   const TensorRef *gateUpBias = ctx.input(kGateUpBias), *downBias = ctx.input(kDownBias);
   std::vector<float> gathered, product, gated, expertOut;
+  // y [n, hidden] = down(act(gate(x)) * up(x)) for n rows x [n, hidden], the expert's
+  // weights at rows `gateUpRow` and `downRow` of the stacked ones.
+  auto runExpert = [&](const TensorRef &gateUpWeights, int64_t gateUpRow,
+                       const TensorRef &downWeights, int64_t downRow, int64_t width,
+                       const TensorRef *gateUpBiases, const TensorRef *downBiases,
+                       const float *rows, int64_t n) {
+    product.resize(n * 2 * width);
+    expertLinear(ctx, gateUpWeights, gateUpRow, 2 * width, rows, n, gateUpBiases,
+                 product.data());
+    gated.resize(n * width);
+    for (int64_t i = 0; i < n; ++i) {
+      const float *gates = product.data() + i * 2 * width, *ups = gates + width;
+      float *row = gated.data() + i * width;
+      if (ctx.fastKernels) {
+        std::copy_n(gates, width, row);
+        fast::activate(kind, row, width);
+      } else {
+        for (int64_t j = 0; j < width; ++j)
+          row[j] = activate(kind, gates[j]);
+      }
+      for (int64_t j = 0; j < width; ++j)
+        row[j] *= ups[j];
+    }
+    expertOut.resize(n * hidden);
+    expertLinear(ctx, downWeights, downRow, hidden, gated.data(), n, downBiases,
+                 expertOut.data());
+  };
   // Experts in order, so that each row adds its experts' terms in the order the export's
   // sum does.
   for (int64_t e = 0; e < shape.heldExperts; ++e) {
@@ -236,30 +281,29 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     gathered.resize(n * hidden);
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x.data() + chosen[i].first * hidden, hidden, gathered.data() + i * hidden);
-    product.resize(n * 2 * inter);
-    expertLinear(ctx, gateUp, e * 2 * inter, 2 * inter, gathered.data(), n, gateUpBias,
-                 product.data());
-    gated.resize(n * inter);
-    for (int64_t i = 0; i < n; ++i) {
-      const float *gates = product.data() + i * 2 * inter, *ups = gates + inter;
-      float *row = gated.data() + i * inter;
-      if (ctx.fastKernels) {
-        std::copy_n(gates, inter, row);
-        fast::activate(kind, row, inter);
-      } else {
-        for (int64_t j = 0; j < inter; ++j)
-          row[j] = activate(kind, gates[j]);
-      }
-      for (int64_t j = 0; j < inter; ++j)
-        row[j] *= ups[j];
-    }
-    expertOut.resize(n * hidden);
-    expertLinear(ctx, down, e * hidden, hidden, gated.data(), n, downBias, expertOut.data());
+    runExpert(gateUp, e * 2 * inter, down, e * hidden, inter, gateUpBias, downBias,
+              gathered.data(), n);
     for (int64_t i = 0; i < n; ++i) {
       float *row = out + chosen[i].first * hidden;
       const float *values = expertOut.data() + i * hidden, weight = chosen[i].second;
       for (int64_t j = 0; j < hidden; ++j)
         row[j] += values[j] * weight;
+    }
+  }
+  // The shared expert, on every row, scaled by the sigmoid of its gate.
+  if (const TensorRef *sharedGateUp = ctx.input(kSharedGateUp)) {
+    const TensorRef &sharedDown = *ctx.input(kSharedDown);
+    std::vector<float> gateValues(shape.rows);
+    expertLinear(ctx, *ctx.input(kSharedGate), 0, 1, x.data(), shape.rows, nullptr,
+                 gateValues.data());
+    runExpert(*sharedGateUp, 0, sharedDown, 0, sharedDown.shape[1], nullptr, nullptr, x.data(),
+              shape.rows);
+    for (int64_t r = 0; r < shape.rows; ++r) {
+      const float scale = 1.0f / (1.0f + std::exp(-gateValues[r]));
+      float *row = out + r * hidden;
+      const float *values = expertOut.data() + r * hidden;
+      for (int64_t j = 0; j < hidden; ++j)
+        row[j] += scale * values[j];
     }
   }
   result.finish();
@@ -269,7 +313,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
 } // namespace
 
 void addMoeKernels(std::vector<KernelInfo> &kernels) {
-  kernels.push_back({"tfm.moe", 4, 6, 4, 1, 1, inferMoe, computeMoe});
+  kernels.push_back({"tfm.moe", 4, 9, 4, 1, 1, inferMoe, computeMoe});
 }
 
 } // namespace dsrt::ops

@@ -165,6 +165,51 @@ TEST(Moe, ExpertsNoTokenChoseAreNotRead) {
   }
 }
 
+// A shared expert (Qwen2-MoE's) adds sigmoid(x . gate) * down(silu(gate_s x) * up_s x) to
+// every row, after the routed experts.
+TEST(Moe, SharedExpertOnEveryRow) {
+  std::mt19937 rng(13);
+  Moe m = randomMoe(5, 8, 4, 3, 2, rng);
+  const int64_t sharedInter = 6;
+  OwnedTensor sharedGateUp = randomF32({2 * sharedInter, m.hidden}, rng);
+  OwnedTensor sharedDown = randomF32({m.hidden, sharedInter}, rng);
+  OwnedTensor sharedGate = randomF32({1, m.hidden}, rng);
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  auto x = values<float>(m.x), gu = values<float>(sharedGateUp), dn = values<float>(sharedDown),
+       g = values<float>(sharedGate);
+  for (int64_t t = 0; t < m.rows; ++t) {
+    double gate = 0;
+    for (int64_t k = 0; k < m.hidden; ++k)
+      gate += double(g[k]) * x[t * m.hidden + k];
+    std::vector<double> h(sharedInter);
+    for (int64_t j = 0; j < sharedInter; ++j) {
+      double a = 0, b = 0;
+      for (int64_t k = 0; k < m.hidden; ++k) {
+        a += double(gu[j * m.hidden + k]) * x[t * m.hidden + k];
+        b += double(gu[(sharedInter + j) * m.hidden + k]) * x[t * m.hidden + k];
+      }
+      h[j] = a / (1 + std::exp(-a)) * b;
+    }
+    for (int64_t o = 0; o < m.hidden; ++o) {
+      double y = 0;
+      for (int64_t j = 0; j < sharedInter; ++j)
+        y += double(dn[o * sharedInter + j]) * h[j];
+      want[t * m.hidden + o] += y / (1 + std::exp(-gate));
+    }
+  }
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe",
+                        {&m.x, &m.logits, &m.gateUp, &m.down, nullptr, nullptr, &sharedGateUp,
+                         &sharedDown, &sharedGate},
+                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-4) << "element " << i << (fast ? " fast" : "");
+  }
+}
+
 TEST(Moe, MalformedStepsAreNamed) {
   std::mt19937 rng(5);
   Moe m = randomMoe(2, 8, 4, 4, 2, rng);
