@@ -91,14 +91,16 @@ SmallVector<Value> stepInputs(Operation *op) {
       inputs.pop_back();
     return inputs;
   }
-  // Biases 4 and 5 (absent inputs where there are none), a shared expert 6 to 8.
+  // Biases 4 and 5 (absent inputs where there are none), a shared expert 6 to 8, int8 scales
+  // 9 and 10.
   if (auto moe = dyn_cast<tfm::MoeOp>(op)) {
     inputs.assign({moe.getInput(), moe.getRouterLogits(), moe.getGateUp(), moe.getDown(),
                    moe.getGateUpBias(), moe.getDownBias()});
-    if (moe.getSharedGateUp())
-      inputs.append({moe.getSharedGateUp(), moe.getSharedDown(), moe.getSharedGate()});
-    else if (!moe.getGateUpBias())
-      inputs.resize(4);
+    inputs.append({moe.getSharedGateUp(), moe.getSharedDown(), moe.getSharedGate()});
+    // int8 experts' scales 9 and 10; the absent inputs at the end dropped.
+    inputs.append({moe.getGateUpScales(), moe.getDownScales()});
+    while (inputs.size() > 4 && !inputs.back())
+      inputs.pop_back();
     return inputs;
   }
   if (auto attention = dyn_cast<tfm::AttentionOp>(op)) {

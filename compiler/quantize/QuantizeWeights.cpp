@@ -81,6 +81,86 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     for (Operation *layer : layers)
       if (failed(quantize(layer)))
         return signalPassFailure();
+    SmallVector<tfm::MoeOp> moes;
+    getOperation().walk([&](tfm::MoeOp moe) { moes.push_back(moe); });
+    for (tfm::MoeOp moe : moes)
+      if (failed(quantizeExperts(moe)))
+        return signalPassFailure();
+  }
+
+  // A tfm.moe's routed experts, int8 in groups as linear layers are (each expert's parts
+  // quantized, then stacked again with their scales beside them). Under int4 the experts are
+  // int8: the MoE kernel reads int8 (docs/transformer-ops.md). The router is a tfm.linear
+  // and the shared expert stays float.
+  LogicalResult quantizeExperts(tfm::MoeOp moe) {
+    if (moe.getGateUpScales())
+      return success();
+    auto gateUp = moe.getGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
+    auto down = moe.getDown().getDefiningOp<tfm::ConcatWeightsOp>();
+    if (!gateUp || !down) {
+      decline(moe, "its experts' weights are not stacked model weights");
+      return success();
+    }
+    Type scaleElement = cast<RankedTensorType>(moe.getInput().getType()).getElementType();
+    MLIRContext *context = moe.getContext();
+    SmallVector<Value> stacked;
+    for (tfm::ConcatWeightsOp concat : {gateUp, down}) {
+      SmallVector<Value> codes, scales;
+      int64_t groups = 0;
+      for (Value part : concat.getParts()) {
+        auto weight = part.getDefiningOp<tfm::WeightOp>();
+        if (!weight)
+          return moe.emitOpError("an expert's weight is not a model weight");
+        FailureOr<int64_t> size =
+            layerGroupSize(moe, inputFeaturesPerRank(weight), 8, bits == 8 ? groupSize : 0);
+        if (failed(size))
+          return failure();
+        auto withLast = [&](Attribute last) {
+          SmallVector<Attribute> list;
+          if (auto existing = weight.getTransforms())
+            list.append(existing->begin(), existing->end());
+          list.push_back(last);
+          return list;
+        };
+        OpBuilder builder(weight);
+        auto sourceType = cast<RankedTensorType>(weight.getSourceType());
+        codes.push_back(tfm::WeightOp::create(builder, moe.getLoc(), weight.getName(), sourceType,
+                                              withLast(tfm::QuantizeInt8Attr::get(context, *size))));
+        Value scale = tfm::WeightOp::create(
+            builder, moe.getLoc(), weight.getName(), sourceType,
+            withLast(tfm::QuantScalesAttr::get(context, *size, scaleElement)));
+        int64_t partGroups = cast<RankedTensorType>(scale.getType()).getDimSize(1);
+        if (groups != 0 && partGroups != groups)
+          return moe.emitOpError("the experts' weights quantize to different groups");
+        groups = partGroups;
+        scales.push_back(scale);
+      }
+      OpBuilder builder(concat);
+      auto type = cast<RankedTensorType>(concat.getType());
+      auto codesType = RankedTensorType::get(type.getShape(), IntegerType::get(context, 8));
+      auto scalesType = RankedTensorType::get({type.getDimSize(0), groups}, scaleElement);
+      stacked.push_back(tfm::ConcatWeightsOp::create(builder, concat.getLoc(), codesType, codes,
+                                                     concat.getRankPartsAttr()));
+      stacked.push_back(tfm::ConcatWeightsOp::create(builder, concat.getLoc(), scalesType, scales,
+                                                     concat.getRankPartsAttr()));
+    }
+    moe.getGateUpMutable().assign(stacked[0]);
+    moe.getGateUpScalesMutable().assign(stacked[1]);
+    moe.getDownMutable().assign(stacked[2]);
+    moe.getDownScalesMutable().assign(stacked[3]);
+    // The float stacks and their parts are read by nothing now.
+    for (tfm::ConcatWeightsOp concat : {gateUp, down}) {
+      if (!concat->use_empty())
+        continue;
+      SmallVector<Operation *> parts;
+      for (Value part : concat.getParts())
+        parts.push_back(part.getDefiningOp());
+      concat->erase();
+      for (Operation *part : parts)
+        if (part->use_empty())
+          part->erase();
+    }
+    return success();
   }
 
   void decline(Operation *layer, const Twine &reason) {
@@ -113,7 +193,9 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
                                  << (finer ? " (halved for the MLP by --int8-mlp-extra-grouping)"
                                            : "")
                                  << " does not divide the " << in << " input features of this "
-                                 << (linear ? "linear layer" : "LM head");
+                                 << (linear                   ? "linear layer"
+                                     : isa<tfm::MoeOp>(layer) ? "mixture of experts' expert"
+                                                              : "LM head");
       if (inputsPerRank.size() > 1)
         error << " on rank " << rank << " of " << inputsPerRank.size();
       error << (layerBits == 4 ? "; choose an even group size that divides it"

@@ -574,7 +574,8 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
     }
     auto moe = tfm::MoeOp::create(
         builder, loc, xType, block.x, router.getOutput(), gateUp, down, gateUpBias, downBias,
-        sharedGateUp, sharedDown, sharedGate,
+        sharedGateUp, sharedDown, sharedGate, /*gate_up_scales=*/Value(),
+        /*down_scales=*/Value(),
         builder.getI64IntegerAttr(routing->topK),
         tfm::RouterScoringAttr::get(builder.getContext(), routing->scoring),
         routing->normalize ? builder.getUnitAttr() : UnitAttr(),

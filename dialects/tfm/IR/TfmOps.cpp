@@ -635,6 +635,7 @@ LogicalResult MoeOp::verify() {
     return emitOpError() << "top_k " << getTopK() << " exceeds the " << experts << " experts";
   if (gateUp.getRank() != 2 || down.getRank() != 2 || gateUp.getElementType() != down.getElementType())
     return emitOpError("gate_up and down must be 2-D weights of one element type");
+  const bool quantized = isQuantizedWeight(gateUp.getElementType());
   // Under expert parallelism the weights are rank 0's experts.
   int64_t held = experts;
   if (bool(getRankExperts()) != bool(getRankExpertOffsets()))
@@ -657,6 +658,11 @@ LogicalResult MoeOp::verify() {
   if (down.getDimSize(0) != held * hidden)
     return emitOpError() << "down must be [" << held << " * " << hidden << ", " << inter
                          << "], not [" << down.getDimSize(0) << ", " << inter << "]";
+  if (failed(verifyInt8Scales(*this, quantized, getGateUpScales(), x.getElementType(),
+                              gateUp.getDimSize(0), gateUp.getDimSize(1))) ||
+      failed(verifyInt8Scales(*this, quantized, getDownScales(), x.getElementType(),
+                              down.getDimSize(0), down.getDimSize(1))))
+    return failure();
   if (bool(getGateUpBias()) != bool(getDownBias()))
     return emitOpError("the experts have both biases or neither");
   if (bool(getSharedGateUp()) != bool(getSharedDown()) ||

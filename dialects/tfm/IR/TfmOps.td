@@ -447,6 +447,9 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     gate's weight `shared_gate` [1, hidden]: the result adds
     sigmoid(x . shared_gate^T) * shared_down(act(gate(x)) * up(x)).
 
+    int8 experts (dsc-quantize-weights) come with `gate_up_scales` and `down_scales`
+    [rows, groups] in the input's type, as tfm.linear's scales, stacked expert after expert.
+
     Under expert parallelism (dsc-tp-shard with expert-parallel) rank r holds experts
     [`rank_expert_offsets`[r], +`rank_experts`[r]) whole, and the weights (rank 0's in the
     IR) only those; each rank routes every token, runs the chosen experts it holds, and a
@@ -457,12 +460,14 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     experts"). Kernels compute only the chosen experts: decode reads k of them.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$router_logits,
-                   RankedTensorOf<[AnyFloat]>:$gate_up, RankedTensorOf<[AnyFloat]>:$down,
+                   RankedTensorOf<[AnyFloat, I8]>:$gate_up, RankedTensorOf<[AnyFloat, I8]>:$down,
                    Optional<Tfm_FloatTensor>:$gate_up_bias,
                    Optional<Tfm_FloatTensor>:$down_bias,
                    Optional<RankedTensorOf<[AnyFloat]>>:$shared_gate_up,
                    Optional<RankedTensorOf<[AnyFloat]>>:$shared_down,
                    Optional<RankedTensorOf<[AnyFloat]>>:$shared_gate,
+                   Optional<Tfm_FloatTensor>:$gate_up_scales,
+                   Optional<Tfm_FloatTensor>:$down_scales,
                    ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                    Tfm_RouterScoringAttr:$scoring, UnitAttr:$normalize,
                    Tfm_ActivationKindAttr:$activation,
@@ -473,6 +478,7 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     $input `,` $router_logits `,` $gate_up `,` $down
     (`bias` `(` $gate_up_bias^ `,` $down_bias `)`)?
     (`shared` `(` $shared_gate_up^ `,` $shared_down `,` $shared_gate `)`)?
+    (`scales` `(` $gate_up_scales^ `,` $down_scales `)`)?
     `top_k` $top_k `scoring` $scoring
     (`normalize` $normalize^)? `activation` $activation attr-dict
     `:` functional-type(operands, results)

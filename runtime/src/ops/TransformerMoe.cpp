@@ -23,6 +23,8 @@ using fast::Activation;
 constexpr size_t kGateUpBias = 4, kDownBias = 5;
 // A shared expert (Qwen2-MoE's): [gate; up], down, and its sigmoid gate's [1, hidden] weight.
 constexpr size_t kSharedGateUp = 6, kSharedDown = 7, kSharedGate = 8;
+// int8 experts' scales [rows, groups], stacked as their weights.
+constexpr size_t kGateUpScales = 9, kDownScales = 10;
 
 struct MoeShape {
   int64_t rows = 0, hidden = 0, experts = 0, inter = 0, topK = 0;
@@ -68,6 +70,15 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
     return ctx.error("there are no experts");
   if (gateUp.shape.size() != 2 || down.shape.size() != 2 || gateUp.dtype != down.dtype)
     return ctx.error("gate_up and down must be 2-D weights of one dtype");
+  const TensorRef *gateUpScales = ctx.input(kGateUpScales), *downScales = ctx.input(kDownScales);
+  const bool int8 = gateUp.dtype == DType::I8;
+  if (int8 != bool(gateUpScales) || int8 != bool(downScales))
+    return ctx.error("int8 experts need their scales (inputs 9 and 10), float ones none");
+  for (auto [weights, scales] : {std::pair{&gateUp, gateUpScales}, std::pair{&down, downScales}})
+    if (scales && (scales->shape.size() != 2 || scales->shape[0] != weights->shape[0] ||
+                   scales->shape[1] < 1 || weights->shape[1] % scales->shape[1] != 0))
+      return ctx.error("scales ", shapeString(scales->shape), " do not group the rows of ",
+                       shapeString(weights->shape));
   DSRT_RETURN_IF_ERROR(rankExperts(ctx, shape));
   shape.inter = down.shape[1];
   const int64_t held = shape.heldExperts;
@@ -114,8 +125,11 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
 Status inferMoe(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "router logits", kFloatTypes));
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "gate_up", kFloatTypes));
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "down", kFloatTypes));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "gate_up", kFloatTypes | maskOf({DType::I8})));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "down", kFloatTypes | maskOf({DType::I8})));
+  for (size_t index : {kGateUpScales, kDownScales})
+    if (ctx.input(index))
+      DSRT_RETURN_IF_ERROR(checkDType(ctx, index, "scales", kFloatTypes));
   MoeShape shape;
   DSRT_RETURN_IF_ERROR(moeShape(ctx, shape));
   outputs.push_back({ctx.input(0)->dtype, ctx.input(0)->shape});
@@ -175,10 +189,17 @@ Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
 // y [rows, out] = x [rows, in] . w^T (+ bias), w `out` rows of `in` starting at row
 // `first` of the stacked weight.
 void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t first,
-                  int64_t out, const float *x, int64_t rows, const TensorRef *bias, float *y) {
+                  int64_t out, const float *x, int64_t rows, const TensorRef *bias, float *y,
+                  const TensorRef *scales = nullptr) {
   const int64_t in = stacked.shape[1];
   const uint8_t *base = static_cast<const uint8_t *>(stacked.data) +
                         first * in * static_cast<int64_t>(dtypeSize(stacked.dtype));
+  // int8 rows: their scales' rows, from the same first row.
+  const int64_t groups = scales ? scales->shape[1] : 1;
+  const uint8_t *scaleBase =
+      scales ? static_cast<const uint8_t *>(scales->data) +
+                   first * groups * static_cast<int64_t>(dtypeSize(scales->dtype))
+             : nullptr;
   std::vector<float> widenedBias;
   if (bias) {
     widenedBias.resize(out);
@@ -188,12 +209,24 @@ void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t fi
     FloatView view(part);
     std::copy(view.data(), view.data() + out, widenedBias.begin());
   }
+  std::vector<float> wideScales;
+  if (scales && scales->dtype == DType::F64) {  // the fast kernels read f32, f16 or bf16
+    TensorRef part{scales->dtype, {out, groups}, const_cast<uint8_t *>(scaleBase)};
+    FloatView view(part);
+    wideScales.assign(view.data(), view.data() + out * groups);
+  }
   if (ctx.fastKernels && stacked.dtype != DType::F64) {
     fast::LinearWeights weights;
     weights.dtype = stacked.dtype;
     weights.data = base;
     weights.out = out;
     weights.in = in;
+    if (scales) {
+      weights.scales = wideScales.empty() ? static_cast<const void *>(scaleBase)
+                                          : static_cast<const void *>(wideScales.data());
+      weights.scaleType = wideScales.empty() ? scales->dtype : DType::F32;
+      weights.groups = groups;
+    }
     fast::linear(x, rows, weights, y, [&](int64_t begin, int64_t end) {
       if (bias)
         for (int64_t r = 0; r < rows; ++r)
@@ -202,7 +235,19 @@ void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t fi
     });
     return;
   }
+  std::vector<float> dequantized;
   TensorRef part{stacked.dtype, {out, in}, const_cast<uint8_t *>(base)};
+  if (scales) {  // q * scale of its group, as tfm.linear's reference reads int8
+    TensorRef scalePart{scales->dtype, {out, groups}, const_cast<uint8_t *>(scaleBase)};
+    FloatView scale(scalePart);
+    const int64_t groupSize = in / groups;
+    dequantized.resize(out * in);
+    const auto *codes = reinterpret_cast<const int8_t *>(base);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t k = 0; k < in; ++k)
+        dequantized[o * in + k] = codes[o * in + k] * scale[o * groups + k / groupSize];
+    part = {DType::F32, {out, in}, dequantized.data()};
+  }
   FloatView weight(part);
   int64_t grain = std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, in));
   parallelFor(rows * out, grain, [&](int64_t begin, int64_t end) {
@@ -249,10 +294,11 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   auto runExpert = [&](const TensorRef &gateUpWeights, int64_t gateUpRow,
                        const TensorRef &downWeights, int64_t downRow, int64_t width,
                        const TensorRef *gateUpBiases, const TensorRef *downBiases,
-                       const float *rows, int64_t n) {
+                       const float *rows, int64_t n, const TensorRef *gateUpScales,
+                       const TensorRef *downScales) {
     product.resize(n * 2 * width);
     expertLinear(ctx, gateUpWeights, gateUpRow, 2 * width, rows, n, gateUpBiases,
-                 product.data());
+                 product.data(), gateUpScales);
     gated.resize(n * width);
     for (int64_t i = 0; i < n; ++i) {
       const float *gates = product.data() + i * 2 * width, *ups = gates + width;
@@ -269,7 +315,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     }
     expertOut.resize(n * hidden);
     expertLinear(ctx, downWeights, downRow, hidden, gated.data(), n, downBiases,
-                 expertOut.data());
+                 expertOut.data(), downScales);
   };
   // Experts in order, so that each row adds its experts' terms in the order the export's
   // sum does.
@@ -282,7 +328,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x.data() + chosen[i].first * hidden, hidden, gathered.data() + i * hidden);
     runExpert(gateUp, e * 2 * inter, down, e * hidden, inter, gateUpBias, downBias,
-              gathered.data(), n);
+              gathered.data(), n, ctx.input(kGateUpScales), ctx.input(kDownScales));
     for (int64_t i = 0; i < n; ++i) {
       float *row = out + chosen[i].first * hidden;
       const float *values = expertOut.data() + i * hidden, weight = chosen[i].second;
@@ -297,7 +343,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     expertLinear(ctx, *ctx.input(kSharedGate), 0, 1, x.data(), shape.rows, nullptr,
                  gateValues.data());
     runExpert(*sharedGateUp, 0, sharedDown, 0, sharedDown.shape[1], nullptr, nullptr, x.data(),
-              shape.rows);
+              shape.rows, nullptr, nullptr);
     for (int64_t r = 0; r < shape.rows; ++r) {
       const float scale = 1.0f / (1.0f + std::exp(-gateValues[r]));
       float *row = out + r * hidden;
@@ -313,7 +359,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
 } // namespace
 
 void addMoeKernels(std::vector<KernelInfo> &kernels) {
-  kernels.push_back({"tfm.moe", 4, 9, 4, 1, 1, inferMoe, computeMoe});
+  kernels.push_back({"tfm.moe", 4, 11, 4, 1, 1, inferMoe, computeMoe});
 }
 
 } // namespace dsrt::ops

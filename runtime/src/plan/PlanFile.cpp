@@ -262,7 +262,7 @@ void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
     return;
   for (const dsp::Step *step : *program.steps()) {
     const bool embedding = step->op() && step->op()->str() == "tfm.embedding";
-    // A mixture of experts reads the experts its tokens choose (inputs 2 to 5).
+    // A mixture of experts reads the experts its tokens choose.
     const double experts =
         step->op() && step->op()->str() == "tfm.moe" ? activeExperts(plan, *step, tokens) : 1.0;
     if (step->inputs())
@@ -278,7 +278,10 @@ void addProgramWeights(const dsp::Plan &plan, const dsp::Program &program,
             index >= static_cast<int>(section.weights()->size()) || !counted.insert(index).second)
           continue;
         const uint64_t whole = section.weights()->Get(index)->bytes();
-        bytes += position >= 2 && experts < 1.0
+        // The routed experts' weights, biases and scales (2-5, 9, 10); not the shared
+        // expert (6-8), which every token runs.
+        const bool routed = position >= 2 && (position <= 5 || position >= 9);
+        bytes += routed && experts < 1.0
                      ? static_cast<uint64_t>(static_cast<double>(whole) * experts + 0.5)
                      : whole;
       }

@@ -210,6 +210,47 @@ TEST(Moe, SharedExpertOnEveryRow) {
   }
 }
 
+// int8 experts (codes with scales per group of inputs, as dsc-quantize-weights writes
+// them): both kernels equal the dense sum over the dequantized weights.
+TEST(Moe, Int8ExpertsWithGroupScales) {
+  std::mt19937 rng(17);
+  Moe m = randomMoe(4, 8, 4, 4, 2, rng);
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+  auto quantize = [&](OwnedTensor &weights, int64_t groups, OwnedTensor &codes,
+                      OwnedTensor &scales) {
+    const int64_t rows = weights.shape[0], in = weights.shape[1];
+    codes = OwnedTensor(DType::I8, {rows, in});
+    scales = OwnedTensor(DType::F32, {rows, groups});
+    auto *q = reinterpret_cast<int8_t *>(codes.storage.data());
+    auto *s = reinterpret_cast<float *>(scales.storage.data());
+    auto *w = reinterpret_cast<float *>(weights.storage.data());
+    for (int64_t i = 0; i < rows * groups; ++i)
+      s[i] = scale(rng);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < in; ++k) {
+        q[r * in + k] = static_cast<int8_t>(code(rng));
+        w[r * in + k] = q[r * in + k] * s[r * groups + k / (in / groups)];
+      }
+  };
+  OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
+  quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
+  quantize(m.down, 2, downCodes, downScales);
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe",
+                        {&m.x, &m.logits, &gateUpCodes, &downCodes, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, &gateUpScales, &downScales},
+                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
+          << "element " << i << (fast ? " fast" : "");
+  }
+}
+
 TEST(Moe, MalformedStepsAreNamed) {
   std::mt19937 rng(5);
   Moe m = randomMoe(2, 8, 4, 4, 2, rng);
