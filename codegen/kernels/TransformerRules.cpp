@@ -220,9 +220,17 @@ bool residualAddRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
   return true;
 }
 
+// A mixture of experts has no fused kernel yet (docs/design.md §9): the host fallback routes
+// the tokens and runs the chosen experts only, as the CPU backend does.
+bool moeRule(const RuleInput &, std::vector<KernelSpec> &, std::string &reason) {
+  reason = "no fused mixture-of-experts kernel yet: the host runs the chosen experts";
+  return false;
+}
+
 } // namespace
 
 void addTransformerKernelRules(std::vector<KernelRuleEntry> &rules) {
+  rules.push_back({"tfm.moe", moeRule});
   rules.push_back({"tfm.embedding", embeddingRule});
   rules.push_back({"tfm.layer_norm", layerNormRule});
   rules.push_back({"tfm.rms_norm", rmsNormRule});
