@@ -387,11 +387,14 @@ static std::string traceProjectionOf(Value operand, tfm::AttentionOp attention, 
       auto type = dyn_cast<RankedTensorType>(def->getOperand(1).getType());
       // An RMS norm over every head of this part (OLMo-2's q_norm and k_norm): each rank
       // normalises its heads with the sum of squares of all of them (tp-shard all-reduces
-      // it), so it is kept apart from the per-head ops.
+      // it), so it is kept apart from the per-head ops. What follows it may only act on
+      // each feature alone (OLMoE's clip_qkv clamp after its norms), which the rank's
+      // features take as they are.
       auto norm = dyn_cast<tfm::RmsNormOp>(def);
       if (norm && type && type.getRank() == 1 && type.getDimSize(0) == partHeads * dim &&
           partHeads > 1 && !norm.getResidual() && !norm.getPostResidual() && !norm.getSum() &&
-          !out.globalNorm && out.headOps.empty() && norm.getInput().getDefiningOp<tfm::LinearOp>()) {
+          !out.globalNorm && llvm::all_of(out.headOps, isElementwiseWithScalars) &&
+          norm.getInput().getDefiningOp<tfm::LinearOp>()) {
         out.globalNorm = def;
         worklist.push_back(norm.getInput());
         continue;
