@@ -7,6 +7,8 @@ run, the two systems interleaved (A B A B ...), every round kept.
                                            the models, once (WORK/NAME/...)
   llamacpp.py run NAME WORK OUT [--lengths 512,2048,8192] [--rounds 2] [--dtypes fp32,bf16]
                                 [--quant-rounds 3] [--skip-long] [--skip-quant]
+                                [--llama-args '--poll 0']
+                                [--first-round 1]
                                            the measurements, into the folder OUT
 
 The command of the committed run (bench/cpu/RESULTS.md), from the repository root:
@@ -281,9 +283,12 @@ def run_dsc(plan, n, new_tokens, warmup, iterations, log):
             "load": start_load, "start": stamp, "raw": d}
 
 
+LLAMA_EXTRA = []  # run --llama-args
+
+
 def run_llama(gguf, n_prompt, n_gen, depth, reps, warmup, log):
     command = [str(LLAMA_BIN / "llama-bench"), "-m", str(gguf), "-p", str(n_prompt), "-n",
-               str(n_gen), "-t", str(THREADS), "-r", str(reps), "-o", "json"]
+               str(n_gen), "-t", str(THREADS), "-r", str(reps), "-o", "json"] + LLAMA_EXTRA
     if depth:
         command += ["-d", str(depth)]
     if not warmup:
@@ -305,6 +310,7 @@ def run_llama(gguf, n_prompt, n_gen, depth, reps, warmup, log):
 
 
 def run(args):
+    LLAMA_EXTRA[:] = args.llama_args.split()
     folder = Path(args.work) / args.name
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -331,7 +337,7 @@ def run(args):
         for dtype in args.dtypes.split(","):
             plan = plans / f"{args.name}-{dtype}.dsp"
             model = gguf / f"{args.name}-{ggufs[dtype]}.gguf"
-            for round_ in range(1, args.rounds + 1):
+            for round_ in range(args.first_round, args.first_round + args.rounds):
                 def dsc():
                     r = run_dsc(plan, n, 32, warmup, iterations, log)
                     keep({"kind": dtype, "n": n, "round": round_, **r})
@@ -346,7 +352,7 @@ def run(args):
                 for step in order:
                     step()
     if not args.skip_quant:
-        for round_ in range(1, args.quant_rounds + 1):
+        for round_ in range(args.first_round, args.first_round + args.quant_rounds):
             for dtype in ("int4", "int8"):
                 plan = plans / f"{args.name}-{dtype}.dsp"
                 model = gguf / f"{args.name}-{ggufs[dtype]}.gguf"
@@ -365,50 +371,77 @@ def run(args):
     summarize(out)
 
 
+def medians(r):
+    """(prefill, decode) medians of one run's samples: dsbench's p50 over its iterations'
+    prefills and its decode steps; llama-bench's median over its repetitions (a decode
+    repetition's per-token time)."""
+    import statistics
+    if r["system"] == "dsc":
+        p, d = r["raw"]["prefill_ms"], r["raw"]["decode_ms"]
+        return (p.get("p50") if isinstance(p, dict) else p, d.get("p50") if isinstance(d, dict) else d)
+    pm = statistics.median(r["prefill_samples_ms"]) if r.get("prefill_samples_ms") else None
+    dm = statistics.median(r["decode_samples_ms"]) if r.get("decode_samples_ms") else None
+    return pm, dm
+
+
 def summarize(out: Path):
     rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line]
-    lines = []
+    lines = ["Each run: the mean of its iterations (dsbench) or repetitions (llama-bench), and in "
+             "brackets their median; llama.cpp's prefill and decode are two processes "
+             "(llama-bench -p N -n 0, and -p 0 -n 32 -d N).", ""]
     fmt = lambda v, d=0: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     long_rows = [r for r in rows if r["kind"] in ("fp32", "bf16")]
     if long_rows:
-        lines += ["| prompt | dtype | round | system | load | prefill ms | decode step ms "
-                  "(after the prompt) | peak RSS MiB |", "|---:|---|---:|---|---:|---:|---:|---:|"]
+        lines += ["| prompt | dtype | round | system | start | load | prefill ms [median] | "
+                  "decode step ms [median] | peak RSS MiB |",
+                  "|---:|---|---:|---|---|---:|---:|---:|---:|"]
         for r in long_rows:
             system = r["system"] + (f" ({r['test']})" if r.get("test") else "")
-            lines.append(f"| {r['n']} | {r['kind']} | {r['round']} | {system} | {r['load']:.2f} | "
-                         f"{fmt(r.get('prefill_ms'))} | {fmt(r.get('decode_ms'), 2)} | "
-                         f"{fmt(r['rss_mib'])} |")
+            pm, dm = medians(r)
+            pre = "-" if r.get("prefill_ms") is None else f"{r['prefill_ms']:.0f} [{pm:.0f}]"
+            dec = "-" if r.get("decode_ms") is None else f"{r['decode_ms']:.2f} [{dm:.2f}]"
+            lines.append(f"| {r['n']} | {r['kind']} | {r['round']} | {system} | {r['start']} | "
+                         f"{r['load']:.2f} | {pre} | {dec} | {fmt(r['rss_mib'])} |")
         lines.append("")
     quant = [r for r in rows if r["kind"] in ("int4", "int8")]
     if quant:
-        lines += ["| dtype | round | system | load | prefill 32 ms | decode step ms | peak RSS MiB |",
-                  "|---|---:|---|---:|---:|---:|---:|"]
+        lines += ["| dtype | round | system | start | load | prefill 32 ms [median] | "
+                  "decode step ms [median] | peak RSS MiB |", "|---|---:|---|---|---:|---:|---:|---:|"]
         for r in quant:
             label = {"int4": {"dsc": "dsc int4", "llama.cpp": "llama.cpp Q4_0"},
                      "int8": {"dsc": "dsc int8", "llama.cpp": "llama.cpp Q8_0"}}[r["kind"]]
-            lines.append(f"| {r['kind']} | {r['round']} | {label[r['system']]} | {r['load']:.2f} | "
-                         f"{fmt(r.get('prefill_ms'), 1)} | {fmt(r.get('decode_ms'), 2)} | "
-                         f"{fmt(r['rss_mib'])} |")
+            pm, dm = medians(r)
+            lines.append(f"| {r['kind']} | {r['round']} | {label[r['system']]} | {r['start']} | "
+                         f"{r['load']:.2f} | {r['prefill_ms']:.1f} [{pm:.1f}] | "
+                         f"{r['decode_ms']:.2f} [{dm:.2f}] | {fmt(r['rss_mib'])} |")
         lines.append("")
-    # Ranges: per (kind, n, system), min-max over the rounds.
+    # Ranges over the rounds, per (dtype, prompt, system): of the runs' means and medians.
     groups = {}
     for r in rows:
         key = (r["kind"], r["n"], r["system"])
-        g = groups.setdefault(key, {"prefill": [], "decode": [], "rss": [], "load": []})
+        g = groups.setdefault(key, {k: [] for k in ("prefill", "decode", "prefill_med",
+                                                    "decode_med", "rss", "load")})
+        pm, dm = medians(r)
         if r.get("prefill_ms") is not None:
             g["prefill"].append(r["prefill_ms"])
+            g["prefill_med"].append(pm)
         if r.get("decode_ms") is not None:
             g["decode"].append(r["decode_ms"])
+            g["decode_med"].append(dm)
         if r.get("rss_mib") and (r["system"] == "dsc" or r.get("test") != "decode"):
             g["rss"].append(r["rss_mib"])
         g["load"].append(r["load"])
     rng = lambda v, d=0: "-" if not v else (  # noqa: E731
-        f"{min(v):.{d}f}" if len(v) == 1 else f"{min(v):.{d}f}-{max(v):.{d}f}")
-    lines += ["| dtype | prompt | system | prefill ms (range) | decode step ms (range) | "
-              "peak RSS MiB | load (range) | runs |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+        f"{min(v):.{d}f}" if len(v) == 1 or f"{min(v):.{d}f}" == f"{max(v):.{d}f}"
+        else f"{min(v):.{d}f}-{max(v):.{d}f}")
+    lines += ["| dtype | prompt | system | prefill ms: means | medians | decode step ms: means | "
+              "medians | peak RSS MiB | load | rounds |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for (kind, n, system), g in groups.items():
-        lines.append(f"| {kind} | {n} | {system} | {rng(g['prefill'])} | {rng(g['decode'], 2)} | "
-                     f"{rng(g['rss'])} | {rng(g['load'], 2)} | {len(g['load'])} |")
+        rounds = len(g["prefill"]) or len(g["decode"])
+        lines.append(f"| {kind} | {n} | {system} | {rng(g['prefill'])} | {rng(g['prefill_med'])} | "
+                     f"{rng(g['decode'], 2)} | {rng(g['decode_med'], 2)} | {rng(g['rss'])} | "
+                     f"{rng(g['load'], 2)} | {rounds} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -431,6 +464,10 @@ def main():
     r.add_argument("--dtypes", default="fp32,bf16")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--quant-rounds", type=int, default=3)
+    r.add_argument("--first-round", type=int, default=1,
+                   help="number the rounds from here (a second run into the same OUT)")
+    r.add_argument("--llama-args", default="",
+                   help="more llama-bench options, e.g. '--poll 0' (one string)")
     r.add_argument("--skip-long", action="store_true")
     r.add_argument("--skip-quant", action="store_true")
     s = sub.add_parser("summary")
