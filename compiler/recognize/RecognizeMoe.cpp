@@ -162,6 +162,11 @@ FailureOr<Routing> proveRouting(const ProbeEvaluator &probe, Value logits, Value
     why = "the probe does not know the router logits' shape";
     return failure();
   }
+  // A graph whose probe routes no token (a static dimension of 0) proves nothing.
+  if (experts < 1 || dsrt::elementCount(info->shape) < experts) {
+    why = "the probe routes no token";
+    return failure();
+  }
   std::mt19937 random(44);
   std::optional<Routing> proven;
   for (float spread : {1.0f, 4.0f}) {
