@@ -53,17 +53,11 @@ def send(host, port, request):
     return first - sent, last - sent, tokens
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--requests-file", required=True)
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    url = urllib.parse.urlparse(args.url)
-    with open(args.requests_file) as file:
-        requests = json.load(file)
-
+def closed_loop(send_one, requests, clients, name):
+    """Runs `requests` through `clients` closed-loop clients, each calling send_one(request)
+    (-> seconds to the first token, to the last, tokens[, more]) for its next request when its
+    last one finished; dsbench serve's summary of the results (bench/serving/llamacpp_server.py
+    runs llama-server's stream through it too)."""
     results = [None] * len(requests)
     next_index = iter(range(len(requests)))
     lock = threading.Lock()
@@ -76,28 +70,44 @@ def main():
             if index is None:
                 return
             try:
-                results[index] = send(url.hostname, url.port, requests[index])
+                results[index] = send_one(requests[index])
             except Exception as error:  # reported, not hidden: the run is void
                 errors.append(f"request {index}: {error}")
                 return
 
     start = time.monotonic()
-    threads = [threading.Thread(target=client) for _ in range(args.clients)]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     seconds = time.monotonic() - start
     if errors:
-        raise SystemExit("http_load: " + "; ".join(errors[:5]))
+        raise SystemExit(f"{name}: " + "; ".join(errors[:5]))
     tokens = sum(r[2] for r in results)
     ttft = [r[0] for r in results]
     tpot = [(r[1] - r[0]) / (r[2] - 1) for r in results if r[2] > 1]
-    summary = {"name": f"dsserve over HTTP, {args.clients} clients", "seconds": seconds,
-               "requests_per_s": len(results) / seconds, "output_tokens_per_s": tokens / seconds,
-               "output_tokens": tokens,
-               "ttft_p50_ms": 1e3 * percentile(ttft, 0.5), "ttft_p99_ms": 1e3 * percentile(ttft, 0.99),
-               "tpot_p50_ms": 1e3 * percentile(tpot, 0.5), "tpot_p99_ms": 1e3 * percentile(tpot, 0.99)}
+    return {"name": name, "seconds": seconds, "results": results,
+            "requests_per_s": len(results) / seconds, "output_tokens_per_s": tokens / seconds,
+            "output_tokens": tokens,
+            "ttft_p50_ms": 1e3 * percentile(ttft, 0.5), "ttft_p99_ms": 1e3 * percentile(ttft, 0.99),
+            "tpot_p50_ms": 1e3 * percentile(tpot, 0.5), "tpot_p99_ms": 1e3 * percentile(tpot, 0.99)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--requests-file", required=True)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    url = urllib.parse.urlparse(args.url)
+    with open(args.requests_file) as file:
+        requests = json.load(file)
+
+    summary = closed_loop(lambda request: send(url.hostname, url.port, request), requests,
+                          args.clients, f"dsserve over HTTP, {args.clients} clients")
+    del summary["results"]
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

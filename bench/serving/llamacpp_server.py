@@ -36,25 +36,20 @@ Standard library only for the client. Nothing asserts on time.
 import argparse
 import http.client
 import json
-import math
 import os
 import subprocess
-import threading
+import sys
 import time
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from http_load import closed_loop  # noqa: E402  (the same clients and summary as dsserve's)
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("DSC_BIN_DIR", REPO / "build/bin"))
 LLAMA = Path(os.environ.get("LLAMA_CPP", "/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp"))
-
-
-def percentile(values, p):  # dsbench serve's: the ceil(p * n)-th smallest
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
 
 
 def load():
@@ -92,40 +87,10 @@ def send(port, request):
 
 
 def drive(port, requests, clients):
-    results = [None] * len(requests)
-    next_index = iter(range(len(requests)))
-    lock = threading.Lock()
-    errors = []
-
-    def client():
-        while True:
-            with lock:
-                index = next(next_index, None)
-            if index is None:
-                return
-            try:
-                results[index] = send(port, requests[index])
-            except Exception as error:  # the run is void
-                errors.append(f"request {index}: {error}")
-                return
-
-    start = time.monotonic()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.monotonic() - start
-    if errors:
-        raise SystemExit("llamacpp_server: " + "; ".join(errors[:5]))
-    tokens = sum(r[2] for r in results)
-    ttft = [r[0] for r in results]
-    tpot = [(r[1] - r[0]) / (r[2] - 1) for r in results if r[2] > 1]
-    return {"name": f"llama-server, {clients} clients", "seconds": seconds,
-            "requests_per_s": len(results) / seconds, "output_tokens_per_s": tokens / seconds,
-            "output_tokens": tokens, "prompt_tokens_evaluated": sum(r[3] for r in results),
-            "ttft_p50_ms": 1e3 * percentile(ttft, 0.5), "ttft_p99_ms": 1e3 * percentile(ttft, 0.99),
-            "tpot_p50_ms": 1e3 * percentile(tpot, 0.5), "tpot_p99_ms": 1e3 * percentile(tpot, 0.99)}
+    summary = closed_loop(lambda request: send(port, request), requests, clients,
+                          f"llama-server, {clients} clients")
+    summary["prompt_tokens_evaluated"] = sum(r[3] for r in summary.pop("results"))
+    return summary
 
 
 def vm_hwm(pid):
