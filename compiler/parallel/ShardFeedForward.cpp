@@ -115,38 +115,64 @@ LogicalResult Sharder::shardElementwiseMlps() {
   return success();
 }
 
-// A tfm.moe's shared expert split like a dense MLP (its gate and up rows, its down's inputs),
-// its sigmoid gate replicated: the ranks' partial sums add up to it after the MoE's
-// all-reduce, whether the routed experts are split (TP) or placed (--ep). False where it
-// cannot be split (fewer intermediate features than ranks).
-FailureOr<bool> Sharder::shardSharedExpert(tfm::MoeOp moe) {
-  if (!moe.getSharedGateUp())
-    return true;
-  auto gateUp = moe.getSharedGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
-  const int64_t inter = cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1);
-  if (!gateUp || inter < ranks_)
-    return false;
-  SmallVector<int64_t> sizes = evenSizes(inter, ranks_), offsets = offsetsOf(sizes);
+// A stack of weights (tfm.concat_weights) with every part sharded along `axis`: rank r
+// keeps [offsets[r], +sizes[r]) of each part. The new stack has rank 0's parts' shape.
+FailureOr<Value> Sharder::shardEachPart(Value stack, int64_t axis, ArrayRef<int64_t> offsets,
+                                        ArrayRef<int64_t> sizes) {
+  auto concat = stack.getDefiningOp<tfm::ConcatWeightsOp>();
+  if (!concat)
+    return failure();
   SmallVector<Value> parts;
-  for (Value part : gateUp.getParts()) {
-    FailureOr<Value> sharded = transformedWeight(part, {shard(0, offsets, sizes)});
+  int64_t rows = 0;
+  for (Value part : concat.getParts()) {
+    FailureOr<Value> sharded = transformedWeight(part, {shard(axis, offsets, sizes)});
     if (failed(sharded))
       return failure();
     parts.push_back(*sharded);
+    rows += cast<RankedTensorType>(sharded->getType()).getDimSize(0);
   }
+  auto type = cast<RankedTensorType>(concat.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] = rows;
+  if (axis == 1)
+    shape[1] = sizes[0];
+  OpBuilder builder(concat);
+  return tfm::ConcatWeightsOp::create(builder, concat.getLoc(),
+                                      RankedTensorType::get(shape, type.getElementType()), parts)
+      .getOutput();
+}
+
+// A tfm.moe's shared expert split like a dense MLP (its gate and up rows, its down's inputs),
+// its sigmoid gate replicated: the ranks' partial sums add up to it after the MoE's
+// all-reduce, whether the routed experts are split (TP) or placed (--ep).
+LogicalResult Sharder::shardSharedExpert(tfm::MoeOp moe) {
+  if (!moe.getSharedGateUp())
+    return success();
+  SmallVector<int64_t> sizes = evenSizes(sharedWidth(moe), ranks_), offsets = offsetsOf(sizes);
+  FailureOr<Value> gateUp = shardEachPart(moe.getSharedGateUp(), 0, offsets, sizes);
   FailureOr<Value> down = transformedWeight(moe.getSharedDown(), {shard(1, offsets, sizes)});
-  if (failed(down))
-    return failure();
-  OpBuilder builder(gateUp);
-  auto type = cast<RankedTensorType>(gateUp.getType());
-  moe.getSharedGateUpMutable().assign(
-      tfm::ConcatWeightsOp::create(builder, gateUp.getLoc(),
-                                   RankedTensorType::get({2 * sizes[0], type.getDimSize(1)},
-                                                         type.getElementType()),
-                                   parts)
-          .getOutput());
+  if (failed(gateUp) || failed(down))
+    return moe.emitOpError("tp-shard: cannot shard the shared expert");
+  moe.getSharedGateUpMutable().assign(*gateUp);
   moe.getSharedDownMutable().assign(*down);
-  return true;
+  return success();
+}
+
+// The intermediate features of a tfm.moe's shared expert; the ranks where it has none (it
+// does not limit the split).
+int64_t Sharder::sharedWidth(tfm::MoeOp moe) const {
+  return moe.getSharedDown()
+             ? cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1)
+             : ranks_;
+}
+
+// The MoE's result is each rank's partial sum: one tfm.all_reduce completes it.
+void Sharder::reduceAfter(tfm::MoeOp moe) {
+  OpBuilder builder(moe);
+  builder.setInsertionPointAfter(moe);
+  auto reduce = tfm::AllReduceOp::create(builder, moe.getLoc(), moe.getOutput().getType(),
+                                         moe.getOutput(), builder.getI64IntegerAttr(ranks_));
+  moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
 }
 
 // Each expert of a tfm.moe split as a dense MLP is: its gate and up rows over the
@@ -164,53 +190,23 @@ LogicalResult Sharder::shardMoes() {
         return failure();
       continue;
     }
-    auto gateUp = moe.getGateUp().getDefiningOp<tfm::ConcatWeightsOp>();
-    auto down = moe.getDown().getDefiningOp<tfm::ConcatWeightsOp>();
-    if (!gateUp || !down || moe.getGateUpBias()) {
-      moe.emitWarning("tp-shard: this mixture of experts stays replicated: ")
-          << (moe.getGateUpBias() ? "its experts have biases" : "its weights are not per expert");
-      continue;
-    }
     const int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(1);
-    const int64_t sharedInter =
-        moe.getSharedDown() ? cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1)
-                            : ranks_;
-    if (inter < ranks_ || sharedInter < ranks_) {
-      moe.emitWarning() << "tp-shard: this mixture of experts stays replicated: its experts "
-                        << "have " << inter << " intermediate features, fewer than the ranks";
+    if (moe.getGateUpBias() || inter < ranks_ || sharedWidth(moe) < ranks_) {
+      moe.emitWarning("tp-shard: this mixture of experts stays replicated: ")
+          << (moe.getGateUpBias() ? "its experts have biases"
+                                  : "its experts are narrower than the ranks");
       continue;
     }
     SmallVector<int64_t> sizes = evenSizes(inter, ranks_), offsets = offsetsOf(sizes);
-    auto reshard = [&](tfm::ConcatWeightsOp concat, int64_t axis) -> FailureOr<Value> {
-      SmallVector<Value> parts;
-      for (Value part : concat.getParts()) {
-        FailureOr<Value> sharded = transformedWeight(part, {shard(axis, offsets, sizes)});
-        if (failed(sharded))
-          return failure();
-        parts.push_back(*sharded);
-      }
-      OpBuilder builder(concat);
-      auto type = cast<RankedTensorType>(concat.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      shape[axis] = axis == 0 ? shape[0] / inter * sizes[0] : sizes[0];
-      return tfm::ConcatWeightsOp::create(builder, concat.getLoc(),
-                                          RankedTensorType::get(shape, type.getElementType()),
-                                          parts)
-          .getOutput();
-    };
-    FailureOr<Value> gateUpShard = reshard(gateUp, 0), downShard = reshard(down, 1);
-    if (failed(gateUpShard) || failed(downShard))
+    FailureOr<Value> gateUp = shardEachPart(moe.getGateUp(), 0, offsets, sizes);
+    FailureOr<Value> down = shardEachPart(moe.getDown(), 1, offsets, sizes);
+    if (failed(gateUp) || failed(down))
       return moe.emitOpError("tp-shard: cannot shard the experts' weights");
-    moe.getGateUpMutable().assign(*gateUpShard);
-    moe.getDownMutable().assign(*downShard);
-    if (FailureOr<bool> split = shardSharedExpert(moe); failed(split) || !*split)
-      return moe.emitOpError("tp-shard: cannot shard the shared expert");
-    OpBuilder builder(moe);
-    builder.setInsertionPointAfter(moe);
-    Type type = moe.getOutput().getType();
-    auto reduce = tfm::AllReduceOp::create(builder, moe.getLoc(), type, moe.getOutput(),
-                                           builder.getI64IntegerAttr(ranks_));
-    moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
+    moe.getGateUpMutable().assign(*gateUp);
+    moe.getDownMutable().assign(*down);
+    if (failed(shardSharedExpert(moe)))
+      return failure();
+    reduceAfter(moe);
   }
   return success();
 }
@@ -228,19 +224,16 @@ LogicalResult Sharder::placeExperts(tfm::MoeOp moe) {
   for (Value weight : {moe.getGateUp(), moe.getDown(), moe.getGateUpBias(), moe.getDownBias()})
     if (weight)
       stacks.push_back(weight.getDefiningOp<tfm::ConcatWeightsOp>());
-  const int64_t sharedInter =
-      moe.getSharedDown() ? cast<RankedTensorType>(moe.getSharedDown().getType()).getDimSize(1)
-                          : ranks_;
-  if (experts < ranks_ || sharedInter < ranks_ ||
+  if (experts < ranks_ || sharedWidth(moe) < ranks_ ||
       llvm::is_contained(stacks, tfm::ConcatWeightsOp())) {
     moe.emitWarning() << "--ep: this mixture of experts stays replicated: "
-                      << (experts < ranks_     ? "it has fewer experts than ranks"
-                          : sharedInter < ranks_ ? "its shared expert is narrower than the ranks"
-                                                 : "its weights are not per expert");
+                      << (experts < ranks_           ? "it has fewer experts than ranks"
+                          : sharedWidth(moe) < ranks_ ? "its shared expert is narrower than the ranks"
+                                                      : "its weights are not per expert");
     return success();
   }
-  if (FailureOr<bool> split = shardSharedExpert(moe); failed(split) || !*split)
-    return moe.emitOpError("--ep: cannot shard the shared expert");
+  if (failed(shardSharedExpert(moe)))
+    return failure();
   SmallVector<int64_t> counts = evenSizes(experts, ranks_), offsets = offsetsOf(counts);
   for (tfm::ConcatWeightsOp stack : stacks) {
     const int64_t perExpert = static_cast<int64_t>(stack.getParts().size()) / experts;
@@ -260,12 +253,7 @@ LogicalResult Sharder::placeExperts(tfm::MoeOp moe) {
   }
   moe.setRankExpertsAttr(b_.getDenseI64ArrayAttr(counts));
   moe.setRankExpertOffsetsAttr(b_.getDenseI64ArrayAttr(offsets));
-  OpBuilder builder(moe);
-  builder.setInsertionPointAfter(moe);
-  Type type = moe.getOutput().getType();
-  auto reduce = tfm::AllReduceOp::create(builder, moe.getLoc(), type, moe.getOutput(),
-                                         builder.getI64IntegerAttr(ranks_));
-  moe.getOutput().replaceAllUsesExcept(reduce.getOutput(), reduce);
+  reduceAfter(moe);
   return success();
 }
 

@@ -66,7 +66,12 @@ private:
   mlir::LogicalResult shardLmHeads();
   mlir::LogicalResult shardMoes();
   mlir::LogicalResult placeExperts(tfm::MoeOp moe);
-  mlir::FailureOr<bool> shardSharedExpert(tfm::MoeOp moe);
+  mlir::LogicalResult shardSharedExpert(tfm::MoeOp moe);
+  mlir::FailureOr<mlir::Value> shardEachPart(mlir::Value stack, int64_t axis,
+                                             llvm::ArrayRef<int64_t> offsets,
+                                             llvm::ArrayRef<int64_t> sizes);
+  int64_t sharedWidth(tfm::MoeOp moe) const;
+  void reduceAfter(tfm::MoeOp moe);
   void eraseDead();
 
   mlir::Attribute shard(int64_t axis, llvm::ArrayRef<int64_t> offsets,
