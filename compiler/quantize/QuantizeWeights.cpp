@@ -115,20 +115,8 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
             layerGroupSize(moe, inputFeaturesPerRank(weight), 8, bits == 8 ? groupSize : 0);
         if (failed(size))
           return failure();
-        auto withLast = [&](Attribute last) {
-          SmallVector<Attribute> list;
-          if (auto existing = weight.getTransforms())
-            list.append(existing->begin(), existing->end());
-          list.push_back(last);
-          return list;
-        };
-        OpBuilder builder(weight);
-        auto sourceType = cast<RankedTensorType>(weight.getSourceType());
-        codes.push_back(tfm::WeightOp::create(builder, moe.getLoc(), weight.getName(), sourceType,
-                                              withLast(tfm::QuantizeInt8Attr::get(context, *size))));
-        Value scale = tfm::WeightOp::create(
-            builder, moe.getLoc(), weight.getName(), sourceType,
-            withLast(tfm::QuantScalesAttr::get(context, *size, scaleElement)));
+        auto [code, scale] = quantizedWeight(weight, 8, *size, scaleElement, moe.getLoc());
+        codes.push_back(code);
         int64_t partGroups = cast<RankedTensorType>(scale.getType()).getDimSize(1);
         if (groups != 0 && partGroups != groups)
           return moe.emitOpError("the experts' weights quantize to different groups");
@@ -206,6 +194,33 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     return size;
   }
 
+  // `weight` as `bits`-bit codes in groups of `size` inputs, and their scales in
+  // `scaleElement`: two handles on the same model tensor, each with the weight's transforms
+  // and then its own (the plan writer quantizes each rank's shard).
+  std::pair<Value, Value> quantizedWeight(tfm::WeightOp weight, int bits, int64_t size,
+                                          Type scaleElement, Location where) {
+    OpBuilder builder(weight);
+    MLIRContext *context = builder.getContext();
+    auto withLast = [&](Attribute last) {
+      SmallVector<Attribute> list;
+      if (auto existing = weight.getTransforms())
+        list.append(existing->begin(), existing->end());
+      list.push_back(last);
+      return list;
+    };
+    Attribute quantize = bits == 4 ? Attribute(tfm::QuantizeInt4Attr::get(context, size))
+                                   : Attribute(tfm::QuantizeInt8Attr::get(context, size));
+    Attribute scaleTransform =
+        bits == 4 ? Attribute(tfm::QuantScalesInt4Attr::get(context, size, scaleElement))
+                  : Attribute(tfm::QuantScalesAttr::get(context, size, scaleElement));
+    auto sourceType = cast<RankedTensorType>(weight.getSourceType());
+    Value codes =
+        tfm::WeightOp::create(builder, where, weight.getName(), sourceType, withLast(quantize));
+    Value scales = tfm::WeightOp::create(builder, where, weight.getName(), sourceType,
+                                         withLast(scaleTransform));
+    return {codes, scales};
+  }
+
   LogicalResult quantize(Operation *layer) {
     auto linear = dyn_cast<tfm::LinearOp>(layer);
     auto head = dyn_cast<tfm::LmHeadOp>(layer);
@@ -281,30 +296,10 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     if (failed(size))
       return failure();
 
-    SmallVector<Attribute> transforms;
-    if (auto existing = weight.getTransforms())
-      transforms.append(existing->begin(), existing->end());
-    OpBuilder builder(weight);
-    auto withLast = [&](Attribute last) {
-      SmallVector<Attribute> list(transforms);
-      list.push_back(last);
-      return list;
-    };
-    auto sourceType = cast<RankedTensorType>(weight.getSourceType());
     // The layer's location, so that what quantization lost is reported per layer (an
     // exporter's weight names, onnx::MatMul_846, often say nothing).
-    Location where = layer->getLoc();
-    MLIRContext *context = builder.getContext();
-    Attribute quantize = layerBits == 4
-                             ? Attribute(tfm::QuantizeInt4Attr::get(context, *size))
-                             : Attribute(tfm::QuantizeInt8Attr::get(context, *size));
-    Attribute scaleTransform =
-        layerBits == 4 ? Attribute(tfm::QuantScalesInt4Attr::get(context, *size, scaleElement))
-                       : Attribute(tfm::QuantScalesAttr::get(context, *size, scaleElement));
-    auto quantized =
-        tfm::WeightOp::create(builder, where, weight.getName(), sourceType, withLast(quantize));
-    auto scales = tfm::WeightOp::create(builder, where, weight.getName(), sourceType,
-                                        withLast(scaleTransform));
+    auto [quantized, scales] =
+        quantizedWeight(weight, layerBits, *size, scaleElement, layer->getLoc());
     if (linear) {
       linear.getWeightMutable().assign(quantized);
       linear.getScalesMutable().assign(scales);
