@@ -12,6 +12,7 @@
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/ProbeEvaluator.h"
 #include "compiler/recognize/RecognitionReport.h"
+#include "ops/MoeRouting.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -22,7 +23,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <random>
 
 namespace dsc {
@@ -118,34 +118,6 @@ std::optional<ExpertTerm> matchTerm(onnx::MulOp mul) {
   return std::nullopt;
 }
 
-// The router's scores as the op computes them, for one row of logits: the chosen experts'
-// weights at their columns, zero elsewhere.
-std::vector<float> routeRow(const float *logits, int64_t experts, int64_t k,
-                            tfm::RouterScoring scoring, bool normalize) {
-  std::vector<float> scores(logits, logits + experts);
-  if (scoring == tfm::RouterScoring::softmax) {
-    float top = *std::max_element(scores.begin(), scores.end()), sum = 0;
-    for (float &s : scores)
-      sum += (s = std::exp(s - top));
-    for (float &s : scores)
-      s /= sum;
-  } else {
-    for (float &s : scores)
-      s = 1.0f / (1.0f + std::exp(-s));
-  }
-  std::vector<int64_t> order(experts);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
-  float sum = 0;
-  for (int64_t i = 0; i < k; ++i)
-    sum += scores[order[i]];
-  std::vector<float> dense(experts, 0.0f);
-  for (int64_t i = 0; i < k; ++i)
-    dense[order[i]] = normalize ? scores[order[i]] / sum : scores[order[i]];
-  return dense;
-}
-
 struct Routing {
   int64_t topK = 0;
   tfm::RouterScoring scoring = tfm::RouterScoring::softmax;
@@ -191,12 +163,20 @@ FailureOr<Routing> proveRouting(const ProbeEvaluator &probe, Value logits, Value
       return failure();
     }
     std::optional<Routing> match;
+    std::vector<float> scores;
+    std::vector<int64_t> order;
+    std::vector<std::pair<int64_t, float>> chosen;
     for (auto scoring : {tfm::RouterScoring::softmax, tfm::RouterScoring::sigmoid})
       for (bool normalize : {true, false}) {
         bool all = true;
         for (int64_t r = 0; r < rows && all; ++r) {
-          std::vector<float> want =
-              routeRow(data + r * experts, experts, k, scoring, normalize);
+          // What tfm.moe's kernel routes: its chosen experts' weights, zero elsewhere.
+          dsrt::ops::routeToken(data + r * experts, experts, k,
+                                scoring == tfm::RouterScoring::sigmoid, normalize, scores,
+                                order, chosen);
+          std::vector<float> want(experts, 0.0f);
+          for (auto [expert, weight] : chosen)
+            want[expert] = weight;
           for (int64_t e = 0; e < experts && all; ++e)
             all = std::abs(want[e] - got[r * experts + e]) <= 1e-5f + 1e-4f * std::abs(want[e]);
         }

@@ -6,6 +6,7 @@
 // expert at a time.
 #include "ops/FloatAccess.h"
 #include "ops/Kernel.h"
+#include "ops/MoeRouting.h"
 #include "ops/ThreadPool.h"
 #include "ops/TransformerCommon.h"
 #include "ops/fast/FastKernels.h"
@@ -139,10 +140,7 @@ Status inferMoe(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
 // Each row's chosen experts and their weights: scores (softmax over the experts or a sigmoid
 // of each), the top k (the lower expert first among equal scores), divided by their sum
 // with `normalize`.
-struct Route {
-  int64_t expert;
-  float weight;
-};
+using Route = std::pair<int64_t, float>;  // (expert, weight)
 
 Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
                    std::vector<std::vector<Route>> &routes) {
@@ -154,34 +152,14 @@ Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
     return ctx.error("scoring must be softmax or sigmoid, not '", scoring, "'");
   FloatView logits(*ctx.input(1));
   routes.assign(shape.rows, {});
-  std::vector<float> scores(shape.experts);
-  std::vector<int64_t> order(shape.experts);
+  std::vector<float> scores;
+  std::vector<int64_t> order;
   for (int64_t r = 0; r < shape.rows; ++r) {
-    const float *row = logits.data() + r * shape.experts;
-    if (scoring == "softmax") {
-      float top = *std::max_element(row, row + shape.experts), sum = 0;
-      for (int64_t e = 0; e < shape.experts; ++e)
-        sum += (scores[e] = std::exp(row[e] - top));
-      for (float &score : scores)
-        score /= sum;
-    } else {
-      for (int64_t e = 0; e < shape.experts; ++e)
-        scores[e] = 1.0f / (1.0f + std::exp(-row[e]));
-    }
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + shape.topK, order.end(),
-                      [&](int64_t a, int64_t b) {
-                        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-                      });
-    float sum = 0;
-    for (int64_t i = 0; i < shape.topK; ++i)
-      sum += scores[order[i]];
-    for (int64_t i = 0; i < shape.topK; ++i) {
-      float weight = scores[order[i]];
-      if (!std::isfinite(weight))
+    routeToken(logits.data() + r * shape.experts, shape.experts, shape.topK,
+               scoring == "sigmoid", normalize != 0, scores, order, routes[r]);
+    for (const Route &route : routes[r])
+      if (!std::isfinite(route.second))
         return ctx.error("row ", r, "'s router scores are not finite");
-      routes[r].push_back({order[i], normalize ? weight / sum : weight});
-    }
   }
   return Status::ok();
 }
@@ -275,10 +253,10 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   // by the expert's place in the rank's weights).
   std::vector<std::vector<std::pair<int64_t, float>>> tokens(shape.heldExperts);
   for (int64_t r = 0; r < shape.rows; ++r)
-    for (const Route &route : routes[r]) {
-      const int64_t local = route.expert - shape.firstExpert;
+    for (const auto &[expert, weight] : routes[r]) {
+      const int64_t local = expert - shape.firstExpert;
       if (local >= 0 && local < shape.heldExperts)
-        tokens[local].push_back({r, route.weight});
+        tokens[local].push_back({r, weight});
     }
 
   const int64_t hidden = shape.hidden, inter = shape.inter;
@@ -357,6 +335,33 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
 }
 
 } // namespace
+
+void routeToken(const float *logits, int64_t experts, int64_t topK, bool sigmoid,
+                bool normalize, std::vector<float> &scores, std::vector<int64_t> &order,
+                std::vector<std::pair<int64_t, float>> &chosen) {
+  scores.resize(experts);
+  order.resize(experts);
+  if (sigmoid) {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+  } else {
+    float top = *std::max_element(logits, logits + experts), sum = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += (scores[e] = std::exp(logits[e] - top));
+    for (float &score : scores)
+      score /= sum;
+  }
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + topK, order.end(), [&](int64_t a, int64_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  });
+  float sum = 0;
+  for (int64_t i = 0; i < topK; ++i)
+    sum += scores[order[i]];
+  chosen.clear();
+  for (int64_t i = 0; i < topK; ++i)
+    chosen.push_back({order[i], normalize ? scores[order[i]] / sum : scores[order[i]]});
+}
 
 void addMoeKernels(std::vector<KernelInfo> &kernels) {
   kernels.push_back({"tfm.moe", 4, 11, 4, 1, 1, inferMoe, computeMoe});

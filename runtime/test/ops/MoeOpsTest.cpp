@@ -32,6 +32,28 @@ AttrMap moeAttrs(int64_t topK, const char *scoring, bool normalize) {
           {"normalize", Attr::ofInt(normalize)}, {"activation", Attr::ofString("silu")}};
 }
 
+// down(silu(gate x + b) * (up x + b)) + b for one row x [hidden], in double: gateUp
+// [2 * inter, hidden] (gate rows, then up rows), down [hidden, inter]; biases may be null.
+std::vector<double> siluMlp(const float *x, const float *gateUp, const float *down,
+                            int64_t hidden, int64_t inter, const float *gateUpBias,
+                            const float *downBias) {
+  std::vector<double> h(inter), y(hidden);
+  for (int64_t j = 0; j < inter; ++j) {
+    double g = gateUpBias ? gateUpBias[j] : 0, u = gateUpBias ? gateUpBias[inter + j] : 0;
+    for (int64_t k = 0; k < hidden; ++k) {
+      g += double(gateUp[j * hidden + k]) * x[k];
+      u += double(gateUp[(inter + j) * hidden + k]) * x[k];
+    }
+    h[j] = g / (1 + std::exp(-g)) * u;
+  }
+  for (int64_t o = 0; o < hidden; ++o) {
+    y[o] = downBias ? downBias[o] : 0;
+    for (int64_t j = 0; j < inter; ++j)
+      y[o] += double(down[o * inter + j]) * h[j];
+  }
+  return y;
+}
+
 // sum_e dense[t, e] * down_e(silu(gate_e x) * up_e x) over all experts, dense the chosen
 // experts' scores (zero elsewhere), in double.
 std::vector<double> denseReference(const Moe &m, const char *scoring, bool normalize,
@@ -64,22 +86,13 @@ std::vector<double> denseReference(const Moe &m, const char *scoring, bool norma
     for (int64_t i = 0; i < m.topK; ++i)
       dense[order[i]] = normalize ? scores[order[i]] / chosen : scores[order[i]];
     for (int64_t e = 0; e < m.experts; ++e) {
-      std::vector<double> h(m.inter);
-      for (int64_t j = 0; j < m.inter; ++j) {
-        double g = biases ? gateUpBias[e * 2 * m.inter + j] : 0;
-        double u = biases ? gateUpBias[e * 2 * m.inter + m.inter + j] : 0;
-        for (int64_t k = 0; k < m.hidden; ++k) {
-          g += double(gateUp[(e * 2 * m.inter + j) * m.hidden + k]) * x[t * m.hidden + k];
-          u += double(gateUp[(e * 2 * m.inter + m.inter + j) * m.hidden + k]) * x[t * m.hidden + k];
-        }
-        h[j] = g / (1 + std::exp(-g)) * u;
-      }
-      for (int64_t o = 0; o < m.hidden; ++o) {
-        double y = biases ? downBias[e * m.hidden + o] : 0;
-        for (int64_t j = 0; j < m.inter; ++j)
-          y += double(down[(e * m.hidden + o) * m.inter + j]) * h[j];
-        out[t * m.hidden + o] += dense[e] * y;
-      }
+      std::vector<double> y = siluMlp(
+          x.data() + t * m.hidden, gateUp.data() + e * 2 * m.inter * m.hidden,
+          down.data() + e * m.hidden * m.inter, m.hidden, m.inter,
+          biases ? gateUpBias.data() + e * 2 * m.inter : nullptr,
+          biases ? downBias.data() + e * m.hidden : nullptr);
+      for (int64_t o = 0; o < m.hidden; ++o)
+        out[t * m.hidden + o] += dense[e] * y[o];
     }
   }
   return out;
@@ -181,21 +194,10 @@ TEST(Moe, SharedExpertOnEveryRow) {
     double gate = 0;
     for (int64_t k = 0; k < m.hidden; ++k)
       gate += double(g[k]) * x[t * m.hidden + k];
-    std::vector<double> h(sharedInter);
-    for (int64_t j = 0; j < sharedInter; ++j) {
-      double a = 0, b = 0;
-      for (int64_t k = 0; k < m.hidden; ++k) {
-        a += double(gu[j * m.hidden + k]) * x[t * m.hidden + k];
-        b += double(gu[(sharedInter + j) * m.hidden + k]) * x[t * m.hidden + k];
-      }
-      h[j] = a / (1 + std::exp(-a)) * b;
-    }
-    for (int64_t o = 0; o < m.hidden; ++o) {
-      double y = 0;
-      for (int64_t j = 0; j < sharedInter; ++j)
-        y += double(dn[o * sharedInter + j]) * h[j];
-      want[t * m.hidden + o] += y / (1 + std::exp(-gate));
-    }
+    std::vector<double> y = siluMlp(x.data() + t * m.hidden, gu.data(), dn.data(), m.hidden,
+                                    sharedInter, nullptr, nullptr);
+    for (int64_t o = 0; o < m.hidden; ++o)
+      want[t * m.hidden + o] += y[o] / (1 + std::exp(-gate));
   }
   for (bool fast : {false, true}) {
     std::vector<OwnedTensor> outputs;
