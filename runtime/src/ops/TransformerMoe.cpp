@@ -150,13 +150,14 @@ Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "normalize", 0, normalize));
   if (scoring != "softmax" && scoring != "sigmoid")
     return ctx.error("scoring must be softmax or sigmoid, not '", scoring, "'");
+  const bool sigmoid = scoring == "sigmoid";
   FloatView logits(*ctx.input(1));
   routes.assign(shape.rows, {});
   std::vector<float> scores;
   std::vector<int64_t> order;
   for (int64_t r = 0; r < shape.rows; ++r) {
     routeToken(logits.data() + r * shape.experts, shape.experts, shape.topK,
-               scoring == "sigmoid", normalize != 0, scores, order, routes[r]);
+               sigmoid, normalize != 0, scores, order, routes[r]);
     for (const Route &route : routes[r])
       if (!std::isfinite(route.second))
         return ctx.error("row ", r, "'s router scores are not finite");
