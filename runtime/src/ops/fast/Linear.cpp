@@ -234,6 +234,10 @@ PrefillGemm prefillGemm() {
   return chosen;
 }
 
+// int8 weights take it too where the CPU multiplies bf16 natively: their tiles are widened
+// and rounded to bf16 rather than widened for sgemm (2x sgemm's speed at 512 rows on a Xeon
+// with AMX), and rounding x and the scaled codes to bf16 (2^-8 each) weighs far less than
+// the codes' own step (max |w| / 254 per output channel, docs/int8.md).
 // int4 weights whose kernels round x anyway (int8 activations up to 64 rows, the default;
 // DSRT_INT4_ACTIVATIONS=f32 keeps x exact everywhere) take the bf16 GEMM for longer prompts
 // too: their tiles are unpacked to bf16 instead of f32, and x's bf16 rounding (2^-8) is
@@ -244,9 +248,10 @@ bool prefillInBf16(DType weights) {
   switch (prefillGemm()) {
   case PrefillGemm::Bf16:
     return weights == DType::F32 || weights == DType::F16 || weights == DType::BF16 ||
-           (weights == DType::U8 && int4RoundsActivations());
+           weights == DType::I8 || (weights == DType::U8 && int4RoundsActivations());
   case PrefillGemm::Bf16ForBf16Weights:
-    return weights == DType::BF16 || (weights == DType::U8 && int4RoundsActivations());
+    return weights == DType::BF16 || weights == DType::I8 ||
+           (weights == DType::U8 && int4RoundsActivations());
   default: return false;
   }
 }
