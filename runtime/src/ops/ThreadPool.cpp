@@ -136,7 +136,7 @@ int defaultThreads() {
 // Held while a job runs, and while the pool is replaced.
 std::mutex poolMutex;
 std::unique_ptr<ThreadPool> pool;
-int requestedThreads = 0;  // 0: the hardware's
+std::atomic<int> requestedThreads{0};  // 0: the hardware's
 
 } // namespace
 
@@ -144,6 +144,11 @@ void setThreadCount(int threads) {
   std::lock_guard<std::mutex> lock(poolMutex);
   requestedThreads = std::max(threads, 0);
   pool.reset();  // recreated at the next parallel call
+}
+
+int parallelThreads() {
+  const int requested = requestedThreads.load();
+  return requested > 0 ? requested : defaultThreads();
 }
 
 void parallelFor(int64_t count, int64_t grain,
@@ -160,7 +165,7 @@ void parallelFor(int64_t count, int64_t grain,
     body(0, count);
     return;
   }
-  int threads = requestedThreads > 0 ? requestedThreads : defaultThreads();
+  int threads = parallelThreads();
   if (threads <= 1) {
     lock.unlock();
     body(0, count);

@@ -14,6 +14,10 @@ namespace dsrt::ops {
 void parallelFor(int64_t count, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &body);
 
+// The threads parallelFor runs on (setThreadCount's, else the hardware's): for kernels that
+// take exactly one range per thread.
+int parallelThreads();
+
 } // namespace dsrt::ops
 
 #endif

@@ -126,8 +126,10 @@ bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries);
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
                     const std::vector<AddedScores> &added);
-// The tiles the tiled kernel has run in this process (the tests' proof that it ran).
+// The tiles the tiled kernel has run in this process (the tests' proof that it ran), and of
+// them the tiles run on AMX-BF16 (bf16 caches where the CPU has AMX).
 int64_t tiledAttentionTiles();
+int64_t tiledAttentionAmxTiles();
 
 } // namespace dsrt::ops::attention
 

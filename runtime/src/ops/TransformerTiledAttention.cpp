@@ -18,7 +18,11 @@
 // the oracle (TiledAttentionTest.cpp).
 #include "ops/ThreadPool.h"
 #include "ops/TransformerAttentionConfig.h"
+#include "ops/fast/AttentionAmx.h"
 #include "ops/fast/FastKernels.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +44,7 @@ constexpr int64_t kTileRows = 64;
 constexpr int64_t kLanes = 16;
 
 std::atomic<int64_t> tilesRun{0};
+std::atomic<int64_t> amxTilesRun{0};
 
 bool tilingEnabled() {
   static const bool enabled = [] {
@@ -72,7 +77,30 @@ struct Scratch {
   std::vector<float> queriesT, scores, acc, maximum, sum, correction, keyTile, valueTile, slope;
   std::vector<int64_t> begin, end;
   std::vector<const float *> addedRows;
+  // The AMX items' (runItemAmx): bf16 queries and probabilities, packed keys and values, the
+  // key tile's rows (converted to bf16 where the cache is not), and each row's seen keys.
+  std::vector<uint16_t> queries, probabilities, converted;
+  std::vector<uint32_t> keyPairs, valuePairs;
+  std::vector<const uint16_t *> keyRows, valueRows;
+  std::vector<uint64_t> allowed;
 };
+
+// Each row's output: its accumulator over its sum, or marked unattended where it saw no key.
+void finishRows(const TiledSequence &seq, const Item &item, const std::vector<int64_t> &heads,
+                int64_t H, int64_t D, const Scratch &x) {
+  const int64_t G = static_cast<int64_t>(heads.size()), rows = item.count * G;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = item.first + r / G, h = heads[r % G];
+    if (x.sum[r] == 0.0f) {
+      seq.unattended[s * H + h] = 1;
+      continue;
+    }
+    const float inverse = 1.0f / x.sum[r];
+    float *out = seq.y + (s * H + h) * D;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = x.acc[r * D + d] * inverse;
+  }
+}
 
 void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, const Item &item,
              const std::vector<int64_t> &heads, const std::vector<float> &slopes,
@@ -187,17 +215,120 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
     // acc[r, d] += Σ_j p[j, r] v[j, d]: the scores tile read transposed.
     fast::multiplyTile(scores, 1, ld, valueRows, D, rows, n, D, x.acc.data(), D, true);
   }
+  finishRows(seq, item, heads, H, D, x);
+}
+
+// The item on AMX-BF16 tiles (fast/AttentionAmx.h): the same tiles, with the queries
+// (scaled), the keys, the values and each tile's weights rounded to bf16 and every sum in f32.
+// The scores are laid out [rows, keys] for the tile products, so the masks are bit sets per
+// row; the optional score terms (soft-capping, ALiBi, added scores) stay on runItem.
+void runItemAmx(const AttentionConfig &c, DType stored, const TiledSequence &seq,
+                const Item &item, const std::vector<int64_t> &heads, Scratch &x) {
+  using fast::amx::kAmxKeys;
+  const int64_t D = c.headDim, H = c.heads, G = static_cast<int64_t>(heads.size());
+  const int64_t rows = item.count * G, ld = (rows + kLanes - 1) / kLanes * kLanes;
+  x.queries.assign(static_cast<size_t>(ld * D), 0);
+  x.begin.resize(static_cast<size_t>(rows));
+  x.end.resize(static_cast<size_t>(rows));
+  int64_t first = seq.keys, last = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t s = item.first + r / G, h = heads[r % G];
-    if (x.sum[r] == 0.0f) {
-      seq.unattended[s * H + h] = 1;
-      continue;
-    }
-    const float inverse = 1.0f / x.sum[r];
-    float *out = seq.y + (s * H + h) * D;
-    for (int64_t d = 0; d < D; ++d)
-      out[d] = x.acc[r * D + d] * inverse;
+    fast::amx::roundScaled(seq.q + (s * H + h) * D, D, c.scale, x.queries.data() + r * D);
+    KeyRange range = keyRange(c, seq.firstPosition + s, seq.keys);
+    x.begin[r] = range.begin;
+    x.end[r] = range.end;
+    first = std::min(first, range.begin);
+    last = std::max(last, range.end);
   }
+  x.acc.assign(static_cast<size_t>(ld * D), 0.0f);
+  x.maximum.assign(static_cast<size_t>(ld), -std::numeric_limits<float>::infinity());
+  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  x.scores.resize(static_cast<size_t>(ld * kAmxKeys));
+  x.probabilities.assign(static_cast<size_t>(ld * kAmxKeys), 0);
+  x.keyPairs.resize(static_cast<size_t>(D / 2 * kAmxKeys));
+  x.valuePairs.resize(static_cast<size_t>(kAmxKeys / 2 * D));
+  x.keyRows.resize(kAmxKeys);
+  x.valueRows.resize(kAmxKeys);
+  x.allowed.resize(static_cast<size_t>(rows));
+  if (stored != DType::BF16) {
+    x.converted.resize(static_cast<size_t>(2 * kAmxKeys * D));
+    x.keyTile.resize(static_cast<size_t>(D));
+  }
+  fast::amx::configure();
+  for (int64_t t0 = first; t0 < last; t0 += kAmxKeys) {
+    const int64_t n = std::min(kAmxKeys, last - t0);
+    for (int64_t j = 0; j < n;) {
+      const void *keys = nullptr, *values = nullptr;
+      const int64_t run = std::min(seq.rows(item.kvHead, t0 + j, keys, values), n - j);
+      const size_t element = dtypeSize(stored);
+      for (int64_t i = 0; i < run; ++i, ++j) {
+        const void *key = static_cast<const char *>(keys) + i * D * element;
+        const void *value = static_cast<const char *>(values) + i * D * element;
+        if (stored == DType::BF16) {
+          x.keyRows[j] = static_cast<const uint16_t *>(key);
+          x.valueRows[j] = static_cast<const uint16_t *>(value);
+          continue;
+        }
+        // An f32 or f16 cache, where the prompt GEMMs were asked for in bf16: each row
+        // widened (f16) and rounded.
+        for (int which = 0; which < 2; ++which) {
+          uint16_t *to = x.converted.data() + (which * kAmxKeys + j) * D;
+          const void *from = which == 0 ? key : value;
+          const float *wide = static_cast<const float *>(from);
+          if (stored != DType::F32) {
+            fast::LinearWeights row;
+            row.dtype = stored;
+            row.data = from;
+            row.out = 1;
+            row.in = D;
+            fast::widenRows(row, 0, 1, x.keyTile.data());
+            wide = x.keyTile.data();
+          }
+          fast::amx::roundScaled(wide, D, 1.0f, to);
+          (which == 0 ? x.keyRows : x.valueRows)[j] = to;
+        }
+      }
+    }
+    fast::amx::packKeys(x.keyRows.data(), n, D, x.keyPairs.data());
+    fast::amx::packValues(x.valueRows.data(), n, D, x.valuePairs.data());
+    fast::amx::scoreTile(x.queries.data(), ld, D, x.keyPairs.data(), x.scores.data());
+    // The keys each row sees: its range (causal limit, window) within the tile, less padding.
+    uint64_t present = n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
+    for (int64_t j = 0; seq.keyAllowed && j < n; ++j)
+      if (seq.keyAllowed[t0 + j] == 0)
+        present &= ~(uint64_t(1) << j);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t lo = std::max<int64_t>(0, x.begin[r] - t0),
+                    hi = std::min<int64_t>(n, x.end[r] - t0);
+      uint64_t range = 0;
+      if (hi > lo)
+        range = (hi - lo == 64 ? ~uint64_t(0) : (uint64_t(1) << (hi - lo)) - 1) << lo;
+      x.allowed[r] = range & present;
+    }
+    fast::amx::softmaxTile(x.scores.data(), rows, x.allowed.data(), x.maximum.data(),
+                           x.sum.data(), x.acc.data(), D, x.probabilities.data());
+    fast::amx::accumulateTile(x.probabilities.data(), ld, x.valuePairs.data(), D, x.acc.data());
+    tilesRun.fetch_add(1, std::memory_order_relaxed);
+    amxTilesRun.fetch_add(1, std::memory_order_relaxed);
+  }
+  fast::amx::release();
+  finishRows(seq, item, heads, H, D, x);
+}
+
+// Whether this call's items take runItemAmx: the CPU has AMX-BF16, the cache is bf16 (or
+// f32/f16 where DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts), the head dimension is whole
+// tiles deep, and no score term needs runItem. DSRT_AMX_ATTENTION=0 turns it off.
+bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added) {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DSRT_AMX_ATTENTION");
+    return !(value && std::string(value) == "0") && fast::amx::available();
+  }();
+  constexpr int64_t kPromptRows = 1 << 20;  // any prompt long enough for the GEMMs
+  const bool bf16Prompts =
+      stored == DType::BF16 || ((stored == DType::F32 || stored == DType::F16) &&
+                                fast::bf16PromptGemm(DType::F32, kPromptRows));
+  return enabled && bf16Prompts && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
+         added.empty();
 }
 
 } // namespace
@@ -207,6 +338,8 @@ bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries) {
 }
 
 int64_t tiledAttentionTiles() { return tilesRun.load(); }
+
+int64_t tiledAttentionAmxTiles() { return amxTilesRun.load(); }
 
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
@@ -245,13 +378,37 @@ void tiledAttention(const AttentionConfig &c, DType stored,
     const int64_t round = i / buckets, place = i % buckets;
     dealt[round % 2 == 0 ? place : buckets - 1 - place].push_back(&items[i]);
   }
+  const bool amx = amxApplies(c, stored, added);
   parallelFor(buckets, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch;
     for (int64_t b = begin; b < end; ++b)
-      for (const Item *item : dealt[b])
-        runItem(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead], slopes,
-                added, scratch);
+      for (const Item *item : dealt[b]) {
+        if (amx)
+          runItemAmx(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead],
+                     scratch);
+        else
+          runItem(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead], slopes,
+                  added, scratch);
+      }
   });
 }
 
 } // namespace dsrt::ops::attention
+
+namespace dsrt::ops::fast::amx {
+
+// Linux keeps AMX's tile data off until a process asks (ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); without it the first tile instruction faults.
+bool available() {
+  static const bool granted = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile") ||
+        !__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw"))
+      return false;
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  return granted;
+}
+
+} // namespace dsrt::ops::fast::amx

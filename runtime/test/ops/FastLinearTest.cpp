@@ -219,6 +219,12 @@ std::vector<Case> cases() {
         c.scales = scales;
         all.push_back(c);
       }
+  // Long prompts (from 256 rows): converted weights go to the GEMM 512 features at a time,
+  // each widened 64 at a time; 1100 features end on a partial tile and a partial part.
+  for (auto [dtype, groups] : {std::pair<DType, int64_t>{DType::F32, 1}, {DType::F16, 1},
+                               {DType::BF16, 1}, {DType::I8, 1}, {DType::I8, 2},
+                               {DType::U8, 2}})
+    all.push_back({dtype, groups, 300, 64, 1100});
   return all;
 }
 

@@ -24,6 +24,12 @@
 //  * The probability-value sums, in other orders: 2·T·u·max|v|.
 // With half caches, |k| and |v| are those of the stored values (within 2^-8 of the f32 ones:
 // the bound takes 2·max).
+// On AMX-BF16 tiles (a bf16 cache where the CPU has AMX, or any cache under
+// DSRT_PREFILL_GEMM=bf16) the queries, keys, values and each tile's weights are rounded to
+// bf16 (unit roundoff 2^-9): each score moves by at most 2^-8·scale·Σ|q·k| more (q and k
+// rounded), so an output by 2·2^-8·products·max|v|; the rounded weights and values add
+// 2^-9 + 2^-9 of max|v|.
+#include "ops/fast/AttentionAmx.h"
 #include "OpTestUtil.h"
 
 #include "ops/TransformerAttentionConfig.h"
@@ -55,13 +61,15 @@ struct Magnitudes {
   int additions = 0;
 };
 
-double tolerance(const Magnitudes &m, int64_t D, int64_t T, float scale) {
+double tolerance(const Magnitudes &m, int64_t D, int64_t T, float scale,
+                 bool bf16Products = false) {
   const double u = std::ldexp(1.0, -24);
   const double products = scale * D * m.q * m.k * 2;
+  const double bf16 = bf16Products ? 2 * std::ldexp(1.0, -8) * products + std::ldexp(1.0, -8) : 0;
   const double delta = (2.0 * D + 2) * u * products + 2.0 * m.additions * u * (products + m.added);
   const double tiles = double((T + 63) / 64);
   const double online = 2 * u * (5 * (tiles + 1) + 3 * std::log(double(T)) + 2);
-  return m.v * (2 * delta + std::ldexp(1.0, -20) + online + 2.0 * T * u) + 1e-30;
+  return m.v * (2 * delta + std::ldexp(1.0, -20) + online + 2.0 * T * u + bf16) + 1e-30;
 }
 
 void expectNear(const std::vector<float> &got, const std::vector<float> &want, double bound,
@@ -75,21 +83,31 @@ void expectNear(const std::vector<float> &got, const std::vector<float> &want, d
   EXPECT_GT(largest, 0.0) << name << ": an all-zero output proves nothing";
 }
 
-// Runs tfm.attention on the fast kernels (expecting the tiled kernel to run) and on the
-// reference kernels (expecting it not to).
-void runBoth(const std::vector<const OwnedTensor *> &in, const AttrMap &attrs,
-             std::vector<OwnedTensor> outputs[2], ops::KvCache *caches[2],
-             const std::string &name, bool expectTiled = true) {
+void runBothOf(const std::vector<const OwnedTensor *> &in, const AttrMap &attrs,
+               std::vector<OwnedTensor> outputs[2], ops::KvCache *caches[2],
+               const std::string &name, bool expectTiled, bool &amx) {
   const int64_t before = ops::attention::tiledAttentionTiles();
+  const int64_t amxBefore = ops::attention::tiledAttentionAmxTiles();
   Status status = run("tfm.attention", in, outputs[0], attrs, 1, caches[0], nullptr, false);
   ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
   ASSERT_EQ(ops::attention::tiledAttentionTiles(), before) << name << ": the reference tiled";
   status = run("tfm.attention", in, outputs[1], attrs, 1, caches[1], nullptr, true);
   ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
+  amx = ops::attention::tiledAttentionAmxTiles() > amxBefore;
   if (expectTiled)
     ASSERT_GT(ops::attention::tiledAttentionTiles(), before) << name << ": no tile ran";
   else
     ASSERT_EQ(ops::attention::tiledAttentionTiles(), before) << name << ": a tile ran";
+}
+
+// Runs tfm.attention on the fast kernels (expecting the tiled kernel to run) and on the
+// reference kernels (expecting it not to). Returns whether the tiles ran on AMX.
+bool runBoth(const std::vector<const OwnedTensor *> &in, const AttrMap &attrs,
+             std::vector<OwnedTensor> outputs[2], ops::KvCache *caches[2],
+             const std::string &name, bool expectTiled = true) {
+  bool amx = false;
+  runBothOf(in, attrs, outputs, caches, name, expectTiled, amx);
+  return amx;
 }
 
 AttrMap attentionAttrs(int64_t H, int64_t KH, int64_t D, float scale, bool causal) {
@@ -125,9 +143,16 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
     kv[i].pagedRows = rows;
   }
   std::vector<OwnedTensor> outputs[2];
-  runBoth(in, attrs, outputs, cachePointers, name);
+  const bool amx = runBoth(in, attrs, outputs, cachePointers, name);
   if (::testing::Test::HasFatalFailure())
     return;
+  // A bf16 cache takes the AMX tiles wherever they can run (no soft-capping or ALiBi, whole
+  // 32-deep tiles of the head dimension): the test proves they did.
+  const bool amxExpected = layer.dtype == DType::BF16 && ops::fast::amx::available() &&
+                           layer.headDim % 32 == 0 && !attrs.count("softcap") &&
+                           !attrs.count("alibi") && std::getenv("DSRT_AMX_ATTENTION") == nullptr;
+  if (amxExpected)
+    EXPECT_TRUE(amx) << name << ": a bf16 cache on a CPU with AMX, but no AMX tile ran";
   EXPECT_EQ(caches[0], caches[1]) << name << ": the new keys and values written alike";
   Magnitudes m;
   m.q = maxAbs(values<float>(q));
@@ -139,7 +164,7 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
     m.additions = 1;
   }
   expectNear(values<float>(outputs[1][0]), values<float>(outputs[0][0]),
-             tolerance(m, layer.headDim, T, scale), name);
+             tolerance(m, layer.headDim, T, scale, amx), name);
 }
 
 // The export's inputs: past key/value pairs (a chunk after cached tokens where past > 0).
@@ -212,7 +237,7 @@ TEST(FastTiledAttention, EqualsTheReferenceOverPastInputs) {
                                         &positions, e.bias ? &bias : nullptr};
     std::vector<OwnedTensor> outputs[2];
     ops::KvCache *none[2] = {nullptr, nullptr};
-    runBoth(in, attrs, outputs, none, e.name);
+    const bool amx = runBoth(in, attrs, outputs, none, e.name);
     if (HasFatalFailure())
       return;
     Magnitudes m;
@@ -232,23 +257,30 @@ TEST(FastTiledAttention, EqualsTheReferenceOverPastInputs) {
       ++m.additions;
     }
     expectNear(values<float>(outputs[1][0]), values<float>(outputs[0][0]),
-               tolerance(m, e.D, T, scale), e.name);
+               tolerance(m, e.D, T, scale, amx), e.name);
   }
 }
 
 // The session's contiguous cache, f32 and half: a chunk of 53 tokens after 70 cached ones,
 // the second sequence with 2 tokens of left padding; with a window and ALiBi in f32.
+// bf16 caches also with a window, and with head dimension 128 and 6 query heads per KV head
+// (query tiles of 60 rows: AMX's row tiles end on a partial pair).
 TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
-  const int64_t B = 2, P = 70, S = 53, T = P + S, H = 8, KH = 2, D = 64, capacity = 130;
+  const int64_t B = 2, P = 70, S = 53, T = P + S, KH = 2, capacity = 130;
   struct Variant {
     DType cache;
     int64_t window;
     bool alibi;
+    int64_t H = 8, D = 64;
   };
-  for (const Variant &variant : {Variant{DType::F32, 0, false}, Variant{DType::F32, 31, true},
-                                 Variant{DType::F16, 0, false}, Variant{DType::BF16, 0, false}}) {
+  for (const Variant &variant :
+       {Variant{DType::F32, 0, false}, Variant{DType::F32, 31, true},
+        Variant{DType::F16, 0, false}, Variant{DType::BF16, 0, false},
+        Variant{DType::BF16, 31, false}, Variant{DType::BF16, 0, false, 12, 128}}) {
+    const int64_t H = variant.H, D = variant.D;
     const std::string name = std::string(dtypeName(variant.cache)) +
-                             (variant.window ? " window" : "") + (variant.alibi ? " alibi" : "");
+                             (variant.window ? " window" : "") + (variant.alibi ? " alibi" : "") +
+                             " H " + std::to_string(H) + " D " + std::to_string(D);
     const float scale = 1.0f / std::sqrt(float(D));
     AttrMap attrs = attentionAttrs(H, KH, D, scale, true);
     attrs["cache_layer"] = Attr::ofInt(0);
@@ -257,7 +289,7 @@ TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
       attrs["window"] = Attr::ofInt(variant.window);
     if (variant.alibi)
       attrs["alibi"] = Attr::ofInt(1);
-    std::mt19937 rng(static_cast<unsigned>(variant.window + int(variant.cache) * 3));
+    std::mt19937 rng(static_cast<unsigned>(variant.window + int(variant.cache) * 3 + D));
     OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
                 v = randomF32({B, S, KH * D}, rng);
     OwnedTensor past = randomF32({2, B, KH, capacity, D}, rng);
@@ -279,8 +311,8 @@ TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
 
 // The paged cache: one step of the engine with a prompt chunk of 37 tokens after 50 cached
 // ones, a decode row of another sequence, and a whole prompt of 29 tokens, over blocks of 1,
-// 16 and 13 tokens scattered through the pool; f32 and f16 caches; plain GQA, a window with
-// soft-capping, and ALiBi.
+// 16 and 13 tokens scattered through the pool; f32, f16 and bf16 caches; plain GQA, a window
+// with soft-capping, and ALiBi.
 TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
   const int64_t H = 8, KH = 2, D = 64;
   struct Sequence {
@@ -293,7 +325,7 @@ TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
     longest = std::max(longest, s.cached + s.fresh);
   }
   for (int64_t blockSize : {1, 16, 13})
-    for (DType cacheType : {DType::F32, DType::F16})
+    for (DType cacheType : {DType::F32, DType::F16, DType::BF16})
       for (int variant = 0; variant < 3; ++variant) {
         const std::string name = "block " + std::to_string(blockSize) + " " +
                                  dtypeName(cacheType) + " variant " + std::to_string(variant);
@@ -396,13 +428,15 @@ TEST(FastTiledAttention, RanksComputeTheirHeadsOfTheWhole) {
       const int64_t k0 = kvOffsets[rank] * D, k1 = k0 + kvHeads[rank] * D;
       OwnedTensor qr = features(q, q0, q1), kr = features(k, k0, k1), vr = features(v, k0, k1);
       std::vector<OwnedTensor> mine;
-      const int64_t before = ops::attention::tiledAttentionTiles();
+      const int64_t before = ops::attention::tiledAttentionTiles(),
+                    amxBefore = ops::attention::tiledAttentionAmxTiles();
       Status status = run("tfm.attention", {&qr, &kr, &vr, &mask, nullptr, nullptr, &positions},
                           mine, sharded, 1, nullptr, &group, true);
       ASSERT_TRUE(status.isOk()) << status.message();
       ASSERT_GT(ops::attention::tiledAttentionTiles(), before) << "rank " << rank;
+      const bool amx = ops::attention::tiledAttentionAmxTiles() > amxBefore;
       expectNear(values<float>(mine[0]), values<float>(features(whole[0], q0, q1)),
-                 tolerance(m, D, S, scale),
+                 tolerance(m, D, S, scale, amx),
                  std::string(alibi ? "alibi" : "rotary") + " rank " + std::to_string(rank));
     }
   }

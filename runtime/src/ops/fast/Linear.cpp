@@ -270,6 +270,11 @@ int64_t ownKernelRows(DType weights) {
 }
 // Output features per widened tile: the tile stays in L2 while sgemm reads it.
 constexpr int64_t kTileRows = 64;
+// From kLongPromptRows rows of x, converted weights go to the GEMM kGemmRows output features
+// at a time: each call packs x again, which at 64 features a call cost more than the
+// products (a 2048-row prompt).
+constexpr int64_t kLongPromptRows = 256;
+constexpr int64_t kGemmRows = 512;
 // Multiply-adds below which a range of output features is not worth a thread.
 constexpr int64_t kGrainWork = 1 << 15;
 
@@ -471,8 +476,16 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     });
     return;
   }
-  int64_t tiles = (out + kTileRows - 1) / kTileRows;
-  int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, kTileRows * in * rows));
+  // One range of output features per thread, so one GEMM call each where the weights are
+  // read as stored: each call packs all of x again (oneDNN's GEMMs pack both operands), and
+  // with the pool's usual few ranges per thread that packing cost a 2048-row prompt's linears
+  // 2-3x their time. Weights converted per tile go to the GEMM in tiles of up to kGemmRows.
+  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
+  const int64_t threads = std::max<int64_t>(1, parallelThreads());
+  const int64_t grain = std::max<int64_t>(
+      {int64_t(1), kGrainWork / std::max<int64_t>(1, kTileRows * in * rows),
+       (tiles + threads - 1) / threads});
+  const int64_t gemmRows = rows >= kLongPromptRows ? kGemmRows : kTileRows;
   if (prefillInBf16(w.dtype)) {
     // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
     thread_local std::vector<uint16_t> narrowX;
@@ -488,18 +501,23 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
         gemmBf16NT(dnn, rows, last - first, in, xb, in,
                    static_cast<const uint16_t *>(w.data) + first * in, in, y + first, out);
       } else {
+        // Widened kTileRows rows at a time (an f32 tile that stays in L2), rounded into a
+        // bf16 tile of up to gemmRows rows.
         thread_local std::vector<float> wide;
         thread_local std::vector<uint16_t> tile;
         wide.resize(static_cast<size_t>(kTileRows * in));
-        tile.resize(wide.size());
-        for (int64_t t = first; t < last; t += kTileRows) {
-          int64_t count = std::min(kTileRows, last - t);
-          const float *rowsF32 = wide.data();
-          if (w.dtype == DType::F32)
-            rowsF32 = static_cast<const float *>(w.data) + t * in;
-          else
-            isa().widenRows(w, t, count, wide.data());
-          roundToBf16(rowsF32, count * in, tile.data());
+        tile.resize(static_cast<size_t>(gemmRows * in));
+        for (int64_t t = first; t < last; t += gemmRows) {
+          const int64_t count = std::min(gemmRows, last - t);
+          for (int64_t part = 0; part < count; part += kTileRows) {
+            const int64_t partRows = std::min(kTileRows, count - part);
+            const float *rowsF32 = wide.data();
+            if (w.dtype == DType::F32)
+              rowsF32 = static_cast<const float *>(w.data) + (t + part) * in;
+            else
+              isa().widenRows(w, t + part, partRows, wide.data());
+            roundToBf16(rowsF32, partRows * in, tile.data() + part * in);
+          }
           gemmBf16NT(dnn, rows, count, in, xb, in, tile.data(), in, y + t, out);
         }
       }
@@ -514,9 +532,9 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
               in, y + first, out);
     } else {
       thread_local std::vector<float> tile;
-      tile.resize(static_cast<size_t>(kTileRows * in));
-      for (int64_t t = first; t < last; t += kTileRows) {
-        int64_t count = std::min(kTileRows, last - t);
+      tile.resize(static_cast<size_t>(gemmRows * in));
+      for (int64_t t = first; t < last; t += gemmRows) {
+        const int64_t count = std::min(gemmRows, last - t);
         isa().widenRows(w, t, count, tile.data());
         sgemmNT(dnn, rows, count, in, x, in, tile.data(), in, y + t, out);
       }
