@@ -275,8 +275,9 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   FloatView a(x);
   FloatOutput result(*outputs[0]);
-  // A gated linear's joined product lives only here, before its halves are multiplied.
-  std::vector<float> product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
+  // A gated linear's joined product lives only here, before its halves are multiplied
+  // (every element written by fast::linear).
+  PooledFloats product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
   float *y = epilogue.gated ? product.data() : result.data();
   fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {

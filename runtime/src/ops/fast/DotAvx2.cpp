@@ -48,6 +48,7 @@ struct Avx2 {
   }
   static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static void store(float *p, V v) { _mm256_storeu_ps(p, v); }
   static V min(V a, V b) { return _mm256_min_ps(a, b); }

@@ -12,6 +12,7 @@
 //   static V lowNibbles(const uint8_t *);    the low and the high nibbles of kWidth bytes,
 //   static V highNibbles(const uint8_t *);   as floats 0..15
 //   static V fma(V a, V b, V acc); static V mul(V, V); static V add(V, V); static float sum(V);
+//   static V div(V, V);
 //   static void store(float *, V);
 //   static V min(V a, V b); static V max(V a, V b);  b where a is NaN
 //   static V floor(V); static V powerOfTwo(V n);     2^n for whole n in [-127, 128]
@@ -704,11 +705,47 @@ template <class Vec> void exponentiateWith(float *y, int64_t n) {
     y[i] = expApprox(y[i]);
 }
 
+// The activations of the form x / (1 + e^(c f(x))) (SiLU, the GELUs' sigmoid forms) a vector
+// at a time, with expVector (expApprox's steps), then activateTyped for the tail and the rest.
+template <class Vec, Activation Kind> void activateVectorTyped(float *y, int64_t n) {
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  int64_t i = 0;
+  if constexpr (Kind == Activation::Silu || Kind == Activation::GeluQuick ||
+                Kind == Activation::GeluTanh) {
+    const V one = Vec::broadcast(1.0f);
+    for (; i + W <= n; i += W) {
+      const V x = Vec::load(y + i);
+      V argument;
+      if constexpr (Kind == Activation::Silu)
+        argument = Vec::mul(x, Vec::broadcast(-1.0f));
+      else if constexpr (Kind == Activation::GeluQuick)
+        argument = Vec::mul(x, Vec::broadcast(-1.702f));
+      else  // -1.5957691216057308 (x + 0.044715 x^3), as activateTyped rounds it
+        argument = Vec::mul(Vec::broadcast(-1.5957691216057308f),
+                            Vec::add(x, Vec::mul(Vec::mul(Vec::mul(Vec::broadcast(0.044715f), x),
+                                                          x),
+                                                 x)));
+      Vec::store(y + i, Vec::div(x, Vec::add(one, expVector<Vec>(argument))));
+    }
+  }
+  activateTyped<Kind>(y + i, n - i);
+}
+
+template <class Vec> void activateVectorWith(Activation kind, float *y, int64_t n) {
+  switch (kind) {
+  case Activation::GeluTanh: return activateVectorTyped<Vec, Activation::GeluTanh>(y, n);
+  case Activation::GeluQuick: return activateVectorTyped<Vec, Activation::GeluQuick>(y, n);
+  case Activation::Silu: return activateVectorTyped<Vec, Activation::Silu>(y, n);
+  default: return activateWith(kind, y, n);
+  }
+}
+
 template <class Vec> IsaKernels kernelsOf(const char *name) {
   return {name,
           &dotRowsWith<Vec>,
           &widenRowsWith<Vec>,
-          &activateWith,
+          &activateVectorWith<Vec>,
           &exponentiateWith<Vec>,
           &weightedSumWith<Vec>,
           &normalizeRowWith<Vec>,

@@ -78,6 +78,11 @@ struct Scalar {
       a.lane[i] += b.lane[i];
     return a;
   }
+  static V div(V a, V b) {
+    for (int i = 0; i < 4; ++i)
+      a.lane[i] /= b.lane[i];
+    return a;
+  }
   static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
   template <typename F> static V each(V a, F f) {
     for (int i = 0; i < 4; ++i)
@@ -201,15 +206,9 @@ void gemmBf16NT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const uint16
     dnn.ompSetThreads(saved);
 }
 
-// f32 to bf16, rounded to nearest even (NaN kept a NaN): a loop the compiler vectorises.
+// f32 to bf16, rounded to nearest even (NaN kept a NaN): convertFloats' vector loop.
 void roundToBf16(const float *from, int64_t count, uint16_t *to) {
-  for (int64_t i = 0; i < count; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, from + i, sizeof bits);
-    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    to[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded);
-  }
+  convertFloats(DType::F32, from, DType::BF16, to, count);
 }
 
 // Prompts' GEMMs in bf16 (docs/cpu-backend.md, "bf16 GEMMs"): x rounded to bf16 once per

@@ -51,6 +51,7 @@ struct Avx512 {
   }
   static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
