@@ -104,11 +104,13 @@ inline void storeFloats(const std::vector<float> &values, const TensorRef &out) 
 // An output computed in an fp32 buffer, or directly in the tensor when it is fp32.
 class FloatOutput {
 public:
-  // The buffer starts zeroed, as the tensor's own storage may not be.
-  explicit FloatOutput(const TensorRef &t) : tensor_(t) {
+  // The buffer starts zeroed, as the tensor's own storage may not be, unless the kernel
+  // says it writes every element (`writesEveryElement`).
+  explicit FloatOutput(const TensorRef &t, bool writesEveryElement = false) : tensor_(t) {
     if (t.dtype != DType::F32) {
       copy_.resize(static_cast<size_t>(t.elements()));
-      std::fill(copy_.data(), copy_.data() + copy_.size(), 0.0f);
+      if (!writesEveryElement)
+        std::fill(copy_.data(), copy_.data() + copy_.size(), 0.0f);
     }
   }
   float *data() { return copy_.empty() ? tensor_.as<float>() : copy_.data(); }

@@ -81,7 +81,7 @@ Status linearInput(const KernelContext &ctx, std::vector<uint8_t> &storage, Tens
     bias.emplace(*ctx.input(kNormBiasInput));
   storage.resize(static_cast<size_t>(x.elements()) * dtypeSize(x.dtype));
   x.data = storage.data();
-  FloatOutput out(x);
+  FloatOutput out(x, /*writesEveryElement=*/true);
   normalizeRows(source.data(), rows, n, scale, bias ? &*bias : nullptr, rms, epsilon,
                 ctx.fastKernels, out.data());
   out.finish();
@@ -274,7 +274,7 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   const int64_t width = epilogue.gated ? out / 2 : out;
   const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   FloatView a(x);
-  FloatOutput result(*outputs[0]);
+  FloatOutput result(*outputs[0], /*writesEveryElement=*/true);
   // A gated linear's joined product lives only here, before its halves are multiplied
   // (every element written by fast::linear).
   PooledFloats product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -77,11 +78,8 @@ struct Scratch {
   std::vector<float> queriesT, scores, acc, maximum, sum, correction, keyTile, valueTile, slope;
   std::vector<int64_t> begin, end;
   std::vector<const float *> addedRows;
-  // The AMX items' (runItemAmx): bf16 queries and probabilities, packed keys and values, the
-  // key tile's rows (converted to bf16 where the cache is not), and each row's seen keys.
-  std::vector<uint16_t> queries, probabilities, converted;
-  std::vector<uint32_t> keyPairs, valuePairs;
-  std::vector<const uint16_t *> keyRows, valueRows;
+  // The AMX items' (runItemAmx): bf16 queries and probabilities, each row's seen keys.
+  std::vector<uint16_t> queries, probabilities;
   std::vector<uint64_t> allowed;
 };
 
@@ -218,12 +216,77 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
   finishRows(seq, item, heads, H, D, x);
 }
 
-// The item on AMX-BF16 tiles (fast/AttentionAmx.h): the same tiles, with the queries
-// (scaled), the keys, the values and each tile's weights rounded to bf16 and every sum in f32.
-// The scores are laid out [rows, keys] for the tile products, so the masks are bit sets per
-// row; the optional score terms (soft-capping, ALiBi, added scores) stay on runItem.
-void runItemAmx(const AttentionConfig &c, DType stored, const TiledSequence &seq,
-                const Item &item, const std::vector<int64_t> &heads, Scratch &x) {
+// A sequence's keys and values of one KV head in AMX's pair layout, tile by tile (key tile
+// t holds keys [64 t, 64 t + 64)): packed once per call, then read by every query tile of
+// the head, which would otherwise each pack again every key tile below its causal limit.
+struct PackedKeyValues {
+  std::vector<uint32_t> keys, values;  // [tiles, D / 2, 64], [tiles, 32, D]
+};
+
+// Per-thread buffers of the packing: the tile's row pointers, and rows rounded to bf16 where
+// the cache is f32 or f16.
+struct PackScratch {
+  std::vector<const uint16_t *> keyRows, valueRows;
+  std::vector<uint16_t> converted;
+  std::vector<float> wide;
+};
+
+// Packs key tile `tile` of KV head kh of `seq` into `packed`.
+void packTile(const TiledSequence &seq, int64_t kh, int64_t tile, DType stored, int64_t D,
+              PackedKeyValues &packed, PackScratch &x) {
+  using fast::amx::kAmxKeys;
+  const int64_t t0 = tile * kAmxKeys, n = std::min(kAmxKeys, seq.keys - t0);
+  x.keyRows.resize(kAmxKeys);
+  x.valueRows.resize(kAmxKeys);
+  if (stored != DType::BF16) {
+    x.converted.resize(static_cast<size_t>(2 * kAmxKeys * D));
+    x.wide.resize(static_cast<size_t>(D));
+  }
+  const size_t element = dtypeSize(stored);
+  for (int64_t j = 0; j < n;) {
+    const void *keys = nullptr, *values = nullptr;
+    const int64_t run = std::min(seq.rows(kh, t0 + j, keys, values), n - j);
+    for (int64_t i = 0; i < run; ++i, ++j) {
+      const void *key = static_cast<const char *>(keys) + i * D * element;
+      const void *value = static_cast<const char *>(values) + i * D * element;
+      if (stored == DType::BF16) {
+        x.keyRows[j] = static_cast<const uint16_t *>(key);
+        x.valueRows[j] = static_cast<const uint16_t *>(value);
+        continue;
+      }
+      // An f32 or f16 cache, where the prompt GEMMs were asked for in bf16: each row
+      // widened (f16) and rounded.
+      for (int which = 0; which < 2; ++which) {
+        uint16_t *to = x.converted.data() + (which * kAmxKeys + j) * D;
+        const void *from = which == 0 ? key : value;
+        const float *wide = static_cast<const float *>(from);
+        if (stored != DType::F32) {
+          fast::LinearWeights row;
+          row.dtype = stored;
+          row.data = from;
+          row.out = 1;
+          row.in = D;
+          fast::widenRows(row, 0, 1, x.wide.data());
+          wide = x.wide.data();
+        }
+        fast::amx::roundScaled(wide, D, 1.0f, to);
+        (which == 0 ? x.keyRows : x.valueRows)[j] = to;
+      }
+    }
+  }
+  fast::amx::packKeys(x.keyRows.data(), n, D, packed.keys.data() + tile * (D / 2) * kAmxKeys);
+  fast::amx::packValues(x.valueRows.data(), n, D,
+                        packed.values.data() + tile * (kAmxKeys / 2) * D);
+}
+
+// The item on AMX-BF16 tiles (fast/AttentionAmx.h): the same work as runItem, with the
+// queries (scaled), the keys, the values and each tile's weights rounded to bf16 and every
+// sum in f32. The scores are laid out [rows, keys] for the tile products, so the masks are
+// bit sets per row; the optional score terms (soft-capping, ALiBi, added scores) stay on
+// runItem. Key tiles are aligned to 64 (the packed ones); keys before a row's range are
+// masked like any other.
+void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &item,
+                const std::vector<int64_t> &heads, const PackedKeyValues &packed, Scratch &x) {
   using fast::amx::kAmxKeys;
   const int64_t D = c.headDim, H = c.heads, G = static_cast<int64_t>(heads.size());
   const int64_t rows = item.count * G, ld = (rows + kLanes - 1) / kLanes * kLanes;
@@ -245,53 +308,12 @@ void runItemAmx(const AttentionConfig &c, DType stored, const TiledSequence &seq
   x.sum.assign(static_cast<size_t>(ld), 0.0f);
   x.scores.resize(static_cast<size_t>(ld * kAmxKeys));
   x.probabilities.assign(static_cast<size_t>(ld * kAmxKeys), 0);
-  x.keyPairs.resize(static_cast<size_t>(D / 2 * kAmxKeys));
-  x.valuePairs.resize(static_cast<size_t>(kAmxKeys / 2 * D));
-  x.keyRows.resize(kAmxKeys);
-  x.valueRows.resize(kAmxKeys);
   x.allowed.resize(static_cast<size_t>(rows));
-  if (stored != DType::BF16) {
-    x.converted.resize(static_cast<size_t>(2 * kAmxKeys * D));
-    x.keyTile.resize(static_cast<size_t>(D));
-  }
   fast::amx::configure();
-  for (int64_t t0 = first; t0 < last; t0 += kAmxKeys) {
-    const int64_t n = std::min(kAmxKeys, last - t0);
-    for (int64_t j = 0; j < n;) {
-      const void *keys = nullptr, *values = nullptr;
-      const int64_t run = std::min(seq.rows(item.kvHead, t0 + j, keys, values), n - j);
-      const size_t element = dtypeSize(stored);
-      for (int64_t i = 0; i < run; ++i, ++j) {
-        const void *key = static_cast<const char *>(keys) + i * D * element;
-        const void *value = static_cast<const char *>(values) + i * D * element;
-        if (stored == DType::BF16) {
-          x.keyRows[j] = static_cast<const uint16_t *>(key);
-          x.valueRows[j] = static_cast<const uint16_t *>(value);
-          continue;
-        }
-        // An f32 or f16 cache, where the prompt GEMMs were asked for in bf16: each row
-        // widened (f16) and rounded.
-        for (int which = 0; which < 2; ++which) {
-          uint16_t *to = x.converted.data() + (which * kAmxKeys + j) * D;
-          const void *from = which == 0 ? key : value;
-          const float *wide = static_cast<const float *>(from);
-          if (stored != DType::F32) {
-            fast::LinearWeights row;
-            row.dtype = stored;
-            row.data = from;
-            row.out = 1;
-            row.in = D;
-            fast::widenRows(row, 0, 1, x.keyTile.data());
-            wide = x.keyTile.data();
-          }
-          fast::amx::roundScaled(wide, D, 1.0f, to);
-          (which == 0 ? x.keyRows : x.valueRows)[j] = to;
-        }
-      }
-    }
-    fast::amx::packKeys(x.keyRows.data(), n, D, x.keyPairs.data());
-    fast::amx::packValues(x.valueRows.data(), n, D, x.valuePairs.data());
-    fast::amx::scoreTile(x.queries.data(), ld, D, x.keyPairs.data(), x.scores.data());
+  for (int64_t t0 = first / kAmxKeys * kAmxKeys; t0 < last; t0 += kAmxKeys) {
+    const int64_t tile = t0 / kAmxKeys, n = std::min(kAmxKeys, seq.keys - t0);
+    fast::amx::scoreTile(x.queries.data(), ld, D,
+                         packed.keys.data() + tile * (D / 2) * kAmxKeys, x.scores.data());
     // The keys each row sees: its range (causal limit, window) within the tile, less padding.
     uint64_t present = n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
     for (int64_t j = 0; seq.keyAllowed && j < n; ++j)
@@ -307,7 +329,9 @@ void runItemAmx(const AttentionConfig &c, DType stored, const TiledSequence &seq
     }
     fast::amx::softmaxTile(x.scores.data(), rows, x.allowed.data(), x.maximum.data(),
                            x.sum.data(), x.acc.data(), D, x.probabilities.data());
-    fast::amx::accumulateTile(x.probabilities.data(), ld, x.valuePairs.data(), D, x.acc.data());
+    fast::amx::accumulateTile(x.probabilities.data(), ld,
+                              packed.values.data() + tile * (kAmxKeys / 2) * D, D,
+                              x.acc.data());
     tilesRun.fetch_add(1, std::memory_order_relaxed);
     amxTilesRun.fetch_add(1, std::memory_order_relaxed);
   }
@@ -379,12 +403,40 @@ void tiledAttention(const AttentionConfig &c, DType stored,
     dealt[round % 2 == 0 ? place : buckets - 1 - place].push_back(&items[i]);
   }
   const bool amx = amxApplies(c, stored, added);
+  // On AMX, each sequence's keys and values of each KV head, packed first.
+  std::vector<PackedKeyValues> packed;
+  if (amx) {
+    using fast::amx::kAmxKeys;
+    const int64_t D = c.headDim;
+    packed.resize(sequences.size() * static_cast<size_t>(KH));
+    std::vector<std::array<int64_t, 3>> tiles;  // sequence, KV head, tile
+    for (size_t i = 0; i < sequences.size(); ++i)
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        if (headsOf[kh].empty())
+          continue;
+        const int64_t count = (sequences[i].keys + kAmxKeys - 1) / kAmxKeys;
+        PackedKeyValues &mine = packed[i * KH + kh];
+        mine.keys.resize(static_cast<size_t>(count * (D / 2) * kAmxKeys));
+        mine.values.resize(static_cast<size_t>(count * (kAmxKeys / 2) * D));
+        for (int64_t t = 0; t < count; ++t)
+          tiles.push_back({static_cast<int64_t>(i), kh, t});
+      }
+    parallelFor(static_cast<int64_t>(tiles.size()), 4, [&](int64_t begin, int64_t end) {
+      PackScratch scratch;
+      for (int64_t t = begin; t < end; ++t) {
+        const auto [i, kh, tile] = tiles[static_cast<size_t>(t)];
+        packTile(sequences[static_cast<size_t>(i)], kh, tile, stored, D,
+                 packed[static_cast<size_t>(i * KH + kh)], scratch);
+      }
+    });
+  }
   parallelFor(buckets, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch;
     for (int64_t b = begin; b < end; ++b)
       for (const Item *item : dealt[b]) {
         if (amx)
-          runItemAmx(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead],
+          runItemAmx(c, sequences[item->sequence], *item, headsOf[item->kvHead],
+                     packed[static_cast<size_t>(item->sequence * KH + item->kvHead)],
                      scratch);
         else
           runItem(c, stored, sequences[item->sequence], *item, headsOf[item->kvHead], slopes,

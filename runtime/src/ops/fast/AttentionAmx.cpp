@@ -167,10 +167,10 @@ void softmaxTile(float *scores, int64_t rows, const uint64_t *allowed, float *ma
     _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(s[1], s[0])));
     _mm512_storeu_si512(out + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(s[3], s[2])));
     // e^(old - new): 0 while the row had no score (its sum and sums are 0 too).
-    const float factor = maximum[r] == -__builtin_inff()
-                             ? 0.0f
-                             : _mm512_cvtss_f32(expVector<Avx512>(
-                                   _mm512_set1_ps(maximum[r] - newMaximum)));
+    const float factor = maximum[r] == newMaximum            ? 1.0f
+                         : maximum[r] == -__builtin_inff() ? 0.0f
+                                                           : _mm512_cvtss_f32(expVector<Avx512>(
+                                                                 _mm512_set1_ps(maximum[r] - newMaximum)));
     maximum[r] = newMaximum;
     sum[r] = sum[r] * factor + _mm512_reduce_add_ps(total);
     if (factor != 1.0f) {
