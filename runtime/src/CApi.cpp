@@ -6,6 +6,7 @@
 #include "core/LibraryLoader.h"
 #include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
+#include "ops/TransformerAttentionConfig.h"
 #include "ops/fast/FastKernels.h"
 
 #include <cstdlib>
@@ -271,7 +272,8 @@ const char *dsrt_cpu_kernels(void) {
     for (const auto &[name, present] : features)
       if (present)
         cpu += std::string(" ") + name;
-    return cpu + "; kernels: " + dsrt::ops::fast::linearKernelsDescription();
+    return cpu + "; kernels: " + dsrt::ops::fast::linearKernelsDescription() +
+           "; prompt attention: " + dsrt::ops::attention::tiledAttentionDescription();
   }();
   return described.c_str();
 }

@@ -122,10 +122,12 @@ DSRT_API int dsrt_cuda_device_count(void);
 DSRT_API const char *dsrt_gpu_library(const char *name);
 
 /* What the CPU backend runs on this machine (docs/cpu-backend.md): the instruction-set
- * features the kernels dispatch on, then the linear kernels chosen, e.g. "cpu avx2 avx512f
- * avx512bw avx512vnni avx512bf16; kernels: onednn sgemm + ... + avx512". The same binary
- * chooses at run time; DSRT_CPU_ISA, DSRT_INT4_ACTIVATIONS and DSRT_PREFILL_GEMM change
- * the choice. The string lives as long as the process. */
+ * features the kernels dispatch on, then the linear kernels chosen and the prompts'
+ * attention, e.g. "cpu avx2 avx512f avx512bw avx512vnni avx512bf16 amx-bf16 amx-int8;
+ * kernels: onednn sgemm + ... + avx512; prompt attention: tiled; amx-bf16 tiles for bf16
+ * caches". The same binary chooses at run time; DSRT_CPU_ISA, DSRT_INT4_ACTIVATIONS,
+ * DSRT_PREFILL_GEMM and DSRT_AMX_ATTENTION change the choice. The string lives as long as
+ * the process. */
 DSRT_API const char *dsrt_cpu_kernels(void);
 
 /* Bytes of `rank`'s weights one run of `program` reads whole: each weight its steps take,

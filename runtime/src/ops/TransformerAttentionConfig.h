@@ -130,6 +130,9 @@ void tiledAttention(const AttentionConfig &c, DType stored,
 // them the tiles run on AMX-BF16 (bf16 caches where the CPU has AMX).
 int64_t tiledAttentionTiles();
 int64_t tiledAttentionAmxTiles();
+// What prompts' attention runs on this machine, for dsbench's report: "tiled; amx-bf16 tiles
+// for bf16 caches", "tiled", or "one query at a time" (DSRT_TILED_ATTENTION=0).
+const char *tiledAttentionDescription();
 
 } // namespace dsrt::ops::attention
 

@@ -342,11 +342,16 @@ void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &
 // Whether this call's items take runItemAmx: the CPU has AMX-BF16, the cache is bf16 (or
 // f32/f16 where DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts), the head dimension is whole
 // tiles deep, and no score term needs runItem. DSRT_AMX_ATTENTION=0 turns it off.
-bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added) {
+bool amxEnabled() {
   static const bool enabled = [] {
     const char *value = std::getenv("DSRT_AMX_ATTENTION");
     return !(value && std::string(value) == "0") && fast::amx::available();
   }();
+  return enabled;
+}
+
+bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added) {
+  const bool enabled = amxEnabled();
   constexpr int64_t kPromptRows = 1 << 20;  // any prompt long enough for the GEMMs
   const bool bf16Prompts =
       stored == DType::BF16 || ((stored == DType::F32 || stored == DType::F16) &&
@@ -364,6 +369,12 @@ bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries) {
 int64_t tiledAttentionTiles() { return tilesRun.load(); }
 
 int64_t tiledAttentionAmxTiles() { return amxTilesRun.load(); }
+
+const char *tiledAttentionDescription() {
+  if (!tilingEnabled())
+    return "one query at a time";
+  return amxEnabled() ? "tiled; amx-bf16 tiles for bf16 caches" : "tiled";
+}
 
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,

@@ -545,9 +545,10 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
 const char *linearKernelsDescription() {
   static const std::string description =
       std::string(oneDnn().sgemm ? "onednn sgemm + " : "") +
-      (prefillGemm() == PrefillGemm::Bf16               ? "bf16 prompt gemm + "
-       : prefillGemm() == PrefillGemm::Bf16ForBf16Weights ? "bf16 prompt gemm of bf16 weights + "
-                                                         : "") +
+      (prefillGemm() == PrefillGemm::Bf16 ? "bf16 prompt gemm + "
+       : prefillGemm() == PrefillGemm::Bf16ForBf16Weights
+           ? "bf16 prompt gemm of bf16, int8 and int4 weights + "
+           : "") +
       isa().name +
       (int8VnniAvailable() && int4VnniAvailable()
            ? " (int8 and int4 up to 64 rows: avx512-vnni, int8 activations)"
