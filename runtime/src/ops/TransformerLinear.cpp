@@ -273,13 +273,18 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   DSRT_RETURN_IF_ERROR(epilogue.read(ctx));
   const int64_t width = epilogue.gated ? out / 2 : out;
   const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
-  FloatView a(x);
+  // A bf16 input that the bf16 GEMM takes goes to it as it is, not widened and rounded
+  // again (the same values).
+  const bool bf16Input = x.dtype == DType::BF16 && fast::bf16PromptGemm(weights.dtype, rows);
+  std::optional<FloatView> a;
+  if (!bf16Input)
+    a.emplace(x);
   FloatOutput result(*outputs[0], /*writesEveryElement=*/true);
   // A gated linear's joined product lives only here, before its halves are multiplied
   // (every element written by fast::linear).
   PooledFloats product(epilogue.gated ? static_cast<size_t>(rows * out) : 0);
   float *y = epilogue.gated ? product.data() : result.data();
-  fast::linear(a.data(), rows, weights, y, [&](int64_t begin, int64_t end) {
+  fast::linear(a ? a->data() : nullptr, rows, weights, y, [&](int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       float *row = y + r * out;
       if (epilogue.bias)
@@ -296,7 +301,7 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
         for (int64_t o = begin; o < end; ++o)
           row[o] = epilogue.logit(row[o]);
     }
-  });
+  }, bf16Input ? x.as<uint16_t>() : nullptr);
   if (epilogue.gated)
     epilogue.gate(product.data(), rows, width, result.data(), true);
   result.finish();

@@ -119,9 +119,12 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 
 // y = x . w^T for x [rows, in] and y [rows, out], over the thread pool; after each range
 // [begin, end) of output features is computed for every row, `epilogue(begin, end)` runs on
-// the same thread (bias, activation, residual while the values are in cache).
+// the same thread (bias, activation, residual while the values are in cache). Where the
+// caller holds x in bf16 (a bf16 plan's activations), `xBf16` gives it: the bf16 GEMM reads
+// it as it is, and x may then be null when bf16PromptGemm(w.dtype, rows) holds.
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
-            const std::function<void(int64_t, int64_t)> &epilogue);
+            const std::function<void(int64_t, int64_t)> &epilogue,
+            const uint16_t *xBf16 = nullptr);
 
 // What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx512".
 const char *linearKernelsDescription();

@@ -440,10 +440,17 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 }
 
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
-            const std::function<void(int64_t, int64_t)> &epilogue) {
+            const std::function<void(int64_t, int64_t)> &epilogue, const uint16_t *xBf16) {
   const int64_t out = w.out, in = w.in;
   if (rows <= 0 || out <= 0)
     return;
+  // Without x in f32 (the caller's bf16 only), where the bf16 GEMM does not take this call.
+  thread_local std::vector<float> widenedX;
+  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows))) {
+    widenedX.resize(static_cast<size_t>(rows * in));
+    convertFloats(DType::BF16, xBf16, DType::F32, widenedX.data(), rows * in);
+    x = widenedX.data();
+  }
   const OneDnn &dnn = oneDnn();
   if (rows <= ownKernelRows(w.dtype) || !dnn.sgemm || in == 0) {
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
@@ -488,12 +495,16 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
   if (prefillInBf16(w.dtype)) {
     // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
     thread_local std::vector<uint16_t> narrowX;
-    narrowX.resize(static_cast<size_t>(rows * in));
-    uint16_t *xb = narrowX.data();
-    parallelFor(rows, std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, in)),
-                [&](int64_t begin, int64_t end) {
-                  roundToBf16(x + begin * in, (end - begin) * in, xb + begin * in);
-                });
+    const uint16_t *xb = xBf16;
+    if (!xb) {
+      narrowX.resize(static_cast<size_t>(rows * in));
+      uint16_t *rounded = narrowX.data();
+      parallelFor(rows, std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, in)),
+                  [&](int64_t begin, int64_t end) {
+                    roundToBf16(x + begin * in, (end - begin) * in, rounded + begin * in);
+                  });
+      xb = rounded;
+    }
     parallelFor(tiles, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * kTileRows, last = std::min(out, end * kTileRows);
       if (w.dtype == DType::BF16) {
