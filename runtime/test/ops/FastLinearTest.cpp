@@ -546,7 +546,7 @@ TEST(FastLinearKernels, TheExpectedKernelsRan) {
   if (dnnl && env("DSRT_PREFILL_GEMM") == "bf16")
     expected += "bf16 prompt gemm + ";
   else if (dnnl && bf16Products && env("DSRT_PREFILL_GEMM") != "f32")
-    expected += "bf16 prompt gemm of bf16, int8 and int4 weights + ";
+    expected += "bf16 prompt gemm of half, int8 and int4 weights + ";
   expected += isa;
   // int4 decode multiplies int8 activations where the CPU has VNNI and the kernels are not
   // capped below AVX-512, unless DSRT_INT4_ACTIVATIONS=f32 (ctest's dsrt-ops-fast-int4-f32).

@@ -140,8 +140,8 @@ bool int8QuantizesActivations(int64_t groupSize, int64_t rows);
 
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of
-// bf16 weights where the CPU has AVX-512 BF16 or AMX, or of any float weights with
-// DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs").
+// bf16, f16, int8 and int4 weights where the CPU has AVX-512 BF16 or AMX, or of any float
+// weights with DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs").
 bool bf16PromptGemm(DType weights, int64_t rows);
 
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
