@@ -339,9 +339,10 @@ void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &
   finishRows(seq, item, heads, H, D, x);
 }
 
-// Whether this call's items take runItemAmx: the CPU has AMX-BF16, the cache is bf16 (or
-// f32/f16 where DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts), the head dimension is whole
-// tiles deep, and no score term needs runItem. DSRT_AMX_ATTENTION=0 turns it off.
+// Whether this call's items take runItemAmx: the CPU has AMX-BF16, the cache is bf16 or f16
+// (or f32 where DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts; an f16 cache's rows are
+// rounded to bf16, 2^-9, as the plan's f16 weights are for its GEMMs), the head dimension is
+// whole tiles deep, and no score term needs runItem. DSRT_AMX_ATTENTION=0 turns it off.
 bool amxEnabled() {
   static const bool enabled = [] {
     const char *value = std::getenv("DSRT_AMX_ATTENTION");
@@ -353,9 +354,11 @@ bool amxEnabled() {
 bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added) {
   const bool enabled = amxEnabled();
   constexpr int64_t kPromptRows = 1 << 20;  // any prompt long enough for the GEMMs
+  // A cache in the dtype whose prompt GEMMs run in bf16: bf16 and f16 ones where the CPU
+  // multiplies bf16 natively, f32 ones where DSRT_PREFILL_GEMM=bf16 asks.
   const bool bf16Prompts =
       stored == DType::BF16 || ((stored == DType::F32 || stored == DType::F16) &&
-                                fast::bf16PromptGemm(DType::F32, kPromptRows));
+                                fast::bf16PromptGemm(stored, kPromptRows));
   return enabled && bf16Prompts && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
          added.empty();
 }

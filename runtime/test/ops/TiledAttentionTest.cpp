@@ -146,13 +146,16 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
   const bool amx = runBoth(in, attrs, outputs, cachePointers, name);
   if (::testing::Test::HasFatalFailure())
     return;
-  // A bf16 cache takes the AMX tiles wherever they can run (no soft-capping or ALiBi, whole
-  // 32-deep tiles of the head dimension): the test proves they did.
-  const bool amxExpected = layer.dtype == DType::BF16 && ops::fast::amx::available() &&
+  // A bf16 or f16 cache takes the AMX tiles wherever they can run (no soft-capping or ALiBi,
+  // whole 32-deep tiles of the head dimension, prompts in bf16): the test proves they did.
+  const bool halfCache =
+      layer.dtype == DType::BF16 ||
+      (layer.dtype == DType::F16 && ops::fast::bf16PromptGemm(DType::F16, 1 << 20));
+  const bool amxExpected = halfCache && ops::fast::amx::available() &&
                            layer.headDim % 32 == 0 && !attrs.count("softcap") &&
                            !attrs.count("alibi") && std::getenv("DSRT_AMX_ATTENTION") == nullptr;
   if (amxExpected)
-    EXPECT_TRUE(amx) << name << ": a bf16 cache on a CPU with AMX, but no AMX tile ran";
+    EXPECT_TRUE(amx) << name << ": a half cache on a CPU with AMX, but no AMX tile ran";
   EXPECT_EQ(caches[0], caches[1]) << name << ": the new keys and values written alike";
   Magnitudes m;
   m.q = maxAbs(values<float>(q));
