@@ -310,7 +310,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
       seq.alibiPosition = c.alibi ? &keyPosition[b * T] : nullptr;
       seq.unattended = &unattended[b * S * H];
     }
-    tiledAttention(c, storedType, sequences, slopes, added);
+    tiledAttention(c, storedType, sequences, slopes, added, outputs[0]->dtype);
   }
   parallelFor(B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(T), dots(ctx.fastKernels ? T : 0);

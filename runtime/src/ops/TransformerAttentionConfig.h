@@ -123,9 +123,11 @@ struct TiledSequence {
 // Whether tfm.attention runs the tiled kernel for `queries` queries of a sequence: on the
 // fast kernels, for more than one query, unless DSRT_TILED_ATTENTION=0.
 bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries);
+// `outputType` is the attention's output dtype: half where the plan computes in half
+// (output_dtype), which lets a half cache's products run on AMX-BF16 tiles.
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
-                    const std::vector<AddedScores> &added);
+                    const std::vector<AddedScores> &added, DType outputType);
 // The tiles the tiled kernel has run in this process (the tests' proof that it ran), and of
 // them the tiles run on AMX-BF16 (bf16 caches where the CPU has AMX).
 int64_t tiledAttentionTiles();

@@ -127,7 +127,7 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
   for (TiledSequence &seq : chunks)
     seq.unattended = &unattended[seq.batch * H];
   if (!chunks.empty())
-    tiledAttention(c, stored, chunks, slopes, {});
+    tiledAttention(c, stored, chunks, slopes, {}, outputs[0]->dtype);
   parallelFor(static_cast<int64_t>(single.size()) * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, keyRow(D), partial(D);
     for (int64_t bh = begin; bh < end; ++bh) {

@@ -339,10 +339,13 @@ void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &
   finishRows(seq, item, heads, H, D, x);
 }
 
-// Whether this call's items take runItemAmx: the CPU has AMX-BF16, the cache is bf16 or f16
-// (or f32 where DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts; an f16 cache's rows are
-// rounded to bf16, 2^-9, as the plan's f16 weights are for its GEMMs), the head dimension is
-// whole tiles deep, and no score term needs runItem. DSRT_AMX_ATTENTION=0 turns it off.
+// Whether this call's items take runItemAmx: the CPU has AMX-BF16; the plan computes in half
+// (the attention's output is bf16 or f16: a bf16 or fp16 plan) over a half cache (an f16
+// cache's rows rounded to bf16, 2^-9, as such a plan's f16 weights are for its GEMMs), or
+// DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts (any cache); the head dimension is whole
+// tiles deep; and no score term needs runItem. An f32 plan with a half cache
+// (--kv-cache-dtype) keeps f32 products: it asked for a smaller cache, not for bf16 math.
+// DSRT_AMX_ATTENTION=0 turns it off.
 bool amxEnabled() {
   static const bool enabled = [] {
     const char *value = std::getenv("DSRT_AMX_ATTENTION");
@@ -351,14 +354,15 @@ bool amxEnabled() {
   return enabled;
 }
 
-bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added) {
+bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedScores> &added,
+                DType outputType) {
   const bool enabled = amxEnabled();
   constexpr int64_t kPromptRows = 1 << 20;  // any prompt long enough for the GEMMs
-  // A cache in the dtype whose prompt GEMMs run in bf16: bf16 and f16 ones where the CPU
-  // multiplies bf16 natively, f32 ones where DSRT_PREFILL_GEMM=bf16 asks.
-  const bool bf16Prompts =
-      stored == DType::BF16 || ((stored == DType::F32 || stored == DType::F16) &&
-                                fast::bf16PromptGemm(stored, kPromptRows));
+  const bool halfCache = stored == DType::BF16 || stored == DType::F16;
+  const bool halfPlan = outputType == DType::BF16 || outputType == DType::F16;
+  const bool askedForBf16 = (halfCache || stored == DType::F32) &&
+                            fast::bf16PromptGemm(DType::F32, kPromptRows);
+  const bool bf16Prompts = (halfPlan && halfCache) || askedForBf16;
   return enabled && bf16Prompts && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
          added.empty();
 }
@@ -381,7 +385,7 @@ const char *tiledAttentionDescription() {
 
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
-                    const std::vector<AddedScores> &added) {
+                    const std::vector<AddedScores> &added, DType outputType) {
   const int64_t H = c.heads, KH = c.kvHeads, group = c.globalHeads / c.globalKvHeads;
   // The local query heads of each local KV head.
   std::vector<std::vector<int64_t>> headsOf(static_cast<size_t>(KH));
@@ -416,7 +420,7 @@ void tiledAttention(const AttentionConfig &c, DType stored,
     const int64_t round = i / buckets, place = i % buckets;
     dealt[round % 2 == 0 ? place : buckets - 1 - place].push_back(&items[i]);
   }
-  const bool amx = amxApplies(c, stored, added);
+  const bool amx = amxApplies(c, stored, added, outputType);
   // On AMX, each sequence's keys and values of each KV head, packed first.
   std::vector<PackedKeyValues> packed;
   if (amx) {

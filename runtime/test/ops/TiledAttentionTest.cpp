@@ -72,6 +72,15 @@ double tolerance(const Magnitudes &m, int64_t D, int64_t T, float scale,
   return m.v * (2 * delta + std::ldexp(1.0, -20) + online + 2.0 * T * u + bf16) + 1e-30;
 }
 
+// A float tensor's values as f32, whatever its float dtype.
+std::vector<float> floatsOf(const OwnedTensor &t) {
+  const size_t count = t.storage.size() / dtypeSize(t.dtype);
+  std::vector<float> out(count);
+  EXPECT_TRUE(convertFloats(t.dtype, t.storage.data(), DType::F32, out.data(),
+                            static_cast<int64_t>(count)));
+  return out;
+}
+
 void expectNear(const std::vector<float> &got, const std::vector<float> &want, double bound,
                 const std::string &name) {
   ASSERT_EQ(got.size(), want.size()) << name;
@@ -146,16 +155,20 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
   const bool amx = runBoth(in, attrs, outputs, cachePointers, name);
   if (::testing::Test::HasFatalFailure())
     return;
-  // A bf16 or f16 cache takes the AMX tiles wherever they can run (no soft-capping or ALiBi,
-  // whole 32-deep tiles of the head dimension, prompts in bf16): the test proves they did.
-  const bool halfCache =
-      layer.dtype == DType::BF16 ||
-      (layer.dtype == DType::F16 && ops::fast::bf16PromptGemm(DType::F16, 1 << 20));
-  const bool amxExpected = halfCache && ops::fast::amx::available() &&
-                           layer.headDim % 32 == 0 && !attrs.count("softcap") &&
-                           !attrs.count("alibi") && std::getenv("DSRT_AMX_ATTENTION") == nullptr;
+  // A half plan's attention (a half output_dtype) over a half cache takes the AMX tiles
+  // wherever they can run (no soft-capping or ALiBi, whole 32-deep tiles of the head
+  // dimension); an f32 plan's over a half cache does not (unless DSRT_PREFILL_GEMM=bf16).
+  const bool halfOutput = attrs.count("output_dtype") > 0;
+  const bool amxExpected = halfOutput && layer.dtype != DType::F32 &&
+                           ops::fast::amx::available() && layer.headDim % 32 == 0 &&
+                           !attrs.count("softcap") && !attrs.count("alibi") &&
+                           std::getenv("DSRT_AMX_ATTENTION") == nullptr;
   if (amxExpected)
-    EXPECT_TRUE(amx) << name << ": a half cache on a CPU with AMX, but no AMX tile ran";
+    EXPECT_TRUE(amx) << name << ": a half plan over a half cache on a CPU with AMX, but no "
+                                "AMX tile ran";
+  const bool bf16Asked = ops::fast::bf16PromptGemm(DType::F32, 1 << 20);
+  if (!halfOutput && !bf16Asked)
+    EXPECT_FALSE(amx) << name << ": an f32 plan's attention ran on AMX tiles";
   EXPECT_EQ(caches[0], caches[1]) << name << ": the new keys and values written alike";
   Magnitudes m;
   m.q = maxAbs(values<float>(q));
@@ -166,8 +179,10 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
     m.added = alibi;
     m.additions = 1;
   }
-  expectNear(values<float>(outputs[1][0]), values<float>(outputs[0][0]),
-             tolerance(m, layer.headDim, T, scale, amx), name);
+  // A half output: both rounded to it, each within 2^-9 (bf16) of max|v|.
+  const double outputRounding = halfOutput ? std::ldexp(1.0, -8) * m.v : 0;
+  expectNear(floatsOf(outputs[1][0]), floatsOf(outputs[0][0]),
+             tolerance(m, layer.headDim, T, scale, amx) + outputRounding, name);
 }
 
 // The export's inputs: past key/value pairs (a chunk after cached tokens where past > 0).
@@ -275,15 +290,19 @@ TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
     int64_t window;
     bool alibi;
     int64_t H = 8, D = 64;
+    bool halfPlan = false;  // output_dtype the cache's: a half plan's attention
   };
   for (const Variant &variant :
        {Variant{DType::F32, 0, false}, Variant{DType::F32, 31, true},
         Variant{DType::F16, 0, false}, Variant{DType::BF16, 0, false},
-        Variant{DType::BF16, 31, false}, Variant{DType::BF16, 0, false, 12, 128}}) {
+        Variant{DType::BF16, 31, false, 8, 64, true},
+        Variant{DType::BF16, 0, false, 12, 128, true},
+        Variant{DType::F16, 0, false, 8, 64, true}}) {
     const int64_t H = variant.H, D = variant.D;
     const std::string name = std::string(dtypeName(variant.cache)) +
                              (variant.window ? " window" : "") + (variant.alibi ? " alibi" : "") +
-                             " H " + std::to_string(H) + " D " + std::to_string(D);
+                             " H " + std::to_string(H) + " D " + std::to_string(D) +
+                             (variant.halfPlan ? " half plan" : "");
     const float scale = 1.0f / std::sqrt(float(D));
     AttrMap attrs = attentionAttrs(H, KH, D, scale, true);
     attrs["cache_layer"] = Attr::ofInt(0);
@@ -292,7 +311,10 @@ TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
       attrs["window"] = Attr::ofInt(variant.window);
     if (variant.alibi)
       attrs["alibi"] = Attr::ofInt(1);
-    std::mt19937 rng(static_cast<unsigned>(variant.window + int(variant.cache) * 3 + D));
+    if (variant.halfPlan)
+      attrs["output_dtype"] = Attr::ofType(variant.cache);
+    std::mt19937 rng(static_cast<unsigned>(variant.window + int(variant.cache) * 3 + D +
+                                           variant.halfPlan));
     OwnedTensor q = randomF32({B, S, H * D}, rng), k = randomF32({B, S, KH * D}, rng),
                 v = randomF32({B, S, KH * D}, rng);
     OwnedTensor past = randomF32({2, B, KH, capacity, D}, rng);
@@ -342,6 +364,10 @@ TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
         } else if (variant == 2) {
           attrs["alibi"] = Attr::ofInt(1);
         }
+        // A bf16 cache as a bf16 plan's: its attention's output in bf16 (AMX tiles, where
+        // the CPU has them and the variant allows).
+        if (cacheType == DType::BF16)
+          attrs["output_dtype"] = Attr::ofType(DType::BF16);
         std::mt19937 rng(static_cast<unsigned>(blockSize * 10 + variant + int(cacheType)));
         // Each sequence's blocks, drawn from a shuffled pool.
         std::vector<int64_t> blocksOf;
