@@ -124,7 +124,7 @@ struct TiledSequence {
 // fast kernels, for more than one query, unless DSRT_TILED_ATTENTION=0.
 bool tiledAttentionApplies(const KernelContext &ctx, int64_t queries);
 // `outputType` is the attention's output dtype: half where the plan computes in half
-// (output_dtype), which lets a half cache's products run on AMX-BF16 tiles.
+// (output_dtype), which lets a bf16 cache's products run on AMX-BF16 tiles.
 void tiledAttention(const AttentionConfig &c, DType stored,
                     const std::vector<TiledSequence> &sequences, const std::vector<float> &slopes,
                     const std::vector<AddedScores> &added, DType outputType);

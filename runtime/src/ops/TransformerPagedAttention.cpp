@@ -127,6 +127,8 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
   for (TiledSequence &seq : chunks)
     seq.unattended = &unattended[seq.batch * H];
   if (!chunks.empty())
+    // The same choice as a session's prompt (AMX tiles for a bf16 plan's bf16 cache), so
+    // that a request's tokens in the engine equal its tokens alone.
     tiledAttention(c, stored, chunks, slopes, {}, outputs[0]->dtype);
   parallelFor(static_cast<int64_t>(single.size()) * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, keyRow(D), partial(D);

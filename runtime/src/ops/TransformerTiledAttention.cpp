@@ -339,13 +339,14 @@ void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &
   finishRows(seq, item, heads, H, D, x);
 }
 
-// Whether this call's items take runItemAmx: the CPU has AMX-BF16; the plan computes in half
-// (the attention's output is bf16 or f16: a bf16 or fp16 plan) over a half cache (an f16
-// cache's rows rounded to bf16, 2^-9, as such a plan's f16 weights are for its GEMMs), or
-// DSRT_PREFILL_GEMM=bf16 asked for bf16 prompts (any cache); the head dimension is whole
-// tiles deep; and no score term needs runItem. An f32 plan with a half cache
-// (--kv-cache-dtype) keeps f32 products: it asked for a smaller cache, not for bf16 math.
-// DSRT_AMX_ATTENTION=0 turns it off.
+// Whether this call's items take runItemAmx: the CPU has AMX-BF16; a half plan (the
+// attention's output is bf16 or f16) attends over a bf16 cache, or DSRT_PREFILL_GEMM=bf16
+// asked for bf16 prompts (any cache, its rows rounded to bf16 as they are packed); the head
+// dimension is whole tiles deep; and no score term needs runItem. An f32 plan with a half
+// cache (--kv-cache-dtype) keeps f32 products: it asked for a smaller cache, not for bf16
+// arithmetic. An f16 cache keeps them too: rounding its rows to bf16 made an int4 fixture's
+// engine tokens differ from its tokens alone (a preempted sequence's decoded tokens are
+// recomputed as a prompt chunk). DSRT_AMX_ATTENTION=0 turns it off.
 bool amxEnabled() {
   static const bool enabled = [] {
     const char *value = std::getenv("DSRT_AMX_ATTENTION");
@@ -358,11 +359,11 @@ bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedS
                 DType outputType) {
   const bool enabled = amxEnabled();
   constexpr int64_t kPromptRows = 1 << 20;  // any prompt long enough for the GEMMs
-  const bool halfCache = stored == DType::BF16 || stored == DType::F16;
   const bool halfPlan = outputType == DType::BF16 || outputType == DType::F16;
-  const bool askedForBf16 = (halfCache || stored == DType::F32) &&
-                            fast::bf16PromptGemm(DType::F32, kPromptRows);
-  const bool bf16Prompts = (halfPlan && halfCache) || askedForBf16;
+  const bool askedForBf16 =
+      (stored == DType::BF16 || stored == DType::F16 || stored == DType::F32) &&
+      fast::bf16PromptGemm(DType::F32, kPromptRows);
+  const bool bf16Prompts = (halfPlan && stored == DType::BF16) || askedForBf16;
   return enabled && bf16Prompts && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
          added.empty();
 }

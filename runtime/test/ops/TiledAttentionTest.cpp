@@ -155,11 +155,12 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
   const bool amx = runBoth(in, attrs, outputs, cachePointers, name);
   if (::testing::Test::HasFatalFailure())
     return;
-  // A half plan's attention (a half output_dtype) over a half cache takes the AMX tiles
+  // A half plan's attention (a half output_dtype) over a bf16 cache takes the AMX tiles
   // wherever they can run (no soft-capping or ALiBi, whole 32-deep tiles of the head
-  // dimension); an f32 plan's over a half cache does not (unless DSRT_PREFILL_GEMM=bf16).
+  // dimension), in a session and in the engine's steps alike; an f32 plan's over a half
+  // cache, and any attention over an f16 cache, do not (unless DSRT_PREFILL_GEMM=bf16).
   const bool halfOutput = attrs.count("output_dtype") > 0;
-  const bool amxExpected = halfOutput && layer.dtype != DType::F32 &&
+  const bool amxExpected = halfOutput && layer.dtype == DType::BF16 &&
                            ops::fast::amx::available() && layer.headDim % 32 == 0 &&
                            !attrs.count("softcap") && !attrs.count("alibi") &&
                            std::getenv("DSRT_AMX_ATTENTION") == nullptr;
@@ -167,8 +168,9 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
     EXPECT_TRUE(amx) << name << ": a half plan over a half cache on a CPU with AMX, but no "
                                 "AMX tile ran";
   const bool bf16Asked = ops::fast::bf16PromptGemm(DType::F32, 1 << 20);
-  if (!halfOutput && !bf16Asked)
-    EXPECT_FALSE(amx) << name << ": an f32 plan's attention ran on AMX tiles";
+  if ((!halfOutput || layer.dtype != DType::BF16) && !bf16Asked)
+    EXPECT_FALSE(amx) << name << ": an f32 plan's attention, or one over an f16 cache, ran on "
+                                 "AMX tiles";
   EXPECT_EQ(caches[0], caches[1]) << name << ": the new keys and values written alike";
   Magnitudes m;
   m.q = maxAbs(values<float>(q));
