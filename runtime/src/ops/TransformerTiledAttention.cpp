@@ -83,6 +83,17 @@ struct Scratch {
   std::vector<uint64_t> allowed;
 };
 
+// `count` cached rows of D values from `from`, as stored (f16, bf16), widened to f32 by the
+// ISA's kernel.
+void widenCacheRows(DType stored, const void *from, int64_t count, int64_t D, float *to) {
+  fast::LinearWeights rows;
+  rows.dtype = stored;
+  rows.data = from;
+  rows.out = count;
+  rows.in = D;
+  fast::widenRows(rows, 0, count, to);
+}
+
 // Each row's output: its accumulator over its sum, or marked unattended where it saw no key.
 void finishRows(const TiledSequence &seq, const Item &item, const std::vector<int64_t> &heads,
                 int64_t H, int64_t D, const Scratch &x) {
@@ -155,16 +166,10 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
         for (int which = 0; which < 2; ++which) {
           float *to = (which == 0 ? x.keyTile : x.valueTile).data() + j * D;
           const void *from = which == 0 ? keys : values;
-          if (f32) {
+          if (f32)
             std::memcpy(to, from, static_cast<size_t>(run * D) * element);
-          } else {
-            fast::LinearWeights rowsAsStored;
-            rowsAsStored.dtype = stored;
-            rowsAsStored.data = from;
-            rowsAsStored.out = run;
-            rowsAsStored.in = D;
-            fast::widenRows(rowsAsStored, 0, run, to);
-          }
+          else
+            widenCacheRows(stored, from, run, D, to);
         }
       }
       keyRows = x.keyTile.data();
@@ -261,12 +266,7 @@ void packTile(const TiledSequence &seq, int64_t kh, int64_t tile, DType stored, 
         const void *from = which == 0 ? key : value;
         const float *wide = static_cast<const float *>(from);
         if (stored != DType::F32) {
-          fast::LinearWeights row;
-          row.dtype = stored;
-          row.data = from;
-          row.out = 1;
-          row.in = D;
-          fast::widenRows(row, 0, 1, x.wide.data());
+          widenCacheRows(stored, from, 1, D, x.wide.data());
           wide = x.wide.data();
         }
         fast::amx::roundScaled(wide, D, 1.0f, to);

@@ -36,15 +36,6 @@ const TileConfig &tileConfig() {
   return config;
 }
 
-// Nearest even, as the vector conversion rounds (NaN kept a NaN).
-inline uint16_t roundOne(float value) {
-  uint32_t bits;
-  __builtin_memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
-    return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
 // e^x for the softmax's weights, which are rounded to bf16 (2^-9) right after: 2^(x log2 e)
 // as 2^n times a degree-4 Taylor polynomial of 2^f, |f| <= 1/2, within 6e-5 relative
 // (Taylor's remainder (ln 2 / 2)^5 / 5! = 4.2e-5, and x log2 e's rounding; measured 5.9e-5
@@ -218,13 +209,14 @@ void accumulateTile(const uint16_t *probabilities, int64_t ld, const uint32_t *v
 
 void roundScaled(const float *from, int64_t count, float scale, uint16_t *to) {
   const __m512 factor = _mm512_set1_ps(scale);
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i),
-                        reinterpret_cast<__m256i>(
-                            _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(from + i), factor))));
-  for (; i < count; ++i)
-    to[i] = roundOne(from[i] * scale);
+  for (int64_t i = 0; i < count; i += 16) {
+    // The last vector masked: the same rounding for every element, no scalar tail.
+    const auto mask = static_cast<__mmask16>(count - i >= 16 ? 0xFFFF : (1u << (count - i)) - 1);
+    const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, from + i), factor);
+    const __m512i bits = _mm512_castsi256_si512(
+        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(scaled)));
+    _mm512_mask_storeu_epi16(to + i, static_cast<__mmask32>(mask), bits);
+  }
 }
 
 } // namespace dsrt::ops::fast::amx
