@@ -75,6 +75,7 @@ StringOption arch("sm_80,sm_90");
 // config.json gives positions, up to kDefaultMaxSeqLen (the KV cache and the arena grow with
 // both; a 128k-position model gets 2048 unless asked for more).
 constexpr int64_t kDefaultMaxBatch = 4;
+constexpr int64_t kDefaultServingTokensPerStep = 256;
 constexpr int64_t kDefaultMaxSeqLen = 2048;
 // T5's relative positions have no table to bound them; it was trained on 512 tokens, which
 // is also its tokenizer's model_max_length.
@@ -142,11 +143,11 @@ void parseCommandLine(int argc, char **argv) {
   commandLine.flag("--serving", serving.value,
                    "also derive the serving engine's step program: decode whose LM head reads "
                    "only the sampled rows (docs/serving.md); its rows, the tokens per step, "
-                   "are --max-tokens-per-step or else --max-batch");
+                   "are --max-tokens-per-step");
   commandLine.integer("--max-tokens-per-step", maxTokensPerStep.value, "N",
                       "the serving engine's tokens per step (the rows of its step program), "
                       "apart from --max-batch, which bounds the static programs' batch; "
-                      "implies --serving",
+                      "implies --serving (default 256, or --max-batch if more)",
                       1, std::numeric_limits<int32_t>::max());
   commandLine.text("--arch", arch, "LIST",
                    "GPU architectures to generate kernels for (comma list; default "
@@ -533,7 +534,15 @@ int runCompilerDriver(int argc, char **argv) {
     if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
                                      &declines)))
       return EXIT_FAILURE;
-    if (maxTokensPerStep.given && !imported->module->lookupSymbol<func::FuncOp>("step")) {
+    const bool hasStepProgram = imported->module->lookupSymbol<func::FuncOp>("step") != nullptr;
+    // The serving engine's steps default to a chunk of prompt as large as vLLM's and
+    // llama.cpp's CPU defaults take per step: a step of max_batch rows (4) fed a long prompt
+    // a few tokens a step, which made time to first token several times llama-server's.
+    if (hasStepProgram && !maxTokensPerStep.given) {
+      maxTokensPerStep = std::max<int64_t>(maxBatch, kDefaultServingTokensPerStep);
+      pipeline.lowering.maxTokensPerStep = maxTokensPerStep;
+    }
+    if (maxTokensPerStep.given && !hasStepProgram) {
       llvm::errs() << "dsc: error: --max-tokens-per-step bounds the serving engine's step "
                       "program, which only a decoder whose every attention is recognised "
                       "has (it is derived from the decode program); this model has none\n";

@@ -41,6 +41,7 @@ void dsrt_engine_options_init(dsrt_engine_options *options) {
   options->device = DSRT_DEVICE_CPU;
   options->block_size = 16;
   options->prefix_caching = 1;
+  options->batch_invariant = 1;
 }
 
 void dsrt_request_options_init(dsrt_request_options *options) {
@@ -74,6 +75,7 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
   cpp.maxTokensPerStep = given.max_tokens_per_step;
   cpp.maxRunningSequences = given.max_running;
   cpp.prefixCaching = given.prefix_caching != 0;
+  cpp.batchInvariant = given.batch_invariant != 0;
   return DSRT_OK;
 }
 

@@ -38,6 +38,7 @@ struct ServeOptions {
   uint64_t seed = 1, kvBytes = 0;
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
+  bool batchInvariant = true;
   dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
 };
 
@@ -86,9 +87,14 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.integer("--kv-cache-bytes,--kv-bytes", o.kvBytes, "BYTES",
                       "the KV cache's bytes (default: a static session's)");
   commandLine.integer("--tokens-per-step", o.tokensPerStep, "T",
-                      "tokens one engine step computes at most (default: the plan's max_batch)",
+                      "tokens one engine step computes at most (default: the rows of the "
+                      "plan's step program)",
                       1, 100000000);
   commandLine.flag("--no-prefix-caching", noPrefixCaching, "turn the engine's prefix cache off");
+  bool notBatchInvariant = false;
+  commandLine.flag("--no-batch-invariant", notBatchInvariant,
+                   "let long steps of half and quantized plans take the bf16 GEMMs and AMX "
+                   "attention (faster; a token may then differ from the request's alone)");
   commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
   commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
   commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
@@ -108,6 +114,7 @@ ServeOptions parse(int argc, char **argv) {
   if (!outputLength.empty())
     std::tie(o.outputMin, o.outputMax) = range(commandLine, "--output-len", outputLength);
   o.prefixCaching = !noPrefixCaching;
+  o.batchInvariant = !notBatchInvariant;
   if (!device.empty() && dsrt_device_from_name(device.c_str(), &o.device) != DSRT_OK)
     commandLine.usageError(std::string("--device: ") + dsrt_last_error());
   o.plan = commandLine.single(plans, "plan");
@@ -246,6 +253,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.kv_cache_bytes = o.kvBytes;
   options.max_tokens_per_step = o.tokensPerStep;
   options.prefix_caching = o.prefixCaching ? 1 : 0;
+  options.batch_invariant = o.batchInvariant ? 1 : 0;
   options.device = o.device;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine");

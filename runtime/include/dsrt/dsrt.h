@@ -343,9 +343,14 @@ typedef struct dsrt_engine_options {
                                     positions for each of the plan's max_batch or
                                     max_tokens_per_step rows (the larger), at most 1/4 of RAM */
   int32_t max_tokens_per_step;   /* 0 (default): the rows of the plan's step program (dsc
-                                    --max-tokens-per-step), else its max_batch */
+                                    --serving: 256, or --max-tokens-per-step), else its
+                                    max_batch */
   int32_t max_running;           /* sequences holding KV at once; 0: max_tokens_per_step */
   int prefix_caching;            /* share full prompt blocks by hash; default 1 */
+  int batch_invariant;           /* 1 (default): a request's tokens do not depend on what else
+                                    a step computes (the CPU kernels give every row the
+                                    arithmetic of a row alone); 0: long steps of half and
+                                    quantized plans take faster bf16 arithmetic */
 } dsrt_engine_options;
 
 typedef struct dsrt_request_options {

@@ -108,6 +108,7 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   session->plan_ = plan;
   session->collectives_ = collectives;
   session->reference_ = options.reference;
+  session->rowInvariant_ = options.rowInvariant;
   const char *profile = std::getenv("DSRT_PROFILE");
   session->profileLayers_ = profile && std::string(profile) == "layers";
   session->profile_ = profile && (std::string(profile) == "1" || session->profileLayers_);
@@ -332,8 +333,8 @@ Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
     const KvLayerShape &shape = layers[layer];
     // In floats, rounded up: an f16/bf16 layer's elements are half as many floats' bytes.
     size_t elements = (shape.bytes() + sizeof(float) - 1) / sizeof(float);
-    kvStorage_.emplace_back(new (std::nothrow) float[elements]());
-    kvStorage_.emplace_back(new (std::nothrow) float[elements]());
+    kvStorage_.emplace_back(static_cast<float *>(std::calloc(elements, sizeof(float))));
+    kvStorage_.emplace_back(static_cast<float *>(std::calloc(elements, sizeof(float))));
     if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
       return Status::error(plan_->path() + ": cannot allocate the KV cache (" +
                            std::to_string(2 * shape.bytes()) + " bytes per layer)");
@@ -490,6 +491,7 @@ Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, 
   state.cache = &kvCache_;
   state.collectives = collectives_;
   state.fastKernels = !reference_;
+  state.rowInvariant = rowInvariant_;
   DSRT_RETURN_IF_ERROR(
       ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs, &state));
   if (specs.size() != numOutputs)

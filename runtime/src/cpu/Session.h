@@ -10,6 +10,7 @@
 #include "plan/PlanFile.h"
 #include "session/Session.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ struct CpuSessionOptions {
   // their activations need, and the others are refused. The serving engine runs `step`
   // alone, whose rows are tokens, where `prefill` would need max_batch x max_seq_len.
   std::vector<std::string> onlyPrograms;
+  // ops::SessionState::rowInvariant: the serving engine's sessions, so that a request's
+  // tokens do not depend on what else a step computes.
+  bool rowInvariant = false;
 };
 
 class CpuSession final : public Session {
@@ -104,9 +108,15 @@ private:
   std::vector<std::vector<CompiledStep>> compiled_;
   ops::KvCache kvCache_;
   ops::Collectives *collectives_ = nullptr;  // the rank's group; null for one rank
-  std::vector<std::unique_ptr<float[]>> kvStorage_;
+  // calloc'ed: large blocks come from the OS already zero and are committed page by page as
+  // they are first written, so a serving pool's budget is an upper bound, not its RSS.
+  struct FreeDeleter {
+    void operator()(float *p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<float, FreeDeleter>> kvStorage_;
   SessionMemory memory_;
   bool reference_ = false;
+  bool rowInvariant_ = false;
   std::vector<std::string> onlyPrograms_;  // CpuSessionOptions::onlyPrograms
   // DSRT_PROFILE=1: seconds and runs per op. DSRT_PROFILE=layers adds, per program, the
   // seconds per run of each op in each layer (stepLayer_: a step's layer, or -1).

@@ -43,12 +43,18 @@ struct EngineOptions {
   // session reserves the first), at most a quarter of the machine's memory.
   uint64_t kvCacheBytes = 0;
   // Tokens computed per step, all sequences together: at most the rows of the program the
-  // engine runs (0: that many), which are the plan's max_tokens_per_step where
-  // `dsc --max-tokens-per-step` set it, else its max_batch.
+  // engine runs (0: that many), which are the plan's max_tokens_per_step where it has a step
+  // program (`dsc --serving`: 256 unless --max-tokens-per-step), else its max_batch.
   int64_t maxTokensPerStep = 0;
   // Sequences holding KV blocks at once (0: maxTokensPerStep).
   int64_t maxRunningSequences = 0;
   bool prefixCaching = true;
+  // Each request's tokens the same whatever else its steps compute (docs/serving.md, "Batch
+  // invariance"): the CPU kernels give every row the arithmetic of a row alone
+  // (ops::SessionState::rowInvariant). Off: long steps of half and quantized plans take the
+  // bf16 GEMMs and AMX attention, faster, and a token may then differ from the request's
+  // alone where two candidates nearly tie.
+  bool batchInvariant = true;
 };
 
 struct RequestOptions {

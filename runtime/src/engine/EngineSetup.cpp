@@ -174,7 +174,8 @@ Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
   // Only the program the engine runs: its rows are tokens, bounded by max_batch, where the
   // plan's prefill needs max_batch x max_seq_len of arena.
   const dsp::Program *step = findProgram(plan->plan(), "step");
-  PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"}};
+  PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"},
+                       options_.batchInvariant};
   if (group_) {
     std::unique_ptr<Session> session;
     DSRT_RETURN_IF_ERROR(

@@ -30,6 +30,7 @@ struct KernelContext {
   KvCache *cache = nullptr;
   Collectives *collectives = nullptr;
   bool fastKernels = false;  // SessionState::fastKernels
+  bool rowInvariant = false;  // SessionState::rowInvariant
 
   const TensorRef *input(size_t index) const {
     return index < inputs.size() ? inputs[index] : nullptr;

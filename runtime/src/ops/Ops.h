@@ -195,6 +195,11 @@ struct SessionState {
   // The CPU backend's fast kernels (ops/fast) where an op has one; false: the reference
   // kernels, the oracle the fast ones are tested against (--device cpu-reference).
   bool fastKernels = false;
+  // Each row's arithmetic the same whatever other rows the step computes (the serving
+  // engine's batch invariance, docs/serving.md): no kernel choice by row count that rounds
+  // differently (the bf16 prompt GEMMs, AMX attention), int8 activations at every row count
+  // where short prompts take them.
+  bool rowInvariant = false;
 };
 
 using Inputs = std::vector<const TensorRef *>;   // null: an absent optional input

@@ -102,7 +102,8 @@ Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inpu
   if (!kernel)
     return Status::error(concat(op, ": no kernel for this op"));
   KernelContext ctx{op, attrs, inputs, numOutputs, state ? state->cache : nullptr,
-                    state ? state->collectives : nullptr};
+                    state ? state->collectives : nullptr, state && state->fastKernels,
+                    state && state->rowInvariant};
   return inferChecked(*kernel, ctx, outputs);
 }
 
@@ -112,7 +113,8 @@ Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
   if (!kernel)
     return Status::error(concat(op, ": no kernel for this op"));
   KernelContext ctx{op, attrs, inputs, outputs.size(), state ? state->cache : nullptr,
-                    state ? state->collectives : nullptr, state && state->fastKernels};
+                    state ? state->collectives : nullptr, state && state->fastKernels,
+                    state && state->rowInvariant};
   // Re-deriving the shapes costs little next to the kernel and makes a caller's mistake an
   // error instead of an out-of-bounds write.
   std::vector<OutputSpec> expected;

@@ -88,6 +88,7 @@ Status readQueryKeyNorms(const KernelContext &ctx, AttentionConfig &c) {
 
 Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   int64_t flag;
+  c.rowInvariant = ctx.rowInvariant;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_heads", 0, c.heads));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "num_kv_heads", c.heads, c.kvHeads));
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "head_dim", 0, c.headDim));

@@ -36,6 +36,8 @@ struct AttentionConfig {
   bool interleaved = false;
   bool unattendedCausal = false;
   bool unattendedZero = false;  // sdpa's guard: a row with no key gives zeros
+  // KernelContext::rowInvariant: prompt rows attend in f32 as a lone token does (no AMX).
+  bool rowInvariant = false;
   // Shapes of this call. `keys` new keys and values: as many as the queries, or a
   // cross-attention's other sequence.
   int64_t batch = 0, fresh = 0, keys = 0, past = 0, total = 0;

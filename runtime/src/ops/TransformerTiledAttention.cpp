@@ -364,7 +364,7 @@ bool amxApplies(const AttentionConfig &c, DType stored, const std::vector<AddedS
       (stored == DType::BF16 || stored == DType::F16 || stored == DType::F32) &&
       fast::bf16PromptGemm(DType::F32, kPromptRows);
   const bool bf16Prompts = (halfPlan && stored == DType::BF16) || askedForBf16;
-  return enabled && bf16Prompts && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
+  return enabled && bf16Prompts && !c.rowInvariant && c.headDim % 32 == 0 && c.softcap <= 0 && !c.alibi &&
          added.empty();
 }
 

@@ -119,6 +119,8 @@ struct PagedKvOptions {
   int64_t blocks = 0;
   // The programs the session runs (empty: all); its arena is sized for them alone.
   std::vector<std::string> programs;
+  // CpuSessionOptions::rowInvariant (the CPU backends; cuBLASLt's choices are its own).
+  bool rowInvariant = false;
 };
 // As createSession, with the paged KV cache: on the CPU backends, or on the GPU, whose
 // paged attention kernels a serving plan's `step` program carries (dsc --serving; a plan

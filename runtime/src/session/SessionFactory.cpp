@@ -83,6 +83,7 @@ Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind d
   options.kvBlockSize = paged.blockSize;
   options.kvBlocks = paged.blocks;
   options.onlyPrograms = paged.programs;
+  options.rowInvariant = paged.rowInvariant;
   DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives, options));
   out = std::move(session);
   return Status::ok();

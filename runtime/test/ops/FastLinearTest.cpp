@@ -141,6 +141,22 @@ double activationQuantization(const float *x, const float *w, int64_t in) {
   return sum * (1 + 1e-6);
 }
 
+// The kernels' view of a case's weight, with its scales as `scales` holds them (the case's
+// scale dtype: scalesAsStored; or w.scales, f32, for a case whose scales are f32).
+ops::fast::LinearWeights linearWeights(const Case &c, const Weight &w, const OwnedTensor &scales) {
+  ops::fast::LinearWeights weights;
+  weights.dtype = c.dtype;
+  weights.data = w.stored.storage.data();
+  weights.out = c.out;
+  weights.in = c.in;
+  if (c.dtype == DType::I8 || c.dtype == DType::U8) {
+    weights.scales = scales.storage.data();
+    weights.scaleType = scales.dtype;
+    weights.groups = c.groups;
+  }
+  return weights;
+}
+
 class FastLinearTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
@@ -239,17 +255,8 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
   for (const Case &c : cases()) {
     Weight w = randomWeight(c, rng);
     OwnedTensor x = randomF32({c.rows, c.in}, rng);
-    ops::fast::LinearWeights weights;
-    weights.dtype = c.dtype;
-    weights.data = w.stored.storage.data();
-    weights.out = c.out;
-    weights.in = c.in;
     const OwnedTensor storedScales = scalesAsStored(c, w.scales);
-    if (c.dtype == DType::I8 || c.dtype == DType::U8) {
-      weights.scales = storedScales.storage.data();
-      weights.scaleType = c.scales;
-      weights.groups = c.groups;
-    }
+    const ops::fast::LinearWeights weights = linearWeights(c, w, storedScales);
     const auto *xv = reinterpret_cast<const float *>(x.storage.data());
     std::vector<float> portable(static_cast<size_t>(c.rows * c.out)), chosen(portable.size());
     ops::fast::dotRowsPortable(xv, c.rows, weights, 0, c.out, portable.data(), c.out);
@@ -267,6 +274,41 @@ TEST(FastLinearKernels, PortableEqualsTheChosenKernel) {
                     2.0 * (c.in + 1) * std::ldexp(1.0, -24) * magnitude + quantization + 1e-30)
             << caseName(c) << " row " << r << " feature " << o;
       }
+  }
+}
+
+// The serving engine's batch invariance (rowInvariant): each of 300 rows multiplied with the
+// 299 others equals that row multiplied alone, for every stored weight dtype, within the f32
+// summation-order bound (2·(in + 1)·2^-24·Σ|x·w|). A row's int8 quantization is its own
+// whatever the rows beside it, so the quantized kernels add nothing. Without the option, 300
+// rows of half and quantized weights take the bf16 GEMM where the CPU multiplies bf16 (x
+// rounded to 8 bits: some 2^-8 relative), and int4 weights lose the int8 activations a row
+// alone has, either of which is far outside this bound.
+TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
+  std::mt19937 rng(11);
+  for (auto [dtype, groups] : {std::pair<DType, int64_t>{DType::F32, 1}, {DType::F16, 1},
+                               {DType::BF16, 1}, {DType::I8, 1}, {DType::I8, 4},
+                               {DType::U8, 8}, {DType::U8, 4}}) {
+    const Case c{dtype, groups, 300, 256, 70};
+    Weight w = randomWeight(c, rng);
+    OwnedTensor x = randomF32({c.rows, c.in}, rng);
+    const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
+    const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+    std::vector<float> together(static_cast<size_t>(c.rows * c.out)), alone(c.out);
+    ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
+                      /*rowInvariant=*/true);
+    for (int64_t r = 0; r < c.rows; r += 23) {
+      ops::fast::linear(xv + r * c.in, 1, weights, alone.data(), [](int64_t, int64_t) {},
+                        nullptr, /*rowInvariant=*/true);
+      for (int64_t o = 0; o < c.out; ++o) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < c.in; ++k)
+          magnitude += std::fabs(double(xv[r * c.in + k]) * w.value[o * c.in + k]);
+        ASSERT_NEAR(together[r * c.out + o], alone[o],
+                    2.0 * (c.in + 1) * std::ldexp(1.0, -24) * magnitude + 1e-30)
+            << caseName(c) << " row " << r << " feature " << o;
+      }
+    }
   }
 }
 

@@ -64,7 +64,8 @@ inline std::vector<float> halfValues(const OwnedTensor &t) {
 inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &inputs,
                   std::vector<OwnedTensor> &outputs, const ops::AttrMap &attrs = {},
                   size_t numOutputs = 1, ops::KvCache *cache = nullptr,
-                  ops::Collectives *collectives = nullptr, bool fastKernels = false) {
+                  ops::Collectives *collectives = nullptr, bool fastKernels = false,
+                  bool rowInvariant = false) {
   std::vector<TensorRef> refs;
   refs.reserve(inputs.size());
   ops::Inputs pointers;
@@ -77,6 +78,7 @@ inline Status run(std::string_view op, const std::vector<const OwnedTensor *> &i
   state.cache = cache;
   state.collectives = collectives;
   state.fastKernels = fastKernels;
+  state.rowInvariant = rowInvariant;
   DSRT_RETURN_IF_ERROR(ops::inferShapes(op, attrs, pointers, numOutputs, specs, &state));
   outputs.clear();
   for (const ops::OutputSpec &spec : specs)

@@ -170,6 +170,24 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
   if (amxExpected)
     EXPECT_TRUE(amx) << name << ": a half plan over a half cache on a CPU with AMX, but no "
                                 "AMX tile ran";
+  // The serving engine's batch invariance keeps f32 products (a lone decode token's), so
+  // the f32 bound holds.
+  std::vector<OwnedTensor> invariant;
+  {
+    std::vector<uint8_t> copy = stored;
+    ops::KvCache cache;
+    layer.key = copy.data();
+    layer.value = copy.data() + stored.size() / 2;
+    cache.layers.push_back(layer);
+    cache.blockSize = blockSize;
+    cache.pagedRows = rows;
+    const int64_t amxBefore = ops::attention::tiledAttentionAmxTiles();
+    Status status = run("tfm.attention", in, invariant, attrs, 1, &cache, nullptr, true,
+                        /*rowInvariant=*/true);
+    ASSERT_TRUE(status.isOk()) << name << ": " << status.message();
+    EXPECT_EQ(ops::attention::tiledAttentionAmxTiles(), amxBefore)
+        << name << ": a row-invariant step ran AMX tiles";
+  }
   const bool bf16Asked = ops::fast::bf16PromptGemm(DType::F32, 1 << 20);
   if ((!halfOutput || layer.dtype != DType::BF16) && !bf16Asked)
     EXPECT_FALSE(amx) << name << ": an f32 plan's attention, or one over an f16 cache, ran on "
@@ -188,6 +206,9 @@ void compareOverCache(const std::vector<const OwnedTensor *> &in, const AttrMap 
   const double outputRounding = halfOutput ? std::ldexp(1.0, -8) * m.v : 0;
   expectNear(floatsOf(outputs[1][0]), floatsOf(outputs[0][0]),
              tolerance(m, layer.headDim, T, scale, amx) + outputRounding, name);
+  expectNear(floatsOf(invariant[0]), floatsOf(outputs[0][0]),
+             tolerance(m, layer.headDim, T, scale, false) + outputRounding,
+             name + " (row-invariant)");
 }
 
 // The export's inputs: past key/value pairs (a chunk after cached tokens where past > 0).

@@ -122,9 +122,13 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 // the same thread (bias, activation, residual while the values are in cache). Where the
 // caller holds x in bf16 (a bf16 plan's activations), `xBf16` gives it: the bf16 GEMM reads
 // it as it is, and x may then be null when bf16PromptGemm(w.dtype, rows) holds.
+// `rowInvariant` (ops::SessionState::rowInvariant): every row multiplied as it would be
+// alone, whatever `rows` is: no bf16 GEMM, and int8 activations at any row count where one
+// row takes them; sgemm still replaces the dot kernels from the same thresholds, which
+// changes only the order of f32 sums.
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
             const std::function<void(int64_t, int64_t)> &epilogue,
-            const uint16_t *xBf16 = nullptr);
+            const uint16_t *xBf16 = nullptr, bool rowInvariant = false);
 
 // What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx512".
 const char *linearKernelsDescription();
@@ -132,17 +136,18 @@ const char *linearKernelsDescription();
 // Whether dotRows multiplies int4 weights in groups of `groupSize` by int8-quantized
 // activations for `rows` rows of x (DotInt4Vnni.cpp where the CPU has AVX-512 VNNI, else
 // DotInt4Avx2.cpp with AVX2): up to 64 rows, groups of whole 32-input blocks, unless
-// DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md).
-bool int4QuantizesActivations(int64_t groupSize, int64_t rows);
+// DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md); any number of rows where `rowInvariant`.
+bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant = false);
 // The same for int8 weights (DotVnni.cpp): up to 64 rows, groups of whole 64-input chunks,
 // where DSRT_INT8_ACTIVATIONS=int8 (or DSRT_CPU_ISA=avx512-vnni) asks for it (docs/int8.md).
-bool int8QuantizesActivations(int64_t groupSize, int64_t rows);
+bool int8QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant = false);
 
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of
 // bf16, f16, int8 and int4 weights where the CPU has AVX-512 BF16 or AMX, or of any float
-// weights with DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs").
-bool bf16PromptGemm(DType weights, int64_t rows);
+// weights with DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs"); never where
+// `rowInvariant`.
+bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant = false);
 
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
 // (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or

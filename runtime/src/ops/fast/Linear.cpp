@@ -320,8 +320,8 @@ bool int4VnniAvailable() {
   return available;
 }
 
-bool int8QuantizesActivations(int64_t groupSize, int64_t rows) {
-  return int8VnniAvailable() && rows >= 1 && rows <= 64 && groupSize > 0 &&
+bool int8QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant) {
+  return int8VnniAvailable() && rows >= 1 && (rows <= 64 || rowInvariant) && groupSize > 0 &&
          groupSize % 64 == 0;
 }
 
@@ -337,8 +337,8 @@ bool int4Avx2Available() {
   return available;
 }
 
-bool int4QuantizesActivations(int64_t groupSize, int64_t rows) {
-  return int4RoundsActivations() && rows >= 1 && rows <= 64 &&
+bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant) {
+  return int4RoundsActivations() && rows >= 1 && (rows <= 64 || rowInvariant) &&
          groupSize > 0 && groupSize % 32 == 0;
 }
 
@@ -372,8 +372,9 @@ void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &
   }
 }
 
-bool bf16PromptGemm(DType weights, int64_t rows) {
-  return rows > ownKernelRows(weights) && oneDnn().sgemm && prefillInBf16(weights);
+bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant) {
+  return !rowInvariant && rows > ownKernelRows(weights) && oneDnn().sgemm &&
+         prefillInBf16(weights);
 }
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
@@ -444,26 +445,27 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 }
 
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
-            const std::function<void(int64_t, int64_t)> &epilogue, const uint16_t *xBf16) {
+            const std::function<void(int64_t, int64_t)> &epilogue, const uint16_t *xBf16,
+            bool rowInvariant) {
   const int64_t out = w.out, in = w.in;
   if (rows <= 0 || out <= 0)
     return;
   // Without x in f32 (the caller's bf16 only), where the bf16 GEMM does not take this call.
   thread_local std::vector<float> widenedX;
-  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows))) {
+  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows, rowInvariant))) {
     widenedX.resize(static_cast<size_t>(rows * in));
     convertFloats(DType::BF16, xBf16, DType::F32, widenedX.data(), rows * in);
     x = widenedX.data();
   }
   const OneDnn &dnn = oneDnn();
-  if (rows <= ownKernelRows(w.dtype) || !dnn.sgemm || in == 0) {
+  const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
+                             int4QuantizesActivations(in / w.groups, rows, rowInvariant);
+  const bool int8Vnni = w.dtype == DType::I8 && w.groups > 0 &&
+                        int8QuantizesActivations(in / w.groups, rows, rowInvariant);
+  if (rows <= ownKernelRows(w.dtype) || !dnn.sgemm || in == 0 || int4Quantized || int8Vnni) {
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
     int64_t blocks = (out + 3) / 4;
     int64_t grain = std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 4 * in * rows));
-    const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
-                               int4QuantizesActivations(in / w.groups, rows);
-    const bool int8Vnni = w.dtype == DType::I8 && w.groups > 0 &&
-                          int8QuantizesActivations(in / w.groups, rows);
     // The caller's buffers: the pool's threads read them (their own thread_local would be
     // empty).
     thread_local Int4Activations callerInt4;
@@ -496,7 +498,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       {int64_t(1), kGrainWork / std::max<int64_t>(1, kTileRows * in * rows),
        (tiles + threads - 1) / threads});
   const int64_t gemmRows = rows >= kLongPromptRows ? kGemmRows : kTileRows;
-  if (prefillInBf16(w.dtype)) {
+  if (!rowInvariant && prefillInBf16(w.dtype)) {
     // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
     thread_local std::vector<uint16_t> narrowX;
     const uint16_t *xb = xBf16;
