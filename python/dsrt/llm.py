@@ -83,17 +83,20 @@ class LLM:
     Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
     ``kv_cache_bytes`` (0: a whole sequence for every row of the plan's step, or of its static
     batch if more, at most a quarter of the memory), ``max_tokens_per_step`` (0: the step's
-    rows, ``dsc --max-tokens-per-step``),
-    ``prefix_caching``. The GIL is released while the engine steps.
+    rows: ``dsc --serving``'s 256 or ``--max-tokens-per-step``), ``prefix_caching``, and
+    ``batch_invariant`` (default: each request's tokens as it would get them alone; False lets
+    long steps of half and quantized plans take faster bf16 arithmetic). The GIL is released
+    while the engine steps.
     """
 
     def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
-                 prefix_caching: bool = True):
+                 prefix_caching: bool = True, batch_invariant: bool = True):
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
                                 max_tokens_per_step=max_tokens_per_step,
-                                prefix_caching=prefix_caching)
+                                prefix_caching=prefix_caching,
+                                batch_invariant=batch_invariant)
         self.tokenizer = self._loop.tokenizer
         self._templates = dict(self._loop.plan.chat_templates())
         self._special_tokens = {name: self._loop.plan.special_token(name)

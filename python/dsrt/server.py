@@ -404,9 +404,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="requests served at once; more are answered 429")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-bytes", type=int, default=0,
-                        help="the KV cache's bytes (0: a static session's reservation)")
+                        help="the KV cache's bytes (0: a whole sequence for every row of "
+                        "the plan's step, at most a quarter of the memory)")
     parser.add_argument("--max-tokens-per-step", type=int, default=0)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--no-batch-invariant", action="store_true",
+                        help="let long steps of half and quantized plans take faster bf16 "
+                        "arithmetic (a token may then differ from the request's alone)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
@@ -414,7 +418,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         engine = EngineLoop(args.plan, device=args.device, block_size=args.block_size,
                             kv_cache_bytes=args.kv_cache_bytes,
                             max_tokens_per_step=args.max_tokens_per_step,
-                            prefix_caching=not args.no_prefix_caching, mpi=_mpi_world() > 1)
+                            prefix_caching=not args.no_prefix_caching,
+                            batch_invariant=not args.no_batch_invariant, mpi=_mpi_world() > 1)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

@@ -229,7 +229,7 @@ struct Engine {
 
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
-         bool mpi)
+         bool batchInvariant, bool mpi)
       : plan(std::move(planIn)) {
     dsrt_engine_options options;
     dsrt_engine_options_init(&options);
@@ -239,6 +239,7 @@ struct Engine {
     options.max_tokens_per_step = maxTokensPerStep;
     options.max_running = maxRunning;
     options.prefix_caching = prefixCaching ? 1 : 0;
+    options.batch_invariant = batchInvariant ? 1 : 0;
     nb::gil_scoped_release release;
     check(mpi ? dsrt_engine_create_mpi(plan->handle, &options, &handle)
               : dsrt_engine_create(plan->handle, &options, &handle));
@@ -388,9 +389,9 @@ NB_MODULE(_dsrt, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool>(),
+                    bool, bool>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
-           "max_running"_a, "prefix_caching"_a, "mpi"_a)
+           "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "mpi"_a)
       .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
       .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
       .def("stop",

@@ -30,6 +30,17 @@ def test_generate_is_transformers_greedy(llm, reference):
         assert output.outputs[0].text == llm.tokenizer.decode(expected["generated"])
 
 
+def test_without_batch_invariance_an_fp32_plan_is_still_greedy(plan, reference):
+    # batch_invariant=False changes only half and quantized plans' long steps (docs/serving.md):
+    # the option reaches the engine, and an fp32 plan keeps transformers' tokens.
+    prompts = [p["ids"] for p in reference["prompts"]]
+    with dsrt.LLM(plan, batch_invariant=False) as engine:
+        outputs = engine.generate(prompts, dsrt.SamplingParams(
+            max_tokens=reference["max_new_tokens"], **GREEDY))
+    for output, expected in zip(outputs, reference["prompts"]):
+        assert output.outputs[0].token_ids == expected["generated"]
+
+
 def test_logprobs_are_transformers_log_softmax(llm, reference):
     # fp32 on both sides: 1e-4 as the fixture's logits tests (check_generation.py).
     for prompt in reference["prompts"]:
