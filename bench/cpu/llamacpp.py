@@ -7,7 +7,7 @@ run, the two systems interleaved (A B A B ...), every round kept.
                                            the models, once (WORK/NAME/...)
   llamacpp.py run NAME WORK OUT [--lengths 512,2048,8192] [--rounds 2] [--dtypes fp32,bf16]
                                 [--quant-rounds 3] [--skip-long] [--skip-quant]
-                                [--llama-args '--poll 0']
+                                [--llama-args '--poll 0'] [--ort]
                                 [--first-round 1]
                                            the measurements, into the folder OUT
 
@@ -49,6 +49,10 @@ run (batch 1, 2 threads, each measurement a process of its own under /usr/bin/ti
 * quantized, prompt 32 and 32 decode steps: dsc int4 against Q4_0 and dsc int8 against
   Q8_0 (dsbench --warmup 1 --iterations 3; llama-bench -p 32 -n 32 -r 3, which times the
   prompt and the 32 steps as separate tests).
+* --ort: ONNX Runtime as a third system on the fp32 long prompts, after the other two in
+  every round (bench.py ort on WORK/NAME/past: the same weights, KV cache in and out, I/O
+  binding, ORT_ENABLE_ALL, 2 threads; its peak RSS from /usr/bin/time -v). A length where
+  it fails (memory: its attention holds the [heads, N, N] scores) is logged and skipped.
 The 1-minute load average is recorded as each run starts. OUT gets runs.jsonl (one object
 per run, with the raw JSON of the tool), runs.log (every command, its start and load) and
 summary.md (the tables). Nothing asserts on time.
@@ -283,6 +287,28 @@ def run_dsc(plan, n, new_tokens, warmup, iterations, log):
             "load": start_load, "start": stamp, "raw": d}
 
 
+def run_ort(name, folder, n, new_tokens, warmup, iterations, log):
+    """ONNX Runtime on the same export with a KV cache (bench.py ort: WORK/NAME/past, I/O
+    binding, ORT_ENABLE_ALL, 2 threads): an N-token prompt, then 32 decode steps. None where
+    it does not run (at 8192 tokens its attention holds [heads, N, N] scores)."""
+    json_path = Path(log.name).parent / f"ort-{n}.json"
+    command = [sys.executable, str(REPO / "bench" / "cpu" / "bench.py"), "ort", name,
+               str(folder), str(json_path), "--prompt-len", str(n), "--new-tokens",
+               str(new_tokens), "--warmup", str(warmup), "--iterations", str(iterations),
+               "--threads", str(THREADS)]
+    try:
+        _, _, rss, start_load, stamp = timed(command, log)
+    except SystemExit as failure:
+        log.write(f"onnxruntime did not run at {n} tokens: {str(failure)[-500:]}\n")
+        return None
+    d = json.loads(json_path.read_text())
+    json_path.unlink()
+    return {"system": "onnxruntime", "prefill_ms": d["prefill_ms"]["avg"],
+            "decode_ms": d["decode_ms"]["avg"], "rss_mib": rss, "load": start_load,
+            "start": stamp, "raw": {"prefill_ms": d["prefill_ms"], "decode_ms": d["decode_ms"],
+                                    "onnxruntime": d.get("onnxruntime")}}
+
+
 LLAMA_EXTRA = []  # run --llama-args
 
 
@@ -348,7 +374,14 @@ def run(args):
                     d = run_llama(model, 0, 32, n, iterations, True, log)
                     keep({"kind": dtype, "n": n, "round": round_, "test": "decode", **d})
 
-                order = (dsc, llama) if round_ % 2 else (llama, dsc)
+                def ort():
+                    r = run_ort(args.name, folder, n, 32, warmup, iterations, log)
+                    if r:
+                        keep({"kind": dtype, "n": n, "round": round_, **r})
+
+                order = [dsc, llama] if round_ % 2 else [llama, dsc]
+                if args.ort and dtype == "fp32":
+                    order.append(ort)
                 for step in order:
                     step()
     if not args.skip_quant:
@@ -376,7 +409,7 @@ def medians(r):
     prefills and its decode steps; llama-bench's median over its repetitions (a decode
     repetition's per-token time)."""
     import statistics
-    if r["system"] == "dsc":
+    if r["system"] in ("dsc", "onnxruntime"):
         p, d = r["raw"]["prefill_ms"], r["raw"]["decode_ms"]
         return (p.get("p50") if isinstance(p, dict) else p, d.get("p50") if isinstance(d, dict) else d)
     pm = statistics.median(r["prefill_samples_ms"]) if r.get("prefill_samples_ms") else None
@@ -469,6 +502,8 @@ def main():
     r.add_argument("--llama-args", default="",
                    help="more llama-bench options, e.g. '--poll 0' (one string)")
     r.add_argument("--skip-long", action="store_true")
+    r.add_argument("--ort", action="store_true",
+                   help="ONNX Runtime too, on fp32 long prompts (bench.py ort, after both)")
     r.add_argument("--skip-quant", action="store_true")
     s = sub.add_parser("summary")
     s.add_argument("out")
