@@ -154,6 +154,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
       attrs.append("logit_scale", b.getF32FloatAttr(scale.getValue().convertToFloat()));
     if (FloatAttr cap = head.getLogitCapAttr())
       attrs.append("logit_cap", b.getF32FloatAttr(cap.getValue().convertToFloat()));
+    if (head.getInt8Activations())
+      attrs.append("int8_activations", b.getI64IntegerAttr(1));
   } else if (auto norm = dyn_cast<tfm::LayerNormOp>(op)) {
     attrs.append("epsilon", b.getF32FloatAttr(norm.getEpsilon().convertToFloat()));
   } else if (auto norm = dyn_cast<tfm::RmsNormOp>(op)) {

@@ -306,6 +306,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     } else {
       head.getWeightMutable().assign(quantized);
       head.getScalesMutable().assign(scales);
+      // An int4 plan's int8 head takes int8 activations where its int4 layers do: at
+      // most half a step of x per block of 32 (docs/int4.md), on a head that was 1/3 of an
+      // int4 decode step with f32 activations.
+      if (bits == 4 && layerBits == 8)
+        head.setInt8Activations(true);
     }
     if (weight->use_empty())
       weight->erase();

@@ -139,7 +139,7 @@ struct MatMulPattern : RecognitionPattern<onnx::MatMulOp> {
       auto head = tfm::LmHeadOp::create(rewriter, matmul.getLoc(), type, matmul.getA(),
                                         weightValue, /*scales=*/Value(),
                                         rewriter.getI64IntegerAttr(0), IntegerAttr(), FloatAttr(),
-                                        FloatAttr());
+                                        FloatAttr(), /*int8_activations=*/UnitAttr());
       recognised(matmul);
       rewriter.replaceAllUsesWith(result, head.getLogits());
       rewriter.eraseOp(matmul);

@@ -610,6 +610,8 @@ LogicalResult LmHeadOp::verify() {
     return failure();
   if (auto scale = getLogitScale(); scale && !std::isfinite(scale->convertToFloat()))
     return emitOpError() << "logit_scale must be finite, not " << scale->convertToFloat();
+  if (getInt8Activations() && !w.getElementType().isInteger(8))
+    return emitOpError("int8_activations needs an int8 weight");
   if (auto cap = getLogitCap();
       cap && !(cap->convertToFloat() > 0 && std::isfinite(cap->convertToFloat())))
     return emitOpError() << "logit_cap must be finite and positive, not "

@@ -410,12 +410,17 @@ def Tfm_LmHeadOp : Tfm_Op<"lm_head", [Pure]> {
     The logit epilogue (dsc-fuse-logit-epilogue): each logit z becomes s = z · `logit_scale`
     (Granite's 1 / logits_scaling, Cohere's logit_scale), then, with `logit_cap`,
     cap · tanh(s / cap) (Gemma-2's and NanoChat's final soft-capping). Both absent: z.
+
+    `int8_activations` (an int8 weight only; dsc-quantize-weights sets it on an int4 plan's
+    int8 head): the kernels may quantize the hidden rows to int8, as the plan's int4 layers'
+    inputs are (docs/int4.md), so that the head's products take VNNI dot products.
   }];
   let arguments = (ins Tfm_FloatTensor:$hidden, RankedTensorOf<[AnyFloat, I8, UI<4>]>:$weight,
                    Optional<Tfm_FloatTensor>:$scales,
                    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$vocab_offset,
                    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_size,
-                   OptionalAttr<F32Attr>:$logit_scale, OptionalAttr<F32Attr>:$logit_cap);
+                   OptionalAttr<F32Attr>:$logit_scale, OptionalAttr<F32Attr>:$logit_cap,
+                   UnitAttr:$int8_activations);
   let results = (outs Tfm_FloatTensor:$logits);
   let assemblyFormat = [{
     $hidden `,` $weight (`scales` $scales^)? attr-dict `:` functional-type(operands, results)

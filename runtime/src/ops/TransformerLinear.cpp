@@ -268,6 +268,9 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
     }
     weights.groups = scales.shape[1];
   }
+  int64_t int8Activations = 0;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "int8_activations", 0, int8Activations));
+  weights.int8Activations = int8Activations != 0;
   const int64_t out = weights.out;
   LinearEpilogue epilogue;
   DSRT_RETURN_IF_ERROR(epilogue.read(ctx));

@@ -35,6 +35,7 @@ struct Case {
   int64_t groups;  // int8 and int4 only
   int64_t rows, in, out;
   DType scales = DType::F32;  // int8 and int4: the scales as stored (the compute dtype)
+  bool int8Activations = false;  // int8: the plan asks for int8 activations (int8_activations)
 };
 
 std::string caseName(const Case &c) {
@@ -43,7 +44,8 @@ std::string caseName(const Case &c) {
          (grouped ? "_g" + std::to_string(c.groups) : "") +
          "_r" + std::to_string(c.rows) + "_in" + std::to_string(c.in) + "_out" +
          std::to_string(c.out) +
-         (grouped && c.scales != DType::F32 ? std::string("_scales_") + dtypeName(c.scales) : "");
+         (grouped && c.scales != DType::F32 ? std::string("_scales_") + dtypeName(c.scales) : "") +
+         (c.int8Activations ? "_int8_activations" : "");
 }
 
 // The weight in `dtype` and its value as fp32 (what both kernels multiply by).
@@ -125,7 +127,12 @@ Weight randomWeight(const Case &c, std::mt19937 &rng) {
 bool quantizesActivations(const Case &c) {
   if (c.dtype == DType::U8)
     return ops::fast::int4QuantizesActivations(c.in / c.groups, c.rows);
-  return c.dtype == DType::I8 && ops::fast::int8QuantizesActivations(c.in / c.groups, c.rows);
+  ops::fast::LinearWeights shape;
+  shape.dtype = c.dtype;
+  shape.in = c.in;
+  shape.groups = c.groups;
+  shape.int8Activations = c.int8Activations;
+  return ops::fast::int8QuantizesActivations(shape, c.rows);
 }
 
 // Σ_k |w_k| · step_k / 2, step_k = max |x| over k's block of 32 / 127.
@@ -154,6 +161,7 @@ ops::fast::LinearWeights linearWeights(const Case &c, const Weight &w, const Own
     weights.scaleType = scales.dtype;
     weights.groups = c.groups;
   }
+  weights.int8Activations = c.int8Activations;
   return weights;
 }
 
@@ -168,6 +176,8 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
   const auto *xv = reinterpret_cast<const float *>(x.storage.data());
   const auto *bv = reinterpret_cast<const float *>(bias.storage.data());
   ops::AttrMap attrs{{"activation", ops::Attr::ofString("gelu_tanh")}};
+  if (c.int8Activations)
+    attrs["int8_activations"] = ops::Attr::ofInt(1);
   const OwnedTensor storedScales = scalesAsStored(c, w.scales);
   const OwnedTensor *scales =
       c.dtype == DType::I8 || c.dtype == DType::U8 ? &storedScales : nullptr;
@@ -176,7 +186,10 @@ TEST_P(FastLinearTest, EqualsTheReferenceKernel) {
     std::vector<const OwnedTensor *> inputs{&x, &w.stored, &bias, scales};
     if (!lmHead)
       inputs.push_back(&residual);
-    const ops::AttrMap &opAttrs = lmHead ? ops::AttrMap{} : attrs;
+    ops::AttrMap headAttrs;
+    if (c.int8Activations)
+      headAttrs["int8_activations"] = ops::Attr::ofInt(1);
+    const ops::AttrMap &opAttrs = lmHead ? headAttrs : attrs;
     std::vector<OwnedTensor> fast, reference;
     Status status = run(op, inputs, fast, opAttrs, 1, nullptr, nullptr, /*fastKernels=*/true);
     ASSERT_TRUE(status.isOk()) << status.message();
@@ -235,6 +248,16 @@ std::vector<Case> cases() {
         c.scales = scales;
         all.push_back(c);
       }
+  // An int4 plan's int8 layers (its LM head: groups of 32) take int8 activations where its
+  // int4 layers do: the VNNI kernel with two groups per 64-input chunk; 96 inputs (three
+  // groups of 32, not whole chunks) stay on the f32-activation kernels.
+  for (int64_t rows : {1, 2, 3, 33, 65})
+    for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 8}, {64, 2}, {96, 3},
+                              {256, 2}}) {
+      Case c{DType::I8, groups, rows, in, 37};
+      c.int8Activations = true;
+      all.push_back(c);
+    }
   // Long prompts (from 256 rows): converted weights go to the GEMM 512 features at a time,
   // each widened 64 at a time; 1100 features end on a partial tile and a partial part.
   for (auto [dtype, groups] : {std::pair<DType, int64_t>{DType::F32, 1}, {DType::F16, 1},

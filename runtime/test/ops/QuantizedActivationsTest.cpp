@@ -31,7 +31,7 @@ std::vector<double> quantizedLikeTheKernels(const float *x, int64_t in) {
 }
 
 void checkAgainstExactQuantization(DType dtype, int64_t rows, int64_t in, int64_t out,
-                                   int64_t groups, DType scaleType) {
+                                   int64_t groups, DType scaleType, bool int8Activations) {
   const std::string name = std::string(dtype == DType::U8 ? "int4" : "int8") + " rows " +
                            std::to_string(rows) + " in " + std::to_string(in) + " groups " +
                            std::to_string(groups) + " scales " + dtypeName(scaleType);
@@ -56,6 +56,7 @@ void checkAgainstExactQuantization(DType dtype, int64_t rows, int64_t in, int64_
   w.out = out;
   w.in = in;
   w.groups = groups;
+  w.int8Activations = int8Activations;
   w.scaleType = scaleType;
   w.scales = scaleType == DType::F32 ? static_cast<const void *>(scales.data()) : narrow.data();
   std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
@@ -85,13 +86,22 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
   for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
     for (int64_t rows : {1, 2, 3, 5, 33})
       for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 4}, {768, 6},
-                                {224, 7}, {256, 2}}) {
-        if (ops::fast::int8QuantizesActivations(in / groups, rows)) {
-          checkAgainstExactQuantization(DType::I8, rows, in, 37, groups, scaleType);
-          ++checked;
+                                {224, 7}, {256, 2}, {256, 8}}) {
+        // int8 weights as --dtype int8 makes them, and as an int4 plan's LM head (asking
+        // for int8 activations; groups of 32 included).
+        for (bool asked : {false, true}) {
+          ops::fast::LinearWeights shape;
+          shape.dtype = DType::I8;
+          shape.in = in;
+          shape.groups = groups;
+          shape.int8Activations = asked;
+          if (ops::fast::int8QuantizesActivations(shape, rows)) {
+            checkAgainstExactQuantization(DType::I8, rows, in, 37, groups, scaleType, asked);
+            ++checked;
+          }
         }
         if (ops::fast::int4QuantizesActivations(in / groups, rows)) {
-          checkAgainstExactQuantization(DType::U8, rows, in, 37, groups, scaleType);
+          checkAgainstExactQuantization(DType::U8, rows, in, 37, groups, scaleType, false);
           ++checked;
         }
       }

@@ -84,8 +84,11 @@ func.func @row_parallel(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
 // CHANNEL: %[[Q:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quantize_int8<group_size = 0>] -> tensor<50x16xi8>
 // CHANNEL: %[[S:.*]] = tfm.weight "head" : tensor<100x16xf32> [#tfm.shard<axis = 0, offsets = [0, 50], sizes = [50, 50], groups = 1>, #tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<50x1xf32>
 // CHANNEL: tfm.lm_head %{{.*}}, %[[Q]] scales %[[S]] {vocab_size = 100 : i64}
+// An int4 plan's head is int8, and takes int8 activations as its int4 layers do; an int8
+// plan's keeps f32 ones (CHANNEL's exact attributes above).
 // INT4-LABEL: func.func @lm_head
 // INT4: tfm.weight "head" {{.*}}#tfm.quantize_int8<group_size = 8>] -> tensor<50x16xi8>
+// INT4: tfm.lm_head {{.*}} {int8_activations, vocab_size = 100 : i64}
 // KEEP-HEAD-LABEL: func.func @lm_head
 // KEEP-HEAD: tfm.lm_head %{{.*}}, %{{.*}} {vocab_size = 100 : i64} : (tensor<2x16xf32>, tensor<50x16xf32>) -> tensor<2x50xf32>
 func.func @lm_head(%x: tensor<2x16xf32>) -> tensor<2x50xf32> {

@@ -54,19 +54,33 @@ void quantizeRow(const float *x, int64_t in, QuantizedInt8Row &row) {
   }
 }
 
+// O weight rows from `first`, and their f32 sums with R rows of x.
+template <int O, int R> struct BlockSums {
+  const int8_t *rows[O];
+  __m512 total[O][R];
+  BlockSums(const LinearWeights &w, int64_t first) {
+    for (int o = 0; o < O; ++o) {
+      rows[o] = static_cast<const int8_t *>(w.data) + (first + o) * w.in;
+      for (int r = 0; r < R; ++r)
+        total[o][r] = _mm512_setzero_ps();
+    }
+  }
+  void write(float *y, int64_t ldy, int64_t first) const {
+    for (int o = 0; o < O; ++o)
+      for (int r = 0; r < R; ++r)
+        y[r * ldy + first + o] = _mm512_reduce_add_ps(total[o][r]);
+  }
+};
+
 // O weight rows from `first` against R quantized rows of x, written at y[r * ldy + first + o].
 template <int O, int R>
 void vnniBlock(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first, float *y,
                int64_t ldy) {
-  const int64_t in = w.in, groups = w.groups, chunksPerGroup = in / groups / kChunk;
+  const int64_t groups = w.groups, chunksPerGroup = w.in / groups / kChunk;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const int8_t *rows[O];
-  for (int o = 0; o < O; ++o)
-    rows[o] = static_cast<const int8_t *>(w.data) + (first + o) * in;
-  __m512 total[O][R];
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r)
-      total[o][r] = _mm512_setzero_ps();
+  BlockSums<O, R> block(w, first);
+  const auto &rows = block.rows;
+  auto &total = block.total;
   for (int64_t g = 0; g < groups; ++g) {
     __m512 acc[O][R];
     for (int o = 0; o < O; ++o)
@@ -94,9 +108,51 @@ void vnniBlock(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
         total[o][r] = _mm512_fmadd_ps(acc[o][r], scale, total[o][r]);
     }
   }
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r)
-      y[r * ldy + first + o] = _mm512_reduce_add_ps(total[o][r]);
+  block.write(y, ldy, first);
+}
+
+// Groups of 32 inputs (the int8 LM head of an int4 plan): each chunk of 64 spans two
+// groups, lanes 0-7 of its sums the first and 8-15 the second (as the activations' blocks),
+// so the weight's two scales join the activations' lane scales before the chunk's sums are
+// added.
+template <int O, int R>
+void vnniBlockHalfChunkGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
+                              float *y, int64_t ldy) {
+  const int64_t groups = w.groups, chunks = w.in / kChunk;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  BlockSums<O, R> block(w, first);
+  const auto &rows = block.rows;
+  auto &total = block.total;
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512i xv[R];
+    __m512 xScales[R];
+    for (int r = 0; r < R; ++r) {
+      xv[r] = _mm512_loadu_si512(x[r].values.data() + c * kChunk);
+      xScales[r] = _mm512_loadu_ps(x[r].laneScales.data() + c * 16);
+    }
+    for (int o = 0; o < O; ++o) {
+      const int64_t group = (first + o) * groups + 2 * c;
+      const __m512 weightScales = _mm512_mask_blend_ps(
+          0xFF00, _mm512_set1_ps(w.scale(group)), _mm512_set1_ps(w.scale(group + 1)));
+      const __m512i flipped = _mm512_xor_si512(_mm512_loadu_si512(rows[o] + c * kChunk), flip);
+      for (int r = 0; r < R; ++r) {
+        const __m512i sums = _mm512_dpbusd_epi32(
+            _mm512_loadu_si512(x[r].surplusLanes.data() + c * 16), flipped, xv[r]);
+        total[o][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                                      _mm512_mul_ps(xScales[r], weightScales), total[o][r]);
+      }
+    }
+  }
+  block.write(y, ldy, first);
+}
+
+template <int O, int R>
+void vnniBlockAnyGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
+                        float *y, int64_t ldy) {
+  if (w.in / w.groups == kBlock)
+    vnniBlockHalfChunkGroups<O, R>(x, w, first, y, ldy);
+  else
+    vnniBlock<O, R>(x, w, first, y, ldy);
 }
 
 template <int O>
@@ -104,9 +160,9 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
               int64_t ldy) {
   int64_t r = 0;
   for (; r + 2 <= a.rows; r += 2)
-    vnniBlock<O, 2>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
+    vnniBlockAnyGroups<O, 2>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
   if (r < a.rows)
-    vnniBlock<O, 1>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
+    vnniBlockAnyGroups<O, 1>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
 }
 
 } // namespace

@@ -61,6 +61,9 @@ struct LinearWeights {
   const void *scales = nullptr;      // int8 and int4: [out, groups]
   DType scaleType = DType::F32;      // F32, F16 or BF16
   int64_t groups = 1;
+  // int8 weights whose plan asks for int8 activations (an int4 plan's int8 layers, its LM
+  // head: `int8_activations`): they take them as its int4 layers do (int4VnniAvailable).
+  bool int8Activations = false;
 
   float scale(int64_t index) const {
     if (scaleType == DType::F32)
@@ -138,9 +141,11 @@ const char *linearKernelsDescription();
 // DotInt4Avx2.cpp with AVX2): up to 64 rows, groups of whole 32-input blocks, unless
 // DSRT_INT4_ACTIVATIONS=f32 (docs/int4.md); any number of rows where `rowInvariant`.
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant = false);
-// The same for int8 weights (DotVnni.cpp): up to 64 rows, groups of whole 64-input chunks,
-// where DSRT_INT8_ACTIVATIONS=int8 (or DSRT_CPU_ISA=avx512-vnni) asks for it (docs/int8.md).
-bool int8QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant = false);
+// The same for int8 weights (DotVnni.cpp): up to 64 rows, groups of whole 64-input chunks or
+// of 32 (over whole chunks), where DSRT_INT8_ACTIVATIONS=int8 (or DSRT_CPU_ISA=avx512-vnni)
+// asks for it (docs/int8.md), or the weights do (LinearWeights::int8Activations) and the
+// CPU takes int4's.
+bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInvariant = false);
 
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of

@@ -320,9 +320,13 @@ bool int4VnniAvailable() {
   return available;
 }
 
-bool int8QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant) {
-  return int8VnniAvailable() && rows >= 1 && (rows <= 64 || rowInvariant) && groupSize > 0 &&
-         groupSize % 64 == 0;
+bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInvariant) {
+  if (w.dtype != DType::I8 || w.groups <= 0 || w.in % w.groups != 0 || rows < 1 ||
+      (rows > 64 && !rowInvariant))
+    return false;
+  const int64_t groupSize = w.in / w.groups;
+  const bool wholeChunks = groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0);
+  return wholeChunks && (int8VnniAvailable() || (w.int8Activations && int4VnniAvailable()));
 }
 
 // Without VNNI (the kernels capped to AVX2, or an AVX-512 CPU without it), the AVX2 kernel
@@ -431,7 +435,7 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
     quantizeInt4Activations(x, rows, w, quantized);
     return dotRowsInt4(quantized, w, begin, end, y, ldy);
   }
-  if (w.dtype == DType::I8 && w.groups > 0 && int8QuantizesActivations(w.in / w.groups, rows)) {
+  if (int8QuantizesActivations(w, rows)) {
     thread_local Int8Activations quantized;
     quantizeInt8Activations(x, rows, w, quantized);
     return dotRowsInt8Vnni(quantized, w, begin, end, y, ldy);
@@ -460,8 +464,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
   const OneDnn &dnn = oneDnn();
   const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
                              int4QuantizesActivations(in / w.groups, rows, rowInvariant);
-  const bool int8Vnni = w.dtype == DType::I8 && w.groups > 0 &&
-                        int8QuantizesActivations(in / w.groups, rows, rowInvariant);
+  const bool int8Vnni = int8QuantizesActivations(w, rows, rowInvariant);
   if (rows <= ownKernelRows(w.dtype) || !dnn.sgemm || in == 0 || int4Quantized || int8Vnni) {
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
     int64_t blocks = (out + 3) / 4;
