@@ -5,6 +5,7 @@
 //
 //   dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] [--in 896] [--out 4864] [--rows 1]
 //                     [--group 32] [--scales f32|f16] [--threads 2] [--calls 50]
+//                     [--row-invariant 1]   (the serving engine's arithmetic)
 #include "core/Tensor.h"
 #include "ops/Ops.h"
 #include "ops/fast/FastKernels.h"
@@ -26,7 +27,7 @@ namespace {
   std::fprintf(stderr,
                "dsrt-linear-bench: %s\nusage: dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] "
                "[--in N] [--out N] [--rows N] [--group N] [--scales f32|f16] [--threads N] "
-               "[--calls N]\n",
+               "[--calls N] [--row-invariant 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -44,6 +45,7 @@ int64_t positive(const char *text, const char *flag) {
 int main(int argc, char **argv) {
   std::string dtype = "int4", scaleType = "f32";
   int64_t in = 896, out = 4864, rows = 1, group = 32, threads = 2, calls = 50;
+  bool rowInvariant = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -57,6 +59,7 @@ int main(int argc, char **argv) {
     else if (flag == "--group") group = positive(value, "--group");
     else if (flag == "--threads") threads = positive(value, "--threads");
     else if (flag == "--calls") calls = positive(value, "--calls");
+    else if (flag == "--row-invariant") rowInvariant = std::string(value) == "1";
     else usage("unknown option " + flag);
   }
   const bool int4 = dtype == "int4", int8 = dtype == "int8";
@@ -106,11 +109,11 @@ int main(int argc, char **argv) {
   for (float &v : x)
     v = normal(rng);
   const auto none = [](int64_t, int64_t) {};
-  ops::fast::linear(x.data(), rows, w, y.data(), none);  // warm: pages, pool, oneDNN
+  ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant);  // warm: pages, pool, oneDNN
   double best = 1e30, total = 0;
   for (int64_t c = 0; c < calls; ++c) {
     const auto start = std::chrono::steady_clock::now();
-    ops::fast::linear(x.data(), rows, w, y.data(), none);
+    ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     best = std::min(best, ms);
@@ -120,9 +123,9 @@ int main(int argc, char **argv) {
                        ((int4 || int8) ? static_cast<double>(scales.size()) *
                                              (scaleType == "f16" ? 2 : 4)
                                        : 0.0);
-  std::printf("%s [%lld, %lld] x %lld rows%s, %lld threads (%s): best %.4f ms, mean %.4f ms, "
+  std::printf("%s%s [%lld, %lld] x %lld rows%s, %lld threads (%s): best %.4f ms, mean %.4f ms, "
               "%.2f GB/s of weights at best, %.1f GFLOP/s\n",
-              dtype.c_str(), static_cast<long long>(out), static_cast<long long>(in),
+              dtype.c_str(), rowInvariant ? " (row-invariant)" : "", static_cast<long long>(out), static_cast<long long>(in),
               static_cast<long long>(rows),
               (int4 || int8) ? (", groups of " + std::to_string(group) + ", " + scaleType +
                                 " scales").c_str()
