@@ -278,8 +278,8 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   // A bf16 input that the bf16 GEMM takes goes to it as it is, not widened and rounded
   // again (the same values).
-  const bool bf16Input =
-      x.dtype == DType::BF16 && fast::bf16PromptGemm(weights.dtype, rows, ctx.rowInvariant);
+  const bool bf16Input = x.dtype == DType::BF16 &&
+                         fast::bf16PromptGemm(weights.dtype, rows, ctx.rowInvariant, true);
   std::optional<FloatView> a;
   if (!bf16Input)
     a.emplace(x);

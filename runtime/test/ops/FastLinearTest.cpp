@@ -316,9 +316,19 @@ TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
     Weight w = randomWeight(c, rng);
     OwnedTensor x = randomF32({c.rows, c.in}, rng);
     const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
-    const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+    auto *xv = reinterpret_cast<float *>(x.storage.data());
     std::vector<float> together(static_cast<size_t>(c.rows * c.out)), alone(c.out);
-    ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
+    // bf16 weights also against an x held in bf16 (a bf16 plan's activations), which the
+    // bf16 GEMM may take as it is: x's values rounded to bf16 first, so that both calls see
+    // the same numbers.
+    std::vector<uint16_t> xBf16;
+    if (c.dtype == DType::BF16) {
+      xBf16.resize(static_cast<size_t>(c.rows * c.in));
+      convertFloats(DType::F32, xv, DType::BF16, xBf16.data(), c.rows * c.in);
+      convertFloats(DType::BF16, xBf16.data(), DType::F32, xv, c.rows * c.in);
+    }
+    ops::fast::linear(xBf16.empty() ? xv : nullptr, c.rows, weights, together.data(),
+                      [](int64_t, int64_t) {}, xBf16.empty() ? nullptr : xBf16.data(),
                       /*rowInvariant=*/true);
     for (int64_t r = 0; r < c.rows; r += 23) {
       ops::fast::linear(xv + r * c.in, 1, weights, alone.data(), [](int64_t, int64_t) {},

@@ -150,9 +150,11 @@ bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInva
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of
 // bf16, f16, int8 and int4 weights where the CPU has AVX-512 BF16 or AMX, or of any float
-// weights with DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs"); never where
-// `rowInvariant`.
-bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant = false);
+// weights with DSRT_PREFILL_GEMM=bf16 (docs/cpu-backend.md, "bf16 GEMMs"). Where
+// `rowInvariant`, only bf16 weights against an x given in bf16 (`xInBf16`), which round
+// nothing.
+bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant = false,
+                    bool xInBf16 = false);
 
 // The instruction set of the kernels that run here: "avx512" (AVX-512F), "avx2"
 // (AVX2+FMA+F16C) or "scalar", the widest the CPU has unless DSRT_CPU_ISA caps it; or

@@ -376,9 +376,12 @@ void quantizeInt4Activations(const float *x, int64_t rows, const LinearWeights &
   }
 }
 
-bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant) {
-  return !rowInvariant && rows > ownKernelRows(weights) && oneDnn().sgemm &&
-         prefillInBf16(weights);
+// Under rowInvariant the bf16 GEMM still takes bf16 weights against an x the caller holds in
+// bf16 (a bf16 plan's attention and gated-MLP outputs): it then rounds nothing, as the dot
+// kernels on the same values do not.
+bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant, bool xInBf16) {
+  return (!rowInvariant || (xInBf16 && weights == DType::BF16)) &&
+         rows > ownKernelRows(weights) && oneDnn().sgemm && prefillInBf16(weights);
 }
 
 void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
@@ -456,7 +459,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     return;
   // Without x in f32 (the caller's bf16 only), where the bf16 GEMM does not take this call.
   thread_local std::vector<float> widenedX;
-  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows, rowInvariant))) {
+  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows, rowInvariant, true))) {
     widenedX.resize(static_cast<size_t>(rows * in));
     convertFloats(DType::BF16, xBf16, DType::F32, widenedX.data(), rows * in);
     x = widenedX.data();
@@ -501,7 +504,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       {int64_t(1), kGrainWork / std::max<int64_t>(1, kTileRows * in * rows),
        (tiles + threads - 1) / threads});
   const int64_t gemmRows = rows >= kLongPromptRows ? kGemmRows : kTileRows;
-  if (!rowInvariant && prefillInBf16(w.dtype)) {
+  if (bf16PromptGemm(w.dtype, rows, rowInvariant, xBf16 != nullptr)) {
     // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
     thread_local std::vector<uint16_t> narrowX;
     const uint16_t *xb = xBf16;
