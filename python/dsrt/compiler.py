@@ -32,8 +32,8 @@ def compile(model: str, output: str, *, tp: int = 1, dtype: Optional[str] = None
     """Compiles an ONNX model (its tokenizer, config and chat template found beside it) to a
     plan at ``output``, as ``dsc compile model --tp N --dtype D -o output`` does; returns
     ``output``. ``serving=True`` adds the step program the serving engine (``LLM``,
-    ``dsserve``) runs best; ``max_tokens_per_step`` bounds its rows (the tokens one engine
-    step computes) apart from ``max_batch``, and implies it. A failure raises ``dsrt.Error`` with dsc's message."""
+    ``dsserve``) runs best, of 256 rows (the tokens one engine step computes);
+    ``max_tokens_per_step`` sets another number apart from ``max_batch``, and implies it. A failure raises ``dsrt.Error`` with dsc's message."""
     command = [_dsc(), "compile", model, "-o", output, "--tp", str(tp)]
     if dtype:
         command += ["--dtype", dtype]
