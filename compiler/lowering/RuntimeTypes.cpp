@@ -245,6 +245,15 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     attrs.append("scoring", b.getStringAttr(tfm::stringifyRouterScoring(moe.getScoring())));
     attrs.append("normalize", b.getI64IntegerAttr(moe.getNormalize() ? 1 : 0));
     attrs.append("activation", b.getStringAttr(tfm::stringifyActivationKind(moe.getActivation())));
+    // GPT-OSS's clamped SwiGLU and TP's once-added down bias: only where set, so that other
+    // plans keep their steps' attributes.
+    if (FloatAttr alpha = moe.getSwigluAlphaAttr()) {
+      attrs.append("swiglu_alpha", b.getF32FloatAttr(alpha.getValue().convertToFloat()));
+      attrs.append("swiglu_limit",
+                   b.getF32FloatAttr(moe.getSwigluLimitAttr().getValue().convertToFloat()));
+    }
+    if (std::optional<int64_t> rank = moe.getDownBiasRank())
+      attrs.append("down_bias_rank", b.getI64IntegerAttr(*rank));
     // Expert parallelism: each rank's experts, as tfm.attention's rank_heads.
     if (auto counts = moe.getRankExperts()) {
       attrs.append("rank_experts", b.getI64ArrayAttr(*counts));

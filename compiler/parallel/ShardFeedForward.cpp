@@ -179,8 +179,9 @@ void Sharder::reduceAfter(tfm::MoeOp moe) {
 // intermediate features (column-parallel), its down projection's inputs (row-parallel); the
 // rank's result is a partial sum, completed by one tfm.all_reduce per MoE layer. Every rank
 // routes every token (the router stays replicated) and runs its part of the chosen experts.
-// Experts with biases stay replicated: the down bias is weighted by the token's score, so it
-// cannot be added once after the reduce as a row-parallel linear's is.
+// Experts' gate and up biases are split with their rows; the down bias is weighted by the
+// token's score, so it cannot be added after the reduce as a row-parallel linear's is: every
+// rank holds it whole and rank 0 alone adds it (down_bias_rank), so the reduce holds it once.
 LogicalResult Sharder::shardMoes() {
   SmallVector<tfm::MoeOp> moes;
   func_.walk([&](tfm::MoeOp moe) { moes.push_back(moe); });
@@ -191,19 +192,25 @@ LogicalResult Sharder::shardMoes() {
       continue;
     }
     const int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(1);
-    if (moe.getGateUpBias() || inter < ranks_ || sharedWidth(moe) < ranks_) {
-      moe.emitWarning("tp-shard: this mixture of experts stays replicated: ")
-          << (moe.getGateUpBias() ? "its experts have biases"
-                                  : "its experts are narrower than the ranks");
+    if (inter < ranks_ || sharedWidth(moe) < ranks_) {
+      moe.emitWarning("tp-shard: this mixture of experts stays replicated: its experts are "
+                      "narrower than the ranks");
       continue;
     }
     SmallVector<int64_t> sizes = evenSizes(inter, ranks_), offsets = offsetsOf(sizes);
     FailureOr<Value> gateUp = shardEachPart(moe.getGateUp(), 0, offsets, sizes);
     FailureOr<Value> down = shardEachPart(moe.getDown(), 1, offsets, sizes);
-    if (failed(gateUp) || failed(down))
+    FailureOr<Value> gateUpBias = moe.getGateUpBias()
+                                      ? shardEachPart(moe.getGateUpBias(), 0, offsets, sizes)
+                                      : FailureOr<Value>(Value());
+    if (failed(gateUp) || failed(down) || failed(gateUpBias))
       return moe.emitOpError("tp-shard: cannot shard the experts' weights");
     moe.getGateUpMutable().assign(*gateUp);
     moe.getDownMutable().assign(*down);
+    if (*gateUpBias) {
+      moe.getGateUpBiasMutable().assign(*gateUpBias);
+      moe.setDownBiasRankAttr(b_.getI64IntegerAttr(0));
+    }
     if (failed(shardSharedExpert(moe)))
       return failure();
     reduceAfter(moe);

@@ -9,6 +9,7 @@
 #include "compiler/recognize/AttentionMatch.h"
 #include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/LayerMatching.h"
+#include "compiler/recognize/MoeActivation.h"
 #include "compiler/recognize/Passes.h"
 #include "compiler/recognize/ProbeEvaluator.h"
 #include "compiler/recognize/RecognitionReport.h"
@@ -39,12 +40,17 @@ using layers::defining;
 using probe::Info;
 using probe::ProbeEvaluator;
 
-// One expert's term of the sum: down(act(gate(x)) * up(x)) * routing[..., e:e+1].
+// One expert's term of the sum: down(act(gate(x)) * up(x)) * routing[..., e:e+1]. The
+// gated activation is a tfm.gated_act, or (GPT-OSS) elementwise ops with clamps, `glu`,
+// whose gate and up rewrite() proves on the probe (until then `gate` and `up` are the
+// region's two linears in the order found).
 struct ExpertTerm {
   onnx::MulOp product;
   int64_t expert = -1;
   tfm::LinearOp gate, up, down;
   tfm::GatedActOp act;
+  std::optional<moe::GluRegion> glu;
+  moe::ClampedSwiglu clamped;
   SmallVector<Operation *, 2> column;  // the Slice, or the Gather and its Unsqueeze
   Value x, routing;
 };
@@ -106,10 +112,18 @@ std::optional<ExpertTerm> matchTerm(onnx::MulOp mul) {
     if (!term.down || !matchColumn(other, term))
       continue;
     term.act = defining<tfm::GatedActOp>(term.down.getInput());
-    if (!term.act)
-      continue;
-    term.gate = defining<tfm::LinearOp>(term.act.getGate());
-    term.up = defining<tfm::LinearOp>(term.act.getUp());
+    if (term.act) {
+      term.gate = defining<tfm::LinearOp>(term.act.getGate());
+      term.up = defining<tfm::LinearOp>(term.act.getUp());
+    } else {
+      std::string unused;
+      FailureOr<moe::GluRegion> glu = moe::matchGluRegion(term.down.getInput(), unused);
+      if (failed(glu))
+        continue;
+      term.glu = std::move(*glu);
+      term.gate = term.glu->first;
+      term.up = term.glu->second;
+    }
     if (!term.gate || !term.up || term.gate.getInput() != term.up.getInput())
       continue;
     term.x = term.gate.getInput();
@@ -296,7 +310,7 @@ std::optional<SharedExpert> matchShared(Operation *sum, Value x) {
 
 struct MoeBlock {
   Value x, routing;
-  SmallVector<ExpertTerm> terms;
+  SmallVector<ExpertTerm, 0> terms;
   Operation *root = nullptr;  // the last Add of the sum
   SmallVector<Operation *> adds;
 };
@@ -445,6 +459,27 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
       why = "the sum leaves out some of the " + std::to_string(experts) + " experts";
       return failure();
     }
+    // GPT-OSS's clamped SwiGLU: which linear is the gate, alpha and limit, proven per expert.
+    for (ExpertTerm *term : byExpert) {
+      if (bool(term->glu) != bool(byExpert.front()->glu)) {
+        why = "the experts' activations differ";
+        return failure();
+      }
+      if (!term->glu)
+        continue;
+      FailureOr<moe::ClampedSwiglu> clamped =
+          moe::proveClampedSwiglu(probe, *term->glu, term->down.getInput(), why);
+      if (failed(clamped))
+        return failure();
+      term->clamped = *clamped;
+      if (!clamped->gateIsFirst)
+        std::swap(term->gate, term->up);
+      const moe::ClampedSwiglu &reference = byExpert.front()->clamped;
+      if (clamped->alpha != reference.alpha || clamped->limit != reference.limit) {
+        why = "the experts' clamped SwiGLUs have different alphas or limits";
+        return failure();
+      }
+    }
     // One shape, one activation, biases on all or none.
     ExpertTerm &first = *byExpert.front();
     auto gateType = cast<RankedTensorType>(first.gate.getWeight().getType());
@@ -462,7 +497,7 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
         why = "the experts' weights have unequal shapes or types";
         return failure();
       }
-      if (term->act.getKind() != first.act.getKind()) {
+      if (term->act && term->act.getKind() != first.act.getKind()) {
         why = "the experts' activations differ";
         return failure();
       }
@@ -472,9 +507,13 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
         why = "some experts' linear layers have biases and some not";
         return failure();
       }
-      // The expert's values are read by its term only.
-      for (Operation *op : {term->gate.getOperation(), term->up.getOperation(),
-                            term->act.getOperation(), term->down.getOperation()})
+      // The expert's values are read by its term only (matchGluRegion checked a clamped
+      // activation's).
+      SmallVector<Operation *, 4> own = {term->down.getOperation()};
+      if (term->act)
+        own.append({term->gate.getOperation(), term->up.getOperation(),
+                    term->act.getOperation()});
+      for (Operation *op : own)
         if (!op->getResult(0).hasOneUse()) {
           why = "an expert's intermediate value has other readers";
           return failure();
@@ -564,8 +603,12 @@ struct RecognizeMoePass : impl::RecognizeMoeBase<RecognizeMoePass> {
         builder.getI64IntegerAttr(routing->topK),
         tfm::RouterScoringAttr::get(builder.getContext(), routing->scoring),
         routing->normalize ? builder.getUnitAttr() : UnitAttr(),
-        tfm::ActivationKindAttr::get(builder.getContext(), first.act.getKind()),
-        /*rank_experts=*/nullptr, /*rank_expert_offsets=*/nullptr);
+        tfm::ActivationKindAttr::get(builder.getContext(), first.glu ? tfm::ActivationKind::silu
+                                                                      : first.act.getKind()),
+        /*rank_experts=*/nullptr, /*rank_expert_offsets=*/nullptr,
+        first.glu ? builder.getF32FloatAttr(first.clamped.alpha) : FloatAttr(),
+        first.glu ? builder.getF32FloatAttr(first.clamped.limit) : FloatAttr(),
+        /*down_bias_rank=*/nullptr);
     result.replaceAllUsesWith(moe.getOutput());
     return success();
   }

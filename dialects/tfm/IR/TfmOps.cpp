@@ -680,6 +680,24 @@ LogicalResult MoeOp::verify() {
       return emitOpError() << "the shared expert must be [2 * n, " << hidden << "], [" << hidden
                            << ", n] and a [1, " << hidden << "] gate";
   }
+  if (bool(getSwigluAlpha()) != bool(getSwigluLimit()))
+    return emitOpError("swiglu_alpha and swiglu_limit come together");
+  if (FloatAttr limit = getSwigluLimitAttr()) {
+    const float alpha = getSwigluAlphaAttr().getValue().convertToFloat();
+    const float bound = limit.getValue().convertToFloat();
+    if (getActivation() != ActivationKind::silu)
+      return emitOpError("the clamped SwiGLU's activation must be silu");
+    if (!std::isfinite(alpha) || !std::isfinite(bound) || !(bound > 0))
+      return emitOpError() << "the clamped SwiGLU needs a finite alpha and a positive, finite "
+                              "limit, not "
+                           << alpha << " and " << bound;
+  }
+  if (auto rank = getDownBiasRank()) {
+    if (!getDownBias())
+      return emitOpError("down_bias_rank without a down bias");
+    if (*rank < 0)
+      return emitOpError() << "down_bias_rank " << *rank << " is not a rank";
+  }
   if (Value bias = getGateUpBias()) {
     auto gateUpBias = cast<RankedTensorType>(bias.getType());
     auto downBias = cast<RankedTensorType>(getDownBias().getType());

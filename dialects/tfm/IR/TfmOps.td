@@ -441,6 +441,11 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     `normalize` they are divided by their sum. The result is the sum over the chosen
     experts e of score_e * down_e(act(gate_e(x)) * up_e(x)), added in expert order.
 
+    With `swiglu_limit` (GPT-OSS's clamped SwiGLU) the product act(gate) * up is, per
+    intermediate feature, (clamp(up, -limit, limit) + 1) * g * sigmoid(`swiglu_alpha` * g)
+    with g = min(gate, limit); `activation` is then `silu`, the sigmoid-weighted unit that
+    alpha scales. Both attributes come together, read from the export's constants.
+
     The experts' weights are stacked in torch's [out, in] layout, expert after expert:
     `gate_up` [experts * 2 * inter, hidden], each expert's gate rows then its up rows (a
     gated linear's joined [gate; up] weight), and `down` [experts * hidden, inter]. The
@@ -460,6 +465,11 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     IR) only those; each rank routes every token, runs the chosen experts it holds, and a
     tfm.all_reduce sums the ranks' results.
 
+    Under tensor parallelism every expert is split as a dense MLP and the ranks' partial
+    sums are all-reduced: the down bias (weighted by the token's score, so it cannot wait
+    for the reduce) is then added by rank `down_bias_rank` only, so that the sum holds it
+    once. Without the attribute every rank adds the down biases it holds.
+
     dsc-recognize-moe produces it from an export that computes every expert and weights
     it by its column of the routing weights (docs/transformer-ops.md, "Mixture of
     experts"). Kernels compute only the chosen experts: decode reads k of them.
@@ -477,7 +487,10 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
                    Tfm_RouterScoringAttr:$scoring, UnitAttr:$normalize,
                    Tfm_ActivationKindAttr:$activation,
                    OptionalAttr<DenseI64ArrayAttr>:$rank_experts,
-                   OptionalAttr<DenseI64ArrayAttr>:$rank_expert_offsets);
+                   OptionalAttr<DenseI64ArrayAttr>:$rank_expert_offsets,
+                   OptionalAttr<F32Attr>:$swiglu_alpha,
+                   OptionalAttr<F32Attr>:$swiglu_limit,
+                   OptionalAttr<I64Attr>:$down_bias_rank);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $router_logits `,` $gate_up `,` $down
@@ -485,7 +498,8 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     (`shared` `(` $shared_gate_up^ `,` $shared_down `,` $shared_gate `)`)?
     (`scales` `(` $gate_up_scales^ `,` $down_scales `)`)?
     `top_k` $top_k `scoring` $scoring
-    (`normalize` $normalize^)? `activation` $activation attr-dict
+    (`normalize` $normalize^)? `activation` $activation
+    (`swiglu` `alpha` $swiglu_alpha^ `limit` $swiglu_limit)? attr-dict
     `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct MoeShape {
   // The experts this rank's weights hold: all, or under expert parallelism
   // [firstExpert, +heldExperts) (rank_experts, rank_expert_offsets).
   int64_t firstExpert = 0, heldExperts = 0;
+  // GPT-OSS's clamped SwiGLU where both are set (NaN otherwise).
+  float swigluAlpha = 0, swigluLimit = 0;
+  bool addsDownBias = true;
+  bool clamped() const { return !std::isnan(swigluLimit); }
 };
 
 // The rank's experts under expert parallelism; all of them otherwise.
@@ -116,6 +121,21 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
                        " is not [2 * n, ", shape.hidden, "], [", shape.hidden, ", n], [1, ",
                        shape.hidden, "]");
   }
+  // GPT-OSS's clamped SwiGLU: both or neither, as tfm.moe's verifier requires.
+  const float none = std::numeric_limits<float>::quiet_NaN();
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "swiglu_alpha", none, shape.swigluAlpha));
+  DSRT_RETURN_IF_ERROR(floatAttr(ctx, "swiglu_limit", none, shape.swigluLimit));
+  if (std::isnan(shape.swigluAlpha) != std::isnan(shape.swigluLimit))
+    return ctx.error("swiglu_alpha and swiglu_limit come together");
+  if (shape.clamped() && (!std::isfinite(shape.swigluAlpha) ||
+                          !std::isfinite(shape.swigluLimit) || !(shape.swigluLimit > 0)))
+    return ctx.error("the clamped SwiGLU needs a finite alpha and a positive limit, not ",
+                     shape.swigluAlpha, " and ", shape.swigluLimit);
+  // Under tensor parallelism one rank adds the down biases, so that the reduce holds them once.
+  int64_t biasRank = -1;
+  DSRT_RETURN_IF_ERROR(intAttr(ctx, "down_bias_rank", -1, biasRank));
+  const int rank = ctx.collectives ? ctx.collectives->rank() : 0;
+  shape.addsDownBias = biasRank < 0 || biasRank == rank;
   DSRT_RETURN_IF_ERROR(intAttr(ctx, "top_k", 0, shape.topK));
   if (shape.topK < 1 || shape.topK > shape.experts)
     return ctx.error("top_k ", shape.topK, " must be between 1 and the ", shape.experts,
@@ -269,12 +289,13 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
   const TensorRef *gateUpBias = ctx.input(kGateUpBias), *downBias = ctx.input(kDownBias);
   std::vector<float> gathered, product, gated, expertOut;
   // y [n, hidden] = down(act(gate(x)) * up(x)) for n rows x [n, hidden], the expert's
-  // weights at rows `gateUpRow` and `downRow` of the stacked ones.
+  // weights at rows `gateUpRow` and `downRow` of the stacked ones. The clamped SwiGLU is the
+  // routed experts' (a shared expert is Qwen2-MoE's, plain).
   auto runExpert = [&](const TensorRef &gateUpWeights, int64_t gateUpRow,
                        const TensorRef &downWeights, int64_t downRow, int64_t width,
                        const TensorRef *gateUpBiases, const TensorRef *downBiases,
                        const float *rows, int64_t n, const TensorRef *gateUpScales,
-                       const TensorRef *downScales) {
+                       const TensorRef *downScales, bool routed) {
     product.resize(n * 2 * width);
     expertLinear(ctx, gateUpWeights, gateUpRow, 2 * width, rows, n, gateUpBiases,
                  product.data(), gateUpScales);
@@ -282,6 +303,11 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     for (int64_t i = 0; i < n; ++i) {
       const float *gates = product.data() + i * 2 * width, *ups = gates + width;
       float *row = gated.data() + i * width;
+      if (shape.clamped() && routed) {
+        for (int64_t j = 0; j < width; ++j)
+          row[j] = clampedSwiglu(gates[j], ups[j], shape.swigluAlpha, shape.swigluLimit);
+        continue;
+      }
       if (ctx.fastKernels) {
         std::copy_n(gates, width, row);
         fast::activate(kind, row, width);
@@ -306,8 +332,9 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     gathered.resize(n * hidden);
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x.data() + chosen[i].first * hidden, hidden, gathered.data() + i * hidden);
-    runExpert(gateUp, e * 2 * inter, down, e * hidden, inter, gateUpBias, downBias,
-              gathered.data(), n, ctx.input(kGateUpScales), ctx.input(kDownScales));
+    runExpert(gateUp, e * 2 * inter, down, e * hidden, inter, gateUpBias,
+              shape.addsDownBias ? downBias : nullptr, gathered.data(), n,
+              ctx.input(kGateUpScales), ctx.input(kDownScales), /*routed=*/true);
     for (int64_t i = 0; i < n; ++i) {
       float *row = out + chosen[i].first * hidden;
       const float *values = expertOut.data() + i * hidden, weight = chosen[i].second;
@@ -322,7 +349,7 @@ Status computeMoe(const KernelContext &ctx, const Outputs &outputs) {
     expertLinear(ctx, *ctx.input(kSharedGate), 0, 1, x.data(), shape.rows, nullptr,
                  gateValues.data());
     runExpert(*sharedGateUp, 0, sharedDown, 0, sharedDown.shape[1], nullptr, nullptr, x.data(),
-              shape.rows, nullptr, nullptr);
+              shape.rows, nullptr, nullptr, /*routed=*/false);
     for (int64_t r = 0; r < shape.rows; ++r) {
       const float scale = 1.0f / (1.0f + std::exp(-gateValues[r]));
       float *row = out + r * hidden;

@@ -1,5 +1,6 @@
 // tfm.moe against the computation the exports write (every expert, weighted by its column of
-// the routing weights; tools/fixtures' MoE exporter), in double; that the experts no token
+// the routing weights; tools/fixtures' MoE exporter), in double, GPT-OSS's clamped SwiGLU
+// included; that the experts no token
 // chose are never read; and the errors for malformed steps.
 #include "OpTestUtil.h"
 
@@ -32,11 +33,19 @@ AttrMap moeAttrs(int64_t topK, const char *scoring, bool normalize) {
           {"normalize", Attr::ofInt(normalize)}, {"activation", Attr::ofString("silu")}};
 }
 
+// GPT-OSS's clamped SwiGLU where `limit` is set, written out from transformers'
+// GptOssExperts._apply_gate: gate.clamp(max=l), up.clamp(-l, l), (up + 1) * gate *
+// sigmoid(gate * alpha).
+struct Glu {
+  double alpha = 0, limit = 0;
+  bool clamped() const { return limit > 0; }
+};
+
 // down(silu(gate x + b) * (up x + b)) + b for one row x [hidden], in double: gateUp
 // [2 * inter, hidden] (gate rows, then up rows), down [hidden, inter]; biases may be null.
 std::vector<double> siluMlp(const float *x, const float *gateUp, const float *down,
                             int64_t hidden, int64_t inter, const float *gateUpBias,
-                            const float *downBias) {
+                            const float *downBias, Glu glu = {}) {
   std::vector<double> h(inter), y(hidden);
   for (int64_t j = 0; j < inter; ++j) {
     double g = gateUpBias ? gateUpBias[j] : 0, u = gateUpBias ? gateUpBias[inter + j] : 0;
@@ -44,7 +53,13 @@ std::vector<double> siluMlp(const float *x, const float *gateUp, const float *do
       g += double(gateUp[j * hidden + k]) * x[k];
       u += double(gateUp[(inter + j) * hidden + k]) * x[k];
     }
-    h[j] = g / (1 + std::exp(-g)) * u;
+    if (glu.clamped()) {
+      g = std::min(g, glu.limit);
+      u = std::max(-glu.limit, std::min(u, glu.limit));
+      h[j] = (u + 1) * (g / (1 + std::exp(-g * glu.alpha)));
+    } else {
+      h[j] = g / (1 + std::exp(-g)) * u;
+    }
   }
   for (int64_t o = 0; o < hidden; ++o) {
     y[o] = downBias ? downBias[o] : 0;
@@ -57,7 +72,7 @@ std::vector<double> siluMlp(const float *x, const float *gateUp, const float *do
 // sum_e dense[t, e] * down_e(silu(gate_e x) * up_e x) over all experts, dense the chosen
 // experts' scores (zero elsewhere), in double.
 std::vector<double> denseReference(const Moe &m, const char *scoring, bool normalize,
-                                   bool biases) {
+                                   bool biases, Glu glu = {}) {
   auto x = values<float>(m.x), logits = values<float>(m.logits);
   auto gateUp = values<float>(m.gateUp), down = values<float>(m.down);
   auto gateUpBias = values<float>(m.gateUpBias), downBias = values<float>(m.downBias);
@@ -90,7 +105,7 @@ std::vector<double> denseReference(const Moe &m, const char *scoring, bool norma
           x.data() + t * m.hidden, gateUp.data() + e * 2 * m.inter * m.hidden,
           down.data() + e * m.hidden * m.inter, m.hidden, m.inter,
           biases ? gateUpBias.data() + e * 2 * m.inter : nullptr,
-          biases ? downBias.data() + e * m.hidden : nullptr);
+          biases ? downBias.data() + e * m.hidden : nullptr, glu);
       for (int64_t o = 0; o < m.hidden; ++o)
         out[t * m.hidden + o] += dense[e] * y[o];
     }
@@ -253,6 +268,82 @@ TEST(Moe, Int8ExpertsWithGroupScales) {
   }
 }
 
+AttrMap swigluAttrs(float alpha, float limit) {
+  AttrMap attrs = moeAttrs(2, "softmax", true);
+  attrs["swiglu_alpha"] = Attr::ofFloat(alpha);
+  attrs["swiglu_limit"] = Attr::ofFloat(limit);
+  return attrs;
+}
+
+// GPT-OSS's experts: biases on gate, up and down, the clamped SwiGLU with a limit inside the
+// spread of the gate and up values (|x . w| reaches 4-8 here, so both clamps cut and both
+// pass some), against the dense double sum of every expert. Alpha and limit are not
+// GPT-OSS's 1.702 and 7, so that a kernel that hard-coded them would fail.
+TEST(Moe, ClampedSwigluWithBiases) {
+  std::mt19937 rng(19);
+  Moe m = randomMoe(7, 16, 4, 6, 2, rng);
+  const Glu glu{1.3, 2.5};
+  std::vector<double> want = denseReference(m, "softmax", true, true, glu);
+  std::vector<double> unclamped = denseReference(m, "softmax", true, true, Glu{1.3, 1e9});
+  double largest = 0, clampEffect = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::abs(want[i]));
+    clampEffect = std::max(clampEffect, std::abs(want[i] - unclamped[i]));
+  }
+  ASSERT_GT(clampEffect, 0.1) << "the limit must cut some gate or up values";
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe", {&m.x, &m.logits, &m.gateUp, &m.down, &m.gateUpBias,
+                                    &m.downBias},
+                        outputs, swigluAttrs(glu.alpha, glu.limit), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * largest)
+          << "element " << i << (fast ? " fast" : " reference");
+  }
+}
+
+// int8 experts with float biases and the clamped SwiGLU (GPT-OSS at --dtype int8): the dense
+// double sum over the dequantized weights.
+TEST(Moe, Int8ClampedSwigluWithBiases) {
+  std::mt19937 rng(23);
+  Moe m = randomMoe(5, 8, 4, 4, 2, rng);
+  std::uniform_int_distribution<int> code(-127, 127);
+  auto quantize = [&](OwnedTensor &weights, OwnedTensor &codes, OwnedTensor &scales) {
+    const int64_t rows = weights.shape[0], in = weights.shape[1];
+    codes = OwnedTensor(DType::I8, {rows, in});
+    scales = OwnedTensor(DType::F32, {rows, 1});
+    auto *q = reinterpret_cast<int8_t *>(codes.storage.data());
+    auto *s = reinterpret_cast<float *>(scales.storage.data());
+    auto *w = reinterpret_cast<float *>(weights.storage.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      s[r] = 0.02f;  // codes up to 127 give weights up to 2.5: the clamps cut
+      for (int64_t k = 0; k < in; ++k) {
+        q[r * in + k] = static_cast<int8_t>(code(rng));
+        w[r * in + k] = q[r * in + k] * s[r];
+      }
+    }
+  };
+  OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
+  quantize(m.gateUp, gateUpCodes, gateUpScales);
+  quantize(m.down, downCodes, downScales);
+  const Glu glu{1.702, 3.0};
+  std::vector<double> want = denseReference(m, "softmax", true, true, glu);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe",
+                        {&m.x, &m.logits, &gateUpCodes, &downCodes, &m.gateUpBias, &m.downBias,
+                         nullptr, nullptr, nullptr, &gateUpScales, &downScales},
+                        outputs, swigluAttrs(glu.alpha, glu.limit), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
+          << "element " << i << (fast ? " fast" : "");
+  }
+}
+
 TEST(Moe, MalformedStepsAreNamed) {
   std::mt19937 rng(5);
   Moe m = randomMoe(2, 8, 4, 4, 2, rng);
@@ -278,6 +369,12 @@ TEST(Moe, MalformedStepsAreNamed) {
   EXPECT_NE(error({&m.x, &m.logits, &m.gateUp, &m.down, &m.gateUpBias, nullptr},
                   moeAttrs(2, "softmax", true))
                 .find("both biases or neither"),
+            std::string::npos);
+  AttrMap alphaOnly = moeAttrs(2, "softmax", true);
+  alphaOnly["swiglu_alpha"] = Attr::ofFloat(1.702f);
+  EXPECT_NE(error(inputs, alphaOnly).find("swiglu_alpha and swiglu_limit come together"),
+            std::string::npos);
+  EXPECT_NE(error(inputs, swigluAttrs(1.702f, -7.0f)).find("positive limit"),
             std::string::npos);
 }
 

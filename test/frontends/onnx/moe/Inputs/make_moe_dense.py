@@ -10,13 +10,20 @@ the dense routing weights, summed by Adds. With onnxruntime's outputs as the ref
     moe-dense-wrong-router  the router reads the embeddings, the experts their double:
                           declined
     moe-dense-k5          TopK of 5 over 4 experts: refused, naming the TopK
+    moe-dense-clamped     GPT-OSS's experts: biases on gate, up and down, the clamped SwiGLU
+                          (clamp(up, -l, l) + 1) * g * sigmoid(alpha g), g = min(gate, l),
+                          with Clips, alpha 1.3 and l 1.0 (so both clamps cut)
+    moe-dense-clamped-minmax  the same with Min/Max, alpha 1.702 (a gelu_quick once the
+                          activations are recognised), the products' operands swapped
+    moe-dense-clamped-one-sided  up clamped from above only: not the clamped SwiGLU, declined
 
-    /work/today-venv/bin/python make_moe_dense.py   # onnx, onnxruntime, numpy
+    /work/today-venv/bin/python make_moe_dense.py [VARIANT ...]  # onnx, onnxruntime, numpy
 
 Each folder: model.onnx (input_ids [batch, sequence] -> moe_out [batch * sequence,
 hidden]) and test_data_set_0 (2 x 5 tokens), test_data_set_1 (one token).
 """
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -67,17 +74,54 @@ def build(variant, rng):
     nodes.append(helper.make_node("ScatterElements", ["zeros", "top_i", "top_w"], ["dense"],
                                   axis=1))
     previous = None
+    clamped = variant.startswith("clamped")
+    if clamped:
+        alpha, limit = (1.702, 1.0) if variant == "clamped-minmax" else (1.3, 1.0)
+        inits += [const("limit", np.array(limit, np.float32)),
+                  const("neg_limit", np.array(-limit, np.float32)),
+                  const("alpha", np.array(alpha, np.float32)),
+                  const("one", np.array(1.0, np.float32))]
     for e in range(EXPERTS):
         inter = 6 if variant == "unequal" and e == 2 else INTER
         for name, shape in (("gate", (HIDDEN, inter)), ("up", (HIDDEN, inter)),
                             ("down", (inter, HIDDEN))):
             inits.append(const(f"{name}{e}", (0.5 * rng.standard_normal(shape)).astype(np.float32)))
-        nodes += [helper.make_node("MatMul", [experts_in, f"gate{e}"], [f"g{e}"]),
-                  helper.make_node("MatMul", [experts_in, f"up{e}"], [f"u{e}"]),
-                  helper.make_node("Sigmoid", [f"g{e}"], [f"sg{e}"]),
-                  helper.make_node("Mul", [f"g{e}", f"sg{e}"], [f"act{e}"]),
-                  helper.make_node("Mul", [f"act{e}", f"u{e}"], [f"h{e}"]),
-                  helper.make_node("MatMul", [f"h{e}", f"down{e}"], [f"y{e}"])]
+        if not clamped:
+            nodes += [helper.make_node("MatMul", [experts_in, f"gate{e}"], [f"g{e}"]),
+                      helper.make_node("MatMul", [experts_in, f"up{e}"], [f"u{e}"]),
+                      helper.make_node("Sigmoid", [f"g{e}"], [f"sg{e}"]),
+                      helper.make_node("Mul", [f"g{e}", f"sg{e}"], [f"act{e}"]),
+                      helper.make_node("Mul", [f"act{e}", f"u{e}"], [f"h{e}"]),
+                      helper.make_node("MatMul", [f"h{e}", f"down{e}"], [f"y{e}"])]
+        else:
+            for name, size in (("gate", inter), ("up", inter), ("down", HIDDEN)):
+                inits.append(const(f"{name}_b{e}",
+                                   (0.5 * rng.standard_normal(size)).astype(np.float32)))
+            # up's linear first in the minmax form: which is the gate is the probe's to prove
+            order = ["up", "gate"] if variant == "clamped-minmax" else ["gate", "up"]
+            for name in order:
+                nodes += [helper.make_node("MatMul", [experts_in, f"{name}{e}"], [f"{name}_m{e}"]),
+                          helper.make_node("Add", [f"{name}_m{e}", f"{name}_b{e}"], [f"{name[0]}{e}"])]
+            if variant == "clamped":
+                nodes += [helper.make_node("Clip", [f"g{e}", "", "limit"], [f"gc{e}"]),
+                          helper.make_node("Clip", [f"u{e}", "neg_limit", "limit"], [f"uc{e}"])]
+            elif variant == "clamped-minmax":
+                nodes += [helper.make_node("Min", [f"g{e}", "limit"], [f"gc{e}"]),
+                          helper.make_node("Min", ["limit", f"u{e}"], [f"um{e}"]),
+                          helper.make_node("Max", [f"um{e}", "neg_limit"], [f"uc{e}"])]
+            else:  # one-sided
+                nodes += [helper.make_node("Clip", [f"g{e}", "", "limit"], [f"gc{e}"]),
+                          helper.make_node("Min", [f"u{e}", "limit"], [f"uc{e}"])]
+            swapped = variant == "clamped-minmax"
+            nodes += [helper.make_node("Add", [f"uc{e}", "one"], [f"u1{e}"]),
+                      helper.make_node("Mul", [f"gc{e}", "alpha"], [f"ga{e}"]),
+                      helper.make_node("Sigmoid", [f"ga{e}"], [f"sg{e}"]),
+                      helper.make_node("Mul", [f"sg{e}", f"gc{e}"] if swapped
+                                       else [f"gc{e}", f"sg{e}"], [f"act{e}"]),
+                      helper.make_node("Mul", [f"act{e}", f"u1{e}"] if swapped
+                                       else [f"u1{e}", f"act{e}"], [f"h{e}"]),
+                      helper.make_node("MatMul", [f"h{e}", f"down{e}"], [f"y_m{e}"]),
+                      helper.make_node("Add", [f"y_m{e}", f"down_b{e}"], [f"y{e}"])]
         if variant == "sigmoid":  # dense[:, e] then unsqueeze
             inits += [const(f"idx{e}", np.array(e, np.int64)), const(f"ax{e}", np.array([1], np.int64))]
             nodes += [helper.make_node("Gather", ["dense", f"idx{e}"], [f"col{e}_"], axis=1),
@@ -105,9 +149,16 @@ def build(variant, rng):
     return model
 
 
+VARIANTS = ["", "sigmoid", "topk-first", "unequal", "wrong-router", "k5", "clamped",
+            "clamped-minmax", "clamped-one-sided"]
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    for variant in ["", "sigmoid", "topk-first", "unequal", "wrong-router", "k5"]:
+    wanted = sys.argv[1:]
+    for variant in VARIANTS:
+        if wanted and (variant or "plain") not in wanted:
+            continue
         name = "moe-dense" + (f"-{variant}" if variant else "")
         rng = np.random.default_rng(47)
         model = build(variant or "plain", rng)
