@@ -88,10 +88,11 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
         return signalPassFailure();
   }
 
-  // A tfm.moe's routed experts, int8 in groups as linear layers are (each expert's parts
-  // quantized, then stacked again with their scales beside them). Under int4 the experts are
-  // int8: the MoE kernel reads int8 (docs/transformer-ops.md). The router is a tfm.linear
-  // and the shared expert stays float.
+  // A tfm.moe's routed experts, int8 or int4 in groups as linear layers are (each expert's
+  // parts quantized, then stacked again with their scales beside them). Under int4 a group
+  // size that does not divide every part's inputs on every rank (or is odd) leaves the
+  // experts int8 per output channel, as before int4 experts were read by the MoE kernel.
+  // The router is a tfm.linear and the shared expert stays float.
   LogicalResult quantizeExperts(tfm::MoeOp moe) {
     if (moe.getGateUpScales())
       return success();
@@ -103,6 +104,19 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     }
     Type scaleElement = cast<RankedTensorType>(moe.getInput().getType()).getElementType();
     MLIRContext *context = moe.getContext();
+    int expertBits = 8;
+    if (bits == 4 && groupSize > 0 && groupSize % 2 == 0) {
+      expertBits = 4;
+      for (tfm::ConcatWeightsOp concat : {gateUp, down})
+        for (Value part : concat.getParts())
+          if (auto weight = part.getDefiningOp<tfm::WeightOp>())
+            for (int64_t in : inputFeaturesPerRank(weight))
+              if (in % groupSize != 0)
+                expertBits = 8;
+      if (expertBits == 8)
+        decline(moe, "the int4 group size does not divide its experts' inputs on every rank: "
+                     "its experts are int8 per output channel");
+    }
     SmallVector<Value> stacked;
     for (tfm::ConcatWeightsOp concat : {gateUp, down}) {
       SmallVector<Value> codes, scales;
@@ -111,11 +125,13 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
         auto weight = part.getDefiningOp<tfm::WeightOp>();
         if (!weight)
           return moe.emitOpError("an expert's weight is not a model weight");
-        FailureOr<int64_t> size =
-            layerGroupSize(moe, inputFeaturesPerRank(weight), 8, bits == 8 ? groupSize : 0);
+        FailureOr<int64_t> size = layerGroupSize(
+            moe, inputFeaturesPerRank(weight), expertBits,
+            bits == 8 || expertBits == 4 ? groupSize : 0);
         if (failed(size))
           return failure();
-        auto [code, scale] = quantizedWeight(weight, 8, *size, scaleElement, moe.getLoc());
+        auto [code, scale] =
+            quantizedWeight(weight, expertBits, *size, scaleElement, moe.getLoc());
         codes.push_back(code);
         int64_t partGroups = cast<RankedTensorType>(scale.getType()).getDimSize(1);
         if (groups != 0 && partGroups != groups)
@@ -125,7 +141,10 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       }
       OpBuilder builder(concat);
       auto type = cast<RankedTensorType>(concat.getType());
-      auto codesType = RankedTensorType::get(type.getShape(), IntegerType::get(context, 8));
+      auto codesType = RankedTensorType::get(
+          type.getShape(), expertBits == 4
+                               ? IntegerType::get(context, 4, IntegerType::Unsigned)
+                               : IntegerType::get(context, 8));
       auto scalesType = RankedTensorType::get({type.getDimSize(0), groups}, scaleElement);
       stacked.push_back(tfm::ConcatWeightsOp::create(builder, concat.getLoc(), codesType, codes,
                                                      concat.getRankPartsAttr()));

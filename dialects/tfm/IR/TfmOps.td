@@ -457,8 +457,9 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     gate's weight `shared_gate` [1, hidden]: the result adds
     sigmoid(x . shared_gate^T) * shared_down(act(gate(x)) * up(x)).
 
-    int8 experts (dsc-quantize-weights) come with `gate_up_scales` and `down_scales`
-    [rows, groups] in the input's type, as tfm.linear's scales, stacked expert after expert.
+    int8 and int4 (ui4) experts (dsc-quantize-weights) come with `gate_up_scales` and
+    `down_scales` [rows, groups] in the input's type, as tfm.linear's scales, stacked expert
+    after expert.
 
     Under expert parallelism (dsc-tp-shard with expert-parallel) rank r holds experts
     [`rank_expert_offsets`[r], +`rank_experts`[r]) whole, and the weights (rank 0's in the
@@ -475,7 +476,8 @@ def Tfm_MoeOp : Tfm_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     experts"). Kernels compute only the chosen experts: decode reads k of them.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, Tfm_FloatTensor:$router_logits,
-                   RankedTensorOf<[AnyFloat, I8]>:$gate_up, RankedTensorOf<[AnyFloat, I8]>:$down,
+                   RankedTensorOf<[AnyFloat, I8, UI<4>]>:$gate_up,
+                   RankedTensorOf<[AnyFloat, I8, UI<4>]>:$down,
                    Optional<Tfm_FloatTensor>:$gate_up_bias,
                    Optional<Tfm_FloatTensor>:$down_bias,
                    Optional<RankedTensorOf<[AnyFloat]>>:$shared_gate_up,

@@ -62,6 +62,11 @@ Status rankExperts(const KernelContext &ctx, MoeShape &shape) {
   return Status::ok();
 }
 
+// The inputs of a stacked expert weight's rows: int4 codes (U8) are two to a byte.
+int64_t expertInputs(const TensorRef &stacked) {
+  return stacked.dtype == DType::U8 ? 2 * stacked.shape[1] : stacked.shape[1];
+}
+
 Status moeShape(const KernelContext &ctx, MoeShape &shape) {
   const TensorRef &x = *ctx.input(0), &logits = *ctx.input(1);
   const TensorRef &gateUp = *ctx.input(2), &down = *ctx.input(3);
@@ -77,19 +82,23 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
   if (gateUp.shape.size() != 2 || down.shape.size() != 2 || gateUp.dtype != down.dtype)
     return ctx.error("gate_up and down must be 2-D weights of one dtype");
   const TensorRef *gateUpScales = ctx.input(kGateUpScales), *downScales = ctx.input(kDownScales);
-  const bool int8 = gateUp.dtype == DType::I8;
-  if (int8 != bool(gateUpScales) || int8 != bool(downScales))
-    return ctx.error("int8 experts need their scales (inputs 9 and 10), float ones none");
+  const bool quantized = gateUp.dtype == DType::I8 || gateUp.dtype == DType::U8;
+  if (quantized != bool(gateUpScales) || quantized != bool(downScales))
+    return ctx.error("int8 and int4 experts need their scales (inputs 9 and 10), float ones "
+                     "none");
   for (auto [weights, scales] : {std::pair{&gateUp, gateUpScales}, std::pair{&down, downScales}})
     if (scales && (scales->shape.size() != 2 || scales->shape[0] != weights->shape[0] ||
-                   scales->shape[1] < 1 || weights->shape[1] % scales->shape[1] != 0))
+                   scales->shape[1] < 1 || expertInputs(*weights) % scales->shape[1] != 0 ||
+                   (weights->dtype == DType::U8 &&
+                    (expertInputs(*weights) / scales->shape[1]) % 2 != 0)))
       return ctx.error("scales ", shapeString(scales->shape), " do not group the rows of ",
-                       shapeString(weights->shape));
+                       shapeString(weights->shape), " in whole ",
+                       weights->dtype == DType::U8 ? "pairs of int4 codes" : "inputs");
   DSRT_RETURN_IF_ERROR(rankExperts(ctx, shape));
-  shape.inter = down.shape[1];
+  shape.inter = expertInputs(down);
   const int64_t held = shape.heldExperts;
-  if (gateUp.shape != Shape{held * 2 * shape.inter, shape.hidden} ||
-      down.shape != Shape{held * shape.hidden, shape.inter})
+  if (gateUp.shape[0] != held * 2 * shape.inter || expertInputs(gateUp) != shape.hidden ||
+      down.shape[0] != held * shape.hidden)
     return ctx.error("gate_up ", shapeString(gateUp.shape), " and down ",
                      shapeString(down.shape), " are not ", held, " experts of [2 * ",
                      shape.inter, ", ", shape.hidden, "] and [", shape.hidden, ", ",
@@ -146,8 +155,8 @@ Status moeShape(const KernelContext &ctx, MoeShape &shape) {
 Status inferMoe(const KernelContext &ctx, std::vector<OutputSpec> &outputs) {
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 0, "input", kFloatTypes));
   DSRT_RETURN_IF_ERROR(checkDType(ctx, 1, "router logits", kFloatTypes));
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "gate_up", kFloatTypes | maskOf({DType::I8})));
-  DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "down", kFloatTypes | maskOf({DType::I8})));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 2, "gate_up", kFloatTypes | maskOf({DType::I8, DType::U8})));
+  DSRT_RETURN_IF_ERROR(checkDType(ctx, 3, "down", kFloatTypes | maskOf({DType::I8, DType::U8})));
   for (size_t index : {kGateUpScales, kDownScales})
     if (ctx.input(index))
       DSRT_RETURN_IF_ERROR(checkDType(ctx, index, "scales", kFloatTypes));
@@ -190,10 +199,10 @@ Status routeTokens(const KernelContext &ctx, const MoeShape &shape,
 void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t first,
                   int64_t out, const float *x, int64_t rows, const TensorRef *bias, float *y,
                   const TensorRef *scales = nullptr) {
-  const int64_t in = stacked.shape[1];
+  const int64_t in = expertInputs(stacked);
   const uint8_t *base = static_cast<const uint8_t *>(stacked.data) +
-                        first * in * static_cast<int64_t>(dtypeSize(stacked.dtype));
-  // int8 rows: their scales' rows, from the same first row.
+                        first * stacked.shape[1] * static_cast<int64_t>(dtypeSize(stacked.dtype));
+  // int8 and int4 rows: their scales' rows, from the same first row.
   const int64_t groups = scales ? scales->shape[1] : 1;
   const uint8_t *scaleBase =
       scales ? static_cast<const uint8_t *>(scales->data) +
@@ -236,15 +245,21 @@ void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t fi
   }
   std::vector<float> dequantized;
   TensorRef part{stacked.dtype, {out, in}, const_cast<uint8_t *>(base)};
-  if (scales) {  // q * scale of its group, as tfm.linear's reference reads int8
+  if (scales) {  // q * scale of its group, as tfm.linear's reference reads int8 and int4
     TensorRef scalePart{scales->dtype, {out, groups}, const_cast<uint8_t *>(scaleBase)};
     FloatView scale(scalePart);
     const int64_t groupSize = in / groups;
     dequantized.resize(out * in);
     const auto *codes = reinterpret_cast<const int8_t *>(base);
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t k = 0; k < in; ++k)
-        dequantized[o * in + k] = codes[o * in + k] * scale[o * groups + k / groupSize];
+      for (int64_t k = 0; k < in; ++k) {
+        // int4: two codes a byte, the even input low, (code - 8) * scale (docs/int4.md).
+        const int q = stacked.dtype == DType::U8
+                          ? ((k % 2 == 0 ? base[o * (in / 2) + k / 2] & 0xF
+                                         : base[o * (in / 2) + k / 2] >> 4) - 8)
+                          : codes[o * in + k];
+        dequantized[o * in + k] = q * scale[o * groups + k / groupSize];
+      }
     part = {DType::F32, {out, in}, dequantized.data()};
   }
   FloatView weight(part);

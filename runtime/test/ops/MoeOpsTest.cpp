@@ -268,6 +268,50 @@ TEST(Moe, Int8ExpertsWithGroupScales) {
   }
 }
 
+// int4 experts (--dtype int4: codes two to a byte, the even input low, (code - 8) * scale
+// per group of inputs, as MatMulNBits and tfm.linear's int4): both kernels equal the dense
+// sum over the dequantized weights. The groups (4 inputs) are below the int8-activation
+// kernels' 32, so the fast kernel's x stays exact and int8's bound holds.
+TEST(Moe, Int4ExpertsWithGroupScales) {
+  std::mt19937 rng(19);
+  Moe m = randomMoe(4, 8, 4, 4, 2, rng);
+  std::uniform_int_distribution<int> code(0, 15);
+  std::uniform_real_distribution<float> scale(0.05f, 0.2f);
+  auto quantize = [&](OwnedTensor &weights, int64_t groups, OwnedTensor &codes,
+                      OwnedTensor &scales) {
+    const int64_t rows = weights.shape[0], in = weights.shape[1];
+    codes = OwnedTensor(DType::U8, {rows, in / 2});
+    scales = OwnedTensor(DType::F32, {rows, groups});
+    auto *s = reinterpret_cast<float *>(scales.storage.data());
+    auto *w = reinterpret_cast<float *>(weights.storage.data());
+    for (int64_t i = 0; i < rows * groups; ++i)
+      s[i] = scale(rng);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < in; ++k) {
+        const int q = code(rng);
+        uint8_t &pair = codes.storage[static_cast<size_t>(r * (in / 2) + k / 2)];
+        pair = static_cast<uint8_t>(k % 2 == 0 ? (pair & 0xF0) | q : (pair & 0x0F) | (q << 4));
+        w[r * in + k] = (q - 8) * s[r * groups + k / (in / groups)];
+      }
+  };
+  OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
+  quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
+  quantize(m.down, 2, downCodes, downScales);
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe",
+                        {&m.x, &m.logits, &gateUpCodes, &downCodes, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, &gateUpScales, &downScales},
+                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
+          << "element " << i << (fast ? " fast" : "");
+  }
+}
+
 AttrMap swigluAttrs(float alpha, float limit) {
   AttrMap attrs = moeAttrs(2, "softmax", true);
   attrs["swiglu_alpha"] = Attr::ofFloat(alpha);
