@@ -227,6 +227,26 @@ TEST(Moe, SharedExpertOnEveryRow) {
   }
 }
 
+// Both kernels over quantized experts (m's float weights hold their dequantized values)
+// against the dense double sum, softmax top-2 renormalised.
+void expectQuantizedExperts(const Moe &m, const OwnedTensor &gateUpCodes,
+                            const OwnedTensor &downCodes, const OwnedTensor &gateUpScales,
+                            const OwnedTensor &downScales) {
+  std::vector<double> want = denseReference(m, "softmax", true, false);
+  for (bool fast : {false, true}) {
+    std::vector<OwnedTensor> outputs;
+    Status status = run("tfm.moe",
+                        {&m.x, &m.logits, &gateUpCodes, &downCodes, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, &gateUpScales, &downScales},
+                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    auto got = values<float>(outputs[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
+          << "element " << i << (fast ? " fast" : "");
+  }
+}
+
 // int8 experts (codes with scales per group of inputs, as dsc-quantize-weights writes
 // them): both kernels equal the dense sum over the dequantized weights.
 TEST(Moe, Int8ExpertsWithGroupScales) {
@@ -253,19 +273,7 @@ TEST(Moe, Int8ExpertsWithGroupScales) {
   OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
   quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
   quantize(m.down, 2, downCodes, downScales);
-  std::vector<double> want = denseReference(m, "softmax", true, false);
-  for (bool fast : {false, true}) {
-    std::vector<OwnedTensor> outputs;
-    Status status = run("tfm.moe",
-                        {&m.x, &m.logits, &gateUpCodes, &downCodes, nullptr, nullptr, nullptr,
-                         nullptr, nullptr, &gateUpScales, &downScales},
-                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
-    ASSERT_TRUE(status.isOk()) << status.message();
-    auto got = values<float>(outputs[0]);
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
-          << "element " << i << (fast ? " fast" : "");
-  }
+  expectQuantizedExperts(m, gateUpCodes, downCodes, gateUpScales, downScales);
 }
 
 // int4 experts (--dtype int4: codes two to a byte, the even input low, (code - 8) * scale
@@ -297,19 +305,7 @@ TEST(Moe, Int4ExpertsWithGroupScales) {
   OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
   quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
   quantize(m.down, 2, downCodes, downScales);
-  std::vector<double> want = denseReference(m, "softmax", true, false);
-  for (bool fast : {false, true}) {
-    std::vector<OwnedTensor> outputs;
-    Status status = run("tfm.moe",
-                        {&m.x, &m.logits, &gateUpCodes, &downCodes, nullptr, nullptr, nullptr,
-                         nullptr, nullptr, &gateUpScales, &downScales},
-                        outputs, moeAttrs(2, "softmax", true), 1, nullptr, nullptr, fast);
-    ASSERT_TRUE(status.isOk()) << status.message();
-    auto got = values<float>(outputs[0]);
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i]))
-          << "element " << i << (fast ? " fast" : "");
-  }
+  expectQuantizedExperts(m, gateUpCodes, downCodes, gateUpScales, downScales);
 }
 
 AttrMap swigluAttrs(float alpha, float limit) {
