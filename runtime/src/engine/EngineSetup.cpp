@@ -130,11 +130,12 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
     return Status::ok();
   };
   Status valid = !group || group->rank() == 0 ? validate() : Status::ok();
-  // The followers take rank 0's layout, so that one block table means the same everywhere;
-  // rank 0's refusal (0 blocks) stops them too.
+  // The followers take rank 0's layout, so that one block table means the same everywhere,
+  // and its arithmetic (batch invariance), so that every rank's shard of a row is computed
+  // alike; rank 0's refusal (0 blocks) stops them too.
   if (group && group->size() > 1) {
-    int64_t layout[3] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
-                         o.maxTokensPerStep};
+    int64_t layout[4] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
+                         o.maxTokensPerStep, o.batchInvariant ? 1 : 0};
     std::vector<uint8_t> bytes(sizeof layout);
     std::memcpy(bytes.data(), layout, sizeof layout);
     DSRT_RETURN_IF_ERROR(group->broadcastFromRank0(bytes));
@@ -147,6 +148,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       o.blockSize = layout[0];
       blocks = static_cast<uint64_t>(layout[1]);
       o.maxTokensPerStep = o.maxRunningSequences = layout[2];
+      o.batchInvariant = layout[3] != 0;
     }
   }
   DSRT_RETURN_IF_ERROR(valid);
