@@ -19,8 +19,9 @@
 //   4 attention_decode (PAGED)  each row's query rotated, attended over its sequence's
 //                               positions through its block table
 //   5 attention_prefill (PAGED) the step's prompt chunks, a tile of a chunk's rows sharing
-//                               each key and value tile read through the table; slot 3 is
-//                               then PAGED 2, which also writes the rotated queries
+//                               each key and value tile read through the table (or
+//                               attention_prefill_mma, as slot 1); slot 3 is then PAGED 2,
+//                               which also writes the rotated queries
 // Only there: the paged session runs no other program, and other plans keep their kernels.
 // They are slots 3 to 5 of a six-kernel step (3 and 4 of a five-kernel one, from before
 // the paged prefill); a four-kernel one is the old combine's.
@@ -369,24 +370,16 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
                            in.intAttr("cross", 0) == 0 &&
                            mma.sharedBytes <= kMaxMmaSharedBytes;
   const PrefillTiles prefill = tensorCores ? mma.tiles : tiles;
-  auto prefillSpec = [&](const char *kind, PrefillTiles shape, int64_t mask) {
-    return KernelSpec{kind,
-                      {{"HEAD_DIM", headDim},
-                       {"WARPS", kAttentionWarps},
-                       {"Q_TILE", shape.queries},
-                       {"K_TILE", shape.keys},
-                       {"CAUSAL", causal ? 1 : 0},
-                       {"WINDOW", window},
-                       {"ALIBI", alibi ? 1 : 0},
-                       {"MASK_DTYPE", mask},
-                       {"UNATTENDED_CAUSAL", unattendedCausal}}};
-  };
-  kernels.push_back(prefillSpec(tensorCores ? "attention_prefill_mma" : "attention_prefill",
-                                prefill, maskType));
-  // The serving step's paged prefill (slot 5) is this kernel on the CUDA cores whatever
-  // slot 1 runs on: the tensor cores' kernel has no PAGED. No mask: each row's position
-  // bounds its keys. Its later constants follow slot 1's.
-  KernelSpec pagedPrefill = prefillSpec("attention_prefill", tiles, 0);
+  kernels.push_back({tensorCores ? "attention_prefill_mma" : "attention_prefill",
+                     {{"HEAD_DIM", headDim},
+                      {"WARPS", kAttentionWarps},
+                      {"Q_TILE", prefill.queries},
+                      {"K_TILE", prefill.keys},
+                      {"CAUSAL", causal ? 1 : 0},
+                      {"WINDOW", window},
+                      {"ALIBI", alibi ? 1 : 0},
+                      {"MASK_DTYPE", maskType},
+                      {"UNATTENDED_CAUSAL", unattendedCausal}}});
   // Only where they are needed, so that the kernels of heads up to 128 keep their names:
   // the blocks per query tile, and the tiles' dynamic shared memory, which the launcher gives.
   if (tensorCores && mma.featureParts > 1)
@@ -400,29 +393,22 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     std::memcpy(&bits, &softcap, sizeof bits);
     softcapBits = bits;
     kernels.back().constants.push_back({"SOFTCAP_BITS", softcapBits});
-    pagedPrefill.constants.push_back({"SOFTCAP_BITS", softcapBits});
   }
   // Zeros at rows with no key (sdpa's NaN guard), last, and only when asked for, so that
   // every other kernel keeps its constants and name.
   const bool unattendedZero = unattended == "zero";
-  if (unattendedZero) {
+  if (unattendedZero)
     kernels.back().constants.push_back({"UNATTENDED_ZERO", 1});
-    pagedPrefill.constants.push_back({"UNATTENDED_ZERO", 1});
-  }
   // A bias computed in the graph (T5's relative positions), last, and only when present:
   // the kernel then takes four more parameters.
   if (bias)
     kernels.back().constants.push_back({"BIAS", 1});
-  if (kvDtype != 0) {
+  if (kvDtype != 0)
     kernels.back().constants.push_back({"KV_DTYPE", kvDtype});
-    pagedPrefill.constants.push_back({"KV_DTYPE", kvDtype});
-  }
   // The plan's half activation dtype as the result: last, and only then, so that every
   // other kernel keeps its constants and name.
-  if (halfOutput) {
+  if (halfOutput)
     kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
-    pagedPrefill.constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
-  }
   // A cached cross-attention (`cross`: the encoder's keys, written by prefill) runs the
   // prefill kernel for its decode steps too: the decode kernel reads the decoder's lengths.
   // So does a cached step with a bias (T5's relative positions, computed for the step by
@@ -463,16 +449,18 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
     if (halfOutput)
       kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
-    // The engine's paged cache (slots 3 to 5): the same three templates, PAGED last. The
-    // decode and prefill kernels read no mask there (each row's position bounds its keys).
-    // The write kernel is PAGED 2 beside the prefill: it also writes the rotated queries
-    // the prefill kernel reads (the decode kernel rotates its rows' own).
+    // The engine's paged cache (slots 3 to 5): slots 0, 2 and 1 with PAGED last, the
+    // prefill on the tensor cores or the CUDA cores as slot 1 is. The decode and prefill
+    // kernels read no mask there (each row's position bounds its keys). The write kernel is
+    // PAGED 2 beside the prefill: it also writes the rotated queries the prefill kernel
+    // reads (the decode kernel rotates its rows' own).
     if (inServingStep(in)) {
-      KernelSpec pagedWrite = kernels[0], pagedDecode = kernels.back();
+      KernelSpec pagedWrite = kernels[0], pagedPrefill = kernels[1], pagedDecode = kernels.back();
       pagedWrite.constants.push_back({"PAGED", 2});
-      for (auto &[name, value] : pagedDecode.constants)
-        if (name == "MASK_DTYPE")
-          value = 0;
+      for (KernelSpec *spec : {&pagedDecode, &pagedPrefill})
+        for (auto &[name, value] : spec->constants)
+          if (name == "MASK_DTYPE")
+            value = 0;
       pagedDecode.constants.push_back({"PAGED", 1});
       pagedPrefill.constants.push_back({"PAGED", 1});
       kernels.push_back(std::move(pagedWrite));

@@ -146,22 +146,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const float negative_infinity = attention_prefill_negative_infinity();
   const int sequence = blockIdx.z, head = blockIdx.y, q_begin = blockIdx.x * Q_TILE;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // Session cache: the lengths of this run from the device. I/O mode: the presents hold
-  // exactly past + fresh rows and the mask (if any) is [batch, past + fresh].
 #if PAGED
-  // The chunk's rows are the step's rows [first, first + count); `fresh` and `row_base`
-  // stand for the dense kernel's new tokens of a sequence and their first row.
-  const int *chunk = chunks + 2 * sequence;
-  const long long row_base = chunk[0];
-  fresh = chunk[1];
+  // The chunk's rows stand for the dense kernel's `fresh` new tokens of a sequence.
+  long long row_base;
+  const int *table;
+  int past;
+  dsc_paged_chunk(chunks, paged_rows, table_width, sequence, row_base, fresh, table, past);
   if (q_begin >= fresh)
     return;  // the block's alike: before any barrier
-  const int *table = paged_rows + row_base * (table_width + 1) + 1;
-  const int past = table[-1];
   int total = past + fresh;
   const int mask_width = total;
   const attention_kv_t *key_base = keys, *value_base = values;
 #else
+  // Session cache: the lengths of this run from the device. I/O mode: the presents hold
+  // exactly past + fresh rows and the mask (if any) is [batch, past + fresh].
   const long long row_base = static_cast<long long>(sequence) * fresh;
   const int past = lengths ? lengths[0] : io_past;
   int total = lengths ? lengths[1] : io_past + fresh;

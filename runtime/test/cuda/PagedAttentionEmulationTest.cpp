@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <numeric>
@@ -55,6 +56,14 @@ const Family kPagedMqa{"paged_mqa", paged_mqa::kernels, 16, 6, 1, 1, 0, 0, 16, 0
 // Query, key and value in one joined projection (packed_qkv), as dsc fuses Llama's.
 const Family kPagedLlamaPacked{"paged_llama_packed", paged_llama_packed::kernels, 16, 4, 2, 1, 0,
                                0, 16, 0, "all", DType::I64};
+
+// Slot 1 (and 5) on the tensor cores.
+const Family kPagedLlamaF16Mma{"paged_llama_f16_mma", paged_llama_f16_mma::kernels, 16, 4, 2, 1,
+                               0, 0, 16, 0, "all", DType::I64, 0, false, 0, DType::F16,
+                               DType::F16};
+const Family kPagedGemma2Bf16Mma{"paged_gemma2_bf16_mma", paged_gemma2_bf16_mma::kernels, 16, 4,
+                                 2, 1, 0, 4, 16, 0, "all", DType::I64, 0.25f, false, 0,
+                                 DType::BF16};
 
 const Family *const kPagedFamilies[] = {&kPagedLlama,  &kPagedLlamaF16,  &kPagedGemma2Bf16,
                                         &kPagedBloom,  &kPagedQwen3Bf16, &kPagedMqa};
@@ -264,7 +273,32 @@ void checkPaged(const Family &f, const PagedScenario &s) {
   const std::vector<float> actual = widened(f.outputType, actualStored, actualStored.size());
   const float outputStep = f.outputType == DType::F16 ? 0x1p-10f
                            : f.outputType == DType::BF16 ? 0x1p-7f : 0.0f;
-  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output", outputStep);
+  // The tensor cores' prefill rounds the queries and the softmax weights to the cache's
+  // dtype: AttentionEmulationCheck.h's bound for it, 2.4 u (1 + 2 g) with g the scores'
+  // rounding gain (scale · sqrt(D) · rms(q) · rms(k)), on the chunks' rows only.
+  float operandRounding = 0.0f;
+  if (s.prefill && kernels.prefillOnTensorCores) {
+    auto rms = [](const std::vector<float> &values) {
+      double sum = 0;
+      for (float value : values)
+        sum += static_cast<double>(value) * value;
+      return std::sqrt(sum / static_cast<double>(values.size()));
+    };
+    const double gain = attrs.at("scale").f * std::sqrt(static_cast<double>(D)) * rms(q) * rms(k);
+    const float unit = f.cacheType == DType::F16 ? 0x1p-11f : 0x1p-8f;
+    operandRounding = static_cast<float>(2.4 * unit * (1 + 2 * gain));
+  }
+  std::vector<bool> inChunk(static_cast<size_t>(B), false);
+  for (int64_t c = 0; c < chunkCount; ++c)
+    for (int64_t r = chunks[2 * c]; r < chunks[2 * c] + chunks[2 * c + 1]; ++r)
+      inChunk[r] = true;
+  float worst = 0.0f;
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t at = static_cast<size_t>(b * H * D);
+    worst = std::max(worst, expectClose(&actual[at], &expected[at], static_cast<size_t>(H * D),
+                                        "output row " + std::to_string(b), outputStep,
+                                        inChunk[b] ? operandRounding : 0.0f));
+  }
   const float cacheStep = f.cacheType == DType::F16 ? 0x1p-10f
                           : f.cacheType == DType::BF16 ? 0x1p-7f : 0.0f;
   for (auto [gpuPool, cpuPool, what] :
@@ -338,15 +372,26 @@ TEST(PagedAttentionEmulation, ChunkRowsSeeEachOther) {
 // MQA) at block sizes 1, 16 and 7, the mixed step, and a step whose decode rows come first
 // and whose chunks span several query tiles (a chunk of 40 after a past of 19, one of 21
 // from position 0) around a decode row.
+void checkPrefillSteps(const Family &f, int64_t longChunk) {
+  for (int64_t blockSize : {1, 16, 7}) {
+    PagedScenario s = mixedStep(blockSize);
+    s.prefill = true;
+    checkPaged(f, s);
+    s.parts = {{33, 1}, {19, longChunk}, {5, 1}, {0, 21}};
+    checkPaged(f, s);
+  }
+}
+
 TEST(PagedAttentionEmulation, PagedPrefillForPromptChunks) {
   for (const Family *f : kPagedFamilies)
-    for (int64_t blockSize : {1, 16, 7}) {
-      PagedScenario s = mixedStep(blockSize);
-      s.prefill = true;
-      checkPaged(*f, s);
-      s.parts = {{33, 1}, {19, 40}, {5, 1}, {0, 21}};
-      checkPaged(*f, s);
-    }
+    checkPrefillSteps(*f, 40);
+}
+
+// Slot 5 on the tensor cores, where slot 1 is (a half cache): the chunks' rows within the
+// operands' rounding, the decode rows as tight as ever.
+TEST(PagedAttentionEmulation, PagedPrefillOnTensorCores) {
+  for (const Family *f : {&kPagedLlamaF16Mma, &kPagedGemma2Bf16Mma})
+    checkPrefillSteps(*f, 70);  // two query tiles of 64
 }
 
 TEST(PagedAttentionEmulation, PagedPrefillVariants) {

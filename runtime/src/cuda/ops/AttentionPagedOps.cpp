@@ -64,13 +64,12 @@ Status checkPagedConstants(StepContext &context, const TokenStep &s, bool prefil
       checkConstant(context, kPagedWriteSlot, "PACKED_QKV", s.packed ? 1 : -1));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPagedDecodeSlot, "FUSED_ROTARY", 1));
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPagedDecodeSlot, "FUSED_COMBINE", 1));
-  // Slot 5 is slot 1's attention_prefill on the CUDA cores (the tensor cores' kernel has no
-  // PAGED), without a mask, and none of the decode kernel's own constants.
+  // Slot 5 is slot 1's prefill kernel (CUDA cores or tensor cores) without a mask, and
+  // none of the decode kernel's own constants.
   const size_t p = kPagedPrefillSlot;
   if (prefill) {
     for (const char *name : {"ROTARY_DIM", "QK_NORM", "FUSED_ROTARY", "FUSED_COMBINE",
-                             "GROUP_HEADS", "SPLIT_KEYS", "FEATURE_PARTS", "SHARED_BYTES",
-                             "BIAS"})
+                             "GROUP_HEADS", "SPLIT_KEYS", "BIAS"})
       DSRT_RETURN_IF_ERROR(checkConstant(context, p, name, -1));
     DSRT_RETURN_IF_ERROR(checkConstant(context, p, "PAGED", 1));
     DSRT_RETURN_IF_ERROR(checkConstant(context, p, "HEAD_DIM", D));
@@ -118,15 +117,31 @@ Status launchDecodeRows(StepContext &context, const TokenStep &s, const DecodeCa
                       kPagedDecodeSlot);
 }
 
-// Slot 5 over the step's prompt chunks: grid (query tiles of the longest, heads, chunks).
+// Slot 5's blocks per query tile (the tensor cores' wide heads: FEATURE_PARTS), which then
+// read their queries from scratch, as a half result's do.
+Status pagedPrefillParts(StepContext &context, const TokenStep &s, int64_t &featureParts) {
+  DSRT_RETURN_IF_ERROR(
+      positiveConstant(context, kPagedPrefillSlot, "FEATURE_PARTS", 16, featureParts, 1));
+  if (s.h.headDim % featureParts != 0)
+    return context.error("kernel ", size_t(kPagedPrefillSlot), "'s FEATURE_PARTS ",
+                         featureParts, " does not divide head_dim ", s.h.headDim);
+  return Status::ok();
+}
+
+// Slot 5 over the step's prompt chunks: grid (query tiles of the longest × FEATURE_PARTS,
+// heads, chunks).
 Status launchPagedPrefill(StepContext &context, TokenStep &s, DecodeCache &cache,
-                          DevicePtr queryRows) {
+                          DevicePtr queryRows, int64_t featureParts) {
   const DevicePagedRows &rows = *cache.paged;
   const int64_t H = s.h.heads;
   int64_t warps = 0, queryTile = 0, longest = 0;
   DSRT_RETURN_IF_ERROR(positiveConstant(context, kPagedPrefillSlot, "WARPS", 32, warps));
   DSRT_RETURN_IF_ERROR(
       positiveConstant(context, kPagedPrefillSlot, "Q_TILE", 1024, queryTile));
+  const int64_t sharedBytes = context.kernelConstant(kPagedPrefillSlot, "SHARED_BYTES", 0);
+  if (sharedBytes < 0 || sharedBytes > (int64_t(1) << 20))
+    return context.error("kernel ", size_t(kPagedPrefillSlot), "'s SHARED_BYTES constant is ",
+                         sharedBytes);
   for (int64_t c = 0; c < rows.chunks; ++c) {
     const int64_t first = rows.hostChunks[2 * c], count = rows.hostChunks[2 * c + 1];
     if (first < 0 || count < 1 || first + count > rows.rows)
@@ -147,15 +162,16 @@ Status launchPagedPrefill(StepContext &context, TokenStep &s, DecodeCache &cache
                               &cache.headStride, &kvRows,  &none,         &none,
                               &zero,         &zero,        &heads,        &headOffset,
                               &kvHeadOffset, &group,       &globalHeads,  &s.scale};
-  if (s.outDtype > 0)
+  if (s.outDtype > 0 || featureParts > 1)
     args.push_back(&queryRows);
   args.insert(args.end(), {&pagedRows, &tableWidth, &blockSize, &chunks});
   Dim3 grid, block;
-  grid.x = static_cast<unsigned>((longest + queryTile - 1) / queryTile);
+  grid.x = static_cast<unsigned>((longest + queryTile - 1) / queryTile * featureParts);
   grid.y = static_cast<unsigned>(H);
   grid.z = static_cast<unsigned>(rows.chunks);
   block.x = static_cast<unsigned>(warps * 32);
-  return context.launch(kPagedPrefillSlot, grid, block, 0, args.data());
+  return context.launch(kPagedPrefillSlot, grid, block, static_cast<uint32_t>(sharedBytes),
+                        args.data());
 }
 
 } // namespace
@@ -203,9 +219,13 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
   // Prompt chunks to the prefill kernel: not in a capture, whose grid would keep this step's.
   const bool chunked = hasPrefill && rows.chunks > 0 && !context.capturing();
   // Where slot 3 writes the rotated queries (PAGED 2), which the prefill kernel reads: the
-  // output itself when it is f32 (each row is read before it is written), else f32 scratch.
+  // output itself when it is f32 (each row is read before it is written), else f32 scratch
+  // (a half result, or blocks that share a row's output).
   DevicePtr queryRows = s.out;
-  if (hasPrefill && s.outDtype > 0)
+  int64_t featureParts = 1;
+  if (hasPrefill)
+    DSRT_RETURN_IF_ERROR(pagedPrefillParts(context, s, featureParts));
+  if (hasPrefill && (s.outDtype > 0 || featureParts > 1))
     DSRT_RETURN_IF_ERROR(
         context.scratch(static_cast<size_t>(B * H * D) * sizeof(float), queryRows));
   {
@@ -235,7 +255,7 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
   if (!chunked)
     return launchDecode(context, kPagedDecodeSlot, s, cache, /*fusedCombine=*/true,
                         kPagedDecodeSlot);
-  DSRT_RETURN_IF_ERROR(launchPagedPrefill(context, s, cache, queryRows));
+  DSRT_RETURN_IF_ERROR(launchPagedPrefill(context, s, cache, queryRows, featureParts));
   // The rows between chunks (decode tokens), one launch per run.
   int64_t next = 0;
   for (int64_t c = 0; c <= rows.chunks; ++c) {
