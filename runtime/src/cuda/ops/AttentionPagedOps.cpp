@@ -176,7 +176,6 @@ Status launchPagedPrefill(StepContext &context, TokenStep &s, DecodeCache &cache
 
 } // namespace
 
-
 Status runPagedAttention(StepContext &context, TokenStep &s) {
   const DevicePagedRows &rows = *context.pagedRows();
   const int64_t D = s.h.headDim, H = s.h.heads, KH = s.h.kvHeads, B = s.batch;
@@ -229,8 +228,9 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
     DSRT_RETURN_IF_ERROR(
         context.scratch(static_cast<size_t>(B * H * D) * sizeof(float), queryRows));
   {
-    // Keys and values only (the kernel with PAGED writes no query: the decode kernel
-    // rotates them); `heads` sizes a packed row.
+    // Keys and values, and with PAGED 2 the rotated queries for the prefill kernel (with
+    // PAGED 1 none: the decode kernel rotates its own); `heads` sizes a packed row. The
+    // blocks stride over the heads along y.
     DevicePtr none = 0, pagedRows = rows.data;
     int zero = 0, one = 1, keysArg = static_cast<int>(keys);
     int heads = static_cast<int>(H), kvHeads = static_cast<int>(KH);
@@ -248,7 +248,8 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
     args.insert(args.end(), {&pagedRows, &tableWidth, &blockSize});
     Dim3 grid, block;
     grid.x = static_cast<unsigned>(B);
-    grid.y = static_cast<unsigned>(std::min<int64_t>(KH, kMaxGridYZ));
+    grid.y = static_cast<unsigned>(std::min<int64_t>(hasPrefill ? std::max(H, KH) : KH,
+                                                     kMaxGridYZ));
     block.x = kRotaryBlock;
     DSRT_RETURN_IF_ERROR(context.launch(kPagedWriteSlot, grid, block, 0, args.data()));
   }
