@@ -1,6 +1,7 @@
 // tfm.attention over the serving engine's paged KV cache on the GPU: the launcher
 // (runtime/src/cuda/ops/AttentionPagedOps.cpp) and the paged kernels (attention_rotary and
-// attention_decode with PAGED, slots 3 and 4 of a serving plan's step) run on the host
+// attention_decode with PAGED, slots 3 and 4 of a serving plan's step, and 5, the paged
+// prefill, on the CUDA cores or the tensor cores) run on the host
 // through CudaEmulation.h, against the CPU reference paged attention
 // (runtime/src/ops/TransformerPagedAttention.cpp) on random inputs and a random pool.
 // Each step mixes rows of several sequences: prompt chunks (consecutive rows of one

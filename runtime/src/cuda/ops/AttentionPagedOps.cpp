@@ -1,6 +1,6 @@
 // tfm.attention over the serving engine's paged KV cache on the GPU (docs/serving.md,
-// docs/cuda-backend.md "The engine on the GPU"): the kernels of slots 3 and 4 of a serving
-// plan's `step` program (codegen/kernels/AttentionRules.cpp). The dense launcher
+// docs/cuda-backend.md "The engine on the GPU"): the kernels of slots 3 and 4 (and 5) of a
+// serving plan's `step` program (codegen/kernels/AttentionRules.cpp). The dense launcher
 // (AttentionOps.cpp) reads and checks the step and hands it here when the session's cache
 // is the engine's block pool. Two launches, as the CPU kernel's two phases
 // (runtime/src/ops/TransformerPagedAttention.cpp): attention_rotary (PAGED) writes every
