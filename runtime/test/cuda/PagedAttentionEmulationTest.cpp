@@ -65,6 +65,9 @@ const Family kPagedLlamaF16Mma{"paged_llama_f16_mma", paged_llama_f16_mma::kerne
 const Family kPagedGemma2Bf16Mma{"paged_gemma2_bf16_mma", paged_gemma2_bf16_mma::kernels, 16, 4,
                                  2, 1, 0, 4, 16, 0, "all", DType::I64, 0.25f, false, 0,
                                  DType::BF16};
+const Family kPagedWide512MmaF16{"paged_wide512_mma_f16", paged_wide512_mma_f16::kernels, 512,
+                                 2, 2, 1, 0, 0, 128, 0, "all", DType::I64, 0, false, 0,
+                                 DType::F16};
 
 const Family *const kPagedFamilies[] = {&kPagedLlama,  &kPagedLlamaF16,  &kPagedGemma2Bf16,
                                         &kPagedBloom,  &kPagedQwen3Bf16, &kPagedMqa};
@@ -261,7 +264,10 @@ void checkPaged(const Family &f, const PagedScenario &s) {
     EXPECT_EQ(step.grids[5].z, static_cast<unsigned>(chunkCount));
     EXPECT_EQ(step.grids[5].y, static_cast<unsigned>(H));
     const int64_t tile = kernels.constants[5].at("Q_TILE");
-    EXPECT_EQ(step.grids[5].x, static_cast<unsigned>((longest + tile - 1) / tile));
+    const auto parts = kernels.constants[5].find("FEATURE_PARTS");
+    const int64_t blocksPerTile = parts == kernels.constants[5].end() ? 1 : parts->second;
+    EXPECT_EQ(step.grids[5].x,
+              static_cast<unsigned>((longest + tile - 1) / tile * blocksPerTile));
     EXPECT_EQ(decodeRows, B - chunkRows);
   } else {
     EXPECT_EQ(step.launches[5], 0);
@@ -393,6 +399,17 @@ TEST(PagedAttentionEmulation, PagedPrefillForPromptChunks) {
 TEST(PagedAttentionEmulation, PagedPrefillOnTensorCores) {
   for (const Family *f : {&kPagedLlamaF16Mma, &kPagedGemma2Bf16Mma})
     checkPrefillSteps(*f, 70);  // two query tiles of 64
+}
+
+// Heads of 512: each query tile's two blocks (FEATURE_PARTS) read their queries from scratch
+// and write their halves of the rows, the tiles in dynamic shared memory.
+TEST(PagedAttentionEmulation, PagedPrefillOnTensorCoresWideHeads) {
+  PagedScenario s = mixedStep(7);
+  s.prefill = true;
+  checkPaged(kPagedWide512MmaF16, s);
+  s.blockSize = 16;
+  s.parts = {{3, 1}, {19, 70}};
+  checkPaged(kPagedWide512MmaF16, s);
 }
 
 TEST(PagedAttentionEmulation, PagedPrefillVariants) {
