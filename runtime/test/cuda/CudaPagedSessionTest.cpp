@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -150,6 +151,45 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
   EXPECT_EQ(pagedWrites, layers.size());
   EXPECT_EQ(pagedDecodes, layers.size());
   EXPECT_EQ(pagedPrefills, layers.size());
+}
+
+// DSRT_CUDA_LAUNCH_COUNTS=1 (what test/gpu/engine-paged-prefill.test reads on a GPU): the
+// session prints its eager launches per kernel when it ends, the paged prefill's among them
+// for a step with a prompt chunk.
+TEST(CudaPagedSession, LaunchCountsNameThePagedPrefill) {
+  ASSERT_EQ(setenv("DSRT_CUDA_LAUNCH_COUNTS", "1", 1), 0);
+  PagedFake f;
+  createPaged(f);
+  unsetenv("DSRT_CUDA_LAUNCH_COUNTS");
+  ASSERT_NE(f.session, nullptr);
+  const std::vector<int32_t> first{3, 1}, second{0};
+  std::vector<ops::KvPagedRow> rows{{first.data(), 2, 4}, {first.data(), 2, 5},
+                                    {second.data(), 1, 2}};
+  ASSERT_TRUE(f.session->setPagedRows(rows).isOk());
+  bindRows(*f.session, "step", rows);
+  Status run = f.session->run("step");
+  ASSERT_TRUE(run.isOk()) << run.message();
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
+  testing::internal::CaptureStderr();
+  f.session.reset();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  bool prefill = false, decode = false;
+  const std::string each = "dsrt: " + std::to_string(layers.size()) + " launches of ";
+  for (size_t at = 0, end; at < printed.size(); at = end + 1) {
+    end = printed.find('\n', at);
+    if (end == std::string::npos)
+      end = printed.size();
+    const std::string line = printed.substr(at, end - at);
+    if (line.rfind(each, 0) != 0)
+      continue;
+    const std::string kernel = line.substr(each.size());
+    const bool paged = kernel.size() > 6 && kernel.compare(kernel.size() - 6, 6, "PAGED1") == 0;
+    prefill |= paged && kernel.rfind("attention_prefill", 0) == 0;
+    decode |= paged && kernel.rfind("attention_decode", 0) == 0;
+  }
+  EXPECT_TRUE(prefill) << printed;
+  EXPECT_TRUE(decode) << printed;
 }
 
 // Decode-only steps (every row sampled) are captured once per bucket of rows and replayed,
