@@ -220,17 +220,18 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
   // Where slot 3 writes the rotated queries (PAGED 2), which the prefill kernel reads: the
   // output itself when it is f32 (each row is read before it is written), else f32 scratch
   // (a half result, or blocks that share a row's output).
-  DevicePtr queryRows = s.out;
+  // None without chunks (a decode-only or captured step): the kernel then writes none.
+  DevicePtr queryRows = chunked ? s.out : 0;
   int64_t featureParts = 1;
   if (hasPrefill)
     DSRT_RETURN_IF_ERROR(pagedPrefillParts(context, s, featureParts));
-  if (hasPrefill && (s.outDtype > 0 || featureParts > 1))
+  if (chunked && (s.outDtype > 0 || featureParts > 1))
     DSRT_RETURN_IF_ERROR(
         context.scratch(static_cast<size_t>(B * H * D) * sizeof(float), queryRows));
   {
-    // Keys and values, and with PAGED 2 the rotated queries for the prefill kernel (with
-    // PAGED 1 none: the decode kernel rotates its own); `heads` sizes a packed row. The
-    // blocks stride over the heads along y.
+    // Keys and values, and with PAGED 2 in a step with chunks the rotated queries for the
+    // prefill kernel (else none: the decode kernel rotates its own); `heads` sizes a packed
+    // row. The blocks stride over the heads along y.
     DevicePtr none = 0, pagedRows = rows.data;
     int zero = 0, one = 1, keysArg = static_cast<int>(keys);
     int heads = static_cast<int>(H), kvHeads = static_cast<int>(KH);
@@ -248,7 +249,7 @@ Status runPagedAttention(StepContext &context, TokenStep &s) {
     args.insert(args.end(), {&pagedRows, &tableWidth, &blockSize});
     Dim3 grid, block;
     grid.x = static_cast<unsigned>(B);
-    grid.y = static_cast<unsigned>(std::min<int64_t>(hasPrefill ? std::max(H, KH) : KH,
+    grid.y = static_cast<unsigned>(std::min<int64_t>(chunked ? std::max(H, KH) : KH,
                                                      kMaxGridYZ));
     block.x = kRotaryBlock;
     DSRT_RETURN_IF_ERROR(context.launch(kPagedWriteSlot, grid, block, 0, args.data()));
