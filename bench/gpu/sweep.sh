@@ -10,7 +10,8 @@
 #   tests      the GPU unit tests and the GPU lit suite, strict (ctest -L gpu)
 #   engine     the serving engine on the GPU (dsrt-engine-check, strict): every request's
 #              greedy tokens over the paged KV cache equal to dsrt_generate alone, on
-#              --serving plans of five fixtures (rotary/GQA, ALiBi, window + cap, bf16 cache)
+#              --serving plans of five fixtures (rotary/GQA, ALiBi, window + cap, bf16 cache),
+#              and the prompt chunks through the paged prefill kernel (its launches counted)
 #   sanitizer  compute-sanitizer memcheck, racecheck and synccheck on a forward pass and 8
 #              greedy decode steps of two fixtures (gpt2-op17, llama-op17), strict
 #   realistic  bench/gpu/bench.py correctness: real shapes (GPT-2 124M, Llama-3.2-1B, heads of
@@ -187,7 +188,9 @@ step_tests() {
 
 # The serving engine over the paged KV cache on the GPU against each request alone
 # (test/gpu/engine-paged.test's check, outside lit so that its failures print whole).
-# Strict where there is a GPU; without one the sessions run on the CPU (a dry run).
+# Strict where there is a GPU; without one the sessions run on the CPU (a dry run). On the
+# GPU each plan's prompt chunks must have run the paged prefill kernel
+# (DSRT_CUDA_LAUNCH_COUNTS: test/gpu/engine-paged-prefill.test).
 step_engine() {
   checker=$build/bin/dsrt-engine-check
   [ -x "$checker" ] || ninja -C "$build" dsrt-engine-check || return 1
@@ -198,8 +201,19 @@ step_engine() {
     plan=$work/engine-$n.dsp
     dsc compile "$root/test/models/$n/model.onnx" -o "$plan" --serving --max-batch 16 \
         --max-seq-len 64 || { failed=1; continue; }
-    "$checker" "$plan" --device cuda $strict >"$work/engine-$n.log" 2>&1 || failed=1
+    DSRT_CUDA_LAUNCH_COUNTS=1 "$checker" "$plan" --device cuda $strict \
+        >"$work/engine-$n.log" 2>&1 || failed=1
     tail -n 1 "$work/engine-$n.log"
+    if [ -n "$strict" ]; then
+      if grep -qE '^dsrt: [1-9][0-9]* launches of attention_prefill_.*PAGED1$' \
+          "$work/engine-$n.log"; then
+        grep -E '^dsrt: [0-9]+ launches of attention_(prefill|decode)_.*PAGED1$' \
+          "$work/engine-$n.log"
+      else
+        echo "$n: no launch of the paged prefill kernel"
+        failed=1
+      fi
+    fi
   done
   [ $failed = 0 ] && echo "engine on cuda: every request as alone" ||
     echo "engine on cuda: FAILED (above)"

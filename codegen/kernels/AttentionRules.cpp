@@ -18,8 +18,13 @@
 //   3 attention_rotary (PAGED)  every row's new key and value into its block's slot
 //   4 attention_decode (PAGED)  each row's query rotated, attended over its sequence's
 //                               positions through its block table
+//   5 attention_prefill (PAGED) the step's prompt chunks, a tile of a chunk's rows sharing
+//                               each key and value tile read through the table (or
+//                               attention_prefill_mma, as slot 1); slot 3 is then PAGED 2,
+//                               which also writes the rotated queries
 // Only there: the paged session runs no other program, and other plans keep their kernels.
-// They are slots 3 and 4 of a five-kernel step; a four-kernel one is the old combine's.
+// They are slots 3 to 5 of a six-kernel step (3 and 4 of a five-kernel one, from before
+// the paged prefill); a four-kernel one is the old combine's.
 // A cached cross-attention (`cross`, an encoder-decoder's session programs) has slots 0 and
 // 1 only: its keys are the encoder's, which the decoder's lengths do not describe. So has a
 // cached step with a bias.
@@ -444,17 +449,23 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
     if (halfOutput)
       kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
-    // The engine's paged cache (slots 3 and 4): the same two templates, PAGED last. The
-    // decode kernel reads no mask there (each row's position bounds its keys).
+    // The engine's paged cache (slots 3 to 5): slots 0, 2 and 1 with PAGED last, the
+    // prefill on the tensor cores or the CUDA cores as slot 1 is. The decode and prefill
+    // kernels read no mask there (each row's position bounds its keys). The write kernel is
+    // PAGED 2 beside the prefill: it also writes the rotated queries the prefill kernel
+    // reads (the decode kernel rotates its rows' own).
     if (inServingStep(in)) {
-      KernelSpec pagedWrite = kernels[0], pagedDecode = kernels.back();
-      pagedWrite.constants.push_back({"PAGED", 1});
-      for (auto &[name, value] : pagedDecode.constants)
-        if (name == "MASK_DTYPE")
-          value = 0;
+      KernelSpec pagedWrite = kernels[0], pagedPrefill = kernels[1], pagedDecode = kernels.back();
+      pagedWrite.constants.push_back({"PAGED", 2});
+      for (KernelSpec *spec : {&pagedDecode, &pagedPrefill})
+        for (auto &[name, value] : spec->constants)
+          if (name == "MASK_DTYPE")
+            value = 0;
       pagedDecode.constants.push_back({"PAGED", 1});
+      pagedPrefill.constants.push_back({"PAGED", 1});
       kernels.push_back(std::move(pagedWrite));
       kernels.push_back(std::move(pagedDecode));
+      kernels.push_back(std::move(pagedPrefill));
     }
   }
   return true;

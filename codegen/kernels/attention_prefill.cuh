@@ -32,7 +32,29 @@
 // where the step's result is the plan's half activation dtype) `out` is of that dtype and
 // the f32 rotated queries are in `query_rows` (the kernel's last parameter), laid out as
 // `out` would hold them.
+//
+// With PAGED (1; last, only in the serving plan's `step` program: docs/serving.md), the
+// cache is the engine's block pool ([blocks, kv heads, block_size, HEAD_DIM] per layer:
+// `kv_batch_stride` is a block's elements, `kv_head_stride` a head's in a block) and
+// sequence z is a prompt chunk of the step: `chunks` holds [first row, rows] per chunk,
+// consecutive rows of one sequence at consecutive positions, whose position and block table
+// are `paged_rows`' ([rows][1 + table_width] ints: the position, then the table). The
+// chunk's query tile shares each key and value tile, read through the first row's table
+// (attention_decode_locate's addressing), so a prefix is read once per tile, not once per
+// row. Query and output rows are the step's rows. Attention is over [0, position] (causal
+// whatever CAUSAL says, as the CPU paged attention), `lengths`, `mask` (MASK_DTYPE 0),
+// `io_past` and `fresh` are not read, and every row attends its own key, so none is
+// unattended. attention_rotary (PAGED 2) has written every row's key and value, and its
+// rotated (and q/k-normed) query into `out` (`query_rows` with OUT_DT), before this runs.
 #include "dsc_common.cuh"
+
+#ifndef PAGED
+#define PAGED 0
+#endif
+#if PAGED && (MASK_DTYPE != 0 || defined(BIAS))
+#error "PAGED reads no mask and adds no bias"
+#endif
+#define ATTENTION_PREFILL_CAUSAL (CAUSAL || PAGED)
 
 #ifdef OUT_DT
 #define ATTENTION_PREFILL_OUT_DT OUT_DT
@@ -110,6 +132,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                       ,
                       const float *query_rows
 #endif
+#if PAGED
+                      ,
+                      const int *paged_rows, int table_width, int block_size, const int *chunks
+#endif
     ) {
   __shared__ float q_tile[Q_TILE][HEAD_DIM];
   __shared__ float k_tile[K_TILE][ATTENTION_PREFILL_K_STRIDE];
@@ -120,28 +146,40 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const float negative_infinity = attention_prefill_negative_infinity();
   const int sequence = blockIdx.z, head = blockIdx.y, q_begin = blockIdx.x * Q_TILE;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#if PAGED
+  // The chunk's rows stand for the dense kernel's `fresh` new tokens of a sequence.
+  long long row_base;
+  const int *table;
+  int past;
+  dsc_paged_chunk(chunks, paged_rows, table_width, sequence, row_base, fresh, table, past);
+  if (q_begin >= fresh)
+    return;  // the block's alike: before any barrier
+  int total = past + fresh;
+  const int mask_width = total;
+  const attention_kv_t *key_base = keys, *value_base = values;
+#else
   // Session cache: the lengths of this run from the device. I/O mode: the presents hold
   // exactly past + fresh rows and the mask (if any) is [batch, past + fresh].
+  const long long row_base = static_cast<long long>(sequence) * fresh;
   const int past = lengths ? lengths[0] : io_past;
   int total = lengths ? lengths[1] : io_past + fresh;
   const int mask_width = lengths ? lengths[2] : io_past + fresh;
+  const attention_kv_t *key_base = keys + sequence * kv_batch_stride;
+  const attention_kv_t *value_base = values + sequence * kv_batch_stride;
+#endif
   if (total > kv_rows)
     total = kv_rows;
   const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
   const int kv_head = (head_offset + head) / group - kv_head_offset;
-  const attention_kv_t *key_base = keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
-  const attention_kv_t *value_base =
-      values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  key_base += kv_head * kv_head_stride;
+  value_base += kv_head * kv_head_stride;
 
   for (int index = threadIdx.x; index < Q_TILE * HEAD_DIM; index += blockDim.x) {
     const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
     const int token = q_begin + row;
     q_tile[row][feature] =
         token < fresh
-            ? ATTENTION_PREFILL_QUERIES[((static_cast<long long>(sequence) * fresh + token) *
-                                             heads +
-                                         head) *
-                                            HEAD_DIM +
+            ? ATTENTION_PREFILL_QUERIES[((row_base + token) * heads + head) * HEAD_DIM +
                                         feature]
             : 0.0f;
   }
@@ -152,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   // attended keys from the first one, so it always starts at key 0.
   const int q_end = min(fresh, q_begin + Q_TILE);
   int key_end = total;
-  if (CAUSAL)
+  if (ATTENTION_PREFILL_CAUSAL)
     key_end = min(total, past + q_end);
   int key_begin = 0;
   if (WINDOW > 0 && !ALIBI) {
@@ -188,7 +226,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const int row = index / HEAD_DIM, feature = index % HEAD_DIM;
       const int key = tile + row;
       const bool present = key < key_end;
+#if PAGED
+      // Through the chunk's table (attention_decode_locate's addressing), and only for keys
+      // it names.
+      long long element = 0;
+      if (present) {
+        const int index = key / block_size;
+        element = table[index] * kv_batch_stride +
+                  static_cast<long long>(key - index * block_size) * HEAD_DIM + feature;
+      }
+#else
       const long long element = static_cast<long long>(key) * HEAD_DIM + feature;
+#endif
       k_tile[row][feature] = present ? dsc_load_float<KV_DTYPE>(key_base, element) : 0.0f;
       v_tile[row][feature] = present ? dsc_load_float<KV_DTYPE>(value_base, element) : 0.0f;
     }
@@ -222,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int c = 0; c < ATTENTION_PREFILL_CHUNKS; ++c) {
         const int slot = c * 32 + lane, key = tile + slot;
-        const bool allowed = key_on[c] && (!CAUSAL || key <= position) &&
+        const bool allowed = key_on[c] && (!ATTENTION_PREFILL_CAUSAL || key <= position) &&
                              (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW));
         score[c] = negative_infinity;
         if (allowed) {
@@ -277,11 +326,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       continue;
     const int position = past + token;
     void *out_row = dsc_element_address<ATTENTION_PREFILL_OUT_DT>(
-        out, ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM);
+        out, ((row_base + token) * heads + head) * HEAD_DIM);
     if (row_max[r] == negative_infinity) {
+      // A paged row's keys are not contiguous rows, but it always attends its own key.
       dsc_unattended_row<KV_DTYPE, false, ATTENTION_PREFILL_OUT_DT>(
-          out_row, value_base, HEAD_DIM, total, position, ATTENTION_PREFILL_UNATTENDED_ZERO,
-          UNATTENDED_CAUSAL && CAUSAL, lane, 32);
+          out_row, value_base, HEAD_DIM, PAGED ? 0 : total, position,
+          ATTENTION_PREFILL_UNATTENDED_ZERO, UNATTENDED_CAUSAL && CAUSAL, lane, 32);
       continue;
     }
 #pragma unroll

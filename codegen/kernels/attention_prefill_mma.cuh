@@ -29,7 +29,21 @@
 // attention_prefill: a block stages every row it later writes before its first write. Where
 // blocks share a row (FEATURE_PARTS > 1) or the output is half (OUT_DT), the queries come in
 // `query_rows` instead, the last parameter.
+//
+// With PAGED (1; last, only in the serving plan's `step` program), sequence z is a prompt
+// chunk of the step over the engine's block pool, as attention_prefill.cuh's PAGED says:
+// `chunks`, `paged_rows`, `table_width` and `block_size` follow, the key and value tiles are
+// read through the chunk's table, the rows are the step's rows, and attention is causal
+// over [0, position].
 #include "dsc_common.cuh"
+
+#ifndef PAGED
+#define PAGED 0
+#endif
+#if PAGED && MASK_DTYPE != 0
+#error "PAGED reads no mask"
+#endif
+#define ATTENTION_MMA_CAUSAL (CAUSAL || PAGED)
 
 #ifndef FEATURE_PARTS
 #define FEATURE_PARTS 1
@@ -115,6 +129,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                           ,
                           const float *query_rows
 #endif
+#if PAGED
+                          ,
+                          const int *paged_rows, int table_width, int block_size,
+                          const int *chunks
+#endif
     ) {
 #ifdef SHARED_BYTES
   extern __shared__ unsigned int attention_mma_shared[];
@@ -137,17 +156,42 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const int q_begin = blockIdx.x / FEATURE_PARTS * Q_TILE;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;  // the fragments' groupID and threadID_in_group
+#if PAGED
+  // The chunk's rows stand for the dense kernel's `fresh` new tokens of a sequence.
+  long long row_base;
+  const int *table;
+  int past;
+  dsc_paged_chunk(chunks, paged_rows, table_width, sequence, row_base, fresh, table, past);
+  if (q_begin >= fresh)
+    return;  // the block's alike: before any barrier
+  int total = past + fresh;
+  const int mask_width = total;
+  const attention_mma_kv_t *key_base = keys, *value_base = values;
+#else
+  const long long row_base = static_cast<long long>(sequence) * fresh;
   const int past = lengths ? lengths[0] : io_past;
   int total = lengths ? lengths[1] : io_past + fresh;
   const int mask_width = lengths ? lengths[2] : io_past + fresh;
+  const attention_mma_kv_t *key_base = keys + sequence * kv_batch_stride;
+  const attention_mma_kv_t *value_base = values + sequence * kv_batch_stride;
+#endif
   if (total > kv_rows)
     total = kv_rows;
   const long long mask_row = static_cast<long long>(sequence) * mask_width + (mask_width - total);
   const int kv_head = (head_offset + head) / group - kv_head_offset;
-  const attention_mma_kv_t *key_base =
-      keys + sequence * kv_batch_stride + kv_head * kv_head_stride;
-  const attention_mma_kv_t *value_base =
-      values + sequence * kv_batch_stride + kv_head * kv_head_stride;
+  key_base += kv_head * kv_head_stride;
+  value_base += kv_head * kv_head_stride;
+  // A key's first word: its row of the cache, or (PAGED) its block's slot through the table.
+  auto key_row_word = [&](int key) -> long long {
+#if PAGED
+    const int index = key / block_size;
+    return (table[index] * kv_batch_stride +
+            static_cast<long long>(key - index * block_size) * HEAD_DIM) /
+           2;
+#else
+    return static_cast<long long>(key) * (HEAD_DIM / 2);
+#endif
+  };
 
   // The block's queries, rounded to the cache's dtype, two features per word.
   for (int index = threadIdx.x; index < Q_TILE * (HEAD_DIM / 2); index += blockDim.x) {
@@ -156,8 +200,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float low = 0.0f, high = 0.0f;
     if (token < fresh) {
       const float *query =
-          ATTENTION_MMA_QUERIES +
-          ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM;
+          ATTENTION_MMA_QUERIES + ((row_base + token) * heads + head) * HEAD_DIM;
       low = query[2 * pair];
       high = query[2 * pair + 1];
     }
@@ -167,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
   const int q_end = min(fresh, q_begin + Q_TILE);
   int key_end = total;
-  if (CAUSAL)
+  if (ATTENTION_MMA_CAUSAL)
     key_end = min(total, past + q_end);
   int key_begin = 0;
   if (WINDOW > 0) {
@@ -193,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       if (key < key_end) {
         // One 32-bit load per pair: a cache row is HEAD_DIM (a multiple of 16) halves, and
         // its batch and head strides are whole rows, so every pair is 4-byte aligned.
-        const long long word = static_cast<long long>(key) * (HEAD_DIM / 2) + pair;
+        const long long word = key_row_word(key) + pair;
         key_word = reinterpret_cast<const unsigned int *>(key_base)[word];
         if (FEATURE_PARTS == 1)
           value_word = reinterpret_cast<const unsigned int *>(value_base)[word];
@@ -211,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       unsigned int value_word = 0;
       if (key < key_end)
         value_word = reinterpret_cast<const unsigned int *>(value_base)
-            [static_cast<long long>(key) * (HEAD_DIM / 2) + first_feature / 2 + pair];
+            [key_row_word(key) + first_feature / 2 + pair];
       v_tile[row][pair] = value_word;
     }
     __syncthreads();
@@ -248,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         const int r = e >> 1, key = tile + j * 8 + 2 * t + (e & 1);
         const int position = past + row_token[r];
         const bool allowed = row_token[r] < fresh && key < key_end &&
-                             (!CAUSAL || key <= position) &&
+                             (!ATTENTION_MMA_CAUSAL || key <= position) &&
                              (WINDOW == 0 || (key > position - WINDOW && key < position + WINDOW)) &&
                              dsc_mask_on<MASK_DTYPE>(mask, mask_row + key);
         float score = s[j][e] * scale;
@@ -321,12 +364,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       continue;
     const int position = past + token;
     void *out_row = dsc_element_address<ATTENTION_MMA_OUT_DT>(
-        out, ((static_cast<long long>(sequence) * fresh + token) * heads + head) * HEAD_DIM);
+        out, ((row_base + token) * heads + head) * HEAD_DIM);
     if (row_max[r] == negative_infinity) {
       // No key to attend: attention_prefill's rule, the row's 4 lanes sharing the block's
-      // features.
+      // features (never a paged row, which attends its own key).
       dsc_unattended_row<KV_DTYPE, false, ATTENTION_MMA_OUT_DT>(
-          out_row, value_base, HEAD_DIM, total, position, ATTENTION_MMA_UNATTENDED_ZERO,
+          out_row, value_base, HEAD_DIM, PAGED ? 0 : total, position, ATTENTION_MMA_UNATTENDED_ZERO,
           UNATTENDED_CAUSAL && CAUSAL, first_feature + t, 4,
           first_feature + ATTENTION_MMA_OUT_FEATURES);
       continue;

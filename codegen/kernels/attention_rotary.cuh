@@ -38,7 +38,10 @@
 // block table), written at its block's slot. `lengths` is not read, and no query is
 // written: attention_decode (PAGED) rotates the queries itself. Every row's key and value
 // are written by this launch before any row attends, so the rows of a prompt chunk see each
-// other.
+// other. PAGED 2 (a step that also carries attention_prefill with PAGED, for its prompt
+// chunks) writes every row's rotated query to `q_out` as well, as the dense kernel does:
+// the prefill kernel reads them, the decode kernel still rotates its rows' own. A step
+// without chunks passes a null `q_out`, and no query is written.
 #include "dsc_common.cuh"
 
 #ifndef PAGED
@@ -153,8 +156,9 @@ extern "C" __global__ void attention_rotary(
   // together (one block looping over every head was a chain of dependent memory trips:
   // 9.7 us of an H200's decode step for GPT-2's 12 heads).
 #if PAGED
-  // The queries are attention_decode's (PAGED) to rotate: `heads` only sizes a packed row.
-  const int rotated_heads = 0;
+  // The queries are attention_decode's (PAGED) to rotate, but for the prefill kernel's
+  // (PAGED 2, q_out given): else `heads` only sizes a packed row.
+  const int rotated_heads = PAGED == 2 && q_out ? heads : 0;
 #else
   const int rotated_heads = heads;
 #endif

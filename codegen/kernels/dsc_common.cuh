@@ -162,6 +162,20 @@ static __device__ __forceinline__ bool dsc_mask_on(const void *mask, long long i
     return static_cast<const unsigned char *>(mask)[index] != 0;
 }
 
+// A paged prefill block's prompt chunk (attention_prefill*.cuh with PAGED): chunk `chunk`
+// of `chunks` ([first row, rows] pairs) is the step's rows [first_row, first_row + rows),
+// one sequence's at consecutive positions from `past`, whose block table is `table` (the
+// first row's, of `paged_rows`' [rows][1 + table_width]: the position, then the table).
+static __device__ __forceinline__ void dsc_paged_chunk(const int *chunks, const int *paged_rows,
+                                                       int table_width, int chunk,
+                                                       long long &first_row, int &rows,
+                                                       const int *&table, int &past) {
+  first_row = chunks[2 * chunk];
+  rows = chunks[2 * chunk + 1];
+  table = paged_rows + first_row * (table_width + 1) + 1;
+  past = table[-1];
+}
+
 // A query row with no key to attend (a padding query), as the CPU reference fills it:
 // zeros where the step asks for them (sdpa's NaN guard, `zero`); else the exports' finfo.min
 // masks leave every masked score equal, so the row averages the values of every key, or

@@ -72,13 +72,16 @@ for name in llama-ts-sdpa gemma2-dynamo-eager gemma3-dynamo; do
   plans=$((plans + 1))
 done
 
-# The serving engine's paged attention (a --serving plan's step program: attention_rotary
-# and attention_decode with PAGED), with rotary, GQA and a packed projection, and with
-# Gemma-2's window and cap over a bf16 cache.
+# The serving engine's paged attention (a --serving plan's step program: attention_rotary,
+# attention_decode and attention_prefill with PAGED), with rotary, GQA and a packed
+# projection (the CUDA cores' prefill over an f32 cache), with Gemma-2's window and cap over
+# a bf16 cache (the tensor cores' prefill), and with BLOOM's ALiBi over a bf16 cache (the
+# CUDA cores' prefill over a half cache).
 compile llama-op17-serving "$models/llama-op17/model.onnx" --serving
 compile gemma2-serving-bf16 "$models/gemma2-dynamo-eager/model.onnx" --serving \
   --kv-cache-dtype bf16
-plans=$((plans + 2))
+compile bloom-serving-bf16 "$models/bloom-op17/model.onnx" --serving --kv-cache-dtype bf16
+plans=$((plans + 3))
 
 for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
   for kind in "gemv_*_WT8_*" "dequantize_int8_*"; do
@@ -99,10 +102,12 @@ for name in gpt2-op17-int4 gpt2-op17-int4-g64 llama-op17-int4-head-bf16 llama-or
 done
 
 # Every decoder's plan has the one-launch decode attention (FUSED_COMBINE) and gemv with a
-# norm prologue (NORM), and the serving plans the paged attention (PAGED): a rule that
-# declined them would leave them out.
+# norm prologue (NORM), and the serving plans the paged attention (PAGED: the write kernel
+# that also writes the queries, the decode kernel and the prompt chunks' prefill kernel): a
+# rule that declined them would leave them out.
 for kind in "attention_decode_*FUSED_COMBINE1*" "gemv_*_NORM1_*" "gemv_*_NORM2_*" \
-            "attention_rotary_*PAGED1" "attention_decode_*PAGED1"; do
+            "attention_rotary_*PAGED2" "attention_decode_*PAGED1" \
+            "attention_prefill_HEAD_DIM*PAGED1" "attention_prefill_mma_*PAGED1"; do
   found=$(find "$work" -name "$kind.ptx" 2>/dev/null | head -n 1)
   if [ -z "$found" ]; then
     echo "FAIL: no plan has a $kind kernel"
@@ -129,11 +134,13 @@ for ptx in "$work"/*/*.ptx; do
 done
 
 # Registers and spills of the int8 and int4 decode kernels, int4's dequantization, the norm
-# prologue's and the one-launch decode attention (the paged one among them), for the record
-# (docs/cuda-backend.md). The int4 kernels must not spill ("int4 linears").
+# prologue's, the one-launch decode attention (the paged one among them) and the paged
+# prefill, for the record (docs/cuda-backend.md). The int4 kernels must not spill ("int4
+# linears").
 for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
            "$work"/*/dequantize_int4_*.ptx "$work"/*/gemv_*_NORM*.ptx \
-           "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx; do
+           "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx \
+           "$work"/*/attention_prefill_*PAGED1.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
   [ -n "${reported[$kernel]:-}" ] && continue

@@ -198,8 +198,10 @@ private:
         return;
       // A serving plan's step program runs only in the engine, over the paged cache: its
       // paged attention_rotary writes every row's key and value, then its paged
-      // attention_decode attends (slots 3 and 4; AttentionPagedOps.cpp).
-      if (length(step.kernels()) == 5 && kernelConstant(step, 4, "PAGED", 0) == 1) {
+      // attention_decode attends (slots 3 and 4; AttentionPagedOps.cpp), as in a decode-only
+      // step; a step with prompt chunks adds the paged prefill (slot 5), not modelled.
+      const size_t kernelCount = length(step.kernels());
+      if ((kernelCount == 5 || kernelCount == 6) && kernelConstant(step, 4, "PAGED", 0) == 1) {
         cost.kernels = 2;
         return;
       }

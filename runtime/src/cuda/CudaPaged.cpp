@@ -26,12 +26,13 @@ Status CudaSession::initPagedCache() {
                          std::to_string(options_.kvBlockSize) +
                          " positions exceeds the kernels' int range");
   // The rows of the largest step, in one buffer for the session's life: a captured step
-  // reads it at the address it was captured with.
+  // reads it at the address it was captured with. Then its prompt chunks, two ints for
+  // each run of two rows or more: at most one int per row.
   pagedRowsCapacity_ = static_cast<size_t>(
       std::max<int64_t>(limits->max_tokens_per_step() > 0 ? limits->max_tokens_per_step()
                                                           : limits->max_batch(),
                         1));
-  const size_t bytes = pagedRowsCapacity_ * static_cast<size_t>(pagedRows_.tableWidth + 1) *
+  const size_t bytes = pagedRowsCapacity_ * static_cast<size_t>(pagedRows_.tableWidth + 2) *
                        sizeof(int32_t);
   DSRT_RETURN_IF_ERROR(allocate(bytes, pagedRows_.data, "the paged rows"));
   memory_.other += bytes;
@@ -72,12 +73,20 @@ Status CudaSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
       out[1 + i] = row.blocks[i];
     }
   }
+  // The prompt chunks after the rows, in the same copy (the paged prefill kernel's).
+  const size_t rowInts = hostPagedRows_.size();
+  std::vector<int32_t> chunks;
+  findPagedChunks(hostPagedRows_.data(), static_cast<int64_t>(rows.size()), width, chunks);
+  hostPagedRows_.insert(hostPagedRows_.end(), chunks.begin(), chunks.end());
   // One copy per step; staged from pageable memory, so the vector may change after it.
   if (!hostPagedRows_.empty())
     DSRT_RETURN_IF_ERROR(copyToDevice(pagedRows_.data, hostPagedRows_.data(),
                                       hostPagedRows_.size() * sizeof(int32_t)));
   pagedRows_.rows = static_cast<int64_t>(rows.size());
   pagedRows_.host = hostPagedRows_.data();
+  pagedRows_.chunks = static_cast<int64_t>(chunks.size() / 2);
+  pagedRows_.chunkData = pagedRows_.data + rowInts * sizeof(int32_t);
+  pagedRows_.hostChunks = hostPagedRows_.data() + rowInts;
   // The host fallback runs the CPU paged attention over a downloaded pool.
   hostKvMirror_.pagedRows = rows;
   pagedRowsSet_ = true;
@@ -96,6 +105,12 @@ Status CudaSession::padPagedRows(int64_t batch) {
   if (rows < 1 || static_cast<size_t>(batch) > pagedRowsCapacity_)
     return Status::error("cannot pad " + std::to_string(rows) + " paged rows to " +
                          std::to_string(batch));
+  // Padding rows follow the rows where the chunks were: a padded step attends every row
+  // with the decode kernel, whose grid does not depend on the step's chunks.
+  hostPagedRows_.resize(static_cast<size_t>(rows) * stride);
+  pagedRows_.chunks = 0;
+  pagedRows_.chunkData = 0;
+  pagedRows_.hostChunks = nullptr;
   for (int64_t r = rows; r < batch; ++r)
     hostPagedRows_.insert(hostPagedRows_.end(), hostPagedRows_.begin(),
                           hostPagedRows_.begin() + static_cast<std::ptrdiff_t>(stride));

@@ -11,6 +11,7 @@
 #include "session/PlanChecks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -96,6 +97,10 @@ Status CudaSession::create(std::shared_ptr<PlanFile> plan, int rank,
   session->rank_ = rank;
   if (const char *sync = std::getenv("DSRT_CUDA_SYNC_STEPS"))
     session->syncEachStep_ = std::string(sync) == "1";
+  if (const char *counts = std::getenv("DSRT_CUDA_LAUNCH_COUNTS"); counts && *counts == '1') {
+    const auto *kernels = session->plan_->plan().kernels();
+    session->launchCounts_.assign(kernels ? kernels->size() : 0, 0);
+  }
   session->strict_ = options.strict || strictDeviceFromEnvironment();
   session->driver_ = options.driver;
   if (!session->driver_) {
@@ -170,6 +175,12 @@ Status CudaSession::initDevice(int rank) {
 CudaSession::~CudaSession() {
   if (!driver_)
     return;
+  if (const auto *kernels = plan_->plan().kernels(); kernels)
+    for (size_t k = 0; k < launchCounts_.size() && k < kernels->size(); ++k)
+      if (launchCounts_[k] > 0)
+        std::fprintf(stderr, "dsrt: %lld launches of %s\n",
+                     static_cast<long long>(launchCounts_[k]),
+                     kernels->Get(k)->name() ? kernels->Get(k)->name()->c_str() : "?");
   if (context_)
     driver_->cuCtxSetCurrent(context_);
   if (stream_)

@@ -277,6 +277,9 @@ private:
 
   bool capturing_ = false;
   bool syncEachStep_ = false;  // DSRT_CUDA_SYNC_STEPS=1: find the step a kernel fault is in
+  // DSRT_CUDA_LAUNCH_COUNTS=1: eager launches per plan kernel, printed on stderr when the
+  // session ends (which kernels a run took, e.g. the paged prefill: test/gpu), else empty.
+  std::vector<int64_t> launchCounts_;
   std::string captureProblem_;  // why the capture under way cannot complete
   std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<Graph>> graphs_;
   size_t graphReplays_ = 0;

@@ -47,8 +47,11 @@ Status CudaStepContext::launch(size_t slot, Dim3 grid, Dim3 block, uint32_t shar
   if (result != kCudaSuccess)
     return error("kernel '", kernelName(kernel), "': ",
                  driverErrorText(driver, result, "cuLaunchKernel"));
-  if (!session_.capturing_)  // a captured kernel runs with its graph's replays
+  if (!session_.capturing_) {  // a captured kernel runs with its graph's replays
     ++session_.stats_.kernelLaunches;
+    if (static_cast<size_t>(kernel) < session_.launchCounts_.size())
+      ++session_.launchCounts_[kernel];
+  }
   return Status::ok();
 }
 

@@ -55,11 +55,25 @@ struct DeviceKvLayer {
 // then its sequence's block table (-1 past its blocks). `host` holds the same values, which
 // the session checked when they were set (positions within the table, blocks within the
 // pool). In device memory so that a captured graph replays the rows of its replay.
+// `chunks` prompt chunks follow the rows, in the same upload: [first row, rows] int32 per
+// run of two or more consecutive rows of one sequence at consecutive positions
+// (findPagedChunks), at `chunkData` and `hostChunks`; a paged prefill kernel attends for
+// them a tile of rows at a time, the paged decode kernel for every other row. None where
+// the step was padded for a graph (its grid would be baked into the capture).
 struct DevicePagedRows {
   int64_t rows = 0, tableWidth = 0, blockSize = 0, blocks = 0;
   DevicePtr data = 0;
   const int32_t *host = nullptr;
+  int64_t chunks = 0;
+  DevicePtr chunkData = 0;
+  const int32_t *hostChunks = nullptr;
 };
+
+// The prompt chunks of `rows` rows laid out as DevicePagedRows' ([rows][1 + tableWidth]):
+// runs of two or more rows with equal tables at consecutive positions, as [first, count]
+// pairs appended to `chunks`. (AttentionPagedOps.cpp.)
+void findPagedChunks(const int32_t *rows, int64_t count, int64_t tableWidth,
+                     std::vector<int32_t> &chunks);
 // The lengths of the running session-cache program (prefill, decode), as three int32 in
 // device memory: {past, total, maskWidth}. `past` tokens are already in the cache, `total`
 // = past + new tokens, and the attention mask has `maskWidth` >= total columns whose last

@@ -35,10 +35,13 @@ using dsrt::cuda::DevicePtr;
 using dsrt::cuda::DeviceTensor;
 
 // Slots 0-3 as a plan's dense steps have them; 3 and 4 are the paged kernels of a serving
-// plan's step program in the families that have them (EMU_PAGED).
+// plan's step program in the families that have them (EMU_PAGED), and 5 its paged prefill
+// (pagedPrefillKernels: slot 3 then writes the queries too, PAGED 2).
 struct KernelSet {
-  std::function<void(void **)> slots[5];
-  std::map<std::string, int64_t> constants[5];
+  std::function<void(void **)> slots[6];
+  std::map<std::string, int64_t> constants[6];
+  // EMU_PAGED's attention_rotary with PAGED 2, which slot 3 is beside a paged prefill.
+  std::function<void(void **)> pagedQueriesRotary;
   // Slot 1 is attention_prefill_mma (the tensor cores), which rounds the queries and the
   // softmax weights to the cache's dtype.
   bool prefillOnTensorCores = false;
@@ -112,6 +115,7 @@ public:
                                 [&] { kernels_.slots[slot](args); });
     ++launches[slot];
     grids[slot] = grid;
+    gridLog[slot].push_back(grid);
     return Status::ok();
   }
   size_t kernelCount() const override { return kernelCount_; }
@@ -152,8 +156,9 @@ public:
   std::optional<DeviceKvLayer> cache;
   int32_t lengths[3] = {0, 0, 0};
   std::optional<DevicePagedRows> paged;  // the engine's rows over a block pool (`cache`)
-  int launches[5] = {0, 0, 0, 0, 0};
-  Dim3 grids[5];  // each slot's last launch
+  int launches[6] = {0, 0, 0, 0, 0, 0};
+  Dim3 grids[6];  // each slot's last launch
+  std::vector<Dim3> gridLog[6];  // each slot's launches, in order
   std::vector<int32_t> arrivals;  // arrivalCounters'; a kernel must leave them at zero
   int rank_ = 0;
   bool capturing_ = false;
@@ -164,6 +169,13 @@ private:
   ops::AttrMap attrs_;
   std::vector<std::vector<float>> scratch_;
 };
+
+// A serving step's six kernels: slot 5 the paged prefill, slot 3 the rotary with PAGED 2.
+inline KernelSet pagedPrefillKernels(KernelSet set) {
+  set.slots[3] = set.pagedQueriesRotary;
+  set.constants[3]["PAGED"] = 2;
+  return set;
+}
 
 // The kernels a plan's session step has: rotary and prefill, then the decode kernel, and
 // attention_combine unless the decode kernel merges its splits itself (FUSED_COMBINE).

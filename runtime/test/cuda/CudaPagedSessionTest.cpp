@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -106,7 +107,8 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
                                     {first.data(), 2, 6}, {second.data(), 1, 2}};
   const size_t uploadsBefore = fake::state().hostToDevice.size();
   ASSERT_TRUE(f.session->setPagedRows(rows).isOk());
-  // One copy: each row's position, then its table of max_seq_len / block size entries.
+  // One copy: each row's position, then its table of max_seq_len / block size entries; then
+  // the prompt chunks, [first row, rows] each: rows 0-2.
   ASSERT_EQ(fake::state().hostToDevice.size(), uploadsBefore + 1);
   const int64_t width = (f.plan->plan().limits()->max_seq_len() + kBlockSize - 1) / kBlockSize;
   std::vector<int32_t> table(rows.size() * (width + 1), -1);
@@ -115,6 +117,7 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
     for (int64_t i = 0; i < rows[r].blockCount; ++i)
       table[r * (width + 1) + 1 + i] = rows[r].blocks[i];
   }
+  table.insert(table.end(), {0, 3});
   const fake::HostToDevice &copy = fake::state().hostToDevice.back();
   ASSERT_EQ(copy.bytes, table.size() * sizeof(int32_t));
   EXPECT_EQ(std::memcmp(copy.data.data(), table.data(), copy.bytes), 0);
@@ -124,24 +127,69 @@ TEST(CudaPagedSession, StepRunsThePagedKernels) {
   Status run = f.session->run("step");
   ASSERT_TRUE(run.isOk()) << run.message();
   EXPECT_EQ(f.session->stats().fallbackSteps, 0u);
-  // Every attention ran attention_rotary and attention_decode with PAGED, and no dense one.
+  // Every attention ran attention_rotary (PAGED 2: it writes the queries too), the paged
+  // prefill for the chunk and the paged decode kernel for the decode row, and no dense one.
   std::vector<KvLayerShape> layers;
   ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
-  size_t pagedWrites = 0, pagedDecodes = 0;
+  size_t pagedWrites = 0, pagedDecodes = 0, pagedPrefills = 0;
   for (const std::string &name : launchedKernels(*f.plan)) {
     const bool paged = name.find("_PAGED1") != std::string::npos;
     if (name.rfind("attention_rotary", 0) == 0) {
-      EXPECT_TRUE(paged) << name;
-      pagedWrites += paged;
+      const bool withQueries = name.find("_PAGED2") != std::string::npos;
+      EXPECT_TRUE(withQueries) << name;
+      pagedWrites += withQueries;
     } else if (name.rfind("attention_decode", 0) == 0) {
       EXPECT_TRUE(paged) << name;
       pagedDecodes += paged;
+    } else if (name.rfind("attention_prefill", 0) == 0) {
+      EXPECT_TRUE(paged) << name;
+      pagedPrefills += paged;
     } else {
       EXPECT_EQ(name.rfind("attention_", 0), std::string::npos) << name;
     }
   }
   EXPECT_EQ(pagedWrites, layers.size());
   EXPECT_EQ(pagedDecodes, layers.size());
+  EXPECT_EQ(pagedPrefills, layers.size());
+}
+
+// DSRT_CUDA_LAUNCH_COUNTS=1 (what test/gpu/engine-paged-prefill.test reads on a GPU): the
+// session prints its eager launches per kernel when it ends, the paged prefill's among them
+// for a step with a prompt chunk.
+TEST(CudaPagedSession, LaunchCountsNameThePagedPrefill) {
+  ASSERT_EQ(setenv("DSRT_CUDA_LAUNCH_COUNTS", "1", 1), 0);
+  PagedFake f;
+  createPaged(f);
+  unsetenv("DSRT_CUDA_LAUNCH_COUNTS");
+  ASSERT_NE(f.session, nullptr);
+  const std::vector<int32_t> first{3, 1}, second{0};
+  std::vector<ops::KvPagedRow> rows{{first.data(), 2, 4}, {first.data(), 2, 5},
+                                    {second.data(), 1, 2}};
+  ASSERT_TRUE(f.session->setPagedRows(rows).isOk());
+  bindRows(*f.session, "step", rows);
+  Status run = f.session->run("step");
+  ASSERT_TRUE(run.isOk()) << run.message();
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*f.plan, 0, layers).isOk());
+  testing::internal::CaptureStderr();
+  f.session.reset();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  bool prefill = false, decode = false;
+  const std::string each = "dsrt: " + std::to_string(layers.size()) + " launches of ";
+  for (size_t at = 0, end; at < printed.size(); at = end + 1) {
+    end = printed.find('\n', at);
+    if (end == std::string::npos)
+      end = printed.size();
+    const std::string line = printed.substr(at, end - at);
+    if (line.rfind(each, 0) != 0)
+      continue;
+    const std::string kernel = line.substr(each.size());
+    const bool paged = kernel.size() > 6 && kernel.compare(kernel.size() - 6, 6, "PAGED1") == 0;
+    prefill |= paged && kernel.rfind("attention_prefill", 0) == 0;
+    decode |= paged && kernel.rfind("attention_decode", 0) == 0;
+  }
+  EXPECT_TRUE(prefill) << printed;
+  EXPECT_TRUE(decode) << printed;
 }
 
 // Decode-only steps (every row sampled) are captured once per bucket of rows and replayed,

@@ -1,12 +1,15 @@
 // tfm.attention over the serving engine's paged KV cache on the GPU: the launcher
 // (runtime/src/cuda/ops/AttentionPagedOps.cpp) and the paged kernels (attention_rotary and
-// attention_decode with PAGED, slots 3 and 4 of a serving plan's step) run on the host
+// attention_decode with PAGED, slots 3 and 4 of a serving plan's step, and 5, the paged
+// prefill, on the CUDA cores or the tensor cores) run on the host
 // through CudaEmulation.h, against the CPU reference paged attention
 // (runtime/src/ops/TransformerPagedAttention.cpp) on random inputs and a random pool.
 // Each step mixes rows of several sequences: prompt chunks (consecutive rows of one
 // sequence, which must see each other's keys), decode tokens, a chunk from position 0,
 // sequences past one decode split (128 keys), at block sizes 1, 16 and 7, with tables of
 // shuffled block ids. Compared: the output and every block of the pool, written or not.
+// With a paged prefill kernel (slot 5, six kernels), the prompt chunks go through it and
+// the other rows through the decode kernel: the launches say which ran for which rows.
 // Tolerance: AttentionEmulationHarness.h's |gpu − cpu| <= 1e-5 + 1e-4·|cpu| per element
 // (another summation order), plus one step of a half dtype where both sides round an f32
 // into it (cache rows: 2^-10 relative for f16, 2^-7 for bf16; a half result likewise).
@@ -23,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <numeric>
@@ -54,6 +58,17 @@ const Family kPagedMqa{"paged_mqa", paged_mqa::kernels, 16, 6, 1, 1, 0, 0, 16, 0
 const Family kPagedLlamaPacked{"paged_llama_packed", paged_llama_packed::kernels, 16, 4, 2, 1, 0,
                                0, 16, 0, "all", DType::I64};
 
+// Slot 1 (and 5) on the tensor cores.
+const Family kPagedLlamaF16Mma{"paged_llama_f16_mma", paged_llama_f16_mma::kernels, 16, 4, 2, 1,
+                               0, 0, 16, 0, "all", DType::I64, 0, false, 0, DType::F16,
+                               DType::F16};
+const Family kPagedGemma2Bf16Mma{"paged_gemma2_bf16_mma", paged_gemma2_bf16_mma::kernels, 16, 4,
+                                 2, 1, 0, 4, 16, 0, "all", DType::I64, 0.25f, false, 0,
+                                 DType::BF16};
+const Family kPagedWide512MmaF16{"paged_wide512_mma_f16", paged_wide512_mma_f16::kernels, 512,
+                                 2, 2, 1, 0, 0, 128, 0, "all", DType::I64, 0, false, 0,
+                                 DType::F16};
+
 const Family *const kPagedFamilies[] = {&kPagedLlama,  &kPagedLlamaF16,  &kPagedGemma2Bf16,
                                         &kPagedBloom,  &kPagedQwen3Bf16, &kPagedMqa};
 
@@ -70,6 +85,7 @@ struct PagedScenario {
   bool reversedBlocks = false;
   bool packed = false;  // the step reads q, k and v from one joined tensor
   int rank = 0, ranks = 1;  // tensor parallelism: each rank takes heads / ranks heads
+  bool prefill = false;  // the plan's step has the paged prefill kernel (slot 5)
 };
 
 // The pool's elements of `type` (f32, or f16/bf16 bits in the first half of the bytes).
@@ -82,7 +98,7 @@ struct Pool {
 void checkPaged(const Family &f, const PagedScenario &s) {
   SCOPED_TRACE(std::string(f.name) + " block size " + std::to_string(s.blockSize) + " rank " +
                std::to_string(s.rank) + " of " + std::to_string(s.ranks));
-  const KernelSet kernels = f.kernels();
+  const KernelSet kernels = s.prefill ? pagedPrefillKernels(f.kernels()) : f.kernels();
   const int64_t D = f.headDim, H = f.heads / s.ranks,
                 KH = rankKvHeads(f.heads, f.kvHeads, s.rank, s.ranks), BS = s.blockSize;
   const int64_t tableWidth = (s.maxPositions + BS - 1) / BS;
@@ -116,6 +132,12 @@ void checkPaged(const Family &f, const PagedScenario &s) {
       deviceRows.insert(deviceRows.end(), tables[p].begin(), tables[p].end());
     }
   const int64_t B = static_cast<int64_t>(rows.size());
+  // The prompt chunks after the rows, in one buffer, as the session uploads them.
+  const size_t rowInts = deviceRows.size();
+  std::vector<int32_t> chunks;
+  findPagedChunks(deviceRows.data(), B, tableWidth, chunks);
+  deviceRows.insert(deviceRows.end(), chunks.begin(), chunks.end());
+  const int64_t chunkCount = static_cast<int64_t>(chunks.size() / 2);
 
   std::vector<float> q = randomFloats(generator, B * H * D);
   std::vector<float> k = randomFloats(generator, B * KH * D);
@@ -182,7 +204,7 @@ void checkPaged(const Family &f, const PagedScenario &s) {
       packed.insert(packed.end(), &v[b * KH * D], &v[(b + 1) * KH * D]);
     }
   }
-  EmulatedStep step(kernels, 5, stepAttrs);
+  EmulatedStep step(kernels, s.prefill ? 6 : 5, stepAttrs);
   step.rank_ = s.rank;
   step.inputs = {DeviceTensor{DType::F32, {B, 1, H * D}, addressOf(q.data())},
                  DeviceTensor{DType::F32, {B, 1, KH * D}, addressOf(k.data())},
@@ -206,8 +228,15 @@ void checkPaged(const Family &f, const PagedScenario &s) {
       DeviceTensor{f.outputType, {B, 1, H * D}, addressOf(actualStored.data())});
   step.cache = DeviceKvLayer{f.cacheType, blocks, KH, BS, D, addressOf(gpu.keys.data()),
                              addressOf(gpu.values.data())};
-  step.paged = DevicePagedRows{B, tableWidth, BS, blocks, addressOf(deviceRows.data()),
-                               deviceRows.data()};
+  step.paged = DevicePagedRows{B,
+                               tableWidth,
+                               BS,
+                               blocks,
+                               addressOf(deviceRows.data()),
+                               deviceRows.data(),
+                               chunkCount,
+                               addressOf(deviceRows.data() + rowInts),
+                               deviceRows.data() + rowInts};
   std::vector<GpuOpInfo> launchers;
   addAttentionGpuOps(launchers);
   cuda_emulation::reversedBlockOrder = s.reversedBlocks;
@@ -215,19 +244,68 @@ void checkPaged(const Family &f, const PagedScenario &s) {
   cuda_emulation::reversedBlockOrder = false;
   ASSERT_TRUE(run.isOk()) << run.message();
 
-  // The paged kernels alone, once each.
+  // The paged kernels alone: the write once, then the decode kernel once for every row, or
+  // with the paged prefill, the prefill once for the chunks and the decode kernel once for
+  // each run of rows between them.
   EXPECT_EQ(step.launches[0] + step.launches[1] + step.launches[2], 0);
   EXPECT_EQ(step.launches[3], 1);
-  EXPECT_EQ(step.launches[4], 1);
-  EXPECT_EQ(step.grids[4].z, static_cast<unsigned>(B));
-  EXPECT_EQ(step.grids[4].x, static_cast<unsigned>((tableWidth * BS + 127) / 128));
+  int64_t decodeRows = 0;
+  for (const Dim3 &grid : step.gridLog[4]) {
+    EXPECT_EQ(grid.x, static_cast<unsigned>((tableWidth * BS + 127) / 128));
+    decodeRows += grid.z;
+  }
+  int64_t chunkRows = 0, longest = 0;
+  for (int64_t c = 0; c < chunkCount; ++c) {
+    chunkRows += chunks[2 * c + 1];
+    longest = std::max<int64_t>(longest, chunks[2 * c + 1]);
+  }
+  if (s.prefill && chunkCount > 0) {
+    EXPECT_EQ(step.launches[5], 1) << "the prompt chunks did not run the paged prefill";
+    EXPECT_EQ(step.grids[5].z, static_cast<unsigned>(chunkCount));
+    EXPECT_EQ(step.grids[5].y, static_cast<unsigned>(H));
+    const int64_t tile = kernels.constants[5].at("Q_TILE");
+    const auto parts = kernels.constants[5].find("FEATURE_PARTS");
+    const int64_t blocksPerTile = parts == kernels.constants[5].end() ? 1 : parts->second;
+    EXPECT_EQ(step.grids[5].x,
+              static_cast<unsigned>((longest + tile - 1) / tile * blocksPerTile));
+    EXPECT_EQ(decodeRows, B - chunkRows);
+  } else {
+    EXPECT_EQ(step.launches[5], 0);
+    EXPECT_EQ(step.launches[4], 1);
+    EXPECT_EQ(decodeRows, B);
+  }
   for (size_t i = 0; i < step.arrivals.size(); ++i)
     EXPECT_EQ(step.arrivals[i], 0) << "arrival count " << i << " left set for the next launch";
 
   const std::vector<float> actual = widened(f.outputType, actualStored, actualStored.size());
   const float outputStep = f.outputType == DType::F16 ? 0x1p-10f
                            : f.outputType == DType::BF16 ? 0x1p-7f : 0.0f;
-  float worst = expectClose(actual.data(), expected.data(), actual.size(), "output", outputStep);
+  // The tensor cores' prefill rounds the queries and the softmax weights to the cache's
+  // dtype: AttentionEmulationCheck.h's bound for it, 2.4 u (1 + 2 g) with g the scores'
+  // rounding gain (scale · sqrt(D) · rms(q) · rms(k)), on the chunks' rows only.
+  float operandRounding = 0.0f;
+  if (s.prefill && kernels.prefillOnTensorCores) {
+    auto rms = [](const std::vector<float> &values) {
+      double sum = 0;
+      for (float value : values)
+        sum += static_cast<double>(value) * value;
+      return std::sqrt(sum / static_cast<double>(values.size()));
+    };
+    const double gain = attrs.at("scale").f * std::sqrt(static_cast<double>(D)) * rms(q) * rms(k);
+    const float unit = f.cacheType == DType::F16 ? 0x1p-11f : 0x1p-8f;
+    operandRounding = static_cast<float>(2.4 * unit * (1 + 2 * gain));
+  }
+  std::vector<bool> inChunk(static_cast<size_t>(B), false);
+  for (int64_t c = 0; c < chunkCount; ++c)
+    for (int64_t r = chunks[2 * c]; r < chunks[2 * c] + chunks[2 * c + 1]; ++r)
+      inChunk[r] = true;
+  float worst = 0.0f;
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t at = static_cast<size_t>(b * H * D);
+    worst = std::max(worst, expectClose(&actual[at], &expected[at], static_cast<size_t>(H * D),
+                                        "output row " + std::to_string(b), outputStep,
+                                        inChunk[b] ? operandRounding : 0.0f));
+  }
   const float cacheStep = f.cacheType == DType::F16 ? 0x1p-10f
                           : f.cacheType == DType::BF16 ? 0x1p-7f : 0.0f;
   for (auto [gpuPool, cpuPool, what] :
@@ -294,6 +372,82 @@ TEST(PagedAttentionEmulation, ChunkRowsSeeEachOther) {
   s.parts = {{0, 9}};
   checkPaged(kPagedLlama, s);
   checkPaged(kPagedGemma2Bf16, s);
+}
+
+// The paged prefill (slot 5) for the prompt chunks, the decode kernel for the rest: every
+// family (GQA, f16 cache and result, Gemma-2's window and cap over bf16, ALiBi, q/k norms,
+// MQA) at block sizes 1, 16 and 7, the mixed step, and a step whose decode rows come first
+// and whose chunks span several query tiles (a chunk of 40 after a past of 19, one of 21
+// from position 0) around a decode row.
+void checkPrefillSteps(const Family &f, int64_t longChunk) {
+  for (int64_t blockSize : {1, 16, 7}) {
+    PagedScenario s = mixedStep(blockSize);
+    s.prefill = true;
+    checkPaged(f, s);
+    s.parts = {{33, 1}, {19, longChunk}, {5, 1}, {0, 21}};
+    checkPaged(f, s);
+  }
+}
+
+TEST(PagedAttentionEmulation, PagedPrefillForPromptChunks) {
+  for (const Family *f : kPagedFamilies)
+    checkPrefillSteps(*f, 40);
+}
+
+// Slot 5 on the tensor cores, where slot 1 is (a half cache): the chunks' rows within the
+// operands' rounding, the decode rows as tight as ever.
+TEST(PagedAttentionEmulation, PagedPrefillOnTensorCores) {
+  for (const Family *f : {&kPagedLlamaF16Mma, &kPagedGemma2Bf16Mma})
+    checkPrefillSteps(*f, 70);  // two query tiles of 64
+}
+
+// Heads of 512: each query tile's two blocks (FEATURE_PARTS) read their queries from scratch
+// and write their halves of the rows, the tiles in dynamic shared memory.
+TEST(PagedAttentionEmulation, PagedPrefillOnTensorCoresWideHeads) {
+  PagedScenario s = mixedStep(7);
+  s.prefill = true;
+  checkPaged(kPagedWide512MmaF16, s);
+  s.blockSize = 16;
+  s.parts = {{3, 1}, {19, 70}};
+  checkPaged(kPagedWide512MmaF16, s);
+}
+
+TEST(PagedAttentionEmulation, PagedPrefillVariants) {
+  PagedScenario s = mixedStep(7);
+  s.prefill = true;
+  s.packed = true;
+  checkPaged(kPagedLlamaPacked, s);
+  s.packed = false;
+  s.reversedBlocks = true;
+  checkPaged(kPagedLlama, s);
+  checkPaged(kPagedMqa, s);
+  s.reversedBlocks = false;
+  for (int rank = 0; rank < 2; ++rank) {
+    s.rank = rank;
+    s.ranks = 2;
+    checkPaged(kPagedLlama, s);
+  }
+  s.rank = 2;
+  s.ranks = 3;
+  checkPaged(kPagedMqa, s);
+  // Decode rows only: no chunk, the decode kernel alone.
+  s.rank = 0;
+  s.ranks = 1;
+  s.parts = {{130, 1}, {0, 1}, {17, 1}};
+  checkPaged(kPagedLlama, s);
+}
+
+// Runs found on the host: equal tables at consecutive positions, two rows or more.
+TEST(PagedAttentionEmulation, FindPagedChunks) {
+  // Width 2: [position, block, block] per row.
+  const std::vector<int32_t> rows = {4, 0, 1,  5, 0, 1,  6, 0, 1,   // a chunk of 3
+                                     9, 2, -1,                      // decode
+                                     3, 3, -1,  5, 3, -1,           // not consecutive
+                                     0, 4, -1,  1, 5, -1,           // other tables
+                                     7, 6, 7,   8, 6, 7};           // a chunk of 2
+  std::vector<int32_t> chunks;
+  findPagedChunks(rows.data(), 10, 2, chunks);
+  EXPECT_EQ(chunks, (std::vector<int32_t>{0, 3, 8, 2}));
 }
 
 // A step of a plan without the paged kernels (compiled without --serving) asks for slot 3,

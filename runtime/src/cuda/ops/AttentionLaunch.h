@@ -76,8 +76,10 @@ struct DecodeCache {
 Status launchDecode(StepContext &context, size_t slot, TokenStep &step, DecodeCache &cache,
                     bool fusedCombine, size_t combineSlot);
 
-// Slots 3 and 4 (AttentionRules.cpp): every row's key and value written into its block,
-// then each row's attention over its sequence through its block table.
+// Slots 3 to 5 (AttentionRules.cpp): every row's key and value written into its block,
+// then each prompt chunk's attention through the paged prefill (slot 5, where the plan has
+// it) and each other row's through the paged decode kernel, over its sequence through its
+// block table.
 Status runPagedAttention(StepContext &context, TokenStep &step);
 
 } // namespace dsrt::cuda::attention

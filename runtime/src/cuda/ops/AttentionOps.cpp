@@ -431,8 +431,9 @@ Status runAttention(StepContext &context) {
   // plans since it exists) launches no attention_rotary.
   // Plans since FUSED_COMBINE merge the splits in the decode kernel (3 kernels), older ones
   // in attention_combine (4).
-  // A serving plan's step program has the paged kernels after these (5 kernels).
-  const bool fusedCombine = (context.kernelCount() == 3 || context.kernelCount() == 5) &&
+  // A serving plan's step program has the paged kernels after these (5 kernels, 6 with the
+  // paged prefill).
+  const bool fusedCombine = (context.kernelCount() == 3 || context.kernelCount() >= 5) &&
                             context.kernelConstant(kDecodeSlot, "FUSED_COMBINE", 0) == 1;
   const bool decodeStep = sessionCache && !crossKeys && !bias && S == 1 &&
                           (context.kernelCount() >= 4 || fusedCombine);
