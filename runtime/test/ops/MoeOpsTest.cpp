@@ -247,64 +247,54 @@ void expectQuantizedExperts(const Moe &m, const OwnedTensor &gateUpCodes,
   }
 }
 
-// int8 experts (codes with scales per group of inputs, as dsc-quantize-weights writes
-// them): both kernels equal the dense sum over the dequantized weights.
+// Random codes of `bits` (8: int8; 4: int4, two a byte, the even input low, code - 8) with
+// scales per group of inputs, as dsc-quantize-weights writes them; `weights` becomes their
+// dequantized values, the dense reference's.
+void quantizeExperts(OwnedTensor &weights, int bits, int64_t groups, float minScale,
+                     float maxScale, std::mt19937 &rng, OwnedTensor &codes, OwnedTensor &scales) {
+  const int64_t rows = weights.shape[0], in = weights.shape[1];
+  std::uniform_int_distribution<int> code(bits == 8 ? -127 : 0, bits == 8 ? 127 : 15);
+  std::uniform_real_distribution<float> scale(minScale, maxScale);
+  codes = bits == 8 ? OwnedTensor(DType::I8, {rows, in}) : OwnedTensor(DType::U8, {rows, in / 2});
+  scales = OwnedTensor(DType::F32, {rows, groups});
+  auto *s = reinterpret_cast<float *>(scales.storage.data());
+  auto *w = reinterpret_cast<float *>(weights.storage.data());
+  for (int64_t i = 0; i < rows * groups; ++i)
+    s[i] = scale(rng);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < in; ++k) {
+      int value = code(rng);
+      if (bits == 8) {
+        codes.storage[static_cast<size_t>(r * in + k)] = static_cast<uint8_t>(value);
+      } else {
+        uint8_t &pair = codes.storage[static_cast<size_t>(r * (in / 2) + k / 2)];
+        pair = static_cast<uint8_t>(k % 2 == 0 ? (pair & 0xF0) | value
+                                               : (pair & 0x0F) | (value << 4));
+        value -= 8;
+      }
+      w[r * in + k] = value * s[r * groups + k / (in / groups)];
+    }
+}
+
+// int8 experts: both kernels equal the dense sum over the dequantized weights.
 TEST(Moe, Int8ExpertsWithGroupScales) {
   std::mt19937 rng(17);
   Moe m = randomMoe(4, 8, 4, 4, 2, rng);
-  std::uniform_int_distribution<int> code(-127, 127);
-  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
-  auto quantize = [&](OwnedTensor &weights, int64_t groups, OwnedTensor &codes,
-                      OwnedTensor &scales) {
-    const int64_t rows = weights.shape[0], in = weights.shape[1];
-    codes = OwnedTensor(DType::I8, {rows, in});
-    scales = OwnedTensor(DType::F32, {rows, groups});
-    auto *q = reinterpret_cast<int8_t *>(codes.storage.data());
-    auto *s = reinterpret_cast<float *>(scales.storage.data());
-    auto *w = reinterpret_cast<float *>(weights.storage.data());
-    for (int64_t i = 0; i < rows * groups; ++i)
-      s[i] = scale(rng);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < in; ++k) {
-        q[r * in + k] = static_cast<int8_t>(code(rng));
-        w[r * in + k] = q[r * in + k] * s[r * groups + k / (in / groups)];
-      }
-  };
   OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
-  quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
-  quantize(m.down, 2, downCodes, downScales);
+  quantizeExperts(m.gateUp, 8, 2, 0.001f, 0.01f, rng, gateUpCodes, gateUpScales);
+  quantizeExperts(m.down, 8, 2, 0.001f, 0.01f, rng, downCodes, downScales);
   expectQuantizedExperts(m, gateUpCodes, downCodes, gateUpScales, downScales);
 }
 
-// int4 experts (--dtype int4: codes two to a byte, the even input low, (code - 8) * scale
-// per group of inputs, as MatMulNBits and tfm.linear's int4): both kernels equal the dense
-// sum over the dequantized weights. The groups (4 inputs) are below the int8-activation
-// kernels' 32, so the fast kernel's x stays exact and int8's bound holds.
+// int4 experts (--dtype int4: MatMulNBits' and tfm.linear's int4 layout): the same. The
+// groups (4 inputs) are below the int8-activation kernels' 32, so the fast kernel's x stays
+// exact and int8's bound holds.
 TEST(Moe, Int4ExpertsWithGroupScales) {
   std::mt19937 rng(19);
   Moe m = randomMoe(4, 8, 4, 4, 2, rng);
-  std::uniform_int_distribution<int> code(0, 15);
-  std::uniform_real_distribution<float> scale(0.05f, 0.2f);
-  auto quantize = [&](OwnedTensor &weights, int64_t groups, OwnedTensor &codes,
-                      OwnedTensor &scales) {
-    const int64_t rows = weights.shape[0], in = weights.shape[1];
-    codes = OwnedTensor(DType::U8, {rows, in / 2});
-    scales = OwnedTensor(DType::F32, {rows, groups});
-    auto *s = reinterpret_cast<float *>(scales.storage.data());
-    auto *w = reinterpret_cast<float *>(weights.storage.data());
-    for (int64_t i = 0; i < rows * groups; ++i)
-      s[i] = scale(rng);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < in; ++k) {
-        const int q = code(rng);
-        uint8_t &pair = codes.storage[static_cast<size_t>(r * (in / 2) + k / 2)];
-        pair = static_cast<uint8_t>(k % 2 == 0 ? (pair & 0xF0) | q : (pair & 0x0F) | (q << 4));
-        w[r * in + k] = (q - 8) * s[r * groups + k / (in / groups)];
-      }
-  };
   OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
-  quantize(m.gateUp, 2, gateUpCodes, gateUpScales);
-  quantize(m.down, 2, downCodes, downScales);
+  quantizeExperts(m.gateUp, 4, 2, 0.05f, 0.2f, rng, gateUpCodes, gateUpScales);
+  quantizeExperts(m.down, 4, 2, 0.05f, 0.2f, rng, downCodes, downScales);
   expectQuantizedExperts(m, gateUpCodes, downCodes, gateUpScales, downScales);
 }
 
@@ -349,25 +339,10 @@ TEST(Moe, ClampedSwigluWithBiases) {
 TEST(Moe, Int8ClampedSwigluWithBiases) {
   std::mt19937 rng(23);
   Moe m = randomMoe(5, 8, 4, 4, 2, rng);
-  std::uniform_int_distribution<int> code(-127, 127);
-  auto quantize = [&](OwnedTensor &weights, OwnedTensor &codes, OwnedTensor &scales) {
-    const int64_t rows = weights.shape[0], in = weights.shape[1];
-    codes = OwnedTensor(DType::I8, {rows, in});
-    scales = OwnedTensor(DType::F32, {rows, 1});
-    auto *q = reinterpret_cast<int8_t *>(codes.storage.data());
-    auto *s = reinterpret_cast<float *>(scales.storage.data());
-    auto *w = reinterpret_cast<float *>(weights.storage.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      s[r] = 0.02f;  // codes up to 127 give weights up to 2.5: the clamps cut
-      for (int64_t k = 0; k < in; ++k) {
-        q[r * in + k] = static_cast<int8_t>(code(rng));
-        w[r * in + k] = q[r * in + k] * s[r];
-      }
-    }
-  };
+  // One scale per row, 0.02: codes up to 127 give weights up to 2.5, so the clamps cut.
   OwnedTensor gateUpCodes, gateUpScales, downCodes, downScales;
-  quantize(m.gateUp, gateUpCodes, gateUpScales);
-  quantize(m.down, downCodes, downScales);
+  quantizeExperts(m.gateUp, 8, 1, 0.02f, 0.02f, rng, gateUpCodes, gateUpScales);
+  quantizeExperts(m.down, 8, 1, 0.02f, 0.02f, rng, downCodes, downScales);
   const Glu glu{1.702, 3.0};
   std::vector<double> want = denseReference(m, "softmax", true, true, glu);
   for (bool fast : {false, true}) {
