@@ -67,6 +67,7 @@ ValueOption<int64_t> int8GroupSize(0);
 ValueOption<bool> int8MlpExtraGrouping(false);
 ValueOption<bool> int8SkipLmHead(false);
 ValueOption<bool> int4LmHead(false);
+ValueOption<bool> int8WeightOnly(false);
 StringOption kvCacheDtype("auto");
 StringOption activationDtype("auto");
 ValueOption<bool> verbose(false);
@@ -172,6 +173,9 @@ void parseCommandLine(int argc, char **argv) {
                    "halve the group size of the MLP's linear layers");
   commandLine.flag("--int8-skip-lm-head", int8SkipLmHead.value,
                    "keep the LM head in --compute-dtype");
+  commandLine.flag("--int8-weight-only", int8WeightOnly.value,
+                   "with --dtype int8: the CPU keeps the activations in f32 (exact) instead "
+                   "of quantizing each row to int8 per block of 32 (docs/int8.md)");
   commandLine.flag("--int4-lm-head", int4LmHead.value,
                    "with --dtype int4: the LM head int4 too (default int8; docs/int4.md)");
 
@@ -347,7 +351,8 @@ int runCompilerDriver(int argc, char **argv) {
   // Without --dtype a model quantized by its publisher is int4 (below, once it is read).
   auto refuseQuantizationOptions = [&] {
     if (quantized ||
-        (computeDtype.empty() && int8GroupSize == 0 && !int8MlpExtraGrouping && !int8SkipLmHead))
+        (computeDtype.empty() && int8GroupSize == 0 && !int8MlpExtraGrouping && !int8SkipLmHead &&
+         !int8WeightOnly))
       return false;
     llvm::errs() << "dsc: error: --compute-dtype and the --int8-* options go with --dtype int8 "
                     "or int4 (--dtype "
@@ -359,6 +364,12 @@ int runCompilerDriver(int argc, char **argv) {
   if (int4LmHead && !int4) {
     llvm::errs() << "dsc: error: --int4-lm-head goes with --dtype int4, not --dtype "
                  << weightDtype << "\n";
+    return EXIT_FAILURE;
+  }
+  if (int8WeightOnly && int4) {
+    llvm::errs() << "dsc: error: --int8-weight-only goes with --dtype int8: an int4 plan's "
+                    "layers take int8 activations on the CPU unless DSRT_INT4_ACTIVATIONS=f32 "
+                    "(docs/int4.md)\n";
     return EXIT_FAILURE;
   }
   if (int4LmHead && int8SkipLmHead) {
@@ -513,6 +524,7 @@ int runCompilerDriver(int argc, char **argv) {
       quantize.groupSize = groupSize;
       quantize.mlpExtraGrouping = int8MlpExtraGrouping;
       quantize.lmHead = !int8SkipLmHead;
+      quantize.int8Activations = !int8WeightOnly;
       quantize.remarks = verbose;
       pipeline.int8 = quantize;
     }

@@ -147,6 +147,10 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
   Option<bool> int4LmHead{*this, "int4-lm-head",
                           llvm::cl::desc("With dtype=int4: the LM head int4 too"),
                           llvm::cl::init(false)};
+  Option<bool> int8WeightOnly{
+      *this, "int8-weight-only",
+      llvm::cl::desc("With dtype=int8: the CPU keeps the activations in f32"),
+      llvm::cl::init(false)};
   Option<std::string> kvCacheDtype{
       *this, "kv-cache-dtype",
       llvm::cl::desc("The KV cache: auto (as the float weights are stored), fp32, fp16, bf16"),
@@ -226,6 +230,7 @@ void registerCompilePipeline() {
           QuantizeWeightsOptions quantize;
           quantize.bits = cli.dtype == "int4" ? 4 : 8;
           quantize.lmHeadBits = cli.int4LmHead ? 4 : 8;
+          quantize.int8Activations = !cli.int8WeightOnly;
           quantize.defaultGroupSize = cli.dtype == "int4" && cli.int8GroupSize == 0;
           quantize.groupSize =
               cli.dtype == "int4" && cli.int8GroupSize == 0 ? 32 : int64_t(cli.int8GroupSize);

@@ -192,6 +192,9 @@ LogicalResult join(ArrayRef<tfm::LinearOp> linears, DominanceInfo &dominance) {
   auto joinedType = RankedTensorType::get(shape, firstType.getElementType());
   auto joined = tfm::LinearOp::create(builder, loc, joinedType, first.getInput(), weight, bias,
                                       scales, first.getParallelAttr());
+  // int8 activations where every part took them (dsc-quantize-weights sets all or none).
+  if (llvm::all_of(group, [](tfm::LinearOp linear) { return linear.getInt8Activations(); }))
+    joined.setInt8Activations(true);
   if (gated) {
     // After the joined linear, before the gated_act, which its operands dominate.
     builder.setInsertionPoint(gated);

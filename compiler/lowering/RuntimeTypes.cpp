@@ -167,6 +167,8 @@ FailureOr<DictionaryAttr> tfmStepAttributes(Operation *op) {
     // Only where set, so that other linears' steps keep the attributes they had.
     if (linear.getGated())
       attrs.append("gated", b.getI64IntegerAttr(1));
+    if (linear.getInt8Activations())
+      attrs.append("int8_activations", b.getI64IntegerAttr(1));
     if (std::optional<tfm::NormKind> norm = linear.getNorm()) {
       attrs.append("norm", b.getStringAttr(tfm::stringifyNormKind(*norm)));
       attrs.append("norm_epsilon",

@@ -57,6 +57,10 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
            "The linear layers' weights: 8 (int8) or 4 (int4 in groups; the LM head int8)">,
     Option<"lmHeadBits", "lm-head-bits", "int64_t", "8",
            "With bits=4: the LM head's weights, 8 (the default) or 4">,
+    Option<"int8Activations", "int8-activations", "bool", "false",
+           "Let the CPU kernels quantize the inputs of int8 layers (and of the LM head) to "
+           "int8 (`int8_activations`; dsc sets it unless --int8-weight-only). An int4 plan's "
+           "int8 layers take them regardless, as its int4 layers do">,
     Option<"defaultGroupSize", "default-group-size", "bool", "false",
            "With bits=4: group-size is a default, not asked for; a layer it does not divide "
            "takes the largest even size below it that does (int8 per channel where its "

@@ -319,16 +319,19 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     // exporter's weight names, onnx::MatMul_846, often say nothing).
     auto [quantized, scales] =
         quantizedWeight(weight, layerBits, *size, scaleElement, layer->getLoc());
+    // An int4 plan's int8 layers take int8 activations where its int4 layers do: at most
+    // half a step of x per block of 32 (docs/int4.md); its head was 1/3 of an int4 decode
+    // step with f32 activations. An int8 plan's take them unless the user keeps x exact.
+    const bool int8Inputs = layerBits == 8 && (bits == 4 || int8Activations);
     if (linear) {
       linear.getWeightMutable().assign(quantized);
       linear.getScalesMutable().assign(scales);
+      if (int8Inputs)
+        linear.setInt8Activations(true);
     } else {
       head.getWeightMutable().assign(quantized);
       head.getScalesMutable().assign(scales);
-      // An int4 plan's int8 head takes int8 activations where its int4 layers do: at
-      // most half a step of x per block of 32 (docs/int4.md), on a head that was 1/3 of an
-      // int4 decode step with f32 activations.
-      if (bits == 4 && layerBits == 8)
+      if (int8Inputs)
         head.setInt8Activations(true);
     }
     if (weight->use_empty())

@@ -303,6 +303,8 @@ LogicalResult LinearOp::verify() {
   if (failed(verifyInt8Scales(*this, quantized, getScales(), compute, outFeatures,
                               in)))
     return failure();
+  if (getInt8Activations() && !w.getElementType().isInteger(8))
+    return emitOpError("int8_activations needs an int8 weight");
   if (auto bias = ranked(getBias())) {
     if (getParallel() == Parallelism::row)
       return emitOpError("a row-parallel linear takes no bias: it is added once, after the "

@@ -186,6 +186,11 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     `norm_bias` [in]): the layer first normalises each row of `input` as tfm.rms_norm or
     tfm.layer_norm with that scale, bias and epsilon would, and multiplies the result
     (dsc-fuse-norm-prologue): a decode step's norm runs inside the linear's kernel.
+
+    `int8_activations` (an int8 weight only; dsc-quantize-weights sets it unless dsc's
+    --int8-weight-only): the CPU kernels may quantize each row of x to int8 per block of 32
+    inputs and multiply integers (VNNI, AMX-INT8), as llama.cpp's q8_0 and ONNX Runtime's
+    accuracy_level 4 do (docs/int8.md). GPUs read the weight alone.
   }];
   let arguments = (ins Tfm_FloatTensor:$input, RankedTensorOf<[AnyFloat, I8, UI<4>]>:$weight,
                    Optional<Tfm_FloatTensor>:$bias, Optional<Tfm_FloatTensor>:$scales,
@@ -197,7 +202,8 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
                    OptionalAttr<Tfm_ActivationKindAttr>:$activation,
                    UnitAttr:$gated,
                    OptionalAttr<Tfm_NormKindAttr>:$norm,
-                   OptionalAttr<F32Attr>:$norm_epsilon);
+                   OptionalAttr<F32Attr>:$norm_epsilon,
+                   UnitAttr:$int8_activations);
   let results = (outs Tfm_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $weight (`bias` $bias^)? (`scales` $scales^)? (`parallel` $parallel^)?
@@ -213,7 +219,8 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
                    "::dsc::tfm::ParallelismAttr":$parallel), [{
       build($_builder, $_state, output, input, weight, bias, scales, ::mlir::Value(),
             ::mlir::Value(), ::mlir::Value(), parallel, ::dsc::tfm::ActivationKindAttr(),
-            ::mlir::UnitAttr(), ::dsc::tfm::NormKindAttr(), ::mlir::FloatAttr());
+            ::mlir::UnitAttr(), ::dsc::tfm::NormKindAttr(), ::mlir::FloatAttr(),
+            ::mlir::UnitAttr());
     }]>,
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::Value":$weight,
                    "::mlir::Value":$bias, "::mlir::Value":$scales,
@@ -222,7 +229,7 @@ def Tfm_LinearOp : Tfm_Op<"linear", [Pure, AttrSizedOperandSegments]> {
             ::mlir::Value(), ::mlir::Value(),
             ::dsc::tfm::ParallelismAttr::get($_builder.getContext(), parallel),
             ::dsc::tfm::ActivationKindAttr(), ::mlir::UnitAttr(), ::dsc::tfm::NormKindAttr(),
-            ::mlir::FloatAttr());
+            ::mlir::FloatAttr(), ::mlir::UnitAttr());
     }]>
   ];
 }

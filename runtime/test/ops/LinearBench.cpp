@@ -6,6 +6,8 @@
 //   dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] [--in 896] [--out 4864] [--rows 1]
 //                     [--group 32] [--scales f32|f16] [--threads 2] [--calls 50]
 //                     [--row-invariant 1]   (the serving engine's arithmetic)
+//                     [--int8-activations 0] (int8: as a --int8-weight-only plan; default 1, as
+//                                             dsc's int8 plans ask)
 #include "core/Tensor.h"
 #include "ops/Ops.h"
 #include "ops/fast/FastKernels.h"
@@ -27,7 +29,7 @@ namespace {
   std::fprintf(stderr,
                "dsrt-linear-bench: %s\nusage: dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] "
                "[--in N] [--out N] [--rows N] [--group N] [--scales f32|f16] [--threads N] "
-               "[--calls N] [--row-invariant 0|1]\n",
+               "[--calls N] [--row-invariant 0|1] [--int8-activations 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -45,7 +47,7 @@ int64_t positive(const char *text, const char *flag) {
 int main(int argc, char **argv) {
   std::string dtype = "int4", scaleType = "f32";
   int64_t in = 896, out = 4864, rows = 1, group = 32, threads = 2, calls = 50;
-  bool rowInvariant = false;
+  bool rowInvariant = false, int8Activations = true;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
     else if (flag == "--threads") threads = positive(value, "--threads");
     else if (flag == "--calls") calls = positive(value, "--calls");
     else if (flag == "--row-invariant") rowInvariant = std::string(value) == "1";
+    else if (flag == "--int8-activations") int8Activations = std::string(value) == "1";
     else usage("unknown option " + flag);
   }
   const bool int4 = dtype == "int4", int8 = dtype == "int8";
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
     w.scales = scaleType == "f16" ? static_cast<const void *>(halfScales.data())
                                   : static_cast<const void *>(scales.data());
     w.scaleType = scaleType == "f16" ? DType::F16 : DType::F32;
+    w.int8Activations = int8 && int8Activations;
   }
   std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
   for (float &v : x)
@@ -123,9 +127,10 @@ int main(int argc, char **argv) {
                        ((int4 || int8) ? static_cast<double>(scales.size()) *
                                              (scaleType == "f16" ? 2 : 4)
                                        : 0.0);
-  std::printf("%s%s [%lld, %lld] x %lld rows%s, %lld threads (%s): best %.4f ms, mean %.4f ms, "
+  std::printf("%s%s%s [%lld, %lld] x %lld rows%s, %lld threads (%s): best %.4f ms, mean %.4f ms, "
               "%.2f GB/s of weights at best, %.1f GFLOP/s\n",
-              dtype.c_str(), rowInvariant ? " (row-invariant)" : "", static_cast<long long>(out), static_cast<long long>(in),
+              dtype.c_str(), int8 && !int8Activations ? " (weight-only)" : "",
+              rowInvariant ? " (row-invariant)" : "", static_cast<long long>(out), static_cast<long long>(in),
               static_cast<long long>(rows),
               (int4 || int8) ? (", groups of " + std::to_string(group) + ", " + scaleType +
                                 " scales").c_str()

@@ -8,8 +8,10 @@
 #include "OpTestUtil.h"
 
 #include "ops/fast/FastKernels.h"
+#include "ops/fast/QuantizedActivations.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -30,8 +32,13 @@ std::vector<double> quantizedLikeTheKernels(const float *x, int64_t in) {
   return out;
 }
 
+// The product y = x w^T of `rows` rows: by default fast::linear, which picks the kernel.
+using Product = std::function<void(const ops::fast::LinearWeights &, const float *x,
+                                   int64_t rows, float *y)>;
+
 void checkAgainstExactQuantization(DType dtype, int64_t rows, int64_t in, int64_t out,
-                                   int64_t groups, DType scaleType, bool int8Activations) {
+                                   int64_t groups, DType scaleType, bool int8Activations,
+                                   const Product &product = nullptr) {
   const std::string name = std::string(dtype == DType::U8 ? "int4" : "int8") + " rows " +
                            std::to_string(rows) + " in " + std::to_string(in) + " groups " +
                            std::to_string(groups) + " scales " + dtypeName(scaleType);
@@ -62,7 +69,10 @@ void checkAgainstExactQuantization(DType dtype, int64_t rows, int64_t in, int64_
   std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
   for (float &v : x)
     v = normal(rng);
-  ops::fast::linear(x.data(), rows, w, y.data(), [](int64_t, int64_t) {});
+  if (product)
+    product(w, x.data(), rows, y.data());
+  else
+    ops::fast::linear(x.data(), rows, w, y.data(), [](int64_t, int64_t) {});
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<double> xq = quantizedLikeTheKernels(x.data() + r * in, in);
     for (int64_t o = 0; o < out; ++o) {
@@ -107,6 +117,37 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
       }
   if (checked == 0)
     GTEST_SKIP() << "no int8-activation kernel here (no AVX-512 VNNI, or turned off)";
+}
+
+// The AMX-INT8 product called directly (Linear.cpp takes it from 8 rows of x), int8 weights
+// and int4 ones (unpacked to int8 tiles): row tiles whole and partial, one and two of them at
+// a time, panels of 16 and 32 outputs, groups of one block and of several, every scale dtype.
+TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
+  if (!ops::fast::int8AmxAvailable())
+    GTEST_SKIP() << "no AMX-INT8 here";
+  const Product amx = [](const ops::fast::LinearWeights &w, const float *x, int64_t rows,
+                         float *y) {
+    ops::fast::Int8Activations quantized;
+    ops::fast::quantizeInt8Activations(x, rows, w, quantized);
+    ops::fast::Int8AmxPacked packed;
+    ops::fast::packInt8ActivationsForAmx(quantized, w.in, packed);
+    std::vector<int8_t> scratch(static_cast<size_t>(32 * w.in));
+    // Two ranges, as two threads would take them: [0, 32) and [32, 48).
+    ops::fast::gemmInt8Amx(packed.operands, w, 0, 32, y, w.out, scratch.data());
+    ops::fast::gemmInt8Amx(packed.operands, w, 32, w.out, y, w.out, scratch.data());
+  };
+  for (DType dtype : {DType::I8, DType::U8})
+    for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
+      for (int64_t rows : {1, 8, 16, 17, 33, 70})
+        for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 8}, {768, 6},
+                                  {224, 7}}) {
+          ops::fast::LinearWeights shape;
+          shape.dtype = dtype;
+          shape.in = in;
+          shape.groups = groups;
+          ASSERT_TRUE(ops::fast::gemmInt8AmxTakes(shape));
+          checkAgainstExactQuantization(dtype, rows, in, 48, groups, scaleType, true, amx);
+        }
 }
 
 } // namespace

@@ -6,6 +6,8 @@
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="mlp-extra-grouping" | FileCheck %s --check-prefix=EXTRA-CHANNEL
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=group-size=64 | FileCheck %s --check-prefix=CHANNEL
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=lm-head=false | FileCheck %s --check-prefix=KEEP-HEAD
+// int8-activations (dsc's default for --dtype int8): every int8 layer and the head say so.
+// RUN: dsc-opt %s --split-input-file --dsc-quantize-weights=int8-activations | FileCheck %s --check-prefix=ACT
 // int4 (docs/int4.md): the linears get ui4 codes [out, in] and a scale per group; the LM head
 // stays int8 in groups of the same size.
 // RUN: dsc-opt %s --split-input-file --dsc-quantize-weights="bits=4 group-size=8" | FileCheck %s --check-prefix=INT4
@@ -20,6 +22,10 @@
 // CHANNEL: "proj.weight" {{.*}}#tfm.quant_scales<group_size = 0, dtype = f32>] -> tensor<16x1xf32>
 // CHANNEL: tfm.linear %{{.*}}, %[[W1]] bias %{{.*}} scales %[[S1]]
 // CHANNEL-NOT: -> tensor<32x16xf32>
+// CHANNEL-NOT: int8_activations
+// ACT-LABEL: func.func @mlp
+// ACT: tfm.linear {{.*}} {int8_activations}
+// ACT: tfm.linear {{.*}} {int8_activations}
 // GROUP8-LABEL: func.func @mlp
 // GROUP8: tfm.weight "fc.weight" {{.*}}#tfm.quant_scales<group_size = 8, dtype = f32>] -> tensor<32x2xf32>
 // GROUP8: tfm.weight "proj.weight" {{.*}}#tfm.quant_scales<group_size = 8, dtype = f32>] -> tensor<16x4xf32>
@@ -89,6 +95,8 @@ func.func @row_parallel(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
 // INT4-LABEL: func.func @lm_head
 // INT4: tfm.weight "head" {{.*}}#tfm.quantize_int8<group_size = 8>] -> tensor<50x16xi8>
 // INT4: tfm.lm_head {{.*}} {int8_activations, vocab_size = 100 : i64}
+// ACT-LABEL: func.func @lm_head
+// ACT: tfm.lm_head {{.*}} {int8_activations, vocab_size = 100 : i64}
 // KEEP-HEAD-LABEL: func.func @lm_head
 // KEEP-HEAD: tfm.lm_head %{{.*}}, %{{.*}} {vocab_size = 100 : i64} : (tensor<2x16xf32>, tensor<50x16xf32>) -> tensor<2x50xf32>
 func.func @lm_head(%x: tensor<2x16xf32>) -> tensor<2x50xf32> {

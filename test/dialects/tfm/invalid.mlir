@@ -754,6 +754,14 @@ func.func @attention_causal_cross(%q: tensor<2x7x768xf32>, %enc: tensor<2x11x768
 
 // -----
 
+func.func @linear_int8_activations_of_a_float_weight(%x: tensor<?x768xf32>, %w: tensor<500x768xf32>) {
+  // expected-error @+1 {{int8_activations needs an int8 weight}}
+  %0 = tfm.linear %x, %w {int8_activations} : (tensor<?x768xf32>, tensor<500x768xf32>) -> tensor<?x500xf32>
+  return
+}
+
+// -----
+
 func.func @lm_head_int8_activations_of_a_float_weight(%x: tensor<?x768xf16>, %w: tensor<500x768xf16>) {
   // expected-error @+1 {{int8_activations needs an int8 weight}}
   %0 = tfm.lm_head %x, %w {int8_activations} : (tensor<?x768xf16>, tensor<500x768xf16>) -> tensor<?x500xf16>

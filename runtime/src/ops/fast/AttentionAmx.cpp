@@ -8,6 +8,7 @@
 // [16 pairs, 16 columns] of bf16 pairs (the keys transposed into pairs, the values' rows
 // interleaved in pairs), C is f32 [16, 16] (the scores, the accumulator).
 #include "ops/fast/AttentionAmx.h"
+#include "ops/fast/AmxTileConfig.h"
 #include "ops/fast/VecAvx512.h"
 
 #include <immintrin.h>
@@ -15,22 +16,12 @@
 namespace dsrt::ops::fast::amx {
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t startRow = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytesPerRow[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles 0-3: sums; 4-5: A; 6-7: B. Every tile is 16 rows of 64 bytes.
-const TileConfig &tileConfig() {
-  static const TileConfig config = [] {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) {
-      c.bytesPerRow[t] = 64;
-      c.rows[t] = 16;
-    }
+const AmxTileConfig &tileConfig() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    for (int t = 0; t < 8; ++t)
+      c.tile(t, 16, 64);
     return c;
   }();
   return config;

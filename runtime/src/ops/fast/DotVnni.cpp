@@ -33,7 +33,8 @@ constexpr int64_t kChunk = 64;  // inputs per vpdpbusd
 
 void quantizeRow(const float *x, int64_t in, QuantizedInt8Row &row) {
   row.values.resize(static_cast<size_t>(in));
-  row.laneScales.assign(static_cast<size_t>(in / kChunk * 16), 0.0f);
+  // Whole chunks: int4 weights' products on AMX read rows of an odd number of blocks too.
+  row.laneScales.assign(static_cast<size_t>((in + kChunk - 1) / kChunk * 16), 0.0f);
   row.surplusLanes.assign(row.laneScales.size(), 0);
   for (int64_t b = 0; b < in / kBlock; ++b) {
     __m512 lo = _mm512_loadu_ps(x + b * kBlock), hi = _mm512_loadu_ps(x + b * kBlock + 16);

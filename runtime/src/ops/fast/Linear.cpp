@@ -326,7 +326,12 @@ bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInva
     return false;
   const int64_t groupSize = w.in / w.groups;
   const bool wholeChunks = groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0);
-  return wholeChunks && (int8VnniAvailable() || (w.int8Activations && int4VnniAvailable()));
+  // The plan's int8_activations (dsc's default for int8 and int4 plans) where VNNI is, unless
+  // DSRT_INT8_ACTIVATIONS=f32 keeps x exact (or DSRT_INT4_ACTIVATIONS=f32, as for an int4
+  // plan's layers).
+  static const bool refused = environment("DSRT_INT8_ACTIVATIONS") == "f32";
+  return wholeChunks &&
+         (int8VnniAvailable() || (w.int8Activations && int4VnniAvailable() && !refused));
 }
 
 // Without VNNI (the kernels capped to AVX2, or an AVX-512 CPU without it), the AVX2 kernel
@@ -340,6 +345,18 @@ bool int4Avx2Available() {
   }();
   return available;
 }
+
+// Rows of x from which int8 activations go to AMX-INT8 tiles rather than vpdpbusd: one tile
+// product takes 16 rows, and at fewer the VNNI kernel reads each weight as few times.
+// DSRT_INT8_AMX=0 keeps the VNNI kernel (to compare them).
+namespace {
+constexpr int64_t kInt8AmxRows = 8, kInt4AmxRows = 8;
+bool int8AmxTakes(const LinearWeights &w, int64_t rows) {
+  static const bool allowed = environment("DSRT_INT8_AMX") != "0" && int8AmxAvailable();
+  return allowed && rows >= (w.dtype == DType::U8 ? kInt4AmxRows : kInt8AmxRows) &&
+         gemmInt8AmxTakes(w) && w.out >= 16;
+}
+} // namespace
 
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant) {
   return int4RoundsActivations() && rows >= 1 && (rows <= 64 || rowInvariant) &&
@@ -478,10 +495,36 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     thread_local Int8Activations callerInt8;
     Int4Activations &quantized = callerInt4;
     Int8Activations &quantized8 = callerInt8;
-    if (int4Quantized)
+    // Many rows on AMX-INT8 tiles: int8 weights, and int4 ones whose activations the VNNI
+    // kernel quantizes (the same values as int8's quantizer: DotInt4Vnni.cpp).
+    const bool amx = (int8Vnni || (int4Quantized && int4VnniAvailable())) && int8AmxTakes(w, rows);
+    if (int4Quantized && (!amx || out % 16 != 0))
       quantizeInt4Activations(x, rows, w, quantized);
-    if (int8Vnni)
+    if (int8Vnni || amx)
       quantizeInt8Activations(x, rows, w, quantized8);
+    if (amx) {
+      thread_local Int8AmxPacked callerPacked;
+      Int8AmxPacked &packed = callerPacked;
+      packInt8ActivationsForAmx(quantized8, in, packed);
+      // Panels of 16 output features; the last few features (fewer than 16) by the VNNI
+      // kernels, in the last range.
+      const int64_t panels = out / 16;
+      const int64_t panelGrain =
+          std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 16 * in * rows));
+      parallelFor(panels, panelGrain, [&](int64_t begin, int64_t end) {
+        const int64_t first = begin * 16, last = end == panels ? out : end * 16;
+        thread_local std::vector<int8_t> int4Rows;
+        if (w.dtype == DType::U8)
+          int4Rows.resize(static_cast<size_t>(32 * in));
+        gemmInt8Amx(packed.operands, w, first, end * 16, y, out, int4Rows.data());
+        if (last > end * 16 && int8Vnni)
+          dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out);
+        else if (last > end * 16)
+          dotRowsInt4(quantized, w, end * 16, last, y, out);
+        epilogue(first, last);
+      });
+      return;
+    }
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
       if (int4Quantized)

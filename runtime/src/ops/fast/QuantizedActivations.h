@@ -28,6 +28,30 @@ void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &
 void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);
 
+// The same product for many rows on AMX-INT8 (GemmInt8Amx.cpp; Int8Amx.cpp packs x): x's
+// quantized rows as AMX's B operand, [row tiles of 16, blocks of 32 inputs, 8 quads, 16 rows,
+// 4 inputs], zero past the last row, and each block's activation scales, [blocks,
+// paddedRows].
+struct Int8AmxOperands {
+  const int8_t *tiles = nullptr;
+  const float *scales = nullptr;
+  int64_t rows = 0, paddedRows = 0;
+};
+struct Int8AmxPacked {
+  std::vector<int8_t> tiles;
+  std::vector<float> scales;
+  Int8AmxOperands operands;
+};
+// Whether the CPU has AMX-INT8 and Linux lets this process use the tile state.
+bool int8AmxAvailable();
+// The weights the AMX kernel reads: int8 or int4 whose groups are whole blocks of 32.
+bool gemmInt8AmxTakes(const LinearWeights &w);
+void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out);
+// Output features [begin, end) (a multiple of 16 of them, within w.out) of all x's rows.
+// int4 weights need int4Scratch: 32 * w.in bytes, the thread's own.
+void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
+                 float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
+
 // int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
 // (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
 // as int8: even and odd inputs apart ([in / 2] each); per step, each block's scale on its 4

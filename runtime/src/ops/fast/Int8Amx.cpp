@@ -1,0 +1,44 @@
+// The host side of the AMX-INT8 product (GemmInt8Amx.cpp, built with AMX's flags): whether
+// it may run, and x's quantized rows packed as its B operand. Plain flags, so that the
+// standard library's code here runs on any CPU.
+#include "ops/fast/QuantizedActivations.h"
+
+#include <cstring>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace dsrt::ops::fast {
+
+bool int8AmxAvailable() {
+  static const bool granted = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-int8") || !__builtin_cpu_supports("amx-tile") ||
+        !__builtin_cpu_supports("avx512bw"))
+      return false;
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  return granted;
+}
+
+void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out) {
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = in / kBlock, paddedRows = (x.rows + 15) / 16 * 16;
+  out.tiles.assign(static_cast<size_t>(paddedRows * in), 0);
+  out.scales.assign(static_cast<size_t>(blocks * paddedRows), 0.0f);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const QuantizedInt8Row &row = x.quantized[static_cast<size_t>(r)];
+    const int64_t tile = r / 16, lane = r % 16;
+    for (int64_t b = 0; b < blocks; ++b) {
+      int8_t *block = out.tiles.data() + (tile * blocks + b) * 512 + lane * 4;
+      for (int64_t quad = 0; quad < kBlock / 4; ++quad)
+        std::memcpy(block + quad * 64, row.values.data() + b * kBlock + quad * 4, 4);
+      // The block's scale is on each of its lanes (DotVnni.cpp's quantizeRow).
+      out.scales[static_cast<size_t>(b * paddedRows + r)] =
+          row.laneScales[static_cast<size_t>((b / 2) * 16 + (b % 2) * 8)];
+    }
+  }
+  out.operands = {out.tiles.data(), out.scales.data(), x.rows, paddedRows};
+}
+
+} // namespace dsrt::ops::fast
