@@ -96,7 +96,8 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
   for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
     for (int64_t rows : {1, 2, 3, 5, 33})
       for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 4}, {768, 6},
-                                {224, 7}, {256, 2}, {256, 8}}) {
+                                {224, 7}, {256, 2}, {256, 8}, {224, 1}, {96, 1},
+                                {32, 1}}) {
         // int8 weights as --dtype int8 makes them, and as an int4 plan's LM head (asking
         // for int8 activations; groups of 32 included).
         for (bool asked : {false, true}) {

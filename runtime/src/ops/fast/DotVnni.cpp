@@ -87,13 +87,17 @@ void vnniBlock(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
     for (int o = 0; o < O; ++o)
       for (int r = 0; r < R; ++r)
         acc[o][r] = _mm512_setzero_ps();
-    for (int64_t c = g * chunksPerGroup; c < (g + 1) * chunksPerGroup; ++c) {
+    // One group per row whose inputs end in half a chunk (2784, Llama-style MLP widths):
+    // that half is read masked; its other lanes have zero scales and zero x.
+    const int64_t last = groups == 1 ? (w.in + kChunk - 1) / kChunk : (g + 1) * chunksPerGroup;
+    for (int64_t c = g * chunksPerGroup; c < last; ++c) {
+      const __mmask64 bytes = (c + 1) * kChunk <= w.in ? ~__mmask64(0) : __mmask64(0xFFFFFFFF);
       __m512i xv[R];
       for (int r = 0; r < R; ++r)
-        xv[r] = _mm512_loadu_si512(x[r].values.data() + c * kChunk);
+        xv[r] = _mm512_maskz_loadu_epi8(bytes, x[r].values.data() + c * kChunk);
       for (int o = 0; o < O; ++o) {
         const __m512i flipped =
-            _mm512_xor_si512(_mm512_loadu_si512(rows[o] + c * kChunk), flip);
+            _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, rows[o] + c * kChunk), flip);
         for (int r = 0; r < R; ++r) {
           const __m512i sums = _mm512_dpbusd_epi32(
               _mm512_loadu_si512(x[r].surplusLanes.data() + c * 16), flipped, xv[r]);
@@ -150,7 +154,8 @@ void vnniBlockHalfChunkGroups(const QuantizedInt8Row *x, const LinearWeights &w,
 template <int O, int R>
 void vnniBlockAnyGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
                         float *y, int64_t ldy) {
-  if (w.in / w.groups == kBlock)
+  // (One group of 32 inputs per row is vnniBlock's half chunk.)
+  if (w.in / w.groups == kBlock && w.groups > 1)
     vnniBlockHalfChunkGroups<O, R>(x, w, first, y, ldy);
   else
     vnniBlock<O, R>(x, w, first, y, ldy);

@@ -325,7 +325,8 @@ bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInva
       (rows > 64 && !rowInvariant))
     return false;
   const int64_t groupSize = w.in / w.groups;
-  const bool wholeChunks = groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0);
+  const bool wholeChunks = groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0) ||
+                           (w.groups == 1 && w.in % 32 == 0);
   // The plan's int8_activations (dsc's default for int8 and int4 plans) where VNNI is, unless
   // DSRT_INT8_ACTIVATIONS=f32 keeps x exact (or DSRT_INT4_ACTIVATIONS=f32, as for an int4
   // plan's layers).
