@@ -491,9 +491,16 @@ int runCompilerDriver(int argc, char **argv) {
         return EXIT_FAILURE;
       }
       headBitsFromModel = !int4LmHead;
+      int64_t withZeroPoints = 0;
+      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights())
+        withZeroPoints += record->coding->keepsInt8Codes();
       llvm::errs() << "dsc: " << coded.weights
                    << " weights are 4-bit MatMulNBits codes in blocks of " << coded.blockSize
-                   << ": the plan keeps them (int4; --dtype says otherwise)\n";
+                   << ": the plan keeps them (int4";
+      if (withZeroPoints > 0)
+        llvm::errs() << "; " << withZeroPoints
+                     << " with zero points as int8 codes, code - zero point";
+      llvm::errs() << "; --dtype says otherwise)\n";
     }
   }
   if (refuseQuantizationOptions())
@@ -564,13 +571,17 @@ int runCompilerDriver(int argc, char **argv) {
       if (lmHeadIsNBits(*imported->module, *imported->weights))
         pipeline.int8->lmHeadBits = 4;
       pipeline.int8->publishedOnly = true;
-      // Codes the plan's int4 layout cannot hold as they are stay float (dequantized, exact)
-      // rather than be quantized a second time.
-      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights())
-        (record->coding->keepsCodes() && record->coding->blockSize == groupSize
-             ? pipeline.int8->publishedInt4
-             : pipeline.int8->keepFloat)
+      // Codes with zero points become int8 codes (code - zero point, exact at the same
+      // scales); codes neither int4 nor int8 can hold as they are stay float (dequantized,
+      // exact) rather than be quantized a second time.
+      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights()) {
+        const onnx_frontend::NBitsCoding &coding = *record->coding;
+        (coding.blockSize != groupSize ? pipeline.int8->keepFloat
+         : coding.keepsCodes()         ? pipeline.int8->publishedInt4
+         : coding.keepsInt8Codes()     ? pipeline.int8->publishedInt8
+                                       : pipeline.int8->keepFloat)
             .push_back(record->name);
+      }
     }
     // The report describes recognition, so it is read before sharding and lowering.
     if (!noRecognize)

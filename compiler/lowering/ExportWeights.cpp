@@ -126,12 +126,14 @@ FailureOr<std::vector<WeightTransform>> transformsOf(plan::WeightTensorOp op, in
 // A MatMulNBits weight (frontends/onnx/NBitsWeights.h) whose transforms for a rank are the
 // transpose to [n, k], slices along whole blocks, and int4 quantization (or its scales) at
 // the weight's own block size: the plan's int4 layout is MatMulNBits' (docs/int4.md), so the
-// codes and scales are written as they are, sliced, and nothing is quantized again. The
+// codes and scales are written as they are, sliced, and nothing is quantized again. 4-bit
+// codes with zero points likewise as int8 (code - zero point) at their block size. The
 // index of the quantization, or 0 when the transforms ask for anything else.
 size_t keptCodesAt(const onnx_frontend::NBitsCoding &coding,
                    const std::vector<WeightTransform> &transforms) {
   using Kind = WeightTransform::Kind;
-  if (!coding.keepsCodes() || coding.rows || transforms.size() < 2 ||
+  const bool int4 = coding.keepsCodes();
+  if (!(int4 || coding.keepsInt8Codes()) || coding.rows || transforms.size() < 2 ||
       transforms[0].kind != Kind::Transpose ||
       transforms[0].perm != std::vector<int64_t>{1, 0})
     return 0;
@@ -149,12 +151,15 @@ size_t keptCodesAt(const onnx_frontend::NBitsCoding &coding,
       return 0;
     width = slice.size * slice.groups;
   }
+  const Kind codes = int4 ? Kind::QuantizeInt4 : Kind::QuantizeInt8;
+  const Kind scales = int4 ? Kind::QuantScalesInt4 : Kind::QuantScales;
+  // A rank's one block per row is int8's one group per output channel (group size 0).
   if (at == transforms.size() ||
-      (transforms[at].kind != Kind::QuantizeInt4 && transforms[at].kind != Kind::QuantScalesInt4) ||
-      transforms[at].groupSize != block)
+      (transforms[at].kind != codes && transforms[at].kind != scales) ||
+      !(transforms[at].groupSize == block || (transforms[at].groupSize == 0 && width == block)))
     return 0;
   for (size_t rest = at + 1; rest < transforms.size(); ++rest)
-    if (transforms[at].kind == Kind::QuantizeInt4 || transforms[rest].kind != Kind::Convert)
+    if (transforms[at].kind == codes || transforms[rest].kind != Kind::Convert)
       return 0;
   return at;
 }
@@ -169,6 +174,13 @@ dsrt::Status writeKeptCodes(const onnx_frontend::NBitsCoding &coding,
       factor *= transforms[i].factor;
     else
       slices.push_back(transforms[i]);
+  }
+  if (transforms[at].kind == WeightTransform::Kind::QuantizeInt8) {
+    const dsrt::Shape shape{coding.n, coding.k};
+    std::vector<int8_t> codes(static_cast<size_t>(coding.n * coding.k));
+    onnx_frontend::nbitsInt8Codes(coding, codes.data());
+    return applyWeightTransforms(reinterpret_cast<const uint8_t *>(codes.data()),
+                                 dsrt::DType::I8, shape, slices, destination);
   }
   if (transforms[at].kind == WeightTransform::Kind::QuantizeInt4) {
     const dsrt::Shape shape{coding.n, coding.k};

@@ -31,8 +31,10 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
     are not quantized a second time. The driver names those whose 4-bit codes the plan
     keeps as they are in `published-int4`: each gets int4 at `group-size` (their block
     size), or stays float (dequantized, exact) where that size does not divide some rank's
-    inputs. Those named in `keep-float` (codes the plan's int4 layout cannot hold: blocks
-    that do not divide the inputs, zero points, g_idx) stay float. With `published-only`
+    inputs. Those named in `published-int8` (4-bit codes with zero points) get int8 at
+    `group-size`: the writer stores code - zero point, exact at the publisher's scales.
+    Those named in `keep-float` (codes neither layout holds: blocks that do not divide the
+    inputs, g_idx) stay float. With `published-only`
     (the driver's default for such a model) every other weight stays float too: what the
     publisher left float is not quantized.
   }];
@@ -57,6 +59,9 @@ def QuantizeWeights : Pass<"dsc-quantize-weights", "mlir::ModuleOp"> {
            "The linear layers' weights: 8 (int8) or 4 (int4 in groups; the LM head int8)">,
     Option<"lmHeadBits", "lm-head-bits", "int64_t", "8",
            "With bits=4: the LM head's weights, 8 (the default) or 4">,
+    ListOption<"publishedInt8", "published-int8", "std::string",
+               "Weights (by name) in 4-bit codes of group-size inputs with zero points: int8 "
+               "at that size (code - zero point, exact), else float">,
     Option<"int8Activations", "int8-activations", "bool", "false",
            "Let the CPU kernels quantize the inputs of int8 layers (and of the LM head) to "
            "int8 (`int8_activations`; dsc sets it unless --int8-weight-only). An int4 plan's "

@@ -253,7 +253,9 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       decline(layer, "its weight is computed, not a model weight");
       return success();
     }
-    if (publishedOnly && !llvm::is_contained(publishedInt4, weight.getName().str())) {
+    const bool publishedAsInt8 = llvm::is_contained(publishedInt8, weight.getName().str());
+    if (publishedOnly && !publishedAsInt8 &&
+        !llvm::is_contained(publishedInt4, weight.getName().str())) {
       decline(layer, "the model's publisher left its weight float");
       return success();
     }
@@ -303,6 +305,18 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       } else {
         requested = fitting;
       }
+    }
+    // 4-bit codes with zero points: int8 at their own block size, so that the writer stores
+    // code - zero point as it is.
+    if (publishedAsInt8) {
+      if (common % groupSize != 0) {
+        decline(layer, "its weight's 4-bit codes (the model's own) come in groups that do not "
+                       "divide each rank's inputs; it stays float rather than be quantized "
+                       "again");
+        return success();
+      }
+      layerBits = 8;
+      requested = groupSize;
     }
     if (llvm::is_contained(publishedInt4, weight.getName().str()) &&
         (layerBits != 4 || requested != groupSize)) {

@@ -181,6 +181,21 @@ void unpackNBitsCodes(const NBitsCoding &c, uint8_t *out) {
           static_cast<uint8_t>(field(c.codes->bytes.data() + row * rowBytes, i, c.bits));
 }
 
+bool NBitsCoding::keepsInt8Codes() const {
+  return bits == 4 && zeroPoints && zeroPoints->onnxType == TensorProto::UINT8 && !groupIndex &&
+         k % blockSize == 0;
+}
+
+void nbitsInt8Codes(const NBitsCoding &c, int8_t *out) {
+  const ZeroPoints zero(c);
+  const int64_t rowBytes = c.blocks() * blobBytes(c);
+  for (int64_t row = 0; row < c.n; ++row)
+    for (int64_t i = 0; i < c.k; ++i)
+      out[row * c.k + i] = static_cast<int8_t>(
+          static_cast<int>(field(c.codes->bytes.data() + row * rowBytes, i, c.bits)) -
+          static_cast<int>(zero.at(row, i / c.blockSize)));
+}
+
 void nbitsScales(const NBitsCoding &c, float *out) {
   const std::vector<float> scales = widened(*c.scales);
   std::memcpy(out, scales.data(), scales.size() * sizeof(float));

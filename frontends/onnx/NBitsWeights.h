@@ -32,6 +32,10 @@ struct NBitsCoding {
   bool keepsCodes() const {
     return bits == 4 && !zeroPoints && !groupIndex && k % blockSize == 0;
   }
+  // 4-bit codes with their own (packed, integer) zero points: code - zero point lies in
+  // [-15, 15], so the plan's int8 layout holds each value exactly at the same scales
+  // (int8 codes, groups of blockSize).
+  bool keepsInt8Codes() const;
 };
 
 // Why the tensors do not fit the attributes (sizes, types), or "" when they do.
@@ -44,6 +48,8 @@ void dequantizeNBits(const NBitsCoding &coding, float *out);
 // For keepsCodes(): the codes one per byte, [n, k], and the scales as f32 [n, blocks].
 void unpackNBitsCodes(const NBitsCoding &coding, uint8_t *out);
 void nbitsScales(const NBitsCoding &coding, float *out);
+// For keepsInt8Codes(): code - zero point, one per byte, [n, k].
+void nbitsInt8Codes(const NBitsCoding &coding, int8_t *out);
 
 // A default zero point everywhere, or g_idx that says k / blockSize: the coding is the same
 // without them (the builder writes neither; other quantizers write both).
