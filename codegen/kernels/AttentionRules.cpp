@@ -173,6 +173,12 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "needs query, key and value";
     return false;
   }
+  // The kernels' online softmax starts every row at -inf and 0; a sink's start (its logit
+  // and 1) is not implemented there yet. dsc-select-kernels makes this decline an error.
+  if (in.input(10)) {
+    reason = kAttentionSinksDecline;
+    return false;
+  }
   if (!isF32(query) || !isF32(key) || !isF32(value)) {
     reason = "query, key and value are " + dtypeOf(query) + ", " + dtypeOf(key) + " and " +
              dtypeOf(value) + "; the kernels take f32 activations";

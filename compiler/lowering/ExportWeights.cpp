@@ -52,12 +52,26 @@ dsrt::DType storedFloatDtype(const std::string &weightDtype) {
 // Linear biases are stored f32 whatever --dtype and the export's dtype: they are n values
 // beside n x k, the prefill GEMM adds them in cuBLASLt's epilogue only in its f32 product's
 // type (cublasLt.h: a bias has D's type), and the sum is not rounded twice.
+// So is a row-parallel linear's (tp-shard adds it once, after the all-reduce of the ranks'
+// partial products): stored otherwise, a plan at TP N would round a bias that TP 1 keeps.
+bool rowParallelBias(OpOperand &use) {
+  auto add = dyn_cast<plan::ExecOp>(use.getOwner());
+  if (!add || add.getOp() != "Add" || add->getNumOperands() != 2)
+    return false;
+  auto reduce = add->getOperand(1 - use.getOperandNumber()).getDefiningOp<plan::ExecOp>();
+  if (!reduce || reduce.getOp() != "tfm.all_reduce" || reduce->getNumOperands() != 1)
+    return false;
+  auto linear = reduce->getOperand(0).getDefiningOp<plan::ExecOp>();
+  return linear && linear.getOp() == "tfm.linear";
+}
+
 bool onlyLinearBias(Value weight) {
   if (weight.use_empty())
     return false;
   for (OpOperand &use : weight.getUses()) {
     auto exec = dyn_cast<plan::ExecOp>(use.getOwner());
-    if (!exec || exec.getOp() != "tfm.linear" || use.getOperandNumber() != 2)
+    if (!exec || ((exec.getOp() != "tfm.linear" || use.getOperandNumber() != 2) &&
+                  !rowParallelBias(use)))
       return false;
   }
   return true;

@@ -111,14 +111,16 @@ SmallVector<Value> stepInputs(Operation *op) {
     inputs.push_back(past.empty() ? Value() : past[0]);
     inputs.push_back(past.empty() ? Value() : past[1]);
     inputs.push_back(attention.getPositions());
-    // Input 7 only where there is one, the q/k norms' scales 8 and 9 only where there are
-    // some, so that other plans keep their steps as they were.
+    // Input 7 only where there is one, the q/k norms' scales 8 and 9 and the sinks 10
+    // only where there are some, so that other plans keep their steps as they were.
     if (Value bias = attention.getBias())
       inputs.push_back(bias);
-    if (attention.getQueryNormScale()) {
+    if (attention.getQueryNormScale() || attention.getSinks()) {
       inputs.resize(8);
       inputs.append({attention.getQueryNormScale(), attention.getKeyNormScale()});
     }
+    if (Value sinks = attention.getSinks())
+      inputs.push_back(sinks);
     return inputs;
   }
   llvm::append_range(inputs, op->getOperands());

@@ -61,7 +61,7 @@ std::optional<std::string> unattendedRule(const Candidate &c, const std::vector<
 std::string Matcher::proveSoftcap(Candidate &c, const std::vector<char> &attended,
                                   const std::vector<float> &bias, double &chainScale) {
   Value scores = c.scores->getResult(0);
-  Value logits = c.softmax->getOperand(0);
+  Value logits = c.logits;
   std::string why;
   auto chainAt = [&](double x) -> std::optional<std::vector<float>> {
     llvm::SetVector<Operation *> region;
@@ -115,7 +115,7 @@ std::string Matcher::proveSoftcap(Candidate &c, const std::vector<char> &attende
 std::string Matcher::proveScores(Candidate &c, double &chainScale) {
   std::string why;
   Value scores = c.scores->getResult(0);
-  Value logits = c.softmax->getOperand(0);
+  Value logits = c.logits;
   const int64_t B = batch_, S = fresh_, H = c.heads, T = total_, P = past_;
   std::vector<std::vector<float>> bias;
   for (float seed : {0.0f, 1.0f, 2.0f}) {
@@ -295,7 +295,7 @@ std::string Matcher::proveBias(Candidate &c, const std::vector<char> &attended,
                                const std::vector<float> &bias) {
   const int64_t B = batch_, S = fresh_, H = c.heads, T = total_;
   SmallVector<Value> added;
-  for (Value value = c.softmax->getOperand(0); value && value != c.scores->getResult(0);) {
+  for (Value value = c.logits; value && value != c.scores->getResult(0);) {
     Operation *def = value.getDefiningOp();
     Value next;
     for (Value operand : def->getOperands()) {
@@ -357,7 +357,7 @@ void classifyUnattended(const ProbeEvaluator &probe, Value attentionMask, Candid
   std::string why;
   llvm::SetVector<Operation *> region;
   auto bias = evaluateSeeded(probe, {{scores, filledTensor(info->shape, 0.0f)}},
-                             c.softmax->getOperand(0), region, why);
+                             c.logits, region, why);
   if (!bias)
     return;
   const int64_t T = info->shape.back(), S = info->shape[info->shape.size() - 2];
@@ -374,7 +374,7 @@ std::optional<bool> checkLongWindow(const ProbeEvaluator &probe, Candidate &c) {
   std::string why;
   llvm::SetVector<Operation *> region;
   auto bias = evaluateSeeded(probe, {{scores, filledTensor(info->shape, 0.0f)}},
-                             c.softmax->getOperand(0), region, why);
+                             c.logits, region, why);
   if (!bias)
     return std::nullopt;
   const int64_t T = info->shape.back(), S = info->shape[info->shape.size() - 2];

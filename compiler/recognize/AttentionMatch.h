@@ -132,6 +132,13 @@ struct Candidate {
   // An additive bias computed in the graph outside the attention (T5's relative position
   // bias), [b or 1, heads or 1, seq, total] on the probe.
   Value bias;
+  // Where the score chain ends (the softmax's operand) and the probabilities the product
+  // with V reads (the softmax's result), unless the softmax has sinks (GPT-OSS,
+  // AttentionSinks.cpp): it then reads Concat(logits, a column of one logit per head) less
+  // the row's maximum, and `probs` is the Slice that drops that column. `sinks`: those
+  // logits, one per head; empty without.
+  Value logits, probs;
+  std::vector<float> sinks;
   std::string declined;              // set when a later check refutes the match
   // Proven semantics.
   int64_t heads = 0, kvHeads = 0, headDim = 0;
@@ -212,6 +219,9 @@ private:
   void scaleRotatedHeads(const Candidate &c, tfm::RmsNormOp norm, float *x, size_t count,
                          int64_t d, bool divide) const;
   std::string matchOnce(Operation *softmax, Candidate &c);
+  // Sets the candidate's logits and probs, and its sinks where the softmax has them; the
+  // reason where it has something like them that is not (AttentionSinks.cpp).
+  std::string peelSinks(Candidate &c);
   bool movePostRotaryNorms_ = true;
   std::string proveQuery(Candidate &c, double &qscale);
   // The rotation's inverse frequencies, read off the graph for a layout and dim; none when

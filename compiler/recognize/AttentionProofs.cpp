@@ -430,7 +430,8 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
 std::string Matcher::proveOutput(Candidate &c) {
   std::string why;
   const int64_t B = batch_, S = fresh_, H = c.heads, D = c.headDim;
-  // Softmax -> [NaN guard, casts] -> the probabilities operand: unchanged values.
+  // Softmax -> [NaN guard, casts] -> the probabilities operand: unchanged values; with
+  // sinks, every column but the last (the sink's), which the Slice drops.
   {
     Value probs = c.softmax->getResult(0);
     auto seed = randomTensor(*shapeOf(probs), 6);
@@ -439,11 +440,15 @@ std::string Matcher::proveOutput(Candidate &c) {
     if (!out)
       return "probabilities: " + why;
     std::vector<float> a = floats(*seed), b = floats(*out);
-    if (a.size() != b.size())
-      return "probabilities: reshaped between softmax and the product with V";
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i])
-        return "probabilities: changed between softmax and the product with V";
+    const size_t width = shapeOf(probs)->back(), kept = c.sinks.empty() ? width : width - 1;
+    if (a.size() / width * kept != b.size())
+      return c.sinks.empty() ? "probabilities: reshaped between softmax and the product with V"
+                             : "sinks: the Slice after the softmax does not drop one column";
+    for (size_t i = 0; i < b.size(); ++i)
+      if (a[i / kept * width + i % kept] != b[i])
+        return c.sinks.empty() ? "probabilities: changed between softmax and the product with V"
+                               : "sinks: the Slice after the softmax does not keep the scores' "
+                                 "columns and drop the sink's";
     c.region.insert(region.begin(), region.end());
   }
   Value context = c.context->getResult(0);

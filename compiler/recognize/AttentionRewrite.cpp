@@ -237,6 +237,14 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
                                        cast<TensorType>(bias.getType()).getElementType()));
   }
   Value mask = !c.padding ? Value() : c.cross ? c.crossMask : attentionMask;
+  // The proven logits, one per head (the initializer they were broadcast from dies with the
+  // softmax's Concat).
+  Value sinks;
+  if (!c.sinks.empty()) {
+    auto sinksType = RankedTensorType::get({c.heads}, builder.getF32Type());
+    sinks = onnx::ConstantOp::create(builder, loc, sinksType,
+                                     DenseElementsAttr::get(sinksType, ArrayRef<float>(c.sinks)));
+  }
   auto attention = tfm::AttentionOp::create(
       builder, loc, rootType, presentTypes, query, key, value, mask, past,
       c.rotary ? positions : Value(), bias,
@@ -250,6 +258,8 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
     attention->setAttr("tfm.unattended", builder.getStringAttr(c.unattended));
   if (c.softcap > 0)
     attention->setAttr("softcap", builder.getF32FloatAttr(float(c.softcap)));
+  if (sinks)
+    attention.getSinksMutable().assign(sinks);
   if (c.normsAfterRotary) {
     attention.getQueryNormScaleMutable().assign(c.queryNorm.getScale());
     attention.getKeyNormScaleMutable().assign(c.keyNorm.getScale());

@@ -316,13 +316,15 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
   auto axis = softmax->getAttrOfType<IntegerAttr>("axis");
   if (axis && axis.getInt() != -1 && axis.getInt() != int64_t(probsShape->size()) - 1)
     return "the softmax is not over the last axis";
+  if (std::string why = peelSinks(c); !why.empty())
+    return why;
   // Back from the softmax through the score chain (scales, additive and Where masks, the
   // clamp of masked scores to the dtype's lowest value that XGLM's and OPT's eager attention
   // take, Max(scores, lowest)) to MatMul(Q, K^T); the chain's effect is proven on the probe.
   static const llvm::StringSet<> chainOps = {"onnx.Add",   "onnx.Sub",  "onnx.Mul",
                                              "onnx.Div",   "onnx.Where", "onnx.Cast",
                                              "onnx.Reshape", "onnx.Tanh", "onnx.Max"};
-  Value value = softmax->getOperand(0);
+  Value value = c.logits;
   while (true) {
     Operation *def = value.getDefiningOp();
     if (!def)
@@ -356,8 +358,8 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
              "' combines two activations";
     value = next.front();
   }
-  // Forward from the softmax to MatMul(P, V).
-  Value probs = softmax->getResult(0);
+  // Forward from the softmax (or the Slice that drops its sink) to MatMul(P, V).
+  Value probs = c.probs;
   while (true) {
     Operation *user = probs.hasOneUse() ? *probs.getUsers().begin() : nanGuardOf(probs);
     if (!user)
@@ -403,6 +405,9 @@ std::string Matcher::matchOnce(Operation *softmax, Candidate &c) {
     return "K^T is not [.., head_dim, total] or V not [.., total, head_dim]";
   c.heads = heads_;
   c.headDim = headDim_;
+  if (!c.sinks.empty() && int64_t(c.sinks.size()) != heads_)
+    return "sinks: " + std::to_string(c.sinks.size()) + " sink logits for " +
+           std::to_string(heads_) + " heads";
   // The output: forward through the head merge to [b, s, heads * d].
   Value out = c.context->getResult(0);
   for (int steps = 0; steps < 4; ++steps) {

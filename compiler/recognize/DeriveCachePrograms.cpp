@@ -40,7 +40,7 @@ tfm::AttentionOp toSessionMode(tfm::AttentionOp op) {
   auto session = tfm::AttentionOp::create(
       builder, op.getLoc(), op.getOutput().getType(), TypeRange(), op.getQuery(), op.getKey(),
       op.getValue(), op.getMask(), ValueRange(), op.getPositions(), op.getBias(),
-      op.getQueryNormScale(), op.getKeyNormScale(), op.getNumHeadsAttr(),
+      op.getQueryNormScale(), op.getKeyNormScale(), op.getSinks(), op.getNumHeadsAttr(),
       op.getNumKvHeadsAttr(), op.getHeadDimAttr(), op.getScaleAttr(), op.getCausalAttr(),
       op.getAlibiAttr(), op.getWindowAttr(), op.getRotaryAttr(), op.getCacheLayerAttr(),
       op.getSoftcapAttr(), op.getPackedQkvAttr(), op.getQkNormEpsilonAttr(),

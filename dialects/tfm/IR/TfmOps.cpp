@@ -402,6 +402,16 @@ LogicalResult AttentionOp::verify() {
   }
   if (getQkNormAfterRotary() && !getQkNormEpsilonAttr())
     return emitOpError("qk_norm_after_rotary needs the q/k norms");
+  if (Value sinks = getSinks()) {
+    // This rank's heads, or every head of the model under tensor parallelism (as `bias`).
+    auto type = dyn_cast<RankedTensorType>(sinks.getType());
+    auto global = (*this)->getAttrOfType<IntegerAttr>("tfm.global_heads");
+    if (!type || type.getRank() != 1 || !isa<FloatType>(type.getElementType()) ||
+        !(compatible(type.getDimSize(0), getNumHeads()) ||
+          (global && compatible(type.getDimSize(0), global.getInt()))))
+      return emitOpError() << "sinks must be a float [" << getNumHeads()
+                           << "] (one logit per head), not " << sinks.getType();
+  }
 
   auto q = getQuery().getType(), k = getKey().getType(), v = getValue().getType();
   auto out = getOutput().getType();

@@ -291,6 +291,12 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
       graph, added to the scores beside the mask (T5's relative position bias). Under
       tensor parallelism it may hold every head of the model (`tfm.global_heads`), of which
       a rank reads its own.
+    * `sinks`: GPT-OSS's attention sinks, [num_heads] f32, a learned logit per head that
+      joins every row's softmax as one more key with no value: the denominator gains
+      exp(sink_h - m), with m the maximum over the row's scores and the sink, and the
+      weights of the keys sum to less than 1. A row with no key to attend is zero. Under
+      tensor parallelism it may hold every head of the model (`tfm.global_heads`), of which
+      a rank reads its own (as `bias`).
 
     The keys and values may come from another sequence than the queries (a cross-attention
     over an encoder's output): then s_kv differs from s, and there is no past, causal mask,
@@ -332,6 +338,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    Optional<Tfm_IdsTensor>:$positions, Optional<Tfm_FloatTensor>:$bias,
                    Optional<Tfm_FloatTensor>:$query_norm_scale,
                    Optional<Tfm_FloatTensor>:$key_norm_scale,
+                   Optional<Tfm_FloatTensor>:$sinks,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                    ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
@@ -350,7 +357,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
     $query `,` $key `,` $value (`mask` $mask^)? (`past` `(` $past^ `)`)?
     (`positions` $positions^)? (`bias` $bias^)?
     (`qk_norm` `(` $query_norm_scale^ `,` $key_norm_scale `)` `eps` $qk_norm_epsilon)?
-    (`after_rotary` $qk_norm_after_rotary^)?
+    (`after_rotary` $qk_norm_after_rotary^)? (`sinks` $sinks^)?
     `heads` $num_heads `kv_heads` $num_kv_heads `head_dim` $head_dim `scale` $scale
     (`causal` $causal^)? (`alibi` $alibi^)? (`window` $window^)? (`rotary` $rotary^)?
     (`cache_layer` $cache_layer^)? (`cache_dtype` $cache_dtype^)? (`softcap` $softcap^)?
@@ -360,8 +367,9 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
   }];
   let hasVerifier = 1;
   let builders = [
-    // Without soft-capping and q/k norms (the form before they existed). A pass that
-    // rebuilds an attention must carry `softcap`, `packed_qkv` and the q/k norm over itself.
+    // Without soft-capping, q/k norms and sinks (the form before they existed). A pass that
+    // rebuilds an attention must carry `softcap`, `packed_qkv`, the q/k norm and the sinks
+    // over itself.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::TypeRange":$present, "::mlir::Value":$query,
                    "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
                    "::mlir::ValueRange":$past, "::mlir::Value":$positions,
@@ -371,7 +379,7 @@ def Tfm_AttentionOp : Tfm_Op<"attention", [Pure, AttrSizedOperandSegments]> {
                    "::mlir::IntegerAttr":$window, "::dsc::tfm::RotaryAttr":$rotary,
                    "::mlir::IntegerAttr":$cache_layer), [{
       build($_builder, $_state, output, present, query, key, value, mask, past, positions,
-            bias, ::mlir::Value(), ::mlir::Value(), num_heads, num_kv_heads, head_dim, scale,
+            bias, ::mlir::Value(), ::mlir::Value(), ::mlir::Value(), num_heads, num_kv_heads, head_dim, scale,
             causal, alibi, window, rotary, cache_layer, ::mlir::FloatAttr(), ::mlir::UnitAttr(),
             ::mlir::FloatAttr(), ::mlir::TypeAttr());
     }]>

@@ -345,7 +345,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         for (size_t i = 0; i < added.size(); ++i)
           addedRows[i] = added[i].row(b, h, s);
         int64_t position = P + s;
-        float maximum = -std::numeric_limits<float>::infinity();
+        // A sink joins the maximum; its term exp(sink - maximum) joins the sum below.
+        float maximum = initialMaximum(c, h);
         bool any = false;
         // Keys past `limit` are never attended.
         const int64_t limit = c.causal ? std::min(T, position + 1) : T;
@@ -389,8 +390,10 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         }
         float *row = y + ((b * S + s) * H + h) * D;
         std::fill(row, row + D, 0.0f);
-        if (!any && c.unattendedZero)
-          continue;  // the row stays zero, as sdpa's NaN guard leaves it
+        // The row stays zero, as sdpa's NaN guard leaves it, or as a sink leaves it: every
+        // masked score lies far below the sink, whose weight is then 1 and its value none.
+        if (!any && (c.unattendedZero || !c.sinks.empty()))
+          continue;
         if (!any) {
           // No key to attend (a padding query): transformers' finfo.min masks leave every
           // masked score equal, so the row averages the values; GPT-Neo's doubled mask
@@ -406,7 +409,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             row[d] /= float(count);
           continue;
         }
-        float sum = 0;
+        float sum = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
         if (ctx.fastKernels) {
           // The exponentials vectorised (within 2 ulp of libm's).
           for (int64_t t = 0; t < T; ++t)
@@ -457,7 +460,7 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
 } // namespace
 
 void addAttentionKernels(std::vector<KernelInfo> &kernels) {
-  kernels.push_back({"tfm.attention", 3, 10, 3, 1, 3, inferAttention, computeAttention});
+  kernels.push_back({"tfm.attention", 3, 11, 3, 1, 3, inferAttention, computeAttention});
 }
 
 } // namespace dsrt::ops

@@ -80,6 +80,22 @@ Status readQueryKeyNorms(const KernelContext &ctx, AttentionConfig &c) {
   return Status::ok();
 }
 
+// The sinks (input 10): float [heads], or every head of the model under tensor parallelism
+// (this rank's start at headOffset).
+Status readSinks(const KernelContext &ctx, AttentionConfig &c) {
+  const TensorRef *sinks = ctx.input(kSinks);
+  if (!sinks)
+    return Status::ok();
+  if (!isFloat(sinks->dtype) || sinks->shape.size() != 1 ||
+      (sinks->shape[0] != c.heads && sinks->shape[0] != c.globalHeads))
+    return ctx.error("the sinks must be float [", c.heads, "] or [", c.globalHeads, "], not ",
+                     dtypeName(sinks->dtype), " ", shapeString(sinks->shape));
+  FloatView all(*sinks);
+  const int64_t first = sinks->shape[0] == c.heads ? 0 : c.headOffset;
+  c.sinks.assign(all.data() + first, all.data() + first + c.heads);
+  return Status::ok();
+}
+
 // An additive mask's or bias's shape against the scores [batch, heads, fresh, total]: batch
 // and heads may broadcast, and the heads may be every head of the model (this rank reads
 // its own).
@@ -141,6 +157,7 @@ Status readAttentionConfig(const KernelContext &ctx, AttentionConfig &c) {
   c.packed = flag != 0;
   DSRT_RETURN_IF_ERROR(readQueryKeyValueShapes(ctx, c));
   DSRT_RETURN_IF_ERROR(readQueryKeyNorms(ctx, c));  // after the key's head count
+  DSRT_RETURN_IF_ERROR(readSinks(ctx, c));
   const TensorRef *pastKey = ctx.input(kPastKey), *pastValue = ctx.input(kPastValue);
   if (!pastKey != !pastValue)
     return ctx.error("past key and past value must be given together");

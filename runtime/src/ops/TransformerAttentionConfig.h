@@ -8,13 +8,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 namespace dsrt::ops::attention {
 
 enum AttentionInput {
   kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
-  kQueryNormScale, kKeyNormScale
+  kQueryNormScale, kKeyNormScale, kSinks
 };
 
 struct AttentionConfig {
@@ -55,7 +56,18 @@ struct AttentionConfig {
   float qkNormEpsilon = 0;
   // HunYuan-Dense's: the scales multiply each head after it is rotated (qk_norm_after_rotary).
   bool qkNormAfterRotary = false;
+  // GPT-OSS's attention sinks (input 10): one logit per local head that joins every row's
+  // softmax as a key with no value, so the row's maximum starts at it and its sum at 1.
+  // Empty: none.
+  std::vector<float> sinks;
 };
+
+// The online softmax's state of a row of local head h before its first key: with a sink,
+// the maximum is the sink and the sum exp(sink - sink) = 1; without, -inf and 0.
+inline float initialMaximum(const AttentionConfig &c, int64_t h) {
+  return c.sinks.empty() ? -std::numeric_limits<float>::infinity() : c.sinks[h];
+}
+inline float initialSum(const AttentionConfig &c) { return c.sinks.empty() ? 0.0f : 1.0f; }
 
 inline bool broadcastsToScores(const Shape &m, const AttentionConfig &c) {
   return m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&

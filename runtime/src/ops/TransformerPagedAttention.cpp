@@ -141,7 +141,7 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
       const int64_t first = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
       const float *query = &rows.q[(b * H + h) * D];
       scores.assign(static_cast<size_t>(limit), 0.0f);
-      float maximum = -std::numeric_limits<float>::infinity();
+      float maximum = initialMaximum(c, h);
       // One block's run of keys at a time: positions [t, t + run) are contiguous rows.
       for (int64_t t = first; t < limit;) {
         const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
@@ -175,7 +175,7 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
         scores[t] = score;
         maximum = std::max(maximum, score);
       }
-      float sum = 0;
+      float sum = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
       if (ctx.fastKernels) {
         for (int64_t t = first; t < limit; ++t)
           scores[t] -= maximum;

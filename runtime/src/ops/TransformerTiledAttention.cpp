@@ -94,6 +94,20 @@ void widenCacheRows(DType stored, const void *from, int64_t count, int64_t D, fl
   fast::widenRows(rows, 0, count, to);
 }
 
+// Each row's running maximum and sum before its first key tile: a sink's (maximum the sink,
+// sum 1) where the step has sinks, so that it stays in the online softmax like a key whose
+// value is zero; the padding rows past `rows` stay empty.
+void initialState(const AttentionConfig &c, const std::vector<int64_t> &heads, int64_t rows,
+                  int64_t ld, Scratch &x) {
+  const int64_t G = static_cast<int64_t>(heads.size());
+  x.maximum.assign(static_cast<size_t>(ld), -std::numeric_limits<float>::infinity());
+  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  for (int64_t r = 0; r < rows && !c.sinks.empty(); ++r) {
+    x.maximum[r] = initialMaximum(c, heads[r % G]);
+    x.sum[r] = initialSum(c);
+  }
+}
+
 // Each row's output: its accumulator over its sum, or marked unattended where it saw no key.
 void finishRows(const TiledSequence &seq, const Item &item, const std::vector<int64_t> &heads,
                 int64_t H, int64_t D, const Scratch &x) {
@@ -143,8 +157,7 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
   const int64_t firstEnd = *std::min_element(x.end.begin(), x.end.end());
   x.scores.resize(static_cast<size_t>(kKeyTile * ld));
   x.acc.assign(static_cast<size_t>(rows * D), 0.0f);
-  x.maximum.assign(static_cast<size_t>(ld), negativeInfinity);
-  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  initialState(c, heads, rows, ld, x);
   x.correction.resize(static_cast<size_t>(ld));
   const bool f32 = stored == DType::F32;
   const size_t element = dtypeSize(stored);
@@ -304,8 +317,7 @@ void runItemAmx(const AttentionConfig &c, const TiledSequence &seq, const Item &
     last = std::max(last, range.end);
   }
   x.acc.assign(static_cast<size_t>(ld * D), 0.0f);
-  x.maximum.assign(static_cast<size_t>(ld), -std::numeric_limits<float>::infinity());
-  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  initialState(c, heads, rows, ld, x);
   x.scores.resize(static_cast<size_t>(ld * kAmxKeys));
   x.probabilities.assign(static_cast<size_t>(ld * kAmxKeys), 0);
   x.allowed.resize(static_cast<size_t>(rows));

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -124,6 +126,41 @@ public:
 private:
   int rank_, size_;
 };
+
+// One step of the serving engine over its paged cache: sequences of `cached` tokens before
+// `fresh` new ones, each new token a row of the step, their blocks of `blockSize` tokens
+// drawn from a shuffled pool of as many as they need. `rows` point into `tables`.
+struct PagedSequence {
+  int64_t cached, fresh;
+};
+struct PagedStep {
+  int64_t blocks = 0;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<ops::KvPagedRow> rows;
+  std::vector<int64_t> positions;  // each row's
+};
+inline PagedStep pagedStep(const std::vector<PagedSequence> &sequences, int64_t blockSize,
+                           std::mt19937 &rng) {
+  PagedStep step;
+  for (const PagedSequence &s : sequences)
+    step.blocks += (s.cached + s.fresh + blockSize - 1) / blockSize;
+  std::vector<int32_t> pool(static_cast<size_t>(step.blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  size_t next = 0;
+  for (const PagedSequence &s : sequences) {
+    const size_t count = static_cast<size_t>((s.cached + s.fresh + blockSize - 1) / blockSize);
+    step.tables.emplace_back(pool.begin() + next, pool.begin() + next + count);
+    next += count;
+  }
+  for (size_t i = 0; i < sequences.size(); ++i)
+    for (int64_t j = 0; j < sequences[i].fresh; ++j) {
+      step.rows.push_back({step.tables[i].data(), static_cast<int64_t>(step.tables[i].size()),
+                           sequences[i].cached + j});
+      step.positions.push_back(sequences[i].cached + j);
+    }
+  return step;
+}
 
 // Features [begin, end) of the last axis of a [b, s, f] tensor.
 inline OwnedTensor features(const OwnedTensor &t, int64_t begin, int64_t end) {

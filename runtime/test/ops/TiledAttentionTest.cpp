@@ -366,12 +366,9 @@ TEST(FastTiledAttention, EqualsTheReferenceOverTheSessionCache) {
 // with soft-capping, and ALiBi.
 TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
   const int64_t H = 8, KH = 2, D = 64;
-  struct Sequence {
-    int64_t cached, fresh;
-  };
-  const std::vector<Sequence> sequences = {{50, 37}, {20, 1}, {0, 29}};
+  const std::vector<PagedSequence> sequences = {{50, 37}, {20, 1}, {0, 29}};
   int64_t B = 0, longest = 0;
-  for (const Sequence &s : sequences) {
+  for (const PagedSequence &s : sequences) {
     B += s.fresh;
     longest = std::max(longest, s.cached + s.fresh);
   }
@@ -395,29 +392,10 @@ TEST(FastTiledAttention, EqualsTheReferenceOverThePagedCache) {
         if (cacheType == DType::BF16)
           attrs["output_dtype"] = Attr::ofType(DType::BF16);
         std::mt19937 rng(static_cast<unsigned>(blockSize * 10 + variant + int(cacheType)));
-        // Each sequence's blocks, drawn from a shuffled pool.
-        std::vector<int64_t> blocksOf;
-        int64_t blocks = 0;
-        for (const Sequence &s : sequences)
-          blocks += (s.cached + s.fresh + blockSize - 1) / blockSize;
-        std::vector<int32_t> pool(static_cast<size_t>(blocks));
-        std::iota(pool.begin(), pool.end(), 0);
-        std::shuffle(pool.begin(), pool.end(), rng);
-        std::vector<std::vector<int32_t>> tables;
-        size_t next = 0;
-        for (const Sequence &s : sequences) {
-          const size_t count = static_cast<size_t>((s.cached + s.fresh + blockSize - 1) / blockSize);
-          tables.emplace_back(pool.begin() + next, pool.begin() + next + count);
-          next += count;
-        }
-        std::vector<ops::KvPagedRow> rows;
-        std::vector<int64_t> positionValues;
-        for (size_t i = 0; i < sequences.size(); ++i)
-          for (int64_t j = 0; j < sequences[i].fresh; ++j) {
-            rows.push_back({tables[i].data(), static_cast<int64_t>(tables[i].size()),
-                            sequences[i].cached + j});
-            positionValues.push_back(sequences[i].cached + j);
-          }
+        const PagedStep step = pagedStep(sequences, blockSize, rng);
+        const int64_t blocks = step.blocks;
+        const std::vector<ops::KvPagedRow> &rows = step.rows;
+        const std::vector<int64_t> &positionValues = step.positions;
         OwnedTensor q = randomF32({B, 1, H * D}, rng), k = randomF32({B, 1, KH * D}, rng),
                     v = randomF32({B, 1, KH * D}, rng);
         OwnedTensor mask = i64({B, longest}, std::vector<int64_t>(B * longest, 1)),

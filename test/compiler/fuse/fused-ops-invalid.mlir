@@ -74,6 +74,6 @@ func.func @qk_norm_scales_of_two_kinds(%x: tensor<1x?x32xf32>, %mask: tensor<1x?
 func.func @qk_norm_without_epsilon(%x: tensor<1x?x32xf32>, %mask: tensor<1x?xi64>) -> tensor<1x?x32xf32> {
   %s = tfm.weight "s" : tensor<8xf32> -> tensor<8xf32>
   // expected-error @below {{query_norm_scale, key_norm_scale and qk_norm_epsilon come together}}
-  %o = "tfm.attention"(%x, %x, %x, %mask, %s, %s) {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 8 : i64, scale = 0.35 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 1, 1>} : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<8xf32>, tensor<8xf32>) -> tensor<1x?x32xf32>
+  %o = "tfm.attention"(%x, %x, %x, %mask, %s, %s) {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 8 : i64, scale = 0.35 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 1, 1, 0>} : (tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?x32xf32>, tensor<1x?xi64>, tensor<8xf32>, tensor<8xf32>) -> tensor<1x?x32xf32>
   return %o : tensor<1x?x32xf32>
 }

@@ -347,6 +347,35 @@ func.func @attention_head_groups(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x320xf1
 
 // -----
 
+func.func @attention_sinks_size(%q: tensor<?x?x768xf32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{sinks must be a float [12] (one logit per head), not 'tensor<8xf32>'}}
+  %0 = tfm.attention %q, %q, %q sinks %s heads 12 kv_heads 12 head_dim 64 scale 0.125 causal
+         : (tensor<?x?x768xf32>, tensor<?x?x768xf32>, tensor<?x?x768xf32>, tensor<8xf32>) -> tensor<?x?x768xf32>
+  return
+}
+
+// -----
+
+func.func @attention_sinks_rank(%q: tensor<?x?x768xf32>, %s: tensor<1x12xf32>) {
+  // expected-error @+1 {{sinks must be a float [12] (one logit per head), not 'tensor<1x12xf32>'}}
+  %0 = tfm.attention %q, %q, %q sinks %s heads 12 kv_heads 12 head_dim 64 scale 0.125 causal
+         : (tensor<?x?x768xf32>, tensor<?x?x768xf32>, tensor<?x?x768xf32>, tensor<1x12xf32>) -> tensor<?x?x768xf32>
+  return
+}
+
+// -----
+
+// A rank of tensor parallelism may hold the model's 12 sinks for its 6 heads; not 8.
+func.func @attention_sinks_global(%q: tensor<?x?x384xf32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{sinks must be a float [6] (one logit per head), not 'tensor<8xf32>'}}
+  %0 = tfm.attention %q, %q, %q sinks %s heads 6 kv_heads 6 head_dim 64 scale 0.125 causal
+         {tfm.global_heads = 12 : i64}
+         : (tensor<?x?x384xf32>, tensor<?x?x384xf32>, tensor<?x?x384xf32>, tensor<8xf32>) -> tensor<?x?x384xf32>
+  return
+}
+
+// -----
+
 func.func @attention_zero_heads(%q: tensor<?x?x768xf16>) {
   // expected-error @+1 {{attribute 'num_heads' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %0 = tfm.attention %q, %q, %q heads 0 kv_heads 12 head_dim 64 scale 0.125

@@ -74,7 +74,8 @@ func.func @linear_and_activations(%x: tensor<?x?x768xf16>, %w: tensor<3072x768xf
 func.func @attention(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x256xf16>,
                      %past: tensor<?x4x?x64xf16>, %pad: tensor<?x?xi64>,
                      %add: tensor<?x1x?x?xf16>, %pos: tensor<?x?xi64>,
-                     %q2: tensor<1x7x768xf32>, %kv2: tensor<1x7x768xf32>) {
+                     %q2: tensor<1x7x768xf32>, %kv2: tensor<1x7x768xf32>,
+                     %sinks: tensor<12xf32>) {
   // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} heads 12 kv_heads 12 head_dim 64 scale 1.250000e-01 causal : (tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<1x7x768xf32>) -> tensor<1x7x768xf32>
   %0 = tfm.attention %q2, %kv2, %kv2 heads 12 kv_heads 12 head_dim 64 scale 0.125 causal
          : (tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<1x7x768xf32>) -> tensor<1x7x768xf32>
@@ -92,6 +93,12 @@ func.func @attention(%q: tensor<?x?x768xf16>, %kv: tensor<?x?x256xf16>,
            alibi window 256
            : (tensor<?x?x768xf16>, tensor<?x?x256xf16>, tensor<?x?x256xf16>, tensor<?x1x?x?xf16>)
            -> (tensor<?x?x768xf16>, tensor<?x4x?x64xf16>, tensor<?x4x?x64xf16>)
+  // GPT-OSS's sinks, one logit per head, after the q/k norms.
+  // CHECK: tfm.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} sinks %{{.*}} heads 12 kv_heads 12 head_dim 64 scale 1.250000e-01 causal window 128 : (tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<?x?xi64>, tensor<12xf32>) -> tensor<1x7x768xf32>
+  %s = tfm.attention %q2, %kv2, %kv2 mask %pad sinks %sinks heads 12 kv_heads 12 head_dim 64
+         scale 0.125 causal window 128
+         : (tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<1x7x768xf32>, tensor<?x?xi64>,
+            tensor<12xf32>) -> tensor<1x7x768xf32>
   // CHECK: rotary <dim = 64, base = 1.000000e+04, layout = interleaved>
   %3 = tfm.attention %q, %kv, %kv positions %pos heads 12 kv_heads 4 head_dim 64 scale 0.125
          causal rotary <dim = 64, base = 10000.0, layout = interleaved>

@@ -43,7 +43,7 @@ using namespace attention;
 
 enum AttentionInput {
   kQuery, kKey, kValue, kMask, kPastKey, kPastValue, kPositions, kBias,
-  kQueryNormScale, kKeyNormScale
+  kQueryNormScale, kKeyNormScale, kSinks
 };
 enum AttentionSlot { kRotarySlot, kPrefillSlot, kDecodeSlot, kCombineSlot };
 
@@ -129,6 +129,10 @@ Status runAttention(StepContext &context) {
       context.inputCount() > kQueryNormScale ? context.input(kQueryNormScale) : nullptr;
   const DeviceTensor *keyNorm =
       context.inputCount() > kKeyNormScale ? context.input(kKeyNormScale) : nullptr;
+  // dsc-select-kernels refuses such a step (codegen/kernels/AttentionRules.cpp); a plan made
+  // otherwise must not run it without its sinks.
+  if (context.inputCount() > kSinks && context.input(kSinks))
+    return context.error("attention sinks (GPT-OSS) are not implemented by the GPU kernels");
   const bool qkNorm = queryNorm || keyNorm;
   float qkNormEpsilon = 0.0f;
   int64_t qkNormKind = -1;
