@@ -74,6 +74,7 @@ struct AttentionMasks {
   Value padding;                // [b, total] nonzero where a key is valid
   Value lengths;                // [b] valid keys 0 .. lengths[b] - 1 (without `padding`)
   Value bias;                   // added to the scores
+  Value sinks;                  // [heads]: one more logit per row, in the softmax only
   std::optional<double> maskValue;  // what a masked score becomes; none: -inf
 };
 

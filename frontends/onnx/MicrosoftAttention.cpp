@@ -118,7 +118,22 @@ Value GraphImporter::attend(Value query, Value key, Value value, int64_t heads, 
                                          : -std::numeric_limits<double>::infinity());
     scores = emit("Add", {scores, emit("Where", {allowed, typed(0.0), masked}, loc)}, loc);
   }
+  // Sinks (GPT-OSS's, GroupQueryAttention's head_sink): a column of one logit per head
+  // joins each row's softmax and is dropped after it, the form HF's GPT-OSS exports and
+  // recognition reads as tfm.attention's `sinks`.
+  if (masks.sinks) {
+    Value perHead = emit("Reshape", {masks.sinks, i64({1, heads, 1, 1})}, loc);
+    Value shape = emit("Concat",
+                       {emit("Shape", {scores}, loc, {intAttr("start", 0), intAttr("end", 3)}),
+                        i64({1})},
+                       loc, {intAttr("axis", 0)});
+    scores = emit("Concat", {scores, emit("Expand", {perHead, shape}, loc)}, loc,
+                  {intAttr("axis", -1)});
+  }
   Value probabilities = emit("Softmax", {scores}, loc, {intAttr("axis", -1)});
+  if (masks.sinks)
+    probabilities = emit("Slice", {probabilities, i64({0}), i64({-1}), i64({-1}), noValue(loc)},
+                         loc);
   // A row with every key masked (a padded query) gives zeros, not NaN.
   probabilities =
       emit("Where", {emit("IsNaN", {probabilities}, loc), typed(0.0), probabilities}, loc);
@@ -161,13 +176,8 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
       !name.empty())
     return emitError(loc) << "GroupQueryAttention has attribute '" << name
                           << "', which dsc does not support";
-  if (attrs.intOr("smooth_softmax", 0) != 0)
-    return emitError(loc) << "GroupQueryAttention with smooth_softmax (a sink of weight 1) is "
-                             "not supported";
   if (attrs.intOr("qk_output", 0) != 0)
     return emitError(loc) << "GroupQueryAttention with qk_output is not supported";
-  if (given(11))
-    return emitError(loc) << "GroupQueryAttention with head_sink is not supported";
   const int64_t heads = attrs.intOr("num_heads", 0), kvHeads = attrs.intOr("kv_num_heads", 0);
   if (heads <= 0 || kvHeads <= 0 || heads % kvHeads != 0)
     return emitError(loc) << "GroupQueryAttention needs num_heads a positive multiple of "
@@ -288,6 +298,18 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   }
   if (given(10))
     masks.bias = inputs[10];
+  // head_sink [heads] is a sink per head; smooth_softmax without it, a sink of 0 logit for
+  // every head (a 1 in each row's denominator), as onnxruntime's kernel reads them.
+  if (given(11)) {
+    auto sinkType = dyn_cast<RankedTensorType>(inputs[11].getType());
+    if (!sinkType || sinkType.getRank() != 1 ||
+        (!sinkType.isDynamicDim(0) && sinkType.getDimSize(0) != heads))
+      return emitError(loc) << "GroupQueryAttention's head_sink must be [num_heads] = [" << heads
+                            << "]";
+    masks.sinks = inputs[11];
+  } else if (attrs.intOr("smooth_softmax", 0) != 0) {
+    masks.sinks = emit("Expand", {floatScalar(0.0, element, loc), i64({heads})}, loc);
+  }
   Value out = attend(query, key, value, heads, kvHeads, headSize, attrs.floatOr("scale", 0.0f),
                      masks, loc);
   results.assign({out, key, value});
