@@ -18,11 +18,10 @@
 // the oracle (TiledAttentionTest.cpp).
 #include "ops/ThreadPool.h"
 #include "ops/TransformerAttentionConfig.h"
+#include "ops/fast/AmxTileConfig.h"
 #include "ops/fast/AttentionAmx.h"
 #include "ops/fast/FastKernels.h"
 
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -480,16 +479,11 @@ void tiledAttention(const AttentionConfig &c, DType stored,
 
 namespace dsrt::ops::fast::amx {
 
-// Linux keeps AMX's tile data off until a process asks (ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); without it the first tile instruction faults.
 bool available() {
   static const bool granted = [] {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile") ||
-        !__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw"))
-      return false;
-    constexpr long kRequestPermission = 0x1023, kTileData = 18;
-    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+    return __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("avx512bf16") &&
+           __builtin_cpu_supports("avx512bw") && amxTileDataGranted();
   }();
   return granted;
 }

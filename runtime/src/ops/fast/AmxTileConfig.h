@@ -7,6 +7,11 @@
 
 namespace dsrt::ops::fast {
 
+// Linux keeps AMX's tile data off until a process asks (ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); without it the first tile instruction faults. Asked once per
+// process, whoever asks first (Int8Amx.cpp; plain flags).
+bool amxTileDataGranted();
+
 struct alignas(64) AmxTileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;

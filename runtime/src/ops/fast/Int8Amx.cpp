@@ -1,6 +1,7 @@
 // The host side of the AMX-INT8 product (GemmInt8Amx.cpp, built with AMX's flags): whether
 // it may run, and x's quantized rows packed as its B operand. Plain flags, so that the
 // standard library's code here runs on any CPU.
+#include "ops/fast/AmxTileConfig.h"
 #include "ops/fast/QuantizedActivations.h"
 
 #include <cstring>
@@ -9,11 +10,10 @@
 
 namespace dsrt::ops::fast {
 
-bool int8AmxAvailable() {
+bool amxTileDataGranted() {
   static const bool granted = [] {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-int8") || !__builtin_cpu_supports("amx-tile") ||
-        !__builtin_cpu_supports("avx512bw"))
+    if (!__builtin_cpu_supports("amx-tile"))
       return false;
     constexpr long kRequestPermission = 0x1023, kTileData = 18;
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
@@ -21,12 +21,33 @@ bool int8AmxAvailable() {
   return granted;
 }
 
+bool int8AmxAvailable() {
+  static const bool available = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("avx512bw") &&
+           amxTileDataGranted();
+  }();
+  return available;
+}
+
 void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out) {
   constexpr int64_t kBlock = 32;
   const int64_t blocks = in / kBlock, paddedRows = (x.rows + 15) / 16 * 16;
-  out.tiles.assign(static_cast<size_t>(paddedRows * in), 0);
-  out.scales.assign(static_cast<size_t>(blocks * paddedRows), 0.0f);
-  for (int64_t r = 0; r < x.rows; ++r) {
+  // Every lane is written below: the rows of x, then zeros for the padding rows (whose sums
+  // are never read, but stay defined), so nothing is filled twice.
+  out.tiles.resize(static_cast<size_t>(paddedRows * in));
+  out.scales.resize(static_cast<size_t>(blocks * paddedRows));
+  for (int64_t r = 0; r < paddedRows; ++r) {
+    if (r >= x.rows) {
+      const int64_t tile = r / 16, lane = r % 16;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int8_t *block = out.tiles.data() + (tile * blocks + b) * 512 + lane * 4;
+        for (int64_t quad = 0; quad < kBlock / 4; ++quad)
+          std::memset(block + quad * 64, 0, 4);
+        out.scales[static_cast<size_t>(b * paddedRows + r)] = 0.0f;
+      }
+      continue;
+    }
     const QuantizedInt8Row &row = x.quantized[static_cast<size_t>(r)];
     const int64_t tile = r / 16, lane = r % 16;
     for (int64_t b = 0; b < blocks; ++b) {
