@@ -54,6 +54,10 @@ class RequestParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     skip_special_tokens: bool = True
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 class Request:
@@ -161,7 +165,8 @@ class EngineLoop:
             request.id = self._native.add_request(
                 request.prompt_ids, params.max_tokens, params.temperature, params.top_k,
                 params.top_p, seed & 0xFFFFFFFFFFFFFFFF, list(params.stop_token_ids),
-                params.ignore_eos, logprobs)
+                params.ignore_eos, logprobs, params.min_p, params.repetition_penalty,
+                params.presence_penalty, params.frequency_penalty)
             self._requests[request.id] = request
         return request
 

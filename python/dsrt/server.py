@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -45,9 +46,12 @@ class _Generation:
     (prompt index, Update)."""
 
     def __init__(self, server: "Server", prompts: list[list[int]],
-                 params: list[RequestParams]):
+                 params: list[RequestParams], prompt_tokens: Optional[int] = None):
         self.server = server
         self.prompts = prompts
+        # n choices of a prompt are n engine requests, but OpenAI counts its tokens once.
+        self.prompt_tokens = (sum(len(p) for p in prompts) if prompt_tokens is None
+                              else prompt_tokens)
         self.queue: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
         self.arrival = time.monotonic()
         self.first: list[Optional[float]] = [None] * len(prompts)
@@ -93,7 +97,7 @@ class _Generation:
                     self._observe(index)
 
     def usage(self) -> dict:
-        return usage(sum(len(p) for p in self.prompts), sum(self.generated))
+        return usage(self.prompt_tokens, sum(self.generated))
 
 
 class Server:
@@ -130,12 +134,28 @@ class Server:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if any(not s for s in stop):
             raise _Refused(400, "stop strings must not be empty", param="stop")
+        def number(value, default: float) -> float:
+            return default if value is None else float(value)
         return RequestParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if body.temperature is None else float(body.temperature),
-            top_p=1.0 if body.top_p is None else float(body.top_p),
-            top_k=max(0, body.top_k or 0), seed=body.seed, stop=stop,
-            ignore_eos=body.ignore_eos, logprobs=logprobs)
+            max_tokens=max_tokens, temperature=number(body.temperature, 1.0),
+            top_p=number(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
+            stop=stop, ignore_eos=body.ignore_eos, logprobs=logprobs,
+            min_p=number(body.min_p, 0.0),
+            repetition_penalty=number(body.repetition_penalty, 1.0),
+            presence_penalty=number(body.presence_penalty, 0.0),
+            frequency_penalty=number(body.frequency_penalty, 0.0))
+
+    def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
+                ) -> _Generation:
+        """n engine requests per prompt, choice i * n + j the j-th of prompt i (OpenAI's
+        order); with a seed, choice j draws from seed + j so that the n differ."""
+        expanded, expanded_params = [], []
+        for ids, request in zip(prompts, params):
+            for j in range(n):
+                expanded.append(ids)
+                expanded_params.append(request if j == 0 or request.seed is None else
+                                       dataclasses.replace(request, seed=request.seed + j))
+        return _Generation(self, expanded, expanded_params, sum(len(p) for p in prompts))
 
     def token_text(self, token: int) -> tuple[str, list[int]]:
         raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)
@@ -290,14 +310,15 @@ def create_app(server: Server) -> FastAPI:
                 raise _Refused(400, "the prompt is empty", param="prompt")
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
-            generation = _Generation(server, prompts, params)
+            generation = server.choices(prompts, params, body.n)
+            choice_count = len(generation.prompts)
         except _Refused as error:
             return refused(error)
         answer = _Answer("cmpl", "text_completion", body, server.model_name)
         chunk = answer.chunk
 
         async def chunks(gen: _Generation):
-            offsets = [0] * len(prompts)
+            offsets = [0] * choice_count
             async for index, update in gen.updates():
                 logprobs = None
                 if body.logprobs is not None:
@@ -312,9 +333,9 @@ def create_app(server: Server) -> FastAPI:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
-            texts = [""] * len(prompts)
-            token_ids: list[list[int]] = [[] for _ in prompts]
-            entries: list[list[TokenLogprob]] = [[] for _ in prompts]
+            texts = [""] * choice_count
+            token_ids: list[list[int]] = [[] for _ in range(choice_count)]
+            entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             async for index, update in gen.updates():
                 texts[index] += update.text
                 token_ids[index] += update.token_ids
@@ -322,7 +343,7 @@ def create_app(server: Server) -> FastAPI:
             choices = [{"index": i, "text": texts[i], "finish_reason": gen.finish[i],
                         "logprobs": (_completion_logprobs(server, entries[i], 0)
                                      if body.logprobs is not None else None)}
-                       for i in range(len(prompts))]
+                       for i in range(choice_count)]
             if not server.has_tokenizer:  # no text: the answer is its token ids
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids
@@ -350,32 +371,33 @@ def create_app(server: Server) -> FastAPI:
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
                                    len(ids), top if body.logprobs else None)
-            generation = _Generation(server, [ids], [params])
+            generation = server.choices([ids], [params], body.n)
         except _Refused as error:
             return refused(error)
         answer = _Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
 
         async def chunks(gen: _Generation):
-            yield _sse(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                               "logprobs": None, "finish_reason": None}]))
-            async for _, update in gen.updates():
+            for index in range(body.n):
+                yield _sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None}]))
+            async for index, update in gen.updates():
                 delta = {"content": update.text} if update.text else {}
                 logprobs = _chat_logprobs(server, update.logprobs) if body.logprobs else None
-                yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": logprobs,
+                yield _sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                    "finish_reason": update.finish_reason}]))
             if answer.include_usage:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
-            text, entries = "", []
-            async for _, update in gen.updates():
-                text += update.text
-                entries += update.logprobs
+            texts, entries = [""] * body.n, [[] for _ in range(body.n)]
+            async for index, update in gen.updates():
+                texts[index] += update.text
+                entries[index] += update.logprobs
             return answer.whole("chat.completion", [{
-                "index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": _chat_logprobs(server, entries) if body.logprobs else None,
-                "finish_reason": gen.finish[0]}], gen.usage())
+                "index": index, "message": {"role": "assistant", "content": texts[index]},
+                "logprobs": _chat_logprobs(server, entries[index]) if body.logprobs else None,
+                "finish_reason": gen.finish[index]} for index in range(body.n)], gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
 

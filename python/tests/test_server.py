@@ -158,7 +158,12 @@ def test_metrics_move_as_requests_run(server, client):
     (json.dumps({"prompt": [1] * 60, "max_tokens": 10}).encode(), 400,
      "maximum context length is 64"),
     (json.dumps({"prompt": [10 ** 6], "max_tokens": 1}).encode(), 400, "vocabulary"),
-    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "n must be 1"),
+    (json.dumps({"prompt": "x", "n": 0}).encode(), 400, "n:"),
+    (json.dumps({"prompt": "x", "n": 2, "best_of": 3}).encode(), 400, "best_of"),
+    (json.dumps({"prompt": "x", "frequency_penalty": 3}).encode(), 400, "frequency_penalty"),
+    (json.dumps({"prompt": "x", "repetition_penalty": 0}).encode(), 400,
+     "repetition_penalty"),
+    (json.dumps({"prompt": "x", "min_p": 1.5}).encode(), 400, "min_p"),
 ])
 def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body, status,
                                                             words):
@@ -168,6 +173,52 @@ def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body
     error = answer.json()["error"]
     assert words in error["message"] and error["type"] == "invalid_request_error"
     assert client.completions.create(model="m", prompt=[1, 2], max_tokens=1).choices
+
+
+def test_n_choices_are_the_llms_with_seeds_counted_once(client, llm):
+    """n=3 sampled choices of each of two prompts: choice i * 3 + j is LLM.generate's output
+    j of prompt i with the same seed (output j draws from seed + j), and the usage counts each
+    prompt's tokens once."""
+    prompts = [[5, 6, 7], [8, 9]]
+    answer = client.completions.create(model="m", prompt=prompts, max_tokens=6, n=3,
+                                       temperature=1.0, seed=11, extra_body={"ignore_eos": True})
+    assert [c.index for c in answer.choices] == list(range(6))
+    expected = llm.generate(prompts, dsrt.SamplingParams(max_tokens=6, temperature=1.0, seed=11,
+                                                         n=3, ignore_eos=True))
+    for choice in answer.choices:
+        assert choice.text == expected[choice.index // 3].outputs[choice.index % 3].text
+    assert len({c.text for c in answer.choices[:3]}) > 1, "three samples all alike"
+    assert answer.usage.prompt_tokens == 5 and answer.usage.completion_tokens == 36
+
+
+def test_chat_n_streams_every_choice(client):
+    stream = client.chat.completions.create(model="m", n=2, max_tokens=4, temperature=0,
+                                            messages=[{"role": "user", "content": "hi"}],
+                                            stream=True, extra_body={"ignore_eos": True})
+    texts, finished = ["", ""], [None, None]
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            finished[choice.index] = choice.finish_reason or finished[choice.index]
+    # Greedy: both choices are the same text, each ended by its own length.
+    assert texts[0] and texts[0] == texts[1] and finished == ["length", "length"]
+
+
+def test_penalties_reach_the_engine(client, llm):
+    """The server's penalty and min_p fields are the LLM's SamplingParams (test_llm checks
+    the penalised tokens against the prefill logits)."""
+    settings = dict(repetition_penalty=1.8, presence_penalty=1.5, frequency_penalty=1.0)
+    answer = client.completions.create(model="m", prompt=[5, 6, 7, 5, 6], max_tokens=8,
+                                       temperature=0, presence_penalty=1.5,
+                                       frequency_penalty=1.0,
+                                       extra_body={"ignore_eos": True,
+                                                   "repetition_penalty": 1.8, "min_p": 0.1})
+    expected = llm.generate([[5, 6, 7, 5, 6]], dsrt.SamplingParams(
+        max_tokens=8, temperature=0, ignore_eos=True, min_p=0.1, **settings))[0].outputs[0]
+    plain = llm.generate([[5, 6, 7, 5, 6]], dsrt.SamplingParams(
+        max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
+    assert answer.choices[0].text == expected.text
+    assert expected.token_ids != plain.token_ids, "the penalties changed nothing"
 
 
 def test_prompts_of_one_request_each_get_their_own_room(server):

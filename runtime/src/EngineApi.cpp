@@ -52,6 +52,7 @@ void dsrt_request_options_init(dsrt_request_options *options) {
   options->max_new_tokens = 16;
   options->top_p = 1.0f;
   options->logprobs = -1;
+  options->repetition_penalty = 1.0f;
 }
 
 static dsrt_status toEngineOptions(const dsrt_engine_options *options,
@@ -172,6 +173,10 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.stopTokens.assign(given.stop_tokens, given.stop_tokens + given.stop_token_count);
   cpp.ignoreEos = given.ignore_eos != 0;
   cpp.logprobs = given.logprobs;
+  cpp.minP = given.min_p;
+  cpp.repetitionPenalty = given.repetition_penalty;
+  cpp.presencePenalty = given.presence_penalty;
+  cpp.frequencyPenalty = given.frequency_penalty;
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

@@ -365,6 +365,16 @@ typedef struct dsrt_request_options {
   int ignore_eos;
   int32_t logprobs;              /* -1 (default): none; 0: each token's own log-probability;
                                     k <= 20: and the k likeliest tokens' (the callback's) */
+  float min_p;                   /* 0 (default): none; else after top-p, tokens below min_p
+                                    times the likeliest one's probability are dropped */
+  /* vLLM's penalties, on the logits before temperature and truncation (greedy too); the
+   * log-probabilities stay the model's. */
+  float repetition_penalty;      /* 1 (default): none; a prompt or output token's logit is
+                                    divided by it when positive, multiplied when negative */
+  float presence_penalty;        /* 0 (default), [-2, 2]: minus it once for a token the
+                                    output holds (OpenAI's) */
+  float frequency_penalty;       /* 0 (default), [-2, 2]: minus it per time the output holds
+                                    the token (OpenAI's) */
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {

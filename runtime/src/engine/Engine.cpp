@@ -43,6 +43,34 @@ TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_
   return result;
 }
 
+bool penalises(const RequestOptions &options) {
+  return options.repetitionPenalty != 1 || options.presencePenalty != 0 ||
+         options.frequencyPenalty != 0;
+}
+
+// vLLM's order: the repetition penalty over the prompt's and the output's tokens (each once),
+// then the presence and frequency penalties over the output's. Each token's logit changes
+// alone, so the map's order does not matter.
+void applyPenalties(const RequestOptions &options,
+                    const std::unordered_map<int64_t, int64_t> &generatedCounts,
+                    const std::vector<int64_t> &promptTokens, std::vector<float> &logits) {
+  const float repetition = options.repetitionPenalty;
+  auto repeat = [&](int64_t token) {
+    float &logit = logits[static_cast<size_t>(token)];
+    logit = logit > 0 ? logit / repetition : logit * repetition;
+  };
+  if (repetition != 1) {
+    for (int64_t token : promptTokens)
+      repeat(token);
+    for (const auto &[token, count] : generatedCounts)
+      if (!std::binary_search(promptTokens.begin(), promptTokens.end(), token))
+        repeat(token);
+  }
+  for (const auto &[token, count] : generatedCounts)
+    logits[static_cast<size_t>(token)] -=
+        options.frequencyPenalty * static_cast<float>(count) + options.presencePenalty;
+}
+
 } // namespace
 
 Engine::~Engine() {
@@ -67,6 +95,16 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
       !(options.topP > 0 && options.topP <= 1) || options.topK < 0)
     return Status::error("sampling needs a finite temperature >= 0, 0 < top_p <= 1 and "
                          "top_k >= 0");
+  if (!(options.minP >= 0 && options.minP <= 1))
+    return Status::error("min_p must be in [0, 1], not " + std::to_string(options.minP));
+  if (!(options.repetitionPenalty > 0) || !std::isfinite(options.repetitionPenalty))
+    return Status::error("repetition_penalty must be finite and above 0, not " +
+                         std::to_string(options.repetitionPenalty));
+  // OpenAI's range for both.
+  if (!(std::fabs(options.presencePenalty) <= 2) || !(std::fabs(options.frequencyPenalty) <= 2))
+    return Status::error("presence_penalty and frequency_penalty must be in [-2, 2], not " +
+                         std::to_string(options.presencePenalty) + " and " +
+                         std::to_string(options.frequencyPenalty));
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
                          ", not " + std::to_string(options.logprobs));
@@ -81,6 +119,12 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
   Live &live = live_[id];
   live.options = options;
   live.rng = options.seed;
+  if (options.repetitionPenalty != 1) {
+    live.promptTokens = prompt;
+    std::sort(live.promptTokens.begin(), live.promptTokens.end());
+    live.promptTokens.erase(std::unique(live.promptTokens.begin(), live.promptTokens.end()),
+                            live.promptTokens.end());
+  }
   work_.notify_all();
   return Status::ok();
 }
@@ -261,7 +305,7 @@ Status Engine::step() {
                           shapeString(logits.shape) + ", not " + std::to_string(expected) +
                           " rows of " + std::to_string(vocab_));
     int64_t row = 0, sampledRow = 0;
-    std::vector<float> values(static_cast<size_t>(vocab_));
+    std::vector<float> values(static_cast<size_t>(vocab_)), penalized;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ScheduledChunk &chunk : plan.chunks) {
       row += chunk.count;
@@ -276,11 +320,22 @@ Status Engine::step() {
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
                           static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
       convertFloats(logits.dtype, bytes, DType::F32, values.data(), width);
+      const RequestOptions &options = live->second.options;
       GenerateOptions sampling;
-      sampling.temperature = live->second.options.temperature;
-      sampling.topK = live->second.options.topK;
-      sampling.topP = live->second.options.topP;
-      const int64_t token = sampleToken(values, sampling, live->second.rng);
+      sampling.temperature = options.temperature;
+      sampling.topK = options.topK;
+      sampling.topP = options.topP;
+      sampling.minP = options.minP;
+      const bool penalised = penalises(options);
+      if (penalised) {
+        penalized.assign(values.begin(), values.end());
+        applyPenalties(options, live->second.generatedCounts, live->second.promptTokens,
+                       penalized);
+      }
+      const int64_t token = sampleToken(penalised ? penalized : values, sampling,
+                                        live->second.rng);
+      if (penalised)
+        ++live->second.generatedCounts[token];
       sampled.push_back({chunk.requestId, token});
       sampledLogprobs.emplace_back();
       if (live->second.options.logprobs >= 0)

@@ -62,6 +62,16 @@ struct RequestOptions {
   float temperature = 0;  // 0: greedy
   int64_t topK = 0;       // 0: no limit
   float topP = 1;         // 1: no limit
+  // Tokens below minP times the likeliest token's probability are dropped (vLLM's and
+  // llama.cpp's min_p); 0: none.
+  float minP = 0;
+  // vLLM's penalties, applied to the logits before temperature and truncation: the
+  // repetition penalty (CTRL's: a logit of a token already in the prompt or the output is
+  // divided by it when positive, multiplied when negative; 1: none), then OpenAI's presence
+  // and frequency penalties (subtracted once for a token the output holds, and once per
+  // time it holds it; 0: none). Greedy requests take them too.
+  float repetitionPenalty = 1;
+  float presencePenalty = 0, frequencyPenalty = 0;
   // The request's own random stream: its tokens do not depend on what else runs.
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
@@ -152,6 +162,10 @@ private:
     RequestOptions options;
     uint64_t rng = 0;
     std::vector<int64_t> unread;  // generated tokens not polled yet
+    // For the penalties only (empty without them): how often each token was generated, and
+    // the prompt's distinct tokens (the repetition penalty's).
+    std::unordered_map<int64_t, int64_t> generatedCounts;
+    std::vector<int64_t> promptTokens;
     RequestFinish finish = RequestFinish::Running;
   };
 

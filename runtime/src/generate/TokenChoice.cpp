@@ -102,6 +102,15 @@ int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t cou
     keep = prefix;
     sum = cumulative;
   }
+  if (options.minP > 0) {
+    // probabilities[0], the likeliest, is exp(0) = 1: the rest are relative to it.
+    size_t prefix = 1;
+    double kept = probabilities[0];
+    while (prefix < keep && probabilities[prefix] >= options.minP)
+      kept += probabilities[prefix++];
+    keep = prefix;
+    sum = kept;
+  }
   double draw = uniform(rngState) * sum;
   for (size_t i = 0; i < keep; ++i) {
     draw -= probabilities[i];

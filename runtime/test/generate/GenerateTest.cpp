@@ -154,22 +154,38 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
   options.temperature = 1;
   options.topK = 1;
   EXPECT_EQ(dsrt::sampleToken(logits, options, state), 3);
+  // Each token's share of 20000 draws under the options as they are.
+  const int draws = 20000;
+  auto shares = [&] {
+    std::vector<double> share(4, 0.0);
+    for (int i = 0; i < draws; ++i)
+      share[dsrt::sampleToken(logits, options, state)] += 1.0 / draws;
+    return share;
+  };
   // top-k 2 keeps ids 3 and 2 with probabilities 4/7 and 3/7.
   options.topK = 2;
-  int counts[4] = {};
-  const int draws = 20000;
-  for (int i = 0; i < draws; ++i)
-    ++counts[dsrt::sampleToken(logits, options, state)];
-  EXPECT_EQ(counts[0] + counts[1], 0);
-  EXPECT_NEAR(counts[3] / double(draws), 4.0 / 7.0, 0.02);
+  std::vector<double> share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
   // top-p 0.5 keeps the smallest prefix reaching half the mass: {3} (0.4) then {3, 2} (0.7).
   options.topK = 0;
   options.topP = 0.5f;
-  int kept[4] = {};
-  for (int i = 0; i < draws; ++i)
-    ++kept[dsrt::sampleToken(logits, options, state)];
-  EXPECT_EQ(kept[0] + kept[1], 0);
-  EXPECT_NEAR(kept[3] / double(draws), 4.0 / 7.0, 0.02);
+  share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
+  // min-p 0.45 keeps the tokens of at least 0.45 of the likeliest's probability: ids 3, 2
+  // and 1 (4/4, 3/4 and 2/4), not id 0 (1/4); they are drawn as 4 : 3 : 2.
+  options.topP = 1;
+  options.minP = 0.45f;
+  share = shares();
+  EXPECT_EQ(share[0], 0);
+  EXPECT_NEAR(share[3], 4.0 / 9.0, 0.02);
+  EXPECT_NEAR(share[1], 2.0 / 9.0, 0.02);
+  // 0.6 drops id 1 as well: 4/7 and 3/7 again.
+  options.minP = 0.6f;
+  share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
 }
 
 // hostTopLogits's candidates are the prefix of std::stable_sort by descending logit (ties by
