@@ -41,6 +41,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    # vLLM's: each prompt token after the first with its log-probability given those before
+    # it and the k likeliest (RequestOutput.prompt_logprobs; None for the first token). Such
+    # a request computes its whole prompt (no prefix-cache hits).
+    prompt_logprobs: Optional[int] = None
 
     def _copies(self) -> int:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -63,7 +67,9 @@ class SamplingParams:
                              skip_special_tokens=self.skip_special_tokens, min_p=self.min_p,
                              repetition_penalty=self.repetition_penalty,
                              presence_penalty=self.presence_penalty,
-                             frequency_penalty=self.frequency_penalty)
+                             frequency_penalty=self.frequency_penalty,
+                             # The prompt's are the same for every copy: the first asks.
+                             prompt_logprobs=self.prompt_logprobs if copy == 0 else None)
 
 
 @dataclasses.dataclass
@@ -88,6 +94,8 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    # With SamplingParams.prompt_logprobs: None for the first prompt token, then each one's.
+    prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
 
 
 class LLM:
@@ -154,7 +162,8 @@ class LLM:
                 results.append(RequestOutput(prompt if isinstance(prompt, str) else None, ids, [
                     CompletionOutput(j, "", [], None,
                                      [] if params.logprobs is not None else None)
-                    for j in range(len(copies))], False))
+                    for j in range(len(copies))], False,
+                    [None] if params.prompt_logprobs is not None else None))
                 for j, request in enumerate(copies):
                     requests.append(self._loop.submit(
                         ids, request,
@@ -164,6 +173,8 @@ class LLM:
             while pending:
                 index, j, update = updates.get()
                 output = results[index].outputs[j]
+                if j == 0 and results[index].prompt_logprobs is not None:
+                    results[index].prompt_logprobs += update.prompt_logprobs
                 output.text += update.text
                 output.token_ids += update.token_ids
                 if output.logprobs is not None:

@@ -55,8 +55,6 @@ class CompletionRequest(_Common):
     suffix: Optional[StrictStr] = None
 
     def unsupported(self) -> Optional[str]:
-        if self.echo:
-            return "echo is not supported"
         if self.suffix:
             return "suffix is not supported"
         return super().unsupported()

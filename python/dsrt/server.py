@@ -175,6 +175,23 @@ def _completion_logprobs(server: Server, entries: list[TokenLogprob], offset: in
             "text_offset": offsets}
 
 
+def _echo_logprobs(server: Server, prompt: list[int], entries: list[TokenLogprob]) -> dict:
+    """The prompt's part of an echoed completion's logprobs: its first token has none (null,
+    as OpenAI and vLLM write it), every later one its log-probability given those before."""
+    first, _ = server.token_text(prompt[0])
+    rest = _completion_logprobs(server, entries, len(first))
+    return {"tokens": [first] + rest["tokens"],
+            "token_logprobs": [None] + rest["token_logprobs"],
+            "top_logprobs": [None] + rest["top_logprobs"],
+            "text_offset": [0] + rest["text_offset"]}
+
+
+def _joined_logprobs(head: Optional[dict], tail: dict) -> dict:
+    if head is None:
+        return tail
+    return {key: head[key] + tail[key] for key in tail}
+
+
 def _chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
     content = []
     for entry in entries:
@@ -310,8 +327,17 @@ def create_app(server: Server) -> FastAPI:
                 raise _Refused(400, "the prompt is empty", param="prompt")
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
+            if body.echo and body.logprobs is not None:
+                # The prompt's own log-probabilities (each prompt token given those before).
+                params = [dataclasses.replace(p, prompt_logprobs=body.logprobs) for p in params]
             generation = server.choices(prompts, params, body.n)
             choice_count = len(generation.prompts)
+            # echo: each choice's text starts with its prompt's (as given, or decoded ids).
+            echoed = [""] * choice_count
+            if body.echo:
+                texts = [p if isinstance(p, str) else server.tokenizer.decode(list(p))
+                         for p in prompt] if server.has_tokenizer else [""] * len(prompts)
+                echoed = [texts[i // body.n] for i in range(choice_count)]
         except _Refused as error:
             return refused(error)
         answer = _Answer("cmpl", "text_completion", body, server.model_name)
@@ -319,12 +345,23 @@ def create_app(server: Server) -> FastAPI:
 
         async def chunks(gen: _Generation):
             offsets = [0] * choice_count
+            started = [False] * choice_count
             async for index, update in gen.updates():
+                # The echo rides on each choice's first chunk.
+                head, text = None, update.text
+                if body.echo and not started[index]:
+                    text = echoed[index] + text
+                    if body.logprobs is not None:
+                        head = _echo_logprobs(server, gen.prompts[index],
+                                              update.prompt_logprobs)
+                        offsets[index] = sum(len(t) for t in head["tokens"])
+                started[index] = True
                 logprobs = None
                 if body.logprobs is not None:
-                    logprobs = _completion_logprobs(server, update.logprobs, offsets[index])
+                    logprobs = _joined_logprobs(head, _completion_logprobs(
+                        server, update.logprobs, offsets[index]))
                 offsets[index] += len(update.text)
-                choice = {"index": index, "text": update.text, "logprobs": logprobs,
+                choice = {"index": index, "text": text, "logprobs": logprobs,
                           "finish_reason": update.finish_reason}
                 if not server.has_tokenizer:
                     choice["token_ids"] = update.token_ids
@@ -336,14 +373,23 @@ def create_app(server: Server) -> FastAPI:
             texts = [""] * choice_count
             token_ids: list[list[int]] = [[] for _ in range(choice_count)]
             entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
+            prompt_entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             async for index, update in gen.updates():
                 texts[index] += update.text
                 token_ids[index] += update.token_ids
                 entries[index] += update.logprobs
-            choices = [{"index": i, "text": texts[i], "finish_reason": gen.finish[i],
-                        "logprobs": (_completion_logprobs(server, entries[i], 0)
-                                     if body.logprobs is not None else None)}
-                       for i in range(choice_count)]
+                prompt_entries[index] += update.prompt_logprobs
+
+            def logprobs(i: int) -> Optional[dict]:
+                if body.logprobs is None:
+                    return None
+                if not body.echo:
+                    return _completion_logprobs(server, entries[i], 0)
+                head = _echo_logprobs(server, gen.prompts[i], prompt_entries[i])
+                return _joined_logprobs(head, _completion_logprobs(
+                    server, entries[i], sum(len(t) for t in head["tokens"])))
+            choices = [{"index": i, "text": echoed[i] + texts[i], "finish_reason": gen.finish[i],
+                        "logprobs": logprobs(i)} for i in range(choice_count)]
             if not server.has_tokenizer:  # no text: the answer is its token ids
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids

@@ -134,6 +134,39 @@ def test_penalised_greedy_is_the_argmax_of_penalised_logits(llm, plan):
     assert changed
 
 
+def prefix_logprobs(plan, prompt):
+    """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
+    is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""
+    session = dsrt.Session(plan)
+    rows = []
+    for p in range(len(prompt) - 1):
+        ids = np.array([prompt[:p + 1]], dtype=np.int64)
+        logits = session.run("prefill", {
+            "input_ids": ids, "attention_mask": np.ones_like(ids),
+            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :]})["logits"][0, -1]
+        rows.append(log_softmax(list(map(float, logits))))
+    return rows
+
+
+def test_prompt_logprobs_are_each_prefixs_log_softmax(llm, plan):
+    """A 20-token prompt, in chunks of the plan's 8 tokens per step, after the same prompt
+    was served (its blocks are cached: a request that wants prompt log-probabilities must
+    still compute every position). fp32 on both sides: 1e-4."""
+    prompt = [(7 * i + 3) % 50 + 1 for i in range(20)]
+    llm.generate([prompt], dsrt.SamplingParams(max_tokens=1, **GREEDY))
+    out = llm.generate([prompt], dsrt.SamplingParams(max_tokens=2, prompt_logprobs=3,
+                                                     **GREEDY))[0]
+    expected = prefix_logprobs(plan, prompt)
+    assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+    for p, entry in enumerate(out.prompt_logprobs[1:]):
+        assert entry.token_id == prompt[p + 1]
+        assert entry.logprob == pytest.approx(expected[p][prompt[p + 1]], abs=1e-4)
+        likeliest = sorted(range(len(expected[p])), key=lambda i: -expected[p][i])[:3]
+        assert [t for t, _ in entry.top] == likeliest
+    with pytest.raises(dsrt.Error, match="prompt_logprobs"):
+        llm.generate([prompt], dsrt.SamplingParams(prompt_logprobs=21))
+
+
 def test_chat_renders_the_plans_template(llm, model_dir):
     messages = [{"role": "system", "content": "Be"}, {"role": "user", "content": "hé"}]
     config = json.loads((model_dir / "tokenizer_config.json").read_text())

@@ -221,6 +221,29 @@ def test_penalties_reach_the_engine(client, llm):
     assert expected.token_ids != plain.token_ids, "the penalties changed nothing"
 
 
+def test_echo_returns_the_prompt_and_its_logprobs(server, llm):
+    """echo with logprobs, as lm-evaluation-harness's loglikelihood asks it: the text starts
+    with the prompt's, the first token's logprob is null and the others are the LLM's
+    prompt_logprobs; without logprobs the prompt's text alone is prepended."""
+    prompt = [5, 6, 7, 8, 9, 10]
+    answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": prompt, "max_tokens": 1, "logprobs": 1, "echo": True,
+        "temperature": 0}).json()
+    choice = answer["choices"][0]
+    expected = llm.generate([prompt], dsrt.SamplingParams(max_tokens=1, temperature=0,
+                                                          logprobs=1, prompt_logprobs=1))[0]
+    assert choice["text"] == llm.tokenizer.decode(prompt) + expected.outputs[0].text
+    values = choice["logprobs"]["token_logprobs"]
+    assert len(values) == len(prompt) + 1 and values[0] is None
+    for value, entry in zip(values[1:len(prompt)], expected.prompt_logprobs[1:]):
+        assert value == pytest.approx(entry.logprob, abs=1e-5)
+    assert values[-1] == pytest.approx(expected.outputs[0].logprobs[0].logprob, abs=1e-5)
+    plain = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": "Hello there", "max_tokens": 2, "echo": True, "temperature": 0}).json()
+    assert plain["choices"][0]["text"].startswith("Hello there")
+    assert plain["choices"][0]["logprobs"] is None
+
+
 def test_prompts_of_one_request_each_get_their_own_room(server):
     """Several prompts without max_tokens: each runs to the context from its own length."""
     answer = requests.post(server.url + "/v1/completions", timeout=60, json={

@@ -53,6 +53,7 @@ void dsrt_request_options_init(dsrt_request_options *options) {
   options->top_p = 1.0f;
   options->logprobs = -1;
   options->repetition_penalty = 1.0f;
+  options->prompt_logprobs = -1;
 }
 
 static dsrt_status toEngineOptions(const dsrt_engine_options *options,
@@ -177,6 +178,7 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.repetitionPenalty = given.repetition_penalty;
   cpp.presencePenalty = given.presence_penalty;
   cpp.frequencyPenalty = given.frequency_penalty;
+  cpp.promptLogprobs = given.prompt_logprobs;
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

@@ -375,9 +375,16 @@ typedef struct dsrt_request_options {
                                     output holds (OpenAI's) */
   float frequency_penalty;       /* 0 (default), [-2, 2]: minus it per time the output holds
                                     the token (OpenAI's) */
+  int32_t prompt_logprobs;       /* -1 (default): none; k in [0, 20]: each prompt token after
+                                    the first, with its log-probability given the tokens
+                                    before it (and the k likeliest), as DSRT_REQUEST_PROMPT
+                                    callbacks before the first generated token (vLLM's
+                                    prompt_logprobs, OpenAI's echo). Such a request takes no
+                                    prefix-cache hits: it computes its whole prompt. */
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {
+  DSRT_REQUEST_PROMPT = -2,    /* the callback's token is a prompt token (prompt_logprobs) */
   DSRT_REQUEST_RUNNING = -1,
   DSRT_REQUEST_LENGTH = 0,     /* max_new_tokens reached */
   DSRT_REQUEST_STOP = 1,       /* a stop or EOS token (included) */
@@ -394,8 +401,9 @@ typedef struct dsrt_token_logprobs {
   const float *top_logprobs;
 } dsrt_token_logprobs;
 
-/* Each new token of a request, then token -1 with its final state. `logprobs` is NULL unless
- * the request asked for them (and for token -1). Runs on the stepping thread; it may call
+/* Each new token of a request, then token -1 with its final state; before them, with
+ * prompt_logprobs, each prompt token after the first with state DSRT_REQUEST_PROMPT.
+ * `logprobs` is NULL unless the request asked for them (and for token -1). Runs on the stepping thread; it may call
  * dsrt_engine_add_request and dsrt_engine_cancel. A request cancelled by
  * dsrt_engine_cancel gets no call. */
 typedef void (*dsrt_engine_callback)(void *user_data, int64_t request, int64_t token,

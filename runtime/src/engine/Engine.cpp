@@ -2,6 +2,7 @@
 
 #include "comm/InProcessGroup.h"
 #include "engine/Scheduler.h"
+#include "engine/TokenSampling.h"
 #include "generate/Generator.h"
 
 #include <algorithm>
@@ -12,66 +13,6 @@
 #include <optional>
 
 namespace dsrt::engine {
-namespace {
-
-TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_t top) {
-  // log-softmax in double: a 150k vocabulary's sum of exponentials loses float's digits.
-  const float peak = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float logit : logits)
-    sum += std::exp(static_cast<double>(logit) - peak);
-  const double logNormaliser = peak + std::log(sum);
-  auto logprob = [&](int64_t id) {
-    return static_cast<float>(logits[static_cast<size_t>(id)] - logNormaliser);
-  };
-  TokenLogprobs result;
-  result.logprob = logprob(token);
-  if (top > 0) {
-    std::vector<int64_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    const auto count = std::min<size_t>(static_cast<size_t>(top), order.size());
-    // Ties by the smaller id, so the list does not depend on the sort's implementation.
-    std::partial_sort(order.begin(), order.begin() + count, order.end(),
-                      [&](int64_t a, int64_t b) {
-                        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-                      });
-    for (size_t i = 0; i < count; ++i) {
-      result.topTokens.push_back(order[i]);
-      result.topLogprobs.push_back(logprob(order[i]));
-    }
-  }
-  return result;
-}
-
-bool penalises(const RequestOptions &options) {
-  return options.repetitionPenalty != 1 || options.presencePenalty != 0 ||
-         options.frequencyPenalty != 0;
-}
-
-// vLLM's order: the repetition penalty over the prompt's and the output's tokens (each once),
-// then the presence and frequency penalties over the output's. Each token's logit changes
-// alone, so the map's order does not matter.
-void applyPenalties(const RequestOptions &options,
-                    const std::unordered_map<int64_t, int64_t> &generatedCounts,
-                    const std::vector<int64_t> &promptTokens, std::vector<float> &logits) {
-  const float repetition = options.repetitionPenalty;
-  auto repeat = [&](int64_t token) {
-    float &logit = logits[static_cast<size_t>(token)];
-    logit = logit > 0 ? logit / repetition : logit * repetition;
-  };
-  if (repetition != 1) {
-    for (int64_t token : promptTokens)
-      repeat(token);
-    for (const auto &[token, count] : generatedCounts)
-      if (!std::binary_search(promptTokens.begin(), promptTokens.end(), token))
-        repeat(token);
-  }
-  for (const auto &[token, count] : generatedCounts)
-    logits[static_cast<size_t>(token)] -=
-        options.frequencyPenalty * static_cast<float>(count) + options.presencePenalty;
-}
-
-} // namespace
 
 Engine::~Engine() {
   stop();
@@ -81,7 +22,6 @@ Engine::~Engine() {
     (void)group_->broadcastFromRank0(stop);
   }
 }
-
 
 Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &options,
                    int64_t &id) {
@@ -108,17 +48,23 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
                          ", not " + std::to_string(options.logprobs));
+  if (options.promptLogprobs < -1 || options.promptLogprobs > kMaxTopLogprobs)
+    return Status::error("prompt_logprobs must be -1 (none) to " +
+                         std::to_string(kMaxTopLogprobs) + ", not " +
+                         std::to_string(options.promptLogprobs));
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= vocab_)
       return Status::error("prompt token " + std::to_string(i) + " is " +
                            std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(vocab_) + ")");
   std::lock_guard<std::mutex> lock(mutex_);
-  DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id));
+  DSRT_RETURN_IF_ERROR(
+      scheduler_->add(prompt, options.maxNewTokens, id, options.promptLogprobs < 0));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;
   live.rng = options.seed;
+  live.promptLength = static_cast<int64_t>(prompt.size());
   if (options.repetitionPenalty != 1) {
     live.promptTokens = prompt;
     std::sort(live.promptTokens.begin(), live.promptTokens.end());
@@ -248,8 +194,15 @@ Status Engine::step() {
   StepPlan plan;
   std::vector<int64_t> ids, positions;
   std::vector<ops::KvPagedRow> rows;
-  // The rows whose logits are sampled: each sampling chunk's last.
+  // The rows whose logits are read: each sampling chunk's last, and the prompt rows of a
+  // request that asked for prompt log-probabilities.
   std::vector<int64_t> logitsRows;
+  // Per chunk: where its rows' logits are (their index among the program's logits rows),
+  // the first position of them, and its sampled row's (-1: it samples none).
+  struct ChunkLogits {
+    int64_t firstPromptRow = 0, promptRows = 0, firstPosition = 0, sampledRow = -1;
+  };
+  std::vector<ChunkLogits> chunkLogits;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (scheduler_->runningCount() == 0 && scheduler_->waitingCount() == 0)
@@ -271,19 +224,49 @@ Status Engine::step() {
                    static_cast<long long>(scheduler_->usedBlocks()));
     for (const ScheduledChunk &chunk : plan.chunks) {
       const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
+      const int64_t firstRow = static_cast<int64_t>(ids.size());
       for (int64_t i = 0; i < chunk.count; ++i) {
         ids.push_back(tokens[chunk.start + i]);
         positions.push_back(chunk.start + i);
         rows.push_back({chunk.blockTable.data(), static_cast<int64_t>(chunk.blockTable.size()),
                         chunk.start + i});
       }
-      if (chunk.samples)
-        logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
+      ChunkLogits where;
+      // Prompt rows whose logits give a prompt token's log-probability: position p's give
+      // token p + 1's, for p + 1 in [the next one due, the prompt's end).
+      auto live = live_.find(chunk.requestId);
+      if (live != live_.end() && live->second.options.promptLogprobs >= 0) {
+        const int64_t first = std::max(chunk.start, live->second.nextPromptLogprob - 1);
+        const int64_t end = std::min(chunk.start + chunk.count, live->second.promptLength - 1);
+        if (end > first) {
+          where.firstPosition = first;
+          where.promptRows = end - first;
+          where.firstPromptRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size())
+                                                : firstRow + (first - chunk.start);
+          if (hasLogitsRows_)
+            for (int64_t p = first; p < end; ++p)
+              logitsRows.push_back(firstRow + (p - chunk.start));
+        }
+      }
+      if (chunk.samples) {
+        where.sampledRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size())
+                                          : static_cast<int64_t>(ids.size()) - 1;
+        if (hasLogitsRows_)
+          logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
+      }
+      chunkLogits.push_back(where);
     }
   }
   std::vector<std::pair<int64_t, int64_t>> sampled;
   // Parallel to `sampled` where the request asked for log-probabilities.
   std::vector<std::optional<TokenLogprobs>> sampledLogprobs;
+  // Prompt tokens' log-probabilities: (request, token, what), reported before the step's
+  // sampled tokens.
+  struct PromptLogprob {
+    int64_t request, token;
+    TokenLogprobs logprobs;
+  };
+  std::vector<PromptLogprob> promptLogprobs;
   // Nothing to sample (every chunk a prompt's middle): @step still needs one row to gather.
   const bool selectRows = hasLogitsRows_;
   if (selectRows && logitsRows.empty() && !ids.empty())
@@ -304,22 +287,32 @@ Status Engine::step() {
       ran = Status::error("the " + program_ + " program's logits are " +
                           shapeString(logits.shape) + ", not " + std::to_string(expected) +
                           " rows of " + std::to_string(vocab_));
-    int64_t row = 0, sampledRow = 0;
     std::vector<float> values(static_cast<size_t>(vocab_)), penalized;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const ScheduledChunk &chunk : plan.chunks) {
-      row += chunk.count;
-      // Where this chunk's last row's logits are: its row of every row's, or its place
-      // among the gathered ones.
-      const int64_t at = selectRows ? sampledRow : row - 1;
-      sampledRow += chunk.samples ? 1 : 0;
-      auto live = live_.find(chunk.requestId);
-      if (!ran.isOk() || !chunk.samples || live == live_.end() ||
-          live->second.finish != RequestFinish::Running)
-        continue;
+    auto readRow = [&](int64_t at) {
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
                           static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
       convertFloats(logits.dtype, bytes, DType::F32, values.data(), width);
+    };
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t c = 0; c < plan.chunks.size(); ++c) {
+      const ScheduledChunk &chunk = plan.chunks[c];
+      const ChunkLogits &where = chunkLogits[c];
+      auto live = live_.find(chunk.requestId);
+      if (!ran.isOk() || live == live_.end() || live->second.finish != RequestFinish::Running)
+        continue;
+      if (where.promptRows > 0 && scheduler_->contains(chunk.requestId)) {
+        const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
+        for (int64_t i = 0; i < where.promptRows; ++i) {
+          const int64_t next = tokens[where.firstPosition + i + 1];
+          readRow(where.firstPromptRow + i);
+          promptLogprobs.push_back(
+              {chunk.requestId, next, logprobsOf(values, next, live->second.options.promptLogprobs)});
+        }
+        live->second.nextPromptLogprob = where.firstPosition + where.promptRows + 1;
+      }
+      if (!chunk.samples)
+        continue;
+      readRow(where.sampledRow);
       const RequestOptions &options = live->second.options;
       GenerateOptions sampling;
       sampling.temperature = options.temperature;
@@ -351,6 +344,9 @@ Status Engine::step() {
   TokenCallback callback;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (ran.isOk())
+      for (const PromptLogprob &entry : promptLogprobs)
+        events.push_back({entry.request, entry.token, RequestFinish::Prompt, &entry.logprobs});
     if (!ran.isOk()) {
       // The step's requests cannot go on with KV that was never written: they fail, the
       // others do not.

@@ -79,6 +79,11 @@ struct RequestOptions {
   // -1: no log-probabilities; 0: each token's own; k (at most kMaxTopLogprobs): and the k
   // likeliest tokens', as OpenAI's logprobs/top_logprobs report them.
   int64_t logprobs = -1;
+  // The same for each prompt token after the first (vLLM's prompt_logprobs, OpenAI's echo
+  // with logprobs): its log-probability given the tokens before it, and the k likeliest, as
+  // RequestFinish::Prompt events before the first generated token. Such a request computes
+  // its whole prompt: it takes no prefix-cache hits (its blocks are still shared after).
+  int64_t promptLogprobs = -1;
 };
 
 inline constexpr int64_t kMaxTopLogprobs = 20;
@@ -92,7 +97,9 @@ struct TokenLogprobs {
   std::vector<float> topLogprobs;
 };
 
-enum class RequestFinish { Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
+// Prompt: the event is a prompt token's log-probability (RequestOptions::promptLogprobs), not
+// a generated token.
+enum class RequestFinish { Prompt = -2, Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
 
 // Called for each new token of a request, then once more with token -1 when it finishes
 // (its reason is `finish`). `logprobs` is null unless the request asked for them.
@@ -166,6 +173,9 @@ private:
     // the prompt's distinct tokens (the repetition penalty's).
     std::unordered_map<int64_t, int64_t> generatedCounts;
     std::vector<int64_t> promptTokens;
+    // With promptLogprobs: the prompt's length, and the next position whose log-probability
+    // is due (a preempted request computes its prompt again; nothing is reported twice).
+    int64_t promptLength = 0, nextPromptLogprob = 1;
     RequestFinish finish = RequestFinish::Running;
   };
 
