@@ -66,6 +66,7 @@ class RequestParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     prompt_logprobs: Optional[int] = None
+    logit_bias: Optional[dict[int, float]] = None
 
 
 class Request:
@@ -181,7 +182,9 @@ class EngineLoop:
                 params.top_p, seed & 0xFFFFFFFFFFFFFFFF, list(params.stop_token_ids),
                 params.ignore_eos, logprobs, params.min_p, params.repetition_penalty,
                 params.presence_penalty, params.frequency_penalty,
-                -1 if params.prompt_logprobs is None else params.prompt_logprobs)
+                -1 if params.prompt_logprobs is None else params.prompt_logprobs,
+                [int(t) for t in (params.logit_bias or {})],
+                [float(v) for v in (params.logit_bias or {}).values()])
             self._requests[request.id] = request
         return request
 

@@ -45,6 +45,8 @@ class SamplingParams:
     # it and the k likeliest (RequestOutput.prompt_logprobs; None for the first token). Such
     # a request computes its whole prompt (no prefix-cache hits).
     prompt_logprobs: Optional[int] = None
+    # OpenAI's: {token id: bias in [-100, 100]} added to the logits (-100 bans a token).
+    logit_bias: Optional[dict[int, float]] = None
 
     def _copies(self) -> int:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -69,7 +71,8 @@ class SamplingParams:
                              presence_penalty=self.presence_penalty,
                              frequency_penalty=self.frequency_penalty,
                              # The prompt's are the same for every copy: the first asks.
-                             prompt_logprobs=self.prompt_logprobs if copy == 0 else None)
+                             prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
+                             logit_bias=self.logit_bias)
 
 
 @dataclasses.dataclass

@@ -37,6 +37,13 @@ class _Common(BaseModel):
     frequency_penalty: Optional[Number] = Field(default=None, ge=-2, le=2)
     repetition_penalty: Optional[Number] = Field(default=None, gt=0)
     min_p: Optional[Number] = Field(default=None, ge=0, le=1)
+    # OpenAI's: token id (JSON keys are strings) to a bias in [-100, 100].
+    logit_bias: Optional[dict[str, Number]] = None
+    # vLLM's: more tokens that stop, and whether special tokens are left out of the text.
+    stop_token_ids: Optional[list[StrictInt]] = None
+    skip_special_tokens: StrictBool = True
+    # Structured output is not done: refused rather than answered with free text.
+    response_format: Optional[dict[str, Any]] = None
     user: Optional[StrictStr] = None
 
     def unsupported(self) -> Optional[str]:
@@ -44,6 +51,12 @@ class _Common(BaseModel):
         if self.best_of is not None and self.best_of != self.n:
             return ("best_of is not supported: dsrt returns the n choices it samples "
                     "(best_of must be absent or equal n)")
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            return ("response_format is not supported (only {\"type\": \"text\"}): dsrt "
+                    "does not constrain its output to JSON")
+        for token in self.logit_bias or {}:
+            if not token.lstrip("-").isdigit():
+                return f"logit_bias keys must be token ids, not {token!r}"
         return None
 
 

@@ -143,7 +143,10 @@ class Server:
             min_p=number(body.min_p, 0.0),
             repetition_penalty=number(body.repetition_penalty, 1.0),
             presence_penalty=number(body.presence_penalty, 0.0),
-            frequency_penalty=number(body.frequency_penalty, 0.0))
+            frequency_penalty=number(body.frequency_penalty, 0.0),
+            logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
+            stop_token_ids=list(body.stop_token_ids or ()),
+            skip_special_tokens=body.skip_special_tokens)
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> _Generation:

@@ -134,6 +134,23 @@ def test_penalised_greedy_is_the_argmax_of_penalised_logits(llm, plan):
     assert changed
 
 
+def test_logit_bias_bans_and_forces_tokens(llm, reference):
+    ids = reference["prompts"][0]["ids"]
+    plain = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, **GREEDY))[0].outputs[0]
+    first = plain.token_ids[0]
+    banned = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, logit_bias={first: -100},
+                                                     **GREEDY))[0].outputs[0]
+    assert first not in banned.token_ids
+    forced = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, logit_bias={17: 100},
+                                                     temperature=1.0, seed=3,
+                                                     ignore_eos=True))[0].outputs[0]
+    assert forced.token_ids == [17] * 4
+    with pytest.raises(dsrt.Error, match="logit_bias"):
+        llm.generate([ids], dsrt.SamplingParams(logit_bias={17: 101}))
+    with pytest.raises(dsrt.Error, match="logit_bias"):
+        llm.generate([ids], dsrt.SamplingParams(logit_bias={10 ** 6: 1}))
+
+
 def prefix_logprobs(plan, prompt):
     """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
     is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""

@@ -164,6 +164,10 @@ def test_metrics_move_as_requests_run(server, client):
     (json.dumps({"prompt": "x", "repetition_penalty": 0}).encode(), 400,
      "repetition_penalty"),
     (json.dumps({"prompt": "x", "min_p": 1.5}).encode(), 400, "min_p"),
+    (json.dumps({"prompt": "x", "response_format": {"type": "json_object"}}).encode(), 400,
+     "response_format"),
+    (json.dumps({"prompt": "x", "logit_bias": {"a": 1}}).encode(), 400, "logit_bias"),
+    (json.dumps({"prompt": "x", "logit_bias": {"5": 500}}).encode(), 400, "logit_bias"),
 ])
 def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body, status,
                                                             words):
@@ -219,6 +223,23 @@ def test_penalties_reach_the_engine(client, llm):
         max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
     assert answer.choices[0].text == expected.text
     assert expected.token_ids != plain.token_ids, "the penalties changed nothing"
+
+
+def test_logit_bias_and_stop_token_ids_reach_the_engine(client, llm):
+    prompt = [5, 6, 7]
+    plain = llm.generate([prompt], dsrt.SamplingParams(max_tokens=4, temperature=0,
+                                                       ignore_eos=True))[0].outputs[0]
+    answer = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0,
+                                       logit_bias={str(plain.token_ids[0]): -100},
+                                       extra_body={"ignore_eos": True})
+    banned = llm.generate([prompt], dsrt.SamplingParams(
+        max_tokens=4, temperature=0, ignore_eos=True,
+        logit_bias={plain.token_ids[0]: -100}))[0].outputs[0]
+    assert answer.choices[0].text == banned.text != plain.text
+    stopped = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0,
+                                        extra_body={"ignore_eos": True,
+                                                    "stop_token_ids": [plain.token_ids[1]]})
+    assert stopped.choices[0].finish_reason == "stop"
 
 
 def test_echo_returns_the_prompt_and_its_logprobs(server, llm):

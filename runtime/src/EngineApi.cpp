@@ -165,6 +165,8 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   }
   if (given.stop_token_count > 0 && !given.stop_tokens)
     return nullArgument("stop_tokens");
+  if (given.logit_bias_count > 0 && (!given.logit_bias_tokens || !given.logit_bias_values))
+    return nullArgument(!given.logit_bias_tokens ? "logit_bias_tokens" : "logit_bias_values");
   dsrt::engine::RequestOptions cpp;
   cpp.maxNewTokens = given.max_new_tokens;
   cpp.temperature = given.temperature;
@@ -179,6 +181,8 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.presencePenalty = given.presence_penalty;
   cpp.frequencyPenalty = given.frequency_penalty;
   cpp.promptLogprobs = given.prompt_logprobs;
+  for (size_t i = 0; i < given.logit_bias_count; ++i)
+    cpp.logitBias.emplace_back(given.logit_bias_tokens[i], given.logit_bias_values[i]);
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

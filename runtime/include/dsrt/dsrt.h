@@ -381,6 +381,11 @@ typedef struct dsrt_request_options {
                                     callbacks before the first generated token (vLLM's
                                     prompt_logprobs, OpenAI's echo). Such a request takes no
                                     prefix-cache hits: it computes its whole prompt. */
+  /* OpenAI's logit_bias: logit_bias_values[i] (in [-100, 100]) is added to token
+   * logit_bias_tokens[i]'s logit before the penalties; -100 bans it. */
+  const int64_t *logit_bias_tokens;
+  const float *logit_bias_values;
+  size_t logit_bias_count;
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {

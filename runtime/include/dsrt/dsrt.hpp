@@ -333,6 +333,7 @@ struct RequestOptions {
     repetitionPenalty = c.repetition_penalty;
     presencePenalty = c.presence_penalty;
     frequencyPenalty = c.frequency_penalty;
+    promptLogprobs = c.prompt_logprobs;
   }
   int32_t maxNewTokens;
   float temperature;  // 0: greedy
@@ -344,6 +345,8 @@ struct RequestOptions {
   bool ignoreEos;
   int32_t logprobs;   // -1: none; 0: each token's; k <= 20: and the k likeliest
   float repetitionPenalty, presencePenalty, frequencyPenalty;  // 1, 0, 0: none
+  int32_t promptLogprobs;  // -1: none (DSRT_REQUEST_PROMPT callbacks otherwise)
+  std::vector<std::pair<int64_t, float>> logitBias;  // (token, bias in [-100, 100])
 };
 
 // The serving engine (dsrt_engine_*): requests added and cancelled at any time, from any
@@ -399,6 +402,16 @@ public:
     c.repetition_penalty = options.repetitionPenalty;
     c.presence_penalty = options.presencePenalty;
     c.frequency_penalty = options.frequencyPenalty;
+    c.prompt_logprobs = options.promptLogprobs;
+    std::vector<int64_t> biasTokens;
+    std::vector<float> biasValues;
+    for (size_t i = 0; i < options.logitBias.size(); ++i) {
+      biasTokens.push_back(options.logitBias[i].first);
+      biasValues.push_back(options.logitBias[i].second);
+    }
+    c.logit_bias_tokens = biasTokens.empty() ? nullptr : biasTokens.data();
+    c.logit_bias_values = biasValues.empty() ? nullptr : biasValues.data();
+    c.logit_bias_count = biasTokens.size();
     int64_t id = -1;
     detail::check(dsrt_engine_add_request(engine_.get(), prompt.data(), prompt.size(), &c, &id));
     return id;

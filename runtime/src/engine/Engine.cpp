@@ -48,6 +48,11 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
                          ", not " + std::to_string(options.logprobs));
+  for (const auto &[token, bias] : options.logitBias)
+    if (token < 0 || token >= vocab_ || !(std::fabs(bias) <= 100))
+      return Status::error("logit_bias needs tokens in the vocabulary [0, " +
+                           std::to_string(vocab_) + ") and biases in [-100, 100], not " +
+                           std::to_string(bias) + " for token " + std::to_string(token));
   if (options.promptLogprobs < -1 || options.promptLogprobs > kMaxTopLogprobs)
     return Status::error("prompt_logprobs must be -1 (none) to " +
                          std::to_string(kMaxTopLogprobs) + ", not " +

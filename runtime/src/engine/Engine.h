@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dsrt {
@@ -72,6 +73,9 @@ struct RequestOptions {
   // time it holds it; 0: none). Greedy requests take them too.
   float repetitionPenalty = 1;
   float presencePenalty = 0, frequencyPenalty = 0;
+  // OpenAI's logit_bias: added to those tokens' logits before the penalties (vLLM's order),
+  // each in [-100, 100]; -100 bans a token, 100 all but forces it.
+  std::vector<std::pair<int64_t, float>> logitBias;
   // The request's own random stream: its tokens do not depend on what else runs.
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens

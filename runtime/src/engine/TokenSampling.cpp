@@ -37,13 +37,15 @@ TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_
 
 bool penalises(const RequestOptions &options) {
   return options.repetitionPenalty != 1 || options.presencePenalty != 0 ||
-         options.frequencyPenalty != 0;
+         options.frequencyPenalty != 0 || !options.logitBias.empty();
 }
 
 // Each token's logit changes alone, so the map's order does not matter.
 void applyPenalties(const RequestOptions &options,
                     const std::unordered_map<int64_t, int64_t> &generatedCounts,
                     const std::vector<int64_t> &promptTokens, std::vector<float> &logits) {
+  for (const auto &[token, bias] : options.logitBias)
+    logits[static_cast<size_t>(token)] += bias;
   const float repetition = options.repetitionPenalty;
   auto repeat = [&](int64_t token) {
     float &logit = logits[static_cast<size_t>(token)];

@@ -18,8 +18,8 @@ TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_
 // Whether the request's options change its logits before sampling.
 bool penalises(const RequestOptions &options);
 
-// vLLM's order: the repetition penalty over the prompt's distinct tokens (sorted) and the
-// output's, then the presence and frequency penalties over the output's.
+// vLLM's order: the logit bias, then the repetition penalty over the prompt's distinct tokens
+// (sorted) and the output's, then the presence and frequency penalties over the output's.
 void applyPenalties(const RequestOptions &options,
                     const std::unordered_map<int64_t, int64_t> &generatedCounts,
                     const std::vector<int64_t> &promptTokens, std::vector<float> &logits);
