@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -186,6 +187,55 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
   share = shares();
   EXPECT_EQ(share[0] + share[1], 0);
   EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
+}
+
+// sampleToken sorts only the prefix of the row its draw can reach; the full stable sort of the
+// row and sampleFromCandidates over all of it (what sampleToken did before) must pick the same
+// token from the same generator state. Rows of 5000 logits (past the first 256-token prefix),
+// peaked to flat temperatures (a flat one needs the whole row), ties (logits in steps of
+// 0.25), NaN-free; top-k, top-p and min-p alone and together. Sums in another order can
+// differ in the last bit, which decides a draw about once in 1e15: none here.
+TEST(SampleTokenTest, PrefixSortingDrawsTheFullSortsToken) {
+  const size_t vocab = 5000;
+  uint64_t fill = 12345;
+  std::vector<float> logits(vocab);
+  int64_t draws = 0;
+  for (int row = 0; row < 6; ++row) {
+    for (size_t i = 0; i < vocab; ++i) {
+      fill = fill * 6364136223846793005ull + 1442695040888963407ull;
+      const double unit = static_cast<double>(fill >> 11) * 0x1.0p-53;
+      logits[i] = row % 2 ? std::floor(unit * 40) * 0.25f : static_cast<float>(unit * 12 - 6);
+    }
+    std::vector<int64_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    std::vector<float> sorted(vocab);
+    for (size_t i = 0; i < vocab; ++i)
+      sorted[i] = logits[order[i]];
+    for (float temperature : {0.3f, 1.0f, 8.0f})
+      for (int64_t topK : {0, 40})
+        for (float topP : {1.0f, 0.95f, 0.5f})
+          for (float minP : {0.0f, 0.01f, 0.3f}) {
+            dsrt::GenerateOptions options;
+            options.temperature = temperature;
+            options.topK = topK;
+            options.topP = topP;
+            options.minP = minP;
+            for (uint64_t seed = 0; seed < 8; ++seed) {
+              uint64_t fast = seed * 7919 + 1, full = fast;
+              const int64_t got = dsrt::sampleToken(logits, options, fast);
+              const int64_t want =
+                  dsrt::sampleFromCandidates(sorted.data(), order.data(), vocab, options, full);
+              ASSERT_EQ(got, want) << "row " << row << ", temperature " << temperature
+                                   << ", top-k " << topK << ", top-p " << topP << ", min-p "
+                                   << minP << ", seed " << seed;
+              ASSERT_EQ(fast, full) << "one draw each";
+              ++draws;
+            }
+          }
+  }
+  EXPECT_EQ(draws, 6 * 3 * 2 * 3 * 3 * 8);
 }
 
 // hostTopLogits's candidates are the prefix of std::stable_sort by descending logit (ties by
