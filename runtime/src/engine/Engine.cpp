@@ -4,6 +4,7 @@
 #include "engine/Scheduler.h"
 #include "engine/TokenSampling.h"
 #include "generate/Generator.h"
+#include "ops/ThreadPool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -292,13 +293,26 @@ Status Engine::step() {
       ran = Status::error("the " + program_ + " program's logits are " +
                           shapeString(logits.shape) + ", not " + std::to_string(expected) +
                           " rows of " + std::to_string(vocab_));
-    std::vector<float> values(static_cast<size_t>(vocab_)), penalized;
-    auto readRow = [&](int64_t at) {
+    auto readRow = [&](int64_t at, std::vector<float> &values) {
+      values.resize(static_cast<size_t>(width));
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
                           static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
       convertFloats(logits.dtype, bytes, DType::F32, values.data(), width);
     };
     std::lock_guard<std::mutex> lock(mutex_);
+    // The rows to read: each prompt token's log-probability and each sampled token. They
+    // run on the pool's threads (a 150k vocabulary costs a few ms a row to sample, and more
+    // with log-probabilities); each request's random stream and counts are its own, and a
+    // request samples at most one row a step, so the order does not matter.
+    struct RowWork {
+      int64_t request;
+      Live *live;
+      int64_t logitsRow;
+      int64_t promptToken;  // the prompt token whose log-probability is due; -1: sample
+      int64_t token = -1;
+      std::optional<TokenLogprobs> logprobs;
+    };
+    std::vector<RowWork> work;
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
       const ScheduledChunk &chunk = plan.chunks[c];
       const ChunkLogits &where = chunkLogits[c];
@@ -307,38 +321,49 @@ Status Engine::step() {
         continue;
       if (where.promptRows > 0 && scheduler_->contains(chunk.requestId)) {
         const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
-        for (int64_t i = 0; i < where.promptRows; ++i) {
-          const int64_t next = tokens[where.firstPosition + i + 1];
-          readRow(where.firstPromptRow + i);
-          promptLogprobs.push_back(
-              {chunk.requestId, next, logprobsOf(values, next, live->second.options.promptLogprobs)});
-        }
+        for (int64_t i = 0; i < where.promptRows; ++i)
+          work.push_back({chunk.requestId, &live->second, where.firstPromptRow + i,
+                          tokens[where.firstPosition + i + 1], -1, std::nullopt});
         live->second.nextPromptLogprob = where.firstPosition + where.promptRows + 1;
       }
-      if (!chunk.samples)
-        continue;
-      readRow(where.sampledRow);
-      const RequestOptions &options = live->second.options;
-      GenerateOptions sampling;
-      sampling.temperature = options.temperature;
-      sampling.topK = options.topK;
-      sampling.topP = options.topP;
-      sampling.minP = options.minP;
-      const bool penalised = penalises(options);
-      if (penalised) {
-        penalized.assign(values.begin(), values.end());
-        applyPenalties(options, live->second.generatedCounts, live->second.promptTokens,
-                       penalized);
-      }
-      const int64_t token = sampleToken(penalised ? penalized : values, sampling,
-                                        live->second.rng);
-      if (penalised)
-        ++live->second.generatedCounts[token];
-      sampled.push_back({chunk.requestId, token});
-      sampledLogprobs.emplace_back();
-      if (live->second.options.logprobs >= 0)
-        sampledLogprobs.back() = logprobsOf(values, token, live->second.options.logprobs);
+      if (chunk.samples)
+        work.push_back({chunk.requestId, &live->second, where.sampledRow, -1, -1, std::nullopt});
     }
+    ops::parallelFor(static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> values, penalized;
+      for (int64_t w = begin; w < end; ++w) {
+        RowWork &item = work[static_cast<size_t>(w)];
+        Live &live = *item.live;
+        readRow(item.logitsRow, values);
+        if (item.promptToken >= 0) {
+          item.logprobs = logprobsOf(values, item.promptToken, live.options.promptLogprobs);
+          continue;
+        }
+        const RequestOptions &options = live.options;
+        GenerateOptions sampling;
+        sampling.temperature = options.temperature;
+        sampling.topK = options.topK;
+        sampling.topP = options.topP;
+        sampling.minP = options.minP;
+        const bool penalised = penalises(options);
+        if (penalised) {
+          penalized.assign(values.begin(), values.end());
+          applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+        }
+        item.token = sampleToken(penalised ? penalized : values, sampling, live.rng);
+        if (penalised)
+          ++live.generatedCounts[item.token];
+        if (options.logprobs >= 0)
+          item.logprobs = logprobsOf(values, item.token, options.logprobs);
+      }
+    });
+    for (RowWork &item : work)
+      if (item.promptToken >= 0) {
+        promptLogprobs.push_back({item.request, item.promptToken, std::move(*item.logprobs)});
+      } else {
+        sampled.push_back({item.request, item.token});
+        sampledLogprobs.push_back(std::move(item.logprobs));
+      }
   }
   struct Event {
     int64_t request, token;
