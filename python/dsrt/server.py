@@ -103,7 +103,8 @@ class _Generation:
 class Server:
     """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
 
-    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int):
+    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
+                 chat_template: Optional[str] = None):
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
@@ -114,9 +115,11 @@ class Server:
         templates = dict(engine.plan.chat_templates())
         special = {name: engine.plan.special_token(name)
                    for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
-        self.template = (ChatTemplate(templates["default"],
-                                      {k: v for k, v in special.items() if v is not None})
-                         if "default" in templates else None)
+        # --chat-template (vLLM's option) wins over the plan's: base models have none, and a
+        # published template is sometimes wrong.
+        source = chat_template if chat_template is not None else templates.get("default")
+        self.template = (ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
+                         if source is not None else None)
 
     # -- requests to engine requests
 
@@ -482,8 +485,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-batch-invariant", action="store_true",
                         help="let long steps of half and quantized plans take faster bf16 "
                         "arithmetic (a token may then differ from the request's alone)")
+    parser.add_argument("--chat-template", metavar="FILE",
+                        help="a Jinja chat template for /v1/chat/completions instead of the "
+                        "plan's (the model's tokenizer_config.json's)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    chat_template = None
+    if args.chat_template:
+        try:
+            with open(args.chat_template, encoding="utf-8") as file:
+                chat_template = file.read()
+            ChatTemplate(chat_template, {})  # a template that does not parse fails here
+        except (OSError, ChatTemplateError) as error:
+            print(f"dsserve: --chat-template {args.chat_template}: {error}", file=sys.stderr)
+            return 2
 
     try:
         engine = EngineLoop(args.plan, device=args.device, block_size=args.block_size,
@@ -503,7 +518,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     import uvicorn
     name = args.served_model_name or os.path.basename(args.plan).removesuffix(".dsp")
-    app = create_app(Server(engine, name, args.max_concurrent_requests))
+    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template))
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

@@ -265,6 +265,33 @@ def test_echo_returns_the_prompt_and_its_logprobs(server, llm):
     assert plain["choices"][0]["logprobs"] is None
 
 
+def test_chat_template_option_replaces_the_plans(plan, llm, tmp_path):
+    """--chat-template FILE (vLLM's option): the chat answer is the completion of the text
+    that template renders; a template that does not parse stops dsserve with its reason."""
+    template = tmp_path / "plain.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    process = ServerProcess(plan, "--chat-template", str(template))
+    try:
+        answer = requests.post(process.url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+            "temperature": 0, "ignore_eos": True}).json()
+    finally:
+        process.stop()
+    text = "[user] hi\n[assistant] "
+    expected = llm.generate([llm.tokenizer.encode(text, add_special_tokens=False)],
+                            dsrt.SamplingParams(max_tokens=5, temperature=0,
+                                                ignore_eos=True))[0].outputs[0]
+    assert answer["choices"][0]["message"]["content"] == expected.text
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "dsrt.server", plan, "--chat-template",
+                          str(broken)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "broken.jinja" in run.stderr and "chat template" in run.stderr
+
+
 def test_prompts_of_one_request_each_get_their_own_room(server):
     """Several prompts without max_tokens: each runs to the context from its own length."""
     answer = requests.post(server.url + "/v1/completions", timeout=60, json={
