@@ -112,10 +112,10 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 #error "SINKS needs FUSED_COMBINE: the sinks join the softmax in the merge"
 #endif
 #define ATTENTION_DECODE_SINK true
-#define ATTENTION_DECODE_SINK_OF(head) sinks[head]
+#define ATTENTION_DECODE_SINK_OF(head) (sinks + (head))
 #else
 #define ATTENTION_DECODE_SINK false
-#define ATTENTION_DECODE_SINK_OF(head) 0.0f
+#define ATTENTION_DECODE_SINK_OF(head) nullptr
 #endif
 
 #if PAGED

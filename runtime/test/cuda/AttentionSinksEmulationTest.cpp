@@ -251,5 +251,45 @@ TEST(AttentionSinksEmulation, TensorParallelRankReadsItsHeadsSinks) {
   }
 }
 
+// The launcher refuses, by name, sinks of another shape and kernels compiled without SINKS
+// for a step with sinks (or with it for one without), before anything launches.
+TEST(AttentionSinksEmulation, MismatchesAreRefused) {
+  const int64_t H = 4, KH = 2, D = 16;
+  std::vector<float> q(H * D, 0.5f), kv(KH * D, 0.25f), sinks(H, 1.0f);
+  std::vector<int64_t> mask{1}, positions{0};
+  auto run = [&](const KernelSet &kernels, int64_t sinkCount) {
+    Scenario io;
+    io.pastInputs = false;
+    EmulatedStep step(kernels, 2, attributesOf(kGptOssSwa, io));
+    step.inputs = {DeviceTensor{DType::F32, {1, 1, H * D}, addressOf(q.data())},
+                   DeviceTensor{DType::F32, {1, 1, KH * D}, addressOf(kv.data())},
+                   DeviceTensor{DType::F32, {1, 1, KH * D}, addressOf(kv.data())},
+                   DeviceTensor{DType::I64, {1, 1}, addressOf(mask.data())},
+                   std::nullopt,
+                   std::nullopt,
+                   DeviceTensor{DType::I64, {1, 1}, addressOf(positions.data())}};
+    if (sinkCount > 0) {
+      step.inputs.resize(10);
+      step.inputs.push_back(DeviceTensor{DType::F32, {sinkCount}, addressOf(sinks.data())});
+    }
+    std::vector<float> out(H * D);
+    step.outputs.push_back(DeviceTensor{DType::F32, {1, 1, H * D}, addressOf(out.data())});
+    std::vector<GpuOpInfo> launchers;
+    addAttentionGpuOps(launchers);
+    Status status = launchers[0].run(step);
+    EXPECT_EQ(step.launches[0] + step.launches[1], 0);
+    return status.isOk() ? std::string() : status.message();
+  };
+  const KernelSet withSinks = gptoss_swa::kernels();
+  KernelSet withoutSinks = gptoss_swa::kernels();
+  withoutSinks.constants[1].erase("SINKS");
+  std::string error = run(withSinks, 3);
+  EXPECT_NE(error.find("the sinks must be f32 [4]"), std::string::npos) << error;
+  error = run(withoutSinks, H);
+  EXPECT_NE(error.find("SINKS -1, the step needs 1"), std::string::npos) << error;
+  error = run(withSinks, 0);
+  EXPECT_NE(error.find("SINKS 1, the step needs -1"), std::string::npos) << error;
+}
+
 } // namespace
 } // namespace dsrt::cuda
