@@ -39,8 +39,11 @@
 #
 # Not by default (its limit would pass the 15 minutes): int4, the int4 linears (docs/int4.md):
 # test/gpu/int4.test's plans, then the realistic step's models at --dtype int4 against their
-# CPU sessions and timed against int8 (--steps realistic,int4).
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,bench,profile]
+# CPU sessions and timed against int8 (--steps realistic,int4). Nor sinks (about 90 s), the
+# attention sinks' kernels (docs/cuda-backend.md "Attention sinks"): test/gpu/attention-sinks
+# and attention-sinks-launches.test outside lit (--steps info,build,sinks; the tests step's
+# lit suite has them too).
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -172,13 +175,22 @@ step_tests() {
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-long.dsp" --max-seq-len 64 \
         --arch none &&
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-serving.dsp" --serving \
-        --max-batch 8 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
+        --max-batch 8 --max-seq-len 16 &&
+    dsc compile "$models/gptoss-ts-eager/model.onnx" -o "$plans/gptoss.dsp" --max-batch 2 \
+        --max-seq-len 16 &&
+    dsc compile "$models/gptoss-ts-eager/model.onnx" -o "$plans/gptoss-serving.dsp" --serving \
+        --max-batch 8 --max-seq-len 16 &&
+    dsc compile "$models/llama-ortgenai-sinks/model.onnx" -o "$plans/sinks-serving.dsp" \
+        --serving --max-batch 8 --max-seq-len 16 ||
+    { echo "compiling the test plans failed"; return 1; }
   for test in "$bundle"/tests/*; do
     [ -x "$test" ] && [ "${test%.so}" = "$test" ] || continue
     echo "--- $(basename "$test")"
     DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
     DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
     DSRT_TEST_LLAMA_LONG_PLAN=$plans/llama-long.dsp DSRT_TEST_SERVING_PLAN=$plans/llama-serving.dsp \
+    DSRT_TEST_GPTOSS_PLAN=$plans/gptoss.dsp DSRT_TEST_GPTOSS_SERVING_PLAN=$plans/gptoss-serving.dsp \
+    DSRT_TEST_SINKS_SERVING_PLAN=$plans/sinks-serving.dsp \
     DSRT_TEST_FAKE_GPU_LIBRARY=$bundle/tests/libdsrt-fake-gpu-library.so \
       "$test" --gtest_brief=1 || failed=1
   done
@@ -242,6 +254,68 @@ step_sanitizer() {
     done
   done
   [ $failed = 0 ] && echo "compute-sanitizer: no errors" || echo "compute-sanitizer: errors (above)"
+  return $failed
+}
+
+# Attention sinks on the GPU (not in the default steps: --steps sinks), as
+# test/gpu/attention-sinks.test and attention-sinks-launches.test check them: GPT-OSS's
+# fixture forward against PyTorch and its CPU session, greedy generation, the engine over f32
+# and bf16 pools (not strict: its tfm.moe steps take the host fallback), with the SINKS
+# kernels' launches counted; ORT GenAI's head_sink and smooth_softmax llamas strict.
+step_sinks() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/sinks models=$root/test/models failed=0
+  mkdir -p "$dir"
+  m=$models/gptoss-ts-eager
+  dsc compile "$m/model.onnx" -o "$dir/gptoss.dsp" --max-batch 4 --max-seq-len 40 &&
+    dsc compile "$m/model.onnx" -o "$dir/gptoss-serving.dsp" --serving --max-batch 16 \
+        --max-seq-len 64 &&
+    dsc compile "$m/model.onnx" -o "$dir/gptoss-serving-bf16.dsp" --serving \
+        --kv-cache-dtype bf16 --max-batch 16 --max-seq-len 64 || return 1
+  for s in 0 1 2; do
+    echo "--- gptoss set $s: against PyTorch, and against the CPU"
+    dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+        --expect-dir "$m/test_data_set_$s" --rtol 1e-4 --atol 1e-4 || failed=1
+    mkdir -p "$dir/cpu-$s"
+    dsrun "$dir/gptoss.dsp" --device cpu --input-dir "$m/test_data_set_$s" \
+        --output-dir "$dir/cpu-$s" --quiet &&
+      dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+          --expect-dir "$dir/cpu-$s" --rtol 1e-4 --atol 1e-4 || failed=1
+  done
+  "$python" "$models/check_generation.py" --dsrun dsrun --plan "$dir/gptoss.dsp" \
+      --reference "$m/generation.json" --prefill --dsrun-arg=--device --dsrun-arg=cuda ||
+    failed=1
+  DSRT_CUDA_LAUNCH_COUNTS=1 dsrun "$dir/gptoss.dsp" --device cuda --stats --prompt-ids 5,6,7 \
+      --prompt-ids 9,10 --max-new-tokens 8 --ignore-eos >"$dir/gptoss-launches.log" 2>&1 ||
+    failed=1
+  grep -E '^dsrt: [0-9]+ launches of attention_|fallback steps' "$dir/gptoss-launches.log"
+  if [ -n "$strict" ]; then
+    for kind in prefill decode; do
+      grep -qE "^dsrt: [1-9][0-9]* launches of attention_${kind}_.*_SINKS1\$" \
+          "$dir/gptoss-launches.log" || { echo "gptoss: no launch of attention_$kind with SINKS"; failed=1; }
+    done
+  fi
+  for plan in gptoss-serving gptoss-serving-bf16; do
+    dsrt-engine-check "$dir/$plan.dsp" --device cuda >"$dir/$plan.log" 2>&1 || failed=1
+    tail -n 1 "$dir/$plan.log"
+  done
+  for v in sinks smooth; do
+    o=$models/llama-ortgenai-$v
+    dsc compile "$o/model.onnx" -o "$dir/$v.dsp" --max-batch 4 --max-seq-len 40 &&
+      dsc compile "$o/model.onnx" -o "$dir/$v-serving.dsp" --serving --max-batch 16 \
+          --max-seq-len 64 || { failed=1; continue; }
+    for s in 0 1 2; do
+      echo "--- $v set $s: against onnxruntime"
+      dsrun "$dir/$v.dsp" --device cuda $strict --input-dir "$o/test_data_set_$s" \
+          --expect-dir "$o/test_data_set_$s" --rtol 1e-4 --atol 1e-4 || failed=1
+    done
+    DSRT_CUDA_LAUNCH_COUNTS=1 dsrt-engine-check "$dir/$v-serving.dsp" --device cuda $strict \
+        >"$dir/$v-serving.log" 2>&1 || failed=1
+    tail -n 1 "$dir/$v-serving.log"
+    grep -E '^dsrt: [0-9]+ launches of attention_.*_SINKS1_PAGED1$' "$dir/$v-serving.log"
+  done
+  [ $failed = 0 ] && echo "sinks on cuda: as the references" || echo "sinks on cuda: FAILED (above)"
   return $failed
 }
 
@@ -343,6 +417,7 @@ run_step engine "${LIMIT_engine:-90}" step_engine
 run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
 run_step int4 "${LIMIT_int4:-240}" step_int4
+run_step sinks "${LIMIT_sinks:-90}" step_sinks
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile
 

@@ -300,6 +300,7 @@ inline int __popc(unsigned value) { return __builtin_popcount(value); }
 // still one, for the threads of a block.
 inline void __threadfence() {}
 inline float __ldcg(const float *address) { return *address; }
+inline float __ldg(const float *address) { return *address; }
 inline unsigned short __ldcg(const unsigned short *address) { return *address; }
 inline int atomicAdd(int *address, int value) {
   return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);

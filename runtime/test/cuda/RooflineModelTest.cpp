@@ -45,13 +45,7 @@ StepPlacement sessionPlacement(Placement placement) {
   return StepPlacement::NotRun;
 }
 
-std::shared_ptr<PlanFile> openPlan(const char *variable, const char *fallback) {
-  const char *path = std::getenv(variable);
-  std::unique_ptr<PlanFile> plan;
-  Status status = PlanFile::open(path && *path ? path : fallback, plan);
-  EXPECT_TRUE(status.isOk()) << status.message();
-  return std::shared_ptr<PlanFile>(std::move(plan));
-}
+using test::openPlanFile;
 
 // One eager run of `program` at batch 1 over `total` positions, `tokens` of them new.
 struct ProgramRun {
@@ -142,14 +136,14 @@ TEST(RooflineModel, Gpt2EagerRunsLaunchWhatTheModelPredicts) {
 }
 
 TEST(RooflineModel, Int8EagerRunsLaunchWhatTheModelPredicts) {
-  checkSingleRank(openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT));
+  checkSingleRank(openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT));
 }
 
 // Both ranks of the two-rank Llama, threads of one process on the fake GPU with staged
 // collectives: prefill together, then one decode each, counted per rank by the session
 // and in total by the fake driver.
 TEST(RooflineModel, TensorParallelDecodeOfEachRankLaunchesWhatTheModelPredicts) {
-  std::shared_ptr<PlanFile> plan = openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> plan = openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
   ASSERT_TRUE(plan);
   ASSERT_EQ(plan->rankCount(), 2);
   if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
@@ -198,8 +192,8 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
   ASSERT_TRUE(test::openGpt2Plan(gpt2));
   ASSERT_TRUE(test::openGpt2Plan(cpuOnly, /*cpuOnly=*/true));
   std::set<std::string> ops = {"Conv", "MatMul", "TopK", "If", "Shape", "Range"};
-  for (const auto &plan : {gpt2, cpuOnly, openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT),
-                           openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT)})
+  for (const auto &plan : {gpt2, cpuOnly, openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT),
+                           openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT)})
     for (const dsp::Program *program : *plan->plan().programs())
       for (uint32_t s = 0; program->steps() && s < program->steps()->size(); ++s)
         ops.insert(program->steps()->Get(s)->op()->str());
@@ -215,8 +209,8 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
 TEST(RooflineModel, KvCacheLayersAreTheSessions) {
   std::shared_ptr<PlanFile> gpt2;
   ASSERT_TRUE(test::openGpt2Plan(gpt2));
-  std::shared_ptr<PlanFile> tp2 = openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
-  std::shared_ptr<PlanFile> int8 = openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> tp2 = openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> int8 = openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT);
   for (const auto &plan : {gpt2, tp2, int8})
     for (int rank = 0; rank < plan->rankCount(); ++rank) {
       std::vector<KvLayerShape> session;
