@@ -1,0 +1,585 @@
+// tfm.moe's CUDA launcher (runtime/src/cuda/ops/MoeOps.cpp) and its templates (moe_route,
+// moe_experts, moe_combine) run on the host through the emulation of CUDA's threads, barriers
+// and warp shuffles (CudaEmulation.h), against the CPU's tfm.moe (runtime/src/ops/
+// TransformerMoe.cpp, its reference kernels through the op registry) on the same stored
+// tensors: f32, bf16, int8 (f16 scales) and int4 experts, softmax and sigmoid routing,
+// renormalised or not, GPT-OSS's clamped SwiGLU with biases, Qwen2-MoE's shared expert, one
+// row (decode) and 12, and a rank of an expert-parallel split.
+// Every expert that no row chooses has NaN weights (NaN scales for int8 and int4) and NaN
+// biases: a kernel that read one would put a NaN in the output, so a finite result that
+// matches proves that only the chosen experts are read (a decode step reads k of E).
+// Tolerance: |gpu - cpu| <= 1e-5 + 1e-4 * max|cpu| over the row. Both read the same stored
+// weights exactly and compute in f32; the sums run in another order (the products of a
+// 40-input gate row and of a 24-input down row, warp-reduced; the routing's softmax sum),
+// which moves a result by a few units of f32's 6e-8 relative per term. A wrong expert,
+// weight, order or scale moves it by the weights' own size, 1e-2 and more.
+#include "CudaEmulation.h"
+
+#include "dsc_common.cuh"
+
+#include "EmulatedHalf.h"
+
+#include <map>
+#include <string>
+
+#include "MoeEmulationFamilies.inc"
+
+#include "core/Tensor.h"
+#include "cuda/GpuOps.h"
+#include "ops/MoeRouting.h"
+#include "ops/Ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <random>
+#include <set>
+#include <tuple>
+
+namespace dsrt::test {
+namespace {
+
+using namespace dsrt::cuda;
+
+template <typename... Params> void invokeKernel(void (*kernel)(Params...), void **args) {
+  std::tuple<std::decay_t<Params>...> values;
+  std::apply([&](auto &...value) {
+    size_t i = 0;
+    ((std::memcpy(&value, args[i++], sizeof value)), ...);
+  }, values);
+  std::apply(kernel, values);
+}
+
+// One step's kernels in moeRule's slot order.
+struct MoeKernels {
+  std::function<void(void **)> slots[6];
+  std::map<std::string, int64_t> constants[6];
+  size_t count = 4;
+};
+
+template <typename Kernel>
+void setSlot(MoeKernels &set, size_t slot, Kernel *kernel,
+             std::map<std::string, int64_t> constants) {
+  set.slots[slot] = [kernel](void **args) { invokeKernel(kernel, args); };
+  set.constants[slot] = std::move(constants);
+}
+
+std::map<std::string, int64_t> routeConstants(int64_t experts, int64_t topK, int64_t sigmoid,
+                                              int64_t normalize) {
+  return {{"EXPERTS", experts}, {"TOP_K", topK}, {"SIGMOID", sigmoid},
+          {"NORMALIZE", normalize}, {"BLOCK", BLOCK}};
+}
+
+DevicePtr address(const void *pointer) { return reinterpret_cast<DevicePtr>(pointer); }
+
+class EmulatedMoe : public StepContext {
+public:
+  EmulatedMoe(MoeKernels kernels, ops::AttrMap attrs, int rank)
+      : kernels_(std::move(kernels)), attrs_(std::move(attrs)), rank_(rank) {}
+
+  std::vector<std::optional<DeviceTensor>> inputs;
+  std::vector<DeviceTensor> outputs;
+  int launches[6] = {};
+
+  std::string_view op() const override { return "tfm.moe"; }
+  const ops::AttrMap &attrs() const override { return attrs_; }
+  size_t inputCount() const override { return inputs.size(); }
+  const DeviceTensor *input(size_t index) const override {
+    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
+  }
+  const TensorRef *hostInput(size_t) const override { return nullptr; }
+  size_t outputCount() const override { return outputs.size(); }
+  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+  Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
+                void **args) override {
+    if (slot >= kernels_.count || sharedBytes != 0 || block.x % 32 != 0 || grid.z != 1)
+      return error("unexpected launch of slot ", slot);
+    // The whole grid: the expert kernels' blocks do not stride.
+    cuda_emulation::launch({grid.x, grid.y, 1}, {block.x, 1, 1},
+                           [&] { kernels_.slots[slot](args); });
+    ++launches[slot];
+    return Status::ok();
+  }
+  size_t kernelCount() const override { return kernels_.count; }
+  int64_t kernelConstant(size_t slot, std::string_view name, int64_t fallback) const override {
+    if (slot >= kernels_.count)
+      return fallback;
+    auto found = kernels_.constants[slot].find(std::string(name));
+    return found == kernels_.constants[slot].end() ? fallback : found->second;
+  }
+  Status gemm(const GemmDesc &) override { return error("no GEMM in tfm.moe"); }
+  // Filled with 0xff bytes (NaN floats, -1 ints): a kernel that reads what no kernel wrote
+  // shows.
+  Status scratch(size_t bytes, DevicePtr &out) override {
+    scratch_.emplace_back((bytes + 15) / 16 + 1);
+    std::memset(scratch_.back().data(), 0xff, scratch_.back().size() * sizeof(Chunk));
+    out = address(scratch_.back().data());
+    return Status::ok();
+  }
+  const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  DeviceCollectives *collectives() override { return nullptr; }
+  int rank() const override { return rank_; }
+  StreamHandle stream() const override { return nullptr; }
+  int multiprocessorCount() const override { return 2; }
+  int computeCapability() const override { return 90; }
+  bool capturing() const override { return false; }
+
+private:
+  MoeKernels kernels_;
+  ops::AttrMap attrs_;
+  int rank_;
+  struct alignas(16) Chunk {
+    float values[4];
+  };
+  std::vector<std::vector<Chunk>> scratch_;
+};
+
+// The CPU kernel's view of the rank (rank_experts): only rank() is read.
+class RankOnly : public ops::Collectives {
+public:
+  explicit RankOnly(int rank) : rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return 2; }
+  Status allReduceSum(float *, int64_t) override { return Status::error("not here"); }
+  Status allGather(const void *, const std::vector<int64_t> &, void *) override {
+    return Status::error("not here");
+  }
+
+private:
+  int rank_;
+};
+
+struct MoeCase {
+  int64_t rows = 1, experts = 4, topK = 2, inter = 24;
+  const char *scoring = "softmax";
+  bool normalize = true;
+  const char *activation = "silu";
+  DType weightType = DType::F32, scaleType = DType::Undefined;
+  int64_t gateUpGroups = 1, downGroups = 1;  // int8/int4 scale groups per row
+  bool biases = false, clamped = false;
+  int64_t sharedInter = 0;                    // a shared expert of this width
+  // Expert parallelism: the ranks' expert counts; the step runs as rank `rank`.
+  std::vector<int64_t> rankExperts;
+  int rank = 0;
+  // Rows whose logits are all equal: ties, broken towards the lower expert.
+  bool tiedRow = false;
+  // An expert no row chooses (its logits far below), besides whatever routing leaves out.
+  int64_t shunned = -1;
+};
+
+constexpr int64_t kHidden = HIDDEN;
+constexpr float kAlpha = 1.702f, kLimit = 0.75f;
+
+OwnedTensor tensorOf(DType dtype, Shape shape) { return OwnedTensor(dtype, std::move(shape)); }
+
+void storeFloat(OwnedTensor &t, int64_t index, float value) {
+  convertFloats(DType::F32, &value, t.dtype, t.storage.data() + index * dtypeSize(t.dtype), 1);
+}
+
+float floatAt(const OwnedTensor &t, int64_t index) {
+  float value = 0;
+  convertFloats(t.dtype, t.storage.data() + index * dtypeSize(t.dtype), DType::F32, &value, 1);
+  return value;
+}
+
+struct MoeTensors {
+  OwnedTensor x, logits, gateUp, down, gateUpBias, downBias, sharedGateUp, sharedDown,
+      sharedGate, gateUpScales, downScales;
+};
+
+// A stacked expert weight of `experts` x [out, in]: float values in [-0.3, 0.3], or int8
+// codes in [-127, 127] / int4 codes (two a byte) with scales [rows, groups] of about
+// 0.3 / 127 and 0.3 / 7.
+void randomWeights(const MoeCase &c, int64_t experts, int64_t out, int64_t in, int64_t groups,
+                   OwnedTensor &weights, OwnedTensor &scales, std::mt19937 &random) {
+  std::uniform_real_distribution<float> value(-0.3f, 0.3f), scale(0.5f, 1.5f);
+  const int64_t rows = experts * out;
+  if (c.weightType == DType::I8 || c.weightType == DType::U8) {
+    const bool int4 = c.weightType == DType::U8;
+    weights = tensorOf(c.weightType, {rows, int4 ? in / 2 : in});
+    for (uint8_t &byte : weights.storage)
+      byte = int4 ? static_cast<uint8_t>(random() & 0xff)
+                  : static_cast<uint8_t>(static_cast<int8_t>(int(random() % 255) - 127));
+    scales = tensorOf(c.scaleType, {rows, groups});
+    for (int64_t i = 0; i < rows * groups; ++i)
+      storeFloat(scales, i, scale(random) * 0.3f / (int4 ? 7.0f : 127.0f));
+    return;
+  }
+  weights = tensorOf(c.weightType, {rows, in});
+  for (int64_t i = 0; i < rows * in; ++i)
+    storeFloat(weights, i, value(random));
+}
+
+// Expert `local`'s rows of a stacked weight (and of its scales) made NaN.
+void poisonExpert(OwnedTensor &weights, OwnedTensor *scales, int64_t local, int64_t out) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OwnedTensor &target = scales && !scales->storage.empty() ? *scales : weights;
+  const int64_t perRow = target.shape[1];
+  for (int64_t i = local * out * perRow; i < (local + 1) * out * perRow; ++i)
+    storeFloat(target, i, nan);
+}
+
+MoeTensors makeTensors(const MoeCase &c, int64_t firstExpert, int64_t heldExperts,
+                       unsigned seed) {
+  std::mt19937 random(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  MoeTensors t;
+  t.x = tensorOf(DType::F32, {c.rows, kHidden});
+  for (int64_t i = 0; i < c.rows * kHidden; ++i)
+    storeFloat(t.x, i, normal(random));
+  t.logits = tensorOf(DType::F32, {c.rows, c.experts});
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t e = 0; e < c.experts; ++e)
+      storeFloat(t.logits, r * c.experts + e,
+                 c.tiedRow && r == 0 ? 0.5f : e == c.shunned ? -40.0f : 2.0f * normal(random));
+  // Every rank draws the whole model's weights, so that the ranks' experts are the model's.
+  OwnedTensor gateUp, down, gateUpScales, downScales;
+  randomWeights(c, c.experts, 2 * c.inter, kHidden, c.gateUpGroups, gateUp, gateUpScales, random);
+  randomWeights(c, c.experts, kHidden, c.inter, c.downGroups, down, downScales, random);
+  auto slice = [&](const OwnedTensor &whole, int64_t rowsPerExpert) {
+    if (whole.storage.empty())
+      return OwnedTensor();
+    const int64_t rowBytes = static_cast<int64_t>(whole.storage.size()) / whole.shape[0];
+    OwnedTensor part = tensorOf(whole.dtype, whole.shape);
+    part.shape[0] = heldExperts * rowsPerExpert;
+    if (whole.shape.size() == 1)
+      part.shape = {heldExperts * rowsPerExpert};
+    part.storage.assign(whole.storage.begin() + firstExpert * rowsPerExpert * rowBytes,
+                        whole.storage.begin() +
+                            (firstExpert + heldExperts) * rowsPerExpert * rowBytes);
+    return part;
+  };
+  t.gateUp = slice(gateUp, 2 * c.inter);
+  t.down = slice(down, kHidden);
+  t.gateUpScales = slice(gateUpScales, 2 * c.inter);
+  t.downScales = slice(downScales, kHidden);
+  if (c.biases) {
+    OwnedTensor gateUpBias = tensorOf(DType::F32, {c.experts * 2 * c.inter}),
+                downBias = tensorOf(DType::F32, {c.experts * kHidden});
+    for (OwnedTensor *bias : {&gateUpBias, &downBias})
+      for (int64_t i = 0; i < bias->shape[0]; ++i)
+        storeFloat(*bias, i, 0.3f * normal(random));
+    t.gateUpBias = slice(gateUpBias, 2 * c.inter);
+    t.downBias = slice(downBias, kHidden);
+  }
+  if (c.sharedInter > 0) {
+    std::uniform_real_distribution<float> value(-0.3f, 0.3f);
+    t.sharedGateUp = tensorOf(DType::F32, {2 * c.sharedInter, kHidden});
+    t.sharedDown = tensorOf(DType::F32, {kHidden, c.sharedInter});
+    t.sharedGate = tensorOf(DType::BF16, {1, kHidden});
+    for (OwnedTensor *w : {&t.sharedGateUp, &t.sharedDown, &t.sharedGate})
+      for (int64_t i = 0; i < w->shape[0] * w->shape[1]; ++i)
+        storeFloat(*w, i, value(random));
+  }
+  // The experts of this rank that no row chooses: NaN, so that reading one shows.
+  std::set<int64_t> chosen;
+  std::vector<float> scores;
+  std::vector<int64_t> order;
+  std::vector<std::pair<int64_t, float>> routes;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    ops::routeToken(reinterpret_cast<const float *>(t.logits.storage.data()) + r * c.experts,
+                    c.experts, c.topK, std::string(c.scoring) == "sigmoid", c.normalize, scores,
+                    order, routes);
+    for (const auto &route : routes)
+      chosen.insert(route.first);
+  }
+  for (int64_t local = 0; local < heldExperts; ++local)
+    if (!chosen.count(firstExpert + local)) {
+      poisonExpert(t.gateUp, &t.gateUpScales, local, 2 * c.inter);
+      poisonExpert(t.down, &t.downScales, local, kHidden);
+      if (c.biases) {
+        OwnedTensor gateUpBias = t.gateUpBias, downBias = t.downBias;
+        gateUpBias.shape = {heldExperts * 2 * c.inter, 1};
+        downBias.shape = {heldExperts * kHidden, 1};
+        poisonExpert(gateUpBias, nullptr, local, 2 * c.inter);
+        poisonExpert(downBias, nullptr, local, kHidden);
+        t.gateUpBias.storage = gateUpBias.storage;
+        t.downBias.storage = downBias.storage;
+      }
+    }
+  return t;
+}
+
+ops::AttrMap attrsOf(const MoeCase &c) {
+  ops::AttrMap attrs = {{"top_k", ops::Attr::ofInt(c.topK)},
+                        {"scoring", ops::Attr::ofString(c.scoring)},
+                        {"normalize", ops::Attr::ofInt(c.normalize ? 1 : 0)},
+                        {"activation", ops::Attr::ofString(c.activation)}};
+  if (c.clamped) {
+    attrs["swiglu_alpha"] = ops::Attr::ofFloat(kAlpha);
+    attrs["swiglu_limit"] = ops::Attr::ofFloat(kLimit);
+  }
+  if (!c.rankExperts.empty()) {
+    std::vector<int64_t> offsets;
+    int64_t first = 0;
+    for (int64_t count : c.rankExperts) {
+      offsets.push_back(first);
+      first += count;
+    }
+    attrs["rank_experts"] = ops::Attr::ofInts(c.rankExperts);
+    attrs["rank_expert_offsets"] = ops::Attr::ofInts(offsets);
+  }
+  return attrs;
+}
+
+std::vector<const OwnedTensor *> inputsOf(const MoeTensors &t) {
+  return {&t.x,          &t.logits,     &t.gateUp,     &t.down,         &t.gateUpBias,
+          &t.downBias,   &t.sharedGateUp, &t.sharedDown, &t.sharedGate, &t.gateUpScales,
+          &t.downScales};
+}
+
+struct MoeRun {
+  std::vector<float> gpu, cpu;
+};
+
+// The step on the emulated device and on the CPU, as rank c.rank.
+MoeRun runBoth(const MoeCase &c, const MoeKernels &kernels, unsigned seed) {
+  int64_t first = 0, held = c.experts;
+  for (int r = 0; r < static_cast<int>(c.rankExperts.size()); ++r) {
+    if (r == c.rank) {
+      held = c.rankExperts[r];
+      break;
+    }
+    first += c.rankExperts[r];
+  }
+  const MoeTensors tensors = makeTensors(c, first, held, seed);
+  const ops::AttrMap attrs = attrsOf(c);
+  MoeRun run;
+  run.gpu.assign(c.rows * kHidden, -1.0f);
+  run.cpu.assign(c.rows * kHidden, -2.0f);
+
+  EmulatedMoe context(kernels, attrs, c.rank);
+  for (const OwnedTensor *tensor : inputsOf(tensors)) {
+    if (tensor->storage.empty()) {
+      context.inputs.push_back(std::nullopt);
+      continue;
+    }
+    context.inputs.push_back(DeviceTensor{tensor->dtype, tensor->shape,
+                                          address(tensor->storage.data())});
+  }
+  context.outputs.push_back({DType::F32, {c.rows, kHidden}, address(run.gpu.data())});
+  std::vector<GpuOpInfo> ops;
+  addMoeGpuOps(ops);
+  EXPECT_EQ(ops.size(), 1u);
+  const Status status = ops[0].run(context);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  // The device ran the step: each slot once.
+  for (size_t slot = 0; slot < kernels.count; ++slot)
+    EXPECT_EQ(context.launches[slot], 1) << "slot " << slot;
+
+  ops::Inputs inputs;
+  std::vector<TensorRef> refs;
+  refs.reserve(11);
+  for (const OwnedTensor *tensor : inputsOf(tensors)) {
+    refs.push_back(tensor->ref());
+    inputs.push_back(tensor->storage.empty() ? nullptr : &refs.back());
+  }
+  TensorRef out{DType::F32, {c.rows, kHidden}, run.cpu.data()};
+  RankOnly rank(c.rank);
+  ops::SessionState state;
+  state.collectives = c.rankExperts.empty() ? nullptr : &rank;
+  const Status cpuStatus = ops::compute("tfm.moe", attrs, inputs, {&out}, &state);
+  EXPECT_TRUE(cpuStatus.isOk()) << cpuStatus.message();
+  return run;
+}
+
+void expectClose(const MoeCase &c, const std::vector<float> &gpu, const std::vector<float> &cpu,
+                 const char *what) {
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double largest = 0;
+    for (int64_t h = 0; h < kHidden; ++h)
+      largest = std::max(largest, std::fabs(double(cpu[r * kHidden + h])));
+    ASSERT_GT(largest, 1e-3) << what << ": row " << r << " is all zeros";
+    const double tolerance = 1e-5 + 1e-4 * largest;
+    for (int64_t h = 0; h < kHidden; ++h) {
+      const float g = gpu[r * kHidden + h], e = cpu[r * kHidden + h];
+      ASSERT_TRUE(std::isfinite(g)) << what << ": row " << r << " feature " << h;
+      ASSERT_NEAR(g, e, tolerance) << what << ": row " << r << " feature " << h;
+    }
+  }
+}
+
+void checkMoe(const MoeCase &c, const MoeKernels &kernels, unsigned seed = 7) {
+  const MoeRun run = runBoth(c, kernels, seed);
+  expectClose(c, run.gpu, run.cpu, "gpu against cpu");
+}
+
+// One row (a decode step: k experts of E read) and 12 (a prompt).
+void checkDecodeAndPrompt(MoeCase c, const MoeKernels &kernels, unsigned seed) {
+  for (int64_t rows : {1, 12}) {
+    c.rows = rows;
+    checkMoe(c, kernels, seed);
+  }
+}
+
+MoeKernels floatKernels(int64_t experts, int64_t topK, int64_t sigmoid, int64_t normalize) {
+  MoeKernels set;
+  if (experts == 4 && topK == 2 && !sigmoid && normalize)
+    setSlot(set, 0, &::route_e4k2::route_e4k2_kernel, routeConstants(4, 2, 0, 1));
+  else if (experts == 8 && topK == 3 && !sigmoid && normalize)
+    setSlot(set, 0, &::route_e8k3::route_e8k3_kernel, routeConstants(8, 3, 0, 1));
+  else
+    setSlot(set, 0, &::route_e8k2_sigmoid::route_e8k2_sigmoid_kernel, routeConstants(8, 2, 1, 0));
+  setSlot(set, 1, &::up_f32::up_f32_kernel, up_f32::kConstants);
+  setSlot(set, 2, &::down_f32::down_f32_kernel, down_f32::kConstants);
+  const std::map<std::string, int64_t> combine = {
+      {"HIDDEN", kHidden}, {"TOP_K", topK}, {"SHARED", 0}, {"BLOCK", BLOCK}};
+  if (topK == 3)
+    setSlot(set, 3, &::combine_k3::combine_k3_kernel, combine);
+  else
+    setSlot(set, 3, &::combine_k2::combine_k2_kernel, combine);
+  return set;
+}
+
+TEST(MoeEmulation, SoftmaxTop2Of4RenormalisedDecodeAndPrompt) {
+  MoeCase c;
+  for (int64_t rows : {1, 12}) {
+    c.rows = rows;
+    c.tiedRow = rows > 1;  // row 0: four equal logits, experts 0 and 1 chosen
+    checkMoe(c, floatKernels(4, 2, 0, 1));
+  }
+}
+
+TEST(MoeEmulation, SoftmaxTop3Of8WithAnExpertNoRowChooses) {
+  MoeCase c;
+  c.experts = 8;
+  c.topK = 3;
+  c.shunned = 5;
+  checkDecodeAndPrompt(c, floatKernels(8, 3, 0, 1), 11);
+}
+
+TEST(MoeEmulation, SigmoidTop2Of8NotRenormalised) {
+  MoeCase c;
+  c.experts = 8;
+  c.scoring = "sigmoid";
+  c.normalize = false;
+  c.rows = 12;
+  checkMoe(c, floatKernels(8, 2, 1, 0), 13);
+}
+
+// GPT-OSS's: bf16 experts with f32 biases and the clamped SwiGLU of kAlpha and kLimit.
+MoeKernels gptOssKernels() {
+  MoeKernels set = floatKernels(4, 2, 0, 1);
+  std::map<std::string, int64_t> up = up_bf16_clamped::kConstants;
+  uint32_t alpha = 0, limit = 0;
+  std::memcpy(&alpha, &kAlpha, 4);
+  std::memcpy(&limit, &kLimit, 4);
+  up["ALPHA_BITS"] = alpha;
+  up["LIMIT_BITS"] = limit;
+  setSlot(set, 1, &::up_bf16_clamped::up_bf16_clamped_kernel, up);
+  setSlot(set, 2, &::down_bf16_bias::down_bf16_bias_kernel, down_bf16_bias::kConstants);
+  return set;
+}
+
+// GPT-OSS: bf16 experts, f32 biases, the clamped SwiGLU (limit 0.75: the gate and up values,
+// of spread ~1, cross it both ways).
+TEST(MoeEmulation, GptOssClampedSwigluWithBiases) {
+  MoeCase c;
+  c.weightType = DType::BF16;
+  c.biases = true;
+  c.clamped = true;
+  const MoeKernels set = gptOssKernels();
+  checkDecodeAndPrompt(c, set, 17);
+}
+
+// Qwen2-MoE: a shared expert (f32, width 16) and its sigmoid gate (bf16).
+TEST(MoeEmulation, SharedExpertWithItsGate) {
+  MoeCase c;
+  c.sharedInter = 16;
+  MoeKernels set = floatKernels(4, 2, 0, 1);
+  set.count = 6;
+  setSlot(set, 3, &::combine_k2_shared::combine_k2_shared_kernel,
+          {{"HIDDEN", kHidden}, {"TOP_K", 2}, {"SHARED", 1}, {"BLOCK", BLOCK},
+           {"SHARED_GATE_DT", 3}});
+  setSlot(set, 4, &::shared_up_f32::shared_up_f32_kernel, shared_up_f32::kConstants);
+  setSlot(set, 5, &::shared_down_f32::shared_down_f32_kernel, shared_down_f32::kConstants);
+  checkDecodeAndPrompt(c, set, 19);
+}
+
+// int8 experts with f16 scales: per channel for gate-up, groups of 8 for down (24 = 3 x 8).
+TEST(MoeEmulation, Int8ExpertsPerChannelAndInGroups) {
+  MoeCase c;
+  c.weightType = DType::I8;
+  c.scaleType = DType::F16;
+  c.gateUpGroups = 1;
+  c.downGroups = 3;
+  c.activation = "gelu_tanh";
+  MoeKernels set = floatKernels(4, 2, 0, 1);
+  setSlot(set, 1, &::up_i8::up_i8_kernel, up_i8::kConstants);
+  setSlot(set, 2, &::down_i8::down_i8_kernel, down_i8::kConstants);
+  checkDecodeAndPrompt(c, set, 23);
+}
+
+// int4 experts (two codes a byte) with f32 scales in groups of 8 and of 20 inputs.
+TEST(MoeEmulation, Int4Experts) {
+  MoeCase c;
+  c.weightType = DType::U8;
+  c.scaleType = DType::F32;
+  c.gateUpGroups = 2;  // 40 = 2 x 20
+  c.downGroups = 3;    // 24 = 3 x 8
+  MoeKernels set = floatKernels(8, 3, 0, 1);
+  c.experts = 8;
+  c.topK = 3;
+  setSlot(set, 1, &::up_i4::up_i4_kernel, up_i4::kConstants);
+  setSlot(set, 2, &::down_i4::down_i4_kernel, down_i4::kConstants);
+  checkDecodeAndPrompt(c, set, 29);
+}
+
+// Expert parallelism: two ranks of two experts each. Each rank's partial sum is the CPU
+// rank's, and the two partials add up to the whole step's output (what the plan's
+// all-reduce computes after it).
+TEST(MoeEmulation, ExpertParallelRanksHoldHalfTheExpertsEach) {
+  MoeCase whole;
+  whole.rows = 12;
+  whole.biases = true;
+  whole.weightType = DType::BF16;
+  whole.clamped = true;
+  const MoeKernels set = gptOssKernels();
+  const MoeRun all = runBoth(whole, set, 31);
+  expectClose(whole, all.gpu, all.cpu, "one rank");
+  std::vector<float> sum(all.gpu.size(), 0.0f);
+  for (int rank : {0, 1}) {
+    MoeCase part = whole;
+    part.rankExperts = {2, 2};
+    part.rank = rank;
+    const MoeRun run = runBoth(part, set, 31);
+    for (size_t i = 0; i < sum.size(); ++i) {
+      const float tolerance = 1e-5f + 1e-4f * std::fabs(run.cpu[i]) + 1e-4f;
+      ASSERT_NEAR(run.gpu[i], run.cpu[i], tolerance) << "rank " << rank << " element " << i;
+      sum[i] += run.gpu[i];
+    }
+  }
+  expectClose(whole, sum, all.cpu, "the ranks' sum");
+}
+
+// The launcher refuses what its kernels were not generated for, by name.
+TEST(MoeEmulation, RefusesMismatchedKernels) {
+  MoeCase c;
+  c.rows = 2;
+  MoeKernels set = floatKernels(4, 2, 0, 1);
+  set.constants[1]["WT"] = 3;  // generated for bf16 gate-up weights
+  const MoeTensors tensors = makeTensors(c, 0, 4, 3);
+  EmulatedMoe context(set, attrsOf(c), 0);
+  for (const OwnedTensor *tensor : inputsOf(tensors))
+    context.inputs.push_back(tensor->storage.empty()
+                                 ? std::nullopt
+                                 : std::optional<DeviceTensor>(DeviceTensor{
+                                       tensor->dtype, tensor->shape,
+                                       address(tensor->storage.data())}));
+  std::vector<float> out(c.rows * kHidden);
+  context.outputs.push_back({DType::F32, {c.rows, kHidden}, address(out.data())});
+  std::vector<GpuOpInfo> ops;
+  addMoeGpuOps(ops);
+  const Status status = ops[0].run(context);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("gate_up"), std::string::npos) << status.message();
+  EXPECT_EQ(context.launches[0], 0);
+}
+
+} // namespace
+} // namespace dsrt::test
