@@ -453,6 +453,20 @@ TEST(MoeEmulation, SoftmaxTop3Of8WithAnExpertNoRowChooses) {
   checkDecodeAndPrompt(c, floatKernels(8, 3, 0, 1), 11);
 }
 
+// 40 experts, top 5: the routing warp's lanes 0-7 scan two experts each, and most experts
+// go unchosen (NaN weights) in a decode step.
+TEST(MoeEmulation, SoftmaxTop5Of40) {
+  MoeCase c;
+  c.experts = 40;
+  c.topK = 5;
+  c.inter = 8;
+  MoeKernels set = floatKernels(4, 2, 0, 1);
+  setSlot(set, 0, &::route_e40k5::route_e40k5_kernel, routeConstants(40, 5, 0, 1));
+  setSlot(set, 3, &::combine_k5::combine_k5_kernel,
+          {{"HIDDEN", kHidden}, {"TOP_K", 5}, {"SHARED", 0}, {"BLOCK", BLOCK}});
+  checkDecodeAndPrompt(c, set, 37);
+}
+
 TEST(MoeEmulation, SigmoidTop2Of8NotRenormalised) {
   MoeCase c;
   c.experts = 8;
