@@ -166,6 +166,8 @@ struct MoeCase {
   // Expert parallelism: the ranks' expert counts; the step runs as rank `rank`.
   std::vector<int64_t> rankExperts;
   int rank = 0;
+  // Tensor parallelism with biases: the one rank that adds the down biases (-1: every rank).
+  int64_t downBiasRank = -1;
   // Rows whose logits are all equal: ties, broken towards the lower expert.
   bool tiedRow = false;
   // An expert no row chooses (its logits far below), besides whatever routing leaves out.
@@ -314,6 +316,8 @@ ops::AttrMap attrsOf(const MoeCase &c) {
     attrs["swiglu_alpha"] = ops::Attr::ofFloat(kAlpha);
     attrs["swiglu_limit"] = ops::Attr::ofFloat(kLimit);
   }
+  if (c.downBiasRank >= 0)
+    attrs["down_bias_rank"] = ops::Attr::ofInt(c.downBiasRank);
   if (!c.rankExperts.empty()) {
     std::vector<int64_t> offsets;
     int64_t first = 0;
@@ -382,7 +386,7 @@ MoeRun runBoth(const MoeCase &c, const MoeKernels &kernels, unsigned seed) {
   TensorRef out{DType::F32, {c.rows, kHidden}, run.cpu.data()};
   RankOnly rank(c.rank);
   ops::SessionState state;
-  state.collectives = c.rankExperts.empty() ? nullptr : &rank;
+  state.collectives = c.rankExperts.empty() && c.rank == 0 ? nullptr : &rank;
   const Status cpuStatus = ops::compute("tfm.moe", attrs, inputs, {&out}, &state);
   EXPECT_TRUE(cpuStatus.isOk()) << cpuStatus.message();
   return run;
@@ -569,6 +573,23 @@ TEST(MoeEmulation, ExpertParallelRanksHoldHalfTheExpertsEach) {
     }
   }
   expectClose(whole, sum, all.cpu, "the ranks' sum");
+}
+
+// Tensor parallelism splits every expert's inter features (each rank's weights are a smaller
+// expert, inter 16 here where the kernels know only the hidden size) and one rank adds the
+// down biases: rank 1 of `down_bias_rank` 0 adds none, rank 0 adds them.
+TEST(MoeEmulation, TensorParallelRankAddsTheDownBiasesOnlyWhereAsked) {
+  MoeCase c;
+  c.rows = 3;
+  c.inter = 16;
+  c.biases = true;
+  c.weightType = DType::BF16;
+  c.clamped = true;
+  c.downBiasRank = 0;
+  for (int rank : {0, 1}) {
+    c.rank = rank;
+    checkMoe(c, gptOssKernels(), 41);
+  }
 }
 
 // The launcher refuses what its kernels were not generated for, by name.
