@@ -6,6 +6,11 @@
 // f32 (int8 and int4 codes times their group's scale, as the CPU kernel dequantizes them)
 // and multiplied with each row in f32.
 //
+// Where the rows allow it (their inputs a multiple of a 16-byte load's weights, an int8/int4
+// group a multiple of it too, the weights and the input 16-byte aligned), each lane reads
+// 16 bytes of a weight row at once: 4 f32, 8 f16/bf16, 16 int8 or 32 int4 codes, which share
+// one scale; else one weight at a time.
+//
 // GATE_UP 1: in is x [rows, HIDDEN]; expert e's gate row j is weight row e * 2 * inter + j,
 // its up row inter after it; out[(offsets[e] + i) * inter + j] = act(gate + b) * (up + b)
 // for the expert's i-th row lists[offsets[e] + i] (CLAMPED: GPT-OSS's clamped SwiGLU,
@@ -37,6 +42,46 @@
 #endif
 
 #define MOE_EXPERT_WARPS (BLOCK / 32)
+// Weights per 16-byte load.
+#define MOE_VECTOR (WT == DSC_DT_F32 ? 4 : WT == 8 ? 16 : WT == 9 ? 32 : 8)
+
+struct alignas(16) MoeChunk {
+  unsigned int word[4];
+};
+struct alignas(16) MoeFloat4 {
+  float v[4];
+};
+
+// Weight `j` of a 16-byte load, as f32 (int8 and int4: the code, before its scale).
+static __device__ __forceinline__ float moe_widen(const MoeChunk &chunk, int j) {
+  if constexpr (WT == DSC_DT_F32) {
+    return __uint_as_float(chunk.word[j]);
+  } else if constexpr (WT == 8) {
+    return static_cast<float>(
+        static_cast<signed char>((chunk.word[j / 4] >> (8 * (j % 4))) & 0xffu));
+  } else if constexpr (WT == 9) {
+    return static_cast<float>(static_cast<int>((chunk.word[j / 8] >> (4 * (j % 8))) & 15u) - 8);
+  } else {
+    return dsc_half_of_word<WT>(chunk.word[j / 2], j % 2);
+  }
+}
+
+// Load `chunk` of weight row `row` and its scale (1 for float weights).
+static __device__ __forceinline__ MoeChunk moe_chunk(const void *w, const void *scales,
+                                                     long long row, int in_features, int chunk,
+                                                     int group_size, float &scale) {
+  const long long row_bytes =
+      WT == 9 ? in_features / 2 : static_cast<long long>(in_features) * (WT == 8 ? 1 : WT == 1 ? 4 : 2);
+  const MoeChunk loaded =
+      *reinterpret_cast<const MoeChunk *>(static_cast<const char *>(w) + row * row_bytes +
+                                          16ll * chunk);
+  if constexpr (WT == 8 || WT == 9)
+    scale = dsc_load_float<SDT>(scales, row * (in_features / group_size) +
+                                            chunk * MOE_VECTOR / group_size);
+  else
+    (void)scales, (void)group_size, scale = 1.0f;
+  return loaded;
+}
 
 // Input k of weight row `row` of `in_features`, as f32.
 static __device__ __forceinline__ float moe_weight(const void *w, const void *scales,
@@ -66,8 +111,9 @@ static __device__ __forceinline__ float moe_bias(const void *bias, long long ind
   return 0.0f;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
-moe_experts(const float *in, const void *w, const void *scales, const void *bias,
+// No __launch_bounds__: with it, ptxas held the 16-byte int4 and bf16 paths to 64 registers
+// and spilled; without, they take 72-80 and nothing spills (3 blocks of 256 per SM).
+extern "C" __global__ void moe_experts(const float *in, const void *w, const void *scales, const void *bias,
             const int *counts, const int *offsets, const int *lists, float *out,
             long long rows, int inter, int group_size, int add_bias) {
   const int lane = threadIdx.x % 32;
@@ -83,6 +129,11 @@ moe_experts(const float *in, const void *w, const void *scales, const void *bias
   // Weight rows: the gate's and the up's, or the down projection's.
   const long long row_a = GATE_UP ? expert * 2 * inter + feature : expert * HIDDEN + feature;
   const long long row_b = row_a + inter;
+  // The 16-byte path: whole loads per row, one scale per load, aligned rows of weights and
+  // of the input (every input row starts a multiple of 16 bytes after `in`).
+  const bool vector = in_features % MOE_VECTOR == 0 &&
+                      (!(WT == 8 || WT == 9) || group_size % MOE_VECTOR == 0) &&
+                      dsc_aligned16(w, in);
   for (long long first = 0; first < count; first += ROWS) {
     const float *x[ROWS];
 #pragma unroll
@@ -96,15 +147,44 @@ moe_experts(const float *in, const void *w, const void *scales, const void *bias
 #pragma unroll
     for (int t = 0; t < ROWS; ++t)
       acc_a[t] = acc_b[t] = 0.0f;
-    for (int k = lane; k < in_features; k += 32) {
-      const float wa = moe_weight(w, scales, row_a, in_features, k, group_size);
-      const float wb = GATE_UP ? moe_weight(w, scales, row_b, in_features, k, group_size) : 0.0f;
+    if (vector) {
+      for (int c = lane; c < in_features / MOE_VECTOR; c += 32) {
+        float scale_a, scale_b = 1.0f;
+        const MoeChunk a = moe_chunk(w, scales, row_a, in_features, c, group_size, scale_a);
+        const MoeChunk b = GATE_UP ? moe_chunk(w, scales, row_b, in_features, c, group_size,
+                                               scale_b)
+                                   : a;
 #pragma unroll
-      for (int t = 0; t < ROWS; ++t) {
-        const float value = x[t][k];
-        acc_a[t] += wa * value;
-        if (GATE_UP)
-          acc_b[t] += wb * value;
+        for (int j = 0; j < MOE_VECTOR; j += 4) {
+          MoeFloat4 values[ROWS];
+#pragma unroll
+          for (int t = 0; t < ROWS; ++t)
+            values[t] = *reinterpret_cast<const MoeFloat4 *>(x[t] + c * MOE_VECTOR + j);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float wa = moe_widen(a, j + i) * scale_a;
+            const float wb = GATE_UP ? moe_widen(b, j + i) * scale_b : 0.0f;
+#pragma unroll
+            for (int t = 0; t < ROWS; ++t) {
+              acc_a[t] += wa * values[t].v[i];
+              if (GATE_UP)
+                acc_b[t] += wb * values[t].v[i];
+            }
+          }
+        }
+      }
+    } else {
+      for (int k = lane; k < in_features; k += 32) {
+        const float wa = moe_weight(w, scales, row_a, in_features, k, group_size);
+        const float wb =
+            GATE_UP ? moe_weight(w, scales, row_b, in_features, k, group_size) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < ROWS; ++t) {
+          const float value = x[t][k];
+          acc_a[t] += wa * value;
+          if (GATE_UP)
+            acc_b[t] += wb * value;
+        }
       }
     }
 #pragma unroll

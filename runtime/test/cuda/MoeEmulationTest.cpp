@@ -477,6 +477,7 @@ TEST(MoeEmulation, SigmoidTop2Of8NotRenormalised) {
   c.scoring = "sigmoid";
   c.normalize = false;
   c.rows = 12;
+  c.inter = 18;  // the down rows' 18 inputs: one f32 at a time (not whole 16-byte loads)
   checkMoe(c, floatKernels(8, 2, 1, 0), 13);
 }
 
@@ -501,6 +502,7 @@ TEST(MoeEmulation, GptOssClampedSwigluWithBiases) {
   c.weightType = DType::BF16;
   c.biases = true;
   c.clamped = true;
+  c.inter = 20;  // gate-up rows in 16-byte loads (40 inputs), down rows (20) one at a time
   const MoeKernels set = gptOssKernels();
   checkDecodeAndPrompt(c, set, 17);
 }
@@ -519,7 +521,8 @@ TEST(MoeEmulation, SharedExpertWithItsGate) {
   checkDecodeAndPrompt(c, set, 19);
 }
 
-// int8 experts with f16 scales: per channel for gate-up, groups of 8 for down (24 = 3 x 8).
+// int8 experts with f16 scales: per channel for gate-up (40 inputs: one byte at a time), 3
+// groups for down: of 8 over inter 24 (one at a time), of 16 over inter 48 (16-byte loads).
 TEST(MoeEmulation, Int8ExpertsPerChannelAndInGroups) {
   MoeCase c;
   c.weightType = DType::I8;
@@ -530,22 +533,29 @@ TEST(MoeEmulation, Int8ExpertsPerChannelAndInGroups) {
   MoeKernels set = floatKernels(4, 2, 0, 1);
   setSlot(set, 1, &::up_i8::up_i8_kernel, up_i8::kConstants);
   setSlot(set, 2, &::down_i8::down_i8_kernel, down_i8::kConstants);
-  checkDecodeAndPrompt(c, set, 23);
+  for (int64_t inter : {24, 48}) {
+    c.inter = inter;
+    checkDecodeAndPrompt(c, set, 23);
+  }
 }
 
-// int4 experts (two codes a byte) with f32 scales in groups of 8 and of 20 inputs.
+// int4 experts (two codes a byte) with f32 scales: gate-up in groups of 20, down in 2 groups,
+// of 12 over inter 24 (one code at a time) and of 32 over inter 64 (16-byte loads).
 TEST(MoeEmulation, Int4Experts) {
   MoeCase c;
   c.weightType = DType::U8;
   c.scaleType = DType::F32;
   c.gateUpGroups = 2;  // 40 = 2 x 20
-  c.downGroups = 3;    // 24 = 3 x 8
+  c.downGroups = 2;
   MoeKernels set = floatKernels(8, 3, 0, 1);
   c.experts = 8;
   c.topK = 3;
   setSlot(set, 1, &::up_i4::up_i4_kernel, up_i4::kConstants);
   setSlot(set, 2, &::down_i4::down_i4_kernel, down_i4::kConstants);
-  checkDecodeAndPrompt(c, set, 29);
+  for (int64_t inter : {24, 64}) {
+    c.inter = inter;
+    checkDecodeAndPrompt(c, set, 29);
+  }
 }
 
 // Expert parallelism: two ranks of two experts each. Each rank's partial sum is the CPU
