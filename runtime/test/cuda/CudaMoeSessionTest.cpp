@@ -8,6 +8,7 @@
 // and the launcher's agreement, not values (MoeEmulationTest.cpp and test/gpu/moe.test do).
 #include "FakeDriver.h"
 #include "TestPlans.h"
+#include "comm/InProcessGroup.h"
 #include "cuda/CudaSession.h"
 #include "plan/PlanFile.h"
 
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dsrt::cuda {
@@ -119,6 +121,60 @@ TEST(CudaMoeFakeSession, Int8AndInt4ExpertsRunOnTheDevice) {
 // Qwen2-MoE: the shared expert's two kernels after the routed experts'.
 TEST(CudaMoeFakeSession, Qwen2MoeSharedExpertRunsOnTheDevice) {
   runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen2moe.dsp", true, 1, 2);
+}
+
+// Qwen3-MoE with --ep 2: two in-process ranks on the fake GPU, each holding 4 of the 8 experts.
+// Every MoE step runs on the device on both ranks, its expert kernels over a grid of the
+// rank's 4 experts, and the partial sums meet in the plan's all-reduce (staged, so decode is
+// eager: graphs are not expected).
+TEST(CudaMoeFakeSession, ExpertParallelRanksRunTheirExpertsOnTheDevice) {
+  std::unique_ptr<PlanFile> opened;
+  Status status = PlanFile::open(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen3moe-ep2.dsp", opened);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  std::shared_ptr<PlanFile> plan = std::move(opened);
+  ASSERT_EQ(plan->rankCount(), 2);
+  if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
+    GTEST_SKIP() << "the MoE plan has no kernels (dsc found no NVRTC)";
+  fake::reset();
+  InProcessGroup group(2);
+  std::vector<std::string> errors(2);
+  std::vector<size_t> moeSteps(2);
+  auto rank = [&](int r) {
+    CudaSessionOptions options;
+    options.driver = &fake::driver();
+    options.collectives = &group.member(r);
+    options.strict = true;
+    std::unique_ptr<CudaSession> session;
+    Status status = CudaSession::create(plan, r, options, session);
+    if (status.isOk())
+      status = test::runTokens(*session, "prefill", 3, 3);
+    if (status.isOk())
+      status = test::runTokens(*session, "decode", 4, 1);
+    if (!status.isOk()) {
+      group.abort();
+      errors[r] = status.message();
+      return;
+    }
+    moeSteps[r] = checkMoeSteps(*session, "decode", false, 1);
+  };
+  std::thread zero(rank, 0), one(rank, 1);
+  zero.join();
+  one.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+    EXPECT_EQ(moeSteps[r], 2u) << "rank " << r;
+  }
+  std::map<const void *, std::string> names;
+  for (size_t f = 0; f < fake::state().functions.size(); ++f)
+    names[fake::state().functions[f]] = fake::state().functionNames[f];
+  size_t experts = 0;
+  for (const fake::Launch &launch : fake::state().launches)
+    if (names[launch.function] == "moe_experts") {
+      EXPECT_EQ(launch.grid[1], 4u) << "a rank's expert grid is its 4 experts";
+      ++experts;
+    }
+  // 2 ranks x 2 layers x (gate-up, down) x (prefill, decode).
+  EXPECT_EQ(experts, 16u);
 }
 
 } // namespace
