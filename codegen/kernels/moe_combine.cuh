@@ -33,8 +33,11 @@ moe_combine(const float *expert_out, const int *routes, const float *weights, co
           if (expert > previous && (next < 0 || expert < routes[r * TOP_K + next]))
             next = i;
         }
+        // None left only where a row's choices repeat (moe_route's out-of-range choice of
+        // NaN scores): -1, skipped below.
         order[j] = next;
-        previous = routes[r * TOP_K + next];
+        if (next >= 0)
+          previous = routes[r * TOP_K + next];
       }
     }
     float scale = 0.0f;
@@ -49,7 +52,7 @@ moe_combine(const float *expert_out, const int *routes, const float *weights, co
     }
     for (int h = threadIdx.x; h < HIDDEN; h += BLOCK) {
       float sum = 0.0f;
-      for (int j = 0; j < TOP_K; ++j) {
+      for (int j = 0; j < TOP_K && order[j] >= 0; ++j) {
         const long long chosen = r * TOP_K + order[j];
         const int slot = slots[chosen];
         if (slot >= 0)

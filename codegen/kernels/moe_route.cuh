@@ -69,7 +69,9 @@ moe_route(const float *logits, long long rows, int first, int held, int *routes,
           best_expert = other_expert;
         }
       }
-      if (best_expert % 32 == lane)
+      // No expert offered: every remaining score is NaN (logits the CPU kernel refuses). The
+      // choice stays out of range, which no rank holds, so it adds nothing.
+      if (best_expert < EXPERTS && best_expert % 32 == lane)
         mine[best_expert] = -2.0f;  // below every score: never offered again
       chosen_score[j] = best;
       chosen_expert[j] = best_expert;
