@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <random>
 #include <set>
@@ -172,6 +173,8 @@ struct MoeCase {
   bool tiedRow = false;
   // An expert no row chooses (its logits far below), besides whatever routing leaves out.
   int64_t shunned = -1;
+  // A row whose logits the device gets as NaN (the CPU, which refuses them, gets the real ones).
+  int64_t nanRow = -1;
 };
 
 constexpr int64_t kHidden = HIDDEN;
@@ -358,7 +361,12 @@ MoeRun runBoth(const MoeCase &c, const MoeKernels &kernels, unsigned seed) {
   run.cpu.assign(c.rows * kHidden, -2.0f);
 
   EmulatedMoe context(kernels, attrs, c.rank);
+  OwnedTensor nanLogits = tensors.logits;
+  for (int64_t e = 0; c.nanRow >= 0 && e < c.experts; ++e)
+    storeFloat(nanLogits, c.nanRow * c.experts + e, std::numeric_limits<float>::quiet_NaN());
   for (const OwnedTensor *tensor : inputsOf(tensors)) {
+    if (tensor == &tensors.logits)
+      tensor = &nanLogits;
     if (tensor->storage.empty()) {
       context.inputs.push_back(std::nullopt);
       continue;
@@ -583,6 +591,23 @@ TEST(MoeEmulation, ExpertParallelRanksHoldHalfTheExpertsEach) {
     }
   }
   expectClose(whole, sum, all.cpu, "the ranks' sum");
+}
+
+// A row whose router scores are all NaN (the CPU kernel refuses the step) chooses no expert on
+// the device: its output is zeros, and the other rows are the CPU's.
+TEST(MoeEmulation, NanScoresChooseNoExpert) {
+  MoeCase c;
+  c.rows = 3;
+  c.nanRow = 1;
+  const MoeRun run = runBoth(c, floatKernels(4, 2, 0, 1), 43);
+  for (int64_t h = 0; h < kHidden; ++h)
+    EXPECT_EQ(run.gpu[kHidden + h], 0.0f) << h;
+  MoeCase others = c;
+  others.rows = 1;
+  expectClose(others, {run.gpu.begin(), run.gpu.begin() + kHidden},
+              {run.cpu.begin(), run.cpu.begin() + kHidden}, "row 0");
+  expectClose(others, {run.gpu.begin() + 2 * kHidden, run.gpu.end()},
+              {run.cpu.begin() + 2 * kHidden, run.cpu.end()}, "row 2");
 }
 
 // Tensor parallelism splits every expert's inter features (each rank's weights are a smaller
