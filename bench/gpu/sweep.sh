@@ -42,8 +42,11 @@
 # CPU sessions and timed against int8 (--steps realistic,int4). Nor sinks (about 90 s), the
 # attention sinks' kernels (docs/cuda-backend.md "Attention sinks"): test/gpu/attention-sinks
 # and attention-sinks-launches.test outside lit (--steps info,build,sinks; the tests step's
-# lit suite has them too).
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,bench,profile]
+# lit suite has them too); nor moe, the fused mixture of experts (docs/cuda-backend.md,
+# "Mixture of experts"): test/gpu/moe.test's plans against their CPU sessions, the MoE
+# kernels' launch counts, compute-sanitizer over them and expert parallelism on in-process
+# ranks (--steps moe, about 2 minutes).
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,moe,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -373,6 +376,65 @@ step_int4() {
   return $failed
 }
 
+# The fused mixture of experts on the GPU (docs/cuda-backend.md, "Mixture of experts"; not in
+# the default steps: --steps moe). test/gpu/moe.test's plans outside lit, so that the numbers
+# print: each against its CPU session (dseval: logits of 48 prompts and 8 decode steps,
+# within the test's bounds), the kernels each launched (DSRT_CUDA_LAUNCH_COUNTS=1: the MoE
+# kernels must be there, the fallback nowhere), compute-sanitizer memcheck and racecheck
+# over a prompt and 4 greedy decode steps of Qwen2-MoE (the routing kernel's block-wide
+# lists, the shared expert), and --ep 2 on two in-process ranks against one rank's logits.
+step_moe() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/moe failed=0
+  mkdir -p "$dir"
+  export DSRT_INT4_ACTIVATIONS=f32
+  models=$root/test/models
+  dsc compile "$models/qwen3moe-ts/model.onnx" -o "$dir/qwen3moe.dsp" --max-batch 4 \
+      --max-seq-len 64 &&
+    dsc compile "$models/qwen2moe-ts/model.onnx" -o "$dir/qwen2moe.dsp" --max-batch 4 \
+        --max-seq-len 64 &&
+    dsc compile "$models/mixtral-ts/model.onnx" -o "$dir/mixtral-int8.dsp" --dtype int8 \
+        --int8-group-size 8 --max-batch 4 --max-seq-len 64 &&
+    dsc compile "$models/mixtral-ts/model.onnx" -o "$dir/mixtral-int4.dsp" --dtype int4 \
+        --int8-group-size 8 --max-batch 4 --max-seq-len 64 &&
+    dsc compile "$models/qwen3moe-ts/model.onnx" -o "$dir/qwen3moe-ep2.dsp" --ep 2 \
+        --max-batch 4 --max-seq-len 64 ||
+    return 1
+  for plan in qwen3moe qwen2moe mixtral-int8 mixtral-int4; do
+    echo "--- $plan: GPU against CPU"
+    dseval "$dir/$plan.dsp" --reference "$dir/$plan.dsp" --device cuda --min-top1 0.99 \
+        --max-abs-error 1e-3 --max-mean-abs-error 1e-4 \
+        --prompts "$root/test/quant/prompts.txt" --decode-steps 8 || failed=1
+    echo "--- $plan: launches of a prompt and 8 greedy tokens"
+    # shellcheck disable=SC2086 # $strict is empty or one option
+    DSRT_CUDA_LAUNCH_COUNTS=1 dsrun "$dir/$plan.dsp" --device cuda $strict \
+        --prompt-ids 37,122,254,228 --max-new-tokens 8 --ignore-eos >/dev/null \
+        2>"$dir/$plan-launches.txt" || failed=1
+    grep -E "moe_|fallback" "$dir/$plan-launches.txt"
+    [ -z "$strict" ] || grep -q "moe_route" "$dir/$plan-launches.txt" ||
+      { echo "no moe_route launch for $plan"; failed=1; }
+  done
+  if [ -n "$strict" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    for tool in memcheck racecheck; do
+      echo "--- compute-sanitizer $tool: qwen2moe"
+      compute-sanitizer --tool "$tool" --error-exitcode 9 dsrun "$dir/qwen2moe.dsp" \
+          --device cuda --prompt-ids 37,122,254,228 --max-new-tokens 4 --ignore-eos \
+          >/dev/null || failed=1
+    done
+  fi
+  echo "--- qwen3moe --ep 2 on two in-process ranks against one rank"
+  mkdir -p "$dir/tp1" &&
+    dsrun "$dir/qwen3moe.dsp" --device cpu --input-dir "$models/qwen3moe-ts/test_data_set_0" \
+        --output-dir "$dir/tp1" --quiet &&
+    # shellcheck disable=SC2086
+    dsrun "$dir/qwen3moe-ep2.dsp" --ranks inprocess --device cuda $strict \
+        --input-dir "$models/qwen3moe-ts/test_data_set_0" --expect-dir "$dir/tp1" \
+        --rtol 1e-4 --atol 1e-4 || failed=1
+  [ $failed = 0 ] && echo "moe on cuda: within bounds" || echo "moe on cuda: FAILED (above)"
+  return $failed
+}
+
 step_bench() {
   # shellcheck disable=SC2086 # BENCH_ARGS: more run.sh options, split on spaces
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
@@ -418,6 +480,7 @@ run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
 run_step int4 "${LIMIT_int4:-240}" step_int4
 run_step sinks "${LIMIT_sinks:-90}" step_sinks
+run_step moe "${LIMIT_moe:-150}" step_moe
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile
 

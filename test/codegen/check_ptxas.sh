@@ -78,6 +78,13 @@ done
 # a bf16 cache (the tensor cores' prefill), and with BLOOM's ALiBi over a bf16 cache (the
 # CUDA cores' prefill over a half cache).
 compile llama-op17-serving "$models/llama-op17/model.onnx" --serving
+# Mixtures of experts (tfm.moe's moe_route, moe_experts, moe_combine): today's Qwen3-MoE in
+# bf16, Qwen2-MoE with its shared expert, Mixtral with int8 (f16 scales) and int4 experts.
+compile qwen3moe-bf16 "$models/qwen3moe-ts/model.onnx" --dtype bf16
+compile qwen2moe "$models/qwen2moe-ts/model.onnx"
+compile mixtral-int8 "$models/mixtral-ts/model.onnx" --dtype int8 --int8-group-size 8
+compile mixtral-int4 "$models/mixtral-ts/model.onnx" --dtype int4 --int8-group-size 8
+plans=$((plans + 4))
 compile gemma2-serving-bf16 "$models/gemma2-dynamo-eager/model.onnx" --serving \
   --kv-cache-dtype bf16
 compile bloom-serving-bf16 "$models/bloom-op17/model.onnx" --serving --kv-cache-dtype bf16
@@ -108,6 +115,17 @@ for name in gpt2-op17-int4 gpt2-op17-int4-g64 llama-op17-int4-head-bf16 llama-or
       failures=$((failures + 1))
     fi
   done
+done
+
+# The MoE plans have the fused MoE's kernels (a rule that declined would leave them out): the
+# int8 and int4 experts', the shared expert's (SHARED1), the routing and the weighted sum.
+for kind in "moe_route_*" "moe_combine_*SHARED1*" "moe_experts_*WT8_SDT2*" \
+            "moe_experts_*WT9_SDT2*" "moe_experts_*WT3_*" "moe_experts_*SHARED1*"; do
+  if [ -z "$(find "$work"/qwen3moe-bf16 "$work"/qwen2moe "$work"/mixtral-int8 \
+                  "$work"/mixtral-int4 -name "$kind.ptx" 2>/dev/null | head -n 1)" ]; then
+    echo "FAIL: no MoE plan has a $kind kernel"
+    failures=$((failures + 1))
+  fi
 done
 
 # Every decoder's plan has the one-launch decode attention (FUSED_COMBINE) and gemv with a
@@ -146,14 +164,16 @@ done
 
 # Registers and spills of the int8 and int4 decode kernels, int4's dequantization, the norm
 # prologue's, the one-launch decode attention (the paged one among them), the paged
-# prefill and the attention kernels with sinks, for the record (docs/cuda-backend.md). The
-# int4 kernels must not spill ("int4 linears"), nor the prefill kernels with sinks. The
-# decode kernels with GROUP_HEADS 4 may: ptxas keeps them at 64 registers and spills a few
-# bytes on some shapes with or without sinks (docs/cuda-backend.md, "Attention sinks").
+# prefill, the attention kernels with sinks and the MoE kernels, for the record
+# (docs/cuda-backend.md). The int4 and MoE kernels must not spill ("int4 linears", "Mixture
+# of experts"), nor the prefill kernels with sinks. The decode kernels with GROUP_HEADS 4
+# may: ptxas keeps them at 64 registers and spills a few bytes on some shapes with or without
+# sinks (docs/cuda-backend.md, "Attention sinks").
 for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
            "$work"/*/dequantize_int4_*.ptx "$work"/*/gemv_*_NORM*.ptx \
            "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx \
-           "$work"/*/attention_prefill_*PAGED1.ptx "$work"/*/attention_*SINKS1*.ptx; do
+           "$work"/*/attention_prefill_*PAGED1.ptx "$work"/*/attention_*SINKS1*.ptx \
+           "$work"/*/moe_*.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
   [ -n "${reported[$kernel]:-}" ] && continue
@@ -163,7 +183,7 @@ for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
             grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
     echo "$kernel $arch: $usage"
     case $kernel in
-      gemv_*_WT9_*|dequantize_int4_*|attention_prefill*SINKS1*)
+      gemv_*_WT9_*|dequantize_int4_*|attention_prefill*SINKS1*|moe_*)
         if echo "$usage" | grep -qE "[1-9][0-9]* bytes spill"; then
           echo "FAIL: the kernel $kernel spills on $arch"
           failures=$((failures + 1))

@@ -11,7 +11,8 @@
 // launch (generic_split); tfm.attention 3 launches (rotary, split-KV decode, combine) for one
 // new token over the session cache, 2 (rotary, prefill) otherwise, with or without the
 // cache (forward); tfm.linear and tfm.lm_head one gemv up to 8 rows, also for int8
-// weights; embedding, layer and RMS norms and gated_act one; the collectives no kernel.
+// weights; embedding, layer and RMS norms and gated_act one; tfm.moe one per kernel of its
+// step (four, six with a shared expert); the collectives no kernel.
 // Not confirmed here: the collectives' device copies and NCCL calls (the fake driver
 // records neither), the GEMM path's launches (LinearOpsTest.cpp checks the launcher's) and
 // the rows of prefill's last-position LM head (3 tokens or 1 row: both one gemv).
@@ -139,6 +140,12 @@ TEST(RooflineModel, Int8EagerRunsLaunchWhatTheModelPredicts) {
   checkSingleRank(openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT));
 }
 
+// Qwen2-MoE's plan: each tfm.moe step launches its six kernels (routing, the routed experts'
+// gate-up and down, the shared expert's two, the weighted sum), one new token or three.
+TEST(RooflineModel, MoeEagerRunsLaunchWhatTheModelPredicts) {
+  checkSingleRank(openPlan("DSRT_TEST_MOE_PLAN", DSRT_TEST_MOE_PLAN_DEFAULT));
+}
+
 // Both ranks of the two-rank Llama, threads of one process on the fake GPU with staged
 // collectives: prefill together, then one decode each, counted per rank by the session
 // and in total by the fake driver.
@@ -198,7 +205,7 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
       for (uint32_t s = 0; program->steps() && s < program->steps()->size(); ++s)
         ops.insert(program->steps()->Get(s)->op()->str());
   for (const char *op : {"Neg", "IsNaN", "Gelu", "Or", "Where", "Transpose", "Expand", "CumSum",
-                         "LogSoftmax", "ReduceMax", "tfm.residual_add", "tfm.activation"})
+                         "LogSoftmax", "ReduceMax", "tfm.residual_add", "tfm.activation", "tfm.moe"})
     ops.insert(op);
   for (const std::string &op : ops)
     EXPECT_EQ(roofline::hasGpuLauncher(op), findGpuOp(op) != nullptr) << op;
