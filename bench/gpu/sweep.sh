@@ -263,8 +263,8 @@ step_sanitizer() {
 # Attention sinks on the GPU (not in the default steps: --steps sinks), as
 # test/gpu/attention-sinks.test and attention-sinks-launches.test check them: GPT-OSS's
 # fixture forward against PyTorch and its CPU session, greedy generation, the engine over f32
-# and bf16 pools (not strict: its tfm.moe steps take the host fallback), with the SINKS
-# kernels' launches counted; ORT GenAI's head_sink and smooth_softmax llamas strict.
+# and bf16 pools, with the SINKS kernels' launches counted; ORT GenAI's head_sink and
+# smooth_softmax llamas. Strict on a GPU (GPT-OSS's experts run the fused MoE kernels).
 step_sinks() {
   strict=""
   dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
@@ -278,18 +278,20 @@ step_sinks() {
         --kv-cache-dtype bf16 --max-batch 16 --max-seq-len 64 || return 1
   for s in 0 1 2; do
     echo "--- gptoss set $s: against PyTorch, and against the CPU"
-    dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+    dsrun "$dir/gptoss.dsp" --device cuda $strict --input-dir "$m/test_data_set_$s" \
         --expect-dir "$m/test_data_set_$s" --rtol 1e-4 --atol 1e-4 || failed=1
     mkdir -p "$dir/cpu-$s"
     dsrun "$dir/gptoss.dsp" --device cpu --input-dir "$m/test_data_set_$s" \
         --output-dir "$dir/cpu-$s" --quiet &&
-      dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+      dsrun "$dir/gptoss.dsp" --device cuda $strict --input-dir "$m/test_data_set_$s" \
           --expect-dir "$dir/cpu-$s" --rtol 1e-4 --atol 1e-4 || failed=1
   done
   "$python" "$models/check_generation.py" --dsrun dsrun --plan "$dir/gptoss.dsp" \
-      --reference "$m/generation.json" --prefill --dsrun-arg=--device --dsrun-arg=cuda ||
+      --reference "$m/generation.json" --prefill --dsrun-arg=--device --dsrun-arg=cuda \
+      ${strict:+--dsrun-arg=$strict} ||
     failed=1
-  DSRT_CUDA_LAUNCH_COUNTS=1 dsrun "$dir/gptoss.dsp" --device cuda --stats --prompt-ids 5,6,7 \
+  DSRT_CUDA_LAUNCH_COUNTS=1 DSRT_CUDA_GRAPHS=0 dsrun "$dir/gptoss.dsp" --device cuda $strict \
+      --stats --prompt-ids 5,6,7 \
       --prompt-ids 9,10 --max-new-tokens 8 --ignore-eos >"$dir/gptoss-launches.log" 2>&1 ||
     failed=1
   grep -E '^dsrt: [0-9]+ launches of attention_|fallback steps' "$dir/gptoss-launches.log"
@@ -300,7 +302,7 @@ step_sinks() {
     done
   fi
   for plan in gptoss-serving gptoss-serving-bf16; do
-    dsrt-engine-check "$dir/$plan.dsp" --device cuda >"$dir/$plan.log" 2>&1 || failed=1
+    dsrt-engine-check "$dir/$plan.dsp" --device cuda $strict >"$dir/$plan.log" 2>&1 || failed=1
     tail -n 1 "$dir/$plan.log"
   done
   for v in sinks smooth; do

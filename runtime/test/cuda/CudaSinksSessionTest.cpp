@@ -1,9 +1,8 @@
 // Attention sinks on the CUDA session against the fake driver: the GPT-OSS fixture's plan
 // (gptoss-ts-eager, compiled with its GPU kernels) runs every tfm.attention step on the
 // device, through the kernels with SINKS, in prefill, decode and the serving engine's step
-// program (the paged kernels); only its tfm.moe steps, which have no GPU kernel yet, take the
-// host fallback. ORT GenAI's llama with head_sink, which has no MoE, runs its serving step
-// in strict mode (a fallback step would fail it). The kernels' arithmetic is
+// program (the paged kernels), in strict mode (a fallback step would fail it): its tfm.moe
+// steps run the fused MoE kernels. So does ORT GenAI's llama with head_sink. The kernels' arithmetic is
 // AttentionSinksEmulationTest.cpp's and PagedAttentionEmulationTest.cpp's.
 #include "FakeDriver.h"
 #include "TestPlans.h"
@@ -42,8 +41,8 @@ bool endsWith(const std::string &name, const std::string &suffix) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Every tfm.attention step of `program`'s last run on the device, every step that fell back
-// a tfm.moe; returns the attention steps.
+// Every tfm.attention step of `program`'s last run on the device, and no step fell back;
+// returns the attention steps.
 size_t expectAttentionOnTheDevice(CudaSession &session, const char *program) {
   const dsp::Program &steps = *session.program(program);
   const std::vector<StepPlacement> &placements = session.lastPlacements(program);
@@ -55,8 +54,8 @@ size_t expectAttentionOnTheDevice(CudaSession &session, const char *program) {
     if (op == "tfm.attention") {
       EXPECT_EQ(placements[i], StepPlacement::Device);
       ++attention;
-    } else if (placements[i] == StepPlacement::Fallback) {
-      EXPECT_EQ(op, "tfm.moe");
+    } else {
+      EXPECT_NE(placements[i], StepPlacement::Fallback);
     }
   }
   return attention;
@@ -80,7 +79,7 @@ TEST(CudaSinksSession, GptOssAttendsOnTheDevice) {
   std::shared_ptr<PlanFile> plan =
       openPlanFile("DSRT_TEST_GPTOSS_PLAN", DSRT_TEST_GPTOSS_PLAN_DEFAULT);
   ASSERT_NE(plan, nullptr);
-  std::unique_ptr<CudaSession> session = createSession(plan, /*strict=*/false);
+  std::unique_ptr<CudaSession> session = createSession(plan, /*strict=*/true);
   ASSERT_NE(session, nullptr);
   fake::state().launches.clear();
   Status prefill = test::runTokens(*session, "prefill", 5, 5);
@@ -133,7 +132,7 @@ void runServingStep(const char *variable, const char *fallback, bool strict) {
 
 TEST(CudaSinksSession, GptOssServingStepOnThePagedKernels) {
   runServingStep("DSRT_TEST_GPTOSS_SERVING_PLAN", DSRT_TEST_GPTOSS_SERVING_PLAN_DEFAULT,
-                 /*strict=*/false);
+                 /*strict=*/true);
 }
 
 TEST(CudaSinksSession, HeadSinkServingStepIsStrict) {
