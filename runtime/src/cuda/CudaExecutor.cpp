@@ -197,7 +197,7 @@ Status CudaSession::runStep(const dsp::Step &step, CompiledStep &compiled,
       int tensor = step.inputs()->Get(i);
       if (tensor < 0)
         continue;
-      DSRT_RETURN_IF_ERROR(deviceView(tensor, compiled.readsStoredWeights, context.inputs[i]));
+      DSRT_RETURN_IF_ERROR(deviceView(tensor, compiled.readsStored(i), context.inputs[i]));
       context.present[i] = true;
       if (slots_[tensor].hostKnown) {
         context.hostInputs[i] = inputRefs[i];

@@ -42,12 +42,15 @@ Status CudaSession::uploadWeights() {
       const dsp::Program &program = *header.programs()->Get(p);
       for (size_t i = 0; i < compiled_[p].size(); ++i) {
         const dsp::Step &step = *program.steps()->Get(i);
-        if (compiled_[p][i].readsStoredWeights || !step.inputs())
+        if (!step.inputs())
           continue;
-        for (int input : *step.inputs())
-          if (input >= 0 && slots_[input].kind == dsp::TensorKind::weight &&
+        for (size_t j = 0; j < step.inputs()->size(); ++j) {
+          const int input = step.inputs()->Get(static_cast<uint32_t>(j));
+          if (input >= 0 && !compiled_[p][i].readsStored(j) &&
+              slots_[input].kind == dsp::TensorKind::weight &&
               slots_[input].deviceDType != slots_[input].dtype)
             needsConverted[input] = true;
+        }
       }
     }
 

@@ -137,6 +137,12 @@ private:
     ops::AttrMap attrs;
     GpuOpFn launcher = nullptr;
     bool readsStoredWeights = false;  // a tfm op: its kernels take weights as stored
+    // Whether input `index` is a weight read as stored. tfm.attention's q/k norm scales and
+    // sinks (inputs 8 to 10) are read as f32 whatever they are stored as: int8 and int4 plans
+    // store float weights in f16, and Qwen3's int8 plans failed in the launcher for it.
+    bool readsStored(size_t index) const {
+      return readsStoredWeights && !(op == "tfm.attention" && index >= 8);
+    }
     bool fallbackOnly = false;        // its launcher found no kernel in the plan
   };
   // A captured decode program for one bucket.

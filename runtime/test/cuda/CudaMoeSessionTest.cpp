@@ -111,11 +111,18 @@ TEST(CudaMoeFakeSession, Qwen3MoeStepsRunOnTheDevice) {
 }
 
 // Mixtral (4 experts) with int8 experts in groups of 8 (f16 scales), and int4 experts (two
-// codes a byte). (Qwen3's int8 plans keep f16 q/k norm scales, which the attention launcher
-// refuses: not this test's subject.)
+// codes a byte).
 TEST(CudaMoeFakeSession, Int8AndInt4ExpertsRunOnTheDevice) {
   runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-mixtral-int8.dsp", false, 8, 2);
   runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-mixtral-int4.dsp", false, 9, 2);
+}
+
+// Qwen3-MoE at --dtype int8 (the default plan): its float weights are stored in f16, its
+// attention's q/k norm scales among them, which the attention kernels read in f32 (the
+// session's converted copies). The launcher refused the f16 scales before, failing the
+// prefill; strict, so nothing may take the fallback either.
+TEST(CudaMoeFakeSession, Qwen3MoeInt8AttendsWithItsQkNormsOnTheDevice) {
+  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen3moe-int8.dsp", false, 8, 2);
 }
 
 // Qwen2-MoE: the shared expert's two kernels after the routed experts'.
