@@ -82,8 +82,13 @@ static __device__ __forceinline__ float gemm_dq_loaded(const unsigned int *words
 extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
     gemm_dequant(const void *x, const void *q, const void *scales, float *y,
                  const float *addend, int m, int n, int k, int ldc) {
-  __shared__ unsigned int gemm_dq_x[TILE_M][GEMM_DQ_ROW_WORDS];
-  __shared__ unsigned int gemm_dq_w[TILE_N][GEMM_DQ_ROW_WORDS];
+  // Declared as 16-byte pieces, so that the tiles are 16-byte aligned for the vector stores
+  // (rows of 20 words are 80 bytes: every row and every 4-word piece of one stays aligned).
+  typedef unsigned int gemm_dq_row[GEMM_DQ_ROW_WORDS];
+  __shared__ gemm_dq_words4 gemm_dq_x_pieces[TILE_M * GEMM_DQ_ROW_WORDS / 4];
+  __shared__ gemm_dq_words4 gemm_dq_w_pieces[TILE_N * GEMM_DQ_ROW_WORDS / 4];
+  gemm_dq_row *gemm_dq_x = reinterpret_cast<gemm_dq_row *>(gemm_dq_x_pieces);
+  gemm_dq_row *gemm_dq_w = reinterpret_cast<gemm_dq_row *>(gemm_dq_w_pieces);
   if (blockDim.x != GEMM_DQ_THREADS)
     return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
