@@ -57,7 +57,7 @@ constexpr int64_t kGemvSplitSumsBytes = 8 * kGemvMaxRows * 2 * sizeof(float);
 // 443/m of a peak-rate GEMM's time on an H100 (90% at 512 rows, 20% at 2048), while the tile
 // GEMM (register-prefetched 64 x 64 tiles, no cp.async pipeline) runs well below cuBLASLt's
 // peak: at 512 rows the two costs meet by that estimate. The GPU sweep measures the
-// crossover (bench/gpu/sweep.sh's tile-gemm step) through DSRT_CUDA_TILE_GEMM_ROWS (0: never).
+// crossover (bench/gpu/sweep.sh's tilegemm step) through DSRT_CUDA_TILE_GEMM_ROWS (0: never).
 constexpr int64_t kTileGemmRows = 512;
 // The tile GEMM's block (4 warps, each 32 x 32 of the 64 x 64 tile).
 constexpr unsigned kTileGemmBlock = 128;
