@@ -8,8 +8,8 @@
 // operands are exactly those the dequantize + cuBLASLt path multiplies; only the f32
 // summation order differs. x is the GEMM's operand in SDT (convert_activations' output, the
 // norm prologue's OUT_DT kernel's, or the plan's half activations as they are). Each block
-// reads its weight tile's codes once per tile of 64 rows: the weight's n·k (int8) or n·k / 2
-// (int4) bytes instead of the dequantize path's write and re-read of 2·n·k.
+// reads its weight tile's codes once per tile of 64 rows (and part of k): the weight's n·k
+// (int8) or n·k / 2 (int4) bytes instead of the dequantize path's write and re-read of 2·n·k.
 //
 // The product is mma.sync m16n8k16 (dsc_common.cuh's dsc_mma_m16n8k16; f16/bf16 operands,
 // f32 accumulators): a block of 4 warps owns a 64 x 64 tile of y, each warp 32 x 32 (2 x 4
@@ -17,6 +17,14 @@
 // attention_prefill_mma kernel stages its queries and keys (rows of 16 words padded by 4, so
 // a fragment's 32 words fall in 32 banks). The next step's codes and rows are loaded into
 // registers while the tensor cores work on this one.
+//
+// Split-K (`splits` > 1, for prompts whose tiles leave most of the GPU idle: a 16-row prompt
+// through a 2048-feature layer is 32 tiles): each tile's k steps are cut into `splits`
+// contiguous parts, each a work item of its own, which writes its f32 partial product into
+// `partials` ([splits, m, n]); the part that arrives last at the tile (an atomic count in
+// `counters`, one per tile, zero before the launch and left at zero: StepContext's arrival
+// counters) adds the parts in split order, so the sum does not depend on the arrival order,
+// and writes y. With `splits` 1, `partials` and `counters` are unused.
 //
 // `addend` (null: none) is laid out as y and may be y itself: each element is read and
 // written by the same thread (the launcher's residual where the epilogue has nothing else to
@@ -81,7 +89,8 @@ static __device__ __forceinline__ float gemm_dq_loaded(const unsigned int *words
 
 extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
     gemm_dequant(const void *x, const void *q, const void *scales, float *y,
-                 const float *addend, int m, int n, int k, int ldc) {
+                 const float *addend, int m, int n, int k, int ldc, float *partials,
+                 int *counters, int splits) {
   // Declared as 16-byte pieces, so that the tiles are 16-byte aligned for the vector stores
   // (rows of 20 words are 80 bytes: every row and every 4-word piece of one stays aligned).
   typedef unsigned int gemm_dq_row[GEMM_DQ_ROW_WORDS];
@@ -89,7 +98,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
   __shared__ gemm_dq_words4 gemm_dq_w_pieces[TILE_N * GEMM_DQ_ROW_WORDS / 4];
   gemm_dq_row *gemm_dq_x = reinterpret_cast<gemm_dq_row *>(gemm_dq_x_pieces);
   gemm_dq_row *gemm_dq_w = reinterpret_cast<gemm_dq_row *>(gemm_dq_w_pieces);
-  if (blockDim.x != GEMM_DQ_THREADS)
+  __shared__ int gemm_dq_last;  // this block's part is the tile's last (split-K)
+  if (blockDim.x != GEMM_DQ_THREADS || splits < 1)
     return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // the fragments' groupID and threadID_in_group
@@ -103,13 +113,20 @@ extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
   const bool vector = k % 16 == 0 && dsc_aligned16(x, q);
   const int m_tiles = (m + TILE_M - 1) / TILE_M, n_tiles = (n + TILE_N - 1) / TILE_N;
   const int k_steps = (k + GEMM_DQ_BK - 1) / GEMM_DQ_BK;
+  const int split_steps = (k_steps + splits - 1) / splits;
   // This thread's weight row of the tile and its 16 codes' first column in a step.
   const int w_row = tid >> 1, w_col = (tid & 1) * 16;
 
-  for (long long tile = blockIdx.x; tile < static_cast<long long>(m_tiles) * n_tiles;
-       tile += gridDim.x) {
-    const int m0 = static_cast<int>(tile % m_tiles) * TILE_M;
-    const int n0 = static_cast<int>(tile / m_tiles) * TILE_N;
+  for (long long item = blockIdx.x; item < static_cast<long long>(m_tiles) * n_tiles * splits;
+       item += gridDim.x) {
+    // Row tiles fastest, then the parts of k, then column tiles: the items in flight together
+    // share their column tile's codes.
+    const int m_tile = static_cast<int>(item % m_tiles);
+    const int split = static_cast<int>(item / m_tiles % splits);
+    const int n_tile = static_cast<int>(item / m_tiles / splits);
+    const int m0 = m_tile * TILE_M, n0 = n_tile * TILE_N;
+    const int first_step = split * split_steps;
+    const int end_step = first_step + split_steps < k_steps ? first_step + split_steps : k_steps;
     const int feature = n0 + w_row;
     const unsigned char *w_codes = codes + static_cast<long long>(feature) * row_bytes;
     // A warp's rows past m do no products (a 9-row prompt: one of the tile's 4 m16 blocks).
@@ -208,12 +225,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
         acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
     __syncthreads();  // the previous tile's products are done with the staged tiles
-    if (vector)
-      load(0);
-    stage(0);
+    if (first_step < end_step) {
+      if (vector)
+        load(first_step);
+      stage(first_step);
+    }
     __syncthreads();
-    for (int step = 0; step < k_steps; ++step) {
-      const bool more = step + 1 < k_steps;
+    for (int step = first_step; step < end_step; ++step) {
+      const bool more = step + 1 < end_step;
       if (vector && more)
         load(step + 1);
       if (warp_rows) {
@@ -248,7 +267,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
     }
 
     // acc[i][j][e]: row warp_m + 16i + g (+ 8 for e >= 2), column warp_n + 8j + 2t (+ 1 for
-    // odd e).
+    // odd e). Into y, or this part's partial product.
+    float *part = splits > 1 ? partials + static_cast<long long>(split) * m * n : y;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -259,11 +279,41 @@ extern "C" __global__ void __launch_bounds__(GEMM_DQ_THREADS)
           const int col = n0 + warp_n + j * 8 + 2 * t + (e & 1);
           if (row >= m || col >= n)
             continue;
+          if (splits > 1) {
+            part[static_cast<long long>(row) * n + col] = acc[i][j][e];
+            continue;
+          }
           const long long at = static_cast<long long>(row) * ldc + col;
           float value = acc[i][j][e];
           if (addend)
             value += addend[at];
           y[at] = value;
         }
+    if (splits == 1)
+      continue;
+    // The tile's last part to arrive adds them all (read through L2: other blocks wrote them).
+    __threadfence();
+    __syncthreads();
+    const int tile = n_tile * m_tiles + m_tile;
+    if (tid == 0)
+      gemm_dq_last = atomicAdd(&counters[tile], 1) == splits - 1;
+    __syncthreads();
+    if (!gemm_dq_last)
+      continue;
+    __threadfence();
+    for (int index = tid; index < TILE_M * TILE_N; index += GEMM_DQ_THREADS) {
+      const int row = m0 + index / TILE_N, col = n0 + index % TILE_N;
+      if (row >= m || col >= n)
+        continue;
+      const long long at = static_cast<long long>(row) * ldc + col;
+      float value = 0.0f;
+      for (int s = 0; s < splits; ++s)
+        value += __ldcg(partials + (static_cast<long long>(s) * m + row) * n + col);
+      if (addend)
+        value += addend[at];
+      y[at] = value;
+    }
+    if (tid == 0)
+      counters[tile] = 0;  // for the next launch
   }
 }

@@ -173,6 +173,14 @@ public:
     out = address(scratch_.back().data());
     return Status::ok();
   }
+  // Zero before each launch, and each launch must leave them at zero (checked by the test).
+  std::vector<int32_t> counters;
+  Status arrivalCounters(size_t count, DevicePtr &out) override {
+    if (counters.size() < count)
+      counters.assign(count, 0);
+    out = address(counters.data());
+    return Status::ok();
+  }
   const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
   DevicePtr sequenceLengths() const override { return 0; }
   const int32_t *hostSequenceLengths() const override { return nullptr; }
@@ -397,6 +405,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   const bool tilePath = tileKernel && rows > 8 && rows <= tileGemmRowsFromEnvironment();
   if (tileKernel)
     EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], tilePath ? 1 : 0) << "gemm_dequant launches";
+  for (int32_t counter : step.counters)
+    EXPECT_EQ(counter, 0) << "an arrival counter the launch left set";
   // A conversion launches only where the GEMM's dtype is not the input's.
   // (Where the input needs none, the slot after the dequantization is the tile GEMM's.)
   const DType gemmType = int8 ? scaleType : weightType;

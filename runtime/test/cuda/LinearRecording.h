@@ -77,6 +77,13 @@ public:
     return Status::ok();
   }
   size_t scratchPartBytes() const override { return partBytes; }
+  static constexpr DevicePtr kCounters = 7ull << 32;
+  std::vector<size_t> counterRequests;
+  Status arrivalCounters(size_t count, DevicePtr &out) override {
+    counterRequests.push_back(count);
+    out = kCounters;
+    return Status::ok();
+  }
   Status scratch(size_t bytes, DevicePtr &out) override {
     scratchRequests.push_back(bytes);
     out = nextScratch;

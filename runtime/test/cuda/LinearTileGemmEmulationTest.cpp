@@ -123,6 +123,18 @@ TEST(LinearTileGemmEmulationTest, UnevenTensorParallelShards) {
   checkBothPaths(t4_g24_f16::kernels(), 15, 5, 2e-3, 72);
 }
 
+// Split-K where the tiles fill less than the emulated wave (2 SMs x 4 blocks): 36 steps of 32
+// in 4 parts of 9 (one tile) or 2 of 18 (70 x 97: four tiles), 33 steps in parts of 9, 9, 9
+// and 6 (k = 1040 has a half step), and a rank's 576 of 1152 inputs in 2 parts. The last part
+// to arrive adds the partial products; checkLinear checks that the counters are left at 0.
+TEST(LinearTileGemmEmulationTest, SplitKOverLongRows) {
+  for (int64_t rows : {9, 20})
+    checkBothPaths(t4_long_g32::kernels(), rows, 13, 2e-3);
+  checkBothPaths(t4_long_g32::kernels(), 70, 97, 2e-3);
+  checkBothPaths(t8_long_channel::kernels(), 17, 11, 1e-2);
+  checkBothPaths(t4_long_g32::kernels(), 12, 13, 2e-3, 576);
+}
+
 // The threshold: up to DSRT_CUDA_TILE_GEMM_ROWS rows the tile GEMM, above it dequantize +
 // GEMM (checkLinear counts the launches of each), and decode's gemv up to 8 rows either way.
 TEST(LinearTileGemmEmulationTest, ThresholdChoosesThePath) {

@@ -19,7 +19,8 @@ RecordingContext tileStep(int64_t rows, int64_t n, int64_t k, int64_t groups, DT
                              {"GS", groups == 1 ? 0 : k / groups},
                              {"TILE_M", 64},
                              {"TILE_N", 64}});
-  context.paramSizes.push_back({kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt});
+  context.paramSizes.push_back(
+      {kPtr, kPtr, kPtr, kPtr, kPtr, kInt, kInt, kInt, kInt, kPtr, kPtr, kInt});
   return context;
 }
 
@@ -49,8 +50,10 @@ TEST(LinearTileGemmOpsTest, PrefillConvertsThenTileGemmThenEpilogue) {
   const DevicePtr converted = convert.args[1];
   const Launch &tile = context.launches[1];
   EXPECT_EQ(tile.slot, 4u);
-  // x, q, scales, y, no addend, m, n, k, ldc; 1 x 4 tiles of 64 x 64, 128 threads.
-  EXPECT_EQ(tile.args, (std::vector<uint64_t>{converted, kW, kScales, kY, 0, 40, 256, 128, 256}));
+  // x, q, scales, y, no addend, m, n, k, ldc, no split-K (4 steps of 32); 1 x 4 tiles of
+  // 64 x 64, 128 threads.
+  EXPECT_EQ(tile.args, (std::vector<uint64_t>{converted, kW, kScales, kY, 0, 40, 256, 128, 256,
+                                              0, 0, 1}));
   EXPECT_EQ(tile.grid.x, 4u);
   EXPECT_EQ(tile.block.x, 128u);
   EXPECT_EQ(tile.sharedBytes, 0u);
@@ -78,7 +81,7 @@ TEST(LinearTileGemmOpsTest, TheResidualInEachCase) {
   ASSERT_EQ(plain.launches.size(), 2u);
   EXPECT_EQ(plain.launches[1].args,
             (std::vector<uint64_t>{plain.launches[0].args[1], kW, kScales, kY, kResidual, 20, 64,
-                                   64, 64}));
+                                   64, 64, 0, 0, 1}));
 
   // The output itself, no activation: the addend is the output (read, then written, by one
   // thread); a bias still takes the epilogue, without the residual.
@@ -102,6 +105,33 @@ TEST(LinearTileGemmOpsTest, TheResidualInEachCase) {
   EXPECT_EQ(activated.launches[1].args[4], 0u);
   EXPECT_EQ(activated.launches[2].args,
             (std::vector<uint64_t>{product, kBias, kY, kY, 20 * 64, 64}));
+}
+
+// A prompt whose tiles fill little of a wave splits k: 20 x 64 is one tile, 4096 inputs 128
+// steps, so 16 parts of 8 steps (the most) within the 132 x 4 blocks of a wave, their partial
+// products in scratch and one arrival counter per tile. Fewer steps split less: 1024 inputs,
+// 32 steps, 4 parts of 8; and a tile grid that fills the wave not at all.
+TEST(LinearTileGemmOpsTest, SplitKForFewTiles) {
+  TileRows rows(nullptr);
+  RecordingContext deep = tileStep(20, 64, 4096, 1, DType::F16, false, false, -1);
+  ASSERT_TRUE(run(deep).isOk());
+  ASSERT_EQ(deep.launches.size(), 2u);
+  const Launch &tile = deep.launches[1];
+  ASSERT_EQ(deep.scratchRequests, (std::vector<size_t>{20 * 4096 * 2, 16 * 20 * 64 * 4}));
+  EXPECT_EQ(tile.args[9], deep.nextScratch - 16 * 20 * 64 * 4);
+  EXPECT_EQ(tile.args[10], RecordingContext::kCounters);
+  EXPECT_EQ(tile.args[11], 16u);
+  EXPECT_EQ(tile.grid.x, 16u);
+  EXPECT_EQ(deep.counterRequests, std::vector<size_t>{1});
+
+  RecordingContext shorter = tileStep(20, 64, 1024, 1, DType::F16, false, false, -1);
+  ASSERT_TRUE(run(shorter).isOk());
+  EXPECT_EQ(shorter.launches[1].args[11], 4u);
+
+  RecordingContext wide = tileStep(500, 64 * 80, 4096, 1, DType::F16, false, false, -1);
+  ASSERT_TRUE(run(wide).isOk());  // 8 x 80 tiles, more than the wave
+  EXPECT_EQ(wide.launches[1].args[11], 1u);
+  EXPECT_TRUE(wide.counterRequests.empty());
 }
 
 // Above the threshold, with the threshold at 0, and for a plan without the slot: dequantize

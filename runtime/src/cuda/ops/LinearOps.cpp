@@ -59,8 +59,12 @@ constexpr int64_t kGemvSplitSumsBytes = 8 * kGemvMaxRows * 2 * sizeof(float);
 // peak: at 512 rows the two costs meet by that estimate. The GPU sweep measures the
 // crossover (bench/gpu/sweep.sh's tilegemm step) through DSRT_CUDA_TILE_GEMM_ROWS (0: never).
 constexpr int64_t kTileGemmRows = 512;
-// The tile GEMM's block (4 warps, each 32 x 32 of the 64 x 64 tile).
+// The tile GEMM's block (4 warps, each 32 x 32 of the 64 x 64 tile) and its steps along k.
 constexpr unsigned kTileGemmBlock = 128;
+constexpr int64_t kTileGemmStep = 32;
+// Split-K where a prompt's tiles fill less than a wave: at most 16 parts, each at least 8
+// steps (256 in-features) long, so that each part still streams its codes.
+constexpr int64_t kTileGemmMaxSplits = 16, kTileGemmMinSplitSteps = 8;
 
 // Read at every launch, not once: graphs capture the launch shapes of the run that captured
 // them, and a test or the sweep may change it between sessions of one process.
@@ -322,14 +326,31 @@ Status runLinear(StepContext &context) {
     const int64_t tileM = context.kernelConstant(tileSlot, "TILE_M", 64),
                   tileN = context.kernelConstant(tileSlot, "TILE_N", 64);
     const int64_t tiles = (rows + tileM - 1) / tileM * ((n + tileN - 1) / tileN);
-    // Blocks stride over the tiles: one wave of what the multiprocessors hold at once.
+    // Blocks stride over the tiles (and their parts): one wave of what the multiprocessors
+    // hold at once. A prompt whose tiles fill less than that splits k, doubling the parts
+    // while they fit the wave, each part is long enough and their f32 partial products
+    // [splits, rows, n] fit a part of scratch.
     const int resident = context.residentBlocksPerMultiprocessor(tileSlot, kTileGemmBlock, 0);
-    Dim3 grid{gridFor(tiles, 1, sms * (resident > 0 ? resident : 4))}, block{kTileGemmBlock};
+    const int64_t wave = sms * (resident > 0 ? resident : 4);
+    const int64_t steps = (k + kTileGemmStep - 1) / kTileGemmStep;
+    int splits = 1;
+    while (splits * 2 <= kTileGemmMaxSplits && tiles * splits * 2 <= wave &&
+           steps / (splits * 2) >= kTileGemmMinSplitSteps &&
+           splits * 2 * rows * n * int64_t(sizeof(float)) <=
+               static_cast<int64_t>(context.scratchPartBytes()))
+      splits *= 2;
+    DevicePtr partials = 0, counters = 0;
+    if (splits > 1) {
+      DSRT_RETURN_IF_ERROR(context.scratch(
+          static_cast<size_t>(splits * rows * n) * sizeof(float), partials));
+      DSRT_RETURN_IF_ERROR(context.arrivalCounters(static_cast<size_t>(tiles), counters));
+    }
+    Dim3 grid{gridFor(tiles * splits, 1, wave)}, block{kTileGemmBlock};
     DevicePtr operand = gemm.a;
     int rowCount = static_cast<int>(rows), outCount = static_cast<int>(n),
         inCount = static_cast<int>(k), ldc = static_cast<int>(n);
-    void *args[] = {&operand, &wPtr,     &scalesPtr, &product, &addend,
-                    &rowCount, &outCount, &inCount,   &ldc};
+    void *args[] = {&operand,  &wPtr,     &scalesPtr, &product, &addend,   &rowCount,
+                    &outCount, &inCount,  &ldc,       &partials, &counters, &splits};
     DSRT_RETURN_IF_ERROR(context.launch(tileSlot, grid, block, 0, args));
     return epilogue(product, epilogueResidual);
   }
