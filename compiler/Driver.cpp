@@ -554,19 +554,6 @@ int runCompilerDriver(int argc, char **argv) {
     if (failed(recognizeTransformers(*imported->module, imported->weights.get(), pipeline,
                                      &declines)))
       return EXIT_FAILURE;
-    // Defaults follow the model: attention sinks (GPT-OSS) have no GPU kernels yet, so
-    // without --arch the plan is for the CPU rather than refused (asking for GPU
-    // architectures still gets dsc-select-kernels' error naming the layer).
-    if (!arch.given && pipeline.kernelArchs != "none") {
-      bool sinks = false;
-      imported->module->walk([&](tfm::AttentionOp attention) { sinks |= bool(attention.getSinks()); });
-      if (sinks) {
-        pipeline.kernelArchs = "none";
-        llvm::errs() << "dsc: note: the model's attention has sinks (GPT-OSS), which no GPU "
-                        "kernel computes yet: the plan is for the CPU (--arch none); --arch "
-                        "sm_90 says which layer refuses\n";
-      }
-    }
     const bool hasStepProgram = imported->module->lookupSymbol<func::FuncOp>("step") != nullptr;
     // The serving engine's steps default to a chunk of prompt as large as vLLM's and
     // llama.cpp's CPU defaults take per step: a step of max_batch rows (4) fed a long prompt

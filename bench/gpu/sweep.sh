@@ -39,10 +39,16 @@
 #
 # Not by default (its limit would pass the 15 minutes): int4, the int4 linears (docs/int4.md):
 # test/gpu/int4.test's plans, then the realistic step's models at --dtype int4 against their
-# CPU sessions and timed against int8 (--steps realistic,int4); tilegemm, the int8 and int4
-# prefill's tile GEMM against dequantize + cuBLASLt at 16 to 512 prompt rows, which places
-# the DSRT_CUDA_TILE_GEMM_ROWS threshold (--steps realistic,tilegemm).
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,tilegemm,bench,profile]
+# CPU sessions and timed against int8 (--steps realistic,int4). Nor sinks (about 90 s), the
+# attention sinks' kernels (docs/cuda-backend.md "Attention sinks"): test/gpu/attention-sinks
+# and attention-sinks-launches.test outside lit (--steps info,build,sinks; the tests step's
+# lit suite has them too); nor moe, the fused mixture of experts (docs/cuda-backend.md,
+# "Mixture of experts"): test/gpu/moe.test's plans against their CPU sessions, the MoE
+# kernels' launch counts, compute-sanitizer over them and expert parallelism on in-process
+# ranks (--steps moe, about 2 minutes); nor tilegemm, the int8 and int4 prefill's tile GEMM
+# against dequantize + cuBLASLt at 16 to 512 prompt rows, which places the
+# DSRT_CUDA_TILE_GEMM_ROWS threshold (--steps realistic,tilegemm).
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,moe,tilegemm,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -174,13 +180,22 @@ step_tests() {
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-long.dsp" --max-seq-len 64 \
         --arch none &&
     dsc compile "$models/llama-op17/model.onnx" -o "$plans/llama-serving.dsp" --serving \
-        --max-batch 8 --max-seq-len 16 || { echo "compiling the test plans failed"; return 1; }
+        --max-batch 8 --max-seq-len 16 &&
+    dsc compile "$models/gptoss-ts-eager/model.onnx" -o "$plans/gptoss.dsp" --max-batch 2 \
+        --max-seq-len 16 &&
+    dsc compile "$models/gptoss-ts-eager/model.onnx" -o "$plans/gptoss-serving.dsp" --serving \
+        --max-batch 8 --max-seq-len 16 &&
+    dsc compile "$models/llama-ortgenai-sinks/model.onnx" -o "$plans/sinks-serving.dsp" \
+        --serving --max-batch 8 --max-seq-len 16 ||
+    { echo "compiling the test plans failed"; return 1; }
   for test in "$bundle"/tests/*; do
     [ -x "$test" ] && [ "${test%.so}" = "$test" ] || continue
     echo "--- $(basename "$test")"
     DSRT_TEST_GPT2_PLAN=$plans/gpt2-op14.dsp DSRT_TEST_GPT2_CPU_PLAN=$plans/gpt2-op14-cpu.dsp \
     DSRT_TEST_TP2_PLAN=$plans/llama-tp2.dsp DSRT_TEST_INT8_PLAN=$plans/gpt2-int8-g32.dsp \
     DSRT_TEST_LLAMA_LONG_PLAN=$plans/llama-long.dsp DSRT_TEST_SERVING_PLAN=$plans/llama-serving.dsp \
+    DSRT_TEST_GPTOSS_PLAN=$plans/gptoss.dsp DSRT_TEST_GPTOSS_SERVING_PLAN=$plans/gptoss-serving.dsp \
+    DSRT_TEST_SINKS_SERVING_PLAN=$plans/sinks-serving.dsp \
     DSRT_TEST_FAKE_GPU_LIBRARY=$bundle/tests/libdsrt-fake-gpu-library.so \
       "$test" --gtest_brief=1 || failed=1
   done
@@ -244,6 +259,68 @@ step_sanitizer() {
     done
   done
   [ $failed = 0 ] && echo "compute-sanitizer: no errors" || echo "compute-sanitizer: errors (above)"
+  return $failed
+}
+
+# Attention sinks on the GPU (not in the default steps: --steps sinks), as
+# test/gpu/attention-sinks.test and attention-sinks-launches.test check them: GPT-OSS's
+# fixture forward against PyTorch and its CPU session, greedy generation, the engine over f32
+# and bf16 pools (not strict: its tfm.moe steps take the host fallback), with the SINKS
+# kernels' launches counted; ORT GenAI's head_sink and smooth_softmax llamas strict.
+step_sinks() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/sinks models=$root/test/models failed=0
+  mkdir -p "$dir"
+  m=$models/gptoss-ts-eager
+  dsc compile "$m/model.onnx" -o "$dir/gptoss.dsp" --max-batch 4 --max-seq-len 40 &&
+    dsc compile "$m/model.onnx" -o "$dir/gptoss-serving.dsp" --serving --max-batch 16 \
+        --max-seq-len 64 &&
+    dsc compile "$m/model.onnx" -o "$dir/gptoss-serving-bf16.dsp" --serving \
+        --kv-cache-dtype bf16 --max-batch 16 --max-seq-len 64 || return 1
+  for s in 0 1 2; do
+    echo "--- gptoss set $s: against PyTorch, and against the CPU"
+    dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+        --expect-dir "$m/test_data_set_$s" --rtol 1e-4 --atol 1e-4 || failed=1
+    mkdir -p "$dir/cpu-$s"
+    dsrun "$dir/gptoss.dsp" --device cpu --input-dir "$m/test_data_set_$s" \
+        --output-dir "$dir/cpu-$s" --quiet &&
+      dsrun "$dir/gptoss.dsp" --device cuda --input-dir "$m/test_data_set_$s" \
+          --expect-dir "$dir/cpu-$s" --rtol 1e-4 --atol 1e-4 || failed=1
+  done
+  "$python" "$models/check_generation.py" --dsrun dsrun --plan "$dir/gptoss.dsp" \
+      --reference "$m/generation.json" --prefill --dsrun-arg=--device --dsrun-arg=cuda ||
+    failed=1
+  DSRT_CUDA_LAUNCH_COUNTS=1 dsrun "$dir/gptoss.dsp" --device cuda --stats --prompt-ids 5,6,7 \
+      --prompt-ids 9,10 --max-new-tokens 8 --ignore-eos >"$dir/gptoss-launches.log" 2>&1 ||
+    failed=1
+  grep -E '^dsrt: [0-9]+ launches of attention_|fallback steps' "$dir/gptoss-launches.log"
+  if [ -n "$strict" ]; then
+    for kind in prefill decode; do
+      grep -qE "^dsrt: [1-9][0-9]* launches of attention_${kind}_.*_SINKS1\$" \
+          "$dir/gptoss-launches.log" || { echo "gptoss: no launch of attention_$kind with SINKS"; failed=1; }
+    done
+  fi
+  for plan in gptoss-serving gptoss-serving-bf16; do
+    dsrt-engine-check "$dir/$plan.dsp" --device cuda >"$dir/$plan.log" 2>&1 || failed=1
+    tail -n 1 "$dir/$plan.log"
+  done
+  for v in sinks smooth; do
+    o=$models/llama-ortgenai-$v
+    dsc compile "$o/model.onnx" -o "$dir/$v.dsp" --max-batch 4 --max-seq-len 40 &&
+      dsc compile "$o/model.onnx" -o "$dir/$v-serving.dsp" --serving --max-batch 16 \
+          --max-seq-len 64 || { failed=1; continue; }
+    for s in 0 1 2; do
+      echo "--- $v set $s: against onnxruntime"
+      dsrun "$dir/$v.dsp" --device cuda $strict --input-dir "$o/test_data_set_$s" \
+          --expect-dir "$o/test_data_set_$s" --rtol 1e-4 --atol 1e-4 || failed=1
+    done
+    DSRT_CUDA_LAUNCH_COUNTS=1 dsrt-engine-check "$dir/$v-serving.dsp" --device cuda $strict \
+        >"$dir/$v-serving.log" 2>&1 || failed=1
+    tail -n 1 "$dir/$v-serving.log"
+    grep -E '^dsrt: [0-9]+ launches of attention_.*_SINKS1_PAGED1$' "$dir/$v-serving.log"
+  done
+  [ $failed = 0 ] && echo "sinks on cuda: as the references" || echo "sinks on cuda: FAILED (above)"
   return $failed
 }
 
@@ -345,6 +422,65 @@ step_tilegemm() {
   return $failed
 }
 
+# The fused mixture of experts on the GPU (docs/cuda-backend.md, "Mixture of experts"; not in
+# the default steps: --steps moe). test/gpu/moe.test's plans outside lit, so that the numbers
+# print: each against its CPU session (dseval: logits of 48 prompts and 8 decode steps,
+# within the test's bounds), the kernels each launched (DSRT_CUDA_LAUNCH_COUNTS=1: the MoE
+# kernels must be there, the fallback nowhere), compute-sanitizer memcheck and racecheck
+# over a prompt and 4 greedy decode steps of Qwen2-MoE (the routing kernel's block-wide
+# lists, the shared expert), and --ep 2 on two in-process ranks against one rank's logits.
+step_moe() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/moe failed=0
+  mkdir -p "$dir"
+  export DSRT_INT4_ACTIVATIONS=f32
+  models=$root/test/models
+  dsc compile "$models/qwen3moe-ts/model.onnx" -o "$dir/qwen3moe.dsp" --max-batch 4 \
+      --max-seq-len 64 &&
+    dsc compile "$models/qwen2moe-ts/model.onnx" -o "$dir/qwen2moe.dsp" --max-batch 4 \
+        --max-seq-len 64 &&
+    dsc compile "$models/mixtral-ts/model.onnx" -o "$dir/mixtral-int8.dsp" --dtype int8 \
+        --int8-group-size 8 --max-batch 4 --max-seq-len 64 &&
+    dsc compile "$models/mixtral-ts/model.onnx" -o "$dir/mixtral-int4.dsp" --dtype int4 \
+        --int8-group-size 8 --max-batch 4 --max-seq-len 64 &&
+    dsc compile "$models/qwen3moe-ts/model.onnx" -o "$dir/qwen3moe-ep2.dsp" --ep 2 \
+        --max-batch 4 --max-seq-len 64 ||
+    return 1
+  for plan in qwen3moe qwen2moe mixtral-int8 mixtral-int4; do
+    echo "--- $plan: GPU against CPU"
+    dseval "$dir/$plan.dsp" --reference "$dir/$plan.dsp" --device cuda --min-top1 0.99 \
+        --max-abs-error 1e-3 --max-mean-abs-error 1e-4 \
+        --prompts "$root/test/quant/prompts.txt" --decode-steps 8 || failed=1
+    echo "--- $plan: launches of a prompt and 8 greedy tokens"
+    # shellcheck disable=SC2086 # $strict is empty or one option
+    DSRT_CUDA_LAUNCH_COUNTS=1 dsrun "$dir/$plan.dsp" --device cuda $strict \
+        --prompt-ids 37,122,254,228 --max-new-tokens 8 --ignore-eos >/dev/null \
+        2>"$dir/$plan-launches.txt" || failed=1
+    grep -E "moe_|fallback" "$dir/$plan-launches.txt"
+    [ -z "$strict" ] || grep -q "moe_route" "$dir/$plan-launches.txt" ||
+      { echo "no moe_route launch for $plan"; failed=1; }
+  done
+  if [ -n "$strict" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    for tool in memcheck racecheck; do
+      echo "--- compute-sanitizer $tool: qwen2moe"
+      compute-sanitizer --tool "$tool" --error-exitcode 9 dsrun "$dir/qwen2moe.dsp" \
+          --device cuda --prompt-ids 37,122,254,228 --max-new-tokens 4 --ignore-eos \
+          >/dev/null || failed=1
+    done
+  fi
+  echo "--- qwen3moe --ep 2 on two in-process ranks against one rank"
+  mkdir -p "$dir/tp1" &&
+    dsrun "$dir/qwen3moe.dsp" --device cpu --input-dir "$models/qwen3moe-ts/test_data_set_0" \
+        --output-dir "$dir/tp1" --quiet &&
+    # shellcheck disable=SC2086
+    dsrun "$dir/qwen3moe-ep2.dsp" --ranks inprocess --device cuda $strict \
+        --input-dir "$models/qwen3moe-ts/test_data_set_0" --expect-dir "$dir/tp1" \
+        --rtol 1e-4 --atol 1e-4 || failed=1
+  [ $failed = 0 ] && echo "moe on cuda: within bounds" || echo "moe on cuda: FAILED (above)"
+  return $failed
+}
+
 step_bench() {
   # shellcheck disable=SC2086 # BENCH_ARGS: more run.sh options, split on spaces
   "$root/bench/gpu/run.sh" --models "$bench_models" --work "$work/bench" ${BENCH_ARGS:-}
@@ -389,6 +525,8 @@ run_step engine "${LIMIT_engine:-90}" step_engine
 run_step sanitizer "${LIMIT_sanitizer:-90}" step_sanitizer
 run_step realistic "${LIMIT_realistic:-150}" step_realistic
 run_step int4 "${LIMIT_int4:-240}" step_int4
+run_step sinks "${LIMIT_sinks:-90}" step_sinks
+run_step moe "${LIMIT_moe:-150}" step_moe
 run_step tilegemm "${LIMIT_tilegemm:-300}" step_tilegemm
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile

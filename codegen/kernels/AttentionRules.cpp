@@ -40,6 +40,9 @@
 // only when the step sets `softcap`: the kernels of every other step keep the names,
 // constants, parameters and code they had before it existed, so plans written before it
 // still run (the launcher expects no SOFTCAP_BITS where the step has no `softcap`).
+// Input 10, when present, is GPT-OSS's attention sinks (a logit per head in each row's
+// softmax): SINKS 1 on the prefill and decode kernels (and their paged copies), after their
+// other constants, the kernels then taking the sinks as their last parameter.
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
@@ -173,10 +176,12 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
     reason = "needs query, key and value";
     return false;
   }
-  // The kernels' online softmax starts every row at -inf and 0; a sink's start (its logit
-  // and 1) is not implemented there yet. dsc-select-kernels makes this decline an error.
-  if (in.input(10)) {
-    reason = kAttentionSinksDecline;
+  // GPT-OSS's attention sinks (input 10): f32, a logit per head of the model (each rank
+  // reads its own, as the CPU kernel does).
+  const dsp::TensorT *sinks = in.input(10);
+  if (sinks && (!isF32(sinks) || sinks->shape.size() != 1)) {
+    reason = "the sinks are " + dtypeOf(sinks) + " of rank " +
+             std::to_string(sinks->shape.size()) + "; the kernels take f32 [heads]";
     return false;
   }
   if (!isF32(query) || !isF32(key) || !isF32(value)) {
@@ -415,6 +420,11 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
   // other kernel keeps its constants and name.
   if (halfOutput)
     kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
+  // Attention sinks: each row's softmax starts at the head's sink (the kernels' `sinks`
+  // parameter, last). Last, and only where the step has them, so that every other plan
+  // keeps its kernels.
+  if (sinks)
+    kernels.back().constants.push_back({"SINKS", 1});
   // A cached cross-attention (`cross`: the encoder's keys, written by prefill) runs the
   // prefill kernel for its decode steps too: the decode kernel reads the decoder's lengths.
   // So does a cached step with a bias (T5's relative positions, computed for the step by
@@ -455,6 +465,10 @@ bool attentionRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::s
       kernels.back().constants.push_back({"GROUP_HEADS", groupHeads});
     if (halfOutput)
       kernels.back().constants.push_back({"OUT_DT", static_cast<int64_t>(outputType)});
+    // The sinks join the merge of the splits, once (before the paged copies' PAGED, which
+    // they then share with slots 1 and 2).
+    if (sinks)
+      kernels.back().constants.push_back({"SINKS", 1});
     // The engine's paged cache (slots 3 to 5): slots 0, 2 and 1 with PAGED last, the
     // prefill on the tensor cores or the CUDA cores as slot 1 is. The decode and prefill
     // kernels read no mask there (each row's position bounds its keys). The write kernel is

@@ -94,11 +94,6 @@ int activationCode(const std::string &kind);
 bool normKernel(const RuleInput &in, bool rms, int64_t hidden, const dsp::TensorT *scale,
                 const dsp::TensorT *bias, bool residual, KernelSpec &spec, std::string &reason);
 
-// tfm.attention's decline where the step has sinks (input 10): dsc-select-kernels turns it
-// into an error naming the layer, since the step would have no kernel to run on the GPU.
-inline constexpr const char *kAttentionSinksDecline =
-    "attention sinks (GPT-OSS) are not implemented by the GPU attention kernels";
-
 // The source of template `kind` (embedded in the binary at build time), or null.
 const char *kernelTemplateSource(const std::string &kind);
 // Every template kind there is, for tests.

@@ -1,7 +1,8 @@
 // Rules of the transformer ops whose kernels are simple enough to share one file:
 // tfm.embedding, tfm.layer_norm, tfm.rms_norm (with their fused residual forms),
 // tfm.activation, tfm.gated_act, tfm.residual_add. Their launchers are in
-// runtime/src/cuda/ops/TransformerOps.cpp; the slot order here is theirs.
+// runtime/src/cuda/ops/TransformerOps.cpp; the slot order here is theirs. And tfm.moe, whose
+// launcher is runtime/src/cuda/ops/MoeOps.cpp (its slots are listed at moeRule).
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
@@ -220,11 +221,167 @@ bool residualAddRule(const RuleInput &in, std::vector<KernelSpec> &kernels,
   return true;
 }
 
-// A mixture of experts has no fused kernel yet (docs/design.md §9): the host fallback routes
-// the tokens and runs the chosen experts only, as the CPU backend does.
-bool moeRule(const RuleInput &, std::vector<KernelSpec> &, std::string &reason) {
-  reason = "no fused mixture-of-experts kernel yet: the host runs the chosen experts";
-  return false;
+// tfm.moe (docs/cuda-backend.md, "Mixture of experts"; launcher runtime/src/cuda/ops/
+// MoeOps.cpp). Slots:
+//   0 moe_route     EXPERTS, TOP_K, SIGMOID, NORMALIZE, BLOCK
+//   1 moe_experts   the routed experts' gate-up and activation (GATE_UP 1)
+//   2 moe_experts   their down projection (GATE_UP 0)
+//   3 moe_combine   the weighted sum in expert order (+ the shared expert)
+//   4 moe_experts   the shared expert's gate-up (SHARED 1), with a shared expert only
+//   5 moe_experts   the shared expert's down
+// moe_experts' constants: GATE_UP, HIDDEN, WT, SDT, ACT, CLAMPED (then ALPHA_BITS and
+// LIMIT_BITS only where set), BIAS_DT, SHARED, BLOCK, ROWS. The inter size and the int8/int4
+// group size are the launcher's parameters (they differ between tensor-parallel ranks), so
+// are the rank's experts (expert parallelism).
+constexpr int64_t kMoeBlock = 256, kMoeRows = 4;
+// moe_route keeps a warp's scores of every expert in shared memory and its top k in
+// registers.
+constexpr int64_t kMoeMaxExperts = 1024, kMoeMaxTopK = 16;
+
+bool moeWeights(const RuleInput &in, size_t weightIndex, size_t scaleIndex, const char *what,
+                DType &weightType, DType &scaleType, std::string &reason) {
+  const dsp::TensorT *weights = in.input(weightIndex);
+  const dsp::TensorT *scales = scaleIndex ? in.input(scaleIndex) : nullptr;
+  if (!weights || weights->shape.size() != 2) {
+    reason = std::string(what) + " is not a 2-D weight";
+    return false;
+  }
+  weightType = in.deviceDType(*weights);
+  scaleType = DType::Undefined;
+  const bool quantized = weightType == DType::I8 || weightType == DType::U8;
+  if (!quantized && !isStoredFloat(weightType)) {
+    reason = std::string(what) + " is stored as " + dsrt::dtypeName(weightType);
+    return false;
+  }
+  if (quantized != (scales != nullptr)) {
+    reason = std::string(what) + (quantized ? " is quantized without scales"
+                                            : " has scales but float weights");
+    return false;
+  }
+  if (scales) {
+    scaleType = in.deviceDType(*scales);
+    if (!isStoredFloat(scaleType)) {
+      reason = std::string(what) + "'s scales are stored as " + dsrt::dtypeName(scaleType);
+      return false;
+    }
+  }
+  return true;
+}
+
+KernelSpec moeExpertsKernel(bool gateUp, int64_t hidden, DType weightType, DType scaleType,
+                            int act, bool clamped, float alpha, float limit, DType biasType,
+                            bool shared) {
+  KernelSpec spec{"moe_experts",
+                  {{"GATE_UP", gateUp ? 1 : 0},
+                   {"HIDDEN", hidden},
+                   {"WT", static_cast<int64_t>(weightType)},
+                   {"SDT", static_cast<int64_t>(scaleType)},
+                   {"ACT", gateUp ? act : -1},
+                   {"CLAMPED", clamped ? 1 : 0}}};
+  if (clamped) {
+    uint32_t alphaBits = 0, limitBits = 0;
+    std::memcpy(&alphaBits, &alpha, sizeof alphaBits);
+    std::memcpy(&limitBits, &limit, sizeof limitBits);
+    spec.constants.push_back({"ALPHA_BITS", static_cast<int64_t>(alphaBits)});
+    spec.constants.push_back({"LIMIT_BITS", static_cast<int64_t>(limitBits)});
+  }
+  spec.constants.push_back({"BIAS_DT", static_cast<int64_t>(biasType)});
+  spec.constants.push_back({"SHARED", shared ? 1 : 0});
+  spec.constants.push_back({"BLOCK", kMoeBlock});
+  spec.constants.push_back({"ROWS", kMoeRows});
+  return spec;
+}
+
+bool moeRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::string &reason) {
+  const dsp::TensorT *x = in.input(0), *logits = in.input(1);
+  if (!requireF32(in, x, "the input", reason) ||
+      !requireF32(in, logits, "the router logits", reason) ||
+      !requireF32(in, in.output(0), "the output", reason))
+    return false;
+  const int64_t hidden = in.staticDim(*x, -1), experts = in.staticDim(*logits, -1);
+  if (hidden <= 0 || experts <= 0) {
+    reason = "the hidden size or the expert count is dynamic";
+    return false;
+  }
+  if (experts > kMoeMaxExperts) {
+    reason = std::to_string(experts) + " experts, above the routing kernel's " +
+             std::to_string(kMoeMaxExperts);
+    return false;
+  }
+  const int64_t topK = in.intAttr("top_k", 0);
+  if (topK < 1 || topK > std::min(experts, kMoeMaxTopK)) {
+    reason = "top_k " + std::to_string(topK) + " is not in [1, " +
+             std::to_string(std::min(experts, kMoeMaxTopK)) + "]";
+    return false;
+  }
+  const std::string scoring = in.stringAttr("scoring", "softmax");
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    reason = "unknown scoring '" + scoring + "'";
+    return false;
+  }
+  const std::string kind = in.stringAttr("activation", "");
+  const int act = activationCode(kind);
+  if (act < -1) {
+    reason = "unknown activation kind '" + kind + "'";
+    return false;
+  }
+  const float alpha = in.floatAttr("swiglu_alpha", NAN), limit = in.floatAttr("swiglu_limit", NAN);
+  const bool clamped = !std::isnan(limit);
+  if (clamped && (!std::isfinite(alpha) || !std::isfinite(limit) || !(limit > 0))) {
+    reason = "the clamped SwiGLU needs a finite alpha and a positive limit";
+    return false;
+  }
+  DType gateUpType, gateUpScales, downType, downScales;
+  if (!moeWeights(in, 2, 9, "gate_up", gateUpType, gateUpScales, reason) ||
+      !moeWeights(in, 3, 10, "down", downType, downScales, reason))
+    return false;
+  const dsp::TensorT *gateUpBias = in.input(4), *downBias = in.input(5);
+  DType gateUpBiasType = gateUpBias ? in.deviceDType(*gateUpBias) : DType::Undefined;
+  DType downBiasType = downBias ? in.deviceDType(*downBias) : DType::Undefined;
+  if ((gateUpBias && !isStoredFloat(gateUpBiasType)) || (downBias && !isStoredFloat(downBiasType))) {
+    reason = "the experts' biases are not stored as f32, f16 or bf16";
+    return false;
+  }
+  const dsp::TensorT *sharedGate = in.input(8);
+  DType sharedGateUpType = DType::Undefined, sharedDownType = DType::Undefined, unused;
+  if (in.input(6) || in.input(7) || sharedGate) {
+    if (!sharedGate || !moeWeights(in, 6, 0, "the shared gate_up", sharedGateUpType, unused,
+                                   reason) ||
+        !moeWeights(in, 7, 0, "the shared down", sharedDownType, unused, reason))
+      return false;
+    if (!isStoredFloat(sharedGateUpType) || !isStoredFloat(sharedDownType) ||
+        !isStoredFloat(in.deviceDType(*sharedGate))) {
+      reason = "the shared expert's weights are not stored as f32, f16 or bf16";
+      return false;
+    }
+  }
+  kernels.push_back({"moe_route",
+                     {{"EXPERTS", experts},
+                      {"TOP_K", topK},
+                      {"SIGMOID", scoring == "sigmoid" ? 1 : 0},
+                      {"NORMALIZE", in.intAttr("normalize", 0) != 0 ? 1 : 0},
+                      {"BLOCK", kMoeBlock}}});
+  kernels.push_back(moeExpertsKernel(true, hidden, gateUpType, gateUpScales, act, clamped, alpha,
+                                     limit, gateUpBiasType, false));
+  kernels.push_back(moeExpertsKernel(false, hidden, downType, downScales, act, false, 0, 0,
+                                     downBiasType, false));
+  KernelSpec combine{"moe_combine",
+                     {{"HIDDEN", hidden},
+                      {"TOP_K", topK},
+                      {"SHARED", sharedGate ? 1 : 0},
+                      {"BLOCK", kMoeBlock}}};
+  if (sharedGate)
+    combine.constants.push_back(
+        {"SHARED_GATE_DT", static_cast<int64_t>(in.deviceDType(*sharedGate))});
+  kernels.push_back(std::move(combine));
+  if (sharedGate) {
+    // Qwen2-MoE's shared expert is plain (the clamp is the routed experts', as on the CPU).
+    kernels.push_back(moeExpertsKernel(true, hidden, sharedGateUpType, DType::Undefined, act,
+                                       false, 0, 0, DType::Undefined, true));
+    kernels.push_back(moeExpertsKernel(false, hidden, sharedDownType, DType::Undefined, act,
+                                       false, 0, 0, DType::Undefined, true));
+  }
+  return true;
 }
 
 } // namespace

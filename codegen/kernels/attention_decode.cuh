@@ -61,6 +61,12 @@
 // table. `lengths` and `mask` are not read (the engine's sequences have no padding: an ALiBi
 // key position is its position). Everything else is the dense kernel's code: only the
 // address of a cache row differs (attention_decode_locate).
+//
+// With SINKS (1; last, only where the step has GPT-OSS's attention sinks, and only with
+// FUSED_COMBINE), `sinks` (the last parameter) holds a logit per query head of the rank,
+// local head h's at sinks[h]: a key without a value in every row's softmax. It joins the
+// softmax once, in the merge of the splits (dsc_attention_merge_splits), not in each
+// split's partials, so that the splits' maxima, sums and outputs are the ones without it.
 #include "dsc_common.cuh"
 
 #ifdef OUT_DT
@@ -100,6 +106,16 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 #endif
 #if PAGED && !(defined(FUSED_ROTARY) && defined(FUSED_COMBINE))
 #error "PAGED's parameters follow FUSED_COMBINE's"
+#endif
+#ifdef SINKS
+#ifndef FUSED_COMBINE
+#error "SINKS needs FUSED_COMBINE: the sinks join the softmax in the merge"
+#endif
+#define ATTENTION_DECODE_SINK true
+#define ATTENTION_DECODE_SINK_OF(head) (sinks + (head))
+#else
+#define ATTENTION_DECODE_SINK false
+#define ATTENTION_DECODE_SINK_OF(head) nullptr
 #endif
 
 #if PAGED
@@ -230,6 +246,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                      ,
                      const int *paged_rows, int table_width, int block_size
 #endif
+#ifdef SINKS
+                     ,
+                     const float *sinks
+#endif
     ) {
   __shared__ float query_row[GROUP_HEADS][HEAD_DIM];
   __shared__ float warp_max[GROUP_HEADS][WARPS], warp_sum[GROUP_HEADS][WARPS];
@@ -289,10 +309,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     if (split == 0)
       for (int g = 0; g < head_count; ++g)
         dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                                   KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
+                                   KV_DTYPE, ATTENTION_DECODE_OUT_DT, ATTENTION_DECODE_SINK>(
             dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
             partial_max, partial_sum, first_slot + g * max_splits, 0, value_base,
-            ATTENTION_DECODE_UNATTENDED_KEYS, position);
+            ATTENTION_DECODE_UNATTENDED_KEYS, position, ATTENTION_DECODE_SINK_OF(first_head + g));
 #endif
     return;  // the whole block: the merge reads only the splits below total
   }
@@ -620,9 +640,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   __threadfence();
   for (int g = 0; g < head_count; ++g)
     dsc_attention_merge_splits<HEAD_DIM, CAUSAL, UNATTENDED_CAUSAL, ATTENTION_DECODE_ZERO,
-                               KV_DTYPE, ATTENTION_DECODE_OUT_DT>(
+                               KV_DTYPE, ATTENTION_DECODE_OUT_DT, ATTENTION_DECODE_SINK>(
         dsc_element_address<ATTENTION_DECODE_OUT_DT>(out, out_first + g * HEAD_DIM), partial_out,
         partial_max, partial_sum, first_slot + g * max_splits, splits, value_base,
-        ATTENTION_DECODE_UNATTENDED_KEYS, position);
+        ATTENTION_DECODE_UNATTENDED_KEYS, position, ATTENTION_DECODE_SINK_OF(first_head + g));
 #endif
 }

@@ -46,6 +46,12 @@
 // `io_past` and `fresh` are not read, and every row attends its own key, so none is
 // unattended. attention_rotary (PAGED 2) has written every row's key and value, and its
 // rotated (and q/k-normed) query into `out` (`query_rows` with OUT_DT), before this runs.
+//
+// With SINKS (1; last, only where the step has GPT-OSS's attention sinks), `sinks` (the
+// last parameter) holds a logit per query head of the rank: a key without a value in every
+// row's softmax. Each row's online softmax starts as if it had seen that key: maximum the
+// sink, sum exp(sink - sink) = 1, output zero. A row with no key to attend then ends at
+// 0 / 1 = 0, the CPU kernels' row (the sink takes all of its weight).
 #include "dsc_common.cuh"
 
 #ifndef PAGED
@@ -79,7 +85,8 @@ typedef dsc_kv_element<KV_DTYPE>::type attention_kv_t;
 // One float of padding per key row: lane j reads row j, and the padded stride puts the 32
 // rows' elements of one feature in 32 different banks.
 #define ATTENTION_PREFILL_K_STRIDE (HEAD_DIM + 1)
-#ifdef UNATTENDED_ZERO
+#if defined(UNATTENDED_ZERO) || defined(SINKS)
+// With SINKS only a sink of -inf leaves a row here: it weighs nothing, and the row is zero.
 #define ATTENTION_PREFILL_UNATTENDED_ZERO true
 #else
 #define ATTENTION_PREFILL_UNATTENDED_ZERO false
@@ -135,6 +142,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #if PAGED
                       ,
                       const int *paged_rows, int table_width, int block_size, const int *chunks
+#endif
+#ifdef SINKS
+                      ,
+                      const float *sinks
 #endif
     ) {
   __shared__ float q_tile[Q_TILE][HEAD_DIM];
@@ -208,10 +219,18 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
   float row_max[ATTENTION_PREFILL_ROWS], row_sum[ATTENTION_PREFILL_ROWS];
   float row_out[ATTENTION_PREFILL_ROWS][ATTENTION_PREFILL_FEATURES];
+#ifdef SINKS
+  const float sink = sinks[head];
+#endif
 #pragma unroll
   for (int r = 0; r < ATTENTION_PREFILL_ROWS; ++r) {
+#ifdef SINKS
+    row_max[r] = sink;
+    row_sum[r] = 1.0f;
+#else
     row_max[r] = negative_infinity;
     row_sum[r] = 0.0f;
+#endif
 #pragma unroll
     for (int i = 0; i < ATTENTION_PREFILL_FEATURES; ++i)
       row_out[r][i] = 0.0f;

@@ -35,6 +35,11 @@
 // `chunks`, `paged_rows`, `table_width` and `block_size` follow, the key and value tiles are
 // read through the chunk's table, the rows are the step's rows, and attention is causal
 // over [0, position].
+//
+// With SINKS (1; last, only where the step has attention sinks), attention_prefill's: the
+// last parameter `sinks`, each row's online softmax starting at maximum the sink and sum 1.
+// A row's sum is kept in parts by its 4 lanes and added at the end: the sink's 1 is lane
+// t = 0's part, so that it counts once.
 #include "dsc_common.cuh"
 
 #ifndef PAGED
@@ -102,7 +107,8 @@
 #elif 4 * ATTENTION_MMA_SHARED_WORDS > 48 * 1024
 #error "attention_prefill_mma: tiles over 48 KiB need dynamic shared memory (SHARED_BYTES)"
 #endif
-#ifdef UNATTENDED_ZERO
+#if defined(UNATTENDED_ZERO) || defined(SINKS)
+// With SINKS only a sink of -inf leaves a row here: it weighs nothing, and the row is zero.
 #define ATTENTION_MMA_UNATTENDED_ZERO true
 #else
 #define ATTENTION_MMA_UNATTENDED_ZERO false
@@ -133,6 +139,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
                           ,
                           const int *paged_rows, int table_width, int block_size,
                           const int *chunks
+#endif
+#ifdef SINKS
+                          ,
+                          const float *sinks
 #endif
     ) {
 #ifdef SHARED_BYTES
@@ -220,8 +230,15 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 
   // This lane's two rows of its warp's 16: g and g + 8.
   const int row_token[2] = {q_begin + warp * 16 + g, q_begin + warp * 16 + g + 8};
+#ifdef SINKS
+  const float sink = sinks[head];
+  float row_max[2] = {sink, sink};
+  // this lane's part; the group of 4 adds them at the end
+  float row_sum[2] = {t == 0 ? 1.0f : 0.0f, t == 0 ? 1.0f : 0.0f};
+#else
   float row_max[2] = {negative_infinity, negative_infinity};
   float row_sum[2] = {0.0f, 0.0f};  // this lane's part; the group of 4 adds them at the end
+#endif
   float o[ATTENTION_MMA_FEATURE_TILES][4];
 #pragma unroll
   for (int n = 0; n < ATTENTION_MMA_FEATURE_TILES; ++n)

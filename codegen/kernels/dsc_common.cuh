@@ -454,26 +454,34 @@ dsc_rotary_feature(const float *head, int feature, float position,
 // wrote them (the partials, and the new token's cache row) during this kernel, and only
 // the L2 is coherent between SMs.
 // The values are a KV cache of dtype KV_ (dsc_kv_element), the output row of dtype OUT_.
+// With SINK_ (GPT-OSS's attention sinks: the kernels' SINKS), `*sink` is the head's logit, a
+// key without a value that joins the softmax once: here, not in any split's partials. The
+// maximum starts at it and the denominator gains exp(sink - maximum); a row with no key to
+// attend is then zero (all of its weight on the sink), as the CPU kernels make it. It is
+// read where it is used, through the read-only path (__ldg): a value passed in was loaded
+// before the attention loop and kept live across it, and the paged decode kernels with
+// GROUP_HEADS 4 spilled more (docs/cuda-backend.md, "Attention sinks").
 template <int HEAD_DIM_, int CAUSAL_, int UNATTENDED_CAUSAL_, int UNATTENDED_ZERO_,
-          int KV_ = DSC_DT_F32, int OUT_ = DSC_DT_F32>
+          int KV_ = DSC_DT_F32, int OUT_ = DSC_DT_F32, bool SINK_ = false>
 static __device__ __forceinline__ void
 dsc_attention_merge_splits(void *out_row, const float *partial_out, const float *partial_max,
                            const float *partial_sum, long long first_slot, int splits,
                            const typename dsc_kv_element<KV_>::type *value_base, int total,
-                           int position) {
-  float overall_max = __int_as_float(0xff800000);
+                           int position, const float *sink = nullptr) {
+  float overall_max = SINK_ ? __ldg(sink) : __int_as_float(0xff800000);
   for (int split = 0; split < splits; ++split)
     overall_max = fmaxf(overall_max, __ldcg(partial_max + first_slot + split));
 
   if (overall_max == __int_as_float(0xff800000)) {
     // No key to attend; for the one new token the causally visible keys are all of them.
+    // (A sink of -inf, which weighs nothing, still leaves the row zero.)
     dsc_unattended_row<KV_, true, OUT_>(out_row, value_base, HEAD_DIM_, total, position,
-                                  UNATTENDED_ZERO_, UNATTENDED_CAUSAL_ && CAUSAL_,
+                                  UNATTENDED_ZERO_ || SINK_, UNATTENDED_CAUSAL_ && CAUSAL_,
                                   threadIdx.x, blockDim.x);
     return;
   }
 
-  float denominator = 0.0f;
+  float denominator = SINK_ ? expf(__ldg(sink) - overall_max) : 0.0f;
   for (int split = 0; split < splits; ++split)
     denominator += expf(__ldcg(partial_max + first_slot + split) - overall_max) *
                    __ldcg(partial_sum + first_slot + split);

@@ -82,13 +82,6 @@ struct SelectKernelsPass : impl::SelectKernelsBase<SelectKernelsPass> {
     codegen::PlanKernelChoices choices = codegen::selectKernels(view.plan, view.weightDTypes);
     for (const auto &[step, choice] : choices.steps) {
       auto exec = cast<plan::ExecOp>(view.steps.at(step));
-      if (choice.declined && choice.reason == codegen::kAttentionSinksDecline) {
-        auto layer = dyn_cast_or_null<IntegerAttr>(exec.getAttrs().get("cache_layer"));
-        exec.emitError() << "tfm.attention"
-                         << (layer ? " of layer " + std::to_string(layer.getInt()) : "")
-                         << ": " << choice.reason << "; compile with --arch none for the CPU";
-        return signalPassFailure();
-      }
       if (choice.declined) {
         exec.setKernelDeclineAttr(StringAttr::get(context, choice.reason));
         continue;

@@ -39,6 +39,13 @@ class Update:
     token_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
     finish_reason: Optional[str] = None
+    # With RequestParams.prompt_logprobs: prompt tokens 1, 2, ... each with its
+    # log-probability given the ones before it; they come with the first update.
+    prompt_logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
+
+
+# dsrt_request_state's DSRT_REQUEST_PROMPT: an event of a prompt token's log-probability.
+_PROMPT_EVENT = -2
 
 
 @dataclasses.dataclass
@@ -54,6 +61,12 @@ class RequestParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     skip_special_tokens: bool = True
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    prompt_logprobs: Optional[int] = None
+    logit_bias: Optional[dict[int, float]] = None
 
 
 class Request:
@@ -72,6 +85,7 @@ class Request:
         self._text = ""       # all text so far
         self._emitted = 0     # of which this much was handed out
         self._hold = max((len(s) for s in params.stop), default=1) - 1
+        self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
 
     def on_events(self, events: list) -> None:
         """One update per token (a stream's chunk); the finish rides on the last token's
@@ -79,7 +93,12 @@ class Request:
         i = 0
         while i < len(events) and not self.finished:
             _, token, state, logprob, top = events[i]
+            if state == _PROMPT_EVENT:
+                self._prompt_logprobs.append(TokenLogprob(token, logprob, list(top)))
+                i += 1
+                continue
             update = Update()
+            update.prompt_logprobs, self._prompt_logprobs = self._prompt_logprobs, []
             if token >= 0:
                 self._take(update, token, logprob, top)
                 if update.finish_reason is None and i + 1 < len(events) and events[i + 1][1] < 0:
@@ -161,7 +180,11 @@ class EngineLoop:
             request.id = self._native.add_request(
                 request.prompt_ids, params.max_tokens, params.temperature, params.top_k,
                 params.top_p, seed & 0xFFFFFFFFFFFFFFFF, list(params.stop_token_ids),
-                params.ignore_eos, logprobs)
+                params.ignore_eos, logprobs, params.min_p, params.repetition_penalty,
+                params.presence_penalty, params.frequency_penalty,
+                -1 if params.prompt_logprobs is None else params.prompt_logprobs,
+                [int(t) for t in (params.logit_bias or {})],
+                [float(v) for v in (params.logit_bias or {}).values()])
             self._requests[request.id] = request
         return request
 

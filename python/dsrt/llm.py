@@ -19,7 +19,12 @@ class SamplingParams:
     ``temperature=0`` is greedy; ``top_k`` 0 or -1 is no limit; ``seed`` makes a sampled
     request reproducible whatever runs beside it; ``stop`` strings end the text before
     them; ``logprobs=k`` reports each token's log-probability and the k likeliest (k <= 20);
-    ``max_tokens=None`` runs to the plan's context.
+    ``max_tokens=None`` runs to the plan's context. ``n`` samples that many outputs of each
+    prompt (each its own engine request; the prompt's KV blocks are shared by the prefix
+    cache; with a ``seed``, output j draws from ``seed + j``). ``min_p`` drops tokens below
+    that fraction of the likeliest's probability; ``repetition_penalty`` (1: none),
+    ``presence_penalty`` and ``frequency_penalty`` (0: none, [-2, 2]) are vLLM's and apply to
+    greedy requests too; log-probabilities stay the model's.
     """
     max_tokens: Optional[int] = 16
     temperature: float = 1.0
@@ -32,10 +37,24 @@ class SamplingParams:
     logprobs: Optional[int] = None
     skip_special_tokens: bool = True
     n: int = 1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    # vLLM's: each prompt token after the first with its log-probability given those before
+    # it and the k likeliest (RequestOutput.prompt_logprobs; None for the first token). Such
+    # a request computes its whole prompt (no prefix-cache hits).
+    prompt_logprobs: Optional[int] = None
+    # OpenAI's: {token id: bias in [-100, 100]} added to the logits (-100 bans a token).
+    logit_bias: Optional[dict[int, float]] = None
 
-    def _request(self, prompt_length: int, max_seq_len: int) -> RequestParams:
-        if self.n != 1:
-            raise _dsrt.Error("DSRT_UNSUPPORTED: n must be 1")
+    def _copies(self) -> int:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: n must be a positive integer, not "
+                              f"{self.n!r}")
+        return self.n
+
+    def _request(self, prompt_length: int, max_seq_len: int, copy: int = 0) -> RequestParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
         if any(not s for s in stop):
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: a stop string is empty")
@@ -43,10 +62,17 @@ class SamplingParams:
         if max_tokens is None:
             max_tokens = max(1, max_seq_len - prompt_length)
         return RequestParams(max_tokens=max_tokens, temperature=self.temperature,
-                             top_p=self.top_p, top_k=max(0, self.top_k), seed=self.seed,
+                             top_p=self.top_p, top_k=max(0, self.top_k),
+                             seed=None if self.seed is None else self.seed + copy,
                              stop=stop, stop_token_ids=list(self.stop_token_ids),
                              ignore_eos=self.ignore_eos, logprobs=self.logprobs,
-                             skip_special_tokens=self.skip_special_tokens)
+                             skip_special_tokens=self.skip_special_tokens, min_p=self.min_p,
+                             repetition_penalty=self.repetition_penalty,
+                             presence_penalty=self.presence_penalty,
+                             frequency_penalty=self.frequency_penalty,
+                             # The prompt's are the same for every copy: the first asks.
+                             prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
+                             logit_bias=self.logit_bias)
 
 
 @dataclasses.dataclass
@@ -71,6 +97,8 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    # With SamplingParams.prompt_logprobs: None for the first prompt token, then each one's.
+    prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
 
 
 class LLM:
@@ -127,28 +155,37 @@ class LLM:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
-        updates: "queue.Queue[tuple[int, Update]]" = queue.Queue()
+        updates: "queue.Queue[tuple[int, int, Update]]" = queue.Queue()
         results, requests = [], []
         try:
             for index, prompt in enumerate(prompts):
                 ids = self._prompt_ids(prompt)
+                copies = [params._request(len(ids), self.max_seq_len, j)
+                          for j in range(params._copies())]
                 results.append(RequestOutput(prompt if isinstance(prompt, str) else None, ids, [
-                    CompletionOutput(0, "", [], None,
-                                     [] if params.logprobs is not None else None)], False))
-                requests.append(self._loop.submit(
-                    ids, params._request(len(ids), self.max_seq_len),
-                    lambda update, index=index: updates.put((index, update))))
+                    CompletionOutput(j, "", [], None,
+                                     [] if params.logprobs is not None else None)
+                    for j in range(len(copies))], False,
+                    [None] if params.prompt_logprobs is not None else None))
+                for j, request in enumerate(copies):
+                    requests.append(self._loop.submit(
+                        ids, request,
+                        lambda update, index=index, j=j: updates.put((index, j, update))))
             pending = len(requests)
+            unfinished = [len(result.outputs) for result in results]
             while pending:
-                index, update = updates.get()
-                output = results[index].outputs[0]
+                index, j, update = updates.get()
+                output = results[index].outputs[j]
+                if j == 0 and results[index].prompt_logprobs is not None:
+                    results[index].prompt_logprobs += update.prompt_logprobs
                 output.text += update.text
                 output.token_ids += update.token_ids
                 if output.logprobs is not None:
                     output.logprobs += update.logprobs
                 if update.finish_reason:
                     output.finish_reason = update.finish_reason
-                    results[index].finished = True
+                    unfinished[index] -= 1
+                    results[index].finished = unfinished[index] == 0
                     pending -= 1
         except BaseException:
             for request in requests:
@@ -161,7 +198,11 @@ class LLM:
         """The text of one request, piece by piece as tokens come (a character cut across
         tokens comes whole). Closing the iterator early cancels the request."""
         ids = self._prompt_ids(prompt)
-        params = (sampling_params or SamplingParams())._request(len(ids), self.max_seq_len)
+        sampling = sampling_params or SamplingParams()
+        if sampling._copies() != 1:
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: stream() streams one output: n must be 1 "
+                              "(generate() takes n > 1)")
+        params = sampling._request(len(ids), self.max_seq_len)
         updates: "queue.Queue[Update]" = queue.Queue()
         request = self._loop.submit(ids, params, updates.put)
         try:

@@ -1,7 +1,7 @@
 """The OpenAI protocol's request bodies (validated by pydantic) and response shapes, as
 ``dsserve`` speaks them. Fields OpenAI has and dsrt cannot honour are refused by name
-rather than ignored; vLLM's extensions (``top_k``, ``ignore_eos``, ``chat_template_kwargs``)
-are taken."""
+rather than ignored; vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``,
+``ignore_eos``, ``chat_template_kwargs``) are taken."""
 from __future__ import annotations
 
 import time
@@ -26,21 +26,37 @@ class _Common(BaseModel):
     top_k: Optional[StrictInt] = Field(default=None, ge=-1)
     seed: Optional[StrictInt] = None
     stop: Union[StrictStr, list[StrictStr], None] = None
-    n: StrictInt = 1
+    # Choices per prompt: each its own engine request (the prompt's blocks shared by the
+    # prefix cache). A bound, so that one body cannot queue thousands of requests.
+    n: StrictInt = Field(default=1, ge=1, le=64)
+    best_of: Optional[StrictInt] = None
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     ignore_eos: StrictBool = False
-    presence_penalty: Optional[Number] = None
-    frequency_penalty: Optional[Number] = None
+    presence_penalty: Optional[Number] = Field(default=None, ge=-2, le=2)
+    frequency_penalty: Optional[Number] = Field(default=None, ge=-2, le=2)
+    repetition_penalty: Optional[Number] = Field(default=None, gt=0)
+    min_p: Optional[Number] = Field(default=None, ge=0, le=1)
+    # OpenAI's: token id (JSON keys are strings) to a bias in [-100, 100].
+    logit_bias: Optional[dict[str, Number]] = None
+    # vLLM's: more tokens that stop, and whether special tokens are left out of the text.
+    stop_token_ids: Optional[list[StrictInt]] = None
+    skip_special_tokens: StrictBool = True
+    # Structured output is not done: refused rather than answered with free text.
+    response_format: Optional[dict[str, Any]] = None
     user: Optional[StrictStr] = None
 
     def unsupported(self) -> Optional[str]:
         """The first field asked of dsrt that it does not do, as an error message."""
-        if self.n != 1:
-            return "n must be 1: dsrt returns one choice per prompt"
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):
-                return f"{name} is not supported (only 0)"
+        if self.best_of is not None and self.best_of != self.n:
+            return ("best_of is not supported: dsrt returns the n choices it samples "
+                    "(best_of must be absent or equal n)")
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            return ("response_format is not supported (only {\"type\": \"text\"}): dsrt "
+                    "does not constrain its output to JSON")
+        for token in self.logit_bias or {}:
+            if not token.lstrip("-").isdigit():
+                return f"logit_bias keys must be token ids, not {token!r}"
         return None
 
 
@@ -52,8 +68,6 @@ class CompletionRequest(_Common):
     suffix: Optional[StrictStr] = None
 
     def unsupported(self) -> Optional[str]:
-        if self.echo:
-            return "echo is not supported"
         if self.suffix:
             return "suffix is not supported"
         return super().unsupported()

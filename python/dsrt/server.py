@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -45,9 +46,12 @@ class _Generation:
     (prompt index, Update)."""
 
     def __init__(self, server: "Server", prompts: list[list[int]],
-                 params: list[RequestParams]):
+                 params: list[RequestParams], prompt_tokens: Optional[int] = None):
         self.server = server
         self.prompts = prompts
+        # n choices of a prompt are n engine requests, but OpenAI counts its tokens once.
+        self.prompt_tokens = (sum(len(p) for p in prompts) if prompt_tokens is None
+                              else prompt_tokens)
         self.queue: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
         self.arrival = time.monotonic()
         self.first: list[Optional[float]] = [None] * len(prompts)
@@ -93,13 +97,14 @@ class _Generation:
                     self._observe(index)
 
     def usage(self) -> dict:
-        return usage(sum(len(p) for p in self.prompts), sum(self.generated))
+        return usage(self.prompt_tokens, sum(self.generated))
 
 
 class Server:
     """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
 
-    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int):
+    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
+                 chat_template: Optional[str] = None):
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
@@ -110,9 +115,11 @@ class Server:
         templates = dict(engine.plan.chat_templates())
         special = {name: engine.plan.special_token(name)
                    for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
-        self.template = (ChatTemplate(templates["default"],
-                                      {k: v for k, v in special.items() if v is not None})
-                         if "default" in templates else None)
+        # --chat-template (vLLM's option) wins over the plan's: base models have none, and a
+        # published template is sometimes wrong.
+        source = chat_template if chat_template is not None else templates.get("default")
+        self.template = (ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
+                         if source is not None else None)
 
     # -- requests to engine requests
 
@@ -130,12 +137,31 @@ class Server:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if any(not s for s in stop):
             raise _Refused(400, "stop strings must not be empty", param="stop")
+        def number(value, default: float) -> float:
+            return default if value is None else float(value)
         return RequestParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if body.temperature is None else float(body.temperature),
-            top_p=1.0 if body.top_p is None else float(body.top_p),
-            top_k=max(0, body.top_k or 0), seed=body.seed, stop=stop,
-            ignore_eos=body.ignore_eos, logprobs=logprobs)
+            max_tokens=max_tokens, temperature=number(body.temperature, 1.0),
+            top_p=number(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
+            stop=stop, ignore_eos=body.ignore_eos, logprobs=logprobs,
+            min_p=number(body.min_p, 0.0),
+            repetition_penalty=number(body.repetition_penalty, 1.0),
+            presence_penalty=number(body.presence_penalty, 0.0),
+            frequency_penalty=number(body.frequency_penalty, 0.0),
+            logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
+            stop_token_ids=list(body.stop_token_ids or ()),
+            skip_special_tokens=body.skip_special_tokens)
+
+    def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
+                ) -> _Generation:
+        """n engine requests per prompt, choice i * n + j the j-th of prompt i (OpenAI's
+        order); with a seed, choice j draws from seed + j so that the n differ."""
+        expanded, expanded_params = [], []
+        for ids, request in zip(prompts, params):
+            for j in range(n):
+                expanded.append(ids)
+                expanded_params.append(request if j == 0 or request.seed is None else
+                                       dataclasses.replace(request, seed=request.seed + j))
+        return _Generation(self, expanded, expanded_params, sum(len(p) for p in prompts))
 
     def token_text(self, token: int) -> tuple[str, list[int]]:
         raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)
@@ -153,6 +179,23 @@ def _completion_logprobs(server: Server, entries: list[TokenLogprob], offset: in
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
             "text_offset": offsets}
+
+
+def _echo_logprobs(server: Server, prompt: list[int], entries: list[TokenLogprob]) -> dict:
+    """The prompt's part of an echoed completion's logprobs: its first token has none (null,
+    as OpenAI and vLLM write it), every later one its log-probability given those before."""
+    first, _ = server.token_text(prompt[0])
+    rest = _completion_logprobs(server, entries, len(first))
+    return {"tokens": [first] + rest["tokens"],
+            "token_logprobs": [None] + rest["token_logprobs"],
+            "top_logprobs": [None] + rest["top_logprobs"],
+            "text_offset": [0] + rest["text_offset"]}
+
+
+def _joined_logprobs(head: Optional[dict], tail: dict) -> dict:
+    if head is None:
+        return tail
+    return {key: head[key] + tail[key] for key in tail}
 
 
 def _chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
@@ -290,20 +333,41 @@ def create_app(server: Server) -> FastAPI:
                 raise _Refused(400, "the prompt is empty", param="prompt")
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
-            generation = _Generation(server, prompts, params)
+            if body.echo and body.logprobs is not None:
+                # The prompt's own log-probabilities (each prompt token given those before).
+                params = [dataclasses.replace(p, prompt_logprobs=body.logprobs) for p in params]
+            generation = server.choices(prompts, params, body.n)
+            choice_count = len(generation.prompts)
+            # echo: each choice's text starts with its prompt's (as given, or decoded ids).
+            echoed = [""] * choice_count
+            if body.echo:
+                texts = [p if isinstance(p, str) else server.tokenizer.decode(list(p))
+                         for p in prompt] if server.has_tokenizer else [""] * len(prompts)
+                echoed = [texts[i // body.n] for i in range(choice_count)]
         except _Refused as error:
             return refused(error)
         answer = _Answer("cmpl", "text_completion", body, server.model_name)
         chunk = answer.chunk
 
         async def chunks(gen: _Generation):
-            offsets = [0] * len(prompts)
+            offsets = [0] * choice_count
+            started = [False] * choice_count
             async for index, update in gen.updates():
+                # The echo rides on each choice's first chunk.
+                head, text = None, update.text
+                if body.echo and not started[index]:
+                    text = echoed[index] + text
+                    if body.logprobs is not None:
+                        head = _echo_logprobs(server, gen.prompts[index],
+                                              update.prompt_logprobs)
+                        offsets[index] = sum(len(t) for t in head["tokens"])
+                started[index] = True
                 logprobs = None
                 if body.logprobs is not None:
-                    logprobs = _completion_logprobs(server, update.logprobs, offsets[index])
+                    logprobs = _joined_logprobs(head, _completion_logprobs(
+                        server, update.logprobs, offsets[index]))
                 offsets[index] += len(update.text)
-                choice = {"index": index, "text": update.text, "logprobs": logprobs,
+                choice = {"index": index, "text": text, "logprobs": logprobs,
                           "finish_reason": update.finish_reason}
                 if not server.has_tokenizer:
                     choice["token_ids"] = update.token_ids
@@ -312,17 +376,26 @@ def create_app(server: Server) -> FastAPI:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
-            texts = [""] * len(prompts)
-            token_ids: list[list[int]] = [[] for _ in prompts]
-            entries: list[list[TokenLogprob]] = [[] for _ in prompts]
+            texts = [""] * choice_count
+            token_ids: list[list[int]] = [[] for _ in range(choice_count)]
+            entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
+            prompt_entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             async for index, update in gen.updates():
                 texts[index] += update.text
                 token_ids[index] += update.token_ids
                 entries[index] += update.logprobs
-            choices = [{"index": i, "text": texts[i], "finish_reason": gen.finish[i],
-                        "logprobs": (_completion_logprobs(server, entries[i], 0)
-                                     if body.logprobs is not None else None)}
-                       for i in range(len(prompts))]
+                prompt_entries[index] += update.prompt_logprobs
+
+            def logprobs(i: int) -> Optional[dict]:
+                if body.logprobs is None:
+                    return None
+                if not body.echo:
+                    return _completion_logprobs(server, entries[i], 0)
+                head = _echo_logprobs(server, gen.prompts[i], prompt_entries[i])
+                return _joined_logprobs(head, _completion_logprobs(
+                    server, entries[i], sum(len(t) for t in head["tokens"])))
+            choices = [{"index": i, "text": echoed[i] + texts[i], "finish_reason": gen.finish[i],
+                        "logprobs": logprobs(i)} for i in range(choice_count)]
             if not server.has_tokenizer:  # no text: the answer is its token ids
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids
@@ -350,32 +423,33 @@ def create_app(server: Server) -> FastAPI:
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
                                    len(ids), top if body.logprobs else None)
-            generation = _Generation(server, [ids], [params])
+            generation = server.choices([ids], [params], body.n)
         except _Refused as error:
             return refused(error)
         answer = _Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
 
         async def chunks(gen: _Generation):
-            yield _sse(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                               "logprobs": None, "finish_reason": None}]))
-            async for _, update in gen.updates():
+            for index in range(body.n):
+                yield _sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None}]))
+            async for index, update in gen.updates():
                 delta = {"content": update.text} if update.text else {}
                 logprobs = _chat_logprobs(server, update.logprobs) if body.logprobs else None
-                yield _sse(chunk([{"index": 0, "delta": delta, "logprobs": logprobs,
+                yield _sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                    "finish_reason": update.finish_reason}]))
             if answer.include_usage:
                 yield _sse(chunk([], gen.usage()))
 
         async def whole(gen: _Generation):
-            text, entries = "", []
-            async for _, update in gen.updates():
-                text += update.text
-                entries += update.logprobs
+            texts, entries = [""] * body.n, [[] for _ in range(body.n)]
+            async for index, update in gen.updates():
+                texts[index] += update.text
+                entries[index] += update.logprobs
             return answer.whole("chat.completion", [{
-                "index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": _chat_logprobs(server, entries) if body.logprobs else None,
-                "finish_reason": gen.finish[0]}], gen.usage())
+                "index": index, "message": {"role": "assistant", "content": texts[index]},
+                "logprobs": _chat_logprobs(server, entries[index]) if body.logprobs else None,
+                "finish_reason": gen.finish[index]} for index in range(body.n)], gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
 
@@ -411,8 +485,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-batch-invariant", action="store_true",
                         help="let long steps of half and quantized plans take faster bf16 "
                         "arithmetic (a token may then differ from the request's alone)")
+    parser.add_argument("--chat-template", metavar="FILE",
+                        help="a Jinja chat template for /v1/chat/completions instead of the "
+                        "plan's (the model's tokenizer_config.json's)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    chat_template = None
+    if args.chat_template:
+        try:
+            with open(args.chat_template, encoding="utf-8") as file:
+                chat_template = file.read()
+            ChatTemplate(chat_template, {})  # a template that does not parse fails here
+        except (OSError, ChatTemplateError) as error:
+            print(f"dsserve: --chat-template {args.chat_template}: {error}", file=sys.stderr)
+            return 2
 
     try:
         engine = EngineLoop(args.plan, device=args.device, block_size=args.block_size,
@@ -432,7 +518,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     import uvicorn
     name = args.served_model_name or os.path.basename(args.plan).removesuffix(".dsp")
-    app = create_app(Server(engine, name, args.max_concurrent_requests))
+    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template))
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

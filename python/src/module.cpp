@@ -271,7 +271,12 @@ struct Engine {
 
   int64_t addRequest(const std::vector<int64_t> &prompt, int maxNewTokens, float temperature,
                      int topK, float topP, uint64_t seed, const std::vector<int64_t> &stopTokens,
-                     bool ignoreEos, int logprobs) {
+                     bool ignoreEos, int logprobs, float minP, float repetitionPenalty,
+                     float presencePenalty, float frequencyPenalty, int promptLogprobs,
+                     const std::vector<int64_t> &biasTokens,
+                     const std::vector<float> &biasValues) {
+    if (biasTokens.size() != biasValues.size())
+      throw nb::value_error("logit_bias_tokens and logit_bias_values differ in length");
     dsrt_request_options options;
     dsrt_request_options_init(&options);
     options.max_new_tokens = maxNewTokens;
@@ -283,6 +288,14 @@ struct Engine {
     options.stop_token_count = stopTokens.size();
     options.ignore_eos = ignoreEos ? 1 : 0;
     options.logprobs = logprobs;
+    options.min_p = minP;
+    options.repetition_penalty = repetitionPenalty;
+    options.presence_penalty = presencePenalty;
+    options.frequency_penalty = frequencyPenalty;
+    options.prompt_logprobs = promptLogprobs;
+    options.logit_bias_tokens = biasTokens.data();
+    options.logit_bias_values = biasValues.data();
+    options.logit_bias_count = biasTokens.size();
     int64_t id = 0;
     nb::gil_scoped_release release;
     check(dsrt_engine_add_request(handle, prompt.data(), prompt.size(), &options, &id));
@@ -406,7 +419,10 @@ NB_MODULE(_dsrt, m) {
            })
       .def("add_request", &Engine::addRequest, "prompt"_a, "max_new_tokens"_a,
            "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "stop_token_ids"_a,
-           "ignore_eos"_a, "logprobs"_a)
+           "ignore_eos"_a, "logprobs"_a, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f,
+           "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f,
+           "prompt_logprobs"_a = -1, "logit_bias_tokens"_a = std::vector<int64_t>(),
+           "logit_bias_values"_a = std::vector<float>())
       .def("cancel", &Engine::cancel, "request"_a)
       .def("wait_events", &Engine::waitEvents, "timeout"_a)
       .def("interrupt", &Engine::interrupt)

@@ -89,6 +89,101 @@ def test_seeded_sampling_repeats_and_differs_by_seed(llm, reference):
     assert any(sample(7) != sample(seed) for seed in (8, 9, 10))
 
 
+def test_n_outputs_sample_from_consecutive_seeds(llm, reference):
+    ids = reference["prompts"][2]["ids"]
+    params = dict(max_tokens=8, temperature=1.0, ignore_eos=True)
+    many = llm.generate([ids], dsrt.SamplingParams(n=3, seed=7, **params))[0]
+    assert [o.index for o in many.outputs] == [0, 1, 2] and many.finished
+    for j, output in enumerate(many.outputs):
+        alone = llm.generate([ids], dsrt.SamplingParams(seed=7 + j, **params))[0].outputs[0]
+        assert output.token_ids == alone.token_ids
+
+
+def penalised_argmax(logits, prompt, output, repetition, presence, frequency):
+    """vLLM's rule, written here: the repetition penalty over the prompt's and the output's
+    tokens, then presence and frequency over the output's."""
+    logits = np.array(logits, dtype=np.float64)
+    for token in set(prompt) | set(output):
+        logits[token] = logits[token] / repetition if logits[token] > 0 else \
+            logits[token] * repetition
+    for token in set(output):
+        logits[token] -= presence + frequency * output.count(token)
+    return int(np.argmax(logits))
+
+
+def test_penalised_greedy_is_the_argmax_of_penalised_logits(llm, plan):
+    """Each greedy token under the penalties is the argmax of the prefill program's logits
+    for the prompt and the tokens before it, penalised as vLLM does (computed here); the
+    penalties must change at least one choice, or the test proves nothing."""
+    prompt = [5, 6, 7, 5, 6, 7, 5]
+    settings = dict(repetition_penalty=1.8, presence_penalty=1.5, frequency_penalty=1.0)
+    out = llm.generate([prompt], dsrt.SamplingParams(max_tokens=8, temperature=0,
+                                                     ignore_eos=True, **settings))[0]
+    session = dsrt.Session(plan)
+    changed = False
+    for i, token in enumerate(out.outputs[0].token_ids):
+        ids = np.array([prompt + out.outputs[0].token_ids[:i]], dtype=np.int64)
+        logits = session.run("prefill", {
+            "input_ids": ids, "attention_mask": np.ones_like(ids),
+            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :]})["logits"][0, -1]
+        want = penalised_argmax(logits, prompt, out.outputs[0].token_ids[:i],
+                                settings["repetition_penalty"], settings["presence_penalty"],
+                                settings["frequency_penalty"])
+        assert token == want, f"token {i}"
+        changed |= want != int(np.argmax(logits))
+    assert changed
+
+
+def test_logit_bias_bans_and_forces_tokens(llm, reference):
+    ids = reference["prompts"][0]["ids"]
+    plain = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, **GREEDY))[0].outputs[0]
+    first = plain.token_ids[0]
+    banned = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, logit_bias={first: -100},
+                                                     **GREEDY))[0].outputs[0]
+    assert first not in banned.token_ids
+    forced = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, logit_bias={17: 100},
+                                                     temperature=1.0, seed=3,
+                                                     ignore_eos=True))[0].outputs[0]
+    assert forced.token_ids == [17] * 4
+    with pytest.raises(dsrt.Error, match="logit_bias"):
+        llm.generate([ids], dsrt.SamplingParams(logit_bias={17: 101}))
+    with pytest.raises(dsrt.Error, match="logit_bias"):
+        llm.generate([ids], dsrt.SamplingParams(logit_bias={10 ** 6: 1}))
+
+
+def prefix_logprobs(plan, prompt):
+    """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
+    is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""
+    session = dsrt.Session(plan)
+    rows = []
+    for p in range(len(prompt) - 1):
+        ids = np.array([prompt[:p + 1]], dtype=np.int64)
+        logits = session.run("prefill", {
+            "input_ids": ids, "attention_mask": np.ones_like(ids),
+            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :]})["logits"][0, -1]
+        rows.append(log_softmax(list(map(float, logits))))
+    return rows
+
+
+def test_prompt_logprobs_are_each_prefixs_log_softmax(llm, plan):
+    """A 20-token prompt, in chunks of the plan's 8 tokens per step, after the same prompt
+    was served (its blocks are cached: a request that wants prompt log-probabilities must
+    still compute every position). fp32 on both sides: 1e-4."""
+    prompt = [(7 * i + 3) % 50 + 1 for i in range(20)]
+    llm.generate([prompt], dsrt.SamplingParams(max_tokens=1, **GREEDY))
+    out = llm.generate([prompt], dsrt.SamplingParams(max_tokens=2, prompt_logprobs=3,
+                                                     **GREEDY))[0]
+    expected = prefix_logprobs(plan, prompt)
+    assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+    for p, entry in enumerate(out.prompt_logprobs[1:]):
+        assert entry.token_id == prompt[p + 1]
+        assert entry.logprob == pytest.approx(expected[p][prompt[p + 1]], abs=1e-4)
+        likeliest = sorted(range(len(expected[p])), key=lambda i: -expected[p][i])[:3]
+        assert [t for t, _ in entry.top] == likeliest
+    with pytest.raises(dsrt.Error, match="prompt_logprobs"):
+        llm.generate([prompt], dsrt.SamplingParams(prompt_logprobs=21))
+
+
 def test_chat_renders_the_plans_template(llm, model_dir):
     messages = [{"role": "system", "content": "Be"}, {"role": "user", "content": "hé"}]
     config = json.loads((model_dir / "tokenizer_config.json").read_text())
@@ -110,8 +205,12 @@ def test_refusals_are_dsrt_errors(llm):
         llm.generate([[1] * 60], dsrt.SamplingParams(max_tokens=10))
     with pytest.raises(dsrt.Error, match="vocabulary"):
         llm.generate([[10**6]], dsrt.SamplingParams(max_tokens=1))
-    with pytest.raises(dsrt.Error, match="n must be 1"):
-        llm.generate(["x"], dsrt.SamplingParams(n=2))
+    with pytest.raises(dsrt.Error, match="n must be a positive integer"):
+        llm.generate(["x"], dsrt.SamplingParams(n=0))
+    with pytest.raises(dsrt.Error, match="frequency_penalty"):
+        llm.generate(["x"], dsrt.SamplingParams(frequency_penalty=2.5))
+    with pytest.raises(dsrt.Error, match="repetition_penalty"):
+        llm.generate(["x"], dsrt.SamplingParams(repetition_penalty=0))
     with pytest.raises(dsrt.Error, match="no chat template 'tool_use'"):
         llm.chat_template("tool_use")
     # The engine serves on after refusals.

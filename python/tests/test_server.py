@@ -158,7 +158,16 @@ def test_metrics_move_as_requests_run(server, client):
     (json.dumps({"prompt": [1] * 60, "max_tokens": 10}).encode(), 400,
      "maximum context length is 64"),
     (json.dumps({"prompt": [10 ** 6], "max_tokens": 1}).encode(), 400, "vocabulary"),
-    (json.dumps({"prompt": "x", "n": 2}).encode(), 400, "n must be 1"),
+    (json.dumps({"prompt": "x", "n": 0}).encode(), 400, "n:"),
+    (json.dumps({"prompt": "x", "n": 2, "best_of": 3}).encode(), 400, "best_of"),
+    (json.dumps({"prompt": "x", "frequency_penalty": 3}).encode(), 400, "frequency_penalty"),
+    (json.dumps({"prompt": "x", "repetition_penalty": 0}).encode(), 400,
+     "repetition_penalty"),
+    (json.dumps({"prompt": "x", "min_p": 1.5}).encode(), 400, "min_p"),
+    (json.dumps({"prompt": "x", "response_format": {"type": "json_object"}}).encode(), 400,
+     "response_format"),
+    (json.dumps({"prompt": "x", "logit_bias": {"a": 1}}).encode(), 400, "logit_bias"),
+    (json.dumps({"prompt": "x", "logit_bias": {"5": 500}}).encode(), 400, "logit_bias"),
 ])
 def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body, status,
                                                             words):
@@ -168,6 +177,119 @@ def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body
     error = answer.json()["error"]
     assert words in error["message"] and error["type"] == "invalid_request_error"
     assert client.completions.create(model="m", prompt=[1, 2], max_tokens=1).choices
+
+
+def test_n_choices_are_the_llms_with_seeds_counted_once(client, llm):
+    """n=3 sampled choices of each of two prompts: choice i * 3 + j is LLM.generate's output
+    j of prompt i with the same seed (output j draws from seed + j), and the usage counts each
+    prompt's tokens once."""
+    prompts = [[5, 6, 7], [8, 9]]
+    answer = client.completions.create(model="m", prompt=prompts, max_tokens=6, n=3,
+                                       temperature=1.0, seed=11, extra_body={"ignore_eos": True})
+    assert [c.index for c in answer.choices] == list(range(6))
+    expected = llm.generate(prompts, dsrt.SamplingParams(max_tokens=6, temperature=1.0, seed=11,
+                                                         n=3, ignore_eos=True))
+    for choice in answer.choices:
+        assert choice.text == expected[choice.index // 3].outputs[choice.index % 3].text
+    assert len({c.text for c in answer.choices[:3]}) > 1, "three samples all alike"
+    assert answer.usage.prompt_tokens == 5 and answer.usage.completion_tokens == 36
+
+
+def test_chat_n_streams_every_choice(client):
+    stream = client.chat.completions.create(model="m", n=2, max_tokens=4, temperature=0,
+                                            messages=[{"role": "user", "content": "hi"}],
+                                            stream=True, extra_body={"ignore_eos": True})
+    texts, finished = ["", ""], [None, None]
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            finished[choice.index] = choice.finish_reason or finished[choice.index]
+    # Greedy: both choices are the same text, each ended by its own length.
+    assert texts[0] and texts[0] == texts[1] and finished == ["length", "length"]
+
+
+def test_penalties_reach_the_engine(client, llm):
+    """The server's penalty and min_p fields are the LLM's SamplingParams (test_llm checks
+    the penalised tokens against the prefill logits)."""
+    settings = dict(repetition_penalty=1.8, presence_penalty=1.5, frequency_penalty=1.0)
+    answer = client.completions.create(model="m", prompt=[5, 6, 7, 5, 6], max_tokens=8,
+                                       temperature=0, presence_penalty=1.5,
+                                       frequency_penalty=1.0,
+                                       extra_body={"ignore_eos": True,
+                                                   "repetition_penalty": 1.8, "min_p": 0.1})
+    expected = llm.generate([[5, 6, 7, 5, 6]], dsrt.SamplingParams(
+        max_tokens=8, temperature=0, ignore_eos=True, min_p=0.1, **settings))[0].outputs[0]
+    plain = llm.generate([[5, 6, 7, 5, 6]], dsrt.SamplingParams(
+        max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
+    assert answer.choices[0].text == expected.text
+    assert expected.token_ids != plain.token_ids, "the penalties changed nothing"
+
+
+def test_logit_bias_and_stop_token_ids_reach_the_engine(client, llm):
+    prompt = [5, 6, 7]
+    plain = llm.generate([prompt], dsrt.SamplingParams(max_tokens=4, temperature=0,
+                                                       ignore_eos=True))[0].outputs[0]
+    answer = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0,
+                                       logit_bias={str(plain.token_ids[0]): -100},
+                                       extra_body={"ignore_eos": True})
+    banned = llm.generate([prompt], dsrt.SamplingParams(
+        max_tokens=4, temperature=0, ignore_eos=True,
+        logit_bias={plain.token_ids[0]: -100}))[0].outputs[0]
+    assert answer.choices[0].text == banned.text != plain.text
+    stopped = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0,
+                                        extra_body={"ignore_eos": True,
+                                                    "stop_token_ids": [plain.token_ids[1]]})
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_echo_returns_the_prompt_and_its_logprobs(server, llm):
+    """echo with logprobs, as lm-evaluation-harness's loglikelihood asks it: the text starts
+    with the prompt's, the first token's logprob is null and the others are the LLM's
+    prompt_logprobs; without logprobs the prompt's text alone is prepended."""
+    prompt = [5, 6, 7, 8, 9, 10]
+    answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": prompt, "max_tokens": 1, "logprobs": 1, "echo": True,
+        "temperature": 0}).json()
+    choice = answer["choices"][0]
+    expected = llm.generate([prompt], dsrt.SamplingParams(max_tokens=1, temperature=0,
+                                                          logprobs=1, prompt_logprobs=1))[0]
+    assert choice["text"] == llm.tokenizer.decode(prompt) + expected.outputs[0].text
+    values = choice["logprobs"]["token_logprobs"]
+    assert len(values) == len(prompt) + 1 and values[0] is None
+    for value, entry in zip(values[1:len(prompt)], expected.prompt_logprobs[1:]):
+        assert value == pytest.approx(entry.logprob, abs=1e-5)
+    assert values[-1] == pytest.approx(expected.outputs[0].logprobs[0].logprob, abs=1e-5)
+    plain = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": "Hello there", "max_tokens": 2, "echo": True, "temperature": 0}).json()
+    assert plain["choices"][0]["text"].startswith("Hello there")
+    assert plain["choices"][0]["logprobs"] is None
+
+
+def test_chat_template_option_replaces_the_plans(plan, llm, tmp_path):
+    """--chat-template FILE (vLLM's option): the chat answer is the completion of the text
+    that template renders; a template that does not parse stops dsserve with its reason."""
+    template = tmp_path / "plain.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    process = ServerProcess(plan, "--chat-template", str(template))
+    try:
+        answer = requests.post(process.url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+            "temperature": 0, "ignore_eos": True}).json()
+    finally:
+        process.stop()
+    text = "[user] hi\n[assistant] "
+    expected = llm.generate([llm.tokenizer.encode(text, add_special_tokens=False)],
+                            dsrt.SamplingParams(max_tokens=5, temperature=0,
+                                                ignore_eos=True))[0].outputs[0]
+    assert answer["choices"][0]["message"]["content"] == expected.text
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "dsrt.server", plan, "--chat-template",
+                          str(broken)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "broken.jinja" in run.stderr and "chat template" in run.stderr
 
 
 def test_prompts_of_one_request_each_get_their_own_room(server):

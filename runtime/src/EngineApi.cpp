@@ -52,6 +52,8 @@ void dsrt_request_options_init(dsrt_request_options *options) {
   options->max_new_tokens = 16;
   options->top_p = 1.0f;
   options->logprobs = -1;
+  options->repetition_penalty = 1.0f;
+  options->prompt_logprobs = -1;
 }
 
 static dsrt_status toEngineOptions(const dsrt_engine_options *options,
@@ -163,6 +165,8 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   }
   if (given.stop_token_count > 0 && !given.stop_tokens)
     return nullArgument("stop_tokens");
+  if (given.logit_bias_count > 0 && (!given.logit_bias_tokens || !given.logit_bias_values))
+    return nullArgument(!given.logit_bias_tokens ? "logit_bias_tokens" : "logit_bias_values");
   dsrt::engine::RequestOptions cpp;
   cpp.maxNewTokens = given.max_new_tokens;
   cpp.temperature = given.temperature;
@@ -172,6 +176,13 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.stopTokens.assign(given.stop_tokens, given.stop_tokens + given.stop_token_count);
   cpp.ignoreEos = given.ignore_eos != 0;
   cpp.logprobs = given.logprobs;
+  cpp.minP = given.min_p;
+  cpp.repetitionPenalty = given.repetition_penalty;
+  cpp.presencePenalty = given.presence_penalty;
+  cpp.frequencyPenalty = given.frequency_penalty;
+  cpp.promptLogprobs = given.prompt_logprobs;
+  for (size_t i = 0; i < given.logit_bias_count; ++i)
+    cpp.logitBias.emplace_back(given.logit_bias_tokens[i], given.logit_bias_values[i]);
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

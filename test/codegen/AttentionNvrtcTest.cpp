@@ -41,8 +41,8 @@ protected:
       EXPECT_EQ(cubin.compare(0, 4, "\x7f" "ELF"), 0) << spec.name() << " " << arch;
   }
 
-  // Every kernel the rule lists for `f`, in both cache modes.
-  void compilesFamily(const Family &f, dsp::DType maskType) {
+  // Every kernel the rule lists for `f`, in both cache modes (with sinks where asked).
+  void compilesFamily(const Family &f, dsp::DType maskType, bool sinks = false) {
     for (bool session : {false, true}) {
       if (session && !f.causal)
         continue;
@@ -50,6 +50,7 @@ protected:
       AttentionPlan::Options o;
       o.session = session;
       o.maskType = maskType;
+      o.sinks = sinks;
       std::vector<KernelSpec> specs;
       std::string reason;
       ASSERT_TRUE(b.run(b.attention(f, o), specs, reason)) << f.name << ": " << reason;
@@ -144,6 +145,29 @@ TEST_F(AttentionNvrtcTest, GroupedDecodeKernelsCompile) {
   compilesFamily({"falcon-7b", 71, 1, 64, 1, 0, 0, 64, 0, "all"}, dsp::DType::i64);
   compilesFamily({"mqa-256", 16, 1, 256, 1, 1, 0, 0, 0, "all", 30.0f}, dsp::DType::bool_);
   compilesFamily({"qwen3-gqa8", 16, 2, 128, 1, 0, 0, 128, 0, "all", 0, 1}, dsp::DType::i64);
+}
+
+TEST_F(AttentionNvrtcTest, SinksKernelsCompile) {
+  // GPT-OSS's real attention (64 heads of 64 over 8 KV heads: GROUP_HEADS 4), its sliding
+  // layers (a window of 128), and the serving step's paged kernels over a bf16 cache (the
+  // tensor cores' prefill).
+  compilesFamily({"gptoss-full", 64, 8, 64, 1, 0, 0, 64, 0, "all"}, dsp::DType::i64, true);
+  compilesFamily({"gptoss-sliding", 64, 8, 64, 1, 0, 128, 64, 0, "all"}, dsp::DType::i64, true);
+  AttentionPlan b;
+  b.plan.programs[0]->name = "step";
+  AttentionPlan::Options o;
+  o.session = true;
+  o.cacheType = dsp::DType::bf16;
+  o.sinks = true;
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(b.run(b.attention({"gptoss-paged", 64, 8, 64, 1, 0, 128, 64, 0, "all"}, o), specs,
+                    reason))
+      << reason;
+  ASSERT_EQ(specs.size(), 6u);
+  EXPECT_EQ(specs[5].kind, "attention_prefill_mma");
+  for (const KernelSpec &spec : specs)
+    compiles(spec);
 }
 
 } // namespace

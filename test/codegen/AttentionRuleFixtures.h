@@ -83,6 +83,10 @@ public:
     bool positions = true;
     dsp::DType cacheType = dsp::DType::f32;  // cache_dtype, absent when f32
     dsp::DType outputType = dsp::DType::f32;  // the result's (the plan's activation dtype)
+    // Attention sinks (input 10, GPT-OSS's): [heads] of this dtype, of rank 2 with `sinksRank2`.
+    bool sinks = false;
+    dsp::DType sinksType = dsp::DType::f32;
+    bool sinksRank2 = false;
   };
 
   // A tfm.attention step of `family` with symbolic batch and sequence.
@@ -117,6 +121,11 @@ public:
       s->inputs.insert(s->inputs.end(),
                        {-1, tensor(dsp::DType::f32, {f.qkNorm == 2 ? f.heads * f.headDim : f.headDim}),
                         tensor(dsp::DType::f32, {f.qkNorm == 2 ? f.kvHeads * f.headDim : f.headDim})});
+    if (o.sinks) {
+      s->inputs.resize(10, -1);
+      s->inputs.push_back(
+          o.sinksRank2 ? tensor(o.sinksType, {1, f.heads}) : tensor(o.sinksType, {f.heads}));
+    }
     s->outputs = outputs;
     intAttr(*s, "num_heads", f.heads);
     intAttr(*s, "num_kv_heads", f.kvHeads);

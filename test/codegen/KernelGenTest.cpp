@@ -212,6 +212,136 @@ TEST(TransformerRules, EmbeddingTakesTheTablesStoredDtype) {
   EXPECT_EQ(constant(specs.at(0), "HIDDEN"), 64);
 }
 
+// tfm.moe (moeRule): x [tokens, 64], logits [tokens, 8], 8 experts of [2 * 32, 64] and
+// [64, 32] in `weight` (i8/u8 with f16 scales [rows, 4] and [rows, 2]), optional biases and
+// shared expert.
+struct MoeStep {
+  PlanBuilder b;
+  dsp::StepT *step = nullptr;
+  MoeStep(dsp::DType weight, bool biases = false, bool shared = false,
+          dsp::DType input = dsp::DType::f32) {
+    const bool quantized = weight == dsp::DType::i8 || weight == dsp::DType::u8;
+    const int64_t packed = weight == dsp::DType::u8 ? 2 : 1;
+    auto w = [&](std::vector<int64_t> dims, dsp::DType type) {
+      return b.tensor(type, std::move(dims), dsp::TensorKind::weight);
+    };
+    std::vector<int32_t> inputs = {b.tensor(input, {-1, 64}), b.tensor(dsp::DType::f32, {-1, 8}),
+                                   w({8 * 64, 64 / packed}, weight),
+                                   w({8 * 64, 32 / packed}, weight), -1, -1, -1, -1, -1, -1, -1};
+    if (biases) {
+      inputs[4] = w({8 * 64}, dsp::DType::f32);
+      inputs[5] = w({8 * 64}, dsp::DType::f32);
+    }
+    if (shared) {
+      inputs[6] = w({2 * 16, 64}, dsp::DType::f32);
+      inputs[7] = w({64, 16}, dsp::DType::f32);
+      inputs[8] = w({1, 64}, dsp::DType::bf16);
+    }
+    if (quantized) {
+      inputs[9] = w({8 * 64, 4}, dsp::DType::f16);
+      inputs[10] = w({8 * 64, 2}, dsp::DType::f16);
+    }
+    step = &b.step("tfm.moe", inputs, {b.tensor(dsp::DType::f32, {-1, 64})});
+    addAttr(*step, "top_k", dsp::AttrKind::int_, 2);
+    addAttr(*step, "normalize", dsp::AttrKind::int_, 1);
+    PlanBuilder::stringAttr(*step, "scoring", "softmax");
+    PlanBuilder::stringAttr(*step, "activation", "silu");
+  }
+  static void addAttr(dsp::StepT &step, const std::string &name, dsp::AttrKind kind,
+                      int64_t i = 0, float f = 0) {
+    auto a = std::make_unique<dsp::AttrT>();
+    a->name = name;
+    a->kind = kind;
+    a->i = i;
+    a->f = f;
+    step.attrs.push_back(std::move(a));
+  }
+  bool run(std::vector<KernelSpec> &specs, std::string &reason) {
+    return runRule(b.plan, *step, specs, reason);
+  }
+};
+
+std::vector<std::string> kindsOf(const std::vector<KernelSpec> &specs) {
+  std::vector<std::string> kinds;
+  for (const KernelSpec &spec : specs)
+    kinds.push_back(spec.kind);
+  return kinds;
+}
+
+TEST(TransformerRules, MoeKernelsInTheirSlots) {
+  MoeStep moe(dsp::DType::f32);
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(moe.run(specs, reason)) << reason;
+  EXPECT_EQ(kindsOf(specs), (std::vector<std::string>{"moe_route", "moe_experts", "moe_experts",
+                                                       "moe_combine"}));
+  EXPECT_EQ(constant(specs[0], "EXPERTS"), 8);
+  EXPECT_EQ(constant(specs[0], "TOP_K"), 2);
+  EXPECT_EQ(constant(specs[0], "NORMALIZE"), 1);
+  EXPECT_EQ(constant(specs[0], "SIGMOID"), 0);
+  EXPECT_EQ(constant(specs[1], "GATE_UP"), 1);
+  EXPECT_EQ(constant(specs[1], "ACT"), 3);
+  EXPECT_EQ(constant(specs[2], "GATE_UP"), 0);
+  EXPECT_EQ(constant(specs[2], "HIDDEN"), 64);
+  EXPECT_EQ(constant(specs[1], "WT"), 1);
+  EXPECT_EQ(constant(specs[3], "SHARED"), 0);
+}
+
+TEST(TransformerRules, MoeClampedSwigluBiasesSharedExpertAndQuantizedExperts) {
+  MoeStep gptOss(dsp::DType::bf16, /*biases=*/true);
+  MoeStep::addAttr(*gptOss.step, "swiglu_alpha", dsp::AttrKind::float_, 0, 1.702f);
+  MoeStep::addAttr(*gptOss.step, "swiglu_limit", dsp::AttrKind::float_, 0, 7.0f);
+  std::vector<KernelSpec> specs;
+  std::string reason;
+  ASSERT_TRUE(gptOss.run(specs, reason)) << reason;
+  EXPECT_EQ(constant(specs[1], "CLAMPED"), 1);
+  EXPECT_EQ(constant(specs[1], "LIMIT_BITS"), 0x40e00000);  // 7.0f
+  EXPECT_EQ(constant(specs[1], "BIAS_DT"), 1);
+  EXPECT_EQ(constant(specs[2], "BIAS_DT"), 1);
+  EXPECT_EQ(constant(specs[2], "CLAMPED"), 0);  // down has no activation
+  EXPECT_EQ(constant(specs[1], "WT"), 3);
+
+  MoeStep qwen2(dsp::DType::f32, false, /*shared=*/true);
+  specs.clear();
+  ASSERT_TRUE(qwen2.run(specs, reason)) << reason;
+  ASSERT_EQ(specs.size(), 6u);
+  EXPECT_EQ(constant(specs[3], "SHARED"), 1);
+  EXPECT_EQ(constant(specs[3], "SHARED_GATE_DT"), 3);
+  EXPECT_EQ(constant(specs[4], "SHARED"), 1);
+  EXPECT_EQ(constant(specs[4], "GATE_UP"), 1);
+  EXPECT_EQ(constant(specs[5], "GATE_UP"), 0);
+
+  for (dsp::DType weight : {dsp::DType::i8, dsp::DType::u8}) {
+    MoeStep quantized(weight);
+    specs.clear();
+    ASSERT_TRUE(quantized.run(specs, reason)) << reason;
+    EXPECT_EQ(constant(specs[1], "WT"), static_cast<int64_t>(weight));
+    EXPECT_EQ(constant(specs[1], "SDT"), 2);
+    EXPECT_EQ(constant(specs[2], "SDT"), 2);
+  }
+}
+
+TEST(TransformerRules, MoeDeclinesWithReasons) {
+  auto declines = [](MoeStep &moe, const std::string &expected) {
+    std::vector<KernelSpec> specs;
+    std::string reason;
+    EXPECT_FALSE(moe.run(specs, reason)) << expected;
+    EXPECT_NE(reason.find(expected), std::string::npos) << reason;
+    EXPECT_TRUE(specs.empty());
+  };
+  MoeStep half(dsp::DType::f32, false, false, dsp::DType::f16);
+  declines(half, "the input is f16");
+  MoeStep wide(dsp::DType::f32);
+  wide.step->attrs[0]->i = 17;  // top_k
+  declines(wide, "top_k 17 is not in [1, 8]");
+  MoeStep unscaled(dsp::DType::i8);
+  unscaled.step->inputs[9] = -1;
+  declines(unscaled, "gate_up is quantized without scales");
+  MoeStep scoring(dsp::DType::f32);
+  scoring.step->attrs[2]->s = "sparsemax";
+  declines(scoring, "unknown scoring 'sparsemax'");
+}
+
 TEST(AttachKernels, ParsesArchLists) {
   std::vector<std::string> archs;
   ASSERT_TRUE(parseArchList("sm_80,sm_90,sm_80", archs).isOk());
@@ -288,6 +418,36 @@ TEST_F(NvrtcTest, ReportsTheCompilerLog) {
   EXPECT_FALSE(nvrtc->compile("extern \"C\" __global__ void broken() { undeclared(); }",
                               "broken", "compute_80", ptx, error));
   EXPECT_NE(error.find("undeclared"), std::string::npos) << error;
+}
+
+// The MoE templates in the specialisations the fixtures do not reach: 128 experts routed by
+// sigmoid, top 8; GPT-OSS's clamped bf16 experts with biases; int4 experts with bf16 scales;
+// a shared expert and its combine.
+TEST_F(NvrtcTest, MoeSpecialisationsCompile) {
+  std::vector<KernelSpec> specs = {
+      {"moe_route", {{"EXPERTS", 128}, {"TOP_K", 8}, {"SIGMOID", 1}, {"NORMALIZE", 0},
+                     {"BLOCK", 256}}},
+      {"moe_experts", {{"GATE_UP", 1}, {"HIDDEN", 2880}, {"WT", 3}, {"SDT", 0}, {"ACT", 3},
+                       {"CLAMPED", 1}, {"ALPHA_BITS", 0x3fd9db23}, {"LIMIT_BITS", 0x40e00000},
+                       {"BIAS_DT", 1}, {"SHARED", 0}, {"BLOCK", 256}, {"ROWS", 4}}},
+      {"moe_experts", {{"GATE_UP", 0}, {"HIDDEN", 2048}, {"WT", 9}, {"SDT", 3}, {"ACT", -1},
+                       {"CLAMPED", 0}, {"BIAS_DT", 0}, {"SHARED", 0}, {"BLOCK", 256},
+                       {"ROWS", 4}}},
+      {"moe_experts", {{"GATE_UP", 1}, {"HIDDEN", 2048}, {"WT", 2}, {"SDT", 0}, {"ACT", 3},
+                       {"CLAMPED", 0}, {"BIAS_DT", 0}, {"SHARED", 1}, {"BLOCK", 256},
+                       {"ROWS", 4}}},
+      {"moe_combine", {{"HIDDEN", 2048}, {"TOP_K", 8}, {"SHARED", 1}, {"BLOCK", 256},
+                       {"SHARED_GATE_DT", 2}}}};
+  for (const KernelSpec &spec : specs) {
+    std::string source, error;
+    ASSERT_TRUE(specialiseKernel(spec, source).isOk()) << spec.name();
+    CompiledKernel compiled;
+    ASSERT_TRUE(compileKernelCached(*nvrtc, source, spec.name(), "compute_80",
+                                    {"sm_80", "sm_90"}, compiled, error))
+        << spec.name() << ": " << error;
+    EXPECT_NE(compiled.ptx.find(".entry " + spec.kind), std::string::npos) << spec.name();
+    ASSERT_EQ(compiled.binaries.size(), 2u) << spec.name();
+  }
 }
 
 TEST_F(NvrtcTest, EveryTransformerSpecialisationCompilesAndIsCached) {

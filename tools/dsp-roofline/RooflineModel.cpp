@@ -230,6 +230,12 @@ private:
       cost.kernels = otherSequenceKeys(step) ? 3 : 2;
       return;
     }
+    if (op == "tfm.moe") {
+      // MoeOps.cpp: each of its kernels once (routing, the experts' gate-up and down, the
+      // weighted sum, and a shared expert's gate-up and down).
+      cost.kernels = length(step.kernels());
+      return;
+    }
     if (op == "tfm.all_reduce") {
       // CollectiveOps.cpp: a copy into the output (the sum is in place there), then NCCL.
       cost.copies = 1;
@@ -419,6 +425,7 @@ bool hasGpuLauncher(std::string_view op) {
       "tfm.all_reduce", "tfm.all_gather", "tfm.attention", "tfm.linear", "tfm.lm_head",
       "tfm.embedding", "tfm.layer_norm", "tfm.rms_norm", "tfm.activation", "tfm.gated_act",
       "tfm.gated_act_packed", "tfm.residual_add",
+      "tfm.moe",  // MoeOps.cpp
       // GenericOps.cpp: unary, binary, Where, Cast, copies, scans, softmax, reductions;
       // GenericMatMul.cpp; GenericIndexing.cpp (TopK and OneHot too)
       "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf", "Sigmoid", "Relu", "Sin",

@@ -365,9 +365,31 @@ typedef struct dsrt_request_options {
   int ignore_eos;
   int32_t logprobs;              /* -1 (default): none; 0: each token's own log-probability;
                                     k <= 20: and the k likeliest tokens' (the callback's) */
+  float min_p;                   /* 0 (default): none; else after top-p, tokens below min_p
+                                    times the likeliest one's probability are dropped */
+  /* vLLM's penalties, on the logits before temperature and truncation (greedy too); the
+   * log-probabilities stay the model's. */
+  float repetition_penalty;      /* 1 (default): none; a prompt or output token's logit is
+                                    divided by it when positive, multiplied when negative */
+  float presence_penalty;        /* 0 (default), [-2, 2]: minus it once for a token the
+                                    output holds (OpenAI's) */
+  float frequency_penalty;       /* 0 (default), [-2, 2]: minus it per time the output holds
+                                    the token (OpenAI's) */
+  int32_t prompt_logprobs;       /* -1 (default): none; k in [0, 20]: each prompt token after
+                                    the first, with its log-probability given the tokens
+                                    before it (and the k likeliest), as DSRT_REQUEST_PROMPT
+                                    callbacks before the first generated token (vLLM's
+                                    prompt_logprobs, OpenAI's echo). Such a request takes no
+                                    prefix-cache hits: it computes its whole prompt. */
+  /* OpenAI's logit_bias: logit_bias_values[i] (in [-100, 100]) is added to token
+   * logit_bias_tokens[i]'s logit before the penalties; -100 bans it. */
+  const int64_t *logit_bias_tokens;
+  const float *logit_bias_values;
+  size_t logit_bias_count;
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {
+  DSRT_REQUEST_PROMPT = -2,    /* the callback's token is a prompt token (prompt_logprobs) */
   DSRT_REQUEST_RUNNING = -1,
   DSRT_REQUEST_LENGTH = 0,     /* max_new_tokens reached */
   DSRT_REQUEST_STOP = 1,       /* a stop or EOS token (included) */
@@ -384,8 +406,9 @@ typedef struct dsrt_token_logprobs {
   const float *top_logprobs;
 } dsrt_token_logprobs;
 
-/* Each new token of a request, then token -1 with its final state. `logprobs` is NULL unless
- * the request asked for them (and for token -1). Runs on the stepping thread; it may call
+/* Each new token of a request, then token -1 with its final state; before them, with
+ * prompt_logprobs, each prompt token after the first with state DSRT_REQUEST_PROMPT.
+ * `logprobs` is NULL unless the request asked for them (and for token -1). Runs on the stepping thread; it may call
  * dsrt_engine_add_request and dsrt_engine_cancel. A request cancelled by
  * dsrt_engine_cancel gets no call. */
 typedef void (*dsrt_engine_callback)(void *user_data, int64_t request, int64_t token,

@@ -10,6 +10,12 @@
 //   options.maxNewTokens = 16;
 //   options.onToken = [](size_t sequence, int64_t token) { ...; return false; };
 //   std::vector<std::vector<int64_t>> out = session.generate({{1, 2, 3}}, options);
+//
+//   dsrt::Engine engine(plan);                    // continuous batching (docs/serving.md)
+//   engine.setCallback([](int64_t request, int64_t token, dsrt_request_state state,
+//                         const dsrt_token_logprobs *) { ... });
+//   engine.start();                               // or call engine.step() yourself
+//   int64_t id = engine.addRequest({1, 2, 3}, dsrt::RequestOptions());
 #ifndef DSRT_DSRT_HPP
 #define DSRT_DSRT_HPP
 
@@ -20,6 +26,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -60,6 +67,9 @@ struct GenerationDeleter {
 };
 struct FreeDeleter {
   void operator()(void *p) const noexcept { dsrt_free(p); }
+};
+struct EngineDeleter {
+  void operator()(dsrt_engine *e) const noexcept { dsrt_engine_destroy(e); }
 };
 } // namespace detail
 
@@ -283,6 +293,200 @@ private:
     }
   };
   std::unique_ptr<dsrt_session, detail::SessionDeleter> session_;
+};
+
+// dsrt_engine_options with the C API's defaults.
+struct EngineOptions {
+  EngineOptions() {
+    dsrt_engine_options c;
+    dsrt_engine_options_init(&c);
+    device = c.device;
+    blockSize = c.block_size;
+    kvCacheBytes = c.kv_cache_bytes;
+    maxTokensPerStep = c.max_tokens_per_step;
+    maxRunning = c.max_running;
+    prefixCaching = c.prefix_caching != 0;
+    batchInvariant = c.batch_invariant != 0;
+  }
+  dsrt_device device;
+  int32_t blockSize;          // positions per KV block
+  uint64_t kvCacheBytes;      // 0: the default budget
+  int32_t maxTokensPerStep;   // 0: the plan's step program's rows
+  int32_t maxRunning;         // 0: maxTokensPerStep
+  bool prefixCaching;
+  bool batchInvariant;
+};
+
+// dsrt_request_options with standard containers and the C API's defaults.
+struct RequestOptions {
+  RequestOptions() {
+    dsrt_request_options c;
+    dsrt_request_options_init(&c);
+    maxNewTokens = c.max_new_tokens;
+    temperature = c.temperature;
+    topK = c.top_k;
+    topP = c.top_p;
+    minP = c.min_p;
+    seed = c.seed;
+    ignoreEos = c.ignore_eos != 0;
+    logprobs = c.logprobs;
+    repetitionPenalty = c.repetition_penalty;
+    presencePenalty = c.presence_penalty;
+    frequencyPenalty = c.frequency_penalty;
+    promptLogprobs = c.prompt_logprobs;
+  }
+  int32_t maxNewTokens;
+  float temperature;  // 0: greedy
+  int32_t topK;       // 0: no limit
+  float topP;         // 1: no limit
+  float minP;         // 0: none
+  uint64_t seed;
+  std::vector<int64_t> stopTokens;  // in addition to the plan's EOS tokens
+  bool ignoreEos;
+  int32_t logprobs;   // -1: none; 0: each token's; k <= 20: and the k likeliest
+  float repetitionPenalty, presencePenalty, frequencyPenalty;  // 1, 0, 0: none
+  int32_t promptLogprobs;  // -1: none (DSRT_REQUEST_PROMPT callbacks otherwise)
+  std::vector<std::pair<int64_t, float>> logitBias;  // (token, bias in [-100, 100])
+};
+
+// The serving engine (dsrt_engine_*): requests added and cancelled at any time, from any
+// thread; steps by step() or by the engine's thread after start().
+class Engine {
+public:
+  // Each new token of a request, then token -1 with its final state; runs on the stepping
+  // thread (see dsrt_engine_callback). An exception it throws is kept and rethrown by the
+  // next step(), addRequest() or stop() (it must not unwind through the library).
+  using Callback = std::function<void(int64_t request, int64_t token, dsrt_request_state state,
+                                      const dsrt_token_logprobs *logprobs)>;
+
+  // The plan must outlive the engine.
+  explicit Engine(const Plan &plan, const EngineOptions &options = EngineOptions())
+      : callback_(new CallbackState) {
+    dsrt_engine_options c;
+    dsrt_engine_options_init(&c);
+    c.device = options.device;
+    c.block_size = options.blockSize;
+    c.kv_cache_bytes = options.kvCacheBytes;
+    c.max_tokens_per_step = options.maxTokensPerStep;
+    c.max_running = options.maxRunning;
+    c.prefix_caching = options.prefixCaching ? 1 : 0;
+    c.batch_invariant = options.batchInvariant ? 1 : 0;
+    dsrt_engine *e = nullptr;
+    detail::check(dsrt_engine_create(plan.get(), &c, &e));
+    engine_.reset(e);
+  }
+
+  // Set before adding requests (dsrt_engine_set_callback); without one, poll().
+  void setCallback(Callback callback) {
+    callback_->callback = std::move(callback);
+    detail::check(dsrt_engine_set_callback(
+        engine_.get(), callback_->callback ? &CallbackState::trampoline : nullptr,
+        callback_.get()));
+  }
+
+  int64_t addRequest(const std::vector<int64_t> &prompt,
+                     const RequestOptions &options = RequestOptions()) {
+    rethrowCallbackError();
+    dsrt_request_options c;
+    dsrt_request_options_init(&c);
+    c.max_new_tokens = options.maxNewTokens;
+    c.temperature = options.temperature;
+    c.top_k = options.topK;
+    c.top_p = options.topP;
+    c.min_p = options.minP;
+    c.seed = options.seed;
+    c.stop_tokens = options.stopTokens.empty() ? nullptr : options.stopTokens.data();
+    c.stop_token_count = options.stopTokens.size();
+    c.ignore_eos = options.ignoreEos ? 1 : 0;
+    c.logprobs = options.logprobs;
+    c.repetition_penalty = options.repetitionPenalty;
+    c.presence_penalty = options.presencePenalty;
+    c.frequency_penalty = options.frequencyPenalty;
+    c.prompt_logprobs = options.promptLogprobs;
+    std::vector<int64_t> biasTokens;
+    std::vector<float> biasValues;
+    for (size_t i = 0; i < options.logitBias.size(); ++i) {
+      biasTokens.push_back(options.logitBias[i].first);
+      biasValues.push_back(options.logitBias[i].second);
+    }
+    c.logit_bias_tokens = biasTokens.empty() ? nullptr : biasTokens.data();
+    c.logit_bias_values = biasValues.empty() ? nullptr : biasValues.data();
+    c.logit_bias_count = biasTokens.size();
+    int64_t id = -1;
+    detail::check(dsrt_engine_add_request(engine_.get(), prompt.data(), prompt.size(), &c, &id));
+    return id;
+  }
+  void cancel(int64_t request) { detail::check(dsrt_engine_cancel(engine_.get(), request)); }
+
+  // One step; true while requests remain.
+  bool step() {
+    int busy = 0;
+    dsrt_status status = dsrt_engine_step(engine_.get(), &busy);
+    rethrowCallbackError();
+    detail::check(status);
+    return busy != 0;
+  }
+  void start() { detail::check(dsrt_engine_start(engine_.get())); }
+  void stop() {
+    dsrt_engine_stop(engine_.get());
+    rethrowCallbackError();
+  }
+
+  // The tokens generated since the last poll (all of them) and the request's state.
+  struct Polled {
+    std::vector<int64_t> tokens;
+    dsrt_request_state state;
+  };
+  Polled poll(int64_t request) {
+    Polled result;
+    result.state = DSRT_REQUEST_RUNNING;
+    int64_t chunk[256];
+    size_t count = 0;
+    do {
+      detail::check(
+          dsrt_engine_poll(engine_.get(), request, chunk, 256, &count, &result.state));
+      result.tokens.insert(result.tokens.end(), chunk, chunk + count);
+    } while (count == 256);
+    return result;
+  }
+
+  dsrt_engine_stats stats() const {
+    dsrt_engine_stats s;
+    detail::check(dsrt_engine_stats_get(engine_.get(), &s));
+    return s;
+  }
+  dsrt_engine *get() const noexcept { return engine_.get(); }
+
+private:
+  struct CallbackState {
+    Callback callback;
+    std::mutex mutex;
+    std::exception_ptr error;
+    static void trampoline(void *userData, int64_t request, int64_t token,
+                           dsrt_request_state state, const dsrt_token_logprobs *logprobs) {
+      CallbackState *self = static_cast<CallbackState *>(userData);
+      try {
+        self->callback(request, token, state, logprobs);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(self->mutex);
+        if (!self->error)
+          self->error = std::current_exception();
+      }
+    }
+  };
+  void rethrowCallbackError() {
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(callback_->mutex);
+      std::swap(error, callback_->error);
+    }
+    if (error)
+      std::rethrow_exception(error);
+  }
+  // Declared first, destroyed last: the engine's thread may call the callback until the
+  // engine is destroyed.
+  std::unique_ptr<CallbackState> callback_;
+  std::unique_ptr<dsrt_engine, detail::EngineDeleter> engine_;
 };
 
 } // namespace dsrt

@@ -3,6 +3,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace dsrt {
 
 size_t dtypeSize(DType dtype) {
@@ -165,6 +169,57 @@ DSRT_BF16_LOOPS(Baseline, )
 DSRT_BF16_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw"))))
 #undef DSRT_BF16_LOOPS
 
+#if defined(__x86_64__)
+// f16 <-> f32 with F16C, eight at a time: the serving engine writes every new key and value to
+// an f16 cache and reads f16 logits through here, and halfToFloat / floatToHalf one element at
+// a time cost a twentieth of an int8 GPT-2 engine's time. The instructions round to nearest
+// even and keep subnormals, as the scalar functions do; a chunk holding a NaN takes the scalar
+// path, so a NaN's bits are the scalar functions' too.
+__attribute__((target("avx,f16c"))) void f16ToF32F16c(const uint16_t *in, float *out,
+                                                      int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i *>(in + i));
+    const __m256 values = _mm256_cvtph_ps(halves);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(values, values, _CMP_UNORD_Q)))
+      for (int j = 0; j < 8; ++j)
+        out[i + j] = halfToFloat(in[i + j]);
+    else
+      _mm256_storeu_ps(out + i, values);
+  }
+  for (; i < count; ++i)
+    out[i] = halfToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void f32ToF16F16c(const float *in, uint16_t *out,
+                                                      int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 values = _mm256_loadu_ps(in + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(values, values, _CMP_UNORD_Q)))
+      for (int j = 0; j < 8; ++j)
+        out[i + j] = floatToHalf(in[i + j]);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
+                       _mm256_cvtps_ph(values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < count; ++i)
+    out[i] = floatToHalf(in[i]);
+}
+
+bool f16cConversions() {
+  static const bool available = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return available;
+}
+#else
+bool f16cConversions() { return false; }
+void f16ToF32F16c(const uint16_t *, float *, int64_t) {}
+void f32ToF16F16c(const float *, uint16_t *, int64_t) {}
+#endif
+
 bool avx512Conversions() {
   static const bool available = [] {
     __builtin_cpu_init();
@@ -187,6 +242,14 @@ bool convertFloats(DType from, const void *source, DType to, void *destination, 
   if (from == DType::F32 && to == DType::BF16) {
     (avx512Conversions() ? f32ToBf16Avx512 : f32ToBf16Baseline)(
         static_cast<const float *>(source), static_cast<uint16_t *>(destination), count);
+    return true;
+  }
+  if (from == DType::F16 && to == DType::F32 && f16cConversions()) {
+    f16ToF32F16c(static_cast<const uint16_t *>(source), static_cast<float *>(destination), count);
+    return true;
+  }
+  if (from == DType::F32 && to == DType::F16 && f16cConversions()) {
+    f32ToF16F16c(static_cast<const float *>(source), static_cast<uint16_t *>(destination), count);
     return true;
   }
   const uint8_t *in = static_cast<const uint8_t *>(source);

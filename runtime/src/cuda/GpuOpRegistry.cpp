@@ -10,6 +10,7 @@ std::vector<GpuOpInfo> buildTable() {
   addLinearGpuOps(ops);
   addTransformerGpuOps(ops);
   addGenericGpuOps(ops);
+  addMoeGpuOps(ops);
   // Each kernel family adds its one line here once its launcher file (ops/*.cpp) exists:
   //   addTransformerGpuOps(ops);  addGenericGpuOps(ops);
   //   addLinearGpuOps(ops);       addAttentionGpuOps(ops);

@@ -240,6 +240,7 @@ void addGenericGpuOps(std::vector<GpuOpInfo> &ops);      // onnx-path ops
 void addLinearGpuOps(std::vector<GpuOpInfo> &ops);       // tfm.linear, tfm.lm_head
 void addAttentionGpuOps(std::vector<GpuOpInfo> &ops);    // tfm.attention
 void addCollectiveGpuOps(std::vector<GpuOpInfo> &ops);   // tfm.all_reduce, tfm.all_gather
+void addMoeGpuOps(std::vector<GpuOpInfo> &ops);          // tfm.moe
 
 // The launcher of `op`, or null.
 GpuOpFn findGpuOp(std::string_view op);

@@ -2,7 +2,9 @@
 
 #include "comm/InProcessGroup.h"
 #include "engine/Scheduler.h"
+#include "engine/TokenSampling.h"
 #include "generate/Generator.h"
+#include "ops/ThreadPool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,38 +14,6 @@
 #include <optional>
 
 namespace dsrt::engine {
-namespace {
-
-TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_t top) {
-  // log-softmax in double: a 150k vocabulary's sum of exponentials loses float's digits.
-  const float peak = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float logit : logits)
-    sum += std::exp(static_cast<double>(logit) - peak);
-  const double logNormaliser = peak + std::log(sum);
-  auto logprob = [&](int64_t id) {
-    return static_cast<float>(logits[static_cast<size_t>(id)] - logNormaliser);
-  };
-  TokenLogprobs result;
-  result.logprob = logprob(token);
-  if (top > 0) {
-    std::vector<int64_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    const auto count = std::min<size_t>(static_cast<size_t>(top), order.size());
-    // Ties by the smaller id, so the list does not depend on the sort's implementation.
-    std::partial_sort(order.begin(), order.begin() + count, order.end(),
-                      [&](int64_t a, int64_t b) {
-                        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-                      });
-    for (size_t i = 0; i < count; ++i) {
-      result.topTokens.push_back(order[i]);
-      result.topLogprobs.push_back(logprob(order[i]));
-    }
-  }
-  return result;
-}
-
-} // namespace
 
 Engine::~Engine() {
   stop();
@@ -53,7 +23,6 @@ Engine::~Engine() {
     (void)group_->broadcastFromRank0(stop);
   }
 }
-
 
 Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &options,
                    int64_t &id) {
@@ -67,20 +36,47 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
       !(options.topP > 0 && options.topP <= 1) || options.topK < 0)
     return Status::error("sampling needs a finite temperature >= 0, 0 < top_p <= 1 and "
                          "top_k >= 0");
+  if (!(options.minP >= 0 && options.minP <= 1))
+    return Status::error("min_p must be in [0, 1], not " + std::to_string(options.minP));
+  if (!(options.repetitionPenalty > 0) || !std::isfinite(options.repetitionPenalty))
+    return Status::error("repetition_penalty must be finite and above 0, not " +
+                         std::to_string(options.repetitionPenalty));
+  // OpenAI's range for both.
+  if (!(std::fabs(options.presencePenalty) <= 2) || !(std::fabs(options.frequencyPenalty) <= 2))
+    return Status::error("presence_penalty and frequency_penalty must be in [-2, 2], not " +
+                         std::to_string(options.presencePenalty) + " and " +
+                         std::to_string(options.frequencyPenalty));
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
                          ", not " + std::to_string(options.logprobs));
+  for (const auto &[token, bias] : options.logitBias)
+    if (token < 0 || token >= vocab_ || !(std::fabs(bias) <= 100))
+      return Status::error("logit_bias needs tokens in the vocabulary [0, " +
+                           std::to_string(vocab_) + ") and biases in [-100, 100], not " +
+                           std::to_string(bias) + " for token " + std::to_string(token));
+  if (options.promptLogprobs < -1 || options.promptLogprobs > kMaxTopLogprobs)
+    return Status::error("prompt_logprobs must be -1 (none) to " +
+                         std::to_string(kMaxTopLogprobs) + ", not " +
+                         std::to_string(options.promptLogprobs));
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= vocab_)
       return Status::error("prompt token " + std::to_string(i) + " is " +
                            std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(vocab_) + ")");
   std::lock_guard<std::mutex> lock(mutex_);
-  DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id));
+  DSRT_RETURN_IF_ERROR(
+      scheduler_->add(prompt, options.maxNewTokens, id, options.promptLogprobs < 0));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;
   live.rng = options.seed;
+  live.promptLength = static_cast<int64_t>(prompt.size());
+  if (options.repetitionPenalty != 1) {
+    live.promptTokens = prompt;
+    std::sort(live.promptTokens.begin(), live.promptTokens.end());
+    live.promptTokens.erase(std::unique(live.promptTokens.begin(), live.promptTokens.end()),
+                            live.promptTokens.end());
+  }
   work_.notify_all();
   return Status::ok();
 }
@@ -204,8 +200,15 @@ Status Engine::step() {
   StepPlan plan;
   std::vector<int64_t> ids, positions;
   std::vector<ops::KvPagedRow> rows;
-  // The rows whose logits are sampled: each sampling chunk's last.
+  // The rows whose logits are read: each sampling chunk's last, and the prompt rows of a
+  // request that asked for prompt log-probabilities.
   std::vector<int64_t> logitsRows;
+  // Per chunk: where its rows' logits are (their index among the program's logits rows),
+  // the first position of them, and its sampled row's (-1: it samples none).
+  struct ChunkLogits {
+    int64_t firstPromptRow = 0, promptRows = 0, firstPosition = 0, sampledRow = -1;
+  };
+  std::vector<ChunkLogits> chunkLogits;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (scheduler_->runningCount() == 0 && scheduler_->waitingCount() == 0)
@@ -227,19 +230,49 @@ Status Engine::step() {
                    static_cast<long long>(scheduler_->usedBlocks()));
     for (const ScheduledChunk &chunk : plan.chunks) {
       const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
+      const int64_t firstRow = static_cast<int64_t>(ids.size());
       for (int64_t i = 0; i < chunk.count; ++i) {
         ids.push_back(tokens[chunk.start + i]);
         positions.push_back(chunk.start + i);
         rows.push_back({chunk.blockTable.data(), static_cast<int64_t>(chunk.blockTable.size()),
                         chunk.start + i});
       }
-      if (chunk.samples)
-        logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
+      ChunkLogits where;
+      // Prompt rows whose logits give a prompt token's log-probability: position p's give
+      // token p + 1's, for p + 1 in [the next one due, the prompt's end).
+      auto live = live_.find(chunk.requestId);
+      if (live != live_.end() && live->second.options.promptLogprobs >= 0) {
+        const int64_t first = std::max(chunk.start, live->second.nextPromptLogprob - 1);
+        const int64_t end = std::min(chunk.start + chunk.count, live->second.promptLength - 1);
+        if (end > first) {
+          where.firstPosition = first;
+          where.promptRows = end - first;
+          where.firstPromptRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size())
+                                                : firstRow + (first - chunk.start);
+          if (hasLogitsRows_)
+            for (int64_t p = first; p < end; ++p)
+              logitsRows.push_back(firstRow + (p - chunk.start));
+        }
+      }
+      if (chunk.samples) {
+        where.sampledRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size())
+                                          : static_cast<int64_t>(ids.size()) - 1;
+        if (hasLogitsRows_)
+          logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
+      }
+      chunkLogits.push_back(where);
     }
   }
   std::vector<std::pair<int64_t, int64_t>> sampled;
   // Parallel to `sampled` where the request asked for log-probabilities.
   std::vector<std::optional<TokenLogprobs>> sampledLogprobs;
+  // Prompt tokens' log-probabilities: (request, token, what), reported before the step's
+  // sampled tokens.
+  struct PromptLogprob {
+    int64_t request, token;
+    TokenLogprobs logprobs;
+  };
+  std::vector<PromptLogprob> promptLogprobs;
   // Nothing to sample (every chunk a prompt's middle): @step still needs one row to gather.
   const bool selectRows = hasLogitsRows_;
   if (selectRows && logitsRows.empty() && !ids.empty())
@@ -260,32 +293,77 @@ Status Engine::step() {
       ran = Status::error("the " + program_ + " program's logits are " +
                           shapeString(logits.shape) + ", not " + std::to_string(expected) +
                           " rows of " + std::to_string(vocab_));
-    int64_t row = 0, sampledRow = 0;
-    std::vector<float> values(static_cast<size_t>(vocab_));
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const ScheduledChunk &chunk : plan.chunks) {
-      row += chunk.count;
-      // Where this chunk's last row's logits are: its row of every row's, or its place
-      // among the gathered ones.
-      const int64_t at = selectRows ? sampledRow : row - 1;
-      sampledRow += chunk.samples ? 1 : 0;
-      auto live = live_.find(chunk.requestId);
-      if (!ran.isOk() || !chunk.samples || live == live_.end() ||
-          live->second.finish != RequestFinish::Running)
-        continue;
+    auto readRow = [&](int64_t at, std::vector<float> &values) {
+      values.resize(static_cast<size_t>(width));
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
                           static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
       convertFloats(logits.dtype, bytes, DType::F32, values.data(), width);
-      GenerateOptions sampling;
-      sampling.temperature = live->second.options.temperature;
-      sampling.topK = live->second.options.topK;
-      sampling.topP = live->second.options.topP;
-      const int64_t token = sampleToken(values, sampling, live->second.rng);
-      sampled.push_back({chunk.requestId, token});
-      sampledLogprobs.emplace_back();
-      if (live->second.options.logprobs >= 0)
-        sampledLogprobs.back() = logprobsOf(values, token, live->second.options.logprobs);
+    };
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The rows to read: each prompt token's log-probability and each sampled token. They
+    // run on the pool's threads (a 150k vocabulary costs a few ms a row to sample, and more
+    // with log-probabilities); each request's random stream and counts are its own, and a
+    // request samples at most one row a step, so the order does not matter.
+    struct RowWork {
+      int64_t request;
+      Live *live;
+      int64_t logitsRow;
+      int64_t promptToken;  // the prompt token whose log-probability is due; -1: sample
+      int64_t token = -1;
+      std::optional<TokenLogprobs> logprobs;
+    };
+    std::vector<RowWork> work;
+    for (size_t c = 0; c < plan.chunks.size(); ++c) {
+      const ScheduledChunk &chunk = plan.chunks[c];
+      const ChunkLogits &where = chunkLogits[c];
+      auto live = live_.find(chunk.requestId);
+      if (!ran.isOk() || live == live_.end() || live->second.finish != RequestFinish::Running)
+        continue;
+      if (where.promptRows > 0 && scheduler_->contains(chunk.requestId)) {
+        const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
+        for (int64_t i = 0; i < where.promptRows; ++i)
+          work.push_back({chunk.requestId, &live->second, where.firstPromptRow + i,
+                          tokens[where.firstPosition + i + 1], -1, std::nullopt});
+        live->second.nextPromptLogprob = where.firstPosition + where.promptRows + 1;
+      }
+      if (chunk.samples)
+        work.push_back({chunk.requestId, &live->second, where.sampledRow, -1, -1, std::nullopt});
     }
+    ops::parallelFor(static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> values, penalized;
+      for (int64_t w = begin; w < end; ++w) {
+        RowWork &item = work[static_cast<size_t>(w)];
+        Live &live = *item.live;
+        readRow(item.logitsRow, values);
+        if (item.promptToken >= 0) {
+          item.logprobs = logprobsOf(values, item.promptToken, live.options.promptLogprobs);
+          continue;
+        }
+        const RequestOptions &options = live.options;
+        GenerateOptions sampling;
+        sampling.temperature = options.temperature;
+        sampling.topK = options.topK;
+        sampling.topP = options.topP;
+        sampling.minP = options.minP;
+        const bool penalised = penalises(options);
+        if (penalised) {
+          penalized.assign(values.begin(), values.end());
+          applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+        }
+        item.token = sampleToken(penalised ? penalized : values, sampling, live.rng);
+        if (penalised)
+          ++live.generatedCounts[item.token];
+        if (options.logprobs >= 0)
+          item.logprobs = logprobsOf(values, item.token, options.logprobs);
+      }
+    });
+    for (RowWork &item : work)
+      if (item.promptToken >= 0) {
+        promptLogprobs.push_back({item.request, item.promptToken, std::move(*item.logprobs)});
+      } else {
+        sampled.push_back({item.request, item.token});
+        sampledLogprobs.push_back(std::move(item.logprobs));
+      }
   }
   struct Event {
     int64_t request, token;
@@ -296,6 +374,9 @@ Status Engine::step() {
   TokenCallback callback;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (ran.isOk())
+      for (const PromptLogprob &entry : promptLogprobs)
+        events.push_back({entry.request, entry.token, RequestFinish::Prompt, &entry.logprobs});
     if (!ran.isOk()) {
       // The step's requests cannot go on with KV that was never written: they fail, the
       // others do not.

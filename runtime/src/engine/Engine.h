@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dsrt {
@@ -62,6 +63,19 @@ struct RequestOptions {
   float temperature = 0;  // 0: greedy
   int64_t topK = 0;       // 0: no limit
   float topP = 1;         // 1: no limit
+  // Tokens below minP times the likeliest token's probability are dropped (vLLM's and
+  // llama.cpp's min_p); 0: none.
+  float minP = 0;
+  // vLLM's penalties, applied to the logits before temperature and truncation: the
+  // repetition penalty (CTRL's: a logit of a token already in the prompt or the output is
+  // divided by it when positive, multiplied when negative; 1: none), then OpenAI's presence
+  // and frequency penalties (subtracted once for a token the output holds, and once per
+  // time it holds it; 0: none). Greedy requests take them too.
+  float repetitionPenalty = 1;
+  float presencePenalty = 0, frequencyPenalty = 0;
+  // OpenAI's logit_bias: added to those tokens' logits before the penalties (vLLM's order),
+  // each in [-100, 100]; -100 bans a token, 100 all but forces it.
+  std::vector<std::pair<int64_t, float>> logitBias;
   // The request's own random stream: its tokens do not depend on what else runs.
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
@@ -69,6 +83,11 @@ struct RequestOptions {
   // -1: no log-probabilities; 0: each token's own; k (at most kMaxTopLogprobs): and the k
   // likeliest tokens', as OpenAI's logprobs/top_logprobs report them.
   int64_t logprobs = -1;
+  // The same for each prompt token after the first (vLLM's prompt_logprobs, OpenAI's echo
+  // with logprobs): its log-probability given the tokens before it, and the k likeliest, as
+  // RequestFinish::Prompt events before the first generated token. Such a request computes
+  // its whole prompt: it takes no prefix-cache hits (its blocks are still shared after).
+  int64_t promptLogprobs = -1;
 };
 
 inline constexpr int64_t kMaxTopLogprobs = 20;
@@ -82,7 +101,9 @@ struct TokenLogprobs {
   std::vector<float> topLogprobs;
 };
 
-enum class RequestFinish { Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
+// Prompt: the event is a prompt token's log-probability (RequestOptions::promptLogprobs), not
+// a generated token.
+enum class RequestFinish { Prompt = -2, Running = -1, Length = 0, Stop = 1, Cancelled = 3 };
 
 // Called for each new token of a request, then once more with token -1 when it finishes
 // (its reason is `finish`). `logprobs` is null unless the request asked for them.
@@ -152,6 +173,13 @@ private:
     RequestOptions options;
     uint64_t rng = 0;
     std::vector<int64_t> unread;  // generated tokens not polled yet
+    // For the penalties only (empty without them): how often each token was generated, and
+    // the prompt's distinct tokens (the repetition penalty's).
+    std::unordered_map<int64_t, int64_t> generatedCounts;
+    std::vector<int64_t> promptTokens;
+    // With promptLogprobs: the prompt's length, and the next position whose log-probability
+    // is due (a preempted request computes its prompt again; nothing is reported twice).
+    int64_t promptLength = 0, nextPromptLogprob = 1;
     RequestFinish finish = RequestFinish::Running;
   };
 

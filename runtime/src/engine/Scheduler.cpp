@@ -43,7 +43,8 @@ int64_t Scheduler::blocksFor(int64_t tokens) const {
   return (tokens + pool_.blockSize() - 1) / pool_.blockSize();
 }
 
-Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id) {
+Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
+                      bool takesPrefixHits) {
   DSRT_RETURN_IF_ERROR(configStatus_);
   if (prompt.empty())
     return Status::error("a request needs at least one prompt token");
@@ -72,6 +73,7 @@ Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t
   seq.tokens = std::move(prompt);
   seq.promptLength = promptLength;
   seq.maxNewTokens = maxNewTokens;
+  seq.takesPrefixHits = takesPrefixHits;
   id = seq.id;
   waiting_.push_back(id);
   sequences_.emplace(id, std::move(seq));
@@ -160,7 +162,7 @@ bool Scheduler::admitHead(StepState &step) {
   size_t candidates = static_cast<size_t>((length - 1) / blockSize);
   std::vector<BlockId> hits;
   int64_t cachedHits = 0;  // hits that come out of the evictable blocks
-  if (pool_.prefixCaching()) {
+  if (pool_.prefixCaching() && seq.takesPrefixHits) {
     computeBlockHashes(seq, candidates);
     for (size_t i = 0; i < candidates; ++i) {
       BlockId block = pool_.peek(seq.blockHashes[i]);
@@ -179,7 +181,7 @@ bool Scheduler::admitHead(StepState &step) {
   // Hits first: taking them out of the evictable blocks keeps allocate() from evicting them.
   for (size_t i = 0; i < hits.size(); ++i)
     seq.blocks.push_back(pool_.lookup(seq.blockHashes[i]));
-  if (pool_.prefixCaching())
+  if (pool_.prefixCaching() && seq.takesPrefixHits)
     pool_.countMisses(candidates - hits.size());
   for (int64_t i = 0; i < freshBlocks; ++i)
     seq.blocks.push_back(pool_.allocate());  // fits: checked above

@@ -77,7 +77,10 @@ public:
   // Queues a request; `id` gets its id (1, 2, 3...). Refused: an empty prompt,
   // maxNewTokens < 1, prompt + maxNewTokens over maxSequenceLength, and a request whose
   // prompt + maxNewTokens tokens need more blocks than the whole pool.
-  Status add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id);
+  // takesPrefixHits false: the request computes its whole prompt (prompt log-probabilities
+  // need every position's logits); its full blocks are still published.
+  Status add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
+             bool takesPrefixHits = true);
 
   // The next step. An error when the previous step was not committed yet. A plan without
   // chunks (nothing to run) needs no commit(); every other plan needs one, also when the
@@ -133,6 +136,7 @@ private:
     // as tokens fill blocks; its last entry is the hash of the last full block.
     std::vector<uint64_t> blockHashes;
     size_t publishedBlocks = 0;  // leading blocks already published or taken from cache
+    bool takesPrefixHits = true;
   };
 
   // One step in the making: the plan plus what scheduling it has spent.

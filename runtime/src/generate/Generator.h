@@ -21,6 +21,9 @@ struct GenerateOptions {
   float temperature = 0;  // 0: greedy
   int64_t topK = 0;       // 0: no limit
   float topP = 1;         // 1: no limit
+  // After top-p: tokens below minP times the likeliest one's probability are dropped (vLLM's
+  // and llama.cpp's min_p; the serving engine's requests set it). 0: none.
+  float minP = 0;
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
   bool ignoreEos = false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 namespace dsrt {
@@ -65,18 +66,174 @@ Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<
   return Status::ok();
 }
 
+namespace {
+
+// The order of std::stable_sort by descending logit: equal logits by the lower index. A NaN
+// counts as -infinity, so that the order is a strict weak one.
+struct Descending {
+  const float *logits;
+  float key(int64_t i) const { return std::isnan(logits[i]) ? -INFINITY : logits[i]; }
+  bool operator()(int64_t a, int64_t b) const {
+    const float x = key(a), y = key(b);
+    return x != y ? x > y : a < b;
+  }
+};
+
+// Top-p's prefix of sorted probabilities: the smallest whose mass reaches `limit` (at least
+// one token, at most `count`); its mass in `mass`.
+size_t topPPrefix(const double *probabilities, size_t count, double limit, double &mass) {
+  mass = 0;
+  size_t prefix = 0;
+  while (prefix < count && (prefix == 0 || mass < limit))
+    mass += probabilities[prefix++];
+  return prefix;
+}
+
+// Min-p's: the tokens of the first `keep` whose probability is at least minP times the
+// likeliest's (probabilities[0], exp(0) = 1, so the others are relative to it).
+size_t minPPrefix(const double *probabilities, size_t keep, double minP, double &mass) {
+  size_t prefix = 1;
+  mass = probabilities[0];
+  while (prefix < keep && probabilities[prefix] >= minP)
+    mass += probabilities[prefix++];
+  return prefix;
+}
+
+// The `count` largest tokens in stable_sort's order. A threshold from nth_element over the
+// plain float keys, then one pass that takes the tokens above it and, of those equal to it,
+// the lowest indices: much faster than selecting indices through the comparator.
+void sortLargest(const std::vector<float> &keys, size_t count, const Descending &before,
+                 std::vector<float> &scratch, std::vector<int64_t> &order) {
+  order.clear();
+  if (count < keys.size()) {
+    scratch.assign(keys.begin(), keys.end());
+    std::nth_element(scratch.begin(), scratch.begin() + static_cast<int64_t>(count) - 1,
+                     scratch.end(), std::greater<float>());
+    const float threshold = scratch[count - 1];
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] > threshold)
+        order.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < keys.size() && order.size() < count; ++i)
+      if (keys[i] == threshold)
+        order.push_back(static_cast<int64_t>(i));
+  } else {
+    order.resize(keys.size());
+    std::iota(order.begin(), order.end(), 0);
+  }
+  std::sort(order.begin(), order.end(), before);
+}
+
+} // namespace
+
+// The draw of sampleFromCandidates over the whole sorted row, without sorting the row: a
+// 150k vocabulary's stable_sort cost ~15-30 ms a token, and the engine samples every
+// request's token on its stepping thread. Only the prefix of the sorted row that the draw,
+// top-p and min-p can reach is sorted, grown 8x until it suffices (usually a few hundred
+// tokens; a flat distribution can need the whole row). With top-k the top k are selected
+// and sampleFromCandidates runs on them, with the same arithmetic. Without it, the total
+// mass is summed in index order rather than sorted order: the token is the full sort's except
+// where the draw lands within that sum's last bit of a boundary.
 int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,
                     uint64_t &rngState) {
   if (options.temperature == 0)
     return std::max_element(logits.begin(), logits.end()) - logits.begin();
-  std::vector<int64_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  std::vector<float> sorted(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    sorted[i] = logits[order[i]];
-  return sampleFromCandidates(sorted.data(), order.data(), order.size(), options, rngState);
+  const Descending before{logits.data()};
+  // Reused by the calls on this thread: a row's worth each, which fresh vectors would take
+  // from the OS (and fault in) at every token.
+  thread_local std::vector<float> keys, scratch;
+  thread_local std::vector<int64_t> order;
+  thread_local std::vector<double> all, probabilities;
+  keys.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    keys[i] = before.key(static_cast<int64_t>(i));
+  if (options.topK > 0 && static_cast<size_t>(options.topK) < logits.size()) {
+    const size_t k = static_cast<size_t>(options.topK);
+    sortLargest(keys, k, before, scratch, order);
+    std::vector<float> sorted(k);
+    for (size_t i = 0; i < k; ++i)
+      sorted[i] = logits[order[i]];
+    return sampleFromCandidates(sorted.data(), order.data(), k, options, rngState);
+  }
+  // sampleFromCandidates' arithmetic exactly: the logit over the temperature in float, the
+  // rest in double.
+  const float temperature = options.temperature;
+  const double maximum = *std::max_element(keys.begin(), keys.end()) / temperature;
+  // Every token's probability (unnormalised), once: the total and the sorted prefix read it.
+  all.resize(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    total += all[i] = std::exp(static_cast<double>(logits[i] / temperature) - maximum);
+  const double draw = uniform(rngState);
+  // The buckets of log-probability (1/8 nat each below the maximum; a tie is never split)
+  // whose tokens reach the mass that top-p keeps, or the draw's, and those min-p keeps, and
+  // one bucket more, so that a prefix that ends at the sorted part's end is seen not to go
+  // on. A bucket is a range of logits, so the tokens of the first buckets are a prefix of
+  // the sorted row: only they are sorted. Their sums here are in another order than the
+  // prefix's: a range one rounding short grows below.
+  constexpr int kBuckets = 320;
+  constexpr double kBucketWidth = 0.125;
+  thread_local std::vector<uint16_t> bucketOf;
+  bucketOf.resize(logits.size());
+  double mass[kBuckets] = {};
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double below = maximum - static_cast<double>(keys[i] / temperature);
+    const int bucket = below < kBuckets * kBucketWidth ? static_cast<int>(below / kBucketWidth)
+                                                       : kBuckets - 1;
+    bucketOf[i] = static_cast<uint16_t>(bucket);
+    mass[bucket] += all[i];
+  }
+  const double target = (options.topP < 1 ? options.topP : draw) * total;
+  int limit = 0;  // buckets [0, limit) are taken
+  for (double reached = 0; limit < kBuckets && (limit == 0 || reached < target); ++limit)
+    reached += mass[limit];
+  if (options.minP > 0)
+    // min-p keeps log p >= log(min_p): the buckets above that, and the one it falls in.
+    limit = std::min<int>(limit, static_cast<int>(-std::log(static_cast<double>(options.minP)) /
+                                                  kBucketWidth) + 1);
+  for (limit = std::min(kBuckets, limit + 1);; limit = std::min(kBuckets, limit * 2)) {
+    order.clear();
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (bucketOf[i] < limit)
+        order.push_back(static_cast<int64_t>(i));
+    std::sort(order.begin(), order.end(), before);
+    const size_t count = order.size();
+    const bool whole = count == logits.size();
+    probabilities.resize(count);
+    for (size_t i = 0; i < count; ++i)
+      probabilities[i] = all[static_cast<size_t>(order[i])];
+    // sampleFromCandidates' filters on the prefix: top-p (the smallest prefix reaching it),
+    // then min-p (relative to the likeliest, whose probability is exp(0) = 1).
+    size_t keep = count;
+    double sum = total;
+    bool truncated = false;
+    if (options.topP < 1) {
+      double cumulative = 0;
+      const size_t prefix = topPPrefix(probabilities.data(), count, options.topP * total,
+                                       cumulative);
+      if (cumulative < options.topP * total && !whole)
+        continue;  // the prefix is longer than the sorted part
+      keep = prefix;
+      sum = cumulative;
+      truncated = true;
+    }
+    if (options.minP > 0) {
+      double kept = 0;
+      const size_t prefix = minPPrefix(probabilities.data(), keep, options.minP, kept);
+      if (prefix == count && !whole && !truncated)
+        continue;  // tokens past the sorted part may pass min-p too
+      keep = prefix;
+      sum = kept;
+      truncated = true;
+    }
+    double remaining = draw * sum;
+    for (size_t i = 0; i < keep; ++i) {
+      remaining -= probabilities[i];
+      if (remaining < 0)
+        return order[i];
+    }
+    if (truncated || whole)
+      return order[keep - 1];
+  }
 }
 
 int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t count,
@@ -94,13 +251,14 @@ int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t cou
     sum += probabilities[i];
   }
   if (options.topP < 1) {
-    // The smallest prefix whose probability reaches top_p (at least one token).
     double cumulative = 0;
-    size_t prefix = 0;
-    while (prefix < keep && (prefix == 0 || cumulative < options.topP * sum))
-      cumulative += probabilities[prefix++];
-    keep = prefix;
+    keep = topPPrefix(probabilities.data(), keep, options.topP * sum, cumulative);
     sum = cumulative;
+  }
+  if (options.minP > 0) {
+    double kept = 0;
+    keep = minPPrefix(probabilities.data(), keep, options.minP, kept);
+    sum = kept;
   }
   double draw = uniform(rngState) * sum;
   for (size_t i = 0; i < keep; ++i) {

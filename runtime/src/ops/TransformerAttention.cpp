@@ -97,6 +97,7 @@ Status prepareQueryKeyValue(const KernelContext &ctx, const AttentionConfig &c,
     vNew.assign(v.data(), v.data() + B * SK * c.keyHeads * D);
   }
   std::vector<int64_t> &positions = rows.positions;
+  positions.clear();  // `rows` may hold a previous call's
   if (ctx.input(kPositions))
     DSRT_RETURN_IF_ERROR(readIndexValues(ctx, kPositions, "positions", positions));
   if (c.qkNorm) {
@@ -144,7 +145,11 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
     return computePagedAttention(ctx, c, outputs);
   const int64_t B = c.batch, S = c.fresh, SK = c.keys, P = c.past, T = c.total, H = c.heads,
                 KH = c.kvHeads, D = c.headDim, group = c.globalHeads / c.globalKvHeads;
-  QueryKeyValue rows;
+  // Reused by the calls on this thread: a prompt chunk's rows are megabytes, which a fresh
+  // vector would take from the OS (and fault in) at every layer. A reference, so that the
+  // lambdas the pool runs read this thread's rows, not their own thread's.
+  thread_local QueryKeyValue reused;
+  QueryKeyValue &rows = reused;
   DSRT_RETURN_IF_ERROR(prepareQueryKeyValue(ctx, c, rows));
   const std::vector<float> &q = rows.q, &kNew = rows.keys, &vNew = rows.values;
   // Keys and values of every attended position, [B, KH, T, D]: in the session's cache, or

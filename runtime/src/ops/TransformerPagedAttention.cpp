@@ -63,7 +63,11 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
         return ctx.error("row ", b, " names block ", row.blocks[i], " of ", layer.batch);
   }
 
-  QueryKeyValue rows;
+  // Reused by the calls on this thread: a prompt chunk's rows are megabytes, which a fresh
+  // vector would take from the OS (and fault in) at every layer. A reference, so that the
+  // lambdas the pool runs read this thread's rows, not their own thread's.
+  thread_local QueryKeyValue reused;
+  QueryKeyValue &rows = reused;
   DSRT_RETURN_IF_ERROR(prepareQueryKeyValue(ctx, c, rows));
   // Rotary angles and cache slots must agree: a row's position input is its cache position.
   if (!rows.positions.empty())

@@ -45,7 +45,64 @@ struct Family {
   // The result's dtype (output_dtype; the kernels' OUT_DT where it is half: the plan's
   // activation dtype). Session scenarios only, as a half cache's.
   DType outputType = DType::F32;
+  // Attention sinks (input 10, the kernels' SINKS): 1 GPT-OSS's learned logits per head
+  // (sinkLogits), 2 ORT's smooth_softmax (a sink of 0 for every head).
+  int sinks = 0;
 };
+
+// The model's sink logits, [heads]: spread over [-1, 3], so that every head's sink weighs
+// from a fraction of one key to some twenty (e^3), or 0 for every head (smooth softmax).
+std::vector<float> sinkLogits(const Family &f) {
+  std::vector<float> sinks(static_cast<size_t>(f.heads), 0.0f);
+  for (int64_t h = 0; f.sinks == 1 && h < f.heads; ++h)
+    sinks[h] = -1.0f + 4.0f * static_cast<float>(h) / static_cast<float>(std::max<int64_t>(1, f.heads - 1));
+  return sinks;
+}
+
+// The family's sinks as input 10 of the reference's and the emulated step's inputs: the
+// model's [heads] (a rank reads its own), nothing without sinks.
+struct SinkInputs {
+  explicit SinkInputs(const Family &f)
+      : family(f), logits(sinkLogits(f)), ref{DType::F32, {f.heads}, logits.data()} {}
+  SinkInputs(const SinkInputs &) = delete;
+  SinkInputs &operator=(const SinkInputs &) = delete;
+  ops::Inputs with(ops::Inputs inputs) const {
+    if (family.sinks) {
+      inputs.resize(10, nullptr);
+      inputs.push_back(&ref);
+    }
+    return inputs;
+  }
+  void addTo(std::vector<std::optional<DeviceTensor>> &inputs) const {
+    if (family.sinks) {
+      inputs.resize(10);
+      inputs.push_back(DeviceTensor{DType::F32, {family.heads}, addressOf(logits.data())});
+    }
+  }
+  const Family &family;
+  std::vector<float> logits;
+  TensorRef ref;
+};
+
+// The sinks must matter: kernels that ignored them would miss the reference `expected` by
+// at least its gap to the reference without them (`sinkless`), which must be 10 times the
+// largest error expectClose allows anywhere here (with these extra terms). Prints both.
+void expectSinksMatter(const Family &f, const std::vector<float> &sinkless,
+                       const std::vector<float> &expected, float extraRelative,
+                       float extraAbsolute) {
+  if (!f.sinks)
+    return;
+  float largest = 0, gap = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    largest = std::max(largest, std::fabs(expected[i]));
+    if (i < sinkless.size())
+      gap = std::max(gap, std::fabs(sinkless[i] - expected[i]));
+  }
+  const float allowed = 1e-5f + extraAbsolute + (1e-4f + extraRelative) * largest;
+  EXPECT_GT(gap, 10 * allowed) << "the sinks change too little here to be tested";
+  std::printf(" (without the sinks the output moves by %.3g; tolerance at most %.3g)", gap,
+              allowed);
+}
 
 struct Scenario {
   int64_t batch = 2, past = 0, fresh = 5;
@@ -62,6 +119,47 @@ struct Scenario {
   bool packed = false;
   bool reversedBlocks = false;  // the emulated blocks run from the last to the first
 };
+
+// The tensor cores' prefill's scenarios (attention_prefill_mma): 70 new tokens are two query
+// tiles of 64, the second mostly beyond the prompt, over two or three key tiles, and a row
+// padded throughout attends nothing; after a cached past of 20 a chunk's keys start
+// mid-tile, under a mask bucketed wider than the keys.
+inline Scenario tensorCorePrompt() {
+  Scenario prompt;
+  prompt.session = true;
+  prompt.batch = 3;
+  prompt.fresh = 70;
+  prompt.padding = {0, 5, 70};
+  prompt.capacity = 96;
+  return prompt;
+}
+inline Scenario tensorCoreChunk() {
+  Scenario chunk;
+  chunk.session = true;
+  chunk.past = 20;
+  chunk.fresh = 9;
+  chunk.padding = {0, 3};
+  chunk.capacity = 40;
+  chunk.maskPadding = 5;  // a mask bucketed wider than the keys
+  return chunk;
+}
+
+// 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
+// padded on the left to 192 columns, and a dummy row that attends nothing; its blocks in
+// either order (a merging decode kernel's last arrival merges).
+inline Scenario capturedDecodeOverSplits(bool reversedBlocks) {
+  Scenario s;
+  s.session = true;
+  s.batch = 3;
+  s.past = 140;
+  s.fresh = 1;
+  s.padding = {0, 7, 141};
+  s.capacity = 300;
+  s.maskPadding = 51;
+  s.capturing = true;
+  s.reversedBlocks = reversedBlocks;
+  return s;
+}
 
 ops::AttrMap attributesOf(const Family &f, const Scenario &s) {
   ops::AttrMap attrs;
@@ -185,6 +283,9 @@ void check(const Family &f, const Scenario &s) {
   TensorRef keyNormRef{DType::F32, {keyNormWidth}, keyNormScale.data()};
   if (f.qkNorm)
     inputs.insert(inputs.end(), {nullptr, &queryNormRef, &keyNormRef});
+  const SinkInputs sinks(f);
+  const ops::Inputs inputsWithoutSinks = inputs;
+  inputs = sinks.with(inputs);
 
   std::vector<float> expected(B * S * H * D), expectedKey(B * KH * T * D),
       expectedValue(B * KH * T * D);
@@ -236,7 +337,9 @@ void check(const Family &f, const Scenario &s) {
     EXPECT_TRUE(status.isOk()) << status.message();
     return widened(f.outputType, out, out.size());
   };
-  std::vector<float> uncappedOut, unnormalizedOut, scaledBeforeOut;
+  std::vector<float> uncappedOut, unnormalizedOut, scaledBeforeOut, sinklessOut;
+  if (f.sinks)
+    sinklessOut = outputWithout("sinks", inputsWithoutSinks);
   if (f.softcap > 0)
     uncappedOut = outputWithout("softcap", inputs);
   if (f.qkNorm == 3)
@@ -303,6 +406,7 @@ void check(const Family &f, const Scenario &s) {
     step.inputs.push_back(
         DeviceTensor{DType::F32, {keyNormWidth}, addressOf(keyNormScale.data())});
   }
+  sinks.addTo(step.inputs);
   if (io) {
     step.inputs[4] = DeviceTensor{DType::F32, {B, pastHeads, P, D}, addressOf(pastKey.data())};
     step.inputs[5] =
@@ -419,6 +523,7 @@ void check(const Family &f, const Scenario &s) {
     std::printf(" (without the cap the output moves by %.3g)", softcapGap);
   if (f.qkNorm)
     std::printf(" (without the q/k norms the output moves by %.3g)", normGap);
+  expectSinksMatter(f, sinklessOut, expected, outputStep, operandRounding);
   std::printf("\n");
 }
 

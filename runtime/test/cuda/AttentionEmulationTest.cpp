@@ -174,20 +174,8 @@ TEST(AttentionEmulation, TensorCorePrefill) {
   for (const Family *f : {&kLlamaF16Cache, &kGemma2MmaBf16, &kWide128MmaF16, &kLlamaF16Out,
                           &kGemmaMma256Bf16, &kGemma4Mma512F16}) {
     ASSERT_TRUE(f->kernels().prefillOnTensorCores) << f->name;
-    Scenario prompt;
-    prompt.session = true;
-    prompt.batch = 3;
-    prompt.fresh = 70;
-    prompt.padding = {0, 5, 70};
-    prompt.capacity = 96;
-    check(*f, prompt);
-    Scenario chunk;
-    chunk.session = true;
-    chunk.past = 20;
-    chunk.fresh = 9;
-    chunk.padding = {0, 3};
-    chunk.capacity = 40;
-    chunk.maskPadding = 5;  // a mask bucketed wider than the keys
+    check(*f, tensorCorePrompt());
+    Scenario chunk = tensorCoreChunk();
     check(*f, chunk);
     chunk.rank = 1;
     chunk.ranks = 2;
@@ -209,23 +197,8 @@ TEST(AttentionEmulation, SessionChunkAfterCachedPast) {
   }
 }
 
-// 141 keys over two splits of 128 of a 300-row cache (three splits in the grid), a mask
-// padded on the left to 192 columns, and a dummy row that attends nothing; its blocks in
-// either order (a merging decode kernel's last arrival merges).
-Scenario capturedDecodeOverSplits(bool reversedBlocks) {
-  Scenario s;
-  s.session = true;
-  s.batch = 3;
-  s.past = 140;
-  s.fresh = 1;
-  s.padding = {0, 7, 141};
-  s.capacity = 300;
-  s.maskPadding = 51;
-  s.capturing = true;
-  s.reversedBlocks = reversedBlocks;
-  return s;
-}
-
+// capturedDecodeOverSplits (AttentionEmulationCheck.h): 141 keys over two splits, a
+// bucketed mask and a row that attends nothing, its blocks in either order.
 TEST(AttentionEmulation, CapturedDecodeOverSplitsAndABucketedMask) {
   std::vector<const Family *> families(std::begin(kDecoders), std::end(kDecoders));
   families.insert(families.end(), std::begin(kHalfCaches), std::end(kHalfCaches));

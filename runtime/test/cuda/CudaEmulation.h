@@ -284,6 +284,12 @@ inline float __shfl_xor_sync(unsigned, float value, int mask) {
   int lane = static_cast<int>(threadIdx.x % 32) ^ mask;
   return __shfl_sync(0xffffffffu, value, lane);
 }
+// As CUDA's int overload: without it an int went through the float one, exact only below
+// 2^24 (moe_route's argmax exchanges expert indices, 0x7fffffff for none).
+inline int __shfl_xor_sync(unsigned, int value, int mask) {
+  int lane = static_cast<int>(threadIdx.x % 32) ^ mask;
+  return __shfl_sync(0xffffffffu, value, lane);
+}
 inline unsigned __ballot_sync(unsigned, int predicate) {
   unsigned bits = 0;
   const unsigned me = threadIdx.x % 32;
@@ -300,6 +306,7 @@ inline int __popc(unsigned value) { return __builtin_popcount(value); }
 // still one, for the threads of a block.
 inline void __threadfence() {}
 inline float __ldcg(const float *address) { return *address; }
+inline float __ldg(const float *address) { return *address; }
 inline unsigned short __ldcg(const unsigned short *address) { return *address; }
 inline int atomicAdd(int *address, int value) {
   return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);

@@ -69,17 +69,7 @@ void bindRows(Session &session, const char *program, const std::vector<ops::KvPa
   }
 }
 
-// The plan kernel each launch ran (the fake's functions are the plan's kernels in order).
-std::vector<std::string> launchedKernels(const PlanFile &plan) {
-  std::map<const void *, std::string> names;
-  const auto &functions = fake::state().functions;
-  for (size_t i = 0; i < functions.size(); ++i)
-    names[functions[i]] = plan.plan().kernels()->Get(static_cast<uint32_t>(i))->name()->str();
-  std::vector<std::string> launched;
-  for (const fake::Launch &launch : fake::state().launches)
-    launched.push_back(names.count(launch.function) ? names[launch.function] : "?");
-  return launched;
-}
+using test::launchedKernels;
 
 TEST(CudaPagedSession, ThePoolIsBlocksOnTheDevice) {
   PagedFake f;

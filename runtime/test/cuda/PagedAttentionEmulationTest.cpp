@@ -69,6 +69,16 @@ const Family kPagedWide512MmaF16{"paged_wide512_mma_f16", paged_wide512_mma_f16:
                                  2, 2, 1, 0, 0, 128, 0, "all", DType::I64, 0, false, 0,
                                  DType::F16};
 
+// Attention sinks (SINKS): GPT-OSS's logits over an f32 pool, its sliding window over a
+// bf16 pool on the tensor cores, and smooth softmax (a sink of 0) with the first's kernels.
+const Family kPagedGptOss{"paged_gptoss", paged_gptoss::kernels, 16, 4, 2, 1, 0, 0, 16, 0,
+                          "all", DType::I64, 0, false, 0, DType::F32, DType::F32, 1};
+const Family kPagedGptOssSwaBf16Mma{"paged_gptoss_swa_bf16_mma",
+                                    paged_gptoss_swa_bf16_mma::kernels, 16, 4, 2, 1, 0, 4, 16, 0,
+                                    "all", DType::I64, 0, false, 0, DType::BF16, DType::F32, 1};
+const Family kPagedSmooth{"paged_smooth", paged_gptoss::kernels, 16, 4, 2, 1, 0, 0, 16, 0, "all",
+                          DType::I64, 0, false, 0, DType::F32, DType::F32, 2};
+
 const Family *const kPagedFamilies[] = {&kPagedLlama,  &kPagedLlamaF16,  &kPagedGemma2Bf16,
                                         &kPagedBloom,  &kPagedQwen3Bf16, &kPagedMqa};
 
@@ -178,20 +188,33 @@ void checkPaged(const Family &f, const PagedScenario &s) {
   ops::Inputs inputs{&qRef, &kRef, &vRef, &maskRef, nullptr, nullptr, &positionRef};
   if (f.qkNorm)
     inputs.insert(inputs.end(), {nullptr, &queryNormRef, &keyNormRef});
-  std::vector<float> expectedStored(static_cast<size_t>(B * H * D));
-  TensorRef outRef{f.outputType, {B, 1, H * D}, expectedStored.data()};
-  ops::KvCache cache;
-  cache.layers.push_back({f.cacheType, blocks, KH, BS, D, cpu.keys.data(), cpu.values.data()});
-  cache.blockSize = BS;
-  cache.pagedRows = rows;
-  ops::SessionState state;
-  state.cache = &cache;
+  const SinkInputs sinks(f);
+  const ops::Inputs inputsWithoutSinks = inputs;
+  inputs = sinks.with(inputs);
   RankOnly group(s.rank, s.ranks);
-  state.collectives = s.ranks > 1 ? &group : nullptr;
-  Status reference = ops::compute("tfm.attention", attrs, inputs, {&outRef}, &state);
-  ASSERT_TRUE(reference.isOk()) << reference.message();
-  const std::vector<float> expected =
-      widened(f.outputType, expectedStored, expectedStored.size());
+  // The reference's output, over a pool of its own (it writes the rows' keys and values).
+  auto referenceOutput = [&](const ops::Inputs &stepInputs, Pool &pool) {
+    std::vector<float> stored(static_cast<size_t>(B * H * D));
+    TensorRef outRef{f.outputType, {B, 1, H * D}, stored.data()};
+    ops::KvCache cache;
+    cache.layers.push_back({f.cacheType, blocks, KH, BS, D, pool.keys.data(), pool.values.data()});
+    cache.blockSize = BS;
+    cache.pagedRows = rows;
+    ops::SessionState state;
+    state.cache = &cache;
+    state.collectives = s.ranks > 1 ? &group : nullptr;
+    Status reference = ops::compute("tfm.attention", attrs, stepInputs, {&outRef}, &state);
+    EXPECT_TRUE(reference.isOk()) << reference.message();
+    return widened(f.outputType, stored, stored.size());
+  };
+  std::vector<float> sinkless;
+  if (f.sinks) {
+    Pool scratchPool = cpu;
+    sinkless = referenceOutput(inputsWithoutSinks, scratchPool);
+  }
+  const std::vector<float> expected = referenceOutput(inputs, cpu);
+  if (::testing::Test::HasFailure())
+    return;
 
   // The emulated GPU, the step's five kernels.
   ops::AttrMap stepAttrs = attrs;
@@ -222,7 +245,8 @@ void checkPaged(const Family &f, const PagedScenario &s) {
     step.inputs.push_back(DeviceTensor{DType::F32, {normWidth}, addressOf(queryNorm.data())});
     step.inputs.push_back(DeviceTensor{DType::F32, {normWidth}, addressOf(keyNorm.data())});
   }
-  std::vector<float> actualStored(expectedStored.size());
+  sinks.addTo(step.inputs);
+  std::vector<float> actualStored(expected.size());
   std::memset(actualStored.data(), 0xff, actualStored.size() * sizeof(float));  // NaN
   step.outputs.push_back(
       DeviceTensor{f.outputType, {B, 1, H * D}, addressOf(actualStored.data())});
@@ -315,8 +339,10 @@ void checkPaged(const Family &f, const PagedScenario &s) {
                              e = widened(f.cacheType, *cpuPool, poolElements);
     worst = std::max(worst, expectClose(a.data(), e.data(), poolElements, what, cacheStep));
   }
-  std::printf("%s paged, block size %lld, %lld rows: max abs error %.3g\n", f.name,
+  std::printf("%s paged, block size %lld, %lld rows: max abs error %.3g", f.name,
               static_cast<long long>(BS), static_cast<long long>(B), worst);
+  expectSinksMatter(f, sinkless, expected, outputStep, operandRounding);
+  std::printf("\n");
 }
 
 // Rows of four sequences: a prompt chunk after a cached past that spans a decode split, a
@@ -435,6 +461,25 @@ TEST(PagedAttentionEmulation, PagedPrefillVariants) {
   s.ranks = 1;
   s.parts = {{130, 1}, {0, 1}, {17, 1}};
   checkPaged(kPagedLlama, s);
+}
+
+// The paged decode kernel (one row per sequence, its merge adding the sink once) and the
+// paged prefill (a chunk's rows starting at the sink) with sinks, against the CPU paged
+// attention, at block sizes 1, 16 and 7; a rank of 2 reads its heads' sinks.
+TEST(PagedAttentionEmulation, PagedSinks) {
+  for (const Family *f : {&kPagedGptOss, &kPagedGptOssSwaBf16Mma, &kPagedSmooth}) {
+    for (int64_t blockSize : {1, 16, 7}) {
+      PagedScenario s = mixedStep(blockSize);
+      checkPaged(*f, s);
+      s.prefill = true;
+      checkPaged(*f, s);
+    }
+    PagedScenario s = mixedStep(7);
+    s.prefill = true;
+    s.rank = 1;
+    s.ranks = 2;
+    checkPaged(*f, s);
+  }
 }
 
 // Runs found on the host: equal tables at consecutive positions, two rows or more.

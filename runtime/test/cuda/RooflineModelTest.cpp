@@ -13,7 +13,9 @@
 // new token over the session cache, 2 (rotary, prefill) otherwise, with or without the
 // cache (forward); tfm.linear and tfm.lm_head one gemv up to 8 rows, also for int8
 // weights, and int8 ones from 9 rows the tile GEMM (+ the conversion, + the epilogue where a
-// bias, activation or logit epilogue is left); embedding, layer and RMS norms and gated_act one; the collectives no kernel.
+// bias, activation or logit epilogue is left); embedding, layer and RMS norms and gated_act
+// one; tfm.moe one per kernel of its step (four, six with a shared expert); the collectives
+// no kernel.
 // Not confirmed here: the collectives' device copies and NCCL calls (the fake driver
 // records neither), the GEMM path's launches (LinearOpsTest.cpp checks the launcher's) and
 // the rows of prefill's last-position LM head (3 tokens or 1 row: both one gemv).
@@ -47,13 +49,7 @@ StepPlacement sessionPlacement(Placement placement) {
   return StepPlacement::NotRun;
 }
 
-std::shared_ptr<PlanFile> openPlan(const char *variable, const char *fallback) {
-  const char *path = std::getenv(variable);
-  std::unique_ptr<PlanFile> plan;
-  Status status = PlanFile::open(path && *path ? path : fallback, plan);
-  EXPECT_TRUE(status.isOk()) << status.message();
-  return std::shared_ptr<PlanFile>(std::move(plan));
-}
+using test::openPlanFile;
 
 // One eager run of `program` at batch 1 over `total` positions, `tokens` of them new.
 struct ProgramRun {
@@ -150,14 +146,20 @@ TEST(RooflineModel, Gpt2EagerRunsLaunchWhatTheModelPredicts) {
 }
 
 TEST(RooflineModel, Int8EagerRunsLaunchWhatTheModelPredicts) {
-  checkSingleRank(openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT), true);
+  checkSingleRank(openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT), true);
+}
+
+// Qwen2-MoE's plan: each tfm.moe step launches its six kernels (routing, the routed experts'
+// gate-up and down, the shared expert's two, the weighted sum), one new token or three.
+TEST(RooflineModel, MoeEagerRunsLaunchWhatTheModelPredicts) {
+  checkSingleRank(openPlan("DSRT_TEST_MOE_PLAN", DSRT_TEST_MOE_PLAN_DEFAULT));
 }
 
 // Both ranks of the two-rank Llama, threads of one process on the fake GPU with staged
 // collectives: prefill together, then one decode each, counted per rank by the session
 // and in total by the fake driver.
 TEST(RooflineModel, TensorParallelDecodeOfEachRankLaunchesWhatTheModelPredicts) {
-  std::shared_ptr<PlanFile> plan = openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> plan = openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
   ASSERT_TRUE(plan);
   ASSERT_EQ(plan->rankCount(), 2);
   if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
@@ -206,13 +208,13 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
   ASSERT_TRUE(test::openGpt2Plan(gpt2));
   ASSERT_TRUE(test::openGpt2Plan(cpuOnly, /*cpuOnly=*/true));
   std::set<std::string> ops = {"Conv", "MatMul", "TopK", "If", "Shape", "Range"};
-  for (const auto &plan : {gpt2, cpuOnly, openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT),
-                           openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT)})
+  for (const auto &plan : {gpt2, cpuOnly, openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT),
+                           openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT)})
     for (const dsp::Program *program : *plan->plan().programs())
       for (uint32_t s = 0; program->steps() && s < program->steps()->size(); ++s)
         ops.insert(program->steps()->Get(s)->op()->str());
   for (const char *op : {"Neg", "IsNaN", "Gelu", "Or", "Where", "Transpose", "Expand", "CumSum",
-                         "LogSoftmax", "ReduceMax", "tfm.residual_add", "tfm.activation"})
+                         "LogSoftmax", "ReduceMax", "tfm.residual_add", "tfm.activation", "tfm.moe"})
     ops.insert(op);
   for (const std::string &op : ops)
     EXPECT_EQ(roofline::hasGpuLauncher(op), findGpuOp(op) != nullptr) << op;
@@ -223,8 +225,8 @@ TEST(RooflineModel, KnowsWhichOpsHaveALauncher) {
 TEST(RooflineModel, KvCacheLayersAreTheSessions) {
   std::shared_ptr<PlanFile> gpt2;
   ASSERT_TRUE(test::openGpt2Plan(gpt2));
-  std::shared_ptr<PlanFile> tp2 = openPlan("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
-  std::shared_ptr<PlanFile> int8 = openPlan("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> tp2 = openPlanFile("DSRT_TEST_TP2_PLAN", DSRT_TEST_TP2_PLAN_DEFAULT);
+  std::shared_ptr<PlanFile> int8 = openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT);
   for (const auto &plan : {gpt2, tp2, int8})
     for (int rank = 0; rank < plan->rankCount(); ++rank) {
       std::vector<KvLayerShape> session;

@@ -1,5 +1,6 @@
 #include "TestPlans.h"
 
+#include "FakeDriver.h"
 #include "io/TensorProto.h"
 
 #include <gtest/gtest.h>
@@ -8,28 +9,37 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 namespace dsrt::cuda::test {
 
 namespace {
 
-// Opens $`variable`, else `fallback` (the ctest fixture's plan); adds a gtest failure and
-// returns false when it cannot.
 bool openPlan(const char *variable, const char *fallback, std::shared_ptr<PlanFile> &out) {
-  const char *path = std::getenv(variable);
-  if (!path || !*path)
-    path = fallback;
-  std::unique_ptr<PlanFile> plan;
-  Status status = PlanFile::open(path, plan);
-  if (!status.isOk()) {
-    ADD_FAILURE() << status.message();
-    return false;
-  }
-  out = std::move(plan);
-  return true;
+  out = openPlanFile(variable, fallback);
+  return out != nullptr;
 }
 
 } // namespace
+
+std::shared_ptr<PlanFile> openPlanFile(const char *variable, const char *fallback) {
+  const char *path = std::getenv(variable);
+  std::unique_ptr<PlanFile> plan;
+  Status status = PlanFile::open(path && *path ? path : fallback, plan);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return std::shared_ptr<PlanFile>(std::move(plan));
+}
+
+std::vector<std::string> launchedKernels(const PlanFile &plan) {
+  std::map<const void *, std::string> names;
+  const auto &functions = fake::state().functions;
+  for (size_t i = 0; i < functions.size(); ++i)
+    names[functions[i]] = plan.plan().kernels()->Get(static_cast<uint32_t>(i))->name()->str();
+  std::vector<std::string> launched;
+  for (const fake::Launch &launch : fake::state().launches)
+    launched.push_back(names.count(launch.function) ? names[launch.function] : "?");
+  return launched;
+}
 
 bool openServingPlan(std::shared_ptr<PlanFile> &out) {
   return openPlan("DSRT_TEST_SERVING_PLAN", DSRT_TEST_SERVING_PLAN_DEFAULT, out);

@@ -6,6 +6,7 @@
 #include "session/Session.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dsrt::cuda::test {
@@ -14,6 +15,12 @@ namespace dsrt::cuda::test {
 // returns false when it cannot. `cpuOnly`: the same model compiled with `--arch none`
 // ($DSRT_TEST_GPT2_CPU_PLAN), whose steps list no kernels.
 bool openGpt2Plan(std::shared_ptr<PlanFile> &out, bool cpuOnly = false);
+// Opens $`variable`, else `fallback` (a ctest fixture's plan); null, with a gtest failure,
+// when it cannot.
+std::shared_ptr<PlanFile> openPlanFile(const char *variable, const char *fallback);
+// The plan kernel each launch the fake driver recorded ran (FakeDriver.h: its functions are
+// the plan's kernels in order), "?" for any other.
+std::vector<std::string> launchedKernels(const PlanFile &plan);
 
 // The Llama fixture at 64 tokens, CPU-only (DSRT_TEST_LLAMA_LONG_PLAN overrides it), whose
 // forward needs more arena than prefill and decode.

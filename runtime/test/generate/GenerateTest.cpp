@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -154,22 +155,87 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
   options.temperature = 1;
   options.topK = 1;
   EXPECT_EQ(dsrt::sampleToken(logits, options, state), 3);
+  // Each token's share of 20000 draws under the options as they are.
+  const int draws = 20000;
+  auto shares = [&] {
+    std::vector<double> share(4, 0.0);
+    for (int i = 0; i < draws; ++i)
+      share[dsrt::sampleToken(logits, options, state)] += 1.0 / draws;
+    return share;
+  };
   // top-k 2 keeps ids 3 and 2 with probabilities 4/7 and 3/7.
   options.topK = 2;
-  int counts[4] = {};
-  const int draws = 20000;
-  for (int i = 0; i < draws; ++i)
-    ++counts[dsrt::sampleToken(logits, options, state)];
-  EXPECT_EQ(counts[0] + counts[1], 0);
-  EXPECT_NEAR(counts[3] / double(draws), 4.0 / 7.0, 0.02);
+  std::vector<double> share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
   // top-p 0.5 keeps the smallest prefix reaching half the mass: {3} (0.4) then {3, 2} (0.7).
   options.topK = 0;
   options.topP = 0.5f;
-  int kept[4] = {};
-  for (int i = 0; i < draws; ++i)
-    ++kept[dsrt::sampleToken(logits, options, state)];
-  EXPECT_EQ(kept[0] + kept[1], 0);
-  EXPECT_NEAR(kept[3] / double(draws), 4.0 / 7.0, 0.02);
+  share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
+  // min-p 0.45 keeps the tokens of at least 0.45 of the likeliest's probability: ids 3, 2
+  // and 1 (4/4, 3/4 and 2/4), not id 0 (1/4); they are drawn as 4 : 3 : 2.
+  options.topP = 1;
+  options.minP = 0.45f;
+  share = shares();
+  EXPECT_EQ(share[0], 0);
+  EXPECT_NEAR(share[3], 4.0 / 9.0, 0.02);
+  EXPECT_NEAR(share[1], 2.0 / 9.0, 0.02);
+  // 0.6 drops id 1 as well: 4/7 and 3/7 again.
+  options.minP = 0.6f;
+  share = shares();
+  EXPECT_EQ(share[0] + share[1], 0);
+  EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
+}
+
+// sampleToken sorts only the prefix of the row its draw can reach; the full stable sort of the
+// row and sampleFromCandidates over all of it (what sampleToken did before) must pick the same
+// token from the same generator state. Rows of 5000 logits (past the first 256-token prefix),
+// peaked to flat temperatures (a flat one needs the whole row), ties (logits in steps of
+// 0.25), NaN-free; top-k, top-p and min-p alone and together. Sums in another order can
+// differ in the last bit, which decides a draw about once in 1e15: none here.
+TEST(SampleTokenTest, PrefixSortingDrawsTheFullSortsToken) {
+  const size_t vocab = 5000;
+  uint64_t fill = 12345;
+  std::vector<float> logits(vocab);
+  int64_t draws = 0;
+  for (int row = 0; row < 6; ++row) {
+    for (size_t i = 0; i < vocab; ++i) {
+      fill = fill * 6364136223846793005ull + 1442695040888963407ull;
+      const double unit = static_cast<double>(fill >> 11) * 0x1.0p-53;
+      logits[i] = row % 2 ? std::floor(unit * 40) * 0.25f : static_cast<float>(unit * 12 - 6);
+    }
+    std::vector<int64_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    std::vector<float> sorted(vocab);
+    for (size_t i = 0; i < vocab; ++i)
+      sorted[i] = logits[order[i]];
+    for (float temperature : {0.3f, 1.0f, 8.0f})
+      for (int64_t topK : {0, 40})
+        for (float topP : {1.0f, 0.95f, 0.5f})
+          for (float minP : {0.0f, 0.01f, 0.3f}) {
+            dsrt::GenerateOptions options;
+            options.temperature = temperature;
+            options.topK = topK;
+            options.topP = topP;
+            options.minP = minP;
+            for (uint64_t seed = 0; seed < 8; ++seed) {
+              uint64_t fast = seed * 7919 + 1, full = fast;
+              const int64_t got = dsrt::sampleToken(logits, options, fast);
+              const int64_t want =
+                  dsrt::sampleFromCandidates(sorted.data(), order.data(), vocab, options, full);
+              ASSERT_EQ(got, want) << "row " << row << ", temperature " << temperature
+                                   << ", top-k " << topK << ", top-p " << topP << ", min-p "
+                                   << minP << ", seed " << seed;
+              ASSERT_EQ(fast, full) << "one draw each";
+              ++draws;
+            }
+          }
+  }
+  EXPECT_EQ(draws, 6 * 3 * 2 * 3 * 3 * 8);
 }
 
 // hostTopLogits's candidates are the prefix of std::stable_sort by descending logit (ties by

@@ -114,5 +114,46 @@ TEST(BFloat16, ConvertFloatsEqualsTheScalarConversions) {
     ASSERT_EQ(narrow[i], floatToBfloat16(values[i])) << "element " << i;
 }
 
+// convertFloats' f16 loops (F16C, eight at a time, where the CPU has it) equal the scalar
+// conversions bit for bit: every f16 value widened, and f32 values around every f16 rounding
+// case narrowed (ties to even at each exponent, the subnormal range, overflow to infinity,
+// NaNs, which take the scalar path). 4099 elements, so the tails run too.
+TEST(Half, ConvertFloatsEqualsTheScalarConversions) {
+  std::vector<uint16_t> every(65536);
+  for (uint32_t b = 0; b < 65536; ++b)
+    every[b] = static_cast<uint16_t>(b);
+  std::vector<float> wide(every.size());
+  ASSERT_TRUE(convertFloats(DType::F16, every.data(), DType::F32, wide.data(), 65536));
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float want = halfToFloat(static_cast<uint16_t>(b));
+    ASSERT_EQ(std::memcmp(&wide[b], &want, 4), 0) << "f16 bits " << b;
+  }
+  std::vector<float> values;
+  // Each f32 exponent from below the f16 subnormals to above 65504, with mantissas at, just
+  // below and just above the halfway points of f16's 10-bit mantissa.
+  for (uint32_t exponent = 95; exponent <= 145; ++exponent)
+    for (uint32_t mantissa : {0x000000u, 0x000fffu, 0x001000u, 0x001001u, 0x002000u, 0x003000u,
+                              0x7fefffu, 0x7ff000u, 0x7fffffu, 0x400000u, 0x401000u})
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const uint32_t bits = sign | exponent << 23 | mantissa;
+        float value;
+        std::memcpy(&value, &bits, 4);
+        values.push_back(value);
+      }
+  for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc12345u,
+                        0x477fe000u, 0x477ff000u, 0x47800000u, 0x00000001u})
+    values.push_back([bits] {
+      float value;
+      std::memcpy(&value, &bits, 4);
+      return value;
+    }());
+  values.resize(4099, -0.75f);
+  std::vector<uint16_t> narrow(values.size());
+  ASSERT_TRUE(convertFloats(DType::F32, values.data(), DType::F16, narrow.data(),
+                            static_cast<int64_t>(values.size())));
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(narrow[i], floatToHalf(values[i])) << "element " << i;
+}
+
 } // namespace
 } // namespace dsrt

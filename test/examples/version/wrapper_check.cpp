@@ -1,10 +1,19 @@
 // Checks of dsrt/dsrt.hpp beyond what examples/generate uses, on a compiled plan:
 // finish reasons, a callback that stops its sequence, an exception thrown by the callback
-// reaching the caller, and the tokenizer's encode/decode round trip (when the plan has one).
+// reaching the caller, the tokenizer's encode/decode round trip (when the plan has one), and
+// the serving engine's wrapper: streamed tokens equal to each request alone, the repetition,
+// presence and frequency penalties against the same rule applied here to the prefill
+// program's logits, a refused request that leaves the engine serving.
 #include <dsrt/dsrt.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace {
 int failures = 0;
@@ -17,6 +26,43 @@ void expect(bool ok, const std::string &what) {
 struct CallbackError {
   size_t sequence;
 };
+
+// The prefill program's last logits for `ids` (one sequence).
+std::vector<float> lastLogits(dsrt::Session &session, const std::vector<int64_t> &ids) {
+  const std::vector<int64_t> shape = {1, static_cast<int64_t>(ids.size())};
+  std::vector<int64_t> mask(ids.size(), 1), positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    positions[i] = static_cast<int64_t>(i);
+  session.setInput("prefill", 0, DSRT_I64, shape, ids.data());
+  session.setInput("prefill", 1, DSRT_I64, shape, mask.data());
+  session.setInput("prefill", 2, DSRT_I64, shape, positions.data());
+  session.run("prefill");
+  dsrt_tensor logits = session.output("prefill", 0);
+  const int64_t vocab = logits.shape[logits.rank - 1];
+  // [1, positions, vocab], or [1, 1, vocab] where the plan keeps the last position only.
+  const int64_t rows = logits.rank >= 2 ? logits.shape[logits.rank - 2] : 1;
+  const float *last = static_cast<const float *>(logits.data) + (rows - 1) * vocab;
+  return std::vector<float>(last, last + vocab);
+}
+
+// vLLM's rule, written here independently of the library: the repetition penalty on every
+// token of the prompt and the output, then presence and frequency on the output's.
+size_t penalisedArgmax(std::vector<float> logits, const std::vector<int64_t> &prompt,
+                       const std::vector<int64_t> &output, float repetition, float presence,
+                       float frequency) {
+  std::map<int64_t, int> counts;
+  for (int64_t token : output)
+    ++counts[token];
+  std::vector<int64_t> seen(prompt);
+  seen.insert(seen.end(), output.begin(), output.end());
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (int64_t token : seen)
+    logits[token] = logits[token] > 0 ? logits[token] / repetition : logits[token] * repetition;
+  for (const auto &entry : counts)
+    logits[entry.first] -= presence + frequency * entry.second;
+  return std::max_element(logits.begin(), logits.end()) - logits.begin();
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -71,6 +117,81 @@ int main(int argc, char **argv) {
     } catch (const dsrt::Error &e) {
       expect(e.status() == DSRT_INVALID_ARGUMENT && !e.message().empty(),
              std::string("max_new_tokens over max_seq_len throws: ") + e.what());
+    }
+
+    // The serving engine through the wrapper, on its own thread.
+    {
+      dsrt::Engine engine(plan);
+      std::mutex mutex;
+      std::condition_variable finished;
+      std::map<int64_t, std::vector<int64_t>> streamed;
+      std::map<int64_t, dsrt_request_state> states;
+      engine.setCallback([&](int64_t request, int64_t token, dsrt_request_state state,
+                             const dsrt_token_logprobs *) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (token >= 0)
+          streamed[request].push_back(token);
+        else
+          states[request] = state;
+        finished.notify_all();
+      });
+      engine.start();
+      auto waitFor = [&](int64_t request) {
+        std::unique_lock<std::mutex> lock(mutex);
+        return finished.wait_for(lock, std::chrono::seconds(60),
+                                 [&] { return states.count(request) > 0; });
+      };
+      dsrt::RequestOptions greedy;
+      greedy.maxNewTokens = 4;
+      greedy.ignoreEos = true;
+      std::vector<int64_t> ids;
+      for (const std::vector<int64_t> &prompt : prompts)
+        ids.push_back(engine.addRequest(prompt, greedy));
+      for (size_t s = 0; s < prompts.size(); ++s)
+        expect(waitFor(ids[s]) && states[ids[s]] == DSRT_REQUEST_LENGTH &&
+                   streamed[ids[s]] == all.tokens(s),
+               "engine request " + std::to_string(s) + ": its streamed tokens are its alone");
+
+      dsrt::RequestOptions penalised = greedy;
+      penalised.maxNewTokens = 8;
+      penalised.repetitionPenalty = 1.8f;
+      penalised.presencePenalty = 1.5f;
+      penalised.frequencyPenalty = 1.0f;
+      const std::vector<int64_t> prompt = {5, 6, 7, 5, 6};
+      const int64_t id = engine.addRequest(prompt, penalised);
+      expect(waitFor(id) && streamed[id].size() == 8, "a penalised request: 8 tokens");
+      bool agrees = true, penaltiesMatter = false;
+      std::vector<int64_t> output;
+      for (int64_t token : streamed[id]) {
+        std::vector<int64_t> context(prompt);
+        context.insert(context.end(), output.begin(), output.end());
+        const std::vector<float> logits = lastLogits(session, context);
+        const size_t want = penalisedArgmax(logits, prompt, output, 1.8f, 1.5f, 1.0f);
+        penaltiesMatter |= want != static_cast<size_t>(
+                                       std::max_element(logits.begin(), logits.end()) -
+                                       logits.begin());
+        agrees &= static_cast<size_t>(token) == want;
+        output.push_back(token);
+      }
+      expect(agrees, "the penalised tokens are the argmax of the penalised prefill logits");
+      expect(penaltiesMatter, "the penalties changed at least one greedy choice");
+
+      dsrt::RequestOptions bad = greedy;
+      bad.frequencyPenalty = 3.0f;
+      try {
+        engine.addRequest(prompt, bad);
+        expect(false, "a frequency penalty of 3 is refused");
+      } catch (const dsrt::Error &e) {
+        expect(e.status() == DSRT_INVALID_ARGUMENT &&
+                   e.message().find("frequency_penalty") != std::string::npos,
+               std::string("a frequency penalty of 3 is refused: ") + e.what());
+      }
+      const int64_t after = engine.addRequest(prompts[0], greedy);
+      expect(waitFor(after) && streamed[after] == all.tokens(0),
+             "the engine serves on after the refusal");
+      engine.stop();
+      const dsrt_engine_stats stats = engine.stats();
+      expect(stats.running == 0 && stats.used_blocks >= 0, "no request left running");
     }
 
     try {

@@ -98,6 +98,20 @@ Status readQkNorms(StepContext &context, const DeviceTensor *queryNorm,
   return Status::ok();
 }
 
+Status readSinks(StepContext &context, const DeviceTensor *sinks, const Heads &h,
+                 DevicePtr &rankSinks) {
+  rankSinks = 0;
+  if (!sinks)
+    return Status::ok();
+  if (sinks->dtype != DType::F32 || sinks->shape.size() != 1 ||
+      (sinks->shape[0] != h.heads && sinks->shape[0] != h.globalHeads))
+    return context.error("the sinks must be f32 [", h.heads, "] or [", h.globalHeads,
+                         "], not ", dtypeName(sinks->dtype), " ", shapeString(sinks->shape));
+  const int64_t first = sinks->shape[0] == h.heads ? 0 : h.headOffset;
+  rankSinks = sinks->data + static_cast<DevicePtr>(first) * sizeof(float);
+  return Status::ok();
+}
+
 Status launchDecode(StepContext &context, size_t slot, TokenStep &s, DecodeCache &cache,
                     bool fusedCombine, size_t combineSlot) {
   const int64_t D = s.h.headDim, H = s.h.heads, KH = s.h.kvHeads, B = s.batch;
@@ -155,6 +169,8 @@ Status launchDecode(StepContext &context, size_t slot, TokenStep &s, DecodeCache
     args.insert(args.end(), {&s.queryNorm, &s.keyNorm, &s.qkNormEpsilon});
   if (cache.paged)
     args.insert(args.end(), {&pagedRows, &tableWidth, &blockSize});
+  if (s.sinks)
+    args.push_back(&s.sinks);
   Dim3 grid, block;
   grid.x = static_cast<unsigned>(maxSplits);
   grid.y = static_cast<unsigned>(blockRows);

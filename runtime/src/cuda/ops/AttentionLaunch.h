@@ -42,6 +42,12 @@ Status readQkNorms(StepContext &context, const DeviceTensor *queryNorm,
                    const DeviceTensor *keyNorm, const Heads &h, int64_t &qkNormKind,
                    float &qkNormEpsilon);
 
+// The sinks (input 10, GPT-OSS's attention sinks) as the kernels read them: f32 [heads] or,
+// under tensor parallelism, the model's [global heads], of which `rankSinks` points at the
+// rank's first (the CPU kernel's readSinks). 0 without sinks.
+Status readSinks(StepContext &context, const DeviceTensor *sinks, const Heads &h,
+                 DevicePtr &rankSinks);
+
 // A step that attends one new token per row (a decode step over the dense cache, or any
 // step over the paged one) as the dense launcher read and checked it: its attributes,
 // inputs and the constants of slots 0 and 1. The constants a decode kernel must have are the
@@ -58,6 +64,7 @@ struct TokenStep {
   std::vector<float> frequencies;  // dsc_rotary_frequencies: the factor, then the table
   DevicePtr query = 0, key = 0, value = 0, positions = 0, out = 0, mask = 0;
   DevicePtr queryNorm = 0, keyNorm = 0;
+  DevicePtr sinks = 0;  // readSinks': the kernels' SINKS parameter where nonzero
 };
 
 // Where attention_decode reads the keys and values: [batch (or blocks), KH, rows, D] at

@@ -129,10 +129,11 @@ Status runAttention(StepContext &context) {
       context.inputCount() > kQueryNormScale ? context.input(kQueryNormScale) : nullptr;
   const DeviceTensor *keyNorm =
       context.inputCount() > kKeyNormScale ? context.input(kKeyNormScale) : nullptr;
-  // dsc-select-kernels refuses such a step (codegen/kernels/AttentionRules.cpp); a plan made
-  // otherwise must not run it without its sinks.
-  if (context.inputCount() > kSinks && context.input(kSinks))
-    return context.error("attention sinks (GPT-OSS) are not implemented by the GPU kernels");
+  // GPT-OSS's attention sinks: the prefill and decode kernels' SINKS, their last parameter.
+  const DeviceTensor *sinks = context.inputCount() > kSinks ? context.input(kSinks) : nullptr;
+  DevicePtr sinkData = 0;
+  DSRT_RETURN_IF_ERROR(readSinks(context, sinks, h, sinkData));
+  const int64_t sinksConstant = sinks ? 1 : -1;
   const bool qkNorm = queryNorm || keyNorm;
   float qkNormEpsilon = 0.0f;
   int64_t qkNormKind = -1;
@@ -174,6 +175,7 @@ Status runAttention(StepContext &context) {
   DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "MASK_DTYPE", maskType));
   DSRT_RETURN_IF_ERROR(
       checkConstant(context, kPrefillSlot, "UNATTENDED_CAUSAL", unattendedCausal));
+  DSRT_RETURN_IF_ERROR(checkConstant(context, kPrefillSlot, "SINKS", sinksConstant));
   // Gemma-2's soft-capping is compiled in: the cap's f32 bits, and no constant (-1 here)
   // in the kernels of a step without it.
   int64_t softcapBits = -1;
@@ -257,6 +259,7 @@ Status runAttention(StepContext &context) {
     token.mask = mask ? mask->data : 0;
     token.queryNorm = qkNorm ? queryNorm->data : 0;
     token.keyNorm = qkNorm ? keyNorm->data : 0;
+    token.sinks = sinkData;
   }
   if (sessionCache && context.pagedRows()) {
     // The engine's block pool: AttentionPagedOps.cpp.
@@ -495,6 +498,11 @@ Status runAttention(StepContext &context) {
     DSRT_RETURN_IF_ERROR(
         checkConstant(context, mergeSlot, "UNATTENDED_CAUSAL", unattendedCausal));
     DSRT_RETURN_IF_ERROR(checkConstant(context, mergeSlot, "UNATTENDED_ZERO", unattendedZero));
+    // The sinks join the decode kernel's own merge; attention_combine (plans from before
+    // FUSED_COMBINE, which had no sinks) has none.
+    DSRT_RETURN_IF_ERROR(checkConstant(context, kDecodeSlot, "SINKS", sinksConstant));
+    if (sinks && !fusedCombine)
+      return context.error("attention sinks need the decode kernel's merge (FUSED_COMBINE)");
     DecodeCache cache{keys, values, lengths, kvBatchStride, kvHeadStride, kvRows, nullptr};
     return launchDecode(context, kDecodeSlot, token, cache, fusedCombine, kCombineSlot);
   }
@@ -508,6 +516,8 @@ Status runAttention(StepContext &context) {
     args.insert(args.end(), {&biasData, &biasBatchStride, &biasHeadStride, &biasRowStride});
   if (separateQueries)
     args.push_back(&queryRows);
+  if (sinks)
+    args.push_back(&sinkData);
   Dim3 grid, block;
   grid.x = static_cast<unsigned>((S + queryTile - 1) / queryTile * featureParts);
   grid.y = static_cast<unsigned>(H);

@@ -80,7 +80,8 @@ Status checkPagedConstants(StepContext &context, const TokenStep &s, bool prefil
       {"CAUSAL", s.causal ? 1 : 0},  {"WINDOW", s.window},
       {"ALIBI", s.alibi ? 1 : 0},    {"MASK_DTYPE", 0},
       {"SOFTCAP_BITS", s.softcapBits}, {"OUT_DT", s.outDtype},
-      {"UNATTENDED_CAUSAL", s.unattendedCausal}, {"UNATTENDED_ZERO", s.unattendedZero}};
+      {"UNATTENDED_CAUSAL", s.unattendedCausal}, {"UNATTENDED_ZERO", s.unattendedZero},
+      {"SINKS", s.sinks ? 1 : -1}};
   for (size_t slot : {size_t(kPagedDecodeSlot), p}) {
     if (slot == p && !prefill)
       continue;
@@ -165,6 +166,8 @@ Status launchPagedPrefill(StepContext &context, TokenStep &s, DecodeCache &cache
   if (s.outDtype > 0 || featureParts > 1)
     args.push_back(&queryRows);
   args.insert(args.end(), {&pagedRows, &tableWidth, &blockSize, &chunks});
+  if (s.sinks)
+    args.push_back(&s.sinks);
   Dim3 grid, block;
   grid.x = static_cast<unsigned>((longest + queryTile - 1) / queryTile * featureParts);
   grid.y = static_cast<unsigned>(H);
