@@ -152,7 +152,7 @@ TEST(RooflineModel, Int8EagerRunsLaunchWhatTheModelPredicts) {
 // Qwen2-MoE's plan: each tfm.moe step launches its six kernels (routing, the routed experts'
 // gate-up and down, the shared expert's two, the weighted sum), one new token or three.
 TEST(RooflineModel, MoeEagerRunsLaunchWhatTheModelPredicts) {
-  checkSingleRank(openPlan("DSRT_TEST_MOE_PLAN", DSRT_TEST_MOE_PLAN_DEFAULT));
+  checkSingleRank(openPlanFile("DSRT_TEST_MOE_PLAN", DSRT_TEST_MOE_PLAN_DEFAULT));
 }
 
 // Both ranks of the two-rank Llama, threads of one process on the fake GPU with staged
