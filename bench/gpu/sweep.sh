@@ -45,8 +45,10 @@
 # lit suite has them too); nor moe, the fused mixture of experts (docs/cuda-backend.md,
 # "Mixture of experts"): test/gpu/moe.test's plans against their CPU sessions, the MoE
 # kernels' launch counts, compute-sanitizer over them and expert parallelism on in-process
-# ranks (--steps moe, about 2 minutes).
-# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,moe,bench,profile]
+# ranks (--steps moe, about 2 minutes); nor tilegemm, the int8 and int4 prefill's tile GEMM
+# against dequantize + cuBLASLt at 16 to 512 prompt rows, which places the
+# DSRT_CUDA_TILE_GEMM_ROWS threshold (--steps realistic,tilegemm).
+# usage: bench/gpu/sweep.sh [--steps info,build,tests,engine,sanitizer,realistic,int4,sinks,moe,tilegemm,bench,profile]
 #                           [--realistic-models gpt2-124m,llama-1b,llama-hd128,mqa-hd256]
 #                           [--bench-models gpt2-124m,llama-1b] [--work DIR]
 # Without a GPU (the development machine) every step still runs, the sessions on the CPU
@@ -378,6 +380,50 @@ step_int4() {
   return $failed
 }
 
+# The prefill of int8 and int4 plans through the tile GEMM (gemm_dequant, the default up to
+# 512 rows) and through dequantize + cuBLASLt (DSRT_CUDA_TILE_GEMM_ROWS=0), timed by dsbench at
+# batch 1 and prompts of 16 to 512 tokens, on the real-shape exports the realistic step left
+# (not in the default steps: --steps realistic,tilegemm; TILE_MODELS picks them, TILE_ROWS the
+# prompt lengths). Prefill's time is mostly its linears', so the ratio at each length says
+# where the threshold (LinearOps.cpp's kTileGemmRows, docs/cuda-backend.md "int8 linears")
+# belongs. Correctness is test/gpu/tile-gemm.test's (the tests step).
+step_tilegemm() {
+  strict=""
+  dsrun --list-devices 2>/dev/null | head -n 1 | grep -qv '^cuda devices: 0' && strict=--strict
+  dir=$work/tilegemm failed=0 found=0
+  mkdir -p "$dir"
+  export DSRT_INT4_ACTIVATIONS=f32
+  rows=${TILE_ROWS:-16 64 128 256 512}
+  for name in $(echo "${TILE_MODELS:-llama-1b,gpt2-124m}" | tr ',' ' '); do
+    folder=$work/realistic/$name
+    [ -f "$folder/model.json" ] || continue
+    found=1
+    onnx=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["onnx"])' \
+        "$folder/model.json")
+    for dtype in int8 int4; do
+      plan=$dir/$name-$dtype.dsp
+      dsc compile "$onnx" -o "$plan" --dtype $dtype --max-batch 1 --max-seq-len 520 ||
+        { failed=1; continue; }
+      line="$name $dtype prefill ms (tile / dequantize+cuBLASLt):"
+      for prompt in $rows; do
+        for path in tile dequantize; do
+          limit=512
+          [ $path = tile ] || limit=0
+          DSRT_CUDA_TILE_GEMM_ROWS=$limit dsbench "$plan" --device cuda $strict --batch 1 \
+              --prompt-len "$prompt" --new-tokens 1 --warmup 2 --iterations 5 --json \
+              >"$dir/$name-$dtype-$prompt-$path.json" || { failed=1; continue; }
+        done
+        line="$line $prompt: $("$python" -c 'import json, sys; t, d = (json.load(open(f))["prefill_ms"]["avg"] for f in sys.argv[1:]); print("%.3f/%.3f (%.2fx)" % (t, d, d / t if t else 0))' \
+            "$dir/$name-$dtype-$prompt-tile.json" "$dir/$name-$dtype-$prompt-dequantize.json" 2>/dev/null || echo "n/a")"
+      done
+      echo "$line"
+    done
+  done
+  [ $found = 1 ] || { echo "no real-shape export from the realistic step"; return 1; }
+  [ $failed = 0 ] && echo "tile GEMM timed (above)" || echo "tile GEMM: FAILED (above)"
+  return $failed
+}
+
 # The fused mixture of experts on the GPU (docs/cuda-backend.md, "Mixture of experts"; not in
 # the default steps: --steps moe). test/gpu/moe.test's plans outside lit, so that the numbers
 # print: each against its CPU session (dseval: logits of 48 prompts and 8 decode steps,
@@ -483,6 +529,7 @@ run_step realistic "${LIMIT_realistic:-150}" step_realistic
 run_step int4 "${LIMIT_int4:-240}" step_int4
 run_step sinks "${LIMIT_sinks:-90}" step_sinks
 run_step moe "${LIMIT_moe:-150}" step_moe
+run_step tilegemm "${LIMIT_tilegemm:-300}" step_tilegemm
 run_step bench "${LIMIT_bench:-240}" step_bench
 run_step profile "${LIMIT_profile:-45}" step_profile
 

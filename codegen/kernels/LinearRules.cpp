@@ -24,6 +24,11 @@
 // with OUT_DT (that dtype): on the GEMM path it writes the normalised rows as the GEMM's
 // operand, so no convert_activations launch (and no f32 copy of the rows) is needed; the
 // first stays for rows too long for gemv to stage, which gemv reads in f32.
+// int8 and int4 weights with f16/bf16 scales have one more, after all of these:
+//   gemm_dequant           9 to DSRT_CUDA_TILE_GEMM_ROWS rows (default 512): the tile GEMM
+//                          that dequantizes in shared memory (WT, SDT, GS, TILE_M, TILE_N),
+//                          instead of slot 2 + cuBLASLt; the epilogue after it as after
+//                          cuBLASLt.
 #include "codegen/kernels/KernelRules.h"
 
 #include <algorithm>
@@ -296,6 +301,15 @@ bool linearRule(const RuleInput &in, std::vector<KernelSpec> &kernels, std::stri
       kernels.push_back(std::move(normSpec));
     }
   }
+  // int8 and int4 with f16/bf16 scales: the tile GEMM that dequantizes in shared memory, last
+  // (it came after every other slot; f32 scales keep dequantize + an f32 cuBLASLt GEMM).
+  if (quantized && gemmType != DType::F32)
+    kernels.push_back({"gemm_dequant",
+                       {{"WT", wt},
+                        {"SDT", static_cast<int64_t>(scaleType)},
+                        {"GS", groupSize},
+                        {"TILE_M", 64},
+                        {"TILE_N", 64}}});
   return true;
 }
 

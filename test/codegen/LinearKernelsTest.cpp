@@ -269,11 +269,13 @@ TEST(LinearRules, Int8PerChannelLinearGetsTheDequantizationAndConversionSlots) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].name(), "gemv_K768_WT8_SDT2_GS0_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1_SPLIT_K1");
   EXPECT_EQ(specs[1].name(), "linear_epilogue_ACT1_HAS_BIAS1_BIAS_DT2_HAS_RESIDUAL1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS0");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
+  // f16 scales: the tile GEMM, last.
+  EXPECT_EQ(specs[4].name(), "gemm_dequant_WT8_SDT2_GS0_TILE_M64_TILE_N64");
 }
 
 TEST(LinearRules, Int8GroupsGiveTheGroupSize) {
@@ -288,10 +290,11 @@ TEST(LinearRules, Int8GroupsGiveTheGroupSize) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(step, specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].name(), "gemv_K4096_WT8_SDT3_GS128_ACT3_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS128");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT3");
+  EXPECT_EQ(specs[4].name(), "gemm_dequant_WT8_SDT3_GS128_TILE_M64_TILE_N64");
 }
 
 TEST(LinearRules, Int8PlanBeforeTheWriterStoresFloatsInTheComputeDtype) {
@@ -306,9 +309,10 @@ TEST(LinearRules, Int8PlanBeforeTheWriterStoresFloatsInTheComputeDtype) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, bias, scales}, {y}), specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT3_GS32_ACTm1_HAS_BIAS1_BIAS_DT3_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT3_GS32");
+  EXPECT_EQ(specs[4].name(), "gemm_dequant_WT8_SDT3_GS32_TILE_M64_TILE_N64");
 }
 
 TEST(LinearRules, Int8WithF32ScalesIsAnF32GemmWithoutConversion) {
@@ -321,6 +325,7 @@ TEST(LinearRules, Int8WithF32ScalesIsAnF32GemmWithoutConversion) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.linear", {x, w, -1, scales}, {y}), specs, reason)) << reason;
+  // No tile GEMM either: the tensor cores multiply f16 or bf16.
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].name(), "gemv_K96_WT8_SDT1_GS24_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT1_GS24");
@@ -336,10 +341,11 @@ TEST(LinearRules, Int8LmHeadHasItsScalesAtTheLinearsPosition) {
   std::vector<KernelSpec> specs;
   std::string reason;
   ASSERT_TRUE(b.run(b.step("tfm.lm_head", {x, w, -1, scales}, {y}), specs, reason)) << reason;
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].name(), "gemv_K64_WT8_SDT2_GS32_ACTm1_HAS_BIAS0_BIAS_DT1_HAS_RESIDUAL0_SPLIT_K1");
   EXPECT_EQ(specs[2].name(), "dequantize_int8_SDT2_GS32");
   EXPECT_EQ(specs[3].name(), "convert_activations_WT2");
+  EXPECT_EQ(specs[4].name(), "gemm_dequant_WT8_SDT2_GS32_TILE_M64_TILE_N64");
 }
 
 TEST(LinearRules, Int8DeclinesWithAReason) {
@@ -459,6 +465,24 @@ TEST_F(LinearNvrtcTest, Int8KernelsRefuseNonFloatScales) {
                   .isOk());
   EXPECT_FALSE(nvrtc->compile(source, "gemv_SDT8", kKernelPtxArch, ptx, error));
   EXPECT_NE(error.find("int8 weights need SDT"), std::string::npos) << error;
+}
+
+TEST_F(LinearNvrtcTest, TileGemmSpecialisationsCompile) {
+  // int8 and int4, f16 and bf16 scales, per channel and in groups whose 16-code pieces share
+  // a scale (16, 32, 128) or not (24); sm_80 and sm_90 cubins through ptxas. f32 scales are
+  // refused: the tensor cores multiply halves.
+  for (int64_t wt : {8, 9})
+    for (int64_t sdt : {2, 3})
+      for (int64_t gs : {0, 16, 24, 32, 128})
+        compiles({"gemm_dequant",
+                  {{"WT", wt}, {"SDT", sdt}, {"GS", gs}, {"TILE_M", 64}, {"TILE_N", 64}}});
+  std::string source, ptx, error;
+  ASSERT_TRUE(specialiseKernel({"gemm_dequant",
+                                {{"WT", 8}, {"SDT", 1}, {"GS", 0}, {"TILE_M", 64}, {"TILE_N", 64}}},
+                               source)
+                  .isOk());
+  EXPECT_FALSE(nvrtc->compile(source, "gemm_dequant_SDT1", kKernelPtxArch, ptx, error));
+  EXPECT_NE(error.find("SDT must be 2 (f16) or 3 (bf16)"), std::string::npos) << error;
 }
 
 TEST_F(LinearNvrtcTest, EpilogueAndConversionSpecialisationsCompile) {

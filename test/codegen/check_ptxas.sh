@@ -4,7 +4,8 @@
 # sm_90: generated code that ptxas rejects fails here, without a GPU. int8 plans (per
 # channel, groups of 32, bf16 scales) must have their int8 kernels (gemv with WT 8 and
 # dequantize_int8: a rule that declined would leave them out), int4 plans theirs (gemv with
-# WT 9 and dequantize_int4, which must not spill); `ptxas -v` prints their registers.
+# WT 9 and dequantize_int4, which must not spill), and both with f16/bf16 scales the tile GEMM
+# (gemm_dequant with their WT, which must not spill); `ptxas -v` prints their registers.
 #   check_ptxas.sh DSC DSP_DUMP MODELS_DIR WORK_DIR
 # Exits 77 (ctest's skip) when ptxas or NVRTC is not installed.
 set -u
@@ -100,7 +101,7 @@ compile ortgenai-sinks-serving-f16 "$models/llama-ortgenai-sinks/model.onnx" --s
 plans=$((plans + 3))
 
 for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
-  for kind in "gemv_*_WT8_*" "dequantize_int8_*"; do
+  for kind in "gemv_*_WT8_*" "dequantize_int8_*" "gemm_dequant_WT8_*"; do
     found=$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)
     if [ -z "$found" ]; then
       echo "FAIL: the int8 plan $name has no $kind kernel"
@@ -109,7 +110,7 @@ for name in gpt2-op17-int8 gpt2-op17-int8-g32 llama-op17-int8-bf16; do
   done
 done
 for name in gpt2-op17-int4 gpt2-op17-int4-g64 llama-op17-int4-head-bf16 llama-ortgenai-int4; do
-  for kind in "gemv_*_WT9_*" "dequantize_int4_*"; do
+  for kind in "gemv_*_WT9_*" "dequantize_int4_*" "gemm_dequant_WT9_*"; do
     if [ -z "$(find "$work/$name" -name "$kind.ptx" 2>/dev/null | head -n 1)" ]; then
       echo "FAIL: the int4 plan $name has no $kind kernel"
       failures=$((failures + 1))
@@ -164,13 +165,14 @@ done
 
 # Registers and spills of the int8 and int4 decode kernels, int4's dequantization, the norm
 # prologue's, the one-launch decode attention (the paged one among them), the paged
-# prefill, the attention kernels with sinks and the MoE kernels, for the record
-# (docs/cuda-backend.md). The int4 and MoE kernels must not spill ("int4 linears", "Mixture
-# of experts"), nor the prefill kernels with sinks. The decode kernels with GROUP_HEADS 4
-# may: ptxas keeps them at 64 registers and spills a few bytes on some shapes with or without
-# sinks (docs/cuda-backend.md, "Attention sinks").
+# prefill, the attention kernels with sinks, the MoE kernels and the tile GEMMs, for the
+# record (docs/cuda-backend.md). The int4 and MoE kernels and the tile GEMMs must not spill
+# ("int4 linears", "Mixture of experts", "int8 linears"), nor the prefill kernels with sinks.
+# The decode kernels with GROUP_HEADS 4 may: ptxas keeps them at 64 registers and spills a
+# few bytes on some shapes with or without sinks (docs/cuda-backend.md, "Attention sinks").
 for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
            "$work"/*/dequantize_int4_*.ptx "$work"/*/gemv_*_NORM*.ptx \
+           "$work"/*/gemm_dequant_*.ptx \
            "$work"/*/attention_decode_*FUSED_COMBINE1*.ptx \
            "$work"/*/attention_prefill_*PAGED1.ptx "$work"/*/attention_*SINKS1*.ptx \
            "$work"/*/moe_*.ptx; do
@@ -183,7 +185,7 @@ for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
             grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
     echo "$kernel $arch: $usage"
     case $kernel in
-      gemv_*_WT9_*|dequantize_int4_*|attention_prefill*SINKS1*|moe_*)
+      gemv_*_WT9_*|dequantize_int4_*|attention_prefill*SINKS1*|moe_*|gemm_dequant_*)
         if echo "$usage" | grep -qE "[1-9][0-9]* bytes spill"; then
           echo "FAIL: the kernel $kernel spills on $arch"
           failures=$((failures + 1))

@@ -6,6 +6,7 @@
 #include "plan/PlanViews.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace dsrt::roofline {
 namespace {
@@ -279,7 +280,10 @@ private:
   // weight dequantized first, in parts of at most 64 MiB: one dequantize_int8 or
   // dequantize_int4 and one GEMM per part), then linear_epilogue unless the GEMM already wrote the finished output, itself
   // or with cuBLASLt's epilogue. (A gated linear's kernel has an ACT, so its epilogue is
-  // counted with the activations.)
+  // counted with the activations.) int8 and int4 weights with f16/bf16 scales take the tile
+  // GEMM (gemm_dequant, their last kernel) from 9 to DSRT_CUDA_TILE_GEMM_ROWS rows (512; 0:
+  // never), as LinearOps.cpp's tileGemmRows() reads it: no dequantization, no cuBLASLt, the
+  // residual added by the kernel where no activation comes before it.
   void linearLaunches(const dsp::Step &step, bool isLinear, StepCost &cost) const {
     constexpr int64_t kGemvMaxRows = 8;
     constexpr int64_t kScratchPartBytes = int64_t(64) << 20;
@@ -315,12 +319,18 @@ private:
     // operand itself (its OUT_DT; it is the step's last kernel), or the input already is of
     // the operand's dtype (f32, or the plan's half activations: dsc-activation-dtype).
     const uint32_t kernelCount = length(step.kernels());
+    const bool tileKernel = int8 && kernelCount > 0 &&
+                            kernelConstant(step, kernelCount - 1, "TILE_N", 0) != 0;
+    const uint32_t lastNorm = kernelCount - (tileKernel ? 1 : 0);
     const bool normWritesOperand =
-        norm && kernelCount > 0 && kernelConstant(step, kernelCount - 1, "OUT_DT", -1) != -1;
+        norm && lastNorm > 0 && kernelConstant(step, lastNorm - 1, "OUT_DT", -1) != -1;
     const int32_t input = inputAt(step, 0);
     const dsp::DType inputType = input >= 0 ? tensor(input).dtype() : dsp::DType::f32;
     cost.kernels += operand != inputType && !normWritesOperand;
-    if (int8) {
+    const bool tilePath = tileKernel && rows <= tileGemmRows();
+    if (tilePath) {
+      cost.kernels += 1;  // gemm_dequant
+    } else if (int8) {
       int64_t rowBytes = std::max<int64_t>(k * dtypeSize(planDType(operand)), 1);
       int64_t partRows = std::max<int64_t>(1, kScratchPartBytes / rowBytes);
       if (partRows < n && partRows >= 64)
@@ -348,7 +358,16 @@ private:
     const bool cublasEpilogue = !gated && !logits && (act == -1 || act == 1 || act == 4) &&
                                 !(activation && residual) &&
                                 (!bias || storedDType(biasInput) == dsp::DType::f32);
-    cost.kernels += (bias || activation || logits) && !cublasEpilogue;
+    cost.kernels += (bias || activation || logits) && (tilePath || !cublasEpilogue);
+  }
+
+  static int64_t tileGemmRows() {
+    const char *value = std::getenv("DSRT_CUDA_TILE_GEMM_ROWS");
+    if (!value || !*value)
+      return 512;
+    char *end = nullptr;
+    const long long rows = std::strtoll(value, &end, 10);
+    return end && *end == '\0' && rows >= 0 ? rows : 512;
   }
 
   // CudaExecutor.cpp's runIf runs one branch; which one depends on a value, so the larger

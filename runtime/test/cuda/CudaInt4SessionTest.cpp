@@ -7,7 +7,8 @@
 // projections and norm prologues. The fake driver records launches instead of running them,
 // so this checks the compiler's and the launcher's agreement, not values (the emulation
 // tests, LinearInt4EmulationTest.cpp, and test/gpu/int4.test do). Rows stay at most 8, the
-// gemv path: the GEMM path would call the real cuBLASLt on fake device memory.
+// gemv path (the dequantize + GEMM path would call the real cuBLASLt on fake device memory),
+// or, for prompts of 9 to 512 rows, the tile GEMM (gemm_dequant), a kernel launch like any.
 #include "FakeDriver.h"
 #include "cuda/CudaSession.h"
 #include "plan/PlanFile.h"
@@ -93,23 +94,14 @@ Linears checkProgram(CudaSession &session, const char *program) {
 
 void runInt4Plan(const char *variable, const char *fallbackPath, size_t int4Linears,
                  bool int4Head) {
-  const char *path = std::getenv(variable);
-  std::unique_ptr<PlanFile> opened;
-  Status status = PlanFile::open(path && *path ? path : fallbackPath, opened);
+  std::shared_ptr<PlanFile> plan;
+  std::unique_ptr<CudaSession> session;
+  Status status = fake::openSession(variable, fallbackPath, false, plan, session);
   ASSERT_TRUE(status.isOk()) << status.message();
-  std::shared_ptr<PlanFile> plan = std::move(opened);
-  if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
+  if (!plan)
     GTEST_SKIP() << "the int4 plan has no kernels (dsc found no NVRTC)";
   ASSERT_NE(plan->plan().options(), nullptr);
   ASSERT_EQ(plan->plan().options()->dtype()->str(), "int4");
-
-  fake::reset();
-  CudaSessionOptions options;
-  options.driver = &fake::driver();
-  options.graphs = false;  // every decode step through the launchers
-  std::unique_ptr<CudaSession> session;
-  status = CudaSession::create(plan, 0, options, session);
-  ASSERT_TRUE(status.isOk()) << status.message();
 
   // Prefill of 4 tokens, then two decode steps: 4 and 1 rows, gemv only.
   std::vector<int64_t> ids = {37, 122, 254, 228}, mask(4, 1), positions = {0, 1, 2, 3};
@@ -137,6 +129,59 @@ void runInt4Plan(const char *variable, const char *fallbackPath, size_t int4Line
   EXPECT_GE(gemvs, 3 * int4Linears);
 }
 
+// A prompt of 12 tokens: every int4 (and int8) linear takes the tile GEMM (gemm_dequant, its
+// last kernel), which the session's launch counts (DSRT_CUDA_LAUNCH_COUNTS) name; nothing is
+// dequantized into scratch and no step falls back.
+void runTilePrefill(const char *variable, const char *fallbackPath, size_t int4Linears,
+                    bool int4Head) {
+  std::shared_ptr<PlanFile> plan;
+  std::unique_ptr<CudaSession> session;
+  Status status = fake::openSession(variable, fallbackPath, true, plan, session);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  if (!plan)
+    GTEST_SKIP() << "the int4 plan has no kernels (dsc found no NVRTC)";
+  std::vector<int64_t> ids, mask(12, 1), positions;
+  for (int64_t i = 0; i < 12; ++i) {
+    ids.push_back(37 + 11 * i);
+    positions.push_back(i);
+  }
+  ASSERT_NO_FATAL_FAILURE(bind(*session, "prefill", ids, mask, positions));
+  status = session->run("prefill");
+  ASSERT_TRUE(status.isOk()) << status.message();
+  const Linears linears = checkProgram(*session, "prefill");
+  EXPECT_EQ(linears.int4, int4Linears);
+  EXPECT_EQ(linears.int4Heads, int4Head ? 1u : 0u);
+
+  // Every quantized linear's last kernel is the tile GEMM, with the weight's WT.
+  const dsp::Plan &plans = session->plan().plan();
+  const dsp::Program &prefill = *session->program("prefill");
+  size_t tiles = 0;
+  for (const dsp::Step *step : *prefill.steps()) {
+    const std::string op = step->op()->str();
+    if ((op != "tfm.linear" && op != "tfm.lm_head") || !step->kernels())
+      continue;
+    const auto weightType = plans.tensors()->Get(step->inputs()->Get(1))->dtype();
+    if (weightType != dsp::DType::u8 && weightType != dsp::DType::i8)
+      continue;
+    const dsp::Kernel &last =
+        *plans.kernels()->Get(step->kernels()->Get(step->kernels()->size() - 1));
+    EXPECT_EQ(last.kind()->str(), "gemm_dequant");
+    EXPECT_EQ(constantOf(last, "WT"), weightType == dsp::DType::u8 ? 9 : 8);
+    ++tiles;
+  }
+  EXPECT_EQ(tiles, linears.int4 + linears.int8);
+
+  long long tileLaunches = 0;
+  for (const auto &[kernel, launches] : fake::endCountingSession(session)) {
+    EXPECT_NE(kernel.rfind("dequantize_int", 0), 0u) << launches << " launches of " << kernel;
+    if (kernel.rfind("gemm_dequant", 0) == 0)
+      tileLaunches += launches;
+  }
+  // One per linear of the layers, over the prompt's 12 rows; the prefill's LM head takes the
+  // last row only (gemv).
+  EXPECT_EQ(tileLaunches, static_cast<long long>(int4Linears - (int4Head ? 1 : 0)));
+}
+
 // GPT-2 (2 layers: qkv, out, fc, proj), int4 in groups of 32, its LM head int8.
 TEST(CudaInt4FakeSession, Gpt2Int4LinearsAndInt8HeadRunTheirKernels) {
   runInt4Plan("DSRT_TEST_INT4_PLAN", DSRT_TEST_INT4_PLAN_DEFAULT, 8, false);
@@ -146,6 +191,12 @@ TEST(CudaInt4FakeSession, Gpt2Int4LinearsAndInt8HeadRunTheirKernels) {
 // bf16 compute, the LM head int4 too.
 TEST(CudaInt4FakeSession, LlamaInt4LinearsAndInt4HeadRunTheirKernels) {
   runInt4Plan("DSRT_TEST_INT4_HEAD_PLAN", DSRT_TEST_INT4_HEAD_PLAN_DEFAULT, 9, true);
+}
+
+// Prompts of 12 rows through the tile GEMM, GPT-2's and the Llama's.
+TEST(CudaInt4FakeSession, PromptsTakeTheTileGemm) {
+  runTilePrefill("DSRT_TEST_INT4_PLAN", DSRT_TEST_INT4_PLAN_DEFAULT, 8, false);
+  runTilePrefill("DSRT_TEST_INT4_HEAD_PLAN", DSRT_TEST_INT4_HEAD_PLAN_DEFAULT, 9, true);
 }
 
 } // namespace

@@ -5,8 +5,9 @@
 // and the plan's kernels, whose constants (WT 8, SDT, GS, BIAS_DT) and slots the launcher
 // checks against them. The fake driver records launches instead of running them, so this
 // checks the compiler's and the launcher's agreement, not values (the emulation tests and
-// the GPU suite do). Rows stay at most 8, the gemv path: the GEMM path would call the real
-// cuBLASLt on fake device memory.
+// the GPU suite do). Rows stay at most 8, the gemv path (the dequantize + GEMM path would call
+// the real cuBLASLt on fake device memory), or take the tile GEMM (gemm_dequant: a kernel,
+// for 9 to 512 rows).
 #include "FakeDriver.h"
 #include "cuda/CudaSession.h"
 #include "plan/PlanFile.h"
@@ -64,23 +65,15 @@ size_t linearsOnTheDevice(CudaSession &session, const char *program) {
 }
 
 TEST(CudaInt8FakeSession, EveryInt8LinearIsAcceptedByItsLauncher) {
-  const char *path = std::getenv("DSRT_TEST_INT8_PLAN");
-  std::unique_ptr<PlanFile> opened;
-  Status status = PlanFile::open(path && *path ? path : DSRT_TEST_INT8_PLAN_DEFAULT, opened);
+  std::shared_ptr<PlanFile> plan;
+  std::unique_ptr<CudaSession> session;
+  Status status = fake::openSession("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT, false,
+                                    plan, session);
   ASSERT_TRUE(status.isOk()) << status.message();
-  std::shared_ptr<PlanFile> plan = std::move(opened);
-  if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
+  if (!plan)
     GTEST_SKIP() << "the int8 plan has no kernels (dsc found no NVRTC)";
   ASSERT_NE(plan->plan().options(), nullptr);
   ASSERT_EQ(plan->plan().options()->dtype()->str(), "int8");
-
-  fake::reset();
-  CudaSessionOptions options;
-  options.driver = &fake::driver();
-  options.graphs = false;  // every decode step through the launchers
-  std::unique_ptr<CudaSession> session;
-  status = CudaSession::create(plan, 0, options, session);
-  ASSERT_TRUE(status.isOk()) << status.message();
 
   // Prefill of 4 tokens, then two decode steps: 4 and 1 rows, gemv only.
   std::vector<int64_t> ids = {37, 122, 254, 228}, mask(4, 1), positions = sequence(0, 4);
@@ -110,6 +103,30 @@ TEST(CudaInt8FakeSession, EveryInt8LinearIsAcceptedByItsLauncher) {
   EXPECT_GT(gemvs, driver.occupancyQueries.size());
   for (const auto &[threads, sharedBytes] : driver.occupancyQueries)
     EXPECT_EQ(threads, 256);
+}
+
+// A prompt of 12 tokens: each layer's int8 linear (f16 scales) launches the tile GEMM, its
+// last kernel, and none dequantizes into scratch (the session's launch counts name them); the
+// prefill's head takes its last row only, through gemv.
+TEST(CudaInt8FakeSession, PromptLinearsTakeTheTileGemm) {
+  std::shared_ptr<PlanFile> plan;
+  std::unique_ptr<CudaSession> session;
+  Status status = fake::openSession("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT, true,
+                                    plan, session);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  if (!plan)
+    GTEST_SKIP() << "the int8 plan has no kernels (dsc found no NVRTC)";
+  std::vector<int64_t> ids = sequence(40, 12), mask(12, 1), positions = sequence(0, 12);
+  ASSERT_NO_FATAL_FAILURE(bind(*session, "prefill", ids, mask, positions));
+  status = session->run("prefill");
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(linearsOnTheDevice(*session, "prefill"), 9u);
+  const std::map<std::string, long long> launches = fake::endCountingSession(session);
+  const auto tile = launches.find("gemm_dequant_WT8_SDT2_GS32_TILE_M64_TILE_N64");
+  ASSERT_NE(tile, launches.end());
+  EXPECT_EQ(tile->second, 8);  // 2 x (qkv, out, fc, proj)
+  for (const auto &[kernel, count] : launches)
+    EXPECT_NE(kernel.rfind("dequantize_int8", 0), 0u) << count << " launches of " << kernel;
 }
 
 } // namespace

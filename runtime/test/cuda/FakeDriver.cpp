@@ -1,5 +1,10 @@
 #include "FakeDriver.h"
 
+#include "cuda/CudaSession.h"
+#include "plan/PlanFile.h"
+
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -352,6 +357,47 @@ void reset() {
 const DriverApi &driver() {
   static const DriverApi api = build();
   return api;
+}
+
+Status openSession(const char *variable, const char *fallbackPath, bool launchCounts,
+                   std::shared_ptr<PlanFile> &plan, std::unique_ptr<CudaSession> &session) {
+  plan.reset();
+  session.reset();
+  const char *path = std::getenv(variable);
+  std::unique_ptr<PlanFile> opened;
+  DSRT_RETURN_IF_ERROR(PlanFile::open(path && *path ? path : fallbackPath, opened));
+  if (!opened->plan().kernels() || opened->plan().kernels()->size() == 0)
+    return Status::ok();
+  plan = std::move(opened);
+  reset();
+  CudaSessionOptions options;
+  options.driver = &driver();
+  options.graphs = false;  // every decode step through the launchers
+  if (launchCounts && setenv("DSRT_CUDA_LAUNCH_COUNTS", "1", 1) != 0)
+    return Status::error("cannot set DSRT_CUDA_LAUNCH_COUNTS");
+  Status created = CudaSession::create(plan, 0, options, session);
+  if (launchCounts)
+    unsetenv("DSRT_CUDA_LAUNCH_COUNTS");
+  return created;
+}
+
+std::map<std::string, long long> endCountingSession(std::unique_ptr<CudaSession> &session) {
+  testing::internal::CaptureStderr();
+  session.reset();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  std::map<std::string, long long> counts;
+  const std::string prefix = "dsrt: ", middle = " launches of ";
+  for (size_t at = 0, end; at < printed.size(); at = end + 1) {
+    end = printed.find('\n', at);
+    if (end == std::string::npos)
+      end = printed.size();
+    const std::string line = printed.substr(at, end - at);
+    const size_t of = line.find(middle);
+    if (line.rfind(prefix, 0) == 0 && of != std::string::npos)
+      counts[line.substr(of + middle.size())] +=
+          std::atoll(line.substr(prefix.size(), of - prefix.size()).c_str());
+  }
+  return counts;
 }
 
 } // namespace dsrt::cuda::fake

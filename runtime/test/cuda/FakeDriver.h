@@ -9,10 +9,19 @@
 #include "cuda/CudaDriver.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace dsrt {
+class PlanFile;
+namespace cuda {
+class CudaSession;
+}
+} // namespace dsrt
 
 namespace dsrt::cuda::fake {
 
@@ -56,6 +65,17 @@ State &state();
 void reset();
 // The fake's entry points.
 const DriverApi &driver();
+
+// Opens $`variable`'s plan, else `fallbackPath` (into `plan`), and creates a session of it
+// over this driver after reset(), graphs off so that every step runs through its launcher;
+// with `launchCounts` the session counts its launches per kernel (DSRT_CUDA_LAUNCH_COUNTS=1).
+// `plan` is left null, and `session` too, where the plan has no kernels (no NVRTC: the
+// caller skips).
+Status openSession(const char *variable, const char *fallbackPath, bool launchCounts,
+                   std::shared_ptr<PlanFile> &plan, std::unique_ptr<CudaSession> &session);
+// Ends a session created with launch counts and returns what it printed when it ended
+// ("dsrt: N launches of KERNEL"): the launches by kernel name.
+std::map<std::string, long long> endCountingSession(std::unique_ptr<CudaSession> &session);
 
 } // namespace dsrt::cuda::fake
 

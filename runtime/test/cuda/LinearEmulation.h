@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -41,8 +42,8 @@ template <typename... Params> void invokeKernel(void (*kernel)(Params...), void 
 }
 
 struct LinearKernels {
-  std::function<void(void **)> slots[6];
-  std::map<std::string, int64_t> constants[6];
+  std::function<void(void **)> slots[8];
+  std::map<std::string, int64_t> constants[8];
   size_t count = 2;
   // The dynamic shared memory gemv's blocks share (blocks run one after another).
   float *sharedX = nullptr;
@@ -87,7 +88,7 @@ public:
   int epilogueGemms = 0;
   unsigned gemvGrid = 0;  // the last gemv launch's blocks (before the emulation's cap)
   uint32_t gemvSharedBytes = 0;
-  int launchesPerSlot[6] = {};
+  int launchesPerSlot[8] = {};
   size_t partBytes = size_t(64) << 20;  // scratchPartBytes()
 
   std::string_view op() const override { return op_; }
@@ -172,6 +173,14 @@ public:
     out = address(scratch_.back().data());
     return Status::ok();
   }
+  // Zero before each launch, and each launch must leave them at zero (checked by the test).
+  std::vector<int32_t> counters;
+  Status arrivalCounters(size_t count, DevicePtr &out) override {
+    if (counters.size() < count)
+      counters.assign(count, 0);
+    out = address(counters.data());
+    return Status::ok();
+  }
   const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
   DevicePtr sequenceLengths() const override { return 0; }
   const int32_t *hostSequenceLengths() const override { return nullptr; }
@@ -204,6 +213,26 @@ double activate(int64_t kind, double x) {
   }
 }
 
+// What checkLinear ran, for a test that compares two runs of the same family: the outputs
+// (widened to f32) and, per output, Σ|x·w| as the tolerance scales it (gated: the bound's
+// product form).
+struct LinearRun {
+  std::vector<float> y;
+  std::vector<double> magnitude;
+};
+
+// The tile GEMM (gemm_dequant) is the last slot of int8 and int4 families that have it
+// (LinearEmulationFamily.inc's EMU_TILE_GEMM), as LinearRules.cpp places it.
+bool hasTileGemm(const LinearKernels &kernels) {
+  return kernels.count > 2 && kernels.constants[kernels.count - 1].count("TILE_N") != 0;
+}
+
+// LinearOps.cpp's threshold as the environment sets it (DSRT_CUDA_TILE_GEMM_ROWS).
+int64_t tileGemmRowsFromEnvironment() {
+  const char *value = std::getenv("DSRT_CUDA_TILE_GEMM_ROWS");
+  return value && *value ? std::atoll(value) : 512;
+}
+
 // Runs tfm.linear over `rows` random rows with the family's kernels and compares with the
 // reference (a gated family's weight has n rows, [gate; up], and its output n / 2 features,
 // act(gate + bias) * (up + bias)); `tolerance` is relative to Σ|x·w| of each element. int8 families (WT 8) get
@@ -217,9 +246,10 @@ double activate(int64_t kind, double x) {
 // `cublasEpilogues`: the context's cuBLASLt takes the epilogues it is offered (a bias, ReLU
 // or tanh-GELU, not beside both an activation and a residual; not gated, not logits), and
 // the epilogue kernel must then not run.
+// `run`, when given, receives the outputs and their magnitudes.
 void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double tolerance,
                  int64_t kRun = 0, size_t partBytes = 0, unsigned *gemvGrid = nullptr,
-                 bool cublasEpilogues = false) {
+                 bool cublasEpilogues = false, LinearRun *run = nullptr) {
   const int64_t k = kRun > 0 ? kRun : kernels.constants[0]["K"];
   const DType weightType = static_cast<DType>(kernels.constants[0]["WT"]);
   const int64_t act = kernels.constants[0]["ACT"];
@@ -368,10 +398,21 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
   Status status = ops[0].run(step);
   ASSERT_TRUE(status.isOk()) << status.message();
   ASSERT_TRUE(convertFloats(outputType, yStored.data(), DType::F32, y.data(), rows * width));
+  // The tile GEMM, where the family has it, takes 9 to DSRT_CUDA_TILE_GEMM_ROWS rows instead
+  // of dequantize + GEMM; the operand is prepared for it as for the GEMM.
+  const bool tileKernel = hasTileGemm(kernels);
+  const size_t tileSlots = tileKernel ? 1 : 0;
+  const bool tilePath = tileKernel && rows > 8 && rows <= tileGemmRowsFromEnvironment();
+  if (tileKernel)
+    EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], tilePath ? 1 : 0) << "gemm_dequant launches";
+  for (int32_t counter : step.counters)
+    EXPECT_EQ(counter, 0) << "an arrival counter the launch left set";
   // A conversion launches only where the GEMM's dtype is not the input's.
+  // (Where the input needs none, the slot after the dequantization is the tile GEMM's.)
   const DType gemmType = int8 ? scaleType : weightType;
-  if (!norm && rows > 8)
-    EXPECT_EQ(step.launchesPerSlot[int8 ? 3 : 2], gemmType != inputType ? 1 : 0)
+  const size_t conversionSlot = int8 ? 3 : 2;
+  if (!norm && rows > 8 && !(tileKernel && conversionSlot == kernels.count - 1))
+    EXPECT_EQ(step.launchesPerSlot[conversionSlot], gemmType != inputType ? 1 : 0)
         << "convert_activations launches";
   // A half result is the kernels' f32 value rounded once: half a step of its dtype.
   const double outputRounding = outputType == DType::F16   ? 0x1p-11
@@ -388,9 +429,11 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
       partRows -= partRows % 64;
     parts = (n + partRows - 1) / partRows;
   }
+  if (tilePath)
+    parts = 0;  // no GEMM, no dequantization
   EXPECT_EQ(step.gemvLaunches, rows <= 8 ? 1 : 0);
   EXPECT_EQ(step.gemms, rows <= 8 ? 0 : parts);
-  if (cublasEpilogues && rows > 8) {
+  if (cublasEpilogues && rows > 8 && !tilePath) {
     const bool logits = logitScale != 1.0 || logitCap != 0.0;
     const bool inCublas = !gated && !logits && (hasBias || act != -1) &&
                           (act == -1 || act == 1 || act == 4) && !(act != -1 && hasResidual);
@@ -406,13 +449,14 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     // the last slot, where the kernels have it), which writes the GEMM's f16/bf16 operand
     // so that the activations are not converted.
     const bool staged = rows <= 8 && rows * k * 4 + 128 <= 48 * 1024;
-    const bool operandKernel = kernels.constants[kernels.count - 1].count("OUT_DT") != 0;
-    const size_t normSlot = kernels.count - (operandKernel ? 2 : 1);
+    const size_t lastNorm = kernels.count - 1 - tileSlots;
+    const bool operandKernel = kernels.constants[lastNorm].count("OUT_DT") != 0;
+    const size_t normSlot = lastNorm - (operandKernel ? 1 : 0);
     const bool writesOperand = operandKernel && rows > 8;
     EXPECT_EQ(step.launchesPerSlot[normSlot], staged || writesOperand ? 0 : 1)
         << "norm kernel launches";
     if (operandKernel)
-      EXPECT_EQ(step.launchesPerSlot[kernels.count - 1], writesOperand ? 1 : 0)
+      EXPECT_EQ(step.launchesPerSlot[lastNorm], writesOperand ? 1 : 0)
           << "operand norm kernel launches";
     const size_t convertSlot = int8 ? 3 : 2;
     if (writesOperand)
@@ -457,6 +501,10 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
     Status computed = ops::compute("tfm.linear", attrs, inputs, {&yCpu});
     ASSERT_TRUE(computed.isOk()) << computed.message();
   }
+  if (run) {
+    run->y = y;
+    run->magnitude.assign(y.size(), 0.0);
+  }
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t o = 0; o < width; ++o) {
@@ -474,6 +522,8 @@ void checkLinear(LinearKernels kernels, int64_t rows, int64_t n, double toleranc
       expected *= logitScale;
       if (logitCap != 0)
         expected = logitCap * std::tanh(expected / logitCap);
+      if (run)
+        run->magnitude[r * width + o] = magnitude;
       double got = y[r * width + o];
       if (!(std::fabs(got - expected) <=
             1e-5 + tolerance * (magnitude + 1) + outputRounding * std::fabs(expected)) &&

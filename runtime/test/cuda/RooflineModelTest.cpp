@@ -2,8 +2,9 @@
 // program of the fixture plans runs eagerly (graphs off) with the real launchers on the fake
 // driver, which records every cuLaunchKernel, and the launches of that run, the session's
 // kernel_launches and the placement of every step must be what the model predicted from the
-// plan alone. Rows stay at most 8 (the gemv path) and nothing falls back (strict), so the
-// runs never reach cuBLASLt, which the fake driver cannot stand in for.
+// plan alone. Rows stay at most 8 (the gemv path), or for the int8 plan 12 (every linear's
+// tile GEMM, gemm_dequant), and nothing falls back (strict), so the runs never reach
+// cuBLASLt, which the fake driver cannot stand in for.
 //
 // What the runs confirm: host placement of shape arithmetic (Shape, and steps whose read
 // inputs are all host-known) and the device placement of the rest; views sharing their
@@ -11,8 +12,10 @@
 // launch (generic_split); tfm.attention 3 launches (rotary, split-KV decode, combine) for one
 // new token over the session cache, 2 (rotary, prefill) otherwise, with or without the
 // cache (forward); tfm.linear and tfm.lm_head one gemv up to 8 rows, also for int8
-// weights; embedding, layer and RMS norms and gated_act one; tfm.moe one per kernel of its
-// step (four, six with a shared expert); the collectives no kernel.
+// weights, and int8 ones from 9 rows the tile GEMM (+ the conversion, + the epilogue where a
+// bias, activation or logit epilogue is left); embedding, layer and RMS norms and gated_act
+// one; tfm.moe one per kernel of its step (four, six with a shared expert); the collectives
+// no kernel.
 // Not confirmed here: the collectives' device copies and NCCL calls (the fake driver
 // records neither), the GEMM path's launches (LinearOpsTest.cpp checks the launcher's) and
 // the rows of prefill's last-position LM head (3 tokens or 1 row: both one gemv).
@@ -101,7 +104,10 @@ bool takesTokensOnly(const PlanFile &plan, const dsp::Program &program) {
 // Every program the session can run at batch 1 with at most 8 rows per linear.
 const ProgramRun kRuns[] = {{"forward", 3, 3}, {"prefill", 3, 3}, {"decode", 4, 1}, {"decode", 5, 1}};
 
-void checkSingleRank(const std::shared_ptr<PlanFile> &plan) {
+// The int8 plan's prompts of 12 rows: the tile GEMM for every linear (f16 scales).
+const ProgramRun kTileRuns[] = {{"forward", 12, 12}, {"prefill", 12, 12}};
+
+void checkSingleRank(const std::shared_ptr<PlanFile> &plan, bool tileRuns = false) {
   if (!plan->plan().kernels() || plan->plan().kernels()->size() == 0)
     GTEST_SKIP() << plan->path() << " has no kernels (dsc found no NVRTC)";
   fake::reset();
@@ -113,7 +119,10 @@ void checkSingleRank(const std::shared_ptr<PlanFile> &plan) {
   Status status = CudaSession::create(plan, 0, options, session);
   ASSERT_TRUE(status.isOk()) << status.message();
   bool ranDecode = false;
-  for (const ProgramRun &run : kRuns) {
+  std::vector<ProgramRun> runs(std::begin(kRuns), std::end(kRuns));
+  if (tileRuns)
+    runs.insert(runs.end(), std::begin(kTileRuns), std::end(kTileRuns));
+  for (const ProgramRun &run : runs) {
     const dsp::Program *program = session->program(run.program);
     if (!program || !takesTokensOnly(*plan, *program))
       continue;
@@ -137,7 +146,7 @@ TEST(RooflineModel, Gpt2EagerRunsLaunchWhatTheModelPredicts) {
 }
 
 TEST(RooflineModel, Int8EagerRunsLaunchWhatTheModelPredicts) {
-  checkSingleRank(openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT));
+  checkSingleRank(openPlanFile("DSRT_TEST_INT8_PLAN", DSRT_TEST_INT8_PLAN_DEFAULT), true);
 }
 
 // Qwen2-MoE's plan: each tfm.moe step launches its six kernels (routing, the routed experts'

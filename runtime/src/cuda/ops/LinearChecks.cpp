@@ -41,17 +41,20 @@ Status readNormPrologue(StepContext &context, int64_t k, NormPrologue &norm) {
 }
 
 Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, size_t slots,
-                        DType operand) {
+                        DType operand, size_t trailing) {
+  const size_t count = context.kernelCount() - trailing;
   if (norm.code == 0) {
     if (context.kernelConstant(kGemvSlot, "NORM", 0) != 0)
       return context.error("the gemv kernel normalises and the step has no norm prologue");
     return Status::ok();
   }
-  const bool operandKernel = operand != DType::F32 && context.kernelCount() == slots + 2;
-  if (context.kernelCount() != slots + 1 && !operandKernel)
+  const bool operandKernel = operand != DType::F32 && count == slots + 2;
+  if (count != slots + 1 && !operandKernel)
     return context.error("the plan has ", context.kernelCount(), " kernels for this step, not ",
-                         slots + 1, " (the norm prologue's is the last)",
-                         operand != DType::F32 ? " or " + std::to_string(slots + 2) : "");
+                         slots + 1 + trailing, " (the norm prologue's is the last",
+                         trailing ? " before the tile GEMM)" : ")",
+                         operand != DType::F32 ? " or " + std::to_string(slots + 2 + trailing)
+                                               : "");
   norm.slot = slots;
   if (operandKernel) {
     norm.operandSlot = static_cast<int64_t>(slots + 1);
@@ -181,6 +184,26 @@ Status checkInt8(StepContext &context, const DeviceTensor &w, const DeviceTensor
   if (int8.int4 && int8.groupSize % 2 != 0)
     return context.error("the int4 weight's groups of ", int8.groupSize,
                          " in-features are odd (two codes share a byte)");
+  return Status::ok();
+}
+
+Status checkTileGemm(StepContext &context, size_t slot, DType weightType,
+                     const Int8Weight &int8) {
+  if (context.kernelConstant(slot, "WT", -1) != static_cast<int64_t>(weightType))
+    return context.error("the tile GEMM was generated for another weight dtype than ",
+                         dtypeName(weightType));
+  if ((int8.scaleType != DType::F16 && int8.scaleType != DType::BF16) ||
+      context.kernelConstant(slot, "SDT", -1) != static_cast<int64_t>(int8.scaleType))
+    return context.error("the tile GEMM was generated for other scales than ",
+                         dtypeName(int8.scaleType), " (it multiplies in f16 or bf16)");
+  const int64_t gs = context.kernelConstant(slot, "GS", -1);
+  if (gs != int8.groupSize && !(gs == 0 && int8.groups == 1))
+    return context.error("the tile GEMM was generated for group size ", gs,
+                         " (0: one per row), the weight has ", int8.groups, " groups of ",
+                         int8.groupSize);
+  if (context.kernelConstant(slot, "TILE_M", -1) != 64 ||
+      context.kernelConstant(slot, "TILE_N", -1) != 64)
+    return context.error("the tile GEMM's tile is not 64 x 64");
   return Status::ok();
 }
 

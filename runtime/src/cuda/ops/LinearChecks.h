@@ -59,9 +59,10 @@ struct NormPrologue {
 Status readNormPrologue(StepContext &context, int64_t k, NormPrologue &norm);
 // The norm kernel (rms_norm.cuh / layer_norm.cuh, after the linear's `slots`), and where the
 // GEMM multiplies in f16/bf16 (`operand`) maybe the same writing that dtype after it, and
-// gemv's NORM constants must be those of the step's norm.
+// gemv's NORM constants must be those of the step's norm. `trailing` kernels follow them
+// (the tile GEMM: 1 where the plan has it).
 Status checkNormKernels(StepContext &context, int64_t k, NormPrologue &norm, size_t slots,
-                        DType operand);
+                        DType operand, size_t trailing = 0);
 // The dtype cuBLASLt multiplies in: the stored weight's, or an int8 / int4 weight's scales'.
 DType gemmType(DType weightType, const Int8Weight *int8);
 // The kernels' constants and slots against the step's weight, bias, residual and dtypes;
@@ -73,5 +74,9 @@ Status checkSpecialisation(StepContext &context, DType weightType, const Int8Wei
 // groups dividing k (int4: into even groups, two codes a byte).
 Status checkInt8(StepContext &context, const DeviceTensor &w, const DeviceTensor &scales,
                  int64_t k, Int8Weight &int8);
+// The tile GEMM (gemm_dequant.cuh, kernel `slot`) against the weight and its scales: WT, SDT
+// (f16 or bf16) and GS as the other quantized kernels have them, and its 64 x 64 tile.
+Status checkTileGemm(StepContext &context, size_t slot, DType weightType,
+                     const Int8Weight &int8);
 
 } // namespace dsrt::cuda::linear

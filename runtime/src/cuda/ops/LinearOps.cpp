@@ -23,12 +23,16 @@
 // lm_head's vocab_offset/vocab_size change nothing, the weight already holds this rank's
 // rows. Only shapes and attributes are read on the host, so every launch may be captured.
 // What the kernels were generated for is checked against the step in LinearChecks.cpp.
+// int8 and int4 weights with f16/bf16 scales have a last slot, gemm_dequant: from 9 rows up
+// to tileGemmRows() it replaces the dequantization and cuBLASLt (docs/cuda-backend.md,
+// "int8 linears", "Prefill"), writing the f32 product the epilogue then takes as cuBLASLt's.
 #include "cuda/GpuOps.h"
 #include "cuda/ops/LinearChecks.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace dsrt::cuda {
@@ -47,6 +51,31 @@ constexpr int64_t kGemvNormReductionBytes = 32 * sizeof(float);
 // gemv.cuh's GEMV_SPLIT_SUMS_BYTES: split-K's partial sums, after both. Always left free in
 // the staging budget, so that whether gemv stages does not depend on the device.
 constexpr int64_t kGemvSplitSumsBytes = 8 * kGemvMaxRows * 2 * sizeof(float);
+
+// The most rows the tile GEMM takes (gemm_dequant.cuh); more go to dequantize + cuBLASLt.
+// The dequantize path writes and re-reads 2·n·k bytes more than the tile GEMM reads, about
+// 443/m of a peak-rate GEMM's time on an H100 (90% at 512 rows, 20% at 2048), while the tile
+// GEMM (register-prefetched 64 x 64 tiles, no cp.async pipeline) runs well below cuBLASLt's
+// peak: at 512 rows the two costs meet by that estimate. The GPU sweep measures the
+// crossover (bench/gpu/sweep.sh's tilegemm step) through DSRT_CUDA_TILE_GEMM_ROWS (0: never).
+constexpr int64_t kTileGemmRows = 512;
+// The tile GEMM's block (4 warps, each 32 x 32 of the 64 x 64 tile) and its steps along k.
+constexpr unsigned kTileGemmBlock = 128;
+constexpr int64_t kTileGemmStep = 32;
+// Split-K where a prompt's tiles fill less than a wave: at most 16 parts, each at least 8
+// steps (256 in-features) long, so that each part still streams its codes.
+constexpr int64_t kTileGemmMaxSplits = 16, kTileGemmMinSplitSteps = 8;
+
+// Read at every launch, not once: graphs capture the launch shapes of the run that captured
+// them, and a test or the sweep may change it between sessions of one process.
+int64_t tileGemmRows() {
+  const char *value = std::getenv("DSRT_CUDA_TILE_GEMM_ROWS");
+  if (!value || !*value)
+    return kTileGemmRows;
+  char *end = nullptr;
+  const long long rows = std::strtoll(value, &end, 10);
+  return end && *end == '\0' && rows >= 0 ? rows : kTileGemmRows;
+}
 
 bool overlaps(const DeviceTensor &a, const DeviceTensor &b) {
   if (a.bytes() == 0 || b.bytes() == 0)
@@ -136,9 +165,17 @@ Status runLinear(StepContext &context) {
   if (isLinear)
     DSRT_RETURN_IF_ERROR(readNormPrologue(context, k, norm));
   const bool converts = gemmType(w->dtype, quantized) != x->dtype;
-  DSRT_RETURN_IF_ERROR(checkNormKernels(context, k, norm,
-                                        2 + (quantized ? 1 : 0) + (converts ? 1 : 0),
-                                        gemmType(w->dtype, quantized)));
+  const size_t baseSlots = 2 + (quantized ? 1 : 0) + (converts ? 1 : 0);
+  // The tile GEMM, the last slot where the plan has it (plans from before it have none).
+  size_t tileSlot = 0;
+  const bool hasTileGemm = quantized && context.kernelCount() > baseSlots &&
+                           context.kernelConstant(context.kernelCount() - 1, "TILE_N", 0) != 0;
+  if (hasTileGemm) {
+    tileSlot = context.kernelCount() - 1;
+    DSRT_RETURN_IF_ERROR(checkTileGemm(context, tileSlot, w->dtype, int8));
+  }
+  DSRT_RETURN_IF_ERROR(checkNormKernels(context, k, norm, baseSlots,
+                                        gemmType(w->dtype, quantized), hasTileGemm ? 1 : 0));
   if (fused.gated != gated)
     return context.error(gated ? "the step is gated and its kernels are not"
                                : "the kernels are gated and the step is not");
@@ -259,6 +296,65 @@ Status runLinear(StepContext &context) {
     gemm.aType = operandType;
   }
 
+  // linear_epilogue over the f32 product, where anything is left to do after the GEMM.
+  auto epilogue = [&](DevicePtr product, DevicePtr epilogueResidual) -> Status {
+    const bool needed = fused.bias || fused.activation != -1 || fused.logits ||
+                        epilogueResidual != 0 || product != yPtr;
+    if (!needed)
+      return Status::ok();
+    long long count = rows * width, features = width;
+    Dim3 grid{gridFor(count, kElementwiseBlock, sms * 8)}, block{kElementwiseBlock};
+    void *args[] = {&product, &biasPtr, &epilogueResidual, &yPtr, &count, &features};
+    return context.launch(kEpilogueSlot, grid, block, 0, args);
+  };
+
+  // The tile GEMM: the codes read in place, no scratch for the weight. Its product goes to
+  // the output, or to scratch where the epilogue gates it or still reads the output as the
+  // residual after an activation; without an activation it adds the residual itself (as
+  // cuBLASLt's C), the bias and the logit epilogue following in the epilogue kernel.
+  if (hasTileGemm && rows <= tileGemmRows() && rows <= INT_MAX) {
+    DevicePtr product = yPtr, addend = 0, epilogueResidual = residualPtr;
+    if (gated) {
+      DSRT_RETURN_IF_ERROR(
+          context.scratch(static_cast<size_t>(rows * n) * sizeof(float), product));
+    } else if (residualPtr && fused.activation == -1) {
+      addend = residualPtr;
+      epilogueResidual = 0;
+    } else if (residualInPlace) {
+      DSRT_RETURN_IF_ERROR(context.scratch(y.bytes(), product));
+    }
+    const int64_t tileM = context.kernelConstant(tileSlot, "TILE_M", 64),
+                  tileN = context.kernelConstant(tileSlot, "TILE_N", 64);
+    const int64_t tiles = (rows + tileM - 1) / tileM * ((n + tileN - 1) / tileN);
+    // Blocks stride over the tiles (and their parts): one wave of what the multiprocessors
+    // hold at once. A prompt whose tiles fill less than that splits k, doubling the parts
+    // while they fit the wave, each part is long enough and their f32 partial products
+    // [splits, rows, n] fit a part of scratch.
+    const int resident = context.residentBlocksPerMultiprocessor(tileSlot, kTileGemmBlock, 0);
+    const int64_t wave = sms * (resident > 0 ? resident : 4);
+    const int64_t steps = (k + kTileGemmStep - 1) / kTileGemmStep;
+    int splits = 1;
+    while (splits * 2 <= kTileGemmMaxSplits && tiles * splits * 2 <= wave &&
+           steps / (splits * 2) >= kTileGemmMinSplitSteps &&
+           splits * 2 * rows * n * int64_t(sizeof(float)) <=
+               static_cast<int64_t>(context.scratchPartBytes()))
+      splits *= 2;
+    DevicePtr partials = 0, counters = 0;
+    if (splits > 1) {
+      DSRT_RETURN_IF_ERROR(context.scratch(
+          static_cast<size_t>(splits * rows * n) * sizeof(float), partials));
+      DSRT_RETURN_IF_ERROR(context.arrivalCounters(static_cast<size_t>(tiles), counters));
+    }
+    Dim3 grid{gridFor(tiles * splits, 1, wave)}, block{kTileGemmBlock};
+    DevicePtr operand = gemm.a;
+    int rowCount = static_cast<int>(rows), outCount = static_cast<int>(n),
+        inCount = static_cast<int>(k), ldc = static_cast<int>(n);
+    void *args[] = {&operand,  &wPtr,     &scalesPtr, &product, &addend,   &rowCount,
+                    &outCount, &inCount,  &ldc,       &partials, &counters, &splits};
+    DSRT_RETURN_IF_ERROR(context.launch(tileSlot, grid, block, 0, args));
+    return epilogue(product, epilogueResidual);
+  }
+
   // An int8 weight's rows in parts of at most scratchPartBytes() dequantized into one
   // scratch block, each part's GEMM writing its columns of C (ldc = n): an LM head of 128k
   // rows would otherwise hold a 0.5 GB scratch block for the session's life. Parts of whole
@@ -367,15 +463,7 @@ Status runLinear(StepContext &context) {
   }
   if (inCublas)
     return Status::ok();
-
-  const bool epilogueNeeded = fused.bias || fused.activation != -1 || fused.logits ||
-                              epilogueResidual != 0 || product != yPtr;
-  if (!epilogueNeeded)
-    return Status::ok();
-  long long count = rows * width, features = width;
-  Dim3 grid{gridFor(count, kElementwiseBlock, sms * 8)}, block{kElementwiseBlock};
-  void *args[] = {&product, &biasPtr, &epilogueResidual, &yPtr, &count, &features};
-  return context.launch(kEpilogueSlot, grid, block, 0, args);
+  return epilogue(product, epilogueResidual);
 }
 
 } // namespace
