@@ -35,6 +35,7 @@ struct ServeOptions {
   std::string plan, staticPlan, dumpRequests;
   int requests = 64, clients = 16, blockSize = 16, tokensPerStep = 0;
   double rate = 0;  // requests/s; 0: closed-loop clients
+  double temperature = 0;  // 0: greedy; else every request samples (seed: its index)
   uint64_t seed = 1, kvBytes = 0;
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
@@ -76,6 +77,10 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.number("--rate", o.rate, "R", "Poisson arrivals at R requests/s instead of clients",
                      dstools::CommandLine::Sign::Positive);
   commandLine.integer("--seed", o.seed, "S", "the stream's seed (default 1)");
+  commandLine.number("--temperature", o.temperature, "T",
+                     "sample at temperature T (default 0: greedy), each request from its own "
+                     "seed, in every way the stream is served",
+                     dstools::CommandLine::Sign::NonNegative);
   commandLine.text("--prompt-len", promptLength, "MIN,MAX",
                    "prompt lengths (default 8,400)");
   commandLine.text("--output-len", outputLength, "MIN,MAX", "output lengths (default 8,160)");
@@ -267,6 +272,8 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
     dsrt_request_options_init(&request);
     request.max_new_tokens = requests[index].outputTokens;
     request.ignore_eos = 1;  // every request produces the tokens it was drawn with
+    request.temperature = static_cast<float>(o.temperature);
+    request.seed = index;
     int64_t id = 0;
     std::lock_guard<std::mutex> lock(run.mutex);
     run.timings[index].sent = Clock::now();
@@ -343,7 +350,7 @@ int onStaticToken(void *user, size_t sequence, int64_t token) {
 // The stream through dsrt_generate, `batch` requests at a time in arrival order; every
 // request is counted as sent when the run starts (the static path makes later ones wait).
 Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests, int batch,
-                     const std::string &name, dsrt_device device) {
+                     const std::string &name, dsrt_device device, double temperature) {
   dsrt_session *session = nullptr;
   dsrt_group *group = nullptr;
   if (dsrt_plan_rank_count(plan) > 1)
@@ -370,6 +377,8 @@ Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests, int 
     // The batch runs as long as its longest output; each request stops counting at its own.
     options.max_new_tokens = longestOutput;
     options.ignore_eos = 1;
+    options.temperature = static_cast<float>(temperature);
+    options.seed = first;
     options.on_token = onStaticToken;
     options.user_data = &run;
     dsrt_generation *generation = nullptr;
@@ -431,9 +440,11 @@ int runServe(int argc, char **argv) {
   const int staticBatch = static_cast<int>(std::min<int64_t>(o.clients, maxBatch));
   if (!o.skipStatic)
     results.push_back(serveStatic(staticPlan, requests, staticBatch,
-                                  "static batch of " + std::to_string(staticBatch), o.device));
+                                  "static batch of " + std::to_string(staticBatch), o.device,
+                                  o.temperature));
   if (!o.skipAlone)
-    results.push_back(serveStatic(staticPlan, requests, 1, "one at a time", o.device));
+    results.push_back(
+        serveStatic(staticPlan, requests, 1, "one at a time", o.device, o.temperature));
   if (staticPlan != plan)
     dsrt_plan_close(staticPlan);
   uint64_t promptTokens = 0, outputTokens = 0;
