@@ -142,7 +142,7 @@ int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &opt
   // from the OS (and fault in) at every token.
   thread_local std::vector<float> keys, scratch;
   thread_local std::vector<int64_t> order;
-  thread_local std::vector<double> all, probabilities;
+  thread_local std::vector<double> all;
   keys.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i)
     keys[i] = before.key(static_cast<int64_t>(i));
@@ -158,82 +158,118 @@ int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &opt
   // rest in double.
   const float temperature = options.temperature;
   const double maximum = *std::max_element(keys.begin(), keys.end()) / temperature;
-  // Every token's probability (unnormalised), once: the total and the sorted prefix read it.
+  // Every token's probability (unnormalised), once.
   all.resize(logits.size());
   double total = 0;
   for (size_t i = 0; i < logits.size(); ++i)
     total += all[i] = std::exp(static_cast<double>(logits[i] / temperature) - maximum);
   const double draw = uniform(rngState);
-  // The buckets of log-probability (1/8 nat each below the maximum; a tie is never split)
-  // whose tokens reach the mass that top-p keeps, or the draw's, and those min-p keeps, and
-  // one bucket more, so that a prefix that ends at the sorted part's end is seen not to go
-  // on. A bucket is a range of logits, so the tokens of the first buckets are a prefix of
-  // the sorted row: only they are sorted. Their sums here are in another order than the
-  // prefix's: a range one rounding short grows below.
-  constexpr int kBuckets = 320;
-  constexpr double kBucketWidth = 0.125;
-  thread_local std::vector<uint16_t> bucketOf;
+
+  // Buckets of log-probability below the maximum, as wide as the row's spread (at most 40
+  // nats) over kBuckets: a bucket is a range of logits, so the buckets in order are
+  // consecutive runs of the sorted row, and each cut (top-p's, min-p's, the draw's) needs only
+  // the masses of the buckets before it and the bucket it falls in sorted. A flat row (a
+  // random-weight model's) used to need nearly all of its 150k tokens sorted.
+  constexpr int kBuckets = 512;
+  double lowest = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (keys[i] != -INFINITY)
+      lowest = std::max(lowest, maximum - static_cast<double>(keys[i] / temperature));
+  const double width = std::max(std::min(lowest, 40.0) / (kBuckets - 1), 1e-30);
+  thread_local std::vector<int32_t> bucketOf, start;
+  thread_local std::vector<int64_t> byBucket;
   bucketOf.resize(logits.size());
-  double mass[kBuckets] = {};
+  start.assign(kBuckets + 1, 0);
+  std::vector<double> mass(kBuckets, 0.0);
   for (size_t i = 0; i < logits.size(); ++i) {
     const double below = maximum - static_cast<double>(keys[i] / temperature);
-    const int bucket = below < kBuckets * kBucketWidth ? static_cast<int>(below / kBucketWidth)
+    const int bucket = below < (kBuckets - 1) * width ? static_cast<int>(below / width)
                                                        : kBuckets - 1;
-    bucketOf[i] = static_cast<uint16_t>(bucket);
+    bucketOf[i] = bucket;
     mass[bucket] += all[i];
+    ++start[bucket + 1];
   }
-  const double target = (options.topP < 1 ? options.topP : draw) * total;
-  int limit = 0;  // buckets [0, limit) are taken
-  for (double reached = 0; limit < kBuckets && (limit == 0 || reached < target); ++limit)
-    reached += mass[limit];
-  if (options.minP > 0)
-    // min-p keeps log p >= log(min_p): the buckets above that, and the one it falls in.
-    limit = std::min<int>(limit, static_cast<int>(-std::log(static_cast<double>(options.minP)) /
-                                                  kBucketWidth) + 1);
-  for (limit = std::min(kBuckets, limit + 1);; limit = std::min(kBuckets, limit * 2)) {
-    order.clear();
+  for (int b = 0; b < kBuckets; ++b)
+    start[b + 1] += start[b];
+  byBucket.resize(logits.size());
+  {
+    std::vector<int32_t> next(start.begin(), start.end() - 1);
     for (size_t i = 0; i < logits.size(); ++i)
-      if (bucketOf[i] < limit)
-        order.push_back(static_cast<int64_t>(i));
-    std::sort(order.begin(), order.end(), before);
-    const size_t count = order.size();
-    const bool whole = count == logits.size();
-    probabilities.resize(count);
-    for (size_t i = 0; i < count; ++i)
-      probabilities[i] = all[static_cast<size_t>(order[i])];
-    // sampleFromCandidates' filters on the prefix: top-p (the smallest prefix reaching it),
-    // then min-p (relative to the likeliest, whose probability is exp(0) = 1).
-    size_t keep = count;
-    double sum = total;
-    bool truncated = false;
-    if (options.topP < 1) {
-      double cumulative = 0;
-      const size_t prefix = topPPrefix(probabilities.data(), count, options.topP * total,
-                                       cumulative);
-      if (cumulative < options.topP * total && !whole)
-        continue;  // the prefix is longer than the sorted part
-      keep = prefix;
-      sum = cumulative;
-      truncated = true;
-    }
-    if (options.minP > 0) {
-      double kept = 0;
-      const size_t prefix = minPPrefix(probabilities.data(), keep, options.minP, kept);
-      if (prefix == count && !whole && !truncated)
-        continue;  // tokens past the sorted part may pass min-p too
-      keep = prefix;
-      sum = kept;
-      truncated = true;
-    }
-    double remaining = draw * sum;
-    for (size_t i = 0; i < keep; ++i) {
-      remaining -= probabilities[i];
-      if (remaining < 0)
-        return order[i];
-    }
-    if (truncated || whole)
-      return order[keep - 1];
+      byBucket[static_cast<size_t>(next[bucketOf[i]]++)] = static_cast<int64_t>(i);
   }
+  int sortedBucket = -1;
+  // Bucket b's tokens in the sorted row's order (sorted once, when a cut falls in it).
+  auto sortBucket = [&](int b) {
+    if (sortedBucket == b)
+      return;
+    std::sort(byBucket.begin() + start[b], byBucket.begin() + start[b + 1], before);
+    sortedBucket = b;
+  };
+  // The sorted row's first `keep` tokens: sampleFromCandidates' prefix. Walks `limit` of
+  // mass over them (the shortest prefix reaching it, at least one token): returns the
+  // position after it, its mass in `reached`.
+  auto walk = [&](size_t keep, double limit, double &reached) -> size_t {
+    reached = 0;
+    for (int b = 0; b < kBuckets; ++b) {
+      const size_t first = static_cast<size_t>(start[b]), end = static_cast<size_t>(start[b + 1]);
+      if (first >= keep)
+        break;
+      const bool whole = end <= keep;
+      // A whole bucket whose every token the old loop would add (the first token always is).
+      if (whole && first > 0 && reached + mass[b] < limit) {
+        reached += mass[b];
+        continue;
+      }
+      sortBucket(b);
+      for (size_t at = first; at < std::min(end, keep); ++at) {
+        if (at > 0 && !(reached < limit))
+          return at;
+        reached += all[static_cast<size_t>(byBucket[at])];
+      }
+    }
+    return keep;
+  };
+  size_t keep = logits.size();
+  double sum = total;
+  if (options.topP < 1)
+    keep = walk(keep, options.topP * total, sum);
+  if (options.minP > 0) {
+    // The tokens of at least min-p times the likeliest's probability (exp(0) = 1): a prefix.
+    size_t passing = 0;
+    for (size_t i = 0; i < logits.size(); ++i)
+      passing += all[i] >= options.minP;
+    if (std::max<size_t>(passing, 1) < keep) {
+      keep = std::max<size_t>(passing, 1);
+      (void)walk(keep, INFINITY, sum);
+    }
+  }
+  // The draw: the first token at which the running mass passes draw * sum.
+  const double target = draw * sum;
+  double passed = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    const size_t first = static_cast<size_t>(start[b]), end = static_cast<size_t>(start[b + 1]);
+    if (first >= keep)
+      break;
+    if (end <= keep && passed + mass[b] <= target) {
+      passed += mass[b];
+      continue;
+    }
+    sortBucket(b);
+    double remaining = target - passed;
+    for (size_t at = first; at < std::min(end, keep); ++at) {
+      remaining -= all[static_cast<size_t>(byBucket[at])];
+      if (remaining < 0)
+        return byBucket[at];
+    }
+    passed = target - remaining;
+  }
+  // Past the end by rounding: the last kept token, as sampleFromCandidates.
+  size_t last = keep - 1;
+  int b = 0;
+  while (static_cast<size_t>(start[b + 1]) <= last)
+    ++b;
+  sortBucket(b);
+  return byBucket[last];
 }
 
 int64_t sampleFromCandidates(const float *values, const int64_t *ids, size_t count,

@@ -189,12 +189,12 @@ TEST(SampleTokenTest, FollowsTheFilteredDistribution) {
   EXPECT_NEAR(share[3], 4.0 / 7.0, 0.02);
 }
 
-// sampleToken sorts only the prefix of the row its draw can reach; the full stable sort of the
-// row and sampleFromCandidates over all of it (what sampleToken did before) must pick the same
-// token from the same generator state. Rows of 5000 logits (past the first 256-token prefix),
-// peaked to flat temperatures (a flat one needs the whole row), ties (logits in steps of
-// 0.25), NaN-free; top-k, top-p and min-p alone and together. Sums in another order can
-// differ in the last bit, which decides a draw about once in 1e15: none here.
+// sampleToken sorts only the buckets of the row where its cuts fall; the full stable sort of
+// the row and sampleFromCandidates over all of it (what sampleToken did before) must pick the
+// same token from the same generator state. Rows of 5000 logits, peaked to flat temperatures
+// and rows (a flat one reaches deep into the sorted row), ties (logits in steps of 0.25),
+// NaN-free; top-k, top-p and min-p alone and together. Sums in another order can differ in
+// the last bit, which decides a draw about once in 1e15: none here.
 TEST(SampleTokenTest, PrefixSortingDrawsTheFullSortsToken) {
   const size_t vocab = 5000;
   uint64_t fill = 12345;
@@ -204,7 +204,11 @@ TEST(SampleTokenTest, PrefixSortingDrawsTheFullSortsToken) {
     for (size_t i = 0; i < vocab; ++i) {
       fill = fill * 6364136223846793005ull + 1442695040888963407ull;
       const double unit = static_cast<double>(fill >> 11) * 0x1.0p-53;
-      logits[i] = row % 2 ? std::floor(unit * 40) * 0.25f : static_cast<float>(unit * 12 - 6);
+      // Spread out, ties in steps of 0.25, and flat (a random-weight model's: every token
+      // within 0.05 of the others, so each bucket of the sampler holds hundreds).
+      logits[i] = row % 3 == 0   ? static_cast<float>(unit * 12 - 6)
+                  : row % 3 == 1 ? std::floor(unit * 40) * 0.25f
+                                 : static_cast<float>(unit * 0.05);
     }
     std::vector<int64_t> order(vocab);
     std::iota(order.begin(), order.end(), 0);
