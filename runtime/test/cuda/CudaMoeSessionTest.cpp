@@ -57,6 +57,14 @@ size_t checkMoeSteps(CudaSession &session, const char *program, bool shared, int
   return moes;
 }
 
+// A plan of the MoE fixtures (compiled by ctest's dsrt-cuda-compile-moe-* fixtures): in
+// $DSRT_TEST_MOE_PLAN_DIR where set (a sanitiser build's run reads the main build's plans,
+// .ci/run), else this build's directory.
+std::string moePlanPath(const char *name) {
+  const char *dir = std::getenv("DSRT_TEST_MOE_PLAN_DIR");
+  return std::string(dir && *dir ? dir : DSRT_TEST_MOE_PLAN_DIR) + "/" + name;
+}
+
 void runMoePlan(const char *path, bool shared, int64_t weightType, size_t moeSteps) {
   std::unique_ptr<PlanFile> opened;
   Status status = PlanFile::open(path, opened);
@@ -107,14 +115,14 @@ void runMoePlan(const char *path, bool shared, int64_t weightType, size_t moeSte
 
 // Qwen3-MoE (2 layers, 8 experts, renormalised top-2), f32 experts.
 TEST(CudaMoeFakeSession, Qwen3MoeStepsRunOnTheDevice) {
-  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen3moe.dsp", false, 1, 2);
+  runMoePlan(moePlanPath("moe-qwen3moe.dsp").c_str(), false, 1, 2);
 }
 
 // Mixtral (4 experts) with int8 experts in groups of 8 (f16 scales), and int4 experts (two
 // codes a byte).
 TEST(CudaMoeFakeSession, Int8AndInt4ExpertsRunOnTheDevice) {
-  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-mixtral-int8.dsp", false, 8, 2);
-  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-mixtral-int4.dsp", false, 9, 2);
+  runMoePlan(moePlanPath("moe-mixtral-int8.dsp").c_str(), false, 8, 2);
+  runMoePlan(moePlanPath("moe-mixtral-int4.dsp").c_str(), false, 9, 2);
 }
 
 // Qwen3-MoE at --dtype int8 (the default plan): its float weights are stored in f16, its
@@ -122,12 +130,12 @@ TEST(CudaMoeFakeSession, Int8AndInt4ExpertsRunOnTheDevice) {
 // session's converted copies). The launcher refused the f16 scales before, failing the
 // prefill; strict, so nothing may take the fallback either.
 TEST(CudaMoeFakeSession, Qwen3MoeInt8AttendsWithItsQkNormsOnTheDevice) {
-  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen3moe-int8.dsp", false, 8, 2);
+  runMoePlan(moePlanPath("moe-qwen3moe-int8.dsp").c_str(), false, 8, 2);
 }
 
 // Qwen2-MoE: the shared expert's two kernels after the routed experts'.
 TEST(CudaMoeFakeSession, Qwen2MoeSharedExpertRunsOnTheDevice) {
-  runMoePlan(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen2moe.dsp", true, 1, 2);
+  runMoePlan(moePlanPath("moe-qwen2moe.dsp").c_str(), true, 1, 2);
 }
 
 // Qwen3-MoE with --ep 2: two in-process ranks on the fake GPU, each holding 4 of the 8 experts.
@@ -136,7 +144,7 @@ TEST(CudaMoeFakeSession, Qwen2MoeSharedExpertRunsOnTheDevice) {
 // eager: graphs are not expected).
 TEST(CudaMoeFakeSession, ExpertParallelRanksRunTheirExpertsOnTheDevice) {
   std::unique_ptr<PlanFile> opened;
-  Status status = PlanFile::open(DSRT_TEST_MOE_PLAN_DIR "/moe-qwen3moe-ep2.dsp", opened);
+  Status status = PlanFile::open(moePlanPath("moe-qwen3moe-ep2.dsp").c_str(), opened);
   ASSERT_TRUE(status.isOk()) << status.message();
   std::shared_ptr<PlanFile> plan = std::move(opened);
   ASSERT_EQ(plan->rankCount(), 2);
