@@ -67,6 +67,7 @@ class RequestParams:
     frequency_penalty: float = 0.0
     prompt_logprobs: Optional[int] = None
     logit_bias: Optional[dict[int, float]] = None
+    min_tokens: int = 0
 
 
 class Request:
@@ -86,6 +87,7 @@ class Request:
         self._emitted = 0     # of which this much was handed out
         self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
+        self._generated = 0   # tokens so far: stop strings wait for min_tokens, as vLLM's
 
     def on_events(self, events: list) -> None:
         """One update per token (a stream's chunk); the finish rides on the last token's
@@ -119,6 +121,7 @@ class Request:
 
     def _take(self, update: Update, token: int, logprob, top) -> None:
         update.token_ids.append(token)
+        self._generated += 1
         if logprob is not None:
             update.logprobs.append(TokenLogprob(token, logprob, list(top)))
         self._text += self._detokenizer.add(token)
@@ -127,6 +130,8 @@ class Request:
             self.loop.cancel(self.id)
 
     def _stopped_by_string(self) -> bool:
+        if self._generated < self.params.min_tokens:
+            return False
         # Only the tail can hold a new match: the text before it was checked already.
         window = len(self._text) - self._emitted
         start = max(0, len(self._text) - window - self._hold)
@@ -184,7 +189,7 @@ class EngineLoop:
                 params.presence_penalty, params.frequency_penalty,
                 -1 if params.prompt_logprobs is None else params.prompt_logprobs,
                 [int(t) for t in (params.logit_bias or {})],
-                [float(v) for v in (params.logit_bias or {}).values()])
+                [float(v) for v in (params.logit_bias or {}).values()], params.min_tokens)
             self._requests[request.id] = request
         return request
 

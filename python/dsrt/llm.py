@@ -47,6 +47,8 @@ class SamplingParams:
     prompt_logprobs: Optional[int] = None
     # OpenAI's: {token id: bias in [-100, 100]} added to the logits (-100 bans a token).
     logit_bias: Optional[dict[int, float]] = None
+    # vLLM's: EOS and stop tokens cannot end the output before this many tokens.
+    min_tokens: int = 0
 
     def _copies(self) -> int:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -72,7 +74,7 @@ class SamplingParams:
                              frequency_penalty=self.frequency_penalty,
                              # The prompt's are the same for every copy: the first asks.
                              prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
-                             logit_bias=self.logit_bias)
+                             logit_bias=self.logit_bias, min_tokens=self.min_tokens)
 
 
 @dataclasses.dataclass
@@ -149,9 +151,11 @@ class LLM:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
 
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
-                 sampling_params: Optional[SamplingParams] = None) -> list[RequestOutput]:
+                 sampling_params: Optional[SamplingParams] = None, *,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
         """Generates for every prompt (text, or token ids) at once, each as its own request
-        of the engine; returns them in the prompts' order."""
+        of the engine; returns them in the prompts' order. ``use_tqdm`` is taken for vLLM's
+        signature; no progress bar is drawn."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
@@ -235,7 +239,8 @@ class LLM:
 
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
              sampling_params: Optional[SamplingParams] = None,
-             add_generation_prompt: bool = True, **template_kwargs) -> list[RequestOutput]:
+             add_generation_prompt: bool = True, use_tqdm: bool = False,
+             **template_kwargs) -> list[RequestOutput]:
         """Generates the assistant's reply to a conversation (or to each of several), with
         the prompt the plan's chat template renders. The template writes the special tokens
         itself, so the tokenizer adds none."""

@@ -149,7 +149,7 @@ class Server:
             frequency_penalty=number(body.frequency_penalty, 0.0),
             logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
             stop_token_ids=list(body.stop_token_ids or ()),
-            skip_special_tokens=body.skip_special_tokens)
+            skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens)
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> _Generation:

@@ -274,7 +274,7 @@ struct Engine {
                      bool ignoreEos, int logprobs, float minP, float repetitionPenalty,
                      float presencePenalty, float frequencyPenalty, int promptLogprobs,
                      const std::vector<int64_t> &biasTokens,
-                     const std::vector<float> &biasValues) {
+                     const std::vector<float> &biasValues, int minTokens) {
     if (biasTokens.size() != biasValues.size())
       throw nb::value_error("logit_bias_tokens and logit_bias_values differ in length");
     dsrt_request_options options;
@@ -296,6 +296,7 @@ struct Engine {
     options.logit_bias_tokens = biasTokens.data();
     options.logit_bias_values = biasValues.data();
     options.logit_bias_count = biasTokens.size();
+    options.min_tokens = minTokens;
     int64_t id = 0;
     nb::gil_scoped_release release;
     check(dsrt_engine_add_request(handle, prompt.data(), prompt.size(), &options, &id));
@@ -422,7 +423,7 @@ NB_MODULE(_dsrt, m) {
            "ignore_eos"_a, "logprobs"_a, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f,
            "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f,
            "prompt_logprobs"_a = -1, "logit_bias_tokens"_a = std::vector<int64_t>(),
-           "logit_bias_values"_a = std::vector<float>())
+           "logit_bias_values"_a = std::vector<float>(), "min_tokens"_a = 0)
       .def("cancel", &Engine::cancel, "request"_a)
       .def("wait_events", &Engine::waitEvents, "timeout"_a)
       .def("interrupt", &Engine::interrupt)

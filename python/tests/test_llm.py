@@ -151,6 +151,26 @@ def test_logit_bias_bans_and_forces_tokens(llm, reference):
         llm.generate([ids], dsrt.SamplingParams(logit_bias={10 ** 6: 1}))
 
 
+def test_min_tokens_holds_back_eos_and_stop_tokens(llm, reference):
+    """vLLM's min_tokens: a stop token that greedy would draw first cannot end the output
+    before min_tokens; until then the draw is the argmax of the others (what banning it by
+    logit_bias gives)."""
+    ids = reference["prompts"][0]["ids"]
+    first = llm.generate([ids], dsrt.SamplingParams(max_tokens=1, **GREEDY),
+                         use_tqdm=False)[0].outputs[0].token_ids[0]
+    stopped = llm.generate([ids], dsrt.SamplingParams(max_tokens=6, stop_token_ids=[first],
+                                                      **GREEDY))[0].outputs[0]
+    assert stopped.token_ids == [first] and stopped.finish_reason == "stop"
+    held = llm.generate([ids], dsrt.SamplingParams(max_tokens=6, stop_token_ids=[first],
+                                                   min_tokens=3, **GREEDY))[0].outputs[0]
+    banned = llm.generate([ids], dsrt.SamplingParams(max_tokens=3, logit_bias={first: -100},
+                                                     **GREEDY))[0].outputs[0]
+    assert len(held.token_ids) >= 3 and first not in held.token_ids[:3]
+    assert held.token_ids[:3] == banned.token_ids
+    with pytest.raises(dsrt.Error, match="min_tokens"):
+        llm.generate([ids], dsrt.SamplingParams(max_tokens=2, min_tokens=5))
+
+
 def prefix_logprobs(plan, prompt):
     """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
     is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""

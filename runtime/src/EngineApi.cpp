@@ -181,6 +181,7 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.presencePenalty = given.presence_penalty;
   cpp.frequencyPenalty = given.frequency_penalty;
   cpp.promptLogprobs = given.prompt_logprobs;
+  cpp.minTokens = given.min_tokens;
   for (size_t i = 0; i < given.logit_bias_count; ++i)
     cpp.logitBias.emplace_back(given.logit_bias_tokens[i], given.logit_bias_values[i]);
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,

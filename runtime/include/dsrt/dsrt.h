@@ -386,6 +386,8 @@ typedef struct dsrt_request_options {
   const int64_t *logit_bias_tokens;
   const float *logit_bias_values;
   size_t logit_bias_count;
+  int32_t min_tokens;            /* 0 (default); vLLM's: until this many tokens are generated,
+                                    the EOS and stop tokens cannot be drawn */
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {

@@ -334,6 +334,7 @@ struct RequestOptions {
     presencePenalty = c.presence_penalty;
     frequencyPenalty = c.frequency_penalty;
     promptLogprobs = c.prompt_logprobs;
+    minTokens = c.min_tokens;
   }
   int32_t maxNewTokens;
   float temperature;  // 0: greedy
@@ -346,6 +347,7 @@ struct RequestOptions {
   int32_t logprobs;   // -1: none; 0: each token's; k <= 20: and the k likeliest
   float repetitionPenalty, presencePenalty, frequencyPenalty;  // 1, 0, 0: none
   int32_t promptLogprobs;  // -1: none (DSRT_REQUEST_PROMPT callbacks otherwise)
+  int32_t minTokens;       // 0: none; else EOS and stop tokens wait for this many
   std::vector<std::pair<int64_t, float>> logitBias;  // (token, bias in [-100, 100])
 };
 
@@ -403,6 +405,7 @@ public:
     c.presence_penalty = options.presencePenalty;
     c.frequency_penalty = options.frequencyPenalty;
     c.prompt_logprobs = options.promptLogprobs;
+    c.min_tokens = options.minTokens;
     std::vector<int64_t> biasTokens;
     std::vector<float> biasValues;
     for (size_t i = 0; i < options.logitBias.size(); ++i) {

@@ -54,6 +54,10 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
       return Status::error("logit_bias needs tokens in the vocabulary [0, " +
                            std::to_string(vocab_) + ") and biases in [-100, 100], not " +
                            std::to_string(bias) + " for token " + std::to_string(token));
+  if (options.minTokens < 0 || options.minTokens > options.maxNewTokens)
+    return Status::error("min_tokens must be in [0, max_new_tokens " +
+                         std::to_string(options.maxNewTokens) + "], not " +
+                         std::to_string(options.minTokens));
   if (options.promptLogprobs < -1 || options.promptLogprobs > kMaxTopLogprobs)
     return Status::error("prompt_logprobs must be -1 (none) to " +
                          std::to_string(kMaxTopLogprobs) + ", not " +
@@ -345,13 +349,26 @@ Status Engine::step() {
         sampling.topK = options.topK;
         sampling.topP = options.topP;
         sampling.minP = options.minP;
-        const bool penalised = penalises(options);
-        if (penalised) {
+        const bool counts = penalises(options);
+        // min_tokens: the tokens that would end the request are out of the draw.
+        const bool holdsStop = live.generated < options.minTokens;
+        if (counts || holdsStop) {
           penalized.assign(values.begin(), values.end());
-          applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+          if (counts)
+            applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+          if (holdsStop) {
+            if (!options.ignoreEos)
+              for (int64_t eos : eosTokens_)
+                if (eos >= 0 && eos < vocab_)
+                  penalized[static_cast<size_t>(eos)] = -INFINITY;
+            for (int64_t stop : options.stopTokens)
+              if (stop >= 0 && stop < vocab_)
+                penalized[static_cast<size_t>(stop)] = -INFINITY;
+          }
         }
-        item.token = sampleToken(penalised ? penalized : values, sampling, live.rng);
-        if (penalised)
+        item.token = sampleToken(counts || holdsStop ? penalized : values, sampling, live.rng);
+        ++live.generated;
+        if (counts)
           ++live.generatedCounts[item.token];
         if (options.logprobs >= 0)
           item.logprobs = logprobsOf(values, item.token, options.logprobs);

@@ -76,6 +76,10 @@ struct RequestOptions {
   // OpenAI's logit_bias: added to those tokens' logits before the penalties (vLLM's order),
   // each in [-100, 100]; -100 bans a token, 100 all but forces it.
   std::vector<std::pair<int64_t, float>> logitBias;
+  // vLLM's min_tokens: until this many tokens are generated, the EOS and stop tokens cannot
+  // be drawn (their logits are -infinity for the draw; the log-probabilities stay the
+  // model's). At most maxNewTokens.
+  int64_t minTokens = 0;
   // The request's own random stream: its tokens do not depend on what else runs.
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
@@ -180,6 +184,7 @@ private:
     // With promptLogprobs: the prompt's length, and the next position whose log-probability
     // is due (a preempted request computes its prompt again; nothing is reported twice).
     int64_t promptLength = 0, nextPromptLogprob = 1;
+    int64_t generated = 0;  // tokens sampled so far (min_tokens)
     RequestFinish finish = RequestFinish::Running;
   };
 
