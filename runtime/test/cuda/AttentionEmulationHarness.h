@@ -6,6 +6,7 @@
 
 #include "CudaEmulation.h"
 
+#include "TestStepTensors.h"
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
 
@@ -88,20 +89,13 @@ DevicePtr addressOf(const void *data) {
   return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(data));
 }
 
-class EmulatedStep : public StepContext {
+class EmulatedStep : public dsrt::test::TestStepTensors {
 public:
   EmulatedStep(const KernelSet &kernels, size_t kernelCount, ops::AttrMap attrs)
       : kernels_(kernels), kernelCount_(kernelCount), attrs_(std::move(attrs)) {}
 
   std::string_view op() const override { return "tfm.attention"; }
   const ops::AttrMap &attrs() const override { return attrs_; }
-  size_t inputCount() const override { return inputs.size(); }
-  const DeviceTensor *input(size_t index) const override {
-    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
-  }
-  const TensorRef *hostInput(size_t) const override { return nullptr; }
-  size_t outputCount() const override { return outputs.size(); }
-  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
   Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
                 void **args) override {
     if (slot >= kernelCount_)
@@ -151,8 +145,6 @@ public:
   int computeCapability() const override { return 80; }
   bool capturing() const override { return capturing_; }
 
-  std::vector<std::optional<DeviceTensor>> inputs;
-  std::vector<DeviceTensor> outputs;
   std::optional<DeviceKvLayer> cache;
   int32_t lengths[3] = {0, 0, 0};
   std::optional<DevicePagedRows> paged;  // the engine's rows over a block pool (`cache`)

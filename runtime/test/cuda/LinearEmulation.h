@@ -14,6 +14,7 @@
 #include "EmulatedHalf.h"
 #include "core/Tensor.h"
 
+#include "TestStepTensors.h"
 #include "cuda/GpuOps.h"
 #include "ops/Ops.h"
 
@@ -58,7 +59,7 @@ using namespace dsrt::cuda;
 
 DevicePtr address(const void *pointer) { return reinterpret_cast<DevicePtr>(pointer); }
 
-class EmulatedLinear : public StepContext {
+class EmulatedLinear : public TestStepTensors {
 public:
   EmulatedLinear(LinearKernels kernels, std::string op) : kernels_(std::move(kernels)),
                                                           op_(std::move(op)) {
@@ -80,8 +81,6 @@ public:
   }
   static constexpr float kNormEpsilon = 1e-5f;
 
-  std::vector<std::optional<DeviceTensor>> inputs;
-  std::vector<DeviceTensor> outputs;
   int gemvLaunches = 0, gemms = 0;
   // What gemmTakesEpilogue answers (cuBLASLt's heuristic), and the GEMMs run with one.
   bool cublasEpilogues = false;
@@ -93,13 +92,6 @@ public:
 
   std::string_view op() const override { return op_; }
   const ops::AttrMap &attrs() const override { return attrs_; }
-  size_t inputCount() const override { return inputs.size(); }
-  const DeviceTensor *input(size_t index) const override {
-    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
-  }
-  const TensorRef *hostInput(size_t) const override { return nullptr; }
-  size_t outputCount() const override { return outputs.size(); }
-  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
   Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
                 void **args) override {
     if (slot >= kernels_.count)

@@ -4,6 +4,7 @@
 // LinearRules.cpp would specialise them. Included once per test file: everything here has
 // internal linkage.
 #pragma once
+#include "TestStepTensors.h"
 #include "cuda/GpuOps.h"
 
 #include <gtest/gtest.h>
@@ -26,12 +27,10 @@ struct Launch {
   std::vector<uint64_t> args;  // each parameter's bytes, zero-extended
 };
 
-class RecordingContext : public StepContext {
+class RecordingContext : public TestStepTensors {
 public:
   std::string opName = "tfm.linear";
   ops::AttrMap attributes;
-  std::vector<std::optional<DeviceTensor>> inputs;
-  std::vector<DeviceTensor> outputs;
   // Each kernel slot's constants.
   std::vector<std::map<std::string, int64_t>> kernels;
   // Parameter sizes per slot, as the templates declare them.
@@ -45,13 +44,6 @@ public:
 
   std::string_view op() const override { return opName; }
   const ops::AttrMap &attrs() const override { return attributes; }
-  size_t inputCount() const override { return inputs.size(); }
-  const DeviceTensor *input(size_t index) const override {
-    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
-  }
-  const TensorRef *hostInput(size_t) const override { return nullptr; }
-  size_t outputCount() const override { return outputs.size(); }
-  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
   Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
                 void **args) override {
     if (slot >= kernels.size())

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/Tensor.h"
+#include "TestStepTensors.h"
 #include "cuda/GpuOps.h"
 #include "ops/MoeRouting.h"
 #include "ops/Ops.h"
@@ -59,24 +60,15 @@ std::map<std::string, int64_t> routeConstants(int64_t experts, int64_t topK, int
 
 DevicePtr address(const void *pointer) { return reinterpret_cast<DevicePtr>(pointer); }
 
-class EmulatedMoe : public StepContext {
+class EmulatedMoe : public TestStepTensors {
 public:
   EmulatedMoe(MoeKernels kernels, ops::AttrMap attrs, int rank)
       : kernels_(std::move(kernels)), attrs_(std::move(attrs)), rank_(rank) {}
 
-  std::vector<std::optional<DeviceTensor>> inputs;
-  std::vector<DeviceTensor> outputs;
   int launches[6] = {};
 
   std::string_view op() const override { return "tfm.moe"; }
   const ops::AttrMap &attrs() const override { return attrs_; }
-  size_t inputCount() const override { return inputs.size(); }
-  const DeviceTensor *input(size_t index) const override {
-    return index < inputs.size() && inputs[index] ? &*inputs[index] : nullptr;
-  }
-  const TensorRef *hostInput(size_t) const override { return nullptr; }
-  size_t outputCount() const override { return outputs.size(); }
-  const DeviceTensor &output(size_t index) const override { return outputs.at(index); }
   Status launch(size_t slot, Dim3 grid, Dim3 block, uint32_t sharedBytes,
                 void **args) override {
     if (slot >= kernels_.count || sharedBytes != 0 || block.x % 32 != 0 || grid.z != 1)
