@@ -355,15 +355,9 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
         bool any = false;
         // Keys past `limit` are never attended.
         const int64_t limit = c.causal ? std::min(T, position + 1) : T;
-        if (ctx.fastKernels) {
-          // Every query-key product in one pass over the keys, as a matrix-vector product.
-          fast::LinearWeights keyRows;
-          keyRows.dtype = storedType;
-          keyRows.data = keyRowsStored;
-          keyRows.out = limit;
-          keyRows.in = D;
-          fast::dotRows(query, 1, keyRows, 0, limit, dots.data(), limit);
-        }
+        if (ctx.fastKernels)
+          // Every query-key product in one pass over the keys (the paged kernel's products).
+          fast::keyScores(query, keyRowsStored, storedType, limit, D, dots.data());
         for (int64_t t = 0; t < T; ++t) {
           bool causalOk = !c.causal || t <= position;
           // Within `window` of the query on either side (before it only, when causal).

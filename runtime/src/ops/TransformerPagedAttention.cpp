@@ -146,17 +146,25 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
       const float *query = &rows.q[(b * H + h) * D];
       scores.assign(static_cast<size_t>(limit), 0.0f);
       float maximum = initialMaximum(c, h);
+      // The next block's rows requested while this one's are read: the blocks lie anywhere
+      // in the pool, each a short run the hardware's prefetchers do not foresee (decode
+      // attention waited on its key and value loads most of its time).
+      auto prefetchBlock = [&](const char *base, int64_t t) {
+        if (t >= limit)
+          return;
+        const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
+        const char *rows = base + layout.offset(row, kh, t) * layout.element;
+        const size_t bytes = static_cast<size_t>(run * D) * layout.element;
+        for (size_t line = 0; line < bytes; line += 64)
+          __builtin_prefetch(rows + line);
+      };
       // One block's run of keys at a time: positions [t, t + run) are contiguous rows.
       for (int64_t t = first; t < limit;) {
         const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
         const char *keys = keyBase + layout.offset(row, kh, t) * layout.element;
+        prefetchBlock(keyBase, t + run);
         if (ctx.fastKernels) {
-          fast::LinearWeights keyRows;
-          keyRows.dtype = stored;
-          keyRows.data = keys;
-          keyRows.out = run;
-          keyRows.in = D;
-          fast::dotRows(query, 1, keyRows, 0, run, &scores[t], run);
+          fast::keyScores(query, keys, stored, run, D, &scores[t]);
         } else {
           for (int64_t i = 0; i < run; ++i) {
             convertFloats(stored, keys + static_cast<size_t>(i * D) * layout.element,
@@ -197,6 +205,7 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
       for (int64_t t = first; t < limit;) {
         const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
         const char *values = valueBase + layout.offset(row, kh, t) * layout.element;
+        prefetchBlock(valueBase, t + run);
         if (ctx.fastKernels) {
           for (int64_t i = 0; i < run; ++i)
             scores[t + i] /= sum;

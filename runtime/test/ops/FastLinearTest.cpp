@@ -593,6 +593,49 @@ TEST(FastAttention, EqualsTheReferenceOverAHalfCache) {
   }
 }
 
+// A decode query's scores against cached keys (keyScores, which reduces sixteen keys at once
+// on AVX-512) equal dotRows' products of the same keys as weights, bit for bit: the dense and
+// paged decode attentions took dotRows before, and a request's tokens must not move. Widths
+// with and without a scalar tail, runs of keys with and without a whole sixteen, one key all
+// zeros against a negative query (dotRows' total makes its -0 a +0).
+TEST(FastLinearKernels, KeyScoresEqualDotRowsBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  int compared = 0;
+  for (DType keyType : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t width : {64, 128, 80, 96, 72, 8, 200})
+      for (int64_t count : {1, 15, 16, 17, 40}) {
+        std::vector<float> query(static_cast<size_t>(width)),
+            keyValues(static_cast<size_t>(count * width));
+        for (float &v : query)
+          v = -std::fabs(normal(rng));
+        for (float &v : keyValues)
+          v = normal(rng);
+        std::fill(keyValues.begin(), keyValues.begin() + width, 0.0f);
+        std::vector<uint8_t> keys(static_cast<size_t>(count * width) * dtypeSize(keyType));
+        ASSERT_TRUE(convertFloats(DType::F32, keyValues.data(), keyType, keys.data(),
+                                  count * width));
+        ops::fast::LinearWeights asWeights;
+        asWeights.dtype = keyType;
+        asWeights.data = keys.data();
+        asWeights.out = count;
+        asWeights.in = width;
+        std::vector<float> want(static_cast<size_t>(count)), got(want.size(), 1.0f);
+        ops::fast::dotRows(query.data(), 1, asWeights, 0, count, want.data(), count);
+        ops::fast::keyScores(query.data(), keys.data(), keyType, count, width, got.data());
+        for (int64_t t = 0; t < count; ++t) {
+          uint32_t gotBits = 0, wantBits = 0;
+          std::memcpy(&gotBits, &got[t], sizeof gotBits);
+          std::memcpy(&wantBits, &want[t], sizeof wantBits);
+          ASSERT_EQ(gotBits, wantBits) << dtypeName(keyType) << " width " << width << " key "
+                                       << t << " of " << count << ": " << got[t] << " against "
+                                       << want[t];
+          ++compared;
+        }
+      }
+  EXPECT_GT(compared, 0);
+}
+
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
 // (ctest's dsrt-ops-fast-avx2 and -portable entries), or asks for the VNNI kernel

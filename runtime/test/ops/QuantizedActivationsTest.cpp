@@ -122,7 +122,8 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
 
 // The AMX-INT8 product called directly (Linear.cpp takes it from 8 rows of x), int8 weights
 // and int4 ones (unpacked to int8 tiles): row tiles whole and partial, one and two of them at
-// a time, panels of 16 and 32 outputs, groups of one block and of several, every scale dtype.
+// a time, panels of 16 and 32 outputs, groups of one block and of several, every scale dtype,
+// rows of 1 to 24 blocks.
 TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
   if (!ops::fast::int8AmxAvailable())
     GTEST_SKIP() << "no AMX-INT8 here";
@@ -140,8 +141,10 @@ TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
   for (DType dtype : {DType::I8, DType::U8})
     for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
       for (int64_t rows : {1, 8, 16, 17, 33, 70})
+        // Rows of 1, 2, 3, 5, 7, 8 and 24 blocks: the kernel keeps four blocks' products in
+        // flight, and each count leaves its loop at another of the four.
         for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 8}, {768, 6},
-                                  {224, 7}}) {
+                                  {224, 7}, {32, 1}, {64, 2}, {96, 1}, {160, 5}}) {
           ops::fast::LinearWeights shape;
           shape.dtype = dtype;
           shape.in = in;

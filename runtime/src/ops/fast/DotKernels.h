@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace dsrt::ops::fast::detail {
@@ -43,6 +44,9 @@ struct IsaKernels {
   // f16 or bf16.
   void (*weightedSum)(const float *weights, const void *rows, DType rowType, int64_t count,
                       int64_t width, float *out);
+  // FastKernels.h's keyScores.
+  void (*keyScores)(const float *query, const void *keys, DType keyType, int64_t count,
+                    int64_t width, float *scores);
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
@@ -458,6 +462,79 @@ void weightedSumWith(const float *weights, const void *rows, DType rowType, int6
   }
 }
 
+// Whether Vec reduces sixteen vectors at once (kSums16, and `sums16`: each lane the sum()
+// of one).
+template <class Vec, class = void> struct HasSums16 : std::false_type {};
+template <class Vec>
+struct HasSums16<Vec, std::void_t<decltype(Vec::kSums16)>> : std::true_type {};
+
+// One key's dot product as dotStream<Vec, D, 1> computes it: the vectors' sums (four
+// accumulators, then the single-vector steps into the first, then the four added in order),
+// and where the scalar tail starts.
+template <class Vec, DType D>
+typename Vec::V keyPartial(const float *x, const typename Stored<D>::T *row, int64_t in,
+                           int64_t &tail) {
+  using Elem = Stored<D>;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth, U = 4;
+  V acc[U];
+  for (int u = 0; u < U; ++u)
+    acc[u] = Vec::zero();
+  int64_t k = 0;
+  for (; k + U * W <= in; k += U * W)
+    for (int u = 0; u < U; ++u)
+      acc[u] = Vec::fma(Vec::load(x + k + u * W), Elem::template loadAt<Vec>(row, k + u * W),
+                        acc[u]);
+  for (; k + W <= in; k += W)
+    acc[0] = Vec::fma(Vec::load(x + k), Elem::template loadAt<Vec>(row, k), acc[0]);
+  for (int u = 1; u < U; ++u)
+    acc[0] = Vec::add(acc[0], acc[u]);
+  tail = k;
+  return acc[0];
+}
+
+template <class Vec, DType D>
+void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t width,
+                    float *scores) {
+  using Elem = Stored<D>;
+  int64_t t = 0;
+  if constexpr (HasSums16<Vec>::value) {
+    for (; t + 16 <= count; t += 16) {
+      typename Vec::V partial[16];
+      int64_t tail = 0;
+      for (int j = 0; j < 16; ++j)
+        partial[j] = keyPartial<Vec, D>(query, Elem::rowOf(keys, t + j, width), width, tail);
+      Vec::store(scores + t, Vec::sums16(partial));
+      for (int j = 0; j < 16; ++j) {
+        const typename Elem::T *row = Elem::rowOf(keys, t + j, width);
+        float sum = scores[t + j];
+        for (int64_t d = tail; d < width; ++d)
+          sum += query[d] * Elem::oneAt(row, d);
+        float total = 0;  // as dotStream's total (which makes a -0 sum +0)
+        total += sum;
+        scores[t + j] = total;
+      }
+    }
+  }
+  LinearWeights rows;
+  rows.dtype = D;
+  rows.data = keys;
+  rows.out = count;
+  rows.in = width;
+  for (; t < count; ++t)
+    dotStream<Vec, D, 1>(query, width, rows, t, scores, count);
+}
+
+template <class Vec>
+void keyScoresWith(const float *query, const void *keys, DType keyType, int64_t count,
+                   int64_t width, float *scores) {
+  switch (keyType) {
+  case DType::F16: return keyScoresTyped<Vec, DType::F16>(query, keys, count, width, scores);
+  case DType::BF16: return keyScoresTyped<Vec, DType::BF16>(query, keys, count, width, scores);
+  default: return keyScoresTyped<Vec, DType::F32>(query, keys, count, width, scores);
+  }
+}
+
 template <class Vec> float sumWith(const float *x, int64_t n) {
   constexpr int W = Vec::kWidth;
   typename Vec::V acc[2] = {Vec::zero(), Vec::zero()};
@@ -582,6 +659,7 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &activateVectorWith<Vec>,
           &exponentiateWith<Vec>,
           &weightedSumWith<Vec>,
+          &keyScoresWith<Vec>,
           &normalizeRowWith<Vec>,
           &onlineSoftmaxWith<Vec>,
           &multiplyTileWith<Vec>};

@@ -175,10 +175,19 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
                              Int8Activations &out) {
+  prepareInt8Activations(rows, out);
+  quantizeInt8ActivationRows(x, 0, rows, w, out);
+}
+
+void prepareInt8Activations(int64_t rows, Int8Activations &out) {
   out.rows = rows;
   if (out.quantized.size() < static_cast<size_t>(rows))
     out.quantized.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
+}
+
+void quantizeInt8ActivationRows(const float *x, int64_t begin, int64_t end,
+                                const LinearWeights &w, Int8Activations &out) {
+  for (int64_t r = begin; r < end; ++r)
     quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
 }
 

@@ -15,6 +15,7 @@
 #include "ops/fast/AmxTileConfig.h"
 #include "ops/fast/QuantizedActivations.h"
 
+#include <algorithm>
 #include <immintrin.h>
 
 namespace dsrt::ops::fast {
@@ -22,12 +23,14 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale and per tile product
 
-// Tiles 0-1: int32 sums [16 outputs, 16 rows of x] (even and odd blocks); 4-5: A, 16 weight
+// Tiles 0-3: int32 sums [16 outputs, 16 rows of x] (blocks round robin); 4-5: A, 16 weight
 // rows of 32 int8; 6-7: B, a row tile's block of x, 8 quads x 16 rows.
 const AmxTileConfig &tileConfig() {
   static const AmxTileConfig config = AmxTileConfig()
                                           .tile(0, 16, 64)
                                           .tile(1, 16, 64)
+                                          .tile(2, 16, 64)
+                                          .tile(3, 16, 64)
                                           .tile(4, 16, kBlock)
                                           .tile(5, 16, kBlock)
                                           .tile(6, kBlock / 4, 64)
@@ -35,71 +38,143 @@ const AmxTileConfig &tileConfig() {
   return config;
 }
 
-// One sum tile (16 outputs from `first`, the 16 rows of x of `rowTile`) with its f32 sums in
-// registers, two blocks a step on alternating tiles: block b + 1's product runs while block
-// b's sums are scaled (tile 0 even blocks, tile 1 odd; A in 4/5, B in 6/7).
-// With one group per row (int8 per channel) the weight scales wait for the end.
+// One block's int32 sums, stored from its tile, into the f32 sums of the tile's 16 outputs
+// (acc[i]: output i, a lane per row of x). With one group per row (int8 per channel) the
+// weight scales wait for the end. The loops over the 16 accumulators are unrolled by
+// pragma: GCC keeps an array in registers only once its indices are constants, and spilled,
+// each scaled block cost a load and a store per accumulator besides its two arithmetic
+// instructions.
 template <bool PerChannel>
 inline void scaleBlock(const int32_t (*sums)[16], __m512 xScales, const float *weightScales,
                        __m512 *acc) {
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     acc[i] = _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(_mm512_load_si512(sums[i])),
         PerChannel ? xScales : _mm512_mul_ps(xScales, _mm512_set1_ps(weightScales[i])), acc[i]);
 }
 
+// r[i][l] becomes r[l][i]: the sum tile is [output, row of x] and y is [row of x, output].
+// Pairs of floats, then of doubles, then a 4 x 4 transpose of 128-bit lanes (64 shuffles,
+// where storing the 256 values one by one cost about a third of a 768-input tile's time).
+inline void transpose16(__m512 *r) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4i + c], 128-bit lane j: column 4j + c of rows 4i to 4i + 3.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d lowPairs = _mm512_castps_pd(t[4 * i]), lowNext = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d highPairs = _mm512_castps_pd(t[4 * i + 1]),
+                  highNext = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lowPairs, lowNext));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lowPairs, lowNext));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(highPairs, highNext));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(highPairs, highNext));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 front01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
+    const __m512 back01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+    const __m512 front23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512 back23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_f32x4(front01, front23, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(front01, front23, 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(back01, back23, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(back01, back23, 0xDD);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = t[i];
+}
+
+// Block b's product into sum tile SUM, from weight tile A and x tile B. A macro: GCC's tile
+// intrinsics paste the tile's number into the instruction's text, so it must be a literal.
+#define DSRT_ISSUE_BLOCK(SUM, A, B, b)                                                         \
+  do {                                                                                         \
+    _tile_loadd(A, weights + (b) * kBlock, in);                                                \
+    _tile_loadd(B, xTiles + (b) * 512, 64);                                                    \
+    _tile_zero(SUM);                                                                           \
+    _tile_dpbssd(SUM, A, B);                                                                   \
+  } while (false)
+
+// One sum tile (16 outputs from `first`, the 16 rows of x of `rowTile`) with its f32 sums in
+// registers: four sum tiles round robin (A in tiles 4/5, B in 6/7 alternately), each block's
+// product issued two blocks before its sums are scaled. With `nextRows`, the lines of the
+// next panel's 16 weight rows (rowBytes apart) are requested into L2 along the way.
 template <bool PerChannel>
 void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *weights,
-             int64_t first, int64_t rowTile, float *y, int64_t ldy) {
+             int64_t first, int64_t rowTile, float *y, int64_t ldy, const char *nextRows,
+             int64_t rowBytes) {
+  const int64_t blockBytes = rowBytes / (w.in / kBlock);
   const int64_t in = w.in, blocks = in / kBlock, groupBlocks = in / w.groups / kBlock;
   const int8_t *xTiles = x.tiles + rowTile * blocks * 512;
   const float *xScales = x.scales + rowTile * 16;
-  alignas(64) int32_t sums[2][16][16];
+  alignas(64) int32_t sums[4][16][16];
   alignas(64) float weightScales[16];
   __m512 acc[16];
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     acc[i] = _mm512_setzero_ps();
-  auto loadScales = [&](int64_t b) {
-    if (b % groupBlocks == 0)
-      for (int i = 0; i < 16; ++i)
-        weightScales[i] = w.scale((first + i) * w.groups + b / groupBlocks);
-  };
-  _tile_loadd(4, weights, in);
-  _tile_loadd(6, xTiles, 64);
-  _tile_zero(0);
-  _tile_dpbssd(0, 4, 6);
-  for (int64_t b = 0; b < blocks; b += 2) {
-    const bool odd = b + 1 < blocks;
-    if (odd) {
-      _tile_loadd(5, weights + (b + 1) * kBlock, in);
-      _tile_loadd(7, xTiles + (b + 1) * 512, 64);
-      _tile_zero(1);
-      _tile_dpbssd(1, 5, 7);
-    }
+  int64_t nextGroup = 0;  // the first block of the group after weightScales'
+  // Block b's sums from its tile into registers, scaled (a macro, as a lambda capturing acc
+  // made GCC keep acc in memory).
+#define DSRT_SCALE_BLOCK(b, blockSums)                                                         \
+  do {                                                                                         \
+    if ((b) == nextGroup) {                                                                    \
+      for (int i = 0; i < 16; ++i)                                                             \
+        weightScales[i] = w.scale((first + i) * w.groups + (b) / groupBlocks);                 \
+      nextGroup += groupBlocks;                                                                \
+    }                                                                                          \
+    if (nextRows && (b) * blockBytes % 64 < blockBytes)                                        \
+      for (int r = 0; r < 16; ++r)                                                             \
+        _mm_prefetch(nextRows + r * rowBytes + (b) * blockBytes, _MM_HINT_T1);                 \
+    scaleBlock<PerChannel>(blockSums, _mm512_loadu_ps(xScales + (b) * x.paddedRows),           \
+                           weightScales, acc);                                                 \
+  } while (false)
+  // Four sum tiles round robin, two blocks ahead (a microbenchmark of the tile work and the
+  // scaling: 13 ns a block, against 16 with two tiles, one block ahead).
+  DSRT_ISSUE_BLOCK(0, 4, 6, 0);
+  if (blocks > 1)
+    DSRT_ISSUE_BLOCK(1, 5, 7, 1);
+  for (int64_t b = 0; b < blocks; b += 4) {
+    if (b + 2 < blocks)
+      DSRT_ISSUE_BLOCK(2, 4, 6, b + 2);
     _tile_stored(0, sums[0], 64);
-    loadScales(b);
-    scaleBlock<PerChannel>(sums[0], _mm512_loadu_ps(xScales + b * x.paddedRows), weightScales, acc);
-    if (!odd)
+    DSRT_SCALE_BLOCK(b, sums[0]);
+    if (b + 1 >= blocks)
       break;
-    if (b + 2 < blocks) {
-      _tile_loadd(4, weights + (b + 2) * kBlock, in);
-      _tile_loadd(6, xTiles + (b + 2) * 512, 64);
-      _tile_zero(0);
-      _tile_dpbssd(0, 4, 6);
-    }
+    if (b + 3 < blocks)
+      DSRT_ISSUE_BLOCK(3, 5, 7, b + 3);
     _tile_stored(1, sums[1], 64);
-    loadScales(b + 1);
-    scaleBlock<PerChannel>(sums[1], _mm512_loadu_ps(xScales + (b + 1) * x.paddedRows), weightScales, acc);
+    DSRT_SCALE_BLOCK(b + 1, sums[1]);
+    if (b + 2 >= blocks)
+      break;
+    if (b + 4 < blocks)
+      DSRT_ISSUE_BLOCK(0, 4, 6, b + 4);
+    _tile_stored(2, sums[2], 64);
+    DSRT_SCALE_BLOCK(b + 2, sums[2]);
+    if (b + 3 >= blocks)
+      break;
+    if (b + 5 < blocks)
+      DSRT_ISSUE_BLOCK(1, 5, 7, b + 5);
+    _tile_stored(3, sums[3], 64);
+    DSRT_SCALE_BLOCK(b + 3, sums[3]);
   }
-  // acc is [output, row of x]: y is [row of x, output].
-  alignas(64) float out[16][16];
-  for (int i = 0; i < 16; ++i)
-    _mm512_store_ps(out[i], PerChannel ? _mm512_mul_ps(acc[i], _mm512_set1_ps(weightScales[i]))
-                                       : acc[i]);
+#undef DSRT_SCALE_BLOCK
+#undef DSRT_ISSUE_BLOCK
+  transpose16(acc);
+  const __m512 channelScales = _mm512_loadu_ps(weightScales);
   const int64_t firstRow = rowTile * 16;
-  for (int64_t l = 0; l < 16 && firstRow + l < x.rows; ++l)
-    for (int i = 0; i < 16; ++i)
-      y[(firstRow + l) * ldy + first + i] = out[i][l];
+  const int64_t rows = std::min<int64_t>(16, x.rows - firstRow);
+#pragma GCC unroll 16
+  for (int l = 0; l < 16; ++l)
+    if (l < rows)
+      _mm512_storeu_ps(y + (firstRow + l) * ldy + first,
+                       PerChannel ? _mm512_mul_ps(acc[l], channelScales) : acc[l]);
 }
 
 // int4 rows (two codes a byte, the even input low, minus 8: docs/int4.md) as int8 rows.
@@ -137,10 +212,20 @@ void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin
                      int4Scratch);
       weights = int4Scratch;
     }
-    for (int64_t o = 0; o < (two ? 2 : 1); ++o)
+    // The next panel's weights are fetched into L2 while this one's first row tile is
+    // computed: the hardware's prefetchers left the engine's steps waiting on the weights'
+    // sixteen strided rows (half of the kernel's time in the tile loads of the weights).
+    const int64_t rowBytes = w.dtype == DType::U8 ? in / 2 : in;
+    const int64_t next = first + 32;
+    for (int64_t o = 0; o < (two ? 2 : 1); ++o) {
+      const char *nextRows = next + o * 16 + 16 <= end
+                                 ? static_cast<const char *>(w.data) + (next + o * 16) * rowBytes
+                                 : nullptr;
       for (int64_t rt = 0; rt < rowTiles; ++rt)
         (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, weights + o * 16 * in,
-                                                         first + o * 16, rt, y, ldy);
+                                                         first + o * 16, rt, y, ldy,
+                                                         rt == 0 ? nextRows : nullptr, rowBytes);
+    }
   }
   _tile_release();
 }

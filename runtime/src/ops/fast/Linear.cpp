@@ -422,6 +422,12 @@ void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out)
   isa().widenRows(w, first, count, out);
 }
 
+void keyScores(const float *query, const void *keys, DType keyType, int64_t count,
+               int64_t width, float *scores) {
+  if (count > 0)
+    isa().keyScores(query, keys, keyType, count, width, scores);
+}
+
 void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
                   float epsilon, float *y) {
   isa().normalizeRow(x, n, scale, bias, rms, epsilon, y);
@@ -501,12 +507,22 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     const bool amx = (int8Vnni || (int4Quantized && int4VnniAvailable())) && int8AmxTakes(w, rows);
     if (int4Quantized && (!amx || out % 16 != 0))
       quantizeInt4Activations(x, rows, w, quantized);
-    if (int8Vnni || amx)
+    if (int8Vnni && !amx)
       quantizeInt8Activations(x, rows, w, quantized8);
     if (amx) {
       thread_local Int8AmxPacked callerPacked;
       Int8AmxPacked &packed = callerPacked;
-      packInt8ActivationsForAmx(quantized8, in, packed);
+      // Quantized and packed by row tiles on the pool (on the caller alone, the other
+      // threads waited for it: 4% of a serving profile). A tile's lanes share cache lines,
+      // so each is one thread's.
+      prepareInt8Activations(rows, quantized8);
+      prepareInt8AmxPacking(quantized8, in, packed);
+      const int64_t rowTiles = packed.operands.paddedRows / 16;
+      parallelFor(rowTiles, 1, [&](int64_t begin, int64_t end) {
+                    quantizeInt8ActivationRows(x, begin * 16, std::min(rows, end * 16), w,
+                                               quantized8);
+                    packInt8AmxRows(quantized8, in, begin * 16, end * 16, packed);
+                  });
       // Panels of 16 output features; the last few features (fewer than 16) by the VNNI
       // kernels, in the last range.
       const int64_t panels = out / 16;
@@ -514,10 +530,14 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
           std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 16 * in * rows));
       parallelFor(panels, panelGrain, [&](int64_t begin, int64_t end) {
         const int64_t first = begin * 16, last = end == panels ? out : end * 16;
+        // The unpacked int4 rows are the kernel's weight tiles: on a cache line, as x's.
         thread_local std::vector<int8_t> int4Rows;
-        if (w.dtype == DType::U8)
-          int4Rows.resize(static_cast<size_t>(32 * in));
-        gemmInt8Amx(packed.operands, w, first, end * 16, y, out, int4Rows.data());
+        int8_t *unpacked = nullptr;
+        if (w.dtype == DType::U8) {
+          int4Rows.resize(static_cast<size_t>(32 * in + 64));
+          unpacked = int4Rows.data() + (64 - reinterpret_cast<uintptr_t>(int4Rows.data()) % 64) % 64;
+        }
+        gemmInt8Amx(packed.operands, w, first, end * 16, y, out, unpacked);
         if (last > end * 16 && int8Vnni)
           dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out);
         else if (last > end * 16)

@@ -25,6 +25,11 @@ struct Int8Activations {
 };
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
                              Int8Activations &out);
+// The same in parts, for threads to share: out sized for `rows`, then rows [begin, end) of x
+// quantized (each row on its own).
+void prepareInt8Activations(int64_t rows, Int8Activations &out);
+void quantizeInt8ActivationRows(const float *x, int64_t begin, int64_t end,
+                                const LinearWeights &w, Int8Activations &out);
 void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy);
 
@@ -47,6 +52,11 @@ bool int8AmxAvailable();
 // The weights the AMX kernel reads: int8 or int4 whose groups are whole blocks of 32.
 bool gemmInt8AmxTakes(const LinearWeights &w);
 void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out);
+// The same in parts: out sized for x.rows (padded to 16), then padded rows [begin, end)
+// packed, rows past x.rows as zeros.
+void prepareInt8AmxPacking(const Int8Activations &x, int64_t in, Int8AmxPacked &out);
+void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_t end,
+                     Int8AmxPacked &out);
 // Output features [begin, end) (a multiple of 16 of them, within w.out) of all x's rows.
 // int4 weights need int4Scratch: 32 * w.in bytes, the thread's own.
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,

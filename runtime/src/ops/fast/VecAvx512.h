@@ -54,7 +54,39 @@ struct Avx512 {
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
-  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  // Lanes i and i + 8, then i and i + 4, i and i + 2, and the last two: GCC's
+  // _mm512_reduce_add_ps, written out so that sums16 below is bound to the same pairs.
+  static float sum(V v) {
+    const __m256 eight =
+        _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                      _mm512_castps512_ps256(v));
+    const __m128 four = _mm_add_ps(_mm256_extractf128_ps(eight, 1), _mm256_castps256_ps128(eight));
+    const __m128 two = _mm_add_ps(four, _mm_shuffle_ps(four, four, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(two) + _mm_cvtss_f32(_mm_shuffle_ps(two, two, 1));
+  }
+  // Lane k: sum(v[k]), the same additions of the same pairs, sixteen vectors at a time by
+  // shuffling them together between the levels (keyScores: one decode query's scores against
+  // sixteen keys).
+  static constexpr bool kSums16 = true;
+  static V sums16(const V *v) {
+    V halves[8], quarters[4], eighths[2];
+    for (int m = 0; m < 8; ++m)  // [v2m's eight sums, v2m+1's]
+      halves[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                                _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    for (int n = 0; n < 4; ++n)  // 128-bit lane j: v[4n + j]'s four sums
+      quarters[n] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0x88),
+                                  _mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0xDD));
+    for (int n = 0; n < 2; ++n)  // lane j: v[8n + j]'s two sums, then v[8n + 4 + j]'s
+      eighths[n] = _mm512_add_ps(
+          _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+          _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Element 4j + e: v[j + 4e]'s sum; then each to lane j + 4e.
+    const V sums = _mm512_add_ps(
+        _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
+        _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+  }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V floor(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
