@@ -122,8 +122,8 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
 
 // The AMX-INT8 product called directly (Linear.cpp takes it from 8 rows of x), int8 weights
 // and int4 ones (unpacked to int8 tiles): row tiles whole and partial, one and two of them at
-// a time, panels of 16 and 32 outputs, groups of one block and of several, every scale dtype,
-// rows of 1 to 24 blocks.
+// a time, panels of 16 and 32 outputs, ranges of 1 to 5 panels, groups of one block and of
+// several, every scale dtype, rows of 1 to 24 blocks.
 TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
   if (!ops::fast::int8AmxAvailable())
     GTEST_SKIP() << "no AMX-INT8 here";
@@ -151,6 +151,10 @@ TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
           shape.groups = groups;
           ASSERT_TRUE(ops::fast::gemmInt8AmxTakes(shape));
           checkAgainstExactQuantization(dtype, rows, in, 48, groups, scaleType, true, amx);
+          // 112 outputs: the second range holds 5 panels, so one call unpacks int4 rows three
+          // times into the same scratch, the last time a lone panel of 16.
+          if (rows == 17 || rows == 33)
+            checkAgainstExactQuantization(dtype, rows, in, 112, groups, scaleType, true, amx);
         }
 }
 
