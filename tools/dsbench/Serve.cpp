@@ -90,7 +90,8 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.integer("--block-size", o.blockSize, "B", "KV-cache block size in tokens (16)", 1,
                       100000000);
   commandLine.integer("--kv-cache-bytes,--kv-bytes", o.kvBytes, "BYTES",
-                      "the KV cache's bytes (default: a static session's)");
+                      "the KV cache's bytes (default: the engine's, a full sequence for "
+                      "each row a step may run, at most a quarter of the memory)");
   commandLine.integer("--tokens-per-step", o.tokensPerStep, "T",
                       "tokens one engine step computes at most (default: the rows of the "
                       "plan's step program)",
@@ -482,11 +483,14 @@ int runServe(int argc, char **argv) {
                 static_cast<long long>(engine.peakRunning),
                 static_cast<long long>(engine.totalBlocks), o.blockSize,
                 static_cast<long long>(engine.staticSequences));
+    char load[64];
+    if (o.rate > 0)
+      std::snprintf(load, sizeof load, "Poisson %g/s", o.rate);
+    else
+      std::snprintf(load, sizeof load, "%d clients", static_cast<int>(o.clients));
     std::printf("%s: %zu requests (%llu prompt, %llu output tokens), %s\n", o.plan.c_str(),
                 requests.size(), static_cast<unsigned long long>(promptTokens),
-                static_cast<unsigned long long>(outputTokens),
-                o.rate > 0 ? ("Poisson " + std::to_string(o.rate) + "/s").c_str()
-                           : (std::to_string(o.clients) + " clients").c_str());
+                static_cast<unsigned long long>(outputTokens), load);
     std::printf("%-22s %9s %9s %10s %10s %10s %10s %12s\n", "", "req/s", "out tok/s",
                 "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "peak blocks");
     for (const Measured &m : results) {
