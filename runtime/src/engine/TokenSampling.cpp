@@ -1,5 +1,7 @@
 #include "engine/TokenSampling.h"
 
+#include "ops/fast/FastKernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -7,29 +9,50 @@
 namespace dsrt::engine {
 
 TokenLogprobs logprobsOf(const std::vector<float> &logits, int64_t token, int64_t top) {
-  // log-softmax in double: a 150k vocabulary's sum of exponentials loses float's digits.
+  // log-softmax: the exponentials vectorised in float (within 2 ulp of libm's; 0 from 88
+  // below the peak, where a term is below 1e-38 of the peak's 1), summed in double, as a 150k
+  // vocabulary's sum loses float's digits. A third of the time of double exponentials.
+  const size_t vocabulary = logits.size();
   const float peak = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float logit : logits)
-    sum += std::exp(static_cast<double>(logit) - peak);
-  const double logNormaliser = peak + std::log(sum);
+  thread_local std::vector<float> terms;
+  terms.resize(vocabulary);
+  for (size_t i = 0; i < vocabulary; ++i)
+    terms[i] = logits[i] - peak;
+  ops::fast::exponentiate(terms.data(), static_cast<int64_t>(vocabulary));
+  double sums[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= vocabulary; i += 4)
+    for (int k = 0; k < 4; ++k)
+      sums[k] += terms[i + k];
+  for (; i < vocabulary; ++i)
+    sums[0] += terms[i];
+  const double logNormaliser = peak + std::log((sums[0] + sums[1]) + (sums[2] + sums[3]));
   auto logprob = [&](int64_t id) {
     return static_cast<float>(logits[static_cast<size_t>(id)] - logNormaliser);
   };
   TokenLogprobs result;
   result.logprob = logprob(token);
   if (top > 0) {
-    std::vector<int64_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    const auto count = std::min<size_t>(static_cast<size_t>(top), order.size());
-    // Ties by the smaller id, so the list does not depend on the sort's implementation.
-    std::partial_sort(order.begin(), order.begin() + count, order.end(),
-                      [&](int64_t a, int64_t b) {
-                        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-                      });
-    for (size_t i = 0; i < count; ++i) {
-      result.topTokens.push_back(order[i]);
-      result.topLogprobs.push_back(logprob(order[i]));
+    // The likeliest `top` in one pass, kept sorted (ties by the smaller id, so the list does
+    // not depend on a sort's implementation): no vocabulary-sized index vector to fill and
+    // sort for each token.
+    const size_t count = std::min<size_t>(static_cast<size_t>(top), vocabulary);
+    auto before = [&](int64_t a, int64_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    };
+    std::vector<int64_t> best;
+    best.reserve(count + 1);
+    for (size_t id = 0; id < vocabulary; ++id) {
+      const auto candidate = static_cast<int64_t>(id);
+      if (best.size() == count && !before(candidate, best.back()))
+        continue;
+      best.insert(std::upper_bound(best.begin(), best.end(), candidate, before), candidate);
+      if (best.size() > count)
+        best.pop_back();
+    }
+    for (int64_t id : best) {
+      result.topTokens.push_back(id);
+      result.topLogprobs.push_back(logprob(id));
     }
   }
   return result;
