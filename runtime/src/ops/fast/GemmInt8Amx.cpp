@@ -15,8 +15,11 @@
 #include "ops/fast/AmxTileConfig.h"
 #include "ops/fast/QuantizedActivations.h"
 
+#include "core/Tensor.h"
+
 #include <algorithm>
 #include <immintrin.h>
+#include <vector>
 
 namespace dsrt::ops::fast {
 namespace {
@@ -44,14 +47,16 @@ const AmxTileConfig &tileConfig() {
 // pragma: GCC keeps an array in registers only once its indices are constants, and spilled,
 // each scaled block cost a load and a store per accumulator besides its two arithmetic
 // instructions.
+// With groups, output i's scale of the block's group is groupScales[i * groups].
 template <bool PerChannel>
-inline void scaleBlock(const int32_t (*sums)[16], __m512 xScales, const float *weightScales,
-                       __m512 *acc) {
+inline void scaleBlock(const int32_t (*sums)[16], __m512 xScales, const float *groupScales,
+                       int64_t groups, __m512 *acc) {
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     acc[i] = _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(_mm512_load_si512(sums[i])),
-        PerChannel ? xScales : _mm512_mul_ps(xScales, _mm512_set1_ps(weightScales[i])), acc[i]);
+        PerChannel ? xScales : _mm512_mul_ps(xScales, _mm512_set1_ps(groupScales[i * groups])),
+        acc[i]);
 }
 
 // r[i][l] becomes r[l][i]: the sum tile is [output, row of x] and y is [row of x, output].
@@ -103,37 +108,38 @@ inline void transpose16(__m512 *r) {
 
 // One sum tile (16 outputs from `first`, the 16 rows of x of `rowTile`) with its f32 sums in
 // registers: four sum tiles round robin (A in tiles 4/5, B in 6/7 alternately), each block's
-// product issued two blocks before its sums are scaled. With `nextRows`, the lines of the
-// next panel's 16 weight rows (rowBytes apart) are requested into L2 along the way.
+// product issued two blocks before its sums are scaled. `panelScales` are the 16 outputs'
+// weight scales as f32, [16, groups]. With `nextRows`, the lines of the next panel's 16
+// weight rows (rowBytes apart) are requested into L2 along the way.
 template <bool PerChannel>
 void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *weights,
-             int64_t first, int64_t rowTile, float *y, int64_t ldy, const char *nextRows,
-             int64_t rowBytes) {
+             const float *panelScales, int64_t first, int64_t rowTile, float *y, int64_t ldy,
+             const char *nextRows, int64_t rowBytes) {
   const int64_t blockBytes = rowBytes / (w.in / kBlock);
-  const int64_t in = w.in, blocks = in / kBlock, groupBlocks = in / w.groups / kBlock;
+  const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
+                groupBlocks = in / groups / kBlock;
   const int8_t *xTiles = x.tiles + rowTile * blocks * 512;
   const float *xScales = x.scales + rowTile * 16;
   alignas(64) int32_t sums[4][16][16];
-  alignas(64) float weightScales[16];
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     acc[i] = _mm512_setzero_ps();
-  int64_t nextGroup = 0;  // the first block of the group after weightScales'
+  // The group of the block being scaled, counted along (no division a block).
+  int64_t group = 0, groupLeft = groupBlocks;
   // Block b's sums from its tile into registers, scaled (a macro, as a lambda capturing acc
   // made GCC keep acc in memory).
 #define DSRT_SCALE_BLOCK(b, blockSums)                                                         \
   do {                                                                                         \
-    if ((b) == nextGroup) {                                                                    \
-      for (int i = 0; i < 16; ++i)                                                             \
-        weightScales[i] = w.scale((first + i) * w.groups + (b) / groupBlocks);                 \
-      nextGroup += groupBlocks;                                                                \
-    }                                                                                          \
     if (nextRows && (b) * blockBytes % 64 < blockBytes)                                        \
       for (int r = 0; r < 16; ++r)                                                             \
         _mm_prefetch(nextRows + r * rowBytes + (b) * blockBytes, _MM_HINT_T1);                 \
     scaleBlock<PerChannel>(blockSums, _mm512_loadu_ps(xScales + (b) * x.paddedRows),           \
-                           weightScales, acc);                                                 \
+                           panelScales + group, groups, acc);                                  \
+    if (--groupLeft == 0) {                                                                    \
+      ++group;                                                                                 \
+      groupLeft = groupBlocks;                                                                 \
+    }                                                                                          \
   } while (false)
   // Four sum tiles round robin, two blocks ahead (a microbenchmark of the tile work and the
   // scaling: 13 ns a block, against 16 with two tiles, one block ahead).
@@ -167,7 +173,8 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
 #undef DSRT_SCALE_BLOCK
 #undef DSRT_ISSUE_BLOCK
   transpose16(acc);
-  const __m512 channelScales = _mm512_loadu_ps(weightScales);
+  // With one group a row, the scales are the 16 outputs' in a row.
+  const __m512 channelScales = PerChannel ? _mm512_loadu_ps(panelScales) : _mm512_setzero_ps();
   const int64_t firstRow = rowTile * 16;
   const int64_t rows = std::min<int64_t>(16, x.rows - firstRow);
 #pragma GCC unroll 16
@@ -193,6 +200,19 @@ void unpackInt4Rows(const uint8_t *codes, int64_t rows, int64_t in, int8_t *out)
     }
 }
 
+// Rows [first, first + 16) of w's scales as f32, [16, groups]: the plan's f32 scales where
+// they lie, f16 and bf16 ones converted into `converted`.
+const float *scalesOf(const LinearWeights &w, int64_t first, std::vector<float> &converted) {
+  const int64_t count = 16 * w.groups, from = first * w.groups;
+  if (w.scaleType == DType::F32)
+    return static_cast<const float *>(w.scales) + from;
+  converted.resize(static_cast<size_t>(count));
+  convertFloats(w.scaleType,
+                static_cast<const uint16_t *>(w.scales) + from, DType::F32, converted.data(),
+                count);
+  return converted.data();
+}
+
 } // namespace
 
 bool gemmInt8AmxTakes(const LinearWeights &w) {
@@ -203,6 +223,7 @@ bool gemmInt8AmxTakes(const LinearWeights &w) {
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                  float *y, int64_t ldy, int8_t *int4Scratch) {
   const int64_t rowTiles = x.paddedRows / 16, in = w.in;
+  thread_local std::vector<float> panelScaleRows;
   _tile_loadconfig(&tileConfig());
   for (int64_t first = begin; first < end; first += 32) {
     const bool two = end - first >= 32;
@@ -221,10 +242,14 @@ void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin
       const char *nextRows = next + o * 16 + 16 <= end
                                  ? static_cast<const char *>(w.data) + (next + o * 16) * rowBytes
                                  : nullptr;
+      // The panel's weight scales as f32, once for all its row tiles: read one at a time per
+      // block (a scalar f16 conversion each), they cost grouped weights 40% of the product.
+      const float *panelScales = scalesOf(w, first + o * 16, panelScaleRows);
       for (int64_t rt = 0; rt < rowTiles; ++rt)
         (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, weights + o * 16 * in,
-                                                         first + o * 16, rt, y, ldy,
-                                                         rt == 0 ? nextRows : nullptr, rowBytes);
+                                                         panelScales, first + o * 16, rt, y,
+                                                         ldy, rt == 0 ? nextRows : nullptr,
+                                                         rowBytes);
     }
   }
   _tile_release();
