@@ -185,10 +185,27 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
 }
 
 // int4 rows (two codes a byte, the even input low, minus 8: docs/int4.md) as int8 rows.
+// 32 bytes of codes a step (the bytes' two halves interleave within each 128-bit lane, so
+// the lanes are put back in order after), then 16 for a row's last odd half of 32.
 void unpackInt4Rows(const uint8_t *codes, int64_t rows, int64_t in, int8_t *out) {
   const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < in / 2; j += 16) {
+  const __m256i low32 = _mm256_set1_epi8(0x0F), eight32 = _mm256_set1_epi8(8);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t j = 0;
+    for (; j + 32 <= in / 2; j += 32) {
+      const __m256i bytes =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i *>(codes + r * (in / 2) + j));
+      const __m256i even = _mm256_and_si256(bytes, low32);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low32);
+      const __m256i first = _mm256_sub_epi8(_mm256_unpacklo_epi8(even, odd), eight32);
+      const __m256i second = _mm256_sub_epi8(_mm256_unpackhi_epi8(even, odd), eight32);
+      int8_t *to = out + r * in + 2 * j;
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(to),
+                          _mm256_permute2x128_si256(first, second, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + 32),
+                          _mm256_permute2x128_si256(first, second, 0x31));
+    }
+    for (; j < in / 2; j += 16) {
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(codes + r * (in / 2) + j));
       const __m128i even = _mm_and_si128(bytes, low);
       const __m128i odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
@@ -198,6 +215,7 @@ void unpackInt4Rows(const uint8_t *codes, int64_t rows, int64_t in, int8_t *out)
       _mm_storeu_si128(reinterpret_cast<__m128i *>(to + 16),
                        _mm_sub_epi8(_mm_unpackhi_epi8(even, odd), eight));
     }
+  }
 }
 
 // Rows [first, first + 16) of w's scales as f32, [16, groups]: the plan's f32 scales where
