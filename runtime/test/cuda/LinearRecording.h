@@ -82,12 +82,7 @@ public:
     nextScratch += (bytes + 255) / 256 * 256;
     return Status::ok();
   }
-  const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
-  DevicePtr sequenceLengths() const override { return 0; }
-  const int32_t *hostSequenceLengths() const override { return nullptr; }
-  DeviceCollectives *collectives() override { return nullptr; }
   int rank() const override { return 0; }
-  StreamHandle stream() const override { return nullptr; }
   int multiprocessorCount() const override { return 132; }
   int residentBlocksPerMultiprocessor(size_t slot, unsigned threads,
                                       uint32_t sharedBytes) override {
@@ -97,7 +92,6 @@ public:
   int residentBlocks = 0;  // what the occupancy calculator says (0: unknown)
   std::vector<std::tuple<size_t, unsigned, uint32_t>> occupancyQueries;
   int computeCapability() const override { return 90; }
-  bool capturing() const override { return false; }
 };
 
 constexpr size_t kPtr = 8, kInt = 4, kLong = 8;

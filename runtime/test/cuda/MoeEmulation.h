@@ -95,15 +95,9 @@ public:
     out = address(scratch_.back().data());
     return Status::ok();
   }
-  const DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
-  DevicePtr sequenceLengths() const override { return 0; }
-  const int32_t *hostSequenceLengths() const override { return nullptr; }
-  DeviceCollectives *collectives() override { return nullptr; }
   int rank() const override { return rank_; }
-  StreamHandle stream() const override { return nullptr; }
   int multiprocessorCount() const override { return 2; }
   int computeCapability() const override { return 90; }
-  bool capturing() const override { return false; }
 
 private:
   MoeKernels kernels_;

@@ -23,6 +23,15 @@ public:
   const TensorRef *hostInput(size_t) const override { return nullptr; }
   size_t outputCount() const override { return outputs.size(); }
   const cuda::DeviceTensor &output(size_t index) const override { return outputs.at(index); }
+
+  // A step without a KV cache, collectives or a stream, not captured: what the linear and
+  // MoE harnesses answer (the attention harness overrides them).
+  const cuda::DeviceKvLayer *kvLayer(int64_t) const override { return nullptr; }
+  cuda::DevicePtr sequenceLengths() const override { return 0; }
+  const int32_t *hostSequenceLengths() const override { return nullptr; }
+  cuda::DeviceCollectives *collectives() override { return nullptr; }
+  cuda::StreamHandle stream() const override { return nullptr; }
+  bool capturing() const override { return false; }
 };
 
 } // namespace dsrt::test
