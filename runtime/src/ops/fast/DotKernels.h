@@ -130,6 +130,32 @@ template <> struct Stored<DType::U8> {
   static float oneAt(const T *row, int64_t k) { return scalarLoadInt4(row, k); }
 };
 
+// One row of x against inputs [begin, end) of a stored row, as a decode step reads it: four
+// independent vector sums (the single-vector steps after them into the first), added in
+// order; `tail` is where the scalar rest starts. dotStream's one-row products and keyScores
+// share it, so the two agree bit for bit.
+template <class Vec, DType D>
+typename Vec::V streamPartial(const float *x, const typename Stored<D>::T *row, int64_t begin,
+                              int64_t end, int64_t &tail) {
+  using Elem = Stored<D>;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth, U = 4;
+  V acc[U];
+  for (int u = 0; u < U; ++u)
+    acc[u] = Vec::zero();
+  int64_t k = begin;
+  for (; k + U * W <= end; k += U * W)
+    for (int u = 0; u < U; ++u)
+      acc[u] = Vec::fma(Vec::load(x + k + u * W), Elem::template loadAt<Vec>(row, k + u * W),
+                        acc[u]);
+  for (; k + W <= end; k += W)
+    acc[0] = Vec::fma(Vec::load(x + k), Elem::template loadAt<Vec>(row, k), acc[0]);
+  for (int u = 1; u < U; ++u)
+    acc[0] = Vec::add(acc[0], acc[u]);
+  tail = k;
+  return acc[0];
+}
+
 // Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
 // hardware prefetchers follow best: measured 10 % to 60 % more bandwidth than reading 8 rows
 // side by side), U vectors per step into independent sums. An int8 group's products are
@@ -149,6 +175,14 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
   float total[R] = {};
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t begin = g * groupSize, end = begin + groupSize;
+    if constexpr (R == 1) {
+      int64_t k = begin;
+      float sum = Vec::sum(streamPartial<Vec, D>(x, row, begin, end, k));
+      for (int64_t t = k; t < end; ++t)
+        sum += x[t] * Elem::oneAt(row, t);
+      total[0] += Elem::kGrouped ? sum * w.scale(o * groups + g) : sum;
+      continue;
+    }
     V acc[R][U];
     for (int r = 0; r < R; ++r)
       for (int u = 0; u < U; ++u)
@@ -468,31 +502,6 @@ template <class Vec, class = void> struct HasSums16 : std::false_type {};
 template <class Vec>
 struct HasSums16<Vec, std::void_t<decltype(Vec::kSums16)>> : std::true_type {};
 
-// One key's dot product as dotStream<Vec, D, 1> computes it: the vectors' sums (four
-// accumulators, then the single-vector steps into the first, then the four added in order),
-// and where the scalar tail starts.
-template <class Vec, DType D>
-typename Vec::V keyPartial(const float *x, const typename Stored<D>::T *row, int64_t in,
-                           int64_t &tail) {
-  using Elem = Stored<D>;
-  using V = typename Vec::V;
-  constexpr int W = Vec::kWidth, U = 4;
-  V acc[U];
-  for (int u = 0; u < U; ++u)
-    acc[u] = Vec::zero();
-  int64_t k = 0;
-  for (; k + U * W <= in; k += U * W)
-    for (int u = 0; u < U; ++u)
-      acc[u] = Vec::fma(Vec::load(x + k + u * W), Elem::template loadAt<Vec>(row, k + u * W),
-                        acc[u]);
-  for (; k + W <= in; k += W)
-    acc[0] = Vec::fma(Vec::load(x + k), Elem::template loadAt<Vec>(row, k), acc[0]);
-  for (int u = 1; u < U; ++u)
-    acc[0] = Vec::add(acc[0], acc[u]);
-  tail = k;
-  return acc[0];
-}
-
 template <class Vec, DType D>
 void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t width,
                     float *scores) {
@@ -503,7 +512,7 @@ void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t
       typename Vec::V partial[16];
       int64_t tail = 0;
       for (int j = 0; j < 16; ++j)
-        partial[j] = keyPartial<Vec, D>(query, Elem::rowOf(keys, t + j, width), width, tail);
+        partial[j] = streamPartial<Vec, D>(query, Elem::rowOf(keys, t + j, width), 0, width, tail);
       Vec::store(scores + t, Vec::sums16(partial));
       for (int j = 0; j < 16; ++j) {
         const typename Elem::T *row = Elem::rowOf(keys, t + j, width);
