@@ -120,29 +120,29 @@ TEST(QuantizedActivations, KernelsComputeTheirQuantizationExactly) {
     GTEST_SKIP() << "no int8-activation kernel here (no AVX-512 VNNI, or turned off)";
 }
 
-// The AMX-INT8 product called directly (Linear.cpp takes it from 8 rows of x), int8 weights
-// and int4 ones (unpacked to int8 tiles): row tiles whole and partial, one and two of them at
-// a time, panels of 16 and 32 outputs, ranges of 1 to 5 panels, groups of one block and of
-// several, every scale dtype, rows of 1 to 24 blocks.
-TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
-  if (!ops::fast::int8AmxAvailable())
-    GTEST_SKIP() << "no AMX-INT8 here";
-  const Product amx = [](const ops::fast::LinearWeights &w, const float *x, int64_t rows,
-                         float *y) {
+// A product of many rows from x packed in tiles (Linear.cpp takes one from 8 rows of x),
+// called directly: int8 weights and int4 ones (unpacked to int8 rows), row tiles whole and
+// partial, one and two of them at a time, panels of 16 and 32 outputs, ranges of 1 to 5
+// panels, groups of one block and of several, every scale dtype, rows of 1 to 24 blocks.
+using TiledGemm = void (*)(const ops::fast::Int8AmxOperands &, const ops::fast::LinearWeights &,
+                           int64_t, int64_t, float *, int64_t, int8_t *);
+void checkTiledProduct(TiledGemm gemm) {
+  const Product tiled = [gemm](const ops::fast::LinearWeights &w, const float *x, int64_t rows,
+                               float *y) {
     ops::fast::Int8Activations quantized;
     ops::fast::quantizeInt8Activations(x, rows, w, quantized);
     ops::fast::Int8AmxPacked packed;
     ops::fast::packInt8ActivationsForAmx(quantized, w.in, packed);
     std::vector<int8_t> scratch(static_cast<size_t>(32 * w.in));
     // Two ranges, as two threads would take them: [0, 32) and [32, 48).
-    ops::fast::gemmInt8Amx(packed.operands, w, 0, 32, y, w.out, scratch.data());
-    ops::fast::gemmInt8Amx(packed.operands, w, 32, w.out, y, w.out, scratch.data());
+    gemm(packed.operands, w, 0, 32, y, w.out, scratch.data());
+    gemm(packed.operands, w, 32, w.out, y, w.out, scratch.data());
   };
   for (DType dtype : {DType::I8, DType::U8})
     for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
       for (int64_t rows : {1, 8, 16, 17, 33, 70})
-        // Rows of 1, 2, 3, 5, 7, 8 and 24 blocks: the kernel keeps four blocks' products in
-        // flight, and each count leaves its loop at another of the four.
+        // Rows of 1, 2, 3, 5, 7, 8 and 24 blocks: the AMX kernel keeps four blocks' products
+        // in flight, and each count leaves its loop at another of the four.
         for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 8}, {768, 6},
                                   {224, 7}, {32, 1}, {64, 2}, {96, 1}, {160, 5}}) {
           ops::fast::LinearWeights shape;
@@ -150,12 +150,26 @@ TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
           shape.in = in;
           shape.groups = groups;
           ASSERT_TRUE(ops::fast::gemmInt8AmxTakes(shape));
-          checkAgainstExactQuantization(dtype, rows, in, 48, groups, scaleType, true, amx);
-          // 112 outputs: the second range holds 5 panels, so one call unpacks int4 rows three
-          // times into the same scratch, the last time a lone panel of 16.
+          checkAgainstExactQuantization(dtype, rows, in, 48, groups, scaleType, true, tiled);
+          // 112 outputs: the second range holds 5 panels, so one call unpacks int4 rows
+          // several times into the same scratch, the last time a lone panel of 16.
           if (rows == 17 || rows == 33)
-            checkAgainstExactQuantization(dtype, rows, in, 112, groups, scaleType, true, amx);
+            checkAgainstExactQuantization(dtype, rows, in, 112, groups, scaleType, true, tiled);
         }
+}
+
+TEST(QuantizedActivations, AmxInt8ComputesTheQuantizationExactly) {
+  if (!ops::fast::int8AmxAvailable())
+    GTEST_SKIP() << "no AMX-INT8 here";
+  checkTiledProduct(ops::fast::gemmInt8Amx);
+}
+
+// The same x tiles through AVX-512 VNNI (GemmInt8Vnni.cpp), which CPUs without AMX take.
+TEST(QuantizedActivations, VnniTilesComputeTheQuantizationExactly) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 VNNI here";
+  checkTiledProduct(ops::fast::gemmInt8Vnni);
 }
 
 } // namespace

@@ -357,6 +357,14 @@ bool int8AmxTakes(const LinearWeights &w, int64_t rows) {
   return allowed && rows >= (w.dtype == DType::U8 ? kInt4AmxRows : kInt8AmxRows) &&
          gemmInt8AmxTakes(w) && w.out >= 16;
 }
+// Without AMX, the same packed x through VNNI a block of 16 rows at a time
+// (GemmInt8Vnni.cpp), from as many rows: DSRT_INT8_VNNI_TILES=0 keeps the dot kernels.
+constexpr int64_t kInt8VnniTileRows = 8;
+bool int8VnniTilesTake(const LinearWeights &w, int64_t rows) {
+  static const bool allowed =
+      environment("DSRT_INT8_VNNI_TILES") != "0" && vnniActivationsPossible();
+  return allowed && rows >= kInt8VnniTileRows && gemmInt8AmxTakes(w) && w.out >= 16;
+}
 } // namespace
 
 bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant) {
@@ -504,12 +512,15 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     Int8Activations &quantized8 = callerInt8;
     // Many rows on AMX-INT8 tiles: int8 weights, and int4 ones whose activations the VNNI
     // kernel quantizes (the same values as int8's quantizer: DotInt4Vnni.cpp).
-    const bool amx = (int8Vnni || (int4Quantized && int4VnniAvailable())) && int8AmxTakes(w, rows);
-    if (int4Quantized && (!amx || out % 16 != 0))
+    // Where the CPU has no AMX, the same tiles of x through VNNI (GemmInt8Vnni.cpp).
+    const bool integerTiles = int8Vnni || (int4Quantized && int4VnniAvailable());
+    const bool amx = integerTiles && int8AmxTakes(w, rows);
+    const bool tiles = amx || (integerTiles && int8VnniTilesTake(w, rows));
+    if (int4Quantized && (!tiles || out % 16 != 0))
       quantizeInt4Activations(x, rows, w, quantized);
-    if (int8Vnni && !amx)
+    if (int8Vnni && !tiles)
       quantizeInt8Activations(x, rows, w, quantized8);
-    if (amx) {
+    if (tiles) {
       thread_local Int8AmxPacked callerPacked;
       Int8AmxPacked &packed = callerPacked;
       // Quantized and packed by row tiles on the pool (on the caller alone, the other
@@ -537,7 +548,10 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
           int4Rows.resize(static_cast<size_t>(32 * in + 64));
           unpacked = int4Rows.data() + (64 - reinterpret_cast<uintptr_t>(int4Rows.data()) % 64) % 64;
         }
-        gemmInt8Amx(packed.operands, w, first, end * 16, y, out, unpacked);
+        if (amx)
+          gemmInt8Amx(packed.operands, w, first, end * 16, y, out, unpacked);
+        else
+          gemmInt8Vnni(packed.operands, w, first, end * 16, y, out, unpacked);
         if (last > end * 16 && int8Vnni)
           dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out);
         else if (last > end * 16)

@@ -61,6 +61,10 @@ void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_
 // int4 weights need int4Scratch: 32 * w.in bytes, the thread's own.
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                  float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
+// The same product with AVX-512 VNNI, from the same packed x, for CPUs without AMX
+// (GemmInt8Vnni.cpp); int4 weights need int4Scratch: 16 * w.in bytes.
+void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
+                  float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
 
 // int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
 // (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
