@@ -21,6 +21,7 @@
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -38,6 +39,7 @@ struct ServeOptions {
   double temperature = 0;  // 0: greedy; else every request samples (seed: its index)
   uint64_t seed = 1, kvBytes = 0;
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
+  int warmup = 1;  // untimed requests before each way's run
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
   bool batchInvariant = true;
   dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
@@ -96,6 +98,10 @@ ServeOptions parse(int argc, char **argv) {
                       "tokens one engine step computes at most (default: the rows of the "
                       "plan's step program)",
                       1, 100000000);
+  commandLine.integer("--warmup", o.warmup, "W",
+                      "untimed requests each way runs before its timed run, none of the "
+                      "stream's tokens (default 1; 0: time from a cold start)",
+                      0, 1000);
   commandLine.flag("--no-prefix-caching", noPrefixCaching, "turn the engine's prefix cache off");
   bool notBatchInvariant = false;
   commandLine.flag("--no-batch-invariant", notBatchInvariant,
@@ -166,6 +172,23 @@ std::vector<Request> drawRequests(const ServeOptions &o, int64_t vocab, int64_t 
   return requests;
 }
 
+// What each way runs before its timed run, so that no way is charged for the process's cold
+// start (the plan's weight pages faulted in, the thread pool, the first packing), as vLLM's
+// benchmark sends a test prompt first. Its tokens come from another seed: the engine's
+// prefix cache holds nothing of the stream after it.
+std::vector<Request> drawWarmup(const ServeOptions &o, int64_t vocab, int64_t maxSeq) {
+  std::mt19937_64 random(o.seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<Request> warmup(static_cast<size_t>(o.warmup));
+  const int64_t outputs = std::max<int64_t>(1, std::min<int64_t>(8, maxSeq / 2));
+  const int64_t promptLength = std::max<int64_t>(1, std::min<int64_t>(64, maxSeq - outputs));
+  for (Request &request : warmup) {
+    request.outputTokens = static_cast<int>(outputs);
+    for (int64_t i = 0; i < promptLength; ++i)
+      request.prompt.push_back(static_cast<int64_t>(random() % static_cast<uint64_t>(vocab)));
+  }
+  return warmup;
+}
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty())
     return 0;
@@ -229,12 +252,20 @@ struct EngineRun {
   std::vector<Timing> timings;
   std::vector<int64_t> idToRequest;  // engine id -> request index (ids count from 1)
   int finished = 0;
+  std::set<int64_t> warmupIds;  // untimed: counted down as they finish
 };
 
 void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state,
              const dsrt_token_logprobs * /*logprobs*/) {
   auto &run = *static_cast<EngineRun *>(user);
   std::lock_guard<std::mutex> lock(run.mutex);
+  if (run.warmupIds.count(id)) {
+    if (state != DSRT_REQUEST_RUNNING) {
+      run.warmupIds.erase(id);
+      run.changed.notify_all();
+    }
+    return;
+  }
   if (id <= 0 || static_cast<size_t>(id) >= run.idToRequest.size())
     return;
   Timing &t = run.timings[static_cast<size_t>(run.idToRequest[static_cast<size_t>(id)])];
@@ -252,7 +283,8 @@ void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state,
 }
 
 Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
-                         const std::vector<Request> &requests) {
+                         const std::vector<Request> &requests,
+                         const std::vector<Request> &warmup) {
   dsrt_engine_options options;
   dsrt_engine_options_init(&options);
   options.block_size = o.blockSize;
@@ -268,6 +300,21 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   run.idToRequest.assign(requests.size() + 1, 0);
   check(dsrt_engine_set_callback(engine, onToken, &run), "callback");
   check(dsrt_engine_start(engine), "engine thread");
+  for (const Request &request : warmup) {
+    dsrt_request_options options;
+    dsrt_request_options_init(&options);
+    options.max_new_tokens = request.outputTokens;
+    options.ignore_eos = 1;
+    int64_t id = 0;
+    std::unique_lock<std::mutex> lock(run.mutex);
+    check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(),
+                                  &options, &id),
+          "warm-up request");
+    run.warmupIds.insert(id);
+    run.changed.wait(lock, [&] { return run.warmupIds.empty(); });
+  }
+  dsrt_engine_stats before;
+  check(dsrt_engine_stats_get(engine, &before), "stats");
   auto send = [&](size_t index) {
     dsrt_request_options request;
     dsrt_request_options_init(&request);
@@ -327,8 +374,8 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
       static_cast<int64_t>(stats.bytes_per_block * static_cast<uint64_t>(stats.total_blocks) /
                            perSequence);
   measured.totalBlocks = stats.total_blocks;
-  measured.prefixHits = stats.prefix_hits;
-  measured.preemptions = stats.preemptions;
+  measured.prefixHits = stats.prefix_hits - before.prefix_hits;
+  measured.preemptions = stats.preemptions - before.preemptions;
   return measured;
 }
 
@@ -350,14 +397,28 @@ int onStaticToken(void *user, size_t sequence, int64_t token) {
 
 // The stream through dsrt_generate, `batch` requests at a time in arrival order; every
 // request is counted as sent when the run starts (the static path makes later ones wait).
-Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests, int batch,
-                     const std::string &name, dsrt_device device, double temperature) {
+Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests,
+                     const std::vector<Request> &warmup, int batch, const std::string &name,
+                     dsrt_device device, double temperature) {
   dsrt_session *session = nullptr;
   dsrt_group *group = nullptr;
   if (dsrt_plan_rank_count(plan) > 1)
     check(dsrt_group_create(plan, device, &group), "group");
   else
     check(dsrt_session_create(plan, 0, device, &session), "session");
+  for (const Request &request : warmup) {
+    const int64_t *prompt = request.prompt.data();
+    const size_t length = request.prompt.size();
+    dsrt_generate_options options;
+    dsrt_generate_options_init(&options);
+    options.max_new_tokens = request.outputTokens;
+    options.ignore_eos = 1;
+    dsrt_generation *generation = nullptr;
+    check(group ? dsrt_group_generate(group, 1, &prompt, &length, &options, &generation)
+                : dsrt_generate(session, 1, &prompt, &length, &options, &generation),
+          name + " warm-up");
+    dsrt_generation_free(generation);
+  }
   std::vector<Timing> timings(requests.size());
   const Clock::time_point start = Clock::now();
   for (Timing &t : timings)
@@ -417,6 +478,7 @@ int runServe(int argc, char **argv) {
   int64_t maxSeq = 0, maxBatch = 0;
   check(dsrt_plan_limits(plan, &maxBatch, &maxSeq), "limits");
   std::vector<Request> requests = drawRequests(o, vocab, maxSeq);
+  const std::vector<Request> warmup = drawWarmup(o, vocab, maxSeq);
   if (!o.dumpRequests.empty()) {
     nlohmann::json stream = nlohmann::json::array();
     for (const Request &request : requests)
@@ -432,7 +494,7 @@ int runServe(int argc, char **argv) {
       die("cannot write " + o.dumpRequests);
   }
   std::vector<Measured> results;
-  results.push_back(serveWithEngine(plan, o, requests));
+  results.push_back(serveWithEngine(plan, o, requests, warmup));
   dsrt_plan *staticPlan = plan;
   if (!o.staticPlan.empty()) {
     check(dsrt_plan_open(o.staticPlan.c_str(), &staticPlan), "cannot open --static-plan");
@@ -440,12 +502,12 @@ int runServe(int argc, char **argv) {
   }
   const int staticBatch = static_cast<int>(std::min<int64_t>(o.clients, maxBatch));
   if (!o.skipStatic)
-    results.push_back(serveStatic(staticPlan, requests, staticBatch,
+    results.push_back(serveStatic(staticPlan, requests, warmup, staticBatch,
                                   "static batch of " + std::to_string(staticBatch), o.device,
                                   o.temperature));
   if (!o.skipAlone)
     results.push_back(
-        serveStatic(staticPlan, requests, 1, "one at a time", o.device, o.temperature));
+        serveStatic(staticPlan, requests, warmup, 1, "one at a time", o.device, o.temperature));
   if (staticPlan != plan)
     dsrt_plan_close(staticPlan);
   uint64_t promptTokens = 0, outputTokens = 0;
