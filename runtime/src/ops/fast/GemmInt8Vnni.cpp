@@ -23,6 +23,7 @@
 #include "ops/fast/QuantizedActivations.h"
 
 #include <algorithm>
+#include <cstring>
 #include <immintrin.h>
 #include <vector>
 
@@ -75,11 +76,14 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
     // Unrolled so that acc stays in registers (its indices constants), as GemmInt8Amx.cpp's.
 #pragma GCC unroll 16
     for (int o = 0; o < 16; ++o) {
-      const int32_t *quadsOfW = reinterpret_cast<const int32_t *>(weights + o * in + b * kBlock);
+      const int8_t *row = weights + o * in + b * kBlock;
       __m512i sums = _mm512_set1_epi32(surplus[b * 16 + o]);
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q)
-        sums = _mm512_dpbusd_epi32(sums, quads[q], _mm512_set1_epi32(quadsOfW[q]));
+      for (int q = 0; q < 8; ++q) {
+        int32_t quad;  // a weight row's 4 inputs, wherever the plan put the row
+        std::memcpy(&quad, row + 4 * q, sizeof quad);
+        sums = _mm512_dpbusd_epi32(sums, quads[q], _mm512_set1_epi32(quad));
+      }
       const __m512 scale =
           PerChannel ? rowScales
                      : _mm512_mul_ps(rowScales, _mm512_set1_ps(panelScales[o * groups + group]));
