@@ -14,11 +14,11 @@
 // outputs' f32 sums stay in registers, transposed into y's rows at the end (as the AMX
 // kernel's).
 //
-// vpdpbusd takes its first operand unsigned: x's codes are flipped to xq + 128 as they are
-// loaded, and the surplus, 128 * sum(w) over each block of each output, is where the block's
-// int32 sums start (negated), computed once per panel of 16 outputs for all its row tiles.
-// Each block's int32 sum is exact, as the AMX kernel's and the dot kernels' are, so a row's
-// result differs between the three by f32 rounding only, whatever its batch.
+// vpdpbusd takes its first operand unsigned: each panel's 16 weight rows are copied flipped
+// to w + 128 (int4 ones as they are unpacked), and the surplus, 128 * sum(xq) of each block
+// of each row of x, which the quantizer already has, is where the block's int32 sums start
+// (negated). Each block's int32 sum is exact, as the AMX kernel's and the dot kernels' are,
+// so a row's result differs between the three by f32 rounding only, whatever its batch.
 #include "ops/fast/Int8Panels.h"
 #include "ops/fast/QuantizedActivations.h"
 
@@ -32,36 +32,33 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale
 
-// -128 * sum of each block of 32 weights, [blocks, 16 outputs], of the panel's 16 rows.
-void blockSurpluses(const int8_t *weights, int64_t in, int32_t *surplus) {
-  const int64_t blocks = in / kBlock;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
-  for (int64_t o = 0; o < 16; ++o)
-    for (int64_t b = 0; b < blocks; ++b) {
-      // sum(w + 128) by psadbw in four 64-bit lanes, less 32 * 128.
-      const __m256i sums = _mm256_sad_epu8(
-          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(
-                               weights + o * in + b * kBlock)),
-                           flip),
-          zero);
-      const __m128i halves =
-          _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-      const int64_t total = _mm_cvtsi128_si64(halves) + _mm_extract_epi64(halves, 1) - 32 * 128;
-      surplus[b * 16 + o] = static_cast<int32_t>(-128 * total);
-    }
+// The panel's 16 weight rows (`in` apart in `rows`, int8) flipped to w + 128 into `out`.
+void flipRows(const int8_t *rows, int64_t in, int8_t *out) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t o = 0; o < 16; ++o) {
+    int64_t k = 0;
+    for (; k + 64 <= in; k += 64)
+      _mm512_storeu_si512(out + o * in + k,
+                         _mm512_xor_si512(_mm512_loadu_si512(rows + o * in + k), flip));
+    const __mmask64 tail = (__mmask64(1) << (in - k)) - 1;  // in - k < 64: a row's last half
+    if (k < in)
+      _mm512_mask_storeu_epi8(out + o * in + k, tail,
+                              _mm512_xor_si512(_mm512_maskz_loadu_epi8(tail, rows + o * in + k),
+                                               flip));
+  }
 }
 
-// The 16 outputs of a panel (weight rows `weights`, `in` apart) for the 16 rows of x in
-// `rowTile`, written to y. `panelScales` are the outputs' weight scales as f32, [16, groups].
+// The 16 outputs of a panel (flipped weight rows `flipped`, `in` apart) for the 16 rows of x
+// in `rowTile`, written to y. `panelScales` are the outputs' weight scales as f32, [16,
+// groups].
 template <bool PerChannel>
-void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *weights,
-             const int32_t *surplus, const float *panelScales, int64_t first, int64_t rowTile,
-             float *y, int64_t ldy) {
+void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *flipped,
+             const float *panelScales, int64_t first, int64_t rowTile, float *y, int64_t ldy) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = in / groups / kBlock;
   const int8_t *xTiles = x.tiles + rowTile * blocks * 512;
   const float *xScales = x.scales + rowTile * 16;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int32_t *xSurpluses = x.surpluses + rowTile * 16;
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int o = 0; o < 16; ++o)
@@ -71,18 +68,19 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
     __m512i quads[8];
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q)
-      quads[q] = _mm512_xor_si512(_mm512_load_si512(xTiles + b * 512 + q * 64), flip);
+      quads[q] = _mm512_load_si512(xTiles + b * 512 + q * 64);
+    const __m512i surpluses = _mm512_loadu_si512(xSurpluses + b * x.paddedRows);
     const __m512 rowScales = _mm512_loadu_ps(xScales + b * x.paddedRows);
     // Unrolled so that acc stays in registers (its indices constants), as GemmInt8Amx.cpp's.
 #pragma GCC unroll 16
     for (int o = 0; o < 16; ++o) {
-      const int8_t *row = weights + o * in + b * kBlock;
-      __m512i sums = _mm512_set1_epi32(surplus[b * 16 + o]);
+      const uint8_t *row = flipped + o * in + b * kBlock;
+      __m512i sums = surpluses;
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
-        int32_t quad;  // a weight row's 4 inputs, wherever the plan put the row
+        int32_t quad;  // 4 flipped weights, broadcast to the 16 rows
         std::memcpy(&quad, row + 4 * q, sizeof quad);
-        sums = _mm512_dpbusd_epi32(sums, quads[q], _mm512_set1_epi32(quad));
+        sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi32(quad), quads[q]);
       }
       const __m512 scale =
           PerChannel ? rowScales
@@ -100,23 +98,20 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
 } // namespace
 
 void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
-                  float *y, int64_t ldy, int8_t *int4Scratch) {
+                  float *y, int64_t ldy, int8_t *weightScratch) {
   const int64_t rowTiles = x.paddedRows / 16, in = w.in;
   thread_local std::vector<float> panelScaleRows;
-  thread_local std::vector<int32_t> surplus;
-  surplus.resize(static_cast<size_t>(in / kBlock * 16));
   for (int64_t first = begin; first < end; first += 16) {
-    const int8_t *weights = static_cast<const int8_t *>(w.data) + first * in;
-    if (w.dtype == DType::U8) {
+    if (w.dtype == DType::U8)
       unpackInt4Rows(static_cast<const uint8_t *>(w.data) + first * (in / 2), 16, in,
-                     int4Scratch);
-      weights = int4Scratch;
-    }
-    blockSurpluses(weights, in, surplus.data());
+                     weightScratch);
+    flipRows(w.dtype == DType::U8 ? weightScratch : static_cast<const int8_t *>(w.data) + first * in,
+             in, weightScratch);
     const float *panelScales = scalesOf(w, first, panelScaleRows);
+    const auto *flipped = reinterpret_cast<const uint8_t *>(weightScratch);
     for (int64_t rt = 0; rt < rowTiles; ++rt)
-      (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, weights, surplus.data(),
-                                                       panelScales, first, rt, y, ldy);
+      (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt, y,
+                                                       ldy);
   }
 }
 

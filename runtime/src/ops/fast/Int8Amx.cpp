@@ -52,7 +52,9 @@ void prepareInt8AmxPacking(const Int8Activations &x, int64_t in, Int8AmxPacked &
   const int64_t blocks = in / kBlock, paddedRows = (x.rows + 15) / 16 * 16;
   out.tiles.resize(static_cast<size_t>(paddedRows * in + kLine));
   out.scales.resize(static_cast<size_t>(blocks * paddedRows));
-  out.operands = {alignedTiles(out), out.scales.data(), x.rows, paddedRows};
+  out.surpluses.resize(static_cast<size_t>(blocks * paddedRows));
+  out.operands = {alignedTiles(out), out.scales.data(), out.surpluses.data(), x.rows,
+                  paddedRows};
 }
 
 void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_t end,
@@ -70,6 +72,7 @@ void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_
         for (int64_t quad = 0; quad < kBlock / 4; ++quad)
           std::memset(block + quad * 64, 0, 4);
         out.scales[static_cast<size_t>(b * paddedRows + r)] = 0.0f;
+        out.surpluses[static_cast<size_t>(b * paddedRows + r)] = 0;
       }
       continue;
     }
@@ -78,9 +81,11 @@ void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_
       int8_t *block = tiles + (tile * blocks + b) * 512 + lane * 4;
       for (int64_t quad = 0; quad < kBlock / 4; ++quad)
         std::memcpy(block + quad * 64, row.values.data() + b * kBlock + quad * 4, 4);
-      // The block's scale is on each of its lanes (DotVnni.cpp's quantizeRow).
-      out.scales[static_cast<size_t>(b * paddedRows + r)] =
-          row.laneScales[static_cast<size_t>((b / 2) * 16 + (b % 2) * 8)];
+      // The block's scale is on each of its lanes, its surplus on the first (DotVnni.cpp's
+      // quantizeRow).
+      const size_t lane = static_cast<size_t>((b / 2) * 16 + (b % 2) * 8);
+      out.scales[static_cast<size_t>(b * paddedRows + r)] = row.laneScales[lane];
+      out.surpluses[static_cast<size_t>(b * paddedRows + r)] = row.surplusLanes[lane];
     }
   }
 }

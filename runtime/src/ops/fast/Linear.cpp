@@ -541,10 +541,11 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
           std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 16 * in * rows));
       parallelFor(panels, panelGrain, [&](int64_t begin, int64_t end) {
         const int64_t first = begin * 16, last = end == panels ? out : end * 16;
-        // The unpacked int4 rows are the kernel's weight tiles: on a cache line, as x's.
+        // The unpacked int4 rows are the kernel's weight tiles: on a cache line, as x's. The
+        // VNNI kernel copies every panel there (flipped).
         thread_local std::vector<int8_t> int4Rows;
         int8_t *unpacked = nullptr;
-        if (w.dtype == DType::U8) {
+        if (w.dtype == DType::U8 || !amx) {
           int4Rows.resize(static_cast<size_t>(32 * in + 64));
           unpacked = int4Rows.data() + (64 - reinterpret_cast<uintptr_t>(int4Rows.data()) % 64) % 64;
         }

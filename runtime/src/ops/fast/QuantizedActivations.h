@@ -35,16 +35,18 @@ void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t b
 
 // The same product for many rows on AMX-INT8 (GemmInt8Amx.cpp; Int8Amx.cpp packs x): x's
 // quantized rows as AMX's B operand, [row tiles of 16, blocks of 32 inputs, 8 quads, 16 rows,
-// 4 inputs], zero past the last row, and each block's activation scales, [blocks,
-// paddedRows].
+// 4 inputs], zero past the last row, and each block's activation scales and surpluses
+// (-128 * sum(xq), for the VNNI kernel's flipped weights), [blocks, paddedRows].
 struct Int8AmxOperands {
   const int8_t *tiles = nullptr;
   const float *scales = nullptr;
+  const int32_t *surpluses = nullptr;
   int64_t rows = 0, paddedRows = 0;
 };
 struct Int8AmxPacked {
   std::vector<int8_t> tiles;
   std::vector<float> scales;
+  std::vector<int32_t> surpluses;
   Int8AmxOperands operands;
 };
 // Whether the CPU has AMX-INT8 and Linux lets this process use the tile state.
@@ -62,9 +64,9 @@ void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                  float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
 // The same product with AVX-512 VNNI, from the same packed x, for CPUs without AMX
-// (GemmInt8Vnni.cpp); int4 weights need int4Scratch: 16 * w.in bytes.
+// (GemmInt8Vnni.cpp); it needs weightScratch: 16 * w.in bytes, the thread's own.
 void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
-                  float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
+                  float *y, int64_t ldy, int8_t *weightScratch);
 
 // int4 weights times int8 activations (DotInt4Vnni.cpp), in steps of 4 blocks of 32 inputs
 // (64 bytes of codes, one vpdpbusd's lanes: lanes 4k to 4k + 3 hold block k). One row of x
