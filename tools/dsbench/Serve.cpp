@@ -21,7 +21,6 @@
 #include <iostream>
 #include <mutex>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -252,16 +251,16 @@ struct EngineRun {
   std::vector<Timing> timings;
   std::vector<int64_t> idToRequest;  // engine id -> request index (ids count from 1)
   int finished = 0;
-  std::set<int64_t> warmupIds;  // untimed: counted down as they finish
+  int64_t warmupId = 0;  // the untimed request in flight (0: none; ids count from 1)
 };
 
 void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state,
              const dsrt_token_logprobs * /*logprobs*/) {
   auto &run = *static_cast<EngineRun *>(user);
   std::lock_guard<std::mutex> lock(run.mutex);
-  if (run.warmupIds.count(id)) {
+  if (id == run.warmupId) {
     if (state != DSRT_REQUEST_RUNNING) {
-      run.warmupIds.erase(id);
+      run.warmupId = 0;
       run.changed.notify_all();
     }
     return;
@@ -310,8 +309,8 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
     check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(),
                                   &options, &id),
           "warm-up request");
-    run.warmupIds.insert(id);
-    run.changed.wait(lock, [&] { return run.warmupIds.empty(); });
+    run.warmupId = id;
+    run.changed.wait(lock, [&] { return run.warmupId == 0; });
   }
   dsrt_engine_stats before;
   check(dsrt_engine_stats_get(engine, &before), "stats");

@@ -541,18 +541,18 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
           std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, 16 * in * rows));
       parallelFor(panels, panelGrain, [&](int64_t begin, int64_t end) {
         const int64_t first = begin * 16, last = end == panels ? out : end * 16;
-        // The unpacked int4 rows are the kernel's weight tiles: on a cache line, as x's. The
-        // VNNI kernel copies every panel there (flipped).
-        thread_local std::vector<int8_t> int4Rows;
-        int8_t *unpacked = nullptr;
+        // Where a kernel keeps its panels' weight rows (int4 ones unpacked for AMX, every
+        // panel flipped for VNNI): on a cache line, as x's tiles.
+        thread_local std::vector<int8_t> panelRows;
+        int8_t *scratch = nullptr;
         if (w.dtype == DType::U8 || !amx) {
-          int4Rows.resize(static_cast<size_t>(32 * in + 64));
-          unpacked = int4Rows.data() + (64 - reinterpret_cast<uintptr_t>(int4Rows.data()) % 64) % 64;
+          panelRows.resize(static_cast<size_t>(32 * in + 64));
+          scratch = panelRows.data() + (64 - reinterpret_cast<uintptr_t>(panelRows.data()) % 64) % 64;
         }
         if (amx)
-          gemmInt8Amx(packed.operands, w, first, end * 16, y, out, unpacked);
+          gemmInt8Amx(packed.operands, w, first, end * 16, y, out, scratch);
         else
-          gemmInt8Vnni(packed.operands, w, first, end * 16, y, out, unpacked);
+          gemmInt8Vnni(packed.operands, w, first, end * 16, y, out, scratch);
         if (last > end * 16 && int8Vnni)
           dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out);
         else if (last > end * 16)
