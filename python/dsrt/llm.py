@@ -115,18 +115,21 @@ class LLM:
     batch if more, at most a quarter of the memory), ``max_tokens_per_step`` (0: the step's
     rows: ``dsc --serving``'s 256 or ``--max-tokens-per-step``), ``prefix_caching``, and
     ``batch_invariant`` (default: each request's tokens as it would get them alone; False lets
-    long steps of half and quantized plans take faster bf16 arithmetic). The GIL is released
-    while the engine steps.
+    long steps of half and quantized plans take faster bf16 arithmetic), and ``kv_cache_dtype``
+    ("auto": the plan's; "int8": a scale per 32 values, about half an f16 cache's bytes, on
+    the CPU). The GIL is released while the engine steps.
     """
 
     def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
-                 prefix_caching: bool = True, batch_invariant: bool = True):
+                 prefix_caching: bool = True, batch_invariant: bool = True,
+                 kv_cache_dtype: str = "auto"):
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
                                 max_tokens_per_step=max_tokens_per_step,
                                 prefix_caching=prefix_caching,
-                                batch_invariant=batch_invariant)
+                                batch_invariant=batch_invariant,
+                                kv_cache_dtype=kv_cache_dtype)
         self.tokenizer = self._loop.tokenizer
         self._templates = dict(self._loop.plan.chat_templates())
         self._special_tokens = {name: self._loop.plan.special_token(name)

@@ -485,6 +485,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-batch-invariant", action="store_true",
                         help="let long steps of half and quantized plans take faster bf16 "
                         "arithmetic (a token may then differ from the request's alone)")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto",
+                        help="the KV cache's dtype: the plan's, or int8 with a scale per 32 "
+                        "values (about half an f16 cache's bytes; CPU only)")
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")
@@ -505,7 +508,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             kv_cache_bytes=args.kv_cache_bytes,
                             max_tokens_per_step=args.max_tokens_per_step,
                             prefix_caching=not args.no_prefix_caching,
-                            batch_invariant=not args.no_batch_invariant, mpi=_mpi_world() > 1)
+                            batch_invariant=not args.no_batch_invariant,
+                            kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

@@ -229,7 +229,7 @@ struct Engine {
 
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
-         bool batchInvariant, bool mpi)
+         bool batchInvariant, const std::string &kvCacheDType, bool mpi)
       : plan(std::move(planIn)) {
     dsrt_engine_options options;
     dsrt_engine_options_init(&options);
@@ -240,6 +240,11 @@ struct Engine {
     options.max_running = maxRunning;
     options.prefix_caching = prefixCaching ? 1 : 0;
     options.batch_invariant = batchInvariant ? 1 : 0;
+    if (kvCacheDType == "int8")
+      options.kv_cache_dtype = DSRT_I8;
+    else if (kvCacheDType != "auto")
+      throw nb::value_error(("kv_cache_dtype must be 'auto' (the plan's) or 'int8', not '" +
+                             kvCacheDType + "'").c_str());
     nb::gil_scoped_release release;
     check(mpi ? dsrt_engine_create_mpi(plan->handle, &options, &handle)
               : dsrt_engine_create(plan->handle, &options, &handle));
@@ -403,9 +408,10 @@ NB_MODULE(_dsrt, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool, bool>(),
+                    bool, const std::string &, bool>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
-           "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "mpi"_a)
+           "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "kv_cache_dtype"_a,
+           "mpi"_a)
       .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
       .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
       .def("stop",

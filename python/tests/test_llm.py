@@ -41,6 +41,26 @@ def test_without_batch_invariance_an_fp32_plan_is_still_greedy(plan, reference):
         assert output.outputs[0].token_ids == expected["generated"]
 
 
+def test_int8_kv_cache_reaches_the_engine_and_bad_dtypes_are_refused(plan, reference):
+    # The int8 cache's numerics are test/ops' and its batch invariance test/serving's; here the
+    # option reaches the engine (its blocks take fewer bytes than the plan's f32 ones) and
+    # the first greedy token, whose logits move by the cache's rounding only, is transformers'.
+    from dsrt.engine import EngineLoop
+    plain, int8 = EngineLoop(plan), EngineLoop(plan, kv_cache_dtype="int8")
+    try:
+        assert int8.stats()["bytes_per_block"] < plain.stats()["bytes_per_block"]
+    finally:
+        plain.close()
+        int8.close()
+    prompts = [p["ids"] for p in reference["prompts"]]
+    with dsrt.LLM(plan, kv_cache_dtype="int8") as engine:
+        outputs = engine.generate(prompts, dsrt.SamplingParams(max_tokens=1, **GREEDY))
+    for output, expected in zip(outputs, reference["prompts"]):
+        assert output.outputs[0].token_ids == expected["generated"][:1]
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        dsrt.LLM(plan, kv_cache_dtype="fp8")
+
+
 def test_logprobs_are_transformers_log_softmax(llm, reference):
     # fp32 on both sides: 1e-4 as the fixture's logits tests (check_generation.py).
     for prompt in reference["prompts"]:

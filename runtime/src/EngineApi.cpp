@@ -78,6 +78,11 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
   cpp.maxRunningSequences = given.max_running;
   cpp.prefixCaching = given.prefix_caching != 0;
   cpp.batchInvariant = given.batch_invariant != 0;
+  if (given.kv_cache_dtype != DSRT_UNDEFINED && given.kv_cache_dtype != DSRT_I8)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT,
+                      "kv_cache_dtype must be DSRT_UNDEFINED (the plan's) or DSRT_I8, not " +
+                          std::to_string(given.kv_cache_dtype));
+  cpp.int8KvCache = given.kv_cache_dtype == DSRT_I8;
   return DSRT_OK;
 }
 

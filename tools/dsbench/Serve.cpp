@@ -41,6 +41,7 @@ struct ServeOptions {
   int warmup = 1;  // untimed requests before each way's run
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
   bool batchInvariant = true;
+  bool int8KvCache = false;  // the engine's; the static runs keep the plan's cache
   dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
 };
 
@@ -106,6 +107,11 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.flag("--no-batch-invariant", notBatchInvariant,
                    "let long steps of half and quantized plans take the bf16 GEMMs and AMX "
                    "attention (faster; a token may then differ from the request's alone)");
+  std::string kvCacheDType = "auto";
+  commandLine.text("--kv-cache-dtype", kvCacheDType, "DTYPE",
+                   "the engine's KV cache: auto (the plan's, default) or int8 (a scale per "
+                   "32 values, about half an f16 cache's bytes; CPU only). The static and "
+                   "one-at-a-time runs keep the plan's");
   commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
   commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
   commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
@@ -126,6 +132,9 @@ ServeOptions parse(int argc, char **argv) {
     std::tie(o.outputMin, o.outputMax) = range(commandLine, "--output-len", outputLength);
   o.prefixCaching = !noPrefixCaching;
   o.batchInvariant = !notBatchInvariant;
+  if (kvCacheDType != "auto" && kvCacheDType != "int8")
+    commandLine.usageError("--kv-cache-dtype must be auto or int8, not '" + kvCacheDType + "'");
+  o.int8KvCache = kvCacheDType == "int8";
   if (!device.empty() && dsrt_device_from_name(device.c_str(), &o.device) != DSRT_OK)
     commandLine.usageError(std::string("--device: ") + dsrt_last_error());
   o.plan = commandLine.single(plans, "plan");
@@ -291,6 +300,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.max_tokens_per_step = o.tokensPerStep;
   options.prefix_caching = o.prefixCaching ? 1 : 0;
   options.batch_invariant = o.batchInvariant ? 1 : 0;
+  options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
   options.device = o.device;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine");
@@ -524,6 +534,7 @@ int runServe(int argc, char **argv) {
                           {"rate", o.rate},
                           {"system_prompt", o.systemPrompt},
                           {"block_size", o.blockSize},
+                          {"kv_cache_dtype", o.int8KvCache ? "int8" : "auto"},
                           {"runs", nlohmann::json::array()}};
     for (const Measured &m : results)
       out["runs"].push_back(m.toJson(requests.size()));
@@ -539,10 +550,11 @@ int runServe(int argc, char **argv) {
                   j["ttft_rest_p50_ms"].get<double>() / j["ttft_first_ms"].get<double>(),
                   static_cast<unsigned long long>(engine.prefixHits));
     }
-    std::printf("engine: at most %lld sequences in flight in %lld KV blocks of %d positions; a "
+    std::printf("engine: at most %lld sequences in flight in %lld %sKV blocks of %d positions; a "
                 "static reservation of max_seq_len per sequence holds %lld in the same bytes\n",
                 static_cast<long long>(engine.peakRunning),
-                static_cast<long long>(engine.totalBlocks), o.blockSize,
+                static_cast<long long>(engine.totalBlocks), o.int8KvCache ? "int8 " : "",
+                o.blockSize,
                 static_cast<long long>(engine.staticSequences));
     char load[64];
     if (o.rate > 0)

@@ -351,6 +351,10 @@ typedef struct dsrt_engine_options {
                                     a step computes (the CPU kernels give every row the
                                     arithmetic of a row alone); 0: long steps of half and
                                     quantized plans take faster bf16 arithmetic */
+  dsrt_dtype kv_cache_dtype;     /* DSRT_UNDEFINED (default): the plan's (f16 for half and
+                                    quantized plans, else f32); DSRT_I8: int8 with an f32
+                                    scale per 32 values (llama.cpp's q8_0 cache), about half
+                                    an f16 cache's bytes per position; CPU devices only */
 } dsrt_engine_options;
 
 typedef struct dsrt_request_options {

@@ -307,6 +307,7 @@ struct EngineOptions {
     maxRunning = c.max_running;
     prefixCaching = c.prefix_caching != 0;
     batchInvariant = c.batch_invariant != 0;
+    kvCacheDType = c.kv_cache_dtype;
   }
   dsrt_device device;
   int32_t blockSize;          // positions per KV block
@@ -315,6 +316,7 @@ struct EngineOptions {
   int32_t maxRunning;         // 0: maxTokensPerStep
   bool prefixCaching;
   bool batchInvariant;
+  dsrt_dtype kvCacheDType;    // DSRT_UNDEFINED: the plan's; DSRT_I8: int8 (CPU only)
 };
 
 // dsrt_request_options with standard containers and the C API's defaults.
@@ -373,6 +375,7 @@ public:
     c.max_running = options.maxRunning;
     c.prefix_caching = options.prefixCaching ? 1 : 0;
     c.batch_invariant = options.batchInvariant ? 1 : 0;
+    c.kv_cache_dtype = options.kvCacheDType;
     dsrt_engine *e = nullptr;
     detail::check(dsrt_engine_create(plan.get(), &c, &e));
     engine_.reset(e);

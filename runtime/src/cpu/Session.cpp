@@ -327,10 +327,14 @@ Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
       shape.capacity = options.kvBlockSize;
     }
     kvCache_.blockSize = options.kvBlockSize;
+  } else if (options.kvInt8) {
+    return Status::error("an int8 KV cache is the serving engine's (a paged cache)");
   }
   kvCache_.layers.resize(layers.size());
   for (size_t layer = 0; layer < layers.size(); ++layer) {
-    const KvLayerShape &shape = layers[layer];
+    KvLayerShape &shape = layers[layer];
+    if (options.kvInt8)
+      shape.dtype = DType::I8;
     // In floats, rounded up: an f16/bf16 layer's elements are half as many floats' bytes.
     size_t elements = (shape.bytes() + sizeof(float) - 1) / sizeof(float);
     kvStorage_.emplace_back(static_cast<float *>(std::calloc(elements, sizeof(float))));
@@ -342,6 +346,18 @@ Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
                               shape.headDim, kvStorage_[kvStorage_.size() - 2].get(),
                               kvStorage_.back().get()};
     memory_.kvCache += 2 * shape.bytes();
+    if (options.kvInt8) {
+      const size_t scales = static_cast<size_t>(shape.batch * shape.kvHeads * shape.capacity *
+                                                ops::kvInt8Groups(shape.headDim));
+      kvStorage_.emplace_back(static_cast<float *>(std::calloc(scales, sizeof(float))));
+      kvStorage_.emplace_back(static_cast<float *>(std::calloc(scales, sizeof(float))));
+      if (!kvStorage_[kvStorage_.size() - 2] || !kvStorage_.back())
+        return Status::error(plan_->path() + ": cannot allocate the int8 KV cache's scales (" +
+                             std::to_string(2 * scales * sizeof(float)) + " bytes per layer)");
+      kvCache_.layers[layer].keyScales = kvStorage_[kvStorage_.size() - 2].get();
+      kvCache_.layers[layer].valueScales = kvStorage_.back().get();
+      memory_.kvCache += 2 * scales * sizeof(float);
+    }
   }
   return Status::ok();
 }

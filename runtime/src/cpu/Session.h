@@ -34,6 +34,9 @@ struct CpuSessionOptions {
   // ops::SessionState::rowInvariant: the serving engine's sessions, so that a request's
   // tokens do not depend on what else a step computes.
   bool rowInvariant = false;
+  // With the paged cache: keys and values stored as int8 with a scale per 32 values
+  // (ops::KvCacheLayer's scales), half an f16 cache's bytes; the plan's dtype otherwise.
+  bool kvInt8 = false;
 };
 
 class CpuSession final : public Session {

@@ -56,6 +56,10 @@ struct EngineOptions {
   // bf16 GEMMs and AMX attention, faster, and a token may then differ from the request's
   // alone where two candidates nearly tie.
   bool batchInvariant = true;
+  // Keys and values stored as int8 with a scale per 32 values (ops::KvCacheLayer), about
+  // half an f16 cache's bytes: the attention of long decode steps reads half as much. The
+  // CPU backends only; off, the plan's cache dtype.
+  bool int8KvCache = false;
 };
 
 struct RequestOptions {

@@ -6,6 +6,7 @@
 #include "comm/InProcessGroup.h"
 #include "cpu/SessionArena.h"
 #include "engine/Scheduler.h"
+#include "ops/Ops.h"
 #include "session/PlanChecks.h"
 #include "session/RankAgreement.h"
 
@@ -26,13 +27,18 @@ const dsp::Program *findProgram(const dsp::Plan &plan, std::string_view name) {
   return nullptr;
 }
 
-// Bytes of KV one position takes over every layer (keys and values).
-Status bytesPerPosition(const PlanFile &plan, uint64_t &bytes) {
+// Bytes of KV one position takes over every layer (keys and values; an int8 cache's rows
+// with their scales).
+Status bytesPerPosition(const PlanFile &plan, bool int8, uint64_t &bytes) {
   std::vector<KvLayerShape> layers;
   DSRT_RETURN_IF_ERROR(kvCacheLayout(plan, 0, layers));
   bytes = 0;
-  for (const KvLayerShape &layer : layers)
-    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * layer.headDim) * dtypeSize(layer.dtype);
+  for (const KvLayerShape &layer : layers) {
+    const uint64_t row = int8 ? static_cast<uint64_t>(layer.headDim) +
+                                    sizeof(float) * ops::kvInt8Groups(layer.headDim)
+                              : static_cast<uint64_t>(layer.headDim) * dtypeSize(layer.dtype);
+    bytes += 2 * static_cast<uint64_t>(layer.kvHeads) * row;
+  }
   if (bytes == 0)
     return Status::error(plan.path() + ": the plan keeps no KV cache in the session (it has "
                                        "no prefill and decode programs), which the engine "
@@ -79,7 +85,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   if (model->eos_token_ids())
     engine->eosTokens_.assign(model->eos_token_ids()->begin(), model->eos_token_ids()->end());
   uint64_t perPosition = 0;
-  DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, perPosition));
+  DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, options.int8KvCache, perPosition));
   const int64_t maxBatch = header.limits() ? header.limits()->max_batch() : 0;
   const int64_t maxSeq = header.limits() ? header.limits()->max_seq_len() : 0;
   // A plan compiled with --max-tokens-per-step bounds its step program's rows apart from the
@@ -134,8 +140,9 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   // and its arithmetic (batch invariance), so that every rank's shard of a row is computed
   // alike; rank 0's refusal (0 blocks) stops them too.
   if (group && group->size() > 1) {
-    int64_t layout[4] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
-                         o.maxTokensPerStep, o.batchInvariant ? 1 : 0};
+    int64_t layout[5] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
+                         o.maxTokensPerStep, o.batchInvariant ? 1 : 0,
+                         o.int8KvCache ? 1 : 0};
     std::vector<uint8_t> bytes(sizeof layout);
     std::memcpy(bytes.data(), layout, sizeof layout);
     DSRT_RETURN_IF_ERROR(group->broadcastFromRank0(bytes));
@@ -149,6 +156,8 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       blocks = static_cast<uint64_t>(layout[1]);
       o.maxTokensPerStep = o.maxRunningSequences = layout[2];
       o.batchInvariant = layout[3] != 0;
+      o.int8KvCache = layout[4] != 0;
+      DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, o.int8KvCache, perPosition));
     }
   }
   DSRT_RETURN_IF_ERROR(valid);
@@ -177,7 +186,7 @@ Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
   // plan's prefill needs max_batch x max_seq_len of arena.
   const dsp::Program *step = findProgram(plan->plan(), "step");
   PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"},
-                       options_.batchInvariant};
+                       options_.batchInvariant, options_.int8KvCache};
   if (group_) {
     std::unique_ptr<Session> session;
     DSRT_RETURN_IF_ERROR(

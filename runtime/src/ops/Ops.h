@@ -93,7 +93,15 @@ struct KvCacheLayer {
   int64_t batch = 0, kvHeads = 0, capacity = 0, headDim = 0;
   void *key = nullptr;
   void *value = nullptr;
+  // An int8 layer (the serving engine's int8 KV cache, docs/serving.md): each stored row of
+  // headDim values has kvInt8Groups(headDim) f32 scales, the row's element offset / headDim
+  // times that many into these.
+  float *keyScales = nullptr;
+  float *valueScales = nullptr;
 };
+// Scales per cached row of an int8 KV cache: one per 32 values (llama.cpp's q8_0 blocks)
+// where the head's width is a multiple of 32, else one for the row.
+inline int64_t kvInt8Groups(int64_t headDim) { return headDim % 32 == 0 ? headDim / 32 : 1; }
 // The serving engine's paged cache (docs/serving.md): every layer is a pool of blocks of
 // [kvHeads, blockSize, headDim] (KvCacheLayer's batch counts the blocks, its capacity is the
 // block size), and each row of a step is one token of some sequence: its position, and the

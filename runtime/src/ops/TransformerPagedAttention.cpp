@@ -5,6 +5,11 @@
 // rows, see each other as a prefill would. What it reads of the step is the session-mode
 // attention's (TransformerAttentionConfig.h) less the padding mask, whose role the rows'
 // positions take: no sequence in the engine has padding.
+//
+// An int8 cache (the engine's kv_cache_dtype) stores each 32 values of a row with one f32
+// scale (max |x| / 127). Its rows are widened back to f32 (q * scale) wherever they are
+// read, so that prompt chunks and decode tokens see the same values: they then compute as
+// over an f32 cache holding those values, with half an f16 cache's bytes to read.
 #include "ops/FloatAccess.h"
 #include "ops/Kernel.h"
 #include "ops/ThreadPool.h"
@@ -12,6 +17,7 @@
 #include "ops/fast/FastKernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,27 +26,254 @@ namespace dsrt::ops::attention {
 namespace {
 
 // Where position t of a row's sequence is in a layer of blocks [blocks, kvHeads, blockSize,
-// headDim]: element offset of its head `kh` row.
+// headDim]: element offset of its head `kh` row. An int8 layer's row scales are at
+// offset / headDim * groups.
 struct PagedLayout {
   int64_t blockSize = 0, kvHeads = 0, headDim = 0;
   size_t element = 0;
+  int64_t groups = 0;  // scales per row of an int8 layer, else 0
   size_t offset(const KvPagedRow &row, int64_t kh, int64_t t) const {
     const int64_t block = row.blocks[t / blockSize];
     return static_cast<size_t>(((block * kvHeads + kh) * blockSize + t % blockSize) * headDim);
   }
+  const float *scalesAt(const float *scales, size_t offset) const {
+    return scales + offset / static_cast<size_t>(headDim) * static_cast<size_t>(groups);
+  }
 };
+
+// One row of D values into int8, a scale per group of D / groups values (round to nearest:
+// |error| <= scale / 2).
+void quantizeCacheRow(const float *x, int64_t D, int64_t groups, int8_t *q, float *scales) {
+  const int64_t size = D / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float *from = x + g * size;
+    float largest = 0;
+    for (int64_t i = 0; i < size; ++i)
+      largest = std::max(largest, std::fabs(from[i]));
+    const float inverse = largest > 0 ? 127.0f / largest : 0.0f;
+    // Round to nearest even by adding and removing 1.5 * 2^23 (exact for |v| <= 127), which
+    // vectorizes where std::nearbyint is a call per value (4% of an int8-cache engine run).
+    constexpr float kRound = 12582912.0f;
+    for (int64_t i = 0; i < size; ++i) {
+      const float rounded = (from[i] * inverse + kRound) - kRound;
+      q[g * size + i] = static_cast<int8_t>(static_cast<int32_t>(rounded));
+    }
+    scales[g] = largest / 127.0f;
+  }
+}
+
+// `count` int8 rows as f32, q * its group's scale: the fast kernels' widening, or the same
+// products one at a time for the reference kernels.
+void dequantizeCacheRows(bool fastKernels, const int8_t *q, const float *scales, int64_t count,
+                         int64_t D, int64_t groups, float *to) {
+  if (fastKernels) {
+    fast::LinearWeights rows;
+    rows.dtype = DType::I8;
+    rows.data = q;
+    rows.out = count;
+    rows.in = D;
+    rows.scales = scales;
+    rows.scaleType = DType::F32;
+    rows.groups = groups;
+    fast::widenRows(rows, 0, count, to);
+    return;
+  }
+  const int64_t size = D / groups;
+  for (int64_t i = 0; i < count * D; ++i)
+    to[i] = static_cast<float>(q[i]) * scales[i / size];
+}
+
+// The rows that are not a tiled prompt chunk (decode tokens): each attends its sequence's
+// cached positions in two passes over its blocks, keys then values, a block's run at a time.
+// One task per row and slice of its KV heads reads each block's keys (then values) for all
+// the slice's heads as one contiguous run (24 KB for GPT-2's f16 cache): a task per query
+// head read 2 KB runs scattered over the pool, which this Xeon VM serves at about 12 GB/s
+// against 14-19 GB/s for 24 KB runs, and read a GQA group's KV head once per query head
+// (GPT-2 int8's engine: attention 7% faster). Slices only where the rows are too few to
+// keep every thread busy (one request alone). Longest rows first, pulled from a shared
+// counter: a step's sequences differ in length by 100x, and parallelFor's fixed chunks
+// would leave a thread idle behind a long one.
+void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
+                      const PagedLayout &layout, const std::vector<int64_t> &single,
+                      const float *queries, const std::vector<float> &slopes, float *y) {
+  if (single.empty())
+    return;
+  const KvCache &cache = *ctx.cache;
+  const KvCacheLayer &layer = cache.layers[c.cacheLayer];
+  const int64_t H = c.heads, KH = c.kvHeads, D = c.headDim,
+                group = c.globalHeads / c.globalKvHeads;
+  const bool int8 = layout.groups > 0;
+  // What the kernels read: an int8 cache's rows widened to f32 a block's slice at a time.
+  const DType stored = int8 ? DType::F32 : c.cacheDType;
+  const size_t readElement = int8 ? sizeof(float) : layout.element;
+  const auto *keyBase = static_cast<const char *>(layer.key),
+             *valueBase = static_cast<const char *>(layer.value);
+
+  const int threads = parallelThreads();
+  const int64_t rowCount = static_cast<int64_t>(single.size());
+  const int64_t wantedSlices =
+      std::min<int64_t>(KH, std::max<int64_t>(1, (2 * threads + rowCount - 1) / rowCount));
+  const int64_t sliceHeads = (KH + wantedSlices - 1) / wantedSlices;
+  struct Task {
+    int64_t row, firstKvHead, endKvHead;
+  };
+  std::vector<Task> tasks;
+  for (int64_t b : single)
+    for (int64_t k = 0; k < KH; k += sliceHeads)
+      tasks.push_back({b, k, std::min(KH, k + sliceHeads)});
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task &a, const Task &b) {
+    return cache.pagedRows[a.row].position > cache.pagedRows[b.row].position;
+  });
+
+  struct Scratch {
+    std::vector<float> scores, keyRow, partial, sums, wide;
+    std::vector<int64_t> heads;
+  };
+  auto attend = [&](const Task &task, Scratch &x) {
+    const int64_t b = task.row;
+    const KvPagedRow &row = cache.pagedRows[b];
+    const int64_t position = row.position, limit = position + 1;
+    // Keys within `window` of the query (before it: the session's attention is causal).
+    const int64_t first = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
+    auto kvHeadOf = [&](int64_t h) { return (c.headOffset + h) / group - c.kvHeadOffset; };
+    x.heads.clear();
+    for (int64_t h = 0; h < H; ++h)
+      if (kvHeadOf(h) >= task.firstKvHead && kvHeadOf(h) < task.endKvHead)
+        x.heads.push_back(h);
+    const int64_t sliceRows = (task.endKvHead - task.firstKvHead) * layout.blockSize;
+    auto runAt = [&](int64_t t) {
+      return std::min(limit - t, layout.blockSize - t % layout.blockSize);
+    };
+    // KV head kh's `run` rows from position t, as the kernels read them: an int8 cache's
+    // widened into a buffer the size of one head's block (4 KB for GPT-2), which stays in L1
+    // for the products that read it.
+    auto headRows = [&](const char *base, const float *scales, int64_t kh, int64_t t,
+                        int64_t run) -> const char * {
+      const size_t at = layout.offset(row, kh, t);
+      if (!int8)
+        return base + at * layout.element;
+      x.wide.resize(static_cast<size_t>(run * D));
+      dequantizeCacheRows(ctx.fastKernels, reinterpret_cast<const int8_t *>(base) + at,
+                          layout.scalesAt(scales, at), run, D, layout.groups, x.wide.data());
+      return reinterpret_cast<const char *>(x.wide.data());
+    };
+    // The next block's slice requested while this one's is read: the blocks lie anywhere in
+    // the pool, where the hardware's prefetchers do not foresee them.
+    const size_t sliceBytes = static_cast<size_t>(sliceRows * D) * layout.element;
+    auto prefetchBlock = [&](const char *base, int64_t t) {
+      if (t >= limit)
+        return;
+      const char *slice = base + layout.offset(row, task.firstKvHead, t) * layout.element;
+      for (size_t line = 0; line < sliceBytes; line += 64)
+        __builtin_prefetch(slice + line);
+    };
+    const int64_t n = static_cast<int64_t>(x.heads.size());
+    x.scores.assign(static_cast<size_t>(n * limit), 0.0f);
+    for (int64_t t = first; t < limit;) {
+      const int64_t run = runAt(t);
+      prefetchBlock(keyBase, t + run);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t h = x.heads[j];
+        const float *query = &queries[(b * H + h) * D];
+        const char *keys = headRows(keyBase, layer.keyScales, kvHeadOf(h), t, run);
+        float *score = &x.scores[j * limit + t];
+        if (ctx.fastKernels) {
+          fast::keyScores(query, keys, stored, run, D, score);
+          continue;
+        }
+        for (int64_t i = 0; i < run; ++i) {
+          convertFloats(stored, keys + static_cast<size_t>(i * D) * readElement, DType::F32,
+                        x.keyRow.data(), D);
+          float dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += query[d] * x.keyRow[d];
+          score[i] = dot;
+        }
+      }
+      t += run;
+    }
+    x.sums.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t h = x.heads[j];
+      float *headScores = &x.scores[j * limit];
+      float maximum = initialMaximum(c, h);
+      for (int64_t t = first; t < limit; ++t) {
+        float score = headScores[t] * c.scale;
+        if (c.softcap > 0)
+          score = c.softcap * std::tanh(score / c.softcap);
+        // No padding: a key's ALiBi position is its position.
+        if (c.alibi)
+          score += slopes[h] * static_cast<float>(t);
+        headScores[t] = score;
+        maximum = std::max(maximum, score);
+      }
+      float sum = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
+      if (ctx.fastKernels) {
+        for (int64_t t = first; t < limit; ++t)
+          headScores[t] -= maximum;
+        fast::exponentiate(&headScores[first], limit - first);
+        for (int64_t t = first; t < limit; ++t)
+          sum += headScores[t];
+      } else {
+        for (int64_t t = first; t < limit; ++t) {
+          headScores[t] = std::exp(headScores[t] - maximum);
+          sum += headScores[t];
+        }
+      }
+      x.sums[j] = sum;
+      float *result = y + (b * H + h) * D;
+      std::fill(result, result + D, 0.0f);
+    }
+    for (int64_t t = first; t < limit;) {
+      const int64_t run = runAt(t);
+      prefetchBlock(valueBase, t + run);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t h = x.heads[j];
+        const char *values = headRows(valueBase, layer.valueScales, kvHeadOf(h), t, run);
+        float *weights = &x.scores[j * limit + t];
+        float *result = y + (b * H + h) * D;
+        if (ctx.fastKernels) {
+          for (int64_t i = 0; i < run; ++i)
+            weights[i] /= x.sums[j];
+          fast::weightedSum(weights, values, stored, run, D, x.partial.data());
+          for (int64_t d = 0; d < D; ++d)
+            result[d] += x.partial[d];
+          continue;
+        }
+        for (int64_t i = 0; i < run; ++i) {
+          convertFloats(stored, values + static_cast<size_t>(i * D) * readElement, DType::F32,
+                        x.keyRow.data(), D);
+          const float weight = weights[i] / x.sums[j];
+          for (int64_t d = 0; d < D; ++d)
+            result[d] += weight * x.keyRow[d];
+        }
+      }
+      t += run;
+    }
+  };
+
+  std::atomic<size_t> nextTask{0};
+  parallelFor(threads, 1, [&](int64_t, int64_t) {
+    Scratch x;
+    x.keyRow.resize(static_cast<size_t>(D));
+    x.partial.resize(static_cast<size_t>(D));
+    for (size_t i; (i = nextTask.fetch_add(1)) < tasks.size();)
+      attend(tasks[i], x);
+  });
+}
 
 } // namespace
 
 Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
                              const Outputs &outputs) {
   const KvCache &cache = *ctx.cache;
-  const int64_t B = c.batch, H = c.heads, KH = c.kvHeads, D = c.headDim,
-                group = c.globalHeads / c.globalKvHeads;
+  const int64_t B = c.batch, H = c.heads, KH = c.kvHeads, D = c.headDim;
   if (c.cacheLayer >= static_cast<int64_t>(cache.layers.size()))
     return ctx.error("needs KV cache layer ", c.cacheLayer, ", which the session lacks");
   const KvCacheLayer &layer = cache.layers[c.cacheLayer];
-  if (layer.dtype != c.cacheDType || layer.kvHeads != KH || layer.headDim != D)
+  // An int8 layer holds any plan's cache (the engine chose it).
+  const bool int8 = layer.dtype == DType::I8;
+  if ((layer.dtype != c.cacheDType && !int8) || layer.kvHeads != KH || layer.headDim != D)
     return ctx.error("KV cache layer ", c.cacheLayer, " (", dtypeName(layer.dtype), " [",
                      layer.kvHeads, " heads, ", layer.headDim, "]) does not match the attention (",
                      dtypeName(c.cacheDType), " [", KH, " heads, ", D, "])");
@@ -52,7 +285,10 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
   if (ctx.input(kBias) || (ctx.input(kMask) && isFloat(ctx.input(kMask)->dtype)))
     return ctx.error("an attention with a bias or an additive mask cannot read the paged "
                      "KV cache");
-  const PagedLayout layout{cache.blockSize, KH, D, dtypeSize(c.cacheDType)};
+  if (int8 && (!layer.keyScales || !layer.valueScales))
+    return ctx.error("KV cache layer ", c.cacheLayer, " is int8 without its scales");
+  const PagedLayout layout{cache.blockSize, KH, D, dtypeSize(layer.dtype),
+                           int8 ? kvInt8Groups(D) : 0};
   for (int64_t b = 0; b < B; ++b) {
     const KvPagedRow &row = cache.pagedRows[b];
     if (row.position < 0 || row.position / cache.blockSize >= row.blockCount)
@@ -81,7 +317,16 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
     for (int64_t kh = 0; kh < KH; ++kh) {
       const KvPagedRow &row = cache.pagedRows[b];
       const int64_t from = (b * c.keyHeads + c.keyHeadOffset + kh) * D;
-      const size_t to = layout.offset(row, kh, row.position) * layout.element;
+      const size_t at = layout.offset(row, kh, row.position), to = at * layout.element;
+      if (int8) {
+        quantizeCacheRow(&rows.keys[from], D, layout.groups,
+                         reinterpret_cast<int8_t *>(keyBase + to),
+                         const_cast<float *>(layout.scalesAt(layer.keyScales, at)));
+        quantizeCacheRow(&rows.values[from], D, layout.groups,
+                         reinterpret_cast<int8_t *>(valueBase + to),
+                         const_cast<float *>(layout.scalesAt(layer.valueScales, at)));
+        continue;
+      }
       convertFloats(DType::F32, &rows.keys[from], c.cacheDType, keyBase + to, D);
       convertFloats(DType::F32, &rows.values[from], c.cacheDType, valueBase + to, D);
     }
@@ -93,7 +338,8 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
   }
   FloatOutput out(*outputs[0]);
   float *y = out.data();
-  const DType stored = c.cacheDType;
+  // The prompt chunks' kernel reads an int8 cache's rows widened (the rows callback below).
+  const DType stored = int8 ? DType::F32 : c.cacheDType;
   // A prompt chunk (consecutive rows of one sequence at consecutive positions) on the fast
   // kernels runs the tiled kernel (TransformerTiledAttention.cpp); the other rows (decode)
   // the loop below.
@@ -117,12 +363,29 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
     seq.keys = start.position + seq.queries;
     seq.q = &rows.q[b * H * D];
     seq.y = y + b * H * D;
-    seq.rows = [&layout, &start, keyBase, valueBase](int64_t kh, int64_t t, const void *&keys,
-                                                      const void *&values) {
-      const size_t offset = layout.offset(start, kh, t) * layout.element;
-      keys = keyBase + offset;
-      values = valueBase + offset;
-      return layout.blockSize - t % layout.blockSize;
+    seq.rows = [&layout, &start, &layer, keyBase, valueBase](
+                   int64_t kh, int64_t t, const void *&keys, const void *&values) {
+      const int64_t run = layout.blockSize - t % layout.blockSize;
+      const size_t at = layout.offset(start, kh, t);
+      if (layout.groups == 0) {
+        keys = keyBase + at * layout.element;
+        values = valueBase + at * layout.element;
+        return run;
+      }
+      // Valid until this thread's next call, which the tiled kernel makes only once it has
+      // read these rows.
+      thread_local std::vector<float> wideKeys, wideValues;
+      wideKeys.resize(static_cast<size_t>(run * layout.headDim));
+      wideValues.resize(wideKeys.size());
+      dequantizeCacheRows(true, reinterpret_cast<const int8_t *>(keyBase) + at,
+                          layout.scalesAt(layer.keyScales, at), run, layout.headDim,
+                          layout.groups, wideKeys.data());
+      dequantizeCacheRows(true, reinterpret_cast<const int8_t *>(valueBase) + at,
+                          layout.scalesAt(layer.valueScales, at), run, layout.headDim,
+                          layout.groups, wideValues.data());
+      keys = wideKeys.data();
+      values = wideValues.data();
+      return run;
     };
     chunks.push_back(std::move(seq));
   }
@@ -134,97 +397,7 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
     // The same choice as a session's prompt (AMX tiles for a bf16 plan's bf16 cache), so
     // that a request's tokens in the engine equal its tokens alone.
     tiledAttention(c, stored, chunks, slopes, {}, outputs[0]->dtype);
-  parallelFor(static_cast<int64_t>(single.size()) * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, keyRow(D), partial(D);
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = single[bh / H], h = bh % H,
-                    kh = (c.headOffset + h) / group - c.kvHeadOffset;
-      const KvPagedRow &row = cache.pagedRows[b];
-      const int64_t position = row.position, limit = position + 1;
-      // Keys within `window` of the query (before it: the session's attention is causal).
-      const int64_t first = c.window > 0 ? std::max<int64_t>(0, position - c.window + 1) : 0;
-      const float *query = &rows.q[(b * H + h) * D];
-      scores.assign(static_cast<size_t>(limit), 0.0f);
-      float maximum = initialMaximum(c, h);
-      // The next block's rows requested while this one's are read: the blocks lie anywhere
-      // in the pool, each a short run the hardware's prefetchers do not foresee (decode
-      // attention waited on its key and value loads most of its time).
-      auto prefetchBlock = [&](const char *base, int64_t t) {
-        if (t >= limit)
-          return;
-        const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
-        const char *rows = base + layout.offset(row, kh, t) * layout.element;
-        const size_t bytes = static_cast<size_t>(run * D) * layout.element;
-        for (size_t line = 0; line < bytes; line += 64)
-          __builtin_prefetch(rows + line);
-      };
-      // One block's run of keys at a time: positions [t, t + run) are contiguous rows.
-      for (int64_t t = first; t < limit;) {
-        const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
-        const char *keys = keyBase + layout.offset(row, kh, t) * layout.element;
-        prefetchBlock(keyBase, t + run);
-        if (ctx.fastKernels) {
-          fast::keyScores(query, keys, stored, run, D, &scores[t]);
-        } else {
-          for (int64_t i = 0; i < run; ++i) {
-            convertFloats(stored, keys + static_cast<size_t>(i * D) * layout.element,
-                          DType::F32, keyRow.data(), D);
-            float dot = 0;
-            for (int64_t d = 0; d < D; ++d)
-              dot += query[d] * keyRow[d];
-            scores[t + i] = dot;
-          }
-        }
-        t += run;
-      }
-      for (int64_t t = first; t < limit; ++t) {
-        float score = scores[t] * c.scale;
-        if (c.softcap > 0)
-          score = c.softcap * std::tanh(score / c.softcap);
-        // No padding: a key's ALiBi position is its position.
-        if (c.alibi)
-          score += slopes[h] * static_cast<float>(t);
-        scores[t] = score;
-        maximum = std::max(maximum, score);
-      }
-      float sum = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
-      if (ctx.fastKernels) {
-        for (int64_t t = first; t < limit; ++t)
-          scores[t] -= maximum;
-        fast::exponentiate(&scores[first], limit - first);
-        for (int64_t t = first; t < limit; ++t)
-          sum += scores[t];
-      } else {
-        for (int64_t t = first; t < limit; ++t) {
-          scores[t] = std::exp(scores[t] - maximum);
-          sum += scores[t];
-        }
-      }
-      float *result = y + (b * H + h) * D;
-      std::fill(result, result + D, 0.0f);
-      for (int64_t t = first; t < limit;) {
-        const int64_t run = std::min(limit - t, cache.blockSize - t % cache.blockSize);
-        const char *values = valueBase + layout.offset(row, kh, t) * layout.element;
-        prefetchBlock(valueBase, t + run);
-        if (ctx.fastKernels) {
-          for (int64_t i = 0; i < run; ++i)
-            scores[t + i] /= sum;
-          fast::weightedSum(&scores[t], values, stored, run, D, partial.data());
-          for (int64_t d = 0; d < D; ++d)
-            result[d] += partial[d];
-        } else {
-          for (int64_t i = 0; i < run; ++i) {
-            convertFloats(stored, values + static_cast<size_t>(i * D) * layout.element,
-                          DType::F32, keyRow.data(), D);
-            const float weight = scores[t + i] / sum;
-            for (int64_t d = 0; d < D; ++d)
-              result[d] += weight * keyRow[d];
-          }
-        }
-        t += run;
-      }
-    }
-  });
+  attendDecodeRows(ctx, c, layout, single, rows.q.data(), slopes, y);
   out.finish();
   return Status::ok();
 }

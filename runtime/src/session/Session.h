@@ -121,6 +121,8 @@ struct PagedKvOptions {
   std::vector<std::string> programs;
   // CpuSessionOptions::rowInvariant (the CPU backends; cuBLASLt's choices are its own).
   bool rowInvariant = false;
+  // CpuSessionOptions::kvInt8 (the CPU backends only).
+  bool int8Cache = false;
 };
 // As createSession, with the paged KV cache: on the CPU backends, or on the GPU, whose
 // paged attention kernels a serving plan's `step` program carries (dsc --serving; a plan

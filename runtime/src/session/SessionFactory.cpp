@@ -64,6 +64,9 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
 Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                           ops::Collectives *collectives, const PagedKvOptions &paged,
                           std::unique_ptr<Session> &out) {
+  if (device == DeviceKind::Cuda && paged.int8Cache)
+    return Status::error("the int8 KV cache runs on the CPU backends only: the CUDA paged "
+                         "attention kernels read the plan's f16 or f32 cache");
   if (device == DeviceKind::Cuda) {
     // The block pool on the device; the collectives staged through host memory (the
     // engine's ranks are threads or MPI processes).
@@ -84,6 +87,7 @@ Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind d
   options.kvBlocks = paged.blocks;
   options.onlyPrograms = paged.programs;
   options.rowInvariant = paged.rowInvariant;
+  options.kvInt8 = paged.int8Cache;
   DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives, options));
   out = std::move(session);
   return Status::ok();

@@ -9,6 +9,7 @@
 //
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
 //                          [--device cpu|cpu-reference|cuda] [--strict] [--mpi]
+//                          [--kv-cache-dtype int8]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
 // --device: both sides' kernels (cpu-reference: the paged reference attention; cuda: the
@@ -19,6 +20,11 @@
 // --mpi: under mpirun, one rank per process (dsrt_engine_create_mpi): rank 0 leads the
 // scenarios, the others follow each engine; the reference runs on rank 0 as an in-process
 // group of the same plan.
+// --kv-cache-dtype int8: every engine's cache is int8, which the static path does not have:
+// the reference is then each request alone in an engine of its own (no prefix cache, block
+// size 16), so that what is checked is that batching, block sizes, prefix hits, preemption
+// and cancellation change nothing; the int8 cache's numerics against an f16 one are
+// test/ops' (FastPagedAttention).
 #include "dsrt/dsrt.h"
 
 #include <algorithm>
@@ -68,6 +74,45 @@ std::vector<int64_t> generateAlone(dsrt_session *session, dsrt_group *group,
   return result;
 }
 
+dsrt_device device = DSRT_DEVICE_CPU;
+bool mpi = false;
+dsrt_dtype kvCacheDType = DSRT_UNDEFINED;
+
+// Tokens alone in an engine of the same cache dtype (--kv-cache-dtype): one request, run to
+// its end.
+std::vector<int64_t> generateAloneInEngine(dsrt_plan *plan, const Request &request) {
+  dsrt_engine_options options;
+  dsrt_engine_options_init(&options);
+  options.device = device;
+  options.prefix_caching = 0;
+  options.kv_cache_dtype = kvCacheDType;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine alone");
+  dsrt_request_options given;
+  dsrt_request_options_init(&given);
+  given.max_new_tokens = request.maxNewTokens;
+  given.ignore_eos = 1;
+  int64_t id = 0;
+  check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(), &given,
+                                &id),
+        "add alone");
+  std::vector<int64_t> result;
+  dsrt_request_state state = DSRT_REQUEST_RUNNING;
+  for (int busy = 1; busy;) {
+    check(dsrt_engine_step(engine, &busy), "step alone");
+    int64_t tokens[64];
+    size_t count = 0;
+    do {
+      if (state != DSRT_REQUEST_RUNNING)
+        break;
+      check(dsrt_engine_poll(engine, id, tokens, 64, &count, &state), "poll alone");
+      result.insert(result.end(), tokens, tokens + count);
+    } while (count == 64);
+  }
+  dsrt_engine_destroy(engine);
+  return result;
+}
+
 struct Scenario {
   std::string name;
   int32_t blockSize = 16;
@@ -79,9 +124,6 @@ struct Scenario {
   bool needPreemptions = false;
 };
 
-dsrt_device device = DSRT_DEVICE_CPU;
-bool mpi = false;
-
 int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> &requests) {
   dsrt_engine_options options;
   dsrt_engine_options_init(&options);
@@ -89,6 +131,7 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   options.block_size = scenario.blockSize;
   options.max_tokens_per_step = scenario.tokensPerStep;
   options.kv_cache_bytes = scenario.kvBytes;
+  options.kv_cache_dtype = kvCacheDType;
   dsrt_engine *engine = nullptr;
   check(mpi ? dsrt_engine_create_mpi(plan, &options, &engine)
             : dsrt_engine_create(plan, &options, &engine),
@@ -235,7 +278,12 @@ int main(int argc, char **argv) {
       check(dsrt_device_from_name(value().c_str(), &device), "--device");
     else if (flag == "--strict")
       setenv("DSRT_STRICT_DEVICE", "1", 1);  // every session: no CPU fallback, no host step
-    else if (flag == "--requests")
+    else if (flag == "--kv-cache-dtype") {
+      const std::string dtype = value();
+      if (dtype != "int8" && dtype != "auto")
+        die("--kv-cache-dtype must be auto or int8, not " + dtype);
+      kvCacheDType = dtype == "int8" ? DSRT_I8 : DSRT_UNDEFINED;
+    } else if (flag == "--requests")
       requestCount = std::atoi(value().c_str());
     else if (flag == "--block-sizes") {
       blockSizes.clear();
@@ -298,7 +346,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < own; ++i)
       request.prompt.push_back(3 + static_cast<int64_t>(random() % 90));
     request.maxNewTokens = r == 1 ? 8 : 1 + static_cast<int32_t>(random() % 12);
-    request.alone = generateAlone(session, group, request);
+    request.alone = kvCacheDType == DSRT_I8 ? generateAloneInEngine(plan, request)
+                                            : generateAlone(session, group, request);
   }
   int failures = 0;
   for (int32_t blockSize : blockSizes) {
@@ -321,6 +370,7 @@ int main(int argc, char **argv) {
       dsrt_engine_options_init(&defaults);
       defaults.device = device;
       defaults.block_size = blockSize;
+      defaults.kv_cache_dtype = kvCacheDType;
       dsrt_engine *probe = nullptr;
       check(dsrt_engine_create(plan, &defaults, &probe), "engine");
       dsrt_engine_stats stats;
@@ -330,8 +380,9 @@ int main(int argc, char **argv) {
       // The default tokens per step are the rows of the plan's step program, and one more is
       // refused, naming them.
       if (blockSize == blockSizes.front())
-        std::printf("default tokens per step: %lld\n",
-                    static_cast<long long>(stats.max_tokens_per_step));
+        std::printf("default tokens per step: %lld; KV bytes per block of %d: %llu\n",
+                    static_cast<long long>(stats.max_tokens_per_step), blockSize,
+                    static_cast<unsigned long long>(stats.bytes_per_block));
       defaults.max_tokens_per_step = static_cast<int32_t>(stats.max_tokens_per_step + 1);
       if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
           !std::strstr(dsrt_last_error(), "tokens per step must be between 1 and"))
