@@ -89,7 +89,7 @@ void dequantizeCacheRows(bool fastKernels, const int8_t *q, const float *scales,
 // the slice's heads as one contiguous run (24 KB for GPT-2's f16 cache): a task per query
 // head read 2 KB runs scattered over the pool, which this Xeon VM serves at about 12 GB/s
 // against 14-19 GB/s for 24 KB runs, and read a GQA group's KV head once per query head
-// (GPT-2 int8's engine: attention 7% faster). Slices only where the rows are too few to
+// (GPT-2 int8's engine: attention 4-8% faster). Slices only where the rows are too few to
 // keep every thread busy (one request alone). Longest rows first, pulled from a shared
 // counter: a step's sequences differ in length by 100x, and parallelFor's fixed chunks
 // would leave a thread idle behind a long one.
@@ -103,7 +103,7 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
   const int64_t H = c.heads, KH = c.kvHeads, D = c.headDim,
                 group = c.globalHeads / c.globalKvHeads;
   const bool int8 = layout.groups > 0;
-  // What the kernels read: an int8 cache's rows widened to f32 a block's slice at a time.
+  // What the kernels read: an int8 cache's rows widened to f32, a head's block at a time.
   const DType stored = int8 ? DType::F32 : c.cacheDType;
   const size_t readElement = int8 ? sizeof(float) : layout.element;
   const auto *keyBase = static_cast<const char *>(layer.key),
@@ -146,12 +146,16 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
     };
     // KV head kh's `run` rows from position t, as the kernels read them: an int8 cache's
     // widened into a buffer the size of one head's block (4 KB for GPT-2), which stays in L1
-    // for the products that read it.
+    // for the products that read it, once for the query heads of a GQA group (consecutive
+    // in x.heads): `widened` is the KV head the buffer holds at t, or -1.
     auto headRows = [&](const char *base, const float *scales, int64_t kh, int64_t t,
-                        int64_t run) -> const char * {
+                        int64_t run, int64_t &widened) -> const char * {
       const size_t at = layout.offset(row, kh, t);
       if (!int8)
         return base + at * layout.element;
+      if (widened == kh)
+        return reinterpret_cast<const char *>(x.wide.data());
+      widened = kh;
       x.wide.resize(static_cast<size_t>(run * D));
       dequantizeCacheRows(ctx.fastKernels, reinterpret_cast<const int8_t *>(base) + at,
                           layout.scalesAt(scales, at), run, D, layout.groups, x.wide.data());
@@ -172,10 +176,11 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
     for (int64_t t = first; t < limit;) {
       const int64_t run = runAt(t);
       prefetchBlock(keyBase, t + run);
+      int64_t widened = -1;
       for (int64_t j = 0; j < n; ++j) {
         const int64_t h = x.heads[j];
         const float *query = &queries[(b * H + h) * D];
-        const char *keys = headRows(keyBase, layer.keyScales, kvHeadOf(h), t, run);
+        const char *keys = headRows(keyBase, layer.keyScales, kvHeadOf(h), t, run, widened);
         float *score = &x.scores[j * limit + t];
         if (ctx.fastKernels) {
           fast::keyScores(query, keys, stored, run, D, score);
@@ -227,9 +232,11 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
     for (int64_t t = first; t < limit;) {
       const int64_t run = runAt(t);
       prefetchBlock(valueBase, t + run);
+      int64_t widened = -1;
       for (int64_t j = 0; j < n; ++j) {
         const int64_t h = x.heads[j];
-        const char *values = headRows(valueBase, layer.valueScales, kvHeadOf(h), t, run);
+        const char *values =
+            headRows(valueBase, layer.valueScales, kvHeadOf(h), t, run, widened);
         float *weights = &x.scores[j * limit + t];
         float *result = y + (b * H + h) * D;
         if (ctx.fastKernels) {
