@@ -172,31 +172,36 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
         __builtin_prefetch(slice + line);
     };
     const int64_t n = static_cast<int64_t>(x.heads.size());
-    x.scores.assign(static_cast<size_t>(n * limit), 0.0f);
-    for (int64_t t = first; t < limit;) {
-      const int64_t run = runAt(t);
-      prefetchBlock(keyBase, t + run);
-      int64_t widened = -1;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t h = x.heads[j];
-        const float *query = &queries[(b * H + h) * D];
-        const char *keys = headRows(keyBase, layer.keyScales, kvHeadOf(h), t, run, widened);
-        float *score = &x.scores[j * limit + t];
-        if (ctx.fastKernels) {
-          fast::keyScores(query, keys, stored, run, D, score);
-          continue;
-        }
-        for (int64_t i = 0; i < run; ++i) {
-          convertFloats(stored, keys + static_cast<size_t>(i * D) * readElement, DType::F32,
-                        x.keyRow.data(), D);
-          float dot = 0;
-          for (int64_t d = 0; d < D; ++d)
-            dot += query[d] * x.keyRow[d];
-          score[i] = dot;
-        }
+    // Each block's run of positions [t, t + run) in order, the next block's slice prefetched,
+    // and each head j of the task with its KV head's rows of the run.
+    auto overBlocks = [&](const char *base, const float *scales, auto &&perHead) {
+      for (int64_t t = first; t < limit;) {
+        const int64_t run = runAt(t);
+        prefetchBlock(base, t + run);
+        int64_t widened = -1;
+        for (int64_t j = 0; j < n; ++j)
+          perHead(j, headRows(base, scales, kvHeadOf(x.heads[j]), t, run, widened), t, run);
+        t += run;
       }
-      t += run;
-    }
+    };
+    x.scores.assign(static_cast<size_t>(n * limit), 0.0f);
+    overBlocks(keyBase, layer.keyScales,
+               [&](int64_t j, const char *keys, int64_t t, int64_t run) {
+                 const float *query = &queries[(b * H + x.heads[j]) * D];
+                 float *score = &x.scores[j * limit + t];
+                 if (ctx.fastKernels) {
+                   fast::keyScores(query, keys, stored, run, D, score);
+                   return;
+                 }
+                 for (int64_t i = 0; i < run; ++i) {
+                   convertFloats(stored, keys + static_cast<size_t>(i * D) * readElement,
+                                 DType::F32, x.keyRow.data(), D);
+                   float dot = 0;
+                   for (int64_t d = 0; d < D; ++d)
+                     dot += query[d] * x.keyRow[d];
+                   score[i] = dot;
+                 }
+               });
     x.sums.resize(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
       const int64_t h = x.heads[j];
@@ -229,34 +234,26 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
       float *result = y + (b * H + h) * D;
       std::fill(result, result + D, 0.0f);
     }
-    for (int64_t t = first; t < limit;) {
-      const int64_t run = runAt(t);
-      prefetchBlock(valueBase, t + run);
-      int64_t widened = -1;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t h = x.heads[j];
-        const char *values =
-            headRows(valueBase, layer.valueScales, kvHeadOf(h), t, run, widened);
-        float *weights = &x.scores[j * limit + t];
-        float *result = y + (b * H + h) * D;
-        if (ctx.fastKernels) {
-          for (int64_t i = 0; i < run; ++i)
-            weights[i] /= x.sums[j];
-          fast::weightedSum(weights, values, stored, run, D, x.partial.data());
-          for (int64_t d = 0; d < D; ++d)
-            result[d] += x.partial[d];
-          continue;
-        }
-        for (int64_t i = 0; i < run; ++i) {
-          convertFloats(stored, values + static_cast<size_t>(i * D) * readElement, DType::F32,
-                        x.keyRow.data(), D);
-          const float weight = weights[i] / x.sums[j];
-          for (int64_t d = 0; d < D; ++d)
-            result[d] += weight * x.keyRow[d];
-        }
-      }
-      t += run;
-    }
+    overBlocks(valueBase, layer.valueScales,
+               [&](int64_t j, const char *values, int64_t t, int64_t run) {
+                 float *weights = &x.scores[j * limit + t];
+                 float *result = y + (b * H + x.heads[j]) * D;
+                 if (ctx.fastKernels) {
+                   for (int64_t i = 0; i < run; ++i)
+                     weights[i] /= x.sums[j];
+                   fast::weightedSum(weights, values, stored, run, D, x.partial.data());
+                   for (int64_t d = 0; d < D; ++d)
+                     result[d] += x.partial[d];
+                   return;
+                 }
+                 for (int64_t i = 0; i < run; ++i) {
+                   convertFloats(stored, values + static_cast<size_t>(i * D) * readElement,
+                                 DType::F32, x.keyRow.data(), D);
+                   const float weight = weights[i] / x.sums[j];
+                   for (int64_t d = 0; d < D; ++d)
+                     result[d] += weight * x.keyRow[d];
+                 }
+               });
   };
 
   std::atomic<size_t> nextTask{0};
