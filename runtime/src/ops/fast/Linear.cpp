@@ -348,22 +348,29 @@ bool int4Avx2Available() {
 }
 
 // Rows of x from which int8 activations go to AMX-INT8 tiles rather than vpdpbusd: one tile
-// product takes 16 rows, and at fewer the VNNI kernel reads each weight as few times.
+// product takes 16 rows, and at fewer the VNNI kernel reads each weight as few times. Where
+// they cross (dsrt-linear-bench, 2026-12-03, Xeon with AMX, row-invariant): int8 weights
+// from 3 rows (GPT-2's LM head at 3 rows 1.15 ms on tiles against 1.79 with the dot kernel,
+// 768x2304 0.053 against 0.075; at 2 rows the smaller layers are faster on the dot kernel),
+// int4 ones from about 6 (their dot kernel unpacks once for all its rows).
 // DSRT_INT8_AMX=0 keeps the VNNI kernel (to compare them).
 namespace {
-constexpr int64_t kInt8AmxRows = 8, kInt4AmxRows = 8;
+constexpr int64_t kInt8AmxRows = 3, kInt4AmxRows = 8;
 bool int8AmxTakes(const LinearWeights &w, int64_t rows) {
   static const bool allowed = environment("DSRT_INT8_AMX") != "0" && int8AmxAvailable();
   return allowed && rows >= (w.dtype == DType::U8 ? kInt4AmxRows : kInt8AmxRows) &&
          gemmInt8AmxTakes(w) && w.out >= 16;
 }
 // Without AMX, the same packed x through VNNI a block of 16 rows at a time
-// (GemmInt8Vnni.cpp), from as many rows: DSRT_INT8_VNNI_TILES=0 keeps the dot kernels.
-constexpr int64_t kInt8VnniTileRows = 8;
+// (GemmInt8Vnni.cpp): int8 weights from 5 rows (3072x768 at 5 rows 0.146 ms against 0.169
+// with the dot kernel, at 4 0.149 against 0.117), int4 ones from 8.
+// DSRT_INT8_VNNI_TILES=0 keeps the dot kernels.
+constexpr int64_t kInt8VnniTileRows = 5, kInt4VnniTileRows = 8;
 bool int8VnniTilesTake(const LinearWeights &w, int64_t rows) {
   static const bool allowed =
       environment("DSRT_INT8_VNNI_TILES") != "0" && vnniActivationsPossible();
-  return allowed && rows >= kInt8VnniTileRows && gemmInt8AmxTakes(w) && w.out >= 16;
+  return allowed && rows >= (w.dtype == DType::U8 ? kInt4VnniTileRows : kInt8VnniTileRows) &&
+         gemmInt8AmxTakes(w) && w.out >= 16;
 }
 } // namespace
 
