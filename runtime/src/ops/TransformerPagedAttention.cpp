@@ -50,7 +50,7 @@ void quantizeCacheRow(const float *x, int64_t D, int64_t groups, int8_t *q, floa
     float largest = 0;
     for (int64_t i = 0; i < size; ++i)
       largest = std::max(largest, std::fabs(from[i]));
-    const float inverse = largest > 0 ? 127.0f / largest : 0.0f;
+    const float inverse = fast::int8CodeFactor(largest);
     // Round to nearest even by adding and removing 1.5 * 2^23 (exact for |v| <= 127), which
     // vectorizes where std::nearbyint is a call per value (4% of an int8-cache engine run).
     constexpr float kRound = 12582912.0f;

@@ -10,7 +10,10 @@
 #include "ops/fast/FastKernels.h"
 #include "ops/fast/QuantizedActivations.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -25,7 +28,11 @@ std::vector<double> quantizedLikeTheKernels(const float *x, int64_t in) {
     float maximum = 0;
     for (int64_t k = b; k < b + 32; ++k)
       maximum = std::max(maximum, std::fabs(x[k]));
-    const float scale = maximum / 127.0f, inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
+    const float scale = maximum / 127.0f;
+    // A factor that overflows (a block below 127 / FLT_MAX) quantizes to zeros.
+    float inverse = maximum > 0 ? 127.0f / maximum : 0.0f;
+    if (!(inverse <= FLT_MAX))
+      inverse = 0.0f;
     for (int64_t k = b; k < b + 32; ++k)
       out[static_cast<size_t>(k)] = double(std::nearbyint(x[k] * inverse)) * double(scale);
   }
@@ -170,6 +177,62 @@ TEST(QuantizedActivations, VnniTilesComputeTheQuantizationExactly) {
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
     GTEST_SKIP() << "no AVX-512 VNNI here";
   checkTiledProduct(ops::fast::gemmInt8Vnni);
+}
+
+// Linear.cpp quantizes a product's x straight into its tiles, sixteen rows at a time
+// (quantizeInt8Tiles); the dot kernels quantize it row by row (quantizeInt8ActivationRows).
+// A row's products agree between them, whatever its batch, only if both give the same codes,
+// scales and surpluses bit for bit: here against the rows packed one by one
+// (packInt8ActivationsForAmx), with blocks of zeros, of one large value, of subnormals and
+// of ties, whole and partial row tiles, and tiles quantized in two ranges.
+TEST(QuantizedActivations, TilesQuantizeAsRowsDo) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 VNNI here";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (int64_t rows : {1, 5, 16, 17, 40})
+    for (int64_t in : {32, 64, 96, 800}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " in " + std::to_string(in));
+      std::vector<float> x(static_cast<size_t>(rows * in));
+      for (float &v : x)
+        v = normal(rng);
+      for (int64_t r = 0; r < rows; ++r) {
+        float *row = x.data() + r * in;
+        const int64_t b = (r % (in / 32)) * 32;  // a special block in each row
+        switch (r % 5) {
+        case 0: std::fill(row + b, row + b + 32, 0.0f); break;
+        case 1: row[b + 7] = 3e4f; break;
+        case 2: for (int64_t k = b; k < b + 32; ++k) row[k] *= 1e-40f; break;
+        case 3:  // x * 127 / max lands halfway between codes: rounding to even decides
+          for (int64_t k = b; k < b + 32; ++k)
+            row[k] = static_cast<float>((k - b) % 8) + 0.5f;
+          row[b] = -127.0f;
+          break;
+        default: break;
+        }
+      }
+      ops::fast::LinearWeights shape;
+      shape.dtype = DType::I8;
+      shape.in = in;
+      ops::fast::Int8Activations quantized;
+      ops::fast::quantizeInt8Activations(x.data(), rows, shape, quantized);
+      ops::fast::Int8AmxPacked byRows, byTiles;
+      ops::fast::packInt8ActivationsForAmx(quantized, in, byRows);
+      ops::fast::prepareInt8AmxPacking(rows, in, byTiles);
+      const int64_t tiles = byTiles.operands.paddedRows / 16, split = tiles / 2;
+      ops::fast::quantizeInt8Tiles(x.data(), rows, in, 0, split, byTiles);
+      ops::fast::quantizeInt8Tiles(x.data(), rows, in, split, tiles, byTiles);
+      ASSERT_EQ(byTiles.operands.paddedRows, byRows.operands.paddedRows);
+      const int64_t bytes = byRows.operands.paddedRows * in;
+      EXPECT_TRUE(std::equal(byRows.operands.tiles, byRows.operands.tiles + bytes,
+                             byTiles.operands.tiles));
+      EXPECT_EQ(byTiles.surpluses, byRows.surpluses);
+      ASSERT_EQ(byTiles.scales.size(), byRows.scales.size());
+      for (size_t i = 0; i < byRows.scales.size(); ++i)
+        ASSERT_EQ(std::memcmp(&byTiles.scales[i], &byRows.scales[i], sizeof(float)), 0)
+            << "scale " << i << ": " << byTiles.scales[i] << " against " << byRows.scales[i];
+    }
 }
 
 } // namespace

@@ -43,7 +43,7 @@ void quantizeRow(const float *x, int64_t in, QuantizedInt4Row &row) {
     folded = _mm_max_ps(folded, _mm_movehl_ps(folded, folded));
     folded = _mm_max_ss(folded, _mm_movehdup_ps(folded));
     const float largest = _mm_cvtss_f32(folded);
-    const float scale = largest / 127.0f, inverse = largest > 0 ? 127.0f / largest : 0.0f;
+    const float scale = largest / 127.0f, inverse = int8CodeFactor(largest);
     int sum = 0;
     for (int64_t j = 0; j < kBlock / 2; ++j) {
       // Rounded to nearest even, as the VNNI kernel's vcvtps2dq.

@@ -53,7 +53,7 @@ void quantizeRow(const float *x, int64_t in, QuantizedInt4Row &row) {
     const float maximum =
         _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
     const float scale = maximum / 127.0f;
-    const __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
+    const __m512 inverse = _mm512_set1_ps(int8CodeFactor(maximum));
     // Rounded to nearest even, as std::nearbyint in the default rounding mode.
     const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));
     const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));

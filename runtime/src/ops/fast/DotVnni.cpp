@@ -23,6 +23,7 @@
 #include "ops/fast/QuantizedActivations.h"
 #include "ops/fast/VecAvx512.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace dsrt::ops::fast {
@@ -40,7 +41,7 @@ void quantizeRow(const float *x, int64_t in, QuantizedInt8Row &row) {
     __m512 lo = _mm512_loadu_ps(x + b * kBlock), hi = _mm512_loadu_ps(x + b * kBlock + 16);
     float maximum = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
     float scale = maximum / 127.0f;
-    __m512 inverse = _mm512_set1_ps(maximum > 0 ? 127.0f / maximum : 0.0f);
+    __m512 inverse = _mm512_set1_ps(int8CodeFactor(maximum));
     __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));
     __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(row.values.data() + b * kBlock),
@@ -171,6 +172,54 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
     vnniBlockAnyGroups<O, 1>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
 }
 
+// Lane l: the largest of v[l]'s lanes (exact in any order; sums16's shuffles, VecAvx512.h).
+__m512 maxima16(const __m512 *v) {
+  __m512 halves[8], quarters[4], eighths[2];
+  for (int m = 0; m < 8; ++m)
+    halves[m] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+  for (int n = 0; n < 4; ++n)
+    quarters[n] = _mm512_max_ps(_mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0x88),
+                                _mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0xDD));
+  for (int n = 0; n < 2; ++n)
+    eighths[n] = _mm512_max_ps(
+        _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+        _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 maxima =
+      _mm512_max_ps(_mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), maxima);
+}
+
+// rows[l]: row l's 32 bytes in its low half, row l + 8's in its high half (l < 8). quads[q]:
+// dword q (inputs 4q to 4q + 3) of the 16 rows, row r in lane r, as AMX's B operand holds a
+// block.
+void transposeQuads(const __m512i *rows, __m512i *quads) {
+  __m512i pairs[8], fours[8];
+  for (int g = 0; g < 2; ++g)  // rows 0-3 (and 8-11), then 4-7 (and 12-15)
+    for (int p = 0; p < 2; ++p) {
+      const __m512i a = rows[4 * g + 2 * p], b = rows[4 * g + 2 * p + 1];
+      pairs[4 * g + 2 * p] = _mm512_unpacklo_epi32(a, b);
+      pairs[4 * g + 2 * p + 1] = _mm512_unpackhi_epi32(a, b);
+    }
+  // fours[4g + i], 128-bit lane k: dword i (k even) or 4 + i (k odd) of four rows.
+  for (int g = 0; g < 2; ++g) {
+    const __m512i *t = pairs + 4 * g;
+    fours[4 * g + 0] = _mm512_unpacklo_epi64(t[0], t[2]);
+    fours[4 * g + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+    fours[4 * g + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+    fours[4 * g + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+  }
+  const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i high =
+      _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i) {
+    quads[i] = _mm512_permutex2var_epi32(fours[i], low, fours[4 + i]);
+    quads[4 + i] = _mm512_permutex2var_epi32(fours[i], high, fours[4 + i]);
+  }
+}
+
 } // namespace
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
@@ -189,6 +238,69 @@ void quantizeInt8ActivationRows(const float *x, int64_t begin, int64_t end,
                                 const LinearWeights &w, Int8Activations &out) {
   for (int64_t r = begin; r < end; ++r)
     quantizeRow(x + r * w.in, w.in, out.quantized[static_cast<size_t>(r)]);
+}
+
+void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTile,
+                       int64_t endTile, Int8AmxPacked &out) {
+  const int64_t blocks = in / kBlock, paddedRows = out.operands.paddedRows;
+  int8_t *const tiles = packedTiles(out);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512 limit = _mm512_set1_ps(127.0f), zero = _mm512_setzero_ps(),
+               largestFloat = _mm512_set1_ps(FLT_MAX);
+  for (int64_t tile = beginTile; tile < endTile; ++tile) {
+    const int64_t first = tile * 16, present = std::min<int64_t>(16, rows - first);
+    const float *tileRows = x + first * in;
+    for (int64_t b = 0; b < blocks; ++b) {
+      // Each row's block as quantizeRow takes it: its largest magnitude, the scale, and its
+      // values times 127 / largest, rounded (rows past x's are zeros: scale and sums 0).
+      __m512 peaks[16];
+      for (int l = 0; l < 16; ++l) {
+        if (l >= present) {
+          peaks[l] = zero;
+          continue;
+        }
+        const float *block = tileRows + l * in + b * kBlock;
+        peaks[l] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(block)),
+                                 _mm512_abs_ps(_mm512_loadu_ps(block + 16)));
+      }
+      const __m512 maxima = maxima16(peaks);
+      alignas(64) float inverses[16];
+      // int8CodeFactor's, lane by lane.
+      const __m512 factors =
+          _mm512_maskz_div_ps(_mm512_cmp_ps_mask(maxima, zero, _CMP_GT_OQ), limit, maxima);
+      _mm512_store_ps(inverses, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(factors, largestFloat,
+                                                                      _CMP_LE_OQ),
+                                                    factors));
+      __m256i values[16];
+      for (int l = 0; l < 16; ++l) {
+        if (l >= present) {
+          values[l] = _mm256_setzero_si256();
+          continue;
+        }
+        const float *block = tileRows + l * in + b * kBlock;
+        const __m512 inverse = _mm512_set1_ps(inverses[l]);
+        const __m128i low = _mm512_cvtsepi32_epi8(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(block), inverse)));
+        const __m128i high = _mm512_cvtsepi32_epi8(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(block + 16), inverse)));
+        values[l] = _mm256_set_m128i(high, low);
+      }
+      __m512i pairedRows[8], quads[8];
+      for (int l = 0; l < 8; ++l)
+        pairedRows[l] = _mm512_inserti64x4(_mm512_castsi256_si512(values[l]), values[l + 8], 1);
+      transposeQuads(pairedRows, quads);
+      // Each row's sum of its 32 values, exact, for the surplus.
+      __m512i sums = _mm512_setzero_si512();
+      int8_t *packedBlock = tiles + (tile * blocks + b) * 512;
+      for (int q = 0; q < 8; ++q) {
+        _mm512_store_si512(packedBlock + q * 64, quads[q]);
+        sums = _mm512_dpbusd_epi32(sums, ones, quads[q]);
+      }
+      _mm512_storeu_ps(out.scales.data() + b * paddedRows + first, _mm512_div_ps(maxima, limit));
+      _mm512_storeu_si512(out.surpluses.data() + b * paddedRows + first,
+                          _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+    }
+  }
 }
 
 void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t begin,

@@ -8,11 +8,22 @@
 
 #include "core/Tensor.h"
 
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 
 namespace dsrt::ops::fast {
+
+// What takes a block of values onto int8 codes: 127 over its largest magnitude, or 0 where
+// the block is zeros or so small (largest below 127 / FLT_MAX, about 3.7e-37) that the
+// factor overflows: an infinite factor made every code a saturated -128 (and the VNNI
+// kernels' surplus, summed in int32, wrapped). Every int8 quantizer of activations and of the
+// KV cache takes it, so that they give the same codes.
+inline float int8CodeFactor(float largest) {
+  const float factor = largest > 0 ? 127.0f / largest : 0.0f;
+  return factor <= FLT_MAX ? factor : 0.0f;
+}
 
 // The activations of tfm.activation, tfm.gated_act and the linear epilogue.
 enum class Activation { GeluErf, GeluTanh, GeluQuick, Silu, Relu, Relu2 };

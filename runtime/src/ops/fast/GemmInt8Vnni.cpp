@@ -7,7 +7,7 @@
 // half a chunk per activation block, so its int32 lanes must be scaled after every
 // instruction (a conversion and an FMA per vpdpbusd, besides the surplus's load), and a
 // 16-row step of GPT-2 124M's linears ran at a third of the rate of one
-// row. Here x is read as the AMX kernel's B operand (packInt8AmxRows: per 16 rows and block
+// row. Here x is read as the AMX kernel's B operand (quantizeInt8Tiles: per 16 rows and block
 // of 32 inputs, 8 quads of the 16 rows' 4 inputs, one vector each), so a vector's lanes are
 // 16 rows of x, and one weight quad, broadcast, multiplies them all: 8 vpdpbusd sum a whole
 // block for 16 rows of one output, exactly, before one conversion and one FMA scale it. 16

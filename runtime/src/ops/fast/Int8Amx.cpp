@@ -31,16 +31,14 @@ bool int8AmxAvailable() {
   return available;
 }
 
-namespace {
 // The tiles start on a cache line within out.tiles (which holds a line more): a tile row
 // straddling two lines made each tile load two (measured: a block's product 1.3x slower
 // with x misaligned by 16 bytes, as a vector's storage from malloc is).
-constexpr int64_t kLine = 64;
-int8_t *alignedTiles(Int8AmxPacked &out) {
+int8_t *packedTiles(Int8AmxPacked &out) {
+  constexpr uintptr_t kLine = 64;
   return out.tiles.data() +
          (kLine - reinterpret_cast<uintptr_t>(out.tiles.data()) % kLine) % kLine;
 }
-} // namespace
 
 void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out) {
   prepareInt8AmxPacking(x, in, out);
@@ -48,20 +46,23 @@ void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPack
 }
 
 void prepareInt8AmxPacking(const Int8Activations &x, int64_t in, Int8AmxPacked &out) {
-  constexpr int64_t kBlock = 32;
-  const int64_t blocks = in / kBlock, paddedRows = (x.rows + 15) / 16 * 16;
+  prepareInt8AmxPacking(x.rows, in, out);
+}
+
+void prepareInt8AmxPacking(int64_t rows, int64_t in, Int8AmxPacked &out) {
+  constexpr int64_t kBlock = 32, kLine = 64;
+  const int64_t blocks = in / kBlock, paddedRows = (rows + 15) / 16 * 16;
   out.tiles.resize(static_cast<size_t>(paddedRows * in + kLine));
   out.scales.resize(static_cast<size_t>(blocks * paddedRows));
   out.surpluses.resize(static_cast<size_t>(blocks * paddedRows));
-  out.operands = {alignedTiles(out), out.scales.data(), out.surpluses.data(), x.rows,
-                  paddedRows};
+  out.operands = {packedTiles(out), out.scales.data(), out.surpluses.data(), rows, paddedRows};
 }
 
 void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_t end,
                      Int8AmxPacked &out) {
   constexpr int64_t kBlock = 32;
   const int64_t blocks = in / kBlock, paddedRows = out.operands.paddedRows;
-  int8_t *const tiles = alignedTiles(out);
+  int8_t *const tiles = packedTiles(out);
   // Every lane is written below: the rows of x, then zeros for the padding rows (whose sums
   // are never read, but stay defined), so nothing is filled twice.
   for (int64_t r = begin; r < end; ++r) {

@@ -530,16 +530,21 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     if (tiles) {
       thread_local Int8AmxPacked callerPacked;
       Int8AmxPacked &packed = callerPacked;
-      // Quantized and packed by row tiles on the pool (on the caller alone, the other
-      // threads waited for it: 4% of a serving profile). A tile's lanes share cache lines,
-      // so each is one thread's.
-      prepareInt8Activations(rows, quantized8);
-      prepareInt8AmxPacking(quantized8, in, packed);
+      // Quantized straight into the tiles, sixteen rows at a time, by row tiles on the pool
+      // (on the caller alone, the other threads waited for it: 4% of a serving profile). A
+      // tile's lanes share cache lines, so each is one thread's. The dot kernel that takes
+      // an int8 product's last outputs (fewer than 16) reads x's rows quantized one by one,
+      // the same values.
+      const bool rowsQuantized = int8Vnni && out % 16 != 0;
+      if (rowsQuantized)
+        prepareInt8Activations(rows, quantized8);
+      prepareInt8AmxPacking(rows, in, packed);
       const int64_t rowTiles = packed.operands.paddedRows / 16;
       parallelFor(rowTiles, 1, [&](int64_t begin, int64_t end) {
-                    quantizeInt8ActivationRows(x, begin * 16, std::min(rows, end * 16), w,
-                                               quantized8);
-                    packInt8AmxRows(quantized8, in, begin * 16, end * 16, packed);
+                    quantizeInt8Tiles(x, rows, in, begin, end, packed);
+                    if (rowsQuantized)
+                      quantizeInt8ActivationRows(x, begin * 16, std::min(rows, end * 16), w,
+                                                 quantized8);
                   });
       // Panels of 16 output features; the last few features (fewer than 16) by the VNNI
       // kernels, in the last range.

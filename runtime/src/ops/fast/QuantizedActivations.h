@@ -53,12 +53,23 @@ struct Int8AmxPacked {
 bool int8AmxAvailable();
 // The weights the AMX kernel reads: int8 or int4 whose groups are whole blocks of 32.
 bool gemmInt8AmxTakes(const LinearWeights &w);
+// x's rows, quantized one by one, packed: what quantizeInt8Tiles below must give (the tests
+// pack x this way).
 void packInt8ActivationsForAmx(const Int8Activations &x, int64_t in, Int8AmxPacked &out);
 // The same in parts: out sized for x.rows (padded to 16), then padded rows [begin, end)
 // packed, rows past x.rows as zeros.
 void prepareInt8AmxPacking(const Int8Activations &x, int64_t in, Int8AmxPacked &out);
+void prepareInt8AmxPacking(int64_t rows, int64_t in, Int8AmxPacked &out);
 void packInt8AmxRows(const Int8Activations &x, int64_t in, int64_t begin, int64_t end,
                      Int8AmxPacked &out);
+// Where out's tiles start (on a cache line).
+int8_t *packedTiles(Int8AmxPacked &out);
+// Row tiles [beginTile, endTile) of x (`rows` rows of `in` floats, in a multiple of 32)
+// quantized straight into out (sized by prepareInt8AmxPacking): the values, scales and
+// surpluses quantizeInt8ActivationRows and packInt8AmxRows give, bit for bit, sixteen rows
+// at a time (DotVnni.cpp; the CPU must have AVX-512 VNNI).
+void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTile,
+                       int64_t endTile, Int8AmxPacked &out);
 // Output features [begin, end) (a multiple of 16 of them, within w.out) of all x's rows.
 // int4 weights need int4Scratch: 32 * w.in bytes, the thread's own.
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
