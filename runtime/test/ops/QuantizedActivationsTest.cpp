@@ -140,10 +140,12 @@ void checkTiledProduct(TiledGemm gemm) {
     ops::fast::quantizeInt8Activations(x, rows, w, quantized);
     ops::fast::Int8AmxPacked packed;
     ops::fast::packInt8ActivationsForAmx(quantized, w.in, packed);
-    std::vector<int8_t> scratch(static_cast<size_t>(32 * w.in));
+    // As Linear.cpp gives it: on a cache line, 32 (AMX) or 48 (VNNI) weight rows.
+    std::vector<int8_t> storage(static_cast<size_t>(48 * w.in + 64));
+    int8_t *scratch = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
     // Two ranges, as two threads would take them: [0, 32) and [32, 48).
-    gemm(packed.operands, w, 0, 32, y, w.out, scratch.data());
-    gemm(packed.operands, w, 32, w.out, y, w.out, scratch.data());
+    gemm(packed.operands, w, 0, 32, y, w.out, scratch);
+    gemm(packed.operands, w, 32, w.out, y, w.out, scratch);
   };
   for (DType dtype : {DType::I8, DType::U8})
     for (DType scaleType : {DType::F32, DType::F16, DType::BF16})
@@ -232,6 +234,54 @@ TEST(QuantizedActivations, TilesQuantizeAsRowsDo) {
       for (size_t i = 0; i < byRows.scales.size(); ++i)
         ASSERT_EQ(std::memcmp(&byTiles.scales[i], &byRows.scales[i], sizeof(float)), 0)
             << "scale " << i << ": " << byTiles.scales[i] << " against " << byRows.scales[i];
+    }
+}
+
+// The VNNI tiles take lanes of 16 outputs for products of more than 16 rows and lanes of 16
+// rows up to 16: each row's result must not depend on which, bit for bit (the engine's batch
+// invariance: a request's rows share steps with any number of others).
+TEST(QuantizedActivations, VnniTilesGiveEachRowItsResultAlone) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 VNNI here";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (DType dtype : {DType::I8, DType::U8})
+    for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {768, 6}, {96, 1}}) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + " in " + std::to_string(in));
+      const int64_t rows = 37, out = 48;
+      std::vector<uint8_t> stored(static_cast<size_t>(out * (dtype == DType::U8 ? in / 2 : in)));
+      for (uint8_t &b : stored)
+        b = static_cast<uint8_t>(byte(rng));
+      std::vector<float> scales(static_cast<size_t>(out * groups)), x(static_cast<size_t>(rows * in));
+      for (float &s : scales)
+        s = 0.01f + 0.01f * std::fabs(normal(rng));
+      for (float &v : x)
+        v = normal(rng);
+      ops::fast::LinearWeights w;
+      w.dtype = dtype;
+      w.data = stored.data();
+      w.out = out;
+      w.in = in;
+      w.scales = scales.data();
+      w.groups = groups;
+      std::vector<int8_t> storage(static_cast<size_t>(48 * in + 64));
+      int8_t *scratch = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+      auto product = [&](const float *rowsOfX, int64_t count, float *y) {
+        ops::fast::Int8AmxPacked packed;
+        ops::fast::prepareInt8AmxPacking(count, in, packed);
+        ops::fast::quantizeInt8Tiles(rowsOfX, count, in, 0, packed.operands.paddedRows / 16,
+                                     packed);
+        ops::fast::gemmInt8Vnni(packed.operands, w, 0, out, y, out, scratch);
+      };
+      std::vector<float> together(static_cast<size_t>(rows * out)), alone(static_cast<size_t>(out));
+      product(x.data(), rows, together.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        product(x.data() + r * in, 1, alone.data());
+        ASSERT_EQ(std::memcmp(alone.data(), together.data() + r * out, out * sizeof(float)), 0)
+            << "row " << r;
+      }
     }
 }
 

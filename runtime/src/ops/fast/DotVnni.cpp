@@ -20,6 +20,7 @@
 // activations' rounding costs top-1 agreement (OPT: 44/48 against 47/48). Where decode is
 // bound by instructions rather than memory (issue 43's Xeon: 12.6 GB/s of int8 weights
 // against llama.cpp's 23 with VNNI), and for prompts, it is the faster kernel (docs/int8.md).
+#include "ops/fast/Int8Panels.h"
 #include "ops/fast/QuantizedActivations.h"
 #include "ops/fast/VecAvx512.h"
 
@@ -190,34 +191,6 @@ __m512 maxima16(const __m512 *v) {
                     _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm512_permutexvar_ps(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), maxima);
-}
-
-// rows[l]: row l's 32 bytes in its low half, row l + 8's in its high half (l < 8). quads[q]:
-// dword q (inputs 4q to 4q + 3) of the 16 rows, row r in lane r, as AMX's B operand holds a
-// block.
-void transposeQuads(const __m512i *rows, __m512i *quads) {
-  __m512i pairs[8], fours[8];
-  for (int g = 0; g < 2; ++g)  // rows 0-3 (and 8-11), then 4-7 (and 12-15)
-    for (int p = 0; p < 2; ++p) {
-      const __m512i a = rows[4 * g + 2 * p], b = rows[4 * g + 2 * p + 1];
-      pairs[4 * g + 2 * p] = _mm512_unpacklo_epi32(a, b);
-      pairs[4 * g + 2 * p + 1] = _mm512_unpackhi_epi32(a, b);
-    }
-  // fours[4g + i], 128-bit lane k: dword i (k even) or 4 + i (k odd) of four rows.
-  for (int g = 0; g < 2; ++g) {
-    const __m512i *t = pairs + 4 * g;
-    fours[4 * g + 0] = _mm512_unpacklo_epi64(t[0], t[2]);
-    fours[4 * g + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
-    fours[4 * g + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
-    fours[4 * g + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
-  }
-  const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-  const __m512i high =
-      _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-  for (int i = 0; i < 4; ++i) {
-    quads[i] = _mm512_permutex2var_epi32(fours[i], low, fours[4 + i]);
-    quads[4 + i] = _mm512_permutex2var_epi32(fours[i], high, fours[4 + i]);
-  }
 }
 
 } // namespace

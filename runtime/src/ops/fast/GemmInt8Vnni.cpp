@@ -5,20 +5,24 @@
 //
 // The dot kernels (DotVnni.cpp) serve one row of x at a time: each vpdpbusd sums 64 pairs,
 // half a chunk per activation block, so its int32 lanes must be scaled after every
-// instruction (a conversion and an FMA per vpdpbusd, besides the surplus's load), and a
-// 16-row step of GPT-2 124M's linears ran at a third of the rate of one
-// row. Here x is read as the AMX kernel's B operand (quantizeInt8Tiles: per 16 rows and block
-// of 32 inputs, 8 quads of the 16 rows' 4 inputs, one vector each), so a vector's lanes are
-// 16 rows of x, and one weight quad, broadcast, multiplies them all: 8 vpdpbusd sum a whole
-// block for 16 rows of one output, exactly, before one conversion and one FMA scale it. 16
-// outputs' f32 sums stay in registers, transposed into y's rows at the end (as the AMX
-// kernel's).
+// instruction. Here one vpdpbusd sums a quad (4 inputs) of one block for 16 lanes, so 8 of
+// them sum a whole block exactly before one conversion and one FMA scale it. Two layouts:
+// * Products of more than 16 rows: lanes of 16 outputs. Each panel of 16 weight rows is
+//   repacked per call as AMX's B operand would hold it (per block, 8 quads of the 16
+//   outputs' 4 inputs, one vector each, flipped to w + 128), and a quad of a row of x,
+//   broadcast from x's tiles (quantizeInt8Tiles), multiplies it. 8 rows of x by 2 panels at
+//   a time: each weight vector serves 8 rows and each broadcast 2 panels, 0.6 loads a
+//   vpdpbusd, and a row's sums land in y's row as they are.
+// * Up to 16 rows (the engine's decode steps): lanes of 16 rows, x's tile as it is, each
+//   weight quad broadcast from the panel flipped in place: one load a vpdpbusd, which holds
+//   it near half the two VNNI ports' rate (docs/design.md, section 9), but nothing to
+//   repack, which costs more where the weights stream from memory.
 //
-// vpdpbusd takes its first operand unsigned: each panel's 16 weight rows are copied flipped
-// to w + 128 (int4 ones as they are unpacked), and the surplus, 128 * sum(xq) of each block
-// of each row of x, which the quantizer already has, is where the block's int32 sums start
-// (negated). Each block's int32 sum is exact, as the AMX kernel's and the dot kernels' are,
-// so a row's result differs between the three by f32 rounding only, whatever its batch.
+// The surplus, 128 * sum(xq) of each block of each row, which the quantizer already has, is
+// where the block's int32 sums start (negated). Each block's int32 sum is exact, and both
+// layouts give each (row, output) the same f32 operations in the same order (as the AMX
+// kernel's), so they agree bit for bit, and a row's result differs from the dot kernels' by
+// f32 rounding only, whatever its batch.
 #include "ops/fast/Int8Panels.h"
 #include "ops/fast/QuantizedActivations.h"
 
@@ -47,6 +51,27 @@ void flipRows(const int8_t *rows, int64_t in, int8_t *out) {
                                                flip));
   }
 }
+
+// The panel's 16 rows flipped (flipRows: one sequential stream from memory, which the
+// prefetchers follow; repacking straight from the plan's rows, 16 strided streams of 32
+// bytes, made the engine's steps of 16 rows 10% slower) repacked: block b's quad q, [16
+// outputs x 4 inputs], at packed + b * 512 + q * 64.
+void packPanel(const uint8_t *flipped, int64_t in, uint8_t *packed) {
+  for (int64_t b = 0; b < in / kBlock; ++b) {
+    __m512i pairedRows[8], quads[8];
+    for (int l = 0; l < 8; ++l) {
+      const __m256i low =
+          _mm256_load_si256(reinterpret_cast<const __m256i *>(flipped + l * in + b * kBlock));
+      const __m256i high = _mm256_load_si256(
+          reinterpret_cast<const __m256i *>(flipped + (l + 8) * in + b * kBlock));
+      pairedRows[l] = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+    }
+    transposeQuads(pairedRows, quads);
+    for (int q = 0; q < 8; ++q)
+      _mm512_store_si512(packed + b * 512 + q * 64, quads[q]);
+  }
+}
+
 
 // The 16 outputs of a panel (flipped weight rows `flipped`, `in` apart) for the 16 rows of x
 // in `rowTile`, written to y. `panelScales` are the outputs' weight scales as f32, [16,
@@ -95,9 +120,13 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
   storeTile<PerChannel>(acc, panelScales, rowTile * 16, x.rows, y + first, ldy);
 }
 
-} // namespace
-
-void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
+// One tile of 16 rows or fewer: lanes of 16 rows, each panel flipped in order and each
+// weight quad broadcast (the kernel before the one below). Where the weights stream from
+// memory, as in the engine's decode steps, it is the faster: 16 rows of 262144 x 768 in
+// 16.4-16.5 ms against 19.0-19.8 for the repacking kernel (dsrt-linear-bench, 2 threads),
+// and 8% less of a GPT-2 decode-only stream's linear time; from 24 rows the two are even
+// from memory and the repacking kernel 15-27% faster from cache.
+void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                   float *y, int64_t ldy, int8_t *weightScratch) {
   const int64_t rowTiles = x.paddedRows / 16, in = w.in;
   thread_local std::vector<float> panelScaleRows;
@@ -112,6 +141,137 @@ void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
     for (int64_t rt = 0; rt < rowTiles; ++rt)
       (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt, y,
                                                        ldy);
+  }
+}
+
+
+// R rows of x from `row` times P repacked panels (16 * in bytes apart in `packed`, from
+// output `first`), into y. `groupScales[p]`: panel p's weight scales, [groups, 16 outputs].
+template <int R, int P, bool PerChannel>
+void sumRows(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *packed,
+             const float *const *groupScales, int64_t first, int64_t row, float *y,
+             int64_t ldy) {
+  const int64_t in = w.in, blocks = in / kBlock, groupBlocks = blocks / w.groups;
+  // Row r's quad q of block b: x.tiles + (tile * blocks + b) * 512 + q * 64 + lane * 4.
+  const int8_t *xQuads[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    xQuads[r] = x.tiles + (row + r) / 16 * blocks * 512 + (row + r) % 16 * 4;
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p)
+      acc[r][p] = _mm512_setzero_ps();
+  int64_t group = 0, groupLeft = groupBlocks;
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i sums[R][P];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i surplus = _mm512_set1_epi32(x.surpluses[b * x.paddedRows + row + r]);
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p)
+        sums[r][p] = surplus;
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      __m512i weights[P];
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p)
+        weights[p] = _mm512_load_si512(packed + p * 16 * in + b * 512 + q * 64);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t quad;  // 4 of row r's quantized inputs, broadcast to the 16 outputs
+        std::memcpy(&quad, xQuads[r] + b * 512 + q * 64, sizeof quad);
+        const __m512i inputs = _mm512_set1_epi32(quad);
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p)
+          sums[r][p] = _mm512_dpbusd_epi32(sums[r][p], weights[p], inputs);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 rowScale = _mm512_set1_ps(x.scales[b * x.paddedRows + row + r]);
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const __m512 scale =
+            PerChannel ? rowScale
+                       : _mm512_mul_ps(rowScale, _mm512_loadu_ps(groupScales[p] + group * 16));
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][p]), scale, acc[r][p]);
+      }
+    }
+    if (--groupLeft == 0) {
+      ++group;
+      groupLeft = groupBlocks;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) {
+      float *to = y + (row + r) * ldy + first + p * 16;
+      _mm512_storeu_ps(to, PerChannel ? _mm512_mul_ps(acc[r][p], _mm512_loadu_ps(groupScales[p]))
+                                      : acc[r][p]);
+    }
+}
+
+// Every row of x times P repacked panels: 8 rows at a time, then 4, 2, 1.
+template <int P, bool PerChannel>
+void sumAllRows(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *packed,
+                const float *const *groupScales, int64_t first, float *y, int64_t ldy) {
+  int64_t row = 0;
+  for (; row + 8 <= x.rows; row += 8)
+    sumRows<8, P, PerChannel>(x, w, packed, groupScales, first, row, y, ldy);
+  if (row + 4 <= x.rows) {
+    sumRows<4, P, PerChannel>(x, w, packed, groupScales, first, row, y, ldy);
+    row += 4;
+  }
+  if (row + 2 <= x.rows) {
+    sumRows<2, P, PerChannel>(x, w, packed, groupScales, first, row, y, ldy);
+    row += 2;
+  }
+  if (row < x.rows)
+    sumRows<1, P, PerChannel>(x, w, packed, groupScales, first, row, y, ldy);
+}
+
+} // namespace
+
+void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
+                  float *y, int64_t ldy, int8_t *weightScratch) {
+  if (x.rows <= 16)
+    return gemmRowLanes(x, w, begin, end, y, ldy, weightScratch);
+  const int64_t in = w.in, groups = w.groups;
+  auto *packed = reinterpret_cast<uint8_t *>(weightScratch);
+  int8_t *flipped = weightScratch + 32 * in;  // a panel's rows, flipped, in order
+  // Each panel's weight scales as f32, transposed to [groups, 16 outputs].
+  thread_local std::vector<float> panelScaleRows, transposedScales;
+  transposedScales.resize(static_cast<size_t>(2 * groups * 16));
+  for (int64_t first = begin; first < end; first += 32) {
+    const int panels = end - first >= 32 ? 2 : 1;
+    const float *groupScales[2];
+    for (int p = 0; p < panels; ++p) {
+      const int64_t panelFirst = first + p * 16;
+      if (w.dtype == DType::U8)
+        unpackInt4Rows(static_cast<const uint8_t *>(w.data) + panelFirst * (in / 2), 16, in,
+                       flipped);
+      flipRows(w.dtype == DType::U8 ? flipped
+                                    : static_cast<const int8_t *>(w.data) + panelFirst * in,
+               in, flipped);
+      packPanel(reinterpret_cast<const uint8_t *>(flipped), in, packed + p * 16 * in);
+      const float *scales = scalesOf(w, panelFirst, panelScaleRows);
+      float *transposed = transposedScales.data() + p * groups * 16;
+      for (int64_t o = 0; o < 16; ++o)
+        for (int64_t g = 0; g < groups; ++g)
+          transposed[g * 16 + o] = scales[o * groups + g];
+      groupScales[p] = transposed;
+    }
+    const bool perChannel = groups == 1;
+    if (panels == 2)
+      (perChannel ? sumAllRows<2, true> : sumAllRows<2, false>)(x, w, packed, groupScales, first,
+                                                                 y, ldy);
+    else
+      (perChannel ? sumAllRows<1, true> : sumAllRows<1, false>)(x, w, packed, groupScales, first,
+                                                                 y, ldy);
   }
 }
 

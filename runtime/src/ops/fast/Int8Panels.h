@@ -1,5 +1,6 @@
-// Internal to the integer GEMMs of many rows (GemmInt8Amx.cpp, GemmInt8Vnni.cpp): what both do
-// to a panel of 16 weight rows and to its 16 x 16 f32 results. Include it only from a file
+// Internal to the integer GEMMs of many rows (GemmInt8Amx.cpp, GemmInt8Vnni.cpp) and the
+// quantizer of their x (DotVnni.cpp): what they do to a panel of 16 weight rows, to 16 rows
+// of int8 values and to 16 x 16 f32 results. Include it only from a file
 // compiled with -mavx512f and -mavx2. Internal linkage, as VecAvx512.h: each file's copy is
 // built with that file's ISA flags, and the linker must not pick one file's for the other.
 #ifndef DSRT_OPS_FAST_INT8PANELS_H
@@ -68,6 +69,34 @@ inline void storeTile(__m512 *acc, const float *panelScales, int64_t firstRow, i
     if (l < count)
       _mm512_storeu_ps(y + (firstRow + l) * ldy,
                        PerChannel ? _mm512_mul_ps(acc[l], channelScales) : acc[l]);
+}
+
+// rows[l]: row l's 32 bytes in its low half, row l + 8's in its high half (l < 8). quads[q]:
+// dword q (inputs 4q to 4q + 3) of the 16 rows, row r in lane r, as AMX's B operand holds a
+// block.
+inline void transposeQuads(const __m512i *rows, __m512i *quads) {
+  __m512i pairs[8], fours[8];
+  for (int g = 0; g < 2; ++g)  // rows 0-3 (and 8-11), then 4-7 (and 12-15)
+    for (int p = 0; p < 2; ++p) {
+      const __m512i a = rows[4 * g + 2 * p], b = rows[4 * g + 2 * p + 1];
+      pairs[4 * g + 2 * p] = _mm512_unpacklo_epi32(a, b);
+      pairs[4 * g + 2 * p + 1] = _mm512_unpackhi_epi32(a, b);
+    }
+  // fours[4g + i], 128-bit lane k: dword i (k even) or 4 + i (k odd) of four rows.
+  for (int g = 0; g < 2; ++g) {
+    const __m512i *t = pairs + 4 * g;
+    fours[4 * g + 0] = _mm512_unpacklo_epi64(t[0], t[2]);
+    fours[4 * g + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+    fours[4 * g + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+    fours[4 * g + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+  }
+  const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i high =
+      _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i) {
+    quads[i] = _mm512_permutex2var_epi32(fours[i], low, fours[4 + i]);
+    quads[4 + i] = _mm512_permutex2var_epi32(fours[i], high, fours[4 + i]);
+  }
 }
 
 // int4 rows (two codes a byte, the even input low, minus 8: docs/int4.md) as int8 rows.

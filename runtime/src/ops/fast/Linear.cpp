@@ -558,7 +558,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
         thread_local std::vector<int8_t> panelRows;
         int8_t *scratch = nullptr;
         if (w.dtype == DType::U8 || !amx) {
-          panelRows.resize(static_cast<size_t>(32 * in + 64));
+          panelRows.resize(static_cast<size_t>((amx ? 32 : 48) * in + 64));
           scratch = panelRows.data() + (64 - reinterpret_cast<uintptr_t>(panelRows.data()) % 64) % 64;
         }
         if (amx)

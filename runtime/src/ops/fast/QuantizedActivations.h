@@ -75,7 +75,8 @@ void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTi
 void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                  float *y, int64_t ldy, int8_t *int4Scratch = nullptr);
 // The same product with AVX-512 VNNI, from the same packed x, for CPUs without AMX
-// (GemmInt8Vnni.cpp); it needs weightScratch: 16 * w.in bytes, the thread's own.
+// (GemmInt8Vnni.cpp); it needs weightScratch: 48 * w.in bytes on a cache line, the thread's
+// own.
 void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                   float *y, int64_t ldy, int8_t *weightScratch);
 
