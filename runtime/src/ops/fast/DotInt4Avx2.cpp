@@ -169,7 +169,7 @@ void dotRowsWithScales(const Int4Activations &a, const LinearWeights &w, int64_t
     const char *ahead = base + o * rowBytes + detail::kPrefetchBytes;
     const char *stop = base + end * rowBytes;
     for (const char *line = ahead; line < ahead + 2 * rowBytes && line < stop; line += 64)
-      __builtin_prefetch(line);
+      requestLine(line);
     int4Rows<2, Scales>(a, w, o, y, ldy);
   }
   for (; o < end; ++o)

@@ -170,7 +170,7 @@ void dotRowsWithScales(const Int4Activations &a, const LinearWeights &w, int64_t
     const char *ahead = base + o * rowBytes + detail::kPrefetchBytes;
     const char *stop = base + end * rowBytes;
     for (const char *line = ahead; line < ahead + perPass * rowBytes && line < stop; line += 64)
-      __builtin_prefetch(line);
+      requestLine(line);
     if (perPass == 4)
       int4Rows<4, Scales>(a, w, o, y, ldy);
     else

@@ -357,7 +357,7 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
       // step read 0.6 to 2.4 MB each).
       const char *ahead = base + o * rowBytes + kPrefetchBytes;
       for (const char *line = ahead; line < ahead + rowBytes && line < stop; line += 64)
-        __builtin_prefetch(line);
+        requestLine(line);
       if constexpr (D == DType::U8) {
         switch (rows) {
         case 4: dotStreamInt4<Vec, 4>(prepared, x, in, w, o, y, ldy); break;

@@ -285,7 +285,7 @@ void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t b
     const char *ahead = base + o * w.in + detail::kPrefetchBytes;
     const char *stop = base + end * w.in;
     for (const char *line = ahead; line < ahead + 4 * w.in && line < stop; line += 64)
-      __builtin_prefetch(line);
+      requestLine(line);
     vnniRows<4>(a, w, o, y, ldy);
   }
   for (; o < end; ++o)

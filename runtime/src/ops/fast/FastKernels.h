@@ -15,6 +15,18 @@
 
 namespace dsrt::ops::fast {
 
+// Requests the cache line holding `address` into L1. An asm statement, not
+// __builtin_prefetch: GCC deletes a loop that only prefetches (a loop without side effects
+// may be assumed to end, and then removed), which it did to the decode attention's and the
+// int8 dot kernel's requests, so that they never ran.
+inline void requestLine(const void *address) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char *>(address)));
+#else
+  __builtin_prefetch(address);
+#endif
+}
+
 // What takes a block of values onto int8 codes: 127 over its largest magnitude, or 0 where
 // the block is zeros or so small (largest below 127 / FLT_MAX, about 3.7e-37) that the
 // factor overflows: an infinite factor made every code a saturated -128 (and the VNNI
