@@ -173,26 +173,6 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
     vnniBlockAnyGroups<O, 1>(a.quantized.data() + r, w, first, y + r * ldy, ldy);
 }
 
-// Lane l: the largest of v[l]'s lanes (exact in any order; sums16's shuffles, VecAvx512.h).
-__m512 maxima16(const __m512 *v) {
-  __m512 halves[8], quarters[4], eighths[2];
-  for (int m = 0; m < 8; ++m)
-    halves[m] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
-                              _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
-  for (int n = 0; n < 4; ++n)
-    quarters[n] = _mm512_max_ps(_mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0x88),
-                                _mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0xDD));
-  for (int n = 0; n < 2; ++n)
-    eighths[n] = _mm512_max_ps(
-        _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-        _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 maxima =
-      _mm512_max_ps(_mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), maxima);
-}
-
 } // namespace
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
@@ -236,7 +216,7 @@ void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTi
         peaks[l] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(block)),
                                  _mm512_abs_ps(_mm512_loadu_ps(block + 16)));
       }
-      const __m512 maxima = maxima16(peaks);
+      const __m512 maxima = Avx512::maxima16(peaks);
       alignas(64) float inverses[16];
       // int8CodeFactor's, lane by lane.
       const __m512 factors =

@@ -52,6 +52,17 @@ void flipRows(const int8_t *rows, int64_t in, int8_t *out) {
   }
 }
 
+// Panel `first`'s 16 weight rows flipped into `scratch` (16 x in, in order), int4 ones
+// unpacked there first.
+const uint8_t *flipPanel(const LinearWeights &w, int64_t first, int8_t *scratch) {
+  const int64_t in = w.in;
+  if (w.dtype == DType::U8)
+    unpackInt4Rows(static_cast<const uint8_t *>(w.data) + first * (in / 2), 16, in, scratch);
+  flipRows(w.dtype == DType::U8 ? scratch : static_cast<const int8_t *>(w.data) + first * in,
+           in, scratch);
+  return reinterpret_cast<const uint8_t *>(scratch);
+}
+
 // The panel's 16 rows flipped (flipRows: one sequential stream from memory, which the
 // prefetchers follow; repacking straight from the plan's rows, 16 strided streams of 32
 // bytes, made the engine's steps of 16 rows 10% slower) repacked: block b's quad q, [16
@@ -71,7 +82,6 @@ void packPanel(const uint8_t *flipped, int64_t in, uint8_t *packed) {
       _mm512_store_si512(packed + b * 512 + q * 64, quads[q]);
   }
 }
-
 
 // The 16 outputs of a panel (flipped weight rows `flipped`, `in` apart) for the 16 rows of x
 // in `rowTile`, written to y. `panelScales` are the outputs' weight scales as f32, [16,
@@ -128,22 +138,16 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
 // from memory and the repacking kernel 15-27% faster from cache.
 void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin, int64_t end,
                   float *y, int64_t ldy, int8_t *weightScratch) {
-  const int64_t rowTiles = x.paddedRows / 16, in = w.in;
+  const int64_t rowTiles = x.paddedRows / 16;
   thread_local std::vector<float> panelScaleRows;
   for (int64_t first = begin; first < end; first += 16) {
-    if (w.dtype == DType::U8)
-      unpackInt4Rows(static_cast<const uint8_t *>(w.data) + first * (in / 2), 16, in,
-                     weightScratch);
-    flipRows(w.dtype == DType::U8 ? weightScratch : static_cast<const int8_t *>(w.data) + first * in,
-             in, weightScratch);
+    const uint8_t *flipped = flipPanel(w, first, weightScratch);
     const float *panelScales = scalesOf(w, first, panelScaleRows);
-    const auto *flipped = reinterpret_cast<const uint8_t *>(weightScratch);
     for (int64_t rt = 0; rt < rowTiles; ++rt)
       (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt, y,
                                                        ldy);
   }
 }
-
 
 // R rows of x from `row` times P repacked panels (16 * in bytes apart in `packed`, from
 // output `first`), into y. `groupScales[p]`: panel p's weight scales, [groups, 16 outputs].
@@ -251,13 +255,7 @@ void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
     const float *groupScales[2];
     for (int p = 0; p < panels; ++p) {
       const int64_t panelFirst = first + p * 16;
-      if (w.dtype == DType::U8)
-        unpackInt4Rows(static_cast<const uint8_t *>(w.data) + panelFirst * (in / 2), 16, in,
-                       flipped);
-      flipRows(w.dtype == DType::U8 ? flipped
-                                    : static_cast<const int8_t *>(w.data) + panelFirst * in,
-               in, flipped);
-      packPanel(reinterpret_cast<const uint8_t *>(flipped), in, packed + p * 16 * in);
+      packPanel(flipPanel(w, panelFirst, flipped), in, packed + p * 16 * in);
       const float *scales = scalesOf(w, panelFirst, panelScaleRows);
       float *transposed = transposedScales.data() + p * groups * 16;
       for (int64_t o = 0; o < 16; ++o)

@@ -69,23 +69,30 @@ struct Avx512 {
   // sixteen keys).
   static constexpr bool kSums16 = true;
   static V sums16(const V *v) {
+    return combine16(v, [](V a, V b) { return _mm512_add_ps(a, b); });
+  }
+  // Lane k: the largest lane of v[k] (the tile quantizer's sixteen rows' blocks).
+  static V maxima16(const V *v) {
+    return combine16(v, [](V a, V b) { return _mm512_max_ps(a, b); });
+  }
+  template <class Combine> static V combine16(const V *v, Combine combine) {
     V halves[8], quarters[4], eighths[2];
-    for (int m = 0; m < 8; ++m)  // [v2m's eight sums, v2m+1's]
-      halves[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
-                                _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
-    for (int n = 0; n < 4; ++n)  // 128-bit lane j: v[4n + j]'s four sums
-      quarters[n] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0x88),
-                                  _mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0xDD));
-    for (int n = 0; n < 2; ++n)  // lane j: v[8n + j]'s two sums, then v[8n + 4 + j]'s
-      eighths[n] = _mm512_add_ps(
+    for (int m = 0; m < 8; ++m)  // [v2m's eight pairs combined, v2m+1's]
+      halves[m] = combine(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                          _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    for (int n = 0; n < 4; ++n)  // 128-bit lane j: v[4n + j]'s four
+      quarters[n] = combine(_mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0x88),
+                            _mm512_shuffle_f32x4(halves[2 * n], halves[2 * n + 1], 0xDD));
+    for (int n = 0; n < 2; ++n)  // lane j: v[8n + j]'s two, then v[8n + 4 + j]'s
+      eighths[n] = combine(
           _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
           _mm512_shuffle_ps(quarters[2 * n], quarters[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    // Element 4j + e: v[j + 4e]'s sum; then each to lane j + 4e.
-    const V sums = _mm512_add_ps(
-        _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
-        _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    // Element 4j + e: v[j + 4e]'s; then each to lane j + 4e.
+    const V combined =
+        combine(_mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
     return _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), combined);
   }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
