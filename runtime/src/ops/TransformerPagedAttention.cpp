@@ -162,9 +162,8 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
     };
     // A KV head's slice of the next block requested while its slice of this block is read,
     // head by head: the blocks lie anywhere in the pool, where the hardware's prefetchers do
-    // not foresee them. The whole next block requested at once (every head's slice, 24 KB
-    // for GPT-2, in a burst) was as slow as no request: a GPT-2 int8 engine's attention
-    // 1.51-1.57 s either way, 1.31-1.39 s head by head (one or two blocks ahead alike).
+    // not foresee them. A GPT-2 int8 engine's decode attention 1.59-1.60 s without the
+    // requests, 1.32-1.39 s with them (one or two blocks ahead alike; docs/cpu-backend.md).
     const size_t headBytes = static_cast<size_t>(layout.blockSize * D) * layout.element;
     auto prefetchHead = [&](const char *base, int64_t kh, int64_t t) {
       if (t >= limit)
