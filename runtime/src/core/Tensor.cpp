@@ -234,6 +234,13 @@ bool convertFloats(DType from, const void *source, DType to, void *destination, 
   auto narrowOrSingle = [](DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; };
   if (!narrowOrSingle(from) || !narrowOrSingle(to))
     return false;
+  // A copy: the loop below converted each value on its own (the serving engine reads every
+  // sampled row of f32 logits through here: 4% of a decode-heavy GPT-2 run's samples).
+  if (from == to) {
+    if (count > 0)
+      std::memmove(destination, source, static_cast<size_t>(count) * dtypeSize(from));
+    return true;
+  }
   if (from == DType::BF16 && to == DType::F32) {
     (avx512Conversions() ? bf16ToF32Avx512 : bf16ToF32Baseline)(
         static_cast<const uint16_t *>(source), static_cast<float *>(destination), count);

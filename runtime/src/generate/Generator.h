@@ -63,6 +63,9 @@ uint64_t localArgmaxKey(const float *logits, int64_t count, int64_t offset);
 Status distributedArgmax(ops::Collectives &group, const std::vector<std::vector<float>> &rows,
                          int64_t offset, std::vector<int64_t> &tokens);
 
+// The index std::max_element gives over `count` values (the first of the largest; a NaN is
+// never the largest unless it is the first value), vectorized. Exposed for tests.
+int64_t firstLargest(const float *values, int64_t count);
 // The index of a token drawn from `logits` (vocabulary-sized) under the options' sampling
 // settings; greedy takes the first maximum. Exposed for tests.
 int64_t sampleToken(const std::vector<float> &logits, const GenerateOptions &options,

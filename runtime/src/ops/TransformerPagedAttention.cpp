@@ -160,17 +160,19 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
                           layout.scalesAt(scales, at), run, D, layout.groups, x.wide.data());
       return reinterpret_cast<const char *>(x.wide.data());
     };
-    // A KV head's slice of the next block requested while its slice of this block is read,
-    // head by head: the blocks lie anywhere in the pool, where the hardware's prefetchers do
-    // not foresee them. A GPT-2 int8 engine's decode attention 1.59-1.60 s without the
-    // requests, 1.32-1.39 s with them (one or two blocks ahead alike; docs/cpu-backend.md).
+    // A KV head's slice of the next block requested into L2 while its slice of this block is
+    // read, head by head: the blocks lie anywhere in the pool, where the hardware's
+    // prefetchers do not foresee them. A GPT-2 int8 engine's decode attention 1.59-1.60 s
+    // without the requests, 1.32-1.39 s with them into L1 (one or two blocks ahead alike;
+    // docs/cpu-backend.md), 6-8% less again into L2 (requestLineL2 says why); requests for
+    // only each slice's first lines, or every other line, were slower than all of them.
     const size_t headBytes = static_cast<size_t>(layout.blockSize * D) * layout.element;
     auto prefetchHead = [&](const char *base, int64_t kh, int64_t t) {
       if (t >= limit)
         return;
       const char *slice = base + layout.offset(row, kh, t) * layout.element;
       for (size_t line = 0; line < headBytes; line += 64)
-        fast::requestLine(slice + line);
+        fast::requestLineL2(slice + line);
     };
     const int64_t n = static_cast<int64_t>(x.heads.size());
     // Each block's run of positions [t, t + run) in order, and each head j of the task with

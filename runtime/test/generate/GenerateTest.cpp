@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <cmath>
 #include <cstring>
@@ -145,6 +146,41 @@ TEST_F(GenerateTest, SamplingIsReproducibleFromTheSeed) {
   options.temperature = 0;
   ASSERT_EQ(generate({{5, 6, 7}}, greedy), DSRT_OK);
   EXPECT_NE(other, greedy) << "12 tokens at temperature 1.5 all equal to greedy";
+}
+
+// Greedy decoding's vectorized argmax against std::max_element (the reference it replaced):
+// rows of every length around the vector steps, with ties, -0 and +0, infinities, and NaNs
+// first, inside and everywhere.
+TEST(SampleTokenTest, FirstLargestIsMaxElementsPick) {
+  uint64_t state = 3;
+  auto draw = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>(state >> 33);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {nan, 0.0f, -0.0f, inf, -inf, 1.0f};
+  int checked = 0;
+  for (int length : {1, 2, 3, 15, 16, 17, 31, 32, 33, 64, 100, 1000}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> row(static_cast<size_t>(length));
+      // Few distinct values, so that ties are common.
+      for (float &value : row)
+        value = static_cast<float>(draw() % 7) - 3.0f;
+      const int specialCount = trial % 5;
+      for (int k = 0; k < specialCount; ++k)
+        row[static_cast<size_t>(draw() % length)] = specials[draw() % 6];
+      if (trial % 17 == 0)
+        std::fill(row.begin(), row.end(), nan);
+      if (trial % 23 == 0)
+        std::fill(row.begin(), row.end(), -inf);
+      const int64_t expected = std::max_element(row.begin(), row.end()) - row.begin();
+      ASSERT_EQ(dsrt::firstLargest(row.data(), length), expected)
+          << "length " << length << ", trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12 * 200);
 }
 
 TEST(SampleTokenTest, FollowsTheFilteredDistribution) {

