@@ -78,18 +78,22 @@ Status prepareQueryKeyValue(const KernelContext &ctx, const AttentionConfig &c,
                 D = c.headDim;
   std::vector<float> &q = rows.q, &kNew = rows.keys, &vNew = rows.values;
   if (c.packed) {
-    // Each token's row: its queries, keys and values.
+    // Each token's row: its queries, keys and values. On the pool: a serving step's 256
+    // rows are megabytes, which one thread copied while the others waited.
     FloatView packed(*ctx.input(kQuery));
     const int64_t width = (H + 2 * KH) * D;
     q.resize(B * S * H * D);
     kNew.resize(B * S * KH * D);
     vNew.resize(B * S * KH * D);
-    for (int64_t token = 0; token < B * S; ++token) {
-      const float *row = packed.data() + token * width;
-      std::copy(row, row + H * D, &q[token * H * D]);
-      std::copy(row + H * D, row + (H + KH) * D, &kNew[token * KH * D]);
-      std::copy(row + (H + KH) * D, row + width, &vNew[token * KH * D]);
-    }
+    parallelFor(B * S, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t token = begin; token < end; ++token) {
+                    const float *row = packed.data() + token * width;
+                    std::copy(row, row + H * D, &q[token * H * D]);
+                    std::copy(row + H * D, row + (H + KH) * D, &kNew[token * KH * D]);
+                    std::copy(row + (H + KH) * D, row + width, &vNew[token * KH * D]);
+                  }
+                });
   } else {
     FloatView query(*ctx.input(kQuery)), k(*ctx.input(kKey)), v(*ctx.input(kValue));
     q.assign(query.data(), query.data() + B * S * H * D);

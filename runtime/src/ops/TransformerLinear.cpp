@@ -313,7 +313,9 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
 }
 
 Status computeLinear(const KernelContext &ctx, const Outputs &outputs) {
-  std::vector<uint8_t> normalized;
+  // Reused by the calls on this thread: a fresh vector zero-filled the normalized rows at
+  // every call and, at a prompt chunk's size, took them from the OS (page faults) each time.
+  thread_local std::vector<uint8_t> normalized;
   TensorRef x;
   DSRT_RETURN_IF_ERROR(linearInput(ctx, normalized, x));
   const TensorRef &w = *ctx.input(1);
