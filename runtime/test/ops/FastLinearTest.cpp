@@ -636,6 +636,62 @@ TEST(FastLinearKernels, KeyScoresEqualDotRowsBitForBit) {
   EXPECT_GT(compared, 0);
 }
 
+// The decode attention reads an int8 KV cache's codes and scales as they are
+// (keyScoresInt8, weightedSumInt8); the prompt chunks' kernel reads the same rows widened to
+// f32 (widenRows: q * scale). A request's tokens must not depend on which read its cached
+// positions (a preempted request recomputes its generated tokens as a prompt), so both must
+// give the widened rows' results bit for bit, on every ISA (ctest's -avx2 and -portable).
+TEST(FastLinearKernels, Int8KvReadsEqualTheWidenedRowsBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> code(-127, 127);
+  int compared = 0;
+  for (int64_t width : {64, 128, 80, 96, 16, 48})  // whole vectors (FastKernels.h)
+    for (int64_t count : {1, 15, 16, 17, 40}) {
+      const int64_t groups = width % 32 == 0 ? width / 32 : 1;
+      std::vector<int8_t> codes(static_cast<size_t>(count * width));
+      std::vector<float> scales(static_cast<size_t>(count * groups)), query(width),
+          weights(static_cast<size_t>(count));
+      for (int8_t &q : codes)
+        q = static_cast<int8_t>(code(rng));
+      for (float &v : scales)
+        v = std::fabs(normal(rng)) / 127.0f;
+      scales[0] = 0.0f;  // a row of zeros quantizes to scale 0
+      for (float &v : query)
+        v = normal(rng);
+      for (float &v : weights)
+        v = std::fabs(normal(rng));
+      ops::fast::LinearWeights asRows;
+      asRows.dtype = DType::I8;
+      asRows.data = codes.data();
+      asRows.out = count;
+      asRows.in = width;
+      asRows.scales = scales.data();
+      asRows.scaleType = DType::F32;
+      asRows.groups = groups;
+      std::vector<float> widened(static_cast<size_t>(count * width));
+      ops::fast::widenRows(asRows, 0, count, widened.data());
+      std::vector<float> wantScores(static_cast<size_t>(count)), gotScores(wantScores.size(), 1);
+      ops::fast::keyScores(query.data(), widened.data(), DType::F32, count, width,
+                           wantScores.data());
+      ops::fast::keyScoresInt8(query.data(), codes.data(), scales.data(), groups, count, width,
+                               gotScores.data());
+      std::vector<float> wantSum(static_cast<size_t>(width)), gotSum(wantSum.size(), 1);
+      ops::fast::weightedSum(weights.data(), widened.data(), count, width, wantSum.data());
+      ops::fast::weightedSumInt8(weights.data(), codes.data(), scales.data(), groups, count,
+                                 width, gotSum.data());
+      for (int64_t t = 0; t < count; ++t, ++compared)
+        ASSERT_EQ(std::memcmp(&gotScores[t], &wantScores[t], sizeof(float)), 0)
+            << "width " << width << " key " << t << " of " << count << ": " << gotScores[t]
+            << " against " << wantScores[t];
+      for (int64_t d = 0; d < width; ++d, ++compared)
+        ASSERT_EQ(std::memcmp(&gotSum[d], &wantSum[d], sizeof(float)), 0)
+            << "width " << width << " value " << d << " over " << count << " rows: "
+            << gotSum[d] << " against " << wantSum[d];
+    }
+  EXPECT_GT(compared, 0);
+}
+
 // The kernels this test ran are the ones a build from the README gets: build.sh installs
 // oneDNN, and the ISA is the widest this CPU has, unless the test's environment caps them
 // (ctest's dsrt-ops-fast-avx2 and -portable entries), or asks for the VNNI kernel

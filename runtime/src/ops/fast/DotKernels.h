@@ -47,6 +47,11 @@ struct IsaKernels {
   // FastKernels.h's keyScores.
   void (*keyScores)(const float *query, const void *keys, DType keyType, int64_t count,
                     int64_t width, float *scores);
+  // FastKernels.h's keyScoresInt8 and weightedSumInt8.
+  void (*keyScoresInt8)(const float *query, const int8_t *codes, const float *scales,
+                        int64_t groups, int64_t count, int64_t width, float *scores);
+  void (*weightedSumInt8)(const float *weights, const int8_t *codes, const float *scales,
+                          int64_t groups, int64_t count, int64_t width, float *out);
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
@@ -134,10 +139,10 @@ template <> struct Stored<DType::U8> {
 // independent vector sums (the single-vector steps after them into the first), added in
 // order; `tail` is where the scalar rest starts. dotStream's one-row products and keyScores
 // share it, so the two agree bit for bit.
-template <class Vec, DType D>
-typename Vec::V streamPartial(const float *x, const typename Stored<D>::T *row, int64_t begin,
-                              int64_t end, int64_t &tail) {
-  using Elem = Stored<D>;
+// `load(k)` gives the row's vector at element k (as stored, or an int8 KV row's q * scale).
+template <class Vec, class Load>
+typename Vec::V streamPartialBy(const float *x, const Load &load, int64_t begin, int64_t end,
+                                int64_t &tail) {
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth, U = 4;
   V acc[U];
@@ -146,15 +151,48 @@ typename Vec::V streamPartial(const float *x, const typename Stored<D>::T *row, 
   int64_t k = begin;
   for (; k + U * W <= end; k += U * W)
     for (int u = 0; u < U; ++u)
-      acc[u] = Vec::fma(Vec::load(x + k + u * W), Elem::template loadAt<Vec>(row, k + u * W),
-                        acc[u]);
+      acc[u] = Vec::fma(Vec::load(x + k + u * W), load(k + u * W), acc[u]);
   for (; k + W <= end; k += W)
-    acc[0] = Vec::fma(Vec::load(x + k), Elem::template loadAt<Vec>(row, k), acc[0]);
+    acc[0] = Vec::fma(Vec::load(x + k), load(k), acc[0]);
   for (int u = 1; u < U; ++u)
     acc[0] = Vec::add(acc[0], acc[u]);
   tail = k;
   return acc[0];
 }
+
+template <class Vec, DType D>
+typename Vec::V streamPartial(const float *x, const typename Stored<D>::T *row, int64_t begin,
+                              int64_t end, int64_t &tail) {
+  return streamPartialBy<Vec>(
+      x, [row](int64_t k) { return Stored<D>::template loadAt<Vec>(row, k); }, begin, end, tail);
+}
+
+// Rows of `width` values, the way the attention kernels read a KV run: row t's vector at
+// element d (`load`) and its value (`one`). As stored (f32, f16, bf16) ...
+template <DType D> struct StoredRows {
+  const typename Stored<D>::T *rows;
+  int64_t width;
+  template <class Vec> typename Vec::V load(int64_t t, int64_t d) const {
+    return Stored<D>::template load<Vec>(rows + t * width + d);
+  }
+  float one(int64_t t, int64_t d) const { return Stored<D>::one(rows + t * width + d); }
+};
+// ... or an int8 KV cache's codes, each `groupSize` values of a row with one f32 scale,
+// read as q * scale: the very products dequantizeCacheRows (widenRows) stores, so that a
+// kernel over these rows computes what it computes over the widened ones, bit for bit,
+// without writing and reloading them.
+struct ScaledInt8Rows {
+  const int8_t *codes;
+  const float *scales;
+  int64_t width, groups;
+  template <class Vec> typename Vec::V load(int64_t t, int64_t d) const {
+    return Vec::mul(Vec::load(codes + t * width + d),
+                    Vec::broadcast(scales[t * groups + d / (width / groups)]));
+  }
+  float one(int64_t t, int64_t d) const {
+    return static_cast<float>(codes[t * width + d]) * scales[t * groups + d / (width / groups)];
+  }
+};
 
 // Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
 // hardware prefetchers follow best: measured 10 % to 60 % more bandwidth than reading 8 rows
@@ -451,11 +489,9 @@ void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *
 
 // Columns in blocks of U vectors, each block's sums kept in registers over every row (a
 // read-modify-write of `out` per row would chain each row's adds through memory).
-template <class Vec, DType D>
-void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
-                      float *out) {
-  using Elem = Stored<D>;
-  const typename Elem::T *rows = static_cast<const typename Elem::T *>(stored);
+template <class Vec, class Rows>
+void weightedSumBy(const float *weights, const Rows &rows, int64_t count, int64_t width,
+                   float *out) {
   constexpr int W = Vec::kWidth, U = 4;
   int64_t d = 0;
   for (; d + U * W <= width; d += U * W) {
@@ -465,8 +501,7 @@ void weightedSumTyped(const float *weights, const void *stored, int64_t count, i
     for (int64_t t = 0; t < count; ++t) {
       typename Vec::V weight = Vec::broadcast(weights[t]);
       for (int u = 0; u < U; ++u)
-        acc[u] = Vec::fma(weight, Elem::template load<Vec>(rows + t * width + d + u * W),
-                          acc[u]);
+        acc[u] = Vec::fma(weight, rows.template load<Vec>(t, d + u * W), acc[u]);
     }
     for (int u = 0; u < U; ++u)
       Vec::store(out + d + u * W, acc[u]);
@@ -474,16 +509,23 @@ void weightedSumTyped(const float *weights, const void *stored, int64_t count, i
   for (; d + W <= width; d += W) {
     typename Vec::V acc = Vec::zero();
     for (int64_t t = 0; t < count; ++t)
-      acc = Vec::fma(Vec::broadcast(weights[t]), Elem::template load<Vec>(rows + t * width + d),
-                     acc);
+      acc = Vec::fma(Vec::broadcast(weights[t]), rows.template load<Vec>(t, d), acc);
     Vec::store(out + d, acc);
   }
   for (; d < width; ++d) {
     float sum = 0;
     for (int64_t t = 0; t < count; ++t)
-      sum += weights[t] * Elem::one(rows + t * width + d);
+      sum += weights[t] * rows.one(t, d);
     out[d] = sum;
   }
+}
+
+template <class Vec, DType D>
+void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
+                      float *out) {
+  weightedSumBy<Vec>(
+      weights, StoredRows<D>{static_cast<const typename Stored<D>::T *>(stored), width}, count,
+      width, out);
 }
 
 template <class Vec>
@@ -502,36 +544,60 @@ template <class Vec, class = void> struct HasSums16 : std::false_type {};
 template <class Vec>
 struct HasSums16<Vec, std::void_t<decltype(Vec::kSums16)>> : std::true_type {};
 
-template <class Vec, DType D>
-void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t width,
-                    float *scores) {
-  using Elem = Stored<D>;
+template <class Vec, class Rows>
+void keyScoresBy(const float *query, const Rows &keys, int64_t count, int64_t width,
+                 float *scores) {
   int64_t t = 0;
   if constexpr (HasSums16<Vec>::value) {
     for (; t + 16 <= count; t += 16) {
       typename Vec::V partial[16];
       int64_t tail = 0;
       for (int j = 0; j < 16; ++j)
-        partial[j] = streamPartial<Vec, D>(query, Elem::rowOf(keys, t + j, width), 0, width, tail);
+        partial[j] = streamPartialBy<Vec>(
+            query, [&keys, key = t + j](int64_t d) { return keys.template load<Vec>(key, d); },
+            0, width, tail);
       Vec::store(scores + t, Vec::sums16(partial));
       for (int j = 0; j < 16; ++j) {
-        const typename Elem::T *row = Elem::rowOf(keys, t + j, width);
         float sum = scores[t + j];
         for (int64_t d = tail; d < width; ++d)
-          sum += query[d] * Elem::oneAt(row, d);
+          sum += query[d] * keys.one(t + j, d);
         float total = 0;  // as dotStream's total (which makes a -0 sum +0)
         total += sum;
         scores[t + j] = total;
       }
     }
   }
-  LinearWeights rows;
-  rows.dtype = D;
-  rows.data = keys;
-  rows.out = count;
-  rows.in = width;
-  for (; t < count; ++t)
-    dotStream<Vec, D, 1>(query, width, rows, t, scores, count);
+  // The rest one key at a time, with dotStream<Vec, D, 1>'s arithmetic for an ungrouped row.
+  for (; t < count; ++t) {
+    int64_t tail = 0;
+    float sum = Vec::sum(streamPartialBy<Vec>(
+        query, [&keys, t](int64_t d) { return keys.template load<Vec>(t, d); }, 0, width, tail));
+    for (int64_t d = tail; d < width; ++d)
+      sum += query[d] * keys.one(t, d);
+    float total = 0;
+    total += sum;
+    scores[t] = total;
+  }
+}
+
+template <class Vec, DType D>
+void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t width,
+                    float *scores) {
+  keyScoresBy<Vec>(query,
+                   StoredRows<D>{static_cast<const typename Stored<D>::T *>(keys), width},
+                   count, width, scores);
+}
+
+template <class Vec>
+void keyScoresInt8With(const float *query, const int8_t *codes, const float *scales,
+                       int64_t groups, int64_t count, int64_t width, float *scores) {
+  keyScoresBy<Vec>(query, ScaledInt8Rows{codes, scales, width, groups}, count, width, scores);
+}
+
+template <class Vec>
+void weightedSumInt8With(const float *weights, const int8_t *codes, const float *scales,
+                         int64_t groups, int64_t count, int64_t width, float *out) {
+  weightedSumBy<Vec>(weights, ScaledInt8Rows{codes, scales, width, groups}, count, width, out);
 }
 
 template <class Vec>
@@ -669,6 +735,8 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &exponentiateWith<Vec>,
           &weightedSumWith<Vec>,
           &keyScoresWith<Vec>,
+          &keyScoresInt8With<Vec>,
+          &weightedSumInt8With<Vec>,
           &normalizeRowWith<Vec>,
           &onlineSoftmaxWith<Vec>,
           &multiplyTileWith<Vec>};

@@ -84,6 +84,16 @@ void weightedSum(const float *weights, const void *rows, DType rowType, int64_t 
 void keyScores(const float *query, const void *keys, DType keyType, int64_t count,
                int64_t width, float *scores);
 
+// keyScores and weightedSum over an int8 KV cache's rows (codes [count, width], `groups`
+// f32 scales a row): bit for bit what they compute over the rows widened to f32 (each value
+// q * its group's scale, widenRows' products), without writing the widened rows. `width` a
+// multiple of 16: a scalar tail's product and sum are the compiler's to fuse or not, and it
+// chose differently for the two (at width 40).
+void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
+                   int64_t groups, int64_t count, int64_t width, float *scores);
+void weightedSumInt8(const float *weights, const int8_t *codes, const float *scales,
+                     int64_t groups, int64_t count, int64_t width, float *out);
+
 // y = (x - mean) / sqrt(var + epsilon) * scale + bias over one row of n, in fp32
 // (vectorised; the reference accumulates in fp64). With `rms`, mean = 0 and var is the mean
 // square (RMS norm); `bias` may be null.

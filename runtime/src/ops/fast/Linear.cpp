@@ -443,6 +443,17 @@ void keyScores(const float *query, const void *keys, DType keyType, int64_t coun
     isa().keyScores(query, keys, keyType, count, width, scores);
 }
 
+void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
+                   int64_t groups, int64_t count, int64_t width, float *scores) {
+  if (count > 0)
+    isa().keyScoresInt8(query, codes, scales, groups, count, width, scores);
+}
+
+void weightedSumInt8(const float *weights, const int8_t *codes, const float *scales,
+                     int64_t groups, int64_t count, int64_t width, float *out) {
+  isa().weightedSumInt8(weights, codes, scales, groups, count, width, out);
+}
+
 void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
                   float epsilon, float *y) {
   isa().normalizeRow(x, n, scale, bias, rms, epsilon, y);
