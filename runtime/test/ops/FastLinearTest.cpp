@@ -345,6 +345,51 @@ TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
   }
 }
 
+// With int8 activations (a CPU with AVX-512 VNNI) an int8 row's result is bit for bit the
+// same whatever its step: the dot kernel (1 or 2 rows with AMX, up to 4 without), the AMX
+// tiles (from 3) and the VNNI tiles (from 5, DSRT_INT8_AMX=0: ctest's
+// dsrt-ops-int8-vnni-tiles) sum the same exact block sums in the same f32 order. Within the
+// summation bound was not enough: a near tie over a 151,936-token vocabulary then went
+// another way in another step (docs/serving.md, "Batch invariance"). Per channel, groups of
+// 64 and of 32, a row whose inputs end in half a chunk (2784), 70 outputs (the last 6 by
+// the dot kernel in every step).
+TEST(FastLinearKernels, Int8RowsEqualTheirRowAloneBitForBit) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 VNNI here: int8 rows take f32 activations";
+  std::mt19937 rng(13);
+  int compared = 0;
+  for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 4}, {256, 8},
+                            {2784, 1}}) {
+    // f16 scales, as plans store them: the tiles convert a panel's at once, the dot kernel
+    // one by one.
+    const Case c{DType::I8, groups, 37, in, 70, DType::F16, /*int8Activations=*/true};
+    Weight w = randomWeight(c, rng);
+    OwnedTensor x = randomF32({c.rows, c.in}, rng);
+    const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
+    // (Not where the kernels are capped: DSRT_CPU_ISA, DSRT_INT4_ACTIVATIONS=f32.)
+    if (!ops::fast::int8QuantizesActivations(weights, 1, /*rowInvariant=*/true))
+      GTEST_SKIP() << "int8 rows take f32 activations in this configuration";
+    auto *xv = reinterpret_cast<float *>(x.storage.data());
+    std::vector<float> together(static_cast<size_t>(c.rows * c.out));
+    ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
+                      /*rowInvariant=*/true);
+    for (int64_t step : {1, 2, 3, 4, 5, 16}) {
+      std::vector<float> part(static_cast<size_t>(step * c.out));
+      for (int64_t r = 0; r + step <= c.rows; r += 7) {
+        ops::fast::linear(xv + r * c.in, step, weights, part.data(), [](int64_t, int64_t) {},
+                          nullptr, /*rowInvariant=*/true);
+        for (int64_t i = 0; i < step * c.out; ++i, ++compared)
+          ASSERT_EQ(std::memcmp(&part[i], &together[r * c.out + i], sizeof(float)), 0)
+              << "in " << in << ", " << groups << " groups: row " << r + i / c.out
+              << " output " << i % c.out << " in a step of " << step << ": " << part[i]
+              << " against " << together[r * c.out + i] << " among 37";
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
 // tfm.activation and tfm.gated_act on the fast kernels (exp within 2 ulp, erf within 1.2e-7,
 // vectorised) against the reference's libm: within 2e-6 of the result's magnitude plus 1e-7
 // (erf's absolute error, times |x| / 2 in GELU, near x = 0), over [-12, 12], the

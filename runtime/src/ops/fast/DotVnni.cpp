@@ -163,6 +163,89 @@ void vnniBlockAnyGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64
     vnniBlock<O, R>(x, w, first, y, ldy);
 }
 
+// Lane o of each: the sum of lanes 0-7 (into low) and of lanes 8-15 (into high) of s[o],
+// for 16 vectors s: the int32 sums of a chunk's two blocks for 16 outputs. Pairs of
+// vectors are added lane against lane after unpacking, then 128-bit lanes, then halves.
+inline void blockSums16(const __m512i *s, __m512i &low, __m512i &high) {
+  __m512i pairs[8], fours[4];
+  for (int i = 0; i < 8; ++i)  // 128-bit lane k: a0+a2, b0+b2, a1+a3, b1+b3 of its 4 lanes
+    pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * i], s[2 * i + 1]),
+                                _mm512_unpackhi_epi32(s[2 * i], s[2 * i + 1]));
+  for (int j = 0; j < 4; ++j)  // 128-bit lane k: outputs 4j..4j+3, each its lanes 4k..4k+3
+    fours[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * j], pairs[2 * j + 1]),
+                                _mm512_unpackhi_epi64(pairs[2 * j], pairs[2 * j + 1]));
+  // [first block: outputs 4j.., second block: 4j.., first: 4j+4.., second: 4j+4..]
+  const __m512i p = _mm512_add_epi32(_mm512_shuffle_i32x4(fours[0], fours[1], 0x88),
+                                     _mm512_shuffle_i32x4(fours[0], fours[1], 0xDD));
+  const __m512i q = _mm512_add_epi32(_mm512_shuffle_i32x4(fours[2], fours[3], 0x88),
+                                     _mm512_shuffle_i32x4(fours[2], fours[3], 0xDD));
+  low = _mm512_shuffle_i32x4(p, q, 0x88);
+  high = _mm512_shuffle_i32x4(p, q, 0xDD);
+}
+
+// R rows of x against `count` (up to 16) weight rows from `first`, a lane per output: each
+// block's int32 sum exact (the chunk's lanes added in blockSums16), then scaled into the
+// output's f32 sum block after block, and a per-channel weight scale at the end: the f32
+// operations of the AMX and VNNI tiles (GemmInt8Amx.cpp's scaleBlock and storeTile), so that
+// a row's result does not depend on which kernel its step's row count chose.
+template <int R>
+void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first, int count,
+               float *y, int64_t ldy) {
+  const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
+                groupBlocks = blocks / groups, chunks = (in + kChunk - 1) / kChunk;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t *rows[16];
+  for (int o = 0; o < 16; ++o)
+    rows[o] = static_cast<const int8_t *>(w.data) + (first + std::min(o, count - 1)) * in;
+  // The outputs' weight scales as f32, a vector per group (past `count`: zeros).
+  alignas(64) float scales[16];
+  auto groupScales = [&](int64_t g) {
+    for (int o = 0; o < 16; ++o)
+      scales[o] = o < count ? w.scale((first + o) * groups + g) : 0.0f;
+    return _mm512_load_ps(scales);
+  };
+  __m512 weightScales = groupScales(0);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r)
+    acc[r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    // A row whose inputs end in half a chunk (2784, Llama-style MLP widths): that half read
+    // masked, a block that is not there.
+    const bool whole = (c + 1) * kChunk <= in;
+    const __mmask64 bytes = whole ? ~__mmask64(0) : __mmask64(0xFFFFFFFF);
+    __m512i xv[R], surplus[R];
+    for (int r = 0; r < R; ++r) {
+      xv[r] = _mm512_maskz_loadu_epi8(bytes, x[r].values.data() + c * kChunk);
+      surplus[r] = _mm512_loadu_si512(x[r].surplusLanes.data() + c * 16);
+    }
+    __m512i sums[R][16];
+    for (int o = 0; o < 16; ++o) {
+      const __m512i flipped =
+          _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, rows[o] + c * kChunk), flip);
+      for (int r = 0; r < R; ++r)
+        sums[r][o] = _mm512_dpbusd_epi32(surplus[r], flipped, xv[r]);
+    }
+    __m512i blockSums[R][2];
+    for (int r = 0; r < R; ++r)
+      blockSums16(sums[r], blockSums[r][0], blockSums[r][1]);
+    for (int half = 0; half < (whole ? 2 : 1); ++half) {
+      const int64_t b = 2 * c + half;
+      if (groups > 1 && b > 0 && b % groupBlocks == 0)
+        weightScales = groupScales(b / groupBlocks);
+      for (int r = 0; r < R; ++r) {
+        const __m512 rowScale =
+            _mm512_set1_ps(x[r].laneScales[static_cast<size_t>(c * 16 + half * 8)]);
+        const __m512 scale = groups == 1 ? rowScale : _mm512_mul_ps(rowScale, weightScales);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blockSums[r][half]), scale, acc[r]);
+      }
+    }
+  }
+  const __mmask16 present = static_cast<__mmask16>((1u << count) - 1);
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(y + r * ldy + first, present,
+                          groups == 1 ? _mm512_mul_ps(acc[r], weightScales) : acc[r]);
+}
+
 template <int O>
 void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, float *y,
               int64_t ldy) {
@@ -257,8 +340,25 @@ void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTi
 }
 
 void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy) {
+                     int64_t end, float *y, int64_t ldy, bool tilesOrder) {
   const char *base = static_cast<const char *>(w.data);
+  if (tilesOrder && w.dtype == DType::I8 && w.in % kBlock == 0 &&
+      (w.in / kBlock) % w.groups == 0) {
+    // Panels of 16 outputs, the tiles' f32 order (panelRows), rows two at a time.
+    for (int64_t first = begin; first < end; first += 16) {
+      const int count = static_cast<int>(std::min<int64_t>(16, end - first));
+      const char *ahead = base + first * w.in + detail::kPrefetchBytes;
+      const char *stop = base + end * w.in;
+      for (const char *line = ahead; line < ahead + 16 * w.in && line < stop; line += 64)
+        requestLine(line);
+      int64_t r = 0;
+      for (; r + 2 <= a.rows; r += 2)
+        panelRows<2>(a.quantized.data() + r, w, first, count, y + r * ldy, ldy);
+      if (r < a.rows)
+        panelRows<1>(a.quantized.data() + r, w, first, count, y + r * ldy, ldy);
+    }
+    return;
+  }
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
     // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.

@@ -582,7 +582,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
         else
           gemmInt8Vnni(packed.operands, w, first, end * 16, y, out, scratch);
         if (last > end * 16 && int8Vnni)
-          dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out);
+          dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out, rowInvariant);
         else if (last > end * 16)
           dotRowsInt4(quantized, w, end * 16, last, y, out);
         epilogue(first, last);
@@ -594,7 +594,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       if (int4Quantized)
         dotRowsInt4(quantized, w, first, last, y, out);
       else if (int8Vnni)
-        dotRowsInt8Vnni(quantized8, w, first, last, y, out);
+        dotRowsInt8Vnni(quantized8, w, first, last, y, out, rowInvariant);
       else
         dotRows(x, rows, w, first, last, y, out);
       epilogue(first, last);

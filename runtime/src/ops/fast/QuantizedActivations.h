@@ -30,8 +30,13 @@ void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &
 void prepareInt8Activations(int64_t rows, Int8Activations &out);
 void quantizeInt8ActivationRows(const float *x, int64_t begin, int64_t end,
                                 const LinearWeights &w, Int8Activations &out);
+// With `tilesOrder` (the serving engine's batch invariance; int8 weights), each output's f32
+// sum takes the AMX and VNNI tiles' operations in their order, so that a row's result is
+// the same bit for bit whichever kernel its step's row count chose; 20-25% slower at one
+// and two rows where the weights come from cache (the blocks' int32 sums are reduced across
+// lanes before they are scaled), which static sessions keep.
 void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy);
+                     int64_t end, float *y, int64_t ldy, bool tilesOrder = false);
 
 // The same product for many rows on AMX-INT8 (GemmInt8Amx.cpp; Int8Amx.cpp packs x): x's
 // quantized rows as AMX's B operand, [row tiles of 16, blocks of 32 inputs, 8 quads, 16 rows,
