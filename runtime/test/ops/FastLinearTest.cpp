@@ -352,36 +352,46 @@ TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
 // summation bound was not enough: a near tie over a 151,936-token vocabulary then went
 // another way in another step (docs/serving.md, "Batch invariance"). Per channel, groups of
 // 64 and of 32, a row whose inputs end in half a chunk (2784), 70 outputs (the last 6 by
-// the dot kernel in every step).
+// the dot kernel in every step); int4 weights too (their dot kernel up to 7 rows, the tiles
+// from 8), in groups of 32 and 64.
 TEST(FastLinearKernels, Int8RowsEqualTheirRowAloneBitForBit) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
     GTEST_SKIP() << "no AVX-512 VNNI here: int8 rows take f32 activations";
   std::mt19937 rng(13);
   int compared = 0;
-  for (auto [in, groups] : {std::pair<int64_t, int64_t>{256, 1}, {256, 4}, {256, 8},
-                            {2784, 1}}) {
-    // f16 scales, as plans store them: the tiles convert a panel's at once, the dot kernel
-    // one by one.
-    const Case c{DType::I8, groups, 37, in, 70, DType::F16, /*int8Activations=*/true};
+  struct Shape {
+    DType dtype;
+    int64_t in, groups;
+  };
+  for (auto [dtype, in, groups] : {Shape{DType::I8, 256, 1}, Shape{DType::I8, 256, 4},
+                                   Shape{DType::I8, 256, 8}, Shape{DType::I8, 2784, 1},
+                                   Shape{DType::U8, 256, 8}, Shape{DType::U8, 768, 12}}) {
+    // f16 scales, as plans store them: the tiles convert a panel's at once.
+    const Case c{dtype, groups, 37, in, 70, DType::F16, /*int8Activations=*/true};
     Weight w = randomWeight(c, rng);
     OwnedTensor x = randomF32({c.rows, c.in}, rng);
     const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
     // (Not where the kernels are capped: DSRT_CPU_ISA, DSRT_INT4_ACTIVATIONS=f32.)
-    if (!ops::fast::int8QuantizesActivations(weights, 1, /*rowInvariant=*/true))
+    if (dtype == DType::I8 &&
+        !ops::fast::int8QuantizesActivations(weights, 1, /*rowInvariant=*/true))
       GTEST_SKIP() << "int8 rows take f32 activations in this configuration";
+    if (dtype == DType::U8 &&
+        !ops::fast::int4QuantizesActivations(in / groups, 1, /*rowInvariant=*/true))
+      continue;  // int4 rows keep f32 activations here (DSRT_INT4_ACTIVATIONS=f32)
     auto *xv = reinterpret_cast<float *>(x.storage.data());
     std::vector<float> together(static_cast<size_t>(c.rows * c.out));
     ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
                       /*rowInvariant=*/true);
-    for (int64_t step : {1, 2, 3, 4, 5, 16}) {
+    for (int64_t step : {1, 2, 3, 4, 5, 7, 8, 16}) {
       std::vector<float> part(static_cast<size_t>(step * c.out));
       for (int64_t r = 0; r + step <= c.rows; r += 7) {
         ops::fast::linear(xv + r * c.in, step, weights, part.data(), [](int64_t, int64_t) {},
                           nullptr, /*rowInvariant=*/true);
         for (int64_t i = 0; i < step * c.out; ++i, ++compared)
           ASSERT_EQ(std::memcmp(&part[i], &together[r * c.out + i], sizeof(float)), 0)
-              << "in " << in << ", " << groups << " groups: row " << r + i / c.out
+              << dtypeName(dtype) << " in " << in << ", " << groups << " groups: row "
+              << r + i / c.out
               << " output " << i % c.out << " in a step of " << step << ": " << part[i]
               << " against " << together[r * c.out + i] << " among 37";
       }

@@ -183,28 +183,41 @@ inline void blockSums16(const __m512i *s, __m512i &low, __m512i &high) {
   high = _mm512_shuffle_i32x4(p, q, 0xDD);
 }
 
-// R rows of x against `count` (up to 16) weight rows from `first`, a lane per output: each
-// block's int32 sum exact (the chunk's lanes added in blockSums16), then scaled into the
-// output's f32 sum block after block, and a per-channel weight scale at the end: the f32
-// operations of the AMX and VNNI tiles (GemmInt8Amx.cpp's scaleBlock and storeTile), so that
-// a row's result does not depend on which kernel its step's row count chose.
+// Panel `first`'s weight scales as f32, [groups, 16 outputs] (lanes past `count`: zero):
+// once per panel, so that a group of 32 inputs costs one vector load.
+void transposedPanelScales(const LinearWeights &w, int64_t first, int count,
+                           std::vector<float> &converted, std::vector<float> &transposed) {
+  const int64_t groups = w.groups;
+  transposed.assign(static_cast<size_t>(groups * 16), 0.0f);
+  if (count == 16) {
+    const float *scales = scalesOf(w, first, converted);  // 16 whole rows of scales
+    for (int o = 0; o < 16; ++o)
+      for (int64_t g = 0; g < groups; ++g)
+        transposed[static_cast<size_t>(g * 16 + o)] = scales[o * groups + g];
+    return;
+  }
+  for (int o = 0; o < count; ++o)
+    for (int64_t g = 0; g < groups; ++g)
+      transposed[static_cast<size_t>(g * 16 + o)] = w.scale((first + o) * groups + g);
+}
+
+// R rows of x against a panel of `count` (up to 16) int8 weight rows (`panel`, `w.in`
+// apart; int4 ones unpacked to their codes), a lane per output: each block's int32 sum
+// exact (the chunk's lanes added in blockSums16), then scaled into the output's f32 sum
+// block after block, and a per-channel weight scale at the end: the f32 operations of the
+// AMX and VNNI tiles (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a
+// row's result does not depend on which kernel its step's row count chose. `scales`:
+// transposedPanelScales'.
 template <int R>
-void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first, int count,
-               float *y, int64_t ldy) {
+void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, const int8_t *panel,
+               const float *scales, int count, float *y, int64_t ldy) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = blocks / groups, chunks = (in + kChunk - 1) / kChunk;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int8_t *rows[16];
   for (int o = 0; o < 16; ++o)
-    rows[o] = static_cast<const int8_t *>(w.data) + (first + std::min(o, count - 1)) * in;
-  // The outputs' weight scales as f32, a vector per group (past `count`: zeros).
-  alignas(64) float scales[16];
-  auto groupScales = [&](int64_t g) {
-    for (int o = 0; o < 16; ++o)
-      scales[o] = o < count ? w.scale((first + o) * groups + g) : 0.0f;
-    return _mm512_load_ps(scales);
-  };
-  __m512 weightScales = groupScales(0);
+    rows[o] = panel + std::min(o, count - 1) * in;
+  __m512 weightScales = _mm512_loadu_ps(scales);
   __m512 acc[R];
   for (int r = 0; r < R; ++r)
     acc[r] = _mm512_setzero_ps();
@@ -231,7 +244,7 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
     for (int half = 0; half < (whole ? 2 : 1); ++half) {
       const int64_t b = 2 * c + half;
       if (groups > 1 && b > 0 && b % groupBlocks == 0)
-        weightScales = groupScales(b / groupBlocks);
+        weightScales = _mm512_loadu_ps(scales + b / groupBlocks * 16);
       for (int r = 0; r < R; ++r) {
         const __m512 rowScale =
             _mm512_set1_ps(x[r].laneScales[static_cast<size_t>(c * 16 + half * 8)]);
@@ -242,8 +255,44 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
   }
   const __mmask16 present = static_cast<__mmask16>((1u << count) - 1);
   for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(y + r * ldy + first, present,
+    _mm512_mask_storeu_ps(y + r * ldy, present,
                           groups == 1 ? _mm512_mul_ps(acc[r], weightScales) : acc[r]);
+}
+
+// Every row of x against outputs [begin, end) of w in panels of 16, panelRows' order; int4
+// weights (U8) unpacked a panel at a time.
+void dotRowsInTilesOrder(const Int8Activations &a, const LinearWeights &w, int64_t begin,
+                         int64_t end, float *y, int64_t ldy) {
+  const int64_t in = w.in;
+  const bool int4 = w.dtype == DType::U8;
+  const int64_t rowBytes = int4 ? in / 2 : in;
+  const char *base = static_cast<const char *>(w.data);
+  thread_local std::vector<float> converted, transposed;
+  thread_local std::vector<int8_t> unpacked;
+  if (int4)
+    unpacked.resize(static_cast<size_t>(16 * in));
+  for (int64_t first = begin; first < end; first += 16) {
+    const int count = static_cast<int>(std::min<int64_t>(16, end - first));
+    // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
+    const char *ahead = base + first * rowBytes + detail::kPrefetchBytes;
+    const char *stop = base + end * rowBytes;
+    for (const char *line = ahead; line < ahead + 16 * rowBytes && line < stop; line += 64)
+      requestLine(line);
+    const int8_t *panel = reinterpret_cast<const int8_t *>(base) + first * in;
+    if (int4) {
+      unpackInt4Rows(reinterpret_cast<const uint8_t *>(base) + first * rowBytes, count, in,
+                     unpacked.data());
+      panel = unpacked.data();
+    }
+    transposedPanelScales(w, first, count, converted, transposed);
+    int64_t r = 0;
+    for (; r + 2 <= a.rows; r += 2)
+      panelRows<2>(a.quantized.data() + r, w, panel, transposed.data(), count,
+                   y + r * ldy + first, ldy);
+    if (r < a.rows)
+      panelRows<1>(a.quantized.data() + r, w, panel, transposed.data(), count,
+                   y + r * ldy + first, ldy);
+  }
 }
 
 template <int O>
@@ -257,6 +306,16 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
 }
 
 } // namespace
+
+bool int8TilesOrderTakes(const LinearWeights &w) {
+  return (w.dtype == DType::I8 || w.dtype == DType::U8) && w.groups > 0 &&
+         w.in % kBlock == 0 && (w.in / kBlock) % w.groups == 0;
+}
+
+void dotRowsInt4InTilesOrder(const Int8Activations &x, const LinearWeights &w, int64_t begin,
+                             int64_t end, float *y, int64_t ldy) {
+  dotRowsInTilesOrder(x, w, begin, end, y, ldy);
+}
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
                              Int8Activations &out) {
@@ -342,23 +401,8 @@ void quantizeInt8Tiles(const float *x, int64_t rows, int64_t in, int64_t beginTi
 void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy, bool tilesOrder) {
   const char *base = static_cast<const char *>(w.data);
-  if (tilesOrder && w.dtype == DType::I8 && w.in % kBlock == 0 &&
-      (w.in / kBlock) % w.groups == 0) {
-    // Panels of 16 outputs, the tiles' f32 order (panelRows), rows two at a time.
-    for (int64_t first = begin; first < end; first += 16) {
-      const int count = static_cast<int>(std::min<int64_t>(16, end - first));
-      const char *ahead = base + first * w.in + detail::kPrefetchBytes;
-      const char *stop = base + end * w.in;
-      for (const char *line = ahead; line < ahead + 16 * w.in && line < stop; line += 64)
-        requestLine(line);
-      int64_t r = 0;
-      for (; r + 2 <= a.rows; r += 2)
-        panelRows<2>(a.quantized.data() + r, w, first, count, y + r * ldy, ldy);
-      if (r < a.rows)
-        panelRows<1>(a.quantized.data() + r, w, first, count, y + r * ldy, ldy);
-    }
-    return;
-  }
+  if (tilesOrder && int8TilesOrderTakes(w))
+    return dotRowsInTilesOrder(a, w, begin, end, y, ldy);
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
     // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.

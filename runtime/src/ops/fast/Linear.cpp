@@ -534,7 +534,14 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     const bool integerTiles = int8Vnni || (int4Quantized && int4VnniAvailable());
     const bool amx = integerTiles && int8AmxTakes(w, rows);
     const bool tiles = amx || (integerTiles && int8VnniTilesTake(w, rows));
-    if (int4Quantized && (!tiles || out % 16 != 0))
+    // In the engine, int4 rows that the tiles do not take (few rows, a panel's last
+    // outputs) are summed in the tiles' f32 order too, from x quantized as int8's
+    // (dotRowsInt4InTilesOrder), so that a row's result does not depend on its step.
+    const bool int4TilesOrder = int4Quantized && rowInvariant && int4VnniAvailable() &&
+                                int8TilesOrderTakes(w);
+    if (int4TilesOrder && (!tiles || out % 16 != 0))
+      quantizeInt8Activations(x, rows, w, quantized8);
+    else if (int4Quantized && (!tiles || out % 16 != 0))
       quantizeInt4Activations(x, rows, w, quantized);
     if (int8Vnni && !tiles)
       quantizeInt8Activations(x, rows, w, quantized8);
@@ -583,6 +590,8 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
           gemmInt8Vnni(packed.operands, w, first, end * 16, y, out, scratch);
         if (last > end * 16 && int8Vnni)
           dotRowsInt8Vnni(quantized8, w, end * 16, last, y, out, rowInvariant);
+        else if (last > end * 16 && int4TilesOrder)
+          dotRowsInt4InTilesOrder(quantized8, w, end * 16, last, y, out);
         else if (last > end * 16)
           dotRowsInt4(quantized, w, end * 16, last, y, out);
         epilogue(first, last);
@@ -591,7 +600,9 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
     }
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
-      if (int4Quantized)
+      if (int4TilesOrder)
+        dotRowsInt4InTilesOrder(quantized8, w, first, last, y, out);
+      else if (int4Quantized)
         dotRowsInt4(quantized, w, first, last, y, out);
       else if (int8Vnni)
         dotRowsInt8Vnni(quantized8, w, first, last, y, out, rowInvariant);

@@ -37,6 +37,14 @@ void quantizeInt8ActivationRows(const float *x, int64_t begin, int64_t end,
 // lanes before they are scaled), which static sessions keep.
 void dotRowsInt8Vnni(const Int8Activations &x, const LinearWeights &w, int64_t begin,
                      int64_t end, float *y, int64_t ldy, bool tilesOrder = false);
+// Whether that order takes w (int8 or int4 weights, groups of whole blocks of 32).
+bool int8TilesOrderTakes(const LinearWeights &w);
+// int4 weights (U8) the same way, from x quantized as int8's (quantizeInt8Activations: the
+// values the int4 kernels' quantizer and the tiles' give): each panel's rows unpacked to
+// their codes, then summed in the tiles' order, the engine's int4 rows as batch invariant
+// as its int8 ones.
+void dotRowsInt4InTilesOrder(const Int8Activations &x, const LinearWeights &w, int64_t begin,
+                             int64_t end, float *y, int64_t ldy);
 
 // The same product for many rows on AMX-INT8 (GemmInt8Amx.cpp; Int8Amx.cpp packs x): x's
 // quantized rows as AMX's B operand, [row tiles of 16, blocks of 32 inputs, 8 quads, 16 rows,
