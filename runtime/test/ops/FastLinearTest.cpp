@@ -353,7 +353,7 @@ TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
 // another way in another step (docs/serving.md, "Batch invariance"). Per channel, groups of
 // 64 and of 32, a row whose inputs end in half a chunk (2784), 70 outputs (the last 6 by
 // the dot kernel in every step); int4 weights too (their dot kernel up to 7 rows, the tiles
-// from 8), in groups of 32 and 64.
+// from 8, the codes unpacked in registers), in groups of 32 and 64, and in 2784.
 TEST(FastLinearKernels, Int8RowsEqualTheirRowAloneBitForBit) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
@@ -366,7 +366,8 @@ TEST(FastLinearKernels, Int8RowsEqualTheirRowAloneBitForBit) {
   };
   for (auto [dtype, in, groups] : {Shape{DType::I8, 256, 1}, Shape{DType::I8, 256, 4},
                                    Shape{DType::I8, 256, 8}, Shape{DType::I8, 2784, 1},
-                                   Shape{DType::U8, 256, 8}, Shape{DType::U8, 768, 12}}) {
+                                   Shape{DType::U8, 256, 8}, Shape{DType::U8, 768, 12},
+                                   Shape{DType::U8, 2784, 87}}) {
     // f16 scales, as plans store them: the tiles convert a panel's at once.
     const Case c{dtype, groups, 37, in, 70, DType::F16, /*int8Activations=*/true};
     Weight w = randomWeight(c, rng);

@@ -201,22 +201,40 @@ void transposedPanelScales(const LinearWeights &w, int64_t first, int count,
       transposed[static_cast<size_t>(g * 16 + o)] = w.scale((first + o) * groups + g);
 }
 
-// R rows of x against a panel of `count` (up to 16) int8 weight rows (`panel`, `w.in`
-// apart; int4 ones unpacked to their codes), a lane per output: each block's int32 sum
-// exact (the chunk's lanes added in blockSums16), then scaled into the output's f32 sum
-// block after block, and a per-channel weight scale at the end: the f32 operations of the
-// AMX and VNNI tiles (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a
-// row's result does not depend on which kernel its step's row count chose. `scales`:
-// transposedPanelScales'.
-template <int R>
-void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, const int8_t *panel,
+// A chunk's 64 weights of one row as vpdpbusd's unsigned operand, w + 128: int8 codes
+// flipped, or int4 codes (two a byte, the even input low, value nibble - 8) unpacked in
+// registers to nibble + 120.
+template <bool Int4> inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
+  if constexpr (Int4) {
+    const __m256i packed = _mm512_castsi512_si256(_mm512_maskz_loadu_epi8(
+        whole ? __mmask64(0xFFFFFFFF) : __mmask64(0xFFFF), row + c * kChunk / 2));
+    const __m512i words = _mm512_cvtepu8_epi16(packed);  // byte i in word i: its two inputs
+    const __m512i codes = _mm512_or_si512(
+        _mm512_and_si512(words, _mm512_set1_epi16(0x000F)),
+        _mm512_slli_epi16(_mm512_and_si512(words, _mm512_set1_epi16(0x00F0)), 4));
+    return _mm512_add_epi8(codes, _mm512_set1_epi8(120));
+  } else {
+    const __mmask64 bytes = whole ? ~__mmask64(0) : __mmask64(0xFFFFFFFF);
+    return _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, row + c * kChunk),
+                            _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+}
+
+// R rows of x against the `count` (up to 16) weight rows from `first` (int8, or int4 read
+// as their codes), a lane per output: each block's int32 sum exact (the chunk's lanes added
+// in blockSums16), then scaled into the output's f32 sum block after block, and a
+// per-channel weight scale at the end: the f32 operations of the AMX and VNNI tiles
+// (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a row's result does
+// not depend on which kernel its step's row count chose. `scales`: transposedPanelScales'.
+template <int R, bool Int4>
+void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
                const float *scales, int count, float *y, int64_t ldy) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = blocks / groups, chunks = (in + kChunk - 1) / kChunk;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const int8_t *rows[16];
+  const int64_t rowBytes = Int4 ? in / 2 : in;
+  const uint8_t *rows[16];
   for (int o = 0; o < 16; ++o)
-    rows[o] = panel + std::min(o, count - 1) * in;
+    rows[o] = static_cast<const uint8_t *>(w.data) + (first + std::min(o, count - 1)) * rowBytes;
   __m512 weightScales = _mm512_loadu_ps(scales);
   __m512 acc[R];
   for (int r = 0; r < R; ++r)
@@ -233,8 +251,7 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, const int8_t *
     }
     __m512i sums[R][16];
     for (int o = 0; o < 16; ++o) {
-      const __m512i flipped =
-          _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, rows[o] + c * kChunk), flip);
+      const __m512i flipped = flippedChunk<Int4>(rows[o], c, whole);
       for (int r = 0; r < R; ++r)
         sums[r][o] = _mm512_dpbusd_epi32(surplus[r], flipped, xv[r]);
     }
@@ -259,18 +276,13 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, const int8_t *
                           groups == 1 ? _mm512_mul_ps(acc[r], weightScales) : acc[r]);
 }
 
-// Every row of x against outputs [begin, end) of w in panels of 16, panelRows' order; int4
-// weights (U8) unpacked a panel at a time.
+// Every row of x against outputs [begin, end) of w in panels of 16, panelRows' order.
+template <bool Int4>
 void dotRowsInTilesOrder(const Int8Activations &a, const LinearWeights &w, int64_t begin,
                          int64_t end, float *y, int64_t ldy) {
-  const int64_t in = w.in;
-  const bool int4 = w.dtype == DType::U8;
-  const int64_t rowBytes = int4 ? in / 2 : in;
+  const int64_t rowBytes = Int4 ? w.in / 2 : w.in;
   const char *base = static_cast<const char *>(w.data);
   thread_local std::vector<float> converted, transposed;
-  thread_local std::vector<int8_t> unpacked;
-  if (int4)
-    unpacked.resize(static_cast<size_t>(16 * in));
   for (int64_t first = begin; first < end; first += 16) {
     const int count = static_cast<int>(std::min<int64_t>(16, end - first));
     // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
@@ -278,20 +290,14 @@ void dotRowsInTilesOrder(const Int8Activations &a, const LinearWeights &w, int64
     const char *stop = base + end * rowBytes;
     for (const char *line = ahead; line < ahead + 16 * rowBytes && line < stop; line += 64)
       requestLine(line);
-    const int8_t *panel = reinterpret_cast<const int8_t *>(base) + first * in;
-    if (int4) {
-      unpackInt4Rows(reinterpret_cast<const uint8_t *>(base) + first * rowBytes, count, in,
-                     unpacked.data());
-      panel = unpacked.data();
-    }
     transposedPanelScales(w, first, count, converted, transposed);
     int64_t r = 0;
     for (; r + 2 <= a.rows; r += 2)
-      panelRows<2>(a.quantized.data() + r, w, panel, transposed.data(), count,
-                   y + r * ldy + first, ldy);
+      panelRows<2, Int4>(a.quantized.data() + r, w, first, transposed.data(), count,
+                         y + r * ldy + first, ldy);
     if (r < a.rows)
-      panelRows<1>(a.quantized.data() + r, w, panel, transposed.data(), count,
-                   y + r * ldy + first, ldy);
+      panelRows<1, Int4>(a.quantized.data() + r, w, first, transposed.data(), count,
+                         y + r * ldy + first, ldy);
   }
 }
 
@@ -314,7 +320,7 @@ bool int8TilesOrderTakes(const LinearWeights &w) {
 
 void dotRowsInt4InTilesOrder(const Int8Activations &x, const LinearWeights &w, int64_t begin,
                              int64_t end, float *y, int64_t ldy) {
-  dotRowsInTilesOrder(x, w, begin, end, y, ldy);
+  dotRowsInTilesOrder<true>(x, w, begin, end, y, ldy);
 }
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
@@ -402,7 +408,7 @@ void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t b
                      int64_t end, float *y, int64_t ldy, bool tilesOrder) {
   const char *base = static_cast<const char *>(w.data);
   if (tilesOrder && int8TilesOrderTakes(w))
-    return dotRowsInTilesOrder(a, w, begin, end, y, ldy);
+    return dotRowsInTilesOrder<false>(a, w, begin, end, y, ldy);
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
     // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
