@@ -309,10 +309,9 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
       seq.keys = T;
       seq.q = &q[b * S * H * D];
       seq.y = y + b * S * H * D;
-      seq.rows = [=](int64_t kh, int64_t t, const void *&keys, const void *&values) {
+      seq.rows = [=](int64_t kh, int64_t t, bool values, const void *&rows) {
         const size_t offset = static_cast<size_t>(b * batchStride + kh * headStride + t * D) * element;
-        keys = keyBase + offset;
-        values = valueBase + offset;
+        rows = (values ? valueBase : keyBase) + offset;
         return T - t;
       };
       seq.keyAllowed = padding.empty() ? nullptr : &padding[b * T];
@@ -371,11 +370,8 @@ Status computeAttention(const KernelContext &ctx, const Outputs &outputs) {
             for (int64_t d = 0; d < D; ++d)
               dot += query[d] * keys[t * D + d];
           }
-          float score = dot * c.scale;
-          if (c.softcap > 0)
-            score = c.softcap * std::tanh(score / c.softcap);
-          if (c.alibi)
-            score += slopes[h] * keyPosition[b * T + t];
+          float score = finishScore(c, dot, c.alibi ? slopes[h] : 0.0f,
+                                    c.alibi ? keyPosition[b * T + t] : 0.0f);
           for (const float *row : addedRows)
             score += row[t];
           scores[t] = score;

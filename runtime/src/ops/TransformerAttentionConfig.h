@@ -6,6 +6,7 @@
 
 #include "ops/Kernel.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -69,6 +70,18 @@ inline float initialMaximum(const AttentionConfig &c, int64_t h) {
 }
 inline float initialSum(const AttentionConfig &c) { return c.sinks.empty() ? 0.0f : 1.0f; }
 
+// A query-key product's score as every fast kernel finishes it (the decode rows and the
+// prompt tiles, which must agree bit for bit): the scale, soft-capping, then ALiBi's term at
+// the key's position; added terms (a mask, a bias) follow, one by one.
+inline float finishScore(const AttentionConfig &c, float dot, float slope, float keyPosition) {
+  float score = dot * c.scale;
+  if (c.softcap > 0)
+    score = c.softcap * std::tanh(score / c.softcap);
+  if (c.alibi)
+    score += slope * keyPosition;
+  return score;
+}
+
 inline bool broadcastsToScores(const Shape &m, const AttentionConfig &c) {
   return m.size() == 4 && (m[0] == 1 || m[0] == c.batch) &&
          (m[1] == 1 || m[1] == c.heads || m[1] == c.globalHeads) && m[2] == c.fresh &&
@@ -125,9 +138,10 @@ struct TiledSequence {
   int64_t keys = 0;           // positions [0, keys) hold its keys and values
   const float *q = nullptr;   // query s, local head h: q + (s * heads + h) * headDim
   float *y = nullptr;         // written as q is laid out
-  // Where KV head kh's key and value rows from position t are (in the cache's dtype), and
-  // how many rows from there are contiguous (the paged cache: to the end of t's block).
-  std::function<int64_t(int64_t kh, int64_t t, const void *&keys, const void *&values)> rows;
+  // Where KV head kh's key (or, with `values`, value) rows from position t are (in the
+  // cache's dtype), and how many rows from there are contiguous (the paged cache: to the end
+  // of t's block). Valid until the next call for keys (values) on this thread.
+  std::function<int64_t(int64_t kh, int64_t t, bool values, const void *&rows)> rows;
   const int64_t *keyAllowed = nullptr;   // per key, 0 where padding masks it; null: none
   const float *alibiPosition = nullptr;  // per key (ALiBi's count of attended tokens); null: t
   // [queries, heads]: set to 1 where a query may attend no key (padding); its row of y is then

@@ -135,7 +135,7 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
   });
 
   struct Scratch {
-    std::vector<float> scores, keyRow, partial, sums, wide;
+    std::vector<float> scores, keyRow, sums, wide;
     std::vector<int64_t> heads;
   };
   auto attend = [&](const Task &task, Scratch &x) {
@@ -226,52 +226,63 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
                    score[i] = dot;
                  }
                });
+    // Each head's maximum, exponentials and sum (the prompt tiles' columnMaxima and
+    // softmaxColumns compute the same, element for element). The maximum in 8 lanes: it is
+    // exact in any order (a sign of zero it may pick differently is lost in e^(s - max)),
+    // and one chain of std::max waited on each. The sums in key order, the heads' chains
+    // interleaved, for the same reason.
     x.sums.resize(static_cast<size_t>(n));
+    const bool plain = c.softcap <= 0 && !c.alibi;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t h = x.heads[j];
       float *headScores = &x.scores[j * limit];
-      float maximum = initialMaximum(c, h);
-      for (int64_t t = first; t < limit; ++t) {
-        float score = headScores[t] * c.scale;
-        if (c.softcap > 0)
-          score = c.softcap * std::tanh(score / c.softcap);
+      float lanes[8];
+      std::fill(lanes, lanes + 8, initialMaximum(c, h));
+      int64_t t = first;
+      for (; plain && t + 8 <= limit; t += 8)
+        for (int k = 0; k < 8; ++k) {
+          headScores[t + k] *= c.scale;  // finishScore's, without soft-cap or ALiBi
+          lanes[k] = std::max(lanes[k], headScores[t + k]);
+        }
+      for (; t < limit; ++t) {
         // No padding: a key's ALiBi position is its position.
-        if (c.alibi)
-          score += slopes[h] * static_cast<float>(t);
-        headScores[t] = score;
-        maximum = std::max(maximum, score);
+        headScores[t] = finishScore(c, headScores[t], c.alibi ? slopes[h] : 0.0f,
+                                    static_cast<float>(t));
+        lanes[0] = std::max(lanes[0], headScores[t]);
       }
-      float sum = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
+      const float maximum = *std::max_element(lanes, lanes + 8);
+      x.sums[j] = c.sinks.empty() ? 0.0f : std::exp(c.sinks[h] - maximum);
       if (ctx.fastKernels) {
-        for (int64_t t = first; t < limit; ++t)
-          headScores[t] -= maximum;
+        for (int64_t i = first; i < limit; ++i)
+          headScores[i] -= maximum;
         fast::exponentiate(&headScores[first], limit - first);
-        for (int64_t t = first; t < limit; ++t)
-          sum += headScores[t];
       } else {
-        for (int64_t t = first; t < limit; ++t) {
-          headScores[t] = std::exp(headScores[t] - maximum);
-          sum += headScores[t];
+        for (int64_t i = first; i < limit; ++i) {
+          headScores[i] = std::exp(headScores[i] - maximum);
+          x.sums[j] += headScores[i];
         }
       }
-      x.sums[j] = sum;
       float *result = y + (b * H + h) * D;
       std::fill(result, result + D, 0.0f);
     }
+    for (int64_t t = first; t < limit && ctx.fastKernels; ++t)
+      for (int64_t j = 0; j < n; ++j)
+        x.sums[j] += x.scores[j * limit + t];
     overBlocks(valueBase, layer.valueScales,
                [&](int64_t j, const char *values, int64_t t, int64_t run, const float *scales) {
                  float *weights = &x.scores[j * limit + t];
                  float *result = y + (b * H + x.heads[j]) * D;
                  if (ctx.fastKernels) {
+                   // One chain per element over all the row's keys, block after block: what
+                   // a contiguous cache and the prompt tiles compute, whatever the block size.
+                   const float sum = x.sums[j];
                    for (int64_t i = 0; i < run; ++i)
-                     weights[i] /= x.sums[j];
+                     weights[i] /= sum;
                    if (fusedInt8)
                      fast::weightedSumInt8(weights, reinterpret_cast<const int8_t *>(values),
-                                           scales, layout.groups, run, D, x.partial.data());
+                                           scales, layout.groups, run, D, result, true);
                    else
-                     fast::weightedSum(weights, values, stored, run, D, x.partial.data());
-                   for (int64_t d = 0; d < D; ++d)
-                     result[d] += x.partial[d];
+                     fast::weightedSum(weights, values, stored, run, D, result, true);
                    return;
                  }
                  for (int64_t i = 0; i < run; ++i) {
@@ -288,7 +299,6 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
   parallelFor(threads, 1, [&](int64_t, int64_t) {
     Scratch x;
     x.keyRow.resize(static_cast<size_t>(D));
-    x.partial.resize(static_cast<size_t>(D));
     for (size_t i; (i = nextTask.fetch_add(1)) < tasks.size();)
       attend(tasks[i], x);
   });
@@ -401,28 +411,24 @@ Status computePagedAttention(const KernelContext &ctx, const AttentionConfig &c,
     seq.keys = start.position + seq.queries;
     seq.q = &rows.q[b * H * D];
     seq.y = y + b * H * D;
-    seq.rows = [&layout, &start, &layer, keyBase, valueBase](
-                   int64_t kh, int64_t t, const void *&keys, const void *&values) {
+    seq.rows = [&layout, &start, &layer, keyBase, valueBase](int64_t kh, int64_t t,
+                                                              bool values, const void *&rows) {
       const int64_t run = layout.blockSize - t % layout.blockSize;
       const size_t at = layout.offset(start, kh, t);
+      const char *base = values ? valueBase : keyBase;
       if (layout.groups == 0) {
-        keys = keyBase + at * layout.element;
-        values = valueBase + at * layout.element;
+        rows = base + at * layout.element;
         return run;
       }
-      // Valid until this thread's next call, which the tiled kernel makes only once it has
-      // read these rows.
+      // Valid until this thread's next call for keys (values), which the tiled kernel makes
+      // only once it has read these rows.
       thread_local std::vector<float> wideKeys, wideValues;
-      wideKeys.resize(static_cast<size_t>(run * layout.headDim));
-      wideValues.resize(wideKeys.size());
-      dequantizeCacheRows(true, reinterpret_cast<const int8_t *>(keyBase) + at,
-                          layout.scalesAt(layer.keyScales, at), run, layout.headDim,
-                          layout.groups, wideKeys.data());
-      dequantizeCacheRows(true, reinterpret_cast<const int8_t *>(valueBase) + at,
-                          layout.scalesAt(layer.valueScales, at), run, layout.headDim,
-                          layout.groups, wideValues.data());
-      keys = wideKeys.data();
-      values = wideValues.data();
+      std::vector<float> &wide = values ? wideValues : wideKeys;
+      wide.resize(static_cast<size_t>(run * layout.headDim));
+      dequantizeCacheRows(true, reinterpret_cast<const int8_t *>(base) + at,
+                          layout.scalesAt(values ? layer.valueScales : layer.keyScales, at), run,
+                          layout.headDim, layout.groups, wide.data());
+      rows = wide.data();
       return run;
     };
     chunks.push_back(std::move(seq));

@@ -1,21 +1,21 @@
-// tfm.attention's tiled kernel for prompts (flash-attention style, docs/cpu-backend.md): for
-// one sequence, one KV head and a tile of queries, the rows of the tile are its queries times
-// the query heads that share the KV head (GQA's group), and the keys come in tiles of
-// kKeyTile. Per key tile:
-//   scores [keys, rows] = K [keys, D] . Qᵀ [D, rows]   (Qᵀ scaled and transposed once per
-//                                                       work item; K read in place)
-//   soft-cap, ALiBi, added terms, masks (-inf), where the step has them
-//   fast::onlineSoftmax: each row's running maximum, p = exp(scores - max), the sums
-//   the accumulator rescaled by exp(old - new max) where the maximum rose
-//   acc [rows, D] += pᵀ [rows, keys] . V [keys, D]     (V read in place)
-// so nothing larger than a tile of scores exists, and a key tile no row of the query tile
-// may see (past its causal limit, outside its window) is never read. Both products are
-// fast::multiplyTile, whose sums stay in registers (4 rows by 4 vectors with AVX-512), with
-// one broadcast per element of the strided operand and no horizontal sums; the softmax runs
-// across the rows, a vector of rows per step, in the ISA's kernel file. This file is built
-// for the baseline ISA: only the optional terms above run here, elementwise.
+// tfm.attention's tiled kernel for prompts (docs/cpu-backend.md): for one sequence, one KV
+// head and a tile of queries, the rows of the tile are its queries times the query heads that
+// share the KV head (GQA's group), and the keys come in tiles of kKeyTile:
+//   scores [keys, rows] = K [keys, D] . Qᵀ [D, rows]   (fast::scoreTile: Qᵀ transposed once
+//                                                       per work item; K read in place)
+//   the scale, soft-cap, ALiBi, added terms, masks (-inf), where the step has them
+//   each row's maximum over all its keys, p = exp(scores - max), the sums, p / sum
+//   out [rows, D] = pᵀ [rows, keys] . V [keys, D]      (fast::multiplyTile, V read in place)
+// in the decode rows' arithmetic element for element (runItem says why and how), so that a
+// request's tokens do not depend on how the serving engine cut its prompt into steps. The
+// value products keep their sums in registers (4 rows by 4 vectors with AVX-512) with one
+// broadcast per element of the strided operand; the scores put the queries in the lanes, so
+// that the decode rows' sums across lanes become vertical adds. A key tile no row of the
+// query tile may see (past its causal limit, outside its window) is never read. This file is
+// built for the baseline ISA: only the optional score terms run here, elementwise.
 // What each row may attend is the reference kernel's (TransformerAttention.cpp), which stays
-// the oracle (TiledAttentionTest.cpp).
+// the oracle (TiledAttentionTest.cpp). Half plans' bf16 caches outside the serving engine
+// take AMX-BF16 tiles with an online softmax instead (runItemAmx).
 #include "ops/ThreadPool.h"
 #include "ops/TransformerAttentionConfig.h"
 #include "ops/fast/AmxTileConfig.h"
@@ -74,7 +74,7 @@ KeyRange keyRange(const AttentionConfig &c, int64_t position, int64_t keys) {
 
 // Per-thread tiles, reused across the items a thread runs.
 struct Scratch {
-  std::vector<float> queriesT, scores, acc, maximum, sum, correction, keyTile, valueTile, slope;
+  std::vector<float> queriesT, scores, acc, maximum, sum, keyTile, valueTile, slope;
   std::vector<int64_t> begin, end;
   std::vector<const float *> addedRows;
   // The AMX items' (runItemAmx): bf16 queries and probabilities, each row's seen keys.
@@ -93,9 +93,9 @@ void widenCacheRows(DType stored, const void *from, int64_t count, int64_t D, fl
   fast::widenRows(rows, 0, count, to);
 }
 
-// Each row's running maximum and sum before its first key tile: a sink's (maximum the sink,
-// sum 1) where the step has sinks, so that it stays in the online softmax like a key whose
-// value is zero; the padding rows past `rows` stay empty.
+// Each row's running maximum and sum before its first key tile (runItemAmx's online
+// softmax): a sink's (maximum the sink, sum 1) where the step has sinks, so that it stays in
+// the online softmax like a key whose value is zero; the padding rows past `rows` stay empty.
 void initialState(const AttentionConfig &c, const std::vector<int64_t> &heads, int64_t rows,
                   int64_t ld, Scratch &x) {
   const int64_t G = static_cast<int64_t>(heads.size());
@@ -124,6 +124,38 @@ void finishRows(const TiledSequence &seq, const Item &item, const std::vector<in
   }
 }
 
+// KV head kh's keys (or values) of [t0, t0 + n) as f32 rows [n, D]: in place where they are
+// f32 and contiguous, else gathered (and widened) into `tile`.
+const float *tileRows(const TiledSequence &seq, DType stored, int64_t kh, int64_t t0, int64_t n,
+                      int64_t D, bool values, std::vector<float> &tile) {
+  const void *from = nullptr;
+  int64_t run = seq.rows(kh, t0, values, from);
+  if (stored == DType::F32 && run >= n)
+    return static_cast<const float *>(from);
+  tile.resize(static_cast<size_t>(kKeyTile * D));
+  for (int64_t j = 0; j < n; j += run) {
+    if (j > 0)
+      run = seq.rows(kh, t0 + j, values, from);
+    run = std::min(run, n - j);
+    if (stored == DType::F32)
+      std::memcpy(tile.data() + j * D, from, static_cast<size_t>(run * D) * sizeof(float));
+    else
+      widenCacheRows(stored, from, run, D, tile.data() + j * D);
+  }
+  return tile.data();
+}
+
+// The item in the decode rows' arithmetic (TransformerPagedAttention.cpp's attendDecodeRows,
+// TransformerAttention.cpp's one-query loop), element for element, so that a token's
+// attention is the same bits whether its sequence's steps computed it in a prompt chunk of
+// any length or as a decode row (after a prefix hit, a preemption, a chunk boundary), over
+// any block size: every score (fast::scoreTile, keyScores' arithmetic with the queries in
+// the lanes; then the scale, soft-cap, ALiBi, added terms), each row's maximum over all its
+// keys, the exponentials, their sum in key order and the division (fast::columnMaxima,
+// softmaxColumns), then the weights times the values as one FMA chain per element over the
+// keys in order (multiplyTile, accumulating tile after tile). The scores of all the item's
+// keys are kept ([keys, 64] floats: 1 MB at 4096 keys), a two-pass softmax where an online
+// one would rescale the sums per tile, which a decode row does not.
 void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, const Item &item,
              const std::vector<int64_t> &heads, const std::vector<float> &slopes,
              const std::vector<AddedScores> &added, Scratch &x) {
@@ -141,7 +173,7 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
     const int64_t s = item.first + r / G, h = heads[r % G];
     const float *query = seq.q + (s * H + h) * D;
     for (int64_t d = 0; d < D; ++d)
-      x.queriesT[d * ld + r] = query[d] * c.scale;
+      x.queriesT[d * ld + r] = query[d];
     KeyRange range = keyRange(c, seq.firstPosition + s, seq.keys);
     x.begin[r] = range.begin;
     x.end[r] = range.end;
@@ -152,85 +184,72 @@ void runItem(const AttentionConfig &c, DType stored, const TiledSequence &seq, c
     for (size_t i = 0; i < added.size(); ++i)
       x.addedRows[r * added.size() + i] = added[i].row(seq.batch, h, s);
   }
-  const int64_t lastBegin = *std::max_element(x.begin.begin(), x.begin.end());
-  const int64_t firstEnd = *std::min_element(x.end.begin(), x.end.end());
-  x.scores.resize(static_cast<size_t>(kKeyTile * ld));
-  x.acc.assign(static_cast<size_t>(rows * D), 0.0f);
-  initialState(c, heads, rows, ld, x);
-  x.correction.resize(static_cast<size_t>(ld));
-  const bool f32 = stored == DType::F32;
-  const size_t element = dtypeSize(stored);
+  const int64_t span = std::max<int64_t>(0, last - first);
+  x.scores.resize(static_cast<size_t>(span * ld));
+  float *scores = x.scores.data();
+  // Every score, then what a decode row adds to it (score = dot * scale; soft-cap; ALiBi;
+  // added terms: the same expressions in the same order), and -inf where the row may not see
+  // the key (its causal limit, its window, padding), which weighs 0.
+  const int64_t lastBegin = rows > 0 ? *std::max_element(x.begin.begin(), x.begin.end()) : 0;
+  const int64_t firstEnd = rows > 0 ? *std::min_element(x.end.begin(), x.end.end()) : 0;
   for (int64_t t0 = first; t0 < last; t0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, last - t0);
-    // The tile's keys and values: in place where they are f32 and contiguous, else gathered
-    // (and widened) row runs: the paged cache's blocks, a half cache.
-    const void *keys = nullptr, *values = nullptr;
-    int64_t run = seq.rows(item.kvHead, t0, keys, values);
-    const float *keyRows = static_cast<const float *>(keys);
-    const float *valueRows = static_cast<const float *>(values);
-    if (!f32 || run < n) {
-      x.keyTile.resize(static_cast<size_t>(kKeyTile * D));
-      x.valueTile.resize(static_cast<size_t>(kKeyTile * D));
-      for (int64_t j = 0; j < n; j += run) {
-        if (j > 0)
-          run = seq.rows(item.kvHead, t0 + j, keys, values);
-        run = std::min(run, n - j);
-        for (int which = 0; which < 2; ++which) {
-          float *to = (which == 0 ? x.keyTile : x.valueTile).data() + j * D;
-          const void *from = which == 0 ? keys : values;
-          if (f32)
-            std::memcpy(to, from, static_cast<size_t>(run * D) * element);
-          else
-            widenCacheRows(stored, from, run, D, to);
-        }
-      }
-      keyRows = x.keyTile.data();
-      valueRows = x.valueTile.data();
-    }
+    const float *keyRows = tileRows(seq, stored, item.kvHead, t0, n, D, false, x.keyTile);
     tilesRun.fetch_add(1, std::memory_order_relaxed);
-    // scores[j, r]: key t0 + j against row r (the queries carry the scale).
-    float *scores = x.scores.data();
-    fast::multiplyTile(keyRows, D, 1, x.queriesT.data(), ld, n, D, ld, scores, ld, false);
-    // Whether some row may not see some key of the tile (its causal limit, its window,
-    // padding): only then are scores masked one by one (to -inf, which weighs 0).
-    bool masked = t0 < lastBegin || t0 + n > firstEnd;
-    for (int64_t j = 0; seq.keyAllowed && j < n && !masked; ++j)
-      masked = seq.keyAllowed[t0 + j] == 0;
-    if (masked || c.softcap > 0 || c.alibi || !added.empty())
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t t = t0 + j;
-        float *row = scores + j * ld;
-        if (c.softcap > 0)
-          for (int64_t r = 0; r < rows; ++r)
-            row[r] = c.softcap * std::tanh(row[r] / c.softcap);
-        if (c.alibi) {
-          const float position =
-              seq.alibiPosition ? seq.alibiPosition[t] : static_cast<float>(t);
-          for (int64_t r = 0; r < rows; ++r)
-            row[r] += x.slope[r] * position;
-        }
-        for (size_t i = 0; i < added.size(); ++i)
-          for (int64_t r = 0; r < rows; ++r)
-            row[r] += x.addedRows[r * added.size() + i][t];
-        if (masked) {
-          const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
-          for (int64_t r = 0; r < rows; ++r)
-            if (!keyOk || t < x.begin[r] || t >= x.end[r])
-              row[r] = negativeInfinity;
-        }
-      }
-    // The running maxima and sums, the tile's weights, and each row's rescaling.
-    fast::onlineSoftmax(scores, n, ld, x.maximum.data(), x.sum.data(), x.correction.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float factor = x.correction[r];
-      if (factor != 1.0f)
-        for (int64_t d = 0; d < D; ++d)
-          x.acc[r * D + d] *= factor;
-    }
-    // acc[r, d] += Σ_j p[j, r] v[j, d]: the scores tile read transposed.
-    fast::multiplyTile(scores, 1, ld, valueRows, D, rows, n, D, x.acc.data(), D, true);
+    fast::scoreTile(keyRows, n, D, x.queriesT.data(), ld, scores + (t0 - first) * ld);
   }
-  finishRows(seq, item, heads, H, D, x);
+  const bool plain = c.softcap <= 0 && !c.alibi && added.empty();
+  for (int64_t j = 0; j < span; ++j) {
+    const int64_t t = first + j;
+    float *row = scores + j * ld;
+    if (plain) {
+      for (int64_t r = 0; r < ld; ++r)
+        row[r] = row[r] * c.scale;
+    } else {
+      const float position = seq.alibiPosition ? seq.alibiPosition[t] : static_cast<float>(t);
+      for (int64_t r = 0; r < rows; ++r) {
+        float score = finishScore(c, row[r], x.slope[r], position);
+        for (size_t i = 0; i < added.size(); ++i)
+          score += x.addedRows[r * added.size() + i][t];
+        row[r] = score;
+      }
+    }
+    const bool keyOk = !seq.keyAllowed || seq.keyAllowed[t] != 0;
+    if (keyOk && t >= lastBegin && t < firstEnd)
+      continue;
+    for (int64_t r = 0; r < rows; ++r)
+      if (!keyOk || t < x.begin[r] || t >= x.end[r])
+        row[r] = negativeInfinity;
+  }
+  // Each row's maximum (from a sink's, or -inf), its sum (from the sink's e^(sink - maximum),
+  // or 0), the weights; a row with no key to see is left to the caller.
+  x.maximum.assign(static_cast<size_t>(ld), negativeInfinity);
+  x.sum.assign(static_cast<size_t>(ld), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    x.maximum[r] = initialMaximum(c, heads[r % G]);
+  fast::columnMaxima(scores, span, ld, x.maximum.data());
+  for (int64_t r = 0; r < rows && !c.sinks.empty(); ++r)
+    x.sum[r] = std::exp(c.sinks[heads[r % G]] - x.maximum[r]);
+  fast::softmaxColumns(scores, span, ld, x.maximum.data(), x.sum.data());
+  // out[r, d] = Σ_j p[j, r] v[j, d], one chain over the keys: the scores read transposed.
+  x.acc.assign(static_cast<size_t>(rows * D), 0.0f);
+  for (int64_t t0 = first; t0 < last; t0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, last - t0);
+    const float *valueRows = tileRows(seq, stored, item.kvHead, t0, n, D, true, x.valueTile);
+    fast::multiplyTile(scores + (t0 - first) * ld, 1, ld, valueRows, D, rows, n, D,
+                       x.acc.data(), D, t0 != first);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = item.first + r / G, h = heads[r % G];
+    bool any = false;
+    for (int64_t t = x.begin[r]; t < x.end[r] && !any; ++t)
+      any = !seq.keyAllowed || seq.keyAllowed[t] != 0;
+    if (!any) {
+      seq.unattended[s * H + h] = 1;
+      continue;
+    }
+    std::memcpy(seq.y + (s * H + h) * D, x.acc.data() + r * D, static_cast<size_t>(D) * sizeof(float));
+  }
 }
 
 // A sequence's keys and values of one KV head in AMX's pair layout, tile by tile (key tile
@@ -262,7 +281,8 @@ void packTile(const TiledSequence &seq, int64_t kh, int64_t tile, DType stored, 
   const size_t element = dtypeSize(stored);
   for (int64_t j = 0; j < n;) {
     const void *keys = nullptr, *values = nullptr;
-    const int64_t run = std::min(seq.rows(kh, t0 + j, keys, values), n - j);
+    const int64_t run = std::min(seq.rows(kh, t0 + j, false, keys), n - j);
+    seq.rows(kh, t0 + j, true, values);
     for (int64_t i = 0; i < run; ++i, ++j) {
       const void *key = static_cast<const char *>(keys) + i * D * element;
       const void *value = static_cast<const char *>(values) + i * D * element;

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -649,46 +650,169 @@ TEST(FastAttention, EqualsTheReferenceOverAHalfCache) {
   }
 }
 
-// A decode query's scores against cached keys (keyScores, which reduces sixteen keys at once
-// on AVX-512) equal dotRows' products of the same keys as weights, bit for bit: the dense and
-// paged decode attentions took dotRows before, and a request's tokens must not move. Widths
-// with and without a scalar tail, runs of keys with and without a whole sixteen, one key all
-// zeros against a negative query (dotRows' total makes its -0 a +0).
-TEST(FastLinearKernels, KeyScoresEqualDotRowsBitForBit) {
+uint32_t bitsOf(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+// The attention's one score arithmetic (DotKernels.h's keyScoresBy): a decode row's scores
+// (keyScores, which reduces sixteen keys at once on AVX-512) and a prompt tile's (scoreTile,
+// the queries in the lanes) must agree bit for bit, or a request's tokens would depend on how
+// the engine cut its prompt into steps. Keys as stored (f32, f16, bf16) against the same
+// keys widened; widths with and without a scalar tail; runs of keys with and without a whole
+// sixteen; 16 and 48 queries; one key all zeros against negative queries (the sum's -0 is
+// +0). Both are also within the f32 bound of the float64 dot: D·2^-24·Σ|q·k|.
+TEST(FastLinearKernels, PromptTileScoresEqualDecodeRowScoresBitForBit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   int compared = 0;
   for (DType keyType : {DType::F32, DType::F16, DType::BF16})
     for (int64_t width : {64, 128, 80, 96, 72, 8, 200})
-      for (int64_t count : {1, 15, 16, 17, 40}) {
-        std::vector<float> query(static_cast<size_t>(width)),
-            keyValues(static_cast<size_t>(count * width));
-        for (float &v : query)
-          v = -std::fabs(normal(rng));
-        for (float &v : keyValues)
-          v = normal(rng);
-        std::fill(keyValues.begin(), keyValues.begin() + width, 0.0f);
-        std::vector<uint8_t> keys(static_cast<size_t>(count * width) * dtypeSize(keyType));
-        ASSERT_TRUE(convertFloats(DType::F32, keyValues.data(), keyType, keys.data(),
-                                  count * width));
-        ops::fast::LinearWeights asWeights;
-        asWeights.dtype = keyType;
-        asWeights.data = keys.data();
-        asWeights.out = count;
-        asWeights.in = width;
-        std::vector<float> want(static_cast<size_t>(count)), got(want.size(), 1.0f);
-        ops::fast::dotRows(query.data(), 1, asWeights, 0, count, want.data(), count);
-        ops::fast::keyScores(query.data(), keys.data(), keyType, count, width, got.data());
-        for (int64_t t = 0; t < count; ++t) {
-          uint32_t gotBits = 0, wantBits = 0;
-          std::memcpy(&gotBits, &got[t], sizeof gotBits);
-          std::memcpy(&wantBits, &want[t], sizeof wantBits);
-          ASSERT_EQ(gotBits, wantBits) << dtypeName(keyType) << " width " << width << " key "
-                                       << t << " of " << count << ": " << got[t] << " against "
-                                       << want[t];
-          ++compared;
+      for (int64_t count : {1, 15, 16, 17, 40})
+        for (int64_t queries : {16, 48}) {
+          std::vector<float> keyValues(static_cast<size_t>(count * width));
+          for (float &v : keyValues)
+            v = normal(rng);
+          std::fill(keyValues.begin(), keyValues.begin() + width, 0.0f);
+          std::vector<uint8_t> keys(static_cast<size_t>(count * width) * dtypeSize(keyType));
+          ASSERT_TRUE(convertFloats(DType::F32, keyValues.data(), keyType, keys.data(),
+                                    count * width));
+          std::vector<float> widened(keyValues.size());
+          ASSERT_TRUE(convertFloats(keyType, keys.data(), DType::F32, widened.data(),
+                                    count * width));
+          std::vector<float> queryRows(static_cast<size_t>(queries * width)),
+              queriesT(queryRows.size());
+          for (float &v : queryRows)
+            v = -std::fabs(normal(rng));
+          for (int64_t r = 0; r < queries; ++r)
+            for (int64_t d = 0; d < width; ++d)
+              queriesT[d * queries + r] = queryRows[r * width + d];
+          std::vector<float> tile(static_cast<size_t>(count * queries), 1.0f);
+          ops::fast::scoreTile(widened.data(), count, width, queriesT.data(), queries,
+                               tile.data());
+          std::vector<float> row(static_cast<size_t>(count), 1.0f);
+          for (int64_t r = 0; r < queries; ++r) {
+            const float *query = queryRows.data() + r * width;
+            ops::fast::keyScores(query, keys.data(), keyType, count, width, row.data());
+            for (int64_t t = 0; t < count; ++t) {
+              ASSERT_EQ(bitsOf(tile[t * queries + r]), bitsOf(row[t]))
+                  << dtypeName(keyType) << " width " << width << " key " << t << " of "
+                  << count << ", query " << r << ": " << tile[t * queries + r] << " against "
+                  << row[t];
+              double exact = 0, magnitude = 0;
+              for (int64_t d = 0; d < width; ++d) {
+                exact += double(query[d]) * widened[t * width + d];
+                magnitude += std::fabs(double(query[d]) * widened[t * width + d]);
+              }
+              ASSERT_NEAR(row[t], exact, double(width) * std::ldexp(1.0, -24) * magnitude)
+                  << dtypeName(keyType) << " width " << width << " key " << t;
+              ++compared;
+            }
+          }
         }
+  EXPECT_GT(compared, 0);
+}
+
+// The prompt tiles' softmax (columnMaxima, softmaxColumns, a row per lane) against a decode
+// row's steps (TransformerPagedAttention.cpp: std::max from the initial maximum, s - max,
+// exponentiate over the row's range, the sum in key order from the initial sum, each weight
+// divided by it), bit for bit: rows of 1 to 70 keys (exponentiate's tail at every offset),
+// masked keys (-inf) in the tile, an initial maximum and sum (a sink's) in some rows.
+TEST(FastLinearKernels, PromptTileSoftmaxEqualsDecodeRowSoftmaxBitForBit) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  const float negativeInfinity = -std::numeric_limits<float>::infinity();
+  const int64_t ld = 32;
+  int compared = 0;
+  for (int64_t keys : {1, 7, 16, 33, 70}) {
+    std::vector<float> scores(static_cast<size_t>(keys * ld));
+    for (float &v : scores)
+      v = 4.0f * normal(rng);
+    // Row r sees keys [begin, end): the others are masked.
+    std::vector<int64_t> begin(ld), end(ld);
+    std::vector<float> maximum(ld, negativeInfinity), sum(ld, 0.0f);
+    for (int64_t r = 0; r < ld; ++r) {
+      begin[r] = static_cast<int64_t>(rng() % keys);
+      end[r] = begin[r] + 1 + static_cast<int64_t>(rng() % (keys - begin[r]));
+      for (int64_t j = 0; j < keys; ++j)
+        if (j < begin[r] || j >= end[r])
+          scores[j * ld + r] = negativeInfinity;
+      if (r % 3 == 0)
+        maximum[r] = normal(rng);
+    }
+    const std::vector<float> initialMaximum = maximum;
+    std::vector<float> tile = scores;
+    ops::fast::columnMaxima(tile.data(), keys, ld, maximum.data());
+    for (int64_t r = 0; r < ld; r += 3)
+      sum[r] = std::exp(initialMaximum[r] - maximum[r]);
+    const std::vector<float> initialSum = sum;
+    ops::fast::softmaxColumns(tile.data(), keys, ld, maximum.data(), sum.data());
+    for (int64_t r = 0; r < ld; ++r) {
+      std::vector<float> row;
+      float top = initialMaximum[r];
+      for (int64_t j = begin[r]; j < end[r]; ++j) {
+        row.push_back(scores[j * ld + r]);
+        top = std::max(top, row.back());
       }
+      ASSERT_EQ(bitsOf(maximum[r]), bitsOf(top)) << keys << " keys, row " << r;
+      for (float &v : row)
+        v -= top;
+      ops::fast::exponentiate(row.data(), static_cast<int64_t>(row.size()));
+      float total = initialSum[r];
+      for (float v : row)
+        total += v;
+      ASSERT_EQ(bitsOf(sum[r]), bitsOf(total)) << keys << " keys, row " << r;
+      for (int64_t j = 0; j < keys; ++j) {
+        const bool seen = j >= begin[r] && j < end[r];
+        const float want = seen ? row[j - begin[r]] / total : 0.0f;
+        ASSERT_EQ(bitsOf(tile[j * ld + r]), bitsOf(want))
+            << keys << " keys, row " << r << ", key " << j << ": " << tile[j * ld + r]
+            << " against " << want;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// A decode row's weights times the values over a paged cache's blocks (weightedSum run after
+// run, accumulating) equal one chain over all the keys (a contiguous cache's one call) and a
+// prompt tile's multiplyTile (the weights read transposed, accumulating tile after tile), bit
+// for bit; widths with and without a scalar tail, runs of 1, 13 and 16 keys.
+TEST(FastLinearKernels, ValueSumsAreOneChainWhateverTheRuns) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  int compared = 0;
+  for (int64_t width : {64, 72, 8, 200})
+    for (int64_t run : {1, 13, 16}) {
+      const int64_t count = 70, ld = 16;
+      std::vector<float> weights(static_cast<size_t>(count)), values(count * width);
+      for (float &v : weights)
+        v = std::fabs(normal(rng));
+      for (float &v : values)
+        v = normal(rng);
+      std::vector<float> whole(static_cast<size_t>(width)), runs(whole.size(), 0.0f);
+      ops::fast::weightedSum(weights.data(), values.data(), count, width, whole.data());
+      for (int64_t t = 0; t < count; t += run)
+        ops::fast::weightedSum(weights.data() + t, values.data() + t * width,
+                               std::min(run, count - t), width, runs.data(), true);
+      // The weights as a [keys, ld] tile whose lane 3 is this row.
+      std::vector<float> tile(static_cast<size_t>(count * ld), 0.5f);
+      for (int64_t t = 0; t < count; ++t)
+        tile[t * ld + 3] = weights[t];
+      std::vector<float> tiled(static_cast<size_t>(4 * width));
+      for (int64_t t0 = 0; t0 < count; t0 += 64)
+        ops::fast::multiplyTile(tile.data() + t0 * ld, 1, ld, values.data() + t0 * width, width,
+                                4, std::min<int64_t>(64, count - t0), width, tiled.data(), width,
+                                t0 > 0);
+      for (int64_t d = 0; d < width; ++d) {
+        ASSERT_EQ(bitsOf(runs[d]), bitsOf(whole[d])) << "width " << width << " runs " << run;
+        ASSERT_EQ(bitsOf(tiled[3 * width + d]), bitsOf(whole[d]))
+            << "width " << width << " element " << d;
+        ++compared;
+      }
+    }
   EXPECT_GT(compared, 0);
 }
 

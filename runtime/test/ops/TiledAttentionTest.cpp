@@ -8,14 +8,15 @@
 //
 // Tolerance, derived (u = 2^-24):
 //  * Scores: both are fp32 sums of the same D products in different orders (the tile's FMA
-//    chain, the reference's loop), so each is within D·u·Σ|q·k| of the exact one and they
+//    chains and tree, the reference's loop), so each is within D·u·Σ|q·k| of the exact one and they
 //    differ by at most 2·D·u·scale·D·max|q|·max|k| (times 2: rotary can grow an element by
-//    √2). The tiles scale the queries first, the reference the sum: one rounding each, 2u of
+//    √2). The AMX tiles scale the queries first, the reference the sum: one rounding each, 2u of
 //    the same. Soft-capping (tanh, slope <= 1) does not grow it; each later addition (ALiBi,
 //    a mask, a bias) rounds a different sum: another 2u·max|score| each. All of it: δ.
 //  * Softmax weights: scores that move by at most δ move the normalised weights by at most
 //    2δ in total, so an output by at most 2δ·max|v|.
-//  * The online softmax: a key's weight is exp(s - m_k) (the running maximum of its tile),
+//  * The online softmax (the AMX tiles'; the f32 tiles take two passes, a subset of these
+//    roundings): a key's weight is exp(s - m_k) (the running maximum of its tile),
 //    times one exp(m_old - m_new) per later tile whose maximum rose, each 2 ulp (4u) plus
 //    one rounding of the product; the arguments' roundings add u·(M - s) twice over (they
 //    telescope to M - s), and Σ_t w_t (M - s_t) <= ln T for softmax weights. Numerator and

@@ -41,9 +41,9 @@ struct IsaKernels {
   // y[i] = e^y[i] for i < n.
   void (*exponentiate)(float *y, int64_t n);
   // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count; rows of f32,
-  // f16 or bf16.
+  // f16 or bf16; with `accumulate`, the sums continue from out's values.
   void (*weightedSum)(const float *weights, const void *rows, DType rowType, int64_t count,
-                      int64_t width, float *out);
+                      int64_t width, float *out, bool accumulate);
   // FastKernels.h's keyScores.
   void (*keyScores)(const float *query, const void *keys, DType keyType, int64_t count,
                     int64_t width, float *scores);
@@ -51,13 +51,18 @@ struct IsaKernels {
   void (*keyScoresInt8)(const float *query, const int8_t *codes, const float *scales,
                         int64_t groups, int64_t count, int64_t width, float *scores);
   void (*weightedSumInt8)(const float *weights, const int8_t *codes, const float *scales,
-                          int64_t groups, int64_t count, int64_t width, float *out);
+                          int64_t groups, int64_t count, int64_t width, float *out,
+                          bool accumulate);
   // One row of a layer norm (or RMS norm: no mean, no bias), FastKernels.h's normalizeRow.
   void (*normalizeRow)(const float *x, int64_t n, const float *scale, const float *bias,
                        bool rms, float epsilon, float *y);
-  // The online softmax's step over a tile of scores (FastKernels.h's onlineSoftmax).
-  void (*onlineSoftmax)(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
-                        float *correction);
+  // The attention's scores and softmax over a tile of rows (FastKernels.h's scoreTile,
+  // columnMaxima, softmaxColumns).
+  void (*scoreTile)(const float *keys, int64_t count, int64_t width, const float *queriesT,
+                    int64_t ld, float *scores);
+  void (*columnMaxima)(const float *scores, int64_t keys, int64_t ld, float *maximum);
+  void (*softmaxColumns)(float *scores, int64_t keys, int64_t ld, const float *maximum,
+                         float *sum);
   // c[r, n] (+)= Σ_k a[r, k] b[k, n] over f32 tiles (FastKernels.h's multiplyTile).
   void (*multiplyTile)(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
                        int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
@@ -134,6 +139,15 @@ template <> struct Stored<DType::U8> {
   }
   static float oneAt(const T *row, int64_t k) { return scalarLoadInt4(row, k); }
 };
+
+// a * b + c for one float through Vec's fma: fused where the ISA's is, the portable kernel's
+// multiply and add where it is not, so that a scalar tail rounds as the vector lanes do
+// (the compiler's own contraction of a scalar a * b + c differed between two kernels).
+template <class Vec> float fmaLike(float a, float b, float c) {
+  float lanes[Vec::kWidth];
+  Vec::store(lanes, Vec::fma(Vec::broadcast(a), Vec::broadcast(b), Vec::broadcast(c)));
+  return lanes[0];
+}
 
 // One row of x against inputs [begin, end) of a stored row, as a decode step reads it: four
 // independent vector sums (the single-vector steps after them into the first), added in
@@ -489,15 +503,18 @@ void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *
 
 // Columns in blocks of U vectors, each block's sums kept in registers over every row (a
 // read-modify-write of `out` per row would chain each row's adds through memory).
+// With `accumulate`, each sum continues from out's value: a decode row's values over the
+// blocks of a paged cache are one chain, as over a contiguous one (and as the prompt tiles'
+// multiplyTile chains them), whatever the block size.
 template <class Vec, class Rows>
 void weightedSumBy(const float *weights, const Rows &rows, int64_t count, int64_t width,
-                   float *out) {
+                   float *out, bool accumulate) {
   constexpr int W = Vec::kWidth, U = 4;
   int64_t d = 0;
   for (; d + U * W <= width; d += U * W) {
     typename Vec::V acc[U];
     for (int u = 0; u < U; ++u)
-      acc[u] = Vec::zero();
+      acc[u] = accumulate ? Vec::load(out + d + u * W) : Vec::zero();
     for (int64_t t = 0; t < count; ++t) {
       typename Vec::V weight = Vec::broadcast(weights[t]);
       for (int u = 0; u < U; ++u)
@@ -507,34 +524,37 @@ void weightedSumBy(const float *weights, const Rows &rows, int64_t count, int64_
       Vec::store(out + d + u * W, acc[u]);
   }
   for (; d + W <= width; d += W) {
-    typename Vec::V acc = Vec::zero();
+    typename Vec::V acc = accumulate ? Vec::load(out + d) : Vec::zero();
     for (int64_t t = 0; t < count; ++t)
       acc = Vec::fma(Vec::broadcast(weights[t]), rows.template load<Vec>(t, d), acc);
     Vec::store(out + d, acc);
   }
   for (; d < width; ++d) {
-    float sum = 0;
+    float sum = accumulate ? out[d] : 0.0f;
     for (int64_t t = 0; t < count; ++t)
-      sum += weights[t] * rows.one(t, d);
+      sum = fmaLike<Vec>(weights[t], rows.one(t, d), sum);
     out[d] = sum;
   }
 }
 
 template <class Vec, DType D>
 void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
-                      float *out) {
+                      float *out, bool accumulate) {
   weightedSumBy<Vec>(
       weights, StoredRows<D>{static_cast<const typename Stored<D>::T *>(stored), width}, count,
-      width, out);
+      width, out, accumulate);
 }
 
 template <class Vec>
 void weightedSumWith(const float *weights, const void *rows, DType rowType, int64_t count,
-                     int64_t width, float *out) {
+                     int64_t width, float *out, bool accumulate) {
   switch (rowType) {
-  case DType::F16: return weightedSumTyped<Vec, DType::F16>(weights, rows, count, width, out);
-  case DType::BF16: return weightedSumTyped<Vec, DType::BF16>(weights, rows, count, width, out);
-  default: return weightedSumTyped<Vec, DType::F32>(weights, rows, count, width, out);
+  case DType::F16:
+    return weightedSumTyped<Vec, DType::F16>(weights, rows, count, width, out, accumulate);
+  case DType::BF16:
+    return weightedSumTyped<Vec, DType::BF16>(weights, rows, count, width, out, accumulate);
+  default:
+    return weightedSumTyped<Vec, DType::F32>(weights, rows, count, width, out, accumulate);
   }
 }
 
@@ -544,40 +564,124 @@ template <class Vec, class = void> struct HasSums16 : std::false_type {};
 template <class Vec>
 struct HasSums16<Vec, std::void_t<decltype(Vec::kSums16)>> : std::true_type {};
 
+// A query against a key row, the one arithmetic of the attention's scores on the fast kernels
+// (keyScores for decode rows, scoreTile for prompt tiles, which must agree bit for bit: a
+// token's attention must not depend on whether it was computed in a prompt chunk, as a
+// decode row, or after a prefix hit): one chain of FMAs per lane over the row's whole
+// vectors, the lanes added by Vec::sum's halving tree, the scalar tail chained on (fmaLike),
+// then 0 + the sum (a -0 sum becomes +0).
+template <class Vec, class Load>
+typename Vec::V keyChainBy(const float *query, const Load &load, int64_t whole) {
+  typename Vec::V acc = Vec::zero();
+  for (int64_t d = 0; d < whole; d += Vec::kWidth)
+    acc = Vec::fma(Vec::load(query + d), load(d), acc);
+  return acc;
+}
+
 template <class Vec, class Rows>
 void keyScoresBy(const float *query, const Rows &keys, int64_t count, int64_t width,
                  float *scores) {
+  const int64_t whole = width / Vec::kWidth * Vec::kWidth;
+  auto finish = [&](int64_t t, float sum) {
+    for (int64_t d = whole; d < width; ++d)
+      sum = fmaLike<Vec>(query[d], keys.one(t, d), sum);
+    float total = 0;
+    total += sum;
+    scores[t] = total;
+  };
   int64_t t = 0;
   if constexpr (HasSums16<Vec>::value) {
     for (; t + 16 <= count; t += 16) {
       typename Vec::V partial[16];
-      int64_t tail = 0;
       for (int j = 0; j < 16; ++j)
-        partial[j] = streamPartialBy<Vec>(
+        partial[j] = keyChainBy<Vec>(
             query, [&keys, key = t + j](int64_t d) { return keys.template load<Vec>(key, d); },
-            0, width, tail);
+            whole);
       Vec::store(scores + t, Vec::sums16(partial));
-      for (int j = 0; j < 16; ++j) {
-        float sum = scores[t + j];
-        for (int64_t d = tail; d < width; ++d)
-          sum += query[d] * keys.one(t + j, d);
-        float total = 0;  // as dotStream's total (which makes a -0 sum +0)
-        total += sum;
-        scores[t + j] = total;
-      }
+      for (int j = 0; j < 16; ++j)
+        finish(t + j, scores[t + j]);
     }
   }
-  // The rest one key at a time, with dotStream<Vec, D, 1>'s arithmetic for an ungrouped row.
-  for (; t < count; ++t) {
-    int64_t tail = 0;
-    float sum = Vec::sum(streamPartialBy<Vec>(
-        query, [&keys, t](int64_t d) { return keys.template load<Vec>(t, d); }, 0, width, tail));
-    for (int64_t d = tail; d < width; ++d)
-      sum += query[d] * keys.one(t, d);
-    float total = 0;
-    total += sum;
-    scores[t] = total;
+  for (; t < count; ++t)
+    finish(t, Vec::sum(keyChainBy<Vec>(
+                  query, [&keys, t](int64_t d) { return keys.template load<Vec>(t, d); },
+                  whole)));
+}
+
+// scores[j * ld + r] for keys j < count (f32 rows of `width`) and the ld (a multiple of
+// Vec's width) queries of queriesT [width, ld]: keyScoresBy's arithmetic with the queries in
+// the lanes, so that its tree across lanes becomes vertical adds. Lane class m's chain (the
+// elements m, m + W, ...) is one vector of rows per key; Vec::sum's halving tree adds class
+// m + W/2 onto class m first, so classes m and m + W/2 are chained together and added at
+// once, then the halves left are added as the tree's later levels add them. K keys by R
+// vectors of rows share each load: 2 K R sums in registers, 2 (K + R) loads for 2 K R FMAs
+// (a key's element is broadcast once for R vectors of rows, a vector of queries loaded once
+// for K keys).
+template <class Vec, int K, int R>
+void scoreBlock(const float *keys, int64_t width, int64_t whole, const float *queriesT,
+                int64_t ld, float *scores) {
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth, Half = W / 2;
+  V half[Half][K][R];  // the tree's first level: classes m and m + W/2 added
+  for (int m = 0; m < Half; ++m) {
+    V acc[2][K][R];
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < K; ++k)
+        for (int r = 0; r < R; ++r)
+          acc[i][k][r] = Vec::zero();
+    for (int64_t c = 0; c < whole; c += W)
+      for (int i = 0; i < 2; ++i) {
+        const int64_t d = c + m + i * Half;
+        V query[R];
+        for (int r = 0; r < R; ++r)
+          query[r] = Vec::load(queriesT + d * ld + r * W);
+        for (int k = 0; k < K; ++k) {
+          const V key = Vec::broadcast(keys[k * width + d]);
+          for (int r = 0; r < R; ++r)
+            acc[i][k][r] = Vec::fma(query[r], key, acc[i][k][r]);
+        }
+      }
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r)
+        half[m][k][r] = Vec::add(acc[0][k][r], acc[1][k][r]);
   }
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < R; ++r) {
+      V level[Half];
+      for (int m = 0; m < Half; ++m)
+        level[m] = half[m][k][r];
+      for (int h = Half / 2; h >= 1; h /= 2)
+        for (int m = 0; m < h; ++m)
+          level[m] = Vec::add(level[m], level[m + h]);
+      V sum = level[0];
+      for (int64_t d = whole; d < width; ++d)
+        sum = Vec::fma(Vec::load(queriesT + d * ld + r * W), Vec::broadcast(keys[k * width + d]),
+                       sum);
+      Vec::store(scores + k * ld + r * W, Vec::add(Vec::zero(), sum));
+    }
+}
+
+// Keys in blocks of 4 (then 1) for one strip of R vectors of rows.
+template <class Vec, int R>
+void scoreStrip(const float *keys, int64_t count, int64_t width, const float *queriesT,
+                int64_t ld, float *scores) {
+  const int64_t whole = width / Vec::kWidth * Vec::kWidth;
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4)
+    scoreBlock<Vec, 4, R>(keys + j * width, width, whole, queriesT, ld, scores + j * ld);
+  for (; j < count; ++j)
+    scoreBlock<Vec, 1, R>(keys + j * width, width, whole, queriesT, ld, scores + j * ld);
+}
+
+template <class Vec>
+void scoreTileWith(const float *keys, int64_t count, int64_t width, const float *queriesT,
+                   int64_t ld, float *scores) {
+  constexpr int W = Vec::kWidth;
+  int64_t r = 0;
+  for (; r + 2 * W <= ld; r += 2 * W)
+    scoreStrip<Vec, 2>(keys, count, width, queriesT + r, ld, scores + r);
+  for (; r < ld; r += W)
+    scoreStrip<Vec, 1>(keys, count, width, queriesT + r, ld, scores + r);
 }
 
 template <class Vec, DType D>
@@ -596,8 +700,10 @@ void keyScoresInt8With(const float *query, const int8_t *codes, const float *sca
 
 template <class Vec>
 void weightedSumInt8With(const float *weights, const int8_t *codes, const float *scales,
-                         int64_t groups, int64_t count, int64_t width, float *out) {
-  weightedSumBy<Vec>(weights, ScaledInt8Rows{codes, scales, width, groups}, count, width, out);
+                         int64_t groups, int64_t count, int64_t width, float *out,
+                         bool accumulate) {
+  weightedSumBy<Vec>(weights, ScaledInt8Rows{codes, scales, width, groups}, count, width, out,
+                     accumulate);
 }
 
 template <class Vec>
@@ -722,7 +828,7 @@ void multiplyTileWith(const float *a, int64_t aRow, int64_t aDepth, const float 
     for (int64_t r = 0; r < rows; ++r) {
       float sum = accumulate ? c[r * ldc + n] : 0.0f;
       for (int64_t k = 0; k < depth; ++k)
-        sum += a[r * aRow + k * aDepth] * b[k * ldb + n];
+        sum = fmaLike<Vec>(a[r * aRow + k * aDepth], b[k * ldb + n], sum);
       c[r * ldc + n] = sum;
     }
 }
@@ -738,7 +844,9 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &keyScoresInt8With<Vec>,
           &weightedSumInt8With<Vec>,
           &normalizeRowWith<Vec>,
-          &onlineSoftmaxWith<Vec>,
+          &scoreTileWith<Vec>,
+          &columnMaximaWith<Vec>,
+          &softmaxColumnsWith<Vec>,
           &multiplyTileWith<Vec>};
 }
 

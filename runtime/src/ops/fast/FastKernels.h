@@ -69,18 +69,19 @@ void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, 
 void exponentiate(float *y, int64_t n);
 
 // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count, in fp32, vectorised
-// (attention's probabilities times the values).
+// (attention's probabilities times the values): one FMA chain per d in t's order, from 0 or,
+// with `accumulate`, from out[d] (a paged cache's blocks one after another).
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
-                 float *out);
+                 float *out, bool accumulate = false);
 // The same over rows stored as f32, f16 or bf16 (a half KV cache's values), widened as they
 // are read.
 void weightedSum(const float *weights, const void *rows, DType rowType, int64_t count,
-                 int64_t width, float *out);
+                 int64_t width, float *out, bool accumulate = false);
 
 // scores[t] = Σ_d query[d] keys[t * width + d] for t < count, keys stored as f32, f16 or
-// bf16 (a decode step's query against a run of cached keys): the same float arithmetic as
-// dotRows(query, 1 row, the keys as weights), bit for bit, in fewer instructions (AVX-512
-// reduces sixteen keys' sums together).
+// bf16 (a decode step's query against a run of cached keys), in the attention's one score
+// arithmetic (DotKernels.h's keyScoresBy), which scoreTile gives prompt tiles bit for bit
+// (AVX-512 reduces sixteen keys' sums together).
 void keyScores(const float *query, const void *keys, DType keyType, int64_t count,
                int64_t width, float *scores);
 
@@ -92,7 +93,8 @@ void keyScores(const float *query, const void *keys, DType keyType, int64_t coun
 void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
                    int64_t groups, int64_t count, int64_t width, float *scores);
 void weightedSumInt8(const float *weights, const int8_t *codes, const float *scales,
-                     int64_t groups, int64_t count, int64_t width, float *out);
+                     int64_t groups, int64_t count, int64_t width, float *out,
+                     bool accumulate = false);
 
 // y = (x - mean) / sqrt(var + epsilon) * scale + bias over one row of n, in fp32
 // (vectorised; the reference accumulates in fp64). With `rms`, mean = 0 and var is the mean
@@ -150,13 +152,18 @@ struct LinearWeights {
   }
 };
 
-// One key tile of the online softmax, scores [keys, ld] with key j of row r at j * ld + r (ld
-// a multiple of 16), maximum, sum and correction [ld]: each row's maximum rises to its largest
-// score, the scores become e^(score - maximum) (0 for -inf: masked), correction[r] =
-// e^(old maximum - new) (0 while a row had no score; the caller rescales its accumulator by
-// it), and sum[r] = sum[r] * correction[r] + the row's new weights.
-void onlineSoftmax(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
-                   float *correction);
+// The prompt tiles' attention in the decode rows' arithmetic, so that a token's attention does
+// not depend on how its sequence was cut into steps (TransformerTiledAttention.cpp):
+// scoreTile: scores[j * ld + r] = keyScores(query r, key j) for keys [count, width] (f32 rows)
+// and queriesT [width, ld] (query r in column r; ld a multiple of 16), bit for bit.
+void scoreTile(const float *keys, int64_t count, int64_t width, const float *queriesT,
+               int64_t ld, float *scores);
+// columnMaxima: maximum[r] = max(maximum[r], scores[j * ld + r] for j < keys), as a decode
+// row's std::max picks. softmaxColumns: scores[j * ld + r] = e^(s - maximum[r]) (0 for -inf),
+// added onto sum[r] in j's order, then divided by the sum: the decode row's exponentiate, sum
+// and division, element for element.
+void columnMaxima(const float *scores, int64_t keys, int64_t ld, float *maximum);
+void softmaxColumns(float *scores, int64_t keys, int64_t ld, const float *maximum, float *sum);
 
 // Rows [first, first + count) of `w` as f32 at out ([count, w.in]), int8 and int4 scaled.
 void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out);

@@ -83,7 +83,8 @@ struct Scalar {
       a.lane[i] /= b.lane[i];
     return a;
   }
-  static float sum(V v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
+  // Halving, as the vector ISAs' sums: the prompt tiles' scores rely on the pairs.
+  static float sum(V v) { return (v.lane[0] + v.lane[2]) + (v.lane[1] + v.lane[3]); }
   template <typename F> static V each(V a, F f) {
     for (int i = 0; i < 4; ++i)
       a.lane[i] = f(a.lane[i]);
@@ -428,9 +429,17 @@ void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, 
     isa().multiplyTile(a, aRow, aDepth, b, ldb, rows, depth, cols, c, ldc, accumulate);
 }
 
-void onlineSoftmax(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
-                   float *correction) {
-  isa().onlineSoftmax(scores, keys, ld, maximum, sum, correction);
+void scoreTile(const float *keys, int64_t count, int64_t width, const float *queriesT,
+               int64_t ld, float *scores) {
+  isa().scoreTile(keys, count, width, queriesT, ld, scores);
+}
+
+void columnMaxima(const float *scores, int64_t keys, int64_t ld, float *maximum) {
+  isa().columnMaxima(scores, keys, ld, maximum);
+}
+
+void softmaxColumns(float *scores, int64_t keys, int64_t ld, const float *maximum, float *sum) {
+  isa().softmaxColumns(scores, keys, ld, maximum, sum);
 }
 
 void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {
@@ -450,8 +459,9 @@ void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
 }
 
 void weightedSumInt8(const float *weights, const int8_t *codes, const float *scales,
-                     int64_t groups, int64_t count, int64_t width, float *out) {
-  isa().weightedSumInt8(weights, codes, scales, groups, count, width, out);
+                     int64_t groups, int64_t count, int64_t width, float *out,
+                     bool accumulate) {
+  isa().weightedSumInt8(weights, codes, scales, groups, count, width, out, accumulate);
 }
 
 void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
@@ -460,13 +470,13 @@ void normalizeRow(const float *x, int64_t n, const float *scale, const float *bi
 }
 
 void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
-                 float *out) {
-  isa().weightedSum(weights, rows, DType::F32, count, width, out);
+                 float *out, bool accumulate) {
+  isa().weightedSum(weights, rows, DType::F32, count, width, out, accumulate);
 }
 
 void weightedSum(const float *weights, const void *rows, DType rowType, int64_t count,
-                 int64_t width, float *out) {
-  isa().weightedSum(weights, rows, rowType, count, width, out);
+                 int64_t width, float *out, bool accumulate) {
+  isa().weightedSum(weights, rows, rowType, count, width, out, accumulate);
 }
 
 namespace {

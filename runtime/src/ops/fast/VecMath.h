@@ -1,5 +1,5 @@
 // Internal to the fast kernels: the elementwise math of DotKernels.h (exponentials, erf, the
-// activations, the online softmax's step), written once over the same `Vec` operations and
+// activations, the attention's softmax), written once over the same `Vec` operations and
 // compiled once per instruction set with it. Include it only through DotKernels.h.
 #ifndef DSRT_OPS_FAST_VECMATH_H
 #define DSRT_OPS_FAST_VECMATH_H
@@ -16,7 +16,7 @@ namespace {
 
 // e^x within 2 ulp where it is a normal float (Cephes' expf: 2^n times a degree-6 polynomial
 // of the remainder), and exactly 0 from -88 down (-inf included: n = -127 makes 2^n's bits 0),
-// which the online softmax's masked scores rely on. GCC did not vectorise its loop
+// which the softmax's masked scores rely on. GCC did not vectorise its loop
 // (branches for the clamps): exponentiateWith runs expVector below.
 inline float expApprox(float x) {
   x = std::min(88.3762626647949f, std::max(-88.0f, x));
@@ -106,43 +106,55 @@ template <class Vec> typename Vec::V expVector(typename Vec::V x) {
   return Vec::mul(p, Vec::powerOfTwo(n));
 }
 
-// The online softmax's step over a tile of scores [keys, ld] (key j, row r at j * ld + r; ld
-// a multiple of the vector width): each row's new maximum m = max(maximum[r], its scores),
-// the scores replaced by e^(s - m) (0 for -inf, masked), correction[r] = e^(maximum[r] - m)
-// (0 while the row had no score), and sum[r] = sum[r] * correction[r] + the row's new weights.
-// A row with no finite score yet subtracts -FLT_MAX instead of -inf: its weights stay 0.
+// The attention's softmax over scores [keys, ld] (key j, row r at j * ld + r; ld a multiple
+// of the vector width), in the decode rows' arithmetic (TransformerPagedAttention.cpp): first
+// each row's maximum over its scores (from maximum[r]: a sink's, or -inf), then each score
+// replaced by e^(s - maximum) (0 for -inf, masked), added onto sum[r] in key order, and
+// divided by the sum. A row with no finite score subtracts -FLT_MAX instead of -inf: its
+// weights stay 0.
 template <class Vec>
-void onlineSoftmaxWith(float *scores, int64_t keys, int64_t ld, float *maximum, float *sum,
-                       float *correction) {
+void columnMaximaWith(const float *scores, int64_t keys, int64_t ld, float *maximum) {
+  for (int64_t r = 0; r + Vec::kWidth <= ld; r += Vec::kWidth) {
+    typename Vec::V top = Vec::load(maximum + r);
+    for (int64_t j = 0; j < keys; ++j)
+      top = Vec::max(Vec::load(scores + j * ld + r), top);  // std::max(top, score)'s pick
+    Vec::store(maximum + r, top);
+  }
+}
+
+template <class Vec>
+void softmaxColumnsWith(float *scores, int64_t keys, int64_t ld, const float *maximum,
+                        float *sum) {
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   for (int64_t r = 0; r + W <= ld; r += W) {
-    const V old = Vec::load(maximum + r);
-    V top = old;
-    for (int64_t j = 0; j < keys; ++j)
-      top = Vec::max(Vec::load(scores + j * ld + r), top);
-    const V negatedTop = Vec::mul(Vec::max(top, Vec::broadcast(-3.40282347e38f)),
+    const V negatedTop = Vec::mul(Vec::max(Vec::load(maximum + r), Vec::broadcast(-3.40282347e38f)),
                                   Vec::broadcast(-1.0f));
-    V total = Vec::zero();
+    V total = Vec::load(sum + r);
     for (int64_t j = 0; j < keys; ++j) {
       const V weight = expVector<Vec>(Vec::add(Vec::load(scores + j * ld + r), negatedTop));
       Vec::store(scores + j * ld + r, weight);
       total = Vec::add(total, weight);
     }
-    const V factor = expVector<Vec>(Vec::add(old, negatedTop));
-    Vec::store(maximum + r, top);
-    Vec::store(correction + r, factor);
-    Vec::store(sum + r, Vec::fma(Vec::load(sum + r), factor, total));
+    Vec::store(sum + r, total);
+    for (int64_t j = 0; j < keys; ++j)
+      Vec::store(scores + j * ld + r, Vec::div(Vec::load(scores + j * ld + r), total));
   }
 }
 
+// The tail too through expVector, so that a value's exponential does not depend on where it
+// falls in the range (a decode row's scores and a prompt tile's must agree bit for bit).
 template <class Vec> void exponentiateWith(float *y, int64_t n) {
   constexpr int W = Vec::kWidth;
   int64_t i = 0;
   for (; i + W <= n; i += W)
     Vec::store(y + i, expVector<Vec>(Vec::load(y + i)));
-  for (; i < n; ++i)
-    y[i] = expApprox(y[i]);
+  if (i < n) {
+    float tail[W] = {};
+    std::copy(y + i, y + n, tail);
+    Vec::store(tail, expVector<Vec>(Vec::load(tail)));
+    std::copy(tail, tail + (n - i), y + i);
+  }
 }
 
 // The activations of the form x / (1 + e^(c f(x))) (SiLU, the GELUs' sigmoid forms) a vector
