@@ -357,8 +357,7 @@ int main(int argc, char **argv) {
     staggered.staggered = true;
     staggered.needPrefixHits = blockSize <= 16;
     failures += runScenario(plan, staggered, requests);
-    // Room for the longest request and one block more: the others must wait or be
-    // preempted and recomputed.
+    // Room for the longest request: the others must wait or be preempted and recomputed.
     size_t longest = 0;
     for (const Request &request : requests)
       longest = std::max(longest, request.prompt.size() + request.maxNewTokens);
@@ -376,7 +375,13 @@ int main(int argc, char **argv) {
       dsrt_engine_stats stats;
       check(dsrt_engine_stats_get(probe, &stats), "stats");
       dsrt_engine_destroy(probe);
-      tight.kvBytes = stats.bytes_per_block * ((longest + blockSize - 1) / blockSize + 1);
+      // Exactly the longest request's blocks: it can always run alone, so the engine makes
+      // progress, and sequences that grow together must preempt (one block more left room
+      // at blocks of 13 and 29: nothing was preempted). Where the longest fits one block no
+      // sequence ever grows into another, and nothing can be.
+      const size_t longestBlocks = (longest + blockSize - 1) / blockSize;
+      tight.kvBytes = stats.bytes_per_block * longestBlocks;
+      tight.needPreemptions = longestBlocks > 1;
       // The default tokens per step are the rows of the plan's step program, and one more is
       // refused, naming them.
       if (blockSize == blockSizes.front())
