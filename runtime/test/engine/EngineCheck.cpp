@@ -9,7 +9,7 @@
 //
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
 //                          [--device cpu|cpu-reference|cuda] [--strict] [--mpi]
-//                          [--kv-cache-dtype int8]
+//                          [--kv-cache-dtype int8] [--temperature T]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
 // --device: both sides' kernels (cpu-reference: the paged reference attention; cuda: the
@@ -25,6 +25,9 @@
 // size 16), so that what is checked is that batching, block sizes, prefix hits, preemption
 // and cancellation change nothing; the int8 cache's numerics against an f16 one are
 // test/ops' (FastPagedAttention).
+// --temperature T: every request samples (temperature T, top-p 0.95, top-k 40, its own
+// seed) instead of taking the greedy token, and the reference is each request alone in an
+// engine as above: a seed's tokens must not depend on what else is in the batch.
 #include "dsrt/dsrt.h"
 
 #include <algorithm>
@@ -50,6 +53,7 @@ void check(dsrt_status status, const std::string &what) {
 struct Request {
   std::vector<int64_t> prompt;
   int32_t maxNewTokens = 0;
+  uint64_t seed = 0;
   std::vector<int64_t> alone;  // the reference's tokens
 };
 
@@ -77,6 +81,22 @@ std::vector<int64_t> generateAlone(dsrt_session *session, dsrt_group *group,
 dsrt_device device = DSRT_DEVICE_CPU;
 bool mpi = false;
 dsrt_dtype kvCacheDType = DSRT_UNDEFINED;
+float temperature = 0;  // 0: greedy
+
+// A request's options: greedy, or sampled from its own seed (--temperature).
+dsrt_request_options optionsOf(const Request &request) {
+  dsrt_request_options options;
+  dsrt_request_options_init(&options);
+  options.max_new_tokens = request.maxNewTokens;
+  options.ignore_eos = 1;
+  if (temperature > 0) {
+    options.temperature = temperature;
+    options.top_p = 0.95f;
+    options.top_k = 40;
+    options.seed = request.seed;
+  }
+  return options;
+}
 
 // Tokens alone in an engine of the same cache dtype (--kv-cache-dtype): one request, run to
 // its end.
@@ -88,10 +108,7 @@ std::vector<int64_t> generateAloneInEngine(dsrt_plan *plan, const Request &reque
   options.kv_cache_dtype = kvCacheDType;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine alone");
-  dsrt_request_options given;
-  dsrt_request_options_init(&given);
-  given.max_new_tokens = request.maxNewTokens;
-  given.ignore_eos = 1;
+  dsrt_request_options given = optionsOf(request);
   int64_t id = 0;
   check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(), &given,
                                 &id),
@@ -142,10 +159,7 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   std::vector<bool> cancelled(requests.size(), false);
   size_t added = 0;
   auto addNext = [&] {
-    dsrt_request_options request;
-    dsrt_request_options_init(&request);
-    request.max_new_tokens = requests[added].maxNewTokens;
-    request.ignore_eos = 1;
+    dsrt_request_options request = optionsOf(requests[added]);
     check(dsrt_engine_add_request(engine, requests[added].prompt.data(),
                                   requests[added].prompt.size(), &request, &ids[added]),
           scenario.name + ": add");
@@ -283,6 +297,10 @@ int main(int argc, char **argv) {
       if (dtype != "int8" && dtype != "auto")
         die("--kv-cache-dtype must be auto or int8, not " + dtype);
       kvCacheDType = dtype == "int8" ? DSRT_I8 : DSRT_UNDEFINED;
+    } else if (flag == "--temperature") {
+      temperature = std::strtof(value().c_str(), nullptr);
+      if (!(temperature > 0 && temperature <= 4))
+        die("--temperature must be in (0, 4]");
     } else if (flag == "--requests")
       requestCount = std::atoi(value().c_str());
     else if (flag == "--block-sizes") {
@@ -346,8 +364,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < own; ++i)
       request.prompt.push_back(3 + static_cast<int64_t>(random() % 90));
     request.maxNewTokens = r == 1 ? 8 : 1 + static_cast<int32_t>(random() % 12);
-    request.alone = kvCacheDType == DSRT_I8 ? generateAloneInEngine(plan, request)
-                                            : generateAlone(session, group, request);
+    request.seed = 1000 + r;
+    request.alone = kvCacheDType == DSRT_I8 || temperature > 0
+                        ? generateAloneInEngine(plan, request)
+                        : generateAlone(session, group, request);
   }
   int failures = 0;
   for (int32_t blockSize : blockSizes) {
