@@ -1,5 +1,5 @@
 // Internal to dsrt_ops: AMX's tile configuration (the 64-byte operand of ldtilecfg, palette
-// 1), shared by the files built with AMX's flags (AttentionAmx.cpp, GemmInt8Amx.cpp).
+// 1), shared by the files compiled for AMX (AttentionAmx.cpp, GemmInt8Amx.cpp).
 #ifndef DSRT_OPS_FAST_AMXTILECONFIG_H
 #define DSRT_OPS_FAST_AMXTILECONFIG_H
 

@@ -1,5 +1,5 @@
 // The tiled attention's products on AMX-BF16 (docs/cpu-backend.md, "Attention, prompts"):
-// this file alone is built with AMX's and AVX-512 BF16's flags, and runs only where
+// compiled for AMX and AVX-512 BF16 (a target region: TargetRegion.h), and runs only where
 // amx::available() said so. A tile product here (16 x 16 sums over 32 bf16 pairs in one
 // instruction) replaces 16 x 16 x 32 f32 FMAs, so a key tile's two products cost about as
 // much as its softmax.
@@ -7,11 +7,11 @@
 // The layouts follow AMX: A is row-major bf16 [16, 32] (the queries, the probabilities), B is
 // [16 pairs, 16 columns] of bf16 pairs (the keys transposed into pairs, the values' rows
 // interleaved in pairs), C is f32 [16, 16] (the scores, the accumulator).
+#include "ops/fast/TargetRegion.h"
 #include "ops/fast/AttentionAmx.h"
-#include "ops/fast/AmxTileConfig.h"
-#include "ops/fast/VecAvx512.h"
 
-#include <immintrin.h>
+DSRT_TARGET_REGION_BEGIN("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,fma,f16c")
+#include "ops/fast/VecAvx512.h"
 
 namespace dsrt::ops::fast::amx {
 namespace {
@@ -211,3 +211,5 @@ void roundScaled(const float *from, int64_t count, float scale, uint16_t *to) {
 }
 
 } // namespace dsrt::ops::fast::amx
+
+DSRT_TARGET_REGION_END

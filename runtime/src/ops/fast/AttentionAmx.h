@@ -1,5 +1,5 @@
 // Internal to dsrt_ops: the tiled attention's products on AMX-BF16 tiles (AttentionAmx.cpp,
-// the only file built with AMX's flags; TransformerTiledAttention.cpp drives it). Pointers
+// compiled for AMX-BF16; TransformerTiledAttention.cpp drives it). Pointers
 // and sizes only: no standard-library code is instantiated with AMX's or AVX-512's flags,
 // where the linker could pick it for a CPU without them.
 //

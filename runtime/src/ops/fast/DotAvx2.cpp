@@ -1,8 +1,9 @@
-// The dot-product kernel with AVX2, FMA and F16C: this file alone is compiled with
-// -mavx2 -mfma -mf16c, and runs only where useAvx2() says the CPU has them.
-#include "ops/fast/DotKernels.h"
+// The dot-product kernel with AVX2, FMA and F16C: compiled for them (a target region:
+// TargetRegion.h), and run only where isa() says the CPU has them.
+#include "ops/fast/TargetRegion.h"
 
-#include <immintrin.h>
+DSRT_TARGET_REGION_BEGIN("avx2,fma,f16c")
+#include "ops/fast/DotKernels.h"
 
 namespace dsrt::ops::fast {
 namespace {
@@ -71,3 +72,5 @@ struct Avx2 {
 detail::IsaKernels avx2Kernels() { return detail::kernelsOf<Avx2>("avx2"); }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

@@ -1,7 +1,7 @@
 // int4 weights times int8 activations with AVX2, for CPUs without AVX-512 VNNI (issue 43:
 // "with AVX2 where not"): the same quantization of x and the same layout as
-// DotInt4Vnni.cpp (Int4Activations), two 32-input blocks per step of 256 bits. This file
-// alone is compiled with -mavx2 -mfma -mf16c, and runs only where the CPU has them.
+// DotInt4Vnni.cpp (Int4Activations), two 32-input blocks per step of 256 bits. Compiled for
+// AVX2, FMA and F16C (a target region: TargetRegion.h), and run only where the CPU has them.
 //
 // Without vpdpbusd, a step multiplies codes (unsigned) by int8 x with vpmaddubsw, which
 // adds neighbouring products into int16 (at most 2 * 15 * 127: no saturation), adds the
@@ -11,13 +11,10 @@
 // times the block's. Against unpacking codes to f32 (DotKernels.h's int4 path), it takes
 // about half the instructions per weight. Its bound and its exact arithmetic are the VNNI
 // kernel's, checked by the same tests under DSRT_CPU_ISA=avx2.
+#include "ops/fast/TargetRegion.h"
+
+DSRT_TARGET_REGION_BEGIN("avx2,fma,f16c")
 #include "ops/fast/DotKernels.h"
-#include "ops/fast/QuantizedActivations.h"
-
-#include <immintrin.h>
-
-#include <cmath>
-#include <vector>
 
 namespace dsrt::ops::fast {
 namespace {
@@ -192,3 +189,5 @@ void dotRowsInt4Avx2(const Int4Activations &activations, const LinearWeights &w,
 }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

@@ -1,7 +1,7 @@
 // int4 weights (docs/int4.md) times int8-quantized activations with AVX-512 VNNI: the default
 // kernel for int4 decode and short prompts (up to 64 rows of x) where the CPU has AVX-512
-// VNNI and the groups are whole multiples of 32 inputs. This file alone is compiled with
-// -mavx512vnni -mavx512bw, and runs only where the CPU has them.
+// VNNI and the groups are whole multiples of 32 inputs. Compiled for AVX-512
+// VNNI and BW (a target region: TargetRegion.h), and run only where the CPU has them.
 //
 // Why: unpacking 4-bit codes to f32 costs more instructions than the multiply itself, so the
 // f32-activation kernel reads int4 no faster than int8 (measured 0.44 ms against 0.31 ms for a
@@ -24,12 +24,10 @@
 // It differs from the f32-activation kernel by at most half a quantization step of x per input:
 // |dy| <= sum_k |w_k| * step_block(k) / 2 (FastLinearTest checks this bound). With
 // DSRT_INT4_ACTIVATIONS=f32 the exact f32-activation kernel runs instead (the accuracy option).
+#include "ops/fast/TargetRegion.h"
+
+DSRT_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
 #include "ops/fast/DotKernels.h"
-#include "ops/fast/QuantizedActivations.h"
-
-#include <immintrin.h>
-
-#include <vector>
 
 namespace dsrt::ops::fast {
 namespace {
@@ -196,3 +194,5 @@ void dotRowsInt4Vnni(const Int4Activations &activations, const LinearWeights &w,
 }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

@@ -69,9 +69,9 @@ struct IsaKernels {
                        bool accumulate);
 };
 
-// Everything below is compiled once per instruction set, by translation units built with
-// different target flags: internal linkage keeps the linker from picking one TU's (say,
-// AVX-512) copy of an inline function for another TU.
+// Everything below is compiled once per instruction set, inside each translation unit's
+// target region (TargetRegion.h): internal linkage keeps the linker from picking one TU's
+// (say, AVX-512) copy of an inline function for another TU.
 namespace {
 
 struct F16Tag {};

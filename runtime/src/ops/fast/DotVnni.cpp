@@ -1,8 +1,8 @@
 // int8 weights times int8-quantized activations with AVX-512 VNNI, for int8 linears of up
 // to 64 rows (decode and prompt chunks) where DSRT_INT8_ACTIVATIONS=int8 (or
 // DSRT_CPU_ISA=avx512-vnni) asks for it: llama.cpp's q8_0 and ONNX Runtime's dynamic
-// quantization multiply int8 activations the same way. This file alone is compiled with
-// -mavx512vnni -mavx512bw, and runs only where the CPU has them.
+// quantization multiply int8 activations the same way. Compiled for AVX-512 VNNI
+// and BW (a target region: TargetRegion.h), and run only where the CPU has them.
 //
 // Each row of x is quantized to int8 in blocks of 32, each block with its own scale
 // (symmetric: max |x| / 127), once per product (every thread's range of output features
@@ -20,12 +20,11 @@
 // activations' rounding costs top-1 agreement (OPT: 44/48 against 47/48). Where decode is
 // bound by instructions rather than memory (issue 43's Xeon: 12.6 GB/s of int8 weights
 // against llama.cpp's 23 with VNNI), and for prompts, it is the faster kernel (docs/int8.md).
-#include "ops/fast/Int8Panels.h"
-#include "ops/fast/QuantizedActivations.h"
-#include "ops/fast/VecAvx512.h"
+#include "ops/fast/TargetRegion.h"
 
-#include <algorithm>
-#include <vector>
+DSRT_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
+#include "ops/fast/Int8Panels.h"
+#include "ops/fast/VecAvx512.h"
 
 namespace dsrt::ops::fast {
 namespace {
@@ -427,3 +426,5 @@ void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t b
 detail::IsaKernels avx512VnniKernels() { return detail::kernelsOf<Avx512>("avx512-vnni"); }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

@@ -1,7 +1,7 @@
 // int8 and int4 weights times int8-quantized activations on AMX-INT8, for products of many rows
 // (prompt chunks, the engine's steps): one tile product sums 16 x 16 x 32 int8 pairs, where
-// vpdpbusd sums 16 x 4. This file alone is built with AMX's and AVX-512's flags, and runs only
-// where int8AmxAvailable() said so (Linear.cpp chooses it).
+// vpdpbusd sums 16 x 4. Compiled for AMX and AVX-512 (a target region: TargetRegion.h), and run
+// only where int8AmxAvailable() said so (Linear.cpp chooses it).
 //
 // The operands are swapped against the usual GEMM so that the weights need no packing: A is
 // 16 weight rows of 32 inputs, read where the plan stores them (row stride `in`; int4 rows
@@ -12,15 +12,10 @@
 // (xscale_b * wscale_g(b)). The dot kernels (DotVnni.cpp, DotInt4Vnni.cpp) sum the same
 // exact block sums in another order, so a row's result differs between them by f32 rounding
 // only, whatever its batch (FastLinearTest, Int8AmxTest).
-#include "ops/fast/AmxTileConfig.h"
+#include "ops/fast/TargetRegion.h"
+
+DSRT_TARGET_REGION_BEGIN("amx-tile,amx-int8,avx512f,avx512bw,avx2,fma,f16c")
 #include "ops/fast/Int8Panels.h"
-#include "ops/fast/QuantizedActivations.h"
-
-#include "core/Tensor.h"
-
-#include <algorithm>
-#include <immintrin.h>
-#include <vector>
 
 namespace dsrt::ops::fast {
 namespace {
@@ -185,3 +180,5 @@ void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin
 }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

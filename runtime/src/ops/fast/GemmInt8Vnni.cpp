@@ -1,7 +1,7 @@
 // int8 and int4 weights times int8-quantized activations with AVX-512 VNNI, for products of
 // many rows (prompt chunks, the engine's steps) where the CPU has no AMX (AMD's Zen 4 and 5,
-// Intel before Sapphire Rapids). This file alone is built with AVX-512 VNNI's flags, and
-// runs only where the CPU has it (Linear.cpp chooses it).
+// Intel before Sapphire Rapids). Compiled for AVX-512 VNNI (a target region: TargetRegion.h),
+// and run only where the CPU has it (Linear.cpp chooses it).
 //
 // The dot kernels (DotVnni.cpp) serve one row of x at a time: each vpdpbusd sums 64 pairs,
 // half a chunk per activation block, so its int32 lanes must be scaled after every
@@ -23,13 +23,10 @@
 // layouts give each (row, output) the same f32 operations in the same order (as the AMX
 // kernel's), so they agree bit for bit, and a row's result differs from the dot kernels' by
 // f32 rounding only, whatever its batch.
-#include "ops/fast/Int8Panels.h"
-#include "ops/fast/QuantizedActivations.h"
+#include "ops/fast/TargetRegion.h"
 
-#include <algorithm>
-#include <cstring>
-#include <immintrin.h>
-#include <vector>
+DSRT_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
+#include "ops/fast/Int8Panels.h"
 
 namespace dsrt::ops::fast {
 namespace {
@@ -287,3 +284,5 @@ void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
 }
 
 } // namespace dsrt::ops::fast
+
+DSRT_TARGET_REGION_END

@@ -1,4 +1,4 @@
-// The host side of the AMX-INT8 product (GemmInt8Amx.cpp, built with AMX's flags): whether
+// The host side of the AMX-INT8 product (GemmInt8Amx.cpp, compiled for AMX): whether
 // it may run, and x's quantized rows packed as its B operand. Plain flags, so that the
 // standard library's code here runs on any CPU.
 #include "ops/fast/AmxTileConfig.h"

@@ -1,8 +1,8 @@
 // Internal to the integer GEMMs of many rows (GemmInt8Amx.cpp, GemmInt8Vnni.cpp) and the
 // quantizer of their x (DotVnni.cpp): what they do to a panel of 16 weight rows, to 16 rows
-// of int8 values and to 16 x 16 f32 results. Include it only from a file
-// compiled with -mavx512f and -mavx2. Internal linkage, as VecAvx512.h: each file's copy is
-// built with that file's ISA flags, and the linker must not pick one file's for the other.
+// of int8 values and to 16 x 16 f32 results. Include it only inside a target
+// region for AVX-512F and AVX2 (TargetRegion.h). Internal linkage, as VecAvx512.h: each file's
+// copy is compiled for that file's set, and the linker must not pick one file's for another.
 #ifndef DSRT_OPS_FAST_INT8PANELS_H
 #define DSRT_OPS_FAST_INT8PANELS_H
 

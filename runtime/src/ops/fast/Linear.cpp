@@ -180,6 +180,15 @@ const OneDnn &oneDnn() {
         reinterpret_cast<int (*)()>(dlsym(library.handle, "omp_get_max_threads"));
     loaded.ompSetThreads =
         reinterpret_cast<void (*)(int)>(dlsym(library.handle, "omp_set_num_threads"));
+    // oneDNN's bf16 GEMM needs AVX-512: on AVX2 (AMD's Zen 2) Debian's 2.6 answers
+    // dnnl_unimplemented and writes nothing, which DSRT_PREFILL_GEMM=bf16 took for results.
+    // Asked once, on 1 x 1: without it the prompts stay in f32.
+    const uint16_t bf16One = 0x3F80;
+    float product = 0.0f;
+    if (loaded.gemmBf16 && (loaded.gemmBf16('N', 'T', 1, 1, 1, 1.0f, &bf16One, 1, &bf16One, 1,
+                                            0.0f, &product, 1) != 0 ||
+                            product != 1.0f))
+      loaded.gemmBf16 = nullptr;
   });
   return loaded;
 }

@@ -1,6 +1,6 @@
 // Internal to the fast kernels: AVX-512F's vector operations for DotKernels.h, shared by the
-// translation units built for AVX-512 (DotAvx512.cpp, DotVnni.cpp). Include it only from a
-// file compiled with -mavx512f.
+// translation units built for AVX-512 (DotAvx512.cpp, DotVnni.cpp). Include it only inside a
+// target region for AVX-512F (TargetRegion.h).
 #ifndef DSRT_OPS_FAST_VECAVX512_H
 #define DSRT_OPS_FAST_VECAVX512_H
 
@@ -69,12 +69,20 @@ struct Avx512 {
   // sixteen keys).
   static constexpr bool kSums16 = true;
   static V sums16(const V *v) {
-    return combine16(v, [](V a, V b) { return _mm512_add_ps(a, b); });
+    return combine16(v, Add{});
   }
   // Lane k: the largest lane of v[k] (the tile quantizer's sixteen rows' blocks).
   static V maxima16(const V *v) {
-    return combine16(v, [](V a, V b) { return _mm512_max_ps(a, b); });
+    return combine16(v, Max{});
   }
+  // Functors rather than lambdas: GCC compiles a captureless lambda's conversion to a
+  // function pointer outside the file's target region (TargetRegion.h).
+  struct Add {
+    V operator()(V a, V b) const { return _mm512_add_ps(a, b); }
+  };
+  struct Max {
+    V operator()(V a, V b) const { return _mm512_max_ps(a, b); }
+  };
   template <class Combine> static V combine16(const V *v, Combine combine) {
     V halves[8], quarters[4], eighths[2];
     for (int m = 0; m < 8; ++m)  // [v2m's eight pairs combined, v2m+1's]
