@@ -208,6 +208,71 @@ struct ScaledInt8Rows {
   }
 };
 
+// dotStream for int8 codes: each group's vector of products is scaled into a running
+// vector total (two, alternating, where registers allow, so that consecutive groups do not
+// wait on each other), as dotStreamInt4 does, and reduced to a float once per row. Reducing
+// each group's sums (3 vector adds and 6 more to a float per group of 32) held one row of
+// int8 decode on AVX2 (Zen 2) to 11 GB/s of weights, compute-bound.
+template <class Vec, DType D, int R>
+void dotStreamGrouped(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, float *y,
+                      int64_t ldy) {
+  using Elem = Stored<D>;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  constexpr int U = R == 1 ? 4 : 2, T = R <= 2 ? 2 : 1;
+  const int64_t in = w.in, groups = w.groups, groupSize = in / groups;
+  const typename Elem::T *row = Elem::rowOf(w.data, o, in);
+  V total[R][T];
+  float scalar[R] = {};
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < T; ++u)
+      total[r][u] = Vec::zero();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g * groupSize, end = begin + groupSize;
+    V part[R];
+    int64_t k = begin;
+    if constexpr (R == 1) {
+      part[0] = streamPartial<Vec, D>(x, row, begin, end, k);
+    } else {
+      V acc[R][U];
+      for (int r = 0; r < R; ++r)
+        for (int u = 0; u < U; ++u)
+          acc[r][u] = Vec::zero();
+      for (; k + U * W <= end; k += U * W)
+        for (int u = 0; u < U; ++u) {
+          V wv = Elem::template loadAt<Vec>(row, k + u * W);
+          for (int r = 0; r < R; ++r)
+            acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
+        }
+      for (; k + W <= end; k += W) {
+        V wv = Elem::template loadAt<Vec>(row, k);
+        for (int r = 0; r < R; ++r)
+          acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
+      }
+      for (int r = 0; r < R; ++r) {
+        part[r] = acc[r][0];
+        for (int u = 1; u < U; ++u)
+          part[r] = Vec::add(part[r], acc[r][u]);
+      }
+    }
+    const float scale = w.scale(o * groups + g);
+    const V scaleV = Vec::broadcast(scale);
+    for (int r = 0; r < R; ++r) {
+      total[r][g % T] = Vec::fma(part[r], scaleV, total[r][g % T]);
+      float rest = 0.0f;
+      for (int64_t t = k; t < end; ++t)
+        rest += x[r * ldx + t] * Elem::oneAt(row, t);
+      scalar[r] += rest * scale;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    V sum = total[r][0];
+    for (int u = 1; u < T; ++u)
+      sum = Vec::add(sum, total[r][u]);
+    y[r * ldy + o] = Vec::sum(sum) + scalar[r];
+  }
+}
+
 // Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
 // hardware prefetchers follow best: measured 10 % to 60 % more bandwidth than reading 8 rows
 // side by side), U vectors per step into independent sums. An int8 group's products are
@@ -223,6 +288,10 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
   const int64_t in = w.in;
   const int64_t groups = Elem::kGrouped ? w.groups : 1;
   const int64_t groupSize = in / groups;
+  if constexpr (Elem::kGrouped) {
+    dotStreamGrouped<Vec, D, R>(x, ldx, w, o, y, ldy);
+    return;
+  }
   const T *row = Elem::rowOf(w.data, o, in);
   float total[R] = {};
   for (int64_t g = 0; g < groups; ++g) {
@@ -266,53 +335,41 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
     y[r * ldy + o] = total[r];
 }
 
-// R rows of x against O consecutive weight rows starting at `first`, for more than 4 rows,
-// where the products, not the weights' bytes, bound the time: each weight vector is loaded
-// once and used for all R rows, and a block of O weight rows is reused from cache for the
-// next R rows. An int8 group's products are summed as they are and scaled once at the
-// group's end.
-template <class Vec, DType D, int R, int O>
+// R rows of x against O consecutive f32 weight rows starting at `first`, for more than 4
+// rows, where the products, not the weights' bytes, bound the time: each weight vector is
+// loaded once and used for all R rows, and a block of O weight rows is reused from cache for
+// the next R rows (narrow weights are widened to f32 first: dotRowsTyped).
+template <class Vec, int R, int O>
 void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first, float *y,
               int64_t ldy) {
-  using Elem = Stored<D>;
-  using T = typename Elem::T;
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   const int64_t in = w.in;
-  const int64_t groups = Elem::kGrouped ? w.groups : 1;
-  const int64_t groupSize = in / groups;
-  const T *rows[O];
+  const float *rows[O];
   for (int o = 0; o < O; ++o)
-    rows[o] = Elem::rowOf(w.data, first + o, in);
-  float total[R][O] = {};
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t begin = g * groupSize, end = begin + groupSize;
-    V acc[R][O];
-    for (int r = 0; r < R; ++r)
-      for (int o = 0; o < O; ++o)
-        acc[r][o] = Vec::zero();
-    int64_t k = begin;
-    for (; k + W <= end; k += W) {
-      V xv[R];
-      for (int r = 0; r < R; ++r)
-        xv[r] = Vec::load(x + r * ldx + k);
-      for (int o = 0; o < O; ++o) {
-        V wv = Elem::template loadAt<Vec>(rows[o], k);
-        for (int r = 0; r < R; ++r)
-          acc[r][o] = Vec::fma(xv[r], wv, acc[r][o]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int o = 0; o < O; ++o) {
-        float sum = Vec::sum(acc[r][o]);
-        for (int64_t t = k; t < end; ++t)
-          sum += x[r * ldx + t] * Elem::oneAt(rows[o], t);
-        total[r][o] += Elem::kGrouped ? sum * w.scale((first + o) * groups + g) : sum;
-      }
-  }
+    rows[o] = static_cast<const float *>(w.data) + (first + o) * in;
+  V acc[R][O];
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < O; ++o)
-      y[r * ldy + first + o] = total[r][o];
+      acc[r][o] = Vec::zero();
+  int64_t k = 0;
+  for (; k + W <= in; k += W) {
+    V xv[R];
+    for (int r = 0; r < R; ++r)
+      xv[r] = Vec::load(x + r * ldx + k);
+    for (int o = 0; o < O; ++o) {
+      V wv = Vec::load(rows[o] + k);
+      for (int r = 0; r < R; ++r)
+        acc[r][o] = Vec::fma(xv[r], wv, acc[r][o]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) {
+      float sum = Vec::sum(acc[r][o]);
+      for (int64_t t = k; t < in; ++t)
+        sum += x[r * ldx + t] * rows[o][t];
+      y[r * ldy + first + o] = sum;
+    }
 }
 
 // How far ahead of the row being read dotRowsTyped asks for weights.
@@ -386,6 +443,33 @@ void dotStreamInt4(const Int4Rows &prepared, const float *x, int64_t ldx, const 
     y[r * ldy + o] = Vec::sum(Vec::add(total[r][0], total[r][1])) + scalar[r];
 }
 
+// Weight rows [first, first + count) as fp32 at `out` ([count, in]; int8 and int4
+// dequantized with their scales), for the GEMM of many rows.
+template <class Vec, DType D>
+void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float *out) {
+  using Elem = Stored<D>;
+  using T = typename Elem::T;
+  constexpr int W = Vec::kWidth;
+  const int64_t in = w.in;
+  const int64_t groups = Elem::kGrouped ? w.groups : 1;
+  const int64_t groupSize = in / groups;
+  for (int64_t o = 0; o < count; ++o) {
+    const T *row = Elem::rowOf(w.data, first + o, in);
+    float *dst = out + o * in;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = Elem::kGrouped ? w.scale((first + o) * groups + g) : 1.0f;
+      const typename Vec::V scaleV = Vec::broadcast(scale);
+      int64_t k = g * groupSize, end = k + groupSize;
+      for (; k + W <= end; k += W) {
+        typename Vec::V v = Elem::template loadAt<Vec>(row, k);
+        Vec::store(dst + k, Elem::kGrouped ? Vec::mul(v, scaleV) : v);
+      }
+      for (; k < end; ++k)
+        dst[k] = Elem::kGrouped ? Elem::oneAt(row, k) * scale : Elem::oneAt(row, k);
+    }
+  }
+}
+
 // Output features [begin, end) for every row. Up to 4 rows (decode of up to 4 sequences)
 // stream each weight row once; more rows (decode of more sequences, a short prefill) take
 // blocks of 4 weight rows by kBlockRows rows of x (4 with AVX-512's 32 registers: 16 sums;
@@ -431,19 +515,39 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
     return;
   }
   constexpr int O = 4;
+  if constexpr (D != DType::F32) {
+    // Narrow weights are widened to f32 (int8 and int4 with their scales, as widenRows gives
+    // sgemm) once per block of O weight rows, for all the rows of x, rather than converted
+    // again for each block of kBlockRows rows and, for int8 and int4, each group's sums
+    // reduced across lanes (3 vector adds and 6 more to a float, per group of 32 per row and
+    // output): at 16 rows on AVX2 (Zen 2) int8 groups of 32 ran at 33 GFLOP/s where f32
+    // weights ran at 100-130.
+    thread_local std::vector<float> panel;
+    panel.resize(static_cast<size_t>(O * in));
+    LinearWeights widened;
+    widened.data = panel.data();
+    widened.in = in;
+    widened.out = O;
+    for (int64_t o = begin; o < end; o += O) {
+      const int64_t count = std::min<int64_t>(O, end - o);
+      widenRowsTyped<Vec, D>(w, o, count, panel.data());
+      dotRowsTyped<Vec, DType::F32>(x, rows, widened, 0, count, y + o, ldy);
+    }
+    return;
+  }
   int64_t o = begin;
   auto block = [&](auto outputs, int64_t first) {
     constexpr int B = decltype(outputs)::value;
     int64_t r = 0;
     if constexpr (Vec::kBlockRows == 4)
       for (; r + 4 <= rows; r += 4)
-        dotBlock<Vec, D, 4, B>(x + r * in, in, w, first, y + r * ldy, ldy);
+        dotBlock<Vec, 4, B>(x + r * in, in, w, first, y + r * ldy, ldy);
     for (; r + 3 <= rows; r += 3)
-      dotBlock<Vec, D, 3, B>(x + r * in, in, w, first, y + r * ldy, ldy);
+      dotBlock<Vec, 3, B>(x + r * in, in, w, first, y + r * ldy, ldy);
     if (rows - r == 2)
-      dotBlock<Vec, D, 2, B>(x + r * in, in, w, first, y + r * ldy, ldy);
+      dotBlock<Vec, 2, B>(x + r * in, in, w, first, y + r * ldy, ldy);
     else if (rows - r == 1)
-      dotBlock<Vec, D, 1, B>(x + r * in, in, w, first, y + r * ldy, ldy);
+      dotBlock<Vec, 1, B>(x + r * in, in, w, first, y + r * ldy, ldy);
   };
   for (; o + O <= end; o += O)
     block(std::integral_constant<int, O>{}, o);
@@ -460,33 +564,6 @@ void dotRowsWith(const float *x, int64_t rows, const LinearWeights &w, int64_t b
   case DType::I8: return dotRowsTyped<Vec, DType::I8>(x, rows, w, begin, end, y, ldy);
   case DType::U8: return dotRowsTyped<Vec, DType::U8>(x, rows, w, begin, end, y, ldy);
   default: return dotRowsTyped<Vec, DType::F32>(x, rows, w, begin, end, y, ldy);
-  }
-}
-
-// Weight rows [first, first + count) as fp32 at `out` ([count, in]; int8 and int4
-// dequantized with their scales), for the GEMM of many rows.
-template <class Vec, DType D>
-void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float *out) {
-  using Elem = Stored<D>;
-  using T = typename Elem::T;
-  constexpr int W = Vec::kWidth;
-  const int64_t in = w.in;
-  const int64_t groups = Elem::kGrouped ? w.groups : 1;
-  const int64_t groupSize = in / groups;
-  for (int64_t o = 0; o < count; ++o) {
-    const T *row = Elem::rowOf(w.data, first + o, in);
-    float *dst = out + o * in;
-    for (int64_t g = 0; g < groups; ++g) {
-      const float scale = Elem::kGrouped ? w.scale((first + o) * groups + g) : 1.0f;
-      const typename Vec::V scaleV = Vec::broadcast(scale);
-      int64_t k = g * groupSize, end = k + groupSize;
-      for (; k + W <= end; k += W) {
-        typename Vec::V v = Elem::template loadAt<Vec>(row, k);
-        Vec::store(dst + k, Elem::kGrouped ? Vec::mul(v, scaleV) : v);
-      }
-      for (; k < end; ++k)
-        dst[k] = Elem::kGrouped ? Elem::oneAt(row, k) * scale : Elem::oneAt(row, k);
-    }
   }
 }
 
