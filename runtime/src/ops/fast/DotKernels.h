@@ -208,6 +208,43 @@ struct ScaledInt8Rows {
   }
 };
 
+// Up to 4 rows of x against inputs [begin, end) of a stored row, the row read as one
+// sequential stream: per row one vector of partial sums (U independent sums per row, added
+// in order), and `tail`, where the scalar rest starts.
+template <class Vec, DType D, int R>
+void streamRows(const float *x, int64_t ldx, const typename Stored<D>::T *row, int64_t begin,
+                int64_t end, typename Vec::V (&part)[R], int64_t &tail) {
+  using Elem = Stored<D>;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth, U = 2;
+  if constexpr (R == 1) {
+    part[0] = streamPartial<Vec, D>(x, row, begin, end, tail);
+  } else {
+    V acc[R][U];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < U; ++u)
+        acc[r][u] = Vec::zero();
+    int64_t k = begin;
+    for (; k + U * W <= end; k += U * W)
+      for (int u = 0; u < U; ++u) {
+        V wv = Elem::template loadAt<Vec>(row, k + u * W);
+        for (int r = 0; r < R; ++r)
+          acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
+      }
+    for (; k + W <= end; k += W) {
+      V wv = Elem::template loadAt<Vec>(row, k);
+      for (int r = 0; r < R; ++r)
+        acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
+    }
+    for (int r = 0; r < R; ++r) {
+      part[r] = acc[r][0];
+      for (int u = 1; u < U; ++u)
+        part[r] = Vec::add(part[r], acc[r][u]);
+    }
+    tail = k;
+  }
+}
+
 // dotStream for int8 codes: each group's vector of products is scaled into a running
 // vector total (two, alternating, where registers allow, so that consecutive groups do not
 // wait on each other), as dotStreamInt4 does, and reduced to a float once per row. Reducing
@@ -218,8 +255,7 @@ void dotStreamGrouped(const float *x, int64_t ldx, const LinearWeights &w, int64
                       int64_t ldy) {
   using Elem = Stored<D>;
   using V = typename Vec::V;
-  constexpr int W = Vec::kWidth;
-  constexpr int U = R == 1 ? 4 : 2, T = R <= 2 ? 2 : 1;
+  constexpr int T = R <= 2 ? 2 : 1;
   const int64_t in = w.in, groups = w.groups, groupSize = in / groups;
   const typename Elem::T *row = Elem::rowOf(w.data, o, in);
   V total[R][T];
@@ -231,30 +267,7 @@ void dotStreamGrouped(const float *x, int64_t ldx, const LinearWeights &w, int64
     const int64_t begin = g * groupSize, end = begin + groupSize;
     V part[R];
     int64_t k = begin;
-    if constexpr (R == 1) {
-      part[0] = streamPartial<Vec, D>(x, row, begin, end, k);
-    } else {
-      V acc[R][U];
-      for (int r = 0; r < R; ++r)
-        for (int u = 0; u < U; ++u)
-          acc[r][u] = Vec::zero();
-      for (; k + U * W <= end; k += U * W)
-        for (int u = 0; u < U; ++u) {
-          V wv = Elem::template loadAt<Vec>(row, k + u * W);
-          for (int r = 0; r < R; ++r)
-            acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
-        }
-      for (; k + W <= end; k += W) {
-        V wv = Elem::template loadAt<Vec>(row, k);
-        for (int r = 0; r < R; ++r)
-          acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
-      }
-      for (int r = 0; r < R; ++r) {
-        part[r] = acc[r][0];
-        for (int u = 1; u < U; ++u)
-          part[r] = Vec::add(part[r], acc[r][u]);
-      }
-    }
+    streamRows<Vec, D, R>(x, ldx, row, begin, end, part, k);
     const float scale = w.scale(o * groups + g);
     const V scaleV = Vec::broadcast(scale);
     for (int r = 0; r < R; ++r) {
@@ -275,64 +288,28 @@ void dotStreamGrouped(const float *x, int64_t ldx, const LinearWeights &w, int64
 
 // Up to 4 rows of x against weight row `o`, the row read as one sequential stream (what the
 // hardware prefetchers follow best: measured 10 % to 60 % more bandwidth than reading 8 rows
-// side by side), U vectors per step into independent sums. An int8 group's products are
-// summed as they are and scaled once at the group's end.
+// side by side); int8 codes scale their groups as they go (dotStreamGrouped).
 template <class Vec, DType D, int R>
 void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, float *y,
                int64_t ldy) {
   using Elem = Stored<D>;
-  using T = typename Elem::T;
-  using V = typename Vec::V;
-  constexpr int W = Vec::kWidth;
-  constexpr int U = R == 1 ? 4 : 2;
-  const int64_t in = w.in;
-  const int64_t groups = Elem::kGrouped ? w.groups : 1;
-  const int64_t groupSize = in / groups;
   if constexpr (Elem::kGrouped) {
     dotStreamGrouped<Vec, D, R>(x, ldx, w, o, y, ldy);
-    return;
-  }
-  const T *row = Elem::rowOf(w.data, o, in);
-  float total[R] = {};
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t begin = g * groupSize, end = begin + groupSize;
-    if constexpr (R == 1) {
-      int64_t k = begin;
-      float sum = Vec::sum(streamPartial<Vec, D>(x, row, begin, end, k));
-      for (int64_t t = k; t < end; ++t)
-        sum += x[t] * Elem::oneAt(row, t);
-      total[0] += Elem::kGrouped ? sum * w.scale(o * groups + g) : sum;
-      continue;
-    }
-    V acc[R][U];
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < U; ++u)
-        acc[r][u] = Vec::zero();
-    int64_t k = begin;
-    for (; k + U * W <= end; k += U * W)
-      for (int u = 0; u < U; ++u) {
-        V wv = Elem::template loadAt<Vec>(row, k + u * W);
-        for (int r = 0; r < R; ++r)
-          acc[r][u] = Vec::fma(Vec::load(x + r * ldx + k + u * W), wv, acc[r][u]);
-      }
-    for (; k + W <= end; k += W) {
-      V wv = Elem::template loadAt<Vec>(row, k);
-      for (int r = 0; r < R; ++r)
-        acc[r][0] = Vec::fma(Vec::load(x + r * ldx + k), wv, acc[r][0]);
-    }
+  } else {
+    const int64_t in = w.in;
+    const typename Elem::T *row = Elem::rowOf(w.data, o, in);
+    typename Vec::V part[R];
+    int64_t k = 0;
+    streamRows<Vec, D, R>(x, ldx, row, 0, in, part, k);
     for (int r = 0; r < R; ++r) {
-      // One horizontal sum per row: over a short row (768 fp32) U of them cost as much as
-      // the loads.
-      for (int u = 1; u < U; ++u)
-        acc[r][0] = Vec::add(acc[r][0], acc[r][u]);
-      float sum = Vec::sum(acc[r][0]);
-      for (int64_t t = k; t < end; ++t)
+      // One horizontal sum per row: over a short row (768 fp32) one per partial sum would
+      // cost as much as the loads.
+      float sum = Vec::sum(part[r]);
+      for (int64_t t = k; t < in; ++t)
         sum += x[r * ldx + t] * Elem::oneAt(row, t);
-      total[r] += Elem::kGrouped ? sum * w.scale(o * groups + g) : sum;
+      y[r * ldy + o] = sum;
     }
   }
-  for (int r = 0; r < R; ++r)
-    y[r * ldy + o] = total[r];
 }
 
 // R rows of x against O consecutive f32 weight rows starting at `first`, for more than 4
