@@ -74,7 +74,8 @@ ValueOption<bool> verbose(false);
 StringOption arch("sm_80,sm_90");
 // Defaults follow the model: a few sequences at once, and as many tokens as its
 // config.json gives positions, up to kDefaultMaxSeqLen (the KV cache and the arena grow with
-// both; a 128k-position model gets 2048 unless asked for more).
+// both; a 128k-position model gets 2048 unless asked for more). Without config.json, a
+// learned position table the graph reads still bounds it (lowering's PositionTables.h).
 constexpr int64_t kDefaultMaxBatch = 4;
 constexpr int64_t kDefaultServingTokensPerStep = 256;
 constexpr int64_t kDefaultMaxSeqLen = 2048;
@@ -133,7 +134,8 @@ void parseCommandLine(int argc, char **argv) {
                       "largest batch the plan accepts (default 4)");
   commandLine.integer("--max-seq-len", maxSeqLen.value, "N",
                       "largest sequence (and total past + new) length the plan accepts "
-                      "(default: the model's positions from config.json, at most 2048)");
+                      "(default: the model's positions from config.json or its position "
+                      "table, at most 2048)");
   commandLine.integer("--tp", tensorParallel.value, "N",
                       "tensor-parallel degree: shard the recognised layers over N ranks (one "
                       "weight section per rank)");
@@ -257,8 +259,9 @@ bool lmHeadIsNBits(ModuleOp module, const onnx_frontend::WeightStore &weights) {
 }
 
 // `dsc compile model.onnx`, `dsc compile FOLDER` (an optimum export: model.onnx, or
-// encoder_model.onnx with decoder_model_merged.onnx or decoder_model.onnx), or
-// `dsc compile encoder.onnx decoder.onnx`.
+// encoder_model.onnx with decoder_model_merged.onnx or decoder_model.onnx, or a decoder
+// alone as older optimum wrote it: decoder_model_merged.onnx beside decoder_model.onnx and
+// decoder_with_past_model.onnx), or `dsc compile encoder.onnx decoder.onnx`.
 FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
   ModelFiles files;
   if (args.empty() || args.size() > 2) {
@@ -294,6 +297,12 @@ FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
         return files;
       }
   }
+  // A decoder alone: the merged one holds both of the others (with and without a cache).
+  for (const char *decoder : {"decoder_model_merged.onnx", "decoder_model.onnx"})
+    if (isFile(inFolder(decoder))) {
+      files.model = inFolder(decoder);
+      return files;
+    }
   std::vector<std::string> onnxFiles;
   std::error_code error;
   for (llvm::sys::fs::directory_iterator it(args[0], error), end; it != end && !error;
@@ -301,6 +310,11 @@ FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
     if (llvm::StringRef(it->path()).ends_with(".onnx") && isFile(it->path()))
       onnxFiles.push_back(it->path());
   std::sort(onnxFiles.begin(), onnxFiles.end());
+  // The Hub's transformers.js layout (onnx-community/*): config and tokenizer at the top, the
+  // exports in onnx/ (model.onnx and its quantized variants, which a file name picks).
+  if (onnxFiles.empty() && llvm::sys::path::filename(args[0]) != "onnx" &&
+      llvm::sys::fs::is_directory(inFolder("onnx")))
+    return findModelFiles({inFolder("onnx")});
   if (onnxFiles.size() == 1) {
     files.model = onnxFiles[0];
     return files;
@@ -311,9 +325,9 @@ FailureOr<ModelFiles> findModelFiles(const std::vector<std::string> &args) {
     return files;
   }
   llvm::errs() << "dsc: error: " << args[0] << " holds " << onnxFiles.size()
-               << " .onnx files; expected model.onnx, encoder_model.onnx with "
-                  "decoder_model_merged.onnx, or one encoder and one decoder (name the files "
-                  "to compile)\n";
+               << " .onnx files; expected model.onnx, decoder_model_merged.onnx (with "
+                  "encoder_model.onnx or alone), or one encoder and one decoder (name the "
+                  "files to compile)\n";
   return failure();
 }
 
@@ -458,6 +472,21 @@ int runCompilerDriver(int argc, char **argv) {
   std::string modelDirectory = llvm::sys::path::parent_path(files->model).str();
   if (modelDirectory.empty())
     modelDirectory = ".";
+  // config.json, the tokenizer and the chat template: beside the model, or (the Hub's
+  // transformers.js layout) in the folder above its onnx/ folder.
+  if (llvm::sys::path::filename(modelDirectory) == "onnx") {
+    auto holds = [](llvm::StringRef folder, const char *name) {
+      llvm::SmallString<256> path(folder);
+      llvm::sys::path::append(path, name);
+      return isFile(path.str().str());
+    };
+    std::string above = llvm::sys::path::parent_path(modelDirectory).str();
+    if (above.empty())
+      above = ".";
+    if (!holds(modelDirectory, "config.json") && !holds(modelDirectory, "tokenizer.json") &&
+        (holds(above, "config.json") || holds(above, "tokenizer.json")))
+      modelDirectory = above;
+  }
   if (maxSeqLen.getNumOccurrences() == 0) {
     if (std::optional<int64_t> positions = configuredPositions(modelDirectory))
       maxSeqLen = std::min(*positions, kDefaultMaxSeqLen);
@@ -626,9 +655,14 @@ int runCompilerDriver(int argc, char **argv) {
     options.maxTokensPerStep = maxTokensPerStep;
     // HuggingFace exports are all called model.onnx; their folder names the model.
     options.modelName = llvm::sys::path::stem(files->model).str();
-    if (options.modelName == "model" || !files->decoder.empty()) {
-      llvm::StringRef folder = llvm::sys::path::parent_path(files->model);
-      if (!folder.empty())
+    if (options.modelName == "model" || llvm::StringRef(options.modelName).starts_with("model_") ||
+        options.modelName == "decoder_model_merged" || options.modelName == "decoder_model" ||
+        !files->decoder.empty()) {
+      // The folder the metadata came from: the model's, or the one above its onnx/.
+      llvm::StringRef folder = modelDirectory;
+      if (modelDirectory == ".")
+        folder = llvm::sys::path::parent_path(files->model);
+      if (!folder.empty() && folder != ".")
         options.modelName = llvm::sys::path::filename(folder).str();
     }
     options.modelDirectory = modelDirectory;

@@ -1,6 +1,7 @@
 // dsc-lower-onnx-to-plan: see Passes.td.
 #include "compiler/lowering/Passes.h"
 
+#include "compiler/lowering/PositionTables.h"
 #include "compiler/lowering/ShapeBounds.h"
 #include "compiler/lowering/SymbolicDims.h"
 #include "dialects/tfm/IR/TfmDialect.h"
@@ -279,7 +280,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
          {"encode", "prefill", "decode", "prefill_greedy", "decode_greedy", "step"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         programs.push_back({func, name.str()});
-    if (failed(checkNewTokenLimit(main)))
+    if (failed(checkPositionTables(programs)) || failed(checkNewTokenLimit(main)))
       return signalPassFailure();
     for (auto &[func, name] : programs)
       if (failed(lowerFunction(module, func, name)))
@@ -303,6 +304,38 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     if (!runsAt(func, dims, {maxBatch, 0, tokens}))
       return false;
     return !dims.hasPast() || runsAt(func, dims, {maxBatch, tokens - 1, 1});
+  }
+
+  // A learned position table bounds the tokens where no shape does (PositionTables.h): asked
+  // for more, that is an error; by default the limit becomes the table's, with a warning.
+  LogicalResult
+  checkPositionTables(ArrayRef<std::pair<func::FuncOp, std::string>> programs) {
+    std::optional<PositionTableLimit> tightest;
+    for (const auto &program : programs)
+      if (std::optional<PositionTableLimit> limit = positionTableLimit(program.first))
+        if (!tightest || limit->tokens < tightest->tokens)
+          tightest = limit;
+    if (!tightest || tightest->tokens >= maxSeqLen)
+      return success();
+    const std::string table = "looks up positions in a table of " +
+                              std::to_string(tightest->rows) + " rows";
+    if (tightest->tokens < 1)
+      return tightest->lookup->emitError() << table << ", too few for any token";
+    return limitTokens(tightest->lookup, table + ": the model", tightest->tokens);
+  }
+
+  // `what` ("the graph") runs with at most `limit` tokens, said at `at`: an explicit larger
+  // --max-seq-len is an error naming the limit; by default the limit becomes it, with a
+  // warning.
+  LogicalResult limitTokens(Operation *at, llvm::StringRef what, int64_t limit) {
+    if (!fitSeqLen)
+      return at->emitError() << what << " runs with at most " << limit
+                             << " tokens, not --max-seq-len " << int64_t(maxSeqLen)
+                             << "; compile with --max-seq-len " << limit;
+    at->emitWarning() << what << " runs with at most " << limit
+                      << " tokens; the plan's --max-seq-len is " << limit;
+    maxSeqLen = limit;
+    return success();
   }
 
   // A graph that cannot take max-seq-len tokens (a learned position table or an ALiBi
@@ -330,14 +363,7 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
     }
     if (low == 0)
       return success();  // it runs at no length: lowerFunction reports why
-    if (!fitSeqLen)
-      return func.emitError() << "the graph runs with at most " << low
-                              << " tokens, not --max-seq-len " << int64_t(maxSeqLen)
-                              << "; compile with --max-seq-len " << low;
-    func.emitWarning() << "the graph runs with at most " << low
-                       << " tokens; the plan's --max-seq-len is " << low;
-    maxSeqLen = low;
-    return success();
+    return limitTokens(func, "the graph", low);
   }
 
   LogicalResult lowerFunction(ModuleOp module, func::FuncOp func, llvm::StringRef name) {
