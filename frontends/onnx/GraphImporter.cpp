@@ -277,6 +277,9 @@ LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int de
   assert(spec && "checkSupported rejects unsupported nodes first");
   if (failed(checkAgainstSchema(node, opsetOf(node.domain()), loc)))
     return failure();
+  if (node.output_size() > 0)
+    if (auto planned = quantizedNodes_.find(node.output(0)); planned != quantizedNodes_.end())
+      return importQuantizedNode(graphs_.back(), node, planned->second, loc);
 
   SmallVector<Value> operands;
   for (const std::string &name : node.input()) {
@@ -374,6 +377,9 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
         return failure();
     }
   }
+  planDynamicQuantization(graph);
+  graphs_.push_back(&graph);
+  llvm::scope_exit popGraph([&] { graphs_.pop_back(); });
   for (int i = 0; i < graph.node_size(); ++i)
     if (failed(importNode(graph.node(i), i, depth)))
       return failure();

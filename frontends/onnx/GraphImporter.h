@@ -138,6 +138,22 @@ private:
   LogicalResult writeMatMulNBits(const NodeProto &node, const NodeAttributes &attrs,
                                  Location loc, ArrayRef<Value> inputs,
                                  SmallVectorImpl<Value> &results);
+  // ONNX Runtime's quantize_dynamic (DynamicQuantization.cpp): what each node of its
+  // pattern becomes, planned over a graph before its nodes are imported, and the node's
+  // import by that plan. A node the plan holds no entry for is not one of them.
+  struct QuantizedNode {
+    enum Kind { Exact, Product, AliasInput, One, SkipGather, DequantizedGather,
+                DequantizedInitializer, Refuse } kind;
+    int input = 0;         // AliasInput: which input the output is
+    std::string scale;     // Product: the weight scale's initializer
+    int gather = -1;       // DequantizedGather: the Gather node it reads
+    std::string why;       // Refuse
+  };
+  void planDynamicQuantization(const GraphProto &graph);
+  LogicalResult importQuantizedNode(const GraphProto *graph, const NodeProto &node,
+                                    const QuantizedNode &plan, Location loc);
+  llvm::StringMap<QuantizedNode> quantizedNodes_;  // by the node's first output
+  std::vector<const GraphProto *> graphs_;         // the graphs being imported, innermost last
   // The rotary embedding of x ([b, s, heads * d] when `threeD`, else [b, heads, s, d]) by
   // `cosines` and `sines` [b, s, r / 2]: the first r = rotaryDim elements of each head
   // (all when 0) turn, as halves or as interleaved pairs; the rest pass.

@@ -42,6 +42,10 @@ static constexpr OpSpec kOps[] = {
     {"", "CastLike", "CastLike", 15, 2, 1},
     // Linear algebra, normalisation, reductions.
     {"", "MatMul", "MatMul", 13, 2, 1},
+    // ONNX Runtime's quantize_dynamic: only in its pattern (DynamicQuantization.cpp).
+    {"", "DynamicQuantizeLinear", "", 13, 1, 3},
+    {"", "MatMulInteger", "", 13, 4, 1},
+    {"", "DequantizeLinear", "", 13, 3, 1},
     {"", "Gemm", "Gemm", 13, 3, 1},
     {"", "Softmax", "Softmax", 13, 1, 1},
     {"", "LogSoftmax", "LogSoftmax", 13, 1, 1},

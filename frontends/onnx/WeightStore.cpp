@@ -74,6 +74,23 @@ const WeightRecord *WeightStore::lookup(llvm::StringRef name) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
+const WeightRecord *WeightStore::addOwned(const std::string &name, int32_t onnxType,
+                                          std::vector<int64_t> dims,
+                                          std::vector<uint8_t> bytes, std::string &error) {
+  if (records_.count(name)) {
+    error = "weight '" + name + "' already exists";
+    return nullptr;
+  }
+  ownedBytes_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(bytes)));
+  WeightRecord record;
+  record.name = name;
+  record.onnxType = onnxType;
+  record.dims = std::move(dims);
+  record.bytes = llvm::ArrayRef<uint8_t>(*ownedBytes_.back());
+  records_[name] = std::move(record);
+  return &records_.find(name)->second;
+}
+
 bool WeightStore::addNBitsWeight(const std::string &name, NBitsCoding coding,
                                  int32_t floatType, std::string &error) {
   if (records_.count(name)) {

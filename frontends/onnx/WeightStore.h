@@ -66,6 +66,12 @@ public:
 
   const WeightRecord *lookup(llvm::StringRef name) const;
 
+  // Records a tensor whose bytes the importer computed (codes laid out anew), owned here.
+  // Fails, saying why, when the name is taken; else returns the record.
+  const WeightRecord *addOwned(const std::string &name, int32_t onnxType,
+                               std::vector<int64_t> dims, std::vector<uint8_t> bytes,
+                               std::string &error);
+
   // Records the float [k, n] weight `name` (of ONNX float type `floatType`) that the codes
   // of `coding` stand for. Fails, saying why, when the name is taken.
   bool addNBitsWeight(const std::string &name, NBitsCoding coding, int32_t floatType,
