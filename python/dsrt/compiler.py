@@ -1,9 +1,13 @@
-"""``dsrt.compile``: runs ``dsc compile``."""
+"""``dsrt.compile``: runs ``dsc compile``; ``plan_for``: a model's serving plan, compiled once."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from typing import Optional, Sequence
 
 from . import _dsrt
@@ -50,3 +54,96 @@ def compile(model: str, output: str, *, tp: int = 1, dtype: Optional[str] = None
     if done.returncode != 0:
         raise _dsrt.Error(f"dsc compile failed ({done.returncode}): {done.stderr.strip()}")
     return output
+
+
+_PLAN_MAGIC = b"DSPLAN"
+
+
+def is_plan(path: str) -> bool:
+    """Whether ``path`` is a plan file (it starts with the plan's magic)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_PLAN_MAGIC)) == _PLAN_MAGIC
+    except OSError:
+        return False
+
+
+def _cache_dir() -> str:
+    if os.environ.get("DSRT_CACHE_DIR"):
+        return os.environ["DSRT_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dsrt", "plans")
+
+
+def _model_name(model: str) -> str:
+    """A model's name: a plan's file name without .dsp; an ONNX model's folder (the one
+    above onnx/ in the Hub's transformers.js layout)."""
+    path = os.path.normpath(os.path.abspath(model))
+    if path.endswith(".onnx"):
+        path = os.path.dirname(path)
+    if os.path.basename(path) == "onnx":
+        path = os.path.dirname(path)
+    return os.path.basename(path).removesuffix(".dsp")
+
+
+def _model_key(model: str, dsc: str, options: dict) -> str:
+    # The model's folder (its weights, external data, config, tokenizer and chat template
+    # are read from there), dsc itself and the options: a change to any compiles again.
+    # The Hub's transformers.js layout keeps the exports in onnx/ and the rest above it.
+    folder = model if os.path.isdir(model) else os.path.dirname(model) or "."
+    folders = [folder]
+    if os.path.basename(os.path.abspath(folder)) == "onnx":
+        folders.append(os.path.dirname(os.path.abspath(folder)))
+    if os.path.isdir(os.path.join(folder, "onnx")):
+        folders.append(os.path.join(folder, "onnx"))
+    files = []
+    for where in folders:
+        for name in sorted(os.listdir(where)):
+            path = os.path.join(where, name)
+            if os.path.isfile(path):
+                stat = os.stat(path)
+                files.append([path, stat.st_size, stat.st_mtime_ns])
+    dsc_stat = os.stat(dsc)
+    identity = {"model": os.path.abspath(model), "files": files,
+                "dsc": [os.path.abspath(dsc), dsc_stat.st_size, dsc_stat.st_mtime_ns],
+                "options": options}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = None,
+             max_seq_len: Optional[int] = None) -> str:
+    """The plan that serves ``model``: ``model`` itself when it is a plan; for an ONNX
+    model (a file, or a folder ``dsc compile`` takes), a serving plan (``dsc compile
+    --serving``, with ``tp``, ``dtype`` and ``max_seq_len`` when given, else the model's
+    defaults) compiled on first use and kept in ``$DSRT_CACHE_DIR`` (default
+    ``~/.cache/dsrt/plans``), keyed by the model folder's files, dsc and the options."""
+    options = {"tp": tp, "dtype": dtype, "max_seq_len": max_seq_len}
+    # A .dsp that is not a plan goes to the runtime too, whose error says what is wrong.
+    if os.path.isfile(model) and (model.endswith(".dsp") or is_plan(model)):
+        given = [name for name, value in options.items() if value is not None]
+        if given:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {', '.join(given)} choose how a model "
+                              f"is compiled, and {model} is already a plan")
+        return model
+    if not os.path.exists(model):
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {model}: no such plan, ONNX model or model folder")
+    dsc = _dsc()
+    cache = _cache_dir()
+    os.makedirs(cache, exist_ok=True)
+    name = _model_name(model)
+    plan = os.path.join(cache, f"{name}-{_model_key(model, dsc, options)}.dsp")
+    if is_plan(plan):
+        return plan
+    print(f"dsrt: compiling {model} to {plan} (once; dsc compile --serving)", file=sys.stderr)
+    # Written beside and renamed, so that a reader (another process compiling the same
+    # model) sees a whole plan or none.
+    handle, partial = tempfile.mkstemp(dir=cache, prefix=f".{name}-", suffix=".dsp")
+    os.close(handle)
+    try:
+        compile(model, partial, tp=tp or 1, dtype=dtype, max_seq_len=max_seq_len,
+                serving=True)
+        os.replace(partial, plan)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return plan

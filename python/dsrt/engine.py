@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import threading
 import weakref
 from typing import Callable, Optional, Sequence
@@ -144,6 +145,14 @@ class Request:
         return True
 
 
+def _has_program(plan: "_dsrt.Plan", name: str) -> bool:
+    try:
+        plan.io(name, False)
+        return True
+    except _dsrt.Error:
+        return False
+
+
 class EngineLoop:
     """A native engine and the thread that routes its events. ``mpi=True`` makes this
     process one rank of a tensor-parallel plan under mpirun: rank 0 takes requests, the
@@ -160,6 +169,13 @@ class EngineLoop:
                                     batch_invariant, kv_cache_dtype, mpi)
         self.rank = self._native.rank
         self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
+        if self.rank == 0 and not _has_program(self.plan, "step"):
+            # It serves, but a step computes only max_batch tokens: a prompt of 400 takes
+            # 100 steps before its first token.
+            print(f"dsrt: warning: {plan} has no step program (compiled without --serving): "
+                  f"the engine computes at most {self._native.stats()['max_tokens_per_step']} "
+                  f"tokens a step, its max_batch; dsc compile --serving gives 256",
+                  file=sys.stderr)
         self._requests: dict[int, Request] = {}
         self._lock = threading.Lock()
         self._closing = False

@@ -7,6 +7,7 @@ from typing import Iterator, Optional, Sequence, Union
 
 from . import _dsrt
 from .chat import ChatTemplate
+from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 
 Prompt = Union[str, Sequence[int]]
@@ -107,7 +108,7 @@ class LLM:
     """A plan served by the engine (continuous batching over a paged KV cache) in this
     process.
 
-    >>> llm = dsrt.LLM("model.dsp")
+    >>> llm = dsrt.LLM("model.dsp")          # or an ONNX model, or its folder
     >>> llm.generate(["Hello"], dsrt.SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
 
     Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
@@ -118,12 +119,19 @@ class LLM:
     long steps of half and quantized plans take faster bf16 arithmetic), and ``kv_cache_dtype``
     ("auto": the plan's; "int8": a scale per 32 values, about half an f16 cache's bytes, on
     the CPU). The GIL is released while the engine steps.
+
+    ``model`` is a plan, or an ONNX model (``model.onnx``, or a folder ``dsc compile``
+    takes) which is compiled once to a serving plan (``dsc compile --serving``, with
+    ``dtype``, ``tp`` and ``max_seq_len`` when given, else the model's defaults) and kept in
+    ``$DSRT_CACHE_DIR`` (default ``~/.cache/dsrt/plans``): ``dsrt.compiler.plan_for``.
     """
 
-    def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
+    def __init__(self, model: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
                  prefix_caching: bool = True, batch_invariant: bool = True,
-                 kv_cache_dtype: str = "auto"):
+                 kv_cache_dtype: str = "auto", dtype: Optional[str] = None,
+                 tp: Optional[int] = None, max_seq_len: Optional[int] = None):
+        plan = plan_for(model, tp=tp, dtype=dtype, max_seq_len=max_seq_len)
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
                                 max_tokens_per_step=max_tokens_per_step,

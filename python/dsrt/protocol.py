@@ -102,6 +102,29 @@ class ChatRequest(_Common):
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
 
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: a prompt, or chat messages rendered by the chat template."""
+    model: Optional[StrictStr] = None
+    prompt: Optional[StrictStr] = None
+    messages: Optional[list[ChatMessage]] = None
+    add_special_tokens: Optional[StrictBool] = None
+    add_generation_prompt: StrictBool = True
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    def unsupported(self) -> Optional[str]:
+        if (self.prompt is None) == (self.messages is None):
+            return "give either prompt or messages"
+        return None
+
+
+class DetokenizeRequest(BaseModel):
+    model: Optional[StrictStr] = None
+    tokens: list[StrictInt]
+
+    def unsupported(self) -> Optional[str]:
+        return None
+
+
 def error_body(message: str, kind: str = "invalid_request_error",
                param: Optional[str] = None, code: Optional[int] = None) -> dict:
     """OpenAI's error object, which its clients parse into their exceptions."""

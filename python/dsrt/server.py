@@ -26,8 +26,10 @@ from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError
+from .compiler import _model_name, plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
-from .protocol import (ChatRequest, CompletionRequest, error_body, new_id, now, usage)
+from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
+                       error_body, new_id, now, usage)
 from .server_metrics import ServerMetrics
 from .tokenizer import NoTokenizer
 
@@ -122,6 +124,26 @@ class Server:
                          if source is not None else None)
 
     # -- requests to engine requests
+
+    def render_chat(self, body) -> str:
+        """The messages of `body` (a chat or tokenize request) through the chat template."""
+        if self.template is None:
+            raise _Refused(400, "this plan has no chat template: its model had no "
+                                "chat_template in tokenizer_config.json; use "
+                                "/v1/completions", param="messages")
+        try:
+            return self.template.render(
+                [m.for_template() for m in body.messages],
+                add_generation_prompt=body.add_generation_prompt,
+                tools=getattr(body, "tools", None), **(body.chat_template_kwargs or {}))
+        except ChatTemplateError as error:
+            raise _Refused(400, f"the chat template refused the messages: {error}",
+                           param="messages")
+
+    def require_tokenizer(self) -> None:
+        if not self.has_tokenizer:
+            raise _Refused(400, "this plan has no tokenizer (its model had no tokenizer.json "
+                                "beside it)")
 
     def params(self, body, max_tokens: Optional[int], prompt_length: int,
                logprobs: Optional[int]) -> RequestParams:
@@ -243,7 +265,7 @@ def create_app(server: Server) -> FastAPI:
         return JSONResponse(error_body(str(error), error.kind, error.param, error.status),
                             status_code=error.status)
 
-    async def parse(request: Request, model: type[BaseModel]):
+    async def parse(request: Request, model: type[BaseModel], capped: bool = True):
         try:
             data = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as error:
@@ -259,7 +281,7 @@ def create_app(server: Server) -> FastAPI:
         problem = body.unsupported()
         if problem:
             raise _Refused(400, problem)
-        if server.in_flight >= server.max_concurrent:
+        if capped and server.in_flight >= server.max_concurrent:
             raise _Refused(429, f"too many concurrent requests: this server serves at most "
                                 f"{server.max_concurrent} at once (--max-concurrent-requests)",
                            kind="rate_limit_error")
@@ -316,6 +338,37 @@ def create_app(server: Server) -> FastAPI:
     async def metrics():
         return Response(generate_latest(server.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
+
+    # vLLM's /tokenize and /detokenize, which clients use to count a prompt's tokens against
+    # max_model_len: the plan's own tokenizer and chat template.
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        try:
+            body = await parse(request, TokenizeRequest, capped=False)
+            server.require_tokenizer()
+            if body.messages is not None:
+                # The template writes the special tokens itself, as for chat completions.
+                ids = server.tokenizer.encode(server.render_chat(body), add_special_tokens=bool(
+                    body.add_special_tokens))
+            else:
+                ids = server.tokenizer.encode(body.prompt, add_special_tokens=(
+                    True if body.add_special_tokens is None else body.add_special_tokens))
+        except _Refused as error:
+            return refused(error)
+        return {"count": len(ids), "max_model_len": server.engine.max_seq_len, "tokens": ids}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        try:
+            body = await parse(request, DetokenizeRequest, capped=False)
+            server.require_tokenizer()
+            try:
+                text = server.tokenizer.decode(body.tokens, skip_special_tokens=False)
+            except _dsrt.Error as error:
+                raise _Refused(400, str(error).split(": ", 1)[-1], param="tokens")
+        except _Refused as error:
+            return refused(error)
+        return {"prompt": text}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -407,19 +460,7 @@ def create_app(server: Server) -> FastAPI:
     async def chat(request: Request):
         try:
             body = await parse(request, ChatRequest)
-            if server.template is None:
-                raise _Refused(400, "this plan has no chat template: its model had no "
-                                    "chat_template in tokenizer_config.json; use "
-                                    "/v1/completions")
-            try:
-                text = server.template.render(
-                    [m.for_template() for m in body.messages],
-                    add_generation_prompt=body.add_generation_prompt, tools=body.tools,
-                    **(body.chat_template_kwargs or {}))
-            except ChatTemplateError as error:
-                raise _Refused(400, f"the chat template refused the messages: {error}",
-                               param="messages")
-            ids = server.tokenizer.encode(text, add_special_tokens=False)
+            ids = server.tokenizer.encode(server.render_chat(body), add_special_tokens=False)
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
                                    len(ids), top if body.logprobs else None)
@@ -466,9 +507,19 @@ def _mpi_world() -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
-        "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics). Under "
+        "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics; vLLM's "
+        "/tokenize and /detokenize). Under "
         "mpirun a tensor-parallel plan runs one rank per process; rank 0 serves.")
-    parser.add_argument("plan", help="the plan (dsc compile --serving model.onnx -o plan.dsp)")
+    parser.add_argument("model", metavar="MODEL",
+                        help="the plan (dsc compile --serving model.onnx -o plan.dsp), or an "
+                        "ONNX model or its folder, compiled once to a serving plan kept in "
+                        "$DSRT_CACHE_DIR (default ~/.cache/dsrt/plans)")
+    parser.add_argument("--dtype", help="compiling a model: the weights' dtype (dsc --dtype: "
+                        "fp32, fp16, bf16, int8, int4; default the model's)")
+    parser.add_argument("--tp", "--tensor-parallel-size", type=int, dest="tp",
+                        help="compiling a model: tensor-parallel ranks")
+    parser.add_argument("--max-seq-len", "--max-model-len", type=int, dest="max_seq_len",
+                        help="compiling a model: positions per sequence (default the model's)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
@@ -504,7 +555,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
 
     try:
-        engine = EngineLoop(args.plan, device=args.device, block_size=args.block_size,
+        plan = plan_for(args.model, tp=args.tp, dtype=args.dtype, max_seq_len=args.max_seq_len)
+        engine = EngineLoop(plan, device=args.device, block_size=args.block_size,
                             kv_cache_bytes=args.kv_cache_bytes,
                             max_tokens_per_step=args.max_tokens_per_step,
                             prefix_caching=not args.no_prefix_caching,
@@ -521,7 +573,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     import uvicorn
-    name = args.served_model_name or os.path.basename(args.plan).removesuffix(".dsp")
+    name = args.served_model_name or _model_name(args.model)
     app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template))
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.

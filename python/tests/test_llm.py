@@ -303,3 +303,54 @@ def test_plan_without_tokenizer_takes_token_ids(plan_without_tokenizer):
         assert len(out.outputs[0].token_ids) == 4 and out.outputs[0].text == ""
         with pytest.raises(dsrt.Error, match="no tokenizer.*token ids"):
             llm.generate(["text"], dsrt.SamplingParams(max_tokens=1))
+
+
+def test_an_onnx_model_is_compiled_once_and_served(model_dir, reference, tmp_path, monkeypatch):
+    # LLM("model.onnx") as vLLM's LLM("folder"): a serving plan compiled with the model's
+    # defaults (the fixture's 64 positions), kept in the cache and reused.
+    monkeypatch.setenv("DSRT_CACHE_DIR", str(tmp_path / "cache"))
+    prompt = reference["prompts"][0]
+    params = dsrt.SamplingParams(max_tokens=reference["max_new_tokens"], **GREEDY)
+    with dsrt.LLM(str(model_dir / "model.onnx")) as llm:
+        assert llm.max_seq_len == 64
+        assert llm.generate([prompt["ids"]], params)[0].outputs[0].token_ids == \
+            prompt["generated"]
+    plans = sorted((tmp_path / "cache").iterdir())
+    assert len(plans) == 1 and dsrt.compiler.is_plan(str(plans[0]))
+    made = plans[0].stat().st_mtime_ns
+    with dsrt.LLM(str(model_dir)) as by_folder:  # another key: the folder, compiled anew
+        assert by_folder.generate([prompt["ids"]], params)[0].outputs[0].token_ids == \
+            prompt["generated"]
+    with dsrt.LLM(str(model_dir / "model.onnx")):
+        pass
+    plans = sorted((tmp_path / "cache").iterdir())
+    assert len(plans) == 2
+    assert plans[0].stat().st_mtime_ns == made or plans[1].stat().st_mtime_ns == made
+
+
+def test_compile_options_given_with_a_plan_are_refused(plan, tmp_path):
+    with pytest.raises(dsrt.Error, match="dtype choose how a model is compiled"):
+        dsrt.LLM(plan, dtype="int8")
+    with pytest.raises(dsrt.Error, match="no such plan, ONNX model or model folder"):
+        dsrt.LLM(str(tmp_path / "missing.onnx"))
+    corrupt = tmp_path / "corrupt.dsp"
+    corrupt.write_bytes(b"not a plan at all")
+    with pytest.raises(dsrt.Error, match="DSRT_CORRUPT_PLAN"):
+        dsrt.LLM(str(corrupt))
+
+
+def test_a_plan_without_a_step_program_is_served_with_a_warning(model_dir, tmp_path, capsys,
+                                                                reference):
+    # Compiled without --serving, the engine steps over the decode program's max_batch rows:
+    # it works, slowly, and says so.
+    static = dsrt.compile(str(model_dir / "model.onnx"), str(tmp_path / "static.dsp"),
+                          max_batch=2)
+    prompt = reference["prompts"][0]
+    with dsrt.LLM(static) as llm:
+        assert "has no step program (compiled without --serving)" in capsys.readouterr().err
+        params = dsrt.SamplingParams(max_tokens=reference["max_new_tokens"], **GREEDY)
+        assert llm.generate([prompt["ids"]], params)[0].outputs[0].token_ids == \
+            prompt["generated"]
+    with dsrt.LLM(dsrt.compile(str(model_dir / "model.onnx"), str(tmp_path / "serve.dsp"),
+                               serving=True)):
+        assert "step program" not in capsys.readouterr().err

@@ -195,6 +195,28 @@ def test_n_choices_are_the_llms_with_seeds_counted_once(client, llm):
     assert answer.usage.prompt_tokens == 5 and answer.usage.completion_tokens == 36
 
 
+def test_tokenize_and_detokenize_are_the_plans_tokenizer(server, client, llm):
+    # vLLM's endpoints: a prompt's tokens as completions count them, chat messages as the
+    # chat template renders them, and back to text.
+    text = "Hello, wörld! The engine batches"
+    answer = requests.post(server.url + "/tokenize", timeout=10, json={"prompt": text}).json()
+    assert answer["tokens"] == llm.tokenizer.encode(text)
+    assert answer["count"] == len(answer["tokens"]) and answer["max_model_len"] == 64
+    back = requests.post(server.url + "/detokenize", timeout=10,
+                         json={"tokens": answer["tokens"]}).json()
+    assert back == {"prompt": text}
+    messages = [{"role": "user", "content": "Hi"}]
+    counted = requests.post(server.url + "/tokenize", timeout=10,
+                            json={"messages": messages}).json()
+    chat = client.chat.completions.create(model="gpt2-fixture", messages=messages, max_tokens=1)
+    assert counted["count"] == chat.usage.prompt_tokens
+    for body in ({}, {"prompt": "x", "messages": messages}, {"prompt": 3}):
+        refused = requests.post(server.url + "/tokenize", timeout=10, json=body)
+        assert refused.status_code == 400, body
+    refused = requests.post(server.url + "/detokenize", timeout=10, json={"tokens": [10**9]})
+    assert refused.status_code == 400 and "error" in refused.json()
+
+
 def test_chat_n_streams_every_choice(client):
     stream = client.chat.completions.create(model="m", n=2, max_tokens=4, temperature=0,
                                             messages=[{"role": "user", "content": "hi"}],
@@ -410,6 +432,30 @@ def test_plan_without_tokenizer_answers_token_ids(plan_without_tokenizer, llm):
         assert text.status_code == 400 and "no tokenizer" in text.json()["error"]["message"]
     finally:
         process.stop()
+
+
+def test_an_onnx_model_is_served_by_its_folders_name(model_dir, llm, reference, tmp_path):
+    # dsserve model.onnx compiles a serving plan once (the cache, shared with LLM) and names
+    # the model after its folder, as vLLM names it after its path.
+    env = dict(os.environ, DSRT_CACHE_DIR=str(tmp_path / "cache"))
+    process = ServerProcess(str(model_dir / "model.onnx"), "--max-model-len", "48", env=env)
+    try:
+        models = requests.get(process.url + "/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models] == [model_dir.name]
+        assert models[0]["max_model_len"] == 48  # vLLM's option name, compiled in
+        prompt = reference["prompts"][0]
+        answer = requests.post(process.url + "/v1/completions", timeout=30, json={
+            "prompt": prompt["ids"], "max_tokens": reference["max_new_tokens"],
+            **GREEDY, **NO_EOS}).json()
+        assert answer["choices"][0]["text"] == llm.tokenizer.decode(prompt["generated"])
+    finally:
+        log = process.stop()
+    assert "compiling" in log and len(list((tmp_path / "cache").iterdir())) == 1
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "dsrt.server", str(tmp_path / "none.onnx")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1 and "no such plan, ONNX model or model folder" in done.stderr
 
 
 def test_mpirun_serves_from_rank_0(tp2_plan, reference):
