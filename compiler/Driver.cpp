@@ -1,5 +1,6 @@
 #include "compiler/Driver.h"
 #include "compiler/Pipeline.h"
+#include "compiler/PublishedCodes.h"
 
 #include "codegen/AttachKernels.h"
 #include "compiler/Registration.h"
@@ -247,17 +248,6 @@ struct ModelFiles {
 
 bool isFile(const std::string &path) { return llvm::sys::fs::is_regular_file(path); }
 
-// Whether the recognised LM head multiplies by 4-bit MatMulNBits codes.
-bool lmHeadIsNBits(ModuleOp module, const onnx_frontend::WeightStore &weights) {
-  bool coded = false;
-  module.walk([&](tfm::LmHeadOp head) {
-    if (auto weight = head.getWeight().getDefiningOp<tfm::WeightOp>())
-      if (const onnx_frontend::WeightRecord *record = weights.lookup(weight.getName()))
-        coded |= record->coding && record->coding->bits == 4;
-  });
-  return coded;
-}
-
 // `dsc compile model.onnx`, `dsc compile FOLDER` (an optimum export: model.onnx, or
 // encoder_model.onnx with decoder_model_merged.onnx or decoder_model.onnx, or a decoder
 // alone as older optimum wrote it: decoder_model_merged.onnx beside decoder_model.onnx and
@@ -401,14 +391,18 @@ int runCompilerDriver(int argc, char **argv) {
   int64_t groupSize = int4 && int8GroupSize == 0 ? 32 : int64_t(int8GroupSize);
   // Every float weight that is not quantized is stored in the compute dtype. Without
   // --dtype, the dtype the model was exported in (below, once its weights are read).
-  std::string storedFloatDtype = quantized
-                                     ? (computeDtype.empty() ? "fp16" : computeDtype.getValue())
-                                     : weightDtype.getValue();
-  if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
-    llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
-                 << storedFloatDtype << "'\n";
+  // A quantized plan's float weights: --compute-dtype, fp16 by default.
+  auto quantizedFloatDtype = [&](std::string &dtype) {
+    dtype = computeDtype.empty() ? "fp16" : computeDtype.getValue();
+    if (dtype == "fp32" || dtype == "fp16" || dtype == "bf16")
+      return true;
+    llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '" << dtype
+                 << "'\n";
+    return false;
+  };
+  std::string storedFloatDtype = weightDtype.getValue();
+  if (quantized && !quantizedFloatDtype(storedFloatDtype))
     return EXIT_FAILURE;
-  }
   if (kvCacheDtype != "auto" && kvCacheDtype != "fp32" && kvCacheDtype != "fp16" &&
       kvCacheDtype != "bf16") {
     llvm::errs() << "dsc: error: --kv-cache-dtype must be auto, fp32, fp16 or bf16, not '"
@@ -508,29 +502,15 @@ int runCompilerDriver(int argc, char **argv) {
   // too when that is 4-bit (below, once recognition has found it).
   bool headBitsFromModel = false;
   if (weightDtype.getNumOccurrences() == 0 && !noRecognize && emit != Stage::Onnx) {
-    onnx_frontend::NBitsSummary coded = imported->weights->nbitsSummary();
-    if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
-      int4 = quantized = true;
-      weightDtype = "int4";
+    const PublishedCodes published = publishedCodes(*imported->weights, llvm::errs());
+    if (published.bits != 0) {
+      int4 = published.bits == 4;
+      quantized = headBitsFromModel = true;
+      weightDtype = int4 ? "int4" : "int8";
       if (int8GroupSize == 0)
-        groupSize = coded.blockSize;
-      storedFloatDtype = computeDtype.empty() ? "fp16" : computeDtype.getValue();
-      if (storedFloatDtype != "fp32" && storedFloatDtype != "fp16" && storedFloatDtype != "bf16") {
-        llvm::errs() << "dsc: error: --compute-dtype must be fp16, bf16 or fp32, not '"
-                     << storedFloatDtype << "'\n";
+        groupSize = published.groupSize;
+      if (!quantizedFloatDtype(storedFloatDtype))
         return EXIT_FAILURE;
-      }
-      headBitsFromModel = !int4LmHead;
-      int64_t withZeroPoints = 0;
-      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights())
-        withZeroPoints += record->coding->keepsInt8Codes();
-      llvm::errs() << "dsc: " << coded.weights
-                   << " weights are 4-bit MatMulNBits codes in blocks of " << coded.blockSize
-                   << ": the plan keeps them (int4";
-      if (withZeroPoints > 0)
-        llvm::errs() << "; " << withZeroPoints
-                     << " with zero points as int8 codes, code - zero point";
-      llvm::errs() << "; --dtype says otherwise)\n";
     }
   }
   if (refuseQuantizationOptions())
@@ -597,22 +577,8 @@ int runCompilerDriver(int argc, char **argv) {
                       "has (it is derived from the decode program); this model has none\n";
       return EXIT_FAILURE;
     }
-    if (headBitsFromModel && pipeline.int8) {
-      if (lmHeadIsNBits(*imported->module, *imported->weights))
-        pipeline.int8->lmHeadBits = 4;
-      pipeline.int8->publishedOnly = true;
-      // Codes with zero points become int8 codes (code - zero point, exact at the same
-      // scales); codes neither int4 nor int8 can hold as they are stay float (dequantized,
-      // exact) rather than be quantized a second time.
-      for (const onnx_frontend::WeightRecord *record : imported->weights->nbitsWeights()) {
-        const onnx_frontend::NBitsCoding &coding = *record->coding;
-        (coding.blockSize != groupSize ? pipeline.int8->keepFloat
-         : coding.keepsCodes()         ? pipeline.int8->publishedInt4
-         : coding.keepsInt8Codes()     ? pipeline.int8->publishedInt8
-                                       : pipeline.int8->keepFloat)
-            .push_back(record->name);
-      }
-    }
+    if (headBitsFromModel && pipeline.int8)
+      sortPublishedWeights(*imported->module, *imported->weights, groupSize, *pipeline.int8);
     // The report describes recognition, so it is read before sharding and lowering.
     if (!noRecognize)
       printRecognitionReport(*imported->module, declines, llvm::errs());

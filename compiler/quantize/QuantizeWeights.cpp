@@ -260,8 +260,8 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
       return success();
     }
     if (llvm::is_contained(keepFloat, weight.getName().str())) {
-      decline(layer, "its weight was quantized by the model's publisher in a layout the plan's "
-                     "int4 cannot keep; it stays float rather than be quantized again");
+      decline(layer, "its weight was quantized by the model's publisher in a layout the plan "
+                     "cannot keep as it is; it stays float rather than be quantized again");
       return success();
     }
     auto type = cast<RankedTensorType>(weight.getType());
@@ -306,13 +306,17 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
         requested = fitting;
       }
     }
-    // 4-bit codes with zero points: int8 at their own block size, so that the writer stores
-    // code - zero point as it is.
+    // 4-bit codes with zero points, and 8-bit codes: int8 at their own block size (0: one
+    // group per output channel), so that the writer stores code - zero point as it is.
     if (publishedAsInt8) {
-      if (common % groupSize != 0) {
-        decline(layer, "its weight's 4-bit codes (the model's own) come in groups that do not "
-                       "divide each rank's inputs; it stays float rather than be quantized "
-                       "again");
+      if (groupSize == 0 ? inputsPerRank.size() > 1 : common % groupSize != 0) {
+        decline(layer, groupSize == 0
+                           ? "its weight's codes (the model's own) have a scale per output "
+                             "channel over all its inputs, which the ranks split; it stays "
+                             "float rather than be quantized again"
+                           : "its weight's codes (the model's own) come in groups that do not "
+                             "divide each rank's inputs; it stays float rather than be "
+                             "quantized again");
         return success();
       }
       layerBits = 8;

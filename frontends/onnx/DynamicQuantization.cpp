@@ -345,7 +345,9 @@ LogicalResult GraphImporter::importQuantizedNode(const GraphProto *graph, const 
     Value source = operand(plan.input);
     if (!source)
       return emitError(loc) << node.op_type() << " input " << plan.input << " is not defined";
-    return bind(node.output(0), source, loc);
+    // The chain's last Mul stands for the float MatMul it replaced, whose declared shape
+    // a later op may need (GroupQueryAttention reads its query's width).
+    return bindWrittenOut(node, loc, {source});
   }
   case QuantizedNode::SkipGather:
     return success();  // its DequantizeLinear gathers the dequantized table
@@ -383,7 +385,7 @@ LogicalResult GraphImporter::importQuantizedNode(const GraphProto *graph, const 
     }
     Value weight = onnx::WeightOp::create(builder_, loc, RankedTensorType::get({k, n}, element),
                                           name);
-    return bind(node.output(0), emit("MatMul", {x, weight}, loc), loc);
+    return bindWrittenOut(node, loc, {emit("MatMul", {x, weight}, loc)});
   }
   case QuantizedNode::DequantizedGather:
   case QuantizedNode::DequantizedInitializer: {

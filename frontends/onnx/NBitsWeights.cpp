@@ -6,6 +6,7 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsc::onnx_frontend {
@@ -182,8 +183,28 @@ void unpackNBitsCodes(const NBitsCoding &c, uint8_t *out) {
 }
 
 bool NBitsCoding::keepsInt8Codes() const {
-  return bits == 4 && zeroPoints && zeroPoints->onnxType == TensorProto::UINT8 && !groupIndex &&
-         k % blockSize == 0;
+  if (groupIndex || k % blockSize != 0)
+    return false;
+  if (bits == 4)
+    return zeroPoints && zeroPoints->onnxType == TensorProto::UINT8;
+  if (bits != 8 || (zeroPoints && zeroPoints->onnxType != TensorProto::UINT8))
+    return false;
+  // 8-bit codes: code - zero point fits int8 with the default zero point (128) and with
+  // symmetric ones, not with every asymmetric zero point: the codes are read once to tell.
+  if (int8CodesFit < 0) {
+    const ZeroPoints zero(*this);
+    const int64_t rowBytes = blocks() * blockSize;
+    bool fit = true;
+    for (int64_t row = 0; row < n && fit; ++row)
+      for (int64_t block = 0; block < blocks() && fit; ++block) {
+        const int zeroPoint = static_cast<int>(zero.at(row, block));
+        const uint8_t *run = codes->bytes.data() + row * rowBytes + block * blockSize;
+        const auto [least, most] = std::minmax_element(run, run + blockSize);
+        fit = *least - zeroPoint >= -128 && *most - zeroPoint <= 127;
+      }
+    int8CodesFit = fit ? 1 : 0;
+  }
+  return int8CodesFit == 1;
 }
 
 void nbitsInt8Codes(const NBitsCoding &c, int8_t *out) {

@@ -34,8 +34,12 @@ struct NBitsCoding {
   }
   // 4-bit codes with their own (packed, integer) zero points: code - zero point lies in
   // [-15, 15], so the plan's int8 layout holds each value exactly at the same scales
-  // (int8 codes, groups of blockSize).
+  // (int8 codes, groups of blockSize). 8-bit codes likewise where every code - zero point
+  // lies in [-128, 127] (the default zero point, symmetric ones).
   bool keepsInt8Codes() const;
+
+private:
+  mutable int int8CodesFit = -1;  // 8-bit codes: whether they fit, once read (-1: not yet)
 };
 
 // Why the tensors do not fit the attributes (sizes, types), or "" when they do.

@@ -1,0 +1,104 @@
+#include "compiler/PublishedCodes.h"
+
+#include "compiler/quantize/Passes.h"
+#include "dialects/tfm/IR/TfmDialect.h"
+#include "frontends/onnx/NBitsWeights.h"
+#include "frontends/onnx/WeightStore.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace dsc {
+namespace {
+
+// Whether the recognised LM head multiplies by 4-bit MatMulNBits codes.
+bool lmHeadIsNBits(mlir::ModuleOp module, const onnx_frontend::WeightStore &weights) {
+  bool coded = false;
+  module.walk([&](tfm::LmHeadOp head) {
+    if (auto weight = head.getWeight().getDefiningOp<tfm::WeightOp>())
+      if (const onnx_frontend::WeightRecord *record = weights.lookup(weight.getName()))
+        coded |= record->coding && record->coding->bits == 4;
+  });
+  return coded;
+}
+
+} // namespace
+
+PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights,
+                              llvm::raw_ostream &report) {
+  const onnx_frontend::NBitsSummary coded = weights.nbitsSummary();
+  if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
+    int64_t withZeroPoints = 0;
+    for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights())
+      withZeroPoints += record->coding->keepsInt8Codes();
+    report << "dsc: " << coded.weights << " weights are 4-bit MatMulNBits codes in blocks of "
+           << coded.blockSize << ": the plan keeps them (int4";
+    if (withZeroPoints > 0)
+      report << "; " << withZeroPoints << " with zero points as int8 codes, code - zero point";
+    report << "; --dtype says otherwise)\n";
+    return {4, coded.blockSize};
+  }
+  if (coded.weights == 0 || coded.bits != 8)
+    return {};
+  // 8-bit codes (MatMulNBits' 8 bits; ONNX Runtime's quantize_dynamic, one block per output
+  // channel): an int8 plan that keeps those whose code - zero point fits int8, at their block
+  // size or per output channel, as 4-bit codes stay int4 (a float plan of them is the same
+  // values in 4x the bytes). Tables (embeddings) are read dequantized either way. Asymmetric
+  // uint8 codes mostly do not fit: such a model stays float.
+  int64_t linears = 0, kept = 0, keptBlock = -1;
+  bool perChannel = true;
+  for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
+    const onnx_frontend::NBitsCoding &coding = *record->coding;
+    if (coding.rows)
+      continue;
+    ++linears;
+    if (coding.keepsInt8Codes()) {
+      ++kept;
+      perChannel &= coding.blockSize == coding.k;
+      if (keptBlock < 0)
+        keptBlock = coding.blockSize;
+    }
+  }
+  if (kept == 0 || 2 * kept < linears) {
+    if (linears > 0)
+      report << "dsc: " << linears << " weights are 8-bit codes, " << linears - kept
+             << " of them asymmetric (code - zero point does not fit int8): the plan reads "
+                "them dequantized, exact (--dtype int8 quantizes them again)\n";
+    return {};
+  }
+  report << "dsc: " << linears << " weights are 8-bit codes "
+         << (perChannel ? "with a scale per output channel"
+                        : "in blocks of " + std::to_string(keptBlock))
+         << ": the plan keeps them (int8";
+  if (kept < linears)
+    report << "; " << linears - kept << " whose code - zero point does not fit int8 stay float";
+  report << "; --dtype says otherwise)\n";
+  return {8, perChannel ? 0 : keptBlock};
+}
+
+void sortPublishedWeights(mlir::ModuleOp module, const onnx_frontend::WeightStore &weights,
+                          int64_t groupSize, QuantizeWeightsOptions &quantize) {
+  if (lmHeadIsNBits(module, weights))
+    quantize.lmHeadBits = 4;
+  quantize.publishedOnly = true;
+  // Codes with zero points become int8 codes (code - zero point, exact at the same scales);
+  // codes neither int4 nor int8 can hold as they are stay float (dequantized, exact) rather
+  // than be quantized a second time.
+  for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
+    const onnx_frontend::NBitsCoding &coding = *record->coding;
+    // A table's 8-bit codes (quantize_dynamic's tied head: DequantizeLinear of a transposed
+    // table) are rows the writer does not keep as they are: the head reads them dequantized
+    // rather than quantized again.
+    const bool groupsDiffer =
+        (coding.rows && coding.bits == 8) ||
+        (groupSize == 0 ? coding.blockSize != coding.k : coding.blockSize != groupSize);
+    (groupsDiffer              ? quantize.keepFloat
+     : coding.keepsCodes()     ? quantize.publishedInt4
+     : coding.keepsInt8Codes() ? quantize.publishedInt8
+                               : quantize.keepFloat)
+        .push_back(record->name);
+  }
+}
+
+} // namespace dsc
