@@ -502,7 +502,7 @@ int runCompilerDriver(int argc, char **argv) {
   // too when that is 4-bit (below, once recognition has found it).
   bool headBitsFromModel = false;
   if (weightDtype.getNumOccurrences() == 0 && !noRecognize && emit != Stage::Onnx) {
-    const PublishedCodes published = publishedCodes(*imported->weights, llvm::errs());
+    const PublishedCodes published = publishedCodes(*imported->weights, tensorParallel, llvm::errs());
     if (published.bits != 0) {
       int4 = published.bits == 4;
       quantized = headBitsFromModel = true;

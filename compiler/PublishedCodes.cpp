@@ -25,7 +25,7 @@ bool lmHeadIsNBits(mlir::ModuleOp module, const onnx_frontend::WeightStore &weig
 
 } // namespace
 
-PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights,
+PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t tensorParallel,
                               llvm::raw_ostream &report) {
   const onnx_frontend::NBitsSummary coded = weights.nbitsSummary();
   if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
@@ -73,6 +73,11 @@ PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights,
          << ": the plan keeps them (int8";
   if (kept < linears)
     report << "; " << linears - kept << " whose code - zero point does not fit int8 stay float";
+  // One scale over a row's inputs, which a row-parallel layer's ranks split: that layer is
+  // read float rather than quantized again per rank (QuantizeWeights.cpp).
+  if (perChannel && tensorParallel > 1)
+    report << "; the row-parallel layers stay float under --tp, their one scale a row spanning "
+              "the ranks' inputs";
   report << "; --dtype says otherwise)\n";
   return {8, perChannel ? 0 : keptBlock};
 }

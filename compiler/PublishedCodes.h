@@ -25,7 +25,8 @@ struct PublishedCodes {
 
 // The default plan of the model's codes, said in a line to `report`: int4 at their block size
 // for 4-bit codes, int8 for 8-bit ones whose code - zero point fits int8 (most of them).
-PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights,
+// `tensorParallel` ranks: the line says what stays float because the ranks split a row.
+PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t tensorParallel,
                               llvm::raw_ostream &report);
 
 // Under a plan `publishedCodes` chose (`groupSize` its groups, perhaps the user's): the coded
