@@ -46,7 +46,7 @@ PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t
   // size or per output channel, as 4-bit codes stay int4 (a float plan of them is the same
   // values in 4x the bytes). Tables (embeddings) are read dequantized either way. Asymmetric
   // uint8 codes mostly do not fit: such a model stays float.
-  int64_t linears = 0, kept = 0, keptBlock = -1;
+  int64_t linears = 0, kept = 0, keptBlock = -1, otherBlocks = 0;
   bool perChannel = true;
   for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
     const onnx_frontend::NBitsCoding &coding = *record->coding;
@@ -58,21 +58,39 @@ PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t
       perChannel &= coding.blockSize == coding.k;
       if (keptBlock < 0)
         keptBlock = coding.blockSize;
+    } else if (coding.groupIndex || coding.k % coding.blockSize != 0) {
+      ++otherBlocks;
     }
   }
+  // Why the others are not kept: code - zero point outside int8 (asymmetric uint8), or
+  // blocks that do not divide the inputs (or a g_idx), which int8 groups cannot be.
+  auto whyNot = [&](int64_t notKept) {
+    const int64_t asymmetric = notKept - otherBlocks;
+    if (asymmetric > 0)
+      report << asymmetric << " asymmetric (code - zero point does not fit int8)";
+    if (asymmetric > 0 && otherBlocks > 0)
+      report << " and ";
+    if (otherBlocks > 0)
+      report << otherBlocks << " in blocks that do not divide their inputs or reordered by g_idx";
+  };
   if (kept == 0 || 2 * kept < linears) {
-    if (linears > 0)
-      report << "dsc: " << linears << " weights are 8-bit codes, " << linears - kept
-             << " of them asymmetric (code - zero point does not fit int8): the plan reads "
-                "them dequantized, exact (--dtype int8 quantizes them again)\n";
+    if (linears > 0) {
+      report << "dsc: " << linears << " weights are 8-bit codes, ";
+      whyNot(linears - kept);
+      report << ": the plan reads them dequantized, exact (--dtype int8 quantizes them "
+                "again)\n";
+    }
     return {};
   }
   report << "dsc: " << linears << " weights are 8-bit codes "
          << (perChannel ? "with a scale per output channel"
                         : "in blocks of " + std::to_string(keptBlock))
          << ": the plan keeps them (int8";
-  if (kept < linears)
-    report << "; " << linears - kept << " whose code - zero point does not fit int8 stay float";
+  if (kept < linears) {
+    report << "; ";
+    whyNot(linears - kept);
+    report << " stay float";
+  }
   // One scale over a row's inputs, which a row-parallel layer's ranks split: that layer is
   // read float rather than quantized again per rank (QuantizeWeights.cpp).
   if (perChannel && tensorParallel > 1)
