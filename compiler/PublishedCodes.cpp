@@ -58,7 +58,7 @@ PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t
       perChannel &= coding.blockSize == coding.k;
       if (keptBlock < 0)
         keptBlock = coding.blockSize;
-    } else if (coding.groupIndex || coding.k % coding.blockSize != 0) {
+    } else if (!coding.blocksAreGroups()) {
       ++otherBlocks;
     }
   }

@@ -183,7 +183,7 @@ void unpackNBitsCodes(const NBitsCoding &c, uint8_t *out) {
 }
 
 bool NBitsCoding::keepsInt8Codes() const {
-  if (groupIndex || k % blockSize != 0)
+  if (!blocksAreGroups())
     return false;
   if (bits == 4)
     return zeroPoints && zeroPoints->onnxType == TensorProto::UINT8;

@@ -27,10 +27,12 @@ struct NBitsCoding {
   bool rows = false;
 
   int64_t blocks() const { return (k + blockSize - 1) / blockSize; }
+  // The blocks are groups of the plan's layouts as they are: in order, and filling every row.
+  bool blocksAreGroups() const { return !groupIndex && k % blockSize == 0; }
   // The plan's int4 layout holds these codes byte for byte: 4 bits, the default zero point,
   // blocks in order and filling every row.
   bool keepsCodes() const {
-    return bits == 4 && !zeroPoints && !groupIndex && k % blockSize == 0;
+    return bits == 4 && !zeroPoints && blocksAreGroups();
   }
   // 4-bit codes with their own (packed, integer) zero points: code - zero point lies in
   // [-15, 15], so the plan's int8 layout holds each value exactly at the same scales
