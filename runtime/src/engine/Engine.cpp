@@ -7,6 +7,7 @@
 #include "ops/ThreadPool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -224,10 +225,16 @@ Status Engine::step() {
       const char *value = std::getenv("DSRT_TRACE_ENGINE");
       return value && *value && *value != '0';
     }();
+    // With the time since the first traced step: a step's time is the next one's less its.
+    static const auto traceStart = std::chrono::steady_clock::now();
     if (trace)
-      std::fprintf(stderr, "dsrt: engine step %llu: %zu chunks, %lld tokens, %lld running, "
-                           "%lld waiting, %lld blocks used\n",
-                   static_cast<unsigned long long>(counters_.steps), plan.chunks.size(),
+      std::fprintf(stderr, "dsrt: engine step %llu at %.3f ms: %zu chunks, %lld tokens, "
+                           "%lld running, %lld waiting, %lld blocks used\n",
+                   static_cast<unsigned long long>(counters_.steps),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                             traceStart)
+                       .count(),
+                   plan.chunks.size(),
                    static_cast<long long>(plan.scheduledTokens()),
                    static_cast<long long>(scheduler_->runningCount()),
                    static_cast<long long>(scheduler_->waitingCount()),

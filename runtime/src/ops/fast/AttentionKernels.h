@@ -76,12 +76,6 @@ void weightedSumWith(const float *weights, const void *rows, DType rowType, int6
   }
 }
 
-// Whether Vec reduces sixteen vectors at once (kSums16, and `sums16`: each lane the sum()
-// of one).
-template <class Vec, class = void> struct HasSums16 : std::false_type {};
-template <class Vec>
-struct HasSums16<Vec, std::void_t<decltype(Vec::kSums16)>> : std::true_type {};
-
 // A query against a key row, the one arithmetic of the attention's scores on the fast kernels
 // (keyScores for decode rows, scoreTile for prompt tiles, which must agree bit for bit: a
 // token's attention must not depend on whether it was computed in a prompt chunk, as a

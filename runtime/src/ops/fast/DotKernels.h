@@ -67,6 +67,9 @@ struct IsaKernels {
   void (*multiplyTile)(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
                        int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
                        bool accumulate);
+  // Rows of x (from 5) up to which dotRows takes f32 weights' rows of x as the lanes of a
+  // vector, 16 weight rows at a time (dotRowLanes); 0 where it does not.
+  int64_t rowLanes;
 };
 
 // Everything below is compiled once per instruction set, inside each translation unit's
@@ -312,43 +315,6 @@ void dotStream(const float *x, int64_t ldx, const LinearWeights &w, int64_t o, f
   }
 }
 
-// R rows of x against O consecutive f32 weight rows starting at `first`, for more than 4
-// rows, where the products, not the weights' bytes, bound the time: each weight vector is
-// loaded once and used for all R rows, and a block of O weight rows is reused from cache for
-// the next R rows (narrow weights are widened to f32 first: dotRowsTyped).
-template <class Vec, int R, int O>
-void dotBlock(const float *x, int64_t ldx, const LinearWeights &w, int64_t first, float *y,
-              int64_t ldy) {
-  using V = typename Vec::V;
-  constexpr int W = Vec::kWidth;
-  const int64_t in = w.in;
-  const float *rows[O];
-  for (int o = 0; o < O; ++o)
-    rows[o] = static_cast<const float *>(w.data) + (first + o) * in;
-  V acc[R][O];
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o)
-      acc[r][o] = Vec::zero();
-  int64_t k = 0;
-  for (; k + W <= in; k += W) {
-    V xv[R];
-    for (int r = 0; r < R; ++r)
-      xv[r] = Vec::load(x + r * ldx + k);
-    for (int o = 0; o < O; ++o) {
-      V wv = Vec::load(rows[o] + k);
-      for (int r = 0; r < R; ++r)
-        acc[r][o] = Vec::fma(xv[r], wv, acc[r][o]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int o = 0; o < O; ++o) {
-      float sum = Vec::sum(acc[r][o]);
-      for (int64_t t = k; t < in; ++t)
-        sum += x[r * ldx + t] * rows[o][t];
-      y[r * ldy + first + o] = sum;
-    }
-}
-
 // How far ahead of the row being read dotRowsTyped asks for weights.
 constexpr int64_t kPrefetchBytes = 12 * 1024;
 
@@ -447,6 +413,15 @@ void widenRowsTyped(const LinearWeights &w, int64_t first, int64_t count, float 
   }
 }
 
+} // namespace
+} // namespace dsrt::ops::fast::detail
+
+// The f32 kernels of more than 4 rows (dotBlocks, dotRowLanes).
+#include "ops/fast/RowBlockKernels.h"
+
+namespace dsrt::ops::fast::detail {
+namespace {
+
 // Output features [begin, end) for every row. Up to 4 rows (decode of up to 4 sequences)
 // stream each weight row once; more rows (decode of more sequences, a short prefill) take
 // blocks of 4 weight rows by kBlockRows rows of x (4 with AVX-512's 32 registers: 16 sums;
@@ -508,28 +483,14 @@ void dotRowsTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t 
     for (int64_t o = begin; o < end; o += O) {
       const int64_t count = std::min<int64_t>(O, end - o);
       widenRowsTyped<Vec, D>(w, o, count, panel.data());
-      dotRowsTyped<Vec, DType::F32>(x, rows, widened, 0, count, y + o, ldy);
+      dotBlocks<Vec>(x, rows, widened, 0, count, y + o, ldy);
     }
     return;
   }
-  int64_t o = begin;
-  auto block = [&](auto outputs, int64_t first) {
-    constexpr int B = decltype(outputs)::value;
-    int64_t r = 0;
-    if constexpr (Vec::kBlockRows == 4)
-      for (; r + 4 <= rows; r += 4)
-        dotBlock<Vec, 4, B>(x + r * in, in, w, first, y + r * ldy, ldy);
-    for (; r + 3 <= rows; r += 3)
-      dotBlock<Vec, 3, B>(x + r * in, in, w, first, y + r * ldy, ldy);
-    if (rows - r == 2)
-      dotBlock<Vec, 2, B>(x + r * in, in, w, first, y + r * ldy, ldy);
-    else if (rows - r == 1)
-      dotBlock<Vec, 1, B>(x + r * in, in, w, first, y + r * ldy, ldy);
-  };
-  for (; o + O <= end; o += O)
-    block(std::integral_constant<int, O>{}, o);
-  for (; o < end; ++o)
-    block(std::integral_constant<int, 1>{}, o);
+  if constexpr (Vec::kWidth == 16)
+    if (rows <= kRowLanes)
+      return dotRowLanes<Vec>(x, rows, w, begin, end, y, ldy);
+  dotBlocks<Vec>(x, rows, w, begin, end, y, ldy);
 }
 
 template <class Vec>
@@ -627,7 +588,8 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &scoreTileWith<Vec>,
           &columnMaximaWith<Vec>,
           &softmaxColumnsWith<Vec>,
-          &multiplyTileWith<Vec>};
+          &multiplyTileWith<Vec>,
+          Vec::kWidth == 16 ? kRowLanes : 0};
 }
 
 } // namespace

@@ -617,6 +617,18 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       });
       return;
     }
+    if (w.dtype == DType::F32 && rows > 4 && rows <= isa().rowLanes) {
+      // Panels of 16 features (dotRowLanes), one range of them a thread: each range
+      // transposes x first, and its first panel waits on memory.
+      const int64_t panels = (out + 15) / 16;
+      parallelFor(panels, (panels + parallelThreads() - 1) / parallelThreads(),
+                  [&](int64_t begin, int64_t end) {
+                    const int64_t first = begin * 16, last = std::min(out, end * 16);
+                    dotRows(x, rows, w, first, last, y, out);
+                    epilogue(first, last);
+                  });
+      return;
+    }
     parallelFor(blocks, grain, [&](int64_t begin, int64_t end) {
       int64_t first = begin * 4, last = std::min(out, end * 4);
       if (int4TilesOrder)
