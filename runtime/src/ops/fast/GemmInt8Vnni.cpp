@@ -14,9 +14,10 @@
 //   a time: each weight vector serves 8 rows and each broadcast 2 panels, 0.6 loads a
 //   vpdpbusd, and a row's sums land in y's row as they are.
 // * Up to 16 rows (the engine's decode steps): lanes of 16 rows, x's tile as it is, each
-//   weight quad broadcast from the panel flipped in place: one load a vpdpbusd, which holds
-//   it near half the two VNNI ports' rate (docs/design.md, section 9), but nothing to
-//   repack, which costs more where the weights stream from memory.
+//   weight quad broadcast from the plan's row and flipped in its register (int4 rows are
+//   unpacked and flipped into a panel first): one load a vpdpbusd, which holds it near half
+//   the two VNNI ports' rate (docs/design.md, section 9), but nothing to repack, which costs
+//   more where the weights stream from memory.
 //
 // The surplus, 128 * sum(xq) of each block of each row, which the quantizer already has, is
 // where the block's int32 sums start (negated). Each block's int32 sum is exact, and both
@@ -85,7 +86,9 @@ void packPanel(const uint8_t *flipped, int64_t in, uint8_t *packed) {
 // groups].
 // With `nextRows`, the next panel's 16 weight rows (contiguous, rowBytes each) are requested
 // into L2 along the way, a block's share of their lines at each block (as GemmInt8Amx.cpp's).
-template <bool PerChannel>
+// With FlipHere, `flipped` is the plan's own int8 rows, each quad flipped in its register
+// after the broadcast (gemmRowLanes).
+template <bool PerChannel, bool FlipHere = false>
 void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *flipped,
              const float *panelScales, int64_t first, int64_t rowTile, float *y, int64_t ldy,
              const char *nextRows, int64_t rowBytes) {
@@ -119,7 +122,10 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
       for (int q = 0; q < 8; ++q) {
         int32_t quad;  // 4 flipped weights, broadcast to the 16 rows
         std::memcpy(&quad, row + 4 * q, sizeof quad);
-        sums = _mm512_dpbusd_epi32(sums, _mm512_set1_epi32(quad), quads[q]);
+        __m512i weights = _mm512_set1_epi32(quad);
+        if constexpr (FlipHere)
+          weights = _mm512_xor_si512(weights, _mm512_set1_epi8(static_cast<char>(0x80)));
+        sums = _mm512_dpbusd_epi32(sums, weights, quads[q]);
       }
       const __m512 scale =
           PerChannel ? rowScales
@@ -145,17 +151,27 @@ void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
   const int64_t rowTiles = x.paddedRows / 16;
   thread_local std::vector<float> panelScaleRows;
   const int64_t rowBytes = w.dtype == DType::U8 ? w.in / 2 : w.in;
+  // One tile of rows reads each weight once: int8 rows are read where the plan keeps them and
+  // flipped in registers (a flipped copy first, written and read again, was a tenth of a
+  // GPT-2 int8 decode stream's time at 16 clients); int4 ones are unpacked first.
+  const bool flipHere = w.dtype == DType::I8 && rowTiles == 1;
   for (int64_t first = begin; first < end; first += 16) {
-    const uint8_t *flipped = flipPanel(w, first, weightScratch);
+    const uint8_t *flipped =
+        flipHere ? static_cast<const uint8_t *>(w.data) + first * w.in
+                 : flipPanel(w, first, weightScratch);
     const float *panelScales = scalesOf(w, first, panelScaleRows);
     // The next panel's rows requested while this one's first row tile is computed: flipping
     // had waited on them (a fifth of a serving profile without AMX).
     const char *nextRows =
         first + 32 <= end ? static_cast<const char *>(w.data) + (first + 16) * rowBytes : nullptr;
-    for (int64_t rt = 0; rt < rowTiles; ++rt)
-      (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt, y,
-                                                       ldy, rt == 0 ? nextRows : nullptr,
-                                                       rowBytes);
+    if (flipHere)
+      (w.groups == 1 ? sumTile<true, true> : sumTile<false, true>)(
+          x, w, flipped, panelScales, first, 0, y, ldy, nextRows, rowBytes);
+    else
+      for (int64_t rt = 0; rt < rowTiles; ++rt)
+        (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt,
+                                                         y, ldy, rt == 0 ? nextRows : nullptr,
+                                                         rowBytes);
   }
 }
 
