@@ -219,6 +219,11 @@ class EngineLoop:
         except _dsrt.Error:
             pass  # it finished first
 
+    def reset_prefix_cache(self) -> None:
+        """Forgets every cached KV block (vLLM's reset_prefix_cache): later requests hit
+        nothing computed before. A dsrt.Error while requests run."""
+        self._native.reset_prefix_cache()
+
     def stats(self) -> dict:
         return self._native.stats()
 

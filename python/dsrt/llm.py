@@ -148,6 +148,12 @@ class LLM:
     def max_seq_len(self) -> int:
         return self._loop.max_seq_len
 
+    def reset_prefix_cache(self) -> None:
+        """Forgets the engine's prefix cache, as vLLM's ``LLM.reset_prefix_cache``: later
+        prompts hit no KV block computed before (for benchmarks, or after the meaning of
+        prompts changed). A :class:`dsrt.Error` while requests run."""
+        self._loop.reset_prefix_cache()
+
     def close(self) -> None:
         """Stops the engine (also on ``with`` exit)."""
         self._loop.close()

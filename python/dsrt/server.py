@@ -357,6 +357,16 @@ def create_app(server: Server) -> FastAPI:
             return refused(error)
         return {"count": len(ids), "max_model_len": server.engine.max_seq_len, "tokens": ids}
 
+    # vLLM's: forgets the prefix cache. Refused (409) while requests run: the engine resets
+    # only between them.
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache():
+        try:
+            server.engine.reset_prefix_cache()
+        except _dsrt.Error as error:
+            return refused(_Refused(409, str(error).split(": ", 1)[-1]))
+        return Response(status_code=200)
+
     @app.post("/detokenize")
     async def detokenize(request: Request):
         try:

@@ -311,6 +311,10 @@ struct Engine {
     nb::gil_scoped_release release;
     check(dsrt_engine_cancel(handle, id));
   }
+  void resetPrefixCache() {
+    nb::gil_scoped_release release;
+    check(dsrt_engine_reset_prefix_cache(handle));
+  }
 
   // The events since the last call, waiting up to `timeout` seconds for one: a list of
   // (request, token, state, logprob or None, [(token, logprob)]).
@@ -431,6 +435,7 @@ NB_MODULE(_dsrt, m) {
            "prompt_logprobs"_a = -1, "logit_bias_tokens"_a = std::vector<int64_t>(),
            "logit_bias_values"_a = std::vector<float>(), "min_tokens"_a = 0)
       .def("cancel", &Engine::cancel, "request"_a)
+      .def("reset_prefix_cache", &Engine::resetPrefixCache)
       .def("wait_events", &Engine::waitEvents, "timeout"_a)
       .def("interrupt", &Engine::interrupt)
       .def("stats", &Engine::stats);

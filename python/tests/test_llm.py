@@ -354,3 +354,19 @@ def test_a_plan_without_a_step_program_is_served_with_a_warning(model_dir, tmp_p
     with dsrt.LLM(dsrt.compile(str(model_dir / "model.onnx"), str(tmp_path / "serve.dsp"),
                                serving=True)):
         assert "step program" not in capsys.readouterr().err
+
+
+def test_reset_prefix_cache_forgets_computed_blocks(plan, reference):
+    # A prompt of 2 full blocks (block size 4) and one token more, twice: the second hits
+    # both blocks; after reset_prefix_cache the third hits nothing, and every run is greedy.
+    with dsrt.LLM(plan, block_size=4) as llm:
+        prompt = (reference["prompts"][0]["ids"] * 9)[:9]
+        params = dsrt.SamplingParams(max_tokens=3, **GREEDY)
+        hits = lambda: llm._loop.stats()["prefix_hits"]
+        first = llm.generate([prompt], params)[0].outputs[0].token_ids
+        before = hits()
+        assert llm.generate([prompt], params)[0].outputs[0].token_ids == first
+        assert hits() == before + 2
+        llm.reset_prefix_cache()
+        assert llm.generate([prompt], params)[0].outputs[0].token_ids == first
+        assert hits() == before + 2

@@ -483,3 +483,8 @@ def test_mpirun_serves_from_rank_0(tp2_plan, reference):
     # Both ranks ended with rank 0's engine (mpirun's own status says it was signalled).
     assert process.process.returncode is not None
     assert "Traceback" not in output and "abort" not in output.lower(), output
+
+
+def test_reset_prefix_cache_answers_when_idle(server):
+    # vLLM's endpoint: the engine is idle between these tests, so the reset is done.
+    assert requests.post(server.url + "/reset_prefix_cache", timeout=10).status_code == 200

@@ -200,6 +200,12 @@ dsrt_status dsrt_engine_cancel(dsrt_engine *engine, int64_t request_id) {
   return fromStatus(engine->engine->cancel(request_id), DSRT_INVALID_ARGUMENT);
 }
 
+dsrt_status dsrt_engine_reset_prefix_cache(dsrt_engine *engine) {
+  if (!engine)
+    return nullArgument("engine");
+  return fromStatus(engine->engine->resetPrefixCache(), DSRT_INVALID_ARGUMENT);
+}
+
 dsrt_status dsrt_engine_step(dsrt_engine *engine, int *busy) {
   if (!engine)
     return nullArgument("engine");

@@ -457,6 +457,10 @@ DSRT_API dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t 
                                              size_t length, const dsrt_request_options *options,
                                              int64_t *request_id);
 DSRT_API dsrt_status dsrt_engine_cancel(dsrt_engine *engine, int64_t request_id);
+/* Forgets the prefix cache: every cached KV block becomes free, and later requests hit
+ * nothing computed before (vLLM's reset_prefix_cache; for benchmarks and after changing
+ * what prompts mean). Only while no request is live: an error otherwise, changing nothing. */
+DSRT_API dsrt_status dsrt_engine_reset_prefix_cache(dsrt_engine *engine);
 /* One step; *busy (may be NULL) is 1 while requests remain. */
 DSRT_API dsrt_status dsrt_engine_step(dsrt_engine *engine, int *busy);
 /* Steps on a thread of the engine's own until dsrt_engine_stop or destroy. */

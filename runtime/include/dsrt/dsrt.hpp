@@ -423,6 +423,7 @@ public:
     return id;
   }
   void cancel(int64_t request) { detail::check(dsrt_engine_cancel(engine_.get(), request)); }
+  void resetPrefixCache() { detail::check(dsrt_engine_reset_prefix_cache(engine_.get())); }
 
   // One step; true while requests remain.
   bool step() {

@@ -100,6 +100,21 @@ Status BlockPool::release(BlockId block) {
   return Status::ok();
 }
 
+Status BlockPool::forgetCached() {
+  if (usedBlocks() > 0)
+    return Status::error("cannot reset the prefix cache: " + std::to_string(usedBlocks()) +
+                         " KV blocks are in use");
+  // From the least recently released up: the stack's top, taken first, is the most recent.
+  while (lruHead_ != kNoBlock) {
+    const BlockId block = lruHead_;
+    unlinkCached(block);
+    published_[block] = false;
+    freeList_.push_back(block);
+  }
+  byHash_.clear();
+  return Status::ok();
+}
+
 Status BlockPool::retain(BlockId block) {
   if (!inRange(block) || refCounts_[block] == 0)
     return Status::error("cannot retain KV block " + std::to_string(block) +

@@ -69,6 +69,10 @@ public:
   // answers the hash (kNoBlock without prefix caching, where publish does nothing). The
   // pool does not move holders from the duplicate to the original: both hold the same KV.
   Status publish(BlockId block, uint64_t hash, BlockId *registered = nullptr);
+  // Forgets every cached block's hash, making it free (the most recently released taken
+  // first), as vLLM's reset_prefix_cache: later requests then hit nothing computed before.
+  // An error, changing nothing, while any block is in use.
+  Status forgetCached();
 
   bool prefixCaching() const { return prefixCaching_; }
   int64_t blockSize() const { return blockSize_; }

@@ -96,6 +96,11 @@ Status Engine::cancel(int64_t id) {
   return Status::ok();
 }
 
+Status Engine::resetPrefixCache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scheduler_->resetPrefixCache();
+}
+
 void Engine::finishLocked(int64_t id, RequestFinish finish) {
   auto it = live_.find(id);
   if (it == live_.end())

@@ -149,6 +149,8 @@ public:
   Status add(const std::vector<int64_t> &prompt, const RequestOptions &options, int64_t &id);
   // Stops a request wherever it is (waiting, mid-prompt, mid-decode) and frees its blocks.
   Status cancel(int64_t id);
+  // Scheduler::resetPrefixCache: between runs, when no request is live (else an error).
+  Status resetPrefixCache();
   // Up to `maxTokens` of the tokens `id` generated since the last poll, and whether it has
   // finished (once its last tokens are read; it is then forgotten). An unknown or already
   // collected id is an error.

@@ -344,6 +344,14 @@ Status Scheduler::removeRequest(int64_t id, const char *verb) {
 
 Status Scheduler::finish(int64_t id) { return removeRequest(id, "finish"); }
 
+Status Scheduler::resetPrefixCache() {
+  if (!running_.empty() || !waiting_.empty())
+    return Status::error("cannot reset the prefix cache while requests run (" +
+                         std::to_string(running_.size()) + " running, " +
+                         std::to_string(waiting_.size()) + " waiting)");
+  return pool_.forgetCached();
+}
+
 Status Scheduler::cancel(int64_t id) { return removeRequest(id, "cancel"); }
 
 const std::vector<int64_t> &Scheduler::tokens(int64_t id) const {

@@ -102,6 +102,8 @@ public:
   // An error for an unknown id or one already finished or cancelled.
   Status finish(int64_t id);
   Status cancel(int64_t id);
+  // BlockPool::forgetCached, when no request is running or waiting (else an error).
+  Status resetPrefixCache();
 
   // Queries. For an id that is not live, tokens() and blockTable() are empty and the counts
   // are -1. The references last until the next commit(), finish() or cancel().

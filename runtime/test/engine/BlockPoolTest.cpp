@@ -87,6 +87,29 @@ TEST(BlockPool, SharedBlockFreedByLastHolder) {
   EXPECT_FALSE(pool.release(a).isOk());
 }
 
+// forgetCached: refused while a block is in use, then every cached block free (the most
+// recently released handed out first) and no hash answers.
+TEST(BlockPool, ForgetCachedFreesEveryCachedBlockOnlyWhenNoneIsInUse) {
+  BlockPool pool(4, 4, true);
+  BlockId a = pool.allocate(), b = pool.allocate();
+  ASSERT_TRUE(pool.publish(a, hashOf(1)).isOk());
+  ASSERT_TRUE(pool.publish(b, hashOf(2)).isOk());
+  ASSERT_TRUE(pool.release(a).isOk());
+  EXPECT_FALSE(pool.forgetCached().isOk());  // b is in use
+  EXPECT_EQ(pool.peek(hashOf(1)), a);
+  ASSERT_TRUE(pool.release(b).isOk());
+  EXPECT_EQ(pool.cachedBlocks(), 2);
+  ASSERT_TRUE(pool.forgetCached().isOk());
+  EXPECT_EQ(pool.cachedBlocks(), 0);
+  EXPECT_EQ(pool.freeBlocks(), 4);
+  EXPECT_FALSE(pool.isPublished(a));
+  EXPECT_EQ(pool.peek(hashOf(1)), kNoBlock);
+  EXPECT_EQ(pool.peek(hashOf(2)), kNoBlock);
+  EXPECT_EQ(pool.allocate(), b);  // released last
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_EQ(pool.evictions(), 0u);
+}
+
 TEST(BlockPool, ChainHashDependsOnParentAndTokens) {
   std::vector<int64_t> tokens = {1, 2, 3, 4};
   std::vector<int64_t> other = {1, 2, 3, 5};

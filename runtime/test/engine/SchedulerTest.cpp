@@ -319,6 +319,33 @@ TEST(Scheduler, PrefixHitsSkipSharedBlocksButNeverTheLastToken) {
   EXPECT_EQ(h.scheduler.usedBlocks(), 0);
 }
 
+// Resetting the prefix cache: refused while a request is live (nothing forgotten: the next
+// request still hits), then every cached block is free and the same prompt hits nothing,
+// computing all its tokens again to what it generated alone.
+TEST(Scheduler, ResetPrefixCacheForgetsEveryBlockOnlyWhenIdle) {
+  Harness h(options(64, 8, 64), 4, 16, true);
+  h.add(iota(9), 2);
+  h.runUntilIdle();
+  EXPECT_EQ(h.scheduler.pool().cachedBlocks(), 2);
+  h.add(iota(9), 3);
+  StepPlan plan = h.step();
+  EXPECT_FALSE(h.scheduler.resetPrefixCache().isOk());
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start, 8);  // hit both blocks
+  h.runUntilIdle();
+  const uint64_t hits = h.scheduler.prefixHits();
+  ASSERT_TRUE(h.scheduler.resetPrefixCache().isOk());
+  EXPECT_EQ(h.scheduler.pool().cachedBlocks(), 0);
+  EXPECT_EQ(h.scheduler.pool().freeBlocks(), 16);
+  int64_t again = h.add(iota(9), 2);
+  plan = h.step();
+  ASSERT_NE(chunkOf(plan, again), nullptr);
+  EXPECT_EQ(chunkOf(plan, again)->start, 0);
+  EXPECT_EQ(h.scheduler.prefixHits(), hits);
+  h.runUntilIdle();
+  h.expectFinishedAsAlone();
+}
+
 TEST(Scheduler, PreemptsTheYoungestAndRecomputesIt) {
   Harness h(options(16, 4, 8), 2, 4, false);
   int64_t a = h.add(iota(2), 6);        // 8 tokens: needs all 4 blocks at the end
