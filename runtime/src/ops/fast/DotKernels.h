@@ -68,8 +68,12 @@ struct IsaKernels {
                        int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
                        bool accumulate);
   // Rows of x (from 5) up to which dotRows takes f32 weights' rows of x as the lanes of a
-  // vector, 16 weight rows at a time (dotRowLanes); 0 where it does not.
+  // vector, 16 weight rows at a time (dotRowLanes); 0 where it does not. dotRowLanes is
+  // that kernel on x already transposed (transposeRowLanes), for a caller that splits the
+  // outputs between threads; null where rowLanes is 0.
   int64_t rowLanes;
+  void (*dotRowLanes)(const float *xT, const float *x, int64_t rows, const LinearWeights &w,
+                      int64_t begin, int64_t end, float *y, int64_t ldy);
 };
 
 // Everything below is compiled once per instruction set, inside each translation unit's
@@ -589,7 +593,8 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &columnMaximaWith<Vec>,
           &softmaxColumnsWith<Vec>,
           &multiplyTileWith<Vec>,
-          Vec::kWidth == 16 ? kRowLanes : 0};
+          Vec::kWidth == 16 ? kRowLanes : 0,
+          Vec::kWidth == 16 ? &dotRowLanesTransposed<Vec> : nullptr};
 }
 
 } // namespace

@@ -164,14 +164,10 @@ void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
     // had waited on them (a fifth of a serving profile without AMX).
     const char *nextRows =
         first + 32 <= end ? static_cast<const char *>(w.data) + (first + 16) * rowBytes : nullptr;
-    if (flipHere)
-      (w.groups == 1 ? sumTile<true, true> : sumTile<false, true>)(
-          x, w, flipped, panelScales, first, 0, y, ldy, nextRows, rowBytes);
-    else
-      for (int64_t rt = 0; rt < rowTiles; ++rt)
-        (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, flipped, panelScales, first, rt,
-                                                         y, ldy, rt == 0 ? nextRows : nullptr,
-                                                         rowBytes);
+    const auto tile = w.groups == 1 ? (flipHere ? sumTile<true, true> : sumTile<true, false>)
+                                    : (flipHere ? sumTile<false, true> : sumTile<false, false>);
+    for (int64_t rt = 0; rt < rowTiles; ++rt)
+      tile(x, w, flipped, panelScales, first, rt, y, ldy, rt == 0 ? nextRows : nullptr, rowBytes);
   }
 }
 

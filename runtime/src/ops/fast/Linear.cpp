@@ -530,13 +530,17 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       return;
     }
     if (w.dtype == DType::F32 && rows > 4 && rows <= isa().rowLanes) {
-      // Panels of 16 features (dotRowLanes), one range of them a thread: each range
-      // transposes x first, and its first panel waits on memory.
+      // x transposed once, then panels of 16 features (dotRowLanes), one range of them a
+      // thread: each range's first panel waits on memory.
+      thread_local std::vector<float> callerXT;
+      callerXT.resize(static_cast<size_t>(in * 16));
+      const float *xT = callerXT.data();
+      detail::transposeRowLanes(x, rows, in, callerXT.data());
       const int64_t panels = (out + 15) / 16;
       parallelFor(panels, (panels + parallelThreads() - 1) / parallelThreads(),
                   [&](int64_t begin, int64_t end) {
                     const int64_t first = begin * 16, last = std::min(out, end * 16);
-                    dotRows(x, rows, w, first, last, y, out);
+                    isa().dotRowLanes(xT, x, rows, w, first, last, y, out);
                     epilogue(first, last);
                   });
       return;

@@ -152,6 +152,17 @@ void dotBlocks(const float *x, int64_t rows, const LinearWeights &w, int64_t beg
 // Rows of x up to which AVX-512 takes them as the lanes of a vector (dotRowLanes).
 constexpr int64_t kRowLanes = 16;
 
+// x's rows ([rows, in], up to 16) as the lanes of `xT` ([in, 16]), the lanes past `rows` 0.
+inline void transposeRowLanes(const float *x, int64_t rows, int64_t in, float *xT) {
+  for (int64_t k = 0; k < in; ++k) {
+    float *lanes = xT + k * 16;
+    for (int64_t r = 0; r < rows; ++r)
+      lanes[r] = x[r * in + k];
+    for (int64_t r = rows; r < 16; ++r)
+      lanes[r] = 0.0f;
+  }
+}
+
 // Up to 16 rows of x, transposed into `xT` ([in, 16], a lane per row), against a panel of
 // 16 consecutive f32 weight rows, into `tile` ([16 outputs, 16 lanes]): each weight
 // broadcast straight from its row into one FMA with the 16 rows' inputs, so nothing is
@@ -216,23 +227,20 @@ void rowLanesPanel(const float *xT, int64_t in, const float *weights, float *til
 // memory while its other passes computed from L1: 16 rows of GPT-2's LM head (50257 x 768)
 // took 6.2 ms on 2 Zen 5 cores against 4.0 here.
 // Each (row, output) is one chain of FMAs over the inputs in an order fixed by the output's
-// place in its panel (rowLanesPanel), whatever the rows beside it.
+// place in its panel (rowLanesPanel), whatever the rows beside it. `xT` is x transposed by
+// transposeRowLanes, once per product for every thread's range (linear() does it).
 template <class Vec>
-void dotRowLanes(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                 int64_t end, float *y, int64_t ldy) {
+void dotRowLanesTransposed(const float *xT, const float *x, int64_t rows, const LinearWeights &w,
+                           int64_t begin, int64_t end, float *y, int64_t ldy) {
   const int64_t in = w.in;
-  thread_local std::vector<float> xT, tile;
-  xT.assign(static_cast<size_t>(in * 16), 0.0f);
+  thread_local std::vector<float> tile;
   tile.resize(256);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < in; ++k)
-      xT[static_cast<size_t>(k * 16 + r)] = x[r * in + k];
   const float *weights = static_cast<const float *>(w.data);
   const char *stop = reinterpret_cast<const char *>(weights + end * in);
   int64_t o = begin;
   for (; o + 16 <= end; o += 16) {
     const char *ahead = reinterpret_cast<const char *>(weights + (o + 16) * in);
-    rowLanesPanel<Vec>(xT.data(), in, weights + o * in, tile.data(), ahead,
+    rowLanesPanel<Vec>(xT, in, weights + o * in, tile.data(), ahead,
                        std::min(stop, ahead + 16 * in * static_cast<int64_t>(sizeof(float))));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < 16; ++j)
@@ -240,6 +248,15 @@ void dotRowLanes(const float *x, int64_t rows, const LinearWeights &w, int64_t b
   }
   if (o < end)
     dotBlocks<Vec>(x, rows, w, o, end, y, ldy);
+}
+
+template <class Vec>
+void dotRowLanes(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                 int64_t end, float *y, int64_t ldy) {
+  thread_local std::vector<float> xT;
+  xT.resize(static_cast<size_t>(w.in * 16));
+  transposeRowLanes(x, rows, w.in, xT.data());
+  dotRowLanesTransposed<Vec>(xT.data(), x, rows, w, begin, end, y, ldy);
 }
 
 } // namespace
