@@ -296,38 +296,10 @@ void onToken(void *user, int64_t id, int64_t token, dsrt_request_state state,
   }
 }
 
-Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
-                         const std::vector<Request> &requests,
-                         const std::vector<Request> &warmup, int64_t vocab) {
-  dsrt_engine_options options;
-  dsrt_engine_options_init(&options);
-  options.block_size = o.blockSize;
-  options.kv_cache_bytes = o.kvBytes;
-  options.max_tokens_per_step = o.tokensPerStep;
-  options.prefix_caching = o.prefixCaching ? 1 : 0;
-  options.batch_invariant = o.batchInvariant ? 1 : 0;
-  options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
-  options.device = o.device;
-  dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), "engine");
-  EngineRun run;
-  check(dsrt_engine_set_callback(engine, onToken, &run), "callback");
-  check(dsrt_engine_start(engine), "engine thread");
-  for (const Request &request : warmup) {
-    dsrt_request_options options;
-    dsrt_request_options_init(&options);
-    options.max_new_tokens = request.outputTokens;
-    options.ignore_eos = 1;
-    int64_t id = 0;
-    std::unique_lock<std::mutex> lock(run.mutex);
-    check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(),
-                                  &options, &id),
-          "warm-up request");
-    run.warmupId = id;
-    run.changed.wait(lock, [&] { return run.warmupId == 0; });
-  }
-  // One pass of `requests` at the stream's concurrency; its seconds.
-  auto serve = [&](const std::vector<Request> &requests) {
+// One pass of `requests` through the started engine at the stream's concurrency (o.clients
+// closed-loop clients or o.rate arrivals), its timings in `run`; its seconds.
+double serveStream(dsrt_engine *engine, EngineRun &run, const ServeOptions &o,
+                   const std::vector<Request> &requests) {
   {
     std::lock_guard<std::mutex> lock(run.mutex);
     run.timings.assign(requests.size(), Timing{});
@@ -375,7 +347,38 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
     run.changed.wait(lock, [&] { return run.finished == static_cast<int>(requests.size()); });
   }
   return std::chrono::duration<double>(Clock::now() - start).count();
-  };
+}
+
+Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
+                         const std::vector<Request> &requests,
+                         const std::vector<Request> &warmup, int64_t vocab) {
+  dsrt_engine_options options;
+  dsrt_engine_options_init(&options);
+  options.block_size = o.blockSize;
+  options.kv_cache_bytes = o.kvBytes;
+  options.max_tokens_per_step = o.tokensPerStep;
+  options.prefix_caching = o.prefixCaching ? 1 : 0;
+  options.batch_invariant = o.batchInvariant ? 1 : 0;
+  options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
+  options.device = o.device;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine");
+  EngineRun run;
+  check(dsrt_engine_set_callback(engine, onToken, &run), "callback");
+  check(dsrt_engine_start(engine), "engine thread");
+  for (const Request &request : warmup) {
+    dsrt_request_options options;
+    dsrt_request_options_init(&options);
+    options.max_new_tokens = request.outputTokens;
+    options.ignore_eos = 1;
+    int64_t id = 0;
+    std::unique_lock<std::mutex> lock(run.mutex);
+    check(dsrt_engine_add_request(engine, request.prompt.data(), request.prompt.size(),
+                                  &options, &id),
+          "warm-up request");
+    run.warmupId = id;
+    run.changed.wait(lock, [&] { return run.warmupId == 0; });
+  }
   if (!o.coldKv) {
     // The same lengths and arrivals, other tokens: as many KV blocks written as the timed
     // run will write, and none of them cached after the reset.
@@ -384,12 +387,12 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
     for (Request &request : warm)
       for (int64_t &token : request.prompt)
         token = static_cast<int64_t>(random() % static_cast<uint64_t>(vocab));
-    serve(warm);
+    serveStream(engine, run, o, warm);
     check(dsrt_engine_reset_prefix_cache(engine), "prefix cache reset");
   }
   dsrt_engine_stats before;
   check(dsrt_engine_stats_get(engine, &before), "stats");
-  const double seconds = serve(requests);
+  const double seconds = serveStream(engine, run, o, requests);
   Measured measured;
   measured.name = "engine";
   measured.seconds = seconds;
