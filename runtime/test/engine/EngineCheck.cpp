@@ -203,6 +203,10 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
     if (added < requests.size())
       addNext();
     check(dsrt_engine_step(engine, &busy), scenario.name + ": step");
+    // The prefix cache is reset only between requests: refused while these run.
+    if (steps == 0 && busy && (dsrt_engine_reset_prefix_cache(engine) == DSRT_OK ||
+                               !std::strstr(dsrt_last_error(), "while requests run")))
+      die(scenario.name + ": resetting the prefix cache while requests ran was not refused");
     for (size_t r = 0; r < added; ++r) {
       if (states[r] != DSRT_REQUEST_RUNNING)
         continue;
@@ -227,6 +231,7 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   }
   dsrt_engine_stats stats;
   check(dsrt_engine_stats_get(engine, &stats), "stats");
+  check(dsrt_engine_reset_prefix_cache(engine), scenario.name + ": prefix cache reset when idle");
   int failures = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
     if (cancelled[r])
