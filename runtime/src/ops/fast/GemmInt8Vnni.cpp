@@ -94,47 +94,60 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
              const char *nextRows, int64_t rowBytes) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = in / groups / kBlock;
-  const int64_t linesPerBlock = 16 * rowBytes / 64 / blocks;
   const int8_t *xTiles = x.tiles + rowTile * blocks * 512;
   const float *xScales = x.scales + rowTile * 16;
   const int32_t *xSurpluses = x.surpluses + rowTile * 16;
+  // Two passes over the blocks, 8 outputs each, their 8 chains of vpdpbusd interleaved
+  // quad by quad: one output's chain at a time (8 dependent instructions, then the next
+  // output's) kept about one vpdpbusd a cycle in flight where two can issue (768 x 3072 at 16
+  // rows, one core, from L3: 0.18 -> 0.135 ms in a standalone copy of the loop). Each
+  // (row, output) still gets its blocks' sums in block order, as before.
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (int o = 0; o < 16; ++o)
-    acc[o] = _mm512_setzero_ps();
-  int64_t group = 0, groupLeft = groupBlocks;
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m512i quads[8];
+  const int64_t lines = 16 * rowBytes / 64;
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q)
-      quads[q] = _mm512_load_si512(xTiles + b * 512 + q * 64);
-    if (nextRows)
-      for (int64_t line = b * linesPerBlock; line < (b + 1) * linesPerBlock; ++line)
-        _mm_prefetch(nextRows + line * 64, _MM_HINT_T1);
-    const __m512i surpluses = _mm512_loadu_si512(xSurpluses + b * x.paddedRows);
-    const __m512 rowScales = _mm512_loadu_ps(xScales + b * x.paddedRows);
-    // Unrolled so that acc stays in registers (its indices constants), as GemmInt8Amx.cpp's.
-#pragma GCC unroll 16
-    for (int o = 0; o < 16; ++o) {
-      const uint8_t *row = flipped + o * in + b * kBlock;
-      __m512i sums = surpluses;
+    for (int i = 0; i < 8; ++i)
+      acc[8 * half + i] = _mm512_setzero_ps();
+    int64_t group = 0, groupLeft = groupBlocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (nextRows) {
+        const int64_t stepIndex = half * blocks + b;
+        for (int64_t line = stepIndex * lines / (2 * blocks);
+             line < (stepIndex + 1) * lines / (2 * blocks); ++line)
+          _mm_prefetch(nextRows + line * 64, _MM_HINT_T1);
+      }
+      const __m512i surpluses = _mm512_loadu_si512(xSurpluses + b * x.paddedRows);
+      const __m512 rowScales = _mm512_loadu_ps(xScales + b * x.paddedRows);
+      __m512i sums[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        sums[i] = surpluses;
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
-        int32_t quad;  // 4 flipped weights, broadcast to the 16 rows
-        std::memcpy(&quad, row + 4 * q, sizeof quad);
-        __m512i weights = _mm512_set1_epi32(quad);
-        if constexpr (FlipHere)
-          weights = _mm512_xor_si512(weights, _mm512_set1_epi8(static_cast<char>(0x80)));
-        sums = _mm512_dpbusd_epi32(sums, weights, quads[q]);
+        const __m512i quads = _mm512_load_si512(xTiles + b * 512 + q * 64);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          int32_t quad;  // 4 flipped weights, broadcast to the 16 rows
+          std::memcpy(&quad, flipped + (8 * half + i) * in + b * kBlock + 4 * q, sizeof quad);
+          __m512i weights = _mm512_set1_epi32(quad);
+          if constexpr (FlipHere)
+            weights = _mm512_xor_si512(weights, _mm512_set1_epi8(static_cast<char>(0x80)));
+          sums[i] = _mm512_dpbusd_epi32(sums[i], weights, quads);
+        }
       }
-      const __m512 scale =
-          PerChannel ? rowScales
-                     : _mm512_mul_ps(rowScales, _mm512_set1_ps(panelScales[o * groups + group]));
-      acc[o] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[o]);
-    }
-    if (--groupLeft == 0) {
-      ++group;
-      groupLeft = groupBlocks;
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const int o = 8 * half + i;
+        const __m512 scale =
+            PerChannel ? rowScales
+                       : _mm512_mul_ps(rowScales, _mm512_set1_ps(panelScales[o * groups + group]));
+        acc[o] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i]), scale, acc[o]);
+      }
+      if (--groupLeft == 0) {
+        ++group;
+        groupLeft = groupBlocks;
+      }
     }
   }
   storeTile<PerChannel>(acc, panelScales, rowTile * 16, x.rows, y + first, ldy);
