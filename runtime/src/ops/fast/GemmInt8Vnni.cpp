@@ -15,9 +15,10 @@
 //   vpdpbusd, and a row's sums land in y's row as they are.
 // * Up to 16 rows (the engine's decode steps): lanes of 16 rows, x's tile as it is, each
 //   weight quad broadcast from the plan's row and flipped in its register (int4 rows are
-//   unpacked and flipped into a panel first): one load a vpdpbusd, which holds it near half
-//   the two VNNI ports' rate (docs/design.md, section 9), but nothing to repack, which costs
-//   more where the weights stream from memory.
+//   unpacked and flipped into a panel first), 8 outputs' chains interleaved: one load a
+//   vpdpbusd, which holds it near half the two VNNI ports' rate on a Xeon (docs/design.md,
+//   section 9), but nothing to repack, which costs more where the weights stream from
+//   memory.
 //
 // The surplus, 128 * sum(xq) of each block of each row, which the quantizer already has, is
 // where the block's int32 sums start (negated). Each block's int32 sum is exact, and both
