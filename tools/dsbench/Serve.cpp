@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -380,13 +381,18 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
     run.changed.wait(lock, [&] { return run.warmupId == 0; });
   }
   if (!o.coldKv) {
-    // The same lengths and arrivals, other tokens: as many KV blocks written as the timed
-    // run will write, and none of them cached after the reset.
+    // The same lengths and arrivals, other tokens: each token renamed by one permutation of
+    // the vocabulary, so that the requests share prefixes (a system prompt) as the timed
+    // run's do. As many KV blocks are written, the same peak is held (the engine's peak
+    // counts both runs: random tokens had shared nothing and held more), and nothing of
+    // the warm run is cached after the reset.
     std::vector<Request> warm = requests;
-    std::mt19937_64 random(o.seed ^ 0x5bd1e9955bd1e995ull);
+    std::vector<int64_t> renamed(static_cast<size_t>(vocab));
+    std::iota(renamed.begin(), renamed.end(), int64_t{0});
+    std::shuffle(renamed.begin(), renamed.end(), std::mt19937_64(o.seed ^ 0x5bd1e9955bd1e995ull));
     for (Request &request : warm)
       for (int64_t &token : request.prompt)
-        token = static_cast<int64_t>(random() % static_cast<uint64_t>(vocab));
+        token = renamed[static_cast<size_t>(token)];
     serveStream(engine, run, o, warm);
     check(dsrt_engine_reset_prefix_cache(engine), "prefix cache reset");
   }
