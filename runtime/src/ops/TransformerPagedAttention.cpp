@@ -169,7 +169,7 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
                           layout.scalesAt(scales, at), run, D, layout.groups, x.wide.data());
       return reinterpret_cast<const char *>(x.wide.data());
     };
-    // A KV head's slice of the next block requested into L2 while its slice of this block is
+    // A KV head's slice of a later block requested into L2 while its slice of this block is
     // read, head by head: the blocks lie anywhere in the pool, where the hardware's
     // prefetchers do not foresee them. A GPT-2 int8 engine's decode attention 1.59-1.60 s
     // without the requests, 1.32-1.39 s with them into L1 (one or two blocks ahead alike;
@@ -194,7 +194,13 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
         for (int64_t j = 0; j < n; ++j) {
           const int64_t kh = kvHeadOf(x.heads[j]);
           if (kh != requested) {
-            prefetchHead(base, kh, t + run);
+            // Two blocks ahead (the first block's next one as well): on the Zen 5 the
+            // GPT-2 int8 engine's decode-heavy stream served 3.5% more tokens a second
+            // (medians of 5 alternating runs) than with the next block only.
+            const int64_t block = t / layout.blockSize;
+            if (t == first)
+              prefetchHead(base, kh, (block + 1) * layout.blockSize);
+            prefetchHead(base, kh, (block + 2) * layout.blockSize);
             requested = kh;
           }
           perHead(j, headRows(base, scales, kh, t, run, widened), t, run,
