@@ -104,7 +104,10 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
   // rows, one core, from L3: 0.18 -> 0.135 ms in a standalone copy of the loop). Each
   // (row, output) still gets its blocks' sums in block order, as before.
   __m512 acc[16];
-  const int64_t lines = 16 * rowBytes / 64;
+  // The next panel's lines spread over the 2 x blocks steps, counted without a division on
+  // the way: `owed` grows by `lines` a step and pays a line per 2 x blocks.
+  const int64_t lines = 16 * rowBytes / 64, steps = 2 * blocks;
+  int64_t nextLine = 0, owed = 0;
 #pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
 #pragma GCC unroll 8
@@ -112,12 +115,9 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
       acc[8 * half + i] = _mm512_setzero_ps();
     int64_t group = 0, groupLeft = groupBlocks;
     for (int64_t b = 0; b < blocks; ++b) {
-      if (nextRows) {
-        const int64_t stepIndex = half * blocks + b;
-        for (int64_t line = stepIndex * lines / (2 * blocks);
-             line < (stepIndex + 1) * lines / (2 * blocks); ++line)
-          _mm_prefetch(nextRows + line * 64, _MM_HINT_T1);
-      }
+      if (nextRows)
+        for (owed += lines; owed >= steps; owed -= steps)
+          _mm_prefetch(nextRows + 64 * nextLine++, _MM_HINT_T1);
       const __m512i surpluses = _mm512_loadu_si512(xSurpluses + b * x.paddedRows);
       const __m512 rowScales = _mm512_loadu_ps(xScales + b * x.paddedRows);
       __m512i sums[8];
