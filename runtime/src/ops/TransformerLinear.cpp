@@ -291,16 +291,22 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   fast::linear(a ? a->data() : nullptr, rows, weights, y, [&](int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       float *row = y + r * out;
+      const float *residual =
+          epilogue.residual ? epilogue.residual->data() + r * out + begin : nullptr;
+      // Bias and residual in one pass where nothing comes between them (o_proj, fc2).
+      if (epilogue.bias && residual && !epilogue.activation && !epilogue.gated &&
+          !epilogue.hasLogitEpilogue()) {
+        fast::addTo(row + begin, epilogue.bias->data() + begin, residual, end - begin);
+        continue;
+      }
       if (epilogue.bias)
-        for (int64_t o = begin; o < end; ++o)
-          row[o] += (*epilogue.bias)[o];
+        fast::addTo(row + begin, epilogue.bias->data() + begin, end - begin);
       if (epilogue.gated)
         continue;
       if (epilogue.activation)
         fast::activate(*epilogue.activation, row + begin, end - begin);
-      if (epilogue.residual)
-        for (int64_t o = begin; o < end; ++o)
-          row[o] += (*epilogue.residual)[r * out + o];
+      if (residual)
+        fast::addTo(row + begin, residual, end - begin);
       if (epilogue.hasLogitEpilogue())
         for (int64_t o = begin; o < end; ++o)
           row[o] = epilogue.logit(row[o]);

@@ -281,6 +281,36 @@ uint32_t bitsOf(float x) {
 // keys widened; widths with and without a scalar tail; runs of keys with and without a whole
 // sixteen; 16 and 48 queries; one key all zeros against negative queries (the sum's -0 is
 // +0). Both are also within the f32 bound of the float64 dot: D·2^-24·Σ|q·k|.
+// ops::fast::addTo (the linear epilogue's bias and residual) is each sum rounded once, in
+// the scalar loops' order: y + x, and (y + x) + z, equal bit for bit at every length around
+// the vectors' widths, the tail included, leaving what follows y alone.
+TEST(FastLinearKernels, AddToEqualsTheScalarSumsBitForBit) {
+  std::mt19937 random(5);
+  std::uniform_real_distribution<float> value(-1e3f, 1e3f);
+  for (bool second : {false, true})
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 768}) {
+      std::vector<float> y(static_cast<size_t>(n + 1)), x(static_cast<size_t>(n)),
+          z(static_cast<size_t>(n));
+      for (float &v : y)
+        v = value(random);
+      for (float &v : x)
+        v = value(random) * 1e-3f;  // sums that round
+      for (float &v : z)
+        v = value(random);
+      std::vector<float> expected(y);
+      for (int64_t i = 0; i < n; ++i)
+        expected[i] = second ? (y[i] + x[i]) + z[i] : y[i] + x[i];
+      if (second)
+        ops::fast::addTo(y.data(), x.data(), z.data(), n);
+      else
+        ops::fast::addTo(y.data(), x.data(), n);
+      for (int64_t i = 0; i <= n; ++i)
+        ASSERT_EQ(std::memcmp(&y[i], &expected[i], sizeof(float)), 0)
+            << (second ? "y + x + z" : "y + x") << ", n " << n << ", element " << i << ": "
+            << y[i] << " vs " << expected[i];
+    }
+}
+
 TEST(FastLinearKernels, PromptTileScoresEqualDecodeRowScoresBitForBit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;

@@ -40,6 +40,8 @@ struct IsaKernels {
   void (*activate)(Activation kind, float *y, int64_t n);
   // y[i] = e^y[i] for i < n.
   void (*exponentiate)(float *y, int64_t n);
+  // y[i] = (y[i] + x[i]) + z[i] for i < n, z optional (FastKernels.h's addTo).
+  void (*addTo)(float *y, const float *x, const float *z, int64_t n);
   // out[d] = Σ_t weights[t] rows[t * width + d] for d < width, t < count; rows of f32,
   // f16 or bf16; with `accumulate`, the sums continue from out's values.
   void (*weightedSum)(const float *weights, const void *rows, DType rowType, int64_t count,
@@ -536,6 +538,22 @@ template <class Vec> float sumWith(const float *x, int64_t n) {
   return sum;
 }
 
+template <class Vec, bool Second>
+void addToTyped(float *y, const float *x, const float *z, int64_t n) {
+  constexpr int W = Vec::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    typename Vec::V sum = Vec::add(Vec::load(y + i), Vec::load(x + i));
+    Vec::store(y + i, Second ? Vec::add(sum, Vec::load(z + i)) : sum);
+  }
+  for (; i < n; ++i)
+    y[i] = Second ? (y[i] + x[i]) + z[i] : y[i] + x[i];
+}
+
+template <class Vec> void addToWith(float *y, const float *x, const float *z, int64_t n) {
+  z ? addToTyped<Vec, true>(y, x, z, n) : addToTyped<Vec, false>(y, x, z, n);
+}
+
 // Two passes in fp32 (the mean, then the squares about it), as torch's CPU kernels do.
 template <class Vec>
 void normalizeRowWith(const float *x, int64_t n, const float *scale, const float *bias,
@@ -584,6 +602,7 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &widenRowsWith<Vec>,
           &activateVectorWith<Vec>,
           &exponentiateWith<Vec>,
+          &addToWith<Vec>,
           &weightedSumWith<Vec>,
           &keyScoresWith<Vec>,
           &keyScoresInt8With<Vec>,

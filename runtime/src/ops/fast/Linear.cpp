@@ -343,6 +343,10 @@ void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n)
 
 void exponentiate(float *y, int64_t n) { isa().exponentiate(y, n); }
 
+void addTo(float *y, const float *x, int64_t n) { isa().addTo(y, x, nullptr, n); }
+
+void addTo(float *y, const float *x, const float *z, int64_t n) { isa().addTo(y, x, z, n); }
+
 void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
                   int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
                   bool accumulate) {
