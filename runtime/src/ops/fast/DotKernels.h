@@ -30,7 +30,7 @@
 
 namespace dsrt::ops::fast::detail {
 
-// One instruction set's kernels (DotScalar in Linear.cpp, DotAvx2.cpp, DotAvx512.cpp).
+// One instruction set's kernels (Scalar in IsaKernels.cpp, DotAvx2.cpp, DotAvx512.cpp).
 struct IsaKernels {
   const char *name;
   void (*dotRows)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,

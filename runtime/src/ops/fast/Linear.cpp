@@ -1,132 +1,28 @@
-// The fast linear layer: dotRows' kernels (portable, AVX2 or AVX-512, chosen at run time)
-// for decode and short prompts, and for many rows oneDNN's sgemm (opened at run time, so
-// libdsrt needs no oneDNN to build or load) on fp32 tiles of the weights. The thread pool
-// splits the output features; each sgemm call is single-threaded inside it.
+// The fast linear layer: dotRows' kernels (portable, AVX2 or AVX-512, chosen at run time:
+// IsaKernels.cpp) for decode and short prompts, and for many rows oneDNN's sgemm (opened at
+// run time, so libdsrt needs no oneDNN to build or load: OneDnn.cpp) on fp32 tiles of the
+// weights. The thread pool splits the output features; each sgemm call is single-threaded
+// inside it.
 #include "ops/fast/DotKernels.h"
-#include "ops/fast/VecScalar.h"
+#include "ops/fast/IsaChoice.h"
+#include "ops/fast/OneDnn.h"
 #include "ops/fast/QuantizedActivations.h"
 #include "ops/ThreadPool.h"
-
-#include "core/LibraryLoader.h"
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 namespace dsrt::ops::fast {
 
-detail::IsaKernels avx2Kernels();    // DotAvx2.cpp
-detail::IsaKernels avx512Kernels();  // DotAvx512.cpp
-detail::IsaKernels avx512VnniKernels();  // DotVnni.cpp
 bool int4VnniAvailable();  // below
 bool int4Avx2Available();  // below
 
 namespace {
 
-// The widest kernels the CPU has, capped by DSRT_CPU_ISA (scalar, avx2 or avx512: to compare
-// them, or on a CPU that misreports). int8 and int4 weights meet int8-quantized activations
-// up to 64 rows wherever AVX-512 VNNI is there (int8QuantizesActivations and
-// int4QuantizesActivations, below); DSRT_CPU_ISA=avx512-vnni names the same kernels.
-const detail::IsaKernels &isa() {
-  static const detail::IsaKernels chosen = [] {
-    const char *cap = std::getenv("DSRT_CPU_ISA");
-    const std::string order[] = {"scalar", "avx2", "avx512", "avx512-vnni"};
-    int limit = 2;
-    for (int i = 0; cap && i < 4; ++i)
-      if (order[i] == cap)
-        limit = i;
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c");
-    bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-    bool vnni = avx512 && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vnni");
-    if (limit >= 3 && vnni)
-      return avx512VnniKernels();
-    if (limit >= 2 && avx512)
-      return avx512Kernels();
-    if (limit >= 1 && avx2)
-      return avx2Kernels();
-    return detail::kernelsOf<Scalar>("scalar");
-  }();
-  return chosen;
-}
-
-// oneDNN's row-major sgemm and bf16 x bf16 -> f32 GEMM, and libgomp's thread count where
-// oneDNN runs on OpenMP.
-using SgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                        const float *, int64_t, float, float *, int64_t);
-using GemmBf16Fn = int (*)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *,
-                           int64_t, const uint16_t *, int64_t, float, float *, int64_t);
-struct OneDnn {
-  SgemmFn sgemm = nullptr;
-  GemmBf16Fn gemmBf16 = nullptr;
-  int (*ompMaxThreads)() = nullptr;
-  void (*ompSetThreads)(int) = nullptr;
-};
-
-// DSRT_DNNL names the library; DSRT_DNNL=none turns it off (the kernels then use dotRows).
-const OneDnn &oneDnn() {
-  static OneDnn loaded;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char *env = std::getenv("DSRT_DNNL");
-    if (env && std::string(env) == "none")
-      return;
-    LibrarySpec spec{"oneDNN", "DSRT_DNNL", {"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"},
-                     false, {}, false};
-    LoadedLibrary library = findLibrary(spec, [](void *handle) -> std::string {
-      return dlsym(handle, "dnnl_sgemm") ? "" : "lacks dnnl_sgemm";
-    });
-    if (!library.handle)
-      return;
-    loaded.sgemm = reinterpret_cast<SgemmFn>(dlsym(library.handle, "dnnl_sgemm"));
-    loaded.gemmBf16 =
-        reinterpret_cast<GemmBf16Fn>(dlsym(library.handle, "dnnl_gemm_bf16bf16f32"));
-    loaded.ompMaxThreads =
-        reinterpret_cast<int (*)()>(dlsym(library.handle, "omp_get_max_threads"));
-    loaded.ompSetThreads =
-        reinterpret_cast<void (*)(int)>(dlsym(library.handle, "omp_set_num_threads"));
-    // oneDNN's bf16 GEMM needs AVX-512: on AVX2 (AMD's Zen 2) Debian's 2.6 answers
-    // dnnl_unimplemented and writes nothing, which DSRT_PREFILL_GEMM=bf16 took for results.
-    // Asked once, on 1 x 1: without it the prompts stay in f32.
-    const uint16_t bf16One = 0x3F80;
-    float product = 0.0f;
-    if (loaded.gemmBf16 && (loaded.gemmBf16('N', 'T', 1, 1, 1, 1.0f, &bf16One, 1, &bf16One, 1,
-                                            0.0f, &product, 1) != 0 ||
-                            product != 1.0f))
-      loaded.gemmBf16 = nullptr;
-  });
-  return loaded;
-}
-
-// One single-threaded sgemm: C[M, N] = A[M, K] . B[N, K]^T, row-major. The pool already
-// runs one call per thread, so OpenMP must not start a team of its own inside.
-void sgemmNT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-             const float *b, int64_t ldb, float *c, int64_t ldc) {
-  int saved = dnn.ompMaxThreads && dnn.ompSetThreads ? dnn.ompMaxThreads() : 1;
-  if (saved != 1)
-    dnn.ompSetThreads(1);
-  dnn.sgemm('N', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  if (saved != 1)
-    dnn.ompSetThreads(saved);
-}
-
-// The same product in bf16 (f32 sums): a and b are bf16 rows.
-void gemmBf16NT(const OneDnn &dnn, int64_t M, int64_t N, int64_t K, const uint16_t *a,
-                int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
-  int saved = dnn.ompMaxThreads && dnn.ompSetThreads ? dnn.ompMaxThreads() : 1;
-  if (saved != 1)
-    dnn.ompSetThreads(1);
-  dnn.gemmBf16('N', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  if (saved != 1)
-    dnn.ompSetThreads(saved);
-}
+using detail::isa;
 
 // f32 to bf16, rounded to nearest even (NaN kept a NaN): convertFloats' vector loop.
 void roundToBf16(const float *from, int64_t count, uint16_t *to) {
@@ -204,8 +100,6 @@ constexpr int64_t kGemmRows = 512;
 constexpr int64_t kGrainWork = 1 << 15;
 
 } // namespace
-
-const char *cpuIsa() { return isa().name; }
 
 namespace {
 // Whether the kernels with int8 activations can run: the CPU has AVX-512 VNNI and
@@ -339,71 +233,6 @@ bool bf16PromptGemm(DType weights, int64_t rows, bool rowInvariant, bool xInBf16
          rows > ownKernelRows(weights) && oneDnn().sgemm && prefillInBf16(weights);
 }
 
-void activate(Activation kind, float *y, int64_t n) { isa().activate(kind, y, n); }
-
-void exponentiate(float *y, int64_t n) { isa().exponentiate(y, n); }
-
-void addTo(float *y, const float *x, int64_t n) { isa().addTo(y, x, nullptr, n); }
-
-void addTo(float *y, const float *x, const float *z, int64_t n) { isa().addTo(y, x, z, n); }
-
-void multiplyTile(const float *a, int64_t aRow, int64_t aDepth, const float *b, int64_t ldb,
-                  int64_t rows, int64_t depth, int64_t cols, float *c, int64_t ldc,
-                  bool accumulate) {
-  if (rows > 0 && cols > 0)
-    isa().multiplyTile(a, aRow, aDepth, b, ldb, rows, depth, cols, c, ldc, accumulate);
-}
-
-void scoreTile(const float *keys, int64_t count, int64_t width, const float *queriesT,
-               int64_t ld, float *scores) {
-  isa().scoreTile(keys, count, width, queriesT, ld, scores);
-}
-
-void columnMaxima(const float *scores, int64_t keys, int64_t ld, float *maximum) {
-  isa().columnMaxima(scores, keys, ld, maximum);
-}
-
-void softmaxColumns(float *scores, int64_t keys, int64_t ld, const float *maximum, float *sum) {
-  isa().softmaxColumns(scores, keys, ld, maximum, sum);
-}
-
-void widenRows(const LinearWeights &w, int64_t first, int64_t count, float *out) {
-  isa().widenRows(w, first, count, out);
-}
-
-void keyScores(const float *query, const void *keys, DType keyType, int64_t count,
-               int64_t width, float *scores) {
-  if (count > 0)
-    isa().keyScores(query, keys, keyType, count, width, scores);
-}
-
-void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
-                   int64_t groups, int64_t count, int64_t width, float *scores) {
-  if (count > 0)
-    isa().keyScoresInt8(query, codes, scales, groups, count, width, scores);
-}
-
-void weightedSumInt8(const float *weights, const int8_t *codes, const float *scales,
-                     int64_t groups, int64_t count, int64_t width, float *out,
-                     bool accumulate) {
-  isa().weightedSumInt8(weights, codes, scales, groups, count, width, out, accumulate);
-}
-
-void normalizeRow(const float *x, int64_t n, const float *scale, const float *bias, bool rms,
-                  float epsilon, float *y) {
-  isa().normalizeRow(x, n, scale, bias, rms, epsilon, y);
-}
-
-void weightedSum(const float *weights, const float *rows, int64_t count, int64_t width,
-                 float *out, bool accumulate) {
-  isa().weightedSum(weights, rows, DType::F32, count, width, out, accumulate);
-}
-
-void weightedSum(const float *weights, const void *rows, DType rowType, int64_t count,
-                 int64_t width, float *out, bool accumulate) {
-  isa().weightedSum(weights, rows, rowType, count, width, out, accumulate);
-}
-
 namespace {
 void dotRowsInt4(const Int4Activations &x, const LinearWeights &w, int64_t begin, int64_t end,
                  float *y, int64_t ldy) {
@@ -429,11 +258,6 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
     return dotRowsInt8Vnni(quantized, w, begin, end, y, ldy);
   }
   isa().dotRows(x, rows, w, begin, end, y, ldy);
-}
-
-void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
-                     int64_t end, float *y, int64_t ldy) {
-  detail::dotRowsWith<Scalar>(x, rows, w, begin, end, y, ldy);
 }
 
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,

@@ -1,6 +1,6 @@
 // Internal to the fast kernels: the portable vector operations for DotKernels.h (4 lanes of
 // plain floats, no intrinsics): what a CPU without AVX2 runs, and what the tests compare the
-// vector kernels with (dotRowsPortable). Linear.cpp includes it.
+// vector kernels with (dotRowsPortable). IsaKernels.cpp includes it.
 #ifndef DSRT_OPS_FAST_VECSCALAR_H
 #define DSRT_OPS_FAST_VECSCALAR_H
 
