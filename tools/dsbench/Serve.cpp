@@ -612,6 +612,20 @@ int runServe(int argc, char **argv) {
                                           .c_str()
                                     : "-");
     }
+    // Issue 41's ratios, measured in this run (the one-at-a-time path's TPOT follows the
+    // machine's memory bandwidth at that moment: RESULTS.md).
+    if (results.size() > 1) {
+      const double engineRate = engine.toJson(requests.size())["output_tokens_per_s"];
+      std::string ratios;
+      for (size_t i = 1; i < results.size(); ++i) {
+        const double rate = results[i].toJson(requests.size())["output_tokens_per_s"];
+        char part[96];
+        std::snprintf(part, sizeof part, "%s%.2fx %s", i > 1 ? ", " : "",
+                      rate > 0 ? engineRate / rate : 0.0, results[i].name.c_str());
+        ratios += part;
+      }
+      std::printf("engine output tokens/s over: %s\n", ratios.c_str());
+    }
   }
   dsrt_plan_close(plan);
   return 0;
