@@ -161,12 +161,14 @@ class EngineLoop:
     def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0, max_running: int = 0,
                  prefix_caching: bool = True, batch_invariant: bool = True,
-                 kv_cache_dtype: str = "auto", mpi: bool = False):
+                 kv_cache_dtype: str = "auto", mpi: bool = False,
+                 kv_cache_memory_fraction: float = 0.0):
         self.plan = _dsrt.Plan(plan)
         self.max_batch, self.max_seq_len = self.plan.limits
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,
-                                    batch_invariant, kv_cache_dtype, mpi)
+                                    batch_invariant, kv_cache_dtype, mpi,
+                                    kv_cache_memory_fraction)
         self.rank = self._native.rank
         self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
         if self.rank == 0 and not _has_program(self.plan, "step"):

@@ -113,7 +113,8 @@ class LLM:
 
     Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
     ``kv_cache_bytes`` (0: a whole sequence for every row of the plan's step, or of its static
-    batch if more, at most a quarter of the memory), ``max_tokens_per_step`` (0: the step's
+    batch if more, at most a quarter of the memory) or ``kv_cache_memory_fraction`` (in (0, 1]:
+    that fraction of the memory free at the start, on the CPU), ``max_tokens_per_step`` (0: the step's
     rows: ``dsc --serving``'s 256 or ``--max-tokens-per-step``), ``prefix_caching``, and
     ``batch_invariant`` (default: each request's tokens as it would get them alone; False lets
     long steps of half and quantized plans take faster bf16 arithmetic), and ``kv_cache_dtype``
@@ -130,14 +131,16 @@ class LLM:
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", dtype: Optional[str] = None,
-                 tp: Optional[int] = None, max_seq_len: Optional[int] = None):
+                 tp: Optional[int] = None, max_seq_len: Optional[int] = None,
+                 kv_cache_memory_fraction: float = 0.0):
         plan = plan_for(model, tp=tp, dtype=dtype, max_seq_len=max_seq_len)
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
                                 max_tokens_per_step=max_tokens_per_step,
                                 prefix_caching=prefix_caching,
                                 batch_invariant=batch_invariant,
-                                kv_cache_dtype=kv_cache_dtype)
+                                kv_cache_dtype=kv_cache_dtype,
+                                kv_cache_memory_fraction=kv_cache_memory_fraction)
         self.tokenizer = self._loop.tokenizer
         self._templates = dict(self._loop.plan.chat_templates())
         self._special_tokens = {name: self._loop.plan.special_token(name)

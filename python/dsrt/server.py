@@ -541,6 +541,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--kv-cache-bytes", type=int, default=0,
                         help="the KV cache's bytes (0: a whole sequence for every row of "
                         "the plan's step, at most a quarter of the memory)")
+    parser.add_argument("--kv-cache-memory-fraction", type=float, default=0.0,
+                        help="the KV cache as this fraction (0 to 1) of the memory free at "
+                        "the start, instead of --kv-cache-bytes (CPU)")
     parser.add_argument("--max-tokens-per-step", type=int, default=0)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--no-batch-invariant", action="store_true",
@@ -571,7 +574,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             max_tokens_per_step=args.max_tokens_per_step,
                             prefix_caching=not args.no_prefix_caching,
                             batch_invariant=not args.no_batch_invariant,
-                            kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1)
+                            kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
+                            kv_cache_memory_fraction=args.kv_cache_memory_fraction)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

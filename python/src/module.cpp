@@ -229,13 +229,15 @@ struct Engine {
 
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
-         bool batchInvariant, const std::string &kvCacheDType, bool mpi)
+         bool batchInvariant, const std::string &kvCacheDType, bool mpi,
+         float kvCacheMemoryFraction)
       : plan(std::move(planIn)) {
     dsrt_engine_options options;
     dsrt_engine_options_init(&options);
     options.device = deviceFromName(device);
     options.block_size = blockSize;
     options.kv_cache_bytes = kvCacheBytes;
+    options.kv_cache_memory_fraction = kvCacheMemoryFraction;
     options.max_tokens_per_step = maxTokensPerStep;
     options.max_running = maxRunning;
     options.prefix_caching = prefixCaching ? 1 : 0;
@@ -412,10 +414,10 @@ NB_MODULE(_dsrt, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool, const std::string &, bool>(),
+                    bool, const std::string &, bool, float>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
            "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "kv_cache_dtype"_a,
-           "mpi"_a)
+           "mpi"_a, "kv_cache_memory_fraction"_a = 0.0f)
       .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
       .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
       .def("stop",

@@ -61,6 +61,24 @@ def test_int8_kv_cache_reaches_the_engine_and_bad_dtypes_are_refused(plan, refer
         dsrt.LLM(plan, kv_cache_dtype="fp8")
 
 
+def test_kv_cache_memory_fraction_reaches_the_engine_and_bad_ones_are_refused(plan):
+    # The budget's arithmetic is dsrt-engine-check's (test/serving); here the option reaches
+    # the engine from Python: a hundredth of the free memory holds more blocks than a
+    # thousandth, and a fraction out of (0, 1] or beside kv_cache_bytes is refused by name.
+    from dsrt.engine import EngineLoop
+    small = EngineLoop(plan, kv_cache_memory_fraction=0.001)
+    large = EngineLoop(plan, kv_cache_memory_fraction=0.01)
+    try:
+        assert 0 < small.stats()["total_blocks"] < large.stats()["total_blocks"]
+    finally:
+        small.close()
+        large.close()
+    with pytest.raises(dsrt.Error, match="kv_cache_memory_fraction must be more than 0"):
+        dsrt.LLM(plan, kv_cache_memory_fraction=1.5)
+    with pytest.raises(dsrt.Error, match="both set the KV budget"):
+        dsrt.LLM(plan, kv_cache_memory_fraction=0.01, kv_cache_bytes=1 << 20)
+
+
 def test_logprobs_are_transformers_log_softmax(llm, reference):
     # fp32 on both sides: 1e-4 as the fixture's logits tests (check_generation.py).
     for prompt in reference["prompts"]:

@@ -74,6 +74,7 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
                                                            : dsrt::DeviceKind::Cpu;
   cpp.blockSize = given.block_size;
   cpp.kvCacheBytes = given.kv_cache_bytes;
+  cpp.kvCacheMemoryFraction = given.kv_cache_memory_fraction;
   cpp.maxTokensPerStep = given.max_tokens_per_step;
   cpp.maxRunningSequences = given.max_running;
   cpp.prefixCaching = given.prefix_caching != 0;

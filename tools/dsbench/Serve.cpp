@@ -38,6 +38,7 @@ struct ServeOptions {
   double rate = 0;  // requests/s; 0: closed-loop clients
   double temperature = 0;  // 0: greedy; else every request samples (seed: its index)
   uint64_t seed = 1, kvBytes = 0;
+  double kvMemoryFraction = 0;  // the engine's kv_cache_memory_fraction; 0: kvBytes decides
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
   int warmup = 1;  // untimed requests before each way's run
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
@@ -96,6 +97,9 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.integer("--kv-cache-bytes,--kv-bytes", o.kvBytes, "BYTES",
                       "the KV cache's bytes (default: the engine's, a full sequence for "
                       "each row a step may run, at most a quarter of the memory)");
+  commandLine.number("--kv-cache-memory-fraction", o.kvMemoryFraction, "F",
+                     "the KV cache as this fraction (0 to 1) of the memory free when the "
+                     "engine starts, instead of --kv-cache-bytes");
   commandLine.integer("--tokens-per-step", o.tokensPerStep, "T",
                       "tokens one engine step computes at most (default: the rows of the "
                       "plan's step program)",
@@ -357,6 +361,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   dsrt_engine_options_init(&options);
   options.block_size = o.blockSize;
   options.kv_cache_bytes = o.kvBytes;
+  options.kv_cache_memory_fraction = static_cast<float>(o.kvMemoryFraction);
   options.max_tokens_per_step = o.tokensPerStep;
   options.prefix_caching = o.prefixCaching ? 1 : 0;
   options.batch_invariant = o.batchInvariant ? 1 : 0;

@@ -357,6 +357,14 @@ typedef struct dsrt_engine_options {
                                     quantized plans, else f32); DSRT_I8: int8 with an f32
                                     scale per 32 values (llama.cpp's q8_0 cache), about half
                                     an f16 cache's bytes per position; CPU devices only */
+  float kv_cache_memory_fraction; /* 0 (default): kv_cache_bytes decides. In (0, 1]: the KV
+                                    budget is this fraction of the memory free when the
+                                    engine is created (the kernel's MemAvailable), instead
+                                    of kv_cache_bytes, which must then be 0; CPU devices
+                                    for now. It fills what was the struct's tail padding:
+                                    the size is unchanged, and a caller built before it,
+                                    whose dsrt_engine_options_init zeroed it, keeps the
+                                    default. */
 } dsrt_engine_options;
 
 typedef struct dsrt_request_options {

@@ -308,6 +308,7 @@ struct EngineOptions {
     prefixCaching = c.prefix_caching != 0;
     batchInvariant = c.batch_invariant != 0;
     kvCacheDType = c.kv_cache_dtype;
+    kvCacheMemoryFraction = c.kv_cache_memory_fraction;
   }
   dsrt_device device;
   int32_t blockSize;          // positions per KV block
@@ -317,6 +318,7 @@ struct EngineOptions {
   bool prefixCaching;
   bool batchInvariant;
   dsrt_dtype kvCacheDType;    // DSRT_UNDEFINED: the plan's; DSRT_I8: int8 (CPU only)
+  float kvCacheMemoryFraction;  // (0, 1]: that fraction of the free memory, kvCacheBytes 0
 };
 
 // dsrt_request_options with standard containers and the C API's defaults.
@@ -376,6 +378,7 @@ public:
     c.prefix_caching = options.prefixCaching ? 1 : 0;
     c.batch_invariant = options.batchInvariant ? 1 : 0;
     c.kv_cache_dtype = options.kvCacheDType;
+    c.kv_cache_memory_fraction = options.kvCacheMemoryFraction;
     dsrt_engine *e = nullptr;
     detail::check(dsrt_engine_create(plan.get(), &c, &e));
     engine_.reset(e);

@@ -1,6 +1,7 @@
 #include "cpu/SessionArena.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <unistd.h>
 
 namespace dsrt {
@@ -54,6 +55,21 @@ uint64_t physicalMemoryBytes() {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size)
                                : UINT64_MAX;
+}
+
+uint64_t availableMemoryBytes() {
+  if (std::FILE *meminfo = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, meminfo))
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(meminfo);
+    if (found)
+      return static_cast<uint64_t>(kib) * 1024;
+  }
+  long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
 }
 
 } // namespace dsrt

@@ -18,6 +18,9 @@ uint64_t arenaBytesOf(const dsp::Plan &plan, const std::vector<std::string> &pro
 
 // This machine's physical memory in bytes (UINT64_MAX where it cannot be read).
 uint64_t physicalMemoryBytes();
+// Memory free for a new allocation without swapping: the kernel's MemAvailable (free pages
+// plus the page cache and slabs it can reclaim), else sysconf's free pages.
+uint64_t availableMemoryBytes();
 
 } // namespace dsrt
 

@@ -43,6 +43,9 @@ struct EngineOptions {
   // for each of the plan's max_batch or max_tokens_per_step rows, whichever is more (a static
   // session reserves the first), at most a quarter of the machine's memory.
   uint64_t kvCacheBytes = 0;
+  // In (0, 1]: the KV budget is this fraction of the memory free at creation
+  // (availableMemoryBytes), kvCacheBytes then 0; 0: kvCacheBytes decides. CPU devices.
+  double kvCacheMemoryFraction = 0;
   // Tokens computed per step, all sequences together: at most the rows of the program the
   // engine runs (0: that many), which are the plan's max_tokens_per_step where it has a step
   // program (`dsc --serving`: 256 unless --max-tokens-per-step), else its max_batch.

@@ -118,9 +118,38 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       return Status::error("the running sequences must be at least 1, not " +
                            std::to_string(o.maxRunningSequences));
     const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+    if (o.kvCacheMemoryFraction != 0) {
+      if (!(o.kvCacheMemoryFraction > 0 && o.kvCacheMemoryFraction <= 1))
+        return Status::error("kv_cache_memory_fraction must be more than 0 and at most 1, not " +
+                             std::to_string(o.kvCacheMemoryFraction));
+      if (o.kvCacheBytes != 0)
+        return Status::error("kv_cache_bytes (" + std::to_string(o.kvCacheBytes) +
+                             ") and kv_cache_memory_fraction (" +
+                             std::to_string(o.kvCacheMemoryFraction) +
+                             ") both set the KV budget: give one");
+      // The GPU's free memory is its own, which nothing here reads yet.
+      if (o.device == DeviceKind::Cuda)
+        return Status::error("kv_cache_memory_fraction is for CPU devices for now; on CUDA "
+                             "give kv_cache_bytes");
+      // The ranks this process holds (a TP plan's, without MPI) share it: each rank's pool
+      // holds its own shard of every block.
+      const uint64_t available = availableMemoryBytes();
+      const int localRanks = group ? 1 : std::max(1, plan->rankCount());
+      o.kvCacheBytes = static_cast<uint64_t>(o.kvCacheMemoryFraction *
+                                             static_cast<double>(available)) /
+                       static_cast<uint64_t>(localRanks);
+      if (o.kvCacheBytes < perBlock)
+        return Status::error(
+            "kv_cache_memory_fraction " + std::to_string(o.kvCacheMemoryFraction) + " of the " +
+            std::to_string(available) + " bytes free" +
+            (localRanks > 1 ? " over " + std::to_string(localRanks) + " ranks" : std::string()) +
+            " is " + std::to_string(o.kvCacheBytes) + " bytes, less than one block of " +
+            std::to_string(o.blockSize) + " positions (" + std::to_string(perBlock) +
+            " bytes over every layer)");
+    }
     // By default a full sequence for every row a step may run (as many as may be running by
     // default), and no less than what a static session of the plan reserves.
-    if (o.kvCacheBytes == 0)
+    if (o.kvCacheBytes == 0 && o.kvCacheMemoryFraction == 0)
       o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(std::max(maxBatch, stepRows)) *
                                     static_cast<uint64_t>(maxSeq),
                                 physicalMemoryBytes() / 4);
