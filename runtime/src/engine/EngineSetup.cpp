@@ -149,7 +149,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
     }
     // By default a full sequence for every row a step may run (as many as may be running by
     // default), and no less than what a static session of the plan reserves.
-    if (o.kvCacheBytes == 0 && o.kvCacheMemoryFraction == 0)
+    if (o.kvCacheBytes == 0)
       o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(std::max(maxBatch, stepRows)) *
                                     static_cast<uint64_t>(maxSeq),
                                 physicalMemoryBytes() / 4);

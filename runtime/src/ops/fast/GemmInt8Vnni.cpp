@@ -82,6 +82,18 @@ void packPanel(const uint8_t *flipped, int64_t in, uint8_t *packed) {
   }
 }
 
+// Requests for a later panel's weight lines spread over the blocks of a kernel's loop(s):
+// `lines` of them over `steps` blocks, counted without a division per block (two 64-bit
+// divisions a block had cost about as many cycles as the block's products).
+struct LineRequests {
+  const char *rows = nullptr;
+  int64_t lines = 0, steps = 1, next = 0, owed = 0;
+  void atBlock() {
+    for (owed += lines; owed >= steps; owed -= steps)
+      _mm_prefetch(rows + 64 * next++, _MM_HINT_T1);
+  }
+};
+
 // The 16 outputs of a panel (flipped weight rows `flipped`, `in` apart) for the 16 rows of x
 // in `rowTile`, written to y. `panelScales` are the outputs' weight scales as f32, [16,
 // groups].
@@ -104,10 +116,11 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
   // rows, one core, from L3: 0.18 -> 0.135 ms in a standalone copy of the loop). Each
   // (row, output) still gets its blocks' sums in block order, as before.
   __m512 acc[16];
-  // The next panel's lines spread over the 2 x blocks steps, counted without a division on
-  // the way: `owed` grows by `lines` a step and pays a line per 2 x blocks.
-  const int64_t lines = 16 * rowBytes / 64, steps = 2 * blocks;
-  int64_t nextLine = 0, owed = 0;
+  // The next panel's lines spread over both passes' blocks.
+  LineRequests requests;
+  requests.rows = nextRows;
+  requests.lines = 16 * rowBytes / 64;
+  requests.steps = 2 * blocks;
 #pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
 #pragma GCC unroll 8
@@ -116,8 +129,7 @@ void sumTile(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *fl
     int64_t group = 0, groupLeft = groupBlocks;
     for (int64_t b = 0; b < blocks; ++b) {
       if (nextRows)
-        for (owed += lines; owed >= steps; owed -= steps)
-          _mm_prefetch(nextRows + 64 * nextLine++, _MM_HINT_T1);
+        requests.atBlock();
       const __m512i surpluses = _mm512_loadu_si512(xSurpluses + b * x.paddedRows);
       const __m512 rowScales = _mm512_loadu_ps(xScales + b * x.paddedRows);
       __m512i sums[8];
@@ -187,17 +199,6 @@ void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
 
 // R rows of x from `row` times P repacked panels (16 * in bytes apart in `packed`, from
 // output `first`), into y. `groupScales[p]`: panel p's weight scales, [groups, 16 outputs].
-// Requests for the next panels' weight lines spread over the blocks of a run of sumRows
-// calls: `lines` of them over `steps` blocks, counted without a division (as sumTile's).
-struct LineRequests {
-  const char *rows = nullptr;
-  int64_t lines = 0, steps = 1, next = 0, owed = 0;
-  void atBlock() {
-    for (owed += lines; owed >= steps; owed -= steps)
-      _mm_prefetch(rows + 64 * next++, _MM_HINT_T1);
-  }
-};
-
 template <int R, int P, bool PerChannel>
 void sumRows(const Int8AmxOperands &x, const LinearWeights &w, const uint8_t *packed,
              const float *const *groupScales, int64_t first, int64_t row, float *y,
