@@ -113,8 +113,9 @@ class LLM:
 
     Options are the engine's (docs/serving.md): ``block_size`` positions per KV block,
     ``kv_cache_bytes`` (0: a whole sequence for every row of the plan's step, or of its static
-    batch if more, at most a quarter of the memory) or ``kv_cache_memory_fraction`` (in (0, 1]:
-    that fraction of the memory free at the start, on the CPU), ``max_tokens_per_step`` (0: the step's
+    batch if more, at most a quarter of the memory, or on a GPU 0.9 of what the weights leave)
+    or ``kv_cache_memory_fraction`` (in (0, 1]: that fraction of the memory free at the start,
+    a GPU's once the weights are on it), ``max_tokens_per_step`` (0: the step's
     rows: ``dsc --serving``'s 256 or ``--max-tokens-per-step``), ``prefix_caching``, and
     ``batch_invariant`` (default: each request's tokens as it would get them alone; False lets
     long steps of half and quantized plans take faster bf16 arithmetic), and ``kv_cache_dtype``

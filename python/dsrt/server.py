@@ -543,7 +543,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "the plan's step, at most a quarter of the memory)")
     parser.add_argument("--kv-cache-memory-fraction", type=float, default=0.0,
                         help="the KV cache as this fraction (0 to 1) of the memory free at "
-                        "the start, instead of --kv-cache-bytes (CPU)")
+                        "the start (a GPU's: once the weights are on it), instead of "
+                        "--kv-cache-bytes")
     parser.add_argument("--max-tokens-per-step", type=int, default=0)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--no-batch-invariant", action="store_true",

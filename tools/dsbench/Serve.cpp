@@ -99,7 +99,8 @@ ServeOptions parse(int argc, char **argv) {
                       "each row a step may run, at most a quarter of the memory)");
   commandLine.number("--kv-cache-memory-fraction", o.kvMemoryFraction, "F",
                      "the KV cache as this fraction (0 to 1) of the memory free when the "
-                     "engine starts, instead of --kv-cache-bytes");
+                     "engine starts (a GPU's: once the weights are on it), instead of "
+                     "--kv-cache-bytes");
   commandLine.integer("--tokens-per-step", o.tokensPerStep, "T",
                       "tokens one engine step computes at most (default: the rows of the "
                       "plan's step program)",

@@ -341,7 +341,9 @@ typedef struct dsrt_engine_options {
   int32_t block_size;            /* positions per KV block; default 16 */
   uint64_t kv_cache_bytes;       /* KV budget over every layer; 0 (default): max_seq_len
                                     positions for each of the plan's max_batch or
-                                    max_tokens_per_step rows (the larger), at most 1/4 of RAM */
+                                    max_tokens_per_step rows (the larger), at most 1/4 of RAM;
+                                    on CUDA at most 0.9 of the GPU memory the weights leave
+                                    free */
   int32_t max_tokens_per_step;   /* 0 (default): the rows of the plan's step program (dsc
                                     --serving: 256, or --max-tokens-per-step), else its
                                     max_batch */
@@ -358,10 +360,11 @@ typedef struct dsrt_engine_options {
                                     scale per 32 values (llama.cpp's q8_0 cache), about half
                                     an f16 cache's bytes per position; CPU devices only */
   float kv_cache_memory_fraction; /* 0 (default): kv_cache_bytes decides. In (0, 1]: the KV
-                                    budget is this fraction of the memory free when the
-                                    engine is created (the kernel's MemAvailable), instead
-                                    of kv_cache_bytes, which must then be 0; CPU devices
-                                    for now. It fills what was the struct's tail padding:
+                                    budget is this fraction of the free memory, instead of
+                                    kv_cache_bytes, which must then be 0: on the CPU the
+                                    host's when the engine is created (the kernel's
+                                    MemAvailable), on CUDA each GPU's once the weights are
+                                    on it (cuMemGetInfo). It fills what was the struct's tail padding:
                                     the size is unchanged, and a caller built before it,
                                     whose dsrt_engine_options_init zeroed it, keeps the
                                     default. */

@@ -318,7 +318,8 @@ struct EngineOptions {
   bool prefixCaching;
   bool batchInvariant;
   dsrt_dtype kvCacheDType;    // DSRT_UNDEFINED: the plan's; DSRT_I8: int8 (CPU only)
-  float kvCacheMemoryFraction;  // (0, 1]: that fraction of the free memory, kvCacheBytes 0
+  float kvCacheMemoryFraction;  // (0, 1]: that fraction of the free memory (a GPU's: after the
+                                // weights), kvCacheBytes 0
 };
 
 // dsrt_request_options with standard containers and the C API's defaults.

@@ -73,6 +73,9 @@ public:
   // decode programs), rather than taking them as program inputs.
   bool hasKvCache() const override { return !kvCache_.layers.empty(); }
   Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) override;
+  int64_t pagedKvBlocks() const override {
+    return kvCache_.blockSize != 0 && !kvCache_.layers.empty() ? kvCache_.layers[0].batch : 0;
+  }
 
 private:
   // What the executor knows of one tensor of the plan while it runs.

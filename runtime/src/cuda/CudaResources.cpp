@@ -1,6 +1,7 @@
 // What the CUDA session puts on the device once: the weights, the kernels' modules and the
 // KV cache.
 #include "cuda/CudaSession.h"
+#include "cuda/CublasLt.h"
 
 #include "session/PlanChecks.h"
 
@@ -214,6 +215,21 @@ Status CudaSession::allocateKvCache() {
     if (layers.empty())
       return Status::error(plan_->path() + ": the plan has no session KV cache to page (no "
                                            "prefill and decode programs)");
+    if (options_.kvMemoryFraction > 0 && options_.kvBlockSize > 0) {
+      // Read now, with everything but the lazily allocated placed: the weights, the arena,
+      // the inputs and the kernels. The cuBLASLt workspace, allocated at the first GEMM, is
+      // set aside; the rest of 1 - fraction is the scratch's and the graphs'.
+      size_t free = 0, total = 0;
+      DSRT_RETURN_IF_ERROR(check(driver_->cuMemGetInfo(&free, &total), "cuMemGetInfo"));
+      free -= std::min(free, CublasLt::kWorkspaceBytes);
+      int64_t blocks = 0;
+      DSRT_RETURN_IF_ERROR(pagedBlocksWithin(*plan_, rank_, options_.kvBlockSize,
+                                             options_.kvMemoryFraction, free,
+                                             options_.kvBlocks > 0 ? options_.kvBlocks : INT32_MAX,
+                                             deviceLabel_ + " once the weights are placed",
+                                             blocks));
+      options_.kvBlocks = blocks;
+    }
     if (options_.kvBlockSize < 1 || options_.kvBlocks < 1 || options_.kvBlocks > INT32_MAX)
       return Status::error("a paged KV cache needs a block size and a block count of at least "
                            "1 (and fewer than 2^31 blocks), not " +

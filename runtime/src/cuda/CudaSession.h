@@ -44,6 +44,10 @@ struct CudaSessionOptions {
   // `kvBlocks` blocks of `kvBlockSize` positions on the device; 0 keeps the dense cache.
   int64_t kvBlockSize = 0;
   int64_t kvBlocks = 0;
+  // PagedKvOptions::memoryFraction: with it, kvBlocks is the most, and the pool as many
+  // blocks as this fraction of the GPU's free memory holds once the weights, the arena and
+  // the kernels are placed (allocateKvCache runs last).
+  double kvMemoryFraction = 0;
   // The programs this session runs (empty: every one): the arena is sized for them alone,
   // and the others are refused, as CpuSessionOptions::onlyPrograms.
   std::vector<std::string> onlyPrograms;
@@ -90,6 +94,9 @@ public:
   Status measureCopyBandwidth(uint64_t bytes, double &bytesPerSecond) override;
   // The engine's rows for the next run (CudaPaged.cpp): checked, then uploaded in one copy.
   Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) override;
+  int64_t pagedKvBlocks() const override {
+    return hostKvMirror_.blockSize != 0 ? pagedRows_.blocks : 0;
+  }
 
   // For tests and diagnostics.
   const std::vector<StepPlacement> &lastPlacements(std::string_view program) const;

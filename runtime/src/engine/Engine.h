@@ -41,10 +41,13 @@ struct EngineOptions {
   int64_t blockSize = 16;
   // The KV cache's bytes over all layers (and per rank under TP). 0: max_seq_len positions
   // for each of the plan's max_batch or max_tokens_per_step rows, whichever is more (a static
-  // session reserves the first), at most a quarter of the machine's memory.
+  // session reserves the first), at most a quarter of the machine's memory, or on CUDA at
+  // most kDefaultGpuFraction of the GPU's memory the weights leave free.
   uint64_t kvCacheBytes = 0;
-  // In (0, 1]: the KV budget is this fraction of the memory free at creation
-  // (availableMemoryBytes), kvCacheBytes then 0; 0: kvCacheBytes decides. CPU devices.
+  // In (0, 1]: the KV budget is this fraction of the free memory, kvCacheBytes then 0: on
+  // the CPU the host's at creation (availableMemoryBytes, shared by the ranks in the
+  // process), on CUDA each GPU's once its session has placed the weights (the ranks then
+  // agree on the fewest blocks any holds). 0: kvCacheBytes decides.
   double kvCacheMemoryFraction = 0;
   // Tokens computed per step, all sequences together: at most the rows of the program the
   // engine runs (0: that many), which are the plan's max_tokens_per_step where it has a step
@@ -201,7 +204,9 @@ private:
   Status configure(std::shared_ptr<PlanFile> plan, const EngineOptions &options,
                    ops::Collectives *group, std::unique_ptr<Engine> &out,
                    std::unique_ptr<Engine> self);
-  Status createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks);
+  Status createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks, double memoryFraction,
+                        int64_t gpuMostBlocks);
+  Status agreeOnBlocks(const Status &created, uint64_t &blocks);
   Status bindDecode();
   // Rank 0 of an MPI group: the step's rows to every follower (the destructor sends an
   // empty record: stop).

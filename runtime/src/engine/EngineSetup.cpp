@@ -17,6 +17,10 @@
 namespace dsrt::engine {
 namespace {
 
+// The default KV budget's share of a GPU's memory left free by the weights: what is left
+// over is for the scratch, the graphs and cuBLASLt.
+constexpr double kDefaultGpuFraction = 0.9;
+
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
 
 const dsp::Program *findProgram(const dsp::Plan &plan, std::string_view name) {
@@ -95,6 +99,11 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   const int64_t stepRows = ownStepBound ? ownStepRows : maxBatch;
   EngineOptions &o = engine->options_;
   uint64_t blocks = 0;
+  // On a GPU the sessions size their pools (PagedKvOptions::memoryFraction): its free memory
+  // is known only once the weights are on it; gpuMostBlocks is the most they may hold, and
+  // `blocks` what a session that fell back to the CPU takes.
+  double sessionFraction = 0;
+  uint64_t gpuMostBlocks = 0;
   // The options are rank 0's (the only rank a user configures under MPI).
   auto validate = [&]() -> Status {
     if (o.blockSize < 1 || o.blockSize > maxSeq)
@@ -118,6 +127,14 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       return Status::error("the running sequences must be at least 1, not " +
                            std::to_string(o.maxRunningSequences));
     const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
+    // By default a full sequence for every row a step may run (as many as may be running by
+    // default), and no less than what a static session of the plan reserves, within a
+    // quarter of the host's memory; on a GPU within kDefaultGpuFraction of what the weights
+    // leave free (vLLM's gpu_memory_utilization is 0.9 of the whole GPU, weights included).
+    const uint64_t fullReservation = perPosition *
+                                     static_cast<uint64_t>(std::max(maxBatch, stepRows)) *
+                                     static_cast<uint64_t>(maxSeq);
+    const bool byDefault = o.kvCacheBytes == 0 && o.kvCacheMemoryFraction == 0;
     if (o.kvCacheMemoryFraction != 0) {
       if (!(o.kvCacheMemoryFraction > 0 && o.kvCacheMemoryFraction <= 1))
         return Status::error("kv_cache_memory_fraction must be more than 0 and at most 1, not " +
@@ -127,18 +144,19 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
                              ") and kv_cache_memory_fraction (" +
                              std::to_string(o.kvCacheMemoryFraction) +
                              ") both set the KV budget: give one");
-      // The GPU's free memory is its own, which nothing here reads yet.
-      if (o.device == DeviceKind::Cuda)
-        return Status::error("kv_cache_memory_fraction is for CPU devices for now; on CUDA "
-                             "give kv_cache_bytes");
+      if (o.device == DeviceKind::Cuda) {
+        sessionFraction = o.kvCacheMemoryFraction;
+        gpuMostBlocks = 0x7FFFFFFF;
+      }
       // The ranks this process holds (a TP plan's, without MPI) share it: each rank's pool
-      // holds its own shard of every block.
+      // holds its own shard of every block. On CUDA, what a session that fell back to the
+      // CPU takes.
       const uint64_t available = availableMemoryBytes();
       const int localRanks = group ? 1 : std::max(1, plan->rankCount());
       o.kvCacheBytes = static_cast<uint64_t>(o.kvCacheMemoryFraction *
                                              static_cast<double>(available)) /
                        static_cast<uint64_t>(localRanks);
-      if (o.kvCacheBytes < perBlock)
+      if (o.kvCacheBytes < perBlock && o.device != DeviceKind::Cuda)
         return Status::error(
             "kv_cache_memory_fraction " + std::to_string(o.kvCacheMemoryFraction) + " of the " +
             std::to_string(available) + " bytes free" +
@@ -147,13 +165,14 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
             std::to_string(o.blockSize) + " positions (" + std::to_string(perBlock) +
             " bytes over every layer)");
     }
-    // By default a full sequence for every row a step may run (as many as may be running by
-    // default), and no less than what a static session of the plan reserves.
-    if (o.kvCacheBytes == 0)
-      o.kvCacheBytes = std::min(perPosition * static_cast<uint64_t>(std::max(maxBatch, stepRows)) *
-                                    static_cast<uint64_t>(maxSeq),
-                                physicalMemoryBytes() / 4);
-    blocks = o.kvCacheBytes / perBlock;
+    if (byDefault && o.device == DeviceKind::Cuda) {
+      sessionFraction = kDefaultGpuFraction;
+      gpuMostBlocks = std::max<uint64_t>(1, std::min<uint64_t>(fullReservation / perBlock,
+                                                                0x7FFFFFFF));
+    }
+    if (byDefault)
+      o.kvCacheBytes = std::min(fullReservation, physicalMemoryBytes() / 4);
+    blocks = std::max<uint64_t>(o.kvCacheBytes / perBlock, sessionFraction > 0 ? 1 : 0);
     if (blocks < 1)
       return Status::error("a KV budget of " + std::to_string(o.kvCacheBytes) +
                            " bytes is less than one block of " + std::to_string(o.blockSize) +
@@ -169,9 +188,12 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   // and its arithmetic (batch invariance), so that every rank's shard of a row is computed
   // alike; rank 0's refusal (0 blocks) stops them too.
   if (group && group->size() > 1) {
-    int64_t layout[5] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
+    int64_t fractionBits = 0;
+    std::memcpy(&fractionBits, &sessionFraction, sizeof fractionBits);
+    int64_t layout[7] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
                          o.maxTokensPerStep, o.batchInvariant ? 1 : 0,
-                         o.int8KvCache ? 1 : 0};
+                         o.int8KvCache ? 1 : 0, fractionBits,
+                         static_cast<int64_t>(gpuMostBlocks)};
     std::vector<uint8_t> bytes(sizeof layout);
     std::memcpy(bytes.data(), layout, sizeof layout);
     DSRT_RETURN_IF_ERROR(group->broadcastFromRank0(bytes));
@@ -186,13 +208,19 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       o.maxTokensPerStep = o.maxRunningSequences = layout[2];
       o.batchInvariant = layout[3] != 0;
       o.int8KvCache = layout[4] != 0;
+      std::memcpy(&sessionFraction, &layout[5], sizeof sessionFraction);
+      gpuMostBlocks = static_cast<uint64_t>(layout[6]);
       DSRT_RETURN_IF_ERROR(bytesPerPosition(*plan, o.int8KvCache, perPosition));
     }
   }
   DSRT_RETURN_IF_ERROR(valid);
   const uint64_t perBlock = perPosition * static_cast<uint64_t>(o.blockSize);
 
-  DSRT_RETURN_IF_ERROR(engine->createSessions(plan, static_cast<int64_t>(blocks)));
+  Status created = engine->createSessions(plan, static_cast<int64_t>(blocks), sessionFraction,
+                                          static_cast<int64_t>(gpuMostBlocks));
+  if (sessionFraction > 0)
+    DSRT_RETURN_IF_ERROR(engine->agreeOnBlocks(created, blocks));
+  DSRT_RETURN_IF_ERROR(created);
   DSRT_RETURN_IF_ERROR(engine->bindDecode());
 
   SchedulerOptions scheduling;
@@ -210,12 +238,19 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
 }
 
 // One session per rank of the plan in this process, or this process's rank alone (MPI).
-Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
+Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks,
+                              double memoryFraction, int64_t gpuMostBlocks) {
   // Only the program the engine runs: its rows are tokens, bounded by max_batch, where the
   // plan's prefill needs max_batch x max_seq_len of arena.
   const dsp::Program *step = findProgram(plan->plan(), "step");
-  PagedKvOptions paged{options_.blockSize, blocks, {step ? "step" : "decode"},
-                       options_.batchInvariant, options_.int8KvCache};
+  PagedKvOptions paged;
+  paged.blockSize = options_.blockSize;
+  paged.blocks = blocks;
+  paged.memoryFraction = memoryFraction;
+  paged.gpuMostBlocks = gpuMostBlocks;
+  paged.programs = {step ? "step" : "decode"};
+  paged.rowInvariant = options_.batchInvariant;
+  paged.int8Cache = options_.int8KvCache;
   if (group_) {
     std::unique_ptr<Session> session;
     DSRT_RETURN_IF_ERROR(
@@ -236,6 +271,34 @@ Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks) {
   return Status::ok();
 }
 
+
+// Where the sessions sized their own pools (a fraction of each GPU's free memory), the
+// scheduler numbers the blocks every rank holds: the fewest any rank's pool has. Every rank
+// takes part, the one whose session failed too, so that none waits for it.
+Status Engine::agreeOnBlocks(const Status &created, uint64_t &blocks) {
+  int64_t fewest = 0;
+  if (created.isOk()) {
+    fewest = sessions_.front()->pagedKvBlocks();
+    for (const auto &session : sessions_)
+      fewest = std::min(fewest, session->pagedKvBlocks());
+  }
+  if (group_ && group_->size() > 1) {
+    std::vector<int64_t> all;
+    DSRT_RETURN_IF_ERROR(group_->allGatherRecords(fewest, all));
+    for (size_t rank = 0; rank < all.size(); ++rank) {
+      if (all[rank] < 1 && created.isOk())
+        return Status::error("rank " + std::to_string(rank) +
+                             " could not place its KV cache; its error says why");
+      fewest = std::min(fewest, all[rank]);
+    }
+  }
+  if (!created.isOk())
+    return created;
+  if (fewest < 1)
+    return Status::error("the sessions placed no KV cache blocks");
+  blocks = static_cast<uint64_t>(fewest);
+  return Status::ok();
+}
 
 // The decode program's inputs the engine writes: the token ids, the positions, and a
 // padding mask of one column (the paged attention reads each row's position instead).

@@ -21,6 +21,7 @@ class Collectives;
 }
 namespace cuda {
 class DeviceCollectives;
+struct DriverApi;
 }
 
 // Cpu runs the fast kernels; CpuReference the reference kernels (ops/Ops.h, SessionState).
@@ -91,6 +92,9 @@ public:
     (void)rows;
     return Status::error(deviceName() + " sessions have no paged KV cache");
   }
+  // The blocks of the paged KV cache's pool (0 without one): PagedKvOptions::blocks, or as
+  // many as its memoryFraction gave.
+  virtual int64_t pagedKvBlocks() const { return 0; }
 
   // The device's memory bandwidth as a large copy on it measures it (bytes read plus bytes
   // written per second), the roofline dsbench reports achieved bandwidth against.
@@ -117,6 +121,12 @@ Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device
 struct PagedKvOptions {
   int64_t blockSize = 0;
   int64_t blocks = 0;
+  // In (0, 1], on CUDA: the pool is as many blocks (at most gpuMostBlocks) as this fraction
+  // of the GPU's free memory holds once the session's weights, arena and kernels are placed
+  // (Session::pagedKvBlocks says how many). A session that falls back to the CPU, and every
+  // CPU session, has `blocks`.
+  double memoryFraction = 0;
+  int64_t gpuMostBlocks = 0;
   // The programs the session runs (empty: all); its arena is sized for them alone.
   std::vector<std::string> programs;
   // CpuSessionOptions::rowInvariant (the CPU backends; cuBLASLt's choices are its own).
@@ -124,6 +134,10 @@ struct PagedKvOptions {
   // CpuSessionOptions::kvInt8 (the CPU backends only).
   bool int8Cache = false;
 };
+// Tests: the CUDA sessions these factories create use `driver` (the fake driver of
+// test/cuda), null: the process's own.
+void setCudaDriverForTests(const cuda::DriverApi *driver);
+
 // As createSession, with the paged KV cache: on the CPU backends, or on the GPU, whose
 // paged attention kernels a serving plan's `step` program carries (dsc --serving; a plan
 // without them runs its attention through the host fallback). Cuda without a usable GPU

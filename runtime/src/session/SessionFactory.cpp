@@ -4,6 +4,7 @@
 #include "cuda/CudaDriver.h"
 #include "cuda/CudaSession.h"
 
+#include <atomic>
 #include <iostream>
 #include <mutex>
 
@@ -23,14 +24,19 @@ Status cudaUnavailable(const std::string &whyNot) {
   return Status::ok();
 }
 
+std::atomic<const cuda::DriverApi *> driverForTests{nullptr};
+
 // A CUDA session of `options` where a device is usable; `created` false where there is
 // none and the CPU should run the plan instead.
 Status createCudaSession(std::shared_ptr<PlanFile> &plan, int rank,
-                         const cuda::CudaSessionOptions &options, std::unique_ptr<Session> &out,
+                         cuda::CudaSessionOptions options, std::unique_ptr<Session> &out,
                          bool &created) {
   created = false;
   std::string whyNot;
-  if (cuda::availableDeviceCount(&whyNot) == 0)
+  if (const cuda::DriverApi *driver = driverForTests.load())
+    options.driver = driver;
+  if ((options.driver ? cuda::availableDeviceCount(*options.driver, &whyNot)
+                      : cuda::availableDeviceCount(&whyNot)) == 0)
     return cudaUnavailable(whyNot);
   std::unique_ptr<cuda::CudaSession> session;
   DSRT_RETURN_IF_ERROR(cuda::CudaSession::create(std::move(plan), rank, options, session));
@@ -40,6 +46,8 @@ Status createCudaSession(std::shared_ptr<PlanFile> &plan, int rank,
 }
 
 } // namespace
+
+void setCudaDriverForTests(const cuda::DriverApi *driver) { driverForTests = driver; }
 
 Status createSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind device,
                      ops::Collectives *collectives, std::unique_ptr<Session> &out,
@@ -73,7 +81,8 @@ Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind d
     cuda::CudaSessionOptions options;
     options.collectives = collectives;
     options.kvBlockSize = paged.blockSize;
-    options.kvBlocks = paged.blocks;
+    options.kvBlocks = paged.memoryFraction > 0 ? paged.gpuMostBlocks : paged.blocks;
+    options.kvMemoryFraction = paged.memoryFraction;
     options.onlyPrograms = paged.programs;
     bool created = false;
     DSRT_RETURN_IF_ERROR(createCudaSession(plan, rank, options, out, created));

@@ -308,6 +308,57 @@ TEST(CudaPagedSession, WithoutPagedKernelsTheFallbackPagesOnTheHost) {
   EXPECT_GT(gpu->stats().fallbackSteps, 0u);
 }
 
+// PagedKvOptions::memoryFraction: the pool is what the fraction of the GPU's free memory
+// holds, read once the weights and the arena are on the device, less cuBLASLt's workspace.
+TEST(CudaPagedSession, AMemoryFractionSizesThePoolFromWhatTheWeightsLeave) {
+  std::shared_ptr<PlanFile> plan;
+  fake::reset();
+  ASSERT_TRUE(test::openServingPlan(plan));
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*plan, 0, layers).isOk());
+  uint64_t perBlock = 0;
+  for (const KvLayerShape &layer : layers)
+    perBlock += 2 * static_cast<uint64_t>(layer.kvHeads * kBlockSize * layer.headDim) *
+                dtypeSize(layer.dtype);
+  auto create = [&](double fraction, int64_t most, std::unique_ptr<CudaSession> &session) {
+    fake::reset();
+    fake::state().deviceBytes = size_t(256) << 20;
+    CudaSessionOptions options;
+    options.driver = &fake::driver();
+    options.kvBlockSize = kBlockSize;
+    options.kvBlocks = most;
+    options.kvMemoryFraction = fraction;
+    options.onlyPrograms = {"step"};
+    return CudaSession::create(plan, 0, options, session);
+  };
+  std::unique_ptr<CudaSession> session;
+  Status status = create(0.05, int64_t(1) << 30, session);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(fake::state().freeAnswers.size(), 1u);
+  const size_t free = fake::state().freeAnswers[0];
+  const SessionMemory memory = session->memory();
+  EXPECT_LE(free, fake::state().deviceBytes - memory.weights - memory.arena)
+      << "the free memory was read before the weights and the arena were placed";
+  const auto expected =
+      static_cast<int64_t>(static_cast<uint64_t>(0.05 * double(free - (size_t(32) << 20))) /
+                           perBlock);
+  ASSERT_GT(expected, 1);
+  EXPECT_EQ(session->pagedKvBlocks(), expected);
+  EXPECT_EQ(memory.kvCache, static_cast<uint64_t>(expected) * perBlock);
+
+  // The most the engine asks for bounds it.
+  status = create(1.0, 3, session);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(session->pagedKvBlocks(), 3);
+
+  // Less than one block is refused, with the numbers.
+  status = create(1e-12, int64_t(1) << 30, session);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("less than one block"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("bytes free on cuda:0"), std::string::npos)
+      << status.message();
+}
+
 TEST(CudaPagedSession, ADenseSessionHasNoRows) {
   PagedFake f;
   fake::reset();

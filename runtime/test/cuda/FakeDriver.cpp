@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -134,8 +135,15 @@ CUresult memFree(CUdeviceptr pointer) {
   --global().liveAllocations;
   return kCudaSuccess;
 }
+// The device's memory is State::deviceBytes, less what is allocated on it.
 CUresult memGetInfo(size_t *free, size_t *total) {
-  *free = *total = size_t(1) << 30;
+  std::lock_guard<std::mutex> guard(lock());
+  size_t used = 0;
+  for (const auto &allocation : allocations())
+    used += allocation.second;
+  *total = global().deviceBytes;
+  *free = *total - std::min(*total, used);
+  global().freeAnswers.push_back(*free);
   return kCudaSuccess;
 }
 CUresult hostAlloc(void **pointer, size_t bytes, unsigned) {

@@ -41,6 +41,8 @@ struct Launch {
 
 struct State {
   int deviceCount = 1;
+  size_t deviceBytes = size_t(1) << 30;  // cuMemGetInfo's total; free is what is not allocated
+  std::vector<size_t> freeAnswers;       // each cuMemGetInfo's free bytes
   std::vector<HostToDevice> hostToDevice;
   std::vector<Launch> launches;
   std::set<void *> pinned;

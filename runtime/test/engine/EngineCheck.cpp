@@ -341,6 +341,30 @@ static void checkMemoryFraction(dsrt_plan *plan, dsrt_engine_options options, ui
   refused(bad, "less than one block", "a memory fraction below one block was not refused");
 }
 
+// On a GPU the fraction is of its free memory once the weights are on it, which the
+// sessions read (the fake driver's CudaEngineTest checks the arithmetic): a small fraction
+// holds blocks, and one below a block is refused, naming the GPU.
+static void checkGpuMemoryFraction(dsrt_plan *plan, dsrt_engine_options options) {
+  options.kv_cache_bytes = 0;
+  options.kv_cache_memory_fraction = 0.01f;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine with kv_cache_memory_fraction");
+  dsrt_engine_stats stats;
+  check(dsrt_engine_stats_get(engine, &stats), "stats");
+  dsrt_engine_destroy(engine);
+  if (stats.total_blocks < 1)
+    die("kv_cache_memory_fraction 0.01 of the GPU gave no blocks");
+  options.kv_cache_memory_fraction = 1e-30f;
+  if (dsrt_engine_create(plan, &options, &engine) == DSRT_OK) {
+    dsrt_engine_destroy(engine);
+    die("a GPU memory fraction below one block was not refused");
+  }
+  if (!std::strstr(dsrt_last_error(), "less than one block") ||
+      !std::strstr(dsrt_last_error(), "bytes free on cuda:"))
+    die(std::string("a GPU memory fraction below one block was not refused as such: ") +
+        dsrt_last_error());
+}
+
 int main(int argc, char **argv) {
   if (argc < 2)
     die("usage: dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]");
@@ -488,8 +512,9 @@ int main(int argc, char **argv) {
       if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
           !std::strstr(dsrt_last_error(), "less than one block"))
         die("a KV budget below one block was not refused as such");
-      if (blockSize == blockSizes.front() && device != DSRT_DEVICE_CUDA)
-        checkMemoryFraction(plan, defaults, stats.bytes_per_block);
+      if (blockSize == blockSizes.front())
+        device == DSRT_DEVICE_CUDA ? checkGpuMemoryFraction(plan, defaults)
+                                   : checkMemoryFraction(plan, defaults, stats.bytes_per_block);
     }
     failures += runScenario(plan, tight, requests);
     Scenario cancel{"cancellations" + at, blockSize};
