@@ -222,6 +222,13 @@ Status CudaSession::allocateKvCache() {
       size_t free = 0, total = 0;
       DSRT_RETURN_IF_ERROR(check(driver_->cuMemGetInfo(&free, &total), "cuMemGetInfo"));
       free -= std::min(free, CublasLt::kWorkspaceBytes);
+      // The plan's ranks this GPU runs (rank % GPUs, or all where DSRT_CUDA_DEVICE pins them)
+      // share it: the first to read leaves the later ones room for their weights. (Ranks of
+      // another machine under MPI count too: their share is left unused, never overdrawn.)
+      int sharing = 0;
+      for (int r = 0; r < plan_->rankCount(); ++r)
+        sharing += devicePinned_ || r % deviceCount_ == ordinal_ ? 1 : 0;
+      free /= static_cast<size_t>(std::max(1, sharing));
       int64_t blocks = 0;
       DSRT_RETURN_IF_ERROR(pagedBlocksWithin(*plan_, rank_, options_.kvBlockSize,
                                              options_.kvMemoryFraction, free,

@@ -133,6 +133,7 @@ Status CudaSession::initDevice(int rank) {
   if (count == 0)
     return Status::error(whyNot);
   ordinal_ = rank % count;
+  deviceCount_ = count;
   if (const char *chosen = std::getenv("DSRT_CUDA_DEVICE"); chosen && *chosen) {
     char *end = nullptr;
     long value = std::strtol(chosen, &end, 10);
@@ -140,6 +141,7 @@ Status CudaSession::initDevice(int rank) {
       return Status::error("DSRT_CUDA_DEVICE=" + std::string(chosen) + " is not a device: " +
                            std::to_string(count) + " are visible");
     ordinal_ = static_cast<int>(value);
+    devicePinned_ = true;
   }
   deviceLabel_ = "cuda:" + std::to_string(ordinal_);
   DSRT_RETURN_IF_ERROR(check(driver_->cuDeviceGet(&device_, ordinal_), "cuDeviceGet"));

@@ -232,6 +232,8 @@ private:
   int rank_ = 0;
   CUdevice device_ = 0;
   int ordinal_ = 0;
+  int deviceCount_ = 1;  // the GPUs the driver shows
+  bool devicePinned_ = false;  // DSRT_CUDA_DEVICE chose ordinal_ for every rank
   bool contextRetained_ = false;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;

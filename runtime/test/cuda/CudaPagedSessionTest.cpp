@@ -359,6 +359,40 @@ TEST(CudaPagedSession, AMemoryFractionSizesThePoolFromWhatTheWeightsLeave) {
       << status.message();
 }
 
+// A TP plan's ranks on one GPU share its memory: rank 0, which reads it first, takes its
+// fraction of half of it, leaving rank 1 room for its weights.
+TEST(CudaPagedSession, RanksOnOneGpuShareItsMemory) {
+  const char *path = std::getenv("DSRT_TEST_TP2_PLAN");
+  std::unique_ptr<PlanFile> opened;
+  ASSERT_TRUE(PlanFile::open(path && *path ? path : DSRT_TEST_TP2_PLAN_DEFAULT, opened).isOk());
+  std::shared_ptr<PlanFile> plan = std::move(opened);
+  ASSERT_EQ(plan->rankCount(), 2);
+  std::vector<KvLayerShape> layers;
+  ASSERT_TRUE(kvCacheLayout(*plan, 0, layers).isOk());
+  uint64_t perBlock = 0;
+  for (const KvLayerShape &layer : layers)
+    perBlock += 2 * static_cast<uint64_t>(layer.kvHeads * kBlockSize * layer.headDim) *
+                dtypeSize(layer.dtype);
+  fake::reset();
+  ASSERT_EQ(fake::state().deviceCount, 1);
+  fake::state().deviceBytes = size_t(256) << 20;
+  CudaSessionOptions options;
+  options.driver = &fake::driver();
+  options.kvBlockSize = kBlockSize;
+  options.kvBlocks = int64_t(1) << 30;
+  options.kvMemoryFraction = 0.1;
+  options.onlyPrograms = {"decode"};
+  std::unique_ptr<CudaSession> rank0;
+  Status status = CudaSession::create(plan, 0, options, rank0);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(fake::state().freeAnswers.size(), 1u);
+  const size_t free = fake::state().freeAnswers[0] - (size_t(32) << 20);
+  const auto expected =
+      static_cast<int64_t>(static_cast<uint64_t>(0.1 * static_cast<double>(free / 2)) / perBlock);
+  ASSERT_GT(expected, 1);
+  EXPECT_EQ(rank0->pagedKvBlocks(), expected);
+}
+
 TEST(CudaPagedSession, ADenseSessionHasNoRows) {
   PagedFake f;
   fake::reset();
