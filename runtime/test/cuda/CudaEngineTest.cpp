@@ -5,7 +5,6 @@
 #include "FakeDriver.h"
 #include "TestPlans.h"
 #include "engine/Engine.h"
-#include "session/PlanChecks.h"
 #include "session/Session.h"
 
 #include <gtest/gtest.h>
@@ -25,16 +24,6 @@ struct FakeEngine {
   ~FakeEngine() { setCudaDriverForTests(nullptr); }
 };
 
-uint64_t bytesPerBlock(const PlanFile &plan) {
-  std::vector<KvLayerShape> layers;
-  EXPECT_TRUE(kvCacheLayout(plan, 0, layers).isOk());
-  uint64_t bytes = 0;
-  for (const KvLayerShape &layer : layers)
-    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * kBlockSize * layer.headDim) *
-             dtypeSize(layer.dtype);
-  return bytes;
-}
-
 Status createEngine(const std::shared_ptr<PlanFile> &plan, size_t deviceBytes,
                     double fraction, std::unique_ptr<engine::Engine> &out) {
   fake::reset();
@@ -50,7 +39,7 @@ TEST(CudaEngine, AMemoryFractionIsOfWhatTheWeightsLeaveOnTheGpu) {
   FakeEngine fakeEngine;
   std::shared_ptr<PlanFile> plan;
   ASSERT_TRUE(test::openServingPlan(plan));
-  const uint64_t perBlock = bytesPerBlock(*plan);
+  const uint64_t perBlock = test::pagedBytesPerBlock(*plan, kBlockSize);
   std::unique_ptr<engine::Engine> engine;
   Status status = createEngine(plan, size_t(256) << 20, 0.05, engine);
   ASSERT_TRUE(status.isOk()) << status.message();
@@ -77,7 +66,7 @@ TEST(CudaEngine, TheDefaultBudgetFollowsTheGpu) {
   FakeEngine fakeEngine;
   std::shared_ptr<PlanFile> plan;
   ASSERT_TRUE(test::openServingPlan(plan));
-  const uint64_t perBlock = bytesPerBlock(*plan);
+  const uint64_t perBlock = test::pagedBytesPerBlock(*plan, kBlockSize);
   const dsp::Limits &limits = *plan->plan().limits();
   const int64_t rows = std::max<int64_t>(limits.max_batch(), limits.max_tokens_per_step());
   const int64_t positionsPerBlock = kBlockSize;

@@ -314,12 +314,7 @@ TEST(CudaPagedSession, AMemoryFractionSizesThePoolFromWhatTheWeightsLeave) {
   std::shared_ptr<PlanFile> plan;
   fake::reset();
   ASSERT_TRUE(test::openServingPlan(plan));
-  std::vector<KvLayerShape> layers;
-  ASSERT_TRUE(kvCacheLayout(*plan, 0, layers).isOk());
-  uint64_t perBlock = 0;
-  for (const KvLayerShape &layer : layers)
-    perBlock += 2 * static_cast<uint64_t>(layer.kvHeads * kBlockSize * layer.headDim) *
-                dtypeSize(layer.dtype);
+  const uint64_t perBlock = test::pagedBytesPerBlock(*plan, kBlockSize);
   auto create = [&](double fraction, int64_t most, std::unique_ptr<CudaSession> &session) {
     fake::reset();
     fake::state().deviceBytes = size_t(256) << 20;
@@ -367,12 +362,7 @@ TEST(CudaPagedSession, RanksOnOneGpuShareItsMemory) {
   ASSERT_TRUE(PlanFile::open(path && *path ? path : DSRT_TEST_TP2_PLAN_DEFAULT, opened).isOk());
   std::shared_ptr<PlanFile> plan = std::move(opened);
   ASSERT_EQ(plan->rankCount(), 2);
-  std::vector<KvLayerShape> layers;
-  ASSERT_TRUE(kvCacheLayout(*plan, 0, layers).isOk());
-  uint64_t perBlock = 0;
-  for (const KvLayerShape &layer : layers)
-    perBlock += 2 * static_cast<uint64_t>(layer.kvHeads * kBlockSize * layer.headDim) *
-                dtypeSize(layer.dtype);
+  const uint64_t perBlock = test::pagedBytesPerBlock(*plan, kBlockSize);
   fake::reset();
   ASSERT_EQ(fake::state().deviceCount, 1);
   fake::state().deviceBytes = size_t(256) << 20;

@@ -2,6 +2,7 @@
 
 #include "FakeDriver.h"
 #include "io/TensorProto.h"
+#include "session/PlanChecks.h"
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,16 @@ std::vector<std::string> launchedKernels(const PlanFile &plan) {
 
 bool openServingPlan(std::shared_ptr<PlanFile> &out) {
   return openPlan("DSRT_TEST_SERVING_PLAN", DSRT_TEST_SERVING_PLAN_DEFAULT, out);
+}
+
+uint64_t pagedBytesPerBlock(const PlanFile &plan, int64_t blockSize, int rank) {
+  std::vector<KvLayerShape> layers;
+  EXPECT_TRUE(kvCacheLayout(plan, rank, layers).isOk());
+  uint64_t bytes = 0;
+  for (const KvLayerShape &layer : layers)
+    bytes += 2 * static_cast<uint64_t>(layer.kvHeads * blockSize * layer.headDim) *
+             dtypeSize(layer.dtype);
+  return bytes;
 }
 
 bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out) {

@@ -5,6 +5,7 @@
 #include "plan/PlanFile.h"
 #include "session/Session.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ bool openLlamaLongPlan(std::shared_ptr<PlanFile> &out);
 // The Llama fixture compiled with --serving --max-batch 8 --max-seq-len 16: a step program
 // whose attention carries the paged kernels (DSRT_TEST_SERVING_PLAN overrides it).
 bool openServingPlan(std::shared_ptr<PlanFile> &out);
+
+// One paged KV block of `blockSize` positions of `rank`'s cache, keys and values over every
+// layer, in bytes: what a session's pool holds per block.
+uint64_t pagedBytesPerBlock(const PlanFile &plan, int64_t blockSize, int rank = 0);
 // Binds test_data_set_0's inputs to `forward` by name (adds a gtest failure and returns
 // false when it cannot).
 bool bindForward(Session &session);
