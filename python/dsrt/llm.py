@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-from typing import Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _dsrt
 from .chat import ChatTemplate
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 
-Prompt = Union[str, Sequence[int]]
+# Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or
+# {"prompt_token_ids": ids}.
+Prompt = Union[str, Sequence[int], Mapping[str, Any]]
 
 
 @dataclasses.dataclass
@@ -102,6 +104,14 @@ class RequestOutput:
     finished: bool = True
     # With SamplingParams.prompt_logprobs: None for the first prompt token, then each one's.
     prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
+    # The engine's id of the request (of its first output where n > 1), as vLLM's string.
+    request_id: str = ""
+
+
+def _is_one_prompt(prompts: Any) -> bool:
+    return (isinstance(prompts, (str, Mapping))
+            or (isinstance(prompts, Sequence) and len(prompts) > 0
+                and isinstance(prompts[0], int)))
 
 
 class LLM:
@@ -168,26 +178,50 @@ class LLM:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def get_tokenizer(self):
+        """The plan's tokenizer (vLLM's ``LLM.get_tokenizer``): ``encode`` and ``decode``."""
+        return self.tokenizer
+
+    def _prompt_text_and_ids(self, prompt: Prompt) -> tuple[Optional[str], list[int]]:
+        if isinstance(prompt, Mapping):
+            if "prompt_token_ids" in prompt:
+                return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
+            if isinstance(prompt.get("prompt"), str):
+                return prompt["prompt"], self.tokenizer.encode(prompt["prompt"])
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: a prompt dict needs \"prompt\" (text) or "
+                              "\"prompt_token_ids\", not " + ", ".join(map(repr, prompt)))
+        if isinstance(prompt, str):
+            return prompt, self.tokenizer.encode(prompt)
+        return None, list(prompt)
+
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
-        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        return self._prompt_text_and_ids(prompt)[1]
 
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
-                 sampling_params: Optional[SamplingParams] = None, *,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
-        """Generates for every prompt (text, or token ids) at once, each as its own request
-        of the engine; returns them in the prompts' order. ``use_tqdm`` is taken for vLLM's
-        signature; no progress bar is drawn."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+                 sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+                 *, use_tqdm: bool = False) -> list[RequestOutput]:
+        """Generates for every prompt (text, token ids, or vLLM's ``{"prompt": ...}`` /
+        ``{"prompt_token_ids": ...}``) at once, each as its own request of the engine;
+        returns them in the prompts' order. ``sampling_params`` is one for all, or one per
+        prompt. ``use_tqdm`` is taken for vLLM's signature; no progress bar is drawn."""
+        if _is_one_prompt(prompts):
             prompts = [prompts]
-        params = sampling_params or SamplingParams()
+        prompts = list(prompts)
+        if isinstance(sampling_params, Sequence):
+            if len(sampling_params) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts and {len(sampling_params)} "
+                                 f"sampling_params: give one for all, or one per prompt")
+            per_prompt = list(sampling_params)
+        else:
+            per_prompt = [sampling_params or SamplingParams()] * len(prompts)
         updates: "queue.Queue[tuple[int, int, Update]]" = queue.Queue()
         results, requests = [], []
         try:
-            for index, prompt in enumerate(prompts):
-                ids = self._prompt_ids(prompt)
+            for index, (prompt, params) in enumerate(zip(prompts, per_prompt)):
+                text, ids = self._prompt_text_and_ids(prompt)
                 copies = [params._request(len(ids), self.max_seq_len, j)
                           for j in range(params._copies())]
-                results.append(RequestOutput(prompt if isinstance(prompt, str) else None, ids, [
+                results.append(RequestOutput(text, ids, [
                     CompletionOutput(j, "", [], None,
                                      [] if params.logprobs is not None else None)
                     for j in range(len(copies))], False,
@@ -196,6 +230,8 @@ class LLM:
                     requests.append(self._loop.submit(
                         ids, request,
                         lambda update, index=index, j=j: updates.put((index, j, update))))
+                    if j == 0:
+                        results[index].request_id = str(requests[-1].id)
             pending = len(requests)
             unfinished = [len(result.outputs) for result in results]
             while pending:
@@ -259,7 +295,7 @@ class LLM:
             messages, add_generation_prompt=add_generation_prompt, **kwargs)
 
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
-             sampling_params: Optional[SamplingParams] = None,
+             sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
              add_generation_prompt: bool = True, use_tqdm: bool = False,
              **template_kwargs) -> list[RequestOutput]:
         """Generates the assistant's reply to a conversation (or to each of several), with

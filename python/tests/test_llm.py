@@ -30,6 +30,31 @@ def test_generate_is_transformers_greedy(llm, reference):
         assert output.outputs[0].text == llm.tokenizer.decode(expected["generated"])
 
 
+def test_vllm_prompt_forms_and_one_sampling_params_per_prompt(llm, reference):
+    # vLLM's generate takes {"prompt_token_ids": ids} and {"prompt": text} beside plain
+    # prompts, and a list of SamplingParams, one per prompt.
+    first, second = reference["prompts"][0], reference["prompts"][1]
+    text = llm.tokenizer.decode(second["ids"])
+    lengths = [3, 5, 2]
+    outputs = llm.generate(
+        [{"prompt_token_ids": first["ids"]}, {"prompt": text}, first["ids"]],
+        [dsrt.SamplingParams(max_tokens=n, **GREEDY) for n in lengths])
+    assert [len(o.outputs[0].token_ids) for o in outputs] == lengths
+    assert outputs[0].prompt is None and outputs[0].prompt_token_ids == first["ids"]
+    assert outputs[0].outputs[0].token_ids == first["generated"][:3]
+    assert outputs[2].outputs[0].token_ids == first["generated"][:2]
+    assert outputs[1].prompt == text
+    assert outputs[1].prompt_token_ids == llm.get_tokenizer().encode(text)
+    alone = llm.generate(text, dsrt.SamplingParams(max_tokens=5, **GREEDY))[0]
+    assert outputs[1].outputs[0].token_ids == alone.outputs[0].token_ids
+    ids = [o.request_id for o in outputs]
+    assert all(ids) and len(set(ids)) == len(ids)
+    with pytest.raises(ValueError, match="3 prompts and 2 sampling_params"):
+        llm.generate([first["ids"]] * 3, [dsrt.SamplingParams()] * 2)
+    with pytest.raises(dsrt.Error, match="prompt_token_ids"):
+        llm.generate({"text": "no such key"})
+
+
 def test_without_batch_invariance_an_fp32_plan_is_still_greedy(plan, reference):
     # batch_invariant=False changes only half and quantized plans' long steps (docs/serving.md):
     # the option reaches the engine, and an fp32 plan keeps transformers' tokens.
