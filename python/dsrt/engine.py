@@ -69,6 +69,8 @@ class RequestParams:
     prompt_logprobs: Optional[int] = None
     logit_bias: Optional[dict[int, float]] = None
     min_tokens: int = 0
+    # vLLM's: the stop string that ended the text is kept at its end.
+    include_stop_str_in_output: bool = False
 
 
 class Request:
@@ -136,11 +138,14 @@ class Request:
         # Only the tail can hold a new match: the text before it was checked already.
         window = len(self._text) - self._emitted
         start = max(0, len(self._text) - window - self._hold)
-        found = [self._text.find(s, start) for s in self.params.stop]
-        found = [at for at in found if at >= 0]
+        found = [(at, -len(s)) for s in self.params.stop
+                 if (at := self._text.find(s, start)) >= 0]
         if not found:
             return False
-        self._text = self._text[:min(found)]
+        # The earliest match (the longest of those that start there).
+        at, minus_length = min(found)
+        self._text = self._text[:at - minus_length if self.params.include_stop_str_in_output
+                                else at]
         self._emitted = min(self._emitted, len(self._text))
         return True
 

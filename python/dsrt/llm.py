@@ -52,6 +52,8 @@ class SamplingParams:
     logit_bias: Optional[dict[int, float]] = None
     # vLLM's: EOS and stop tokens cannot end the output before this many tokens.
     min_tokens: int = 0
+    # vLLM's: the stop string that ended the text is kept at its end.
+    include_stop_str_in_output: bool = False
 
     def _copies(self) -> int:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -77,7 +79,8 @@ class SamplingParams:
                              frequency_penalty=self.frequency_penalty,
                              # The prompt's are the same for every copy: the first asks.
                              prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
-                             logit_bias=self.logit_bias, min_tokens=self.min_tokens)
+                             logit_bias=self.logit_bias, min_tokens=self.min_tokens,
+                             include_stop_str_in_output=self.include_stop_str_in_output)
 
 
 @dataclasses.dataclass

@@ -42,6 +42,7 @@ class _Common(BaseModel):
     # vLLM's: more tokens that stop, and whether special tokens are left out of the text.
     stop_token_ids: Optional[list[StrictInt]] = None
     min_tokens: StrictInt = Field(default=0, ge=0)
+    include_stop_str_in_output: StrictBool = False
     skip_special_tokens: StrictBool = True
     # Structured output is not done: refused rather than answered with free text.
     response_format: Optional[dict[str, Any]] = None

@@ -171,7 +171,8 @@ class Server:
             frequency_penalty=number(body.frequency_penalty, 0.0),
             logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
             stop_token_ids=list(body.stop_token_ids or ()),
-            skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens)
+            skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,
+            include_stop_str_in_output=body.include_stop_str_in_output)
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> _Generation:

@@ -138,6 +138,13 @@ def test_stop_string_ends_the_text_before_it(llm, reference):
     assert cut.finish_reason == "stop"
     assert cut.text == whole.text[:whole.text.find(stop)]
     assert len(cut.token_ids) < len(whole.token_ids)
+    # vLLM's include_stop_str_in_output keeps it, with the same tokens.
+    kept = llm.generate([ids], dsrt.SamplingParams(max_tokens=24, stop=stop,
+                                                   include_stop_str_in_output=True,
+                                                   **GREEDY))[0].outputs[0]
+    assert kept.finish_reason == "stop"
+    assert kept.text == whole.text[:whole.text.find(stop) + len(stop)]
+    assert kept.token_ids == cut.token_ids
 
 
 def test_seeded_sampling_repeats_and_differs_by_seed(llm, reference):

@@ -128,6 +128,10 @@ def test_stop_string_ends_the_answer(client, reference):
     cut = client.completions.create(model="m", prompt=ids, max_tokens=24, stop=[stop],
                                     extra_body=NO_EOS, **GREEDY).choices[0]
     assert cut.finish_reason == "stop" and cut.text == whole[:whole.find(stop)]
+    kept = client.completions.create(model="m", prompt=ids, max_tokens=24, stop=[stop],
+                                     extra_body={**NO_EOS, "include_stop_str_in_output": True},
+                                     **GREEDY).choices[0]
+    assert kept.text == whole[:whole.find(stop) + len(stop)]
 
 
 def test_metrics_move_as_requests_run(server, client):
