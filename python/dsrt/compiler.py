@@ -110,6 +110,11 @@ def _model_key(model: str, dsc: str, options: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
+# vLLM's and PyTorch's names for dsc's dtypes; "auto" is the model's own (dsc's default).
+_DTYPE_NAMES = {"auto": None, "float32": "fp32", "float": "fp32", "float16": "fp16",
+                "half": "fp16", "bfloat16": "bf16"}
+
+
 def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = None,
              max_seq_len: Optional[int] = None) -> str:
     """The plan that serves ``model``: ``model`` itself when it is a plan; for an ONNX
@@ -117,6 +122,7 @@ def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = Non
     --serving``, with ``tp``, ``dtype`` and ``max_seq_len`` when given, else the model's
     defaults) compiled on first use and kept in ``$DSRT_CACHE_DIR`` (default
     ``~/.cache/dsrt/plans``), keyed by the model folder's files, dsc and the options."""
+    dtype = _DTYPE_NAMES.get(dtype, dtype) if dtype is not None else None
     options = {"tp": tp, "dtype": dtype, "max_seq_len": max_seq_len}
     # A .dsp that is not a plan goes to the runtime too, whose error says what is wrong.
     if os.path.isfile(model) and (model.endswith(".dsp") or is_plan(model)):

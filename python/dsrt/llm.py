@@ -135,6 +135,11 @@ class LLM:
     ("auto": the plan's; "int8": a scale per 32 values, about half an f16 cache's bytes, on
     the CPU). The GIL is released while the engine steps.
 
+    vLLM's names are taken as well: ``tensor_parallel_size`` (``tp``), ``max_model_len``
+    (``max_seq_len``), ``enable_prefix_caching``, ``max_num_seqs`` (``max_running``: the
+    sequences holding KV at once) and ``max_num_batched_tokens`` (``max_tokens_per_step``),
+    and ``dtype`` as "auto", "float16", "bfloat16" or "float32".
+
     ``model`` is a plan, or an ONNX model (``model.onnx``, or a folder ``dsc compile``
     takes) which is compiled once to a serving plan (``dsc compile --serving``, with
     ``dtype``, ``tp`` and ``max_seq_len`` when given, else the model's defaults) and kept in
@@ -146,11 +151,31 @@ class LLM:
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", dtype: Optional[str] = None,
                  tp: Optional[int] = None, max_seq_len: Optional[int] = None,
-                 kv_cache_memory_fraction: float = 0.0):
+                 kv_cache_memory_fraction: float = 0.0, max_running: int = 0,
+                 tensor_parallel_size: Optional[int] = None,
+                 max_model_len: Optional[int] = None,
+                 enable_prefix_caching: Optional[bool] = None,
+                 max_num_seqs: Optional[int] = None,
+                 max_num_batched_tokens: Optional[int] = None):
+        def either(name: str, value, default, vllm_name: str, vllm_value):
+            if vllm_value is None:
+                return value
+            if value != default and value != vllm_value:
+                raise ValueError(f"{name}={value!r} and {vllm_name}={vllm_value!r} disagree: "
+                                 f"give one")
+            return vllm_value
+        tp = either("tp", tp, None, "tensor_parallel_size", tensor_parallel_size)
+        max_seq_len = either("max_seq_len", max_seq_len, None, "max_model_len", max_model_len)
+        prefix_caching = either("prefix_caching", prefix_caching, True,
+                                "enable_prefix_caching", enable_prefix_caching)
+        max_running = either("max_running", max_running, 0, "max_num_seqs", max_num_seqs)
+        max_tokens_per_step = either("max_tokens_per_step", max_tokens_per_step, 0,
+                                     "max_num_batched_tokens", max_num_batched_tokens)
         plan = plan_for(model, tp=tp, dtype=dtype, max_seq_len=max_seq_len)
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
                                 max_tokens_per_step=max_tokens_per_step,
+                                max_running=max_running,
                                 prefix_caching=prefix_caching,
                                 batch_invariant=batch_invariant,
                                 kv_cache_dtype=kv_cache_dtype,

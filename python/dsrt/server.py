@@ -546,8 +546,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="the KV cache as this fraction (0 to 1) of the memory free at "
                         "the start (a GPU's: once the weights are on it), instead of "
                         "--kv-cache-bytes")
-    parser.add_argument("--max-tokens-per-step", type=int, default=0)
-    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--max-tokens-per-step", "--max-num-batched-tokens", type=int,
+                        default=0, dest="max_tokens_per_step",
+                        help="tokens one engine step computes at most (0: the plan's step rows)")
+    parser.add_argument("--max-running", "--max-num-seqs", type=int, default=0,
+                        dest="max_running",
+                        help="sequences holding KV at once (0: --max-tokens-per-step)")
+    parser.add_argument("--no-prefix-caching", "--no-enable-prefix-caching",
+                        action="store_true", dest="no_prefix_caching")
+    parser.add_argument("--enable-prefix-caching", action="store_false",
+                        dest="no_prefix_caching", help="(the default; vLLM's flag)")
     parser.add_argument("--no-batch-invariant", action="store_true",
                         help="let long steps of half and quantized plans take faster bf16 "
                         "arithmetic (a token may then differ from the request's alone)")
@@ -574,6 +582,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         engine = EngineLoop(plan, device=args.device, block_size=args.block_size,
                             kv_cache_bytes=args.kv_cache_bytes,
                             max_tokens_per_step=args.max_tokens_per_step,
+                            max_running=args.max_running,
                             prefix_caching=not args.no_prefix_caching,
                             batch_invariant=not args.no_batch_invariant,
                             kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,

@@ -107,8 +107,11 @@ class ServerProcess:
 
 @pytest.fixture(scope="module")
 def server(plan):
+    # vLLM's flags among them (the default prefix caching, a cap on running sequences):
+    # dsserve takes them as `vllm serve` does.
     process = ServerProcess(plan, "--max-concurrent-requests", "3",
-                            "--served-model-name", "gpt2-fixture")
+                            "--served-model-name", "gpt2-fixture",
+                            "--enable-prefix-caching", "--max-num-seqs", "8")
     yield process
     process.stop()
 

@@ -55,6 +55,23 @@ def test_vllm_prompt_forms_and_one_sampling_params_per_prompt(llm, reference):
         llm.generate({"text": "no such key"})
 
 
+def test_vllm_engine_argument_names_reach_the_engine(plan, reference):
+    # tensor_parallel_size, max_model_len, dtype="auto", enable_prefix_caching, max_num_seqs
+    # and max_num_batched_tokens as vLLM's LLM takes them.
+    ids = reference["prompts"][0]["ids"]
+    # Blocks of 2 positions: the 5-token prompt fills two, which a cache would hit.
+    with dsrt.LLM(plan, dtype="auto", enable_prefix_caching=False, max_num_seqs=1,
+                  max_num_batched_tokens=8, block_size=2) as engine:
+        outputs = engine.generate([ids, ids, ids], dsrt.SamplingParams(max_tokens=4, **GREEDY))
+        stats = engine._loop.stats()
+    assert all(o.outputs[0].token_ids == reference["prompts"][0]["generated"][:4]
+               for o in outputs)
+    assert stats["peak_running"] == 1 and stats["max_tokens_per_step"] == 8
+    assert stats["prefix_hits"] == 0
+    with pytest.raises(ValueError, match="tp=1 and tensor_parallel_size=2 disagree"):
+        dsrt.LLM(plan, tp=1, tensor_parallel_size=2)
+
+
 def test_without_batch_invariance_an_fp32_plan_is_still_greedy(plan, reference):
     # batch_invariant=False changes only half and quantized plans' long steps (docs/serving.md):
     # the option reaches the engine, and an fp32 plan keeps transformers' tokens.
