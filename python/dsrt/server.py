@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import hmac
 import json
 import os
 import signal
@@ -258,13 +259,37 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def create_app(server: Server) -> FastAPI:
+class _ApiKey:
+    """vLLM's --api-key: the OpenAI routes (/v1/...) answer 401 without
+    ``Authorization: Bearer KEY``; /health, /metrics and the rest stay open to probes and
+    scrapers. Plain ASGI: starlette's BaseHTTPMiddleware would stand between a streamed
+    response and the disconnect it must notice."""
+
+    def __init__(self, app, key: str, refused):
+        self.app, self.expected, self.refused = app, f"Bearer {key}".encode(), refused
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = self.refused(_Refused(
+                    401, "this server needs its API key: Authorization: Bearer <key>",
+                    kind="authentication_error"))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(server: Server, api_key: Optional[str] = None) -> FastAPI:
     app = FastAPI(title="dsserve", docs_url=None, redoc_url=None)
 
     def refused(error: _Refused) -> JSONResponse:
         server.metrics.rejected.labels(status=str(error.status)).inc()
         return JSONResponse(error_body(str(error), error.kind, error.param, error.status),
                             status_code=error.status)
+
+    if api_key:
+        app.add_middleware(_ApiKey, key=api_key, refused=refused)
 
     async def parse(request: Request, model: type[BaseModel], capped: bool = True):
         try:
@@ -565,6 +590,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")
+    parser.add_argument("--api-key", default=os.environ.get("DSSERVE_API_KEY") or None,
+                        help="the key /v1/... requests must carry (Authorization: Bearer "
+                        "KEY), as vLLM's; default $DSSERVE_API_KEY, else none")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     chat_template = None
@@ -599,7 +627,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     import uvicorn
     name = args.served_model_name or _model_name(args.model)
-    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template))
+    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template),
+                     api_key=args.api_key)
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

@@ -291,6 +291,29 @@ def test_echo_returns_the_prompt_and_its_logprobs(server, llm):
     assert plain["choices"][0]["logprobs"] is None
 
 
+def test_api_key_guards_the_openai_routes(plan):
+    # vLLM's --api-key: /v1/... needs the key (the openai client sends its api_key as a
+    # bearer token), /health stays open for probes.
+    process = ServerProcess(plan, "--api-key", "sesame")
+    try:
+        keyed = openai.OpenAI(base_url=process.url + "/v1", api_key="sesame", max_retries=0)
+        assert keyed.completions.create(model="m", prompt=[5, 6], max_tokens=2,
+                                        extra_body=NO_EOS, **GREEDY).usage.completion_tokens == 2
+        streamed = keyed.completions.create(model="m", prompt=[5, 6], max_tokens=3, stream=True,
+                                            extra_body=NO_EOS, **GREEDY)
+        assert [c.choices[0].finish_reason for c in streamed][-1] == "length"
+        wrong = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.AuthenticationError, match="API key"):
+            wrong.models.list()
+        bare = requests.post(process.url + "/v1/completions", timeout=10,
+                             json={"prompt": [5], "max_tokens": 1})
+        assert bare.status_code == 401
+        assert bare.json()["error"]["type"] == "authentication_error"
+        assert requests.get(process.url + "/health", timeout=10).status_code == 200
+    finally:
+        process.stop()
+
+
 def test_chat_template_option_replaces_the_plans(plan, llm, tmp_path):
     """--chat-template FILE (vLLM's option): the chat answer is the completion of the text
     that template renders; a template that does not parse stops dsserve with its reason."""
