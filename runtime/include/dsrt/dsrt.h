@@ -332,7 +332,9 @@ DSRT_API void dsrt_generation_free(dsrt_generation *generation);
  * caller, or by the engine's own thread after dsrt_engine_start) computes decode tokens
  * first, then prompt chunks, under a token budget, one token per row of the plan's decode
  * program. Tokens arrive through a callback or dsrt_engine_poll. A TP plan runs its ranks on
- * threads of this process. CPU devices for now. */
+ * threads of this process (or one per MPI process: dsrt_engine_create_mpi). On the CPU
+ * backends and on CUDA, where a --serving plan's paged attention kernels run its steps
+ * (docs/serving.md). */
 typedef struct dsrt_engine dsrt_engine;
 
 typedef struct dsrt_engine_options {
