@@ -104,6 +104,9 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   // `blocks` what a session that fell back to the CPU takes.
   double sessionFraction = 0;
   uint64_t gpuMostBlocks = 0;
+  // A fraction of the host's memory below one block, which refuses the engine only where
+  // its CUDA sessions fell back to the CPU.
+  Status hostRefusal = Status::ok();
   // The options are rank 0's (the only rank a user configures under MPI).
   auto validate = [&]() -> Status {
     if (o.blockSize < 1 || o.blockSize > maxSeq)
@@ -156,14 +159,17 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       o.kvCacheBytes = static_cast<uint64_t>(o.kvCacheMemoryFraction *
                                              static_cast<double>(available)) /
                        static_cast<uint64_t>(localRanks);
-      if (o.kvCacheBytes < perBlock && o.device != DeviceKind::Cuda)
-        return Status::error(
+      if (o.kvCacheBytes < perBlock) {
+        hostRefusal = Status::error(
             "kv_cache_memory_fraction " + std::to_string(o.kvCacheMemoryFraction) + " of the " +
             std::to_string(available) + " bytes free" +
             (localRanks > 1 ? " over " + std::to_string(localRanks) + " ranks" : std::string()) +
             " is " + std::to_string(o.kvCacheBytes) + " bytes, less than one block of " +
             std::to_string(o.blockSize) + " positions (" + std::to_string(perBlock) +
             " bytes over every layer)");
+        if (o.device != DeviceKind::Cuda)
+          return hostRefusal;
+      }
     }
     if (byDefault && o.device == DeviceKind::Cuda) {
       sessionFraction = kDefaultGpuFraction;
@@ -221,6 +227,8 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   if (sessionFraction > 0)
     DSRT_RETURN_IF_ERROR(engine->agreeOnBlocks(created, blocks));
   DSRT_RETURN_IF_ERROR(created);
+  if (!hostRefusal.isOk() && engine->sessions_.front()->device() != DeviceKind::Cuda)
+    return hostRefusal;
   DSRT_RETURN_IF_ERROR(engine->bindDecode());
 
   SchedulerOptions scheduling;

@@ -513,8 +513,10 @@ int main(int argc, char **argv) {
           !std::strstr(dsrt_last_error(), "less than one block"))
         die("a KV budget below one block was not refused as such");
       if (blockSize == blockSizes.front())
-        device == DSRT_DEVICE_CUDA ? checkGpuMemoryFraction(plan, defaults)
-                                   : checkMemoryFraction(plan, defaults, stats.bytes_per_block);
+        // Without a GPU (not strict) the sessions fell back to the CPU, and so did the budget.
+        device == DSRT_DEVICE_CUDA && dsrt_cuda_device_count() > 0
+            ? checkGpuMemoryFraction(plan, defaults)
+            : checkMemoryFraction(plan, defaults, stats.bytes_per_block);
     }
     failures += runScenario(plan, tight, requests);
     Scenario cancel{"cancellations" + at, blockSize};
