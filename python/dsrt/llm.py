@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import random
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _dsrt
@@ -135,6 +136,10 @@ class LLM:
     ("auto": the plan's; "int8": a scale per 32 values, about half an f16 cache's bytes, on
     the CPU). The GIL is released while the engine steps.
 
+    ``seed`` (vLLM's): the requests that give no seed of their own draw theirs from a
+    generator seeded with it, in the order they are submitted, so that a script run again
+    samples the same outputs (None: each from the OS's randomness).
+
     vLLM's names are taken as well: ``tensor_parallel_size`` (``tp``), ``max_model_len``
     (``max_seq_len``), ``enable_prefix_caching``, ``max_num_seqs`` (``max_running``: the
     sequences holding KV at once) and ``max_num_batched_tokens`` (``max_tokens_per_step``),
@@ -156,7 +161,8 @@ class LLM:
                  max_model_len: Optional[int] = None,
                  enable_prefix_caching: Optional[bool] = None,
                  max_num_seqs: Optional[int] = None,
-                 max_num_batched_tokens: Optional[int] = None):
+                 max_num_batched_tokens: Optional[int] = None,
+                 seed: Optional[int] = None):
         def either(name: str, value, default, vllm_name: str, vllm_value):
             if vllm_value is None:
                 return value
@@ -181,6 +187,7 @@ class LLM:
                                 kv_cache_dtype=kv_cache_dtype,
                                 kv_cache_memory_fraction=kv_cache_memory_fraction)
         self.tokenizer = self._loop.tokenizer
+        self._seeds = random.Random(seed) if seed is not None else None
         self._templates = dict(self._loop.plan.chat_templates())
         self._special_tokens = {name: self._loop.plan.special_token(name)
                                 for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
@@ -222,6 +229,11 @@ class LLM:
             return prompt, self.tokenizer.encode(prompt)
         return None, list(prompt)
 
+    def _seeded(self, request: RequestParams) -> RequestParams:
+        if request.seed is None and self._seeds is not None:
+            request.seed = self._seeds.getrandbits(64)
+        return request
+
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
         return self._prompt_text_and_ids(prompt)[1]
 
@@ -247,7 +259,7 @@ class LLM:
         try:
             for index, (prompt, params) in enumerate(zip(prompts, per_prompt)):
                 text, ids = self._prompt_text_and_ids(prompt)
-                copies = [params._request(len(ids), self.max_seq_len, j)
+                copies = [self._seeded(params._request(len(ids), self.max_seq_len, j))
                           for j in range(params._copies())]
                 results.append(RequestOutput(text, ids, [
                     CompletionOutput(j, "", [], None,
@@ -291,7 +303,7 @@ class LLM:
         if sampling._copies() != 1:
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: stream() streams one output: n must be 1 "
                               "(generate() takes n > 1)")
-        params = sampling._request(len(ids), self.max_seq_len)
+        params = self._seeded(sampling._request(len(ids), self.max_seq_len))
         updates: "queue.Queue[Update]" = queue.Queue()
         request = self._loop.submit(ids, params, updates.put)
         try:

@@ -176,6 +176,20 @@ def test_seeded_sampling_repeats_and_differs_by_seed(llm, reference):
     assert any(sample(7) != sample(seed) for seed in (8, 9, 10))
 
 
+def test_an_llm_seed_makes_unseeded_requests_repeat(plan, reference):
+    # vLLM's LLM(seed=): a script run again samples the same outputs; another seed others.
+    ids = [p["ids"] for p in reference["prompts"]]
+    params = dsrt.SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True, n=2)
+
+    def run(seed):
+        with dsrt.LLM(plan, seed=seed) as engine:
+            return [[o.token_ids for o in r.outputs] for r in engine.generate(ids, params)]
+
+    first = run(7)
+    assert run(7) == first
+    assert run(8) != first
+
+
 def test_n_outputs_sample_from_consecutive_seeds(llm, reference):
     ids = reference["prompts"][2]["ids"]
     params = dict(max_tokens=8, temperature=1.0, ignore_eos=True)
