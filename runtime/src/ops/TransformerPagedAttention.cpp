@@ -137,6 +137,10 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
   struct Scratch {
     std::vector<float> scores, keyRow, sums, wide;
     std::vector<int64_t> heads;
+    // A block's value slices, weights and outputs of every head (fast::weightedSumHeads).
+    std::vector<const void *> headValues;
+    std::vector<const float *> headWeights;
+    std::vector<float *> headOutputs;
   };
   auto attend = [&](const Task &task, Scratch &x) {
     const int64_t b = task.row;
@@ -274,6 +278,9 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
     for (int64_t t = first; t < limit && ctx.fastKernels; ++t)
       for (int64_t j = 0; j < n; ++j)
         x.sums[j] += x.scores[j * limit + t];
+    x.headValues.resize(static_cast<size_t>(n));
+    x.headWeights.resize(static_cast<size_t>(n));
+    x.headOutputs.resize(static_cast<size_t>(n));
     overBlocks(valueBase, layer.valueScales,
                [&](int64_t j, const char *values, int64_t t, int64_t run, const float *scales) {
                  float *weights = &x.scores[j * limit + t];
@@ -284,11 +291,24 @@ void attendDecodeRows(const KernelContext &ctx, const AttentionConfig &c,
                    const float sum = x.sums[j];
                    for (int64_t i = 0; i < run; ++i)
                      weights[i] /= sum;
-                   if (fusedInt8)
+                   if (fusedInt8) {
                      fast::weightedSumInt8(weights, reinterpret_cast<const int8_t *>(values),
                                            scales, layout.groups, run, D, result, true);
-                   else
+                     return;
+                   }
+                   if (int8) {  // widened into x.wide, which the next KV head's rows replace
                      fast::weightedSum(weights, values, stored, run, D, result, true);
+                     return;
+                   }
+                   // Every head's slice of the block in one call, two heads' chains at a
+                   // time: one head's four chains of 64 values had waited on the FMA's
+                   // latency, a fifth of a long-context GPT-2 stream at 16-position blocks.
+                   x.headValues[j] = values;
+                   x.headWeights[j] = weights;
+                   x.headOutputs[j] = result;
+                   if (j + 1 == n)
+                     fast::weightedSumHeads(x.headWeights.data(), x.headValues.data(), stored,
+                                            n, run, D, x.headOutputs.data());
                    return;
                  }
                  for (int64_t i = 0; i < run; ++i) {

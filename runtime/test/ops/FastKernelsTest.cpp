@@ -424,6 +424,59 @@ TEST(FastLinearKernels, PromptTileSoftmaxEqualsDecodeRowSoftmaxBitForBit) {
   EXPECT_GT(compared, 0);
 }
 
+// weightedSumHeads (a paged block's value slices of every head in one call, two heads' chains
+// interleaved) gives each head weightedSum's bits, continuing from out's values: stored f32,
+// f16 and bf16; widths of whole 64-float blocks (paired) and others (head by head); odd and
+// even head counts.
+TEST(FastLinearKernels, HeadsValueSumsAreEachHeadsBitForBit) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  int compared = 0;
+  for (DType stored : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t width : {64, 128, 40, 80})
+      for (int64_t heads : {1, 2, 3, 5})
+        for (int64_t count : {1, 7, 16}) {
+          const size_t rowElements = static_cast<size_t>(count * width);
+          std::vector<std::vector<float>> weights(heads), start(heads);
+          std::vector<std::vector<uint8_t>> rows(heads);
+          std::vector<const float *> weightPtrs;
+          std::vector<const void *> rowPtrs;
+          for (int64_t h = 0; h < heads; ++h) {
+            weights[h].resize(static_cast<size_t>(count));
+            for (float &v : weights[h])
+              v = std::fabs(normal(rng));
+            std::vector<float> wide(rowElements);
+            for (float &v : wide)
+              v = normal(rng);
+            rows[h].resize(rowElements * dtypeSize(stored));
+            ASSERT_TRUE(convertFloats(DType::F32, wide.data(), stored, rows[h].data(),
+                                      static_cast<int64_t>(rowElements)));
+            start[h].resize(static_cast<size_t>(width));
+            for (float &v : start[h])
+              v = normal(rng);
+            weightPtrs.push_back(weights[h].data());
+            rowPtrs.push_back(rows[h].data());
+          }
+          std::vector<std::vector<float>> together = start, alone = start;
+          std::vector<float *> outPtrs;
+          for (auto &out : together)
+            outPtrs.push_back(out.data());
+          ops::fast::weightedSumHeads(weightPtrs.data(), rowPtrs.data(), stored, heads, count,
+                                      width, outPtrs.data());
+          for (int64_t h = 0; h < heads; ++h) {
+            ops::fast::weightedSum(weights[h].data(), rows[h].data(), stored, count, width,
+                                   alone[h].data(), true);
+            for (int64_t d = 0; d < width; ++d) {
+              ASSERT_EQ(bitsOf(together[h][d]), bitsOf(alone[h][d]))
+                  << dtypeName(stored) << " width " << width << " heads " << heads << " head "
+                  << h << " count " << count << " element " << d;
+              ++compared;
+            }
+          }
+        }
+  EXPECT_GT(compared, 0);
+}
+
 // A decode row's weights times the values over a paged cache's blocks (weightedSum run after
 // run, accumulating) equal one chain over all the keys (a contiguous cache's one call) and a
 // prompt tile's multiplyTile (the weights read transposed, accumulating tile after tile), bit

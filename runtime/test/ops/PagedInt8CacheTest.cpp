@@ -65,7 +65,11 @@ OwnedTensor exactRows(int64_t rows, int64_t width, int64_t size, std::mt19937 &r
 }
 
 TEST(FastPagedAttention, Int8CacheReadsAsAnF32CacheOfItsValues) {
-  const std::vector<PagedSequence> sequences = {{50, 37}, {20, 1}, {0, 29}, {33, 1}};
+  // Two prompt chunks and 38 decode rows: so many rows that each decode task takes every KV
+  // head (up to 20 threads), as in the engine's steps, where a task's heads share scratch.
+  std::vector<PagedSequence> sequences = {{50, 37}, {20, 1}, {0, 29}, {33, 1}};
+  for (int64_t i = 0; i < 36; ++i)
+    sequences.push_back({1 + (i * 17) % 60, 1});
   int64_t B = 0, longest = 0;
   for (const PagedSequence &s : sequences) {
     B += s.fresh;

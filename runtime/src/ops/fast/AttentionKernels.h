@@ -55,6 +55,66 @@ void weightedSumBy(const float *weights, const Rows &rows, int64_t count, int64_
   }
 }
 
+// weightedSumBy (accumulating) of two heads at once, their chains interleaved: one head's
+// U chains wait on the FMA's latency at every row (four of 64 values, one FMA a cycle where
+// two can issue); two heads' eight fill the pipes. Each element's chain is weightedSumBy's,
+// in the same order, so the sums are its bits. Widths of whole blocks of U vectors only
+// (64 floats on AVX-512: every head of 64 or 128); others go head by head.
+template <class Vec, class Rows>
+bool weightedSumPairBy(const float *const weights[2], const Rows rows[2], int64_t count,
+                       int64_t width, float *const out[2]) {
+  constexpr int W = Vec::kWidth, U = 4;
+  if (width % (U * W) != 0)
+    return false;
+  for (int64_t d = 0; d < width; d += U * W) {
+    typename Vec::V acc[2][U];
+    for (int h = 0; h < 2; ++h)
+      for (int u = 0; u < U; ++u)
+        acc[h][u] = Vec::load(out[h] + d + u * W);
+    for (int64_t t = 0; t < count; ++t)
+      for (int h = 0; h < 2; ++h) {
+        typename Vec::V weight = Vec::broadcast(weights[h][t]);
+        for (int u = 0; u < U; ++u)
+          acc[h][u] = Vec::fma(weight, rows[h].template load<Vec>(t, d + u * W), acc[h][u]);
+      }
+    for (int h = 0; h < 2; ++h)
+      for (int u = 0; u < U; ++u)
+        Vec::store(out[h] + d + u * W, acc[h][u]);
+  }
+  return true;
+}
+
+template <class Vec, DType D>
+void weightedSumHeadsTyped(const float *const *weights, const void *const *rows, int64_t heads,
+                           int64_t count, int64_t width, float *const *out) {
+  using T = typename Stored<D>::T;
+  int64_t h = 0;
+  for (; h + 2 <= heads; h += 2) {
+    const StoredRows<D> pair[2] = {{static_cast<const T *>(rows[h]), width},
+                                   {static_cast<const T *>(rows[h + 1]), width}};
+    if (!weightedSumPairBy<Vec>(weights + h, pair, count, width, out + h))
+      break;
+  }
+  for (; h < heads; ++h)
+    weightedSumBy<Vec>(weights[h], StoredRows<D>{static_cast<const T *>(rows[h]), width}, count,
+                       width, out[h], true);
+}
+
+// weightedSum (accumulating) of `heads` heads over one run of positions each: a paged
+// block's value slices, two heads' chains at a time (weightedSumPairBy).
+template <class Vec>
+void weightedSumHeadsWith(const float *const *weights, const void *const *rows, DType rowType,
+                          int64_t heads, int64_t count, int64_t width, float *const *out) {
+  switch (rowType) {
+  case DType::F16:
+    return weightedSumHeadsTyped<Vec, DType::F16>(weights, rows, heads, count, width, out);
+  case DType::BF16:
+    return weightedSumHeadsTyped<Vec, DType::BF16>(weights, rows, heads, count, width, out);
+  default:
+    return weightedSumHeadsTyped<Vec, DType::F32>(weights, rows, heads, count, width, out);
+  }
+}
+
 template <class Vec, DType D>
 void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
                       float *out, bool accumulate) {

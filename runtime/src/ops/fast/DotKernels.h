@@ -49,6 +49,9 @@ struct IsaKernels {
   // FastKernels.h's keyScores.
   void (*keyScores)(const float *query, const void *keys, DType keyType, int64_t count,
                     int64_t width, float *scores);
+  // FastKernels.h's weightedSumHeads.
+  void (*weightedSumHeads)(const float *const *weights, const void *const *rows, DType rowType,
+                           int64_t heads, int64_t count, int64_t width, float *const *out);
   // FastKernels.h's keyScoresInt8 and weightedSumInt8.
   void (*keyScoresInt8)(const float *query, const int8_t *codes, const float *scales,
                         int64_t groups, int64_t count, int64_t width, float *scores);
@@ -605,6 +608,7 @@ template <class Vec> IsaKernels kernelsOf(const char *name) {
           &addToWith<Vec>,
           &weightedSumWith<Vec>,
           &keyScoresWith<Vec>,
+          &weightedSumHeadsWith<Vec>,
           &keyScoresInt8With<Vec>,
           &weightedSumInt8With<Vec>,
           &normalizeRowWith<Vec>,

@@ -92,6 +92,12 @@ void weightedSum(const float *weights, const void *rows, DType rowType, int64_t 
 void keyScores(const float *query, const void *keys, DType keyType, int64_t count,
                int64_t width, float *scores);
 
+// weightedSum, accumulating, of `heads` heads at once: weights[h] times the `count` rows at
+// rows[h] into out[h], each head's sums weightedSum's bits (a paged block's value slices of
+// every head in one call, two heads' chains interleaved).
+void weightedSumHeads(const float *const *weights, const void *const *rows, DType rowType,
+                      int64_t heads, int64_t count, int64_t width, float *const *out);
+
 // keyScores and weightedSum over an int8 KV cache's rows (codes [count, width], `groups`
 // f32 scales a row): bit for bit what they compute over the rows widened to f32 (each value
 // q * its group's scale, widenRows' products), without writing the widened rows. `width` a

@@ -84,6 +84,11 @@ void keyScores(const float *query, const void *keys, DType keyType, int64_t coun
     isa().keyScores(query, keys, keyType, count, width, scores);
 }
 
+void weightedSumHeads(const float *const *weights, const void *const *rows, DType rowType,
+                      int64_t heads, int64_t count, int64_t width, float *const *out) {
+  isa().weightedSumHeads(weights, rows, rowType, heads, count, width, out);
+}
+
 void keyScoresInt8(const float *query, const int8_t *codes, const float *scales,
                    int64_t groups, int64_t count, int64_t width, float *scores) {
   if (count > 0)
