@@ -6,6 +6,7 @@
 #include "session/PlanChecks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -229,13 +230,25 @@ Status CudaSession::allocateKvCache() {
       for (int r = 0; r < plan_->rankCount(); ++r)
         sharing += devicePinned_ || r % deviceCount_ == ordinal_ ? 1 : 0;
       free /= static_cast<size_t>(std::max(1, sharing));
-      int64_t blocks = 0;
-      DSRT_RETURN_IF_ERROR(pagedBlocksWithin(*plan_, rank_, options_.kvBlockSize,
-                                             options_.kvMemoryFraction, free,
-                                             options_.kvBlocks > 0 ? options_.kvBlocks : INT32_MAX,
-                                             deviceLabel_ + " once the weights are placed",
-                                             blocks));
-      options_.kvBlocks = blocks;
+      uint64_t perBlock = 0;  // keys and values of every layer, this rank's heads
+      for (const KvLayerShape &shape : layers)
+        perBlock += 2 * static_cast<uint64_t>(shape.kvHeads * options_.kvBlockSize *
+                                              shape.headDim) *
+                    dtypeSize(shape.dtype);
+      const auto budget =
+          static_cast<uint64_t>(options_.kvMemoryFraction * static_cast<double>(free));
+      if (budget < perBlock) {
+        char fraction[32];
+        std::snprintf(fraction, sizeof fraction, "%g", options_.kvMemoryFraction);
+        return Status::error(std::string("kv_cache_memory_fraction ") + fraction + " of the " +
+                             std::to_string(free) + " bytes free on " + deviceLabel_ +
+                             " once the weights are placed is " + std::to_string(budget) +
+                             " bytes, less than one block of " +
+                             std::to_string(options_.kvBlockSize) + " positions (" +
+                             std::to_string(perBlock) + " bytes over every layer)");
+      }
+      const uint64_t most = options_.kvBlocks > 0 ? options_.kvBlocks : INT32_MAX;
+      options_.kvBlocks = static_cast<int64_t>(std::min(budget / perBlock, most));
     }
     if (options_.kvBlockSize < 1 || options_.kvBlocks < 1 || options_.kvBlocks > INT32_MAX)
       return Status::error("a paged KV cache needs a block size and a block count of at least "

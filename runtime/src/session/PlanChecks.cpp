@@ -1,7 +1,5 @@
 #include "session/PlanChecks.h"
 
-#include <algorithm>
-#include <cstdio>
 #include <string>
 
 namespace dsrt {
@@ -128,33 +126,6 @@ Status kvCacheLayout(const PlanFile &plan, int rank, std::vector<KvLayerShape> &
     if (!used[layer])
       return Status::error(plan.path() + ": KV cache layer " + std::to_string(layer) +
                            " is used by no attention step");
-  return Status::ok();
-}
-
-Status pagedBlocksWithin(const PlanFile &plan, int rank, int64_t blockSize, double fraction,
-                         uint64_t freeBytes, int64_t most, const std::string &where,
-                         int64_t &blocks) {
-  std::vector<KvLayerShape> layers;
-  DSRT_RETURN_IF_ERROR(kvCacheLayout(plan, rank, layers));
-  uint64_t perBlock = 0;
-  for (KvLayerShape &shape : layers) {
-    shape.batch = 1;
-    shape.capacity = blockSize;
-    perBlock += 2 * shape.bytes();
-  }
-  if (perBlock == 0)
-    return Status::error(plan.path() + ": the plan has no session KV cache to page");
-  const auto budget = static_cast<uint64_t>(fraction * static_cast<double>(freeBytes));
-  if (budget < perBlock) {
-    char shown[32];
-    std::snprintf(shown, sizeof shown, "%g", fraction);
-    return Status::error(std::string("kv_cache_memory_fraction ") + shown + " of the " +
-                         std::to_string(freeBytes) + " bytes free on " + where + " is " +
-                         std::to_string(budget) + " bytes, less than one block of " +
-                         std::to_string(blockSize) + " positions (" + std::to_string(perBlock) +
-                         " bytes over every layer)");
-  }
-  blocks = static_cast<int64_t>(std::min<uint64_t>(budget / perBlock, static_cast<uint64_t>(most)));
   return Status::ok();
 }
 

@@ -8,7 +8,6 @@
 #include "plan/PlanFile.h"
 
 #include <cstdint>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,14 +34,6 @@ struct KvLayerShape {
 // plan's limits, with `rank`'s KV heads under tensor parallelism; programs that share a
 // layer index share it, and must agree on its shape. Empty when no step uses the cache.
 Status kvCacheLayout(const PlanFile &plan, int rank, std::vector<KvLayerShape> &layers);
-
-// The blocks of `blockSize` positions of `rank`'s paged KV cache (its layers' keys and values
-// in the plan's cache dtype) that `fraction` of `freeBytes` holds, at most `most`: the
-// engine's kv_cache_memory_fraction on a device whose free memory is read once the session's
-// weights are placed (the GPU's). Refused, naming `where` and the numbers, below one block.
-Status pagedBlocksWithin(const PlanFile &plan, int rank, int64_t blockSize, double fraction,
-                         uint64_t freeBytes, int64_t most, const std::string &where,
-                         int64_t &blocks);
 
 } // namespace dsrt
 
