@@ -55,17 +55,36 @@ void weightedSumBy(const float *weights, const Rows &rows, int64_t count, int64_
   }
 }
 
+// Calls f with std::integral_constant<DType, D> for rows stored as `type` (f16, bf16, else
+// f32): the one switch of every kernel over stored rows (StoredRows).
+template <class F> void withStoredType(DType type, F &&f) {
+  switch (type) {
+  case DType::F16: return f(std::integral_constant<DType, DType::F16>{});
+  case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
+  default: return f(std::integral_constant<DType, DType::F32>{});
+  }
+}
+
+template <DType D> StoredRows<D> storedRows(const void *rows, int64_t width) {
+  return {static_cast<const typename Stored<D>::T *>(rows), width};
+}
+
+template <class Vec>
+void weightedSumWith(const float *weights, const void *rows, DType rowType, int64_t count,
+                     int64_t width, float *out, bool accumulate) {
+  withStoredType(rowType, [&](auto type) {
+    weightedSumBy<Vec>(weights, storedRows<type()>(rows, width), count, width, out, accumulate);
+  });
+}
+
 // weightedSumBy (accumulating) of two heads at once, their chains interleaved: one head's
 // U chains wait on the FMA's latency at every row (four of 64 values, one FMA a cycle where
 // two can issue); two heads' eight fill the pipes. Each element's chain is weightedSumBy's,
-// in the same order, so the sums are its bits. Widths of whole blocks of U vectors only
-// (64 floats on AVX-512: every head of 64 or 128); others go head by head.
-template <class Vec, class Rows>
-bool weightedSumPairBy(const float *const weights[2], const Rows rows[2], int64_t count,
+// in the same order, so the sums are its bits. `width` a multiple of U vectors.
+template <class Vec, int U, class Rows>
+void weightedSumPairBy(const float *const weights[2], const Rows rows[2], int64_t count,
                        int64_t width, float *const out[2]) {
-  constexpr int W = Vec::kWidth, U = 4;
-  if (width % (U * W) != 0)
-    return false;
+  constexpr int W = Vec::kWidth;
   for (int64_t d = 0; d < width; d += U * W) {
     typename Vec::V acc[2][U];
     for (int h = 0; h < 2; ++h)
@@ -81,59 +100,26 @@ bool weightedSumPairBy(const float *const weights[2], const Rows rows[2], int64_
       for (int u = 0; u < U; ++u)
         Vec::store(out[h] + d + u * W, acc[h][u]);
   }
-  return true;
-}
-
-template <class Vec, DType D>
-void weightedSumHeadsTyped(const float *const *weights, const void *const *rows, int64_t heads,
-                           int64_t count, int64_t width, float *const *out) {
-  using T = typename Stored<D>::T;
-  int64_t h = 0;
-  for (; h + 2 <= heads; h += 2) {
-    const StoredRows<D> pair[2] = {{static_cast<const T *>(rows[h]), width},
-                                   {static_cast<const T *>(rows[h + 1]), width}};
-    if (!weightedSumPairBy<Vec>(weights + h, pair, count, width, out + h))
-      break;
-  }
-  for (; h < heads; ++h)
-    weightedSumBy<Vec>(weights[h], StoredRows<D>{static_cast<const T *>(rows[h]), width}, count,
-                       width, out[h], true);
 }
 
 // weightedSum (accumulating) of `heads` heads over one run of positions each: a paged
-// block's value slices, two heads' chains at a time (weightedSumPairBy).
+// block's value slices, two heads' chains at a time where the width is whole blocks of 4
+// vectors (64 floats on AVX-512: every head of 64 or 128), else head by head.
 template <class Vec>
 void weightedSumHeadsWith(const float *const *weights, const void *const *rows, DType rowType,
                           int64_t heads, int64_t count, int64_t width, float *const *out) {
-  switch (rowType) {
-  case DType::F16:
-    return weightedSumHeadsTyped<Vec, DType::F16>(weights, rows, heads, count, width, out);
-  case DType::BF16:
-    return weightedSumHeadsTyped<Vec, DType::BF16>(weights, rows, heads, count, width, out);
-  default:
-    return weightedSumHeadsTyped<Vec, DType::F32>(weights, rows, heads, count, width, out);
-  }
-}
-
-template <class Vec, DType D>
-void weightedSumTyped(const float *weights, const void *stored, int64_t count, int64_t width,
-                      float *out, bool accumulate) {
-  weightedSumBy<Vec>(
-      weights, StoredRows<D>{static_cast<const typename Stored<D>::T *>(stored), width}, count,
-      width, out, accumulate);
-}
-
-template <class Vec>
-void weightedSumWith(const float *weights, const void *rows, DType rowType, int64_t count,
-                     int64_t width, float *out, bool accumulate) {
-  switch (rowType) {
-  case DType::F16:
-    return weightedSumTyped<Vec, DType::F16>(weights, rows, count, width, out, accumulate);
-  case DType::BF16:
-    return weightedSumTyped<Vec, DType::BF16>(weights, rows, count, width, out, accumulate);
-  default:
-    return weightedSumTyped<Vec, DType::F32>(weights, rows, count, width, out, accumulate);
-  }
+  constexpr int U = 4;
+  const int64_t paired = width % (U * Vec::kWidth) == 0 ? heads / 2 * 2 : 0;
+  withStoredType(rowType, [&](auto type) {
+    for (int64_t h = 0; h < paired; h += 2) {
+      const StoredRows<type()> pair[2] = {storedRows<type()>(rows[h], width),
+                                          storedRows<type()>(rows[h + 1], width)};
+      weightedSumPairBy<Vec, U>(weights + h, pair, count, width, out + h);
+    }
+    for (int64_t h = paired; h < heads; ++h)
+      weightedSumBy<Vec>(weights[h], storedRows<type()>(rows[h], width), count, width, out[h],
+                         true);
+  });
 }
 
 // A query against a key row, the one arithmetic of the attention's scores on the fast kernels
@@ -256,14 +242,6 @@ void scoreTileWith(const float *keys, int64_t count, int64_t width, const float 
     scoreStrip<Vec, 1>(keys, count, width, queriesT + r, ld, scores + r);
 }
 
-template <class Vec, DType D>
-void keyScoresTyped(const float *query, const void *keys, int64_t count, int64_t width,
-                    float *scores) {
-  keyScoresBy<Vec>(query,
-                   StoredRows<D>{static_cast<const typename Stored<D>::T *>(keys), width},
-                   count, width, scores);
-}
-
 template <class Vec>
 void keyScoresInt8With(const float *query, const int8_t *codes, const float *scales,
                        int64_t groups, int64_t count, int64_t width, float *scores) {
@@ -281,11 +259,9 @@ void weightedSumInt8With(const float *weights, const int8_t *codes, const float 
 template <class Vec>
 void keyScoresWith(const float *query, const void *keys, DType keyType, int64_t count,
                    int64_t width, float *scores) {
-  switch (keyType) {
-  case DType::F16: return keyScoresTyped<Vec, DType::F16>(query, keys, count, width, scores);
-  case DType::BF16: return keyScoresTyped<Vec, DType::BF16>(query, keys, count, width, scores);
-  default: return keyScoresTyped<Vec, DType::F32>(query, keys, count, width, scores);
-  }
+  withStoredType(keyType, [&](auto type) {
+    keyScoresBy<Vec>(query, storedRows<type()>(keys, width), count, width, scores);
+  });
 }
 
 // One block of multiplyTile: R rows of c by U vectors of columns, the sums in registers over
