@@ -169,6 +169,7 @@ void gemmInt8Amx(const Int8AmxOperands &x, const LinearWeights &w, int64_t begin
       // The panel's weight scales as f32, once for all its row tiles: read one at a time per
       // block (a scalar f16 conversion each), they cost grouped weights 40% of the product.
       const float *panelScales = scalesOf(w, first + o * 16, panelScaleRows);
+      requestScalesOf(w, first + o * 16 + 64);  // 4 panels ahead, as GemmInt8Vnni.cpp's
       for (int64_t rt = 0; rt < rowTiles; ++rt)
         (w.groups == 1 ? sumTile<true> : sumTile<false>)(x, w, weights + o * 16 * in,
                                                          panelScales, first + o * 16, rt, y,

@@ -34,6 +34,7 @@ namespace dsrt::ops::fast {
 namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale
+constexpr int64_t kScalesAhead = 4;  // panels whose scales are requested ahead (requestScalesOf)
 
 // The panel's 16 weight rows (`in` apart in `rows`, int8) flipped to w + 128 into `out`.
 void flipRows(const int8_t *rows, int64_t in, int8_t *out) {
@@ -186,6 +187,7 @@ void gemmRowLanes(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
         flipHere ? static_cast<const uint8_t *>(w.data) + first * w.in
                  : flipPanel(w, first, weightScratch);
     const float *panelScales = scalesOf(w, first, panelScaleRows);
+    requestScalesOf(w, first + 16 * kScalesAhead);
     // The next panel's rows requested while this one's first row tile is computed: flipping
     // had waited on them (a fifth of a serving profile without AMX).
     const char *nextRows =
@@ -315,6 +317,7 @@ void gemmInt8Vnni(const Int8AmxOperands &x, const LinearWeights &w, int64_t begi
       const int64_t panelFirst = first + p * 16;
       packPanel(flipPanel(w, panelFirst, flipped), in, packed + p * 16 * in);
       const float *scales = scalesOf(w, panelFirst, panelScaleRows);
+      requestScalesOf(w, panelFirst + 16 * kScalesAhead);
       float *transposed = transposedScales.data() + p * groups * 16;
       for (int64_t o = 0; o < 16; ++o)
         for (int64_t g = 0; g < groups; ++g)
