@@ -40,6 +40,9 @@ class Update:
     token_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
     finish_reason: Optional[str] = None
+    # The prompt tokens whose KV came from the prefix cache (vLLM's num_cached_tokens:
+    # whole blocks, as the request's first scheduling found them); with the first token.
+    num_cached_tokens: Optional[int] = None
     # With RequestParams.prompt_logprobs: prompt tokens 1, 2, ... each with its
     # log-probability given the ones before it; they come with the first update.
     prompt_logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
@@ -91,19 +94,22 @@ class Request:
         self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
         self._generated = 0   # tokens so far: stop strings wait for min_tokens, as vLLM's
+        self.num_cached_tokens: Optional[int] = None  # Update.num_cached_tokens, once known
 
     def on_events(self, events: list) -> None:
         """One update per token (a stream's chunk); the finish rides on the last token's
         when both come in one batch (they do unless the router woke between them)."""
         i = 0
         while i < len(events) and not self.finished:
-            _, token, state, logprob, top = events[i]
+            _, token, state, logprob, top, cached = events[i]
             if state == _PROMPT_EVENT:
                 self._prompt_logprobs.append(TokenLogprob(token, logprob, list(top)))
                 i += 1
                 continue
             update = Update()
             update.prompt_logprobs, self._prompt_logprobs = self._prompt_logprobs, []
+            if cached >= 0 and self.num_cached_tokens is None:
+                self.num_cached_tokens = update.num_cached_tokens = cached
             if token >= 0:
                 self._take(update, token, logprob, top)
                 if update.finish_reason is None and i + 1 < len(events) and events[i + 1][1] < 0:

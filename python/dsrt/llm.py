@@ -110,6 +110,9 @@ class RequestOutput:
     prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
     # The engine's id of the request (of its first output where n > 1), as vLLM's string.
     request_id: str = ""
+    # vLLM's: the prompt tokens whose KV came from the prefix cache (whole blocks, never the
+    # last token), as the first output's request found them; None if it made no token.
+    num_cached_tokens: Optional[int] = None
 
 
 def _is_one_prompt(prompts: Any) -> bool:
@@ -279,6 +282,8 @@ class LLM:
                 output = results[index].outputs[j]
                 if j == 0 and results[index].prompt_logprobs is not None:
                     results[index].prompt_logprobs += update.prompt_logprobs
+                if j == 0 and update.num_cached_tokens is not None:
+                    results[index].num_cached_tokens = update.num_cached_tokens
                 output.text += update.text
                 output.token_ids += update.token_ids
                 if output.logprobs is not None:

@@ -49,9 +49,13 @@ class _Generation:
     (prompt index, Update)."""
 
     def __init__(self, server: "Server", prompts: list[list[int]],
-                 params: list[RequestParams], prompt_tokens: Optional[int] = None):
+                 params: list[RequestParams], prompt_tokens: Optional[int] = None,
+                 choices_per_prompt: int = 1):
         self.server = server
         self.prompts = prompts
+        self.choices_per_prompt = choices_per_prompt
+        # Each choice's prompt tokens found in the prefix cache, once its first token came.
+        self.cached: list[Optional[int]] = [None] * len(prompts)
         # n choices of a prompt are n engine requests, but OpenAI counts its tokens once.
         self.prompt_tokens = (sum(len(p) for p in prompts) if prompt_tokens is None
                               else prompt_tokens)
@@ -77,6 +81,8 @@ class _Generation:
             index, update = await self.queue.get()
             if update.token_ids and self.first[index] is None:
                 self.first[index] = time.monotonic()
+            if update.num_cached_tokens is not None:
+                self.cached[index] = update.num_cached_tokens
             self.generated[index] += len(update.token_ids)
             if update.finish_reason:
                 pending -= 1
@@ -100,7 +106,9 @@ class _Generation:
                     self._observe(index)
 
     def usage(self) -> dict:
-        return usage(self.prompt_tokens, sum(self.generated))
+        # Cached tokens as the prompt tokens are counted: once per prompt (its first choice).
+        cached = sum(c or 0 for c in self.cached[::self.choices_per_prompt])
+        return usage(self.prompt_tokens, sum(self.generated), cached)
 
 
 class Server:
@@ -185,7 +193,7 @@ class Server:
                 expanded.append(ids)
                 expanded_params.append(request if j == 0 or request.seed is None else
                                        dataclasses.replace(request, seed=request.seed + j))
-        return _Generation(self, expanded, expanded_params, sum(len(p) for p in prompts))
+        return _Generation(self, expanded, expanded_params, sum(len(p) for p in prompts), n)
 
     def token_text(self, token: int) -> tuple[str, list[int]]:
         raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)

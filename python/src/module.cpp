@@ -217,6 +217,9 @@ struct Event {
   bool hasLogprob = false;
   float logprob = 0;
   std::vector<std::pair<int64_t, float>> top;
+  // With each generated token: the prompt tokens the request found in the prefix cache
+  // (dsrt_engine_request_cached_tokens); -1 on the other events.
+  int64_t cached = -1;
 };
 
 struct Engine {
@@ -271,6 +274,11 @@ struct Engine {
       for (size_t i = 0; i < logprobs->top_count; ++i)
         event.top.emplace_back(logprobs->top_tokens[i], logprobs->top_logprobs[i]);
     }
+    // Asked during the callback, while the engine still knows the request: with every
+    // token (a lock and a lookup), since the first may be the last before a stop string
+    // cancels the request.
+    if (token >= 0 && state == DSRT_REQUEST_RUNNING)
+      (void)dsrt_engine_request_cached_tokens(self->handle, request, &event.cached);
     std::lock_guard<std::mutex> lock(self->mutex);
     self->events.push_back(std::move(event));
     self->ready.notify_all();
@@ -319,7 +327,7 @@ struct Engine {
   }
 
   // The events since the last call, waiting up to `timeout` seconds for one: a list of
-  // (request, token, state, logprob or None, [(token, logprob)]).
+  // (request, token, state, logprob or None, [(token, logprob)], cached prompt tokens or -1).
   nb::list waitEvents(double timeout) {
     std::deque<Event> taken;
     {
@@ -334,7 +342,7 @@ struct Engine {
     for (const Event &event : taken) {
       nb::object logprob = event.hasLogprob ? nb::object(nb::float_(event.logprob)) : nb::none();
       result.append(nb::make_tuple(event.request, event.token, event.state, logprob,
-                                   nb::cast(event.top)));
+                                   nb::cast(event.top), event.cached));
     }
     return result;
   }

@@ -444,10 +444,31 @@ def test_reset_prefix_cache_forgets_computed_blocks(plan, reference):
         prompt = (reference["prompts"][0]["ids"] * 9)[:9]
         params = dsrt.SamplingParams(max_tokens=3, **GREEDY)
         hits = lambda: llm._loop.stats()["prefix_hits"]
-        first = llm.generate([prompt], params)[0].outputs[0].token_ids
+        result = llm.generate([prompt], params)[0]
+        first = result.outputs[0].token_ids
+        assert result.num_cached_tokens == 0
         before = hits()
-        assert llm.generate([prompt], params)[0].outputs[0].token_ids == first
+        result = llm.generate([prompt], params)[0]
+        assert result.outputs[0].token_ids == first
         assert hits() == before + 2
+        # vLLM's num_cached_tokens: the two hit blocks' tokens.
+        assert result.num_cached_tokens == 8
         llm.reset_prefix_cache()
-        assert llm.generate([prompt], params)[0].outputs[0].token_ids == first
+        result = llm.generate([prompt], params)[0]
+        assert result.outputs[0].token_ids == first
         assert hits() == before + 2
+        assert result.num_cached_tokens == 0
+
+
+def test_cached_tokens_come_with_a_request_a_stop_string_ends(plan, reference):
+    # A request that a stop string ends is cancelled after its first token, and gets no
+    # finish from the engine: its cached tokens must have come with that token.
+    with dsrt.LLM(plan, block_size=4) as llm:
+        prompt = (reference["prompts"][0]["ids"] * 9)[:9]
+        greedy = llm.generate([prompt], dsrt.SamplingParams(max_tokens=4, **GREEDY))[0]
+        stop = llm.tokenizer.decode(greedy.outputs[0].token_ids[:1])
+        assert stop.strip(), "the first greedy token must be text for this test"
+        result = llm.generate([prompt], dsrt.SamplingParams(max_tokens=4, stop=[stop],
+                                                            **GREEDY))[0]
+        assert result.outputs[0].finish_reason == "stop"
+        assert result.num_cached_tokens == 8

@@ -512,6 +512,24 @@ def test_mpirun_serves_from_rank_0(tp2_plan, reference):
     assert "Traceback" not in output and "abort" not in output.lower(), output
 
 
+def test_usage_reports_the_prompt_tokens_served_from_the_cache(client):
+    # 40 tokens of their own (nothing else starts with token 299): the first request
+    # computes them, the next find the 2 full 16-token blocks before the last token cached.
+    # With n = 2 the prompt counts once, as its tokens do.
+    prompt = [299] + list(range(200, 239))
+    first = client.completions.create(model="gpt2-fixture", prompt=prompt, max_tokens=2,
+                                      extra_body=NO_EOS, **GREEDY)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(model="gpt2-fixture", prompt=prompt, max_tokens=2, n=2,
+                                      extra_body=NO_EOS, **GREEDY)
+    assert again.usage.prompt_tokens == 40
+    assert again.usage.prompt_tokens_details.cached_tokens == 32
+    chunks = list(client.completions.create(model="gpt2-fixture", prompt=prompt, max_tokens=2,
+                                            stream=True, extra_body=NO_EOS,
+                                            stream_options={"include_usage": True}, **GREEDY))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 32
+
+
 def test_reset_prefix_cache_answers_when_idle(server):
     # vLLM's endpoint: the engine is idle between these tests, so the reset is done.
     assert requests.post(server.url + "/reset_prefix_cache", timeout=10).status_code == 200

@@ -243,6 +243,14 @@ dsrt_status dsrt_engine_poll(dsrt_engine *engine, int64_t request_id, int64_t *t
   return DSRT_OK;
 }
 
+dsrt_status dsrt_engine_request_cached_tokens(const dsrt_engine *engine, int64_t request_id,
+                                              int64_t *cached) {
+  if (!engine || !cached)
+    return nullArgument(!engine ? "engine" : "cached");
+  return fromStatus(engine->engine->cachedPromptTokens(request_id, *cached),
+                    DSRT_INVALID_ARGUMENT);
+}
+
 dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *out) {
   if (!engine || !out)
     return nullArgument(!engine ? "engine" : "out");

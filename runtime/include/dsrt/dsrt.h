@@ -485,6 +485,14 @@ DSRT_API void dsrt_engine_stop(dsrt_engine *engine);
 DSRT_API dsrt_status dsrt_engine_poll(dsrt_engine *engine, int64_t request_id, int64_t *tokens,
                                       size_t capacity, size_t *count, dsrt_request_state *state);
 DSRT_API dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *out);
+/* The prompt tokens whose KV the request found in the prefix cache when it was first
+ * scheduled (whole blocks, never the prompt's last token; vLLM's num_cached_tokens, OpenAI's
+ * usage.prompt_tokens_details.cached_tokens), or -1 before then. A preempted request's
+ * recompute leaves it as it was. Known while the engine keeps the request: with a callback,
+ * until its last callback returns (a callback may ask); with polling, until the poll that
+ * returns its finish. An unknown or collected id is an error. */
+DSRT_API dsrt_status dsrt_engine_request_cached_tokens(const dsrt_engine *engine,
+                                                       int64_t request_id, int64_t *cached);
 
 #ifdef __cplusplus
 }

@@ -461,6 +461,14 @@ public:
     return result;
   }
 
+  // The prompt tokens the request found in the prefix cache (dsrt_engine_request_cached_tokens:
+  // -1 before it is scheduled; ask before its finish is collected, or from its callbacks).
+  int64_t cachedTokens(int64_t request) const {
+    int64_t cached = -1;
+    detail::check(dsrt_engine_request_cached_tokens(engine_.get(), request, &cached));
+    return cached;
+  }
+
   dsrt_engine_stats stats() const {
     dsrt_engine_stats s;
     detail::check(dsrt_engine_stats_get(engine_.get(), &s));

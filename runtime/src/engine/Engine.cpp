@@ -128,6 +128,15 @@ Status Engine::poll(int64_t id, size_t maxTokens, std::vector<int64_t> &tokens,
   return Status::ok();
 }
 
+Status Engine::cachedPromptTokens(int64_t id, int64_t &cached) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(id);
+  if (it == live_.end())
+    return Status::error("request " + std::to_string(id) + " is unknown or already collected");
+  cached = it->second.cachedPromptTokens;
+  return Status::ok();
+}
+
 void Engine::setCallback(TokenCallback callback) {
   std::lock_guard<std::mutex> lock(mutex_);
   callback_ = std::move(callback);
@@ -254,9 +263,11 @@ Status Engine::step() {
                         chunk.start + i});
       }
       ChunkLogits where;
+      auto live = live_.find(chunk.requestId);
+      if (live != live_.end() && live->second.cachedPromptTokens < 0)
+        live->second.cachedPromptTokens = scheduler_->cachedPromptTokens(chunk.requestId);
       // Prompt rows whose logits give a prompt token's log-probability: position p's give
       // token p + 1's, for p + 1 in [the next one due, the prompt's end).
-      auto live = live_.find(chunk.requestId);
       if (live != live_.end() && live->second.options.promptLogprobs >= 0) {
         const int64_t first = std::max(chunk.start, live->second.nextPromptLogprob - 1);
         const int64_t end = std::min(chunk.start + chunk.count, live->second.promptLength - 1);
@@ -453,14 +464,17 @@ Status Engine::step() {
           live->second.finish = event.finish;
       }
     callback = callback_;
-    if (callback)
-      for (const Event &event : events)
-        if (event.token < 0)
-          live_.erase(event.request);
   }
-  if (callback)
+  if (callback) {
     for (const Event &event : events)
       callback(event.request, event.token, event.finish, event.logprobs);
+    // Nobody polls: a finished request's record goes, once its last callback has returned
+    // (until then the callbacks may ask cachedPromptTokens).
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Event &event : events)
+      if (event.token < 0)
+        live_.erase(event.request);
+  }
   return ran.isOk() ? Status::ok() : Status::error("engine step: " + ran.message());
 }
 

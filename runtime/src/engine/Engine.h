@@ -163,6 +163,11 @@ public:
   Status poll(int64_t id, size_t maxTokens, std::vector<int64_t> &tokens,
               RequestFinish &finish);
   void setCallback(TokenCallback callback);
+  // The prompt tokens `id` found in the prefix cache when it was first scheduled
+  // (Scheduler::cachedPromptTokens), -1 before that. Known while the engine keeps the
+  // request: until the poll that collects its finish, or, with a callback, until its last
+  // callback has returned (a callback may ask). An unknown id is an error.
+  Status cachedPromptTokens(int64_t id, int64_t &cached) const;
 
   // One iteration: schedule, run the rows on every rank, sample, commit. Does nothing when
   // no request is live. A failure of the model run fails the requests of that step (they
@@ -197,6 +202,7 @@ private:
     // is due (a preempted request computes its prompt again; nothing is reported twice).
     int64_t promptLength = 0, nextPromptLogprob = 1;
     int64_t generated = 0;  // tokens sampled so far (min_tokens)
+    int64_t cachedPromptTokens = -1;  // Scheduler::cachedPromptTokens, once scheduled
     RequestFinish finish = RequestFinish::Running;
   };
 

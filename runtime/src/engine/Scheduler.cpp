@@ -187,6 +187,8 @@ bool Scheduler::admitHead(StepState &step) {
     seq.blocks.push_back(pool_.allocate());  // fits: checked above
   seq.computed = hitTokens;
   seq.publishedBlocks = hits.size();
+  if (seq.cachedPromptTokens < 0)
+    seq.cachedPromptTokens = hitTokens;
   seq.state = SequenceState::Running;
   waiting_.pop_front();
   running_.push_back(seq.id);
@@ -376,6 +378,11 @@ int64_t Scheduler::generatedCount(int64_t id) const {
 int64_t Scheduler::computedCount(int64_t id) const {
   auto found = sequences_.find(id);
   return found == sequences_.end() ? -1 : found->second.computed;
+}
+
+int64_t Scheduler::cachedPromptTokens(int64_t id) const {
+  auto found = sequences_.find(id);
+  return found == sequences_.end() ? -1 : found->second.cachedPromptTokens;
 }
 
 std::vector<int64_t> Scheduler::liveRequests() const {

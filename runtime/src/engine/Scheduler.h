@@ -112,6 +112,10 @@ public:
   const std::vector<int64_t> &tokens(int64_t id) const;
   int64_t generatedCount(int64_t id) const;
   int64_t computedCount(int64_t id) const;
+  // The prompt tokens whose KV the sequence's first admission took from the prefix cache
+  // (whole blocks; vLLM's num_cached_tokens, which a recompute after preemption leaves as
+  // it was), -1 before that.
+  int64_t cachedPromptTokens(int64_t id) const;
   const std::vector<BlockId> &blockTable(int64_t id) const;
   std::vector<int64_t> liveRequests() const;  // running then waiting, each in queue order
 
@@ -139,6 +143,7 @@ private:
     std::vector<uint64_t> blockHashes;
     size_t publishedBlocks = 0;  // leading blocks already published or taken from cache
     bool takesPrefixHits = true;
+    int64_t cachedPromptTokens = -1;  // see cachedPromptTokens(); -1 until admitted
   };
 
   // One step in the making: the plan plus what scheduling it has spent.

@@ -98,14 +98,21 @@ dsrt_request_options optionsOf(const Request &request) {
   return options;
 }
 
-// Tokens alone in an engine of the same cache dtype (--kv-cache-dtype): one request, run to
-// its end.
-std::vector<int64_t> generateAloneInEngine(dsrt_plan *plan, const Request &request) {
+// An engine's options on the check's device and cache dtype, at `blockSize`.
+dsrt_engine_options engineOptions(int32_t blockSize) {
   dsrt_engine_options options;
   dsrt_engine_options_init(&options);
   options.device = device;
-  options.prefix_caching = 0;
+  options.block_size = blockSize;
   options.kv_cache_dtype = kvCacheDType;
+  return options;
+}
+
+// Tokens alone in an engine of the same cache dtype (--kv-cache-dtype): one request, run to
+// its end.
+std::vector<int64_t> generateAloneInEngine(dsrt_plan *plan, const Request &request) {
+  dsrt_engine_options options = engineOptions(16);
+  options.prefix_caching = 0;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine alone");
   dsrt_request_options given = optionsOf(request);
@@ -142,13 +149,9 @@ struct Scenario {
 };
 
 int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> &requests) {
-  dsrt_engine_options options;
-  dsrt_engine_options_init(&options);
-  options.device = device;
-  options.block_size = scenario.blockSize;
+  dsrt_engine_options options = engineOptions(scenario.blockSize);
   options.max_tokens_per_step = scenario.tokensPerStep;
   options.kv_cache_bytes = scenario.kvBytes;
-  options.kv_cache_dtype = kvCacheDType;
   dsrt_engine *engine = nullptr;
   check(mpi ? dsrt_engine_create_mpi(plan, &options, &engine)
             : dsrt_engine_create(plan, &options, &engine),
@@ -157,6 +160,7 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   std::vector<std::vector<int64_t>> got(requests.size());
   std::vector<dsrt_request_state> states(requests.size(), DSRT_REQUEST_RUNNING);
   std::vector<bool> cancelled(requests.size(), false);
+  std::vector<int64_t> cached(requests.size(), -1);  // dsrt_engine_request_cached_tokens
   size_t added = 0;
   auto addNext = [&] {
     dsrt_request_options request = optionsOf(requests[added]);
@@ -210,12 +214,18 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
     for (size_t r = 0; r < added; ++r) {
       if (states[r] != DSRT_REQUEST_RUNNING)
         continue;
+      // Known until the poll that collects the finish, and not after.
+      check(dsrt_engine_request_cached_tokens(engine, ids[r], &cached[r]), "cached tokens");
       int64_t tokens[64];
       size_t count = 0;
       do {
         check(dsrt_engine_poll(engine, ids[r], tokens, 64, &count, &states[r]), "poll");
         got[r].insert(got[r].end(), tokens, tokens + count);
       } while (count == 64);
+      int64_t gone = 0;
+      if (states[r] != DSRT_REQUEST_RUNNING &&
+          dsrt_engine_request_cached_tokens(engine, ids[r], &gone) == DSRT_OK)
+        die(scenario.name + ": a collected request's cached tokens were still known");
       // Request 0 leaves during its prompt (nothing generated yet), request 1 after two
       // tokens of its own.
       if (scenario.cancel && states[r] == DSRT_REQUEST_RUNNING &&
@@ -257,6 +267,25 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
     ++failures;
     std::printf("NO-HITS %s: shared prefixes gave no prefix-cache hit\n", scenario.name.c_str());
   }
+  // Each request's cached prompt tokens are its first admission's hits, in whole blocks:
+  // together the engine's hits where nothing was recomputed, and at most those where
+  // recomputes hit blocks again.
+  uint64_t cachedBlocks = 0;
+  bool wholeBlocks = true;
+  for (int64_t tokens : cached)
+    if (tokens > 0) {
+      wholeBlocks = wholeBlocks && tokens % scenario.blockSize == 0;
+      cachedBlocks += static_cast<uint64_t>(tokens / scenario.blockSize);
+    }
+  if (!wholeBlocks || (stats.preemptions == 0 ? cachedBlocks != stats.prefix_hits
+                                              : cachedBlocks > stats.prefix_hits)) {
+    ++failures;
+    std::printf("CACHED-TOKENS %s: the requests' cached prompt tokens make %llu blocks%s; the "
+                "engine hit %llu\n",
+                scenario.name.c_str(), static_cast<unsigned long long>(cachedBlocks),
+                wholeBlocks ? "" : " (not all whole blocks)",
+                static_cast<unsigned long long>(stats.prefix_hits));
+  }
   if (scenario.needPreemptions && stats.preemptions == 0) {
     ++failures;
     std::printf("NO-PREEMPTION %s: the small KV budget preempted nothing\n",
@@ -270,6 +299,59 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
               static_cast<long long>(stats.total_blocks),
               static_cast<unsigned long long>(stats.prefix_hits),
               static_cast<unsigned long long>(stats.preemptions));
+  dsrt_engine_destroy(engine);
+  return failures;
+}
+
+// With a callback, a request's cached prompt tokens can be asked from its callbacks, its
+// last one included, and not after: two requests of one prompt of 3 blocks and a token, one
+// after the other; the second finds the 3 blocks cached. Returns the failures.
+int checkCachedTokensInCallbacks(dsrt_plan *plan) {
+  dsrt_engine_options options = engineOptions(16);
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine (callback)");
+  struct Seen {
+    dsrt_engine *engine;
+    int64_t request = -1, atFinish = -2;
+    dsrt_status status = DSRT_OK;
+  } seen{engine};
+  check(dsrt_engine_set_callback(
+            engine,
+            [](void *user, int64_t request, int64_t token, dsrt_request_state,
+               const dsrt_token_logprobs *) {
+              auto *seen = static_cast<Seen *>(user);
+              if (token < 0 && request == seen->request)
+                seen->status =
+                    dsrt_engine_request_cached_tokens(seen->engine, request, &seen->atFinish);
+            },
+            &seen),
+        "callback");
+  std::vector<int64_t> prompt(49);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = 3 + static_cast<int64_t>((i * 37) % 90);
+  dsrt_request_options request;
+  dsrt_request_options_init(&request);
+  request.max_new_tokens = 2;
+  int failures = 0;
+  for (int64_t expected : {int64_t(0), int64_t(48)}) {
+    check(dsrt_engine_add_request(engine, prompt.data(), prompt.size(), &request, &seen.request),
+          "add (callback)");
+    seen.atFinish = -2;
+    for (int busy = 1; busy;)
+      check(dsrt_engine_step(engine, &busy), "step (callback)");
+    int64_t after = 0;
+    const bool knownAfter =
+        dsrt_engine_request_cached_tokens(engine, seen.request, &after) == DSRT_OK;
+    if (seen.status != DSRT_OK || seen.atFinish != expected || knownAfter) {
+      ++failures;
+      std::printf("CACHED-TOKENS callbacks: asked at the last callback: %s, %lld cached "
+                  "(expected %lld); %s after it\n",
+                  seen.status == DSRT_OK ? "ok" : "refused",
+                  static_cast<long long>(seen.atFinish), static_cast<long long>(expected),
+                  knownAfter ? "still known" : "unknown");
+    }
+  }
+  std::printf("%s cached prompt tokens asked from callbacks\n", failures ? "FAIL" : "ok");
   dsrt_engine_destroy(engine);
   return failures;
 }
@@ -463,7 +545,7 @@ int main(int argc, char **argv) {
                         ? generateAloneInEngine(plan, request)
                         : generateAlone(session, group, request);
   }
-  int failures = 0;
+  int failures = mpi ? 0 : checkCachedTokensInCallbacks(plan);
   for (int32_t blockSize : blockSizes) {
     std::string at = " (block " + std::to_string(blockSize) + ")";
     failures += runScenario(plan, {"all at once" + at, blockSize}, requests);
@@ -479,11 +561,7 @@ int main(int argc, char **argv) {
     tight.tokensPerStep = 8;
     tight.needPreemptions = true;
     {
-      dsrt_engine_options defaults;
-      dsrt_engine_options_init(&defaults);
-      defaults.device = device;
-      defaults.block_size = blockSize;
-      defaults.kv_cache_dtype = kvCacheDType;
+      dsrt_engine_options defaults = engineOptions(blockSize);
       dsrt_engine *probe = nullptr;
       check(dsrt_engine_create(plan, &defaults, &probe), "engine");
       dsrt_engine_stats stats;

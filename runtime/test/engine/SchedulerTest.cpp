@@ -280,9 +280,13 @@ TEST(Scheduler, ShortRequestDoesNotOvertakeALongOneThatDoesNotFit) {
 TEST(Scheduler, PrefixHitsSkipSharedBlocksButNeverTheLastToken) {
   Harness h(options(64, 8, 64), 4, 16, true);
   int64_t a = h.add(iota(8), 2);
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(a), -1);  // not admitted yet
+  h.step();
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(a), 0);
   h.runUntilIdle();
   EXPECT_EQ(h.scheduler.prefixHits(), 0u);
   EXPECT_EQ(h.scheduler.prefixMisses(), 1u);  // one full block before the last token
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(a), -1);  // finished: unknown
 
   // The same 8 tokens: block 0 is hit, block 1 holds the last token and is computed.
   int64_t b = h.add(iota(8), 5);  // still running when c arrives
@@ -291,6 +295,7 @@ TEST(Scheduler, PrefixHitsSkipSharedBlocksButNeverTheLastToken) {
   EXPECT_EQ(plan.chunks[0].start, 4);
   EXPECT_EQ(plan.chunks[0].count, 4);
   EXPECT_EQ(h.scheduler.prefixHits(), 1u);
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(b), 4);
 
   // One token more: both full blocks are hits (block 0 now shared with b), one token left.
   int64_t c = h.add(iota(9), 2);
@@ -300,6 +305,8 @@ TEST(Scheduler, PrefixHitsSkipSharedBlocksButNeverTheLastToken) {
   EXPECT_EQ(chunk->start, 8);
   EXPECT_EQ(chunk->count, 1);
   EXPECT_EQ(h.scheduler.prefixHits(), 3u);
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(c), 8);
+  EXPECT_EQ(h.scheduler.cachedPromptTokens(b), 4);  // unchanged by c's hits
   BlockId shared = h.scheduler.blockTable(c)[0];
   EXPECT_EQ(h.scheduler.blockTable(b)[0], shared);
   EXPECT_EQ(h.scheduler.pool().refCount(shared), 2);
@@ -378,6 +385,33 @@ TEST(Scheduler, PreemptsTheYoungestAndRecomputesIt) {
   h.expectFinishedAsAlone();
   EXPECT_EQ(h.scheduler.peakUsedBlocks(), 4);
   EXPECT_EQ(h.scheduler.pool().freeBlocks(), 4);
+}
+
+// A request's cached prompt tokens are what its first admission found (vLLM's
+// num_cached_tokens): its recompute after preemption hits its own published blocks, and
+// that does not count.
+TEST(Scheduler, CachedPromptTokensAreTheFirstAdmissions) {
+  Harness h(options(16, 4, 12), 2, 6, true);
+  int64_t a = h.add(iota(2), 7);  // 9 tokens: 5 of the 6 blocks at the end
+  int64_t b = h.add(iota(3, 10), 5);
+  bool preempted = false, recomputed = false;
+  for (int step = 0; h.scheduler.runningCount() + h.scheduler.waitingCount() > 0; ++step) {
+    ASSERT_LT(step, 100);
+    StepPlan plan = h.schedule();
+    preempted = preempted || !plan.preempted.empty();
+    if (const ScheduledChunk *chunk = chunkOf(plan, b)) {
+      // Checked before the commit: the recompute's step finishes b.
+      EXPECT_EQ(h.scheduler.cachedPromptTokens(b), 0) << "step " << step;
+      // The recompute took its own blocks from the cache: a count that followed every
+      // admission would show them.
+      recomputed = recomputed || (preempted && chunk->start > 0);
+    }
+    h.runAndCommit(plan);
+  }
+  EXPECT_EQ(h.finished.count(a), 1u);
+  EXPECT_TRUE(preempted);
+  EXPECT_TRUE(recomputed);
+  h.expectFinishedAsAlone();
 }
 
 TEST(Scheduler, PreemptedRequestGoesBackToTheFrontOfTheQueue) {
