@@ -1,0 +1,250 @@
+"""What ``dsserve``'s HTTP requests are to the engine: the server's state (the engine, the
+plan's tokenizer and chat template, the cap), one HTTP request's engine requests as one
+stream of updates, and the OpenAI answer pieces built from them (logprobs, chunks, SSE).
+The routes are server.py's."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from typing import AsyncIterator, Optional
+
+from . import _dsrt
+from .chat import ChatTemplate, ChatTemplateError
+from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .protocol import new_id, now, usage
+from .server_metrics import ServerMetrics
+from .tokenizer import NoTokenizer
+
+
+class Refused(Exception):
+    """A request answered with an OpenAI error body and an HTTP status."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 param: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+class Generation:
+    """The engine requests of one HTTP request (one per prompt), as one stream of
+    (prompt index, Update)."""
+
+    def __init__(self, server: "Server", prompts: list[list[int]],
+                 params: list[RequestParams], prompt_tokens: Optional[int] = None,
+                 choices_per_prompt: int = 1):
+        self.server = server
+        self.prompts = prompts
+        self.choices_per_prompt = choices_per_prompt
+        # Each choice's prompt tokens found in the prefix cache, once its first token came.
+        self.cached: list[Optional[int]] = [None] * len(prompts)
+        # n choices of a prompt are n engine requests, but OpenAI counts its tokens once.
+        self.prompt_tokens = (sum(len(p) for p in prompts) if prompt_tokens is None
+                              else prompt_tokens)
+        self.queue: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
+        self.arrival = time.monotonic()
+        self.first: list[Optional[float]] = [None] * len(prompts)
+        self.generated = [0] * len(prompts)
+        self.finish: list[Optional[str]] = [None] * len(prompts)
+        loop = asyncio.get_running_loop()
+        self.requests = []
+        try:
+            for index, ids in enumerate(prompts):
+                self.requests.append(server.engine.submit(
+                    ids, params[index], lambda update, index=index: loop.call_soon_threadsafe(
+                        self.queue.put_nowait, (index, update))))
+        except _dsrt.Error as error:
+            self.cancel()
+            raise Refused(400, str(error).split(": ", 1)[-1]) from error
+
+    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
+        pending = len(self.prompts)
+        while pending:
+            index, update = await self.queue.get()
+            if update.token_ids and self.first[index] is None:
+                self.first[index] = time.monotonic()
+            if update.num_cached_tokens is not None:
+                self.cached[index] = update.num_cached_tokens
+            self.generated[index] += len(update.token_ids)
+            if update.finish_reason:
+                pending -= 1
+                self.finish[index] = update.finish_reason
+                self._observe(index)
+            yield index, update
+
+    def _observe(self, index: int) -> None:
+        done = time.monotonic()
+        first = self.first[index] or done
+        self.server.metrics.observe(len(self.prompts[index]), self.generated[index],
+                                    first - self.arrival, done - self.arrival,
+                                    self.finish[index] or "abort")
+
+    def cancel(self) -> None:
+        for index, request in enumerate(self.requests):
+            if not request.finished:
+                self.server.engine.cancel(request.id)
+                if self.finish[index] is None:
+                    self.finish[index] = "abort"
+                    self._observe(index)
+
+    def usage(self) -> dict:
+        # Cached tokens as the prompt tokens are counted: once per prompt (its first choice).
+        cached = sum(c or 0 for c in self.cached[::self.choices_per_prompt])
+        return usage(self.prompt_tokens, sum(self.generated), cached)
+
+
+class Server:
+    """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
+
+    def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
+                 chat_template: Optional[str] = None):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
+        self.model_name = model_name
+        self.max_concurrent = max_concurrent
+        self.in_flight = 0
+        self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
+        templates = dict(engine.plan.chat_templates())
+        special = {name: engine.plan.special_token(name)
+                   for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        # --chat-template (vLLM's option) wins over the plan's: base models have none, and a
+        # published template is sometimes wrong.
+        source = chat_template if chat_template is not None else templates.get("default")
+        self.template = (ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
+                         if source is not None else None)
+
+    # -- requests to engine requests
+
+    def render_chat(self, body) -> str:
+        """The messages of `body` (a chat or tokenize request) through the chat template."""
+        if self.template is None:
+            raise Refused(400, "this plan has no chat template: its model had no "
+                                "chat_template in tokenizer_config.json; use "
+                                "/v1/completions", param="messages")
+        try:
+            return self.template.render(
+                [m.for_template() for m in body.messages],
+                add_generation_prompt=body.add_generation_prompt,
+                tools=getattr(body, "tools", None), **(body.chat_template_kwargs or {}))
+        except ChatTemplateError as error:
+            raise Refused(400, f"the chat template refused the messages: {error}",
+                           param="messages")
+
+    def require_tokenizer(self) -> None:
+        if not self.has_tokenizer:
+            raise Refused(400, "this plan has no tokenizer (its model had no tokenizer.json "
+                                "beside it)")
+
+    def params(self, body, max_tokens: Optional[int], prompt_length: int,
+               logprobs: Optional[int]) -> RequestParams:
+        context = self.engine.max_seq_len
+        if max_tokens is None:
+            max_tokens = max(1, context - prompt_length)
+        if prompt_length + max_tokens > context:
+            raise Refused(400, f"This model's maximum context length is {context} tokens. "
+                                f"However, you requested {prompt_length + max_tokens} tokens "
+                                f"({prompt_length} in the messages, {max_tokens} in the "
+                                f"completion). Please reduce the length of the messages or "
+                                f"completion.", param="max_tokens")
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        if any(not s for s in stop):
+            raise Refused(400, "stop strings must not be empty", param="stop")
+        def number(value, default: float) -> float:
+            return default if value is None else float(value)
+        return RequestParams(
+            max_tokens=max_tokens, temperature=number(body.temperature, 1.0),
+            top_p=number(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
+            stop=stop, ignore_eos=body.ignore_eos, logprobs=logprobs,
+            min_p=number(body.min_p, 0.0),
+            repetition_penalty=number(body.repetition_penalty, 1.0),
+            presence_penalty=number(body.presence_penalty, 0.0),
+            frequency_penalty=number(body.frequency_penalty, 0.0),
+            logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
+            stop_token_ids=list(body.stop_token_ids or ()),
+            skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,
+            include_stop_str_in_output=body.include_stop_str_in_output)
+
+    def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
+                ) -> Generation:
+        """n engine requests per prompt, choice i * n + j the j-th of prompt i (OpenAI's
+        order); with a seed, choice j draws from seed + j so that the n differ."""
+        expanded, expanded_params = [], []
+        for ids, request in zip(prompts, params):
+            for j in range(n):
+                expanded.append(ids)
+                expanded_params.append(request if j == 0 or request.seed is None else
+                                       dataclasses.replace(request, seed=request.seed + j))
+        return Generation(self, expanded, expanded_params, sum(len(p) for p in prompts), n)
+
+    def token_text(self, token: int) -> tuple[str, list[int]]:
+        raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)
+        return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+def completion_logprobs(server: Server, entries: list[TokenLogprob], offset: int) -> dict:
+    tokens, values, tops, offsets = [], [], [], []
+    for entry in entries:
+        text, _ = server.token_text(entry.token_id)
+        tokens.append(text)
+        values.append(entry.logprob)
+        tops.append({server.token_text(t)[0]: lp for t, lp in entry.top})
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def echo_logprobs(server: Server, prompt: list[int], entries: list[TokenLogprob]) -> dict:
+    """The prompt's part of an echoed completion's logprobs: its first token has none (null,
+    as OpenAI and vLLM write it), every later one its log-probability given those before."""
+    first, _ = server.token_text(prompt[0])
+    rest = completion_logprobs(server, entries, len(first))
+    return {"tokens": [first] + rest["tokens"],
+            "token_logprobs": [None] + rest["token_logprobs"],
+            "top_logprobs": [None] + rest["top_logprobs"],
+            "text_offset": [0] + rest["text_offset"]}
+
+
+def joined_logprobs(head: Optional[dict], tail: dict) -> dict:
+    if head is None:
+        return tail
+    return {key: head[key] + tail[key] for key in tail}
+
+
+def chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
+    content = []
+    for entry in entries:
+        text, raw = server.token_text(entry.token_id)
+        top = []
+        for token, logprob in entry.top:
+            top_text, top_raw = server.token_text(token)
+            top.append({"token": top_text, "logprob": logprob, "bytes": top_raw})
+        content.append({"token": text, "logprob": entry.logprob, "bytes": raw,
+                        "top_logprobs": top})
+    return {"content": content}
+
+
+class Answer:
+    """One answer's id, creation time and model, shared by its streamed chunks (`object`
+    `chunk_kind`; `usage` in each when the client asked for it, null until the last, as
+    OpenAI sends it) and its whole form."""
+
+    def __init__(self, prefix: str, chunk_kind: str, body, model: str):
+        self.head = {"id": new_id(prefix), "object": chunk_kind, "created": now(),
+                     "model": model}
+        self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunk(self, choices: list, usage_value: Optional[dict] = None) -> dict:
+        payload = dict(self.head, choices=choices)
+        if self.include_usage:
+            payload["usage"] = usage_value
+        return payload
+
+    def whole(self, kind: str, choices: list, usage_value: dict) -> dict:
+        return dict(self.head, object=kind, choices=choices, usage=usage_value)
+
+
+def sse(payload) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
