@@ -70,7 +70,8 @@ ServeOptions parse(int argc, char **argv) {
       "output lengths log-uniform in their ranges (many short, a long tail), after a shared "
       "system prompt of P tokens. C closed-loop clients, each sending its next request when "
       "the last one finished, or Poisson arrivals at R requests/s. The same stream then runs "
-      "through dsrt_generate in static batches of C (or the plan's max_batch, if smaller) and "
+      "through dsrt_generate in static batches of C (or the plan's max_batch, if smaller; cut "
+      "short where a batch's longest prompt and longest output would pass max_seq_len) and "
       "one request at a time. Reports requests/s, output tokens/s, TTFT and TPOT at P50/P99, "
       "peak KV blocks.",
       "dsbench serve");
@@ -176,12 +177,18 @@ std::vector<Request> drawRequests(const ServeOptions &o, int64_t vocab, int64_t 
   for (Request &request : requests) {
     int promptLength = logUniform(random, o.promptMin, o.promptMax);
     request.outputTokens = logUniform(random, o.outputMin, o.outputMax);
-    // Within the plan's positions.
-    int64_t room = maxSeq - o.systemPrompt - request.outputTokens;
-    if (room < 1)
-      die("the system prompt and outputs of " + std::to_string(request.outputTokens) +
-          " tokens leave no room in the plan's max_seq_len of " + std::to_string(maxSeq));
-    promptLength = static_cast<int>(std::min<int64_t>(promptLength, room));
+    // Within the plan's positions: the output cut to leave a prompt token after the system
+    // prompt, then the prompt to what the output leaves (the default ranges on a plan of
+    // few positions give a stream that fits, not an error).
+    const int64_t afterSystem = maxSeq - o.systemPrompt;
+    if (afterSystem < 2)
+      die("a system prompt of " + std::to_string(o.systemPrompt) +
+          " tokens leaves no room for a prompt and an output in the plan's max_seq_len of " +
+          std::to_string(maxSeq));
+    request.outputTokens =
+        static_cast<int>(std::min<int64_t>(request.outputTokens, afterSystem - 1));
+    promptLength = static_cast<int>(
+        std::min<int64_t>(promptLength, afterSystem - request.outputTokens));
     request.prompt = system;
     for (int i = 0; i < promptLength; ++i)
       request.prompt.push_back(static_cast<int64_t>(random() % static_cast<uint64_t>(vocab)));
@@ -446,7 +453,10 @@ int onStaticToken(void *user, size_t sequence, int64_t token) {
 }
 
 // The stream through dsrt_generate, `batch` requests at a time in arrival order; every
-// request is counted as sent when the run starts (the static path makes later ones wait).
+// request is counted as sent when the run starts (the static path makes later ones wait). A
+// static batch runs its longest prompt (the others left-padded to it) for its longest
+// output: a batch is cut short where the next request would take that past max_seq_len, as a
+// static server must (each request alone fits: drawRequests).
 Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests,
                      const std::vector<Request> &warmup, int batch, const std::string &name,
                      dsrt_device device, double temperature) {
@@ -469,19 +479,28 @@ Measured serveStatic(dsrt_plan *plan, const std::vector<Request> &requests,
           name + " warm-up");
     dsrt_generation_free(generation);
   }
+  int64_t maxSeq = 0;
+  check(dsrt_plan_limits(plan, nullptr, &maxSeq), "limits");
   std::vector<Timing> timings(requests.size());
   const Clock::time_point start = Clock::now();
   for (Timing &t : timings)
     t.sent = start;
-  for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(batch)) {
-    size_t count = std::min(static_cast<size_t>(batch), requests.size() - first);
+  for (size_t first = 0, count = 0; first < requests.size(); first += count) {
     std::vector<const int64_t *> prompts;
     std::vector<size_t> lengths;
     int32_t longestOutput = 0;
-    for (size_t i = first; i < first + count; ++i) {
-      prompts.push_back(requests[i].prompt.data());
-      lengths.push_back(requests[i].prompt.size());
-      longestOutput = std::max(longestOutput, requests[i].outputTokens);
+    size_t longestPrompt = 0;
+    for (count = 0; count < static_cast<size_t>(batch) && first + count < requests.size();
+         ++count) {
+      const Request &next = requests[first + count];
+      const size_t prompt = std::max(longestPrompt, next.prompt.size());
+      const int32_t output = std::max(longestOutput, next.outputTokens);
+      if (count > 0 && static_cast<int64_t>(prompt) + output > maxSeq)
+        break;
+      longestPrompt = prompt;
+      longestOutput = output;
+      prompts.push_back(next.prompt.data());
+      lengths.push_back(next.prompt.size());
     }
     StaticRun run{&timings, first};
     dsrt_generate_options options;

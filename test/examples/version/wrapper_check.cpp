@@ -126,13 +126,17 @@ int main(int argc, char **argv) {
       std::condition_variable finished;
       std::map<int64_t, std::vector<int64_t>> streamed;
       std::map<int64_t, dsrt_request_state> states;
+      std::map<int64_t, int64_t> cached;  // asked at each request's last callback
       engine.setCallback([&](int64_t request, int64_t token, dsrt_request_state state,
                              const dsrt_token_logprobs *) {
+        const int64_t cachedTokens = token < 0 ? engine.cachedTokens(request) : -1;
         std::lock_guard<std::mutex> lock(mutex);
-        if (token >= 0)
+        if (token >= 0) {
           streamed[request].push_back(token);
-        else
+        } else {
           states[request] = state;
+          cached[request] = cachedTokens;
+        }
         finished.notify_all();
       });
       engine.start();
@@ -151,6 +155,20 @@ int main(int argc, char **argv) {
         expect(waitFor(ids[s]) && states[ids[s]] == DSRT_REQUEST_LENGTH &&
                    streamed[ids[s]] == all.tokens(s),
                "engine request " + std::to_string(s) + ": its streamed tokens are its alone");
+
+      // One prompt of two 16-token blocks and a token, twice: the second request's 32
+      // tokens come from the prefix cache (the engine's default blocks of 16).
+      std::vector<int64_t> longPrompt(33);
+      for (size_t i = 0; i < longPrompt.size(); ++i)
+        longPrompt[i] = 100 + static_cast<int64_t>(i);
+      const int64_t computed = engine.addRequest(longPrompt, greedy);
+      expect(waitFor(computed), "the long prompt's first request finishes");
+      const int64_t hit = engine.addRequest(longPrompt, greedy);
+      const bool hitFinished = waitFor(hit);  // before the message below reads `cached`
+      expect(hitFinished && cached[computed] == 0 && cached[hit] == 32 &&
+                 streamed[hit] == streamed[computed],
+             "cachedTokens at the last callback: 0, then 32 (" +
+                 std::to_string(cached[computed]) + ", " + std::to_string(cached[hit]) + ")");
 
       dsrt::RequestOptions penalised = greedy;
       penalised.maxNewTokens = 8;
