@@ -4,6 +4,7 @@ the concurrency cap, disconnects, the 4xx answers, and draining on SIGTERM."""
 import json
 import math
 import os
+import random
 import shutil
 import tempfile
 import re
@@ -172,6 +173,13 @@ def test_metrics_move_as_requests_run(server, client):
      "response_format"),
     (json.dumps({"prompt": "x", "logit_bias": {"a": 1}}).encode(), 400, "logit_bias"),
     (json.dumps({"prompt": "x", "logit_bias": {"5": 500}}).encode(), 400, "logit_bias"),
+    # Integers past what the C API takes (they had reached it and answered 500).
+    (json.dumps({"prompt": "x", "top_k": 2 ** 63}).encode(), 400, "top_k"),
+    (json.dumps({"prompt": "x", "min_tokens": 2 ** 40}).encode(), 400, "min_tokens"),
+    (json.dumps({"prompt": "x", "stop_token_ids": [2 ** 64]}).encode(), 400, "stop_token_ids"),
+    (json.dumps({"prompt": [2 ** 63], "max_tokens": 1}).encode(), 400, "prompt token"),
+    (json.dumps({"prompt": "x", "logit_bias": {str(2 ** 70): 1}}).encode(), 400,
+     "logit_bias"),
 ])
 def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body, status,
                                                             words):
@@ -181,6 +189,33 @@ def test_bad_requests_get_openai_errors_and_serving_goes_on(server, client, body
     error = answer.json()["error"]
     assert words in error["message"] and error["type"] == "invalid_request_error"
     assert client.completions.create(model="m", prompt=[1, 2], max_tokens=1).choices
+
+
+def test_odd_field_values_never_answer_5xx(server, client):
+    # Every field set alone to each of values of any type and size (huge and negative
+    # integers, floats at 1e308, wrong containers, odd unicode), then seeded random pairs:
+    # each body is answered 200 or 400 with OpenAI's error body, never 5xx (a top_k of 2**63
+    # had reached the C API and answered 500), and greedy text is the same after them.
+    values = [None, True, -1, 0, 2, 64, 65, 2 ** 31, 2 ** 63, -2 ** 63, 2 ** 64, 0.5, 2.5,
+              1e308, -1e308, "", "a", "\u0000\U0001F600", [], [1, -1], [2 ** 63], [[1], []],
+              {"type": "json_object"}, {"99": 1e9}, {str(2 ** 70): 1}, {"include_usage": 1}]
+    fields = ["max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
+              "best_of", "logprobs", "echo", "logit_bias", "presence_penalty",
+              "frequency_penalty", "repetition_penalty", "stop_token_ids", "min_tokens",
+              "ignore_eos", "stream_options", "response_format", "prompt", "suffix"]
+    rng = random.Random(41)
+    bodies = [{name: value} for name in fields for value in values]
+    bodies += [dict(zip(rng.sample(fields, 2), rng.choices(values, k=2))) for _ in range(100)]
+    greedy = {"prompt": [5, 6, 7], "max_tokens": 6, "temperature": 0}
+    before = requests.post(server.url + "/v1/completions", json=greedy, timeout=30).json()
+    for fields_set in bodies:
+        body = {"prompt": "Hello", "max_tokens": 3, **fields_set}
+        answer = requests.post(server.url + "/v1/completions", json=body, timeout=30)
+        assert answer.status_code in (200, 400), (body, answer.text)
+        if answer.status_code == 400:
+            assert answer.json()["error"]["message"], body
+    after = requests.post(server.url + "/v1/completions", json=greedy, timeout=30).json()
+    assert after["choices"][0]["text"] == before["choices"][0]["text"]
 
 
 def test_n_choices_are_the_llms_with_seeds_counted_once(client, llm):
