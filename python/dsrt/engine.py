@@ -16,6 +16,7 @@ import weakref
 from typing import Callable, Optional, Sequence
 
 from . import _dsrt
+from ._limits import INT32, INT64, within
 from .tokenizer import IncrementalDetokenizer, plan_tokenizer
 
 # dsrt_request_state
@@ -156,21 +157,6 @@ class Request:
         return True
 
 
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _within(name: str, values, bounds: tuple[int, int]) -> None:
-    """Integers the C API takes as int32 or int64, checked before they cross it: out of its
-    range, the native call's conversion fails with a TypeError that names no field (the
-    server had answered 500 to a top_k of 2**63)."""
-    low, high = bounds
-    for value in values:
-        if not low <= value <= high:
-            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {name} must be within [{low}, {high}], "
-                              f"not {value}")
-
-
 def _has_program(plan: "_dsrt.Plan", name: str) -> bool:
     try:
         plan.io(name, False)
@@ -222,14 +208,14 @@ class EngineLoop:
         request (a prompt over the context, bad options) raises ``dsrt.Error``."""
         if self._closing:
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: the engine is shut down")
-        _within("a prompt token", prompt_ids, _INT64)
-        _within("stop_token_ids", params.stop_token_ids, _INT64)
-        _within("a logit_bias token", params.logit_bias or (), _INT64)
+        within("a prompt token", prompt_ids, INT64)
+        within("stop_token_ids", params.stop_token_ids, INT64)
+        within("a logit_bias token", params.logit_bias or (), INT64)
         for name in ("max_tokens", "top_k", "min_tokens"):
-            _within(name, (getattr(params, name),), _INT32)
+            within(name, (getattr(params, name),), INT32)
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(params, name) is not None:
-                _within(name, (getattr(params, name),), _INT32)
+                within(name, (getattr(params, name),), INT32)
         request = Request(self, prompt_ids, params, notify)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
         logprobs = -1 if params.logprobs is None else params.logprobs

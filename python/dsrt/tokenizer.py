@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence, Union
 
 from . import _dsrt
+from ._limits import INT64, within
 
 
 class Tokenizer:
@@ -35,7 +36,9 @@ class Tokenizer:
 
     def decode_bytes(self, ids: Sequence[int], skip_special_tokens: bool = True) -> bytes:
         """The UTF-8 bytes ``ids`` stand for, a cut character left cut."""
-        return self._native.decode_bytes(list(ids), skip_special_tokens)
+        ids = list(ids)
+        within("a token id", ids, INT64)
+        return self._native.decode_bytes(ids, skip_special_tokens)
 
 
 class NoTokenizer:
