@@ -129,6 +129,21 @@ class Request:
             self.notify(update)
             i += 1
 
+    def fail(self, error: BaseException) -> None:
+        """Ends a request whose tokens could not be routed (its text could not be made): it
+        is cancelled and finishes as "abort", and the router goes on with the others. Said
+        on stderr, since nothing else would show it."""
+        print(f"dsrt: request {self.id} failed while its tokens were routed, cancelled: "
+              f"{error!r}", file=sys.stderr)
+        if self.finished:
+            return
+        self.finished = True
+        self.loop.cancel(self.id)
+        try:
+            self.notify(Update(finish_reason="abort"))
+        except Exception:
+            pass
+
     def _take(self, update: Update, token: int, logprob, top) -> None:
         update.token_ids.append(token)
         self._generated += 1
@@ -284,4 +299,7 @@ class EngineLoop:
                     if batch[-1][1] < 0:
                         del self._requests[rid]
             for rid, batch in batches.items():
-                requests[rid].on_events(batch)
+                try:
+                    requests[rid].on_events(batch)
+                except Exception as error:  # one request's failure must not stop the others'
+                    requests[rid].fail(error)

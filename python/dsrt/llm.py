@@ -16,6 +16,10 @@ from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 Prompt = Union[str, Sequence[int], Mapping[str, Any]]
 
 
+# SamplingParams.n's bound: outputs of one prompt, each an engine request.
+MAX_OUTPUTS_PER_PROMPT = 4096
+
+
 @dataclasses.dataclass
 class SamplingParams:
     """How one request samples and stops (vLLM's names and defaults).
@@ -57,12 +61,49 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
 
     def _copies(self) -> int:
-        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
-            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: n must be a positive integer, not "
-                              f"{self.n!r}")
+        # A bound: the copies are made before any is queued, and n = 2**63 had taken all of
+        # the machine's memory (the server's n stops at 64, as its protocol says).
+        if (not isinstance(self.n, int) or isinstance(self.n, bool)
+                or not 1 <= self.n <= MAX_OUTPUTS_PER_PROMPT):
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: n must be an integer in [1, "
+                              f"{MAX_OUTPUTS_PER_PROMPT}], not {self.n!r}")
         return self.n
 
+    def _check_types(self) -> None:
+        """dsrt.Error naming the first field of the wrong type: a skip_special_tokens of None
+        had passed here and failed later, on the thread that routes every request's tokens."""
+        def refuse(name: str, kind: str) -> None:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: SamplingParams.{name} must be {kind}, "
+                              f"not {getattr(self, name)!r}")
+        def integer(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+        for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):
+                refuse(name, "True or False")
+        for name in ("top_k", "min_tokens"):
+            if not integer(getattr(self, name)):
+                refuse(name, "an integer")
+        for name in ("max_tokens", "seed", "logprobs", "prompt_logprobs"):
+            if getattr(self, name) is not None and not integer(getattr(self, name)):
+                refuse(name, "an integer or None")
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty",
+                     "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                refuse(name, "a number")
+        if not (self.stop is None or isinstance(self.stop, str) or
+                (isinstance(self.stop, Sequence) and all(isinstance(s, str) for s in self.stop))):
+            refuse("stop", "a string, a list of strings or None")
+        if not (isinstance(self.stop_token_ids, Sequence) and
+                all(integer(t) for t in self.stop_token_ids)):
+            refuse("stop_token_ids", "a list of token ids")
+        if not (self.logit_bias is None or (isinstance(self.logit_bias, Mapping) and all(
+                integer(t) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                for t, v in self.logit_bias.items()))):
+            refuse("logit_bias", "a dict of token id to bias, or None")
+
     def _request(self, prompt_length: int, max_seq_len: int, copy: int = 0) -> RequestParams:
+        self._check_types()
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
         if any(not s for s in stop):
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: a stop string is empty")

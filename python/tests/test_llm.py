@@ -326,8 +326,19 @@ def test_refusals_are_dsrt_errors(llm):
         llm.generate([[1] * 60], dsrt.SamplingParams(max_tokens=10))
     with pytest.raises(dsrt.Error, match="vocabulary"):
         llm.generate([[10**6]], dsrt.SamplingParams(max_tokens=1))
-    with pytest.raises(dsrt.Error, match="n must be a positive integer"):
+    with pytest.raises(dsrt.Error, match=r"n must be an integer in \[1, 4096\]"):
         llm.generate(["x"], dsrt.SamplingParams(n=0))
+    # Refused before any copy is made: 2**63 copies had taken all of the memory.
+    with pytest.raises(dsrt.Error, match="n must be an integer"):
+        llm.generate(["x"], dsrt.SamplingParams(n=2 ** 63))
+    with pytest.raises(dsrt.Error, match="top_k must be within"):
+        llm.generate(["x"], dsrt.SamplingParams(top_k=2 ** 31))
+    # Types are checked before the request is queued (a skip_special_tokens of None had
+    # failed later, on the thread that routes every request's tokens).
+    for wrong in ({"skip_special_tokens": None}, {"logit_bias": [1, -1]}, {"top_k": 1.5},
+                  {"stop": [3]}, {"temperature": "hot"}, {"stop_token_ids": [None]}):
+        with pytest.raises(dsrt.Error, match=f"SamplingParams.{next(iter(wrong))} must be"):
+            llm.generate(["x"], dsrt.SamplingParams(**wrong))
     with pytest.raises(dsrt.Error, match="frequency_penalty"):
         llm.generate(["x"], dsrt.SamplingParams(frequency_penalty=2.5))
     with pytest.raises(dsrt.Error, match="repetition_penalty"):
@@ -336,6 +347,26 @@ def test_refusals_are_dsrt_errors(llm):
         llm.chat_template("tool_use")
     # The engine serves on after refusals.
     assert llm.generate(["x"], dsrt.SamplingParams(max_tokens=2, **GREEDY))[0].outputs[0].token_ids
+
+
+def test_a_request_whose_tokens_cannot_be_routed_fails_alone(llm, reference):
+    # Past SamplingParams' checks (the engine loop's own RequestParams): the router cannot
+    # make the request's text, cancels it and finishes it as "abort", and keeps routing the
+    # others' tokens (an exception there had stopped every request of the process).
+    from dsrt.engine import RequestParams
+    import queue
+    updates = queue.Queue()
+    llm._loop.submit(reference["prompts"][0]["ids"],
+                     RequestParams(max_tokens=4, temperature=0, ignore_eos=True,
+                                   skip_special_tokens=None), updates.put)
+    last = updates.get(timeout=30)
+    while last.finish_reason is None:
+        last = updates.get(timeout=30)
+    assert last.finish_reason == "abort"
+    prompt = reference["prompts"][0]
+    n = reference["max_new_tokens"]
+    assert llm.generate([prompt["ids"]], dsrt.SamplingParams(max_tokens=n, **GREEDY))[0] \
+        .outputs[0].token_ids == prompt["generated"]
 
 
 def test_tokenizer_round_trip(plan):

@@ -118,7 +118,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
     if (o.maxTokensPerStep < 1 || o.maxTokensPerStep > stepRows)
       return Status::error(
           "the tokens per step must be between 1 and the " + std::to_string(stepRows) +
-          " rows of the plan's " + (ownStepBound ? "step program; compile with a larger "
+          " rows of the plan's " + (ownStepBound ? "step program (compile with a larger "
                                                    "--max-tokens-per-step to run more), not "
                                                  : "decode program (its max_batch; compile "
                                                    "with --max-tokens-per-step to run more), "
