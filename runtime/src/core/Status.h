@@ -3,6 +3,7 @@
 #ifndef DSRT_CORE_STATUS_H
 #define DSRT_CORE_STATUS_H
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,14 @@ private:
   }
   std::string message_;
 };
+
+// A user's number in an error message as they would write it (1e-12, 1.5, inf), where
+// std::to_string's six decimals show 1e-12 as 0.000000 and 1.5 as 1.500000.
+inline std::string numberText(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
 
 #define DSRT_RETURN_IF_ERROR(expr)                                                           \
   do {                                                                                       \

@@ -238,9 +238,8 @@ Status CudaSession::allocateKvCache() {
       const auto budget =
           static_cast<uint64_t>(options_.kvMemoryFraction * static_cast<double>(free));
       if (budget < perBlock) {
-        char fraction[32];
-        std::snprintf(fraction, sizeof fraction, "%g", options_.kvMemoryFraction);
-        return Status::error(std::string("kv_cache_memory_fraction ") + fraction + " of the " +
+        return Status::error("kv_cache_memory_fraction " +
+                             numberText(options_.kvMemoryFraction) + " of the " +
                              std::to_string(free) + " bytes free on " + deviceLabel_ +
                              " once the weights are placed is " + std::to_string(budget) +
                              " bytes, less than one block of " +

@@ -38,15 +38,15 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
     return Status::error("sampling needs a finite temperature >= 0, 0 < top_p <= 1 and "
                          "top_k >= 0");
   if (!(options.minP >= 0 && options.minP <= 1))
-    return Status::error("min_p must be in [0, 1], not " + std::to_string(options.minP));
+    return Status::error("min_p must be in [0, 1], not " + numberText(options.minP));
   if (!(options.repetitionPenalty > 0) || !std::isfinite(options.repetitionPenalty))
     return Status::error("repetition_penalty must be finite and above 0, not " +
-                         std::to_string(options.repetitionPenalty));
+                         numberText(options.repetitionPenalty));
   // OpenAI's range for both.
   if (!(std::fabs(options.presencePenalty) <= 2) || !(std::fabs(options.frequencyPenalty) <= 2))
     return Status::error("presence_penalty and frequency_penalty must be in [-2, 2], not " +
-                         std::to_string(options.presencePenalty) + " and " +
-                         std::to_string(options.frequencyPenalty));
+                         numberText(options.presencePenalty) + " and " +
+                         numberText(options.frequencyPenalty));
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return Status::error("logprobs must be -1 (none) to " + std::to_string(kMaxTopLogprobs) +
                          ", not " + std::to_string(options.logprobs));
@@ -54,7 +54,7 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
     if (token < 0 || token >= vocab_ || !(std::fabs(bias) <= 100))
       return Status::error("logit_bias needs tokens in the vocabulary [0, " +
                            std::to_string(vocab_) + ") and biases in [-100, 100], not " +
-                           std::to_string(bias) + " for token " + std::to_string(token));
+                           numberText(bias) + " for token " + std::to_string(token));
   if (options.minTokens < 0 || options.minTokens > options.maxNewTokens)
     return Status::error("min_tokens must be in [0, max_new_tokens " +
                          std::to_string(options.maxNewTokens) + "], not " +

@@ -141,11 +141,11 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
     if (o.kvCacheMemoryFraction != 0) {
       if (!(o.kvCacheMemoryFraction > 0 && o.kvCacheMemoryFraction <= 1))
         return Status::error("kv_cache_memory_fraction must be more than 0 and at most 1, not " +
-                             std::to_string(o.kvCacheMemoryFraction));
+                             numberText(o.kvCacheMemoryFraction));
       if (o.kvCacheBytes != 0)
         return Status::error("kv_cache_bytes (" + std::to_string(o.kvCacheBytes) +
                              ") and kv_cache_memory_fraction (" +
-                             std::to_string(o.kvCacheMemoryFraction) +
+                             numberText(o.kvCacheMemoryFraction) +
                              ") both set the KV budget: give one");
       if (o.device == DeviceKind::Cuda) {
         sessionFraction = o.kvCacheMemoryFraction;
@@ -161,7 +161,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
                        static_cast<uint64_t>(localRanks);
       if (o.kvCacheBytes < perBlock) {
         hostRefusal = Status::error(
-            "kv_cache_memory_fraction " + std::to_string(o.kvCacheMemoryFraction) + " of the " +
+            "kv_cache_memory_fraction " + numberText(o.kvCacheMemoryFraction) + " of the " +
             std::to_string(available) + " bytes free" +
             (localRanks > 1 ? " over " + std::to_string(localRanks) + " ranks" : std::string()) +
             " is " + std::to_string(o.kvCacheBytes) + " bytes, less than one block of " +
