@@ -129,5 +129,7 @@ class ChatTemplate:
             return self._template.render(
                 messages=messages, tools=tools, documents=documents,
                 add_generation_prompt=add_generation_prompt, **variables)
-        except jinja2.TemplateError as e:
+        except (jinja2.TemplateError, TypeError) as e:
+            # TypeError: the template's own operations on what it was given (a content that
+            # is not a string, concatenated), which transformers lets out as it is.
             raise ChatTemplateError(f"chat template failed to render: {e}") from e

@@ -7,7 +7,7 @@ import random
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _dsrt
-from .chat import ChatTemplate
+from .chat import ChatTemplate, ChatTemplateError
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 
@@ -375,19 +375,33 @@ class LLM:
         return ChatTemplate(source, self._special_tokens)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            *, chat_template: Optional[str] = None,
+                            chat_template_kwargs: Optional[Mapping[str, Any]] = None,
                             **kwargs) -> str:
-        """The prompt text the plan's template makes of ``messages``."""
-        return self.chat_template(kwargs.pop("chat_template_name", None)).render(
-            messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        """The prompt text the plan's template (or ``chat_template``, a Jinja source, as
+        vLLM takes it) makes of ``messages``; ``chat_template_kwargs`` and the other keyword
+        arguments (``tools``, ...) are the template's variables."""
+        template = (ChatTemplate(chat_template, self._special_tokens)
+                    if chat_template is not None
+                    else self.chat_template(kwargs.pop("chat_template_name", None)))
+        return template.render(messages, add_generation_prompt=add_generation_prompt,
+                               **{**(chat_template_kwargs or {}), **kwargs})
 
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
              add_generation_prompt: bool = True, use_tqdm: bool = False,
              **template_kwargs) -> list[RequestOutput]:
-        """Generates the assistant's reply to a conversation (or to each of several), with
-        the prompt the plan's chat template renders. The template writes the special tokens
-        itself, so the tokenizer adds none."""
-        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        """Generates the assistant's reply to a conversation (a list of {"role", "content"}
+        dicts), or to each of several, with the prompt the plan's chat template renders
+        (``chat_template=``, ``chat_template_kwargs=``, ``tools=``: vLLM's, as
+        apply_chat_template takes them). The template writes the special tokens itself, so
+        the tokenizer adds none."""
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise ChatTemplateError("messages must be a list of {'role': ..., 'content': ...} "
+                                    "dicts, or a list of such lists, not "
+                                    f"{type(messages).__name__}")
+        conversations = ([messages] if not messages or isinstance(messages[0], Mapping)
+                         else list(messages))
         prompts = []
         for conversation in conversations:
             text = self.apply_chat_template(conversation, add_generation_prompt,

@@ -170,6 +170,14 @@ def test_malformed_messages(messages):
         template.render(messages)
 
 
+def test_a_template_failing_on_its_input_is_chat_template_error():
+    # Qwen's template concatenates the content: a dict content made Jinja raise TypeError,
+    # which LLM.chat let out as it was.
+    template = ChatTemplate(_source("Qwen-Qwen2.5-7B-Instruct"))
+    with pytest.raises(ChatTemplateError, match="failed to render"):
+        template.render([{"role": "system", "content": {"a": 1}}])
+
+
 def test_syntax_error_is_chat_template_error():
     with pytest.raises(ChatTemplateError):
         ChatTemplate("{% for m in messages %}{{ m.content }}")

@@ -321,6 +321,25 @@ def test_chat_renders_the_plans_template(llm, model_dir):
     assert chat.outputs[0].token_ids == direct.outputs[0].token_ids
 
 
+def test_chat_takes_vllms_template_arguments(llm):
+    # chat_template= replaces the plan's; chat_template_kwargs= are the template's
+    # variables (both had been passed on as variables named so, and ignored).
+    messages = [{"role": "user", "content": "hi"}]
+    own = "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{{ suffix }}"
+    text = llm.apply_chat_template(messages, chat_template=own,
+                                   chat_template_kwargs={"suffix": "!"})
+    assert text == "[user:hi]!"
+    params = dsrt.SamplingParams(max_tokens=2, **GREEDY)
+    chat = llm.chat(messages, params, chat_template=own, chat_template_kwargs={"suffix": "!"})
+    assert chat[0].prompt_token_ids == llm.tokenizer.encode("[user:hi]!",
+                                                            add_special_tokens=False)
+    # One message instead of a list of them: a ValueError that says what to give (it had
+    # been a KeyError).
+    for wrong in ({"role": "user", "content": "hi"}, "hi", None):
+        with pytest.raises(ValueError, match="messages must be a list"):
+            llm.chat(wrong, params)
+
+
 def test_refusals_are_dsrt_errors(llm):
     with pytest.raises(dsrt.Error, match="maximum sequence length 64"):
         llm.generate([[1] * 60], dsrt.SamplingParams(max_tokens=10))
