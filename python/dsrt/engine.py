@@ -172,6 +172,29 @@ class Request:
         return True
 
 
+def _check_engine_options(**options) -> None:
+    """dsrt.Error naming an engine option of the wrong type or past what the C API takes
+    (nanobind's own refusal names no option: a block_size of 1.5 or 2**40 was an
+    "incompatible function arguments" TypeError listing every parameter). Values inside
+    the range are the engine's to judge, with its own messages."""
+    def refuse(name: str, kind: str) -> None:
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {name} must be {kind}, not "
+                          f"{options[name]!r}")
+    for name in ("prefix_caching", "batch_invariant", "mpi"):
+        if not isinstance(options[name], bool):
+            refuse(name, "True or False")
+    for name in ("block_size", "max_tokens_per_step", "max_running"):
+        if not isinstance(options[name], int) or isinstance(options[name], bool):
+            refuse(name, "an integer")
+        within(name, (options[name],), INT32)
+    bytes_ = options["kv_cache_bytes"]
+    if not isinstance(bytes_, int) or isinstance(bytes_, bool) or not 0 <= bytes_ < 1 << 64:
+        refuse("kv_cache_bytes", "an integer in [0, 2**64)")
+    fraction = options["kv_cache_memory_fraction"]
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        refuse("kv_cache_memory_fraction", "a number")
+
+
 def _has_program(plan: "_dsrt.Plan", name: str) -> bool:
     try:
         plan.io(name, False)
@@ -190,6 +213,10 @@ class EngineLoop:
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", mpi: bool = False,
                  kv_cache_memory_fraction: float = 0.0):
+        _check_engine_options(block_size=block_size, kv_cache_bytes=kv_cache_bytes,
+                              max_tokens_per_step=max_tokens_per_step, max_running=max_running,
+                              prefix_caching=prefix_caching, batch_invariant=batch_invariant,
+                              mpi=mpi, kv_cache_memory_fraction=kv_cache_memory_fraction)
         self.plan = _dsrt.Plan(plan)
         self.max_batch, self.max_seq_len = self.plan.limits
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,

@@ -340,6 +340,16 @@ def test_chat_takes_vllms_template_arguments(llm):
             llm.chat(wrong, params)
 
 
+@pytest.mark.parametrize("option, value", [
+    ("block_size", 1.5), ("block_size", 2 ** 40), ("kv_cache_bytes", -1),
+    ("kv_cache_bytes", 2 ** 64), ("max_tokens_per_step", 2 ** 40),
+    ("kv_cache_memory_fraction", "half"), ("prefix_caching", "yes")])
+def test_engine_options_of_the_wrong_type_are_refused_by_name(plan, option, value):
+    # They had reached the native constructor, whose TypeError names no option.
+    with pytest.raises(dsrt.Error, match=f"{option} must be"):
+        dsrt.LLM(plan, **{option: value})
+
+
 def test_refusals_are_dsrt_errors(llm):
     with pytest.raises(dsrt.Error, match="maximum sequence length 64"):
         llm.generate([[1] * 60], dsrt.SamplingParams(max_tokens=10))
