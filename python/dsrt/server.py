@@ -315,6 +315,20 @@ def _mpi_world() -> int:
     return 1
 
 
+def _int_within(low: int, high: int):
+    """An argparse type: an integer in [low, high]. A --port of 99999 had been taken and the
+    server listened on another port; a cap of 0 answered every request 429."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], not {value}")
+        return value
+    return parse
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
@@ -332,11 +346,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-seq-len", "--max-model-len", type=int, dest="max_seq_len",
                         help="compiling a model: positions per sequence (default the model's)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=_int_within(1, 65535), default=8000)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
     parser.add_argument("--served-model-name", help="the model's id in /v1/models "
                         "(default: the plan file's name without .dsp)")
-    parser.add_argument("--max-concurrent-requests", type=int, default=256,
+    parser.add_argument("--max-concurrent-requests", type=_int_within(1, 1 << 31), default=256,
                         help="requests served at once; more are answered 429")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-bytes", type=int, default=0,

@@ -377,6 +377,18 @@ def test_chat_template_option_replaces_the_plans(plan, llm, tmp_path):
     assert run.returncode == 2 and "broken.jinja" in run.stderr and "chat template" in run.stderr
 
 
+@pytest.mark.parametrize("flag, value", [("--port", "99999"), ("--port", "0"),
+                                         ("--max-concurrent-requests", "0")])
+def test_out_of_range_flags_stop_dsserve_at_start(plan, flag, value):
+    # A port of 99999 had been taken, the server listening somewhere else; a cap of 0 had
+    # answered every request 429.
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "dsrt.server", plan, flag, value],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and flag in run.stderr and "must be in" in run.stderr
+
+
 def test_prompts_of_one_request_each_get_their_own_room(server):
     """Several prompts without max_tokens: each runs to the context from its own length."""
     answer = requests.post(server.url + "/v1/completions", timeout=60, json={
