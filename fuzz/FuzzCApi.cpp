@@ -16,38 +16,11 @@
 
 namespace {
 
+using dsc::fuzz::Choices;
 using dsc::fuzz::requireMessage;
 
 dsrt_plan *plan = nullptr;
 dsrt_session *session = nullptr;
-
-// Reads the input as a stream of choices; an exhausted input reads zeros.
-class Choices {
-public:
-  Choices(const uint8_t *data, size_t size) : data_(data), size_(size) {}
-  bool empty() const { return offset_ >= size_; }
-  uint8_t byte() { return offset_ < size_ ? data_[offset_++] : 0; }
-  template <typename T> T pick(std::initializer_list<T> values) {
-    return values.begin()[byte() % values.size()];
-  }
-  int64_t integer() {
-    return pick<int64_t>({0, 1, 2, 3, 5, 7, 16, 17, 64, -1, -2, 50256, 50257, 1 << 20,
-                          std::numeric_limits<int32_t>::max(),
-                          std::numeric_limits<int64_t>::max(),
-                          std::numeric_limits<int64_t>::min(), byte(), -byte()});
-  }
-  float real() {
-    return pick<float>({0.0f, 0.5f, 1.0f, 0.7f, 2.0f, -1.0f, 7.0f, 1e-30f, 1e30f,
-                        std::numeric_limits<float>::quiet_NaN(),
-                        std::numeric_limits<float>::infinity(),
-                        -std::numeric_limits<float>::infinity()});
-  }
-
-private:
-  const uint8_t *data_;
-  size_t size_;
-  size_t offset_ = 0;
-};
 
 const char *program(Choices &choices) {
   return choices.pick<const char *>(
@@ -166,14 +139,9 @@ dsrt_status generate(Choices &choices, bool valid) {
 extern "C" const char *__asan_default_options() { return "allocator_may_return_null=1"; }
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  const char *path = std::getenv("DSRT_FUZZ_PLAN");
-  if (!path) {
-    std::fprintf(stderr, "fuzz: set DSRT_FUZZ_PLAN to a single-rank plan\n");
-    std::exit(2);
-  }
-  if (dsrt_plan_open(path, &plan) != DSRT_OK ||
-      dsrt_session_create(plan, 0, DSRT_DEVICE_CPU, &session) != DSRT_OK) {
-    std::fprintf(stderr, "fuzz: %s: %s\n", path, dsrt_last_error());
+  plan = dsc::fuzz::openFuzzPlan();
+  if (dsrt_session_create(plan, 0, DSRT_DEVICE_CPU, &session) != DSRT_OK) {
+    std::fprintf(stderr, "fuzz: a session: %s\n", dsrt_last_error());
     std::exit(2);
   }
   return 0;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <limits>
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -25,6 +27,50 @@ inline void requireMessage(dsrt_status status, const char *call) {
                  dsrt_status_name(status));
     std::abort();
   }
+}
+
+// Reads the input as a stream of choices; an exhausted input reads zeros.
+class Choices {
+public:
+  Choices(const uint8_t *data, size_t size) : data_(data), size_(size) {}
+  bool empty() const { return offset_ >= size_; }
+  uint8_t byte() { return offset_ < size_ ? data_[offset_++] : 0; }
+  template <typename T> T pick(std::initializer_list<T> values) {
+    return values.begin()[byte() % values.size()];
+  }
+  int64_t integer() {
+    return pick<int64_t>({0, 1, 2, 3, 5, 7, 16, 17, 64, -1, -2, 50256, 50257, 1 << 20,
+                          std::numeric_limits<int32_t>::max(),
+                          std::numeric_limits<int64_t>::max(),
+                          std::numeric_limits<int64_t>::min(), byte(), -byte()});
+  }
+  float real() {
+    return pick<float>({0.0f, 0.5f, 1.0f, 0.7f, 2.0f, -1.0f, 7.0f, 1e-30f, 1e30f,
+                        std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()});
+  }
+
+private:
+  const uint8_t *data_;
+  size_t size_;
+  size_t offset_ = 0;
+};
+
+// The plan $DSRT_FUZZ_PLAN names (a small single-rank plan), for the harnesses that drive
+// the C API on one; the process exits when there is none.
+inline dsrt_plan *openFuzzPlan() {
+  const char *path = std::getenv("DSRT_FUZZ_PLAN");
+  if (!path) {
+    std::fprintf(stderr, "fuzz: set DSRT_FUZZ_PLAN to a single-rank plan\n");
+    std::exit(2);
+  }
+  dsrt_plan *plan = nullptr;
+  if (dsrt_plan_open(path, &plan) != DSRT_OK) {
+    std::fprintf(stderr, "fuzz: %s: %s\n", path, dsrt_last_error());
+    std::exit(2);
+  }
+  return plan;
 }
 
 inline size_t elementBytes(dsrt_dtype dtype) {

@@ -2,7 +2,7 @@
 # Fuzzes each harness for a while (issue 19; docs/reliability.md, "Fuzzing"):
 #
 #   fuzz/run.sh SECONDS [harness...]   harnesses: onnx-importer onnx-compile onnx-generate plan
-#                                      tokenizer c-api
+#                                      tokenizer c-api engine
 #
 # The harnesses come from a libFuzzer build (DSC_FUZZ_BUILD, default build-asan, configured
 # with CXX=clang++-22 -DDSC_ENABLE_ASAN=ON -DDSC_ENABLE_FUZZ=ON: see .ci/run); the plan seeds
@@ -16,7 +16,7 @@ python3 "$ROOT/scripts/fixtures.py" unpack  # the fixtures are seeds (scripts/fi
 SECONDS_EACH="${1:?usage: fuzz/run.sh SECONDS [harness...]}"
 shift
 HARNESSES=("$@")
-((${#HARNESSES[@]})) || HARNESSES=(onnx-importer onnx-compile onnx-generate plan tokenizer c-api)
+((${#HARNESSES[@]})) || HARNESSES=(onnx-importer onnx-compile onnx-generate plan tokenizer c-api engine)
 FUZZ_BUILD="${DSC_FUZZ_BUILD:-$ROOT/build-asan}"
 MAIN_BUILD="${DSC_BUILD_DIR:-$ROOT/build}"
 WORK="${DSC_FUZZ_WORK:-$FUZZ_BUILD/fuzz-work}"
@@ -37,6 +37,7 @@ seeds() {
     plan) ls "$PLAN_SEEDS"/*.dsp ;;
     tokenizer) ls "$ROOT"/test/tokenizers/*.json | grep -v cases.json ;;
     c-api) ls "$ROOT"/fuzz/seeds/c-api.bin ;;
+    engine) ls "$ROOT"/fuzz/seeds/engine/* ;;
   esac
   ls "$ROOT/fuzz/regressions/$1"/* 2>/dev/null || true
   case "$1" in
