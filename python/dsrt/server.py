@@ -315,6 +315,38 @@ def _mpi_world() -> int:
     return 1
 
 
+# Files beside the connections: the plan, the libraries, Python's imports, the engine's own.
+_FILES_BESIDE_CONNECTIONS = 128
+
+
+def _raise_open_file_limit(max_concurrent: int) -> None:
+    """Each client holds a socket, also one answered 429, and Linux's default soft limit of
+    1024 open files made a flood of 1500 streaming clients fail with connection resets and
+    500s (EMFILE at accept and in starlette's lazy imports). As vLLM does, the soft limit is
+    raised to the hard one; a hard limit below the cap is said at the start."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_concurrent + _FILES_BESIDE_CONNECTIONS
+    # An unlimited hard limit is taken as far as the cap needs, and at least vLLM's 65535.
+    target = hard if hard != resource.RLIM_INFINITY else max(wanted, 65535)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        print(f"dsserve: warning: this process may open {soft} files (ulimit -n; hard limit "
+              f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}), fewer than "
+              f"--max-concurrent-requests {max_concurrent} needs: past about "
+              f"{max(soft - _FILES_BESIDE_CONNECTIONS, 0)} clients at once, new connections "
+              f"fail instead of being answered; raise `ulimit -Hn` or lower the cap",
+              file=sys.stderr)
+
+
 def _int_within(low: int, high: int):
     """An argparse type: an integer in [low, high]. A --port of 99999 had been taken and the
     server listened on another port; a cap of 0 answered every request 429."""
@@ -350,8 +382,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
     parser.add_argument("--served-model-name", help="the model's id in /v1/models "
                         "(default: the plan file's name without .dsp)")
-    parser.add_argument("--max-concurrent-requests", type=_int_within(1, 1 << 31), default=256,
-                        help="requests served at once; more are answered 429")
+    parser.add_argument("--max-concurrent-requests", type=_int_within(1, 1 << 31),
+                        default=4096, help="requests served at once (the engine queues "
+                        "those past --max-num-seqs); more are answered 429")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--kv-cache-bytes", type=int, default=0,
                         help="the KV cache's bytes (0: a whole sequence for every row of "
@@ -415,6 +448,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     import uvicorn
+    _raise_open_file_limit(args.max_concurrent_requests)
     name = args.served_model_name or _model_name(args.model)
     app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template),
                      api_key=args.api_key)
