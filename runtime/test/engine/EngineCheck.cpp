@@ -28,22 +28,19 @@
 // --temperature T: every request samples (temperature T, top-p 0.95, top-k 40, its own
 // seed) instead of taking the greedy token, and the reference is each request alone in an
 // engine as above: a seed's tokens must not depend on what else is in the batch.
-#include "dsrt/dsrt.h"
+#include "EngineCheck.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-namespace {
+namespace engine_check {
 
-[[noreturn]] void die(const std::string &what) {
+void die(const std::string &what) {
   std::fprintf(stderr, "dsrt-engine-check: %s: %s\n", what.c_str(), dsrt_last_error());
   std::exit(2);
 }
@@ -51,34 +48,6 @@ namespace {
 void check(dsrt_status status, const std::string &what) {
   if (status != DSRT_OK)
     die(what);
-}
-
-struct Request {
-  std::vector<int64_t> prompt;
-  int32_t maxNewTokens = 0;
-  uint64_t seed = 0;
-  std::vector<int64_t> alone;  // the reference's tokens
-};
-
-// Tokens alone, from the static path, one request per batch.
-std::vector<int64_t> generateAlone(dsrt_session *session, dsrt_group *group,
-                                   const Request &request) {
-  dsrt_generate_options options;
-  dsrt_generate_options_init(&options);
-  options.max_new_tokens = request.maxNewTokens;
-  options.ignore_eos = 1;
-  const int64_t *prompts[] = {request.prompt.data()};
-  const size_t lengths[] = {request.prompt.size()};
-  dsrt_generation *generation = nullptr;
-  check(group ? dsrt_group_generate(group, 1, prompts, lengths, &options, &generation)
-              : dsrt_generate(session, 1, prompts, lengths, &options, &generation),
-        "generate alone");
-  const int64_t *tokens;
-  size_t count;
-  check(dsrt_generation_tokens(generation, 0, &tokens, &count, nullptr), "tokens");
-  std::vector<int64_t> result(tokens, tokens + count);
-  dsrt_generation_free(generation);
-  return result;
 }
 
 dsrt_device device = DSRT_DEVICE_CPU;
@@ -109,6 +78,33 @@ dsrt_engine_options engineOptions(int32_t blockSize) {
   options.block_size = blockSize;
   options.kv_cache_dtype = kvCacheDType;
   return options;
+}
+
+} // namespace engine_check
+
+using namespace engine_check;
+
+namespace {
+
+// Tokens alone, from the static path, one request per batch.
+std::vector<int64_t> generateAlone(dsrt_session *session, dsrt_group *group,
+                                   const Request &request) {
+  dsrt_generate_options options;
+  dsrt_generate_options_init(&options);
+  options.max_new_tokens = request.maxNewTokens;
+  options.ignore_eos = 1;
+  const int64_t *prompts[] = {request.prompt.data()};
+  const size_t lengths[] = {request.prompt.size()};
+  dsrt_generation *generation = nullptr;
+  check(group ? dsrt_group_generate(group, 1, prompts, lengths, &options, &generation)
+              : dsrt_generate(session, 1, prompts, lengths, &options, &generation),
+        "generate alone");
+  const int64_t *tokens;
+  size_t count;
+  check(dsrt_generation_tokens(generation, 0, &tokens, &count, nullptr), "tokens");
+  std::vector<int64_t> result(tokens, tokens + count);
+  dsrt_generation_free(generation);
+  return result;
 }
 
 // Tokens alone in an engine of the same cache dtype (--kv-cache-dtype): one request, run to
@@ -306,221 +302,7 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
   return failures;
 }
 
-// dsrt.h's promise that requests may be added, polled and cancelled from any thread while
-// the engine steps on its own (dsrt_engine_start): `clients` threads, each adding its share
-// of the requests one after another and polling each to its end; every third request is
-// cancelled after its first token (unless it finished first). The others must get their
-// tokens alone, every id must be distinct, and every block must come back. Returns the
-// failures. Run under ThreadSanitizer, it checks the engine's locking as well.
-int runThreadedClients(dsrt_plan *plan, const std::vector<Request> &requests, int clients) {
-  dsrt_engine_options options = engineOptions(16);
-  dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), "engine (threads)");
-  check(dsrt_engine_start(engine), "start (threads)");
-  std::vector<std::vector<int64_t>> got(requests.size());
-  std::vector<int64_t> ids(requests.size(), -1);
-  std::vector<dsrt_request_state> states(requests.size(), DSRT_REQUEST_RUNNING);
-  std::vector<char> cancelled(requests.size(), 0);
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c)
-    threads.emplace_back([&, c] {
-      for (size_t r = static_cast<size_t>(c); r < requests.size();
-           r += static_cast<size_t>(clients)) {
-        dsrt_request_options given = optionsOf(requests[r]);
-        if (dsrt_engine_add_request(engine, requests[r].prompt.data(), requests[r].prompt.size(),
-                                    &given, &ids[r]) != DSRT_OK) {
-          ++errors;
-          continue;
-        }
-        while (states[r] == DSRT_REQUEST_RUNNING) {
-          int64_t cachedTokens = 0, tokens[64];
-          size_t count = 0;
-          if (dsrt_engine_request_cached_tokens(engine, ids[r], &cachedTokens) != DSRT_OK ||
-              dsrt_engine_poll(engine, ids[r], tokens, 64, &count, &states[r]) != DSRT_OK) {
-            ++errors;
-            break;
-          }
-          got[r].insert(got[r].end(), tokens, tokens + count);
-          // A cancel that finds the request finished is refused; it is then polled to its end.
-          if (r % 3 == 2 && !got[r].empty() && states[r] == DSRT_REQUEST_RUNNING &&
-              dsrt_engine_cancel(engine, ids[r]) == DSRT_OK) {
-            cancelled[r] = 1;
-            break;
-          }
-          if (count == 0)
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }
-      }
-    });
-  for (std::thread &thread : threads)
-    thread.join();
-  dsrt_engine_stop(engine);
-  dsrt_engine_stats stats;
-  check(dsrt_engine_stats_get(engine, &stats), "stats (threads)");
-  dsrt_engine_destroy(engine);
-  int failures = errors.load();
-  std::vector<int64_t> sorted = ids;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    ++failures, std::printf("THREADS: two requests got one id\n");
-  for (size_t r = 0; r < requests.size(); ++r)
-    if (!cancelled[r] && (got[r] != requests[r].alone || states[r] != DSRT_REQUEST_LENGTH))
-      ++failures, std::printf("MISMATCH clients on threads: request %zu (state %d) differs from "
-                              "its tokens alone\n", r, states[r]);
-  if (stats.used_blocks != 0)
-    ++failures, std::printf("LEAK clients on threads: %lld blocks still in use\n",
-                            static_cast<long long>(stats.used_blocks));
-  std::printf("%s %d clients on threads: %zu requests (%d cancelled), %llu steps\n",
-              failures ? "FAIL" : "ok", clients, requests.size(),
-              static_cast<int>(std::count(cancelled.begin(), cancelled.end(), 1)),
-              static_cast<unsigned long long>(stats.steps));
-  return failures;
-}
-
-// With a callback, a request's cached prompt tokens can be asked from its callbacks, its
-// last one included, and not after: two requests of one prompt of 3 blocks and a token, one
-// after the other; the second finds the 3 blocks cached. Returns the failures.
-int checkCachedTokensInCallbacks(dsrt_plan *plan) {
-  dsrt_engine_options options = engineOptions(16);
-  dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), "engine (callback)");
-  struct Seen {
-    dsrt_engine *engine;
-    int64_t request = -1, atFinish = -2;
-    dsrt_status status = DSRT_OK;
-  } seen{engine};
-  check(dsrt_engine_set_callback(
-            engine,
-            [](void *user, int64_t request, int64_t token, dsrt_request_state,
-               const dsrt_token_logprobs *) {
-              auto *seen = static_cast<Seen *>(user);
-              if (token < 0 && request == seen->request)
-                seen->status =
-                    dsrt_engine_request_cached_tokens(seen->engine, request, &seen->atFinish);
-            },
-            &seen),
-        "callback");
-  std::vector<int64_t> prompt(49);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    prompt[i] = 3 + static_cast<int64_t>((i * 37) % 90);
-  dsrt_request_options request;
-  dsrt_request_options_init(&request);
-  request.max_new_tokens = 2;
-  int failures = 0;
-  for (int64_t expected : {int64_t(0), int64_t(48)}) {
-    check(dsrt_engine_add_request(engine, prompt.data(), prompt.size(), &request, &seen.request),
-          "add (callback)");
-    seen.atFinish = -2;
-    for (int busy = 1; busy;)
-      check(dsrt_engine_step(engine, &busy), "step (callback)");
-    int64_t after = 0;
-    const bool knownAfter =
-        dsrt_engine_request_cached_tokens(engine, seen.request, &after) == DSRT_OK;
-    if (seen.status != DSRT_OK || seen.atFinish != expected || knownAfter) {
-      ++failures;
-      std::printf("CACHED-TOKENS callbacks: asked at the last callback: %s, %lld cached "
-                  "(expected %lld); %s after it\n",
-                  seen.status == DSRT_OK ? "ok" : "refused",
-                  static_cast<long long>(seen.atFinish), static_cast<long long>(expected),
-                  knownAfter ? "still known" : "unknown");
-    }
-  }
-  std::printf("%s cached prompt tokens asked from callbacks\n", failures ? "FAIL" : "ok");
-  dsrt_engine_destroy(engine);
-  return failures;
-}
-
 } // namespace
-
-// The kernel's MemAvailable in bytes, as the engine reads it (0 if there is none).
-static double memAvailable() {
-  double bytes = 0;
-  if (std::FILE *meminfo = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    unsigned long long kib = 0;
-    while (std::fgets(line, sizeof line, meminfo))
-      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-        bytes = 1024.0 * static_cast<double>(kib);
-        break;
-      }
-    std::fclose(meminfo);
-  }
-  return bytes;
-}
-
-// kv_cache_memory_fraction: a budget of that fraction of the free memory, shared by the
-// plan's ranks in this process, in whole blocks (within the drift of MemAvailable between the
-// engine's read and this one's, 5%, and a block); out of (0, 1], beside kv_cache_bytes, or
-// less than a block, refused by name.
-static void checkMemoryFraction(dsrt_plan *plan, dsrt_engine_options options, uint64_t bytesPerBlock) {
-  options.kv_cache_bytes = 0;
-  options.kv_cache_memory_fraction = 0.01f;
-  const double available = memAvailable();
-  if (available <= 0)
-    return;  // no /proc/meminfo: the engine took sysconf's free pages, which this cannot see
-  dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), "engine with kv_cache_memory_fraction");
-  dsrt_engine_stats stats;
-  check(dsrt_engine_stats_get(engine, &stats), "stats");
-  dsrt_engine_destroy(engine);
-  const double budget = 0.01 * available / std::max(1, dsrt_plan_rank_count(plan));
-  const double held = static_cast<double>(stats.total_blocks) * static_cast<double>(bytesPerBlock);
-  if (held > budget * 1.05 || held < budget * 0.95 - static_cast<double>(bytesPerBlock)) {
-    std::fprintf(stderr,
-                 "dsrt-engine-check: kv_cache_memory_fraction 0.01 of %.0f bytes free gave %lld "
-                 "blocks of %llu bytes\n",
-                 available, static_cast<long long>(stats.total_blocks),
-                 static_cast<unsigned long long>(bytesPerBlock));
-    std::exit(2);
-  }
-  auto refused = [&](const dsrt_engine_options &bad, const char *why, const char *what) {
-    dsrt_engine *probe = nullptr;
-    if (dsrt_engine_create(plan, &bad, &probe) == DSRT_OK) {
-      dsrt_engine_destroy(probe);
-      die(what);
-    }
-    if (!std::strstr(dsrt_last_error(), why))
-      die(std::string(what) + " as such");
-  };
-  dsrt_engine_options bad = options;
-  bad.kv_cache_memory_fraction = 1.5f;
-  refused(bad, "kv_cache_memory_fraction must be more than 0 and at most 1",
-          "a memory fraction of 1.5 was not refused");
-  bad.kv_cache_memory_fraction = -0.5f;
-  refused(bad, "kv_cache_memory_fraction must be more than 0 and at most 1",
-          "a negative memory fraction was not refused");
-  bad = options;
-  bad.kv_cache_bytes = bytesPerBlock * 4;
-  refused(bad, "both set the KV budget", "kv_cache_bytes beside a memory fraction was not refused");
-  bad = options;
-  bad.kv_cache_memory_fraction = 1e-30f;
-  refused(bad, "less than one block", "a memory fraction below one block was not refused");
-}
-
-// On a GPU the fraction is of its free memory once the weights are on it, which the
-// sessions read (the fake driver's CudaEngineTest checks the arithmetic): a small fraction
-// holds blocks, and one below a block is refused, naming the GPU.
-static void checkGpuMemoryFraction(dsrt_plan *plan, dsrt_engine_options options) {
-  options.kv_cache_bytes = 0;
-  options.kv_cache_memory_fraction = 0.01f;
-  dsrt_engine *engine = nullptr;
-  check(dsrt_engine_create(plan, &options, &engine), "engine with kv_cache_memory_fraction");
-  dsrt_engine_stats stats;
-  check(dsrt_engine_stats_get(engine, &stats), "stats");
-  dsrt_engine_destroy(engine);
-  if (stats.total_blocks < 1)
-    die("kv_cache_memory_fraction 0.01 of the GPU gave no blocks");
-  options.kv_cache_memory_fraction = 1e-30f;
-  if (dsrt_engine_create(plan, &options, &engine) == DSRT_OK) {
-    dsrt_engine_destroy(engine);
-    die("a GPU memory fraction below one block was not refused");
-  }
-  if (!std::strstr(dsrt_last_error(), "less than one block") ||
-      !std::strstr(dsrt_last_error(), "bytes free on cuda:"))
-    die(std::string("a GPU memory fraction below one block was not refused as such: ") +
-        dsrt_last_error());
-}
 
 int main(int argc, char **argv) {
   if (argc < 2)
@@ -656,21 +438,9 @@ int main(int argc, char **argv) {
         std::printf("default tokens per step: %lld; KV bytes per block of %d: %llu\n",
                     static_cast<long long>(stats.max_tokens_per_step), blockSize,
                     static_cast<unsigned long long>(stats.bytes_per_block));
-      defaults.max_tokens_per_step = static_cast<int32_t>(stats.max_tokens_per_step + 1);
-      if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
-          !std::strstr(dsrt_last_error(), "tokens per step must be between 1 and"))
-        die("more tokens per step than the plan's rows were not refused as such");
-      defaults.max_tokens_per_step = 0;
-      // Less than one block is refused, naming the budget.
-      defaults.kv_cache_bytes = stats.bytes_per_block - 1;
-      if (dsrt_engine_create(plan, &defaults, &probe) == DSRT_OK ||
-          !std::strstr(dsrt_last_error(), "less than one block"))
-        die("a KV budget below one block was not refused as such");
+      checkRefusals(plan, defaults, stats);
       if (blockSize == blockSizes.front())
-        // Without a GPU (not strict) the sessions fell back to the CPU, and so did the budget.
-        device == DSRT_DEVICE_CUDA && dsrt_cuda_device_count() > 0
-            ? checkGpuMemoryFraction(plan, defaults)
-            : checkMemoryFraction(plan, defaults, stats.bytes_per_block);
+        checkMemoryFraction(plan, defaults, stats.bytes_per_block);
     }
     failures += runScenario(plan, tight, requests);
     Scenario cancel{"cancellations" + at, blockSize};
