@@ -1,7 +1,8 @@
 """dsrt: run dsc plans from Python.
 
 * ``LLM(plan)`` generates over the serving engine (continuous batching, paged KV cache):
-  ``generate``, ``stream``, ``chat``.
+  ``generate``, ``stream``, ``chat``. ``AsyncLLM(plan)`` is the same engine from asyncio:
+  ``async for output in engine.generate(...)``, ``abort``.
 * ``Tokenizer`` is the plan's own tokenizer; ``Session`` runs a program with numpy arrays.
 * ``compile`` runs ``dsc``; ``dsserve`` (``dsrt.server``) is the OpenAI-compatible server.
 
@@ -9,10 +10,11 @@ Failures of the library are ``dsrt.Error`` with its message.
 """
 from ._dsrt import Error, version as _version
 from .compiler import compile
-from .llm import LLM, CompletionOutput, RequestOutput, SamplingParams
+from .async_llm import AsyncLLM
+from .llm import LLM, CompletionOutput, RequestOutput, RequestOutputKind, SamplingParams
 from .session import Session
 from .tokenizer import Tokenizer
 
 __version__ = _version()
-__all__ = ["Error", "LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Tokenizer",
-           "Session", "compile"]
+__all__ = ["Error", "LLM", "AsyncLLM", "SamplingParams", "RequestOutput", "RequestOutputKind",
+           "CompletionOutput", "Tokenizer", "Session", "compile"]

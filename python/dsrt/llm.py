@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import queue
 import random
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -18,6 +19,15 @@ Prompt = Union[str, Sequence[int], Mapping[str, Any]]
 
 # SamplingParams.n's bound: outputs of one prompt, each an engine request.
 MAX_OUTPUTS_PER_PROMPT = 4096
+
+
+class RequestOutputKind(enum.Enum):
+    """What ``AsyncLLM.generate`` yields as tokens come (vLLM's names and values): the whole
+    output so far each time, only what is new, or the finished output once.
+    ``LLM.generate`` returns finished outputs whatever the kind."""
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 
 @dataclasses.dataclass
@@ -59,6 +69,8 @@ class SamplingParams:
     min_tokens: int = 0
     # vLLM's: the stop string that ended the text is kept at its end.
     include_stop_str_in_output: bool = False
+    # vLLM's: what AsyncLLM.generate yields (RequestOutputKind).
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def _copies(self) -> int:
         # A bound: the copies are made before any is queued, and n = 2**63 had taken all of
@@ -97,6 +109,8 @@ class SamplingParams:
         if not (isinstance(self.stop_token_ids, Sequence) and
                 all(integer(t) for t in self.stop_token_ids)):
             refuse("stop_token_ids", "a list of token ids")
+        if not isinstance(self.output_kind, RequestOutputKind):
+            refuse("output_kind", "a dsrt.RequestOutputKind")
         if not (self.logit_bias is None or (isinstance(self.logit_bias, Mapping) and all(
                 integer(t) and isinstance(v, (int, float)) and not isinstance(v, bool)
                 for t, v in self.logit_bias.items()))):
@@ -154,6 +168,36 @@ class RequestOutput:
     # vLLM's: the prompt tokens whose KV came from the prefix cache (whole blocks, never the
     # last token), as the first output's request found them; None if it made no token.
     num_cached_tokens: Optional[int] = None
+
+
+def _empty_output(text: Optional[str], ids: list[int], params: SamplingParams,
+                  copies: int) -> RequestOutput:
+    """A prompt's RequestOutput before any token: `copies` empty outputs."""
+    return RequestOutput(text, ids, [
+        CompletionOutput(j, "", [], None, [] if params.logprobs is not None else None)
+        for j in range(copies)], False,
+        [None] if params.prompt_logprobs is not None else None)
+
+
+def _add_update(result: RequestOutput, j: int, update: Update) -> bool:
+    """Adds an update of output j to `result`; True when it finished that output (an update
+    after its finish, as an abort's beside the router's last one, is dropped)."""
+    output = result.outputs[j]
+    if output.finish_reason is not None:
+        return False
+    if j == 0 and result.prompt_logprobs is not None:
+        result.prompt_logprobs += update.prompt_logprobs
+    if j == 0 and update.num_cached_tokens is not None:
+        result.num_cached_tokens = update.num_cached_tokens
+    output.text += update.text
+    output.token_ids += update.token_ids
+    if output.logprobs is not None:
+        output.logprobs += update.logprobs
+    if not update.finish_reason:
+        return False
+    output.finish_reason = update.finish_reason
+    result.finished = all(o.finish_reason is not None for o in result.outputs)
+    return True
 
 
 def _is_one_prompt(prompts: Any) -> bool:
@@ -278,6 +322,11 @@ class LLM:
             request.seed = self._seeds.getrandbits(64)
         return request
 
+    def _engine_requests(self, params: SamplingParams, ids: list[int]) -> list[RequestParams]:
+        """The n engine requests of a prompt's params (output j seeded seed + j)."""
+        return [self._seeded(params._request(len(ids), self.max_seq_len, j))
+                for j in range(params._copies())]
+
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
         return self._prompt_text_and_ids(prompt)[1]
 
@@ -303,13 +352,8 @@ class LLM:
         try:
             for index, (prompt, params) in enumerate(zip(prompts, per_prompt)):
                 text, ids = self._prompt_text_and_ids(prompt)
-                copies = [self._seeded(params._request(len(ids), self.max_seq_len, j))
-                          for j in range(params._copies())]
-                results.append(RequestOutput(text, ids, [
-                    CompletionOutput(j, "", [], None,
-                                     [] if params.logprobs is not None else None)
-                    for j in range(len(copies))], False,
-                    [None] if params.prompt_logprobs is not None else None))
+                copies = self._engine_requests(params, ids)
+                results.append(_empty_output(text, ids, params, len(copies)))
                 for j, request in enumerate(copies):
                     requests.append(self._loop.submit(
                         ids, request,
@@ -317,22 +361,9 @@ class LLM:
                     if j == 0:
                         results[index].request_id = str(requests[-1].id)
             pending = len(requests)
-            unfinished = [len(result.outputs) for result in results]
             while pending:
                 index, j, update = updates.get()
-                output = results[index].outputs[j]
-                if j == 0 and results[index].prompt_logprobs is not None:
-                    results[index].prompt_logprobs += update.prompt_logprobs
-                if j == 0 and update.num_cached_tokens is not None:
-                    results[index].num_cached_tokens = update.num_cached_tokens
-                output.text += update.text
-                output.token_ids += update.token_ids
-                if output.logprobs is not None:
-                    output.logprobs += update.logprobs
-                if update.finish_reason:
-                    output.finish_reason = update.finish_reason
-                    unfinished[index] -= 1
-                    results[index].finished = unfinished[index] == 0
+                if _add_update(results[index], j, update):
                     pending -= 1
         except BaseException:
             for request in requests:
