@@ -352,11 +352,13 @@ typedef struct dsrt_engine_options {
   int32_t max_running;           /* sequences holding KV at once; 0: max_tokens_per_step */
   int prefix_caching;            /* share full prompt blocks by hash; default 1 */
   int batch_invariant;           /* 1 (default): a request's tokens do not depend on what else
-                                    a step computes (the CPU kernels give every row the
-                                    arithmetic of a row alone); 0: long steps of half and
-                                    quantized plans take faster bf16 arithmetic, and int8
-                                    and int4 steps of few rows their dot kernels' own f32
-                                    order (one request 10-20% faster) */
+                                    a step computes: on the CPU every row gets the
+                                    arithmetic of a row alone, bit for bit with integer
+                                    weights, within f32 rounding with f32 and half weights
+                                    (docs/serving.md, "Batch invariance"); 0: long steps of
+                                    half and quantized plans take faster bf16 arithmetic,
+                                    and int8 and int4 steps of few rows their dot kernels'
+                                    own f32 order (one request 10-20% faster) */
   dsrt_dtype kv_cache_dtype;     /* DSRT_UNDEFINED (default): the plan's (f16 for half and
                                     quantized plans, else f32); DSRT_I8: int8 with an f32
                                     scale per 32 values (llama.cpp's q8_0 cache), about half
