@@ -1,13 +1,19 @@
-"""dsserve under a flood of clients at once, as vLLM's benchmark sends them at
---request-rate inf: every one answered, within the process's open-file limit."""
+"""dsserve under load: a flood of clients at once, as vLLM's benchmark sends them at
+--request-rate inf (every one answered, within the process's open-file limit), and long
+prompts encoded off the event loop that streams the others."""
 import asyncio
 import json
 import resource
 import sys
+import threading
 
+import httpx
 import pytest
 
 from conftest import ServerProcess
+from dsrt.engine import EngineLoop
+from dsrt.server import create_app
+from dsrt.server_state import Server
 
 # Sets RLIMIT_NOFILE to (soft, hard) = argv[1:3], then runs the rest of argv.
 WITH_FILE_LIMIT = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
@@ -75,3 +81,49 @@ def test_a_hard_file_limit_below_the_cap_is_said_at_the_start(plan):
                            launcher=limited(300, 300))
     log = server.stop()
     assert "may open 300 files" in log and "--max-concurrent-requests 1000" in log, log
+
+
+class ThreadsOfEncode:
+    """The plan's tokenizer, noting the thread of each encode."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.threads = tokenizer, []
+
+    def encode(self, text, add_special_tokens=True):
+        self.threads.append((len(text), threading.get_ident()))
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+
+def test_a_long_prompt_is_encoded_off_the_event_loop(long_plan):
+    """The tokenizer releases the GIL: encoded on a worker thread, a long prompt leaves the
+    event loop free to stream the other requests' tokens. Short ones stay on the loop."""
+    engine = EngineLoop(long_plan)
+    try:
+        server = Server(engine, "long", 8)
+        tokenizer = server.tokenizer = ThreadsOfEncode(server.tokenizer)
+        app = create_app(server)
+        # 20,000 characters: 15,003 tokens of this fixture's small vocabulary, more than its
+        # 8192 positions, which the answer then says.
+        long_text = "the quick brown fox " * 1000
+
+        async def main():
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+                answers = [await client.post("/v1/completions", json={
+                    "prompt": prompt, "max_tokens": 2, "temperature": 0})
+                    for prompt in (long_text, "a short prompt")]
+                counted = await client.post("/tokenize", json={"prompt": long_text})
+            return threading.get_ident(), answers, counted
+        loop_thread, answers, counted = asyncio.run(main())
+    finally:
+        engine.close()
+    assert [a.status_code for a in answers] == [400, 200], [a.text for a in answers]
+    count = counted.json()["count"]
+    assert count > 8192 and f"({count} in the messages" in answers[0].json()["error"]["message"]
+    (long_length, long_thread), (_, short_thread), (_, tokenize_thread) = tokenizer.threads
+    assert long_length == len(long_text)
+    assert long_thread != loop_thread and tokenize_thread != loop_thread
+    assert short_thread == loop_thread
