@@ -21,6 +21,7 @@ import sys
 from typing import Optional
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
@@ -62,7 +63,18 @@ class _ApiKey:
 _ENCODE_ON_A_THREAD_CHARS = 16384
 
 
-def create_app(server: Server, api_key: Optional[str] = None) -> FastAPI:
+@dataclasses.dataclass
+class Cors:
+    """Who may call the server from a browser's page (vLLM's --allowed-origins and the rest,
+    with its defaults: any origin, no credentials)."""
+    allowed_origins: list = dataclasses.field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    allowed_methods: list = dataclasses.field(default_factory=lambda: ["*"])
+    allowed_headers: list = dataclasses.field(default_factory=lambda: ["*"])
+
+
+def create_app(server: Server, api_key: Optional[str] = None,
+               cors: Optional[Cors] = None) -> FastAPI:
     app = FastAPI(title="dsserve", docs_url=None, redoc_url=None)
     # The native tokenizer releases the GIL, so a long prompt encoded here lets the event
     # loop stream every other request's tokens meanwhile (inline, 62k tokens held them all
@@ -76,6 +88,12 @@ def create_app(server: Server, api_key: Optional[str] = None) -> FastAPI:
 
     if api_key:
         app.add_middleware(_ApiKey, key=api_key, refused=refused)
+    # Outermost: a browser's preflight (OPTIONS, without the key) is answered here before the
+    # key is asked for, and every answer, a 401 too, carries the headers the page needs.
+    cors = cors or Cors()
+    app.add_middleware(CORSMiddleware, allow_origins=cors.allowed_origins,
+                       allow_credentials=cors.allow_credentials,
+                       allow_methods=cors.allowed_methods, allow_headers=cors.allowed_headers)
 
     def check_cap() -> None:
         if server.in_flight >= server.max_concurrent:
@@ -383,6 +401,18 @@ def _int_within(low: int, high: int):
     return parse
 
 
+def _json_strings(text: str) -> list:
+    """An argparse type: a JSON list of strings, as vLLM's --allowed-origins takes."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise argparse.ArgumentTypeError(f"must be a JSON list of strings such as "
+                                         f"'[\"*\"]', not {text!r}")
+    return value
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
@@ -437,6 +467,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--api-key", default=os.environ.get("DSSERVE_API_KEY") or None,
                         help="the key /v1/... requests must carry (Authorization: Bearer "
                         "KEY), as vLLM's; default $DSSERVE_API_KEY, else none")
+    parser.add_argument("--allowed-origins", type=_json_strings, default=["*"],
+                        help="origins whose pages may call the server from a browser (CORS), "
+                        "a JSON list; default any, as vLLM's")
+    parser.add_argument("--allow-credentials", action="store_true",
+                        help="let those pages send cookies and HTTP authentication (CORS)")
+    parser.add_argument("--allowed-methods", type=_json_strings, default=["*"],
+                        help="HTTP methods those pages may use, a JSON list (default any)")
+    parser.add_argument("--allowed-headers", type=_json_strings, default=["*"],
+                        help="request headers those pages may send, a JSON list (default any)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     chat_template = None
@@ -473,7 +512,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     _raise_open_file_limit(args.max_concurrent_requests)
     name = args.served_model_name or _model_name(args.model)
     app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template),
-                     api_key=args.api_key)
+                     api_key=args.api_key,
+                     cors=Cors(args.allowed_origins, args.allow_credentials,
+                               args.allowed_methods, args.allowed_headers))
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

@@ -1,0 +1,78 @@
+"""dsserve called from a browser's page (CORS), in process through httpx's ASGI transport: a
+preflight is answered, also where the server asks for a key, and origins can be limited."""
+import asyncio
+
+import httpx
+import pytest
+
+from dsrt.engine import EngineLoop
+from dsrt.server import Cors, create_app, main
+from dsrt.server_state import Server
+
+PAGE = "http://page.example"
+PREFLIGHT = {"Origin": PAGE, "Access-Control-Request-Method": "POST",
+             "Access-Control-Request-Headers": "authorization, content-type"}
+
+
+@pytest.fixture(scope="module")
+def engine(plan):
+    loop = EngineLoop(plan)
+    yield loop
+    loop.close()
+
+
+def calls(app, *requests) -> list:
+    """Each (method, path, headers, json) in turn against `app`."""
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            return [await client.request(method, path, headers=headers, json=body)
+                    for method, path, headers, body in requests]
+    return asyncio.run(run())
+
+
+def test_any_page_may_call_by_default(engine):
+    app = create_app(Server(engine, "m", 8))
+    preflight, models, completion = calls(
+        app, ("OPTIONS", "/v1/chat/completions", PREFLIGHT, None),
+        ("GET", "/v1/models", {"Origin": PAGE}, None),
+        ("POST", "/v1/completions", {"Origin": PAGE},
+         {"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0}))
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+    for answer in (models, completion):
+        assert answer.status_code == 200
+        assert answer.headers["access-control-allow-origin"] == "*"
+
+
+def test_a_preflight_needs_no_key_and_a_401_is_readable(engine):
+    app = create_app(Server(engine, "m", 8), api_key="secret")
+    preflight, refused, allowed = calls(
+        app, ("OPTIONS", "/v1/completions", PREFLIGHT, None),
+        ("POST", "/v1/completions", {"Origin": PAGE}, {"prompt": [1, 2], "max_tokens": 1}),
+        ("POST", "/v1/completions", {"Origin": PAGE, "Authorization": "Bearer secret"},
+         {"prompt": [1, 2], "max_tokens": 1}))
+    assert preflight.status_code == 200
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "*"
+    assert allowed.status_code == 200
+
+
+def test_origins_can_be_limited(engine):
+    app = create_app(Server(engine, "m", 8), cors=Cors(allowed_origins=[PAGE]))
+    other = dict(PREFLIGHT, Origin="http://other.example")
+    ours, theirs, their_get = calls(
+        app, ("OPTIONS", "/v1/completions", PREFLIGHT, None),
+        ("OPTIONS", "/v1/completions", other, None),
+        ("GET", "/v1/models", {"Origin": "http://other.example"}, None))
+    assert ours.status_code == 200 and ours.headers["access-control-allow-origin"] == PAGE
+    assert theirs.status_code == 400 and "access-control-allow-origin" not in theirs.headers
+    assert "access-control-allow-origin" not in their_get.headers
+
+
+def test_origins_that_are_not_a_json_list_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["plan.dsp", "--allowed-origins", "http://page.example"])
+    assert exit.value.code == 2
+    assert "--allowed-origins: must be a JSON list of strings" in capsys.readouterr().err
