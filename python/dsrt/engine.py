@@ -212,13 +212,20 @@ class EngineLoop:
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0, max_running: int = 0,
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", mpi: bool = False,
-                 kv_cache_memory_fraction: float = 0.0):
+                 kv_cache_memory_fraction: float = 0.0, max_seq_len: Optional[int] = None):
         _check_engine_options(block_size=block_size, kv_cache_bytes=kv_cache_bytes,
                               max_tokens_per_step=max_tokens_per_step, max_running=max_running,
                               prefix_caching=prefix_caching, batch_invariant=batch_invariant,
                               mpi=mpi, kv_cache_memory_fraction=kv_cache_memory_fraction)
         self.plan = _dsrt.Plan(plan)
         self.max_batch, self.max_seq_len = self.plan.limits
+        # vLLM's max_model_len over a plan of more positions: a cap on each request's prompt
+        # and new tokens (the KV budget's default stays the plan's).
+        if max_seq_len is not None:
+            if not 1 <= max_seq_len <= self.max_seq_len:
+                raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: max_seq_len {max_seq_len} must be "
+                                  f"between 1 and the plan's {self.max_seq_len} positions")
+            self.max_seq_len = max_seq_len
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,
                                     batch_invariant, kv_cache_dtype, mpi,
@@ -258,6 +265,10 @@ class EngineLoop:
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(params, name) is not None:
                 within(name, (getattr(params, name),), INT32)
+        if len(prompt_ids) + params.max_tokens > self.max_seq_len:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: a request of {len(prompt_ids)} prompt "
+                              f"tokens and {params.max_tokens} new tokens exceeds the maximum "
+                              f"sequence length {self.max_seq_len}")
         request = Request(self, prompt_ids, params, notify)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
         logprobs = -1 if params.logprobs is None else params.logprobs

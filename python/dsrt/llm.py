@@ -233,6 +233,10 @@ class LLM:
     sequences holding KV at once) and ``max_num_batched_tokens`` (``max_tokens_per_step``),
     and ``dtype`` as "auto", "float16", "bfloat16" or "float32".
 
+    With a plan, ``tensor_parallel_size`` may only say its rank count, and ``max_model_len``
+    at most its positions, which then caps every request (as a vLLM script passes them);
+    ``dtype`` other than "auto" needs the ONNX model.
+
     ``model`` is a plan, or an ONNX model (``model.onnx``, or a folder ``dsc compile``
     takes) which is compiled once to a serving plan (``dsc compile --serving``, with
     ``dtype``, ``tp`` and ``max_seq_len`` when given, else the model's defaults) and kept in
@@ -273,7 +277,8 @@ class LLM:
                                 prefix_caching=prefix_caching,
                                 batch_invariant=batch_invariant,
                                 kv_cache_dtype=kv_cache_dtype,
-                                kv_cache_memory_fraction=kv_cache_memory_fraction)
+                                kv_cache_memory_fraction=kv_cache_memory_fraction,
+                                max_seq_len=max_seq_len)
         self.tokenizer = self._loop.tokenizer
         self._seeds = random.Random(seed) if seed is not None else None
         self._templates = dict(self._loop.plan.chat_templates())

@@ -426,9 +426,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dtype", help="compiling a model: the weights' dtype (dsc --dtype: "
                         "fp32, fp16, bf16, int8, int4; default the model's)")
     parser.add_argument("--tp", "--tensor-parallel-size", type=int, dest="tp",
-                        help="compiling a model: tensor-parallel ranks")
+                        help="compiling a model: tensor-parallel ranks (with a plan, its own "
+                        "rank count or nothing)")
     parser.add_argument("--max-seq-len", "--max-model-len", type=int, dest="max_seq_len",
-                        help="compiling a model: positions per sequence (default the model's)")
+                        help="compiling a model: positions per sequence (default the model's); "
+                        "with a plan, at most its positions: a cap on each request")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=_int_within(1, 65535), default=8000)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
@@ -497,7 +499,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             prefix_caching=not args.no_prefix_caching,
                             batch_invariant=not args.no_batch_invariant,
                             kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
-                            kv_cache_memory_fraction=args.kv_cache_memory_fraction)
+                            kv_cache_memory_fraction=args.kv_cache_memory_fraction,
+                            max_seq_len=args.max_seq_len)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

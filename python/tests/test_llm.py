@@ -470,8 +470,12 @@ def test_an_onnx_model_is_compiled_once_and_served(model_dir, reference, tmp_pat
 
 
 def test_compile_options_given_with_a_plan_are_refused(plan, tmp_path):
-    with pytest.raises(dsrt.Error, match="dtype choose how a model is compiled"):
+    with pytest.raises(dsrt.Error, match="dtype 'int8' chooses how a model is compiled"):
         dsrt.LLM(plan, dtype="int8")
+    with pytest.raises(dsrt.Error, match="tp 2, but .* is a plan of 1 rank"):
+        dsrt.LLM(plan, tensor_parallel_size=2)
+    with pytest.raises(dsrt.Error, match="max_seq_len 65 must be between 1 and .*'s 64"):
+        dsrt.LLM(plan, max_model_len=65)
     with pytest.raises(dsrt.Error, match="no such plan, ONNX model or model folder"):
         dsrt.LLM(str(tmp_path / "missing.onnx"))
     corrupt = tmp_path / "corrupt.dsp"
@@ -532,3 +536,18 @@ def test_cached_tokens_come_with_a_request_a_stop_string_ends(plan, reference):
                                                             **GREEDY))[0]
         assert result.outputs[0].finish_reason == "stop"
         assert result.num_cached_tokens == 8
+
+
+def test_vllm_options_that_agree_with_a_plan_are_taken(plan, reference):
+    """vLLM scripts pass tensor_parallel_size=1 and a max_model_len: with a plan of one rank
+    they run, and max_model_len below the plan's positions caps every request."""
+    prompt = reference["prompts"][0]
+    with dsrt.LLM(plan, tensor_parallel_size=1, max_model_len=24) as llm:
+        assert llm.max_seq_len == 24
+        whole = llm.generate([prompt["ids"]], dsrt.SamplingParams(max_tokens=None, **GREEDY))
+        assert len(prompt["ids"]) + len(whole[0].outputs[0].token_ids) == 24
+        assert whole[0].outputs[0].token_ids == \
+            prompt["generated"][:24 - len(prompt["ids"])]
+        with pytest.raises(dsrt.Error, match="exceeds the maximum sequence length 24"):
+            llm.generate([prompt["ids"]], dsrt.SamplingParams(
+                max_tokens=25 - len(prompt["ids"])))
