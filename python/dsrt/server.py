@@ -168,6 +168,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
     async def health():
         return {"status": "ok"}
 
+    @app.get("/version")  # vLLM's: the server's version, for clients that check it
+    async def version():
+        return {"version": _dsrt.version()}
+
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{
@@ -417,7 +421,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
         "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics; vLLM's "
-        "/tokenize and /detokenize). Under "
+        "/tokenize, /detokenize and /version). Under "
         "mpirun a tensor-parallel plan runs one rank per process; rank 0 serves.")
     parser.add_argument("model", metavar="MODEL",
                         help="the plan (dsc compile --serving model.onnx -o plan.dsp), or an "

@@ -1,5 +1,6 @@
-"""dsserve called from a browser's page (CORS), in process through httpx's ASGI transport: a
-preflight is answered, also where the server asks for a key, and origins can be limited."""
+"""dsserve's HTTP surface in process, through httpx's ASGI transport: called from a browser's
+page (CORS: a preflight is answered, also where the server asks for a key, and origins can
+be limited), and vLLM's /version."""
 import asyncio
 
 import httpx
@@ -69,6 +70,12 @@ def test_origins_can_be_limited(engine):
     assert ours.status_code == 200 and ours.headers["access-control-allow-origin"] == PAGE
     assert theirs.status_code == 400 and "access-control-allow-origin" not in theirs.headers
     assert "access-control-allow-origin" not in their_get.headers
+
+
+def test_version_is_the_library_s(engine):
+    import dsrt
+    (answer,) = calls(create_app(Server(engine, "m", 8)), ("GET", "/version", {}, None))
+    assert answer.status_code == 200 and answer.json() == {"version": dsrt.__version__}
 
 
 def test_origins_that_are_not_a_json_list_are_refused(capsys):
