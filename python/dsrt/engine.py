@@ -183,7 +183,8 @@ def _check_engine_options(**options) -> None:
     for name in ("prefix_caching", "batch_invariant", "mpi"):
         if not isinstance(options[name], bool):
             refuse(name, "True or False")
-    for name in ("block_size", "max_tokens_per_step", "max_running"):
+    for name in ("block_size", "max_tokens_per_step", "max_running", "speculative_tokens",
+                 "prompt_lookup_max", "prompt_lookup_min"):
         if not isinstance(options[name], int) or isinstance(options[name], bool):
             refuse(name, "an integer")
         within(name, (options[name],), INT32)
@@ -193,6 +194,33 @@ def _check_engine_options(**options) -> None:
     fraction = options["kv_cache_memory_fraction"]
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
         refuse("kv_cache_memory_fraction", "a number")
+
+
+def speculative_options(config: Optional[dict]) -> dict:
+    """vLLM's speculative_config for prompt lookup ({"method": "ngram",
+    "num_speculative_tokens": k, "prompt_lookup_max": n, "prompt_lookup_min": m}) as the
+    engine's options (speculative_tokens, prompt_lookup_max, prompt_lookup_min). None: off.
+    Another method (a draft model, EAGLE, MTP) or an unknown key is refused by name."""
+    if config is None:
+        return {"speculative_tokens": 0, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    if not isinstance(config, dict):
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config must be a dict, not "
+                          f"{config!r}")
+    known = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config takes {sorted(known)}, "
+                          f"not {unknown}")
+    if config.get("method", "ngram") not in ("ngram", "prompt_lookup"):
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config method "
+                          f"{config['method']!r}: dsrt drafts by prompt lookup only "
+                          f"(\"ngram\")")
+    if "num_speculative_tokens" not in config:
+        raise _dsrt.Error("DSRT_INVALID_ARGUMENT: speculative_config needs "
+                          "num_speculative_tokens")
+    return {"speculative_tokens": config["num_speculative_tokens"],
+            "prompt_lookup_max": config.get("prompt_lookup_max", 3),
+            "prompt_lookup_min": config.get("prompt_lookup_min", 1)}
 
 
 def _has_program(plan: "_dsrt.Plan", name: str) -> bool:
@@ -212,11 +240,14 @@ class EngineLoop:
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0, max_running: int = 0,
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", mpi: bool = False,
-                 kv_cache_memory_fraction: float = 0.0, max_seq_len: Optional[int] = None):
+                 kv_cache_memory_fraction: float = 0.0, max_seq_len: Optional[int] = None,
+                 speculative_config: Optional[dict] = None):
+        speculation = speculative_options(speculative_config)
         _check_engine_options(block_size=block_size, kv_cache_bytes=kv_cache_bytes,
                               max_tokens_per_step=max_tokens_per_step, max_running=max_running,
                               prefix_caching=prefix_caching, batch_invariant=batch_invariant,
-                              mpi=mpi, kv_cache_memory_fraction=kv_cache_memory_fraction)
+                              mpi=mpi, kv_cache_memory_fraction=kv_cache_memory_fraction,
+                              **speculation)
         self.plan = _dsrt.Plan(plan)
         self.max_batch, self.max_seq_len = self.plan.limits
         # vLLM's max_model_len over a plan of more positions: a cap on each request's prompt
@@ -229,7 +260,7 @@ class EngineLoop:
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,
                                     batch_invariant, kv_cache_dtype, mpi,
-                                    kv_cache_memory_fraction)
+                                    kv_cache_memory_fraction, **speculation)
         self.rank = self._native.rank
         self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
         if self.rank == 0 and not _has_program(self.plan, "step"):

@@ -233,6 +233,12 @@ class LLM:
     sequences holding KV at once) and ``max_num_batched_tokens`` (``max_tokens_per_step``),
     and ``dtype`` as "auto", "float16", "bfloat16" or "float32".
 
+    ``speculative_config`` (vLLM's, prompt lookup only: ``{"method": "ngram",
+    "num_speculative_tokens": 4, "prompt_lookup_max": 3}``) lets each decode token of a
+    greedy request also compute up to that many drafts, the tokens that followed the latest
+    earlier occurrence of its last n tokens; its greedy tokens confirm them, so its output
+    is what it is without (docs/serving.md, "Speculative decoding"). CPU only.
+
     With a plan, ``tensor_parallel_size`` may only say its rank count, and ``max_model_len``
     at most its positions, which then caps every request (as a vLLM script passes them);
     ``dtype`` other than "auto" needs the ONNX model.
@@ -254,7 +260,8 @@ class LLM:
                  enable_prefix_caching: Optional[bool] = None,
                  max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None,
+                 speculative_config: Optional[dict] = None):
         def either(name: str, value, default, vllm_name: str, vllm_value):
             if vllm_value is None:
                 return value
@@ -278,7 +285,8 @@ class LLM:
                                 batch_invariant=batch_invariant,
                                 kv_cache_dtype=kv_cache_dtype,
                                 kv_cache_memory_fraction=kv_cache_memory_fraction,
-                                max_seq_len=max_seq_len)
+                                max_seq_len=max_seq_len,
+                                speculative_config=speculative_config)
         self.tokenizer = self._loop.tokenizer
         self._seeds = random.Random(seed) if seed is not None else None
         self._templates = dict(self._loop.plan.chat_templates())

@@ -417,6 +417,17 @@ def _json_strings(text: str) -> list:
     return value
 
 
+def _json_object(text: str) -> dict:
+    """An argparse type: a JSON object, as vLLM's --speculative-config takes."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, not {text!r}")
+    return value
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
@@ -467,6 +478,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto",
                         help="the KV cache's dtype: the plan's, or int8 with a scale per 32 "
                         "values (about half an f16 cache's bytes; CPU only)")
+    parser.add_argument("--speculative-config", type=_json_object, metavar="JSON",
+                        help="speculative decoding, vLLM's form, prompt lookup only: "
+                        "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                        "\"prompt_lookup_max\": 3}' (greedy requests; CPU only)")
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")
@@ -504,7 +519,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             batch_invariant=not args.no_batch_invariant,
                             kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
                             kv_cache_memory_fraction=args.kv_cache_memory_fraction,
-                            max_seq_len=args.max_seq_len)
+                            max_seq_len=args.max_seq_len,
+                            speculative_config=args.speculative_config)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

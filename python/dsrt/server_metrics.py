@@ -43,6 +43,12 @@ class _EngineCollector:
         yield CounterMetricFamily("dsrt:num_preemptions", "Requests preempted for KV blocks",
                                   value=s["preemptions"])
         yield CounterMetricFamily("dsrt:engine_steps", "Engine iterations", value=s["steps"])
+        yield CounterMetricFamily("dsrt:spec_decode_num_draft_tokens",
+                                  "Draft tokens proposed by prompt lookup",
+                                  value=s["draft_tokens"])
+        yield CounterMetricFamily("dsrt:spec_decode_num_accepted_tokens",
+                                  "Draft tokens the model confirmed",
+                                  value=s["accepted_draft_tokens"])
 
 
 class ServerMetrics:

@@ -233,7 +233,8 @@ struct Engine {
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
          bool batchInvariant, const std::string &kvCacheDType, bool mpi,
-         float kvCacheMemoryFraction)
+         float kvCacheMemoryFraction, int speculativeTokens, int promptLookupMax,
+         int promptLookupMin)
       : plan(std::move(planIn)) {
     dsrt_engine_options options;
     dsrt_engine_options_init(&options);
@@ -245,6 +246,9 @@ struct Engine {
     options.max_running = maxRunning;
     options.prefix_caching = prefixCaching ? 1 : 0;
     options.batch_invariant = batchInvariant ? 1 : 0;
+    options.speculative_tokens = speculativeTokens;
+    options.prompt_lookup_max = promptLookupMax;
+    options.prompt_lookup_min = promptLookupMin;
     if (kvCacheDType == "int8")
       options.kv_cache_dtype = DSRT_I8;
     else if (kvCacheDType != "auto")
@@ -371,6 +375,10 @@ struct Engine {
     d["steps"] = s.steps;
     d["prompt_tokens"] = s.prompt_tokens;
     d["generated_tokens"] = s.generated_tokens;
+    uint64_t drafts = 0, accepted = 0;
+    check(dsrt_engine_draft_stats(handle, &drafts, &accepted));
+    d["draft_tokens"] = drafts;
+    d["accepted_draft_tokens"] = accepted;
     return d;
   }
 };
@@ -422,10 +430,11 @@ NB_MODULE(_dsrt, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool, const std::string &, bool, float>(),
+                    bool, const std::string &, bool, float, int, int, int>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
            "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "kv_cache_dtype"_a,
-           "mpi"_a, "kv_cache_memory_fraction"_a = 0.0f)
+           "mpi"_a, "kv_cache_memory_fraction"_a = 0.0f, "speculative_tokens"_a = 0,
+           "prompt_lookup_max"_a = 3, "prompt_lookup_min"_a = 1)
       .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
       .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
       .def("stop",

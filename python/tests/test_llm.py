@@ -551,3 +551,38 @@ def test_vllm_options_that_agree_with_a_plan_are_taken(plan, reference):
         with pytest.raises(dsrt.Error, match="exceeds the maximum sequence length 24"):
             llm.generate([prompt["ids"]], dsrt.SamplingParams(
                 max_tokens=25 - len(prompt["ids"])))
+
+
+def test_speculative_decoding_gives_transformers_greedy_tokens(plan, reference):
+    """Prompt lookup drafts (vLLM's speculative_config, "ngram"): the greedy tokens stay
+    transformers', the model confirmed some drafts, and a seeded sampled request, which takes
+    none, draws what it draws without them."""
+    config = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+    greedy = dsrt.SamplingParams(max_tokens=reference["max_new_tokens"], **GREEDY)
+    sampled = dsrt.SamplingParams(max_tokens=12, temperature=0.8, seed=3, ignore_eos=True)
+    prompts = [p["ids"] for p in reference["prompts"]]
+    with dsrt.LLM(plan, speculative_config=config) as llm:
+        together = llm.generate(prompts, greedy)
+        alone = [llm.generate(p, greedy)[0] for p in prompts]
+        stats = llm._loop.stats()
+        drawn = llm.generate(prompts[0], sampled)[0].outputs[0].token_ids
+        assert llm._loop.stats()["draft_tokens"] == stats["draft_tokens"]
+    for outputs in (together, alone):
+        for output, expected in zip(outputs, reference["prompts"]):
+            assert output.outputs[0].token_ids == expected["generated"]
+    assert 0 < stats["accepted_draft_tokens"] <= stats["draft_tokens"]
+    with dsrt.LLM(plan) as plain:
+        assert plain.generate(prompts[0], sampled)[0].outputs[0].token_ids == drawn
+
+
+def test_speculative_configs_dsrt_cannot_serve_are_refused(plan):
+    for config, message in (
+            ({"method": "eagle", "num_speculative_tokens": 2}, "prompt lookup only"),
+            ({"num_speculative_tokens": 2, "model": "draft"}, "not \\['model'\\]"),
+            ({"method": "ngram"}, "needs num_speculative_tokens"),
+            ({"num_speculative_tokens": 17}, "speculative_tokens must be between 0 .* 16"),
+            ({"num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2},
+             "prompt_lookup_min and prompt_lookup_max must satisfy"),
+            ({"num_speculative_tokens": 2.5}, "speculative_tokens must be an integer")):
+        with pytest.raises(dsrt.Error, match=message):
+            dsrt.LLM(plan, speculative_config=config)

@@ -1,6 +1,6 @@
 """dsserve's HTTP surface in process, through httpx's ASGI transport: called from a browser's
 page (CORS: a preflight is answered, also where the server asks for a key, and origins can
-be limited), and vLLM's /version."""
+be limited), vLLM's /version, and speculative decoding's counters in /metrics."""
 import asyncio
 
 import httpx
@@ -83,3 +83,30 @@ def test_origins_that_are_not_a_json_list_are_refused(capsys):
         main(["plan.dsp", "--allowed-origins", "http://page.example"])
     assert exit.value.code == 2
     assert "--allowed-origins: must be a JSON list of strings" in capsys.readouterr().err
+
+
+def test_speculative_decoding_is_counted_in_metrics(plan, reference):
+    loop = EngineLoop(plan, speculative_config={"method": "ngram",
+                                                "num_speculative_tokens": 4})
+    try:
+        prompt = reference["prompts"][0]
+        answer, metrics = calls(
+            create_app(Server(loop, "m", 8)),
+            ("POST", "/v1/completions", {}, {"prompt": prompt["ids"], "temperature": 0,
+                                             "max_tokens": reference["max_new_tokens"],
+                                             "ignore_eos": True}),
+            ("GET", "/metrics", {}, None))
+    finally:
+        loop.close()
+    assert answer.json()["choices"][0]["text"] == loop.tokenizer.decode(prompt["generated"])
+    counts = dict(line.rsplit(" ", 1) for line in metrics.text.splitlines()
+                  if line.startswith("dsrt:spec_decode_num_"))
+    assert 0 < float(counts["dsrt:spec_decode_num_accepted_tokens_total"]) <= \
+        float(counts["dsrt:spec_decode_num_draft_tokens_total"])
+
+
+def test_a_speculative_config_that_is_not_json_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["plan.dsp", "--speculative-config", "ngram"])
+    assert exit.value.code == 2
+    assert "--speculative-config: must be a JSON object" in capsys.readouterr().err

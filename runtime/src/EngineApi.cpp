@@ -42,6 +42,8 @@ void dsrt_engine_options_init(dsrt_engine_options *options) {
   options->block_size = 16;
   options->prefix_caching = 1;
   options->batch_invariant = 1;
+  options->prompt_lookup_max = 3;
+  options->prompt_lookup_min = 1;
 }
 
 void dsrt_request_options_init(dsrt_request_options *options) {
@@ -84,6 +86,9 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
                       "kv_cache_dtype must be DSRT_UNDEFINED (the plan's) or DSRT_I8, not " +
                           std::to_string(given.kv_cache_dtype));
   cpp.int8KvCache = given.kv_cache_dtype == DSRT_I8;
+  cpp.speculativeTokens = given.speculative_tokens;
+  cpp.promptLookupMax = given.prompt_lookup_max;
+  cpp.promptLookupMin = given.prompt_lookup_min;
   return DSRT_OK;
 }
 
@@ -271,6 +276,16 @@ dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *
   out->steps = stats.steps;
   out->prompt_tokens = stats.promptTokens;
   out->generated_tokens = stats.generatedTokens;
+  return DSRT_OK;
+}
+
+dsrt_status dsrt_engine_draft_stats(const dsrt_engine *engine, uint64_t *draft_tokens,
+                                    uint64_t *accepted_tokens) {
+  if (!engine || !draft_tokens || !accepted_tokens)
+    return nullArgument(!engine ? "engine" : !draft_tokens ? "draft_tokens" : "accepted_tokens");
+  dsrt::engine::EngineStats stats = engine->engine->stats();
+  *draft_tokens = stats.draftTokens;
+  *accepted_tokens = stats.acceptedDraftTokens;
   return DSRT_OK;
 }
 

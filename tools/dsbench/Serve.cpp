@@ -45,6 +45,7 @@ struct ServeOptions {
   bool batchInvariant = true;
   bool int8KvCache = false;  // the engine's; the static runs keep the plan's cache
   bool coldKv = false;  // time the engine from a KV pool no request has written
+  int speculativeTokens = 0;  // the engine's drafts per decode token (prompt lookup)
   dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
 };
 
@@ -125,6 +126,11 @@ ServeOptions parse(int argc, char **argv) {
                    "the engine's KV cache: auto (the plan's, default) or int8 (a scale per "
                    "32 values, about half an f16 cache's bytes; CPU only). The static and "
                    "one-at-a-time runs keep the plan's");
+  commandLine.integer("--speculative-tokens", o.speculativeTokens, "K",
+                      "the engine's drafts per decode token of a greedy request (speculative "
+                      "decoding by prompt lookup; default 0: off). The static and "
+                      "one-at-a-time runs have none",
+                      0, 1000);
   commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
   commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
   commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
@@ -232,6 +238,7 @@ struct Measured {
   std::vector<double> ttft, tpot;  // per request, seconds
   int64_t peakBlocks = -1, totalBlocks = -1, peakRunning = -1, staticSequences = -1;
   uint64_t prefixHits = 0, preemptions = 0, bytesPerBlock = 0;
+  uint64_t draftTokens = 0, acceptedDraftTokens = 0;
   nlohmann::json toJson(size_t requests) const {
     return {{"name", name},
             {"seconds", seconds},
@@ -252,7 +259,9 @@ struct Measured {
             {"kv_blocks", totalBlocks},
             {"kv_bytes_per_block", bytesPerBlock},
             {"prefix_hits", prefixHits},
-            {"preemptions", preemptions}};
+            {"preemptions", preemptions},
+            {"draft_tokens", draftTokens},
+            {"accepted_draft_tokens", acceptedDraftTokens}};
   }
 };
 
@@ -374,6 +383,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.prefix_caching = o.prefixCaching ? 1 : 0;
   options.batch_invariant = o.batchInvariant ? 1 : 0;
   options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
+  options.speculative_tokens = o.speculativeTokens;
   options.device = o.device;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine");
@@ -411,12 +421,18 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   }
   dsrt_engine_stats before;
   check(dsrt_engine_stats_get(engine, &before), "stats");
+  uint64_t draftsBefore = 0, acceptedBefore = 0;
+  check(dsrt_engine_draft_stats(engine, &draftsBefore, &acceptedBefore), "draft stats");
   const double seconds = serveStream(engine, run, o, requests);
   Measured measured;
   measured.name = "engine";
   measured.seconds = seconds;
   dsrt_engine_stats stats;
   check(dsrt_engine_stats_get(engine, &stats), "stats");
+  check(dsrt_engine_draft_stats(engine, &measured.draftTokens, &measured.acceptedDraftTokens),
+        "draft stats");
+  measured.draftTokens -= draftsBefore;
+  measured.acceptedDraftTokens -= acceptedBefore;
   dsrt_engine_destroy(engine);
   summarize(run.timings, measured);
   measured.peakBlocks = stats.peak_used_blocks;
@@ -616,6 +632,14 @@ int runServe(int argc, char **argv) {
                 static_cast<long long>(engine.totalBlocks), o.int8KvCache ? "int8 " : "",
                 o.blockSize,
                 static_cast<long long>(engine.staticSequences));
+    if (o.speculativeTokens > 0)
+      std::printf("engine: speculative decoding, up to %d drafts a decode token: %llu drafts, "
+                  "%llu accepted (%.0f%%)\n",
+                  o.speculativeTokens, static_cast<unsigned long long>(engine.draftTokens),
+                  static_cast<unsigned long long>(engine.acceptedDraftTokens),
+                  engine.draftTokens ? 100.0 * static_cast<double>(engine.acceptedDraftTokens) /
+                                           static_cast<double>(engine.draftTokens)
+                                     : 0.0);
     char load[64];
     if (o.rate > 0)
       std::snprintf(load, sizeof load, "Poisson %g/s", o.rate);

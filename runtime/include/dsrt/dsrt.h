@@ -372,6 +372,17 @@ typedef struct dsrt_engine_options {
                                     the size is unchanged, and a caller built before it,
                                     whose dsrt_engine_options_init zeroed it, keeps the
                                     default. */
+  int32_t speculative_tokens;    /* 0 (default): off. 1 to 16: speculative decoding by prompt
+                                    lookup (vLLM's "ngram"): each decode token of a greedy
+                                    request without penalties or min_tokens also computes up
+                                    to this many drafts, the tokens that followed the latest
+                                    earlier occurrence of its last n tokens; its greedy
+                                    tokens confirm them, so its output is what it is
+                                    without. From the step's spare budget only. CPU devices
+                                    only. These three fields made the struct larger: a
+                                    caller built before them is refused by struct_size. */
+  int32_t prompt_lookup_max;     /* the n-grams looked up, longest first: default 3 */
+  int32_t prompt_lookup_min;     /* ... down to: default 1 */
 } dsrt_engine_options;
 
 typedef struct dsrt_request_options {
@@ -487,6 +498,11 @@ DSRT_API void dsrt_engine_stop(dsrt_engine *engine);
 DSRT_API dsrt_status dsrt_engine_poll(dsrt_engine *engine, int64_t request_id, int64_t *tokens,
                                       size_t capacity, size_t *count, dsrt_request_state *state);
 DSRT_API dsrt_status dsrt_engine_stats_get(const dsrt_engine *engine, dsrt_engine_stats *out);
+/* Speculative decoding's drafts so far (engine option speculative_tokens), and how many of
+ * them the model confirmed. A function of its own: dsrt_engine_stats has no struct_size
+ * that would let it grow. */
+DSRT_API dsrt_status dsrt_engine_draft_stats(const dsrt_engine *engine, uint64_t *draft_tokens,
+                                             uint64_t *accepted_tokens);
 /* The prompt tokens whose KV the request found in the prefix cache when it was first
  * scheduled (whole blocks, never the prompt's last token; vLLM's num_cached_tokens, OpenAI's
  * usage.prompt_tokens_details.cached_tokens), or -1 before then. A preempted request's

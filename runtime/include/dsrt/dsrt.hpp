@@ -309,6 +309,9 @@ struct EngineOptions {
     batchInvariant = c.batch_invariant != 0;
     kvCacheDType = c.kv_cache_dtype;
     kvCacheMemoryFraction = c.kv_cache_memory_fraction;
+    speculativeTokens = c.speculative_tokens;
+    promptLookupMax = c.prompt_lookup_max;
+    promptLookupMin = c.prompt_lookup_min;
   }
   dsrt_device device;
   int32_t blockSize;          // positions per KV block
@@ -320,6 +323,8 @@ struct EngineOptions {
   dsrt_dtype kvCacheDType;    // DSRT_UNDEFINED: the plan's; DSRT_I8: int8 (CPU only)
   float kvCacheMemoryFraction;  // (0, 1]: that fraction of the free memory (a GPU's: after the
                                 // weights), kvCacheBytes 0
+  int32_t speculativeTokens;    // 0: off; drafts per decode token (prompt lookup, CPU only)
+  int32_t promptLookupMax, promptLookupMin;  // the n-grams drafts are looked up by
 };
 
 // dsrt_request_options with standard containers and the C API's defaults.
@@ -380,6 +385,9 @@ public:
     c.batch_invariant = options.batchInvariant ? 1 : 0;
     c.kv_cache_dtype = options.kvCacheDType;
     c.kv_cache_memory_fraction = options.kvCacheMemoryFraction;
+    c.speculative_tokens = options.speculativeTokens;
+    c.prompt_lookup_max = options.promptLookupMax;
+    c.prompt_lookup_min = options.promptLookupMin;
     dsrt_engine *e = nullptr;
     detail::check(dsrt_engine_create(plan.get(), &c, &e));
     engine_.reset(e);

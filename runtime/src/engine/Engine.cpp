@@ -69,8 +69,13 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
                            std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(vocab_) + ")");
   std::lock_guard<std::mutex> lock(mutex_);
-  DSRT_RETURN_IF_ERROR(
-      scheduler_->add(prompt, options.maxNewTokens, id, options.promptLogprobs < 0));
+  // Drafts only where a row's token is its greedy one whatever came before in the step: a
+  // penalty or min_tokens would make row i's token depend on the drafts before it.
+  const bool speculates = options.temperature == 0 && !penalises(options) &&
+                          options.minTokens == 0;
+  DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id,
+                                       options.promptLogprobs < 0,
+                                       speculates ? options_.speculativeTokens : 0));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;
@@ -140,6 +145,13 @@ Status Engine::cachedPromptTokens(int64_t id, int64_t &cached) const {
 void Engine::setCallback(TokenCallback callback) {
   std::lock_guard<std::mutex> lock(mutex_);
   callback_ = std::move(callback);
+}
+
+bool Engine::stopsAt(const RequestOptions &options, int64_t token) const {
+  return std::find(options.stopTokens.begin(), options.stopTokens.end(), token) !=
+             options.stopTokens.end() ||
+         (!options.ignoreEos &&
+          std::find(eosTokens_.begin(), eosTokens_.end(), token) != eosTokens_.end());
 }
 
 bool Engine::idle() const {
@@ -256,8 +268,11 @@ Status Engine::step() {
     for (const ScheduledChunk &chunk : plan.chunks) {
       const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
       const int64_t firstRow = static_cast<int64_t>(ids.size());
+      const int64_t drafted = static_cast<int64_t>(chunk.drafts.size());
+      const int64_t known = chunk.count - drafted;  // rows of the sequence's own tokens
       for (int64_t i = 0; i < chunk.count; ++i) {
-        ids.push_back(tokens[chunk.start + i]);
+        ids.push_back(i < known ? tokens[chunk.start + i]
+                                : chunk.drafts[static_cast<size_t>(i - known)]);
         positions.push_back(chunk.start + i);
         rows.push_back({chunk.blockTable.data(), static_cast<int64_t>(chunk.blockTable.size()),
                         chunk.start + i});
@@ -282,10 +297,12 @@ Status Engine::step() {
         }
       }
       if (chunk.samples) {
-        where.sampledRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size())
-                                          : static_cast<int64_t>(ids.size()) - 1;
+        // The last known token's row, then each draft's: consecutive logits rows.
+        const int64_t sampledRow = firstRow + known - 1;
+        where.sampledRow = hasLogitsRows_ ? static_cast<int64_t>(logitsRows.size()) : sampledRow;
         if (hasLogitsRows_)
-          logitsRows.push_back(static_cast<int64_t>(ids.size()) - 1);
+          for (int64_t row = sampledRow; row < static_cast<int64_t>(ids.size()); ++row)
+            logitsRows.push_back(row);
       }
       chunkLogits.push_back(where);
     }
@@ -338,6 +355,10 @@ Status Engine::step() {
       int64_t promptToken;  // the prompt token whose log-probability is due; -1: sample
       int64_t token = -1;
       std::optional<TokenLogprobs> logprobs;
+      // A chunk's drafts: the rows after logitsRow give the tokens after each confirmed one.
+      const std::vector<int64_t> *drafts = nullptr;
+      std::vector<int64_t> more;
+      std::vector<std::optional<TokenLogprobs>> moreLogprobs;
     };
     std::vector<RowWork> work;
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
@@ -350,11 +371,13 @@ Status Engine::step() {
         const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
         for (int64_t i = 0; i < where.promptRows; ++i)
           work.push_back({chunk.requestId, &live->second, where.firstPromptRow + i,
-                          tokens[where.firstPosition + i + 1], -1, std::nullopt});
+                          tokens[where.firstPosition + i + 1], -1, std::nullopt, nullptr,
+                          {}, {}});
         live->second.nextPromptLogprob = where.firstPosition + where.promptRows + 1;
       }
       if (chunk.samples)
-        work.push_back({chunk.requestId, &live->second, where.sampledRow, -1, -1, std::nullopt});
+        work.push_back({chunk.requestId, &live->second, where.sampledRow, -1, -1, std::nullopt,
+                        chunk.drafts.empty() ? nullptr : &chunk.drafts, {}, {}});
     }
     ops::parallelFor(static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
       thread_local std::vector<float> values, penalized;
@@ -395,6 +418,21 @@ Status Engine::step() {
           ++live.generatedCounts[item.token];
         if (options.logprobs >= 0)
           item.logprobs = logprobsOf(values, item.token, options.logprobs);
+        // Each draft the last token confirmed (a greedy request's: its row's token is the
+        // draft) gives the next row's token, until one is not its draft or ends the request.
+        for (size_t d = 0; item.drafts && d < item.drafts->size(); ++d) {
+          const int64_t last = d == 0 ? item.token : item.more.back();
+          if (last != (*item.drafts)[d] || stopsAt(options, last))
+            break;
+          readRow(item.logitsRow + static_cast<int64_t>(d) + 1, values);
+          item.more.push_back(sampleToken(values, sampling, live.rng));
+          ++live.generated;
+          item.moreLogprobs.push_back(
+              options.logprobs >= 0
+                  ? std::optional<TokenLogprobs>(
+                        logprobsOf(values, item.more.back(), options.logprobs))
+                  : std::nullopt);
+        }
       }
     });
     for (RowWork &item : work)
@@ -403,6 +441,10 @@ Status Engine::step() {
       } else {
         sampled.push_back({item.request, item.token});
         sampledLogprobs.push_back(std::move(item.logprobs));
+        for (size_t i = 0; i < item.more.size(); ++i) {
+          sampled.push_back({item.request, item.more[i]});
+          sampledLogprobs.push_back(std::move(item.moreLogprobs[i]));
+        }
       }
   }
   struct Event {
@@ -440,12 +482,7 @@ Status Engine::step() {
         live->second.unread.push_back(token);
         events.push_back({request, token, RequestFinish::Running,
                           sampledLogprobs[i] ? &*sampledLogprobs[i] : nullptr});
-        const RequestOptions &options = live->second.options;
-        bool stop = std::find(options.stopTokens.begin(), options.stopTokens.end(), token) !=
-                        options.stopTokens.end() ||
-                    (!options.ignoreEos &&
-                     std::find(eosTokens_.begin(), eosTokens_.end(), token) != eosTokens_.end());
-        if (stop) {
+        if (stopsAt(live->second.options, token)) {
           // A stop token as the last allowed one still finishes by Stop, as generate says.
           stopped.push_back(request);
           if (scheduler_->contains(request))
@@ -519,6 +556,8 @@ EngineStats Engine::stats() const {
   stats.prefixHits = scheduler_->prefixHits();
   stats.prefixMisses = scheduler_->prefixMisses();
   stats.preemptions = scheduler_->preemptions();
+  stats.draftTokens = scheduler_->draftTokens();
+  stats.acceptedDraftTokens = scheduler_->acceptedDraftTokens();
   return stats;
 }
 

@@ -66,6 +66,15 @@ struct EngineOptions {
   // half an f16 cache's bytes: the attention of long decode steps reads half as much. The
   // CPU backends only; off, the plan's cache dtype.
   bool int8KvCache = false;
+  // Speculative decoding by prompt lookup (vLLM's "ngram" method): each decode token of a
+  // greedy request without penalties or min_tokens also computes up to this many drafts,
+  // the tokens that followed the latest earlier occurrence of its last n tokens (n from
+  // promptLookupMax down to promptLookupMin; Scheduler.h), from the step's spare budget.
+  // The greedy tokens of the drafts' rows confirm them, so a request's tokens are those it
+  // gets without: a request alone reads the weights once for several tokens. 0: off. The
+  // CPU backends only.
+  int64_t speculativeTokens = 0;
+  int64_t promptLookupMax = 3, promptLookupMin = 1;
 };
 
 struct RequestOptions {
@@ -131,6 +140,7 @@ struct EngineStats {
   uint64_t steps = 0, promptTokens = 0, generatedTokens = 0;
   int64_t blockSize = 0, maxTokensPerStep = 0;
   uint64_t bytesPerBlock = 0;
+  uint64_t draftTokens = 0, acceptedDraftTokens = 0;  // speculative decoding's
 };
 
 class Engine {
@@ -222,6 +232,8 @@ private:
   Status runRows(const std::vector<int64_t> &ids, const std::vector<int64_t> &positions,
                  const std::vector<ops::KvPagedRow> &rows, const std::vector<int64_t> &logitsRows);
   void finishLocked(int64_t id, RequestFinish finish);
+  // Whether `token` ends a request of `options` (its stop tokens, or EOS unless ignored).
+  bool stopsAt(const RequestOptions &options, int64_t token) const;
 
   std::shared_ptr<PlanFile> plan_;
   EngineOptions options_;

@@ -20,6 +20,9 @@ namespace {
 // The default KV budget's share of a GPU's memory left free by the weights: what is left
 // over is for the scratch, the graphs and cuBLASLt.
 constexpr double kDefaultGpuFraction = 0.9;
+// Drafts per decode token at most (vLLM's num_speculative_tokens is of this order; more rows
+// of guesses cost more than they save), and the longest n-gram looked up.
+constexpr int64_t kMaxSpeculativeTokens = 16;
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
 
@@ -124,6 +127,23 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
                                                    "with --max-tokens-per-step to run more), "
                                                    "not ") +
           std::to_string(o.maxTokensPerStep));
+    if (o.speculativeTokens < 0 || o.speculativeTokens > kMaxSpeculativeTokens)
+      return Status::error("speculative_tokens must be between 0 (off) and " +
+                           std::to_string(kMaxSpeculativeTokens) + ", not " +
+                           std::to_string(o.speculativeTokens));
+    if (o.speculativeTokens > 0 &&
+        (o.promptLookupMin < 1 || o.promptLookupMax < o.promptLookupMin ||
+         o.promptLookupMax > kMaxSpeculativeTokens))
+      return Status::error("prompt_lookup_min and prompt_lookup_max must satisfy 1 <= min <= "
+                           "max <= " + std::to_string(kMaxSpeculativeTokens) + ", not " +
+                           std::to_string(o.promptLookupMin) + " and " +
+                           std::to_string(o.promptLookupMax));
+    // The CUDA engine's paged kernels and graphs are checked for a decode row per sequence
+    // and for prompt chunks, not for a sequence's drafts in a decode step.
+    if (o.speculativeTokens > 0 && o.device == DeviceKind::Cuda)
+      return Status::error("speculative decoding (speculative_tokens " +
+                           std::to_string(o.speculativeTokens) +
+                           ") runs on the CPU devices only, not cuda");
     if (o.maxRunningSequences == 0)
       o.maxRunningSequences = o.maxTokensPerStep;
     if (o.maxRunningSequences < 1)
@@ -235,6 +255,10 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   scheduling.maxTokensPerStep = o.maxTokensPerStep;
   scheduling.maxRunningSequences = o.maxRunningSequences;
   scheduling.maxSequenceLength = maxSeq;
+  if (o.speculativeTokens > 0) {
+    scheduling.draftNgramMax = o.promptLookupMax;
+    scheduling.draftNgramMin = o.promptLookupMin;
+  }
   engine->scheduler_ = std::make_unique<Scheduler>(
       scheduling, BlockPool(o.blockSize, static_cast<int64_t>(blocks), o.prefixCaching));
   DSRT_RETURN_IF_ERROR(engine->scheduler_->validate());

@@ -16,6 +16,12 @@ Status checkOptions(const SchedulerOptions &options) {
   DSRT_RETURN_IF_ERROR(atLeastOne("maxTokensPerStep", options.maxTokensPerStep));
   DSRT_RETURN_IF_ERROR(atLeastOne("maxRunningSequences", options.maxRunningSequences));
   DSRT_RETURN_IF_ERROR(atLeastOne("maxSequenceLength", options.maxSequenceLength));
+  DSRT_RETURN_IF_ERROR(atLeastOne("draftNgramMin", options.draftNgramMin));
+  DSRT_RETURN_IF_ERROR(atLeastOne("draftMaxSequences", options.draftMaxSequences));
+  if (options.draftNgramMax < options.draftNgramMin)
+    return Status::error("scheduler option draftNgramMax must be at least draftNgramMin (" +
+                         std::to_string(options.draftNgramMin) + "), got " +
+                         std::to_string(options.draftNgramMax));
   return Status::ok();
 }
 
@@ -44,7 +50,7 @@ int64_t Scheduler::blocksFor(int64_t tokens) const {
 }
 
 Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
-                      bool takesPrefixHits) {
+                      bool takesPrefixHits, int64_t speculativeTokens) {
   DSRT_RETURN_IF_ERROR(configStatus_);
   if (prompt.empty())
     return Status::error("a request needs at least one prompt token");
@@ -74,6 +80,8 @@ Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t
   seq.promptLength = promptLength;
   seq.maxNewTokens = maxNewTokens;
   seq.takesPrefixHits = takesPrefixHits;
+  seq.speculativeTokens = std::max<int64_t>(0, speculativeTokens);
+  seq.draftLimit = seq.speculativeTokens;
   id = seq.id;
   waiting_.push_back(id);
   sequences_.emplace(id, std::move(seq));
@@ -238,16 +246,80 @@ Status Scheduler::schedule(StepPlan &plan) {
            runningCount() < options_.maxRunningSequences && admitHead(step)) {
     }
   }
+  // Last, drafts from the budget left: a guess takes no token from a prompt, and its blocks,
+  // taken after everything else's, cannot make anything else preempt.
+  addDrafts(step);
 
   pendingChunks_.clear();
   for (ScheduledChunk &chunk : plan.chunks) {
     chunk.blockTable = sequences_.at(chunk.requestId).blocks;
-    pendingChunks_.push_back({chunk.requestId, chunk.start, chunk.count, chunk.samples});
+    pendingChunks_.push_back(
+        {chunk.requestId, chunk.start, chunk.count, chunk.samples, chunk.drafts});
   }
   // An empty step needs no commit: an idle engine just waits for requests.
   stepPending_ = !plan.chunks.empty();
   peakUsedBlocks_ = std::max(peakUsedBlocks_, pool_.usedBlocks());
   return Status::ok();
+}
+
+std::vector<int64_t> Scheduler::draftsFor(const Sequence &seq, int64_t most) const {
+  const std::vector<int64_t> &tokens = seq.tokens;
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  for (int64_t n = std::min(options_.draftNgramMax, length - 1); n >= options_.draftNgramMin;
+       --n) {
+    // The latest earlier occurrence: `end` is the index of its last token.
+    for (int64_t end = length - 2; end >= n - 1; --end)
+      if (std::equal(tokens.end() - n, tokens.end(), tokens.begin() + (end - n + 1))) {
+        const int64_t count = std::min(most, length - 1 - end);
+        return {tokens.begin() + end + 1, tokens.begin() + end + 1 + count};
+      }
+  }
+  return {};
+}
+
+void Scheduler::addDrafts(StepState &step) {
+  int64_t decoding = 0;
+  for (const ScheduledChunk &chunk : step.plan.chunks)
+    decoding += chunk.count == 1 && chunk.samples;
+  if (decoding > options_.draftMaxSequences)
+    return;
+  for (ScheduledChunk &chunk : step.plan.chunks) {
+    if (step.budget == 0)
+      break;
+    Sequence &seq = sequences_.at(chunk.requestId);
+    if (seq.speculativeTokens == 0 || chunk.count != 1 || !chunk.samples)
+      continue;
+    // Every accepted draft is a token emitted, and one more comes after them: no more
+    // drafts than the request's tokens left, less one.
+    const int64_t left =
+        seq.maxNewTokens - (static_cast<int64_t>(seq.tokens.size()) - seq.promptLength);
+    const int64_t most = std::min({seq.draftLimit, left - 1, step.budget});
+    if (most <= 0)
+      continue;
+    std::vector<int64_t> drafts = draftsFor(seq, most);
+    // Blocks for the drafts' positions, [computed + 1, computed + 1 + drafts), from what is
+    // free only: fewer drafts where the pool runs out.
+    const int64_t blockSize = pool_.blockSize();
+    while (!drafts.empty() &&
+           blocksFor(seq.computed + 1 + static_cast<int64_t>(drafts.size())) >
+               static_cast<int64_t>(seq.blocks.size())) {
+      BlockId block = pool_.allocate();
+      if (block != kNoBlock) {
+        seq.blocks.push_back(block);
+        continue;
+      }
+      drafts.resize(static_cast<size_t>(
+          std::max<int64_t>(0, static_cast<int64_t>(seq.blocks.size()) * blockSize -
+                                   seq.computed - 1)));
+    }
+    if (drafts.empty())
+      continue;
+    const int64_t count = static_cast<int64_t>(drafts.size());
+    chunk.count += count;
+    step.budget -= count;
+    chunk.drafts = std::move(drafts);
+    draftTokens_ += static_cast<uint64_t>(count);
+  }
 }
 
 Status Scheduler::publishComputedBlocks(Sequence &seq) {
@@ -274,11 +346,10 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
   std::unordered_map<int64_t, size_t> chunkOf;
   for (size_t i = 0; i < pendingChunks_.size(); ++i)
     chunkOf.emplace(pendingChunks_[i].requestId, i);
-  std::unordered_map<int64_t, int64_t> tokenOf;
-  for (const auto &[id, token] : sampled) {
-    if (!tokenOf.emplace(id, token).second)
-      return Status::error("commit(): request " + std::to_string(id) +
-                           " has two sampled tokens");
+  std::unordered_map<int64_t, std::vector<int64_t>> tokensOf;
+  for (const auto &[id, token] : sampled)
+    tokensOf[id].push_back(token);
+  for (const auto &[id, tokens] : tokensOf) {
     if (id < 1 || id >= nextId_)
       return Status::error("commit(): request " + std::to_string(id) + " is unknown");
     if (!contains(id))
@@ -287,6 +358,16 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
     if (chunk == chunkOf.end() || !pendingChunks_[chunk->second].samples)
       return Status::error("commit(): request " + std::to_string(id) +
                            " was not scheduled to sample this step");
+    const std::vector<int64_t> &drafts = pendingChunks_[chunk->second].drafts;
+    if (tokens.size() > 1 + drafts.size())
+      return Status::error("commit(): request " + std::to_string(id) + " has " +
+                           std::to_string(tokens.size()) + " sampled tokens for " +
+                           std::to_string(drafts.size()) + " drafts");
+    // Only what the model confirmed: every token before the last is the draft of its row.
+    for (size_t i = 0; i + 1 < tokens.size(); ++i)
+      if (tokens[i] != drafts[i])
+        return Status::error("commit(): request " + std::to_string(id) + "'s token " +
+                             std::to_string(i) + " is not its draft");
   }
   for (const PendingChunk &chunk : pendingChunks_) {
     auto seq = sequences_.find(chunk.requestId);
@@ -295,7 +376,7 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
     if (seq->second.state != SequenceState::Running || seq->second.computed != chunk.start)
       return Status::error("commit(): request " + std::to_string(chunk.requestId) +
                            " changed since schedule()");
-    if (chunk.samples && !tokenOf.count(chunk.requestId))
+    if (chunk.samples && !tokensOf.count(chunk.requestId))
       return Status::error("commit(): the sampled token of request " +
                            std::to_string(chunk.requestId) + " is missing");
   }
@@ -307,13 +388,24 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
     if (found == sequences_.end())
       continue;
     Sequence &seq = found->second;
-    seq.computed = chunk.start + chunk.count;
+    // A chunk's rows less its rejected drafts': the first of those held a guess.
+    const std::vector<int64_t> *emitted =
+        chunk.samples ? &tokensOf.at(seq.id) : nullptr;
+    const int64_t accepted = emitted ? static_cast<int64_t>(emitted->size()) - 1 : 0;
+    seq.computed = chunk.start + chunk.count - static_cast<int64_t>(chunk.drafts.size()) +
+                   accepted;
+    acceptedDraftTokens_ += static_cast<uint64_t>(accepted);
+    if (!chunk.drafts.empty())
+      seq.draftLimit = accepted == static_cast<int64_t>(chunk.drafts.size())
+                           ? std::min(seq.speculativeTokens, 2 * seq.draftLimit)
+                           : accepted + 1;
+    if (emitted)
+      seq.tokens.insert(seq.tokens.end(), emitted->begin(), emitted->end());
     Status status = publishComputedBlocks(seq);
     if (!status.isOk() && published.isOk())
       published = status;
     if (!chunk.samples)
       continue;
-    seq.tokens.push_back(tokenOf.at(seq.id));
     if (static_cast<int64_t>(seq.tokens.size()) - seq.promptLength < seq.maxNewTokens)
       continue;
     FinishedRequest finished;

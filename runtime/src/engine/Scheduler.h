@@ -12,7 +12,17 @@
 //   1. running sequences with one token left to compute (decode), one token each;
 //   2. running sequences still computing their prompt (chunked prefill);
 //   3. waiting sequences in arrival order, admitted while the running cap and the pool
-//      allow; the head of the queue is never skipped for a later one (no starvation).
+//      allow; the head of the queue is never skipped for a later one (no starvation);
+//   4. drafts of the decode sequences that speculate (below).
+// Speculative decoding (prompt lookup, vLLM's "ngram"): a decode chunk of a sequence added
+// with speculativeTokens > 0 also computes up to that many drafts, the tokens that followed
+// the latest earlier occurrence of the sequence's last n tokens (n from draftNgramMax down
+// to draftNgramMin), from the budget left after everything else (4. below), into blocks the
+// pool has free (a guess never preempts), in steps of at most draftMaxSequences decode
+// sequences (more make the step bound by its multiply-adds, where a rejected draft's row
+// costs and saves nothing). A sequence's drafts follow its luck: after a rejection it drafts
+// one more than it had accepted, after a full acceptance twice as many, up to
+// speculativeTokens. The engine keeps the drafts its model confirms.
 // A running sequence that needs a block when none is left preempts the most recently
 // admitted running sequence (recompute: its blocks are released, and it goes back to the
 // front of the waiting queue with its generated tokens). No sequence is admitted in a step
@@ -35,6 +45,8 @@ struct SchedulerOptions {
   int64_t maxTokensPerStep = 0;     // tokens computed per step, all sequences together
   int64_t maxRunningSequences = 0;  // sequences holding KV blocks at once
   int64_t maxSequenceLength = 0;    // prompt + new tokens of one request
+  int64_t draftNgramMax = 3, draftNgramMin = 1;  // the n-grams drafts are looked up by
+  int64_t draftMaxSequences = 8;
 };
 
 enum class SequenceState { Waiting, Running };
@@ -47,6 +59,9 @@ struct ScheduledChunk {
   int64_t count = 0;
   // The chunk ends at the sequence's last token: the engine samples a token from it.
   bool samples = false;
+  // A decode chunk's drafts: the tokens of its rows after the first (speculative, not yet
+  // the sequence's). Every row samples; commit() takes the tokens the engine accepted.
+  std::vector<int64_t> drafts;
   // A copy, valid even when the request is cancelled before commit(). Position p lives in
   // blockTable[p / blockSize] at slot p % blockSize; the table covers start + count.
   std::vector<BlockId> blockTable;
@@ -79,8 +94,9 @@ public:
   // prompt + maxNewTokens tokens need more blocks than the whole pool.
   // takesPrefixHits false: the request computes its whole prompt (prompt log-probabilities
   // need every position's logits); its full blocks are still published.
+  // speculativeTokens: drafts its decode chunks may carry (0: none).
   Status add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
-             bool takesPrefixHits = true);
+             bool takesPrefixHits = true, int64_t speculativeTokens = 0);
 
   // The next step. An error when the previous step was not committed yet. A plan without
   // chunks (nothing to run) needs no commit(); every other plan needs one, also when the
@@ -89,7 +105,9 @@ public:
 
   // After the engine ran the last plan: `sampled` holds (request id, token) for every chunk
   // that samples, except requests cancelled or finished since schedule() (those entries
-  // may be present or not; they are ignored). Advances the computed tokens, publishes the
+  // may be present or not; they are ignored). A chunk with drafts has 1 to 1 + drafts
+  // entries, in order: its accepted drafts, then the token sampled after the last of them
+  // (the KV of the rejected drafts' rows is dropped). Advances the computed tokens, publishes the
   // newly computed full blocks for prefix caching, appends the sampled tokens, and finishes
   // (removes, releasing their blocks) the requests that reached maxNewTokens: see
   // lastFinished(). Validates everything before it changes anything.
@@ -126,6 +144,8 @@ public:
   uint64_t prefixHits() const { return pool_.prefixHits(); }
   uint64_t prefixMisses() const { return pool_.prefixMisses(); }
   uint64_t preemptions() const { return preemptions_; }
+  uint64_t draftTokens() const { return draftTokens_; }
+  uint64_t acceptedDraftTokens() const { return acceptedDraftTokens_; }
   const BlockPool &pool() const { return pool_; }
   const SchedulerOptions &options() const { return options_; }
 
@@ -144,6 +164,8 @@ private:
     size_t publishedBlocks = 0;  // leading blocks already published or taken from cache
     bool takesPrefixHits = true;
     int64_t cachedPromptTokens = -1;  // see cachedPromptTokens(); -1 until admitted
+    int64_t speculativeTokens = 0;
+    int64_t draftLimit = 0;  // its next drafts at most (speculativeTokens, then its luck's)
   };
 
   // One step in the making: the plan plus what scheduling it has spent.
@@ -165,6 +187,9 @@ private:
   void scheduleChunk(Sequence &seq, int64_t count, StepState &step);
   // Admits the head of the waiting queue with its first chunk; false when it does not fit.
   bool admitHead(StepState &step);
+  // Up to `most` tokens that followed the latest earlier occurrence of seq's last n tokens.
+  std::vector<int64_t> draftsFor(const Sequence &seq, int64_t most) const;
+  void addDrafts(StepState &step);
 
   SchedulerOptions options_;
   BlockPool pool_;
@@ -182,12 +207,14 @@ private:
     int64_t start;
     int64_t count;
     bool samples;
+    std::vector<int64_t> drafts;
   };
   bool stepPending_ = false;
   std::vector<PendingChunk> pendingChunks_;
   std::vector<FinishedRequest> lastFinished_;
   int64_t peakUsedBlocks_ = 0;
   uint64_t preemptions_ = 0;
+  uint64_t draftTokens_ = 0, acceptedDraftTokens_ = 0;
 };
 
 } // namespace dsrt::engine

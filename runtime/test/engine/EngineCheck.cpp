@@ -9,7 +9,7 @@
 //
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
 //                          [--device cpu|cpu-reference|cuda] [--strict] [--mpi]
-//                          [--kv-cache-dtype int8] [--temperature T]
+//                          [--kv-cache-dtype int8] [--temperature T] [--speculative-tokens K]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
 // --device: both sides' kernels (cpu-reference: the paged reference attention; cuda: the
@@ -28,6 +28,9 @@
 // --temperature T: every request samples (temperature T, top-p 0.95, top-k 40, its own
 // seed) instead of taking the greedy token, and the reference is each request alone in an
 // engine as above: a seed's tokens must not depend on what else is in the batch.
+// --speculative-tokens K: every engine drafts up to K tokens per decode token (prompt
+// lookup); the tokens must still be the reference's, and some draft must have been accepted
+// (NO-DRAFTS otherwise), or the check proved nothing of the drafts.
 #include "EngineCheck.h"
 
 #include <algorithm>
@@ -54,6 +57,8 @@ dsrt_device device = DSRT_DEVICE_CPU;
 bool mpi = false;
 dsrt_dtype kvCacheDType = DSRT_UNDEFINED;
 float temperature = 0;  // 0: greedy
+int32_t speculativeTokens = 0;
+uint64_t draftTokens = 0, acceptedDraftTokens = 0;  // over every engine of the check
 
 // A request's options: greedy, or sampled from its own seed (--temperature).
 dsrt_request_options optionsOf(const Request &request) {
@@ -77,6 +82,7 @@ dsrt_engine_options engineOptions(int32_t blockSize) {
   options.device = device;
   options.block_size = blockSize;
   options.kv_cache_dtype = kvCacheDType;
+  options.speculative_tokens = speculativeTokens;
   return options;
 }
 
@@ -290,6 +296,14 @@ int runScenario(dsrt_plan *plan, const Scenario &scenario, std::vector<Request> 
     std::printf("NO-PREEMPTION %s: the small KV budget preempted nothing\n",
                 scenario.name.c_str());
   }
+  uint64_t drafts = 0, accepted = 0;
+  check(dsrt_engine_draft_stats(engine, &drafts, &accepted), "draft stats");
+  draftTokens += drafts;
+  acceptedDraftTokens += accepted;
+  if (speculativeTokens > 0)
+    std::printf("  drafts %s: %llu, %llu accepted\n", scenario.name.c_str(),
+                static_cast<unsigned long long>(drafts),
+                static_cast<unsigned long long>(accepted));
   std::printf("%s %s: %zu requests, %llu steps, peak %lld of %lld blocks, %llu prefix hits, "
               "%llu preemptions\n",
               failures ? "FAIL" : "ok", scenario.name.c_str(), requests.size(),
@@ -334,6 +348,11 @@ int main(int argc, char **argv) {
       temperature = std::strtof(value().c_str(), nullptr);
       if (!(temperature > 0 && temperature <= 4))
         die("--temperature must be in (0, 4]");
+    } else if (flag == "--speculative-tokens") {
+      speculativeTokens = std::atoi(value().c_str());
+      // The engine's own range is what is checked: a bad value fails at its creation.
+      if (speculativeTokens < 1)
+        die("--speculative-tokens must be at least 1");
     } else if (flag == "--requests")
       requestCount = std::atoi(value().c_str());
     else if (flag == "--block-sizes") {
@@ -454,6 +473,16 @@ int main(int argc, char **argv) {
     dsrt_group_destroy(group);
   dsrt_plan_close(alonePlan);
   dsrt_plan_close(plan);
+  if (speculativeTokens > 0) {
+    // Equal to alone proves nothing of the drafts unless some were confirmed.
+    std::printf("speculation: %llu drafts, %llu accepted\n",
+                static_cast<unsigned long long>(draftTokens),
+                static_cast<unsigned long long>(acceptedDraftTokens));
+    if (acceptedDraftTokens == 0 && temperature == 0) {
+      ++failures;
+      std::printf("NO-DRAFTS: no draft was accepted\n");
+    }
+  }
   std::printf("%s: %d failure(s)\n", planPath.c_str(), failures);
   return failures ? 1 : 0;
 }

@@ -27,6 +27,8 @@ extern dsrt_device device;
 extern bool mpi;
 extern dsrt_dtype kvCacheDType;
 extern float temperature;  // 0: greedy
+extern int32_t speculativeTokens;  // --speculative-tokens: drafts per decode token
+extern uint64_t draftTokens, acceptedDraftTokens;  // over every engine of the check
 
 // A request's options: greedy, or sampled from its own seed (--temperature).
 dsrt_request_options optionsOf(const Request &request);

@@ -21,10 +21,25 @@ int64_t nextToken(const std::vector<int64_t> &context) {
   return static_cast<int64_t>((h >> 17) % 1000);
 }
 
+// A model whose text repeats, as greedy decoding's often does: two tokens in three follow
+// from the last token alone (a cycle that n-gram drafts then predict), the third from
+// everything (which they miss).
+int64_t repetitiveToken(const std::vector<int64_t> &context) {
+  if (context.size() % 3 == 0)
+    return nextToken(context);
+  return (context.back() * 7 + 3) % 11;
+}
+
+// A model that only repeats: each token from the last one alone, around a cycle.
+int64_t cyclicToken(const std::vector<int64_t> &context) { return (context.back() * 7 + 3) % 11; }
+
+using Model = int64_t (*)(const std::vector<int64_t> &);
+
 // What a request generates when it runs alone, without any KV cache.
-std::vector<int64_t> generateAlone(std::vector<int64_t> tokens, int64_t maxNewTokens) {
+std::vector<int64_t> generateAlone(std::vector<int64_t> tokens, int64_t maxNewTokens,
+                                   Model model = nextToken) {
   for (int64_t i = 0; i < maxNewTokens; ++i)
-    tokens.push_back(nextToken(tokens));
+    tokens.push_back(model(tokens));
   return tokens;
 }
 
@@ -38,17 +53,19 @@ std::vector<int64_t> iota(int64_t count, int64_t first = 1) {
 // A scheduler and the fake model that runs its plans.
 class Harness {
 public:
-  Harness(SchedulerOptions options, int64_t blockSize, int64_t numBlocks, bool prefixCaching)
+  Harness(SchedulerOptions options, int64_t blockSize, int64_t numBlocks, bool prefixCaching,
+          Model model = nextToken)
       : scheduler(options, BlockPool(blockSize, numBlocks, prefixCaching)),
-        kv_(static_cast<size_t>(blockSize * numBlocks), -1), blockSize_(blockSize) {
+        kv_(static_cast<size_t>(blockSize * numBlocks), -1), blockSize_(blockSize),
+        model_(model) {
     EXPECT_TRUE(scheduler.validate().isOk()) << scheduler.validate().message();
   }
 
-  int64_t add(std::vector<int64_t> prompt, int64_t maxNewTokens) {
+  int64_t add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t drafts = 0) {
     int64_t id = 0;
-    Status status = scheduler.add(prompt, maxNewTokens, id);
+    Status status = scheduler.add(prompt, maxNewTokens, id, true, drafts);
     EXPECT_TRUE(status.isOk()) << status.message();
-    expected[id] = generateAlone(std::move(prompt), maxNewTokens);
+    expected[id] = generateAlone(std::move(prompt), maxNewTokens, model_);
     return id;
   }
 
@@ -105,14 +122,21 @@ private:
     return kv_[static_cast<size_t>(block * blockSize_ + position % blockSize_)];
   }
 
+  // Writes the chunk's rows (its drafts' too) into the fake cache and samples: with drafts,
+  // as the engine verifies them, each next token while the one before was its draft.
   void runChunk(const ScheduledChunk &chunk, std::vector<std::pair<int64_t, int64_t>> &sampled) {
     const std::vector<int64_t> &tokens = scheduler.tokens(chunk.requestId);
     const BlockPool &pool = scheduler.pool();
+    const int64_t drafted = static_cast<int64_t>(chunk.drafts.size());
+    const int64_t length = static_cast<int64_t>(tokens.size());
     int64_t end = chunk.start + chunk.count;
     ASSERT_GE(chunk.count, 1);
-    ASSERT_LE(end, static_cast<int64_t>(tokens.size()));
+    ASSERT_LE(end - drafted, length);
     ASSERT_GE(static_cast<int64_t>(chunk.blockTable.size()) * blockSize_, end);
-    EXPECT_EQ(chunk.samples, end == static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(chunk.samples, end - drafted == length);
+    if (drafted > 0) {
+      ASSERT_TRUE(chunk.samples && chunk.count == 1 + drafted);
+    }
     for (int64_t p = 0; p < chunk.start; ++p)
       ASSERT_EQ(slot(chunk.blockTable, p), tokens[p])
           << "request " << chunk.requestId << " reads stale KV at position " << p;
@@ -121,18 +145,25 @@ private:
       // Blocks that others may read (shared or published) are never written again.
       ASSERT_EQ(pool.refCount(block), 1) << "request " << chunk.requestId << " block " << block;
       ASSERT_FALSE(pool.isPublished(block));
-      slot(chunk.blockTable, p) = tokens[p];
+      slot(chunk.blockTable, p) = p < length ? tokens[p] : chunk.drafts[p - length];
     }
     if (!chunk.samples)
       return;
     std::vector<int64_t> context;
-    for (int64_t p = 0; p < end; ++p)
+    for (int64_t p = 0; p < length; ++p)
       context.push_back(slot(chunk.blockTable, p));
-    sampled.emplace_back(chunk.requestId, nextToken(context));
+    for (int64_t row = 0;; ++row) {
+      const int64_t token = model_(context);
+      sampled.emplace_back(chunk.requestId, token);
+      if (row == drafted || token != chunk.drafts[static_cast<size_t>(row)])
+        break;
+      context.push_back(slot(chunk.blockTable, length + row));
+    }
   }
 
   std::vector<int64_t> kv_;
   int64_t blockSize_;
+  Model model_;
 };
 
 SchedulerOptions options(int64_t tokens, int64_t running, int64_t length) {
@@ -516,18 +547,80 @@ void checkInvariants(const Scheduler &scheduler, const StepPlan *plan) {
   }
 }
 
+TEST(Scheduler, DraftsAreTheTokensAfterTheLatestEarlierNgram) {
+  // 1 2 3 9 1 2 3 | 4 5: the last 3 tokens (1 2 3) came before, followed by 9 1 2 3 4.
+  Harness h(options(16, 4, 64), 4, 16, false, repetitiveToken);
+  int64_t id = 0;
+  ASSERT_TRUE(h.scheduler.add({1, 2, 3, 9, 1, 2, 3}, 10, id, true, 3).isOk());
+  StepPlan prefill = h.schedule();
+  ASSERT_EQ(prefill.chunks.size(), 1u);
+  EXPECT_TRUE(prefill.chunks[0].drafts.empty()) << "a prompt chunk carries no drafts";
+  std::vector<std::pair<int64_t, int64_t>> sampled = {{id, 9}};
+  ASSERT_TRUE(h.scheduler.commit(sampled).isOk());
+  // Now ... 1 2 3 9: "2 3 9" was followed by "1 2 3", three drafts.
+  StepPlan decode = h.schedule();
+  ASSERT_EQ(decode.chunks.size(), 1u);
+  EXPECT_EQ(decode.chunks[0].drafts, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(decode.chunks[0].count, 4);
+  // Two accepted, then another token: computed through the second draft.
+  ASSERT_TRUE(h.scheduler.commit({{id, 1}, {id, 2}, {id, 9}}).isOk());
+  EXPECT_EQ(h.scheduler.tokens(id), (std::vector<int64_t>{1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 9}));
+  EXPECT_EQ(h.scheduler.computedCount(id), 10);
+  EXPECT_EQ(h.scheduler.draftTokens(), 3u);
+  EXPECT_EQ(h.scheduler.acceptedDraftTokens(), 2u);
+  // What commit() refuses: a token that is not its draft, more tokens than rows. The last
+  // token, 9, came before at 7, followed by 1 2 9.
+  StepPlan next = h.schedule();
+  ASSERT_EQ(next.chunks.size(), 1u);
+  const std::vector<int64_t> drafts = next.chunks[0].drafts;
+  ASSERT_EQ(drafts, (std::vector<int64_t>{1, 2, 9}));
+  EXPECT_FALSE(h.scheduler.commit({{id, drafts[0] + 1}, {id, 5}}).isOk());
+  std::vector<std::pair<int64_t, int64_t>> tooMany(drafts.size() + 2, {id, 0});
+  EXPECT_FALSE(h.scheduler.commit(tooMany).isOk());
+  ASSERT_TRUE(h.scheduler.commit({{id, drafts[0] + 1}}).isOk());
+}
+
+TEST(Scheduler, DraftsNeverPassTheRequestsEndOrTakeAPromptsBudget) {
+  Harness h(options(6, 4, 64), 4, 16, false, repetitiveToken);
+  int64_t a = h.add({1, 2, 1, 2, 1, 2}, 3, 8);
+  h.step();  // a's prompt, then its first token
+  int64_t b = h.add(iota(20, 30), 2, 8);
+  StepPlan plan = h.schedule();
+  // a: two tokens left, so at most one draft; b's prompt took the rest of the budget first.
+  const ScheduledChunk *decode = chunkOf(plan, a);
+  ASSERT_NE(decode, nullptr);
+  EXPECT_LE(decode->drafts.size(), 1u);
+  const ScheduledChunk *prompt = chunkOf(plan, b);
+  ASSERT_NE(prompt, nullptr);
+  EXPECT_EQ(prompt->count + decode->count, 6);
+  EXPECT_EQ(prompt->count, 5) << "the prompt gets all the budget the decode token leaves";
+  h.runAndCommit(plan);
+  h.runUntilIdle();
+  h.expectFinishedAsAlone();
+}
+
+TEST(Scheduler, SpeculationSavesStepsAndGivesTheTokensAlone) {
+  Harness h(options(16, 4, 128), 4, 64, true, cyclicToken);
+  h.add({5, 6}, 60, 4);
+  int steps = h.runUntilIdle();
+  h.expectFinishedAsAlone();
+  EXPECT_GT(h.scheduler.acceptedDraftTokens(), 20u);
+  EXPECT_LT(steps, 45) << "60 tokens took a step each";
+}
+
 struct SimulationCase {
   int64_t blockSize;
   int64_t numBlocks;
   int64_t maxTokensPerStep;
   bool prefixCaching;
   uint32_t seed;
+  int64_t drafts = 0;  // each request's speculative tokens (over repetitiveToken's model)
 };
 
 void PrintTo(const SimulationCase &sim, std::ostream *out) {
   *out << "blocks of " << sim.blockSize << " x" << sim.numBlocks << ", budget "
        << sim.maxTokensPerStep << (sim.prefixCaching ? ", prefix caching" : "") << ", seed "
-       << sim.seed;
+       << sim.seed << (sim.drafts ? ", drafts" : "");
 }
 
 class SchedulerSimulation : public ::testing::TestWithParam<SimulationCase> {};
@@ -539,7 +632,7 @@ TEST_P(SchedulerSimulation, RandomTrafficMatchesRunningAlone) {
   const SimulationCase &sim = GetParam();
   const int64_t maxLength = std::min<int64_t>(48, sim.blockSize * sim.numBlocks);
   Harness h(options(sim.maxTokensPerStep, 6, maxLength), sim.blockSize, sim.numBlocks,
-            sim.prefixCaching);
+            sim.prefixCaching, sim.drafts ? repetitiveToken : nextToken);
   std::mt19937 rng(sim.seed);
   auto uniform = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -571,7 +664,7 @@ TEST_P(SchedulerSimulation, RandomTrafficMatchesRunningAlone) {
         prompt.push_back(uniform(0, 999));
       int64_t promptLength = static_cast<int64_t>(prompt.size());
       int64_t maxNew = std::min(uniform(1, 12), maxLength - promptLength);
-      h.add(std::move(prompt), maxNew);
+      h.add(std::move(prompt), maxNew, sim.drafts);
     }
     if (uniform(0, 99) < 3)
       cancelOne();
@@ -597,6 +690,11 @@ TEST_P(SchedulerSimulation, RandomTrafficMatchesRunningAlone) {
   EXPECT_GT(cancelled.size(), 0u);
   EXPECT_EQ(h.scheduler.pool().freeBlocks(), sim.numBlocks);
   EXPECT_GT(h.scheduler.preemptions(), 0u) << "the pool was meant to be too small";
+  if (sim.drafts) {
+    EXPECT_GT(h.scheduler.acceptedDraftTokens(), 0u);
+    EXPECT_LT(h.scheduler.acceptedDraftTokens(), h.scheduler.draftTokens())
+        << "some drafts were meant to be rejected";
+  }
   if (sim.prefixCaching)
     EXPECT_GT(h.scheduler.prefixHits(), 0u);
   else
@@ -608,7 +706,10 @@ INSTANTIATE_TEST_SUITE_P(Pools, SchedulerSimulation,
                                            SimulationCase{4, 16, 16, false, 2},
                                            SimulationCase{2, 24, 8, true, 3},
                                            SimulationCase{1, 48, 32, true, 4},
-                                           SimulationCase{8, 8, 24, true, 5}));
+                                           SimulationCase{8, 8, 24, true, 5},
+                                           SimulationCase{4, 16, 16, true, 6, 3},
+                                           SimulationCase{1, 48, 32, true, 7, 4},
+                                           SimulationCase{2, 24, 8, false, 8, 2}));
 
 } // namespace
 } // namespace dsrt::engine
