@@ -37,6 +37,11 @@ dsrt_engine *createEngine(Choices &choices) {
   if (choices.byte() % 8 == 0)
     options.kv_cache_memory_fraction =
         choices.pick<double>({1e-5, 1e-9, 0.0, -0.5, 2.0, std::nan(""), 1e-300});
+  // Speculative decoding: the fuzzer's prompts repeat (3 + i % 5), so drafts are found, and
+  // some confirmed; and values to refuse.
+  options.speculative_tokens = static_cast<int32_t>(choices.pick<int64_t>({0, 0, 2, 4, 17, -1}));
+  options.prompt_lookup_max = static_cast<int32_t>(choices.pick<int64_t>({3, 1, 5, 0}));
+  options.prompt_lookup_min = static_cast<int32_t>(choices.pick<int64_t>({1, 2, 0}));
   if (choices.byte() % 16 == 0)
     options.struct_size = choices.byte();
   dsrt_engine *engine = nullptr;
