@@ -8,15 +8,12 @@ does; FastAPI/uvicorn and prometheus_client are what vLLM's server stands on).
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
 import functools
 import hmac
 import json
-import os
-import signal
 import sys
 from typing import Optional
 
@@ -28,9 +25,7 @@ from starlette.background import BackgroundTask
 from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
-from .chat import ChatTemplate, ChatTemplateError
-from .compiler import _model_name, plan_for
-from .engine import EngineLoop, TokenLogprob
+from .engine import TokenLogprob
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        error_body, now)
 from .server_state import (Answer, Generation, Refused, Server, chat_logprobs,
@@ -352,209 +347,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
     return app
 
 
-def _mpi_world() -> int:
-    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 1
-
-
-# Files beside the connections: the plan, the libraries, Python's imports, the engine's own.
-_FILES_BESIDE_CONNECTIONS = 128
-
-
-def _raise_open_file_limit(max_concurrent: int) -> None:
-    """Each client holds a socket, also one answered 429, and Linux's default soft limit of
-    1024 open files made a flood of 1500 streaming clients fail with connection resets and
-    500s (EMFILE at accept and in starlette's lazy imports). As vLLM does, the soft limit is
-    raised to the hard one; a hard limit below the cap is said at the start."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_concurrent + _FILES_BESIDE_CONNECTIONS
-    # An unlimited hard limit is taken as far as the cap needs, and at least vLLM's 65535.
-    target = hard if hard != resource.RLIM_INFINITY else max(wanted, 65535)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        print(f"dsserve: warning: this process may open {soft} files (ulimit -n; hard limit "
-              f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}), fewer than "
-              f"--max-concurrent-requests {max_concurrent} needs: past about "
-              f"{max(soft - _FILES_BESIDE_CONNECTIONS, 0)} clients at once, new connections "
-              f"fail instead of being answered; raise `ulimit -Hn` or lower the cap",
-              file=sys.stderr)
-
-
-def _int_within(low: int, high: int):
-    """An argparse type: an integer in [low, high]. A --port of 99999 had been taken and the
-    server listened on another port; a cap of 0 answered every request 429."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], not {value}")
-        return value
-    return parse
-
-
-def _json_strings(text: str) -> list:
-    """An argparse type: a JSON list of strings, as vLLM's --allowed-origins takes."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise argparse.ArgumentTypeError(f"must be a JSON list of strings such as "
-                                         f"'[\"*\"]', not {text!r}")
-    return value
-
-
-def _json_object(text: str) -> dict:
-    """An argparse type: a JSON object, as vLLM's --speculative-config takes."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, not {text!r}")
-    return value
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
-        "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics; vLLM's "
-        "/tokenize, /detokenize and /version). Under "
-        "mpirun a tensor-parallel plan runs one rank per process; rank 0 serves.")
-    parser.add_argument("model", metavar="MODEL",
-                        help="the plan (dsc compile --serving model.onnx -o plan.dsp), or an "
-                        "ONNX model or its folder, compiled once to a serving plan kept in "
-                        "$DSRT_CACHE_DIR (default ~/.cache/dsrt/plans)")
-    parser.add_argument("--dtype", help="compiling a model: the weights' dtype (dsc --dtype: "
-                        "fp32, fp16, bf16, int8, int4; default the model's)")
-    parser.add_argument("--tp", "--tensor-parallel-size", type=int, dest="tp",
-                        help="compiling a model: tensor-parallel ranks (with a plan, its own "
-                        "rank count or nothing)")
-    parser.add_argument("--max-seq-len", "--max-model-len", type=int, dest="max_seq_len",
-                        help="compiling a model: positions per sequence (default the model's); "
-                        "with a plan, at most its positions: a cap on each request")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=_int_within(1, 65535), default=8000)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cpu-reference")
-    parser.add_argument("--served-model-name", help="the model's id in /v1/models "
-                        "(default: the plan file's name without .dsp)")
-    parser.add_argument("--max-concurrent-requests", type=_int_within(1, 1 << 31),
-                        default=4096, help="requests served at once (the engine queues "
-                        "those past --max-num-seqs); more are answered 429")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--kv-cache-bytes", type=int, default=0,
-                        help="the KV cache's bytes (0: a whole sequence for every row of "
-                        "the plan's step, at most a quarter of the memory)")
-    parser.add_argument("--kv-cache-memory-fraction", type=float, default=0.0,
-                        help="the KV cache as this fraction (0 to 1) of the memory free at "
-                        "the start (a GPU's: once the weights are on it), instead of "
-                        "--kv-cache-bytes")
-    parser.add_argument("--max-tokens-per-step", "--max-num-batched-tokens", type=int,
-                        default=0, dest="max_tokens_per_step",
-                        help="tokens one engine step computes at most (0: the plan's step rows)")
-    parser.add_argument("--max-running", "--max-num-seqs", type=int, default=0,
-                        dest="max_running",
-                        help="sequences holding KV at once (0: --max-tokens-per-step)")
-    parser.add_argument("--no-prefix-caching", "--no-enable-prefix-caching",
-                        action="store_true", dest="no_prefix_caching")
-    parser.add_argument("--enable-prefix-caching", action="store_false",
-                        dest="no_prefix_caching", help="(the default; vLLM's flag)")
-    parser.add_argument("--no-batch-invariant", action="store_true",
-                        help="let long steps of half and quantized plans take faster bf16 "
-                        "arithmetic (a token may then differ from the request's alone)")
-    parser.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto",
-                        help="the KV cache's dtype: the plan's, or int8 with a scale per 32 "
-                        "values (about half an f16 cache's bytes; CPU only)")
-    parser.add_argument("--speculative-config", type=_json_object, metavar="JSON",
-                        help="speculative decoding, vLLM's form, prompt lookup only: "
-                        "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                        "\"prompt_lookup_max\": 3}' (greedy requests; CPU only)")
-    parser.add_argument("--chat-template", metavar="FILE",
-                        help="a Jinja chat template for /v1/chat/completions instead of the "
-                        "plan's (the model's tokenizer_config.json's)")
-    parser.add_argument("--api-key", default=os.environ.get("DSSERVE_API_KEY") or None,
-                        help="the key /v1/... requests must carry (Authorization: Bearer "
-                        "KEY), as vLLM's; default $DSSERVE_API_KEY, else none")
-    parser.add_argument("--allowed-origins", type=_json_strings, default=["*"],
-                        help="origins whose pages may call the server from a browser (CORS), "
-                        "a JSON list; default any, as vLLM's")
-    parser.add_argument("--allow-credentials", action="store_true",
-                        help="let those pages send cookies and HTTP authentication (CORS)")
-    parser.add_argument("--allowed-methods", type=_json_strings, default=["*"],
-                        help="HTTP methods those pages may use, a JSON list (default any)")
-    parser.add_argument("--allowed-headers", type=_json_strings, default=["*"],
-                        help="request headers those pages may send, a JSON list (default any)")
-    parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args(argv)
-    chat_template = None
-    if args.chat_template:
-        try:
-            with open(args.chat_template, encoding="utf-8") as file:
-                chat_template = file.read()
-            ChatTemplate(chat_template, {})  # a template that does not parse fails here
-        except (OSError, ChatTemplateError) as error:
-            print(f"dsserve: --chat-template {args.chat_template}: {error}", file=sys.stderr)
-            return 2
-
-    try:
-        plan = plan_for(args.model, tp=args.tp, dtype=args.dtype, max_seq_len=args.max_seq_len)
-        engine = EngineLoop(plan, device=args.device, block_size=args.block_size,
-                            kv_cache_bytes=args.kv_cache_bytes,
-                            max_tokens_per_step=args.max_tokens_per_step,
-                            max_running=args.max_running,
-                            prefix_caching=not args.no_prefix_caching,
-                            batch_invariant=not args.no_batch_invariant,
-                            kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
-                            kv_cache_memory_fraction=args.kv_cache_memory_fraction,
-                            max_seq_len=args.max_seq_len,
-                            speculative_config=args.speculative_config)
-    except _dsrt.Error as error:
-        print(f"dsserve: {error}", file=sys.stderr)
-        return 1
-    if engine.rank != 0:
-        # mpirun forwards SIGTERM to every rank; a follower stays until rank 0 has drained
-        # its requests (they need this rank's steps) and ended its engine, which ends this.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        engine.follow()
-        return 0
-
-    import uvicorn
-    _raise_open_file_limit(args.max_concurrent_requests)
-    name = args.served_model_name or _model_name(args.model)
-    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template),
-                     api_key=args.api_key,
-                     cors=Cors(args.allowed_origins, args.allow_credentials,
-                               args.allowed_methods, args.allowed_headers))
-    # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
-    # flight (timeout_graceful_shutdown None) before the engine is closed.
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=None)
-
-    class DrainingServer(uvicorn.Server):
-        # uvicorn re-raises the signal once drained, so the exit status would say "killed";
-        # a server that drained and stopped as asked exits 0.
-        def handle_exit(self, sig, frame):
-            super().handle_exit(sig, frame)
-            getattr(self, "_captured_signals", []).clear()
-
-    try:
-        DrainingServer(config).run()
-    finally:
-        engine.close()
-    return 0
+    """``dsserve``: the command line (server_cli.py) over create_app."""
+    from .server_cli import main as run
+    return run(argv)
 
 
 if __name__ == "__main__":
