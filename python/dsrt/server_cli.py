@@ -71,27 +71,23 @@ def _int_within(low: int, high: int):
     return parse
 
 
-def _json_strings(text: str) -> list:
-    """An argparse type: a JSON list of strings, as vLLM's --allowed-origins takes."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise argparse.ArgumentTypeError(f"must be a JSON list of strings such as "
-                                         f"'[\"*\"]', not {text!r}")
-    return value
+def _json(what: str, fits):
+    """An argparse type: JSON that `fits` (vLLM's flags take JSON: --allowed-origins a list
+    of strings, --speculative-config an object); `what` names it in the refusal."""
+    def parse(text: str):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
+        return value
+    return parse
 
 
-def _json_object(text: str) -> dict:
-    """An argparse type: a JSON object, as vLLM's --speculative-config takes."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object, not {text!r}")
-    return value
+_json_strings = _json("a JSON list of strings such as '[\"*\"]'", lambda v: isinstance(
+    v, list) and all(isinstance(s, str) for s in v))
+_json_object = _json("a JSON object", lambda v: isinstance(v, dict))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
