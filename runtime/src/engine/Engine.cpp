@@ -3,7 +3,6 @@
 #include "comm/InProcessGroup.h"
 #include "engine/Scheduler.h"
 #include "engine/TokenSampling.h"
-#include "generate/Generator.h"
 #include "ops/ThreadPool.h"
 
 #include <algorithm>
@@ -145,13 +144,6 @@ Status Engine::cachedPromptTokens(int64_t id, int64_t &cached) const {
 void Engine::setCallback(TokenCallback callback) {
   std::lock_guard<std::mutex> lock(mutex_);
   callback_ = std::move(callback);
-}
-
-bool Engine::stopsAt(const RequestOptions &options, int64_t token) const {
-  return std::find(options.stopTokens.begin(), options.stopTokens.end(), token) !=
-             options.stopTokens.end() ||
-         (!options.ignoreEos &&
-          std::find(eosTokens_.begin(), eosTokens_.end(), token) != eosTokens_.end());
 }
 
 bool Engine::idle() const {
@@ -337,7 +329,7 @@ Status Engine::step() {
       ran = Status::error("the " + program_ + " program's logits are " +
                           shapeString(logits.shape) + ", not " + std::to_string(expected) +
                           " rows of " + std::to_string(vocab_));
-    auto readRow = [&](int64_t at, std::vector<float> &values) {
+    const LogitsReader readRow = [&](int64_t at, std::vector<float> &values) {
       values.resize(static_cast<size_t>(width));
       const auto *bytes = static_cast<const uint8_t *>(logits.data) +
                           static_cast<size_t>(at * width) * dtypeSize(logits.dtype);
@@ -347,19 +339,7 @@ Status Engine::step() {
     // The rows to read: each prompt token's log-probability and each sampled token. They
     // run on the pool's threads (a 150k vocabulary costs a few ms a row to sample, and more
     // with log-probabilities); each request's random stream and counts are its own, and a
-    // request samples at most one row a step, so the order does not matter.
-    struct RowWork {
-      int64_t request;
-      Live *live;
-      int64_t logitsRow;
-      int64_t promptToken;  // the prompt token whose log-probability is due; -1: sample
-      int64_t token = -1;
-      std::optional<TokenLogprobs> logprobs;
-      // A chunk's drafts: the rows after logitsRow give the tokens after each confirmed one.
-      const std::vector<int64_t> *drafts = nullptr;
-      std::vector<int64_t> more;
-      std::vector<std::optional<TokenLogprobs>> moreLogprobs;
-    };
+    // request's rows (its drafts' too) are one item, so the order does not matter.
     std::vector<RowWork> work;
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
       const ScheduledChunk &chunk = plan.chunks[c];
@@ -380,60 +360,8 @@ Status Engine::step() {
                         chunk.drafts.empty() ? nullptr : &chunk.drafts, {}, {}});
     }
     ops::parallelFor(static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
-      thread_local std::vector<float> values, penalized;
-      for (int64_t w = begin; w < end; ++w) {
-        RowWork &item = work[static_cast<size_t>(w)];
-        Live &live = *item.live;
-        readRow(item.logitsRow, values);
-        if (item.promptToken >= 0) {
-          item.logprobs = logprobsOf(values, item.promptToken, live.options.promptLogprobs);
-          continue;
-        }
-        const RequestOptions &options = live.options;
-        GenerateOptions sampling;
-        sampling.temperature = options.temperature;
-        sampling.topK = options.topK;
-        sampling.topP = options.topP;
-        sampling.minP = options.minP;
-        const bool counts = penalises(options);
-        // min_tokens: the tokens that would end the request are out of the draw.
-        const bool holdsStop = live.generated < options.minTokens;
-        if (counts || holdsStop) {
-          penalized.assign(values.begin(), values.end());
-          if (counts)
-            applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
-          if (holdsStop) {
-            if (!options.ignoreEos)
-              for (int64_t eos : eosTokens_)
-                if (eos >= 0 && eos < vocab_)
-                  penalized[static_cast<size_t>(eos)] = -INFINITY;
-            for (int64_t stop : options.stopTokens)
-              if (stop >= 0 && stop < vocab_)
-                penalized[static_cast<size_t>(stop)] = -INFINITY;
-          }
-        }
-        item.token = sampleToken(counts || holdsStop ? penalized : values, sampling, live.rng);
-        ++live.generated;
-        if (counts)
-          ++live.generatedCounts[item.token];
-        if (options.logprobs >= 0)
-          item.logprobs = logprobsOf(values, item.token, options.logprobs);
-        // Each draft the last token confirmed (a greedy request's: its row's token is the
-        // draft) gives the next row's token, until one is not its draft or ends the request.
-        for (size_t d = 0; item.drafts && d < item.drafts->size(); ++d) {
-          const int64_t last = d == 0 ? item.token : item.more.back();
-          if (last != (*item.drafts)[d] || stopsAt(options, last))
-            break;
-          readRow(item.logitsRow + static_cast<int64_t>(d) + 1, values);
-          item.more.push_back(sampleToken(values, sampling, live.rng));
-          ++live.generated;
-          item.moreLogprobs.push_back(
-              options.logprobs >= 0
-                  ? std::optional<TokenLogprobs>(
-                        logprobsOf(values, item.more.back(), options.logprobs))
-                  : std::nullopt);
-        }
-      }
+      for (int64_t w = begin; w < end; ++w)
+        sampleRow(work[static_cast<size_t>(w)], readRow);
     });
     for (RowWork &item : work)
       if (item.promptToken >= 0) {

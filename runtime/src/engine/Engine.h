@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -234,6 +235,26 @@ private:
   void finishLocked(int64_t id, RequestFinish finish);
   // Whether `token` ends a request of `options` (its stop tokens, or EOS unless ignored).
   bool stopsAt(const RequestOptions &options, int64_t token) const;
+
+  // One request's rows of a step's logits to read (EngineSampling.cpp).
+  struct RowWork {
+    int64_t request;
+    Live *live;
+    int64_t logitsRow;
+    int64_t promptToken;  // the prompt token whose log-probability is due; -1: sample
+    int64_t token = -1;
+    std::optional<TokenLogprobs> logprobs;
+    // A chunk's drafts: the rows after logitsRow give the tokens after each confirmed one.
+    const std::vector<int64_t> *drafts = nullptr;
+    std::vector<int64_t> more;
+    std::vector<std::optional<TokenLogprobs>> moreLogprobs;
+  };
+  // Row `at` of the step's logits, as f32.
+  using LogitsReader = std::function<void(int64_t at, std::vector<float> &values)>;
+  // A prompt token's log-probability, or the request's next token (its penalties,
+  // min_tokens, sampling and log-probabilities) and the drafts' tokens the model confirms.
+  // Only the request's own state changes: items run on the pool's threads.
+  void sampleRow(RowWork &item, const LogitsReader &readRow) const;
 
   std::shared_ptr<PlanFile> plan_;
   EngineOptions options_;
