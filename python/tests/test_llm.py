@@ -571,6 +571,21 @@ def test_speculative_decoding_gives_transformers_greedy_tokens(plan, reference):
         for output, expected in zip(outputs, reference["prompts"]):
             assert output.outputs[0].token_ids == expected["generated"]
     assert 0 < stats["accepted_draft_tokens"] <= stats["draft_tokens"]
+    # Every emitted token, a confirmed draft's too, has its log-probability, the one it has
+    # without drafts within 1e-4 (a draft's row is computed in a chunk of rows, which an f32
+    # plan's kernels sum in another order: docs/serving.md, "Batch invariance").
+    with dsrt.LLM(plan, speculative_config=config) as llm:
+        first = reference["prompts"][0]
+        output = llm.generate(first["ids"], dsrt.SamplingParams(
+            max_tokens=reference["max_new_tokens"], logprobs=2, **GREEDY))[0].outputs[0]
+        assert llm._loop.stats()["accepted_draft_tokens"] > 0
+    assert [e.token_id for e in output.logprobs] == first["generated"]
+    with dsrt.LLM(plan) as plain:
+        expected = plain.generate(first["ids"], dsrt.SamplingParams(
+            max_tokens=reference["max_new_tokens"], logprobs=2, **GREEDY))[0].outputs[0]
+    for got, want in zip(output.logprobs, expected.logprobs):
+        assert abs(got.logprob - want.logprob) <= 1e-4
+        assert [t for t, _ in got.top] == [t for t, _ in want.top]
     with dsrt.LLM(plan) as plain:
         assert plain.generate(prompts[0], sampled)[0].outputs[0].token_ids == drawn
 
