@@ -235,9 +235,9 @@ class LLM:
 
     ``speculative_config`` (vLLM's, prompt lookup only: ``{"method": "ngram",
     "num_speculative_tokens": 4, "prompt_lookup_max": 3}``) lets each decode token of a
-    greedy request also compute up to that many drafts, the tokens that followed the latest
-    earlier occurrence of its last n tokens; its greedy tokens confirm them, so its output
-    is what it is without (docs/serving.md, "Speculative decoding"). CPU only.
+    request without penalties or min_tokens also compute up to that many drafts, the tokens that followed the latest
+    earlier occurrence of its last n tokens; a draft counts where the row's draw (greedy, or
+    from the request's seed) is the draft, so its output is what it is without (docs/serving.md, "Speculative decoding"). CPU only.
 
     With a plan, ``tensor_parallel_size`` may only say its rank count, and ``max_model_len``
     at most its positions, which then caps every request (as a vLLM script passes them);

@@ -127,7 +127,7 @@ ServeOptions parse(int argc, char **argv) {
                    "32 values, about half an f16 cache's bytes; CPU only). The static and "
                    "one-at-a-time runs keep the plan's");
   commandLine.integer("--speculative-tokens", o.speculativeTokens, "K",
-                      "the engine's drafts per decode token of a greedy request (speculative "
+                      "the engine's drafts per decode token of a request (speculative "
                       "decoding by prompt lookup; default 0: off). The static and "
                       "one-at-a-time runs have none",
                       0, 1000);

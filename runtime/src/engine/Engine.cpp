@@ -68,10 +68,12 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
                            std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(vocab_) + ")");
   std::lock_guard<std::mutex> lock(mutex_);
-  // Drafts only where a row's token is its greedy one whatever came before in the step: a
-  // penalty or min_tokens would make row i's token depend on the drafts before it.
-  const bool speculates = options.temperature == 0 && !penalises(options) &&
-                          options.minTokens == 0;
+  // Drafts where a row's draw depends only on the row and the request's random stream: a
+  // penalty or min_tokens would make it depend on the tokens drawn before it in the step.
+  // A sampled request draws each row as it would without drafts, and a draft counts only
+  // where the draw is the draft itself (EngineSampling.cpp), so its stream and its tokens
+  // are the ones it has without.
+  const bool speculates = !penalises(options) && options.minTokens == 0;
   DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id,
                                        options.promptLogprobs < 0,
                                        speculates ? options_.speculativeTokens : 0));

@@ -68,12 +68,13 @@ struct EngineOptions {
   // CPU backends only; off, the plan's cache dtype.
   bool int8KvCache = false;
   // Speculative decoding by prompt lookup (vLLM's "ngram" method): each decode token of a
-  // greedy request without penalties or min_tokens also computes up to this many drafts,
-  // the tokens that followed the latest earlier occurrence of its last n tokens (n from
+  // request without penalties or min_tokens also computes up to this many drafts, the
+  // tokens that followed the latest earlier occurrence of its last n tokens (n from
   // promptLookupMax down to promptLookupMin; Scheduler.h), from the step's spare budget.
-  // The greedy tokens of the drafts' rows confirm them, so a request's tokens are those it
-  // gets without: a request alone reads the weights once for several tokens. 0: off. The
-  // CPU backends only.
+  // Each row is drawn as without drafts (greedy, or from the request's own stream) and a
+  // draft counts where the draw is the draft, so a request's tokens are those it gets
+  // without: a request alone reads the weights once for several tokens. 0: off. The CPU
+  // backends only.
   int64_t speculativeTokens = 0;
   int64_t promptLookupMax = 3, promptLookupMin = 1;
 };

@@ -56,8 +56,11 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
     ++live.generatedCounts[item.token];
   if (options.logprobs >= 0)
     item.logprobs = logprobsOf(values, item.token, options.logprobs);
-  // Each draft the last token confirmed (a greedy request's: its row's token is the draft)
-  // gives the next row's token, until one is not its draft or ends the request.
+  // Each draft the last token confirmed gives the next row's token, until one is not its
+  // draft or ends the request. A row is drawn as it is without drafts, from the same stream
+  // in the same order, and a draft is confirmed only where the draw is the draft: the
+  // tokens are those the request has without, greedy or sampled (for sampled ones this is
+  // speculative sampling's acceptance with the draft's probability, the draw coupled).
   for (size_t d = 0; item.drafts && d < item.drafts->size(); ++d) {
     const int64_t last = d == 0 ? item.token : item.more.back();
     if (last != (*item.drafts)[d] || stopsAt(options, last))
