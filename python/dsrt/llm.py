@@ -234,10 +234,11 @@ class LLM:
     and ``dtype`` as "auto", "float16", "bfloat16" or "float32".
 
     ``speculative_config`` (vLLM's, prompt lookup only: ``{"method": "ngram",
-    "num_speculative_tokens": 4, "prompt_lookup_max": 3}``) lets each decode token of a
-    request without penalties or min_tokens also compute up to that many drafts, the tokens that followed the latest
+    "num_speculative_tokens": 4, "prompt_lookup_max": 3}``) lets each decode token also
+    compute up to that many drafts, the tokens that followed the latest
     earlier occurrence of its last n tokens; a draft counts where the row's draw (greedy, or
-    from the request's seed) is the draft, so its output is what it is without (docs/serving.md, "Speculative decoding"). CPU only.
+    from the request's seed, penalties applied) is the draft, so the outputs are what they
+    are without (docs/serving.md, "Speculative decoding"). CPU only.
 
     With a plan, ``tensor_parallel_size`` may only say its rank count, and ``max_model_len``
     at most its positions, which then caps every request (as a vLLM script passes them);

@@ -143,7 +143,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--speculative-config", type=_json_object, metavar="JSON",
                         help="speculative decoding, vLLM's form, prompt lookup only: "
                         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                        "\"prompt_lookup_max\": 3}' (requests without penalties or min_tokens; CPU only)")
+                        "\"prompt_lookup_max\": 3}' (the same tokens; CPU only)")
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")

@@ -605,3 +605,26 @@ def test_speculative_configs_dsrt_cannot_serve_are_refused(plan):
             ({"num_speculative_tokens": 2.5}, "speculative_tokens must be an integer")):
         with pytest.raises(dsrt.Error, match=message):
             dsrt.LLM(plan, speculative_config=config)
+
+
+@pytest.mark.parametrize("options", [
+    {"repetition_penalty": 1.05}, {"frequency_penalty": 0.1}, {"logit_bias": "second"},
+    {"presence_penalty": 0.2, "temperature": 0.2, "seed": 1}, {"min_tokens": "fourth"},
+    {"repetition_penalty": 1.02, "temperature": 0.2, "seed": 4, "logprobs": 2}])
+def test_speculative_decoding_keeps_penalties_and_min_tokens(plan, reference, options):
+    """A draft's row draws after the penalties and min_tokens of the tokens before it in the
+    step, so a request with them confirms drafts and keeps the tokens it has without."""
+    greedy = reference["prompts"][0]["generated"]
+    if options.get("logit_bias") == "second":  # a bias that changes what is drawn
+        options = {"logit_bias": {greedy[1]: 4.0}}
+    if options.get("min_tokens") == "fourth":  # a stop token held back for 20 tokens
+        options = {"min_tokens": 20, "stop_token_ids": [greedy[3]]}
+    params = dsrt.SamplingParams(**{"max_tokens": 40, "temperature": 0, "ignore_eos": True,
+                                    **options})
+    prompt = reference["prompts"][0]["ids"]
+    with dsrt.LLM(plan, speculative_config={"num_speculative_tokens": 4}) as llm:
+        drafted = llm.generate(prompt, params)[0].outputs[0]
+        assert llm._loop.stats()["accepted_draft_tokens"] > 0
+    with dsrt.LLM(plan) as plain:
+        expected = plain.generate(prompt, params)[0].outputs[0]
+    assert drafted.token_ids == expected.token_ids

@@ -373,13 +373,13 @@ typedef struct dsrt_engine_options {
                                     whose dsrt_engine_options_init zeroed it, keeps the
                                     default. */
   int32_t speculative_tokens;    /* 0 (default): off. 1 to 16: speculative decoding by prompt
-                                    lookup (vLLM's "ngram"): each decode token of a request
-                                    without penalties or min_tokens also computes up to this
-                                    many drafts, the tokens that followed the latest earlier
-                                    occurrence of its last n tokens; each row is drawn as
-                                    without drafts (greedy or from the request's seed) and a
-                                    draft counts where the draw is the draft, so its output
-                                    is what it is without. From the step's spare budget only. CPU devices
+                                    lookup (vLLM's "ngram"): each decode token also computes
+                                    up to this many drafts, the tokens that followed the
+                                    latest earlier occurrence of its sequence's last n
+                                    tokens; each row is drawn as without drafts (greedy or
+                                    from the request's seed, penalties applied) and a draft
+                                    counts where the draw is the draft, so every request's
+                                    output is what it is without. From the step's spare budget only. CPU devices
                                     only. These three fields made the struct larger: a
                                     caller built before them is refused by struct_size. */
   int32_t prompt_lookup_max;     /* the n-grams looked up, longest first: default 3 */

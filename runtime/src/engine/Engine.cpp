@@ -68,15 +68,11 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
                            std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
                            std::to_string(vocab_) + ")");
   std::lock_guard<std::mutex> lock(mutex_);
-  // Drafts where a row's draw depends only on the row and the request's random stream: a
-  // penalty or min_tokens would make it depend on the tokens drawn before it in the step.
-  // A sampled request draws each row as it would without drafts, and a draft counts only
-  // where the draw is the draft itself (EngineSampling.cpp), so its stream and its tokens
-  // are the ones it has without.
-  const bool speculates = !penalises(options) && options.minTokens == 0;
+  // Every request may draft: each row is drawn as it would be without drafts (greedy, or
+  // from the request's stream, after the penalties and min_tokens of the tokens before it),
+  // and a draft counts only where the draw is the draft (EngineSampling.cpp).
   DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id,
-                                       options.promptLogprobs < 0,
-                                       speculates ? options_.speculativeTokens : 0));
+                                       options.promptLogprobs < 0, options_.speculativeTokens));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;

@@ -67,13 +67,14 @@ struct EngineOptions {
   // half an f16 cache's bytes: the attention of long decode steps reads half as much. The
   // CPU backends only; off, the plan's cache dtype.
   bool int8KvCache = false;
-  // Speculative decoding by prompt lookup (vLLM's "ngram" method): each decode token of a
-  // request without penalties or min_tokens also computes up to this many drafts, the
-  // tokens that followed the latest earlier occurrence of its last n tokens (n from
-  // promptLookupMax down to promptLookupMin; Scheduler.h), from the step's spare budget.
-  // Each row is drawn as without drafts (greedy, or from the request's own stream) and a
-  // draft counts where the draw is the draft, so a request's tokens are those it gets
-  // without: a request alone reads the weights once for several tokens. 0: off. The CPU
+  // Speculative decoding by prompt lookup (vLLM's "ngram" method): each decode token also
+  // computes up to this many drafts, the tokens that followed the latest earlier
+  // occurrence of its sequence's last n tokens (n from promptLookupMax down to
+  // promptLookupMin; Scheduler.h), from the step's spare budget. Each row is drawn as
+  // without drafts (greedy or from the request's own stream, after the penalties and
+  // min_tokens of the tokens before it) and a draft counts where the draw is the draft, so
+  // a request's tokens are those it gets without: a request alone reads the weights once
+  // for several tokens. 0: off. The CPU
   // backends only.
   int64_t speculativeTokens = 0;
   int64_t promptLookupMax = 3, promptLookupMin = 1;

@@ -22,8 +22,8 @@ bool Engine::stopsAt(const RequestOptions &options, int64_t token) const {
 void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
   thread_local std::vector<float> values, penalized;
   Live &live = *item.live;
-  readRow(item.logitsRow, values);
   if (item.promptToken >= 0) {
+    readRow(item.logitsRow, values);
     item.logprobs = logprobsOf(values, item.promptToken, live.options.promptLogprobs);
     return;
   }
@@ -34,28 +34,41 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
   sampling.topP = options.topP;
   sampling.minP = options.minP;
   const bool counts = penalises(options);
-  // min_tokens: the tokens that would end the request are out of the draw.
-  const bool holdsStop = live.generated < options.minTokens;
-  if (counts || holdsStop) {
-    penalized.assign(values.begin(), values.end());
-    if (counts)
-      applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
-    if (holdsStop) {
-      if (!options.ignoreEos)
-        for (int64_t eos : eosTokens_)
-          if (eos >= 0 && eos < vocab_)
-            penalized[static_cast<size_t>(eos)] = -INFINITY;
-      for (int64_t stop : options.stopTokens)
-        if (stop >= 0 && stop < vocab_)
-          penalized[static_cast<size_t>(stop)] = -INFINITY;
+  // A row's draw, and what it changes of the request's state: its random stream, its count
+  // of tokens (min_tokens) and of each token (the penalties). Drafts' rows come in order,
+  // each after the tokens before it, so each draws what it draws without drafts.
+  auto draw = [&](int64_t row) {
+    readRow(row, values);
+    // min_tokens: the tokens that would end the request are out of the draw.
+    const bool holdsStop = live.generated < options.minTokens;
+    if (counts || holdsStop) {
+      penalized.assign(values.begin(), values.end());
+      if (counts)
+        applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+      if (holdsStop) {
+        if (!options.ignoreEos)
+          for (int64_t eos : eosTokens_)
+            if (eos >= 0 && eos < vocab_)
+              penalized[static_cast<size_t>(eos)] = -INFINITY;
+        for (int64_t stop : options.stopTokens)
+          if (stop >= 0 && stop < vocab_)
+            penalized[static_cast<size_t>(stop)] = -INFINITY;
+      }
     }
-  }
-  item.token = sampleToken(counts || holdsStop ? penalized : values, sampling, live.rng);
-  ++live.generated;
-  if (counts)
-    ++live.generatedCounts[item.token];
-  if (options.logprobs >= 0)
-    item.logprobs = logprobsOf(values, item.token, options.logprobs);
+    const int64_t token =
+        sampleToken(counts || holdsStop ? penalized : values, sampling, live.rng);
+    ++live.generated;
+    if (counts)
+      ++live.generatedCounts[token];
+    return token;
+  };
+  auto logprobsOfRow = [&](int64_t token) {
+    return options.logprobs >= 0 ? std::optional<TokenLogprobs>(
+                                       logprobsOf(values, token, options.logprobs))
+                                 : std::nullopt;
+  };
+  item.token = draw(item.logitsRow);
+  item.logprobs = logprobsOfRow(item.token);
   // Each draft the last token confirmed gives the next row's token, until one is not its
   // draft or ends the request. A row is drawn as it is without drafts, from the same stream
   // in the same order, and a draft is confirmed only where the draw is the draft: the
@@ -65,13 +78,8 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
     const int64_t last = d == 0 ? item.token : item.more.back();
     if (last != (*item.drafts)[d] || stopsAt(options, last))
       break;
-    readRow(item.logitsRow + static_cast<int64_t>(d) + 1, values);
-    item.more.push_back(sampleToken(values, sampling, live.rng));
-    ++live.generated;
-    item.moreLogprobs.push_back(
-        options.logprobs >= 0
-            ? std::optional<TokenLogprobs>(logprobsOf(values, item.more.back(), options.logprobs))
-            : std::nullopt);
+    item.more.push_back(draw(item.logitsRow + static_cast<int64_t>(d) + 1));
+    item.moreLogprobs.push_back(logprobsOfRow(item.more.back()));
   }
 }
 
