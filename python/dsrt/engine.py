@@ -184,7 +184,7 @@ def _check_engine_options(**options) -> None:
         if not isinstance(options[name], bool):
             refuse(name, "True or False")
     for name in ("block_size", "max_tokens_per_step", "max_running", "speculative_tokens",
-                 "prompt_lookup_max", "prompt_lookup_min"):
+                 "prompt_lookup_max", "prompt_lookup_min", "speculative_max_batch"):
         if not isinstance(options[name], int) or isinstance(options[name], bool):
             refuse(name, "an integer")
         within(name, (options[name],), INT32)
@@ -198,15 +198,19 @@ def _check_engine_options(**options) -> None:
 
 def speculative_options(config: Optional[dict]) -> dict:
     """vLLM's speculative_config for prompt lookup ({"method": "ngram",
-    "num_speculative_tokens": k, "prompt_lookup_max": n, "prompt_lookup_min": m}) as the
-    engine's options (speculative_tokens, prompt_lookup_max, prompt_lookup_min). None: off.
-    Another method (a draft model, EAGLE, MTP) or an unknown key is refused by name."""
+    "num_speculative_tokens": k, "prompt_lookup_max": n, "prompt_lookup_min": m,
+    "disable_by_batch_size": b}) as the engine's options (speculative_tokens,
+    prompt_lookup_max, prompt_lookup_min, speculative_max_batch: drafts only in steps of at
+    most b decode sequences, where vLLM counts the requests queued). None: off. Another
+    method (a draft model, EAGLE, MTP) or an unknown key is refused by name."""
     if config is None:
-        return {"speculative_tokens": 0, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+        return {"speculative_tokens": 0, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+                "speculative_max_batch": 8}
     if not isinstance(config, dict):
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config must be a dict, not "
                           f"{config!r}")
-    known = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
+    known = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
+             "disable_by_batch_size"}
     unknown = sorted(set(config) - known)
     if unknown:
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config takes {sorted(known)}, "
@@ -220,7 +224,8 @@ def speculative_options(config: Optional[dict]) -> dict:
                           "num_speculative_tokens")
     return {"speculative_tokens": config["num_speculative_tokens"],
             "prompt_lookup_max": config.get("prompt_lookup_max", 3),
-            "prompt_lookup_min": config.get("prompt_lookup_min", 1)}
+            "prompt_lookup_min": config.get("prompt_lookup_min", 1),
+            "speculative_max_batch": config.get("disable_by_batch_size", 8)}
 
 
 def _has_program(plan: "_dsrt.Plan", name: str) -> bool:

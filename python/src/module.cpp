@@ -234,7 +234,7 @@ struct Engine {
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
          bool batchInvariant, const std::string &kvCacheDType, bool mpi,
          float kvCacheMemoryFraction, int speculativeTokens, int promptLookupMax,
-         int promptLookupMin)
+         int promptLookupMin, int speculativeMaxBatch)
       : plan(std::move(planIn)) {
     dsrt_engine_options options;
     dsrt_engine_options_init(&options);
@@ -249,6 +249,7 @@ struct Engine {
     options.speculative_tokens = speculativeTokens;
     options.prompt_lookup_max = promptLookupMax;
     options.prompt_lookup_min = promptLookupMin;
+    options.speculative_max_batch = speculativeMaxBatch;
     if (kvCacheDType == "int8")
       options.kv_cache_dtype = DSRT_I8;
     else if (kvCacheDType != "auto")
@@ -430,11 +431,12 @@ NB_MODULE(_dsrt, m) {
 
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool, const std::string &, bool, float, int, int, int>(),
+                    bool, const std::string &, bool, float, int, int, int, int>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
            "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "kv_cache_dtype"_a,
            "mpi"_a, "kv_cache_memory_fraction"_a = 0.0f, "speculative_tokens"_a = 0,
-           "prompt_lookup_max"_a = 3, "prompt_lookup_min"_a = 1)
+           "prompt_lookup_max"_a = 3, "prompt_lookup_min"_a = 1,
+           "speculative_max_batch"_a = 8)
       .def_prop_ro("rank", [](const Engine &e) { return dsrt_engine_rank(e.handle); })
       .def("start", [](Engine &e) { check(dsrt_engine_start(e.handle)); })
       .def("stop",

@@ -602,7 +602,9 @@ def test_speculative_configs_dsrt_cannot_serve_are_refused(plan):
             ({"num_speculative_tokens": 17}, "speculative_tokens must be between 0 .* 16"),
             ({"num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2},
              "prompt_lookup_min and prompt_lookup_max must satisfy"),
-            ({"num_speculative_tokens": 2.5}, "speculative_tokens must be an integer")):
+            ({"num_speculative_tokens": 2.5}, "speculative_tokens must be an integer"),
+            ({"num_speculative_tokens": 2, "disable_by_batch_size": 0},
+             "speculative_max_batch must be at least 1")):
         with pytest.raises(dsrt.Error, match=message):
             dsrt.LLM(plan, speculative_config=config)
 
@@ -628,3 +630,4 @@ def test_speculative_decoding_keeps_penalties_and_min_tokens(plan, reference, op
     with dsrt.LLM(plan) as plain:
         expected = plain.generate(prompt, params)[0].outputs[0]
     assert drafted.token_ids == expected.token_ids
+

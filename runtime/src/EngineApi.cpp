@@ -44,6 +44,7 @@ void dsrt_engine_options_init(dsrt_engine_options *options) {
   options->batch_invariant = 1;
   options->prompt_lookup_max = 3;
   options->prompt_lookup_min = 1;
+  options->speculative_max_batch = 8;
 }
 
 void dsrt_request_options_init(dsrt_request_options *options) {
@@ -89,6 +90,7 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
   cpp.speculativeTokens = given.speculative_tokens;
   cpp.promptLookupMax = given.prompt_lookup_max;
   cpp.promptLookupMin = given.prompt_lookup_min;
+  cpp.speculativeMaxBatch = given.speculative_max_batch;
   return DSRT_OK;
 }
 

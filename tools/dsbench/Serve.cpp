@@ -46,6 +46,7 @@ struct ServeOptions {
   bool int8KvCache = false;  // the engine's; the static runs keep the plan's cache
   bool coldKv = false;  // time the engine from a KV pool no request has written
   int speculativeTokens = 0;  // the engine's drafts per decode token (prompt lookup)
+  int speculativeMaxBatch = 8;  // drafts only in steps of at most this many decode sequences
   dsrt_device device = DSRT_DEVICE_CPU;  // every run's: engine, static batches, alone
 };
 
@@ -131,6 +132,9 @@ ServeOptions parse(int argc, char **argv) {
                       "decoding by prompt lookup; default 0: off). The static and "
                       "one-at-a-time runs have none",
                       0, 1000);
+  commandLine.integer("--speculative-max-batch", o.speculativeMaxBatch, "N",
+                      "drafts only in steps of at most N decode sequences (default 8)", 1,
+                      1000000);
   commandLine.flag("--skip-static", o.skipStatic, "skip the static-batch run");
   commandLine.flag("--skip-alone", o.skipAlone, "skip the one-at-a-time run");
   commandLine.flag("--json", o.json, "one JSON object on stdout instead of the table");
@@ -384,6 +388,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.batch_invariant = o.batchInvariant ? 1 : 0;
   options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
   options.speculative_tokens = o.speculativeTokens;
+  options.speculative_max_batch = o.speculativeMaxBatch;
   options.device = o.device;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine");

@@ -380,10 +380,13 @@ typedef struct dsrt_engine_options {
                                     from the request's seed, penalties applied) and a draft
                                     counts where the draw is the draft, so every request's
                                     output is what it is without. From the step's spare budget only. CPU devices
-                                    only. These three fields made the struct larger: a
+                                    only. These four fields made the struct larger: a
                                     caller built before them is refused by struct_size. */
   int32_t prompt_lookup_max;     /* the n-grams looked up, longest first: default 3 */
   int32_t prompt_lookup_min;     /* ... down to: default 1 */
+  int32_t speculative_max_batch; /* drafts only in steps of at most this many decode
+                                    sequences: default 8 (more make a CPU step bound by its
+                                    multiply-adds, where a rejected draft costs a row) */
 } dsrt_engine_options;
 
 typedef struct dsrt_request_options {

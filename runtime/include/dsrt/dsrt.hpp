@@ -312,6 +312,7 @@ struct EngineOptions {
     speculativeTokens = c.speculative_tokens;
     promptLookupMax = c.prompt_lookup_max;
     promptLookupMin = c.prompt_lookup_min;
+    speculativeMaxBatch = c.speculative_max_batch;
   }
   dsrt_device device;
   int32_t blockSize;          // positions per KV block
@@ -325,6 +326,7 @@ struct EngineOptions {
                                 // weights), kvCacheBytes 0
   int32_t speculativeTokens;    // 0: off; drafts per decode token (prompt lookup, CPU only)
   int32_t promptLookupMax, promptLookupMin;  // the n-grams drafts are looked up by
+  int32_t speculativeMaxBatch;  // drafts only in steps of at most this many decode sequences
 };
 
 // dsrt_request_options with standard containers and the C API's defaults.
@@ -388,6 +390,7 @@ public:
     c.speculative_tokens = options.speculativeTokens;
     c.prompt_lookup_max = options.promptLookupMax;
     c.prompt_lookup_min = options.promptLookupMin;
+    c.speculative_max_batch = options.speculativeMaxBatch;
     dsrt_engine *e = nullptr;
     detail::check(dsrt_engine_create(plan.get(), &c, &e));
     engine_.reset(e);

@@ -78,6 +78,8 @@ struct EngineOptions {
   // backends only.
   int64_t speculativeTokens = 0;
   int64_t promptLookupMax = 3, promptLookupMin = 1;
+  // Drafts only in steps of at most this many decode sequences (Scheduler.h says why).
+  int64_t speculativeMaxBatch = 8;
 };
 
 struct RequestOptions {

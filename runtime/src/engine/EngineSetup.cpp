@@ -138,6 +138,9 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
                            "max <= " + std::to_string(kMaxSpeculativeTokens) + ", not " +
                            std::to_string(o.promptLookupMin) + " and " +
                            std::to_string(o.promptLookupMax));
+    if (o.speculativeTokens > 0 && o.speculativeMaxBatch < 1)
+      return Status::error("speculative_max_batch must be at least 1, not " +
+                           std::to_string(o.speculativeMaxBatch));
     // The CUDA engine's paged kernels and graphs are checked for a decode row per sequence
     // and for prompt chunks, not for a sequence's drafts in a decode step.
     if (o.speculativeTokens > 0 && o.device == DeviceKind::Cuda)
@@ -258,6 +261,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   if (o.speculativeTokens > 0) {
     scheduling.draftNgramMax = o.promptLookupMax;
     scheduling.draftNgramMin = o.promptLookupMin;
+    scheduling.draftMaxSequences = o.speculativeMaxBatch;
   }
   engine->scheduler_ = std::make_unique<Scheduler>(
       scheduling, BlockPool(o.blockSize, static_cast<int64_t>(blocks), o.prefixCaching));

@@ -19,7 +19,7 @@
 // the latest earlier occurrence of the sequence's last n tokens (n from draftNgramMax down
 // to draftNgramMin), from the budget left after everything else (4. below), into blocks the
 // pool has free (a guess never preempts), in steps of at most draftMaxSequences decode
-// sequences (more make the step bound by its multiply-adds, where a rejected draft's row
+// sequences (the engine option speculative_max_batch) (more make the step bound by its multiply-adds, where a rejected draft's row
 // costs and saves nothing). A sequence's drafts follow its luck: after a rejection it drafts
 // one more than it had accepted, after a full acceptance twice as many, up to
 // speculativeTokens. The engine keeps the drafts its model confirms.

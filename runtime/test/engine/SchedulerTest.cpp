@@ -599,6 +599,28 @@ TEST(Scheduler, DraftsNeverPassTheRequestsEndOrTakeAPromptsBudget) {
   h.expectFinishedAsAlone();
 }
 
+TEST(Scheduler, DraftsOnlyInStepsOfAtMostDraftMaxSequencesDecoding) {
+  SchedulerOptions o = options(32, 4, 64);
+  o.draftMaxSequences = 1;
+  Harness h(o, 4, 32, false, cyclicToken);
+  // cyclicToken's whole cycle as each prompt (from two places in it): every next token came
+  // before, so every decode token finds drafts, and the right ones.
+  int64_t a = h.add({2, 6, 1, 10, 7, 8, 4, 9, 0, 3}, 20, 4);
+  int64_t b = h.add({8, 4, 9, 0, 3, 2, 6, 1, 10, 7}, 20, 4);
+  h.step();  // both prompts, a token each
+  StepPlan both = h.schedule();
+  ASSERT_NE(chunkOf(both, a), nullptr);
+  ASSERT_NE(chunkOf(both, b), nullptr);
+  EXPECT_TRUE(chunkOf(both, a)->drafts.empty() && chunkOf(both, b)->drafts.empty())
+      << "two sequences decode, one may draft";
+  h.runAndCommit(both);
+  ASSERT_TRUE(h.scheduler.cancel(b).isOk());
+  StepPlan alone = h.schedule();
+  ASSERT_NE(chunkOf(alone, a), nullptr);
+  EXPECT_FALSE(chunkOf(alone, a)->drafts.empty());
+  h.runAndCommit(alone);
+}
+
 TEST(Scheduler, SpeculationSavesStepsAndGivesTheTokensAlone) {
   Harness h(options(16, 4, 128), 4, 64, true, cyclicToken);
   h.add({5, 6}, 60, 4);
