@@ -115,28 +115,19 @@ _DTYPE_NAMES = {"auto": None, "float32": "fp32", "float": "fp32", "float16": "fp
                 "half": "fp16", "bfloat16": "bf16"}
 
 
-def _check_plan_agrees(plan: str, tp: Optional[int], dtype: Optional[str],
-                       max_seq_len: Optional[int]) -> None:
+def _check_plan_agrees(plan: str, tp: Optional[int], dtype: Optional[str]) -> None:
     """Options that choose how a model is compiled, given with a plan: taken where they say
-    what the plan is (vLLM scripts pass tensor_parallel_size=1), or, for max_seq_len, less
-    (a cap on requests, EngineLoop's); refused, naming the plan's, where they would need the
-    model compiled again."""
-    if tp is None and dtype is None and max_seq_len is None:
-        return
+    what the plan is (vLLM scripts pass tensor_parallel_size=1), refused, naming the plan's,
+    where they would need the model compiled again. max_seq_len is EngineLoop's to judge:
+    less than the plan's caps the requests."""
     if dtype is not None:
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: dtype {dtype!r} chooses how a model is "
                           f"compiled, and {plan} is already a plan: give the ONNX model, or "
                           f"no dtype")
-    opened = _dsrt.Plan(plan)
-    if tp is not None and tp != opened.rank_count:
-        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: tp {tp}, but {plan} is a plan of "
-                          f"{opened.rank_count} rank(s): give the ONNX model to compile it "
-                          f"for {tp}")
-    limit = opened.limits[1]
-    if max_seq_len is not None and not 1 <= max_seq_len <= limit:
-        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: max_seq_len {max_seq_len} must be between "
-                          f"1 and {plan}'s {limit} positions (more needs the model compiled "
-                          f"again)")
+    ranks = _dsrt.Plan(plan).rank_count if tp is not None else tp
+    if tp != ranks:
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: tp {tp}, but {plan} is a plan of {ranks} "
+                          f"rank(s): give the ONNX model to compile it for {tp}")
 
 
 def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = None,
@@ -150,7 +141,7 @@ def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = Non
     options = {"tp": tp, "dtype": dtype, "max_seq_len": max_seq_len}
     # A .dsp that is not a plan goes to the runtime too, whose error says what is wrong.
     if os.path.isfile(model) and (model.endswith(".dsp") or is_plan(model)):
-        _check_plan_agrees(model, tp, dtype, max_seq_len)
+        _check_plan_agrees(model, tp, dtype)
         return model
     if not os.path.exists(model):
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {model}: no such plan, ONNX model or model folder")

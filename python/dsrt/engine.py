@@ -185,6 +185,8 @@ def _check_engine_options(**options) -> None:
             refuse(name, "True or False")
     for name in ("block_size", "max_tokens_per_step", "max_running", "speculative_tokens",
                  "prompt_lookup_max", "prompt_lookup_min", "speculative_max_batch"):
+        if name not in options:  # an engine option left to the C API's default
+            continue
         if not isinstance(options[name], int) or isinstance(options[name], bool):
             refuse(name, "an integer")
         within(name, (options[name],), INT32)
@@ -204,8 +206,7 @@ def speculative_options(config: Optional[dict]) -> dict:
     most b decode sequences, where vLLM counts the requests queued). None: off. Another
     method (a draft model, EAGLE, MTP) or an unknown key is refused by name."""
     if config is None:
-        return {"speculative_tokens": 0, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
-                "speculative_max_batch": 8}
+        return {}
     if not isinstance(config, dict):
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: speculative_config must be a dict, not "
                           f"{config!r}")
@@ -222,10 +223,12 @@ def speculative_options(config: Optional[dict]) -> dict:
     if "num_speculative_tokens" not in config:
         raise _dsrt.Error("DSRT_INVALID_ARGUMENT: speculative_config needs "
                           "num_speculative_tokens")
-    return {"speculative_tokens": config["num_speculative_tokens"],
-            "prompt_lookup_max": config.get("prompt_lookup_max", 3),
-            "prompt_lookup_min": config.get("prompt_lookup_min", 1),
-            "speculative_max_batch": config.get("disable_by_batch_size", 8)}
+    # The keys not given keep the C API's defaults (the native Engine's keyword defaults).
+    names = {"num_speculative_tokens": "speculative_tokens",
+             "prompt_lookup_max": "prompt_lookup_max",
+             "prompt_lookup_min": "prompt_lookup_min",
+             "disable_by_batch_size": "speculative_max_batch"}
+    return {names[key]: value for key, value in config.items() if key in names}
 
 
 def _has_program(plan: "_dsrt.Plan", name: str) -> bool:
@@ -260,7 +263,8 @@ class EngineLoop:
         if max_seq_len is not None:
             if not 1 <= max_seq_len <= self.max_seq_len:
                 raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: max_seq_len {max_seq_len} must be "
-                                  f"between 1 and the plan's {self.max_seq_len} positions")
+                                  f"between 1 and the plan's {self.max_seq_len} positions "
+                                  f"(more needs the model compiled again)")
             self.max_seq_len = max_seq_len
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,

@@ -346,10 +346,19 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
   std::unordered_map<int64_t, size_t> chunkOf;
   for (size_t i = 0; i < pendingChunks_.size(); ++i)
     chunkOf.emplace(pendingChunks_[i].requestId, i);
-  std::unordered_map<int64_t, std::vector<int64_t>> tokensOf;
-  for (const auto &[id, token] : sampled)
-    tokensOf[id].push_back(token);
-  for (const auto &[id, tokens] : tokensOf) {
+  // Each request's tokens, a run of `sampled` (its accepted drafts, then one more): where
+  // the run starts and how long it is.
+  std::unordered_map<int64_t, std::pair<size_t, size_t>> tokensOf;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    auto [run, fresh] = tokensOf.emplace(sampled[i].first, std::make_pair(i, size_t(0)));
+    if (!fresh && run->second.first + run->second.second != i)
+      return Status::error("commit(): request " + std::to_string(sampled[i].first) +
+                           "'s sampled tokens are not in one run");
+    ++run->second.second;
+  }
+  for (const auto &[id, run] : tokensOf) {
+    const auto token = [&, at = run.first](size_t i) { return sampled[at + i].second; };
+    const size_t count = run.second;
     if (id < 1 || id >= nextId_)
       return Status::error("commit(): request " + std::to_string(id) + " is unknown");
     if (!contains(id))
@@ -359,13 +368,13 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
       return Status::error("commit(): request " + std::to_string(id) +
                            " was not scheduled to sample this step");
     const std::vector<int64_t> &drafts = pendingChunks_[chunk->second].drafts;
-    if (tokens.size() > 1 + drafts.size())
+    if (count > 1 + drafts.size())
       return Status::error("commit(): request " + std::to_string(id) + " has " +
-                           std::to_string(tokens.size()) + " sampled tokens for " +
+                           std::to_string(count) + " sampled tokens for " +
                            std::to_string(drafts.size()) + " drafts");
     // Only what the model confirmed: every token before the last is the draft of its row.
-    for (size_t i = 0; i + 1 < tokens.size(); ++i)
-      if (tokens[i] != drafts[i])
+    for (size_t i = 0; i + 1 < count; ++i)
+      if (token(i) != drafts[i])
         return Status::error("commit(): request " + std::to_string(id) + "'s token " +
                              std::to_string(i) + " is not its draft");
   }
@@ -389,9 +398,9 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
       continue;
     Sequence &seq = found->second;
     // A chunk's rows less its rejected drafts': the first of those held a guess.
-    const std::vector<int64_t> *emitted =
-        chunk.samples ? &tokensOf.at(seq.id) : nullptr;
-    const int64_t accepted = emitted ? static_cast<int64_t>(emitted->size()) - 1 : 0;
+    const std::pair<size_t, size_t> emitted =
+        chunk.samples ? tokensOf.at(seq.id) : std::make_pair(size_t(0), size_t(0));
+    const int64_t accepted = chunk.samples ? static_cast<int64_t>(emitted.second) - 1 : 0;
     seq.computed = chunk.start + chunk.count - static_cast<int64_t>(chunk.drafts.size()) +
                    accepted;
     acceptedDraftTokens_ += static_cast<uint64_t>(accepted);
@@ -399,8 +408,8 @@ Status Scheduler::commit(const std::vector<std::pair<int64_t, int64_t>> &sampled
       seq.draftLimit = accepted == static_cast<int64_t>(chunk.drafts.size())
                            ? std::min(seq.speculativeTokens, 2 * seq.draftLimit)
                            : accepted + 1;
-    if (emitted)
-      seq.tokens.insert(seq.tokens.end(), emitted->begin(), emitted->end());
+    for (size_t i = 0; i < emitted.second; ++i)
+      seq.tokens.push_back(sampled[emitted.first + i].second);
     Status status = publishComputedBlocks(seq);
     if (!status.isOk() && published.isOk())
       published = status;
