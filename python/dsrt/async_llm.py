@@ -16,11 +16,14 @@ from .llm import (LLM, CompletionOutput, Prompt, RequestOutput, RequestOutputKin
 class _Live:
     """One generate() call's engine requests and where their updates go."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, copies: int):
+    def __init__(self, loop: asyncio.AbstractEventLoop, result: RequestOutput):
         self.loop = loop
+        self.result = result  # the outputs so far: an output with a finish_reason is done
         self.updates: "asyncio.Queue[tuple[int, Update]]" = asyncio.Queue()
         self.requests: list = []
-        self.finished = [False] * copies
+
+    def unfinished(self) -> list[int]:
+        return [j for j, output in enumerate(self.result.outputs) if output.finish_reason is None]
 
     def post(self, j: int, update: Update) -> None:
         """From any thread (the engine's router): output j's update, to the caller's loop."""
@@ -76,7 +79,7 @@ class AsyncLLM:
         text, ids = self._llm._prompt_text_and_ids(prompt)
         copies = self._llm._engine_requests(params, ids)
         result = _empty_output(text, ids, params, len(copies))
-        live = _Live(asyncio.get_running_loop(), len(copies))
+        live = _Live(asyncio.get_running_loop(), result)
         try:
             for j, request in enumerate(copies):
                 live.requests.append(self._llm._loop.submit(
@@ -103,9 +106,8 @@ class AsyncLLM:
             if live is None:
                 continue
             self._cancel(live)
-            for j, finished in enumerate(live.finished):
-                if not finished:
-                    live.post(j, Update(finish_reason="abort"))
+            for j in live.unfinished():
+                live.post(j, Update(finish_reason="abort"))
 
     def reset_prefix_cache(self) -> None:
         self._llm.reset_prefix_cache()
@@ -123,9 +125,9 @@ class AsyncLLM:
         self.shutdown()
 
     def _cancel(self, live: _Live) -> None:
-        for j, request in enumerate(live.requests):
-            if not live.finished[j]:
-                self._llm._loop.cancel(request.id)
+        for j in live.unfinished():
+            if j < len(live.requests):  # submitted before a refusal, if one came
+                self._llm._loop.cancel(live.requests[j].id)
 
     async def _outputs(self, result: RequestOutput, live: _Live,
                        kind: RequestOutputKind) -> AsyncIterator[RequestOutput]:
@@ -137,10 +139,10 @@ class AsyncLLM:
             while not live.updates.empty():
                 moved.append(live.updates.get_nowait())
             for j, update in moved:
-                was = result.outputs[j].finish_reason
-                if _add_update(result, j, update):
-                    live.finished[j] = True
-                if was is None and kind is RequestOutputKind.DELTA:
+                # An update after its output's finish (an abort's beside the last) is dropped.
+                running = result.outputs[j].finish_reason is None
+                _add_update(result, j, update)
+                if running and kind is RequestOutputKind.DELTA:
                     yield _delta(result, j, update)
             if kind is RequestOutputKind.CUMULATIVE:
                 yield _snapshot(result)
