@@ -5,10 +5,13 @@
   ``async for output in engine.generate(...)``, ``abort``.
 * ``Tokenizer`` is the plan's own tokenizer; ``Session`` runs a program with numpy arrays.
 * ``compile`` runs ``dsc``; ``dsserve`` (``dsrt.server``) is the OpenAI-compatible server.
+* ``set_cpu_threads(n)`` sets the CPU kernels' threads for the process (0: the CPUs it may
+  run on, its affinity mask and cgroup quota; DSRT_NUM_THREADS sets the default);
+  ``cpu_threads()`` is the count in effect.
 
 Failures of the library are ``dsrt.Error`` with its message.
 """
-from ._dsrt import Error, version as _version
+from ._dsrt import Error, cpu_threads, set_cpu_threads, version as _version
 from .compiler import compile
 from .async_llm import AsyncLLM
 from .llm import LLM, CompletionOutput, RequestOutput, RequestOutputKind, SamplingParams
@@ -17,4 +20,5 @@ from .tokenizer import Tokenizer
 
 __version__ = _version()
 __all__ = ["Error", "LLM", "AsyncLLM", "SamplingParams", "RequestOutput", "RequestOutputKind",
-           "CompletionOutput", "Tokenizer", "Session", "compile"]
+           "CompletionOutput", "Tokenizer", "Session", "compile", "cpu_threads",
+           "set_cpu_threads"]

@@ -144,6 +144,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="speculative decoding, vLLM's form, prompt lookup only: "
                         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                         "\"prompt_lookup_max\": 3}' (the same tokens; CPU only)")
+    parser.add_argument("--threads", type=_int_within(0, 4096), default=0,
+                        help="threads of the CPU kernels (0: $DSRT_NUM_THREADS, else the CPUs "
+                        "this process may run on: its affinity mask and cgroup CPU quota)")
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")
@@ -172,6 +175,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
 
     try:
+        if args.threads:
+            _dsrt.set_cpu_threads(args.threads)
         plan = plan_for(args.model, tp=args.tp, dtype=args.dtype, max_seq_len=args.max_seq_len)
         engine = EngineLoop(plan, device=args.device, block_size=args.block_size,
                             kv_cache_bytes=args.kv_cache_bytes,

@@ -390,6 +390,9 @@ NB_MODULE(_dsrt, m) {
   m.doc() = "libdsrt's C API; use the dsrt package's classes (LLM, Tokenizer, Session).";
   nb::exception<DsrtError>(m, "Error", PyExc_RuntimeError);
   m.def("version", [] { return std::string(dsrt_version()); });
+  m.def("set_cpu_threads", [](int threads) { check(dsrt_set_cpu_threads(threads)); },
+        "threads"_a);
+  m.def("cpu_threads", [] { return dsrt_cpu_threads(); });
 
   nb::class_<Plan>(m, "Plan")
       .def("__init__", [](Plan *self, const std::string &path) { new (self) Plan(path); },

@@ -6,6 +6,7 @@
 #include "core/LibraryLoader.h"
 #include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
+#include "ops/Ops.h"
 #include "ops/TransformerAttentionConfig.h"
 #include "ops/fast/FastKernels.h"
 
@@ -277,6 +278,17 @@ const char *dsrt_cpu_kernels(void) {
   }();
   return described.c_str();
 }
+
+dsrt_status dsrt_set_cpu_threads(int threads) {
+  if (threads < 0 || threads > 4096)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "the CPU threads must be 0 (the CPUs this process "
+                                             "may run on) to 4096, not " +
+                                                 std::to_string(threads));
+  dsrt::ops::setThreadCount(threads);
+  return DSRT_OK;
+}
+
+int dsrt_cpu_threads(void) { return dsrt::ops::threadCount(); }
 
 const char *dsrt_gpu_library(const char *name) {
   if (!name) {

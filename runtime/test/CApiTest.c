@@ -47,6 +47,17 @@ static void withoutPlan(void) {
   EXPECT_ERROR(dsrt_session_copy_bandwidth(NULL, 1024, &bandwidth), DSRT_INVALID_ARGUMENT,
                "session is null");
   EXPECT(dsrt_session_device_name(NULL) == NULL);
+  /* The CPU kernels' threads: set, read back, refused out of range (unchanged), and 0 back
+   * to the default (at least 1). */
+  const int initial = dsrt_cpu_threads();
+  EXPECT(initial >= 1);
+  EXPECT(dsrt_set_cpu_threads(3) == DSRT_OK);
+  EXPECT(dsrt_cpu_threads() == 3);
+  EXPECT_ERROR(dsrt_set_cpu_threads(-1), DSRT_INVALID_ARGUMENT, "not -1");
+  EXPECT_ERROR(dsrt_set_cpu_threads(4097), DSRT_INVALID_ARGUMENT, "0 (the CPUs");
+  EXPECT(dsrt_cpu_threads() == 3);
+  EXPECT(dsrt_set_cpu_threads(0) == DSRT_OK);
+  EXPECT(dsrt_cpu_threads() == initial);
 }
 
 static void withPlan(const char *path) {

@@ -7,6 +7,7 @@
 // asserts on time.
 #include "Serve.h"
 #include "common/CommandLine.h"
+#include "common/CpuThreads.h"
 
 #include "dsrt/dsrt.h"
 
@@ -141,6 +142,8 @@ ServeOptions parse(int argc, char **argv) {
   std::string device;
   commandLine.text("--device", device, "NAME",
                    "where every run of the stream runs: cpu (default), cuda or cpu-reference");
+  int32_t threads = 0;
+  dstools::addThreadsOption(commandLine, threads);
   commandLine.text("--static-plan", o.staticPlan, "PLAN",
                    "run the static and one-at-a-time runs on this plan (a serving plan's "
                    "max_batch x max_seq_len may need more arena than a static session can "
@@ -149,6 +152,7 @@ ServeOptions parse(int argc, char **argv) {
                    "write the stream as JSON ([{prompt, max_tokens, arrival}]) for "
                    "bench/serving/http_load.py to send the same requests to dsserve");
   commandLine.parse(argc, argv);
+  dstools::applyThreadsOption(commandLine, threads);
   if (!promptLength.empty())
     std::tie(o.promptMin, o.promptMax) = range(commandLine, "--prompt-len", promptLength);
   if (!outputLength.empty())
@@ -608,6 +612,7 @@ int runServe(int argc, char **argv) {
   if (o.json) {
     nlohmann::json out = {{"plan", o.plan},
                           {"device", dsrt_device_to_name(o.device)},
+                          {"cpu_threads", dsrt_cpu_threads()},
                           {"requests", requests.size()},
                           {"prompt_tokens", promptTokens},
                           {"output_tokens", outputTokens},
@@ -650,9 +655,10 @@ int runServe(int argc, char **argv) {
       std::snprintf(load, sizeof load, "Poisson %g/s", o.rate);
     else
       std::snprintf(load, sizeof load, "%d clients", static_cast<int>(o.clients));
-    std::printf("%s: %zu requests (%llu prompt, %llu output tokens), %s\n", o.plan.c_str(),
-                requests.size(), static_cast<unsigned long long>(promptTokens),
-                static_cast<unsigned long long>(outputTokens), load);
+    std::printf("%s: %zu requests (%llu prompt, %llu output tokens), %s, %d CPU thread%s\n",
+                o.plan.c_str(), requests.size(), static_cast<unsigned long long>(promptTokens),
+                static_cast<unsigned long long>(outputTokens), load, dsrt_cpu_threads(),
+                dsrt_cpu_threads() == 1 ? "" : "s");
     std::printf("%-22s %9s %9s %10s %10s %10s %10s %12s\n", "", "req/s", "out tok/s",
                 "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "peak blocks");
     for (const Measured &m : results) {

@@ -4,6 +4,7 @@
 // measures on its device: how close to the roofline a step gets.
 #include "Serve.h"
 #include "common/CommandLine.h"
+#include "common/CpuThreads.h"
 #include "dsrt/dsrt.h"
 
 #include <nlohmann/json.hpp>
@@ -87,9 +88,12 @@ Options parse(int argc, char **argv) {
                    "steps, graph captures and replays, bytes up and down; summed over the "
                    "ranks); --json always has them under \"stats\"");
   commandLine.flag("--json", options.json, "one JSON object on stdout instead of the table");
+  int32_t threads = 0;
+  dstools::addThreadsOption(commandLine, threads);
   commandLine.notes("Peak resident memory: the process's (VmHWM) after the runs, before the "
                     "bandwidth probe allocates its buffers.");
   commandLine.parse(argc, argv);
+  dstools::applyThreadsOption(commandLine, threads);
   if (commandLine.given("--copy-bytes") && options.copyBytes == 0)
     commandLine.usageError("--copy-bytes must be an integer of at least 1, not '0'");
   if (!device.empty() && dsrt_device_from_name(device.c_str(), &options.device) != DSRT_OK)
@@ -261,6 +265,8 @@ void printTable(const nlohmann::json &result) {
               result["iterations"].get<int>());
   if (result.contains("cpu_kernels"))
     line("cpu kernels", result["cpu_kernels"].get<std::string>());
+  if (result.contains("cpu_threads"))
+    line("cpu threads", std::to_string(result["cpu_threads"].get<int>()));
   line("load (open + session, weights up)", ms(result["load_ms"].get<double>()));
   line("prefill avg / P50", ms(result["prefill_ms"]["avg"].get<double>()) + " / " +
                                 ms(result["prefill_ms"]["p50"].get<double>()));
@@ -422,7 +428,8 @@ int main(int argc, char **argv) {
       {"plan", options.plan},
       {"device", dsrt_device_to_name(options.device)},  // as asked for
       {"device_name", deviceName},
-      {"cpu_kernels", dsrt_cpu_kernels()},  // the CPU's features and the kernels chosen
+      {"cpu_kernels", dsrt_cpu_kernels()},
+      {"cpu_threads", dsrt_cpu_threads()},  // the CPU's features and the kernels chosen
       {"ranks", options.inProcessRanks ? planRanks : 1},
       {"batch", options.batch},
       {"prompt_len", options.promptLength},

@@ -2,6 +2,7 @@
 // TensorProto .pb files (the ONNX node-test layout) or from token ids on the command line;
 // outputs are printed, written as .pb, or compared with expected .pb files.
 #include "common/CommandLine.h"
+#include "common/CpuThreads.h"
 #include "dsrt/dsrt.h"
 #include "io/TensorProto.h"
 
@@ -139,6 +140,8 @@ Options parse(int argc, char **argv) {
   commandLine.flag("--stats", options.stats,
                    "print the session's counters after the run (kernel launches, fallback "
                    "steps, graph captures and replays, bytes up and down)");
+  int32_t threads = 0;
+  dstools::addThreadsOption(commandLine, threads);
   commandLine.flag("--list-devices", listDevicesGiven,
                    "print 'cuda devices: N', with the reason when N is 0, then the path of "
                    "libcuda, cublasLt and nccl, or 'not found (tried: ...)'");
@@ -184,6 +187,7 @@ Options parse(int argc, char **argv) {
                     "       : -np 1 dsrun tp.dsp --follow\n"
                     "  mpirun -np 2 dsrun tp.dsp --requests FILE [--max-new-tokens N] ...\n");
   commandLine.parse(argc, argv);
+  dstools::applyThreadsOption(commandLine, threads);
 
   if (listDevicesGiven) {
     listDevices();

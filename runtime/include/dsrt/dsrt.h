@@ -130,6 +130,15 @@ DSRT_API const char *dsrt_gpu_library(const char *name);
  * the process. */
 DSRT_API const char *dsrt_cpu_kernels(void);
 
+/* The threads the CPU kernels run on, shared by every session and engine of the process.
+ * 0 (the default) is DSRT_NUM_THREADS where that is set, else the CPUs this process may run
+ * on: its affinity mask (taskset, a container's cpuset), bounded by its cgroup's CPU quota (a
+ * container's --cpus, a Kubernetes limit), not the machine's count, since more threads than
+ * CPUs spin against each other. Takes effect at the next kernel; threads must be 0 to 4096.
+ * dsrt_cpu_threads() is the count in effect. */
+DSRT_API dsrt_status dsrt_set_cpu_threads(int threads);
+DSRT_API int dsrt_cpu_threads(void);
+
 /* Bytes of `rank`'s weights one run of `program` reads whole: each weight its steps take,
  * once; embedding tables count for nothing (a step reads only its ids' rows). Over the
  * memory bandwidth, the least time a weight-bound step (batch-1 decode) can take. */

@@ -74,6 +74,10 @@ struct EngineDeleter {
 } // namespace detail
 
 inline std::string version() { return dsrt_version(); }
+// The CPU kernels' threads for the whole process (dsrt_set_cpu_threads; 0: the CPUs it may
+// run on).
+inline void setCpuThreads(int threads) { detail::check(dsrt_set_cpu_threads(threads)); }
+inline int cpuThreads() { return dsrt_cpu_threads(); }
 
 class Plan {
 public:

@@ -242,8 +242,11 @@ Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inpu
 Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
                const Outputs &outputs, const SessionState *state = nullptr);
 
-// Threads the kernels may use (default: the hardware's); 1 makes everything sequential.
+// Threads the kernels may use (0: DSRT_NUM_THREADS, else the CPUs this process may run on,
+// AvailableCpus.h); 1 makes everything sequential.
 void setThreadCount(int threads);
+// The threads the kernels run on now.
+int threadCount();
 
 } // namespace dsrt::ops
 

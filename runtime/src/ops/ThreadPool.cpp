@@ -1,5 +1,6 @@
 #include "ops/ThreadPool.h"
 
+#include "ops/AvailableCpus.h"
 #include "ops/Ops.h"
 
 #include <algorithm>
@@ -123,20 +124,10 @@ private:
   std::atomic<bool> stopping_{false};
 };
 
-// Read once: glibc's hardware_concurrency opens and parses a sysfs file on every call,
-// which cost about 10 us per parallel kernel (3.7 % of a GPT-2 int8 decode step's samples).
-int defaultThreads() {
-  static const int threads = [] {
-    unsigned hardware = std::thread::hardware_concurrency();
-    return hardware == 0 ? 1 : static_cast<int>(hardware);
-  }();
-  return threads;
-}
-
 // Held while a job runs, and while the pool is replaced.
 std::mutex poolMutex;
 std::unique_ptr<ThreadPool> pool;
-std::atomic<int> requestedThreads{0};  // 0: the hardware's
+std::atomic<int> requestedThreads{0};  // 0: defaultThreadCount()
 
 } // namespace
 
@@ -146,9 +137,11 @@ void setThreadCount(int threads) {
   pool.reset();  // recreated at the next parallel call
 }
 
+int threadCount() { return parallelThreads(); }
+
 int parallelThreads() {
   const int requested = requestedThreads.load();
-  return requested > 0 ? requested : defaultThreads();
+  return requested > 0 ? requested : defaultThreadCount();
 }
 
 void parallelFor(int64_t count, int64_t grain,
