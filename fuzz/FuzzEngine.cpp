@@ -6,7 +6,9 @@
 // must finish every request it holds within a bound of steps, and give every KV block back.
 #include "fuzz/FuzzSupport.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -50,6 +52,34 @@ dsrt_engine *createEngine(Choices &choices) {
   return status == DSRT_OK ? engine : nullptr;
 }
 
+// Token masks (structured output) of a few fixed kinds, which outlive every request: all
+// allowed, one token, none, a failing mask, and every third token.
+enum class MaskKind { All, One, None, Fails, EveryThird };
+constexpr MaskKind kMaskKinds[] = {MaskKind::All, MaskKind::One, MaskKind::None, MaskKind::Fails,
+                                   MaskKind::EveryThird};
+
+int fuzzMask(void *user, int64_t, const int64_t *, size_t count, uint32_t *allowed,
+             size_t words) {
+  switch (*static_cast<const MaskKind *>(user)) {
+  case MaskKind::All:
+    return 0;
+  case MaskKind::One:
+    std::fill(allowed, allowed + words, 0u);
+    allowed[count % words] = 1u << (count % 32);
+    return 0;
+  case MaskKind::None:
+    std::fill(allowed, allowed + words, 0u);
+    return 0;
+  case MaskKind::Fails:
+    return count >= 1 ? -3 : 0;
+  case MaskKind::EveryThird:
+    for (size_t w = 0; w < words; ++w)
+      allowed[w] = 0x49249249u << (w % 3);
+    return 0;
+  }
+  return 0;
+}
+
 void addRequest(Choices &choices, dsrt_engine *engine, std::vector<int64_t> &ids) {
   // Prompts from a few shared tokens, so that prefixes repeat and the cache hits.
   const size_t length = choices.pick<size_t>({1, 2, 5, 17, 33, 0, static_cast<size_t>(maxSeq)});
@@ -87,6 +117,11 @@ void addRequest(Choices &choices, dsrt_engine *engine, std::vector<int64_t> &ids
   options.logit_bias_values = biasValues.empty() ? nullptr : biasValues.data();
   options.logit_bias_count = biasTokens.size();
   options.min_tokens = static_cast<int32_t>(choices.pick<int64_t>({0, 0, 1, 3, -1}));
+  if (choices.byte() % 4 == 0) {
+    options.token_mask = fuzzMask;
+    options.token_mask_user_data =
+        const_cast<MaskKind *>(&kMaskKinds[choices.byte() % std::size(kMaskKinds)]);
+  }
   int64_t id = -1;
   const dsrt_status status = dsrt_engine_add_request(
       engine, length || choices.byte() % 2 ? prompt.data() : nullptr, length,

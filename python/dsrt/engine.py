@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 
 from . import _dsrt
 from ._limits import INT32, INT64, within
+from .structured import Grammars, StructuredOutputsParams, TokenMask
 from .tokenizer import IncrementalDetokenizer, plan_tokenizer
 
 # dsrt_request_state
@@ -75,6 +76,8 @@ class RequestParams:
     min_tokens: int = 0
     # vLLM's: the stop string that ended the text is kept at its end.
     include_stop_str_in_output: bool = False
+    # The grammar the output follows (structured.py), or None.
+    structured_outputs: Optional[StructuredOutputsParams] = None
 
 
 class Request:
@@ -96,6 +99,7 @@ class Request:
         self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
         self._generated = 0   # tokens so far: stop strings wait for min_tokens, as vLLM's
         self.num_cached_tokens: Optional[int] = None  # Update.num_cached_tokens, once known
+        self.mask: Optional[TokenMask] = None  # structured output's grammar state
 
     def on_events(self, events: list) -> None:
         """One update per token (a stream's chunk); the finish rides on the last token's
@@ -120,6 +124,8 @@ class Request:
                 self._text += self._detokenizer.flush()
                 update.finish_reason = ("stop" if self._stopped_by_string()
                                         else FINISH_REASONS.get(state, "abort"))
+                if self.mask is not None and self.mask.error:
+                    print(f"dsrt: request {self.id} ended: {self.mask.error}", file=sys.stderr)
             # Text that might be the start of a stop string waits until it cannot be.
             end = len(self._text) if update.finish_reason else max(
                 self._emitted, len(self._text) - self._hold)
@@ -272,6 +278,7 @@ class EngineLoop:
                                     kv_cache_memory_fraction, **speculation)
         self.rank = self._native.rank
         self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
+        self._grammars = Grammars(self.plan)
         if self.rank == 0 and not _has_program(self.plan, "step"):
             # It serves, but a step computes only max_batch tokens: a prompt of 400 takes
             # 100 steps before its first token.
@@ -310,6 +317,8 @@ class EngineLoop:
                               f"tokens and {params.max_tokens} new tokens exceeds the maximum "
                               f"sequence length {self.max_seq_len}")
         request = Request(self, prompt_ids, params, notify)
+        if params.structured_outputs is not None:
+            request.mask = self._grammars.mask(params.structured_outputs, params.ignore_eos)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
         logprobs = -1 if params.logprobs is None else params.logprobs
         # Registered under the lock the router takes: no event can come before its request.
@@ -321,7 +330,8 @@ class EngineLoop:
                 params.presence_penalty, params.frequency_penalty,
                 -1 if params.prompt_logprobs is None else params.prompt_logprobs,
                 [int(t) for t in (params.logit_bias or {})],
-                [float(v) for v in (params.logit_bias or {}).values()], params.min_tokens)
+                [float(v) for v in (params.logit_bias or {}).values()], params.min_tokens,
+                request.mask)
             self._requests[request.id] = request
         return request
 

@@ -11,6 +11,7 @@ from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .structured import StructuredOutputsParams
 
 # Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or
 # {"prompt_token_ids": ids}.
@@ -71,6 +72,10 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # vLLM's: what AsyncLLM.generate yields (RequestOutputKind).
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    # vLLM's structured output: a JSON schema, regex, choice or grammar the text must follow
+    # (dsrt.StructuredOutputsParams; needs llguidance). guided_decoding is its earlier name.
+    structured_outputs: Optional[StructuredOutputsParams] = None
+    guided_decoding: Optional[StructuredOutputsParams] = None
 
     def _copies(self) -> int:
         # A bound: the copies are made before any is queued, and n = 2**63 had taken all of
@@ -111,6 +116,13 @@ class SamplingParams:
             refuse("stop_token_ids", "a list of token ids")
         if not isinstance(self.output_kind, RequestOutputKind):
             refuse("output_kind", "a dsrt.RequestOutputKind")
+        for name in ("structured_outputs", "guided_decoding"):
+            if not (getattr(self, name) is None or
+                    isinstance(getattr(self, name), StructuredOutputsParams)):
+                refuse(name, "a dsrt.StructuredOutputsParams or None")
+        if self.structured_outputs is not None and self.guided_decoding is not None:
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: SamplingParams takes structured_outputs "
+                              "or guided_decoding (its earlier name), not both")
         if not (self.logit_bias is None or (isinstance(self.logit_bias, Mapping) and all(
                 integer(t) and isinstance(v, (int, float)) and not isinstance(v, bool)
                 for t, v in self.logit_bias.items()))):
@@ -136,7 +148,8 @@ class SamplingParams:
                              # The prompt's are the same for every copy: the first asks.
                              prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
                              logit_bias=self.logit_bias, min_tokens=self.min_tokens,
-                             include_stop_str_in_output=self.include_stop_str_in_output)
+                             include_stop_str_in_output=self.include_stop_str_in_output,
+                             structured_outputs=self.structured_outputs or self.guided_decoding)
 
 
 @dataclasses.dataclass

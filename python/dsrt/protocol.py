@@ -1,7 +1,8 @@
 """The OpenAI protocol's request bodies (validated by pydantic) and response shapes, as
 ``dsserve`` speaks them. Fields OpenAI has and dsrt cannot honour are refused by name
 rather than ignored; vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``,
-``ignore_eos``, ``chat_template_kwargs``) are taken."""
+``ignore_eos``, ``chat_template_kwargs``, ``structured_outputs`` and the ``guided_*`` fields
+before it) are taken."""
 from __future__ import annotations
 
 import time
@@ -9,6 +10,8 @@ import uuid
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from .structured import StructuredOutputsParams
 
 Number = Union[StrictInt, StrictFloat]
 
@@ -44,18 +47,56 @@ class _Common(BaseModel):
     min_tokens: StrictInt = Field(default=0, ge=0)
     include_stop_str_in_output: StrictBool = False
     skip_special_tokens: StrictBool = True
-    # Structured output is not done: refused rather than answered with free text.
+    # OpenAI's structured output ({"type": "json_object"} or "json_schema"), and vLLM's
+    # (structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...},
+    # and its earlier guided_json, guided_regex, guided_choice, guided_grammar).
     response_format: Optional[dict[str, Any]] = None
+    structured_outputs: Optional[dict[str, Any]] = None
+    guided_json: Union[StrictStr, dict[str, Any], None] = None
+    guided_regex: Optional[StrictStr] = None
+    guided_choice: Optional[list[StrictStr]] = None
+    guided_grammar: Optional[StrictStr] = None
     user: Optional[StrictStr] = None
+
+    def structured(self) -> Optional[StructuredOutputsParams]:
+        """The grammar the output must follow, if the body asks for one (ValueError naming
+        what is wrong otherwise)."""
+        asked = []
+        kind = (self.response_format or {}).get("type", "text")
+        if kind == "json_object":
+            asked.append(StructuredOutputsParams(json_object=True))
+        elif kind == "json_schema":
+            spec = self.response_format.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                raise ValueError("response_format json_schema needs json_schema.schema, a "
+                                 "JSON schema object")
+            asked.append(StructuredOutputsParams(json=schema))
+        elif kind != "text":
+            raise ValueError(f"response_format type must be text, json_object or "
+                             f"json_schema, not {kind!r}")
+        if self.structured_outputs is not None:
+            known = {"json", "regex", "choice", "grammar", "json_object",
+                     "disable_any_whitespace"}
+            unknown = sorted(set(self.structured_outputs) - known)
+            if unknown:
+                raise ValueError(f"structured_outputs takes {sorted(known)}, not {unknown}")
+            asked.append(StructuredOutputsParams(**self.structured_outputs))
+        guided = {name: getattr(self, "guided_" + name)
+                  for name in ("json", "regex", "choice", "grammar")
+                  if getattr(self, "guided_" + name) is not None}
+        if guided:
+            asked.append(StructuredOutputsParams(**guided))
+        if len(asked) > 1:
+            raise ValueError("ask for one structured output: response_format, "
+                             "structured_outputs or a guided_* field")
+        return asked[0] if asked else None
 
     def unsupported(self) -> Optional[str]:
         """The first field asked of dsrt that it does not do, as an error message."""
         if self.best_of is not None and self.best_of != self.n:
             return ("best_of is not supported: dsrt returns the n choices it samples "
                     "(best_of must be absent or equal n)")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            return ("response_format is not supported (only {\"type\": \"text\"}): dsrt "
-                    "does not constrain its output to JSON")
         for token in self.logit_bias or {}:
             if not token.lstrip("-").isdigit():
                 return f"logit_bias keys must be token ids, not {token!r}"

@@ -144,6 +144,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="speculative decoding, vLLM's form, prompt lookup only: "
                         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                         "\"prompt_lookup_max\": 3}' (the same tokens; CPU only)")
+    parser.add_argument("--structured-outputs-config", type=_json_object, metavar="JSON",
+                        default={}, help="vLLM's: '{\"disable_any_whitespace\": true}' makes "
+                        "structured JSON outputs compact (response_format, structured_outputs)")
     parser.add_argument("--threads", type=_int_within(0, 4096), default=0,
                         help="threads of the CPU kernels (0: $DSRT_NUM_THREADS, else the CPUs "
                         "this process may run on: its affinity mask and cgroup CPU quota)")
@@ -164,6 +167,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="request headers those pages may send, a JSON list (default any)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.structured_outputs_config) - {"disable_any_whitespace", "backend"})
+    if unknown or args.structured_outputs_config.get("backend", "guidance") not in (
+            "auto", "guidance"):
+        print(f"dsserve: --structured-outputs-config takes disable_any_whitespace (and backend "
+              f"guidance), not {unknown or args.structured_outputs_config['backend']}",
+              file=sys.stderr)
+        return 2
     chat_template = None
     if args.chat_template:
         try:
@@ -201,7 +211,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     import uvicorn
     _raise_open_file_limit(args.max_concurrent_requests)
     name = args.served_model_name or _model_name(args.model)
-    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template),
+    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template,
+                            bool(args.structured_outputs_config.get("disable_any_whitespace"))),
                      api_key=args.api_key,
                      cors=Cors(args.allowed_origins, args.allow_credentials,
                                args.allowed_methods, args.allowed_headers))

@@ -98,8 +98,10 @@ class Server:
     """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
 
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
-                 chat_template: Optional[str] = None):
+                 chat_template: Optional[str] = None, disable_any_whitespace: bool = False):
         self.engine = engine
+        # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
+        self.disable_any_whitespace = disable_any_whitespace
         self.tokenizer = engine.tokenizer
         self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
         self.model_name = model_name
@@ -153,6 +155,12 @@ class Server:
             raise Refused(400, "stop strings must not be empty", param="stop")
         def number(value, default: float) -> float:
             return default if value is None else float(value)
+        try:
+            structured = body.structured()
+        except (ValueError, TypeError) as error:
+            raise Refused(400, f"structured output: {error}", param="response_format")
+        if structured is not None and self.disable_any_whitespace:
+            structured.disable_any_whitespace = True
         return RequestParams(
             max_tokens=max_tokens, temperature=number(body.temperature, 1.0),
             top_p=number(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
@@ -164,7 +172,8 @@ class Server:
             logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
             stop_token_ids=list(body.stop_token_ids or ()),
             skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,
-            include_stop_str_in_output=body.include_stop_str_in_output)
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            structured_outputs=structured)
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> Generation:

@@ -1,7 +1,8 @@
 // dsrt._dsrt: libdsrt's C API (dsrt.h) for Python. The Python modules beside it (dsrt/*.py)
 // build the user's API on these thin classes. The GIL is released around every call that
-// runs the model or waits, and the engine's thread never takes it: its callback only queues
-// events, which a Python thread collects with Engine.wait_events.
+// runs the model or waits, and the engine's thread takes it only for a request's token mask
+// (structured output): its token callback only queues events, which a Python thread
+// collects with Engine.wait_events.
 #include "dsrt/dsrt.h"
 
 #include <nanobind/nanobind.h>
@@ -17,6 +18,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -56,6 +58,22 @@ struct Plan {
   Plan(const Plan &) = delete;
   Plan &operator=(const Plan &) = delete;
 
+  // The model's vocabulary size and EOS tokens.
+  std::pair<int64_t, std::vector<int64_t>> vocabulary() const {
+    int64_t size = 0;
+    const int64_t *eos = nullptr;
+    size_t count = 0;
+    check(dsrt_plan_vocabulary(handle, &size, &eos, &count));
+    return {size, std::vector<int64_t>(eos, eos + count)};
+  }
+  // The plan's tokenizer.json (a grammar library's token table), or None.
+  std::optional<nb::bytes> tokenizerJson() const {
+    const char *json = nullptr;
+    size_t size = 0;
+    if (dsrt_plan_tokenizer_json(handle, &json, &size) != DSRT_OK)
+      return std::nullopt;
+    return nb::bytes(json, size);
+  }
   std::pair<int64_t, int64_t> limits() const {
     int64_t maxBatch = 0, maxSeqLen = 0;
     check(dsrt_plan_limits(handle, &maxBatch, &maxSeqLen));
@@ -222,6 +240,40 @@ struct Event {
   int64_t cached = -1;
 };
 
+// A request's token mask: `fill(new_tokens)` is told the tokens drawn since its last call
+// and returns the allowed tokens as int32 words (bit t % 32 of word t / 32), or None for
+// all of them. Called on the engine's stepping thread, which takes the GIL for it.
+struct MaskHolder {
+  nb::object fill;
+  size_t seen = 0;
+
+  static int call(void *user, int64_t, const int64_t *generated, size_t count,
+                  uint32_t *allowed, size_t words) {
+    auto *self = static_cast<MaskHolder *>(user);
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::list fresh;
+      for (size_t i = self->seen; i < count; ++i)
+        fresh.append(generated[i]);
+      self->seen = count;
+      nb::object words_ = self->fill(fresh);
+      if (words_.is_none())
+        return 0;
+      auto array = nb::cast<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig,
+                                        nb::device::cpu>>(words_);
+      if (array.shape(0) != words)
+        return 2;
+      std::memcpy(allowed, array.data(), words * sizeof(uint32_t));
+      return 0;
+    } catch (nb::python_error &) {
+      // The mask keeps its own error for the request's end (python/dsrt/structured.py).
+      return 1;
+    } catch (const std::exception &) {
+      return 1;
+    }
+  }
+};
+
 struct Engine {
   std::shared_ptr<Plan> plan;
   dsrt_engine *handle = nullptr;
@@ -229,6 +281,10 @@ struct Engine {
   std::condition_variable ready;
   std::deque<Event> events;
   bool interrupted = false;
+  // Requests' token masks by id (under `mutex`), and those whose requests have ended,
+  // dropped where the GIL is held (wait_events).
+  std::unordered_map<int64_t, std::unique_ptr<MaskHolder>> masks;
+  std::vector<std::unique_ptr<MaskHolder>> endedMasks;
 
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
@@ -262,8 +318,12 @@ struct Engine {
       check(dsrt_engine_set_callback(handle, &Engine::onEvent, this));
   }
   ~Engine() {
-    nb::gil_scoped_release release;
-    dsrt_engine_destroy(handle);
+    {
+      nb::gil_scoped_release release;
+      dsrt_engine_destroy(handle);
+    }
+    masks.clear();
+    endedMasks.clear();
   }
 
   static void onEvent(void *user, int64_t request, int64_t token, dsrt_request_state state,
@@ -285,6 +345,11 @@ struct Engine {
     if (token >= 0 && state == DSRT_REQUEST_RUNNING)
       (void)dsrt_engine_request_cached_tokens(self->handle, request, &event.cached);
     std::lock_guard<std::mutex> lock(self->mutex);
+    if (token < 0 && state != DSRT_REQUEST_PROMPT)
+      if (auto mask = self->masks.find(request); mask != self->masks.end()) {
+        self->endedMasks.push_back(std::move(mask->second));
+        self->masks.erase(mask);
+      }
     self->events.push_back(std::move(event));
     self->ready.notify_all();
   }
@@ -294,7 +359,8 @@ struct Engine {
                      bool ignoreEos, int logprobs, float minP, float repetitionPenalty,
                      float presencePenalty, float frequencyPenalty, int promptLogprobs,
                      const std::vector<int64_t> &biasTokens,
-                     const std::vector<float> &biasValues, int minTokens) {
+                     const std::vector<float> &biasValues, int minTokens,
+                     nb::object tokenMask) {
     if (biasTokens.size() != biasValues.size())
       throw nb::value_error("logit_bias_tokens and logit_bias_values differ in length");
     dsrt_request_options options;
@@ -317,14 +383,41 @@ struct Engine {
     options.logit_bias_values = biasValues.data();
     options.logit_bias_count = biasTokens.size();
     options.min_tokens = minTokens;
+    std::unique_ptr<MaskHolder> mask;
+    if (!tokenMask.is_none()) {
+      mask = std::make_unique<MaskHolder>();
+      mask->fill = tokenMask;
+      options.token_mask = &MaskHolder::call;
+      options.token_mask_user_data = mask.get();
+    }
     int64_t id = 0;
     nb::gil_scoped_release release;
-    check(dsrt_engine_add_request(handle, prompt.data(), prompt.size(), &options, &id));
+    // Registered under the lock the token callback takes: the request's end cannot come
+    // before its mask is known here.
+    std::lock_guard<std::mutex> lock(mutex);
+    const dsrt_status status =
+        dsrt_engine_add_request(handle, prompt.data(), prompt.size(), &options, &id);
+    if (status != DSRT_OK) {
+      nb::gil_scoped_acquire gil;
+      mask.reset();
+      check(status);
+    }
+    if (mask)
+      masks.emplace(id, std::move(mask));
     return id;
   }
   void cancel(int64_t id) {
-    nb::gil_scoped_release release;
-    check(dsrt_engine_cancel(handle, id));
+    std::unique_ptr<MaskHolder> ended;
+    {
+      nb::gil_scoped_release release;
+      check(dsrt_engine_cancel(handle, id));
+      // No mask call comes after the cancel has returned.
+      std::lock_guard<std::mutex> lock(mutex);
+      if (auto mask = masks.find(id); mask != masks.end()) {
+        ended = std::move(mask->second);
+        masks.erase(mask);
+      }
+    }
   }
   void resetPrefixCache() {
     nb::gil_scoped_release release;
@@ -335,6 +428,7 @@ struct Engine {
   // (request, token, state, logprob or None, [(token, logprob)], cached prompt tokens or -1).
   nb::list waitEvents(double timeout) {
     std::deque<Event> taken;
+    std::vector<std::unique_ptr<MaskHolder>> ended;
     {
       nb::gil_scoped_release release;
       std::unique_lock<std::mutex> lock(mutex);
@@ -342,7 +436,9 @@ struct Engine {
                      [&] { return !events.empty() || interrupted; });
       interrupted = false;
       taken.swap(events);
+      ended.swap(endedMasks);
     }
+    ended.clear();  // their Python objects, with the GIL
     nb::list result;
     for (const Event &event : taken) {
       nb::object logprob = event.hasLogprob ? nb::object(nb::float_(event.logprob)) : nb::none();
@@ -400,6 +496,8 @@ NB_MODULE(_dsrt, m) {
       .def_ro("path", &Plan::path)
       .def_prop_ro("rank_count", [](const Plan &p) { return dsrt_plan_rank_count(p.handle); })
       .def_prop_ro("limits", &Plan::limits)
+      .def("tokenizer_json", &Plan::tokenizerJson)
+      .def("vocabulary", &Plan::vocabulary)
       .def_prop_ro("model_name",
                    [](const Plan &p) { return std::string(dsrt_plan_model_name(p.handle)); })
       .def("chat_templates", &Plan::chatTemplates)
@@ -457,7 +555,8 @@ NB_MODULE(_dsrt, m) {
            "ignore_eos"_a, "logprobs"_a, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f,
            "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f,
            "prompt_logprobs"_a = -1, "logit_bias_tokens"_a = std::vector<int64_t>(),
-           "logit_bias_values"_a = std::vector<float>(), "min_tokens"_a = 0)
+           "logit_bias_values"_a = std::vector<float>(), "min_tokens"_a = 0,
+           "token_mask"_a = nb::none())
       .def("cancel", &Engine::cancel, "request"_a)
       .def("reset_prefix_cache", &Engine::resetPrefixCache)
       .def("wait_events", &Engine::waitEvents, "timeout"_a)

@@ -169,8 +169,9 @@ def test_metrics_move_as_requests_run(server, client):
     (json.dumps({"prompt": "x", "repetition_penalty": 0}).encode(), 400,
      "repetition_penalty"),
     (json.dumps({"prompt": "x", "min_p": 1.5}).encode(), 400, "min_p"),
-    (json.dumps({"prompt": "x", "response_format": {"type": "json_object"}}).encode(), 400,
+    (json.dumps({"prompt": "x", "response_format": {"type": "xml"}}).encode(), 400,
      "response_format"),
+    (json.dumps({"prompt": "x", "guided_choice": []}).encode(), 400, "choice"),
     (json.dumps({"prompt": "x", "logit_bias": {"a": 1}}).encode(), 400, "logit_bias"),
     (json.dumps({"prompt": "x", "logit_bias": {"5": 500}}).encode(), 400, "logit_bias"),
     # Integers past what the C API takes (they had reached it and answered 500).
@@ -202,7 +203,9 @@ def test_odd_field_values_never_answer_5xx(server, client):
     fields = ["max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n",
               "best_of", "logprobs", "echo", "logit_bias", "presence_penalty",
               "frequency_penalty", "repetition_penalty", "stop_token_ids", "min_tokens",
-              "ignore_eos", "stream_options", "response_format", "prompt", "suffix"]
+              "ignore_eos", "stream_options", "response_format", "prompt", "suffix",
+              "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+              "guided_grammar"]
     rng = random.Random(41)
     bodies = [{name: value} for name in fields for value in values]
     bodies += [dict(zip(rng.sample(fields, 2), rng.choices(values, k=2))) for _ in range(100)]

@@ -197,6 +197,17 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.minTokens = given.min_tokens;
   for (size_t i = 0; i < given.logit_bias_count; ++i)
     cpp.logitBias.emplace_back(given.logit_bias_tokens[i], given.logit_bias_values[i]);
+  if (given.token_mask) {
+    const dsrt_token_mask_fn mask = given.token_mask;
+    void *user = given.token_mask_user_data;
+    cpp.tokenMask = [mask, user](int64_t request, const std::vector<int64_t> &generated,
+                                 std::vector<uint32_t> &allowed) {
+      const int code = mask(user, request, generated.data(), generated.size(), allowed.data(),
+                            allowed.size());
+      return code == 0 ? dsrt::Status::ok()
+                       : dsrt::Status::error("its token_mask returned " + std::to_string(code));
+    };
+  }
   return fromStatus(engine->engine->add(std::vector<int64_t>(prompt, prompt + length), cpp,
                                         *request_id),
                     DSRT_INVALID_ARGUMENT);

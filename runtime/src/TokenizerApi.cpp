@@ -53,6 +53,17 @@ dsrt_status dsrt_tokenizer_from_plan(const dsrt_plan *plan, dsrt_tokenizer **out
   return wrap(std::move(tokenizer), out);
 }
 
+dsrt_status dsrt_plan_tokenizer_json(const dsrt_plan *plan, const char **json, size_t *size) {
+  if (!plan || !json || !size)
+    return nullArgument(!plan ? "plan" : !json ? "json" : "size");
+  const auto *stored = plan->file->plan().tokenizer_json();
+  if (!stored || stored->size() == 0)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, plan->file->path() + ": the plan has no tokenizer");
+  *json = reinterpret_cast<const char *>(stored->data());
+  *size = stored->size();
+  return DSRT_OK;
+}
+
 dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out) {
   if (!path || !out)
     return nullArgument(!path ? "path" : "out");
@@ -144,6 +155,22 @@ const char *dsrt_plan_model_name(const dsrt_plan *plan) {
   if (!plan || !plan->file->plan().model_name())
     return "";
   return plan->file->plan().model_name()->c_str();
+}
+
+dsrt_status dsrt_plan_vocabulary(const dsrt_plan *plan, int64_t *vocab_size,
+                                 const int64_t **eos_tokens, size_t *eos_count) {
+  if (!plan || !vocab_size || !eos_tokens || !eos_count)
+    return nullArgument(!plan ? "plan" : !vocab_size ? "vocab_size" : !eos_tokens ? "eos_tokens"
+                                                                                  : "eos_count");
+  const auto *model = plan->file->plan().model();
+  if (!model || model->vocab_size() <= 0)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT,
+                      plan->file->path() + ": the plan describes no language model");
+  *vocab_size = model->vocab_size();
+  const auto *eos = model->eos_token_ids();
+  *eos_tokens = eos && eos->size() ? reinterpret_cast<const int64_t *>(eos->data()) : nullptr;
+  *eos_count = eos ? eos->size() : 0;
+  return DSRT_OK;
 }
 
 } // extern "C"

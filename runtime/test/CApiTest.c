@@ -85,6 +85,22 @@ static void withPlan(const char *path) {
   EXPECT(dsrt_plan_io_info(plan, "forward", 0, 0, &info) == DSRT_OK);
   EXPECT(strcmp(info.name, "input_ids") == 0 && info.dtype == DSRT_I64 && info.rank == 2 &&
          info.shape[0] == -1 && info.shape[1] == -1);
+  /* What a grammar's token masks need: the vocabulary (the logits' width), the EOS tokens
+   * (GPT-2's 50256, inside it) and the tokenizer.json dsc embedded. */
+  dsrt_tensor logitsInfo;
+  int64_t vocab = 0;
+  const int64_t *eos = NULL;
+  size_t eosCount = 0;
+  EXPECT(dsrt_plan_io_info(plan, "forward", 1, 0, &logitsInfo) == DSRT_OK);
+  EXPECT(dsrt_plan_vocabulary(plan, &vocab, &eos, &eosCount) == DSRT_OK);
+  EXPECT(logitsInfo.rank == 3 && vocab == logitsInfo.shape[2]);
+  EXPECT(eosCount >= 1 && eos && eos[0] >= 0 && eos[0] < vocab);
+  EXPECT_ERROR(dsrt_plan_vocabulary(plan, NULL, &eos, &eosCount), DSRT_INVALID_ARGUMENT,
+               "vocab_size is null");
+  const char *json = NULL;
+  size_t jsonSize = 0;
+  EXPECT(dsrt_plan_tokenizer_json(plan, &json, &jsonSize) == DSRT_OK);
+  EXPECT(json && jsonSize > 2 && json[0] == '{' && memchr(json, '}', jsonSize) != NULL);
 
   dsrt_session *session = NULL;
   EXPECT_ERROR(dsrt_session_create(plan, 1, DSRT_DEVICE_CPU, &session), DSRT_INVALID_ARGUMENT,

@@ -223,6 +223,10 @@ typedef struct dsrt_tokenizer dsrt_tokenizer;
 
 /* The tokenizer embedded in the plan; DSRT_INVALID_ARGUMENT when the plan has none. */
 DSRT_API dsrt_status dsrt_tokenizer_from_plan(const dsrt_plan *plan, dsrt_tokenizer **out);
+/* The plan's tokenizer.json as dsc embedded it (for a grammar library's token table), valid
+ * as long as the plan; DSRT_INVALID_ARGUMENT when the plan has none. */
+DSRT_API dsrt_status dsrt_plan_tokenizer_json(const dsrt_plan *plan, const char **json,
+                                              size_t *size);
 DSRT_API dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out);
 DSRT_API void dsrt_tokenizer_free(dsrt_tokenizer *tokenizer);
 /* Encodes `length` bytes of UTF-8 text; `*ids` (`*count` of them) is freed with dsrt_free.
@@ -247,6 +251,11 @@ DSRT_API dsrt_status dsrt_plan_special_token(const dsrt_plan *plan, const char *
                                              const char **content);
 /* The model's name as dsc recorded it (the ONNX file's graph or file name). */
 DSRT_API const char *dsrt_plan_model_name(const dsrt_plan *plan);
+/* The model's vocabulary size (its logits' width) and its EOS tokens (`*eos_tokens`, valid as
+ * long as the plan; none: count 0), which a grammar's token masks need; DSRT_INVALID_ARGUMENT
+ * when the plan describes no language model. */
+DSRT_API dsrt_status dsrt_plan_vocabulary(const dsrt_plan *plan, int64_t *vocab_size,
+                                          const int64_t **eos_tokens, size_t *eos_count);
 
 /* ---- Generation (docs/transformer-ops.md). ---- */
 
@@ -398,6 +407,18 @@ typedef struct dsrt_engine_options {
                                     multiply-adds, where a rejected draft costs a row) */
 } dsrt_engine_options;
 
+/* Structured output: the tokens a request may draw next, as a grammar allows them (the
+ * Python package's llguidance matchers). Called on the engine's stepping thread before each
+ * of the request's draws, outside the engine's lock, with the tokens the request has
+ * generated so far; `allowed` holds `words` = ceil(vocab / 32) words, every bit set on
+ * entry: clear bit t % 32 of word t / 32 to keep token t out of the draw. Returns 0, or
+ * nonzero to end the request as cancelled (DSRT_REQUEST_CANCELLED). A draw that the mask
+ * leaves no token for ends the request the same way; min_tokens gives way to the mask. It must not call the engine. No call comes for a request after
+ * dsrt_engine_cancel(request) has returned or after its last callback; such a request takes
+ * no speculative drafts. The log-probabilities stay the model's. */
+typedef int (*dsrt_token_mask_fn)(void *user_data, int64_t request, const int64_t *generated,
+                                  size_t count, uint32_t *allowed, size_t words);
+
 typedef struct dsrt_request_options {
   size_t struct_size;            /* sizeof(dsrt_request_options); set by _init */
   int32_t max_new_tokens;        /* default 16 */
@@ -433,6 +454,10 @@ typedef struct dsrt_request_options {
   size_t logit_bias_count;
   int32_t min_tokens;            /* 0 (default); vLLM's: until this many tokens are generated,
                                     the EOS and stop tokens cannot be drawn */
+  dsrt_token_mask_fn token_mask; /* NULL (default): every token may be drawn. These two
+                                    fields made the struct larger: a caller built before them
+                                    is refused by struct_size. */
+  void *token_mask_user_data;
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {

@@ -71,8 +71,10 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
   // Every request may draft: each row is drawn as it would be without drafts (greedy, or
   // from the request's stream, after the penalties and min_tokens of the tokens before it),
   // and a draft counts only where the draw is the draft (EngineSampling.cpp).
+  // A masked request's drafts would need its grammar's state after each of them.
   DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id,
-                                       options.promptLogprobs < 0, options_.speculativeTokens));
+                                       options.promptLogprobs < 0,
+                                       options.tokenMask ? 0 : options_.speculativeTokens));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;
@@ -89,6 +91,7 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
 }
 
 Status Engine::cancel(int64_t id) {
+  std::lock_guard<std::mutex> masking(maskMutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(id);
   if (it == live_.end() || it->second.finish != RequestFinish::Running)
@@ -297,6 +300,10 @@ Status Engine::step() {
       chunkLogits.push_back(where);
     }
   }
+  // Structured output: each masked request's allowed tokens, asked outside the lock.
+  TokenMasks masks;
+  std::vector<int64_t> maskFailed;
+  computeTokenMasks(plan, masks, maskFailed);
   std::vector<std::pair<int64_t, int64_t>> sampled;
   // Parallel to `sampled` where the request asked for log-probabilities.
   std::vector<std::optional<TokenLogprobs>> sampledLogprobs;
@@ -353,16 +360,22 @@ Status Engine::step() {
                           {}, {}});
         live->second.nextPromptLogprob = where.firstPosition + where.promptRows + 1;
       }
-      if (chunk.samples)
+      if (chunk.samples) {
         work.push_back({chunk.requestId, &live->second, where.sampledRow, -1, -1, std::nullopt,
                         chunk.drafts.empty() ? nullptr : &chunk.drafts, {}, {}});
+        if (auto mask = masks.find(chunk.requestId); mask != masks.end())
+          work.back().allowed = &mask->second;
+      }
     }
     ops::parallelFor(static_cast<int64_t>(work.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t w = begin; w < end; ++w)
         sampleRow(work[static_cast<size_t>(w)], readRow);
     });
     for (RowWork &item : work)
-      if (item.promptToken >= 0) {
+      if (item.promptToken < 0 && item.token < 0) {
+        failRequestLocked(item.request, "its token mask allows no token");
+        maskFailed.push_back(item.request);
+      } else if (item.promptToken >= 0) {
         promptLogprobs.push_back({item.request, item.promptToken, std::move(*item.logprobs)});
       } else {
         sampled.push_back({item.request, item.token});
@@ -385,6 +398,8 @@ Status Engine::step() {
     if (ran.isOk())
       for (const PromptLogprob &entry : promptLogprobs)
         events.push_back({entry.request, entry.token, RequestFinish::Prompt, &entry.logprobs});
+    for (int64_t id : maskFailed)
+      events.push_back({id, -1, RequestFinish::Cancelled});
     if (!ran.isOk()) {
       // The step's requests cannot go on with KV that was never written: they fail, the
       // others do not.

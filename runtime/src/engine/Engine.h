@@ -35,6 +35,7 @@ class InProcessGroup;
 namespace dsrt::engine {
 
 class Scheduler;
+struct StepPlan;
 
 struct EngineOptions {
   DeviceKind device = DeviceKind::Cpu;
@@ -116,6 +117,13 @@ struct RequestOptions {
   // RequestFinish::Prompt events before the first generated token. Such a request computes
   // its whole prompt: it takes no prefix-cache hits (its blocks are still shared after).
   int64_t promptLogprobs = -1;
+  // Structured output (dsrt_token_mask_fn): before each draw, the tokens the request may
+  // draw, bit t % 32 of word t / 32 of `allowed` (all set on entry), given the tokens it
+  // has generated. Called on the stepping thread outside the engine's lock; an error ends
+  // the request as cancelled. Such a request takes no drafts.
+  std::function<Status(int64_t request, const std::vector<int64_t> &generated,
+                       std::vector<uint32_t> &allowed)>
+      tokenMask;
 };
 
 inline constexpr int64_t kMaxTopLogprobs = 20;
@@ -252,6 +260,9 @@ private:
     const std::vector<int64_t> *drafts = nullptr;
     std::vector<int64_t> more;
     std::vector<std::optional<TokenLogprobs>> moreLogprobs;
+    // The request's token mask for this draw (RequestOptions::tokenMask), or null. A draw
+    // it leaves no token for sets `token` to -1.
+    const std::vector<uint32_t> *allowed = nullptr;
   };
   // Row `at` of the step's logits, as f32.
   using LogitsReader = std::function<void(int64_t at, std::vector<float> &values)>;
@@ -259,6 +270,14 @@ private:
   // min_tokens, sampling and log-probabilities) and the drafts' tokens the model confirms.
   // Only the request's own state changes: items run on the pool's threads.
   void sampleRow(RowWork &item, const LogitsReader &readRow) const;
+  // The token masks of the step's sampling requests that have one (EngineSampling.cpp),
+  // by request; a request whose mask failed is cancelled here and listed in `failed`.
+  using TokenMasks = std::unordered_map<int64_t, std::vector<uint32_t>>;
+  void computeTokenMasks(const StepPlan &plan, TokenMasks &masks,
+                         std::vector<int64_t> &failed);
+  // Under mutex_: ends a request whose draw cannot go on (its token mask) as cancelled, with
+  // the reason as the engine's last error.
+  void failRequestLocked(int64_t id, const std::string &why);
 
   std::shared_ptr<PlanFile> plan_;
   EngineOptions options_;
@@ -275,6 +294,9 @@ private:
   std::vector<int64_t> eosTokens_;
 
   mutable std::mutex mutex_;
+  // Held while token masks are computed (outside mutex_; taken before it): cancel() waits for
+  // it, so that no mask is asked for a request after its cancel has returned.
+  std::mutex maskMutex_;
   std::condition_variable work_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<int64_t, Live> live_;

@@ -4,6 +4,7 @@
 // threads.
 #include "engine/Engine.h"
 
+#include "engine/Scheduler.h"
 #include "engine/TokenSampling.h"
 #include "generate/Generator.h"
 
@@ -41,22 +42,42 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
     readRow(row, values);
     // min_tokens: the tokens that would end the request are out of the draw.
     const bool holdsStop = live.generated < options.minTokens;
-    if (counts || holdsStop) {
+    const bool masked = item.allowed != nullptr;
+    if (counts || holdsStop || masked) {
       penalized.assign(values.begin(), values.end());
       if (counts)
         applyPenalties(options, live.generatedCounts, live.promptTokens, penalized);
+      if (masked)
+        for (size_t t = 0; t < penalized.size(); ++t)
+          if (!((*item.allowed)[t / 32] >> (t % 32) & 1u))
+            penalized[t] = -INFINITY;
       if (holdsStop) {
+        // What the bans take, kept: where the mask allows nothing else (a grammar that is
+        // complete allows EOS alone), min_tokens gives way.
+        thread_local std::vector<std::pair<int64_t, float>> banned;
+        banned.clear();
+        auto ban = [&](int64_t token) {
+          if (token >= 0 && token < vocab_) {
+            banned.emplace_back(token, penalized[static_cast<size_t>(token)]);
+            penalized[static_cast<size_t>(token)] = -INFINITY;
+          }
+        };
         if (!options.ignoreEos)
           for (int64_t eos : eosTokens_)
-            if (eos >= 0 && eos < vocab_)
-              penalized[static_cast<size_t>(eos)] = -INFINITY;
+            ban(eos);
         for (int64_t stop : options.stopTokens)
-          if (stop >= 0 && stop < vocab_)
-            penalized[static_cast<size_t>(stop)] = -INFINITY;
+          ban(stop);
+        if (masked && std::none_of(penalized.begin(), penalized.end(),
+                                   [](float x) { return x > -INFINITY; }))
+          for (const auto &[token, logit] : banned)
+            penalized[static_cast<size_t>(token)] = logit;
       }
+      if (masked && std::none_of(penalized.begin(), penalized.end(),
+                                 [](float x) { return x > -INFINITY; }))
+        return int64_t(-1);
     }
     const int64_t token =
-        sampleToken(counts || holdsStop ? penalized : values, sampling, live.rng);
+        sampleToken(counts || holdsStop || masked ? penalized : values, sampling, live.rng);
     ++live.generated;
     if (counts)
       ++live.generatedCounts[token];
@@ -68,6 +89,8 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
                                  : std::nullopt;
   };
   item.token = draw(item.logitsRow);
+  if (item.token < 0)
+    return;  // the mask left no token: the step ends the request
   item.logprobs = logprobsOfRow(item.token);
   // Each draft the last token confirmed gives the next row's token, until one is not its
   // draft or ends the request. A row is drawn as it is without drafts, from the same stream
@@ -80,6 +103,63 @@ void Engine::sampleRow(RowWork &item, const LogitsReader &readRow) const {
       break;
     item.more.push_back(draw(item.logitsRow + static_cast<int64_t>(d) + 1));
     item.moreLogprobs.push_back(logprobsOfRow(item.more.back()));
+  }
+}
+
+void Engine::failRequestLocked(int64_t id, const std::string &why) {
+  if (scheduler_->contains(id))
+    (void)scheduler_->cancel(id);
+  if (auto live = live_.find(id); live != live_.end())
+    live->second.finish = RequestFinish::Cancelled;
+  lastError_ = "request " + std::to_string(id) + ": " + why;
+}
+
+void Engine::computeTokenMasks(const StepPlan &plan, TokenMasks &masks,
+                               std::vector<int64_t> &failed) {
+  struct Job {
+    int64_t request;
+    std::vector<int64_t> generated;
+    decltype(RequestOptions::tokenMask) mask;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ScheduledChunk &chunk : plan.chunks) {
+      auto live = live_.find(chunk.requestId);
+      if (!chunk.samples || live == live_.end() || !live->second.options.tokenMask ||
+          live->second.finish != RequestFinish::Running)
+        continue;
+      const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
+      jobs.push_back({chunk.requestId,
+                      std::vector<int64_t>(tokens.begin() + live->second.promptLength,
+                                           tokens.end()),
+                      live->second.options.tokenMask});
+    }
+  }
+  if (jobs.empty())
+    return;
+  // Outside mutex_ (a mask may take a while: the Python package's takes the GIL), and
+  // inside maskMutex_, which cancel() takes first: a request cancelled after the check
+  // below waits until its mask has returned.
+  std::lock_guard<std::mutex> masking(maskMutex_);
+  const size_t words = static_cast<size_t>((vocab_ + 31) / 32);
+  for (Job &job : jobs) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto live = live_.find(job.request);
+      if (live == live_.end() || live->second.finish != RequestFinish::Running)
+        continue;
+    }
+    std::vector<uint32_t> allowed(words, ~uint32_t(0));
+    Status status = job.mask(job.request, job.generated, allowed);
+    if (status.isOk() && allowed.size() == words) {
+      masks.emplace(job.request, std::move(allowed));
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    failRequestLocked(job.request, status.isOk() ? "its token mask changed the mask's size"
+                                                 : status.message());
+    failed.push_back(job.request);
   }
 }
 

@@ -424,7 +424,9 @@ int main(int argc, char **argv) {
                         : generateAlone(session, group, request);
   }
   int failures =
-      mpi ? 0 : checkCachedTokensInCallbacks(plan) + runThreadedClients(plan, requests, 4);
+      mpi ? 0
+          : checkCachedTokensInCallbacks(plan) + runThreadedClients(plan, requests, 4) +
+                checkTokenMasks(plan, requests);
   for (int32_t blockSize : blockSizes) {
     std::string at = " (block " + std::to_string(blockSize) + ")";
     failures += runScenario(plan, {"all at once" + at, blockSize}, requests);

@@ -39,6 +39,9 @@ dsrt_engine_options engineOptions(int32_t blockSize);
 // returns its failures.
 int runThreadedClients(dsrt_plan *plan, const std::vector<Request> &requests, int clients);
 int checkCachedTokensInCallbacks(dsrt_plan *plan);
+// Token masks (EngineMaskChecks.cpp): forced tokens, all allowed, none allowed, a failing
+// mask, a cancel while a mask runs. Returns the failures.
+int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests);
 
 // With `options` an engine's defaults and `stats` that engine's: one token per step more
 // than the plan's rows, and a KV budget of one byte less than a block, are refused by name.

@@ -1,0 +1,125 @@
+"""Structured output: a grammar decides which tokens a request may draw next (vLLM's
+``structured_outputs``, formerly ``guided_decoding``; OpenAI's ``response_format``;
+llama.cpp's ``grammar``). The grammars are llguidance's, over the plan's own tokenizer.json;
+the engine asks a request's mask before each of its draws (dsrt_token_mask_fn), so the
+sampling, penalties and seeds work as without one, within what the grammar allows."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import Any, Optional, Sequence, Union
+
+from . import _dsrt
+
+
+@dataclasses.dataclass
+class StructuredOutputsParams:
+    """Exactly one of: ``json`` (a JSON schema, as a dict or its text), ``json_object``
+    (any JSON object), ``regex``, ``choice`` (one of these strings) or ``grammar`` (Lark, as
+    llguidance reads it, or llama.cpp's GBNF). ``disable_any_whitespace`` makes JSON compact
+    (vLLM's option)."""
+    json: Union[str, dict, None] = None
+    regex: Optional[str] = None
+    choice: Optional[Sequence[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    disable_any_whitespace: bool = False
+
+    def _grammar(self) -> str:
+        """The llguidance grammar, or dsrt.Error naming what is wrong."""
+        import llguidance
+        given = [name for name in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(self, name) not in (None, False)]
+        if len(given) != 1:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: structured outputs take exactly one "
+                              f"of json, json_object, regex, choice and grammar, not "
+                              f"{given or 'none'}")
+        try:
+            if self.choice is not None:
+                if (isinstance(self.choice, str) or not self.choice
+                        or not all(isinstance(c, str) for c in self.choice)):
+                    raise ValueError("choice must be a non-empty list of strings")
+                return llguidance.grammar_from("choice", list(self.choice))
+            if self.regex is not None:
+                return llguidance.LLMatcher.grammar_from_regex(self.regex)
+            if self.grammar is not None:
+                return llguidance.grammar_from("grammar", self.grammar)
+            schema: Any = {"type": "object"} if self.json_object else self.json
+            if isinstance(schema, str):
+                schema = json.loads(schema)
+            if not isinstance(schema, dict):
+                raise ValueError("a JSON schema is an object")
+            overrides = {"whitespace_flexible": False} if self.disable_any_whitespace else None
+            return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=overrides)
+        except (ValueError, TypeError) as error:
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: structured output: {error}") from None
+
+
+# vLLM's earlier name for the same parameters.
+GuidedDecodingParams = StructuredOutputsParams
+
+
+class TokenMask:
+    """One request's grammar state: told each draw's tokens, it gives the next draw's
+    allowed tokens (MaskHolder in module.cpp calls it on the engine's thread)."""
+
+    def __init__(self, tokenizer, grammar: str, words: int):
+        import llguidance
+        import numpy
+        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        if self._matcher.is_error():
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: structured output: "
+                              f"{self._matcher.get_error()}")
+        self._words = numpy.full((1, words), -1, dtype=numpy.int32)
+        self.error: Optional[str] = None  # why the request was ended, if it was
+
+    def __call__(self, new_tokens: list[int]):
+        import llguidance.numpy
+        try:
+            if new_tokens and not self._matcher.consume_tokens(new_tokens):
+                raise RuntimeError(f"the grammar refused a token: {self._matcher.get_error()}")
+            llguidance.numpy.fill_next_token_bitmask(self._matcher, self._words)
+            return self._words[0]
+        except Exception as error:  # the engine ends the request; its router says why
+            self.error = str(error)
+            raise
+
+
+class Grammars:
+    """A plan's token table for llguidance, built on first use (a 150k vocabulary takes
+    about a second) and shared by every request of the engine."""
+
+    def __init__(self, plan: "_dsrt.Plan"):
+        self._plan = plan
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def mask(self, params: StructuredOutputsParams, ignore_eos: bool) -> TokenMask:
+        if not isinstance(params, StructuredOutputsParams):
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: structured_outputs must be a "
+                              f"StructuredOutputsParams, not {params!r}")
+        try:
+            import llguidance  # noqa: F401
+        except ImportError:
+            raise _dsrt.Error("DSRT_UNSUPPORTED: structured outputs need llguidance: "
+                              "pip install 'dsrt[structured]' (or llguidance)") from None
+        vocab, eos = self._plan.vocabulary()
+        if not eos:
+            raise _dsrt.Error("DSRT_UNSUPPORTED: structured outputs need an EOS token to end "
+                              "the output where the grammar does, and this plan has none")
+        if ignore_eos:
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: ignore_eos cannot be combined with "
+                              "structured outputs: the output ends with EOS where the grammar "
+                              "is complete")
+        grammar = params._grammar()
+        with self._lock:
+            if self._tokenizer is None:
+                import llguidance
+                text = self._plan.tokenizer_json()
+                if text is None:
+                    raise _dsrt.Error("DSRT_UNSUPPORTED: structured outputs need the plan's "
+                                      "tokenizer, and this plan has none")
+                self._tokenizer = llguidance.LLTokenizer(text.decode("utf-8"), n_vocab=vocab,
+                                                         eos_token=list(eos))
+        return TokenMask(self._tokenizer, grammar, (vocab + 31) // 32)

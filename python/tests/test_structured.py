@@ -1,0 +1,163 @@
+"""Structured output (vLLM's structured_outputs, OpenAI's response_format) on the GPT-2
+fixture: outputs that follow a JSON schema, a choice or a regex, checked by jsonschema and
+re, and every drawn token replayed through an independent llguidance matcher: each was
+allowed, and a greedy one is the likeliest allowed (against the request's own top-20
+log-probabilities, which stay the model's)."""
+import json
+import re
+
+import httpx
+import pytest
+
+import dsrt
+from dsrt.engine import EngineLoop
+from dsrt.server import create_app
+from dsrt.server_state import Server
+
+jsonschema = pytest.importorskip("jsonschema")
+llguidance = pytest.importorskip("llguidance")
+
+# Short keys: the fixture's tokens are mostly single bytes, and it has 64 positions.
+SCHEMA = {"type": "object",
+          "properties": {"n": {"type": "string", "maxLength": 3},
+                         "a": {"type": "integer", "minimum": 0, "maximum": 99},
+                         "c": {"enum": ["red", "green", "blue"]},
+                         "ok": {"type": "boolean"}},
+          "required": ["n", "a", "c", "ok"], "additionalProperties": False}
+
+
+def compact(**what) -> dsrt.StructuredOutputsParams:
+    return dsrt.StructuredOutputsParams(disable_any_whitespace=True, **what)
+
+
+def replay(plan, params, output):
+    """Each of the output's tokens through a matcher of its own: allowed where drawn, and
+    (greedy) no allowed token among the top-20 likelier than the one drawn."""
+    native = dsrt._dsrt.Plan(plan)
+    vocab, eos = native.vocabulary()
+    tokenizer = llguidance.LLTokenizer(native.tokenizer_json().decode(), n_vocab=vocab,
+                                       eos_token=list(eos))
+    matcher = llguidance.LLMatcher(tokenizer, params._grammar(), log_level=0)
+    for token, entry in zip(output.token_ids, output.logprobs):
+        allowed = matcher.compute_bitmask()
+        def ok(t):
+            return bool(allowed[t // 8] >> (t % 8) & 1)
+        assert ok(token), f"token {token} was not allowed"
+        likelier = [t for t, lp in entry.top if lp > entry.logprob + 1e-6 and ok(t)]
+        assert not likelier, f"greedy drew {token}, the allowed {likelier} are likelier"
+        if token not in eos:
+            assert matcher.consume_token(token)
+
+
+def test_json_schema_outputs_validate_and_each_greedy_token_is_the_likeliest_allowed(
+        llm, plan):
+    params = compact(json=SCHEMA)
+    outs = llm.generate(["Hello", "Bonjour", "The"], dsrt.SamplingParams(
+        max_tokens=56, temperature=0, logprobs=20, structured_outputs=params))
+    for out in outs:
+        choice = out.outputs[0]
+        assert choice.finish_reason == "stop", choice.text
+        jsonschema.validate(json.loads(choice.text), SCHEMA)
+        replay(plan, params, choice)
+
+
+def test_sampled_outputs_validate_and_repeat_with_their_seed(llm):
+    params = dsrt.SamplingParams(max_tokens=56, temperature=1.0, seed=5, n=3,
+                                 structured_outputs=compact(json=SCHEMA))
+    first = llm.generate(["Hello"], params)[0].outputs
+    again = llm.generate(["Hello"], params)[0].outputs
+    assert [c.text for c in first] == [c.text for c in again]
+    for choice in first:
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.text), SCHEMA)
+
+
+def test_choice_regex_and_grammar(llm):
+    options = ["yes", "no", "maybe"]
+    outs = llm.generate(["a", "b", "c", "d"], dsrt.SamplingParams(
+        max_tokens=8, temperature=1.0, seed=2,
+        guided_decoding=dsrt.GuidedDecodingParams(choice=options)))
+    assert all(o.outputs[0].text in options for o in outs)
+    outs = llm.generate(["a", "b"], dsrt.SamplingParams(
+        max_tokens=16, temperature=1.0, seed=3,
+        structured_outputs=dsrt.StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}")))
+    assert all(re.fullmatch(r"[0-9]{3}-[a-z]{2}", o.outputs[0].text) for o in outs)
+    # llama.cpp's GBNF, as llguidance converts it.
+    outs = llm.generate(["a"], dsrt.SamplingParams(
+        max_tokens=16, temperature=1.0, seed=4, structured_outputs=dsrt.StructuredOutputsParams(
+            grammar='root ::= "x" [0-9] [0-9]')))
+    assert re.fullmatch(r"x[0-9]{2}", outs[0].outputs[0].text)
+
+
+def test_bad_structured_outputs_are_refused_by_name(llm, plan_without_tokenizer):
+    def refused(match, **sampling):
+        with pytest.raises(dsrt.Error, match=match):
+            llm.generate(["a"], dsrt.SamplingParams(max_tokens=4, **sampling))
+    refused("exactly one of", structured_outputs=dsrt.StructuredOutputsParams(
+        regex="a", choice=["b"]))
+    refused("exactly one of", structured_outputs=dsrt.StructuredOutputsParams())
+    refused("structured output", structured_outputs=dsrt.StructuredOutputsParams(
+        json="{not json"))
+    refused("structured output", structured_outputs=dsrt.StructuredOutputsParams(regex="(("))
+    refused("ignore_eos", ignore_eos=True,
+            structured_outputs=dsrt.StructuredOutputsParams(choice=["a"]))
+    refused("structured_outputs must be", structured_outputs={"json": {}})
+    refused("not both", structured_outputs=dsrt.StructuredOutputsParams(choice=["a"]),
+            guided_decoding=dsrt.StructuredOutputsParams(choice=["a"]))
+    # The engine goes on serving.
+    assert llm.generate(["a"], dsrt.SamplingParams(max_tokens=2))[0].outputs[0].token_ids
+    with dsrt.LLM(plan_without_tokenizer) as bare:
+        with pytest.raises(dsrt.Error, match="tokenizer"):
+            bare.generate([[1, 2]], dsrt.SamplingParams(
+                max_tokens=2, structured_outputs=dsrt.StructuredOutputsParams(choice=["a"])))
+
+
+def post(app, path, body):
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            return await client.post(path, json=body)
+    import asyncio
+    return asyncio.run(run())
+
+
+def test_server_response_format_and_vllm_fields(plan):
+    loop = EngineLoop(plan)
+    try:
+        app = create_app(Server(loop, "m", 8, disable_any_whitespace=True))
+        answer = post(app, "/v1/completions", {
+            "prompt": "Hello", "max_tokens": 56, "temperature": 0,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "person", "schema": SCHEMA}}})
+        assert answer.status_code == 200, answer.text
+        choice = answer.json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(choice["text"]), SCHEMA)
+        answer = post(app, "/v1/completions", {
+            "prompt": "Hello", "max_tokens": 56, "temperature": 0.7, "seed": 1,
+            "response_format": {"type": "json_object"}})
+        assert answer.status_code == 200, answer.text
+        text = answer.json()["choices"][0]["text"]
+        if answer.json()["choices"][0]["finish_reason"] == "stop":
+            assert isinstance(json.loads(text), dict)
+        else:
+            assert text.startswith("{")
+        answer = post(app, "/v1/completions", {
+            "prompt": ["a", "b"], "max_tokens": 8, "temperature": 1.0, "seed": 3,
+            "structured_outputs": {"choice": ["left", "right"]}})
+        assert [c["text"] for c in answer.json()["choices"]] in (
+            [a, b] for a in ("left", "right") for b in ("left", "right"))
+        answer = post(app, "/v1/completions", {
+            "prompt": "a", "max_tokens": 8, "temperature": 1.0, "guided_regex": "[ab]{4}"})
+        assert re.fullmatch("[ab]{4}", answer.json()["choices"][0]["text"])
+        for body, message in [
+                ({"response_format": {"type": "json_schema"}}, "json_schema.schema"),
+                ({"response_format": {"type": "xml"}}, "json_object or json_schema"),
+                ({"structured_outputs": {"regexp": "a"}}, "structured_outputs takes"),
+                ({"guided_regex": "a", "response_format": {"type": "json_object"}},
+                 "ask for one"),
+                ({"guided_regex": "(("}, "structured output")]:
+            answer = post(app, "/v1/completions", {"prompt": "a", "max_tokens": 4, **body})
+            assert answer.status_code == 400 and message in answer.json()["error"]["message"]
+    finally:
+        loop.close()
