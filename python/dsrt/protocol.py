@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from .server_tools import ToolChoice
 from .structured import StructuredOutputsParams
 
 Number = Union[StrictInt, StrictFloat]
@@ -140,8 +141,21 @@ class ChatRequest(_Common):
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
     tools: Optional[list[dict[str, Any]]] = None
+    # "required" or a named function force tool calls (server_tools.py); "auto" is refused.
+    tool_choice: Union[StrictStr, dict[str, Any], None] = None
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    def tool_call(self) -> ToolChoice:
+        return ToolChoice(self.tools, self.tool_choice)
+
+    def structured(self) -> Optional[StructuredOutputsParams]:
+        forced = self.tool_call().structured()
+        asked = super().structured()
+        if forced is not None and asked is not None:
+            raise ValueError("a forced tool_choice cannot be combined with response_format, "
+                             "structured_outputs or guided_* fields")
+        return forced or asked
 
 
 class TokenizeRequest(BaseModel):

@@ -309,6 +309,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
     async def chat(request: Request):
         try:
             body = await parse(request, ChatRequest)
+            try:
+                tools = body.tool_call()
+            except ValueError as error:
+                raise Refused(400, str(error), param="tool_choice")
             ids = await encode(server.render_chat(body), add_special_tokens=False)
             check_cap()  # again, as for completions
             top = body.top_logprobs or 0
@@ -320,15 +324,35 @@ def create_app(server: Server, api_key: Optional[str] = None,
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
 
+        def tool_message(text: str, finish: str, streamed: bool = False) -> tuple[dict, str]:
+            """A forced call's message: its tool_calls (vLLM's finish reasons: "stop" for a
+            named function, "tool_calls" for "required"; a stream's delta numbers them), or
+            the text where the output ran out before the call was whole."""
+            calls = tools.calls(text)
+            if calls is None:
+                return {"role": "assistant", "content": text}, finish
+            if streamed:
+                calls = [dict(call, index=k) for k, call in enumerate(calls)]
+            return ({"role": "assistant", "content": None, "tool_calls": calls},
+                    "tool_calls" if tools.mode == "required" and finish == "stop" else finish)
+
         async def chunks(gen: Generation):
             for index in range(body.n):
                 yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}]))
+            forced = [""] * body.n  # a forced tool call's text, sent whole at its end
             async for index, update in gen.updates():
                 delta = {"content": update.text} if update.text else {}
+                finish = update.finish_reason
+                if tools.mode:
+                    forced[index] += update.text
+                    if not finish:
+                        continue
+                    delta, finish = tool_message(forced[index], finish, streamed=True)
+                    delta.pop("role")
                 logprobs = chat_logprobs(server, update.logprobs) if body.logprobs else None
                 yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
-                                   "finish_reason": update.finish_reason}]))
+                                   "finish_reason": finish}]))
             if answer.include_usage:
                 yield sse(chunk([], gen.usage()))
 
@@ -337,10 +361,16 @@ def create_app(server: Server, api_key: Optional[str] = None,
             async for index, update in gen.updates():
                 texts[index] += update.text
                 entries[index] += update.logprobs
-            return answer.whole("chat.completion", [{
-                "index": index, "message": {"role": "assistant", "content": texts[index]},
-                "logprobs": chat_logprobs(server, entries[index]) if body.logprobs else None,
-                "finish_reason": gen.finish[index]} for index in range(body.n)], gen.usage())
+            choices = []
+            for index in range(body.n):
+                message, finish = {"role": "assistant", "content": texts[index]}, gen.finish[index]
+                if tools.mode:
+                    message, finish = tool_message(texts[index], finish)
+                choices.append({
+                    "index": index, "message": message,
+                    "logprobs": chat_logprobs(server, entries[index]) if body.logprobs else None,
+                    "finish_reason": finish})
+            return answer.whole("chat.completion", choices, gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
 

@@ -161,3 +161,92 @@ def test_server_response_format_and_vllm_fields(plan):
             assert answer.status_code == 400 and message in answer.json()["error"]["message"]
     finally:
         loop.close()
+
+
+TOOLS = [{"type": "function", "function": {
+             "name": "get_weather",
+             "parameters": {"type": "object",
+                            "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                           "days": {"type": "integer", "minimum": 1,
+                                                    "maximum": 9}},
+                            "required": ["city", "days"], "additionalProperties": False}}},
+         {"type": "function", "function": {
+             "name": "noop", "parameters": {"type": "object", "properties": {},
+                                            "additionalProperties": False}}}]
+TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def tool_app(long_plan):
+    # The Llama fixture: 8192 positions, room for a list of calls of byte-sized tokens.
+    loop = EngineLoop(long_plan)
+    yield create_app(Server(loop, "m", 8, chat_template=TEMPLATE, disable_any_whitespace=True))
+    loop.close()
+
+
+def chat(app, **body):
+    return post(app, "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
+                 "tools": TOOLS, **body})
+
+
+def schema_of(name):
+    return next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
+
+
+def test_a_named_tool_choice_answers_that_call(tool_app):
+    answer = chat(tool_app, temperature=0,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert answer.status_code == 200, answer.text
+    choice = answer.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "get_weather"
+    assert call["id"].startswith("chatcmpl-tool-") and "index" not in call
+    jsonschema.validate(json.loads(call["function"]["arguments"]), schema_of("get_weather"))
+
+
+def test_required_tool_choice_answers_calls_of_the_tools(tool_app):
+    for seed in range(3):
+        answer = chat(tool_app, temperature=0.8, seed=seed, tool_choice="required")
+        choice = answer.json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", choice
+        assert choice["message"]["tool_calls"]
+        for call in choice["message"]["tool_calls"]:
+            jsonschema.validate(json.loads(call["function"]["arguments"]),
+                                schema_of(call["function"]["name"]))
+    # Streamed: the calls come whole in one delta, numbered, with the finish.
+    async def stream():
+        transport = httpx.ASGITransport(app=tool_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            async with client.stream("POST", "/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
+                    "tools": TOOLS, "tool_choice": "required", "temperature": 0.8, "seed": 0,
+                    "stream": True}) as response:
+                return [json.loads(line[6:]) async for line in response.aiter_lines()
+                        if line.startswith("data: {")]
+    import asyncio
+    chunks = asyncio.run(stream())
+    calls = [c["choices"][0] for c in chunks if c["choices"][0]["delta"].get("tool_calls")]
+    assert len(calls) == 1 and calls[0]["finish_reason"] == "tool_calls"
+    assert [c["index"] for c in calls[0]["delta"]["tool_calls"]] == list(
+        range(len(calls[0]["delta"]["tool_calls"])))
+    assert not any(c["choices"][0]["delta"].get("content") for c in chunks)
+
+
+def test_tool_choice_none_is_free_text_and_bad_choices_are_refused(tool_app):
+    answer = chat(tool_app, temperature=0, max_tokens=8, tool_choice="none")
+    message = answer.json()["choices"][0]["message"]
+    assert "tool_calls" not in message and isinstance(message["content"], str)
+    for body, words in [
+            ({"tool_choice": "auto"}, "needs a parser"),
+            ({"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+             "not among the tools"),
+            ({"tool_choice": "sometimes"}, "tool_choice must be"),
+            ({"tool_choice": "required", "tools": None}, "needs tools"),
+            ({"tool_choice": "required", "tools": [{"type": "function"}]}, "each tool must be"),
+            ({"tool_choice": "required", "response_format": {"type": "json_object"}},
+             "cannot be combined")]:
+        answer = chat(tool_app, max_tokens=4, **body)
+        assert answer.status_code == 400 and words in answer.json()["error"]["message"], (
+            body, answer.text)
