@@ -466,6 +466,9 @@ int main(int argc, char **argv) {
         checkMemoryFraction(plan, defaults, stats.bytes_per_block);
     }
     failures += runScenario(plan, tight, requests);
+    if (!mpi)
+      failures += checkTokenMasksPreempted(plan, requests, blockSize, tight.kvBytes,
+                                           tight.needPreemptions);
     Scenario cancel{"cancellations" + at, blockSize};
     cancel.tokensPerStep = 4;
     cancel.cancel = true;

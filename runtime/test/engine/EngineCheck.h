@@ -42,6 +42,10 @@ int checkCachedTokensInCallbacks(dsrt_plan *plan);
 // Token masks (EngineMaskChecks.cpp): forced tokens, all allowed, none allowed, a failing
 // mask, a cancel while a mask runs. Returns the failures.
 int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests);
+// Every request under a forcing mask in the tight scenario's pool, 8 tokens a step: the
+// tokens as forced and each mask told the tokens drawn, through preemptions.
+int checkTokenMasksPreempted(dsrt_plan *plan, const std::vector<Request> &requests,
+                             int32_t blockSize, uint64_t kvBytes, bool needPreemptions);
 
 // With `options` an engine's defaults and `stats` that engine's: one token per step more
 // than the plan's rows, and a KV budget of one byte less than a block, are refused by name.

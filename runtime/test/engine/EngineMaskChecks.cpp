@@ -189,4 +189,58 @@ int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests) {
   return failures;
 }
 
+int checkTokenMasksPreempted(dsrt_plan *plan, const std::vector<Request> &requests,
+                             int32_t blockSize, uint64_t kvBytes, bool needPreemptions) {
+  // Every request forced through its prompt reversed, 8 tokens a step in a pool of the
+  // longest request's blocks: preempted requests compute their tokens again and must be
+  // asked their masks with the tokens they had, not from the start.
+  dsrt_engine_options options = engineOptions(blockSize);
+  options.max_tokens_per_step = 8;
+  options.kv_cache_bytes = kvBytes;
+  dsrt_engine *engine = nullptr;
+  check(dsrt_engine_create(plan, &options, &engine), "engine (masks, preempted)");
+  std::vector<Mask> masks(requests.size());
+  std::vector<int64_t> ids(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    masks[r].kind = Mask::Kind::Forced;
+    masks[r].forced.assign(requests[r].prompt.rbegin(), requests[r].prompt.rend());
+    dsrt_request_options given = optionsOf(requests[r]);
+    given.ignore_eos = 1;
+    given.token_mask = maskOf;
+    given.token_mask_user_data = &masks[r];
+    check(dsrt_engine_add_request(engine, requests[r].prompt.data(), requests[r].prompt.size(),
+                                  &given, &ids[r]),
+          "add (masks, preempted)");
+  }
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<dsrt_request_state> states;
+  runToEnd(engine, ids, tokens, states);
+  dsrt_engine_stats stats;
+  check(dsrt_engine_stats_get(engine, &stats), "stats (masks, preempted)");
+  dsrt_engine_destroy(engine);
+  int failures = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int64_t> expected;
+    for (int32_t i = 0; i < requests[r].maxNewTokens; ++i)
+      expected.push_back(masks[r].forced[static_cast<size_t>(i) % masks[r].forced.size()]);
+    bool told = true;
+    for (const std::vector<int64_t> &seen : masks[r].seen)
+      told = told && seen.size() < tokens[r].size() + 1 &&
+             std::equal(seen.begin(), seen.end(), tokens[r].begin());
+    if (tokens[r] != expected || states[r] != DSRT_REQUEST_LENGTH || !told) {
+      ++failures;
+      std::printf("MASK preempted (block %d): request %zu %s\n", blockSize, r,
+                  told ? "did not draw its forced tokens" : "was told tokens it had not drawn");
+    }
+  }
+  if (needPreemptions && stats.preemptions == 0) {
+    ++failures;
+    std::printf("MASK preempted (block %d): nothing was preempted\n", blockSize);
+  }
+  std::printf("%s token masks under preemption (block %d): %llu preemptions\n",
+              failures ? "FAIL" : "ok", blockSize,
+              static_cast<unsigned long long>(stats.preemptions));
+  return failures;
+}
+
 } // namespace engine_check
