@@ -167,3 +167,24 @@ def test_refusals(long_engine):
     with pytest.raises(dsrt.Error, match="output_kind"):
         run(collect(long_engine, [1, 2], dsrt.SamplingParams(output_kind="delta")))
     assert wait_idle(long_engine)
+
+
+def test_structured_outputs_from_asyncio(engine):
+    # The same SamplingParams as LLM's: each concurrent request follows its own grammar.
+    pytest.importorskip("llguidance")
+    choices = {"a": ["yes", "no"], "b": ["left", "right", "up"]}
+
+    async def one(name):
+        params = dsrt.SamplingParams(max_tokens=8, temperature=1.0, seed=len(name),
+                                     structured_outputs=dsrt.StructuredOutputsParams(
+                                         choice=choices[name]))
+        final = None
+        async for output in engine.generate("Hello", params, request_id=name):
+            final = output
+        return final.outputs[0]
+
+    async def both():
+        return await asyncio.gather(one("a"), one("b"))
+    first, second = asyncio.run(both())
+    assert first.text in choices["a"] and first.finish_reason == "stop"
+    assert second.text in choices["b"] and second.finish_reason == "stop"
