@@ -13,11 +13,12 @@ import os
 import sys
 import threading
 import weakref
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from . import _dsrt
 from ._limits import INT32, INT64, within
-from .structured import Grammars, StructuredOutputsParams, TokenMask
+from .structured import (Grammars, MaskChain, StructuredOutputsParams, TokenFilter, TokenMask,
+                         bad_word_sequences)
 from .tokenizer import IncrementalDetokenizer, plan_tokenizer
 
 # dsrt_request_state
@@ -78,6 +79,9 @@ class RequestParams:
     include_stop_str_in_output: bool = False
     # The grammar the output follows (structured.py), or None.
     structured_outputs: Optional[StructuredOutputsParams] = None
+    # vLLM's: only these tokens may be drawn (None: any); these words may not be written.
+    allowed_token_ids: Optional[Sequence[int]] = None
+    bad_words: Sequence[str] = ()
 
 
 class Request:
@@ -99,7 +103,8 @@ class Request:
         self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
         self._generated = 0   # tokens so far: stop strings wait for min_tokens, as vLLM's
         self.num_cached_tokens: Optional[int] = None  # Update.num_cached_tokens, once known
-        self.mask: Optional[TokenMask] = None  # structured output's grammar state
+        # structured output's grammar state, allowed_token_ids and bad_words
+        self.mask: Optional[Union[TokenMask, TokenFilter, MaskChain]] = None
 
     def on_events(self, events: list) -> None:
         """One update per token (a stream's chunk); the finish rides on the last token's
@@ -317,8 +322,15 @@ class EngineLoop:
                               f"tokens and {params.max_tokens} new tokens exceeds the maximum "
                               f"sequence length {self.max_seq_len}")
         request = Request(self, prompt_ids, params, notify)
+        masks = []
         if params.structured_outputs is not None:
-            request.mask = self._grammars.mask(params.structured_outputs, params.ignore_eos)
+            masks.append(self._grammars.mask(params.structured_outputs, params.ignore_eos))
+        if params.allowed_token_ids is not None or params.bad_words:
+            vocab = self.plan.vocabulary()[0]
+            masks.append(TokenFilter((vocab + 31) // 32, vocab, params.allowed_token_ids,
+                                     bad_word_sequences(self.tokenizer, params.bad_words)))
+        if masks:
+            request.mask = masks[0] if len(masks) == 1 else MaskChain(masks)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
         logprobs = -1 if params.logprobs is None else params.logprobs
         # Registered under the lock the router takes: no event can come before its request.

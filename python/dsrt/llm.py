@@ -76,6 +76,10 @@ class SamplingParams:
     # (dsrt.StructuredOutputsParams; needs llguidance). guided_decoding is its earlier name.
     structured_outputs: Optional[StructuredOutputsParams] = None
     guided_decoding: Optional[StructuredOutputsParams] = None
+    # vLLM's: only these token ids may be drawn; these words may not be written (each
+    # word's tokens, with and without a leading space).
+    allowed_token_ids: Optional[Sequence[int]] = None
+    bad_words: Optional[Sequence[str]] = None
 
     def _copies(self) -> int:
         # A bound: the copies are made before any is queued, and n = 2**63 had taken all of
@@ -120,6 +124,14 @@ class SamplingParams:
             if not (getattr(self, name) is None or
                     isinstance(getattr(self, name), StructuredOutputsParams)):
                 refuse(name, "a dsrt.StructuredOutputsParams or None")
+        if not (self.allowed_token_ids is None or (
+                isinstance(self.allowed_token_ids, Sequence)
+                and all(integer(t) for t in self.allowed_token_ids))):
+            refuse("allowed_token_ids", "a list of token ids or None")
+        if not (self.bad_words is None or (
+                isinstance(self.bad_words, Sequence) and not isinstance(self.bad_words, str)
+                and all(isinstance(w, str) for w in self.bad_words))):
+            refuse("bad_words", "a list of strings or None")
         if self.structured_outputs is not None and self.guided_decoding is not None:
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: SamplingParams takes structured_outputs "
                               "or guided_decoding (its earlier name), not both")
@@ -149,7 +161,9 @@ class SamplingParams:
                              prompt_logprobs=self.prompt_logprobs if copy == 0 else None,
                              logit_bias=self.logit_bias, min_tokens=self.min_tokens,
                              include_stop_str_in_output=self.include_stop_str_in_output,
-                             structured_outputs=self.structured_outputs or self.guided_decoding)
+                             structured_outputs=self.structured_outputs or self.guided_decoding,
+                             allowed_token_ids=self.allowed_token_ids,
+                             bad_words=list(self.bad_words or ()))
 
 
 @dataclasses.dataclass

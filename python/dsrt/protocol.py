@@ -57,6 +57,9 @@ class _Common(BaseModel):
     guided_regex: Optional[StrictStr] = None
     guided_choice: Optional[list[StrictStr]] = None
     guided_grammar: Optional[StrictStr] = None
+    # vLLM's: only these token ids may be drawn; these words may not be written.
+    allowed_token_ids: Optional[list[StrictInt]] = None
+    bad_words: Optional[list[StrictStr]] = None
     user: Optional[StrictStr] = None
 
     def structured(self) -> Optional[StructuredOutputsParams]:

@@ -173,7 +173,8 @@ class Server:
             stop_token_ids=list(body.stop_token_ids or ()),
             skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,
             include_stop_str_in_output=body.include_stop_str_in_output,
-            structured_outputs=structured)
+            structured_outputs=structured, allowed_token_ids=body.allowed_token_ids,
+            bad_words=list(body.bad_words or ()))
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> Generation:

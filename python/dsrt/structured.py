@@ -123,3 +123,75 @@ class Grammars:
                 self._tokenizer = llguidance.LLTokenizer(text.decode("utf-8"), n_vocab=vocab,
                                                          eos_token=list(eos))
         return TokenMask(self._tokenizer, grammar, (vocab + 31) // 32)
+
+
+class TokenFilter:
+    """vLLM's ``allowed_token_ids`` (only those may be drawn) and ``bad_words`` (a word's
+    last token is banned where the tokens before it were just drawn, with and without a
+    leading space), as a token mask. Needs no grammar library."""
+
+    def __init__(self, words: int, vocab: int, allowed: Optional[Sequence[int]],
+                 bad: Sequence[Sequence[int]]):
+        import numpy
+        if allowed is not None:
+            if not allowed or any(not 0 <= t < vocab for t in allowed):
+                raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: allowed_token_ids must be token ids "
+                                  f"in [0, {vocab}), at least one")
+            self._base = numpy.zeros(words, dtype=numpy.uint32)
+            ids = numpy.asarray(sorted(set(allowed)), dtype=numpy.int64)
+            numpy.bitwise_or.at(self._base, ids // 32,
+                                numpy.left_shift(numpy.uint32(1), (ids % 32).astype(numpy.uint32)))
+        else:
+            self._base = numpy.full(words, 0xFFFFFFFF, dtype=numpy.uint32)
+        self._bad = [list(sequence) for sequence in bad if sequence]
+        self._generated: list[int] = []
+        self.error: Optional[str] = None
+
+    def __call__(self, new_tokens: list[int]):
+        self._generated += new_tokens
+        mask = self._base
+        for sequence in self._bad:
+            *before, last = sequence
+            if not before or self._generated[-len(before):] == before:
+                if mask is self._base:
+                    mask = self._base.copy()
+                mask[last // 32] &= ~(1 << (last % 32)) & 0xFFFFFFFF
+        return mask.view("int32")
+
+
+class MaskChain:
+    """Several masks of one request: a token must pass all of them."""
+
+    def __init__(self, masks):
+        self._masks = masks
+        self.error: Optional[str] = None
+
+    def __call__(self, new_tokens: list[int]):
+        import numpy
+        combined = None
+        try:
+            for mask in self._masks:
+                words = mask(new_tokens)
+                if words is not None:
+                    combined = (words.copy() if combined is None
+                                else numpy.bitwise_and(combined, words))
+        except Exception as error:
+            self.error = next((m.error for m in self._masks if m.error), None) or str(error)
+            raise
+        return combined
+
+
+def bad_word_sequences(tokenizer, words: Sequence[str]) -> list[list[int]]:
+    """Each bad word's tokens as it would follow a space and as it would start the text
+    (vLLM's reading of bad_words)."""
+    sequences = []
+    for word in words:
+        if not isinstance(word, str) or not word.strip():
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: bad_words must be non-empty strings, "
+                              f"not {word!r}")
+        for text in (word, " " + word.lstrip()):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if ids and ids not in sequences:
+                sequences.append(ids)
+    return sequences
+

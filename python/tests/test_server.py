@@ -205,7 +205,7 @@ def test_odd_field_values_never_answer_5xx(server, client):
               "frequency_penalty", "repetition_penalty", "stop_token_ids", "min_tokens",
               "ignore_eos", "stream_options", "response_format", "prompt", "suffix",
               "structured_outputs", "guided_json", "guided_regex", "guided_choice",
-              "guided_grammar"]
+              "guided_grammar", "allowed_token_ids", "bad_words"]
     rng = random.Random(41)
     bodies = [{name: value} for name in fields for value in values]
     bodies += [dict(zip(rng.sample(fields, 2), rng.choices(values, k=2))) for _ in range(100)]

@@ -250,3 +250,63 @@ def test_tool_choice_none_is_free_text_and_bad_choices_are_refused(tool_app):
         answer = chat(tool_app, max_tokens=4, **body)
         assert answer.status_code == 400 and words in answer.json()["error"]["message"], (
             body, answer.text)
+
+
+def contains(tokens, sequence):
+    return any(tokens[i:i + len(sequence)] == sequence
+               for i in range(len(tokens) - len(sequence) + 1))
+
+
+def test_allowed_token_ids_and_bad_words(llm):
+    tokenizer = llm.get_tokenizer()
+    allowed = tokenizer.encode("abc def", add_special_tokens=False)
+    outs = llm.generate(["Hello", "The"], dsrt.SamplingParams(
+        max_tokens=12, temperature=1.0, seed=1, n=2, allowed_token_ids=allowed))
+    for out in outs:
+        for choice in out.outputs:
+            assert set(choice.token_ids) <= set(allowed), choice.token_ids
+    greedy = dict(max_tokens=12, temperature=0, ignore_eos=True)
+    free = llm.generate(["Hello"], dsrt.SamplingParams(**greedy))[0].outputs[0].token_ids
+    word = tokenizer.decode(free[:2])
+    sequences = dsrt.structured.bad_word_sequences(tokenizer, [word])
+    banned = llm.generate(["Hello"], dsrt.SamplingParams(bad_words=[word], **greedy))
+    tokens = banned[0].outputs[0].token_ids
+    assert not any(contains(tokens, s) for s in sequences), (word, sequences, tokens)
+    if free[:2] in sequences:  # the free output began with the word: the banned one cannot
+        assert tokens != free
+    # Beside a grammar: both hold.
+    yes = tokenizer.encode("yes", add_special_tokens=False)
+    eos = llm._loop.plan.vocabulary()[1]
+    out = llm.generate(["a"], dsrt.SamplingParams(
+        max_tokens=8, temperature=1.0, seed=3, allowed_token_ids=yes + list(eos),
+        structured_outputs=dsrt.StructuredOutputsParams(choice=["yes", "no"])))
+    assert out[0].outputs[0].text == "yes"
+
+
+def test_bad_token_filters_are_refused(llm):
+    for sampling, words in [({"allowed_token_ids": []}, "allowed_token_ids"),
+                            ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
+                            ({"allowed_token_ids": [10 ** 9]}, "allowed_token_ids"),
+                            ({"allowed_token_ids": ["a"]}, "allowed_token_ids"),
+                            ({"bad_words": [""]}, "bad_words"),
+                            ({"bad_words": "word"}, "bad_words")]:
+        with pytest.raises(dsrt.Error, match=words):
+            llm.generate(["a"], dsrt.SamplingParams(max_tokens=2, **sampling))
+
+
+def test_server_token_filters(plan):
+    loop = EngineLoop(plan)
+    try:
+        app = create_app(Server(loop, "m", 8))
+        allowed = [65, 66, 67]
+        answer = post(app, "/v1/completions", {"prompt": [5, 6], "max_tokens": 6,
+                                               "temperature": 1.0, "seed": 1,
+                                               "allowed_token_ids": allowed, "logprobs": 0})
+        assert answer.status_code == 200, answer.text
+        text = answer.json()["choices"][0]["text"]
+        assert set(loop.tokenizer.encode(text, add_special_tokens=False)) <= set(allowed)
+        answer = post(app, "/v1/completions", {"prompt": "a", "max_tokens": 4,
+                                               "bad_words": [""]})
+        assert answer.status_code == 400 and "bad_words" in answer.json()["error"]["message"]
+    finally:
+        loop.close()
