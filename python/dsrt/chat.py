@@ -88,6 +88,38 @@ def _check_messages(messages: Any) -> list:
     return list(messages)
 
 
+def openai_messages(messages: Any) -> Any:
+    """OpenAI's messages as chat templates read them (vLLM's reading, transformers'
+    convention): an assistant message's tool-call arguments, a JSON string in OpenAI's
+    protocol, become the dict the templates expect (Llama 3's and Qwen 2.5's write them
+    with ``tojson``, which would quote a string again). Arguments that are not a JSON
+    object's text stay as they are; the caller's messages are not changed."""
+    if not isinstance(messages, (list, tuple)):
+        return messages
+    result = []
+    for message in messages:
+        if (isinstance(message, Mapping) and message.get("role") == "assistant"
+                and isinstance(message.get("tool_calls"), list)):
+            message = dict(message, tool_calls=[_parsed_call(call)
+                                                for call in message["tool_calls"]])
+        result.append(message)
+    return result
+
+
+def _parsed_call(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    arguments = function.get("arguments") if isinstance(function, Mapping) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return call
+    if not isinstance(parsed, dict):
+        return call
+    return dict(call, function=dict(function, arguments=parsed))
+
+
 class ChatTemplate:
     """A compiled HuggingFace chat template (the ``chat_template`` string of a
     model's ``tokenizer_config.json`` or ``chat_template.jinja``).

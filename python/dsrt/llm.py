@@ -8,7 +8,7 @@ import random
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _dsrt
-from .chat import ChatTemplate, ChatTemplateError
+from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .structured import StructuredOutputsParams
@@ -456,7 +456,8 @@ class LLM:
         template = (ChatTemplate(chat_template, self._special_tokens)
                     if chat_template is not None
                     else self.chat_template(kwargs.pop("chat_template_name", None)))
-        return template.render(messages, add_generation_prompt=add_generation_prompt,
+        return template.render(openai_messages(messages),
+                               add_generation_prompt=add_generation_prompt,
                                **{**(chat_template_kwargs or {}), **kwargs})
 
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],

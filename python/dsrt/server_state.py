@@ -11,7 +11,7 @@ import time
 from typing import AsyncIterator, Optional
 
 from . import _dsrt
-from .chat import ChatTemplate, ChatTemplateError
+from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
@@ -127,7 +127,7 @@ class Server:
                                 "/v1/completions", param="messages")
         try:
             return self.template.render(
-                [m.for_template() for m in body.messages],
+                openai_messages([m.for_template() for m in body.messages]),
                 add_generation_prompt=body.add_generation_prompt,
                 tools=getattr(body, "tools", None), **(body.chat_template_kwargs or {}))
         except ChatTemplateError as error:

@@ -98,6 +98,42 @@ def test_matches_transformers_with_tools(stem):
     assert ours == ref
 
 
+# A tool round trip as OpenAI's clients send it: the assistant's call with its arguments as
+# a JSON string, then the tool's answer.
+TOOL_TURN = [
+    {"role": "user", "content": "Weather in Zürich?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call9abcd", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Zürich\"}"}}]},
+    {"role": "tool", "tool_call_id": "call9abcd", "name": "get_weather",
+     "content": "12 °C"},
+]
+
+
+@pytest.mark.parametrize("stem", sorted(set(TEMPLATES) - REFUSES_SYSTEM))
+def test_openai_tool_calls_render_as_transformers_dict_arguments(stem):
+    # vLLM's reading: the arguments' JSON string is parsed to the dict the templates and
+    # transformers' convention expect (a string would be quoted again by tojson). The
+    # reference gets the dict; ours the string, through openai_messages.
+    from dsrt.chat import openai_messages
+    with_dict = json.loads(json.dumps(TOOL_TURN))
+    call = with_dict[1]["tool_calls"][0]["function"]
+    call["arguments"] = json.loads(call["arguments"])
+    source, special = _source(stem), SPECIAL_TOKENS[stem]
+    try:
+        ref = _hf_tokenizer(source, special).apply_chat_template(
+            with_dict, tokenize=False, tools=TOOLS, add_generation_prompt=True)
+    except Exception as error:  # a template without tool turns refuses both alike
+        with pytest.raises(ChatTemplateError):
+            ChatTemplate(source, special).render(openai_messages(TOOL_TURN), tools=TOOLS,
+                                                 add_generation_prompt=True)
+        return
+    ours = ChatTemplate(source, special).render(openai_messages(TOOL_TURN), tools=TOOLS,
+                                                add_generation_prompt=True)
+    assert ours == ref
+    assert TOOL_TURN[1]["tool_calls"][0]["function"]["arguments"].startswith("{")  # unchanged
+
+
 @pytest.mark.parametrize("expr", [
     "x | tojson",
     "x | tojson(indent=2)",
