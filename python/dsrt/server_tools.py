@@ -8,7 +8,8 @@ output free (the tools still reach the chat template)."""
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
+import string
 from typing import Any, Optional
 
 from .structured import StructuredOutputsParams
@@ -88,6 +89,11 @@ class ToolChoice:
         return None
 
 
+# A call's id: 9 letters and digits, which every template takes back in the next turn
+# (Mistral's refuses any other; ids are opaque to OpenAI's clients). 62**9 of them.
+_ID_CHARACTERS = string.ascii_letters + string.digits
+
+
 def _call(name: str, arguments: str) -> dict[str, Any]:
-    return {"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
-            "function": {"name": name, "arguments": arguments}}
+    return {"id": "".join(secrets.choice(_ID_CHARACTERS) for _ in range(9)),
+            "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -5,6 +5,7 @@ allowed, and a greedy one is the likeliest allowed (against the request's own to
 log-probabilities, which stay the model's)."""
 import json
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -202,7 +203,7 @@ def test_a_named_tool_choice_answers_that_call(tool_app):
     assert choice["finish_reason"] == "stop" and choice["message"]["content"] is None
     (call,) = choice["message"]["tool_calls"]
     assert call["type"] == "function" and call["function"]["name"] == "get_weather"
-    assert call["id"].startswith("chatcmpl-tool-") and "index" not in call
+    assert re.fullmatch("[A-Za-z0-9]{9}", call["id"]) and "index" not in call
     jsonschema.validate(json.loads(call["function"]["arguments"]), schema_of("get_weather"))
 
 
@@ -308,5 +309,28 @@ def test_server_token_filters(plan):
         answer = post(app, "/v1/completions", {"prompt": "a", "max_tokens": 4,
                                                "bad_words": [""]})
         assert answer.status_code == 400 and "bad_words" in answer.json()["error"]["message"]
+    finally:
+        loop.close()
+
+
+def test_a_forced_call_comes_back_through_a_mistral_template(long_plan):
+    # The next turn carries the call and the tool's answer; Mistral's template refuses a
+    # call id that is not 9 letters and digits.
+    source = (Path(__file__).parent / "chat_templates" /
+              "mistralai-Mistral-Nemo-Instruct-2407.jinja").read_text(encoding="utf-8")
+    loop = EngineLoop(long_plan)
+    try:
+        app = create_app(Server(loop, "m", 8, chat_template=source, disable_any_whitespace=True))
+        first = chat(app, temperature=0,
+                     tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        message = first.json()["choices"][0]["message"]
+        answer = post(app, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}, message,
+                         {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
+                          "content": "12 C"}],
+            "tools": TOOLS, "max_tokens": 4,
+            # The fixture has no tokenizer_config.json to give the template its EOS text.
+            "chat_template_kwargs": {"eos_token": "</s>"}})
+        assert answer.status_code == 200, answer.text
     finally:
         loop.close()
