@@ -48,7 +48,8 @@ class _Common(BaseModel):
     min_tokens: StrictInt = Field(default=0, ge=0)
     include_stop_str_in_output: StrictBool = False
     skip_special_tokens: StrictBool = True
-    # OpenAI's structured output ({"type": "json_object"} or "json_schema"), and vLLM's
+    # OpenAI's structured output ({"type": "json_object"} or "json_schema"), llama.cpp's
+    # (grammar, json_schema), and vLLM's
     # (structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...},
     # and its earlier guided_json, guided_regex, guided_choice, guided_grammar).
     response_format: Optional[dict[str, Any]] = None
@@ -57,6 +58,9 @@ class _Common(BaseModel):
     guided_regex: Optional[StrictStr] = None
     guided_choice: Optional[list[StrictStr]] = None
     guided_grammar: Optional[StrictStr] = None
+    # llama.cpp's server's extensions: a GBNF grammar, a JSON schema.
+    grammar: Optional[StrictStr] = None
+    json_schema: Optional[dict[str, Any]] = None
     # vLLM's: only these token ids may be drawn; these words may not be written.
     allowed_token_ids: Optional[list[StrictInt]] = None
     bad_words: Optional[list[StrictStr]] = None
@@ -91,9 +95,13 @@ class _Common(BaseModel):
                   if getattr(self, "guided_" + name) is not None}
         if guided:
             asked.append(StructuredOutputsParams(**guided))
+        if self.grammar is not None:
+            asked.append(StructuredOutputsParams(grammar=self.grammar))
+        if self.json_schema is not None:
+            asked.append(StructuredOutputsParams(json=self.json_schema))
         if len(asked) > 1:
             raise ValueError("ask for one structured output: response_format, "
-                             "structured_outputs or a guided_* field")
+                             "structured_outputs, a guided_* field, grammar or json_schema")
         return asked[0] if asked else None
 
     def unsupported(self) -> Optional[str]:

@@ -151,12 +151,21 @@ def test_server_response_format_and_vllm_fields(plan):
         answer = post(app, "/v1/completions", {
             "prompt": "a", "max_tokens": 8, "temperature": 1.0, "guided_regex": "[ab]{4}"})
         assert re.fullmatch("[ab]{4}", answer.json()["choices"][0]["text"])
+        # llama.cpp's server's fields.
+        answer = post(app, "/v1/completions", {
+            "prompt": "a", "max_tokens": 8, "temperature": 1.0, "seed": 2,
+            "grammar": 'root ::= ("ab" | "cd") [0-9]'})
+        assert re.fullmatch("(ab|cd)[0-9]", answer.json()["choices"][0]["text"])
+        answer = post(app, "/v1/completions", {"prompt": "a", "max_tokens": 56,
+                                               "temperature": 0, "json_schema": SCHEMA})
+        jsonschema.validate(json.loads(answer.json()["choices"][0]["text"]), SCHEMA)
         for body, message in [
                 ({"response_format": {"type": "json_schema"}}, "json_schema.schema"),
                 ({"response_format": {"type": "xml"}}, "json_object or json_schema"),
                 ({"structured_outputs": {"regexp": "a"}}, "structured_outputs takes"),
                 ({"guided_regex": "a", "response_format": {"type": "json_object"}},
                  "ask for one"),
+                ({"grammar": "a", "json_schema": {}}, "ask for one"),
                 ({"guided_regex": "(("}, "structured output")]:
             answer = post(app, "/v1/completions", {"prompt": "a", "max_tokens": 4, **body})
             assert answer.status_code == 400 and message in answer.json()["error"]["message"]
