@@ -7,6 +7,7 @@
 #include "cuda/CudaDriver.h"
 #include "generate/Generator.h"
 #include "ops/Ops.h"
+#include "ops/ThreadPool.h"
 #include "ops/TransformerAttentionConfig.h"
 #include "ops/fast/FastKernels.h"
 
@@ -288,7 +289,7 @@ dsrt_status dsrt_set_cpu_threads(int threads) {
   return DSRT_OK;
 }
 
-int dsrt_cpu_threads(void) { return dsrt::ops::threadCount(); }
+int dsrt_cpu_threads(void) { return dsrt::ops::parallelThreads(); }
 
 const char *dsrt_gpu_library(const char *name) {
   if (!name) {

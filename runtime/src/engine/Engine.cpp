@@ -233,6 +233,7 @@ Status Engine::step() {
     int64_t firstPromptRow = 0, promptRows = 0, firstPosition = 0, sampledRow = -1;
   };
   std::vector<ChunkLogits> chunkLogits;
+  std::vector<MaskJob> maskJobs;  // structured output's masks to ask
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (scheduler_->runningCount() == 0 && scheduler_->waitingCount() == 0)
@@ -272,6 +273,12 @@ Status Engine::step() {
       }
       ChunkLogits where;
       auto live = live_.find(chunk.requestId);
+      if (chunk.samples && live != live_.end() && live->second.options.tokenMask &&
+          live->second.finish == RequestFinish::Running)
+        maskJobs.push_back({chunk.requestId,
+                            std::vector<int64_t>(tokens.begin() + live->second.promptLength,
+                                                 tokens.end()),
+                            live->second.options.tokenMask});
       if (live != live_.end() && live->second.cachedPromptTokens < 0)
         live->second.cachedPromptTokens = scheduler_->cachedPromptTokens(chunk.requestId);
       // Prompt rows whose logits give a prompt token's log-probability: position p's give
@@ -303,7 +310,7 @@ Status Engine::step() {
   // Structured output: each masked request's allowed tokens, asked outside the lock.
   TokenMasks masks;
   std::vector<int64_t> maskFailed;
-  computeTokenMasks(plan, masks, maskFailed);
+  computeTokenMasks(maskJobs, masks, maskFailed);
   std::vector<std::pair<int64_t, int64_t>> sampled;
   // Parallel to `sampled` where the request asked for log-probabilities.
   std::vector<std::optional<TokenLogprobs>> sampledLogprobs;

@@ -35,7 +35,6 @@ class InProcessGroup;
 namespace dsrt::engine {
 
 class Scheduler;
-struct StepPlan;
 
 struct EngineOptions {
   DeviceKind device = DeviceKind::Cpu;
@@ -270,10 +269,17 @@ private:
   // min_tokens, sampling and log-probabilities) and the drafts' tokens the model confirms.
   // Only the request's own state changes: items run on the pool's threads.
   void sampleRow(RowWork &item, const LogitsReader &readRow) const;
-  // The token masks of the step's sampling requests that have one (EngineSampling.cpp),
-  // by request; a request whose mask failed is cancelled here and listed in `failed`.
+  // A sampling request's token mask to ask this step: what it has generated, taken under
+  // mutex_ when the step is laid out.
+  struct MaskJob {
+    int64_t request;
+    std::vector<int64_t> generated;
+    decltype(RequestOptions::tokenMask) mask;
+  };
+  // The jobs' masks (EngineSampling.cpp), by request, asked outside mutex_; a request whose
+  // mask failed is cancelled here and listed in `failed`.
   using TokenMasks = std::unordered_map<int64_t, std::vector<uint32_t>>;
-  void computeTokenMasks(const StepPlan &plan, TokenMasks &masks,
+  void computeTokenMasks(std::vector<MaskJob> &jobs, TokenMasks &masks,
                          std::vector<int64_t> &failed);
   // Under mutex_: ends a request whose draw cannot go on (its token mask) as cancelled, with
   // the reason as the engine's last error.

@@ -114,28 +114,8 @@ void Engine::failRequestLocked(int64_t id, const std::string &why) {
   lastError_ = "request " + std::to_string(id) + ": " + why;
 }
 
-void Engine::computeTokenMasks(const StepPlan &plan, TokenMasks &masks,
+void Engine::computeTokenMasks(std::vector<MaskJob> &jobs, TokenMasks &masks,
                                std::vector<int64_t> &failed) {
-  struct Job {
-    int64_t request;
-    std::vector<int64_t> generated;
-    decltype(RequestOptions::tokenMask) mask;
-  };
-  std::vector<Job> jobs;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const ScheduledChunk &chunk : plan.chunks) {
-      auto live = live_.find(chunk.requestId);
-      if (!chunk.samples || live == live_.end() || !live->second.options.tokenMask ||
-          live->second.finish != RequestFinish::Running)
-        continue;
-      const std::vector<int64_t> &tokens = scheduler_->tokens(chunk.requestId);
-      jobs.push_back({chunk.requestId,
-                      std::vector<int64_t>(tokens.begin() + live->second.promptLength,
-                                           tokens.end()),
-                      live->second.options.tokenMask});
-    }
-  }
   if (jobs.empty())
     return;
   // Outside mutex_ (a mask may take a while: the Python package's takes the GIL), and
@@ -143,7 +123,7 @@ void Engine::computeTokenMasks(const StepPlan &plan, TokenMasks &masks,
   // below waits until its mask has returned.
   std::lock_guard<std::mutex> masking(maskMutex_);
   const size_t words = static_cast<size_t>((vocab_ + 31) / 32);
-  for (Job &job : jobs) {
+  for (MaskJob &job : jobs) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto live = live_.find(job.request);

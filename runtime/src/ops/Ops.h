@@ -245,8 +245,6 @@ Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
 // Threads the kernels may use (0: DSRT_NUM_THREADS, else the CPUs this process may run on,
 // AvailableCpus.h); 1 makes everything sequential.
 void setThreadCount(int threads);
-// The threads the kernels run on now.
-int threadCount();
 
 } // namespace dsrt::ops
 

@@ -137,8 +137,6 @@ void setThreadCount(int threads) {
   pool.reset();  // recreated at the next parallel call
 }
 
-int threadCount() { return parallelThreads(); }
-
 int parallelThreads() {
   const int requested = requestedThreads.load();
   return requested > 0 ? requested : defaultThreadCount();

@@ -57,6 +57,14 @@ int maskOf(void *user, int64_t, const int64_t *generated, size_t count, uint32_t
   return code;
 }
 
+// What a Forced mask makes a request of `count` tokens draw.
+std::vector<int64_t> forcedTokens(const Mask &mask, int32_t count) {
+  std::vector<int64_t> tokens;
+  for (int32_t i = 0; i < count; ++i)
+    tokens.push_back(mask.forced[static_cast<size_t>(i) % mask.forced.size()]);
+  return tokens;
+}
+
 // Polls each request to its end, stepping the engine from this thread.
 void runToEnd(dsrt_engine *engine, const std::vector<int64_t> &ids,
               std::vector<std::vector<int64_t>> &tokens, std::vector<dsrt_request_state> &states) {
@@ -128,10 +136,7 @@ int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests) {
   check(dsrt_engine_stats_get(engine, &stats), "stats (masks)");
   dsrt_engine_destroy(engine);
 
-  std::vector<int64_t> expected;
-  for (int32_t i = 0; i < requests[0].maxNewTokens; ++i)
-    expected.push_back(masks[0].forced[static_cast<size_t>(i) % masks[0].forced.size()]);
-  if (tokens[0] != expected)
+  if (tokens[0] != forcedTokens(masks[0], requests[0].maxNewTokens))
     fail("forced: the request did not draw the one token its mask allowed");
   for (size_t call = 0; call < masks[0].seen.size(); ++call)
     if (masks[0].seen[call] !=
@@ -220,14 +225,12 @@ int checkTokenMasksPreempted(dsrt_plan *plan, const std::vector<Request> &reques
   dsrt_engine_destroy(engine);
   int failures = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
-    std::vector<int64_t> expected;
-    for (int32_t i = 0; i < requests[r].maxNewTokens; ++i)
-      expected.push_back(masks[r].forced[static_cast<size_t>(i) % masks[r].forced.size()]);
     bool told = true;
     for (const std::vector<int64_t> &seen : masks[r].seen)
       told = told && seen.size() < tokens[r].size() + 1 &&
              std::equal(seen.begin(), seen.end(), tokens[r].begin());
-    if (tokens[r] != expected || states[r] != DSRT_REQUEST_LENGTH || !told) {
+    if (tokens[r] != forcedTokens(masks[r], requests[r].maxNewTokens) ||
+        states[r] != DSRT_REQUEST_LENGTH || !told) {
       ++failures;
       std::printf("MASK preempted (block %d): request %zu %s\n", blockSize, r,
                   told ? "did not draw its forced tokens" : "was told tokens it had not drawn");
