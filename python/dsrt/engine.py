@@ -102,6 +102,11 @@ class Request:
         self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._prompt_logprobs: list[TokenLogprob] = []  # until the next update takes them
         self._generated = 0   # tokens so far: stop strings wait for min_tokens, as vLLM's
+        # The token that ends the request (EOS, a stop token id) is in its token ids but not
+        # in its text unless include_stop_str_in_output, as vLLM's detokenizer leaves it out
+        # (an EOS that is not a special token would otherwise end every text: "#", "</s>").
+        self._stop_tokens = (frozenset(params.stop_token_ids) |
+                             (frozenset() if params.ignore_eos else loop.eos_token_ids))
         self.num_cached_tokens: Optional[int] = None  # Update.num_cached_tokens, once known
         # structured output's grammar state, allowed_token_ids and bad_words
         self.mask: Optional[Union[TokenMask, TokenFilter, MaskChain]] = None
@@ -160,6 +165,8 @@ class Request:
         self._generated += 1
         if logprob is not None:
             update.logprobs.append(TokenLogprob(token, logprob, list(top)))
+        if token in self._stop_tokens and not self.params.include_stop_str_in_output:
+            return  # the engine's finish follows: no text, and no stop string to look for
         self._text += self._detokenizer.add(token)
         if self._stopped_by_string():
             update.finish_reason = "stop"
@@ -284,6 +291,8 @@ class EngineLoop:
         self.rank = self._native.rank
         self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
         self._grammars = Grammars(self.plan)
+        # The tokens that end a request as the engine's stopsAt does (with stop_token_ids).
+        self.eos_token_ids = frozenset(self.plan.vocabulary()[1])
         if self.rank == 0 and not _has_program(self.plan, "step"):
             # It serves, but a step computes only max_batch tokens: a prompt of 400 takes
             # 100 steps before its first token.

@@ -272,6 +272,25 @@ def test_min_tokens_holds_back_eos_and_stop_tokens(llm, reference):
         llm.generate([ids], dsrt.SamplingParams(max_tokens=2, min_tokens=5))
 
 
+def test_the_stop_token_is_in_the_token_ids_but_not_the_text(llm, reference):
+    """vLLM's detokenizer leaves out the token that ended the request (EOS or a stop token
+    id) unless include_stop_str_in_output, special or not: an EOS such as "</s>" read as
+    text, or a plain token as here, would otherwise end every output's text."""
+    ids = reference["prompts"][0]["ids"]
+    free = llm.generate([ids], dsrt.SamplingParams(max_tokens=4, **GREEDY),
+                        use_tqdm=False)[0].outputs[0]
+    stop = free.token_ids[2]
+    tokenizer = llm.get_tokenizer()
+    assert tokenizer.decode(free.token_ids[:3]) != tokenizer.decode(free.token_ids[:2])
+    for keep in (False, True):
+        for skip in (True, False):
+            out = llm.generate([ids], dsrt.SamplingParams(
+                max_tokens=6, stop_token_ids=[stop], skip_special_tokens=skip,
+                include_stop_str_in_output=keep, **GREEDY), use_tqdm=False)[0].outputs[0]
+            assert out.token_ids == free.token_ids[:3] and out.finish_reason == "stop"
+            assert out.text == tokenizer.decode(free.token_ids[:3 if keep else 2]), (keep, skip)
+
+
 def prefix_logprobs(plan, prompt):
     """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
     is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""
