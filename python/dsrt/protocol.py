@@ -152,16 +152,19 @@ class ChatRequest(_Common):
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
     tools: Optional[list[dict[str, Any]]] = None
-    # "required" or a named function force tool calls (server_tools.py); "auto" is refused.
+    # "required" or a named function force tool calls; "auto" (the default with tools) reads
+    # the model's own calls where the server has a tool-call parser (server_tools.py).
     tool_choice: Union[StrictStr, dict[str, Any], None] = None
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
-    def tool_call(self) -> ToolChoice:
-        return ToolChoice(self.tools, self.tool_choice)
+    def tool_call(self, parser: Optional[str] = None) -> ToolChoice:
+        return ToolChoice(self.tools, self.tool_choice, parser)
 
     def structured(self) -> Optional[StructuredOutputsParams]:
-        forced = self.tool_call().structured()
+        # Only a forced choice has a grammar (the server refused "auto" without a parser).
+        forced = (self.tool_call().structured()
+                  if self.tool_choice not in (None, "auto", "none") else None)
         asked = super().structured()
         if forced is not None and asked is not None:
             raise ValueError("a forced tool_choice cannot be combined with response_format, "

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
 from .engine import TokenLogprob
+from .tool_parsers import ToolCallStream
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        error_body, now)
 from .server_state import (Answer, Generation, Refused, Server, chat_logprobs,
@@ -310,7 +311,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
         try:
             body = await parse(request, ChatRequest)
             try:
-                tools = body.tool_call()
+                tools = body.tool_call(server.tool_call_parser)
             except ValueError as error:
                 raise Refused(400, str(error), param="tool_choice")
             ids = await encode(server.render_chat(body), add_special_tokens=False)
@@ -318,6 +319,9 @@ def create_app(server: Server, api_key: Optional[str] = None,
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
                                    len(ids), top if body.logprobs else None)
+            if tools.mode == "auto" and tools.parser.keeps_special_tokens:
+                # As vLLM: the format's markers are special tokens in some tokenizers.
+                params = dataclasses.replace(params, skip_special_tokens=False)
             generation = server.choices([ids], [params], body.n)
         except Refused as error:
             return refused(error)
@@ -336,21 +340,41 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return ({"role": "assistant", "content": None, "tool_calls": calls},
                     "tool_calls" if tools.mode == "required" and finish == "stop" else finish)
 
+        def called(reader: ToolCallStream, finish: Optional[str]) -> Optional[str]:
+            # The model's own calls end its turn: OpenAI's "tool_calls" where it stopped.
+            return "tool_calls" if reader.tool_calls and finish == "stop" else finish
+
         async def chunks(gen: Generation):
             for index in range(body.n):
                 yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}]))
             forced = [""] * body.n  # a forced tool call's text, sent whole at its end
+            readers = [ToolCallStream(tools.parser) for _ in range(body.n)] if (
+                tools.mode == "auto") else None
             async for index, update in gen.updates():
                 delta = {"content": update.text} if update.text else {}
                 finish = update.finish_reason
-                if tools.mode:
+                if readers:
+                    reader = readers[index]
+                    content, calls = reader.feed(update.text)
+                    if finish:
+                        more_content, more_calls = reader.finish()
+                        content, calls = content + more_content, calls + more_calls
+                    first = len(reader.tool_calls) - len(calls)
+                    delta = {"content": content} if content else {}
+                    if calls:
+                        delta["tool_calls"] = [dict(call, index=first + k)
+                                               for k, call in enumerate(calls)]
+                    finish = called(reader, finish)
+                elif tools.mode:
                     forced[index] += update.text
                     if not finish:
                         continue
                     delta, finish = tool_message(forced[index], finish, streamed=True)
                     delta.pop("role")
                 logprobs = chat_logprobs(server, update.logprobs) if body.logprobs else None
+                if not (delta or logprobs or finish):
+                    continue  # text held while it may begin a tool call
                 yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                    "finish_reason": finish}]))
             if answer.include_usage:
@@ -364,7 +388,16 @@ def create_app(server: Server, api_key: Optional[str] = None,
             choices = []
             for index in range(body.n):
                 message, finish = {"role": "assistant", "content": texts[index]}, gen.finish[index]
-                if tools.mode:
+                if tools.mode == "auto":
+                    reader = ToolCallStream(tools.parser)
+                    reader.feed(texts[index])
+                    reader.finish()
+                    if reader.tool_calls:
+                        message = {"role": "assistant",
+                                   "content": reader.content if reader.content.strip() else None,
+                                   "tool_calls": reader.tool_calls}
+                        finish = called(reader, finish)
+                elif tools.mode:
                     message, finish = tool_message(texts[index], finish)
                 choices.append({
                     "index": index, "message": message,

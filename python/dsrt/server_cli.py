@@ -16,6 +16,7 @@ from .compiler import _model_name, plan_for
 from .engine import EngineLoop
 from .server import Cors, create_app
 from .server_state import Server
+from .tool_parsers import PARSERS
 
 
 def _mpi_world() -> int:
@@ -153,6 +154,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--chat-template", metavar="FILE",
                         help="a Jinja chat template for /v1/chat/completions instead of the "
                         "plan's (the model's tokenizer_config.json's)")
+    parser.add_argument("--tool-call-parser", choices=[*PARSERS, "none"],
+                        help="how the model writes its tool calls, read for tool_choice "
+                        "\"auto\" (vLLM's names); default: the format its chat template "
+                        "teaches, where dsserve knows it; none reads no calls")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        help="vLLM's: tool_choice \"auto\" (always on where a tool-call "
+                        "format is named or detected); with it, a server that finds none "
+                        "does not start")
     parser.add_argument("--api-key", default=os.environ.get("DSSERVE_API_KEY") or None,
                         help="the key /v1/... requests must carry (Authorization: Bearer "
                         "KEY), as vLLM's; default $DSSERVE_API_KEY, else none")
@@ -211,8 +220,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     import uvicorn
     _raise_open_file_limit(args.max_concurrent_requests)
     name = args.served_model_name or _model_name(args.model)
-    app = create_app(Server(engine, name, args.max_concurrent_requests, chat_template,
-                            bool(args.structured_outputs_config.get("disable_any_whitespace"))),
+    server = Server(engine, name, args.max_concurrent_requests, chat_template,
+                    bool(args.structured_outputs_config.get("disable_any_whitespace")),
+                    tool_call_parser=args.tool_call_parser)
+    if args.enable_auto_tool_choice and not server.tool_call_parser:
+        print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
+              f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",
+              file=sys.stderr)
+        engine.close()
+        return 2
+    if server.tool_call_parser:
+        how = "named" if args.tool_call_parser else "the chat template's"
+        print(f"dsserve: tool calls read as {server.tool_call_parser} ({how}; "
+              f"--tool-call-parser none reads none)", file=sys.stderr)
+    app = create_app(server,
                      api_key=args.api_key,
                      cors=Cors(args.allowed_origins, args.allow_credentials,
                                args.allowed_methods, args.allowed_headers))

@@ -16,6 +16,7 @@ from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
 from .tokenizer import NoTokenizer
+from .tool_parsers import detect as detect_tool_format
 
 
 class Refused(Exception):
@@ -98,7 +99,8 @@ class Server:
     """The server's state: the engine, the plan's tokenizer and chat template, the cap."""
 
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
-                 chat_template: Optional[str] = None, disable_any_whitespace: bool = False):
+                 chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
+                 tool_call_parser: Optional[str] = None):
         self.engine = engine
         # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
         self.disable_any_whitespace = disable_any_whitespace
@@ -116,6 +118,10 @@ class Server:
         source = chat_template if chat_template is not None else templates.get("default")
         self.template = (ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
                          if source is not None else None)
+        # How the model's own tool calls are read (tool_choice "auto"): named, or the format
+        # its chat template teaches; "none" reads none.
+        self.tool_call_parser = (detect_tool_format(source) if tool_call_parser is None else
+                                 None if tool_call_parser == "none" else tool_call_parser)
 
     # -- requests to engine requests
 

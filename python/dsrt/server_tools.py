@@ -1,27 +1,30 @@
-"""OpenAI's tool calls where the request forces one, as vLLM answers them without a model's
-tool-call parser: ``tool_choice`` naming a function makes the output that function's
-arguments (its ``parameters`` schema, through structured output), ``"required"`` makes it a
-JSON list of ``{"name", "parameters"}`` calls of the given tools; the answer carries them as
-``tool_calls``. ``"auto"`` needs a parser of the model's own tool-call format, which dsrt does
-not have: it is refused, naming the choices that work; ``"none"`` and no choice leave the
-output free (the tools still reach the chat template)."""
+"""What a chat request's ``tools`` and ``tool_choice`` ask of its output, as vLLM answers
+them. ``tool_choice`` naming a function makes the output that function's arguments (its
+``parameters`` schema, through structured output), ``"required"`` makes it a JSON list of
+``{"name", "parameters"}`` calls of the given tools; the answer carries them as
+``tool_calls``. ``"auto"`` (and tools with no choice, OpenAI's default) leaves the output
+free and reads the calls the model writes in its own format (tool_parsers.py), where the
+server has a parser for it; ``"none"`` leaves the output free and unread (the tools still
+reach the chat template)."""
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from typing import Any, Optional
 
 from .structured import StructuredOutputsParams
+from .tool_parsers import PARSERS, ToolParser, tool_call
 
 
 class ToolChoice:
     """What a chat request's tools and tool_choice ask of the output (ValueError naming what
     is wrong otherwise)."""
 
-    def __init__(self, tools: Optional[list[dict[str, Any]]], choice: Any):
-        self.mode: Optional[str] = None  # "named", "required", or None (free text)
+    def __init__(self, tools: Optional[list[dict[str, Any]]], choice: Any,
+                 parser: Optional[str] = None):
+        # "named", "required", "auto" (free text read by `parser`) or None (free text)
+        self.mode: Optional[str] = None
         self.name: Optional[str] = None
+        self.parser: Optional[ToolParser] = None
         self._parameters: dict[str, dict] = {}
         for tool in tools or []:
             function = tool.get("function") if isinstance(tool, dict) else None
@@ -34,12 +37,20 @@ class ToolChoice:
                 raise ValueError(f"tool {function['name']!r}: parameters must be a JSON schema "
                                  f"object")
             self._parameters[function["name"]] = parameters
-        if choice is None or choice == "none":
+        if choice == "none" or (choice in (None, "auto") and not self._parameters):
             return
-        if choice == "auto":
-            raise ValueError("tool_choice \"auto\" needs a parser of the model's own tool-call "
-                             "format, which dsrt does not have; use \"required\", a named "
-                             "function or \"none\"")
+        if choice in ("auto", None):
+            if not parser:
+                # Tools alone and no parser: free text (vLLM refuses it; a client that sends
+                # its tools with every request keeps working).
+                if choice is None:
+                    return
+                raise ValueError("tool_choice \"auto\" needs the model's tool-call format: "
+                                 "its chat template names none that dsserve knows; start "
+                                 f"dsserve with --tool-call-parser ({', '.join(PARSERS)}), "
+                                 "or use \"required\", a named function or \"none\"")
+            self.mode, self.parser = "auto", PARSERS[parser]()
+            return
         if not self._parameters:
             raise ValueError("tool_choice needs tools")
         if choice == "required":
@@ -78,22 +89,12 @@ class ToolChoice:
                 json.loads(text)
             except ValueError:
                 return None
-            return [_call(self.name, text)]
+            return [tool_call(self.name, text)]
         if self.mode == "required":
             try:
                 listed = json.loads(text)
             except ValueError:
                 return None
-            return [_call(call["name"], json.dumps(call["parameters"], ensure_ascii=False))
+            return [tool_call(call["name"], json.dumps(call["parameters"], ensure_ascii=False))
                     for call in listed]
         return None
-
-
-# A call's id: 9 letters and digits, which every template takes back in the next turn
-# (Mistral's refuses any other; ids are opaque to OpenAI's clients). 62**9 of them.
-_ID_CHARACTERS = string.ascii_letters + string.digits
-
-
-def _call(name: str, arguments: str) -> dict[str, Any]:
-    return {"id": "".join(secrets.choice(_ID_CHARACTERS) for _ in range(9)),
-            "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -249,7 +249,7 @@ def test_tool_choice_none_is_free_text_and_bad_choices_are_refused(tool_app):
     message = answer.json()["choices"][0]["message"]
     assert "tool_calls" not in message and isinstance(message["content"], str)
     for body, words in [
-            ({"tool_choice": "auto"}, "needs a parser"),
+            ({"tool_choice": "auto"}, "--tool-call-parser"),
             ({"tool_choice": {"type": "function", "function": {"name": "nope"}}},
              "not among the tools"),
             ({"tool_choice": "sometimes"}, "tool_choice must be"),
