@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
 from .engine import TokenLogprob
-from .tool_parsers import ToolCallStream
+from .server_chat import ChoiceReader
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        error_body, now)
 from .server_state import (Answer, Generation, Refused, Server, chat_logprobs,
@@ -314,7 +314,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 tools = body.tool_call(server.tool_call_parser)
             except ValueError as error:
                 raise Refused(400, str(error), param="tool_choice")
-            ids = await encode(server.render_chat(body), add_special_tokens=False)
+            prompt = server.render_chat(body)
+            ids = await encode(prompt, add_special_tokens=False)
             check_cap()  # again, as for completions
             top = body.top_logprobs or 0
             params = server.params(body, body.max_completion_tokens or body.max_tokens,
@@ -327,54 +328,17 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
-
-        def tool_message(text: str, finish: str, streamed: bool = False) -> tuple[dict, str]:
-            """A forced call's message: its tool_calls (vLLM's finish reasons: "stop" for a
-            named function, "tool_calls" for "required"; a stream's delta numbers them), or
-            the text where the output ran out before the call was whole."""
-            calls = tools.calls(text)
-            if calls is None:
-                return {"role": "assistant", "content": text}, finish
-            if streamed:
-                calls = [dict(call, index=k) for k, call in enumerate(calls)]
-            return ({"role": "assistant", "content": None, "tool_calls": calls},
-                    "tool_calls" if tools.mode == "required" and finish == "stop" else finish)
-
-        def called(reader: ToolCallStream, finish: Optional[str]) -> Optional[str]:
-            # The model's own calls end its turn: OpenAI's "tool_calls" where it stopped.
-            return "tool_calls" if reader.tool_calls and finish == "stop" else finish
+        readers = [ChoiceReader(tools, server.reasoning_parser, prompt) for _ in range(body.n)]
 
         async def chunks(gen: Generation):
             for index in range(body.n):
                 yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}]))
-            forced = [""] * body.n  # a forced tool call's text, sent whole at its end
-            readers = [ToolCallStream(tools.parser) for _ in range(body.n)] if (
-                tools.mode == "auto") else None
             async for index, update in gen.updates():
-                delta = {"content": update.text} if update.text else {}
-                finish = update.finish_reason
-                if readers:
-                    reader = readers[index]
-                    content, calls = reader.feed(update.text)
-                    if finish:
-                        more_content, more_calls = reader.finish()
-                        content, calls = content + more_content, calls + more_calls
-                    first = len(reader.tool_calls) - len(calls)
-                    delta = {"content": content} if content else {}
-                    if calls:
-                        delta["tool_calls"] = [dict(call, index=first + k)
-                                               for k, call in enumerate(calls)]
-                    finish = called(reader, finish)
-                elif tools.mode:
-                    forced[index] += update.text
-                    if not finish:
-                        continue
-                    delta, finish = tool_message(forced[index], finish, streamed=True)
-                    delta.pop("role")
+                delta, finish = readers[index].delta(update.text, update.finish_reason)
                 logprobs = chat_logprobs(server, update.logprobs) if body.logprobs else None
                 if not (delta or logprobs or finish):
-                    continue  # text held while it may begin a tool call
+                    continue  # text held while it may begin a tool call or a tag
                 yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                    "finish_reason": finish}]))
             if answer.include_usage:
@@ -387,18 +351,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 entries[index] += update.logprobs
             choices = []
             for index in range(body.n):
-                message, finish = {"role": "assistant", "content": texts[index]}, gen.finish[index]
-                if tools.mode == "auto":
-                    reader = ToolCallStream(tools.parser)
-                    reader.feed(texts[index])
-                    reader.finish()
-                    if reader.tool_calls:
-                        message = {"role": "assistant",
-                                   "content": reader.content if reader.content.strip() else None,
-                                   "tool_calls": reader.tool_calls}
-                        finish = called(reader, finish)
-                elif tools.mode:
-                    message, finish = tool_message(texts[index], finish)
+                message, finish = readers[index].message(texts[index], gen.finish[index])
                 choices.append({
                     "index": index, "message": message,
                     "logprobs": chat_logprobs(server, entries[index]) if body.logprobs else None,

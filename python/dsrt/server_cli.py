@@ -16,6 +16,7 @@ from .compiler import _model_name, plan_for
 from .engine import EngineLoop
 from .server import Cors, create_app
 from .server_state import Server
+from .reasoning import PARSERS as REASONING_PARSERS
 from .tool_parsers import PARSERS
 
 
@@ -158,6 +159,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="how the model writes its tool calls, read for tool_choice "
                         "\"auto\" (vLLM's names); default: the format its chat template "
                         "teaches, where dsserve knows it; none reads no calls")
+    parser.add_argument("--reasoning-parser", choices=[*REASONING_PARSERS, "none"],
+                        help="how a reasoning model's thinking (<think>...</think>) is told "
+                        "from its answer, answered as reasoning_content (vLLM's names); "
+                        "default: qwen3's reading where the chat template knows the tags "
+                        "(thinking where the prompt or output opens it); deepseek_r1 takes "
+                        "the output as thinking until </think>; none reads none")
     parser.add_argument("--enable-auto-tool-choice", action="store_true",
                         help="vLLM's: tool_choice \"auto\" (always on where a tool-call "
                         "format is named or detected); with it, a server that finds none "
@@ -222,7 +229,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     name = args.served_model_name or _model_name(args.model)
     server = Server(engine, name, args.max_concurrent_requests, chat_template,
                     bool(args.structured_outputs_config.get("disable_any_whitespace")),
-                    tool_call_parser=args.tool_call_parser)
+                    tool_call_parser=args.tool_call_parser,
+                    reasoning_parser=args.reasoning_parser)
     if args.enable_auto_tool_choice and not server.tool_call_parser:
         print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
               f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",
@@ -233,6 +241,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         how = "named" if args.tool_call_parser else "the chat template's"
         print(f"dsserve: tool calls read as {server.tool_call_parser} ({how}; "
               f"--tool-call-parser none reads none)", file=sys.stderr)
+    if server.reasoning_parser:
+        how = "named" if args.reasoning_parser else "the chat template's <think> tags"
+        print(f"dsserve: reasoning read as {server.reasoning_parser} ({how}; "
+              f"--reasoning-parser none reads none)", file=sys.stderr)
     app = create_app(server,
                      api_key=args.api_key,
                      cors=Cors(args.allowed_origins, args.allow_credentials,

@@ -16,6 +16,7 @@ from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
 from .tokenizer import NoTokenizer
+from .reasoning import detect as detect_reasoning
 from .tool_parsers import detect as detect_tool_format
 
 
@@ -100,7 +101,7 @@ class Server:
 
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
                  chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
-                 tool_call_parser: Optional[str] = None):
+                 tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None):
         self.engine = engine
         # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
         self.disable_any_whitespace = disable_any_whitespace
@@ -122,6 +123,9 @@ class Server:
         # its chat template teaches; "none" reads none.
         self.tool_call_parser = (detect_tool_format(source) if tool_call_parser is None else
                                  None if tool_call_parser == "none" else tool_call_parser)
+        # How a reasoning model's thinking is told from its answer, likewise.
+        self.reasoning_parser = (detect_reasoning(source) if reasoning_parser is None else
+                                 None if reasoning_parser == "none" else reasoning_parser)
 
     # -- requests to engine requests
 

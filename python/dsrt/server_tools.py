@@ -49,7 +49,7 @@ class ToolChoice:
                                  "its chat template names none that dsserve knows; start "
                                  f"dsserve with --tool-call-parser ({', '.join(PARSERS)}), "
                                  "or use \"required\", a named function or \"none\"")
-            self.mode, self.parser = "auto", PARSERS[parser]()
+            self.mode, self.parser = "auto", PARSERS[parser](self._parameters)
             return
         if not self._parameters:
             raise ValueError("tool_choice needs tools")
@@ -98,3 +98,15 @@ class ToolChoice:
             return [tool_call(call["name"], json.dumps(call["parameters"], ensure_ascii=False))
                     for call in listed]
         return None
+
+    def message(self, text: str, finish: str, streamed: bool) -> tuple[dict, str]:
+        """A forced call's message: its tool_calls (vLLM's finish reasons: "stop" for a
+        named function, "tool_calls" for "required"; a stream's delta numbers them), or the
+        text where the output ran out before the call was whole."""
+        calls = self.calls(text)
+        if calls is None:
+            return {"role": "assistant", "content": text}, finish
+        if streamed:
+            calls = [dict(call, index=k) for k, call in enumerate(calls)]
+        return ({"role": "assistant", "content": None, "tool_calls": calls},
+                "tool_calls" if self.mode == "required" and finish == "stop" else finish)

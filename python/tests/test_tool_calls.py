@@ -1,14 +1,16 @@
 """Tool calls the model writes itself (tool_choice "auto", vLLM's --tool-call-parser): the
-three formats read whole and token by token alike, the format detected from published chat
-templates, and dsserve answering the calls of an output forced (by a choice grammar) to be
-each format's call, through the template that teaches it."""
+formats read whole and in pieces alike; the format detected from published chat templates;
+each template's own rendering of a call read back as that call; and dsserve answering the
+calls of an output forced (by a choice grammar) to be what the template writes."""
 import json
+import os
 import re
 from pathlib import Path
 
 import httpx
 import pytest
 
+from dsrt.chat import ChatTemplate
 from dsrt.engine import EngineLoop
 from dsrt.server import create_app
 from dsrt.server_state import Server
@@ -23,9 +25,12 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["city"]}}}]
 
 
+SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+
+
 def read(parser: str, text: str, pieces: int):
     """(content, [(name, arguments)]) of `text` fed in pieces of `pieces` characters."""
-    reader = ToolCallStream(PARSERS[parser]())
+    reader = ToolCallStream(PARSERS[parser](SCHEMAS))
     content, calls = "", []
     for at in range(0, len(text), pieces):
         more, new = reader.feed(text[at:at + pieces])
@@ -60,6 +65,19 @@ READS = [
     ("mistral", 'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}'
                 "[TOOL_CALLS]noop[ARGS]{}", "Sure. ", [("get_weather", ARGUMENTS), ("noop", {})]),
     ("mistral", "no calls [TOOL", "no calls [TOOL", []),
+    ("mistral", '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris", "days": 3}', "",
+     [("get_weather", ARGUMENTS)]),
+    ("qwen3_coder", "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                    "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     "Sure.\n", [("get_weather", ARGUMENTS)]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n"
+                    "<parameter=days>\n3", "", [("get_weather", {"city": "42", "days": 3})]),
+    ("qwen3_coder", "<tool_call>\n<parameter=city>\nParis", "<tool_call>\n<parameter=city>\nParis",
+     []),
+    ("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+              "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>", "",
+     [("get_weather", ARGUMENTS)]),
+    ("glm45", "<tool_call>noop</tool_call>", "", [("noop", {})]),
 ]
 
 
@@ -69,26 +87,62 @@ def test_each_format_reads_the_same_whole_and_in_pieces(parser, text, content, c
         assert read(parser, text, pieces) == (content, calls), pieces
 
 
+# The format each published template teaches (None: one dsserve does not read).
+TAUGHT = {"Qwen-Qwen2.5-7B-Instruct.jinja": "hermes", "Qwen-Qwen3-0.6B.jinja": "hermes",
+          "Qwen-QwQ-32B.jinja": "hermes", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
+          "Qwen3.5-4B.jinja": "qwen3_coder", "GLM-4.7-Flash.jinja": "glm45",
+          "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
+          "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3_json",
+          "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
+          "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+          "microsoft-Phi-3.5-mini-instruct.jinja": None, "google-gemma-2-2b-it.jinja": None,
+          "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": None,
+          # MiniMax's <invoke name=...> and functionary's <function=NAME>{...}: not read.
+          "MiniMax-M3.jinja": None, "meetkai-functionary-medium-v3.1.jinja": None}
+
+
+def source(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
 def test_the_format_is_the_one_the_chat_template_teaches():
-    taught = {"Qwen-Qwen2.5-7B-Instruct.jinja": "hermes",
-              "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
-              "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
-              "microsoft-Phi-3.5-mini-instruct.jinja": None,
-              "google-gemma-2-2b-it.jinja": None}
-    for name, parser in taught.items():
-        assert detect((TEMPLATES / name).read_text(encoding="utf-8")) == parser, name
+    assert sorted(TAUGHT) == sorted(p.name for p in TEMPLATES.glob("*.jinja"))
+    for name, parser in TAUGHT.items():
+        assert detect(source(name)) == parser, name
 
 
-# Each format's call, written by the model as its template shows it, with text before it
-# where the format allows.
-WRITTEN = [
-    ("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes", f"Checking.\n<tool_call>\n{CALL}\n</tool_call>",
-     "Checking.\n"),
-    ("meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3_json",
-     json.dumps({"name": "get_weather", "parameters": ARGUMENTS}), None),
-    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral",
-     f"[TOOL_CALLS][{json.dumps({'name': 'get_weather', 'arguments': ARGUMENTS})}]", None),
-]
+CALLED = {"id": "a1B2c3D4e", "type": "function",
+          "function": {"name": "get_weather", "arguments": ARGUMENTS}}
+
+
+def written(name: str, **variables) -> str:
+    """The text of a call as the template writes it in an assistant turn: what its model
+    learned to write after the generation prompt."""
+    template = ChatTemplate(source(name), {"bos_token": "<s>", "eos_token": "</s>"})
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    prompt = template.render(user, add_generation_prompt=True, tools=TOOLS, **variables)
+    turn = template.render(user + [{"role": "assistant", "content": "", "tool_calls": [CALLED]}],
+                           add_generation_prompt=False, tools=TOOLS, **variables)
+    common = len(os.path.commonprefix([prompt, turn]))
+    if common < len(prompt):  # the generation prompt goes on past the turn's header
+        common = max(turn.rfind("\n", 0, common), turn.rfind(">", 0, common)) + 1
+    return turn[common:]
+
+
+@pytest.mark.parametrize("name", [n for n, parser in TAUGHT.items() if parser])
+def test_each_template_s_own_call_reads_back(name):
+    """The independent reference: the template itself writes the call."""
+    text = written(name)
+    assert "get_weather" in text, text
+    for pieces in (len(text), 1, 5):
+        _, calls = read(TAUGHT[name], text, pieces)
+        assert calls == [("get_weather", ARGUMENTS)], (pieces, text)
+
+
+# Templates whose calls go through the server, each format once (Mistral's two forms).
+SERVED = ["Qwen-Qwen3-0.6B.jinja", "Qwen3.5-4B.jinja", "GLM-4.7-Flash.jinja",
+          "meta-llama-Llama-3.3-70B-Instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+          "Mistral-Small-3.2-24B-Instruct-2506.jinja"]
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +158,10 @@ def chat(app, output: str, stream: bool = False, **body):
     """A chat request with the tools, whose output the model is made to write: `output`."""
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
             "max_tokens": 200, "temperature": 0, "structured_outputs": {"choice": [output]},
-            # The fixture has no tokenizer_config.json to give the templates these.
-            "chat_template_kwargs": {"bos_token": "<s>", "eos_token": "</s>"},
             "stream": stream, **body}
+    # The fixture has no tokenizer_config.json to give the templates these.
+    body["chat_template_kwargs"] = {"bos_token": "<s>", "eos_token": "</s>",
+                                    **body.get("chat_template_kwargs", {})}
 
     async def run():
         transport = httpx.ASGITransport(app=app)
@@ -121,11 +176,20 @@ def chat(app, output: str, stream: bool = False, **body):
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("template,parser,output,content", WRITTEN)
-def test_a_server_answers_the_calls_the_model_writes(engine, template, parser, output, content):
-    source = (TEMPLATES / template).read_text(encoding="utf-8")
-    server = Server(engine, "m", 8, chat_template=source)
-    assert server.tool_call_parser == parser  # detected: no option given
+def spoken(name: str) -> str:
+    """What the model writes for the call, without the end-of-turn text the template adds
+    after it (the model's EOS token, which the engine does not put in the text)."""
+    text = written(name)
+    end = text.rfind("</tool_call>")
+    return text[:max(text.rfind("}"), text.rfind("]"), end + len("</tool_call>") - 1 if end >= 0
+                     else -1) + 1]
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_a_server_answers_the_calls_the_model_writes(engine, name):
+    output = spoken(name)
+    server = Server(engine, "m", 8, chat_template=source(name))
+    assert server.tool_call_parser == TAUGHT[name]  # detected: no option given
     app = create_app(server)
     for choice in ({}, {"tool_choice": "auto"}):  # OpenAI's default with tools is "auto"
         answer = chat(app, output, **choice)
@@ -133,28 +197,36 @@ def test_a_server_answers_the_calls_the_model_writes(engine, template, parser, o
         (whole,) = answer.json()["choices"]
         assert whole["finish_reason"] == "tool_calls", whole
         message = whole["message"]
-        assert message["content"] == content
+        assert message["content"] is None, message
         (call,) = message["tool_calls"]
         assert re.fullmatch("[A-Za-z0-9]{9}", call["id"]) and call["type"] == "function"
         assert call["function"]["name"] == "get_weather"
         assert json.loads(call["function"]["arguments"]) == ARGUMENTS
 
-    # Streamed: the text before the call as content, then the call whole, numbered.
+    # Streamed: the call whole, numbered, and nothing as content.
     chunks = [c["choices"][0] for c in chat(app, output, stream=True) if c["choices"]]
-    streamed = "".join(c["delta"].get("content") or "" for c in chunks)
     calls = [call for c in chunks for call in c["delta"].get("tool_calls", [])]
-    assert streamed == (content or "")
+    assert not "".join(c["delta"].get("content") or "" for c in chunks)
     assert [(c["index"], c["function"]["name"], json.loads(c["function"]["arguments"]))
             for c in calls] == [(0, "get_weather", ARGUMENTS)]
     assert chunks[-1]["finish_reason"] == "tool_calls"
 
     # A text answer stays text; a call cut off by max_tokens is answered as its text.
-    answer = chat(app, "It is sunny.").json()["choices"][0]
-    assert answer["message"] == {"role": "assistant", "content": "It is sunny."}
+    answer = chat(app, "It is sunny.", chat_template_kwargs={"enable_thinking": False},
+                  ).json()["choices"][0]
+    assert answer["message"]["content"] == "It is sunny." and "tool_calls" not in answer["message"]
     assert answer["finish_reason"] == "stop"
     cut = chat(app, output, max_tokens=len(output) // 2).json()["choices"][0]
     assert cut["finish_reason"] == "length" and "tool_calls" not in cut["message"]
-    assert output.startswith(cut["message"]["content"]) and cut["message"]["content"]
+
+
+def test_text_before_a_call_is_content(engine):
+    app = create_app(Server(engine, "m", 8, chat_template=source("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    output = "Checking.\n" + spoken("Qwen-Qwen2.5-7B-Instruct.jinja")
+    message = chat(app, output).json()["choices"][0]["message"]
+    assert message["content"] == "Checking.\n" and len(message["tool_calls"]) == 1
+    chunks = [c["choices"][0] for c in chat(app, output, stream=True) if c["choices"]]
+    assert "".join(c["delta"].get("content") or "" for c in chunks) == "Checking.\n"
 
 
 def test_auto_without_a_format_is_refused_and_none_reads_nothing(engine):
@@ -170,8 +242,7 @@ def test_auto_without_a_format_is_refused_and_none_reads_nothing(engine):
     assert chat(app, output).json()["choices"][0]["message"]["tool_calls"]
     message = chat(app, output, tool_choice="none").json()["choices"][0]["message"]
     assert message == {"role": "assistant", "content": output}
-    source = (TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
-    assert Server(engine, "m", 8, chat_template=source,
+    assert Server(engine, "m", 8, chat_template=source("Qwen-Qwen2.5-7B-Instruct.jinja"),
                   tool_call_parser="none").tool_call_parser is None
 
 
