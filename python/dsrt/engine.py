@@ -17,8 +17,8 @@ from typing import Callable, Optional, Sequence, Union
 
 from . import _dsrt
 from ._limits import INT32, INT64, within
-from .structured import (Grammars, MaskChain, StructuredOutputsParams, TokenFilter, TokenMask,
-                         bad_word_sequences)
+from .structured import (AfterMarker, Grammars, MaskChain, StructuredOutputsParams, TokenFilter,
+                         TokenMask, bad_word_sequences)
 from .tokenizer import IncrementalDetokenizer, plan_tokenizer
 
 # dsrt_request_state
@@ -77,8 +77,10 @@ class RequestParams:
     min_tokens: int = 0
     # vLLM's: the stop string that ended the text is kept at its end.
     include_stop_str_in_output: bool = False
-    # The grammar the output follows (structured.py), or None.
+    # The grammar the output follows (structured.py), or None; with grammar_after, only the
+    # output after that text (a reasoning model's "</think>").
     structured_outputs: Optional[StructuredOutputsParams] = None
+    grammar_after: Optional[str] = None
     # vLLM's: only these tokens may be drawn (None: any); these words may not be written.
     allowed_token_ids: Optional[Sequence[int]] = None
     bad_words: Sequence[str] = ()
@@ -333,7 +335,9 @@ class EngineLoop:
         request = Request(self, prompt_ids, params, notify)
         masks = []
         if params.structured_outputs is not None:
-            masks.append(self._grammars.mask(params.structured_outputs, params.ignore_eos))
+            grammar = self._grammars.mask(params.structured_outputs, params.ignore_eos)
+            masks.append(grammar if not params.grammar_after else
+                         AfterMarker(grammar, params.grammar_after, self.tokenizer))
         if params.allowed_token_ids is not None or params.bad_words:
             vocab = self.plan.vocabulary()[0]
             masks.append(TokenFilter((vocab + 31) // 32, vocab, params.allowed_token_ids,

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
 from .engine import TokenLogprob
+from .reasoning import END as THINKING_END
 from .server_chat import ChoiceReader
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        error_body, now)
@@ -323,12 +324,17 @@ def create_app(server: Server, api_key: Optional[str] = None,
             if tools.mode == "auto" and tools.parser.keeps_special_tokens:
                 # As vLLM: the format's markers are special tokens in some tokenizers.
                 params = dataclasses.replace(params, skip_special_tokens=False)
+            thinking = server.thinking(prompt)
+            if thinking == "first" and params.structured_outputs is not None:
+                # The grammar holds for the answer, after the thinking, as vLLM's.
+                params = dataclasses.replace(params, grammar_after=THINKING_END)
             generation = server.choices([ids], [params], body.n)
         except Refused as error:
             return refused(error)
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
-        readers = [ChoiceReader(tools, server.reasoning_parser, prompt) for _ in range(body.n)]
+        readers = [ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt)
+                   for _ in range(body.n)]
 
         async def chunks(gen: Generation):
             for index in range(body.n):

@@ -14,9 +14,8 @@ class ChoiceReader:
     def __init__(self, tools: ToolChoice, reasoning_parser: Optional[str], prompt: str):
         self.tools = tools
         self.forced = tools.mode in ("named", "required")
-        # A forced call's grammar holds from the first token: there is no thinking to read.
-        self.thinking = (ReasoningStream(reasoning_parser, prompt)
-                         if reasoning_parser and not self.forced else None)
+        # None where there is no thinking to read (the server's Server.thinking).
+        self.thinking = ReasoningStream(reasoning_parser, prompt) if reasoning_parser else None
         self.calls = ToolCallStream(tools.parser) if tools.mode == "auto" else None
         self.text = ""  # a forced call's text, answered whole at its end
 
@@ -24,13 +23,6 @@ class ChoiceReader:
               ) -> tuple[dict[str, Any], Optional[str]]:
         """What `text`, new output, adds to the answer (finish: the output ended with it),
         and the choice's finish reason."""
-        if self.forced:
-            self.text += text
-            if not finish:
-                return {}, None
-            message, finish = self.tools.message(self.text, finish, streamed)
-            del message["role"]
-            return message, finish
         delta: dict[str, Any] = {}
         content = text
         if self.thinking:
@@ -40,6 +32,13 @@ class ChoiceReader:
                 reasoning, content = reasoning + more_reasoning, content + more_content
             if reasoning:  # DeepSeek's name, which clients read, and vLLM's newer one
                 delta["reasoning_content"] = delta["reasoning"] = reasoning
+        if self.forced:
+            self.text += content
+            if not finish:
+                return delta, None
+            message, finish = self.tools.message(self.text, finish, streamed)
+            del message["role"]
+            return {**delta, **message}, finish
         if self.calls:
             content, calls = self.calls.feed(content)
             if finish:
@@ -62,6 +61,8 @@ class ChoiceReader:
         if "tool_calls" in message:
             if not (message.get("content") or "").strip():
                 message["content"] = None  # only blanks before the calls
+        elif "reasoning_content" in message and not message.get("content"):
+            message["content"] = None  # all thinking (vLLM's answer too)
         else:
             message.setdefault("content", "")
         return message, finish

@@ -16,7 +16,7 @@ from .engine import EngineLoop, RequestParams, TokenLogprob, Update
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
 from .tokenizer import NoTokenizer
-from .reasoning import detect as detect_reasoning
+from .reasoning import detect as detect_reasoning, opens_thinking
 from .tool_parsers import detect as detect_tool_format
 
 
@@ -143,6 +143,16 @@ class Server:
         except ChatTemplateError as error:
             raise Refused(400, f"the chat template refused the messages: {error}",
                            param="messages")
+
+    def thinking(self, prompt: str) -> Optional[str]:
+        """How a chat output's thinking is read: "first" where it has begun when the output
+        does (the prompt opened it, or deepseek_r1 says so), "maybe" where the model may open
+        it, None without a reasoning parser."""
+        if not self.reasoning_parser:
+            return None
+        if self.reasoning_parser == "deepseek_r1" or opens_thinking(prompt):
+            return "first"
+        return "maybe"
 
     def require_tokenizer(self) -> None:
         if not self.has_tokenizer:

@@ -86,6 +86,36 @@ class TokenMask:
             raise
 
 
+class AfterMarker:
+    """A grammar that holds only once `marker` is written: a reasoning model thinks freely
+    until its </think>, and its answer follows the grammar (vLLM starts structured output
+    after the thinking). Each call is told the tokens drawn since the last."""
+
+    def __init__(self, grammar, marker: str, tokenizer):
+        from .tokenizer import IncrementalDetokenizer
+        self._grammar = grammar
+        self._marker = marker
+        self._text = IncrementalDetokenizer(tokenizer, (), skip_special_tokens=False)
+        self._tail = ""  # the last characters written, where the marker may be forming
+        self._before = True
+
+    @property
+    def error(self) -> Optional[str]:
+        return self._grammar.error
+
+    def __call__(self, new_tokens: list[int]):
+        if self._before:
+            for k, token in enumerate(new_tokens):
+                self._tail = (self._tail + self._text.add(token))[-4 * len(self._marker):]
+                if self._marker in self._tail:
+                    self._before = False
+                    new_tokens = new_tokens[k + 1:]
+                    break
+            else:
+                return None  # still thinking: any token
+        return self._grammar(new_tokens)
+
+
 class Grammars:
     """A plan's token table for llguidance, built on first use (a 150k vocabulary takes
     about a second) and shared by every request of the engine."""

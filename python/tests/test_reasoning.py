@@ -102,21 +102,16 @@ def chat(app, output, stream=False, **body):
 
 
 CASES = [
-    # (template, template variables, output, reasoning, content)
-    ("Qwen-Qwen3-0.6B.jinja", {}, "<think>\nAdd them.\n</think>\n\nIt is 4.", "\nAdd them.\n",
-     "\n\nIt is 4."),
-    ("Qwen-Qwen3-0.6B.jinja", {"enable_thinking": False}, "It is 4.", None, "It is 4."),
-    ("Qwen3.5-4B.jinja", {}, "Add them.\n</think>\n\nIt is 4.", "Add them.\n", "\n\nIt is 4."),
-    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {"enable_thinking": True},
-     "Add them.\n</think>\n\nIt is 4.", "Add them.\n", "\n\nIt is 4."),
+    # (template variables, output, reasoning, content): Qwen3's model opens <think> itself.
+    ({}, "<think>\nAdd them.\n</think>\n\nIt is 4.", "\nAdd them.\n", "\n\nIt is 4."),
+    ({"enable_thinking": False}, "It is 4.", None, "It is 4."),
 ]
 
 
-@pytest.mark.parametrize("name,variables,output,reasoning,content", CASES)
-def test_a_server_answers_the_thinking_apart(engine, name, variables, output, reasoning,
-                                             content):
-    server = Server(engine, "m", 8,
-                    chat_template=(TEMPLATES / name).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("variables,output,reasoning,content", CASES)
+def test_a_server_answers_the_thinking_apart(engine, variables, output, reasoning, content):
+    server = Server(engine, "m", 8, chat_template=(TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(
+        encoding="utf-8"))
     assert server.reasoning_parser == "qwen3"  # detected: no option given
     app = create_app(server)
     whole = chat(app, output, chat_template_kwargs=variables)
@@ -125,6 +120,24 @@ def test_a_server_answers_the_thinking_apart(engine, name, variables, output, re
     assert message["content"] == content and whole["finish_reason"] == "stop"
     assert chat(app, output, stream=True, chat_template_kwargs=variables) == (
         reasoning or "", content, [], "stop")
+
+
+@pytest.mark.parametrize("name,variables", [
+    ("Qwen3.5-4B.jinja", {}),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {"enable_thinking": True})])
+def test_an_output_that_starts_inside_the_thinking_is_reasoning(engine, name, variables):
+    """Where the prompt opens <think>, the output is thinking until </think>, which the
+    random-weight fixture does not write: its free greedy text, read with no parser, is all
+    reasoning_content."""
+    source = (TEMPLATES / name).read_text(encoding="utf-8")
+    body = {"chat_template_kwargs": variables, "structured_outputs": None, "max_tokens": 24}
+    raw = chat(create_app(Server(engine, "m", 8, chat_template=source, reasoning_parser="none")),
+               "", **body)["message"]["content"]
+    app = create_app(Server(engine, "m", 8, chat_template=source))
+    message = chat(app, "", **body)["message"]
+    assert raw and "</think>" not in raw
+    assert message["reasoning_content"] == raw and message["content"] is None
+    assert chat(app, "", stream=True, **body)[:2] == (raw, "")
 
 
 def test_thinking_before_a_tool_call_and_the_parser_options(engine):
@@ -143,11 +156,13 @@ def test_thinking_before_a_tool_call_and_the_parser_options(engine):
     reasoning, content, calls, finish = chat(app, output, stream=True, tools=tools)
     assert (reasoning, content, finish) == ("\nI need the time.\n", "", "tool_calls")
     assert [(t["index"], t["function"]["name"]) for t in calls] == [(0, "get_time")]
-    # deepseek_r1 takes the output as thinking until </think> whatever the prompt; none
-    # reads nothing.
+    # The same free output: Qwen3's reading (no <think> at its start) answers it as
+    # content, deepseek_r1's as thinking whatever the prompt, none reads nothing.
+    body = {"structured_outputs": None, "max_tokens": 16}
+    raw = chat(create_app(Server(engine, "m", 8, chat_template=source, reasoning_parser="none")),
+               "", **body)["message"]
+    assert "reasoning_content" not in raw and not raw["content"].startswith("<think>")
+    assert chat(app, "", **body)["message"] == raw
     app = create_app(Server(engine, "m", 8, chat_template=source, reasoning_parser="deepseek_r1"))
-    message = chat(app, "Add.</think>4")["message"]
-    assert (message["reasoning_content"], message["content"]) == ("Add.", "4")
-    app = create_app(Server(engine, "m", 8, chat_template=source, reasoning_parser="none"))
-    message = chat(app, "<think>Add.</think>4")["message"]
-    assert "reasoning_content" not in message and message["content"] == "<think>Add.</think>4"
+    message = chat(app, "", **body)["message"]
+    assert message["reasoning_content"] == raw["content"] and message["content"] is None
