@@ -28,6 +28,7 @@ from . import _dsrt
 from .engine import TokenLogprob
 from .reasoning import END as THINKING_END
 from .server_chat import ChoiceReader
+from .server_responses import ResponseWriter, ResponsesRequest
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        error_body, now)
 from .server_state import (Answer, Generation, Refused, Server, chat_logprobs,
@@ -125,7 +126,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
         return body
 
     async def respond(request: Request, generation: Generation, stream: bool,
-                      chunks, whole) -> Response:
+                      chunks, whole, done: bool = True) -> Response:
         """Streams `chunks(generation)` as SSE, or waits for the whole answer; either way a
         client that goes away cancels the engine requests (their KV blocks are freed)."""
         server.in_flight += 1
@@ -143,7 +144,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 try:
                     async for chunk in chunks(generation):
                         yield chunk
-                    yield "data: [DONE]\n\n"
+                    if done:
+                        yield "data: [DONE]\n\n"
                 finally:
                     release()
             # The background task releases too: a client gone before the first chunk leaves
@@ -307,28 +309,33 @@ def create_app(server: Server, api_key: Optional[str] = None,
 
         return await respond(request, generation, body.stream, chunks, whole)
 
+    async def prepare_chat(body: ChatRequest):
+        """A chat request's engine requests: (its tools, its rendered prompt, the
+        generation, how its thinking is read)."""
+        try:
+            tools = body.tool_call(server.tool_call_parser)
+        except ValueError as error:
+            raise Refused(400, str(error), param="tool_choice")
+        prompt = server.render_chat(body)
+        ids = await encode(prompt, add_special_tokens=False)
+        check_cap()  # again, as for completions
+        top = body.top_logprobs or 0
+        params = server.params(body, body.max_completion_tokens or body.max_tokens,
+                               len(ids), top if body.logprobs else None)
+        if tools.mode == "auto" and tools.parser.keeps_special_tokens:
+            # As vLLM: the format's markers are special tokens in some tokenizers.
+            params = dataclasses.replace(params, skip_special_tokens=False)
+        thinking = server.thinking(prompt)
+        if thinking == "first" and params.structured_outputs is not None:
+            # The grammar holds for the answer, after the thinking, as vLLM's.
+            params = dataclasses.replace(params, grammar_after=THINKING_END)
+        return tools, prompt, server.choices([ids], [params], body.n), thinking
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         try:
             body = await parse(request, ChatRequest)
-            try:
-                tools = body.tool_call(server.tool_call_parser)
-            except ValueError as error:
-                raise Refused(400, str(error), param="tool_choice")
-            prompt = server.render_chat(body)
-            ids = await encode(prompt, add_special_tokens=False)
-            check_cap()  # again, as for completions
-            top = body.top_logprobs or 0
-            params = server.params(body, body.max_completion_tokens or body.max_tokens,
-                                   len(ids), top if body.logprobs else None)
-            if tools.mode == "auto" and tools.parser.keeps_special_tokens:
-                # As vLLM: the format's markers are special tokens in some tokenizers.
-                params = dataclasses.replace(params, skip_special_tokens=False)
-            thinking = server.thinking(prompt)
-            if thinking == "first" and params.structured_outputs is not None:
-                # The grammar holds for the answer, after the thinking, as vLLM's.
-                params = dataclasses.replace(params, grammar_after=THINKING_END)
-            generation = server.choices([ids], [params], body.n)
+            tools, prompt, generation, thinking = await prepare_chat(body)
         except Refused as error:
             return refused(error)
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
@@ -365,6 +372,41 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return answer.whole("chat.completion", choices, gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request):
+        try:
+            asked = await parse(request, ResponsesRequest)
+            try:
+                body = asked.chat()
+            except ValueError as error:  # pydantic's ValidationError among them
+                raise Refused(400, str(error), param="input")
+            tools, prompt, generation, thinking = await prepare_chat(body)
+        except Refused as error:
+            return refused(error)
+        reader = ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt)
+        writer = ResponseWriter(asked, server.model_name)
+
+        async def events(gen: Generation):
+            for event in writer.start():
+                yield event
+            async for _, update in gen.updates():
+                delta, finish = reader.delta(update.text, update.finish_reason)
+                for event in writer.delta(delta):
+                    yield event
+                if finish:
+                    for event in writer.finish(finish, writer.usage(gen.usage())):
+                        yield event
+
+        async def whole(gen: Generation):
+            text = ""
+            async for _, update in gen.updates():
+                text += update.text
+            message, finish = reader.message(text, gen.finish[0])
+            return writer.whole(message, finish, writer.usage(gen.usage()))
+
+        # The Responses API's stream ends with its last event, not [DONE].
+        return await respond(request, generation, asked.stream, events, whole, done=False)
 
     return app
 

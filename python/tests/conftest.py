@@ -146,3 +146,15 @@ def tp2_plan(model_dir, tmp_path_factory) -> str:
     output = str(tmp_path_factory.mktemp("plans") / "gpt2-tp2.dsp")
     return dsrt.compile(str(model_dir / "model.onnx"), output, tp=2, serving=True,
                         max_batch=8, max_seq_len=64)
+
+
+def asgi_post(app, path: str, body: dict):
+    """POSTs `body` to an app in this process (no server, no port)."""
+    import asyncio
+    import httpx
+
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            return await client.post(path, json=body)
+    return asyncio.run(run())

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 import dsrt
+from conftest import asgi_post as post
 from dsrt.engine import EngineLoop
 from dsrt.server import create_app
 from dsrt.server_state import Server
@@ -111,15 +112,6 @@ def test_bad_structured_outputs_are_refused_by_name(llm, plan_without_tokenizer)
         with pytest.raises(dsrt.Error, match="tokenizer"):
             bare.generate([[1, 2]], dsrt.SamplingParams(
                 max_tokens=2, structured_outputs=dsrt.StructuredOutputsParams(choice=["a"])))
-
-
-def post(app, path, body):
-    async def run():
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
-            return await client.post(path, json=body)
-    import asyncio
-    return asyncio.run(run())
 
 
 def test_server_response_format_and_vllm_fields(plan):
