@@ -313,11 +313,30 @@ bool compare(const std::string &name, const dsrt::TensorRef &actual,
 } // namespace
 
 // Streams the text of sequence 0 as it grows (a token may end inside a UTF-8 character,
-// so the whole text is decoded again and only what is new is printed).
+// so the whole text is decoded again and only what is new is printed). The newest token
+// waits for the next: the token that stops generation (EOS, --stop) is not part of the
+// text, as in vLLM's, and an EOS need not be a special token ("</s>" read as text).
 struct Stream {
   const dsrt_tokenizer *tokenizer = nullptr;
   std::vector<int64_t> tokens;
   size_t printed = 0;
+
+  // Prints the text of the first `count` tokens not printed yet; `final` prints a
+  // trailing U+FFFD too, which may otherwise be a character whose bytes are still coming.
+  void print(size_t count, bool final) {
+    char *text = nullptr;
+    if (dsrt_tokenizer_decode(tokenizer, tokens.data(), count, 1, &text) != DSRT_OK)
+      return;
+    std::string whole(text);
+    dsrt_free(text);
+    size_t stable = whole.size();
+    if (!final && whole.size() >= 3 && whole.compare(whole.size() - 3, 3, "\xEF\xBF\xBD") == 0)
+      stable -= 3;
+    if (stable > printed) {
+      std::cout << whole.substr(printed, stable - printed) << std::flush;
+      printed = stable;
+    }
+  }
 };
 
 int streamToken(void *user, size_t sequence, int64_t token) {
@@ -325,20 +344,7 @@ int streamToken(void *user, size_t sequence, int64_t token) {
   if (sequence != 0 || !stream->tokenizer)
     return 0;
   stream->tokens.push_back(token);
-  char *text = nullptr;
-  if (dsrt_tokenizer_decode(stream->tokenizer, stream->tokens.data(), stream->tokens.size(), 1,
-                            &text) != DSRT_OK)
-    return 0;
-  std::string whole(text);
-  dsrt_free(text);
-  // Hold back a trailing U+FFFD: it may be a character whose bytes are still coming.
-  size_t stable = whole.size();
-  if (whole.size() >= 3 && whole.compare(whole.size() - 3, 3, "\xEF\xBF\xBD") == 0)
-    stable -= 3;
-  if (stable > stream->printed) {
-    std::cout << whole.substr(stream->printed, stable - stream->printed) << std::flush;
-    stream->printed = stable;
-  }
+  stream->print(stream->tokens.size() - 1, false);
   return 0;
 }
 
@@ -403,20 +409,23 @@ struct Runner {
 // Prints one generation: as text where the prompts were text (after the stream of a lone
 // prompt, only its line's end), else each sequence's ids and finish reason.
 void printGeneration(dsrt_generation *generation, const dsrt_tokenizer *tokenizer,
-                     const std::vector<std::string> &texts, bool streamed, bool echoPrompt) {
+                     const std::vector<std::string> &texts, Stream *stream, bool echoPrompt) {
   const char *reasons[] = {"length", "stop", "callback"};
   for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
     const int64_t *tokens = nullptr;
     size_t count = 0;
     dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
     check(dsrt_generation_tokens(generation, i, &tokens, &count, &reason), "result");
-    if (streamed) {
+    // The stop token is in the tokens, not in the text.
+    const size_t spoken = reason == DSRT_FINISH_STOP && count > 0 ? count - 1 : count;
+    if (stream) {
+      stream->print(std::min(spoken, stream->tokens.size()), true);
       std::cout << "\n";
       continue;
     }
     if (tokenizer && i < texts.size()) {
       char *text = nullptr;
-      check(dsrt_tokenizer_decode(tokenizer, tokens, count, 1, &text), "cannot decode");
+      check(dsrt_tokenizer_decode(tokenizer, tokens, spoken, 1, &text), "cannot decode");
       std::cout << "sequence " << i << ": " << (echoPrompt ? texts[i] : "") << text << "\n";
       dsrt_free(text);
       continue;
@@ -453,7 +462,7 @@ void generateAndPrint(const Options &options, Runner &runner,
   check(runner.generate(prompts.size(), pointers.data(), lengths.data(), &sampling, &generation),
         "generation failed");
   if (runner.printer)
-    printGeneration(generation, tokenizer, texts, stream.tokenizer != nullptr,
+    printGeneration(generation, tokenizer, texts, stream.tokenizer ? &stream : nullptr,
                     !runner.textToText);
   dsrt_generation_free(generation);
 }
@@ -514,7 +523,7 @@ void followRequests(Runner &runner, bool print) {
     check(status, "generation failed");
     if (print) {
       std::cout << "request " << request << ":\n";
-      printGeneration(generation, nullptr, {}, false, true);
+      printGeneration(generation, nullptr, {}, nullptr, true);
     }
     dsrt_generation_free(generation);
   }
