@@ -155,11 +155,13 @@ class ChatRequest(_Common):
     # "required" or a named function force tool calls; "auto" (the default with tools) reads
     # the model's own calls where the server has a tool-call parser (server_tools.py).
     tool_choice: Union[StrictStr, dict[str, Any], None] = None
+    # False: at most one call is answered (the first), as OpenAI's and vLLM's.
+    parallel_tool_calls: StrictBool = True
     add_generation_prompt: StrictBool = True
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
     def tool_call(self, parser: Optional[str] = None) -> ToolChoice:
-        return ToolChoice(self.tools, self.tool_choice, parser)
+        return ToolChoice(self.tools, self.tool_choice, parser, self.parallel_tool_calls)
 
     def structured(self) -> Optional[StructuredOutputsParams]:
         # Only a forced choice has a grammar (the server refused "auto" without a parser).

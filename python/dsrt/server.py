@@ -340,8 +340,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
-        readers = [ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt)
-                   for _ in range(body.n)]
+        readers = [ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt,
+                                body.parallel_tool_calls) for _ in range(body.n)]
 
         async def chunks(gen: Generation):
             for index in range(body.n):
@@ -384,7 +384,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             tools, prompt, generation, thinking = await prepare_chat(body)
         except Refused as error:
             return refused(error)
-        reader = ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt)
+        reader = ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt,
+                              body.parallel_tool_calls)
         writer = ResponseWriter(asked, server.model_name)
 
         async def events(gen: Generation):

@@ -11,8 +11,10 @@ from .tool_parsers import ToolCallStream
 
 
 class ChoiceReader:
-    def __init__(self, tools: ToolChoice, reasoning_parser: Optional[str], prompt: str):
+    def __init__(self, tools: ToolChoice, reasoning_parser: Optional[str], prompt: str,
+                 parallel_tool_calls: bool = True):
         self.tools = tools
+        self.most_calls = None if parallel_tool_calls else 1
         self.forced = tools.mode in ("named", "required")
         # None where there is no thinking to read (the server's Server.thinking).
         self.thinking = ReasoningStream(reasoning_parser, prompt) if reasoning_parser else None
@@ -44,8 +46,10 @@ class ChoiceReader:
             if finish:
                 more_content, more_calls = self.calls.finish(stopped=finish == "stop")
                 content, calls = content + more_content, calls + more_calls
+            first = len(self.calls.tool_calls) - len(calls)
+            if self.most_calls is not None:  # parallel_tool_calls false: the first call only
+                calls = calls[:max(0, self.most_calls - first)]
             if calls:
-                first = len(self.calls.tool_calls) - len(calls)
                 delta["tool_calls"] = ([dict(call, index=first + k)
                                         for k, call in enumerate(calls)] if streamed else calls)
             if self.calls.tool_calls and finish == "stop":

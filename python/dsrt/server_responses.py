@@ -51,7 +51,7 @@ class ResponsesRequest(_Common):
         data = self.model_dump(exclude_none=True, exclude={
             "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text",
             "reasoning", "store", "previous_response_id", "conversation", "background",
-            "metadata", "parallel_tool_calls", "stream", "stream_options"})
+            "metadata", "stream", "stream_options"})
         data["messages"] = self.messages()
         data["max_tokens"] = self.max_output_tokens
         if self.tools is not None:

@@ -20,11 +20,12 @@ class ToolChoice:
     is wrong otherwise)."""
 
     def __init__(self, tools: Optional[list[dict[str, Any]]], choice: Any,
-                 parser: Optional[str] = None):
+                 parser: Optional[str] = None, parallel: bool = True):
         # "named", "required", "auto" (free text read by `parser`) or None (free text)
         self.mode: Optional[str] = None
         self.name: Optional[str] = None
         self.parser: Optional[ToolParser] = None
+        self.parallel = parallel  # False: one call at most
         self._parameters: dict[str, dict] = {}
         for tool in tools or []:
             function = tool.get("function") if isinstance(tool, dict) else None
@@ -77,8 +78,10 @@ class ToolChoice:
                                      "parameters": parameters},
                       "required": ["name", "parameters"], "additionalProperties": False}
                      for name, parameters in self._parameters.items()]
-            return StructuredOutputsParams(json={"type": "array", "minItems": 1,
-                                                 "items": {"anyOf": calls}})
+            listed = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+            if not self.parallel:
+                listed["maxItems"] = 1
+            return StructuredOutputsParams(json=listed)
         return None
 
     def calls(self, text: str) -> Optional[list[dict[str, Any]]]:

@@ -264,3 +264,29 @@ def test_dsserve_flags(plan):
                           "--tool-call-parser", "nope"], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and "hermes" in run.stderr, run.stderr
+
+
+def test_parallel_tool_calls_false_answers_one_call(engine):
+    app = create_app(Server(engine, "m", 8, chat_template=source("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    one = f"<tool_call>\n{CALL}\n</tool_call>"
+    two = one + "\n" + one.replace("Paris", "Rome")
+    message = chat(app, two).json()["choices"][0]["message"]
+    assert len(message["tool_calls"]) == 2
+    for stream in (False, True):
+        answer = chat(app, two, stream=stream, parallel_tool_calls=False)
+        if stream:
+            calls = [t for c in answer if c["choices"] for t in
+                     c["choices"][0]["delta"].get("tool_calls", [])]
+        else:
+            calls = answer.json()["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(c["function"]["arguments"]) for c in calls] == [ARGUMENTS], stream
+    # "required": the grammar itself allows one call.
+    jsonschema = pytest.importorskip("jsonschema")
+    from dsrt.server_tools import ToolChoice
+    listed = [{"name": "get_weather", "parameters": ARGUMENTS}] * 2
+    for parallel, valid in ((True, 2), (False, 1)):
+        schema = ToolChoice(TOOLS, "required", parallel=parallel).structured().json
+        jsonschema.validate(listed[:valid], schema)
+        if valid == 1:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(listed, schema)
