@@ -110,10 +110,15 @@ dsrt_status generate(Choices &choices, bool valid) {
       options.on_token = stopAfter;
       options.user_data = &remaining;
     }
+    options.num_beams = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 1, 2, 3, 300}));
+    options.length_penalty = choices.real();
+    options.early_stopping = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 2, 3}));
     if (choices.byte() % 16 == 0)
       options.struct_size = choices.byte();
   } else {
     options.max_new_tokens = 2;
+    // Beam search over the rows the prompts leave (greedy, as it must be).
+    options.num_beams = static_cast<int32_t>(choices.pick<int64_t>({1, 1, 2}));
   }
   dsrt_generation *generation = nullptr;
   dsrt_status status = dsrt_generate(session, count, count ? pointers.data() : nullptr,

@@ -73,6 +73,13 @@ dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOpti
   out.seed = options->seed;
   out.stopTokens.assign(options->stop_tokens, options->stop_tokens + options->stop_token_count);
   out.ignoreEos = options->ignore_eos != 0;
+  out.numBeams = options->num_beams;
+  out.lengthPenalty = options->length_penalty;
+  if (options->early_stopping < 0 || options->early_stopping > 2)
+    return fail(DSRT_INVALID_ARGUMENT, "options.early_stopping must be 0 (transformers' "
+                "default), 1 (true) or 2 (\"never\"), not " +
+                std::to_string(options->early_stopping));
+  out.earlyStopping = static_cast<GenerateOptions::EarlyStopping>(options->early_stopping);
   if (options->on_token) {
     dsrt_token_callback callback = options->on_token;
     void *user = options->user_data;
@@ -386,6 +393,8 @@ void dsrt_generate_options_init(dsrt_generate_options *options) {
   options->struct_size = sizeof(dsrt_generate_options);
   options->max_new_tokens = 32;
   options->top_p = 1.0f;
+  options->num_beams = 1;
+  options->length_penalty = 1.0f;
 }
 
 dsrt_status dsrt_generate(dsrt_session *session, size_t count, const int64_t *const *prompts,

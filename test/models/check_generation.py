@@ -57,12 +57,17 @@ def generate(args, prompts, max_new):
                     f"{args.distributed_argmax} vocabulary shards")
             if note not in stderr[0]:
                 sys.exit(f"FAIL: {' '.join(command)}: no '{note}' on stderr:\n{stderr[0]}")
+    return sequences(stdout, len(prompts))
+
+
+def sequences(stdout, count):
+    """The ids of dsrun's 'sequence N: ids (reason)' lines, by N (None where missing)."""
     rows = {}
     for line in stdout.splitlines():
         match = re.match(r"sequence (\d+):((?: \d+)*) \((\w+)\)", line)
         if match:
             rows[int(match.group(1))] = [int(t) for t in match.group(2).split()]
-    return [rows.get(i) for i in range(len(prompts))]
+    return [rows.get(i) for i in range(count)]
 
 
 def main():

@@ -96,6 +96,7 @@ Options parse(int argc, char **argv) {
   std::vector<std::string> plans, promptIds;
   std::string device, tokens;
   bool listDevicesGiven = false, lead = false, follow = false, ignoreEos = false;
+  std::string earlyStopping = "false";
   using Sign = dstools::CommandLine::Sign;
   dstools::CommandLine commandLine(
       "dsrun",
@@ -165,6 +166,13 @@ Options parse(int argc, char **argv) {
   commandLine.integers("--stop", options.stops, "ID",
                        "also stop at this token (repeatable; the plan's EOS tokens stop too)");
   commandLine.flag("--ignore-eos", ignoreEos, "the plan's EOS tokens do not stop generation");
+  commandLine.integer("--num-beams", options.sampling.num_beams, "K",
+                      "beam search over K sequences per prompt, as transformers' num_beams "
+                      "(default 1: none; each prompt takes K of the plan's max_batch)", 1, 256);
+  commandLine.number("--length-penalty", options.sampling.length_penalty, "L",
+                     "beam search's score: summed log-probability / length ** L (default 1)");
+  commandLine.choice("--early-stopping", earlyStopping, {"false", "true", "never"}, "WHEN",
+                     "when beam search stops (transformers' early_stopping; default false)");
 
   commandLine.group("Rank 0 alone has the requests (MPI ranks, docs/reliability.md)");
   commandLine.flag("--lead", lead,
@@ -200,6 +208,7 @@ Options parse(int argc, char **argv) {
   for (const std::string &ids : promptIds)
     options.promptIds.push_back(parseIds(ids));
   options.sampling.ignore_eos = ignoreEos ? 1 : 0;
+  options.sampling.early_stopping = earlyStopping == "true" ? 1 : earlyStopping == "never" ? 2 : 0;
   options.quietGiven = options.quiet;
   if (lead && follow)
     commandLine.usageError("give --lead (rank 0) or --follow (the other ranks), not both");

@@ -276,6 +276,17 @@ typedef struct dsrt_generate_options {
   int ignore_eos;                /* nonzero: the plan's EOS tokens do not stop */
   dsrt_token_callback on_token;  /* may be NULL */
   void *user_data;
+  /* Beam search, transformers' generate(num_beams=, length_penalty=, early_stopping=):
+   * num_beams > 1 (at most 256; temperature 0) keeps that many sequences per prompt and
+   * returns each prompt's best finished one, scored by summed log-probability over
+   * (length ** length_penalty). early_stopping: 0 transformers' default (stop once no running
+   * beam can beat the worst of num_beams finished ones), 1 once num_beams are finished,
+   * 2 "never" (judged at the longest length). Each prompt takes num_beams of the plan's
+   * max_batch rows. The callback sees the returned tokens once they are known and cannot
+   * stop them. CPU sessions only. */
+  int32_t num_beams;             /* default 1: greedy or sampled, no beams */
+  float length_penalty;          /* default 1 */
+  int32_t early_stopping;        /* default 0 */
 } dsrt_generate_options;
 
 typedef enum dsrt_finish_reason {

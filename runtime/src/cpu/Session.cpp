@@ -362,6 +362,47 @@ Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
   return Status::ok();
 }
 
+Status CpuSession::reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) {
+  if (kvCache_.blockSize != 0)
+    return Status::error("a paged KV cache's rows are the serving engine's blocks");
+  for (const ops::KvCacheLayer &layer : kvCache_.layers) {
+    if (!layer.key)
+      continue;
+    if (static_cast<int64_t>(sources.size()) > layer.batch)
+      return Status::error("reordering " + std::to_string(sources.size()) +
+                           " KV rows of a cache of " + std::to_string(layer.batch));
+    for (int64_t source : sources)
+      if (source < 0 || source >= static_cast<int64_t>(sources.size()))
+        return Status::error("KV row " + std::to_string(source) + " is not among the " +
+                             std::to_string(sources.size()) + " rows reordered");
+  }
+  // Each head's first `positions` rows are one contiguous run of [capacity, headDim].
+  std::vector<uint8_t> held;
+  for (const ops::KvCacheLayer &layer : kvCache_.layers) {
+    if (!layer.key)
+      continue;
+    const size_t element = dtypeSize(layer.dtype);
+    const size_t run = static_cast<size_t>(std::min(positions, layer.capacity) * layer.headDim) *
+                       element;
+    const size_t head = static_cast<size_t>(layer.capacity * layer.headDim) * element;
+    const size_t row = static_cast<size_t>(layer.kvHeads) * head;
+    for (void *tensor : {layer.key, layer.value}) {
+      auto *base = static_cast<uint8_t *>(tensor);
+      held.resize(sources.size() * static_cast<size_t>(layer.kvHeads) * run);
+      for (size_t b = 0; b < sources.size(); ++b)
+        for (int64_t h = 0; h < layer.kvHeads; ++h)
+          std::memcpy(held.data() + (b * layer.kvHeads + h) * run,
+                      base + static_cast<size_t>(sources[b]) * row + h * head, run);
+      for (size_t b = 0; b < sources.size(); ++b)
+        if (sources[b] != static_cast<int64_t>(b))
+          for (int64_t h = 0; h < layer.kvHeads; ++h)
+            std::memcpy(base + b * row + h * head,
+                        held.data() + (b * layer.kvHeads + h) * run, run);
+    }
+  }
+  return Status::ok();
+}
+
 Status CpuSession::setPagedRows(const std::vector<ops::KvPagedRow> &rows) {
   if (kvCache_.blockSize == 0)
     return Status::error(plan_->path() + ": this session was created without a paged KV "

@@ -73,6 +73,7 @@ public:
   // decode programs), rather than taking them as program inputs.
   bool hasKvCache() const override { return !kvCache_.layers.empty(); }
   Status setPagedRows(const std::vector<ops::KvPagedRow> &rows) override;
+  Status reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) override;
   int64_t pagedKvBlocks() const override {
     return kvCache_.blockSize != 0 && !kvCache_.layers.empty() ? kvCache_.layers[0].batch : 0;
   }

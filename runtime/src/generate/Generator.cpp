@@ -1,4 +1,5 @@
 #include "generate/Generator.h"
+#include "generate/GenerateRun.h"
 #include "generate/RequestAgreement.h"
 
 #include <algorithm>
@@ -13,34 +14,6 @@ namespace dsrt {
 namespace {
 
 std::string str(const flatbuffers::String *s) { return s ? s->str() : std::string(); }
-
-enum class Mode { SessionCache, ForwardWithPairs, Recompute };
-
-// One named input or output of the program being driven.
-struct Binding {
-  enum class Role {
-    InputIds,
-    AttentionMask,
-    PositionIds,
-    Past,
-    UseCacheBranch,
-    CrossStates,  // an encoder-decoder's encoder output, read by the decoder
-    CrossMask,    // and the encoder's padding mask
-    Unknown
-  } role = Role::Unknown;
-  size_t index = 0;
-  std::string name;
-  DType dtype = DType::Undefined;
-  Shape staticShape;   // -1 for dynamic dimensions
-  int presentOutput = -1;  // Past: the output that becomes its next value
-  // Past: the symbol of its length; an encoder-decoder's cross-attention pairs share it with
-  // the encoder output's length.
-  std::string lengthSymbol;
-  // Past: a cross-attention's keys and values, computed from the encoder's output at the
-  // first step and the same for the rest (optimum's merged decoder returns placeholders for
-  // them once it takes the cached branch).
-  bool crossAttention = false;
-};
 
 std::string dimSymbol(const dsp::Tensor &tensor, uint32_t dim) {
   if (!tensor.shape() || dim >= tensor.shape()->size())
@@ -74,67 +47,9 @@ Status encodeRoleInput(const std::string &name, const std::vector<int64_t> &valu
   return Status::ok();
 }
 
-// What a step leaves to sample from, per row: the whole last-position logits, or (when
-// Run::candidates_ > 0) only the largest few, sorted as sampleFromCandidates takes them.
-struct StepLogits {
-  std::vector<std::vector<float>> full;
-  std::vector<std::vector<float>> values;
-  std::vector<std::vector<int64_t>> ids;
-};
+} // namespace
 
-class Run {
-public:
-  // `shareStops`: some rank of the group has a callback, so the sequences it stops are
-  // shared each step (every rank must run as many steps).
-  Run(Session &session, const std::vector<std::vector<int64_t>> &prompts,
-      const GenerateOptions &options, bool shareStops)
-      : session_(session), plan_(session.plan().plan()), prompts_(prompts), options_(options),
-        shareStops_(shareStops) {}
-
-  Status execute(std::vector<GeneratedSequence> &out);
-
-private:
-  Status chooseMode();
-  Status bindProgram(const char *name, const std::string &logitsName,
-                     std::vector<Binding> &bindings, int &logitsOutput);
-  Status chooseGreedyShard();
-  Status checkLimits();
-  Status checkEncoderDecoderLimits(int64_t maxSeq);
-  // An encoder-decoder: runs `encode` on the prompts (right-padded, masked) and keeps its
-  // output for every decoder step.
-  Status runEncoder();
-  Status runStep(const char *program, const std::vector<Binding> &bindings, int logitsOutput,
-                 const std::vector<int64_t> &ids, int64_t fresh, StepLogits &lastLogits);
-
-  Session &session_;
-  const dsp::Plan &plan_;
-  const std::vector<std::vector<int64_t>> &prompts_;
-  const GenerateOptions &options_;
-  const bool shareStops_;
-  const dsp::ModelInfo *model_ = nullptr;
-  Mode mode_ = Mode::Recompute;
-  int64_t batch_ = 0, longest_ = 0, vocab_ = 0;
-  // Greedy with a vocabulary-parallel LM head: the programs end at this rank's shard of the
-  // logits (`logitsWidth_` wide, from global index `vocabOffset_`) and the tokens come from a
-  // distributed argmax. Otherwise the logits are the whole vocabulary.
-  bool greedyShard_ = false;
-  int64_t logitsWidth_ = 0, vocabOffset_ = 0;
-  // Greedy and top-k need only the largest logits of each row, which the session may select
-  // where the logits are (Session::topLogits); 0: the whole row comes to the host.
-  int64_t candidates_ = 0;
-  // Per row of the batch: attention mask and positions of every token so far.
-  std::vector<std::vector<int64_t>> mask_, positions_, tokens_;
-  // ForwardWithPairs: each past input's value for the next step.
-  std::vector<std::vector<uint8_t>> pastValues_;
-  std::vector<Shape> pastShapes_;
-  // An encoder-decoder: the prompts go to the encoder; the decoder starts from
-  // decoder_start_token_id and reads the encoder's output and padding mask every step.
-  bool encoderDecoder_ = false;
-  TensorRef encoderStates_;
-  std::vector<uint8_t> encoderStatesBytes_;
-  std::vector<int64_t> encoderMask_;  // [batch, encoder length]
-  std::string encoderLengthSymbol_;
-};
+namespace generation {
 
 Status Run::chooseMode() {
   model_ = plan_.model();
@@ -160,6 +75,9 @@ Status Run::chooseMode() {
                  : mode_ == Mode::ForwardWithPairs ? "the export's past/present pairs (forward)"
                                                    : "recomputing every token (forward)",
                  encoderDecoder_ ? ", after encode" : "");
+  // Beam search reads whole rows (each token's log-probability), not a few candidates.
+  if (options_.numBeams > 1)
+    return Status::ok();
   DSRT_RETURN_IF_ERROR(chooseGreedyShard());
   if (!greedyShard_ && options_.temperature == 0)
     candidates_ = 1;
@@ -278,6 +196,17 @@ Status Run::checkLimits() {
   const dsp::Limits *limits = plan_.limits();
   int64_t maxBatch = limits ? limits->max_batch() : 0;
   int64_t maxSeq = limits ? limits->max_seq_len() : 0;
+  if (options_.numBeams > 1 && options_.temperature != 0)
+    return Status::error("beam search (num_beams " + std::to_string(options_.numBeams) +
+                         ") keeps the likeliest sequences: it needs temperature 0");
+  if (!std::isfinite(options_.lengthPenalty))
+    return Status::error("length_penalty must be finite");
+  if (batch_ > maxBatch && options_.numBeams > 1)
+    return Status::error("a batch of " + std::to_string(batch_ / options_.numBeams) +
+                         " prompts of " + std::to_string(options_.numBeams) + " beams is " +
+                         std::to_string(batch_) + " sequences, more than the plan's max_batch "
+                         "of " + std::to_string(maxBatch) + "; compile with a larger "
+                         "--max-batch");
   if (batch_ > maxBatch)
     return Status::error("a batch of " + std::to_string(batch_) +
                          " prompts is more than the plan's max_batch of " +
@@ -488,21 +417,29 @@ Status Run::runStep(const char *programName, const std::vector<Binding> &binding
 }
 
 Status Run::execute(std::vector<GeneratedSequence> &out) {
+  StepLogits logits;
+  DSRT_RETURN_IF_ERROR(start(logits));
+  return options_.numBeams > 1 ? beamLoop(out, logits) : sampleLoop(out, logits);
+}
+
+Status Run::start(StepLogits &logits) {
   DSRT_RETURN_IF_ERROR(chooseMode());
   DSRT_RETURN_IF_ERROR(checkLimits());
+  // Beam search moves the session's KV rows: a backend that cannot is refused before
+  // anything runs (reordering no rows asks it).
+  if (options_.numBeams > 1 && mode_ == Mode::SessionCache)
+    DSRT_RETURN_IF_ERROR(session_.reorderKvRows({}, 0));
   const char *first = greedyShard_                  ? "prefill_greedy"
                       : mode_ == Mode::SessionCache ? "prefill"
                                                     : "forward";
-  const char *next = greedyShard_                  ? "decode_greedy"
-                     : mode_ == Mode::SessionCache ? "decode"
-                                                   : "forward";
+  next_ = greedyShard_                  ? "decode_greedy"
+          : mode_ == Mode::SessionCache ? "decode"
+                                        : "forward";
   std::string logitsName = greedyShard_ ? str(model_->local_logits()) : str(model_->logits());
-  std::vector<Binding> firstBindings, nextBindings;
-  int firstLogits = -1, nextLogits = -1;
-  DSRT_RETURN_IF_ERROR(bindProgram(first, logitsName, firstBindings, firstLogits));
-  DSRT_RETURN_IF_ERROR(bindProgram(next, logitsName, nextBindings, nextLogits));
+  DSRT_RETURN_IF_ERROR(bindProgram(first, logitsName, firstBindings_, firstLogits_));
+  DSRT_RETURN_IF_ERROR(bindProgram(next_, logitsName, nextBindings_, nextLogits_));
   // Without a mask the program would attend the shorter prompts' padding.
-  bool masked = std::any_of(firstBindings.begin(), firstBindings.end(), [](const Binding &b) {
+  bool masked = std::any_of(firstBindings_.begin(), firstBindings_.end(), [](const Binding &b) {
     return b.role == Binding::Role::AttentionMask;
   });
   for (const auto &prompt : prompts_)
@@ -512,12 +449,12 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
                            "cannot share a batch (they would attend each other's padding): "
                            "generate them separately, or in batches of equal lengths");
 
-  std::vector<int64_t> stops = options_.stopTokens;
+  stops_ = options_.stopTokens;
   if (!options_.ignoreEos && model_->eos_token_ids())
-    stops.insert(stops.end(), model_->eos_token_ids()->begin(), model_->eos_token_ids()->end());
-  int64_t padToken = model_->pad_token_id() >= 0 && model_->pad_token_id() < vocab_
-                         ? model_->pad_token_id()
-                         : 0;
+    stops_.insert(stops_.end(), model_->eos_token_ids()->begin(), model_->eos_token_ids()->end());
+  padToken_ = model_->pad_token_id() >= 0 && model_->pad_token_id() < vocab_
+                  ? model_->pad_token_id()
+                  : 0;
 
   // Left padding, as transformers' generate: padding is masked out and does not count as a
   // position, so each row sees what it would see alone.
@@ -543,17 +480,17 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
         bool real = t >= padding;
         mask_[b].push_back(real ? 1 : 0);
         positions_[b].push_back(real ? t - padding : 1);
-        tokens_[b].push_back(real ? prompts_[b][t - padding] : padToken);
+        tokens_[b].push_back(real ? prompts_[b][t - padding] : padToken_);
       }
       ids.insert(ids.end(), tokens_[b].begin(), tokens_[b].end());
     }
   }
 
   if (mode_ == Mode::ForwardWithPairs) {
-    pastValues_.assign(firstBindings.size(), {});
-    pastShapes_.assign(firstBindings.size(), {});
-    for (size_t slot = 0; slot < firstBindings.size(); ++slot) {
-      const Binding &binding = firstBindings[slot];
+    pastValues_.assign(firstBindings_.size(), {});
+    pastShapes_.assign(firstBindings_.size(), {});
+    for (size_t slot = 0; slot < firstBindings_.size(); ++slot) {
+      const Binding &binding = firstBindings_[slot];
       if (binding.role != Binding::Role::Past)
         continue;
       // The cross-attention's pairs are as long as the encoder's output from the start (the
@@ -569,16 +506,32 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
                                0);
     }
   }
+  return runStep(first, firstBindings_, firstLogits_, ids, fresh, logits);
+}
 
+Status Run::advance(const std::vector<int64_t> &chosen, StepLogits &logits) {
+  for (int64_t b = 0; b < batch_; ++b) {
+    mask_[b].push_back(1);
+    positions_[b].push_back(positions_[b].back() + 1);
+    tokens_[b].push_back(chosen[b]);
+  }
+  if (mode_ != Mode::Recompute)
+    return runStep(next_, nextBindings_, nextLogits_, chosen, 1, logits);
+  std::vector<int64_t> ids;
+  for (const auto &row : tokens_)
+    ids.insert(ids.end(), row.begin(), row.end());
+  return runStep(next_, nextBindings_, nextLogits_, ids, static_cast<int64_t>(tokens_[0].size()),
+                 logits);
+}
+
+Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) {
   out.assign(batch_, {});
   std::vector<bool> done(batch_, options_.maxNewTokens == 0);
   std::vector<uint64_t> rng(batch_);
   for (int64_t b = 0; b < batch_; ++b)
     rng[b] = options_.seed + static_cast<uint64_t>(b);
-  StepLogits logits;
-  DSRT_RETURN_IF_ERROR(runStep(first, firstBindings, firstLogits, ids, fresh, logits));
   for (int64_t step = 0; step < options_.maxNewTokens; ++step) {
-    std::vector<int64_t> chosen(batch_, padToken);
+    std::vector<int64_t> chosen(batch_, padToken_);
     // Every rank takes part in the all-reduce for every row, finished or not, so that the
     // ranks' calls match.
     std::vector<int64_t> greedy;
@@ -601,7 +554,7 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
               : sampleToken(logits.full[b], options_, rng[b]);
       chosen[b] = token;
       out[b].tokens.push_back(token);
-      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      if (std::find(stops_.begin(), stops_.end(), token) != stops_.end()) {
         done[b] = true;
         out[b].reason = FinishReason::Stop;
       }
@@ -625,25 +578,12 @@ Status Run::execute(std::vector<GeneratedSequence> &out) {
     if (!anyRunning)
       break;
     // Finished rows keep running (the batch moves together) on padding they never read.
-    for (int64_t b = 0; b < batch_; ++b) {
-      mask_[b].push_back(1);
-      positions_[b].push_back(positions_[b].back() + 1);
-      tokens_[b].push_back(chosen[b]);
-    }
-    if (mode_ == Mode::Recompute) {
-      ids.clear();
-      for (const auto &row : tokens_)
-        ids.insert(ids.end(), row.begin(), row.end());
-      DSRT_RETURN_IF_ERROR(runStep(next, nextBindings, nextLogits, ids,
-                                   static_cast<int64_t>(tokens_[0].size()), logits));
-    } else {
-      DSRT_RETURN_IF_ERROR(runStep(next, nextBindings, nextLogits, chosen, 1, logits));
-    }
+    DSRT_RETURN_IF_ERROR(advance(chosen, logits));
   }
   return Status::ok();
 }
 
-} // namespace
+} // namespace generation
 
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,
                 const GenerateOptions &options, std::vector<GeneratedSequence> &out) {
@@ -653,7 +593,15 @@ Status generate(Session &session, const std::vector<std::vector<int64_t>> &promp
     if (!agreed.isOk())
       return Status::error("generate: " + agreed.message());
   }
-  Run run(session, prompts, options, anyCallback);
+  if (options.numBeams < 1 || options.numBeams > kMaxBeams)
+    return Status::error("generate: num_beams must be in [1, " + std::to_string(kMaxBeams) +
+                         "], not " + std::to_string(options.numBeams));
+  // Beam search runs numBeams rows of each prompt.
+  std::vector<std::vector<int64_t>> rows;
+  if (options.numBeams > 1)
+    for (const auto &prompt : prompts)
+      rows.insert(rows.end(), static_cast<size_t>(options.numBeams), prompt);
+  generation::Run run(session, options.numBeams > 1 ? rows : prompts, options, anyCallback);
   std::vector<GeneratedSequence> result;
   Status status = run.execute(result);
   if (!status.isOk())

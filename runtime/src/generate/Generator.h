@@ -16,6 +16,8 @@
 
 namespace dsrt {
 
+constexpr int64_t kMaxBeams = 256;
+
 struct GenerateOptions {
   int64_t maxNewTokens = 32;
   float temperature = 0;  // 0: greedy
@@ -27,6 +29,14 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<int64_t> stopTokens;  // besides the plan's EOS tokens
   bool ignoreEos = false;
+  // Beam search, transformers' (num_beams, length_penalty, early_stopping): numBeams > 1
+  // keeps that many sequences per prompt, each step the likeliest continuations of all of
+  // them, and returns each prompt's best finished one, scored by its summed log-probability
+  // over (its length ** lengthPenalty). Greedy: temperature 0. The callback then sees the
+  // returned sequence's tokens once it is known, and cannot stop it.
+  int64_t numBeams = 1;  // at most kMaxBeams
+  float lengthPenalty = 1;
+  enum class EarlyStopping { Heuristic, Stop, Never } earlyStopping = EarlyStopping::Heuristic;
   // Called for each new token of each sequence; returning true stops that sequence. In a
   // group, a sequence that any rank's callback stops stops on every rank (one all-reduce
   // per step when some rank has a callback), so one rank may have it alone.

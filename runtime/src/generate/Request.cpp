@@ -7,7 +7,7 @@ namespace dsrt {
 namespace {
 
 constexpr uint32_t kRequestMagic = 0x51525344;  // "DSRQ" in little-endian bytes
-constexpr uint32_t kRequestVersion = 1;
+constexpr uint32_t kRequestVersion = 2;
 
 class Writer {
 public:
@@ -74,6 +74,9 @@ std::vector<uint8_t> encodeRequest(const GenerationRequest &request) {
     out.put<float>(options.topP);
     out.put<uint64_t>(options.seed);
     out.put<uint8_t>(options.ignoreEos ? 1 : 0);
+    out.put<int64_t>(options.numBeams);
+    out.put<float>(options.lengthPenalty);
+    out.put<uint8_t>(static_cast<uint8_t>(options.earlyStopping));
     out.putIds(options.stopTokens);
     out.put<uint64_t>(request.prompts.size());
     for (const std::vector<int64_t> &prompt : request.prompts)
@@ -118,6 +121,13 @@ Status decodeRequest(const std::vector<uint8_t> &bytes, GenerationRequest &out) 
     DSRT_RETURN_IF_ERROR(in.get(options.seed, "the options"));
     DSRT_RETURN_IF_ERROR(in.get(ignoreEos, "the options"));
     options.ignoreEos = ignoreEos != 0;
+    uint8_t earlyStopping = 0;
+    DSRT_RETURN_IF_ERROR(in.get(options.numBeams, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(options.lengthPenalty, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(earlyStopping, "the options"));
+    if (earlyStopping > 2)
+      return Status::error("rank 0 sent early_stopping " + std::to_string(earlyStopping));
+    options.earlyStopping = static_cast<GenerateOptions::EarlyStopping>(earlyStopping);
     DSRT_RETURN_IF_ERROR(in.getIds(options.stopTokens, "the stop tokens"));
     DSRT_RETURN_IF_ERROR(in.get(prompts, "the prompt count"));
     // Each prompt takes at least its length's 8 bytes.

@@ -20,6 +20,9 @@ struct RequestIdentity {
   float temperature = 0;
   float topP = 0;
   int32_t ignoreEos = 0;
+  int64_t numBeams = 1;
+  float lengthPenalty = 1;
+  int32_t earlyStopping = 0;
   // Not compared: one rank alone may have a callback (the one that reports the tokens);
   // whether any has tells the ranks to share the stops it decides.
   int32_t hasCallback = 0;
@@ -51,6 +54,9 @@ RequestIdentity identityOf(const std::vector<std::vector<int64_t>> &prompts,
   id.temperature = options.temperature;
   id.topP = options.topP;
   id.ignoreEos = options.ignoreEos;
+  id.numBeams = options.numBeams;
+  id.lengthPenalty = options.lengthPenalty;
+  id.earlyStopping = static_cast<int32_t>(options.earlyStopping);
   id.hasCallback = options.onToken ? 1 : 0;
   return id;
 }
@@ -81,6 +87,9 @@ Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<in
     if (other.temperature != first.temperature || other.topK != first.topK ||
         other.topP != first.topP || other.seed != first.seed)
       differs.push_back("the sampling settings (temperature, top-k, top-p, seed)");
+    if (other.numBeams != first.numBeams || other.lengthPenalty != first.lengthPenalty ||
+        other.earlyStopping != first.earlyStopping)
+      differs.push_back("the beam search (num_beams, length_penalty, early_stopping)");
     if (other.stopTokensHash != first.stopTokensHash || other.ignoreEos != first.ignoreEos)
       differs.push_back("the stop tokens");
     if (differs.empty())

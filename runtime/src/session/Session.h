@@ -95,6 +95,15 @@ public:
   // The blocks of the paged KV cache's pool (0 without one): PagedKvOptions::blocks, or as
   // many as its memoryFraction gave.
   virtual int64_t pagedKvBlocks() const { return 0; }
+  // Beam search (generate/BeamSearch.cpp): row b of the session's KV cache becomes what row
+  // sources[b] held, for the first `positions` positions of every layer. Backends without it
+  // refuse.
+  virtual Status reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) {
+    (void)sources;
+    (void)positions;
+    return Status::error(deviceName() + " sessions cannot reorder their KV cache's rows, "
+                         "which beam search needs: it runs on the CPU backend");
+  }
 
   // The device's memory bandwidth as a large copy on it measures it (bytes read plus bytes
   // written per second), the roofline dsbench reports achieved bandwidth against.

@@ -97,6 +97,32 @@ TEST_F(GenerateTest, LimitsAreCheckedBeforeRunningAndTheSessionStaysUsable) {
   EXPECT_EQ(tokens, reference);
 }
 
+TEST_F(GenerateTest, BeamSearchOptionsAreCheckedAndOneBeamIsGreedy) {
+  // dsrt_generate_options_init: no beams, transformers' length_penalty and early_stopping.
+  EXPECT_EQ(options.num_beams, 1);
+  EXPECT_EQ(options.length_penalty, 1.0f);
+  EXPECT_EQ(options.early_stopping, 0);
+  std::vector<std::vector<int64_t>> greedy, tokens;
+  ASSERT_EQ(generate({{5, 6, 7}}, greedy), DSRT_OK) << dsrt_last_error();
+  options.num_beams = 2;
+  ASSERT_EQ(generate({{5, 6, 7}}, tokens), DSRT_OK) << dsrt_last_error();
+  EXPECT_EQ(tokens.size(), 1u);  // one sequence per prompt, whatever the beams
+  EXPECT_EQ(generate({{5}, {6}}, tokens), DSRT_INVALID_ARGUMENT);  // 4 rows, max_batch 2
+  EXPECT_NE(std::string(dsrt_last_error()).find("2 prompts of 2 beams is 4 sequences"),
+            std::string::npos) << dsrt_last_error();
+  options.early_stopping = 3;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("early_stopping"), std::string::npos);
+  options.early_stopping = 0;
+  options.num_beams = 257;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("num_beams must be in [1, 256]"),
+            std::string::npos);
+  options.num_beams = 1;
+  ASSERT_EQ(generate({{5, 6, 7}}, tokens), DSRT_OK);
+  EXPECT_EQ(tokens, greedy);
+}
+
 TEST_F(GenerateTest, StopTokensAndTheCallbackEndASequence) {
   std::vector<std::vector<int64_t>> reference, tokens;
   ASSERT_EQ(generate({{5, 6, 7}, {9}}, reference), DSRT_OK) << dsrt_last_error();
@@ -362,6 +388,9 @@ TEST(GenerationRequestTest, RoundTripsWhatDecidesTheTokens) {
   request.options.seed = 0xFFFFFFFFFFFFFFF0ull;
   request.options.stopTokens = {5, 6};
   request.options.ignoreEos = true;
+  request.options.numBeams = 3;
+  request.options.lengthPenalty = -0.5f;
+  request.options.earlyStopping = dsrt::GenerateOptions::EarlyStopping::Never;
   dsrt::GenerationRequest decoded;
   ASSERT_TRUE(dsrt::decodeRequest(dsrt::encodeRequest(request), decoded).isOk());
   EXPECT_EQ(decoded.kind, dsrt::GenerationRequest::Kind::Generate);
@@ -373,6 +402,9 @@ TEST(GenerationRequestTest, RoundTripsWhatDecidesTheTokens) {
   EXPECT_EQ(decoded.options.seed, request.options.seed);
   EXPECT_EQ(decoded.options.stopTokens, request.options.stopTokens);
   EXPECT_TRUE(decoded.options.ignoreEos);
+  EXPECT_EQ(decoded.options.numBeams, 3);
+  EXPECT_EQ(decoded.options.lengthPenalty, -0.5f);
+  EXPECT_EQ(decoded.options.earlyStopping, dsrt::GenerateOptions::EarlyStopping::Never);
 
   dsrt::GenerationRequest failed;
   failed.kind = dsrt::GenerationRequest::Kind::Failed;

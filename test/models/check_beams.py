@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Checks a plan's beam search against transformers' in beam_search.json
+(tools/fixtures/beam_refs.py): for every case (num_beams, length_penalty, early_stopping,
+max_new_tokens), each prompt alone gives transformers' tokens exactly, and with --batch the
+prompts as one batch give each the same tokens as alone. The plan's EOS is not a stop; the
+reference's stop token is (dsrun --ignore-eos --stop).
+
+Standard library only (lit already needs python3).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_generation import run, sequences  # noqa: E402
+
+EARLY = {False: "false", True: "true", "never": "never"}
+
+
+def beams(args, reference, case, prompts):
+    command = [args.dsrun, args.plan, *args.dsrun_arg,
+               "--max-new-tokens", str(case["max_new_tokens"]),
+               "--num-beams", str(case["num_beams"]),
+               "--length-penalty", str(case["length_penalty"]),
+               "--early-stopping", EARLY[case["early_stopping"]],
+               "--ignore-eos", "--stop", str(reference["stop_token"])]
+    for prompt in prompts:
+        command += ["--prompt-ids", ",".join(map(str, prompt))]
+    return sequences(run(command), len(prompts))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsrun", required=True)
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--reference", required=True, help="beam_search.json")
+    parser.add_argument("--dsrun-arg", action="append", default=[],
+                        help="an extra dsrun argument (--dsrun-arg=--ranks "
+                             "--dsrun-arg=inprocess)")
+    parser.add_argument("--batch", action="store_true",
+                        help="also all prompts as one batch (max_batch >= prompts x beams)")
+    args = parser.parse_args()
+    reference = json.load(open(args.reference))
+    prompts = reference["prompts"]
+    failures, checked = [], 0
+    for case in reference["cases"]:
+        name = (f"num_beams {case['num_beams']}, length_penalty {case['length_penalty']}, "
+                f"early_stopping {case['early_stopping']}")
+        for i, (prompt, expected) in enumerate(zip(prompts, case["outputs"])):
+            alone = beams(args, reference, case, [prompt])[0]
+            checked += 1
+            if alone != expected:
+                failures.append(f"{name}: prompt {i} alone: {alone} != transformers {expected}")
+        if args.batch:
+            for i, (row, expected) in enumerate(zip(beams(args, reference, case, prompts),
+                                                    case["outputs"])):
+                if row != expected:
+                    failures.append(f"{name}: prompt {i} in the batch: {row} != {expected}")
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print(f"OK: {checked} beam searches equal transformers'"
+          + (" alone and batched" if args.batch else ""))
+
+
+if __name__ == "__main__":
+    main()
