@@ -120,6 +120,28 @@ def _parsed_call(call: Any) -> Any:
     return dict(call, function=dict(function, arguments=parsed))
 
 
+def _open_final_message(rendered: str, messages: list[dict]) -> str:
+    """`rendered` cut right after the final message's text, as transformers' apply_chat_template
+    (continue_final_message=True) cuts it: templates close a message after its text (an
+    end-of-turn token), which the model must not see when it is to go on with the text."""
+    final = messages[-1].get("content") if messages else None
+    if isinstance(final, (list, tuple)):  # content parts: the last one with text
+        final = next((part["text"] for part in reversed(final)
+                      if isinstance(part, Mapping) and "text" in part), None)
+    if not isinstance(final, str):
+        raise ChatTemplateError("continue_final_message: the final message has no text to "
+                                "continue")
+    if final.strip() not in rendered:
+        raise ChatTemplateError("continue_final_message: the final message does not appear in "
+                                "the rendered chat (the template changed it)")
+    at = rendered.rindex(final.strip())
+    # Where the template kept the text's trailing blanks, they stay; where it trimmed them,
+    # the cut is after the text.
+    if rendered[at:at + len(final.lstrip())] == final:
+        return rendered[:at + len(final.lstrip())]
+    return rendered[:at + len(final.strip())]
+
+
 class ChatTemplate:
     """A compiled HuggingFace chat template (the ``chat_template`` string of a
     model's ``tokenizer_config.json`` or ``chat_template.jinja``).
@@ -141,15 +163,26 @@ class ChatTemplate:
             raise ChatTemplateError(f"invalid chat template: {e}") from e
 
     def render(self, messages: list[dict], *, add_generation_prompt: bool = False,
-               tools: list | None = None, documents: list | None = None, **extra: Any) -> str:
+               tools: list | None = None, documents: list | None = None,
+               continue_final_message: bool = False, **extra: Any) -> str:
         """Render ``messages`` to the prompt string.
 
         Equivalent to ``apply_chat_template(messages, tokenize=False,
-        add_generation_prompt=..., tools=..., documents=..., **extra)``. ``tools``
-        must already be JSON-schema dicts (transformers also accepts Python
-        functions; we do not). ``extra`` keys become template variables and
-        override special tokens of the same name.
+        add_generation_prompt=..., tools=..., documents=..., continue_final_message=...,
+        **extra)``. ``tools`` must already be JSON-schema dicts (transformers also
+        accepts Python functions; we do not). ``extra`` keys become template variables
+        and override special tokens of the same name. ``continue_final_message`` leaves
+        the last message open (the prompt ends with its text), for the model to go on
+        with it: an answer begun for it ("prefill").
         """
+        if continue_final_message and add_generation_prompt:
+            raise ChatTemplateError("continue_final_message and add_generation_prompt are not "
+                                    "compatible: the first continues the final message, the "
+                                    "second begins a new assistant message")
+        rendered = self._render(messages, add_generation_prompt, tools, documents, extra)
+        return _open_final_message(rendered, messages) if continue_final_message else rendered
+
+    def _render(self, messages, add_generation_prompt, tools, documents, extra) -> str:
         messages = _check_messages(messages)
         if tools is not None and not all(isinstance(t, Mapping) for t in tools):
             raise ChatTemplateError("tools must be a list of JSON-schema dicts")

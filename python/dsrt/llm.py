@@ -463,12 +463,14 @@ class LLM:
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
              add_generation_prompt: bool = True, use_tqdm: bool = False,
+             continue_final_message: bool = False,
              **template_kwargs) -> list[RequestOutput]:
         """Generates the assistant's reply to a conversation (a list of {"role", "content"}
         dicts), or to each of several, with the prompt the plan's chat template renders
         (``chat_template=``, ``chat_template_kwargs=``, ``tools=``: vLLM's, as
-        apply_chat_template takes them). The template writes the special tokens itself, so
-        the tokenizer adds none."""
+        apply_chat_template takes them; ``continue_final_message``: the last message, an
+        answer begun, stays open for the model to go on with, with add_generation_prompt
+        False). The template writes the special tokens itself, so the tokenizer adds none."""
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise ChatTemplateError("messages must be a list of {'role': ..., 'content': ...} "
                                     "dicts, or a list of such lists, not "
@@ -478,6 +480,7 @@ class LLM:
         prompts = []
         for conversation in conversations:
             text = self.apply_chat_template(conversation, add_generation_prompt,
+                                            continue_final_message=continue_final_message,
                                             **template_kwargs)
             prompts.append(self.tokenizer.encode(text, add_special_tokens=False))
         outputs = self.generate(prompts, sampling_params)

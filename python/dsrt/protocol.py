@@ -158,6 +158,9 @@ class ChatRequest(_Common):
     # False: at most one call is answered (the first), as OpenAI's and vLLM's.
     parallel_tool_calls: StrictBool = True
     add_generation_prompt: StrictBool = True
+    # vLLM's: the last message (an answer begun) stays open for the model to go on with;
+    # add_generation_prompt must then be false.
+    continue_final_message: StrictBool = False
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
     def tool_call(self, parser: Optional[str] = None) -> ToolChoice:
@@ -181,6 +184,7 @@ class TokenizeRequest(BaseModel):
     messages: Optional[list[ChatMessage]] = None
     add_special_tokens: Optional[StrictBool] = None
     add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
     def unsupported(self) -> Optional[str]:

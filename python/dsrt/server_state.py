@@ -139,6 +139,7 @@ class Server:
             return self.template.render(
                 openai_messages([m.for_template() for m in body.messages]),
                 add_generation_prompt=body.add_generation_prompt,
+                continue_final_message=getattr(body, "continue_final_message", False),
                 tools=getattr(body, "tools", None), **(body.chat_template_kwargs or {}))
         except ChatTemplateError as error:
             raise Refused(400, f"the chat template refused the messages: {error}",

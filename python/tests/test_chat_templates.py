@@ -217,3 +217,21 @@ def test_a_template_failing_on_its_input_is_chat_template_error():
 def test_syntax_error_is_chat_template_error():
     with pytest.raises(ChatTemplateError):
         ChatTemplate("{% for m in messages %}{{ m.content }}")
+
+
+# An answer begun for the model (a "prefill"): the template leaves it open.
+PREFILLED = CONVERSATION + [{"role": "assistant", "content": "Sure — the answer is "}]
+
+
+@pytest.mark.parametrize("stem", TEMPLATES)
+def test_continue_final_message_matches_transformers(stem):
+    ref, ours = _both(stem, PREFILLED, continue_final_message=True,
+                      add_generation_prompt=False)
+    if isinstance(ref, Exception):  # a template that refuses the turn order, say
+        assert isinstance(ours, ChatTemplateError), (ref, ours)
+        return
+    assert ours == ref
+    assert ours.endswith("the answer is") or ours.endswith("the answer is ")
+    with pytest.raises(ChatTemplateError, match="not compatible"):
+        ChatTemplate(_source(stem), SPECIAL_TOKENS[stem]).render(
+            PREFILLED, continue_final_message=True, add_generation_prompt=True)

@@ -237,6 +237,32 @@ def test_n_choices_are_the_llms_with_seeds_counted_once(client, llm):
     assert answer.usage.prompt_tokens == 5 and answer.usage.completion_tokens == 36
 
 
+def test_continue_final_message_goes_on_with_the_answer_begun(server, client, llm):
+    """vLLM's continue_final_message: the last message, an answer begun, stays open (the
+    template's end of turn cut, as transformers' apply_chat_template cuts it) and the
+    model goes on with it."""
+    messages = [{"role": "user", "content": "hé"}, {"role": "assistant", "content": "Yes,"}]
+    open_prompt = llm.apply_chat_template(messages, add_generation_prompt=False,
+                                          continue_final_message=True)
+    closed = llm.apply_chat_template(messages, add_generation_prompt=False)
+    assert open_prompt.endswith("Yes,") and closed.startswith(open_prompt) and closed != open_prompt
+    body = {"add_generation_prompt": False, "continue_final_message": True, **NO_EOS}
+    answer = client.chat.completions.create(model="m", messages=messages, max_tokens=4,
+                                            extra_body=body, **GREEDY)
+    local = llm.chat(messages, dsrt.SamplingParams(max_tokens=4, temperature=0,
+                                                   ignore_eos=True),
+                     add_generation_prompt=False, continue_final_message=True)[0].outputs[0]
+    assert answer.choices[0].message.content == local.text
+    assert answer.usage.prompt_tokens == len(
+        llm.tokenizer.encode(open_prompt, add_special_tokens=False))
+    counted = requests.post(server.url + "/tokenize", timeout=10, json={
+        "messages": messages, **body}).json()
+    assert counted["count"] == answer.usage.prompt_tokens
+    refused = requests.post(server.url + "/v1/chat/completions", timeout=10, json={
+        "messages": messages, "continue_final_message": True})  # add_generation_prompt: True
+    assert refused.status_code == 400 and "not compatible" in refused.json()["error"]["message"]
+
+
 def test_tokenize_and_detokenize_are_the_plans_tokenizer(server, client, llm):
     # vLLM's endpoints: a prompt's tokens as completions count them, chat messages as the
     # chat template renders them, and back to text.
