@@ -306,6 +306,12 @@ LogicalResult describeModel(dsp::PlanT &plan, const std::string &modelDirectory,
         return failure();
       if (*json && failed(readSpecialTokens(**json, path.str().str(), loc, *info)))
         return failure();
+      if (*json && llvm::StringRef(name) == "generation_config.json" &&
+          (*json)->getAsObject()) {
+        auto buffer = llvm::MemoryBuffer::getFile(path);
+        llvm::StringRef bytes = (*buffer)->getBuffer();
+        plan.generation_config_json.assign(bytes.bytes_begin(), bytes.bytes_end());
+      }
       if (*json && llvm::StringRef(name) == "config.json" &&
           failed(checkPositions(**json, path.str().str(), maxSeqLen, loc)))
         return failure();

@@ -61,6 +61,9 @@ class AsyncLLM:
     def get_tokenizer(self):
         return self._llm.get_tokenizer()
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        return self._llm.get_default_sampling_params()
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             **kwargs) -> str:
         """The plan's chat template over ``messages`` (LLM.apply_chat_template's)."""
@@ -73,7 +76,7 @@ class AsyncLLM:
         ``abort``; by default the engine's id of its first output. A refused request (a
         prompt over the context, a bad option) raises :class:`dsrt.Error`, a request id in
         use ValueError."""
-        params = sampling_params or SamplingParams()
+        params = sampling_params or self._llm.get_default_sampling_params()
         if request_id is not None and request_id in self._live:
             raise ValueError(f"request id {request_id!r} is already running")
         text, ids = self._llm._prompt_text_and_ids(prompt)

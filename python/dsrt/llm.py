@@ -11,6 +11,7 @@ from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .generation_config import sampling_defaults
 from .structured import StructuredOutputsParams
 
 # Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or
@@ -289,7 +290,8 @@ class LLM:
                  max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None,
                  seed: Optional[int] = None,
-                 speculative_config: Optional[dict] = None):
+                 speculative_config: Optional[dict] = None,
+                 generation_config: str = "auto"):
         def either(name: str, value, default, vllm_name: str, vllm_value):
             if vllm_value is None:
                 return value
@@ -304,6 +306,9 @@ class LLM:
         max_running = either("max_running", max_running, 0, "max_num_seqs", max_num_seqs)
         max_tokens_per_step = either("max_tokens_per_step", max_tokens_per_step, 0,
                                      "max_num_batched_tokens", max_num_batched_tokens)
+        if generation_config not in ("auto", "vllm"):
+            raise ValueError(f"generation_config must be 'auto' (the model's sampling "
+                             f"defaults) or 'vllm' (OpenAI's), not {generation_config!r}")
         plan = plan_for(model, tp=tp, dtype=dtype, max_seq_len=max_seq_len)
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
@@ -316,6 +321,7 @@ class LLM:
                                 max_seq_len=max_seq_len,
                                 speculative_config=speculative_config)
         self.tokenizer = self._loop.tokenizer
+        self._defaults = sampling_defaults(self._loop.plan, generation_config)
         self._seeds = random.Random(seed) if seed is not None else None
         self._templates = dict(self._loop.plan.chat_templates())
         self._special_tokens = {name: self._loop.plan.special_token(name)
@@ -371,6 +377,12 @@ class LLM:
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
         return self._prompt_text_and_ids(prompt)[1]
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: the sampling parameters a call without any uses, the model's own
+        (generation_config.json's temperature, top_p, top_k, min_p, repetition_penalty and
+        max_new_tokens) unless the LLM was made with generation_config="vllm"."""
+        return SamplingParams(**self._defaults)
+
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
                  *, use_tqdm: bool = False) -> list[RequestOutput]:
@@ -387,7 +399,7 @@ class LLM:
                                  f"sampling_params: give one for all, or one per prompt")
             per_prompt = list(sampling_params)
         else:
-            per_prompt = [sampling_params or SamplingParams()] * len(prompts)
+            per_prompt = [sampling_params or self.get_default_sampling_params()] * len(prompts)
         updates: "queue.Queue[tuple[int, int, Update]]" = queue.Queue()
         results, requests = [], []
         try:
@@ -417,7 +429,7 @@ class LLM:
         """The text of one request, piece by piece as tokens come (a character cut across
         tokens comes whole). Closing the iterator early cancels the request."""
         ids = self._prompt_ids(prompt)
-        sampling = sampling_params or SamplingParams()
+        sampling = sampling_params or self.get_default_sampling_params()
         if sampling._copies() != 1:
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: stream() streams one output: n must be 1 "
                               "(generate() takes n > 1)")

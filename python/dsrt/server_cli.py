@@ -16,6 +16,7 @@ from .compiler import _model_name, plan_for
 from .engine import EngineLoop
 from .server import Cors, create_app
 from .server_state import Server
+from .generation_config import describe
 from .reasoning import PARSERS as REASONING_PARSERS
 from .tool_parsers import PARSERS
 
@@ -165,6 +166,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "default: qwen3's reading where the chat template knows the tags "
                         "(thinking where the prompt or output opens it); deepseek_r1 takes "
                         "the output as thinking until </think>; none reads none")
+    parser.add_argument("--generation-config", choices=["auto", "vllm"], default="auto",
+                        help="vLLM's: auto (default) takes the model's generation_config.json "
+                        "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) "
+                        "for what a request leaves out; vllm keeps OpenAI's defaults")
     parser.add_argument("--enable-auto-tool-choice", action="store_true",
                         help="vLLM's: tool_choice \"auto\" (always on where a tool-call "
                         "format is named or detected); with it, a server that finds none "
@@ -230,7 +235,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     server = Server(engine, name, args.max_concurrent_requests, chat_template,
                     bool(args.structured_outputs_config.get("disable_any_whitespace")),
                     tool_call_parser=args.tool_call_parser,
-                    reasoning_parser=args.reasoning_parser)
+                    reasoning_parser=args.reasoning_parser,
+                    generation_config=args.generation_config)
     if args.enable_auto_tool_choice and not server.tool_call_parser:
         print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
               f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",
@@ -241,6 +247,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         how = "named" if args.tool_call_parser else "the chat template's"
         print(f"dsserve: tool calls read as {server.tool_call_parser} ({how}; "
               f"--tool-call-parser none reads none)", file=sys.stderr)
+    if server.defaults:
+        print(f"dsserve: the model's generation_config.json sets the defaults of what a "
+              f"request leaves out: {describe(server.defaults)} (--generation-config vllm: "
+              f"OpenAI's)", file=sys.stderr)
     if server.reasoning_parser:
         how = "named" if args.reasoning_parser else "the chat template's <think> tags"
         print(f"dsserve: reasoning read as {server.reasoning_parser} ({how}; "

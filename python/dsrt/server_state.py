@@ -13,6 +13,7 @@ from typing import AsyncIterator, Optional
 from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .generation_config import sampling_defaults
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
 from .tokenizer import NoTokenizer
@@ -101,13 +102,17 @@ class Server:
 
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
                  chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
-                 tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None):
+                 tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None,
+                 generation_config: str = "auto"):
         self.engine = engine
         # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
         self.disable_any_whitespace = disable_any_whitespace
         self.tokenizer = engine.tokenizer
         self.has_tokenizer = not isinstance(engine.tokenizer, NoTokenizer)
         self.model_name = model_name
+        # The model's sampling defaults for what a request leaves out (vLLM's
+        # --generation-config auto).
+        self.defaults = sampling_defaults(engine.plan, generation_config)
         self.max_concurrent = max_concurrent
         self.in_flight = 0
         self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
@@ -165,6 +170,8 @@ class Server:
         context = self.engine.max_seq_len
         if max_tokens is None:
             max_tokens = max(1, context - prompt_length)
+            if "max_tokens" in self.defaults:
+                max_tokens = min(max_tokens, self.defaults["max_tokens"])
         if prompt_length + max_tokens > context:
             raise Refused(400, f"This model's maximum context length is {context} tokens. "
                                 f"However, you requested {prompt_length + max_tokens} tokens "
@@ -174,8 +181,8 @@ class Server:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if any(not s for s in stop):
             raise Refused(400, "stop strings must not be empty", param="stop")
-        def number(value, default: float) -> float:
-            return default if value is None else float(value)
+        def number(value, default: float, name: str) -> float:
+            return self.defaults.get(name, default) if value is None else float(value)
         try:
             structured = body.structured()
         except (ValueError, TypeError) as error:
@@ -183,13 +190,15 @@ class Server:
         if structured is not None and self.disable_any_whitespace:
             structured.disable_any_whitespace = True
         return RequestParams(
-            max_tokens=max_tokens, temperature=number(body.temperature, 1.0),
-            top_p=number(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
+            max_tokens=max_tokens, temperature=number(body.temperature, 1.0, "temperature"),
+            top_p=number(body.top_p, 1.0, "top_p"),
+            top_k=max(0, self.defaults.get("top_k", 0) if body.top_k is None else body.top_k),
+            seed=body.seed,
             stop=stop, ignore_eos=body.ignore_eos, logprobs=logprobs,
-            min_p=number(body.min_p, 0.0),
-            repetition_penalty=number(body.repetition_penalty, 1.0),
-            presence_penalty=number(body.presence_penalty, 0.0),
-            frequency_penalty=number(body.frequency_penalty, 0.0),
+            min_p=number(body.min_p, 0.0, "min_p"),
+            repetition_penalty=number(body.repetition_penalty, 1.0, "repetition_penalty"),
+            presence_penalty=number(body.presence_penalty, 0.0, "presence_penalty"),
+            frequency_penalty=number(body.frequency_penalty, 0.0, "frequency_penalty"),
             logit_bias={int(t): float(v) for t, v in (body.logit_bias or {}).items()} or None,
             stop_token_ids=list(body.stop_token_ids or ()),
             skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,

@@ -62,6 +62,15 @@ struct Plan {
       return std::nullopt;
     return nb::bytes(json, size);
   }
+  // The model's generation_config.json (its sampling defaults), or None.
+  std::optional<nb::bytes> generationConfigJson() const {
+    const char *json = nullptr;
+    size_t size = 0;
+    check(dsrt_plan_generation_config(handle, &json, &size));
+    if (size == 0)
+      return std::nullopt;
+    return nb::bytes(json, size);
+  }
   std::pair<int64_t, int64_t> limits() const {
     int64_t maxBatch = 0, maxSeqLen = 0;
     check(dsrt_plan_limits(handle, &maxBatch, &maxSeqLen));

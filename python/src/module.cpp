@@ -157,6 +157,7 @@ NB_MODULE(_dsrt, m) {
       .def_prop_ro("rank_count", [](const Plan &p) { return dsrt_plan_rank_count(p.handle); })
       .def_prop_ro("limits", &Plan::limits)
       .def("tokenizer_json", &Plan::tokenizerJson)
+      .def("generation_config_json", &Plan::generationConfigJson)
       .def("vocabulary", &Plan::vocabulary)
       .def_prop_ro("model_name",
                    [](const Plan &p) { return std::string(dsrt_plan_model_name(p.handle)); })

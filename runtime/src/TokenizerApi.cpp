@@ -64,6 +64,17 @@ dsrt_status dsrt_plan_tokenizer_json(const dsrt_plan *plan, const char **json, s
   return DSRT_OK;
 }
 
+dsrt_status dsrt_plan_generation_config(const dsrt_plan *plan, const char **json,
+                                        size_t *size) {
+  if (!plan || !json || !size)
+    return nullArgument(!plan ? "plan" : !json ? "json" : "size");
+  const auto *stored = plan->file->plan().generation_config_json();
+  const bool any = stored && stored->size() != 0;
+  *json = any ? reinterpret_cast<const char *>(stored->data()) : nullptr;
+  *size = any ? stored->size() : 0;
+  return DSRT_OK;
+}
+
 dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out) {
   if (!path || !out)
     return nullArgument(!path ? "path" : "out");

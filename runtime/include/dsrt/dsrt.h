@@ -227,6 +227,10 @@ DSRT_API dsrt_status dsrt_tokenizer_from_plan(const dsrt_plan *plan, dsrt_tokeni
  * as long as the plan; DSRT_INVALID_ARGUMENT when the plan has none. */
 DSRT_API dsrt_status dsrt_plan_tokenizer_json(const dsrt_plan *plan, const char **json,
                                               size_t *size);
+/* The model's generation_config.json as dsc embedded it (its sampling defaults), valid as
+ * long as the plan; *size 0 (and *json NULL) when the model had none. */
+DSRT_API dsrt_status dsrt_plan_generation_config(const dsrt_plan *plan, const char **json,
+                                                 size_t *size);
 DSRT_API dsrt_status dsrt_tokenizer_from_file(const char *path, dsrt_tokenizer **out);
 DSRT_API void dsrt_tokenizer_free(dsrt_tokenizer *tokenizer);
 /* Encodes `length` bytes of UTF-8 text; `*ids` (`*count` of them) is freed with dsrt_free.
