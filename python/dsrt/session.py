@@ -1,7 +1,8 @@
-"""One program of a plan, run with numpy arrays."""
+"""A plan's session: its programs run with numpy arrays, and static generation (greedy,
+sampled or beam search; encoder-decoders too) over a batch of prompts."""
 from __future__ import annotations
 
-from typing import Mapping, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -52,3 +53,53 @@ class Session:
                 array = (array.astype(np.uint32) << 16).view(np.float32)
             outputs[name] = array.copy()
         return outputs
+
+    def generate(self, prompts: Sequence[Union[str, Sequence[int]]], *,
+                 max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop_token_ids: Sequence[int] = (),
+                 ignore_eos: bool = False, num_beams: int = 1, length_penalty: float = 1.0,
+                 early_stopping: Union[bool, str] = False) -> list["Generated"]:
+        """dsrt_generate over the prompts as one static batch (docs/transformer-ops.md,
+        "Generation"): text (through the plan's tokenizer) or token ids; greedy at
+        temperature 0, else sampled; ``num_beams`` > 1 is transformers' beam search
+        (``length_penalty``, ``early_stopping`` False, True or "never"). An
+        encoder-decoder (T5, BART) answers each prompt; a decoder continues it. Each
+        result has the new ``token_ids``, their ``text`` (where the plan has a tokenizer)
+        and the ``finish_reason``. The GIL is released while it runs."""
+        modes = {False: 0, True: 1, "never": 2}
+        if early_stopping not in modes:
+            raise ValueError(f"early_stopping must be False, True or 'never', not "
+                             f"{early_stopping!r}")
+        tokenizer = self._tokenizer()
+        ids = []
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                if tokenizer is None:
+                    raise _dsrt.Error("DSRT_INVALID_ARGUMENT: this plan has no tokenizer: "
+                                      "give token ids")
+                ids.append(tokenizer.encode(prompt))
+            else:
+                ids.append([int(t) for t in prompt])
+        results = self._native.generate(
+            ids, max_new_tokens, temperature, top_k, top_p, seed, list(stop_token_ids),
+            ignore_eos, num_beams, length_penalty, modes[early_stopping])
+        # The stop token is in the ids, not in the text (as the engine's outputs, vLLM's).
+        return [Generated(tokens, reason, tokenizer.decode(
+                    tokens[:-1] if reason == "stop" else tokens) if tokenizer else None)
+                for tokens, reason in results]
+
+    def _tokenizer(self):
+        from .tokenizer import NoTokenizer, plan_tokenizer
+        tokenizer = plan_tokenizer(self._plan)
+        return None if isinstance(tokenizer, NoTokenizer) else tokenizer
+
+
+class Generated:
+    """One prompt's result of :meth:`Session.generate`."""
+
+    def __init__(self, token_ids: list[int], finish_reason: str, text: Optional[str]):
+        self.token_ids, self.finish_reason, self.text = token_ids, finish_reason, text
+
+    def __repr__(self) -> str:
+        return (f"Generated(token_ids={self.token_ids!r}, finish_reason="
+                f"{self.finish_reason!r}, text={self.text!r})")

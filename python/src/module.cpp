@@ -124,6 +124,52 @@ struct Session {
     check(group ? dsrt_group_run(group, program.c_str())
                 : dsrt_session_run(session, program.c_str()));
   }
+  // dsrt_generate over the prompts (a static batch: docs/transformer-ops.md,
+  // "Generation"): each prompt's new tokens and finish reason ("length", "stop").
+  std::vector<std::pair<std::vector<int64_t>, std::string>> generate(
+      const std::vector<std::vector<int64_t>> &prompts, int32_t maxNewTokens,
+      float temperature, int32_t topK, float topP, uint64_t seed,
+      const std::vector<int64_t> &stopTokens, bool ignoreEos, int32_t numBeams,
+      float lengthPenalty, int32_t earlyStopping) {
+    dsrt_generate_options options;
+    dsrt_generate_options_init(&options);
+    options.max_new_tokens = maxNewTokens;
+    options.temperature = temperature;
+    options.top_k = topK;
+    options.top_p = topP;
+    options.seed = seed;
+    options.stop_tokens = stopTokens.empty() ? nullptr : stopTokens.data();
+    options.stop_token_count = stopTokens.size();
+    options.ignore_eos = ignoreEos ? 1 : 0;
+    options.num_beams = numBeams;
+    options.length_penalty = lengthPenalty;
+    options.early_stopping = earlyStopping;
+    std::vector<const int64_t *> pointers;
+    std::vector<size_t> lengths;
+    for (const auto &prompt : prompts) {
+      pointers.push_back(prompt.data());
+      lengths.push_back(prompt.size());
+    }
+    dsrt_generation *generation = nullptr;
+    {
+      nb::gil_scoped_release release;
+      check(group ? dsrt_group_generate(group, prompts.size(), pointers.data(), lengths.data(),
+                                        &options, &generation)
+                  : dsrt_generate(session, prompts.size(), pointers.data(), lengths.data(),
+                                  &options, &generation));
+    }
+    std::vector<std::pair<std::vector<int64_t>, std::string>> out;
+    for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
+      const int64_t *tokens = nullptr;
+      size_t count = 0;
+      dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
+      dsrt_generation_tokens(generation, i, &tokens, &count, &reason);
+      out.emplace_back(std::vector<int64_t>(tokens, tokens + count),
+                       reason == DSRT_FINISH_STOP ? "stop" : "length");
+    }
+    dsrt_generation_free(generation);
+    return out;
+  }
   // (bytes, dtype, shape): numpy builds the array on the Python side (dsrt/session.py).
   std::tuple<nb::bytes, int, std::vector<int64_t>> output(const std::string &program,
                                                           size_t index) {
@@ -189,6 +235,9 @@ NB_MODULE(_dsrt, m) {
       .def(nb::init<std::shared_ptr<Plan>, const std::string &>(), "plan"_a, "device"_a)
       .def("set_input", &Session::setInput, "program"_a, "index"_a, "array"_a)
       .def("run", &Session::run, "program"_a)
+      .def("generate", &Session::generate, "prompts"_a, "max_new_tokens"_a,
+           "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "stop_tokens"_a, "ignore_eos"_a,
+           "num_beams"_a, "length_penalty"_a, "early_stopping"_a)
       .def("output", &Session::output, "program"_a, "index"_a);
 
   bindEngine(m);

@@ -1,0 +1,54 @@
+"""dsrt.Session.generate: static generation from Python, encoder-decoders and beam search
+included, against transformers' references: T5's text prompts decoded as transformers
+decoded its greedy tokens (generation.json), and BART's and GPT-2's beam searches equal to
+transformers' (beam_search.json, tools/fixtures/beam_refs.py)."""
+import json
+
+import pytest
+
+import dsrt
+from conftest import REPO, dsc
+
+MODELS = REPO / "test" / "models"
+
+
+def compiled(tmp_path_factory, fixture, **options):
+    import os
+    os.environ.setdefault("DSC", dsc())
+    path = MODELS / fixture
+    source = path if (path / "encoder_model.onnx").exists() or not (
+        path / "model.onnx").exists() else path / "model.onnx"
+    return dsrt.compile(str(source), str(tmp_path_factory.mktemp(fixture) / "m.dsp"),
+                        **options)
+
+
+def test_an_encoder_decoder_answers_text_as_transformers(tmp_path_factory):
+    plan = compiled(tmp_path_factory, "t5-optimum-onnx", max_batch=2, max_seq_len=32)
+    reference = json.loads((MODELS / "t5-optimum-onnx" / "generation.json").read_text())
+    session = dsrt.Session(plan)
+    for case in reference["text_prompts"]:
+        (out,) = session.generate([case["text"]], max_new_tokens=len(case["generated"]),
+                                  ignore_eos=True)
+        assert out.token_ids == case["generated"] and out.text == case["decoded"]
+        assert out.finish_reason == "length"
+
+
+@pytest.mark.parametrize("fixture", ["bart-optimum-onnx", "gpt2-op17"])
+def test_beam_search_is_transformers(tmp_path_factory, fixture):
+    plan = compiled(tmp_path_factory, fixture, max_batch=12, max_seq_len=48)
+    reference = json.loads((MODELS / fixture / "beam_search.json").read_text())
+    session = dsrt.Session(plan)
+    stop = reference["stop_token"]
+    for case in reference["cases"]:
+        outs = session.generate(reference["prompts"], max_new_tokens=case["max_new_tokens"],
+                                num_beams=case["num_beams"],
+                                length_penalty=case["length_penalty"],
+                                early_stopping=case["early_stopping"], ignore_eos=True,
+                                stop_token_ids=[stop])
+        assert [o.token_ids for o in outs] == case["outputs"], case
+        assert [o.finish_reason for o in outs] == [
+            "stop" if tokens[-1] == stop else "length" for tokens in case["outputs"]]
+    with pytest.raises(ValueError, match="early_stopping"):
+        session.generate([[5, 6]], num_beams=2, early_stopping="sometimes")
+    with pytest.raises(dsrt.Error, match="temperature 0"):
+        session.generate([[5, 6]], num_beams=2, temperature=0.5)
