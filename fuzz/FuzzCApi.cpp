@@ -113,12 +113,19 @@ dsrt_status generate(Choices &choices, bool valid) {
     options.num_beams = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 1, 2, 3, 300}));
     options.length_penalty = choices.real();
     options.early_stopping = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 2, 3}));
+    options.repetition_penalty = choices.real();
+    options.no_repeat_ngram_size = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 2, 40}));
+    options.min_new_tokens = static_cast<int32_t>(choices.pick<int64_t>({-1, 0, 1, 3}));
+    options.forced_bos_token_id = choices.pick<int64_t>({-2, -1, 0, 5, 1 << 20});
+    options.forced_eos_token_id = choices.pick<int64_t>({-2, -1, 0, 5, 1 << 20});
     if (choices.byte() % 16 == 0)
       options.struct_size = choices.byte();
   } else {
     options.max_new_tokens = 2;
     // Beam search over the rows the prompts leave (greedy, as it must be).
     options.num_beams = static_cast<int32_t>(choices.pick<int64_t>({1, 1, 2}));
+    options.no_repeat_ngram_size = static_cast<int32_t>(choices.pick<int64_t>({0, 2}));
+    options.repetition_penalty = choices.pick<int64_t>({0, 1}) ? 1.3f : 1.0f;
   }
   dsrt_generation *generation = nullptr;
   dsrt_status status = dsrt_generate(session, count, count ? pointers.data() : nullptr,

@@ -58,11 +58,16 @@ class Session:
                  max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0, stop_token_ids: Sequence[int] = (),
                  ignore_eos: bool = False, num_beams: int = 1, length_penalty: float = 1.0,
-                 early_stopping: Union[bool, str] = False) -> list["Generated"]:
+                 early_stopping: Union[bool, str] = False, repetition_penalty: float = 1.0,
+                 no_repeat_ngram_size: int = 0, min_new_tokens: int = 0,
+                 forced_bos_token_id: int = -1, forced_eos_token_id: int = -1,
+                 ) -> list["Generated"]:
         """dsrt_generate over the prompts as one static batch (docs/transformer-ops.md,
         "Generation"): text (through the plan's tokenizer) or token ids; greedy at
         temperature 0, else sampled; ``num_beams`` > 1 is transformers' beam search
-        (``length_penalty``, ``early_stopping`` False, True or "never"). An
+        (``length_penalty``, ``early_stopping`` False, True or "never"); transformers'
+        logits processors ``repetition_penalty``, ``no_repeat_ngram_size``,
+        ``min_new_tokens``, ``forced_bos_token_id`` and ``forced_eos_token_id``. An
         encoder-decoder (T5, BART) answers each prompt; a decoder continues it. Each
         result has the new ``token_ids``, their ``text`` (where the plan has a tokenizer)
         and the ``finish_reason``. The GIL is released while it runs."""
@@ -82,7 +87,8 @@ class Session:
                 ids.append([int(t) for t in prompt])
         results = self._native.generate(
             ids, max_new_tokens, temperature, top_k, top_p, seed, list(stop_token_ids),
-            ignore_eos, num_beams, length_penalty, modes[early_stopping])
+            ignore_eos, num_beams, length_penalty, modes[early_stopping], repetition_penalty,
+            no_repeat_ngram_size, min_new_tokens, forced_bos_token_id, forced_eos_token_id)
         # The stop token is in the ids, not in the text (as the engine's outputs, vLLM's).
         return [Generated(tokens, reason, tokenizer.decode(
                     tokens[:-1] if reason == "stop" else tokens) if tokenizer else None)

@@ -130,7 +130,8 @@ struct Session {
       const std::vector<std::vector<int64_t>> &prompts, int32_t maxNewTokens,
       float temperature, int32_t topK, float topP, uint64_t seed,
       const std::vector<int64_t> &stopTokens, bool ignoreEos, int32_t numBeams,
-      float lengthPenalty, int32_t earlyStopping) {
+      float lengthPenalty, int32_t earlyStopping, float repetitionPenalty,
+      int32_t noRepeatNgramSize, int32_t minNewTokens, int64_t forcedBos, int64_t forcedEos) {
     dsrt_generate_options options;
     dsrt_generate_options_init(&options);
     options.max_new_tokens = maxNewTokens;
@@ -144,6 +145,11 @@ struct Session {
     options.num_beams = numBeams;
     options.length_penalty = lengthPenalty;
     options.early_stopping = earlyStopping;
+    options.repetition_penalty = repetitionPenalty;
+    options.no_repeat_ngram_size = noRepeatNgramSize;
+    options.min_new_tokens = minNewTokens;
+    options.forced_bos_token_id = forcedBos;
+    options.forced_eos_token_id = forcedEos;
     std::vector<const int64_t *> pointers;
     std::vector<size_t> lengths;
     for (const auto &prompt : prompts) {
@@ -237,7 +243,9 @@ NB_MODULE(_dsrt, m) {
       .def("run", &Session::run, "program"_a)
       .def("generate", &Session::generate, "prompts"_a, "max_new_tokens"_a,
            "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "stop_tokens"_a, "ignore_eos"_a,
-           "num_beams"_a, "length_penalty"_a, "early_stopping"_a)
+           "num_beams"_a, "length_penalty"_a, "early_stopping"_a, "repetition_penalty"_a,
+           "no_repeat_ngram_size"_a, "min_new_tokens"_a, "forced_bos_token_id"_a,
+           "forced_eos_token_id"_a)
       .def("output", &Session::output, "program"_a, "index"_a);
 
   bindEngine(m);

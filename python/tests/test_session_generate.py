@@ -1,7 +1,7 @@
 """dsrt.Session.generate: static generation from Python, encoder-decoders and beam search
 included, against transformers' references: T5's text prompts decoded as transformers
-decoded its greedy tokens (generation.json), and BART's and GPT-2's beam searches equal to
-transformers' (beam_search.json, tools/fixtures/beam_refs.py)."""
+decoded its greedy tokens (generation.json), and BART's and GPT-2's beam searches and logits
+processors equal to transformers' (beam_search.json, tools/fixtures/beam_refs.py)."""
 import json
 
 import pytest
@@ -34,17 +34,20 @@ def test_an_encoder_decoder_answers_text_as_transformers(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fixture", ["bart-optimum-onnx", "gpt2-op17"])
-def test_beam_search_is_transformers(tmp_path_factory, fixture):
+def test_beam_search_and_logits_processors_are_transformers(tmp_path_factory, fixture):
     plan = compiled(tmp_path_factory, fixture, max_batch=12, max_seq_len=48)
     reference = json.loads((MODELS / fixture / "beam_search.json").read_text())
     session = dsrt.Session(plan)
     stop = reference["stop_token"]
     for case in reference["cases"]:
+        processors = {k: case[k] for k in ("repetition_penalty", "no_repeat_ngram_size",
+                                           "min_new_tokens", "forced_bos_token_id",
+                                           "forced_eos_token_id") if k in case}
         outs = session.generate(reference["prompts"], max_new_tokens=case["max_new_tokens"],
                                 num_beams=case["num_beams"],
                                 length_penalty=case["length_penalty"],
                                 early_stopping=case["early_stopping"], ignore_eos=True,
-                                stop_token_ids=[stop])
+                                stop_token_ids=[stop], **processors)
         assert [o.token_ids for o in outs] == case["outputs"], case
         assert [o.finish_reason for o in outs] == [
             "stop" if tokens[-1] == stop else "length" for tokens in case["outputs"]]

@@ -80,6 +80,11 @@ dsrt_status toGenerateOptions(const dsrt_generate_options *options, GenerateOpti
                 "default), 1 (true) or 2 (\"never\"), not " +
                 std::to_string(options->early_stopping));
   out.earlyStopping = static_cast<GenerateOptions::EarlyStopping>(options->early_stopping);
+  out.repetitionPenalty = options->repetition_penalty;
+  out.noRepeatNgramSize = options->no_repeat_ngram_size;
+  out.minNewTokens = options->min_new_tokens;
+  out.forcedBosToken = options->forced_bos_token_id;
+  out.forcedEosToken = options->forced_eos_token_id;
   if (options->on_token) {
     dsrt_token_callback callback = options->on_token;
     void *user = options->user_data;
@@ -395,6 +400,9 @@ void dsrt_generate_options_init(dsrt_generate_options *options) {
   options->top_p = 1.0f;
   options->num_beams = 1;
   options->length_penalty = 1.0f;
+  options->repetition_penalty = 1.0f;
+  options->forced_bos_token_id = -1;
+  options->forced_eos_token_id = -1;
 }
 
 dsrt_status dsrt_generate(dsrt_session *session, size_t count, const int64_t *const *prompts,

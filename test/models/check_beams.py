@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks a plan's beam search against transformers' in beam_search.json
-(tools/fixtures/beam_refs.py): for every case (num_beams, length_penalty, early_stopping,
-max_new_tokens), each prompt alone gives transformers' tokens exactly, and with --batch the
+"""Checks a plan's beam search and logits processors against transformers' in
+beam_search.json (tools/fixtures/beam_refs.py): for every case (num_beams, length_penalty,
+early_stopping, max_new_tokens, and the logits processors it names; num_beams 1 is greedy),
+each prompt alone gives transformers' tokens exactly, and with --batch the
 prompts as one batch give each the same tokens as alone. The plan's EOS is not a stop; the
 reference's stop token is (dsrun --ignore-eos --stop).
 
@@ -16,6 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_generation import run, sequences  # noqa: E402
 
 EARLY = {False: "false", True: "true", "never": "never"}
+# A case's logits processors (transformers' names) as dsrun's flags.
+PROCESSORS = {"repetition_penalty": "--repetition-penalty",
+              "no_repeat_ngram_size": "--no-repeat-ngram-size",
+              "min_new_tokens": "--min-new-tokens", "forced_bos_token_id": "--forced-bos",
+              "forced_eos_token_id": "--forced-eos"}
 
 
 def beams(args, reference, case, prompts):
@@ -25,6 +31,9 @@ def beams(args, reference, case, prompts):
                "--length-penalty", str(case["length_penalty"]),
                "--early-stopping", EARLY[case["early_stopping"]],
                "--ignore-eos", "--stop", str(reference["stop_token"])]
+    for name, flag in PROCESSORS.items():
+        if name in case:
+            command += [flag, str(case[name])]
     for prompt in prompts:
         command += ["--prompt-ids", ",".join(map(str, prompt))]
     return sequences(run(command), len(prompts))
@@ -45,8 +54,7 @@ def main():
     prompts = reference["prompts"]
     failures, checked = [], 0
     for case in reference["cases"]:
-        name = (f"num_beams {case['num_beams']}, length_penalty {case['length_penalty']}, "
-                f"early_stopping {case['early_stopping']}")
+        name = ", ".join(f"{key} {value}" for key, value in case.items() if key != "outputs")
         for i, (prompt, expected) in enumerate(zip(prompts, case["outputs"])):
             alone = beams(args, reference, case, [prompt])[0]
             checked += 1
@@ -60,7 +68,7 @@ def main():
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print(f"OK: {checked} beam searches equal transformers'"
+    print(f"OK: {checked} generations equal transformers'"
           + (" alone and batched" if args.batch else ""))
 
 

@@ -173,6 +173,17 @@ Options parse(int argc, char **argv) {
                      "beam search's score: summed log-probability / length ** L (default 1)");
   commandLine.choice("--early-stopping", earlyStopping, {"false", "true", "never"}, "WHEN",
                      "when beam search stops (transformers' early_stopping; default false)");
+  commandLine.number("--repetition-penalty", options.sampling.repetition_penalty, "P",
+                     "transformers' repetition_penalty: the sequence's tokens' logits / P "
+                     "(x P when negative; default 1: none)");
+  commandLine.integer("--no-repeat-ngram-size", options.sampling.no_repeat_ngram_size, "N",
+                      "no N-gram of the sequence twice (default 0: none)", 0);
+  commandLine.integer("--min-new-tokens", options.sampling.min_new_tokens, "N",
+                      "no stop token before N new tokens (default 0)", 0);
+  commandLine.integer("--forced-bos", options.sampling.forced_bos_token_id, "ID",
+                      "the first token after a one-token start (BART's forced_bos_token_id)");
+  commandLine.integer("--forced-eos", options.sampling.forced_eos_token_id, "ID",
+                      "the last of --max-new-tokens (transformers' forced_eos_token_id)");
 
   commandLine.group("Rank 0 alone has the requests (MPI ranks, docs/reliability.md)");
   commandLine.flag("--lead", lead,

@@ -291,6 +291,13 @@ typedef struct dsrt_generate_options {
   int32_t num_beams;             /* default 1: greedy or sampled, no beams */
   float length_penalty;          /* default 1 */
   int32_t early_stopping;        /* default 0 */
+  /* transformers' logits processors, on the logits before sampling (on the log-probabilities
+   * in beam search), in its order; each off at its default. */
+  float repetition_penalty;      /* default 1; a sequence's tokens' logits / it (x it if < 0) */
+  int32_t no_repeat_ngram_size;  /* default 0; no n-gram of the sequence twice */
+  int32_t min_new_tokens;        /* default 0; no stop token before this many */
+  int64_t forced_bos_token_id;   /* default -1; the first token after a one-token start */
+  int64_t forced_eos_token_id;   /* default -1; the last of max_new_tokens */
 } dsrt_generate_options;
 
 typedef enum dsrt_finish_reason {

@@ -104,6 +104,9 @@ Status Run::beamLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) {
       for (int64_t k = 0; k < beams; ++k) {
         const int64_t row = p * beams + k;
         logSoftmax(logits.full[row], rowLogProbs);
+        // transformers processes the log-probabilities in beam search.
+        if (options_.processesLogits())
+          processLogits(options_, history(row), step, stops_, rowLogProbs.data(), vocab_);
         for (int64_t v = 0; v < vocab_; ++v)
           candidates.push_back({running[row] + rowLogProbs[v], k, v});
       }

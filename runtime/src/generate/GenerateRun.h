@@ -68,6 +68,8 @@ private:
   Status beamLoop(std::vector<GeneratedSequence> &out, StepLogits &logits);
   // Appends each row's token and runs the next step for the logits after it.
   Status advance(const std::vector<int64_t> &chosen, StepLogits &logits);
+  // Row `row`'s tokens so far without its padding, what the logits processors read.
+  std::vector<int64_t> history(int64_t row) const;
   // Row b's sequence becomes row sources[b]'s: its tokens, mask, positions and KV.
   Status reorderRows(const std::vector<int64_t> &sources);
   Status chooseMode();

@@ -75,8 +75,9 @@ Status Run::chooseMode() {
                  : mode_ == Mode::ForwardWithPairs ? "the export's past/present pairs (forward)"
                                                    : "recomputing every token (forward)",
                  encoderDecoder_ ? ", after encode" : "");
-  // Beam search reads whole rows (each token's log-probability), not a few candidates.
-  if (options_.numBeams > 1)
+  // Beam search reads whole rows (each token's log-probability), not a few candidates, and
+  // so do the logits processors.
+  if (options_.numBeams > 1 || options_.processesLogits())
     return Status::ok();
   DSRT_RETURN_IF_ERROR(chooseGreedyShard());
   if (!greedyShard_ && options_.temperature == 0)
@@ -201,6 +202,14 @@ Status Run::checkLimits() {
                          ") keeps the likeliest sequences: it needs temperature 0");
   if (!std::isfinite(options_.lengthPenalty))
     return Status::error("length_penalty must be finite");
+  if (!(options_.repetitionPenalty > 0) || !std::isfinite(options_.repetitionPenalty))
+    return Status::error("repetition_penalty must be a finite number above 0");
+  if (options_.noRepeatNgramSize < 0 || options_.minNewTokens < 0)
+    return Status::error("no_repeat_ngram_size and min_new_tokens must not be negative");
+  for (int64_t forced : {options_.forcedBosToken, options_.forcedEosToken})
+    if (forced >= vocab_)
+      return Status::error("a forced token " + std::to_string(forced) +
+                           " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
   if (batch_ > maxBatch && options_.numBeams > 1)
     return Status::error("a batch of " + std::to_string(batch_ / options_.numBeams) +
                          " prompts of " + std::to_string(options_.numBeams) + " beams is " +
@@ -509,6 +518,14 @@ Status Run::start(StepLogits &logits) {
   return runStep(first, firstBindings_, firstLogits_, ids, fresh, logits);
 }
 
+std::vector<int64_t> Run::history(int64_t row) const {
+  std::vector<int64_t> tokens;
+  for (size_t t = 0; t < tokens_[row].size(); ++t)
+    if (mask_[row][t])
+      tokens.push_back(tokens_[row][t]);
+  return tokens;
+}
+
 Status Run::advance(const std::vector<int64_t> &chosen, StepLogits &logits) {
   for (int64_t b = 0; b < batch_; ++b) {
     mask_[b].push_back(1);
@@ -546,6 +563,9 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
       if (done[b])
         continue;
       ranThisStep[b] = true;
+      if (options_.processesLogits())
+        processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()), stops_,
+                      logits.full[b].data(), logitsWidth_);
       int64_t token =
           greedyShard_ ? greedy[b]
           : candidates_ > 0

@@ -37,6 +37,17 @@ struct GenerateOptions {
   int64_t numBeams = 1;  // at most kMaxBeams
   float lengthPenalty = 1;
   enum class EarlyStopping { Heuristic, Stop, Never } earlyStopping = EarlyStopping::Heuristic;
+  // transformers' logits processors (LogitsProcessors.cpp), on the logits before sampling
+  // and on the log-probabilities in beam search; each off at its default.
+  float repetitionPenalty = 1;     // > 0; the row's tokens' logits divided (or, < 0, times)
+  int64_t noRepeatNgramSize = 0;   // no n-gram of the row twice
+  int64_t minNewTokens = 0;        // no stop token before this many new tokens
+  int64_t forcedBosToken = -1;     // the first token of a one-token row (BART's)
+  int64_t forcedEosToken = -1;     // the last of max_new_tokens
+  bool processesLogits() const {
+    return repetitionPenalty != 1 || noRepeatNgramSize > 0 || minNewTokens > 0 ||
+           forcedBosToken >= 0 || forcedEosToken >= 0;
+  }
   // Called for each new token of each sequence; returning true stops that sequence. In a
   // group, a sequence that any rank's callback stops stops on every rank (one all-reduce
   // per step when some rank has a callback), so one rank may have it alone.
@@ -53,6 +64,15 @@ struct GeneratedSequence {
   std::vector<int64_t> tokens;  // the new tokens, the prompt not included
   FinishReason reason = FinishReason::Length;
 };
+
+// transformers' logits processors over one row's `scores` (logits, or log-probabilities in
+// beam search) of `vocab` values, in transformers' order (repetition penalty, no repeated
+// n-gram, min new tokens, forced BOS, forced EOS): `history` is the row's tokens so far
+// (the prompt's or the decoder's start, then the new ones; no padding), `generated` how many
+// are new, `stops` the tokens min_new_tokens holds back.
+void processLogits(const GenerateOptions &options, const std::vector<int64_t> &history,
+                   int64_t generated, const std::vector<int64_t> &stops, float *scores,
+                   int64_t vocab);
 
 // Every limit is checked before anything runs; a failure leaves the session usable.
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,

@@ -77,6 +77,11 @@ std::vector<uint8_t> encodeRequest(const GenerationRequest &request) {
     out.put<int64_t>(options.numBeams);
     out.put<float>(options.lengthPenalty);
     out.put<uint8_t>(static_cast<uint8_t>(options.earlyStopping));
+    out.put<float>(options.repetitionPenalty);
+    out.put<int64_t>(options.noRepeatNgramSize);
+    out.put<int64_t>(options.minNewTokens);
+    out.put<int64_t>(options.forcedBosToken);
+    out.put<int64_t>(options.forcedEosToken);
     out.putIds(options.stopTokens);
     out.put<uint64_t>(request.prompts.size());
     for (const std::vector<int64_t> &prompt : request.prompts)
@@ -128,6 +133,11 @@ Status decodeRequest(const std::vector<uint8_t> &bytes, GenerationRequest &out) 
     if (earlyStopping > 2)
       return Status::error("rank 0 sent early_stopping " + std::to_string(earlyStopping));
     options.earlyStopping = static_cast<GenerateOptions::EarlyStopping>(earlyStopping);
+    DSRT_RETURN_IF_ERROR(in.get(options.repetitionPenalty, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(options.noRepeatNgramSize, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(options.minNewTokens, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(options.forcedBosToken, "the options"));
+    DSRT_RETURN_IF_ERROR(in.get(options.forcedEosToken, "the options"));
     DSRT_RETURN_IF_ERROR(in.getIds(options.stopTokens, "the stop tokens"));
     DSRT_RETURN_IF_ERROR(in.get(prompts, "the prompt count"));
     // Each prompt takes at least its length's 8 bytes.

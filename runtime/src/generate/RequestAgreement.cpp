@@ -23,6 +23,8 @@ struct RequestIdentity {
   int64_t numBeams = 1;
   float lengthPenalty = 1;
   int32_t earlyStopping = 0;
+  float repetitionPenalty = 1;
+  int64_t noRepeatNgramSize = 0, minNewTokens = 0, forcedBosToken = -1, forcedEosToken = -1;
   // Not compared: one rank alone may have a callback (the one that reports the tokens);
   // whether any has tells the ranks to share the stops it decides.
   int32_t hasCallback = 0;
@@ -57,6 +59,11 @@ RequestIdentity identityOf(const std::vector<std::vector<int64_t>> &prompts,
   id.numBeams = options.numBeams;
   id.lengthPenalty = options.lengthPenalty;
   id.earlyStopping = static_cast<int32_t>(options.earlyStopping);
+  id.repetitionPenalty = options.repetitionPenalty;
+  id.noRepeatNgramSize = options.noRepeatNgramSize;
+  id.minNewTokens = options.minNewTokens;
+  id.forcedBosToken = options.forcedBosToken;
+  id.forcedEosToken = options.forcedEosToken;
   id.hasCallback = options.onToken ? 1 : 0;
   return id;
 }
@@ -90,6 +97,13 @@ Status checkRanksAgree(ops::Collectives &group, const std::vector<std::vector<in
     if (other.numBeams != first.numBeams || other.lengthPenalty != first.lengthPenalty ||
         other.earlyStopping != first.earlyStopping)
       differs.push_back("the beam search (num_beams, length_penalty, early_stopping)");
+    if (other.repetitionPenalty != first.repetitionPenalty ||
+        other.noRepeatNgramSize != first.noRepeatNgramSize ||
+        other.minNewTokens != first.minNewTokens ||
+        other.forcedBosToken != first.forcedBosToken ||
+        other.forcedEosToken != first.forcedEosToken)
+      differs.push_back("the logits processors (repetition_penalty, no_repeat_ngram_size, "
+                        "min_new_tokens, forced BOS/EOS)");
     if (other.stopTokensHash != first.stopTokensHash || other.ignoreEos != first.ignoreEos)
       differs.push_back("the stop tokens");
     if (differs.empty())

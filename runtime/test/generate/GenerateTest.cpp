@@ -97,7 +97,7 @@ TEST_F(GenerateTest, LimitsAreCheckedBeforeRunningAndTheSessionStaysUsable) {
   EXPECT_EQ(tokens, reference);
 }
 
-TEST_F(GenerateTest, BeamSearchOptionsAreCheckedAndOneBeamIsGreedy) {
+TEST_F(GenerateTest, BeamAndProcessorOptionsAreCheckedAndOneBeamIsGreedy) {
   // dsrt_generate_options_init: no beams, transformers' length_penalty and early_stopping.
   EXPECT_EQ(options.num_beams, 1);
   EXPECT_EQ(options.length_penalty, 1.0f);
@@ -121,6 +121,20 @@ TEST_F(GenerateTest, BeamSearchOptionsAreCheckedAndOneBeamIsGreedy) {
   options.num_beams = 1;
   ASSERT_EQ(generate({{5, 6, 7}}, tokens), DSRT_OK);
   EXPECT_EQ(tokens, greedy);
+  // The logits processors: off by default, checked before anything runs.
+  EXPECT_EQ(options.repetition_penalty, 1.0f);
+  EXPECT_EQ(options.forced_bos_token_id, -1);
+  EXPECT_EQ(options.forced_eos_token_id, -1);
+  options.repetition_penalty = 0;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("repetition_penalty"), std::string::npos);
+  options.repetition_penalty = 1;
+  options.forced_eos_token_id = 300;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dsrt_last_error()).find("outside the vocabulary"), std::string::npos);
+  options.forced_eos_token_id = -1;
+  options.no_repeat_ngram_size = -1;
+  EXPECT_EQ(generate({{5}}, tokens), DSRT_INVALID_ARGUMENT);
 }
 
 TEST_F(GenerateTest, StopTokensAndTheCallbackEndASequence) {
@@ -391,6 +405,11 @@ TEST(GenerationRequestTest, RoundTripsWhatDecidesTheTokens) {
   request.options.numBeams = 3;
   request.options.lengthPenalty = -0.5f;
   request.options.earlyStopping = dsrt::GenerateOptions::EarlyStopping::Never;
+  request.options.repetitionPenalty = 1.25f;
+  request.options.noRepeatNgramSize = 3;
+  request.options.minNewTokens = 4;
+  request.options.forcedBosToken = 0;
+  request.options.forcedEosToken = 2;
   dsrt::GenerationRequest decoded;
   ASSERT_TRUE(dsrt::decodeRequest(dsrt::encodeRequest(request), decoded).isOk());
   EXPECT_EQ(decoded.kind, dsrt::GenerationRequest::Kind::Generate);
@@ -405,6 +424,11 @@ TEST(GenerationRequestTest, RoundTripsWhatDecidesTheTokens) {
   EXPECT_EQ(decoded.options.numBeams, 3);
   EXPECT_EQ(decoded.options.lengthPenalty, -0.5f);
   EXPECT_EQ(decoded.options.earlyStopping, dsrt::GenerateOptions::EarlyStopping::Never);
+  EXPECT_EQ(decoded.options.repetitionPenalty, 1.25f);
+  EXPECT_EQ(decoded.options.noRepeatNgramSize, 3);
+  EXPECT_EQ(decoded.options.minNewTokens, 4);
+  EXPECT_EQ(decoded.options.forcedBosToken, 0);
+  EXPECT_EQ(decoded.options.forcedEosToken, 2);
 
   dsrt::GenerationRequest failed;
   failed.kind = dsrt::GenerationRequest::Kind::Failed;
