@@ -7,7 +7,7 @@ namespace dsrt {
 namespace {
 
 constexpr uint32_t kRequestMagic = 0x51525344;  // "DSRQ" in little-endian bytes
-constexpr uint32_t kRequestVersion = 2;
+constexpr uint32_t kRequestVersion = 3;
 
 class Writer {
 public:
