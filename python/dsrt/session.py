@@ -55,13 +55,17 @@ class Session:
         return outputs
 
     def generate(self, prompts: Sequence[Union[str, Sequence[int]]], *,
-                 max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int = 0, stop_token_ids: Sequence[int] = (),
-                 ignore_eos: bool = False, num_beams: int = 1, length_penalty: float = 1.0,
-                 early_stopping: Union[bool, str] = False, repetition_penalty: float = 1.0,
-                 no_repeat_ngram_size: int = 0, min_new_tokens: int = 0,
-                 forced_bos_token_id: int = -1, forced_eos_token_id: int = -1,
-                 ) -> list["Generated"]:
+                 max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None, seed: int = 0,
+                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
+                 num_beams: Optional[int] = None, length_penalty: Optional[float] = None,
+                 early_stopping: Union[bool, str, None] = None,
+                 repetition_penalty: Optional[float] = None,
+                 no_repeat_ngram_size: Optional[int] = None,
+                 min_new_tokens: Optional[int] = None,
+                 forced_bos_token_id: Optional[int] = None,
+                 forced_eos_token_id: Optional[int] = None,
+                 generation_config: str = "auto") -> list["Generated"]:
         """dsrt_generate over the prompts as one static batch (docs/transformer-ops.md,
         "Generation"): text (through the plan's tokenizer) or token ids; greedy at
         temperature 0, else sampled; ``num_beams`` > 1 is transformers' beam search
@@ -70,11 +74,26 @@ class Session:
         ``min_new_tokens``, ``forced_bos_token_id`` and ``forced_eos_token_id``. An
         encoder-decoder (T5, BART) answers each prompt; a decoder continues it. Each
         result has the new ``token_ids``, their ``text`` (where the plan has a tokenizer)
-        and the ``finish_reason``. The GIL is released while it runs."""
+        and the ``finish_reason``. What is left out (None) is the model's own
+        (generation_config.json, read as transformers' generate() reads it: beams,
+        sampling, processors, lengths), as dsrun does; ``generation_config="none"`` leaves
+        the model's out (greedy, 32 tokens, no processor). The GIL is released while it
+        runs."""
         modes = {False: 0, True: 1, "never": 2}
-        if early_stopping not in modes:
+        if early_stopping is not None and early_stopping not in modes:
             raise ValueError(f"early_stopping must be False, True or 'never', not "
                              f"{early_stopping!r}")
+        if generation_config not in ("auto", "none"):
+            raise ValueError(f"generation_config must be 'auto' (the model's defaults) or "
+                             f"'none', not {generation_config!r}")
+        base = dict(self._plan.generate_defaults()) if generation_config == "auto" else {
+            "max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+            "num_beams": 1, "length_penalty": 1.0, "early_stopping": 0,
+            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0,
+            "forced_bos_token_id": -1, "forced_eos_token_id": -1}
+        def pick(name, value, kind=int):
+            return kind(base[name]) if value is None else value
+        early = base["early_stopping"] if early_stopping is None else modes[early_stopping]
         tokenizer = self._tokenizer()
         ids = []
         for prompt in prompts:
@@ -86,9 +105,15 @@ class Session:
             else:
                 ids.append([int(t) for t in prompt])
         results = self._native.generate(
-            ids, max_new_tokens, temperature, top_k, top_p, seed, list(stop_token_ids),
-            ignore_eos, num_beams, length_penalty, modes[early_stopping], repetition_penalty,
-            no_repeat_ngram_size, min_new_tokens, forced_bos_token_id, forced_eos_token_id)
+            ids, pick("max_new_tokens", max_new_tokens), pick("temperature", temperature, float),
+            pick("top_k", top_k), pick("top_p", top_p, float), seed, list(stop_token_ids),
+            ignore_eos, pick("num_beams", num_beams),
+            pick("length_penalty", length_penalty, float), int(early),
+            pick("repetition_penalty", repetition_penalty, float),
+            pick("no_repeat_ngram_size", no_repeat_ngram_size),
+            pick("min_new_tokens", min_new_tokens),
+            pick("forced_bos_token_id", forced_bos_token_id),
+            pick("forced_eos_token_id", forced_eos_token_id))
         # The stop token is in the ids, not in the text (as the engine's outputs, vLLM's).
         return [Generated(tokens, reason, tokenizer.decode(
                     tokens[:-1] if reason == "stop" else tokens) if tokenizer else None)

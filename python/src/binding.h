@@ -62,6 +62,24 @@ struct Plan {
       return std::nullopt;
     return nb::bytes(json, size);
   }
+  // dsrt_generate_options_from_plan: the model's defaults for static generation, by the
+  // Python keyword names of Session.generate.
+  std::vector<std::pair<std::string, double>> generateDefaults() const {
+    dsrt_generate_options options;
+    check(dsrt_generate_options_from_plan(handle, &options));
+    return {{"max_new_tokens", options.max_new_tokens},
+            {"temperature", options.temperature},
+            {"top_k", options.top_k},
+            {"top_p", options.top_p},
+            {"num_beams", options.num_beams},
+            {"length_penalty", options.length_penalty},
+            {"early_stopping", options.early_stopping},
+            {"repetition_penalty", options.repetition_penalty},
+            {"no_repeat_ngram_size", options.no_repeat_ngram_size},
+            {"min_new_tokens", options.min_new_tokens},
+            {"forced_bos_token_id", static_cast<double>(options.forced_bos_token_id)},
+            {"forced_eos_token_id", static_cast<double>(options.forced_eos_token_id)}};
+  }
   // The model's generation_config.json (its sampling defaults), or None.
   std::optional<nb::bytes> generationConfigJson() const {
     const char *json = nullptr;

@@ -47,7 +47,8 @@ def test_beam_search_and_logits_processors_are_transformers(tmp_path_factory, fi
                                 num_beams=case["num_beams"],
                                 length_penalty=case["length_penalty"],
                                 early_stopping=case["early_stopping"], ignore_eos=True,
-                                stop_token_ids=[stop], **processors)
+                                stop_token_ids=[stop], generation_config="none",
+                                **processors)
         assert [o.token_ids for o in outs] == case["outputs"], case
         assert [o.finish_reason for o in outs] == [
             "stop" if tokens[-1] == stop else "length" for tokens in case["outputs"]]
@@ -55,3 +56,23 @@ def test_beam_search_and_logits_processors_are_transformers(tmp_path_factory, fi
         session.generate([[5, 6]], num_beams=2, early_stopping="sometimes")
     with pytest.raises(dsrt.Error, match="temperature 0"):
         session.generate([[5, 6]], num_beams=2, temperature=0.5)
+
+
+@pytest.mark.parametrize("fixture", ["bart-optimum-onnx", "gpt2-op17"])
+def test_what_is_left_out_is_the_model_s(tmp_path_factory, fixture):
+    """Its generation_config.json read as transformers' generate() reads it: the model's
+    beams and processors with no argument, as one batch."""
+    import shutil
+    reference = json.loads((MODELS / fixture / "beam_search.json").read_text())
+    copy = tmp_path_factory.mktemp(fixture + "-defaults") / fixture
+    shutil.copytree(MODELS / fixture, copy)
+    (copy / "generation_config.json").write_text(
+        json.dumps(reference["model_defaults"]["generation_config"]))
+    source = copy if (copy / "encoder_model.onnx").exists() else copy / "model.onnx"
+    plan = dsrt.compile(str(source), str(copy.parent / "m.dsp"), max_batch=12,
+                        max_seq_len=48)
+    outs = dsrt.Session(plan).generate(reference["prompts"])
+    assert [o.token_ids for o in outs] == reference["model_defaults"]["outputs"]
+    with pytest.raises(ValueError, match="generation_config"):
+        dsrt.Session(plan).generate([[5]], generation_config="hf")
+

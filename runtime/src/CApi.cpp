@@ -405,6 +405,41 @@ void dsrt_generate_options_init(dsrt_generate_options *options) {
   options->forced_eos_token_id = -1;
 }
 
+dsrt_status dsrt_generate_options_from_plan(const dsrt_plan *plan,
+                                            dsrt_generate_options *options) {
+  if (!plan || !options)
+    return nullArgument(!plan ? "plan" : "options");
+  dsrt_generate_options_init(options);
+  const dsp::Plan &header = plan->file->plan();
+  const auto *json = header.generation_config_json();
+  if (!json || json->size() == 0)
+    return DSRT_OK;
+  const bool encoderDecoder =
+      header.model() && header.model()->kind() && header.model()->kind()->str() == "encoder-decoder";
+  dsrt::GenerateOptions model;
+  model.maxNewTokens = options->max_new_tokens;
+  model.topP = options->top_p;
+  dsrt::Status status = dsrt::modelGenerateDefaults(
+      std::string_view(reinterpret_cast<const char *>(json->data()), json->size()),
+      encoderDecoder, model);
+  if (!status.isOk())
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, plan->file->path() + ": " + status.message());
+  options->max_new_tokens = static_cast<int32_t>(std::min<int64_t>(model.maxNewTokens, INT32_MAX));
+  options->temperature = model.temperature;
+  options->top_k = static_cast<int32_t>(std::min<int64_t>(model.topK, INT32_MAX));
+  options->top_p = model.topP;
+  options->num_beams = static_cast<int32_t>(std::min<int64_t>(model.numBeams, INT32_MAX));
+  options->length_penalty = model.lengthPenalty;
+  options->early_stopping = static_cast<int32_t>(model.earlyStopping);
+  options->repetition_penalty = model.repetitionPenalty;
+  options->no_repeat_ngram_size =
+      static_cast<int32_t>(std::min<int64_t>(model.noRepeatNgramSize, INT32_MAX));
+  options->min_new_tokens = static_cast<int32_t>(std::min<int64_t>(model.minNewTokens, INT32_MAX));
+  options->forced_bos_token_id = model.forcedBosToken;
+  options->forced_eos_token_id = model.forcedEosToken;
+  return DSRT_OK;
+}
+
 dsrt_status dsrt_generate(dsrt_session *session, size_t count, const int64_t *const *prompts,
                           const size_t *lengths, const dsrt_generate_options *options,
                           dsrt_generation **out) {

@@ -30,7 +30,10 @@ def beams(args, reference, case, prompts):
                "--num-beams", str(case["num_beams"]),
                "--length-penalty", str(case["length_penalty"]),
                "--early-stopping", EARLY[case["early_stopping"]],
-               "--ignore-eos", "--stop", str(reference["stop_token"])]
+               "--ignore-eos", "--stop", str(reference["stop_token"]),
+               # transformers ran the case with every other processor off (BART's own
+               # forced_eos_token_id too), as the flags here say.
+               "--generation-config", "none"]
     for name, flag in PROCESSORS.items():
         if name in case:
             command += [flag, str(case[name])]
@@ -39,11 +42,30 @@ def beams(args, reference, case, prompts):
     return sequences(run(command), len(prompts))
 
 
+def model_defaults(args, reference):
+    """dsrun with no generation flag: the model's generation_config.json (written by
+    --write-generation-config into the model's copy before dsc compiled it) decides."""
+    failures = []
+    expected = reference["model_defaults"]["outputs"]
+    for i, (prompt, tokens) in enumerate(zip(reference["prompts"], expected)):
+        got = sequences(run([args.dsrun, args.plan, *args.dsrun_arg, "--prompt-ids",
+                             ",".join(map(str, prompt))]), 1)[0]
+        if got != tokens:
+            failures.append(f"the model's defaults: prompt {i}: {got} != transformers "
+                            f"{tokens}")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dsrun", required=True)
-    parser.add_argument("--plan", required=True)
+    parser.add_argument("--dsrun")
+    parser.add_argument("--plan")
     parser.add_argument("--reference", required=True, help="beam_search.json")
+    parser.add_argument("--write-generation-config", metavar="DIR",
+                        help="write the reference's model_defaults generation_config.json "
+                             "into DIR (a copy of the model's folder) and stop")
+    parser.add_argument("--model-defaults", action="store_true",
+                        help="check dsrun without generation flags against model_defaults")
     parser.add_argument("--dsrun-arg", action="append", default=[],
                         help="an extra dsrun argument (--dsrun-arg=--ranks "
                              "--dsrun-arg=inprocess)")
@@ -51,6 +73,21 @@ def main():
                         help="also all prompts as one batch (max_batch >= prompts x beams)")
     args = parser.parse_args()
     reference = json.load(open(args.reference))
+    if args.write_generation_config:
+        with open(os.path.join(args.write_generation_config, "generation_config.json"),
+                  "w") as out:
+            json.dump(reference["model_defaults"]["generation_config"], out)
+        return
+    if not (args.dsrun and args.plan):
+        parser.error("--dsrun and --plan are needed to check")
+    if args.model_defaults:
+        failures = model_defaults(args, reference)
+        if failures:
+            print("\n".join(failures))
+            sys.exit(1)
+        print(f"OK: {len(reference['prompts'])} prompts with the model's defaults equal "
+              f"transformers' generate()")
+        return
     prompts = reference["prompts"]
     failures, checked = [], 0
     for case in reference["cases"]:

@@ -43,7 +43,10 @@ def dsrun(args):
 
 
 def generate(args, prompts, max_new):
-    command = dsrun(args) + ["--max-new-tokens", str(max_new), "--ignore-eos"]
+    # The references are transformers' with every logits processor off (BART's own
+    # forced_eos_token_id too): dsrun leaves the model's generation_config.json out as well.
+    command = dsrun(args) + ["--max-new-tokens", str(max_new), "--ignore-eos",
+                             "--generation-config", "none"]
     for prompt in prompts:
         command += ["--prompt-ids", ",".join(map(str, prompt))]
     env = None
@@ -109,7 +112,8 @@ def main():
 
     for i, case in enumerate(reference.get("text_prompts", []) if args.text else []):
         stdout = run(dsrun(args) + ["--prompt", case["text"], "--max-new-tokens",
-                                    str(len(case["generated"])), "--ignore-eos"])
+                                    str(len(case["generated"])), "--ignore-eos",
+                                    "--generation-config", "none"])
         # One prompt streams its text as it comes, without the 'sequence 0: ' of a batch.
         if stdout.rstrip("\n") != case["decoded"]:
             failures.append(f"text prompt {i} {case['text']!r}: printed {stdout!r}, "

@@ -40,12 +40,22 @@ struct Options {
   bool generate = false;
   dsrt_generate_options sampling{};
   std::vector<int64_t> stops;
+  // --generation-config: "auto" starts from the model's defaults (generation_config.json),
+  // "none" from dsrt_generate_options_init's; the flags given override either.
+  std::string generationConfig = "auto";
+  std::vector<std::string> samplingGiven;  // the generation flags on the command line
   // Rank 0 alone has the requests (dsrt_generate_lead): "", "lead" or "follow".
   std::string role;
   std::string requestsFile;  // --requests: more requests, one per line ("-": stdin)
   bool quietGiven = false;   // --quiet on the command line
   bool printFollowed = false;  // a rank given --follow prints the tokens, unless --quiet
 };
+
+// The flags that set generation options: each given one wins over the model's default.
+constexpr const char *kSamplingFlags[] = {
+    "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--num-beams",
+    "--length-penalty", "--early-stopping", "--repetition-penalty", "--no-repeat-ngram-size",
+    "--min-new-tokens", "--forced-bos", "--forced-eos"};
 
 [[noreturn]] void die(const std::string &message, int code = 2) {
   dstools::fail("dsrun", message, code);
@@ -184,6 +194,10 @@ Options parse(int argc, char **argv) {
                       "the first token after a one-token start (BART's forced_bos_token_id)");
   commandLine.integer("--forced-eos", options.sampling.forced_eos_token_id, "ID",
                       "the last of --max-new-tokens (transformers' forced_eos_token_id)");
+  commandLine.choice("--generation-config", options.generationConfig, {"auto", "none"}, "FROM",
+                     "auto (default): what these flags leave out is the model's "
+                     "(generation_config.json, read as transformers' generate reads it: "
+                     "beams, sampling, processors, lengths); none: dsrun's own defaults");
 
   commandLine.group("Rank 0 alone has the requests (MPI ranks, docs/reliability.md)");
   commandLine.flag("--lead", lead,
@@ -207,6 +221,9 @@ Options parse(int argc, char **argv) {
                     "  mpirun -np 2 dsrun tp.dsp --requests FILE [--max-new-tokens N] ...\n");
   commandLine.parse(argc, argv);
   dstools::applyThreadsOption(commandLine, threads);
+  for (const char *flag : kSamplingFlags)
+    if (commandLine.given(flag))
+      options.samplingGiven.push_back(flag);
 
   if (listDevicesGiven) {
     listDevices();
@@ -331,6 +348,37 @@ bool compare(const std::string &name, const dsrt::TensorRef &actual,
 }
 
 } // namespace
+
+// The generation options: the model's defaults (--generation-config auto) under the flags
+// given.
+dsrt_generate_options samplingFor(const dsrt_plan *plan, const Options &options) {
+  if (options.generationConfig != "auto")
+    return options.sampling;
+  dsrt_generate_options model;
+  check(dsrt_generate_options_from_plan(plan, &model),
+        "the model's generation defaults (--generation-config none leaves them out)");
+  const dsrt_generate_options &given = options.sampling;
+  auto keep = [&](const char *flag) {
+    return std::find(options.samplingGiven.begin(), options.samplingGiven.end(),
+                     std::string(flag)) != options.samplingGiven.end();
+  };
+  if (keep("--max-new-tokens")) model.max_new_tokens = given.max_new_tokens;
+  if (keep("--temperature")) model.temperature = given.temperature;
+  if (keep("--top-k")) model.top_k = given.top_k;
+  if (keep("--top-p")) model.top_p = given.top_p;
+  if (keep("--num-beams")) model.num_beams = given.num_beams;
+  if (keep("--length-penalty")) model.length_penalty = given.length_penalty;
+  if (keep("--early-stopping")) model.early_stopping = given.early_stopping;
+  if (keep("--repetition-penalty")) model.repetition_penalty = given.repetition_penalty;
+  if (keep("--no-repeat-ngram-size")) model.no_repeat_ngram_size = given.no_repeat_ngram_size;
+  if (keep("--min-new-tokens")) model.min_new_tokens = given.min_new_tokens;
+  if (keep("--forced-bos")) model.forced_bos_token_id = given.forced_bos_token_id;
+  if (keep("--forced-eos")) model.forced_eos_token_id = given.forced_eos_token_id;
+  // Not generation_config's: the seed and the stop tokens are the command line's alone.
+  model.seed = given.seed;
+  model.ignore_eos = given.ignore_eos;
+  return model;
+}
 
 // Streams the text of sequence 0 as it grows (a token may end inside a UTF-8 character,
 // so the whole text is decoded again and only what is new is printed). The newest token
@@ -579,6 +627,8 @@ int main(int argc, char **argv) {
   Options options = parse(argc, argv);
   dsrt_plan *plan = nullptr;
   check(dsrt_plan_open(options.plan.c_str(), &plan), "cannot open the plan");
+  if (options.generate)
+    options.sampling = samplingFor(plan, options);
   Runner runner;
   size_t encodeInputs = 0;
   runner.textToText = dsrt_plan_io_count(plan, "encode", 0, &encodeInputs) == DSRT_OK;

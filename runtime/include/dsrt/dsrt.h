@@ -309,6 +309,15 @@ typedef enum dsrt_finish_reason {
 typedef struct dsrt_generation dsrt_generation;
 
 DSRT_API void dsrt_generate_options_init(dsrt_generate_options *options);
+/* As dsrt_generate_options_init, then the model's own defaults: its generation_config.json as
+ * dsc embedded it, read as transformers' generate() reads it (greedy unless do_sample, which
+ * takes temperature, top_k (50 if not set) and top_p; num_beams, length_penalty,
+ * early_stopping; repetition_penalty, no_repeat_ngram_size, min_new_tokens (or an
+ * encoder-decoder's min_length - 1), forced BOS/EOS; max_new_tokens (or an encoder-decoder's
+ * max_length - 1)). DSRT_INVALID_ARGUMENT names a value of the wrong type or range, or beam
+ * sampling, which dsrt does not do; a plan without a generation config gets _init's. */
+DSRT_API dsrt_status dsrt_generate_options_from_plan(const dsrt_plan *plan,
+                                                     dsrt_generate_options *options);
 /* Generates for `count` prompts (prompt i: lengths[i] token ids at prompts[i]) as one batch.
  * Checks every limit (batch, prompt + max_new_tokens against the plan's max_seq_len, token
  * ids against the vocabulary) before running anything. On an MPI session every rank calls

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 namespace dsrt {
@@ -73,6 +74,12 @@ struct GeneratedSequence {
 void processLogits(const GenerateOptions &options, const std::vector<int64_t> &history,
                    int64_t generated, const std::vector<int64_t> &stops, float *scores,
                    int64_t vocab);
+
+// The defaults a model's generation_config.json (`text`) sets, over `options`, as
+// transformers' generate() reads it (GenerationConfig.cpp); an error names a value of the
+// wrong type or range.
+Status modelGenerateDefaults(std::string_view text, bool encoderDecoder,
+                             GenerateOptions &options);
 
 // Every limit is checked before anything runs; a failure leaves the session usable.
 Status generate(Session &session, const std::vector<std::vector<int64_t>> &prompts,
