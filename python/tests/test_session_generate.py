@@ -31,6 +31,9 @@ def test_an_encoder_decoder_answers_text_as_transformers(tmp_path_factory):
                                   ignore_eos=True)
         assert out.token_ids == case["generated"] and out.text == case["decoded"]
         assert out.finish_reason == "length"
+    # The serving engine is for decoders: its refusal says where an encoder-decoder goes.
+    with pytest.raises(dsrt.Error, match=r"dsrt.Session\(plan\).generate"):
+        dsrt.LLM(plan)
 
 
 @pytest.mark.parametrize("fixture", ["bart-optimum-onnx", "gpt2-op17"])

@@ -87,7 +87,11 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
   // these verdicts alike.
   if (!model || str(model->kind()) != "decoder")
     return Status::error(plan->path() + ": the engine serves decoders; this plan's model is '" +
-                         (model ? str(model->kind()) : std::string()) + "'");
+                         (model ? str(model->kind()) : std::string()) + "'" +
+                         (model && str(model->kind()) == "encoder-decoder"
+                              ? ": generate with it in static batches (dsrt_generate, dsrun "
+                                "--prompt, Python's dsrt.Session(plan).generate)"
+                              : ""));
   engine->vocab_ = model->vocab_size();
   if (model->eos_token_ids())
     engine->eosTokens_.assign(model->eos_token_ids()->begin(), model->eos_token_ids()->end());
