@@ -144,17 +144,18 @@ private:
   std::unique_ptr<dsrt_tokenizer, detail::TokenizerDeleter> tokenizer_;
 };
 
-// dsrt_generate_options with standard containers. The defaults are the C API's.
+// dsrt_generate_options with standard containers. The defaults are the C API's, or with a
+// plan the model's own (dsrt_generate_options_from_plan: its generation_config.json).
 struct GenerateOptions {
   GenerateOptions() {
     dsrt_generate_options c;
     dsrt_generate_options_init(&c);
-    maxNewTokens = c.max_new_tokens;
-    temperature = c.temperature;
-    topK = c.top_k;
-    topP = c.top_p;
-    seed = c.seed;
-    ignoreEos = c.ignore_eos != 0;
+    take(c);
+  }
+  explicit GenerateOptions(const Plan &plan) {
+    dsrt_generate_options c;
+    detail::check(dsrt_generate_options_from_plan(plan.get(), &c));
+    take(c);
   }
   int32_t maxNewTokens;
   float temperature; // 0: greedy
@@ -163,10 +164,58 @@ struct GenerateOptions {
   uint64_t seed;
   std::vector<int64_t> stopTokens; // in addition to the plan's EOS tokens
   bool ignoreEos;                  // the plan's EOS tokens do not stop
+  // Beam search and transformers' logits processors (dsrt_generate_options' comments).
+  int32_t numBeams;
+  float lengthPenalty;
+  int32_t earlyStopping;  // 0 transformers' default, 1 true, 2 "never"
+  float repetitionPenalty;
+  int32_t noRepeatNgramSize;
+  int32_t minNewTokens;
+  int64_t forcedBosTokenId;  // -1: none
+  int64_t forcedEosTokenId;  // -1: none
   // Called for every new token of every sequence, in order, as it is generated. Returns
   // true to stop that sequence after this token (as the C callback's nonzero). An exception
   // it throws stops generation and is rethrown from Session::generate.
   std::function<bool(size_t sequence, int64_t token)> onToken;
+
+  // The C struct of these options (the callback set apart).
+  void fill(dsrt_generate_options &c) const {
+    dsrt_generate_options_init(&c);
+    c.max_new_tokens = maxNewTokens;
+    c.temperature = temperature;
+    c.top_k = topK;
+    c.top_p = topP;
+    c.seed = seed;
+    c.stop_tokens = stopTokens.empty() ? nullptr : stopTokens.data();
+    c.stop_token_count = stopTokens.size();
+    c.ignore_eos = ignoreEos ? 1 : 0;
+    c.num_beams = numBeams;
+    c.length_penalty = lengthPenalty;
+    c.early_stopping = earlyStopping;
+    c.repetition_penalty = repetitionPenalty;
+    c.no_repeat_ngram_size = noRepeatNgramSize;
+    c.min_new_tokens = minNewTokens;
+    c.forced_bos_token_id = forcedBosTokenId;
+    c.forced_eos_token_id = forcedEosTokenId;
+  }
+
+private:
+  void take(const dsrt_generate_options &c) {
+    maxNewTokens = c.max_new_tokens;
+    temperature = c.temperature;
+    topK = c.top_k;
+    topP = c.top_p;
+    seed = c.seed;
+    ignoreEos = c.ignore_eos != 0;
+    numBeams = c.num_beams;
+    lengthPenalty = c.length_penalty;
+    earlyStopping = c.early_stopping;
+    repetitionPenalty = c.repetition_penalty;
+    noRepeatNgramSize = c.no_repeat_ngram_size;
+    minNewTokens = c.min_new_tokens;
+    forcedBosTokenId = c.forced_bos_token_id;
+    forcedEosTokenId = c.forced_eos_token_id;
+  }
 };
 
 // The result of one dsrt_generate: the new tokens (prompt not included) of each sequence.
@@ -241,15 +290,7 @@ public:
       lengths.push_back(p.size());
     }
     dsrt_generate_options c;
-    dsrt_generate_options_init(&c);
-    c.max_new_tokens = options.maxNewTokens;
-    c.temperature = options.temperature;
-    c.top_k = options.topK;
-    c.top_p = options.topP;
-    c.seed = options.seed;
-    c.stop_tokens = options.stopTokens.empty() ? nullptr : options.stopTokens.data();
-    c.stop_token_count = options.stopTokens.size();
-    c.ignore_eos = options.ignoreEos ? 1 : 0;
+    options.fill(c);
     Streaming streaming{&options.onToken, nullptr};
     if (options.onToken) {
       c.on_token = &Streaming::trampoline;
