@@ -1,5 +1,5 @@
 // The chat templates and special tokens of the tokenizer beside a model, carried in the
-// plan for the Python face to render (python/dsrt/chat.py, docs/serving.md).
+// plan for the Python face to render (python/dsrt/chat.py, docs/server.md).
 #ifndef DSC_COMPILER_LOWERING_CHATTEMPLATES_H
 #define DSC_COMPILER_LOWERING_CHATTEMPLATES_H
 

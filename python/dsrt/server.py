@@ -2,7 +2,7 @@
 
 FastAPI on uvicorn over ``dsrt.EngineLoop``: every HTTP request is one engine request; the
 engine batches them per iteration. Under mpirun (a tensor-parallel plan, one rank per
-process) rank 0 serves and the other ranks follow its steps. docs/serving.md says why the
+process) rank 0 serves and the other ranks follow its steps. docs/server.md says why the
 server is Python (jinja2 renders the models' own chat templates exactly as transformers
 does; FastAPI/uvicorn and prometheus_client are what vLLM's server stands on).
 """
