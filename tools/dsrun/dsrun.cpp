@@ -165,31 +165,34 @@ Options parse(int argc, char **argv) {
                     "a prompt as token ids; prints 'sequence N: ids...' and the finish reason "
                     "(repeatable: a batch)");
   commandLine.integer("--max-new-tokens", options.sampling.max_new_tokens, "N",
-                      "tokens to generate at most (default 32)");
+                      "tokens to generate at most (default: the model's, else 32)");
   commandLine.number("--temperature", options.sampling.temperature, "T",
-                     "sampling temperature (default 0: greedy)");
+                     "sampling temperature (default: the model's, else 0: greedy)");
   commandLine.integer("--top-k", options.sampling.top_k, "K",
-                      "sample among the K likeliest tokens (default 0: no limit)");
+                      "sample among the K likeliest tokens (default: the model's, else 0: no limit)");
   commandLine.number("--top-p", options.sampling.top_p, "P",
-                     "sample within the top-p probability mass (default 1: no limit)");
+                     "sample within the top-p probability mass (default: the model's, else 1)");
   commandLine.integer("--seed", options.sampling.seed, "S", "the sampler's seed");
   commandLine.integers("--stop", options.stops, "ID",
                        "also stop at this token (repeatable; the plan's EOS tokens stop too)");
   commandLine.flag("--ignore-eos", ignoreEos, "the plan's EOS tokens do not stop generation");
   commandLine.integer("--num-beams", options.sampling.num_beams, "K",
                       "beam search over K sequences per prompt, as transformers' num_beams "
-                      "(default 1: none; each prompt takes K of the plan's max_batch)", 1, 256);
+                      "(default: the model's, else 1: none; each prompt takes K of the plan's "
+                      "max_batch)", 1, 256);
   commandLine.number("--length-penalty", options.sampling.length_penalty, "L",
-                     "beam search's score: summed log-probability / length ** L (default 1)");
+                     "beam search's score: summed log-probability / length ** L (default: the "
+                     "model's, else 1)");
   commandLine.choice("--early-stopping", earlyStopping, {"false", "true", "never"}, "WHEN",
-                     "when beam search stops (transformers' early_stopping; default false)");
+                     "when beam search stops (transformers' early_stopping; default: the "
+                     "model's, else false)");
   commandLine.number("--repetition-penalty", options.sampling.repetition_penalty, "P",
                      "transformers' repetition_penalty: the sequence's tokens' logits / P "
-                     "(x P when negative; default 1: none)");
+                     "(x P when negative; default: the model's, else 1: none)");
   commandLine.integer("--no-repeat-ngram-size", options.sampling.no_repeat_ngram_size, "N",
-                      "no N-gram of the sequence twice (default 0: none)", 0);
+                      "no N-gram of the sequence twice (default: the model's, else 0: none)", 0);
   commandLine.integer("--min-new-tokens", options.sampling.min_new_tokens, "N",
-                      "no stop token before N new tokens (default 0)", 0);
+                      "no stop token before N new tokens (default: the model's, else 0)", 0);
   commandLine.integer("--forced-bos", options.sampling.forced_bos_token_id, "ID",
                       "the first token after a one-token start (BART's forced_bos_token_id)");
   commandLine.integer("--forced-eos", options.sampling.forced_eos_token_id, "ID",
