@@ -86,11 +86,7 @@ class Session:
         if generation_config not in ("auto", "none"):
             raise ValueError(f"generation_config must be 'auto' (the model's defaults) or "
                              f"'none', not {generation_config!r}")
-        base = dict(self._plan.generate_defaults()) if generation_config == "auto" else {
-            "max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
-            "num_beams": 1, "length_penalty": 1.0, "early_stopping": 0,
-            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0,
-            "forced_bos_token_id": -1, "forced_eos_token_id": -1}
+        base = dict(self._plan.generate_defaults(model=generation_config == "auto"))
         def pick(name, value, kind=int):
             return kind(base[name]) if value is None else value
         early = base["early_stopping"] if early_stopping is None else modes[early_stopping]
@@ -120,9 +116,13 @@ class Session:
                 for tokens, reason in results]
 
     def _tokenizer(self):
-        from .tokenizer import NoTokenizer, plan_tokenizer
-        tokenizer = plan_tokenizer(self._plan)
-        return None if isinstance(tokenizer, NoTokenizer) else tokenizer
+        """The plan's tokenizer (None without one), built once: a large vocabulary's table
+        takes a while."""
+        if not hasattr(self, "_text"):
+            from .tokenizer import NoTokenizer, plan_tokenizer
+            tokenizer = plan_tokenizer(self._plan)
+            self._text = None if isinstance(tokenizer, NoTokenizer) else tokenizer
+        return self._text
 
 
 class Generated:

@@ -62,11 +62,14 @@ struct Plan {
       return std::nullopt;
     return nb::bytes(json, size);
   }
-  // dsrt_generate_options_from_plan: the model's defaults for static generation, by the
-  // Python keyword names of Session.generate.
-  std::vector<std::pair<std::string, double>> generateDefaults() const {
+  // The defaults of static generation by the Python keyword names of Session.generate: the
+  // model's (dsrt_generate_options_from_plan), or dsrt_generate_options_init's.
+  std::vector<std::pair<std::string, double>> generateDefaults(bool model) const {
     dsrt_generate_options options;
-    check(dsrt_generate_options_from_plan(handle, &options));
+    if (model)
+      check(dsrt_generate_options_from_plan(handle, &options));
+    else
+      dsrt_generate_options_init(&options);
     return {{"max_new_tokens", options.max_new_tokens},
             {"temperature", options.temperature},
             {"top_k", options.top_k},

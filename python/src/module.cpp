@@ -210,7 +210,7 @@ NB_MODULE(_dsrt, m) {
       .def_prop_ro("limits", &Plan::limits)
       .def("tokenizer_json", &Plan::tokenizerJson)
       .def("generation_config_json", &Plan::generationConfigJson)
-      .def("generate_defaults", &Plan::generateDefaults)
+      .def("generate_defaults", &Plan::generateDefaults, "model"_a)
       .def("vocabulary", &Plan::vocabulary)
       .def_prop_ro("model_name",
                    [](const Plan &p) { return std::string(dsrt_plan_model_name(p.handle)); })
