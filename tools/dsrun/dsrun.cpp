@@ -3,6 +3,7 @@
 // outputs are printed, written as .pb, or compared with expected .pb files.
 #include "common/CommandLine.h"
 #include "common/CpuThreads.h"
+#include "dsrun/Generation.h"
 #include "dsrt/dsrt.h"
 #include "io/TensorProto.h"
 
@@ -22,6 +23,14 @@
 #include <fmt/format.h>
 
 namespace {
+
+using dsrun::check;
+using dsrun::die;
+using dsrun::kSamplingFlags;
+using dsrun::printGeneration;
+using dsrun::Stream;
+using dsrun::streamToken;
+using dsrun::withModelDefaults;
 
 struct Options {
   std::string plan, program = "forward", inputDir, outputDir, expectDir;
@@ -50,21 +59,6 @@ struct Options {
   bool quietGiven = false;   // --quiet on the command line
   bool printFollowed = false;  // a rank given --follow prints the tokens, unless --quiet
 };
-
-// The flags that set generation options: each given one wins over the model's default.
-constexpr const char *kSamplingFlags[] = {
-    "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--num-beams",
-    "--length-penalty", "--early-stopping", "--repetition-penalty", "--no-repeat-ngram-size",
-    "--min-new-tokens", "--forced-bos", "--forced-eos"};
-
-[[noreturn]] void die(const std::string &message, int code = 2) {
-  dstools::fail("dsrun", message, code);
-}
-
-void check(dsrt_status status, const std::string &what) {
-  if (status != DSRT_OK)
-    die(what + ": " + dsrt_last_error());
-}
 
 bool parseIdList(const std::string &text, std::vector<int64_t> &ids) {
   ids.clear();
@@ -352,73 +346,6 @@ bool compare(const std::string &name, const dsrt::TensorRef &actual,
 
 } // namespace
 
-// The generation options: the model's defaults (--generation-config auto) under the flags
-// given.
-dsrt_generate_options samplingFor(const dsrt_plan *plan, const Options &options) {
-  if (options.generationConfig != "auto")
-    return options.sampling;
-  dsrt_generate_options model;
-  check(dsrt_generate_options_from_plan(plan, &model),
-        "the model's generation defaults (--generation-config none leaves them out)");
-  const dsrt_generate_options &given = options.sampling;
-  auto keep = [&](const char *flag) {
-    return std::find(options.samplingGiven.begin(), options.samplingGiven.end(),
-                     std::string(flag)) != options.samplingGiven.end();
-  };
-  if (keep("--max-new-tokens")) model.max_new_tokens = given.max_new_tokens;
-  if (keep("--temperature")) model.temperature = given.temperature;
-  if (keep("--top-k")) model.top_k = given.top_k;
-  if (keep("--top-p")) model.top_p = given.top_p;
-  if (keep("--num-beams")) model.num_beams = given.num_beams;
-  if (keep("--length-penalty")) model.length_penalty = given.length_penalty;
-  if (keep("--early-stopping")) model.early_stopping = given.early_stopping;
-  if (keep("--repetition-penalty")) model.repetition_penalty = given.repetition_penalty;
-  if (keep("--no-repeat-ngram-size")) model.no_repeat_ngram_size = given.no_repeat_ngram_size;
-  if (keep("--min-new-tokens")) model.min_new_tokens = given.min_new_tokens;
-  if (keep("--forced-bos")) model.forced_bos_token_id = given.forced_bos_token_id;
-  if (keep("--forced-eos")) model.forced_eos_token_id = given.forced_eos_token_id;
-  // Not generation_config's: the seed and the stop tokens are the command line's alone.
-  model.seed = given.seed;
-  model.ignore_eos = given.ignore_eos;
-  return model;
-}
-
-// Streams the text of sequence 0 as it grows (a token may end inside a UTF-8 character,
-// so the whole text is decoded again and only what is new is printed). The newest token
-// waits for the next: the token that stops generation (EOS, --stop) is not part of the
-// text, as in vLLM's, and an EOS need not be a special token ("</s>" read as text).
-struct Stream {
-  const dsrt_tokenizer *tokenizer = nullptr;
-  std::vector<int64_t> tokens;
-  size_t printed = 0;
-
-  // Prints the text of the first `count` tokens not printed yet; `final` prints a
-  // trailing U+FFFD too, which may otherwise be a character whose bytes are still coming.
-  void print(size_t count, bool final) {
-    char *text = nullptr;
-    if (dsrt_tokenizer_decode(tokenizer, tokens.data(), count, 1, &text) != DSRT_OK)
-      return;
-    std::string whole(text);
-    dsrt_free(text);
-    size_t stable = whole.size();
-    if (!final && whole.size() >= 3 && whole.compare(whole.size() - 3, 3, "\xEF\xBF\xBD") == 0)
-      stable -= 3;
-    if (stable > printed) {
-      std::cout << whole.substr(printed, stable - printed) << std::flush;
-      printed = stable;
-    }
-  }
-};
-
-int streamToken(void *user, size_t sequence, int64_t token) {
-  auto *stream = static_cast<Stream *>(user);
-  if (sequence != 0 || !stream->tokenizer)
-    return 0;
-  stream->tokens.push_back(token);
-  stream->print(stream->tokens.size() - 1, false);
-  return 0;
-}
-
 // One rank's session, or an in-process group of every rank, behind one interface.
 struct Runner {
   dsrt_session *session = nullptr;
@@ -479,35 +406,6 @@ struct Runner {
 
 // Prints one generation: as text where the prompts were text (after the stream of a lone
 // prompt, only its line's end), else each sequence's ids and finish reason.
-void printGeneration(dsrt_generation *generation, const dsrt_tokenizer *tokenizer,
-                     const std::vector<std::string> &texts, Stream *stream, bool echoPrompt) {
-  const char *reasons[] = {"length", "stop", "callback"};
-  for (size_t i = 0; i < dsrt_generation_count(generation); ++i) {
-    const int64_t *tokens = nullptr;
-    size_t count = 0;
-    dsrt_finish_reason reason = DSRT_FINISH_LENGTH;
-    check(dsrt_generation_tokens(generation, i, &tokens, &count, &reason), "result");
-    // The stop token is in the tokens, not in the text.
-    const size_t spoken = reason == DSRT_FINISH_STOP && count > 0 ? count - 1 : count;
-    if (stream) {
-      stream->print(std::min(spoken, stream->tokens.size()), true);
-      std::cout << "\n";
-      continue;
-    }
-    if (tokenizer && i < texts.size()) {
-      char *text = nullptr;
-      check(dsrt_tokenizer_decode(tokenizer, tokens, spoken, 1, &text), "cannot decode");
-      std::cout << "sequence " << i << ": " << (echoPrompt ? texts[i] : "") << text << "\n";
-      dsrt_free(text);
-      continue;
-    }
-    std::cout << "sequence " << i << ":";
-    for (size_t t = 0; t < count; ++t)
-      std::cout << " " << tokens[t];
-    std::cout << " (" << reasons[reason] << ")\n";
-  }
-}
-
 // One request: `prompts` as ids, `texts` where they came as text.
 void generateAndPrint(const Options &options, Runner &runner,
                       const std::vector<std::vector<int64_t>> &prompts,
@@ -631,7 +529,8 @@ int main(int argc, char **argv) {
   dsrt_plan *plan = nullptr;
   check(dsrt_plan_open(options.plan.c_str(), &plan), "cannot open the plan");
   if (options.generate)
-    options.sampling = samplingFor(plan, options);
+    options.sampling = withModelDefaults(plan, options.generationConfig == "auto",
+                                         options.sampling, options.samplingGiven);
   Runner runner;
   size_t encodeInputs = 0;
   runner.textToText = dsrt_plan_io_count(plan, "encode", 0, &encodeInputs) == DSRT_OK;
