@@ -97,9 +97,10 @@ class ToolParser:
     def __init__(self, schemas: Optional[dict[str, dict]] = None):
         self.schemas = schemas or {}
 
-    def begin(self, text: str) -> tuple[Optional[int], int]:
+    def begin(self, text: str, sent: int = 0) -> tuple[Optional[int], int]:
         """Where the calls begin in `text` (None: not yet), and how much of the text before
-        it is content whatever comes next."""
+        it is content whatever comes next. The first `sent` characters went out as content
+        already (what an earlier call said was), so no call begins there."""
         raise NotImplementedError
 
     def calls(self, region: str, final: bool) -> list[tuple[str, str]]:
@@ -112,8 +113,8 @@ class _MarkedParser(ToolParser):
     """Calls that begin at a marker, anywhere in the output (text may come before)."""
     START = ""
 
-    def begin(self, text):
-        at = text.find(self.START)
+    def begin(self, text, sent=0):
+        at = text.find(self.START, sent)  # each token's call reads only the new text
         if at >= 0:
             return at, at
         return None, len(text) - held_tail(text, self.START)
@@ -227,7 +228,9 @@ class Llama3JsonParser(ToolParser):
     name = "llama3_json"
     TAG = "<|python_tag|>"
 
-    def begin(self, text):
+    def begin(self, text, sent=0):
+        if sent:
+            return None, len(text)  # content went out: a text answer
         stripped = text.lstrip()
         if not stripped or self.TAG.startswith(stripped):
             return None, 0  # undecided: held
@@ -332,7 +335,7 @@ class ToolCallStream:
                 and not any(c in delta for c in self.parser.closers)):
             return "", []
         if not self.content_only and self.start is None:
-            start, certain = self.parser.begin(self.text)
+            start, certain = self.parser.begin(self.text, self.sent)
             if start is None:
                 # Blanks wait for what follows them: before a call they are no content.
                 return self._content(len(self.text) if final else
