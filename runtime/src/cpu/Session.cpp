@@ -365,17 +365,9 @@ Status CpuSession::allocateKvCache(const CpuSessionOptions &options) {
 Status CpuSession::reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) {
   if (kvCache_.blockSize != 0)
     return Status::error("a paged KV cache's rows are the serving engine's blocks");
-  for (const ops::KvCacheLayer &layer : kvCache_.layers) {
-    if (!layer.key)
-      continue;
-    if (static_cast<int64_t>(sources.size()) > layer.batch)
-      return Status::error("reordering " + std::to_string(sources.size()) +
-                           " KV rows of a cache of " + std::to_string(layer.batch));
-    for (int64_t source : sources)
-      if (source < 0 || source >= static_cast<int64_t>(sources.size()))
-        return Status::error("KV row " + std::to_string(source) + " is not among the " +
-                             std::to_string(sources.size()) + " rows reordered");
-  }
+  for (const ops::KvCacheLayer &layer : kvCache_.layers)
+    if (layer.key)
+      DSRT_RETURN_IF_ERROR(checkKvRowSources(sources, layer.batch));
   // Each head's first `positions` rows are one contiguous run of [capacity, headDim].
   std::vector<uint8_t> held;
   for (const ops::KvCacheLayer &layer : kvCache_.layers) {

@@ -288,4 +288,44 @@ Status CudaSession::allocateKvCache() {
   return Status::ok();
 }
 
+// Row b of every layer becomes row sources[b]: each row's heads are `kvHeads` runs of its
+// first `positions` positions, `head` bytes apart, gathered into scratch and then written
+// back (a row may be both read and overwritten), two strided copies per row and tensor.
+Status CudaSession::reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) {
+  if (hostKvMirror_.blockSize != 0)
+    return Status::error("a paged KV cache's rows are the serving engine's blocks");
+  for (const DeviceKvLayer &layer : kvLayers_)
+    DSRT_RETURN_IF_ERROR(checkKvRowSources(sources, layer.batch));
+  if (sources.empty() || positions <= 0)
+    return Status::ok();
+  auto runBytes = [&](const DeviceKvLayer &layer) {
+    return static_cast<size_t>(std::min(positions, layer.capacity) * layer.headDim) *
+           dtypeSize(layer.dtype);
+  };
+  // One buffer for every layer and tensor: the stream orders each use after the last.
+  size_t most = 0;
+  for (const DeviceKvLayer &layer : kvLayers_)
+    most = std::max(most, static_cast<size_t>(layer.kvHeads) * runBytes(layer));
+  DevicePtr held = 0;
+  DSRT_RETURN_IF_ERROR(scratch(sources.size() * most, held));
+  for (const DeviceKvLayer &layer : kvLayers_) {
+    const size_t run = runBytes(layer);
+    const size_t head = static_cast<size_t>(layer.capacity * layer.headDim) *
+                        dtypeSize(layer.dtype);
+    const size_t row = static_cast<size_t>(layer.kvHeads) * head;
+    const auto heads = static_cast<size_t>(layer.kvHeads);
+    for (DevicePtr base : {layer.key, layer.value}) {
+      for (size_t b = 0; b < sources.size(); ++b)
+        DSRT_RETURN_IF_ERROR(copy2D(held + b * heads * run, run,
+                                    base + static_cast<size_t>(sources[b]) * row, head, run,
+                                    heads));
+      for (size_t b = 0; b < sources.size(); ++b)
+        if (sources[b] != static_cast<int64_t>(b))
+          DSRT_RETURN_IF_ERROR(copy2D(base + b * row, head, held + b * heads * run, run, run,
+                                      heads));
+    }
+  }
+  return Status::ok();
+}
+
 } // namespace dsrt::cuda

@@ -97,6 +97,9 @@ public:
   int64_t pagedKvBlocks() const override {
     return hostKvMirror_.blockSize != 0 ? pagedRows_.blocks : 0;
   }
+  // Beam search's moves of the dense cache's rows (CudaResources.cpp): strided copies on
+  // the session's stream through scratch memory, ordered before the next program's steps.
+  Status reorderKvRows(const std::vector<int64_t> &sources, int64_t positions) override;
 
   // For tests and diagnostics.
   const std::vector<StepPlacement> &lastPlacements(std::string_view program) const;

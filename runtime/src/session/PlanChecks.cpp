@@ -129,4 +129,15 @@ Status kvCacheLayout(const PlanFile &plan, int rank, std::vector<KvLayerShape> &
   return Status::ok();
 }
 
+Status checkKvRowSources(const std::vector<int64_t> &sources, int64_t batch) {
+  if (static_cast<int64_t>(sources.size()) > batch)
+    return Status::error("reordering " + std::to_string(sources.size()) +
+                         " KV rows of a cache of " + std::to_string(batch));
+  for (int64_t source : sources)
+    if (source < 0 || source >= static_cast<int64_t>(sources.size()))
+      return Status::error("KV row " + std::to_string(source) + " is not among the " +
+                           std::to_string(sources.size()) + " rows reordered");
+  return Status::ok();
+}
+
 } // namespace dsrt

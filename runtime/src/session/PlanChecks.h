@@ -35,6 +35,10 @@ struct KvLayerShape {
 // layer index share it, and must agree on its shape. Empty when no step uses the cache.
 Status kvCacheLayout(const PlanFile &plan, int rank, std::vector<KvLayerShape> &layers);
 
+// Session::reorderKvRows's sources for a cache of `batch` rows: at most that many, each one
+// of the rows reordered.
+Status checkKvRowSources(const std::vector<int64_t> &sources, int64_t batch);
+
 } // namespace dsrt
 
 #endif
