@@ -117,6 +117,7 @@ void addRequest(Choices &choices, dsrt_engine *engine, std::vector<int64_t> &ids
   options.logit_bias_values = biasValues.empty() ? nullptr : biasValues.data();
   options.logit_bias_count = biasTokens.size();
   options.min_tokens = static_cast<int32_t>(choices.pick<int64_t>({0, 0, 1, 3, -1}));
+  options.priority = static_cast<int32_t>(choices.pick<int64_t>({0, 0, 1, -1, INT32_MIN}));
   if (choices.byte() % 4 == 0) {
     options.token_mask = fuzzMask;
     options.token_mask_user_data =

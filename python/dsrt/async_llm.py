@@ -70,17 +70,19 @@ class AsyncLLM:
         return self._llm.apply_chat_template(messages, add_generation_prompt, **kwargs)
 
     async def generate(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None,
-                       request_id: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+                       request_id: Optional[str] = None,
+                       priority: int = 0) -> AsyncIterator[RequestOutput]:
         """The outputs of one prompt (text, token ids, or vLLM's ``{"prompt": ...}`` /
         ``{"prompt_token_ids": ...}``) as they come. ``request_id`` names it for
         ``abort``; by default the engine's id of its first output. A refused request (a
         prompt over the context, a bad option) raises :class:`dsrt.Error`, a request id in
-        use ValueError."""
+        use ValueError. ``priority`` (lower first) needs ``scheduling_policy="priority"``."""
         params = sampling_params or self._llm.get_default_sampling_params()
         if request_id is not None and request_id in self._live:
             raise ValueError(f"request id {request_id!r} is already running")
         text, ids = self._llm._prompt_text_and_ids(prompt)
-        copies = self._llm._engine_requests(params, ids)
+        ids = params._truncated(ids, self._llm.max_seq_len)
+        copies = self._llm._engine_requests(params, ids, priority)
         result = _empty_output(text, ids, params, len(copies))
         live = _Live(asyncio.get_running_loop(), result)
         try:

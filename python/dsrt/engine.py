@@ -84,6 +84,8 @@ class RequestParams:
     # vLLM's: only these tokens may be drawn (None: any); these words may not be written.
     allowed_token_ids: Optional[Sequence[int]] = None
     bad_words: Sequence[str] = ()
+    # vLLM's: lower values are scheduled first (and preempted last); 0 for all is FCFS.
+    priority: int = 0
 
 
 class Request:
@@ -323,7 +325,7 @@ class EngineLoop:
         within("a prompt token", prompt_ids, INT64)
         within("stop_token_ids", params.stop_token_ids, INT64)
         within("a logit_bias token", params.logit_bias or (), INT64)
-        for name in ("max_tokens", "top_k", "min_tokens"):
+        for name in ("max_tokens", "top_k", "min_tokens", "priority"):
             within(name, (getattr(params, name),), INT32)
         for name in ("logprobs", "prompt_logprobs"):
             if getattr(params, name) is not None:
@@ -356,7 +358,7 @@ class EngineLoop:
                 -1 if params.prompt_logprobs is None else params.prompt_logprobs,
                 [int(t) for t in (params.logit_bias or {})],
                 [float(v) for v in (params.logit_bias or {}).values()], params.min_tokens,
-                request.mask)
+                request.mask, params.priority)
             self._requests[request.id] = request
         return request
 
@@ -416,3 +418,22 @@ class EngineLoop:
                     requests[rid].on_events(batch)
                 except Exception as error:  # one request's failure must not stop the others'
                     requests[rid].fail(error)
+
+
+def truncate_prompt(ids: list[int], keep: Optional[int], max_seq_len: int,
+                    name: str = "truncate_prompt_tokens") -> list[int]:
+    """vLLM's truncate_prompt_tokens: the last `keep` ids (-1: the context's length of
+    them); None keeps them all. dsrt.Error names a value that is not -1 or at least 1, or
+    one past the context, as vLLM refuses it."""
+    if keep is None:
+        return ids
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep == 0 or keep < -1:
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {name} must be -1 (the model's context "
+                          f"length) or at least 1, not {keep!r}")
+    if keep == -1:
+        keep = max_seq_len
+    if keep > max_seq_len:
+        raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {name} {keep} is greater than the model's "
+                          f"context length of {max_seq_len} tokens; select a smaller "
+                          f"truncation size")
+    return ids[-keep:]

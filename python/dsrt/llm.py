@@ -10,7 +10,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .compiler import plan_for
-from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .engine import EngineLoop, RequestParams, TokenLogprob, Update, truncate_prompt
 from .generation_config import sampling_defaults
 from .structured import StructuredOutputsParams
 
@@ -81,6 +81,14 @@ class SamplingParams:
     # word's tokens, with and without a leading space).
     allowed_token_ids: Optional[Sequence[int]] = None
     bad_words: Optional[Sequence[str]] = None
+    # vLLM's: only the prompt's last k tokens are kept (left truncation); -1 keeps the
+    # model's context length of them.
+    truncate_prompt_tokens: Optional[int] = None
+
+    def _truncated(self, ids: list[int], max_seq_len: int) -> list[int]:
+        """The prompt's ids as truncate_prompt_tokens leaves them."""
+        return truncate_prompt(ids, self.truncate_prompt_tokens, max_seq_len,
+                               "SamplingParams.truncate_prompt_tokens")
 
     def _copies(self) -> int:
         # A bound: the copies are made before any is queued, and n = 2**63 had taken all of
@@ -291,7 +299,8 @@ class LLM:
                  max_num_batched_tokens: Optional[int] = None,
                  seed: Optional[int] = None,
                  speculative_config: Optional[dict] = None,
-                 generation_config: str = "auto"):
+                 generation_config: str = "auto",
+                 scheduling_policy: str = "fcfs"):
         def either(name: str, value, default, vllm_name: str, vllm_value):
             if vllm_value is None:
                 return value
@@ -309,6 +318,11 @@ class LLM:
         if generation_config not in ("auto", "vllm"):
             raise ValueError(f"generation_config must be 'auto' (the model's sampling "
                              f"defaults) or 'vllm' (OpenAI's), not {generation_config!r}")
+        if scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy must be 'fcfs' (first come, first served) or "
+                             f"'priority' (each request's, lower first), not "
+                             f"{scheduling_policy!r}")
+        self.scheduling_policy = scheduling_policy
         plan = plan_for(model, tp=tp, dtype=dtype, max_seq_len=max_seq_len)
         self._loop = EngineLoop(plan, device=device, block_size=block_size,
                                 kv_cache_bytes=kv_cache_bytes,
@@ -369,10 +383,24 @@ class LLM:
             request.seed = self._seeds.getrandbits(64)
         return request
 
-    def _engine_requests(self, params: SamplingParams, ids: list[int]) -> list[RequestParams]:
+    def _engine_requests(self, params: SamplingParams, ids: list[int],
+                         priority: int = 0) -> list[RequestParams]:
         """The n engine requests of a prompt's params (output j seeded seed + j)."""
-        return [self._seeded(params._request(len(ids), self.max_seq_len, j))
-                for j in range(params._copies())]
+        self._check_priority(priority)
+        requests = [self._seeded(params._request(len(ids), self.max_seq_len, j))
+                    for j in range(params._copies())]
+        for request in requests:
+            request.priority = priority
+        return requests
+
+    def _check_priority(self, priority) -> None:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: a priority must be an integer, not "
+                              f"{priority!r}")
+        if priority != 0 and self.scheduling_policy != "priority":
+            raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: got priority {priority}, but priority "
+                              f"scheduling is not enabled: make the LLM with "
+                              f"scheduling_policy=\"priority\"")
 
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
         return self._prompt_text_and_ids(prompt)[1]
@@ -385,14 +413,21 @@ class LLM:
 
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-                 *, use_tqdm: bool = False) -> list[RequestOutput]:
+                 *, use_tqdm: bool = False,
+                 priority: Optional[Sequence[int]] = None) -> list[RequestOutput]:
         """Generates for every prompt (text, token ids, or vLLM's ``{"prompt": ...}`` /
         ``{"prompt_token_ids": ...}``) at once, each as its own request of the engine;
         returns them in the prompts' order. ``sampling_params`` is one for all, or one per
-        prompt. ``use_tqdm`` is taken for vLLM's signature; no progress bar is drawn."""
+        prompt. ``priority``, one per prompt (lower first), needs
+        ``scheduling_policy="priority"``. ``use_tqdm`` is taken for vLLM's signature; no
+        progress bar is drawn."""
         if _is_one_prompt(prompts):
             prompts = [prompts]
         prompts = list(prompts)
+        priorities = [0] * len(prompts) if priority is None else list(priority)
+        if len(priorities) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts and {len(priorities)} priorities: give "
+                             f"one per prompt")
         if isinstance(sampling_params, Sequence):
             if len(sampling_params) != len(prompts):
                 raise ValueError(f"{len(prompts)} prompts and {len(sampling_params)} "
@@ -405,7 +440,8 @@ class LLM:
         try:
             for index, (prompt, params) in enumerate(zip(prompts, per_prompt)):
                 text, ids = self._prompt_text_and_ids(prompt)
-                copies = self._engine_requests(params, ids)
+                ids = params._truncated(ids, self.max_seq_len)
+                copies = self._engine_requests(params, ids, priorities[index])
                 results.append(_empty_output(text, ids, params, len(copies)))
                 for j, request in enumerate(copies):
                     requests.append(self._loop.submit(
@@ -428,8 +464,8 @@ class LLM:
                ) -> Iterator[str]:
         """The text of one request, piece by piece as tokens come (a character cut across
         tokens comes whole). Closing the iterator early cancels the request."""
-        ids = self._prompt_ids(prompt)
         sampling = sampling_params or self.get_default_sampling_params()
+        ids = sampling._truncated(self._prompt_ids(prompt), self.max_seq_len)
         if sampling._copies() != 1:
             raise _dsrt.Error("DSRT_INVALID_ARGUMENT: stream() streams one output: n must be 1 "
                               "(generate() takes n > 1)")

@@ -64,6 +64,10 @@ class _Common(BaseModel):
     # vLLM's: only these token ids may be drawn; these words may not be written.
     allowed_token_ids: Optional[list[StrictInt]] = None
     bad_words: Optional[list[StrictStr]] = None
+    # vLLM's: only the prompt's last k tokens are kept; -1 keeps the context's length.
+    truncate_prompt_tokens: Optional[StrictInt] = Field(default=None, ge=-1)
+    # vLLM's: lower is scheduled first, under --scheduling-policy priority.
+    priority: StrictInt = Field(default=0, ge=-2 ** 31, le=2 ** 31 - 1)
     user: Optional[StrictStr] = None
 
     def structured(self) -> Optional[StructuredOutputsParams]:

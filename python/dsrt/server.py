@@ -237,6 +237,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
             check_cap()  # again: others may have come in while a long prompt was encoded
             if not prompts or any(not p for p in prompts):
                 raise Refused(400, "the prompt is empty", param="prompt")
+            if body.truncate_prompt_tokens is not None:
+                prompts = [server.truncated(body, p) for p in prompts]
+                # echo gives the prompt the model saw.
+                prompt = prompts
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
             if body.echo and body.logprobs is not None:
@@ -317,7 +321,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
         except ValueError as error:
             raise Refused(400, str(error), param="tool_choice")
         prompt = server.render_chat(body)
-        ids = await encode(prompt, add_special_tokens=False)
+        ids = server.truncated(body, await encode(prompt, add_special_tokens=False))
         check_cap()  # again, as for completions
         top = body.top_logprobs or 0
         params = server.params(body, body.max_completion_tokens or body.max_tokens,

@@ -170,6 +170,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="vLLM's: auto (default) takes the model's generation_config.json "
                         "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) "
                         "for what a request leaves out; vllm keeps OpenAI's defaults")
+    parser.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+                        help="vLLM's: fcfs (default) serves requests in arrival order; "
+                        "priority takes each request's \"priority\" (lower first, then by "
+                        "arrival), which fcfs refuses unless it is 0")
     parser.add_argument("--enable-auto-tool-choice", action="store_true",
                         help="vLLM's: tool_choice \"auto\" (always on where a tool-call "
                         "format is named or detected); with it, a server that finds none "
@@ -236,7 +240,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     bool(args.structured_outputs_config.get("disable_any_whitespace")),
                     tool_call_parser=args.tool_call_parser,
                     reasoning_parser=args.reasoning_parser,
-                    generation_config=args.generation_config)
+                    generation_config=args.generation_config,
+                    scheduling_policy=args.scheduling_policy)
     if args.enable_auto_tool_choice and not server.tool_call_parser:
         print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
               f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",

@@ -12,7 +12,7 @@ from typing import AsyncIterator, Optional
 
 from . import _dsrt
 from .chat import ChatTemplate, ChatTemplateError, openai_messages
-from .engine import EngineLoop, RequestParams, TokenLogprob, Update
+from .engine import EngineLoop, RequestParams, TokenLogprob, Update, truncate_prompt
 from .generation_config import sampling_defaults
 from .protocol import new_id, now, usage
 from .server_metrics import ServerMetrics
@@ -103,8 +103,9 @@ class Server:
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
                  chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
                  tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None,
-                 generation_config: str = "auto"):
+                 generation_config: str = "auto", scheduling_policy: str = "fcfs"):
         self.engine = engine
+        self.scheduling_policy = scheduling_policy
         # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
         self.disable_any_whitespace = disable_any_whitespace
         self.tokenizer = engine.tokenizer
@@ -165,6 +166,13 @@ class Server:
             raise Refused(400, "this plan has no tokenizer (its model had no tokenizer.json "
                                 "beside it)")
 
+    def truncated(self, body, ids: list[int]) -> list[int]:
+        """A prompt's ids as the body's truncate_prompt_tokens leaves them."""
+        try:
+            return truncate_prompt(ids, body.truncate_prompt_tokens, self.engine.max_seq_len)
+        except _dsrt.Error as error:
+            raise Refused(400, str(error).split(": ", 1)[-1], param="truncate_prompt_tokens")
+
     def params(self, body, max_tokens: Optional[int], prompt_length: int,
                logprobs: Optional[int]) -> RequestParams:
         context = self.engine.max_seq_len
@@ -178,6 +186,10 @@ class Server:
                                 f"({prompt_length} in the messages, {max_tokens} in the "
                                 f"completion). Please reduce the length of the messages or "
                                 f"completion.", param="max_tokens")
+        if body.priority != 0 and self.scheduling_policy != "priority":
+            raise Refused(400, f"got priority {body.priority}, but priority scheduling is not "
+                               f"enabled: start dsserve with --scheduling-policy priority",
+                          param="priority")
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if any(not s for s in stop):
             raise Refused(400, "stop strings must not be empty", param="stop")
@@ -204,7 +216,7 @@ class Server:
             skip_special_tokens=body.skip_special_tokens, min_tokens=body.min_tokens,
             include_stop_str_in_output=body.include_stop_str_in_output,
             structured_outputs=structured, allowed_token_ids=body.allowed_token_ids,
-            bad_words=list(body.bad_words or ()))
+            bad_words=list(body.bad_words or ()), priority=body.priority)
 
     def choices(self, prompts: list[list[int]], params: list[RequestParams], n: int,
                 ) -> Generation:

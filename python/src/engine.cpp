@@ -155,7 +155,7 @@ struct Engine {
                      float presencePenalty, float frequencyPenalty, int promptLogprobs,
                      const std::vector<int64_t> &biasTokens,
                      const std::vector<float> &biasValues, int minTokens,
-                     nb::object tokenMask) {
+                     nb::object tokenMask, int priority) {
     if (biasTokens.size() != biasValues.size())
       throw nb::value_error("logit_bias_tokens and logit_bias_values differ in length");
     dsrt_request_options options;
@@ -178,6 +178,7 @@ struct Engine {
     options.logit_bias_values = biasValues.data();
     options.logit_bias_count = biasTokens.size();
     options.min_tokens = minTokens;
+    options.priority = priority;
     std::unique_ptr<MaskHolder> mask;
     if (!tokenMask.is_none()) {
       mask = std::make_unique<MaskHolder>();
@@ -304,7 +305,7 @@ void bindEngine(nb::module_ &m) {
            "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f,
            "prompt_logprobs"_a = -1, "logit_bias_tokens"_a = std::vector<int64_t>(),
            "logit_bias_values"_a = std::vector<float>(), "min_tokens"_a = 0,
-           "token_mask"_a = nb::none())
+           "token_mask"_a = nb::none(), "priority"_a = 0)
       .def("cancel", &Engine::cancel, "request"_a)
       .def("reset_prefix_cache", &Engine::resetPrefixCache)
       .def("wait_events", &Engine::waitEvents, "timeout"_a)

@@ -188,3 +188,41 @@ def test_structured_outputs_from_asyncio(engine):
     first, second = asyncio.run(both())
     assert first.text in choices["a"] and first.finish_reason == "stop"
     assert second.text in choices["b"] and second.finish_reason == "stop"
+
+
+def test_priority_scheduling_serves_lower_values_first(long_plan):
+    """vLLM's scheduling_policy="priority": with one sequence at a time, requests queued
+    behind a running one are served by priority (lower first), not by arrival, and each
+    still gives its greedy tokens; under "fcfs" a priority other than 0 is refused."""
+    async def serve(engine, priorities):
+        order = []
+
+        async def one(name, prompt, max_tokens, priority):
+            params = dsrt.SamplingParams(max_tokens=max_tokens, **GREEDY)
+            outputs = [o async for o in engine.generate(prompt, params, priority=priority)]
+            order.append(name)
+            return outputs[-1].outputs[0].token_ids
+
+        first = asyncio.ensure_future(one("first", [1, 2, 3], 256, 0))
+        while engine._llm._loop.stats()["running"] == 0:  # it holds the only sequence
+            await asyncio.sleep(0.001)
+        queued = [asyncio.ensure_future(one(p, [4 + p, 5, 6], 4, p)) for p in priorities]
+        results = await asyncio.gather(first, *queued)
+        return order, results[1:]
+
+    with dsrt.AsyncLLM(long_plan, max_num_seqs=1, scheduling_policy="priority") as engine:
+        order, tokens = run(serve(engine, [2, 0, 1]))
+        assert order == ["first", 0, 1, 2]
+        alone = engine._llm.generate([[4 + p, 5, 6] for p in [2, 0, 1]],
+                                     dsrt.SamplingParams(max_tokens=4, **GREEDY))
+        assert tokens == [o.outputs[0].token_ids for o in alone]
+    with dsrt.AsyncLLM(long_plan, max_num_seqs=1) as engine:
+        with pytest.raises(dsrt.Error, match="priority scheduling is not enabled"):
+            run(collect_priority(engine, 1))
+    with pytest.raises(ValueError, match="scheduling_policy"):
+        dsrt.AsyncLLM(long_plan, scheduling_policy="lifo")
+
+
+async def collect_priority(engine, priority):
+    return [o async for o in engine.generate([1, 2], dsrt.SamplingParams(max_tokens=2),
+                                             priority=priority)]

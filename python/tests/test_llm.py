@@ -291,6 +291,31 @@ def test_the_stop_token_is_in_the_token_ids_but_not_the_text(llm, reference):
             assert out.text == tokenizer.decode(free.token_ids[:3 if keep else 2]), (keep, skip)
 
 
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(llm, reference):
+    """vLLM's truncate_prompt_tokens: the request is the prompt's last k tokens, as if only
+    they had been given (the first k would give other tokens), through generate, stream
+    and chat; -1 keeps the context's length, and values vLLM refuses are refused by name."""
+    ids = reference["prompts"][0]["ids"]
+    assert len(ids) >= 4
+    keep = len(ids) // 2
+    sliced = llm.generate([ids[-keep:]], dsrt.SamplingParams(max_tokens=5, **GREEDY))[0]
+    head = llm.generate([ids[:keep]], dsrt.SamplingParams(max_tokens=5, **GREEDY))[0]
+    assert sliced.outputs[0].token_ids != head.outputs[0].token_ids
+    cut = llm.generate([ids], dsrt.SamplingParams(max_tokens=5, truncate_prompt_tokens=keep,
+                                                  **GREEDY))[0]
+    assert cut.prompt_token_ids == ids[-keep:]
+    assert cut.outputs[0].token_ids == sliced.outputs[0].token_ids
+    streamed = "".join(llm.stream(ids, dsrt.SamplingParams(
+        max_tokens=5, truncate_prompt_tokens=keep, **GREEDY)))
+    assert streamed == sliced.outputs[0].text
+    whole = llm.generate([ids], dsrt.SamplingParams(max_tokens=5, truncate_prompt_tokens=-1,
+                                                    **GREEDY))[0]
+    assert whole.prompt_token_ids == ids
+    for bad in (0, -2, llm.max_seq_len + 1):
+        with pytest.raises(dsrt.Error, match="truncate_prompt_tokens"):
+            llm.generate([ids], dsrt.SamplingParams(truncate_prompt_tokens=bad))
+
+
 def prefix_logprobs(plan, prompt):
     """log_softmax of the prefill program's last logits for each prefix of `prompt`: entry p
     is token p + 1's distribution given tokens 0..p (computed here, one prefill per prefix)."""

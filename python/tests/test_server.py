@@ -356,6 +356,68 @@ def test_echo_returns_the_prompt_and_its_logprobs(server, llm):
     assert plain["choices"][0]["logprobs"] is None
 
 
+def test_truncate_prompt_tokens_serves_the_prompts_last_tokens(server, client, llm, reference):
+    """vLLM's truncate_prompt_tokens on completions and chat: the answer and its usage are
+    those of the prompt's last k tokens; echo gives the prompt the model saw; a value vLLM
+    refuses is a 400 naming the field."""
+    ids = reference["prompts"][0]["ids"]
+    keep = len(ids) // 2
+    sliced = client.completions.create(model="m", prompt=ids[-keep:], max_tokens=4,
+                                       extra_body=NO_EOS, **GREEDY)
+    cut = client.completions.create(model="m", prompt=ids, max_tokens=4, echo=True,
+                                    extra_body={**NO_EOS, "truncate_prompt_tokens": keep},
+                                    **GREEDY)
+    assert cut.usage.prompt_tokens == keep
+    assert cut.choices[0].text == llm.tokenizer.decode(ids[-keep:]) + sliced.choices[0].text
+    messages = [{"role": "user", "content": "tell me a long story about a lighthouse"}]
+    whole = client.chat.completions.create(model="m", messages=messages, max_tokens=3,
+                                           extra_body=NO_EOS, **GREEDY)
+    short = client.chat.completions.create(model="m", messages=messages, max_tokens=3,
+                                           extra_body={**NO_EOS, "truncate_prompt_tokens": 4},
+                                           **GREEDY)
+    assert whole.usage.prompt_tokens > 4 and short.usage.prompt_tokens == 4
+    for bad in (0, -2, 10 ** 6):
+        answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": 1, "truncate_prompt_tokens": bad})
+        assert answer.status_code == 400, bad
+        assert "truncate_prompt_tokens" in answer.text
+
+
+def test_priority_needs_the_priority_policy(server):
+    """vLLM's: a request's priority other than 0 is refused (400, naming it) unless dsserve
+    runs --scheduling-policy priority; 0 is every request's default."""
+    for route, body in (("/v1/completions", {"prompt": [5, 6], "max_tokens": 1}),
+                        ("/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})):
+        answer = requests.post(server.url + route, timeout=60, json={**body, "priority": 3})
+        assert answer.status_code == 400
+        assert "--scheduling-policy priority" in answer.json()["error"]["message"]
+        assert requests.post(server.url + route, timeout=60,
+                             json={**body, "priority": 0}).status_code == 200
+
+
+def test_priority_reaches_the_engine_under_the_priority_policy(plan):
+    from conftest import asgi_post
+    from dsrt.engine import EngineLoop
+    from dsrt.server import create_app
+    from dsrt.server_state import Server
+    engine = EngineLoop(plan)
+    seen = []
+    submit = engine.submit
+    engine.submit = lambda ids, params, notify: (seen.append(params.priority),
+                                                 submit(ids, params, notify))[1]
+    try:
+        app = create_app(Server(engine, "m", 8, scheduling_policy="priority"))
+        answer = asgi_post(app, "/v1/completions", {"prompt": [5, 6], "max_tokens": 2,
+                                                    "priority": -3, "n": 2})
+        assert answer.status_code == 200, answer.text
+        assert seen == [-3, -3]
+        answer = asgi_post(app, "/v1/completions", {"prompt": [5, 6], "priority": 2 ** 31})
+        assert answer.status_code == 400 and "priority" in answer.text
+    finally:
+        engine.close()
+
+
 def test_api_key_guards_the_openai_routes(plan):
     # vLLM's --api-key: /v1/... needs the key (the openai client sends its api_key as a
     # bearer token), /health stays open for probes.

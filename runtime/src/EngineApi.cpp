@@ -195,6 +195,7 @@ dsrt_status dsrt_engine_add_request(dsrt_engine *engine, const int64_t *prompt, 
   cpp.frequencyPenalty = given.frequency_penalty;
   cpp.promptLogprobs = given.prompt_logprobs;
   cpp.minTokens = given.min_tokens;
+  cpp.priority = given.priority;
   for (size_t i = 0; i < given.logit_bias_count; ++i)
     cpp.logitBias.emplace_back(given.logit_bias_tokens[i], given.logit_bias_values[i]);
   if (given.token_mask) {

@@ -489,6 +489,8 @@ typedef struct dsrt_request_options {
                                     fields made the struct larger: a caller built before them
                                     is refused by struct_size. */
   void *token_mask_user_data;
+  int32_t priority;              /* 0 (default); vLLM's: lower values are admitted first and
+                                    preempted last, equal ones first come, first served */
 } dsrt_request_options;
 
 typedef enum dsrt_request_state {

@@ -392,6 +392,7 @@ struct RequestOptions {
     frequencyPenalty = c.frequency_penalty;
     promptLogprobs = c.prompt_logprobs;
     minTokens = c.min_tokens;
+    priority = c.priority;
   }
   int32_t maxNewTokens;
   float temperature;  // 0: greedy
@@ -406,6 +407,7 @@ struct RequestOptions {
   int32_t promptLogprobs;  // -1: none (DSRT_REQUEST_PROMPT callbacks otherwise)
   int32_t minTokens;       // 0: none; else EOS and stop tokens wait for this many
   std::vector<std::pair<int64_t, float>> logitBias;  // (token, bias in [-100, 100])
+  int32_t priority;        // lower first (vLLM's); 0: first come, first served
 };
 
 // The serving engine (dsrt_engine_*): requests added and cancelled at any time, from any
@@ -469,6 +471,7 @@ public:
     c.frequency_penalty = options.frequencyPenalty;
     c.prompt_logprobs = options.promptLogprobs;
     c.min_tokens = options.minTokens;
+    c.priority = options.priority;
     std::vector<int64_t> biasTokens;
     std::vector<float> biasValues;
     for (size_t i = 0; i < options.logitBias.size(); ++i) {

@@ -74,7 +74,8 @@ Status Engine::add(const std::vector<int64_t> &prompt, const RequestOptions &opt
   // A masked request's drafts would need its grammar's state after each of them.
   DSRT_RETURN_IF_ERROR(scheduler_->add(prompt, options.maxNewTokens, id,
                                        options.promptLogprobs < 0,
-                                       options.tokenMask ? 0 : options_.speculativeTokens));
+                                       options.tokenMask ? 0 : options_.speculativeTokens,
+                                       options.priority));
   counters_.promptTokens += prompt.size();
   Live &live = live_[id];
   live.options = options;

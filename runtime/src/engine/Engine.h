@@ -116,6 +116,9 @@ struct RequestOptions {
   // RequestFinish::Prompt events before the first generated token. Such a request computes
   // its whole prompt: it takes no prefix-cache hits (its blocks are still shared after).
   int64_t promptLogprobs = -1;
+  // Scheduling priority (vLLM's): lower values are admitted first and preempted last;
+  // equal priorities are first come, first served (Scheduler.h).
+  int64_t priority = 0;
   // Structured output (dsrt_token_mask_fn): before each draw, the tokens the request may
   // draw, bit t % 32 of word t / 32 of `allowed` (all set on entry), given the tokens it
   // has generated. Called on the stepping thread outside the engine's lock; an error ends

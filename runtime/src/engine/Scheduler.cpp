@@ -50,7 +50,7 @@ int64_t Scheduler::blocksFor(int64_t tokens) const {
 }
 
 Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
-                      bool takesPrefixHits, int64_t speculativeTokens) {
+                      bool takesPrefixHits, int64_t speculativeTokens, int64_t priority) {
   DSRT_RETURN_IF_ERROR(configStatus_);
   if (prompt.empty())
     return Status::error("a request needs at least one prompt token");
@@ -82,10 +82,32 @@ Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t
   seq.takesPrefixHits = takesPrefixHits;
   seq.speculativeTokens = std::max<int64_t>(0, speculativeTokens);
   seq.draftLimit = seq.speculativeTokens;
+  seq.priority = priority;
   id = seq.id;
-  waiting_.push_back(id);
+  enqueueWaiting(seq);
   sequences_.emplace(id, std::move(seq));
   return Status::ok();
+}
+
+void Scheduler::enqueueWaiting(const Sequence &seq) {
+  // After every waiting sequence that goes before it: for equal priorities an arrival goes
+  // to the back, and a preempted sequence, older than every waiting one, to the front.
+  auto place = std::find_if(waiting_.begin(), waiting_.end(), [&](int64_t other) {
+    const Sequence &waiting = sequences_.at(other);
+    return std::make_pair(waiting.priority, waiting.id) > std::make_pair(seq.priority, seq.id);
+  });
+  waiting_.insert(place, seq.id);
+}
+
+Scheduler::Sequence &Scheduler::preemptionVictim() {
+  Sequence *victim = nullptr;
+  for (int64_t id : running_) {
+    Sequence &seq = sequences_.at(id);
+    if (!victim || std::make_pair(seq.priority, seq.id) > std::make_pair(victim->priority,
+                                                                            victim->id))
+      victim = &seq;
+  }
+  return *victim;
 }
 
 void Scheduler::computeBlockHashes(Sequence &seq, size_t fullBlocks) {
@@ -125,8 +147,8 @@ void Scheduler::preempt(Sequence &victim, StepState &step) {
   releaseBlocks(victim);
   victim.state = SequenceState::Waiting;
   running_.erase(std::find(running_.begin(), running_.end(), victim.id));
-  // The front, so that it runs again before anything that arrived after it.
-  waiting_.push_front(victim.id);
+  // Before anything of its priority that arrived after it.
+  enqueueWaiting(victim);
   std::vector<ScheduledChunk> &chunks = step.plan.chunks;
   auto chunk = std::find_if(chunks.begin(), chunks.end(), [&](const ScheduledChunk &c) {
     return c.requestId == victim.id;
@@ -152,7 +174,7 @@ bool Scheduler::growRunning(Sequence &seq, int64_t count, StepState &step) {
     // `seq` is running, so running_ is not empty. A sequence alone always fits (add()
     // checks it against the whole pool), so this ends before `seq` is the only one left,
     // or by preempting `seq` itself, never in a loop.
-    Sequence &victim = sequences_.at(running_.back());
+    Sequence &victim = preemptionVictim();
     bool preemptsItself = &victim == &seq;
     preempt(victim, step);
     if (preemptsItself)

@@ -11,8 +11,10 @@
 // Policy, per step, under maxTokensPerStep:
 //   1. running sequences with one token left to compute (decode), one token each;
 //   2. running sequences still computing their prompt (chunked prefill);
-//   3. waiting sequences in arrival order, admitted while the running cap and the pool
-//      allow; the head of the queue is never skipped for a later one (no starvation);
+//   3. waiting sequences in order of (priority, arrival), admitted while the running cap
+//      and the pool allow; the head of the queue is never skipped for a later one (no
+//      starvation among equal priorities; every request has priority 0 unless its caller
+//      gave one, and then this is FCFS);
 //   4. drafts of the decode sequences that speculate (below).
 // Speculative decoding (prompt lookup, vLLM's "ngram"): a decode chunk of a sequence added
 // with speculativeTokens > 0 also computes up to that many drafts, the tokens that followed
@@ -23,10 +25,12 @@
 // costs and saves nothing). A sequence's drafts follow its luck: after a rejection it drafts
 // one more than it had accepted, after a full acceptance twice as many, up to
 // speculativeTokens. The engine keeps the drafts its model confirms.
-// A running sequence that needs a block when none is left preempts the most recently
-// admitted running sequence (recompute: its blocks are released, and it goes back to the
-// front of the waiting queue with its generated tokens). No sequence is admitted in a step
-// that preempted one: the pool has just proven too small.
+// A running sequence that needs a block when none is left preempts the running sequence of
+// the largest (priority, arrival): of equal priorities, the one that arrived last (vLLM's
+// choice under either of its policies). Recompute: its blocks are released, and it goes
+// back to the waiting queue with its generated tokens, at its place by (priority, arrival),
+// which for equal priorities is the front. No sequence is admitted in a step that preempted
+// one: the pool has just proven too small.
 #ifndef DSRT_ENGINE_SCHEDULER_H
 #define DSRT_ENGINE_SCHEDULER_H
 
@@ -94,9 +98,11 @@ public:
   // prompt + maxNewTokens tokens need more blocks than the whole pool.
   // takesPrefixHits false: the request computes its whole prompt (prompt log-probabilities
   // need every position's logits); its full blocks are still published.
-  // speculativeTokens: drafts its decode chunks may carry (0: none).
+  // speculativeTokens: drafts its decode chunks may carry (0: none). priority: lower runs
+  // first (vLLM's), ties by arrival.
   Status add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t &id,
-             bool takesPrefixHits = true, int64_t speculativeTokens = 0);
+             bool takesPrefixHits = true, int64_t speculativeTokens = 0,
+             int64_t priority = 0);
 
   // The next step. An error when the previous step was not committed yet. A plan without
   // chunks (nothing to run) needs no commit(); every other plan needs one, also when the
@@ -166,6 +172,7 @@ private:
     int64_t cachedPromptTokens = -1;  // see cachedPromptTokens(); -1 until admitted
     int64_t speculativeTokens = 0;
     int64_t draftLimit = 0;  // its next drafts at most (speculativeTokens, then its luck's)
+    int64_t priority = 0;
   };
 
   // One step in the making: the plan plus what scheduling it has spent.
@@ -184,6 +191,10 @@ private:
   // `seq` itself had to be preempted.
   bool growRunning(Sequence &seq, int64_t count, StepState &step);
   void preempt(Sequence &victim, StepState &step);
+  // Puts `seq` into waiting_ at its place by (priority, id).
+  void enqueueWaiting(const Sequence &seq);
+  // The running sequence preemption takes first: the largest (priority, id).
+  Sequence &preemptionVictim();
   void scheduleChunk(Sequence &seq, int64_t count, StepState &step);
   // Admits the head of the waiting queue with its first chunk; false when it does not fit.
   bool admitHead(StepState &step);
@@ -196,9 +207,9 @@ private:
   Status configStatus_;
   int64_t nextId_ = 1;
   std::unordered_map<int64_t, Sequence> sequences_;
-  // In admission order: the back is preempted first. Admission takes the front of waiting_
-  // and preemption gives the back back to its front, so running_ then waiting_ always list
-  // the ids in arrival order, and admission order is FCFS order.
+  // running_ in admission order; waiting_ by (priority, id). With equal priorities the
+  // back of running_ is preempted first and goes back to the front of waiting_, so
+  // running_ then waiting_ list the ids in arrival order, and admission order is FCFS.
   std::vector<int64_t> running_;
   std::deque<int64_t> waiting_;
   // The chunks handed out by schedule(), without their tables, kept until commit().

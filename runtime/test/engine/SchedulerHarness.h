@@ -61,9 +61,10 @@ public:
     EXPECT_TRUE(scheduler.validate().isOk()) << scheduler.validate().message();
   }
 
-  int64_t add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t drafts = 0) {
+  int64_t add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t drafts = 0,
+              int64_t priority = 0) {
     int64_t id = 0;
-    Status status = scheduler.add(prompt, maxNewTokens, id, true, drafts);
+    Status status = scheduler.add(prompt, maxNewTokens, id, true, drafts, priority);
     EXPECT_TRUE(status.isOk()) << status.message();
     expected[id] = generateAlone(std::move(prompt), maxNewTokens, model_);
     return id;
