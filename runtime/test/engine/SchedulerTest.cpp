@@ -346,12 +346,14 @@ TEST(Scheduler, FinishOnStopTokenReleasesBlocks) {
 
 // Every block is held once per table that lists it; a block in two tables is one shared
 // through the prefix cache. Waiting requests hold nothing.
-void checkInvariants(const Scheduler &scheduler, const StepPlan *plan) {
+// `fcfs`: every request has priority 0.
+void checkInvariants(const Scheduler &scheduler, const StepPlan *plan, bool fcfs = true) {
   const BlockPool &pool = scheduler.pool();
   std::vector<int> holders(static_cast<size_t>(pool.totalBlocks()), 0);
   std::vector<int64_t> live = scheduler.liveRequests();
   // Running then waiting in arrival order: FCFS survives preemption.
-  ASSERT_TRUE(std::is_sorted(live.begin(), live.end()));
+  if (fcfs)
+    ASSERT_TRUE(std::is_sorted(live.begin(), live.end()));
   for (size_t i = 0; i < live.size(); ++i) {
     const std::vector<BlockId> &table = scheduler.blockTable(live[i]);
     bool waiting = i >= static_cast<size_t>(scheduler.runningCount());
@@ -388,12 +390,13 @@ struct SimulationCase {
   bool prefixCaching;
   uint32_t seed;
   int64_t drafts = 0;  // each request's speculative tokens (over repetitiveToken's model)
+  bool priorities = false;  // each request a priority in [-2, 2] (else all 0: FCFS)
 };
 
 void PrintTo(const SimulationCase &sim, std::ostream *out) {
   *out << "blocks of " << sim.blockSize << " x" << sim.numBlocks << ", budget "
        << sim.maxTokensPerStep << (sim.prefixCaching ? ", prefix caching" : "") << ", seed "
-       << sim.seed << (sim.drafts ? ", drafts" : "");
+       << sim.seed << (sim.drafts ? ", drafts" : "") << (sim.priorities ? ", priorities" : "");
 }
 
 class SchedulerSimulation : public ::testing::TestWithParam<SimulationCase> {};
@@ -415,6 +418,16 @@ TEST_P(SchedulerSimulation, RandomTrafficMatchesRunningAlone) {
     for (int i = 0; i < 20; ++i)
       prompt.push_back(uniform(0, 999));
   std::set<int64_t> cancelled;
+  std::map<int64_t, int64_t> priority;  // by request id
+  // The waiting queue (liveRequests() after the running ones) is in (priority, arrival)
+  // order: with all priorities 0, arrival order.
+  auto checkQueueOrder = [&] {
+    std::vector<int64_t> live = h.scheduler.liveRequests();
+    for (size_t i = static_cast<size_t>(h.scheduler.runningCount()) + 1; i < live.size(); ++i)
+      ASSERT_LT(std::make_pair(priority[live[i - 1]], live[i - 1]),
+                std::make_pair(priority[live[i]], live[i]))
+          << "request " << live[i - 1] << " waits before request " << live[i];
+  };
   auto cancelOne = [&] {
     std::vector<int64_t> live = h.scheduler.liveRequests();
     if (live.empty())
@@ -437,16 +450,19 @@ TEST_P(SchedulerSimulation, RandomTrafficMatchesRunningAlone) {
         prompt.push_back(uniform(0, 999));
       int64_t promptLength = static_cast<int64_t>(prompt.size());
       int64_t maxNew = std::min(uniform(1, 12), maxLength - promptLength);
-      h.add(std::move(prompt), maxNew, sim.drafts);
+      const int64_t given = sim.priorities ? uniform(-2, 2) : 0;
+      priority[h.add(std::move(prompt), maxNew, sim.drafts, given)] = given;
     }
     if (uniform(0, 99) < 3)
       cancelOne();
     StepPlan plan = h.schedule();
-    checkInvariants(h.scheduler, &plan);
+    checkInvariants(h.scheduler, &plan, !sim.priorities);
+    checkQueueOrder();
     if (uniform(0, 99) < 3)
       cancelOne();  // between schedule() and commit()
     h.runAndCommit(plan);
-    checkInvariants(h.scheduler, nullptr);
+    checkInvariants(h.scheduler, nullptr, !sim.priorities);
+    checkQueueOrder();
     if (HasFatalFailure())
       return;
   }
@@ -482,7 +498,9 @@ INSTANTIATE_TEST_SUITE_P(Pools, SchedulerSimulation,
                                            SimulationCase{8, 8, 24, true, 5},
                                            SimulationCase{4, 16, 16, true, 6, 3},
                                            SimulationCase{1, 48, 32, true, 7, 4},
-                                           SimulationCase{2, 24, 8, false, 8, 2}));
+                                           SimulationCase{2, 24, 8, false, 8, 2},
+                                           SimulationCase{4, 16, 16, true, 9, 0, true},
+                                           SimulationCase{2, 24, 8, true, 10, 2, true}));
 
 } // namespace
 } // namespace dsrt::engine
