@@ -93,16 +93,81 @@ _json_strings = _json("a JSON list of strings such as '[\"*\"]'", lambda v: isin
 _json_object = _json("a JSON object", lambda v: isinstance(v, dict))
 
 
+# vLLM's flags that ask for nothing dsserve does otherwise: taken, so that a `vllm serve`
+# command line runs unchanged, and said once at the start.
+_WITHOUT_EFFECT = {
+    "--trust-remote-code": "taken; dsrt runs no model code (the plan is the compiled graph)",
+    "--disable-log-requests": "taken; dsserve does not log requests",
+    "--disable-log-stats": "taken; dsserve does not log statistics (/metrics has them)",
+    "--enable-chunked-prefill": "taken; prompts are always chunked",
+    "--disable-frontend-multiprocessing": "taken; the server and engine share one process",
+    "--swap-space": "taken; a preempted sequence is recomputed, never swapped to host memory",
+}
+# vLLM's flags that ask for what dsserve cannot do: refused with what to use instead.
+_REFUSED = {
+    "gpu_memory_utilization": "--gpu-memory-utilization is not taken: it is a share of the "
+                              "whole GPU with the weights; --kv-cache-memory-fraction is a "
+                              "share of what the weights leave (--kv-cache-bytes: an amount)",
+    "tokenizer": "--tokenizer is not taken: the plan carries its model's tokenizer (dsc "
+                 "embeds the tokenizer.json beside the model)",
+    "quantization": "--quantization is not taken: compile quantized weights with --dtype "
+                    "int8 or int4 (or serve an ONNX Runtime-quantized model as it is)",
+    "enable_lora": "LoRA adapters are not served (--enable-lora, --lora-modules)",
+    "pipeline_parallel_size": "--pipeline-parallel-size is not taken: dsrt splits a model "
+                              "by tensor parallelism (--tensor-parallel-size)",
+    "no_enable_chunked_prefill": "--no-enable-chunked-prefill is not taken: prompts are "
+                                 "always chunked under --max-num-batched-tokens",
+}
+
+
+class _AppendFlag(argparse.Action):
+    """Lists the flag given (whatever its value) in `dest`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        getattr(namespace, self.dest).append(option_string)
+
+
+def _vllm_flags_without_effect(parser: argparse.ArgumentParser) -> None:
+    for flag in _WITHOUT_EFFECT:
+        if flag == "--swap-space":  # GiB of host memory per GPU
+            parser.add_argument(flag, action=_AppendFlag, type=float, dest="without_effect",
+                                help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(flag, action=_AppendFlag, nargs=0, dest="without_effect",
+                                help=argparse.SUPPRESS)
+    parser.set_defaults(without_effect=[])
+    for name in _REFUSED:
+        flag = "--" + name.replace("_", "-")
+        if name == "enable_lora":
+            parser.add_argument(flag, "--lora-modules", nargs="*", dest=name,
+                                help=argparse.SUPPRESS)
+        elif name == "no_enable_chunked_prefill":
+            parser.add_argument(flag, action="store_true", dest=name, help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(flag, dest=name, help=argparse.SUPPRESS)
+
+
+def _refused_vllm_flag(args: argparse.Namespace) -> Optional[str]:
+    for name, reason in _REFUSED.items():
+        value = getattr(args, name)
+        if value not in (None, False) and not (name == "pipeline_parallel_size"
+                                               and value == "1"):
+            return reason
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dsserve", description="Serve a dsc plan over HTTP with the OpenAI protocol "
         "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics; vLLM's "
         "/tokenize, /detokenize and /version). Under "
         "mpirun a tensor-parallel plan runs one rank per process; rank 0 serves.")
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", metavar="MODEL", nargs="?",
                         help="the plan (dsc compile --serving model.onnx -o plan.dsp), or an "
                         "ONNX model or its folder, compiled once to a serving plan kept in "
-                        "$DSRT_CACHE_DIR (default ~/.cache/dsrt/plans)")
+                        "$DSRT_CACHE_DIR (default ~/.cache/dsrt/plans); or --model MODEL, as "
+                        "vLLM's api_server takes it")
+    parser.add_argument("--model", dest="model_flag", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help="compiling a model: the weights' dtype (dsc --dtype: "
                         "fp32, fp16, bf16, int8, int4; default the model's)")
     parser.add_argument("--tp", "--tensor-parallel-size", type=int, dest="tp",
@@ -190,8 +255,31 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="HTTP methods those pages may use, a JSON list (default any)")
     parser.add_argument("--allowed-headers", type=_json_strings, default=["*"],
                         help="request headers those pages may send, a JSON list (default any)")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", "--uvicorn-log-level", default="warning",
+                        dest="log_level")
+    parser.add_argument("--seed", type=_int_within(0, 2 ** 64 - 1),
+                        help="vLLM's: requests without a seed draw from a stream seeded by "
+                        "this, so that the same requests in the same order repeat (default: "
+                        "each its own random seed)")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="vLLM's: no CUDA graphs; every GPU step is launched eagerly")
+    parser.add_argument("--root-path", default="",
+                        help="the path prefix a proxy serves this under (uvicorn's)")
+    parser.add_argument("--ssl-keyfile", help="serve HTTPS with this key (uvicorn's)")
+    parser.add_argument("--ssl-certfile", help="and this certificate")
+    _vllm_flags_without_effect(parser)
     args = parser.parse_args(argv)
+    if (args.model is None) == (args.model_flag is None):
+        parser.error("give the model once: dsserve MODEL, or --model MODEL")
+    args.model = args.model or args.model_flag
+    refused = _refused_vllm_flag(args)
+    if refused:
+        print(f"dsserve: {refused}", file=sys.stderr)
+        return 2
+    for flag in args.without_effect:
+        print(f"dsserve: {flag}: {_WITHOUT_EFFECT[flag]}", file=sys.stderr)
+    if args.enforce_eager:
+        os.environ["DSRT_CUDA_GRAPHS"] = "0"  # read by each CUDA session as it is made
     unknown = sorted(set(args.structured_outputs_config) - {"disable_any_whitespace", "backend"})
     if unknown or args.structured_outputs_config.get("backend", "guidance") not in (
             "auto", "guidance"):
@@ -241,7 +329,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     tool_call_parser=args.tool_call_parser,
                     reasoning_parser=args.reasoning_parser,
                     generation_config=args.generation_config,
-                    scheduling_policy=args.scheduling_policy)
+                    scheduling_policy=args.scheduling_policy, seed=args.seed)
     if args.enable_auto_tool_choice and not server.tool_call_parser:
         print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
               f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",
@@ -267,7 +355,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     # uvicorn's SIGTERM/SIGINT handling stops accepting and waits for the requests in
     # flight (timeout_graceful_shutdown None) before the engine is closed.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=None)
+                            timeout_graceful_shutdown=None, root_path=args.root_path,
+                            ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile)
 
     class DrainingServer(uvicorn.Server):
         # uvicorn re-raises the signal once drained, so the exit status would say "killed";

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import random
 import time
 from typing import AsyncIterator, Optional
 
@@ -103,9 +104,12 @@ class Server:
     def __init__(self, engine: EngineLoop, model_name: str, max_concurrent: int,
                  chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
                  tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None,
-                 generation_config: str = "auto", scheduling_policy: str = "fcfs"):
+                 generation_config: str = "auto", scheduling_policy: str = "fcfs",
+                 seed: Optional[int] = None):
         self.engine = engine
         self.scheduling_policy = scheduling_policy
+        # vLLM's --seed: requests without a seed draw theirs from this stream.
+        self._seeds = random.Random(seed) if seed is not None else None
         # vLLM's --structured-outputs-config disable_any_whitespace: compact JSON outputs.
         self.disable_any_whitespace = disable_any_whitespace
         self.tokenizer = engine.tokenizer
@@ -205,7 +209,8 @@ class Server:
             max_tokens=max_tokens, temperature=number(body.temperature, 1.0, "temperature"),
             top_p=number(body.top_p, 1.0, "top_p"),
             top_k=max(0, self.defaults.get("top_k", 0) if body.top_k is None else body.top_k),
-            seed=body.seed,
+            seed=body.seed if body.seed is not None or self._seeds is None
+            else self._seeds.getrandbits(64),
             stop=stop, ignore_eos=body.ignore_eos, logprobs=logprobs,
             min_p=number(body.min_p, 0.0, "min_p"),
             repetition_penalty=number(body.repetition_penalty, 1.0, "repetition_penalty"),

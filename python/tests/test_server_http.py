@@ -110,3 +110,51 @@ def test_a_speculative_config_that_is_not_json_is_refused(capsys):
         main(["plan.dsp", "--speculative-config", "ngram"])
     assert exit.value.code == 2
     assert "--speculative-config: must be a JSON object" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--gpu-memory-utilization", "0.9"], "--kv-cache-memory-fraction is a share of what"),
+    (["--tokenizer", "some/tokenizer"], "the plan carries its model's tokenizer"),
+    (["--quantization", "awq"], "compile quantized weights with --dtype"),
+    (["--enable-lora"], "LoRA adapters are not served"),
+    (["--lora-modules", "a=/adapters/a"], "LoRA adapters are not served"),
+    (["--pipeline-parallel-size", "2"], "by tensor parallelism"),
+    (["--no-enable-chunked-prefill"], "prompts are always chunked"),
+])
+def test_vllm_flags_dsserve_cannot_honour_are_refused_with_what_to_use(capsys, flags, reason):
+    # Refused before anything is loaded (the plan does not exist), exit 2, saying why.
+    assert main(["missing.dsp", "--trust-remote-code", *flags]) == 2
+    assert reason in capsys.readouterr().err
+
+
+def test_the_model_is_given_once(capsys):
+    for argv in ([], ["a.dsp", "--model", "b.dsp"]):
+        with pytest.raises(SystemExit) as exit:
+            main(argv)
+        assert exit.value.code == 2
+        assert "give the model once" in capsys.readouterr().err
+
+
+def test_a_vllm_command_line_serves_and_its_seed_repeats_unseeded_requests(plan):
+    """`vllm serve`'s flags as scripts pass them: --model, flags with no effect here (each
+    said once at the start), --uvicorn-log-level, --enforce-eager and --seed, under which
+    the same unseeded sampled requests in the same order give the same text on two
+    servers."""
+    from conftest import ServerProcess
+    import requests
+    flags = ("--model", plan, "--disable-log-requests", "--disable-log-stats",
+             "--enable-chunked-prefill", "--swap-space", "4", "--uvicorn-log-level",
+             "warning", "--enforce-eager", "--seed", "7", "--pipeline-parallel-size", "1")
+    texts, logs = [], []
+    for _ in range(2):
+        server = ServerProcess("--trust-remote-code", *flags)  # the first in place of a plan
+        try:
+            texts.append([requests.post(server.url + "/v1/completions", timeout=60, json={
+                "prompt": [5, 6, 7], "max_tokens": 12, "temperature": 1.0,
+                "ignore_eos": True}).json()["choices"][0]["text"] for _ in range(3)])
+        finally:
+            logs.append(server.stop())
+    assert texts[0] == texts[1]
+    assert len(set(texts[0])) > 1  # each request its own draw from the stream
+    for flag in ("--trust-remote-code", "--swap-space", "--enable-chunked-prefill"):
+        assert f"dsserve: {flag}: taken" in logs[0]
