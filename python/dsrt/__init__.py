@@ -16,6 +16,7 @@ Failures of the library are ``dsrt.Error`` with its message.
 from ._dsrt import Error, cpu_threads, set_cpu_threads, version as _version
 from .compiler import compile
 from .async_llm import AsyncLLM
+from .beam_search import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
 from .llm import LLM, CompletionOutput, RequestOutput, RequestOutputKind, SamplingParams
 from .session import Session
 from .structured import GuidedDecodingParams, StructuredOutputsParams
@@ -24,4 +25,5 @@ from .tokenizer import Tokenizer
 __version__ = _version()
 __all__ = ["Error", "LLM", "AsyncLLM", "SamplingParams", "RequestOutput", "RequestOutputKind",
            "CompletionOutput", "Tokenizer", "Session", "compile", "cpu_threads",
-           "set_cpu_threads", "StructuredOutputsParams", "GuidedDecodingParams"]
+           "set_cpu_threads", "StructuredOutputsParams", "GuidedDecodingParams",
+           "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence"]

@@ -12,6 +12,7 @@ from .chat import ChatTemplate, ChatTemplateError, openai_messages
 from .compiler import plan_for
 from .engine import EngineLoop, RequestParams, TokenLogprob, Update, truncate_prompt
 from .generation_config import sampling_defaults
+from .beam_search import BeamSearchOutput, BeamSearchParams, beam_search
 from .structured import StructuredOutputsParams
 
 # Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or
@@ -459,6 +460,13 @@ class LLM:
                 self._loop.cancel(request.id)
             raise
         return results
+
+    def beam_search(self, prompts: Sequence[Prompt], params: BeamSearchParams, *,
+                    use_tqdm: bool = False) -> list[BeamSearchOutput]:
+        """vLLM's beam search over the engine (beam_search.py): each prompt's best
+        ``params.beam_width`` sequences after ``params.max_tokens`` steps, best first. Each
+        step is one engine request per beam; the prefix cache holds what the beams share."""
+        return beam_search(self, list(prompts), params, use_tqdm)
 
     def stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
                ) -> Iterator[str]:
