@@ -8,11 +8,13 @@ length_penalty; a beam that draws EOS is finished); static generation's beam sea
 from __future__ import annotations
 
 import dataclasses
+import queue
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from . import _dsrt
 
 if TYPE_CHECKING:
+    from .engine import EngineLoop, RequestParams, TokenLogprob
     from .llm import LLM
 
 # 2 x beam_width alternatives per beam, and the engine reports at most 20.
@@ -65,34 +67,65 @@ def _check(params: BeamSearchParams) -> None:
                               f"number, not {value!r}")
 
 
-def beam_search(llm: "LLM", prompts: Sequence, params: BeamSearchParams,
-                use_tqdm: bool = False) -> list[BeamSearchOutput]:
-    from .llm import SamplingParams  # llm imports this module
+def first_tokens(loop: "EngineLoop", prompts: list[list[int]],
+                 params: "RequestParams") -> list["TokenLogprob"]:
+    """One engine request per prompt for one token with its alternatives (params asks
+    max_tokens 1 and logprobs); waits on this thread for them all. A request that ends
+    without a token (cancelled) is a dsrt.Error; the others are then cancelled."""
+    answers: "queue.Queue[tuple[int, object]]" = queue.Queue()
+    requests = []
+    try:
+        for index, ids in enumerate(prompts):
+            requests.append(loop.submit(ids, params, lambda update, index=index: answers.put(
+                (index, update))))
+        drawn: list = [None] * len(prompts)
+        pending = len(prompts)
+        while pending:
+            index, update = answers.get()
+            if update.logprobs and drawn[index] is None:
+                drawn[index] = update.logprobs[0]
+            if update.finish_reason is not None:
+                pending -= 1
+                if drawn[index] is None:
+                    raise _dsrt.Error(f"DSRT_CANCELLED: a beam's step ended without a token "
+                                      f"({update.finish_reason})")
+        return drawn
+    except BaseException:
+        for request in requests:
+            if not request.finished:
+                loop.cancel(request.id)
+        raise
+
+
+def run_beam_search(loop: "EngineLoop", starts: list[list[int]], params: BeamSearchParams,
+                    max_seq_len: int) -> list[BeamSearchOutput]:
+    """Each prompt's best beams (their texts not yet made), best first."""
+    from .engine import RequestParams  # engine imports nothing of this module's
     _check(params)
-    eos = set() if params.ignore_eos else set(llm._loop.eos_token_ids)
+    eos = set() if params.ignore_eos else set(loop.eos_token_ids)
 
     def score(beam: BeamSearchSequence) -> float:
         length = len(beam.tokens) - (1 if beam.tokens[-1] in eos else 0)
         return beam.cum_logprob / (length ** params.length_penalty)
 
-    starts = [llm._prompt_text_and_ids(p)[1] for p in prompts]
     for ids in starts:
-        if len(ids) + params.max_tokens > llm.max_seq_len:
+        if not ids:
+            raise _dsrt.Error("DSRT_INVALID_ARGUMENT: a prompt is empty")
+        if len(ids) + params.max_tokens > max_seq_len:
             raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: a prompt of {len(ids)} tokens and "
                               f"{params.max_tokens} new ones exceeds the model's "
-                              f"{llm.max_seq_len} positions")
+                              f"{max_seq_len} positions")
     beams = [[BeamSearchSequence(list(ids), [])] for ids in starts]
     finished: list[list[BeamSearchSequence]] = [[] for _ in starts]
-    step = SamplingParams(max_tokens=1, temperature=params.temperature,
-                          logprobs=2 * params.beam_width, ignore_eos=True)
+    step = RequestParams(max_tokens=1, temperature=float(params.temperature),
+                         logprobs=2 * params.beam_width, ignore_eos=True)
     for _ in range(params.max_tokens):
         live = [(i, beam) for i, group in enumerate(beams) for beam in group]
         if not live:
             break
-        outputs = llm.generate([beam.tokens for _, beam in live], step)
+        drawn_tokens = first_tokens(loop, [beam.tokens for _, beam in live], step)
         candidates: list[list[BeamSearchSequence]] = [[] for _ in starts]
-        for (i, beam), output in zip(live, outputs):
-            drawn = output.outputs[0].logprobs[0]
+        for (i, beam), drawn in zip(live, drawn_tokens):
             alternatives = dict(drawn.top)
             alternatives[drawn.token_id] = drawn.logprob
             for token, logprob in alternatives.items():
@@ -107,12 +140,30 @@ def beam_search(llm: "LLM", prompts: Sequence, params: BeamSearchParams,
         beams = [sorted(group, key=score, reverse=True)[:params.beam_width]
                  for group in candidates]
     results = []
-    for i, ids in enumerate(starts):
+    for i in range(len(starts)):
         best = sorted(finished[i] + beams[i], key=score, reverse=True)[:params.beam_width]
         for beam in best:
             beam.finish_reason = beam.finish_reason or "length"
-            shown = beam.tokens if params.include_stop_str_in_output or \
-                beam.finish_reason != "stop" else beam.tokens[:-1]
-            beam.text = llm.tokenizer.decode(shown)
         results.append(BeamSearchOutput(best))
+    return results
+
+
+def shown_tokens(beam: BeamSearchSequence, params: BeamSearchParams, start: int = 0
+                 ) -> list[int]:
+    """The tokens a beam's text is made of, from `start`: without the EOS that finished it
+    unless include_stop_str_in_output."""
+    end = len(beam.tokens) - (1 if beam.finish_reason == "stop" and
+                              not params.include_stop_str_in_output else 0)
+    return beam.tokens[start:end]
+
+
+def beam_search(llm: "LLM", prompts: Sequence, params: BeamSearchParams,
+                use_tqdm: bool = False) -> list[BeamSearchOutput]:
+    """LLM.beam_search: each beam's text is its whole sequence's, the prompt's included
+    (vLLM's LLM.beam_search; its server answers only the generated text)."""
+    starts = [llm._prompt_text_and_ids(p)[1] for p in prompts]
+    results = run_beam_search(llm._loop, starts, params, llm.max_seq_len)
+    for output in results:
+        for beam in output.sequences:
+            beam.text = llm.tokenizer.decode(shown_tokens(beam, params))
     return results

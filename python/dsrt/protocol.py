@@ -66,6 +66,9 @@ class _Common(BaseModel):
     bad_words: Optional[list[StrictStr]] = None
     # vLLM's: only the prompt's last k tokens are kept; -1 keeps the context's length.
     truncate_prompt_tokens: Optional[StrictInt] = Field(default=None, ge=-1)
+    # vLLM's beam search: n beams, the best n answered (not streamed).
+    use_beam_search: StrictBool = False
+    length_penalty: Number = 1.0
     # vLLM's: lower is scheduled first, under --scheduling-policy priority.
     priority: StrictInt = Field(default=0, ge=-2 ** 31, le=2 ** 31 - 1)
     user: Optional[StrictStr] = None

@@ -418,6 +418,32 @@ def test_priority_reaches_the_engine_under_the_priority_policy(plan):
         engine.close()
 
 
+def test_use_beam_search_answers_the_n_best_beams(server, client, llm, reference):
+    """vLLM's use_beam_search: n beams, answered whole as n choices, best first, each the
+    generated text of LLM.beam_search's beam (without the prompt, as vLLM's server);
+    refused with stream, logprobs, or more beams than the engine's alternatives allow."""
+    ids = reference["prompts"][0]["ids"]
+    expected = llm.beam_search([ids], dsrt.BeamSearchParams(beam_width=3, max_tokens=5,
+                                                            ignore_eos=True))[0]
+    answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": ids, "max_tokens": 5, "n": 3, "use_beam_search": True,
+        "ignore_eos": True}).json()
+    assert [c["text"] for c in answer["choices"]] == [
+        llm.tokenizer.decode(b.tokens[len(ids):]) for b in expected.sequences]
+    assert [c["index"] for c in answer["choices"]] == [0, 1, 2]
+    assert answer["usage"]["prompt_tokens"] == len(ids)
+    assert answer["usage"]["completion_tokens"] == 15
+    chat = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "n": 2,
+        "use_beam_search": True, "ignore_eos": True}).json()
+    assert len(chat["choices"]) == 2
+    assert all(c["message"]["role"] == "assistant" for c in chat["choices"])
+    for extra in ({"stream": True}, {"logprobs": 0}, {"n": 11}):
+        refused = requests.post(server.url + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": 2, "n": 2, "use_beam_search": True, **extra})
+        assert refused.status_code == 400, extra
+
+
 def test_api_key_guards_the_openai_routes(plan):
     # vLLM's --api-key: /v1/... needs the key (the openai client sends its api_key as a
     # bearer token), /health stays open for probes.
