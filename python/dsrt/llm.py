@@ -466,6 +466,8 @@ class LLM:
         """vLLM's beam search over the engine (beam_search.py): each prompt's best
         ``params.beam_width`` sequences after ``params.max_tokens`` steps, best first. Each
         step is one engine request per beam; the prefix cache holds what the beams share."""
+        if _is_one_prompt(prompts):
+            prompts = [prompts]
         return beam_search(self, list(prompts), params, use_tqdm)
 
     def stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None
