@@ -19,6 +19,8 @@ Number = Union[StrictInt, StrictFloat]
 
 class StreamOptions(BaseModel):
     include_usage: StrictBool = False
+    # vLLM's: with include_usage, every chunk carries the usage so far.
+    continuous_usage_stats: StrictBool = False
 
 
 class _Common(BaseModel):

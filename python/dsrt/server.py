@@ -345,7 +345,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                           "finish_reason": update.finish_reason}
                 if not server.has_tokenizer:
                     choice["token_ids"] = update.token_ids
-                yield sse(chunk([choice]))
+                yield sse(chunk([choice], generation=gen))
             if answer.include_usage:
                 yield sse(chunk([], gen.usage()))
 
@@ -419,14 +419,14 @@ def create_app(server: Server, api_key: Optional[str] = None,
         async def chunks(gen: Generation):
             for index in range(body.n):
                 yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None}]))
+                                   "logprobs": None, "finish_reason": None}], generation=gen))
             async for index, update in gen.updates():
                 delta, finish = readers[index].delta(update.text, update.finish_reason)
                 logprobs = chat_logprobs(server, update.logprobs) if body.logprobs else None
                 if not (delta or logprobs or finish):
                     continue  # text held while it may begin a tool call or a tag
                 yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
-                                   "finish_reason": finish}]))
+                                   "finish_reason": finish}], generation=gen))
             if answer.include_usage:
                 yield sse(chunk([], gen.usage()))
 

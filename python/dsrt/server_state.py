@@ -292,10 +292,15 @@ class Answer:
         self.head = {"id": new_id(prefix), "object": chunk_kind, "created": now(),
                      "model": model}
         self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        self.continuous = self.include_usage and body.stream_options.continuous_usage_stats
 
-    def chunk(self, choices: list, usage_value: Optional[dict] = None) -> dict:
+    def chunk(self, choices: list, usage_value: Optional[dict] = None,
+              generation: Optional[Generation] = None) -> dict:
+        """`generation` gives the usage so far, for continuous_usage_stats."""
         payload = dict(self.head, choices=choices)
         if self.include_usage:
+            if usage_value is None and self.continuous and generation is not None:
+                usage_value = generation.usage()
             payload["usage"] = usage_value
         return payload
 

@@ -76,6 +76,19 @@ def test_completion_stream_is_the_whole_answer(client, reference):
     assert chunks[-1].usage.prompt_tokens == len(ids)
 
 
+def test_continuous_usage_stats_count_every_chunk(client, reference):
+    """vLLM's stream_options.continuous_usage_stats: each chunk carries the usage so far,
+    its completion tokens one more per token; the last chunk the whole usage."""
+    ids = reference["prompts"][1]["ids"]
+    chunks = list(client.completions.create(
+        model="m", prompt=ids, max_tokens=6, stream=True, extra_body=NO_EOS,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}, **GREEDY))
+    counted = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert counted[:6] == [1, 2, 3, 4, 5, 6]
+    assert all(c.usage.prompt_tokens == len(ids) for c in chunks)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+
+
 def test_text_prompt_counts_its_tokens(client, llm):
     answer = client.completions.create(model="m", prompt="Hello there", max_tokens=3,
                                        extra_body=NO_EOS, **GREEDY)
