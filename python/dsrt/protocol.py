@@ -68,6 +68,8 @@ class _Common(BaseModel):
     bad_words: Optional[list[StrictStr]] = None
     # vLLM's: only the prompt's last k tokens are kept; -1 keeps the context's length.
     truncate_prompt_tokens: Optional[StrictInt] = Field(default=None, ge=-1)
+    # vLLM's: logprobs name their tokens "token_id:N" (None: the server's default).
+    return_tokens_as_token_ids: Optional[StrictBool] = None
     # vLLM's beam search: n beams, the best n answered (not streamed).
     use_beam_search: StrictBool = False
     length_penalty: Number = 1.0

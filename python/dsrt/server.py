@@ -322,6 +322,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         answer = Answer("cmpl", "text_completion", body, server.model_name)
         chunk = answer.chunk
+        names = server.token_names(body)
 
         async def chunks(gen: Generation):
             offsets = [0] * choice_count
@@ -332,14 +333,14 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 if body.echo and not started[index]:
                     text = echoed[index] + text
                     if body.logprobs is not None:
-                        head = echo_logprobs(server, gen.prompts[index],
+                        head = echo_logprobs(names, gen.prompts[index],
                                               update.prompt_logprobs)
                         offsets[index] = sum(len(t) for t in head["tokens"])
                 started[index] = True
                 logprobs = None
                 if body.logprobs is not None:
                     logprobs = joined_logprobs(head, completion_logprobs(
-                        server, update.logprobs, offsets[index]))
+                        names, update.logprobs, offsets[index]))
                 offsets[index] += len(update.text)
                 choice = {"index": index, "text": text, "logprobs": logprobs,
                           "finish_reason": update.finish_reason}
@@ -364,10 +365,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 if body.logprobs is None:
                     return None
                 if not body.echo:
-                    return completion_logprobs(server, entries[i], 0)
-                head = echo_logprobs(server, gen.prompts[i], prompt_entries[i])
+                    return completion_logprobs(names, entries[i], 0)
+                head = echo_logprobs(names, gen.prompts[i], prompt_entries[i])
                 return joined_logprobs(head, completion_logprobs(
-                    server, entries[i], sum(len(t) for t in head["tokens"])))
+                    names, entries[i], sum(len(t) for t in head["tokens"])))
             choices = [{"index": i, "text": echoed[i] + texts[i], "finish_reason": gen.finish[i],
                         "logprobs": logprobs(i)} for i in range(choice_count)]
             if not server.has_tokenizer:  # no text: the answer is its token ids
@@ -413,6 +414,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         answer = Answer("chatcmpl", "chat.completion.chunk", body, server.model_name)
         chunk = answer.chunk
+        names = server.token_names(body)
         readers = [ChoiceReader(tools, server.reasoning_parser if thinking else None, prompt,
                                 body.parallel_tool_calls) for _ in range(body.n)]
 
@@ -422,7 +424,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                                    "logprobs": None, "finish_reason": None}], generation=gen))
             async for index, update in gen.updates():
                 delta, finish = readers[index].delta(update.text, update.finish_reason)
-                logprobs = chat_logprobs(server, update.logprobs) if body.logprobs else None
+                logprobs = chat_logprobs(names, update.logprobs) if body.logprobs else None
                 if not (delta or logprobs or finish):
                     continue  # text held while it may begin a tool call or a tag
                 yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
@@ -440,7 +442,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 message, finish = readers[index].message(texts[index], gen.finish[index])
                 choices.append({
                     "index": index, "message": message,
-                    "logprobs": chat_logprobs(server, entries[index]) if body.logprobs else None,
+                    "logprobs": chat_logprobs(names, entries[index]) if body.logprobs else None,
                     "finish_reason": finish})
             return answer.whole("chat.completion", choices, gen.usage())
 

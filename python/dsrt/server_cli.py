@@ -263,6 +263,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "each its own random seed)")
     parser.add_argument("--enforce-eager", action="store_true",
                         help="vLLM's: no CUDA graphs; every GPU step is launched eagerly")
+    parser.add_argument("--return-tokens-as-token-ids", action="store_true",
+                        help="vLLM's: logprobs name their tokens \"token_id:N\" (a request's "
+                        "return_tokens_as_token_ids decides for it)")
     parser.add_argument("--root-path", default="",
                         help="the path prefix a proxy serves this under (uvicorn's)")
     parser.add_argument("--ssl-keyfile", help="serve HTTPS with this key (uvicorn's)")
@@ -329,7 +332,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     tool_call_parser=args.tool_call_parser,
                     reasoning_parser=args.reasoning_parser,
                     generation_config=args.generation_config,
-                    scheduling_policy=args.scheduling_policy, seed=args.seed)
+                    scheduling_policy=args.scheduling_policy, seed=args.seed,
+                    tokens_as_ids=args.return_tokens_as_token_ids)
     if args.enable_auto_tool_choice and not server.tool_call_parser:
         print("dsserve: --enable-auto-tool-choice: the chat template teaches no tool-call "
               f"format dsserve knows; name one with --tool-call-parser ({', '.join(PARSERS)})",

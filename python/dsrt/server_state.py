@@ -105,8 +105,9 @@ class Server:
                  chat_template: Optional[str] = None, disable_any_whitespace: bool = False,
                  tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None,
                  generation_config: str = "auto", scheduling_policy: str = "fcfs",
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, tokens_as_ids: bool = False):
         self.engine = engine
+        self.tokens_as_ids = tokens_as_ids  # vLLM's --return-tokens-as-token-ids
         self.scheduling_policy = scheduling_policy
         # vLLM's --seed: requests without a seed draw theirs from this stream.
         self._seeds = random.Random(seed) if seed is not None else None
@@ -239,25 +240,43 @@ class Server:
         raw = self.tokenizer.decode_bytes([token], skip_special_tokens=False)
         return raw.decode("utf-8", errors="replace"), list(raw)
 
+    def token_names(self, body) -> "Server | TokenIds":
+        """What names the tokens of a body's logprobs: their text, or "token_id:N" where the
+        body or the server asks (vLLM's return_tokens_as_token_ids)."""
+        asked = getattr(body, "return_tokens_as_token_ids", None)
+        return TokenIds() if (self.tokens_as_ids if asked is None else asked) else self
 
-def completion_logprobs(server: Server, entries: list[TokenLogprob], offset: int) -> dict:
+
+class TokenIds:
+    """Tokens named by their ids in logprobs, as vLLM's return_tokens_as_token_ids: text
+    that is not a whole character is then still told apart."""
+
+    @staticmethod
+    def token_text(token: int) -> tuple[str, list[int]]:
+        name = f"token_id:{token}"
+        return name, list(name.encode())
+
+
+def completion_logprobs(names: "Server | TokenIds", entries: list[TokenLogprob],
+                        offset: int) -> dict:
     tokens, values, tops, offsets = [], [], [], []
     for entry in entries:
-        text, _ = server.token_text(entry.token_id)
+        text, _ = names.token_text(entry.token_id)
         tokens.append(text)
         values.append(entry.logprob)
-        tops.append({server.token_text(t)[0]: lp for t, lp in entry.top})
+        tops.append({names.token_text(t)[0]: lp for t, lp in entry.top})
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
             "text_offset": offsets}
 
 
-def echo_logprobs(server: Server, prompt: list[int], entries: list[TokenLogprob]) -> dict:
+def echo_logprobs(names: "Server | TokenIds", prompt: list[int],
+                  entries: list[TokenLogprob]) -> dict:
     """The prompt's part of an echoed completion's logprobs: its first token has none (null,
     as OpenAI and vLLM write it), every later one its log-probability given those before."""
-    first, _ = server.token_text(prompt[0])
-    rest = completion_logprobs(server, entries, len(first))
+    first, _ = names.token_text(prompt[0])
+    rest = completion_logprobs(names, entries, len(first))
     return {"tokens": [first] + rest["tokens"],
             "token_logprobs": [None] + rest["token_logprobs"],
             "top_logprobs": [None] + rest["top_logprobs"],
@@ -270,13 +289,13 @@ def joined_logprobs(head: Optional[dict], tail: dict) -> dict:
     return {key: head[key] + tail[key] for key in tail}
 
 
-def chat_logprobs(server: Server, entries: list[TokenLogprob]) -> dict:
+def chat_logprobs(names: "Server | TokenIds", entries: list[TokenLogprob]) -> dict:
     content = []
     for entry in entries:
-        text, raw = server.token_text(entry.token_id)
+        text, raw = names.token_text(entry.token_id)
         top = []
         for token, logprob in entry.top:
-            top_text, top_raw = server.token_text(token)
+            top_text, top_raw = names.token_text(token)
             top.append({"token": top_text, "logprob": logprob, "bytes": top_raw})
         content.append({"token": text, "logprob": entry.logprob, "bytes": raw,
                         "top_logprobs": top})

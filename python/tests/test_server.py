@@ -89,6 +89,30 @@ def test_continuous_usage_stats_count_every_chunk(client, reference):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
 
 
+def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(server, llm, reference):
+    """vLLM's return_tokens_as_token_ids: logprobs name each token (and each alternative)
+    "token_id:N", N the generated token's id; off by default."""
+    ids = reference["prompts"][0]["ids"]
+    local = llm.generate([ids], dsrt.SamplingParams(max_tokens=3, temperature=0,
+                                                    ignore_eos=True, logprobs=2))[0]
+    expected = [f"token_id:{e.token_id}" for e in local.outputs[0].logprobs]
+    body = {"prompt": ids, "max_tokens": 3, "temperature": 0, "ignore_eos": True,
+            "logprobs": 2}
+    named = requests.post(server.url + "/v1/completions", timeout=60,
+                          json={**body, "return_tokens_as_token_ids": True}).json()
+    logprobs = named["choices"][0]["logprobs"]
+    assert logprobs["tokens"] == expected
+    for top, entry in zip(logprobs["top_logprobs"], local.outputs[0].logprobs):
+        assert set(top) == {f"token_id:{t}" for t, _ in entry.top}
+    plain = requests.post(server.url + "/v1/completions", timeout=60, json=body).json()
+    assert not any(t.startswith("token_id:") for t in plain["choices"][0]["logprobs"]["tokens"])
+    chat = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logprobs": True,
+        "return_tokens_as_token_ids": True}).json()
+    assert all(c["token"].startswith("token_id:")
+               for c in chat["choices"][0]["logprobs"]["content"])
+
+
 def test_text_prompt_counts_its_tokens(client, llm):
     answer = client.completions.create(model="m", prompt="Hello there", max_tokens=3,
                                        extra_body=NO_EOS, **GREEDY)
