@@ -8,7 +8,8 @@ import dataclasses
 import itertools
 from typing import AsyncIterator, Iterable, Optional, Union
 
-from .engine import Update
+from .beam_search import BeamSearchParams, run_beam_search, shown_tokens
+from .engine import TokenLogprob, Update
 from .llm import (LLM, CompletionOutput, Prompt, RequestOutput, RequestOutputKind,
                   SamplingParams, _add_update, _empty_output)
 
@@ -101,6 +102,32 @@ class AsyncLLM:
             if self._live.get(request_id) is live:
                 del self._live[request_id]
             self._cancel(live)
+
+    async def beam_search(self, prompt: Prompt, request_id: Optional[str] = None,
+                          params: Optional[BeamSearchParams] = None
+                          ) -> AsyncIterator[RequestOutput]:
+        """vLLM's ``AsyncLLM.beam_search``: one RequestOutput once the search is done, its
+        outputs the best ``params.beam_width`` beams, best first (each the generated tokens
+        and text, each token's log-probability among its alternatives, so that
+        ``cumulative_logprob`` is the beam's; "stop" where EOS ended it). The search
+        waits on the engine step by step on a worker thread; the event loop does not."""
+        if params is None:
+            raise ValueError("beam_search needs params: a dsrt.BeamSearchParams")
+        text, ids = self._llm._prompt_text_and_ids(prompt)
+        found = await asyncio.get_running_loop().run_in_executor(
+            None, run_beam_search, self._llm._loop, [ids], params, self._llm.max_seq_len)
+        outputs = []
+        for j, beam in enumerate(found[0].sequences):
+            generated = beam.tokens[len(ids):]
+            # Each token with the alternatives it was chosen among: cumulative_logprob is
+            # then the beam's.
+            logprobs = [TokenLogprob(token, alternatives[token],
+                                     sorted(alternatives.items(), key=lambda a: -a[1]))
+                        for token, alternatives in zip(generated, beam.logprobs)]
+            outputs.append(CompletionOutput(
+                j, self.tokenizer.decode(shown_tokens(beam, params, len(ids))), generated,
+                beam.finish_reason, logprobs))
+        yield RequestOutput(text, ids, outputs, True, request_id=request_id or "")
 
     async def abort(self, request_id: Union[str, Iterable[str]]) -> None:
         """Ends running requests (vLLM's ``abort``): their outputs finish as "abort" and
