@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import threading
 from typing import AsyncIterator, Iterable, Optional, Union
 
 from .beam_search import BeamSearchParams, run_beam_search, shown_tokens
@@ -114,8 +115,13 @@ class AsyncLLM:
         if params is None:
             raise ValueError("beam_search needs params: a dsrt.BeamSearchParams")
         text, ids = self._llm._prompt_text_and_ids(prompt)
-        found = await asyncio.get_running_loop().run_in_executor(
-            None, run_beam_search, self._llm._loop, [ids], params, self._llm.max_seq_len)
+        stop = threading.Event()  # set when the caller leaves: the search ends at its next step
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, run_beam_search, self._llm._loop, [ids], params, self._llm.max_seq_len,
+                stop)
+        finally:
+            stop.set()
         outputs = []
         for j, beam in enumerate(found[0].sequences):
             generated = beam.tokens[len(ids):]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import threading
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from . import _dsrt
@@ -98,8 +99,10 @@ def first_tokens(loop: "EngineLoop", prompts: list[list[int]],
 
 
 def run_beam_search(loop: "EngineLoop", starts: list[list[int]], params: BeamSearchParams,
-                    max_seq_len: int) -> list[BeamSearchOutput]:
-    """Each prompt's best beams (their texts not yet made), best first."""
+                    max_seq_len: int, stop: Optional[threading.Event] = None
+                    ) -> list[BeamSearchOutput]:
+    """Each prompt's best beams (their texts not yet made), best first. `stop` set (a
+    client that went away) ends the search before its next step, as a dsrt.Error."""
     from .engine import RequestParams  # engine imports nothing of this module's
     _check(params)
     eos = set() if params.ignore_eos else set(loop.eos_token_ids)
@@ -123,6 +126,8 @@ def run_beam_search(loop: "EngineLoop", starts: list[list[int]], params: BeamSea
         live = [(i, beam) for i, group in enumerate(beams) for beam in group]
         if not live:
             break
+        if stop is not None and stop.is_set():
+            raise _dsrt.Error("DSRT_CANCELLED: the beam search was stopped")
         drawn_tokens = first_tokens(loop, [beam.tokens for _, beam in live], step)
         candidates: list[list[BeamSearchSequence]] = [[] for _ in starts]
         for (i, beam), drawn in zip(live, drawn_tokens):

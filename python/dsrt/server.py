@@ -15,6 +15,7 @@ import functools
 import hmac
 import json
 import sys
+import threading
 from typing import Optional
 
 from fastapi import FastAPI, Request
@@ -226,8 +227,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         return {"prompt": text}
 
-    async def beam_answer(body, prompts: list[list[int]], max_tokens: Optional[int],
-                          chat: bool) -> Response:
+    async def beam_answer(request: Request, body, prompts: list[list[int]],
+                          max_tokens: Optional[int], chat: bool) -> Response:
         """vLLM's use_beam_search: body.n beams per prompt (beam_search.py), the best n
         answered as its choices, whole; each prompt's search on a worker thread, since it
         waits on the engine step by step."""
@@ -254,16 +255,24 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 length_penalty=float(body.length_penalty),
                 include_stop_str_in_output=body.include_stop_str_in_output)))
 
+        stop = threading.Event()
+
         def search_all():
-            return [run_beam_search(server.engine, [ids], params, server.engine.max_seq_len)[0]
-                    for ids, params in searches]
+            return [run_beam_search(server.engine, [ids], params, server.engine.max_seq_len,
+                                    stop)[0] for ids, params in searches]
         server.in_flight += 1
         try:
-            results = await asyncio.get_running_loop().run_in_executor(beam_threads,
-                                                                       search_all)
+            task = asyncio.get_running_loop().run_in_executor(beam_threads, search_all)
+            # A client that goes away stops the search before its next step.
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.1)
+                if not task.done() and await request.is_disconnected():
+                    stop.set()
+            results = task.result()
         except _dsrt.Error as error:
             raise Refused(400, str(error).split(": ", 1)[-1], param="use_beam_search")
         finally:
+            stop.set()
             server.in_flight -= 1
         choices, generated = [], 0
         for (ids, params), output in zip(searches, results):
@@ -304,7 +313,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 # echo gives the prompt the model saw.
                 prompt = prompts
             if body.use_beam_search:
-                return await beam_answer(body, prompts, body.max_tokens, chat=False)
+                return await beam_answer(request, body, prompts, body.max_tokens, chat=False)
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
             if body.echo and body.logprobs is not None:
@@ -407,7 +416,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
             if body.use_beam_search:
                 ids = server.truncated(body, await encode(server.render_chat(body),
                                                           add_special_tokens=False))
-                return await beam_answer(body, [ids], body.max_completion_tokens or
+                return await beam_answer(request, body, [ids], body.max_completion_tokens or
                                          body.max_tokens, chat=True)
             tools, prompt, generation, thinking = await prepare_chat(body)
         except Refused as error:

@@ -2,6 +2,7 @@
 (generation.json: greedy tokens with EOS off, and the prefill's last logits)."""
 import json
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -715,6 +716,15 @@ def test_beam_search_keeps_transformers_best_beam(model_dir, reference, tmp_path
         assert all(s.finish_reason in ("stop", "length") for s in biased[0].sequences)
         for s in biased[0].sequences:
             assert (s.finish_reason == "stop") == (s.tokens[-1] == eos)
+        # A stopped search (its client gone) ends before its next step, sending nothing.
+        from dsrt.beam_search import run_beam_search
+        stop = threading.Event()
+        stop.set()
+        steps = llm._loop.stats()["steps"]
+        with pytest.raises(dsrt.Error, match="stopped"):
+            run_beam_search(llm._loop, [prompts[0]], dsrt.BeamSearchParams(2, 4),
+                            llm.max_seq_len, stop)
+        assert llm._loop.stats()["steps"] == steps
         for bad in (dsrt.BeamSearchParams(beam_width=11, max_tokens=2),
                     dsrt.BeamSearchParams(beam_width=2, max_tokens=0),
                     dsrt.BeamSearchParams(beam_width=2, max_tokens=64)):
