@@ -15,7 +15,6 @@ import functools
 import hmac
 import json
 import sys
-import threading
 from typing import Optional
 
 from fastapi import FastAPI, Request
@@ -26,13 +25,13 @@ from starlette.background import BackgroundTask
 from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
-from .beam_search import BeamSearchParams, run_beam_search, shown_tokens
 from .engine import TokenLogprob
 from .reasoning import END as THINKING_END
+from .server_beams import beam_answer
 from .server_chat import ChoiceReader
 from .server_responses import ResponseWriter, ResponsesRequest
 from .protocol import (ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
-                       error_body, now, usage)
+                       error_body, now)
 from .server_state import (Answer, Generation, Refused, Server, chat_logprobs,
                            completion_logprobs, echo_logprobs, joined_logprobs, sse)
 
@@ -227,73 +226,6 @@ def create_app(server: Server, api_key: Optional[str] = None,
             return refused(error)
         return {"prompt": text}
 
-    async def beam_answer(request: Request, body, prompts: list[list[int]],
-                          max_tokens: Optional[int], chat: bool) -> Response:
-        """vLLM's use_beam_search: body.n beams per prompt (beam_search.py), the best n
-        answered as its choices, whole; each prompt's search on a worker thread, since it
-        waits on the engine step by step."""
-        if body.stream:
-            raise Refused(400, "use_beam_search answers whole: ask without stream",
-                          param="stream")
-        if (body.logprobs is not None and body.logprobs is not False) or \
-                getattr(body, "echo", False):
-            raise Refused(400, "use_beam_search reports no logprobs and no echo",
-                          param="use_beam_search")
-        try:
-            structured = body.structured()
-        except (ValueError, TypeError) as error:
-            raise Refused(400, f"structured output: {error}", param="response_format")
-        if structured is not None or getattr(body, "tools", None):
-            raise Refused(400, "use_beam_search follows no grammar and calls no tools",
-                          param="use_beam_search")
-        searches = []
-        for ids in prompts:
-            checked = server.params(body, max_tokens, len(ids), None)
-            searches.append((ids, BeamSearchParams(
-                beam_width=body.n, max_tokens=checked.max_tokens, ignore_eos=body.ignore_eos,
-                temperature=float(body.temperature or 0.0),
-                length_penalty=float(body.length_penalty),
-                include_stop_str_in_output=body.include_stop_str_in_output)))
-
-        stop = threading.Event()
-
-        def search_all():
-            return [run_beam_search(server.engine, [ids], params, server.engine.max_seq_len,
-                                    stop)[0] for ids, params in searches]
-        server.in_flight += 1
-        try:
-            task = asyncio.get_running_loop().run_in_executor(beam_threads, search_all)
-            # A client that goes away stops the search before its next step.
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.1)
-                if not task.done() and await request.is_disconnected():
-                    stop.set()
-            results = task.result()
-        except _dsrt.Error as error:
-            raise Refused(400, str(error).split(": ", 1)[-1], param="use_beam_search")
-        finally:
-            stop.set()
-            server.in_flight -= 1
-        choices, generated = [], 0
-        for (ids, params), output in zip(searches, results):
-            for beam in output.sequences:
-                tokens = shown_tokens(beam, params, len(ids))
-                generated += len(beam.tokens) - len(ids)
-                text = server.tokenizer.decode(tokens) if server.has_tokenizer else ""
-                choice = {"index": len(choices), "finish_reason": beam.finish_reason,
-                          "logprobs": None}
-                if chat:
-                    choice["message"] = {"role": "assistant", "content": text}
-                else:
-                    choice["text"] = text
-                    if not server.has_tokenizer:
-                        choice["token_ids"] = tokens
-                choices.append(choice)
-        answer = Answer("chatcmpl" if chat else "cmpl", "", body, server.model_name)
-        return JSONResponse(answer.whole("chat.completion" if chat else "text_completion",
-                                         choices, usage(sum(len(ids) for ids in prompts),
-                                                        generated)))
-
     @app.post("/v1/completions")
     async def completions(request: Request):
         try:
@@ -313,7 +245,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 # echo gives the prompt the model saw.
                 prompt = prompts
             if body.use_beam_search:
-                return await beam_answer(request, body, prompts, body.max_tokens, chat=False)
+                return await beam_answer(server, beam_threads, request, body, prompts,
+                                         body.max_tokens, chat=False)
             params = [server.params(body, body.max_tokens, len(p), body.logprobs)
                       for p in prompts]
             if body.echo and body.logprobs is not None:
@@ -416,8 +349,9 @@ def create_app(server: Server, api_key: Optional[str] = None,
             if body.use_beam_search:
                 ids = server.truncated(body, await encode(server.render_chat(body),
                                                           add_special_tokens=False))
-                return await beam_answer(request, body, [ids], body.max_completion_tokens or
-                                         body.max_tokens, chat=True)
+                return await beam_answer(server, beam_threads, request, body, [ids],
+                                         body.max_completion_tokens or body.max_tokens,
+                                         chat=True)
             tools, prompt, generation, thinking = await prepare_chat(body)
         except Refused as error:
             return refused(error)
