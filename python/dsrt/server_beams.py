@@ -29,16 +29,13 @@ async def beam_answer(server: Server, threads: concurrent.futures.Executor, requ
             getattr(body, "echo", False):
         raise Refused(400, "use_beam_search reports no logprobs and no echo",
                       param="use_beam_search")
-    try:
-        structured = body.structured()
-    except (ValueError, TypeError) as error:
-        raise Refused(400, f"structured output: {error}", param="response_format")
-    if structured is not None or getattr(body, "tools", None):
-        raise Refused(400, "use_beam_search follows no grammar and calls no tools",
-                      param="use_beam_search")
     searches = []
     for ids in prompts:
+        # The request's checks (context, priority, a grammar that does not compile), once.
         checked = server.params(body, max_tokens, len(ids), None)
+        if checked.structured_outputs is not None or getattr(body, "tools", None):
+            raise Refused(400, "use_beam_search follows no grammar and calls no tools",
+                          param="use_beam_search")
         searches.append((ids, BeamSearchParams(
             beam_width=body.n, max_tokens=checked.max_tokens, ignore_eos=body.ignore_eos,
             temperature=float(body.temperature or 0.0),

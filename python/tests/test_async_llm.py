@@ -228,20 +228,3 @@ async def collect_priority(engine, priority):
                                              priority=priority)]
 
 
-def test_beam_search_yields_llm_beam_searchs_beams(engine, reference):
-    """vLLM's AsyncLLM.beam_search: one finished RequestOutput whose outputs are
-    LLM.beam_search's beams, best first: the generated tokens, their text and the beam's
-    cumulative log-probability."""
-    ids = reference["prompts"][0]["ids"]
-    params = dsrt.BeamSearchParams(beam_width=3, max_tokens=5, ignore_eos=True)
-
-    async def search():
-        return [o async for o in engine.beam_search({"prompt_token_ids": ids}, "b", params)]
-    outputs = run(search())
-    assert len(outputs) == 1 and outputs[0].finished and outputs[0].request_id == "b"
-    expected = engine._llm.beam_search([ids], params)[0].sequences
-    assert [o.token_ids for o in outputs[0].outputs] == [b.tokens[len(ids):] for b in expected]
-    for output, beam in zip(outputs[0].outputs, expected):
-        assert output.text == engine.tokenizer.decode(beam.tokens[len(ids):])
-        assert output.cumulative_logprob == pytest.approx(beam.cum_logprob, abs=1e-5)
-        assert output.finish_reason == "length"

@@ -2,7 +2,6 @@
 (generation.json: greedy tokens with EOS off, and the prefill's last logits)."""
 import json
 import math
-import threading
 
 import numpy as np
 import pytest
@@ -677,56 +676,3 @@ def test_speculative_decoding_keeps_penalties_and_min_tokens(plan, reference, op
     assert drafted.token_ids == expected.token_ids
 
 
-
-def test_beam_search_keeps_transformers_best_beam(model_dir, reference, tmp_path):
-    """vLLM's LLM.beam_search over the engine. Without EOS every beam has the same length,
-    so vLLM's scores rank as transformers' do, and the best beam is static generation's
-    beam search (Session.generate, checked against transformers by beam-search.test) for
-    2 and 4 beams and length penalties 1 and 0; the beams come best first by summed
-    log-probability, each that many alternatives' sum; EOS finishes a beam."""
-    plan = dsrt.compile(str(model_dir / "model.onnx"), str(tmp_path / "beams.dsp"),
-                        max_tokens_per_step=8, max_batch=4, max_seq_len=64)
-    session = dsrt.Session(plan)
-    prompts = [p["ids"] for p in reference["prompts"][:2]]
-    with dsrt.LLM(plan) as llm:
-        for width, penalty in ((2, 1.0), (4, 1.0), (4, 0.0)):
-            outputs = llm.beam_search(
-                [{"prompt_token_ids": ids} for ids in prompts],
-                dsrt.BeamSearchParams(beam_width=width, max_tokens=6, ignore_eos=True,
-                                      length_penalty=penalty))
-            for ids, output in zip(prompts, outputs):
-                static = session.generate([ids], num_beams=width, max_new_tokens=6,
-                                          length_penalty=penalty, ignore_eos=True,
-                                          generation_config="none")[0]
-                best = output.sequences[0]
-                assert len(output.sequences) == width
-                assert best.tokens == ids + static.token_ids, (width, penalty)
-                assert best.text == llm.tokenizer.decode(best.tokens)
-                sums = [s.cum_logprob for s in output.sequences]
-                assert sums == sorted(sums, reverse=True)
-                for sequence in output.sequences:
-                    assert sequence.finish_reason == "length"
-                    drawn = [alts[t] for alts, t in zip(sequence.logprobs,
-                                                        sequence.tokens[len(ids):])]
-                    assert sequence.cum_logprob == pytest.approx(sum(drawn), abs=1e-4)
-        # With EOS: a beam that draws it is finished and kept if it scores among the best.
-        eos = next(iter(llm._loop.eos_token_ids))
-        biased = llm.beam_search([prompts[0]], dsrt.BeamSearchParams(beam_width=2,
-                                                                     max_tokens=4))
-        assert all(s.finish_reason in ("stop", "length") for s in biased[0].sequences)
-        for s in biased[0].sequences:
-            assert (s.finish_reason == "stop") == (s.tokens[-1] == eos)
-        # A stopped search (its client gone) ends before its next step, sending nothing.
-        from dsrt.beam_search import run_beam_search
-        stop = threading.Event()
-        stop.set()
-        steps = llm._loop.stats()["steps"]
-        with pytest.raises(dsrt.Error, match="stopped"):
-            run_beam_search(llm._loop, [prompts[0]], dsrt.BeamSearchParams(2, 4),
-                            llm.max_seq_len, stop)
-        assert llm._loop.stats()["steps"] == steps
-        for bad in (dsrt.BeamSearchParams(beam_width=11, max_tokens=2),
-                    dsrt.BeamSearchParams(beam_width=2, max_tokens=0),
-                    dsrt.BeamSearchParams(beam_width=2, max_tokens=64)):
-            with pytest.raises(dsrt.Error):
-                llm.beam_search([prompts[0]], bad)

@@ -90,12 +90,15 @@ Status Scheduler::add(std::vector<int64_t> prompt, int64_t maxNewTokens, int64_t
 }
 
 void Scheduler::enqueueWaiting(const Sequence &seq) {
-  // After every waiting sequence that goes before it: for equal priorities an arrival goes
-  // to the back, and a preempted sequence, older than every waiting one, to the front.
-  auto place = std::find_if(waiting_.begin(), waiting_.end(), [&](int64_t other) {
-    const Sequence &waiting = sequences_.at(other);
-    return std::make_pair(waiting.priority, waiting.id) > std::make_pair(seq.priority, seq.id);
-  });
+  // After every waiting sequence that goes before it (waiting_ is sorted): for equal
+  // priorities an arrival goes to the back, and a preempted sequence, older than every
+  // waiting one, to the front.
+  auto place = std::upper_bound(waiting_.begin(), waiting_.end(), seq.id,
+                                [&](int64_t id, int64_t other) {
+                                  const Sequence &waiting = sequences_.at(other);
+                                  return std::make_pair(seq.priority, id) <
+                                         std::make_pair(waiting.priority, waiting.id);
+                                });
   waiting_.insert(place, seq.id);
 }
 

@@ -1,0 +1,113 @@
+"""vLLM's request fields and options on dsserve beyond OpenAI's: truncate_prompt_tokens,
+priority (--scheduling-policy priority), return_tokens_as_token_ids and
+stream_options.continuous_usage_stats."""
+import openai
+import pytest
+import requests
+
+import dsrt
+from test_server import GREEDY, NO_EOS
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+
+def test_truncate_prompt_tokens_serves_the_prompts_last_tokens(server, client, llm, reference):
+    """vLLM's truncate_prompt_tokens on completions and chat: the answer and its usage are
+    those of the prompt's last k tokens; echo gives the prompt the model saw; a value vLLM
+    refuses is a 400 naming the field."""
+    ids = reference["prompts"][0]["ids"]
+    keep = len(ids) // 2
+    sliced = client.completions.create(model="m", prompt=ids[-keep:], max_tokens=4,
+                                       extra_body=NO_EOS, **GREEDY)
+    cut = client.completions.create(model="m", prompt=ids, max_tokens=4, echo=True,
+                                    extra_body={**NO_EOS, "truncate_prompt_tokens": keep},
+                                    **GREEDY)
+    assert cut.usage.prompt_tokens == keep
+    assert cut.choices[0].text == llm.tokenizer.decode(ids[-keep:]) + sliced.choices[0].text
+    messages = [{"role": "user", "content": "tell me a long story about a lighthouse"}]
+    whole = client.chat.completions.create(model="m", messages=messages, max_tokens=3,
+                                           extra_body=NO_EOS, **GREEDY)
+    short = client.chat.completions.create(model="m", messages=messages, max_tokens=3,
+                                           extra_body={**NO_EOS, "truncate_prompt_tokens": 4},
+                                           **GREEDY)
+    assert whole.usage.prompt_tokens > 4 and short.usage.prompt_tokens == 4
+    for bad in (0, -2, 10 ** 6):
+        answer = requests.post(server.url + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": 1, "truncate_prompt_tokens": bad})
+        assert answer.status_code == 400, bad
+        assert "truncate_prompt_tokens" in answer.text
+
+
+def test_priority_needs_the_priority_policy(server):
+    """vLLM's: a request's priority other than 0 is refused (400, naming it) unless dsserve
+    runs --scheduling-policy priority; 0 is every request's default."""
+    for route, body in (("/v1/completions", {"prompt": [5, 6], "max_tokens": 1}),
+                        ("/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})):
+        answer = requests.post(server.url + route, timeout=60, json={**body, "priority": 3})
+        assert answer.status_code == 400
+        assert "--scheduling-policy priority" in answer.json()["error"]["message"]
+        assert requests.post(server.url + route, timeout=60,
+                             json={**body, "priority": 0}).status_code == 200
+
+
+def test_priority_reaches_the_engine_under_the_priority_policy(plan):
+    from conftest import asgi_post
+    from dsrt.engine import EngineLoop
+    from dsrt.server import create_app
+    from dsrt.server_state import Server
+    engine = EngineLoop(plan)
+    seen = []
+    submit = engine.submit
+    engine.submit = lambda ids, params, notify: (seen.append(params.priority),
+                                                 submit(ids, params, notify))[1]
+    try:
+        app = create_app(Server(engine, "m", 8, scheduling_policy="priority"))
+        answer = asgi_post(app, "/v1/completions", {"prompt": [5, 6], "max_tokens": 2,
+                                                    "priority": -3, "n": 2})
+        assert answer.status_code == 200, answer.text
+        assert seen == [-3, -3]
+        answer = asgi_post(app, "/v1/completions", {"prompt": [5, 6], "priority": 2 ** 31})
+        assert answer.status_code == 400 and "priority" in answer.text
+    finally:
+        engine.close()
+
+
+def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(server, llm, reference):
+    """vLLM's return_tokens_as_token_ids: logprobs name each token (and each alternative)
+    "token_id:N", N the generated token's id; off by default."""
+    ids = reference["prompts"][0]["ids"]
+    local = llm.generate([ids], dsrt.SamplingParams(max_tokens=3, temperature=0,
+                                                    ignore_eos=True, logprobs=2))[0]
+    expected = [f"token_id:{e.token_id}" for e in local.outputs[0].logprobs]
+    body = {"prompt": ids, "max_tokens": 3, "temperature": 0, "ignore_eos": True,
+            "logprobs": 2}
+    named = requests.post(server.url + "/v1/completions", timeout=60,
+                          json={**body, "return_tokens_as_token_ids": True}).json()
+    logprobs = named["choices"][0]["logprobs"]
+    assert logprobs["tokens"] == expected
+    for top, entry in zip(logprobs["top_logprobs"], local.outputs[0].logprobs):
+        assert set(top) == {f"token_id:{t}" for t, _ in entry.top}
+    plain = requests.post(server.url + "/v1/completions", timeout=60, json=body).json()
+    assert not any(t.startswith("token_id:") for t in plain["choices"][0]["logprobs"]["tokens"])
+    chat = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logprobs": True,
+        "return_tokens_as_token_ids": True}).json()
+    assert all(c["token"].startswith("token_id:")
+               for c in chat["choices"][0]["logprobs"]["content"])
+
+
+def test_continuous_usage_stats_count_every_chunk(client, reference):
+    """vLLM's stream_options.continuous_usage_stats: each chunk carries the usage so far,
+    its completion tokens one more per token; the last chunk the whole usage."""
+    ids = reference["prompts"][1]["ids"]
+    chunks = list(client.completions.create(
+        model="m", prompt=ids, max_tokens=6, stream=True, extra_body=NO_EOS,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}, **GREEDY))
+    counted = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert counted[:6] == [1, 2, 3, 4, 5, 6]
+    assert all(c.usage.prompt_tokens == len(ids) for c in chunks)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
