@@ -19,7 +19,8 @@ from . import _dsrt
 from ._limits import INT32, INT64, within
 from .structured import (AfterMarker, Grammars, MaskChain, StructuredOutputsParams, TokenFilter,
                          TokenMask, bad_word_sequences)
-from .tokenizer import IncrementalDetokenizer, plan_tokenizer
+from .text_side import TextSide, folder_text_side, plan_text_side
+from .tokenizer import IncrementalDetokenizer
 
 # dsrt_request_state
 _LENGTH, _STOP, _CANCELLED = 0, 1, 3
@@ -271,7 +272,7 @@ class EngineLoop:
                  prefix_caching: bool = True, batch_invariant: bool = True,
                  kv_cache_dtype: str = "auto", mpi: bool = False,
                  kv_cache_memory_fraction: float = 0.0, max_seq_len: Optional[int] = None,
-                 speculative_config: Optional[dict] = None):
+                 speculative_config: Optional[dict] = None, tokenizer: Optional[str] = None):
         speculation = speculative_options(speculative_config)
         _check_engine_options(block_size=block_size, kv_cache_bytes=kv_cache_bytes,
                               max_tokens_per_step=max_tokens_per_step, max_running=max_running,
@@ -288,13 +289,26 @@ class EngineLoop:
                                   f"between 1 and the plan's {self.max_seq_len} positions "
                                   f"(more needs the model compiled again)")
             self.max_seq_len = max_seq_len
+        # A tokenizer of the user's is read (and refused) before the engine starts.
+        given = (folder_text_side(tokenizer, self.plan.vocabulary()[0])
+                 if tokenizer is not None else None)
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,
                                     batch_invariant, kv_cache_dtype, mpi,
                                     kv_cache_memory_fraction, **speculation)
         self.rank = self._native.rank
-        self.tokenizer = plan_tokenizer(self.plan) if self.rank == 0 else None
-        self._grammars = Grammars(self.plan)
+        # The text side: the plan's, or a tokenizer folder's (vLLM's --tokenizer), whose
+        # templates and special tokens take the plan's place where it has them.
+        self.text: Optional[TextSide] = None
+        if self.rank == 0:
+            self.text = plan_text_side(self.plan)
+            if given is not None:
+                self.text = TextSide(given.tokenizer,
+                                     given.chat_templates or self.text.chat_templates,
+                                     given.special_tokens or self.text.special_tokens,
+                                     given.tokenizer_json)
+        self.tokenizer = self.text.tokenizer if self.text else None
+        self._grammars = Grammars(self.plan, given.tokenizer_json if given else None)
         # The tokens that end a request as the engine's stopsAt does (with stop_token_ids).
         self.eos_token_ids = frozenset(self.plan.vocabulary()[1])
         if self.rank == 0 and not _has_program(self.plan, "step"):

@@ -281,6 +281,11 @@ class LLM:
     at most its positions, which then caps every request (as a vLLM script passes them);
     ``dtype`` other than "auto" needs the ONNX model.
 
+    ``tokenizer`` (vLLM's) is a local folder with ``tokenizer.json`` (or the file) to use
+    instead of the plan's, with its folder's chat templates and special tokens where it has
+    them; ids past the model's vocabulary refuse it. A plan compiled without a tokenizer then
+    takes text.
+
     ``model`` is a plan, or an ONNX model (``model.onnx``, or a folder ``dsc compile``
     takes) which is compiled once to a serving plan (``dsc compile --serving``, with
     ``dtype``, ``tp`` and ``max_seq_len`` when given, else the model's defaults) and kept in
@@ -301,7 +306,8 @@ class LLM:
                  seed: Optional[int] = None,
                  speculative_config: Optional[dict] = None,
                  generation_config: str = "auto",
-                 scheduling_policy: str = "fcfs"):
+                 scheduling_policy: str = "fcfs",
+                 tokenizer: Optional[str] = None):
         def either(name: str, value, default, vllm_name: str, vllm_value):
             if vllm_value is None:
                 return value
@@ -334,14 +340,13 @@ class LLM:
                                 kv_cache_dtype=kv_cache_dtype,
                                 kv_cache_memory_fraction=kv_cache_memory_fraction,
                                 max_seq_len=max_seq_len,
-                                speculative_config=speculative_config)
+                                speculative_config=speculative_config,
+                                tokenizer=tokenizer)
         self.tokenizer = self._loop.tokenizer
         self._defaults = sampling_defaults(self._loop.plan, generation_config)
         self._seeds = random.Random(seed) if seed is not None else None
-        self._templates = dict(self._loop.plan.chat_templates())
-        self._special_tokens = {name: self._loop.plan.special_token(name)
-                                for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
-        self._special_tokens = {k: v for k, v in self._special_tokens.items() if v is not None}
+        self._templates = dict(self._loop.text.chat_templates)
+        self._special_tokens = dict(self._loop.text.special_tokens)
 
     @property
     def max_seq_len(self) -> int:

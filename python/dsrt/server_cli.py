@@ -108,8 +108,6 @@ _REFUSED = {
     "gpu_memory_utilization": "--gpu-memory-utilization is not taken: it is a share of the "
                               "whole GPU with the weights; --kv-cache-memory-fraction is a "
                               "share of what the weights leave (--kv-cache-bytes: an amount)",
-    "tokenizer": "--tokenizer is not taken: the plan carries its model's tokenizer (dsc "
-                 "embeds the tokenizer.json beside the model)",
     "quantization": "--quantization is not taken: compile quantized weights with --dtype "
                     "int8 or int4 (or serve an ONNX Runtime-quantized model as it is)",
     "enable_lora": "LoRA adapters are not served (--enable-lora, --lora-modules)",
@@ -266,6 +264,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         help="vLLM's: logprobs name their tokens \"token_id:N\" (a request's "
                         "return_tokens_as_token_ids decides for it)")
+    parser.add_argument("--tokenizer",
+                        help="vLLM's: a local folder with tokenizer.json (or the file) to use "
+                        "instead of the plan's, with its tokenizer_config.json's chat template "
+                        "and special tokens where it has them (a plan compiled without a "
+                        "tokenizer then serves text)")
     parser.add_argument("--root-path", default="",
                         help="the path prefix a proxy serves this under (uvicorn's)")
     parser.add_argument("--ssl-keyfile", help="serve HTTPS with this key (uvicorn's)")
@@ -313,7 +316,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
                             kv_cache_memory_fraction=args.kv_cache_memory_fraction,
                             max_seq_len=args.max_seq_len,
-                            speculative_config=args.speculative_config)
+                            speculative_config=args.speculative_config,
+                            tokenizer=args.tokenizer)
     except _dsrt.Error as error:
         print(f"dsserve: {error}", file=sys.stderr)
         return 1

@@ -122,14 +122,12 @@ class Server:
         self.max_concurrent = max_concurrent
         self.in_flight = 0
         self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
-        templates = dict(engine.plan.chat_templates())
-        special = {name: engine.plan.special_token(name)
-                   for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        templates = engine.text.chat_templates
+        special = engine.text.special_tokens
         # --chat-template (vLLM's option) wins over the plan's: base models have none, and a
         # published template is sometimes wrong.
         source = chat_template if chat_template is not None else templates.get("default")
-        self.template = (ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
-                         if source is not None else None)
+        self.template = ChatTemplate(source, special) if source is not None else None
         # How the model's own tool calls are read (tool_choice "auto"): named, or the format
         # its chat template teaches; "none" reads none.
         self.tool_call_parser = (detect_tool_format(source) if tool_call_parser is None else

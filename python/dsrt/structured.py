@@ -120,8 +120,9 @@ class Grammars:
     """A plan's token table for llguidance, built on first use (a 150k vocabulary takes
     about a second) and shared by every request of the engine."""
 
-    def __init__(self, plan: "_dsrt.Plan"):
+    def __init__(self, plan: "_dsrt.Plan", tokenizer_json: Optional[bytes] = None):
         self._plan = plan
+        self._tokenizer_json = tokenizer_json  # a tokenizer of the user's, else the plan's
         self._tokenizer = None
         self._lock = threading.Lock()
 
@@ -146,7 +147,7 @@ class Grammars:
         with self._lock:
             if self._tokenizer is None:
                 import llguidance
-                text = self._plan.tokenizer_json()
+                text = self._tokenizer_json or self._plan.tokenizer_json()
                 if text is None:
                     raise _dsrt.Error("DSRT_UNSUPPORTED: structured outputs need the plan's "
                                       "tokenizer, and this plan has none")

@@ -114,7 +114,6 @@ def test_a_speculative_config_that_is_not_json_is_refused(capsys):
 
 @pytest.mark.parametrize("flags, reason", [
     (["--gpu-memory-utilization", "0.9"], "--kv-cache-memory-fraction is a share of what"),
-    (["--tokenizer", "some/tokenizer"], "the plan carries its model's tokenizer"),
     (["--quantization", "awq"], "compile quantized weights with --dtype"),
     (["--enable-lora"], "LoRA adapters are not served"),
     (["--lora-modules", "a=/adapters/a"], "LoRA adapters are not served"),
