@@ -406,7 +406,7 @@ LogicalResult MoeOp::verify() {
   int64_t experts = logits.getDimSize(rank - 1), hidden = x.getDimSize(rank - 1);
   if (ShapedType::isDynamic(experts) || ShapedType::isDynamic(hidden))
     return emitOpError("the experts and the hidden size must be static");
-  if (getTopK() > experts)
+  if (getTopK() > static_cast<uint64_t>(experts))  // a static size is not negative
     return emitOpError() << "top_k " << getTopK() << " exceeds the " << experts << " experts";
   if (gateUp.getRank() != 2 || down.getRank() != 2 || gateUp.getElementType() != down.getElementType())
     return emitOpError("gate_up and down must be 2-D weights of one element type");
