@@ -128,7 +128,8 @@ class _Common(BaseModel):
 
 class CompletionRequest(_Common):
     prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
-    max_tokens: Optional[StrictInt] = Field(default=16, ge=1)
+    # 0 only with echo: the prompt scored, nothing generated (server.py).
+    max_tokens: Optional[StrictInt] = Field(default=16, ge=0)
     logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
     echo: StrictBool = False
     suffix: Optional[StrictStr] = None

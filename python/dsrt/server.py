@@ -244,10 +244,19 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 prompts = [server.truncated(body, p) for p in prompts]
                 # echo gives the prompt the model saw.
                 prompt = prompts
+            # echo with max_tokens 0 scores the prompt (vLLM's, as the legacy OpenAI API and
+            # lm-evaluation-harness use it): its text and log-probabilities come back, and
+            # the one token computed to get them is not shown (usage still counts it).
+            scoring = body.echo and body.max_tokens == 0
+            if body.max_tokens == 0 and (not body.echo or body.use_beam_search):
+                raise Refused(400, "max_tokens must be at least 1 (0 only with echo and "
+                                   "without beam search: the prompt scored, nothing "
+                                   "generated)", param="max_tokens")
             if body.use_beam_search:
                 return await beam_answer(server, beam_threads, request, body, prompts,
                                          body.max_tokens, chat=False)
-            params = [server.params(body, body.max_tokens, len(p), body.logprobs)
+            params = [server.params(body, 1 if scoring else body.max_tokens, len(p),
+                                    body.logprobs)
                       for p in prompts]
             if body.echo and body.logprobs is not None:
                 # The prompt's own log-probabilities (each prompt token given those before).
@@ -270,6 +279,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             offsets = [0] * choice_count
             started = [False] * choice_count
             async for index, update in gen.updates():
+                if scoring:  # the prompt alone
+                    update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
                 # The echo rides on each choice's first chunk.
                 head, text = None, update.text
                 if body.echo and not started[index]:
@@ -298,6 +309,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             prompt_entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             async for index, update in gen.updates():
+                if scoring:  # the prompt alone
+                    update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
                 texts[index] += update.text
                 token_ids[index] += update.token_ids
                 entries[index] += update.logprobs

@@ -1,6 +1,8 @@
 """vLLM's request fields and options on dsserve beyond OpenAI's: truncate_prompt_tokens,
 priority (--scheduling-policy priority), return_tokens_as_token_ids and
 stream_options.continuous_usage_stats."""
+import math
+
 import openai
 import pytest
 import requests
@@ -111,3 +113,32 @@ def test_continuous_usage_stats_count_every_chunk(client, reference):
     assert counted[:6] == [1, 2, 3, 4, 5, 6]
     assert all(c.usage.prompt_tokens == len(ids) for c in chunks)
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+
+
+def test_echo_without_new_tokens_scores_the_prompt(server, client, llm, reference):
+    """vLLM's echo with max_tokens 0, the legacy API's scoring (lm-evaluation-harness's
+    loglikelihood): the prompt's text and the log-probability of each token given those
+    before come back, and nothing generated. The last token's is transformers' (the
+    fixture's prefill logits at the prompt's end, to 1e-4: the fp32 plan's logits are within
+    1e-5 of them)."""
+    prompt = reference["prompts"][0]
+    ids = prompt["ids"] + prompt["generated"][:1]
+    logits = prompt["prefill_last_logits"]
+    top = max(logits)
+    expected = logits[ids[-1]] - top - math.log(sum(math.exp(v - top) for v in logits))
+    scored = client.completions.create(model="m", prompt=ids, max_tokens=0, echo=True,
+                                       logprobs=1, **GREEDY).choices[0]
+    assert scored.text == llm.tokenizer.decode(ids)
+    assert len(scored.logprobs.tokens) == len(ids) and scored.logprobs.token_logprobs[0] is None
+    assert abs(scored.logprobs.token_logprobs[-1] - expected) < 1e-4
+    # The prompt's part of an answer that goes on to generate.
+    generated = client.completions.create(model="m", prompt=ids, max_tokens=1, echo=True,
+                                          logprobs=1, **GREEDY).choices[0]
+    assert generated.logprobs.token_logprobs[:len(ids)] == pytest.approx(
+        [None] + scored.logprobs.token_logprobs[1:], abs=1e-5)
+    # Streamed: the echo and the finish, no token after it.
+    chunks = list(client.completions.create(model="m", prompt=ids, max_tokens=0, echo=True,
+                                            stream=True, **GREEDY))
+    assert "".join(c.choices[0].text for c in chunks) == llm.tokenizer.decode(ids)
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):
+        client.completions.create(model="m", prompt=ids, max_tokens=0, **GREEDY)
