@@ -9,7 +9,8 @@ import time
 import uuid
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      field_validator)
 
 from .server_tools import ToolChoice
 from .structured import StructuredOutputsParams
@@ -133,6 +134,13 @@ class CompletionRequest(_Common):
     logprobs: Optional[StrictInt] = Field(default=None, ge=0, le=20)
     echo: StrictBool = False
     suffix: Optional[StrictStr] = None
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _null_is_the_default(cls, value):
+        # OpenAI's completions default, which vLLM also gives a null max_tokens (it once
+        # read null as the rest of the context, as chat still does).
+        return 16 if value is None else value
 
     def unsupported(self) -> Optional[str]:
         if self.suffix:
