@@ -71,6 +71,9 @@ class _Common(BaseModel):
     truncate_prompt_tokens: Optional[StrictInt] = Field(default=None, ge=-1)
     # vLLM's: logprobs name their tokens "token_id:N" (None: the server's default).
     return_tokens_as_token_ids: Optional[StrictBool] = None
+    # vLLM's: each choice's token_ids, and the prompt's (prompt_token_ids: per choice for
+    # completions, the response's for chat), in the answer.
+    return_token_ids: Optional[StrictBool] = None
     # vLLM's beam search: n beams, the best n answered (not streamed).
     use_beam_search: StrictBool = False
     length_penalty: Number = 1.0

@@ -283,6 +283,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
                     update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
                 # The echo rides on each choice's first chunk.
                 head, text = None, update.text
+                head_of_choice = not started[index]
                 if body.echo and not started[index]:
                     text = echoed[index] + text
                     if body.logprobs is not None:
@@ -297,8 +298,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 offsets[index] += len(update.text)
                 choice = {"index": index, "text": text, "logprobs": logprobs,
                           "finish_reason": update.finish_reason}
-                if not server.has_tokenizer:
+                if not server.has_tokenizer or body.return_token_ids:
                     choice["token_ids"] = update.token_ids
+                if body.return_token_ids and head_of_choice:
+                    choice["prompt_token_ids"] = gen.prompts[index]
                 yield sse(chunk([choice], generation=gen))
             if answer.include_usage:
                 yield sse(chunk([], gen.usage()))
@@ -326,9 +329,12 @@ def create_app(server: Server, api_key: Optional[str] = None,
                     names, entries[i], sum(len(t) for t in head["tokens"])))
             choices = [{"index": i, "text": echoed[i] + texts[i], "finish_reason": gen.finish[i],
                         "logprobs": logprobs(i)} for i in range(choice_count)]
-            if not server.has_tokenizer:  # no text: the answer is its token ids
+            if not server.has_tokenizer or body.return_token_ids:  # no text: its token ids
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids
+            if body.return_token_ids:
+                for index, choice in enumerate(choices):
+                    choice["prompt_token_ids"] = gen.prompts[index]
             return answer.whole("text_completion", choices, gen.usage())
 
         return await respond(request, generation, body.stream, chunks, whole)
@@ -376,23 +382,35 @@ def create_app(server: Server, api_key: Optional[str] = None,
 
         async def chunks(gen: Generation):
             for index in range(body.n):
-                yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None}], generation=gen))
+                role = chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                               "logprobs": None, "finish_reason": None}], generation=gen)
+                if body.return_token_ids and index == 0:
+                    role["prompt_token_ids"] = gen.prompts[0]
+                yield sse(role)
+            # A choice's tokens whose text is held (a tool call or tag it may begin) go out
+            # with the next chunk it sends.
+            held: list[list[int]] = [[] for _ in range(body.n)]
             async for index, update in gen.updates():
                 delta, finish = readers[index].delta(update.text, update.finish_reason)
                 logprobs = chat_logprobs(names, update.logprobs) if body.logprobs else None
+                held[index] += update.token_ids
                 if not (delta or logprobs or finish):
                     continue  # text held while it may begin a tool call or a tag
-                yield sse(chunk([{"index": index, "delta": delta, "logprobs": logprobs,
-                                   "finish_reason": finish}], generation=gen))
+                choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                          "finish_reason": finish}
+                if body.return_token_ids:
+                    choice["token_ids"], held[index] = held[index], []
+                yield sse(chunk([choice], generation=gen))
             if answer.include_usage:
                 yield sse(chunk([], gen.usage()))
 
         async def whole(gen: Generation):
             texts, entries = [""] * body.n, [[] for _ in range(body.n)]
+            token_ids: list[list[int]] = [[] for _ in range(body.n)]
             async for index, update in gen.updates():
                 texts[index] += update.text
                 entries[index] += update.logprobs
+                token_ids[index] += update.token_ids
             choices = []
             for index in range(body.n):
                 message, finish = readers[index].message(texts[index], gen.finish[index])
@@ -400,7 +418,12 @@ def create_app(server: Server, api_key: Optional[str] = None,
                     "index": index, "message": message,
                     "logprobs": chat_logprobs(names, entries[index]) if body.logprobs else None,
                     "finish_reason": finish})
-            return answer.whole("chat.completion", choices, gen.usage())
+                if body.return_token_ids:
+                    choices[-1]["token_ids"] = token_ids[index]
+            whole_answer = answer.whole("chat.completion", choices, gen.usage())
+            if body.return_token_ids:
+                whole_answer["prompt_token_ids"] = gen.prompts[0]
+            return whole_answer
 
         return await respond(request, generation, body.stream, chunks, whole)
 

@@ -1,6 +1,7 @@
 """vLLM's request fields and options on dsserve beyond OpenAI's: truncate_prompt_tokens,
-priority (--scheduling-policy priority), return_tokens_as_token_ids and
-stream_options.continuous_usage_stats."""
+priority (--scheduling-policy priority), return_tokens_as_token_ids, return_token_ids,
+stream_options.continuous_usage_stats, and echo with max_tokens 0."""
+import json
 import math
 
 import openai
@@ -142,3 +143,43 @@ def test_echo_without_new_tokens_scores_the_prompt(server, client, llm, referenc
     assert "".join(c.choices[0].text for c in chunks) == llm.tokenizer.decode(ids)
     with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):
         client.completions.create(model="m", prompt=ids, max_tokens=0, **GREEDY)
+
+
+def test_return_token_ids_gives_each_choice_s_tokens_and_the_prompt_s(server, llm, reference):
+    """vLLM's return_token_ids: completions carry each choice's generated ids (transformers'
+    greedy tokens here) and its prompt's, whole and streamed (the prompt's once, in the
+    choice's first chunk); chat carries the choice's ids and, on the response, the rendered
+    prompt's; without it, no ids (the plan has a tokenizer)."""
+    prompt = reference["prompts"][0]
+    url = server.url + "/v1/completions"
+    body = {"prompt": prompt["ids"], "max_tokens": 6, "return_token_ids": True, **NO_EOS,
+            **GREEDY}
+    choice = requests.post(url, json=body, timeout=60).json()["choices"][0]
+    assert choice["token_ids"] == prompt["generated"][:6]
+    assert choice["prompt_token_ids"] == prompt["ids"]
+    assert choice["text"] == llm.tokenizer.decode(choice["token_ids"])
+    chunks = [c["choices"][0] for c in streamed(url, {**body, "stream": True})]
+    assert sum((c["token_ids"] for c in chunks), []) == prompt["generated"][:6]
+    assert [c.get("prompt_token_ids") for c in chunks if "prompt_token_ids" in c] == [prompt["ids"]]
+    plain = requests.post(url, json={**body, "return_token_ids": False}, timeout=60).json()
+    assert "token_ids" not in plain["choices"][0]
+
+    chat_url = server.url + "/v1/chat/completions"
+    chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 6,
+            "return_token_ids": True, **NO_EOS, **GREEDY}
+    whole = requests.post(chat_url, json=chat, timeout=60).json()
+    ids = whole["choices"][0]["token_ids"]
+    assert len(ids) == whole["usage"]["completion_tokens"] == 6
+    assert len(whole["prompt_token_ids"]) == whole["usage"]["prompt_tokens"]
+    assert whole["choices"][0]["message"]["content"] == llm.tokenizer.decode(ids)
+    pieces = list(streamed(chat_url, {**chat, "stream": True}))
+    assert sum((c["choices"][0].get("token_ids", []) for c in pieces), []) == ids
+    assert pieces[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+
+
+def streamed(url, body):
+    """The JSON chunks of a streamed answer, up to [DONE]."""
+    with requests.post(url, json=body, stream=True, timeout=60) as answer:
+        for line in answer.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                yield json.loads(line[len(b"data: "):])
