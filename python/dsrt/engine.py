@@ -19,7 +19,7 @@ from . import _dsrt
 from ._limits import INT32, INT64, within
 from .structured import (AfterMarker, Grammars, MaskChain, StructuredOutputsParams, TokenFilter,
                          TokenMask, bad_word_sequences)
-from .text_side import TextSide, folder_text_side, plan_text_side
+from .text_side import TextSide, folder_text_side, over_plan, plan_text_side
 from .tokenizer import IncrementalDetokenizer
 
 # dsrt_request_state
@@ -299,14 +299,8 @@ class EngineLoop:
         self.rank = self._native.rank
         # The text side: the plan's, or a tokenizer folder's (vLLM's --tokenizer), whose
         # templates and special tokens take the plan's place where it has them.
-        self.text: Optional[TextSide] = None
-        if self.rank == 0:
-            self.text = plan_text_side(self.plan)
-            if given is not None:
-                self.text = TextSide(given.tokenizer,
-                                     given.chat_templates or self.text.chat_templates,
-                                     given.special_tokens or self.text.special_tokens,
-                                     given.tokenizer_json)
+        self.text: Optional[TextSide] = (over_plan(given, plan_text_side(self.plan))
+                                         if self.rank == 0 else None)
         self.tokenizer = self.text.tokenizer if self.text else None
         self._grammars = Grammars(self.plan, given.tokenizer_json if given else None)
         # The tokens that end a request as the engine's stopsAt does (with stop_token_ids).

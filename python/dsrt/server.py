@@ -275,12 +275,17 @@ def create_app(server: Server, api_key: Optional[str] = None,
         chunk = answer.chunk
         names = server.token_names(body)
 
+        async def shown(gen: Generation):
+            """The updates as answered: when scoring, the prompt alone."""
+            async for index, update in gen.updates():
+                if scoring:
+                    update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
+                yield index, update
+
         async def chunks(gen: Generation):
             offsets = [0] * choice_count
             started = [False] * choice_count
-            async for index, update in gen.updates():
-                if scoring:  # the prompt alone
-                    update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
+            async for index, update in shown(gen):
                 # The echo rides on each choice's first chunk.
                 head, text = None, update.text
                 head_of_choice = not started[index]
@@ -311,9 +316,7 @@ def create_app(server: Server, api_key: Optional[str] = None,
             token_ids: list[list[int]] = [[] for _ in range(choice_count)]
             entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
             prompt_entries: list[list[TokenLogprob]] = [[] for _ in range(choice_count)]
-            async for index, update in gen.updates():
-                if scoring:  # the prompt alone
-                    update = dataclasses.replace(update, text="", token_ids=[], logprobs=[])
+            async for index, update in shown(gen):
                 texts[index] += update.text
                 token_ids[index] += update.token_ids
                 entries[index] += update.logprobs
@@ -329,7 +332,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
                     names, entries[i], sum(len(t) for t in head["tokens"])))
             choices = [{"index": i, "text": echoed[i] + texts[i], "finish_reason": gen.finish[i],
                         "logprobs": logprobs(i)} for i in range(choice_count)]
-            if not server.has_tokenizer or body.return_token_ids:  # no text: its token ids
+            # Without a tokenizer the answer is its token ids; return_token_ids asks for them.
+            if not server.has_tokenizer or body.return_token_ids:
                 for choice, ids in zip(choices, token_ids):
                     choice["token_ids"] = ids
             if body.return_token_ids:
@@ -393,7 +397,8 @@ def create_app(server: Server, api_key: Optional[str] = None,
             async for index, update in gen.updates():
                 delta, finish = readers[index].delta(update.text, update.finish_reason)
                 logprobs = chat_logprobs(names, update.logprobs) if body.logprobs else None
-                held[index] += update.token_ids
+                if body.return_token_ids:
+                    held[index] += update.token_ids
                 if not (delta or logprobs or finish):
                     continue  # text held while it may begin a tool call or a tag
                 choice = {"index": index, "delta": delta, "logprobs": logprobs,

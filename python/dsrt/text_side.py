@@ -35,6 +35,15 @@ def plan_text_side(plan: "_dsrt.Plan") -> TextSide:
                     {name: text for name, text in special.items() if text is not None})
 
 
+def over_plan(given: Optional[TextSide], plan: TextSide) -> TextSide:
+    """A tokenizer folder's text side where one was given, the plan's templates and special
+    tokens standing where the folder has none."""
+    if given is None:
+        return plan
+    return TextSide(given.tokenizer, given.chat_templates or plan.chat_templates,
+                    given.special_tokens or plan.special_tokens, given.tokenizer_json)
+
+
 def _refuse(path: str, why: str) -> _dsrt.Error:
     return _dsrt.Error(f"DSRT_INVALID_ARGUMENT: tokenizer {path}: {why}")
 

@@ -25,28 +25,27 @@ for _ in range(20):
 (out / "mc.jsonl").write_text("\n".join(json.dumps(q) for q in questions) + "\n")
 (out / "gen.jsonl").write_text("\n".join(json.dumps({"prompt": f"The {p} is", "target": "fast"})
                                          for p in parts) + "\n")
-(out / "dsmc.yaml").write_text(f"""task: dsmc
+
+
+def write_task(name: str, data: str, output_type: str, fields: str) -> None:
+    (out / f"{name}.yaml").write_text(f"""task: {name}
 dataset_path: json
 dataset_kwargs:
   data_files:
-    test: {out.resolve() / "mc.jsonl"}
+    test: {(out / data).resolve()}
 test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
+output_type: {output_type}
+{fields}""")
+
+
+write_task("dsmc", "mc.jsonl", "multiple_choice", """doc_to_text: "{{question}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{answer}}"
 metric_list:
   - metric: acc
 """)
-(out / "dsgen.yaml").write_text(f"""task: dsgen
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {out.resolve() / "gen.jsonl"}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{prompt}}}}"
-doc_to_target: "{{{{target}}}}"
+write_task("dsgen", "gen.jsonl", "generate_until", """doc_to_text: "{{prompt}}"
+doc_to_target: "{{target}}"
 generation_kwargs:
   until: ["\\n"]
   max_gen_toks: 16
