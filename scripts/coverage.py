@@ -15,6 +15,12 @@ Columns:
   (24 tokens, three prompts alone and as one left-padded batch);
 * tp2: the --tp 2 plan, its ranks in-process: forward against PyTorch and greedy through
   the distributed argmax;
+* serving: the --serving plan (default limits) through build/bin/dsrt-engine-check: every
+  request's greedy tokens under continuous batching over the paged cache equal the same
+  request alone through the static path, at block sizes 1, 16 and 7, all at once, staggered,
+  with prefix hits, under forced preemption and with cancellations; then the --serving
+  --tp 2 plan at block sizes 16 and 7, its ranks in-process (decoders with session
+  programs only);
 * int8: top-1 agreement of the --dtype int8 plan's next-token logits with the fp32 plan's
   over test/quant/prompts.txt (dseval), and the largest logit difference. For an
   encoder-decoder (whose folder holds an encoder and a decoder, not model.onnx): the greedy
@@ -124,6 +130,23 @@ def int8_greedy(dsrun, fp32, int8, model_dir):
     return "greedy: first token {}/{}, all tokens {}/{}".format(first, len(theirs), same, total)
 
 
+def serving(build, model, scratch, name):
+    dsc = os.path.join(build, "bin", "dsc")
+    check = os.path.join(build, "bin", "dsrt-engine-check")
+    verdicts = []
+    for tp, blocks in ((1, "1,16,7"), (2, "16,7")):
+        plan = os.path.join(scratch, "{}-serving-tp{}.dsp".format(name, tp))
+        code, out = run([dsc, "compile", model, "-o", plan, "--arch", "none", "--serving",
+                         "--tp", str(tp)])
+        if code != 0:
+            verdicts.append("tp{} compile FAIL".format(tp))
+            continue
+        code, out = run([check, plan, "--block-sizes", blocks])
+        last = out.strip().splitlines()[-1] if out.strip() else str(code)
+        verdicts.append("tp{} {}".format(tp, "ok" if code == 0 else "FAIL ({})".format(last[:80])))
+    return ", ".join(verdicts)
+
+
 def row(name, build, scratch, models=MODELS):
     model_dir = os.path.join(models, name)
     meta = json.load(open(os.path.join(model_dir, "meta.json")))
@@ -153,6 +176,9 @@ def row(name, build, scratch, models=MODELS):
     result["forward"] = forward(dsrun, fp32, model_dir)
     decoder = os.path.exists(os.path.join(model_dir, "generation.json"))
     result["greedy"] = greedy(dsrun, dump, fp32, model_dir) if decoder else "n/a"
+    result["serving"] = (serving(build, model, scratch, name)
+                         if result["session"] == "yes" and decoder and not encoder_decoder
+                         else "n/a")
     tp2 = os.path.join(scratch, name + "-tp2.dsp")
     code, out = run([dsc, "compile", model, "-o", tp2, "--arch", "none", "--tp", "2"])
     declined = re.search(r"stays replicated: (.*)", out)
@@ -213,7 +239,8 @@ def main():
         wanted = set(args.only.split(","))
         names = [n for n in names if n in wanted]
     rows = []
-    columns = ["fixture", "versions", "blocks", "session", "forward", "greedy", "tp2", "int8"]
+    columns = ["fixture", "versions", "blocks", "session", "forward", "greedy", "serving", "tp2",
+               "int8"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     with tempfile.TemporaryDirectory() as scratch:

@@ -145,22 +145,41 @@ for kind in "attention_decode_*FUSED_COMBINE1*" "gemv_*_NORM1_*" "gemv_*_NORM2_*
   fi
 done
 
-checked=0
+# Each distinct kernel is assembled once per architecture, with -v, in parallel: the log
+# both decides the check and gives the registers and spills reported below, so no kernel
+# is assembled twice. Equal names are equal specialisations.
+assemble() {  # ptx: writes NAME.ARCH.log and NAME.ARCH.failed beside the logs
+  local ptx=$1 kernel arch
+  kernel=$(basename "$ptx" .ptx)
+  for arch in sm_80 sm_90; do
+    if ! "$ptxas" -v -arch=$arch "$ptx" -o "$work/logs/$kernel.$arch.cubin" \
+         > "$work/logs/$kernel.$arch.log" 2>&1; then
+      echo "$ptx" > "$work/logs/$kernel.$arch.failed"
+    fi
+    rm -f "$work/logs/$kernel.$arch.cubin"
+  done
+}
+export -f assemble
+export ptxas work
+mkdir -p "$work/logs"
 declare -A seen reported
+checked=0
 for ptx in "$work"/*/*.ptx; do
   [ -e "$ptx" ] || continue
   kernel=$(basename "$ptx" .ptx)
-  # Equal names are equal specialisations: assemble each once.
   [ -n "${seen[$kernel]:-}" ] && continue
   seen[$kernel]=1
-  for arch in sm_80 sm_90; do
-    if ! "$ptxas" -arch=$arch "$ptx" -o "$work/ptxas.cubin" 2> "$work/ptxas.log"; then
-      echo "FAIL: ptxas -arch=$arch rejects $ptx:"
-      cat "$work/ptxas.log"
-      failures=$((failures + 1))
-    fi
-  done
+  printf '%s\0' "$ptx"
   checked=$((checked + 1))
+done > "$work/kernels.list"
+xargs -0 -n 1 -P "$(nproc)" bash -c 'assemble "$0"' < "$work/kernels.list"
+for failed in "$work"/logs/*.failed; do
+  [ -e "$failed" ] || continue
+  log=${failed%.failed}.log
+  arch=${log%.log}; arch=${arch##*.}
+  echo "FAIL: ptxas -arch=$arch rejects $(cat "$failed"):"
+  cat "$log"
+  failures=$((failures + 1))
 done
 
 # Registers and spills of the int8 and int4 decode kernels, int4's dequantization, the norm
@@ -181,8 +200,12 @@ for ptx in "$work"/*/gemv_*_WT8_*.ptx "$work"/*/gemv_*_WT9_*.ptx \
   [ -n "${reported[$kernel]:-}" ] && continue
   reported[$kernel]=1
   for arch in sm_80 sm_90; do
-    usage=$("$ptxas" -v -arch=$arch "$ptx" -o "$work/ptxas.cubin" 2>&1 |
-            grep -E "registers|spill" | sed 's/^ptxas info *: //' | tr '\n' ' ')
+    usage=$(grep -E "registers|spill" "$work/logs/$kernel.$arch.log" |
+            sed 's/^ptxas info *: //' | tr '\n' ' ')
+    if [ -z "$usage" ]; then
+      echo "FAIL: ptxas -v -arch=$arch printed no register usage for $kernel"
+      failures=$((failures + 1))
+    fi
     echo "$kernel $arch: $usage"
     case $kernel in
       gemv_*_WT9_*|dequantize_int4_*|attention_prefill*SINKS1*|moe_*|gemm_dequant_*)
