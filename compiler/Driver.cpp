@@ -360,8 +360,13 @@ int runCompilerDriver(int argc, char **argv) {
          !int8WeightOnly))
       return false;
     llvm::errs() << "dsc: error: --compute-dtype and the --int8-* options go with --dtype int8 "
-                    "or int4 (--dtype "
-                 << weightDtype << " stores every weight as " << weightDtype << ")\n";
+                    "or int4 (";
+    if (weightDtype.getNumOccurrences() == 0)
+      llvm::errs() << "without --dtype, the plan is " << weightDtype
+                   << ": the model has no quantized weights the plan keeps as they are)\n";
+    else
+      llvm::errs() << "--dtype " << weightDtype << " stores every weight as " << weightDtype
+                   << ")\n";
     return true;
   };
   if (weightDtype.getNumOccurrences() != 0 && refuseQuantizationOptions())

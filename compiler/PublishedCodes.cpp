@@ -28,16 +28,46 @@ bool lmHeadIsNBits(mlir::ModuleOp module, const onnx_frontend::WeightStore &weig
 PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t tensorParallel,
                               llvm::raw_ostream &report) {
   const onnx_frontend::NBitsSummary coded = weights.nbitsSummary();
-  if (coded.weights > 0 && coded.bits == 4 && coded.blockSize > 0 && coded.blockSize % 2 == 0) {
-    int64_t withZeroPoints = 0;
-    for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights())
-      withZeroPoints += record->coding->keepsInt8Codes();
-    report << "dsc: " << coded.weights << " weights are 4-bit MatMulNBits codes in blocks of "
-           << coded.blockSize << ": the plan keeps them (int4";
-    if (withZeroPoints > 0)
-      report << "; " << withZeroPoints << " with zero points as int8 codes, code - zero point";
-    report << "; --dtype says otherwise)\n";
-    return {4, coded.blockSize};
+  // 4-bit codes make an int4 plan at their block size. ONNX Runtime GenAI's mixed precision
+  // (matmul_mixed_precision, the k_quant_mixed and rtn_last recipes: the LM head and the
+  // sensitive layers in 8 bits, as llama.cpp's Q4_K_M) mixes 8-bit codes in: the plan keeps
+  // those as int8 codes where they fit, at the same blocks, as it keeps 4-bit codes with
+  // zero points; the others stay float (sortPublishedWeights decides each the same way).
+  int64_t fourBit = 0, fourBitBlock = -1, withZeroPoints = 0, eightBit = 0, eightBitKept = 0;
+  bool oneBlock = true;
+  for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
+    const onnx_frontend::NBitsCoding &coding = *record->coding;
+    if (coding.bits == 4) {
+      ++fourBit;
+      withZeroPoints += coding.keepsInt8Codes();
+      oneBlock &= fourBitBlock < 0 || fourBitBlock == coding.blockSize;
+      fourBitBlock = coding.blockSize;
+    }
+  }
+  if (fourBit > 0 && oneBlock && fourBitBlock % 2 == 0) {
+    for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
+      const onnx_frontend::NBitsCoding &coding = *record->coding;
+      if (coding.bits != 8)
+        continue;
+      ++eightBit;
+      eightBitKept +=
+          !coding.rows && coding.blockSize == fourBitBlock && coding.keepsInt8Codes();
+    }
+    if (fourBit + eightBit == coded.weights) {
+      report << "dsc: " << fourBit << " weights are 4-bit MatMulNBits codes in blocks of "
+             << fourBitBlock << ": the plan keeps them (int4";
+      if (withZeroPoints > 0)
+        report << "; " << withZeroPoints << " with zero points as int8 codes, code - zero point";
+      if (eightBit > 0) {
+        report << "; " << eightBit << " more are 8-bit codes (mixed precision): " << eightBitKept
+               << " kept as int8 codes";
+        if (eightBitKept < eightBit)
+          report << ", " << eightBit - eightBitKept
+                 << " read dequantized, exact (asymmetric, other blocks or a table)";
+      }
+      report << "; --dtype says otherwise)\n";
+      return {4, fourBitBlock};
+    }
   }
   if (coded.weights == 0 || coded.bits != 8)
     return {};

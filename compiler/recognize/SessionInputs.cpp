@@ -341,7 +341,8 @@ void emptyCrossKeys(func::FuncOp decode) {
 // position alone, which saves (S-1)/S of its work and the [batch, max_seq, vocab] slot of
 // its logits in the arena (issue 14). Whatever follows the head (a softcap, a cast) works
 // per position and is unchanged. A model whose head was not recognised keeps every
-// position's logits.
+// position's logits. A head that already reads one position (ONNX Runtime GenAI's
+// prune_lm_head gathers the last before it: logits [batch, 1, vocab]) is left as it is.
 void lastPositionLogits(func::FuncOp prefill) {
   SmallVector<tfm::LmHeadOp> heads;
   prefill.walk([&](tfm::LmHeadOp head) { heads.push_back(head); });
@@ -349,7 +350,7 @@ void lastPositionLogits(func::FuncOp prefill) {
     return;
   tfm::LmHeadOp head = heads.front();
   auto hidden = dyn_cast<RankedTensorType>(head.getHidden().getType());
-  if (!hidden || hidden.getRank() != 3)
+  if (!hidden || hidden.getRank() != 3 || hidden.getDimSize(1) == 1)
     return;
   OpBuilder builder(head);
   Location loc = head.getLoc();
