@@ -169,10 +169,18 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   auto dimension = [&](Value x, int64_t axis) {
     return emit("Shape", {x}, loc, {integer("start", axis), integer("end", axis + 1)});
   };
+  // The builder writes it on sliding-window layers by default (windowed_kv_cache): their
+  // past and present are then a window-sized ring, not the sequence's keys in order, which
+  // the forward program would read wrongly.
+  if (attrs.intOr("sliding_window_cache", 0) != 0)
+    return emitError(loc) << "GroupQueryAttention has sliding_window_cache = 1 (ONNX Runtime "
+                             "GenAI's windowed KV cache: the past is a window-sized ring), "
+                             "which dsc does not read; export with the builder's "
+                             "--extra_options windowed_kv_cache=false";
   if (llvm::StringRef name = attrs.unknown({"num_heads", "kv_num_heads", "scale", "softcap",
                                              "local_window_size", "do_rotary",
                                              "rotary_interleaved", "smooth_softmax",
-                                             "qk_output"});
+                                             "qk_output", "sliding_window_cache"});
       !name.empty())
     return emitError(loc) << "GroupQueryAttention has attribute '" << name
                           << "', which dsc does not support";

@@ -11,7 +11,19 @@ using ::onnx::TensorProto;
 std::string onnxTypeName(int32_t onnxType) {
   if (TensorProto::DataType_IsValid(onnxType))
     return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(onnxType));
-  return std::to_string(onnxType);
+  // Types newer than the onnx.proto dsc is built with (ONNX 1.15 on: 4-bit and 8-bit
+  // floats, 4-bit integers such as a QDQ export's int4 weights), named as ONNX names them.
+  switch (onnxType) {
+  case 17: return "FLOAT8E4M3FN";
+  case 18: return "FLOAT8E4M3FNUZ";
+  case 19: return "FLOAT8E5M2";
+  case 20: return "FLOAT8E5M2FNUZ";
+  case 21: return "UINT4";
+  case 22: return "INT4";
+  case 23: return "FLOAT4E2M1";
+  case 24: return "FLOAT8E8M0";
+  default: return std::to_string(onnxType);
+  }
 }
 
 mlir::Type convertElementType(mlir::MLIRContext &context, int32_t onnxType) {
