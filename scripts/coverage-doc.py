@@ -37,6 +37,10 @@ COLUMNS = """\
 * **greedy**: 24 tokens against `transformers.generate`, three prompts alone and as one
   left-padded batch (`test/models/check_generation.py`; where the plan has session
   programs, also the prefill logits, `--prefill`).
+* **serving**: the `--serving` plan through `dsrt-engine-check`: every request's greedy
+  tokens under continuous batching over the paged cache equal the same request alone
+  through the static path (block sizes 1, 16 and 7; all at once, staggered with prefix
+  hits, forced preemption, cancellations), at TP 1, then at TP 2 (block sizes 16 and 7).
 * **tp2**: the `--tp 2` plan, its ranks in-process: forward against PyTorch, and greedy
   through the distributed argmax. "declined": nothing was sharded, with tp-shard's reason;
   "partly replicated": the attentions stayed replicated (the reason) and the MLPs and LM
