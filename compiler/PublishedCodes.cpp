@@ -23,6 +23,24 @@ bool lmHeadIsNBits(mlir::ModuleOp module, const onnx_frontend::WeightStore &weig
   return coded;
 }
 
+enum class KeptAs { Int4, Int8, Float };
+
+// How a plan whose groups are `groupSize` (0: one per output channel) holds a coded weight:
+// its 4-bit codes as they are; codes with zero points as int8 codes (code - zero point,
+// exact at the same scales); codes neither layout holds as they are float (dequantized,
+// exact) rather than quantized a second time. A table's 8-bit codes (quantize_dynamic's
+// tied head: DequantizeLinear of a transposed table) are rows the writer does not keep as
+// they are: the head reads them dequantized.
+KeptAs keptAs(const onnx_frontend::NBitsCoding &coding, int64_t groupSize) {
+  const bool groupsDiffer =
+      (coding.rows && coding.bits == 8) ||
+      (groupSize == 0 ? coding.blockSize != coding.k : coding.blockSize != groupSize);
+  return groupsDiffer              ? KeptAs::Float
+         : coding.keepsCodes()     ? KeptAs::Int4
+         : coding.keepsInt8Codes() ? KeptAs::Int8
+                                   : KeptAs::Float;
+}
+
 } // namespace
 
 PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t tensorParallel,
@@ -30,44 +48,44 @@ PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t
   const onnx_frontend::NBitsSummary coded = weights.nbitsSummary();
   // 4-bit codes make an int4 plan at their block size. ONNX Runtime GenAI's mixed precision
   // (matmul_mixed_precision, the k_quant_mixed and rtn_last recipes: the LM head and the
-  // sensitive layers in 8 bits, as llama.cpp's Q4_K_M) mixes 8-bit codes in: the plan keeps
-  // those as int8 codes where they fit, at the same blocks, as it keeps 4-bit codes with
-  // zero points; the others stay float (sortPublishedWeights decides each the same way).
-  int64_t fourBit = 0, fourBitBlock = -1, withZeroPoints = 0, eightBit = 0, eightBitKept = 0;
-  bool oneBlock = true;
+  // sensitive layers in 8 bits, as llama.cpp's Q4_K_M) mixes 8-bit codes in, which the plan
+  // holds as it holds 4-bit codes with zero points (keptAs, as sortPublishedWeights sorts).
+  int64_t fourBitBlock = -1;
+  bool oneBlock = true, fourAndEightOnly = true;
   for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
     const onnx_frontend::NBitsCoding &coding = *record->coding;
+    fourAndEightOnly &= coding.bits == 4 || coding.bits == 8;
     if (coding.bits == 4) {
-      ++fourBit;
-      withZeroPoints += coding.keepsInt8Codes();
       oneBlock &= fourBitBlock < 0 || fourBitBlock == coding.blockSize;
       fourBitBlock = coding.blockSize;
     }
   }
-  if (fourBit > 0 && oneBlock && fourBitBlock % 2 == 0) {
+  if (fourBitBlock > 0 && oneBlock && fourBitBlock % 2 == 0 && fourAndEightOnly) {
+    int64_t fourBit = 0, withZeroPoints = 0, eightBit = 0, eightBitKept = 0;
     for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
       const onnx_frontend::NBitsCoding &coding = *record->coding;
-      if (coding.bits != 8)
-        continue;
-      ++eightBit;
-      eightBitKept +=
-          !coding.rows && coding.blockSize == fourBitBlock && coding.keepsInt8Codes();
-    }
-    if (fourBit + eightBit == coded.weights) {
-      report << "dsc: " << fourBit << " weights are 4-bit MatMulNBits codes in blocks of "
-             << fourBitBlock << ": the plan keeps them (int4";
-      if (withZeroPoints > 0)
-        report << "; " << withZeroPoints << " with zero points as int8 codes, code - zero point";
-      if (eightBit > 0) {
-        report << "; " << eightBit << " more are 8-bit codes (mixed precision): " << eightBitKept
-               << " kept as int8 codes";
-        if (eightBitKept < eightBit)
-          report << ", " << eightBit - eightBitKept
-                 << " read dequantized, exact (asymmetric, other blocks or a table)";
+      const KeptAs kept = keptAs(coding, fourBitBlock);
+      if (coding.bits == 4) {
+        ++fourBit;
+        withZeroPoints += kept == KeptAs::Int8;
+      } else {
+        ++eightBit;
+        eightBitKept += kept == KeptAs::Int8;
       }
-      report << "; --dtype says otherwise)\n";
-      return {4, fourBitBlock};
     }
+    report << "dsc: " << fourBit << " weights are 4-bit MatMulNBits codes in blocks of "
+           << fourBitBlock << ": the plan keeps them (int4";
+    if (withZeroPoints > 0)
+      report << "; " << withZeroPoints << " with zero points as int8 codes, code - zero point";
+    if (eightBit > 0) {
+      report << "; " << eightBit << " more are 8-bit codes (mixed precision): " << eightBitKept
+             << " kept as int8 codes";
+      if (eightBitKept < eightBit)
+        report << ", " << eightBit - eightBitKept
+               << " read dequantized, exact (asymmetric, other blocks or a table)";
+    }
+    report << "; --dtype says otherwise)\n";
+    return {4, fourBitBlock};
   }
   if (coded.weights == 0 || coded.bits != 8)
     return {};
@@ -135,23 +153,12 @@ void sortPublishedWeights(mlir::ModuleOp module, const onnx_frontend::WeightStor
   if (lmHeadIsNBits(module, weights))
     quantize.lmHeadBits = 4;
   quantize.publishedOnly = true;
-  // Codes with zero points become int8 codes (code - zero point, exact at the same scales);
-  // codes neither int4 nor int8 can hold as they are stay float (dequantized, exact) rather
-  // than be quantized a second time.
-  for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights()) {
-    const onnx_frontend::NBitsCoding &coding = *record->coding;
-    // A table's 8-bit codes (quantize_dynamic's tied head: DequantizeLinear of a transposed
-    // table) are rows the writer does not keep as they are: the head reads them dequantized
-    // rather than quantized again.
-    const bool groupsDiffer =
-        (coding.rows && coding.bits == 8) ||
-        (groupSize == 0 ? coding.blockSize != coding.k : coding.blockSize != groupSize);
-    (groupsDiffer              ? quantize.keepFloat
-     : coding.keepsCodes()     ? quantize.publishedInt4
-     : coding.keepsInt8Codes() ? quantize.publishedInt8
-                               : quantize.keepFloat)
-        .push_back(record->name);
-  }
+  for (const onnx_frontend::WeightRecord *record : weights.nbitsWeights())
+    switch (keptAs(*record->coding, groupSize)) {
+    case KeptAs::Int4: quantize.publishedInt4.push_back(record->name); break;
+    case KeptAs::Int8: quantize.publishedInt8.push_back(record->name); break;
+    case KeptAs::Float: quantize.keepFloat.push_back(record->name); break;
+    }
 }
 
 } // namespace dsc

@@ -24,7 +24,8 @@ struct PublishedCodes {
 };
 
 // The default plan of the model's codes, said in a line to `report`: int4 at their block size
-// for 4-bit codes, int8 for 8-bit ones whose code - zero point fits int8 (most of them).
+// for 4-bit codes (8-bit ones among them kept as int8 codes where they fit: mixed precision),
+// int8 for 8-bit ones alone whose code - zero point fits int8 (most of them).
 // `tensorParallel` ranks: the line says what stays float because the ranks split a row.
 PublishedCodes publishedCodes(const onnx_frontend::WeightStore &weights, int64_t tensorParallel,
                               llvm::raw_ostream &report);
