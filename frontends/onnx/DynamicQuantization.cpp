@@ -46,14 +46,6 @@ bool transposesMatrix(const NodeProto &node) {
   return true;
 }
 
-// The int attribute `name` of `node`, or `fallback`.
-int64_t intAttribute(const NodeProto &node, llvm::StringRef name, int64_t fallback) {
-  for (const auto &attr : node.attribute())
-    if (attr.name() == name)
-      return attr.i();
-  return fallback;
-}
-
 // A DequantizeLinear's axis over a matrix (1 by default; -1 and -2 counted from the end),
 // or -1 for one a matrix does not have.
 int matrixAxis(const NodeProto &node) {
@@ -62,6 +54,13 @@ int matrixAxis(const NodeProto &node) {
 }
 
 } // namespace
+
+int64_t intAttribute(const NodeProto &node, llvm::StringRef name, int64_t fallback) {
+  for (const auto &attr : node.attribute())
+    if (attr.name() == name)
+      return attr.i();
+  return fallback;
+}
 
 void GraphImporter::planDynamicQuantization(const GraphProto &graph) {
   llvm::StringMap<int> producer;
@@ -189,7 +188,8 @@ void GraphImporter::planDynamicQuantization(const GraphProto &graph) {
 
   for (int q = 0; q < graph.node_size(); ++q) {
     const NodeProto &dequantize = graph.node(q);
-    if (dequantize.op_type() != "DequantizeLinear" || dequantize.output_size() < 1)
+    if (dequantize.op_type() != "DequantizeLinear" || dequantize.output_size() < 1 ||
+        quantizedNodes_.count(dequantize.output(0)))  // a blocked one's (planned first)
       continue;
     if (dequantize.input_size() < 2) {
       refuse(q, "DequantizeLinear needs x and x_scale");
@@ -387,6 +387,8 @@ LogicalResult GraphImporter::importQuantizedNode(const GraphProto *graph, const 
                                           name);
     return bindWrittenOut(node, loc, {emit("MatMul", {x, weight}, loc)});
   }
+  case QuantizedNode::DequantizedBlocked:
+    return importBlockedDequantize(node, loc);
   case QuantizedNode::DequantizedGather:
   case QuantizedNode::DequantizedInitializer: {
     const bool gathered = plan.kind == QuantizedNode::DequantizedGather;

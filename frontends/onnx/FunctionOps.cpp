@@ -25,6 +25,8 @@ LogicalResult NodeAttributes::read(const NodeProto &node, Location loc) {
       floats[attr.name()] = attr.f();
     else if (attr.type() == AttributeProto::INTS)
       intLists[attr.name()].assign(attr.ints().begin(), attr.ints().end());
+    else if (attr.type() == AttributeProto::STRING)
+      strings[attr.name()] = attr.s();
     else
       return emitError(loc) << node.op_type() << " attribute '" << attr.name()
                             << "' has an unexpected type";
@@ -48,7 +50,14 @@ llvm::StringRef NodeAttributes::unknown(std::initializer_list<llvm::StringRef> k
     return name;
   if (llvm::StringRef name = find(floats); !name.empty())
     return name;
+  if (llvm::StringRef name = find(strings); !name.empty())
+    return name;
   return find(intLists);
+}
+
+llvm::StringRef NodeAttributes::stringOr(llvm::StringRef name, llvm::StringRef fallback) const {
+  auto it = strings.find(name);
+  return it == strings.end() ? fallback : llvm::StringRef(it->second);
 }
 
 float NodeAttributes::floatOr(llvm::StringRef name, float fallback) const {

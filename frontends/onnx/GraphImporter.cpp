@@ -119,9 +119,15 @@ LogicalResult GraphImporter::recordTypes(const GraphProto &graph) {
       types_.back()[info.name()] = converted.type;
     return success();
   };
-  for (const auto &info : graph.value_info())
+  for (const auto &info : graph.value_info()) {
+    // A QDQ export declares its 4-bit codes too; only a planned DequantizeLinear reads them
+    // (BlockedDequantization.cpp), so their type has no use here.
+    if (info.type().has_tensor_type() &&
+        isFourBitIntegerType(info.type().tensor_type().elem_type()))
+      continue;
     if (failed(record(info)))
       return failure();
+  }
   for (const auto &info : graph.output())
     if (failed(record(info)))
       return failure();
@@ -144,13 +150,17 @@ LogicalResult GraphImporter::importInitializer(const TensorProto &tensor) {
   if (!store_.add(tensor, key, error))
     return emitError(fileLoc_) << "initializer: " << error;
   const WeightRecord *record = store_.lookup(key);
-  Type element = convertElementType(context_, record->onnxType);
+  // 4-bit codes stay packed in the store, a weight no op reads but the DequantizeLinear
+  // the importer plans for them (BlockedDequantization.cpp).
+  const bool fourBit = isFourBitIntegerType(record->onnxType);
+  Type element = fourBit ? builder_.getIntegerType(4, record->onnxType == kOnnxInt4)
+                         : convertElementType(context_, record->onnxType);
   auto type = RankedTensorType::get(record->dims, element);
   int64_t count = type.getNumElements();
   Location loc = NameLoc::get(builder_.getStringAttr(tensor.name()), fileLoc_);
   Value value;
   bool shapeData = element.isInteger() && count <= kInlineIntegerInitializerElements;
-  if (shapeData || count <= 1)
+  if (!fourBit && (shapeData || count <= 1))
     value = onnx::ConstantOp::create(builder_, loc, type, denseFromBytes(type, record->bytes));
   else
     value = onnx::WeightOp::create(builder_, loc, type, key);
@@ -377,6 +387,7 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
         return failure();
     }
   }
+  planBlockedDequantization(graph);
   planDynamicQuantization(graph);
   graphs_.push_back(&graph);
   llvm::scope_exit popGraph([&] { graphs_.pop_back(); });

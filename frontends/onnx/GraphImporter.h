@@ -52,16 +52,22 @@ using ::onnx::ModelProto;
 using ::onnx::NodeProto;
 using ::onnx::TensorProto;
 
-// A node's integer, float and integer-list attributes: all that the ops written out in
-// primitive ops (FunctionOps.cpp, MicrosoftOps.cpp) take.
+// The int attribute `name` of `node`, or `fallback` (for the planners, which read a few
+// attributes of nodes they have not imported).
+int64_t intAttribute(const NodeProto &node, llvm::StringRef name, int64_t fallback);
+
+// A node's integer, float, string and integer-list attributes: all that the ops written out
+// in primitive ops (FunctionOps.cpp, MicrosoftOps.cpp) take.
 struct NodeAttributes {
   llvm::StringMap<int64_t> ints;
   llvm::StringMap<float> floats;
+  llvm::StringMap<std::string> strings;
   llvm::StringMap<llvm::SmallVector<int64_t>> intLists;
   // Fails, naming the attribute, on one of another type.
   LogicalResult read(const NodeProto &node, Location loc);
   int64_t intOr(llvm::StringRef name, int64_t fallback) const;
   float floatOr(llvm::StringRef name, float fallback) const;
+  llvm::StringRef stringOr(llvm::StringRef name, llvm::StringRef fallback) const;
   // The name of an attribute that is not among `known`, or "" when there is none.
   llvm::StringRef unknown(std::initializer_list<llvm::StringRef> known) const;
 };
@@ -138,18 +144,26 @@ private:
   LogicalResult writeMatMulNBits(const NodeProto &node, const NodeAttributes &attrs,
                                  Location loc, ArrayRef<Value> inputs,
                                  SmallVectorImpl<Value> &results);
+  // com.microsoft.MoE (MicrosoftMoe.cpp): every expert computed, weighted by its column of
+  // the routing weights, the form dsc-recognize-moe reads.
+  LogicalResult writeMoe(const NodeProto &node, const NodeAttributes &attrs, Location loc,
+                         ArrayRef<Value> inputs, SmallVectorImpl<Value> &results);
   // ONNX Runtime's quantize_dynamic (DynamicQuantization.cpp): what each node of its
   // pattern becomes, planned over a graph before its nodes are imported, and the node's
   // import by that plan. A node the plan holds no entry for is not one of them.
   struct QuantizedNode {
     enum Kind { Exact, Product, AliasInput, One, SkipGather, DequantizedGather,
-                DequantizedInitializer, Refuse } kind;
+                DequantizedInitializer, DequantizedBlocked, Refuse } kind;
     int input = 0;         // AliasInput: which input the output is
     std::string scale;     // Product: the weight scale's initializer
     int gather = -1;       // DequantizedGather: the Gather node it reads
     std::string why;       // Refuse
   };
   void planDynamicQuantization(const GraphProto &graph);
+  // The QDQ form's weights: DequantizeLinear of 4-bit codes, or 8-bit ones in blocks, before
+  // a MatMul (BlockedDequantization.cpp), read as MatMulNBits' coding. Planned first.
+  void planBlockedDequantization(const GraphProto &graph);
+  LogicalResult importBlockedDequantize(const NodeProto &node, Location loc);
   LogicalResult importQuantizedNode(const GraphProto *graph, const NodeProto &node,
                                     const QuantizedNode &plan, Location loc);
   llvm::StringMap<QuantizedNode> quantizedNodes_;  // by the node's first output

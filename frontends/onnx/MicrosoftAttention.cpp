@@ -169,14 +169,22 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   auto dimension = [&](Value x, int64_t axis) {
     return emit("Shape", {x}, loc, {integer("start", axis), integer("end", axis + 1)});
   };
-  // The builder writes it on sliding-window layers by default (windowed_kv_cache): their
-  // past and present are then a window-sized ring, not the sequence's keys in order, which
-  // the forward program would read wrongly.
-  if (attrs.intOr("sliding_window_cache", 0) != 0)
-    return emitError(loc) << "GroupQueryAttention has sliding_window_cache = 1 (ONNX Runtime "
-                             "GenAI's windowed KV cache: the past is a window-sized ring), "
-                             "which dsc does not read; export with the builder's "
-                             "--extra_options windowed_kv_cache=false";
+  // sliding_window_cache (the builder's default on sliding-window layers, windowed_kv_cache)
+  // says how onnxruntime stores this layer's cache: a buffer of capacity C >= the window
+  // whose first rows are the most recent keys, compacted as the window moves. The attention
+  // is the window's either way, and so is what dsc computes: its session programs keep their
+  // own cache, and the forward program reads the past as the sequence's cached keys in
+  // order, which is onnxruntime's buffer until it is first compacted (docs/ortgenai.md).
+  if (attrs.intOr("sliding_window_cache", 0) != 0) {
+    if (attrs.intOr("local_window_size", -1) <= 0)
+      return emitError(loc) << "GroupQueryAttention has sliding_window_cache = 1 without a "
+                               "window (local_window_size "
+                            << attrs.intOr("local_window_size", -1)
+                            << "): a windowed KV cache needs local_window_size > 0";
+    if (!isGiven(inputs, 3))
+      return emitError(loc) << "GroupQueryAttention has sliding_window_cache = 1 without "
+                               "past_key and past_value: a windowed KV cache needs them";
+  }
   if (llvm::StringRef name = attrs.unknown({"num_heads", "kv_num_heads", "scale", "softcap",
                                              "local_window_size", "do_rotary",
                                              "rotary_interleaved", "smooth_softmax",

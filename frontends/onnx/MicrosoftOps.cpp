@@ -144,6 +144,9 @@ LogicalResult GraphImporter::importMicrosoftOp(const NodeProto &node, Location l
   } else if (op == "MatMulNBits") {
     if (failed(writeMatMulNBits(node, attrs, loc, inputs, results)))
       return failure();
+  } else if (op == "MoE") {
+    if (failed(writeMoe(node, attrs, loc, inputs, results)))
+      return failure();
   } else {
     return emitError(loc) << "com.microsoft." << op << " is not an op dsc writes out";
   }

@@ -102,6 +102,7 @@ static constexpr OpSpec kOps[] = {
     {"com.microsoft", "SkipSimplifiedLayerNormalization", "", 1, 4, 4},
     {"com.microsoft", "SkipLayerNormalization", "", 1, 5, 4},
     {"com.microsoft", "RotaryEmbedding", "", 1, 4, 1},
+    {"com.microsoft", "MoE", "", 1, 8, 1},
     // ... and what its transformer optimizer writes (BERT, GPT-2).
     {"com.microsoft", "Attention", "", 1, 7, 2},
     {"com.microsoft", "MultiHeadAttention", "", 1, 10, 3},

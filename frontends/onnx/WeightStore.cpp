@@ -32,6 +32,16 @@ size_t onnxElementSize(int32_t onnxType) {
   }
 }
 
+bool isFourBitIntegerType(int32_t onnxType) {
+  return onnxType == kOnnxUInt4 || onnxType == kOnnxInt4;
+}
+
+uint64_t onnxStorageBytes(int32_t onnxType, int64_t count) {
+  if (isFourBitIntegerType(onnxType))
+    return (static_cast<uint64_t>(count) + 1) / 2;  // two to a byte, the first low
+  return static_cast<uint64_t>(count) * onnxElementSize(onnxType);
+}
+
 int64_t checkedElementCount(llvm::ArrayRef<int64_t> dims) {
   constexpr int64_t kLimit = int64_t(1) << 48;
   int64_t count = 1;
@@ -87,6 +97,31 @@ const WeightRecord *WeightStore::addOwned(const std::string &name, int32_t onnxT
   record.onnxType = onnxType;
   record.dims = std::move(dims);
   record.bytes = llvm::ArrayRef<uint8_t>(*ownedBytes_.back());
+  records_[name] = std::move(record);
+  return &records_.find(name)->second;
+}
+
+const WeightRecord *WeightStore::addView(const std::string &name, const WeightRecord &parent,
+                                         uint64_t byteOffset, std::vector<int64_t> dims,
+                                         std::string &error) {
+  if (records_.count(name)) {
+    error = "weight '" + name + "' already exists";
+    return nullptr;
+  }
+  const int64_t count = checkedElementCount(dims);
+  const uint64_t size = count < 0 ? 0 : onnxStorageBytes(parent.onnxType, count);
+  if (count < 0 || parent.coding || byteOffset > parent.bytes.size() ||
+      size > parent.bytes.size() - byteOffset) {
+    error = "weight '" + name + "' does not lie inside '" + parent.name + "'";
+    return nullptr;
+  }
+  WeightRecord record;
+  record.name = name;
+  record.onnxType = parent.onnxType;
+  record.dims = std::move(dims);
+  record.bytes = parent.bytes.slice(byteOffset, size);
+  record.externalFile = parent.externalFile;
+  record.externalOffset = parent.externalFile.empty() ? 0 : parent.externalOffset + byteOffset;
   records_[name] = std::move(record);
   return &records_.find(name)->second;
 }
@@ -201,7 +236,9 @@ static size_t typedFieldCount(const TensorProto &tensor, std::vector<uint8_t> &o
 
 bool decodeInlineTensor(const TensorProto &tensor, std::vector<uint8_t> &out,
                         std::string &error) {
-  size_t elementSize = onnxElementSize(tensor.data_type());
+  const bool fourBit = isFourBitIntegerType(tensor.data_type());
+  // 4-bit integers come two to a byte, in raw_data or one byte per int32_data value.
+  size_t elementSize = fourBit ? 1 : onnxElementSize(tensor.data_type());
   if (elementSize == 0) {
     error = "has data type " + onnxTypeName(tensor.data_type()) + ", which is not supported";
     return false;
@@ -216,7 +253,7 @@ bool decodeInlineTensor(const TensorProto &tensor, std::vector<uint8_t> &out,
     error = "has an invalid shape";
     return false;
   }
-  uint64_t expected = static_cast<uint64_t>(count) * elementSize;
+  uint64_t expected = onnxStorageBytes(tensor.data_type(), count);
   out.clear();
   if (tensor.has_raw_data()) {
     if (tensor.raw_data().size() != expected) {
@@ -228,9 +265,9 @@ bool decodeInlineTensor(const TensorProto &tensor, std::vector<uint8_t> &out,
     return true;
   }
   size_t values = typedFieldCount(tensor, out, elementSize);
-  if (values != static_cast<uint64_t>(count)) {
+  if (values != (fourBit ? expected : static_cast<uint64_t>(count))) {
     error = "holds " + std::to_string(values) + " values, but its shape needs " +
-            std::to_string(count);
+            std::to_string(fourBit ? expected : static_cast<uint64_t>(count));
     return false;
   }
   return true;
@@ -249,8 +286,7 @@ bool WeightStore::add(const TensorProto &tensor, const std::string &name, std::s
   record.name = name;
   record.onnxType = tensor.data_type();
   record.dims.assign(tensor.dims().begin(), tensor.dims().end());
-  size_t elementSize = onnxElementSize(record.onnxType);
-  if (elementSize == 0) {
+  if (onnxElementSize(record.onnxType) == 0 && !isFourBitIntegerType(record.onnxType)) {
     error = "tensor '" + name + "' has data type " + onnxTypeName(record.onnxType) +
             ", which is not supported";
     return false;
@@ -260,7 +296,7 @@ bool WeightStore::add(const TensorProto &tensor, const std::string &name, std::s
     error = "tensor '" + name + "' has an invalid shape";
     return false;
   }
-  uint64_t expected = static_cast<uint64_t>(count) * elementSize;
+  uint64_t expected = onnxStorageBytes(record.onnxType, count);
 
   if (tensor.data_location() == TensorProto::EXTERNAL) {
     if (!mapExternal(tensor, record, expected, error))

@@ -72,6 +72,13 @@ public:
                                std::vector<int64_t> dims, std::vector<uint8_t> bytes,
                                std::string &error);
 
+  // Records `name`, `dims` of the parent's type whose bytes are the parent's from
+  // `byteOffset` on (an expert's rows of a stacked weight), without copying them. Fails,
+  // saying why, when the name is taken or the bytes run past the parent's; else the record.
+  const WeightRecord *addView(const std::string &name, const WeightRecord &parent,
+                              uint64_t byteOffset, std::vector<int64_t> dims,
+                              std::string &error);
+
   // Records the float [k, n] weight `name` (of ONNX float type `floatType`) that the codes
   // of `coding` stand for. Fails, saying why, when the name is taken.
   bool addNBitsWeight(const std::string &name, NBitsCoding coding, int32_t floatType,
@@ -106,6 +113,14 @@ private:
 // Bytes per element of an ONNX data type we accept, or 0 for types we do not
 // (strings, complex, sub-byte and 8-bit float formats).
 size_t onnxElementSize(int32_t onnxType);
+
+// ONNX's 4-bit integers (ONNX 1.16; newer than the onnx.proto dsc is built with). The store
+// holds them packed, two to a byte, the first low: a QDQ export's weight codes, which only
+// DequantizeLinear reads (BlockedDequantization.cpp).
+constexpr int32_t kOnnxUInt4 = 21, kOnnxInt4 = 22;
+bool isFourBitIntegerType(int32_t onnxType);
+// The bytes `count` elements of the type take in raw data (0 for a type we do not accept).
+uint64_t onnxStorageBytes(int32_t onnxType, int64_t count);
 
 // Copies a tensor stored inside the model (raw_data or ONNX's typed fields) into `out` in
 // the raw little-endian layout. Returns false with `error` set when the data does not match

@@ -1,11 +1,14 @@
 // The weight store hands out the bytes of each initializer from where they live.
 #include "frontends/onnx/OnnxImporter.h"
+#include "frontends/onnx/WeightStore.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
 
 #include "mlir/IR/MLIRContext.h"
 
 #include "llvm/Support/MemoryBuffer.h"
+
+#include "onnx/onnx_pb.h"
 
 #include <gtest/gtest.h>
 
@@ -64,6 +67,38 @@ TEST(WeightStoreTest, InlineInitializersKeepTheirBytes) {
   std::memcpy(values, record->bytes.data(), sizeof values);
   EXPECT_EQ(values[0], 1.5f);
   EXPECT_EQ(values[1], -2.25f);
+}
+
+// ONNX's 4-bit integers (a QDQ export's codes) come two to a byte, the first low, in raw_data
+// or one byte per int32_data value: both give the same packed bytes, an odd count rounds up,
+// and data of the wrong size is refused with the sizes.
+TEST(WeightStoreTest, FourBitIntegersStayPacked) {
+  using dsc::onnx_frontend::kOnnxInt4;
+  const uint8_t packed[] = {0x21, 0x43, 0x65, 0x87, 0x09};  // 9 codes
+  ::onnx::TensorProto raw, typed, short_;
+  for (auto *tensor : {&raw, &typed, &short_}) {
+    tensor->set_data_type(kOnnxInt4);
+    tensor->add_dims(3);
+    tensor->add_dims(3);
+  }
+  raw.set_raw_data(std::string(reinterpret_cast<const char *>(packed), sizeof packed));
+  for (uint8_t byte : packed)
+    typed.add_int32_data(byte);
+  short_.set_raw_data(std::string(reinterpret_cast<const char *>(packed), 4));
+  dsc::onnx_frontend::WeightStore store(".");
+  std::string error;
+  ASSERT_TRUE(store.add(raw, "raw", error)) << error;
+  ASSERT_TRUE(store.add(typed, "typed", error)) << error;
+  for (const char *name : {"raw", "typed"}) {
+    const auto *record = store.lookup(name);
+    ASSERT_NE(record, nullptr);
+    ASSERT_EQ(record->bytes.size(), sizeof packed) << name;
+    EXPECT_EQ(0, std::memcmp(record->bytes.data(), packed, sizeof packed)) << name;
+  }
+  EXPECT_FALSE(store.add(short_, "short", error));
+  EXPECT_NE(error.find("holds 4 bytes of raw data, but its shape and type need 5"),
+            std::string::npos)
+      << error;
 }
 
 } // namespace
