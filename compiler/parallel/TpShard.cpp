@@ -383,10 +383,15 @@ LogicalResult Sharder::run() {
   std::vector<AttentionPlan> plans(attentions.size());
   bool attentionsShard = true;
   for (auto [attention, plan] : llvm::zip(attentions, plans)) {
+    // Fewer query heads than ranks (a model of one head) cannot give each rank a head: the
+    // attention is computed whole on every rank, as any other it cannot split.
+    std::string why;
     if (static_cast<int64_t>(attention.getNumHeads()) < ranks_)
-      return attention.emitError() << "--tp " << ranks_ << " is more than the "
-                                   << attention.getNumHeads() << " query heads";
-    if (std::string why = planAttention(attention, plan); !why.empty()) {
+      why = std::to_string(ranks_) + " ranks are more than its " +
+            std::to_string(attention.getNumHeads()) + " query heads";
+    else
+      why = planAttention(attention, plan);
+    if (!why.empty()) {
       attention.emitWarning() << "tp-shard: @" << func_.getSymName()
                               << ": every attention stays replicated: this attention cannot be "
                                  "sharded: "
