@@ -104,8 +104,48 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
     }
     Type scaleElement = cast<RankedTensorType>(moe.getInput().getType()).getElementType();
     MLIRContext *context = moe.getContext();
+    // Experts whose codes the model's publisher wrote (QMoE's) keep them: int4 (or int8
+    // codes, code - zero point) at the published group size, which must divide every part's
+    // inputs on every rank (a TP split of a block would need them quantized again); else,
+    // as for a linear layer, they stay float.
+    int published = 0, parts = 0;
+    bool publishedInt8Codes = false, divides = true;
+    for (tfm::ConcatWeightsOp concat : {gateUp, down})
+      for (Value part : concat.getParts())
+        if (auto weight = part.getDefiningOp<tfm::WeightOp>()) {
+          ++parts;
+          const std::string name = weight.getName().str();
+          if (llvm::is_contained(keepFloat, name)) {
+            decline(moe, "its experts' weights were quantized by the model's publisher in a "
+                         "layout the plan cannot keep as it is; they stay float rather than "
+                         "be quantized again");
+            return success();
+          }
+          const bool asInt8 = llvm::is_contained(publishedInt8, name);
+          if (asInt8 || llvm::is_contained(publishedInt4, name)) {
+            ++published;
+            publishedInt8Codes |= asInt8;
+          }
+          for (int64_t in : inputFeaturesPerRank(weight))
+            divides &= groupSize > 0 && in % groupSize == 0;
+        }
+    if (publishedOnly && published == 0) {
+      decline(moe, "the model's publisher left its experts float");
+      return success();
+    }
+    if (published > 0 && (published != parts || !divides)) {
+      decline(moe, published != parts
+                       ? "only some of its experts' weights are the model's own codes; they "
+                         "stay float rather than be quantized again"
+                       : "its experts' codes (the model's own) come in groups that do not "
+                         "divide each rank's inputs; they stay float rather than be "
+                         "quantized again");
+      return success();
+    }
     int expertBits = 8;
-    if (bits == 4 && groupSize > 0 && groupSize % 2 == 0) {
+    if (published > 0 && publishedInt8Codes) {
+      expertBits = 8;
+    } else if (bits == 4 && groupSize > 0 && groupSize % 2 == 0) {
       expertBits = 4;
       for (tfm::ConcatWeightsOp concat : {gateUp, down})
         for (Value part : concat.getParts())
@@ -127,7 +167,7 @@ struct QuantizeWeightsPass : impl::QuantizeWeightsBase<QuantizeWeightsPass> {
           return moe.emitOpError("an expert's weight is not a model weight");
         FailureOr<int64_t> size = layerGroupSize(
             moe, inputFeaturesPerRank(weight), expertBits,
-            bits == 8 || expertBits == 4 ? groupSize : 0);
+            published > 0 || bits == 8 || expertBits == 4 ? groupSize : 0);
         if (failed(size))
           return failure();
         auto [code, scale] =

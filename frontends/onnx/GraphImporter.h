@@ -144,8 +144,8 @@ private:
   LogicalResult writeMatMulNBits(const NodeProto &node, const NodeAttributes &attrs,
                                  Location loc, ArrayRef<Value> inputs,
                                  SmallVectorImpl<Value> &results);
-  // com.microsoft.MoE (MicrosoftMoe.cpp): every expert computed, weighted by its column of
-  // the routing weights, the form dsc-recognize-moe reads.
+  // com.microsoft.MoE and QMoE (MicrosoftMoe.cpp): every expert computed, weighted by its
+  // column of the routing weights, the form dsc-recognize-moe reads.
   LogicalResult writeMoe(const NodeProto &node, const NodeAttributes &attrs, Location loc,
                          ArrayRef<Value> inputs, SmallVectorImpl<Value> &results);
   // ONNX Runtime's quantize_dynamic (DynamicQuantization.cpp): what each node of its

@@ -144,7 +144,7 @@ LogicalResult GraphImporter::importMicrosoftOp(const NodeProto &node, Location l
   } else if (op == "MatMulNBits") {
     if (failed(writeMatMulNBits(node, attrs, loc, inputs, results)))
       return failure();
-  } else if (op == "MoE") {
+  } else if (op == "MoE" || op == "QMoE") {
     if (failed(writeMoe(node, attrs, loc, inputs, results)))
       return failure();
   } else {

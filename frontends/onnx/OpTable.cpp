@@ -103,6 +103,7 @@ static constexpr OpSpec kOps[] = {
     {"com.microsoft", "SkipLayerNormalization", "", 1, 5, 4},
     {"com.microsoft", "RotaryEmbedding", "", 1, 4, 1},
     {"com.microsoft", "MoE", "", 1, 8, 1},
+    {"com.microsoft", "QMoE", "", 1, 21, 1},
     // ... and what its transformer optimizer writes (BERT, GPT-2).
     {"com.microsoft", "Attention", "", 1, 7, 2},
     {"com.microsoft", "MultiHeadAttention", "", 1, 10, 3},
