@@ -91,6 +91,13 @@ const WeightRecord *WeightStore::addOwned(const std::string &name, int32_t onnxT
     error = "weight '" + name + "' already exists";
     return nullptr;
   }
+  // Readers size their reads by the dims: bytes that hold less would be read past.
+  const int64_t count = checkedElementCount(dims);
+  if (count < 0 || bytes.size() != onnxStorageBytes(onnxType, count)) {
+    error = "weight '" + name + "' has " + std::to_string(bytes.size()) +
+            " bytes, which its type and shape do not hold";
+    return nullptr;
+  }
   ownedBytes_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(bytes)));
   WeightRecord record;
   record.name = name;
