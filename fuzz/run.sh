@@ -33,6 +33,9 @@ seeds() {
       # whole path also optimum's merged decoders and the larger halves (under 800 KB).
       find "$ROOT"/test/models \( -name model.onnx -o -name encoder.onnx -o -name decoder.onnx \) \
         -size "-$(max_kb "$1")k" | sort
+      # ONNX Runtime's contrib ops and the QDQ form with their weights inline (MoE, QMoE,
+      # MatMulNBits, 4-bit DequantizeLinear), which the fixtures keep in external data.
+      find "$ROOT"/test/node-tests/com.microsoft -name model.onnx -size "-$(max_kb "$1")k" | sort
       ls "$ROOT"/test/frontends/onnx/ops/*.onnxtxt ;;
     plan) ls "$PLAN_SEEDS"/*.dsp ;;
     tokenizer) ls "$ROOT"/test/tokenizers/*.json | grep -v cases.json ;;
