@@ -152,6 +152,9 @@ struct Candidate {
   bool chainHasTanh = false;  // the score chain may cap the scores (Gemma-2)
   double softcap = 0;         // scores become softcap * tanh(scores / softcap); 0: none
   std::optional<Rotary> rotary;
+  // The relative rounding of the rotary's table where it is a half model's rounded one
+  // (proveQuery), which the keys' proof allows too; 0 for an exact one.
+  double rotaryTableRounding = 0;
   // RMS norms over each head that come after the rotary (NanoChat's and HunYuan-Dense's q
   // and k norms). The rotation keeps each head's mean square: with one scale for every
   // feature such a norm is the same norm before the rotation, which the proofs apply to

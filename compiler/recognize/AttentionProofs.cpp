@@ -32,6 +32,27 @@ std::vector<float> headsLast(std::vector<float> x, bool headsFirst, int64_t B, i
   return out;
 }
 
+namespace {
+
+// A RoPE base measured from a rounded (half) rotary table, to within about 1e-3: the nearest
+// value of two significant digits (10000, 500000, 1000000, 150000: every published base is
+// one) where it lies that close, else as measured.
+double roundBase(double measured) {
+  const double scale = std::pow(10.0, std::floor(std::log10(measured)) - 1);
+  const double round = std::round(measured / scale) * scale;
+  return std::abs(round - measured) <= 2e-3 * measured ? round : measured;
+}
+
+// The relative rounding of a rotary table stored in the half type of a half model's export
+// (dsc-widen-half-precision's dsc.half_export): 2^-11 for f16, 2^-8 for bf16; 0 otherwise.
+double halfTableRounding(const Candidate &c) {
+  auto half = c.softmax->getParentOfType<ModuleOp>()->getAttrOfType<StringAttr>(
+      "dsc.half_export");
+  return !half ? 0 : half.getValue() == "bf16" ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+}
+
+} // namespace
+
 std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   std::string why;
   auto seed = randomTensor(*shapeOf(c.querySource), 1);
@@ -63,16 +84,30 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
       for (int64_t n = 0; n < H; ++n)
         for (int64_t e = 0; e < D; ++e)
           z[xi(b, t, n, e)] = float(y[yi(b, n, t, e)] / qscale);
+  // An export of a half model (dsc-widen-half-precision's dsc.half_export) may hold its
+  // rotary tables in that type (ONNX Runtime GenAI's CUDA exports: fp16 cos and sin
+  // caches): each cos and sin is then rounded to 2^-11 (f16) or 2^-8 (bf16) of itself, and a
+  // rotated feature to that of its pair's magnitude. dsc computes the rotation the rounded
+  // table stands for, in f32.
+  // The rotary is looked for exactly first, and only then, in a half model's export, within
+  // its table's rounding: a table the graph computes in f32 is matched as it is.
+  const double halfRounding = halfTableRounding(c);
+  double tableRounding = 0;
   auto matches = [&](const Rotary *rotary, std::vector<int64_t> *pos) {
     std::vector<float> head(D);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < S; ++t)
         for (int64_t n = 0; n < H; ++n) {
           std::copy_n(&x[xi(b, t, n, 0)], D, head.begin());
+          double magnitude = 0;
+          for (float v : head)
+            magnitude = std::max(magnitude, double(std::abs(v)));
           if (rotary)
             rotary->apply(head.data(), (*pos)[b * S + t]);
+          const double rounded = rotary ? 4 * tableRounding * magnitude : 0;
           for (int64_t e = 0; e < D; ++e)
-            if (!close(z[xi(b, t, n, e)], head[e]))
+            if (!close(z[xi(b, t, n, e)], head[e]) &&
+                !(rounded > 0 && std::abs(z[xi(b, t, n, e)] - head[e]) <= rounded))
               return false;
         }
     return true;
@@ -100,72 +135,88 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
   // A table with pairs that do not turn is the answer only where no narrower rotation is
   // (Gemma-4's proportional RoPE): an interleaved partial rotary is its rotated features.
   std::optional<std::pair<Rotary, double>> withStillPairs;
-  for (bool interleaved : {false, true}) {
-    for (int64_t dim = D - D % 2; dim >= 2; dim -= 2) {
-      Rotary rotary;
-      rotary.dim = dim;
-      rotary.interleaved = interleaved;
-      // The query's scale is the pass-through features' where there are some: an attention
-      // factor (yarn, longrope) scales the rotated ones only.
-      double scale = wholeScale;
-      if (dim < D) {
-        double px = 0, py = 0;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t t = 0; t < S; ++t)
-            for (int64_t n = 0; n < H; ++n)
-              for (int64_t e = dim; e < D; ++e) {
-                px += double(x[xi(b, t, n, e)]) * x[xi(b, t, n, e)];
-                py += double(y[yi(b, n, t, e)]) * y[yi(b, n, t, e)];
-              }
-        scale = std::sqrt(py / px);
-        if (!(scale > 0) || !std::isfinite(scale))
-          continue;
-      }
-      if (scale != qscale) {
-        qscale = scale;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t t = 0; t < S; ++t)
-            for (int64_t n = 0; n < H; ++n)
-              for (int64_t e = 0; e < D; ++e)
-                z[xi(b, t, n, e)] = float(y[yi(b, n, t, e)] / qscale);
-      }
-      bool passes = true;  // the features past `dim` are not rotated
-      for (int64_t e = dim; e < D && passes; ++e)
-        passes = close(z[xi(0, 0, 0, e)], x[xi(0, 0, 0, e)]);
-      if (!passes)
-        continue;
-      std::optional<Frequencies> measured = measureFrequencies(c, rotary, qscale, pos);
-      if (!measured)
-        continue;
-      const std::vector<double> *frequencies = &measured->inverse;
-      // inv_freq[1] = base^(-2/dim) gives the base; where the base formula reproduces every
-      // measured frequency the rotation is the default RoPE, else the measured table is it.
-      double base = 10000;
-      if (dim >= 4) {
-        base = std::pow((*frequencies)[1], -double(dim) / 2);
-        if (!(base > 1) || !std::isfinite(base))
-          base = 10000;
-        else if (std::abs(base - std::round(base)) < 1e-4 * base)
-          base = std::round(base);
-      }
-      rotary.setBase(base);
-      bool formula = true;
-      for (int64_t i = 0; i < dim / 2 && formula; ++i)
-        formula = std::abs(rotary.invFreq[i] - (*frequencies)[i]) <= 1e-5 * rotary.invFreq[i];
-      if (!formula) {
-        rotary.invFreq.assign(frequencies->begin(), frequencies->end());
-        rotary.explicitTable = true;
-      }
-      if (std::abs(measured->attentionFactor - 1) > 1e-6)
-        rotary.attentionFactor = float(measured->attentionFactor);
-      if (matches(&rotary, &pos)) {
-        if (llvm::is_contained(rotary.invFreq, 0.0f)) {
-          if (!withStillPairs)
-            withStillPairs = {rotary, qscale};
-          continue;
+  for (int pass = 0; pass < (halfRounding > 0 ? 2 : 1) && !withStillPairs; ++pass) {
+    tableRounding = pass == 0 ? 0 : halfRounding;
+    for (bool interleaved : {false, true}) {
+      for (int64_t dim = D - D % 2; dim >= 2; dim -= 2) {
+        Rotary rotary;
+        rotary.dim = dim;
+        rotary.interleaved = interleaved;
+        // The query's scale is the pass-through features' where there are some: an attention
+        // factor (yarn, longrope) scales the rotated ones only.
+        double scale = wholeScale;
+        if (dim < D) {
+          double px = 0, py = 0;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < S; ++t)
+              for (int64_t n = 0; n < H; ++n)
+                for (int64_t e = dim; e < D; ++e) {
+                  px += double(x[xi(b, t, n, e)]) * x[xi(b, t, n, e)];
+                  py += double(y[yi(b, n, t, e)]) * y[yi(b, n, t, e)];
+                }
+          scale = std::sqrt(py / px);
+          if (!(scale > 0) || !std::isfinite(scale))
+            continue;
         }
-        c.rotary = rotary;
-        return "";
+        if (scale != qscale) {
+          qscale = scale;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < S; ++t)
+              for (int64_t n = 0; n < H; ++n)
+                for (int64_t e = 0; e < D; ++e)
+                  z[xi(b, t, n, e)] = float(y[yi(b, n, t, e)] / qscale);
+        }
+        bool passes = true;  // the features past `dim` are not rotated
+        for (int64_t e = dim; e < D && passes; ++e)
+          passes = close(z[xi(0, 0, 0, e)], x[xi(0, 0, 0, e)]);
+        if (!passes)
+          continue;
+        std::optional<Frequencies> measured = measureFrequencies(c, rotary, qscale, pos);
+        if (!measured)
+          continue;
+        const std::vector<double> *frequencies = &measured->inverse;
+        // inv_freq[1] = base^(-2/dim) gives the base; where the base formula reproduces every
+        // measured frequency the rotation is the default RoPE, else the measured table is it.
+        double base = 10000;
+        if (dim >= 4) {
+          base = std::pow((*frequencies)[1], -double(dim) / 2);
+          if (!(base > 1) || !std::isfinite(base)) {
+            base = 10000;
+          } else {
+            if (tableRounding > 0)
+              base = roundBase(base);
+            if (std::abs(base - std::round(base)) < 1e-4 * base)
+              base = std::round(base);
+          }
+        }
+        rotary.setBase(base);
+        // A rounded table's frequencies are measured to about its rounding over the probe's
+        // last position; a formula that far off at some pair is another rotation (a scaled
+        // RoPE's slow pairs differ by whole factors).
+        const double tolerance = tableRounding > 0 ? 1e-2 : 1e-5;
+        bool formula = true;
+        for (int64_t i = 0; i < dim / 2 && formula; ++i)
+          formula = std::abs(rotary.invFreq[i] - (*frequencies)[i]) <=
+                    tolerance * rotary.invFreq[i] + (tableRounding > 0 ? 4 * tableRounding : 0);
+        if (!formula) {
+          rotary.invFreq.assign(frequencies->begin(), frequencies->end());
+          rotary.explicitTable = true;
+        }
+        // A rounded table's amplitude is 1 to within its rounding.
+        if (std::abs(measured->attentionFactor - 1) > std::max(1e-6, 4 * tableRounding))
+          rotary.attentionFactor = float(measured->attentionFactor);
+        if (matches(&rotary, &pos)) {
+          if (llvm::is_contained(rotary.invFreq, 0.0f)) {
+            if (!withStillPairs) {
+              withStillPairs = {rotary, qscale};
+              c.rotaryTableRounding = tableRounding;
+            }
+            continue;
+          }
+          c.rotary = rotary;
+          c.rotaryTableRounding = tableRounding;
+          return "";
+        }
       }
     }
   }
@@ -360,11 +411,23 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
   }
   if (!(scale > 0))
     return std::string(what) + ": not a positive multiple of the projection";
+  // New keys rotated by a half model's rounded table (proveQuery says why) may be off by
+  // that rounding of their head's magnitude.
+  const double tableRounding = isKey && c.rotary ? c.rotaryTableRounding : 0;
+  auto headMagnitude = [&](int64_t b, int64_t n, int64_t j) {
+    double magnitude = 0;
+    for (int64_t e = 0; e < D; ++e)
+      magnitude = std::max(magnitude, std::abs(scale * expected(b, n, j, e)));
+    return magnitude;
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t n = 0; n < H; ++n)
       for (int64_t j = 0; j < T; ++j)
         for (int64_t e = 0; e < D; ++e)
-          if (!close(y[yi(b, n, j, e)], scale * expected(b, n, j, e)))
+          if (!close(y[yi(b, n, j, e)], scale * expected(b, n, j, e)) &&
+              !(tableRounding > 0 && j >= P &&
+                std::abs(y[yi(b, n, j, e)] - scale * expected(b, n, j, e)) <=
+                    4 * tableRounding * headMagnitude(b, n, j)))
             return std::string(what) + (isKey && !c.rotary && positionIds_
                                              ? ": the keys differ from the projection (a "
                                                "rotary embedding the query does not have?)"
@@ -416,10 +479,18 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
     std::vector<float> v = floats(*value);
     if (v.size() != full.size())
       return std::string(what) + ": the present output is not [batch, kv_heads, total, d]";
-    for (size_t i = 0; i < v.size(); ++i)
-      if (!close(v[i], full[i]))
+    for (size_t i = 0; i < v.size(); ++i) {
+      // full is [b, g, T, d]: row i / D, position (i / D) % T.
+      const size_t row = i / size_t(D);
+      double magnitude = 0;
+      if (tableRounding > 0 && int64_t(row % size_t(T)) >= P)
+        for (int64_t e = 0; e < D; ++e)
+          magnitude = std::max(magnitude, double(std::abs(full[row * D + e])));
+      if (!close(v[i], full[i]) &&
+          !(magnitude > 0 && std::abs(v[i] - full[i]) <= 4 * tableRounding * magnitude))
         return std::string(what) + ": the present output is not the past and the new " +
                what + "s";
+    }
     region.insert(presentRegion.begin(), presentRegion.end());
   }
   (isKey ? c.presentKey : c.presentValue) = present;
