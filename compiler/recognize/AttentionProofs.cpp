@@ -190,20 +190,27 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
           }
         }
         rotary.setBase(base);
-        // A rounded table's frequencies are measured to about its rounding over the probe's
-        // last position; a formula that far off at some pair is another rotation (a scaled
-        // RoPE's slow pairs differ by whole factors).
-        const double tolerance = tableRounding > 0 ? 1e-2 : 1e-5;
+        // A rounded table's frequencies are measured to about twice its rounding over the
+        // probe's last position; a formula that far off at some pair is another rotation
+        // (a scaled RoPE's slow pairs differ by whole factors).
+        const double relative = tableRounding > 0 ? 1e-2 : 1e-5;
+        const double absolute =
+            tableRounding > 0 ? 2 * tableRounding / std::max<double>(1, pos[S - 1]) : 0;
         bool formula = true;
         for (int64_t i = 0; i < dim / 2 && formula; ++i)
           formula = std::abs(rotary.invFreq[i] - (*frequencies)[i]) <=
-                    tolerance * rotary.invFreq[i] + (tableRounding > 0 ? 4 * tableRounding : 0);
+                    relative * rotary.invFreq[i] + absolute;
+        // A rounded table that is not the base formula (Llama 3's scaled RoPE) would be read
+        // as measured here, to about 1e-4 per pair, which drifts over long contexts: it is
+        // not recognised (docs/ortgenai.md).
+        if (!formula && tableRounding > 0)
+          continue;
         if (!formula) {
           rotary.invFreq.assign(frequencies->begin(), frequencies->end());
           rotary.explicitTable = true;
         }
-        // A rounded table's amplitude is 1 to within its rounding.
-        if (std::abs(measured->attentionFactor - 1) > std::max(1e-6, 4 * tableRounding))
+        // A half model's table has an amplitude of 1 to within its rounding.
+        if (std::abs(measured->attentionFactor - 1) > std::max(1e-6, 4 * halfRounding))
           rotary.attentionFactor = float(measured->attentionFactor);
         if (matches(&rotary, &pos)) {
           if (llvm::is_contained(rotary.invFreq, 0.0f)) {
@@ -402,7 +409,9 @@ std::string Matcher::proveKeyValue(Candidate &c, bool isKey, double &scale) {
     // A whole head rotated with an attention factor: the query's scale absorbed it, but
     // the new keys carry it and the cached ones (the past input, as given) do not.
     double cached = fit(0, P), fresh = fit(P, T), factor = fresh / cached;
-    if (cached > 0 && factor > 0 && std::isfinite(factor) && std::abs(factor - 1) > 1e-5) {
+    // (In a half model's export, a factor within its rounding of 1 is 1.)
+    if (cached > 0 && factor > 0 && std::isfinite(factor) &&
+        std::abs(factor - 1) > std::max(1e-5, 4 * halfTableRounding(c))) {
       c.rotary->attentionFactor *= float(factor);
       c.absorbedFactor = factor;
       fill();

@@ -188,7 +188,8 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   if (llvm::StringRef name = attrs.unknown({"num_heads", "kv_num_heads", "scale", "softcap",
                                              "local_window_size", "do_rotary",
                                              "rotary_interleaved", "smooth_softmax",
-                                             "qk_output", "sliding_window_cache"});
+                                             "qk_output", "sliding_window_cache",
+                                             "qk_norm_epsilon"});
       !name.empty())
     return emitError(loc) << "GroupQueryAttention has attribute '" << name
                           << "', which dsc does not support";
@@ -207,6 +208,9 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
                              "(packed QKV)";
   if (given(3) != given(4))
     return emitError(loc) << "GroupQueryAttention needs past_key and past_value together";
+  if (given(12) || given(13))
+    return emitError(loc) << "GroupQueryAttention with k_scale and v_scale (a quantized KV "
+                             "cache) is not supported";
   const bool rotary = attrs.intOr("do_rotary", 0) != 0;
   if (rotary && (!given(7) || !given(8)))
     return emitError(loc) << "GroupQueryAttention with do_rotary needs cos_cache and sin_cache";
@@ -255,6 +259,24 @@ LogicalResult GraphImporter::writeGroupQueryAttention(const NodeProto &node,
   query = headsFirst(query, heads, headSize, loc);
   key = headsFirst(key, kvHeads, headSize, loc);
   value = headsFirst(value, kvHeads, headSize, loc);
+  // q_norm_weight and k_norm_weight (the builder's CUDA exports of Qwen3, where onnxruntime
+  // fuses the QK norm into the node): an RMS norm over each head of the query and the key,
+  // before the rotary, as Qwen3's q_norm and k_norm.
+  if (given(14) != given(15))
+    return emitError(loc) << "GroupQueryAttention needs q_norm_weight and k_norm_weight "
+                             "together";
+  if (given(14)) {
+    for (size_t index : {14, 15}) {
+      auto type = dyn_cast<RankedTensorType>(inputs[index].getType());
+      if (!type || type.getRank() != 1 ||
+          (!type.isDynamicDim(0) && type.getDimSize(0) != headSize))
+        return emitError(loc) << "GroupQueryAttention's " << (index == 14 ? "q" : "k")
+                              << "_norm_weight must be [head_size] = [" << headSize << "]";
+    }
+    const float epsilon = attrs.floatOr("qk_norm_epsilon", 1e-6f);
+    query = rmsNorm(query, inputs[14], {-1}, epsilon, loc);
+    key = rmsNorm(key, inputs[15], {-1}, epsilon, loc);
+  }
   if (rotary) {
     // The caches' rows at the flattened positions, then [b, s, r / 2]: a lookup by 2-D ids
     // would read as a token embedding, and the cache is a rotary table.

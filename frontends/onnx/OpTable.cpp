@@ -98,7 +98,7 @@ static constexpr OpSpec kOps[] = {
     // in primitive ops (MicrosoftOps.cpp).
     {"com.microsoft", "MatMulNBits", "", 1, 6, 1},
     {"com.microsoft", "GatherBlockQuantized", "", 1, 4, 1},
-    {"com.microsoft", "GroupQueryAttention", "", 1, 12, 3},
+    {"com.microsoft", "GroupQueryAttention", "", 1, 16, 3},
     {"com.microsoft", "SkipSimplifiedLayerNormalization", "", 1, 4, 4},
     {"com.microsoft", "SkipLayerNormalization", "", 1, 5, 4},
     {"com.microsoft", "RotaryEmbedding", "", 1, 4, 1},
