@@ -51,6 +51,69 @@ double halfTableRounding(const Candidate &c) {
   return !half ? 0 : half.getValue() == "bf16" ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
 }
 
+// A rotary table's rows fitted: each pair's frequency.
+struct TableFit {
+  std::vector<double> frequencies;
+};
+
+// The cos and sin tables [positions, half] that the query's rotation gathers rows of (ONNX
+// Runtime's cos_cache and sin_cache, stored in the export), found among the weights a Gather
+// of the query's region reads, and fitted: the phase atan2(sin, cos) of each column unwrapped
+// over the rows and fitted through the origin, so that a table rounded to 2^-11 gives each
+// frequency to about 2^-11 / rows. None without exactly two such tables.
+std::optional<TableFit> fitRotaryTable(const probe::ProbeEvaluator &probe, const Candidate &c,
+                                       int64_t half) {
+  llvm::SmallVector<std::string, 2> names;
+  for (Operation *op : c.region)
+    for (Value operand : op->getOperands()) {
+      Value value = operand;
+      for (int depth = 0; depth < 6 && value; ++depth) {
+        Operation *def = value.getDefiningOp();
+        if (!def)
+          break;
+        if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
+          auto table = gather.getData().getDefiningOp<onnx::WeightOp>();
+          auto type = table ? dyn_cast<RankedTensorType>(table.getType()) : RankedTensorType();
+          if (type && type.getRank() == 2 && type.getDimSize(1) == half &&
+              !llvm::is_contained(names, table.getName().str()))
+            names.push_back(table.getName().str());
+          break;
+        }
+        if (!isOp(def, "onnx.Reshape") && !isOp(def, "onnx.Unsqueeze") &&
+            !isOp(def, "onnx.Squeeze") && !isOp(def, "onnx.Cast") && !isOp(def, "onnx.Expand"))
+          break;
+        value = def->getOperand(0);
+      }
+    }
+  if (names.size() != 2)
+    return std::nullopt;
+  std::shared_ptr<dsrt::OwnedTensor> a = probe.weightAsF32(names[0]),
+                                     b = probe.weightAsF32(names[1]);
+  if (!a || !b || a->shape != b->shape || a->shape.size() != 2 || a->shape[0] < 2)
+    return std::nullopt;
+  const float *first = reinterpret_cast<const float *>(a->storage.data());
+  const float *second = reinterpret_cast<const float *>(b->storage.data());
+  // Row 0 (position 0): cos is the amplitude, sin is 0.
+  const float *cosines = std::abs(first[0]) >= std::abs(second[0]) ? first : second;
+  const float *sines = cosines == first ? second : first;
+  const int64_t rows = a->shape[0];
+  TableFit fit;
+  for (int64_t i = 0; i < half; ++i) {
+    double previous = 0, unwrapped = 0, numerator = 0, denominator = 0;
+    for (int64_t p = 0; p < rows; ++p) {
+      const double cosine = cosines[p * half + i], sine = sines[p * half + i];
+      const double phase = std::atan2(sine, cosine);
+      if (p > 0)
+        unwrapped += std::remainder(phase - previous, 2 * M_PI);
+      previous = phase;
+      numerator += double(p) * unwrapped;
+      denominator += double(p) * double(p);
+    }
+    fit.frequencies.push_back(numerator / denominator);
+  }
+  return fit;
+}
+
 } // namespace
 
 std::string Matcher::proveQuery(Candidate &c, double &qscale) {
@@ -200,18 +263,27 @@ std::string Matcher::proveQuery(Candidate &c, double &qscale) {
         for (int64_t i = 0; i < dim / 2 && formula; ++i)
           formula = std::abs(rotary.invFreq[i] - (*frequencies)[i]) <=
                     relative * rotary.invFreq[i] + absolute;
-        // A rounded table that is not the base formula (Llama 3's scaled RoPE) would be read
-        // as measured here, to about 1e-4 per pair, which drifts over long contexts: it is
-        // not recognised (docs/ortgenai.md).
-        if (!formula && tableRounding > 0)
-          continue;
-        if (!formula) {
+        const double amplitude = measured->attentionFactor;
+        if (!formula && tableRounding > 0) {
+          // A rounded table that is not the base formula (Llama 3's scaled RoPE, yarn) read
+          // as measured on the probe would be about 1e-4 per pair off, which drifts over long
+          // contexts: its frequencies are fitted over every row of the table the graph
+          // gathers instead (the exported cos and sin caches), to about its rounding over
+          // the table's length.
+          std::optional<TableFit> fit = fitRotaryTable(probe_, c, dim / 2);
+          if (!fit)
+            continue;
+          rotary.invFreq.assign(fit->frequencies.begin(), fit->frequencies.end());
+          rotary.explicitTable = true;
+          // The amplitude stays the probe's, relative to the query's scale (which absorbed
+          // a whole head's attention factor, yarn's): the table's own is absolute.
+        } else if (!formula) {
           rotary.invFreq.assign(frequencies->begin(), frequencies->end());
           rotary.explicitTable = true;
         }
         // A half model's table has an amplitude of 1 to within its rounding.
-        if (std::abs(measured->attentionFactor - 1) > std::max(1e-6, 4 * halfRounding))
-          rotary.attentionFactor = float(measured->attentionFactor);
+        if (std::abs(amplitude - 1) > std::max(1e-6, 4 * halfRounding))
+          rotary.attentionFactor = float(amplitude);
         if (matches(&rotary, &pos)) {
           if (llvm::is_contained(rotary.invFreq, 0.0f)) {
             if (!withStillPairs) {

@@ -309,6 +309,23 @@ std::shared_ptr<dsrt::OwnedTensor> evaluateSeeded(const ProbeEvaluator &probe,
   return local[target].value;
 }
 
+std::shared_ptr<dsrt::OwnedTensor> ProbeEvaluator::weightAsF32(llvm::StringRef name) const {
+  const onnx_frontend::WeightRecord *record = weights_ ? weights_->lookup(name) : nullptr;
+  if (!record || record->coding)
+    return nullptr;
+  const dsrt::DType stored = evaluate::storedWeightDType(*record, dsrt::DType::F32);
+  dsrt::Shape shape(record->dims.begin(), record->dims.end());
+  const int64_t count = dsrt::elementCount(shape);
+  if (stored == dsrt::DType::Undefined ||
+      record->bytes.size() != size_t(count) * dsrt::dtypeSize(stored))
+    return nullptr;
+  auto tensor = std::make_shared<dsrt::OwnedTensor>(dsrt::DType::F32, shape);
+  if (!dsrt::convertFloats(stored, record->bytes.data(), dsrt::DType::F32,
+                           tensor->storage.data(), count))
+    return nullptr;
+  return tensor;
+}
+
 } // namespace dsc::probe
 
 namespace dsc {

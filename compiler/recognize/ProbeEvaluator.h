@@ -67,6 +67,8 @@ public:
     auto it = infos_.find(value);
     return it == infos_.end() ? nullptr : &it->second;
   }
+  // A weight's elements as f32 whatever its size (a half weight widened), or null.
+  std::shared_ptr<dsrt::OwnedTensor> weightAsF32(llvm::StringRef name) const;
   void runBlock(Block &block) {
     for (Operation &op : block)
       runOp(&op);
