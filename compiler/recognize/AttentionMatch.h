@@ -261,6 +261,9 @@ private:
 // source holds them as [b, n, s, d].
 std::vector<float> headsLast(std::vector<float> x, bool headsFirst, int64_t B, int64_t N,
                              int64_t S, int64_t D);
+// The relative rounding of a rotary table stored in the half type of a half model's export
+// (dsc-widen-half-precision's dsc.half_export): 2^-11 for f16, 2^-8 for bf16; 0 otherwise.
+double halfTableRounding(const Candidate &c);
 // What the export computes at rows with nothing to attend; none when the probe has no
 // such row (AttentionMaskProofs.cpp).
 std::optional<std::string> unattendedRule(const Candidate &c, const std::vector<float> &bias,
