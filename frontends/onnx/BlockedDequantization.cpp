@@ -173,63 +173,64 @@ LogicalResult GraphImporter::importBlockedDequantize(const NodeProto &node, Loca
   Blocks blocks;
   if (std::string why = blocksOf(node, *codes, *scale, blocks); !why.empty())
     return emitError(loc) << why;  // planned, so it fitted then
-  const int bits = bitsOf(codes->onnxType);
   const int64_t k = codes->dims[0], n = codes->dims[1];
-  // MatMulNBits' blocks fill whole bytes: one block of K odd 4-bit codes gets a padding code.
-  int64_t blockSize = blocks.blockSize;
-  if (blockSize * bits % 8 != 0 || blockSize < 2)
-    blockSize += 1;
-  const int64_t count = blocks.blocks, blob = blockSize * bits / 8;
-  const unsigned defaultZero = 1u << (bits - 1);
-  // Scale and zero point of (block, output): [blocks, N], [N] or one.
-  auto scaleIndex = [&](int64_t block, int64_t o) {
-    return blocks.perTensor ? 0 : block * n + o;
-  };
-  auto zeroAt = [&](int64_t block, int64_t o) {
-    if (zero)
-      return storedCode(*zero, scaleIndex(block, o));
-    return isSignedCode(codes->onnxType) ? defaultZero : 0u;  // zero point 0 as stored
-  };
-  bool defaultZeros = true;
-  for (int64_t o = 0; o < n && defaultZeros; ++o)
-    for (int64_t b = 0; b < count && defaultZeros; ++b)
-      defaultZeros = zeroAt(b, o) == defaultZero;
-
-  // [N, blocks, blob] codes, [N, blocks] scales, [N, ceil(blocks * bits / 8)] zero points.
-  std::vector<uint8_t> packed(static_cast<size_t>(n * count * blob), 0);
-  auto put = [&](uint8_t *row, int64_t index, unsigned value) {
-    if (bits == 8)
-      row[index] = static_cast<uint8_t>(value);
-    else
-      row[index / 2] |= static_cast<uint8_t>(value << (index % 2 ? 4 : 0));
-  };
-  for (int64_t o = 0; o < n; ++o) {
-    uint8_t *row = packed.data() + o * count * blob;
-    for (int64_t b = 0; b < count; ++b)
-      for (int64_t j = 0; j < blockSize; ++j) {
-        const int64_t input = b * blocks.blockSize + j;
-        // Padding past K (or past a block of all K) holds the zero point: a value of 0.
-        const bool real = j < blocks.blockSize && input < k;
-        put(row, b * blockSize + j, real ? storedCode(*codes, input * n + o) : zeroAt(b, o));
-      }
-  }
-  const size_t scaleSize = floatBytes(scale->onnxType);
-  std::vector<uint8_t> scales(static_cast<size_t>(n * count) * scaleSize);
-  for (int64_t o = 0; o < n; ++o)
-    for (int64_t b = 0; b < count; ++b)
-      std::memcpy(scales.data() + (o * count + b) * scaleSize,
-                  scale->bytes.data() + scaleIndex(b, o) * scaleSize, scaleSize);
-  const int64_t zeroRow = (count * bits + 7) / 8;
-  std::vector<uint8_t> zeros;
-  if (!defaultZeros) {
-    zeros.assign(static_cast<size_t>(n * zeroRow), 0);
-    for (int64_t o = 0; o < n; ++o)
-      for (int64_t b = 0; b < count; ++b)
-        put(zeros.data() + o * zeroRow, b, zeroAt(b, o));
-  }
-
+  // One record per codes and scale: nodes that dequantize the same initializer share it.
   const std::string name = weightKey(node.input(0)) + ".dequantized." + node.input(1);
   if (!store_.lookup(name)) {
+    const int bits = bitsOf(codes->onnxType);
+    // MatMulNBits' blocks fill whole bytes: one block of K odd 4-bit codes gets a padding code.
+    int64_t blockSize = blocks.blockSize;
+    if (blockSize * bits % 8 != 0 || blockSize < 2)
+      blockSize += 1;
+    const int64_t count = blocks.blocks, blob = blockSize * bits / 8;
+    const unsigned defaultZero = 1u << (bits - 1);
+    // Scale and zero point of (block, output): [blocks, N], [N] or one.
+    auto scaleIndex = [&](int64_t block, int64_t o) {
+      return blocks.perTensor ? 0 : block * n + o;
+    };
+    auto zeroAt = [&](int64_t block, int64_t o) {
+      if (zero)
+        return storedCode(*zero, scaleIndex(block, o));
+      return isSignedCode(codes->onnxType) ? defaultZero : 0u;  // zero point 0 as stored
+    };
+    bool defaultZeros = true;
+    for (int64_t o = 0; o < n && defaultZeros; ++o)
+      for (int64_t b = 0; b < count && defaultZeros; ++b)
+        defaultZeros = zeroAt(b, o) == defaultZero;
+
+    // [N, blocks, blob] codes, [N, blocks] scales, [N, ceil(blocks * bits / 8)] zero points.
+    std::vector<uint8_t> packed(static_cast<size_t>(n * count * blob), 0);
+    auto put = [&](uint8_t *row, int64_t index, unsigned value) {
+      if (bits == 8)
+        row[index] = static_cast<uint8_t>(value);
+      else
+        row[index / 2] |= static_cast<uint8_t>(value << (index % 2 ? 4 : 0));
+    };
+    for (int64_t o = 0; o < n; ++o) {
+      uint8_t *row = packed.data() + o * count * blob;
+      for (int64_t b = 0; b < count; ++b)
+        for (int64_t j = 0; j < blockSize; ++j) {
+          const int64_t input = b * blocks.blockSize + j;
+          // Padding past K (or past a block of all K) holds the zero point: a value of 0.
+          const bool real = j < blocks.blockSize && input < k;
+          put(row, b * blockSize + j, real ? storedCode(*codes, input * n + o) : zeroAt(b, o));
+        }
+    }
+    const size_t scaleSize = floatBytes(scale->onnxType);
+    std::vector<uint8_t> scales(static_cast<size_t>(n * count) * scaleSize);
+    for (int64_t o = 0; o < n; ++o)
+      for (int64_t b = 0; b < count; ++b)
+        std::memcpy(scales.data() + (o * count + b) * scaleSize,
+                    scale->bytes.data() + scaleIndex(b, o) * scaleSize, scaleSize);
+    const int64_t zeroRow = (count * bits + 7) / 8;
+    std::vector<uint8_t> zeros;
+    if (!defaultZeros) {
+      zeros.assign(static_cast<size_t>(n * zeroRow), 0);
+      for (int64_t o = 0; o < n; ++o)
+        for (int64_t b = 0; b < count; ++b)
+          put(zeros.data() + o * zeroRow, b, zeroAt(b, o));
+    }
+
     std::string error;
     NBitsCoding coding;
     coding.bits = bits;

@@ -61,15 +61,16 @@ LogicalResult GraphImporter::writeMoe(const NodeProto &node, const NodeAttribute
   auto integer = [&](llvm::StringRef name, int64_t value) { return intAttr(name, value); };
   const bool quantized = node.op_type() == "QMoE";
   const llvm::StringRef op = node.op_type();
-  if (llvm::StringRef name = attrs.unknown(
-          {"k", "activation_type", "normalize_routing_weights", "use_sparse_mixer",
-           "swiglu_fusion", "swiglu_limit", "activation_alpha", "activation_beta",
-           "expert_weight_bits", "block_size", "quant_type", "weights_prepacked"});
-      !name.empty() ||
-      (!quantized && (attrs.ints.count("expert_weight_bits") || attrs.ints.count("block_size") ||
-                      attrs.strings.count("quant_type"))))
-    return emitError(loc) << op << " has attribute '"
-                          << (name.empty() ? llvm::StringRef("expert_weight_bits") : name)
+  llvm::StringRef unknown =
+      quantized ? attrs.unknown({"k", "activation_type", "normalize_routing_weights",
+                                 "use_sparse_mixer", "swiglu_fusion", "swiglu_limit",
+                                 "activation_alpha", "activation_beta", "expert_weight_bits",
+                                 "block_size", "quant_type", "weights_prepacked"})
+                : attrs.unknown({"k", "activation_type", "normalize_routing_weights",
+                                 "use_sparse_mixer", "swiglu_fusion", "swiglu_limit",
+                                 "activation_alpha", "activation_beta"});
+  if (!unknown.empty())
+    return emitError(loc) << op << " has attribute '" << unknown
                           << "', which dsc does not support";
   if (attrs.intOr("use_sparse_mixer", 0) != 0)
     return emitError(loc) << op << " with use_sparse_mixer (Phi-MoE's sparse mixer routing) is "
