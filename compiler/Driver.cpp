@@ -582,6 +582,17 @@ int runCompilerDriver(int argc, char **argv) {
                       "has (it is derived from the decode program); this model has none\n";
       return EXIT_FAILURE;
     }
+    // Said here, not when the engine refuses the plan: the cause is the model's, and
+    // the plan still runs its forward program.
+    if (serving && !hasStepProgram)
+      llvm::errs() << "dsc: warning: --serving: the plan has no step program, so the serving "
+                      "engine cannot run it: "
+                   << (imported->module->lookupSymbol<func::FuncOp>("decode")
+                           ? "the engine serves decoders"
+                           : "the step program is derived from a decoder's decode program, "
+                             "which only a decoder whose every attention is recognised has "
+                             "(--attention-remarks says why one was not)")
+                   << "\n";
     if (headBitsFromModel && pipeline.int8)
       sortPublishedWeights(*imported->module, *imported->weights, groupSize, *pipeline.int8);
     // The report describes recognition, so it is read before sharding and lowering.

@@ -307,6 +307,10 @@ std::string rewrite(Candidate &c, int64_t layer, Value attentionMask, Value posi
 struct ImpliedTable {
   Operation *lookup;
   int64_t offset;
+  // Users that would not take [batch, new, features] where they took the probe's shape (a
+  // Reshape back to the indices' shape, in the GroupQueryAttention the importer writes
+  // out): the lookup is rewritten only if none outlives the attention rewrites.
+  SmallVector<Operation *> shapeBoundUsers;
 };
 // The lookups at implied positions, for a probe holding `cached` tokens before the new ones;
 // none whose positions read the length of one of `skipLengthsOf` (a merged decoder's past

@@ -12,12 +12,14 @@
 
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
+#include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/ImpliedPositions.h"
 
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/Verifier.h"
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <limits>
 
@@ -370,11 +372,26 @@ SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const Prob
       if (values[i] != cached + offset + int64_t(i) % kProbeNew)
         return;
     // The lookup's users must take [batch, new, hidden] where they took [1, new, hidden]
-    // (or [new, hidden]): elementwise onnx ops, which broadcast.
-    for (Operation *user : op->getUsers())
+    // (or [new, hidden]): elementwise ops whose result on the probe is [batch, new, ...]
+    // already, so that the new rows broadcast to the same result, through casts. Any other
+    // onnx user is bound to the old shape; a recognised attention may still take it away.
+    ImpliedTable table{op, offset, {}};
+    std::function<bool(Operation *)> broadcasts = [&](Operation *user) {
+      if (isa<onnx::CastOp>(user))
+        return llvm::all_of(user->getUsers(), broadcasts);
+      if (!isa<onnx::AddOp, onnx::SubOp, onnx::MulOp, onnx::DivOp>(user))
+        return false;
+      const Info *result = probe.lookup(user->getResult(0));
+      return result && result->shape.size() == 3 && result->shape[0] == kProbeBatch &&
+             result->shape[1] == kProbeNew;
+    };
+    for (Operation *user : op->getUsers()) {
       if (!isOnnx(user))
         return;
-    tables.push_back({op, offset});
+      if (!broadcasts(user))
+        table.shapeBoundUsers.push_back(user);
+    }
+    tables.push_back(std::move(table));
   });
   return tables;
 }
@@ -385,8 +402,12 @@ void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables
   Value ids = tokenIdsArgument(func);
   if (!ids)
     return;
+  const llvm::DenseSet<Operation *> dead = opsLeftDead(func);
   for (const ImpliedTable &table : tables) {
     Operation *lookup = table.lookup;
+    if (dead.contains(lookup) ||
+        llvm::any_of(table.shapeBoundUsers, [&](Operation *user) { return !dead.contains(user); }))
+      continue;
     OpBuilder builder(lookup);
     Location loc = lookup->getLoc();
     Value positions = buildImpliedPositions(builder, loc, mask, ids);
