@@ -315,6 +315,16 @@ struct LowerOnnxToPlanPass : impl::LowerOnnxToPlanBase<LowerOnnxToPlanPass> {
       if (std::optional<PositionTableLimit> limit = positionTableLimit(program.first))
         if (!tightest || limit->tokens < tightest->tokens)
           tightest = limit;
+    if (auto branches = programs.front().first->getAttrOfType<IntegerAttr>(
+            kLongestByLengthBranchesAttr);
+        branches && branches.getInt() < maxSeqLen &&
+        (!tightest || branches.getInt() < tightest->tokens))
+      return limitTokens(programs.front().first,
+                         "its recognised attention reads a rotary table that an If chooses by "
+                         "the sequence's length (LongRoPE's short and long factors); dsc reads "
+                         "the one for up to " +
+                             std::to_string(branches.getInt()) + " tokens, so the model",
+                         branches.getInt());
     if (!tightest || tightest->tokens >= maxSeqLen)
       return success();
     const std::string table = "looks up positions in a table of " +

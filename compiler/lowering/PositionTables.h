@@ -27,6 +27,12 @@ struct PositionTableLimit {
 // reads positions so.
 std::optional<PositionTableLimit> positionTableLimit(mlir::func::FuncOp func);
 
+// Set on a function by dsc-recognize-attention: the most tokens in all for which the
+// attentions it recognised hold, where they read a value an If chooses by the sequence's
+// length (LongRoPE's rotary tables: the probes proved the short one). dsc-lower-onnx-to-plan
+// bounds max-seq-len by it as by a position table.
+inline constexpr const char *kLongestByLengthBranchesAttr = "dsc.longest_by_length_branches";
+
 } // namespace dsc
 
 #endif

@@ -295,6 +295,26 @@ LogicalResult setUpProbe(func::FuncOp func, int64_t past, ProbeEvaluator &probe,
 llvm::DenseSet<Value> activations(func::FuncOp func);
 
 //===----------------------------------------------------------------------===//
+// Branches chosen by the sequence's length (LengthBranches.cpp).
+//===----------------------------------------------------------------------===//
+
+// An onnx.If whose condition compares lengths with a constant: ONNX Runtime GenAI's LongRoPE
+// exports (Phi-3 128k, Phi-3.5, Phi-4-mini) pick the short or the long rotary table by the
+// mask's width. The probes take one branch, so what they prove holds for the lengths that
+// take it: up to `longest` tokens in all, or, where `unread` says why, no bound dsc reads.
+struct LengthBranch {
+  onnx::IfOp op;
+  int64_t longest = 0;
+  std::string unread;
+};
+// The function's length branches, measured on `probe`, which holds `tokens` in all.
+SmallVector<LengthBranch> lengthBranches(func::FuncOp func, const ProbeEvaluator &probe,
+                                         int64_t tokens);
+// The matched candidates whose regions read the branch's results.
+SmallVector<Candidate *> candidatesReading(const LengthBranch &branch,
+                                          MutableArrayRef<std::pair<Candidate, int64_t>> matched);
+
+//===----------------------------------------------------------------------===//
 // The rewrite (AttentionRewrite.cpp).
 //===----------------------------------------------------------------------===//
 

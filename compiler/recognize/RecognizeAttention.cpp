@@ -9,6 +9,7 @@
 #include "compiler/recognize/AttentionMatch.h"
 #include "compiler/recognize/DeadOps.h"
 #include "compiler/recognize/RecognizeAttention.h"
+#include "compiler/lowering/PositionTables.h"
 #include "compiler/lowering/SymbolicDims.h"
 
 #include "frontends/onnx/WeightStore.h"
@@ -98,6 +99,7 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
   std::vector<std::pair<Candidate, int64_t>> matched;
   llvm::DenseMap<Operation *, std::string> reasons;
   SmallVector<ImpliedTable> impliedTables;
+  SmallVector<LengthBranch> branches;
   Value maskArgument;
   SmallVector<Operation *> pending = softmaxes;
   const InputDims inputDims = InputDims::of(func);
@@ -116,6 +118,8 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
     // whose own padding mask then says where positions start (an optimum decoder without
     // one, whose only mask is the encoder's, counts them from its past's shape: those stay
     // as they are); none in an export without a cache.
+    if (past == kProbePast)
+      branches = lengthBranches(func, probe, (hasPast ? past : 0) + kProbeNew);
     if (past == kProbePast && !positionIds && (attentionMask || !hasPast))
       impliedTables = tablesAtImpliedPositions(func, probe, hasPast ? past : 0);
     if (!positionIds && hasPast) {
@@ -231,6 +235,26 @@ void recognizeInFunction(func::FuncOp func, const onnx_frontend::WeightStore *we
       }
     }
   }
+  // An attention that reads a value the export chose by the sequence's length (LongRoPE's
+  // rotary tables) was proven on the probe's branch: the plan holds only lengths that take
+  // it (the lowering bounds --max-seq-len by them, saying why), and where dsc cannot read
+  // which lengths those are, the attention is declined.
+  int64_t longestByBranches = 0;
+  for (const LengthBranch &branch : branches)
+    for (Candidate *reader : candidatesReading(branch, matched)) {
+      if (!reader->declined.empty())
+        continue;
+      if (!branch.unread.empty()) {
+        reader->declined = "it reads a value an If chooses by the sequence's length, and " +
+                           branch.unread;
+        continue;
+      }
+      longestByBranches = longestByBranches ? std::min(longestByBranches, branch.longest)
+                                            : branch.longest;
+    }
+  if (longestByBranches > 0)
+    func->setAttr(kLongestByLengthBranchesAttr,
+                  IntegerAttr::get(IntegerType::get(func.getContext(), 64), longestByBranches));
   for (auto &[candidate, layer] : matched)
     if (!candidate.declined.empty())
       reasons[candidate.softmax] = candidate.declined;
