@@ -182,6 +182,24 @@ static Type joinBranchTypes(Type a, Type b) {
   return UnrankedTensorType::get(ta.getElementType());
 }
 
+// The declared type of an If's result, its dimensions known where the branches agree on
+// them and the declaration leaves them open (the GenAI builder declares LongRoPE's chosen
+// rotary tables [?, ?]; both branches' tables have r / 2 columns, which the importer's
+// GroupQueryAttention needs to see a partial rotary).
+static Type refineByBranches(TensorType declared, Type joined) {
+  auto branches = dyn_cast<RankedTensorType>(joined);
+  if (!branches || branches.getElementType() != declared.getElementType())
+    return declared;
+  if (!declared.hasRank())
+    return branches;
+  if (declared.getRank() != branches.getRank())
+    return declared;
+  SmallVector<int64_t> shape;
+  for (auto [given, agreed] : llvm::zip(declared.getShape(), branches.getShape()))
+    shape.push_back(ShapedType::isDynamic(given) ? agreed : given);
+  return RankedTensorType::get(shape, declared.getElementType());
+}
+
 LogicalResult GraphImporter::importIf(const NodeProto &node, Location loc,
                                       ArrayRef<Value> inputs, int depth) {
   const GraphProto *branches[2] = {nullptr, nullptr};
@@ -218,9 +236,8 @@ LogicalResult GraphImporter::importIf(const NodeProto &node, Location loc,
   SmallVector<Type> resultTypes;
   for (int i = 0; i < node.output_size(); ++i) {
     TensorType declared = declaredType(node.output(i));
-    resultTypes.push_back(declared ? Type(declared)
-                                   : joinBranchTypes(yielded[0][i].getType(),
-                                                     yielded[1][i].getType()));
+    Type joined = joinBranchTypes(yielded[0][i].getType(), yielded[1][i].getType());
+    resultTypes.push_back(declared ? refineByBranches(declared, joined) : joined);
   }
   OperationState state(loc, onnx::IfOp::getOperationName());
   state.addOperands(inputs);
