@@ -42,7 +42,9 @@ struct TableFit {
 // frequency to about 2^-11 / rows. None without exactly two such tables.
 std::optional<TableFit> fitRotaryTable(const probe::ProbeEvaluator &probe, const Candidate &c,
                                        int64_t half) {
-  llvm::SmallVector<std::string, 2> names;
+  // The tables: stored weights, or values the probe computed (LongRoPE's table, which an If
+  // chooses by the length: the probe's branch's).
+  llvm::SmallVector<Value, 2> tables;
   for (Operation *op : c.region)
     for (Value operand : op->getOperands()) {
       Value value = operand;
@@ -51,11 +53,12 @@ std::optional<TableFit> fitRotaryTable(const probe::ProbeEvaluator &probe, const
         if (!def)
           break;
         if (auto gather = dyn_cast<onnx::GatherOp>(def)) {
-          auto table = gather.getData().getDefiningOp<onnx::WeightOp>();
-          auto type = table ? dyn_cast<RankedTensorType>(table.getType()) : RankedTensorType();
-          if (type && type.getRank() == 2 && type.getDimSize(1) == half &&
-              !llvm::is_contained(names, table.getName().str()))
-            names.push_back(table.getName().str());
+          Value table = gather.getData();
+          auto type = dyn_cast<RankedTensorType>(table.getType());
+          if ((table.getDefiningOp<onnx::WeightOp>() || table.getDefiningOp<onnx::IfOp>()) &&
+              type && type.getRank() == 2 && type.getDimSize(1) == half &&
+              !llvm::is_contained(tables, table))
+            tables.push_back(table);
           break;
         }
         if (!isOp(def, "onnx.Reshape") && !isOp(def, "onnx.Unsqueeze") &&
@@ -64,10 +67,22 @@ std::optional<TableFit> fitRotaryTable(const probe::ProbeEvaluator &probe, const
         value = def->getOperand(0);
       }
     }
-  if (names.size() != 2)
+  if (tables.size() != 2)
     return std::nullopt;
-  std::shared_ptr<dsrt::OwnedTensor> a = probe.weightAsF32(names[0]),
-                                     b = probe.weightAsF32(names[1]);
+  auto asF32 = [&](Value table) -> std::shared_ptr<dsrt::OwnedTensor> {
+    if (auto weight = table.getDefiningOp<onnx::WeightOp>())
+      return probe.weightAsF32(weight.getName());
+    const probe::Info *info = probe.lookup(table);
+    if (!info || !info->value)
+      return nullptr;
+    const dsrt::OwnedTensor &computed = *info->value;
+    auto widened = std::make_shared<dsrt::OwnedTensor>(dsrt::DType::F32, computed.shape);
+    if (!dsrt::convertFloats(computed.dtype, computed.storage.data(), dsrt::DType::F32,
+                             widened->storage.data(), dsrt::elementCount(computed.shape)))
+      return nullptr;
+    return widened;
+  };
+  std::shared_ptr<dsrt::OwnedTensor> a = asF32(tables[0]), b = asF32(tables[1]);
   if (!a || !b || a->shape != b->shape || a->shape.size() != 2 || a->shape[0] < 2)
     return std::nullopt;
   const float *first = reinterpret_cast<const float *>(a->storage.data());

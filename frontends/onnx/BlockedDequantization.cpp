@@ -150,6 +150,9 @@ void GraphImporter::planBlockedDequantization(const GraphProto &graph) {
     const NodeProto &node = graph.node(i);
     if (node.output_size() < 1 || quantizedNodes_.count(node.output(0)))
       continue;
+    // GatherBlockQuantized reads them as ONNX Runtime does (MicrosoftOps.cpp).
+    if (node.op_type() == "GatherBlockQuantized" && node.domain() == "com.microsoft")
+      continue;
     for (const std::string &input : node.input()) {
       const WeightRecord *record = initializer(input);
       if (record && isFourBitIntegerType(record->onnxType)) {

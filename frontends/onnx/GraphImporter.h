@@ -164,6 +164,7 @@ private:
   // a MatMul (BlockedDequantization.cpp), read as MatMulNBits' coding. Planned first.
   void planBlockedDequantization(const GraphProto &graph);
   LogicalResult importBlockedDequantize(const NodeProto &node, Location loc);
+  bool fourBitGatherCoding(const WeightRecord &data, NBitsCoding &coding, std::string &why);
   LogicalResult importQuantizedNode(const GraphProto *graph, const NodeProto &node,
                                     const QuantizedNode &plan, Location loc);
   llvm::StringMap<QuantizedNode> quantizedNodes_;  // by the node's first output

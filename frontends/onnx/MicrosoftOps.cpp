@@ -215,6 +215,69 @@ LogicalResult GraphImporter::writeEmbedLayerNormalization(const NodeProto &node,
   return success();
 }
 
+// The coding of GatherBlockQuantized's 4-bit typed data [rows, columns] and its zero points
+// [rows, blocks] (packed over the whole tensor, two a byte, the first in the low nibble) in
+// MatMulNBits' form: a row's codes and its zero points each from a whole byte, unsigned, 8
+// the zero point without one. INT4 codes c become c + 8 (the nibble's top bit flipped), so
+// that the default 8 is their 0; UINT4 ones stay, and get zero points of 0 where none are
+// given, their default.
+bool GraphImporter::fourBitGatherCoding(const WeightRecord &data, NBitsCoding &coding,
+                                        std::string &why) {
+  const bool isSigned = data.onnxType == onnx_frontend::kOnnxInt4;
+  const int64_t rows = data.dims[0], columns = data.dims[1];
+  if (columns % 2 != 0 || coding.blockSize <= 0) {
+    why = "4-bit data of an odd number of columns (" + std::to_string(columns) + ")";
+    return false;
+  }
+  const int64_t blocks = (columns + coding.blockSize - 1) / coding.blockSize;
+  const int64_t zeroBytes = (blocks + 1) / 2;
+  auto nibble = [](const std::vector<uint8_t> &bytes, int64_t i) -> uint8_t {
+    return (bytes[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF;
+  };
+  if (data.bytes.size() != size_t(rows * columns / 2)) {
+    why = "its 4-bit data holds " + std::to_string(data.bytes.size()) + " bytes, not " +
+          std::to_string(rows * columns / 2);
+    return false;
+  }
+  std::vector<uint8_t> codes(data.bytes);
+  if (isSigned)
+    for (uint8_t &byte : codes)
+      byte ^= 0x88;
+  std::vector<uint8_t> zeros(static_cast<size_t>(rows * zeroBytes), 0);
+  if (coding.zeroPoints) {
+    const WeightRecord &given = *coding.zeroPoints;
+    if (given.onnxType != data.onnxType || given.dims.size() != 2 || given.dims[0] != rows ||
+        given.dims[1] != blocks || given.bytes.size() != size_t((rows * blocks + 1) / 2)) {
+      why = "its zero points are not of the data's type, [rows, blocks] = [" +
+            std::to_string(rows) + ", " + std::to_string(blocks) + "]";
+      return false;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t zero = nibble(given.bytes, r * blocks + b) ^ (isSigned ? 0x8 : 0);
+        zeros[static_cast<size_t>(r * zeroBytes + b / 2)] |= zero << (4 * (b % 2));
+      }
+  } else if (isSigned) {
+    for (uint8_t &byte : zeros)
+      byte = 0x88;
+  }
+  std::string error;
+  coding.bits = 4;
+  coding.n = rows;
+  coding.k = columns;
+  coding.codes = store_.addOwned(data.name + ".nbits_codes", TensorProto::UINT8,
+                                 {rows, columns / 2}, std::move(codes), error);
+  coding.zeroPoints = coding.codes ? store_.addOwned(data.name + ".nbits_zero_points",
+                                                     TensorProto::UINT8, {rows, zeroBytes},
+                                                     std::move(zeros), error)
+                                   : nullptr;
+  if (!coding.zeroPoints) {
+    why = error;
+    return false;
+  }
+  return true;
+}
+
 // GatherBlockQuantized: rows of a table of 4-bit codes (the builder's tied embedding reads the
 // LM head's MatMulNBits codes through a Reshape to [vocab, hidden / 2]), dequantized. The
 // table becomes a float weight [rows, hidden] read from those codes, so that the lookup is a
@@ -241,25 +304,36 @@ LogicalResult GraphImporter::writeGatherBlockQuantized(const NodeProto &node,
   if (auto reshape = inputs[0].getDefiningOp<onnx::ReshapeOp>())
     if (auto weight = reshape.getData().getDefiningOp<onnx::WeightOp>())
       codes = store_.lookup(weight.getName());
-  if (!codes || !dataType || !dataType.hasStaticShape() || dataType.getRank() != 2 ||
-      !dataType.getElementType().isUnsignedInteger(8))
-    return emitError(loc) << "GatherBlockQuantized needs its data as a uint8 [rows, bytes] "
-                             "initializer (or one reshaped to that)";
-  NBitsCoding coding;
-  coding.bits = attrs.intOr("bits", 4);
-  coding.blockSize = attrs.intOr("block_size", 128);
-  coding.rows = true;
-  coding.n = dataType.getDimSize(0);
-  coding.k = coding.bits > 0 && coding.bits <= 8 ? dataType.getDimSize(1) * 8 / coding.bits : 0;
-  coding.codes = codes;
   auto initializer = [&](size_t index) -> const WeightRecord * {
     return given(index) ? store_.lookup(weightKey(node.input(static_cast<int>(index))))
                         : nullptr;
   };
+  NBitsCoding coding;
+  coding.blockSize = attrs.intOr("block_size", 128);
+  coding.rows = true;
   coding.scales = initializer(2);
   coding.zeroPoints = initializer(3);
   if (!coding.scales || (given(3) && !coding.zeroPoints))
     return emitError(loc) << "GatherBlockQuantized needs scales and zero_points as initializers";
+  if (codes && dataType && dataType.hasStaticShape() && dataType.getRank() == 2 &&
+      isFourBitIntegerType(codes->onnxType)) {
+    // Data of ONNX's 4-bit types [rows, columns] (the builder's quantized Gather without a
+    // shared embedding): codes with a zero point of 0 by default, where the uint8 form has
+    // MatMulNBits' 8. Written as that form's coding.
+    std::string why;
+    if (!fourBitGatherCoding(*codes, coding, why))
+      return emitError(loc) << "GatherBlockQuantized: " << why;
+  } else {
+    if (!codes || !dataType || !dataType.hasStaticShape() || dataType.getRank() != 2 ||
+        !dataType.getElementType().isUnsignedInteger(8))
+      return emitError(loc) << "GatherBlockQuantized needs its data as a uint8 [rows, bytes] "
+                               "initializer (or one reshaped to that), or an INT4 or UINT4 "
+                               "[rows, columns] one";
+    coding.bits = attrs.intOr("bits", 4);
+    coding.n = dataType.getDimSize(0);
+    coding.k = coding.bits > 0 && coding.bits <= 8 ? dataType.getDimSize(1) * 8 / coding.bits : 0;
+    coding.codes = codes;
+  }
   if (std::string why = checkNBitsCoding(coding); !why.empty())
     return emitError(loc) << "GatherBlockQuantized: " << why;
   if (zeroPointsAreDefault(coding))

@@ -116,7 +116,8 @@ size_t onnxElementSize(int32_t onnxType);
 
 // ONNX's 4-bit integers (ONNX 1.16; newer than the onnx.proto dsc is built with). The store
 // holds them packed, two to a byte, the first low: a QDQ export's weight codes, which only
-// DequantizeLinear reads (BlockedDequantization.cpp).
+// DequantizeLinear reads (BlockedDequantization.cpp), and a quantized embedding's, which
+// GatherBlockQuantized reads (MicrosoftOps.cpp).
 constexpr int32_t kOnnxUInt4 = 21, kOnnxInt4 = 22;
 bool isFourBitIntegerType(int32_t onnxType);
 // The bytes `count` elements of the type take in raw data (0 for a type we do not accept).
