@@ -584,15 +584,16 @@ int runCompilerDriver(int argc, char **argv) {
     }
     // Said here, not when the engine refuses the plan: the cause is the model's, and
     // the plan still runs its forward program.
-    if (serving && !hasStepProgram)
+    const bool encoderDecoder = imported->module->lookupSymbol<func::FuncOp>("encode") != nullptr;
+    if (serving && encoderDecoder)
+      llvm::errs() << "dsc: warning: --serving: the serving engine serves decoders; an "
+                      "encoder-decoder's plan generates in static batches (dsrt_generate, "
+                      "dsrun --prompt, dsrt.Session(plan).generate)\n";
+    else if (serving && !hasStepProgram)
       llvm::errs() << "dsc: warning: --serving: the plan has no step program, so the serving "
-                      "engine cannot run it: "
-                   << (imported->module->lookupSymbol<func::FuncOp>("decode")
-                           ? "the engine serves decoders"
-                           : "the step program is derived from a decoder's decode program, "
-                             "which only a decoder whose every attention is recognised has "
-                             "(--attention-remarks says why one was not)")
-                   << "\n";
+                      "engine cannot run it: the step program is derived from a decoder's "
+                      "decode program, which only a decoder whose every attention is "
+                      "recognised has (--attention-remarks says why one was not)\n";
     if (headBitsFromModel && pipeline.int8)
       sortPublishedWeights(*imported->module, *imported->weights, groupSize, *pipeline.int8);
     // The report describes recognition, so it is read before sharding and lowering.
