@@ -400,7 +400,7 @@ SmallVector<ImpliedTable> tablesAtImpliedPositions(func::FuncOp func, const Prob
 // their position_ids input (takePositionsAsInput).
 void takeImpliedPositions(func::FuncOp func, llvm::ArrayRef<ImpliedTable> tables, Value mask) {
   Value ids = tokenIdsArgument(func);
-  if (!ids)
+  if (!ids || tables.empty())
     return;
   const llvm::DenseSet<Operation *> dead = opsLeftDead(func);
   for (const ImpliedTable &table : tables) {

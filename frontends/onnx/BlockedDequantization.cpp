@@ -27,35 +27,12 @@ using TensorProto = ::onnx::TensorProto;
 
 int64_t countOf(const WeightRecord &record) { return checkedElementCount(record.dims); }
 
-int bitsOf(int32_t onnxType) {
-  switch (onnxType) {
-  case kOnnxInt4: case kOnnxUInt4: return 4;
-  case TensorProto::INT8: case TensorProto::UINT8: return 8;
-  default: return 0;
-  }
-}
-
-bool isSignedCode(int32_t onnxType) {
-  return onnxType == kOnnxInt4 || onnxType == TensorProto::INT8;
-}
-
 size_t floatBytes(int32_t onnxType) {
   switch (onnxType) {
   case TensorProto::FLOAT: return 4;
   case TensorProto::FLOAT16: case TensorProto::BFLOAT16: return 2;
   default: return 0;
   }
-}
-
-// Element `index` of a record of codes, as the unsigned code MatMulNBits stores: a signed
-// code plus 2^(bits - 1), an unsigned one as it is.
-unsigned storedCode(const WeightRecord &record, int64_t index) {
-  const int bits = bitsOf(record.onnxType);
-  unsigned value = bits == 4 ? (record.bytes[index / 2] >> (index % 2 ? 4 : 0)) & 0xFu
-                             : record.bytes[index];
-  if (isSignedCode(record.onnxType))
-    value = (value + (1u << (bits - 1))) & ((1u << bits) - 1);  // two's complement + offset
-  return value;
 }
 
 // How a DequantizeLinear of codes [K, N] spreads its scales: blocks of `blockSize` inputs
@@ -108,7 +85,7 @@ void GraphImporter::planBlockedDequantization(const GraphProto &graph) {
     if (node.op_type() != "DequantizeLinear" || node.output_size() < 1 || node.input_size() < 2)
       continue;
     const WeightRecord *codes = initializer(node.input(0));
-    const int bits = codes ? bitsOf(codes->onnxType) : 0;
+    const int bits = codes ? codeBits(codes->onnxType) : 0;
     // 8-bit codes per tensor or per axis are quantize_dynamic's (DynamicQuantization.cpp).
     if (bits == 0 || (bits == 8 && intAttribute(node, "block_size", 0) == 0))
       continue;
@@ -180,7 +157,7 @@ LogicalResult GraphImporter::importBlockedDequantize(const NodeProto &node, Loca
   // One record per codes and scale: nodes that dequantize the same initializer share it.
   const std::string name = weightKey(node.input(0)) + ".dequantized." + node.input(1);
   if (!store_.lookup(name)) {
-    const int bits = bitsOf(codes->onnxType);
+    const int bits = codeBits(codes->onnxType);
     // MatMulNBits' blocks fill whole bytes: one block of K odd 4-bit codes gets a padding code.
     int64_t blockSize = blocks.blockSize;
     if (blockSize * bits % 8 != 0 || blockSize < 2)
@@ -194,7 +171,7 @@ LogicalResult GraphImporter::importBlockedDequantize(const NodeProto &node, Loca
     auto zeroAt = [&](int64_t block, int64_t o) {
       if (zero)
         return storedCode(*zero, scaleIndex(block, o));
-      return isSignedCode(codes->onnxType) ? defaultZero : 0u;  // zero point 0 as stored
+      return isSignedCodeType(codes->onnxType) ? defaultZero : 0u;  // zero point 0 as stored
     };
     bool defaultZeros = true;
     for (int64_t o = 0; o < n && defaultZeros; ++o)

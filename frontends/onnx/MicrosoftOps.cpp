@@ -216,14 +216,12 @@ LogicalResult GraphImporter::writeEmbedLayerNormalization(const NodeProto &node,
 }
 
 // The coding of GatherBlockQuantized's 4-bit typed data [rows, columns] and its zero points
-// [rows, blocks] (packed over the whole tensor, two a byte, the first in the low nibble) in
-// MatMulNBits' form: a row's codes and its zero points each from a whole byte, unsigned, 8
-// the zero point without one. INT4 codes c become c + 8 (the nibble's top bit flipped), so
-// that the default 8 is their 0; UINT4 ones stay, and get zero points of 0 where none are
-// given, their default.
+// [rows, blocks] (packed over the whole tensor) in MatMulNBits' form: each row's codes and
+// zero points from a whole byte, unsigned (storedCode). Without zero points the 4-bit types'
+// default is 0, which for INT4 codes so stored is 8, MatMulNBits' own default; UINT4 ones
+// get zero points of 0.
 bool GraphImporter::fourBitGatherCoding(const WeightRecord &data, NBitsCoding &coding,
                                         std::string &why) {
-  const bool isSigned = data.onnxType == onnx_frontend::kOnnxInt4;
   const int64_t rows = data.dims[0], columns = data.dims[1];
   if (columns % 2 != 0 || coding.blockSize <= 0) {
     why = "4-bit data of an odd number of columns (" + std::to_string(columns) + ")";
@@ -231,36 +229,30 @@ bool GraphImporter::fourBitGatherCoding(const WeightRecord &data, NBitsCoding &c
   }
   const int64_t blocks = (columns + coding.blockSize - 1) / coding.blockSize;
   const int64_t zeroBytes = (blocks + 1) / 2;
-  auto nibble = [](const std::vector<uint8_t> &bytes, int64_t i) -> uint8_t {
-    return (bytes[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF;
-  };
   if (data.bytes.size() != size_t(rows * columns / 2)) {
     why = "its 4-bit data holds " + std::to_string(data.bytes.size()) + " bytes, not " +
           std::to_string(rows * columns / 2);
     return false;
   }
-  std::vector<uint8_t> codes(data.bytes);
-  if (isSigned)
-    for (uint8_t &byte : codes)
-      byte ^= 0x88;
+  auto put = [](std::vector<uint8_t> &bytes, int64_t at, unsigned code) {
+    bytes[static_cast<size_t>(at / 2)] |= static_cast<uint8_t>(code << (4 * (at % 2)));
+  };
+  std::vector<uint8_t> codes(data.bytes.size(), 0);
+  for (int64_t i = 0; i < rows * columns; ++i)
+    put(codes, i, storedCode(data, i));
   std::vector<uint8_t> zeros(static_cast<size_t>(rows * zeroBytes), 0);
-  if (coding.zeroPoints) {
-    const WeightRecord &given = *coding.zeroPoints;
-    if (given.onnxType != data.onnxType || given.dims.size() != 2 || given.dims[0] != rows ||
-        given.dims[1] != blocks || given.bytes.size() != size_t((rows * blocks + 1) / 2)) {
-      why = "its zero points are not of the data's type, [rows, blocks] = [" +
-            std::to_string(rows) + ", " + std::to_string(blocks) + "]";
-      return false;
-    }
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t zero = nibble(given.bytes, r * blocks + b) ^ (isSigned ? 0x8 : 0);
-        zeros[static_cast<size_t>(r * zeroBytes + b / 2)] |= zero << (4 * (b % 2));
-      }
-  } else if (isSigned) {
-    for (uint8_t &byte : zeros)
-      byte = 0x88;
+  const WeightRecord *given = coding.zeroPoints;
+  if (given && (given->onnxType != data.onnxType || given->dims.size() != 2 ||
+                given->dims[0] != rows || given->dims[1] != blocks ||
+                given->bytes.size() != size_t((rows * blocks + 1) / 2))) {
+    why = "its zero points are not of the data's type, [rows, blocks] = [" +
+          std::to_string(rows) + ", " + std::to_string(blocks) + "]";
+    return false;
   }
+  const unsigned defaultZero = isSignedCodeType(data.onnxType) ? 8 : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b)
+      put(zeros, r * zeroBytes * 2 + b, given ? storedCode(*given, r * blocks + b) : defaultZero);
   std::string error;
   coding.bits = 4;
   coding.n = rows;

@@ -222,4 +222,25 @@ void nbitsScales(const NBitsCoding &c, float *out) {
   std::memcpy(out, scales.data(), scales.size() * sizeof(float));
 }
 
+int codeBits(int32_t onnxType) {
+  switch (onnxType) {
+  case kOnnxInt4: case kOnnxUInt4: return 4;
+  case ::onnx::TensorProto::INT8: case ::onnx::TensorProto::UINT8: return 8;
+  default: return 0;
+  }
+}
+
+bool isSignedCodeType(int32_t onnxType) {
+  return onnxType == kOnnxInt4 || onnxType == ::onnx::TensorProto::INT8;
+}
+
+unsigned storedCode(const WeightRecord &record, int64_t index) {
+  const int bits = codeBits(record.onnxType);
+  unsigned value = bits == 4 ? (record.bytes[index / 2] >> (index % 2 ? 4 : 0)) & 0xFu
+                             : record.bytes[index];
+  if (isSignedCodeType(record.onnxType))
+    value = (value + (1u << (bits - 1))) & ((1u << bits) - 1);  // two's complement + offset
+  return value;
+}
+
 } // namespace dsc::onnx_frontend

@@ -60,6 +60,13 @@ void nbitsInt8Codes(const NBitsCoding &coding, int8_t *out);
 // A default zero point everywhere, or g_idx that says k / blockSize: the coding is the same
 // without them (the builder writes neither; other quantizers write both).
 bool zeroPointsAreDefault(const NBitsCoding &coding);
+
+// Codes as stored in initializers of ONNX's integer types (INT4, UINT4, INT8, UINT8): their
+// bits (0 for another type), whether they are signed, and element `index` as the unsigned
+// code MatMulNBits stores (a signed code plus 2^(bits - 1), an unsigned one as it is).
+int codeBits(int32_t onnxType);
+bool isSignedCodeType(int32_t onnxType);
+unsigned storedCode(const WeightRecord &record, int64_t index);
 bool groupIndexIsDefault(const NBitsCoding &coding);
 
 } // namespace dsc::onnx_frontend
