@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ValidationError
 
 from . import _dsrt
@@ -110,7 +111,12 @@ def create_app(server: Server, api_key: Optional[str] = None,
 
     async def parse(request: Request, model: type[BaseModel], capped: bool = True):
         try:
-            data = json.loads(await request.body())
+            raw = await request.body()
+        except ClientDisconnect:
+            # Nobody reads the answer; without this, the route's exception is a traceback.
+            raise Refused(499, "the client left before its request was read")
+        try:
+            data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as error:
             raise Refused(400, f"the body is not valid JSON: {error}")
         if not isinstance(data, dict):
@@ -147,6 +153,10 @@ def create_app(server: Server, api_key: Optional[str] = None,
                 try:
                     async for chunk in chunks(generation):
                         yield chunk
+                        # Chunks already queued would otherwise all be written before the
+                        # loop runs a lost connection's callback, into a closed socket
+                        # (which asyncio logs from the fifth write on).
+                        await asyncio.sleep(0)
                     if done:
                         yield "data: [DONE]\n\n"
                 finally:

@@ -506,6 +506,47 @@ def test_client_gone_before_its_first_token_is_released(long_server):
     assert wait_for(lambda: metrics(long_server.url)["dsrt:kv_blocks_used"] == 0)
 
 
+def test_clients_that_vanish_leave_a_clean_log(long_plan):
+    """Clients that leave mid-stream, and one that leaves before its body was sent: the
+    server answers the others and logs no traceback, and not asyncio's "socket.send()
+    raised exception.". That line is written from the fifth write into a connection already
+    lost: a stream whose tokens were queued wrote them all without once letting the loop
+    run, so the loss's callback never ran, and the stream went on writing (and logging) as
+    long as the engine made tokens, holding every other client; with the log on a pipe
+    nobody read, the server stopped answering at all."""
+    process = ServerProcess(long_plan, "--max-concurrent-requests", "64")
+    try:
+        body = json.dumps({"prompt": [1, 2, 3, 4, 5] * 8, "max_tokens": 4000, "stream": True,
+                           "ignore_eos": True}).encode()
+        head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for _ in range(3):
+            connections = []
+            for _ in range(16):
+                connection = socket.create_connection(("127.0.0.1", process.port), 30)
+                connection.sendall(head + body)
+                connections.append(connection)
+            for connection in connections:
+                connection.recv(4096)  # the stream has begun
+            time.sleep(0.5)  # chunks pile up unread
+            for connection in connections:
+                # A reset, as a client killed mid-answer leaves it.
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                connection.close()
+        with socket.create_connection(("127.0.0.1", process.port), 30) as connection:
+            connection.sendall(head + body[:10])  # leaves before the rest of its body
+        assert wait_for(lambda: metrics(process.url)["dsrt:http_requests_in_flight"] == 0)
+        assert wait_for(lambda: metrics(process.url)["dsrt:kv_blocks_used"] == 0)
+        ok = requests.post(process.url + "/v1/completions", timeout=30,
+                           json={"prompt": [1, 2], "max_tokens": 2})
+        assert ok.status_code == 200
+    finally:
+        log = process.stop()
+    assert "Traceback" not in log, log[-3000:]
+    assert "socket.send() raised exception" not in log, log[-3000:]
+
+
 def test_sigterm_drains_running_requests(long_plan):
     process = ServerProcess(long_plan)
     _, lines = open_stream(process.url, 3000)
