@@ -1,13 +1,13 @@
 """``dsrt.compile``: runs ``dsc compile``; ``plan_for``: a model's serving plan, compiled once."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from typing import Optional, Sequence
 
 from . import _dsrt
@@ -152,16 +152,24 @@ def plan_for(model: str, *, tp: Optional[int] = None, dtype: Optional[str] = Non
     plan = os.path.join(cache, f"{name}-{_model_key(model, dsc, options)}.dsp")
     if is_plan(plan):
         return plan
-    print(f"dsrt: compiling {model} to {plan} (once; dsc compile --serving)", file=sys.stderr)
-    # Written beside and renamed, so that a reader (another process compiling the same
-    # model) sees a whole plan or none.
-    handle, partial = tempfile.mkstemp(dir=cache, prefix=f".{name}-", suffix=".dsp")
-    os.close(handle)
-    try:
-        compile(model, partial, tp=tp or 1, dtype=dtype, max_seq_len=max_seq_len,
-                serving=True)
-        os.replace(partial, plan)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+    # One compile per plan, whoever asks: the ranks of `mpirun -np 2 dsserve model --tp 2`
+    # ask at once, and two compiles are two plans (each records its own command line, so
+    # their checksums differ) of which each rank could have loaded another. The others
+    # wait on the lock and find the plan made.
+    with open(plan + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_plan(plan):
+            return plan
+        print(f"dsrt: compiling {model} to {plan} (once; dsc compile --serving)",
+              file=sys.stderr)
+        # Written beside and renamed, so that a reader that takes no lock (LLM given the
+        # plan's path) sees a whole plan or none.
+        partial = plan + ".partial"
+        try:
+            compile(model, partial, tp=tp or 1, dtype=dtype, max_seq_len=max_seq_len,
+                    serving=True)
+            os.replace(partial, plan)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
     return plan

@@ -599,7 +599,7 @@ def test_an_onnx_model_is_served_by_its_folders_name(model_dir, llm, reference, 
         assert answer["choices"][0]["text"] == llm.tokenizer.decode(prompt["generated"])
     finally:
         log = process.stop()
-    assert "compiling" in log and len(list((tmp_path / "cache").iterdir())) == 1
+    assert "compiling" in log and len(list((tmp_path / "cache").glob("*.dsp"))) == 1
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-m", "dsrt.server", str(tmp_path / "none.onnx")],
@@ -632,6 +632,29 @@ def test_mpirun_serves_from_rank_0(tp2_plan, reference):
     # Both ranks ended with rank 0's engine (mpirun's own status says it was signalled).
     assert process.process.returncode is not None
     assert "Traceback" not in output and "abort" not in output.lower(), output
+
+
+def test_mpirun_compiles_a_model_once_for_every_rank(model_dir, reference, tmp_path):
+    """`mpirun -np 2 dsserve model.onnx --tp 2`: both ranks ask for the plan at once. Each
+    had compiled its own, to its own temporary name, which the plan records in its command
+    line: the ranks then refused each other's plan (their checksums differ). One compiles
+    now, the other waits for it."""
+    launcher = ("mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2")
+    session = tempfile.mkdtemp(prefix="dsc-mpi.", dir="/tmp")
+    env = dict(os.environ, TMPDIR=session, DSRT_CACHE_DIR=str(tmp_path / "cache"))
+    process = ServerProcess(str(model_dir / "model.onnx"), "--tp", "2", launcher=launcher,
+                            env=env)
+    try:
+        prompt = reference["prompts"][0]
+        answer = requests.post(process.url + "/v1/completions", timeout=30, json={
+            "prompt": prompt["ids"], "max_tokens": reference["max_new_tokens"],
+            "return_token_ids": True, **GREEDY, **NO_EOS}).json()
+        assert answer["choices"][0]["token_ids"] == prompt["generated"]
+    finally:
+        output = process.stop()
+        shutil.rmtree(session, ignore_errors=True)
+    assert output.count("dsrt: compiling") == 1, output
+    assert len(list((tmp_path / "cache").glob("*.dsp"))) == 1
 
 
 def test_usage_reports_the_prompt_tokens_served_from_the_cache(client):
