@@ -2,13 +2,7 @@
 requests (streamed and whole), clients that vanish, and bad requests, at a fixed
 concurrency. Checks: no 5xx, every good request's answer equals the same request sent
 alone before the storm, every bad one a 4xx with an error body, the server healthy and
-its engine empty afterwards; then the server's log should hold no traceback.
-
-    dsserve models/docs-gpt2 --port 8123 --kv-cache-bytes 2000000 --block-size 16 2> log &
-    python bench/serving/chaos.py --requests 2000 --concurrency 200 --seed 3
-
-(the tiny KV budget forces preemption; a tokenizer must be beside the model: the prompts
-are text). Exits 1 with the failures listed."""
+its engine empty afterwards."""
 import argparse
 import asyncio
 import json
@@ -24,6 +18,22 @@ PROMPTS = [
     "A long time ago in a galaxy far, far away, there was a small ship that",
     "x" * 40, "the the the the the the the the the the the the",
 ]
+
+
+def chat_request(rng: random.Random) -> dict:
+    body = {"messages": [{"role": "system", "content": "You are terse."},
+                         {"role": "user", "content": rng.choice(PROMPTS)}],
+            "max_tokens": rng.randint(1, 48), "temperature": 0}
+    kind = rng.choice(["plain", "logprobs", "n2", "json", "stop"])
+    if kind == "logprobs":
+        body.update(logprobs=True, top_logprobs=rng.randint(0, 3))
+    elif kind == "n2":
+        body.update(n=2, temperature=0.8, seed=rng.randint(0, 9))
+    elif kind == "json":
+        body.update(response_format={"type": "json_object"})
+    elif kind == "stop":
+        body.update(stop=["e"])
+    return body
 
 
 def good_request(rng: random.Random) -> dict:
@@ -66,6 +76,9 @@ def normalise(answer: dict) -> list:
     """What must not depend on the batch: each choice's text, finish and log-probs."""
     out = []
     for choice in sorted(answer["choices"], key=lambda c: c["index"]):
+        if "message" in choice:  # chat: its text and finish
+            out.append((choice["message"]["content"], choice["finish_reason"], None))
+            continue
         lp = choice.get("logprobs")
         if lp:
             lp = (lp.get("tokens"), lp.get("token_logprobs", []))
@@ -94,8 +107,12 @@ def same(got: list, want: list) -> bool:
     return True
 
 
+def route(body: dict) -> str:
+    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
+
+
 async def whole(client, url, body):
-    r = await client.post(url + "/v1/completions", json=body)
+    r = await client.post(url + route(body), json=body)
     return r
 
 
@@ -103,7 +120,7 @@ async def streamed(client, url, body, stop_after=None):
     """Joins a stream's chunks into the shape of a whole answer; stop_after chunks, leaves."""
     body = dict(body, stream=True)
     texts, finish, count = {}, {}, 0
-    async with client.stream("POST", url + "/v1/completions", json=body) as r:
+    async with client.stream("POST", url + route(body), json=body) as r:
         if r.status_code != 200:
             await r.aread()
             return r.status_code, None
@@ -114,7 +131,8 @@ async def streamed(client, url, body, stop_after=None):
                 break
             chunk = json.loads(line[6:])
             for c in chunk["choices"]:
-                texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+                piece = c["delta"].get("content") or "" if "delta" in c else c["text"]
+                texts[c["index"]] = texts.get(c["index"], "") + piece
                 if c["finish_reason"]:
                     finish[c["index"]] = c["finish_reason"]
             count += 1
@@ -129,21 +147,25 @@ async def main():
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--chat", type=float, default=0.0,
+                    help="the share of good requests sent as chat (the model needs a template)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     plan = []
+    def good(rng):
+        return chat_request(rng) if rng.random() < args.chat else good_request(rng)
     for i in range(args.requests):
         roll = rng.random()
         if roll < 0.12:
             plan.append(("bad", rng.choice(BAD)))
         elif roll < 0.27:
-            plan.append(("vanish-stream", good_request(rng), rng.randint(0, 4)))
+            plan.append(("vanish-stream", good(rng), rng.randint(0, 4)))
         elif roll < 0.35:
-            plan.append(("vanish-whole", good_request(rng), rng.uniform(0.0, 0.3)))
+            plan.append(("vanish-whole", good(rng), rng.uniform(0.0, 0.3)))
         elif roll < 0.65:
-            plan.append(("stream", good_request(rng)))
+            plan.append(("stream", good(rng)))
         else:
-            plan.append(("whole", good_request(rng)))
+            plan.append(("whole", good(rng)))
     timeout = httpx.Timeout(300.0)
     limits = httpx.Limits(max_connections=args.concurrency * 2)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
