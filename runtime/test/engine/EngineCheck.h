@@ -45,7 +45,8 @@ int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests);
 // Every request under a forcing mask in the tight scenario's pool, 8 tokens a step: the
 // tokens as forced and each mask told the tokens drawn, through preemptions.
 int checkTokenMasksPreempted(dsrt_plan *plan, const std::vector<Request> &requests,
-                             int32_t blockSize, uint64_t kvBytes, bool needPreemptions);
+                             int32_t blockSize, int32_t tokensPerStep, uint64_t kvBytes,
+                             bool needPreemptions);
 
 // With `options` an engine's defaults and `stats` that engine's: one token per step more
 // than the plan's rows, and a KV budget of one byte less than a block, are refused by name.

@@ -195,12 +195,14 @@ int checkTokenMasks(dsrt_plan *plan, const std::vector<Request> &requests) {
 }
 
 int checkTokenMasksPreempted(dsrt_plan *plan, const std::vector<Request> &requests,
-                             int32_t blockSize, uint64_t kvBytes, bool needPreemptions) {
-  // Every request forced through its prompt reversed, 8 tokens a step in a pool of the
-  // longest request's blocks: preempted requests compute their tokens again and must be
-  // asked their masks with the tokens they had, not from the start.
+                             int32_t blockSize, int32_t tokensPerStep, uint64_t kvBytes,
+                             bool needPreemptions) {
+  // Every request forced through its prompt reversed, the tight scenario's tokens a step
+  // (8, or fewer where the plan's step is shorter) in a pool of the longest request's
+  // blocks: preempted requests compute their tokens again and must be asked their masks
+  // with the tokens they had, not from the start.
   dsrt_engine_options options = engineOptions(blockSize);
-  options.max_tokens_per_step = 8;
+  options.max_tokens_per_step = tokensPerStep;
   options.kv_cache_bytes = kvBytes;
   dsrt_engine *engine = nullptr;
   check(dsrt_engine_create(plan, &options, &engine), "engine (masks, preempted)");
