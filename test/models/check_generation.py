@@ -42,11 +42,25 @@ def dsrun(args):
     return args.launcher.split() + [args.dsrun, args.plan] + args.dsrun_arg
 
 
+def eos_options(reference) -> list:
+    """dsrun's options for EOS as the reference's generator treated it. Most references
+    only do not stop at EOS (--ignore-eos). onnxruntime_genai's Generator, run with
+    min_length = max_length (the key min_new_tokens, or references written before the key),
+    keeps EOS out: where a random model's argmax is EOS it takes the next likeliest token,
+    so dsrun is given --min-new-tokens. Not both: --ignore-eos takes EOS out of the stop
+    tokens that --min-new-tokens holds back, as vLLM's ignore_eos does min_tokens'."""
+    if "min_new_tokens" in reference:
+        return ["--min-new-tokens", str(reference["min_new_tokens"])]
+    if reference.get("how", "").startswith("onnxruntime_genai.Generator"):
+        return ["--min-new-tokens", str(reference["max_new_tokens"])]
+    return ["--ignore-eos"]
+
+
 def generate(args, prompts, max_new):
     # The references are transformers' with every logits processor off (BART's own
     # forced_eos_token_id too): dsrun leaves the model's generation_config.json out as well.
-    command = dsrun(args) + ["--max-new-tokens", str(max_new), "--ignore-eos",
-                             "--generation-config", "none"]
+    command = dsrun(args) + ["--max-new-tokens", str(max_new), "--generation-config",
+                             "none", *args.eos_options]
     for prompt in prompts:
         command += ["--prompt-ids", ",".join(map(str, prompt))]
     env = None
@@ -96,6 +110,7 @@ def main():
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
     reference = json.load(open(args.reference))
+    args.eos_options = eos_options(reference)
     prompts = [p["ids"] for p in reference["prompts"]]
     expected = [p["generated"] for p in reference["prompts"]]
     max_new = reference["max_new_tokens"]
@@ -112,8 +127,8 @@ def main():
 
     for i, case in enumerate(reference.get("text_prompts", []) if args.text else []):
         stdout = run(dsrun(args) + ["--prompt", case["text"], "--max-new-tokens",
-                                    str(len(case["generated"])), "--ignore-eos",
-                                    "--generation-config", "none"])
+                                    str(len(case["generated"])), "--generation-config",
+                                    "none", *args.eos_options])
         # One prompt streams its text as it comes, without the 'sequence 0: ' of a batch.
         if stdout.rstrip("\n") != case["decoded"]:
             failures.append(f"text prompt {i} {case['text']!r}: printed {stdout!r}, "

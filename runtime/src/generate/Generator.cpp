@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -76,10 +77,12 @@ Status Run::chooseMode() {
                                                    : "recomputing every token (forward)",
                  encoderDecoder_ ? ", after encode" : "");
   // Beam search reads whole rows (each token's log-probability), not a few candidates, and
-  // so do the logits processors.
-  if (options_.numBeams > 1 || options_.processesLogits())
+  // so do the logits processors; min_new_tokens alone reads a rank's shard.
+  if (options_.numBeams > 1 || options_.processesWholeRows())
     return Status::ok();
   DSRT_RETURN_IF_ERROR(chooseGreedyShard());
+  if (options_.processesLogits())
+    return Status::ok();
   if (!greedyShard_ && options_.temperature == 0)
     candidates_ = 1;
   else if (!greedyShard_ && options_.topK > 0)
@@ -552,9 +555,18 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
     // Every rank takes part in the all-reduce for every row, finished or not, so that the
     // ranks' calls match.
     std::vector<int64_t> greedy;
-    if (greedyShard_)
+    if (greedyShard_) {
+      // min_new_tokens, the one processor a shard takes: each rank holds back the stop
+      // tokens of its own shard (processLogits indexes whole rows).
+      for (int64_t b = 0; b < batch_; ++b)
+        if (!done[b] && static_cast<int64_t>(out[b].tokens.size()) < options_.minNewTokens)
+          for (int64_t stop : stops_)
+            if (stop >= vocabOffset_ && stop < vocabOffset_ + logitsWidth_)
+              logits.full[b][static_cast<size_t>(stop - vocabOffset_)] =
+                  -std::numeric_limits<float>::infinity();
       DSRT_RETURN_IF_ERROR(
           distributedArgmax(*options_.group, logits.full, vocabOffset_, greedy));
+    }
     // A callback may run on one rank only (rank 0's, which reports the tokens): a sequence
     // any rank's callback stops stops on every rank, so that they run the same steps.
     std::vector<uint64_t> callbackStops(batch_, 0);
@@ -563,7 +575,7 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
       if (done[b])
         continue;
       ranThisStep[b] = true;
-      if (options_.processesLogits())
+      if (options_.processesLogits() && !greedyShard_)
         processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()), stops_,
                       logits.full[b].data(), logitsWidth_);
       int64_t token =

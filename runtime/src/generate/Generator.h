@@ -45,9 +45,12 @@ struct GenerateOptions {
   int64_t minNewTokens = 0;        // no stop token before this many new tokens
   int64_t forcedBosToken = -1;     // the first token of a one-token row (BART's)
   int64_t forcedEosToken = -1;     // the last of max_new_tokens
-  bool processesLogits() const {
-    return repetitionPenalty != 1 || noRepeatNgramSize > 0 || minNewTokens > 0 ||
-           forcedBosToken >= 0 || forcedEosToken >= 0;
+  bool processesLogits() const { return processesWholeRows() || minNewTokens > 0; }
+  // The processors that read or write a whole row; min_new_tokens only holds back the stop
+  // tokens, which a rank of a distributed argmax does on its own shard.
+  bool processesWholeRows() const {
+    return repetitionPenalty != 1 || noRepeatNgramSize > 0 || forcedBosToken >= 0 ||
+           forcedEosToken >= 0;
   }
   // Called for each new token of each sequence; returning true stops that sequence. In a
   // group, a sequence that any rank's callback stops stops on every rank (one all-reduce
