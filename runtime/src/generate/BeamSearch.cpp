@@ -106,7 +106,7 @@ Status Run::beamLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) {
         logSoftmax(logits.full[row], rowLogProbs);
         // transformers processes the log-probabilities in beam search.
         if (options_.processesLogits())
-          processLogits(options_, history(row), step, stops_, rowLogProbs.data(), vocab_);
+          processLogits(options_, history(row), step, stops_, rowLogProbs.data(), 0, vocab_);
         for (int64_t v = 0; v < vocab_; ++v)
           candidates.push_back({running[row] + rowLogProbs[v], k, v});
       }

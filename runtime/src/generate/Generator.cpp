@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <numeric>
 #include <string>
 
@@ -76,9 +75,9 @@ Status Run::chooseMode() {
                  : mode_ == Mode::ForwardWithPairs ? "the export's past/present pairs (forward)"
                                                    : "recomputing every token (forward)",
                  encoderDecoder_ ? ", after encode" : "");
-  // Beam search reads whole rows (each token's log-probability), not a few candidates, and
-  // so do the logits processors; min_new_tokens alone reads a rank's shard.
-  if (options_.numBeams > 1 || options_.processesWholeRows())
+  // Beam search reads whole rows (each token's log-probability), not a few candidates. So do
+  // the logits processors, or under a distributed argmax each rank's shard of the rows.
+  if (options_.numBeams > 1)
     return Status::ok();
   DSRT_RETURN_IF_ERROR(chooseGreedyShard());
   if (options_.processesLogits())
@@ -556,14 +555,12 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
     // ranks' calls match.
     std::vector<int64_t> greedy;
     if (greedyShard_) {
-      // min_new_tokens, the one processor a shard takes: each rank holds back the stop
-      // tokens of its own shard (processLogits indexes whole rows).
-      for (int64_t b = 0; b < batch_; ++b)
-        if (!done[b] && static_cast<int64_t>(out[b].tokens.size()) < options_.minNewTokens)
-          for (int64_t stop : stops_)
-            if (stop >= vocabOffset_ && stop < vocabOffset_ + logitsWidth_)
-              logits.full[b][static_cast<size_t>(stop - vocabOffset_)] =
-                  -std::numeric_limits<float>::infinity();
+      // Each rank processes its own shard before the argmax that combines them.
+      if (options_.processesLogits())
+        for (int64_t b = 0; b < batch_; ++b)
+          if (!done[b])
+            processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()),
+                          stops_, logits.full[b].data(), vocabOffset_, logitsWidth_);
       DSRT_RETURN_IF_ERROR(
           distributedArgmax(*options_.group, logits.full, vocabOffset_, greedy));
     }
@@ -577,7 +574,7 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
       ranThisStep[b] = true;
       if (options_.processesLogits() && !greedyShard_)
         processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()), stops_,
-                      logits.full[b].data(), logitsWidth_);
+                      logits.full[b].data(), 0, logitsWidth_);
       int64_t token =
           greedyShard_ ? greedy[b]
           : candidates_ > 0

@@ -45,12 +45,9 @@ struct GenerateOptions {
   int64_t minNewTokens = 0;        // no stop token before this many new tokens
   int64_t forcedBosToken = -1;     // the first token of a one-token row (BART's)
   int64_t forcedEosToken = -1;     // the last of max_new_tokens
-  bool processesLogits() const { return processesWholeRows() || minNewTokens > 0; }
-  // The processors that read or write a whole row; min_new_tokens only holds back the stop
-  // tokens, which a rank of a distributed argmax does on its own shard.
-  bool processesWholeRows() const {
-    return repetitionPenalty != 1 || noRepeatNgramSize > 0 || forcedBosToken >= 0 ||
-           forcedEosToken >= 0;
+  bool processesLogits() const {
+    return repetitionPenalty != 1 || noRepeatNgramSize > 0 || minNewTokens > 0 ||
+           forcedBosToken >= 0 || forcedEosToken >= 0;
   }
   // Called for each new token of each sequence; returning true stops that sequence. In a
   // group, a sequence that any rank's callback stops stops on every rank (one all-reduce
@@ -73,10 +70,13 @@ struct GeneratedSequence {
 // beam search) of `vocab` values, in transformers' order (repetition penalty, no repeated
 // n-gram, min new tokens, forced BOS, forced EOS): `history` is the row's tokens so far
 // (the prompt's or the decoder's start, then the new ones; no padding), `generated` how many
-// are new, `stops` the tokens min_new_tokens holds back.
+// are new, `stops` the tokens min_new_tokens holds back. Each processor changes single
+// tokens' scores, so a rank of a distributed argmax runs them on its shard of the
+// vocabulary: `scores` are then the tokens [first, first + count), every other token left
+// to the rank that holds it (a whole row: first 0, count the vocabulary).
 void processLogits(const GenerateOptions &options, const std::vector<int64_t> &history,
                    int64_t generated, const std::vector<int64_t> &stops, float *scores,
-                   int64_t vocab);
+                   int64_t first, int64_t count);
 
 // The defaults a model's generation_config.json (`text`) sets, over `options`, as
 // transformers' generate() reads it (GenerationConfig.cpp); an error names a value of the
