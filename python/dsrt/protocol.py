@@ -31,7 +31,9 @@ class _Common(BaseModel):
     temperature: Optional[Number] = Field(default=None, ge=0, le=2)
     top_p: Optional[Number] = Field(default=None, gt=0, le=1)
     top_k: Optional[StrictInt] = Field(default=None, ge=-1)
-    seed: Optional[StrictInt] = None
+    # vLLM's bounds (a 64-bit signed integer): the engine takes the seed's 64 bits, so a
+    # larger one would have shared its stream with another.
+    seed: Optional[StrictInt] = Field(default=None, ge=-2 ** 63, le=2 ** 63 - 1)
     stop: Union[StrictStr, list[StrictStr], None] = None
     # Choices per prompt: each its own engine request (the prompt's blocks shared by the
     # prefix cache). A bound, so that one body cannot queue thousands of requests.

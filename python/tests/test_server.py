@@ -178,6 +178,8 @@ def test_metrics_move_as_requests_run(server, client):
     (json.dumps({"prompt": "x", "top_k": 2 ** 63}).encode(), 400, "top_k"),
     (json.dumps({"prompt": "x", "min_tokens": 2 ** 40}).encode(), 400, "min_tokens"),
     (json.dumps({"prompt": "x", "stop_token_ids": [2 ** 64]}).encode(), 400, "stop_token_ids"),
+    (json.dumps({"prompt": "x", "seed": 2 ** 64}).encode(), 400, "seed"),
+    (json.dumps({"prompt": "x", "seed": -2 ** 63 - 1}).encode(), 400, "seed"),
     (json.dumps({"prompt": [2 ** 63], "max_tokens": 1}).encode(), 400, "prompt token"),
     (json.dumps({"prompt": "x", "logit_bias": {str(2 ** 70): 1}}).encode(), 400,
      "logit_bias"),
