@@ -116,6 +116,19 @@ def route(body: dict) -> str:
     return "/v1/chat/completions" if "messages" in body else "/v1/completions"
 
 
+def describe(failure: tuple) -> str:
+    """A failure, a differing answer shown from its first difference."""
+    if len(failure) == 5 and isinstance(failure[3], list):
+        kind, body, _, got, want = failure
+        for i, (choice, wanted) in enumerate(zip(got, want)):
+            for field, (g, w) in enumerate(zip(choice, wanted)):
+                if g != w:
+                    return (f"{kind} {json.dumps(body)[:200]}: choice {i}, "
+                            f"{('text', 'finish', 'logprobs')[field]}: {g!r:.300} "
+                            f"!= alone {w!r:.300}")
+    return json.dumps(failure, default=str)[:600]
+
+
 async def whole(client, url, body):
     r = await client.post(url + route(body), json=body)
     return r
@@ -157,6 +170,7 @@ async def main():
     args = ap.parse_args()
     rng = random.Random(args.seed)
     plan = []
+
     def good(rng):
         return chat_request(rng) if rng.random() < args.chat else good_request(rng)
     for i in range(args.requests):
@@ -209,10 +223,11 @@ async def main():
                         return
                     body = item[1]
                     key = json.dumps(body, sort_keys=True)
-                    if kind == "vanish-stream":
-                        await streamed(client, args.url, body, stop_after=item[2] or None) \
-                            if item[2] else await asyncio.wait_for(
-                                streamed(client, args.url, body), 0.05)
+                    if kind == "vanish-stream" and item[2]:  # after item[2] chunks
+                        await streamed(client, args.url, body, stop_after=item[2])
+                        return
+                    if kind == "vanish-stream":  # before the first chunk, most likely
+                        await asyncio.wait_for(streamed(client, args.url, body), 0.05)
                         return
                     if kind == "vanish-whole":
                         await asyncio.wait_for(whole(client, args.url, body), item[2])
@@ -253,23 +268,8 @@ async def main():
                 failures.append(("after", body, r.status_code, r.text[:300]))
             again += 1
         print(f"{again} re-checked after the storm")
-    for f in failures[:20]:
-        if len(f) == 5 and isinstance(f[3], list):
-            got, want = f[3], f[4]
-            for i, (g, w) in enumerate(zip(got, want)):
-                if g != w:
-                    for j, (gg, ww) in enumerate(zip(g, w)):
-                        if gg != ww:
-                            print("FAIL", f[0], f[1], "choice", i, "field", j)
-                            if j == 2:
-                                for k, (a, b) in enumerate(zip(gg[1], ww[1])):
-                                    if a != b:
-                                        print("   logprob", k, a, b, gg[0][k:k+1], ww[0][k:k+1])
-                                print("   tokens equal", gg[0] == ww[0])
-                            else:
-                                print("   got ", repr(gg)[:300]); print("   want", repr(ww)[:300])
-            continue
-        print("FAIL", json.dumps(f, default=str)[:600])
+    for failure in failures[:20]:
+        print("FAIL", describe(failure))
     print(f"largest log-probability difference from alone: {widest[0]:.2e}")
     print(f"{len(failures)} failures")
     return 1 if failures else 0

@@ -553,17 +553,17 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
     std::vector<int64_t> chosen(batch_, padToken_);
     // Every rank takes part in the all-reduce for every row, finished or not, so that the
     // ranks' calls match.
+    // The rows, or under a distributed argmax each rank's shard of them (from vocabOffset_,
+    // 0 otherwise), processed before any token is chosen.
+    if (options_.processesLogits())
+      for (int64_t b = 0; b < batch_; ++b)
+        if (!done[b])
+          processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()),
+                        stops_, logits.full[b].data(), vocabOffset_, logitsWidth_);
     std::vector<int64_t> greedy;
-    if (greedyShard_) {
-      // Each rank processes its own shard before the argmax that combines them.
-      if (options_.processesLogits())
-        for (int64_t b = 0; b < batch_; ++b)
-          if (!done[b])
-            processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()),
-                          stops_, logits.full[b].data(), vocabOffset_, logitsWidth_);
+    if (greedyShard_)
       DSRT_RETURN_IF_ERROR(
           distributedArgmax(*options_.group, logits.full, vocabOffset_, greedy));
-    }
     // A callback may run on one rank only (rank 0's, which reports the tokens): a sequence
     // any rank's callback stops stops on every rank, so that they run the same steps.
     std::vector<uint64_t> callbackStops(batch_, 0);
@@ -572,9 +572,6 @@ Status Run::sampleLoop(std::vector<GeneratedSequence> &out, StepLogits &logits) 
       if (done[b])
         continue;
       ranThisStep[b] = true;
-      if (options_.processesLogits() && !greedyShard_)
-        processLogits(options_, history(b), static_cast<int64_t>(out[b].tokens.size()), stops_,
-                      logits.full[b].data(), 0, logitsWidth_);
       int64_t token =
           greedyShard_ ? greedy[b]
           : candidates_ > 0
