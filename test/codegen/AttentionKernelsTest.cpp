@@ -78,8 +78,9 @@ TEST(AttentionRule, SoftcapIsAConstantOfThePrefillAndDecodeKernelsOnly) {
       EXPECT_EQ(constantsOf(specs[0]).count("SOFTCAP_BITS"), 0u) << f.name;  // rotary
       EXPECT_EQ(constantsOf(specs[1])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
       EXPECT_EQ(constantsOf(specs[1])["WINDOW"], f.window) << f.name;
-      if (session)
+      if (session) {
         EXPECT_EQ(constantsOf(specs[2])["SOFTCAP_BITS"], kSoftcap50Bits) << f.name;
+      }
     }
   }
   // The same layer without the cap shares the rotary kernel, not the others.
@@ -152,8 +153,9 @@ TEST(AttentionRule, QkNormIsAConstantOfTheRotatingKernelsOnly) {
     ASSERT_TRUE(b.run(b.attention(unnormalised, o), plain, reason)) << reason;
     EXPECT_NE(specs[0].name(), plain[0].name());
     EXPECT_EQ(specs[1].name(), plain[1].name());
-    if (session)
+    if (session) {
       EXPECT_NE(specs[2].name(), plain[2].name());
+    }
   }
 }
 

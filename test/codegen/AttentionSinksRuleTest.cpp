@@ -60,8 +60,9 @@ TEST(AttentionSinksRule, SinksIsTheLastConstantOfTheKernelsThatAttend) {
           EXPECT_EQ(before, without[slot].constants);
         }
         // A half cache's prefill is the tensor cores', sinks or not.
-        if (session && cache != dsp::DType::f32)
+        if (session && cache != dsp::DType::f32) {
           EXPECT_EQ(with[1].kind, "attention_prefill_mma");
+        }
       }
 }
 

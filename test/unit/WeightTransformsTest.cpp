@@ -315,8 +315,9 @@ TEST(WeightTransformsTest, Int4ScaleSearchBeatsMaxAbsAndReportsItsError) {
         const float value = w[row * cols + k];
         const int q = r.codes[row * cols + k] - 8;
         const double error = std::fabs(value - q * static_cast<double>(stored));
-        if (q > -8 && q < 7)
+        if (q > -8 && q < 7) {
           EXPECT_LE(error, 0.5 * stored * (1 + 1e-6)) << "row " << row << " k " << k;
+        }
         const double plainLevel =
             std::clamp(std::nearbyint(value / maxAbsScale), -8.0f, 7.0f);
         groupSearched += error * error;

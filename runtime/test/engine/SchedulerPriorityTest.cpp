@@ -81,8 +81,9 @@ TEST(SchedulerPriority, PreemptsTheLeastImportantNotTheYoungest) {
     ASSERT_LT(step, 100);
     StepPlan plan = h.step();
     preempted.insert(preempted.end(), plan.preempted.begin(), plan.preempted.end());
-    if (!plan.preempted.empty())
+    if (!plan.preempted.empty()) {
       EXPECT_EQ(chunkOf(plan, a), nullptr);
+    }
   }
   ASSERT_FALSE(preempted.empty());
   for (int64_t id : preempted)

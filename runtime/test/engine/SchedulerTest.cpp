@@ -352,8 +352,9 @@ void checkInvariants(const Scheduler &scheduler, const StepPlan *plan, bool fcfs
   std::vector<int> holders(static_cast<size_t>(pool.totalBlocks()), 0);
   std::vector<int64_t> live = scheduler.liveRequests();
   // Running then waiting in arrival order: FCFS survives preemption.
-  if (fcfs)
+  if (fcfs) {
     ASSERT_TRUE(std::is_sorted(live.begin(), live.end()));
+  }
   for (size_t i = 0; i < live.size(); ++i) {
     const std::vector<BlockId> &table = scheduler.blockTable(live[i]);
     bool waiting = i >= static_cast<size_t>(scheduler.runningCount());

@@ -74,8 +74,9 @@ TEST_F(PlanVerifier, SamplingKernelIndex) {
   EXPECT_EQ(openError(withSamplingKernel(-2)),
             "model.sampling_kernel is -2, out of range (the plan has " +
                 std::to_string(kernels) + " kernels)");
-  if (kernels > 0)
+  if (kernels > 0) {
     EXPECT_EQ(openError(withSamplingKernel(0)), "");
+  }
 }
 
 // What the generator writes into a decoder's programs must be something it can write
