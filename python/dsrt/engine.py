@@ -22,6 +22,10 @@ from .structured import (AfterMarker, Grammars, MaskChain, StructuredOutputsPara
 from .text_side import TextSide, folder_text_side, over_plan, plan_text_side
 from .tokenizer import IncrementalDetokenizer
 
+# The engine's batch_invariant levels: False, True (integer weights bit for bit, float ones
+# within f32 rounding) and "exact" (float weights bit for bit too).
+_BATCH_INVARIANCE = {False: 0, True: 1, "exact": 2}
+
 # dsrt_request_state
 _LENGTH, _STOP, _CANCELLED = 0, 1, 3
 FINISH_REASONS = {_LENGTH: "length", _STOP: "stop", _CANCELLED: "abort"}
@@ -203,9 +207,11 @@ def _check_engine_options(**options) -> None:
     def refuse(name: str, kind: str) -> None:
         raise _dsrt.Error(f"DSRT_INVALID_ARGUMENT: {name} must be {kind}, not "
                           f"{options[name]!r}")
-    for name in ("prefix_caching", "batch_invariant", "mpi"):
+    for name in ("prefix_caching", "mpi"):
         if not isinstance(options[name], bool):
             refuse(name, "True or False")
+    if not isinstance(options["batch_invariant"], bool) and options["batch_invariant"] != "exact":
+        refuse("batch_invariant", 'True, False or "exact"')
     for name in ("block_size", "max_tokens_per_step", "max_running", "speculative_tokens",
                  "prompt_lookup_max", "prompt_lookup_min", "speculative_max_batch"):
         if name not in options:  # an engine option left to the C API's default
@@ -269,7 +275,7 @@ class EngineLoop:
 
     def __init__(self, plan: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0, max_running: int = 0,
-                 prefix_caching: bool = True, batch_invariant: bool = True,
+                 prefix_caching: bool = True, batch_invariant: Union[bool, str] = True,
                  kv_cache_dtype: str = "auto", mpi: bool = False,
                  kv_cache_memory_fraction: float = 0.0, max_seq_len: Optional[int] = None,
                  speculative_config: Optional[dict] = None, tokenizer: Optional[str] = None):
@@ -294,7 +300,7 @@ class EngineLoop:
                  if tokenizer is not None else None)
         self._native = _dsrt.Engine(self.plan, device, block_size, kv_cache_bytes,
                                     max_tokens_per_step, max_running, prefix_caching,
-                                    batch_invariant, kv_cache_dtype, mpi,
+                                    _BATCH_INVARIANCE[batch_invariant], kv_cache_dtype, mpi,
                                     kv_cache_memory_fraction, **speculation)
         self.rank = self._native.rank
         # The text side: the plan's, or a tokenizer folder's (vLLM's --tokenizer), whose

@@ -257,7 +257,9 @@ class LLM:
     a GPU's once the weights are on it), ``max_tokens_per_step`` (0: the step's
     rows: ``dsc --serving``'s 256 or ``--max-tokens-per-step``), ``prefix_caching``, and
     ``batch_invariant`` (default: each request's tokens as it would get them alone; False lets
-    long steps of half and quantized plans take faster bf16 arithmetic), and ``kv_cache_dtype``
+    long steps of half and quantized plans take faster bf16 arithmetic; "exact": the
+    log-probabilities too, bit for bit, for f32 and half weights as for integer ones, slower
+    on long steps), and ``kv_cache_dtype``
     ("auto": the plan's; "int8": a scale per 32 values, about half an f16 cache's bytes, on
     the CPU). The GIL is released while the engine steps.
 
@@ -294,7 +296,7 @@ class LLM:
 
     def __init__(self, model: str, *, device: str = "cpu", block_size: int = 16,
                  kv_cache_bytes: int = 0, max_tokens_per_step: int = 0,
-                 prefix_caching: bool = True, batch_invariant: bool = True,
+                 prefix_caching: bool = True, batch_invariant: Union[bool, str] = True,
                  kv_cache_dtype: str = "auto", dtype: Optional[str] = None,
                  tp: Optional[int] = None, max_seq_len: Optional[int] = None,
                  kv_cache_memory_fraction: float = 0.0, max_running: int = 0,

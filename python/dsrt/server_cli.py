@@ -200,9 +200,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         action="store_true", dest="no_prefix_caching")
     parser.add_argument("--enable-prefix-caching", action="store_false",
                         dest="no_prefix_caching", help="(the default; vLLM's flag)")
-    parser.add_argument("--no-batch-invariant", action="store_true",
-                        help="let long steps of half and quantized plans take faster bf16 "
-                        "arithmetic (a token may then differ from the request's alone)")
+    invariance = parser.add_mutually_exclusive_group()
+    invariance.add_argument("--no-batch-invariant", action="store_true",
+                            help="let long steps of half and quantized plans take faster bf16 "
+                            "arithmetic (a token may then differ from the request's alone)")
+    invariance.add_argument("--exact-batch-invariance", action="store_true",
+                            help="f32 and half weights too sum every row as a row alone, so a "
+                            "request's log-probabilities are the same bits in any batch (slower on "
+                            "long steps; vLLM's VLLM_BATCH_INVARIANT)")
     parser.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto",
                         help="the KV cache's dtype: the plan's, or int8 with a scale per 32 "
                         "values (about half an f16 cache's bytes; CPU only)")
@@ -312,7 +317,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                             max_tokens_per_step=args.max_tokens_per_step,
                             max_running=args.max_running,
                             prefix_caching=not args.no_prefix_caching,
-                            batch_invariant=not args.no_batch_invariant,
+                            batch_invariant=("exact" if args.exact_batch_invariance
+                                             else not args.no_batch_invariant),
                             kv_cache_dtype=args.kv_cache_dtype, mpi=_mpi_world() > 1,
                             kv_cache_memory_fraction=args.kv_cache_memory_fraction,
                             max_seq_len=args.max_seq_len,

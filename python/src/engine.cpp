@@ -83,7 +83,7 @@ struct Engine {
 
   Engine(std::shared_ptr<Plan> planIn, const std::string &device, int blockSize,
          uint64_t kvCacheBytes, int maxTokensPerStep, int maxRunning, bool prefixCaching,
-         bool batchInvariant, const std::string &kvCacheDType, bool mpi,
+         int batchInvariant, const std::string &kvCacheDType, bool mpi,
          float kvCacheMemoryFraction, int speculativeTokens, int promptLookupMax,
          int promptLookupMin, int speculativeMaxBatch)
       : plan(std::move(planIn)) {
@@ -96,7 +96,7 @@ struct Engine {
     options.max_tokens_per_step = maxTokensPerStep;
     options.max_running = maxRunning;
     options.prefix_caching = prefixCaching ? 1 : 0;
-    options.batch_invariant = batchInvariant ? 1 : 0;
+    options.batch_invariant = batchInvariant;
     options.speculative_tokens = speculativeTokens;
     options.prompt_lookup_max = promptLookupMax;
     options.prompt_lookup_min = promptLookupMin;
@@ -281,7 +281,7 @@ struct Engine {
 void bindEngine(nb::module_ &m) {
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::shared_ptr<Plan>, const std::string &, int, uint64_t, int, int, bool,
-                    bool, const std::string &, bool, float, int, int, int, int>(),
+                    int, const std::string &, bool, float, int, int, int, int>(),
            "plan"_a, "device"_a, "block_size"_a, "kv_cache_bytes"_a, "max_tokens_per_step"_a,
            "max_running"_a, "prefix_caching"_a, "batch_invariant"_a, "kv_cache_dtype"_a,
            "mpi"_a, "kv_cache_memory_fraction"_a = 0.0f, "speculative_tokens"_a = 0,

@@ -83,6 +83,25 @@ def test_without_batch_invariance_an_fp32_plan_is_still_greedy(plan, reference):
         assert output.outputs[0].token_ids == expected["generated"]
 
 
+def test_exact_batch_invariance_gives_a_request_its_logprobs_alone_bit_for_bit(plan, reference):
+    # batch_invariant="exact" (docs/serving.md, "Batch invariance"): f32 weights sum every row
+    # as a row alone, so a request's log-probabilities in a batch are the very floats it gets
+    # alone; the default keeps f32 plans' within f32 rounding only (their kernels sum in an
+    # order of their own for 1, 2-4 and 5-8 rows).
+    prompts = [p["ids"] for p in reference["prompts"]]
+    params = dsrt.SamplingParams(max_tokens=6, logprobs=5, **GREEDY)
+
+    def logprobs(outputs):
+        return [[(t.token_id, t.logprob, t.top) for t in o.outputs[0].logprobs] for o in outputs]
+
+    with dsrt.LLM(plan, batch_invariant="exact") as engine:
+        alone = [logprobs(engine.generate([p], params))[0] for p in prompts]
+        together = logprobs(engine.generate(prompts, params))
+    assert together == alone
+    with pytest.raises(dsrt.Error, match='batch_invariant must be True, False or "exact"'):
+        dsrt.LLM(plan, batch_invariant="fast")
+
+
 def test_int8_kv_cache_reaches_the_engine_and_bad_dtypes_are_refused(plan, reference):
     # The int8 cache's numerics are test/ops' and its batch invariance test/serving's; here the
     # option reaches the engine (its blocks take fewer bytes than the plan's f32 ones) and

@@ -81,7 +81,10 @@ static dsrt_status toEngineOptions(const dsrt_engine_options *options,
   cpp.maxTokensPerStep = given.max_tokens_per_step;
   cpp.maxRunningSequences = given.max_running;
   cpp.prefixCaching = given.prefix_caching != 0;
-  cpp.batchInvariant = given.batch_invariant != 0;
+  if (given.batch_invariant < 0 || given.batch_invariant > 2)
+    return dsrt::fail(DSRT_INVALID_ARGUMENT, "batch_invariant must be 0, 1 or 2, not " +
+                                                 std::to_string(given.batch_invariant));
+  cpp.batchInvariant = given.batch_invariant;
   if (given.kv_cache_dtype != DSRT_UNDEFINED && given.kv_cache_dtype != DSRT_I8)
     return dsrt::fail(DSRT_INVALID_ARGUMENT,
                       "kv_cache_dtype must be DSRT_UNDEFINED (the plan's) or DSRT_I8, not " +

@@ -43,7 +43,7 @@ struct ServeOptions {
   int promptMin = 8, promptMax = 400, outputMin = 8, outputMax = 160, systemPrompt = 0;
   int warmup = 1;  // untimed requests before each way's run
   bool prefixCaching = true, skipStatic = false, skipAlone = false, json = false;
-  bool batchInvariant = true;
+  int batchInvariant = 1;  // the engine option: 0, 1 or 2 (float weights exact too)
   bool int8KvCache = false;  // the engine's; the static runs keep the plan's cache
   bool coldKv = false;  // time the engine from a KV pool no request has written
   int speculativeTokens = 0;  // the engine's drafts per decode token (prompt lookup)
@@ -123,6 +123,10 @@ ServeOptions parse(int argc, char **argv) {
   commandLine.flag("--no-batch-invariant", notBatchInvariant,
                    "let long steps of half and quantized plans take the bf16 GEMMs and AMX "
                    "attention (faster; a token may then differ from the request's alone)");
+  bool exactBatchInvariance = false;
+  commandLine.flag("--exact-batch-invariance", exactBatchInvariance,
+                   "batch_invariant 2: f32 and half weights too sum every row as a row alone, "
+                   "bit for bit (slower on steps of many rows)");
   std::string kvCacheDType = "auto";
   commandLine.text("--kv-cache-dtype", kvCacheDType, "DTYPE",
                    "the engine's KV cache: auto (the plan's, default) or int8 (a scale per "
@@ -158,7 +162,9 @@ ServeOptions parse(int argc, char **argv) {
   if (!outputLength.empty())
     std::tie(o.outputMin, o.outputMax) = range(commandLine, "--output-len", outputLength);
   o.prefixCaching = !noPrefixCaching;
-  o.batchInvariant = !notBatchInvariant;
+  if (notBatchInvariant && exactBatchInvariance)
+    commandLine.usageError("--no-batch-invariant and --exact-batch-invariance contradict");
+  o.batchInvariant = notBatchInvariant ? 0 : exactBatchInvariance ? 2 : 1;
   if (kvCacheDType != "auto" && kvCacheDType != "int8")
     commandLine.usageError("--kv-cache-dtype must be auto or int8, not '" + kvCacheDType + "'");
   o.int8KvCache = kvCacheDType == "int8";
@@ -389,7 +395,7 @@ Measured serveWithEngine(dsrt_plan *plan, const ServeOptions &o,
   options.kv_cache_memory_fraction = static_cast<float>(o.kvMemoryFraction);
   options.max_tokens_per_step = o.tokensPerStep;
   options.prefix_caching = o.prefixCaching ? 1 : 0;
-  options.batch_invariant = o.batchInvariant ? 1 : 0;
+  options.batch_invariant = o.batchInvariant;
   options.kv_cache_dtype = o.int8KvCache ? DSRT_I8 : DSRT_UNDEFINED;
   options.speculative_tokens = o.speculativeTokens;
   options.speculative_max_batch = o.speculativeMaxBatch;

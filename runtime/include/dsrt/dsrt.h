@@ -407,7 +407,10 @@ typedef struct dsrt_engine_options {
                                     (docs/serving.md, "Batch invariance"); 0: long steps of
                                     half and quantized plans take faster bf16 arithmetic,
                                     and int8 and int4 steps of few rows their dot kernels'
-                                    own f32 order (one request 10-20% faster) */
+                                    own f32 order (one request 10-20% faster); 2: f32 and
+                                    half weights too, bit for bit (each row summed as a row
+                                    alone: steps of 16 rows and more up to 2x slower in
+                                    their float linears) */
   dsrt_dtype kv_cache_dtype;     /* DSRT_UNDEFINED (default): the plan's (f16 for half and
                                     quantized plans, else f32); DSRT_I8: int8 with an f32
                                     scale per 32 values (llama.cpp's q8_0 cache), about half

@@ -109,6 +109,7 @@ Status CpuSession::create(std::shared_ptr<PlanFile> plan, int rank, std::unique_
   session->collectives_ = collectives;
   session->reference_ = options.reference;
   session->rowInvariant_ = options.rowInvariant;
+  session->exactFloatRows_ = options.exactFloatRows;
   const char *profile = std::getenv("DSRT_PROFILE");
   session->profileLayers_ = profile && std::string(profile) == "layers";
   session->profile_ = profile && (std::string(profile) == "1" || session->profileLayers_);
@@ -541,6 +542,7 @@ Status CpuSession::runStep(const dsp::Step &step, const CompiledStep &compiled, 
   state.collectives = collectives_;
   state.fastKernels = !reference_;
   state.rowInvariant = rowInvariant_;
+  state.exactFloatRows = exactFloatRows_;
   DSRT_RETURN_IF_ERROR(
       ops::inferShapes(compiled.op, compiled.attrs, inputs, numOutputs, specs, &state));
   if (specs.size() != numOutputs)

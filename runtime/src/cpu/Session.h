@@ -34,6 +34,8 @@ struct CpuSessionOptions {
   // ops::SessionState::rowInvariant: the serving engine's sessions, so that a request's
   // tokens do not depend on what else a step computes.
   bool rowInvariant = false;
+  // ops::SessionState::exactFloatRows (with rowInvariant: the engine's batch_invariant 2).
+  bool exactFloatRows = false;
   // With the paged cache: keys and values stored as int8 with a scale per 32 values
   // (ops::KvCacheLayer's scales), half an f16 cache's bytes; the plan's dtype otherwise.
   bool kvInt8 = false;
@@ -124,6 +126,7 @@ private:
   SessionMemory memory_;
   bool reference_ = false;
   bool rowInvariant_ = false;
+  bool exactFloatRows_ = false;
   std::vector<std::string> onlyPrograms_;  // CpuSessionOptions::onlyPrograms
   // DSRT_PROFILE=1: seconds and runs per op. DSRT_PROFILE=layers adds, per program, the
   // seconds per run of each op in each layer (stepLayer_: a step's layer, or -1).

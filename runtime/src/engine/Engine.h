@@ -61,8 +61,10 @@ struct EngineOptions {
   // invariance"): the CPU kernels give every row the arithmetic of a row alone
   // (ops::SessionState::rowInvariant). Off: long steps of half and quantized plans take the
   // bf16 GEMMs and AMX attention, faster, and a token may then differ from the request's
-  // alone where two candidates nearly tie.
-  bool batchInvariant = true;
+  // alone where two candidates nearly tie. 2: float weights too sum every row as a row
+  // alone, bit for bit (ops::SessionState::exactFloatRows), where 1 leaves them within f32
+  // rounding; slower on steps of many rows (docs/serving.md).
+  int batchInvariant = 1;
   // Keys and values stored as int8 with a scale per 32 values (ops::KvCacheLayer), about
   // half an f16 cache's bytes: the attention of long decode steps reads half as much. The
   // CPU backends only; off, the plan's cache dtype.

@@ -224,7 +224,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
     int64_t fractionBits = 0;
     std::memcpy(&fractionBits, &sessionFraction, sizeof fractionBits);
     int64_t layout[7] = {o.blockSize, valid.isOk() ? static_cast<int64_t>(blocks) : 0,
-                         o.maxTokensPerStep, o.batchInvariant ? 1 : 0,
+                         o.maxTokensPerStep, o.batchInvariant,
                          o.int8KvCache ? 1 : 0, fractionBits,
                          static_cast<int64_t>(gpuMostBlocks)};
     std::vector<uint8_t> bytes(sizeof layout);
@@ -239,7 +239,7 @@ Status Engine::configure(std::shared_ptr<PlanFile> plan, const EngineOptions &op
       o.blockSize = layout[0];
       blocks = static_cast<uint64_t>(layout[1]);
       o.maxTokensPerStep = o.maxRunningSequences = layout[2];
-      o.batchInvariant = layout[3] != 0;
+      o.batchInvariant = static_cast<int>(layout[3]);
       o.int8KvCache = layout[4] != 0;
       std::memcpy(&sessionFraction, &layout[5], sizeof sessionFraction);
       gpuMostBlocks = static_cast<uint64_t>(layout[6]);
@@ -289,7 +289,8 @@ Status Engine::createSessions(std::shared_ptr<PlanFile> plan, int64_t blocks,
   paged.memoryFraction = memoryFraction;
   paged.gpuMostBlocks = gpuMostBlocks;
   paged.programs = {step ? "step" : "decode"};
-  paged.rowInvariant = options_.batchInvariant;
+  paged.rowInvariant = options_.batchInvariant > 0;
+  paged.exactFloatRows = options_.batchInvariant > 1;
   paged.int8Cache = options_.int8KvCache;
   if (group_) {
     std::unique_ptr<Session> session;

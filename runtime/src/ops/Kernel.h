@@ -31,6 +31,7 @@ struct KernelContext {
   Collectives *collectives = nullptr;
   bool fastKernels = false;  // SessionState::fastKernels
   bool rowInvariant = false;  // SessionState::rowInvariant
+  bool exactFloatRows = false;  // SessionState::exactFloatRows
 
   const TensorRef *input(size_t index) const {
     return index < inputs.size() ? inputs[index] : nullptr;

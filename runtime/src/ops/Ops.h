@@ -208,6 +208,10 @@ struct SessionState {
   // differently (the bf16 prompt GEMMs, AMX attention), int8 activations at every row count
   // where short prompts take them.
   bool rowInvariant = false;
+  // With rowInvariant, float weights (f32, f16, bf16) too: every row's products summed as a
+  // row alone sums them (fast::linear's exactFloatRows), where the kernels by row count and
+  // sgemm each keep an order of their own (within f32 rounding of each other).
+  bool exactFloatRows = false;
 };
 
 using Inputs = std::vector<const TensorRef *>;   // null: an absent optional input

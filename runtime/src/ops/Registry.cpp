@@ -103,7 +103,7 @@ Status inferShapes(std::string_view op, const AttrMap &attrs, const Inputs &inpu
     return Status::error(concat(op, ": no kernel for this op"));
   KernelContext ctx{op, attrs, inputs, numOutputs, state ? state->cache : nullptr,
                     state ? state->collectives : nullptr, state && state->fastKernels,
-                    state && state->rowInvariant};
+                    state && state->rowInvariant, state && state->exactFloatRows};
   return inferChecked(*kernel, ctx, outputs);
 }
 
@@ -114,7 +114,7 @@ Status compute(std::string_view op, const AttrMap &attrs, const Inputs &inputs,
     return Status::error(concat(op, ": no kernel for this op"));
   KernelContext ctx{op, attrs, inputs, outputs.size(), state ? state->cache : nullptr,
                     state ? state->collectives : nullptr, state && state->fastKernels,
-                    state && state->rowInvariant};
+                    state && state->rowInvariant, state && state->exactFloatRows};
   // Re-deriving the shapes costs little next to the kernel and makes a caller's mistake an
   // error instead of an out-of-bounds write.
   std::vector<OutputSpec> expected;

@@ -278,7 +278,7 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
   const int64_t rows = width == 0 ? 0 : outputs[0]->elements() / width;
   // A bf16 input that the bf16 GEMM takes goes to it as it is, not widened and rounded
   // again (the same values).
-  const bool bf16Input = x.dtype == DType::BF16 &&
+  const bool bf16Input = x.dtype == DType::BF16 && !ctx.exactFloatRows &&
                          fast::bf16PromptGemm(weights.dtype, rows, ctx.rowInvariant, true);
   std::optional<FloatView> a;
   if (!bf16Input)
@@ -311,7 +311,7 @@ Status computeLinearFast(const KernelContext &ctx, const TensorRef &x, const Out
         for (int64_t o = begin; o < end; ++o)
           row[o] = epilogue.logit(row[o]);
     }
-  }, bf16Input ? x.as<uint16_t>() : nullptr, ctx.rowInvariant);
+  }, bf16Input ? x.as<uint16_t>() : nullptr, ctx.rowInvariant, ctx.exactFloatRows);
   if (epilogue.gated)
     epilogue.gate(product.data(), rows, width, result.data(), true);
   result.finish();

@@ -240,7 +240,7 @@ void expertLinear(const KernelContext &ctx, const TensorRef &stacked, int64_t fi
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t o = begin; o < end; ++o)
             y[r * out + o] += widenedBias[o];
-    }, nullptr, ctx.rowInvariant);
+    }, nullptr, ctx.rowInvariant, ctx.exactFloatRows);
     return;
   }
   std::vector<float> dequantized;

@@ -140,6 +140,8 @@ struct PagedKvOptions {
   std::vector<std::string> programs;
   // CpuSessionOptions::rowInvariant (the CPU backends; cuBLASLt's choices are its own).
   bool rowInvariant = false;
+  // CpuSessionOptions::exactFloatRows (the CPU backends).
+  bool exactFloatRows = false;
   // CpuSessionOptions::kvInt8 (the CPU backends only).
   bool int8Cache = false;
 };

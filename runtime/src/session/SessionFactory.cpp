@@ -96,6 +96,7 @@ Status createPagedSession(std::shared_ptr<PlanFile> plan, int rank, DeviceKind d
   options.kvBlocks = paged.blocks;
   options.onlyPrograms = paged.programs;
   options.rowInvariant = paged.rowInvariant;
+  options.exactFloatRows = paged.exactFloatRows;
   options.kvInt8 = paged.int8Cache;
   DSRT_RETURN_IF_ERROR(CpuSession::create(std::move(plan), rank, session, collectives, options));
   out = std::move(session);

@@ -10,6 +10,7 @@
 //   dsrt-engine-check PLAN [--alone PLAN] [--requests N] [--block-sizes 1,16,7]
 //                          [--device cpu|cpu-reference|cuda] [--strict] [--mpi]
 //                          [--kv-cache-dtype int8] [--temperature T] [--speculative-tokens K]
+//                          [--exact]
 //
 // --alone: the plan the reference runs (default PLAN; a TP plan runs as an in-process group).
 // --device: both sides' kernels (cpu-reference: the paged reference attention; cuda: the
@@ -32,6 +33,10 @@
 // lookup); the tokens must still be the reference's (which never drafts), and some draft
 // must have been accepted (NO-DRAFTS otherwise), or the check proved nothing of the drafts.
 // With --temperature, a low one (0.05) keeps the draws close enough to the drafts.
+// --exact: every engine with batch_invariant 2 (float weights summed as a row alone, bit for
+// bit), and the reference each request alone in an engine as above: the logits, not only
+// the greedy tokens, must not depend on the batch, which sampling (--temperature) and a half
+// plan's rounding would show.
 #include "EngineCheck.h"
 
 #include <algorithm>
@@ -58,6 +63,7 @@ dsrt_device device = DSRT_DEVICE_CPU;
 bool mpi = false;
 dsrt_dtype kvCacheDType = DSRT_UNDEFINED;
 float temperature = 0;  // 0: greedy
+bool exactFloat = false;  // --exact: batch_invariant 2
 int32_t speculativeTokens = 0;
 uint64_t draftTokens = 0, acceptedDraftTokens = 0;  // over every engine of the check
 
@@ -84,6 +90,8 @@ dsrt_engine_options engineOptions(int32_t blockSize) {
   options.block_size = blockSize;
   options.kv_cache_dtype = kvCacheDType;
   options.speculative_tokens = speculativeTokens;
+  if (exactFloat)
+    options.batch_invariant = 2;
   return options;
 }
 
@@ -339,6 +347,8 @@ int main(int argc, char **argv) {
       mpi = true;
     else if (flag == "--device")
       check(dsrt_device_from_name(value().c_str(), &device), "--device");
+    else if (flag == "--exact")
+      exactFloat = true;
     else if (flag == "--strict")
       setenv("DSRT_STRICT_DEVICE", "1", 1);  // every session: no CPU fallback, no host step
     else if (flag == "--kv-cache-dtype") {
@@ -419,7 +429,7 @@ int main(int argc, char **argv) {
       request.prompt.push_back(3 + static_cast<int64_t>(random() % 90));
     request.maxNewTokens = r == 1 ? 8 : 1 + static_cast<int32_t>(random() % 12);
     request.seed = 1000 + r;
-    request.alone = kvCacheDType == DSRT_I8 || temperature > 0
+    request.alone = kvCacheDType == DSRT_I8 || temperature > 0 || exactFloat
                         ? generateAloneInEngine(plan, request)
                         : generateAlone(session, group, request);
   }

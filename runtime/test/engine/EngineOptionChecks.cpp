@@ -1,5 +1,6 @@
 // dsrt-engine-check's refusals of engine options (docs/serving.md, "Bad input"): more tokens
-// per step than the plan's rows, a KV budget below one block, and kv_cache_memory_fraction's
+// per step than the plan's rows, a KV budget below one block, a batch_invariant level that
+// is not one, and kv_cache_memory_fraction's
 // budget on the CPU and on a GPU.
 #include "EngineCheck.h"
 
@@ -117,6 +118,14 @@ void checkRefusals(dsrt_plan *plan, dsrt_engine_options options, const dsrt_engi
   if (dsrt_engine_create(plan, &options, &probe) == DSRT_OK ||
       !std::strstr(dsrt_last_error(), "less than one block"))
     die("a KV budget below one block was not refused as such");
+  options.kv_cache_bytes = 0;
+  // batch_invariant is a level, 0 to 2: another value is refused, naming it.
+  for (int level : {-1, 3}) {
+    options.batch_invariant = level;
+    if (dsrt_engine_create(plan, &options, &probe) == DSRT_OK ||
+        !std::strstr(dsrt_last_error(), "batch_invariant must be 0, 1 or 2"))
+      die("batch_invariant " + std::to_string(level) + " was not refused as such");
+  }
 }
 
 void checkMemoryFraction(dsrt_plan *plan, const dsrt_engine_options &options,

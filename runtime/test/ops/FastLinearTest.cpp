@@ -347,6 +347,38 @@ TEST(FastLinearKernels, RowInvariantRowsEqualTheirRowAlone) {
   }
 }
 
+// The engine's float weights: under rowInvariant a row's outputs are the very bits that row
+// gets alone, at every row count (the kernels by row count and sgemm each sum in an order of
+// their own, which a quantized next layer or an f16 cache can turn into another token:
+// docs/serving.md, "Batch invariance"). Inputs that leave a scalar rest and outputs that
+// leave a partial block.
+TEST(FastLinearKernels, FloatRowsEqualTheirRowAloneBitForBit) {
+  std::mt19937 rng(12);
+  // Float weights, and integer ones where x stays f32 (int4 groups of 16 are not whole
+  // blocks of 32; int8 where the CPU has no VNNI, or DSRT_INT8_ACTIVATIONS=f32).
+  for (auto [dtype, groups, in] : {std::tuple<DType, int64_t, int64_t>{DType::F32, 1, 307},
+                                   {DType::F16, 1, 307}, {DType::BF16, 1, 307},
+                                   {DType::I8, 10, 320}, {DType::I8, 1, 320},
+                                   {DType::U8, 20, 320}})
+    for (int64_t rows : {2, 3, 4, 5, 9, 16, 17, 33, 40, 65, 100}) {
+      const Case c{dtype, groups, rows, in, 101};
+      Weight w = randomWeight(c, rng);
+      OwnedTensor x = randomF32({c.rows, c.in}, rng);
+      const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
+      const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+      std::vector<float> together(static_cast<size_t>(c.rows * c.out)), alone(c.out);
+      ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
+                        /*rowInvariant=*/true, /*exactFloatRows=*/true);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        ops::fast::linear(xv + r * c.in, 1, weights, alone.data(), [](int64_t, int64_t) {},
+                          nullptr, /*rowInvariant=*/true, /*exactFloatRows=*/true);
+        ASSERT_EQ(0, std::memcmp(together.data() + r * c.out, alone.data(),
+                                 alone.size() * sizeof(float)))
+            << caseName(c) << " row " << r;
+      }
+    }
+}
+
 // From 5 rows up to 16, fp32 weights' rows of x are the lanes of a vector on AVX-512
 // (dotRowLanes: one chain of FMAs per row and output) and kernel blocks elsewhere (the same
 // sums for a row however many rows share its block): either way a row's result is bit for

@@ -6,6 +6,7 @@
 //   dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] [--in 896] [--out 4864] [--rows 1]
 //                     [--group 32] [--scales f32|f16] [--threads 2] [--calls 50]
 //                     [--row-invariant 1]   (the serving engine's arithmetic)
+//                     [--exact 1]           (batch_invariant 2's: every row as a row alone)
 //                     [--int8-activations 0] (int8: as a --int8-weight-only plan; default 1, as
 //                                             dsc's int8 plans ask)
 #include "core/Tensor.h"
@@ -29,7 +30,7 @@ namespace {
   std::fprintf(stderr,
                "dsrt-linear-bench: %s\nusage: dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] "
                "[--in N] [--out N] [--rows N] [--group N] [--scales f32|f16] [--threads N] "
-               "[--calls N] [--row-invariant 0|1] [--int8-activations 0|1]\n",
+               "[--calls N] [--row-invariant 0|1] [--exact 0|1] [--int8-activations 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -47,7 +48,7 @@ int64_t positive(const char *text, const char *flag) {
 int main(int argc, char **argv) {
   std::string dtype = "int4", scaleType = "f32";
   int64_t in = 896, out = 4864, rows = 1, group = 32, threads = 2, calls = 50;
-  bool rowInvariant = false, int8Activations = true;
+  bool rowInvariant = false, exact = false, int8Activations = true;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
     else if (flag == "--threads") threads = positive(value, "--threads");
     else if (flag == "--calls") calls = positive(value, "--calls");
     else if (flag == "--row-invariant") rowInvariant = std::string(value) == "1";
+    else if (flag == "--exact") exact = rowInvariant = std::string(value) == "1";
     else if (flag == "--int8-activations") int8Activations = std::string(value) == "1";
     else usage("unknown option " + flag);
   }
@@ -113,11 +115,11 @@ int main(int argc, char **argv) {
   for (float &v : x)
     v = normal(rng);
   const auto none = [](int64_t, int64_t) {};
-  ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant);  // warm: pages, pool, oneDNN
+  ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant, exact);  // warm: pages, pool, oneDNN
   double best = 1e30, total = 0;
   for (int64_t c = 0; c < calls; ++c) {
     const auto start = std::chrono::steady_clock::now();
-    ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant);
+    ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant, exact);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     best = std::min(best, ms);
@@ -130,7 +132,7 @@ int main(int argc, char **argv) {
   std::printf("%s%s%s [%lld, %lld] x %lld rows%s, %lld threads (%s): best %.4f ms, mean %.4f ms, "
               "%.2f GB/s of weights at best, %.1f GFLOP/s\n",
               dtype.c_str(), int8 && !int8Activations ? " (weight-only)" : "",
-              rowInvariant ? " (row-invariant)" : "", static_cast<long long>(out), static_cast<long long>(in),
+              exact ? " (exact)" : rowInvariant ? " (row-invariant)" : "", static_cast<long long>(out), static_cast<long long>(in),
               static_cast<long long>(rows),
               (int4 || int8) ? (", groups of " + std::to_string(group) + ", " + scaleType +
                                 " scales").c_str()

@@ -35,6 +35,10 @@ struct IsaKernels {
   const char *name;
   void (*dotRows)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                   int64_t end, float *y, int64_t ldy);
+  // dotRows for f32, f16 and bf16 weights, each row's outputs the bits it gets alone (one
+  // row: dotRows' own) at any row count: the engine's row-invariant steps.
+  void (*dotRowsAsAlone)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                         int64_t end, float *y, int64_t ldy);
   void (*widenRows)(const LinearWeights &w, int64_t first, int64_t count, float *out);
   // y[i] = act(y[i]) for i < n (act: Activation, FastKernels.h).
   void (*activate)(Activation kind, float *y, int64_t n);
@@ -515,6 +519,16 @@ void dotRowsWith(const float *x, int64_t rows, const LinearWeights &w, int64_t b
 }
 
 template <class Vec>
+void dotRowsAsAloneWith(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                        int64_t end, float *y, int64_t ldy) {
+  switch (w.dtype) {
+  case DType::F16: return dotRowsAsAloneTyped<Vec, DType::F16>(x, rows, w, begin, end, y, ldy);
+  case DType::BF16: return dotRowsAsAloneTyped<Vec, DType::BF16>(x, rows, w, begin, end, y, ldy);
+  default: return dotRowsAsAloneTyped<Vec, DType::F32>(x, rows, w, begin, end, y, ldy);
+  }
+}
+
+template <class Vec>
 void widenRowsWith(const LinearWeights &w, int64_t first, int64_t count, float *out) {
   switch (w.dtype) {
   case DType::F16: return widenRowsTyped<Vec, DType::F16>(w, first, count, out);
@@ -602,6 +616,7 @@ namespace {
 template <class Vec> IsaKernels kernelsOf(const char *name) {
   return {name,
           &dotRowsWith<Vec>,
+          &dotRowsAsAloneWith<Vec>,
           &widenRowsWith<Vec>,
           &activateVectorWith<Vec>,
           &exponentiateWith<Vec>,

@@ -200,10 +200,13 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 // `rowInvariant` (ops::SessionState::rowInvariant): every row multiplied as it would be
 // alone, whatever `rows` is: no bf16 GEMM, and int8 activations at any row count where one
 // row takes them; sgemm still replaces the dot kernels from the same thresholds, which
-// changes only the order of f32 sums.
+// changes only the order of f32 sums. `exactFloatRows` (ops::SessionState::exactFloatRows)
+// takes that too: float weights' rows of x are each summed in the order of one row alone
+// (dotRowsAsAlone, and no bf16 GEMM), the same bits at any row count.
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
             const std::function<void(int64_t, int64_t)> &epilogue,
-            const uint16_t *xBf16 = nullptr, bool rowInvariant = false);
+            const uint16_t *xBf16 = nullptr, bool rowInvariant = false,
+            bool exactFloatRows = false);
 
 // What linear() runs on this machine, for logs and benchmarks: "onednn sgemm + avx512".
 const char *linearKernelsDescription();

@@ -96,6 +96,9 @@ constexpr int64_t kTileRows = 64;
 // products (a 2048-row prompt).
 constexpr int64_t kLongPromptRows = 256;
 constexpr int64_t kGemmRows = 512;
+// dotRowsAsAlone's rows of x per pass over a range's weights (32 rows of 3072 inputs: 384 KB,
+// in L2), and its ranges' multiple of output features.
+constexpr int64_t kAsAloneRows = 32, kAsAlonePanel = 48;
 // Multiply-adds below which a range of output features is not worth a thread.
 constexpr int64_t kGrainWork = 1 << 15;
 
@@ -262,13 +265,14 @@ void dotRows(const float *x, int64_t rows, const LinearWeights &w, int64_t begin
 
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
             const std::function<void(int64_t, int64_t)> &epilogue, const uint16_t *xBf16,
-            bool rowInvariant) {
+            bool rowInvariant, bool exactFloatRows) {
   const int64_t out = w.out, in = w.in;
   if (rows <= 0 || out <= 0)
     return;
   // Without x in f32 (the caller's bf16 only), where the bf16 GEMM does not take this call.
   thread_local std::vector<float> widenedX;
-  if (!x && !(xBf16 && bf16PromptGemm(w.dtype, rows, rowInvariant, true))) {
+  const bool bf16Gemm = !exactFloatRows && bf16PromptGemm(w.dtype, rows, rowInvariant, true);
+  if (!x && !(xBf16 && bf16Gemm)) {
     widenedX.resize(static_cast<size_t>(rows * in));
     convertFloats(DType::BF16, xBf16, DType::F32, widenedX.data(), rows * in);
     x = widenedX.data();
@@ -277,6 +281,31 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
   const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
                              int4QuantizesActivations(in / w.groups, rows, rowInvariant);
   const bool int8Vnni = int8QuantizesActivations(w, rows, rowInvariant);
+  if (exactFloatRows && rows >= 2 && x && in > 0 && !int4Quantized && !int8Vnni) {
+    // Weights that multiply x in f32: every row's outputs the bits that row gets alone (one
+    // row's kernel, dotRows), where the kernels by row count (and sgemm's blocking) each sum
+    // in an order of their own. Float weights through dotRowsAsAlone, x in chunks of
+    // kAsAloneRows rows, which stay in L2 while each block of weight rows passes them all;
+    // int8 and int4 ones (without int8 activations: no VNNI, or int4 groups that are not
+    // whole blocks of 32) a row at a time through that kernel itself, over a range of
+    // outputs whose weights stay in cache.
+    const bool floatWeights =
+        w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
+    const int64_t panels = (out + kAsAlonePanel - 1) / kAsAlonePanel;
+    parallelFor(panels, (panels + parallelThreads() - 1) / parallelThreads(),
+                [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kAsAlonePanel, last = std::min(out, end * kAsAlonePanel);
+      if (floatWeights)
+        for (int64_t r = 0; r < rows; r += kAsAloneRows)
+          isa().dotRowsAsAlone(x + r * in, std::min(kAsAloneRows, rows - r), w, first, last,
+                               y + r * out, out);
+      else
+        for (int64_t r = 0; r < rows; ++r)
+          dotRows(x + r * in, 1, w, first, last, y + r * out, out);
+      epilogue(first, last);
+    });
+    return;
+  }
   if (rows <= ownKernelRows(w.dtype) || !dnn.sgemm || in == 0 || int4Quantized || int8Vnni) {
     // Blocks of 4 features, so that each thread's range keeps whole kernel blocks.
     int64_t blocks = (out + 3) / 4;
@@ -397,7 +426,7 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
       {int64_t(1), kGrainWork / std::max<int64_t>(1, kTileRows * in * rows),
        (tiles + threads - 1) / threads});
   const int64_t gemmRows = rows >= kLongPromptRows ? kGemmRows : kTileRows;
-  if (bf16PromptGemm(w.dtype, rows, rowInvariant, xBf16 != nullptr)) {
+  if (!exactFloatRows && bf16PromptGemm(w.dtype, rows, rowInvariant, xBf16 != nullptr)) {
     // The caller's buffer, by pointer: inside the pool's threads the name would be theirs.
     thread_local std::vector<uint16_t> narrowX;
     const uint16_t *xb = xBf16;

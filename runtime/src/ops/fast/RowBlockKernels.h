@@ -1,9 +1,10 @@
 // Internal to the fast kernels: dotRows' f32 kernels for more than 4 rows of x (DotKernels.h's
 // dotRowsTyped), where the products, not the weights' bytes, bound the time: blocks of 4
 // weight rows by kBlockRows rows of x (dotBlocks), and on AVX-512 up to 16 rows as the lanes
-// of a vector (dotRowLanes). Written once over DotKernels.h's `Vec` operations and compiled
-// once per instruction set with them; DotKernels.h includes it after those. Include it only
-// through DotKernels.h.
+// of a vector (dotRowLanes); and the exact engine's kernel for any rows of float weights,
+// each row summed as the one-row kernel sums it alone (dotRowsAsAloneTyped). Written once
+// over DotKernels.h's `Vec` operations and compiled once per instruction set with them;
+// DotKernels.h includes it after those. Include it only through DotKernels.h.
 #ifndef DSRT_OPS_FAST_ROWBLOCKKERNELS_H
 #define DSRT_OPS_FAST_ROWBLOCKKERNELS_H
 
@@ -257,6 +258,86 @@ void dotRowLanes(const float *x, int64_t rows, const LinearWeights &w, int64_t b
   xT.resize(static_cast<size_t>(w.in * 16));
   transposeRowLanes(x, rows, w.in, xT.data());
   dotRowLanesTransposed<Vec>(xT.data(), x, rows, w, begin, end, y, ldy);
+}
+
+// R rows of x against O float weight rows from `first`, each (row, output) summed exactly as
+// dotStream<Vec, D, 1> sums that row alone, for the engine's row-invariant steps: a row's
+// output is then the same bits at any row count, as the integer kernels' are. That sum keeps
+// U partial vectors, partial u taking the inputs' vectors u, u + U, u + 2U, ... (and partial
+// 0 the vectors past the last whole U after them), added in order, reduced by Vec::sum, then
+// the scalar rest (streamPartialBy). Here each partial is one pass over the inputs with an
+// R x O block of accumulators, so that each weight vector serves R rows and each x vector O
+// outputs (as many FMAs as loads with all U partials in registers at once: 2.5x slower than
+// sgemm at 16 rows and more, measured), and the passes' results are added as that sum adds
+// its partials.
+template <class Vec, DType D, int R, int O>
+void dotPairsAsAlone(const float *x, int64_t ldx, const LinearWeights &w, int64_t first,
+                     float *y, int64_t ldy) {
+  using Elem = Stored<D>;
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth, U = 4;
+  const int64_t in = w.in, whole = in / (U * W) * (U * W);
+  const typename Elem::T *rows[O];
+  for (int o = 0; o < O; ++o)
+    rows[o] = Elem::rowOf(w.data, first + o, in);
+  V partial[U][R][O];
+  for (int u = 0; u < U; ++u) {
+    V acc[R][O];
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o)
+        acc[r][o] = Vec::zero();
+    auto multiplyAt = [&](int64_t k) {
+      V wv[O];
+      for (int o = 0; o < O; ++o)
+        wv[o] = Elem::template loadAt<Vec>(rows[o], k);
+      for (int r = 0; r < R; ++r) {
+        const V xv = Vec::load(x + r * ldx + k);
+        for (int o = 0; o < O; ++o)
+          acc[r][o] = Vec::fma(xv, wv[o], acc[r][o]);
+      }
+    };
+    for (int64_t k = u * W; k < whole; k += U * W)
+      multiplyAt(k);
+    if (u == 0)
+      for (int64_t k = whole; k + W <= in; k += W)
+        multiplyAt(k);
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o)
+        partial[u][r][o] = acc[r][o];
+  }
+  const int64_t tail = whole + (in - whole) / W * W;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) {
+      V part = partial[0][r][o];
+      for (int u = 1; u < U; ++u)
+        part = Vec::add(part, partial[u][r][o]);
+      float sum = Vec::sum(part);
+      for (int64_t t = tail; t < in; ++t)
+        sum += x[r * ldx + t] * Elem::oneAt(rows[o], t);
+      y[r * ldy + first + o] = sum;
+    }
+}
+
+// Every row of x against float weight rows [begin, end), each row's outputs the bits
+// dotStream<Vec, D, 1> gives it alone (dotPairsAsAlone): blocks of R rows by O outputs (4 x 4
+// accumulators on AVX-512, 4 x 2 on AVX2's 16 registers), the outputs outside, so that a
+// block's weight rows stay in cache for every row.
+template <class Vec, DType D>
+void dotRowsAsAloneTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
+                         int64_t end, float *y, int64_t ldy) {
+  constexpr int R = 4, O = Vec::kWidth == 16 ? 4 : 2;
+  const int64_t in = w.in;
+  int64_t o = begin;
+  for (; o + O <= end; o += O) {
+    int64_t r = 0;
+    for (; r + R <= rows; r += R)
+      dotPairsAsAlone<Vec, D, R, O>(x + r * in, in, w, o, y + r * ldy, ldy);
+    for (; r < rows; ++r)
+      dotPairsAsAlone<Vec, D, 1, O>(x + r * in, in, w, o, y + r * ldy, ldy);
+  }
+  for (; o < end; ++o)
+    for (int64_t r = 0; r < rows; ++r)
+      dotPairsAsAlone<Vec, D, 1, 1>(x + r * in, in, w, o, y + r * ldy, ldy);
 }
 
 } // namespace
