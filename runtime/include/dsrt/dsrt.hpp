@@ -351,7 +351,7 @@ struct EngineOptions {
     maxTokensPerStep = c.max_tokens_per_step;
     maxRunning = c.max_running;
     prefixCaching = c.prefix_caching != 0;
-    batchInvariant = c.batch_invariant != 0;
+    batchInvariant = c.batch_invariant;
     kvCacheDType = c.kv_cache_dtype;
     kvCacheMemoryFraction = c.kv_cache_memory_fraction;
     speculativeTokens = c.speculative_tokens;
@@ -365,7 +365,7 @@ struct EngineOptions {
   int32_t maxTokensPerStep;   // 0: the plan's step program's rows
   int32_t maxRunning;         // 0: maxTokensPerStep
   bool prefixCaching;
-  bool batchInvariant;
+  int batchInvariant;         // dsrt_engine_options::batch_invariant: 0, 1 or 2 (exact)
   dsrt_dtype kvCacheDType;    // DSRT_UNDEFINED: the plan's; DSRT_I8: int8 (CPU only)
   float kvCacheMemoryFraction;  // (0, 1]: that fraction of the free memory (a GPU's: after the
                                 // weights), kvCacheBytes 0
@@ -431,7 +431,7 @@ public:
     c.max_tokens_per_step = options.maxTokensPerStep;
     c.max_running = options.maxRunning;
     c.prefix_caching = options.prefixCaching ? 1 : 0;
-    c.batch_invariant = options.batchInvariant ? 1 : 0;
+    c.batch_invariant = options.batchInvariant;
     c.kv_cache_dtype = options.kvCacheDType;
     c.kv_cache_memory_fraction = options.kvCacheMemoryFraction;
     c.speculative_tokens = options.speculativeTokens;
