@@ -199,6 +199,11 @@ LogicalResult GraphImporter::writeMoe(const NodeProto &node, const NodeAttribute
   if (!isa<FloatType>(element) || convertElementType(context_, floatType) != element)
     return emitError(loc) << op << "'s input and its experts' "
                           << (quantized ? "scales" : "weights") << " are not of one float type";
+  // A scalar input has no features to check (and no last dimension to ask about): the
+  // fuzzer's scalar x reached isDynamicDim(-1).
+  if (xType && xType.getRank() == 0)
+    return emitError(loc) << op << "'s input is a scalar, not [tokens, " << hidden
+                          << "] or [batch, sequence, " << hidden << "]";
   if (xType && !xType.isDynamicDim(xType.getRank() - 1) &&
       xType.getDimSize(xType.getRank() - 1) != hidden)
     return emitError(loc) << op << ": the input has " << xType.getDimSize(xType.getRank() - 1)
