@@ -358,6 +358,7 @@ TEST(FastLinearKernels, FloatRowsEqualTheirRowAloneBitForBit) {
   // blocks of 32; int8 where the CPU has no VNNI, or DSRT_INT8_ACTIVATIONS=f32).
   for (auto [dtype, groups, in] : {std::tuple<DType, int64_t, int64_t>{DType::F32, 1, 307},
                                    {DType::F16, 1, 307}, {DType::BF16, 1, 307},
+                                   {DType::F32, 1, 1100},  // blocks of inputs (512, 512, 64)
                                    {DType::I8, 10, 320}, {DType::I8, 1, 320},
                                    {DType::U8, 20, 320}})
     for (int64_t rows : {2, 3, 4, 5, 9, 16, 17, 33, 40, 65, 100}) {
