@@ -36,7 +36,7 @@ struct IsaKernels {
   void (*dotRows)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                   int64_t end, float *y, int64_t ldy);
   // dotRows for f32, f16 and bf16 weights, each row's outputs the bits it gets alone (one
-  // row: dotRows' own) at any row count: the engine's row-invariant steps.
+  // row: dotRows' own) at any row count: the engine's exact steps (batch_invariant 2).
   void (*dotRowsAsAlone)(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                          int64_t end, float *y, int64_t ldy);
   void (*widenRows)(const LinearWeights &w, int64_t first, int64_t count, float *out);
@@ -165,16 +165,21 @@ template <class Vec> float fmaLike(float a, float b, float c) {
   return lanes[0];
 }
 
+// The independent vector sums of a one-row dot product (streamPartialBy, dotPairsAsAlone).
+constexpr int kStreamPartials = 4;
+
 // One row of x against inputs [begin, end) of a stored row, as a decode step reads it: four
 // independent vector sums (the single-vector steps after them into the first), added in
 // order; `tail` is where the scalar rest starts. dotStream's one-row products and keyScores
-// share it, so the two agree bit for bit.
+// share it, so the two agree bit for bit. dotPairsAsAlone (RowBlockKernels.h) repeats this
+// order for blocks of rows and outputs (the exact engine's): the two must keep one order,
+// which FastLinearKernels.FloatRowsEqualTheirRowAloneBitForBit checks.
 // `load(k)` gives the row's vector at element k (as stored, or an int8 KV row's q * scale).
 template <class Vec, class Load>
 typename Vec::V streamPartialBy(const float *x, const Load &load, int64_t begin, int64_t end,
                                 int64_t &tail) {
   using V = typename Vec::V;
-  constexpr int W = Vec::kWidth, U = 4;
+  constexpr int W = Vec::kWidth, U = kStreamPartials;
   V acc[U];
   for (int u = 0; u < U; ++u)
     acc[u] = Vec::zero();

@@ -281,7 +281,7 @@ void dotPairsAsAloneOver(const float *x, int64_t ldx, const LinearWeights &w, in
                          int64_t ldy) {
   using Elem = Stored<D>;
   using V = typename Vec::V;
-  constexpr int W = Vec::kWidth, U = 4;
+  constexpr int W = Vec::kWidth, U = kStreamPartials;
   const int64_t in = w.in, whole = in / (U * W) * (U * W);
   const typename Elem::T *rows[O];
   for (int o = 0; o < O; ++o)
@@ -334,7 +334,7 @@ void dotPairsAsAloneOver(const float *x, int64_t ldx, const LinearWeights &w, in
 template <class Vec, DType D, int R, int O>
 void dotPairsAsAlone(const float *x, int64_t ldx, const LinearWeights &w, int64_t first,
                      float *y, int64_t ldy) {
-  constexpr int64_t kChunk = 4 * Vec::kWidth;
+  constexpr int64_t kChunk = kStreamPartials * Vec::kWidth;
   dotPairsAsAloneOver<Vec, D, R, O>(x, ldx, w, first, 0, w.in / kChunk * kChunk, true, nullptr,
                                     y, ldy);
 }
@@ -349,7 +349,7 @@ void dotPairsAsAlone(const float *x, int64_t ldx, const LinearWeights &w, int64_
 template <class Vec, DType D>
 void dotRowsAsAloneTyped(const float *x, int64_t rows, const LinearWeights &w, int64_t begin,
                          int64_t end, float *y, int64_t ldy) {
-  constexpr int R = 4, O = Vec::kWidth == 16 ? 4 : 2, U = 4, W = Vec::kWidth;
+  constexpr int R = 4, O = Vec::kWidth == 16 ? 4 : 2, U = kStreamPartials, W = Vec::kWidth;
   constexpr int64_t kL1WeightBytes = 16 * 1024;
   const int64_t in = w.in, whole = in / (U * W) * (U * W), rowBlocks = rows / R;
   // Equal blocks of whole U-vector runs, as few as keep a block of weight rows (as f32) in
