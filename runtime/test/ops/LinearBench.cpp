@@ -9,6 +9,10 @@
 //                     [--exact 1]           (batch_invariant 2's: every row as a row alone)
 //                     [--int8-activations 0] (int8: as a --int8-weight-only plan; default 1, as
 //                                             dsc's int8 plans ask)
+//                     [--copies N]          (N copies of the weights, the calls taking them in
+//                                            turn: with more bytes than the last-level cache
+//                                            each call reads its weights from memory, as a
+//                                            model's layers do; 1 leaves them in cache)
 #include "core/Tensor.h"
 #include "ops/Ops.h"
 #include "ops/fast/FastKernels.h"
@@ -30,7 +34,8 @@ namespace {
   std::fprintf(stderr,
                "dsrt-linear-bench: %s\nusage: dsrt-linear-bench [--dtype f32|f16|bf16|int8|int4] "
                "[--in N] [--out N] [--rows N] [--group N] [--scales f32|f16] [--threads N] "
-               "[--calls N] [--row-invariant 0|1] [--exact 0|1] [--int8-activations 0|1]\n",
+               "[--calls N] [--row-invariant 0|1] [--exact 0|1] [--int8-activations 0|1] "
+               "[--copies N]\n",
                why.c_str());
   std::exit(2);
 }
@@ -47,7 +52,7 @@ int64_t positive(const char *text, const char *flag) {
 
 int main(int argc, char **argv) {
   std::string dtype = "int4", scaleType = "f32";
-  int64_t in = 896, out = 4864, rows = 1, group = 32, threads = 2, calls = 50;
+  int64_t in = 896, out = 4864, rows = 1, group = 32, threads = 2, calls = 50, copies = 1;
   bool rowInvariant = false, exact = false, int8Activations = true;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
     else if (flag == "--group") group = positive(value, "--group");
     else if (flag == "--threads") threads = positive(value, "--threads");
     else if (flag == "--calls") calls = positive(value, "--calls");
+    else if (flag == "--copies") copies = positive(value, "--copies");
     else if (flag == "--row-invariant") rowInvariant = std::string(value) == "1";
     else if (flag == "--exact") exact = rowInvariant = std::string(value) == "1";
     else if (flag == "--int8-activations") int8Activations = std::string(value) == "1";
@@ -111,15 +117,21 @@ int main(int argc, char **argv) {
     w.scaleType = scaleType == "f16" ? DType::F16 : DType::F32;
     w.int8Activations = int8 && int8Activations;
   }
+  std::vector<std::vector<uint8_t>> copiesOfWeights(static_cast<size_t>(copies - 1), weights);
+  std::vector<ops::fast::LinearWeights> each(static_cast<size_t>(copies), w);
+  for (int64_t c = 1; c < copies; ++c)
+    each[static_cast<size_t>(c)].data = copiesOfWeights[static_cast<size_t>(c - 1)].data();
   std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
   for (float &v : x)
     v = normal(rng);
   const auto none = [](int64_t, int64_t) {};
-  ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant, exact);  // warm: pages, pool, oneDNN
+  for (const ops::fast::LinearWeights &copy : each)  // warm: pages, pool, oneDNN
+    ops::fast::linear(x.data(), rows, copy, y.data(), none, nullptr, rowInvariant, exact);
   double best = 1e30, total = 0;
   for (int64_t c = 0; c < calls; ++c) {
+    const ops::fast::LinearWeights &copy = each[static_cast<size_t>(c % copies)];
     const auto start = std::chrono::steady_clock::now();
-    ops::fast::linear(x.data(), rows, w, y.data(), none, nullptr, rowInvariant, exact);
+    ops::fast::linear(x.data(), rows, copy, y.data(), none, nullptr, rowInvariant, exact);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     best = std::min(best, ms);
