@@ -150,6 +150,8 @@ LogicalResult GraphImporter::importBlockedDequantize(const NodeProto &node, Loca
   const WeightRecord *zero = node.input_size() > 2 && !node.input(2).empty()
                                  ? store_.lookup(weightKey(node.input(2)))
                                  : nullptr;
+  if (!codes || !scale)  // planned for another node that wrote this name (refused before)
+    return emitError(loc) << "DequantizeLinear's codes and scale are not initializers";
   Blocks blocks;
   if (std::string why = blocksOf(node, *codes, *scale, blocks); !why.empty())
     return emitError(loc) << why;  // planned, so it fitted then

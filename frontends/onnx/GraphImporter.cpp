@@ -378,6 +378,28 @@ LogicalResult GraphImporter::importNode(const NodeProto &node, int index, int de
   return success();
 }
 
+LogicalResult GraphImporter::checkNamesWrittenOnce(const GraphProto &graph) {
+  llvm::StringMap<std::string> writer;
+  for (const auto &input : graph.input())
+    writer.try_emplace(input.name(), "it is an input of the graph");
+  for (const auto &tensor : graph.initializer())
+    writer.try_emplace(tensor.name(), "it is an initializer");
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const NodeProto &node = graph.node(i);
+    for (const std::string &output : node.output()) {
+      if (output.empty())
+        continue;
+      auto [it, fresh] =
+          writer.try_emplace(output, "node '" + describeNode(node, i) + "' writes too");
+      if (!fresh)
+        return emitError(NameLoc::get(builder_.getStringAttr(describeNode(node, i)), fileLoc_))
+               << "value '" << output << "' is defined more than once: " << it->second
+               << " (an ONNX graph assigns each name once)";
+    }
+  }
+  return success();
+}
+
 LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
                                          SmallVectorImpl<Value> &outputs) {
   values_.emplace_back();
@@ -404,6 +426,8 @@ LogicalResult GraphImporter::importGraph(const GraphProto &graph, int depth,
         return failure();
     }
   }
+  if (failed(checkNamesWrittenOnce(graph)))
+    return failure();
   planBlockedDequantization(graph);
   planDynamicQuantization(graph);
   graphs_.push_back(&graph);

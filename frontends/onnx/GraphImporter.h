@@ -205,6 +205,9 @@ private:
   LogicalResult bind(const std::string &name, Value value, Location loc);
   TensorType declaredType(llvm::StringRef name) const;
   LogicalResult recordTypes(const GraphProto &graph);
+  // Refuses a graph in which two nodes write one name, or a node writes an input's or an
+  // initializer's: the plans below look nodes up by the name they write.
+  LogicalResult checkNamesWrittenOnce(const GraphProto &graph);
   Type inferResultType(llvm::StringRef op, ArrayRef<Value> operands,
                        const NamedAttrList &attributes, unsigned index) const;
 
