@@ -29,6 +29,7 @@ DSRT_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
 namespace dsrt::ops::fast {
 namespace {
 
+
 constexpr int64_t kBlock = 32;  // inputs per activation scale
 constexpr int64_t kChunk = 64;  // inputs per vpdpbusd
 
@@ -182,55 +183,24 @@ inline void blockSums16(const __m512i *s, __m512i &low, __m512i &high) {
   high = _mm512_shuffle_i32x4(p, q, 0xDD);
 }
 
-// Panel `first`'s weight scales as f32, [groups, 16 outputs] (lanes past `count`: zero):
-// once per panel, so that a group of 32 inputs costs one vector load.
-void transposedPanelScales(const LinearWeights &w, int64_t first, int count,
-                           std::vector<float> &converted, std::vector<float> &transposed) {
-  const int64_t groups = w.groups;
-  transposed.assign(static_cast<size_t>(groups * 16), 0.0f);
-  if (count == 16) {
-    const float *scales = scalesOf(w, first, converted);  // 16 whole rows of scales
-    for (int o = 0; o < 16; ++o)
-      for (int64_t g = 0; g < groups; ++g)
-        transposed[static_cast<size_t>(g * 16 + o)] = scales[o * groups + g];
-    return;
-  }
-  for (int o = 0; o < count; ++o)
-    for (int64_t g = 0; g < groups; ++g)
-      transposed[static_cast<size_t>(g * 16 + o)] = w.scale((first + o) * groups + g);
+// A chunk's 64 int8 weights of one row as vpdpbusd's unsigned operand, flipped to w + 128.
+inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
+  const __mmask64 bytes = whole ? ~__mmask64(0) : __mmask64(0xFFFFFFFF);
+  return _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, row + c * kChunk),
+                          _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
-// A chunk's 64 weights of one row as vpdpbusd's unsigned operand, w + 128: int8 codes
-// flipped, or int4 codes (two a byte, the even input low, value nibble - 8) unpacked in
-// registers to nibble + 120.
-template <bool Int4> inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
-  if constexpr (Int4) {
-    const __m256i packed = _mm512_castsi512_si256(_mm512_maskz_loadu_epi8(
-        whole ? __mmask64(0xFFFFFFFF) : __mmask64(0xFFFF), row + c * kChunk / 2));
-    const __m512i words = _mm512_cvtepu8_epi16(packed);  // byte i in word i: its two inputs
-    const __m512i codes = _mm512_or_si512(
-        _mm512_and_si512(words, _mm512_set1_epi16(0x000F)),
-        _mm512_slli_epi16(_mm512_and_si512(words, _mm512_set1_epi16(0x00F0)), 4));
-    return _mm512_add_epi8(codes, _mm512_set1_epi8(120));
-  } else {
-    const __mmask64 bytes = whole ? ~__mmask64(0) : __mmask64(0xFFFFFFFF);
-    return _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, row + c * kChunk),
-                            _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
-}
-
-// R rows of x against the `count` (up to 16) weight rows from `first` (int8, or int4 read
-// as their codes), a lane per output: each block's int32 sum exact (the chunk's lanes added
+// R rows of x against the `count` (up to 16) int8 weight rows from `first`, a lane per output: each block's int32 sum exact (the chunk's lanes added
 // in blockSums16), then scaled into the output's f32 sum block after block, and a
 // per-channel weight scale at the end: the f32 operations of the AMX and VNNI tiles
 // (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a row's result does
 // not depend on which kernel its step's row count chose. `scales`: transposedPanelScales'.
-template <int R, bool Int4>
+template <int R>
 void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
                const float *scales, int count, float *y, int64_t ldy) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = blocks / groups, chunks = (in + kChunk - 1) / kChunk;
-  const int64_t rowBytes = Int4 ? in / 2 : in;
+  const int64_t rowBytes = in;
   const uint8_t *rows[16];
   for (int o = 0; o < 16; ++o)
     rows[o] = static_cast<const uint8_t *>(w.data) + (first + std::min(o, count - 1)) * rowBytes;
@@ -250,7 +220,7 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
     }
     __m512i sums[R][16];
     for (int o = 0; o < 16; ++o) {
-      const __m512i flipped = flippedChunk<Int4>(rows[o], c, whole);
+      const __m512i flipped = flippedChunk(rows[o], c, whole);
       for (int r = 0; r < R; ++r)
         sums[r][o] = _mm512_dpbusd_epi32(surplus[r], flipped, xv[r]);
     }
@@ -275,11 +245,10 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
                           groups == 1 ? _mm512_mul_ps(acc[r], weightScales) : acc[r]);
 }
 
-// Every row of x against outputs [begin, end) of w in panels of 16, panelRows' order.
-template <bool Int4>
-void dotRowsInTilesOrder(const Int8Activations &a, const LinearWeights &w, int64_t begin,
-                         int64_t end, float *y, int64_t ldy) {
-  const int64_t rowBytes = Int4 ? w.in / 2 : w.in;
+// Every row of x against int8 outputs [begin, end) of w in panels of 16, panelRows' order.
+void dotRowsInt8InTilesOrder(const Int8Activations &a, const LinearWeights &w, int64_t begin,
+                             int64_t end, float *y, int64_t ldy) {
+  const int64_t rowBytes = w.in;
   const char *base = static_cast<const char *>(w.data);
   thread_local std::vector<float> converted, transposed;
   for (int64_t first = begin; first < end; first += 16) {
@@ -292,11 +261,11 @@ void dotRowsInTilesOrder(const Int8Activations &a, const LinearWeights &w, int64
     transposedPanelScales(w, first, count, converted, transposed);
     int64_t r = 0;
     for (; r + 2 <= a.rows; r += 2)
-      panelRows<2, Int4>(a.quantized.data() + r, w, first, transposed.data(), count,
-                         y + r * ldy + first, ldy);
+      panelRows<2>(a.quantized.data() + r, w, first, transposed.data(), count,
+                   y + r * ldy + first, ldy);
     if (r < a.rows)
-      panelRows<1, Int4>(a.quantized.data() + r, w, first, transposed.data(), count,
-                         y + r * ldy + first, ldy);
+      panelRows<1>(a.quantized.data() + r, w, first, transposed.data(), count,
+                   y + r * ldy + first, ldy);
   }
 }
 
@@ -315,11 +284,6 @@ void vnniRows(const Int8Activations &a, const LinearWeights &w, int64_t first, f
 bool int8TilesOrderTakes(const LinearWeights &w) {
   return (w.dtype == DType::I8 || w.dtype == DType::U8) && w.groups > 0 &&
          w.in % kBlock == 0 && (w.in / kBlock) % w.groups == 0;
-}
-
-void dotRowsInt4InTilesOrder(const Int8Activations &x, const LinearWeights &w, int64_t begin,
-                             int64_t end, float *y, int64_t ldy) {
-  dotRowsInTilesOrder<true>(x, w, begin, end, y, ldy);
 }
 
 void quantizeInt8Activations(const float *x, int64_t rows, const LinearWeights &w,
@@ -407,7 +371,7 @@ void dotRowsInt8Vnni(const Int8Activations &a, const LinearWeights &w, int64_t b
                      int64_t end, float *y, int64_t ldy, bool tilesOrder) {
   const char *base = static_cast<const char *>(w.data);
   if (tilesOrder && int8TilesOrderTakes(w))
-    return dotRowsInTilesOrder<false>(a, w, begin, end, y, ldy);
+    return dotRowsInt8InTilesOrder(a, w, begin, end, y, ldy);
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
     // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
