@@ -197,7 +197,8 @@ inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
 // not depend on which kernel its step's row count chose. `scales`: transposedPanelScales'.
 template <int R>
 void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
-               const float *scales, int count, float *y, int64_t ldy) {
+               const float *scales, int count, float *y, int64_t ldy, const char *ahead,
+               const char *aheadEnd) {
   const int64_t in = w.in, blocks = in / kBlock, groups = w.groups,
                 groupBlocks = blocks / groups, chunks = (in + kChunk - 1) / kChunk;
   const int64_t rowBytes = in;
@@ -208,7 +209,10 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
   __m512 acc[R];
   for (int r = 0; r < R; ++r)
     acc[r] = _mm512_setzero_ps();
+  const int64_t linesPerChunk = ahead ? ((aheadEnd - ahead) / 64 + chunks - 1) / chunks : 0;
   for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t l = 0; l < linesPerChunk && ahead < aheadEnd; ++l, ahead += 64)
+      requestLineL2(ahead);
     // A row whose inputs end in half a chunk (2784, Llama-style MLP widths): that half read
     // masked, a block that is not there.
     const bool whole = (c + 1) * kChunk <= in;
@@ -253,19 +257,20 @@ void dotRowsInt8InTilesOrder(const Int8Activations &a, const LinearWeights &w, i
   thread_local std::vector<float> converted, transposed;
   for (int64_t first = begin; first < end; first += 16) {
     const int count = static_cast<int>(std::min<int64_t>(16, end - first));
-    // As dotRowsTyped: the rows a fixed distance ahead requested, within the range.
-    const char *ahead = base + first * rowBytes + detail::kPrefetchBytes;
+    // The panel two on, requested into L2 a share at each chunk, as the int4 panels do
+    // (DotInt4TilesOrder.cpp): the whole next panel requested into L1 at each panel's start
+    // left it waiting on memory.
     const char *stop = base + end * rowBytes;
-    for (const char *line = ahead; line < ahead + 16 * rowBytes && line < stop; line += 64)
-      requestLine(line);
+    const char *ahead = std::min(stop, base + (first + 32) * rowBytes);
+    const char *aheadEnd = std::min(stop, ahead + 16 * rowBytes);
     transposedPanelScales(w, first, count, converted, transposed);
     int64_t r = 0;
     for (; r + 2 <= a.rows; r += 2)
       panelRows<2>(a.quantized.data() + r, w, first, transposed.data(), count,
-                   y + r * ldy + first, ldy);
+                   y + r * ldy + first, ldy, r == 0 ? ahead : nullptr, aheadEnd);
     if (r < a.rows)
       panelRows<1>(a.quantized.data() + r, w, first, transposed.data(), count,
-                   y + r * ldy + first, ldy);
+                   y + r * ldy + first, ldy, r == 0 ? ahead : nullptr, aheadEnd);
   }
 }
 
