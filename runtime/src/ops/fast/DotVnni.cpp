@@ -29,7 +29,6 @@ DSRT_TARGET_REGION_BEGIN("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")
 namespace dsrt::ops::fast {
 namespace {
 
-
 constexpr int64_t kBlock = 32;  // inputs per activation scale
 constexpr int64_t kChunk = 64;  // inputs per vpdpbusd
 
@@ -190,11 +189,12 @@ inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
                           _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
-// R rows of x against the `count` (up to 16) int8 weight rows from `first`, a lane per output: each block's int32 sum exact (the chunk's lanes added
-// in blockSums16), then scaled into the output's f32 sum block after block, and a
+// R rows of x against the `count` (up to 16) int8 weight rows from `first`, a lane per
+// output: each block's int32 sum exact (the chunk's lanes added in blockSums16), then scaled into the output's f32 sum block after block, and a
 // per-channel weight scale at the end: the f32 operations of the AMX and VNNI tiles
 // (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a row's result does
 // not depend on which kernel its step's row count chose. `scales`: transposedPanelScales'.
+// The lines of [ahead, aheadEnd) are requested into L2, a share a chunk.
 template <int R>
 void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
                const float *scales, int count, float *y, int64_t ldy, const char *ahead,

@@ -1,9 +1,9 @@
 // Internal to the integer GEMMs of many rows (GemmInt8Amx.cpp, GemmInt8Vnni.cpp), the
 // quantizer of their x and the kernels in their order (DotVnni.cpp, DotInt4TilesOrder.cpp):
-// what they do to a panel of 16 weight rows, to 16 rows
-// of int8 values and to 16 x 16 f32 results. Include it only inside a target
-// region for AVX-512F and AVX2 (TargetRegion.h). Internal linkage, as VecAvx512.h: each file's
-// copy is compiled for that file's set, and the linker must not pick one file's for another.
+// what they do to a panel of 16 weight rows, to 16 rows of int8 values and to 16 x 16 f32
+// results. Include it only inside a target region for AVX-512F and AVX2 (TargetRegion.h).
+// Internal linkage, as VecAvx512.h: each file's copy is compiled for that file's set, and the
+// linker must not pick one file's for another.
 #ifndef DSRT_OPS_FAST_INT8PANELS_H
 #define DSRT_OPS_FAST_INT8PANELS_H
 
@@ -165,7 +165,8 @@ inline const float *scalesOf(const LinearWeights &w, int64_t first, std::vector<
 // Panel `first`'s weight scales as f32, [groups, 16 outputs] (lanes past `count`: zero):
 // once per panel, so that a group of 32 inputs costs one vector load.
 inline void transposedPanelScales(const LinearWeights &w, int64_t first, int count,
-                           std::vector<float> &converted, std::vector<float> &transposed) {
+                                  std::vector<float> &converted,
+                                  std::vector<float> &transposed) {
   const int64_t groups = w.groups;
   transposed.assign(static_cast<size_t>(groups * 16), 0.0f);
   if (count == 16) {
