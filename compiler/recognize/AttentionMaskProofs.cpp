@@ -164,8 +164,13 @@ std::string Matcher::proveScores(Candidate &c, double &chainScale) {
   Value paddingMask = c.cross ? crossMask_ : attentionMask_;
   if (paddingMask) {
     const Info *info = probe_.lookup(paddingMask);
-    if (info && info->value && info->shape.size() == 2 && info->shape[1] == T)
+    // [batch, total] on the probe, or it is not the padding of these scores' rows (a mask
+    // of another batch had been read past its end: found by fuzzing).
+    if (info && info->value && info->shape.size() == 2 && info->shape[0] == B &&
+        info->shape[1] == T)
       padding = integers(*info->value);
+    if (int64_t(padding.size()) != B * T)
+      padding.clear();
   }
   auto rowMasked = [&](int64_t b, int64_t n, int64_t i) {
     for (int64_t j = 0; j < T; ++j)
