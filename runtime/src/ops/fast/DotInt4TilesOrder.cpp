@@ -15,19 +15,20 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale and per int32 block sum
 
-// Lane o of out[k]: the sum of 128-bit lane k (lanes 4k..4k+3) of s[o], for 16 vectors s
-// and k = 0..3: the int32 sums of a step's four blocks for 16 outputs. As DotVnni.cpp's
+// The first stage of a step's block sums: for the int32 sums s[0..3] of outputs 4j..4j+3,
+// 128-bit lane k of the result holds those 4 outputs' sums of their lanes 4k..4k+3 (block k).
+inline __m512i fourBlockSums(const __m512i *s) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+                                     _mm512_unpackhi_epi32(s[0], s[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
+                                     _mm512_unpackhi_epi32(s[2], s[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+// The second: lane o of out[k] the sum of block k of output o, from fourBlockSums of
+// outputs 0-3, 4-7, 8-11 and 12-15 (a 4 x 4 transpose of 128-bit lanes). As DotVnni.cpp's
 // blockSums16, a block to a 128-bit lane instead of to 8 lanes.
-inline void stepBlockSums16(const __m512i *s, __m512i *out) {
-  __m512i fours[4];
-  for (int j = 0; j < 4; ++j) {  // 128-bit lane k: outputs 4j..4j+3, each its lanes 4k..4k+3
-    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[4 * j], s[4 * j + 1]),
-                                       _mm512_unpackhi_epi32(s[4 * j], s[4 * j + 1]));
-    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[4 * j + 2], s[4 * j + 3]),
-                                       _mm512_unpackhi_epi32(s[4 * j + 2], s[4 * j + 3]));
-    fours[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-  }
-  // 128-bit lanes: [fours0 k0, fours0 k1, fours1 k0, fours1 k1] and the same of k2, k3.
+inline void stepBlockSums16(const __m512i *fours, __m512i *out) {
   const __m512i low01 = _mm512_shuffle_i32x4(fours[0], fours[1], 0x44);
   const __m512i high01 = _mm512_shuffle_i32x4(fours[0], fours[1], 0xEE);
   const __m512i low23 = _mm512_shuffle_i32x4(fours[2], fours[3], 0x44);
@@ -97,18 +98,25 @@ void panelRowsInt4Split(const SplitInt8Row *split, const QuantizedInt8Row *x,
       even[r] = _mm512_maskz_loadu_epi8(bytes, split[r].even.data() + s * 64);
       odd[r] = _mm512_maskz_loadu_epi8(bytes, split[r].odd.data() + s * 64);
     }
-    __m512i sums[R][16];
-    for (int o = 0; o < 16; ++o) {
-      const __m512i packed = _mm512_maskz_loadu_epi8(bytes, rows[o] + s * 64);
-      const __m512i low = _mm512_and_si512(packed, nibble);
-      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    // Four outputs at a time, reduced at once (16 outputs' sums for 2 rows had held every
+    // register).
+    __m512i fours[R][4];
+    for (int j = 0; j < 4; ++j) {
+      __m512i sums[R][4];
+      for (int o = 0; o < 4; ++o) {
+        const __m512i packed = _mm512_maskz_loadu_epi8(bytes, rows[4 * j + o] + s * 64);
+        const __m512i low = _mm512_and_si512(packed, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+        for (int r = 0; r < R; ++r)
+          sums[r][o] = _mm512_dpbusd_epi32(
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, even[r]), high, odd[r]);
+      }
       for (int r = 0; r < R; ++r)
-        sums[r][o] = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, even[r]), high, odd[r]);
+        fours[r][j] = fourBlockSums(sums[r]);
     }
     __m512i blockSums[R][4];
     for (int r = 0; r < R; ++r)
-      stepBlockSums16(sums[r], blockSums[r]);
+      stepBlockSums16(fours[r], blockSums[r]);
     for (int64_t k = 0; k < present; ++k) {
       const int64_t b = s * 4 + k;
       if (groups > 1 && b > 0 && b % groupBlocks == 0)

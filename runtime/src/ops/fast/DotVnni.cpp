@@ -162,17 +162,20 @@ void vnniBlockAnyGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64
     vnniBlock<O, R>(x, w, first, y, ldy);
 }
 
-// Lane o of each: the sum of lanes 0-7 (into low) and of lanes 8-15 (into high) of s[o],
-// for 16 vectors s: the int32 sums of a chunk's two blocks for 16 outputs. Pairs of
-// vectors are added lane against lane after unpacking, then 128-bit lanes, then halves.
-inline void blockSums16(const __m512i *s, __m512i &low, __m512i &high) {
-  __m512i pairs[8], fours[4];
-  for (int i = 0; i < 8; ++i)  // 128-bit lane k: a0+a2, b0+b2, a1+a3, b1+b3 of its 4 lanes
-    pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * i], s[2 * i + 1]),
-                                _mm512_unpackhi_epi32(s[2 * i], s[2 * i + 1]));
-  for (int j = 0; j < 4; ++j)  // 128-bit lane k: outputs 4j..4j+3, each its lanes 4k..4k+3
-    fours[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * j], pairs[2 * j + 1]),
-                                _mm512_unpackhi_epi64(pairs[2 * j], pairs[2 * j + 1]));
+// For the int32 sums s[0..3] of outputs 4j..4j+3 of a chunk: 128-bit lane k of the result
+// holds those 4 outputs' sums of their lanes 4k..4k+3 (pairs of vectors added lane against
+// lane after unpacking, then pairs of those).
+inline __m512i fourLaneSums(const __m512i *s) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+                                     _mm512_unpackhi_epi32(s[0], s[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
+                                     _mm512_unpackhi_epi32(s[2], s[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+// Lane o of low: output o's sum of its lanes 0-7, of high: of its lanes 8-15 (a chunk's two
+// blocks for 16 outputs), from fourLaneSums of outputs 0-3, 4-7, 8-11 and 12-15.
+inline void blockSums16(const __m512i *fours, __m512i &low, __m512i &high) {
   // [first block: outputs 4j.., second block: 4j.., first: 4j+4.., second: 4j+4..]
   const __m512i p = _mm512_add_epi32(_mm512_shuffle_i32x4(fours[0], fours[1], 0x88),
                                      _mm512_shuffle_i32x4(fours[0], fours[1], 0xDD));
@@ -190,7 +193,8 @@ inline __m512i flippedChunk(const uint8_t *row, int64_t c, bool whole) {
 }
 
 // R rows of x against the `count` (up to 16) int8 weight rows from `first`, a lane per
-// output: each block's int32 sum exact (the chunk's lanes added in blockSums16), then scaled into the output's f32 sum block after block, and a
+// output: each block's int32 sum exact (the chunk's lanes added in fourLaneSums and
+// blockSums16), then scaled into the output's f32 sum block after block, and a
 // per-channel weight scale at the end: the f32 operations of the AMX and VNNI tiles
 // (GemmInt8Amx.cpp's scaleBlock and storeTile) in their order, so that a row's result does
 // not depend on which kernel its step's row count chose. `scales`: transposedPanelScales'.
@@ -222,15 +226,22 @@ void panelRows(const QuantizedInt8Row *x, const LinearWeights &w, int64_t first,
       xv[r] = _mm512_maskz_loadu_epi8(bytes, x[r].values.data() + c * kChunk);
       surplus[r] = _mm512_loadu_si512(x[r].surplusLanes.data() + c * 16);
     }
-    __m512i sums[R][16];
-    for (int o = 0; o < 16; ++o) {
-      const __m512i flipped = flippedChunk(rows[o], c, whole);
+    // Four outputs at a time, reduced at once (16 outputs' sums for 2 rows had held every
+    // register).
+    __m512i fours[R][4];
+    for (int j = 0; j < 4; ++j) {
+      __m512i sums[R][4];
+      for (int o = 0; o < 4; ++o) {
+        const __m512i flipped = flippedChunk(rows[4 * j + o], c, whole);
+        for (int r = 0; r < R; ++r)
+          sums[r][o] = _mm512_dpbusd_epi32(surplus[r], flipped, xv[r]);
+      }
       for (int r = 0; r < R; ++r)
-        sums[r][o] = _mm512_dpbusd_epi32(surplus[r], flipped, xv[r]);
+        fours[r][j] = fourLaneSums(sums[r]);
     }
     __m512i blockSums[R][2];
     for (int r = 0; r < R; ++r)
-      blockSums16(sums[r], blockSums[r][0], blockSums[r][1]);
+      blockSums16(fours[r], blockSums[r][0], blockSums[r][1]);
     for (int half = 0; half < (whole ? 2 : 1); ++half) {
       const int64_t b = 2 * c + half;
       if (groups > 1 && b > 0 && b % groupBlocks == 0)
