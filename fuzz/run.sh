@@ -64,16 +64,22 @@ for harness in "${HARNESSES[@]}"; do
     seeds "$harness" | while read -r seed; do cp "$seed" "$corpus/seed-$(basename "$(dirname "$seed")")-$(basename "$seed")"; done
   fi
   echo "== fuzz-$harness for ${SECONDS_EACH}s ($(ls "$corpus" | wc -l) inputs in $corpus)"
+  # This run's artifacts only: a crash kept from an earlier run (fixed since, or being
+  # fixed) had been reported again as this run's.
+  started="$WORK/crashes/.started-$harness"
+  touch "$started"
+  sleep 1  # file times are whole seconds on some filesystems
   "$binary" -max_total_time="$SECONDS_EACH" -runs="${DSC_FUZZ_RUNS:--1}" -timeout=60 -rss_limit_mb=6144 \
       -max_len=$(($(max_kb "$harness") * 1024 + 100000)) -print_final_stats=1 -artifact_prefix="$WORK/crashes/$harness-" \
       "$corpus" 2>&1 | grep -v "failed to allocate" | grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==|SUMMARY|fuzz:|INFO: Seed)|ERROR|Test unit written|deadly signal|Done [0-9]+ runs" || true
   # libFuzzer also writes slow-unit-* files (over 10 s): on a machine shared with builds
   # they are often the load's, not the input's; they are listed, not failed on.
-  if ls "$WORK/crashes/$harness-slow-unit-"* >/dev/null 2>&1; then
-    echo "fuzz/run.sh: fuzz-$harness: slow inputs (time them alone): $(ls "$WORK/crashes/$harness-slow-unit-"*)" >&2
+  artifacts=$(find "$WORK/crashes" -maxdepth 1 -name "$harness-*" -newer "$started" | sort)
+  if grep -q -- "-slow-unit-" <<<"$artifacts"; then
+    echo "fuzz/run.sh: fuzz-$harness: slow inputs (time them alone): $(grep -- -slow-unit- <<<"$artifacts")" >&2
   fi
-  if ls "$WORK/crashes/$harness-"* 2>/dev/null | grep -qv -- "-slow-unit-"; then
-    echo "fuzz/run.sh: fuzz-$harness found a crash: $(ls "$WORK/crashes/$harness-"* | grep -v -- -slow-unit-)" >&2
+  if grep -v -- "-slow-unit-" <<<"$artifacts" | grep -q .; then
+    echo "fuzz/run.sh: fuzz-$harness found a crash: $(grep -v -- -slow-unit- <<<"$artifacts")" >&2
     exit 1
   fi
 done
