@@ -95,7 +95,8 @@ Status CudaSession::decideGraphs(const dsp::Program &program, ProgramState &stat
   for (size_t i = 0; program.inputs() && i < program.inputs()->size() && why.empty(); ++i) {
     const dsp::Tensor &tensor = *tensors->Get(program.inputs()->Get(i));
     bool batched = tensor.shape() && tensor.shape()->size() >= 1 &&
-                   tensor.shape()->Get(0)->size() < 0 && tensor.max_shape();
+                   tensor.shape()->Get(0)->size() < 0 && tensor.max_shape() &&
+                   tensor.max_shape()->size() == tensor.shape()->size();
     if (!batched || (static_cast<int>(i) == state.maskInput &&
                      (tensor.shape()->size() != 2 || tensor.shape()->Get(1)->size() >= 0)))
       why = "input '" + str(tensor.name()) + "' cannot be padded to a bucket";

@@ -54,13 +54,16 @@ Status checkProgramInput(const PlanFile &plan, const dsp::Program &program,
     return Status::error(name + " must have rank " + std::to_string(rank) + ", not " +
                          std::to_string(value.shape.size()) + " (shape " +
                          shapeString(value.shape) + ")");
+  // An empty max_shape is none (the verifier's reading: it checks only one of the shape's
+  // rank); a forged plan's empty one had been read past its end here.
+  const bool hasMax = tensor.max_shape() && tensor.max_shape()->size() == rank;
   for (size_t d = 0; d < rank; ++d) {
     const dsp::Dim *dim = tensor.shape()->Get(d);
     int64_t size = value.shape[d];
     if (dim->size() >= 0 && size != dim->size())
       return Status::error(name + " dimension " + std::to_string(d) + " must be " +
                            std::to_string(dim->size()) + ", not " + std::to_string(size));
-    int64_t max = tensor.max_shape() ? tensor.max_shape()->Get(d) : size;
+    int64_t max = hasMax ? tensor.max_shape()->Get(static_cast<uint32_t>(d)) : size;
     if (size < 0 || size > max)
       return Status::error(name + " dimension " + std::to_string(d) +
                            (dim->symbol() ? " (" + dim->symbol()->str() + ")" : "") + " is " +
