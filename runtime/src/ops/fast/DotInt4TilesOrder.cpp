@@ -15,17 +15,7 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // inputs per activation scale and per int32 block sum
 
-// The first stage of a step's block sums: for the int32 sums s[0..3] of outputs 4j..4j+3,
-// 128-bit lane k of the result holds those 4 outputs' sums of their lanes 4k..4k+3 (block k).
-inline __m512i fourBlockSums(const __m512i *s) {
-  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
-                                     _mm512_unpackhi_epi32(s[0], s[1]));
-  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
-                                     _mm512_unpackhi_epi32(s[2], s[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
-// The second: lane o of out[k] the sum of block k of output o, from fourBlockSums of
+// Lane o of out[k]: the sum of block k of output o, from fourLaneSums (Int8Panels.h) of
 // outputs 0-3, 4-7, 8-11 and 12-15 (a 4 x 4 transpose of 128-bit lanes). As DotVnni.cpp's
 // blockSums16, a block to a 128-bit lane instead of to 8 lanes.
 inline void stepBlockSums16(const __m512i *fours, __m512i *out) {
@@ -112,7 +102,7 @@ void panelRowsInt4Split(const SplitInt8Row *split, const QuantizedInt8Row *x,
               _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, even[r]), high, odd[r]);
       }
       for (int r = 0; r < R; ++r)
-        fours[r][j] = fourBlockSums(sums[r]);
+        fours[r][j] = fourLaneSums(sums[r]);
     }
     __m512i blockSums[R][4];
     for (int r = 0; r < R; ++r)

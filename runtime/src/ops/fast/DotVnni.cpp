@@ -162,17 +162,6 @@ void vnniBlockAnyGroups(const QuantizedInt8Row *x, const LinearWeights &w, int64
     vnniBlock<O, R>(x, w, first, y, ldy);
 }
 
-// For the int32 sums s[0..3] of outputs 4j..4j+3 of a chunk: 128-bit lane k of the result
-// holds those 4 outputs' sums of their lanes 4k..4k+3 (pairs of vectors added lane against
-// lane after unpacking, then pairs of those).
-inline __m512i fourLaneSums(const __m512i *s) {
-  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
-                                     _mm512_unpackhi_epi32(s[0], s[1]));
-  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
-                                     _mm512_unpackhi_epi32(s[2], s[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
 // Lane o of low: output o's sum of its lanes 0-7, of high: of its lanes 8-15 (a chunk's two
 // blocks for 16 outputs), from fourLaneSums of outputs 0-3, 4-7, 8-11 and 12-15.
 inline void blockSums16(const __m512i *fours, __m512i &low, __m512i &high) {

@@ -162,6 +162,18 @@ inline const float *scalesOf(const LinearWeights &w, int64_t first, std::vector<
   return converted.data();
 }
 
+// For the int32 vpdpbusd sums s[0..3] of outputs 4j..4j+3: 128-bit lane k of the result
+// holds those 4 outputs' sums of their lanes 4k..4k+3 (the panels' first reduction,
+// DotVnni.cpp and DotInt4TilesOrder.cpp) (pairs of vectors added lane against
+// lane after unpacking, then pairs of those).
+inline __m512i fourLaneSums(const __m512i *s) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+                                     _mm512_unpackhi_epi32(s[0], s[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
+                                     _mm512_unpackhi_epi32(s[2], s[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
 // Panel `first`'s weight scales as f32, [groups, 16 outputs] (lanes past `count`: zero):
 // once per panel, so that a group of 32 inputs costs one vector load.
 inline void transposedPanelScales(const LinearWeights &w, int64_t first, int count,
