@@ -71,7 +71,7 @@ for harness in "${HARNESSES[@]}"; do
   sleep 1  # file times are whole seconds on some filesystems
   "$binary" -max_total_time="$SECONDS_EACH" -runs="${DSC_FUZZ_RUNS:--1}" -timeout=60 -rss_limit_mb=6144 \
       -max_len=$(($(max_kb "$harness") * 1024 + 100000)) -print_final_stats=1 -artifact_prefix="$WORK/crashes/$harness-" \
-      "$corpus" 2>&1 | grep -v "failed to allocate" | grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==|SUMMARY|fuzz:|INFO: Seed)|ERROR|Test unit written|deadly signal|Done [0-9]+ runs" || true
+      "$corpus" 2>&1 | grep -v "failed to allocate" | grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==|SUMMARY|fuzz:|INFO: Seed)|^ +#[0-9]+ |^(READ|WRITE) of size|is located|ERROR|Test unit written|deadly signal|Done [0-9]+ runs" || true
   # libFuzzer also writes slow-unit-* files (over 10 s): on a machine shared with builds
   # they are often the load's, not the input's; they are listed, not failed on.
   artifacts=$(find "$WORK/crashes" -maxdepth 1 -name "$harness-*" -newer "$started" | sort)

@@ -182,8 +182,12 @@ LogicalResult GraphImporter::writeMoe(const NodeProto &node, const NodeAttribute
                                  "scales [experts, out, "
                               << (perChannel ? "1" : "ceil(in / block_size)") << "]";
       const int64_t zeroRow = (blocks * bits + 7) / 8;
+      // Rows are cut from the stacked zero points as from the codes (rowsOf): [E, out, ...].
       if (projection->zeroPoints &&
           (projection->zeroPoints->onnxType != ::onnx::TensorProto::UINT8 ||
+           projection->zeroPoints->dims.size() < 2 ||
+           projection->zeroPoints->dims[0] != experts ||
+           projection->zeroPoints->dims[1] != rows ||
            checkedElementCount(projection->zeroPoints->dims) != experts * rows * zeroRow))
         return emitError(loc) << "QMoE's zero points are not packed uint8 [experts, out, "
                               << zeroRow << "]";
@@ -227,6 +231,13 @@ LogicalResult GraphImporter::writeMoe(const NodeProto &node, const NodeAttribute
     const uint64_t start = (expert * stacked->dims[1] + first) * rowBytes;
     if (stride == 1)
       return store_.addView(name, *stacked, start, std::move(dims), error);
+    // The checks above shape every stacked tensor [E, out, ...]; this one is the last word
+    // before bytes are copied (a forged [E, 1, out] zero point read past its end).
+    if (first + (rows - 1) * stride >= stacked->dims[1]) {
+      error = "expert rows " + std::to_string(first) + ", " + std::to_string(first + stride) +
+              ", ... of " + std::to_string(rows) + " lie outside '" + stacked->name + "'";
+      return nullptr;
+    }
     std::vector<uint8_t> copy(rows * rowBytes);
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(copy.data() + r * rowBytes, stacked->bytes.data() + start + r * stride * rowBytes,
