@@ -14,6 +14,7 @@
 #include "dialects/onnx/IR/OnnxDialect.h"
 #include "frontends/onnx/NBitsWeights.h"
 #include "frontends/onnx/TensorConversion.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cstring>
 
@@ -55,7 +56,7 @@ std::string blocksOf(const NodeProto &node, const WeightRecord &codes, const Wei
     if (axis != 0 && axis != -2)
       return "blocks along axis " + std::to_string(axis) +
              " (the outputs); dsc reads blocks along the inputs, axis 0";
-    const int64_t blocks = (k + blockSize - 1) / blockSize;
+    const int64_t blocks = llvm::divideCeilSigned(k, blockSize);
     if (scale.dims.size() != 2 || scale.dims[0] != blocks || scale.dims[1] != n)
       return "its scale is not [ceil(K / block_size), N] = [" + std::to_string(blocks) + ", " +
              std::to_string(n) + "]";

@@ -168,13 +168,14 @@ LogicalResult GraphImporter::writeMoe(const NodeProto &node, const NodeAttribute
     for (const Stacked *projection : {&fc1, &fc2}) {
       const int64_t in = inFeatures(projection->weights), rows = projection->weights->dims[1];
       const int64_t size = blockSize > 0 ? blockSize : in;
-      const int64_t blocks = (in + size - 1) / size;
       const bool perChannel = blockSize <= 0;
       // A row holds in * bits / 8 bytes, MatMulNBits' blocks * block_size * bits / 8: the
-      // two agree only where the blocks divide the inputs.
-      if (in % size != 0 || size * bits % 8 != 0)
+      // two agree only where the blocks divide the inputs. Checked before any arithmetic on
+      // the size (the fuzzer's block_size of INT64_MAX overflowed the block count).
+      if (size <= 0 || size > in || in % size != 0 || size * bits % 8 != 0)
         return emitError(loc) << "QMoE's block_size " << blockSize << " does not divide its "
                               << in << " inputs in whole bytes; dsc reads blocks that do";
+      const int64_t blocks = in / size;
       if (projection->weights->onnxType != ::onnx::TensorProto::UINT8 ||
           !(is(projection->scales, {experts, rows, blocks}) ||
             (perChannel && is(projection->scales, {experts, rows}))))

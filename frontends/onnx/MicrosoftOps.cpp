@@ -6,6 +6,7 @@
 #include "frontends/onnx/GraphImporter.h"
 
 #include "dialects/onnx/IR/OnnxDialect.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 #include <limits>
@@ -227,7 +228,7 @@ bool GraphImporter::fourBitGatherCoding(const WeightRecord &data, NBitsCoding &c
     why = "4-bit data of an odd number of columns (" + std::to_string(columns) + ")";
     return false;
   }
-  const int64_t blocks = (columns + coding.blockSize - 1) / coding.blockSize;
+  const int64_t blocks = llvm::divideCeilSigned(columns, coding.blockSize);
   const int64_t zeroBytes = (blocks + 1) / 2;
   if (data.bytes.size() != size_t(rows * columns / 2)) {
     why = "its 4-bit data holds " + std::to_string(data.bytes.size()) + " bytes, not " +
