@@ -18,6 +18,15 @@ config.environment["PATH"] = os.pathsep.join(
 # Tensor-parallel model tests also run their ranks as MPI processes where mpirun exists.
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
+# int8 activations need AVX-512 VNNI (runtime/src/ops/fast/Linear.cpp): a test of what they
+# make bit for bit names this feature.
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+    if "avx512_vnni" in flags and "avx512bw" in flags and not os.environ.get("DSRT_CPU_ISA"):
+        config.available_features.add("avx512-vnni")
+except OSError:
+    pass
 # mpirun with a session directory of its own (test/models/mpirun.sh says why).
 config.substitutions.append(
     ("%mpirun", "sh " + os.path.join(config.dsc_src_root, "test", "models", "mpirun.sh")))

@@ -380,6 +380,43 @@ TEST(FastLinearKernels, FloatRowsEqualTheirRowAloneBitForBit) {
     }
 }
 
+// In a batch-invariant session without exactFloatRows, integer weights whose x stays f32
+// only for their shape (int8 groups of 28 or 16 where int8 x is wanted; int4 groups of 28 or
+// 16) are summed as each row alone too: the rest of such a plan quantizes x, so these
+// layers had been the one place where a row's step changed its bits (a 56-input down_proj
+// gave a sampled request other tokens: docs/serving.md, "Batch invariance").
+TEST(FastLinearKernels, IntegerRowsOfFloatXEqualTheirRowAloneWhereRowInvariant) {
+  std::mt19937 rng(14);
+  int compared = 0;
+  for (auto [dtype, groups, in] : {std::tuple<DType, int64_t, int64_t>{DType::I8, 2, 56},
+                                   {DType::I8, 20, 320}, {DType::U8, 2, 56},
+                                   {DType::U8, 20, 320}})
+    for (int64_t rows : {2, 3, 4, 5, 9, 16, 17, 33, 65, 100}) {
+      const Case c{dtype, groups, rows, in, 101, DType::F16, /*int8Activations=*/true};
+      Weight w = randomWeight(c, rng);
+      OwnedTensor x = randomF32({c.rows, c.in}, rng);
+      const ops::fast::LinearWeights weights = linearWeights(c, w, w.scales);
+      // Where x is f32 for every layer (no VNNI for int8, DSRT_INT4_ACTIVATIONS=f32, the
+      // portable kernels), the session promises f32 rounding only.
+      if (!ops::fast::shapeKeepsIntegerXFloat(weights))
+        continue;
+      const auto *xv = reinterpret_cast<const float *>(x.storage.data());
+      std::vector<float> together(static_cast<size_t>(c.rows * c.out)), alone(c.out);
+      ops::fast::linear(xv, c.rows, weights, together.data(), [](int64_t, int64_t) {}, nullptr,
+                        /*rowInvariant=*/true, /*exactFloatRows=*/false);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        ops::fast::linear(xv + r * c.in, 1, weights, alone.data(), [](int64_t, int64_t) {},
+                          nullptr, /*rowInvariant=*/true, /*exactFloatRows=*/false);
+        ASSERT_EQ(0, std::memcmp(together.data() + r * c.out, alone.data(),
+                                 alone.size() * sizeof(float)))
+            << caseName(c) << " row " << r;
+      }
+      ++compared;
+    }
+  if (compared == 0)
+    GTEST_SKIP() << "x is f32 for every integer layer in this configuration";
+}
+
 // From 5 rows up to 16, fp32 weights' rows of x are the lanes of a vector on AVX-512
 // (dotRowLanes: one chain of FMAs per row and output) and kernel blocks elsewhere (the same
 // sums for a row however many rows share its block): either way a row's result is bit for

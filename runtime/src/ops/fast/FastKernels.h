@@ -200,7 +200,10 @@ void dotRowsPortable(const float *x, int64_t rows, const LinearWeights &w, int64
 // `rowInvariant` (ops::SessionState::rowInvariant): every row multiplied as it would be
 // alone, whatever `rows` is: no bf16 GEMM, and int8 activations at any row count where one
 // row takes them; sgemm still replaces the dot kernels from the same thresholds, which
-// changes only the order of f32 sums. `exactFloatRows` (ops::SessionState::exactFloatRows)
+// changes only the order of f32 sums, except for integer weights whose x stays f32 for the
+// layer's shape alone (shapeKeepsIntegerXFloat): those rows are summed as each alone, since
+// in a plan whose other layers quantize x they would be its only rows that vary with the
+// step. `exactFloatRows` (ops::SessionState::exactFloatRows)
 // takes that too: float weights' rows of x are each summed in the order of one row alone
 // (dotRowsAsAlone, and no bf16 GEMM), the same bits at any row count.
 void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
@@ -221,6 +224,10 @@ bool int4QuantizesActivations(int64_t groupSize, int64_t rows, bool rowInvariant
 // asks for it (docs/int8.md), or the weights do (LinearWeights::int8Activations) and the
 // CPU takes int4's.
 bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInvariant = false);
+// Whether integer weights keep x in f32 only because of their shape, where the kernels would
+// quantize it to int8 otherwise: int8 groups that are not whole 64-input chunks (nor 32s
+// over whole chunks), int4 groups that are not whole blocks of 32.
+bool shapeKeepsIntegerXFloat(const LinearWeights &w);
 
 // Whether linear() multiplies `rows` rows of x by weights of this dtype in bf16 (oneDNN's
 // bf16 GEMM: x, and weights not stored in bf16, rounded to bf16; sums in f32): prompts of

@@ -139,19 +139,41 @@ bool int4VnniAvailable() {
   return available;
 }
 
-bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInvariant) {
-  if (w.dtype != DType::I8 || w.groups <= 0 || w.in % w.groups != 0 || rows < 1 ||
-      (rows > 64 && !rowInvariant))
+namespace {
+// The plan's int8_activations (dsc's default for int8 and int4 plans) where VNNI is, unless
+// DSRT_INT8_ACTIVATIONS=f32 keeps x exact (or DSRT_INT4_ACTIVATIONS=f32, as for an int4
+// plan's layers): whether int8 weights are to meet int8 x, whatever their shape.
+bool int8ActivationsWanted(const LinearWeights &w) {
+  static const bool refused = environment("DSRT_INT8_ACTIVATIONS") == "f32";
+  return w.dtype == DType::I8 &&
+         (int8VnniAvailable() || (w.int8Activations && int4VnniAvailable() && !refused));
+}
+
+// Whether the int8 kernels' chunks of 64 inputs (or per channel, blocks of 32) tile the
+// groups.
+bool int8GroupsAreWholeChunks(const LinearWeights &w) {
+  if (w.groups <= 0 || w.in % w.groups != 0)
     return false;
   const int64_t groupSize = w.in / w.groups;
-  const bool wholeChunks = groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0) ||
-                           (w.groups == 1 && w.in % 32 == 0);
-  // The plan's int8_activations (dsc's default for int8 and int4 plans) where VNNI is, unless
-  // DSRT_INT8_ACTIVATIONS=f32 keeps x exact (or DSRT_INT4_ACTIVATIONS=f32, as for an int4
-  // plan's layers).
-  static const bool refused = environment("DSRT_INT8_ACTIVATIONS") == "f32";
-  return wholeChunks &&
-         (int8VnniAvailable() || (w.int8Activations && int4VnniAvailable() && !refused));
+  return groupSize % 64 == 0 || (groupSize == 32 && w.in % 64 == 0) ||
+         (w.groups == 1 && w.in % 32 == 0);
+}
+} // namespace
+
+// x stays f32 there, and the kernels by row count sum it each in their own order.
+bool shapeKeepsIntegerXFloat(const LinearWeights &w) {
+  if (w.dtype == DType::I8)
+    return int8ActivationsWanted(w) && !int8GroupsAreWholeChunks(w);
+  if (w.dtype == DType::U8)
+    return int4RoundsActivations() &&
+           !(w.groups > 0 && w.in % w.groups == 0 && (w.in / w.groups) % 32 == 0);
+  return false;
+}
+
+bool int8QuantizesActivations(const LinearWeights &w, int64_t rows, bool rowInvariant) {
+  if (rows < 1 || (rows > 64 && !rowInvariant))
+    return false;
+  return int8ActivationsWanted(w) && int8GroupsAreWholeChunks(w);
 }
 
 // Without VNNI (the kernels capped to AVX2, or an AVX-512 CPU without it), the AVX2 kernel
@@ -281,7 +303,11 @@ void linear(const float *x, int64_t rows, const LinearWeights &w, float *y,
   const bool int4Quantized = w.dtype == DType::U8 && w.groups > 0 &&
                              int4QuantizesActivations(in / w.groups, rows, rowInvariant);
   const bool int8Vnni = int8QuantizesActivations(w, rows, rowInvariant);
-  if (exactFloatRows && rows >= 2 && x && in > 0 && !int4Quantized && !int8Vnni) {
+  // A batch-invariant session (rowInvariant) sums such a layer as each row alone too, even
+  // below exactFloatRows: in a plan whose other layers quantize x, these few are the only
+  // ones that a row's step could change (a down_proj of 56 inputs, int4 groups of 28).
+  const bool asAlone = exactFloatRows || (rowInvariant && shapeKeepsIntegerXFloat(w));
+  if (asAlone && rows >= 2 && x && in > 0 && !int4Quantized && !int8Vnni) {
     // Weights that multiply x in f32: every row's outputs the bits that row gets alone (one
     // row's kernel, dotRows), where the kernels by row count (and sgemm's blocking) each sum
     // in an order of their own. Float weights through dotRowsAsAlone, x in chunks of
